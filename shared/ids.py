@@ -1,0 +1,54 @@
+"""Id normalization and validation: every id passes here before it reaches a key or a path."""
+
+from __future__ import annotations
+
+import re
+
+from shared.errors import ConfigError
+
+_INVALID_CHAR = re.compile(r"[^a-z0-9_-]")
+_UNDERSCORES = re.compile(r"_+")
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_SAFE_TASK_ID = re.compile(r"^[a-z0-9_-]{1,128}$")
+
+RESERVED_MEMBER_IDS = frozenset({"lead", "system"})
+BROADCAST = "*"
+
+
+def normalize_id(raw: str | None) -> str | None:
+    """Normalize a task or member id as AI4J does; None means "no usable id"."""
+    if raw is None:
+        return None
+    text = raw.strip().lower()
+    text = _INVALID_CHAR.sub("_", text)
+    text = _UNDERSCORES.sub("_", text).strip("_")
+    return text or None
+
+
+def is_safe_id(value: str) -> bool:
+    """True for run/team ids that may be embedded in a Redis key or a file name."""
+    return bool(_SAFE_ID.match(value)) and ".." not in value
+
+
+def check_run_id(run_id: str) -> str:
+    """Return the run id unchanged, or raise ConfigError saying what a run id may contain."""
+    if not isinstance(run_id, str) or not is_safe_id(run_id):
+        raise ConfigError(
+            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return run_id
+
+
+def check_task_id(task_id: str) -> str:
+    """Return a normalized task id unchanged, or raise ConfigError."""
+    if not isinstance(task_id, str) or not _SAFE_TASK_ID.match(task_id):
+        raise ConfigError(f"invalid task id {task_id!r}: task ids match [a-z0-9_-]{{1,128}}")
+    return task_id
+
+
+def check_member_id(member_id: str) -> str:
+    """Return a normalized member id unchanged, or raise ConfigError."""
+    if not isinstance(member_id, str) or not _SAFE_TASK_ID.match(member_id):
+        raise ConfigError(f"invalid member id {member_id!r}: member ids match [a-z0-9_-]{{1,128}}")
+    return member_id

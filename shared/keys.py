@@ -1,0 +1,116 @@
+"""Every Redis key teamctl uses is built here, and nowhere else.
+
+All keys of one run share the hash tag ``{RUN_ID}`` so that a run lives in one cluster slot and
+every Lua script touches one slot only. Task and member ids are validated before they are joined
+into a key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.ids import check_member_id, check_run_id, check_task_id
+
+PREFIX = "teamctl"
+RUNS_INDEX = f"{PREFIX}:runs"
+"""Sorted set of run ids scored by creation time (ms); the `teamctl runs` listing."""
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """The keys of one run."""
+
+    run_id: str
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+
+    @property
+    def base(self) -> str:
+        return f"{PREFIX}:run:{{{self.run_id}}}"
+
+    @property
+    def spec(self) -> str:
+        """String: the immutable RunSpec JSON (objective, team, options, models)."""
+        return f"{self.base}:spec"
+
+    @property
+    def state(self) -> str:
+        """Hash: run status, rounds, times, output, plan and usage totals."""
+        return f"{self.base}:state"
+
+    @property
+    def order(self) -> str:
+        """List: task ids in plan order."""
+        return f"{self.base}:order"
+
+    @property
+    def ready(self) -> str:
+        """Sorted set: ready task ids scored by plan position."""
+        return f"{self.base}:ready"
+
+    @property
+    def running(self) -> str:
+        """Set: task ids in progress (scanned for expired heartbeats)."""
+        return f"{self.base}:running"
+
+    @property
+    def counts(self) -> str:
+        """Hash: number of tasks per status."""
+        return f"{self.base}:counts"
+
+    @property
+    def tokens(self) -> str:
+        """String counter: the last fencing token issued in this run."""
+        return f"{self.base}:tokens"
+
+    @property
+    def events(self) -> str:
+        """Stream: task state changes, read by the coordinator with XREAD BLOCK."""
+        return f"{self.base}:events"
+
+    @property
+    def bus(self) -> str:
+        """Stream: every message of the run, in order."""
+        return f"{self.base}:bus"
+
+    @property
+    def lease(self) -> str:
+        """String with TTL: the coordinator that drives the run."""
+        return f"{self.base}:lease"
+
+    @property
+    def cancel(self) -> str:
+        """String: present when the run was cancelled."""
+        return f"{self.base}:cancel"
+
+    @property
+    def approval(self) -> str:
+        """List: plan approval decisions pushed by `teamctl approve/reject`."""
+        return f"{self.base}:approval"
+
+    @property
+    def usage(self) -> str:
+        """Hash: run-wide token and cost totals, for budgets."""
+        return f"{self.base}:usage"
+
+    def task(self, task_id: str) -> str:
+        """Hash: one task's state."""
+        return f"{self.base}:task:{check_task_id(task_id)}"
+
+    def heartbeat(self, task_id: str) -> str:
+        """String with TTL: present while the claim on the task is alive."""
+        return f"{self.base}:hb:{check_task_id(task_id)}"
+
+    def inbox(self, member_id: str) -> str:
+        """Stream: messages fanned out to one member."""
+        return f"{self.base}:inbox:{check_member_id(member_id)}"
+
+    @property
+    def read_offsets(self) -> str:
+        """Hash: member id -> last inbox entry id that member has read."""
+        return f"{self.base}:offsets"
+
+    def all_patterns(self) -> str:
+        """A SCAN pattern matching every key of the run."""
+        return f"{self.base}:*"

@@ -1,0 +1,28 @@
+-- complete: record a task's output, if the caller still holds the claim; wake its dependents.
+-- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
+-- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7..] the task's direct dependents.
+-- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms, ARGV[4] usage JSON.
+-- Returns 1, or -1 for a stale token (recorded in stale_writes, nothing else changes).
+if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress'
+   or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
+  redis.call('HINCRBY', KEYS[1], 'stale_writes', 1)
+  return -1
+end
+local now = now_ms()
+local tid = redis.call('HGET', KEYS[1], 'task_id')
+set_status(KEYS[1], KEYS[4], 'completed')
+local detail = short(ARGV[2], 240)
+if detail == '' then detail = 'Task completed.' end
+redis.call('HSET', KEYS[1], 'phase', 'completed', 'detail', detail, 'percent', 100,
+  'output', ARGV[2], 'error', '', 'duration_ms', ARGV[3], 'end_ms', now,
+  'last_heartbeat_ms', now, 'updated_ms', now, 'usage', ARGV[4])
+redis.call('SREM', KEYS[3], tid)
+redis.call('DEL', KEYS[5])
+for i = 7, #KEYS do
+  local left = redis.call('HINCRBY', KEYS[i], 'deps_left', -1)
+  if left <= 0 and redis.call('HGET', KEYS[i], 'status') == 'pending' then
+    make_ready(KEYS[i], KEYS[2], KEYS[4], 'Dependencies satisfied.')
+  end
+end
+event(KEYS[6], tid, 'completed', ARGV[1])
+return 1

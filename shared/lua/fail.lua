@@ -1,0 +1,28 @@
+-- fail: mark a task failed and block everything that depends on it, transitively.
+-- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
+-- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7..] the task's dependents closure.
+-- ARGV[1] token ('' = the coordinator fails a task nobody holds: it must be pending or ready),
+-- ARGV[2] error, ARGV[3] duration ms, ARGV[4] usage JSON.
+-- Returns 1, or -1 for a stale token (recorded in stale_writes, nothing else changes).
+local status = redis.call('HGET', KEYS[1], 'status')
+local ok
+if ARGV[1] == '' then ok = (status == 'pending' or status == 'ready')
+else ok = (status == 'in_progress' and redis.call('HGET', KEYS[1], 'token') == ARGV[1]) end
+if not ok then
+  redis.call('HINCRBY', KEYS[1], 'stale_writes', 1)
+  return -1
+end
+local now = now_ms()
+local tid = redis.call('HGET', KEYS[1], 'task_id')
+set_status(KEYS[1], KEYS[4], 'failed')
+local detail = short(ARGV[2], 240)
+if detail == '' then detail = 'Task failed.' end
+redis.call('HSET', KEYS[1], 'phase', 'failed', 'detail', detail, 'percent', 100,
+  'error', ARGV[2], 'duration_ms', ARGV[3], 'end_ms', now, 'last_heartbeat_ms', now,
+  'updated_ms', now, 'usage', ARGV[4])
+redis.call('ZREM', KEYS[2], tid)
+redis.call('SREM', KEYS[3], tid)
+redis.call('DEL', KEYS[5])
+block_dependents(7, KEYS[2], KEYS[4], KEYS[6], now)
+event(KEYS[6], tid, 'failed', ARGV[1])
+return 1

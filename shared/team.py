@@ -1,0 +1,187 @@
+"""The team file, run options and the run spec stored in Redis for workers to read."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from shared.errors import ConfigError
+from shared.ids import RESERVED_MEMBER_IDS, normalize_id
+
+WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
+
+
+class RunOptions(BaseModel):
+    """Every run option, with AI4J's defaults plus teamctl's own (DESIGN §7)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    parallel_dispatch: bool = True
+    max_concurrency: int = 4
+    max_rounds: int = 64
+    continue_on_member_error: bool = True
+    fail_on_unknown_member: bool = False
+    broadcast_on_planner_failure: bool = True
+    enable_message_bus: bool = True
+    include_original_objective_in_dispatch: bool = True
+    include_task_context_in_dispatch: bool = True
+    include_message_history_in_dispatch: bool = True
+    message_history_limit: int = 20
+    require_plan_approval: bool = False
+    allow_dynamic_member_registration: bool = True
+    enable_member_team_tools: bool = True
+    dispatch: Literal["eager", "barrier"] = "eager"
+    heartbeat_ttl_s: float = Field(30.0, gt=0)
+    max_attempts: int = Field(3, ge=1)
+    member_max_steps: int = Field(16, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+    timeout_s: float = Field(1800.0, gt=0)
+    model_timeout_s: float = Field(120.0, gt=0)
+    model_max_retries: int = Field(3, ge=0)
+    max_message_bytes: int = Field(65536, ge=1)
+    dependency_output_chars: int = Field(4000, ge=0)
+
+    def batch_size(self) -> int:
+        """How many tasks one round may dispatch."""
+        return max(1, self.max_concurrency) if self.parallel_dispatch else 1
+
+
+class Member(BaseModel):
+    """A team member as configured; `id` is normalized on load."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    name: str | None = None
+    description: str | None = None
+    model: str | None = None
+    tools: list[str] = Field(default_factory=list)
+    queue: str = "members"
+
+    @field_validator("id")
+    @classmethod
+    def _normalize_member_id(cls, raw: str) -> str:
+        member_id = normalize_id(raw)
+        if member_id is None:
+            raise ValueError("team member id is required (letters, digits, '_' or '-')")
+        if member_id in RESERVED_MEMBER_IDS:
+            raise ValueError(f"member id {member_id!r} is reserved; choose another id")
+        return member_id
+
+    @field_validator("tools")
+    @classmethod
+    def _known_tools(cls, tools: list[str]) -> list[str]:
+        for tool in tools:
+            if tool.startswith("team_"):
+                raise ValueError(f"tool {tool!r}: names starting with 'team_' are reserved")
+            if tool not in WORKSPACE_TOOLS:
+                raise ValueError(f"unknown tool {tool!r}; available: {', '.join(WORKSPACE_TOOLS)}")
+        return tools
+
+    @property
+    def display_name(self) -> str:
+        return self.name or self.id
+
+
+class RoleModel(BaseModel):
+    """A per-role model override (planner, synthesizer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+
+
+DEFAULT_MEMBERS = [
+    Member(id="researcher", name="Researcher", description="finding and checking facts"),
+    Member(id="analyst", name="Analyst", description="reasoning, comparison and structure"),
+    Member(id="writer", name="Writer", description="clear, concise writing"),
+]
+
+
+class TeamFile(BaseModel):
+    """The team file (`--team`, .toml/.yaml/.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    team_id: str = "default"
+    model: str | None = None
+    planner: RoleModel = Field(default_factory=RoleModel)
+    synthesizer: RoleModel = Field(default_factory=RoleModel)
+    members: list[Member] = Field(default_factory=lambda: list(DEFAULT_MEMBERS), min_length=1)
+    options: RunOptions = Field(default_factory=RunOptions)
+    hooks: list[str] = Field(default_factory=list)
+
+    @field_validator("members")
+    @classmethod
+    def _unique_members(cls, members: list[Member]) -> list[Member]:
+        seen: set[str] = set()
+        for member in members:
+            if member.id in seen:
+                raise ValueError(f"duplicate team member id: {member.id}")
+            seen.add(member.id)
+        return members
+
+
+def load_team_file(path: Path | None) -> TeamFile:
+    """Read and validate a team file; None gives the default team."""
+    if path is None:
+        return TeamFile()
+    raw = _read_structured(path)
+    try:
+        return TeamFile.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise ConfigError(f"team file {path}: {where}: {first['msg']}") from exc
+
+
+def _read_structured(path: Path) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read team file {path}: {exc.strerror}") from exc
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            return tomllib.loads(text)
+        if suffix in (".yaml", ".yml"):
+            return yaml.safe_load(text) or {}
+        if suffix == ".json":
+            return json.loads(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"team file {path} is not valid {suffix[1:]}: {exc}") from exc
+    raise ConfigError(f"team file {path}: use a .toml, .yaml or .json file")
+
+
+class ModelChoice(BaseModel):
+    """The resolved model string for each role, and where to reach it."""
+
+    planner: str
+    synthesizer: str
+    member_default: str
+    api_base: str | None = None
+
+    def for_member(self, member: Member) -> str:
+        return member.model or self.member_default
+
+
+class RunSpec(BaseModel):
+    """What a run is: stored once in Redis, read by every worker."""
+
+    run_id: str
+    team_id: str
+    objective: str
+    members: list[Member]
+    options: RunOptions
+    models: ModelChoice
+    workspace_dir: str
+    created_ms: int
+
+    def member(self, member_id: str | None) -> Member | None:
+        return next((m for m in self.members if m.id == member_id), None)
