@@ -15,7 +15,8 @@ def _source(name: str) -> str:
 class Scripts:
     """The registered scripts; `_lib.lua` is prepended so every script shares its helpers."""
 
-    NAMES = ("create", "claim", "heartbeat", "complete", "fail", "block_stalled", "reclaim")
+    NAMES = ("create", "claim", "heartbeat", "complete", "fail", "block_stalled", "reclaim",
+             "publish", "read_unread")
 
     def __init__(self, conn: redis.Redis) -> None:
         lib = _source("_lib")

@@ -184,4 +184,11 @@ class RunSpec(BaseModel):
     created_ms: int
 
     def member(self, member_id: str | None) -> Member | None:
+        """The member with exactly this (normalized) id."""
         return next((m for m in self.members if m.id == member_id), None)
+
+    def resolve_member(self, raw_member_id: str | None) -> Member | None:
+        """AI4J's resolution: blank -> first member; known -> it; unknown -> None."""
+        if not raw_member_id or not raw_member_id.strip():
+            return self.members[0]
+        return self.member(normalize_id(raw_member_id))

@@ -1,0 +1,110 @@
+"""A tolerant parser for planner output (AI4J §3.2-3.3): JSON, or JSON found inside prose."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.plan import RawTask
+
+PLAN_KEYS = ("tasks", "plan", "delegations", "assignments")
+ALIASES = {
+    "id": ("id", "taskId", "task_id", "name"),
+    "member_id": ("memberId", "member", "agent", "assignee"),
+    "task": ("task", "instruction", "goal", "work", "input"),
+    "context": ("context", "notes", "memo", "details"),
+    "depends_on": ("dependsOn", "depends_on", "deps", "after"),
+}
+
+
+def parse_tasks(text: str | None) -> list[RawTask]:
+    """Tasks from the planner's text; [] when nothing usable is found."""
+    if not text or not text.strip():
+        return []
+    tasks = _parse_value(text.strip())
+    if tasks:
+        return tasks
+    fragment = first_balanced_json(text)
+    return _parse_value(fragment) if fragment else []
+
+
+def _parse_value(text: str) -> list[RawTask]:
+    if not text.startswith(("[", "{")):
+        return []
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    return _tasks_from(value)
+
+
+def _tasks_from(value: Any) -> list[RawTask]:
+    if isinstance(value, dict):
+        items = next((value[k] for k in PLAN_KEYS if isinstance(value.get(k), list)), [value])
+    elif isinstance(value, list):
+        items = value
+    else:
+        return []
+    tasks = [_task(item) for item in items if isinstance(item, dict)]
+    return [t for t in tasks if t is not None]
+
+
+def _first_present(item: dict[str, Any], field: str) -> tuple[bool, Any]:
+    for key in ALIASES[field]:
+        if key in item:
+            return True, item[key]
+    return False, None
+
+
+def _string(item: dict[str, Any], field: str) -> str | None:
+    """The first alias present wins, even when blank or not a string (then: None)."""
+    _, value = _first_present(item, field)
+    if not isinstance(value, str):
+        return None
+    return value.strip() or None
+
+
+def _dependencies(item: dict[str, Any]) -> list[str]:
+    _, value = _first_present(item, "depends_on")
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list):
+        return [v.strip() for v in value if isinstance(v, str) and v.strip()]
+    return []
+
+
+def _task(item: dict[str, Any]) -> RawTask | None:
+    text = _string(item, "task")
+    if text is None:
+        return None
+    return RawTask(id=_string(item, "id"), member_id=_string(item, "member_id"), task=text,
+                   context=_string(item, "context"), depends_on=_dependencies(item))
+
+
+def first_balanced_json(text: str) -> str | None:
+    """The first balanced {...} or [...] in `text`, skipping brackets inside JSON strings."""
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return None
+    start = min(starts)
+    opening = text[start]
+    closing = "}" if opening == "{" else "]"
+    depth, in_string, escaped = 0, False, False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char == opening:
+            depth += 1
+        elif char == closing:
+            depth -= 1
+            if depth == 0:
+                return text[start:index + 1]
+    return None

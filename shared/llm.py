@@ -1,0 +1,143 @@
+"""The one path to a model: litellm, imported lazily, no hidden retries, usage and cost recorded."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from shared.errors import ModelError
+from shared.models import Usage
+from shared.offline_model import PROVIDER, make_provider
+
+log = logging.getLogger(__name__)
+
+RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
+                     "GROQ_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY")
+DEFAULT_MODEL_FOR_KEY = {
+    "OPENAI_API_KEY": "gpt-4o-mini",
+    "ANTHROPIC_API_KEY": "anthropic/claude-3-5-haiku-latest",
+    "GEMINI_API_KEY": "gemini/gemini-2.0-flash",
+    "MISTRAL_API_KEY": "mistral/mistral-small-latest",
+    "GROQ_API_KEY": "groq/llama-3.1-8b-instant",
+    "DEEPSEEK_API_KEY": "deepseek/deepseek-chat",
+    "OPENROUTER_API_KEY": "openrouter/openai/gpt-4o-mini",
+}
+
+
+class ToolCall(BaseModel):
+    """One tool call the model asked for; `arguments` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+
+class ModelReply(BaseModel):
+    """A model turn: text and/or tool calls, with what it cost."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+
+
+def load_litellm() -> Any:
+    """Import litellm once, offline (local cost map), with the offline provider registered."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    if not any(item["provider"] == PROVIDER for item in litellm.custom_provider_map):
+        litellm.custom_provider_map = [
+            *litellm.custom_provider_map, {"provider": PROVIDER, "custom_handler": make_provider()}
+        ]
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+class ModelClient:
+    """Calls models through litellm with teamctl's own bounded retry and backoff."""
+
+    def __init__(self, *, timeout_s: float = 120.0, max_retries: int = 3,
+                 backoff_base_s: float = 0.5, backoff_max_s: float = 8.0) -> None:
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.backoff_base_s = backoff_base_s
+        self.backoff_max_s = backoff_max_s
+
+    def complete(self, model: str, messages: list[dict[str, Any]], *,
+                 tools: list[dict[str, Any]] | None = None,
+                 api_base: str | None = None) -> ModelReply:
+        """One model turn; retries 429, 5xx and timeouts, then raises ModelError."""
+        litellm = load_litellm()
+        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": self.timeout_s,
+                                  "num_retries": 0, "max_retries": 0}
+        if tools:
+            kwargs["tools"] = tools
+        if api_base and not model.startswith(PROVIDER):
+            kwargs["api_base"] = api_base
+            # Local OpenAI-compatible servers rarely need a key, but the client insists on one.
+            if not any(os.environ.get(var) for var in PROVIDER_KEY_VARS):
+                kwargs["api_key"] = "teamctl-no-key"
+        for attempt in range(self.max_retries + 1):
+            try:
+                return _reply(litellm, litellm.completion(**kwargs))
+            except Exception as exc:  # litellm raises many exception types; classify below
+                if attempt >= self.max_retries or not _retryable(exc):
+                    raise ModelError(f"model {model} failed: {_describe(exc)}") from exc
+                delay_s = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
+                delay_s *= 0.5 + random.random() / 2
+                log.warning("model %s: %s; retry %d in %.2fs", model, _describe(exc),
+                            attempt + 1, delay_s)
+                time.sleep(delay_s)
+        raise AssertionError("unreachable")
+
+
+def _retryable(exc: Exception) -> bool:
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int):
+        return status in RETRYABLE_STATUS
+    return "timeout" in type(exc).__name__.lower()
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text[:2000]
+
+
+def _reply(litellm: Any, response: Any) -> ModelReply:
+    message = response.choices[0].message
+    calls = [ToolCall(id=c.id or f"call_{i}", name=c.function.name or "",
+                      arguments=c.function.arguments or "")
+             for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
+    return ModelReply(content=message.content, tool_calls=calls, usage=_usage(litellm, response))
+
+
+def _usage(litellm: Any, response: Any) -> Usage:
+    usage = getattr(response, "usage", None)
+    cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+    if cost is None:
+        try:
+            cost = litellm.completion_cost(completion_response=response)
+        except Exception:  # no price known for this model: recorded as unpriced
+            cost = None
+    return Usage(
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost_usd=float(cost or 0.0),
+        unpriced=cost is None,
+    )
+
+
+def resolve_default_model(explicit: str | None, env: dict[str, str]) -> tuple[str, bool]:
+    """The team-wide default model and whether it is the offline one (no model, no key)."""
+    if explicit:
+        return explicit, explicit.startswith(PROVIDER)
+    for var in PROVIDER_KEY_VARS:
+        if env.get(var):
+            return DEFAULT_MODEL_FOR_KEY[var], False
+    return f"{PROVIDER}/default", True

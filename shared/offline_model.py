@@ -1,0 +1,83 @@
+"""The built-in offline model: a deterministic litellm custom provider, so no network is needed.
+
+It reads the same prompts a real model gets and answers by role: a planner prompt gets one task per
+member (the last one depending on the others), a member prompt gets a short note naming its task,
+and a synthesis prompt gets the member outputs joined.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+PROVIDER = "teamctl-offline"
+MODEL = f"{PROVIDER}/default"
+
+_MEMBER_LINE = re.compile(r"^- id=([^,\s]+)(?:, name=([^,]*))?(?:, expertise=(.*))?$", re.M)
+_SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
+
+
+def answer(prompt: str) -> str:
+    """The offline model's reply to a prompt, by the role the prompt asks for."""
+    if "You are a team planner." in prompt:
+        return _plan(prompt)
+    if "You are the team lead." in prompt:
+        return _synthesize(prompt)
+    return _member(prompt)
+
+
+def _section(prompt: str, title: str) -> str:
+    match = re.search(_SECTION.format(title=re.escape(title)), prompt, re.S | re.M)
+    return match.group(1).strip() if match else ""
+
+
+def _plan(prompt: str) -> str:
+    objective = _section(prompt, "Objective")
+    members = _MEMBER_LINE.findall(prompt)
+    tasks = []
+    for index, (member_id, _name, expertise) in enumerate(members, start=1):
+        focus = expertise.strip() or "the objective"
+        earlier = [t["id"] for t in tasks] if index == len(members) and index > 1 else []
+        tasks.append({"id": f"{member_id}_part", "memberId": member_id,
+                      "task": f"Cover {focus} for: {objective}", "dependsOn": earlier})
+    return json.dumps({"tasks": tasks})
+
+
+def _member(prompt: str) -> str:
+    task_id = re.search(r"^Task ID: (.*)$", prompt, re.M)
+    role = re.search(r"^Team member role: (.*)$", prompt, re.M)
+    task = _section(prompt, "Assigned task")
+    return (f"[{role.group(1) if role else 'member'}] {task_id.group(1) if task_id else 'task'}: "
+            f"notes on '{task[:160]}'.")
+
+
+def _synthesize(prompt: str) -> str:
+    outputs = re.findall(r"^  output: (.*)$", prompt, re.M)
+    objective = _section(prompt, "Objective")
+    body = "\n".join(f"- {line}" for line in outputs) or "- (no member output)"
+    return f"Answer to: {objective}\n{body}"
+
+
+def make_provider() -> Any:
+    """Build the litellm CustomLLM handler (litellm is imported by the caller, lazily)."""
+    import litellm
+    from litellm import CustomLLM
+
+    class OfflineModel(CustomLLM):
+        def completion(self, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
+            messages = kwargs.get("messages") or []
+            prompt = "\n".join(str(m.get("content") or "") for m in messages
+                               if m.get("role") in ("user", "system"))
+            text = answer(prompt)
+            prompt_tokens = max(1, len(prompt) // 4)
+            completion_tokens = max(1, len(text) // 4)
+            return litellm.ModelResponse(
+                model=MODEL,
+                choices=[{"index": 0, "finish_reason": "stop",
+                          "message": {"role": "assistant", "content": text}}],
+                usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                       "total_tokens": prompt_tokens + completion_tokens},
+            )
+
+    return OfflineModel()

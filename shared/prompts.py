@@ -1,0 +1,12 @@
+"""Prompt templates live in `prompts/` folders as files; rendering fails on a missing variable."""
+
+from __future__ import annotations
+
+from importlib import resources
+from string import Template
+
+
+def render(package: str, name: str, **values: str) -> str:
+    """Render `<package>/prompts/<name>` with `$var` placeholders; a missing one raises KeyError."""
+    text = resources.files(package).joinpath("prompts", name).read_text(encoding="utf-8")
+    return Template(text).substitute(values).strip("\n")

@@ -1,0 +1,1 @@
+"""RQ job entry points and the member agent loop; cheap to import (litellm is loaded lazily)."""

@@ -1,0 +1,72 @@
+"""The member agent loop: call the model, run its tool calls, stop on a final answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.errors import ModelError
+from shared.llm import ModelClient, ModelReply
+from shared.models import Usage
+from worker.tools import Toolbox
+
+
+class AttemptAbandoned(Exception):  # noqa: N818  (a signal, not a failure to report)
+    """The claim was lost or the run cancelled: stop without writing anything."""
+
+
+@dataclass
+class AgentRun:
+    """What a member's session produced."""
+
+    output: str
+    usage: Usage = field(default_factory=Usage)
+    steps: int = 0
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class AgentLoop:
+    """A fresh session per task; bounded by `max_steps` model calls."""
+
+    client: ModelClient
+    model: str
+    api_base: str | None
+    toolbox: Toolbox
+    max_steps: int
+    check_continue: Callable[[], None]
+    on_usage: Callable[[Usage], None]
+
+    def run(self, system_prompt: str, user_prompt: str) -> AgentRun:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt},
+                                          {"role": "user", "content": user_prompt}]
+        run = AgentRun(output="", transcript=messages)
+        for step in range(1, self.max_steps + 1):
+            self.check_continue()
+            reply = self._call(messages)
+            run.usage = run.usage.plus(reply.usage)
+            run.steps = step
+            self.on_usage(reply.usage)
+            if not reply.tool_calls:
+                run.output = reply.content or ""
+                return run
+            messages.append(_assistant_message(reply))
+            messages.extend(self._run_tools(reply))
+        raise ModelError(f"member exceeded {self.max_steps} steps")
+
+    def _call(self, messages: list[dict[str, Any]]) -> ModelReply:
+        return self.client.complete(self.model, messages, tools=self.toolbox.schemas() or None,
+                                    api_base=self.api_base)
+
+    def _run_tools(self, reply: ModelReply) -> list[dict[str, Any]]:
+        return [{"role": "tool", "tool_call_id": call.id, "name": call.name,
+                 "content": self.toolbox.call(call.name, call.arguments)}
+                for call in reply.tool_calls]
+
+
+def _assistant_message(reply: ModelReply) -> dict[str, Any]:
+    return {"role": "assistant", "content": reply.content,
+            "tool_calls": [{"id": c.id, "type": "function",
+                            "function": {"name": c.name, "arguments": c.arguments}}
+                           for c in reply.tool_calls]}
