@@ -47,9 +47,10 @@ def _plan(prompt: str) -> str:
 def _member(prompt: str) -> str:
     task_id = re.search(r"^Task ID: (.*)$", prompt, re.M)
     role = re.search(r"^Team member role: (.*)$", prompt, re.M)
-    task = _section(prompt, "Assigned task")
+    task = _section(prompt, "Assigned task").splitlines()
+    summary = task[0][:160] if task else "the task"
     return (f"[{role.group(1) if role else 'member'}] {task_id.group(1) if task_id else 'task'}: "
-            f"notes on '{task[:160]}'.")
+            f"notes on {summary!r}.")
 
 
 def _synthesize(prompt: str) -> str:

@@ -6,7 +6,7 @@ from importlib import resources
 from string import Template
 
 
-def render(package: str, name: str, **values: str) -> str:
-    """Render `<package>/prompts/<name>` with `$var` placeholders; a missing one raises KeyError."""
-    text = resources.files(package).joinpath("prompts", name).read_text(encoding="utf-8")
+def render(package: str, template: str, /, **values: str) -> str:
+    """Render `<package>/prompts/<template>` with `$var` placeholders; a missing one raises KeyError."""
+    text = resources.files(package).joinpath("prompts").joinpath(template).read_text(encoding="utf-8")
     return Template(text).substitute(values).strip("\n")

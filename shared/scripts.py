@@ -9,7 +9,7 @@ from redis.commands.core import Script
 
 
 def _source(name: str) -> str:
-    return resources.files("shared").joinpath("lua", f"{name}.lua").read_text(encoding="utf-8")
+    return resources.files("shared").joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 class Scripts:

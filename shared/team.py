@@ -192,3 +192,11 @@ class RunSpec(BaseModel):
         if not raw_member_id or not raw_member_id.strip():
             return self.members[0]
         return self.member(normalize_id(raw_member_id))
+
+    def member_for(self, raw_member_id: str | None) -> Member | None:
+        """The member that runs a task: unknown ids go to the first member unless the run fails
+        them (fail_on_unknown_member)."""
+        member = self.resolve_member(raw_member_id)
+        if member is None and not self.options.fail_on_unknown_member:
+            return self.members[0]
+        return member

@@ -42,7 +42,7 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
     spec = store.spec()
     board = TaskBoard(conn, run_id)
     task = board.get(task_id)
-    member = spec.resolve_member(task.member_id) if task else None
+    member = spec.member_for(task.member_id) if task else None
     if task is None or member is None:
         return "skipped: unknown task or member"
     token = board.claim(task_id, member.id, worker_name(), spec.options.heartbeat_ttl_s)

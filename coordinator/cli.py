@@ -1,0 +1,128 @@
+"""The `teamctl` command line: parse, build dependencies, call one function, print, exit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shared.embedded_redis import EmbeddedRedis, state_dir
+from shared.errors import TeamError
+
+
+def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Known errors print one line to stderr and exit with their code, no traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import redis
+
+        try:
+            return fn(*args, **kwargs)
+        except TeamError as exc:
+            click.echo(f"teamctl: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except redis.ConnectionError as exc:
+            click.echo(f"teamctl: Redis is unreachable: {exc}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def resolve_redis_url(explicit: str | None) -> str:
+    """--redis-url, else REDIS_URL, else the embedded server (started on first use)."""
+    if explicit:
+        return explicit
+    return os.environ.get("REDIS_URL") or EmbeddedRedis(state_dir() / "redis").ensure()
+
+
+redis_url_option = click.option("--redis-url", default=None,
+                                help="Redis to use (default: $REDIS_URL, else embedded).")
+
+
+@click.group()
+def main() -> None:
+    """teamctl: run teams of LLM agents on Redis and RQ."""
+
+
+@main.command()
+@click.argument("objective")
+@click.option("--team", "team_path", type=click.Path(path_type=Path), default=None,
+              help="Team file (.toml, .yaml or .json).")
+@click.option("--model", default=None, help="Model for every role (default: $TEAMCTL_MODEL).")
+@click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
+@redis_url_option
+@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
+              help="Local workers to start; 0 uses workers you started yourself.")
+@click.option("--run-id", default=None, help="Id for the run (default: generated).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
+@fail_cleanly
+def run(objective: str, team_path: Path | None, model: str | None, api_base: str | None,
+        redis_url: str | None, workers: int, run_id: str | None, as_json: bool) -> None:
+    """Plan OBJECTIVE, run the team, print the synthesized answer."""
+    from coordinator.commands import run_command
+
+    code = run_command(objective=objective, team_path=team_path, model=model, api_base=api_base,
+                       redis_url=resolve_redis_url(redis_url), workers=workers, run_id=run_id,
+                       as_json=as_json)
+    sys.exit(code)
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
+@fail_cleanly
+def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
+    """Show a run's status (the same result JSON as `run --json`)."""
+    from coordinator.commands import status_command
+
+    sys.exit(status_command(resolve_redis_url(redis_url), run_id, as_json))
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@click.option("--json", "as_json", is_flag=True, help="Print the task states as JSON.")
+@fail_cleanly
+def tasks(run_id: str, redis_url: str | None, as_json: bool) -> None:
+    """List a run's tasks and their states."""
+    from coordinator.commands import tasks_command
+
+    tasks_command(resolve_redis_url(redis_url), run_id, as_json)
+
+
+@main.command()
+@redis_url_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@fail_cleanly
+def runs(redis_url: str | None, as_json: bool) -> None:
+    """List recent runs."""
+    from coordinator.commands import runs_command
+
+    runs_command(resolve_redis_url(redis_url), as_json)
+
+
+@main.group()
+def redis() -> None:
+    """The embedded Redis server."""
+
+
+@redis.command("url")
+@fail_cleanly
+def redis_url_command() -> None:
+    """Print the embedded server's URL (starting it if needed)."""
+    click.echo(EmbeddedRedis(state_dir() / "redis").ensure())
+
+
+@redis.command("stop")
+@fail_cleanly
+def redis_stop() -> None:
+    """Stop the embedded server (its data stays on disk)."""
+    stopped = EmbeddedRedis(state_dir() / "redis").stop()
+    click.echo("stopped" if stopped else "not running")

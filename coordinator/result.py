@@ -1,0 +1,52 @@
+"""Builds the result JSON (DESIGN §7) from Redis alone, so `status --json` can rebuild it later."""
+
+from __future__ import annotations
+
+import redis
+
+from shared.board import TaskBoard
+from shared.bus import MessageBus
+from shared.models import MemberResult, Plan, RunResult, TaskState, TaskStateView, TaskStatus
+from shared.runstore import RunStore, now_ms
+from shared.team import RunSpec
+
+
+def member_results(spec: RunSpec, states: list[TaskState]) -> list[MemberResult]:
+    """Executed tasks (completed or failed) in the order they ended."""
+    ran = [s for s in states if s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)]
+    results = []
+    for state in sorted(ran, key=lambda s: (s.end_ms, s.task_id)):
+        member = spec.member_for(state.claimed_by or state.member_id)
+        results.append(MemberResult(
+            task_id=state.task_id, member_id=member.id if member else state.member_id,
+            member_name=member.display_name if member else None, task=state.task,
+            task_status=state.status, output=state.output, error=state.error,
+            duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage))
+    return results
+
+
+def task_state_view(state: TaskState) -> TaskStateView:
+    return TaskStateView(
+        task_id=state.task_id, status=state.status, claimed_by=state.claimed_by,
+        phase=state.phase, detail=state.detail, percent=state.percent,
+        heartbeat_count=state.heartbeat_count, attempts=state.attempts, output=state.output,
+        error=state.error, duration_ms=state.duration_ms)
+
+
+def build_result(conn: redis.Redis, run_id: str) -> RunResult:
+    store = RunStore(conn, run_id)
+    spec = store.spec()
+    state = store.state()
+    states = TaskBoard(conn, run_id).snapshot()
+    bus = MessageBus(conn, run_id, [m.id for m in spec.members])
+    ended_ms = state.ended_ms or now_ms()
+    return RunResult(
+        team_id=spec.team_id, run_id=run_id, objective=spec.objective, status=state.status,
+        plan=state.plan or Plan(), member_results=member_results(spec, states),
+        task_states=[task_state_view(s) for s in states], messages=bus.messages(),
+        rounds=state.rounds, output=state.output, total_duration_ms=ended_ms - state.started_ms,
+        usage=store.usage())
+
+
+def result_json(result: RunResult) -> str:
+    return result.model_dump_json(by_alias=True, indent=2)

@@ -1,0 +1,65 @@
+"""Local `rq worker` processes for `teamctl run --workers N`, started preloaded, stopped by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STOP_TIMEOUT_S = 10.0
+
+
+def worker_command(redis_url: str, queues: list[str], *, worker_class: str | None = None,
+                   name: str | None = None) -> list[str]:
+    """The documented worker command: RQ's CLI with the teamctl preload settings module."""
+    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "worker.settings", "-u", redis_url]
+    if worker_class:
+        command += ["-w", worker_class]
+    if name:
+        command += ["-n", name]
+    return command + queues
+
+
+class LocalWorkers:
+    """A group of worker processes owned by this command."""
+
+    def __init__(self, redis_url: str, queues: list[str], count: int, log_dir: Path) -> None:
+        self.redis_url = redis_url
+        self.queues = queues
+        self.count = count
+        self.log_dir = log_dir
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def __enter__(self) -> LocalWorkers:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        for index in range(self.count):
+            log_path = self.log_dir / f"worker-{os.getpid()}-{index}.log"
+            with log_path.open("ab") as log_file:
+                self.processes.append(subprocess.Popen(
+                    worker_command(self.redis_url, self.queues),
+                    stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
+
+    def stop(self) -> None:
+        """Warm shutdown (SIGTERM) by pid, then SIGKILL whatever is left after the timeout."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for process in self.processes:
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.processes.clear()
