@@ -1,0 +1,109 @@
+"""Fixtures: a real redis-server on a free loopback port, the scripted model server, and real
+`rq worker` processes. Everything started here is stopped by its pid."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from coordinator.workers import LocalWorkers
+from shared.embedded_redis import free_port, redis_server_binary
+from tests.scripted_llm import ScriptedLLM
+
+ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
+                "DEEPSEEK_", "OPENROUTER_")
+_db_numbers = itertools.cycle(range(1, 16))
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
+               interval_s: float = 0.02, message: str = "condition") -> object:
+    """Poll `predicate` until it returns something truthy, or fail after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {message}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private redis-server for the whole session; yields its base URL (db 0)."""
+    data_dir = tmp_path_factory.mktemp("redis")
+    port = free_port()
+    process = subprocess.Popen(
+        [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
+         "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    wait_until(lambda: _pings(client), 10, message="redis-server to answer")
+    yield url
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.fixture
+def redis_url(redis_server: str) -> str:
+    """A flushed database of its own (1-15) for tests that do not need workers."""
+    url = redis_server.rsplit("/", 1)[0] + f"/{next(_db_numbers)}"
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture
+def conn(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def clean_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No user configuration leaks in; each test gets its own state dir."""
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIXES):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("TEAMCTL_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+
+@pytest.fixture(scope="session")
+def llm() -> Iterator[ScriptedLLM]:
+    server = ScriptedLLM()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Two real, preloaded `rq worker` processes on queue `members`, shared by the session."""
+    group = LocalWorkers(redis_server, ["members"], 2, tmp_path_factory.mktemp("worker-logs"))
+    group.start()
+    client = redis.Redis.from_url(redis_server)
+    wait_until(lambda: len(client.smembers("rq:workers")) >= 2, 60, message="2 rq workers")
+    yield redis_server
+    group.stop()
+
+
+@pytest.fixture
+def run_id() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,150 @@
+"""A scripted OpenAI-compatible chat server: tests program replies per model name.
+
+It runs in the test process on a loopback port; workers reach it over real HTTP through litellm.
+A script is a list of replies consumed in order, or a function of the request body. A reply is a
+string (assistant text), a `ToolCalls`, or an `HttpError`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class ToolCalls:
+    """A turn that calls tools: [(name, arguments as a dict or a raw string)]."""
+
+    calls: list[tuple[str, dict[str, Any] | str]]
+    content: str | None = None
+
+
+@dataclass
+class HttpError:
+    status: int
+    message: str = "scripted failure"
+
+
+Reply = str | ToolCalls | HttpError
+Handler = Callable[[dict[str, Any]], Reply]
+
+
+@dataclass
+class _Script:
+    replies: list[Reply] = field(default_factory=list)
+    handler: Handler | None = None
+    repeat_last: bool = False
+
+
+class ScriptedLLM:
+    """The server's state: scripts and every request received, per model."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scripts: dict[str, _Script] = {}
+        self.requests: dict[str, list[dict[str, Any]]] = {}
+        self.request_times: dict[str, list[float]] = {}
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def api_base(self) -> str:
+        assert self.server is not None
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def script(self, model: str, replies: list[Reply] | None = None, *,
+               handler: Handler | None = None, repeat_last: bool = False) -> str:
+        """Program `model`; returns the litellm model string ("openai/<model>")."""
+        with self._lock:
+            self._scripts[model] = _Script(list(replies or []), handler, repeat_last)
+            self.requests[model] = []
+            self.request_times[model] = []
+        return f"openai/{model}"
+
+    def prompts(self, model: str) -> list[str]:
+        """The text of the last user message of each request to `model`."""
+        return [_last_user_text(body) for body in self.requests.get(model, [])]
+
+    def next_reply(self, body: dict[str, Any]) -> Reply:
+        model = body.get("model", "")
+        with self._lock:
+            script = self._scripts.get(model)
+            if script is None:
+                return HttpError(404, f"model {model!r} is not scripted")
+            self.requests[model].append(body)
+            self.request_times[model].append(time.monotonic())
+            if script.handler is not None:
+                return script.handler(body)
+            if not script.replies:
+                return HttpError(500, f"script for {model!r} is exhausted")
+            if script.repeat_last and len(script.replies) == 1:
+                return script.replies[0]
+            return script.replies.pop(0)
+
+    def start(self) -> None:
+        state = self
+
+        class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # else every call costs ~40 ms of delayed ACK
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                reply = state.next_reply(body)
+                status, payload = _render(reply, body.get("model", ""))
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def _last_user_text(body: dict[str, Any]) -> str:
+    users = [m for m in body.get("messages", []) if m.get("role") == "user"]
+    content = users[-1].get("content", "") if users else ""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content)
+    return content
+
+
+def _render(reply: Reply, model: str) -> tuple[int, dict[str, Any]]:
+    if isinstance(reply, HttpError):
+        return reply.status, {"error": {"message": reply.message, "type": "scripted",
+                                        "code": str(reply.status)}}
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    finish = "stop"
+    if isinstance(reply, ToolCalls):
+        message["content"] = reply.content
+        message["tool_calls"] = [
+            {"id": f"call_{i}", "type": "function",
+             "function": {"name": name,
+                          "arguments": args if isinstance(args, str) else json.dumps(args)}}
+            for i, (name, args) in enumerate(reply.calls)]
+        finish = "tool_calls"
+    else:
+        message["content"] = reply
+    return 200, {
+        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+    }
