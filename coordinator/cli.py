@@ -126,3 +126,20 @@ def redis_stop() -> None:
     """Stop the embedded server (its data stays on disk)."""
     stopped = EmbeddedRedis(state_dir() / "redis").stop()
     click.echo("stopped" if stopped else "not running")
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@click.option("--member", default=None, help="Only messages visible to this member.")
+@click.option("--type", "type_", default=None, help="Only messages of this type.")
+@click.option("--follow", is_flag=True, help="Keep printing new messages until the run ends.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@fail_cleanly
+def messages(run_id: str, redis_url: str | None, member: str | None, type_: str | None,
+             follow: bool, as_json: bool) -> None:
+    """Show a run's messages."""
+    from coordinator.messages_view import messages_command
+
+    messages_command(resolve_redis_url(redis_url), run_id, member=member, type_=type_,
+                     follow=follow, as_json=as_json)

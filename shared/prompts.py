@@ -7,6 +7,7 @@ from string import Template
 
 
 def render(package: str, template: str, /, **values: str) -> str:
-    """Render `<package>/prompts/<template>` with `$var` placeholders; a missing one raises KeyError."""
-    text = resources.files(package).joinpath("prompts").joinpath(template).read_text(encoding="utf-8")
+    """Render `<package>/prompts/<template>`; a `$var` with no value raises KeyError."""
+    folder = resources.files(package).joinpath("prompts")
+    text = folder.joinpath(template).read_text(encoding="utf-8")
     return Template(text).substitute(values).strip("\n")

@@ -9,7 +9,8 @@ from redis.commands.core import Script
 
 
 def _source(name: str) -> str:
-    return resources.files("shared").joinpath("lua").joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    folder = resources.files("shared").joinpath("lua")
+    return folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
 
 
 class Scripts:
