@@ -1,4 +1,4 @@
-"""Loads the Lua scripts in shared/lua once per connection, each behind a typed board method."""
+"""Loads every Lua script in shared/lua once per connection; callers use them by file name."""
 
 from __future__ import annotations
 
@@ -7,22 +7,20 @@ from importlib import resources
 import redis
 from redis.commands.core import Script
 
-
-def _source(name: str) -> str:
-    folder = resources.files("shared").joinpath("lua")
-    return folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+LIB = "_lib.lua"
 
 
 class Scripts:
-    """The registered scripts; `_lib.lua` is prepended so every script shares its helpers."""
-
-    NAMES = ("create", "claim", "heartbeat", "complete", "fail", "block_stalled", "reclaim",
-             "publish", "read_unread")
+    """The registered scripts; `_lib.lua` is prepended to each so they share its helpers."""
 
     def __init__(self, conn: redis.Redis) -> None:
-        lib = _source("_lib")
+        folder = resources.files("shared").joinpath("lua")
+        lib = folder.joinpath(LIB).read_text(encoding="utf-8")
         self._scripts: dict[str, Script] = {
-            name: conn.register_script(lib + "\n" + _source(name)) for name in self.NAMES
+            entry.name.removesuffix(".lua"): conn.register_script(
+                lib + "\n" + entry.read_text(encoding="utf-8"))
+            for entry in folder.iterdir()
+            if entry.name.endswith(".lua") and entry.name != LIB
         }
 
     def __getitem__(self, name: str) -> Script:
