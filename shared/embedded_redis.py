@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -55,9 +56,12 @@ class EmbeddedRedis:
         self.log_file = root / "redis.log"
 
     def ensure(self) -> str:
-        """Return the URL of the running server, starting it if needed."""
-        url = self.running_url()
-        return url if url is not None else self.start()
+        """Return the URL of the running server, starting it if needed (one starter at a time)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / "start.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two commands at once must not start two servers
+            url = self.running_url()
+            return url if url is not None else self.start()
 
     def running_url(self) -> str | None:
         """The URL of a live server recorded in the state dir, if there is one."""
@@ -70,6 +74,7 @@ class EmbeddedRedis:
         """Start redis-server on loopback, appendonly on, and wait until it answers."""
         self.root.mkdir(parents=True, exist_ok=True)
         port = port or free_port()
+        _check_port_free(port)
         url = f"redis://127.0.0.1:{port}/0"
         command = [
             redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
@@ -110,9 +115,27 @@ class EmbeddedRedis:
         while time.monotonic() < deadline:
             if _answers_ping(url):
                 return
+            pid = self._pid()
+            if pid is not None and not _alive(pid):
+                break  # it exited (bad config, port taken): say why now, not after the timeout
             time.sleep(0.05)
-        tail = self.log_file.read_text()[-500:] if self.log_file.exists() else ""
-        raise InfraError(f"redis-server at {url} gave no answer in {STARTUP_TIMEOUT_S}s: {tail}")
+        raise InfraError(f"redis-server at {url} did not start; its log ends: {self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        if not self.log_file.exists():
+            return "(no log)"
+        lines = self.log_file.read_text(errors="replace").strip().splitlines()
+        return " | ".join(lines[-3:]) or "(empty log)"
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError as exc:
+            raise InfraError(
+                f"port {port} on 127.0.0.1 is in use ({exc.strerror}); stop what listens there "
+                "or let teamctl pick a free port") from exc
 
 
 def _answers_ping(url: str) -> bool:
