@@ -1,29 +1,54 @@
-"""The task board: one Redis hash per task, every transition one Lua script with a fencing token."""
+"""The task board: one Redis hash per task, every transition one Lua script with a fencing token.
+
+Task hash fields: task_id, member_id, task, context, depends_on and dependents (csv), pos (plan
+position), deps_left (dependencies not yet completed), status, phase, detail, percent,
+heartbeat_count, attempts, token (the live fencing token, 0 when nobody holds a claim),
+heartbeat_ttl_ms, stale_writes, claimed_by, worker, start_ms, end_ms, updated_ms,
+last_heartbeat_ms, duration_ms, output, error, requeue_reason, usage (JSON).
+
+Plan order, dependency lists and dependents never change after `create`, so a board object caches
+them: a completion then touches only its direct dependents, never the whole board.
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from enum import Enum
 
 import redis
 
+from shared.ids import normalize_id
 from shared.keys import RunKeys
 from shared.models import TaskSpec, TaskState, TaskStatus, Usage
 from shared.scripts import Scripts
 
 STALE = -1
+MAX_TASK_ID_CHARS = 128
 
 
 class WriteOutcome(Enum):
-    """What a fenced write did: applied, or refused because the caller's claim is gone."""
+    """What a fenced write did. Only APPLIED changed the task."""
 
     APPLIED = "applied"
     STALE = "stale"
+    """The caller's token is not the live claim (reclaimed, released or re-claimed by another);
+    counted in the task's stale_writes."""
+    CONFLICT = "conflict"
+    """The token is the task's last one but the claim already ended (a second write by the same
+    holder), or a tokenless fail hit a claimed or finished task."""
+    NOT_FOUND = "not_found"
+    """No such task on this board."""
 
+
+_CODES = {1: WriteOutcome.APPLIED, STALE: WriteOutcome.STALE, -2: WriteOutcome.CONFLICT,
+          0: WriteOutcome.NOT_FOUND}
 
 _INT_FIELDS = ("percent", "heartbeat_count", "attempts", "stale_writes", "start_ms", "end_ms",
                "updated_ms", "last_heartbeat_ms", "duration_ms")
+
+
+def _csv(value: str | None) -> list[str]:
+    return [item for item in (value or "").split(",") if item]
 
 
 def _parse_task(raw: dict[str, str]) -> TaskState:
@@ -35,7 +60,8 @@ def _parse_task(raw: dict[str, str]) -> TaskState:
         member_id=raw.get("member_id") or None,
         task=raw.get("task", ""),
         context=raw.get("context") or None,
-        depends_on=[d for d in raw.get("depends_on", "").split(",") if d],
+        depends_on=_csv(raw.get("depends_on")),
+        dependents=_csv(raw.get("dependents")),
         status=TaskStatus(raw["status"]),
         claimed_by=raw.get("claimed_by") or None,
         worker=raw.get("worker") or None,
@@ -44,18 +70,33 @@ def _parse_task(raw: dict[str, str]) -> TaskState:
         token=int(token) if token.isdigit() else 0,
         output=raw.get("output") or None,
         error=raw.get("error") or None,
+        requeue_reason=raw.get("requeue_reason") or None,
         usage=usage,
         **{name: int(raw.get(name) or 0) for name in _INT_FIELDS},
     )
 
 
+def _pairs(flat: list[str]) -> dict[str, str]:
+    """A flat HGETALL reply from Lua as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def resolve_task_id(task_id: str | None) -> str | None:
+    """AI4J key resolution: trim, then normalize. Board ids are normalized already, so an exact
+    id resolves to itself and "Task 1" finds task_1; None means it cannot name a task."""
+    resolved = normalize_id(task_id)
+    return resolved if resolved and len(resolved) <= MAX_TASK_ID_CHARS else None
+
+
 class TaskBoard:
-    """The board of one run. Methods map one-to-one to Lua scripts in shared/lua."""
+    """The board of one run. Each method is one Lua script in shared/lua (reads: one command)."""
 
     def __init__(self, conn: redis.Redis, run_id: str, scripts: Scripts | None = None) -> None:
         self.conn = conn
         self.keys = RunKeys(run_id)
         self.scripts = scripts or Scripts(conn)
+        self._ids: list[str] = []
+        self._dependents: dict[str, list[str]] = {}
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -67,131 +108,193 @@ class TaskBoard:
                         "context": t.context or "", "depends_on": t.depends_on})
             for t in tasks
         ]
-        task_keys = [k.task(t.id) for t in tasks]
-        return int(self.scripts["create"](
-            keys=[k.order, k.ready, k.counts, k.events, *task_keys], args=payload))
+        created = int(self.scripts["create"](
+            keys=[k.order, k.ready, k.counts, k.events, *(k.task(t.id) for t in tasks)],
+            args=payload))
+        self._ids = [t.id for t in tasks]
+        return created
 
     def claim(self, task_id: str, member_id: str, worker: str, ttl_s: float) -> int | None:
         """Claim a ready task; returns the fencing token, or None if it was not ready."""
+        task_id = resolve_task_id(task_id) or ""
+        if not task_id:
+            return None
         k = self.keys
-        token = int(self.scripts["claim"](
+        token, dependents = self.scripts["claim"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.tokens, k.heartbeat(task_id),
                   k.events],
-            args=[member_id, worker, int(ttl_s * 1000)]))
-        return token or None
+            args=[member_id.strip(), worker, _ms(ttl_s)])
+        if not int(token):
+            return None
+        self._dependents[task_id] = _csv(dependents)
+        return int(token)
 
     def heartbeat(self, task_id: str, token: int, ttl_s: float, *, visible: bool = False,
-                  member_id: str = "member") -> WriteOutcome:
+                  member_id: str | None = None) -> WriteOutcome:
         """Extend the claim; `visible` counts it as an AI4J heartbeat (phase "heartbeat")."""
-        k = self.keys
-        code = self.scripts["heartbeat"](
-            keys=[k.task(task_id), k.heartbeat(task_id)],
-            args=[token, int(ttl_s * 1000), "1" if visible else "0", member_id])
-        return _outcome(code)
+        task_id = resolve_task_id(task_id) or ""
+        if not task_id:
+            return WriteOutcome.NOT_FOUND
+        return _outcome(self.scripts["heartbeat"](
+            keys=[self.keys.task(task_id), self.keys.heartbeat(task_id)],
+            args=[token, _ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
 
     def complete(self, task_id: str, token: int, output: str, duration_ms: int,
                  usage: Usage | None = None) -> WriteOutcome:
         """Record the output if `token` still holds the claim; dependents may become ready."""
+        task_id = resolve_task_id(task_id) or ""
+        if not task_id:
+            return WriteOutcome.NOT_FOUND
         k = self.keys
-        dependents = [k.task(d) for d in self._dependents(task_id)]
-        code = self.scripts["complete"](
+        dependents = [k.task(d) for d in self._direct_dependents(task_id)]
+        return _outcome(self.scripts["complete"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   *dependents],
-            args=[token, output, duration_ms, (usage or Usage()).model_dump_json()])
-        return _outcome(code)
+            args=[token, output, duration_ms, (usage or Usage()).model_dump_json()]))
 
     def fail(self, task_id: str, token: int | None, error: str, duration_ms: int = 0,
              usage: Usage | None = None) -> WriteOutcome:
         """Fail a task (token None: the coordinator fails an unclaimed one); block dependents."""
+        task_id = resolve_task_id(task_id) or ""
+        if not task_id:
+            return WriteOutcome.NOT_FOUND
         k = self.keys
         closure = [k.task(d) for d in self._dependents_closure(task_id)]
-        code = self.scripts["fail"](
+        return _outcome(self.scripts["fail"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   *closure],
             args=["" if token is None else token, error, duration_ms,
-                  (usage or Usage()).model_dump_json()])
-        return _outcome(code)
+                  (usage or Usage()).model_dump_json()]))
+
+    def release(self, task_id: str, token: int, reason: str | None = None) -> WriteOutcome:
+        """Give a claim back: ready (or pending) again, and `token` is revoked for good."""
+        task_id = resolve_task_id(task_id) or ""
+        if not task_id:
+            return WriteOutcome.NOT_FOUND
+        k = self.keys
+        return _outcome(self.scripts["release"](
+            keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
+            args=[token, (reason or "").strip()]))
+
+    def reassign(self, task_id: str, token: int, to_member_id: str) -> WriteOutcome:
+        """Hand the claim to another member; the token stays valid (its worker keeps running)."""
+        task_id = resolve_task_id(task_id) or ""
+        to_member_id = to_member_id.strip()
+        if not to_member_id:
+            raise ValueError("to_member_id is required")
+        if not task_id:
+            return WriteOutcome.NOT_FOUND
+        k = self.keys
+        return _outcome(self.scripts["reassign"](
+            keys=[k.task(task_id), k.heartbeat(task_id), k.events], args=[token, to_member_id]))
 
     def block_stalled(self, reason: str) -> int:
         """Block every pending or ready task with `reason`; returns how many were blocked."""
         k = self.keys
-        candidates = [k.task(t.task_id) for t in self.snapshot() if not t.terminal
-                      and t.status != TaskStatus.IN_PROGRESS]
-        if not candidates:
+        task_keys = [k.task(t) for t in self.task_ids()]
+        if not task_keys:
             return 0
         return int(self.scripts["block_stalled"](
-            keys=[k.ready, k.counts, k.events, *candidates], args=[reason]))
+            keys=[k.ready, k.counts, k.events, *task_keys], args=[reason]))
 
     def reclaim_expired(self, max_attempts: int) -> list[str]:
         """Reclaim in-progress tasks whose heartbeat key is gone; returns their ids."""
         k = self.keys
-        running = sorted(self.conn.smembers(k.running))
-        if not running:
+        expired = self._expired_claims()
+        if not expired:
             return []
-        pipe = self.conn.pipeline(transaction=False)
-        for task_id in running:
-            pipe.exists(k.heartbeat(task_id))
-        expired = [t for t, alive in zip(running, pipe.execute(), strict=True) if not alive]
-        reclaimed = []
+        keys: list[str] = [k.ready, k.running, k.counts, k.events]
+        sizes: list[int] = []
         for task_id in expired:
-            closure = [k.task(d) for d in self._dependents_closure(task_id)]
-            code = self.scripts["reclaim"](
-                keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id),
-                      k.events, *closure],
-                args=[max_attempts])
-            if int(code):
-                reclaimed.append(task_id)
-        return reclaimed
+            closure = self._dependents_closure(task_id)
+            keys += [k.task(task_id), k.heartbeat(task_id), *(k.task(d) for d in closure)]
+            sizes.append(len(closure))
+        return list(self.scripts["reclaim"](keys=keys, args=[max_attempts, *sizes]))
 
     # --- reads --------------------------------------------------------------------------------
 
     def next_ready(self, n: int) -> list[str]:
-        """The first `n` ready task ids in plan order."""
-        return list(self.conn.zrange(self.keys.ready, 0, max(1, n) - 1))
+        """The first `n` ready task ids in plan order (n <= 0 means 1, as AI4J)."""
+        return list(self.scripts["next_ready"](keys=[self.keys.ready], args=[n]))
 
     def get(self, task_id: str) -> TaskState | None:
-        raw = self.conn.hgetall(self.keys.task(task_id))
-        return _parse_task(raw) if raw else None
+        """One task's state, or None if the id names no task."""
+        task_id = resolve_task_id(task_id) or ""
+        raw = self.conn.hgetall(self.keys.task(task_id)) if task_id else {}
+        return self._remember(_parse_task(raw)) if raw else None
 
     def task_ids(self) -> list[str]:
-        return list(self.conn.lrange(self.keys.order, 0, -1))
+        """Task ids in plan order."""
+        if not self._ids:
+            self._ids = list(self.conn.lrange(self.keys.order, 0, -1))
+        return self._ids
 
     def snapshot(self) -> list[TaskState]:
-        """Every task in plan order (one pipelined round trip)."""
+        """Every task in plan order, read atomically (no half-applied transition is visible)."""
         ids = self.task_ids()
-        pipe = self.conn.pipeline(transaction=False)
-        for task_id in ids:
-            pipe.hgetall(self.keys.task(task_id))
-        return [_parse_task(raw) for raw in pipe.execute() if raw]
+        if not ids:
+            return []
+        replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in ids])
+        return [self._remember(_parse_task(_pairs(flat))) for flat in replies if flat]
 
     def counts(self) -> dict[TaskStatus, int]:
+        """Number of tasks per status (zero counts included once a status was ever used)."""
         raw = self.conn.hgetall(self.keys.counts)
         return {TaskStatus(s): int(n) for s, n in raw.items() if s in TaskStatus._value2member_map_}
 
     def has_work_remaining(self) -> bool:
+        """True while any task is pending, ready or in progress (AI4J hasWorkRemaining)."""
         counts = self.counts()
         return any(counts.get(s, 0) > 0 for s in
                    (TaskStatus.PENDING, TaskStatus.READY, TaskStatus.IN_PROGRESS))
 
-    def _dependents(self, task_id: str) -> list[str]:
-        raw = self.conn.hget(self.keys.task(task_id), "dependents") or ""
-        return [d for d in raw.split(",") if d]
+    # --- dependency index ---------------------------------------------------------------------
+
+    def _remember(self, state: TaskState) -> TaskState:
+        self._dependents[state.task_id] = state.dependents
+        return state
+
+    def _direct_dependents(self, task_id: str) -> list[str]:
+        if task_id not in self._dependents:
+            self._fetch_dependents([task_id])
+        return self._dependents.get(task_id, [])
+
+    def _fetch_dependents(self, task_ids: list[str]) -> None:
+        """Load the dependents of the tasks not cached yet, in one pipelined round trip."""
+        missing = [t for t in task_ids if t not in self._dependents]
+        if not missing:
+            return
+        pipe = self.conn.pipeline(transaction=False)
+        for task_id in missing:
+            pipe.hget(self.keys.task(task_id), "dependents")
+        for task_id, raw in zip(missing, pipe.execute(), strict=True):
+            self._dependents[task_id] = _csv(raw)
 
     def _dependents_closure(self, task_id: str) -> list[str]:
-        """Everything that depends on the task, transitively (one round trip per level)."""
+        """Everything that depends on the task, transitively (one round trip per level at most)."""
         seen: dict[str, None] = {}
-        frontier = self._dependents(task_id)
+        frontier = self._direct_dependents(task_id)
         while frontier:
-            fresh = [d for d in frontier if d not in seen and d != task_id]
+            fresh = list(dict.fromkeys(d for d in frontier if d not in seen and d != task_id))
             seen.update(dict.fromkeys(fresh))
-            frontier = _flatten(self.conn.hmget(self.keys.task(d), "dependents")[0] or ""
-                                for d in fresh) if fresh else []
+            self._fetch_dependents(fresh)
+            frontier = [d for f in fresh for d in self._dependents.get(f, [])]
         return list(seen)
 
+    def _expired_claims(self) -> list[str]:
+        """Running tasks whose heartbeat key is gone (the reclaim script checks again)."""
+        running = sorted(self.conn.smembers(self.keys.running))
+        if not running:
+            return []
+        pipe = self.conn.pipeline(transaction=False)
+        for task_id in running:
+            pipe.exists(self.keys.heartbeat(task_id))
+        return [t for t, alive in zip(running, pipe.execute(), strict=True) if not alive]
 
-def _flatten(csv_values: Iterable[str]) -> list[str]:
-    return [item for value in csv_values for item in value.split(",") if item]
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
-def _outcome(code: object) -> WriteOutcome:
-    return WriteOutcome.STALE if int(code) == STALE else WriteOutcome.APPLIED
+def _outcome(code: int | str) -> WriteOutcome:
+    return _CODES[int(code)]

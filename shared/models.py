@@ -65,6 +65,8 @@ class TaskState(BaseModel):
     task: str = ""
     context: str | None = None
     depends_on: list[str] = Field(default_factory=list)
+    dependents: list[str] = Field(default_factory=list)
+    """Tasks that list this one in depends_on (the board's dependents index)."""
     status: TaskStatus = TaskStatus.PENDING
     claimed_by: str | None = None
     worker: str | None = None
@@ -82,6 +84,9 @@ class TaskState(BaseModel):
     duration_ms: int = 0
     output: str | None = None
     error: str | None = None
+    requeue_reason: str | None = None
+    """Why the last claim ended without a result (release reason or "claim expired"); AI4J's
+    refresh overwrites this in detail/error, so it is kept here."""
     usage: Usage = Field(default_factory=Usage)
 
     @property

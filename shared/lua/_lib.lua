@@ -1,5 +1,9 @@
--- Shared helpers, prepended to every board script when it is loaded (Redis 6.2 has no FUNCTIONs).
--- Task hashes hold flat string fields; see shared/board.py for the field list.
+-- Shared helpers, prepended to every script when it is loaded (Redis 6.2 has no FUNCTIONs).
+-- Task hashes hold flat string fields; shared/board.py lists them. Helpers touch only keys their
+-- caller received through KEYS.
+
+-- Verdicts of a token-checked write, mapped to WriteOutcome in shared/board.py.
+local APPLIED, STALE, CONFLICT, MISSING = 1, -1, -2, 0
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -30,24 +34,65 @@ local function event(events_key, task_id, status, token)
     'task_id', task_id, 'status', status, 'token', tostring(token or 0))
 end
 
-local function make_ready(task_key, ready_key, counts_key, detail)
+-- Is `token` the live claim on the task? A stale token is counted on the task (stale_writes);
+-- the live token of a task that already ended is a conflict (its holder writing twice).
+local function check_token(task_key, token)
+  if redis.call('EXISTS', task_key) == 0 then return MISSING end
+  if redis.call('HGET', task_key, 'token') ~= token or token == '0' then
+    redis.call('HINCRBY', task_key, 'stale_writes', 1)
+    return STALE
+  end
+  if redis.call('HGET', task_key, 'status') ~= 'in_progress' then return CONFLICT end
+  return APPLIED
+end
+
+local function make_ready(task_key, ready_key, counts_key)
+  local detail = 'Dependencies satisfied.'
+  if redis.call('HGET', task_key, 'depends_on') == '' then detail = 'Ready for dispatch.' end
   set_status(task_key, counts_key, 'ready')
   redis.call('HSET', task_key, 'phase', 'ready', 'detail', detail, 'error', '')
   raise_percent(task_key, 5)
-  redis.call('ZADD', ready_key, tonumber(redis.call('HGET', task_key, 'pos')), redis.call('HGET', task_key, 'task_id'))
+  redis.call('ZADD', ready_key, tonumber(redis.call('HGET', task_key, 'pos')),
+    redis.call('HGET', task_key, 'task_id'))
 end
 
--- Block every pending/ready task among the given keys (a dependents closure) as "dependency failed".
-local function block_dependents(first, ready_key, counts_key, events_key, now)
-  for i = first, #KEYS do
+local function make_pending(task_key, counts_key)
+  set_status(task_key, counts_key, 'pending')
+  redis.call('HSET', task_key, 'phase', 'pending', 'detail', 'Waiting for dependencies.',
+    'error', '')
+end
+
+local function block(task_key, ready_key, counts_key, events_key, detail, error_text, now)
+  local tid = redis.call('HGET', task_key, 'task_id')
+  redis.call('ZREM', ready_key, tid)
+  set_status(task_key, counts_key, 'blocked')
+  redis.call('HSET', task_key, 'phase', 'blocked', 'detail', detail, 'error', error_text,
+    'percent', 100, 'end_ms', now, 'updated_ms', now)
+  if events_key then event(events_key, tid, 'blocked', 0) end
+end
+
+-- Block every pending/ready task among KEYS[first..last] (a dependents closure).
+local function block_dependents(first, last, ready_key, counts_key, events_key, now)
+  for i = first, last do
     local status = redis.call('HGET', KEYS[i], 'status')
     if status == 'pending' or status == 'ready' then
-      local tid = redis.call('HGET', KEYS[i], 'task_id')
-      redis.call('ZREM', ready_key, tid)
-      set_status(KEYS[i], counts_key, 'blocked')
-      redis.call('HSET', KEYS[i], 'phase', 'blocked', 'detail', 'Blocked: dependency failed.',
-        'error', 'dependency failed', 'percent', 100, 'end_ms', now, 'updated_ms', now)
-      event(events_key, tid, 'blocked', 0)
+      block(KEYS[i], ready_key, counts_key, events_key, 'Blocked: dependency failed.',
+        'dependency failed', now)
     end
+  end
+end
+
+-- End a claim without a result: no live token, no holder, times reset (AI4J release/timeout),
+-- then back to ready or pending by the dependencies still open.
+local function requeue(task_key, ready_key, running_key, counts_key, hb_key, reason, now)
+  redis.call('SREM', running_key, redis.call('HGET', task_key, 'task_id'))
+  redis.call('DEL', hb_key)
+  redis.call('HSET', task_key, 'token', 0, 'claimed_by', '', 'worker', '', 'start_ms', 0,
+    'last_heartbeat_ms', 0, 'end_ms', 0, 'duration_ms', 0, 'output', '', 'updated_ms', now,
+    'requeue_reason', reason)
+  if tonumber(redis.call('HGET', task_key, 'deps_left')) <= 0 then
+    make_ready(task_key, ready_key, counts_key)
+  else
+    make_pending(task_key, counts_key)
   end
 end

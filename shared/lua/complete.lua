@@ -2,12 +2,10 @@
 -- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
 -- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7..] the task's direct dependents.
 -- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms, ARGV[4] usage JSON.
--- Returns 1, or -1 for a stale token (recorded in stale_writes, nothing else changes).
-if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress'
-   or redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then
-  redis.call('HINCRBY', KEYS[1], 'stale_writes', 1)
-  return -1
-end
+-- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
+-- -2 the claim already ended, 0 no such task.
+local verdict = check_token(KEYS[1], ARGV[1])
+if verdict ~= APPLIED then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', KEYS[1], 'task_id')
 set_status(KEYS[1], KEYS[4], 'completed')
@@ -21,8 +19,8 @@ redis.call('DEL', KEYS[5])
 for i = 7, #KEYS do
   local left = redis.call('HINCRBY', KEYS[i], 'deps_left', -1)
   if left <= 0 and redis.call('HGET', KEYS[i], 'status') == 'pending' then
-    make_ready(KEYS[i], KEYS[2], KEYS[4], 'Dependencies satisfied.')
+    make_ready(KEYS[i], KEYS[2], KEYS[4])
   end
 end
 event(KEYS[6], tid, 'completed', ARGV[1])
-return 1
+return APPLIED

@@ -3,15 +3,18 @@
 -- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7..] the task's dependents closure.
 -- ARGV[1] token ('' = the coordinator fails a task nobody holds: it must be pending or ready),
 -- ARGV[2] error, ARGV[3] duration ms, ARGV[4] usage JSON.
--- Returns 1, or -1 for a stale token (recorded in stale_writes, nothing else changes).
-local status = redis.call('HGET', KEYS[1], 'status')
-local ok
-if ARGV[1] == '' then ok = (status == 'pending' or status == 'ready')
-else ok = (status == 'in_progress' and redis.call('HGET', KEYS[1], 'token') == ARGV[1]) end
-if not ok then
-  redis.call('HINCRBY', KEYS[1], 'stale_writes', 1)
-  return -1
+-- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
+-- -2 conflict (already ended, or a tokenless fail of a claimed task), 0 no such task.
+local verdict
+if ARGV[1] == '' then
+  local status = redis.call('HGET', KEYS[1], 'status')
+  if not status then verdict = MISSING
+  elseif status == 'pending' or status == 'ready' then verdict = APPLIED
+  else verdict = CONFLICT end
+else
+  verdict = check_token(KEYS[1], ARGV[1])
 end
+if verdict ~= APPLIED then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', KEYS[1], 'task_id')
 set_status(KEYS[1], KEYS[4], 'failed')
@@ -23,6 +26,6 @@ redis.call('HSET', KEYS[1], 'phase', 'failed', 'detail', detail, 'percent', 100,
 redis.call('ZREM', KEYS[2], tid)
 redis.call('SREM', KEYS[3], tid)
 redis.call('DEL', KEYS[5])
-block_dependents(7, KEYS[2], KEYS[4], KEYS[6], now)
+block_dependents(7, #KEYS, KEYS[2], KEYS[4], KEYS[6], now)
 event(KEYS[6], tid, 'failed', ARGV[1])
-return 1
+return APPLIED

@@ -1,27 +1,34 @@
--- reclaim: take back a claim whose heartbeat key expired: ready again, or failed after max attempts.
--- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
--- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7..] the task's dependents closure.
--- ARGV[1] max attempts.
--- Returns 1 if returned to ready, 2 if failed, 0 if the claim is alive or the task not in progress.
-if redis.call('HGET', KEYS[1], 'status') ~= 'in_progress' then return 0 end
-if redis.call('EXISTS', KEYS[5]) == 1 then return 0 end
+-- reclaim: take back every given claim whose heartbeat key is gone: ready again, or failed
+-- "claim expired after N attempts" once N reaches max attempts (its dependents are blocked).
+-- KEYS[1] ready zset, KEYS[2] running set, KEYS[3] counts hash, KEYS[4] events stream, then one
+-- group per candidate: task hash, heartbeat key, the task's dependents closure.
+-- ARGV[1] max attempts, ARGV[2..] the closure size of each group, in order.
+-- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
 local now = now_ms()
-local tid = redis.call('HGET', KEYS[1], 'task_id')
-local attempts = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
-redis.call('SREM', KEYS[3], tid)
--- A new token value invalidates the stale holder's token without issuing a claim.
-redis.call('HSET', KEYS[1], 'token', 'reclaimed:' .. redis.call('HGET', KEYS[1], 'token'))
-if attempts >= tonumber(ARGV[1]) then
-  local reason = 'claim expired after ' .. attempts .. ' attempts'
-  set_status(KEYS[1], KEYS[4], 'failed')
-  redis.call('HSET', KEYS[1], 'phase', 'failed', 'detail', reason, 'error', reason,
-    'percent', 100, 'end_ms', now, 'updated_ms', now)
-  block_dependents(7, KEYS[2], KEYS[4], KEYS[6], now)
-  event(KEYS[6], tid, 'failed', 0)
-  return 2
+local reclaimed = {}
+local at = 5
+for g = 2, #ARGV do
+  local task_key, hb_key = KEYS[at], KEYS[at + 1]
+  local closure_first, closure_last = at + 2, at + 1 + tonumber(ARGV[g])
+  at = closure_last + 1
+  if redis.call('HGET', task_key, 'status') == 'in_progress'
+     and redis.call('EXISTS', hb_key) == 0 then
+    local tid = redis.call('HGET', task_key, 'task_id')
+    local attempts = tonumber(redis.call('HGET', task_key, 'attempts'))
+    if attempts >= tonumber(ARGV[1]) then
+      local reason = 'claim expired after ' .. attempts .. ' attempts'
+      set_status(task_key, KEYS[3], 'failed')
+      redis.call('SREM', KEYS[2], tid)
+      redis.call('HSET', task_key, 'token', 0, 'phase', 'failed', 'detail', reason,
+        'error', reason, 'percent', 100, 'end_ms', now, 'updated_ms', now,
+        'requeue_reason', 'claim expired')
+      block_dependents(closure_first, closure_last, KEYS[1], KEYS[3], KEYS[4], now)
+      event(KEYS[4], tid, 'failed', 0)
+    else
+      requeue(task_key, KEYS[1], KEYS[2], KEYS[3], hb_key, 'claim expired', now)
+      event(KEYS[4], tid, 'reclaimed', 0)
+    end
+    table.insert(reclaimed, tid)
+  end
 end
-redis.call('HSET', KEYS[1], 'claimed_by', '', 'worker', '', 'start_ms', 0, 'last_heartbeat_ms', 0,
-  'updated_ms', now)
-make_ready(KEYS[1], KEYS[2], KEYS[4], 'Ready for dispatch.')
-event(KEYS[6], tid, 'reclaimed', 0)
-return 1
+return reclaimed

@@ -1,0 +1,14 @@
+-- release: the holder gives its claim back; the task is ready (or pending) again and the token
+-- is revoked, so the holder's later writes are refused as stale.
+-- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
+-- KEYS[5] heartbeat key, KEYS[6] events stream.
+-- ARGV[1] token, ARGV[2] reason ('' = none).
+-- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
+-- 0 no such task.
+local verdict = check_token(KEYS[1], ARGV[1])
+if verdict ~= APPLIED then return verdict end
+local reason = ARGV[2]
+if reason == '' then reason = 'Released back to queue.' end
+requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], reason, now_ms())
+event(KEYS[6], redis.call('HGET', KEYS[1], 'task_id'), 'released', ARGV[1])
+return APPLIED
