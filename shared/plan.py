@@ -7,6 +7,9 @@ from pydantic import BaseModel, Field
 from shared.ids import normalize_id
 from shared.models import TaskSpec
 
+MAX_BASE_ID_CHARS = 100
+"""Longer planner ids are cut (keys allow 128 chars; dedupe suffixes need the rest)."""
+
 
 class RawTask(BaseModel):
     """A task as the planner wrote it, before normalization."""
@@ -15,7 +18,15 @@ class RawTask(BaseModel):
     member_id: str | None = None
     task: str = ""
     context: str | None = None
-    depends_on: list[str] = Field(default_factory=list)
+    depends_on: list[str | None] = Field(default_factory=list)
+
+
+def task_id_of(raw: str | None) -> str | None:
+    """A task id or dependency as AI4J normalizes it, cut to a key-safe length; None if empty."""
+    normalized = normalize_id(raw)
+    if normalized is None:
+        return None
+    return normalized[:MAX_BASE_ID_CHARS].rstrip("_") or None
 
 
 def normalize_tasks(raw_tasks: list[RawTask]) -> list[TaskSpec]:
@@ -24,7 +35,7 @@ def normalize_tasks(raw_tasks: list[RawTask]) -> list[TaskSpec]:
     used: set[str] = set()
     tasks: list[TaskSpec] = []
     for raw in raw_tasks:
-        task_id = normalize_id(raw.id)
+        task_id = task_id_of(raw.id)
         if task_id is None:
             task_id = f"task_{seq}"
             seq += 1
@@ -38,11 +49,11 @@ def normalize_tasks(raw_tasks: list[RawTask]) -> list[TaskSpec]:
     return tasks
 
 
-def normalize_dependencies(raw_deps: list[str]) -> list[str]:
+def normalize_dependencies(raw_deps: list[str | None]) -> list[str]:
     """Normalize each dependency id; drop blanks and duplicates, keeping first-seen order."""
     deps: dict[str, None] = {}
     for raw in raw_deps:
-        dep = normalize_id(raw)
+        dep = task_id_of(raw)
         if dep is not None:
             deps.setdefault(dep)
     return list(deps)
