@@ -238,9 +238,10 @@ class TaskBoard:
         return [self._remember(_parse_task(_pairs(flat))) for flat in replies if flat]
 
     def counts(self) -> dict[TaskStatus, int]:
-        """Number of tasks per status (zero counts included once a status was ever used)."""
+        """Number of tasks per status; statuses no task has are absent."""
         raw = self.conn.hgetall(self.keys.counts)
-        return {TaskStatus(s): int(n) for s, n in raw.items() if s in TaskStatus._value2member_map_}
+        return {TaskStatus(s): int(n) for s, n in raw.items()
+                if s in TaskStatus._value2member_map_ and int(n) > 0}
 
     def has_work_remaining(self) -> bool:
         """True while any task is pending, ready or in progress (AI4J hasWorkRemaining)."""

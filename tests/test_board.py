@@ -1,0 +1,334 @@
+"""The task board against a real redis-server: AI4J board cases, fencing, reclaim, outcomes."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from shared.board import TaskBoard, WriteOutcome
+from shared.models import TaskSpec, TaskState, TaskStatus
+from tests.conftest import wait_until
+
+TTL_S = 30.0
+
+
+def spec(task_id: str, *deps: str, member: str = "m1") -> TaskSpec:
+    return TaskSpec(id=task_id, member_id=member, task=f"do {task_id}", depends_on=list(deps))
+
+
+def make_board(conn: redis.Redis, run_id: str, *tasks: TaskSpec) -> TaskBoard:
+    board = TaskBoard(conn, run_id)
+    assert board.create(list(tasks)) == len(tasks)
+    return board
+
+
+def state(board: TaskBoard, task_id: str) -> TaskState:
+    found = board.get(task_id)
+    assert found is not None
+    return found
+
+
+def view(board: TaskBoard, task_id: str) -> tuple[object, ...]:
+    s = state(board, task_id)
+    return (s.status, s.claimed_by, s.phase, s.detail, s.percent, s.error)
+
+
+def expire_claim(conn: redis.Redis, board: TaskBoard, task_id: str) -> None:
+    """Let the real TTL run out (1 ms) instead of deleting the key by hand."""
+    key = board.keys.heartbeat(task_id)
+    conn.pexpire(key, 1)
+    wait_until(lambda: not conn.exists(key), 5, message=f"heartbeat of {task_id} to expire")
+
+
+def test_claim_release_reassign_and_dependency_flow(conn: redis.Redis, run_id: str) -> None:
+    """AI4J AgentTeamTaskBoardTest.test_claim_release_reassign_and_dependency_flow."""
+    board = make_board(conn, run_id, spec("collect"), spec("format", "collect", member="m2"))
+    assert board.next_ready(10) == ["collect"]
+    assert view(board, "format") == (TaskStatus.PENDING, None, "pending",
+                                     "Waiting for dependencies.", 0, None)
+
+    token = board.claim("collect", "m1", "host:1", TTL_S)
+    assert token is not None
+    assert view(board, "collect") == (TaskStatus.IN_PROGRESS, "m1", "running", "Claimed by m1.",
+                                      15, None)
+    assert board.reassign("collect", token, "m2") is WriteOutcome.APPLIED
+    assert view(board, "collect") == (TaskStatus.IN_PROGRESS, "m2", "reassigned",
+                                      "Reassigned from m1 to m2.", 15, None)
+    assert board.release("collect", token, "handoff") is WriteOutcome.APPLIED
+    assert view(board, "collect") == (TaskStatus.READY, None, "ready", "Ready for dispatch.", 15,
+                                      None)
+    assert state(board, "collect").requeue_reason == "handoff"
+
+    token2 = board.claim("collect", "m2", "host:1", TTL_S)
+    assert token2 is not None and token2 > token
+    assert board.heartbeat("collect", token2, TTL_S, visible=True) is WriteOutcome.APPLIED
+    collect = state(board, "collect")
+    assert (collect.phase, collect.detail, collect.heartbeat_count, collect.attempts) == (
+        "heartbeat", "Heartbeat from m2.", 1, 2)
+
+    assert board.complete("collect", token2, "facts", 12) is WriteOutcome.APPLIED
+    assert view(board, "collect") == (TaskStatus.COMPLETED, "m2", "completed", "facts", 100, None)
+    assert view(board, "format") == (TaskStatus.READY, None, "ready", "Dependencies satisfied.", 5,
+                                     None)
+    token3 = board.claim("format", "m2", "host:1", TTL_S)
+    assert token3 is not None
+    assert board.complete("format", token3, "final", 8) is WriteOutcome.APPLIED
+    assert not board.has_work_remaining()
+    assert state(board, "format").status is TaskStatus.COMPLETED
+    assert state(board, "format").duration_ms == 8
+    assert board.counts()[TaskStatus.COMPLETED] == 2
+    assert [s.stale_writes for s in board.snapshot()] == [0, 0]
+
+
+def test_recover_timed_out_claims(conn: redis.Redis, run_id: str) -> None:
+    """AI4J test_recover_timed_out_claims: an expired heartbeat key sends the task back."""
+    board = make_board(conn, run_id, spec("t1"))
+    token = board.claim("t1", "m1", "host:1", TTL_S)
+    assert token is not None
+    assert board.reclaim_expired(3) == []  # the claim is alive
+    expire_claim(conn, board, "t1")
+
+    assert board.reclaim_expired(3) == ["t1"]
+    t1 = state(board, "t1")
+    assert (t1.status, t1.claimed_by, t1.phase, t1.token, t1.attempts) == (
+        TaskStatus.READY, None, "ready", 0, 1)
+    assert (t1.worker, t1.start_ms, t1.requeue_reason) == (None, 0, "claim expired")
+    assert board.next_ready(5) == ["t1"]
+    assert conn.smembers(board.keys.running) == set()
+
+
+def test_reclaim_fails_after_max_attempts_and_blocks_dependents(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b", "a"), spec("c", "b"), spec("d"))
+    for attempt in (1, 2):
+        assert board.claim("a", "m1", "host:1", TTL_S) is not None
+        expire_claim(conn, board, "a")
+        assert board.reclaim_expired(2) == ["a"]
+        assert state(board, "a").attempts == attempt
+
+    a = state(board, "a")
+    assert (a.status, a.phase, a.detail, a.error, a.percent) == (
+        TaskStatus.FAILED, "failed", "claim expired after 2 attempts",
+        "claim expired after 2 attempts", 100)
+    for dependent in ("b", "c"):
+        assert view(board, dependent) == (TaskStatus.BLOCKED, None, "blocked",
+                                          "Blocked: dependency failed.", 100, "dependency failed")
+    assert state(board, "d").status is TaskStatus.READY
+    assert board.counts()[TaskStatus.BLOCKED] == 2
+
+
+def test_stale_holder_cannot_overwrite_the_result(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("t1"), spec("t2", "t1"))
+    stale = board.claim("t1", "m1", "host:1", TTL_S)
+    assert stale is not None
+    expire_claim(conn, board, "t1")
+    assert board.reclaim_expired(3) == ["t1"]
+    fresh = board.claim("t1", "m2", "host:2", TTL_S)
+    assert fresh is not None and fresh != stale
+    assert board.complete("t1", fresh, "good", 5) is WriteOutcome.APPLIED
+
+    assert board.complete("t1", stale, "bad", 9) is WriteOutcome.STALE
+    t1 = state(board, "t1")
+    assert (t1.status, t1.output, t1.claimed_by, t1.worker, t1.stale_writes) == (
+        TaskStatus.COMPLETED, "good", "m2", "host:2", 1)
+    assert state(board, "t2").status is TaskStatus.READY
+
+
+def test_a_revoked_token_is_refused_by_every_write(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("t1"))
+    token = board.claim("t1", "m1", "host:1", TTL_S)
+    assert token is not None
+    assert board.release("t1", token) is WriteOutcome.APPLIED
+    before = state(board, "t1")
+
+    outcomes = [board.heartbeat("t1", token, TTL_S), board.complete("t1", token, "x", 1),
+                board.fail("t1", token, "boom"), board.release("t1", token),
+                board.reassign("t1", token, "m2")]
+    assert outcomes == [WriteOutcome.STALE] * 5
+    after = state(board, "t1")
+    assert after.stale_writes == 5
+    assert after.model_copy(update={"stale_writes": 0}) == before
+    assert before.requeue_reason == "Released back to queue."
+
+
+def test_reassign_keeps_the_token_valid_and_renews_the_heartbeat(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("t1"))
+    token = board.claim("t1", "m1", "host:1", TTL_S)
+    assert token is not None
+    conn.pexpire(board.keys.heartbeat("t1"), 1000)
+    assert board.reassign("t1", token, " m3 ") is WriteOutcome.APPLIED
+    assert conn.pttl(board.keys.heartbeat("t1")) > 1000
+    assert board.heartbeat("t1", token, TTL_S, visible=True) is WriteOutcome.APPLIED
+    assert state(board, "t1").detail == "Heartbeat from m3."
+    assert board.complete("t1", token, "done by the original worker", 3) is WriteOutcome.APPLIED
+    t1 = state(board, "t1")
+    assert (t1.status, t1.claimed_by, t1.heartbeat_count, t1.stale_writes) == (
+        TaskStatus.COMPLETED, "m3", 1, 0)
+    with pytest.raises(ValueError, match="to_member_id is required"):
+        board.reassign("t1", token, "  ")
+
+
+def test_silent_heartbeat_keeps_the_claim_without_changing_the_view(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("t1"))
+    token = board.claim("t1", "m1", "host:1", TTL_S)
+    assert token is not None
+    before = state(board, "t1")
+    conn.pexpire(board.keys.heartbeat("t1"), 1000)
+    assert board.heartbeat("t1", token, TTL_S) is WriteOutcome.APPLIED
+    after = state(board, "t1")
+    assert conn.pttl(board.keys.heartbeat("t1")) > 1000
+    assert (after.phase, after.detail, after.heartbeat_count) == (before.phase, before.detail, 0)
+
+
+def test_outcomes_distinguish_conflict_and_missing_from_stale(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("t1"), spec("t2"))
+    token = board.claim("t1", "m1", "host:1", TTL_S)
+    assert token is not None
+    assert board.fail("t1", None, "coordinator says no") is WriteOutcome.CONFLICT
+    assert board.complete("t1", token, "once", 1) is WriteOutcome.APPLIED
+    assert board.complete("t1", token, "twice", 1) is WriteOutcome.CONFLICT
+    assert board.complete("nope", token, "x", 1) is WriteOutcome.NOT_FOUND
+    assert board.release("研究", token) is WriteOutcome.NOT_FOUND
+    assert board.fail("t2", None, "unknown team member: zed") is WriteOutcome.APPLIED
+    assert state(board, "t1").output == "once"
+    assert state(board, "t1").stale_writes == 0
+    assert view(board, "t2") == (TaskStatus.FAILED, None, "failed", "unknown team member: zed",
+                                 100, "unknown team member: zed")
+    assert not conn.exists(board.keys.task("nope"))
+
+
+def test_claim_requires_ready_and_resolves_raw_ids(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("collect_facts"), spec("later", "collect_facts"))
+    assert board.claim("later", "m1", "host:1", TTL_S) is None
+    assert board.claim("missing", "m1", "host:1", TTL_S) is None
+    token = board.claim("  Collect Facts ", "m1", "host:1", TTL_S)
+    assert token is not None
+    assert board.claim("collect_facts", "m2", "host:2", TTL_S) is None
+    assert state(board, "Collect Facts").claimed_by == "m1"
+    assert state(board, "collect_facts").attempts == 1
+
+
+def test_claim_without_member_uses_the_planned_member(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("t1", member="m7"), spec("t2", member=""))
+    assert board.claim("t1", "", "host:1", TTL_S) is not None
+    assert board.claim("t2", " ", "host:1", TTL_S) is not None
+    assert view(board, "t1")[1:4] == ("m7", "running", "Claimed by m7.")
+    assert view(board, "t2")[1:4] == (None, "running", "Claimed by member.")
+
+
+def test_missing_dependency_blocks_at_creation_and_spreads(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a", "ghost"), spec("b", "a"), spec("c", "b"),
+                       spec("d", "a", "ghost"), spec("e", "ghost", "a"), spec("f"))
+    missing = ("Blocked: missing dependency.", "missing dependency")
+    failed = ("Blocked: dependency failed.", "dependency failed")
+    expected = {"a": missing, "b": failed, "c": failed, "d": failed, "e": missing}
+    for task_id, (detail, error) in expected.items():
+        assert view(board, task_id) == (TaskStatus.BLOCKED, None, "blocked", detail, 100, error)
+    assert board.next_ready(10) == ["f"]
+    assert board.counts() == {TaskStatus.BLOCKED: 5, TaskStatus.READY: 1}
+
+
+def test_missing_dependency_reason_follows_plan_order_as_ai4j(
+        conn: redis.Redis, run_id: str) -> None:
+    """A dependent listed before its blocked dependency sees it still pending in the first pass."""
+    board = make_board(conn, run_id, spec("early", "late", "ghost"), spec("late", "ghost"))
+    assert state(board, "early").error == "missing dependency"
+    assert state(board, "late").error == "missing dependency"
+
+
+def test_failed_dependency_blocks_transitively(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b", "a"), spec("c", "b"),
+                       spec("d", "a", "x"), spec("x"), spec("e", "c", "x"))
+    token = board.claim("a", "m1", "host:1", TTL_S)
+    assert token is not None
+    assert board.fail("a", token, "  model exploded  ", 40) is WriteOutcome.APPLIED
+    a = state(board, "a")
+    assert (a.status, a.phase, a.detail, a.error, a.percent, a.duration_ms) == (
+        TaskStatus.FAILED, "failed", "model exploded", "  model exploded  ", 100, 40)
+    for task_id in ("b", "c", "d", "e"):
+        assert view(board, task_id) == (TaskStatus.BLOCKED, None, "blocked",
+                                        "Blocked: dependency failed.", 100, "dependency failed")
+    assert board.next_ready(10) == ["x"]
+    assert board.has_work_remaining()
+
+
+def test_cycle_is_blocked_by_block_stalled_but_in_progress_work_is_not(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a", "b"), spec("b", "a"), spec("c"), spec("s", "s"))
+    assert board.next_ready(10) == ["c"]
+    token = board.claim("c", "m1", "host:1", TTL_S)
+    assert token is not None
+    reason = "unresolved dependencies or cyclic plan"
+    assert board.block_stalled(reason) == 3
+    for task_id in ("a", "b", "s"):
+        assert view(board, task_id) == (TaskStatus.BLOCKED, None, "blocked", reason, 100, reason)
+    assert state(board, "c").status is TaskStatus.IN_PROGRESS
+    assert board.block_stalled("again") == 0
+    assert board.complete("c", token, "done", 1) is WriteOutcome.APPLIED
+    assert not board.has_work_remaining()
+
+
+def test_max_rounds_reason_blocks_ready_and_pending(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b", "a"))
+    assert board.block_stalled("max rounds exceeded: 1") == 2
+    assert [(s.task_id, s.status, s.error) for s in board.snapshot()] == [
+        ("a", TaskStatus.BLOCKED, "max rounds exceeded: 1"),
+        ("b", TaskStatus.BLOCKED, "max rounds exceeded: 1")]
+    assert board.next_ready(10) == []
+
+
+def test_release_sends_a_task_back_in_plan_order(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b"), spec("c"))
+    assert board.next_ready(0) == ["a"]
+    token = board.claim("a", "m1", "host:1", TTL_S)
+    assert token is not None
+    assert board.heartbeat("a", token, TTL_S, visible=True) is WriteOutcome.APPLIED
+    assert board.next_ready(10) == ["b", "c"]
+    assert board.release("a", token, "  too big  ") is WriteOutcome.APPLIED
+    assert board.next_ready(10) == ["a", "b", "c"]
+    a = state(board, "a")
+    assert (a.heartbeat_count, a.percent, a.requeue_reason, a.output) == (1, 15, "too big", None)
+    assert not conn.exists(board.keys.heartbeat("a"))
+
+
+def test_a_fresh_board_object_finds_dependents_without_the_cache(
+        conn: redis.Redis, run_id: str) -> None:
+    make_board(conn, run_id, spec("a"), spec("b", "a"), spec("c", "a"), spec("d", "b", "c"))
+    worker_side = TaskBoard(conn, run_id)
+    token = worker_side.claim("a", "m1", "host:1", TTL_S)
+    assert token is not None
+    coordinator_side = TaskBoard(conn, run_id)
+    assert coordinator_side.complete("a", token, "ok", 1) is WriteOutcome.APPLIED
+    assert coordinator_side.next_ready(10) == ["b", "c"]
+    b_token = worker_side.claim("b", "m1", "host:1", TTL_S)
+    assert b_token is not None
+    assert TaskBoard(conn, run_id).fail("b", b_token, "no") is WriteOutcome.APPLIED
+    assert state(worker_side, "d").error == "dependency failed"
+    assert state(worker_side, "c").status is TaskStatus.READY
+    assert state(worker_side, "a").dependents == ["b", "c"]
+
+
+def test_snapshot_is_in_plan_order_and_create_refuses_a_second_plan(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("z"), spec("y", "z"), spec("x"))
+    assert [s.task_id for s in TaskBoard(conn, run_id).snapshot()] == ["z", "y", "x"]
+    with pytest.raises(redis.ResponseError, match="board already exists"):
+        board.create([spec("w")])
+    assert board.task_ids() == ["z", "y", "x"]
+    assert TaskBoard(conn, "other-run").snapshot() == []
+
+
+def test_every_board_key_carries_the_run_hash_tag(conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b", "a"))
+    token = board.claim("a", "m1", "host:1", TTL_S)
+    assert token is not None
+    base = f"teamctl:run:{{{run_id}}}"
+    assert sorted(conn.keys("*")) == sorted([
+        f"{base}:order", f"{base}:running", f"{base}:counts",  # ready is empty: gone
+        f"{base}:tokens", f"{base}:events", f"{base}:task:a", f"{base}:task:b",
+        f"{base}:hb:a"])
+    events = [fields for _id, fields in conn.xrange(board.keys.events)]
+    assert [(e["task_id"], e["status"]) for e in events] == [("", "created"), ("a", "in_progress")]
