@@ -1,24 +1,51 @@
-"""The message bus: one stream per run plus a fan-out inbox stream per member.
+"""The message bus: one stream per run, with per-member inboxes fanned out on write.
 
-Fan-out on write keeps `read_unread` proportional to the new messages for that member: a read is
-one XRANGE on the member's own inbox after its offset, never a scan of everyone's traffic.
+Keys (all from RunKeys):
+- ``bus``: every message in order, as flat fields (from, to, type, task_id, content, created_at),
+  readable with ``redis-cli XRANGE``; the entry id is the message id.
+- ``inbox:<member>``: one entry per message delivered to the member, with the message's own id
+  and its bus position (``seq``). Fan-out on write keeps ``read_unread`` proportional to the
+  member's new messages (one XRANGE after its offset, one id lookup per message), never a scan of
+  the stream.
+- ``offsets``: member id -> id of the last message it has read, advanced by the script that reads.
+- ``bus_seq``: how many messages were ever published, so trimming knows positions.
+
+Delivery: a message to a member goes to its inbox; to ``*`` or to nobody, to every member except
+the sender (a member never receives its own messages, broadcasts included, so neither
+``read_unread`` nor ``history_for`` returns them; AI4J's history kept own broadcasts, DESIGN §6
+skips the sender); to ``lead`` to no inbox (the lead reads the whole bus).
+
+Growth: past ``bus_maxlen`` plus a tenth, the bus is cut back to ``bus_maxlen`` messages, except
+that no message some member has not read is ever dropped; inbox entries go with their message.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 import redis
 
 from shared.errors import ConfigError
-from shared.ids import BROADCAST, RESERVED_MEMBER_IDS
+from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id
 from shared.keys import RunKeys
 from shared.models import Envelope
 from shared.scripts import Scripts
 
 BUS_MAXLEN = 100_000
+"""Messages kept on a run's bus before trimming (unread messages are always kept)."""
+TRIM_SLACK_DIVISOR = 10
+"""Trim only once the bus exceeds its cap by a tenth, so trimming costs O(1) per message."""
 READ_BATCH = 1000
 SHORT_CHARS = 240
+MAX_TYPE_CHARS = 64
+DIRECT_TYPE = "peer.message"
+BROADCAST_TYPE = "peer.broadcast"
+RUNTIME_TYPE_PREFIXES = ("task.", "run.")
+"""Types the runtime publishes (task.assigned, task.result, run.complete, ...); peers may not."""
+
+_TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}$")
+_MEMBER_ID = re.compile(r"^[a-z0-9_-]{1,128}$")
 
 
 def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
@@ -27,12 +54,11 @@ def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _envelope(entry_id: str, fields: dict[str, str]) -> Envelope:
-    return Envelope.model_validate({
-        "id": fields.get("ref", entry_id), "from": fields["from"], "to": fields["to"] or None,
-        "type": fields["type"], "task_id": fields["task_id"] or None,
-        "content": fields["content"], "created_at": int(fields["created_at"]),
-    })
+def delivered_to(message: Envelope, member_id: str) -> bool:
+    """Whether the message lands in the member's inbox (the rule publish fans out by)."""
+    if message.from_ == member_id:
+        return False
+    return message.to in (None, "", BROADCAST, member_id)
 
 
 class MessageBus:
@@ -40,12 +66,15 @@ class MessageBus:
 
     def __init__(self, conn: redis.Redis, run_id: str, member_ids: list[str], *,
                  enabled: bool = True, max_message_bytes: int = 65536,
-                 scripts: Scripts | None = None) -> None:
+                 bus_maxlen: int = BUS_MAXLEN, scripts: Scripts | None = None) -> None:
+        if bus_maxlen < 1:
+            raise ConfigError(f"bus_maxlen is {bus_maxlen}; keep at least 1 message")
         self.conn = conn
         self.keys = RunKeys(run_id)
-        self.member_ids = list(member_ids)
+        self.member_ids = [_check_roster_id(m) for m in member_ids]
         self.enabled = enabled
         self.max_message_bytes = max_message_bytes
+        self.bus_maxlen = bus_maxlen
         self.scripts = scripts or Scripts(conn)
 
     def publish(self, sender: str, to: str | None, type_: str, task_id: str | None,
@@ -55,61 +84,146 @@ class MessageBus:
             return None
         created_at = int(time.time() * 1000)
         inboxes = [self.keys.inbox(m) for m in self._recipients(sender, to)]
-        entry_id = self.scripts["publish"](
-            keys=[self.keys.bus, *inboxes],
-            args=[sender, to or "", type_, task_id or "", content, created_at, BUS_MAXLEN])
+        entry_id, length = self.scripts["publish"](
+            keys=[self.keys.bus, self.keys.bus_seq, *inboxes],
+            args=[sender, to or "", type_, task_id or "", content, created_at])
+        if length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR:
+            self.trim()
         return Envelope.model_validate({
             "id": entry_id, "from": sender, "to": to, "type": type_, "task_id": task_id,
             "content": content, "created_at": created_at})
 
-    def send(self, sender: str, to: str, type_: str, task_id: str | None,
+    def send(self, sender: str, to: str, type_: str | None, task_id: str | None,
              content: str) -> Envelope | None:
-        """A peer message: the recipient must be a member of the run (or '*')."""
-        self._check_peer_message(to, type_, content)
-        return self.publish(sender, to, type_, task_id, content)
+        """A peer message to one member (or to everyone with '*'); ConfigError says what is wrong.
+
+        A None type means `peer.message` (`peer.broadcast` for '*').
+        """
+        if isinstance(to, str) and to.strip() == BROADCAST:
+            return self.broadcast(sender, type_, task_id, content)
+        self._check_sender(sender)
+        recipient = self._check_recipient(sender, to)
+        type_ = _check_type(DIRECT_TYPE if type_ is None else type_)
+        self._check_content(content)
+        return self.publish(sender, recipient, type_, task_id, content)
+
+    def broadcast(self, sender: str, type_: str | None, task_id: str | None,
+                  content: str) -> Envelope | None:
+        """A peer message to every other member; a None type means `peer.broadcast`."""
+        self._check_sender(sender)
+        type_ = _check_type(BROADCAST_TYPE if type_ is None else type_)
+        self._check_content(content)
+        return self.publish(sender, BROADCAST, type_, task_id, content)
 
     def read_unread(self, member_id: str) -> list[Envelope]:
-        """Messages for the member since its last read, each exactly once, in order."""
-        if not self.enabled or member_id not in self.member_ids:
+        """Messages delivered to the member since its last read, each exactly once, in order."""
+        if not self.enabled or self._inboxless(member_id):
             return []
         messages: list[Envelope] = []
         while True:
-            entries = self.scripts["read_unread"](
-                keys=[self.keys.inbox(member_id), self.keys.read_offsets],
+            consumed, entries = self.scripts["read_unread"](
+                keys=[self.keys.inbox(member_id), self.keys.read_offsets, self.keys.bus],
                 args=[member_id, READ_BATCH])
-            messages.extend(_envelope(eid, dict(_pairs(f))) for eid, f in entries)
-            if len(entries) < READ_BATCH:
+            messages.extend(_from_lua(entry) for entry in entries)
+            if consumed < READ_BATCH:
                 return messages
 
     def history_for(self, member_id: str, limit: int) -> list[Envelope]:
-        """The last `limit` messages addressed to the member (all when limit <= 0)."""
-        if not self.enabled:
+        """The last `limit` messages delivered to the member, read or not (all when limit <= 0)."""
+        if not self.enabled or self._inboxless(member_id):
             return []
-        count = None if limit <= 0 else limit
-        entries = self.conn.xrevrange(self.keys.inbox(member_id), count=count)
-        return [_envelope(eid, fields) for eid, fields in reversed(entries)]
+        entries = self.scripts["history"](
+            keys=[self.keys.inbox(member_id), self.keys.bus], args=[max(limit, 0)])
+        return [_from_lua(entry) for entry in entries]
 
     def messages(self) -> list[Envelope]:
-        """Every message of the run, in order."""
+        """Every message of the run still on the bus, in order."""
+        if not self.enabled:
+            return []
         return [_envelope(eid, fields) for eid, fields in self.conn.xrange(self.keys.bus)]
+
+    def tail(self, after_id: str, block_ms: int) -> list[Envelope]:
+        """Messages after `after_id`, waiting up to `block_ms` for one (XREAD BLOCK, no polling)."""
+        reply = self.conn.xread({self.keys.bus: after_id}, count=READ_BATCH, block=block_ms)
+        return [_envelope(eid, fields) for _, entries in reply or [] for eid, fields in entries]
+
+    def trim(self) -> int:
+        """Cut the bus back to `bus_maxlen` messages, keeping every unread one; returns removed."""
+        return int(self.scripts["trim_bus"](
+            keys=[self.keys.bus, self.keys.bus_seq, self.keys.read_offsets,
+                  *(self.keys.inbox(m) for m in self.member_ids)],
+            args=[self.bus_maxlen, *self.member_ids]))
 
     def _recipients(self, sender: str, to: str | None) -> list[str]:
         if to in (None, "", BROADCAST):
             return [m for m in self.member_ids if m != sender]
-        return [to] if to in self.member_ids else []
+        return [to] if to in self.member_ids and to != sender else []
 
-    def _check_peer_message(self, to: str, type_: str, content: str) -> None:
-        if to != BROADCAST and (to in RESERVED_MEMBER_IDS or to not in self.member_ids):
-            raise ConfigError(
-                f"unknown team member: {to}; send to one of: {', '.join(self.member_ids)}")
-        if not type_ or not type_.strip() or len(type_) > 64 or any(c.isspace() for c in type_):
-            raise ConfigError(f"invalid message type {type_!r}: use a short word like peer.message")
+    def _inboxless(self, member_id: str) -> bool:
+        """True for `lead`/`system` (no inbox); ConfigError for an id that is not a member."""
+        if member_id in RESERVED_MEMBER_IDS:
+            return True
+        if member_id not in self.member_ids:
+            raise ConfigError(f"{member_id!r} is not a member of this run; members: "
+                              f"{', '.join(self.member_ids)}")
+        return False
+
+    def _check_sender(self, sender: str) -> None:
+        if sender not in self.member_ids and sender not in RESERVED_MEMBER_IDS:
+            raise ConfigError(f"unknown sender {sender!r}: messages come from a member of this run "
+                              f"({', '.join(self.member_ids)}), 'lead' or 'system'")
+
+    def _check_recipient(self, sender: str, to: str) -> str:
+        """The recipient's member id, or ConfigError naming who may be messaged."""
+        allowed = f"send to one of: {', '.join(self.member_ids)}, or '*' for every member"
+        candidate = to.strip().lower() if isinstance(to, str) else ""
+        if not _MEMBER_ID.match(candidate):
+            raise ConfigError(f"invalid recipient {to!r}: member ids use a-z, 0-9, '_' and '-'; "
+                              f"{allowed}")
+        if candidate in RESERVED_MEMBER_IDS:
+            raise ConfigError(f"{candidate!r} cannot receive peer messages; {allowed}")
+        if candidate not in self.member_ids:
+            raise ConfigError(f"unknown team member {to!r}; {allowed}")
+        if candidate == sender:
+            raise ConfigError(f"{sender!r} cannot send a message to itself; {allowed}")
+        return candidate
+
+    def _check_content(self, content: str) -> None:
+        if not isinstance(content, str):
+            raise ConfigError("message content must be text")
         size = len(content.encode("utf-8"))
         if size > self.max_message_bytes:
-            raise ConfigError(
-                f"message content is {size} bytes; the limit is {self.max_message_bytes} bytes")
+            raise ConfigError(f"message content is {size} bytes; the limit is "
+                              f"{self.max_message_bytes} bytes: send a shorter message")
 
 
-def _pairs(flat: list[str]) -> list[tuple[str, str]]:
-    """XRANGE replies from Lua arrive as flat [k1, v1, k2, v2] lists."""
-    return list(zip(flat[0::2], flat[1::2], strict=True))
+def _check_type(type_: str) -> str:
+    """The type unchanged, or ConfigError saying what a type looks like."""
+    if not isinstance(type_, str) or not _TYPE.match(type_):
+        raise ConfigError(
+            f"invalid message type {type_!r}: use up to {MAX_TYPE_CHARS} letters, digits, "
+            f"'.', '_' or '-', starting with a letter (default {DIRECT_TYPE!r})")
+    if type_.lower().startswith(RUNTIME_TYPE_PREFIXES):
+        raise ConfigError(f"message type {type_!r} is reserved for the runtime (types starting "
+                          f"{' or '.join(RUNTIME_TYPE_PREFIXES)}); use e.g. {DIRECT_TYPE!r}")
+    return type_
+
+
+def _check_roster_id(member_id: str) -> str:
+    if member_id in RESERVED_MEMBER_IDS:
+        raise ConfigError(f"member id {member_id!r} is reserved; choose another id")
+    return check_member_id(member_id)
+
+
+def _envelope(entry_id: str, fields: dict[str, str]) -> Envelope:
+    return Envelope.model_validate({
+        "id": entry_id, "from": fields["from"], "to": fields["to"] or None,
+        "type": fields["type"], "task_id": fields["task_id"] or None,
+        "content": fields["content"], "created_at": int(fields["created_at"]),
+    })
+
+
+def _from_lua(entry: list) -> Envelope:
+    """Stream entries from Lua arrive as [id, [k1, v1, k2, v2, ...]]."""
+    entry_id, flat = entry
+    return _envelope(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True)))

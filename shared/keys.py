@@ -111,6 +111,11 @@ class RunKeys:
         """Hash: member id -> last inbox entry id that member has read."""
         return f"{self.base}:offsets"
 
+    @property
+    def bus_seq(self) -> str:
+        """String counter: messages ever published on the bus (positions, for safe trimming)."""
+        return f"{self.base}:bus_seq"
+
     def all_patterns(self) -> str:
         """A SCAN pattern matching every key of the run."""
         return f"{self.base}:*"

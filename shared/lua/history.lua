@@ -1,0 +1,19 @@
+-- history: the last messages delivered to a member, read or not, oldest first (dispatch input).
+-- KEYS[1] the member's inbox stream, KEYS[2] bus stream.
+-- ARGV[1] how many (0 or less: all).
+-- Returns bus entries as XRANGE returns them; messages trimmed from the bus are left out.
+local limit = tonumber(ARGV[1])
+local refs
+if limit > 0 then
+  refs = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', limit)
+else
+  refs = redis.call('XREVRANGE', KEYS[1], '+', '-')
+end
+local messages = {}
+for i = #refs, 1, -1 do
+  local entry = redis.call('XRANGE', KEYS[2], refs[i][1], refs[i][1])
+  if #entry > 0 then
+    messages[#messages + 1] = entry[1]
+  end
+end
+return messages

@@ -1,0 +1,39 @@
+-- trim_bus: cut the bus down to ARGV[1] messages without dropping any message that some member
+-- has not read yet, then drop the inbox entries whose message left the bus (all of them read).
+-- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] read offsets hash,
+-- KEYS[4..] the inbox stream of every member.
+-- ARGV[1] messages to keep, ARGV[2..] the member ids, in the order of their inboxes in KEYS.
+-- Returns the number of messages removed from the bus.
+local keep = tonumber(ARGV[1])
+local last_seq = tonumber(redis.call('GET', KEYS[2]) or '0')
+
+-- The oldest message some member has not read (its first inbox entry after its offset): nothing
+-- from it onwards may go. Inbox entries carry the bus position (seq) to compare with the cap.
+local floor_id, floor_seq = nil, nil
+for i = 4, #KEYS do
+  local offset = redis.call('HGET', KEYS[3], ARGV[i - 2]) or '0-0'
+  local first = redis.call('XRANGE', KEYS[i], '(' .. offset, '+', 'COUNT', 1)
+  if #first > 0 then
+    local seq = tonumber(first[1][2][2])
+    if floor_seq == nil or seq < floor_seq then
+      floor_id, floor_seq = first[1][1], seq
+    end
+  end
+end
+
+local removed
+if floor_seq ~= nil and last_seq - floor_seq + 1 > keep then
+  removed = redis.call('XTRIM', KEYS[1], 'MINID', floor_id)
+else
+  removed = redis.call('XTRIM', KEYS[1], 'MAXLEN', keep)
+end
+
+local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
+for i = 4, #KEYS do
+  if #head > 0 then
+    redis.call('XTRIM', KEYS[i], 'MINID', head[1][1])
+  else
+    redis.call('XTRIM', KEYS[i], 'MAXLEN', 0)
+  end
+end
+return removed

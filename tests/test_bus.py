@@ -1,0 +1,223 @@
+"""The message bus against a real redis-server: AI4J's visibility cases, refusals, history,
+trimming that never loses an unread message, and the bus switched off."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from shared.bus import MessageBus, delivered_to
+from shared.errors import ConfigError
+from shared.keys import RunKeys
+from shared.models import Envelope
+
+MEMBERS = ["m1", "m2", "m3"]
+
+
+def contents(messages: list[Envelope]) -> list[str]:
+    return [m.content for m in messages]
+
+
+@pytest.fixture
+def bus(conn: redis.Redis, run_id: str) -> MessageBus:
+    return MessageBus(conn, run_id, MEMBERS)
+
+
+def test_direct_and_broadcast_visibility_per_member(bus: MessageBus) -> None:
+    bus.publish("system", "m1", "task.assigned", "t1", "do t1")
+    bus.send("m1", "m2", None, "t1", "m1 to m2")
+    bus.broadcast("m2", None, None, "m2 to all")
+    bus.publish("system", None, "note", None, "to nobody")
+    bus.publish("m1", "lead", "task.result", "t1", "result")
+
+    assert contents(bus.read_unread("m1")) == ["do t1", "m2 to all", "to nobody"]
+    assert contents(bus.read_unread("m2")) == ["m1 to m2", "to nobody"]
+    assert contents(bus.read_unread("m3")) == ["m2 to all", "to nobody"]
+    assert bus.read_unread("lead") == []
+    everything = bus.messages()
+    assert [(m.from_, m.to, m.type) for m in everything] == [
+        ("system", "m1", "task.assigned"), ("m1", "m2", "peer.message"),
+        ("m2", "*", "peer.broadcast"), ("system", None, "note"), ("m1", "lead", "task.result")]
+    # The fan-out and the public predicate agree on who got what.
+    for member in MEMBERS:
+        assert [m.id for m in bus.history_for(member, 0)] == [
+            m.id for m in everything if delivered_to(m, member)]
+
+
+def test_a_reread_returns_nothing_and_later_messages_come_next(bus: MessageBus) -> None:
+    bus.send("m1", "m2", None, None, "first")
+    assert contents(bus.read_unread("m2")) == ["first"]
+    assert bus.read_unread("m2") == []
+
+    bus.send("m3", "m2", "question", "t9", "second")
+    bus.broadcast("m1", "news", None, "third")
+    later = bus.read_unread("m2")
+    assert contents(later) == ["second", "third"]
+    assert (later[0].from_, later[0].to, later[0].type, later[0].task_id) == (
+        "m3", "m2", "question", "t9")
+    assert later[0].id < later[1].id and later[0].created_at > 0
+    assert bus.read_unread("m2") == []
+
+
+def test_reads_are_in_stream_order_across_batches(bus: MessageBus) -> None:
+    sent = [bus.send("m1", "m2", None, None, f"n{i}") for i in range(2500)]
+    received = bus.read_unread("m2")
+    assert [m.id for m in received] == [s.id for s in sent]
+    assert bus.read_unread("m2") == []
+
+
+def test_history_is_the_last_messages_delivered_read_or_not(bus: MessageBus) -> None:
+    for i in range(5):
+        bus.send("m1", "m2", None, None, f"d{i}")
+    bus.send("m2", "m3", None, None, "own direct")
+    bus.broadcast("m2", None, None, "own broadcast")
+    bus.read_unread("m2")
+    bus.broadcast("m3", None, None, "b")
+
+    assert contents(bus.history_for("m2", 3)) == ["d3", "d4", "b"]
+    assert contents(bus.history_for("m2", 0)) == ["d0", "d1", "d2", "d3", "d4", "b"]
+    assert contents(bus.history_for("m2", -1)) == contents(bus.history_for("m2", 100))
+    assert bus.history_for("lead", 5) == []
+
+
+@pytest.mark.parametrize(("to", "says"), [
+    ("nobody", "unknown team member 'nobody'"),
+    ("lead", "'lead' cannot receive peer messages"),
+    ("system", "'system' cannot receive peer messages"),
+    ("../m2", "invalid recipient '../m2'"),
+    ("m2/../m3", "invalid recipient"),
+    ("", "invalid recipient ''"),
+    ("m1", "'m1' cannot send a message to itself"),
+])
+def test_bad_recipients_are_refused_saying_who_may_be_messaged(
+        bus: MessageBus, to: str, says: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        bus.send("m1", to, None, None, "hi")
+    assert says in str(refused.value)
+    assert "send to one of: m1, m2, m3, or '*'" in str(refused.value)
+    assert bus.messages() == []
+
+
+@pytest.mark.parametrize("type_", [
+    "", "  ", "peer message", "x" * 65, "1abc", "a/b", "task.assigned", "run.complete",
+    "Task.Result"])
+def test_bad_types_are_refused(bus: MessageBus, type_: str) -> None:
+    with pytest.raises(ConfigError, match="type"):
+        bus.send("m1", "m2", type_, None, "hi")
+    with pytest.raises(ConfigError, match="type"):
+        bus.broadcast("m1", type_, None, "hi")
+    assert bus.messages() == []
+
+
+def test_unknown_senders_are_refused(bus: MessageBus) -> None:
+    with pytest.raises(ConfigError, match="unknown sender 'ghost'"):
+        bus.send("ghost", "m2", None, None, "hi")
+    with pytest.raises(ConfigError, match="unknown sender"):
+        bus.broadcast("../m1", None, None, "hi")
+    assert bus.send("lead", "m2", None, None, "from the lead") is not None
+    assert contents(bus.read_unread("m2")) == ["from the lead"]
+
+
+def test_content_over_the_limit_is_refused_with_the_limit(conn: redis.Redis, run_id: str) -> None:
+    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=10)
+    assert bus.send("m1", "m2", None, None, "0123456789") is not None
+    with pytest.raises(ConfigError, match="11 bytes; the limit is 10 bytes"):
+        bus.send("m1", "m2", None, None, "0123456789a")
+    with pytest.raises(ConfigError, match="12 bytes"):
+        bus.broadcast("m1", None, None, "é" * 6)
+    assert len(bus.messages()) == 1
+
+
+def test_recipient_ids_are_normalized_in_case_and_spaces(bus: MessageBus) -> None:
+    sent = bus.send("m1", " M2 ", None, None, "hi")
+    assert sent is not None and sent.to == "m2"
+    assert bus.send("m1", " * ", None, None, "all").type == "peer.broadcast"
+    assert contents(bus.read_unread("m2")) == ["hi", "all"]
+
+
+def test_ids_are_checked_before_they_reach_a_key(conn: redis.Redis, run_id: str) -> None:
+    with pytest.raises(ConfigError, match="invalid member id"):
+        MessageBus(conn, run_id, ["m1", "../x"])
+    with pytest.raises(ConfigError, match="reserved"):
+        MessageBus(conn, run_id, ["m1", "lead"])
+    with pytest.raises(ConfigError, match="invalid run id"):
+        MessageBus(conn, "../run", MEMBERS)
+    bus = MessageBus(conn, run_id, MEMBERS)
+    for bad in ("../x", "ghost"):
+        with pytest.raises(ConfigError, match="not a member of this run; members: m1, m2, m3"):
+            bus.read_unread(bad)
+    assert conn.keys("*") == []
+
+
+def test_a_disabled_bus_publishes_nothing_and_reads_nothing(conn: redis.Redis, run_id: str) -> None:
+    on = MessageBus(conn, run_id, MEMBERS)
+    off = MessageBus(conn, run_id, MEMBERS, enabled=False)
+    assert off.publish("system", "m1", "task.assigned", "t1", "x") is None
+    assert off.send("m1", "m2", None, None, "x") is None
+    assert off.broadcast("m1", None, None, "x") is None
+    assert conn.keys("*") == []
+    on.send("m1", "m2", None, None, "sent while on")
+    assert off.read_unread("m2") == [] and off.history_for("m2", 5) == []
+    assert off.messages() == []
+    # Refusals still apply when the bus is off: the caller learns its mistake either way.
+    with pytest.raises(ConfigError):
+        off.send("m1", "nobody", None, None, "x")
+    assert contents(on.read_unread("m2")) == ["sent while on"]
+
+
+def test_every_bus_key_is_one_of_the_runs(bus: MessageBus, conn: redis.Redis,
+                                          run_id: str) -> None:
+    bus.broadcast("m1", None, None, "hi")
+    bus.read_unread("m2")
+    keys = RunKeys(run_id)
+    assert sorted(conn.keys("*")) == sorted([
+        keys.bus, keys.bus_seq, keys.inbox("m2"), keys.inbox("m3"), keys.read_offsets])
+    assert conn.type(keys.bus) == "stream"
+    entry_id, fields = conn.xrange(keys.bus)[0]
+    assert fields == {"from": "m1", "to": "*", "type": "peer.broadcast", "task_id": "",
+                      "content": "hi", "created_at": fields["created_at"]}
+    assert conn.hgetall(keys.read_offsets) == {"m2": entry_id}
+
+
+def test_trimming_keeps_the_cap_once_everyone_has_read(conn: redis.Redis, run_id: str) -> None:
+    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=20)
+    for i in range(50):
+        bus.broadcast("m1", None, None, f"n{i}")
+        bus.read_unread("m2")
+        bus.read_unread("m3")
+    keys = RunKeys(run_id)
+    assert 20 <= conn.xlen(keys.bus) <= 22
+    assert contents(bus.messages())[-1] == "n49"
+    assert conn.xlen(keys.inbox("m2")) == conn.xlen(keys.bus)
+    assert contents(bus.history_for("m3", 3)) == ["n47", "n48", "n49"]
+
+
+def test_trimming_never_drops_a_message_someone_has_not_read(conn: redis.Redis,
+                                                            run_id: str) -> None:
+    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=20)
+    bus.send("m1", "m3", None, None, "for m3, unread")
+    for i in range(60):
+        bus.send("m1", "m2", None, None, f"n{i}")
+        bus.read_unread("m2")
+    keys = RunKeys(run_id)
+    # m3's unread message pins everything after it: nothing could be dropped.
+    assert conn.xlen(keys.bus) == 61
+    assert contents(bus.read_unread("m3")) == ["for m3, unread"]
+    assert bus.trim() == 41
+    assert contents(bus.messages()) == [f"n{i}" for i in range(40, 60)]
+    assert conn.xlen(keys.inbox("m3")) == 0
+    assert conn.xlen(keys.inbox("m2")) == 20
+
+
+def test_trimming_cuts_up_to_the_oldest_unread_message(conn: redis.Redis, run_id: str) -> None:
+    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=10)
+    for i in range(30):
+        bus.send("m1", "m2", None, None, f"n{i}")
+    assert len(bus.read_unread("m2")) == 30
+    bus.send("m1", "m3", None, None, "pin")
+    for i in range(30, 40):
+        bus.send("m1", "m2", None, None, f"n{i}")
+    bus.read_unread("m2")
+    bus.trim()
+    assert contents(bus.messages()) == ["pin", *(f"n{i}" for i in range(30, 40))]
+    assert contents(bus.read_unread("m3")) == ["pin"]
