@@ -55,7 +55,7 @@ def test_a_reread_returns_nothing_and_later_messages_come_next(bus: MessageBus) 
     assert contents(later) == ["second", "third"]
     assert (later[0].from_, later[0].to, later[0].type, later[0].task_id) == (
         "m3", "m2", "question", "t9")
-    assert later[0].id < later[1].id and later[0].created_at > 0
+    assert later[0].created_at > 0
     assert bus.read_unread("m2") == []
 
 
