@@ -1,0 +1,38 @@
+"""Expiry of ended runs, so a Redis that serves many runs does not keep every one forever."""
+
+from __future__ import annotations
+
+import redis
+
+from shared.errors import ConfigError
+from shared.keys import RUNS_INDEX, RunKeys
+
+DEFAULT_RETENTION_S = 7 * 24 * 3600
+"""How long an ended run stays inspectable (`teamctl status/tasks/messages`)."""
+SCAN_BATCH = 500
+
+
+def expire_run(conn: redis.Redis, run_id: str, retention_s: int) -> int:
+    """Give every key of an ended run a TTL of `retention_s`; returns how many keys got one.
+
+    Keys are found by SCAN on the run's hash-tagged prefix, so keys other modules add are covered
+    too. Keys a late message creates afterwards inherit the bus's TTL (publish.lua).
+    """
+    if retention_s < 1:
+        raise ConfigError(f"retention is {retention_s}s; keep an ended run at least 1 second")
+    pipe = conn.pipeline(transaction=False)
+    for name in conn.scan_iter(match=RunKeys(run_id).all_patterns(), count=SCAN_BATCH):
+        pipe.expire(name, int(retention_s))
+    return sum(bool(done) for done in pipe.execute())
+
+
+def forget_expired_runs(conn: redis.Redis) -> list[str]:
+    """Drop runs whose keys expired from the runs index (sorted set members cannot expire)."""
+    run_ids = list(conn.zrange(RUNS_INDEX, 0, -1))
+    pipe = conn.pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.exists(RunKeys(run_id).spec)
+    gone = [r for r, exists in zip(run_ids, pipe.execute(), strict=True) if not exists]
+    if gone:
+        conn.zrem(RUNS_INDEX, *gone)
+    return gone

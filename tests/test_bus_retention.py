@@ -1,0 +1,74 @@
+"""An ended run's keys expire after the retention period; late keys inherit the expiry."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from shared.bus import MessageBus
+from shared.errors import ConfigError
+from shared.keys import RUNS_INDEX, RunKeys
+from shared.retention import expire_run, forget_expired_runs
+from shared.runstore import RunStore, now_ms
+from shared.team import Member, ModelChoice, RunOptions, RunSpec
+from tests.conftest import wait_until
+
+MEMBERS = ["m1", "m2", "m3"]
+
+
+def make_run(conn: redis.Redis, run_id: str) -> MessageBus:
+    """A stored run spec plus some bus traffic, as a finished run leaves them."""
+    spec = RunSpec(run_id=run_id, team_id="t", objective="o",
+                   members=[Member(id=m) for m in MEMBERS], options=RunOptions(),
+                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+                   workspace_dir="/tmp", created_ms=now_ms())
+    RunStore(conn, run_id).create(spec)
+    bus = MessageBus(conn, run_id, MEMBERS)
+    bus.send("m1", "m2", None, None, "hello")
+    bus.read_unread("m2")
+    return bus
+
+
+def ttls(conn: redis.Redis, run_id: str) -> dict[str, int]:
+    return {k: conn.ttl(k) for k in conn.scan_iter(match=RunKeys(run_id).all_patterns())}
+
+
+def test_every_key_of_the_run_and_only_it_gets_the_retention(conn: redis.Redis) -> None:
+    make_run(conn, "ended")
+    make_run(conn, "live")
+    assert expire_run(conn, "ended", 600) == len(ttls(conn, "ended")) >= 6
+
+    assert all(0 < ttl <= 600 for ttl in ttls(conn, "ended").values())
+    assert all(ttl == -1 for ttl in ttls(conn, "live").values())
+    assert conn.ttl(RUNS_INDEX) == -1
+
+
+def test_keys_created_by_a_late_message_expire_with_the_bus(conn: redis.Redis) -> None:
+    bus = make_run(conn, "late")
+    expire_run(conn, "late", 600)
+    bus.send("m2", "m3", None, None, "after the end")  # m3's inbox did not exist yet
+    assert contents_of(bus.read_unread("m3")) == ["after the end"]
+
+    keys = RunKeys("late")
+    assert 0 < conn.ttl(keys.inbox("m3")) <= 600
+    assert all(0 < ttl <= 600 for ttl in ttls(conn, "late").values())
+
+
+def test_expired_runs_leave_the_runs_index(conn: redis.Redis) -> None:
+    make_run(conn, "short")
+    make_run(conn, "kept")
+    expire_run(conn, "short", 1)
+    wait_until(lambda: not conn.exists(RunKeys("short").spec), 5, message="the run to expire")
+
+    assert forget_expired_runs(conn) == ["short"]
+    assert conn.zrange(RUNS_INDEX, 0, -1) == ["kept"]
+    assert ttls(conn, "short") == {}
+
+
+def test_a_retention_below_one_second_is_refused(conn: redis.Redis) -> None:
+    with pytest.raises(ConfigError, match="at least 1 second"):
+        expire_run(conn, "r", 0)
+
+
+def contents_of(messages: list) -> list[str]:
+    return [m.content for m in messages]
