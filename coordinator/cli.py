@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from coordinator.options import run_option_flags
 from shared.embedded_redis import EmbeddedRedis, state_dir
 from shared.errors import TeamError
 
@@ -50,6 +51,15 @@ def main() -> None:
     """teamctl: run teams of LLM agents on Redis and RQ."""
 
 
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
+workers_option = click.option(
+    "--workers", type=click.IntRange(min=0), default=2, show_default=True,
+    help="Local workers to start; 0 uses workers you started yourself.")
+approve_plan_option = click.option(
+    "--approve-plan", is_flag=True,
+    help="Approve the plan without asking (with require_plan_approval).")
+
+
 @main.command()
 @click.argument("objective")
 @click.option("--team", "team_path", type=click.Path(path_type=Path), default=None,
@@ -57,20 +67,89 @@ def main() -> None:
 @click.option("--model", default=None, help="Model for every role (default: $TEAMCTL_MODEL).")
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @redis_url_option
-@click.option("--workers", type=click.IntRange(min=0), default=2, show_default=True,
-              help="Local workers to start; 0 uses workers you started yourself.")
+@workers_option
 @click.option("--run-id", default=None, help="Id for the run (default: generated).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
+@json_option
+@approve_plan_option
+@run_option_flags
 @fail_cleanly
 def run(objective: str, team_path: Path | None, model: str | None, api_base: str | None,
-        redis_url: str | None, workers: int, run_id: str | None, as_json: bool) -> None:
-    """Plan OBJECTIVE, run the team, print the synthesized answer."""
+        redis_url: str | None, workers: int, run_id: str | None, as_json: bool,
+        approve_plan: bool, **option_flags: Any) -> None:
+    """Plan OBJECTIVE, run the team, print the synthesized answer.
+
+    Every run option of the team file is also a flag here; a flag overrides the file.
+    Exit codes: 0 all tasks completed, 1 the run failed or some task did not complete,
+    2 usage or configuration error.
+    """
     from coordinator.commands import run_command
 
     code = run_command(objective=objective, team_path=team_path, model=model, api_base=api_base,
                        redis_url=resolve_redis_url(redis_url), workers=workers, run_id=run_id,
-                       as_json=as_json)
+                       as_json=as_json, approve_plan=approve_plan, option_flags=option_flags)
     sys.exit(code)
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@workers_option
+@json_option
+@approve_plan_option
+@fail_cleanly
+def resume(run_id: str, redis_url: str | None, workers: int, as_json: bool,
+           approve_plan: bool) -> None:
+    """Take over RUN_ID after its coordinator died; completed tasks are never re-run."""
+    from coordinator.commands import resume_command
+
+    sys.exit(resume_command(redis_url=resolve_redis_url(redis_url), run_id=run_id,
+                            workers=workers, as_json=as_json, approve_plan=approve_plan))
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@fail_cleanly
+def cancel(run_id: str, redis_url: str | None) -> None:
+    """Stop RUN_ID: no more dispatch, members stop, what never ran is blocked "cancelled"."""
+    from coordinator.commands import cancel_command
+
+    cancel_command(resolve_redis_url(redis_url), run_id)
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@fail_cleanly
+def approve(run_id: str, redis_url: str | None) -> None:
+    """Approve the plan RUN_ID is waiting on (require_plan_approval)."""
+    from coordinator.commands import decide_command
+
+    decide_command(resolve_redis_url(redis_url), run_id, True, None)
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@click.option("--reason", default=None, help="Why, recorded on the run.")
+@fail_cleanly
+def reject(run_id: str, redis_url: str | None, reason: str | None) -> None:
+    """Reject the plan RUN_ID is waiting on; the run fails with "plan rejected"."""
+    from coordinator.commands import decide_command
+
+    decide_command(resolve_redis_url(redis_url), run_id, False, reason)
+
+
+@main.command()
+@click.argument("run_id")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@redis_url_option
+@fail_cleanly
+def export(run_id: str, directory: Path, redis_url: str | None) -> None:
+    """Write RUN_ID as AI4J files: DIRECTORY/state/<team>.json, DIRECTORY/mailbox/<team>.jsonl."""
+    from coordinator.commands import export_command
+
+    export_command(resolve_redis_url(redis_url), run_id, directory)
 
 
 @main.command()

@@ -6,15 +6,18 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
+import redis
 
 from shared.connection import connect
 from shared.embedded_redis import state_dir
 from shared.errors import ConfigError
 from shared.ids import check_run_id
 from shared.models import RunResult
-from shared.team import ModelChoice, TeamFile, load_team_file
+from shared.runstore import RunStore
+from shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
 
 
 def exit_code_for(result: RunResult) -> int:
@@ -37,32 +40,80 @@ def resolve_models(team: TeamFile, model: str | None, api_base: str | None) -> M
         api_base=api_base or os.environ.get("TEAMCTL_API_BASE") or None)
 
 
+def approval_mode(approve_plan: bool) -> Any:
+    from coordinator.approval import ApprovalMode
+
+    if approve_plan:
+        return ApprovalMode.AUTO
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        return ApprovalMode.PROMPT
+    return ApprovalMode.WAIT
+
+
 def run_command(*, objective: str, team_path: Path | None, model: str | None,
                 api_base: str | None, redis_url: str, workers: int, run_id: str | None,
-                as_json: bool) -> int:
-    from coordinator.run import Coordinator, RunRequest, create_run
-    from coordinator.workers import LocalWorkers
-    from shared.llm import ModelClient
+                as_json: bool, approve_plan: bool, option_flags: dict[str, Any]) -> int:
+    from coordinator.hooks import load_hooks
+    from coordinator.options import merge_options
+    from coordinator.run import RunRequest, create_run
 
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")
     team = load_team_file(team_path)
+    team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
+    hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
     models = resolve_models(team, model, api_base)
     conn = connect(redis_url)
-    rq_conn = connect(redis_url, decode=False)
     request = RunRequest(objective=objective, team=team, models=models,
                          workspace_root=state_dir() / "workspaces", run_id=run_id)
     spec = create_run(conn, request)
     click.echo(f"teamctl: run {spec.run_id} on {redis_url}", err=True)
-    queues = sorted({m.queue for m in spec.members})
+    return _drive(conn, redis_url, spec, hooks, workers=workers, as_json=as_json,
+                  approve_plan=approve_plan)
+
+
+def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
+                   approve_plan: bool) -> int:
+    from coordinator.hooks import load_hooks
+    from coordinator.lease import Lease
+
+    conn = connect(redis_url)
+    store = RunStore(conn, check_run_id(run_id))
+    spec = store.spec()
+    if store.state().finished:
+        raise ConfigError(f"run {run_id} has already finished; `teamctl status {run_id}` "
+                          "shows its result")
+    Lease(conn, run_id, spec.options.lease_ttl_s).check_free()
+    click.echo(f"teamctl: resuming run {run_id} on {redis_url}", err=True)
+    return _drive(conn, redis_url, spec, load_hooks(spec.hooks), workers=workers,
+                  as_json=as_json, approve_plan=approve_plan)
+
+
+def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
+           workers: int, as_json: bool, approve_plan: bool) -> int:
+    """Start local workers, drive the run to its end, print the result."""
+    from coordinator.context import build_context
+    from coordinator.progress import Reporter
+    from coordinator.run import Coordinator
+    from coordinator.workers import LocalWorkers
+    from shared.llm import ModelClient
+
+    reporter = Reporter.for_stderr()
+    ctx = build_context(conn, connect(redis_url, decode=False), spec, hooks, reporter)
     client = ModelClient(timeout_s=spec.options.model_timeout_s,
                          max_retries=spec.options.model_max_retries)
+    queues = sorted({m.queue for m in spec.members})
     with LocalWorkers(redis_url, queues, workers, state_dir() / "logs"):
-        result = Coordinator(conn, rq_conn, spec, client).run()
+        result = Coordinator(ctx, client, approval_mode(approve_plan)).run()
+    _expire_finished_run(conn, spec)
     _print_result(result, as_json)
     click.echo(f"teamctl: run {spec.run_id} {result.status} in {result.rounds} rounds, "
                f"{len(result.member_results)} tasks ran", err=True)
     return exit_code_for(result)
+
+
+def _expire_finished_run(conn: redis.Redis, spec: RunSpec) -> None:
+    """Hand a finished run to the retention policy (the bus engineer's module)."""
 
 
 def _print_result(result: RunResult, as_json: bool) -> None:
@@ -86,12 +137,15 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
             counts[state.status.value] = counts.get(state.status.value, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no tasks"
         click.echo(f"{run_id}: {result.status}; rounds {result.rounds}; {summary}")
-    return exit_code_for(result) if result.status != "running" else 0
+        error = RunStore(connect(redis_url), run_id).state().error
+        if error:
+            click.echo(f"error: {error}")
+    finished = result.status in ("completed", "failed", "cancelled")
+    return exit_code_for(result) if finished else 0
 
 
 def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
     from shared.board import TaskBoard
-    from shared.runstore import RunStore
 
     conn = connect(redis_url)
     RunStore(conn, check_run_id(run_id)).spec()
@@ -105,7 +159,7 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 
 
 def runs_command(redis_url: str, as_json: bool) -> None:
-    from shared.runstore import RunStore, list_runs
+    from shared.runstore import list_runs
 
     conn = connect(redis_url)
     rows = []
@@ -118,6 +172,61 @@ def runs_command(redis_url: str, as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        click.echo(f"{row['run_id']:28} {row['status']:10} {row['objective'][:60]}")
+        click.echo(f"{row['run_id']:28} {row['status']:18} {row['objective'][:60]}")
     if not rows:
         click.echo("no runs yet", err=sys.stderr.isatty())
+
+
+def _live_run(conn: redis.Redis, run_id: str) -> tuple[RunStore, RunSpec]:
+    """The run's store and spec, refusing runs that have already finished."""
+    store = RunStore(conn, check_run_id(run_id))
+    spec = store.spec()
+    state = store.state()
+    if state.finished:
+        raise ConfigError(f"run {run_id} has already finished ({state.status})")
+    return store, spec
+
+
+def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
+    """`teamctl approve` / `teamctl reject`: record the plan decision once."""
+    store, spec = _live_run(connect(redis_url), run_id)
+    if not spec.options.require_plan_approval:
+        raise ConfigError(f"run {run_id} does not ask for plan approval "
+                          "(require_plan_approval is off)")
+    if not store.record_approval(approved, reason):
+        raise ConfigError(f"the plan of run {run_id} was already {store.state().approval}")
+    click.echo(f"plan of run {run_id} {'approved' if approved else 'rejected'}")
+
+
+def cancel_command(redis_url: str, run_id: str) -> None:
+    """Signal the run's coordinator and members; with no live coordinator, end the run here."""
+    from coordinator.lease import Lease
+    from shared.board import TaskBoard
+    from shared.bus import MessageBus
+
+    conn = connect(redis_url)
+    store, spec = _live_run(conn, run_id)
+    store.request_stop("cancelled")
+    lease = Lease(conn, run_id, spec.options.lease_ttl_s)
+    if not lease.try_acquire():
+        click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
+        return
+    try:
+        board = TaskBoard(conn, run_id)
+        board.reclaim_expired(spec.options.max_attempts)
+        board.block_stalled("cancelled")
+        MessageBus(conn, run_id, [m.id for m in spec.members]).publish(
+            "system", "lead", "run.cancelled", None, "cancelled")
+        store.finish("cancelled", None, error="cancelled")
+    finally:
+        lease.release()
+    click.echo(f"run {run_id} cancelled")
+
+
+def export_command(redis_url: str, run_id: str, directory: Path) -> None:
+    from coordinator.export import export_run
+
+    conn = connect(redis_url)
+    RunStore(conn, check_run_id(run_id)).spec()
+    for path in export_run(conn, run_id, directory):
+        click.echo(str(path))

@@ -14,15 +14,19 @@ from shared.team import RunSpec
 def member_results(spec: RunSpec, states: list[TaskState]) -> list[MemberResult]:
     """Executed tasks (completed or failed) in the order they ended."""
     ran = [s for s in states if s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)]
-    results = []
-    for state in sorted(ran, key=lambda s: (s.end_ms, s.task_id)):
-        member = spec.member_for(state.claimed_by or state.member_id)
-        results.append(MemberResult(
-            task_id=state.task_id, member_id=member.id if member else state.member_id,
-            member_name=member.display_name if member else None, task=state.task,
-            task_status=state.status, output=state.output, error=state.error,
-            duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage))
-    return results
+    return [member_result(spec, s) for s in sorted(ran, key=lambda s: (s.end_ms, s.task_id))]
+
+
+def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
+    """One ended task as a member result; an unknown member keeps the planner's raw id."""
+    member = spec.member(state.claimed_by) if state.claimed_by else None
+    if member is None and state.claimed_by is None:
+        member = spec.member_for(state.member_id)
+    return MemberResult(
+        task_id=state.task_id, member_id=member.id if member else state.member_id,
+        member_name=member.display_name if member else None, task=state.task,
+        task_status=state.status, output=state.output, error=state.error,
+        duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage)
 
 
 def task_state_view(state: TaskState) -> TaskStateView:

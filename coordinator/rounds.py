@@ -5,18 +5,30 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import redis
-
-from coordinator.dispatcher import Dispatcher
-from shared.board import TaskBoard
-from shared.bus import MessageBus
+from coordinator.context import RunContext
+from coordinator.hooks import HOOK_ERROR_TYPE
+from coordinator.result import member_result
+from shared.bus import _envelope
+from shared.errors import RunFailed
 from shared.models import TaskStatus
-from shared.runstore import RunStore
-from shared.team import RunSpec
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
+CANCELLED = "cancelled"
 EVENT_BATCH = 100
+STOP_GRACE_TTLS = 2
+"""After a cancel or timeout, wait this many heartbeat TTLs for in-flight claims to end."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why dispatch stopped early: the run's final status and error, and the blocked reason."""
+
+    status: str
+    error: str
+    block_reason: str
+    wait_until: float
+    """Monotonic time after which in-flight tasks are no longer waited for."""
 
 
 @dataclass
@@ -25,43 +37,59 @@ class LoopState:
 
     rounds: int = 0
     events_from: str = "0-0"
+    bus_from: str = "0-0"
     queued: set[str] = field(default_factory=set)
     """Tasks enqueued but not yet claimed: they count as in flight."""
-    stop_reason: str | None = None
+    stop: Stop | None = None
 
 
 class RoundLoop:
-    """Drives one run's board until no work remains."""
+    """Drives one run's board until no work remains or the run is stopped."""
 
-    def __init__(self, conn: redis.Redis, spec: RunSpec, board: TaskBoard, bus: MessageBus,
-                 store: RunStore, dispatcher: Dispatcher, deadline: float) -> None:
-        self.conn, self.spec, self.board, self.bus, self.store = conn, spec, board, bus, store
-        self.dispatcher = dispatcher
+    def __init__(self, ctx: RunContext, deadline: float) -> None:
+        self.ctx = ctx
+        self.board = ctx.board
+        self.options = ctx.spec.options
         self.deadline = deadline
-        self.options = spec.options
 
     def run(self, state: LoopState) -> LoopState:
         while self.board.has_work_remaining():
-            if self._stop_requested(state):
-                self.board.block_stalled(state.stop_reason or "stopped")
-                if not self._in_flight(state):
+            self._check_lease()
+            if self._stopping(state):
+                if self._drained(state):
                     break
             else:
                 self.board.reclaim_expired(self.options.max_attempts)
-                if self._rounds_exhausted(state):
+                if self._rounds_exhausted(state) or self._stalled(state):
                     break
-                if self._dispatch_round(state) == 0 and not self._in_flight(state):
-                    self.board.block_stalled(CYCLE_REASON)
-                    break
-            self._wait_for_events(state)
+            self.ctx.reporter.tick(self.board.snapshot() if self.ctx.reporter.live else [])
+            self._read_events(state, block=True)
+        self._read_events(state, block=False)  # fire hooks for the last changes
         return state
 
-    def _stop_requested(self, state: LoopState) -> bool:
-        if self.store.cancelled():
-            state.stop_reason = "cancelled"
-        elif time.monotonic() >= self.deadline:
-            state.stop_reason = f"run timed out after {self.options.timeout_s:g}s"
-        return state.stop_reason is not None
+    def _check_lease(self) -> None:
+        if self.ctx.lease.lost.is_set():
+            raise RunFailed(f"lost the lease on run {self.ctx.spec.run_id} to another "
+                            "coordinator; this one stops")
+
+    def _stopping(self, state: LoopState) -> bool:
+        if state.stop is None:
+            reason = self.ctx.store.stop_reason()
+            if reason is None and time.monotonic() >= self.deadline:
+                reason = f"run timed out after {self.options.timeout_s:g}s"
+                self.ctx.store.request_stop(reason)  # members stop between model calls
+            if reason is not None:
+                grace_s = STOP_GRACE_TTLS * self.options.heartbeat_ttl_s
+                status = CANCELLED if reason == CANCELLED else "failed"
+                state.stop = Stop(status, reason, reason, time.monotonic() + grace_s)
+        return state.stop is not None
+
+    def _drained(self, state: LoopState) -> bool:
+        """Block what never ran; True once nothing is in flight (or the grace period is over)."""
+        assert state.stop is not None
+        self.board.reclaim_expired(self.options.max_attempts)
+        self.board.block_stalled(state.stop.block_reason)
+        return not self._in_flight(state) or time.monotonic() >= state.stop.wait_until
 
     def _rounds_exhausted(self, state: LoopState) -> bool:
         if state.rounds < self.options.max_rounds or self._in_flight(state):
@@ -69,11 +97,17 @@ class RoundLoop:
         self.board.block_stalled(f"max rounds exceeded: {self.options.max_rounds}")
         return True
 
+    def _stalled(self, state: LoopState) -> bool:
+        if self._dispatch_round(state) or self._in_flight(state):
+            return False
+        self.board.block_stalled(CYCLE_REASON)
+        return True
+
     def _in_flight(self, state: LoopState) -> int:
         return self.board.counts().get(TaskStatus.IN_PROGRESS, 0) + len(state.queued)
 
     def _dispatch_round(self, state: LoopState) -> int:
-        """Enqueue ready tasks up to the batch size; returns how many were enqueued."""
+        """Enqueue ready tasks up to the batch size; returns how many were taken off ready."""
         in_flight = self._in_flight(state)
         if self.options.dispatch == "barrier" and in_flight:
             return 0
@@ -82,40 +116,79 @@ class RoundLoop:
             return 0
         ready = [t for t in self.board.next_ready(capacity + len(state.queued))
                  if t not in state.queued][:capacity]
-        dispatched = [t for t in ready if self._dispatch(t)]
-        state.queued.update(dispatched)
-        if ready:
-            state.rounds += 1
-            self.store.set_rounds(state.rounds)
-        return len(dispatched) or len(ready)
+        if not ready:
+            return 0
+        state.rounds += 1
+        self.ctx.store.set_rounds(state.rounds)
+        state.queued.update(t for t in ready if self._dispatch(t))
+        return len(ready)
 
     def _dispatch(self, task_id: str) -> bool:
+        """Enqueue one task; an unknown member fails it here (fail_on_unknown_member)."""
+        spec = self.ctx.spec
         task = self.board.get(task_id)
         if task is None:
             return False
-        member = self.spec.member_for(task.member_id)
+        member = spec.member_for(task.member_id)
         if member is None:
             self.board.fail(task_id, None, f"unknown team member: {task.member_id}")
             return False
-        if self.spec.resolve_member(task.member_id) is None:
-            self.bus.publish("system", "lead", "run.warning", task_id,
-                             f"unknown team member {task.member_id!r}: routed to {member.id}")
-        self.dispatcher.enqueue(task_id, member.queue)
+        if spec.resolve_member(task.member_id) is None:
+            self.ctx.bus.publish("system", "lead", "run.warning", task_id,
+                                 f"unknown team member {task.member_id!r}: routed to {member.id}")
+        self.ctx.dispatcher.enqueue(task_id, member.queue)
         return True
 
-    def _wait_for_events(self, state: LoopState) -> None:
-        """Block on the events stream (no polling); wake at least every ttl/3 to reclaim."""
+    def _read_events(self, state: LoopState, *, block: bool) -> None:
+        """Block on the events stream (and the bus, for on_message hooks); no polling."""
+        streams = {self.board.keys.events: state.events_from}
+        if self.ctx.hooks:
+            streams[self.ctx.bus.keys.bus] = state.bus_from
         timeout_s = max(0.05, min(self.options.heartbeat_ttl_s / 3,
-                                  self.deadline - time.monotonic()))
-        reply = self.conn.xread({self.board.keys.events: state.events_from},
-                                count=EVENT_BATCH, block=int(timeout_s * 1000))
-        for _stream, entries in reply or []:
-            for entry_id, fields in entries:
-                state.events_from = entry_id
-                self._on_event(state, fields)
+                                  self.options.lease_ttl_s / 3, self.deadline - time.monotonic()))
+        while True:
+            reply = self.ctx.conn.xread(streams, count=EVENT_BATCH,
+                                        block=int(timeout_s * 1000) if block else None)
+            for stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    self._on_entry(state, stream, entry_id, fields)
+            if block or not reply:
+                return
+            streams = {s: (state.events_from if s == self.board.keys.events else state.bus_from)
+                       for s in streams}
 
-    def _on_event(self, state: LoopState, fields: dict[str, str]) -> None:
+    def _on_entry(self, state: LoopState, stream: str, entry_id: str,
+                  fields: dict[str, str]) -> None:
+        if stream == self.board.keys.events:
+            state.events_from = entry_id
+            self._on_event(state, fields.get("task_id", ""), fields.get("status", ""))
+            return
+        state.bus_from = entry_id
+        message = _envelope(entry_id, fields)
+        if message.type != HOOK_ERROR_TYPE:  # a failing on_message must not feed itself
+            self.ctx.hooks.call("on_message", message)
+
+    def _on_event(self, state: LoopState, task_id: str, status: str) -> None:
         # Any change (claimed, ended, reclaimed to ready) means the queued job was consumed.
-        state.queued.discard(fields.get("task_id", ""))
-        if fields.get("status") == "failed" and not self.options.continue_on_member_error:
-            state.stop_reason = STOPPED_REASON
+        state.queued.discard(task_id)
+        if not task_id:
+            return  # a wake-up (cancel, approval), not a task change
+        if status == "failed" and not self.options.continue_on_member_error and not state.stop:
+            task = self.board.get(task_id)
+            who = (task.claimed_by or task.member_id) if task else "?"
+            error = f"team member failed: {who} -> {task.error if task else 'unknown error'}"
+            state.stop = Stop("failed", error, STOPPED_REASON, self.deadline)
+        if self.ctx.hooks:
+            self._fire_task_hooks(task_id, status)
+
+    def _fire_task_hooks(self, task_id: str, status: str) -> None:
+        task = self.board.get(task_id)
+        if task is None:
+            return
+        spec, hooks = self.ctx.spec, self.ctx.hooks
+        member = spec.member(task.claimed_by) or spec.member_for(task.member_id)
+        hooks.call("on_task_state_changed", spec.objective, task, member, task.detail)
+        if status == TaskStatus.IN_PROGRESS.value:
+            hooks.call("before_task", spec.objective, task, member)
+        elif status in (TaskStatus.COMPLETED.value, TaskStatus.FAILED.value):
+            hooks.call("after_task", spec.objective, member_result(spec, task))

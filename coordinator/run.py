@@ -1,4 +1,9 @@
-"""One run from objective to result: plan, board, rounds, synthesis. The coordinator process."""
+"""One run from objective to result: plan, approval, rounds, synthesis. The coordinator process.
+
+Every step first looks at what Redis already holds, so `teamctl resume` runs the same code: a
+plan is made once, approval is asked once, completed tasks are never dispatched again, and the
+synthesis runs once.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +14,17 @@ from pathlib import Path
 
 import redis
 
-from coordinator.dispatcher import Dispatcher
+from coordinator.approval import ApprovalMode, decide_plan
+from coordinator.context import RunContext
 from coordinator.planner import make_plan
 from coordinator.result import build_result, member_results
-from coordinator.rounds import LoopState, RoundLoop
+from coordinator.rounds import CANCELLED, LoopState, RoundLoop
 from coordinator.synthesizer import synthesize
-from shared.board import TaskBoard
-from shared.bus import MessageBus, shorten
-from shared.errors import RunFailed
+from shared.bus import shorten
+from shared.errors import ConfigError, RunFailed
 from shared.ids import check_run_id
 from shared.llm import ModelClient
-from shared.models import RunResult, TaskStatus
+from shared.models import Plan, RunResult, TaskStatus
 from shared.runstore import RunStore, now_ms
 from shared.team import ModelChoice, RunSpec, TeamFile
 
@@ -46,70 +51,123 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
     workspace.mkdir(parents=True, exist_ok=True)
     spec = RunSpec(run_id=run_id, team_id=request.team.team_id, objective=request.objective,
                    members=request.team.members, options=request.team.options,
-                   models=request.models, workspace_dir=str(workspace), created_ms=now_ms())
+                   models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
+                   hooks=request.team.hooks)
     RunStore(conn, run_id).create(spec)
     return spec
 
 
 class Coordinator:
-    """Drives one run; every step reads and writes Redis, so the run can be inspected live."""
+    """Drives one run while holding its lease; every step reads and writes Redis."""
 
-    def __init__(self, conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec,
-                 client: ModelClient) -> None:
-        self.conn = conn
-        self.spec = spec
+    def __init__(self, ctx: RunContext, client: ModelClient, approval: ApprovalMode) -> None:
+        self.ctx = ctx
+        self.spec = ctx.spec
         self.client = client
-        self.store = RunStore(conn, spec.run_id)
-        self.board = TaskBoard(conn, spec.run_id)
-        self.bus = MessageBus(conn, spec.run_id, [m.id for m in spec.members],
-                              enabled=spec.options.enable_message_bus,
-                              max_message_bytes=spec.options.max_message_bytes)
-        self.dispatcher = Dispatcher(rq_conn, spec)
+        self.approval = approval
 
     def run(self) -> RunResult:
+        """Run (or resume) to the end; a second coordinator on a live run is refused."""
+        with self.ctx.lease:
+            try:
+                return self._drive()
+            finally:
+                self.ctx.reporter.close()
+
+    def _drive(self) -> RunResult:
+        if self.ctx.store.state().finished:
+            raise ConfigError(f"run {self.spec.run_id} has already finished; "
+                              f"`teamctl status {self.spec.run_id}` shows its result")
         deadline = time.monotonic() + self.spec.options.timeout_s
-        self._plan()
-        self.store.set_status("running")
-        loop = RoundLoop(self.conn, self.spec, self.board, self.bus, self.store,
-                         self.dispatcher, deadline)
-        state = loop.run(LoopState())
-        self._synthesize(state)
-        return build_result(self.conn, self.spec.run_id)
+        plan = self._plan_once()
+        if self._plan_approved(plan):
+            self.ctx.store.set_status("running")
+            state = RoundLoop(self.ctx, deadline).run(self._loop_state())
+            self._finish(state)
+        return build_result(self.ctx.conn, self.spec.run_id)
 
-    def _plan(self) -> None:
-        models = self.spec.models
+    def _plan_once(self) -> Plan:
+        """Plan unless a plan is stored; put it on the board unless the board exists."""
+        store, board = self.ctx.store, self.ctx.board
+        plan = store.state().plan
+        if plan is None:
+            plan = self._make_plan()
+            store.save_plan(plan)
+        if plan.tasks and not board.task_ids():
+            board.create(plan.tasks)
+            self.ctx.hooks.call("after_plan", self.spec.objective, plan)
+        return plan
+
+    def _make_plan(self) -> Plan:
+        spec, models = self.spec, self.spec.models
+        self.ctx.hooks.call("before_plan", spec.objective, spec.members, spec.options)
         try:
-            plan, reply = make_plan(self.client, models.planner, models.api_base,
-                                    self.spec.objective, self.spec.members, self.spec.options)
-        except Exception as exc:
-            self.store.finish("failed", None, error=f"planner failed: {exc}")
+            plan, reply = make_plan(self.client, models.planner, models.api_base, spec.objective,
+                                    spec.members, spec.options)
+        except Exception as exc:  # nothing was written yet: record why the run failed
+            self.ctx.store.finish("failed", None, error=f"planner failed: {exc}")
             raise RunFailed(f"planner failed: {exc}") from exc
-        self.store.add_usage(reply.usage)
-        self.store.save_plan(plan)
-        self.board.create(plan.tasks)
+        self.ctx.store.add_usage(reply.usage)
+        return plan
 
-    def _synthesize(self, state: LoopState) -> None:
-        states = self.board.snapshot()
-        results = member_results(self.spec, states)
+    def _plan_approved(self, plan: Plan) -> bool:
+        """True to dispatch; a rejected plan fails the run, a cancel during the wait ends it."""
+        if not self.spec.options.require_plan_approval:
+            return True
+        decision = decide_plan(self.ctx.store, plan, self.approval, notify=self.ctx.reporter.note,
+                               should_stop=self._should_stop_waiting)
+        if decision.approved:
+            self.ctx.bus.publish("system", "lead", "plan.approved", None, decision.reason or "")
+            return True
+        if decision.cancelled:
+            self._end_without_synthesis(CANCELLED, CANCELLED)
+            return False
+        reason = f"plan rejected{': ' + decision.reason if decision.reason else ''}"
+        self.ctx.bus.publish("system", "lead", "plan.rejected", None, reason)
+        self._end_without_synthesis("failed", reason)
+        raise RunFailed(reason)
+
+    def _should_stop_waiting(self) -> bool:
+        if self.ctx.lease.lost.is_set():
+            raise RunFailed(f"lost the lease on run {self.spec.run_id} to another coordinator")
+        return self.ctx.store.cancelled()
+
+    def _loop_state(self) -> LoopState:
+        """Fresh for a new run; on resume, rounds so far and the streams' current ends."""
+        conn, keys = self.ctx.conn, self.ctx.store.keys
+        last_event = conn.xrevrange(keys.events, count=1)
+        last_message = conn.xrevrange(keys.bus, count=1)
+        return LoopState(rounds=self.ctx.store.state().rounds,
+                         events_from=last_event[0][0] if last_event else "0-0",
+                         bus_from=last_message[0][0] if last_message else "0-0")
+
+    def _finish(self, state: LoopState) -> None:
+        if state.stop is not None:
+            self._end_without_synthesis(state.stop.status, state.stop.error)
+        else:
+            self._synthesize()
+
+    def _end_without_synthesis(self, status: str, error: str) -> None:
+        self.ctx.board.block_stalled(error)
+        self.ctx.bus.publish("system", "lead", f"run.{status}", None, error)
+        self.ctx.store.finish(status, None, error=error)
+
+    def _synthesize(self) -> None:
+        ctx, models = self.ctx, self.spec.models
+        ctx.store.set_status("synthesizing")
+        states = ctx.board.snapshot()
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
-        plan = self.store.state().plan
-        assert plan is not None
-        models = self.spec.models
+        plan = ctx.store.state().plan or Plan()
         try:
             reply = synthesize(self.client, models.synthesizer, models.api_base,
-                               self.spec.objective, plan, results, not_run)
-        except Exception as exc:
-            self.store.finish("failed", None, error=f"synthesizer failed: {exc}")
+                               self.spec.objective, plan, member_results(self.spec, states),
+                               not_run)
+        except Exception as exc:  # the board stays as it is; the run records why it failed
+            ctx.store.finish("failed", None, error=f"synthesizer failed: {exc}")
             raise RunFailed(f"synthesizer failed: {exc}") from exc
-        self.store.add_usage(reply.usage)
+        ctx.store.add_usage(reply.usage)
         output = reply.content or ""
-        self.bus.publish("system", "lead", "run.complete", None, shorten(output))
-        self.store.finish(_final_status(state, states), output)
-
-
-def _final_status(state: LoopState, states: list) -> str:
-    if state.stop_reason == "cancelled":
-        return "cancelled"
-    if all(s.status == TaskStatus.COMPLETED for s in states):
-        return "completed"
-    return "failed"
+        ctx.hooks.call("after_synthesis", self.spec.objective, output)
+        ctx.bus.publish("system", "lead", "run.complete", None, shorten(output))
+        all_done = all(s.status == TaskStatus.COMPLETED for s in states)
+        ctx.store.finish("completed" if all_done else "failed", output)

@@ -12,6 +12,14 @@ from shared.keys import RUNS_INDEX, RunKeys
 from shared.models import Plan, Usage
 from shared.team import RunSpec
 
+FINISHED_STATUSES = frozenset({"completed", "failed", "cancelled"})
+"""Run statuses after which nothing drives the run any more (planning, awaiting_approval,
+running and synthesizing come before)."""
+
+WAKE_TASK_ID = ""
+"""Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board
+changes."""
+
 
 class RunState(BaseModel):
     """The run's mutable state (one hash)."""
@@ -23,6 +31,13 @@ class RunState(BaseModel):
     output: str | None = None
     error: str | None = None
     plan: Plan | None = None
+    approval: str | None = None
+    """"approved" or "rejected" once somebody decided on the plan."""
+    approval_reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
 
 
 def now_ms() -> int:
@@ -60,7 +75,9 @@ class RunStore:
         return RunState(
             status=raw.get("status", "unknown"), rounds=int(raw.get("rounds", 0)),
             started_ms=int(raw.get("started_ms", 0)), ended_ms=int(raw.get("ended_ms", 0)),
-            output=raw.get("output"), error=raw.get("error") or None, plan=plan)
+            output=raw.get("output"), error=raw.get("error") or None, plan=plan,
+            approval=raw.get("approval") or None,
+            approval_reason=raw.get("approval_reason") or None)
 
     def set_status(self, status: str, **extra: str | int) -> None:
         self.conn.hset(self.keys.state, mapping={"status": status, **extra})
@@ -98,6 +115,37 @@ class RunStore:
 
     def cancelled(self) -> bool:
         return bool(self.conn.exists(self.keys.cancel))
+
+    def stop_reason(self) -> str | None:
+        """Why members were told to stop ("cancelled", or a timeout), or None."""
+        return self.conn.get(self.keys.cancel)
+
+    def request_stop(self, reason: str) -> None:
+        """Tell members and the coordinator to stop; the first reason given is kept."""
+        self.conn.set(self.keys.cancel, reason, nx=True)
+        self.wake("stop")
+
+    def record_approval(self, approved: bool, reason: str | None) -> bool:
+        """Store the plan decision once (False if one was already made), then wake the waiter."""
+        decision = "approved" if approved else "rejected"
+        if not self.conn.hsetnx(self.keys.state, "approval", decision):
+            return False
+        if reason:
+            self.conn.hset(self.keys.state, "approval_reason", reason)
+        self.wake("approval")
+        return True
+
+    def wake(self, what: str) -> None:
+        """Wake a coordinator blocked on the events stream or on the approval list."""
+        pipe = self.conn.pipeline(transaction=False)
+        pipe.xadd(self.keys.events, {"task_id": WAKE_TASK_ID, "status": f"run.{what}",
+                                     "token": "0"})
+        pipe.rpush(self.keys.approval, what)
+        pipe.execute()
+
+    def wait_for_wake(self, timeout_s: float) -> None:
+        """Block until `wake` is called or the timeout passes (the approval wait)."""
+        self.conn.blpop([self.keys.approval], timeout=max(0.01, timeout_s))
 
 
 def list_runs(conn: redis.Redis, limit: int = 50) -> list[str]:

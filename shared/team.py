@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared.errors import ConfigError
-from shared.ids import RESERVED_MEMBER_IDS, normalize_id
+from shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 
 WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
 
@@ -46,6 +46,7 @@ class RunOptions(BaseModel):
     model_max_retries: int = Field(3, ge=0)
     max_message_bytes: int = Field(65536, ge=1)
     dependency_output_chars: int = Field(4000, ge=0)
+    lease_ttl_s: float = Field(15.0, gt=0)
 
     def batch_size(self) -> int:
         """How many tasks one round may dispatch."""
@@ -117,6 +118,22 @@ class TeamFile(BaseModel):
     options: RunOptions = Field(default_factory=RunOptions)
     hooks: list[str] = Field(default_factory=list)
 
+    @field_validator("team_id")
+    @classmethod
+    def _safe_team_id(cls, team_id: str) -> str:
+        if not is_safe_id(team_id):
+            raise ValueError("use 1-128 letters, digits, '.', '_' or '-' (it names export files)")
+        return team_id
+
+    @field_validator("hooks")
+    @classmethod
+    def _hook_paths(cls, hooks: list[str]) -> list[str]:
+        for hook in hooks:
+            module, _, attr = hook.partition(":")
+            if not module.strip() or not attr.strip():
+                raise ValueError(f"hook {hook!r}: write it as 'package.module:ClassName'")
+        return hooks
+
     @field_validator("members")
     @classmethod
     def _unique_members(cls, members: list[Member]) -> list[Member]:
@@ -182,6 +199,7 @@ class RunSpec(BaseModel):
     models: ModelChoice
     workspace_dir: str
     created_ms: int
+    hooks: list[str] = Field(default_factory=list)
 
     def member(self, member_id: str | None) -> Member | None:
         """The member with exactly this (normalized) id."""

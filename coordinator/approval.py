@@ -1,0 +1,85 @@
+"""Plan approval (require_plan_approval): approve up front, ask on a terminal, or wait in Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+import click
+
+from shared.models import Plan
+from shared.runstore import RunStore
+
+WAKE_EVERY_S = 1.0
+"""How often the Redis wait re-checks for a cancel or a lost lease while nobody decides."""
+
+
+class ApprovalMode(Enum):
+    """How this coordinator obtains the decision."""
+
+    AUTO = "auto"
+    """`--approve-plan`: approved without asking."""
+    PROMPT = "prompt"
+    """An interactive terminal: show the plan and ask."""
+    WAIT = "wait"
+    """No terminal: wait for `teamctl approve RUN` / `teamctl reject RUN` from any shell."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of the approval step."""
+
+    approved: bool
+    reason: str | None = None
+    cancelled: bool = False
+
+
+def plan_table(plan: Plan) -> str:
+    """The normalized plan as plain lines, for the terminal prompt."""
+    lines = [f"Plan ({len(plan.tasks)} tasks{', fallback' if plan.fallback else ''}):"]
+    for task in plan.tasks:
+        deps = f" after {', '.join(task.depends_on)}" if task.depends_on else ""
+        lines.append(f"  {task.id} -> {task.member_id or '(first member)'}{deps}: {task.task}")
+    return "\n".join(lines)
+
+
+def decide_plan(store: RunStore, plan: Plan, mode: ApprovalMode, *,
+                notify: Callable[[str], None], should_stop: Callable[[], bool]) -> Decision:
+    """Return the recorded decision, making or awaiting it first if there is none yet."""
+    recorded = _recorded(store)
+    if recorded is not None:
+        return recorded
+    if mode is ApprovalMode.AUTO:
+        store.record_approval(True, "approved with --approve-plan")
+    elif mode is ApprovalMode.PROMPT:
+        click.echo(plan_table(plan), err=True)
+        approved = click.confirm("Approve this plan?", default=True, err=True)
+        store.record_approval(approved, None if approved else "rejected at the terminal")
+    else:
+        return _wait(store, notify, should_stop)
+    recorded = _recorded(store)
+    assert recorded is not None
+    return recorded
+
+
+def _recorded(store: RunStore) -> Decision | None:
+    state = store.state()
+    if state.approval is None:
+        return None
+    return Decision(approved=state.approval == "approved", reason=state.approval_reason)
+
+
+def _wait(store: RunStore, notify: Callable[[str], None],
+          should_stop: Callable[[], bool]) -> Decision:
+    run_id = store.run_id
+    store.set_status("awaiting_approval")
+    notify(f"plan awaits approval: `teamctl approve {run_id}` or "
+           f"`teamctl reject {run_id} --reason TEXT` (`teamctl status {run_id}` shows it)")
+    while True:
+        recorded = _recorded(store)
+        if recorded is not None:
+            return recorded
+        if should_stop():
+            return Decision(approved=False, reason="cancelled", cancelled=True)
+        store.wait_for_wake(WAKE_EVERY_S)

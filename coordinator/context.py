@@ -1,0 +1,48 @@
+"""Everything one coordinator needs to drive a run, built once and passed explicitly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from coordinator.dispatcher import Dispatcher
+from coordinator.hooks import HOOK_ERROR_TYPE, HookRunner
+from coordinator.lease import Lease
+from coordinator.progress import Reporter
+from shared.board import TaskBoard
+from shared.bus import MessageBus
+from shared.runstore import RunStore
+from shared.team import RunSpec
+
+
+@dataclass
+class RunContext:
+    """The run's spec and its Redis-backed parts; the coordinator's only dependencies."""
+
+    conn: redis.Redis
+    spec: RunSpec
+    store: RunStore
+    board: TaskBoard
+    bus: MessageBus
+    dispatcher: Dispatcher
+    hooks: HookRunner
+    reporter: Reporter
+    lease: Lease
+
+
+def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks: list[object],
+                  reporter: Reporter) -> RunContext:
+    bus = MessageBus(conn, spec.run_id, [m.id for m in spec.members],
+                     enabled=spec.options.enable_message_bus,
+                     max_message_bytes=spec.options.max_message_bytes)
+
+    def report_hook_error(point: str, text: str) -> None:
+        reporter.note(f"hook failed: {text}")
+        bus.publish("system", "lead", HOOK_ERROR_TYPE, None, text)
+
+    return RunContext(conn=conn, spec=spec, store=RunStore(conn, spec.run_id),
+                      board=TaskBoard(conn, spec.run_id), bus=bus,
+                      dispatcher=Dispatcher(rq_conn, spec),
+                      hooks=HookRunner(hooks, report_hook_error), reporter=reporter,
+                      lease=Lease(conn, spec.run_id, spec.options.lease_ttl_s))

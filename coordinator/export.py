@@ -1,0 +1,122 @@
+"""`teamctl export RUN DIR`: a run in AI4J's file layout (state/<team>.json, mailbox/<team>.jsonl).
+
+The field names are AI4J's (camelCase, epoch milliseconds, upper-case statuses), so tools written
+for `FileAgentTeamStateStore` and `FileAgentTeamMessageBus` can read the files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis
+from pydantic import BaseModel, Field
+
+from shared.board import TaskBoard
+from shared.bus import MessageBus
+from shared.models import Envelope, TaskState
+from shared.runstore import RunStore, now_ms
+
+
+class Ai4jTask(BaseModel):
+    """AgentTeamTask."""
+
+    id: str
+    memberId: str | None
+    task: str
+    context: str | None
+    dependsOn: list[str]
+
+
+class Ai4jTaskState(BaseModel):
+    """AgentTeamTaskState."""
+
+    taskId: str
+    task: Ai4jTask
+    status: str
+    claimedBy: str | None
+    startTime: int
+    endTime: int
+    durationMillis: int
+    lastHeartbeatTime: int
+    phase: str
+    detail: str | None
+    percent: int
+    updatedAtEpochMs: int
+    heartbeatCount: int
+    output: str | None
+    error: str | None
+
+
+class Ai4jMessage(BaseModel):
+    """AgentTeamMessage (one line of the mailbox file)."""
+
+    id: str
+    fromMemberId: str
+    toMemberId: str | None
+    type: str
+    taskId: str | None
+    content: str
+    createdAt: int
+
+
+class Ai4jMember(BaseModel):
+    """AgentTeamMemberSnapshot."""
+
+    id: str
+    name: str | None
+    description: str | None
+
+
+class Ai4jState(BaseModel):
+    """AgentTeamState, as FileAgentTeamStateStore writes it."""
+
+    teamId: str
+    objective: str
+    members: list[Ai4jMember]
+    taskStates: list[Ai4jTaskState]
+    messages: list[Ai4jMessage]
+    lastOutput: str | None
+    lastRounds: int
+    lastRunStartedAt: int
+    lastRunCompletedAt: int
+    updatedAt: int = Field(default_factory=now_ms)
+    runActive: bool
+
+
+def _task_state(s: TaskState) -> Ai4jTaskState:
+    task = Ai4jTask(id=s.task_id, memberId=s.member_id, task=s.task, context=s.context,
+                    dependsOn=s.depends_on)
+    return Ai4jTaskState(
+        taskId=s.task_id, task=task, status=s.status.value.upper(), claimedBy=s.claimed_by,
+        startTime=s.start_ms, endTime=s.end_ms, durationMillis=s.duration_ms,
+        lastHeartbeatTime=s.last_heartbeat_ms, phase=s.phase, detail=s.detail,
+        percent=s.percent, updatedAtEpochMs=s.updated_ms, heartbeatCount=s.heartbeat_count,
+        output=s.output, error=s.error)
+
+
+def _message(m: Envelope) -> Ai4jMessage:
+    return Ai4jMessage(id=m.id, fromMemberId=m.from_, toMemberId=m.to, type=m.type,
+                       taskId=m.task_id, content=m.content, createdAt=m.created_at)
+
+
+def export_run(conn: redis.Redis, run_id: str, root: Path) -> tuple[Path, Path]:
+    """Write the two files under `root`; returns their paths."""
+    store = RunStore(conn, run_id)
+    spec, state = store.spec(), store.state()
+    messages = [_message(m) for m in MessageBus(conn, run_id, []).messages()]
+    snapshot = Ai4jState(
+        teamId=spec.team_id, objective=spec.objective,
+        members=[Ai4jMember(id=m.id, name=m.display_name, description=m.description)
+                 for m in spec.members],
+        taskStates=[_task_state(s) for s in TaskBoard(conn, run_id).snapshot()],
+        messages=messages, lastOutput=state.output, lastRounds=state.rounds,
+        lastRunStartedAt=state.started_ms, lastRunCompletedAt=state.ended_ms,
+        runActive=not state.finished)
+    state_path = root / "state" / f"{spec.team_id}.json"
+    mailbox_path = root / "mailbox" / f"{spec.team_id}.jsonl"
+    state_path.parent.mkdir(parents=True, exist_ok=True)
+    mailbox_path.parent.mkdir(parents=True, exist_ok=True)
+    state_path.write_text(snapshot.model_dump_json(indent=2), encoding="utf-8")
+    mailbox_path.write_text("".join(m.model_dump_json() + "\n" for m in messages),
+                            encoding="utf-8")
+    return state_path, mailbox_path

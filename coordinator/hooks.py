@@ -1,0 +1,88 @@
+"""Run hooks (AI4J §9): user classes named in the team file, called by the coordinator.
+
+A hook is any class with some of the methods of `TeamHook`, named as "package.module:Class" and
+built with no arguments. Hooks run in the coordinator process in registration order. A hook that
+raises never stops the run: the error is published as a `hook.error` message and shown.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+
+from shared.errors import ConfigError
+from shared.models import Envelope, MemberResult, Plan, TaskState
+from shared.team import Member, RunOptions
+
+log = logging.getLogger(__name__)
+
+HOOK_ERROR_TYPE = "hook.error"
+
+
+class TeamHook:
+    """Every hook point, each a no-op; subclass and override what you need."""
+
+    def before_plan(self, objective: str, members: list[Member], options: RunOptions) -> None:
+        """Before the planner model is called."""
+
+    def after_plan(self, objective: str, plan: Plan) -> None:
+        """After the plan is normalized and on the board, before plan approval."""
+
+    def before_task(self, objective: str, task: TaskState, member: Member | None) -> None:
+        """When a worker has claimed a task (seen by the coordinator)."""
+
+    def after_task(self, objective: str, result: MemberResult) -> None:
+        """When a task completed or failed (including unknown-member failures)."""
+
+    def on_message(self, message: Envelope) -> None:
+        """For every message on the run's bus (hook.error messages excepted)."""
+
+    def on_task_state_changed(self, objective: str, state: TaskState, member: Member | None,
+                              detail: str | None) -> None:
+        """For every change of a task's status on the board."""
+
+    def after_synthesis(self, objective: str, output: str) -> None:
+        """After the synthesizer answered, before `run.complete` is published."""
+
+
+def load_hooks(paths: list[str]) -> list[object]:
+    """Import and build each hook; a bad path is a config error naming the entry."""
+    hooks = []
+    for index, path in enumerate(paths):
+        module_name, _, attr = path.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name.strip()), attr.strip())
+            hooks.append(cls())
+        except Exception as exc:  # import errors, missing attributes, constructor failures
+            raise ConfigError(f"hooks[{index}] {path!r}: cannot load it ({exc}); write "
+                              "'package.module:ClassName' for a class importable here") from exc
+    return hooks
+
+
+Publish = Callable[[str, str], None]
+"""publish(hook_point, error_text): how a hook failure reaches the bus."""
+
+
+class HookRunner:
+    """Calls every hook that defines a hook point; failures are reported, never raised."""
+
+    def __init__(self, hooks: list[object], report: Publish | None = None) -> None:
+        self.hooks = hooks
+        self.report = report
+
+    def __bool__(self) -> bool:
+        return bool(self.hooks)
+
+    def call(self, point: str, *args: object) -> None:
+        for hook in self.hooks:
+            method = getattr(hook, point, None)
+            if method is None:
+                continue
+            try:
+                method(*args)
+            except Exception as exc:  # a hook must never stop the run
+                text = f"{type(hook).__name__}.{point} raised {type(exc).__name__}: {exc}"
+                log.warning("%s", text)
+                if self.report is not None:
+                    self.report(point, text)

@@ -1,0 +1,87 @@
+"""The coordinator lease: a key with a TTL, renewed by a thread, so one coordinator drives a run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+
+import redis
+
+from shared.errors import ConfigError
+from shared.keys import RunKeys
+from shared.scripts import Scripts
+
+log = logging.getLogger(__name__)
+
+
+def lease_owner() -> str:
+    """host:pid:nonce, so a person can see which process drives a run."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Lease:
+    """Held while a coordinator drives a run; `lost` is set if another one took it over."""
+
+    def __init__(self, conn: redis.Redis, run_id: str, ttl_s: float,
+                 scripts: Scripts | None = None) -> None:
+        self.conn = conn
+        self.run_id = run_id
+        self.key = RunKeys(run_id).lease
+        self.ttl_ms = max(1, int(ttl_s * 1000))
+        self.owner = lease_owner()
+        self.scripts = scripts or Scripts(conn)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def try_acquire(self) -> bool:
+        return bool(self.conn.set(self.key, self.owner, nx=True, px=self.ttl_ms))
+
+    def check_free(self) -> None:
+        """Refuse early (before starting workers) when a live coordinator holds the run."""
+        holder = self.conn.get(self.key)
+        if holder is not None:
+            ttl_ms = max(0, int(self.conn.pttl(self.key)))
+            raise ConfigError(
+                f"run {self.run_id} is driven by {holder} (lease expires in {ttl_ms / 1000:.1f}s "
+                "unless renewed); wait for it to finish, or `teamctl resume` it once it is gone")
+
+    def acquire(self) -> None:
+        """Take the lease or refuse, naming the live coordinator."""
+        if not self.try_acquire():
+            self.check_free()
+            raise ConfigError(f"run {self.run_id} is driven by another coordinator")
+        self._stop.clear()
+        # Daemon: a SIGKILLed coordinator simply stops renewing and the lease expires.
+        self._thread = threading.Thread(target=self._renew_forever, daemon=True,
+                                        name=f"lease-{self.run_id}")
+        self._thread.start()
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.ttl_ms / 1000)
+        self.scripts["lease_release"](keys=[self.key], args=[self.owner])
+
+    def __enter__(self) -> Lease:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+    def _renew_forever(self) -> None:
+        while not self._stop.wait(self.ttl_ms / 3000):
+            try:
+                renewed = int(self.scripts["lease_renew"](keys=[self.key],
+                                                          args=[self.owner, self.ttl_ms]))
+            except redis.RedisError as exc:  # a blip: keep trying until the TTL says otherwise
+                log.warning("renewing the lease of %s failed: %s", self.run_id, exc)
+                continue
+            if not renewed:
+                log.warning("lost the lease of run %s to another coordinator", self.run_id)
+                self.lost.set()
+                return

@@ -1,0 +1,80 @@
+"""One `run` flag per run option (DESIGN §7), generated from RunOptions; flags override the file."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
+
+import click
+from pydantic import ValidationError
+
+from shared.errors import ConfigError
+from shared.team import RunOptions
+
+HELP = {
+    "parallel_dispatch": "Dispatch up to --max-concurrency tasks per round (off: one at a time).",
+    "max_concurrency": "Tasks in flight at once.",
+    "max_rounds": "Rounds before the remaining tasks are blocked.",
+    "continue_on_member_error": "Keep dispatching after a task fails (off: the run fails).",
+    "fail_on_unknown_member": "Fail tasks assigned to unknown members (off: first member).",
+    "broadcast_on_planner_failure": "Give every member the objective if the plan is unusable.",
+    "enable_message_bus": "Publish and deliver team messages.",
+    "include_original_objective_in_dispatch": "Tell members the objective.",
+    "include_task_context_in_dispatch": "Tell members the task's context.",
+    "include_message_history_in_dispatch": "Show members recent team messages.",
+    "message_history_limit": "Recent messages shown to a member (0: all).",
+    "require_plan_approval": "Wait for the plan to be approved before dispatching.",
+    "allow_dynamic_member_registration": "Allow adding members to a live team.",
+    "enable_member_team_tools": "Give members the team_* tools.",
+    "dispatch": "eager: refill as soon as a task ends; barrier: wait for the whole round.",
+    "heartbeat_ttl_s": "Seconds a claim lives without a heartbeat before it is reclaimed.",
+    "max_attempts": "Claims of one task before it fails.",
+    "member_max_steps": "Model calls per task.",
+    "max_tokens": "Run-wide token budget.",
+    "max_cost_usd": "Run-wide cost budget in USD.",
+    "timeout_s": "Seconds this coordinator drives the run before stopping it.",
+    "model_timeout_s": "Seconds per model call.",
+    "model_max_retries": "Retries of a model call on 429, 5xx and timeouts.",
+    "max_message_bytes": "Largest message a member may send.",
+    "dependency_output_chars": "Characters of each dependency's output given to a member.",
+    "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
+}
+
+
+def flag_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def _click_type(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if typing.get_origin(annotation) is Literal:
+        return click.Choice(typing.get_args(annotation))
+    return annotation
+
+
+def run_option_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a click command with one flag per RunOptions field (default None: not given)."""
+    for name, info in reversed(RunOptions.model_fields.items()):
+        help_text = f"{HELP.get(name, name)} [default: {info.default}]"
+        flag = flag_name(name)
+        if info.annotation is bool:
+            decl = f"{flag}/--no-{flag[2:]}"
+            fn = click.option(decl, name, default=None, help=help_text)(fn)
+        else:
+            fn = click.option(flag, name, type=_click_type(info.annotation), default=None,
+                              help=help_text)(fn)
+    return fn
+
+
+def merge_options(base: RunOptions, flags: dict[str, Any]) -> RunOptions:
+    """The team file's options with every given flag applied; a bad value names its flag."""
+    given = {k: v for k, v in flags.items() if v is not None and k in RunOptions.model_fields}
+    try:
+        return RunOptions.model_validate({**base.model_dump(), **given})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "options"
+        raise ConfigError(f"{flag_name(field)}: {first['msg']}") from exc

@@ -1,0 +1,65 @@
+"""What `teamctl run` shows on stderr: a live rich table on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import click
+
+from shared.models import TaskState, TaskStatus
+
+STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
+                TaskStatus.BLOCKED: "yellow", TaskStatus.IN_PROGRESS: "cyan"}
+
+
+class Reporter:
+    """Progress for a person; `live` draws a table (task, member, status, attempts, elapsed)."""
+
+    def __init__(self, live: bool) -> None:
+        self.live = live
+        self._live: Any = None
+
+    @classmethod
+    def for_stderr(cls) -> Reporter:
+        return cls(live=sys.stderr.isatty())
+
+    def note(self, text: str) -> None:
+        """One line on stderr (above the live table, if any)."""
+        if self._live is not None:
+            self._live.console.print(f"teamctl: {text}", markup=False, highlight=False)
+        else:
+            click.echo(f"teamctl: {text}", err=True)
+
+    def tick(self, states: list[TaskState]) -> None:
+        """Redraw the table from the board's current states."""
+        if not self.live:
+            return
+        if self._live is None:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(console=Console(stderr=True), auto_refresh=False)
+            self._live.start()
+        self._live.update(_table(states), refresh=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+
+def _table(states: list[TaskState]) -> Any:
+    from rich.table import Table
+
+    table = Table("task", "member", "status", "attempts", "elapsed", box=None)
+    now_ms = int(time.time() * 1000)
+    for state in states:
+        end_ms = state.end_ms or (now_ms if state.start_ms else 0)
+        elapsed = f"{(end_ms - state.start_ms) / 1000:.1f}s" if state.start_ms else "-"
+        style = STATUS_STYLE.get(state.status, "")
+        table.add_row(state.task_id, state.claimed_by or state.member_id or "-",
+                      f"[{style}]{state.status.value}[/]" if style else state.status.value,
+                      str(state.attempts), elapsed)
+    return table
