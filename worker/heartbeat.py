@@ -1,4 +1,4 @@
-"""A daemon thread that keeps a claim alive, and notices when the claim was taken away."""
+"""A daemon thread that keeps the job's claims alive, and notices when one was taken away."""
 
 from __future__ import annotations
 
@@ -6,22 +6,21 @@ import logging
 import threading
 
 from shared.board import TaskBoard, WriteOutcome
+from worker.claims import Claim, ClaimEnd, Claims
 
 log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    """Refreshes the heartbeat key every ttl/3; `lost` is set once a refresh is refused."""
+    """Refreshes every live claim each ttl/3; a refused refresh ends that claim as LOST."""
 
-    def __init__(self, board: TaskBoard, task_id: str, token: int, ttl_s: float) -> None:
+    def __init__(self, board: TaskBoard, claims: Claims, ttl_s: float) -> None:
         self.board = board
-        self.task_id = task_id
-        self.token = token
+        self.claims = claims
         self.ttl_s = ttl_s
-        self.lost = threading.Event()
         self._stop = threading.Event()
         # Daemon: a SIGKILLed or hung job simply stops heartbeating and gets reclaimed.
-        self._thread = threading.Thread(target=self._run, name=f"heartbeat-{task_id}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="teamctl-heartbeat", daemon=True)
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
@@ -31,14 +30,23 @@ class Heartbeat:
         self._stop.set()
         self._thread.join(timeout=self.ttl_s)
 
+    def refresh(self, claim: Claim) -> bool:
+        """Refresh one claim now; False (and the claim ends LOST) if the board refused it."""
+        if not claim.live:
+            return False
+        outcome = self.board.heartbeat(claim.task_id, claim.token, self.ttl_s,
+                                       member_id=claim.member_id)
+        if outcome is WriteOutcome.APPLIED:
+            return True
+        if self.claims.end(claim, ClaimEnd.LOST):
+            log.warning("claim on %s was taken back (%s); stopping that attempt",
+                        claim.task_id, outcome.value)
+        return False
+
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
-            try:
-                outcome = self.board.heartbeat(self.task_id, self.token, self.ttl_s)
-            except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
-                log.warning("heartbeat for %s failed: %s", self.task_id, exc)
-                continue
-            if outcome is WriteOutcome.STALE:
-                log.warning("claim on %s was reclaimed; stopping this attempt", self.task_id)
-                self.lost.set()
-                return
+            for claim in self.claims.live():
+                try:
+                    self.refresh(claim)
+                except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
+                    log.warning("heartbeat for %s failed: %s", claim.task_id, exc)

@@ -13,7 +13,11 @@ from worker.tools import Toolbox
 
 
 class AttemptAbandoned(Exception):  # noqa: N818  (a signal, not a failure to report)
-    """The claim was lost or the run cancelled: stop without writing anything."""
+    """The claim was lost or released: stop without writing anything."""
+
+
+class HandedOff(Exception):  # noqa: N818  (a signal, not a failure to report)
+    """The running task was reassigned: stop this session; the new member takes over."""
 
 
 @dataclass
@@ -61,7 +65,7 @@ class AgentLoop:
 
     def _run_tools(self, reply: ModelReply) -> list[dict[str, Any]]:
         return [{"role": "tool", "tool_call_id": call.id, "name": call.name,
-                 "content": self.toolbox.call(call.name, call.arguments)}
+                 "content": self.toolbox.call(call.name, call.arguments, call.id)}
                 for call in reply.tool_calls]
 
 

@@ -1,0 +1,53 @@
+"""Run budgets (`max_tokens`, `max_cost_usd`), kept in Redis so every worker sees one total.
+
+Before each model call a member asks `exceeded()`; after it, `charge()` adds the call's usage and
+checks the limits in one Lua script, so the call that crosses a limit is known exactly once (the
+reason is recorded in the usage hash). A call's cost is only known after it returns, so a run can
+overshoot by at most one call per member in flight; no new call starts once a limit is reached.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from shared.keys import RunKeys
+from shared.models import Usage
+from shared.scripts import Scripts
+
+EXCEEDED_FIELD = "budget_exceeded"
+
+
+class Budget:
+    """The token and cost limits of one run, checked against the run's usage totals."""
+
+    def __init__(self, conn: redis.Redis, run_id: str, *, max_tokens: int | None,
+                 max_cost_usd: float | None, scripts: Scripts | None = None) -> None:
+        self.conn = conn
+        self.keys = RunKeys(run_id)
+        self.max_tokens = max_tokens
+        self.max_cost_usd = max_cost_usd
+        self.scripts = scripts or Scripts(conn)
+
+    def exceeded(self) -> str | None:
+        """Why no new model call may start, or None while the budget lasts."""
+        raw = self.conn.hgetall(self.keys.usage)
+        if raw.get(EXCEEDED_FIELD):
+            return raw[EXCEEDED_FIELD]
+        tokens = int(raw.get("prompt_tokens", 0)) + int(raw.get("completion_tokens", 0))
+        cost_usd = float(raw.get("cost_usd", 0.0))
+        # Planner and synthesizer usage is added without a budget check; it still counts.
+        if self.max_tokens is not None and tokens >= self.max_tokens:
+            return f"budget exceeded: {tokens} tokens used, max_tokens is {self.max_tokens}"
+        if self.max_cost_usd is not None and cost_usd >= self.max_cost_usd:
+            return f"budget exceeded: ${cost_usd:g} spent, max_cost_usd is {self.max_cost_usd:g}"
+        return None
+
+    def charge(self, usage: Usage) -> str | None:
+        """Add one call's usage to the run totals; returns the exceeded reason, if any."""
+        _tokens, _cost, reason = self.scripts["budget_charge"](
+            keys=[self.keys.usage],
+            args=[usage.prompt_tokens, usage.completion_tokens, repr(float(usage.cost_usd)),
+                  "1" if usage.unpriced else "0",
+                  "" if self.max_tokens is None else self.max_tokens,
+                  "" if self.max_cost_usd is None else repr(float(self.max_cost_usd))])
+        return reason or None

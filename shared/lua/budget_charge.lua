@@ -1,0 +1,20 @@
+-- budget_charge: add one model call's usage to the run totals and say whether the budget is spent.
+-- KEYS[1] the run's usage hash (the same fields RunStore.usage reads).
+-- ARGV[1] prompt tokens, ARGV[2] completion tokens, ARGV[3] cost usd, ARGV[4] '1' if unpriced,
+-- ARGV[5] max tokens ('' = no limit), ARGV[6] max cost usd ('' = no limit).
+-- Returns {total tokens, total cost usd as a string, exceeded reason or ''}. The first call that
+-- crosses a limit records the reason in the hash field 'budget_exceeded'; later calls keep it.
+redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[2])
+local cost = redis.call('HINCRBYFLOAT', KEYS[1], 'cost_usd', ARGV[3])
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'unpriced', 1) end
+local tokens = tonumber(redis.call('HGET', KEYS[1], 'prompt_tokens'))
+  + tonumber(redis.call('HGET', KEYS[1], 'completion_tokens'))
+local reason = ''
+if ARGV[5] ~= '' and tokens >= tonumber(ARGV[5]) then
+  reason = 'budget exceeded: ' .. tokens .. ' tokens used, max_tokens is ' .. ARGV[5]
+elseif ARGV[6] ~= '' and tonumber(cost) >= tonumber(ARGV[6]) then
+  reason = 'budget exceeded: $' .. cost .. ' spent, max_cost_usd is ' .. ARGV[6]
+end
+if reason ~= '' then redis.call('HSETNX', KEYS[1], 'budget_exceeded', reason) end
+return {tokens, tostring(cost), redis.call('HGET', KEYS[1], 'budget_exceeded') or ''}

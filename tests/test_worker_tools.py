@@ -1,0 +1,192 @@
+"""The member runtime in-process (execute_task, the RQ job body) against real Redis and litellm
+over HTTP to the scripted server: team tools, tool errors, retries, usage, budgets, cancel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from shared.board import TaskBoard
+from shared.bus import MessageBus
+from shared.keys import RunKeys
+from shared.models import TaskSpec, TaskStatus
+from shared.runstore import RunStore
+from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
+from tests.test_worker_support import make_run, parsed, tool_names, tool_results
+from worker.jobs import execute_task
+
+TEAM_TOOLS = ["team_send_message", "team_broadcast", "team_read_messages", "team_list_tasks",
+              "team_claim_task", "team_release_task", "team_reassign_task", "team_heartbeat_task"]
+
+
+def one_task(member: str = "m1", task_id: str = "task_1", **extra: Any) -> TaskSpec:
+    return TaskSpec(id=task_id, member_id=member, task=f"Do {task_id}", **extra)
+
+
+def messages(conn: redis.Redis, run_id: str) -> list[tuple[str, str | None, str]]:
+    bus = MessageBus(conn, run_id, [])
+    return [(m.from_, m.to, m.type) for m in bus.messages()]
+
+
+def test_tool_errors_go_back_to_the_model_and_the_task_completes(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("team_send_message", {"toMemberId": "lead", "content": "hi"}),
+                   ("team_broadcast", '{"content": "no closing brace"'),
+                   ("no_such_tool", {}),
+                   ("team_claim_task", {})]),
+        "done despite errors"])
+    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+
+    first, second = llm.requests[f"m1-{run_id}"]
+    assert tool_names(first) == TEAM_TOOLS
+    send = first["tools"][0]["function"]
+    assert list(send["parameters"]["properties"]) == ["toMemberId", "content", "type", "taskId"]
+    assert send["parameters"]["required"] == ["toMemberId", "content"]
+    unknown_member, bad_json, unknown_tool, claim = tool_results(second)
+    assert unknown_member.startswith("TOOL_ERROR: ")
+    assert "unknown team member: lead" in json.loads(unknown_member[12:])["error"]
+    assert bad_json.startswith("TOOL_ERROR: ") and "not JSON" in bad_json
+    assert json.loads(bad_json[12:])["tool"] == "team_broadcast"
+    assert "Unknown tool 'no_such_tool'" in unknown_tool and "team_send_message" in unknown_tool
+    # Claiming the task being executed (the default taskId) fails: it is already in progress.
+    assert list(parsed(claim))[:3] == ["action", "ok", "memberId"]
+    assert parsed(claim) | {"taskState": None} == {
+        "action": "team_claim_task", "ok": False, "memberId": "m1", "taskId": "task_1",
+        "taskState": None}
+    task = TaskBoard(conn, run_id).get("task_1")
+    assert task.status is TaskStatus.COMPLETED and task.output == "done despite errors"
+    # Two calls of 11 + 7 tokens from the scripted server; no price for it: flagged unpriced.
+    assert (task.usage.prompt_tokens, task.usage.completion_tokens) == (22, 14)
+    assert task.usage.unpriced and task.usage.cost_usd == 0
+    run_usage = RunStore(conn, run_id).usage()
+    assert (run_usage.prompt_tokens, run_usage.completion_tokens, run_usage.unpriced) == (
+        22, 14, True)
+    assert messages(conn, run_id) == [("system", "m1", "task.assigned"),
+                                      ("m1", "lead", "task.result")]
+
+
+def test_team_tools_are_offered_only_when_enabled(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", ["plain answer"])
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base, enable_member_team_tools=False)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+    assert tool_names(llm.requests[f"m1-{run_id}"][0]) == []
+
+
+def test_claimed_task_runs_after_the_current_one_and_heartbeats_count(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("team_heartbeat_task", {}), ("team_claim_task", {"task_id": "task_2"}),
+                   ("team_heartbeat_task", {"taskId": "task_3"})]),
+        "task_1 done", "task_2 done by m1"])
+    make_run(conn, run_id, models={"m1": model, "m2": model},
+             tasks=[one_task(), one_task("m2", "task_2"), one_task("m2", "task_3")],
+             workspace=tmp_path / "ws", api_base=llm.api_base)
+
+    outcome = execute_task(conn, run_id, "task_1")
+
+    assert outcome == "task_1: completed; task_2: completed"
+    beat, claim, foreign = (parsed(r) for r in tool_results(llm.requests[f"m1-{run_id}"][1]))
+    assert (beat["ok"], beat["taskId"], beat["taskState"]["heartbeatCount"]) == (True, "task_1", 1)
+    assert (claim["ok"], claim["taskState"]["status"], claim["taskState"]["claimedBy"]) == (
+        True, "in_progress", "m1")
+    assert foreign["ok"] is False and "do not hold a claim on task_3" in foreign["reason"]
+    board = TaskBoard(conn, run_id)
+    assert board.get("task_1").heartbeat_count == 1
+    task_2 = board.get("task_2")
+    assert (task_2.status, task_2.claimed_by, task_2.output) == (
+        TaskStatus.COMPLETED, "m1", "task_2 done by m1")
+    assert board.get("task_3").status is TaskStatus.READY
+    assert "Task ID: task_2" in llm.prompts(f"m1-{run_id}")[2]
+
+
+def test_model_500_then_200_is_retried(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [HttpError(500, "briefly overloaded"), "fine"])
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base, model_max_retries=2)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+    assert len(llm.requests[f"m1-{run_id}"]) == 2
+    assert TaskBoard(conn, run_id).get("task_1").output == "fine"
+
+
+def test_model_500_forever_fails_the_task_with_the_provider_text(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [HttpError(500, "provider melted 7f3a")], repeat_last=True)
+    make_run(conn, run_id, models={"m1": model},
+             tasks=[one_task(), one_task(task_id="task_2", depends_on=["task_1"])],
+             workspace=tmp_path / "ws", api_base=llm.api_base, model_max_retries=1)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+    assert len(llm.requests[f"m1-{run_id}"]) == 2  # the first try and one retry
+    board = TaskBoard(conn, run_id)
+    failed, dependent = board.get("task_1"), board.get("task_2")
+    assert failed.status is TaskStatus.FAILED and "provider melted 7f3a" in failed.error
+    assert dependent.status is TaskStatus.BLOCKED and dependent.error == "dependency failed"
+    assert ("m1", "lead", "task.error") in messages(conn, run_id)
+
+
+def test_budget_stops_new_model_calls_once_spent(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("team_list_tasks", {})])], repeat_last=True)
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task(), one_task(task_id="task_2")],
+             workspace=tmp_path / "ws", api_base=llm.api_base, max_tokens=30)
+
+    # 18 tokens per call: the second call crosses 30, so no third call starts.
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+    assert len(llm.requests[f"m1-{run_id}"]) == 2
+    board = TaskBoard(conn, run_id)
+    assert board.get("task_1").error == "budget exceeded: 36 tokens used, max_tokens is 30"
+    # A task started later fails before its first model call.
+    assert execute_task(conn, run_id, "task_2") == "task_2: failed"
+    assert len(llm.requests[f"m1-{run_id}"]) == 2
+    assert board.get("task_2").error.startswith("budget exceeded")
+    assert RunStore(conn, run_id).usage().prompt_tokens == 22
+    assert conn.hget(RunKeys(run_id).usage, "budget_exceeded").startswith("budget exceeded")
+
+
+def test_cancel_stops_the_member_before_its_next_model_call(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    def cancel_then_call_a_tool(body: dict[str, Any]) -> ToolCalls:
+        conn.set(RunKeys(run_id).cancel, 1)
+        return ToolCalls([("team_list_tasks", {})])
+
+    model = llm.script(f"m1-{run_id}", handler=cancel_then_call_a_tool)
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+    assert len(llm.requests[f"m1-{run_id}"]) == 1
+    assert TaskBoard(conn, run_id).get("task_1").error == "run cancelled"
+
+
+def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    board = TaskBoard(conn, run_id)
+
+    def reclaim_then_call_a_tool(body: dict[str, Any]) -> ToolCalls:
+        # What the coordinator does when the heartbeat key expires.
+        conn.delete(board.keys.heartbeat("task_1"))
+        assert board.reclaim_expired(max_attempts=3) == ["task_1"]
+        return ToolCalls([("team_list_tasks", {})])
+
+    model = llm.script(f"m1-{run_id}", handler=reclaim_then_call_a_tool)
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base)
+
+    assert execute_task(conn, run_id, "task_1").startswith("task_1: abandoned: claim lost")
+    assert len(llm.requests[f"m1-{run_id}"]) == 1
+    task = board.get("task_1")
+    assert task.status is TaskStatus.READY and task.output is None
+    assert task.stale_writes >= 1
+    assert messages(conn, run_id) == [("system", "m1", "task.assigned")]

@@ -1,0 +1,144 @@
+"""One member session on one claimed task: dispatch input, agent loop, fenced outcome."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from shared.board import TaskBoard, WriteOutcome
+from shared.budget import Budget
+from shared.bus import MessageBus, shorten
+from shared.errors import RunFailed
+from shared.llm import ModelClient
+from shared.models import TaskState, Usage
+from shared.prompts import render
+from shared.runstore import RunStore
+from shared.team import Member, RunSpec
+from shared.workspace import Workspace
+from worker.claims import Claim, ClaimEnd, Claims
+from worker.dispatch import build_dispatch_input
+from worker.heartbeat import Heartbeat
+from worker.runner import AgentLoop, AttemptAbandoned, HandedOff
+from worker.team_tools import TeamContext, add_team_tools
+from worker.tools import Toolbox
+from worker.workspace_tools import add_workspace_tools
+
+
+@dataclass
+class JobContext:
+    """Everything a job's sessions share: the run, its stores, and this job's claims."""
+
+    conn: redis.Redis
+    spec: RunSpec
+    board: TaskBoard
+    bus: MessageBus
+    store: RunStore
+    budget: Budget
+    client: ModelClient
+    claims: Claims
+    beat: Heartbeat
+    worker: str
+
+
+class Attempt:
+    """Runs one claim as its member in a fresh session and writes the outcome with its token."""
+
+    def __init__(self, job: JobContext, claim: Claim) -> None:
+        self.job = job
+        self.claim = claim
+
+    def run(self) -> str:
+        job, claim = self.job, self.claim
+        task = job.board.get(claim.task_id)
+        member = job.spec.member(claim.member_id) or (
+            job.spec.member_for(task.member_id) if task else None)
+        if task is None or member is None:
+            return "skipped: task or member vanished"
+        job.bus.publish("system", member.id, "task.assigned", task.task_id, task.task)
+        try:
+            result = self._loop(member).run(
+                render("worker", "member_system.md", name=member.display_name),
+                self._dispatch_input(member, task))
+        except HandedOff:
+            to = claim.handed_to or member.id
+            job.claims.run_again_as(claim, to)
+            return f"handed off to {to}"
+        except AttemptAbandoned as exc:
+            return f"abandoned: {exc}"
+        except Exception as exc:  # any member failure becomes the task's error
+            return self._fail(member, str(exc) or type(exc).__name__)
+        return self._complete(member, result.output)
+
+    def _loop(self, member: Member) -> AgentLoop:
+        options = self.job.spec.options
+        return AgentLoop(client=self.job.client, model=self.job.spec.models.for_member(member),
+                         api_base=self.job.spec.models.api_base, toolbox=self._toolbox(member),
+                         max_steps=options.member_max_steps, check_continue=self._check_continue,
+                         on_usage=self._on_usage)
+
+    def _toolbox(self, member: Member) -> Toolbox:
+        """Workspace tools first, then the team tools (AI4J's order), as the run allows."""
+        job = self.job
+        toolbox = Toolbox()
+        add_workspace_tools(toolbox, Workspace(Path(job.spec.workspace_dir)), member.tools)
+        if job.spec.options.enable_member_team_tools:
+            add_team_tools(toolbox, TeamContext(
+                board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
+                member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
+                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s))
+        return toolbox
+
+    def _check_continue(self) -> None:
+        """Before each model call: still our claim, run not cancelled, budget left."""
+        claim = self.claim
+        if claim.handed_to is not None:
+            raise HandedOff(claim.handed_to)
+        if not claim.live:
+            raise AttemptAbandoned(f"claim {claim.end.value if claim.end else 'ended'}")
+        # A synchronous refresh, not just the thread's flag: a reclaimed task must not get one
+        # more model call however the heartbeat thread is scheduled.
+        if not self.job.beat.refresh(claim):
+            raise AttemptAbandoned("claim lost: the task was reclaimed")
+        if self.job.store.cancelled():
+            raise RunFailed("run cancelled")
+        reason = self.job.budget.exceeded()
+        if reason:
+            raise RunFailed(reason)
+
+    def _on_usage(self, usage: Usage) -> None:
+        self.claim.usage = self.claim.usage.plus(usage)
+        self.job.budget.charge(usage)
+
+    def _dispatch_input(self, member: Member, task: TaskState) -> str:
+        job = self.job
+        options = job.spec.options
+        dependencies = [d for d in (job.board.get(dep) for dep in task.depends_on) if d]
+        history = job.bus.history_for(member.id, options.message_history_limit)
+        return build_dispatch_input(member=member, task=task, objective=job.spec.objective,
+                                    options=options, dependencies=dependencies, history=history)
+
+    def _complete(self, member: Member, output: str) -> str:
+        job, claim = self.job, self.claim
+        job.claims.end(claim, ClaimEnd.FINISHED)
+        outcome = job.board.complete(claim.task_id, claim.token, output, self._elapsed_ms(),
+                                     claim.usage)
+        if outcome is not WriteOutcome.APPLIED:
+            return "stale: the claim was reclaimed; result discarded"
+        job.bus.publish(member.id, "lead", "task.result", claim.task_id, shorten(output))
+        return "completed"
+
+    def _fail(self, member: Member, error: str) -> str:
+        job, claim = self.job, self.claim
+        job.claims.end(claim, ClaimEnd.FINISHED)
+        outcome = job.board.fail(claim.task_id, claim.token, error, self._elapsed_ms(),
+                                 claim.usage)
+        if outcome is not WriteOutcome.APPLIED:
+            return "stale: the claim was reclaimed; error discarded"
+        job.bus.publish(member.id, "lead", "task.error", claim.task_id, error)
+        return "failed"
+
+    def _elapsed_ms(self) -> int:
+        return int((time.monotonic() - self.claim.started_s) * 1000)
