@@ -190,3 +190,50 @@ def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
     assert task.status is TaskStatus.READY and task.output is None
     assert task.stale_writes >= 1
     assert messages(conn, run_id) == [("system", "m1", "task.assigned")]
+
+
+def test_releasing_the_current_task_ends_the_attempt_quietly(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("team_release_task", {"reason": "needs a specialist"})]), "never asked"])
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
+    assert len(llm.requests[f"m1-{run_id}"]) == 1
+    task = TaskBoard(conn, run_id).get("task_1")
+    # Back in the queue for the coordinator to dispatch again; nothing was written as a result.
+    assert (task.status, task.output, task.attempts) == (TaskStatus.READY, None, 1)
+    assert messages(conn, run_id) == [("system", "m1", "task.assigned")]
+
+
+def test_reassigning_the_current_task_hands_it_to_the_teammate_in_the_same_job(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    m1 = llm.script(f"m1-{run_id}", [ToolCalls([("team_reassign_task", {"to": "m2"})])])
+    m2 = llm.script(f"m2-{run_id}", ["m2 finished it"])
+    make_run(conn, run_id, models={"m1": m1, "m2": m2}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base)
+
+    outcome = execute_task(conn, run_id, "task_1")
+
+    assert outcome == "task_1: handed off to m2; task_1: completed"
+    assert len(llm.requests[f"m1-{run_id}"]) == 1
+    assert llm.prompts(f"m2-{run_id}")[0].startswith("Team member role: Member m2")
+    task = TaskBoard(conn, run_id).get("task_1")
+    assert (task.status, task.claimed_by, task.output, task.attempts) == (
+        TaskStatus.COMPLETED, "m2", "m2 finished it", 1)
+    assert messages(conn, run_id) == [("system", "m1", "task.assigned"),
+                                      ("system", "m2", "task.assigned"),
+                                      ("m2", "lead", "task.result")]
+
+
+def test_reassign_to_an_unknown_member_is_a_tool_error(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("team_reassign_task", {"toMemberId": "ghost"})]), "kept it"])
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+    (result,) = tool_results(llm.requests[f"m1-{run_id}"][1])
+    assert result.startswith("TOOL_ERROR: ") and "unknown team member: ghost" in result
