@@ -1,34 +1,84 @@
-"""`teamctl messages`: print (and follow) a run's bus."""
+"""`teamctl messages`: print a run's bus and, with --follow, keep printing until the run ends."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
-from shared.bus import MessageBus
+from shared.bus import MessageBus, delivered_to
 from shared.connection import connect
-from shared.ids import check_run_id
+from shared.errors import ConfigError
+from shared.ids import RESERVED_MEMBER_IDS, check_run_id
 from shared.models import Envelope
 from shared.runstore import RunStore
+
+FOLLOW_BLOCK_MS = 500
+"""How long one XREAD BLOCK waits before looking again at whether the run has ended."""
+LIVE_STATUSES = frozenset({"planning", "awaiting_approval", "running", "synthesizing"})
+"""Run statuses in which messages may still arrive; any other status ends --follow."""
+START = "0-0"
+
+Emit = Callable[[Envelope], None]
 
 
 def messages_command(redis_url: str, run_id: str, *, member: str | None, type_: str | None,
                      follow: bool, as_json: bool) -> None:
+    """Print the run's messages (those delivered to `member`, of type `type_`), then follow."""
     conn = connect(redis_url)
-    spec = RunStore(conn, check_run_id(run_id)).spec()
-    bus = MessageBus(conn, run_id, [m.id for m in spec.members])
-    for message in bus.messages():
-        if _selected(message, member, type_):
+    store = RunStore(conn, check_run_id(run_id))
+    spec = store.spec()
+    member_ids = [m.id for m in spec.members]
+    recipient = None if member is None else _check_member(member, member_ids)
+    bus = MessageBus(conn, run_id, member_ids)
+
+    def emit(message: Envelope) -> None:
+        if _selected(message, recipient, type_):
             click.echo(_format(message, as_json))
+
+    last_id = START
+    for message in bus.messages():
+        emit(message)
+        last_id = message.id
+    if follow:
+        _follow(bus, store, last_id, emit)
+
+
+def _follow(bus: MessageBus, store: RunStore, after_id: str, emit: Emit) -> None:
+    """Tail the bus with XREAD BLOCK until the run ends (then drain it) or Ctrl-C."""
+    try:
+        while True:
+            # Read the status before reading the bus: a message published before the run ended
+            # is then always printed by the non-blocking drain that follows.
+            ended = store.state().status not in LIVE_STATUSES
+            messages = bus.tail(after_id, block_ms=None if ended else FOLLOW_BLOCK_MS)
+            for message in messages:
+                emit(message)
+                after_id = message.id
+            if ended and not messages:
+                return
+    except KeyboardInterrupt:
+        return
+
+
+def _check_member(raw: str, member_ids: list[str]) -> str:
+    """The member id (case and spaces ignored, nothing else rewritten), or ConfigError."""
+    member = raw.strip().lower()
+    if member not in member_ids and member not in RESERVED_MEMBER_IDS:
+        raise ConfigError(f"--member {raw!r} is not in this run; use one of: "
+                          f"{', '.join(member_ids)}, lead")
+    return member
 
 
 def _selected(message: Envelope, member: str | None, type_: str | None) -> bool:
     if type_ is not None and message.type != type_:
         return False
-    return member is None or message.to in (member, "*", None)
+    return member is None or delivered_to(message, member)
 
 
 def _format(message: Envelope, as_json: bool) -> str:
     if as_json:
         return message.model_dump_json(by_alias=True)
-    to = message.to or "*"
-    return f"{message.id} [{message.type}] {message.from_} -> {to}: {message.content}"
+    task = f" ({message.task_id})" if message.task_id else ""
+    to = message.to or "(everyone)"
+    return f"{message.id} [{message.type}]{task} {message.from_} -> {to}: {message.content}"

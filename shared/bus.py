@@ -142,8 +142,8 @@ class MessageBus:
             return []
         return [_envelope(eid, fields) for eid, fields in self.conn.xrange(self.keys.bus)]
 
-    def tail(self, after_id: str, block_ms: int) -> list[Envelope]:
-        """Messages after `after_id`, waiting up to `block_ms` for one (XREAD BLOCK, no polling)."""
+    def tail(self, after_id: str, block_ms: int | None) -> list[Envelope]:
+        """Messages after `after_id`, waiting up to `block_ms` for one (None: no wait)."""
         reply = self.conn.xread({self.keys.bus: after_id}, count=READ_BATCH, block=block_ms)
         return [_envelope(eid, fields) for _, entries in reply or [] for eid, fields in entries]
 
