@@ -1,0 +1,151 @@
+"""Bus benchmark: read_unread latency with 100 vs 100,000 messages on the bus, and publish rate
+against raw redis-py XADD, measured in the same run on a private redis-server.
+
+Run: .venv/bin/python -m bench.bench_bus
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import redis
+
+from shared.bus import MessageBus
+from shared.embedded_redis import free_port, redis_server_binary
+from shared.keys import RunKeys
+
+MEMBERS = ["reader", "writer", "other"]
+SIZES = (100, 100_000)
+READS = 2000
+PUBLISHES = 5000
+ROUNDS = 3
+FILL_PIPELINE = 1000
+RATIO_GOAL = 1.5
+STARTUP_TIMEOUT_S = 10.0
+
+
+@contextmanager
+def redis_server() -> Iterator[redis.Redis]:
+    """A throwaway redis-server without persistence, stopped by its pid."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        port = free_port()
+        process = subprocess.Popen(
+            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir,
+             "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            yield _connect_when_up(f"redis://127.0.0.1:{port}/0")
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def _connect_when_up(url: str) -> redis.Redis:
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        try:
+            conn.ping()
+            return conn
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)  # the server is starting; nothing to block on yet
+
+
+def fill(bus: MessageBus, count: int) -> None:
+    """`count` messages through the publish script, pipelined: a third each to the reader, to
+    another member, and to everyone; then both catch up, as live members would."""
+    pipe = bus.conn.pipeline(transaction=False)
+    recipients = {"reader": ["reader"], "other": ["other"], "*": ["reader", "other"]}
+    for n in range(count):
+        to = ("reader", "other", "*")[n % 3]
+        inboxes = [bus.keys.inbox(m) for m in recipients[to]]
+        bus.scripts["publish"](keys=[bus.keys.bus, bus.keys.bus_seq, *inboxes],
+                               args=["writer", to, "peer.message", "", f"filler {n}",
+                                     int(time.time() * 1000)], client=pipe)
+        if len(pipe) >= FILL_PIPELINE:
+            pipe.execute()
+    pipe.execute()
+    bus.read_unread("reader")
+    bus.read_unread("other")
+
+
+def read_latencies_ms(bus: MessageBus) -> list[float]:
+    """One new message, then one timed read_unread, READS times."""
+    latencies = []
+    for n in range(READS):
+        bus.send("writer", "reader", None, None, f"new {n}")
+        started = time.perf_counter()
+        got = bus.read_unread("reader")
+        latencies.append((time.perf_counter() - started) * 1000)
+        assert len(got) == 1
+    return latencies
+
+
+def rates_per_s(actions: dict[str, Callable[[int], object]]) -> dict[str, float]:
+    """Best of ROUNDS timings of PUBLISHES sequential calls, rounds interleaved so that load from
+    other processes on the machine hits every contender alike."""
+    best = dict.fromkeys(actions, float("inf"))
+    for _ in range(ROUNDS):
+        for name, action in actions.items():
+            started = time.perf_counter()
+            for n in range(PUBLISHES):
+                action(n)
+            best[name] = min(best[name], time.perf_counter() - started)
+    return {name: PUBLISHES / seconds for name, seconds in best.items()}
+
+
+def bench_reads(conn: redis.Redis) -> float:
+    print(f"read_unread with one new message, {READS} reads:")
+    medians = []
+    for size in SIZES:
+        # The cap keeps the bus at its size while the reads add messages: trimming runs inside
+        # publish (untimed), as it would in a long run whose members keep up.
+        bus = MessageBus(conn, f"bench-read-{size}", MEMBERS, bus_maxlen=size)
+        fill(bus, size)
+        latencies = read_latencies_ms(bus)
+        medians.append(statistics.median(latencies))
+        p95 = statistics.quantiles(latencies, n=20)[-1]
+        print(f"  {conn.xlen(bus.keys.bus):>7} messages on the bus: median {medians[-1]:.3f} ms, "
+              f"p95 {p95:.3f} ms")
+    ratio = medians[-1] / medians[0]
+    verdict = "ok" if ratio <= RATIO_GOAL else "MISSED"
+    print(f"  ratio {ratio:.2f} (goal <= {RATIO_GOAL}): {verdict}")
+    return ratio
+
+
+def bench_publish(conn: redis.Redis) -> None:
+    print(f"publish, {PUBLISHES} sequential messages on one connection (best of {ROUNDS}):")
+    raw_key = RunKeys("bench-raw").bus
+    bus = MessageBus(conn, "bench-publish", MEMBERS, bus_maxlen=10 * PUBLISHES * ROUNDS)
+
+    def raw(n: int) -> None:
+        conn.xadd(raw_key, {"from": "writer", "to": "reader", "type": "peer.message",
+                            "task_id": "", "content": f"m {n}", "created_at": 0})
+
+    rates = rates_per_s({
+        "raw redis-py XADD": raw,
+        "bus.send (1 inbox)": lambda n: bus.send("writer", "reader", None, None, f"m {n}"),
+        "bus.broadcast (2 inboxes)": lambda n: bus.broadcast("writer", None, None, f"m {n}"),
+    })
+    raw_rate = rates["raw redis-py XADD"]
+    for name, rate in rates.items():
+        print(f"  {name + ':':<28} {rate:>8,.0f} msg/s ({rate / raw_rate:.2f} of raw)")
+
+
+def main() -> int:
+    with redis_server() as conn:
+        ratio = bench_reads(conn)
+        bench_publish(conn)
+    return 0 if ratio <= RATIO_GOAL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
