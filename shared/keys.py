@@ -103,12 +103,12 @@ class RunKeys:
         return f"{self.base}:hb:{check_task_id(task_id)}"
 
     def inbox(self, member_id: str) -> str:
-        """Stream: messages fanned out to one member."""
+        """Stream: the messages delivered to one member, by bus id (entry field: seq)."""
         return f"{self.base}:inbox:{check_member_id(member_id)}"
 
     @property
     def read_offsets(self) -> str:
-        """Hash: member id -> last inbox entry id that member has read."""
+        """Hash: member id -> id of the last message that member has read."""
         return f"{self.base}:offsets"
 
     @property
