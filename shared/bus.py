@@ -90,8 +90,8 @@ class MessageBus:
         if length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR:
             self.trim()
         return Envelope.model_validate({
-            "id": entry_id, "from": sender, "to": to, "type": type_, "task_id": task_id,
-            "content": content, "created_at": created_at})
+            "id": entry_id, "from": sender, "to": to or None, "type": type_,
+            "task_id": task_id or None, "content": content, "created_at": created_at})
 
     def send(self, sender: str, to: str, type_: str | None, task_id: str | None,
              content: str) -> Envelope | None:

@@ -221,3 +221,12 @@ def test_trimming_cuts_up_to_the_oldest_unread_message(conn: redis.Redis, run_id
     bus.trim()
     assert contents(bus.messages()) == ["pin", *(f"n{i}" for i in range(30, 40))]
     assert contents(bus.read_unread("m3")) == ["pin"]
+
+
+def test_the_returned_envelope_is_what_readers_get(bus: MessageBus) -> None:
+    unaddressed = bus.publish("system", "", "note", "", "to nobody")
+    direct = bus.send("m2", "m1", "question", "t1", "direct")
+    assert unaddressed is not None and (unaddressed.to, unaddressed.task_id) == (None, None)
+    assert bus.read_unread("m1") == [unaddressed, direct]
+    assert bus.messages() == [unaddressed, direct]
+    assert bus.history_for("m1", 0) == [unaddressed, direct]
