@@ -16,7 +16,7 @@ CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
 CANCELLED = "cancelled"
 EVENT_BATCH = 100
-STOP_GRACE_TTLS = 2
+STOP_GRACE_TTLS = 3
 """After a cancel or timeout, wait this many heartbeat TTLs for in-flight claims to end."""
 
 

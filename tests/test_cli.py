@@ -1,0 +1,173 @@
+"""CLI edges: team file and flag validation (exit 2), read-only verbs, export, cancel, approve."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from coordinator.cli import main
+from coordinator.options import merge_options
+from coordinator.run import RunRequest, create_run
+from shared.board import TaskBoard
+from shared.bus import MessageBus
+from shared.models import TaskSpec
+from shared.runstore import RunStore
+from shared.team import ModelChoice, RunOptions, load_team_file
+
+TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+
+
+def make_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: object) -> None:
+    """A run with a two-task board and one message, as a coordinator would leave it."""
+    team = load_team_file(None).model_copy(update={"options": RunOptions(**options)})
+    models = ModelChoice(planner="p", synthesizer="s", member_default="m")
+    create_run(conn, RunRequest(objective="Objective X", team=team, models=models,
+                                workspace_root=tmp_path, run_id=run_id))
+    TaskBoard(conn, run_id).create([
+        TaskSpec(id="a", member_id="researcher", task="A"),
+        TaskSpec(id="b", member_id="writer", task="B", depends_on=["a"])])
+    MessageBus(conn, run_id, ["researcher", "analyst", "writer"]).publish(
+        "system", "researcher", "task.assigned", "a", "A")
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('[[members]]\nid = "m1"\ntools = ["shell"]\n', "members.0.tools"),
+    ('[options]\nmax_attempts = 0\n', "options.max_attempts"),
+    ('[options]\nparalel_dispatch = true\n', "options.paralel_dispatch"),
+    ('hooks = ["no_colon"]\n', "hooks"),
+    ('team_id = "../up"\n', "team_id"),
+    ('members = []\n', "members"),
+    ('[[members]]\nid = "lead"\n', "members.0.id"),
+    ('model = [\n', "not valid toml"),
+])
+def test_invalid_team_file_exits_2_naming_the_field(
+        tmp_path: Path, redis_url: str, text: str, expected: str) -> None:
+    team = tmp_path / "team.toml"
+    team.write_text(text)
+    result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
+                                       "--workers", "0"])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert expected in result.stderr and "Traceback" not in result.stderr
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+def test_bad_flag_value_and_unloadable_hook_exit_2(tmp_path: Path, redis_url: str) -> None:
+    bad_flag = CliRunner().invoke(main, ["run", "x", "--max-attempts", "0", "--workers", "0",
+                                         "--redis-url", redis_url])
+    assert bad_flag.exit_code == 2
+    assert bad_flag.stderr.startswith("teamctl: --max-attempts: Input should be greater")
+    team = tmp_path / "team.yaml"
+    team.write_text("hooks: ['tests.no_such_module:Hook']\n")
+    bad_hook = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--workers", "0",
+                                         "--redis-url", redis_url])
+    assert bad_hook.exit_code == 2
+    assert "hooks[0] 'tests.no_such_module:Hook': cannot load it" in bad_hook.stderr
+
+
+def test_default_team_and_flags_override_the_file(tmp_path: Path) -> None:
+    default = load_team_file(None)
+    assert [m.id for m in default.members] == ["researcher", "analyst", "writer"]
+    assert default.options == RunOptions()
+    team = tmp_path / "team.json"
+    team.write_text(json.dumps({"members": [{"id": "Solo Member"}],
+                                "options": {"max_rounds": 5, "dispatch": "barrier"}}))
+    loaded = load_team_file(team)
+    assert loaded.members[0].id == "solo_member"
+    merged = merge_options(loaded.options, {"max_rounds": 7, "parallel_dispatch": False,
+                                            "dispatch": None})
+    assert (merged.max_rounds, merged.parallel_dispatch, merged.dispatch) == (7, False, "barrier")
+
+
+def test_read_only_verbs_do_not_import_litellm(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path)
+    script = (
+        "import sys\nfrom coordinator.cli import main\n"
+        f"for verb in (['status', '{run_id}', '--json'], ['tasks', '{run_id}', '--json'],\n"
+        f"             ['runs', '--json'], ['messages', '{run_id}']):\n"
+        f"    try:\n        main(verb + ['--redis-url', '{redis_url}'])\n"
+        "    except SystemExit as exc:\n        assert not exc.code, (verb, exc.code)\n"
+        "print('litellm loaded:', 'litellm' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().endswith("litellm loaded: False")
+    assert f'"run_id": "{run_id}"' in done.stdout
+
+
+def test_status_tasks_and_runs_read_the_run_from_redis(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path)
+    runner = CliRunner()
+    status = runner.invoke(main, ["status", run_id, "--redis-url", redis_url, "--json"])
+    assert status.exit_code == 0
+    out = json.loads(status.stdout)
+    assert (out["status"], [s["status"] for s in out["task_states"]]) == (
+        "planning", ["ready", "pending"])
+    tasks = runner.invoke(main, ["tasks", run_id, "--redis-url", redis_url, "--json"])
+    assert [t["task_id"] for t in json.loads(tasks.stdout)] == ["a", "b"]
+    runs = runner.invoke(main, ["runs", "--redis-url", redis_url, "--json"])
+    assert json.loads(runs.stdout)[0] == {"run_id": run_id, "status": "planning", "rounds": 0,
+                                          "objective": "Objective X"}
+    missing = runner.invoke(main, ["status", "nope", "--redis-url", redis_url])
+    assert missing.exit_code == 2 and "no run nope" in missing.stderr
+
+
+def test_export_writes_the_ai4j_file_layout(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path)
+    result = CliRunner().invoke(main, ["export", run_id, str(tmp_path / "out"),
+                                       "--redis-url", redis_url])
+    assert result.exit_code == 0, result.output
+    state = json.loads((tmp_path / "out" / "state" / "default.json").read_text())
+    assert (state["teamId"], state["objective"], state["runActive"]) == (
+        "default", "Objective X", True)
+    assert [m["id"] for m in state["members"]] == ["researcher", "analyst", "writer"]
+    assert [(t["taskId"], t["status"], t["task"]["dependsOn"]) for t in state["taskStates"]] == [
+        ("a", "READY", []), ("b", "PENDING", ["a"])]
+    lines = (tmp_path / "out" / "mailbox" / "default.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    message = json.loads(lines[0])
+    assert (message["fromMemberId"], message["toMemberId"], message["type"], message["taskId"]) \
+        == ("system", "researcher", "task.assigned", "a")
+    assert set(message) == {"id", "fromMemberId", "toMemberId", "type", "taskId", "content",
+                            "createdAt"}
+
+
+def test_cancel_without_a_live_coordinator_ends_the_run_here(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path)
+    runner = CliRunner()
+    result = runner.invoke(main, ["cancel", run_id, "--redis-url", redis_url])
+    assert result.exit_code == 0 and f"run {run_id} cancelled" in result.stdout
+    state = RunStore(conn, run_id).state()
+    assert (state.status, state.error) == ("cancelled", "cancelled")
+    assert {s.task_id: (s.status.value, s.error) for s in TaskBoard(conn, run_id).snapshot()} == {
+        "a": ("blocked", "cancelled"), "b": ("blocked", "cancelled")}
+    again = runner.invoke(main, ["cancel", run_id, "--redis-url", redis_url])
+    assert again.exit_code == 2 and "already finished (cancelled)" in again.stderr
+    status = runner.invoke(main, ["status", run_id, "--redis-url", redis_url])
+    assert status.exit_code == 1 and "cancelled" in status.stdout
+
+
+def test_approve_and_reject_need_a_run_that_asks_for_approval(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path)
+    make_run(conn, run_id + "-ask", tmp_path, require_plan_approval=True)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["approve", run_id, "--redis-url", redis_url])
+    assert refused.exit_code == 2 and "does not ask for plan approval" in refused.stderr
+    rejected = runner.invoke(main, ["reject", run_id + "-ask", "--reason", "too big",
+                                    "--redis-url", redis_url])
+    assert rejected.exit_code == 0 and "rejected" in rejected.stdout
+    twice = runner.invoke(main, ["approve", run_id + "-ask", "--redis-url", redis_url])
+    assert twice.exit_code == 2 and "was already rejected" in twice.stderr
+    state = RunStore(conn, run_id + "-ask").state()
+    assert (state.approval, state.approval_reason) == ("rejected", "too big")
