@@ -17,6 +17,7 @@ skips the sender); to ``lead`` to no inbox (the lead reads the whole bus).
 
 Growth: past ``bus_maxlen`` plus a tenth, the bus is cut back to ``bus_maxlen`` messages, except
 that no message some member has not read is ever dropped; inbox entries go with their message.
+Every bus that publishes must therefore be built with the run's whole roster (``spec.members``).
 """
 
 from __future__ import annotations
@@ -87,7 +88,9 @@ class MessageBus:
         entry_id, length = self.scripts["publish"](
             keys=[self.keys.bus, self.keys.bus_seq, *inboxes],
             args=[sender, to or "", type_, task_id or "", content, created_at])
-        if length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR:
+        # Trimming protects the inboxes this bus knows; a bus built without the roster (to read
+        # the stream only) must not trim on behalf of members it cannot see.
+        if self.member_ids and length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR:
             self.trim()
         return Envelope.model_validate({
             "id": entry_id, "from": sender, "to": to or None, "type": type_,

@@ -230,3 +230,13 @@ def test_the_returned_envelope_is_what_readers_get(bus: MessageBus) -> None:
     assert bus.read_unread("m1") == [unaddressed, direct]
     assert bus.messages() == [unaddressed, direct]
     assert bus.history_for("m1", 0) == [unaddressed, direct]
+
+
+def test_a_bus_without_the_roster_never_trims(conn: redis.Redis, run_id: str) -> None:
+    members_bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=5)
+    members_bus.send("m1", "m2", None, None, "unread by m2")
+    reader_only = MessageBus(conn, run_id, [], bus_maxlen=5)
+    for i in range(20):
+        reader_only.publish("system", "lead", "note", None, f"n{i}")
+    assert len(reader_only.messages()) == 21
+    assert contents(members_bus.read_unread("m2")) == ["unread by m2"]
