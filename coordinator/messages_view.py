@@ -15,8 +15,6 @@ from shared.runstore import RunStore
 
 FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""
-LIVE_STATUSES = frozenset({"planning", "awaiting_approval", "running", "synthesizing"})
-"""Run statuses in which messages may still arrive; any other status ends --follow."""
 START = "0-0"
 
 Emit = Callable[[Envelope], None]
@@ -50,7 +48,7 @@ def _follow(bus: MessageBus, store: RunStore, after_id: str, emit: Emit) -> None
         while True:
             # Read the status before reading the bus: a message published before the run ended
             # is then always printed by the non-blocking drain that follows.
-            ended = store.state().status not in LIVE_STATUSES
+            ended = _run_ended(store)
             messages = bus.tail(after_id, block_ms=None if ended else FOLLOW_BLOCK_MS)
             for message in messages:
                 emit(message)
@@ -59,6 +57,11 @@ def _follow(bus: MessageBus, store: RunStore, after_id: str, emit: Emit) -> None
                 return
     except KeyboardInterrupt:
         return
+
+
+def _run_ended(store: RunStore) -> bool:
+    """Finished, or expired meanwhile: either way no more messages will come."""
+    return store.state().finished or not store.exists()
 
 
 def _check_member(raw: str, member_ids: list[str]) -> str:

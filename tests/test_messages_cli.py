@@ -14,6 +14,7 @@ from click.testing import CliRunner, Result
 
 from coordinator.cli import main
 from shared.bus import MessageBus
+from shared.retention import expire_run
 from shared.runstore import RunStore, now_ms
 from shared.team import Member, ModelChoice, RunOptions, RunSpec
 from tests.conftest import wait_until
@@ -114,6 +115,21 @@ def test_follow_prints_new_messages_and_ends_when_the_run_ends(
     assert outcome[0].exit_code == 0, outcome[0].output
     assert [line.rsplit(": ", 1)[1] for line in outcome[0].output.splitlines()] == [
         "before following", "while following"]
+
+
+def test_follow_ends_when_the_run_expires_under_it(conn: redis.Redis, redis_url: str,
+                                                    run_id: str) -> None:
+    _, bus = store_run(conn, run_id)  # left "running", as by a coordinator that died
+    bus.send("m1", "m2", None, None, "last words")
+    outcome: list[Result] = []
+    follower = threading.Thread(daemon=True, target=lambda: outcome.append(
+        messages(redis_url, run_id, "--follow")))
+    follower.start()
+    wait_until(lambda: blocked_readers(conn), 10, message="the follower to block in XREAD")
+    expire_run(conn, run_id, 1)
+    follower.join(FOLLOW_DEADLINE_S)
+    assert not follower.is_alive(), "--follow did not end when the run expired"
+    assert outcome[0].exit_code == 0 and outcome[0].output.endswith("m1 -> m2: last words\n")
 
 
 def test_follow_on_a_finished_run_prints_everything_and_returns(
