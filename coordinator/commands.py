@@ -105,15 +105,10 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
     queues = sorted({m.queue for m in spec.members})
     with LocalWorkers(redis_url, queues, workers, state_dir() / "logs"):
         result = Coordinator(ctx, client, approval_mode(approve_plan)).run()
-    _expire_finished_run(conn, spec)
     _print_result(result, as_json)
     click.echo(f"teamctl: run {spec.run_id} {result.status} in {result.rounds} rounds, "
                f"{len(result.member_results)} tasks ran", err=True)
     return exit_code_for(result)
-
-
-def _expire_finished_run(conn: redis.Redis, spec: RunSpec) -> None:
-    """Hand a finished run to the retention policy (the bus engineer's module)."""
 
 
 def _print_result(result: RunResult, as_json: bool) -> None:
@@ -203,6 +198,7 @@ def cancel_command(redis_url: str, run_id: str) -> None:
     from coordinator.lease import Lease
     from shared.board import TaskBoard
     from shared.bus import MessageBus
+    from shared.retention import expire_run
 
     conn = connect(redis_url)
     store, spec = _live_run(conn, run_id)
@@ -218,6 +214,7 @@ def cancel_command(redis_url: str, run_id: str) -> None:
         MessageBus(conn, run_id, [m.id for m in spec.members]).publish(
             "system", "lead", "run.cancelled", None, "cancelled")
         store.finish("cancelled", None, error="cancelled")
+        expire_run(conn, run_id, spec.options.retention_s)
     finally:
         lease.release()
     click.echo(f"run {run_id} cancelled")

@@ -40,6 +40,7 @@ HELP = {
     "max_message_bytes": "Largest message a member may send.",
     "dependency_output_chars": "Characters of each dependency's output given to a member.",
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
+    "retention_s": "Seconds an ended run's keys stay in Redis.",
 }
 
 

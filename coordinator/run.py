@@ -25,6 +25,7 @@ from shared.errors import ConfigError, RunFailed
 from shared.ids import check_run_id
 from shared.llm import ModelClient
 from shared.models import Plan, RunResult, TaskStatus
+from shared.retention import expire_run
 from shared.runstore import RunStore, now_ms
 from shared.team import ModelChoice, RunSpec, TeamFile
 
@@ -73,6 +74,8 @@ class Coordinator:
                 return self._drive()
             finally:
                 self.ctx.reporter.close()
+                if self.ctx.store.state().finished:
+                    expire_run(self.ctx.conn, self.spec.run_id, self.spec.options.retention_s)
 
     def _drive(self) -> RunResult:
         if self.ctx.store.state().finished:

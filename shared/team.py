@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shared.errors import ConfigError
 from shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
+from shared.retention import DEFAULT_RETENTION_S
 
 WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
 
@@ -47,6 +48,7 @@ class RunOptions(BaseModel):
     max_message_bytes: int = Field(65536, ge=1)
     dependency_output_chars: int = Field(4000, ge=0)
     lease_ttl_s: float = Field(15.0, gt=0)
+    retention_s: int = Field(DEFAULT_RETENTION_S, ge=1)
 
     def batch_size(self) -> int:
         """How many tasks one round may dispatch."""

@@ -12,6 +12,8 @@ from click.testing import CliRunner, Result
 
 from coordinator.cli import main
 from shared.board import TaskBoard
+from shared.keys import RunKeys
+from shared.team import RunOptions
 from tests.scripted_llm import HttpError, ScriptedLLM
 
 CYCLE = "unresolved dependencies or cyclic plan"
@@ -101,6 +103,8 @@ def test_plan_delegate_synthesize_with_auto_ids(
     assert "You are a team planner." in planner_prompt
     assert "- id=m1, name=Member m1, expertise=collecting facts" in planner_prompt
     assert planner_prompt.endswith("Objective:\nShip the thing")
+    ttl_s = redis.Redis.from_url(workers).ttl(RunKeys(run_id).spec)
+    assert 0 < ttl_s <= RunOptions().retention_s  # an ended run expires (shared/retention.py)
     assert set(out) == {"team_id", "run_id", "objective", "status", "plan", "member_results",
                         "task_states", "messages", "rounds", "output", "total_duration_ms",
                         "usage"}

@@ -1,0 +1,127 @@
+"""Controlling a live run from other processes: cancel, and plan approval or rejection."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import redis
+from click.testing import CliRunner, Result
+
+from coordinator.cli import main
+from shared.board import TaskBoard
+from shared.models import TaskStatus
+from shared.runstore import RunStore
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM
+from tests.test_coordinator import run_cli, script_run, team_file
+from tests.test_resume import TEAMCTL, busy_until
+
+
+def in_thread(invoke: Callable[[], Result]) -> tuple[threading.Thread, list[Result]]:
+    """Run a CLI invocation in the background (the test drives other processes meanwhile)."""
+    results: list[Result] = []
+    thread = threading.Thread(target=lambda: results.append(invoke()), daemon=True)
+    thread.start()
+    return thread, results
+
+
+def teamctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TEAMCTL, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_cancel_from_another_process(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    board = TaskBoard(conn, run_id)
+    never = threading.Event()
+    plan = [{"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    models = script_run(llm, run_id, plan, member=busy_until(never, "a"))
+    team = team_file(tmp_path / "t.toml", models, options={
+        "heartbeat_ttl_s": 1.0, "member_max_steps": 100_000})
+    thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
+    wait_until(lambda: (t := board.get("a")) and t.status is TaskStatus.IN_PROGRESS, 30,
+               message="task a in progress")
+
+    cancel = teamctl("cancel", run_id, "--redis-url", workers)
+
+    assert cancel.returncode == 0, cancel.stderr
+    assert "cancel requested" in cancel.stdout
+    thread.join(timeout=60)
+    [result] = results
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    assert (out["status"], out["output"]) == ("cancelled", None)
+    a, b = out["task_states"]
+    # The in-flight task stops at its next model call: failed by its worker or, if the worker
+    # abandoned it, reclaimed and blocked; the task that never ran is blocked.
+    assert a["status"] in ("failed", "blocked") and "cancelled" in a["error"]
+    assert (b["status"], b["error"]) in (("blocked", "cancelled"), ("blocked", "dependency failed"))
+    assert llm.prompts(f"synth-{run_id}") == []
+    assert out["messages"][-1]["type"] == "run.cancelled"
+
+
+def test_plan_rejected_from_another_shell_fails_the_run(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
+    team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
+    thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
+    wait_until(lambda: RunStore(conn, run_id).state().status == "awaiting_approval", 30,
+               message="the plan to await approval")
+
+    reject = teamctl("reject", run_id, "--reason", "too broad", "--redis-url", workers)
+
+    assert reject.returncode == 0, reject.stderr
+    thread.join(timeout=60)
+    [result] = results
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == "teamctl: plan rejected: too broad"
+    state = RunStore(conn, run_id).state()
+    assert (state.status, state.error) == ("failed", "plan rejected: too broad")
+    assert TaskBoard(conn, run_id).get("a").status is TaskStatus.BLOCKED
+    assert llm.prompts(f"member-{run_id}") == []
+
+
+def test_plan_approved_from_another_shell_runs(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
+    team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
+    thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
+    wait_until(lambda: RunStore(conn, run_id).state().status == "awaiting_approval", 30,
+               message="the plan to await approval")
+
+    approve = teamctl("approve", run_id, "--redis-url", workers)
+
+    assert approve.returncode == 0, approve.stderr
+    thread.join(timeout=60)
+    [result] = results
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["status"] == "completed"
+    assert "plan.approved" in [m["type"] for m in out["messages"]]
+
+
+def test_approve_plan_flag_skips_the_wait(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
+    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
+                     "--require-plan-approval", "--approve-plan")
+    assert result.exit_code == 0, result.output
+    approved = [m for m in json.loads(result.stdout)["messages"] if m["type"] == "plan.approved"]
+    assert [m["content"] for m in approved] == ["approved with --approve-plan"]
+
+
+def test_a_run_id_in_use_is_refused(llm: ScriptedLLM, workers: str, run_id: str,
+                                    tmp_path: Path) -> None:
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
+    team = team_file(tmp_path / "t.toml", models)
+    assert run_cli(llm, workers, run_id, team).exit_code == 0
+    again = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", workers,
+                                      "--workers", "0", "--run-id", run_id])
+    assert again.exit_code == 2 and "already exists" in again.stderr

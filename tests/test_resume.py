@@ -1,0 +1,81 @@
+"""SIGKILL the coordinator mid-run, then `teamctl resume`: the run completes, nothing runs twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+from click.testing import CliRunner
+
+from coordinator.cli import main
+from shared.board import TaskBoard
+from shared.keys import RunKeys
+from shared.models import TaskStatus
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
+
+TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+BUSY = ToolCalls([("team_list_tasks", {})])
+"""A member turn that keeps the member working (and checking for cancel) without blocking the
+scripted server, which answers one request at a time."""
+
+
+def busy_until(release: threading.Event, task_id: str) -> Callable[[dict[str, Any]], Any]:
+    """A member handler: `task_id` keeps calling tools until `release` is set."""
+    def handler(body: dict[str, Any]) -> str | ToolCalls:
+        if task_id_of(body) == task_id and not release.is_set():
+            return BUSY
+        return member_answer(body)
+    return handler
+
+
+def test_sigkill_coordinator_then_resume_completes_without_rerunning(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    board = TaskBoard(conn, run_id)
+    release_b = threading.Event()
+    plan = [{"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    models = script_run(llm, run_id, plan, member=busy_until(release_b, "b"))
+    team = team_file(tmp_path / "t.toml", models, options={
+        "lease_ttl_s": 1.0, "heartbeat_ttl_s": 10.0, "member_max_steps": 100_000})
+    run_args = ["run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+                "--redis-url", workers, "--workers", "0", "--run-id", run_id]
+    coordinator = subprocess.Popen([*TEAMCTL, *run_args], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: (t := board.get("b")) and t.status is TaskStatus.IN_PROGRESS, 90,
+                   message="task b in progress")
+        second = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
+                                           "--workers", "0"])
+        assert second.exit_code == 2 and "is driven by" in second.stderr
+    finally:
+        os.kill(coordinator.pid, signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    release_b.set()  # the in-flight task finishes while no coordinator is alive
+    wait_until(lambda: board.get("b").status is TaskStatus.COMPLETED, 30, message="b completed")
+    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 10, message="lease expiry")
+
+    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
+                                        "--workers", "0", "--json"])
+
+    assert resumed.exit_code == 0, resumed.output
+    out = json.loads(resumed.stdout)
+    assert (out["status"], out["output"], out["rounds"]) == ("completed", "final answer", 2)
+    assert [(s["task_id"], s["status"], s["attempts"]) for s in out["task_states"]] == [
+        ("a", "completed", 1), ("b", "completed", 1)]
+    member_tasks = [task_id_of(body) for body in llm.requests[f"member-{run_id}"]]
+    assert member_tasks.count("a") == 1
+    assert len(llm.prompts(f"synth-{run_id}")) == 1
+    assert [m["type"] for m in out["messages"]].count("run.complete") == 1
+    again = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers])
+    assert again.exit_code == 2 and "already finished" in again.stderr
