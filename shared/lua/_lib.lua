@@ -37,12 +37,13 @@ end
 -- Is `token` the live claim on the task? A stale token is counted on the task (stale_writes);
 -- the live token of a task that already ended is a conflict (its holder writing twice).
 local function check_token(task_key, token)
-  if redis.call('EXISTS', task_key) == 0 then return MISSING end
-  if redis.call('HGET', task_key, 'token') ~= token or token == '0' then
+  local current = redis.call('HMGET', task_key, 'token', 'status')
+  if not current[2] then return MISSING end
+  if current[1] ~= token or token == '0' then
     redis.call('HINCRBY', task_key, 'stale_writes', 1)
     return STALE
   end
-  if redis.call('HGET', task_key, 'status') ~= 'in_progress' then return CONFLICT end
+  if current[2] ~= 'in_progress' then return CONFLICT end
   return APPLIED
 end
 

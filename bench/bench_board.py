@@ -1,0 +1,165 @@
+"""Board benchmark: the per-task claim cycle against one bare EVALSHA, and create + full drain at
+200 vs 2,000 tasks (a linear board costs ~10x, a board that rescans per operation ~100x).
+
+Run: .venv/bin/python -m bench.bench_board [--repeats N]
+Starts its own redis-server (appendonly off) on a free port and stops it by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import redis
+
+from shared.board import TaskBoard
+from shared.embedded_redis import free_port, redis_server_binary
+from shared.models import TaskSpec
+from shared.scripts import Scripts
+
+CYCLE_TASKS = 2000
+EVALSHA_CALLS = 5000
+DRAIN_SIZES = (200, 2000)
+BATCH = 50
+TTL_S = 30.0
+
+
+@contextmanager
+def redis_server() -> Iterator[redis.Redis]:
+    """A private redis-server for the benchmark, stopped by its pid afterwards."""
+    port = free_port()
+    with tempfile.TemporaryDirectory() as data_dir:
+        process = subprocess.Popen(
+            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir,
+             "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            conn = redis.Redis(port=port, decode_responses=True)
+            _wait_for_ping(conn)
+            yield conn
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def _wait_for_ping(conn: redis.Redis, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            conn.ping()
+            return
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)  # startup wait in a benchmark, not test synchronization
+
+
+def layered_plan(size: int) -> list[TaskSpec]:
+    """Task i depends on i-1 and i//2: every completion wakes dependents through the index."""
+    return [TaskSpec(id=f"t{i}", member_id="m1", task="x",
+                     depends_on=sorted({f"t{i - 1}", f"t{i // 2}"}) if i else [])
+            for i in range(size)]
+
+
+def bare_evalsha_us(conn: redis.Redis) -> float:
+    """Microseconds for one EVALSHA round trip of `return 1`."""
+    script = conn.register_script("return 1")
+    script()
+    started = time.perf_counter()
+    for _ in range(EVALSHA_CALLS):
+        script()
+    return (time.perf_counter() - started) / EVALSHA_CALLS * 1e6
+
+
+def cycle_us(conn: redis.Redis, scripts: Scripts) -> float:
+    """Microseconds per task for claim + heartbeat + complete on independent ready tasks."""
+    board = TaskBoard(conn, f"b-{uuid.uuid4().hex[:8]}", scripts)
+    board.create([TaskSpec(id=f"t{i}", member_id="m1", task="x") for i in range(CYCLE_TASKS)])
+    started = time.perf_counter()
+    for i in range(CYCLE_TASKS):
+        task_id = f"t{i}"
+        token = board.claim(task_id, "m1", "bench:1", TTL_S)
+        assert token is not None
+        board.heartbeat(task_id, token, TTL_S)
+        board.complete(task_id, token, "ok", 1)
+    return (time.perf_counter() - started) / CYCLE_TASKS * 1e6
+
+
+def create_and_drain_ms(conn: redis.Redis, scripts: Scripts, size: int) -> float:
+    """Milliseconds to create a layered plan and drain it through next_ready/claim/complete."""
+    board = TaskBoard(conn, f"d-{uuid.uuid4().hex[:8]}", scripts)
+    started = time.perf_counter()
+    board.create(layered_plan(size))
+    done = 0
+    while board.has_work_remaining():
+        for task_id in board.next_ready(BATCH):
+            token = board.claim(task_id, "m1", "bench:1", TTL_S)
+            assert token is not None
+            board.complete(task_id, token, "ok", 1)
+            done += 1
+    elapsed = time.perf_counter() - started
+    assert done == size, f"drained {done} of {size}"
+    return elapsed * 1000
+
+
+def server_cpu_us(conn: redis.Redis) -> float:
+    """CPU time the redis-server process has used: unlike wall time, other load does not count."""
+    cpu = conn.info("cpu")
+    return (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6
+
+
+def measured(conn: redis.Redis, measure: Callable[[], float]) -> tuple[float, float]:
+    """(wall figure, server CPU microseconds) for one run of `measure`."""
+    before = server_cpu_us(conn)
+    wall = measure()
+    return wall, server_cpu_us(conn) - before
+
+
+def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median shown)")
+    args = parser.parse_args()
+    with redis_server() as conn:
+        scripts = Scripts(conn)
+        runs: dict[str, list[tuple[float, float]]] = {}
+        # Interleaved repeats: load from other processes on a small machine hits every figure.
+        for _ in range(args.repeats):
+            runs.setdefault("evalsha", []).append(measured(conn, lambda: bare_evalsha_us(conn)))
+            runs.setdefault("cycle", []).append(measured(conn, lambda: cycle_us(conn, scripts)))
+            for n in DRAIN_SIZES:
+                runs.setdefault(f"drain{n}", []).append(
+                    measured(conn, lambda n=n: create_and_drain_ms(conn, scripts, n)))
+    report({name: medians(values) for name, values in runs.items()})
+
+
+def report(figures: dict[str, tuple[float, float]]) -> None:
+    """Print the figures; "server" is redis-server CPU time, per call, per task or per drain."""
+    evalsha, evalsha_server = figures["evalsha"]
+    cycle, cycle_server = figures["cycle"]
+    print(f"bare EVALSHA round trip:          {evalsha:8.1f} us   "
+          f"(server {evalsha_server / EVALSHA_CALLS:5.1f} us)")
+    print(f"claim+heartbeat+complete / task:  {cycle:8.1f} us   "
+          f"(server {cycle_server / CYCLE_TASKS:5.1f} us) = {cycle / evalsha:.2f} x EVALSHA, "
+          "3 round trips")
+    for n in DRAIN_SIZES:
+        wall_ms, server = figures[f"drain{n}"]
+        print(f"create + drain {n:>5} tasks:       {wall_ms:8.1f} ms   "
+              f"(server {server / 1000:6.1f} ms; {wall_ms / n * 1000:.0f} us/task)")
+    small, large = DRAIN_SIZES
+    wall_ratio = figures[f"drain{large}"][0] / figures[f"drain{small}"][0]
+    server_ratio = figures[f"drain{large}"][1] / figures[f"drain{small}"][1]
+    print(f"drain ratio {large}/{small}:  wall {wall_ratio:.2f} x, server {server_ratio:.2f} x  "
+          f"(linear = {large / small:.0f} x; a rescan per operation would be ~100 x)")
+
+if __name__ == "__main__":
+    main()
