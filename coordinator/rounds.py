@@ -64,8 +64,12 @@ class RoundLoop:
                     break
             self.ctx.reporter.tick(self.board.snapshot() if self.ctx.reporter.live else [])
             self._read_events(state, block=True)
-        self._read_events(state, block=False)  # fire hooks for the last changes
+        self.drain(state)  # fire hooks for the last changes
         return state
+
+    def drain(self, state: LoopState) -> None:
+        """Handle the events and messages that arrived since the last read, without blocking."""
+        self._read_events(state, block=False)
 
     def _check_lease(self) -> None:
         if self.ctx.lease.lost.is_set():

@@ -85,8 +85,10 @@ class Coordinator:
         plan = self._plan_once()
         if self._plan_approved(plan):
             self.ctx.store.set_status("running")
-            state = RoundLoop(self.ctx, deadline).run(self._loop_state())
+            loop = RoundLoop(self.ctx, deadline)
+            state = loop.run(self._loop_state())
             self._finish(state)
+            loop.drain(state)  # on_message hooks see run.complete too
         return build_result(self.ctx.conn, self.spec.run_id)
 
     def _plan_once(self) -> Plan:

@@ -125,3 +125,20 @@ def test_a_run_id_in_use_is_refused(llm: ScriptedLLM, workers: str, run_id: str,
     again = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", workers,
                                       "--workers", "0", "--run-id", run_id])
     assert again.exit_code == 2 and "already exists" in again.stderr
+
+
+def test_timeout_stops_the_run(llm: ScriptedLLM, workers: str, run_id: str,
+                               tmp_path: Path) -> None:
+    never = threading.Event()
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
+                        member=busy_until(never, "a"))
+    team = team_file(tmp_path / "t.toml", models, options={
+        "heartbeat_ttl_s": 1.0, "member_max_steps": 100_000})
+    result = run_cli(llm, workers, run_id, team, "--timeout-s", "1")
+
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    assert (out["status"], out["output"]) == ("failed", None)
+    assert out["messages"][-1]["content"] == "run timed out after 1s"
+    assert out["task_states"][0]["status"] in ("failed", "blocked")
+    assert llm.prompts(f"synth-{run_id}") == []
