@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from coordinator.context import RunContext
 from coordinator.hooks import HOOK_ERROR_TYPE
 from coordinator.result import member_result
-from shared.bus import _envelope
 from shared.errors import RunFailed
 from shared.models import TaskStatus
 
@@ -144,33 +143,29 @@ class RoundLoop:
         return True
 
     def _read_events(self, state: LoopState, *, block: bool) -> None:
-        """Block on the events stream (and the bus, for on_message hooks); no polling."""
-        streams = {self.board.keys.events: state.events_from}
-        if self.ctx.hooks:
-            streams[self.ctx.bus.keys.bus] = state.bus_from
+        """Block on the events stream (no polling); wake at least every ttl/3 to reclaim."""
         timeout_s = max(0.05, min(self.options.heartbeat_ttl_s / 3,
                                   self.options.lease_ttl_s / 3, self.deadline - time.monotonic()))
         while True:
-            reply = self.ctx.conn.xread(streams, count=EVENT_BATCH,
+            reply = self.ctx.conn.xread({self.board.keys.events: state.events_from},
+                                        count=EVENT_BATCH,
                                         block=int(timeout_s * 1000) if block else None)
-            for stream, entries in reply or []:
-                for entry_id, fields in entries:
-                    self._on_entry(state, stream, entry_id, fields)
-            if block or not reply:
+            entries = reply[0][1] if reply else []
+            for entry_id, fields in entries:
+                state.events_from = entry_id
+                self._on_event(state, fields.get("task_id", ""), fields.get("status", ""))
+            if self.ctx.hooks:
+                self._fire_message_hooks(state)
+            if block or len(entries) < EVENT_BATCH:
                 return
-            streams = {s: (state.events_from if s == self.board.keys.events else state.bus_from)
-                       for s in streams}
 
-    def _on_entry(self, state: LoopState, stream: str, entry_id: str,
-                  fields: dict[str, str]) -> None:
-        if stream == self.board.keys.events:
-            state.events_from = entry_id
-            self._on_event(state, fields.get("task_id", ""), fields.get("status", ""))
-            return
-        state.bus_from = entry_id
-        message = _envelope(entry_id, fields)
-        if message.type != HOOK_ERROR_TYPE:  # a failing on_message must not feed itself
-            self.ctx.hooks.call("on_message", message)
+    def _fire_message_hooks(self, state: LoopState) -> None:
+        """on_message for every message published since the last call."""
+        while messages := self.ctx.bus.tail(state.bus_from, None):
+            for message in messages:
+                state.bus_from = message.id
+                if message.type != HOOK_ERROR_TYPE:  # a failing on_message must not feed itself
+                    self.ctx.hooks.call("on_message", message)
 
     def _on_event(self, state: LoopState, task_id: str, status: str) -> None:
         # Any change (claimed, ended, reclaimed to ready) means the queued job was consumed.

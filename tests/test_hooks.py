@@ -72,7 +72,7 @@ def test_hooks_fire_and_a_raising_hook_is_reported_not_fatal(
     points = [point for point, _ in calls]
     assert calls[0] == ("before_plan", ["m1", "m2", "m3"])  # the raising hook ran first
     assert calls[1] == ("after_plan", ["a", "b"])
-    assert calls[-1] == ("after_synthesis", "final answer")
+    assert calls[-2:] == [("after_synthesis", "final answer"), ("on_message", "run.complete")]
     assert [d for p, d in calls if p == "before_task"] == [("a", "m1"), ("b", "m2")]
     assert [d for p, d in calls if p == "after_task"] == [("a", "completed"), ("b", "completed")]
     assert points.index("after_task") < points.index("after_synthesis")
