@@ -332,3 +332,48 @@ def test_every_board_key_carries_the_run_hash_tag(conn: redis.Redis, run_id: str
         f"{base}:hb:a"])
     events = [fields for _id, fields in conn.xrange(board.keys.events)]
     assert [(e["task_id"], e["status"]) for e in events] == [("", "created"), ("a", "in_progress")]
+
+
+def test_a_late_heartbeat_before_reclaim_keeps_the_claim(conn: redis.Redis, run_id: str) -> None:
+    """The TTL only marks a claim reclaimable; until the reclaim runs, the holder may renew it."""
+    board = make_board(conn, run_id, spec("t1"))
+    token = board.claim("t1", "m1", "host:1", TTL_S)
+    assert token is not None
+    expire_claim(conn, board, "t1")
+    assert board.heartbeat("t1", token, TTL_S) is WriteOutcome.APPLIED
+    assert board.reclaim_expired(3) == []
+    t1 = state(board, "t1")
+    assert (t1.status, t1.token, t1.attempts, t1.stale_writes) == (
+        TaskStatus.IN_PROGRESS, token, 1, 0)
+
+
+def test_release_of_a_task_with_dependencies_reads_dependencies_satisfied(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b", "a"))
+    a_token = board.claim("a", "m1", "host:1", TTL_S)
+    assert a_token is not None
+    assert board.complete("a", a_token, "", 1) is WriteOutcome.APPLIED
+    assert (state(board, "a").detail, state(board, "a").output) == ("Task completed.", None)
+    b_token = board.claim("b", "m2", "host:1", TTL_S)
+    assert b_token is not None
+    assert board.release("b", b_token) is WriteOutcome.APPLIED
+    assert view(board, "b") == (TaskStatus.READY, None, "ready", "Dependencies satisfied.", 15,
+                                None)
+    assert board.counts() == {TaskStatus.COMPLETED: 1, TaskStatus.READY: 1}
+
+
+def test_reclaim_handles_several_expired_claims_in_one_script(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b"), spec("c"), spec("d", "b"))
+    tokens = {t: board.claim(t, "m1", "host:1", TTL_S) for t in ("a", "b", "c")}
+    assert board.claim("b", "m1", "host:1", TTL_S) is None
+    for task_id in ("a", "b"):
+        expire_claim(conn, board, task_id)
+    assert board.reclaim_expired(1) == ["a", "b"]
+    assert [(s.task_id, s.status, s.error) for s in board.snapshot()] == [
+        ("a", TaskStatus.FAILED, "claim expired after 1 attempts"),
+        ("b", TaskStatus.FAILED, "claim expired after 1 attempts"),
+        ("c", TaskStatus.IN_PROGRESS, None),
+        ("d", TaskStatus.BLOCKED, "dependency failed")]
+    assert board.complete("a", tokens["a"], "late", 1) is WriteOutcome.STALE
+    assert conn.smembers(board.keys.running) == {"c"}
