@@ -82,8 +82,9 @@ def _pairs(flat: list[str]) -> dict[str, str]:
 
 
 def resolve_task_id(task_id: str | None) -> str | None:
-    """AI4J key resolution: trim, then normalize. Board ids are normalized already, so an exact
-    id resolves to itself and "Task 1" finds task_1; None means it cannot name a task."""
+    """AI4J task key resolution ("Task 1" finds task_1); None when it can name no task."""
+    # Board ids are normalized already, so normalizing is a no-op for an exact id: AI4J's
+    # "exact key first, then normalized" needs no round trip.
     resolved = normalize_id(task_id)
     return resolved if resolved and len(resolved) <= MAX_TASK_ID_CHARS else None
 
