@@ -31,6 +31,11 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except redis.ConnectionError as exc:
             click.echo(f"teamctl: Redis is unreachable: {exc}", err=True)
             sys.exit(1)
+        except KeyboardInterrupt:
+            # The lease is released on the way out, so the run can be taken over at once.
+            click.echo("teamctl: interrupted; a started run continues with `teamctl resume RUN` "
+                       "or ends with `teamctl cancel RUN`", err=True)
+            sys.exit(130)
 
     return wrapper
 

@@ -132,11 +132,19 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
             counts[state.status.value] = counts.get(state.status.value, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no tasks"
         click.echo(f"{run_id}: {result.status}; rounds {result.rounds}; {summary}")
-        error = RunStore(connect(redis_url), run_id).state().error
-        if error:
-            click.echo(f"error: {error}")
+        _print_status_notes(connect(redis_url), run_id)
     finished = result.status in ("completed", "failed", "cancelled")
     return exit_code_for(result) if finished else 0
+
+
+def _print_status_notes(conn: redis.Redis, run_id: str) -> None:
+    """The run's error, or a hint when an unfinished run has no live coordinator."""
+    store = RunStore(conn, run_id)
+    state = store.state()
+    if state.error:
+        click.echo(f"error: {state.error}")
+    if not state.finished and not conn.exists(store.keys.lease):
+        click.echo(f"no coordinator is driving it: `teamctl resume {run_id}` continues it")
 
 
 def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:

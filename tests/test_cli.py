@@ -116,6 +116,10 @@ def test_status_tasks_and_runs_read_the_run_from_redis(
     runs = runner.invoke(main, ["runs", "--redis-url", redis_url, "--json"])
     assert json.loads(runs.stdout)[0] == {"run_id": run_id, "status": "planning", "rounds": 0,
                                           "objective": "Objective X"}
+    plain = runner.invoke(main, ["status", run_id, "--redis-url", redis_url])
+    assert plain.stdout.splitlines() == [
+        f"{run_id}: planning; rounds 0; 1 pending, 1 ready",
+        f"no coordinator is driving it: `teamctl resume {run_id}` continues it"]
     missing = runner.invoke(main, ["status", "nope", "--redis-url", redis_url])
     assert missing.exit_code == 2 and "no run nope" in missing.stderr
 
