@@ -157,7 +157,11 @@ def load_team_file(path: Path | None) -> TeamFile:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise ConfigError(f"team file {path}: {where}: {first['msg']}") from exc
+        message = first["msg"]
+        if first["type"] == "extra_forbidden":
+            message = ("unknown field; check its spelling (`teamctl run --help` lists the run "
+                       "options, the README the team file fields)")
+        raise ConfigError(f"team file {path}: {where}: {message}") from exc
 
 
 def _read_structured(path: Path) -> object:

@@ -39,7 +39,7 @@ def make_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: object) 
 @pytest.mark.parametrize(("text", "expected"), [
     ('[[members]]\nid = "m1"\ntools = ["shell"]\n', "members.0.tools"),
     ('[options]\nmax_attempts = 0\n', "options.max_attempts"),
-    ('[options]\nparalel_dispatch = true\n', "options.paralel_dispatch"),
+    ('[options]\nparalel_dispatch = true\n', "options.paralel_dispatch: unknown field"),
     ('hooks = ["no_colon"]\n', "hooks"),
     ('team_id = "../up"\n', "team_id"),
     ('members = []\n', "members"),
