@@ -103,6 +103,8 @@ def test_plan_delegate_synthesize_with_auto_ids(
     assert "You are a team planner." in planner_prompt
     assert "- id=m1, name=Member m1, expertise=collecting facts" in planner_prompt
     assert planner_prompt.endswith("Objective:\nShip the thing")
+    status = CliRunner().invoke(main, ["status", run_id, "--redis-url", workers, "--json"])
+    assert (status.exit_code, json.loads(status.stdout)) == (0, out)  # rebuilt from Redis alone
     ttl_s = redis.Redis.from_url(workers).ttl(RunKeys(run_id).spec)
     assert 0 < ttl_s <= RunOptions().retention_s  # an ended run expires (shared/retention.py)
     assert set(out) == {"team_id", "run_id", "objective", "status", "plan", "member_results",
