@@ -59,7 +59,7 @@ class RoundLoop:
                     break
             else:
                 self.board.reclaim_expired(self.options.max_attempts)
-                if self._rounds_exhausted(state) or self._stalled(state):
+                if self._rounds_exhausted(state) or self._nothing_can_run(state):
                     break
             self.ctx.reporter.tick(self.board.snapshot() if self.ctx.reporter.live else [])
             self._read_events(state, block=True)
@@ -100,7 +100,8 @@ class RoundLoop:
         self.board.block_stalled(f"max rounds exceeded: {self.options.max_rounds}")
         return True
 
-    def _stalled(self, state: LoopState) -> bool:
+    def _nothing_can_run(self, state: LoopState) -> bool:
+        """Dispatch a round; True (and the rest blocked) if nothing is ready or in flight."""
         if self._dispatch_round(state) or self._in_flight(state):
             return False
         self.board.block_stalled(CYCLE_REASON)

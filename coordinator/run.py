@@ -95,11 +95,14 @@ class Coordinator:
         """Plan unless a plan is stored; put it on the board unless the board exists."""
         store, board = self.ctx.store, self.ctx.board
         plan = store.state().plan
+        planned_now = plan is None
         if plan is None:
             plan = self._make_plan()
             store.save_plan(plan)
         if plan.tasks and not board.task_ids():
             board.create(plan.tasks)
+            planned_now = True
+        if planned_now:
             self.ctx.hooks.call("after_plan", self.spec.objective, plan)
         return plan
 
