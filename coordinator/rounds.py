@@ -95,9 +95,9 @@ class RoundLoop:
         return not self._in_flight(state) or time.monotonic() >= state.stop.wait_until
 
     def _rounds_exhausted(self, state: LoopState) -> bool:
-        if state.rounds < self.options.max_rounds or self._in_flight(state):
+        if state.rounds < self.options.round_limit() or self._in_flight(state):
             return False
-        self.board.block_stalled(f"max rounds exceeded: {self.options.max_rounds}")
+        self.board.block_stalled(f"max rounds exceeded: {self.options.round_limit()}")
         return True
 
     def _nothing_can_run(self, state: LoopState) -> bool:
@@ -116,7 +116,7 @@ class RoundLoop:
         if self.options.dispatch == "barrier" and in_flight:
             return 0
         capacity = self.options.batch_size() - in_flight
-        if capacity <= 0 or state.rounds >= self.options.max_rounds:
+        if capacity <= 0 or state.rounds >= self.options.round_limit():
             return 0
         ready = [t for t in self.board.next_ready(capacity + len(state.queued))
                  if t not in state.queued][:capacity]

@@ -14,6 +14,7 @@ from shared.errors import ConfigError
 from shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 from shared.retention import DEFAULT_RETENTION_S
 
+DEFAULT_MAX_ROUNDS = 64
 WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
 
 
@@ -24,7 +25,7 @@ class RunOptions(BaseModel):
 
     parallel_dispatch: bool = True
     max_concurrency: int = 4
-    max_rounds: int = 64
+    max_rounds: int = DEFAULT_MAX_ROUNDS
     continue_on_member_error: bool = True
     fail_on_unknown_member: bool = False
     broadcast_on_planner_failure: bool = True
@@ -53,6 +54,10 @@ class RunOptions(BaseModel):
     def batch_size(self) -> int:
         """How many tasks one round may dispatch."""
         return max(1, self.max_concurrency) if self.parallel_dispatch else 1
+
+    def round_limit(self) -> int:
+        """max_rounds, where 0 or less means the default 64 (as in AI4J)."""
+        return self.max_rounds if self.max_rounds > 0 else DEFAULT_MAX_ROUNDS
 
 
 class Member(BaseModel):

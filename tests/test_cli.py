@@ -175,3 +175,11 @@ def test_approve_and_reject_need_a_run_that_asks_for_approval(
     assert twice.exit_code == 2 and "was already rejected" in twice.stderr
     state = RunStore(conn, run_id + "-ask").state()
     assert (state.approval, state.approval_reason) == ("rejected", "too big")
+
+
+def test_ai4j_limits_zero_or_less_mean_the_defaults() -> None:
+    assert RunOptions(max_rounds=0).round_limit() == 64
+    assert RunOptions(max_rounds=-3).round_limit() == 64
+    assert RunOptions(max_rounds=2).round_limit() == 2
+    assert RunOptions(max_concurrency=0).batch_size() == 1
+    assert RunOptions(max_concurrency=3, parallel_dispatch=False).batch_size() == 1
