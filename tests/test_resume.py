@@ -19,6 +19,7 @@ from coordinator.cli import main
 from shared.board import TaskBoard
 from shared.keys import RunKeys
 from shared.models import TaskStatus
+from shared.runstore import RunStore
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
@@ -79,3 +80,32 @@ def test_sigkill_coordinator_then_resume_completes_without_rerunning(
     assert [m["type"] for m in out["messages"]].count("run.complete") == 1
     again = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers])
     assert again.exit_code == 2 and "already finished" in again.stderr
+
+
+def test_plan_approval_waits_durably_across_a_dead_coordinator(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
+    team = team_file(tmp_path / "t.toml", models, options={
+        "lease_ttl_s": 1.0, "require_plan_approval": True})
+    coordinator = subprocess.Popen(
+        [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+         "--redis-url", workers, "--workers", "0", "--run-id", run_id],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: RunStore(conn, run_id).state().status == "awaiting_approval", 90,
+                   message="the plan to await approval")
+    finally:
+        os.kill(coordinator.pid, signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    approved = CliRunner().invoke(main, ["approve", run_id, "--redis-url", workers])
+    assert approved.exit_code == 0, approved.output
+    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 10, message="lease expiry")
+
+    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
+                                        "--workers", "0", "--json"])
+
+    assert resumed.exit_code == 0, resumed.output
+    out = json.loads(resumed.stdout)
+    assert (out["status"], out["task_states"][0]["status"]) == ("completed", "completed")
+    assert len(llm.prompts(f"plan-{run_id}")) == 1  # the stored plan was used, not re-made
