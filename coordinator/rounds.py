@@ -61,10 +61,15 @@ class RoundLoop:
                 self.board.reclaim_expired(self.options.max_attempts)
                 if self._rounds_exhausted(state) or self._nothing_can_run(state):
                     break
-            self.ctx.reporter.tick(self.board.snapshot() if self.ctx.reporter.live else [])
+            self._show_progress()
             self._read_events(state, block=True)
         self.drain(state)  # fire hooks for the last changes
+        self._show_progress()
         return state
+
+    def _show_progress(self) -> None:
+        if self.ctx.reporter.live:
+            self.ctx.reporter.tick(self.board.snapshot())
 
     def drain(self, state: LoopState) -> None:
         """Handle the events and messages that arrived since the last read, without blocking."""
