@@ -11,6 +11,7 @@ from typing import Any
 import click
 import redis
 
+from coordinator.approval import ApprovalMode
 from shared.connection import connect
 from shared.embedded_redis import state_dir
 from shared.errors import ConfigError
@@ -40,9 +41,8 @@ def resolve_models(team: TeamFile, model: str | None, api_base: str | None) -> M
         api_base=api_base or os.environ.get("TEAMCTL_API_BASE") or None)
 
 
-def approval_mode(approve_plan: bool) -> Any:
-    from coordinator.approval import ApprovalMode
-
+def approval_mode(approve_plan: bool) -> ApprovalMode:
+    """--approve-plan, else ask on an interactive terminal, else wait for approve/reject."""
     if approve_plan:
         return ApprovalMode.AUTO
     if sys.stdin.isatty() and sys.stderr.isatty():
