@@ -22,6 +22,7 @@ from shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
 
 
 def exit_code_for(result: RunResult) -> int:
+    """0 only when every task completed (DESIGN §7)."""
     return 0 if result.status == "completed" else 1
 
 
@@ -121,6 +122,7 @@ def _print_result(result: RunResult, as_json: bool) -> None:
 
 
 def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
+    """`teamctl status`: a summary line, or the full result JSON rebuilt from Redis."""
     from coordinator.result import build_result
 
     result = build_result(connect(redis_url), check_run_id(run_id))
@@ -148,6 +150,7 @@ def _print_status_notes(conn: redis.Redis, run_id: str) -> None:
 
 
 def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
+    """`teamctl tasks`: the run's board in plan order."""
     from shared.board import TaskBoard
 
     conn = connect(redis_url)
@@ -162,6 +165,7 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 
 
 def runs_command(redis_url: str, as_json: bool) -> None:
+    """`teamctl runs`: recent runs, newest first."""
     from shared.runstore import list_runs
 
     conn = connect(redis_url)
@@ -229,6 +233,7 @@ def cancel_command(redis_url: str, run_id: str) -> None:
 
 
 def export_command(redis_url: str, run_id: str, directory: Path) -> None:
+    """`teamctl export`: write the run as AI4J files and print their paths."""
     from coordinator.export import export_run
 
     conn = connect(redis_url)

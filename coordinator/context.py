@@ -33,6 +33,7 @@ class RunContext:
 
 def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks: list[object],
                   reporter: Reporter) -> RunContext:
+    """Wire the run's board, bus, dispatcher, hooks and lease around one connection."""
     bus = MessageBus(conn, spec.run_id, [m.id for m in spec.members],
                      enabled=spec.options.enable_message_bus,
                      max_message_bytes=spec.options.max_message_bytes)

@@ -75,6 +75,7 @@ class HookRunner:
         return bool(self.hooks)
 
     def call(self, point: str, *args: object) -> None:
+        """Call `point` on every hook that has it, in registration order."""
         for hook in self.hooks:
             method = getattr(hook, point, None)
             if method is None:

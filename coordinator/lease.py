@@ -38,6 +38,7 @@ class Lease:
         self._thread: threading.Thread | None = None
 
     def try_acquire(self) -> bool:
+        """Take the lease if nobody holds it (no renewal thread: for short one-off work)."""
         return bool(self.conn.set(self.key, self.owner, nx=True, px=self.ttl_ms))
 
     def check_free(self) -> None:
@@ -61,6 +62,7 @@ class Lease:
         self._thread.start()
 
     def release(self) -> None:
+        """Stop renewing and drop the lease if it is still ours."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.ttl_ms / 1000)

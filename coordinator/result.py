@@ -38,6 +38,7 @@ def task_state_view(state: TaskState) -> TaskStateView:
 
 
 def build_result(conn: redis.Redis, run_id: str) -> RunResult:
+    """The result object of a run, live or ended, from its keys alone."""
     store = RunStore(conn, run_id)
     spec = store.spec()
     state = store.state()
@@ -53,4 +54,5 @@ def build_result(conn: redis.Redis, run_id: str) -> RunResult:
 
 
 def result_json(result: RunResult) -> str:
+    """The result as `run --json` and `status --json` print it."""
     return result.model_dump_json(by_alias=True, indent=2)

@@ -52,6 +52,7 @@ class RoundLoop:
         self.deadline = deadline
 
     def run(self, state: LoopState) -> LoopState:
+        """Loop until the board has no work left, nothing can run, or the run is stopped."""
         while self.board.has_work_remaining():
             self._check_lease()
             if self._stopping(state):
