@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from coordinator.context import RunContext
 from coordinator.hooks import HOOK_ERROR_TYPE
 from coordinator.result import member_result
+from shared.budget import Budget
 from shared.errors import RunFailed
 from shared.models import TaskStatus
 
@@ -50,6 +51,9 @@ class RoundLoop:
         self.board = ctx.board
         self.options = ctx.spec.options
         self.deadline = deadline
+        self.budget = (Budget(ctx.conn, ctx.spec.run_id, max_tokens=self.options.max_tokens,
+                              max_cost_usd=self.options.max_cost_usd, scripts=ctx.board.scripts)
+                       if self.options.max_tokens or self.options.max_cost_usd else None)
 
     def run(self, state: LoopState) -> LoopState:
         """Loop until the board has no work left, nothing can run, or the run is stopped."""
@@ -82,6 +86,7 @@ class RoundLoop:
                             "coordinator; this one stops")
 
     def _stopping(self, state: LoopState) -> bool:
+        """Notice a cancel, the timeout or a spent budget; True once dispatch must stop."""
         if state.stop is None:
             reason = self.ctx.store.stop_reason()
             if reason is None and time.monotonic() >= self.deadline:
@@ -91,6 +96,9 @@ class RoundLoop:
                 grace_s = STOP_GRACE_TTLS * self.options.heartbeat_ttl_s
                 status = CANCELLED if reason == CANCELLED else "failed"
                 state.stop = Stop(status, reason, reason, time.monotonic() + grace_s)
+            elif self.budget is not None and (spent := self.budget.exceeded()):
+                # Members refuse further model calls themselves; in-flight tasks end on their own.
+                state.stop = Stop("failed", spent, spent, self.deadline)
         return state.stop is not None
 
     def _drained(self, state: LoopState) -> bool:

@@ -301,3 +301,21 @@ def test_first_member_error_stops_the_run_without_synthesis(
     assert llm.prompts(f"synth-{run_id}") == []
     failed = [m for m in out["messages"] if m["type"] == "run.failed"]
     assert failed and failed[0]["content"].startswith("team member failed: m1 -> ")
+
+
+def test_spent_token_budget_stops_dispatch_without_synthesis(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
+    models = script_run(llm, run_id, plan)
+    # The planner spends 18 tokens and the first member call 18 more: past 30 after task a.
+    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
+                     "--max-tokens", "30", "--no-parallel-dispatch")
+
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    reason = "budget exceeded: 36 tokens used, max_tokens is 30"
+    assert (out["status"], out["output"]) == ("failed", None)
+    assert statuses(out) == {"a": "completed", "b": "blocked", "c": "blocked"}
+    assert errors(out)["b"] == errors(out)["c"] == reason
+    assert out["messages"][-1] == {**out["messages"][-1], "type": "run.failed", "content": reason}
+    assert llm.prompts(f"synth-{run_id}") == []
