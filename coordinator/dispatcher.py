@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import redis
 from rq import Queue
+from rq.job import Job, JobStatus
 
 from shared.team import RunSpec
 
 JOB_TIMEOUT_MARGIN_S = 60
 FAILURE_TTL_S = 86_400
+ENDED = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED})
 
 
 class Dispatcher:
@@ -19,12 +21,22 @@ class Dispatcher:
         self.spec = spec
         self._queues: dict[str, Queue] = {}
 
-    def enqueue(self, task_id: str, queue_name: str) -> None:
+    def enqueue(self, task_id: str, queue_name: str) -> str:
+        """Queue one task's job; returns the RQ job id."""
         queue = self._queues.get(queue_name)
         if queue is None:
             queue = self._queues[queue_name] = Queue(queue_name, connection=self.rq_conn)
         # RQ's default job_timeout (180 s) is far too short for agent tasks; results live on the
         # board, so RQ need not keep them.
-        queue.enqueue("worker.jobs.run_task", self.spec.run_id, task_id,
-                      job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
-                      result_ttl=0, failure_ttl=FAILURE_TTL_S)
+        job = queue.enqueue("worker.jobs.run_task", self.spec.run_id, task_id,
+                            job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
+                            result_ttl=0, failure_ttl=FAILURE_TTL_S)
+        return job.id
+
+    def ended(self, job_ids: list[str]) -> set[str]:
+        """The jobs that ended or vanished: if their task is still ready, it needs a new job."""
+        if not job_ids:
+            return set()
+        jobs = Job.fetch_many(job_ids, connection=self.rq_conn)
+        return {job_id for job_id, job in zip(job_ids, jobs, strict=True)
+                if job is None or job.get_status(refresh=False) in ENDED}

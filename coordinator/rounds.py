@@ -38,8 +38,8 @@ class LoopState:
     rounds: int = 0
     events_from: str = "0-0"
     bus_from: str = "0-0"
-    queued: set[str] = field(default_factory=set)
-    """Tasks enqueued but not yet claimed: they count as in flight."""
+    queued: dict[str, str] = field(default_factory=dict)
+    """Task id -> RQ job id of tasks enqueued but not yet claimed: they count as in flight."""
     stop: Stop | None = None
 
 
@@ -64,6 +64,7 @@ class RoundLoop:
                     break
             else:
                 self.board.reclaim_expired(self.options.max_attempts)
+                self._forget_ended_jobs(state)
                 if self._rounds_exhausted(state) or self._nothing_can_run(state):
                     break
             self._show_progress()
@@ -121,6 +122,12 @@ class RoundLoop:
         self.board.block_stalled(CYCLE_REASON)
         return True
 
+    def _forget_ended_jobs(self, state: LoopState) -> None:
+        """A job that ended without claiming its task (it failed, or its worker died before the
+        claim) no longer counts as in flight, so its task is dispatched again."""
+        ended = self.ctx.dispatcher.ended(list(state.queued.values()))
+        state.queued = {t: job for t, job in state.queued.items() if job not in ended}
+
     def _in_flight(self, state: LoopState) -> int:
         return self.board.counts().get(TaskStatus.IN_PROGRESS, 0) + len(state.queued)
 
@@ -138,24 +145,26 @@ class RoundLoop:
             return 0
         state.rounds += 1
         self.ctx.store.set_rounds(state.rounds)
-        state.queued.update(t for t in ready if self._dispatch(t))
+        for task_id in ready:
+            job_id = self._dispatch(task_id)
+            if job_id is not None:
+                state.queued[task_id] = job_id
         return len(ready)
 
-    def _dispatch(self, task_id: str) -> bool:
-        """Enqueue one task; an unknown member fails it here (fail_on_unknown_member)."""
+    def _dispatch(self, task_id: str) -> str | None:
+        """Enqueue one task (returns the job id); an unknown member fails it here instead."""
         spec = self.ctx.spec
         task = self.board.get(task_id)
         if task is None:
-            return False
+            return None
         member = spec.member_for(task.member_id)
         if member is None:
             self.board.fail(task_id, None, f"unknown team member: {task.member_id}")
-            return False
+            return None
         if spec.resolve_member(task.member_id) is None:
             self.ctx.bus.publish("system", "lead", "run.warning", task_id,
                                  f"unknown team member {task.member_id!r}: routed to {member.id}")
-        self.ctx.dispatcher.enqueue(task_id, member.queue)
-        return True
+        return self.ctx.dispatcher.enqueue(task_id, member.queue)
 
     def _read_events(self, state: LoopState, *, block: bool) -> None:
         """Block on the events stream (no polling); wake at least every ttl/3 to reclaim."""
@@ -184,7 +193,7 @@ class RoundLoop:
 
     def _on_event(self, state: LoopState, task_id: str, status: str) -> None:
         # Any change (claimed, ended, reclaimed to ready) means the queued job was consumed.
-        state.queued.discard(task_id)
+        state.queued.pop(task_id, None)
         if not task_id:
             return  # a wake-up (cancel, approval), not a task change
         if status == "failed" and not self.options.continue_on_member_error and not state.stop:

@@ -1,0 +1,25 @@
+"""The dispatcher: jobs carry ids only, and a job that ended without claiming is noticed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import redis
+from rq.job import Job
+
+from coordinator.dispatcher import Dispatcher
+from shared.runstore import RunStore
+from tests.test_cli import make_run
+
+
+def test_a_job_that_ended_without_claiming_is_reported(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path, timeout_s=100)
+    rq_conn = redis.Redis.from_url(redis_url)
+    dispatcher = Dispatcher(rq_conn, RunStore(conn, run_id).spec())
+    job_id = dispatcher.enqueue("a", "nobody-listens")
+    job = Job.fetch(job_id, connection=rq_conn)
+    assert (job.func_name, job.args, job.timeout) == ("worker.jobs.run_task", (run_id, "a"), 160)
+    assert dispatcher.ended([job_id]) == set()
+    job.cancel()
+    assert dispatcher.ended([job_id, "no-such-job"]) == {job_id, "no-such-job"}
