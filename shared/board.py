@@ -17,10 +17,12 @@ from enum import Enum
 
 import redis
 
-from shared.ids import normalize_id
+from shared.errors import ConfigError
+from shared.ids import check_task_id, normalize_id
 from shared.keys import RunKeys
 from shared.models import TaskSpec, TaskState, TaskStatus, Usage
 from shared.scripts import Scripts
+from shared.text import shorten
 
 STALE = -1
 MAX_TASK_ID_CHARS = 128
@@ -103,6 +105,7 @@ class TaskBoard:
 
     def create(self, tasks: list[TaskSpec]) -> int:
         """Write a normalized plan; tasks with missing dependencies start blocked."""
+        _check_plan_ids(tasks)
         k = self.keys
         payload = [
             json.dumps({"task_id": t.id, "member_id": t.member_id or "", "task": t.task,
@@ -151,7 +154,8 @@ class TaskBoard:
         return _outcome(self.scripts["complete"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   *dependents],
-            args=[token, output, duration_ms, (usage or Usage()).model_dump_json()]))
+            args=[token, output, duration_ms, (usage or Usage()).model_dump_json(),
+                  shorten(output) or "Task completed."]))
 
     def fail(self, task_id: str, token: int | None, error: str, duration_ms: int = 0,
              usage: Usage | None = None) -> WriteOutcome:
@@ -165,7 +169,7 @@ class TaskBoard:
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   *closure],
             args=["" if token is None else token, error, duration_ms,
-                  (usage or Usage()).model_dump_json()]))
+                  (usage or Usage()).model_dump_json(), shorten(error) or "Task failed."]))
 
     def release(self, task_id: str, token: int, reason: str | None = None) -> WriteOutcome:
         """Give a claim back: ready (or pending) again, and `token` is revoked for good."""
@@ -296,6 +300,17 @@ class TaskBoard:
 
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+def _check_plan_ids(tasks: list[TaskSpec]) -> None:
+    """A plan reaching the board is normalized: unique ids, dependency ids safe for the csv."""
+    seen: set[str] = set()
+    for task in tasks:
+        for task_id in (task.id, *task.depends_on):
+            check_task_id(task_id)
+        if task.id in seen:
+            raise ConfigError(f"duplicate task id {task.id!r}: normalize the plan first")
+        seen.add(task.id)
 
 
 def _outcome(code: int | str) -> WriteOutcome:

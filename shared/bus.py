@@ -32,13 +32,13 @@ from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id
 from shared.keys import RunKeys
 from shared.models import Envelope
 from shared.scripts import Scripts
+from shared.text import shorten  # noqa: F401  (re-exported: callers use shared.bus.shorten)
 
 BUS_MAXLEN = 100_000
 """Messages kept on a run's bus before trimming (unread messages are always kept)."""
 TRIM_SLACK_DIVISOR = 10
 """Trim only once the bus exceeds its cap by a tenth, so trimming costs O(1) per message."""
 READ_BATCH = 1000
-SHORT_CHARS = 240
 MAX_TYPE_CHARS = 64
 DIRECT_TYPE = "peer.message"
 BROADCAST_TYPE = "peer.broadcast"
@@ -47,12 +47,6 @@ RUNTIME_TYPE_PREFIXES = ("task.", "run.")
 
 _TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}$")
 _MEMBER_ID = re.compile(r"^[a-z0-9_-]{1,128}$")
-
-
-def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
-    """Trim, and cut to `limit` characters plus '...' (AI4J's safeShort)."""
-    text = (text or "").strip()
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def delivered_to(message: Envelope, member_id: str) -> bool:

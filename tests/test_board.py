@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from shared.board import TaskBoard, WriteOutcome
+from shared.errors import ConfigError
 from shared.models import TaskSpec, TaskState, TaskStatus
 from tests.conftest import wait_until
 
@@ -377,3 +378,25 @@ def test_reclaim_handles_several_expired_claims_in_one_script(
         ("d", TaskStatus.BLOCKED, "dependency failed")]
     assert board.complete("a", tokens["a"], "late", 1) is WriteOutcome.STALE
     assert conn.smembers(board.keys.running) == {"c"}
+
+
+def test_non_ascii_output_and_error_are_shortened_by_characters(conn: redis.Redis) -> None:
+    """The 240-character detail never splits a UTF-8 character (Lua would cut bytes)."""
+    board = TaskBoard(conn, "utf8")
+    board.create([TaskSpec(id="a", task="A"), TaskSpec(id="b", task="B")])
+    output, error = "a" + "研" * 300, "é" * 119 + "研研" * 100
+    board.complete("a", board.claim("a", "m1", "w:1", 30), output, 1)
+    board.fail("b", board.claim("b", "m1", "w:1", 30), error, 1)
+    a, b = board.get("a"), board.get("b")
+    assert a.output == output and a.detail == output[:240] + "..."
+    assert b.error == error and b.detail == error[:240] + "..."
+    assert [t.task_id for t in board.snapshot()] == ["a", "b"]
+
+
+def test_create_refuses_duplicate_or_unsafe_ids(conn: redis.Redis) -> None:
+    board = TaskBoard(conn, "dups")
+    with pytest.raises(ConfigError, match="duplicate task id 'a'"):
+        board.create([TaskSpec(id="a", task="A"), TaskSpec(id="a", task="B")])
+    with pytest.raises(ConfigError, match="invalid task id"):
+        board.create([TaskSpec(id="a", task="A", depends_on=["x,y"])])
+    assert board.snapshot() == []

@@ -17,7 +17,7 @@ from tests.conftest import wait_until
 P, R, IP = TaskStatus.PENDING, TaskStatus.READY, TaskStatus.IN_PROGRESS
 C, F, B = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED
 TTL_S = 60.0
-TEXTS = ["", "ok", "  spaced out  ", "x" * 250]
+TEXTS = ["", "ok", "  spaced out  ", "x" * 250, "a" + "研" * 100]
 
 
 def short(text: str) -> str:

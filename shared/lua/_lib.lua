@@ -22,13 +22,6 @@ local function raise_percent(task_key, floor)
   if p < floor then redis.call('HSET', task_key, 'percent', floor) end
 end
 
-local function short(text, limit)
-  text = string.gsub(text or '', '^%s+', '')
-  text = string.gsub(text, '%s+$', '')
-  if #text > limit then return string.sub(text, 1, limit) .. '...' end
-  return text
-end
-
 local function event(events_key, task_id, status, token)
   redis.call('XADD', events_key, 'MAXLEN', '~', 10000, '*',
     'task_id', task_id, 'status', status, 'token', tostring(token or 0))

@@ -1,7 +1,8 @@
 -- complete: record a task's output, if the caller still holds the claim; wake its dependents.
 -- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
 -- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7..] the task's direct dependents.
--- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms, ARGV[4] usage JSON.
+-- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms, ARGV[4] usage JSON,
+-- ARGV[5] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes).
 -- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
 -- -2 the claim already ended, 0 no such task.
 local verdict = check_token(KEYS[1], ARGV[1])
@@ -9,8 +10,7 @@ if verdict ~= APPLIED then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', KEYS[1], 'task_id')
 set_status(KEYS[1], KEYS[4], 'completed')
-local detail = short(ARGV[2], 240)
-if detail == '' then detail = 'Task completed.' end
+local detail = ARGV[5]
 redis.call('HSET', KEYS[1], 'phase', 'completed', 'detail', detail, 'percent', 100,
   'output', ARGV[2], 'error', '', 'duration_ms', ARGV[3], 'end_ms', now,
   'last_heartbeat_ms', now, 'updated_ms', now, 'usage', ARGV[4])

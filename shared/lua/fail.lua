@@ -2,7 +2,8 @@
 -- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
 -- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7..] the task's dependents closure.
 -- ARGV[1] token ('' = the coordinator fails a task nobody holds: it must be pending or ready),
--- ARGV[2] error, ARGV[3] duration ms, ARGV[4] usage JSON.
+-- ARGV[2] error, ARGV[3] duration ms, ARGV[4] usage JSON,
+-- ARGV[5] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes).
 -- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
 -- -2 conflict (already ended, or a tokenless fail of a claimed task), 0 no such task.
 local verdict
@@ -18,8 +19,7 @@ if verdict ~= APPLIED then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', KEYS[1], 'task_id')
 set_status(KEYS[1], KEYS[4], 'failed')
-local detail = short(ARGV[2], 240)
-if detail == '' then detail = 'Task failed.' end
+local detail = ARGV[5]
 redis.call('HSET', KEYS[1], 'phase', 'failed', 'detail', detail, 'percent', 100,
   'error', ARGV[2], 'duration_ms', ARGV[3], 'end_ms', now, 'last_heartbeat_ms', now,
   'updated_ms', now, 'usage', ARGV[4])
