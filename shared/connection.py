@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import redis
 
-from shared.errors import InfraError
+from shared.errors import ConfigError, InfraError
+
+MIN_REDIS_VERSION = (6, 2)
+"""Exclusive XRANGE bounds and XTRIM MINID, used by the bus, arrived in Redis 6.2."""
 
 
 def connect(url: str, *, decode: bool = True) -> redis.Redis:
@@ -19,7 +22,16 @@ def connect(url: str, *, decode: bool = True) -> redis.Redis:
             f"cannot reach Redis at {url}: {exc}. Start it, or unset REDIS_URL to use the "
             "embedded one"
         ) from exc
+    _check_version(conn, url)
     return conn
+
+
+def _check_version(conn: redis.Redis, url: str) -> None:
+    version = str(conn.info("server").get("redis_version", "0"))
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if parts < MIN_REDIS_VERSION:
+        raise ConfigError(f"Redis at {url} is version {version}; teamctl needs 6.2 or newer "
+                          "(or unset REDIS_URL to use the embedded one)")
 
 
 def same_server(conn: redis.Redis, *, decode: bool) -> redis.Redis:

@@ -16,14 +16,21 @@ def expire_run(conn: redis.Redis, run_id: str, retention_s: int) -> int:
     """Give every key of an ended run a TTL of `retention_s`; returns how many keys got one.
 
     Keys are found by SCAN on the run's hash-tagged prefix, so keys other modules add are covered
-    too. Keys a late message creates afterwards inherit the bus's TTL (publish.lua).
+    too. The bus gets its TTL first: keys a late message creates meanwhile inherit it
+    (publish.lua). Keys that already expire sooner (a claim's heartbeat) keep their own TTL.
     """
     if retention_s < 1:
         raise ConfigError(f"retention is {retention_s}s; keep an ended run at least 1 second")
+    keys = RunKeys(run_id)
+    conn.expire(keys.bus, int(retention_s))
+    names = list(conn.scan_iter(match=keys.all_patterns(), count=SCAN_BATCH))
     pipe = conn.pipeline(transaction=False)
-    for name in conn.scan_iter(match=RunKeys(run_id).all_patterns(), count=SCAN_BATCH):
+    for name in names:
+        pipe.pttl(name)
+    without_ttl = [n for n, ttl_ms in zip(names, pipe.execute(), strict=True) if ttl_ms == -1]
+    for name in without_ttl:
         pipe.expire(name, int(retention_s))
-    return sum(bool(done) for done in pipe.execute())
+    return sum(bool(done) for done in pipe.execute()) + (keys.bus in names)
 
 
 def forget_expired_runs(conn: redis.Redis) -> list[str]:
