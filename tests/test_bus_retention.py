@@ -72,3 +72,14 @@ def test_a_retention_below_one_second_is_refused(conn: redis.Redis) -> None:
 
 def contents_of(messages: list) -> list[str]:
     return [m.content for m in messages]
+
+
+def test_keys_that_expire_sooner_keep_their_ttl(conn: redis.Redis) -> None:
+    """A live claim's heartbeat must not look alive for the whole retention period."""
+    make_run(conn, "hb")
+    heartbeat = RunKeys("hb").heartbeat("t1")
+    conn.set(heartbeat, "1", px=30_000)
+    expire_run(conn, "hb", 3600)
+    assert 0 < conn.pttl(heartbeat) <= 30_000
+    assert 3500 < conn.ttl(RunKeys("hb").bus) <= 3600
+    assert 3500 < conn.ttl(RunKeys("hb").spec) <= 3600
