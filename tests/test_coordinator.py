@@ -39,8 +39,12 @@ def team_file(path: Path, models: dict[str, str], *, options: dict[str, Any] | N
 
 
 def task_id_of(body: dict[str, Any]) -> str:
-    prompt = body["messages"][-1]["content"]
-    return re.search(r"^Task ID: (\S+)", prompt, re.M).group(1)
+    """The task a member request is about (from its dispatch input, whatever turn it is)."""
+    for message in body["messages"]:
+        found = re.search(r"^Task ID: (\S+)", str(message.get("content") or ""), re.M)
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no Task ID in the request: {body['messages']!r}")
 
 
 def member_answer(body: dict[str, Any]) -> str:
