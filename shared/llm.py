@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
+import socket
+import threading
 import time
 from typing import Any
 
@@ -57,6 +60,44 @@ def load_litellm() -> Any:
         ]
     litellm.suppress_debug_info = True
     return litellm
+
+
+_WARM_UP_REPLY = {
+    "id": "warm-up", "object": "chat.completion", "created": 0, "model": "warm-up",
+    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": "",
+        "tool_calls": [{"id": "c", "type": "function",
+                        "function": {"name": "f", "arguments": "{}"}}]}}],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
+def warm_up(litellm: Any) -> None:
+    """Pay litellm's first-call costs once, in a preloading parent, not in every forked job.
+
+    litellm and the openai SDK import ~100 modules and build pydantic schemas lazily on the first
+    call (~400 ms). A call to a refused loopback port walks the request path, and parsing a
+    canned reply builds the response schemas; neither starts a thread, so forking stays safe.
+    """
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound but never listening: the connect is refused at once
+        port = closed.getsockname()[1]
+        with contextlib.suppress(Exception):  # expected: connection refused
+            litellm.completion(model="openai/teamctl-warm-up",
+                               messages=[{"role": "user", "content": "warm up"}],
+                               api_base=f"http://127.0.0.1:{port}/v1", api_key="warm-up",
+                               timeout=5, num_retries=0, max_retries=0)
+    from openai.types.chat import ChatCompletion
+
+    try:  # what the SDK itself runs on a reply (a private helper, hence the fallback)
+        from openai._models import construct_type
+
+        construct_type(value=_WARM_UP_REPLY, type_=ChatCompletion)
+    except ImportError:
+        ChatCompletion.model_validate(_WARM_UP_REPLY)
+    if threading.active_count() > 1:
+        log.warning("litellm warm-up left %d threads running; forked jobs may inherit held locks",
+                    threading.active_count() - 1)
 
 
 class ModelClient:

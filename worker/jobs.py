@@ -50,7 +50,7 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
     claims.add(Claim(task_id, token, member.id))
     bus = MessageBus(conn, run_id, [m.id for m in spec.members],
                      enabled=options.enable_message_bus,
-                     max_message_bytes=options.max_message_bytes)
+                     max_message_bytes=options.max_message_bytes, scripts=board.scripts)
     budget = Budget(conn, run_id, max_tokens=options.max_tokens,
                     max_cost_usd=options.max_cost_usd, scripts=board.scripts)
     client = ModelClient(timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)

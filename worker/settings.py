@@ -2,7 +2,8 @@
 
 Start workers with `rq worker -c worker.settings members -u REDIS_URL`. RQ's forking worker
 imports job modules inside every forked child; importing litellm here, in the parent, means each
-child inherits it instead of paying a ~3 s import per task.
+child inherits it instead of paying a ~3 s import per task. The warm-up also moves litellm's lazy
+first-call work (~400 ms) into the parent.
 """
 
 import os
@@ -10,8 +11,8 @@ import os
 os.environ["TEAMCTL_PRELOADED"] = "1"
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from shared.llm import load_litellm  # noqa: E402  (the env must be set first)
+from shared.llm import load_litellm, warm_up  # noqa: E402  (the env must be set first)
 
-load_litellm()
+warm_up(load_litellm())
 
 import worker.jobs  # noqa: E402,F401  (preload the job module and its imports too)
