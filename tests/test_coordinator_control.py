@@ -62,7 +62,9 @@ def test_cancel_from_another_process(
     assert a["status"] in ("failed", "blocked") and "cancelled" in a["error"]
     assert (b["status"], b["error"]) in (("blocked", "cancelled"), ("blocked", "dependency failed"))
     assert llm.prompts(f"synth-{run_id}") == []
-    assert out["messages"][-1]["type"] == "run.cancelled"
+    # A member's own task.error may land after the coordinator's last word: no order assumed.
+    assert [m["content"] for m in out["messages"] if m["type"] == "run.cancelled"] == [
+        "cancelled"]
 
 
 def test_plan_rejected_from_another_shell_fails_the_run(
@@ -139,6 +141,7 @@ def test_timeout_stops_the_run(llm: ScriptedLLM, workers: str, run_id: str,
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
     assert (out["status"], out["output"]) == ("failed", None)
-    assert out["messages"][-1]["content"] == "run timed out after 1s"
+    assert [m["content"] for m in out["messages"] if m["type"] == "run.failed"] == [
+        "run timed out after 1s"]
     assert out["task_states"][0]["status"] in ("failed", "blocked")
     assert llm.prompts(f"synth-{run_id}") == []

@@ -72,10 +72,13 @@ def test_hooks_fire_and_a_raising_hook_is_reported_not_fatal(
     points = [point for point, _ in calls]
     assert calls[0] == ("before_plan", ["m1", "m2", "m3"])  # the raising hook ran first
     assert calls[1] == ("after_plan", ["a", "b"])
-    assert calls[-2:] == [("after_synthesis", "final answer"), ("on_message", "run.complete")]
+    # A worker publishes task.result just after completing the task, so the last task's message
+    # may reach the bus after run.complete: only the order of our own two calls is fixed.
+    assert calls.index(("after_synthesis", "final answer")) < calls.index(
+        ("on_message", "run.complete"))
     assert [d for p, d in calls if p == "before_task"] == [("a", "m1"), ("b", "m2")]
     assert [d for p, d in calls if p == "after_task"] == [("a", "completed"), ("b", "completed")]
-    assert points.index("after_task") < points.index("after_synthesis")
+    assert len(points) - points[::-1].index("after_task") < points.index("after_synthesis")
     seen_types = {d for p, d in calls if p == "on_message"}
     assert {"task.assigned", "task.result"} <= seen_types and "hook.error" not in seen_types
     assert {d for p, d in calls if p == "on_task_state_changed"} == {"a", "b"}
