@@ -9,12 +9,22 @@ overshoot by at most one call per member in flight; no new call starts once a li
 from __future__ import annotations
 
 import redis
+from pydantic import BaseModel
 
 from shared.keys import RunKeys
 from shared.models import Usage
 from shared.scripts import Scripts
 
 EXCEEDED_FIELD = "budget_exceeded"
+
+
+class Charge(BaseModel):
+    """The run's state after a call was charged."""
+
+    exceeded: str | None = None
+    """Why no new model call may start, once a limit is reached."""
+    crossed: bool = False
+    """True for the one call that crossed a limit (so the run reports it once)."""
 
 
 class Budget:
@@ -42,12 +52,12 @@ class Budget:
             return f"budget exceeded: ${cost_usd:g} spent, max_cost_usd is {self.max_cost_usd:g}"
         return None
 
-    def charge(self, usage: Usage) -> str | None:
-        """Add one call's usage to the run totals; returns the exceeded reason, if any."""
-        _tokens, _cost, reason = self.scripts["budget_charge"](
+    def charge(self, usage: Usage) -> Charge:
+        """Add one call's usage to the run totals and check the limits, atomically."""
+        _tokens, _cost, reason, crossed = self.scripts["budget_charge"](
             keys=[self.keys.usage],
             args=[usage.prompt_tokens, usage.completion_tokens, repr(float(usage.cost_usd)),
                   "1" if usage.unpriced else "0",
                   "" if self.max_tokens is None else self.max_tokens,
                   "" if self.max_cost_usd is None else repr(float(self.max_cost_usd))])
-        return reason or None
+        return Charge(exceeded=reason or None, crossed=bool(int(crossed)))

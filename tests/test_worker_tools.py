@@ -153,6 +153,9 @@ def test_budget_stops_new_model_calls_once_spent(
     assert board.get("task_2").error.startswith("budget exceeded")
     assert RunStore(conn, run_id).usage().prompt_tokens == 22
     assert conn.hget(RunKeys(run_id).usage, "budget_exceeded").startswith("budget exceeded")
+    # The run reports it once, when the limit is crossed.
+    assert [m for m in messages(conn, run_id) if m[2] == "run.budget_exceeded"] == [
+        ("system", "lead", "run.budget_exceeded")]
 
 
 def test_cancel_stops_the_member_before_its_next_model_call(

@@ -110,7 +110,11 @@ class Attempt:
 
     def _on_usage(self, usage: Usage) -> None:
         self.claim.usage = self.claim.usage.plus(usage)
-        self.job.budget.charge(usage)
+        charge = self.job.budget.charge(usage)
+        if charge.crossed and charge.exceeded:
+            # Once per run: the lead (and `teamctl messages`) learn why members stop.
+            self.job.bus.publish("system", "lead", "run.budget_exceeded", self.claim.task_id,
+                                 charge.exceeded)
 
     def _dispatch_input(self, member: Member, task: TaskState) -> str:
         job = self.job

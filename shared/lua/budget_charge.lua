@@ -2,8 +2,9 @@
 -- KEYS[1] the run's usage hash (the same fields RunStore.usage reads).
 -- ARGV[1] prompt tokens, ARGV[2] completion tokens, ARGV[3] cost usd, ARGV[4] '1' if unpriced,
 -- ARGV[5] max tokens ('' = no limit), ARGV[6] max cost usd ('' = no limit).
--- Returns {total tokens, total cost usd as a string, exceeded reason or ''}. The first call that
--- crosses a limit records the reason in the hash field 'budget_exceeded'; later calls keep it.
+-- Returns {total tokens, total cost usd as a string, exceeded reason or '', 1 if this call is the
+-- one that crossed a limit else 0}. The crossing call records the reason in the hash field
+-- 'budget_exceeded'; later calls keep it.
 redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[2])
 local cost = redis.call('HINCRBYFLOAT', KEYS[1], 'cost_usd', ARGV[3])
@@ -16,5 +17,6 @@ if ARGV[5] ~= '' and tokens >= tonumber(ARGV[5]) then
 elseif ARGV[6] ~= '' and tonumber(cost) >= tonumber(ARGV[6]) then
   reason = 'budget exceeded: $' .. cost .. ' spent, max_cost_usd is ' .. ARGV[6]
 end
-if reason ~= '' then redis.call('HSETNX', KEYS[1], 'budget_exceeded', reason) end
-return {tokens, tostring(cost), redis.call('HGET', KEYS[1], 'budget_exceeded') or ''}
+local crossed = 0
+if reason ~= '' then crossed = redis.call('HSETNX', KEYS[1], 'budget_exceeded', reason) end
+return {tokens, tostring(cost), redis.call('HGET', KEYS[1], 'budget_exceeded') or '', crossed}

@@ -1,0 +1,52 @@
+"""The model client: its own retries (timeouts, 429) over real HTTP, and the preload warm-up."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from shared.errors import ModelError
+from shared.llm import ModelClient, load_litellm, warm_up
+from tests.scripted_llm import HttpError, ScriptedLLM
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
+    calls: list[float] = []
+
+    def slow_then_limited_then_fine(body: dict[str, Any]) -> str | HttpError:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(0.6)  # longer than the client's timeout: the client gives up first
+            return "too late"
+        return HttpError(429, "slow down") if len(calls) == 2 else "fine"
+
+    model = llm.script(f"m-{run_id}", handler=slow_then_limited_then_fine)
+    # The scripted server answers one request at a time: the backoff outlasts the slow reply.
+    # One spare retry, in case a loaded machine makes a retry also wait out the slow reply.
+    client = ModelClient(timeout_s=0.4, max_retries=3, backoff_base_s=0.3)
+
+    reply = client.complete(model, HI, api_base=llm.api_base)
+
+    assert reply.content == "fine" and len(calls) == 3
+    assert (reply.usage.prompt_tokens, reply.usage.completion_tokens) == (11, 7)
+    assert reply.usage.unpriced
+
+
+def test_a_400_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
+    model = llm.script(f"m-{run_id}", [HttpError(400, "bad request 91c"), "never"])
+    client = ModelClient(max_retries=3, backoff_base_s=0.01)
+
+    with pytest.raises(ModelError, match="bad request 91c"):
+        client.complete(model, HI, api_base=llm.api_base)
+    assert len(llm.requests[f"m-{run_id}"]) == 1
+
+
+def test_warm_up_starts_no_thread_so_forking_stays_safe() -> None:
+    before = threading.active_count()
+    warm_up(load_litellm())
+    assert threading.active_count() == before
