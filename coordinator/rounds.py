@@ -71,6 +71,9 @@ class RoundLoop:
             self._read_events(state, block=True)
         self.drain(state)  # fire hooks for the last changes
         self._show_progress()
+        if state.stop is None and self.ctx.store.stop_reason() == CANCELLED:
+            # The cancel landed as the last tasks ended (members stop on it, too).
+            state.stop = Stop(CANCELLED, CANCELLED, CANCELLED, time.monotonic())
         return state
 
     def _show_progress(self) -> None:
