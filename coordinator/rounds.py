@@ -53,7 +53,8 @@ class RoundLoop:
         self.deadline = deadline
         self.budget = (Budget(ctx.conn, ctx.spec.run_id, max_tokens=self.options.max_tokens,
                               max_cost_usd=self.options.max_cost_usd, scripts=ctx.board.scripts)
-                       if self.options.max_tokens or self.options.max_cost_usd else None)
+                       if self.options.max_tokens is not None
+                       or self.options.max_cost_usd is not None else None)
 
     def run(self, state: LoopState) -> LoopState:
         """Loop until the board has no work left, nothing can run, or the run is stopped."""
