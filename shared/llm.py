@@ -19,7 +19,8 @@ from shared.offline_model import PROVIDER, make_provider
 
 log = logging.getLogger(__name__)
 
-RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+RETRYABLE_STATUS = {408, 409, 429}
+"""Besides every 5xx (Anthropic's 529 "overloaded" included)."""
 PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
                      "GROQ_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY")
 DEFAULT_MODEL_FOR_KEY = {
@@ -141,7 +142,7 @@ class ModelClient:
 def _retryable(exc: Exception) -> bool:
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
-        return status in RETRYABLE_STATUS
+        return status in RETRYABLE_STATUS or 500 <= status <= 599
     return "timeout" in type(exc).__name__.lower()
 
 

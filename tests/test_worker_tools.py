@@ -181,7 +181,8 @@ def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
         # What the coordinator does when the heartbeat key expires.
         conn.delete(board.keys.heartbeat("task_1"))
         assert board.reclaim_expired(max_attempts=3) == ["task_1"]
-        return ToolCalls([("team_list_tasks", {})])
+        # A stale attempt must not act: this broadcast must never be published.
+        return ToolCalls([("team_broadcast", {"content": "from a stale attempt"})])
 
     model = llm.script(f"m1-{run_id}", handler=reclaim_then_call_a_tool)
     make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
@@ -240,3 +241,41 @@ def test_reassign_to_an_unknown_member_is_a_tool_error(
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     (result,) = tool_results(llm.requests[f"m1-{run_id}"][1])
     assert result.startswith("TOOL_ERROR: ") and "unknown team member: ghost" in result
+
+
+def test_reassigning_to_yourself_or_too_often_is_a_tool_error(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """Each handoff opens a fresh session with its own step budget, so handoffs are bounded."""
+    def ping_pong(body: dict[str, Any]) -> ToolCalls | str:
+        if any(m.get("role") == "tool" for m in body["messages"]):
+            return "kept it"
+        me = "m1" if "Member m1" in body["messages"][1]["content"] else "m2"
+        other = "m2" if me == "m1" else "m1"
+        return ToolCalls([("team_reassign_task", {"to": me}),
+                          ("team_reassign_task", {"to": other})])
+
+    model = llm.script(f"pp-{run_id}", handler=ping_pong)
+    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base)
+
+    outcome = execute_task(conn, run_id, "task_1")
+
+    assert outcome.count("handed off to") == 3 and outcome.endswith("task_1: completed")
+    requests = llm.requests[f"pp-{run_id}"]
+    self_refusals = [r for body in requests for r in tool_results(body) if "already holds" in r]
+    assert self_refusals and all(r.startswith("TOOL_ERROR: ") for r in self_refusals)
+    assert any("already reassigned 3 times" in r for body in requests
+               for r in tool_results(body))
+    assert TaskBoard(conn, run_id).get("task_1").status is TaskStatus.COMPLETED
+
+
+def test_member_exceeding_its_steps_fails_the_task(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("team_list_tasks", {})])], repeat_last=True)
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base, member_max_steps=3)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+    assert len(llm.requests[f"m1-{run_id}"]) == 3
+    task = TaskBoard(conn, run_id).get("task_1")
+    assert (task.status, task.error) == (TaskStatus.FAILED, "member exceeded 3 steps")

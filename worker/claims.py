@@ -14,6 +14,9 @@ from enum import Enum
 
 from shared.models import Usage
 
+MAX_HANDOFFS = 3
+"""Each handoff starts a fresh session with its own step budget, so the count must be capped."""
+
 
 class ClaimEnd(Enum):
     """Why a claim stopped being this job's to finish."""
@@ -36,6 +39,8 @@ class Claim:
     end: ClaimEnd | None = None
     handed_to: str | None = None
     """Set by team_reassign_task on the running claim: rerun it as this member."""
+    handoffs: int = 0
+    """Reassignments so far; bounded so members cannot pass a task back and forth forever."""
     usage: Usage = field(default_factory=Usage)
     """Every model call made for this claim, across sessions (recorded on the task)."""
     started_s: float = field(default_factory=time.monotonic)

@@ -55,6 +55,8 @@ class AgentLoop:
             if not reply.tool_calls:
                 run.output = reply.content or ""
                 return run
+            # The claim may have been lost during a long call: a stale attempt runs no tools.
+            self.check_continue()
             messages.append(_assistant_message(reply))
             messages.extend(self._run_tools(reply))
         raise ModelError(f"member exceeded {self.max_steps} steps")

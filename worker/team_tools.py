@@ -25,7 +25,7 @@ from shared.bus import MessageBus
 from shared.errors import ToolFailed
 from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from shared.models import Envelope, TaskState
-from worker.claims import Claim, ClaimEnd, Claims
+from worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from worker.tools import Toolbox, first_string, string_property
 
 TO_ALIASES = ("toMemberId", "to_member_id", "to", "memberId", "member_id")
@@ -156,8 +156,12 @@ class TeamTools:
             raise ToolFailed("toMemberId is required")
         to = self._member(raw_to)
         claim = self._held(task_id)
+        if claim is not None:
+            _check_handoff(claim, to)
         ok = claim is not None and self.ctx.board.reassign(
             task_id, claim.token, to) is WriteOutcome.APPLIED
+        if ok:
+            claim.handoffs += 1
         if ok and claim is self.ctx.claim:
             claim.handed_to = to
         elif ok and claim is not None:
@@ -211,6 +215,14 @@ class TeamTools:
             raise ToolFailed(f"unknown team member: {raw}; use one of: "
                              f"{', '.join(self.ctx.member_ids)}")
         return member_id
+
+
+def _check_handoff(claim: Claim, to: str) -> None:
+    if to == claim.member_id:
+        raise ToolFailed(f"{to} already holds {claim.task_id}; reassign it to another member")
+    if claim.handoffs >= MAX_HANDOFFS:
+        raise ToolFailed(f"{claim.task_id} was already reassigned {MAX_HANDOFFS} times; "
+                         "finish it or release it")
 
 
 def _content(arguments: dict[str, Any]) -> str:
