@@ -209,7 +209,7 @@ def cancel_command(redis_url: str, run_id: str) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here."""
     from coordinator.lease import Lease
     from shared.board import TaskBoard
-    from shared.bus import MessageBus
+    from shared.bus import run_bus
     from shared.retention import expire_run
 
     conn = connect(redis_url)
@@ -223,7 +223,7 @@ def cancel_command(redis_url: str, run_id: str) -> None:
         board = TaskBoard(conn, run_id)
         board.reclaim_expired(spec.options.max_attempts)
         board.block_stalled("cancelled")
-        MessageBus(conn, run_id, [m.id for m in spec.members]).publish(
+        run_bus(conn, spec).publish(
             "system", "lead", "run.cancelled", None, "cancelled")
         store.finish("cancelled", None, error="cancelled")
         expire_run(conn, run_id, spec.options.retention_s)

@@ -11,7 +11,7 @@ from coordinator.hooks import HOOK_ERROR_TYPE, HookRunner
 from coordinator.lease import Lease
 from coordinator.progress import Reporter
 from shared.board import TaskBoard
-from shared.bus import MessageBus
+from shared.bus import MessageBus, run_bus
 from shared.runstore import RunStore
 from shared.team import RunSpec
 
@@ -34,9 +34,7 @@ class RunContext:
 def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks: list[object],
                   reporter: Reporter) -> RunContext:
     """Wire the run's board, bus, dispatcher, hooks and lease around one connection."""
-    bus = MessageBus(conn, spec.run_id, [m.id for m in spec.members],
-                     enabled=spec.options.enable_message_bus,
-                     max_message_bytes=spec.options.max_message_bytes)
+    bus = run_bus(conn, spec)
 
     def report_hook_error(point: str, text: str) -> None:
         reporter.note(f"hook failed: {text}")

@@ -20,7 +20,6 @@ from coordinator.planner import make_plan
 from coordinator.result import build_result, member_results
 from coordinator.rounds import CANCELLED, LoopState, RoundLoop
 from coordinator.synthesizer import synthesize
-from shared.bus import shorten
 from shared.errors import ConfigError, RunFailed
 from shared.ids import check_run_id
 from shared.llm import ModelClient
@@ -28,6 +27,7 @@ from shared.models import Plan, RunResult, TaskStatus
 from shared.retention import expire_run
 from shared.runstore import RunStore, now_ms
 from shared.team import ModelChoice, RunSpec, TeamFile
+from shared.text import shorten
 
 RESULT_MESSAGE_WAIT_S = 5.0
 """At most this long, before synthesis, for members' task.result messages still on their way."""

@@ -32,7 +32,7 @@ from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id
 from shared.keys import RunKeys
 from shared.models import Envelope
 from shared.scripts import Scripts
-from shared.text import shorten  # noqa: F401  (re-exported: callers use shared.bus.shorten)
+from shared.team import RunSpec
 
 BUS_MAXLEN = 100_000
 """Messages kept on a run's bus before trimming (unread messages are always kept)."""
@@ -47,6 +47,16 @@ RUNTIME_TYPE_PREFIXES = ("task.", "run.")
 
 _TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}$")
 _MEMBER_ID = re.compile(r"^[a-z0-9_-]{1,128}$")
+
+
+def run_bus(conn: redis.Redis, spec: RunSpec, scripts: Scripts | None = None) -> MessageBus:
+    """The bus a run publishes on, configured from its options; every publisher must agree on
+    the roster and the cap, or trimming could drop a message some member has not read."""
+    options = spec.options
+    return MessageBus(conn, spec.run_id, [m.id for m in spec.members],
+                      enabled=options.enable_message_bus,
+                      max_message_bytes=options.max_message_bytes,
+                      bus_maxlen=options.bus_max_messages, scripts=scripts)
 
 
 def delivered_to(message: Envelope, member_id: str) -> bool:

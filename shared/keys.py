@@ -86,7 +86,7 @@ class RunKeys:
 
     @property
     def approval(self) -> str:
-        """List: plan approval decisions pushed by `teamctl approve/reject`."""
+        """List: wake-ups for a coordinator waiting on plan approval (the decision is in state)."""
         return f"{self.base}:approval"
 
     @property

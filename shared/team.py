@@ -48,6 +48,7 @@ class RunOptions(BaseModel):
     model_max_retries: int = Field(3, ge=0)
     max_message_bytes: int = Field(65536, ge=1)
     dependency_output_chars: int = Field(4000, ge=0)
+    bus_max_messages: int = Field(100_000, ge=1)
     lease_ttl_s: float = Field(15.0, gt=0)
     retention_s: int = Field(DEFAULT_RETENTION_S, ge=1)
 

@@ -79,7 +79,12 @@ class ScriptedLLM:
             self.requests[model].append(body)
             self.request_times[model].append(time.monotonic())
             if script.handler is not None:
-                return script.handler(body)
+                # Handlers run under the lock (they may keep state); one that raises answers
+                # 500 with the error instead of dropping the connection.
+                try:
+                    return script.handler(body)
+                except Exception as exc:
+                    return HttpError(500, f"scripted handler raised {exc!r}")
             if not script.replies:
                 return HttpError(500, f"script for {model!r} is exhausted")
             if script.repeat_last and len(script.replies) == 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from shared.bus import MessageBus
+from shared.bus import MessageBus, run_bus
 from shared.errors import ConfigError
 from shared.keys import RUNS_INDEX, RunKeys
 from shared.retention import expire_run, forget_expired_runs
@@ -83,3 +83,18 @@ def test_keys_that_expire_sooner_keep_their_ttl(conn: redis.Redis) -> None:
     assert 0 < conn.pttl(heartbeat) <= 30_000
     assert 3500 < conn.ttl(RunKeys("hb").bus) <= 3600
     assert 3500 < conn.ttl(RunKeys("hb").spec) <= 3600
+
+
+def test_run_bus_takes_its_cap_and_limits_from_the_run_options(conn: redis.Redis) -> None:
+    spec = RunSpec(run_id="capped", team_id="t", objective="o",
+                   members=[Member(id=m) for m in MEMBERS],
+                   options=RunOptions(bus_max_messages=5, max_message_bytes=10),
+                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+                   workspace_dir="/tmp", created_ms=now_ms())
+    bus = run_bus(conn, spec)
+    for n in range(20):
+        bus.publish("system", "lead", "run.note", None, f"n{n}")
+    assert [m.content for m in bus.messages()][-1] == "n19"
+    assert len(bus.messages()) <= 5 + 5 // 10 + 1
+    with pytest.raises(ConfigError, match="limit is 10 bytes"):
+        bus.send("m1", "m2", None, None, "x" * 11)

@@ -10,13 +10,14 @@ import redis
 
 from shared.board import TaskBoard, WriteOutcome
 from shared.budget import Budget
-from shared.bus import MessageBus, shorten
+from shared.bus import MessageBus
 from shared.errors import RunFailed
 from shared.llm import ModelClient
 from shared.models import TaskState, Usage
 from shared.prompts import render
 from shared.runstore import RunStore
 from shared.team import Member, RunSpec
+from shared.text import shorten
 from shared.workspace import Workspace
 from worker.claims import Claim, ClaimEnd, Claims
 from worker.dispatch import build_dispatch_input

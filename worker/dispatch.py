@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from shared.bus import shorten
 from shared.models import Envelope, TaskState
 from shared.prompts import render
 from shared.team import Member, RunOptions
+from shared.text import shorten
 
 
 def build_dispatch_input(*, member: Member, task: TaskState, objective: str, options: RunOptions,

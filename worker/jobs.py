@@ -11,7 +11,7 @@ import redis
 
 from shared.board import TaskBoard
 from shared.budget import Budget
-from shared.bus import MessageBus
+from shared.bus import run_bus
 from shared.connection import same_server
 from shared.llm import ModelClient
 from shared.runstore import RunStore
@@ -48,9 +48,7 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
         return "skipped: not ready (already claimed or finished)"
     claims = Claims()
     claims.add(Claim(task_id, token, member.id))
-    bus = MessageBus(conn, run_id, [m.id for m in spec.members],
-                     enabled=options.enable_message_bus,
-                     max_message_bytes=options.max_message_bytes, scripts=board.scripts)
+    bus = run_bus(conn, spec, scripts=board.scripts)
     budget = Budget(conn, run_id, max_tokens=options.max_tokens,
                     max_cost_usd=options.max_cost_usd, scripts=board.scripts)
     client = ModelClient(timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
