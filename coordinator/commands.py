@@ -166,9 +166,11 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 
 def runs_command(redis_url: str, as_json: bool) -> None:
     """`teamctl runs`: recent runs, newest first."""
+    from shared.retention import forget_expired_runs
     from shared.runstore import list_runs
 
     conn = connect(redis_url)
+    forget_expired_runs(conn)  # the index is a sorted set: its members outlive the runs' keys
     rows = []
     for run_id in list_runs(conn):
         store = RunStore(conn, run_id)

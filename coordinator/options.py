@@ -39,6 +39,7 @@ HELP = {
     "model_max_retries": "Retries of a model call on 429, 5xx and timeouts.",
     "max_message_bytes": "Largest message a member may send.",
     "dependency_output_chars": "Characters of each dependency's output given to a member.",
+    "bus_max_messages": "Messages a run's bus keeps (never dropping unread ones).",
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
     "retention_s": "Seconds an ended run's keys stay in Redis.",
 }
