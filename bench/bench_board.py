@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +17,7 @@ from contextlib import contextmanager
 import redis
 
 from shared.board import TaskBoard
-from shared.embedded_redis import free_port, redis_server_binary
+from shared.embedded_redis import throwaway_redis
 from shared.models import TaskSpec
 from shared.scripts import Scripts
 
@@ -33,31 +31,8 @@ TTL_S = 30.0
 @contextmanager
 def redis_server() -> Iterator[redis.Redis]:
     """A private redis-server for the benchmark, stopped by its pid afterwards."""
-    port = free_port()
-    with tempfile.TemporaryDirectory() as data_dir:
-        process = subprocess.Popen(
-            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir,
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            conn = redis.Redis(port=port, decode_responses=True)
-            _wait_for_ping(conn)
-            yield conn
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
-
-
-def _wait_for_ping(conn: redis.Redis, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            conn.ping()
-            return
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)  # startup wait in a benchmark, not test synchronization
+    with throwaway_redis() as url:
+        yield redis.Redis.from_url(url, decode_responses=True)
 
 
 def layered_plan(size: int) -> list[TaskSpec]:

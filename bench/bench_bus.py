@@ -7,9 +7,7 @@ Run: .venv/bin/python -m bench.bench_bus
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +15,7 @@ from contextlib import contextmanager
 import redis
 
 from shared.bus import MessageBus
-from shared.embedded_redis import free_port, redis_server_binary
+from shared.embedded_redis import throwaway_redis
 from shared.keys import RunKeys
 
 MEMBERS = ["reader", "writer", "other"]
@@ -33,30 +31,8 @@ STARTUP_TIMEOUT_S = 10.0
 @contextmanager
 def redis_server() -> Iterator[redis.Redis]:
     """A throwaway redis-server without persistence, stopped by its pid."""
-    with tempfile.TemporaryDirectory() as data_dir:
-        port = free_port()
-        process = subprocess.Popen(
-            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir,
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            yield _connect_when_up(f"redis://127.0.0.1:{port}/0")
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
-
-
-def _connect_when_up(url: str) -> redis.Redis:
-    conn = redis.Redis.from_url(url, decode_responses=True)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        try:
-            conn.ping()
-            return conn
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)  # the server is starting; nothing to block on yet
+    with throwaway_redis() as url:
+        yield redis.Redis.from_url(url, decode_responses=True)
 
 
 def fill(bus: MessageBus, count: int) -> None:

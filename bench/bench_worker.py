@@ -26,7 +26,7 @@ from rq.job import Job, JobStatus
 
 from coordinator.workers import worker_command
 from shared.board import TaskBoard
-from shared.embedded_redis import free_port, redis_server_binary
+from shared.embedded_redis import throwaway_redis
 from shared.models import TaskSpec
 from shared.runstore import RunStore, now_ms
 from shared.team import Member, ModelChoice, RunOptions, RunSpec
@@ -40,24 +40,6 @@ RATIO_GOAL = 1.5
 WAIT_TIMEOUT_S = 300.0
 NOOP_JOB = "os.getpid"
 """The baseline job: already imported in every worker, so it measures RQ's own per-job cost."""
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    """A throwaway redis-server without persistence, stopped by its pid."""
-    with tempfile.TemporaryDirectory() as data_dir:
-        port = free_port()
-        process = subprocess.Popen(
-            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", data_dir,
-             "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"redis://127.0.0.1:{port}/0"
-        try:
-            _wait(lambda: _pings(url), "redis-server to answer")
-            yield url
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
 
 
 @contextmanager
@@ -79,13 +61,6 @@ def worker(command: list[str], log_path: Path, url: str) -> Iterator[None]:
             process.kill()
             process.wait()
         conn.delete("rq:workers", f"rq:workers:{QUEUE}")
-
-
-def _pings(url: str) -> bool:
-    try:
-        return bool(redis.Redis.from_url(url).ping())
-    except redis.ConnectionError:
-        return False
 
 
 def _wait(predicate: object, what: str) -> None:
@@ -151,7 +126,7 @@ def main() -> int:
     model = llm.script("bench-member", ["done"], repeat_last=True)
     rows = []
     try:
-        with redis_server() as url, tempfile.TemporaryDirectory() as logs:
+        with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs:
             preloaded = worker_command(url, [QUEUE])
             bare = [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE]
             simple = worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker")

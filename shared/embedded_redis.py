@@ -8,7 +8,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -151,3 +154,26 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+@contextmanager
+def throwaway_redis(data_dir: Path | None = None) -> Iterator[str]:
+    """A private redis-server without persistence for tests and benchmarks; yields its URL and
+    stops it by its pid on exit."""
+    with tempfile.TemporaryDirectory() as scratch:
+        port = free_port()
+        process = subprocess.Popen(
+            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
+             "--dir", str(data_dir or scratch), "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"redis://127.0.0.1:{port}/0"
+        try:
+            deadline = time.monotonic() + STARTUP_TIMEOUT_S
+            while not _answers_ping(url):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise InfraError(f"throwaway redis-server on port {port} did not start")
+                time.sleep(0.02)  # the server is starting; there is nothing to block on yet
+            yield url
+        finally:
+            process.terminate()
+            process.wait(timeout=STARTUP_TIMEOUT_S)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ import pytest
 import redis
 
 from coordinator.workers import LocalWorkers
-from shared.embedded_redis import free_port, redis_server_binary
+from shared.embedded_redis import throwaway_redis
 from tests.scripted_llm import ScriptedLLM
 
 ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
@@ -39,25 +38,8 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A private redis-server for the whole session; yields its base URL (db 0)."""
-    data_dir = tmp_path_factory.mktemp("redis")
-    port = free_port()
-    process = subprocess.Popen(
-        [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
-         "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    wait_until(lambda: _pings(client), 10, message="redis-server to answer")
-    yield url
-    process.terminate()
-    process.wait(timeout=10)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except redis.ConnectionError:
-        return False
+    with throwaway_redis(tmp_path_factory.mktemp("redis")) as url:
+        yield url
 
 
 @pytest.fixture
