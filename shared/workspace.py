@@ -2,24 +2,43 @@
 
 Confinement is by resolved path: absolute paths, `..` and symlinks are all resolved first, and
 anything that ends up outside the root is refused with ToolFailed (a tool error for the model).
-`bash` is NOT confined this way (a shell can `cd /`); it only starts in the workspace, which is why
-it is off unless a member enables it.
+Hard-linked files are refused for reading and editing (a hard link can name an inode outside the
+root), and writes replace the directory entry instead of writing through an existing inode.
+`bash` is NOT confined this way (a shell can `cd /`); it only starts in the workspace, with a
+minimal environment (no worker secrets), which is why it is off unless a member enables it.
 """
 
 from __future__ import annotations
 
+import codecs
 import os
+import secrets
+import selectors
 import signal
+import stat
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from typing import BinaryIO
 
 from shared.errors import ToolFailed
 
 READ_LIMIT_CHARS = 64_000
+EDIT_LIMIT_BYTES = 2_000_000
 LIST_LIMIT_ENTRIES = 500
 BASH_TIMEOUT_S = 60.0
 BASH_OUTPUT_LIMIT_CHARS = 16_000
+# A fixed PATH: the worker's own PATH may point into its virtualenv or other private places.
+BASH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+BASH_POLL_S = 0.05  # how often a silent command is checked for having exited
+BASH_DRAIN_S = 0.25  # after bash exits, how long output already on its way may still be read
+BASH_KILL_WAIT_S = 5.0  # a SIGKILLed bash is reaped at once; this only bounds the wait
+READ_CHUNK_BYTES = 65_536
+UTF8_MAX_BYTES_PER_CHAR = 4
 
 
 @dataclass(frozen=True)
@@ -28,82 +47,286 @@ class Workspace:
 
     root: Path
 
+    @cached_property
+    def real_root(self) -> Path:
+        """The root with symlinks resolved, computed once (every confinement check uses it)."""
+        return self.root.resolve()
+
     def resolve(self, raw_path: str) -> Path:
         """The real path of `raw_path` (relative to the root), refused if it leaves the root."""
         if not raw_path or not raw_path.strip():
             raise ToolFailed("path is required")
-        root = self.root.resolve()
-        candidate = Path(raw_path.strip())
-        target = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        root = self.real_root
+        try:
+            candidate = Path(raw_path.strip())
+            target = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        except (ValueError, OSError, RuntimeError):
+            # NUL bytes, symlink loops, over-long names: the exception text holds host paths.
+            raise ToolFailed(f"invalid path: {raw_path!r}; use a plain path relative to the "
+                             "workspace root") from None
         if target != root and not target.is_relative_to(root):
             raise ToolFailed(f"path {raw_path!r} is outside the workspace; use a path relative "
                              "to the workspace root")
         return target
 
     def relative(self, path: Path) -> str:
-        return str(path.relative_to(self.root.resolve())) or "."
+        """`path` relative to the root, as the model should name it."""
+        return str(path.relative_to(self.real_root)) or "."
 
     def read(self, raw_path: str, limit_chars: int = READ_LIMIT_CHARS) -> str:
-        path = self.resolve(raw_path)
-        if not path.is_file():
-            raise ToolFailed(f"no such file: {raw_path}")
-        text = path.read_text(encoding="utf-8", errors="replace")
-        if len(text) > limit_chars:
-            return text[:limit_chars] + f"\n[truncated: {len(text)} chars in total]"
-        return text
+        """The first `limit_chars` characters of a text file, reading a bounded prefix only."""
+        with self._open_regular(raw_path) as (file, size_bytes):
+            data = file.read(limit_chars * UTF8_MAX_BYTES_PER_CHAR)
+        text = data.decode("utf-8", errors="replace")
+        if len(text) <= limit_chars and len(data) >= size_bytes:
+            return text
+        return (text[:limit_chars] + f"\n[truncated: the file is {size_bytes} bytes; showing "
+                f"the first {min(len(text), limit_chars)} characters]")
 
     def write(self, raw_path: str, content: str) -> int:
         """Create or overwrite a file (parents created); returns the bytes written."""
+        if not isinstance(content, str):
+            raise ToolFailed("content must be a string (the full text of the file)")
         path = self.resolve(raw_path)
-        if path.is_dir():
-            raise ToolFailed(f"{raw_path} is a directory")
-        path.parent.mkdir(parents=True, exist_ok=True)
         data = content.encode("utf-8")
-        path.write_bytes(data)
+        with _os_errors(raw_path):
+            if path.is_dir():
+                raise ToolFailed(f"{raw_path} is a directory")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _replace_file(path, data)
         return len(data)
 
     def edit(self, raw_path: str, old_text: str, new_text: str) -> int:
         """Replace the one exact occurrence of `old_text`; returns the new file size in bytes."""
         if not old_text:
             raise ToolFailed("oldText is required (the exact text to replace)")
-        text = self.read(raw_path, limit_chars=10**9)
+        text = self._read_for_edit(raw_path)
         count = text.count(old_text)
         if count != 1:
             raise ToolFailed(f"oldText occurs {count} times in {raw_path}; it must occur exactly "
                              "once (include more surrounding text)")
         return self.write(raw_path, text.replace(old_text, new_text, 1))
 
-    def list(self, raw_path: str = ".", limit: int = LIST_LIMIT_ENTRIES) -> list[str]:
-        """Files and directories under a directory (recursive, sorted; dirs end with '/')."""
+    def list(self, raw_path: str = ".", limit_entries: int = LIST_LIMIT_ENTRIES) -> list[str]:
+        """Files and directories under a directory (recursive, sorted; dirs end with '/').
+
+        Entries are collected top level first and collection stops at `limit_entries`."""
         base = self.resolve(raw_path or ".")
-        if not base.is_dir():
-            raise ToolFailed(f"no such directory: {raw_path}")
+        with _os_errors(raw_path):
+            if not base.is_dir():
+                raise ToolFailed(f"no such directory: {raw_path}")
+        root = str(self.real_root)
         entries: list[str] = []
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames.sort()
-            here = Path(dirpath)
-            entries += [self.relative(here / d) + "/" for d in dirnames]
-            entries += [self.relative(here / f) for f in sorted(filenames)]
-            if len(entries) >= limit:
-                return sorted(entries)[:limit] + [f"[truncated at {limit} entries]"]
+            relative = os.path.relpath(dirpath, root)
+            prefix = "" if relative == "." else relative + "/"
+            for name in [d + "/" for d in dirnames] + sorted(filenames):
+                if len(entries) == limit_entries:
+                    return sorted(entries) + [f"[truncated at {limit_entries} entries]"]
+                entries.append(prefix + name)
         return sorted(entries)
 
     def bash(self, command: str, timeout_s: float = BASH_TIMEOUT_S,
              limit_chars: int = BASH_OUTPUT_LIMIT_CHARS) -> dict[str, object]:
-        """Run a shell command in the workspace; killed (whole process group) after `timeout_s`."""
+        """Run a shell command in the workspace; its process group is killed after `timeout_s`.
+
+        The command ends when bash exits: background children may keep running (and holding the
+        output pipe) without delaying the result. Output beyond `limit_chars` is counted, not kept.
+        """
         if not command or not command.strip():
             raise ToolFailed("command is required")
         process = subprocess.Popen(
-            ["bash", "-c", command], cwd=self.root.resolve(), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            ["bash", "-c", command], cwd=self.real_root, env=self._bash_env(),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        output = _OutputCap(limit_chars)
         try:
-            output, _ = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            # The shell's children share its session: kill them all, not just bash.
-            os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            raise ToolFailed(f"command timed out after {timeout_s:g}s and was killed") from None
-        text = output.decode("utf-8", errors="replace")
-        if len(text) > limit_chars:
-            text = text[:limit_chars] + f"\n[truncated: {len(text)} chars in total]"
-        return {"exitCode": process.returncode, "output": text}
+            exited = _read_until_exit(process, output, time.monotonic() + timeout_s)
+        finally:
+            if process.poll() is None:
+                _kill_group(process)
+            process.stdout.close()  # type: ignore[union-attr]
+        if not exited:
+            text = output.text()
+            raise ToolFailed(f"command timed out after {timeout_s:g}s and was killed (commands "
+                             f"may run for at most {timeout_s:g}s; start longer jobs in the "
+                             "background with their output redirected to a file)"
+                             + (f"; output before the kill:\n{text}" if text else ""))
+        return {"exitCode": process.returncode, "output": output.text()}
+
+    def _bash_env(self) -> dict[str, str]:
+        """A minimal environment: the worker's own holds REDIS_URL and provider API keys."""
+        return {"PATH": BASH_PATH, "HOME": str(self.real_root), "LANG": "C.UTF-8"}
+
+    @contextmanager
+    def _open_regular(self, raw_path: str) -> Iterator[tuple[BinaryIO, int]]:
+        """An open regular file with exactly one link, and its size in bytes.
+
+        O_NOFOLLOW refuses a symlink swapped in after resolve(); O_NONBLOCK keeps a FIFO from
+        blocking the open until fstat refuses it."""
+        path = self.resolve(raw_path)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            raise ToolFailed(f"no such file: {raw_path}") from None
+        except OSError as exc:
+            raise ToolFailed(f"cannot open {raw_path!r}: {exc.strerror}") from None
+        try:
+            info = os.fstat(fd)
+            _check_regular(raw_path, info)  # before fdopen(), which refuses directories itself
+        except BaseException:
+            os.close(fd)
+            raise
+        with os.fdopen(fd, "rb") as file, _os_errors(raw_path):
+            yield file, info.st_size
+
+    def _read_for_edit(self, raw_path: str) -> str:
+        """The whole text of a UTF-8 file of at most EDIT_LIMIT_BYTES."""
+        too_big = ToolFailed(f"{raw_path} is too big to edit: edit_file works on files up to "
+                             f"{EDIT_LIMIT_BYTES} bytes (use bash, or write_file for the whole "
+                             "file)")
+        with self._open_regular(raw_path) as (file, size_bytes):
+            if size_bytes > EDIT_LIMIT_BYTES:
+                raise too_big
+            data = file.read(EDIT_LIMIT_BYTES + 1)
+        if len(data) > EDIT_LIMIT_BYTES:  # it grew after fstat
+            raise too_big
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            # Decoding with replacement characters and writing back would corrupt the file.
+            raise ToolFailed(f"{raw_path} is not UTF-8 text; edit_file only edits UTF-8 "
+                             "files") from None
+
+
+def _check_regular(raw_path: str, info: os.stat_result) -> None:
+    """Refuse directories, devices, FIFOs and sockets, and files with more than one link."""
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolFailed(f"{raw_path} is a directory; use list_files")
+    if not stat.S_ISREG(info.st_mode):
+        raise ToolFailed(f"{raw_path} is not a regular file; only regular files can be read")
+    if info.st_nlink > 1:
+        # Another name for the inode may lie outside the workspace.
+        raise ToolFailed(f"{raw_path} has {info.st_nlink} hard links; hard-linked files are "
+                         "refused (write_file replaces it with a file of its own)")
+
+
+@contextmanager
+def _os_errors(raw_path: str) -> Iterator[None]:
+    """OSError as ToolFailed naming the model's path: the OSError text holds host paths."""
+    try:
+        yield
+    except OSError as exc:
+        raise ToolFailed(f"cannot use {raw_path!r}: {exc.strerror or type(exc).__name__}") \
+            from None
+
+
+def _replace_file(path: Path, data: bytes) -> None:
+    """Write a new file beside `path` and rename it over `path` (keeping its mode).
+
+    Never writes through an existing inode, so a hard link's other names keep their content,
+    and readers never see half a file."""
+    mode = _regular_file_mode(path)
+    temp = path.with_name(f".teamctl-write-{secrets.token_hex(8)}.tmp")
+    # 0o666 and O_EXCL|O_NOFOLLOW: a new file with the usual umask, never an existing one.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            if mode is not None:
+                os.fchmod(file.fileno(), mode)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def _regular_file_mode(path: Path) -> int | None:
+    """The permission bits of the regular file at `path`, or None if there is none."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
+
+
+class _OutputCap:
+    """Keeps the first `limit_chars` characters of a byte stream and counts the rest."""
+
+    def __init__(self, limit_chars: int) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._kept: list[str] = []
+        self._room_chars = limit_chars
+        self._dropped_chars = 0
+        self._text: str | None = None
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        text = self._decoder.decode(data, final)
+        kept = text[:self._room_chars]
+        if kept:
+            self._kept.append(kept)
+            self._room_chars -= len(kept)
+        self._dropped_chars += len(text) - len(kept)
+
+    def text(self) -> str:
+        """What was kept, with a note on how much was not; no more may be fed after this."""
+        if self._text is None:
+            self.feed(b"", final=True)
+            self._text = "".join(self._kept)
+            if self._dropped_chars:
+                self._text += f"\n[output truncated: {self._dropped_chars} more characters]"
+        return self._text
+
+
+def _read_until_exit(process: subprocess.Popen[bytes], output: _OutputCap,
+                     deadline_s: float) -> bool:
+    """Read output until bash exits (True) or the monotonic deadline passes (False)."""
+    fd = process.stdout.fileno()  # type: ignore[union-attr]
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while process.poll() is None:
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0:
+                return False
+            # A short select timeout: a background child may hold the pipe open after bash exits.
+            if selector.select(min(remaining_s, BASH_POLL_S)) and not _read_chunk(fd, output):
+                return _wait_until(process, deadline_s)  # EOF: nothing left but the exit
+        _drain(selector, fd, output)
+    return True
+
+
+def _read_chunk(fd: int, output: _OutputCap) -> bool:
+    """Read one chunk that select() reported ready; False at end of file."""
+    data = os.read(fd, READ_CHUNK_BYTES)
+    output.feed(data)
+    return bool(data)
+
+
+def _drain(selector: selectors.BaseSelector, fd: int, output: _OutputCap) -> None:
+    """After bash exited, read what is still in the pipe, for at most BASH_DRAIN_S.
+
+    No wait for end of file: a background child may hold the pipe open for ever."""
+    deadline_s = time.monotonic() + BASH_DRAIN_S
+    while (remaining_s := deadline_s - time.monotonic()) > 0:
+        if not selector.select(min(remaining_s, BASH_POLL_S)) or not _read_chunk(fd, output):
+            return
+
+
+def _wait_until(process: subprocess.Popen[bytes], deadline_s: float) -> bool:
+    """Wait for bash to exit by the monotonic deadline; False if it did not."""
+    try:
+        process.wait(timeout=max(deadline_s - time.monotonic(), 0))
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL bash's whole process group (its session's children share it) and reap bash."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    # Bounded: a process stuck in the kernel is left to the subprocess module's own reaping.
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=BASH_KILL_WAIT_S)

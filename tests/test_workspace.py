@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import stat
 import time
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +21,8 @@ from shared.workspace import Workspace
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_worker_support import make_run, tool_names, tool_results
 from worker.jobs import execute_task
+from worker.tools import Toolbox
+from worker.workspace_tools import add_workspace_tools
 
 
 @pytest.fixture
@@ -109,3 +117,169 @@ def test_bash_is_offered_when_enabled(
     assert json.loads(result) == {"action": "bash", "ok": True, "exitCode": 0,
                                   "output": "out.txt\n"}
     assert (tmp_path / "ws" / "out.txt").read_text() == "built\n"
+
+
+@pytest.fixture
+def background_pids() -> Iterator[list[int]]:
+    """Pids a test's bash command left running in the background; killed by pid at teardown."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_bash_does_not_see_the_worker_environment(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    monkeypatch.setenv("REDIS_URL", "redis://secret-host:6379/0")
+    output = workspace.bash("env")["output"]
+    assert "sk-secret-value" not in output and "OPENAI_API_KEY" not in output
+    assert "secret-host" not in output and "REDIS_URL" not in output
+    assert f"HOME={workspace.root.resolve()}\n" in output
+    assert "LANG=C.UTF-8\n" in output
+
+
+def test_bash_output_is_capped_while_it_is_read(workspace: Workspace) -> None:
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        result = workspace.bash("head -c 50000000 /dev/zero | tr '\\0' x", limit_chars=1000)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert time.monotonic() - started < 10
+    assert result["exitCode"] == 0
+    assert result["output"] == "x" * 1000 + "\n[output truncated: 49999000 more characters]"
+    assert peak_bytes < 5_000_000
+
+
+def test_bash_returns_when_bash_exits_though_a_setsid_child_holds_the_output(
+        workspace: Workspace, background_pids: list[int]) -> None:
+    started = time.monotonic()
+    result = workspace.bash("setsid sleep 30 & echo started $!")
+    background_pids.append(int(str(result["output"]).split()[-1]))
+    assert time.monotonic() - started < 3
+    assert result["exitCode"] == 0 and str(result["output"]).startswith("started ")
+
+
+def test_a_background_child_is_not_a_timeout(
+        workspace: Workspace, background_pids: list[int]) -> None:
+    started = time.monotonic()
+    result = workspace.bash("sleep 30 & echo started $!", timeout_s=5)
+    background_pids.append(int(str(result["output"]).split()[-1]))
+    assert time.monotonic() - started < 3
+    assert result["exitCode"] == 0 and str(result["output"]).startswith("started ")
+
+
+def test_a_command_that_outlives_its_timeout_is_killed_and_reported(
+        workspace: Workspace) -> None:
+    started = time.monotonic()
+    with pytest.raises(ToolFailed, match=r"timed out after 1s.*\nbefore the kill\n"):
+        workspace.bash("echo before the kill; sleep 30", timeout_s=1)
+    assert time.monotonic() - started < 4
+
+
+def test_read_file_reads_only_a_bounded_prefix_of_a_huge_file(workspace: Workspace) -> None:
+    with (workspace.root / "huge.bin").open("wb") as file:
+        file.truncate(64 * 1024 * 1024)  # sparse: costs no disk
+    tracemalloc.start()
+    try:
+        text = workspace.read("huge.bin", limit_chars=100)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert text.startswith("\0" * 100 + "\n[truncated: ")
+    assert "67108864 bytes" in text
+    assert peak_bytes < 5_000_000
+
+
+def test_edit_file_refuses_files_above_its_size_cap(workspace: Workspace) -> None:
+    with (workspace.root / "big.txt").open("wb") as file:
+        file.truncate(3 * 1024 * 1024)
+    with pytest.raises(ToolFailed, match="edit_file works on files up to"):
+        workspace.edit("big.txt", "\0", "x")
+
+
+def test_write_file_replaces_a_hard_link_and_leaves_the_outside_file_alone(
+        workspace: Workspace) -> None:
+    outside = workspace.root.parent / "outside.txt"
+    outside.write_text("outside content")
+    os.link(outside, workspace.root / "linked.txt")
+    assert workspace.write("linked.txt", "new content") == 11
+    assert outside.read_text() == "outside content"
+    assert (workspace.root / "linked.txt").read_text() == "new content"
+
+
+def test_read_and_edit_refuse_hard_linked_files(workspace: Workspace) -> None:
+    outside = workspace.root.parent / "outside.txt"
+    outside.write_text("outside secret")
+    os.link(outside, workspace.root / "linked.txt")
+    with pytest.raises(ToolFailed, match="hard-linked files are refused"):
+        workspace.read("linked.txt")
+    with pytest.raises(ToolFailed, match="hard-linked files are refused"):
+        workspace.edit("linked.txt", "secret", "changed")
+    assert outside.read_text() == "outside secret"
+
+
+def test_write_file_keeps_the_mode_of_the_file_it_replaces(workspace: Workspace) -> None:
+    script = workspace.root / "run.sh"
+    script.write_text("echo old\n")
+    script.chmod(0o750)
+    workspace.write("run.sh", "echo new\n")
+    assert stat.S_IMODE(script.stat().st_mode) == 0o750
+    assert [p.name for p in workspace.root.iterdir() if p.name.startswith(".")] == []
+
+
+def test_reading_a_fifo_is_refused_without_blocking(workspace: Workspace) -> None:
+    os.mkfifo(workspace.root / "pipe")
+    with pytest.raises(ToolFailed, match="not a regular file"):
+        workspace.read("pipe")
+
+
+@pytest.mark.parametrize("path", ["bad\0name.txt", "loop", "loop/inner.txt"])
+def test_invalid_paths_fail_without_naming_host_paths(workspace: Workspace, path: str) -> None:
+    (workspace.root / "loop").symlink_to("loop")
+    for operation in (workspace.read, lambda p: workspace.write(p, "x"), workspace.list):
+        with pytest.raises(ToolFailed, match="^invalid path: ") as failure:
+            operation(path)
+        assert str(workspace.root.parent) not in str(failure.value)
+
+
+def test_os_errors_fail_without_naming_host_paths(workspace: Workspace) -> None:
+    long_name = "n" * 300  # longer than any file system allows
+    for operation in (workspace.read, lambda p: workspace.write(p, "x"), workspace.list):
+        with pytest.raises(ToolFailed, match="name too long") as failure:
+            operation(long_name)
+        assert str(workspace.root.parent) not in str(failure.value)
+
+
+def test_write_file_tool_refuses_content_that_is_not_a_string(workspace: Workspace) -> None:
+    toolbox = Toolbox()
+    add_workspace_tools(toolbox, workspace, ["write_file"])
+    for content in (None, 42, ["a"]):
+        result = toolbox.call("write_file", json.dumps({"path": "x.txt", "content": content}))
+        assert result.startswith("TOOL_ERROR: ") and "content must be a string" in result
+    assert not (workspace.root / "x.txt").exists()
+
+
+def test_list_files_stops_at_its_limit_with_the_top_level_first(workspace: Workspace) -> None:
+    for index in range(20):
+        workspace.write(f"a/{index:02d}.txt", "")
+    assert workspace.list(".", limit_entries=6) == [
+        "a/", "a/00.txt", "a/01.txt", "escape/", "inside.txt", "passwd-link",
+        "[truncated at 6 entries]"]
+    # Exactly the limit: nothing was left out, so no truncation note.
+    assert workspace.list("a", limit_entries=20)[-1] == "a/19.txt"
+
+
+def test_list_files_resolves_the_root_once_not_per_entry(
+        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    for index in range(20):
+        (workspace.root / f"{index}.txt").write_text("")
+    calls: list[Path] = []
+    real_resolve = Path.resolve
+    monkeypatch.setattr(Path, "resolve", lambda self, *a, **k: calls.append(self)
+                        or real_resolve(self, *a, **k))
+    assert len(workspace.list(".")) == 23
+    assert len(calls) <= 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared.errors import ToolFailed
-from shared.workspace import Workspace
+from shared.workspace import EDIT_LIMIT_BYTES, Workspace
 from worker.tools import Toolbox, first_string, string_property
 
 PATH = string_property("A path relative to the workspace root.")
@@ -33,7 +33,8 @@ def _read_file(toolbox: Toolbox, workspace: Workspace) -> None:
         return {"action": "read_file", "ok": True, "path": path,
                 "content": workspace.read(path)}
 
-    toolbox.add("read_file", "Read a text file from the shared workspace.",
+    toolbox.add("read_file", "Read a text file from the shared workspace (long files are "
+                "truncated; hard-linked files are refused).",
                 {"path": PATH}, ["path"], read_file)
 
 
@@ -41,7 +42,10 @@ def _write_file(toolbox: Toolbox, workspace: Workspace) -> None:
     def write_file(arguments: dict[str, Any]) -> dict[str, Any]:
         path = _path(arguments)
         content = arguments.get("content", arguments.get("text", ""))
-        written = workspace.write(path, content if isinstance(content, str) else str(content))
+        if not isinstance(content, str):
+            # str(None) would write "None": the model must say what it means.
+            raise ToolFailed("content must be a string (the full text of the file)")
+        written = workspace.write(path, content)
         return {"action": "write_file", "ok": True, "path": path, "bytes": written}
 
     toolbox.add("write_file", "Create or overwrite a text file in the shared workspace "
@@ -60,7 +64,8 @@ def _edit_file(toolbox: Toolbox, workspace: Workspace) -> None:
         size = workspace.edit(path, old, new)
         return {"action": "edit_file", "ok": True, "path": path, "bytes": size}
 
-    toolbox.add("edit_file", "Replace one exact occurrence of oldText with newText in a file.",
+    toolbox.add("edit_file", "Replace one exact occurrence of oldText with newText in a "
+                f"UTF-8 file of at most {EDIT_LIMIT_BYTES} bytes.",
                 {"path": PATH,
                  "oldText": string_property("The exact text to replace; it must occur once."),
                  "newText": string_property("The replacement text.")},
