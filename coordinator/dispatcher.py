@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
@@ -33,10 +35,21 @@ class Dispatcher:
                             result_ttl=0, failure_ttl=FAILURE_TTL_S)
         return job.id
 
-    def ended(self, job_ids: list[str]) -> set[str]:
-        """The jobs that ended or vanished: if their task is still ready, it needs a new job."""
+    def ended(self, job_ids: list[str], stale_after_s: float) -> set[str]:
+        """The jobs that ended, vanished, or started `stale_after_s` ago without claiming their
+        task (their worker died; RQ notices only after minutes). Their task needs a new job;
+        enqueueing one more is always safe, since only one job can claim the task."""
         if not job_ids:
             return set()
         jobs = Job.fetch_many(job_ids, connection=self.rq_conn)
+        now = datetime.now(UTC)
         return {job_id for job_id, job in zip(job_ids, jobs, strict=True)
-                if job is None or job.get_status(refresh=False) in ENDED}
+                if job is None or job.get_status(refresh=False) in ENDED
+                or _started_long_ago(job, now, stale_after_s)}
+
+
+def _started_long_ago(job: Job, now: datetime, stale_after_s: float) -> bool:
+    if job.get_status(refresh=False) != JobStatus.STARTED or job.started_at is None:
+        return False
+    started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=UTC)
+    return (now - started).total_seconds() > stale_after_s

@@ -16,6 +16,10 @@ CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
 CANCELLED = "cancelled"
 EVENT_BATCH = 100
+CONSUMED = frozenset({"in_progress", "completed", "failed", "blocked"})
+"""Events after which a queued job has nothing left to do (its task was claimed or ended).
+Not reclaimed/released/reassigned: those can be read after the task was enqueued again."""
+ENDED = frozenset({"completed", "failed", "blocked"})
 STOP_GRACE_TTLS = 3
 """After a cancel or timeout, wait this many heartbeat TTLs for in-flight claims to end."""
 
@@ -40,6 +44,9 @@ class LoopState:
     bus_from: str = "0-0"
     queued: dict[str, str] = field(default_factory=dict)
     """Task id -> RQ job id of tasks enqueued but not yet claimed: they count as in flight."""
+    open_round: set[str] = field(default_factory=set)
+    """Tasks dispatched in the current round that have not ended. In eager mode a refill joins
+    the open round; a new round starts only once it is empty (as AI4J counts waves)."""
     stop: Stop | None = None
 
 
@@ -92,6 +99,8 @@ class RoundLoop:
 
     def _stopping(self, state: LoopState) -> bool:
         """Notice a cancel, the timeout or a spent budget; True once dispatch must stop."""
+        if state.stop is None and not self.options.continue_on_member_error:
+            self._stop_if_failed(state)  # also after a resume: the failure event may be old
         if state.stop is None:
             reason = self.ctx.store.stop_reason()
             if reason is None and time.monotonic() >= self.deadline:
@@ -105,6 +114,14 @@ class RoundLoop:
                 # Members refuse further model calls themselves; in-flight tasks end on their own.
                 state.stop = Stop("failed", spent, spent, self.deadline)
         return state.stop is not None
+
+    def _stop_if_failed(self, state: LoopState) -> None:
+        if self.board.counts().get(TaskStatus.FAILED, 0) == 0:
+            return
+        failed = next(t for t in self.board.snapshot() if t.status is TaskStatus.FAILED)
+        who = failed.claimed_by or failed.member_id
+        error = f"team member failed: {who} -> {failed.error or 'unknown error'}"
+        state.stop = Stop("failed", error, STOPPED_REASON, self.deadline)
 
     def _drained(self, state: LoopState) -> bool:
         """Block what never ran; True once nothing is in flight (or the grace period is over)."""
@@ -129,7 +146,8 @@ class RoundLoop:
     def _forget_ended_jobs(self, state: LoopState) -> None:
         """A job that ended without claiming its task (it failed, or its worker died before the
         claim) no longer counts as in flight, so its task is dispatched again."""
-        ended = self.ctx.dispatcher.ended(list(state.queued.values()))
+        ended = self.ctx.dispatcher.ended(list(state.queued.values()),
+                                          stale_after_s=self.options.heartbeat_ttl_s)
         state.queued = {t: job for t, job in state.queued.items() if job not in ended}
 
     def _in_flight(self, state: LoopState) -> int:
@@ -141,19 +159,36 @@ class RoundLoop:
         if self.options.dispatch == "barrier" and in_flight:
             return 0
         capacity = self.options.batch_size() - in_flight
-        if capacity <= 0 or state.rounds >= self.options.round_limit():
+        if capacity <= 0:
+            return 0
+        new_round = not self._round_still_open(state)
+        if new_round and state.rounds >= self.options.round_limit():
             return 0
         ready = [t for t in self.board.next_ready(capacity + len(state.queued))
                  if t not in state.queued][:capacity]
         if not ready:
             return 0
-        state.rounds += 1
-        self.ctx.store.set_rounds(state.rounds)
+        if new_round:
+            state.rounds += 1
+            self.ctx.store.set_rounds(state.rounds)
+        state.open_round.update(ready)
         for task_id in ready:
             job_id = self._dispatch(task_id)
             if job_id is not None:
                 state.queued[task_id] = job_id
         return len(ready)
+
+    def _round_still_open(self, state: LoopState) -> bool:
+        """Drop ended tasks from the open round (read from the board, not from events that may
+        still be unread); True while some of its tasks have not ended."""
+        if state.open_round:
+            pipe = self.ctx.conn.pipeline(transaction=False)
+            ids = sorted(state.open_round)
+            for task_id in ids:
+                pipe.hget(self.board.keys.task(task_id), "status")
+            state.open_round = {t for t, s in zip(ids, pipe.execute(), strict=True)
+                                if s not in ENDED}
+        return bool(state.open_round)
 
     def _dispatch(self, task_id: str) -> str | None:
         """Enqueue one task (returns the job id); an unknown member fails it here instead."""
@@ -196,8 +231,10 @@ class RoundLoop:
                     self.ctx.hooks.call("on_message", message)
 
     def _on_event(self, state: LoopState, task_id: str, status: str) -> None:
-        # Any change (claimed, ended, reclaimed to ready) means the queued job was consumed.
-        state.queued.pop(task_id, None)
+        if status in CONSUMED:
+            state.queued.pop(task_id, None)
+        if status in ENDED:
+            state.open_round.discard(task_id)
         if not task_id:
             return  # a wake-up (cancel, approval), not a task change
         if status == "failed" and not self.options.continue_on_member_error and not state.stop:

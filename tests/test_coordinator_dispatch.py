@@ -20,6 +20,6 @@ def test_a_job_that_ended_without_claiming_is_reported(
     job_id = dispatcher.enqueue("a", "nobody-listens")
     job = Job.fetch(job_id, connection=rq_conn)
     assert (job.func_name, job.args, job.timeout) == ("worker.jobs.run_task", (run_id, "a"), 160)
-    assert dispatcher.ended([job_id]) == set()
+    assert dispatcher.ended([job_id], stale_after_s=30) == set()
     job.cancel()
-    assert dispatcher.ended([job_id, "no-such-job"]) == {job_id, "no-such-job"}
+    assert dispatcher.ended([job_id, "no-such-job"], stale_after_s=30) == {job_id, "no-such-job"}

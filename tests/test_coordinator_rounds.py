@@ -1,0 +1,106 @@
+"""The round loop against a real board, with a recording dispatcher whose 'worker' is driven by
+conditions on what the loop has done (no sleeps): round counting and redispatch after reclaim."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import redis
+
+from coordinator.context import RunContext
+from coordinator.hooks import HookRunner
+from coordinator.lease import Lease
+from coordinator.progress import Reporter
+from coordinator.rounds import LoopState, RoundLoop
+from coordinator.run import RunRequest, create_run
+from shared.board import TaskBoard
+from shared.bus import run_bus
+from shared.models import TaskSpec, TaskStatus
+from shared.runstore import RunStore
+from shared.team import ModelChoice, RunOptions, TeamFile
+from tests.conftest import wait_until
+
+
+class RecordingDispatcher:
+    """Records enqueued task ids; counts the loop's passes (it asks about ended jobs each pass)."""
+
+    def __init__(self) -> None:
+        self.enqueued: list[str] = []
+        self.passes = 0
+
+    def enqueue(self, task_id: str, queue_name: str) -> str:
+        self.enqueued.append(task_id)
+        return f"job-{len(self.enqueued)}"
+
+    def ended(self, job_ids: list[str], stale_after_s: float) -> set[str]:
+        self.passes += 1
+        return set()
+
+
+def make_loop(conn: redis.Redis, tmp_path: Path, run_id: str, tasks: list[TaskSpec],
+              **options: object) -> tuple[RoundLoop, RecordingDispatcher]:
+    team = TeamFile(options=RunOptions(timeout_s=60, **options))
+    models = ModelChoice(planner="p", synthesizer="s", member_default="m")
+    spec = create_run(conn, RunRequest(objective="o", team=team, models=models,
+                                       workspace_root=tmp_path, run_id=run_id))
+    board = TaskBoard(conn, run_id)
+    board.create(tasks)
+    dispatcher = RecordingDispatcher()
+    ctx = RunContext(conn=conn, spec=spec, store=RunStore(conn, run_id), board=board,
+                     bus=run_bus(conn, spec), dispatcher=dispatcher, hooks=HookRunner([]),
+                     reporter=Reporter(False), lease=Lease(conn, run_id, 15))
+    return RoundLoop(ctx, time.monotonic() + 60), dispatcher
+
+
+def run_in_thread(loop: RoundLoop) -> tuple[threading.Thread, list[LoopState]]:
+    result: list[LoopState] = []
+    thread = threading.Thread(target=lambda: result.append(loop.run(LoopState())), daemon=True)
+    thread.start()
+    return thread, result
+
+
+def test_eager_refills_join_the_open_round(conn: redis.Redis, tmp_path: Path) -> None:
+    """12 independent tasks, 4 at a time, ending one by one: one wave, not one round per refill
+    (which would block the plan at max_rounds 2)."""
+    tasks = [TaskSpec(id=f"t{i}", member_id="researcher", task="x") for i in range(12)]
+    loop, dispatcher = make_loop(conn, tmp_path, "eager", tasks, max_concurrency=4, max_rounds=2)
+    worker = TaskBoard(conn, "eager")
+    thread, result = run_in_thread(loop)
+    running: list[tuple[str, int]] = []
+    claimed = 0
+    for done in range(12):
+        # Wait for the loop to refill the slot the previous completion freed (while any remain).
+        wanted = min(12, 4 + done)
+        wait_until(lambda w=wanted: len(dispatcher.enqueued) >= w, 10, message="a refill")
+        for task_id in dispatcher.enqueued[claimed:]:
+            running.append((task_id, worker.claim(task_id, "researcher", "w:1", 30)))
+        claimed = len(dispatcher.enqueued)
+        task_id, token = running.pop(0)
+        worker.complete(task_id, token, "ok", 1)
+    thread.join(10)
+    assert result and result[0].rounds == 1
+    assert dispatcher.enqueued == [f"t{i}" for i in range(12)]
+    assert {t.status for t in worker.snapshot()} == {TaskStatus.COMPLETED}
+
+
+def test_a_reclaimed_task_is_enqueued_again_once(conn: redis.Redis, tmp_path: Path) -> None:
+    loop, dispatcher = make_loop(conn, tmp_path, "reclaim",
+                                 [TaskSpec(id="a", member_id="researcher", task="x")],
+                                 heartbeat_ttl_s=0.3)
+    worker = TaskBoard(conn, "reclaim")
+    thread, result = run_in_thread(loop)
+    wait_until(lambda: dispatcher.enqueued == ["a"], 10, message="the first dispatch")
+    worker.claim("a", "researcher", "w:dies", 0.3)  # and never heartbeats: its worker died
+    wait_until(lambda: len(dispatcher.enqueued) == 2, 10, message="the redispatch after reclaim")
+    # Let the loop make several more passes while the second job is still unclaimed.
+    passes = dispatcher.passes
+    wait_until(lambda: dispatcher.passes >= passes + 3, 10, message="three more loop passes")
+    token = worker.claim("a", "researcher", "w:2", 30)
+    worker.complete("a", token, "ok", 1)
+    thread.join(10)
+    assert dispatcher.enqueued == ["a", "a"]
+    assert result and result[0].rounds == 1
+    task = worker.get("a")
+    assert (task.status, task.attempts) == (TaskStatus.COMPLETED, 2)
