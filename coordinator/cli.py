@@ -28,8 +28,11 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except TeamError as exc:
             click.echo(f"teamctl: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except redis.ConnectionError as exc:
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             click.echo(f"teamctl: Redis is unreachable: {exc}", err=True)
+            sys.exit(1)
+        except redis.ResponseError as exc:
+            click.echo(f"teamctl: Redis refused a command: {exc}", err=True)
             sys.exit(1)
         except KeyboardInterrupt:
             # The lease is released on the way out, so the run can be taken over at once.

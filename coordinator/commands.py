@@ -222,6 +222,8 @@ def cancel_command(redis_url: str, run_id: str) -> None:
         click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
         return
     try:
+        if store.state().finished:  # its coordinator finished it just before we took the lease
+            raise ConfigError(f"run {run_id} has already finished ({store.state().status})")
         board = TaskBoard(conn, run_id)
         board.reclaim_expired(spec.options.max_attempts)
         board.block_stalled("cancelled")

@@ -12,9 +12,12 @@ MIN_REDIS_VERSION = (6, 2)
 
 def connect(url: str, *, decode: bool = True) -> redis.Redis:
     """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
-    conn = redis.Redis.from_url(
-        url, decode_responses=decode, socket_connect_timeout=5, health_check_interval=30
-    )
+    try:
+        conn = redis.Redis.from_url(
+            url, decode_responses=decode, socket_connect_timeout=5, health_check_interval=30
+        )
+    except ValueError as exc:
+        raise ConfigError(f"invalid Redis URL {url!r}: {exc}; use redis://HOST:PORT/DB") from exc
     try:
         conn.ping()
     except redis.RedisError as exc:

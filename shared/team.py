@@ -83,6 +83,14 @@ class Member(BaseModel):
             raise ValueError(f"member id {member_id!r} is reserved; choose another id")
         return member_id
 
+    @field_validator("queue")
+    @classmethod
+    def _safe_queue(cls, queue: str) -> str:
+        if not is_safe_id(queue):
+            raise ValueError(f"queue {queue!r}: use letters, digits, '.', '_' or '-', starting "
+                             "with a letter or digit")
+        return queue
+
     @field_validator("tools")
     @classmethod
     def _known_tools(cls, tools: list[str]) -> list[str]:
@@ -175,6 +183,9 @@ def _read_structured(path: Path) -> object:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read team file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"team file {path} is not UTF-8 text (byte {exc.start}); "
+                          "save it as UTF-8") from exc
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":

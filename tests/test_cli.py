@@ -183,3 +183,19 @@ def test_ai4j_limits_zero_or_less_mean_the_defaults() -> None:
     assert RunOptions(max_rounds=2).round_limit() == 2
     assert RunOptions(max_concurrency=0).batch_size() == 1
     assert RunOptions(max_concurrency=3, parallel_dispatch=False).batch_size() == 1
+
+
+def test_bad_redis_url_and_non_utf8_team_file_are_one_line_config_errors(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad_url = runner.invoke(main, ["status", "r1", "--redis-url", "foo://bar"])
+    assert bad_url.exit_code == 2
+    assert bad_url.stderr.startswith("teamctl: invalid Redis URL 'foo://bar'")
+    team = tmp_path / "team.toml"
+    team.write_bytes(b'team_id = "\xff\xfe"\n')
+    bad_team = runner.invoke(main, ["run", "x", "--team", str(team), "--redis-url", "foo://bar"])
+    assert bad_team.exit_code == 2
+    assert "is not UTF-8 text" in bad_team.stderr and "Traceback" not in bad_team.output
+    queue = tmp_path / "queue.toml"
+    queue.write_text('[[members]]\nid = "m1"\nqueue = "--burst"\n')
+    bad_queue = runner.invoke(main, ["run", "x", "--team", str(queue), "--redis-url", "foo://bar"])
+    assert bad_queue.exit_code == 2 and "members.0.queue" in bad_queue.stderr
