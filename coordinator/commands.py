@@ -202,6 +202,9 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
     if not spec.options.require_plan_approval:
         raise ConfigError(f"run {run_id} does not ask for plan approval "
                           "(require_plan_approval is off)")
+    if store.state().status == "planning":  # nobody may approve a plan nobody has seen
+        raise ConfigError(f"run {run_id} has no plan yet; approve once `teamctl status {run_id}` "
+                          "says awaiting_approval")
     if not store.record_approval(approved, reason):
         raise ConfigError(f"the plan of run {run_id} was already {store.state().approval}")
     click.echo(f"plan of run {run_id} {'approved' if approved else 'rejected'}")

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,13 +33,17 @@ class LocalWorkers:
         self.count = count
         self.log_dir = log_dir
         self.processes: list[subprocess.Popen[bytes]] = []
+        self._previous_sigterm: object = None
 
     def __enter__(self) -> LocalWorkers:
+        self._previous_sigterm = _exit_on_sigterm()
         self.start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)  # type: ignore[arg-type]
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -63,3 +68,15 @@ class LocalWorkers:
                 process.kill()
                 process.wait()
         self.processes.clear()
+
+
+def _exit_on_sigterm() -> object:
+    """Turn SIGTERM into SystemExit so `with LocalWorkers` stops its children on the way out
+    (by default SIGTERM ends the process at once and orphans them); None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def exit_now(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, exit_now)

@@ -168,6 +168,9 @@ def test_approve_and_reject_need_a_run_that_asks_for_approval(
     runner = CliRunner()
     refused = runner.invoke(main, ["approve", run_id, "--redis-url", redis_url])
     assert refused.exit_code == 2 and "does not ask for plan approval" in refused.stderr
+    too_early = runner.invoke(main, ["approve", run_id + "-ask", "--redis-url", redis_url])
+    assert too_early.exit_code == 2 and "has no plan yet" in too_early.stderr
+    RunStore(conn, run_id + "-ask").set_status("awaiting_approval")
     rejected = runner.invoke(main, ["reject", run_id + "-ask", "--reason", "too big",
                                     "--redis-url", redis_url])
     assert rejected.exit_code == 0 and "rejected" in rejected.stdout
