@@ -50,6 +50,10 @@ def test_sigterm_stops_the_run_and_its_workers(
         wait_until(lambda: not any(_alive(pid) for pid in pids), 30,
                    message="the run's workers to stop")
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+        if run.poll() is None:  # the test failed early: SIGTERM first, so its workers stop too
+            run.terminate()
+            try:
+                run.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                run.kill()
+                run.wait()
