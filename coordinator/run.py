@@ -29,7 +29,6 @@ from shared.runstore import RunStore, now_ms
 from shared.team import ModelChoice, RunSpec, TeamFile
 from shared.text import shorten
 
-RESULT_MESSAGE_WAIT_S = 5.0
 """At most this long, before synthesis, for members' task.result messages still on their way."""
 
 
@@ -168,24 +167,10 @@ class Coordinator:
         self.ctx.bus.publish("system", "lead", f"run.{status}", None, error)
         self.ctx.store.finish(status, None, error=error)
 
-    def _await_result_messages(self, completed: set[str]) -> None:
-        """Wait (bounded) for the task.result of every completed task: a worker publishes it just
-        after completing the task, and the result's messages should hold it before run.complete."""
-        if not self.ctx.bus.enabled or not completed:
-            return
-        deadline = time.monotonic() + RESULT_MESSAGE_WAIT_S
-        after_id, seen = "0-0", set()
-        while not completed <= seen and (left_s := deadline - time.monotonic()) > 0:
-            for message in self.ctx.bus.tail(after_id, int(left_s * 1000) + 1):
-                after_id = message.id
-                if message.type == "task.result" and message.task_id:
-                    seen.add(message.task_id)
-
     def _synthesize(self) -> None:
         ctx, models = self.ctx, self.spec.models
         ctx.store.set_status("synthesizing")
         states = ctx.board.snapshot()
-        self._await_result_messages({s.task_id for s in states if s.status == TaskStatus.COMPLETED})
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
         plan = ctx.store.state().plan or Plan()
         try:

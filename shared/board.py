@@ -13,6 +13,7 @@ them: a completion then touches only its direct dependents, never the whole boar
 from __future__ import annotations
 
 import json
+import time
 from enum import Enum
 
 import redis
@@ -144,8 +145,12 @@ class TaskBoard:
             args=[token, _ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
 
     def complete(self, task_id: str, token: int, output: str, duration_ms: int,
-                 usage: Usage | None = None) -> WriteOutcome:
-        """Record the output if `token` still holds the claim; dependents may become ready."""
+                 usage: Usage | None = None, *, announce_as: str | None = None) -> WriteOutcome:
+        """Record the output if `token` still holds the claim; dependents may become ready.
+
+        With `announce_as` (the member's id), the task.result message to lead is published in
+        the same atomic step, so no reader sees the task completed without its message.
+        """
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
             return WriteOutcome.NOT_FOUND
@@ -153,13 +158,17 @@ class TaskBoard:
         dependents = [k.task(d) for d in self._direct_dependents(task_id)]
         return _outcome(self.scripts["complete"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
-                  *dependents],
+                  k.bus, k.bus_seq, *dependents],
             args=[token, output, duration_ms, (usage or Usage()).model_dump_json(),
-                  shorten(output) or "Task completed."]))
+                  shorten(output) or "Task completed.",
+                  *_announcement(announce_as, shorten(output))]))
 
     def fail(self, task_id: str, token: int | None, error: str, duration_ms: int = 0,
-             usage: Usage | None = None) -> WriteOutcome:
-        """Fail a task (token None: the coordinator fails an unclaimed one); block dependents."""
+             usage: Usage | None = None, *, announce_as: str | None = None) -> WriteOutcome:
+        """Fail a task (token None: the coordinator fails an unclaimed one); block dependents.
+
+        With `announce_as`, the task.error message (the full error) is published atomically too.
+        """
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
             return WriteOutcome.NOT_FOUND
@@ -167,9 +176,10 @@ class TaskBoard:
         closure = [k.task(d) for d in self._dependents_closure(task_id)]
         return _outcome(self.scripts["fail"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
-                  *closure],
+                  k.bus, k.bus_seq, *closure],
             args=["" if token is None else token, error, duration_ms,
-                  (usage or Usage()).model_dump_json(), shorten(error) or "Task failed."]))
+                  (usage or Usage()).model_dump_json(), shorten(error) or "Task failed.",
+                  *_announcement(announce_as, error)]))
 
     def release(self, task_id: str, token: int, reason: str | None = None) -> WriteOutcome:
         """Give a claim back: ready (or pending) again, and `token` is revoked for good."""
@@ -311,6 +321,11 @@ def _check_plan_ids(tasks: list[TaskSpec]) -> None:
         if task.id in seen:
             raise ConfigError(f"duplicate task id {task.id!r}: normalize the plan first")
         seen.add(task.id)
+
+
+def _announcement(sender: str | None, content: str) -> list[str | int]:
+    """The ARGV tail of complete/fail: who announces the outcome to lead, what, and when."""
+    return [sender or "", content, int(time.time() * 1000)]
 
 
 def _outcome(code: int | str) -> WriteOutcome:

@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from shared.board import TaskBoard, WriteOutcome
+from shared.bus import MessageBus
 from shared.errors import ConfigError
 from shared.models import TaskSpec, TaskState, TaskStatus
 from tests.conftest import wait_until
@@ -400,3 +401,21 @@ def test_create_refuses_duplicate_or_unsafe_ids(conn: redis.Redis) -> None:
     with pytest.raises(ConfigError, match="invalid task id"):
         board.create([TaskSpec(id="a", task="A", depends_on=["x,y"])])
     assert board.snapshot() == []
+
+
+def test_outcomes_are_announced_in_the_same_step_and_stale_ones_never(conn: redis.Redis) -> None:
+    board = TaskBoard(conn, "announce")
+    board.create([TaskSpec(id="a", task="A"), TaskSpec(id="b", task="B")])
+    token_a = board.claim("a", "m1", "w:1", 30)
+    token_b = board.claim("b", "m2", "w:1", 30)
+    long_output = "x" * 300
+    assert board.complete("a", token_a, long_output, 5, announce_as="m1") is WriteOutcome.APPLIED
+    assert board.complete("a", token_a, "again", 5, announce_as="m1") is not WriteOutcome.APPLIED
+    assert board.fail("b", token_b + 100, "late", 5, announce_as="m2") is WriteOutcome.STALE
+    assert board.fail("b", token_b, "boom: " + "e" * 300, 5, announce_as="m2") is (
+        WriteOutcome.APPLIED)
+    messages = MessageBus(conn, "announce", []).messages()
+    assert [(m.from_, m.to, m.type, m.task_id) for m in messages] == [
+        ("m1", "lead", "task.result", "a"), ("m2", "lead", "task.error", "b")]
+    assert messages[0].content == long_output[:240] + "..."
+    assert messages[1].content == "boom: " + "e" * 300  # task.error keeps the full error

@@ -17,7 +17,6 @@ from shared.models import TaskState, Usage
 from shared.prompts import render
 from shared.runstore import RunStore
 from shared.team import Member, RunSpec
-from shared.text import shorten
 from shared.workspace import Workspace
 from worker.claims import Claim, ClaimEnd, Claims
 from worker.dispatch import build_dispatch_input
@@ -129,21 +128,23 @@ class Attempt:
         job, claim = self.job, self.claim
         job.claims.end(claim, ClaimEnd.FINISHED)
         outcome = job.board.complete(claim.task_id, claim.token, output, self._elapsed_ms(),
-                                     claim.usage)
+                                     claim.usage, announce_as=self._announcer(member))
         if outcome is not WriteOutcome.APPLIED:
             return "stale: the claim was reclaimed; result discarded"
-        job.bus.publish(member.id, "lead", "task.result", claim.task_id, shorten(output))
         return "completed"
 
     def _fail(self, member: Member, error: str) -> str:
         job, claim = self.job, self.claim
         job.claims.end(claim, ClaimEnd.FINISHED)
         outcome = job.board.fail(claim.task_id, claim.token, error, self._elapsed_ms(),
-                                 claim.usage)
+                                 claim.usage, announce_as=self._announcer(member))
         if outcome is not WriteOutcome.APPLIED:
             return "stale: the claim was reclaimed; error discarded"
-        job.bus.publish(member.id, "lead", "task.error", claim.task_id, error)
         return "failed"
+
+    def _announcer(self, member: Member) -> str | None:
+        """The member announces its task's outcome to lead, in the same step as the write."""
+        return member.id if self.job.bus.enabled else None
 
     def _elapsed_ms(self) -> int:
         return int((time.monotonic() - self.claim.started_s) * 1000)

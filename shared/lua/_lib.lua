@@ -90,3 +90,27 @@ local function requeue(task_key, ready_key, running_key, counts_key, hb_key, rea
     make_pending(task_key, counts_key)
   end
 end
+
+-- Append a message to the run's bus (the fields shared/bus.py reads) and index it in the inboxes
+-- KEYS[inbox_first..inbox_last]; returns the message id. publish.lua uses it, and so do complete
+-- and fail, which announce task.result / task.error in the same step as the state change.
+local function publish_message(bus_key, seq_key, inbox_first, inbox_last,
+                               from, to, mtype, task_id, content, created_at)
+  local id = redis.call('XADD', bus_key, '*',
+    'from', from, 'to', to, 'type', mtype, 'task_id', task_id,
+    'content', content, 'created_at', created_at)
+  local seq = redis.call('INCR', seq_key)
+  for i = inbox_first, inbox_last do
+    redis.call('XADD', KEYS[i], id, 'seq', seq)
+  end
+  -- After the run ended its keys expire (shared/retention.py); keys a late message creates must
+  -- not outlive the bus.
+  local ttl = redis.call('PTTL', bus_key)
+  if ttl > 0 then
+    redis.call('PEXPIRE', seq_key, ttl)
+    for i = inbox_first, inbox_last do
+      redis.call('PEXPIRE', KEYS[i], ttl)
+    end
+  end
+  return id
+end

@@ -5,19 +5,6 @@
 -- Returns {message id (the bus entry id), bus length after the append}.
 -- An inbox entry reuses the message's id and holds one field, seq (the message's position on the
 -- bus), so offsets, trimming and history all speak bus ids and the content is stored once.
-local id = redis.call('XADD', KEYS[1], '*',
-  'from', ARGV[1], 'to', ARGV[2], 'type', ARGV[3], 'task_id', ARGV[4],
-  'content', ARGV[5], 'created_at', ARGV[6])
-local seq = redis.call('INCR', KEYS[2])
-for i = 3, #KEYS do
-  redis.call('XADD', KEYS[i], id, 'seq', seq)
-end
--- After the run ended its keys expire (shared/retention.py); keys created by a late message must
--- not outlive the bus.
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then
-  for i = 2, #KEYS do
-    redis.call('PEXPIRE', KEYS[i], ttl)
-  end
-end
+local id = publish_message(KEYS[1], KEYS[2], 3, #KEYS,
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6])
 return {id, redis.call('XLEN', KEYS[1])}
