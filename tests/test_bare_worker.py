@@ -1,0 +1,40 @@
+"""A bare `rq worker QUEUE` (no preload module) still runs tasks, and says how to do better."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import redis
+from rq import Queue
+
+from shared.board import TaskBoard
+from shared.models import TaskSpec, TaskStatus
+from shared.offline_model import MODEL
+from tests.test_worker_support import make_run
+
+
+def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
+        redis_server: str, run_id: str, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    make_run(conn, run_id, models={"m1": MODEL}, tasks=[TaskSpec(id="t1", member_id="m1",
+                                                                  task="Say hello")],
+             workspace=tmp_path / "ws", api_base="http://127.0.0.1:9/v1")
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    Queue(queue, connection=redis.Redis.from_url(redis_server)).enqueue(
+        "worker.jobs.run_task", run_id, "t1", job_timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "TEAMCTL_PRELOADED"}
+
+    done = subprocess.run(  # --burst: the worker exits once the queue is empty
+        [sys.executable, "-m", "rq.cli", "worker", "--burst", "-u", redis_server, queue],
+        capture_output=True, text=True, timeout=120, env=env)
+
+    assert done.returncode == 0, done.stderr
+    task = TaskBoard(conn, run_id).get("t1")
+    assert task.status is TaskStatus.COMPLETED and "t1" in (task.output or "")
+    log = done.stdout + done.stderr
+    assert log.count("worker not preloaded") == 1
+    assert "rq worker -c worker.settings members" in log
