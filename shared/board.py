@@ -4,7 +4,9 @@ Task hash fields: task_id, member_id, task, context, depends_on and dependents (
 position), deps_left (dependencies not yet completed), status, phase, detail, percent,
 heartbeat_count, attempts, token (the live fencing token, 0 when nobody holds a claim),
 heartbeat_ttl_ms, stale_writes, claimed_by, worker, start_ms, end_ms, updated_ms,
-last_heartbeat_ms, duration_ms, output, error, requeue_reason, usage (JSON).
+last_heartbeat_ms, duration_ms, output, error, requeue_reason, and usage_prompt_tokens,
+usage_completion_tokens, usage_cost_usd, usage_unpriced (every model call made for the task, by
+any attempt; written by shared/budget.py as each call is charged).
 
 Plan order, dependency lists and dependents never change after `create`, so a board object caches
 them: a completion then touches only its direct dependents, never the whole board.
@@ -56,7 +58,10 @@ def _csv(value: str | None) -> list[str]:
 
 def _parse_task(raw: dict[str, str]) -> TaskState:
     """Turn a task hash into a TaskState (empty strings are absent values)."""
-    usage = Usage.model_validate_json(raw["usage"]) if raw.get("usage") else Usage()
+    usage = Usage(prompt_tokens=int(raw.get("usage_prompt_tokens") or 0),
+                  completion_tokens=int(raw.get("usage_completion_tokens") or 0),
+                  cost_usd=float(raw.get("usage_cost_usd") or 0.0),
+                  unpriced=bool(raw.get("usage_unpriced")))
     token = raw.get("token", "0")
     return TaskState(
         task_id=raw["task_id"],
@@ -144,8 +149,8 @@ class TaskBoard:
             keys=[self.keys.task(task_id), self.keys.heartbeat(task_id)],
             args=[token, _ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
 
-    def complete(self, task_id: str, token: int, output: str, duration_ms: int,
-                 usage: Usage | None = None, *, announce_as: str | None = None) -> WriteOutcome:
+    def complete(self, task_id: str, token: int, output: str, duration_ms: int, *,
+                 announce_as: str | None = None) -> WriteOutcome:
         """Record the output if `token` still holds the claim; dependents may become ready.
 
         With `announce_as` (the member's id), the task.result message to lead is published in
@@ -159,12 +164,11 @@ class TaskBoard:
         return _outcome(self.scripts["complete"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   k.bus, k.bus_seq, *dependents],
-            args=[token, output, duration_ms, (usage or Usage()).model_dump_json(),
-                  shorten(output) or "Task completed.",
+            args=[token, output, duration_ms, shorten(output) or "Task completed.",
                   *_announcement(announce_as, shorten(output))]))
 
-    def fail(self, task_id: str, token: int | None, error: str, duration_ms: int = 0,
-             usage: Usage | None = None, *, announce_as: str | None = None) -> WriteOutcome:
+    def fail(self, task_id: str, token: int | None, error: str, duration_ms: int = 0, *,
+             announce_as: str | None = None) -> WriteOutcome:
         """Fail a task (token None: the coordinator fails an unclaimed one); block dependents.
 
         With `announce_as`, the task.error message (the full error) is published atomically too.
@@ -178,7 +182,7 @@ class TaskBoard:
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   k.bus, k.bus_seq, *closure],
             args=["" if token is None else token, error, duration_ms,
-                  (usage or Usage()).model_dump_json(), shorten(error) or "Task failed.",
+                  shorten(error) or "Task failed.",
                   *_announcement(announce_as, error)]))
 
     def release(self, task_id: str, token: int, reason: str | None = None) -> WriteOutcome:

@@ -52,10 +52,12 @@ class Budget:
             return f"budget exceeded: ${cost_usd:g} spent, max_cost_usd is {self.max_cost_usd:g}"
         return None
 
-    def charge(self, usage: Usage) -> Charge:
-        """Add one call's usage to the run totals and check the limits, atomically."""
+    def charge(self, usage: Usage, task_id: str | None = None) -> Charge:
+        """Add one call's usage to the run totals (and the task's) and check the limits,
+        atomically."""
+        task_keys = [self.keys.task(task_id)] if task_id else []
         _tokens, _cost, reason, crossed = self.scripts["budget_charge"](
-            keys=[self.keys.usage],
+            keys=[self.keys.usage, *task_keys],
             args=[usage.prompt_tokens, usage.completion_tokens, repr(float(usage.cost_usd)),
                   "1" if usage.unpriced else "0",
                   "" if self.max_tokens is None else self.max_tokens,

@@ -109,8 +109,7 @@ class Attempt:
             raise RunFailed(reason)
 
     def _on_usage(self, usage: Usage) -> None:
-        self.claim.usage = self.claim.usage.plus(usage)
-        charge = self.job.budget.charge(usage)
+        charge = self.job.budget.charge(usage, self.claim.task_id)
         if charge.crossed and charge.exceeded:
             # Once per run: the lead (and `teamctl messages`) learn why members stop.
             self.job.bus.publish("system", "lead", "run.budget_exceeded", self.claim.task_id,
@@ -128,7 +127,7 @@ class Attempt:
         job, claim = self.job, self.claim
         job.claims.end(claim, ClaimEnd.FINISHED)
         outcome = job.board.complete(claim.task_id, claim.token, output, self._elapsed_ms(),
-                                     claim.usage, announce_as=self._announcer(member))
+                                     announce_as=self._announcer(member))
         if outcome is not WriteOutcome.APPLIED:
             return "stale: the claim was reclaimed; result discarded"
         return "completed"
@@ -137,7 +136,7 @@ class Attempt:
         job, claim = self.job, self.claim
         job.claims.end(claim, ClaimEnd.FINISHED)
         outcome = job.board.fail(claim.task_id, claim.token, error, self._elapsed_ms(),
-                                 claim.usage, announce_as=self._announcer(member))
+                                 announce_as=self._announcer(member))
         if outcome is not WriteOutcome.APPLIED:
             return "stale: the claim was reclaimed; error discarded"
         return "failed"

@@ -12,8 +12,6 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
-from shared.models import Usage
-
 MAX_HANDOFFS = 3
 """Each handoff starts a fresh session with its own step budget, so the count must be capped."""
 
@@ -41,8 +39,6 @@ class Claim:
     """Set by team_reassign_task on the running claim: rerun it as this member."""
     handoffs: int = 0
     """Reassignments so far; bounded so members cannot pass a task back and forth forever."""
-    usage: Usage = field(default_factory=Usage)
-    """Every model call made for this claim, across sessions (recorded on the task)."""
     started_s: float = field(default_factory=time.monotonic)
 
     @property

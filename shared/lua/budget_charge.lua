@@ -1,5 +1,7 @@
 -- budget_charge: add one model call's usage to the run totals and say whether the budget is spent.
--- KEYS[1] the run's usage hash (the same fields RunStore.usage reads).
+-- KEYS[1] the run's usage hash (the same fields RunStore.usage reads), KEYS[2] (optional) the hash
+-- of the task the call was made for: its usage_* fields count every call, whatever the attempt's
+-- fate (a lost or released attempt writes no outcome, but its calls were paid for).
 -- ARGV[1] prompt tokens, ARGV[2] completion tokens, ARGV[3] cost usd, ARGV[4] '1' if unpriced,
 -- ARGV[5] max tokens ('' = no limit), ARGV[6] max cost usd ('' = no limit).
 -- Returns {total tokens, total cost usd as a string, exceeded reason or '', 1 if this call is the
@@ -9,6 +11,12 @@ redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[2])
 local cost = redis.call('HINCRBYFLOAT', KEYS[1], 'cost_usd', ARGV[3])
 if ARGV[4] == '1' then redis.call('HSET', KEYS[1], 'unpriced', 1) end
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('HINCRBY', KEYS[2], 'usage_prompt_tokens', ARGV[1])
+  redis.call('HINCRBY', KEYS[2], 'usage_completion_tokens', ARGV[2])
+  redis.call('HINCRBYFLOAT', KEYS[2], 'usage_cost_usd', ARGV[3])
+  if ARGV[4] == '1' then redis.call('HSET', KEYS[2], 'usage_unpriced', 1) end
+end
 local tokens = tonumber(redis.call('HGET', KEYS[1], 'prompt_tokens'))
   + tonumber(redis.call('HGET', KEYS[1], 'completion_tokens'))
 local reason = ''

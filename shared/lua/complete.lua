@@ -2,10 +2,10 @@
 -- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
 -- KEYS[5] heartbeat key, KEYS[6] events stream, KEYS[7] bus stream, KEYS[8] bus sequence,
 -- KEYS[9..] the task's direct dependents.
--- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms, ARGV[4] usage JSON,
--- ARGV[5] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes),
--- ARGV[6] who announces the task.result message to lead ('' = no message), ARGV[7] its content,
--- ARGV[8] its created_at ms.
+-- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms,
+-- ARGV[4] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes),
+-- ARGV[5] who announces the task.result message to lead ('' = no message), ARGV[6] its content,
+-- ARGV[7] its created_at ms.
 -- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
 -- -2 the claim already ended, 0 no such task.
 local verdict = check_token(KEYS[1], ARGV[1])
@@ -13,10 +13,10 @@ if verdict ~= APPLIED then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', KEYS[1], 'task_id')
 set_status(KEYS[1], KEYS[4], 'completed')
-local detail = ARGV[5]
+local detail = ARGV[4]
 redis.call('HSET', KEYS[1], 'phase', 'completed', 'detail', detail, 'percent', 100,
   'output', ARGV[2], 'error', '', 'duration_ms', ARGV[3], 'end_ms', now,
-  'last_heartbeat_ms', now, 'updated_ms', now, 'usage', ARGV[4])
+  'last_heartbeat_ms', now, 'updated_ms', now)
 redis.call('SREM', KEYS[3], tid)
 redis.call('DEL', KEYS[5])
 for i = 9, #KEYS do
@@ -25,8 +25,8 @@ for i = 9, #KEYS do
     make_ready(KEYS[i], KEYS[2], KEYS[4])
   end
 end
-if ARGV[6] ~= '' then
-  publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[6], 'lead', 'task.result', tid, ARGV[7], ARGV[8])
+if ARGV[5] ~= '' then
+  publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.result', tid, ARGV[6], ARGV[7])
 end
 event(KEYS[6], tid, 'completed', ARGV[1])
 return APPLIED
