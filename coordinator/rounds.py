@@ -71,7 +71,7 @@ class RoundLoop:
                 if self._drained(state):
                     break
             else:
-                self.board.reclaim_expired(self.options.max_attempts)
+                self._reclaim_expired()
                 self._forget_ended_jobs(state)
                 if self._rounds_exhausted(state) or self._nothing_can_run(state):
                     break
@@ -126,9 +126,13 @@ class RoundLoop:
     def _drained(self, state: LoopState) -> bool:
         """Block what never ran; True once nothing is in flight (or the grace period is over)."""
         assert state.stop is not None
-        self.board.reclaim_expired(self.options.max_attempts)
+        self._reclaim_expired()
         self.board.block_stalled(state.stop.block_reason)
         return not self._in_flight(state) or time.monotonic() >= state.stop.wait_until
+
+    def _reclaim_expired(self) -> None:
+        self.board.reclaim_expired(self.options.max_attempts,
+                                   announce_failures=self.ctx.bus.enabled)
 
     def _rounds_exhausted(self, state: LoopState) -> bool:
         if state.rounds < self.options.round_limit() or self._in_flight(state):

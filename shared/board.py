@@ -216,19 +216,24 @@ class TaskBoard:
         return int(self.scripts["block_stalled"](
             keys=[k.ready, k.counts, k.events, *task_keys], args=[reason]))
 
-    def reclaim_expired(self, max_attempts: int) -> list[str]:
-        """Reclaim in-progress tasks whose heartbeat key is gone; returns their ids."""
+    def reclaim_expired(self, max_attempts: int, *, announce_failures: bool = False) -> list[str]:
+        """Reclaim in-progress tasks whose heartbeat key is gone; returns their ids.
+
+        With `announce_failures`, a task failed after `max_attempts` gets its task.error message
+        (from the member that held it) in the same step, like a failure the member reports.
+        """
         k = self.keys
         expired = self._expired_claims()
         if not expired:
             return []
-        keys: list[str] = [k.ready, k.running, k.counts, k.events]
+        keys: list[str] = [k.ready, k.running, k.counts, k.events, k.bus, k.bus_seq]
         sizes: list[int] = []
         for task_id in expired:
             closure = self._dependents_closure(task_id)
             keys += [k.task(task_id), k.heartbeat(task_id), *(k.task(d) for d in closure)]
             sizes.append(len(closure))
-        return list(self.scripts["reclaim"](keys=keys, args=[max_attempts, *sizes]))
+        announce = ["1" if announce_failures else "", int(time.time() * 1000)]
+        return list(self.scripts["reclaim"](keys=keys, args=[max_attempts, *announce, *sizes]))
 
     # --- reads --------------------------------------------------------------------------------
 

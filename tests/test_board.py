@@ -105,8 +105,12 @@ def test_reclaim_fails_after_max_attempts_and_blocks_dependents(
     for attempt in (1, 2):
         assert board.claim("a", "m1", "host:1", TTL_S) is not None
         expire_claim(conn, board, "a")
-        assert board.reclaim_expired(2) == ["a"]
+        assert board.reclaim_expired(2, announce_failures=True) == ["a"]
         assert state(board, "a").attempts == attempt
+    # Only the failure is announced, as the member's task.error would have been.
+    [message] = MessageBus(conn, run_id, []).messages()
+    assert (message.from_, message.to, message.type, message.task_id, message.content) == (
+        "m1", "lead", "task.error", "a", "claim expired after 2 attempts")
 
     a = state(board, "a")
     assert (a.status, a.phase, a.detail, a.error, a.percent) == (

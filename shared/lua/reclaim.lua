@@ -1,13 +1,15 @@
 -- reclaim: take back every given claim whose heartbeat key is gone: ready again, or failed
 -- "claim expired after N attempts" once N reaches max attempts (its dependents are blocked).
--- KEYS[1] ready zset, KEYS[2] running set, KEYS[3] counts hash, KEYS[4] events stream, then one
--- group per candidate: task hash, heartbeat key, the task's dependents closure.
--- ARGV[1] max attempts, ARGV[2..] the closure size of each group, in order.
+-- KEYS[1] ready zset, KEYS[2] running set, KEYS[3] counts hash, KEYS[4] events stream,
+-- KEYS[5] bus stream, KEYS[6] bus sequence, then one group per candidate: task hash, heartbeat
+-- key, the task's dependents closure.
+-- ARGV[1] max attempts, ARGV[2] '1' to announce a failure as task.error to lead ('' = silent),
+-- ARGV[3] created_at ms for that message, ARGV[4..] the closure size of each group, in order.
 -- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
 local now = now_ms()
 local reclaimed = {}
-local at = 5
-for g = 2, #ARGV do
+local at = 7
+for g = 4, #ARGV do
   local task_key, hb_key = KEYS[at], KEYS[at + 1]
   local closure_first, closure_last = at + 2, at + 1 + tonumber(ARGV[g])
   at = closure_last + 1
@@ -23,6 +25,11 @@ for g = 2, #ARGV do
         'error', reason, 'percent', 100, 'end_ms', now, 'updated_ms', now,
         'requeue_reason', 'claim expired')
       block_dependents(closure_first, closure_last, KEYS[1], KEYS[3], KEYS[4], now)
+      if ARGV[2] == '1' then
+        local holder = redis.call('HGET', task_key, 'claimed_by')
+        if not holder or holder == '' then holder = 'system' end
+        publish_message(KEYS[5], KEYS[6], 1, 0, holder, 'lead', 'task.error', tid, reason, ARGV[3])
+      end
       event(KEYS[4], tid, 'failed', 0)
     else
       requeue(task_key, KEYS[1], KEYS[2], KEYS[3], hb_key, 'claim expired', now)
