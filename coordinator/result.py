@@ -12,9 +12,13 @@ from shared.team import RunSpec
 
 
 def member_results(spec: RunSpec, states: list[TaskState]) -> list[MemberResult]:
-    """Executed tasks (completed or failed) in the order they ended."""
-    ran = [s for s in states if s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)]
-    return [member_result(spec, s) for s in sorted(ran, key=lambda s: (s.end_ms, s.task_id))]
+    """Executed tasks (completed or failed) in dispatch order, as AI4J: by when their (last)
+    claim started; a task failed at dispatch (unknown member) counts from its failure; ties in
+    plan order."""
+    ran = [(position, s) for position, s in enumerate(states)
+           if s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)]
+    ran.sort(key=lambda item: (item[1].start_ms or item[1].end_ms, item[0]))
+    return [member_result(spec, s) for _, s in ran]
 
 
 def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
