@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 import redis
 
+from shared.board import TaskBoard
 from shared.bus import MessageBus, run_bus
 from shared.errors import ConfigError
 from shared.keys import RUNS_INDEX, RunKeys
+from shared.models import TaskSpec
 from shared.retention import expire_run, forget_expired_runs
 from shared.runstore import RunStore, now_ms
 from shared.team import Member, ModelChoice, RunOptions, RunSpec
@@ -98,3 +100,18 @@ def test_run_bus_takes_its_cap_and_limits_from_the_run_options(conn: redis.Redis
     assert len(bus.messages()) <= 5 + 5 // 10 + 1
     with pytest.raises(ConfigError, match="limit is 10 bytes"):
         bus.send("m1", "m2", None, None, "x" * 11)
+
+
+def test_a_release_after_the_run_ended_does_not_leave_keys_without_ttl(
+        conn: redis.Redis) -> None:
+    """A worker that gives its task back after the run ended recreates `ready`: it must expire."""
+    make_run(conn, "late")
+    board = TaskBoard(conn, "late")
+    board.create([TaskSpec(id="a", task="A")])
+    token = board.claim("a", "m1", "w:1", 30)
+    expire_run(conn, "late", 3600)
+    assert not conn.exists(RunKeys("late").ready)  # emptied by the claim, so deleted
+    board.release("a", token)
+    assert 3500 < conn.ttl(RunKeys("late").ready) <= 3600
+    board.claim("a", "m1", "w:2", 30)
+    assert 3500 < conn.ttl(RunKeys("late").running) <= 3600

@@ -40,6 +40,13 @@ local function check_token(task_key, token)
   return APPLIED
 end
 
+-- After a run ended its keys expire (shared/retention.py); a set a late write recreates (a release
+-- after the end) must expire with the task it belongs to, not live forever.
+local function inherit_ttl(key, task_key)
+  local ttl = redis.call('PTTL', task_key)
+  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+end
+
 local function make_ready(task_key, ready_key, counts_key)
   local detail = 'Dependencies satisfied.'
   if redis.call('HGET', task_key, 'depends_on') == '' then detail = 'Ready for dispatch.' end
@@ -48,6 +55,7 @@ local function make_ready(task_key, ready_key, counts_key)
   raise_percent(task_key, 5)
   redis.call('ZADD', ready_key, tonumber(redis.call('HGET', task_key, 'pos')),
     redis.call('HGET', task_key, 'task_id'))
+  inherit_ttl(ready_key, task_key)
 end
 
 local function make_pending(task_key, counts_key)

@@ -15,6 +15,7 @@ local tid = redis.call('HGET', KEYS[1], 'task_id')
 set_status(KEYS[1], KEYS[4], 'in_progress')
 redis.call('ZREM', KEYS[2], tid)
 redis.call('SADD', KEYS[3], tid)
+inherit_ttl(KEYS[3], KEYS[1])
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 redis.call('HSET', KEYS[1], 'claimed_by', member, 'worker', ARGV[2], 'token', token,
   'heartbeat_ttl_ms', ARGV[3], 'start_ms', now, 'last_heartbeat_ms', now, 'updated_ms', now,
