@@ -15,7 +15,6 @@ them: a completion then touches only its direct dependents, never the whole boar
 from __future__ import annotations
 
 import json
-import time
 from enum import Enum
 
 import redis
@@ -232,8 +231,8 @@ class TaskBoard:
             closure = self._dependents_closure(task_id)
             keys += [k.task(task_id), k.heartbeat(task_id), *(k.task(d) for d in closure)]
             sizes.append(len(closure))
-        announce = ["1" if announce_failures else "", int(time.time() * 1000)]
-        return list(self.scripts["reclaim"](keys=keys, args=[max_attempts, *announce, *sizes]))
+        announce = "1" if announce_failures else ""
+        return list(self.scripts["reclaim"](keys=keys, args=[max_attempts, announce, *sizes]))
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -332,9 +331,9 @@ def _check_plan_ids(tasks: list[TaskSpec]) -> None:
         seen.add(task.id)
 
 
-def _announcement(sender: str | None, content: str) -> list[str | int]:
-    """The ARGV tail of complete/fail: who announces the outcome to lead, what, and when."""
-    return [sender or "", content, int(time.time() * 1000)]
+def _announcement(sender: str | None, content: str) -> list[str]:
+    """The ARGV tail of complete/fail: who announces the outcome to lead, and what."""
+    return [sender or "", content]
 
 
 def _outcome(code: int | str) -> WriteOutcome:

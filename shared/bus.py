@@ -23,7 +23,6 @@ Every bus that publishes must therefore be built with the run's whole roster (``
 from __future__ import annotations
 
 import re
-import time
 
 import redis
 
@@ -87,11 +86,10 @@ class MessageBus:
         """Append a message (no recipient checks: runtime messages); None when the bus is off."""
         if not self.enabled:
             return None
-        created_at = int(time.time() * 1000)
         inboxes = [self.keys.inbox(m) for m in self._recipients(sender, to)]
-        entry_id, length = self.scripts["publish"](
+        entry_id, length, created_at = self.scripts["publish"](
             keys=[self.keys.bus, self.keys.bus_seq, *inboxes],
-            args=[sender, to or "", type_, task_id or "", content, created_at])
+            args=[sender, to or "", type_, task_id or "", content])
         # Trimming protects the inboxes this bus knows; a bus built without the roster (to read
         # the stream only) must not trim on behalf of members it cannot see.
         if self.member_ids and length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR:

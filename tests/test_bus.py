@@ -240,3 +240,14 @@ def test_a_bus_without_the_roster_never_trims(conn: redis.Redis, run_id: str) ->
         reader_only.publish("system", "lead", "note", None, f"n{i}")
     assert len(reader_only.messages()) == 21
     assert contents(members_bus.read_unread("m2")) == ["unread by m2"]
+
+
+def test_created_at_is_the_redis_clock_and_follows_stream_order(conn: redis.Redis) -> None:
+    """Publishers on hosts with skewed clocks still produce messages whose times follow the bus."""
+    bus = MessageBus(conn, "clock", ["m1", "m2"])
+    sent = [bus.send("m1", "m2", None, None, f"n{i}") for i in range(5)]
+    stored = bus.messages()
+    assert [m.created_at for m in stored] == [m.created_at for m in sent]
+    assert [m.created_at for m in stored] == sorted(m.created_at for m in stored)
+    # The stream id's time part is Redis's clock too: they agree (within a millisecond).
+    assert all(abs(int(m.id.split("-")[0]) - m.created_at) <= 1 for m in stored)

@@ -100,7 +100,8 @@ local function requeue(task_key, ready_key, running_key, counts_key, hb_key, rea
 end
 
 -- Append a message to the run's bus (the fields shared/bus.py reads) and index it in the inboxes
--- KEYS[inbox_first..inbox_last]; returns the message id. publish.lua uses it, and so do complete
+-- KEYS[inbox_first..inbox_last]; returns the message id. created_at is Redis's clock (now_ms), so
+-- it agrees with the stream order whatever the publishers' clocks say. publish.lua uses it, and so do complete
 -- and fail, which announce task.result / task.error in the same step as the state change.
 local function publish_message(bus_key, seq_key, inbox_first, inbox_last,
                                from, to, mtype, task_id, content, created_at)

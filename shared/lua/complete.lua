@@ -4,8 +4,7 @@
 -- KEYS[9..] the task's direct dependents.
 -- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms,
 -- ARGV[4] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes),
--- ARGV[5] who announces the task.result message to lead ('' = no message), ARGV[6] its content,
--- ARGV[7] its created_at ms.
+-- ARGV[5] who announces the task.result message to lead ('' = no message), ARGV[6] its content.
 -- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
 -- -2 the claim already ended, 0 no such task.
 local verdict = check_token(KEYS[1], ARGV[1])
@@ -26,7 +25,7 @@ for i = 9, #KEYS do
   end
 end
 if ARGV[5] ~= '' then
-  publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.result', tid, ARGV[6], ARGV[7])
+  publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.result', tid, ARGV[6], now)
 end
 event(KEYS[6], tid, 'completed', ARGV[1])
 return APPLIED

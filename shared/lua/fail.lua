@@ -5,8 +5,7 @@
 -- ARGV[1] token ('' = the coordinator fails a task nobody holds: it must be pending or ready),
 -- ARGV[2] error, ARGV[3] duration ms,
 -- ARGV[4] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes),
--- ARGV[5] who announces the task.error message to lead ('' = no message), ARGV[6] its content,
--- ARGV[7] its created_at ms.
+-- ARGV[5] who announces the task.error message to lead ('' = no message), ARGV[6] its content.
 -- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
 -- -2 conflict (already ended, or a tokenless fail of a claimed task), 0 no such task.
 local verdict
@@ -31,7 +30,7 @@ redis.call('SREM', KEYS[3], tid)
 redis.call('DEL', KEYS[5])
 block_dependents(9, #KEYS, KEYS[2], KEYS[4], KEYS[6], now)
 if ARGV[5] ~= '' then
-  publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.error', tid, ARGV[6], ARGV[7])
+  publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.error', tid, ARGV[6], now)
 end
 event(KEYS[6], tid, 'failed', ARGV[1])
 return APPLIED

@@ -4,12 +4,12 @@
 -- KEYS[5] bus stream, KEYS[6] bus sequence, then one group per candidate: task hash, heartbeat
 -- key, the task's dependents closure.
 -- ARGV[1] max attempts, ARGV[2] '1' to announce a failure as task.error to lead ('' = silent),
--- ARGV[3] created_at ms for that message, ARGV[4..] the closure size of each group, in order.
+-- ARGV[3..] the closure size of each group, in order.
 -- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
 local now = now_ms()
 local reclaimed = {}
 local at = 7
-for g = 4, #ARGV do
+for g = 3, #ARGV do
   local task_key, hb_key = KEYS[at], KEYS[at + 1]
   local closure_first, closure_last = at + 2, at + 1 + tonumber(ARGV[g])
   at = closure_last + 1
@@ -28,7 +28,7 @@ for g = 4, #ARGV do
       if ARGV[2] == '1' then
         local holder = redis.call('HGET', task_key, 'claimed_by')
         if not holder or holder == '' then holder = 'system' end
-        publish_message(KEYS[5], KEYS[6], 1, 0, holder, 'lead', 'task.error', tid, reason, ARGV[3])
+        publish_message(KEYS[5], KEYS[6], 1, 0, holder, 'lead', 'task.error', tid, reason, now)
       end
       event(KEYS[4], tid, 'failed', 0)
     else
