@@ -39,6 +39,7 @@ def resolve_models(team: TeamFile, model: str | None, api_base: str | None) -> M
         planner=model or team.planner.model or default,
         synthesizer=model or team.synthesizer.model or default,
         member_default=default,
+        member_override=model,
         api_base=api_base or os.environ.get("TEAMCTL_API_BASE") or None)
 
 

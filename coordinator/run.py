@@ -29,8 +29,6 @@ from shared.runstore import RunStore, now_ms
 from shared.team import ModelChoice, RunSpec, TeamFile
 from shared.text import shorten
 
-"""At most this long, before synthesis, for members' task.result messages still on their way."""
-
 
 @dataclass(frozen=True)
 class RunRequest:

@@ -36,7 +36,7 @@ class RunKeys:
 
     @property
     def state(self) -> str:
-        """Hash: run status, rounds, times, output, plan and usage totals."""
+        """Hash: run status, rounds, times, plan, approval, error and the final output."""
         return f"{self.base}:state"
 
     @property

@@ -205,10 +205,13 @@ class ModelChoice(BaseModel):
     planner: str
     synthesizer: str
     member_default: str
+    member_override: str | None = None
+    """`--model`: every member uses it, whatever the team file says."""
     api_base: str | None = None
 
     def for_member(self, member: Member) -> str:
-        return member.model or self.member_default
+        """`--model` > the member's own model > the team-wide default."""
+        return self.member_override or member.model or self.member_default
 
 
 class RunSpec(BaseModel):

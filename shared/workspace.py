@@ -69,10 +69,6 @@ class Workspace:
                              "to the workspace root")
         return target
 
-    def relative(self, path: Path) -> str:
-        """`path` relative to the root, as the model should name it."""
-        return str(path.relative_to(self.real_root)) or "."
-
     def read(self, raw_path: str, limit_chars: int = READ_LIMIT_CHARS) -> str:
         """The first `limit_chars` characters of a text file, reading a bounded prefix only."""
         with self._open_regular(raw_path) as (file, size_bytes):

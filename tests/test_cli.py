@@ -202,3 +202,16 @@ def test_bad_redis_url_and_non_utf8_team_file_are_one_line_config_errors(tmp_pat
     queue.write_text('[[members]]\nid = "m1"\nqueue = "--burst"\n')
     bad_queue = runner.invoke(main, ["run", "x", "--team", str(queue), "--redis-url", "foo://bar"])
     assert bad_queue.exit_code == 2 and "members.0.queue" in bad_queue.stderr
+
+
+def test_model_flag_overrides_every_role_including_members_own_models() -> None:
+    from coordinator.commands import resolve_models
+    from shared.team import Member, TeamFile
+
+    team = TeamFile(model="team-default", members=[Member(id="m1", model="member-own"),
+                                                   Member(id="m2")])
+    by_file = resolve_models(team, None, None)
+    assert [by_file.for_member(m) for m in team.members] == ["member-own", "team-default"]
+    by_flag = resolve_models(team, "flag-model", None)
+    assert (by_flag.planner, by_flag.synthesizer) == ("flag-model", "flag-model")
+    assert [by_flag.for_member(m) for m in team.members] == ["flag-model", "flag-model"]
