@@ -10,7 +10,7 @@ import uuid
 
 import redis
 
-from shared.errors import ConfigError
+from shared.errors import ConfigError, RunFailed
 from shared.keys import RunKeys
 from shared.scripts import Scripts
 
@@ -60,6 +60,13 @@ class Lease:
         self._thread = threading.Thread(target=self._renew_forever, daemon=True,
                                         name=f"lease-{self.run_id}")
         self._thread.start()
+
+    def check(self) -> None:
+        """Raise RunFailed once another coordinator took the run over: this one must stop
+        writing (it was paused or cut off longer than the lease)."""
+        if self.lost.is_set():
+            raise RunFailed(f"lost the lease on run {self.run_id} to another coordinator; "
+                            "this one stops")
 
     def release(self) -> None:
         """Stop renewing and drop the lease if it is still ours."""

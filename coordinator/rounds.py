@@ -9,8 +9,7 @@ from coordinator.context import RunContext
 from coordinator.hooks import HOOK_ERROR_TYPE
 from coordinator.result import member_result
 from shared.budget import Budget
-from shared.errors import RunFailed
-from shared.models import TaskStatus
+from shared.models import TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
@@ -66,7 +65,7 @@ class RoundLoop:
     def run(self, state: LoopState) -> LoopState:
         """Loop until the board has no work left, nothing can run, or the run is stopped."""
         while self.board.has_work_remaining():
-            self._check_lease()
+            self.ctx.lease.check()
             if self._stopping(state):
                 if self._drained(state):
                     break
@@ -92,11 +91,6 @@ class RoundLoop:
         """Handle the events and messages that arrived since the last read, without blocking."""
         self._read_events(state, block=False)
 
-    def _check_lease(self) -> None:
-        if self.ctx.lease.lost.is_set():
-            raise RunFailed(f"lost the lease on run {self.ctx.spec.run_id} to another "
-                            "coordinator; this one stops")
-
     def _stopping(self, state: LoopState) -> bool:
         """Notice a cancel, the timeout or a spent budget; True once dispatch must stop."""
         if state.stop is None and not self.options.continue_on_member_error:
@@ -119,9 +113,14 @@ class RoundLoop:
         if self.board.counts().get(TaskStatus.FAILED, 0) == 0:
             return
         failed = next(t for t in self.board.snapshot() if t.status is TaskStatus.FAILED)
-        who = failed.claimed_by or failed.member_id
-        error = f"team member failed: {who} -> {failed.error or 'unknown error'}"
-        state.stop = Stop("failed", error, STOPPED_REASON, self.deadline)
+        state.stop = self._member_failure_stop(failed)
+
+    def _member_failure_stop(self, failed: TaskState | None) -> Stop:
+        """continue_on_member_error is off and a task failed: the run fails without synthesis."""
+        who = (failed.claimed_by or failed.member_id) if failed else "?"
+        reason = (failed.error if failed else None) or "unknown error"
+        error = f"team member failed: {who} -> {reason}"
+        return Stop("failed", error, STOPPED_REASON, self.deadline)
 
     def _drained(self, state: LoopState) -> bool:
         """Block what never ran; True once nothing is in flight (or the grace period is over)."""
@@ -242,10 +241,7 @@ class RoundLoop:
         if not task_id:
             return  # a wake-up (cancel, approval), not a task change
         if status == "failed" and not self.options.continue_on_member_error and not state.stop:
-            task = self.board.get(task_id)
-            who = (task.claimed_by or task.member_id) if task else "?"
-            error = f"team member failed: {who} -> {task.error if task else 'unknown error'}"
-            state.stop = Stop("failed", error, STOPPED_REASON, self.deadline)
+            state.stop = self._member_failure_stop(self.board.get(task_id))
         if self.ctx.hooks:
             self._fire_task_hooks(task_id, status)
 

@@ -136,13 +136,8 @@ class Coordinator:
         raise RunFailed(reason)
 
     def _should_stop_waiting(self) -> bool:
-        self._check_lease()
+        self.ctx.lease.check()
         return self.ctx.store.cancelled()
-
-    def _check_lease(self) -> None:
-        """A coordinator that lost its lease (paused, cut off) must not write the run's end."""
-        if self.ctx.lease.lost.is_set():
-            raise RunFailed(f"lost the lease on run {self.spec.run_id} to another coordinator")
 
     def _loop_state(self) -> LoopState:
         """Fresh for a new run; on resume, rounds so far and the streams' current ends."""
@@ -154,7 +149,7 @@ class Coordinator:
                          bus_from=last_message[0][0] if last_message else "0-0")
 
     def _finish(self, state: LoopState) -> None:
-        self._check_lease()
+        self.ctx.lease.check()  # a coordinator that lost its lease must not write the end
         if state.stop is not None:
             self._end_without_synthesis(state.stop.status, state.stop.error)
         else:
@@ -181,7 +176,7 @@ class Coordinator:
         ctx.store.add_usage(reply.usage)
         output = reply.content or ""
         ctx.hooks.call("after_synthesis", self.spec.objective, output)
-        self._check_lease()
+        self.ctx.lease.check()  # a coordinator that lost its lease must not write the end
         all_done = all(s.status == TaskStatus.COMPLETED for s in states)
         # Finish before announcing: a crash in between must not make a resume synthesize again.
         ctx.store.finish("completed" if all_done else "failed", output)
