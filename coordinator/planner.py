@@ -11,17 +11,8 @@ from shared.team import Member, RunOptions
 
 
 def planner_prompt(objective: str, members: list[Member]) -> str:
-    return render("coordinator", "plan.md", members="\n".join(_member_line(m) for m in members),
-                  objective=objective)
-
-
-def _member_line(member: Member) -> str:
-    line = f"- id={member.id}"
-    if member.name is not None:
-        line += f", name={member.name}"
-    if member.description is not None:
-        line += f", expertise={member.description}"
-    return line
+    """The planning prompt: the members (id, name, expertise) and the objective."""
+    return render("coordinator", "plan.md", members=members, objective=objective)
 
 
 def make_plan(client: ModelClient, model: str, api_base: str | None, objective: str,
