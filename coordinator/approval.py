@@ -8,7 +8,7 @@ from enum import Enum
 
 import click
 
-from shared.models import Plan
+from shared.models import Plan, RunStatus
 from shared.runstore import RunStore
 
 WAKE_EVERY_S = 1.0
@@ -73,7 +73,7 @@ def _recorded(store: RunStore) -> Decision | None:
 def _wait(store: RunStore, notify: Callable[[str], None],
           should_stop: Callable[[], bool]) -> Decision:
     run_id = store.run_id
-    store.set_status("awaiting_approval")
+    store.set_status(RunStatus.AWAITING_APPROVAL)
     notify(f"plan awaits approval: `teamctl approve {run_id}` or "
            f"`teamctl reject {run_id} --reason TEXT` (`teamctl status {run_id}` shows it)")
     while True:

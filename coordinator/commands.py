@@ -16,14 +16,14 @@ from shared.connection import connect
 from shared.embedded_redis import state_dir
 from shared.errors import ConfigError
 from shared.ids import check_run_id
-from shared.models import RunResult
+from shared.models import RunResult, RunStatus
 from shared.runstore import RunStore
 from shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
 
 
 def exit_code_for(result: RunResult) -> int:
     """0 only when every task completed (DESIGN §7)."""
-    return 0 if result.status == "completed" else 1
+    return 0 if result.status is RunStatus.COMPLETED else 1
 
 
 def resolve_models(team: TeamFile, model: str | None, api_base: str | None) -> ModelChoice:
@@ -136,7 +136,7 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no tasks"
         click.echo(f"{run_id}: {result.status}; rounds {result.rounds}; {summary}")
         _print_status_notes(connect(redis_url), run_id)
-    finished = result.status in ("completed", "failed", "cancelled")
+    finished = result.status.finished
     return exit_code_for(result) if finished else 0
 
 
@@ -233,7 +233,7 @@ def cancel_command(redis_url: str, run_id: str) -> None:
         board.block_stalled("cancelled")
         run_bus(conn, spec).publish(
             "system", "lead", "run.cancelled", None, "cancelled")
-        store.finish("cancelled", None, error="cancelled")
+        store.finish(RunStatus.CANCELLED, None, error="cancelled")
         expire_run(conn, run_id, spec.options.retention_s)
     finally:
         lease.release()

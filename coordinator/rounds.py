@@ -9,16 +9,17 @@ from coordinator.context import RunContext
 from coordinator.hooks import HOOK_ERROR_TYPE
 from coordinator.result import member_result
 from shared.budget import Budget
-from shared.models import TaskState, TaskStatus
+from shared.models import RunStatus, TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
 CANCELLED = "cancelled"
 EVENT_BATCH = 100
-CONSUMED = frozenset({"in_progress", "completed", "failed", "blocked"})
+CONSUMED = frozenset({TaskStatus.IN_PROGRESS, TaskStatus.COMPLETED, TaskStatus.FAILED,
+                      TaskStatus.BLOCKED})
 """Events after which a queued job has nothing left to do (its task was claimed or ended).
 Not reclaimed/released/reassigned: those can be read after the task was enqueued again."""
-ENDED = frozenset({"completed", "failed", "blocked"})
+ENDED = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED})
 STOP_GRACE_TTLS = 3
 """After a cancel or timeout, wait this many heartbeat TTLs for in-flight claims to end."""
 
@@ -27,7 +28,7 @@ STOP_GRACE_TTLS = 3
 class Stop:
     """Why dispatch stopped early: the run's final status and error, and the blocked reason."""
 
-    status: str
+    status: RunStatus
     error: str
     block_reason: str
     wait_until: float
@@ -80,7 +81,7 @@ class RoundLoop:
         self._show_progress()
         if state.stop is None and self.ctx.store.stop_reason() == CANCELLED:
             # The cancel landed as the last tasks ended (members stop on it, too).
-            state.stop = Stop(CANCELLED, CANCELLED, CANCELLED, time.monotonic())
+            state.stop = Stop(RunStatus.CANCELLED, CANCELLED, CANCELLED, time.monotonic())
         return state
 
     def _show_progress(self) -> None:
@@ -102,11 +103,11 @@ class RoundLoop:
                 self.ctx.store.request_stop(reason)  # members stop between model calls
             if reason is not None:
                 grace_s = STOP_GRACE_TTLS * self.options.heartbeat_ttl_s
-                status = CANCELLED if reason == CANCELLED else "failed"
+                status = RunStatus.CANCELLED if reason == CANCELLED else RunStatus.FAILED
                 state.stop = Stop(status, reason, reason, time.monotonic() + grace_s)
             elif self.budget is not None and (spent := self.budget.exceeded()):
                 # Members refuse further model calls themselves; in-flight tasks end on their own.
-                state.stop = Stop("failed", spent, spent, self.deadline)
+                state.stop = Stop(RunStatus.FAILED, spent, spent, self.deadline)
         return state.stop is not None
 
     def _stop_if_failed(self, state: LoopState) -> None:
@@ -120,7 +121,7 @@ class RoundLoop:
         who = (failed.claimed_by or failed.member_id) if failed else "?"
         reason = (failed.error if failed else None) or "unknown error"
         error = f"team member failed: {who} -> {reason}"
-        return Stop("failed", error, STOPPED_REASON, self.deadline)
+        return Stop(RunStatus.FAILED, error, STOPPED_REASON, self.deadline)
 
     def _drained(self, state: LoopState) -> bool:
         """Block what never ran; True once nothing is in flight (or the grace period is over)."""
@@ -240,7 +241,8 @@ class RoundLoop:
             state.open_round.discard(task_id)
         if not task_id:
             return  # a wake-up (cancel, approval), not a task change
-        if status == "failed" and not self.options.continue_on_member_error and not state.stop:
+        if (status == TaskStatus.FAILED and not self.options.continue_on_member_error
+                and not state.stop):
             state.stop = self._member_failure_stop(self.board.get(task_id))
         if self.ctx.hooks:
             self._fire_task_hooks(task_id, status)

@@ -23,7 +23,7 @@ from coordinator.synthesizer import synthesize
 from shared.errors import ConfigError, RunFailed
 from shared.ids import check_run_id
 from shared.llm import ModelClient
-from shared.models import Plan, RunResult, TaskStatus
+from shared.models import Plan, RunResult, RunStatus, TaskStatus
 from shared.retention import expire_run
 from shared.runstore import RunStore, now_ms
 from shared.team import ModelChoice, RunSpec, TeamFile
@@ -84,7 +84,7 @@ class Coordinator:
         deadline = time.monotonic() + self.spec.options.timeout_s
         plan = self._plan_once()
         if self._plan_approved(plan):
-            self.ctx.store.set_status("running")
+            self.ctx.store.set_status(RunStatus.RUNNING)
             loop = RoundLoop(self.ctx, deadline)
             state = loop.run(self._loop_state())
             self._finish(state)
@@ -113,7 +113,7 @@ class Coordinator:
             plan, reply = make_plan(self.client, models.planner, models.api_base, spec.objective,
                                     spec.members, spec.options)
         except Exception as exc:  # nothing was written yet: record why the run failed
-            self.ctx.store.finish("failed", None, error=f"planner failed: {exc}")
+            self.ctx.store.finish(RunStatus.FAILED, None, error=f"planner failed: {exc}")
             raise RunFailed(f"planner failed: {exc}") from exc
         self.ctx.store.add_usage(reply.usage)
         return plan
@@ -128,11 +128,11 @@ class Coordinator:
             self.ctx.bus.publish("system", "lead", "plan.approved", None, decision.reason or "")
             return True
         if decision.cancelled:
-            self._end_without_synthesis(CANCELLED, CANCELLED)
+            self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
             return False
         reason = f"plan rejected{': ' + decision.reason if decision.reason else ''}"
         self.ctx.bus.publish("system", "lead", "plan.rejected", None, reason)
-        self._end_without_synthesis("failed", reason)
+        self._end_without_synthesis(RunStatus.FAILED, reason)
         raise RunFailed(reason)
 
     def _should_stop_waiting(self) -> bool:
@@ -155,14 +155,14 @@ class Coordinator:
         else:
             self._synthesize()
 
-    def _end_without_synthesis(self, status: str, error: str) -> None:
+    def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.board.block_stalled(error)
         self.ctx.bus.publish("system", "lead", f"run.{status}", None, error)
         self.ctx.store.finish(status, None, error=error)
 
     def _synthesize(self) -> None:
         ctx, models = self.ctx, self.spec.models
-        ctx.store.set_status("synthesizing")
+        ctx.store.set_status(RunStatus.SYNTHESIZING)
         states = ctx.board.snapshot()
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
         plan = ctx.store.state().plan or Plan()
@@ -171,7 +171,7 @@ class Coordinator:
                                self.spec.objective, plan, member_results(self.spec, states),
                                not_run)
         except Exception as exc:  # the board stays as it is; the run records why it failed
-            ctx.store.finish("failed", None, error=f"synthesizer failed: {exc}")
+            ctx.store.finish(RunStatus.FAILED, None, error=f"synthesizer failed: {exc}")
             raise RunFailed(f"synthesizer failed: {exc}") from exc
         ctx.store.add_usage(reply.usage)
         output = reply.content or ""
@@ -179,5 +179,5 @@ class Coordinator:
         self.ctx.lease.check()  # a coordinator that lost its lease must not write the end
         all_done = all(s.status == TaskStatus.COMPLETED for s in states)
         # Finish before announcing: a crash in between must not make a resume synthesize again.
-        ctx.store.finish("completed" if all_done else "failed", output)
+        ctx.store.finish(RunStatus.COMPLETED if all_done else RunStatus.FAILED, output)
         ctx.bus.publish("system", "lead", "run.complete", None, shorten(output))

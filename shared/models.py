@@ -22,6 +22,22 @@ class TaskStatus(StrEnum):
         return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED)
 
 
+class RunStatus(StrEnum):
+    """A run's lifecycle: the first four drive it, the last three end it."""
+
+    PLANNING = "planning"
+    AWAITING_APPROVAL = "awaiting_approval"
+    RUNNING = "running"
+    SYNTHESIZING = "synthesizing"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
 class TaskSpec(BaseModel):
     """One normalized plan task."""
 
@@ -145,7 +161,7 @@ class RunResult(BaseModel):
     team_id: str
     run_id: str
     objective: str
-    status: str
+    status: RunStatus
     plan: Plan
     member_results: list[MemberResult]
     task_states: list[TaskStateView]

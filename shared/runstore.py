@@ -9,12 +9,8 @@ from pydantic import BaseModel
 
 from shared.errors import ConfigError
 from shared.keys import RUNS_INDEX, RunKeys
-from shared.models import Plan, Usage
+from shared.models import Plan, RunStatus, Usage
 from shared.team import RunSpec
-
-FINISHED_STATUSES = frozenset({"completed", "failed", "cancelled"})
-"""Run statuses after which nothing drives the run any more (planning, awaiting_approval,
-running and synthesizing come before)."""
 
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board
@@ -24,7 +20,7 @@ changes."""
 class RunState(BaseModel):
     """The run's mutable state (one hash)."""
 
-    status: str = "planning"
+    status: RunStatus = RunStatus.PLANNING
     rounds: int = 0
     started_ms: int = 0
     ended_ms: int = 0
@@ -37,7 +33,7 @@ class RunState(BaseModel):
 
     @property
     def finished(self) -> bool:
-        return self.status in FINISHED_STATUSES
+        return self.status.finished
 
 
 def now_ms() -> int:
@@ -56,7 +52,7 @@ class RunStore:
         """Store the spec once; a second run with the same id is refused."""
         if not self.conn.set(self.keys.spec, spec.model_dump_json(), nx=True):
             raise ConfigError(f"run {spec.run_id} already exists; pass another --run-id")
-        self.conn.hset(self.keys.state, mapping={"status": "planning", "rounds": 0,
+        self.conn.hset(self.keys.state, mapping={"status": RunStatus.PLANNING, "rounds": 0,
                                                  "started_ms": spec.created_ms})
         self.conn.zadd(RUNS_INDEX, {spec.run_id: spec.created_ms})
 
@@ -73,13 +69,14 @@ class RunStore:
         raw = self.conn.hgetall(self.keys.state)
         plan = Plan.model_validate_json(raw["plan"]) if raw.get("plan") else None
         return RunState(
-            status=raw.get("status", "unknown"), rounds=int(raw.get("rounds", 0)),
+            status=RunStatus(raw.get("status", RunStatus.PLANNING)),
+            rounds=int(raw.get("rounds", 0)),
             started_ms=int(raw.get("started_ms", 0)), ended_ms=int(raw.get("ended_ms", 0)),
             output=raw.get("output"), error=raw.get("error") or None, plan=plan,
             approval=raw.get("approval") or None,
             approval_reason=raw.get("approval_reason") or None)
 
-    def set_status(self, status: str, **extra: str | int) -> None:
+    def set_status(self, status: RunStatus, **extra: str | int) -> None:
         self.conn.hset(self.keys.state, mapping={"status": status, **extra})
 
     def save_plan(self, plan: Plan) -> None:
@@ -88,7 +85,7 @@ class RunStore:
     def set_rounds(self, rounds: int) -> None:
         self.conn.hset(self.keys.state, "rounds", rounds)
 
-    def finish(self, status: str, output: str | None, error: str | None = None) -> None:
+    def finish(self, status: RunStatus, output: str | None, error: str | None = None) -> None:
         mapping: dict[str, str | int] = {"status": status, "ended_ms": now_ms()}
         if output is not None:
             mapping["output"] = output
