@@ -214,16 +214,14 @@ class RoundLoop:
         timeout_s = max(0.05, min(self.options.heartbeat_ttl_s / 3,
                                   self.options.lease_ttl_s / 3, self.deadline - time.monotonic()))
         while True:
-            reply = self.ctx.conn.xread({self.board.keys.events: state.events_from},
-                                        count=EVENT_BATCH,
-                                        block=int(timeout_s * 1000) if block else None)
-            entries = reply[0][1] if reply else []
-            for entry_id, fields in entries:
-                state.events_from = entry_id
-                self._on_event(state, fields.get("task_id", ""), fields.get("status", ""))
+            events = self.board.read_events(state.events_from, EVENT_BATCH,
+                                            int(timeout_s * 1000) if block else None)
+            for event in events:
+                state.events_from = event.id
+                self._on_event(state, event.task_id, event.status)
             if self.ctx.hooks:
                 self._fire_message_hooks(state)
-            if block or len(entries) < EVENT_BATCH:
+            if block or len(events) < EVENT_BATCH:
                 return
 
     def _fire_message_hooks(self, state: LoopState) -> None:

@@ -22,7 +22,7 @@ import redis
 from shared.errors import ConfigError
 from shared.ids import check_task_id, normalize_id
 from shared.keys import RunKeys
-from shared.models import TaskSpec, TaskState, TaskStatus, Usage
+from shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus, Usage
 from shared.scripts import Scripts
 from shared.text import shorten
 
@@ -235,6 +235,13 @@ class TaskBoard:
         return list(self.scripts["reclaim"](keys=keys, args=[max_attempts, announce, *sizes]))
 
     # --- reads --------------------------------------------------------------------------------
+
+    def read_events(self, after_id: str, count: int, block_ms: int | None) -> list[TaskEvent]:
+        """Task state changes after `after_id`, in order; blocks up to `block_ms` for the first
+        (None: do not block)."""
+        reply = self.conn.xread({self.keys.events: after_id}, count=count, block=block_ms)
+        entries = reply[0][1] if reply else []
+        return [TaskEvent(id=entry_id, **fields) for entry_id, fields in entries]
 
     def next_ready(self, n: int) -> list[str]:
         """The first `n` ready task ids in plan order (n <= 0 means 1, as AI4J)."""

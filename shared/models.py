@@ -110,6 +110,17 @@ class TaskState(BaseModel):
         return self.status.terminal
 
 
+class TaskEvent(BaseModel):
+    """One entry of a run's events stream (written by the board scripts, and by RunStore.wake
+    with an empty task_id to wake the coordinator)."""
+
+    id: str
+    task_id: str = ""
+    status: str
+    """A TaskStatus value, or created/reclaimed/released/reassigned, or run.<wake-up>."""
+    token: str = "0"
+
+
 class Envelope(BaseModel):
     """One message on the run's bus."""
 
