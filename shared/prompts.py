@@ -5,6 +5,7 @@ All prompt text (section titles included) is in the templates; Python passes dat
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 from typing import Any
 
@@ -13,6 +14,7 @@ import jinja2
 from shared.text import shorten
 
 
+@functools.cache  # compiling a template costs ~2 ms: once per process, not once per render
 def _environment(package: str) -> jinja2.Environment:
     folder = resources.files(package).joinpath("prompts")
     env = jinja2.Environment(
@@ -27,3 +29,12 @@ def _environment(package: str) -> jinja2.Environment:
 def render(package: str, template: str, /, **values: Any) -> str:
     """Render `<package>/prompts/<template>` with `values`; an undefined name raises."""
     return _environment(package).get_template(template).render(**values).strip("\n")
+
+
+def precompile(package: str) -> None:
+    """Compile every template of `package` now, e.g. in a preloading RQ worker parent, so its
+    forked jobs inherit them compiled."""
+    env = _environment(package)
+    for entry in resources.files(package).joinpath("prompts").iterdir():
+        if entry.name.endswith(".md"):
+            env.get_template(entry.name)

@@ -16,3 +16,6 @@ from shared.llm import load_litellm, warm_up  # noqa: E402  (the env must be set
 warm_up(load_litellm())
 
 import worker.jobs  # noqa: E402,F401  (preload the job module and its imports too)
+from shared.prompts import precompile  # noqa: E402
+
+precompile("worker")  # forked jobs inherit the compiled prompt templates
