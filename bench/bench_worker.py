@@ -45,7 +45,7 @@ NOOP_JOB = "os.getpid"
 @contextmanager
 def worker(command: list[str], log_path: Path, url: str) -> Iterator[None]:
     """One rq worker process, stopped by its pid (SIGTERM: RQ's warm shutdown)."""
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env = dict(os.environ)  # worker.settings sets litellm's offline cost map itself
     conn = redis.Redis.from_url(url)
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,

@@ -47,7 +47,7 @@ class LocalWorkers:
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env = dict(os.environ)  # worker.settings sets litellm's offline cost map itself
         for index in range(self.count):
             log_path = self.log_dir / f"worker-{os.getpid()}-{index}.log"
             with log_path.open("ab") as log_file:

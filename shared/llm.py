@@ -19,6 +19,9 @@ from shared.offline_model import PROVIDER, make_provider
 
 log = logging.getLogger(__name__)
 
+LOCAL_COST_MAP_ENV = ("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+"""Set before litellm is imported: its cost map is read from the wheel, not fetched (no network,
+and no background thread left in a parent that RQ will fork)."""
 RETRYABLE_STATUS = {408, 409, 429}
 """Besides every 5xx (Anthropic's 529 "overloaded" included)."""
 PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
@@ -52,7 +55,7 @@ class ModelReply(BaseModel):
 
 def load_litellm() -> Any:
     """Import litellm once, offline (local cost map), with the offline provider registered."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault(*LOCAL_COST_MAP_ENV)
     import litellm
 
     if not any(item["provider"] == PROVIDER for item in litellm.custom_provider_map):

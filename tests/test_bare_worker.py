@@ -1,4 +1,5 @@
-"""A bare `rq worker QUEUE` (no preload module) still runs tasks, and says how to do better."""
+"""A bare `rq worker QUEUE` (no preload module) still runs tasks, and says how to do better;
+the documented preloaded worker says nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 import redis
 from rq import Queue
 
@@ -17,8 +19,9 @@ from shared.offline_model import MODEL
 from tests.test_worker_support import make_run
 
 
+@pytest.mark.parametrize("preloaded", [False, True], ids=["bare", "preloaded"])
 def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
-        redis_server: str, run_id: str, tmp_path: Path) -> None:
+        redis_server: str, run_id: str, tmp_path: Path, preloaded: bool) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     make_run(conn, run_id, models={"m1": MODEL}, tasks=[TaskSpec(id="t1", member_id="m1",
                                                                   task="Say hello")],
@@ -29,12 +32,13 @@ def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
     env = {k: v for k, v in os.environ.items() if k != "TEAMCTL_PRELOADED"}
 
     done = subprocess.run(  # --burst: the worker exits once the queue is empty
-        [sys.executable, "-m", "rq.cli", "worker", "--burst", "-u", redis_server, queue],
+        [sys.executable, "-m", "rq.cli", "worker", "--burst", "-u", redis_server,
+         *(["-c", "worker.settings"] if preloaded else []), queue],
         capture_output=True, text=True, timeout=120, env=env)
 
     assert done.returncode == 0, done.stderr
     task = TaskBoard(conn, run_id).get("t1")
     assert task.status is TaskStatus.COMPLETED and "t1" in (task.output or "")
     log = done.stdout + done.stderr
-    assert log.count("worker not preloaded") == 1
-    assert "rq worker -c worker.settings members" in log
+    assert log.count("worker not preloaded") == (0 if preloaded else 1)
+    assert ("rq worker -c worker.settings members" in log) is not preloaded
