@@ -55,6 +55,7 @@ def approval_mode(approve_plan: bool) -> ApprovalMode:
 def run_command(*, objective: str, team_path: Path | None, model: str | None,
                 api_base: str | None, redis_url: str, workers: int, run_id: str | None,
                 as_json: bool, approve_plan: bool, option_flags: dict[str, Any]) -> int:
+    """`teamctl run`: create the run, drive it to its end, print the result; the exit code."""
     from coordinator.hooks import load_hooks
     from coordinator.options import merge_options
     from coordinator.run import RunRequest, create_run
@@ -76,6 +77,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 
 def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
                    approve_plan: bool) -> int:
+    """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from coordinator.hooks import load_hooks
     from coordinator.lease import Lease
 

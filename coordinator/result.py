@@ -34,6 +34,7 @@ def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
 
 
 def task_state_view(state: TaskState) -> TaskStateView:
+    """A task as the result JSON's task_states shows it."""
     return TaskStateView(
         task_id=state.task_id, status=state.status, claimed_by=state.claimed_by,
         phase=state.phase, detail=state.detail, percent=state.percent,

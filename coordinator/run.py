@@ -42,6 +42,7 @@ class RunRequest:
 
 
 def new_run_id() -> str:
+    """A sortable, unique run id: creation time plus a random suffix."""
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 

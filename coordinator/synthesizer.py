@@ -19,5 +19,6 @@ def synthesizer_prompt(objective: str, plan: Plan, results: list[MemberResult],
 
 def synthesize(client: ModelClient, model: str, api_base: str | None, objective: str, plan: Plan,
                results: list[MemberResult], not_run: list[TaskState]) -> ModelReply:
+    """One synthesizer model call; its error propagates (the run records it)."""
     prompt = synthesizer_prompt(objective, plan, results, not_run)
     return client.complete(model, [{"role": "user", "content": prompt}], api_base=api_base)

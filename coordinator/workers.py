@@ -46,6 +46,7 @@ class LocalWorkers:
             signal.signal(signal.SIGTERM, self._previous_sigterm)  # type: ignore[arg-type]
 
     def start(self) -> None:
+        """Start the workers, each logging to its own file under `log_dir`."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)  # worker.settings sets litellm's offline cost map itself
         for index in range(self.count):

@@ -37,6 +37,7 @@ class RunState(BaseModel):
 
 
 def now_ms() -> int:
+    """Wall-clock milliseconds, the unit every stored time uses."""
     return int(time.time() * 1000)
 
 
@@ -57,15 +58,18 @@ class RunStore:
         self.conn.zadd(RUNS_INDEX, {spec.run_id: spec.created_ms})
 
     def exists(self) -> bool:
+        """Whether the run was ever created (its spec is stored)."""
         return bool(self.conn.exists(self.keys.spec))
 
     def spec(self) -> RunSpec:
+        """The run's immutable spec; ConfigError names `teamctl runs` if there is none."""
         raw = self.conn.get(self.keys.spec)
         if raw is None:
             raise ConfigError(f"no run {self.run_id}; `teamctl runs` lists the known runs")
         return RunSpec.model_validate_json(raw)
 
     def state(self) -> RunState:
+        """The run's mutable state, parsed from its hash."""
         raw = self.conn.hgetall(self.keys.state)
         plan = Plan.model_validate_json(raw["plan"]) if raw.get("plan") else None
         return RunState(
@@ -77,15 +81,19 @@ class RunStore:
             approval_reason=raw.get("approval_reason") or None)
 
     def set_status(self, status: RunStatus, **extra: str | int) -> None:
+        """Move the run to `status`, with any extra state fields."""
         self.conn.hset(self.keys.state, mapping={"status": status, **extra})
 
     def save_plan(self, plan: Plan) -> None:
+        """Store the normalized plan (made once; resume reuses it)."""
         self.conn.hset(self.keys.state, "plan", plan.model_dump_json())
 
     def set_rounds(self, rounds: int) -> None:
+        """Record how many rounds have been dispatched so far."""
         self.conn.hset(self.keys.state, "rounds", rounds)
 
     def finish(self, status: RunStatus, output: str | None, error: str | None = None) -> None:
+        """End the run with its final status, output and error."""
         mapping: dict[str, str | int] = {"status": status, "ended_ms": now_ms()}
         if output is not None:
             mapping["output"] = output
@@ -104,6 +112,7 @@ class RunStore:
         pipe.execute()
 
     def usage(self) -> Usage:
+        """The run's token and cost totals."""
         raw = self.conn.hgetall(self.keys.usage)
         return Usage(prompt_tokens=int(raw.get("prompt_tokens", 0)),
                      completion_tokens=int(raw.get("completion_tokens", 0)),
@@ -111,6 +120,7 @@ class RunStore:
                      unpriced=bool(raw.get("unpriced")))
 
     def cancelled(self) -> bool:
+        """Whether somebody asked the run to stop (members check it between calls)."""
         return bool(self.conn.exists(self.keys.cancel))
 
     def stop_reason(self) -> str | None:

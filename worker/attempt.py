@@ -51,6 +51,7 @@ class Attempt:
         self.claim = claim
 
     def run(self) -> str:
+        """Run the claim's task in a fresh member session and write its outcome."""
         job, claim = self.job, self.claim
         task = job.board.get(claim.task_id)
         member = job.spec.member(claim.member_id) or (

@@ -43,6 +43,7 @@ class AgentLoop:
     on_usage: Callable[[Usage], None]
 
     def run(self, system_prompt: str, user_prompt: str) -> AgentRun:
+        """The session: model turns and tool calls until a final answer or the step limit."""
         messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt},
                                           {"role": "user", "content": user_prompt}]
         run = AgentRun(output="", transcript=messages)

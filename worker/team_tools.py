@@ -65,6 +65,7 @@ class TeamTools:
 
     def table(self) -> list[tuple[str, str, list[tuple[str, str]], list[str],
                                   Callable[[dict[str, Any]], dict[str, Any]]]]:
+        """The eight team tools in the contract's order, with their parameters."""
         to = ("toMemberId", "The id of the teammate.")
         task = ("taskId", "The task id (default: the task you are executing).")
         content = ("content", "The message text.")
@@ -97,6 +98,7 @@ class TeamTools:
     # --- messages -----------------------------------------------------------------------------
 
     def send_message(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_send_message: a direct message to one teammate."""
         raw_to = first_string(arguments, *TO_ALIASES)
         if raw_to is None:
             raise ToolFailed("toMemberId is required")
@@ -109,6 +111,7 @@ class TeamTools:
                             taskId=task_id, **_bus_off(sent))
 
     def broadcast(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_broadcast: a message to every other member."""
         task_id = self._task_arg(arguments)
         kind = first_string(arguments, "type") or "peer.broadcast"
         sent = self.ctx.bus.send(self.ctx.member_id, BROADCAST, kind, task_id,
@@ -116,6 +119,7 @@ class TeamTools:
         return self._result("team_broadcast", sent is not None, taskId=task_id, **_bus_off(sent))
 
     def read_messages(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_read_messages: what arrived since the member's last read, once each."""
         messages = self.ctx.bus.read_unread(self.ctx.member_id)
         extra: dict[str, Any] = {"count": len(messages), "hasNewMessages": bool(messages)}
         if messages:
@@ -123,12 +127,14 @@ class TeamTools:
         return self._result("team_read_messages", True, **extra)
 
     def list_tasks(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_list_tasks: every task's state, outputs included."""
         return self._result("team_list_tasks", True,
                             tasks=[task_view(t) for t in self.ctx.board.snapshot()])
 
     # --- task claims --------------------------------------------------------------------------
 
     def claim_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_claim_task: claim a ready task; this job runs it after the current one."""
         raw, task_id = self._task_ids(arguments)
         token = self.ctx.board.claim(task_id, self.ctx.member_id, self.ctx.worker,
                                      self.ctx.heartbeat_ttl_s) if self._exists(task_id) else None
@@ -138,6 +144,7 @@ class TeamTools:
                                  note="you run it after your current task" if token else None)
 
     def release_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_release_task: give back a claim this job holds."""
         raw, task_id = self._task_ids(arguments)
         claim = self._held(task_id)
         ok = False
@@ -150,6 +157,7 @@ class TeamTools:
                                  reason=None if claim else _not_held(task_id))
 
     def reassign_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_reassign_task: a teammate continues a task this job holds."""
         raw, task_id = self._task_ids(arguments)
         raw_to = first_string(arguments, *TO_ALIASES)
         if raw_to is None:
@@ -170,6 +178,7 @@ class TeamTools:
                                  reason=None if claim else _not_held(task_id))
 
     def heartbeat_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """team_heartbeat_task: a visible heartbeat on a claim this job holds."""
         raw, task_id = self._task_ids(arguments)
         claim = self._held(task_id)
         ok = claim is not None and self.ctx.board.heartbeat(

@@ -23,6 +23,7 @@ class Toolbox:
 
     def add(self, name: str, description: str, properties: dict[str, dict[str, Any]],
             required: list[str], fn: ToolFn) -> None:
+        """Register a tool: its name, description, JSON-schema properties and function."""
         self._schemas[name] = {"type": "function", "function": {
             "name": name, "description": description,
             "parameters": {"type": "object", "properties": properties, "required": required}}}
@@ -33,6 +34,7 @@ class Toolbox:
         return list(self._schemas)
 
     def schemas(self) -> list[dict[str, Any]]:
+        """The tools as OpenAI-style function schemas, in registration order."""
         return list(self._schemas.values())
 
     def call(self, name: str, raw_arguments: str, call_id: str = "") -> str:

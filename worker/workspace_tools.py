@@ -29,6 +29,7 @@ def _path(arguments: dict[str, Any], required: bool = True) -> str:
 
 def _read_file(toolbox: Toolbox, workspace: Workspace) -> None:
     def read_file(arguments: dict[str, Any]) -> dict[str, Any]:
+        """read_file: a text file of the workspace (a bounded prefix)."""
         path = _path(arguments)
         return {"action": "read_file", "ok": True, "path": path,
                 "content": workspace.read(path)}
@@ -40,6 +41,7 @@ def _read_file(toolbox: Toolbox, workspace: Workspace) -> None:
 
 def _write_file(toolbox: Toolbox, workspace: Workspace) -> None:
     def write_file(arguments: dict[str, Any]) -> dict[str, Any]:
+        """write_file: create or replace a file of the workspace."""
         path = _path(arguments)
         content = arguments.get("content", arguments.get("text", ""))
         if not isinstance(content, str):
@@ -56,6 +58,7 @@ def _write_file(toolbox: Toolbox, workspace: Workspace) -> None:
 
 def _edit_file(toolbox: Toolbox, workspace: Workspace) -> None:
     def edit_file(arguments: dict[str, Any]) -> dict[str, Any]:
+        """edit_file: replace one exact occurrence of a text."""
         path = _path(arguments)
         old = arguments.get("oldText", arguments.get("old_text"))
         new = arguments.get("newText", arguments.get("new_text", ""))
@@ -74,6 +77,7 @@ def _edit_file(toolbox: Toolbox, workspace: Workspace) -> None:
 
 def _list_files(toolbox: Toolbox, workspace: Workspace) -> None:
     def list_files(arguments: dict[str, Any]) -> dict[str, Any]:
+        """list_files: the files under a workspace folder."""
         path = _path(arguments, required=False)
         return {"action": "list_files", "ok": True, "path": path,
                 "entries": workspace.list(path)}
@@ -86,6 +90,7 @@ def _list_files(toolbox: Toolbox, workspace: Workspace) -> None:
 
 def _bash(toolbox: Toolbox, workspace: Workspace) -> None:
     def bash(arguments: dict[str, Any]) -> dict[str, Any]:
+        """bash: a shell command in the workspace, bounded in time and output."""
         command = first_string(arguments, "command", "cmd")
         if command is None:
             raise ToolFailed("command is required")
