@@ -142,7 +142,12 @@ class RoundLoop:
 
     def _nothing_can_run(self, state: LoopState) -> bool:
         """Dispatch a round; True (and the rest blocked) if nothing is ready or in flight."""
-        if self._dispatch_round(state) or self._in_flight(state):
+        if self._dispatch_round(state):
+            return False
+        # Read again, in this order: a task that ended since the dispatch step looked (barrier
+        # mode waits while anything is in flight) may have left ready work behind. With nothing
+        # in flight, nothing can become ready later, so an empty ready set then is final.
+        if self._in_flight(state) or self.board.next_ready(1):
             return False
         self.board.block_stalled(CYCLE_REASON)
         return True
