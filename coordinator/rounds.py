@@ -128,7 +128,15 @@ class RoundLoop:
         assert state.stop is not None
         self._reclaim_expired()
         self.board.block_stalled(state.stop.block_reason)
-        return not self._in_flight(state) or time.monotonic() >= state.stop.wait_until
+        if not self._in_flight(state):
+            return True
+        if time.monotonic() < state.stop.wait_until:
+            return False
+        # Members still busy past the grace period (one long model call) are given up on, so the
+        # run ends with no task left in progress; their late writes are refused.
+        self.board.fail_in_progress(state.stop.block_reason,
+                                    announce_failures=self.ctx.bus.enabled)
+        return True
 
     def _reclaim_expired(self) -> None:
         self.board.reclaim_expired(self.options.max_attempts,

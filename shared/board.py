@@ -221,18 +221,28 @@ class TaskBoard:
         With `announce_failures`, a task failed after `max_attempts` gets its task.error message
         (from the member that held it) in the same step, like a failure the member reports.
         """
-        k = self.keys
-        expired = self._expired_claims()
-        if not expired:
+        return self._reclaim(self._expired_claims(), max_attempts, announce_failures, "")
+
+    def fail_in_progress(self, reason: str, *, announce_failures: bool = False) -> list[str]:
+        """Fail every in-progress task with `reason`, live claims included (their tokens are
+        revoked); a stopped run gives up on members that outlasted its grace period."""
+        running = sorted(self.conn.smembers(self.keys.running))
+        return self._reclaim(running, 1, announce_failures, reason or "stopped")
+
+    def _reclaim(self, task_ids: list[str], max_attempts: int, announce_failures: bool,
+                 forced_reason: str) -> list[str]:
+        if not task_ids:
             return []
+        k = self.keys
         keys: list[str] = [k.ready, k.running, k.counts, k.events, k.bus, k.bus_seq]
         sizes: list[int] = []
-        for task_id in expired:
+        for task_id in task_ids:
             closure = self._dependents_closure(task_id)
             keys += [k.task(task_id), k.heartbeat(task_id), *(k.task(d) for d in closure)]
             sizes.append(len(closure))
         announce = "1" if announce_failures else ""
-        return list(self.scripts["reclaim"](keys=keys, args=[max_attempts, announce, *sizes]))
+        return list(self.scripts["reclaim"](
+            keys=keys, args=[max_attempts, announce, forced_reason, *sizes]))
 
     # --- reads --------------------------------------------------------------------------------
 

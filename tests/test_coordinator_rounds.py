@@ -15,7 +15,7 @@ from coordinator.lease import Lease
 from coordinator.progress import Reporter
 from coordinator.rounds import LoopState, RoundLoop
 from coordinator.run import RunRequest, create_run
-from shared.board import TaskBoard
+from shared.board import TaskBoard, WriteOutcome
 from shared.bus import run_bus
 from shared.models import TaskSpec, TaskStatus
 from shared.runstore import RunStore
@@ -104,3 +104,26 @@ def test_a_reclaimed_task_is_enqueued_again_once(conn: redis.Redis, tmp_path: Pa
     assert result and result[0].rounds == 1
     task = worker.get("a")
     assert (task.status, task.attempts) == (TaskStatus.COMPLETED, 2)
+
+
+def test_a_member_busy_past_the_stop_grace_is_given_up_on(
+        conn: redis.Redis, tmp_path: Path) -> None:
+    """Cancelled while a member is inside one long model call: after the grace period the task
+    fails "cancelled" (no task is left in progress), and the member's late write is refused."""
+    loop, dispatcher = make_loop(conn, tmp_path, "stuck",
+                                 [TaskSpec(id="a", member_id="researcher", task="x"),
+                                  TaskSpec(id="b", member_id="researcher", task="y",
+                                           depends_on=["a"])],
+                                 heartbeat_ttl_s=0.2)
+    worker = TaskBoard(conn, "stuck")
+    thread, result = run_in_thread(loop)
+    wait_until(lambda: dispatcher.enqueued == ["a"], 10, message="the dispatch of a")
+    token = worker.claim("a", "researcher", "w:busy", 60)  # alive: its heartbeat key lasts 60 s
+    RunStore(conn, "stuck").request_stop("cancelled")
+    thread.join(10)
+    assert not thread.is_alive() and result and result[0].stop is not None
+    a, b = worker.get("a"), worker.get("b")
+    assert (a.status, a.error, a.token) == (TaskStatus.FAILED, "cancelled", 0)
+    assert (b.status, b.error) == (TaskStatus.BLOCKED, "cancelled")
+    assert worker.complete("a", token, "too late", 1) is WriteOutcome.STALE
+    assert worker.get("a").status is TaskStatus.FAILED

@@ -1,29 +1,36 @@
 -- reclaim: take back every given claim whose heartbeat key is gone: ready again, or failed
 -- "claim expired after N attempts" once N reaches max attempts (its dependents are blocked).
+-- With a forced reason, fail every given in-progress claim, alive or not, with that reason: a
+-- stopped run gives up on members that outlasted its grace period (their tokens die with it).
 -- KEYS[1] ready zset, KEYS[2] running set, KEYS[3] counts hash, KEYS[4] events stream,
 -- KEYS[5] bus stream, KEYS[6] bus sequence, then one group per candidate: task hash, heartbeat
 -- key, the task's dependents closure.
 -- ARGV[1] max attempts, ARGV[2] '1' to announce a failure as task.error to lead ('' = silent),
--- ARGV[3..] the closure size of each group, in order.
+-- ARGV[3] forced failure reason ('' = reclaim expired claims only),
+-- ARGV[4..] the closure size of each group, in order.
 -- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
 local now = now_ms()
 local reclaimed = {}
 local at = 7
-for g = 3, #ARGV do
+for g = 4, #ARGV do
   local task_key, hb_key = KEYS[at], KEYS[at + 1]
   local closure_first, closure_last = at + 2, at + 1 + tonumber(ARGV[g])
   at = closure_last + 1
   if redis.call('HGET', task_key, 'status') == 'in_progress'
-     and redis.call('EXISTS', hb_key) == 0 then
+     and (ARGV[3] ~= '' or redis.call('EXISTS', hb_key) == 0) then
     local tid = redis.call('HGET', task_key, 'task_id')
     local attempts = tonumber(redis.call('HGET', task_key, 'attempts'))
-    if attempts >= tonumber(ARGV[1]) then
-      local reason = 'claim expired after ' .. attempts .. ' attempts'
+    if ARGV[3] ~= '' or attempts >= tonumber(ARGV[1]) then
+      local reason, why = ARGV[3], ARGV[3]
+      if reason == '' then
+        reason, why = 'claim expired after ' .. attempts .. ' attempts', 'claim expired'
+      end
       set_status(task_key, KEYS[3], 'failed')
       redis.call('SREM', KEYS[2], tid)
+      redis.call('DEL', hb_key)
       redis.call('HSET', task_key, 'token', 0, 'phase', 'failed', 'detail', reason,
         'error', reason, 'percent', 100, 'end_ms', now, 'updated_ms', now,
-        'requeue_reason', 'claim expired')
+        'requeue_reason', why)
       block_dependents(closure_first, closure_last, KEYS[1], KEYS[3], KEYS[4], now)
       if ARGV[2] == '1' then
         local holder = redis.call('HGET', task_key, 'claimed_by')
