@@ -24,7 +24,7 @@ import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 
-from coordinator.workers import worker_command
+from coordinator.workers import stop_process, worker_command
 from shared.board import TaskBoard
 from shared.embedded_redis import throwaway_redis
 from shared.models import TaskSpec
@@ -54,12 +54,7 @@ def worker(command: list[str], log_path: Path, url: str) -> Iterator[None]:
         _wait(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
         yield
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout_s=30)
         conn.delete("rq:workers", f"rq:workers:{QUEUE}")
 
 

@@ -63,12 +63,24 @@ class LocalWorkers:
                 process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for process in self.processes:
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            wait_or_kill(process, max(0.1, deadline - time.monotonic()))
         self.processes.clear()
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM one child by pid (RQ's warm shutdown), SIGKILL it if it outlives `timeout_s`."""
+    if process.poll() is None:
+        process.terminate()
+    wait_or_kill(process, timeout_s)
+
+
+def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait for a child to exit; SIGKILL it after `timeout_s`."""
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _exit_on_sigterm() -> object:

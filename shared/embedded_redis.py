@@ -102,7 +102,7 @@ class EmbeddedRedis:
         except ProcessLookupError:
             return False
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline and _alive(pid):
+        while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.05)
         self.url_file.unlink(missing_ok=True)
         return True
@@ -119,7 +119,7 @@ class EmbeddedRedis:
             if _answers_ping(url):
                 return
             pid = self._pid()
-            if pid is not None and not _alive(pid):
+            if pid is not None and not pid_alive(pid):
                 break  # it exited (bad config, port taken): say why now, not after the timeout
             time.sleep(0.05)
         raise InfraError(f"redis-server at {url} did not start; its log ends: {self._log_tail()}")
@@ -148,7 +148,8 @@ def _answers_ping(url: str) -> bool:
         return False
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (signal 0 checks without signalling)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -11,16 +10,10 @@ from pathlib import Path
 
 import redis
 
+from coordinator.workers import stop_process
+from shared.embedded_redis import pid_alive
 from shared.runstore import RunStore
 from tests.conftest import wait_until
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_sigterm_stops_the_run_and_its_workers(
@@ -42,18 +35,13 @@ def test_sigterm_stops_the_run_and_its_workers(
                            message="the run's worker to register")
         # The registry holds worker keys (rq:worker:<name>), each a hash with the pid.
         pids = [int(conn.hget(key, "pid")) for key in names]
-        assert pids and all(_alive(pid) for pid in pids)
+        assert pids and all(pid_alive(pid) for pid in pids)
 
         run.send_signal(signal.SIGTERM)
 
         assert run.wait(timeout=60) == 128 + signal.SIGTERM
-        wait_until(lambda: not any(_alive(pid) for pid in pids), 30,
+        wait_until(lambda: not any(pid_alive(pid) for pid in pids), 30,
                    message="the run's workers to stop")
     finally:
-        if run.poll() is None:  # the test failed early: SIGTERM first, so its workers stop too
-            run.terminate()
-            try:
-                run.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                run.kill()
-                run.wait()
+        # If the test failed early: SIGTERM first, so the run's workers stop too.
+        stop_process(run, timeout_s=30)
