@@ -263,6 +263,14 @@ class TaskBoard:
         raw = self.conn.hgetall(self.keys.task(task_id)) if task_id else {}
         return self._remember(_parse_task(raw)) if raw else None
 
+    def get_many(self, task_ids: list[str]) -> list[TaskState]:
+        """The states of existing tasks among `task_ids`, in that order (one round trip)."""
+        ids = [t for t in (resolve_task_id(t) for t in task_ids) if t]
+        pipe = self.conn.pipeline(transaction=False)
+        for task_id in ids:
+            pipe.hgetall(self.keys.task(task_id))
+        return [self._remember(_parse_task(raw)) for raw in pipe.execute() if raw]
+
     def task_ids(self) -> list[str]:
         """Task ids in plan order."""
         if not self._ids:

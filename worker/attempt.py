@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,32 +120,29 @@ class Attempt:
     def _dispatch_input(self, member: Member, task: TaskState) -> str:
         job = self.job
         options = job.spec.options
-        dependencies = [d for d in (job.board.get(dep) for dep in task.depends_on) if d]
+        dependencies = job.board.get_many(task.depends_on)
         history = job.bus.history_for(member.id, options.message_history_limit)
         return build_dispatch_input(member=member, task=task, objective=job.spec.objective,
                                     options=options, dependencies=dependencies, history=history)
 
     def _complete(self, member: Member, output: str) -> str:
-        job, claim = self.job, self.claim
-        job.claims.end(claim, ClaimEnd.FINISHED)
-        outcome = job.board.complete(claim.task_id, claim.token, output, self._elapsed_ms(),
-                                     announce_as=self._announcer(member))
-        if outcome is not WriteOutcome.APPLIED:
-            return "stale: the claim was reclaimed; result discarded"
-        return "completed"
+        return self._write_outcome(self.job.board.complete, member, output, "completed")
 
     def _fail(self, member: Member, error: str) -> str:
+        return self._write_outcome(self.job.board.fail, member, error, "failed")
+
+    def _write_outcome(self, write: Callable[..., WriteOutcome], member: Member, text: str,
+                       done: str) -> str:
+        """Write the output or error with the claim's token; the member announces it to lead
+        in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
         job.claims.end(claim, ClaimEnd.FINISHED)
-        outcome = job.board.fail(claim.task_id, claim.token, error, self._elapsed_ms(),
-                                 announce_as=self._announcer(member))
+        announcer = member.id if job.bus.enabled else None
+        outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
+                        announce_as=announcer)
         if outcome is not WriteOutcome.APPLIED:
-            return "stale: the claim was reclaimed; error discarded"
-        return "failed"
-
-    def _announcer(self, member: Member) -> str | None:
-        """The member announces its task's outcome to lead, in the same step as the write."""
-        return member.id if self.job.bus.enabled else None
+            return "stale: the claim was reclaimed; nothing was written"
+        return done
 
     def _elapsed_ms(self) -> int:
         return int((time.monotonic() - self.claim.started_s) * 1000)
