@@ -11,13 +11,12 @@ import argparse
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import redis
 
+from bench import private_redis
 from shared.board import TaskBoard
-from shared.embedded_redis import throwaway_redis
 from shared.models import TaskSpec
 from shared.scripts import Scripts
 
@@ -26,13 +25,6 @@ EVALSHA_CALLS = 5000
 DRAIN_SIZES = (200, 2000)
 BATCH = 50
 TTL_S = 30.0
-
-
-@contextmanager
-def redis_server() -> Iterator[redis.Redis]:
-    """A private redis-server for the benchmark, stopped by its pid afterwards."""
-    with throwaway_redis() as url:
-        yield redis.Redis.from_url(url, decode_responses=True)
 
 
 def layered_plan(size: int) -> list[TaskSpec]:
@@ -104,7 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median shown)")
     args = parser.parse_args()
-    with redis_server() as conn:
+    with private_redis() as conn:
         scripts = Scripts(conn)
         runs: dict[str, list[tuple[float, float]]] = {}
         # Interleaved repeats: load from other processes on a small machine hits every figure.

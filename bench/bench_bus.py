@@ -9,13 +9,12 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import redis
 
+from bench import private_redis
 from shared.bus import MessageBus
-from shared.embedded_redis import throwaway_redis
 from shared.keys import RunKeys
 
 MEMBERS = ["reader", "writer", "other"]
@@ -26,13 +25,6 @@ ROUNDS = 3
 FILL_PIPELINE = 1000
 RATIO_GOAL = 1.5
 STARTUP_TIMEOUT_S = 10.0
-
-
-@contextmanager
-def redis_server() -> Iterator[redis.Redis]:
-    """A throwaway redis-server without persistence, stopped by its pid."""
-    with throwaway_redis() as url:
-        yield redis.Redis.from_url(url, decode_responses=True)
 
 
 def fill(bus: MessageBus, count: int) -> None:
@@ -117,7 +109,7 @@ def bench_publish(conn: redis.Redis) -> None:
 
 
 def main() -> int:
-    with redis_server() as conn:
+    with private_redis() as conn:
         ratio = bench_reads(conn)
         bench_publish(conn)
     return 0 if ratio <= RATIO_GOAL else 1
