@@ -12,7 +12,7 @@ import click
 import redis
 
 from coordinator.approval import ApprovalMode
-from shared.connection import connect
+from shared.connection import connect, set_outage
 from shared.embedded_redis import state_dir
 from shared.errors import ConfigError
 from shared.ids import check_run_id
@@ -103,7 +103,10 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
     from shared.llm import ModelClient
 
     reporter = Reporter.for_stderr()
-    ctx = build_context(conn, connect(redis_url, decode=False), spec, hooks, reporter)
+    outage_s = spec.options.redis_outage_s
+    set_outage(conn, outage_s)
+    ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec, hooks,
+                        reporter)
     client = ModelClient(timeout_s=spec.options.model_timeout_s,
                          max_retries=spec.options.model_max_retries)
     queues = sorted({m.queue for m in spec.members})
@@ -216,9 +219,6 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
 def cancel_command(redis_url: str, run_id: str) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here."""
     from coordinator.lease import Lease
-    from shared.board import TaskBoard
-    from shared.bus import run_bus
-    from shared.retention import expire_run
 
     conn = connect(redis_url)
     store, spec = _live_run(conn, run_id)
@@ -230,16 +230,28 @@ def cancel_command(redis_url: str, run_id: str) -> None:
     try:
         if store.state().finished:  # its coordinator finished it just before we took the lease
             raise ConfigError(f"run {run_id} has already finished ({store.state().status})")
-        board = TaskBoard(conn, run_id)
-        board.reclaim_expired(spec.options.max_attempts)
-        board.block_stalled("cancelled")
-        run_bus(conn, spec).publish(
-            "system", "lead", "run.cancelled", None, "cancelled")
-        store.finish(RunStatus.CANCELLED, None, error="cancelled")
-        expire_run(conn, run_id, spec.options.retention_s)
+        _end_cancelled(RunStore(conn, run_id, lease.owner), spec)
     finally:
         lease.release()
     click.echo(f"run {run_id} cancelled")
+
+
+def _end_cancelled(store: RunStore, spec: RunSpec) -> None:
+    """No coordinator is left to wait out a grace period: revoke every claim now (a late write
+    is refused and counted), block what never ran, and end the run under our lease."""
+    from shared.board import TaskBoard
+    from shared.retention import expire_run
+    from shared.runstore import RunEnd
+
+    board = TaskBoard(store.conn, spec.run_id)
+    announce = spec.options.enable_message_bus
+    board.reclaim_expired(spec.options.max_attempts, announce_failures=announce)
+    board.fail_in_progress("cancelled", announce_failures=announce)
+    board.block_stalled("cancelled")
+    store.finish(RunEnd(RunStatus.CANCELLED, spec.options.retention_s, error="cancelled",
+                        announce="run.cancelled" if announce else None,
+                        announce_text="cancelled"))
+    expire_run(store.conn, spec.run_id, spec.options.retention_s)
 
 
 def export_command(redis_url: str, run_id: str, directory: Path) -> None:

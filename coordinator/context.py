@@ -35,13 +35,15 @@ def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks:
                   reporter: Reporter) -> RunContext:
     """Wire the run's board, bus, dispatcher, hooks and lease around one connection."""
     bus = run_bus(conn, spec)
+    lease = Lease(conn, spec.run_id, spec.options.lease_ttl_s, scripts=bus.scripts)
 
     def report_hook_error(point: str, text: str) -> None:
         reporter.note(f"hook failed: {text}")
         bus.publish("system", "lead", HOOK_ERROR_TYPE, None, text)
 
-    return RunContext(conn=conn, spec=spec, store=RunStore(conn, spec.run_id),
-                      board=TaskBoard(conn, spec.run_id), bus=bus,
+    return RunContext(conn=conn, spec=spec,
+                      store=RunStore(conn, spec.run_id, lease.owner, scripts=bus.scripts),
+                      board=TaskBoard(conn, spec.run_id, scripts=bus.scripts), bus=bus,
                       dispatcher=Dispatcher(rq_conn, spec),
                       hooks=HookRunner(hooks, report_hook_error), reporter=reporter,
-                      lease=Lease(conn, spec.run_id, spec.options.lease_ttl_s))
+                      lease=lease)

@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 
 import redis
@@ -23,7 +24,11 @@ def lease_owner() -> str:
 
 
 class Lease:
-    """Held while a coordinator drives a run; `lost` is set if another one took it over."""
+    """Held while a coordinator drives a run; `lost` is set if another one took it over.
+
+    A renewal that cannot reach Redis keeps trying, but once the TTL has passed since the last
+    renewal was sent, `check` treats the lease as lost until a renewal succeeds again (it takes
+    the lease back if nobody else did). The writes that matter are fenced in Redis anyway."""
 
     def __init__(self, conn: redis.Redis, run_id: str, ttl_s: float,
                  scripts: Scripts | None = None) -> None:
@@ -36,10 +41,17 @@ class Lease:
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._valid_until_s = 0.0
+        """Monotonic time the lease surely lasts until: the last renewal's send time + TTL."""
+        self._abandoned = False
 
     def try_acquire(self) -> bool:
         """Take the lease if nobody holds it (no renewal thread: for short one-off work)."""
-        return bool(self.conn.set(self.key, self.owner, nx=True, px=self.ttl_ms))
+        sent_s = time.monotonic()
+        taken = bool(self.conn.set(self.key, self.owner, nx=True, px=self.ttl_ms))
+        if taken:
+            self._valid_until_s = sent_s + self.ttl_ms / 1000
+        return taken
 
     def check_free(self) -> None:
         """Refuse early (before starting workers) when a live coordinator holds the run."""
@@ -67,13 +79,22 @@ class Lease:
         if self.lost.is_set():
             raise RunFailed(f"lost the lease on run {self.run_id} to another coordinator; "
                             "this one stops")
+        if time.monotonic() >= self._valid_until_s and not self._renew():
+            raise RunFailed(f"lost the lease on run {self.run_id} to another coordinator "
+                            "while cut off from Redis; this one stops")
+
+    def abandon(self) -> None:
+        """Stop renewing without a word to Redis (it is unreachable): the lease expires."""
+        self._abandoned = True
+        self._stop.set()
 
     def release(self) -> None:
         """Stop renewing and drop the lease if it is still ours."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.ttl_ms / 1000)
-        self.scripts["lease_release"](keys=[self.key], args=[self.owner])
+        if not self._abandoned:
+            self.scripts["lease_release"](keys=[self.key], args=[self.owner])
 
     def __enter__(self) -> Lease:
         self.acquire()
@@ -82,15 +103,20 @@ class Lease:
     def __exit__(self, *exc_info: object) -> None:
         self.release()
 
+    def _renew(self) -> bool:
+        """Renew (or take back a lapsed) lease now; False, and `lost` set, if another holds it."""
+        sent_s = time.monotonic()
+        if not int(self.scripts["lease_renew"](keys=[self.key], args=[self.owner, self.ttl_ms])):
+            log.warning("lost the lease of run %s to another coordinator", self.run_id)
+            self.lost.set()
+            return False
+        self._valid_until_s = sent_s + self.ttl_ms / 1000
+        return True
+
     def _renew_forever(self) -> None:
         while not self._stop.wait(self.ttl_ms / 3000):
             try:
-                renewed = int(self.scripts["lease_renew"](keys=[self.key],
-                                                          args=[self.owner, self.ttl_ms]))
-            except redis.RedisError as exc:  # a blip: keep trying until the TTL says otherwise
+                if not self._renew():
+                    return
+            except redis.RedisError as exc:  # an outage: keep trying; check() knows the TTL
                 log.warning("renewing the lease of %s failed: %s", self.run_id, exc)
-                continue
-            if not renewed:
-                log.warning("lost the lease of run %s to another coordinator", self.run_id)
-                self.lost.set()
-                return

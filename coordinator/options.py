@@ -41,6 +41,7 @@ HELP = {
     "dependency_output_chars": "Characters of each dependency's output given to a member.",
     "bus_max_messages": "Messages a run's bus keeps (never dropping unread ones).",
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
+    "redis_outage_s": "Seconds every process rides through a Redis outage before giving up.",
     "retention_s": "Seconds an ended run's keys stay in Redis.",
 }
 

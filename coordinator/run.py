@@ -20,12 +20,12 @@ from coordinator.planner import make_plan
 from coordinator.result import build_result, member_results
 from coordinator.rounds import CANCELLED, LoopState, RoundLoop
 from coordinator.synthesizer import synthesize
-from shared.errors import ConfigError, RunFailed
+from shared.errors import ConfigError, InfraError, RunFailed
 from shared.ids import check_run_id
 from shared.llm import ModelClient
 from shared.models import Plan, RunResult, RunStatus, TaskStatus
 from shared.retention import expire_run
-from shared.runstore import RunStore, now_ms
+from shared.runstore import RunEnd, RunStore, now_ms
 from shared.team import ModelChoice, RunSpec, TeamFile
 from shared.text import shorten
 
@@ -67,16 +67,32 @@ class Coordinator:
         self.spec = ctx.spec
         self.client = client
         self.approval = approval
+        self.ended = False
+        """Whether this coordinator wrote the run's end (and so owns its expiry)."""
 
     def run(self) -> RunResult:
         """Run (or resume) to the end; a second coordinator on a live run is refused."""
         with self.ctx.lease:
             try:
                 return self._drive()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                self.ctx.lease.abandon()  # nothing more to say to a Redis that is gone
+                raise self._outage_error(exc) from exc
             finally:
                 self.ctx.reporter.close()
-                if self.ctx.store.state().finished:
+                if self.ended:
                     expire_run(self.ctx.conn, self.spec.run_id, self.spec.options.retention_s)
+
+    def _outage_error(self, exc: Exception) -> InfraError:
+        run_id, outage_s = self.spec.run_id, self.spec.options.redis_outage_s
+        return InfraError(f"Redis was unreachable for more than redis_outage_s={outage_s:g}s "
+                          f"({exc}); run {run_id} is left as it was: `teamctl resume {run_id}` "
+                          "once Redis is back")
+
+    def _end(self, end: RunEnd) -> None:
+        """Write the run's end, fenced by the lease; RunFailed if this coordinator lost it."""
+        self.ctx.store.finish(end)
+        self.ended = True
 
     def _drive(self) -> RunResult:
         if self.ctx.store.state().finished:
@@ -114,7 +130,8 @@ class Coordinator:
             plan, reply = make_plan(self.client, models.planner, models.api_base, spec.objective,
                                     spec.members, spec.options)
         except Exception as exc:  # nothing was written yet: record why the run failed
-            self.ctx.store.finish(RunStatus.FAILED, None, error=f"planner failed: {exc}")
+            self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
+                             error=f"planner failed: {exc}"))
             raise RunFailed(f"planner failed: {exc}") from exc
         self.ctx.store.add_usage(reply.usage)
         return plan
@@ -158,8 +175,9 @@ class Coordinator:
 
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.board.block_stalled(error)
-        self.ctx.bus.publish("system", "lead", f"run.{status}", None, error)
-        self.ctx.store.finish(status, None, error=error)
+        self._end(RunEnd(status, self.spec.options.retention_s, error=error,
+                         announce=f"run.{status}" if self.ctx.bus.enabled else None,
+                         announce_text=error))
 
     def _synthesize(self) -> None:
         ctx, models = self.ctx, self.spec.models
@@ -172,13 +190,15 @@ class Coordinator:
                                self.spec.objective, plan, member_results(self.spec, states),
                                not_run)
         except Exception as exc:  # the board stays as it is; the run records why it failed
-            ctx.store.finish(RunStatus.FAILED, None, error=f"synthesizer failed: {exc}")
+            self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
+                             error=f"synthesizer failed: {exc}"))
             raise RunFailed(f"synthesizer failed: {exc}") from exc
-        ctx.store.add_usage(reply.usage)
         output = reply.content or ""
         ctx.hooks.call("after_synthesis", self.spec.objective, output)
-        self.ctx.lease.check()  # a coordinator that lost its lease must not write the end
         all_done = all(s.status == TaskStatus.COMPLETED for s in states)
-        # Finish before announcing: a crash in between must not make a resume synthesize again.
-        ctx.store.finish(RunStatus.COMPLETED if all_done else RunStatus.FAILED, output)
-        ctx.bus.publish("system", "lead", "run.complete", None, shorten(output))
+        # One fenced step: a coordinator that lost its lease meanwhile writes neither the
+        # output, nor the synthesis's usage, nor a second run.complete.
+        self._end(RunEnd(RunStatus.COMPLETED if all_done else RunStatus.FAILED,
+                         self.spec.options.retention_s, output=output, usage=reply.usage,
+                         announce="run.complete" if ctx.bus.enabled else None,
+                         announce_text=shorten(output)))

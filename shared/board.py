@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 from enum import Enum
+from functools import cached_property
 
 import redis
 
+from shared.connection import block_ms, blocking_client
 from shared.errors import ConfigError
 from shared.ids import check_task_id, normalize_id
 from shared.keys import RunKeys
@@ -246,10 +248,17 @@ class TaskBoard:
 
     # --- reads --------------------------------------------------------------------------------
 
-    def read_events(self, after_id: str, count: int, block_ms: int | None) -> list[TaskEvent]:
-        """Task state changes after `after_id`, in order; blocks up to `block_ms` for the first
-        (None: do not block)."""
-        reply = self.conn.xread({self.keys.events: after_id}, count=count, block=block_ms)
+    @cached_property
+    def blocking_conn(self) -> redis.Redis:
+        """Connections of their own for XREAD BLOCK, with a socket timeout that outlasts it."""
+        return blocking_client(self.conn)
+
+    def read_events(self, after_id: str, count: int, wait_ms: int | None) -> list[TaskEvent]:
+        """Task state changes after `after_id`, in order; waits up to `wait_ms` (capped at
+        MAX_BLOCK_MS) for the first (None: do not wait)."""
+        streams = {self.keys.events: after_id}
+        reply = (self.conn.xread(streams, count=count) if wait_ms is None else
+                 self.blocking_conn.xread(streams, count=count, block=block_ms(wait_ms)))
         entries = reply[0][1] if reply else []
         return [TaskEvent(id=entry_id, **fields) for entry_id, fields in entries]
 

@@ -23,9 +23,12 @@ Every bus that publishes must therefore be built with the run's whole roster (``
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 import redis
 
+from shared.connection import block_ms as capped_ms
+from shared.connection import blocking_client
 from shared.errors import ConfigError
 from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id
 from shared.keys import RunKeys
@@ -80,6 +83,11 @@ class MessageBus:
         self.max_message_bytes = max_message_bytes
         self.bus_maxlen = bus_maxlen
         self.scripts = scripts or Scripts(conn)
+
+    @cached_property
+    def blocking_conn(self) -> redis.Redis:
+        """Connections of their own for XREAD BLOCK, with a socket timeout that outlasts it."""
+        return blocking_client(self.conn)
 
     def publish(self, sender: str, to: str | None, type_: str, task_id: str | None,
                 content: str) -> Envelope | None:
@@ -149,7 +157,9 @@ class MessageBus:
 
     def tail(self, after_id: str, block_ms: int | None) -> list[Envelope]:
         """Messages after `after_id`, waiting up to `block_ms` for one (None: no wait)."""
-        reply = self.conn.xread({self.keys.bus: after_id}, count=READ_BATCH, block=block_ms)
+        streams = {self.keys.bus: after_id}
+        reply = (self.conn.xread(streams, count=READ_BATCH) if block_ms is None else
+                 self.blocking_conn.xread(streams, count=READ_BATCH, block=capped_ms(block_ms)))
         return [_envelope(eid, fields) for _, entries in reply or [] for eid, fields in entries]
 
     def trim(self) -> int:

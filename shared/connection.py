@@ -1,26 +1,66 @@
-"""Opening Redis connections with a clear error when the server is not there."""
+"""Opening Redis connections: a clear error when the server is not there, one retry policy that
+rides through restarts, and blocking reads whose socket timeout outlasts their block."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from typing import Any
+
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
 from redis.driver_info import DriverInfo
+from redis.retry import Retry
 
 from shared.errors import ConfigError, InfraError
 
 MIN_REDIS_VERSION = (6, 2)
 """Exclusive XRANGE bounds and XTRIM MINID, used by the bus, arrived in Redis 6.2."""
+DEFAULT_OUTAGE_S = 60.0
+"""How long a command keeps retrying through a Redis outage (the run option redis_outage_s)."""
+SOCKET_TIMEOUT_S = 5.0
+"""A reply slower than this counts as a lost connection (and is retried)."""
+MAX_BLOCK_MS = 10_000
+"""The longest any blocking read (XREAD BLOCK, BLPOP) waits; blocking clients' socket timeout
+outlasts it, else a quiet stream would look like a dead server."""
+BACKOFF_CAP_S = 2.0
+BACKOFF_BASE_S = 0.05
 
 
-def connect(url: str, *, decode: bool = True) -> redis.Redis:
+class OutageRetry(Retry):
+    """redis-py's Retry (exponential backoff with jitter on connection and timeout errors),
+    bounded by time rather than by count, so every caller gives up after the same outage."""
+
+    def __init__(self, outage_s: float) -> None:
+        super().__init__(ExponentialWithJitterBackoff(cap=BACKOFF_CAP_S, base=BACKOFF_BASE_S),
+                         retries=-1)
+        self.outage_s = outage_s
+
+    def call_with_retry(self, do: Callable[[], Any], fail: Callable[..., Any],
+                        is_retryable: Callable[[Exception], bool] | None = None,
+                        with_failure_count: bool = False) -> Any:
+        """Retry `do` until it succeeds or the outage has lasted `outage_s`."""
+        give_up_at = time.monotonic() + self.outage_s
+
+        def fail_or_give_up(error: Exception, *failures: int) -> None:
+            fail(error, *failures)
+            if time.monotonic() >= give_up_at:
+                raise error
+
+        return super().call_with_retry(do, fail_or_give_up, is_retryable, with_failure_count)
+
+
+def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S) -> redis.Redis:
     """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
     try:
         conn = redis.Redis.from_url(
-            url, decode_responses=decode, socket_connect_timeout=5, health_check_interval=30,
-            driver_info=_driver_info())
+            url, decode_responses=decode, socket_connect_timeout=SOCKET_TIMEOUT_S,
+            socket_timeout=SOCKET_TIMEOUT_S, health_check_interval=30,
+            retry=OutageRetry(outage_s), driver_info=_driver_info())
     except ValueError as exc:
         raise ConfigError(f"invalid Redis URL {url!r}: {exc}; use redis://HOST:PORT/DB") from exc
     try:
-        conn.ping()
+        _ping_once(conn)
     except redis.RedisError as exc:
         raise InfraError(
             f"cannot reach Redis at {url}: {exc}. Start it, or unset REDIS_URL to use the "
@@ -28,6 +68,17 @@ def connect(url: str, *, decode: bool = True) -> redis.Redis:
         ) from exc
     _check_version(conn, url)
     return conn
+
+
+def _ping_once(conn: redis.Redis) -> None:
+    """The first contact fails at once: a server that is not there is a setup problem, not an
+    outage to wait out."""
+    retry = conn.get_retry()
+    conn.set_retry(Retry(ExponentialWithJitterBackoff(), retries=0))
+    try:
+        conn.ping()
+    finally:
+        conn.set_retry(retry)
 
 
 def _driver_info() -> DriverInfo:
@@ -44,10 +95,33 @@ def _check_version(conn: redis.Redis, url: str) -> None:
                           "(or unset REDIS_URL to use the embedded one)")
 
 
-def same_server(conn: redis.Redis, *, decode: bool) -> redis.Redis:
-    """A second client to the server `conn` talks to, with another decode setting."""
+def same_server(conn: redis.Redis, *, decode: bool, outage_s: float = DEFAULT_OUTAGE_S,
+                socket_timeout_s: float = SOCKET_TIMEOUT_S) -> redis.Redis:
+    """A second client to the server `conn` talks to, with our retry policy and timeouts."""
     kwargs = dict(conn.connection_pool.connection_kwargs)
-    kwargs["decode_responses"] = decode
+    kwargs.update(decode_responses=decode, retry=OutageRetry(outage_s),
+                  socket_timeout=socket_timeout_s,
+                  socket_connect_timeout=min(socket_timeout_s, SOCKET_TIMEOUT_S))
     kwargs.setdefault("driver_info", _driver_info())
     return redis.Redis(connection_pool=redis.ConnectionPool(
         connection_class=conn.connection_pool.connection_class, **kwargs))
+
+
+def blocking_client(conn: redis.Redis) -> redis.Redis:
+    """A client for blocking reads of at most MAX_BLOCK_MS, on its own connections."""
+    kwargs = conn.connection_pool.connection_kwargs
+    retry = kwargs.get("retry")
+    return same_server(conn, decode=bool(kwargs.get("decode_responses")),
+                       outage_s=retry.outage_s if isinstance(retry, OutageRetry)
+                       else DEFAULT_OUTAGE_S,
+                       socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S)
+
+
+def set_outage(conn: redis.Redis, outage_s: float) -> None:
+    """Bound `conn`'s retries by a run's redis_outage_s (known once its spec is read)."""
+    conn.set_retry(OutageRetry(outage_s))
+
+
+def block_ms(wanted_ms: int) -> int:
+    """A block time capped at MAX_BLOCK_MS (and at least 1 ms: 0 would mean forever)."""
+    return max(1, min(int(wanted_ms), MAX_BLOCK_MS))

@@ -3,18 +3,37 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from functools import cached_property
 
 import redis
 from pydantic import BaseModel
 
-from shared.errors import ConfigError
+from shared.connection import block_ms, blocking_client
+from shared.errors import ConfigError, RunFailed
 from shared.keys import RUNS_INDEX, RunKeys
 from shared.models import Plan, RunStatus, Usage
+from shared.scripts import Scripts
 from shared.team import RunSpec
 
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board
 changes."""
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ends: written in one fenced step by RunStore.finish."""
+
+    status: RunStatus
+    retention_s: float
+    output: str | None = None
+    error: str | None = None
+    usage: Usage | None = None
+    """The last model call's usage (the synthesizer's), counted only if this end is written."""
+    announce: str | None = None
+    """The message type to publish to lead (run.complete, run.failed...), None for none."""
+    announce_text: str = ""
 
 
 class RunState(BaseModel):
@@ -42,12 +61,16 @@ def now_ms() -> int:
 
 
 class RunStore:
-    """Reads and writes one run's spec and state."""
+    """Reads and writes one run's spec and state; status writes are fenced by the coordinator
+    lease `lease_owner` holds, so only the coordinator driving the run moves it."""
 
-    def __init__(self, conn: redis.Redis, run_id: str) -> None:
+    def __init__(self, conn: redis.Redis, run_id: str, lease_owner: str | None = None,
+                 scripts: Scripts | None = None) -> None:
         self.conn = conn
         self.run_id = run_id
         self.keys = RunKeys(run_id)
+        self.lease_owner = lease_owner
+        self._scripts = scripts
 
     def create(self, spec: RunSpec) -> None:
         """Store the spec once; a second run with the same id is refused."""
@@ -80,9 +103,10 @@ class RunStore:
             approval=raw.get("approval") or None,
             approval_reason=raw.get("approval_reason") or None)
 
-    def set_status(self, status: RunStatus, **extra: str | int) -> None:
-        """Move the run to `status`, with any extra state fields."""
-        self.conn.hset(self.keys.state, mapping={"status": status, **extra})
+    def set_status(self, status: RunStatus) -> None:
+        """Move the run to a status that does not end it; RunFailed if the lease is not ours."""
+        self._check_fenced(self.scripts["run_status"](
+            keys=[self.keys.lease, self.keys.state], args=[self._owner(), status]))
 
     def save_plan(self, plan: Plan) -> None:
         """Store the normalized plan (made once; resume reuses it)."""
@@ -92,14 +116,38 @@ class RunStore:
         """Record how many rounds have been dispatched so far."""
         self.conn.hset(self.keys.state, "rounds", rounds)
 
-    def finish(self, status: RunStatus, output: str | None, error: str | None = None) -> None:
-        """End the run with its final status, output and error."""
-        mapping: dict[str, str | int] = {"status": status, "ended_ms": now_ms()}
-        if output is not None:
-            mapping["output"] = output
-        if error is not None:
-            mapping["error"] = error
-        self.conn.hset(self.keys.state, mapping=mapping)
+    def finish(self, end: RunEnd) -> None:
+        """End the run in one step fenced by the lease (state, usage, announcement, expiry of
+        the first keys); RunFailed if the lease is not ours or the run already ended."""
+        usage = end.usage or Usage()
+        self._check_fenced(self.scripts["run_finish"](
+            keys=[self.keys.lease, self.keys.state, self.keys.usage, self.keys.bus,
+                  self.keys.bus_seq],
+            args=[self._owner(), end.status, end.output or "", int(end.output is not None),
+                  end.error or "", usage.prompt_tokens, usage.completion_tokens,
+                  repr(float(usage.cost_usd)), int(usage.unpriced), end.announce or "",
+                  end.announce_text, max(1, int(end.retention_s * 1000))]))
+
+    @property
+    def scripts(self) -> Scripts:
+        if self._scripts is None:
+            self._scripts = Scripts(self.conn)
+        return self._scripts
+
+    def _owner(self) -> str:
+        if self.lease_owner is None:
+            raise RunFailed(f"run {self.run_id}: only the coordinator holding its lease may "
+                            "change its status")
+        return self.lease_owner
+
+    def _check_fenced(self, verdict: int) -> None:
+        if int(verdict) == 0:
+            raise RunFailed(f"lost the lease on run {self.run_id} (cut off from Redis longer "
+                            "than lease_ttl_s, or another coordinator took over); this one "
+                            "stops without writing")
+        if int(verdict) < 0:
+            raise RunFailed(f"run {self.run_id} was already ended by another coordinator; "
+                            f"`teamctl status {self.run_id}` shows its result")
 
     def add_usage(self, usage: Usage) -> None:
         """Add a model call's usage to the run totals (atomic increments)."""
@@ -152,7 +200,12 @@ class RunStore:
 
     def wait_for_wake(self, timeout_s: float) -> None:
         """Block until `wake` is called or the timeout passes (the approval wait)."""
-        self.conn.blpop([self.keys.approval], timeout=max(0.01, timeout_s))
+        self.blocking_conn.blpop([self.keys.approval], timeout=block_ms(timeout_s * 1000) / 1000)
+
+    @cached_property
+    def blocking_conn(self) -> redis.Redis:
+        """Connections of their own for BLPOP, with a socket timeout that outlasts it."""
+        return blocking_client(self.conn)
 
 
 def list_runs(conn: redis.Redis, limit: int = 50) -> list[str]:

@@ -50,6 +50,8 @@ class RunOptions(BaseModel):
     dependency_output_chars: int = Field(4000, ge=0)
     bus_max_messages: int = Field(100_000, ge=1)
     lease_ttl_s: float = Field(15.0, gt=0)
+    redis_outage_s: float = Field(60.0, gt=0)
+    """How long every process keeps retrying through a Redis restart or failover."""
     retention_s: int = Field(DEFAULT_RETENTION_S, ge=1)
 
     def batch_size(self) -> int:

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from coordinator.lease import Lease
 from coordinator.workers import LocalWorkers
 from shared.embedded_redis import throwaway_redis
+from shared.runstore import RunStore
 from tests.scripted_llm import ScriptedLLM
 
 ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
@@ -33,6 +35,13 @@ def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {message}")
         time.sleep(interval_s)
+
+
+def coordinator_store(conn: redis.Redis, run_id: str) -> RunStore:
+    """A RunStore that holds the run's lease (an hour, no renewal), as a coordinator's does."""
+    lease = Lease(conn, run_id, ttl_s=3600)
+    assert lease.try_acquire(), f"run {run_id} already has a coordinator"
+    return RunStore(conn, run_id, lease.owner)
 
 
 @pytest.fixture(scope="session")

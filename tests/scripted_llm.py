@@ -2,7 +2,8 @@
 
 It runs in the test process on a loopback port; workers reach it over real HTTP through litellm.
 A script is a list of replies consumed in order, or a function of the request body. A reply is a
-string (assistant text), a `ToolCalls`, or an `HttpError`.
+string (assistant text), a `ToolCalls`, or an `HttpError`. A script may take `latency_s` per reply,
+spent outside the server's lock, so several slow calls are in flight at once as with a provider.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class _Script:
     replies: list[Reply] = field(default_factory=list)
     handler: Handler | None = None
     repeat_last: bool = False
+    latency_s: float = 0.0
 
 
 class ScriptedLLM:
@@ -58,10 +60,11 @@ class ScriptedLLM:
         return f"http://{host}:{port}/v1"
 
     def script(self, model: str, replies: list[Reply] | None = None, *,
-               handler: Handler | None = None, repeat_last: bool = False) -> str:
+               handler: Handler | None = None, repeat_last: bool = False,
+               latency_s: float = 0.0) -> str:
         """Program `model`; returns the litellm model string ("openai/<model>")."""
         with self._lock:
-            self._scripts[model] = _Script(list(replies or []), handler, repeat_last)
+            self._scripts[model] = _Script(list(replies or []), handler, repeat_last, latency_s)
             self.requests[model] = []
             self.request_times[model] = []
         return f"openai/{model}"
@@ -69,6 +72,12 @@ class ScriptedLLM:
     def prompts(self, model: str) -> list[str]:
         """The text of the last user message of each request to `model`."""
         return [_last_user_text(body) for body in self.requests.get(model, [])]
+
+    def latency_s(self, body: dict[str, Any]) -> float:
+        """How long the server takes before answering this request (its script's latency)."""
+        with self._lock:
+            script = self._scripts.get(body.get("model", ""))
+            return script.latency_s if script else 0.0
 
     def next_reply(self, body: dict[str, Any]) -> Reply:
         model = body.get("model", "")
@@ -102,6 +111,8 @@ class ScriptedLLM:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 reply = state.next_reply(body)
+                # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
+                time.sleep(state.latency_s(body))
                 status, payload = _render(reply, body.get("model", ""))
                 data = json.dumps(payload).encode()
                 self.send_response(status)

@@ -19,6 +19,7 @@ from shared.bus import MessageBus
 from shared.models import TaskSpec
 from shared.runstore import RunStore
 from shared.team import ModelChoice, RunOptions, load_team_file
+from tests.conftest import coordinator_store
 
 TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
 
@@ -170,7 +171,7 @@ def test_approve_and_reject_need_a_run_that_asks_for_approval(
     assert refused.exit_code == 2 and "does not ask for plan approval" in refused.stderr
     too_early = runner.invoke(main, ["approve", run_id + "-ask", "--redis-url", redis_url])
     assert too_early.exit_code == 2 and "has no plan yet" in too_early.stderr
-    RunStore(conn, run_id + "-ask").set_status("awaiting_approval")
+    coordinator_store(conn, run_id + "-ask").set_status("awaiting_approval")
     rejected = runner.invoke(main, ["reject", run_id + "-ask", "--reason", "too big",
                                     "--redis-url", redis_url])
     assert rejected.exit_code == 0 and "rejected" in rejected.stdout

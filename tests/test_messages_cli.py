@@ -15,9 +15,9 @@ from click.testing import CliRunner, Result
 from coordinator.cli import main
 from shared.bus import MessageBus
 from shared.retention import expire_run
-from shared.runstore import RunStore, now_ms
+from shared.runstore import RunEnd, RunStore, now_ms
 from shared.team import Member, ModelChoice, RunOptions, RunSpec
-from tests.conftest import wait_until
+from tests.conftest import coordinator_store, wait_until
 
 MEMBERS = ["m1", "m2", "m3"]
 FOLLOW_DEADLINE_S = 15
@@ -28,8 +28,8 @@ def store_run(conn: redis.Redis, run_id: str) -> tuple[RunStore, MessageBus]:
                    members=[Member(id=m) for m in MEMBERS], options=RunOptions(),
                    models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
                    workspace_dir="/tmp", created_ms=now_ms())
-    store = RunStore(conn, run_id)
-    store.create(spec)
+    RunStore(conn, run_id).create(spec)
+    store = coordinator_store(conn, run_id)
     store.set_status("running")
     return store, MessageBus(conn, run_id, MEMBERS)
 
@@ -107,8 +107,8 @@ def test_follow_prints_new_messages_and_ends_when_the_run_ends(
     wait_until(lambda: blocked_readers(conn), 10, message="the follower to block in XREAD")
     bus.send("m2", "m3", None, None, "while following")
     bus.broadcast("m3", None, None, "not a peer.message")
-    bus.publish("system", "lead", "run.complete", None, "done")
-    store.finish("completed", "done")
+    store.finish(RunEnd("completed", 3600, output="done", announce="run.complete",
+                        announce_text="done"))
     follower.join(FOLLOW_DEADLINE_S)
 
     assert not follower.is_alive(), "--follow did not end with the run"
@@ -136,7 +136,7 @@ def test_follow_on_a_finished_run_prints_everything_and_returns(
         conn: redis.Redis, redis_url: str, run_id: str) -> None:
     store, bus = store_run(conn, run_id)
     converse(bus)
-    store.finish("failed", None, error="boom")
+    store.finish(RunEnd("failed", 3600, error="boom"))
     result = messages(redis_url, run_id, "--follow")
     assert result.exit_code == 0 and len(result.output.splitlines()) == 4
 

@@ -70,6 +70,10 @@ class Attempt:
             return f"handed off to {to}"
         except AttemptAbandoned as exc:
             return f"abandoned: {exc}"
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # Past redis_outage_s: the claim expires and the task is reclaimed; fencing refuses
+            # anything this attempt might still try to write.
+            return f"abandoned: Redis unreachable ({exc})"
         except Exception as exc:  # any member failure becomes the task's error
             return self._fail(member, str(exc) or type(exc).__name__)
         return self._complete(member, result.output)

@@ -12,7 +12,7 @@ import redis
 from shared.board import TaskBoard
 from shared.budget import Budget
 from shared.bus import run_bus
-from shared.connection import same_server
+from shared.connection import same_server, set_outage
 from shared.llm import ModelClient
 from shared.runstore import RunStore
 from worker.attempt import Attempt, JobContext
@@ -37,6 +37,7 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
     """The job body without RQ: claim, run the member (and any task it claims), write outcomes."""
     store = RunStore(conn, run_id)
     spec = store.spec()
+    set_outage(conn, spec.options.redis_outage_s)
     board = TaskBoard(conn, run_id)
     task = board.get(task_id)
     member = spec.member_for(task.member_id) if task else None

@@ -5,6 +5,9 @@
 -- Verdicts of a token-checked write, mapped to WriteOutcome in shared/board.py.
 local APPLIED, STALE, CONFLICT, MISSING = 1, -1, -2, 0
 
+-- Run statuses that end a run (RunStatus.finished in shared/models.py).
+local RUN_ENDED = {completed = true, failed = true, cancelled = true}
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
