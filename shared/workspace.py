@@ -2,6 +2,9 @@
 
 Confinement is by resolved path: absolute paths, `..` and symlinks are all resolved first, and
 anything that ends up outside the root is refused with ToolFailed (a tool error for the model).
+The resolved path is then opened one component at a time from a descriptor of the root, never
+following a symlink, so a directory swapped for a symlink after the check (another member's
+`bash` can do that) is refused instead of followed out of the workspace.
 Hard-linked files are refused for reading and editing (a hard link can name an inode outside the
 root), and writes replace the directory entry instead of writing through an existing inode.
 `bash` is NOT confined this way (a shell can `cd /`); it only starts in the workspace, with a
@@ -39,6 +42,8 @@ BASH_DRAIN_S = 0.25  # after bash exits, how long output already on its way may 
 BASH_KILL_WAIT_S = 5.0  # a SIGKILLed bash is reaped at once; this only bounds the wait
 READ_CHUNK_BYTES = 65_536
 UTF8_MAX_BYTES_PER_CHAR = 4
+# O_DIRECTORY also keeps a FIFO swapped in for a directory from blocking the open.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,33 @@ class Workspace:
                              "to the workspace root")
         return target
 
+    def _parts(self, raw_path: str) -> tuple[str, ...]:
+        """The components of the resolved path below the root (none for the root itself)."""
+        return self.resolve(raw_path).relative_to(self.real_root).parts
+
+    def _open_dir(self, parts: tuple[str, ...], create: bool = False) -> int:
+        """A descriptor of the directory root/parts, opened without following any symlink.
+
+        With `create`, missing directories are made on the way (write_file makes parents)."""
+        fd = os.open(self.real_root, DIR_FLAGS)
+        try:
+            for name in parts:
+                if create:
+                    with suppress(FileExistsError):
+                        os.mkdir(name, dir_fd=fd)
+                child_fd = os.open(name, DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child_fd
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_parent(self, raw_path: str, create: bool = False) -> tuple[int, str]:
+        """A descriptor of the directory holding `raw_path`, and the name to use in it."""
+        *parents, name = self._parts(raw_path) or (".",)
+        return self._open_dir(tuple(parents), create), name
+
     def read(self, raw_path: str, limit_chars: int = READ_LIMIT_CHARS) -> str:
         """The first `limit_chars` characters of a text file, reading a bounded prefix only."""
         with self._open_regular(raw_path) as (file, size_bytes):
@@ -83,13 +115,13 @@ class Workspace:
         """Create or overwrite a file (parents created); returns the bytes written."""
         if not isinstance(content, str):
             raise ToolFailed("content must be a string (the full text of the file)")
-        path = self.resolve(raw_path)
         data = content.encode("utf-8")
         with _os_errors(raw_path):
-            if path.is_dir():
-                raise ToolFailed(f"{raw_path} is a directory")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _replace_file(path, data)
+            dir_fd, name = self._open_parent(raw_path, create=True)
+            try:
+                _replace_file(raw_path, dir_fd, name, data)
+            finally:
+                os.close(dir_fd)
         return len(data)
 
     def edit(self, raw_path: str, old_text: str, new_text: str) -> int:
@@ -107,21 +139,19 @@ class Workspace:
         """Files and directories under a directory (recursive, sorted; dirs end with '/').
 
         Entries are collected top level first and collection stops at `limit_entries`."""
-        base = self.resolve(raw_path or ".")
-        with _os_errors(raw_path):
-            if not base.is_dir():
-                raise ToolFailed(f"no such directory: {raw_path}")
-        root = str(self.real_root)
+        parts = self._parts(raw_path or ".")
         entries: list[str] = []
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames.sort()
-            relative = os.path.relpath(dirpath, root)
-            prefix = "" if relative == "." else relative + "/"
-            for name in [d + "/" for d in dirnames] + sorted(filenames):
-                if len(entries) == limit_entries:
-                    return sorted(entries) + [f"[truncated at {limit_entries} entries]"]
-                entries.append(prefix + name)
-        return sorted(entries)
+        with _os_errors(raw_path):
+            try:
+                dir_fd = self._open_dir(parts)
+            except (FileNotFoundError, NotADirectoryError):
+                raise ToolFailed(f"no such directory: {raw_path}") from None
+            try:
+                complete = _collect(dir_fd, "".join(p + "/" for p in parts), entries,
+                                    limit_entries)
+            finally:
+                os.close(dir_fd)
+        return sorted(entries) + ([] if complete else [f"[truncated at {limit_entries} entries]"])
 
     def bash(self, command: str, timeout_s: float = BASH_TIMEOUT_S,
              limit_chars: int = BASH_OUTPUT_LIMIT_CHARS) -> dict[str, object]:
@@ -161,10 +191,13 @@ class Workspace:
 
         O_NOFOLLOW refuses a symlink swapped in after resolve(); O_NONBLOCK keeps a FIFO from
         blocking the open until fstat refuses it."""
-        path = self.resolve(raw_path)
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
         try:
-            fd = os.open(path, flags)
+            dir_fd, name = self._open_parent(raw_path)
+            try:
+                fd = os.open(name, flags, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
         except FileNotFoundError:
             raise ToolFailed(f"no such file: {raw_path}") from None
         except OSError as exc:
@@ -219,32 +252,72 @@ def _os_errors(raw_path: str) -> Iterator[None]:
             from None
 
 
-def _replace_file(path: Path, data: bytes) -> None:
-    """Write a new file beside `path` and rename it over `path` (keeping its mode).
+def _collect(dir_fd: int, prefix: str, entries: list[str], limit_entries: int) -> bool:
+    """Add the entries under an open directory, its own first; False once the limit stopped it.
+
+    Symlinks to directories are listed like directories but never entered."""
+    with os.scandir(dir_fd) as scan:
+        children = list(scan)
+    is_dir = {child.name: _is_dir(child) for child in children}
+    dirs = sorted(name for name, is_a_dir in is_dir.items() if is_a_dir)
+    files = sorted(name for name, is_a_dir in is_dir.items() if not is_a_dir)
+    for name in [d + "/" for d in dirs] + files:
+        if len(entries) == limit_entries:
+            return False
+        entries.append(prefix + name)
+    for name in dirs:
+        try:
+            child_fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+        except OSError:  # a symlink, or gone since the scan
+            continue
+        try:
+            if not _collect(child_fd, prefix + name + "/", entries, limit_entries):
+                return False
+        finally:
+            os.close(child_fd)
+    return True
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether a directory entry is (or links to) a directory; False if it vanished."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _replace_file(raw_path: str, dir_fd: int, name: str, data: bytes) -> None:
+    """Write a new file beside `name` in `dir_fd` and rename it over `name` (keeping its mode).
 
     Never writes through an existing inode, so a hard link's other names keep their content,
     and readers never see half a file."""
-    mode = _regular_file_mode(path)
-    temp = path.with_name(f".teamctl-write-{secrets.token_hex(8)}.tmp")
+    mode = _regular_file_mode(raw_path, dir_fd, name)
+    temp = f".teamctl-write-{secrets.token_hex(8)}.tmp"
     # 0o666 and O_EXCL|O_NOFOLLOW: a new file with the usual umask, never an existing one.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666,
+                 dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             if mode is not None:
                 os.fchmod(file.fileno(), mode)
-        os.replace(temp, path)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
-        temp.unlink(missing_ok=True)
+        with suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=dir_fd)
         raise
 
 
-def _regular_file_mode(path: Path) -> int | None:
-    """The permission bits of the regular file at `path`, or None if there is none."""
+def _regular_file_mode(raw_path: str, dir_fd: int, name: str) -> int | None:
+    """The permission bits of the regular file `name`, or None if there is none.
+
+    A directory there is refused: write_file would replace it with a file."""
     try:
-        info = os.lstat(path)
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
         return None
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolFailed(f"{raw_path} is a directory")
     return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
 import stat
+import threading
 import time
 import tracemalloc
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -283,3 +286,107 @@ def test_list_files_resolves_the_root_once_not_per_entry(
                         or real_resolve(self, *a, **k))
     assert len(workspace.list(".")) == 23
     assert len(calls) <= 2
+
+
+SWAPPED_ACCESSES = 2000  # enough for the old resolve-then-open code to escape in every run
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A directory beside the workspace that a swapped-in symlink points to."""
+    directory = tmp_path / "outside"
+    directory.mkdir()
+    (directory / "secret.txt").write_text("outside secret")
+    (directory / "outside-only.txt").write_text("outside")
+    return directory
+
+
+def _move_into_place(source: Path, target: Path, strays: Path) -> None:
+    """os.rename(source, target), first moving aside a directory a write made at `target`.
+
+    A rename cannot put a symlink over a directory, so the swap leaves `target` missing for a
+    moment, and write_file creates missing parent directories."""
+    for _ in range(1000):
+        try:
+            os.rename(source, target)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            os.rename(target, strays / uuid.uuid4().hex)
+    raise AssertionError(f"{target} kept being recreated")
+
+
+@contextlib.contextmanager
+def swapping(directory: Path, outside: Path) -> Iterator[list[int]]:
+    """While the block runs, a thread keeps swapping `directory` with a symlink to `outside`.
+
+    Yields a list holding the number of completed swaps."""
+    link, parked = directory.with_name("link-to-outside"), directory.with_name("parked")
+    strays = directory.with_name("strays")
+    strays.mkdir()
+    link.symlink_to(outside, target_is_directory=True)
+    stop, swaps, errors = threading.Event(), [0], []
+
+    def swap() -> None:
+        try:
+            while not stop.is_set():
+                os.rename(directory, parked)
+                _move_into_place(link, directory, strays)  # now a symlink to outside
+                os.rename(directory, link)
+                _move_into_place(parked, directory, strays)  # a directory again
+                swaps[0] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=swap, daemon=True)
+    thread.start()
+    try:
+        yield swaps
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == []
+
+
+def assert_outside_untouched(outside: Path, inode: int) -> None:
+    """Nothing created, replaced or written in the outside directory."""
+    assert sorted(p.name for p in outside.iterdir()) == ["outside-only.txt", "secret.txt"]
+    assert (outside / "secret.txt").read_text() == "outside secret"
+    assert (outside / "secret.txt").stat().st_ino == inode
+
+
+def test_reads_and_writes_stay_inside_while_a_directory_is_swapped_for_a_symlink(
+        workspace: Workspace, outside: Path) -> None:
+    directory = workspace.root / "d"
+    directory.mkdir()
+    (directory / "secret.txt").write_text("inside secret")
+    inode = (outside / "secret.txt").stat().st_ino
+    read: list[str] = []
+    with swapping(directory, outside) as swaps:
+        for _ in range(SWAPPED_ACCESSES):
+            with contextlib.suppress(ToolFailed):
+                read.append(workspace.read("d/secret.txt"))
+            with contextlib.suppress(ToolFailed):
+                workspace.write("d/secret.txt", "inside secret")
+    assert swaps[0] > 0 and read
+    assert "outside secret" not in read
+    assert_outside_untouched(outside, inode)
+
+
+def test_list_and_edit_stay_inside_while_a_directory_is_swapped_for_a_symlink(
+        workspace: Workspace, outside: Path) -> None:
+    directory = workspace.root / "d"
+    directory.mkdir()
+    (directory / "secret.txt").write_text("inside secret")
+    inode = (outside / "secret.txt").stat().st_ino
+    listed: set[str] = set()
+    with swapping(directory, outside) as swaps:
+        for _ in range(SWAPPED_ACCESSES):
+            with contextlib.suppress(ToolFailed):
+                listed.update(workspace.list("d"))
+            with contextlib.suppress(ToolFailed):
+                workspace.edit("d/secret.txt", "secret", "secret")
+    assert swaps[0] > 0 and "d/secret.txt" in listed
+    assert "d/outside-only.txt" not in listed
+    assert_outside_untouched(outside, inode)
