@@ -119,4 +119,4 @@ class Lease:
                 if not self._renew():
                     return
             except redis.RedisError as exc:  # an outage: keep trying; check() knows the TTL
-                log.warning("renewing the lease of %s failed: %s", self.run_id, exc)
+                log.info("renewing the lease of %s failed: %s", self.run_id, exc)

@@ -31,7 +31,15 @@ class HttpError:
     message: str = "scripted failure"
 
 
-Reply = str | ToolCalls | HttpError
+@dataclass
+class Slow:
+    """A reply the server takes `latency_s` to send (on top of its script's latency)."""
+
+    reply: str | ToolCalls | HttpError
+    latency_s: float
+
+
+Reply = str | ToolCalls | HttpError | Slow
 Handler = Callable[[dict[str, Any]], Reply]
 
 
@@ -111,8 +119,11 @@ class ScriptedLLM:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 reply = state.next_reply(body)
+                delay_s = state.latency_s(body)
+                if isinstance(reply, Slow):
+                    reply, delay_s = reply.reply, delay_s + reply.latency_s
                 # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
-                time.sleep(state.latency_s(body))
+                time.sleep(delay_s)
                 status, payload = _render(reply, body.get("model", ""))
                 data = json.dumps(payload).encode()
                 self.send_response(status)

@@ -1,0 +1,170 @@
+"""Redis restarts, outages and a coordinator cut off from Redis: every task completes once, a
+long outage ends the coordinator with one line and leaves the run resumable, and a coordinator
+that lost its lease writes nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+
+from coordinator.cli import main
+from coordinator.workers import LocalWorkers, stop_process
+from shared.board import TaskBoard
+from shared.bus import MessageBus
+from shared.keys import RunKeys
+from shared.models import TaskStatus
+from shared.runstore import RunStore
+from tests.conftest import wait_until
+from tests.faults import RestartableRedis, TcpProxy
+from tests.scripted_llm import ScriptedLLM, Slow
+from tests.test_coordinator import member_answer, team_file
+
+TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+PLAN = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
+EXIT_DEADLINE_S = 180
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
+    """A redis-server of this test's own (appendonly on), so restarting it disturbs nobody."""
+    with RestartableRedis(tmp_path / "redis-data") as server:
+        yield server
+
+
+@pytest.fixture
+def own_workers(own_redis: RestartableRedis, tmp_path: Path) -> Iterator[LocalWorkers]:
+    """Two preloaded rq workers on the test's own Redis."""
+    group = LocalWorkers(own_redis.url, ["members"], 2, tmp_path / "worker-logs")
+    group.start()
+    client = redis.Redis.from_url(own_redis.url)
+    wait_until(lambda: len(client.smembers("rq:workers")) >= 2, 60, message="2 rq workers")
+    yield group
+    group.stop()
+
+
+def start_run(llm: ScriptedLLM, redis_url: str, run_id: str, team: Path,
+              *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+         "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = process.communicate(timeout=EXIT_DEADLINE_S)
+    finally:
+        stop_process(process)  # type: ignore[arg-type]
+    return process.returncode, out, err
+
+
+def models_for(llm: ScriptedLLM, run_id: str, *, member_latency_s: float,
+               synth: list[Any] | None = None) -> dict[str, str]:
+    return {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
+            "member": llm.script(f"member-{run_id}", handler=member_answer,
+                                 latency_s=member_latency_s),
+            "synth": llm.script(f"synth-{run_id}", synth or ["the answer"])}
+
+
+def in_progress(board: TaskBoard, *task_ids: str) -> bool:
+    try:
+        return all((t := board.get(i)) and t.status is TaskStatus.IN_PROGRESS for i in task_ids)
+    except redis.ConnectionError:
+        return False
+
+
+def message_types(conn: redis.Redis, run_id: str) -> list[str]:
+    return [m.type for m in MessageBus(conn, run_id, []).messages()]
+
+
+def test_redis_restart_mid_run_at_default_ttls_completes_every_task_once(
+        llm: ScriptedLLM, own_redis: RestartableRedis, own_workers: LocalWorkers, run_id: str,
+        tmp_path: Path) -> None:
+    team = team_file(tmp_path / "team.toml", models_for(llm, run_id, member_latency_s=6))
+    conn = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    coordinator = start_run(llm, own_redis.url, run_id, team)
+    wait_until(lambda: in_progress(TaskBoard(conn, run_id), "a", "b"), 90,
+               message="both tasks in progress")
+
+    own_redis.restart(down_s=2)  # while both members wait on their model calls
+
+    code, out, err = finish(coordinator)
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["status"] == "completed" and result["output"] == "the answer"
+    assert [(s["task_id"], s["status"], s["attempts"]) for s in result["task_states"]] == [
+        ("a", "completed", 1), ("b", "completed", 1)]
+    types = message_types(conn, run_id)
+    assert types.count("task.result") == 2 and types.count("run.complete") == 1
+    assert all(w.poll() is None for w in own_workers.processes), "a worker died in the restart"
+
+
+def test_outage_past_redis_outage_s_stops_with_one_line_then_resume_finishes(
+        llm: ScriptedLLM, own_redis: RestartableRedis, own_workers: LocalWorkers, run_id: str,
+        tmp_path: Path) -> None:
+    # The members think for 20 s: Redis is back long before they write their results.
+    team = team_file(tmp_path / "team.toml", models_for(llm, run_id, member_latency_s=20),
+                     options={"redis_outage_s": 2})
+    conn = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    coordinator = start_run(llm, own_redis.url, run_id, team)
+    wait_until(lambda: in_progress(TaskBoard(conn, run_id), "a", "b"), 90,
+               message="both tasks in progress")
+
+    own_redis.stop()
+    code, out, err = finish(coordinator)
+    own_redis.start()
+
+    assert code == 1 and out == ""
+    lines = [line for line in err.splitlines() if not line.startswith("teamctl: run ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "redis_outage_s=2s" in lines[0] and f"teamctl resume {run_id}" in lines[0]
+    assert RunStore(conn, run_id).state().status == "running"  # left resumable
+    # The dead coordinator could not release its lease; it expires within lease_ttl_s.
+    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 30, message="the lease to expire")
+
+    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", own_redis.url,
+                                        "--workers", "0", "--json"])
+    assert resumed.exit_code == 0, resumed.output
+    result = json.loads(resumed.stdout)
+    assert result["status"] == "completed" and result["output"] == "the answer"
+    assert [(s["task_id"], s["attempts"]) for s in result["task_states"]] == [("a", 1), ("b", 1)]
+    assert message_types(conn, run_id).count("run.complete") == 1
+
+
+def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    host, port = workers.split("//")[1].split("/")[0].split(":")
+    # A's synthesis outlasts the cut; B's (the resumed coordinator's) answers at once.
+    models = models_for(llm, run_id, member_latency_s=0,
+                        synth=[Slow("from A", 12), "from B"])
+    team = team_file(tmp_path / "team.toml", models, options={"lease_ttl_s": 2})
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    keys = RunKeys(run_id)
+    with TcpProxy(host, int(port)) as proxy:
+        a = start_run(llm, proxy.url(), run_id, team)
+        wait_until(lambda: RunStore(conn, run_id).state().status == "synthesizing", 90,
+                   message="A synthesizing")
+        proxy.cut()
+        wait_until(lambda: not conn.exists(keys.lease), 30, message="A's lease to expire")
+
+        b = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
+                                      "--workers", "0", "--json"])
+        assert b.exit_code == 0, b.output
+        proxy.restore()
+        code, _, err = finish(a)
+
+    assert code == 1 and f"run {run_id} was already ended by another coordinator" in err, err
+    state = RunStore(conn, run_id).state()
+    assert (state.status, state.output) == ("completed", "from B")
+    assert message_types(conn, run_id).count("run.complete") == 1
+    # Planner, two members and B's synthesis: A's synthesis was never counted.
+    assert RunStore(conn, run_id).usage().prompt_tokens == 4 * 11
+    assert conn.ttl(keys.state) > 0  # B ended it, so B set its expiry
