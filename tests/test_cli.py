@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from coordinator.cli import main
 from coordinator.options import merge_options
 from coordinator.run import RunRequest, create_run
-from shared.board import TaskBoard
+from shared.board import TaskBoard, WriteOutcome
 from shared.bus import MessageBus
-from shared.models import TaskSpec
+from shared.models import TaskSpec, TaskStatus
 from shared.runstore import RunStore
 from shared.team import ModelChoice, RunOptions, load_team_file
 from tests.conftest import coordinator_store
@@ -160,6 +160,33 @@ def test_cancel_without_a_live_coordinator_ends_the_run_here(
     assert again.exit_code == 2 and "already finished (cancelled)" in again.stderr
     status = runner.invoke(main, ["status", run_id, "--redis-url", redis_url])
     assert status.exit_code == 1 and "cancelled" in status.stdout
+
+
+def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    """The worker holding `a` died (its claim still looks alive); no coordinator is left."""
+    make_run(conn, run_id, tmp_path)
+    board = TaskBoard(conn, run_id)
+    token = board.claim("a", "researcher", "gone-host:1", 600)
+    assert token is not None
+
+    result = CliRunner().invoke(main, ["cancel", run_id, "--redis-url", redis_url])
+
+    assert result.exit_code == 0, result.output
+    assert {s.task_id: (s.status.value, s.error) for s in board.snapshot()} == {
+        "a": ("failed", "cancelled"), "b": ("blocked", "dependency failed")}
+    late = board.complete("a", token, "late output", 5, announce_as="researcher")
+    assert late is WriteOutcome.STALE
+    a = board.get("a")
+    assert (a.status, a.output, a.stale_writes, a.token) == (TaskStatus.FAILED, None, 1, 0)
+    snapshot_counts: dict[TaskStatus, int] = {}
+    for s in board.snapshot():
+        snapshot_counts[s.status] = snapshot_counts.get(s.status, 0) + 1
+    assert board.counts() == snapshot_counts
+    assert conn.smembers(board.keys.running) == set()
+    assert conn.zrange(board.keys.ready, 0, -1) == []
+    types = [m.type for m in MessageBus(conn, run_id, []).messages()]
+    assert types.count("task.result") == 0 and types.count("run.cancelled") == 1
 
 
 def test_approve_and_reject_need_a_run_that_asks_for_approval(
