@@ -281,3 +281,29 @@ def test_member_exceeding_its_steps_fails_the_task(
     assert len(llm.requests[f"m1-{run_id}"]) == 3
     task = TaskBoard(conn, run_id).get("task_1")
     assert (task.status, task.error) == (TaskStatus.FAILED, "member exceeded 3 steps")
+
+
+def test_reassign_on_the_last_step_hands_the_task_over(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """The handoff is honoured, and the new member's session gets a step budget of its own."""
+    m1 = llm.script(f"m1-{run_id}", [ToolCalls([("team_reassign_task", {"to": "m2"})])])
+    m2 = llm.script(f"m2-{run_id}", ["m2 finished it"])
+    make_run(conn, run_id, models={"m1": m1, "m2": m2}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base, member_max_steps=1)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: handed off to m2; task_1: completed"
+    task = TaskBoard(conn, run_id).get("task_1")
+    assert (task.status, task.claimed_by, task.output, task.error) == (
+        TaskStatus.COMPLETED, "m2", "m2 finished it", None)
+
+
+def test_release_on_the_last_step_ends_the_attempt_without_a_stale_write(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("team_release_task", {})])])
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base, member_max_steps=1)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
+    task = TaskBoard(conn, run_id).get("task_1")
+    assert (task.status, task.error, task.stale_writes) == (TaskStatus.READY, None, 0)
+    assert messages(conn, run_id) == [("system", "m1", "task.assigned")]

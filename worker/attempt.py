@@ -79,7 +79,7 @@ class Attempt:
         return AgentLoop(client=self.job.client, model=self.job.spec.models.for_member(member),
                          api_base=self.job.spec.models.api_base, toolbox=self._toolbox(member),
                          max_steps=options.member_max_steps, check_continue=self._check_continue,
-                         on_usage=self._on_usage)
+                         check_claim=self._check_claim, on_usage=self._on_usage)
 
     def _toolbox(self, member: Member) -> Toolbox:
         """Workspace tools first, then the team tools (AI4J's order), as the run allows."""
@@ -93,13 +93,18 @@ class Attempt:
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s))
         return toolbox
 
-    def _check_continue(self) -> None:
-        """Before each model call: still our claim, run not cancelled, budget left."""
+    def _check_claim(self) -> None:
+        """Stop the session if a tool ended its claim: handed off, released, or found lost."""
         claim = self.claim
         if claim.handed_to is not None:
             raise HandedOff(claim.handed_to)
         if not claim.live:
             raise AttemptAbandoned(f"claim {claim.end.value if claim.end else 'ended'}")
+
+    def _check_continue(self) -> None:
+        """Before each model call: still our claim, run not cancelled, budget left."""
+        self._check_claim()
+        claim = self.claim
         # A synchronous refresh, not just the thread's flag: a reclaimed task must not get one
         # more model call however the heartbeat thread is scheduled.
         if not self.job.beat.refresh(claim):
