@@ -22,6 +22,7 @@ from shared.workspace import Workspace
 from worker.claims import Claim, ClaimEnd, Claims
 from worker.dispatch import build_dispatch_input
 from worker.heartbeat import Heartbeat
+from worker.mailbox import Mailbox
 from worker.runner import AgentLoop, AttemptAbandoned, HandedOff
 from worker.team_tools import TeamContext, add_team_tools
 from worker.tools import Toolbox
@@ -50,6 +51,8 @@ class Attempt:
     def __init__(self, job: JobContext, claim: Claim) -> None:
         self.job = job
         self.claim = claim
+        self.mailbox: Mailbox | None = None
+        """This session's reads of its member's inbox, when it has the team tools."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -65,6 +68,8 @@ class Attempt:
                 render("worker", "member_system.md", name=member.display_name),
                 self._dispatch_input(member, task))
         except HandedOff:
+            if self.mailbox:  # this member's session is over: what it read is not owed again
+                self.mailbox.acknowledge()
             to = claim.handed_to or member.id
             job.claims.run_again_as(claim, to)
             return f"handed off to {to}"
@@ -87,10 +92,11 @@ class Attempt:
         toolbox = Toolbox()
         add_workspace_tools(toolbox, Workspace(Path(job.spec.workspace_dir)), member.tools)
         if job.spec.options.enable_member_team_tools:
+            self.mailbox = Mailbox(job.bus, member.id, self.claim)
             add_team_tools(toolbox, TeamContext(
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
-                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s))
+                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox))
         return toolbox
 
     def _check_claim(self) -> None:
@@ -114,6 +120,9 @@ class Attempt:
         reason = self.job.budget.exceeded()
         if reason:
             raise RunFailed(reason)
+        # The call about to be made carries every tool result so far, messages read included.
+        if self.mailbox and not self.mailbox.acknowledge():
+            raise AttemptAbandoned("claim lost: the task was reclaimed")
 
     def _on_usage(self, usage: Usage) -> None:
         charge = self.job.budget.charge(usage, self.claim.task_id)
@@ -142,6 +151,8 @@ class Attempt:
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
         job.claims.end(claim, ClaimEnd.FINISHED)
+        if self.mailbox:  # fenced by the token: a stale attempt settles nothing
+            self.mailbox.settle()
         announcer = member.id if job.bus.enabled else None
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
                         announce_as=announcer)
