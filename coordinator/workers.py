@@ -1,4 +1,5 @@
-"""Local `rq worker` processes for `teamctl run --workers N`, started preloaded, stopped by pid."""
+"""Local `rq worker` processes for `teamctl run --workers N`, started preloaded, stopped by pid,
+and stopping by themselves if the run that started them is killed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from shared.parent_watch import PARENT_PID_ENV
 
 STOP_TIMEOUT_S = 10.0
 
@@ -49,6 +52,8 @@ class LocalWorkers:
         """Start the workers, each logging to its own file under `log_dir`."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)  # worker.settings sets litellm's offline cost map itself
+        # They stop when this process is gone, even after a kill -9 of it.
+        env[PARENT_PID_ENV] = str(os.getpid())
         for index in range(self.count):
             log_path = self.log_dir / f"worker-{os.getpid()}-{index}.log"
             with log_path.open("ab") as log_file:

@@ -8,6 +8,11 @@ Keys (all from RunKeys):
   member's new messages (one XRANGE after its offset, one id lookup per message), never a scan of
   the stream.
 - ``offsets``: member id -> id of the last message it has read, advanced by the script that reads.
+- ``unacked``: what a task's attempt has read but not yet given its model. A member session reads
+  as its attempt (task id and claim token) and acknowledges once its next model call carries the
+  messages, or its attempt ends with an outcome; an attempt lost before that (claim reclaimed,
+  task released, worker killed) leaves the record, and the task's next attempt gets those
+  messages again, first. So a read lost with its attempt is not lost for the member.
 - ``bus_seq``: how many messages were ever published, so trimming knows positions.
 
 Delivery: a message to a member goes to its inbox; to ``*`` or to nobody, to every member except
@@ -16,7 +21,8 @@ the sender (a member never receives its own messages, broadcasts included, so ne
 skips the sender); to ``lead`` to no inbox (the lead reads the whole bus).
 
 Growth: past ``bus_maxlen`` plus a tenth, the bus is cut back to ``bus_maxlen`` messages, except
-that no message some member has not read is ever dropped; inbox entries go with their message.
+that no message some member has not read (or not acknowledged) is ever dropped; inbox entries go
+with their message.
 Every bus that publishes must therefore be built with the run's whole roster (``spec.members``).
 """
 
@@ -30,7 +36,7 @@ import redis
 from shared.connection import block_ms as capped_ms
 from shared.connection import blocking_client
 from shared.errors import ConfigError
-from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id
+from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id, check_task_id
 from shared.keys import RunKeys
 from shared.models import Envelope
 from shared.scripts import Scripts
@@ -128,18 +134,33 @@ class MessageBus:
         self._check_content(content)
         return self.publish(sender, BROADCAST, type_, task_id, content)
 
-    def read_unread(self, member_id: str) -> list[Envelope]:
-        """Messages delivered to the member since its last read, each exactly once, in order."""
+    def read_unread(self, member_id: str, task_id: str | None = None,
+                    token: int = 0) -> list[Envelope]:
+        """Messages delivered to the member since its last read, each exactly once, in order.
+
+        Read as a task's attempt (`task_id` and its claim `token`), they stay owed to that task
+        until `acknowledge_reads`: a later attempt of it gets them again, before the new ones.
+        """
         if not self.enabled or self._inboxless(member_id):
             return []
         messages: list[Envelope] = []
         while True:
             consumed, entries = self.scripts["read_unread"](
-                keys=[self.keys.inbox(member_id), self.keys.read_offsets, self.keys.bus],
-                args=[member_id, READ_BATCH])
+                keys=[self.keys.inbox(member_id), self.keys.read_offsets, self.keys.bus,
+                      self.keys.unacked_reads],
+                args=[member_id, READ_BATCH, check_task_id(task_id) if task_id else "", token])
             messages.extend(_from_lua(entry) for entry in entries)
             if consumed < READ_BATCH:
                 return messages
+
+    def acknowledge_reads(self, task_id: str, token: int, member_ids: list[str]) -> bool:
+        """The attempt holding `token` gave its model what it read as these members (or ended with
+        an outcome): never deliver those again. False if `token` no longer holds the task."""
+        if not self.enabled or not member_ids:
+            return True
+        return bool(self.scripts["ack_reads"](
+            keys=[self.keys.unacked_reads, self.keys.task(task_id)],
+            args=[token, task_id, *member_ids]))
 
     def history_for(self, member_id: str, limit: int) -> list[Envelope]:
         """The last `limit` messages delivered to the member, read or not (all when limit <= 0)."""
@@ -166,7 +187,7 @@ class MessageBus:
         """Cut the bus back to `bus_maxlen` messages, keeping every unread one; returns removed."""
         return int(self.scripts["trim_bus"](
             keys=[self.keys.bus, self.keys.bus_seq, self.keys.read_offsets,
-                  *(self.keys.inbox(m) for m in self.member_ids)],
+                  self.keys.unacked_reads, *(self.keys.inbox(m) for m in self.member_ids)],
             args=[self.bus_maxlen, *self.member_ids]))
 
     def _recipients(self, sender: str, to: str | None) -> list[str]:

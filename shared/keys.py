@@ -112,6 +112,12 @@ class RunKeys:
         return f"{self.base}:offsets"
 
     @property
+    def unacked_reads(self) -> str:
+        """Hash: '<member>:<task>' -> what that task's attempt read as the member and has not yet
+        given its model (JSON: token, bus ids, seq of the first), delivered again if it is lost."""
+        return f"{self.base}:unacked"
+
+    @property
     def bus_seq(self) -> str:
         """String counter: messages ever published on the bus (positions, for safe trimming)."""
         return f"{self.base}:bus_seq"

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 import redis
 
+from shared.board import TaskBoard
 from shared.bus import MessageBus, delivered_to
 from shared.errors import ConfigError
 from shared.keys import RunKeys
-from shared.models import Envelope
+from shared.models import Envelope, TaskSpec
 
 MEMBERS = ["m1", "m2", "m3"]
 
@@ -251,3 +252,72 @@ def test_created_at_is_the_redis_clock_and_follows_stream_order(conn: redis.Redi
     assert [m.created_at for m in stored] == sorted(m.created_at for m in stored)
     # The stream id's time part is Redis's clock too: they agree (within a millisecond).
     assert all(abs(int(m.id.split("-")[0]) - m.created_at) <= 1 for m in stored)
+
+
+def claimed_task(conn: redis.Redis, run_id: str) -> tuple[TaskBoard, int]:
+    """A board with task t1 for m2, claimed; and the claim's token."""
+    board = TaskBoard(conn, run_id)
+    board.create([TaskSpec(id="t1", member_id="m2", task="t1")])
+    token = board.claim("t1", "m2", "w", 30)
+    assert token is not None
+    return board, token
+
+
+def reclaim(board: TaskBoard, task_id: str) -> int:
+    """What the coordinator does when the claim's heartbeat expires; then the next claim."""
+    board.conn.delete(board.keys.heartbeat(task_id))
+    assert board.reclaim_expired(max_attempts=3) == [task_id]
+    token = board.claim(task_id, "m2", "w", 30)
+    assert token is not None
+    return token
+
+
+def test_what_a_lost_attempt_read_goes_to_the_next_attempt_first(
+        bus: MessageBus, conn: redis.Redis, run_id: str) -> None:
+    board, first = claimed_task(conn, run_id)
+    bus.send("m1", "m2", None, None, "early")
+    assert contents(bus.read_unread("m2", "t1", first)) == ["early"]
+    # The same attempt reading again gets only what is new.
+    bus.send("m1", "m2", None, None, "later")
+    assert contents(bus.read_unread("m2", "t1", first)) == ["later"]
+
+    second = reclaim(board, "t1")
+    bus.send("m1", "m2", None, None, "newest")
+    # The lost attempt cannot acknowledge any more: its token no longer holds the task.
+    assert bus.acknowledge_reads("t1", first, ["m2"]) is False
+    assert contents(bus.read_unread("m2", "t1", second)) == ["early", "later", "newest"]
+    assert bus.read_unread("m2", "t1", second) == []
+    # Once the next attempt acknowledged them, they are never delivered again.
+    assert bus.acknowledge_reads("t1", second, ["m2"]) is True
+    third = reclaim(board, "t1")
+    assert bus.read_unread("m2", "t1", third) == []
+    assert conn.hlen(RunKeys(run_id).unacked_reads) == 0
+
+
+def test_unacknowledged_reads_stay_with_their_task_and_member(
+        bus: MessageBus, conn: redis.Redis, run_id: str) -> None:
+    board, token = claimed_task(conn, run_id)
+    bus.broadcast("m1", None, None, "to all")
+    assert contents(bus.read_unread("m2", "t1", token)) == ["to all"]
+    # Another member, and the same member outside that task, have their own reads.
+    assert contents(bus.read_unread("m3", "t1", token)) == ["to all"]
+    assert bus.read_unread("m2") == []
+    reclaim(board, "t1")
+    assert bus.read_unread("m2", "t2", 99) == []
+
+
+def test_trimming_keeps_what_an_attempt_read_but_did_not_acknowledge(
+        conn: redis.Redis, run_id: str) -> None:
+    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=10)
+    board, first = claimed_task(conn, run_id)
+    bus.send("m1", "m2", None, None, "owed")
+    assert contents(bus.read_unread("m2", "t1", first)) == ["owed"]
+    for i in range(30):
+        bus.send("m1", "m2", None, None, f"n{i}")
+        bus.read_unread("m2")
+    bus.trim()
+    assert contents(bus.messages())[0] == "owed"
+    assert contents(bus.read_unread("m2", "t1", reclaim(board, "t1"))) == ["owed"]
+    assert bus.acknowledge_reads("t1", int(board.get("t1").token), MEMBERS)
+    bus.trim()
+    assert contents(bus.messages()) == [f"n{i}" for i in range(20, 30)]

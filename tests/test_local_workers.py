@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -12,30 +13,56 @@ import redis
 
 from coordinator.workers import stop_process
 from shared.embedded_redis import pid_alive
+from shared.parent_watch import PARENT_PID_ENV, watch_parent
 from shared.runstore import RunStore
 from tests.conftest import wait_until
 
 
-def test_sigterm_stops_the_run_and_its_workers(
-        redis_server: str, run_id: str, tmp_path: Path) -> None:
+def start_waiting_run(redis_server: str, run_id: str, tmp_path: Path,
+                      workers: int) -> tuple[subprocess.Popen[bytes], str]:
+    """`teamctl run` with its own worker queue, held waiting for plan approval; and that queue."""
     queue = f"q-{uuid.uuid4().hex[:8]}"
     team = tmp_path / "team.toml"
     team.write_text(f'[[members]]\nid = "m1"\nqueue = "{queue}"\n'
                     "[options]\nrequire_plan_approval = true\n")
-    conn = redis.Redis.from_url(redis_server, decode_responses=True)
     run = subprocess.Popen(
         [sys.executable, "-c", "from coordinator.cli import main; main()", "run", "objective",
-         "--team", str(team), "--redis-url", redis_server, "--workers", "1", "--run-id", run_id],
+         "--team", str(team), "--redis-url", redis_server, "--workers", str(workers),
+         "--run-id", run_id],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return run, queue
+
+
+def worker_pids(conn: redis.Redis, run_id: str, queue: str, count: int) -> list[int]:
+    """Once the run waits for approval with `count` workers registered: their pids."""
+    wait_until(lambda: RunStore(conn, run_id).exists()
+               and RunStore(conn, run_id).state().status == "awaiting_approval", 90,
+               message="the run to wait for approval")
+    names = wait_until(lambda: len(conn.smembers(f"rq:workers:{queue}")) >= count
+                       and conn.smembers(f"rq:workers:{queue}"), 60,
+                       message="the run's workers to register")
+    # The registry holds worker keys (rq:worker:<name>), each a hash with the pid.
+    pids = [int(conn.hget(key, "pid")) for key in names]
+    assert len(pids) == count and all(pid_alive(pid) for pid in pids)
+    return pids
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie (an orphan's exit that no init has reaped yet)."""
+    if not pid_alive(pid):
+        return True
     try:
-        wait_until(lambda: RunStore(conn, run_id).exists()
-                   and RunStore(conn, run_id).state().status == "awaiting_approval", 90,
-                   message="the run to wait for approval")
-        names = wait_until(lambda: conn.smembers(f"rq:workers:{queue}"), 60,
-                           message="the run's worker to register")
-        # The registry holds worker keys (rq:worker:<name>), each a hash with the pid.
-        pids = [int(conn.hget(key, "pid")) for key in names]
-        assert pids and all(pid_alive(pid) for pid in pids)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:  # it exited meanwhile, or there is no /proc to ask
+        return not pid_alive(pid)
+
+
+def test_sigterm_stops_the_run_and_its_workers(
+        redis_server: str, run_id: str, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    run, queue = start_waiting_run(redis_server, run_id, tmp_path, workers=1)
+    try:
+        pids = worker_pids(conn, run_id, queue, 1)
 
         run.send_signal(signal.SIGTERM)
 
@@ -45,3 +72,33 @@ def test_sigterm_stops_the_run_and_its_workers(
     finally:
         # If the test failed early: SIGTERM first, so the run's workers stop too.
         stop_process(run, timeout_s=30)
+
+
+def test_kill_9_of_the_run_stops_its_workers(
+        redis_server: str, run_id: str, tmp_path: Path) -> None:
+    """Nobody can clean up after a SIGKILL: the workers notice they were orphaned and stop."""
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    run, queue = start_waiting_run(redis_server, run_id, tmp_path, workers=2)
+    pids: list[int] = []
+    try:
+        pids = worker_pids(conn, run_id, queue, 2)
+
+        run.kill()
+
+        assert run.wait(timeout=30) == -signal.SIGKILL
+        wait_until(lambda: all(exited(pid) for pid in pids), 30,
+                   message="the orphaned workers to stop")
+        # A warm shutdown: each worker took itself out of RQ's registry on the way.
+        assert conn.smembers(f"rq:workers:{queue}") == set()
+    finally:
+        stop_process(run, timeout_s=30)
+        for pid in pids:
+            if not exited(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_worker_started_by_hand_has_no_parent_to_watch() -> None:
+    assert watch_parent({}) is None
+    # A variable inherited from some other process than the parent arms nothing either.
+    assert watch_parent({PARENT_PID_ENV: str(os.getpid())}) is None
+    assert watch_parent({PARENT_PID_ENV: "not a pid"}) is None

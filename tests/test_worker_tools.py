@@ -281,3 +281,82 @@ def test_member_exceeding_its_steps_fails_the_task(
     assert len(llm.requests[f"m1-{run_id}"]) == 3
     task = TaskBoard(conn, run_id).get("task_1")
     assert (task.status, task.error) == (TaskStatus.FAILED, "member exceeded 3 steps")
+
+
+def test_reassign_on_the_last_step_hands_the_task_over(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """The handoff is honoured, and the new member's session gets a step budget of its own."""
+    m1 = llm.script(f"m1-{run_id}", [ToolCalls([("team_reassign_task", {"to": "m2"})])])
+    m2 = llm.script(f"m2-{run_id}", ["m2 finished it"])
+    make_run(conn, run_id, models={"m1": m1, "m2": m2}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base, member_max_steps=1)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: handed off to m2; task_1: completed"
+    task = TaskBoard(conn, run_id).get("task_1")
+    assert (task.status, task.claimed_by, task.output, task.error) == (
+        TaskStatus.COMPLETED, "m2", "m2 finished it", None)
+
+
+def test_release_on_the_last_step_ends_the_attempt_without_a_stale_write(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("team_release_task", {})])])
+    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
+             api_base=llm.api_base, member_max_steps=1)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
+    task = TaskBoard(conn, run_id).get("task_1")
+    assert (task.status, task.error, task.stale_writes) == (TaskStatus.READY, None, 0)
+    assert messages(conn, run_id) == [("system", "m1", "task.assigned")]
+
+
+def read_contents(result: str) -> list[str]:
+    return [m["content"] for m in parsed(result).get("messages", [])]
+
+
+def test_messages_read_by_an_abandoned_attempt_go_to_the_next_one(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """Read, then released before the next model call saw the result: not lost for the member."""
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("team_read_messages", {}), ("team_release_task", {})]),
+        ToolCalls([("team_read_messages", {})]), "done"])
+    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base)
+    MessageBus(conn, run_id, ["m1", "m2"]).send("m2", "m1", None, None, "before the first try")
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+
+    # No model call carried the first attempt's read; the second attempt's read (its second
+    # call) gets what the first read, its task.assigned included, then what is new.
+    first_try, second_try_start, second_try_read = llm.requests[f"m1-{run_id}"]
+    (second_read,) = tool_results(second_try_read)
+    assert read_contents(second_read) == ["before the first try", "Do task_1", "Do task_1"]
+    assert conn.hlen(RunKeys(run_id).unacked_reads) == 0
+
+
+def test_each_message_is_read_once_across_steps(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    bus = MessageBus(conn, run_id, ["m1", "m2"])
+
+    def read_each_step(body: dict[str, Any]) -> ToolCalls | str:
+        step = sum(m.get("role") == "assistant" for m in body["messages"]) + 1
+        if step == 2:
+            bus.send("m2", "m1", None, None, "between steps")
+        if step <= 2:
+            return ToolCalls([("team_read_messages", {}), ("team_read_messages", {})])
+        return ToolCalls([("team_read_messages", {})]) if step == 3 else "done"
+
+    model = llm.script(f"m1-{run_id}", handler=read_each_step)
+    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base)
+    bus.send("m2", "m1", None, None, "before the start")
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+
+    requests = llm.requests[f"m1-{run_id}"]
+    step_1, step_2, step_3 = ([read_contents(r) for r in tool_results(body)[-2:]]
+                              for body in requests[1:4])
+    assert step_1 == [["before the start", "Do task_1"], []]
+    assert step_2 == [["between steps"], []]
+    assert step_3[-1] == []
+    assert conn.hlen(RunKeys(run_id).unacked_reads) == 0

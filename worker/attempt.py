@@ -22,6 +22,7 @@ from shared.workspace import Workspace
 from worker.claims import Claim, ClaimEnd, Claims
 from worker.dispatch import build_dispatch_input
 from worker.heartbeat import Heartbeat
+from worker.mailbox import Mailbox
 from worker.runner import AgentLoop, AttemptAbandoned, HandedOff
 from worker.team_tools import TeamContext, add_team_tools
 from worker.tools import Toolbox
@@ -50,6 +51,8 @@ class Attempt:
     def __init__(self, job: JobContext, claim: Claim) -> None:
         self.job = job
         self.claim = claim
+        self.mailbox: Mailbox | None = None
+        """This session's reads of its member's inbox, when it has the team tools."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -65,6 +68,8 @@ class Attempt:
                 render("worker", "member_system.md", name=member.display_name),
                 self._dispatch_input(member, task))
         except HandedOff:
+            if self.mailbox:  # this member's session is over: what it read is not owed again
+                self.mailbox.acknowledge()
             to = claim.handed_to or member.id
             job.claims.run_again_as(claim, to)
             return f"handed off to {to}"
@@ -83,7 +88,7 @@ class Attempt:
         return AgentLoop(client=self.job.client, model=self.job.spec.models.for_member(member),
                          api_base=self.job.spec.models.api_base, toolbox=self._toolbox(member),
                          max_steps=options.member_max_steps, check_continue=self._check_continue,
-                         on_usage=self._on_usage)
+                         check_claim=self._check_claim, on_usage=self._on_usage)
 
     def _toolbox(self, member: Member) -> Toolbox:
         """Workspace tools first, then the team tools (AI4J's order), as the run allows."""
@@ -91,19 +96,25 @@ class Attempt:
         toolbox = Toolbox()
         add_workspace_tools(toolbox, Workspace(Path(job.spec.workspace_dir)), member.tools)
         if job.spec.options.enable_member_team_tools:
+            self.mailbox = Mailbox(job.bus, member.id, self.claim)
             add_team_tools(toolbox, TeamContext(
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
-                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s))
+                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox))
         return toolbox
 
-    def _check_continue(self) -> None:
-        """Before each model call: still our claim, run not cancelled, budget left."""
+    def _check_claim(self) -> None:
+        """Stop the session if a tool ended its claim: handed off, released, or found lost."""
         claim = self.claim
         if claim.handed_to is not None:
             raise HandedOff(claim.handed_to)
         if not claim.live:
             raise AttemptAbandoned(f"claim {claim.end.value if claim.end else 'ended'}")
+
+    def _check_continue(self) -> None:
+        """Before each model call: still our claim, run not cancelled, budget left."""
+        self._check_claim()
+        claim = self.claim
         # A synchronous refresh, not just the thread's flag: a reclaimed task must not get one
         # more model call however the heartbeat thread is scheduled.
         if not self.job.beat.refresh(claim):
@@ -113,6 +124,9 @@ class Attempt:
         reason = self.job.budget.exceeded()
         if reason:
             raise RunFailed(reason)
+        # The call about to be made carries every tool result so far, messages read included.
+        if self.mailbox and not self.mailbox.acknowledge():
+            raise AttemptAbandoned("claim lost: the task was reclaimed")
 
     def _on_usage(self, usage: Usage) -> None:
         charge = self.job.budget.charge(usage, self.claim.task_id)
@@ -141,6 +155,8 @@ class Attempt:
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
         job.claims.end(claim, ClaimEnd.FINISHED)
+        if self.mailbox:  # fenced by the token: a stale attempt settles nothing
+            self.mailbox.settle()
         announcer = member.id if job.bus.enabled else None
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
                         announce_as=announcer)

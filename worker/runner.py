@@ -32,7 +32,12 @@ class AgentRun:
 
 @dataclass
 class AgentLoop:
-    """A fresh session per task; bounded by `max_steps` model calls."""
+    """A fresh session per task; bounded by `max_steps` model calls.
+
+    `check_continue` runs before every model call and may stop the session; `check_claim` runs
+    after every step's tools, so a handoff or release made on the last step still ends the
+    session as that tool asked, instead of as a step-limit failure.
+    """
 
     client: ModelClient
     model: str
@@ -40,6 +45,7 @@ class AgentLoop:
     toolbox: Toolbox
     max_steps: int
     check_continue: Callable[[], None]
+    check_claim: Callable[[], None]
     on_usage: Callable[[Usage], None]
 
     def run(self, system_prompt: str, user_prompt: str) -> AgentRun:
@@ -60,6 +66,7 @@ class AgentLoop:
             self.check_continue()
             messages.append(_assistant_message(reply))
             messages.extend(self._run_tools(reply))
+            self.check_claim()
         raise ModelError(f"member exceeded {self.max_steps} steps")
 
     def _call(self, messages: list[dict[str, Any]]) -> ModelReply:

@@ -26,6 +26,7 @@ from shared.errors import ToolFailed
 from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from shared.models import Envelope, TaskState
 from worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
+from worker.mailbox import Mailbox
 from worker.tools import Toolbox, first_string, string_property
 
 TO_ALIASES = ("toMemberId", "to_member_id", "to", "memberId", "member_id")
@@ -47,6 +48,8 @@ class TeamContext:
     claims: Claims
     worker: str
     heartbeat_ttl_s: float
+    mailbox: Mailbox
+    """This session's reads of the member's inbox (acknowledged by the attempt)."""
 
 
 def add_team_tools(toolbox: Toolbox, ctx: TeamContext) -> None:
@@ -119,8 +122,9 @@ class TeamTools:
         return self._result("team_broadcast", sent is not None, taskId=task_id, **_bus_off(sent))
 
     def read_messages(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """team_read_messages: what arrived since the member's last read, once each."""
-        messages = self.ctx.bus.read_unread(self.ctx.member_id)
+        """team_read_messages: what arrived since the member's last read, once each (the attempt
+        acknowledges them when its next model call carries this result)."""
+        messages = self.ctx.mailbox.read()
         extra: dict[str, Any] = {"count": len(messages), "hasNewMessages": bool(messages)}
         if messages:
             extra["messages"] = [_message_view(m) for m in messages]

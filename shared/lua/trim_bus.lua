@@ -1,24 +1,32 @@
 -- trim_bus: cut the bus down to ARGV[1] messages without dropping any message that some member
--- has not read yet, then drop the inbox entries whose message left the bus (all of them read).
+-- has not read yet, or that an attempt read but has not acknowledged (read_unread may deliver it
+-- again), then drop the inbox entries whose message left the bus (all of them read).
 -- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] read offsets hash,
--- KEYS[4..] the inbox stream of every member.
+-- KEYS[4] unacknowledged reads hash, KEYS[5..] the inbox stream of every member.
 -- ARGV[1] messages to keep, ARGV[2..] the member ids, in the order of their inboxes in KEYS.
 -- Returns the number of messages removed from the bus.
 local keep = tonumber(ARGV[1])
 local last_seq = tonumber(redis.call('GET', KEYS[2]) or '0')
 
--- The oldest message some member has not read (its first inbox entry after its offset): nothing
--- from it onwards may go. Inbox entries carry the bus position (seq) to compare with the cap.
+-- The oldest message some member has not read (its first inbox entry after its offset) or some
+-- attempt has not acknowledged: nothing from it onwards may go. Inbox entries and records carry
+-- the bus position (seq) to compare with the cap.
 local floor_id, floor_seq = nil, nil
-for i = 4, #KEYS do
-  local offset = redis.call('HGET', KEYS[3], ARGV[i - 2]) or '0-0'
+local function lower_floor(id, seq)
+  if floor_seq == nil or seq < floor_seq then
+    floor_id, floor_seq = id, seq
+  end
+end
+for i = 5, #KEYS do
+  local offset = redis.call('HGET', KEYS[3], ARGV[i - 3]) or '0-0'
   local first = redis.call('XRANGE', KEYS[i], '(' .. offset, '+', 'COUNT', 1)
   if #first > 0 then
-    local seq = tonumber(first[1][2][2])
-    if floor_seq == nil or seq < floor_seq then
-      floor_id, floor_seq = first[1][1], seq
-    end
+    lower_floor(first[1][1], tonumber(first[1][2][2]))
   end
+end
+for _, raw in ipairs(redis.call('HVALS', KEYS[4])) do
+  local record = cjson.decode(raw)
+  lower_floor(record.ids[1], record.seq)
 end
 
 local removed
@@ -29,7 +37,7 @@ else
 end
 
 local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-for i = 4, #KEYS do
+for i = 5, #KEYS do
   if #head > 0 then
     redis.call('XTRIM', KEYS[i], 'MINID', head[1][1])
   else

@@ -1,0 +1,45 @@
+"""Workers a `teamctl run` starts stop when that run is gone, even after a `kill -9` of it.
+
+The run passes its pid to its workers in the environment; each such worker polls whether that
+process is still its parent (an orphan is re-parented, so its parent pid changes) and then asks
+itself for RQ's warm shutdown: SIGTERM, which finishes the job in hand and exits. A polling thread
+rather than Linux's PR_SET_PDEATHSIG: that fires when the parent *thread* exits and needs a
+preexec_fn in a process that may have threads; polling works on any OS. Workers started by hand
+have no such variable and are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from collections.abc import Mapping
+
+PARENT_PID_ENV = "TEAMCTL_PARENT_PID"
+"""Set by LocalWorkers on the workers it starts: the pid of the run that owns them."""
+POLL_INTERVAL_S = 1.0
+
+log = logging.getLogger(__name__)
+
+
+def watch_parent(environ: Mapping[str, str],
+                 interval_s: float = POLL_INTERVAL_S) -> threading.Thread | None:
+    """Start the watch if this process was started by a run; None for a worker started by hand
+    (or one that inherited the variable from a process that is not its parent)."""
+    raw = environ.get(PARENT_PID_ENV, "")
+    if not raw.isdigit() or int(raw) != os.getppid():
+        return None
+    thread = threading.Thread(target=_stop_when_orphaned, args=(int(raw), interval_s),
+                              name="teamctl-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _stop_when_orphaned(parent_pid: int, interval_s: float) -> None:
+    tick = threading.Event()
+    while os.getppid() == parent_pid:
+        tick.wait(interval_s)
+    log.warning("the teamctl run that started this worker (pid %d) is gone; "
+                "stopping after the current job", parent_pid)
+    os.kill(os.getpid(), signal.SIGTERM)
