@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
 import redis
 from redis.driver_info import DriverInfo
 
@@ -18,16 +20,32 @@ def connect(url: str, *, decode: bool = True) -> redis.Redis:
             url, decode_responses=decode, socket_connect_timeout=5, health_check_interval=30,
             driver_info=_driver_info())
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {url!r}: {exc}; use redis://HOST:PORT/DB") from exc
+        raise ConfigError(f"invalid Redis URL {redacted(url)!r}: {exc}; "
+                          "use redis://HOST:PORT/DB") from exc
     try:
         conn.ping()
     except redis.RedisError as exc:
         raise InfraError(
-            f"cannot reach Redis at {url}: {exc}. Start it, or unset REDIS_URL to use the "
-            "embedded one"
+            f"cannot reach Redis at {redacted(url)}: {exc}. Start it, or unset REDIS_URL to use "
+            "the embedded one"
         ) from exc
     _check_version(conn, url)
     return conn
+
+
+def redacted(url: str) -> str:
+    """The URL with its password masked, for messages and logs (the embedded server's URL
+    carries one)."""
+    parts = urlsplit(url)
+    netloc, query = parts.netloc, parts.query
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
+    if "password=" in query:
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query)],
+                          safe="*")
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _driver_info() -> DriverInfo:
@@ -40,8 +58,8 @@ def _check_version(conn: redis.Redis, url: str) -> None:
     version = str(conn.info("server").get("redis_version", "0"))
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
     if parts < MIN_REDIS_VERSION:
-        raise ConfigError(f"Redis at {url} is version {version}; teamctl needs 6.2 or newer "
-                          "(or unset REDIS_URL to use the embedded one)")
+        raise ConfigError(f"Redis at {redacted(url)} is version {version}; teamctl needs 6.2 or "
+                          "newer (or unset REDIS_URL to use the embedded one)")
 
 
 def same_server(conn: redis.Redis, *, decode: bool) -> redis.Redis:
