@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from rq import Queue
 
 from coordinator.cli import main
+from coordinator.workers import LocalWorkers
 from shared.board import TaskBoard
 from shared.connection import connect
 from shared.embedded_redis import (
@@ -181,6 +182,22 @@ def test_rq_worker_started_from_the_printed_url_completes_a_task(
     assert done.returncode == 0, done.stderr
     task = TaskBoard(redis.Redis.from_url(url, decode_responses=True), run_id).get("t1")
     assert task.status is TaskStatus.COMPLETED
+
+
+def test_local_workers_keep_the_password_out_of_their_command_line(
+        server: EmbeddedRedis, tmp_path: Path) -> None:
+    url = server.ensure()
+    group = LocalWorkers(url, ["members"], 1, tmp_path / "logs")
+    group.start()
+    try:
+        proc = Path(f"/proc/{group.processes[0].pid}")
+        # Readable by every user; empty for a moment while the exec sets it up.
+        cmdline = str(wait_until(lambda: (proc / "cmdline").read_text(), 10,
+                                 message="the worker's command line"))
+        assert "rq.cli" in cmdline and server.password_file.read_text().strip() not in cmdline
+        assert f"RQ_REDIS_URL={url}\0" in (proc / "environ").read_text()  # owner only
+    finally:
+        group.stop()
 
 
 def test_unreachable_redis_is_a_one_line_error() -> None:
