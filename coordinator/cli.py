@@ -203,8 +203,17 @@ def redis() -> None:
 @redis.command("url")
 @fail_cleanly
 def redis_url_command() -> None:
-    """Print the embedded server's URL (starting it if needed)."""
+    """Print the embedded server's URL, password included (starting it if needed)."""
     click.echo(EmbeddedRedis(state_dir() / "redis").ensure())
+
+
+@redis.command("cli", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@fail_cleanly
+def redis_cli(args: tuple[str, ...]) -> None:
+    """Run redis-cli on the embedded server: its socket, its password (kept out of `ps`)."""
+    command, env = EmbeddedRedis(state_dir() / "redis").cli_command(list(args))
+    os.execvpe(command[0], command, env)
 
 
 @redis.command("stop")

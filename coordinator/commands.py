@@ -12,7 +12,7 @@ import click
 import redis
 
 from coordinator.approval import ApprovalMode
-from shared.connection import connect, set_outage
+from shared.connection import connect, redacted, set_outage
 from shared.embedded_redis import state_dir
 from shared.errors import ConfigError
 from shared.ids import check_run_id
@@ -70,7 +70,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     request = RunRequest(objective=objective, team=team, models=models,
                          workspace_root=state_dir() / "workspaces", run_id=run_id)
     spec = create_run(conn, request)
-    click.echo(f"teamctl: run {spec.run_id} on {redis_url}", err=True)
+    click.echo(f"teamctl: run {spec.run_id} on {redacted(redis_url)}", err=True)
     return _drive(conn, redis_url, spec, hooks, workers=workers, as_json=as_json,
                   approve_plan=approve_plan)
 
@@ -88,7 +88,7 @@ def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
         raise ConfigError(f"run {run_id} has already finished; `teamctl status {run_id}` "
                           "shows its result")
     Lease(conn, run_id, spec.options.lease_ttl_s).check_free()
-    click.echo(f"teamctl: resuming run {run_id} on {redis_url}", err=True)
+    click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
     return _drive(conn, redis_url, spec, load_hooks(spec.hooks), workers=workers,
                   as_json=as_json, approve_plan=approve_plan)
 

@@ -16,10 +16,18 @@ from shared.parent_watch import PARENT_PID_ENV
 STOP_TIMEOUT_S = 10.0
 
 
-def worker_command(redis_url: str, queues: list[str], *, worker_class: str | None = None,
+URL_ENV = "RQ_REDIS_URL"
+"""Where `rq worker` reads its URL when -u is not given; unlike argv, other users cannot read a
+process's environment, and the embedded server's URL holds its password."""
+
+
+def worker_command(redis_url: str | None, queues: list[str], *, worker_class: str | None = None,
                    name: str | None = None) -> list[str]:
-    """The documented worker command: RQ's CLI with the teamctl preload settings module."""
-    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "worker.settings", "-u", redis_url]
+    """The documented worker command: RQ's CLI with the teamctl preload settings module;
+    without `redis_url` the worker takes it from $RQ_REDIS_URL."""
+    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "worker.settings"]
+    if redis_url:
+        command += ["-u", redis_url]
     if worker_class:
         command += ["-w", worker_class]
     if name:
@@ -54,11 +62,12 @@ class LocalWorkers:
         env = dict(os.environ)  # worker.settings sets litellm's offline cost map itself
         # They stop when this process is gone, even after a kill -9 of it.
         env[PARENT_PID_ENV] = str(os.getpid())
+        env[URL_ENV] = self.redis_url
         for index in range(self.count):
             log_path = self.log_dir / f"worker-{os.getpid()}-{index}.log"
             with log_path.open("ab") as log_file:
                 self.processes.append(subprocess.Popen(
-                    worker_command(self.redis_url, self.queues),
+                    worker_command(None, self.queues),
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
 
     def stop(self) -> None:

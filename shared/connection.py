@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
@@ -58,13 +59,14 @@ def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S
             socket_timeout=SOCKET_TIMEOUT_S, health_check_interval=30,
             retry=OutageRetry(outage_s), driver_info=_driver_info())
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {url!r}: {exc}; use redis://HOST:PORT/DB") from exc
+        raise ConfigError(f"invalid Redis URL {redacted(url)!r}: {exc}; "
+                          "use redis://HOST:PORT/DB") from exc
     try:
         _ping_once(conn)
     except redis.RedisError as exc:
         raise InfraError(
-            f"cannot reach Redis at {url}: {exc}. Start it, or unset REDIS_URL to use the "
-            "embedded one"
+            f"cannot reach Redis at {redacted(url)}: {exc}. Start it, or unset REDIS_URL to use "
+            "the embedded one"
         ) from exc
     _check_version(conn, url)
     return conn
@@ -81,6 +83,21 @@ def _ping_once(conn: redis.Redis) -> None:
         conn.set_retry(retry)
 
 
+def redacted(url: str) -> str:
+    """The URL with its password masked, for messages and logs (the embedded server's URL
+    carries one)."""
+    parts = urlsplit(url)
+    netloc, query = parts.netloc, parts.query
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
+    if "password=" in query:
+        query = urlencode([(k, "***" if k == "password" else v) for k, v in parse_qsl(query)],
+                          safe="*")
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+
+
 def _driver_info() -> DriverInfo:
     """Name redis-py's version ourselves: left to itself, every new connection asks
     importlib.metadata, which costs ~7 ms in each freshly forked RQ job."""
@@ -91,8 +108,8 @@ def _check_version(conn: redis.Redis, url: str) -> None:
     version = str(conn.info("server").get("redis_version", "0"))
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
     if parts < MIN_REDIS_VERSION:
-        raise ConfigError(f"Redis at {url} is version {version}; teamctl needs 6.2 or newer "
-                          "(or unset REDIS_URL to use the embedded one)")
+        raise ConfigError(f"Redis at {redacted(url)} is version {version}; teamctl needs 6.2 or "
+                          "newer (or unset REDIS_URL to use the embedded one)")
 
 
 def same_server(conn: redis.Redis, *, decode: bool, outage_s: float = DEFAULT_OUTAGE_S,

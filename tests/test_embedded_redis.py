@@ -1,19 +1,55 @@
-"""The embedded redis-server: started once, reused, stopped by pid, clear errors."""
+"""The embedded redis-server: started once, reused, stopped by pid, clear errors; reachable only
+by its owner (a 0700 socket dir, no TCP) and only with its password."""
 
 from __future__ import annotations
 
-import socket
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 from click.testing import CliRunner
+from rq import Queue
 
 from coordinator.cli import main
+from coordinator.workers import LocalWorkers
+from shared.board import TaskBoard
 from shared.connection import connect
-from shared.embedded_redis import EmbeddedRedis, free_port
+from shared.embedded_redis import (
+    EmbeddedRedis,
+    free_port,
+    redis_cli_binary,
+    redis_server_binary,
+    short_socket_root,
+)
 from shared.errors import InfraError
+from shared.models import TaskSpec, TaskStatus
+from shared.offline_model import MODEL
+from tests.conftest import wait_until
+from tests.test_worker_support import make_run
+
+NOBODY_UID = 65534
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """An embedded server under this test's state dir, stopped by its pid afterwards."""
+    embedded = EmbeddedRedis(tmp_path / "redis")
+    yield embedded
+    embedded.stop()
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
 
 
 def test_start_reuse_and_stop(tmp_path: Path) -> None:
@@ -30,15 +66,86 @@ def test_start_reuse_and_stop(tmp_path: Path) -> None:
     assert server.stop() is False
 
 
-def test_busy_port_is_a_clear_error_not_a_hang(tmp_path: Path) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        started = time.monotonic()
-        with pytest.raises(InfraError, match=f"port {port} on 127.0.0.1 is in use"):
-            EmbeddedRedis(tmp_path / "redis").start(port=port)
-        assert time.monotonic() - started < 5
+def test_socket_only_with_password_in_private_files(server: EmbeddedRedis) -> None:
+    url = server.ensure()
+    assert url.startswith("unix://:") and url.endswith(f"@{server.socket_path}?db=0")
+    assert redis.Redis.from_url(url, decode_responses=True).config_get("port") == {"port": "0"}
+    without_password = url.replace(f":{server.password_file.read_text().strip()}@", "")
+    assert without_password.startswith("unix:///")
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(without_password).ping()
+    assert mode(server.root) == 0o700 and mode(server.socket_path) == 0o700
+    assert mode(server.url_file) == 0o600 and mode(server.password_file) == 0o600
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another user")
+def test_another_user_cannot_connect_even_with_the_password() -> None:
+    # tmp_path sits under /tmp/pytest-of-root (0700), which would hide the socket by itself.
+    outer = Path(tempfile.mkdtemp())
+    outer.chmod(0o755)
+    server = EmbeddedRedis(outer / "redis")
+    try:
+        server.ensure()
+        env = {"REDISCLI_AUTH": server.password_file.read_text().strip()}
+        done = subprocess.run(
+            [redis_cli_binary(), "-s", str(server.socket_path), "PING"], env=env,
+            user=NOBODY_UID, group=NOBODY_UID, extra_groups=[],
+            capture_output=True, text=True, timeout=30)
+        assert "Permission denied" in done.stdout + done.stderr, done
+        assert "PONG" not in done.stdout
+    finally:
+        server.stop()
+        shutil.rmtree(outer)
+
+
+def test_a_long_state_dir_puts_the_socket_in_a_short_private_dir(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path / ("d" * 100) / "redis")
+    try:
+        url = server.ensure()
+        assert server.socket_path.is_relative_to(short_socket_root())
+        assert redis.Redis.from_url(url).ping()
+        assert mode(short_socket_root()) == 0o700 and mode(server.socket_path.parent) == 0o700
+    finally:
+        server.stop()
+        shutil.rmtree(server.socket_path.parent, ignore_errors=True)
+
+
+def test_a_crashed_server_is_restarted_with_the_same_password(server: EmbeddedRedis) -> None:
+    url = server.ensure()
+    pid = int(server.pid_file.read_text())
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: server.running_url() is None, 10, message="the server to die")
+    assert server.ensure() == url  # stale socket and pid file cleared, URL unchanged
+    assert int(server.pid_file.read_text()) != pid
+
+
+def test_a_server_left_on_tcp_by_an_older_teamctl_is_moved_to_the_socket(
+        server: EmbeddedRedis) -> None:
+    server.root.mkdir(mode=0o755)
+    port = free_port()
+    tcp_url = f"redis://127.0.0.1:{port}/0"
+    subprocess.run(  # how teamctl started it before: loopback TCP, no password
+        [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes",
+         "--pidfile", str(server.pid_file), "--dir", str(server.root), "--save", ""],
+        check=True, capture_output=True, timeout=30)
+    server.url_file.write_text(tcp_url + "\n")
+    wait_until(lambda: server.running_url() == tcp_url, 10, message="the old server")
+
+    url = server.ensure()
+
+    assert url.startswith("unix://") and redis.Redis.from_url(url).ping()
+    assert mode(server.root) == 0o700
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(tcp_url).ping()
+
+
+def test_corrupt_data_is_a_clear_error_not_a_hang(server: EmbeddedRedis) -> None:
+    server.root.mkdir(mode=0o700)
+    (server.root / "appendonly.aof").write_text("this is not an append only file\n")
+    started = time.monotonic()
+    with pytest.raises(InfraError, match="did not start; its log ends: .*append only file"):
+        server.ensure()
+    assert time.monotonic() - started < 5
 
 
 def test_cli_prints_url_and_stops(tmp_path: Path) -> None:
@@ -47,11 +154,50 @@ def test_cli_prints_url_and_stops(tmp_path: Path) -> None:
     try:
         assert first.exit_code == 0, first.output
         url = first.stdout.strip()
-        assert url.startswith("redis://127.0.0.1:")
+        assert url.startswith("unix://:") and redis.Redis.from_url(url).ping()
         assert runner.invoke(main, ["redis", "url"]).stdout.strip() == url
+        cli = subprocess.run(
+            [sys.executable, "-c", "from coordinator.cli import main; main()",
+             "redis", "cli", "CONFIG", "GET", "port"], capture_output=True, text=True, timeout=30)
+        assert cli.stdout.split() == ["port", "0"], cli.stderr
     finally:
         stopped = runner.invoke(main, ["redis", "stop"])
     assert stopped.stdout.strip() == "stopped"
+
+
+def test_rq_worker_started_from_the_printed_url_completes_a_task(
+        server: EmbeddedRedis, run_id: str, tmp_path: Path) -> None:
+    url = server.ensure()
+    make_run(redis.Redis.from_url(url, decode_responses=True), run_id, models={"m1": MODEL},
+             tasks=[TaskSpec(id="t1", member_id="m1", task="Say hello")],
+             workspace=tmp_path / "ws", api_base="http://127.0.0.1:9/v1")
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    Queue(queue, connection=redis.Redis.from_url(url)).enqueue(
+        "worker.jobs.run_task", run_id, "t1", job_timeout=120)
+
+    done = subprocess.run(  # --burst: the worker exits once the queue is empty
+        [sys.executable, "-m", "rq.cli", "worker", "--burst", "-c", "worker.settings",
+         "-u", url, queue], capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    task = TaskBoard(redis.Redis.from_url(url, decode_responses=True), run_id).get("t1")
+    assert task.status is TaskStatus.COMPLETED
+
+
+def test_local_workers_keep_the_password_out_of_their_command_line(
+        server: EmbeddedRedis, tmp_path: Path) -> None:
+    url = server.ensure()
+    group = LocalWorkers(url, ["members"], 1, tmp_path / "logs")
+    group.start()
+    try:
+        proc = Path(f"/proc/{group.processes[0].pid}")
+        # Readable by every user; empty for a moment while the exec sets it up.
+        cmdline = str(wait_until(lambda: (proc / "cmdline").read_text(), 10,
+                                 message="the worker's command line"))
+        assert "rq.cli" in cmdline and server.password_file.read_text().strip() not in cmdline
+        assert f"RQ_REDIS_URL={url}\0" in (proc / "environ").read_text()  # owner only
+    finally:
+        group.stop()
 
 
 def test_unreachable_redis_is_a_one_line_error() -> None:
@@ -62,3 +208,10 @@ def test_unreachable_redis_is_a_one_line_error() -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith("teamctl: cannot reach Redis at")
     assert "Traceback" not in result.output
+
+
+def test_errors_do_not_print_the_password() -> None:
+    url = f"unix://:s3cret@/nonexistent/{uuid.uuid4().hex}.sock?db=0"
+    with pytest.raises(InfraError) as raised:
+        connect(url)
+    assert "s3cret" not in str(raised.value) and "unix://:***@/nonexistent/" in str(raised.value)
