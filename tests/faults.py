@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -23,12 +24,17 @@ CHUNK_BYTES = 65536
 
 class TcpProxy:
     """Forwards `listen_host:port` to `target`; `cut()`, `blackhole()`, `latency(ms)` and
-    `restore()` change what happens to the link, for every connection at once."""
+    `restore()` change what happens to the link, for every connection at once.
 
-    def __init__(self, target_host: str, target_port: int, listen_host: str = "127.0.0.1") -> None:
+    Either side may be a unix socket instead (`listen_path`, or a target host of the form
+    "unix:PATH"), which lets a process in another network namespace reach a loopback server."""
+
+    def __init__(self, target_host: str, target_port: int = 0, listen_host: str = "127.0.0.1",
+                 *, listen_port: int = 0, listen_path: str | None = None) -> None:
         self.target = (target_host, target_port)
         self.listen_host = listen_host
-        self.port = 0
+        self.listen_path = listen_path
+        self.port = listen_port
         self._mode = "open"
         self._latency_s = 0.0
         self._writers: set[asyncio.StreamWriter] = set()
@@ -76,9 +82,18 @@ class TcpProxy:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)  # type: ignore[arg-type]
 
     async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._accept, self.listen_host, 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        if self.listen_path:
+            self._server = await asyncio.start_unix_server(self._accept, self.listen_path)
+        else:
+            self._server = await asyncio.start_server(self._accept, self.listen_host, self.port)
+            self.port = self._server.sockets[0].getsockname()[1]
         self._restored.set()
+
+    async def _connect_target(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        host, port = self.target
+        if host.startswith("unix:"):
+            return await asyncio.open_unix_connection(host.removeprefix("unix:"))
+        return await asyncio.open_connection(host, port)
 
     async def _set_mode(self, mode: str) -> None:
         self._mode = mode
@@ -101,7 +116,7 @@ class TcpProxy:
             writer.transport.abort()
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            up_reader, up_writer = await self._connect_target()
         except OSError:
             writer.transport.abort()
             return
@@ -178,3 +193,14 @@ class RestartableRedis:
                                     socket_connect_timeout=1).ping())
         except redis.RedisError:
             return False
+
+
+def serve_forwarder(listen_port: int, target_path: str) -> None:
+    """Forward 127.0.0.1:listen_port to a unix socket until killed (run in a test namespace)."""
+    proxy = TcpProxy("unix:" + target_path, listen_port=listen_port).start()
+    print(f"forwarding {proxy.port}", flush=True)
+    threading.Event().wait()
+
+
+if __name__ == "__main__":
+    serve_forwarder(int(sys.argv[1]), sys.argv[2])

@@ -168,3 +168,23 @@ def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
     # Planner, two members and B's synthesis: A's synthesis was never counted.
     assert RunStore(conn, run_id).usage().prompt_tokens == 4 * 11
     assert conn.ttl(keys.state) > 0  # B ended it, so B set its expiry
+
+
+def test_a_blackholed_redis_surfaces_as_the_outage_error_not_a_hang(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """Redis stops answering but keeps the connection open (a host that froze, a dropped
+    route): socket timeouts turn that into the same one-line outage error."""
+    host, port = workers.split("//")[1].split("/")[0].split(":")
+    team = team_file(tmp_path / "team.toml", models_for(llm, run_id, member_latency_s=10),
+                     options={"redis_outage_s": 2})
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    with TcpProxy(host, int(port)) as proxy:
+        coordinator = start_run(llm, proxy.url(), run_id, team)
+        wait_until(lambda: in_progress(TaskBoard(conn, run_id), "a", "b"), 90,
+                   message="both tasks in progress")
+        proxy.blackhole()
+        code, out, err = finish(coordinator)
+    assert code == 1 and out == "" and "Traceback" not in err, err
+    assert "Redis was unreachable for more than redis_outage_s=2s" in err
+    wait_until(lambda: TaskBoard(conn, run_id).counts().get(TaskStatus.COMPLETED) == 2, 60,
+               message="the members (not behind the proxy) to finish their tasks")
