@@ -24,6 +24,8 @@ LOCAL_COST_MAP_ENV = ("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 and no background thread left in a parent that RQ will fork)."""
 RETRYABLE_STATUS = {408, 409, 429}
 """Besides every 5xx (Anthropic's 529 "overloaded" included)."""
+RETRY_AFTER_MAX_S = 60.0
+"""The longest a Retry-After header may make teamctl wait before retrying a model call."""
 PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
                      "GROQ_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY")
 DEFAULT_MODEL_FOR_KEY = {
@@ -136,10 +138,21 @@ class ModelClient:
                     raise ModelError(f"model {model} failed: {_describe(exc)}") from exc
                 delay_s = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
                 delay_s *= 0.5 + random.random() / 2
+                # A provider that says when to come back is believed, within reason.
+                delay_s = max(delay_s, min(_retry_after_s(exc) or 0.0, RETRY_AFTER_MAX_S))
                 log.warning("model %s: %s; retry %d in %.2fs", model, _describe(exc),
                             attempt + 1, delay_s)
                 time.sleep(delay_s)
         raise AssertionError("unreachable")
+
+
+def _retry_after_s(exc: Exception) -> float | None:
+    """The seconds a 429/503 reply's Retry-After header asks for (None: not given, or a date)."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    try:
+        return max(0.0, float(headers.get("retry-after"))) if headers else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _retryable(exc: Exception) -> bool:

@@ -29,6 +29,8 @@ class ToolCalls:
 class HttpError:
     status: int
     message: str = "scripted failure"
+    retry_after_s: float | None = None
+    """Sent as a Retry-After header (a 429's "come back in N seconds")."""
 
 
 @dataclass
@@ -129,6 +131,8 @@ class ScriptedLLM:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                if isinstance(reply, HttpError) and reply.retry_after_s is not None:
+                    self.send_header("Retry-After", f"{reply.retry_after_s:g}")
                 self.end_headers()
                 self.wfile.write(data)
 

@@ -37,6 +37,17 @@ def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
     assert reply.usage.unpriced
 
 
+def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
+        llm: ScriptedLLM, run_id: str) -> None:
+    model = llm.script(f"m-{run_id}", [HttpError(429, "slow down", retry_after_s=1.5), "fine"])
+    client = ModelClient(max_retries=2, backoff_base_s=0.01)
+
+    reply = client.complete(model, HI, api_base=llm.api_base)
+
+    first, second = llm.request_times[f"m-{run_id}"]
+    assert reply.content == "fine" and second - first >= 1.5
+
+
 def test_a_400_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [HttpError(400, "bad request 91c"), "never"])
     client = ModelClient(max_retries=3, backoff_base_s=0.01)
