@@ -53,8 +53,8 @@ BROADCAST_TYPE = "peer.broadcast"
 RUNTIME_TYPE_PREFIXES = ("task.", "run.")
 """Types the runtime publishes (task.assigned, task.result, run.complete, ...); peers may not."""
 
-_TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}$")
-_MEMBER_ID = re.compile(r"^[a-z0-9_-]{1,128}$")
+_TYPE = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}")  # used with fullmatch
+_MEMBER_ID = re.compile(r"[a-z0-9_-]{1,128}")
 
 
 def run_bus(conn: redis.Redis, spec: RunSpec, scripts: Scripts | None = None) -> MessageBus:
@@ -213,7 +213,7 @@ class MessageBus:
         """The recipient's member id, or ConfigError naming who may be messaged."""
         allowed = f"send to one of: {', '.join(self.member_ids)}, or '*' for every member"
         candidate = to.strip().lower() if isinstance(to, str) else ""
-        if not _MEMBER_ID.match(candidate):
+        if not _MEMBER_ID.fullmatch(candidate):
             raise ConfigError(f"invalid recipient {to!r}: member ids use a-z, 0-9, '_' and '-'; "
                               f"{allowed}")
         if candidate in RESERVED_MEMBER_IDS:
@@ -235,7 +235,7 @@ class MessageBus:
 
 def _check_type(type_: str) -> str:
     """The type unchanged, or ConfigError saying what a type looks like."""
-    if not isinstance(type_, str) or not _TYPE.match(type_):
+    if not isinstance(type_, str) or not _TYPE.fullmatch(type_):
         raise ConfigError(
             f"invalid message type {type_!r}: use up to {MAX_TYPE_CHARS} letters, digits, "
             f"'.', '_' or '-', starting with a letter (default {DIRECT_TYPE!r})")

@@ -16,6 +16,8 @@ from coordinator.options import merge_options
 from coordinator.run import RunRequest, create_run
 from shared.board import TaskBoard, WriteOutcome
 from shared.bus import MessageBus
+from shared.errors import ConfigError
+from shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
 from shared.models import TaskSpec, TaskStatus
 from shared.runstore import RunStore
 from shared.team import ModelChoice, RunOptions, load_team_file
@@ -243,3 +245,26 @@ def test_model_flag_overrides_every_role_including_members_own_models() -> None:
     by_flag = resolve_models(team, "flag-model", None)
     assert (by_flag.planner, by_flag.synthesizer) == ("flag-model", "flag-model")
     assert [by_flag.for_member(m) for m in team.members] == ["flag-model", "flag-model"]
+
+
+def test_ids_with_a_trailing_newline_are_refused(tmp_path: Path, redis_url: str) -> None:
+    for check in (check_run_id, check_member_id, check_task_id):
+        with pytest.raises(ConfigError):
+            check("x\n")
+    assert not is_safe_id("x\n")
+    for text, field in (('team_id = "t\\n"\n', "team_id"),
+                        ('[[members]]\nid = "m1"\nqueue = "gpu\\n"\n', "members.0.queue")):
+        team = tmp_path / "team.toml"
+        team.write_text(text)
+        with pytest.raises(ConfigError, match=field):
+            load_team_file(team)
+    bus = MessageBus(redis.Redis.from_url(redis_url, decode_responses=True), "r1", ["m1", "m2"])
+    with pytest.raises(ConfigError, match="type"):
+        bus.send("m1", "m2", "note\n", None, "hi")
+    with pytest.raises(ConfigError, match="invalid run id"):
+        MessageBus(redis.Redis.from_url(redis_url), "r1\n", ["m1"])
+    result = CliRunner().invoke(main, ["run", "x", "--run-id", "r1\n", "--workers", "0",
+                                       "--redis-url", redis_url])
+    assert result.exit_code == 2 and "invalid run id 'r1\\n'" in result.stderr
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+    assert not (tmp_path / "state" / "workspaces").exists()
