@@ -37,7 +37,7 @@ HELP = {
     "timeout_s": "Seconds this coordinator drives the run before stopping it.",
     "model_timeout_s": "Seconds per model call.",
     "model_max_retries": "Retries of a model call on 429, 5xx and timeouts.",
-    "max_message_bytes": "Largest message a member may send.",
+    "max_message_bytes": "Largest message a member may send, in bytes (every field counts).",
     "dependency_output_chars": "Characters of each dependency's output given to a member.",
     "bus_max_messages": "Messages a run's bus keeps (never dropping unread ones).",
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from shared.errors import ConfigError
+from shared.text import quoted
 
 _INVALID_CHAR = re.compile(r"[^a-z0-9_-]")
 _UNDERSCORES = re.compile(r"_+")
@@ -36,7 +37,7 @@ def check_run_id(run_id: str) -> str:
     """Return the run id unchanged, or raise ConfigError saying what a run id may contain."""
     if not isinstance(run_id, str) or not is_safe_id(run_id):
         raise ConfigError(
-            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            f"invalid run id {quoted(run_id)}: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
     return run_id
@@ -45,12 +46,13 @@ def check_run_id(run_id: str) -> str:
 def check_task_id(task_id: str) -> str:
     """Return a normalized task id unchanged, or raise ConfigError."""
     if not isinstance(task_id, str) or not _SAFE_TASK_ID.fullmatch(task_id):
-        raise ConfigError(f"invalid task id {task_id!r}: task ids match [a-z0-9_-]{{1,128}}")
+        raise ConfigError(f"invalid task id {quoted(task_id)}: task ids match [a-z0-9_-]{{1,128}}")
     return task_id
 
 
 def check_member_id(member_id: str) -> str:
     """Return a normalized member id unchanged, or raise ConfigError."""
     if not isinstance(member_id, str) or not _SAFE_TASK_ID.fullmatch(member_id):
-        raise ConfigError(f"invalid member id {member_id!r}: member ids match [a-z0-9_-]{{1,128}}")
+        raise ConfigError(f"invalid member id {quoted(member_id)}: member ids match "
+                          "[a-z0-9_-]{1,128}")
     return member_id
