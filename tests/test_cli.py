@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -268,3 +269,41 @@ def test_ids_with_a_trailing_newline_are_refused(tmp_path: Path, redis_url: str)
     assert result.exit_code == 2 and "invalid run id 'r1\\n'" in result.stderr
     assert redis.Redis.from_url(redis_url).keys("*") == []
     assert not (tmp_path / "state" / "workspaces").exists()
+
+
+def _numeric_options() -> dict[str, type]:
+    """Every int or float run option (Optional ones included) and its number type."""
+    found = {}
+    for name, info in RunOptions.model_fields.items():
+        kinds = [a for a in (typing.get_args(info.annotation) or (info.annotation,))
+                 if a is not type(None)]
+        if kinds[0] in (int, float):
+            found[name] = kinds[0]
+    return found
+
+
+@pytest.mark.parametrize("field", sorted(_numeric_options()))
+def test_every_numeric_option_is_finite_and_bounded(
+        field: str, redis_url: str, tmp_path: Path) -> None:
+    kind = _numeric_options()[field]
+    flag = "--" + field.replace("_", "-")
+    values = ["inf", "nan", "1e20", "-inf"] if kind is float else ["100000000000000000000"]
+    for value in values:
+        result = CliRunner().invoke(main, ["run", "x", flag, value, "--workers", "0",
+                                           "--redis-url", redis_url])
+        assert result.exit_code == 2, (value, result.output)
+        assert result.stderr.startswith(f"teamctl: {flag}: ")
+        assert len(result.stderr.strip().splitlines()) == 1
+    for value in (["inf", "nan"] if kind is float else []) + ["1000000000000000000"]:
+        team = tmp_path / "team.toml"
+        team.write_text(f"[options]\n{field} = {value}\n")
+        with pytest.raises(ConfigError, match=rf"team file .*: options\.{field}: "):
+            load_team_file(team)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+def test_option_ranges_are_in_the_help_and_defaults_lie_within_them() -> None:
+    text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert "--timeout-s FLOAT" in text and "more than 0, at most 604800" in text
+    assert "at most 31536000" in text  # retention: a year
+    RunOptions.model_validate(RunOptions().model_dump())
