@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis
 
 from shared.errors import ConfigError
+from shared.ids import is_safe_id
 from shared.keys import RUNS_INDEX, RunKeys
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
@@ -38,7 +39,8 @@ def expire_run(conn: redis.Redis, run_id: str, retention_s: int) -> int:
 
 def forget_expired_runs(conn: redis.Redis) -> list[str]:
     """Drop runs whose keys expired from the runs index (sorted set members cannot expire)."""
-    run_ids = list(conn.zrange(RUNS_INDEX, 0, -1))
+    # An id no run could have (hand-added) has no keys to check; `runs` shows it as unreadable.
+    run_ids = [r for r in conn.zrange(RUNS_INDEX, 0, -1) if is_safe_id(r)]
     pipe = conn.pipeline(transaction=False)
     for run_id in run_ids:
         pipe.exists(RunKeys(run_id).spec)

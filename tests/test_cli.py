@@ -19,6 +19,7 @@ from shared.board import TaskBoard, WriteOutcome
 from shared.bus import MessageBus
 from shared.errors import ConfigError
 from shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
+from shared.keys import RunKeys
 from shared.models import TaskSpec, TaskStatus
 from shared.runstore import RunStore
 from shared.team import ModelChoice, RunOptions, load_team_file
@@ -307,3 +308,68 @@ def test_option_ranges_are_in_the_help_and_defaults_lie_within_them() -> None:
     assert "--timeout-s FLOAT" in text and "more than 0, at most 604800" in text
     assert "at most 31536000" in text  # retention: a year
     RunOptions.model_validate(RunOptions().model_dump())
+
+
+def _corrupt_spec_timeout(conn: redis.Redis, run_id: str) -> None:
+    """What an earlier teamctl stored for --model-timeout-s inf: JSON null."""
+    spec = json.loads(conn.get(RunKeys(run_id).spec))
+    spec["options"]["model_timeout_s"] = None
+    conn.set(RunKeys(run_id).spec, json.dumps(spec))
+
+
+CORRUPTIONS = {
+    "spec null timeout": (_corrupt_spec_timeout, "options.model_timeout_s"),
+    "spec not json": (lambda c, r: c.set(RunKeys(r).spec, "{not json"), "spec"),
+    "state status": (lambda c, r: c.hset(RunKeys(r).state, "status", "exploded"), "exploded"),
+    "state rounds": (lambda c, r: c.hset(RunKeys(r).state, "rounds", "many"), "many"),
+    "state plan": (lambda c, r: c.hset(RunKeys(r).state, "plan", "[1"), "plan"),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_one_unreadable_run_never_breaks_the_others(
+        corruption: str, conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    corrupt, says = CORRUPTIONS[corruption]
+    for run_id in ("good-1", "bad", "good-2"):
+        make_run(conn, run_id, tmp_path)
+    corrupt(conn, "bad")
+    runner = CliRunner()
+
+    runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
+    assert runs.exit_code == 0, runs.output
+    rows = {line.split()[0]: line for line in runs.stdout.splitlines()}
+    assert set(rows) == {"good-1", "bad", "good-2"}
+    assert rows["bad"].split()[1] == "unreadable" and says in rows["bad"]
+    assert rows["good-1"].split()[1] == "planning"
+    as_json = json.loads(runner.invoke(main, ["runs", "--redis-url", redis_url, "--json"]).stdout)
+    assert {r["run_id"]: r["status"] for r in as_json} == {
+        "good-2": "planning", "bad": "unreadable", "good-1": "planning"}
+    # `tasks` reads the spec and the board, not the state hash: a bad state does not stop it.
+    verbs = [["status", "bad"], ["status", "bad", "--json"]]
+    verbs += [["tasks", "bad"]] if corruption.startswith("spec") else []
+    for verb in verbs:
+        result = runner.invoke(main, [*verb, "--redis-url", redis_url])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), verb
+        assert result.stderr.startswith("teamctl: run bad is unreadable: ")
+        assert says in result.stderr
+        assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+    for verb in (["status", "good-1"], ["tasks", "good-2"]):
+        assert runner.invoke(main, [*verb, "--redis-url", redis_url]).exit_code == 0
+
+
+def test_an_unreadable_task_or_run_id_is_one_line_too(
+        conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    make_run(conn, "good", tmp_path)
+    make_run(conn, "bad", tmp_path)
+    conn.hset(RunKeys("bad").task("a"), "status", "weird")
+    conn.zadd("teamctl:runs", {"bad\nid": 1})
+    runner = CliRunner()
+    for verb in (["status", "bad"], ["tasks", "bad", "--json"]):
+        result = runner.invoke(main, [*verb, "--redis-url", redis_url])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), verb
+        assert result.stderr.startswith("teamctl: run bad is unreadable: task 'a'")
+        assert len(result.stderr.splitlines()) == 1
+    runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
+    assert runs.exit_code == 0
+    assert sorted(line.split()[:2] for line in runs.stdout.splitlines()) == [
+        ["'bad\\nid'", "unreadable"], ["bad", "planning"], ["good", "planning"]]
