@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import typing
@@ -373,3 +374,46 @@ def test_an_unreadable_task_or_run_id_is_one_line_too(
     assert runs.exit_code == 0
     assert sorted(line.split()[:2] for line in runs.stdout.splitlines()) == [
         ["'bad\\nid'", "unreadable"], ["bad", "planning"], ["good", "planning"]]
+
+
+def test_bad_paths_are_one_line_config_errors_for_every_verb(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    """Tests run as root, so "unwritable" is a path under a regular file (ENOTDIR)."""
+    make_run(conn, run_id, tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    state_is_a_file = tmp_path / "out-state-file"
+    (state_is_a_file / "state").parent.mkdir()
+    (state_is_a_file / "state").write_text("x")
+    with_state_file = {**os.environ, "TEAMCTL_STATE_DIR": str(a_file)}
+    cases: list[tuple[list[str], dict[str, str], str]] = [
+        (verb, with_state_file, "TEAMCTL_STATE_DIR") for verb in (
+            ["run", "x", "--workers", "0"], ["status", "r1"], ["tasks", "r1"],
+            ["messages", "r1"], ["runs"], ["approve", "r1"], ["reject", "r1"], ["resume", "r1"],
+            ["cancel", "r1"], ["export", "r1", str(tmp_path / "out")], ["redis", "url"],
+            ["redis", "stop"],
+            ["run", "x", "--workers", "0", "--model", "m", "--redis-url", redis_url],
+            ["run", "x", "--team", str(tmp_path)])]  # the deepest given path is the culprit
+    cases += [
+        (["run", "x", "--team", str(tmp_path)], dict(os.environ), "team file"),
+        (["run", "x", "--team", str(a_file / "team.toml")], dict(os.environ), "team file"),
+        (["export", run_id, str(a_file), "--redis-url", redis_url], dict(os.environ),
+         "DIRECTORY"),
+        (["export", run_id, str(a_file / "out"), "--redis-url", redis_url], dict(os.environ),
+         "DIRECTORY"),
+        (["export", run_id, str(state_is_a_file), "--redis-url", redis_url], dict(os.environ),
+         "DIRECTORY"),
+    ]
+    # Started together: each is a fresh interpreter, and they touch nothing shared.
+    started = [(args, names, subprocess.Popen([*TEAMCTL, *args], env=env, text=True,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+               for args, env, names in cases]
+    for args, names, process in started:
+        stdout, stderr = process.communicate(timeout=60)
+        done = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+        assert "Traceback" not in done.stdout + done.stderr, (args, done.stderr)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
+        assert done.stderr.startswith("teamctl: ") and names in done.stderr, (args, done.stderr)
+    assert conn.zrange("teamctl:runs", 0, -1) == [run_id]  # no run was created
+    assert a_file.read_text() == "not a directory\n"
