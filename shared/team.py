@@ -50,7 +50,7 @@ class RunOptions(BaseModel):
     dispatch: Literal["eager", "barrier"] = "eager"
     heartbeat_ttl_s: float = Field(30.0, gt=0, le=MAX_DURATION_S)
     max_attempts: int = Field(3, ge=1, le=100)
-    member_max_steps: int = Field(16, ge=1, le=10_000)
+    member_max_steps: int = Field(16, ge=1, le=1_000_000)
     max_tokens: int | None = Field(None, ge=1, le=10**12)
     max_cost_usd: float | None = Field(None, gt=0, le=1_000_000)
     timeout_s: float = Field(1800.0, gt=0, le=MAX_DURATION_S)
