@@ -391,7 +391,7 @@ def test_bad_paths_are_one_line_config_errors_for_every_verb(
             ["run", "x", "--workers", "0"], ["status", "r1"], ["tasks", "r1"],
             ["messages", "r1"], ["runs"], ["approve", "r1"], ["reject", "r1"], ["resume", "r1"],
             ["cancel", "r1"], ["export", "r1", str(tmp_path / "out")], ["redis", "url"],
-            ["redis", "stop"],
+            ["redis", "cli", "ping"], ["redis", "stop"],
             ["run", "x", "--workers", "0", "--model", "m", "--redis-url", redis_url],
             ["run", "x", "--team", str(tmp_path)])]  # the deepest given path is the culprit
     cases += [
