@@ -13,7 +13,11 @@ import click
 
 from coordinator.options import run_option_flags
 from shared.embedded_redis import EmbeddedRedis, state_dir
-from shared.errors import TeamError
+from shared.errors import ConfigError, TeamError
+
+PATH_PARAMETERS = {"team_path": "--team {root} must name a file teamctl can read",
+                   "directory": "DIRECTORY {root} must be a directory teamctl can write"}
+"""The click parameters that are paths the user gave, and what to fix when one fails."""
 
 
 def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -28,6 +32,12 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except TeamError as exc:
             click.echo(f"teamctl: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:
+            error = user_path_error(exc, user_paths(kwargs))
+            if error is None:
+                raise  # not a path the user chose: a bug or the machine, keep the traceback
+            click.echo(f"teamctl: {error}", err=True)
+            sys.exit(error.exit_code)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             click.echo(f"teamctl: Redis is unreachable: {exc}", err=True)
             sys.exit(1)
@@ -41,6 +51,35 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(130)
 
     return wrapper
+
+
+def user_paths(kwargs: dict[str, Any]) -> list[tuple[Path, str]]:
+    """The paths this command was given (flags, arguments, the state directory), each with
+    what the user should fix."""
+    paths = [(Path(kwargs[name]), fix.format(root=kwargs[name]))
+             for name, fix in PATH_PARAMETERS.items() if kwargs.get(name)]
+    root = state_dir()
+    fix = (f"TEAMCTL_STATE_DIR={root} must be a directory teamctl can write"
+           if os.environ.get("TEAMCTL_STATE_DIR") else
+           f"the state directory {root} must be a directory teamctl can write (or set "
+           "TEAMCTL_STATE_DIR to one)")
+    return [*paths, (root, fix)]
+
+
+def user_path_error(exc: OSError, paths: list[tuple[Path, str]]) -> ConfigError | None:
+    """An OS error on a path the user gave, or under it, as a one-line ConfigError; None for
+    any other path. The deepest path given wins (--team may name a directory above the state
+    directory)."""
+    deepest_first = sorted(paths, key=lambda item: len(Path(os.path.abspath(item[0])).parts),
+                           reverse=True)
+    for name in (exc.filename, exc.filename2):
+        if name is None or isinstance(name, int):
+            continue
+        failed = Path(os.path.abspath(os.fsdecode(name)))
+        for root, fix in deepest_first:
+            if failed.is_relative_to(os.path.abspath(root)):
+                return ConfigError(f"cannot use {failed}: {exc.strerror or exc}; {fix}")
+    return None
 
 
 def resolve_redis_url(explicit: str | None) -> str:
@@ -150,7 +189,7 @@ def reject(run_id: str, redis_url: str | None, reason: str | None) -> None:
 
 @main.command()
 @click.argument("run_id")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory", type=click.Path(path_type=Path))  # a file there: one-line error
 @redis_url_option
 @fail_cleanly
 def export(run_id: str, directory: Path, redis_url: str | None) -> None:

@@ -14,11 +14,12 @@ import redis
 from coordinator.approval import ApprovalMode
 from shared.connection import connect, redacted, set_outage
 from shared.embedded_redis import state_dir
-from shared.errors import ConfigError
-from shared.ids import check_run_id
+from shared.errors import ConfigError, UnreadableRecord
+from shared.ids import check_run_id, is_safe_id
 from shared.models import RunResult, RunStatus
 from shared.runstore import RunStore
 from shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
+from shared.text import quoted
 
 
 def exit_code_for(result: RunResult) -> int:
@@ -177,19 +178,36 @@ def runs_command(redis_url: str, as_json: bool) -> None:
 
     conn = connect(redis_url)
     forget_expired_runs(conn)  # the index is a sorted set: its members outlive the runs' keys
-    rows = []
-    for run_id in list_runs(conn):
-        store = RunStore(conn, run_id)
-        state = store.state()
-        rows.append({"run_id": run_id, "status": state.status, "rounds": state.rounds,
-                     "objective": store.spec().objective})
+    rows = [row for row in (_run_row(conn, run_id) for run_id in list_runs(conn)) if row]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        click.echo(f"{row['run_id']:28} {row['status']:18} {row['objective'][:60]}")
+        shown = row["run_id"] if is_safe_id(row["run_id"]) else quoted(row["run_id"])
+        click.echo(f"{shown:28} {row['status']:18} {row.get('error') or row['objective'][:60]}")
     if not rows:
         click.echo("no runs yet", err=sys.stderr.isatty())
+
+
+def _run_row(conn: redis.Redis, run_id: str) -> dict[str, Any] | None:
+    """One row of `teamctl runs`; a run that does not parse is one row saying so, and None is a
+    run whose keys expired since the index was cleaned."""
+    if not is_safe_id(run_id):
+        return _unreadable_row(run_id, f"invalid run id {quoted(run_id)} in the runs index")
+    store = RunStore(conn, run_id)
+    try:
+        spec, state = store.spec(), store.state()
+    except UnreadableRecord as exc:
+        return _unreadable_row(run_id, str(exc))
+    except ConfigError:
+        return None
+    return {"run_id": run_id, "status": state.status, "rounds": state.rounds,
+            "objective": spec.objective}
+
+
+def _unreadable_row(run_id: str, error: str) -> dict[str, Any]:
+    return {"run_id": run_id, "status": "unreadable", "rounds": None, "objective": None,
+            "error": error}
 
 
 def _live_run(conn: redis.Redis, run_id: str) -> tuple[RunStore, RunSpec]:

@@ -37,7 +37,7 @@ HELP = {
     "timeout_s": "Seconds this coordinator drives the run before stopping it.",
     "model_timeout_s": "Seconds per model call.",
     "model_max_retries": "Retries of a model call on 429, 5xx and timeouts.",
-    "max_message_bytes": "Largest message a member may send.",
+    "max_message_bytes": "Largest message a member may send, in bytes (every field counts).",
     "dependency_output_chars": "Characters of each dependency's output given to a member.",
     "bus_max_messages": "Messages a run's bus keeps (never dropping unread ones).",
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
@@ -58,10 +58,18 @@ def _click_type(annotation: Any) -> Any:
     return annotation
 
 
+def _bounds(metadata: list[Any]) -> str:
+    """A field's range as help text ("more than 0, at most 604800"), from its constraints."""
+    words = {"gt": "more than", "ge": "at least", "lt": "less than", "le": "at most"}
+    parts = [f"{word} {getattr(c, attr)}" for c in metadata for attr, word in words.items()
+             if getattr(c, attr, None) is not None]
+    return "; " + ", ".join(parts) if parts else ""
+
+
 def run_option_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate a click command with one flag per RunOptions field (default None: not given)."""
     for name, info in reversed(RunOptions.model_fields.items()):
-        help_text = f"{HELP.get(name, name)} [default: {info.default}]"
+        help_text = f"{HELP.get(name, name)} [default: {info.default}{_bounds(info.metadata)}]"
         flag = flag_name(name)
         if info.annotation is bool:
             decl = f"{flag}/--no-{flag[2:]}"

@@ -21,12 +21,12 @@ from functools import cached_property
 import redis
 
 from shared.connection import block_ms, blocking_client
-from shared.errors import ConfigError
+from shared.errors import ConfigError, unreadable
 from shared.ids import check_task_id, normalize_id
 from shared.keys import RunKeys
 from shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus, Usage
 from shared.scripts import Scripts
-from shared.text import shorten
+from shared.text import quoted, shorten
 
 STALE = -1
 MAX_TASK_ID_CHARS = 128
@@ -270,7 +270,7 @@ class TaskBoard:
         """One task's state, or None if the id names no task."""
         task_id = resolve_task_id(task_id) or ""
         raw = self.conn.hgetall(self.keys.task(task_id)) if task_id else {}
-        return self._remember(_parse_task(raw)) if raw else None
+        return self._parse(raw) if raw else None
 
     def get_many(self, task_ids: list[str]) -> list[TaskState]:
         """The states of existing tasks among `task_ids`, in that order (one round trip)."""
@@ -278,7 +278,7 @@ class TaskBoard:
         pipe = self.conn.pipeline(transaction=False)
         for task_id in ids:
             pipe.hgetall(self.keys.task(task_id))
-        return [self._remember(_parse_task(raw)) for raw in pipe.execute() if raw]
+        return [self._parse(raw) for raw in pipe.execute() if raw]
 
     def task_ids(self) -> list[str]:
         """Task ids in plan order."""
@@ -292,7 +292,7 @@ class TaskBoard:
         if not ids:
             return []
         replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in ids])
-        return [self._remember(_parse_task(_pairs(flat))) for flat in replies if flat]
+        return [self._parse(_pairs(flat)) for flat in replies if flat]
 
     def counts(self) -> dict[TaskStatus, int]:
         """Number of tasks per status; statuses no task has are absent."""
@@ -308,7 +308,13 @@ class TaskBoard:
 
     # --- dependency index ---------------------------------------------------------------------
 
-    def _remember(self, state: TaskState) -> TaskState:
+    def _parse(self, raw: dict[str, str]) -> TaskState:
+        """A task hash as a TaskState, its dependents remembered; UnreadableRecord if corrupt."""
+        try:
+            state = _parse_task(raw)
+        except (KeyError, ValueError) as exc:
+            raise unreadable(f"run {self.keys.run_id} is unreadable: task "
+                             f"{quoted(raw.get('task_id'))}", exc) from exc
         self._dependents[state.task_id] = state.dependents
         return state
 

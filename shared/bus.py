@@ -41,6 +41,7 @@ from shared.keys import RunKeys
 from shared.models import Envelope
 from shared.scripts import Scripts
 from shared.team import RunSpec
+from shared.text import quoted
 
 BUS_MAXLEN = 100_000
 """Messages kept on a run's bus before trimming (unread messages are always kept)."""
@@ -53,8 +54,8 @@ BROADCAST_TYPE = "peer.broadcast"
 RUNTIME_TYPE_PREFIXES = ("task.", "run.")
 """Types the runtime publishes (task.assigned, task.result, run.complete, ...); peers may not."""
 
-_TYPE = re.compile(rf"^[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}$")
-_MEMBER_ID = re.compile(r"^[a-z0-9_-]{1,128}$")
+_TYPE = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}")  # used with fullmatch
+_MEMBER_ID = re.compile(r"[a-z0-9_-]{1,128}")
 
 
 def run_bus(conn: redis.Redis, spec: RunSpec, scripts: Scripts | None = None) -> MessageBus:
@@ -97,7 +98,12 @@ class MessageBus:
 
     def publish(self, sender: str, to: str | None, type_: str, task_id: str | None,
                 content: str) -> Envelope | None:
-        """Append a message (no recipient checks: runtime messages); None when the bus is off."""
+        """Append a message (no recipient checks: runtime messages); None when the bus is off.
+
+        Every field's shape is checked even here, so no field can carry unbounded text past the
+        size limit of peer messages into the stream and every reader's view.
+        """
+        _check_shape(sender, to, type_, task_id, content)
         if not self.enabled:
             return None
         inboxes = [self.keys.inbox(m) for m in self._recipients(sender, to)]
@@ -123,7 +129,7 @@ class MessageBus:
         self._check_sender(sender)
         recipient = self._check_recipient(sender, to)
         type_ = _check_type(DIRECT_TYPE if type_ is None else type_)
-        self._check_content(content)
+        self._check_size(sender, recipient, type_, task_id, content)
         return self.publish(sender, recipient, type_, task_id, content)
 
     def broadcast(self, sender: str, type_: str | None, task_id: str | None,
@@ -131,7 +137,7 @@ class MessageBus:
         """A peer message to every other member; a None type means `peer.broadcast`."""
         self._check_sender(sender)
         type_ = _check_type(BROADCAST_TYPE if type_ is None else type_)
-        self._check_content(content)
+        self._check_size(sender, BROADCAST, type_, task_id, content)
         return self.publish(sender, BROADCAST, type_, task_id, content)
 
     def read_unread(self, member_id: str, task_id: str | None = None,
@@ -206,39 +212,63 @@ class MessageBus:
 
     def _check_sender(self, sender: str) -> None:
         if sender not in self.member_ids and sender not in RESERVED_MEMBER_IDS:
-            raise ConfigError(f"unknown sender {sender!r}: messages come from a member of this run "
-                              f"({', '.join(self.member_ids)}), 'lead' or 'system'")
+            raise ConfigError(f"unknown sender {quoted(sender)}: messages come from a member of "
+                              f"this run ({', '.join(self.member_ids)}), 'lead' or 'system'")
 
     def _check_recipient(self, sender: str, to: str) -> str:
         """The recipient's member id, or ConfigError naming who may be messaged."""
         allowed = f"send to one of: {', '.join(self.member_ids)}, or '*' for every member"
         candidate = to.strip().lower() if isinstance(to, str) else ""
-        if not _MEMBER_ID.match(candidate):
-            raise ConfigError(f"invalid recipient {to!r}: member ids use a-z, 0-9, '_' and '-'; "
-                              f"{allowed}")
+        if not _MEMBER_ID.fullmatch(candidate):
+            raise ConfigError(f"invalid recipient {quoted(to)}: member ids use a-z, 0-9, '_' "
+                              f"and '-'; {allowed}")
         if candidate in RESERVED_MEMBER_IDS:
             raise ConfigError(f"{candidate!r} cannot receive peer messages; {allowed}")
         if candidate not in self.member_ids:
-            raise ConfigError(f"unknown team member {to!r}; {allowed}")
+            raise ConfigError(f"unknown team member {quoted(to)}; {allowed}")
         if candidate == sender:
             raise ConfigError(f"{sender!r} cannot send a message to itself; {allowed}")
         return candidate
 
-    def _check_content(self, content: str) -> None:
-        if not isinstance(content, str):
-            raise ConfigError("message content must be text")
-        size = len(content.encode("utf-8"))
+    def _check_size(self, sender: str, to: str, type_: str, task_id: str | None,
+                    content: str) -> None:
+        """A peer message, every field counted, within max_message_bytes (shapes checked first,
+        so an oversized id is named as such)."""
+        _check_shape(sender, to, type_, task_id, content)
+        size = sum(len(field.encode("utf-8")) for field in (sender, to, type_, task_id or "",
+                                                             content))
         if size > self.max_message_bytes:
-            raise ConfigError(f"message content is {size} bytes; the limit is "
-                              f"{self.max_message_bytes} bytes: send a shorter message")
+            raise ConfigError(
+                f"message is {size} bytes (content {len(content.encode('utf-8'))}, the rest "
+                f"sender, recipient, type and task id); the limit is {self.max_message_bytes} "
+                "bytes: send a shorter message")
+
+
+def _check_shape(sender: str, to: str | None, type_: str, task_id: str | None,
+                 content: str) -> None:
+    """Every field of a message well-formed and bounded; ConfigError names the first bad one."""
+    if not isinstance(sender, str) or not _MEMBER_ID.fullmatch(sender):
+        raise ConfigError(f"invalid sender {quoted(sender)}: senders are member ids, 'lead' or "
+                          "'system'")
+    if to not in (None, "", BROADCAST) and not (isinstance(to, str) and _MEMBER_ID.fullmatch(to)):
+        raise ConfigError(f"invalid recipient {quoted(to)}: a member id, 'lead' or '*'")
+    _check_type_shape(type_)
+    if task_id:
+        check_task_id(task_id)
+    if not isinstance(content, str):
+        raise ConfigError("message content must be text")
+
+
+def _check_type_shape(type_: str) -> None:
+    if not isinstance(type_, str) or not _TYPE.fullmatch(type_):
+        raise ConfigError(
+            f"invalid message type {quoted(type_)}: use up to {MAX_TYPE_CHARS} letters, digits, "
+            f"'.', '_' or '-', starting with a letter (default {DIRECT_TYPE!r})")
 
 
 def _check_type(type_: str) -> str:
-    """The type unchanged, or ConfigError saying what a type looks like."""
-    if not isinstance(type_, str) or not _TYPE.match(type_):
-        raise ConfigError(
-            f"invalid message type {type_!r}: use up to {MAX_TYPE_CHARS} letters, digits, "
-            f"'.', '_' or '-', starting with a letter (default {DIRECT_TYPE!r})")
+    """A peer's type unchanged, or ConfigError saying what a type looks like."""
+    _check_type_shape(type_)
     if type_.lower().startswith(RUNTIME_TYPE_PREFIXES):
         raise ConfigError(f"message type {type_!r} is reserved for the runtime (types starting "
                           f"{' or '.join(RUNTIME_TYPE_PREFIXES)}); use e.g. {DIRECT_TYPE!r}")

@@ -177,9 +177,11 @@ class EmbeddedRedis:
         return password
 
     def _pid(self) -> int | None:
+        # Only a missing pid file means "not running": a state dir that is not a directory is
+        # the user's to fix, so that error is left to the CLI to report.
         try:
             return int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
+        except (FileNotFoundError, ValueError):
             return None
 
     def _wait_until_up(self, url: str, sock: Path) -> None:

@@ -4,12 +4,19 @@
     ├── ConfigError        the user's input or configuration (exit 2)
     ├── ModelError         the model misbehaved or its provider failed
     ├── InfraError         Redis, workers or the machine
+    │   └── UnreadableRecord   a record in Redis does not parse (one run, not all)
     └── RunFailed          a run ended without success (exit 1)
 
 ToolFailed is separate: it is turned into a tool result for the model, never raised out of a worker.
 """
 
 from __future__ import annotations
+
+from pydantic import ValidationError
+
+from shared.text import shorten
+
+REASON_CHARS = 200
 
 
 class TeamError(Exception):
@@ -30,6 +37,25 @@ class ModelError(TeamError):
 
 class InfraError(TeamError):
     """Redis, RQ or a local process is unavailable or misbehaving."""
+
+
+class UnreadableRecord(InfraError):
+    """A record in Redis that does not parse (edited by hand, or written by another version):
+    readers report the one run it belongs to and go on with the others."""
+
+
+def unreadable(what: str, exc: Exception) -> UnreadableRecord:
+    """UnreadableRecord saying, in one line, which record did not parse and why."""
+    if isinstance(exc, KeyError):
+        reason = f"missing field {exc.args[0]!r}"
+    elif isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        reason = f"{where}: {first['msg']}" if where else first["msg"]
+    else:
+        reason = str(exc) or type(exc).__name__
+    return UnreadableRecord(f"{what} in Redis does not parse "
+                            f"({shorten(' '.join(reason.split()), REASON_CHARS)})")
 
 
 class RunFailed(TeamError):

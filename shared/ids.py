@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 
 from shared.errors import ConfigError
+from shared.text import quoted
 
 _INVALID_CHAR = re.compile(r"[^a-z0-9_-]")
 _UNDERSCORES = re.compile(r"_+")
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_SAFE_TASK_ID = re.compile(r"^[a-z0-9_-]{1,128}$")
+# Matched with fullmatch: `$` with re.match also accepts a trailing newline, which would end up
+# in a Redis key and a directory name.
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_SAFE_TASK_ID = re.compile(r"[a-z0-9_-]{1,128}")
 
 RESERVED_MEMBER_IDS = frozenset({"lead", "system"})
 BROADCAST = "*"
@@ -27,14 +30,14 @@ def normalize_id(raw: str | None) -> str | None:
 
 def is_safe_id(value: str) -> bool:
     """True for run/team ids that may be embedded in a Redis key or a file name."""
-    return bool(_SAFE_ID.match(value)) and ".." not in value
+    return bool(_SAFE_ID.fullmatch(value)) and ".." not in value
 
 
 def check_run_id(run_id: str) -> str:
     """Return the run id unchanged, or raise ConfigError saying what a run id may contain."""
     if not isinstance(run_id, str) or not is_safe_id(run_id):
         raise ConfigError(
-            f"invalid run id {run_id!r}: use 1-128 letters, digits, '.', '_' or '-', "
+            f"invalid run id {quoted(run_id)}: use 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
     return run_id
@@ -42,13 +45,14 @@ def check_run_id(run_id: str) -> str:
 
 def check_task_id(task_id: str) -> str:
     """Return a normalized task id unchanged, or raise ConfigError."""
-    if not isinstance(task_id, str) or not _SAFE_TASK_ID.match(task_id):
-        raise ConfigError(f"invalid task id {task_id!r}: task ids match [a-z0-9_-]{{1,128}}")
+    if not isinstance(task_id, str) or not _SAFE_TASK_ID.fullmatch(task_id):
+        raise ConfigError(f"invalid task id {quoted(task_id)}: task ids match [a-z0-9_-]{{1,128}}")
     return task_id
 
 
 def check_member_id(member_id: str) -> str:
     """Return a normalized member id unchanged, or raise ConfigError."""
-    if not isinstance(member_id, str) or not _SAFE_TASK_ID.match(member_id):
-        raise ConfigError(f"invalid member id {member_id!r}: member ids match [a-z0-9_-]{{1,128}}")
+    if not isinstance(member_id, str) or not _SAFE_TASK_ID.fullmatch(member_id):
+        raise ConfigError(f"invalid member id {quoted(member_id)}: member ids match "
+                          "[a-z0-9_-]{1,128}")
     return member_id

@@ -10,7 +10,7 @@ import redis
 from pydantic import BaseModel
 
 from shared.connection import block_ms, blocking_client
-from shared.errors import ConfigError, RunFailed
+from shared.errors import ConfigError, RunFailed, unreadable
 from shared.keys import RUNS_INDEX, RunKeys
 from shared.models import Plan, RunStatus, Usage
 from shared.scripts import Scripts
@@ -89,19 +89,23 @@ class RunStore:
         raw = self.conn.get(self.keys.spec)
         if raw is None:
             raise ConfigError(f"no run {self.run_id}; `teamctl runs` lists the known runs")
-        return RunSpec.model_validate_json(raw)
+        try:
+            return RunSpec.model_validate_json(raw)
+        except ValueError as exc:
+            raise unreadable(f"run {self.run_id} is unreadable: its spec", exc) from exc
 
     def state(self) -> RunState:
         """The run's mutable state, parsed from its hash."""
         raw = self.conn.hgetall(self.keys.state)
-        plan = Plan.model_validate_json(raw["plan"]) if raw.get("plan") else None
-        return RunState(
-            status=RunStatus(raw.get("status", RunStatus.PLANNING)),
-            rounds=int(raw.get("rounds", 0)),
-            started_ms=int(raw.get("started_ms", 0)), ended_ms=int(raw.get("ended_ms", 0)),
-            output=raw.get("output"), error=raw.get("error") or None, plan=plan,
-            approval=raw.get("approval") or None,
-            approval_reason=raw.get("approval_reason") or None)
+        what = f"run {self.run_id} is unreadable: its"
+        try:
+            plan = Plan.model_validate_json(raw["plan"]) if raw.get("plan") else None
+        except ValueError as exc:
+            raise unreadable(f"{what} plan", exc) from exc
+        try:
+            return _parse_state(raw, plan)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError too
+            raise unreadable(f"{what} state", exc) from exc
 
     def set_status(self, status: RunStatus) -> None:
         """Move the run to a status that does not end it; RunFailed if the lease is not ours."""
@@ -162,10 +166,13 @@ class RunStore:
     def usage(self) -> Usage:
         """The run's token and cost totals."""
         raw = self.conn.hgetall(self.keys.usage)
-        return Usage(prompt_tokens=int(raw.get("prompt_tokens", 0)),
-                     completion_tokens=int(raw.get("completion_tokens", 0)),
-                     cost_usd=float(raw.get("cost_usd", 0.0)),
-                     unpriced=bool(raw.get("unpriced")))
+        try:
+            return Usage(prompt_tokens=int(raw.get("prompt_tokens", 0)),
+                         completion_tokens=int(raw.get("completion_tokens", 0)),
+                         cost_usd=float(raw.get("cost_usd", 0.0)),
+                         unpriced=bool(raw.get("unpriced")))
+        except ValueError as exc:
+            raise unreadable(f"run {self.run_id} is unreadable: its usage", exc) from exc
 
     def cancelled(self) -> bool:
         """Whether somebody asked the run to stop (members check it between calls)."""
@@ -206,6 +213,17 @@ class RunStore:
     def blocking_conn(self) -> redis.Redis:
         """Connections of their own for BLPOP, with a socket timeout that outlasts it."""
         return blocking_client(self.conn)
+
+
+def _parse_state(raw: dict[str, str], plan: Plan | None) -> RunState:
+    """The state hash as a RunState; ValueError when a field does not parse."""
+    return RunState(
+        status=RunStatus(raw.get("status", RunStatus.PLANNING)),
+        rounds=int(raw.get("rounds", 0)),
+        started_ms=int(raw.get("started_ms", 0)), ended_ms=int(raw.get("ended_ms", 0)),
+        output=raw.get("output"), error=raw.get("error") or None, plan=plan,
+        approval=raw.get("approval") or None,
+        approval_reason=raw.get("approval_reason") or None)
 
 
 def list_runs(conn: redis.Redis, limit: int = 50) -> list[str]:

@@ -12,20 +12,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from shared.errors import ConfigError
 from shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
-from shared.retention import DEFAULT_RETENTION_S
+from shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
 
 DEFAULT_MAX_ROUNDS = 64
+MAX_DURATION_S = 7 * 24 * 3600
+"""Upper bound of every timeout and TTL option: a week is beyond any sane run, and keeps
+deadlines and Redis expiries (milliseconds) far from overflow."""
 WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
 
 
 class RunOptions(BaseModel):
-    """Every run option, with AI4J's defaults plus teamctl's own (DESIGN §7)."""
+    """Every run option, with AI4J's defaults plus teamctl's own (DESIGN §7).
 
-    model_config = ConfigDict(extra="forbid")
+    Every number is finite and bounded above (a value out of range is a ConfigError naming the
+    flag or the team file field): an infinite timeout overflowed deadlines, an infinite float
+    was stored as JSON null, a huge retention made Redis refuse the EXPIRE. `<= 0` keeps its
+    AI4J meaning ("the default") where it had one (max_concurrency, max_rounds,
+    message_history_limit).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     parallel_dispatch: bool = True
-    max_concurrency: int = 4
-    max_rounds: int = DEFAULT_MAX_ROUNDS
+    max_concurrency: int = Field(4, le=1024)
+    max_rounds: int = Field(DEFAULT_MAX_ROUNDS, le=10_000)
     continue_on_member_error: bool = True
     fail_on_unknown_member: bool = False
     broadcast_on_planner_failure: bool = True
@@ -33,26 +43,26 @@ class RunOptions(BaseModel):
     include_original_objective_in_dispatch: bool = True
     include_task_context_in_dispatch: bool = True
     include_message_history_in_dispatch: bool = True
-    message_history_limit: int = 20
+    message_history_limit: int = Field(20, le=10_000)
     require_plan_approval: bool = False
     allow_dynamic_member_registration: bool = True
     enable_member_team_tools: bool = True
     dispatch: Literal["eager", "barrier"] = "eager"
-    heartbeat_ttl_s: float = Field(30.0, gt=0)
-    max_attempts: int = Field(3, ge=1)
-    member_max_steps: int = Field(16, ge=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_cost_usd: float | None = Field(None, gt=0)
-    timeout_s: float = Field(1800.0, gt=0)
-    model_timeout_s: float = Field(120.0, gt=0)
-    model_max_retries: int = Field(3, ge=0)
-    max_message_bytes: int = Field(65536, ge=1)
-    dependency_output_chars: int = Field(4000, ge=0)
-    bus_max_messages: int = Field(100_000, ge=1)
-    lease_ttl_s: float = Field(15.0, gt=0)
-    redis_outage_s: float = Field(60.0, gt=0)
+    heartbeat_ttl_s: float = Field(30.0, gt=0, le=MAX_DURATION_S)
+    max_attempts: int = Field(3, ge=1, le=100)
+    member_max_steps: int = Field(16, ge=1, le=1_000_000)
+    max_tokens: int | None = Field(None, ge=1, le=10**12)
+    max_cost_usd: float | None = Field(None, gt=0, le=1_000_000)
+    timeout_s: float = Field(1800.0, gt=0, le=MAX_DURATION_S)
+    model_timeout_s: float = Field(120.0, gt=0, le=MAX_DURATION_S)
+    model_max_retries: int = Field(3, ge=0, le=100)
+    max_message_bytes: int = Field(65536, ge=1, le=16 * 1024 * 1024)
+    dependency_output_chars: int = Field(4000, ge=0, le=1_000_000)
+    bus_max_messages: int = Field(100_000, ge=1, le=10_000_000)
+    lease_ttl_s: float = Field(15.0, gt=0, le=MAX_DURATION_S)
+    redis_outage_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
     """How long every process keeps retrying through a Redis restart or failover."""
-    retention_s: int = Field(DEFAULT_RETENTION_S, ge=1)
+    retention_s: int = Field(DEFAULT_RETENTION_S, ge=1, le=MAX_RETENTION_S)
 
     def batch_size(self) -> int:
         """How many tasks one round may dispatch."""

@@ -12,3 +12,12 @@ def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
     """
     text = (text or "").strip()
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """`value`'s repr for an error message, cut so a huge bad input cannot flood the message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return text[:limit] + "..." + size

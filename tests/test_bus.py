@@ -120,12 +120,13 @@ def test_unknown_senders_are_refused(bus: MessageBus) -> None:
 
 
 def test_content_over_the_limit_is_refused_with_the_limit(conn: redis.Redis, run_id: str) -> None:
-    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=10)
-    assert bus.send("m1", "m2", None, None, "0123456789") is not None
-    with pytest.raises(ConfigError, match="11 bytes; the limit is 10 bytes"):
-        bus.send("m1", "m2", None, None, "0123456789a")
-    with pytest.raises(ConfigError, match="12 bytes"):
-        bus.broadcast("m1", None, None, "é" * 6)
+    # The limit is on the whole message: "m1" + "m2" + "peer.message" leave 24 bytes of content.
+    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=40)
+    assert bus.send("m1", "m2", None, None, "x" * 24) is not None
+    with pytest.raises(ConfigError, match=r"41 bytes \(content 25, .*the limit is 40 bytes"):
+        bus.send("m1", "m2", None, None, "x" * 25)
+    with pytest.raises(ConfigError, match=r"41 bytes \(content 24"):
+        bus.broadcast("m1", None, None, "é" * 12)
     assert len(bus.messages()) == 1
 
 
@@ -321,3 +322,44 @@ def test_trimming_keeps_what_an_attempt_read_but_did_not_acknowledge(
     assert bus.acknowledge_reads("t1", int(board.get("t1").token), MEMBERS)
     bus.trim()
     assert contents(bus.messages()) == [f"n{i}" for i in range(20, 30)]
+
+
+@pytest.mark.parametrize(("task_id", "says"), [
+    ("t" * 300_000, "invalid task id"),
+    ("task_1\n", "invalid task id"),
+    ("../t1", "invalid task id"),
+    ("Task 1", "invalid task id"),
+])
+def test_every_envelope_field_is_checked_not_only_the_content(
+        conn: redis.Redis, run_id: str, task_id: str, says: str) -> None:
+    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=1000)
+    with pytest.raises(ConfigError, match=says):
+        bus.send("m1", "m2", None, task_id, "hi")
+    with pytest.raises(ConfigError, match=says):
+        bus.broadcast("m1", None, task_id, "hi")
+    with pytest.raises(ConfigError, match=says):
+        bus.publish("system", "m1", "task.assigned", task_id, "hi")
+    assert bus.messages() == []
+
+
+def test_the_whole_envelope_counts_against_the_limit(conn: redis.Redis, run_id: str) -> None:
+    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=200)
+    assert bus.send("m1", "m2", None, "t" * 128, "x" * 10) is not None
+    with pytest.raises(ConfigError, match=r"message is \d+ bytes.*the limit is 200 bytes"):
+        bus.send("m1", "m2", "n" * 64, "t" * 128, "x" * 10)
+    assert len(bus.messages()) == 1
+
+
+@pytest.mark.parametrize(("sender", "to", "type_"), [
+    ("system\n", "m1", "task.assigned"),
+    ("s" * 10_000, "m1", "task.assigned"),
+    ("system", "m1\n", "task.assigned"),
+    ("system", "x" * 10_000, "task.assigned"),
+    ("system", "m1", "t" * 10_000),
+    ("system", "m1", "task assigned"),
+])
+def test_runtime_publishes_are_checked_for_shape(
+        bus: MessageBus, sender: str, to: str, type_: str) -> None:
+    with pytest.raises(ConfigError):
+        bus.publish(sender, to, type_, None, "hi")
+    assert bus.messages() == []

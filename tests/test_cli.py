@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,9 @@ from coordinator.options import merge_options
 from coordinator.run import RunRequest, create_run
 from shared.board import TaskBoard, WriteOutcome
 from shared.bus import MessageBus
+from shared.errors import ConfigError
+from shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
+from shared.keys import RunKeys
 from shared.models import TaskSpec, TaskStatus
 from shared.runstore import RunStore
 from shared.team import ModelChoice, RunOptions, load_team_file
@@ -243,3 +248,172 @@ def test_model_flag_overrides_every_role_including_members_own_models() -> None:
     by_flag = resolve_models(team, "flag-model", None)
     assert (by_flag.planner, by_flag.synthesizer) == ("flag-model", "flag-model")
     assert [by_flag.for_member(m) for m in team.members] == ["flag-model", "flag-model"]
+
+
+def test_ids_with_a_trailing_newline_are_refused(tmp_path: Path, redis_url: str) -> None:
+    for check in (check_run_id, check_member_id, check_task_id):
+        with pytest.raises(ConfigError):
+            check("x\n")
+    assert not is_safe_id("x\n")
+    for text, field in (('team_id = "t\\n"\n', "team_id"),
+                        ('[[members]]\nid = "m1"\nqueue = "gpu\\n"\n', "members.0.queue")):
+        team = tmp_path / "team.toml"
+        team.write_text(text)
+        with pytest.raises(ConfigError, match=field):
+            load_team_file(team)
+    bus = MessageBus(redis.Redis.from_url(redis_url, decode_responses=True), "r1", ["m1", "m2"])
+    with pytest.raises(ConfigError, match="type"):
+        bus.send("m1", "m2", "note\n", None, "hi")
+    with pytest.raises(ConfigError, match="invalid run id"):
+        MessageBus(redis.Redis.from_url(redis_url), "r1\n", ["m1"])
+    result = CliRunner().invoke(main, ["run", "x", "--run-id", "r1\n", "--workers", "0",
+                                       "--redis-url", redis_url])
+    assert result.exit_code == 2 and "invalid run id 'r1\\n'" in result.stderr
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+    assert not (tmp_path / "state" / "workspaces").exists()
+
+
+def _numeric_options() -> dict[str, type]:
+    """Every int or float run option (Optional ones included) and its number type."""
+    found = {}
+    for name, info in RunOptions.model_fields.items():
+        kinds = [a for a in (typing.get_args(info.annotation) or (info.annotation,))
+                 if a is not type(None)]
+        if kinds[0] in (int, float):
+            found[name] = kinds[0]
+    return found
+
+
+@pytest.mark.parametrize("field", sorted(_numeric_options()))
+def test_every_numeric_option_is_finite_and_bounded(
+        field: str, redis_url: str, tmp_path: Path) -> None:
+    kind = _numeric_options()[field]
+    flag = "--" + field.replace("_", "-")
+    values = ["inf", "nan", "1e20", "-inf"] if kind is float else ["100000000000000000000"]
+    for value in values:
+        result = CliRunner().invoke(main, ["run", "x", flag, value, "--workers", "0",
+                                           "--redis-url", redis_url])
+        assert result.exit_code == 2, (value, result.output)
+        assert result.stderr.startswith(f"teamctl: {flag}: ")
+        assert len(result.stderr.strip().splitlines()) == 1
+    for value in (["inf", "nan"] if kind is float else []) + ["1000000000000000000"]:
+        team = tmp_path / "team.toml"
+        team.write_text(f"[options]\n{field} = {value}\n")
+        with pytest.raises(ConfigError, match=rf"team file .*: options\.{field}: "):
+            load_team_file(team)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+def test_option_ranges_are_in_the_help_and_defaults_lie_within_them() -> None:
+    text = " ".join(CliRunner().invoke(main, ["run", "--help"]).output.split())
+    assert "--timeout-s FLOAT" in text and "more than 0, at most 604800" in text
+    assert "at most 31536000" in text  # retention: a year
+    RunOptions.model_validate(RunOptions().model_dump())
+
+
+def _corrupt_spec_timeout(conn: redis.Redis, run_id: str) -> None:
+    """What an earlier teamctl stored for --model-timeout-s inf: JSON null."""
+    spec = json.loads(conn.get(RunKeys(run_id).spec))
+    spec["options"]["model_timeout_s"] = None
+    conn.set(RunKeys(run_id).spec, json.dumps(spec))
+
+
+CORRUPTIONS = {
+    "spec null timeout": (_corrupt_spec_timeout, "options.model_timeout_s"),
+    "spec not json": (lambda c, r: c.set(RunKeys(r).spec, "{not json"), "spec"),
+    "state status": (lambda c, r: c.hset(RunKeys(r).state, "status", "exploded"), "exploded"),
+    "state rounds": (lambda c, r: c.hset(RunKeys(r).state, "rounds", "many"), "many"),
+    "state plan": (lambda c, r: c.hset(RunKeys(r).state, "plan", "[1"), "plan"),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_one_unreadable_run_never_breaks_the_others(
+        corruption: str, conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    corrupt, says = CORRUPTIONS[corruption]
+    for run_id in ("good-1", "bad", "good-2"):
+        make_run(conn, run_id, tmp_path)
+    corrupt(conn, "bad")
+    runner = CliRunner()
+
+    runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
+    assert runs.exit_code == 0, runs.output
+    rows = {line.split()[0]: line for line in runs.stdout.splitlines()}
+    assert set(rows) == {"good-1", "bad", "good-2"}
+    assert rows["bad"].split()[1] == "unreadable" and says in rows["bad"]
+    assert rows["good-1"].split()[1] == "planning"
+    as_json = json.loads(runner.invoke(main, ["runs", "--redis-url", redis_url, "--json"]).stdout)
+    assert {r["run_id"]: r["status"] for r in as_json} == {
+        "good-2": "planning", "bad": "unreadable", "good-1": "planning"}
+    # `tasks` reads the spec and the board, not the state hash: a bad state does not stop it.
+    verbs = [["status", "bad"], ["status", "bad", "--json"]]
+    verbs += [["tasks", "bad"]] if corruption.startswith("spec") else []
+    for verb in verbs:
+        result = runner.invoke(main, [*verb, "--redis-url", redis_url])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), verb
+        assert result.stderr.startswith("teamctl: run bad is unreadable: ")
+        assert says in result.stderr
+        assert len(result.stderr.splitlines()) == 1 and result.stdout == ""
+    for verb in (["status", "good-1"], ["tasks", "good-2"]):
+        assert runner.invoke(main, [*verb, "--redis-url", redis_url]).exit_code == 0
+
+
+def test_an_unreadable_task_or_run_id_is_one_line_too(
+        conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    make_run(conn, "good", tmp_path)
+    make_run(conn, "bad", tmp_path)
+    conn.hset(RunKeys("bad").task("a"), "status", "weird")
+    conn.zadd("teamctl:runs", {"bad\nid": 1})
+    runner = CliRunner()
+    for verb in (["status", "bad"], ["tasks", "bad", "--json"]):
+        result = runner.invoke(main, [*verb, "--redis-url", redis_url])
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), verb
+        assert result.stderr.startswith("teamctl: run bad is unreadable: task 'a'")
+        assert len(result.stderr.splitlines()) == 1
+    runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
+    assert runs.exit_code == 0
+    assert sorted(line.split()[:2] for line in runs.stdout.splitlines()) == [
+        ["'bad\\nid'", "unreadable"], ["bad", "planning"], ["good", "planning"]]
+
+
+def test_bad_paths_are_one_line_config_errors_for_every_verb(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    """Tests run as root, so "unwritable" is a path under a regular file (ENOTDIR)."""
+    make_run(conn, run_id, tmp_path)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory\n")
+    state_is_a_file = tmp_path / "out-state-file"
+    (state_is_a_file / "state").parent.mkdir()
+    (state_is_a_file / "state").write_text("x")
+    with_state_file = {**os.environ, "TEAMCTL_STATE_DIR": str(a_file)}
+    cases: list[tuple[list[str], dict[str, str], str]] = [
+        (verb, with_state_file, "TEAMCTL_STATE_DIR") for verb in (
+            ["run", "x", "--workers", "0"], ["status", "r1"], ["tasks", "r1"],
+            ["messages", "r1"], ["runs"], ["approve", "r1"], ["reject", "r1"], ["resume", "r1"],
+            ["cancel", "r1"], ["export", "r1", str(tmp_path / "out")], ["redis", "url"],
+            ["redis", "cli", "ping"], ["redis", "stop"],
+            ["run", "x", "--workers", "0", "--model", "m", "--redis-url", redis_url],
+            ["run", "x", "--team", str(tmp_path)])]  # the deepest given path is the culprit
+    cases += [
+        (["run", "x", "--team", str(tmp_path)], dict(os.environ), "team file"),
+        (["run", "x", "--team", str(a_file / "team.toml")], dict(os.environ), "team file"),
+        (["export", run_id, str(a_file), "--redis-url", redis_url], dict(os.environ),
+         "DIRECTORY"),
+        (["export", run_id, str(a_file / "out"), "--redis-url", redis_url], dict(os.environ),
+         "DIRECTORY"),
+        (["export", run_id, str(state_is_a_file), "--redis-url", redis_url], dict(os.environ),
+         "DIRECTORY"),
+    ]
+    # Started together: each is a fresh interpreter, and they touch nothing shared.
+    started = [(args, names, subprocess.Popen([*TEAMCTL, *args], env=env, text=True,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+               for args, env, names in cases]
+    for args, names, process in started:
+        stdout, stderr = process.communicate(timeout=60)
+        done = subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+        assert "Traceback" not in done.stdout + done.stderr, (args, done.stderr)
+        assert done.returncode == 2, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1, (args, done.stderr)
+        assert done.stderr.startswith("teamctl: ") and names in done.stderr, (args, done.stderr)
+    assert conn.zrange("teamctl:runs", 0, -1) == [run_id]  # no run was created
+    assert a_file.read_text() == "not a directory\n"

@@ -72,6 +72,32 @@ def test_tool_errors_go_back_to_the_model_and_the_task_completes(
                                       ("m1", "lead", "task.result")]
 
 
+def test_message_fields_are_bounded_not_only_the_content(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """A 300 kB taskId or type used to ride past max_message_bytes onto the bus."""
+    huge = "t" * 300_000
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("team_send_message", {"toMemberId": "m2", "taskId": huge, "content": "hi"}),
+                   ("team_broadcast", {"type": huge, "content": "hi"}),
+                   ("team_send_message", {"toMemberId": "m2", "content": "x" * 1000}),
+                   ("team_broadcast", {"taskId": "!!!", "content": "hi"}),
+                   ("team_send_message", {"toMemberId": "m2", "taskId": "Task 1",
+                                          "content": "threaded"})]),
+        "done"])
+    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
+             workspace=tmp_path / "ws", api_base=llm.api_base, max_message_bytes=1000)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+    task_id, type_, content, no_id, ok = tool_results(llm.requests[f"m1-{run_id}"][1])
+    for refused, says in ((task_id, "invalid task id"), (type_, "invalid message type"),
+                          (content, "the limit is 1000 bytes"), (no_id, "taskId '!!!'")):
+        assert refused.startswith("TOOL_ERROR: ") and says in refused
+        assert len(refused) < 1000  # the refusal does not echo the 300 kB back
+    assert (parsed(ok)["ok"], parsed(ok)["taskId"]) == (True, "task_1")
+    peer = [m for m in MessageBus(conn, run_id, []).messages() if m.type.startswith("peer.")]
+    assert [(m.task_id, m.content) for m in peer] == [("task_1", "threaded")]
+
+
 def test_team_tools_are_offered_only_when_enabled(
         conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
     model = llm.script(f"m1-{run_id}", ["plain answer"])

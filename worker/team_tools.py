@@ -25,6 +25,7 @@ from shared.bus import MessageBus
 from shared.errors import ToolFailed
 from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from shared.models import Envelope, TaskState
+from shared.text import quoted
 from worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from worker.mailbox import Mailbox
 from worker.tools import Toolbox, first_string, string_property
@@ -105,7 +106,7 @@ class TeamTools:
         raw_to = first_string(arguments, *TO_ALIASES)
         if raw_to is None:
             raise ToolFailed("toMemberId is required")
-        task_id = self._task_arg(arguments)
+        task_id = self._message_task_id(arguments)
         kind = first_string(arguments, "type") or "peer.message"
         # Checked here too: AI4J's wording ("unknown team member: x") is part of the contract.
         to = raw_to if raw_to == BROADCAST else self._member(raw_to)
@@ -115,7 +116,7 @@ class TeamTools:
 
     def broadcast(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """team_broadcast: a message to every other member."""
-        task_id = self._task_arg(arguments)
+        task_id = self._message_task_id(arguments)
         kind = first_string(arguments, "type") or "peer.broadcast"
         sent = self.ctx.bus.send(self.ctx.member_id, BROADCAST, kind, task_id,
                                  _content(arguments))
@@ -205,6 +206,18 @@ class TeamTools:
 
     def _task_arg(self, arguments: dict[str, Any]) -> str:
         return first_string(arguments, *TASK_ALIASES) or self.ctx.claim.task_id
+
+    def _message_task_id(self, arguments: dict[str, Any]) -> str:
+        """The task a message threads to, normalized like board ids (the bus refuses other
+        shapes); default: the task being executed."""
+        raw = first_string(arguments, *TASK_ALIASES)
+        if raw is None:
+            return self.ctx.claim.task_id
+        task_id = normalize_id(raw)
+        if task_id is None:
+            raise ToolFailed(f"taskId {quoted(raw)} names no task; use a task id such as "
+                             f"{self.ctx.claim.task_id}, or leave it out")
+        return task_id
 
     def _task_ids(self, arguments: dict[str, Any]) -> tuple[str, str]:
         """The raw taskId (reported back) and the normalized id the board knows."""
