@@ -132,8 +132,9 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
     from coordinator.commands import run_command
 
     code = run_command(objective=objective, team_path=team_path, model=model, api_base=api_base,
-                       redis_url=resolve_redis_url(redis_url), workers=workers, run_id=run_id,
-                       as_json=as_json, approve_plan=approve_plan, option_flags=option_flags)
+                       redis_url=lambda: resolve_redis_url(redis_url), workers=workers,
+                       run_id=run_id, as_json=as_json, approve_plan=approve_plan,
+                       option_flags=option_flags)
     sys.exit(code)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +55,12 @@ def approval_mode(approve_plan: bool) -> ApprovalMode:
 
 
 def run_command(*, objective: str, team_path: Path | None, model: str | None,
-                api_base: str | None, redis_url: str, workers: int, run_id: str | None,
-                as_json: bool, approve_plan: bool, option_flags: dict[str, Any]) -> int:
-    """`teamctl run`: create the run, drive it to its end, print the result; the exit code."""
+                api_base: str | None, redis_url: Callable[[], str], workers: int,
+                run_id: str | None, as_json: bool, approve_plan: bool,
+                option_flags: dict[str, Any]) -> int:
+    """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
+
+    `redis_url` is called only once the input is valid: a config error starts no server."""
     from coordinator.hooks import load_hooks
     from coordinator.options import merge_options
     from coordinator.run import RunRequest, create_run
@@ -66,13 +70,14 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     team = load_team_file(team_path)
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
     hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
+    url = redis_url()
+    conn = connect(url)
     models = resolve_models(team, model, api_base)
-    conn = connect(redis_url)
     request = RunRequest(objective=objective, team=team, models=models,
                          workspace_root=state_dir() / "workspaces", run_id=run_id)
     spec = create_run(conn, request)
-    click.echo(f"teamctl: run {spec.run_id} on {redacted(redis_url)}", err=True)
-    return _drive(conn, redis_url, spec, hooks, workers=workers, as_json=as_json,
+    click.echo(f"teamctl: run {spec.run_id} on {redacted(url)}", err=True)
+    return _drive(conn, url, spec, hooks, workers=workers, as_json=as_json,
                   approve_plan=approve_plan)
 
 

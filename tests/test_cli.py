@@ -392,8 +392,7 @@ def test_bad_paths_are_one_line_config_errors_for_every_verb(
             ["messages", "r1"], ["runs"], ["approve", "r1"], ["reject", "r1"], ["resume", "r1"],
             ["cancel", "r1"], ["export", "r1", str(tmp_path / "out")], ["redis", "url"],
             ["redis", "cli", "ping"], ["redis", "stop"],
-            ["run", "x", "--workers", "0", "--model", "m", "--redis-url", redis_url],
-            ["run", "x", "--team", str(tmp_path)])]  # the deepest given path is the culprit
+            ["run", "x", "--workers", "0", "--model", "m", "--redis-url", redis_url])]
     cases += [
         (["run", "x", "--team", str(tmp_path)], dict(os.environ), "team file"),
         (["run", "x", "--team", str(a_file / "team.toml")], dict(os.environ), "team file"),
@@ -417,3 +416,4 @@ def test_bad_paths_are_one_line_config_errors_for_every_verb(
         assert done.stderr.startswith("teamctl: ") and names in done.stderr, (args, done.stderr)
     assert conn.zrange("teamctl:runs", 0, -1) == [run_id]  # no run was created
     assert a_file.read_text() == "not a directory\n"
+    assert not (tmp_path / "state" / "redis").exists()  # a config error starts no server

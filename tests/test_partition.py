@@ -9,9 +9,11 @@ through a forwarder on B's loopback and a unix socket."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -58,8 +60,29 @@ class TwoHosts:
         ip("-n", self.b, "link", "set", self.link_b, "up")
 
     def exec(self, ns: str, command: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
-        """Start `command` in namespace `ns` (`ip netns exec` execs it: the pid is its own)."""
-        return subprocess.Popen(["ip", "netns", "exec", ns, *command], **kwargs)  # type: ignore[call-overload]
+        """Start `command` in namespace `ns` (`ip netns exec` execs it: the pid is its own), in
+        a session of its own, so a worker's forked job can be found and stopped with it."""
+        return subprocess.Popen(["ip", "netns", "exec", ns, *command],  # type: ignore[call-overload]
+                                start_new_session=True, **kwargs)
+
+
+def stop_session(process: subprocess.Popen[bytes]) -> None:
+    """Stop a process we started in a session of its own, and whatever is left in that session
+    (an RQ job runs in a forked child in a process group of its own)."""
+    stop_process(process)
+    for pid in _session_pids(process.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _session_pids(session_id: int) -> list[int]:
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # Fields after the parenthesized command: state, ppid, pgrp, session, ...
+            if int(stat.read_text().rsplit(")", 1)[1].split()[3]) == session_id:
+                pids.append(int(stat.parent.name))
+    return pids
 
 
 @pytest.fixture
@@ -113,6 +136,8 @@ def test_a_partitioned_worker_is_reclaimed_and_its_late_write_refused(
               "synth": llm.script(f"synth-{run_id}", ["the answer"])}
     team = team_toml(tmp_path / "team.toml", models)
     processes: list[subprocess.Popen[bytes]] = []
+    """Started in a namespace, each leading its own process group."""
+    coordinators: list[subprocess.Popen[bytes]] = []
     local = LocalWorkers(local_url, ["remote"], 1, tmp_path / "local-logs")
     llm_bridge = TcpProxy("127.0.0.1", llm_port, listen_path=llm_sock).start()
     try:
@@ -134,7 +159,7 @@ def test_a_partitioned_worker_is_reclaimed_and_its_late_write_refused(
                 [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
                  "--redis-url", local_url, "--workers", "0", "--run-id", run_id, "--json"],
                 stdout=subprocess.PIPE, stderr=log)
-        processes.append(coordinator)
+        coordinators.append(coordinator)
         board = TaskBoard(conn, run_id)
         wait_until(lambda: (t := board.get("a")) and t.status is TaskStatus.IN_PROGRESS, 90,
                    message="the remote worker to claim a")
@@ -161,8 +186,10 @@ def test_a_partitioned_worker_is_reclaimed_and_its_late_write_refused(
         assert types.count("task.result") == 1 and types.count("run.complete") == 1
     finally:
         local.stop()
+        for coordinator in coordinators:
+            stop_process(coordinator)
         for process in reversed(processes):
-            stop_process(process)
+            stop_session(process)
         llm_bridge.stop()
         shutil.rmtree(sock_dir, ignore_errors=True)
 

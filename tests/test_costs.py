@@ -1,0 +1,56 @@
+"""Cost accounting with a real price: a model name litellm knows (gpt-4o-mini), served by the
+scripted server, so `usage.cost_usd`, `max_cost_usd` and the promise that a run overshoots its
+budget by at most one call per member in flight are checked with litellm's own prices."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shared.llm import load_litellm
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.test_coordinator import run_cli, team_file
+
+PRICED = "gpt-4o-mini"
+PROMPT_TOKENS, COMPLETION_TOKENS = 11, 7
+"""What every scripted reply reports as its usage."""
+
+
+@pytest.fixture
+def call_cost_usd() -> float:
+    """What one scripted call to the priced model costs at litellm's local prices."""
+    price = load_litellm().model_cost[PRICED]
+    return (PROMPT_TOKENS * price["input_cost_per_token"]
+            + COMPLETION_TOKENS * price["output_cost_per_token"])
+
+
+def test_a_priced_model_is_charged_and_the_budget_overshoots_by_at_most_one_call_per_member(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        call_cost_usd: float) -> None:
+    plan = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
+    # Both members keep working (a tool call a turn) until the budget stops them.
+    member = llm.script(PRICED, [ToolCalls([("team_list_tasks", {})])], repeat_last=True,
+                        latency_s=0.2)
+    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+              "member": f"openai/{PRICED}", "synth": llm.script(f"synth-{run_id}", ["unused"])}
+    assert member == models["member"]
+    budget_usd = 3.5 * call_cost_usd
+    team = team_file(tmp_path / "team.toml", models, options={
+        "max_cost_usd": budget_usd, "max_concurrency": 2, "member_max_steps": 1000})
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    calls = len(llm.requests[PRICED])
+    assert out["usage"]["cost_usd"] == pytest.approx(calls * call_cost_usd)
+    assert not any(r["usage"]["unpriced"] for r in out["member_results"])  # the planner's is
+    # It stops once spent, overshooting by at most one call for each of the 2 members in flight.
+    assert budget_usd <= out["usage"]["cost_usd"] <= budget_usd + 2 * call_cost_usd
+    assert calls in (4, 5, 6) and out["status"] == "failed"
+    assert out["output"] is None  # no synthesis on a spent budget
+    assert [m["type"] for m in out["messages"]].count("run.budget_exceeded") == 1
+    per_task = sum(r["usage"]["cost_usd"] for r in out["member_results"])
+    assert per_task == pytest.approx(out["usage"]["cost_usd"])
