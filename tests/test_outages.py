@@ -150,8 +150,8 @@ def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
     keys = RunKeys(run_id)
     with TcpProxy(host, int(port)) as proxy:
         a = start_run(llm, proxy.url(), run_id, team)
-        wait_until(lambda: RunStore(conn, run_id).state().status == "synthesizing", 90,
-                   message="A synthesizing")
+        wait_until(lambda: len(llm.requests[f"synth-{run_id}"]) == 1, 90,
+                   message="A's synthesizer call")
         proxy.cut()
         wait_until(lambda: not conn.exists(keys.lease), 30, message="A's lease to expire")
 
