@@ -11,11 +11,10 @@ import threading
 import time
 from pathlib import Path
 
+from shared.connection import WORKER_CONNECTION_CLASS
 from shared.parent_watch import PARENT_PID_ENV
 
 STOP_TIMEOUT_S = 10.0
-
-
 URL_ENV = "RQ_REDIS_URL"
 """Where `rq worker` reads its URL when -u is not given; unlike argv, other users cannot read a
 process's environment, and the embedded server's URL holds its password."""
@@ -23,9 +22,10 @@ process's environment, and the embedded server's URL holds its password."""
 
 def worker_command(redis_url: str | None, queues: list[str], *, worker_class: str | None = None,
                    name: str | None = None) -> list[str]:
-    """The documented worker command: RQ's CLI with the teamctl preload settings module;
-    without `redis_url` the worker takes it from $RQ_REDIS_URL."""
-    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "worker.settings"]
+    """The documented worker command: RQ's CLI with the teamctl preload settings module and a
+    client that rides through Redis outages; without `redis_url` it reads $RQ_REDIS_URL."""
+    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "worker.settings",
+               "--connection-class", WORKER_CONNECTION_CLASS]
     if redis_url:
         command += ["-u", redis_url]
     if worker_class:

@@ -51,6 +51,20 @@ class OutageRetry(Retry):
         return super().call_with_retry(do, fail_or_give_up, is_retryable, with_failure_count)
 
 
+class OutageTolerantRedis(redis.Redis):
+    """The client class for RQ workers (RQ_CONNECTION_CLASS): RQ's own calls, a worker watching
+    its job among them, ride through a Redis outage as teamctl's do, instead of quitting."""
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> OutageTolerantRedis:  # type: ignore[override]
+        kwargs.setdefault("retry", OutageRetry(DEFAULT_OUTAGE_S))
+        return super().from_url(url, **kwargs)
+
+
+WORKER_CONNECTION_CLASS = f"{__name__}.{OutageTolerantRedis.__name__}"
+"""What RQ_CONNECTION_CLASS names for teamctl's workers."""
+
+
 def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S) -> redis.Redis:
     """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
     try:

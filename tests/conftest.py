@@ -84,6 +84,21 @@ def llm() -> Iterator[ScriptedLLM]:
     server.stop()
 
 
+@pytest.fixture(autouse=True)
+def scripts_used_as_written(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test fails if the scripted server got a request its scripts did not foresee (answered
+    with an error that litellm or teamctl may have retried silently) or left replies unused."""
+    if "llm" not in request.fixturenames:
+        yield
+        return
+    server: ScriptedLLM = request.getfixturevalue("llm")
+    server.begin_test()
+    yield
+    problems = server.end_test()
+    assert not problems, "the scripted model server was not used as scripted: " + "; ".join(
+        problems)
+
+
 @pytest.fixture(scope="session")
 def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Two real, preloaded `rq worker` processes on queue `members`, shared by the session."""

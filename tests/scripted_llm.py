@@ -8,7 +8,10 @@ spent outside the server's lock, so several slow calls are in flight at once as 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -41,7 +44,20 @@ class Slow:
     latency_s: float
 
 
-Reply = str | ToolCalls | HttpError | Slow
+@dataclass
+class Reset:
+    """The connection is reset after part of the response (a provider or proxy that died)."""
+
+
+@dataclass
+class Stall:
+    """Headers and part of the body, then nothing (a stalled provider): the client's timeout
+    has to end the call."""
+
+
+Reply = str | ToolCalls | HttpError | Slow | Reset | Stall
+STALL_LIMIT_S = 120.0
+"""A stalled reply gives up on its own after this long, so no server thread outlives a test."""
 Handler = Callable[[dict[str, Any]], Reply]
 
 
@@ -62,6 +78,11 @@ class ScriptedLLM:
         self.requests: dict[str, list[dict[str, Any]]] = {}
         self.request_times: dict[str, list[float]] = {}
         self.server: ThreadingHTTPServer | None = None
+        self.mistakes: list[str] = []
+        """Requests the scripts did not foresee: answered with an error the client may have
+        retried silently, so each test checks there were none (tests/conftest.py)."""
+        self._made: list[str] = []
+        """Models scripted since the current test began."""
 
     @property
     def api_base(self) -> str:
@@ -77,7 +98,21 @@ class ScriptedLLM:
             self._scripts[model] = _Script(list(replies or []), handler, repeat_last, latency_s)
             self.requests[model] = []
             self.request_times[model] = []
+            self._made.append(model)
         return f"openai/{model}"
+
+    def begin_test(self) -> None:
+        with self._lock:
+            self.mistakes.clear()
+            self._made.clear()
+
+    def end_test(self) -> list[str]:
+        """What went against the scripts in this test: unforeseen requests, unused replies."""
+        with self._lock:
+            unused = [f"script for {m!r} has {len(s.replies)} unused replies"
+                      for m in self._made if (s := self._scripts.get(m)) is not None
+                      and s.handler is None and not s.repeat_last and s.replies]
+            return [*self.mistakes, *unused]
 
     def prompts(self, model: str) -> list[str]:
         """The text of the last user message of each request to `model`."""
@@ -94,7 +129,8 @@ class ScriptedLLM:
         with self._lock:
             script = self._scripts.get(model)
             if script is None:
-                return HttpError(404, f"model {model!r} is not scripted")
+                self.mistakes.append(f"model {model!r} is not scripted")
+                return HttpError(404, self.mistakes[-1])
             self.requests[model].append(body)
             self.request_times[model].append(time.monotonic())
             if script.handler is not None:
@@ -103,9 +139,11 @@ class ScriptedLLM:
                 try:
                     return script.handler(body)
                 except Exception as exc:
-                    return HttpError(500, f"scripted handler raised {exc!r}")
+                    self.mistakes.append(f"scripted handler for {model!r} raised {exc!r}")
+                    return HttpError(500, self.mistakes[-1])
             if not script.replies:
-                return HttpError(500, f"script for {model!r} is exhausted")
+                self.mistakes.append(f"script for {model!r} is exhausted")
+                return HttpError(500, self.mistakes[-1])
             if script.repeat_last and len(script.replies) == 1:
                 return script.replies[0]
             return script.replies.pop(0)
@@ -126,6 +164,9 @@ class ScriptedLLM:
                     reply, delay_s = reply.reply, delay_s + reply.latency_s
                 # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
                 time.sleep(delay_s)
+                if isinstance(reply, Reset | Stall):
+                    self._break(reply)
+                    return
                 status, payload = _render(reply, body.get("model", ""))
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -138,6 +179,24 @@ class ScriptedLLM:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def _break(self, reply: Reset | Stall) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.write(b'{"id": "chatcmpl-scripted", "object": ')
+                self.wfile.flush()
+                if isinstance(reply, Stall):
+                    # Until the client gives up (the socket turns readable at its close).
+                    self.connection.settimeout(STALL_LIMIT_S)
+                    with contextlib.suppress(OSError):
+                        self.connection.recv(1)
+                # SO_LINGER 0: the close sends a reset, not an orderly end of stream.
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.connection.close()
+                self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

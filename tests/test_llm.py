@@ -10,7 +10,7 @@ import pytest
 
 from shared.errors import ModelError
 from shared.llm import ModelClient, load_litellm, warm_up
-from tests.scripted_llm import HttpError, ScriptedLLM
+from tests.scripted_llm import HttpError, Reset, ScriptedLLM, Stall
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -48,8 +48,18 @@ def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
     assert reply.content == "fine" and second - first >= 1.5
 
 
+def test_a_reset_connection_and_a_stalled_reply_are_retried(
+        llm: ScriptedLLM, run_id: str) -> None:
+    model = llm.script(f"m-{run_id}", [Reset(), Stall(), "fine"])
+    client = ModelClient(timeout_s=1.0, max_retries=2, backoff_base_s=0.01)
+
+    reply = client.complete(model, HI, api_base=llm.api_base)
+
+    assert reply.content == "fine" and len(llm.requests[f"m-{run_id}"]) == 3
+
+
 def test_a_400_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
-    model = llm.script(f"m-{run_id}", [HttpError(400, "bad request 91c"), "never"])
+    model = llm.script(f"m-{run_id}", [HttpError(400, "bad request 91c")])  # a retry: exhausted
     client = ModelClient(max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(ModelError, match="bad request 91c"):
