@@ -128,7 +128,9 @@ class ModelClient:
         if api_base and not model.startswith(PROVIDER):
             kwargs["api_base"] = api_base
             # Local OpenAI-compatible servers rarely need a key, but the client insists on one.
-            if not any(os.environ.get(var) for var in PROVIDER_KEY_VARS):
+            # Only this model's provider's key counts: an ANTHROPIC_API_KEY in the environment
+            # must not leave an openai/ model on a local server without one.
+            if not os.environ.get(provider_key_var(litellm, model)):
                 kwargs["api_key"] = "teamctl-no-key"
         for attempt in range(self.max_retries + 1):
             try:
@@ -153,6 +155,15 @@ def _retry_after_s(exc: Exception) -> float | None:
         return max(0.0, float(headers.get("retry-after"))) if headers else None
     except (TypeError, ValueError):
         return None
+
+
+def provider_key_var(litellm: Any, model: str) -> str:
+    """The environment variable holding the key of `model`'s provider, as litellm routes it."""
+    try:
+        provider = litellm.get_llm_provider(model)[1]
+    except Exception:  # a name litellm cannot place: its prefix, else OpenAI-compatible
+        provider = model.split("/", 1)[0] if "/" in model else "openai"
+    return f"{provider.upper()}_API_KEY"
 
 
 def _retryable(exc: Exception) -> bool:
