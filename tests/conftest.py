@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from rq import Queue, Worker
 
 from coordinator.lease import Lease
 from coordinator.workers import LocalWorkers
@@ -104,10 +105,28 @@ def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """Two real, preloaded `rq worker` processes on queue `members`, shared by the session."""
     group = LocalWorkers(redis_server, ["members"], 2, tmp_path_factory.mktemp("worker-logs"))
     group.start()
+    pids = {p.pid for p in group.processes}
     client = redis.Redis.from_url(redis_server)
-    wait_until(lambda: len(client.smembers("rq:workers")) >= 2, 60, message="2 rq workers")
+    # These two, by pid: a registry entry of a worker that died lingers until its TTL.
+    wait_until(lambda: pids <= {w.pid for w in Worker.all(queue=Queue("members",
+                                                                      connection=client))},
+               60, message="our 2 rq workers to register on members")
     yield redis_server
     group.stop()
+
+
+@pytest.fixture(autouse=True)
+def shared_workers_left_idle(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses the shared workers hands them back idle, with nothing queued, so the
+    next test does not inherit its jobs (a job may still be finishing a refused write)."""
+    yield
+    if "workers" not in request.fixturenames:
+        return
+    client = redis.Redis.from_url(request.getfixturevalue("workers"))
+    queue = Queue("members", connection=client)
+    wait_until(lambda: queue.count == 0 and all(
+        w.get_state() != "busy" for w in Worker.all(queue=queue)), 60,
+        message="the shared workers to be idle with nothing queued")
 
 
 @pytest.fixture

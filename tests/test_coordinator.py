@@ -52,14 +52,15 @@ def member_answer(body: dict[str, Any]) -> str:
 
 
 def script_run(llm: ScriptedLLM, run_id: str, plan: Any, *, member: Any = member_answer,
-               synth: str = "final answer") -> dict[str, str]:
-    """Program planner, member and synthesizer models for one run; returns their names."""
+               synth: str | None = "final answer") -> dict[str, str]:
+    """Program planner, member and synthesizer models for one run; returns their names.
+    With `synth` None the run must end without synthesis (a call would find no reply)."""
     plan_text = plan if isinstance(plan, str) else json.dumps(plan)
     handler = member if callable(member) else None
     return {
         "planner": llm.script(f"plan-{run_id}", [plan_text]),
         "member": llm.script(f"member-{run_id}", None if handler else member, handler=handler),
-        "synth": llm.script(f"synth-{run_id}", [synth]),
+        "synth": llm.script(f"synth-{run_id}", [] if synth is None else [synth]),
     }
 
 
@@ -292,7 +293,7 @@ def test_first_member_error_stops_the_run_without_synthesis(
         return HttpError(400, "member model refused") if task_id_of(body) == "a" else "fine"
 
     plan = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
-    models = script_run(llm, run_id, plan, member=fail_a)
+    models = script_run(llm, run_id, plan, member=fail_a, synth=None)
     result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
                      "--no-continue-on-member-error", "--no-parallel-dispatch")
 
@@ -310,7 +311,7 @@ def test_first_member_error_stops_the_run_without_synthesis(
 def test_spent_token_budget_stops_dispatch_without_synthesis(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
-    models = script_run(llm, run_id, plan)
+    models = script_run(llm, run_id, plan, synth=None)
     # The planner spends 18 tokens and the first member call 18 more: past 30 after task a.
     result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
                      "--max-tokens", "30", "--no-parallel-dispatch")

@@ -40,7 +40,7 @@ def test_cancel_from_another_process(
     never = threading.Event()
     plan = [{"id": "a", "memberId": "m1", "task": "A"},
             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
-    models = script_run(llm, run_id, plan, member=busy_until(never, "a"))
+    models = script_run(llm, run_id, plan, member=busy_until(never, "a"), synth=None)
     team = team_file(tmp_path / "t.toml", models, options={
         "heartbeat_ttl_s": 1.0, "member_max_steps": 100_000})
     thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
@@ -70,7 +70,7 @@ def test_cancel_from_another_process(
 def test_plan_rejected_from_another_shell_fails_the_run(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     conn = redis.Redis.from_url(workers, decode_responses=True)
-    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}], synth=None)
     team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
     thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
     wait_until(lambda: RunStore(conn, run_id).state().status == "awaiting_approval", 30,
@@ -133,7 +133,7 @@ def test_timeout_stops_the_run(llm: ScriptedLLM, workers: str, run_id: str,
                                tmp_path: Path) -> None:
     never = threading.Event()
     models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
-                        member=busy_until(never, "a"))
+                        member=busy_until(never, "a"), synth=None)
     team = team_file(tmp_path / "t.toml", models, options={
         "heartbeat_ttl_s": 1.0, "member_max_steps": 100_000})
     result = run_cli(llm, workers, run_id, team, "--timeout-s", "1")

@@ -34,7 +34,8 @@ def test_a_priced_model_is_charged_and_the_budget_overshoots_by_at_most_one_call
     member = llm.script(PRICED, [ToolCalls([("team_list_tasks", {})])], repeat_last=True,
                         latency_s=0.2)
     models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
-              "member": f"openai/{PRICED}", "synth": llm.script(f"synth-{run_id}", ["unused"])}
+              "member": f"openai/{PRICED}",
+              "synth": llm.script(f"synth-{run_id}", [])}  # a spent budget: no synthesis
     assert member == models["member"]
     budget_usd = 3.5 * call_cost_usd
     team = team_file(tmp_path / "team.toml", models, options={

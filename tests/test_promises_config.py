@@ -15,7 +15,7 @@ from coordinator.cli import main
 from shared.llm import DEFAULT_MODEL_FOR_KEY
 from shared.runstore import RunStore
 from shared.team import RunOptions
-from tests.scripted_llm import ScriptedLLM
+from tests.scripted_llm import HttpError, ScriptedLLM
 from tests.test_coordinator import member_answer, run_cli
 
 ONE_TASK_PLAN = json.dumps({"tasks": [{"id": "a", "memberId": "researcher", "task": "A"}]})
@@ -165,13 +165,14 @@ def test_run_help_lists_every_option_as_a_flag() -> None:
 @pytest.mark.parametrize("name", list(RunOptions.model_fields))
 def test_each_option_given_as_a_flag_lands_in_the_stored_spec(
         llm: ScriptedLLM, redis_url: str, run_id: str, name: str) -> None:
-    """The planner is not scripted, so the run fails at once, after its spec was stored."""
+    """The planner refuses, so the run fails at once, after its spec was stored."""
     assert name in NON_DEFAULT_FLAG_VALUES, f"add a non-default flag value for option {name}"
     args, value = NON_DEFAULT_FLAG_VALUES[name]
     assert value != RunOptions.model_fields[name].default
 
     result = CliRunner().invoke(main, [
-        "run", "x", "--model", f"openai/unscripted-{run_id}", "--api-base", llm.api_base,
+        "run", "x", "--model", llm.script(f"refuses-{run_id}", [HttpError(400, "no")]),
+        "--api-base", llm.api_base,
         "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, *args])
 
     assert result.exit_code == 1 and "planner failed" in result.stderr, result.output

@@ -49,7 +49,8 @@ def test_cancel_gives_up_on_a_member_stuck_in_a_model_call_after_the_grace(
     late_s = grace_s + 5  # the reply comes well after the grace period is over
     conn = redis.Redis.from_url(workers, decode_responses=True)
     board = TaskBoard(conn, run_id)
-    models = script_run(llm, run_id, ONE_TASK, member=[Slow("late answer", late_s)])
+    models = script_run(llm, run_id, ONE_TASK, member=[Slow("late answer", late_s)],
+                        synth=None)
     team = team_file(tmp_path / "t.toml", models, options={"heartbeat_ttl_s": TTL_S})
     thread, results = run_in_thread(llm, workers, run_id, team)
     wait_until(lambda: len(llm.requests[f"member-{run_id}"]) == 1, 60,
@@ -132,7 +133,7 @@ def test_model_retry_backoff_doubles_up_to_its_cap_then_gives_up(
         llm: ScriptedLLM, run_id: str) -> None:
     failures: list[Any] = [HttpError(429), HttpError(500), HttpError(503), HttpError(529),
                            HttpError(502), HttpError(504), HttpError(429)]
-    model = llm.script(f"m-{run_id}", [*failures, "never reached"])
+    model = llm.script(f"m-{run_id}", failures)  # one more call would find it exhausted
     client = ModelClient(max_retries=6, backoff_base_s=0.2, backoff_max_s=0.6)
 
     with pytest.raises(ModelError, match="scripted failure"):
@@ -150,8 +151,7 @@ def test_model_retry_backoff_doubles_up_to_its_cap_then_gives_up(
 
 def test_model_max_retries_bounds_the_runs_retries_with_the_default_backoff(
         llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    planner = llm.script(f"plan-{run_id}", [HttpError(503), HttpError(429), HttpError(503),
-                                            "never reached"])
+    planner = llm.script(f"plan-{run_id}", [HttpError(503), HttpError(429), HttpError(503)])
     team = team_file(tmp_path / "t.toml", {"planner": planner, "synth": planner,
                                            "member": planner})
 

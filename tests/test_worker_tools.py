@@ -227,7 +227,7 @@ def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
 def test_releasing_the_current_task_ends_the_attempt_quietly(
         conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
     model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_release_task", {"reason": "needs a specialist"})]), "never asked"])
+        ToolCalls([("team_release_task", {"reason": "needs a specialist"})])])
     make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
              api_base=llm.api_base)
 
