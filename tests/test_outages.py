@@ -26,6 +26,7 @@ from tests.conftest import wait_until
 from tests.faults import RestartableRedis, TcpProxy
 from tests.scripted_llm import ScriptedLLM, Slow
 from tests.test_coordinator import member_answer, team_file
+from tests.timescale import scaled, timing_options
 
 TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
@@ -85,16 +86,19 @@ def message_types(conn: redis.Redis, run_id: str) -> list[str]:
     return [m.type for m in MessageBus(conn, run_id, []).messages()]
 
 
+@pytest.mark.realistic
 def test_redis_restart_mid_run_at_default_ttls_completes_every_task_once(
         llm: ScriptedLLM, own_redis: RestartableRedis, own_workers: LocalWorkers, run_id: str,
         tmp_path: Path) -> None:
-    team = team_file(tmp_path / "team.toml", models_for(llm, run_id, member_latency_s=6))
+    # The members' calls outlast the restart (stop, down, start) at any scale.
+    models = models_for(llm, run_id, member_latency_s=scaled(6, floor_s=3))
+    team = team_file(tmp_path / "team.toml", models, options=timing_options())
     conn = redis.Redis.from_url(own_redis.url, decode_responses=True)
     coordinator = start_run(llm, own_redis.url, run_id, team)
     wait_until(lambda: len(llm.requests[f"member-{run_id}"]) == 2, 90,
                message="both members waiting on their model calls")
 
-    own_redis.restart(down_s=2)  # while both members wait on their model calls
+    own_redis.restart(down_s=scaled(2))  # while both members wait on their model calls
 
     code, out, err = finish(coordinator)
     assert code == 0, err

@@ -22,11 +22,13 @@ from shared.bus import MessageBus
 from shared.errors import ModelError
 from shared.llm import ModelClient
 from shared.models import TaskStatus
+from shared.team import RunOptions
 from tests.conftest import wait_until
 from tests.scripted_llm import HttpError, ScriptedLLM, Slow
 from tests.test_coordinator import run_cli, script_run, team_file
 from tests.test_local_workers import exited
 from tests.test_resume import TEAMCTL
+from tests.timescale import scaled
 
 TTL_S = 1.0
 ONE_TASK = [{"id": "a", "memberId": "m1", "task": "A"}]
@@ -43,15 +45,17 @@ def run_in_thread(llm: ScriptedLLM, url: str, run_id: str, team: Path,
     return thread, results
 
 
+@pytest.mark.realistic
 def test_cancel_gives_up_on_a_member_stuck_in_a_model_call_after_the_grace(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    grace_s = STOP_GRACE_TTLS * TTL_S
+    ttl_s = scaled(RunOptions().heartbeat_ttl_s, floor_s=TTL_S)
+    grace_s = STOP_GRACE_TTLS * ttl_s
     late_s = grace_s + 5  # the reply comes well after the grace period is over
     conn = redis.Redis.from_url(workers, decode_responses=True)
     board = TaskBoard(conn, run_id)
     models = script_run(llm, run_id, ONE_TASK, member=[Slow("late answer", late_s)],
                         synth=None)
-    team = team_file(tmp_path / "t.toml", models, options={"heartbeat_ttl_s": TTL_S})
+    team = team_file(tmp_path / "t.toml", models, options={"heartbeat_ttl_s": ttl_s})
     thread, results = run_in_thread(llm, workers, run_id, team)
     wait_until(lambda: len(llm.requests[f"member-{run_id}"]) == 1, 60,
                message="the member's model call")
@@ -61,7 +65,7 @@ def test_cancel_gives_up_on_a_member_stuck_in_a_model_call_after_the_grace(
     cancel = subprocess.run([*TEAMCTL, "cancel", run_id, "--redis-url", workers],
                             capture_output=True, text=True, timeout=60)
     assert cancel.returncode == 0 and "cancel requested" in cancel.stdout, cancel.stderr
-    thread.join(60)
+    thread.join(grace_s + 60)
     ended_at = time.monotonic()
     answered_at = llm.request_times[f"member-{run_id}"][0] + late_s
 

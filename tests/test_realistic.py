@@ -1,27 +1,39 @@
-"""At the default options, with model calls that take seconds as real providers' do.
+"""A chain of slow tasks at the default options (scaled by tests/timescale.py), with model calls
+that take seconds as real providers' do.
 
-A suite that only runs with shortened TTLs and instant models hid a crash that hit every real run
-(any stretch of 5 s without a board event ended `teamctl run`)."""
+A suite that only ran with shortened TTLs and instant models hid a crash that hit every real run
+(any stretch of 5 s without a board event ended `teamctl run`); the realistic tier runs this at
+the real defaults and latencies."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
 from shared.team import RunOptions
 from tests.scripted_llm import ScriptedLLM
 from tests.test_coordinator import member_answer, run_cli, team_file
+from tests.timescale import scaled, time_scale, timing_options
 
-PLAN = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
+PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
+        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+        {"id": "c", "memberId": "m3", "task": "C"}]
 
 
-def test_slow_models_at_default_options_complete(
+@pytest.mark.realistic
+def test_a_chain_of_slow_tasks_completes_at_the_default_options(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    assert RunOptions().heartbeat_ttl_s == 30 and RunOptions().lease_ttl_s == 15
-    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)], latency_s=7),
-              "member": llm.script(f"member-{run_id}", handler=member_answer, latency_s=8),
-              "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=6)}
-    team = team_file(tmp_path / "team.toml", models)  # no [options]: every default
+    options = timing_options()
+    if time_scale() == 1:
+        defaults = RunOptions()
+        assert [options[k] == getattr(defaults, k) for k in options] == [True] * len(options)
+    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)], latency_s=scaled(7)),
+              "member": llm.script(f"member-{run_id}", handler=member_answer,
+                                   latency_s=scaled(8)),
+              "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=scaled(6))}
+    team = team_file(tmp_path / "team.toml", models, options=options)
 
     result = run_cli(llm, workers, run_id, team)
 
@@ -29,5 +41,7 @@ def test_slow_models_at_default_options_complete(
     out = json.loads(result.stdout)
     assert out["status"] == "completed" and out["output"] == "the answer"
     assert {r["task_id"]: r["output"] for r in out["member_results"]} == {
-        "a": "output of a", "b": "output of b"}
-    assert [s["attempts"] for s in out["task_states"]] == [1, 1]
+        t: f"output of {t}" for t in ("a", "b", "c")}
+    assert [s["attempts"] for s in out["task_states"]] == [1, 1, 1]
+    b_prompt = next(p for p in llm.prompts(f"member-{run_id}") if "Task ID: b" in p)
+    assert "output of a" in b_prompt  # b ran after a, with a's output

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from click.testing import CliRunner
 
@@ -23,6 +24,7 @@ from shared.runstore import RunStore
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
+from tests.timescale import scaled
 
 TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
 BUSY = ToolCalls([("team_list_tasks", {})])
@@ -39,8 +41,10 @@ def busy_until(release: threading.Event, task_id: str) -> Callable[[dict[str, An
     return handler
 
 
+@pytest.mark.realistic
 def test_sigkill_coordinator_then_resume_completes_without_rerunning(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    lease_ttl_s = scaled(15, floor_s=1.0)
     conn = redis.Redis.from_url(workers, decode_responses=True)
     board = TaskBoard(conn, run_id)
     release_b = threading.Event()
@@ -48,7 +52,8 @@ def test_sigkill_coordinator_then_resume_completes_without_rerunning(
             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
     models = script_run(llm, run_id, plan, member=busy_until(release_b, "b"))
     team = team_file(tmp_path / "t.toml", models, options={
-        "lease_ttl_s": 1.0, "heartbeat_ttl_s": 10.0, "member_max_steps": 100_000})
+        "lease_ttl_s": lease_ttl_s, "heartbeat_ttl_s": scaled(30, floor_s=10),
+        "member_max_steps": 100_000})
     run_args = ["run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
                 "--redis-url", workers, "--workers", "0", "--run-id", run_id]
     coordinator = subprocess.Popen([*TEAMCTL, *run_args], stdout=subprocess.DEVNULL,
@@ -64,7 +69,8 @@ def test_sigkill_coordinator_then_resume_completes_without_rerunning(
         coordinator.wait(timeout=30)
     release_b.set()  # the in-flight task finishes while no coordinator is alive
     wait_until(lambda: board.get("b").status is TaskStatus.COMPLETED, 30, message="b completed")
-    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 10, message="lease expiry")
+    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 10 + lease_ttl_s,
+               message="lease expiry")
 
     resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
                                         "--workers", "0", "--json"])

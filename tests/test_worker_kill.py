@@ -26,10 +26,12 @@ from coordinator.workers import LocalWorkers
 from shared.board import TaskBoard
 from shared.bus import MessageBus
 from shared.models import TaskStatus
+from shared.team import RunOptions
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM
+from tests.timescale import scaled
 
-TTL_S = 1.5
+TTL_S = scaled(RunOptions().heartbeat_ttl_s, floor_s=1.5)
 PLAN = {"tasks": [{"id": "work", "memberId": "m1", "task": "Do the work"}]}
 
 
@@ -106,6 +108,7 @@ def completions(conn: redis.Redis, board: TaskBoard, run_id: str) -> tuple[int, 
     return len(results), len(events)
 
 
+@pytest.mark.realistic
 def test_sigkilled_worker_task_is_reclaimed_and_completed_once_elsewhere(
         llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
         own_workers: LocalWorkers, tmp_path: Path) -> None:
@@ -121,7 +124,7 @@ def test_sigkilled_worker_task_is_reclaimed_and_completed_once_elsewhere(
         os.kill(horse, signal.SIGKILL)
     finally:
         member.release.set()
-    thread.join(60)
+    thread.join(60 + 2 * TTL_S)
 
     assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
     task = board.get("work")
