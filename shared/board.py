@@ -2,7 +2,9 @@
 
 Task hash fields: task_id, member_id, task, context, depends_on and dependents (csv), pos (plan
 position), deps_left (dependencies not yet completed), status, phase, detail, percent,
-heartbeat_count, attempts, token (the live fencing token, 0 when nobody holds a claim),
+heartbeat_count, attempts, token (the fencing token of the last claim: live only while the task
+is in progress; 0 once the claim is released, reclaimed or given up on; a task its holder
+completed or failed keeps it, so that holder's second write is a CONFLICT, not a stale write),
 heartbeat_ttl_ms, stale_writes, claimed_by, worker, start_ms, end_ms, updated_ms,
 last_heartbeat_ms, duration_ms, output, error, requeue_reason, and usage_prompt_tokens,
 usage_completion_tokens, usage_cost_usd, usage_unpriced (every model call made for the task, by

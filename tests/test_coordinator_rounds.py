@@ -127,3 +127,37 @@ def test_a_member_busy_past_the_stop_grace_is_given_up_on(
     assert (b.status, b.error) == (TaskStatus.BLOCKED, "cancelled")
     assert worker.complete("a", token, "too late", 1) is WriteOutcome.STALE
     assert worker.get("a").status is TaskStatus.FAILED
+
+
+def test_a_task_ending_between_dispatch_and_the_in_flight_check_is_no_cycle(
+        conn: redis.Redis, tmp_path: Path) -> None:
+    """Barrier mode, a -> b: while a is in flight the dispatch step takes nothing; a completes
+    right after it, before the in-flight check, leaving b ready and nothing in flight. That
+    pass must not call the plan stuck and block b as cyclic (it did once in CI, ceedd93); the
+    next pass dispatches b."""
+    loop, dispatcher = make_loop(conn, tmp_path, "barrier-race",
+                                 [TaskSpec(id="a", member_id="researcher", task="x"),
+                                  TaskSpec(id="b", member_id="researcher", task="y",
+                                           depends_on=["a"])],
+                                 dispatch="barrier")
+    worker = TaskBoard(conn, "barrier-race")
+    state = LoopState()
+    assert not loop._nothing_can_run(state)
+    assert dispatcher.enqueued == ["a"]
+    token = worker.claim("a", "researcher", "w:1", 30)
+    loop.drain(state)  # the claim: a is in progress, no longer queued
+    dispatch_round = loop._dispatch_round
+
+    def dispatch_then_a_ends(state: LoopState) -> int:
+        taken = dispatch_round(state)
+        assert taken == 0  # barrier: a is still in flight
+        assert worker.complete("a", token, "done", 1) is WriteOutcome.APPLIED
+        return taken
+
+    loop._dispatch_round = dispatch_then_a_ends
+    assert not loop._nothing_can_run(state)
+    b = worker.get("b")
+    assert (b.status, b.error) == (TaskStatus.READY, None)
+    loop._dispatch_round = dispatch_round
+    assert not loop._nothing_can_run(state)
+    assert dispatcher.enqueued == ["a", "b"]
