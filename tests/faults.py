@@ -110,6 +110,11 @@ class TcpProxy:
             self._server.close()
         for writer in list(self._writers):
             writer.transport.abort()
+        # End every connection's task before the loop stops, not leave them pending.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._mode == "cut":

@@ -50,7 +50,9 @@ def test_cancel_gives_up_on_a_member_stuck_in_a_model_call_after_the_grace(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     ttl_s = scaled(RunOptions().heartbeat_ttl_s, floor_s=TTL_S)
     grace_s = STOP_GRACE_TTLS * ttl_s
-    late_s = grace_s + 5  # the reply comes well after the grace period is over
+    # The reply comes well after the grace period is over, and after one more heartbeat
+    # (every ttl/3), which is refused first.
+    late_s = grace_s + ttl_s / 3 + 5
     conn = redis.Redis.from_url(workers, decode_responses=True)
     board = TaskBoard(conn, run_id)
     models = script_run(llm, run_id, ONE_TASK, member=[Slow("late answer", late_s)],
