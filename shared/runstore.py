@@ -184,8 +184,7 @@ class RunStore:
 
     def request_stop(self, reason: str) -> None:
         """Tell members and the coordinator to stop; the first reason given is kept."""
-        self.conn.set(self.keys.cancel, reason, nx=True)
-        self.wake("stop")
+        self._signal(reason, "stop")
 
     def record_approval(self, approved: bool, reason: str | None) -> bool:
         """Store the plan decision once (False if one was already made), then wake the waiter."""
@@ -199,11 +198,12 @@ class RunStore:
 
     def wake(self, what: str) -> None:
         """Wake a coordinator blocked on the events stream or on the approval list."""
-        pipe = self.conn.pipeline(transaction=False)
-        pipe.xadd(self.keys.events, {"task_id": WAKE_TASK_ID, "status": f"run.{what}",
-                                     "token": "0"})
-        pipe.rpush(self.keys.approval, what)
-        pipe.execute()
+        self._signal("", what)
+
+    def _signal(self, stop_reason: str, what: str) -> None:
+        k = self.keys
+        self.scripts["run_signal"](keys=[k.state, k.cancel, k.events, k.approval],
+                                   args=[stop_reason, what, WAKE_TASK_ID])
 
     def wait_for_wake(self, timeout_s: float) -> None:
         """Block until `wake` is called or the timeout passes (the approval wait)."""

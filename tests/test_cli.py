@@ -22,7 +22,8 @@ from shared.errors import ConfigError
 from shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
 from shared.keys import RunKeys
 from shared.models import TaskSpec, TaskStatus
-from shared.runstore import RunStore
+from shared.retention import expire_run
+from shared.runstore import RunEnd, RunStore
 from shared.team import ModelChoice, RunOptions, load_team_file
 from tests.conftest import coordinator_store
 
@@ -192,6 +193,21 @@ def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
     assert conn.zrange(board.keys.ready, 0, -1) == []
     types = [m.type for m in MessageBus(conn, run_id, []).messages()]
     assert types.count("task.result") == 0 and types.count("run.cancelled") == 1
+
+
+def test_a_stop_that_races_the_runs_end_leaves_no_key_without_a_ttl(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    """`cancel` checked the run was live, then its coordinator ended and expired it."""
+    make_run(conn, run_id, tmp_path)
+    store = coordinator_store(conn, run_id)
+    store.finish(RunEnd("completed", 3600, output="done"))
+    expire_run(conn, run_id, 3600)
+
+    RunStore(conn, run_id).request_stop("cancelled")
+    RunStore(conn, run_id).wake("approval")
+
+    keys = RunKeys(run_id)
+    assert all(0 < conn.ttl(k) <= 3600 for k in (keys.cancel, keys.approval, keys.events))
 
 
 def test_approve_and_reject_need_a_run_that_asks_for_approval(
