@@ -174,15 +174,20 @@ class RestartableRedis:
             time.sleep(0.02)  # the server is starting; there is nothing to wait on yet
         return self
 
-    def stop(self) -> None:
-        """SHUTDOWN-like stop by pid (SIGTERM: the AOF is flushed), waiting until it is gone."""
+    def stop(self, *, crash: bool = False) -> None:
+        """Stop by pid and wait until it is gone: SIGTERM, a SHUTDOWN that flushes the AOF, or
+        with `crash` SIGKILL (every write already fsynced: appendfsync always)."""
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
+            if crash:
+                self.process.kill()
+            else:
+                self.process.terminate()
             self.process.wait(timeout=STARTUP_TIMEOUT_S)
 
-    def restart(self, down_s: float) -> None:
-        """Stop, stay down `down_s` (the outage being simulated), start on the same port."""
-        self.stop()
+    def restart(self, down_s: float, *, crash: bool = False) -> None:
+        """Stop (or crash), stay down `down_s` (the outage being simulated), start again on the
+        same port and data directory."""
+        self.stop(crash=crash)
         time.sleep(down_s)
         self.start()
 

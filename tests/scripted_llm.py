@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import socket
 import struct
 import threading
@@ -67,6 +68,8 @@ class _Script:
     handler: Handler | None = None
     repeat_last: bool = False
     latency_s: float = 0.0
+    jitter: random.Random | None = None
+    """With a seeded generator, each reply's latency is drawn from [latency_s/2, 3*latency_s/2]."""
 
 
 class ScriptedLLM:
@@ -92,10 +95,12 @@ class ScriptedLLM:
 
     def script(self, model: str, replies: list[Reply] | None = None, *,
                handler: Handler | None = None, repeat_last: bool = False,
-               latency_s: float = 0.0) -> str:
+               latency_s: float = 0.0, latency_seed: int | None = None) -> str:
         """Program `model`; returns the litellm model string ("openai/<model>")."""
         with self._lock:
-            self._scripts[model] = _Script(list(replies or []), handler, repeat_last, latency_s)
+            jitter = None if latency_seed is None else random.Random(latency_seed)
+            self._scripts[model] = _Script(list(replies or []), handler, repeat_last, latency_s,
+                                           jitter)
             self.requests[model] = []
             self.request_times[model] = []
             self._made.append(model)
@@ -122,7 +127,11 @@ class ScriptedLLM:
         """How long the server takes before answering this request (its script's latency)."""
         with self._lock:
             script = self._scripts.get(body.get("model", ""))
-            return script.latency_s if script else 0.0
+            if script is None:
+                return 0.0
+            if script.jitter is None:
+                return script.latency_s
+            return script.latency_s * (0.5 + script.jitter.random())
 
     def next_reply(self, body: dict[str, Any]) -> Reply:
         model = body.get("model", "")
