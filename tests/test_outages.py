@@ -196,3 +196,61 @@ def test_a_blackholed_redis_surfaces_as_the_outage_error_not_a_hang(
     assert "Redis was unreachable for more than redis_outage_s=2s" in err
     wait_until(lambda: TaskBoard(conn, run_id).counts().get(TaskStatus.COMPLETED) == 2, 60,
                message="the members (not behind the proxy) to finish their tasks")
+
+
+CUT_OFF_TTL_S = 12.0
+"""heartbeat_ttl_s for the short cut-off: long enough that a third of it is a real outage."""
+ONE_TASK = [{"id": "a", "memberId": "m1", "task": "A"}]
+
+
+def test_a_worker_cut_off_for_less_than_the_heartbeat_ttl_keeps_its_claim(
+        llm: ScriptedLLM, own_redis: RestartableRedis, run_id: str, tmp_path: Path) -> None:
+    """A worker's only link to Redis goes down for a third of heartbeat_ttl_s while its member
+    waits on a model call: the claim outlives the outage, so the task completes on its first
+    attempt, the write is accepted and announced once."""
+    conn = redis.Redis.from_url(own_redis.url, decode_responses=True)
+    heartbeat = RunKeys(run_id).heartbeat("a")
+    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(ONE_TASK)]),
+              # The reply comes a third of the TTL after the link is back (and the heartbeat).
+              "member": llm.script(f"member-{run_id}", ["from the cut-off worker"],
+                                   latency_s=CUT_OFF_TTL_S * 2 / 3),
+              "synth": llm.script(f"synth-{run_id}", ["the answer"])}
+    team = team_file(tmp_path / "team.toml", models,
+                     options={"heartbeat_ttl_s": CUT_OFF_TTL_S})
+    with TcpProxy("127.0.0.1", own_redis.port) as proxy:
+        worker = LocalWorkers(proxy.url(), ["members"], 1, tmp_path / "worker-logs")
+        worker.start()  # while it starts, the coordinator plans; its job waits in the queue
+        coordinator = None
+        try:
+            coordinator = start_run(llm, own_redis.url, run_id, team)
+            wait_until(lambda: len(llm.requests[f"member-{run_id}"]) == 1, 90,
+                       message="the member waiting on its model call")
+
+            proxy.cut()
+            left_at_cut_ms = conn.pttl(heartbeat)
+            with pytest.raises(redis.ConnectionError):
+                redis.Redis.from_url(proxy.url(), socket_connect_timeout=1).ping()
+            # The outage lasts until it has eaten a third of the TTL (no refresh gets through).
+            wait_until(lambda: conn.pttl(heartbeat) <= left_at_cut_ms - CUT_OFF_TTL_S * 1000 / 3,
+                       CUT_OFF_TTL_S, message="a third of the heartbeat TTL to pass")
+            left_before_restore_ms = conn.pttl(heartbeat)  # read while no refresh can land
+            proxy.restore()
+            wait_until(lambda: conn.pttl(heartbeat) > left_before_restore_ms, CUT_OFF_TTL_S / 2,
+                       message="the worker's heartbeat to come back through the link")
+
+            code, out, err = finish(coordinator)
+            assert all(w.poll() is None for w in worker.processes), "the worker died in the cut"
+        finally:
+            if coordinator is not None:
+                stop_process(coordinator)  # type: ignore[arg-type]
+            worker.stop()
+
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["status"], result["output"]) == ("completed", "the answer")
+    assert [(s["task_id"], s["status"], s["attempts"]) for s in result["task_states"]] == [
+        ("a", "completed", 1)]
+    task = TaskBoard(conn, run_id).get("a")
+    assert (task.output, task.stale_writes) == ("from the cut-off worker", 0)
+    types = message_types(conn, run_id)
+    assert types.count("task.result") == 1 and types.count("run.complete") == 1

@@ -33,7 +33,8 @@ def test_bash_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     with pytest.raises(ToolFailed, match="timed out after 1.5s and was killed") as raised:
         workspace.bash(STUBBORN, timeout_s=1.5)
 
-    assert time.monotonic() - started < 1.5 + 5
+    # Killed at the timeout, not waited for: a generous bound, far from the grandchild's 300 s.
+    assert time.monotonic() - started < 60
     pids = {name: int(pid) for name, pid in re.findall(r"(child|grandchild) (\d+)",
                                                        str(raised.value))}
     assert set(pids) == {"child", "grandchild"}, str(raised.value)

@@ -52,8 +52,9 @@ def test_members_message_each_other_and_see_dependency_outputs(
     assert out["task_states"][0]["heartbeat_count"] == 1
     # m1's first request declares the team tools; every result starts action, ok, memberId.
     m1_first, m1_second = llm.requests[f"m1-{run_id}"]
-    assert {"team_send_message", "team_broadcast", "team_heartbeat_task"} <= set(
-        tool_names(m1_first))
+    assert [n for n in tool_names(m1_first) if n.startswith("team_")] == [
+        "team_send_message", "team_broadcast", "team_read_messages", "team_list_tasks",
+        "team_claim_task", "team_release_task", "team_reassign_task", "team_heartbeat_task"]
     results = [parsed(r) for r in tool_results(m1_second)]
     assert [(r["action"], r["ok"], r["memberId"]) for r in results] == [
         ("team_send_message", True, "m1"), ("team_broadcast", True, "m1"),

@@ -218,7 +218,7 @@ def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
     assert len(llm.requests[f"m1-{run_id}"]) == 1
     task = board.get("task_1")
     assert task.status is TaskStatus.READY and task.output is None
-    assert task.stale_writes >= 1
+    assert task.stale_writes == 1  # the refresh before the next model call, and nothing after
     # The abandoned attempt wrote no outcome, but its model call was paid for: it is on the task.
     assert (task.usage.prompt_tokens, task.usage.completion_tokens) == (11, 7)
     assert messages(conn, run_id) == [("system", "m1", "task.assigned")]
