@@ -266,7 +266,7 @@ def _end_cancelled(store: RunStore, spec: RunSpec) -> None:
     from shared.retention import expire_run
     from shared.runstore import RunEnd
 
-    board = TaskBoard(store.conn, spec.run_id)
+    board = TaskBoard(store.conn, spec.run_id, scripts=store.scripts)
     announce = spec.options.enable_message_bus
     board.reclaim_expired(spec.options.max_attempts, announce_failures=announce)
     board.fail_in_progress("cancelled", announce_failures=announce)

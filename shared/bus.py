@@ -104,6 +104,11 @@ class MessageBus:
         size limit of peer messages into the stream and every reader's view.
         """
         _check_shape(sender, to, type_, task_id, content)
+        return self._append(sender, to, type_, task_id, content)
+
+    def _append(self, sender: str, to: str | None, type_: str, task_id: str | None,
+                content: str) -> Envelope | None:
+        """Publish a message whose fields were checked; None when the bus is off."""
         if not self.enabled:
             return None
         inboxes = [self.keys.inbox(m) for m in self._recipients(sender, to)]
@@ -130,7 +135,7 @@ class MessageBus:
         recipient = self._check_recipient(sender, to)
         type_ = _check_type(DIRECT_TYPE if type_ is None else type_)
         self._check_size(sender, recipient, type_, task_id, content)
-        return self.publish(sender, recipient, type_, task_id, content)
+        return self._append(sender, recipient, type_, task_id, content)
 
     def broadcast(self, sender: str, type_: str | None, task_id: str | None,
                   content: str) -> Envelope | None:
@@ -138,7 +143,7 @@ class MessageBus:
         self._check_sender(sender)
         type_ = _check_type(BROADCAST_TYPE if type_ is None else type_)
         self._check_size(sender, BROADCAST, type_, task_id, content)
-        return self.publish(sender, BROADCAST, type_, task_id, content)
+        return self._append(sender, BROADCAST, type_, task_id, content)
 
     def read_unread(self, member_id: str, task_id: str | None = None,
                     token: int = 0) -> list[Envelope]:

@@ -68,33 +68,25 @@ WORKER_CONNECTION_CLASS = f"{__name__}.{OutageTolerantRedis.__name__}"
 def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S) -> redis.Redis:
     """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
     try:
+        # No retries for the first contact: a server that is not there is a setup problem, not
+        # an outage to wait out. The outage policy applies from the first reply on.
         conn = redis.Redis.from_url(
             url, decode_responses=decode, socket_connect_timeout=SOCKET_TIMEOUT_S,
             socket_timeout=SOCKET_TIMEOUT_S, health_check_interval=30,
-            retry=OutageRetry(outage_s), driver_info=_driver_info())
+            retry=Retry(ExponentialWithJitterBackoff(), retries=0), driver_info=_driver_info())
     except ValueError as exc:
         raise ConfigError(f"invalid Redis URL {redacted(url)!r}: {exc}; "
                           "use redis://HOST:PORT/DB") from exc
     try:
-        _ping_once(conn)
+        conn.ping()
     except redis.RedisError as exc:
         raise InfraError(
             f"cannot reach Redis at {redacted(url)}: {exc}. Start it, or unset REDIS_URL to use "
             "the embedded one"
         ) from exc
     _check_version(conn, url)
+    set_outage(conn, outage_s)
     return conn
-
-
-def _ping_once(conn: redis.Redis) -> None:
-    """The first contact fails at once: a server that is not there is a setup problem, not an
-    outage to wait out."""
-    retry = conn.get_retry()
-    conn.set_retry(Retry(ExponentialWithJitterBackoff(), retries=0))
-    try:
-        conn.ping()
-    finally:
-        conn.set_retry(retry)
 
 
 def redacted(url: str) -> str:

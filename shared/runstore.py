@@ -132,11 +132,10 @@ class RunStore:
                   repr(float(usage.cost_usd)), int(usage.unpriced), end.announce or "",
                   end.announce_text, max(1, int(end.retention_s * 1000))]))
 
-    @property
+    @cached_property
     def scripts(self) -> Scripts:
-        if self._scripts is None:
-            self._scripts = Scripts(self.conn)
-        return self._scripts
+        """The Lua scripts, loaded on first use: most readers of a run never need them."""
+        return self._scripts or Scripts(self.conn)
 
     def _owner(self) -> str:
         if self.lease_owner is None:
