@@ -7,8 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-
-from shared.embedded_redis import throwaway_redis
+from teamctl.shared.embedded_redis import throwaway_redis
 
 
 @contextmanager

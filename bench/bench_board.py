@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Callable
 
 import redis
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.models import TaskSpec
+from teamctl.shared.scripts import Scripts
 
 from bench import private_redis
-from shared.board import TaskBoard
-from shared.models import TaskSpec
-from shared.scripts import Scripts
 
 CYCLE_TASKS = 2000
 EVALSHA_CALLS = 5000

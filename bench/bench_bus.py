@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 
 import redis
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.keys import RunKeys
 
 from bench import private_redis
-from shared.bus import MessageBus
-from shared.keys import RunKeys
 
 MEMBERS = ["reader", "writer", "other"]
 SIZES = (100, 100_000)

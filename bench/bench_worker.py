@@ -1,7 +1,7 @@
-"""Worker benchmark: per-task overhead of `worker.jobs.run_task` (claim, dispatch input, one call
-to a zero-latency scripted model through litellm, fenced complete, result message) against a bare
-RQ no-op job on the same worker, measured in the same run; then both again on a bare
-`rq worker members` (no preload) to show what `-c worker.settings` saves, and on a preloaded
+"""Worker benchmark: per-task overhead of `teamctl.worker.jobs.run_task` (claim, dispatch input,
+one call to a zero-latency scripted model through litellm, fenced complete, result message) against
+a bare RQ no-op job on the same worker, measured in the same run; then both again on a bare
+`rq worker members` (no preload) to show what `-c teamctl.worker.settings` saves, and on a preloaded
 SimpleWorker (no fork per job).
 
 Run: .venv/bin/python -m bench.bench_worker
@@ -23,13 +23,13 @@ from pathlib import Path
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
+from teamctl.coordinator.cli.local_workers import stop_process, worker_command
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.models import TaskSpec
+from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
-from coordinator.workers import stop_process, worker_command
-from shared.board import TaskBoard
-from shared.embedded_redis import throwaway_redis
-from shared.models import TaskSpec
-from shared.runstore import RunStore, now_ms
-from shared.team import Member, ModelChoice, RunOptions, RunSpec
 from tests.scripted_llm import ScriptedLLM
 
 QUEUE = "members"
@@ -45,7 +45,7 @@ NOOP_JOB = "os.getpid"
 @contextmanager
 def worker(command: list[str], log_path: Path, url: str) -> Iterator[None]:
     """One rq worker process, stopped by its pid (SIGTERM: RQ's warm shutdown)."""
-    env = dict(os.environ)  # worker.settings sets litellm's offline cost map itself
+    env = dict(os.environ)  # teamctl.worker.settings sets litellm's offline cost map itself
     conn = redis.Redis.from_url(url)
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -104,9 +104,9 @@ def measure(url: str, llm: ScriptedLLM, model: str, tasks: int, label: str) -> t
         for round_no in range(ROUNDS[label]):
             run_id = f"bench-{label}-{round_no}-{os.getpid()}"
             make_run(conn, run_id, model, llm.api_base, tasks + 1, Path(workspace))
-            per_task_ms(queue, [("worker.jobs.run_task", (run_id, "t0"))])
+            per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, "t0"))])
             noop.append(per_task_ms(queue, [(NOOP_JOB, ())] * tasks))
-            team.append(per_task_ms(queue, [("worker.jobs.run_task", (run_id, f"t{n}"))
+            team.append(per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))
                                             for n in range(1, tasks + 1)]))
             board = TaskBoard(conn, run_id)
             done = [t.status.value for t in board.snapshot()]

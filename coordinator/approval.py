@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 import click
-
-from shared.models import Plan, RunStatus
-from shared.runstore import RunStore
+from teamctl.shared.models import Plan, RunStatus
+from teamctl.shared.runstore import RunStore
 
 WAKE_EVERY_S = 1.0
 """How often the Redis wait re-checks for a cancel or a lost lease while nobody decides."""

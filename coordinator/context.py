@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import redis
-
-from coordinator.dispatcher import Dispatcher
-from coordinator.hooks import HOOK_ERROR_TYPE, HookRunner
-from coordinator.lease import Lease
-from coordinator.progress import Reporter
-from shared.board import TaskBoard
-from shared.bus import MessageBus, run_bus
-from shared.runstore import RunStore
-from shared.team import RunSpec
+from teamctl.coordinator.dispatcher import Dispatcher
+from teamctl.coordinator.hooks import HOOK_ERROR_TYPE, HookRunner
+from teamctl.coordinator.progress import Reporter
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus, run_bus
+from teamctl.shared.lease import Lease
+from teamctl.shared.runstore import RunStore
+from teamctl.shared.team import RunSpec
 
 
 @dataclass

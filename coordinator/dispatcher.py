@@ -7,8 +7,7 @@ from datetime import UTC, datetime
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
-
-from shared.team import RunSpec
+from teamctl.shared.team import RunSpec
 
 JOB_TIMEOUT_MARGIN_S = 60
 FAILURE_TTL_S = 86_400
@@ -16,7 +15,7 @@ ENDED = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobS
 
 
 class Dispatcher:
-    """Enqueues `worker.jobs.run_task` on the member's queue (by name: no worker import here)."""
+    """Enqueues `teamctl.worker.jobs.run_task` on a member's queue (by name: no worker import)."""
 
     def __init__(self, rq_conn: redis.Redis, spec: RunSpec) -> None:
         self.rq_conn = rq_conn
@@ -30,7 +29,7 @@ class Dispatcher:
             queue = self._queues[queue_name] = Queue(queue_name, connection=self.rq_conn)
         # RQ's default job_timeout (180 s) is far too short for agent tasks; results live on the
         # board, so RQ need not keep them.
-        job = queue.enqueue("worker.jobs.run_task", self.spec.run_id, task_id,
+        job = queue.enqueue("teamctl.worker.jobs.run_task", self.spec.run_id, task_id,
                             job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
                             result_ttl=0, failure_ttl=FAILURE_TTL_S)
         return job.id

@@ -11,9 +11,9 @@ import importlib
 import logging
 from collections.abc import Callable
 
-from shared.errors import ConfigError
-from shared.models import Envelope, MemberResult, Plan, TaskState
-from shared.team import Member, RunOptions
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.models import Envelope, MemberResult, Plan, TaskState
+from teamctl.shared.team import Member, RunOptions
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared.plan import RawTask
+from teamctl.shared.plan import RawTask
 
 PLAN_KEYS = ("tasks", "plan", "delegations", "assignments")
 ALIASES = {

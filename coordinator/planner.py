@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from coordinator.plan_parser import parse_tasks
-from shared.llm import ModelClient, ModelReply
-from shared.models import Plan
-from shared.plan import RawTask, normalize_tasks
-from shared.prompts import render
-from shared.team import Member, RunOptions
+from teamctl.coordinator.plan_parser import parse_tasks
+from teamctl.shared.agent.llm import ModelClient, ModelReply
+from teamctl.shared.agent.prompts import render
+from teamctl.shared.models import Plan
+from teamctl.shared.plan import RawTask, normalize_tasks
+from teamctl.shared.team import Member, RunOptions
 
 
 def planner_prompt(objective: str, members: list[Member]) -> str:
     """The planning prompt: the members (id, name, expertise) and the objective."""
-    return render("coordinator", "plan.md", members=members, objective=objective)
+    return render("teamctl.coordinator", "plan.md", members=members, objective=objective)
 
 
 def make_plan(client: ModelClient, model: str, api_base: str | None, objective: str,

@@ -7,8 +7,7 @@ import time
 from typing import Any
 
 import click
-
-from shared.models import TaskState, TaskStatus
+from teamctl.shared.models import TaskState, TaskStatus
 
 STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
                 TaskStatus.BLOCKED: "yellow", TaskStatus.IN_PROGRESS: "cyan"}

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import redis
-
-from shared.board import TaskBoard
-from shared.bus import MessageBus
-from shared.models import MemberResult, Plan, RunResult, TaskState, TaskStateView, TaskStatus
-from shared.runstore import RunStore, now_ms
-from shared.team import RunSpec
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.models import (
+    MemberResult,
+    Plan,
+    RunResult,
+    TaskState,
+    TaskStateView,
+    TaskStatus,
+)
+from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.team import RunSpec
 
 
 def member_results(spec: RunSpec, states: list[TaskState]) -> list[MemberResult]:

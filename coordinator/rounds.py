@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from coordinator.context import RunContext
-from coordinator.hooks import HOOK_ERROR_TYPE
-from coordinator.result import member_result
-from shared.budget import Budget
-from shared.models import RunStatus, TaskState, TaskStatus
+from teamctl.coordinator.context import RunContext
+from teamctl.coordinator.hooks import HOOK_ERROR_TYPE
+from teamctl.coordinator.result import member_result
+from teamctl.shared.budget import Budget
+from teamctl.shared.models import RunStatus, TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"

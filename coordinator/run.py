@@ -13,21 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-
-from coordinator.approval import ApprovalMode, decide_plan
-from coordinator.context import RunContext
-from coordinator.planner import make_plan
-from coordinator.result import build_result, member_results
-from coordinator.rounds import CANCELLED, LoopState, RoundLoop
-from coordinator.synthesizer import synthesize
-from shared.errors import ConfigError, InfraError, RunFailed
-from shared.ids import check_run_id
-from shared.llm import ModelClient
-from shared.models import Plan, RunResult, RunStatus, TaskStatus
-from shared.retention import expire_run
-from shared.runstore import RunEnd, RunStore, now_ms
-from shared.team import ModelChoice, RunSpec, TeamFile
-from shared.text import shorten
+from teamctl.coordinator.approval import ApprovalMode, decide_plan
+from teamctl.coordinator.context import RunContext
+from teamctl.coordinator.planner import make_plan
+from teamctl.coordinator.result import build_result, member_results
+from teamctl.coordinator.rounds import CANCELLED, LoopState, RoundLoop
+from teamctl.coordinator.synthesizer import synthesize
+from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.errors import ConfigError, InfraError, RunFailed
+from teamctl.shared.ids import check_run_id
+from teamctl.shared.models import Plan, RunResult, RunStatus, TaskStatus
+from teamctl.shared.retention import expire_run
+from teamctl.shared.runstore import RunEnd, RunStore, now_ms
+from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
+from teamctl.shared.text import shorten
 
 
 @dataclass(frozen=True)

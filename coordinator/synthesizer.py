@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 
-from shared.llm import ModelClient, ModelReply
-from shared.models import MemberResult, Plan, TaskState
-from shared.prompts import render
+from teamctl.shared.agent.llm import ModelClient, ModelReply
+from teamctl.shared.agent.prompts import render
+from teamctl.shared.models import MemberResult, Plan, TaskState
 
 
 def synthesizer_prompt(objective: str, plan: Plan, results: list[MemberResult],
                        not_run: list[TaskState]) -> str:
     """The synthesis prompt: objective, plan JSON, each output or error, what never ran."""
     plan_json = json.dumps([t.model_dump() for t in plan.tasks], ensure_ascii=False)
-    return render("coordinator", "synthesize.md", objective=objective, plan_json=plan_json,
+    return render("teamctl.coordinator", "synthesize.md", objective=objective, plan_json=plan_json,
                   results=results, not_run=not_run)
 
 

@@ -21,14 +21,13 @@ from enum import Enum
 from functools import cached_property
 
 import redis
-
-from shared.connection import block_ms, blocking_client
-from shared.errors import ConfigError, unreadable
-from shared.ids import check_task_id, normalize_id
-from shared.keys import RunKeys
-from shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus, Usage
-from shared.scripts import Scripts
-from shared.text import quoted, shorten
+from teamctl.shared.connection import block_ms, blocking_client
+from teamctl.shared.errors import ConfigError, unreadable
+from teamctl.shared.ids import check_task_id, normalize_id
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus, Usage
+from teamctl.shared.scripts import Scripts
+from teamctl.shared.text import quoted, shorten
 
 STALE = -1
 MAX_TASK_ID_CHARS = 128

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import redis
 from pydantic import BaseModel
-
-from shared.keys import RunKeys
-from shared.models import Usage
-from shared.scripts import Scripts
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import Usage
+from teamctl.shared.scripts import Scripts
 
 EXCEEDED_FIELD = "budget_exceeded"
 

@@ -32,16 +32,15 @@ import re
 from functools import cached_property
 
 import redis
-
-from shared.connection import block_ms as capped_ms
-from shared.connection import blocking_client
-from shared.errors import ConfigError
-from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id, check_task_id
-from shared.keys import RunKeys
-from shared.models import Envelope
-from shared.scripts import Scripts
-from shared.team import RunSpec
-from shared.text import quoted
+from teamctl.shared.connection import block_ms as capped_ms
+from teamctl.shared.connection import blocking_client
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id, check_task_id
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import Envelope
+from teamctl.shared.scripts import Scripts
+from teamctl.shared.team import RunSpec
+from teamctl.shared.text import quoted
 
 BUS_MAXLEN = 100_000
 """Messages kept on a run's bus before trimming (unread messages are always kept)."""

@@ -12,8 +12,7 @@ import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
-
-from shared.errors import ConfigError, InfraError
+from teamctl.shared.errors import ConfigError, InfraError
 
 MIN_REDIS_VERSION = (6, 2)
 """Exclusive XRANGE bounds and XTRIM MINID, used by the bus, arrived in Redis 6.2."""

@@ -23,8 +23,7 @@ from urllib.parse import quote
 
 import redis
 from redis.connection import parse_url
-
-from shared.errors import InfraError
+from teamctl.shared.errors import InfraError
 
 STARTUP_TIMEOUT_S = 10.0
 SOCKET_PATH_MAX_BYTES = 107

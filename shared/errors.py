@@ -13,8 +13,7 @@ ToolFailed is separate: it is turned into a tool result for the model, never rai
 from __future__ import annotations
 
 from pydantic import ValidationError
-
-from shared.text import shorten
+from teamctl.shared.text import shorten
 
 REASON_CHARS = 200
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from shared.errors import ConfigError
-from shared.text import quoted
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.text import quoted
 
 _INVALID_CHAR = re.compile(r"[^a-z0-9_-]")
 _UNDERSCORES = re.compile(r"_+")

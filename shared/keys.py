@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.ids import check_member_id, check_run_id, check_task_id
+from teamctl.shared.ids import check_member_id, check_run_id, check_task_id
 
 PREFIX = "teamctl"
 RUNS_INDEX = f"{PREFIX}:runs"

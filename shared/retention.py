@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import redis
-
-from shared.errors import ConfigError
-from shared.ids import is_safe_id
-from shared.keys import RUNS_INDEX, RunKeys
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.ids import is_safe_id
+from teamctl.shared.keys import RUNS_INDEX, RunKeys
 
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 """How long an ended run stays inspectable (`teamctl status/tasks/messages`)."""

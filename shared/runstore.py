@@ -8,13 +8,12 @@ from functools import cached_property
 
 import redis
 from pydantic import BaseModel
-
-from shared.connection import block_ms, blocking_client
-from shared.errors import ConfigError, RunFailed, unreadable
-from shared.keys import RUNS_INDEX, RunKeys
-from shared.models import Plan, RunStatus, Usage
-from shared.scripts import Scripts
-from shared.team import RunSpec
+from teamctl.shared.connection import block_ms, blocking_client
+from teamctl.shared.errors import ConfigError, RunFailed, unreadable
+from teamctl.shared.keys import RUNS_INDEX, RunKeys
+from teamctl.shared.models import Plan, RunStatus, Usage
+from teamctl.shared.scripts import Scripts
+from teamctl.shared.team import RunSpec
 
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board

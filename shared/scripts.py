@@ -14,7 +14,7 @@ class Scripts:
     """The registered scripts; `_lib.lua` is prepended to each so they share its helpers."""
 
     def __init__(self, conn: redis.Redis) -> None:
-        folder = resources.files("shared").joinpath("lua")
+        folder = resources.files("teamctl.shared").joinpath("lua")
         lib = folder.joinpath(LIB).read_text(encoding="utf-8")
         self._scripts: dict[str, Script] = {
             entry.name.removesuffix(".lua"): conn.register_script(

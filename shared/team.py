@@ -9,10 +9,9 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
-from shared.errors import ConfigError
-from shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
-from shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
+from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
 
 DEFAULT_MAX_ROUNDS = 64
 MAX_DURATION_S = 7 * 24 * 3600

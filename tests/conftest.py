@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Queue, Worker
+from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.lease import Lease
+from teamctl.shared.runstore import RunStore
 
-from coordinator.lease import Lease
-from coordinator.workers import LocalWorkers
-from shared.embedded_redis import throwaway_redis
-from shared.runstore import RunStore
 from tests.scripted_llm import ScriptedLLM
 
 ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Queue
+from teamctl.shared.agent.offline_model import MODEL
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.models import TaskSpec, TaskStatus
 
-from shared.board import TaskBoard
-from shared.models import TaskSpec, TaskStatus
-from shared.offline_model import MODEL
 from tests.test_worker_support import make_run
 
 
@@ -28,12 +28,12 @@ def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
              workspace=tmp_path / "ws", api_base="http://127.0.0.1:9/v1")
     queue = f"q-{uuid.uuid4().hex[:8]}"
     Queue(queue, connection=redis.Redis.from_url(redis_server)).enqueue(
-        "worker.jobs.run_task", run_id, "t1", job_timeout=120)
+        "teamctl.worker.jobs.run_task", run_id, "t1", job_timeout=120)
     env = {k: v for k, v in os.environ.items() if k != "TEAMCTL_PRELOADED"}
 
     done = subprocess.run(  # --burst: the worker exits once the queue is empty
         [sys.executable, "-m", "rq.cli", "worker", "--burst", "-u", redis_server,
-         *(["-c", "worker.settings"] if preloaded else []), queue],
+         *(["-c", "teamctl.worker.settings"] if preloaded else []), queue],
         capture_output=True, text=True, timeout=120, env=env)
 
     assert done.returncode == 0, done.stderr
@@ -42,4 +42,4 @@ def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
         TaskStatus.COMPLETED, "[Member m1] t1: notes on 'Say hello'.")
     log = done.stdout + done.stderr
     assert log.count("worker not preloaded") == (0 if preloaded else 1)
-    assert ("rq worker -c worker.settings members" in log) is not preloaded
+    assert ("rq worker -c teamctl.worker.settings members" in log) is not preloaded

@@ -6,11 +6,11 @@ import time
 
 import pytest
 import redis
+from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
 
-from shared.board import TaskBoard, WriteOutcome
-from shared.bus import MessageBus
-from shared.errors import ConfigError
-from shared.models import TaskSpec, TaskState, TaskStatus
 from tests.conftest import assert_ttl_as_set, wait_until
 
 TTL_S = 30.0

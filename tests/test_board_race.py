@@ -8,9 +8,8 @@ from collections import Counter
 from multiprocessing.synchronize import Barrier
 
 import redis
-
-from shared.board import TaskBoard
-from shared.models import TaskSpec, TaskStatus
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.models import TaskSpec, TaskStatus
 
 CLAIMERS = 8
 TASKS = 200

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import redis
-
-from shared.board import TaskBoard
-from shared.bus import MessageBus, delivered_to
-from shared.errors import ConfigError
-from shared.keys import RunKeys
-from shared.models import Envelope, TaskSpec
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus, delivered_to
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import Envelope, TaskSpec
 
 MEMBERS = ["m1", "m2", "m3"]
 

@@ -8,8 +8,7 @@ from multiprocessing.synchronize import Event
 from pathlib import Path
 
 import redis
-
-from shared.bus import MessageBus, delivered_to
+from teamctl.shared.bus import MessageBus, delivered_to
 
 SENDERS = ["s1", "s2", "s3", "s4"]
 RECEIVERS = ["r1", "r2", "r3"]

@@ -6,15 +6,15 @@ import time
 
 import pytest
 import redis
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus, run_bus
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.keys import RUNS_INDEX, RunKeys
+from teamctl.shared.models import TaskSpec
+from teamctl.shared.retention import expire_run, forget_expired_runs
+from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
-from shared.board import TaskBoard
-from shared.bus import MessageBus, run_bus
-from shared.errors import ConfigError
-from shared.keys import RUNS_INDEX, RunKeys
-from shared.models import TaskSpec
-from shared.retention import expire_run, forget_expired_runs
-from shared.runstore import RunStore, now_ms
-from shared.team import Member, ModelChoice, RunOptions, RunSpec
 from tests.conftest import assert_ttl_as_set, wait_until
 
 MEMBERS = ["m1", "m2", "m3"]

@@ -12,22 +12,22 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.coordinator.cli.options import merge_options
+from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.retention import expire_run
+from teamctl.shared.runstore import RunEnd, RunStore
+from teamctl.shared.team import ModelChoice, RunOptions, load_team_file
 
-from coordinator.cli import main
-from coordinator.options import merge_options
-from coordinator.run import RunRequest, create_run
-from shared.board import TaskBoard, WriteOutcome
-from shared.bus import MessageBus
-from shared.errors import ConfigError
-from shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
-from shared.keys import RunKeys
-from shared.models import TaskSpec, TaskStatus
-from shared.retention import expire_run
-from shared.runstore import RunEnd, RunStore
-from shared.team import ModelChoice, RunOptions, load_team_file
 from tests.conftest import coordinator_store
 
-TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 
 
 def make_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: object) -> None:
@@ -96,7 +96,7 @@ def test_read_only_verbs_do_not_import_litellm(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     make_run(conn, run_id, tmp_path)
     script = (
-        "import sys\nfrom coordinator.cli import main\n"
+        "import sys\nfrom teamctl.coordinator.cli import main\n"
         f"for verb in (['status', '{run_id}', '--json'], ['tasks', '{run_id}', '--json'],\n"
         f"             ['runs', '--json'], ['messages', '{run_id}']):\n"
         f"    try:\n        main(verb + ['--redis-url', '{redis_url}'])\n"
@@ -254,8 +254,8 @@ def test_bad_redis_url_and_non_utf8_team_file_are_one_line_config_errors(tmp_pat
 
 
 def test_model_flag_overrides_every_role_including_members_own_models() -> None:
-    from coordinator.commands import resolve_models
-    from shared.team import Member, TeamFile
+    from teamctl.coordinator.cli.commands import resolve_models
+    from teamctl.shared.team import Member, TeamFile
 
     team = TeamFile(model="team-default", members=[Member(id="m1", model="member-own"),
                                                    Member(id="m2")])

@@ -7,11 +7,11 @@ import io
 import pytest
 import redis
 from rich.console import Console
+from teamctl.coordinator.approval import ApprovalMode, decide_plan
+from teamctl.coordinator.progress import _table
+from teamctl.shared.models import Plan, TaskSpec, TaskState, TaskStatus
+from teamctl.shared.runstore import RunStore
 
-from coordinator.approval import ApprovalMode, decide_plan
-from coordinator.progress import _table
-from shared.models import Plan, TaskSpec, TaskState, TaskStatus
-from shared.runstore import RunStore
 from tests.test_cli import make_run
 
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import redis
 from click.testing import CliRunner, Result
+from teamctl.coordinator.cli import main
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.team import RunOptions
 
-from coordinator.cli import main
-from shared.board import TaskBoard
-from shared.keys import RunKeys
-from shared.team import RunOptions
 from tests.conftest import assert_ttl_as_set
 from tests.scripted_llm import HttpError, ScriptedLLM
 

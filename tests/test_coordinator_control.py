@@ -10,11 +10,11 @@ from pathlib import Path
 
 import redis
 from click.testing import CliRunner, Result
+from teamctl.coordinator.cli import main
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.models import TaskStatus
+from teamctl.shared.runstore import RunStore
 
-from coordinator.cli import main
-from shared.board import TaskBoard
-from shared.models import TaskStatus
-from shared.runstore import RunStore
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM
 from tests.test_coordinator import run_cli, script_run, team_file

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import redis
 from rq.job import Job
+from teamctl.coordinator.dispatcher import Dispatcher
+from teamctl.shared.runstore import RunStore
 
-from coordinator.dispatcher import Dispatcher
-from shared.runstore import RunStore
 from tests.test_cli import make_run
 
 
@@ -19,7 +19,8 @@ def test_a_job_that_ended_without_claiming_is_reported(
     dispatcher = Dispatcher(rq_conn, RunStore(conn, run_id).spec())
     job_id = dispatcher.enqueue("a", "nobody-listens")
     job = Job.fetch(job_id, connection=rq_conn)
-    assert (job.func_name, job.args, job.timeout) == ("worker.jobs.run_task", (run_id, "a"), 160)
+    assert (job.func_name, job.args, job.timeout) == (
+        "teamctl.worker.jobs.run_task", (run_id, "a"), 160)
     assert dispatcher.ended([job_id], stale_after_s=30) == set()
     job.cancel()
     assert dispatcher.ended([job_id, "no-such-job"], stale_after_s=30) == {job_id, "no-such-job"}

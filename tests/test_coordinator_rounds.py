@@ -8,18 +8,18 @@ import time
 from pathlib import Path
 
 import redis
+from teamctl.coordinator.context import RunContext
+from teamctl.coordinator.hooks import HookRunner
+from teamctl.coordinator.progress import Reporter
+from teamctl.coordinator.rounds import LoopState, RoundLoop
+from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.bus import run_bus
+from teamctl.shared.lease import Lease
+from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.runstore import RunStore
+from teamctl.shared.team import ModelChoice, RunOptions, TeamFile
 
-from coordinator.context import RunContext
-from coordinator.hooks import HookRunner
-from coordinator.lease import Lease
-from coordinator.progress import Reporter
-from coordinator.rounds import LoopState, RoundLoop
-from coordinator.run import RunRequest, create_run
-from shared.board import TaskBoard, WriteOutcome
-from shared.bus import run_bus
-from shared.models import TaskSpec, TaskStatus
-from shared.runstore import RunStore
-from shared.team import ModelChoice, RunOptions, TeamFile
 from tests.conftest import wait_until
 
 

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from teamctl.shared.agent.llm import load_litellm
 
-from shared.llm import load_litellm
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import run_cli, team_file
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.models import TaskStatus
 
-from coordinator.cli import main
-from shared.board import TaskBoard
-from shared.models import TaskStatus
 from tests.scripted_llm import ScriptedLLM
 
 PLAN = {"tasks": [
@@ -82,7 +82,7 @@ def test_three_task_plan_runs_on_hand_started_workers(
 
 def test_offline_model_end_to_end_with_embedded_redis(tmp_path: Path) -> None:
     """The README's run command: no Redis configured, no model, no key."""
-    teamctl = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+    teamctl = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
     try:
         done = subprocess.run([*teamctl, "run", "Plan a picnic", "--workers", "1"],
                               capture_output=True, text=True, timeout=180)

@@ -19,12 +19,12 @@ import pytest
 import redis
 from click.testing import CliRunner
 from rq import Queue
-
-from coordinator.cli import main
-from coordinator.workers import LocalWorkers
-from shared.board import TaskBoard
-from shared.connection import connect
-from shared.embedded_redis import (
+from teamctl.coordinator.cli import main
+from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.shared.agent.offline_model import MODEL
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.connection import connect
+from teamctl.shared.embedded_redis import (
     STARTUP_TIMEOUT_S,
     EmbeddedRedis,
     free_port,
@@ -32,9 +32,9 @@ from shared.embedded_redis import (
     redis_server_binary,
     short_socket_root,
 )
-from shared.errors import InfraError
-from shared.models import TaskSpec, TaskStatus
-from shared.offline_model import MODEL
+from teamctl.shared.errors import InfraError
+from teamctl.shared.models import TaskSpec, TaskStatus
+
 from tests.conftest import wait_until
 from tests.test_worker_support import make_run
 
@@ -162,7 +162,7 @@ def test_cli_prints_url_and_stops(tmp_path: Path) -> None:
         assert url.startswith("unix://:") and redis.Redis.from_url(url).ping()
         assert runner.invoke(main, ["redis", "url"]).stdout.strip() == url
         cli = subprocess.run(
-            [sys.executable, "-c", "from coordinator.cli import main; main()",
+            [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()",
              "redis", "cli", "CONFIG", "GET", "port"], capture_output=True, text=True, timeout=30)
         assert cli.stdout.split() == ["port", "0"], cli.stderr
     finally:
@@ -178,10 +178,10 @@ def test_rq_worker_started_from_the_printed_url_completes_a_task(
              workspace=tmp_path / "ws", api_base="http://127.0.0.1:9/v1")
     queue = f"q-{uuid.uuid4().hex[:8]}"
     Queue(queue, connection=redis.Redis.from_url(url)).enqueue(
-        "worker.jobs.run_task", run_id, "t1", job_timeout=120)
+        "teamctl.worker.jobs.run_task", run_id, "t1", job_timeout=120)
 
     done = subprocess.run(  # --burst: the worker exits once the queue is empty
-        [sys.executable, "-m", "rq.cli", "worker", "--burst", "-c", "worker.settings",
+        [sys.executable, "-m", "rq.cli", "worker", "--burst", "-c", "teamctl.worker.settings",
          "-u", url, queue], capture_output=True, text=True, timeout=120)
 
     assert done.returncode == 0, done.stderr

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from coordinator.hooks import TeamHook
+from teamctl.coordinator.hooks import TeamHook
+
 from tests.scripted_llm import ScriptedLLM
 from tests.test_coordinator import run_cli, script_run, team_file
 

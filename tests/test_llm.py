@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 import pytest
+from teamctl.shared.agent.llm import ModelClient, load_litellm, warm_up
+from teamctl.shared.errors import ModelError
 
-from shared.errors import ModelError
-from shared.llm import ModelClient, load_litellm, warm_up
 from tests.scripted_llm import HttpError, Reset, ScriptedLLM, Stall
 
 HI = [{"role": "user", "content": "hi"}]

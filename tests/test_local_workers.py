@@ -10,11 +10,11 @@ import uuid
 from pathlib import Path
 
 import redis
+from teamctl.coordinator.cli.local_workers import stop_process
+from teamctl.shared.embedded_redis import pid_alive
+from teamctl.shared.parent_watch import PARENT_PID_ENV, watch_parent
+from teamctl.shared.runstore import RunStore
 
-from coordinator.workers import stop_process
-from shared.embedded_redis import pid_alive
-from shared.parent_watch import PARENT_PID_ENV, watch_parent
-from shared.runstore import RunStore
 from tests.conftest import wait_until
 
 
@@ -26,9 +26,9 @@ def start_waiting_run(redis_server: str, run_id: str, tmp_path: Path,
     team.write_text(f'[[members]]\nid = "m1"\nqueue = "{queue}"\n'
                     "[options]\nrequire_plan_approval = true\n")
     run = subprocess.Popen(
-        [sys.executable, "-c", "from coordinator.cli import main; main()", "run", "objective",
-         "--team", str(team), "--redis-url", redis_server, "--workers", str(workers),
-         "--run-id", run_id],
+        [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()",
+         "run", "objective", "--team", str(team), "--redis-url", redis_server,
+         "--workers", str(workers), "--run-id", run_id],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     return run, queue
 

@@ -11,12 +11,12 @@ import threading
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from teamctl.coordinator.cli import main
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.retention import expire_run
+from teamctl.shared.runstore import RunEnd, RunStore, now_ms
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
-from coordinator.cli import main
-from shared.bus import MessageBus
-from shared.retention import expire_run
-from shared.runstore import RunEnd, RunStore, now_ms
-from shared.team import Member, ModelChoice, RunOptions, RunSpec
 from tests.conftest import coordinator_store, wait_until
 
 MEMBERS = ["m1", "m2", "m3"]
@@ -144,7 +144,7 @@ def test_follow_on_a_finished_run_prints_everything_and_returns(
 def test_follow_stops_quietly_on_ctrl_c(conn: redis.Redis, redis_url: str, run_id: str) -> None:
     _, bus = store_run(conn, run_id)
     converse(bus)
-    teamctl = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+    teamctl = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
     process = subprocess.Popen([*teamctl, "messages", run_id, "--redis-url", redis_url,
                                 "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)

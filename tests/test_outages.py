@@ -14,21 +14,21 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.coordinator.cli.local_workers import LocalWorkers, stop_process
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskStatus
+from teamctl.shared.runstore import RunStore
 
-from coordinator.cli import main
-from coordinator.workers import LocalWorkers, stop_process
-from shared.board import TaskBoard
-from shared.bus import MessageBus
-from shared.keys import RunKeys
-from shared.models import TaskStatus
-from shared.runstore import RunStore
 from tests.conftest import wait_until
 from tests.faults import RestartableRedis, TcpProxy
 from tests.scripted_llm import ScriptedLLM, Slow
 from tests.test_coordinator import member_answer, team_file
 from tests.timescale import scaled, timing_options
 
-TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
 EXIT_DEADLINE_S = 180
 

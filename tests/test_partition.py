@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 import redis
+from teamctl.coordinator.cli.local_workers import LocalWorkers, stop_process, worker_command
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.embedded_redis import redis_server_binary
+from teamctl.shared.models import TaskStatus
 
-from coordinator.workers import LocalWorkers, stop_process, worker_command
-from shared.board import TaskBoard
-from shared.bus import MessageBus
-from shared.embedded_redis import redis_server_binary
-from shared.models import TaskStatus
 from tests.conftest import wait_until
 from tests.faults import TcpProxy
 from tests.scripted_llm import ScriptedLLM, Slow
@@ -36,7 +36,7 @@ from tests.scripted_llm import ScriptedLLM, Slow
 SUBNET = "10.254.{n}.{host}/30"
 """A /30 that exists only between the test's two namespaces."""
 REDIS_PORT = 6379
-TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 HEARTBEAT_TTL_S = 4.0
 
 

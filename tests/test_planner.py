@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import redis
+from teamctl.coordinator.planner import fallback_tasks, planner_prompt
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.runstore import RunStore
+from teamctl.shared.team import Member
 
-from coordinator.planner import fallback_tasks, planner_prompt
-from shared.board import TaskBoard
-from shared.runstore import RunStore
-from shared.team import Member
 from tests.scripted_llm import HttpError, ScriptedLLM
 from tests.test_coordinator import run_cli, team_file
 

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.embedded_redis import EmbeddedRedis
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runstore import RunStore
 
-from coordinator.cli import main
-from shared.board import TaskBoard
-from shared.embedded_redis import EmbeddedRedis
-from shared.keys import RunKeys
-from shared.runstore import RunStore
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, Slow
 from tests.test_cli import make_run

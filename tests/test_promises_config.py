@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.agent.llm import DEFAULT_MODEL_FOR_KEY
+from teamctl.shared.runstore import RunStore
+from teamctl.shared.team import RunOptions
 
-from coordinator.cli import main
-from shared.llm import DEFAULT_MODEL_FOR_KEY
-from shared.runstore import RunStore
-from shared.team import RunOptions
 from tests.scripted_llm import HttpError, ScriptedLLM
 from tests.test_coordinator import member_answer, run_cli
 

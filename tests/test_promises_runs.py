@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 import redis
 from click.testing import Result
+from teamctl.coordinator.rounds import STOP_GRACE_TTLS
+from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.errors import ModelError
+from teamctl.shared.models import TaskStatus
+from teamctl.shared.team import RunOptions
 
-from coordinator.rounds import STOP_GRACE_TTLS
-from shared.board import TaskBoard
-from shared.bus import MessageBus
-from shared.errors import ModelError
-from shared.llm import ModelClient
-from shared.models import TaskStatus
-from shared.team import RunOptions
 from tests.conftest import wait_until
 from tests.scripted_llm import HttpError, ScriptedLLM, Slow
 from tests.test_coordinator import run_cli, script_run, team_file

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 import redis
+from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.errors import ToolFailed
+from teamctl.shared.models import TaskSpec
+from teamctl.worker.jobs import execute_task
 
-from shared.errors import ToolFailed
-from shared.models import TaskSpec
-from shared.workspace import Workspace
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_local_workers import exited
 from tests.test_worker_support import make_run, tool_results
-from worker.jobs import execute_task
 
 # bash ignores SIGTERM, starts a child bash that ignores it too, which starts a grandchild sleep.
 STUBBORN = ("trap '' TERM; "

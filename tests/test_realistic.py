@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
+from teamctl.shared.team import RunOptions
 
-from shared.team import RunOptions
 from tests.scripted_llm import ScriptedLLM
 from tests.test_coordinator import member_answer, run_cli, team_file
 from tests.timescale import scaled, time_scale, timing_options

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.result import member_results
-from shared.models import TaskState, TaskStatus
-from shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.coordinator.result import member_results
+from teamctl.shared.models import TaskState, TaskStatus
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 
 def test_member_results_follow_dispatch_order() -> None:

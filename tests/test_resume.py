@@ -15,18 +15,18 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskStatus
+from teamctl.shared.runstore import RunStore
 
-from coordinator.cli import main
-from shared.board import TaskBoard
-from shared.keys import RunKeys
-from shared.models import TaskStatus
-from shared.runstore import RunStore
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
 from tests.timescale import scaled
 
-TEAMCTL = [sys.executable, "-c", "from coordinator.cli import main; main()"]
+TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 BUSY = ToolCalls([("team_list_tasks", {})])
 """A member turn that keeps the member working (and checking for cancel) without blocking the
 scripted server, which answers one request at a time."""

@@ -34,22 +34,21 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-
-from coordinator.commands import cancel_command, resume_command
-from coordinator.lease import Lease
-from coordinator.rounds import CANCELLED, CYCLE_REASON
-from coordinator.run import RunRequest, create_run
-from shared.board import TaskBoard, WriteOutcome
-from shared.bus import TRIM_SLACK_DIVISOR, run_bus
-from shared.errors import ConfigError, RunFailed
-from shared.ids import BROADCAST
-from shared.models import Envelope, RunStatus, TaskSpec, TaskStatus
-from shared.retention import expire_run
-from shared.runstore import RunEnd, RunStore
-from shared.team import Member, ModelChoice, RunOptions, TeamFile
-from shared.text import shorten
-from worker.claims import Claim
-from worker.mailbox import Mailbox
+from teamctl.coordinator.cli.commands import cancel_command, resume_command
+from teamctl.coordinator.rounds import CANCELLED, CYCLE_REASON
+from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.bus import TRIM_SLACK_DIVISOR, run_bus
+from teamctl.shared.errors import ConfigError, RunFailed
+from teamctl.shared.ids import BROADCAST
+from teamctl.shared.lease import Lease
+from teamctl.shared.models import Envelope, RunStatus, TaskSpec, TaskStatus
+from teamctl.shared.retention import expire_run
+from teamctl.shared.runstore import RunEnd, RunStore
+from teamctl.shared.team import Member, ModelChoice, RunOptions, TeamFile
+from teamctl.shared.text import shorten
+from teamctl.worker.claims import Claim
+from teamctl.worker.mailbox import Mailbox
 
 P, R, IP = TaskStatus.PENDING, TaskStatus.READY, TaskStatus.IN_PROGRESS
 C, F, B = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED

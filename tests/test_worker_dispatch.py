@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shared.models import Envelope, TaskState, TaskStatus
-from shared.team import Member, RunOptions
-from worker.dispatch import build_dispatch_input
+from teamctl.shared.models import Envelope, TaskState, TaskStatus
+from teamctl.shared.team import Member, RunOptions
+from teamctl.worker.dispatch import build_dispatch_input
 
 MEMBER = Member(id="writer", name="Writer", description="clear prose")
 TASK = TaskState(task_id="write", task="Write it up", context="Keep it short",

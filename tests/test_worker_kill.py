@@ -20,13 +20,13 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from teamctl.coordinator.cli import main
+from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.models import TaskStatus
+from teamctl.shared.team import RunOptions
 
-from coordinator.cli import main
-from coordinator.workers import LocalWorkers
-from shared.board import TaskBoard
-from shared.bus import MessageBus
-from shared.models import TaskStatus
-from shared.team import RunOptions
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM
 from tests.timescale import scaled

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import redis
-
-from shared.board import TaskBoard
-from shared.models import TaskSpec
-from shared.runstore import RunStore, now_ms
-from shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.models import TaskSpec
+from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 
 def make_run(conn: redis.Redis, run_id: str, *, models: dict[str, str], tasks: list[TaskSpec],

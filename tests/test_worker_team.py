@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from click.testing import CliRunner
+from teamctl.coordinator.cli import main
 
-from coordinator.cli import main
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_worker_support import parsed, tool_names, tool_results
 

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.runstore import RunStore
+from teamctl.worker.jobs import execute_task
 
-from shared.board import TaskBoard
-from shared.bus import MessageBus
-from shared.keys import RunKeys
-from shared.models import TaskSpec, TaskStatus
-from shared.runstore import RunStore
 from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
 from tests.test_worker_support import make_run, parsed, tool_names, tool_results
-from worker.jobs import execute_task
 
 TEAM_TOOLS = ["team_send_message", "team_broadcast", "team_read_messages", "team_list_tasks",
               "team_claim_task", "team_release_task", "team_reassign_task", "team_heartbeat_task"]

@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 import redis
+from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_tools import add_workspace_tools
+from teamctl.shared.errors import ToolFailed
+from teamctl.shared.models import TaskSpec
+from teamctl.worker.jobs import execute_task
 
-from shared.errors import ToolFailed
-from shared.models import TaskSpec
-from shared.workspace import Workspace
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_local_workers import exited
 from tests.test_worker_support import make_run, tool_names, tool_results
-from worker.jobs import execute_task
-from worker.tools import Toolbox
-from worker.workspace_tools import add_workspace_tools
 
 
 @pytest.fixture

@@ -8,25 +8,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-
-from shared.board import TaskBoard, WriteOutcome
-from shared.budget import Budget
-from shared.bus import MessageBus
-from shared.errors import RunFailed
-from shared.llm import ModelClient
-from shared.models import TaskState, Usage
-from shared.prompts import render
-from shared.runstore import RunStore
-from shared.team import Member, RunSpec
-from shared.workspace import Workspace
-from worker.claims import Claim, ClaimEnd, Claims
-from worker.dispatch import build_dispatch_input
-from worker.heartbeat import Heartbeat
-from worker.mailbox import Mailbox
-from worker.runner import AgentLoop, AttemptAbandoned, HandedOff
-from worker.team_tools import TeamContext, add_team_tools
-from worker.tools import Toolbox
-from worker.workspace_tools import add_workspace_tools
+from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.loop import AgentLoop, AttemptAbandoned, HandedOff
+from teamctl.shared.agent.prompts import render
+from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_tools import add_workspace_tools
+from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.budget import Budget
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.errors import RunFailed
+from teamctl.shared.models import TaskState, Usage
+from teamctl.shared.runstore import RunStore
+from teamctl.shared.team import Member, RunSpec
+from teamctl.worker.claims import Claim, ClaimEnd, Claims
+from teamctl.worker.dispatch import build_dispatch_input
+from teamctl.worker.heartbeat import Heartbeat
+from teamctl.worker.mailbox import Mailbox
+from teamctl.worker.team_tools import TeamContext, add_team_tools
 
 
 @dataclass
@@ -65,7 +64,7 @@ class Attempt:
         job.bus.publish("system", member.id, "task.assigned", task.task_id, task.task)
         try:
             result = self._loop(member).run(
-                render("worker", "member_system.md", name=member.display_name),
+                render("teamctl.worker", "member_system.md", name=member.display_name),
                 self._dispatch_input(member, task))
         except HandedOff:
             if self.mailbox:  # this member's session is over: what it read is not owed again

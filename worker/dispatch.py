@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shared.models import Envelope, TaskState
-from shared.prompts import render
-from shared.team import Member, RunOptions
+from teamctl.shared.agent.prompts import render
+from teamctl.shared.models import Envelope, TaskState
+from teamctl.shared.team import Member, RunOptions
 
 TRUNCATED = " [truncated]"
 
@@ -14,7 +14,7 @@ def build_dispatch_input(*, member: Member, task: TaskState, objective: str, opt
     """Render worker/prompts/dispatch.md; each section honours its include_* option."""
     wants_history = options.enable_message_bus and options.include_message_history_in_dispatch
     return render(
-        "worker", "dispatch.md", member=member, task=task, objective=objective,
+        "teamctl.worker", "dispatch.md", member=member, task=task, objective=objective,
         include_objective=options.include_original_objective_in_dispatch,
         include_context=options.include_task_context_in_dispatch,
         dependency_outputs=[(d.task_id, d.status.value,

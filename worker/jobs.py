@@ -8,16 +8,15 @@ import os
 import socket
 
 import redis
-
-from shared.board import TaskBoard
-from shared.budget import Budget
-from shared.bus import run_bus
-from shared.connection import same_server, set_outage
-from shared.llm import ModelClient
-from shared.runstore import RunStore
-from worker.attempt import Attempt, JobContext
-from worker.claims import Claim, Claims
-from worker.heartbeat import Heartbeat
+from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.budget import Budget
+from teamctl.shared.bus import run_bus
+from teamctl.shared.connection import same_server, set_outage
+from teamctl.shared.runstore import RunStore
+from teamctl.worker.attempt import Attempt, JobContext
+from teamctl.worker.claims import Claim, Claims
+from teamctl.worker.heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
 PRELOAD_MARKER = "TEAMCTL_PRELOADED"
@@ -76,4 +75,4 @@ def _hint_if_not_preloaded() -> None:
     # Cached: once per process (a forked RQ horse is a fresh copy, so once per job there).
     if os.environ.get(PRELOAD_MARKER) != "1":
         log.warning("worker not preloaded: each task re-imports litellm (~3 s). "
-                    "Start workers with `rq worker -c worker.settings members`.")
+                    "Start workers with `rq worker -c teamctl.worker.settings members`.")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.bus import MessageBus
-from shared.models import Envelope
-from worker.claims import Claim
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.models import Envelope
+from teamctl.worker.claims import Claim
 
 
 @dataclass

@@ -20,15 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shared.board import TaskBoard, WriteOutcome
-from shared.bus import MessageBus
-from shared.errors import ToolFailed
-from shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
-from shared.models import Envelope, TaskState
-from shared.text import quoted
-from worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
-from worker.mailbox import Mailbox
-from worker.tools import Toolbox, first_string, string_property
+from teamctl.shared.agent.tools import Toolbox, first_string, string_property
+from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.errors import ToolFailed
+from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
+from teamctl.shared.models import Envelope, TaskState
+from teamctl.shared.text import quoted
+from teamctl.worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
+from teamctl.worker.mailbox import Mailbox
 
 TO_ALIASES = ("toMemberId", "to_member_id", "to", "memberId", "member_id")
 CONTENT_ALIASES = ("content", "message", "text")

@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from shared.connection import WORKER_CONNECTION_CLASS
-from shared.parent_watch import PARENT_PID_ENV
+from teamctl.shared.connection import WORKER_CONNECTION_CLASS
+from teamctl.shared.parent_watch import PARENT_PID_ENV
 
 STOP_TIMEOUT_S = 10.0
 URL_ENV = "RQ_REDIS_URL"
@@ -24,7 +24,7 @@ def worker_command(redis_url: str | None, queues: list[str], *, worker_class: st
                    name: str | None = None) -> list[str]:
     """The documented worker command: RQ's CLI with the teamctl preload settings module and a
     client that rides through Redis outages; without `redis_url` it reads $RQ_REDIS_URL."""
-    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "worker.settings",
+    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "teamctl.worker.settings",
                "--connection-class", WORKER_CONNECTION_CLASS]
     if redis_url:
         command += ["-u", redis_url]
@@ -59,7 +59,7 @@ class LocalWorkers:
     def start(self) -> None:
         """Start the workers, each logging to its own file under `log_dir`."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)  # worker.settings sets litellm's offline cost map itself
+        env = dict(os.environ)  # teamctl.worker.settings sets litellm's offline cost map itself
         # They stop when this process is gone, even after a kill -9 of it.
         env[PARENT_PID_ENV] = str(os.getpid())
         env[URL_ENV] = self.redis_url

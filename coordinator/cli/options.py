@@ -9,9 +9,8 @@ from typing import Any, Literal
 
 import click
 from pydantic import ValidationError
-
-from shared.errors import ConfigError
-from shared.team import RunOptions
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.team import RunOptions
 
 HELP = {
     "parallel_dispatch": "Dispatch up to --max-concurrency tasks per round (off: one at a time).",

@@ -5,13 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import click
-
-from shared.bus import MessageBus, delivered_to
-from shared.connection import connect
-from shared.errors import ConfigError
-from shared.ids import RESERVED_MEMBER_IDS, check_run_id
-from shared.models import Envelope
-from shared.runstore import RunStore
+from teamctl.shared.bus import MessageBus, delivered_to
+from teamctl.shared.connection import connect
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_run_id
+from teamctl.shared.models import Envelope
+from teamctl.shared.runstore import RunStore
 
 FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""

@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 
-from shared.errors import ToolFailed
+from teamctl.shared.errors import ToolFailed
 
 READ_LIMIT_CHARS = 64_000
 EDIT_LIMIT_BYTES = 2_000_000

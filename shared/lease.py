@@ -10,10 +10,9 @@ import time
 import uuid
 
 import redis
-
-from shared.errors import ConfigError, RunFailed
-from shared.keys import RunKeys
-from shared.scripts import Scripts
+from teamctl.shared.errors import ConfigError, RunFailed
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.scripts import Scripts
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import redis
 from pydantic import BaseModel, Field
-
-from shared.board import TaskBoard
-from shared.bus import MessageBus
-from shared.models import Envelope, TaskState
-from shared.runstore import RunStore, now_ms
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.models import Envelope, TaskState
+from teamctl.shared.runstore import RunStore, now_ms
 
 
 class Ai4jTask(BaseModel):

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-
-from coordinator.options import run_option_flags
-from shared.embedded_redis import EmbeddedRedis, state_dir
-from shared.errors import ConfigError, TeamError
+from teamctl.coordinator.cli.options import run_option_flags
+from teamctl.shared.embedded_redis import EmbeddedRedis, state_dir
+from teamctl.shared.errors import ConfigError, TeamError
 
 PATH_PARAMETERS = {"team_path": "--team {root} must name a file teamctl can read",
                    "directory": "DIRECTORY {root} must be a directory teamctl can write"}
@@ -129,7 +128,7 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
     Exit codes: 0 all tasks completed, 1 the run failed or some task did not complete,
     2 usage or configuration error.
     """
-    from coordinator.commands import run_command
+    from teamctl.coordinator.cli.commands import run_command
 
     code = run_command(objective=objective, team_path=team_path, model=model, api_base=api_base,
                        redis_url=lambda: resolve_redis_url(redis_url), workers=workers,
@@ -148,7 +147,7 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
 def resume(run_id: str, redis_url: str | None, workers: int, as_json: bool,
            approve_plan: bool) -> None:
     """Take over RUN_ID after its coordinator died; completed tasks are never re-run."""
-    from coordinator.commands import resume_command
+    from teamctl.coordinator.cli.commands import resume_command
 
     sys.exit(resume_command(redis_url=resolve_redis_url(redis_url), run_id=run_id,
                             workers=workers, as_json=as_json, approve_plan=approve_plan))
@@ -160,7 +159,7 @@ def resume(run_id: str, redis_url: str | None, workers: int, as_json: bool,
 @fail_cleanly
 def cancel(run_id: str, redis_url: str | None) -> None:
     """Stop RUN_ID: no more dispatch, members stop, what never ran is blocked "cancelled"."""
-    from coordinator.commands import cancel_command
+    from teamctl.coordinator.cli.commands import cancel_command
 
     cancel_command(resolve_redis_url(redis_url), run_id)
 
@@ -171,7 +170,7 @@ def cancel(run_id: str, redis_url: str | None) -> None:
 @fail_cleanly
 def approve(run_id: str, redis_url: str | None) -> None:
     """Approve the plan RUN_ID is waiting on (require_plan_approval)."""
-    from coordinator.commands import decide_command
+    from teamctl.coordinator.cli.commands import decide_command
 
     decide_command(resolve_redis_url(redis_url), run_id, True, None)
 
@@ -183,7 +182,7 @@ def approve(run_id: str, redis_url: str | None) -> None:
 @fail_cleanly
 def reject(run_id: str, redis_url: str | None, reason: str | None) -> None:
     """Reject the plan RUN_ID is waiting on; the run fails with "plan rejected"."""
-    from coordinator.commands import decide_command
+    from teamctl.coordinator.cli.commands import decide_command
 
     decide_command(resolve_redis_url(redis_url), run_id, False, reason)
 
@@ -195,7 +194,7 @@ def reject(run_id: str, redis_url: str | None, reason: str | None) -> None:
 @fail_cleanly
 def export(run_id: str, directory: Path, redis_url: str | None) -> None:
     """Write RUN_ID as AI4J files: DIRECTORY/state/<team>.json, DIRECTORY/mailbox/<team>.jsonl."""
-    from coordinator.commands import export_command
+    from teamctl.coordinator.cli.commands import export_command
 
     export_command(resolve_redis_url(redis_url), run_id, directory)
 
@@ -207,7 +206,7 @@ def export(run_id: str, directory: Path, redis_url: str | None) -> None:
 @fail_cleanly
 def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
     """Show a run's status (the same result JSON as `run --json`)."""
-    from coordinator.commands import status_command
+    from teamctl.coordinator.cli.commands import status_command
 
     sys.exit(status_command(resolve_redis_url(redis_url), run_id, as_json))
 
@@ -219,7 +218,7 @@ def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
 @fail_cleanly
 def tasks(run_id: str, redis_url: str | None, as_json: bool) -> None:
     """List a run's tasks and their states."""
-    from coordinator.commands import tasks_command
+    from teamctl.coordinator.cli.commands import tasks_command
 
     tasks_command(resolve_redis_url(redis_url), run_id, as_json)
 
@@ -230,7 +229,7 @@ def tasks(run_id: str, redis_url: str | None, as_json: bool) -> None:
 @fail_cleanly
 def runs(redis_url: str | None, as_json: bool) -> None:
     """List recent runs."""
-    from coordinator.commands import runs_command
+    from teamctl.coordinator.cli.commands import runs_command
 
     runs_command(resolve_redis_url(redis_url), as_json)
 
@@ -275,7 +274,7 @@ def redis_stop() -> None:
 def messages(run_id: str, redis_url: str | None, member: str | None, type_: str | None,
              follow: bool, as_json: bool) -> None:
     """Show a run's messages."""
-    from coordinator.messages_view import messages_command
+    from teamctl.coordinator.cli.messages_view import messages_command
 
     messages_command(resolve_redis_url(redis_url), run_id, member=member, type_=type_,
                      follow=follow, as_json=as_json)

@@ -12,10 +12,9 @@ import time
 from typing import Any
 
 from pydantic import BaseModel, Field
-
-from shared.errors import ModelError
-from shared.models import Usage
-from shared.offline_model import PROVIDER, make_provider
+from teamctl.shared.agent.offline_model import PROVIDER, make_provider
+from teamctl.shared.errors import ModelError
+from teamctl.shared.models import Usage
 
 log = logging.getLogger(__name__)
 

@@ -11,16 +11,15 @@ from typing import Any
 
 import click
 import redis
-
-from coordinator.approval import ApprovalMode
-from shared.connection import connect, redacted, set_outage
-from shared.embedded_redis import state_dir
-from shared.errors import ConfigError, UnreadableRecord
-from shared.ids import check_run_id, is_safe_id
-from shared.models import RunResult, RunStatus
-from shared.runstore import RunStore
-from shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
-from shared.text import quoted
+from teamctl.coordinator.approval import ApprovalMode
+from teamctl.shared.connection import connect, redacted, set_outage
+from teamctl.shared.embedded_redis import state_dir
+from teamctl.shared.errors import ConfigError, UnreadableRecord
+from teamctl.shared.ids import check_run_id, is_safe_id
+from teamctl.shared.models import RunResult, RunStatus
+from teamctl.shared.runstore import RunStore
+from teamctl.shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
+from teamctl.shared.text import quoted
 
 
 def exit_code_for(result: RunResult) -> int:
@@ -30,7 +29,7 @@ def exit_code_for(result: RunResult) -> int:
 
 def resolve_models(team: TeamFile, model: str | None, api_base: str | None) -> ModelChoice:
     """Flag > team file > environment > provider default > offline model (said on stderr)."""
-    from shared.llm import resolve_default_model
+    from teamctl.shared.agent.llm import resolve_default_model
 
     explicit = model or team.model or os.environ.get("TEAMCTL_MODEL")
     default, offline = resolve_default_model(explicit, dict(os.environ))
@@ -61,9 +60,9 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
-    from coordinator.hooks import load_hooks
-    from coordinator.options import merge_options
-    from coordinator.run import RunRequest, create_run
+    from teamctl.coordinator.cli.options import merge_options
+    from teamctl.coordinator.hooks import load_hooks
+    from teamctl.coordinator.run import RunRequest, create_run
 
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")
@@ -84,8 +83,8 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
                    approve_plan: bool) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
-    from coordinator.hooks import load_hooks
-    from coordinator.lease import Lease
+    from teamctl.coordinator.hooks import load_hooks
+    from teamctl.shared.lease import Lease
 
     conn = connect(redis_url)
     store = RunStore(conn, check_run_id(run_id))
@@ -102,11 +101,11 @@ def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
 def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
            workers: int, as_json: bool, approve_plan: bool) -> int:
     """Start local workers, drive the run to its end, print the result."""
-    from coordinator.context import build_context
-    from coordinator.progress import Reporter
-    from coordinator.run import Coordinator
-    from coordinator.workers import LocalWorkers
-    from shared.llm import ModelClient
+    from teamctl.coordinator.cli.local_workers import LocalWorkers
+    from teamctl.coordinator.context import build_context
+    from teamctl.coordinator.progress import Reporter
+    from teamctl.coordinator.run import Coordinator
+    from teamctl.shared.agent.llm import ModelClient
 
     reporter = Reporter.for_stderr()
     outage_s = spec.options.redis_outage_s
@@ -125,7 +124,7 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
 
 
 def _print_result(result: RunResult, as_json: bool) -> None:
-    from coordinator.result import result_json
+    from teamctl.coordinator.result import result_json
 
     if as_json:
         click.echo(result_json(result))
@@ -135,7 +134,7 @@ def _print_result(result: RunResult, as_json: bool) -> None:
 
 def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
     """`teamctl status`: a summary line, or the full result JSON rebuilt from Redis."""
-    from coordinator.result import build_result
+    from teamctl.coordinator.result import build_result
 
     result = build_result(connect(redis_url), check_run_id(run_id))
     if as_json:
@@ -163,7 +162,7 @@ def _print_status_notes(conn: redis.Redis, run_id: str) -> None:
 
 def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
     """`teamctl tasks`: the run's board in plan order."""
-    from shared.board import TaskBoard
+    from teamctl.shared.board import TaskBoard
 
     conn = connect(redis_url)
     RunStore(conn, check_run_id(run_id)).spec()
@@ -178,8 +177,8 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 
 def runs_command(redis_url: str, as_json: bool) -> None:
     """`teamctl runs`: recent runs, newest first."""
-    from shared.retention import forget_expired_runs
-    from shared.runstore import list_runs
+    from teamctl.shared.retention import forget_expired_runs
+    from teamctl.shared.runstore import list_runs
 
     conn = connect(redis_url)
     forget_expired_runs(conn)  # the index is a sorted set: its members outlive the runs' keys
@@ -241,7 +240,7 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
 
 def cancel_command(redis_url: str, run_id: str) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here."""
-    from coordinator.lease import Lease
+    from teamctl.shared.lease import Lease
 
     conn = connect(redis_url)
     store, spec = _live_run(conn, run_id)
@@ -262,9 +261,9 @@ def cancel_command(redis_url: str, run_id: str) -> None:
 def _end_cancelled(store: RunStore, spec: RunSpec) -> None:
     """No coordinator is left to wait out a grace period: revoke every claim now (a late write
     is refused and counted), block what never ran, and end the run under our lease."""
-    from shared.board import TaskBoard
-    from shared.retention import expire_run
-    from shared.runstore import RunEnd
+    from teamctl.shared.board import TaskBoard
+    from teamctl.shared.retention import expire_run
+    from teamctl.shared.runstore import RunEnd
 
     board = TaskBoard(store.conn, spec.run_id, scripts=store.scripts)
     announce = spec.options.enable_message_bus
@@ -279,7 +278,7 @@ def _end_cancelled(store: RunStore, spec: RunSpec) -> None:
 
 def export_command(redis_url: str, run_id: str, directory: Path) -> None:
     """`teamctl export`: write the run as AI4J files and print their paths."""
-    from coordinator.export import export_run
+    from teamctl.coordinator.cli.export import export_run
 
     conn = connect(redis_url)
     RunStore(conn, check_run_id(run_id)).spec()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.errors import ToolFailed
-from shared.workspace import EDIT_LIMIT_BYTES, Workspace
-from worker.tools import Toolbox, first_string, string_property
+from teamctl.shared.agent.tools import Toolbox, first_string, string_property
+from teamctl.shared.agent.workspace import EDIT_LIMIT_BYTES, Workspace
+from teamctl.shared.errors import ToolFailed
 
 PATH = string_property("A path relative to the workspace root.")
 

@@ -6,20 +6,16 @@ All prompt text (section titles included) is in the templates; Python passes dat
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from typing import Any
 
 import jinja2
-
-from shared.text import shorten
+from teamctl.shared.text import shorten
 
 
 @functools.cache  # compiling a template costs ~2 ms: once per process, not once per render
 def _environment(package: str) -> jinja2.Environment:
-    folder = resources.files(package).joinpath("prompts")
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(
-            lambda name: folder.joinpath(name).read_text(encoding="utf-8")),
+        loader=jinja2.PackageLoader(package, "prompts"),
         undefined=jinja2.StrictUndefined,  # a missing variable is an error, never ""
         trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
     env.filters["shorten"] = shorten
@@ -35,6 +31,5 @@ def precompile(package: str) -> None:
     """Compile every template of `package` now, e.g. in a preloading RQ worker parent, so its
     forked jobs inherit them compiled."""
     env = _environment(package)
-    for entry in resources.files(package).joinpath("prompts").iterdir():
-        if entry.name.endswith(".md"):
-            env.get_template(entry.name)
+    for name in env.list_templates(extensions=["md"]):
+        env.get_template(name)

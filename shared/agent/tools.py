@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from shared.errors import TeamError, ToolFailed
+from teamctl.shared.errors import TeamError, ToolFailed
 
 log = logging.getLogger(__name__)
 
