@@ -42,4 +42,4 @@ def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
         TaskStatus.COMPLETED, "[Member m1] t1: notes on 'Say hello'.")
     log = done.stdout + done.stderr
     assert log.count("worker not preloaded") == (0 if preloaded else 1)
-    assert ("rq worker -c teamctl.worker.settings members" in log) is not preloaded
+    assert ("RQ_CONFIG=teamctl.worker.settings rq worker members" in log) is not preloaded

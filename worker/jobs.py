@@ -75,4 +75,4 @@ def _hint_if_not_preloaded() -> None:
     # Cached: once per process (a forked RQ horse is a fresh copy, so once per job there).
     if os.environ.get(PRELOAD_MARKER) != "1":
         log.warning("worker not preloaded: each task re-imports litellm (~3 s). "
-                    "Start workers with `rq worker -c teamctl.worker.settings members`.")
+                    "Start workers with `RQ_CONFIG=teamctl.worker.settings rq worker members`.")

@@ -1,6 +1,7 @@
 """RQ settings module that preloads litellm once per worker process.
 
-Start workers with `rq worker -c teamctl.worker.settings members -u REDIS_URL`. RQ's forking worker
+Start workers with `RQ_CONFIG=teamctl.worker.settings rq worker members` (RQ reads RQ_CONFIG as
+it reads `-c teamctl.worker.settings`). RQ's forking worker
 imports job modules inside every forked child; importing litellm here, in the parent, means each
 child inherits it instead of paying a ~3 s import per task. The warm-up also moves litellm's lazy
 first-call work (~400 ms) into the parent, and the prompt templates are compiled here once.
@@ -13,6 +14,11 @@ import teamctl.worker.jobs
 from teamctl.shared.agent.llm import load_litellm, warm_up
 from teamctl.shared.agent.prompts import precompile
 from teamctl.shared.parent_watch import watch_parent
+
+QUEUES = ["members"]
+"""RQ's default queues for a worker started with this module and no queue names."""
+REDIS_URL = os.environ.get("REDIS_URL")
+"""RQ's Redis when neither -u nor $RQ_REDIS_URL is given: the one teamctl itself uses."""
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
 warm_up(load_litellm())

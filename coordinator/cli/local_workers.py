@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from teamctl.shared.connection import WORKER_CONNECTION_CLASS
@@ -18,13 +19,22 @@ STOP_TIMEOUT_S = 10.0
 URL_ENV = "RQ_REDIS_URL"
 """Where `rq worker` reads its URL when -u is not given; unlike argv, other users cannot read a
 process's environment, and the embedded server's URL holds its password."""
+SETTINGS_MODULE = "teamctl.worker.settings"
+"""The RQ settings module that preloads litellm in each worker (RQ_CONFIG, or -c)."""
+
+
+def worker_env(environ: Mapping[str, str], redis_url: str) -> dict[str, str]:
+    """The environment of the documented worker, `rq worker QUEUE...` with no flags: RQ reads its
+    settings module, its outage-tolerant client class and its URL from these variables."""
+    return {**environ, "RQ_CONFIG": SETTINGS_MODULE,
+            "RQ_CONNECTION_CLASS": WORKER_CONNECTION_CLASS, URL_ENV: redis_url}
 
 
 def worker_command(redis_url: str | None, queues: list[str], *, worker_class: str | None = None,
                    name: str | None = None) -> list[str]:
-    """The documented worker command: RQ's CLI with the teamctl preload settings module and a
-    client that rides through Redis outages; without `redis_url` it reads $RQ_REDIS_URL."""
-    command = [sys.executable, "-m", "rq.cli", "worker", "-c", "teamctl.worker.settings",
+    """The explicit form of the documented worker command (flags instead of RQ_* variables), for
+    a host whose environment we do not control; without `redis_url` it reads $RQ_REDIS_URL."""
+    command = [sys.executable, "-m", "rq.cli", "worker", "-c", SETTINGS_MODULE,
                "--connection-class", WORKER_CONNECTION_CLASS]
     if redis_url:
         command += ["-u", redis_url]
@@ -59,15 +69,14 @@ class LocalWorkers:
     def start(self) -> None:
         """Start the workers, each logging to its own file under `log_dir`."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)  # teamctl.worker.settings sets litellm's offline cost map itself
+        env = worker_env(os.environ, self.redis_url)
         # They stop when this process is gone, even after a kill -9 of it.
         env[PARENT_PID_ENV] = str(os.getpid())
-        env[URL_ENV] = self.redis_url
         for index in range(self.count):
             log_path = self.log_dir / f"worker-{os.getpid()}-{index}.log"
             with log_path.open("ab") as log_file:
                 self.processes.append(subprocess.Popen(
-                    worker_command(None, self.queues),
+                    [sys.executable, "-m", "rq.cli", "worker", *self.queues],
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
 
     def stop(self) -> None:
