@@ -24,8 +24,7 @@ def parse_tasks(text: str | None) -> list[RawTask]:
     tasks = _parse_value(text.strip())
     if tasks:
         return tasks
-    fragment = first_balanced_json(text)
-    return _parse_value(fragment) if fragment else []
+    return _tasks_from(first_json_value(text))
 
 
 def _parse_value(text: str) -> list[RawTask]:
@@ -81,30 +80,14 @@ def _task(item: dict[str, Any]) -> RawTask | None:
                    context=_string(item, "context"), depends_on=_dependencies(item))
 
 
-def first_balanced_json(text: str) -> str | None:
-    """The first balanced {...} or [...] in `text`, skipping brackets inside JSON strings."""
+def first_json_value(text: str) -> Any:
+    """The JSON value that starts at the first { or [ in `text` (the first fragment wins, as in
+    AI4J); None when it does not parse."""
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
     if not starts:
         return None
-    start = min(starts)
-    opening = text[start]
-    closing = "}" if opening == "{" else "]"
-    depth, in_string, escaped = 0, False, False
-    for index in range(start, len(text)):
-        char = text[index]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == opening:
-            depth += 1
-        elif char == closing:
-            depth -= 1
-            if depth == 0:
-                return text[start:index + 1]
-    return None
+    try:
+        value, _end = json.JSONDecoder().raw_decode(text, min(starts))
+    except json.JSONDecodeError:
+        return None
+    return value
