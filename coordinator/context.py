@@ -34,7 +34,7 @@ def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks:
                   reporter: Reporter) -> RunContext:
     """Wire the run's board, bus, dispatcher, hooks and lease around one connection."""
     bus = run_bus(conn, spec)
-    lease = Lease(conn, spec.run_id, spec.options.lease_ttl_s, scripts=bus.scripts)
+    lease = Lease(conn, spec.run_id, spec.options.lease_ttl_s)
 
     def report_hook_error(point: str, text: str) -> None:
         reporter.note(f"hook failed: {text}")

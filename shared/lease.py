@@ -1,7 +1,12 @@
-"""The coordinator lease: a key with a TTL, renewed by a thread, so one coordinator drives a run."""
+"""The coordinator lease: a key with a TTL, renewed by a thread, so one coordinator drives a run.
+
+It is redis-py's `Lock` with the owner string (host:pid:nonce) as its token. The token doubles as
+the fencing value: the end-of-run and status writes (run_status.lua, run_finish.lua) check that
+the lease key still holds this owner in the same Lua step, which a lock alone cannot give."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -10,9 +15,9 @@ import time
 import uuid
 
 import redis
+from redis.exceptions import LockError
 from teamctl.shared.errors import ConfigError, RunFailed
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.scripts import Scripts
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +34,14 @@ class Lease:
     renewal was sent, `check` treats the lease as lost until a renewal succeeds again (it takes
     the lease back if nobody else did). The writes that matter are fenced in Redis anyway."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, ttl_s: float,
-                 scripts: Scripts | None = None) -> None:
+    def __init__(self, conn: redis.Redis, run_id: str, ttl_s: float) -> None:
         self.conn = conn
         self.run_id = run_id
         self.key = RunKeys(run_id).lease
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.owner = lease_owner()
-        self.scripts = scripts or Scripts(conn)
+        # Not thread-local: the renewal thread extends what the main thread acquired.
+        self._lock = conn.lock(self.key, timeout=self.ttl_ms / 1000, thread_local=False)
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -47,7 +52,7 @@ class Lease:
     def try_acquire(self) -> bool:
         """Take the lease if nobody holds it (no renewal thread: for short one-off work)."""
         sent_s = time.monotonic()
-        taken = bool(self.conn.set(self.key, self.owner, nx=True, px=self.ttl_ms))
+        taken = self._lock.acquire(blocking=False, token=self.owner)
         if taken:
             self._valid_until_s = sent_s + self.ttl_ms / 1000
         return taken
@@ -93,7 +98,9 @@ class Lease:
         if self._thread is not None:
             self._thread.join(timeout=self.ttl_ms / 1000)
         if not self._abandoned:
-            self.scripts["lease_release"](keys=[self.key], args=[self.owner])
+            # Expired, or another coordinator holds it now: then it is not ours to drop.
+            with contextlib.suppress(LockError):
+                self._lock.release()
 
     def __enter__(self) -> Lease:
         self.acquire()
@@ -105,12 +112,20 @@ class Lease:
     def _renew(self) -> bool:
         """Renew (or take back a lapsed) lease now; False, and `lost` set, if another holds it."""
         sent_s = time.monotonic()
-        if not int(self.scripts["lease_renew"](keys=[self.key], args=[self.owner, self.ttl_ms])):
+        if not self._extend_or_retake():
             log.warning("lost the lease of run %s to another coordinator", self.run_id)
             self.lost.set()
             return False
         self._valid_until_s = sent_s + self.ttl_ms / 1000
         return True
+
+    def _extend_or_retake(self) -> bool:
+        """Reset the TTL if we hold the lease, or take it back if it lapsed while nobody else
+        took it (a Redis outage longer than the TTL)."""
+        try:
+            return bool(self._lock.reacquire())
+        except LockError:
+            return bool(self._lock.acquire(blocking=False, token=self.owner))
 
     def _renew_forever(self) -> None:
         while not self._stop.wait(self.ttl_ms / 3000):
