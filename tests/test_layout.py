@@ -1,0 +1,69 @@
+"""The import rules the layout promises (README, Layout): `teamctl.shared` imports neither the
+coordinator nor the worker, the coordinator never imports the worker, and there are no cycles."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"teamctl.coordinator": "coordinator", "teamctl.worker": "worker",
+            "teamctl.shared": "shared", "teamctl": "teamctl"}
+
+
+def module_name(path: Path) -> str:
+    folder = path.relative_to(ROOT).parts[0]
+    package = next(name for name, top in PACKAGES.items() if top == folder)
+    rest = path.relative_to(ROOT / folder).with_suffix("").parts
+    return ".".join((package, *rest)).removesuffix(".__init__")
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every teamctl module named in an import statement of `path` (any nesting level)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return {name for name in names if name.startswith("teamctl.")}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    files = [p for top in PACKAGES.values() for p in (ROOT / top).rglob("*.py")]
+    return {module_name(p): imports_of(p) for p in files}
+
+
+@pytest.mark.parametrize(("importer", "forbidden"), [
+    ("teamctl.shared", "teamctl.coordinator"),
+    ("teamctl.shared", "teamctl.worker"),
+    ("teamctl.coordinator", "teamctl.worker"),
+])
+def test_layer_does_not_import(graph: dict[str, set[str]], importer: str, forbidden: str) -> None:
+    offenders = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                       if module.startswith(importer + ".") or module == importer
+                       for target in targets if target.startswith(forbidden))
+    assert offenders == []
+
+
+def test_no_import_cycles(graph: dict[str, set[str]]) -> None:
+    def deps(module: str) -> set[str]:
+        # `from teamctl.x import y` may name a module or a name in a module: keep known modules.
+        return {t for t in graph.get(module, set()) if t in graph and t != module}
+
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            raise AssertionError("import cycle: " + " -> ".join([*path, module]))
+        if module in done:
+            return
+        for dep in sorted(deps(module)):
+            visit(dep, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
