@@ -7,6 +7,7 @@ import tomllib
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -14,6 +15,7 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
+from teamctl.shared.text import quoted
 
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings
@@ -277,8 +279,25 @@ def choose_models(team: TeamFile, model_flag: str | None, api_base_flag: str | N
         synthesizer=pick_model(model_flag, team.synthesizer.model or team.model, settings)[0],
         member_default=default,
         member_override=model_flag,
-        api_base=api_base_flag or settings.api_base or None)
+        api_base=checked_api_base(api_base_flag, settings))
     return choice, source
+
+
+def checked_api_base(flag: str | None, settings: Settings) -> str | None:
+    """--api-base, else TEAMCTL_API_BASE; anything but an http(s) URL is a ConfigError now,
+    not a run whose every model call fails with "Connection error"."""
+    value, where = (flag, "--api-base") if flag else (settings.api_base, "TEAMCTL_API_BASE")
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        valid = False
+    if not valid:
+        raise ConfigError(f"{where} {quoted(value)} is not an http(s) URL; give the server's "
+                          "base URL, e.g. http://127.0.0.1:8000/v1")
+    return value
 
 
 class RunSpec(BaseModel):

@@ -1,12 +1,15 @@
 """Settings: the environment read once at an edge, the one model precedence, and a setting that
-does not parse as one line and exit 2."""
+cannot be used as one line and exit 2."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import redis
+from click.testing import CliRunner
 from pydantic import Field, ValidationError
+from teamctl.coordinator.cli import main
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings, settings_error
 from teamctl.shared.team import (
@@ -110,3 +113,33 @@ def test_a_value_that_does_not_parse_is_a_config_error_naming_the_variable(
     assert str(error) == ("TEAMCTL_TEST_OUTAGE_S='soon' in the environment: Input should be a "
                           "valid number, unable to parse string as a number; set "
                           "TEAMCTL_TEST_OUTAGE_S to a valid value or unset it")
+
+
+@pytest.mark.parametrize(("args", "env", "named"), [
+    ([], "127.0.0.1:8000/v1", "TEAMCTL_API_BASE '127.0.0.1:8000/v1'"),
+    (["--api-base", "ftp://host/v1"], "http://fine/v1", "--api-base 'ftp://host/v1'"),
+    (["--api-base", "http://[::1/v1"], None, "--api-base 'http://[::1/v1'"),
+])
+def test_an_api_base_that_is_not_an_http_url_is_one_line_and_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], env: str | None,
+        named: str) -> None:
+    """Refused before Redis is touched (no embedded server is started), not after a run whose
+    every model call fails with "Connection error"."""
+    if env is not None:
+        monkeypatch.setenv("TEAMCTL_API_BASE", env)
+
+    result = CliRunner().invoke(main, ["run", "x", "--workers", "0", *args])
+
+    assert result.exit_code == 2
+    assert result.stderr == (f"teamctl: {named} is not an http(s) URL; give the server's base "
+                             "URL, e.g. http://127.0.0.1:8000/v1\n")
+    assert not (tmp_path / "state" / "redis").exists()
+
+
+def test_verbs_that_do_not_call_a_model_ignore_the_api_base(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Checked where it is used: `runs` (or a worker) never reads TEAMCTL_API_BASE."""
+    monkeypatch.setenv("TEAMCTL_API_BASE", "not a url")
+    result = CliRunner().invoke(main, ["runs", "--redis-url", redis_url])
+    assert result.exit_code == 0, result.output
+    assert redis.Redis.from_url(redis_url).keys("*") == []
