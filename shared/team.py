@@ -4,20 +4,39 @@ from __future__ import annotations
 
 import json
 import tomllib
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
+from teamctl.shared.text import quoted
+
+if TYPE_CHECKING:
+    from teamctl.shared.settings import Settings
 
 DEFAULT_MAX_ROUNDS = 64
 MAX_DURATION_S = 7 * 24 * 3600
 """Upper bound of every timeout and TTL option: a week is beyond any sane run, and keeps
 deadlines and Redis expiries (milliseconds) far from overflow."""
 WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
+PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
+                     "GROQ_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY")
+"""The provider keys that pick a default model, first set wins."""
+DEFAULT_MODEL_FOR_KEY = {
+    "OPENAI_API_KEY": "gpt-4o-mini",
+    "ANTHROPIC_API_KEY": "anthropic/claude-3-5-haiku-latest",
+    "GEMINI_API_KEY": "gemini/gemini-2.0-flash",
+    "MISTRAL_API_KEY": "mistral/mistral-small-latest",
+    "GROQ_API_KEY": "groq/llama-3.1-8b-instant",
+    "DEEPSEEK_API_KEY": "deepseek/deepseek-chat",
+    "OPENROUTER_API_KEY": "openrouter/openai/gpt-4o-mini",
+}
 
 
 class RunOptions(BaseModel):
@@ -221,8 +240,64 @@ class ModelChoice(BaseModel):
     api_base: str | None = None
 
     def for_member(self, member: Member) -> str:
-        """`--model` > the member's own model > the team-wide default."""
+        """`--model` > the member's own model > the team-wide default: choose_models' order,
+        finished in the worker because members may join after the run started."""
         return self.member_override or member.model or self.member_default
+
+
+class ModelSource(StrEnum):
+    """Where a model came from, in precedence order."""
+
+    FLAG = "--model"
+    TEAM_FILE = "team file"
+    ENVIRONMENT = "TEAMCTL_MODEL"
+    PROVIDER_KEY = "provider key"
+    OFFLINE = "offline model"
+
+
+def pick_model(flag: str | None, team_file: str | None,
+               settings: Settings) -> tuple[str, ModelSource]:
+    """The one precedence for any role: --model > the team file > TEAMCTL_MODEL > the small
+    default of the first provider with a key set > the built-in offline model."""
+    for model, source in ((flag, ModelSource.FLAG), (team_file, ModelSource.TEAM_FILE),
+                          (settings.model, ModelSource.ENVIRONMENT)):
+        if model:
+            return model, source
+    for var in PROVIDER_KEY_VARS:
+        if var in settings.provider_keys:
+            return DEFAULT_MODEL_FOR_KEY[var], ModelSource.PROVIDER_KEY
+    return OFFLINE_MODEL, ModelSource.OFFLINE
+
+
+def choose_models(team: TeamFile, model_flag: str | None, api_base_flag: str | None,
+                  settings: Settings) -> tuple[ModelChoice, ModelSource]:
+    """Every role's model and the API base, and where the team-wide default came from (the
+    CLI says so on stderr when that is the offline model)."""
+    default, source = pick_model(model_flag, team.model, settings)
+    choice = ModelChoice(
+        planner=pick_model(model_flag, team.planner.model or team.model, settings)[0],
+        synthesizer=pick_model(model_flag, team.synthesizer.model or team.model, settings)[0],
+        member_default=default,
+        member_override=model_flag,
+        api_base=checked_api_base(api_base_flag, settings))
+    return choice, source
+
+
+def checked_api_base(flag: str | None, settings: Settings) -> str | None:
+    """--api-base, else TEAMCTL_API_BASE; anything but an http(s) URL is a ConfigError now,
+    not a run whose every model call fails with "Connection error"."""
+    value, where = (flag, "--api-base") if flag else (settings.api_base, "TEAMCTL_API_BASE")
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+        valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        valid = False
+    if not valid:
+        raise ConfigError(f"{where} {quoted(value)} is not an http(s) URL; give the server's "
+                          "base URL, e.g. http://127.0.0.1:8000/v1")
+    return value
 
 
 class RunSpec(BaseModel):

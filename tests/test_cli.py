@@ -254,14 +254,14 @@ def test_bad_redis_url_and_non_utf8_team_file_are_one_line_config_errors(tmp_pat
 
 
 def test_model_flag_overrides_every_role_including_members_own_models() -> None:
-    from teamctl.coordinator.cli.commands import resolve_models
-    from teamctl.shared.team import Member, TeamFile
+    from teamctl.shared.settings import Settings
+    from teamctl.shared.team import Member, TeamFile, choose_models
 
     team = TeamFile(model="team-default", members=[Member(id="m1", model="member-own"),
                                                    Member(id="m2")])
-    by_file = resolve_models(team, None, None)
+    by_file, _ = choose_models(team, None, None, Settings())
     assert [by_file.for_member(m) for m in team.members] == ["member-own", "team-default"]
-    by_flag = resolve_models(team, "flag-model", None)
+    by_flag, _ = choose_models(team, "flag-model", None, Settings())
     assert (by_flag.planner, by_flag.synthesizer) == ("flag-model", "flag-model")
     assert [by_flag.for_member(m) for m in team.members] == ["flag-model", "flag-model"]
 

@@ -28,7 +28,7 @@ def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", handler=slow_then_limited_then_fine)
     # The scripted server answers one request at a time: the backoff outlasts the slow reply.
     # One spare retry, in case a loaded machine makes a retry also wait out the slow reply.
-    client = ModelClient(timeout_s=0.4, max_retries=3, backoff_base_s=0.3)
+    client = ModelClient(provider_keys=(), timeout_s=0.4, max_retries=3, backoff_base_s=0.3)
 
     reply = client.complete(model, HI, api_base=llm.api_base)
 
@@ -40,7 +40,7 @@ def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
 def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
         llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [HttpError(429, "slow down", retry_after_s=1.5), "fine"])
-    client = ModelClient(max_retries=2, backoff_base_s=0.01)
+    client = ModelClient(provider_keys=(), max_retries=2, backoff_base_s=0.01)
 
     reply = client.complete(model, HI, api_base=llm.api_base)
 
@@ -51,7 +51,7 @@ def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
 def test_a_reset_connection_and_a_stalled_reply_are_retried(
         llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [Reset(), Stall(), "fine"])
-    client = ModelClient(timeout_s=1.0, max_retries=2, backoff_base_s=0.01)
+    client = ModelClient(provider_keys=(), timeout_s=1.0, max_retries=2, backoff_base_s=0.01)
 
     reply = client.complete(model, HI, api_base=llm.api_base)
 
@@ -60,7 +60,7 @@ def test_a_reset_connection_and_a_stalled_reply_are_retried(
 
 def test_a_400_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [HttpError(400, "bad request 91c")])  # a retry: exhausted
-    client = ModelClient(max_retries=3, backoff_base_s=0.01)
+    client = ModelClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(ModelError, match="bad request 91c"):
         client.complete(model, HI, api_base=llm.api_base)

@@ -11,9 +11,8 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.shared.agent.llm import DEFAULT_MODEL_FOR_KEY
 from teamctl.shared.runstore import RunStore
-from teamctl.shared.team import RunOptions
+from teamctl.shared.team import DEFAULT_MODEL_FOR_KEY, RunOptions
 
 from tests.scripted_llm import HttpError, ScriptedLLM
 from tests.test_coordinator import member_answer, run_cli

@@ -140,7 +140,8 @@ def test_model_retry_backoff_doubles_up_to_its_cap_then_gives_up(
     failures: list[Any] = [HttpError(429), HttpError(500), HttpError(503), HttpError(529),
                            HttpError(502), HttpError(504), HttpError(429)]
     model = llm.script(f"m-{run_id}", failures)  # one more call would find it exhausted
-    client = ModelClient(max_retries=6, backoff_base_s=0.2, backoff_max_s=0.6)
+    client = ModelClient(provider_keys=(), max_retries=6, backoff_base_s=0.2,
+                         backoff_max_s=0.6)
 
     with pytest.raises(ModelError, match="scripted failure"):
         client.complete(model, [{"role": "user", "content": "hi"}], api_base=llm.api_base)

@@ -45,6 +45,7 @@ from teamctl.shared.lease import Lease
 from teamctl.shared.models import Envelope, RunStatus, TaskSpec, TaskStatus
 from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore
+from teamctl.shared.settings import load_settings
 from teamctl.shared.team import Member, ModelChoice, RunOptions, TeamFile
 from teamctl.shared.text import shorten
 from teamctl.worker.claims import Claim
@@ -695,7 +696,7 @@ class SystemMachine(RuleBasedStateMachine):
             cancel_command(self.redis_url, self.run_id)
         with pytest.raises(ConfigError, match="already finished"):
             resume_command(redis_url=self.redis_url, run_id=self.run_id, workers=0,
-                           as_json=False, approve_plan=True)
+                           as_json=False, approve_plan=True, settings=load_settings())
 
     # --- the bus --------------------------------------------------------------------------------
 

@@ -13,7 +13,9 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.budget import Budget
 from teamctl.shared.bus import run_bus
 from teamctl.shared.connection import same_server, set_outage
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.runstore import RunStore
+from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.attempt import Attempt, JobContext
 from teamctl.worker.claims import Claim, Claims
 from teamctl.worker.heartbeat import Heartbeat
@@ -27,13 +29,17 @@ def run_task(run_id: str, task_id: str) -> str:
     _hint_if_not_preloaded()
     from rq import get_current_job
 
+    settings = load_settings()
     job = get_current_job()
-    conn = same_server(job.connection, decode=True) if job else _conn_from_env()
-    return execute_task(conn, run_id, task_id)
+    conn = same_server(job.connection, decode=True) if job else _conn_from(settings)
+    return execute_task(conn, run_id, task_id, settings=settings)
 
 
-def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
-    """The job body without RQ: claim, run the member (and any task it claims), write outcomes."""
+def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
+                 settings: Settings | None = None) -> str:
+    """The job body without RQ: claim, run the member (and any task it claims), write outcomes.
+
+    Without `settings` the process environment is not consulted: no provider key is known."""
     store = RunStore(conn, run_id)
     spec = store.spec()
     set_outage(conn, spec.options.redis_outage_s)
@@ -51,7 +57,8 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
     bus = run_bus(conn, spec, scripts=board.scripts)
     budget = Budget(conn, run_id, max_tokens=options.max_tokens,
                     max_cost_usd=options.max_cost_usd, scripts=board.scripts)
-    client = ModelClient(timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
+    client = ModelClient(provider_keys=settings.provider_keys if settings else (),
+                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
         job = JobContext(conn=conn, spec=spec, board=board, bus=bus, store=store, budget=budget,
                          client=client, claims=claims, beat=beat, worker=worker_name())
@@ -66,8 +73,11 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _conn_from_env() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["REDIS_URL"], decode_responses=True)
+def _conn_from(settings: Settings) -> redis.Redis:
+    """Outside an RQ worker, REDIS_URL names the server."""
+    if settings.redis_url is None:
+        raise ConfigError("run_task outside an RQ worker needs REDIS_URL; set it")
+    return redis.Redis.from_url(settings.redis_url, decode_responses=True)
 
 
 @functools.cache

@@ -11,8 +11,9 @@ from typing import Any
 
 import click
 from teamctl.coordinator.cli.options import run_option_flags
-from teamctl.shared.embedded_redis import EmbeddedRedis, state_dir
+from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.errors import ConfigError, TeamError
+from teamctl.shared.settings import Settings, load_settings
 
 PATH_PARAMETERS = {"team_path": "--team {root} must name a file teamctl can read",
                    "directory": "DIRECTORY {root} must be a directory teamctl can write"}
@@ -20,19 +21,25 @@ PATH_PARAMETERS = {"team_path": "--team {root} must name a file teamctl can read
 
 
 def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Known errors print one line to stderr and exit with their code, no traceback."""
+    """Build the Settings once (passed to the command as `settings`); known errors print one
+    line to stderr and exit with their code, no traceback."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         import redis
 
         try:
-            return fn(*args, **kwargs)
+            settings = load_settings()
+        except ConfigError as exc:
+            click.echo(f"teamctl: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        try:
+            return fn(*args, settings=settings, **kwargs)
         except TeamError as exc:
             click.echo(f"teamctl: {exc}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:
-            error = user_path_error(exc, user_paths(kwargs))
+            error = user_path_error(exc, user_paths(kwargs, settings))
             if error is None:
                 raise  # not a path the user chose: a bug or the machine, keep the traceback
             click.echo(f"teamctl: {error}", err=True)
@@ -52,14 +59,14 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def user_paths(kwargs: dict[str, Any]) -> list[tuple[Path, str]]:
+def user_paths(kwargs: dict[str, Any], settings: Settings) -> list[tuple[Path, str]]:
     """The paths this command was given (flags, arguments, the state directory), each with
     what the user should fix."""
     paths = [(Path(kwargs[name]), fix.format(root=kwargs[name]))
              for name, fix in PATH_PARAMETERS.items() if kwargs.get(name)]
-    root = state_dir()
+    root = settings.state_dir
     fix = (f"TEAMCTL_STATE_DIR={root} must be a directory teamctl can write"
-           if os.environ.get("TEAMCTL_STATE_DIR") else
+           if settings.state_dir_from_env else
            f"the state directory {root} must be a directory teamctl can write (or set "
            "TEAMCTL_STATE_DIR to one)")
     return [*paths, (root, fix)]
@@ -81,11 +88,16 @@ def user_path_error(exc: OSError, paths: list[tuple[Path, str]]) -> ConfigError 
     return None
 
 
-def resolve_redis_url(explicit: str | None) -> str:
+def resolve_redis_url(explicit: str | None, settings: Settings) -> str:
     """--redis-url, else REDIS_URL, else the embedded server (started on first use)."""
     if explicit:
         return explicit
-    return os.environ.get("REDIS_URL") or EmbeddedRedis(state_dir() / "redis").ensure()
+    return settings.redis_url or embedded_redis(settings).ensure()
+
+
+def embedded_redis(settings: Settings) -> EmbeddedRedis:
+    """The embedded server, in the state dir's `redis`."""
+    return EmbeddedRedis(settings.state_dir / "redis")
 
 
 redis_url_option = click.option("--redis-url", default=None,
@@ -121,7 +133,7 @@ approve_plan_option = click.option(
 @fail_cleanly
 def run(objective: str, team_path: Path | None, model: str | None, api_base: str | None,
         redis_url: str | None, workers: int, run_id: str | None, as_json: bool,
-        approve_plan: bool, **option_flags: Any) -> None:
+        approve_plan: bool, settings: Settings, **option_flags: Any) -> None:
     """Plan OBJECTIVE, run the team, print the synthesized answer.
 
     Every run option of the team file is also a flag here; a flag overrides the file.
@@ -131,9 +143,9 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
     from teamctl.coordinator.cli.commands import run_command
 
     code = run_command(objective=objective, team_path=team_path, model=model, api_base=api_base,
-                       redis_url=lambda: resolve_redis_url(redis_url), workers=workers,
+                       redis_url=lambda: resolve_redis_url(redis_url, settings), workers=workers,
                        run_id=run_id, as_json=as_json, approve_plan=approve_plan,
-                       option_flags=option_flags)
+                       option_flags=option_flags, settings=settings)
     sys.exit(code)
 
 
@@ -145,34 +157,35 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
 @approve_plan_option
 @fail_cleanly
 def resume(run_id: str, redis_url: str | None, workers: int, as_json: bool,
-           approve_plan: bool) -> None:
+           approve_plan: bool, settings: Settings) -> None:
     """Take over RUN_ID after its coordinator died; completed tasks are never re-run."""
     from teamctl.coordinator.cli.commands import resume_command
 
-    sys.exit(resume_command(redis_url=resolve_redis_url(redis_url), run_id=run_id,
-                            workers=workers, as_json=as_json, approve_plan=approve_plan))
+    sys.exit(resume_command(redis_url=resolve_redis_url(redis_url, settings), run_id=run_id,
+                            workers=workers, as_json=as_json, approve_plan=approve_plan,
+                            settings=settings))
 
 
 @main.command()
 @click.argument("run_id")
 @redis_url_option
 @fail_cleanly
-def cancel(run_id: str, redis_url: str | None) -> None:
+def cancel(run_id: str, redis_url: str | None, settings: Settings) -> None:
     """Stop RUN_ID: no more dispatch, members stop, what never ran is blocked "cancelled"."""
     from teamctl.coordinator.cli.commands import cancel_command
 
-    cancel_command(resolve_redis_url(redis_url), run_id)
+    cancel_command(resolve_redis_url(redis_url, settings), run_id)
 
 
 @main.command()
 @click.argument("run_id")
 @redis_url_option
 @fail_cleanly
-def approve(run_id: str, redis_url: str | None) -> None:
+def approve(run_id: str, redis_url: str | None, settings: Settings) -> None:
     """Approve the plan RUN_ID is waiting on (require_plan_approval)."""
     from teamctl.coordinator.cli.commands import decide_command
 
-    decide_command(resolve_redis_url(redis_url), run_id, True, None)
+    decide_command(resolve_redis_url(redis_url, settings), run_id, True, None)
 
 
 @main.command()
@@ -180,11 +193,12 @@ def approve(run_id: str, redis_url: str | None) -> None:
 @redis_url_option
 @click.option("--reason", default=None, help="Why, recorded on the run.")
 @fail_cleanly
-def reject(run_id: str, redis_url: str | None, reason: str | None) -> None:
+def reject(run_id: str, redis_url: str | None, reason: str | None,
+           settings: Settings) -> None:
     """Reject the plan RUN_ID is waiting on; the run fails with "plan rejected"."""
     from teamctl.coordinator.cli.commands import decide_command
 
-    decide_command(resolve_redis_url(redis_url), run_id, False, reason)
+    decide_command(resolve_redis_url(redis_url, settings), run_id, False, reason)
 
 
 @main.command()
@@ -192,11 +206,11 @@ def reject(run_id: str, redis_url: str | None, reason: str | None) -> None:
 @click.argument("directory", type=click.Path(path_type=Path))  # a file there: one-line error
 @redis_url_option
 @fail_cleanly
-def export(run_id: str, directory: Path, redis_url: str | None) -> None:
+def export(run_id: str, directory: Path, redis_url: str | None, settings: Settings) -> None:
     """Write RUN_ID as AI4J files: DIRECTORY/state/<team>.json, DIRECTORY/mailbox/<team>.jsonl."""
     from teamctl.coordinator.cli.commands import export_command
 
-    export_command(resolve_redis_url(redis_url), run_id, directory)
+    export_command(resolve_redis_url(redis_url, settings), run_id, directory)
 
 
 @main.command()
@@ -204,11 +218,11 @@ def export(run_id: str, directory: Path, redis_url: str | None) -> None:
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 @fail_cleanly
-def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
+def status(run_id: str, redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """Show a run's status (the same result JSON as `run --json`)."""
     from teamctl.coordinator.cli.commands import status_command
 
-    sys.exit(status_command(resolve_redis_url(redis_url), run_id, as_json))
+    sys.exit(status_command(resolve_redis_url(redis_url, settings), run_id, as_json))
 
 
 @main.command()
@@ -216,22 +230,22 @@ def status(run_id: str, redis_url: str | None, as_json: bool) -> None:
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="Print the task states as JSON.")
 @fail_cleanly
-def tasks(run_id: str, redis_url: str | None, as_json: bool) -> None:
+def tasks(run_id: str, redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """List a run's tasks and their states."""
     from teamctl.coordinator.cli.commands import tasks_command
 
-    tasks_command(resolve_redis_url(redis_url), run_id, as_json)
+    tasks_command(resolve_redis_url(redis_url, settings), run_id, as_json)
 
 
 @main.command()
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_cleanly
-def runs(redis_url: str | None, as_json: bool) -> None:
+def runs(redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """List recent runs."""
     from teamctl.coordinator.cli.commands import runs_command
 
-    runs_command(resolve_redis_url(redis_url), as_json)
+    runs_command(resolve_redis_url(redis_url, settings), as_json)
 
 
 @main.group()
@@ -241,25 +255,25 @@ def redis() -> None:
 
 @redis.command("url")
 @fail_cleanly
-def redis_url_command() -> None:
+def redis_url_command(settings: Settings) -> None:
     """Print the embedded server's URL, password included (starting it if needed)."""
-    click.echo(EmbeddedRedis(state_dir() / "redis").ensure())
+    click.echo(embedded_redis(settings).ensure())
 
 
 @redis.command("cli", context_settings={"ignore_unknown_options": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @fail_cleanly
-def redis_cli(args: tuple[str, ...]) -> None:
+def redis_cli(args: tuple[str, ...], settings: Settings) -> None:
     """Run redis-cli on the embedded server: its socket, its password (kept out of `ps`)."""
-    command, env = EmbeddedRedis(state_dir() / "redis").cli_command(list(args))
+    command, env = embedded_redis(settings).cli_command(list(args))
     os.execvpe(command[0], command, env)
 
 
 @redis.command("stop")
 @fail_cleanly
-def redis_stop() -> None:
+def redis_stop(settings: Settings) -> None:
     """Stop the embedded server (its data stays on disk)."""
-    stopped = EmbeddedRedis(state_dir() / "redis").stop()
+    stopped = embedded_redis(settings).stop()
     click.echo("stopped" if stopped else "not running")
 
 
@@ -272,9 +286,9 @@ def redis_stop() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @fail_cleanly
 def messages(run_id: str, redis_url: str | None, member: str | None, type_: str | None,
-             follow: bool, as_json: bool) -> None:
+             follow: bool, as_json: bool, settings: Settings) -> None:
     """Show a run's messages."""
     from teamctl.coordinator.cli.messages_view import messages_command
 
-    messages_command(resolve_redis_url(redis_url), run_id, member=member, type_=type_,
+    messages_command(resolve_redis_url(redis_url, settings), run_id, member=member, type_=type_,
                      follow=follow, as_json=as_json)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -13,12 +12,12 @@ import click
 import redis
 from teamctl.coordinator.approval import ApprovalMode
 from teamctl.shared.connection import connect, redacted, set_outage
-from teamctl.shared.embedded_redis import state_dir
 from teamctl.shared.errors import ConfigError, UnreadableRecord
 from teamctl.shared.ids import check_run_id, is_safe_id
 from teamctl.shared.models import RunResult, RunStatus
 from teamctl.shared.runstore import RunStore
-from teamctl.shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
+from teamctl.shared.settings import Settings
+from teamctl.shared.team import ModelSource, RunSpec, choose_models, load_team_file
 from teamctl.shared.text import quoted
 
 
@@ -27,21 +26,11 @@ def exit_code_for(result: RunResult) -> int:
     return 0 if result.status is RunStatus.COMPLETED else 1
 
 
-def resolve_models(team: TeamFile, model: str | None, api_base: str | None) -> ModelChoice:
-    """Flag > team file > environment > provider default > offline model (said on stderr)."""
-    from teamctl.shared.agent.llm import resolve_default_model
-
-    explicit = model or team.model or os.environ.get("TEAMCTL_MODEL")
-    default, offline = resolve_default_model(explicit, dict(os.environ))
-    if offline and not explicit:
+def say_if_offline(source: ModelSource) -> None:
+    """The offline model is a fallback the user may not expect: say so on stderr."""
+    if source is ModelSource.OFFLINE:
         click.echo("teamctl: no model configured and no provider key set; using the built-in "
                    "offline model (set TEAMCTL_MODEL or --model for a real one)", err=True)
-    return ModelChoice(
-        planner=model or team.planner.model or default,
-        synthesizer=model or team.synthesizer.model or default,
-        member_default=default,
-        member_override=model,
-        api_base=api_base or os.environ.get("TEAMCTL_API_BASE") or None)
 
 
 def approval_mode(approve_plan: bool) -> ApprovalMode:
@@ -56,7 +45,7 @@ def approval_mode(approve_plan: bool) -> ApprovalMode:
 def run_command(*, objective: str, team_path: Path | None, model: str | None,
                 api_base: str | None, redis_url: Callable[[], str], workers: int,
                 run_id: str | None, as_json: bool, approve_plan: bool,
-                option_flags: dict[str, Any]) -> int:
+                option_flags: dict[str, Any], settings: Settings) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
@@ -69,19 +58,20 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     team = load_team_file(team_path)
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
     hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
+    models, model_source = choose_models(team, model, api_base, settings)
     url = redis_url()
     conn = connect(url)
-    models = resolve_models(team, model, api_base)
+    say_if_offline(model_source)
     request = RunRequest(objective=objective, team=team, models=models,
-                         workspace_root=state_dir() / "workspaces", run_id=run_id)
+                         workspace_root=settings.state_dir / "workspaces", run_id=run_id)
     spec = create_run(conn, request)
     click.echo(f"teamctl: run {spec.run_id} on {redacted(url)}", err=True)
     return _drive(conn, url, spec, hooks, workers=workers, as_json=as_json,
-                  approve_plan=approve_plan)
+                  approve_plan=approve_plan, settings=settings)
 
 
 def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
-                   approve_plan: bool) -> int:
+                   approve_plan: bool, settings: Settings) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from teamctl.coordinator.hooks import load_hooks
     from teamctl.shared.lease import Lease
@@ -95,11 +85,11 @@ def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
     Lease(conn, run_id, spec.options.lease_ttl_s).check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
     return _drive(conn, redis_url, spec, load_hooks(spec.hooks), workers=workers,
-                  as_json=as_json, approve_plan=approve_plan)
+                  as_json=as_json, approve_plan=approve_plan, settings=settings)
 
 
 def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
-           workers: int, as_json: bool, approve_plan: bool) -> int:
+           workers: int, as_json: bool, approve_plan: bool, settings: Settings) -> int:
     """Start local workers, drive the run to its end, print the result."""
     from teamctl.coordinator.cli.local_workers import LocalWorkers
     from teamctl.coordinator.context import build_context
@@ -112,10 +102,11 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
     set_outage(conn, outage_s)
     ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec, hooks,
                         reporter)
-    client = ModelClient(timeout_s=spec.options.model_timeout_s,
+    client = ModelClient(provider_keys=settings.provider_keys,
+                         timeout_s=spec.options.model_timeout_s,
                          max_retries=spec.options.model_max_retries)
     queues = sorted({m.queue for m in spec.members})
-    with LocalWorkers(redis_url, queues, workers, state_dir() / "logs"):
+    with LocalWorkers(redis_url, queues, workers, settings.state_dir / "logs"):
         result = Coordinator(ctx, client, approval_mode(approve_plan)).run()
     _print_result(result, as_json)
     click.echo(f"teamctl: run {spec.run_id} {result.status} in {result.rounds} rounds, "

@@ -9,6 +9,7 @@ import random
 import socket
 import threading
 import time
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -25,17 +26,6 @@ RETRYABLE_STATUS = {408, 409, 429}
 """Besides every 5xx (Anthropic's 529 "overloaded" included)."""
 RETRY_AFTER_MAX_S = 60.0
 """The longest a Retry-After header may make teamctl wait before retrying a model call."""
-PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
-                     "GROQ_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY")
-DEFAULT_MODEL_FOR_KEY = {
-    "OPENAI_API_KEY": "gpt-4o-mini",
-    "ANTHROPIC_API_KEY": "anthropic/claude-3-5-haiku-latest",
-    "GEMINI_API_KEY": "gemini/gemini-2.0-flash",
-    "MISTRAL_API_KEY": "mistral/mistral-small-latest",
-    "GROQ_API_KEY": "groq/llama-3.1-8b-instant",
-    "DEEPSEEK_API_KEY": "deepseek/deepseek-chat",
-    "OPENROUTER_API_KEY": "openrouter/openai/gpt-4o-mini",
-}
 
 
 class ToolCall(BaseModel):
@@ -108,8 +98,11 @@ def warm_up(litellm: Any) -> None:
 class ModelClient:
     """Calls models through litellm with teamctl's own bounded retry and backoff."""
 
-    def __init__(self, *, timeout_s: float = 120.0, max_retries: int = 3,
-                 backoff_base_s: float = 0.5, backoff_max_s: float = 8.0) -> None:
+    def __init__(self, *, provider_keys: Collection[str], timeout_s: float = 120.0,
+                 max_retries: int = 3, backoff_base_s: float = 0.5,
+                 backoff_max_s: float = 8.0) -> None:
+        self.provider_keys = frozenset(provider_keys)
+        """Which `*_API_KEY` variables are set (Settings.provider_keys): names, not values."""
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
@@ -129,7 +122,7 @@ class ModelClient:
             # Local OpenAI-compatible servers rarely need a key, but the client insists on one.
             # Only this model's provider's key counts: an ANTHROPIC_API_KEY in the environment
             # must not leave an openai/ model on a local server without one.
-            if not os.environ.get(provider_key_var(litellm, model)):
+            if provider_key_var(litellm, model) not in self.provider_keys:
                 kwargs["api_key"] = "teamctl-no-key"
         for attempt in range(self.max_retries + 1):
             try:
@@ -200,12 +193,3 @@ def _usage(litellm: Any, response: Any) -> Usage:
         unpriced=cost is None,
     )
 
-
-def resolve_default_model(explicit: str | None, env: dict[str, str]) -> tuple[str, bool]:
-    """The team-wide default model and whether it is the offline one (no model, no key)."""
-    if explicit:
-        return explicit, explicit.startswith(PROVIDER)
-    for var in PROVIDER_KEY_VARS:
-        if env.get(var):
-            return DEFAULT_MODEL_FOR_KEY[var], False
-    return f"{PROVIDER}/default", True

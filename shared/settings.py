@@ -1,0 +1,115 @@
+"""teamctl's process-level configuration: one model, read from the environment once at an edge.
+
+The CLI builds it once per command and the RQ job entry point once per job; everything below
+them receives it (or the one field it needs) as an argument, and nothing else reads the
+environment for configuration. Process plumbing stays where it is: the parent-pid watch
+(shared/parent_watch.py), the worker's preload marker (worker/jobs.py), RQ's own `RQ_*`
+variables and litellm's cost-map switch (shared/agent/llm.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.text import shorten
+
+PROVIDER_KEY_SUFFIX = "_API_KEY"
+"""litellm reads a provider's key from `<PROVIDER>_API_KEY` (OPENAI_API_KEY, ...)."""
+VALUE_CHARS = 80
+"""How much of a bad value an error message repeats."""
+
+
+def default_state_dir(xdg_state_home: Path | None) -> Path:
+    """The XDG state dir's `teamctl` (`~/.local/state/teamctl` when XDG_STATE_HOME is unset)."""
+    return (xdg_state_home or Path.home() / ".local" / "state") / "teamctl"
+
+
+class Settings(BaseSettings):
+    """What the environment configures; an empty variable counts as unset, as it always has.
+
+    Built by load_settings(); arguments (tests) go by the variables' names: `TEAMCTL_MODEL=`."""
+
+    model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True,
+                                      extra="ignore", frozen=True)
+
+    redis_url: str | None = Field(None, validation_alias="REDIS_URL")
+    """The Redis to use when no --redis-url is given; None: the embedded server."""
+    model: str | None = Field(None, validation_alias="TEAMCTL_MODEL")
+    """The team-wide model when neither --model nor the team file names one."""
+    api_base: str | None = Field(None, validation_alias="TEAMCTL_API_BASE")
+    """The OpenAI-compatible endpoint when no --api-base is given."""
+    xdg_state_home: Path | None = Field(None, validation_alias="XDG_STATE_HOME")
+    state_dir: Path = Field(
+        default_factory=lambda data: default_state_dir(data["xdg_state_home"]),
+        validation_alias="TEAMCTL_STATE_DIR")
+    """Where the embedded Redis, workspaces and worker logs live; in `model_fields_set` only
+    when TEAMCTL_STATE_DIR named it."""
+    provider_keys: frozenset[str] = frozenset()
+    """The names (never the values) of the `*_API_KEY` variables that are set: litellm reads
+    the keys itself, teamctl only needs to know which providers have one."""
+
+    @property
+    def state_dir_from_env(self) -> bool:
+        """Whether TEAMCTL_STATE_DIR chose the state dir (error messages name it then)."""
+        return "state_dir" in self.model_fields_set
+
+    @classmethod
+    def settings_customise_sources(
+            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the provider key names, then the environment: no .env file and no
+        secrets dir, so what a process sees is what its environment says."""
+        return init_settings, ProviderKeyNames(settings_cls), EnvironmentVariables(settings_cls)
+
+
+class EnvironmentVariables(EnvSettingsSource):
+    """pydantic-settings' environment source, blind to `provider_keys`: that field is not one
+    variable (and a stray variable of that name must not fail to parse as JSON)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name == "provider_keys":
+            return None, field_name, False
+        return super().get_field_value(field, field_name)
+
+
+class ProviderKeyNames(PydanticBaseSettingsSource):
+    """The `provider_keys` field: which `*_API_KEY` variables are set and not empty."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ produces the one value at once
+
+    def __call__(self) -> dict[str, Any]:
+        names = {name for name, value in os.environ.items()
+                 if name.endswith(PROVIDER_KEY_SUFFIX) and value}
+        return {"provider_keys": frozenset(names)}
+
+
+def load_settings() -> Settings:
+    """The Settings of this process's environment; a value that does not parse is a
+    ConfigError (exit 2) naming the variable."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise settings_error(exc) from exc
+
+
+def settings_error(exc: ValidationError) -> ConfigError:
+    """One line: which environment variable, its value, what is wrong, how to fix it."""
+    first = exc.errors()[0]
+    name = ".".join(str(part) for part in first["loc"])
+    value = shorten(str(first.get("input")), VALUE_CHARS)
+    return ConfigError(f"{name}={value!r} in the environment: {first['msg']}; "
+                       f"set {name} to a valid value or unset it")
