@@ -16,7 +16,7 @@ from teamctl.shared.connection import connect, redacted, set_outage
 from teamctl.shared.embedded_redis import state_dir
 from teamctl.shared.errors import ConfigError, UnreadableRecord
 from teamctl.shared.ids import check_run_id, is_safe_id
-from teamctl.shared.models import RunResult, RunStatus
+from teamctl.shared.models import RunResult, RunStatus, SystemType
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import ModelChoice, RunSpec, TeamFile, load_team_file
 from teamctl.shared.text import quoted
@@ -230,7 +230,7 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
     if not spec.options.require_plan_approval:
         raise ConfigError(f"run {run_id} does not ask for plan approval "
                           "(require_plan_approval is off)")
-    if store.state().status == "planning":  # nobody may approve a plan nobody has seen
+    if store.state().status is RunStatus.PLANNING:  # nobody may approve a plan nobody has seen
         raise ConfigError(f"run {run_id} has no plan yet; approve once `teamctl status {run_id}` "
                           "says awaiting_approval")
     if not store.record_approval(approved, reason):
@@ -271,7 +271,7 @@ def _end_cancelled(store: RunStore, spec: RunSpec) -> None:
     board.fail_in_progress("cancelled", announce_failures=announce)
     board.block_stalled("cancelled")
     store.finish(RunEnd(RunStatus.CANCELLED, spec.options.retention_s, error="cancelled",
-                        announce="run.cancelled" if announce else None,
+                        announce=SystemType.RUN_CANCELLED if announce else None,
                         announce_text="cancelled"))
     expire_run(store.conn, spec.run_id, spec.options.retention_s)
 
