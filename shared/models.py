@@ -200,8 +200,11 @@ class SystemType(StrEnum):
 
     TASK_ASSIGNED = "task.assigned"
     TASK_RESULT = "task.result"
+    """From the member to lead, written with the outcome by complete.lua."""
     TASK_ERROR = "task.error"
+    """From the member to lead, written with the outcome by fail.lua and reclaim.lua."""
     RUN_COMPLETE = "run.complete"
+    """The run's end notices (run_finish.lua), see `ending`."""
     RUN_FAILED = "run.failed"
     RUN_CANCELLED = "run.cancelled"
     RUN_WARNING = "run.warning"
@@ -268,8 +271,9 @@ teammates' protocol messages, carrying a request_id) adds its types here and to 
 def envelope_kind(message: Any) -> str:
     """The Envelope variant of a message (a dict from a stream, or a model)."""
     type_ = message.get("type") if isinstance(message, dict) else getattr(message, "type", None)
-    return _KIND_OF_TYPE.get(type_, EnvelopeKind.PEER) if isinstance(type_, str) else (
-        EnvelopeKind.PEER)
+    if not isinstance(type_, str):
+        return EnvelopeKind.PEER  # whose validation then says what is wrong with the type
+    return _KIND_OF_TYPE.get(type_, EnvelopeKind.PEER)
 
 
 Envelope = Annotated[

@@ -50,12 +50,12 @@ Recipient = Annotated[Text, Field(validation_alias=either_case("toMemberId", "to
                                   description="The id of the teammate.")]
 Content = Annotated[Text, Fallback(""), Field(
     validation_alias=AliasChoices("content", "message", "text"), description="The message text.")]
-MessageTaskId = Annotated[OptionalText, Field(
-    validation_alias=either_case("taskId", "id"),
-    description="The task id (default: the task you are executing).")]
-HeldTaskId = Annotated[Text, Fallback(context_key=CURRENT_TASK), Field(
-    validation_alias=either_case("taskId", "id"),
-    description="The task id (default: the task you are executing).")]
+TASK_ID = Field(validation_alias=either_case("taskId", "id"),
+                description="The task id (default: the task you are executing).")
+MessageTaskId = Annotated[OptionalText, TASK_ID]
+"""Optional in the schema; the tool threads the message to the current task."""
+HeldTaskId = Annotated[Text, Fallback(context_key=CURRENT_TASK), TASK_ID]
+"""Required in the schema (AI4J), yet the current task when left out."""
 
 
 class SendMessageArgs(ToolArgs):
