@@ -83,19 +83,28 @@ class ToolArgs(BaseModel):
         for name, field in cls.model_fields.items():
             aliases = _aliases(field.validation_alias) or [field.alias or name]
             if FIRST_STRING in field.metadata:
-                for alias in aliases:
-                    text = _first_string_value(data.get(alias))
-                    if text is None:
-                        data.pop(alias, None)
-                    else:
-                        data[alias] = text
+                _read_first_string(data, aliases)
             fallback = next((m for m in field.metadata if isinstance(m, Fallback)), None)
             if fallback is not None and not any(alias in data for alias in aliases):
-                value = fallback.value if fallback.context_key is None else (
-                    (info.context or {}).get(fallback.context_key))
-                if value is not None:
-                    data[aliases[0]] = value
+                _fill_in(data, aliases[0], fallback, info.context or {})
         return data
+
+
+def _read_first_string(data: dict[str, Any], aliases: list[str]) -> None:
+    """Each alias's value as text, or dropped when it counts as absent (so the next is tried)."""
+    for alias in aliases:
+        text = _first_string_value(data.get(alias))
+        if text is None:
+            data.pop(alias, None)
+        else:
+            data[alias] = text
+
+
+def _fill_in(data: dict[str, Any], alias: str, fallback: Fallback,
+             context: Mapping[str, Any]) -> None:
+    value = fallback.value if fallback.context_key is None else context.get(fallback.context_key)
+    if value is not None:  # no value to fall back on: the argument is reported missing
+        data[alias] = value
 
 
 def _aliases(alias: object) -> list[str]:
