@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import click
-from teamctl.shared.models import Plan, RunStatus
+from teamctl.shared.models import Approval, Plan, RunStatus
 from teamctl.shared.runstore import RunStore
 
 WAKE_EVERY_S = 1.0
@@ -66,7 +66,7 @@ def _recorded(store: RunStore) -> Decision | None:
     state = store.state()
     if state.approval is None:
         return None
-    return Decision(approved=state.approval == "approved", reason=state.approval_reason)
+    return Decision(approved=state.approval is Approval.APPROVED, reason=state.approval_reason)
 
 
 def _wait(store: RunStore, notify: Callable[[str], None],

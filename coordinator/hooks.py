@@ -12,12 +12,14 @@ import logging
 from collections.abc import Callable
 
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import Envelope, MemberResult, Plan, TaskState
+from teamctl.shared.models import Envelope, MemberResult, Plan, SystemType, TaskState
 from teamctl.shared.team import Member, RunOptions
 
 log = logging.getLogger(__name__)
 
-HOOK_ERROR_TYPE = "hook.error"
+HOOK_ERROR_TYPE = SystemType.HOOK_ERROR
+"""The notice a failing hook becomes (on_message skips it, so a failing on_message cannot feed
+itself)."""
 
 
 class TeamHook:

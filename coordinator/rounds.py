@@ -9,17 +9,18 @@ from teamctl.coordinator.context import RunContext
 from teamctl.coordinator.hooks import HOOK_ERROR_TYPE
 from teamctl.coordinator.result import member_result
 from teamctl.shared.budget import Budget
-from teamctl.shared.models import RunStatus, TaskState, TaskStatus
+from teamctl.shared.models import EventKind, RunStatus, SystemType, TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
 CANCELLED = "cancelled"
 EVENT_BATCH = 100
-CONSUMED = frozenset({TaskStatus.IN_PROGRESS, TaskStatus.COMPLETED, TaskStatus.FAILED,
-                      TaskStatus.BLOCKED})
+CONSUMED = frozenset({EventKind.IN_PROGRESS, EventKind.COMPLETED, EventKind.FAILED,
+                      EventKind.BLOCKED})
 """Events after which a queued job has nothing left to do (its task was claimed or ended).
 Not reclaimed/released/reassigned: those can be read after the task was enqueued again."""
 ENDED = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED})
+ENDED_EVENTS = frozenset({EventKind.COMPLETED, EventKind.FAILED, EventKind.BLOCKED})
 STOP_GRACE_TTLS = 3
 """After a cancel or timeout, wait this many heartbeat TTLs for in-flight claims to end."""
 
@@ -218,7 +219,7 @@ class RoundLoop:
             self.board.fail(task_id, None, f"unknown team member: {task.member_id}")
             return None
         if spec.resolve_member(task.member_id) is None:
-            self.ctx.bus.publish("system", "lead", "run.warning", task_id,
+            self.ctx.bus.publish("system", "lead", SystemType.RUN_WARNING, task_id,
                                  f"unknown team member {task.member_id!r}: routed to {member.id}")
         return self.ctx.dispatcher.enqueue(task_id, member.queue)
 
@@ -245,27 +246,27 @@ class RoundLoop:
                 if message.type != HOOK_ERROR_TYPE:  # a failing on_message must not feed itself
                     self.ctx.hooks.call("on_message", message)
 
-    def _on_event(self, state: LoopState, task_id: str, status: str) -> None:
+    def _on_event(self, state: LoopState, task_id: str, status: EventKind) -> None:
         if status in CONSUMED:
             state.queued.pop(task_id, None)
-        if status in ENDED:
+        if status in ENDED_EVENTS:
             state.open_round.discard(task_id)
         if not task_id:
             return  # a wake-up (cancel, approval), not a task change
-        if (status == TaskStatus.FAILED and not self.options.continue_on_member_error
+        if (status is EventKind.FAILED and not self.options.continue_on_member_error
                 and not state.stop):
             state.stop = self._member_failure_stop(self.board.get(task_id))
         if self.ctx.hooks:
             self._fire_task_hooks(task_id, status)
 
-    def _fire_task_hooks(self, task_id: str, status: str) -> None:
+    def _fire_task_hooks(self, task_id: str, status: EventKind) -> None:
         task = self.board.get(task_id)
         if task is None:
             return
         spec, hooks = self.ctx.spec, self.ctx.hooks
         member = spec.member(task.claimed_by) or spec.member_for(task.member_id)
         hooks.call("on_task_state_changed", spec.objective, task, member, task.detail)
-        if status == TaskStatus.IN_PROGRESS.value:
+        if status is EventKind.IN_PROGRESS:
             hooks.call("before_task", spec.objective, task, member)
-        elif status in (TaskStatus.COMPLETED.value, TaskStatus.FAILED.value):
+        elif status in (EventKind.COMPLETED, EventKind.FAILED):
             hooks.call("after_task", spec.objective, member_result(spec, task))

@@ -22,7 +22,7 @@ from teamctl.coordinator.synthesizer import synthesize
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.errors import ConfigError, InfraError, RunFailed
 from teamctl.shared.ids import check_run_id
-from teamctl.shared.models import Plan, RunResult, RunStatus, TaskStatus
+from teamctl.shared.models import Plan, RunResult, RunStatus, SystemType, TaskStatus
 from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
@@ -142,13 +142,14 @@ class Coordinator:
         decision = decide_plan(self.ctx.store, plan, self.approval, notify=self.ctx.reporter.note,
                                should_stop=self._should_stop_waiting)
         if decision.approved:
-            self.ctx.bus.publish("system", "lead", "plan.approved", None, decision.reason or "")
+            self.ctx.bus.publish("system", "lead", SystemType.PLAN_APPROVED, None,
+                                 decision.reason or "")
             return True
         if decision.cancelled:
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
             return False
         reason = f"plan rejected{': ' + decision.reason if decision.reason else ''}"
-        self.ctx.bus.publish("system", "lead", "plan.rejected", None, reason)
+        self.ctx.bus.publish("system", "lead", SystemType.PLAN_REJECTED, None, reason)
         self._end_without_synthesis(RunStatus.FAILED, reason)
         raise RunFailed(reason)
 
@@ -175,7 +176,7 @@ class Coordinator:
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.board.block_stalled(error)
         self._end(RunEnd(status, self.spec.options.retention_s, error=error,
-                         announce=f"run.{status}" if self.ctx.bus.enabled else None,
+                         announce=SystemType.ending(status) if self.ctx.bus.enabled else None,
                          announce_text=error))
 
     def _synthesize(self) -> None:
@@ -199,5 +200,5 @@ class Coordinator:
         # output, nor the synthesis's usage, nor a second run.complete.
         self._end(RunEnd(RunStatus.COMPLETED if all_done else RunStatus.FAILED,
                          self.spec.options.retention_s, output=output, usage=reply.usage,
-                         announce="run.complete" if ctx.bus.enabled else None,
+                         announce=SystemType.RUN_COMPLETE if ctx.bus.enabled else None,
                          announce_text=shorten(output)))

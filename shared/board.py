@@ -21,11 +21,12 @@ from enum import Enum
 from functools import cached_property
 
 import redis
+from pydantic import TypeAdapter
 from teamctl.shared.connection import block_ms, blocking_client
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import check_task_id, normalize_id
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus, Usage
+from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.text import quoted, shorten
 
@@ -50,40 +51,12 @@ class WriteOutcome(Enum):
 _CODES = {1: WriteOutcome.APPLIED, STALE: WriteOutcome.STALE, -2: WriteOutcome.CONFLICT,
           0: WriteOutcome.NOT_FOUND}
 
-_INT_FIELDS = ("percent", "heartbeat_count", "attempts", "stale_writes", "start_ms", "end_ms",
-               "updated_ms", "last_heartbeat_ms", "duration_ms")
+STATUS_COUNTS: TypeAdapter[dict[TaskStatus, int]] = TypeAdapter(dict[TaskStatus, int])
+"""The counts hash: status -> number of tasks in it."""
 
 
 def _csv(value: str | None) -> list[str]:
     return [item for item in (value or "").split(",") if item]
-
-
-def _parse_task(raw: dict[str, str]) -> TaskState:
-    """Turn a task hash into a TaskState (empty strings are absent values)."""
-    usage = Usage(prompt_tokens=int(raw.get("usage_prompt_tokens") or 0),
-                  completion_tokens=int(raw.get("usage_completion_tokens") or 0),
-                  cost_usd=float(raw.get("usage_cost_usd") or 0.0),
-                  unpriced=bool(raw.get("usage_unpriced")))
-    token = raw.get("token", "0")
-    return TaskState(
-        task_id=raw["task_id"],
-        member_id=raw.get("member_id") or None,
-        task=raw.get("task", ""),
-        context=raw.get("context") or None,
-        depends_on=_csv(raw.get("depends_on")),
-        dependents=_csv(raw.get("dependents")),
-        status=TaskStatus(raw["status"]),
-        claimed_by=raw.get("claimed_by") or None,
-        worker=raw.get("worker") or None,
-        phase=raw.get("phase", ""),
-        detail=raw.get("detail") or None,
-        token=int(token) if token.isdigit() else 0,
-        output=raw.get("output") or None,
-        error=raw.get("error") or None,
-        requeue_reason=raw.get("requeue_reason") or None,
-        usage=usage,
-        **{name: int(raw.get(name) or 0) for name in _INT_FIELDS},
-    )
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:
@@ -261,7 +234,8 @@ class TaskBoard:
         reply = (self.conn.xread(streams, count=count) if wait_ms is None else
                  self.blocking_conn.xread(streams, count=count, block=block_ms(wait_ms)))
         entries = reply[0][1] if reply else []
-        return [TaskEvent(id=entry_id, **fields) for entry_id, fields in entries]
+        return [TaskEvent.model_validate({"id": entry_id, **fields})
+                for entry_id, fields in entries]
 
     def next_ready(self, n: int) -> list[str]:
         """The first `n` ready task ids in plan order (n <= 0 means 1, as AI4J)."""
@@ -297,9 +271,8 @@ class TaskBoard:
 
     def counts(self) -> dict[TaskStatus, int]:
         """Number of tasks per status; statuses no task has are absent."""
-        raw = self.conn.hgetall(self.keys.counts)
-        return {TaskStatus(s): int(n) for s, n in raw.items()
-                if s in TaskStatus._value2member_map_ and int(n) > 0}
+        counts = STATUS_COUNTS.validate_python(self.conn.hgetall(self.keys.counts))
+        return {status: n for status, n in counts.items() if n > 0}
 
     def has_work_remaining(self) -> bool:
         """True while any task is pending, ready or in progress (AI4J hasWorkRemaining)."""
@@ -312,8 +285,8 @@ class TaskBoard:
     def _parse(self, raw: dict[str, str]) -> TaskState:
         """A task hash as a TaskState, its dependents remembered; UnreadableRecord if corrupt."""
         try:
-            state = _parse_task(raw)
-        except (KeyError, ValueError) as exc:
+            state = TaskState.from_hash(raw)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise unreadable(f"run {self.keys.run_id} is unreadable: task "
                              f"{quoted(raw.get('task_id'))}", exc) from exc
         self._dependents[state.task_id] = state.dependents

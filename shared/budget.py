@@ -11,10 +11,14 @@ from __future__ import annotations
 import redis
 from pydantic import BaseModel
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import Usage
+from teamctl.shared.models import HashText, Usage
 from teamctl.shared.scripts import Scripts
 
-EXCEEDED_FIELD = "budget_exceeded"
+
+class UsageTotals(Usage):
+    """The run's usage hash: the totals, and why the budget is spent once it is."""
+
+    budget_exceeded: HashText = None
 
 
 class Charge(BaseModel):
@@ -39,11 +43,11 @@ class Budget:
 
     def exceeded(self) -> str | None:
         """Why no new model call may start, or None while the budget lasts."""
-        raw = self.conn.hgetall(self.keys.usage)
-        if raw.get(EXCEEDED_FIELD):
-            return raw[EXCEEDED_FIELD]
-        tokens = int(raw.get("prompt_tokens", 0)) + int(raw.get("completion_tokens", 0))
-        cost_usd = float(raw.get("cost_usd", 0.0))
+        totals = UsageTotals.model_validate(self.conn.hgetall(self.keys.usage))
+        if totals.budget_exceeded:
+            return totals.budget_exceeded
+        tokens = totals.prompt_tokens + totals.completion_tokens
+        cost_usd = totals.cost_usd
         # Planner and synthesizer usage is added without a budget check; it still counts.
         if self.max_tokens is not None and tokens >= self.max_tokens:
             return f"budget exceeded: {tokens} tokens used, max_tokens is {self.max_tokens}"

@@ -37,7 +37,7 @@ from teamctl.shared.connection import blocking_client
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id, check_task_id
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import Envelope
+from teamctl.shared.models import ENVELOPES, SYSTEM_NAMESPACES, Envelope, PeerType, SystemType
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.team import RunSpec
 from teamctl.shared.text import quoted
@@ -48,10 +48,6 @@ TRIM_SLACK_DIVISOR = 10
 """Trim only once the bus exceeds its cap by a tenth, so trimming costs O(1) per message."""
 READ_BATCH = 1000
 MAX_TYPE_CHARS = 64
-DIRECT_TYPE = "peer.message"
-BROADCAST_TYPE = "peer.broadcast"
-RUNTIME_TYPE_PREFIXES = ("task.", "run.")
-"""Types the runtime publishes (task.assigned, task.result, run.complete, ...); peers may not."""
 
 _TYPE = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}")  # used with fullmatch
 _MEMBER_ID = re.compile(r"[a-z0-9_-]{1,128}")
@@ -95,9 +91,10 @@ class MessageBus:
         """Connections of their own for XREAD BLOCK, with a socket timeout that outlasts it."""
         return blocking_client(self.conn)
 
-    def publish(self, sender: str, to: str | None, type_: str, task_id: str | None,
+    def publish(self, sender: str, to: str | None, type_: SystemType | str, task_id: str | None,
                 content: str) -> Envelope | None:
-        """Append a message (no recipient checks: runtime messages); None when the bus is off.
+        """Append a runtime message (a SystemType; no recipient or type checks beyond shape);
+        None when the bus is off. Members publish through `send` and `broadcast` only.
 
         Every field's shape is checked even here, so no field can carry unbounded text past the
         size limit of peer messages into the stream and every reader's view.
@@ -118,13 +115,14 @@ class MessageBus:
         # the stream only) must not trim on behalf of members it cannot see.
         if self.member_ids and length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR:
             self.trim()
-        return Envelope.model_validate({
-            "id": entry_id, "from": sender, "to": to or None, "type": type_,
-            "task_id": task_id or None, "content": content, "created_at": created_at})
+        return ENVELOPES.validate_python({
+            "id": entry_id, "from": sender, "to": to, "type": type_, "task_id": task_id,
+            "content": content, "created_at": created_at})
 
     def send(self, sender: str, to: str, type_: str | None, task_id: str | None,
              content: str) -> Envelope | None:
-        """A peer message to one member (or to everyone with '*'); ConfigError says what is wrong.
+        """A peer message to one member (or to everyone with '*'); ConfigError says what is wrong
+        (system types included: only the runtime publishes those).
 
         A None type means `peer.message` (`peer.broadcast` for '*').
         """
@@ -132,7 +130,7 @@ class MessageBus:
             return self.broadcast(sender, type_, task_id, content)
         self._check_sender(sender)
         recipient = self._check_recipient(sender, to)
-        type_ = _check_type(DIRECT_TYPE if type_ is None else type_)
+        type_ = _check_peer_type(PeerType.MESSAGE if type_ is None else type_)
         self._check_size(sender, recipient, type_, task_id, content)
         return self._append(sender, recipient, type_, task_id, content)
 
@@ -140,7 +138,7 @@ class MessageBus:
                   content: str) -> Envelope | None:
         """A peer message to every other member; a None type means `peer.broadcast`."""
         self._check_sender(sender)
-        type_ = _check_type(BROADCAST_TYPE if type_ is None else type_)
+        type_ = _check_peer_type(PeerType.BROADCAST if type_ is None else type_)
         self._check_size(sender, BROADCAST, type_, task_id, content)
         return self._append(sender, BROADCAST, type_, task_id, content)
 
@@ -267,15 +265,20 @@ def _check_type_shape(type_: str) -> None:
     if not isinstance(type_, str) or not _TYPE.fullmatch(type_):
         raise ConfigError(
             f"invalid message type {quoted(type_)}: use up to {MAX_TYPE_CHARS} letters, digits, "
-            f"'.', '_' or '-', starting with a letter (default {DIRECT_TYPE!r})")
+            f"'.', '_' or '-', starting with a letter (default {PeerType.MESSAGE.value!r})")
 
 
-def _check_type(type_: str) -> str:
-    """A peer's type unchanged, or ConfigError saying what a type looks like."""
+def _check_peer_type(type_: str) -> str:
+    """A peer's type unchanged; ConfigError for a malformed one or one the runtime reserves
+    (a member posing as `plan.approved` or `hook.error` would mislead the lead and the hooks)."""
     _check_type_shape(type_)
-    if type_.lower().startswith(RUNTIME_TYPE_PREFIXES):
-        raise ConfigError(f"message type {type_!r} is reserved for the runtime (types starting "
-                          f"{' or '.join(RUNTIME_TYPE_PREFIXES)}); use e.g. {DIRECT_TYPE!r}")
+    if type_.lower().startswith(SYSTEM_NAMESPACES):
+        peer_types = ", ".join(repr(t.value) for t in PeerType)
+        raise ConfigError(
+            f"message type {type_!r} is reserved for the runtime (system types: "
+            f"{', '.join(t.value for t in SystemType)}, and every type starting "
+            f"{', '.join(SYSTEM_NAMESPACES)}); members send {peer_types} or a type of their own "
+            "outside those namespaces, such as 'peer.ask'")
     return type_
 
 
@@ -286,11 +289,8 @@ def _check_roster_id(member_id: str) -> str:
 
 
 def _envelope(entry_id: str, fields: dict[str, str]) -> Envelope:
-    return Envelope.model_validate({
-        "id": entry_id, "from": fields["from"], "to": fields["to"] or None,
-        "type": fields["type"], "task_id": fields["task_id"] or None,
-        "content": fields["content"], "created_at": int(fields["created_at"]),
-    })
+    """A bus entry (flat string fields) as its Envelope variant."""
+    return ENVELOPES.validate_python({"id": entry_id, **fields})
 
 
 def _from_lua(entry: list) -> Envelope:

@@ -50,6 +50,8 @@ def unreadable(what: str, exc: Exception) -> UnreadableRecord:
     elif isinstance(exc, ValidationError):
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
+        if where and isinstance(first["input"], str | int | float):  # show the stored value
+            where = f"{where}={shorten(repr(first['input']), REASON_CHARS // 4)}"
         reason = f"{where}: {first['msg']}" if where else first["msg"]
     else:
         reason = str(exc) or type(exc).__name__

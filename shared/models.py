@@ -1,10 +1,37 @@
-"""Records that cross a process boundary: plans, task states, messages, usage and results."""
+"""Records that cross a process boundary: plans, task states, messages, usage and results.
+
+Redis hashes and stream entries hold flat strings with '' for an absent value; the Hash* field
+types below read them, so every record in Redis is parsed by its model, never by hand.
+"""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter
+
+
+def _none_if_blank(value: Any) -> Any:
+    return None if value == "" else value
+
+
+def _zero_if_blank(value: Any) -> Any:
+    return 0 if value == "" else value
+
+
+def _split_csv(value: Any) -> Any:
+    return [item for item in value.split(",") if item] if isinstance(value, str) else value
+
+
+BLANK_IS_NONE = BeforeValidator(_none_if_blank)
+"""For an optional field of any type read from Redis: '' means absent."""
+HashText = Annotated[str | None, BLANK_IS_NONE]
+"""Optional text ('' in Redis: absent)."""
+HashInt = Annotated[int, BeforeValidator(_zero_if_blank)]
+"""A count or a time in milliseconds ('' in Redis: 0)."""
+HashCsv = Annotated[list[str], BeforeValidator(_split_csv)]
+"""Ids stored as comma-separated text."""
 
 
 class TaskStatus(StrEnum):
@@ -36,6 +63,38 @@ class RunStatus(StrEnum):
     @property
     def finished(self) -> bool:
         return self in (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class EventKind(StrEnum):
+    """What an entry of a run's events stream says happened (the board scripts write them)."""
+
+    CREATED = "created"
+    """The plan was written to the board (no task id)."""
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    RELEASED = "released"
+    RECLAIMED = "reclaimed"
+    REASSIGNED = "reassigned"
+    RUN_STOP = "run.stop"
+    """A wake-up (no task id): somebody asked the run to stop (`run.` + Wake.STOP)."""
+    RUN_APPROVAL = "run.approval"
+    """A wake-up (no task id): the plan was approved or rejected (`run.` + Wake.APPROVAL)."""
+
+
+class Wake(StrEnum):
+    """Why the coordinator is woken outside a board change (run_signal.lua writes `run.<what>`)."""
+
+    STOP = "stop"
+    APPROVAL = "approval"
+
+
+class Approval(StrEnum):
+    """The recorded decision on a plan (require_plan_approval)."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
 
 
 class TaskSpec(BaseModel):
@@ -73,34 +132,38 @@ class Usage(BaseModel):
         )
 
 
+USAGE_FIELD_PREFIX = "usage_"
+"""A task hash keeps its Usage as usage_prompt_tokens, usage_cost_usd, ... (budget_charge.lua)."""
+
+
 class TaskState(BaseModel):
     """A task as stored on the board (one Redis hash)."""
 
     task_id: str
-    member_id: str | None = None
+    member_id: HashText = None
     task: str = ""
-    context: str | None = None
-    depends_on: list[str] = Field(default_factory=list)
-    dependents: list[str] = Field(default_factory=list)
+    context: HashText = None
+    depends_on: HashCsv = Field(default_factory=list)
+    dependents: HashCsv = Field(default_factory=list)
     """Tasks that list this one in depends_on (the board's dependents index)."""
     status: TaskStatus = TaskStatus.PENDING
-    claimed_by: str | None = None
-    worker: str | None = None
+    claimed_by: HashText = None
+    worker: HashText = None
     phase: str = "planned"
-    detail: str | None = None
-    percent: int = 0
-    heartbeat_count: int = 0
-    attempts: int = 0
-    token: int = 0
-    stale_writes: int = 0
-    start_ms: int = 0
-    end_ms: int = 0
-    updated_ms: int = 0
-    last_heartbeat_ms: int = 0
-    duration_ms: int = 0
-    output: str | None = None
-    error: str | None = None
-    requeue_reason: str | None = None
+    detail: HashText = None
+    percent: HashInt = 0
+    heartbeat_count: HashInt = 0
+    attempts: HashInt = 0
+    token: HashInt = 0
+    stale_writes: HashInt = 0
+    start_ms: HashInt = 0
+    end_ms: HashInt = 0
+    updated_ms: HashInt = 0
+    last_heartbeat_ms: HashInt = 0
+    duration_ms: HashInt = 0
+    output: HashText = None
+    error: HashText = None
+    requeue_reason: HashText = None
     """Why the last claim ended without a result (release reason or "claim expired"); AI4J's
     refresh overwrites this in detail/error, so it is kept here."""
     usage: Usage = Field(default_factory=Usage)
@@ -109,6 +172,14 @@ class TaskState(BaseModel):
     def terminal(self) -> bool:
         return self.status.terminal
 
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> TaskState:
+        """A task hash as a TaskState (its usage_* fields as `usage`); ValidationError if a field
+        does not parse."""
+        usage = {name.removeprefix(USAGE_FIELD_PREFIX): value for name, value in fields.items()
+                 if name.startswith(USAGE_FIELD_PREFIX)}
+        return cls.model_validate({**fields, "usage": usage})
+
 
 class TaskEvent(BaseModel):
     """One entry of a run's events stream (written by the board scripts, and by RunStore.wake
@@ -116,23 +187,103 @@ class TaskEvent(BaseModel):
 
     id: str
     task_id: str = ""
-    status: str
-    """A TaskStatus value, or created/reclaimed/released/reassigned, or run.<wake-up>."""
+    status: EventKind
     token: str = "0"
 
 
-class Envelope(BaseModel):
-    """One message on the run's bus."""
+# --- the bus ------------------------------------------------------------------------------------
+
+
+class SystemType(StrEnum):
+    """Message types only the runtime publishes; a member is refused them (and every other type
+    in their namespaces, SYSTEM_NAMESPACES)."""
+
+    TASK_ASSIGNED = "task.assigned"
+    TASK_RESULT = "task.result"
+    """From the member to lead, written with the outcome by complete.lua."""
+    TASK_ERROR = "task.error"
+    """From the member to lead, written with the outcome by fail.lua and reclaim.lua."""
+    RUN_COMPLETE = "run.complete"
+    """The run's end notices (run_finish.lua), see `ending`."""
+    RUN_FAILED = "run.failed"
+    RUN_CANCELLED = "run.cancelled"
+    RUN_WARNING = "run.warning"
+    RUN_BUDGET_EXCEEDED = "run.budget_exceeded"
+    PLAN_APPROVED = "plan.approved"
+    PLAN_REJECTED = "plan.rejected"
+    HOOK_ERROR = "hook.error"
+
+    @classmethod
+    def ending(cls, status: RunStatus) -> SystemType:
+        """The notice announcing that a run ended with `status`."""
+        return {RunStatus.COMPLETED: cls.RUN_COMPLETE, RunStatus.FAILED: cls.RUN_FAILED,
+                RunStatus.CANCELLED: cls.RUN_CANCELLED}[status]
+
+
+SYSTEM_NAMESPACES = tuple(dict.fromkeys(t.value.partition(".")[0] + "." for t in SystemType))
+"""The prefixes of the system types ("task.", "run.", ...): reserved for the runtime as a whole,
+so a member cannot pose as a notice of a later version either."""
+
+
+class PeerType(StrEnum):
+    """The default types of the messages members send; they may name others (e.g. peer.ask)."""
+
+    MESSAGE = "peer.message"
+    BROADCAST = "peer.broadcast"
+
+
+class EnvelopeKind(StrEnum):
+    """The variants of Envelope, told apart by the message type (`envelope_kind`)."""
+
+    SYSTEM = "system"
+    PEER = "peer"
+
+
+class EnvelopeBase(BaseModel):
+    """The fields every message on a bus has (stream entries store None as '')."""
 
     model_config = ConfigDict(populate_by_name=True)
 
     id: str = ""
     from_: str = Field(alias="from")
-    to: str | None = None
+    to: HashText = None
     type: str
-    task_id: str | None = None
+    task_id: HashText = None
     content: str = ""
     created_at: int = 0
+
+
+class SystemNotice(EnvelopeBase):
+    """A notice the runtime published (from `system`, or from a member announcing its result)."""
+
+    type: SystemType
+
+
+class PeerMessage(EnvelopeBase):
+    """A message a member (or the lead) sent: peer.message, peer.broadcast or its own type."""
+
+
+_KIND_OF_TYPE: dict[str, EnvelopeKind] = dict.fromkeys(SystemType, EnvelopeKind.SYSTEM)
+"""Types with a variant of their own; every other type is a peer message. A new variant (the
+teammates' protocol messages, carrying a request_id) adds its types here and to Envelope."""
+
+
+def envelope_kind(message: Any) -> str:
+    """The Envelope variant of a message (a dict from a stream, or a model)."""
+    type_ = message.get("type") if isinstance(message, dict) else getattr(message, "type", None)
+    if not isinstance(type_, str):
+        return EnvelopeKind.PEER  # whose validation then says what is wrong with the type
+    return _KIND_OF_TYPE.get(type_, EnvelopeKind.PEER)
+
+
+Envelope = Annotated[
+    Annotated[SystemNotice, Tag(EnvelopeKind.SYSTEM)]
+    | Annotated[PeerMessage, Tag(EnvelopeKind.PEER)],
+    Discriminator(envelope_kind)]
+"""One message on a bus: a union discriminated on `type`; parse with ENVELOPES."""
+
+ENVELOPES: TypeAdapter[Envelope] = TypeAdapter(Envelope)
+"""Parses and validates messages (stream entries, dicts) into the right Envelope variant."""
 
 
 class MemberResult(BaseModel):

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Annotated
 
 import redis
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator
 from teamctl.shared.connection import block_ms, blocking_client
 from teamctl.shared.errors import ConfigError, RunFailed, unreadable
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
-from teamctl.shared.models import Plan, RunStatus, Usage
+from teamctl.shared.models import (
+    BLANK_IS_NONE,
+    Approval,
+    HashInt,
+    HashText,
+    Plan,
+    RunStatus,
+    SystemType,
+    Usage,
+    Wake,
+)
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.team import RunSpec
 
@@ -30,24 +42,33 @@ class RunEnd:
     error: str | None = None
     usage: Usage | None = None
     """The last model call's usage (the synthesizer's), counted only if this end is written."""
-    announce: str | None = None
-    """The message type to publish to lead (run.complete, run.failed...), None for none."""
+    announce: SystemType | None = None
+    """The notice to publish to lead (run.complete, run.failed...), None for none."""
     announce_text: str = ""
+
+
+def _plan_json(value: object) -> object:
+    """The hash stores the plan as JSON text ('' or absent: no plan yet)."""
+    if value == "":
+        return None
+    return json.loads(value) if isinstance(value, str) else value
 
 
 class RunState(BaseModel):
     """The run's mutable state (one hash)."""
 
     status: RunStatus = RunStatus.PLANNING
-    rounds: int = 0
-    started_ms: int = 0
-    ended_ms: int = 0
+    rounds: HashInt = 0
+    started_ms: HashInt = 0
+    ended_ms: HashInt = 0
     output: str | None = None
-    error: str | None = None
-    plan: Plan | None = None
-    approval: str | None = None
-    """"approved" or "rejected" once somebody decided on the plan."""
-    approval_reason: str | None = None
+    """Kept as stored: an empty output is an output (run_finish.lua writes it only if there is
+    one)."""
+    error: HashText = None
+    plan: Annotated[Plan | None, BeforeValidator(_plan_json)] = None
+    approval: Annotated[Approval | None, BLANK_IS_NONE] = None
+    """Set once somebody decided on the plan."""
+    approval_reason: HashText = None
 
     @property
     def finished(self) -> bool:
@@ -95,16 +116,10 @@ class RunStore:
 
     def state(self) -> RunState:
         """The run's mutable state, parsed from its hash."""
-        raw = self.conn.hgetall(self.keys.state)
-        what = f"run {self.run_id} is unreadable: its"
         try:
-            plan = Plan.model_validate_json(raw["plan"]) if raw.get("plan") else None
-        except ValueError as exc:
-            raise unreadable(f"{what} plan", exc) from exc
-        try:
-            return _parse_state(raw, plan)
+            return RunState.model_validate(self.conn.hgetall(self.keys.state))
         except ValueError as exc:  # pydantic's ValidationError is a ValueError too
-            raise unreadable(f"{what} state", exc) from exc
+            raise unreadable(f"run {self.run_id} is unreadable: its state", exc) from exc
 
     def set_status(self, status: RunStatus) -> None:
         """Move the run to a status that does not end it; RunFailed if the lease is not ours."""
@@ -163,12 +178,8 @@ class RunStore:
 
     def usage(self) -> Usage:
         """The run's token and cost totals."""
-        raw = self.conn.hgetall(self.keys.usage)
         try:
-            return Usage(prompt_tokens=int(raw.get("prompt_tokens", 0)),
-                         completion_tokens=int(raw.get("completion_tokens", 0)),
-                         cost_usd=float(raw.get("cost_usd", 0.0)),
-                         unpriced=bool(raw.get("unpriced")))
+            return Usage.model_validate(self.conn.hgetall(self.keys.usage))
         except ValueError as exc:
             raise unreadable(f"run {self.run_id} is unreadable: its usage", exc) from exc
 
@@ -182,23 +193,23 @@ class RunStore:
 
     def request_stop(self, reason: str) -> None:
         """Tell members and the coordinator to stop; the first reason given is kept."""
-        self._signal(reason, "stop")
+        self._signal(reason, Wake.STOP)
 
     def record_approval(self, approved: bool, reason: str | None) -> bool:
         """Store the plan decision once (False if one was already made), then wake the waiter."""
-        decision = "approved" if approved else "rejected"
+        decision = Approval.APPROVED if approved else Approval.REJECTED
         if not self.conn.hsetnx(self.keys.state, "approval", decision):
             return False
         if reason:
             self.conn.hset(self.keys.state, "approval_reason", reason)
-        self.wake("approval")
+        self.wake(Wake.APPROVAL)
         return True
 
-    def wake(self, what: str) -> None:
+    def wake(self, what: Wake | str) -> None:
         """Wake a coordinator blocked on the events stream or on the approval list."""
-        self._signal("", what)
+        self._signal("", Wake(what))
 
-    def _signal(self, stop_reason: str, what: str) -> None:
+    def _signal(self, stop_reason: str, what: Wake) -> None:
         k = self.keys
         self.scripts["run_signal"](keys=[k.state, k.cancel, k.events, k.approval],
                                    args=[stop_reason, what, WAKE_TASK_ID])
@@ -211,17 +222,6 @@ class RunStore:
     def blocking_conn(self) -> redis.Redis:
         """Connections of their own for BLPOP, with a socket timeout that outlasts it."""
         return blocking_client(self.conn)
-
-
-def _parse_state(raw: dict[str, str], plan: Plan | None) -> RunState:
-    """The state hash as a RunState; ValueError when a field does not parse."""
-    return RunState(
-        status=RunStatus(raw.get("status", RunStatus.PLANNING)),
-        rounds=int(raw.get("rounds", 0)),
-        started_ms=int(raw.get("started_ms", 0)), ended_ms=int(raw.get("ended_ms", 0)),
-        output=raw.get("output"), error=raw.get("error") or None, plan=plan,
-        approval=raw.get("approval") or None,
-        approval_reason=raw.get("approval_reason") or None)
 
 
 def list_runs(conn: redis.Redis, limit: int = 50) -> list[str]:

@@ -3,13 +3,22 @@ trimming that never loses an unread message, and the bus switched off."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus, delivered_to
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import Envelope, TaskSpec
+from teamctl.shared.models import (
+    ENVELOPES,
+    Envelope,
+    PeerMessage,
+    SystemNotice,
+    SystemType,
+    TaskSpec,
+)
 
 MEMBERS = ["m1", "m2", "m3"]
 
@@ -116,6 +125,43 @@ def test_bad_types_are_refused(bus: MessageBus, type_: str) -> None:
     with pytest.raises(ConfigError, match="type"):
         bus.broadcast("m1", type_, None, "hi")
     assert bus.messages() == []
+
+
+@pytest.mark.parametrize("type_", [*SystemType, "Plan.Approved", "hook.anything", "run.note"])
+def test_only_the_runtime_publishes_system_types(bus: MessageBus, type_: str) -> None:
+    """A member sending `plan.approved` or `hook.error` would pose as the runtime to the lead,
+    the hooks and `teamctl messages`."""
+    for sender in ("m1", "lead"):
+        with pytest.raises(ConfigError, match="reserved for the runtime") as direct:
+            bus.send(sender, "m2", type_, None, "hi")
+        with pytest.raises(ConfigError, match="reserved for the runtime") as broadcast:
+            bus.broadcast(sender, type_, None, "hi")
+        for refusal in (str(direct.value), str(broadcast.value)):
+            assert "'peer.message', 'peer.broadcast'" in refusal  # what a member may send
+            assert "plan.approved" in refusal and "hook.error" in refusal
+    assert bus.messages() == []
+    published = bus.publish("system", "lead", type_, None, "from the runtime")
+    assert published is not None and bus.messages() == [published]
+
+
+def test_messages_parse_as_system_notices_or_peer_messages(bus: MessageBus) -> None:
+    bus.publish("system", "lead", SystemType.PLAN_APPROVED, None, "ok")
+    bus.publish("system", "lead", SystemType.HOOK_ERROR, None, "a hook raised")
+    bus.send("m1", "m2", "peer.ask", "t1", "question")
+    bus.broadcast("m2", None, None, "news")
+    bus.publish("system", "lead", "run.note", None, "a type this version does not know")
+
+    messages = bus.messages()
+    assert [type(m) for m in messages] == [SystemNotice, SystemNotice, PeerMessage, PeerMessage,
+                                           PeerMessage]
+    assert [m.type for m in messages[:2]] == [SystemType.PLAN_APPROVED, SystemType.HOOK_ERROR]
+    assert messages[1].type is SystemType.HOOK_ERROR
+    # What the stream holds and what readers print stay plain text fields.
+    assert [m.model_dump_json(by_alias=True) for m in messages[:3]] == [
+        f'{{"id":"{m.id}","from":"{m.from_}","to":"{m.to}","type":"{m.type}",'
+        f'"task_id":{json.dumps(m.task_id)},"content":"{m.content}","created_at":{m.created_at}}}'
+        for m in messages[:3]]
+    assert ENVELOPES.validate_python(messages[0].model_dump(by_alias=True)) == messages[0]
 
 
 def test_unknown_senders_are_refused(bus: MessageBus) -> None:

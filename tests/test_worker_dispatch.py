@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from teamctl.shared.models import Envelope, TaskState, TaskStatus
+from teamctl.shared.models import ENVELOPES, TaskState, TaskStatus
 from teamctl.shared.team import Member, RunOptions
 from teamctl.worker.dispatch import build_dispatch_input
 
@@ -11,8 +11,8 @@ TASK = TaskState(task_id="write", task="Write it up", context="Keep it short",
                  depends_on=["collect"], status=TaskStatus.IN_PROGRESS)
 DEPENDENCY = TaskState(task_id="collect", task="Collect", output="fact " * 10,
                        status=TaskStatus.COMPLETED)
-HISTORY = [Envelope.model_validate({"from": "m1", "to": "writer", "type": "peer.ask",
-                                    "content": "ready?"})]
+HISTORY = [ENVELOPES.validate_python({"from": "m1", "to": "writer", "type": "peer.ask",
+                                       "content": "ready?"})]
 
 
 def render(**options: object) -> str:

@@ -18,7 +18,7 @@ from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import RunFailed
-from teamctl.shared.models import TaskState, Usage
+from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member, RunSpec
 from teamctl.worker.claims import Claim, ClaimEnd, Claims
@@ -61,7 +61,7 @@ class Attempt:
             job.spec.member_for(task.member_id) if task else None)
         if task is None or member is None:
             return "skipped: task or member vanished"
-        job.bus.publish("system", member.id, "task.assigned", task.task_id, task.task)
+        job.bus.publish("system", member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
         try:
             result = self._loop(member).run(
                 render("teamctl.worker", "member_system.md", name=member.display_name),
@@ -131,8 +131,8 @@ class Attempt:
         charge = self.job.budget.charge(usage, self.claim.task_id)
         if charge.crossed and charge.exceeded:
             # Once per run: the lead (and `teamctl messages`) learn why members stop.
-            self.job.bus.publish("system", "lead", "run.budget_exceeded", self.claim.task_id,
-                                 charge.exceeded)
+            self.job.bus.publish("system", "lead", SystemType.RUN_BUDGET_EXCEEDED,
+                                 self.claim.task_id, charge.exceeded)
 
     def _dispatch_input(self, member: Member, task: TaskState) -> str:
         job = self.job
@@ -143,13 +143,14 @@ class Attempt:
                                     options=options, dependencies=dependencies, history=history)
 
     def _complete(self, member: Member, output: str) -> str:
-        return self._write_outcome(self.job.board.complete, member, output, "completed")
+        return self._write_outcome(self.job.board.complete, member, output,
+                                   TaskStatus.COMPLETED)
 
     def _fail(self, member: Member, error: str) -> str:
-        return self._write_outcome(self.job.board.fail, member, error, "failed")
+        return self._write_outcome(self.job.board.fail, member, error, TaskStatus.FAILED)
 
     def _write_outcome(self, write: Callable[..., WriteOutcome], member: Member, text: str,
-                       done: str) -> str:
+                       done: TaskStatus) -> str:
         """Write the output or error with the claim's token; the member announces it to lead
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
@@ -161,7 +162,7 @@ class Attempt:
                         announce_as=announcer)
         if outcome is not WriteOutcome.APPLIED:
             return "stale: the claim was reclaimed; nothing was written"
-        return done
+        return done.value
 
     def _elapsed_ms(self) -> int:
         return int((time.monotonic() - self.claim.started_s) * 1000)

@@ -18,22 +18,172 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from teamctl.shared.agent.tools import Toolbox, first_string, string_property
+from pydantic import AliasChoices, Field
+from teamctl.shared.agent.tools import (
+    ActionResult,
+    Fallback,
+    NoArgs,
+    OptionalText,
+    Text,
+    ToolArgs,
+    Toolbox,
+    ToolResult,
+    either_case,
+)
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
-from teamctl.shared.models import Envelope, TaskState
+from teamctl.shared.models import Envelope, PeerType, TaskState, TaskStatus
 from teamctl.shared.text import quoted
 from teamctl.worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from teamctl.worker.mailbox import Mailbox
 
-TO_ALIASES = ("toMemberId", "to_member_id", "to", "memberId", "member_id")
-CONTENT_ALIASES = ("content", "message", "text")
-TASK_ALIASES = ("taskId", "task_id", "id")
-REASON_ALIASES = ("reason", "message")
+CURRENT_TASK = "current_task_id"
+"""The tools' context key for the task the session executes (the default taskId)."""
+
+# --- arguments (AI4J's names and aliases; the schema shows the first name) ----------------------
+
+Recipient = Annotated[Text, Field(validation_alias=either_case("toMemberId", "to", "memberId"),
+                                  description="The id of the teammate.")]
+Content = Annotated[Text, Fallback(""), Field(
+    validation_alias=AliasChoices("content", "message", "text"), description="The message text.")]
+TASK_ID = Field(validation_alias=either_case("taskId", "id"),
+                description="The task id (default: the task you are executing).")
+MessageTaskId = Annotated[OptionalText, TASK_ID]
+"""Optional in the schema; the tool threads the message to the current task."""
+HeldTaskId = Annotated[Text, Fallback(context_key=CURRENT_TASK), TASK_ID]
+"""Required in the schema (AI4J), yet the current task when left out."""
+
+
+class SendMessageArgs(ToolArgs):
+    """team_send_message: the recipient is required; content defaults to ''."""
+
+    to_member_id: Recipient
+    content: Content
+    type: OptionalText = Field(None, description="The message type (default peer.message).")
+    task_id: MessageTaskId = None
+
+
+class BroadcastArgs(ToolArgs):
+    """team_broadcast: content defaults to ''."""
+
+    content: Content
+    type: OptionalText = Field(None, description="The message type (default peer.broadcast).")
+    task_id: MessageTaskId = None
+
+
+class TaskArgs(ToolArgs):
+    """team_claim_task and team_heartbeat_task: a task, by default the current one."""
+
+    task_id: HeldTaskId
+
+
+class ReleaseArgs(TaskArgs):
+    """team_release_task."""
+
+    reason: OptionalText = Field(None, validation_alias=AliasChoices("reason", "message"),
+                                 description="Why you release it.")
+
+
+class ReassignArgs(TaskArgs):
+    """team_reassign_task."""
+
+    to_member_id: Recipient
+
+
+# --- results (every one starts action, ok, memberId) --------------------------------------------
+
+
+class TeamResult(ActionResult):
+    """What every team tool answers first."""
+
+    member_id: str
+
+
+class MessageSent(TeamResult):
+    """team_send_message and team_broadcast."""
+
+    to_member_id: str | None = None
+    """The recipient as the model wrote it (trimmed)."""
+    task_id: str | None = None
+    reason: str | None = None
+
+
+class MessageView(ToolResult):
+    """A message as team_read_messages shows it (no id, no createdAt; `to` even when null)."""
+
+    KEEP_NONE = frozenset({"to"})
+
+    from_: str = Field(alias="from")
+    to: str | None
+    type: str
+    task_id: str | None = None
+    content: str
+
+    @classmethod
+    def of(cls, message: Envelope) -> MessageView:
+        return cls(from_=message.from_, to=message.to, type=message.type,
+                   task_id=message.task_id, content=message.content)
+
+
+class MessagesRead(TeamResult):
+    """team_read_messages: `messages` only when there are some."""
+
+    count: int
+    has_new_messages: bool
+    messages: list[MessageView] | None = None
+
+
+class TaskView(ToolResult):
+    """A task state as the tools show it: camelCase, empty values left out, no token."""
+
+    task_id: str
+    member_id: str | None = None
+    task: str
+    context: str | None = None
+    depends_on: list[str] | None = None
+    status: TaskStatus
+    claimed_by: str | None = None
+    phase: str
+    detail: str | None = None
+    percent: int
+    heartbeat_count: int
+    attempts: int
+    output: str | None = None
+    error: str | None = None
+    duration_ms: int | None = None
+    terminal: bool
+
+    @classmethod
+    def of(cls, state: TaskState) -> TaskView:
+        return cls(task_id=state.task_id, member_id=state.member_id, task=state.task,
+                   context=state.context, depends_on=state.depends_on or None,
+                   status=state.status, claimed_by=state.claimed_by, phase=state.phase,
+                   detail=state.detail, percent=state.percent,
+                   heartbeat_count=state.heartbeat_count, attempts=state.attempts,
+                   output=state.output, error=state.error,
+                   duration_ms=state.duration_ms or None, terminal=state.terminal)
+
+
+class TaskList(TeamResult):
+    """team_list_tasks: every task, outputs included."""
+
+    tasks: list[TaskView]
+
+
+class TaskChanged(TeamResult):
+    """team_claim_task, team_release_task, team_reassign_task, team_heartbeat_task."""
+
+    task_id: str
+    """The taskId as the model wrote it (trimmed)."""
+    to_member_id: str | None = None
+    note: str | None = None
+    reason: str | None = None
+    task_state: TaskView | None = None
+    """Only when the raw taskId names a task exactly (AI4J matches the string)."""
 
 
 @dataclass
@@ -55,119 +205,103 @@ class TeamContext:
 
 def add_team_tools(toolbox: Toolbox, ctx: TeamContext) -> None:
     """Add the eight tools in AI4J's order."""
-    tools = TeamTools(ctx)
-    for name, description, properties, required, fn in tools.table():
-        toolbox.add(name, description, {p: string_property(d) for p, d in properties},
-                    required, fn)
+    context = {CURRENT_TASK: ctx.claim.task_id}
+    for name, description, args, fn in TeamTools(ctx).table():
+        toolbox.add(name, description, args, fn, context)
 
 
 class TeamTools:
-    """The tool functions; each returns a JSON-ready dict starting action, ok, memberId."""
+    """The tool functions; each answers a TeamResult (action, ok, memberId first)."""
 
     def __init__(self, ctx: TeamContext) -> None:
         self.ctx = ctx
 
-    def table(self) -> list[tuple[str, str, list[tuple[str, str]], list[str],
-                                  Callable[[dict[str, Any]], dict[str, Any]]]]:
-        """The eight team tools in the contract's order, with their parameters."""
-        to = ("toMemberId", "The id of the teammate.")
-        task = ("taskId", "The task id (default: the task you are executing).")
-        content = ("content", "The message text.")
-        kind = ("type", "The message type.")
+    def table(self) -> list[tuple[str, str, type[ToolArgs], Callable[[Any], TeamResult]]]:
+        """The eight team tools in the contract's order, with their arguments."""
         return [
             ("team_send_message", "Send a direct message to a teammate. The type defaults to "
-             "peer.message; taskId threads the message to a task.",
-             [to, content, (kind[0], "The message type (default peer.message)."), task],
-             ["toMemberId", "content"], self.send_message),
+             "peer.message; taskId threads the message to a task.", SendMessageArgs,
+             self.send_message),
             ("team_broadcast", "Broadcast a message to the whole team. The type defaults to "
-             "peer.broadcast.",
-             [content, (kind[0], "The message type (default peer.broadcast)."), task],
-             ["content"], self.broadcast),
+             "peer.broadcast.", BroadcastArgs, self.broadcast),
             ("team_read_messages", "Check your mailbox for messages sent to you since your last "
-             "read (direct and broadcast). Call it during long tasks.", [], [],
+             "read (direct and broadcast). Call it during long tasks.", NoArgs,
              self.read_messages),
             ("team_list_tasks", "List the current shared task states, with the outputs of "
-             "completed tasks.", [], [], self.list_tasks),
+             "completed tasks.", NoArgs, self.list_tasks),
             ("team_claim_task", "Claim a ready task; you run it after your current task.",
-             [task], ["taskId"], self.claim_task),
+             TaskArgs, self.claim_task),
             ("team_release_task", "Release a task you hold back to the queue (your current "
-             "task: you stop working on it).",
-             [task, ("reason", "Why you release it.")], ["taskId"], self.release_task),
+             "task: you stop working on it).", ReleaseArgs, self.release_task),
             ("team_reassign_task", "Reassign a task you hold to a teammate, who continues it.",
-             [task, to], ["taskId", "toMemberId"], self.reassign_task),
+             ReassignArgs, self.reassign_task),
             ("team_heartbeat_task", "Heartbeat an in-progress task you hold so timeout recovery "
-             "skips it.", [task], ["taskId"], self.heartbeat_task),
+             "skips it.", TaskArgs, self.heartbeat_task),
         ]
 
     # --- messages -----------------------------------------------------------------------------
 
-    def send_message(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def send_message(self, args: SendMessageArgs) -> MessageSent:
         """team_send_message: a direct message to one teammate."""
-        raw_to = first_string(arguments, *TO_ALIASES)
-        if raw_to is None:
-            raise ToolFailed("toMemberId is required")
-        task_id = self._message_task_id(arguments)
-        kind = first_string(arguments, "type") or "peer.message"
+        task_id = self._message_task_id(args.task_id)
+        raw_to = args.to_member_id
         # Checked here too: AI4J's wording ("unknown team member: x") is part of the contract.
         to = raw_to if raw_to == BROADCAST else self._member(raw_to)
-        sent = self.ctx.bus.send(self.ctx.member_id, to, kind, task_id, _content(arguments))
-        return self._result("team_send_message", sent is not None, toMemberId=raw_to,
-                            taskId=task_id, **_bus_off(sent))
+        sent = self.ctx.bus.send(self.ctx.member_id, to, args.type or PeerType.MESSAGE, task_id,
+                                 args.content)
+        return MessageSent(action="team_send_message", ok=sent is not None,
+                           member_id=self.ctx.member_id, to_member_id=raw_to, task_id=task_id,
+                           reason=_bus_off(sent))
 
-    def broadcast(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def broadcast(self, args: BroadcastArgs) -> MessageSent:
         """team_broadcast: a message to every other member."""
-        task_id = self._message_task_id(arguments)
-        kind = first_string(arguments, "type") or "peer.broadcast"
-        sent = self.ctx.bus.send(self.ctx.member_id, BROADCAST, kind, task_id,
-                                 _content(arguments))
-        return self._result("team_broadcast", sent is not None, taskId=task_id, **_bus_off(sent))
+        task_id = self._message_task_id(args.task_id)
+        sent = self.ctx.bus.send(self.ctx.member_id, BROADCAST, args.type or PeerType.BROADCAST,
+                                 task_id, args.content)
+        return MessageSent(action="team_broadcast", ok=sent is not None,
+                           member_id=self.ctx.member_id, task_id=task_id, reason=_bus_off(sent))
 
-    def read_messages(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def read_messages(self, args: NoArgs) -> MessagesRead:
         """team_read_messages: what arrived since the member's last read, once each (the attempt
         acknowledges them when its next model call carries this result)."""
         messages = self.ctx.mailbox.read()
-        extra: dict[str, Any] = {"count": len(messages), "hasNewMessages": bool(messages)}
-        if messages:
-            extra["messages"] = [_message_view(m) for m in messages]
-        return self._result("team_read_messages", True, **extra)
+        return MessagesRead(action="team_read_messages", ok=True, member_id=self.ctx.member_id,
+                            count=len(messages), has_new_messages=bool(messages),
+                            messages=[MessageView.of(m) for m in messages] or None)
 
-    def list_tasks(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def list_tasks(self, args: NoArgs) -> TaskList:
         """team_list_tasks: every task's state, outputs included."""
-        return self._result("team_list_tasks", True,
-                            tasks=[task_view(t) for t in self.ctx.board.snapshot()])
+        return TaskList(action="team_list_tasks", ok=True, member_id=self.ctx.member_id,
+                        tasks=[TaskView.of(t) for t in self.ctx.board.snapshot()])
 
     # --- task claims --------------------------------------------------------------------------
 
-    def claim_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def claim_task(self, args: TaskArgs) -> TaskChanged:
         """team_claim_task: claim a ready task; this job runs it after the current one."""
-        raw, task_id = self._task_ids(arguments)
+        task_id = self._task_id(args.task_id)
         token = self.ctx.board.claim(task_id, self.ctx.member_id, self.ctx.worker,
                                      self.ctx.heartbeat_ttl_s) if self._exists(task_id) else None
         if token is not None:
             self.ctx.claims.add(Claim(task_id, token, self.ctx.member_id))
-        return self._task_result("team_claim_task", token is not None, raw, task_id,
+        return self._task_result("team_claim_task", token is not None, args.task_id, task_id,
                                  note="you run it after your current task" if token else None)
 
-    def release_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def release_task(self, args: ReleaseArgs) -> TaskChanged:
         """team_release_task: give back a claim this job holds."""
-        raw, task_id = self._task_ids(arguments)
+        task_id = self._task_id(args.task_id)
         claim = self._held(task_id)
         ok = False
         if claim is not None and self.ctx.claims.end(claim, ClaimEnd.RELEASED):
-            reason = first_string(arguments, *REASON_ALIASES)
-            ok = self.ctx.board.release(task_id, claim.token, reason) is WriteOutcome.APPLIED
+            ok = self.ctx.board.release(task_id, claim.token, args.reason) is WriteOutcome.APPLIED
         note = "your attempt ends; the task goes back to the queue" if (
             ok and claim is self.ctx.claim) else None
-        return self._task_result("team_release_task", ok, raw, task_id, note=note,
+        return self._task_result("team_release_task", ok, args.task_id, task_id, note=note,
                                  reason=None if claim else _not_held(task_id))
 
-    def reassign_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def reassign_task(self, args: ReassignArgs) -> TaskChanged:
         """team_reassign_task: a teammate continues a task this job holds."""
-        raw, task_id = self._task_ids(arguments)
-        raw_to = first_string(arguments, *TO_ALIASES)
-        if raw_to is None:
-            raise ToolFailed("toMemberId is required")
-        to = self._member(raw_to)
+        task_id = self._task_id(args.task_id)
+        to = self._member(args.to_member_id)
         claim = self._held(task_id)
         if claim is not None:
             _check_handoff(claim, to)
@@ -179,38 +313,31 @@ class TeamTools:
             claim.handed_to = to
         elif ok and claim is not None:
             claim.member_id = to
-        return self._task_result("team_reassign_task", ok, raw, task_id, toMemberId=raw_to,
+        return self._task_result("team_reassign_task", ok, args.task_id, task_id,
+                                 to_member_id=args.to_member_id,
                                  reason=None if claim else _not_held(task_id))
 
-    def heartbeat_task(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def heartbeat_task(self, args: TaskArgs) -> TaskChanged:
         """team_heartbeat_task: a visible heartbeat on a claim this job holds."""
-        raw, task_id = self._task_ids(arguments)
+        task_id = self._task_id(args.task_id)
         claim = self._held(task_id)
         ok = claim is not None and self.ctx.board.heartbeat(
             task_id, claim.token, self.ctx.heartbeat_ttl_s, visible=True,
             member_id=self.ctx.member_id) is WriteOutcome.APPLIED
-        return self._task_result("team_heartbeat_task", ok, raw, task_id,
+        return self._task_result("team_heartbeat_task", ok, args.task_id, task_id,
                                  reason=None if claim else _not_held(task_id))
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _result(self, action: str, ok: bool, **extra: Any) -> dict[str, Any]:
-        base = {"action": action, "ok": ok, "memberId": self.ctx.member_id}
-        return base | {k: v for k, v in extra.items() if v is not None}
-
     def _task_result(self, action: str, ok: bool, raw: str, task_id: str,
-                     **extra: Any) -> dict[str, Any]:
+                     **extra: str | None) -> TaskChanged:
         state = self.ctx.board.get(task_id) if self._exists(task_id) else None
-        return self._result(action, ok, taskId=raw, **extra,
-                            taskState=task_view(state) if state else None)
+        return TaskChanged(action=action, ok=ok, member_id=self.ctx.member_id, task_id=raw,
+                           task_state=TaskView.of(state) if state else None, **extra)
 
-    def _task_arg(self, arguments: dict[str, Any]) -> str:
-        return first_string(arguments, *TASK_ALIASES) or self.ctx.claim.task_id
-
-    def _message_task_id(self, arguments: dict[str, Any]) -> str:
+    def _message_task_id(self, raw: str | None) -> str:
         """The task a message threads to, normalized like board ids (the bus refuses other
         shapes); default: the task being executed."""
-        raw = first_string(arguments, *TASK_ALIASES)
         if raw is None:
             return self.ctx.claim.task_id
         task_id = normalize_id(raw)
@@ -219,13 +346,12 @@ class TeamTools:
                              f"{self.ctx.claim.task_id}, or leave it out")
         return task_id
 
-    def _task_ids(self, arguments: dict[str, Any]) -> tuple[str, str]:
-        """The raw taskId (reported back) and the normalized id the board knows."""
-        raw = self._task_arg(arguments)
+    def _task_id(self, raw: str) -> str:
+        """The normalized id the board knows for the raw taskId (reported back as given)."""
         task_id = normalize_id(raw)
         if task_id is None:
             raise ToolFailed("taskId is required")
-        return raw, task_id
+        return task_id
 
     def _exists(self, task_id: str) -> bool:
         return task_id in self.ctx.board.task_ids()
@@ -251,35 +377,9 @@ def _check_handoff(claim: Claim, to: str) -> None:
                          "finish it or release it")
 
 
-def _content(arguments: dict[str, Any]) -> str:
-    return first_string(arguments, *CONTENT_ALIASES) or ""
-
-
-def _bus_off(sent: Envelope | None) -> dict[str, str]:
-    return {} if sent is not None else {"reason": "the message bus is disabled for this run"}
+def _bus_off(sent: Envelope | None) -> str | None:
+    return None if sent is not None else "the message bus is disabled for this run"
 
 
 def _not_held(task_id: str) -> str:
     return f"you do not hold a claim on {task_id}"
-
-
-def _message_view(message: Envelope) -> dict[str, Any]:
-    view: dict[str, Any] = {"from": message.from_, "to": message.to, "type": message.type}
-    if message.task_id is not None:
-        view["taskId"] = message.task_id
-    view["content"] = message.content
-    return view
-
-
-def task_view(state: TaskState) -> dict[str, Any]:
-    """A task state as the tools show it: camelCase, empty values left out, no token."""
-    view = {
-        "taskId": state.task_id, "memberId": state.member_id, "task": state.task,
-        "context": state.context, "dependsOn": state.depends_on or None,
-        "status": state.status.value, "claimedBy": state.claimed_by, "phase": state.phase,
-        "detail": state.detail, "percent": state.percent,
-        "heartbeatCount": state.heartbeat_count, "attempts": state.attempts,
-        "output": state.output, "error": state.error, "durationMs": state.duration_ms or None,
-        "terminal": state.terminal,
-    }
-    return {k: v for k, v in view.items() if v is not None}

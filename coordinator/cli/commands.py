@@ -14,7 +14,7 @@ from teamctl.coordinator.approval import ApprovalMode
 from teamctl.shared.connection import connect, redacted, set_outage
 from teamctl.shared.errors import ConfigError, UnreadableRecord
 from teamctl.shared.ids import check_run_id, is_safe_id
-from teamctl.shared.models import RunResult, RunStatus
+from teamctl.shared.models import RunResult, RunStatus, SystemType
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.settings import Settings
 from teamctl.shared.team import ModelSource, RunSpec, choose_models, load_team_file
@@ -221,7 +221,7 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
     if not spec.options.require_plan_approval:
         raise ConfigError(f"run {run_id} does not ask for plan approval "
                           "(require_plan_approval is off)")
-    if store.state().status == "planning":  # nobody may approve a plan nobody has seen
+    if store.state().status is RunStatus.PLANNING:  # nobody may approve a plan nobody has seen
         raise ConfigError(f"run {run_id} has no plan yet; approve once `teamctl status {run_id}` "
                           "says awaiting_approval")
     if not store.record_approval(approved, reason):
@@ -262,7 +262,7 @@ def _end_cancelled(store: RunStore, spec: RunSpec) -> None:
     board.fail_in_progress("cancelled", announce_failures=announce)
     board.block_stalled("cancelled")
     store.finish(RunEnd(RunStatus.CANCELLED, spec.options.retention_s, error="cancelled",
-                        announce="run.cancelled" if announce else None,
+                        announce=SystemType.RUN_CANCELLED if announce else None,
                         announce_text="cancelled"))
     expire_run(store.conn, spec.run_id, spec.options.retention_s)
 

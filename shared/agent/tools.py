@@ -1,65 +1,279 @@
-"""The tools a member may call; a tool's failure becomes a tool result for the model."""
+"""The tools a member may call; a tool's failure becomes a tool result for the model.
+
+Each tool declares its arguments as a `ToolArgs` model: the JSON schema the model sees is generated
+from it (every property a described string, as in AI4J's registry), and the model's arguments are
+validated by it before the tool runs. A validation error, like any tool failure, goes back to the
+model as a TOOL_ERROR result.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
 
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel, to_snake
+from pydantic.json_schema import GenerateJsonSchema
+from pydantic_core import core_schema
 from teamctl.shared.errors import TeamError, ToolFailed
 
 log = logging.getLogger(__name__)
 
-ToolFn = Callable[[dict[str, Any]], dict[str, Any] | str]
+
+class InvalidArguments(ToolFailed):
+    """The arguments of a tool call are not JSON, not an object, or do not fit the tool."""
+
+
+class _FirstString:
+    """Marks an argument read as AI4J's firstString (see ToolArgs)."""
+
+
+FIRST_STRING = _FirstString()
+Text = Annotated[str, FIRST_STRING]
+"""An argument read as AI4J's firstString: numbers and booleans become text, blank values and
+objects count as absent (the next alias is tried), the text is trimmed."""
+OptionalText = Annotated[str | None, FIRST_STRING]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A required argument the tool fills in when the model leaves it out: the schema still lists
+    it as required (as AI4J's registry does), but AI4J's tools supply a value.
+
+    `value` is used as is; `context_key` names a value of the call's context instead (e.g. the
+    task the member is executing).
+    """
+
+    value: str | None = None
+    context_key: str | None = None
+
+
+def either_case(*names: str) -> AliasChoices:
+    """Each camelCase name followed by its snake_case spelling, in order (`taskId`, `task_id`);
+    the first is the name the schema shows."""
+    spelled: list[str] = []
+    for name in names:
+        spelled += [name] if to_snake(name) == name else [name, to_snake(name)]
+    return AliasChoices(*dict.fromkeys(spelled))
+
+
+class ToolArgs(BaseModel):
+    """A tool's arguments: unknown keys are ignored (models add stray ones)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_as_ai4j(cls, data: Any, info: ValidationInfo) -> Any:
+        """firstString for Text arguments, then the fallbacks of arguments still absent."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name, field in cls.model_fields.items():
+            aliases = _aliases(field.validation_alias) or [field.alias or name]
+            if FIRST_STRING in field.metadata:
+                _read_first_string(data, aliases)
+            fallback = next((m for m in field.metadata if isinstance(m, Fallback)), None)
+            if fallback is not None and not any(alias in data for alias in aliases):
+                _fill_in(data, aliases[0], fallback, info.context or {})
+        return data
+
+
+def _read_first_string(data: dict[str, Any], aliases: list[str]) -> None:
+    """Each alias's value as text, or dropped when it counts as absent (so the next is tried)."""
+    for alias in aliases:
+        text = _first_string_value(data.get(alias))
+        if text is None:
+            data.pop(alias, None)
+        else:
+            data[alias] = text
+
+
+def _fill_in(data: dict[str, Any], alias: str, fallback: Fallback,
+             context: Mapping[str, Any]) -> None:
+    value = fallback.value if fallback.context_key is None else context.get(fallback.context_key)
+    if value is not None:  # no value to fall back on: the argument is reported missing
+        data[alias] = value
+
+
+def _aliases(alias: object) -> list[str]:
+    if isinstance(alias, AliasChoices):
+        return [choice for choice in alias.choices if isinstance(choice, str)]
+    return [alias] if isinstance(alias, str) else []
+
+
+def _first_string_value(value: Any) -> str | None:
+    """A value as AI4J's firstString reads it; None when it counts as absent."""
+    if value is None or isinstance(value, dict | list):
+        return None
+    if isinstance(value, bool):
+        value = "true" if value else "false"
+    return str(value).strip() or None
+
+
+class NoArgs(ToolArgs):
+    """A tool that takes no arguments."""
+
+
+class ToolResult(BaseModel):
+    """A structured tool result, keys in camelCase: None-valued keys are left out (AI4J's results
+    omit nulls), except those named in `KEEP_NONE`."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    KEEP_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _omit_none(self, handler: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
+        keep = {_serialized_name(self, name) for name in self.KEEP_NONE}
+        return {k: v for k, v in handler(self).items() if v is not None or k in keep}
+
+
+class ActionResult(ToolResult):
+    """What every tool answers first: its name, and whether it did what was asked."""
+
+    action: str
+    ok: bool
+
+
+def _serialized_name(model: BaseModel, name: str) -> str:
+    field = type(model).model_fields[name]
+    return field.serialization_alias or field.alias or name
+
+
+class _ToolSchema(GenerateJsonSchema):
+    """Parameters as the tool registry states them: each property its type and description,
+    no titles, no defaults, and an optional argument simply not required (never null)."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> dict[str, Any]:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> dict[str, Any]:
+        return self.generate_inner(schema["schema"])
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+
+def parameters_schema(args: type[ToolArgs]) -> dict[str, Any]:
+    """The `parameters` of a tool's function schema, generated from its arguments model."""
+    generated = args.model_json_schema(by_alias=True, schema_generator=_ToolSchema)
+    return {"type": "object", "properties": generated.get("properties", {}),
+            "required": generated.get("required", [])}
+
+
+ToolFn = Callable[[Any], ToolResult | dict[str, Any] | str]
+"""A tool: called with its validated arguments model."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One registered tool."""
+
+    name: str
+    description: str
+    args: type[ToolArgs]
+    fn: ToolFn
+    context: Mapping[str, Any]
+    """Values argument fallbacks may take (Fallback.context_key)."""
+
+    def schema(self) -> dict[str, Any]:
+        """The tool as an OpenAI-style function schema."""
+        return {"type": "function", "function": {
+            "name": self.name, "description": self.description,
+            "parameters": parameters_schema(self.args)}}
 
 
 class Toolbox:
-    """Named tools with their JSON schemas; `call` never raises, it answers the model."""
+    """Named tools with their argument models; `call` never raises, it answers the model."""
 
     def __init__(self) -> None:
-        self._schemas: dict[str, dict[str, Any]] = {}
-        self._functions: dict[str, ToolFn] = {}
+        self._tools: dict[str, Tool] = {}
 
-    def add(self, name: str, description: str, properties: dict[str, dict[str, Any]],
-            required: list[str], fn: ToolFn) -> None:
-        """Register a tool: its name, description, JSON-schema properties and function."""
-        self._schemas[name] = {"type": "function", "function": {
-            "name": name, "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required}}}
-        self._functions[name] = fn
+    def add(self, name: str, description: str, args: type[ToolArgs], fn: ToolFn,
+            context: Mapping[str, Any] | None = None) -> None:
+        """Register a tool: its name, description, arguments model and function."""
+        self._tools[name] = Tool(name, description, args, fn, dict(context or {}))
 
     @property
     def names(self) -> list[str]:
-        return list(self._schemas)
+        return list(self._tools)
 
     def schemas(self) -> list[dict[str, Any]]:
         """The tools as OpenAI-style function schemas, in registration order."""
-        return list(self._schemas.values())
+        return [tool.schema() for tool in self._tools.values()]
 
     def call(self, name: str, raw_arguments: str, call_id: str = "") -> str:
-        """Run a tool; unknown names, bad JSON and tool failures come back as TOOL_ERROR results."""
-        fn = self._functions.get(name)
-        if fn is None:
+        """Run a tool; unknown names, bad arguments and tool failures come back as TOOL_ERROR
+        results."""
+        tool = self._tools.get(name)
+        if tool is None:
             return tool_error(name, call_id, "UnknownTool",
                               f"Unknown tool '{name}'. Available tools: "
                               f"{', '.join(self.names) or '(none)'}")
         try:
+            args = self.arguments(name, raw_arguments)
+        except InvalidArguments as exc:
+            return tool_error(name, call_id, type(exc).__name__, str(exc))
+        return _run(tool, args, call_id)
+
+    def arguments(self, name: str, raw_arguments: str) -> ToolArgs:
+        """A call's arguments validated by the tool's model (blank means `{}`); InvalidArguments
+        says what is wrong, naming arguments as the schema does."""
+        tool = self._tools[name]
+        try:
             arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            return tool_error(name, call_id, "InvalidArguments",
-                              f"invalid tool arguments (not JSON: {exc.msg}): {raw_arguments}")
+            raise InvalidArguments(f"invalid tool arguments (not JSON: {exc.msg}): "
+                                   f"{raw_arguments}") from exc
         if not isinstance(arguments, dict):
-            return tool_error(name, call_id, "InvalidArguments",
-                              f"invalid tool arguments (expected a JSON object): {raw_arguments}")
+            raise InvalidArguments(f"invalid tool arguments (expected a JSON object): "
+                                   f"{raw_arguments}")
         try:
-            result = fn(arguments)
-        except (ToolFailed, TeamError) as exc:
-            return tool_error(name, call_id, type(exc).__name__, str(exc))
-        except Exception as exc:  # a tool bug must not fail the task: the model hears about it
-            log.exception("tool %s raised", name)
-            return tool_error(name, call_id, type(exc).__name__, str(exc) or type(exc).__name__)
-        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+            return tool.args.model_validate(arguments, context=tool.context)
+        except ValidationError as exc:
+            raise InvalidArguments(argument_errors(exc)) from exc
+
+
+def _run(tool: Tool, args: ToolArgs, call_id: str) -> str:
+    try:
+        result = tool.fn(args)
+    except (ToolFailed, TeamError) as exc:
+        return tool_error(tool.name, call_id, type(exc).__name__, str(exc))
+    except Exception as exc:  # a tool bug must not fail the task: the model hears about it
+        log.exception("tool %s raised", tool.name)
+        return tool_error(tool.name, call_id, type(exc).__name__, str(exc) or type(exc).__name__)
+    if isinstance(result, str):
+        return result
+    if isinstance(result, BaseModel):
+        result = result.model_dump(mode="json", by_alias=True)
+    return json.dumps(result, ensure_ascii=False)
+
+
+def argument_errors(exc: ValidationError) -> str:
+    """What is wrong with the arguments, one clause per problem, naming each argument as the
+    schema does ("toMemberId is required")."""
+    return "; ".join(_argument_error(error) for error in exc.errors(include_url=False))
+
+
+def _argument_error(error: Mapping[str, Any]) -> str:
+    name = ".".join(str(part) for part in error["loc"]) or "arguments"
+    if error["type"] == "missing":
+        return f"{name} is required"
+    if error["type"] == "value_error":
+        return f"{name} {error['ctx']['error']}"
+    return f"{name}: {error['msg']}"
 
 
 def tool_error(tool: str, call_id: str, error_type: str, message: str) -> str:
@@ -67,22 +281,3 @@ def tool_error(tool: str, call_id: str, error_type: str, message: str) -> str:
     return "TOOL_ERROR: " + json.dumps(
         {"errorType": error_type, "error": message, "tool": tool, "callId": call_id},
         ensure_ascii=False)
-
-
-def first_string(arguments: dict[str, Any], *aliases: str) -> str | None:
-    """The first alias whose value, as a string, is non-blank after trimming (AI4J firstString)."""
-    for alias in aliases:
-        value = arguments.get(alias)
-        if value is None or isinstance(value, dict | list):
-            continue
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        text = str(value).strip()
-        if text:
-            return text
-    return None
-
-
-def string_property(description: str) -> dict[str, str]:
-    """Every tool parameter is a described string (as in AI4J's registry)."""
-    return {"type": "string", "description": description}

@@ -2,13 +2,101 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from teamctl.shared.agent.tools import Toolbox, first_string, string_property
+from pydantic import AliasChoices, BeforeValidator, Field
+from teamctl.shared.agent.tools import (
+    ActionResult,
+    Fallback,
+    OptionalText,
+    Text,
+    ToolArgs,
+    Toolbox,
+    either_case,
+)
 from teamctl.shared.agent.workspace import EDIT_LIMIT_BYTES, Workspace
-from teamctl.shared.errors import ToolFailed
 
-PATH = string_property("A path relative to the workspace root.")
+
+def _must_be_text(value: Any) -> Any:
+    # Said plainly (pydantic's "valid string" reads oddly to a model): a null or a number would
+    # otherwise become the text "None" or "42" in some callers' hands.
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+FileText = Annotated[str, BeforeValidator(_must_be_text)]
+"""File content, taken exactly as sent (no trimming, '' allowed)."""
+WorkspacePath = Annotated[Text, Field(validation_alias=either_case("path", "file", "filePath"),
+                                      description="A path relative to the workspace root.")]
+
+
+class PathArgs(ToolArgs):
+    """read_file: one file."""
+
+    path: WorkspacePath
+
+
+class WriteArgs(ToolArgs):
+    """write_file: the whole content ('' when left out, as before)."""
+
+    path: WorkspacePath
+    content: Annotated[FileText, Fallback("")] = Field(
+        validation_alias=AliasChoices("content", "text"), description="The full file content.")
+
+
+class EditArgs(ToolArgs):
+    """edit_file: one exact replacement; newText '' when left out (a deletion)."""
+
+    path: WorkspacePath
+    old_text: FileText = Field(validation_alias=either_case("oldText"),
+                               description="The exact text to replace; it must occur once.")
+    new_text: Annotated[FileText, Fallback("")] = Field(
+        validation_alias=either_case("newText"),
+        description="The replacement text.")
+
+
+class ListArgs(ToolArgs):
+    """list_files: a folder, the root by default."""
+
+    path: OptionalText = Field(None, validation_alias=either_case("path", "file", "filePath"),
+                               description="A directory relative to the workspace root "
+                                           "(default: the root).")
+
+
+class BashArgs(ToolArgs):
+    """bash: one command line."""
+
+    command: Text = Field(validation_alias=AliasChoices("command", "cmd"),
+                          description="The command line to run.")
+
+
+class FileRead(ActionResult):
+    """read_file: the text (a bounded prefix of a long file)."""
+
+    path: str
+    content: str
+
+
+class FileWritten(ActionResult):
+    """write_file and edit_file: the file's size afterwards."""
+
+    path: str
+    size_bytes: int = Field(alias="bytes")
+
+
+class FilesListed(ActionResult):
+    """list_files: entries under `path`, folders ending in '/'."""
+
+    path: str
+    entries: list[str]
+
+
+class BashRan(ActionResult):
+    """bash: the exit code and the (capped) output."""
+
+    exit_code: int
+    output: str
 
 
 def add_workspace_tools(toolbox: Toolbox, workspace: Workspace, enabled: list[str]) -> None:
@@ -20,82 +108,51 @@ def add_workspace_tools(toolbox: Toolbox, workspace: Workspace, enabled: list[st
             add(toolbox, workspace)
 
 
-def _path(arguments: dict[str, Any], required: bool = True) -> str:
-    path = first_string(arguments, "path", "file", "filePath", "file_path")
-    if path is None and required:
-        raise ToolFailed("path is required")
-    return path or "."
-
-
 def _read_file(toolbox: Toolbox, workspace: Workspace) -> None:
-    def read_file(arguments: dict[str, Any]) -> dict[str, Any]:
+    def read_file(args: PathArgs) -> FileRead:
         """read_file: a text file of the workspace (a bounded prefix)."""
-        path = _path(arguments)
-        return {"action": "read_file", "ok": True, "path": path,
-                "content": workspace.read(path)}
+        return FileRead(action="read_file", ok=True, path=args.path,
+                        content=workspace.read(args.path))
 
     toolbox.add("read_file", "Read a text file from the shared workspace (long files are "
-                "truncated; hard-linked files are refused).",
-                {"path": PATH}, ["path"], read_file)
+                "truncated; hard-linked files are refused).", PathArgs, read_file)
 
 
 def _write_file(toolbox: Toolbox, workspace: Workspace) -> None:
-    def write_file(arguments: dict[str, Any]) -> dict[str, Any]:
+    def write_file(args: WriteArgs) -> FileWritten:
         """write_file: create or replace a file of the workspace."""
-        path = _path(arguments)
-        content = arguments.get("content", arguments.get("text", ""))
-        if not isinstance(content, str):
-            # str(None) would write "None": the model must say what it means.
-            raise ToolFailed("content must be a string (the full text of the file)")
-        written = workspace.write(path, content)
-        return {"action": "write_file", "ok": True, "path": path, "bytes": written}
+        written = workspace.write(args.path, args.content)
+        return FileWritten(action="write_file", ok=True, path=args.path, size_bytes=written)
 
     toolbox.add("write_file", "Create or overwrite a text file in the shared workspace "
-                "(parent directories are created).",
-                {"path": PATH, "content": string_property("The full file content.")},
-                ["path", "content"], write_file)
+                "(parent directories are created).", WriteArgs, write_file)
 
 
 def _edit_file(toolbox: Toolbox, workspace: Workspace) -> None:
-    def edit_file(arguments: dict[str, Any]) -> dict[str, Any]:
+    def edit_file(args: EditArgs) -> FileWritten:
         """edit_file: replace one exact occurrence of a text."""
-        path = _path(arguments)
-        old = arguments.get("oldText", arguments.get("old_text"))
-        new = arguments.get("newText", arguments.get("new_text", ""))
-        if not isinstance(old, str) or not isinstance(new, str):
-            raise ToolFailed("oldText and newText must be strings")
-        size = workspace.edit(path, old, new)
-        return {"action": "edit_file", "ok": True, "path": path, "bytes": size}
+        size = workspace.edit(args.path, args.old_text, args.new_text)
+        return FileWritten(action="edit_file", ok=True, path=args.path, size_bytes=size)
 
     toolbox.add("edit_file", "Replace one exact occurrence of oldText with newText in a "
-                f"UTF-8 file of at most {EDIT_LIMIT_BYTES} bytes.",
-                {"path": PATH,
-                 "oldText": string_property("The exact text to replace; it must occur once."),
-                 "newText": string_property("The replacement text.")},
-                ["path", "oldText", "newText"], edit_file)
+                f"UTF-8 file of at most {EDIT_LIMIT_BYTES} bytes.", EditArgs, edit_file)
 
 
 def _list_files(toolbox: Toolbox, workspace: Workspace) -> None:
-    def list_files(arguments: dict[str, Any]) -> dict[str, Any]:
+    def list_files(args: ListArgs) -> FilesListed:
         """list_files: the files under a workspace folder."""
-        path = _path(arguments, required=False)
-        return {"action": "list_files", "ok": True, "path": path,
-                "entries": workspace.list(path)}
+        path = args.path or "."
+        return FilesListed(action="list_files", ok=True, path=path,
+                           entries=workspace.list(path))
 
     toolbox.add("list_files", "List files and directories in the shared workspace (recursive).",
-                {"path": string_property("A directory relative to the workspace root "
-                                         "(default: the root).")},
-                [], list_files)
+                ListArgs, list_files)
 
 
 def _bash(toolbox: Toolbox, workspace: Workspace) -> None:
-    def bash(arguments: dict[str, Any]) -> dict[str, Any]:
+    def bash(args: BashArgs) -> BashRan:
         """bash: a shell command in the workspace, bounded in time and output."""
-        command = first_string(arguments, "command", "cmd")
-        if command is None:
-            raise ToolFailed("command is required")
-        return {"action": "bash", "ok": True, **workspace.bash(command)}
+        return BashRan(action="bash", ok=True, **workspace.bash(args.command))
 
     toolbox.add("bash", "Run a bash command with the workspace as working directory "
-                "(time-limited; long output is truncated).",
-                {"command": string_property("The command line to run.")}, ["command"], bash)
+                "(time-limited; long output is truncated).", BashArgs, bash)

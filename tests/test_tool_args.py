@@ -1,0 +1,140 @@
+"""Tool arguments are pydantic models: the schema the model sees is generated from them (AI4J's
+table for the team tools), and every argument takes its schema name and its snake_case spelling,
+read as AI4J's firstString. Real Redis behind the team tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+from pydantic.alias_generators import to_snake
+from teamctl.shared.agent.tools import InvalidArguments, Toolbox
+from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_tools import add_workspace_tools
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.team import WORKSPACE_TOOLS
+from teamctl.worker.claims import Claim, Claims
+from teamctl.worker.mailbox import Mailbox
+from teamctl.worker.team_tools import TeamContext, add_team_tools
+
+from tests.test_worker_support import make_run
+
+AI4J_TEAM_TOOLS = {  # name: (properties in order, required), AI4J's registry table
+    "team_send_message": (["toMemberId", "content", "type", "taskId"], ["toMemberId", "content"]),
+    "team_broadcast": (["content", "type", "taskId"], ["content"]),
+    "team_read_messages": ([], []),
+    "team_list_tasks": ([], []),
+    "team_claim_task": (["taskId"], ["taskId"]),
+    "team_release_task": (["taskId", "reason"], ["taskId"]),
+    "team_reassign_task": (["taskId", "toMemberId"], ["taskId", "toMemberId"]),
+    "team_heartbeat_task": (["taskId"], ["taskId"]),
+}
+WORKSPACE_SCHEMAS = {
+    "read_file": (["path"], ["path"]),
+    "write_file": (["path", "content"], ["path", "content"]),
+    "edit_file": (["path", "oldText", "newText"], ["path", "oldText", "newText"]),
+    "list_files": (["path"], []),
+    "bash": (["command"], ["command"]),
+}
+
+
+@pytest.fixture
+def toolbox(conn: redis.Redis, run_id: str, tmp_path: Path) -> Toolbox:
+    """Every tool a member can have, as m1 executing task_1 (task_2 ready)."""
+    tasks = [TaskSpec(id="task_1", member_id="m1", task="first"),
+             TaskSpec(id="task_2", member_id="m2", task="second")]
+    make_run(conn, run_id, models={"m1": "m", "m2": "m"}, tasks=tasks,
+             workspace=tmp_path / "ws", api_base="http://127.0.0.1:9")
+    board, bus = TaskBoard(conn, run_id), MessageBus(conn, run_id, ["m1", "m2"])
+    token = board.claim("task_1", "m1", "test-worker", 60)
+    assert token is not None
+    claim, claims = Claim("task_1", token, "m1"), Claims()
+    claims.add(claim)
+    tools = Toolbox()
+    add_workspace_tools(tools, Workspace(tmp_path / "ws"), list(WORKSPACE_TOOLS))
+    add_team_tools(tools, TeamContext(
+        board=board, bus=bus, member_ids=["m1", "m2"], member_id="m1", claim=claim,
+        claims=claims, worker="test-worker", heartbeat_ttl_s=60,
+        mailbox=Mailbox(bus, "m1", claim)))
+    return tools
+
+
+def parameters(toolbox: Toolbox) -> dict[str, dict]:
+    return {s["function"]["name"]: s["function"]["parameters"] for s in toolbox.schemas()}
+
+
+def test_the_schemas_are_the_registry_tables(toolbox: Toolbox) -> None:
+    schemas = parameters(toolbox)
+    assert list(schemas) == [*WORKSPACE_SCHEMAS, *AI4J_TEAM_TOOLS]
+    for name, (properties, required) in {**WORKSPACE_SCHEMAS, **AI4J_TEAM_TOOLS}.items():
+        schema = schemas[name]
+        assert (schema["type"], list(schema["properties"]), schema["required"]) == (
+            "object", properties, required), name
+        for prop in schema["properties"].values():  # a described string, nothing else
+            assert set(prop) == {"type", "description"} and prop["type"] == "string"
+            assert prop["description"].strip()
+    assert schemas["team_send_message"]["properties"]["taskId"]["description"] == (
+        "The task id (default: the task you are executing).")
+
+
+def test_every_argument_takes_its_schema_name_and_its_snake_case_spelling(
+        toolbox: Toolbox) -> None:
+    checked = 0
+    for name, schema in parameters(toolbox).items():
+        filler = {p: "x" for p in schema["required"]}
+        for prop in schema["properties"]:
+            others = {p: v for p, v in filler.items() if p != prop}
+            camel = toolbox.arguments(name, json.dumps({**others, prop: "v 1"}))
+            snake = toolbox.arguments(name, json.dumps({**others, to_snake(prop): "v 1"}))
+            assert snake == camel, (name, prop)
+            assert "v 1" in camel.model_dump().values(), (name, prop)
+            checked += prop != to_snake(prop)
+    assert checked == 10  # oldText, newText, toMemberId twice, taskId in six tools
+
+
+def test_snake_case_arguments_work_end_to_end(
+        toolbox: Toolbox, conn: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    sent = json.loads(toolbox.call("team_send_message", json.dumps(
+        {"to_member_id": "m2", "task_id": "Task 1", "content": "snake"})))
+    assert (sent["ok"], sent["toMemberId"], sent["taskId"]) == (True, "m2", "task_1")
+    (message,) = [m for m in MessageBus(conn, run_id, []).messages() if m.content == "snake"]
+    assert (message.from_, message.to, message.type, message.task_id) == (
+        "m1", "m2", "peer.message", "task_1")
+    claimed = json.loads(toolbox.call("team_claim_task", '{"task_id": "task_2"}'))
+    assert (claimed["ok"], claimed["taskState"]["status"]) == (True, "in_progress")
+    written = json.loads(toolbox.call("write_file", '{"file_path": "a.txt", "text": "one"}'))
+    assert (written["path"], written["bytes"]) == ("a.txt", 3)
+    edited = json.loads(toolbox.call("edit_file", json.dumps(
+        {"file_path": "a.txt", "old_text": "one", "new_text": "two"})))
+    assert edited["ok"] and (tmp_path / "ws" / "a.txt").read_text() == "two"
+
+
+def test_arguments_are_read_as_ai4j_first_string(toolbox: Toolbox) -> None:
+    """A blank or non-text value falls through to the next alias; numbers become text; a left
+    out taskId is the task being executed, though the schema lists it as required."""
+    sent = json.loads(toolbox.call("team_send_message", json.dumps(
+        {"toMemberId": "  ", "to_member_id": {"id": "m2"}, "to": " m2 ", "text": 7})))
+    assert (sent["ok"], sent["toMemberId"], sent["taskId"]) == (True, "m2", "task_1")
+    beat = json.loads(toolbox.call("team_heartbeat_task", ""))
+    assert (beat["ok"], beat["taskId"], beat["taskState"]["heartbeatCount"]) == (
+        True, "task_1", 1)
+    released = json.loads(toolbox.call("team_release_task", '{"taskId": " ", "message": "later"}'))
+    assert (released["ok"], released["taskState"]["status"]) == (True, TaskStatus.READY)
+    listed = json.loads(toolbox.call("list_files", '{"path": ""}'))
+    assert listed["path"] == "."
+
+
+def test_argument_errors_name_the_arguments_as_the_schema_does(toolbox: Toolbox) -> None:
+    with pytest.raises(InvalidArguments, match="^toMemberId is required$"):
+        toolbox.arguments("team_reassign_task", '{"taskId": "task_1", "to": ""}')
+    with pytest.raises(InvalidArguments, match="^content must be a string$"):
+        toolbox.arguments("write_file", '{"path": "a.txt", "content": null}')
+    refused = toolbox.call("edit_file", '{"path": "a.txt"}', "call-7")
+    assert refused.startswith("TOOL_ERROR: ")
+    assert json.loads(refused[len("TOOL_ERROR: "):]) == {
+        "errorType": "InvalidArguments", "error": "oldText is required", "tool": "edit_file",
+        "callId": "call-7"}
