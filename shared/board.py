@@ -24,7 +24,7 @@ import redis
 from teamctl.shared.connection import block_ms, blocking_client
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import check_task_id, normalize_id
-from teamctl.shared.keys import RunKeys
+from teamctl.shared.keys import KeySpace
 from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus, Usage
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.text import quoted, shorten
@@ -100,11 +100,12 @@ def resolve_task_id(task_id: str | None) -> str | None:
 
 
 class TaskBoard:
-    """The board of one run. Each method is one Lua script in shared/lua (reads: one command)."""
+    """The board of one key space (a run's). Each method is one Lua script in shared/lua
+    (reads: one command)."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, scripts: Scripts | None = None) -> None:
+    def __init__(self, conn: redis.Redis, keys: KeySpace, scripts: Scripts | None = None) -> None:
         self.conn = conn
-        self.keys = RunKeys(run_id)
+        self.keys = keys
         self.scripts = scripts or Scripts(conn)
         self._ids: list[str] = []
         self._dependents: dict[str, list[str]] = {}
@@ -314,7 +315,7 @@ class TaskBoard:
         try:
             state = _parse_task(raw)
         except (KeyError, ValueError) as exc:
-            raise unreadable(f"run {self.keys.run_id} is unreadable: task "
+            raise unreadable(f"{self.keys.label} is unreadable: task "
                              f"{quoted(raw.get('task_id'))}", exc) from exc
         self._dependents[state.task_id] = state.dependents
         return state

@@ -9,11 +9,8 @@ import socket
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.board import TaskBoard
-from teamctl.shared.budget import Budget
-from teamctl.shared.bus import run_bus
 from teamctl.shared.connection import same_server, set_outage
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.handle import RunHandle
 from teamctl.worker.attempt import Attempt, JobContext
 from teamctl.worker.claims import Claim, Claims
 from teamctl.worker.heartbeat import Heartbeat
@@ -34,10 +31,10 @@ def run_task(run_id: str, task_id: str) -> str:
 
 def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
     """The job body without RQ: claim, run the member (and any task it claims), write outcomes."""
-    store = RunStore(conn, run_id)
-    spec = store.spec()
+    run = RunHandle(conn, run_id)
+    spec = run.spec
     set_outage(conn, spec.options.redis_outage_s)
-    board = TaskBoard(conn, run_id)
+    board = run.board
     task = board.get(task_id)
     member = spec.member_for(task.member_id) if task else None
     if task is None or member is None:
@@ -48,13 +45,11 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str) -> str:
         return "skipped: not ready (already claimed or finished)"
     claims = Claims()
     claims.add(Claim(task_id, token, member.id))
-    bus = run_bus(conn, spec, scripts=board.scripts)
-    budget = Budget(conn, run_id, max_tokens=options.max_tokens,
-                    max_cost_usd=options.max_cost_usd, scripts=board.scripts)
     client = ModelClient(timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
-        job = JobContext(conn=conn, spec=spec, board=board, bus=bus, store=store, budget=budget,
-                         client=client, claims=claims, beat=beat, worker=worker_name())
+        job = JobContext(conn=conn, spec=spec, board=board, bus=run.bus, store=run.store,
+                         budget=run.budget, client=client, claims=claims, beat=beat,
+                         worker=worker_name())
         outcomes = []
         while (claim := claims.next_to_run()) is not None:
             outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run()}")
