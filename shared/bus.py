@@ -59,7 +59,7 @@ BROADCAST_TYPE = "peer.broadcast"
 RUNTIME_TYPE_PREFIXES = ("task.", "run.")
 """Types the runtime publishes (task.assigned, task.result, run.complete, ...); peers may not."""
 ROSTER_TRIES = 5
-"""Roster changes between reading it and publishing tolerated in a row (one is already rare)."""
+"""Roster reads per publish or trim: each retry follows a change made since the last read."""
 
 _TYPE = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}")  # used with fullmatch
 _MEMBER_ID = re.compile(r"[a-z0-9_-]{1,128}")
@@ -117,8 +117,8 @@ class MessageBus:
             if result is not None:
                 return result
             self.refresh_roster()
-        raise InfraError(f"the roster of {self.keys.label} changed {ROSTER_TRIES} times while "
-                         "a message was being published; try again")
+        raise InfraError(f"the roster of {self.keys.label} changed {ROSTER_TRIES} times in a "
+                         "row while the bus was publishing or trimming by it; try again")
 
     @cached_property
     def blocking_conn(self) -> redis.Redis:
