@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import redis
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.scripts import Scripts
 
@@ -46,7 +47,7 @@ def bare_evalsha_us(conn: redis.Redis) -> float:
 
 def cycle_us(conn: redis.Redis, scripts: Scripts) -> float:
     """Microseconds per task for claim + heartbeat + complete on independent ready tasks."""
-    board = TaskBoard(conn, f"b-{uuid.uuid4().hex[:8]}", scripts)
+    board = TaskBoard(conn, RunKeys(f"b-{uuid.uuid4().hex[:8]}"), scripts)
     board.create([TaskSpec(id=f"t{i}", member_id="m1", task="x") for i in range(CYCLE_TASKS)])
     started = time.perf_counter()
     for i in range(CYCLE_TASKS):
@@ -60,7 +61,7 @@ def cycle_us(conn: redis.Redis, scripts: Scripts) -> float:
 
 def create_and_drain_ms(conn: redis.Redis, scripts: Scripts, size: int) -> float:
     """Milliseconds to create a layered plan and drain it through next_ready/claim/complete."""
-    board = TaskBoard(conn, f"d-{uuid.uuid4().hex[:8]}", scripts)
+    board = TaskBoard(conn, RunKeys(f"d-{uuid.uuid4().hex[:8]}"), scripts)
     started = time.perf_counter()
     board.create(layered_plan(size))
     done = 0

@@ -10,10 +10,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import redis
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.roster import write_roster
 
 from bench import private_redis
 
@@ -27,17 +29,27 @@ RATIO_GOAL = 1.5
 STARTUP_TIMEOUT_S = 10.0
 
 
+def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
+               **options: Any) -> MessageBus:
+    """A bus of a run with no spec, its roster written first (as creating a run writes it)."""
+    keys = RunKeys(run_id)
+    write_roster(conn, keys, member_ids)
+    return MessageBus(conn, keys, **options)
+
+
 def fill(bus: MessageBus, count: int) -> None:
     """`count` messages through the publish script, pipelined: a third each to the reader, to
     another member, and to everyone; then both catch up, as live members would."""
     pipe = bus.conn.pipeline(transaction=False)
     recipients = {"reader": ["reader"], "other": ["other"], "*": ["reader", "other"]}
+    version = bus.roster().version
     for n in range(count):
         to = ("reader", "other", "*")[n % 3]
         inboxes = [bus.keys.inbox(m) for m in recipients[to]]
-        bus.scripts["publish"](keys=[bus.keys.bus, bus.keys.bus_seq, *inboxes],
-                               args=["writer", to, "peer.message", "", f"filler {n}",
-                                     int(time.time() * 1000)], client=pipe)
+        bus.scripts["publish"](keys=[bus.keys.bus, bus.keys.bus_seq, bus.keys.roster_ver,
+                                     *inboxes],
+                               args=["writer", to, "peer.message", "", f"filler {n}", version],
+                               client=pipe)
         if len(pipe) >= FILL_PIPELINE:
             pipe.execute()
     pipe.execute()
@@ -76,7 +88,7 @@ def bench_reads(conn: redis.Redis) -> float:
     for size in SIZES:
         # The cap keeps the bus at its size while the reads add messages: trimming runs inside
         # publish (untimed), as it would in a long run whose members keep up.
-        bus = MessageBus(conn, f"bench-read-{size}", MEMBERS, bus_maxlen=size)
+        bus = roster_bus(conn, f"bench-read-{size}", MEMBERS, bus_maxlen=size)
         fill(bus, size)
         latencies = read_latencies_ms(bus)
         medians.append(statistics.median(latencies))
@@ -92,7 +104,7 @@ def bench_reads(conn: redis.Redis) -> float:
 def bench_publish(conn: redis.Redis) -> None:
     print(f"publish, {PUBLISHES} sequential messages on one connection (best of {ROUNDS}):")
     raw_key = RunKeys("bench-raw").bus
-    bus = MessageBus(conn, "bench-publish", MEMBERS, bus_maxlen=10 * PUBLISHES * ROUNDS)
+    bus = roster_bus(conn, "bench-publish", MEMBERS, bus_maxlen=10 * PUBLISHES * ROUNDS)
 
     def raw(n: int) -> None:
         conn.xadd(raw_key, {"from": "writer", "to": "reader", "type": "peer.message",

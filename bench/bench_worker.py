@@ -26,6 +26,7 @@ from rq.job import Job, JobStatus
 from teamctl.coordinator.cli.local_workers import stop_process, worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
@@ -73,8 +74,8 @@ def make_run(conn: redis.Redis, run_id: str, model: str, api_base: str, tasks: i
                    models=ModelChoice(planner=model, synthesizer=model, member_default=model,
                                       api_base=api_base),
                    workspace_dir=str(workspace), created_ms=now_ms())
-    RunStore(conn, run_id).create(spec)
-    TaskBoard(conn, run_id).create(
+    RunStore(conn, RunKeys(run_id)).create(spec)
+    TaskBoard(conn, RunKeys(run_id)).create(
         [TaskSpec(id=f"t{n}", member_id="m1", task=f"task {n}") for n in range(tasks)])
 
 
@@ -108,7 +109,7 @@ def measure(url: str, llm: ScriptedLLM, model: str, tasks: int, label: str) -> t
             noop.append(per_task_ms(queue, [(NOOP_JOB, ())] * tasks))
             team.append(per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))
                                             for n in range(1, tasks + 1)]))
-            board = TaskBoard(conn, run_id)
+            board = TaskBoard(conn, RunKeys(run_id))
             done = [t.status.value for t in board.snapshot()]
             if done.count("completed") != tasks + 1:
                 raise RuntimeError(f"{label}: tasks not all completed: {done}")

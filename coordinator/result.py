@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import redis
-from teamctl.shared.board import TaskBoard
-from teamctl.shared.bus import MessageBus
+from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import (
     MemberResult,
     Plan,
@@ -13,7 +11,7 @@ from teamctl.shared.models import (
     TaskStateView,
     TaskStatus,
 )
-from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.runstore import now_ms
 from teamctl.shared.team import RunSpec
 
 
@@ -48,18 +46,16 @@ def task_state_view(state: TaskState) -> TaskStateView:
         error=state.error, duration_ms=state.duration_ms)
 
 
-def build_result(conn: redis.Redis, run_id: str) -> RunResult:
+def build_result(run: RunHandle) -> RunResult:
     """The result object of a run, live or ended, from its keys alone."""
-    store = RunStore(conn, run_id)
-    spec = store.spec()
+    store, spec, run_id = run.store, run.spec, run.run_id
     state = store.state()
-    states = TaskBoard(conn, run_id).snapshot()
-    bus = MessageBus(conn, run_id, [m.id for m in spec.members])
+    states = run.board.snapshot()
     ended_ms = state.ended_ms or now_ms()
     return RunResult(
         team_id=spec.team_id, run_id=run_id, objective=spec.objective, status=state.status,
         plan=state.plan or Plan(), member_results=member_results(spec, states),
-        task_states=[task_state_view(s) for s in states], messages=bus.messages(),
+        task_states=[task_state_view(s) for s in states], messages=run.bus.messages(),
         rounds=state.rounds, output=state.output, total_duration_ms=ended_ms - state.started_ms,
         usage=store.usage())
 

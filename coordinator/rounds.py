@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from teamctl.coordinator.context import RunContext
 from teamctl.coordinator.hooks import HOOK_ERROR_TYPE
 from teamctl.coordinator.result import member_result
-from teamctl.shared.budget import Budget
 from teamctl.shared.models import EventKind, RunStatus, SystemType, TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
@@ -59,9 +58,7 @@ class RoundLoop:
         self.board = ctx.board
         self.options = ctx.spec.options
         self.deadline = deadline
-        self.budget = (Budget(ctx.conn, ctx.spec.run_id, max_tokens=self.options.max_tokens,
-                              max_cost_usd=self.options.max_cost_usd, scripts=ctx.board.scripts)
-                       if self.options.max_tokens is not None
+        self.budget = (ctx.run.budget if self.options.max_tokens is not None
                        or self.options.max_cost_usd is not None else None)
 
     def run(self, state: LoopState) -> LoopState:

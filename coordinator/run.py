@@ -22,6 +22,7 @@ from teamctl.coordinator.synthesizer import synthesize
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.errors import ConfigError, InfraError, RunFailed
 from teamctl.shared.ids import check_run_id
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import Plan, RunResult, RunStatus, SystemType, TaskStatus
 from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore, now_ms
@@ -54,7 +55,7 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
                    members=request.team.members, options=request.team.options,
                    models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
                    hooks=request.team.hooks)
-    RunStore(conn, run_id).create(spec)
+    RunStore(conn, RunKeys(run_id)).create(spec)  # no scripts: the driving handle loads them
     return spec
 
 
@@ -105,7 +106,7 @@ class Coordinator:
             state = loop.run(self._loop_state())
             self._finish(state)
             loop.drain(state)  # on_message hooks see run.complete too
-        return build_result(self.ctx.conn, self.spec.run_id)
+        return build_result(self.ctx.run)
 
     def _plan_once(self) -> Plan:
         """Plan unless a plan is stored; put it on the board unless the board exists."""

@@ -25,7 +25,7 @@ from pydantic import TypeAdapter
 from teamctl.shared.connection import block_ms, blocking_client
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import check_task_id, normalize_id
-from teamctl.shared.keys import RunKeys
+from teamctl.shared.keys import KeySpace
 from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.text import quoted, shorten
@@ -73,11 +73,12 @@ def resolve_task_id(task_id: str | None) -> str | None:
 
 
 class TaskBoard:
-    """The board of one run. Each method is one Lua script in shared/lua (reads: one command)."""
+    """The board of one key space (a run's). Each method is one Lua script in shared/lua
+    (reads: one command)."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, scripts: Scripts | None = None) -> None:
+    def __init__(self, conn: redis.Redis, keys: KeySpace, scripts: Scripts | None = None) -> None:
         self.conn = conn
-        self.keys = RunKeys(run_id)
+        self.keys = keys
         self.scripts = scripts or Scripts(conn)
         self._ids: list[str] = []
         self._dependents: dict[str, list[str]] = {}
@@ -287,7 +288,7 @@ class TaskBoard:
         try:
             state = TaskState.from_hash(raw)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise unreadable(f"run {self.keys.run_id} is unreadable: task "
+            raise unreadable(f"{self.keys.label} is unreadable: task "
                              f"{quoted(raw.get('task_id'))}", exc) from exc
         self._dependents[state.task_id] = state.dependents
         return state

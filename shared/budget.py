@@ -33,10 +33,10 @@ class Charge(BaseModel):
 class Budget:
     """The token and cost limits of one run, checked against the run's usage totals."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, *, max_tokens: int | None,
+    def __init__(self, conn: redis.Redis, keys: RunKeys, *, max_tokens: int | None,
                  max_cost_usd: float | None, scripts: Scripts | None = None) -> None:
         self.conn = conn
-        self.keys = RunKeys(run_id)
+        self.keys = keys
         self.max_tokens = max_tokens
         self.max_cost_usd = max_cost_usd
         self.scripts = scripts or Scripts(conn)

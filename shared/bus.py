@@ -1,6 +1,6 @@
-"""The message bus: one stream per run, with per-member inboxes fanned out on write.
+"""The message bus: one stream per key space (a run's), with per-member inboxes fanned out on write.
 
-Keys (all from RunKeys):
+Keys (all from the space's KeySpace):
 - ``bus``: every message in order, as flat fields (from, to, type, task_id, content, created_at),
   readable with ``redis-cli XRANGE``; the entry id is the message id.
 - ``inbox:<member>``: one entry per message delivered to the member, with the message's own id
@@ -14,6 +14,8 @@ Keys (all from RunKeys):
   task released, worker killed) leaves the record, and the task's next attempt gets those
   messages again, first. So a read lost with its attempt is not lost for the member.
 - ``bus_seq``: how many messages were ever published, so trimming knows positions.
+- ``roster``, ``roster_ver``: the members, read from Redis with their version (shared/roster.py)
+  and cached by it; publish and trim_bus refuse a stale version and the bus reads it again.
 
 Delivery: a message to a member goes to its inbox; to ``*`` or to nobody, to every member except
 the sender (a member never receives its own messages, broadcasts included, so neither
@@ -22,25 +24,29 @@ skips the sender); to ``lead`` to no inbox (the lead reads the whole bus).
 
 Growth: past ``bus_maxlen`` plus a tenth, the bus is cut back to ``bus_maxlen`` messages, except
 that no message some member has not read (or not acknowledged) is ever dropped; inbox entries go
-with their message.
-Every bus that publishes must therefore be built with the run's whole roster (``spec.members``).
+with their message. Trimming goes by the roster in Redis, so every bus of a space protects the
+same inboxes.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cached_property
+from typing import TypeVar
 
 import redis
 from teamctl.shared.connection import block_ms as capped_ms
 from teamctl.shared.connection import blocking_client
-from teamctl.shared.errors import ConfigError
-from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_member_id, check_task_id
-from teamctl.shared.keys import RunKeys
+from teamctl.shared.errors import ConfigError, InfraError
+from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_task_id
+from teamctl.shared.keys import KeySpace
 from teamctl.shared.models import ENVELOPES, SYSTEM_NAMESPACES, Envelope, PeerType, SystemType
+from teamctl.shared.roster import Roster, read_roster
 from teamctl.shared.scripts import Scripts
-from teamctl.shared.team import RunSpec
 from teamctl.shared.text import quoted
+
+T = TypeVar("T")
 
 BUS_MAXLEN = 100_000
 """Messages kept on a run's bus before trimming (unread messages are always kept)."""
@@ -48,19 +54,11 @@ TRIM_SLACK_DIVISOR = 10
 """Trim only once the bus exceeds its cap by a tenth, so trimming costs O(1) per message."""
 READ_BATCH = 1000
 MAX_TYPE_CHARS = 64
+ROSTER_TRIES = 5
+"""Roster reads per publish or trim: each retry follows a change made since the last read."""
 
 _TYPE = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}")  # used with fullmatch
 _MEMBER_ID = re.compile(r"[a-z0-9_-]{1,128}")
-
-
-def run_bus(conn: redis.Redis, spec: RunSpec, scripts: Scripts | None = None) -> MessageBus:
-    """The bus a run publishes on, configured from its options; every publisher must agree on
-    the roster and the cap, or trimming could drop a message some member has not read."""
-    options = spec.options
-    return MessageBus(conn, spec.run_id, [m.id for m in spec.members],
-                      enabled=options.enable_message_bus,
-                      max_message_bytes=options.max_message_bytes,
-                      bus_maxlen=options.bus_max_messages, scripts=scripts)
 
 
 def delivered_to(message: Envelope, member_id: str) -> bool:
@@ -71,20 +69,52 @@ def delivered_to(message: Envelope, member_id: str) -> bool:
 
 
 class MessageBus:
-    """Publishing and reading the messages of one run."""
+    """Publishing and reading the messages of one key space, for the members on its roster."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, member_ids: list[str], *,
-                 enabled: bool = True, max_message_bytes: int = 65536,
-                 bus_maxlen: int = BUS_MAXLEN, scripts: Scripts | None = None) -> None:
+    def __init__(self, conn: redis.Redis, keys: KeySpace, *, enabled: bool = True,
+                 max_message_bytes: int = 65536, bus_maxlen: int = BUS_MAXLEN,
+                 scripts: Scripts | None = None) -> None:
         if bus_maxlen < 1:
             raise ConfigError(f"bus_maxlen is {bus_maxlen}; keep at least 1 message")
         self.conn = conn
-        self.keys = RunKeys(run_id)
-        self.member_ids = [_check_roster_id(m) for m in member_ids]
+        self.keys = keys
         self.enabled = enabled
         self.max_message_bytes = max_message_bytes
         self.bus_maxlen = bus_maxlen
         self.scripts = scripts or Scripts(conn)
+        self._roster: Roster | None = None
+
+    def roster(self) -> Roster:
+        """The roster as this bus last read it (from Redis, on first use)."""
+        if self._roster is None:
+            self._roster = read_roster(self.conn, self.keys)
+        return self._roster
+
+    def refresh_roster(self) -> Roster:
+        """Read the roster from Redis again (its version moved, or a member may have joined)."""
+        self._roster = read_roster(self.conn, self.keys)
+        return self._roster
+
+    @property
+    def member_ids(self) -> list[str]:
+        """The members on the roster, in roster order."""
+        return list(self.roster().member_ids)
+
+    def _roster_with(self, member_id: str) -> Roster:
+        """The cached roster, read again when it lacks `member_id` (it may have joined since)."""
+        roster = self.roster()
+        return roster if member_id in roster.member_ids else self.refresh_roster()
+
+    def _on_current_roster(self, step: Callable[[Roster], T | None]) -> T:
+        """Run a script step that depends on the roster; it returns None when its script found
+        the cached roster stale, and then runs again on the roster read anew."""
+        for _ in range(ROSTER_TRIES):
+            result = step(self.roster())
+            if result is not None:
+                return result
+            self.refresh_roster()
+        raise InfraError(f"the roster of {self.keys.label} changed {ROSTER_TRIES} times in a "
+                         "row while the bus was publishing or trimming by it; try again")
 
     @cached_property
     def blocking_conn(self) -> redis.Redis:
@@ -107,13 +137,19 @@ class MessageBus:
         """Publish a message whose fields were checked; None when the bus is off."""
         if not self.enabled:
             return None
-        inboxes = [self.keys.inbox(m) for m in self._recipients(sender, to)]
-        entry_id, length, created_at = self.scripts["publish"](
-            keys=[self.keys.bus, self.keys.bus_seq, *inboxes],
-            args=[sender, to or "", type_, task_id or "", content])
-        # Trimming protects the inboxes this bus knows; a bus built without the roster (to read
-        # the stream only) must not trim on behalf of members it cannot see.
-        if self.member_ids and length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR:
+
+        def publish(roster: Roster) -> tuple[str, int, int] | None:
+            inboxes = [self.keys.inbox(m) for m in _recipients(roster, sender, to)]
+            entry_id, length, created_at = self.scripts["publish"](
+                keys=[self.keys.bus, self.keys.bus_seq, self.keys.roster_ver, *inboxes],
+                args=[sender, to or "", type_, task_id or "", content, roster.version])
+            return (entry_id, int(length), created_at) if entry_id else None
+
+        entry_id, length, created_at = self._on_current_roster(publish)
+        # Trimming protects the roster's inboxes; a space whose roster was never written has
+        # none to protect its members' unread messages by, so it is never trimmed.
+        if (self.roster().member_ids
+                and length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR):
             self.trim()
         return ENVELOPES.validate_python({
             "id": entry_id, "from": sender, "to": to, "type": type_, "task_id": task_id,
@@ -193,40 +229,47 @@ class MessageBus:
 
     def trim(self) -> int:
         """Cut the bus back to `bus_maxlen` messages, keeping every unread one; returns removed."""
-        return int(self.scripts["trim_bus"](
-            keys=[self.keys.bus, self.keys.bus_seq, self.keys.read_offsets,
-                  self.keys.unacked_reads, *(self.keys.inbox(m) for m in self.member_ids)],
-            args=[self.bus_maxlen, *self.member_ids]))
 
-    def _recipients(self, sender: str, to: str | None) -> list[str]:
-        if to in (None, "", BROADCAST):
-            return [m for m in self.member_ids if m != sender]
-        return [to] if to in self.member_ids and to != sender else []
+        def trim(roster: Roster) -> int | None:
+            removed = int(self.scripts["trim_bus"](
+                keys=[self.keys.bus, self.keys.bus_seq, self.keys.read_offsets,
+                      self.keys.unacked_reads, self.keys.roster_ver,
+                      *(self.keys.inbox(m) for m in roster.member_ids)],
+                args=[self.bus_maxlen, roster.version, *roster.member_ids]))
+            return removed if removed >= 0 else None
+
+        return self._on_current_roster(trim)
 
     def _inboxless(self, member_id: str) -> bool:
         """True for `lead`/`system` (no inbox); ConfigError for an id that is not a member."""
         if member_id in RESERVED_MEMBER_IDS:
             return True
-        if member_id not in self.member_ids:
-            raise ConfigError(f"{member_id!r} is not a member of this run; members: "
-                              f"{', '.join(self.member_ids)}")
+        members = self._roster_with(member_id).member_ids
+        if member_id not in members:
+            raise ConfigError(f"{member_id!r} is not a member of this {self.keys.kind}; "
+                              f"members: {', '.join(members)}")
         return False
 
     def _check_sender(self, sender: str) -> None:
-        if sender not in self.member_ids and sender not in RESERVED_MEMBER_IDS:
+        if sender in RESERVED_MEMBER_IDS:
+            return
+        members = self._roster_with(sender).member_ids
+        if sender not in members:
             raise ConfigError(f"unknown sender {quoted(sender)}: messages come from a member of "
-                              f"this run ({', '.join(self.member_ids)}), 'lead' or 'system'")
+                              f"this {self.keys.kind} ({', '.join(members)}), 'lead' or "
+                              "'system'")
 
     def _check_recipient(self, sender: str, to: str) -> str:
         """The recipient's member id, or ConfigError naming who may be messaged."""
-        allowed = f"send to one of: {', '.join(self.member_ids)}, or '*' for every member"
         candidate = to.strip().lower() if isinstance(to, str) else ""
+        members = self._roster_with(candidate).member_ids
+        allowed = f"send to one of: {', '.join(members)}, or '*' for every member"
         if not _MEMBER_ID.fullmatch(candidate):
             raise ConfigError(f"invalid recipient {quoted(to)}: member ids use a-z, 0-9, '_' "
                               f"and '-'; {allowed}")
         if candidate in RESERVED_MEMBER_IDS:
             raise ConfigError(f"{candidate!r} cannot receive peer messages; {allowed}")
-        if candidate not in self.member_ids:
+        if candidate not in members:
             raise ConfigError(f"unknown team member {quoted(to)}; {allowed}")
         if candidate == sender:
             raise ConfigError(f"{sender!r} cannot send a message to itself; {allowed}")
@@ -282,10 +325,11 @@ def _check_peer_type(type_: str) -> str:
     return type_
 
 
-def _check_roster_id(member_id: str) -> str:
-    if member_id in RESERVED_MEMBER_IDS:
-        raise ConfigError(f"member id {member_id!r} is reserved; choose another id")
-    return check_member_id(member_id)
+def _recipients(roster: Roster, sender: str, to: str | None) -> list[str]:
+    """The members whose inboxes get the message (the rule `delivered_to` states)."""
+    if to in (None, "", BROADCAST):
+        return [m for m in roster.member_ids if m != sender]
+    return [to] if to in roster.member_ids and to != sender else []
 
 
 def _envelope(entry_id: str, fields: dict[str, str]) -> Envelope:

@@ -1,12 +1,14 @@
 """Every Redis key teamctl uses is built here, and nowhere else.
 
-All keys of one run share the hash tag ``{RUN_ID}`` so that a run lives in one cluster slot and
-every Lua script touches one slot only. Task and member ids are validated before they are joined
-into a key.
+A task board and a message bus live in a key space (`KeySpace`): a run's today (`RunKeys`), a
+persistent team's next, each under its own base. All keys of one space share the base's hash tag
+(``{RUN_ID}`` for a run) so that the space lives in one cluster slot and every Lua script
+touches one slot only. Task and member ids are validated before they are joined into a key.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from teamctl.shared.ids import check_member_id, check_run_id, check_task_id
@@ -16,28 +18,29 @@ RUNS_INDEX = f"{PREFIX}:runs"
 """Sorted set of run ids scored by creation time (ms); the `teamctl runs` listing."""
 
 
-@dataclass(frozen=True)
-class RunKeys:
-    """The keys of one run."""
+class KeySpace(ABC):
+    """The keys a task board and a message bus use, all under ``teamctl:KIND:{NAME}``; a
+    subclass says what kind of space it is and its name."""
 
-    run_id: str
+    @property
+    @abstractmethod
+    def kind(self) -> str:
+        """What owns the space ("run"), in its keys and in messages."""
 
-    def __post_init__(self) -> None:
-        check_run_id(self.run_id)
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The owner's id (a checked run id): the hash tag of every key of the space."""
 
     @property
     def base(self) -> str:
-        return f"{PREFIX}:run:{{{self.run_id}}}"
+        """The prefix of every key of the space."""
+        return f"{PREFIX}:{self.kind}:{{{self.name}}}"
 
     @property
-    def spec(self) -> str:
-        """String: the immutable RunSpec JSON (objective, team, options, models)."""
-        return f"{self.base}:spec"
-
-    @property
-    def state(self) -> str:
-        """Hash: run status, rounds, times, plan, approval, error and the final output."""
-        return f"{self.base}:state"
+    def label(self) -> str:
+        """How messages name the space, e.g. "run 20240101-120000-ab12cd"."""
+        return f"{self.kind} {self.name}"
 
     @property
     def order(self) -> str:
@@ -61,7 +64,7 @@ class RunKeys:
 
     @property
     def tokens(self) -> str:
-        """String counter: the last fencing token issued in this run."""
+        """String counter: the last fencing token issued on this board."""
         return f"{self.base}:tokens"
 
     @property
@@ -71,28 +74,8 @@ class RunKeys:
 
     @property
     def bus(self) -> str:
-        """Stream: every message of the run, in order."""
+        """Stream: every message of the space, in order."""
         return f"{self.base}:bus"
-
-    @property
-    def lease(self) -> str:
-        """String with TTL: the coordinator that drives the run."""
-        return f"{self.base}:lease"
-
-    @property
-    def cancel(self) -> str:
-        """String: present when the run was cancelled."""
-        return f"{self.base}:cancel"
-
-    @property
-    def approval(self) -> str:
-        """List: wake-ups for a coordinator waiting on plan approval (the decision is in state)."""
-        return f"{self.base}:approval"
-
-    @property
-    def usage(self) -> str:
-        """Hash: run-wide token and cost totals, for budgets."""
-        return f"{self.base}:usage"
 
     def task(self, task_id: str) -> str:
         """Hash: one task's state."""
@@ -122,6 +105,66 @@ class RunKeys:
         """String counter: messages ever published on the bus (positions, for safe trimming)."""
         return f"{self.base}:bus_seq"
 
+    @property
+    def roster(self) -> str:
+        """Sorted set: the member ids the bus fans out to and trims against, scored by position
+        (a run writes it once, with its spec; a team changes it as members come and go)."""
+        return f"{self.base}:roster"
+
+    @property
+    def roster_ver(self) -> str:
+        """String counter: bumped in the transaction of every roster change, so a bus can cache
+        the roster and its scripts can refuse a stale copy."""
+        return f"{self.base}:roster_ver"
+
     def all_patterns(self) -> str:
-        """A SCAN pattern matching every key of the run."""
+        """A SCAN pattern matching every key of the space."""
         return f"{self.base}:*"
+
+
+@dataclass(frozen=True)
+class RunKeys(KeySpace):
+    """The keys of one run: its board and bus, and the run's own records."""
+
+    run_id: str
+
+    def __post_init__(self) -> None:
+        check_run_id(self.run_id)
+
+    @property
+    def kind(self) -> str:
+        return "run"
+
+    @property
+    def name(self) -> str:
+        return self.run_id
+
+    @property
+    def spec(self) -> str:
+        """String: the immutable RunSpec JSON (objective, team, options, models)."""
+        return f"{self.base}:spec"
+
+    @property
+    def state(self) -> str:
+        """Hash: run status, rounds, times, plan, approval, error and the final output."""
+        return f"{self.base}:state"
+
+    @property
+    def lease(self) -> str:
+        """String with TTL: the coordinator that drives the run."""
+        return f"{self.base}:lease"
+
+    @property
+    def cancel(self) -> str:
+        """String: present when the run was cancelled."""
+        return f"{self.base}:cancel"
+
+    @property
+    def approval(self) -> str:
+        """List: wake-ups for a coordinator waiting on plan approval (the decision is in state)."""
+        return f"{self.base}:approval"
+
+    @property
+    def usage(self) -> str:
+        """Hash: run-wide token and cost totals, for budgets."""
+        return f"{self.base}:usage"

@@ -34,12 +34,14 @@ class Lease:
     renewal was sent, `check` treats the lease as lost until a renewal succeeds again (it takes
     the lease back if nobody else did). The writes that matter are fenced in Redis anyway."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, ttl_s: float) -> None:
+    def __init__(self, conn: redis.Redis, keys: RunKeys, ttl_s: float, *,
+                 owner: str | None = None) -> None:
         self.conn = conn
-        self.run_id = run_id
-        self.key = RunKeys(run_id).lease
+        self.run_id = keys.run_id
+        self.key = keys.lease
         self.ttl_ms = max(1, int(ttl_s * 1000))
-        self.owner = lease_owner()
+        self.owner = owner or lease_owner()
+        """Who holds the lease when it is taken; a RunStore writes the run's status as it."""
         # Not thread-local: the renewal thread extends what the main thread acquired.
         self._lock = conn.lock(self.key, timeout=self.ttl_ms / 1000, thread_local=False)
         self.lost = threading.Event()

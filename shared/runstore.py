@@ -24,6 +24,7 @@ from teamctl.shared.models import (
     Usage,
     Wake,
 )
+from teamctl.shared.roster import queue_roster
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.team import RunSpec
 
@@ -84,21 +85,26 @@ class RunStore:
     """Reads and writes one run's spec and state; status writes are fenced by the coordinator
     lease `lease_owner` holds, so only the coordinator driving the run moves it."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, lease_owner: str | None = None,
+    def __init__(self, conn: redis.Redis, keys: RunKeys, lease_owner: str | None = None,
                  scripts: Scripts | None = None) -> None:
         self.conn = conn
-        self.run_id = run_id
-        self.keys = RunKeys(run_id)
+        self.run_id = keys.run_id
+        self.keys = keys
         self.lease_owner = lease_owner
         self._scripts = scripts
 
     def create(self, spec: RunSpec) -> None:
-        """Store the spec once; a second run with the same id is refused."""
+        """Store the spec once (a second run with the same id is refused), then the state, the
+        roster its bus reads and the index entry together."""
         if not self.conn.set(self.keys.spec, spec.model_dump_json(), nx=True):
             raise ConfigError(f"run {spec.run_id} already exists; pass another --run-id")
-        self.conn.hset(self.keys.state, mapping={"status": RunStatus.PLANNING, "rounds": 0,
-                                                 "started_ms": spec.created_ms})
-        self.conn.zadd(RUNS_INDEX, {spec.run_id: spec.created_ms})
+        pipe = self.conn.pipeline(transaction=True)
+        pipe.hset(self.keys.state, mapping={"status": RunStatus.PLANNING, "rounds": 0,
+                                            "started_ms": spec.created_ms})
+        # A run's roster never changes; it is kept the way a team's is, so one bus serves both.
+        queue_roster(pipe, self.keys, [m.id for m in spec.members])
+        pipe.zadd(RUNS_INDEX, {spec.run_id: spec.created_ms})
+        pipe.execute()
 
     def exists(self) -> bool:
         """Whether the run was ever created (its spec is stored)."""

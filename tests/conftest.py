@@ -10,13 +10,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.shared.bus import MessageBus
 from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
+from teamctl.shared.roster import write_roster
 from teamctl.shared.runstore import RunStore
 
 from tests.scripted_llm import ScriptedLLM
@@ -51,9 +55,17 @@ def assert_ttl_as_set(conn: redis.Redis, key: str, ttl_s: float, set_at: float) 
 
 def coordinator_store(conn: redis.Redis, run_id: str) -> RunStore:
     """A RunStore that holds the run's lease (an hour, no renewal), as a coordinator's does."""
-    lease = Lease(conn, run_id, ttl_s=3600)
+    lease = Lease(conn, RunKeys(run_id), ttl_s=3600)
     assert lease.try_acquire(), f"run {run_id} already has a coordinator"
-    return RunStore(conn, run_id, lease.owner)
+    return RunStore(conn, RunKeys(run_id), lease.owner)
+
+
+def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
+               **options: Any) -> MessageBus:
+    """A bus of a run with no spec: its roster written first, as creating a run writes it."""
+    keys = RunKeys(run_id)
+    write_roster(conn, keys, member_ids)
+    return MessageBus(conn, keys, **options)
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import redis
 from rq import Queue
 from teamctl.shared.agent.offline_model import MODEL
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 
 from tests.test_worker_support import make_run
@@ -37,7 +38,7 @@ def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
         capture_output=True, text=True, timeout=120, env=env)
 
     assert done.returncode == 0, done.stderr
-    task = TaskBoard(conn, run_id).get("t1")
+    task = TaskBoard(conn, RunKeys(run_id)).get("t1")
     assert (task.status, task.output) == (  # the offline model's answer for this task
         TaskStatus.COMPLETED, "[Member m1] t1: notes on 'Say hello'.")
     log = done.stdout + done.stderr

@@ -9,6 +9,7 @@ import redis
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
 
 from tests.conftest import assert_ttl_as_set, wait_until
@@ -21,7 +22,7 @@ def spec(task_id: str, *deps: str, member: str = "m1") -> TaskSpec:
 
 
 def make_board(conn: redis.Redis, run_id: str, *tasks: TaskSpec) -> TaskBoard:
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     assert board.create(list(tasks)) == len(tasks)
     return board
 
@@ -110,7 +111,7 @@ def test_reclaim_fails_after_max_attempts_and_blocks_dependents(
         assert board.reclaim_expired(2, announce_failures=True) == ["a"]
         assert state(board, "a").attempts == attempt
     # Only the failure is announced, as the member's task.error would have been.
-    [message] = MessageBus(conn, run_id, []).messages()
+    [message] = MessageBus(conn, RunKeys(run_id)).messages()
     assert (message.from_, message.to, message.type, message.task_id, message.content) == (
         "m1", "lead", "task.error", "a", "claim expired after 2 attempts")
 
@@ -307,15 +308,15 @@ def test_release_sends_a_task_back_in_plan_order(conn: redis.Redis, run_id: str)
 def test_a_fresh_board_object_finds_dependents_without_the_cache(
         conn: redis.Redis, run_id: str) -> None:
     make_board(conn, run_id, spec("a"), spec("b", "a"), spec("c", "a"), spec("d", "b", "c"))
-    worker_side = TaskBoard(conn, run_id)
+    worker_side = TaskBoard(conn, RunKeys(run_id))
     token = worker_side.claim("a", "m1", "host:1", TTL_S)
     assert token is not None
-    coordinator_side = TaskBoard(conn, run_id)
+    coordinator_side = TaskBoard(conn, RunKeys(run_id))
     assert coordinator_side.complete("a", token, "ok", 1) is WriteOutcome.APPLIED
     assert coordinator_side.next_ready(10) == ["b", "c"]
     b_token = worker_side.claim("b", "m1", "host:1", TTL_S)
     assert b_token is not None
-    assert TaskBoard(conn, run_id).fail("b", b_token, "no") is WriteOutcome.APPLIED
+    assert TaskBoard(conn, RunKeys(run_id)).fail("b", b_token, "no") is WriteOutcome.APPLIED
     assert state(worker_side, "d").error == "dependency failed"
     assert state(worker_side, "c").status is TaskStatus.READY
     assert state(worker_side, "a").dependents == ["b", "c"]
@@ -324,11 +325,11 @@ def test_a_fresh_board_object_finds_dependents_without_the_cache(
 def test_snapshot_is_in_plan_order_and_create_refuses_a_second_plan(
         conn: redis.Redis, run_id: str) -> None:
     board = make_board(conn, run_id, spec("z"), spec("y", "z"), spec("x"))
-    assert [s.task_id for s in TaskBoard(conn, run_id).snapshot()] == ["z", "y", "x"]
+    assert [s.task_id for s in TaskBoard(conn, RunKeys(run_id)).snapshot()] == ["z", "y", "x"]
     with pytest.raises(redis.ResponseError, match="board already exists"):
         board.create([spec("w")])
     assert board.task_ids() == ["z", "y", "x"]
-    assert TaskBoard(conn, "other-run").snapshot() == []
+    assert TaskBoard(conn, RunKeys("other-run")).snapshot() == []
 
 
 def test_every_board_key_carries_the_run_hash_tag(conn: redis.Redis, run_id: str) -> None:
@@ -391,7 +392,7 @@ def test_reclaim_handles_several_expired_claims_in_one_script(
 
 def test_non_ascii_output_and_error_are_shortened_by_characters(conn: redis.Redis) -> None:
     """The 240-character detail never splits a UTF-8 character (Lua would cut bytes)."""
-    board = TaskBoard(conn, "utf8")
+    board = TaskBoard(conn, RunKeys("utf8"))
     board.create([TaskSpec(id="a", task="A"), TaskSpec(id="b", task="B")])
     output, error = "a" + "研" * 300, "é" * 119 + "研研" * 100
     board.complete("a", board.claim("a", "m1", "w:1", 30), output, 1)
@@ -403,7 +404,7 @@ def test_non_ascii_output_and_error_are_shortened_by_characters(conn: redis.Redi
 
 
 def test_create_refuses_duplicate_or_unsafe_ids(conn: redis.Redis) -> None:
-    board = TaskBoard(conn, "dups")
+    board = TaskBoard(conn, RunKeys("dups"))
     with pytest.raises(ConfigError, match="duplicate task id 'a'"):
         board.create([TaskSpec(id="a", task="A"), TaskSpec(id="a", task="B")])
     with pytest.raises(ConfigError, match="invalid task id"):
@@ -412,7 +413,7 @@ def test_create_refuses_duplicate_or_unsafe_ids(conn: redis.Redis) -> None:
 
 
 def test_outcomes_are_announced_in_the_same_step_and_stale_ones_never(conn: redis.Redis) -> None:
-    board = TaskBoard(conn, "announce")
+    board = TaskBoard(conn, RunKeys("announce"))
     board.create([TaskSpec(id="a", task="A"), TaskSpec(id="b", task="B")])
     token_a = board.claim("a", "m1", "w:1", 30)
     token_b = board.claim("b", "m2", "w:1", 30)
@@ -422,7 +423,7 @@ def test_outcomes_are_announced_in_the_same_step_and_stale_ones_never(conn: redi
     assert board.fail("b", token_b + 100, "late", 5, announce_as="m2") is WriteOutcome.STALE
     assert board.fail("b", token_b, "boom: " + "e" * 300, 5, announce_as="m2") is (
         WriteOutcome.APPLIED)
-    messages = MessageBus(conn, "announce", []).messages()
+    messages = MessageBus(conn, RunKeys("announce")).messages()
     assert [(m.from_, m.to, m.type, m.task_id) for m in messages] == [
         ("m1", "lead", "task.result", "a"), ("m2", "lead", "task.error", "b")]
     assert messages[0].content == long_output[:240] + "..."

@@ -9,6 +9,7 @@ from multiprocessing.synchronize import Barrier
 
 import redis
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 
 CLAIMERS = 8
@@ -19,7 +20,7 @@ def _claim_everything(redis_url: str, run_id: str, seed: int, start: Barrier,
                       results: multiprocessing.Queue) -> None:
     """Child process: try to claim every task, in its own random order, once the race starts."""
     conn = redis.Redis.from_url(redis_url, decode_responses=True)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     ids = [f"t{i}" for i in range(TASKS)]
     random.Random(seed).shuffle(ids)
     start.wait(timeout=60)
@@ -33,7 +34,7 @@ def _claim_everything(redis_url: str, run_id: str, seed: int, start: Barrier,
 
 def test_eight_processes_claim_each_of_200_tasks_exactly_once(
         conn: redis.Redis, redis_url: str, run_id: str) -> None:
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     board.create([TaskSpec(id=f"t{i}", member_id="m", task="x") for i in range(TASKS)])
     ctx = multiprocessing.get_context("spawn")
     start, results = ctx.Barrier(CLAIMERS), ctx.Queue()

@@ -19,6 +19,9 @@ from teamctl.shared.models import (
     SystemType,
     TaskSpec,
 )
+from teamctl.shared.roster import write_roster
+
+from tests.conftest import roster_bus
 
 MEMBERS = ["m1", "m2", "m3"]
 
@@ -29,7 +32,7 @@ def contents(messages: list[Envelope]) -> list[str]:
 
 @pytest.fixture
 def bus(conn: redis.Redis, run_id: str) -> MessageBus:
-    return MessageBus(conn, run_id, MEMBERS)
+    return roster_bus(conn, run_id, MEMBERS)
 
 
 def test_direct_and_broadcast_visibility_per_member(bus: MessageBus) -> None:
@@ -175,7 +178,7 @@ def test_unknown_senders_are_refused(bus: MessageBus) -> None:
 
 def test_content_over_the_limit_is_refused_with_the_limit(conn: redis.Redis, run_id: str) -> None:
     # The limit is on the whole message: "m1" + "m2" + "peer.message" leave 24 bytes of content.
-    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=40)
+    bus = roster_bus(conn, run_id, MEMBERS, max_message_bytes=40)
     assert bus.send("m1", "m2", None, None, "x" * 24) is not None
     with pytest.raises(ConfigError, match=r"41 bytes \(content 25, .*the limit is 40 bytes"):
         bus.send("m1", "m2", None, None, "x" * 25)
@@ -193,25 +196,28 @@ def test_recipient_ids_are_normalized_in_case_and_spaces(bus: MessageBus) -> Non
 
 def test_ids_are_checked_before_they_reach_a_key(conn: redis.Redis, run_id: str) -> None:
     with pytest.raises(ConfigError, match="invalid member id"):
-        MessageBus(conn, run_id, ["m1", "../x"])
+        roster_bus(conn, run_id, ["m1", "../x"])
     with pytest.raises(ConfigError, match="reserved"):
-        MessageBus(conn, run_id, ["m1", "lead"])
+        roster_bus(conn, run_id, ["m1", "lead"])
     with pytest.raises(ConfigError, match="invalid run id"):
-        MessageBus(conn, "../run", MEMBERS)
-    bus = MessageBus(conn, run_id, MEMBERS)
+        roster_bus(conn, "../run", MEMBERS)
+    assert conn.keys("*") == []  # a refused roster writes nothing
+    bus = roster_bus(conn, run_id, MEMBERS)
     for bad in ("../x", "ghost"):
         with pytest.raises(ConfigError, match="not a member of this run; members: m1, m2, m3"):
             bus.read_unread(bad)
-    assert conn.keys("*") == []
+    keys = RunKeys(run_id)
+    assert sorted(conn.keys("*")) == sorted([keys.roster, keys.roster_ver])
 
 
 def test_a_disabled_bus_publishes_nothing_and_reads_nothing(conn: redis.Redis, run_id: str) -> None:
-    on = MessageBus(conn, run_id, MEMBERS)
-    off = MessageBus(conn, run_id, MEMBERS, enabled=False)
+    on = roster_bus(conn, run_id, MEMBERS)
+    off = roster_bus(conn, run_id, MEMBERS, enabled=False)
     assert off.publish("system", "m1", "task.assigned", "t1", "x") is None
     assert off.send("m1", "m2", None, None, "x") is None
     assert off.broadcast("m1", None, None, "x") is None
-    assert conn.keys("*") == []
+    keys = RunKeys(run_id)
+    assert sorted(conn.keys("*")) == sorted([keys.roster, keys.roster_ver])  # the roster only
     on.send("m1", "m2", None, None, "sent while on")
     assert off.read_unread("m2") == [] and off.history_for("m2", 5) == []
     assert off.messages() == []
@@ -227,7 +233,8 @@ def test_every_bus_key_is_one_of_the_runs(bus: MessageBus, conn: redis.Redis,
     bus.read_unread("m2")
     keys = RunKeys(run_id)
     assert sorted(conn.keys("*")) == sorted([
-        keys.bus, keys.bus_seq, keys.inbox("m2"), keys.inbox("m3"), keys.read_offsets])
+        keys.bus, keys.bus_seq, keys.inbox("m2"), keys.inbox("m3"), keys.read_offsets,
+        keys.roster, keys.roster_ver])
     assert conn.type(keys.bus) == "stream"
     entry_id, fields = conn.xrange(keys.bus)[0]
     assert fields == {"from": "m1", "to": "*", "type": "peer.broadcast", "task_id": "",
@@ -236,7 +243,7 @@ def test_every_bus_key_is_one_of_the_runs(bus: MessageBus, conn: redis.Redis,
 
 
 def test_trimming_keeps_the_cap_once_everyone_has_read(conn: redis.Redis, run_id: str) -> None:
-    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=20)
+    bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=20)
     for i in range(50):
         bus.broadcast("m1", None, None, f"n{i}")
         bus.read_unread("m2")
@@ -250,7 +257,7 @@ def test_trimming_keeps_the_cap_once_everyone_has_read(conn: redis.Redis, run_id
 
 def test_trimming_never_drops_a_message_someone_has_not_read(conn: redis.Redis,
                                                             run_id: str) -> None:
-    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=20)
+    bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=20)
     bus.send("m1", "m3", None, None, "for m3, unread")
     for i in range(60):
         bus.send("m1", "m2", None, None, f"n{i}")
@@ -266,7 +273,7 @@ def test_trimming_never_drops_a_message_someone_has_not_read(conn: redis.Redis,
 
 
 def test_trimming_cuts_up_to_the_oldest_unread_message(conn: redis.Redis, run_id: str) -> None:
-    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=10)
+    bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=10)
     for i in range(30):
         bus.send("m1", "m2", None, None, f"n{i}")
     assert len(bus.read_unread("m2")) == 30
@@ -288,19 +295,71 @@ def test_the_returned_envelope_is_what_readers_get(bus: MessageBus) -> None:
     assert bus.history_for("m1", 0) == [unaddressed, direct]
 
 
-def test_a_bus_without_the_roster_never_trims(conn: redis.Redis, run_id: str) -> None:
-    members_bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=5)
+def test_a_bus_built_without_a_member_list_trims_by_the_roster_in_redis(
+        conn: redis.Redis, run_id: str) -> None:
+    members_bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=5)
     members_bus.send("m1", "m2", None, None, "unread by m2")
-    reader_only = MessageBus(conn, run_id, [], bus_maxlen=5)
+    other = MessageBus(conn, RunKeys(run_id), bus_maxlen=5)
     for i in range(20):
-        reader_only.publish("system", "lead", "note", None, f"n{i}")
-    assert len(reader_only.messages()) == 21
+        other.publish("system", "lead", "note", None, f"n{i}")
+    # It trimmed (past 5 + 0) but m2's unread message pins everything after it.
+    assert len(other.messages()) == 21
     assert contents(members_bus.read_unread("m2")) == ["unread by m2"]
+
+
+def test_a_bus_without_a_roster_in_redis_never_trims(conn: redis.Redis, run_id: str) -> None:
+    bus = MessageBus(conn, RunKeys(run_id), bus_maxlen=5)
+    for i in range(20):
+        bus.publish("system", "lead", "note", None, f"n{i}")
+    assert len(bus.messages()) == 20
+
+
+def test_a_bus_follows_roster_changes_without_being_rebuilt(
+        conn: redis.Redis, run_id: str) -> None:
+    bus = roster_bus(conn, run_id, ["m1", "m2"], bus_maxlen=10)
+    bus.broadcast("m1", None, None, "before")
+    assert bus.roster().version == 1
+    keys = RunKeys(run_id)
+    # Another process changes the roster (as a persistent team will): m3 joins, m2 leaves.
+    write_roster(conn, keys, ["m1", "m3"])
+    # The cached copy is stale; the publish script refuses it and the bus reads the roster anew.
+    bus.broadcast("m1", None, None, "after")
+    assert bus.roster().version == 2 and bus.member_ids == ["m1", "m3"]
+    assert contents(bus.read_unread("m3")) == ["after"]
+    assert contents(bus.history_for("m1", 0)) == []
+    assert conn.xlen(keys.inbox("m2")) == 1  # m2 got only what was sent before it left
+    # A direct message to a member who joined after the bus last looked is accepted too.
+    write_roster(conn, keys, ["m1", "m3", "m4"])
+    assert bus.send("m1", "m4", None, None, "welcome") is not None
+    assert contents(bus.read_unread("m4")) == ["welcome"]
+    with pytest.raises(ConfigError, match="unknown team member 'm2'"):
+        bus.send("m1", "m2", None, None, "gone")
+
+
+
+def test_a_trim_on_a_stale_roster_protects_the_members_who_joined(
+        conn: redis.Redis, run_id: str) -> None:
+    stale = roster_bus(conn, run_id, ["m1", "m2"], bus_maxlen=3)
+    for i in range(3):
+        stale.send("m1", "m2", None, None, f"n{i}")
+    stale.read_unread("m2")
+    write_roster(conn, RunKeys(run_id), ["m1", "m2", "m3"])
+    fresh = MessageBus(conn, RunKeys(run_id), bus_maxlen=100)  # no trims of its own
+    fresh.send("m1", "m3", None, None, "unread by m3")
+    for i in range(3, 6):
+        fresh.send("m1", "m2", None, None, f"n{i}")
+    fresh.read_unread("m2")
+    # `stale` still lists m1 and m2 only: trimming by that list would drop m3's message.
+    assert stale.roster().member_ids == ("m1", "m2")
+    assert stale.trim() == 3
+    assert stale.roster().member_ids == ("m1", "m2", "m3")
+    assert contents(stale.messages()) == ["unread by m3", "n3", "n4", "n5"]
+    assert contents(fresh.read_unread("m3")) == ["unread by m3"]
 
 
 def test_created_at_is_the_redis_clock_and_follows_stream_order(conn: redis.Redis) -> None:
     """Publishers on hosts with skewed clocks still produce messages whose times follow the bus."""
-    bus = MessageBus(conn, "clock", ["m1", "m2"])
+    bus = roster_bus(conn, "clock", ["m1", "m2"])
     sent = [bus.send("m1", "m2", None, None, f"n{i}") for i in range(5)]
     stored = bus.messages()
     assert [m.created_at for m in stored] == [m.created_at for m in sent]
@@ -311,7 +370,7 @@ def test_created_at_is_the_redis_clock_and_follows_stream_order(conn: redis.Redi
 
 def claimed_task(conn: redis.Redis, run_id: str) -> tuple[TaskBoard, int]:
     """A board with task t1 for m2, claimed; and the claim's token."""
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     board.create([TaskSpec(id="t1", member_id="m2", task="t1")])
     token = board.claim("t1", "m2", "w", 30)
     assert token is not None
@@ -363,7 +422,7 @@ def test_unacknowledged_reads_stay_with_their_task_and_member(
 
 def test_trimming_keeps_what_an_attempt_read_but_did_not_acknowledge(
         conn: redis.Redis, run_id: str) -> None:
-    bus = MessageBus(conn, run_id, MEMBERS, bus_maxlen=10)
+    bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=10)
     board, first = claimed_task(conn, run_id)
     bus.send("m1", "m2", None, None, "owed")
     assert contents(bus.read_unread("m2", "t1", first)) == ["owed"]
@@ -386,7 +445,7 @@ def test_trimming_keeps_what_an_attempt_read_but_did_not_acknowledge(
 ])
 def test_every_envelope_field_is_checked_not_only_the_content(
         conn: redis.Redis, run_id: str, task_id: str, says: str) -> None:
-    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=1000)
+    bus = roster_bus(conn, run_id, MEMBERS, max_message_bytes=1000)
     with pytest.raises(ConfigError, match=says):
         bus.send("m1", "m2", None, task_id, "hi")
     with pytest.raises(ConfigError, match=says):
@@ -397,7 +456,7 @@ def test_every_envelope_field_is_checked_not_only_the_content(
 
 
 def test_the_whole_envelope_counts_against_the_limit(conn: redis.Redis, run_id: str) -> None:
-    bus = MessageBus(conn, run_id, MEMBERS, max_message_bytes=200)
+    bus = roster_bus(conn, run_id, MEMBERS, max_message_bytes=200)
     assert bus.send("m1", "m2", None, "t" * 128, "x" * 10) is not None
     with pytest.raises(ConfigError, match=r"message is \d+ bytes.*the limit is 200 bytes"):
         bus.send("m1", "m2", "n" * 64, "t" * 128, "x" * 10)

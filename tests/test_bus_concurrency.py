@@ -10,6 +10,8 @@ from pathlib import Path
 import redis
 from teamctl.shared.bus import MessageBus, delivered_to
 
+from tests.conftest import roster_bus
+
 SENDERS = ["s1", "s2", "s3", "s4"]
 RECEIVERS = ["r1", "r2", "r3"]
 READERS_PER_RECEIVER = 2
@@ -24,7 +26,7 @@ def stream_order(entry_id: str) -> tuple[int, int]:
 
 def _bus(redis_url: str, run_id: str) -> MessageBus:
     conn = redis.Redis.from_url(redis_url, decode_responses=True)
-    return MessageBus(conn, run_id, SENDERS + RECEIVERS)
+    return roster_bus(conn, run_id, SENDERS + RECEIVERS)
 
 
 def send_all(redis_url: str, run_id: str, sender: str, start: Event) -> None:

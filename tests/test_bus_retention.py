@@ -7,8 +7,9 @@ import time
 import pytest
 import redis
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.bus import MessageBus, run_bus
+from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.handle import RunHandle
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.retention import expire_run, forget_expired_runs
@@ -26,8 +27,8 @@ def make_run(conn: redis.Redis, run_id: str) -> MessageBus:
                    members=[Member(id=m) for m in MEMBERS], options=RunOptions(),
                    models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
                    workspace_dir="/tmp", created_ms=now_ms())
-    RunStore(conn, run_id).create(spec)
-    bus = MessageBus(conn, run_id, MEMBERS)
+    RunStore(conn, RunKeys(run_id)).create(spec)
+    bus = RunHandle(conn, run_id, spec=spec).bus
     bus.send("m1", "m2", None, None, "hello")
     bus.read_unread("m2")
     return bus
@@ -40,15 +41,15 @@ def ttls(conn: redis.Redis, run_id: str) -> dict[str, int]:
 def made_by_make_run(run_id: str) -> list[str]:
     """The keys make_run leaves: the stored run, and the bus after one message read by m2."""
     keys = RunKeys(run_id)
-    return sorted([keys.spec, keys.state, keys.bus, keys.bus_seq, keys.inbox("m2"),
-                   keys.read_offsets])
+    return sorted([keys.spec, keys.state, keys.roster, keys.roster_ver, keys.bus, keys.bus_seq,
+                   keys.inbox("m2"), keys.read_offsets])
 
 
 def test_every_key_of_the_run_and_only_it_gets_the_retention(conn: redis.Redis) -> None:
     make_run(conn, "ended")
     make_run(conn, "live")
     expired_at = time.monotonic()
-    assert expire_run(conn, "ended", 600) == 6
+    assert expire_run(conn, "ended", 600) == 8
     assert sorted(ttls(conn, "ended")) == made_by_make_run("ended")
 
     for key in made_by_make_run("ended"):
@@ -103,13 +104,14 @@ def test_keys_that_expire_sooner_keep_their_ttl(conn: redis.Redis) -> None:
     assert_ttl_as_set(conn, RunKeys("hb").spec, 3600, expired_at)
 
 
-def test_run_bus_takes_its_cap_and_limits_from_the_run_options(conn: redis.Redis) -> None:
+def test_a_runs_bus_takes_its_cap_and_limits_from_the_run_options(conn: redis.Redis) -> None:
     spec = RunSpec(run_id="capped", team_id="t", objective="o",
                    members=[Member(id=m) for m in MEMBERS],
                    options=RunOptions(bus_max_messages=5, max_message_bytes=10),
                    models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
                    workspace_dir="/tmp", created_ms=now_ms())
-    bus = run_bus(conn, spec)
+    RunStore(conn, RunKeys(spec.run_id)).create(spec)
+    bus = RunHandle(conn, spec.run_id).bus
     for n in range(20):
         bus.publish("system", "lead", "run.note", None, f"n{n}")
     # Past the cap (a tenth of 5 is no slack) every message cuts the bus back to the last 5.
@@ -122,7 +124,7 @@ def test_a_release_after_the_run_ended_does_not_leave_keys_without_ttl(
         conn: redis.Redis) -> None:
     """A worker that gives its task back after the run ended recreates `ready`: it must expire."""
     make_run(conn, "late")
-    board = TaskBoard(conn, "late")
+    board = TaskBoard(conn, RunKeys("late"))
     board.create([TaskSpec(id="a", task="A")])
     token = board.claim("a", "m1", "w:1", 30)
     expired_at = time.monotonic()

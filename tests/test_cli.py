@@ -25,7 +25,7 @@ from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore
 from teamctl.shared.team import ModelChoice, RunOptions, load_team_file
 
-from tests.conftest import coordinator_store
+from tests.conftest import coordinator_store, roster_bus
 
 TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 
@@ -36,10 +36,10 @@ def make_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: object) 
     models = ModelChoice(planner="p", synthesizer="s", member_default="m")
     create_run(conn, RunRequest(objective="Objective X", team=team, models=models,
                                 workspace_root=tmp_path, run_id=run_id))
-    TaskBoard(conn, run_id).create([
+    TaskBoard(conn, RunKeys(run_id)).create([
         TaskSpec(id="a", member_id="researcher", task="A"),
         TaskSpec(id="b", member_id="writer", task="B", depends_on=["a"])])
-    MessageBus(conn, run_id, ["researcher", "analyst", "writer"]).publish(
+    MessageBus(conn, RunKeys(run_id)).publish(
         "system", "researcher", "task.assigned", "a", "A")
 
 
@@ -158,9 +158,10 @@ def test_cancel_without_a_live_coordinator_ends_the_run_here(
     runner = CliRunner()
     result = runner.invoke(main, ["cancel", run_id, "--redis-url", redis_url])
     assert result.exit_code == 0 and f"run {run_id} cancelled" in result.stdout
-    state = RunStore(conn, run_id).state()
+    state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.status, state.error) == ("cancelled", "cancelled")
-    assert {s.task_id: (s.status.value, s.error) for s in TaskBoard(conn, run_id).snapshot()} == {
+    board = TaskBoard(conn, RunKeys(run_id))
+    assert {s.task_id: (s.status.value, s.error) for s in board.snapshot()} == {
         "a": ("blocked", "cancelled"), "b": ("blocked", "cancelled")}
     again = runner.invoke(main, ["cancel", run_id, "--redis-url", redis_url])
     assert again.exit_code == 2 and "already finished (cancelled)" in again.stderr
@@ -172,7 +173,7 @@ def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     """The worker holding `a` died (its claim still looks alive); no coordinator is left."""
     make_run(conn, run_id, tmp_path)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     token = board.claim("a", "researcher", "gone-host:1", 600)
     assert token is not None
 
@@ -191,7 +192,7 @@ def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
     assert board.counts() == snapshot_counts
     assert conn.smembers(board.keys.running) == set()
     assert conn.zrange(board.keys.ready, 0, -1) == []
-    types = [m.type for m in MessageBus(conn, run_id, []).messages()]
+    types = [m.type for m in MessageBus(conn, RunKeys(run_id)).messages()]
     assert types.count("task.result") == 0 and types.count("run.cancelled") == 1
 
 
@@ -203,8 +204,8 @@ def test_a_stop_that_races_the_runs_end_leaves_no_key_without_a_ttl(
     store.finish(RunEnd("completed", 3600, output="done"))
     expire_run(conn, run_id, 3600)
 
-    RunStore(conn, run_id).request_stop("cancelled")
-    RunStore(conn, run_id).wake("approval")
+    RunStore(conn, RunKeys(run_id)).request_stop("cancelled")
+    RunStore(conn, RunKeys(run_id)).wake("approval")
 
     keys = RunKeys(run_id)
     assert all(0 < conn.ttl(k) <= 3600 for k in (keys.cancel, keys.approval, keys.events))
@@ -225,7 +226,7 @@ def test_approve_and_reject_need_a_run_that_asks_for_approval(
     assert rejected.exit_code == 0 and "rejected" in rejected.stdout
     twice = runner.invoke(main, ["approve", run_id + "-ask", "--redis-url", redis_url])
     assert twice.exit_code == 2 and "was already rejected" in twice.stderr
-    state = RunStore(conn, run_id + "-ask").state()
+    state = RunStore(conn, RunKeys(run_id + "-ask")).state()
     assert (state.approval, state.approval_reason) == ("rejected", "too big")
 
 
@@ -277,15 +278,17 @@ def test_ids_with_a_trailing_newline_are_refused(tmp_path: Path, redis_url: str)
         team.write_text(text)
         with pytest.raises(ConfigError, match=field):
             load_team_file(team)
-    bus = MessageBus(redis.Redis.from_url(redis_url, decode_responses=True), "r1", ["m1", "m2"])
+    bus = roster_bus(redis.Redis.from_url(redis_url, decode_responses=True), "r1", ["m1", "m2"])
     with pytest.raises(ConfigError, match="type"):
         bus.send("m1", "m2", "note\n", None, "hi")
     with pytest.raises(ConfigError, match="invalid run id"):
-        MessageBus(redis.Redis.from_url(redis_url), "r1\n", ["m1"])
+        MessageBus(redis.Redis.from_url(redis_url), RunKeys("r1\n"))
     result = CliRunner().invoke(main, ["run", "x", "--run-id", "r1\n", "--workers", "0",
                                        "--redis-url", redis_url])
     assert result.exit_code == 2 and "invalid run id 'r1\\n'" in result.stderr
-    assert redis.Redis.from_url(redis_url).keys("*") == []
+    # Nothing but the roster this test wrote for its bus.
+    assert sorted(redis.Redis.from_url(redis_url, decode_responses=True).keys("*")) == sorted(
+        [RunKeys("r1").roster, RunKeys("r1").roster_ver])
     assert not (tmp_path / "state" / "workspaces").exists()
 
 

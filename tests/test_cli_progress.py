@@ -9,6 +9,7 @@ import redis
 from rich.console import Console
 from teamctl.coordinator.approval import ApprovalMode, decide_plan
 from teamctl.coordinator.progress import _table
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import Plan, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.runstore import RunStore
 
@@ -35,9 +36,9 @@ def test_terminal_prompt_records_the_decision(
     make_run(conn, run_id, tmp_path, require_plan_approval=True)
     monkeypatch.setattr("sys.stdin", io.StringIO(answer))
     plan = Plan(tasks=[TaskSpec(id="a", member_id="m1", task="Do A")])
-    decision = decide_plan(RunStore(conn, run_id), plan, ApprovalMode.PROMPT,
+    decision = decide_plan(RunStore(conn, RunKeys(run_id)), plan, ApprovalMode.PROMPT,
                            notify=print, should_stop=lambda: False)
     assert decision.approved is (expected[0] == "approved")
-    state = RunStore(conn, run_id).state()
+    state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.approval, state.approval_reason) == expected
     assert "a -> m1: Do A" in capsys.readouterr().err

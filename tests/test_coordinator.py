@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.scripts import Scripts, sources
 from teamctl.shared.team import RunOptions
 
 from tests.conftest import assert_ttl_as_set
@@ -82,7 +85,7 @@ def errors(out: dict[str, Any]) -> dict[str, str | None]:
 
 
 def board_of(url: str, run_id: str) -> TaskBoard:
-    return TaskBoard(redis.Redis.from_url(url, decode_responses=True), run_id)
+    return TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(run_id))
 
 
 def test_plan_delegate_synthesize_with_auto_ids(
@@ -178,6 +181,41 @@ def test_chain_takes_two_rounds_and_publishes_the_messages(
     types = [m["type"] for m in out["messages"]]
     assert types == ["task.assigned", "task.result", "task.assigned", "task.result",
                      "run.complete"]
+
+
+def test_the_coordinator_loads_the_scripts_once_on_its_connection(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Store, board, bus, budget, lease and the final result share one Scripts: each script is
+    registered once (the coordinator runs in this process; the workers are others)."""
+    built: list[int] = []
+    registered: list[tuple[int, str]] = []
+    names = {hashlib.sha1(text.encode()).hexdigest(): name for name, text in sources().items()}
+    build, register = Scripts.__init__, redis.Redis.register_script
+
+    def counted_build(self: Scripts, conn: redis.Redis) -> None:
+        built.append(id(conn))
+        build(self, conn)
+
+    def counted_register(self: redis.Redis, script: str) -> Any:
+        registered.append((id(self), names.get(hashlib.sha1(script.encode()).hexdigest(), "")))
+        return register(self, script)
+
+    monkeypatch.setattr(Scripts, "__init__", counted_build)
+    monkeypatch.setattr(redis.Redis, "register_script", counted_register)
+    plan = {"tasks": [{"id": "a", "memberId": "m1", "task": "A"},
+                      {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]}
+    models = script_run(llm, run_id, plan)
+    # A budget, and a plan approval (a wake-up and a message), so that every part does its bit.
+    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
+                     "--max-tokens", "100000", "--require-plan-approval", "--approve-plan")
+
+    assert result.exit_code == 0, result.output
+    assert len(built) == 1
+    assert len(registered) == len(set(registered))
+    assert {conn for conn, _ in registered} == set(built)
+    assert {"create", "next_ready", "publish", "run_signal", "run_status", "run_finish",
+            "lease_release", "snapshot"} <= {name for _, name in registered}
 
 
 def test_one_model_for_planner_and_synthesizer(

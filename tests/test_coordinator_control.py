@@ -12,6 +12,7 @@ import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.runstore import RunStore
 
@@ -36,7 +37,7 @@ def teamctl(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cancel_from_another_process(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     conn = redis.Redis.from_url(workers, decode_responses=True)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     never = threading.Event()
     plan = [{"id": "a", "memberId": "m1", "task": "A"},
             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
@@ -73,7 +74,7 @@ def test_plan_rejected_from_another_shell_fails_the_run(
     models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}], synth=None)
     team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
     thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
-    wait_until(lambda: RunStore(conn, run_id).state().status == "awaiting_approval", 30,
+    wait_until(lambda: RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval", 30,
                message="the plan to await approval")
 
     reject = teamctl("reject", run_id, "--reason", "too broad", "--redis-url", workers)
@@ -83,9 +84,9 @@ def test_plan_rejected_from_another_shell_fails_the_run(
     [result] = results
     assert result.exit_code == 1
     assert result.stderr.strip().splitlines()[-1] == "teamctl: plan rejected: too broad"
-    state = RunStore(conn, run_id).state()
+    state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.status, state.error) == ("failed", "plan rejected: too broad")
-    assert TaskBoard(conn, run_id).get("a").status is TaskStatus.BLOCKED
+    assert TaskBoard(conn, RunKeys(run_id)).get("a").status is TaskStatus.BLOCKED
     assert llm.prompts(f"member-{run_id}") == []
 
 
@@ -95,7 +96,7 @@ def test_plan_approved_from_another_shell_runs(
     models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
     team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
     thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
-    wait_until(lambda: RunStore(conn, run_id).state().status == "awaiting_approval", 30,
+    wait_until(lambda: RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval", 30,
                message="the plan to await approval")
 
     approve = teamctl("approve", run_id, "--redis-url", workers)

@@ -7,6 +7,7 @@ from pathlib import Path
 import redis
 from rq.job import Job
 from teamctl.coordinator.dispatcher import Dispatcher
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 
 from tests.test_cli import make_run
@@ -16,7 +17,7 @@ def test_a_job_that_ended_without_claiming_is_reported(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     make_run(conn, run_id, tmp_path, timeout_s=100)
     rq_conn = redis.Redis.from_url(redis_url)
-    dispatcher = Dispatcher(rq_conn, RunStore(conn, run_id).spec())
+    dispatcher = Dispatcher(rq_conn, RunStore(conn, RunKeys(run_id)).spec())
     job_id = dispatcher.enqueue("a", "nobody-listens")
     job = Job.fetch(job_id, connection=rq_conn)
     assert (job.func_name, job.args, job.timeout) == (

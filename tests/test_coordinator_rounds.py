@@ -14,8 +14,8 @@ from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.rounds import LoopState, RoundLoop
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
-from teamctl.shared.bus import run_bus
-from teamctl.shared.lease import Lease
+from teamctl.shared.handle import RunHandle
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import ModelChoice, RunOptions, TeamFile
@@ -45,12 +45,11 @@ def make_loop(conn: redis.Redis, tmp_path: Path, run_id: str, tasks: list[TaskSp
     models = ModelChoice(planner="p", synthesizer="s", member_default="m")
     spec = create_run(conn, RunRequest(objective="o", team=team, models=models,
                                        workspace_root=tmp_path, run_id=run_id))
-    board = TaskBoard(conn, run_id)
-    board.create(tasks)
+    run = RunHandle(conn, run_id, spec=spec)
+    run.board.create(tasks)
     dispatcher = RecordingDispatcher()
-    ctx = RunContext(conn=conn, spec=spec, store=RunStore(conn, run_id), board=board,
-                     bus=run_bus(conn, spec), dispatcher=dispatcher, hooks=HookRunner([]),
-                     reporter=Reporter(False), lease=Lease(conn, run_id, 15))
+    ctx = RunContext(run=run, dispatcher=dispatcher, hooks=HookRunner([]),
+                     reporter=Reporter(False))
     return RoundLoop(ctx, time.monotonic() + 60), dispatcher
 
 
@@ -66,7 +65,7 @@ def test_eager_refills_join_the_open_round(conn: redis.Redis, tmp_path: Path) ->
     (which would block the plan at max_rounds 2)."""
     tasks = [TaskSpec(id=f"t{i}", member_id="researcher", task="x") for i in range(12)]
     loop, dispatcher = make_loop(conn, tmp_path, "eager", tasks, max_concurrency=4, max_rounds=2)
-    worker = TaskBoard(conn, "eager")
+    worker = TaskBoard(conn, RunKeys("eager"))
     thread, result = run_in_thread(loop)
     running: list[tuple[str, int]] = []
     claimed = 0
@@ -89,7 +88,7 @@ def test_a_reclaimed_task_is_enqueued_again_once(conn: redis.Redis, tmp_path: Pa
     loop, dispatcher = make_loop(conn, tmp_path, "reclaim",
                                  [TaskSpec(id="a", member_id="researcher", task="x")],
                                  heartbeat_ttl_s=0.3)
-    worker = TaskBoard(conn, "reclaim")
+    worker = TaskBoard(conn, RunKeys("reclaim"))
     thread, result = run_in_thread(loop)
     wait_until(lambda: dispatcher.enqueued == ["a"], 10, message="the first dispatch")
     worker.claim("a", "researcher", "w:dies", 0.3)  # and never heartbeats: its worker died
@@ -115,11 +114,11 @@ def test_a_member_busy_past_the_stop_grace_is_given_up_on(
                                   TaskSpec(id="b", member_id="researcher", task="y",
                                            depends_on=["a"])],
                                  heartbeat_ttl_s=0.2)
-    worker = TaskBoard(conn, "stuck")
+    worker = TaskBoard(conn, RunKeys("stuck"))
     thread, result = run_in_thread(loop)
     wait_until(lambda: dispatcher.enqueued == ["a"], 10, message="the dispatch of a")
     token = worker.claim("a", "researcher", "w:busy", 60)  # alive: its heartbeat key lasts 60 s
-    RunStore(conn, "stuck").request_stop("cancelled")
+    RunStore(conn, RunKeys("stuck")).request_stop("cancelled")
     thread.join(10)
     assert not thread.is_alive() and result and result[0].stop is not None
     a, b = worker.get("a"), worker.get("b")
@@ -140,7 +139,7 @@ def test_a_task_ending_between_dispatch_and_the_in_flight_check_is_no_cycle(
                                   TaskSpec(id="b", member_id="researcher", task="y",
                                            depends_on=["a"])],
                                  dispatch="barrier")
-    worker = TaskBoard(conn, "barrier-race")
+    worker = TaskBoard(conn, RunKeys("barrier-race"))
     state = LoopState()
     assert not loop._nothing_can_run(state)
     assert dispatcher.enqueued == ["a"]

@@ -13,6 +13,7 @@ import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 
 from tests.scripted_llm import ScriptedLLM
@@ -64,7 +65,7 @@ def test_three_task_plan_runs_on_hand_started_workers(
     assert outputs == {t: f"output of {t}" for t in ("collect", "design", "write")}
     assert {s["task_id"]: s["status"] for s in out["task_states"]} == dict.fromkeys(
         ("collect", "design", "write"), "completed")
-    board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), run_id)
+    board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
     collect, write = board.get("collect"), board.get("write")
     assert write.start_ms >= collect.end_ms
     assert write.claimed_by == "m3" and write.status is TaskStatus.COMPLETED

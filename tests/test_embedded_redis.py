@@ -33,6 +33,7 @@ from teamctl.shared.embedded_redis import (
     short_socket_root,
 )
 from teamctl.shared.errors import InfraError
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 
 from tests.conftest import wait_until
@@ -185,7 +186,7 @@ def test_rq_worker_started_from_the_printed_url_completes_a_task(
          "-u", url, queue], capture_output=True, text=True, timeout=120)
 
     assert done.returncode == 0, done.stderr
-    task = TaskBoard(redis.Redis.from_url(url, decode_responses=True), run_id).get("t1")
+    task = TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(run_id)).get("t1")
     assert task.status is TaskStatus.COMPLETED
 
 

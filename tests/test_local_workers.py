@@ -12,6 +12,7 @@ from pathlib import Path
 import redis
 from teamctl.coordinator.cli.local_workers import stop_process
 from teamctl.shared.embedded_redis import pid_alive
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.runstore import RunStore
 
@@ -35,8 +36,8 @@ def start_waiting_run(redis_server: str, run_id: str, tmp_path: Path,
 
 def worker_pids(conn: redis.Redis, run_id: str, queue: str, count: int) -> list[int]:
     """Once the run waits for approval with `count` workers registered: their pids."""
-    wait_until(lambda: RunStore(conn, run_id).exists()
-               and RunStore(conn, run_id).state().status == "awaiting_approval", 90,
+    wait_until(lambda: RunStore(conn, RunKeys(run_id)).exists()
+               and RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval", 90,
                message="the run to wait for approval")
     names = wait_until(lambda: len(conn.smembers(f"rq:workers:{queue}")) >= count
                        and conn.smembers(f"rq:workers:{queue}"), 60,

@@ -13,6 +13,7 @@ import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
@@ -28,10 +29,10 @@ def store_run(conn: redis.Redis, run_id: str) -> tuple[RunStore, MessageBus]:
                    members=[Member(id=m) for m in MEMBERS], options=RunOptions(),
                    models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
                    workspace_dir="/tmp", created_ms=now_ms())
-    RunStore(conn, run_id).create(spec)
+    RunStore(conn, RunKeys(run_id)).create(spec)
     store = coordinator_store(conn, run_id)
     store.set_status("running")
-    return store, MessageBus(conn, run_id, MEMBERS)
+    return store, MessageBus(conn, RunKeys(run_id))
 
 
 def converse(bus: MessageBus) -> None:

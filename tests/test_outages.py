@@ -83,7 +83,7 @@ def in_progress(board: TaskBoard, *task_ids: str) -> bool:
 
 
 def message_types(conn: redis.Redis, run_id: str) -> list[str]:
-    return [m.type for m in MessageBus(conn, run_id, []).messages()]
+    return [m.type for m in MessageBus(conn, RunKeys(run_id)).messages()]
 
 
 @pytest.mark.realistic
@@ -133,7 +133,7 @@ def test_outage_past_redis_outage_s_stops_with_one_line_then_resume_finishes(
     lines = [line for line in err.splitlines() if not line.startswith("teamctl: run ")]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert "redis_outage_s=2s" in lines[0] and f"teamctl resume {run_id}" in lines[0]
-    assert RunStore(conn, run_id).state().status == "running"  # left resumable
+    assert RunStore(conn, RunKeys(run_id)).state().status == "running"  # left resumable
     # The dead coordinator could not release its lease; it expires within lease_ttl_s.
     wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 30, message="the lease to expire")
 
@@ -169,11 +169,11 @@ def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
         code, _, err = finish(a)
 
     assert code == 1 and f"run {run_id} was already ended by another coordinator" in err, err
-    state = RunStore(conn, run_id).state()
+    state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.status, state.output) == ("completed", "from B")
     assert message_types(conn, run_id).count("run.complete") == 1
     # Planner, two members and B's synthesis: A's synthesis was never counted.
-    assert RunStore(conn, run_id).usage().prompt_tokens == 4 * 11
+    assert RunStore(conn, RunKeys(run_id)).usage().prompt_tokens == 4 * 11
     assert conn.ttl(keys.state) > 0  # B ended it, so B set its expiry
 
 
@@ -188,13 +188,13 @@ def test_a_blackholed_redis_surfaces_as_the_outage_error_not_a_hang(
     conn = redis.Redis.from_url(workers, decode_responses=True)
     with TcpProxy(host, int(port)) as proxy:
         coordinator = start_run(llm, proxy.url(), run_id, team)
-        wait_until(lambda: in_progress(TaskBoard(conn, run_id), "a", "b"), 90,
+        wait_until(lambda: in_progress(TaskBoard(conn, RunKeys(run_id)), "a", "b"), 90,
                    message="both tasks in progress")
         proxy.blackhole()
         code, out, err = finish(coordinator)
     assert code == 1 and out == "" and "Traceback" not in err, err
     assert "Redis was unreachable for more than redis_outage_s=2s" in err
-    wait_until(lambda: TaskBoard(conn, run_id).counts().get(TaskStatus.COMPLETED) == 2, 60,
+    wait_until(lambda: TaskBoard(conn, RunKeys(run_id)).counts().get(TaskStatus.COMPLETED) == 2, 60,
                message="the members (not behind the proxy) to finish their tasks")
 
 
@@ -250,7 +250,7 @@ def test_a_worker_cut_off_for_less_than_the_heartbeat_ttl_keeps_its_claim(
     assert (result["status"], result["output"]) == ("completed", "the answer")
     assert [(s["task_id"], s["status"], s["attempts"]) for s in result["task_states"]] == [
         ("a", "completed", 1)]
-    task = TaskBoard(conn, run_id).get("a")
+    task = TaskBoard(conn, RunKeys(run_id)).get("a")
     assert (task.output, task.stale_writes) == ("from the cut-off worker", 0)
     types = message_types(conn, run_id)
     assert types.count("task.result") == 1 and types.count("run.complete") == 1

@@ -27,6 +27,7 @@ from teamctl.coordinator.cli.local_workers import LocalWorkers, stop_process, wo
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.embedded_redis import redis_server_binary
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 
 from tests.conftest import wait_until
@@ -160,7 +161,7 @@ def test_a_partitioned_worker_is_reclaimed_and_its_late_write_refused(
                  "--redis-url", local_url, "--workers", "0", "--run-id", run_id, "--json"],
                 stdout=subprocess.PIPE, stderr=log)
         coordinators.append(coordinator)
-        board = TaskBoard(conn, run_id)
+        board = TaskBoard(conn, RunKeys(run_id))
         wait_until(lambda: (t := board.get("a")) and t.status is TaskStatus.IN_PROGRESS, 90,
                    message="the remote worker to claim a")
         remote_claim = board.get("a")
@@ -183,7 +184,7 @@ def test_a_partitioned_worker_is_reclaimed_and_its_late_write_refused(
             TaskStatus.COMPLETED, "from the Redis host", 2)
         # The Redis host's worker took it with the run's next token.
         assert a.worker != remote_claim.worker and a.token == remote_claim.token + 1
-        types = [m.type for m in MessageBus(conn, run_id, []).messages()]
+        types = [m.type for m in MessageBus(conn, RunKeys(run_id)).messages()]
         assert types.count("task.result") == 1 and types.count("run.complete") == 1
     finally:
         local.stop()

@@ -8,6 +8,7 @@ from pathlib import Path
 import redis
 from teamctl.coordinator.planner import fallback_tasks, planner_prompt
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member
 
@@ -46,10 +47,10 @@ def test_planner_model_error_fails_the_run_with_the_provider_error_and_writes_no
     assert last_line.startswith("teamctl: planner failed: model openai/plan-")
     assert "context window exceeded, sorry" in last_line
     assert "Traceback" not in result.stderr
-    state = RunStore(conn, run_id).state()
+    state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.status, state.plan) == ("failed", None)
     assert "context window exceeded, sorry" in state.error
-    assert TaskBoard(conn, run_id).task_ids() == []
+    assert TaskBoard(conn, RunKeys(run_id)).task_ids() == []
 
 
 def test_unparseable_plan_without_fallback_runs_no_task_and_still_synthesizes(

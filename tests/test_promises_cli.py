@@ -94,9 +94,10 @@ def test_ctrl_c_exits_130_and_resume_with_its_own_workers_completes(
     assert err.decode().strip().splitlines()[-1] == (
         "teamctl: interrupted; a started run continues with `teamctl resume RUN` "
         "or ends with `teamctl cancel RUN`")
-    assert RunStore(conn, run_id).state().status == "running"
+    assert RunStore(conn, RunKeys(run_id)).state().status == "running"
     assert not conn.exists(RunKeys(run_id).lease)  # released on the way out: resumable at once
-    assert TaskBoard(conn, run_id).get("b").attempts == 0  # never dispatched: nobody can yet
+    # Never dispatched: nobody can run it yet.
+    assert TaskBoard(conn, RunKeys(run_id)).get("b").attempts == 0
     interrupted_at = time.monotonic()
 
     resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", redis_server,
@@ -128,8 +129,8 @@ def test_resume_approve_plan_approves_a_plan_left_waiting(
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True)
     group_reaper.append(run)
-    wait_until(lambda: RunStore(conn, run_id).exists()
-               and RunStore(conn, run_id).state().status == "awaiting_approval", 90,
+    wait_until(lambda: RunStore(conn, RunKeys(run_id)).exists()
+               and RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval", 90,
                message="the plan to await approval")
     run.send_signal(signal.SIGINT)
     assert run.wait(timeout=60) == 130
@@ -142,7 +143,7 @@ def test_resume_approve_plan_approves_a_plan_left_waiting(
     assert (out["status"], out["task_states"][0]["status"]) == ("completed", "completed")
     assert [m["content"] for m in out["messages"] if m["type"] == "plan.approved"] == [
         "approved with --approve-plan"]
-    state = RunStore(conn, run_id).state()
+    state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.approval, state.approval_reason) == ("approved", "approved with --approve-plan")
     assert len(llm.prompts(f"plan-{run_id}")) == 1
 
@@ -230,7 +231,7 @@ def test_live_table_on_a_terminal_and_one_summary_line_otherwise(
 def test_plain_tasks_lists_the_board_one_task_a_line(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     make_run(conn, run_id, tmp_path)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     token = board.claim("a", "researcher", "host:1", 60)
     board.fail("a", token, "the source was gone")
 

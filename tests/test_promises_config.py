@@ -11,6 +11,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import DEFAULT_MODEL_FOR_KEY, RunOptions
 
@@ -31,7 +32,7 @@ def one_model_for_every_role(body: dict[str, Any]) -> str:
 
 
 def stored_spec(url: str, run_id: str) -> Any:
-    return RunStore(redis.Redis.from_url(url, decode_responses=True), run_id).spec()
+    return RunStore(redis.Redis.from_url(url, decode_responses=True), RunKeys(run_id)).spec()
 
 
 def test_model_and_api_base_from_the_environment_alone(
@@ -111,7 +112,7 @@ def test_redis_url_from_the_environment_is_used(
     assert result.exit_code == 0, result.output
     assert f"run {run_id} on {redis_url}" in result.stderr
     assert RunStore(redis.Redis.from_url(redis_url, decode_responses=True),
-                    run_id).state().status == "completed"
+                    RunKeys(run_id)).state().status == "completed"
     status = runner.invoke(main, ["status", run_id])
     assert status.stdout.startswith(f"{run_id}: completed")
     assert not (tmp_path / "state" / "redis").exists()  # the embedded server was never started

@@ -20,6 +20,7 @@ from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ModelError
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.team import RunOptions
 
@@ -54,7 +55,7 @@ def test_cancel_gives_up_on_a_member_stuck_in_a_model_call_after_the_grace(
     # (every ttl/3), which is refused first.
     late_s = grace_s + ttl_s / 3 + 5
     conn = redis.Redis.from_url(workers, decode_responses=True)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     models = script_run(llm, run_id, ONE_TASK, member=[Slow("late answer", late_s)],
                         synth=None)
     team = team_file(tmp_path / "t.toml", models, options={"heartbeat_ttl_s": ttl_s})
@@ -89,7 +90,7 @@ def test_cancel_gives_up_on_a_member_stuck_in_a_model_call_after_the_grace(
     task = board.get("a")
     assert (task.status, task.error, task.output, task.token, task.worker, task.stale_writes) == (
         TaskStatus.FAILED, "cancelled", None, 0, holder, 2)
-    types = [m.type for m in MessageBus(conn, run_id, []).messages()]
+    types = [m.type for m in MessageBus(conn, RunKeys(run_id)).messages()]
     assert types.count("task.result") == 0 and types.count("run.cancelled") == 1
 
 
@@ -98,7 +99,7 @@ def test_max_attempts_of_dead_claims_fail_the_task(
     """Each attempt's job process is SIGKILLed mid-call (its rq worker survives and takes the
     next job); once max_attempts claims have expired the task fails."""
     conn = redis.Redis.from_url(workers, decode_responses=True)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     models = script_run(llm, run_id, ONE_TASK, member=lambda body: Slow("never delivered", 8))
     team = team_file(tmp_path / "t.toml", models, options={"heartbeat_ttl_s": TTL_S})
     thread, results = run_in_thread(llm, workers, run_id, team, "--max-attempts", "2")
@@ -126,7 +127,7 @@ def test_max_attempts_of_dead_claims_fail_the_task(
         "failed", "claim expired after 2 attempts", 2)
     assert len(killed) == len(set(killed)) == 2
     assert len(llm.requests[f"member-{run_id}"]) == 2  # no third claim
-    errors = [m.content for m in MessageBus(conn, run_id, []).messages()
+    errors = [m.content for m in MessageBus(conn, RunKeys(run_id)).messages()
               if m.type == "task.error"]
     assert errors == ["claim expired after 2 attempts"]
 

@@ -46,7 +46,7 @@ def test_sigkill_coordinator_then_resume_completes_without_rerunning(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     lease_ttl_s = scaled(15, floor_s=1.0)
     conn = redis.Redis.from_url(workers, decode_responses=True)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     release_b = threading.Event()
     plan = [{"id": "a", "memberId": "m1", "task": "A"},
             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
@@ -99,7 +99,8 @@ def test_plan_approval_waits_durably_across_a_dead_coordinator(
          "--redis-url", workers, "--workers", "0", "--run-id", run_id],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: RunStore(conn, run_id).state().status == "awaiting_approval", 90,
+        store = RunStore(conn, RunKeys(run_id))
+        wait_until(lambda: store.state().status == "awaiting_approval", 90,
                    message="the plan to await approval")
     finally:
         os.kill(coordinator.pid, signal.SIGKILL)

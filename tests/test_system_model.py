@@ -38,9 +38,11 @@ from teamctl.coordinator.cli.commands import cancel_command, resume_command
 from teamctl.coordinator.rounds import CANCELLED, CYCLE_REASON
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
-from teamctl.shared.bus import TRIM_SLACK_DIVISOR, run_bus
+from teamctl.shared.bus import TRIM_SLACK_DIVISOR
 from teamctl.shared.errors import ConfigError, RunFailed
+from teamctl.shared.handle import RunHandle
 from teamctl.shared.ids import BROADCAST
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
 from teamctl.shared.models import Envelope, RunStatus, TaskSpec, TaskStatus
 from teamctl.shared.retention import expire_run
@@ -406,10 +408,10 @@ class SystemMachine(RuleBasedStateMachine):
             objective="o", team=team, models=models, workspace_root=self.workspace_root,
             run_id=f"s-{uuid.uuid4().hex[:10]}"))
         self.run_id = self.spec.run_id
-        self.board = TaskBoard(self.conn, self.run_id)
+        self.board = TaskBoard(self.conn, RunKeys(self.run_id))
         self.board.create([TaskSpec(id=tid, member_id=planned_member(pos), task="x",
                                     depends_on=deps) for pos, (tid, deps) in enumerate(plan)])
-        self.bus = run_bus(self.conn, self.spec)
+        self.bus = RunHandle(self.conn, self.run_id, spec=self.spec).bus
         self.model, self.bus_model, self.run = ModelBoard(), ModelBus(cap), ModelRun()
         self.model.create(plan)
         self.take_lease()
@@ -418,7 +420,7 @@ class SystemMachine(RuleBasedStateMachine):
 
     def take_lease(self) -> None:
         """A coordinator (the first, or one resuming) takes the free lease and runs the run."""
-        lease = Lease(self.conn, self.run_id, LEASE_TTL_S)
+        lease = Lease(self.conn, RunKeys(self.run_id), LEASE_TTL_S)
         lease.check_free()
         assert lease.try_acquire()
         self.leases[lease.owner] = lease
@@ -428,7 +430,7 @@ class SystemMachine(RuleBasedStateMachine):
         self.store(lease.owner).set_status(RunStatus.RUNNING)
 
     def store(self, owner: str | None) -> RunStore:
-        return RunStore(self.conn, self.run_id, owner)
+        return RunStore(self.conn, RunKeys(self.run_id), owner)
 
     def pick(self, data: st.DataObject, wanted: TaskStatus) -> str:
         """Mostly a task in the status the rule applies to; sometimes any (to check refusals)."""
@@ -626,7 +628,7 @@ class SystemMachine(RuleBasedStateMachine):
     def lose_lease(self) -> None:
         """The coordinator is cut off past its lease TTL: the key goes, as the TTL would."""
         with pytest.raises(ConfigError, match="is driven by"):  # resume refused until then
-            Lease(self.conn, self.run_id, LEASE_TTL_S).check_free()
+            Lease(self.conn, RunKeys(self.run_id), LEASE_TTL_S).check_free()
         self.conn.delete(self.board.keys.lease)
         self.run.holder = None
 

@@ -24,6 +24,7 @@ from teamctl.coordinator.cli import main
 from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.team import RunOptions
 
@@ -102,7 +103,7 @@ def holder_pids(board: TaskBoard) -> tuple[int, int]:
 
 def completions(conn: redis.Redis, board: TaskBoard, run_id: str) -> tuple[int, int]:
     """task.result messages and `completed` events for the task."""
-    results = [m for m in MessageBus(conn, run_id, []).messages() if m.type == "task.result"]
+    results = [m for m in MessageBus(conn, RunKeys(run_id)).messages() if m.type == "task.result"]
     events = [f for _id, f in conn.xrange(board.keys.events)
               if f.get("task_id") == "work" and f.get("status") == "completed"]
     return len(results), len(events)
@@ -113,7 +114,7 @@ def test_sigkilled_worker_task_is_reclaimed_and_completed_once_elsewhere(
         llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
         own_workers: LocalWorkers, tmp_path: Path) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     member = BlockingFirstCall()
     thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member)
     try:
@@ -139,7 +140,7 @@ def test_frozen_worker_late_write_is_refused_and_counted(
         llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
         own_workers: LocalWorkers, tmp_path: Path) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     member = BlockingFirstCall()
     thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member)
     horse = parent = 0

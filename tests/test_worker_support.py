@@ -8,6 +8,7 @@ from typing import Any
 
 import redis
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
@@ -27,8 +28,8 @@ def make_run(conn: redis.Redis, run_id: str, *, models: dict[str, str], tasks: l
                    models=ModelChoice(planner=first, synthesizer=first, member_default=first,
                                       api_base=api_base),
                    workspace_dir=str(workspace), created_ms=now_ms())
-    RunStore(conn, run_id).create(spec)
-    TaskBoard(conn, run_id).create(tasks)
+    RunStore(conn, RunKeys(run_id)).create(spec)
+    TaskBoard(conn, RunKeys(run_id)).create(tasks)
     return spec
 
 

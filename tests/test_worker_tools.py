@@ -27,7 +27,7 @@ def one_task(member: str = "m1", task_id: str = "task_1", **extra: Any) -> TaskS
 
 
 def messages(conn: redis.Redis, run_id: str) -> list[tuple[str, str | None, str]]:
-    bus = MessageBus(conn, run_id, [])
+    bus = MessageBus(conn, RunKeys(run_id))
     return [(m.from_, m.to, m.type) for m in bus.messages()]
 
 
@@ -60,12 +60,12 @@ def test_tool_errors_go_back_to_the_model_and_the_task_completes(
     assert parsed(claim) | {"taskState": None} == {
         "action": "team_claim_task", "ok": False, "memberId": "m1", "taskId": "task_1",
         "taskState": None}
-    task = TaskBoard(conn, run_id).get("task_1")
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert task.status is TaskStatus.COMPLETED and task.output == "done despite errors"
     # Two calls of 11 + 7 tokens from the scripted server; no price for it: flagged unpriced.
     assert (task.usage.prompt_tokens, task.usage.completion_tokens) == (22, 14)
     assert task.usage.unpriced and task.usage.cost_usd == 0
-    run_usage = RunStore(conn, run_id).usage()
+    run_usage = RunStore(conn, RunKeys(run_id)).usage()
     assert (run_usage.prompt_tokens, run_usage.completion_tokens, run_usage.unpriced) == (
         22, 14, True)
     assert messages(conn, run_id) == [("system", "m1", "task.assigned"),
@@ -94,7 +94,7 @@ def test_message_fields_are_bounded_not_only_the_content(
         assert refused.startswith("TOOL_ERROR: ") and says in refused
         assert len(refused) < 1000  # the refusal does not echo the 300 kB back
     assert (parsed(ok)["ok"], parsed(ok)["taskId"]) == (True, "task_1")
-    peer = [m for m in MessageBus(conn, run_id, []).messages() if m.type.startswith("peer.")]
+    peer = [m for m in MessageBus(conn, RunKeys(run_id)).messages() if m.type.startswith("peer.")]
     assert [(m.task_id, m.content) for m in peer] == [("task_1", "threaded")]
 
 
@@ -153,7 +153,7 @@ def test_claimed_task_runs_after_the_current_one_and_heartbeats_count(
     assert (claim["ok"], claim["taskState"]["status"], claim["taskState"]["claimedBy"]) == (
         True, "in_progress", "m1")
     assert foreign["ok"] is False and "do not hold a claim on task_3" in foreign["reason"]
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     assert board.get("task_1").heartbeat_count == 1
     task_2 = board.get("task_2")
     assert (task_2.status, task_2.claimed_by, task_2.output) == (
@@ -170,7 +170,7 @@ def test_model_500_then_200_is_retried(
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     assert len(llm.requests[f"m1-{run_id}"]) == 2
-    assert TaskBoard(conn, run_id).get("task_1").output == "fine"
+    assert TaskBoard(conn, RunKeys(run_id)).get("task_1").output == "fine"
 
 
 def test_model_500_forever_fails_the_task_with_the_provider_text(
@@ -182,7 +182,7 @@ def test_model_500_forever_fails_the_task_with_the_provider_text(
 
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 2  # the first try and one retry
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     failed, dependent = board.get("task_1"), board.get("task_2")
     assert failed.status is TaskStatus.FAILED and "provider melted 7f3a" in failed.error
     assert dependent.status is TaskStatus.BLOCKED and dependent.error == "dependency failed"
@@ -198,13 +198,13 @@ def test_budget_stops_new_model_calls_once_spent(
     # 18 tokens per call: the second call crosses 30, so no third call starts.
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 2
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
     assert board.get("task_1").error == "budget exceeded: 36 tokens used, max_tokens is 30"
     # A task started later fails before its first model call.
     assert execute_task(conn, run_id, "task_2") == "task_2: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 2
     assert board.get("task_2").error.startswith("budget exceeded")
-    assert RunStore(conn, run_id).usage().prompt_tokens == 22
+    assert RunStore(conn, RunKeys(run_id)).usage().prompt_tokens == 22
     assert conn.hget(RunKeys(run_id).usage, "budget_exceeded").startswith("budget exceeded")
     # The run reports it once, when the limit is crossed.
     assert [m for m in messages(conn, run_id) if m[2] == "run.budget_exceeded"] == [
@@ -223,12 +223,12 @@ def test_cancel_stops_the_member_before_its_next_model_call(
 
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 1
-    assert TaskBoard(conn, run_id).get("task_1").error == "run cancelled"
+    assert TaskBoard(conn, RunKeys(run_id)).get("task_1").error == "run cancelled"
 
 
 def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
         conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    board = TaskBoard(conn, run_id)
+    board = TaskBoard(conn, RunKeys(run_id))
 
     def reclaim_then_call_a_tool(body: dict[str, Any]) -> ToolCalls:
         # What the coordinator does when the heartbeat key expires.
@@ -260,7 +260,7 @@ def test_releasing_the_current_task_ends_the_attempt_quietly(
 
     assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
     assert len(llm.requests[f"m1-{run_id}"]) == 1
-    task = TaskBoard(conn, run_id).get("task_1")
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     # Back in the queue for the coordinator to dispatch again; nothing was written as a result.
     assert (task.status, task.output, task.attempts) == (TaskStatus.READY, None, 1)
     assert messages(conn, run_id) == [("system", "m1", "task.assigned")]
@@ -278,7 +278,7 @@ def test_reassigning_the_current_task_hands_it_to_the_teammate_in_the_same_job(
     assert outcome == "task_1: handed off to m2; task_1: completed"
     assert len(llm.requests[f"m1-{run_id}"]) == 1
     assert llm.prompts(f"m2-{run_id}")[0].startswith("Team member role: Member m2")
-    task = TaskBoard(conn, run_id).get("task_1")
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert (task.status, task.claimed_by, task.output, task.attempts) == (
         TaskStatus.COMPLETED, "m2", "m2 finished it", 1)
     assert messages(conn, run_id) == [("system", "m1", "task.assigned"),
@@ -321,7 +321,7 @@ def test_reassigning_to_yourself_or_too_often_is_a_tool_error(
     assert self_refusals and all(r.startswith("TOOL_ERROR: ") for r in self_refusals)
     assert any("already reassigned 3 times" in r for body in requests
                for r in tool_results(body))
-    assert TaskBoard(conn, run_id).get("task_1").status is TaskStatus.COMPLETED
+    assert TaskBoard(conn, RunKeys(run_id)).get("task_1").status is TaskStatus.COMPLETED
 
 
 def test_member_exceeding_its_steps_fails_the_task(
@@ -332,7 +332,7 @@ def test_member_exceeding_its_steps_fails_the_task(
 
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 3
-    task = TaskBoard(conn, run_id).get("task_1")
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert (task.status, task.error) == (TaskStatus.FAILED, "member exceeded 3 steps")
 
 
@@ -345,7 +345,7 @@ def test_reassign_on_the_last_step_hands_the_task_over(
              workspace=tmp_path / "ws", api_base=llm.api_base, member_max_steps=1)
 
     assert execute_task(conn, run_id, "task_1") == "task_1: handed off to m2; task_1: completed"
-    task = TaskBoard(conn, run_id).get("task_1")
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert (task.status, task.claimed_by, task.output, task.error) == (
         TaskStatus.COMPLETED, "m2", "m2 finished it", None)
 
@@ -357,7 +357,7 @@ def test_release_on_the_last_step_ends_the_attempt_without_a_stale_write(
              api_base=llm.api_base, member_max_steps=1)
 
     assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
-    task = TaskBoard(conn, run_id).get("task_1")
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert (task.status, task.error, task.stale_writes) == (TaskStatus.READY, None, 0)
     assert messages(conn, run_id) == [("system", "m1", "task.assigned")]
 
@@ -374,7 +374,7 @@ def test_messages_read_by_an_abandoned_attempt_go_to_the_next_one(
         ToolCalls([("team_read_messages", {})]), "done"])
     make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
              workspace=tmp_path / "ws", api_base=llm.api_base)
-    MessageBus(conn, run_id, ["m1", "m2"]).send("m2", "m1", None, None, "before the first try")
+    MessageBus(conn, RunKeys(run_id)).send("m2", "m1", None, None, "before the first try")
 
     assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
@@ -389,7 +389,7 @@ def test_messages_read_by_an_abandoned_attempt_go_to_the_next_one(
 
 def test_each_message_is_read_once_across_steps(
         conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    bus = MessageBus(conn, run_id, ["m1", "m2"])
+    bus = MessageBus(conn, RunKeys(run_id))  # reads the roster once make_run wrote it
 
     def read_each_step(body: dict[str, Any]) -> ToolCalls | str:
         step = sum(m.get("role") == "assistant" for m in body["messages"]) + 1

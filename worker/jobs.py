@@ -9,12 +9,9 @@ import socket
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.board import TaskBoard
-from teamctl.shared.budget import Budget
-from teamctl.shared.bus import run_bus
 from teamctl.shared.connection import same_server, set_outage
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.attempt import Attempt, JobContext
 from teamctl.worker.claims import Claim, Claims
@@ -40,10 +37,10 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
     """The job body without RQ: claim, run the member (and any task it claims), write outcomes.
 
     Without `settings` the process environment is not consulted: no provider key is known."""
-    store = RunStore(conn, run_id)
-    spec = store.spec()
+    run = RunHandle(conn, run_id)
+    spec = run.spec
     set_outage(conn, spec.options.redis_outage_s)
-    board = TaskBoard(conn, run_id)
+    board = run.board
     task = board.get(task_id)
     member = spec.member_for(task.member_id) if task else None
     if task is None or member is None:
@@ -54,14 +51,12 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
         return "skipped: not ready (already claimed or finished)"
     claims = Claims()
     claims.add(Claim(task_id, token, member.id))
-    bus = run_bus(conn, spec, scripts=board.scripts)
-    budget = Budget(conn, run_id, max_tokens=options.max_tokens,
-                    max_cost_usd=options.max_cost_usd, scripts=board.scripts)
     client = ModelClient(provider_keys=settings.provider_keys if settings else (),
                          timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
-        job = JobContext(conn=conn, spec=spec, board=board, bus=bus, store=store, budget=budget,
-                         client=client, claims=claims, beat=beat, worker=worker_name())
+        job = JobContext(conn=conn, spec=spec, board=board, bus=run.bus, store=run.store,
+                         budget=run.budget, client=client, claims=claims, beat=beat,
+                         worker=worker_name())
         outcomes = []
         while (claim := claims.next_to_run()) is not None:
             outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run()}")

@@ -13,11 +13,16 @@ import redis
 from teamctl.coordinator.approval import ApprovalMode
 from teamctl.shared.connection import connect, redacted, set_outage
 from teamctl.shared.errors import ConfigError, UnreadableRecord
-from teamctl.shared.ids import check_run_id, is_safe_id
+from teamctl.shared.handle import RunHandle
+from teamctl.shared.ids import is_safe_id
 from teamctl.shared.models import RunResult, RunStatus, SystemType
-from teamctl.shared.runstore import RunStore
 from teamctl.shared.settings import Settings
-from teamctl.shared.team import ModelSource, RunSpec, choose_models, load_team_file
+from teamctl.shared.team import (
+    ModelSource,
+    RunSpec,
+    choose_models,
+    load_team_file,
+)
 from teamctl.shared.text import quoted
 
 
@@ -74,15 +79,14 @@ def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
                    approve_plan: bool, settings: Settings) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from teamctl.coordinator.hooks import load_hooks
-    from teamctl.shared.lease import Lease
 
     conn = connect(redis_url)
-    store = RunStore(conn, check_run_id(run_id))
-    spec = store.spec()
-    if store.state().finished:
+    run = RunHandle.existing(conn, run_id)
+    spec = run.spec
+    if run.store.state().finished:
         raise ConfigError(f"run {run_id} has already finished; `teamctl status {run_id}` "
                           "shows its result")
-    Lease(conn, run_id, spec.options.lease_ttl_s).check_free()
+    run.lease.check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
     return _drive(conn, redis_url, spec, load_hooks(spec.hooks), workers=workers,
                   as_json=as_json, approve_plan=approve_plan, settings=settings)
@@ -127,7 +131,8 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
     """`teamctl status`: a summary line, or the full result JSON rebuilt from Redis."""
     from teamctl.coordinator.result import build_result
 
-    result = build_result(connect(redis_url), check_run_id(run_id))
+    run = RunHandle(connect(redis_url), run_id)
+    result = build_result(run)
     if as_json:
         _print_result(result, True)
     else:
@@ -136,28 +141,23 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
             counts[state.status.value] = counts.get(state.status.value, 0) + 1
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no tasks"
         click.echo(f"{run_id}: {result.status}; rounds {result.rounds}; {summary}")
-        _print_status_notes(connect(redis_url), run_id)
+        _print_status_notes(run)
     finished = result.status.finished
     return exit_code_for(result) if finished else 0
 
 
-def _print_status_notes(conn: redis.Redis, run_id: str) -> None:
+def _print_status_notes(run: RunHandle) -> None:
     """The run's error, or a hint when an unfinished run has no live coordinator."""
-    store = RunStore(conn, run_id)
-    state = store.state()
+    state = run.store.state()
     if state.error:
         click.echo(f"error: {state.error}")
-    if not state.finished and not conn.exists(store.keys.lease):
-        click.echo(f"no coordinator is driving it: `teamctl resume {run_id}` continues it")
+    if not state.finished and not run.conn.exists(run.keys.lease):
+        click.echo(f"no coordinator is driving it: `teamctl resume {run.run_id}` continues it")
 
 
 def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
     """`teamctl tasks`: the run's board in plan order."""
-    from teamctl.shared.board import TaskBoard
-
-    conn = connect(redis_url)
-    RunStore(conn, check_run_id(run_id)).spec()
-    states = TaskBoard(conn, run_id).snapshot()
+    states = RunHandle.existing(connect(redis_url), run_id).board.snapshot()
     if as_json:
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
         return
@@ -189,7 +189,7 @@ def _run_row(conn: redis.Redis, run_id: str) -> dict[str, Any] | None:
     run whose keys expired since the index was cleaned."""
     if not is_safe_id(run_id):
         return _unreadable_row(run_id, f"invalid run id {quoted(run_id)} in the runs index")
-    store = RunStore(conn, run_id)
+    store = RunHandle(conn, run_id).store
     try:
         spec, state = store.spec(), store.state()
     except UnreadableRecord as exc:
@@ -205,19 +205,18 @@ def _unreadable_row(run_id: str, error: str) -> dict[str, Any]:
             "error": error}
 
 
-def _live_run(conn: redis.Redis, run_id: str) -> tuple[RunStore, RunSpec]:
-    """The run's store and spec, refusing runs that have already finished."""
-    store = RunStore(conn, check_run_id(run_id))
-    spec = store.spec()
-    state = store.state()
+def _live_run(run: RunHandle) -> RunHandle:
+    """The run (its spec read), refusing runs that have already finished."""
+    state = run.store.state()
     if state.finished:
-        raise ConfigError(f"run {run_id} has already finished ({state.status})")
-    return store, spec
+        raise ConfigError(f"run {run.run_id} has already finished ({state.status})")
+    return run
 
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
-    store, spec = _live_run(connect(redis_url), run_id)
+    run = _live_run(RunHandle.existing(connect(redis_url), run_id))
+    store, spec = run.store, run.spec
     if not spec.options.require_plan_approval:
         raise ConfigError(f"run {run_id} does not ask for plan approval "
                           "(require_plan_approval is off)")
@@ -231,32 +230,30 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
 
 def cancel_command(redis_url: str, run_id: str) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here."""
-    from teamctl.shared.lease import Lease
+    from teamctl.shared.lease import lease_owner
 
-    conn = connect(redis_url)
-    store, spec = _live_run(conn, run_id)
+    run = _live_run(RunHandle.existing(connect(redis_url), run_id, lease_owner=lease_owner()))
+    store, lease = run.store, run.lease
     store.request_stop("cancelled")
-    lease = Lease(conn, run_id, spec.options.lease_ttl_s)
     if not lease.try_acquire():
         click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
         return
     try:
         if store.state().finished:  # its coordinator finished it just before we took the lease
             raise ConfigError(f"run {run_id} has already finished ({store.state().status})")
-        _end_cancelled(RunStore(conn, run_id, lease.owner), spec)
+        _end_cancelled(run)
     finally:
         lease.release()
     click.echo(f"run {run_id} cancelled")
 
 
-def _end_cancelled(store: RunStore, spec: RunSpec) -> None:
+def _end_cancelled(run: RunHandle) -> None:
     """No coordinator is left to wait out a grace period: revoke every claim now (a late write
     is refused and counted), block what never ran, and end the run under our lease."""
-    from teamctl.shared.board import TaskBoard
     from teamctl.shared.retention import expire_run
     from teamctl.shared.runstore import RunEnd
 
-    board = TaskBoard(store.conn, spec.run_id, scripts=store.scripts)
+    board, store, spec = run.board, run.store, run.spec
     announce = spec.options.enable_message_bus
     board.reclaim_expired(spec.options.max_attempts, announce_failures=announce)
     board.fail_in_progress("cancelled", announce_failures=announce)
@@ -271,7 +268,5 @@ def export_command(redis_url: str, run_id: str, directory: Path) -> None:
     """`teamctl export`: write the run as AI4J files and print their paths."""
     from teamctl.coordinator.cli.export import export_run
 
-    conn = connect(redis_url)
-    RunStore(conn, check_run_id(run_id)).spec()
-    for path in export_run(conn, run_id, directory):
+    for path in export_run(RunHandle.existing(connect(redis_url), run_id), directory):
         click.echo(str(path))

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import redis
 from pydantic import BaseModel, Field
-from teamctl.shared.board import TaskBoard
-from teamctl.shared.bus import MessageBus
+from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import Envelope, TaskState
-from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.runstore import now_ms
 
 
 class Ai4jTask(BaseModel):
@@ -98,16 +96,15 @@ def _message(m: Envelope) -> Ai4jMessage:
                        taskId=m.task_id, content=m.content, createdAt=m.created_at)
 
 
-def export_run(conn: redis.Redis, run_id: str, root: Path) -> tuple[Path, Path]:
+def export_run(run: RunHandle, root: Path) -> tuple[Path, Path]:
     """Write the two files under `root`; returns their paths."""
-    store = RunStore(conn, run_id)
-    spec, state = store.spec(), store.state()
-    messages = [_message(m) for m in MessageBus(conn, run_id, []).messages()]
+    spec, state = run.spec, run.store.state()
+    messages = [_message(m) for m in run.bus.messages()]
     snapshot = Ai4jState(
         teamId=spec.team_id, objective=spec.objective,
         members=[Ai4jMember(id=m.id, name=m.display_name, description=m.description)
                  for m in spec.members],
-        taskStates=[_task_state(s) for s in TaskBoard(conn, run_id).snapshot()],
+        taskStates=[_task_state(s) for s in run.board.snapshot()],
         messages=messages, lastOutput=state.output, lastRounds=state.rounds,
         lastRunStartedAt=state.started_ms, lastRunCompletedAt=state.ended_ms,
         runActive=not state.finished)

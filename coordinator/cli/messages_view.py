@@ -8,7 +8,8 @@ import click
 from teamctl.shared.bus import MessageBus, delivered_to
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_run_id
+from teamctl.shared.handle import RunHandle
+from teamctl.shared.ids import RESERVED_MEMBER_IDS
 from teamctl.shared.models import Envelope
 from teamctl.shared.runstore import RunStore
 
@@ -22,12 +23,9 @@ Emit = Callable[[Envelope], None]
 def messages_command(redis_url: str, run_id: str, *, member: str | None, type_: str | None,
                      follow: bool, as_json: bool) -> None:
     """Print the run's messages (those delivered to `member`, of type `type_`), then follow."""
-    conn = connect(redis_url)
-    store = RunStore(conn, check_run_id(run_id))
-    spec = store.spec()
-    member_ids = [m.id for m in spec.members]
-    recipient = None if member is None else _check_member(member, member_ids)
-    bus = MessageBus(conn, run_id, member_ids)
+    run = RunHandle.existing(connect(redis_url), run_id)
+    bus = run.bus
+    recipient = None if member is None else _check_member(member, bus.member_ids)
 
     def emit(message: Envelope) -> None:
         if _selected(message, recipient, type_):
@@ -38,7 +36,7 @@ def messages_command(redis_url: str, run_id: str, *, member: str | None, type_: 
         emit(message)
         last_id = message.id
     if follow:
-        _follow(bus, store, last_id, emit)
+        _follow(bus, run.store, last_id, emit)
 
 
 def _follow(bus: MessageBus, store: RunStore, after_id: str, emit: Emit) -> None:

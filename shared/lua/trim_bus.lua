@@ -2,9 +2,13 @@
 -- has not read yet, or that an attempt read but has not acknowledged (read_unread may deliver it
 -- again), then drop the inbox entries whose message left the bus (all of them read).
 -- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] read offsets hash,
--- KEYS[4] unacknowledged reads hash, KEYS[5..] the inbox stream of every member.
--- ARGV[1] messages to keep, ARGV[2..] the member ids, in the order of their inboxes in KEYS.
--- Returns the number of messages removed from the bus.
+-- KEYS[4] unacknowledged reads hash, KEYS[5] roster version counter, KEYS[6..] the inbox stream
+-- of every member on the roster of version ARGV[2].
+-- ARGV[1] messages to keep, ARGV[2] the roster version the caller listed the members by,
+-- ARGV[3..] the member ids, in the order of their inboxes in KEYS.
+-- Returns the number of messages removed from the bus, or -1 without trimming when the roster
+-- has changed since (a member missing from the list could lose an unread message).
+if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[2]) then return -1 end
 local keep = tonumber(ARGV[1])
 local last_seq = tonumber(redis.call('GET', KEYS[2]) or '0')
 
@@ -17,7 +21,7 @@ local function lower_floor(id, seq)
     floor_id, floor_seq = id, seq
   end
 end
-for i = 5, #KEYS do
+for i = 6, #KEYS do
   local offset = redis.call('HGET', KEYS[3], ARGV[i - 3]) or '0-0'
   local first = redis.call('XRANGE', KEYS[i], '(' .. offset, '+', 'COUNT', 1)
   if #first > 0 then
@@ -37,7 +41,7 @@ else
 end
 
 local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-for i = 5, #KEYS do
+for i = 6, #KEYS do
   if #head > 0 then
     redis.call('XTRIM', KEYS[i], 'MINID', head[1][1])
   else
