@@ -13,8 +13,7 @@ from pydantic.alias_generators import to_snake
 from teamctl.shared.agent.tools import InvalidArguments, Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
-from teamctl.shared.board import TaskBoard
-from teamctl.shared.bus import MessageBus
+from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.team import WORKSPACE_TOOLS
 from teamctl.worker.claims import Claim, Claims
@@ -49,7 +48,8 @@ def toolbox(conn: redis.Redis, run_id: str, tmp_path: Path) -> Toolbox:
              TaskSpec(id="task_2", member_id="m2", task="second")]
     make_run(conn, run_id, models={"m1": "m", "m2": "m"}, tasks=tasks,
              workspace=tmp_path / "ws", api_base="http://127.0.0.1:9")
-    board, bus = TaskBoard(conn, run_id), MessageBus(conn, run_id, ["m1", "m2"])
+    run = RunHandle(conn, run_id)
+    board, bus = run.board, run.bus
     token = board.claim("task_1", "m1", "test-worker", 60)
     assert token is not None
     claim, claims = Claim("task_1", token, "m1"), Claims()
@@ -101,7 +101,7 @@ def test_snake_case_arguments_work_end_to_end(
     sent = json.loads(toolbox.call("team_send_message", json.dumps(
         {"to_member_id": "m2", "task_id": "Task 1", "content": "snake"})))
     assert (sent["ok"], sent["toMemberId"], sent["taskId"]) == (True, "m2", "task_1")
-    (message,) = [m for m in MessageBus(conn, run_id, []).messages() if m.content == "snake"]
+    (message,) = [m for m in RunHandle(conn, run_id).bus.messages() if m.content == "snake"]
     assert (message.from_, message.to, message.type, message.task_id) == (
         "m1", "m2", "peer.message", "task_1")
     claimed = json.loads(toolbox.call("team_claim_task", '{"task_id": "task_2"}'))
