@@ -1,1 +1,1 @@
-"""The coordinator: plans a run, drives its rounds, synthesizes the answer, and the teamctl CLI."""
+"""The coordinator engine: plans a run, drives its rounds, synthesizes the answer (`cli/`: CLI)."""

@@ -1,1 +1,1 @@
-"""Code shared by the coordinator and the workers: models, keys, board, bus, model client."""
+"""What every process shares: settings, models, keys, Lua, board, bus, run handle, agent parts."""

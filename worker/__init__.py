@@ -1,1 +1,1 @@
-"""RQ job entry points and the member agent loop; cheap to import (litellm is loaded lazily)."""
+"""RQ job entry points and what a member's attempt needs; cheap to import (litellm loads lazily)."""
