@@ -20,7 +20,9 @@ Keys (all from the space's KeySpace):
 Delivery: a message to a member goes to its inbox; to ``*`` or to nobody, to every member except
 the sender (a member never receives its own messages, broadcasts included, so neither
 ``read_unread`` nor ``history_for`` returns them; AI4J's history kept own broadcasts, DESIGN §6
-skips the sender); to ``lead`` to no inbox (the lead reads the whole bus).
+skips the sender); to ``lead`` to no inbox (the lead reads the whole bus), except in a key space
+whose lead has an inbox (a persistent team, ``KeySpace.lead_has_inbox``): there mail to ``lead``
+and a teammate's broadcast land in ``inbox:lead``.
 
 Growth: past ``bus_maxlen`` plus a tenth, the bus is cut back to ``bus_maxlen`` messages, except
 that no message some member has not read (or not acknowledged) is ever dropped; inbox entries go
@@ -59,6 +61,7 @@ ROSTER_TRIES = 5
 
 _TYPE = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}")  # used with fullmatch
 _MEMBER_ID = re.compile(r"[a-z0-9_-]{1,128}")
+LEAD = "lead"
 
 
 def delivered_to(message: Envelope, member_id: str) -> bool:
@@ -139,7 +142,8 @@ class MessageBus:
             return None
 
         def publish(roster: Roster) -> tuple[str, int, int] | None:
-            inboxes = [self.keys.inbox(m) for m in _recipients(roster, sender, to)]
+            inboxes = [self.keys.inbox(m) for m in _recipients(roster, sender, to,
+                                                                self.keys.lead_has_inbox)]
             entry_id, length, created_at = self.scripts["publish"](
                 keys=[self.keys.bus, self.keys.bus_seq, self.keys.roster_ver, *inboxes],
                 args=[sender, to or "", type_, task_id or "", content, roster.version])
@@ -242,6 +246,8 @@ class MessageBus:
 
     def _inboxless(self, member_id: str) -> bool:
         """True for `lead`/`system` (no inbox); ConfigError for an id that is not a member."""
+        if member_id == LEAD and self.keys.lead_has_inbox:
+            return False
         if member_id in RESERVED_MEMBER_IDS:
             return True
         members = self._roster_with(member_id).member_ids
@@ -267,6 +273,8 @@ class MessageBus:
         if not _MEMBER_ID.fullmatch(candidate):
             raise ConfigError(f"invalid recipient {quoted(to)}: member ids use a-z, 0-9, '_' "
                               f"and '-'; {allowed}")
+        if candidate == LEAD and self.keys.lead_has_inbox and sender != LEAD:
+            return candidate
         if candidate in RESERVED_MEMBER_IDS:
             raise ConfigError(f"{candidate!r} cannot receive peer messages; {allowed}")
         if candidate not in members:
@@ -325,10 +333,15 @@ def _check_peer_type(type_: str) -> str:
     return type_
 
 
-def _recipients(roster: Roster, sender: str, to: str | None) -> list[str]:
-    """The members whose inboxes get the message (the rule `delivered_to` states)."""
+def _recipients(roster: Roster, sender: str, to: str | None,
+                lead_has_inbox: bool = False) -> list[str]:
+    """The inboxes that get the message (the rule `delivered_to` states); in a space where the
+    lead has an inbox (a team), mail to `lead` and a teammate's broadcast land there too."""
+    lead = [LEAD] if lead_has_inbox and sender != LEAD else []
     if to in (None, "", BROADCAST):
-        return [m for m in roster.member_ids if m != sender]
+        return [m for m in roster.member_ids if m != sender] + lead
+    if to == LEAD:
+        return lead
     return [to] if to in roster.member_ids and to != sender else []
 
 

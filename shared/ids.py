@@ -14,6 +14,9 @@ _UNDERSCORES = re.compile(r"_+")
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _SAFE_TASK_ID = re.compile(r"[a-z0-9_-]{1,128}")
 
+_TEAM_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+"""Team and teammate names (fullmatch): short, lower case, safe in keys and paths."""
+
 RESERVED_MEMBER_IDS = frozenset({"lead", "system"})
 BROADCAST = "*"
 
@@ -56,3 +59,11 @@ def check_member_id(member_id: str) -> str:
         raise ConfigError(f"invalid member id {quoted(member_id)}: member ids match "
                           "[a-z0-9_-]{1,128}")
     return member_id
+
+
+def check_team_name(name: str, what: str = "team name") -> str:
+    """Return a team (or teammate) name unchanged, or raise ConfigError saying what it may be."""
+    if not isinstance(name, str) or not _TEAM_NAME.fullmatch(name):
+        raise ConfigError(f"invalid {what} {quoted(name)}: use 1-32 of a-z, 0-9, '_' or '-', "
+                          "starting with a letter")
+    return name

@@ -11,11 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from teamctl.shared.ids import check_member_id, check_run_id, check_task_id
+from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, check_team_name
 
 PREFIX = "teamctl"
 RUNS_INDEX = f"{PREFIX}:runs"
 """Sorted set of run ids scored by creation time (ms); the `teamctl runs` listing."""
+TEAMS_INDEX = f"{PREFIX}:teams"
+"""Sorted set of team names scored by creation time (ms); the `teamctl teams` listing."""
 
 
 class KeySpace(ABC):
@@ -117,6 +119,12 @@ class KeySpace(ABC):
         the roster and its scripts can refuse a stale copy."""
         return f"{self.base}:roster_ver"
 
+    @property
+    def lead_has_inbox(self) -> bool:
+        """Whether `lead` gets an inbox of its own (a team's lead reads its mail; a run's
+        coordinator reads the whole bus instead)."""
+        return False
+
     def all_patterns(self) -> str:
         """A SCAN pattern matching every key of the space."""
         return f"{self.base}:*"
@@ -168,3 +176,43 @@ class RunKeys(KeySpace):
     def usage(self) -> str:
         """Hash: run-wide token and cost totals, for budgets."""
         return f"{self.base}:usage"
+
+
+@dataclass(frozen=True)
+class TeamKeys(KeySpace):
+    """The keys of one persistent team: its bus (with a lead inbox), its teammates, their turn
+    leases and memories. Team keys never expire; `teamctl team delete` removes them."""
+
+    team: str
+
+    def __post_init__(self) -> None:
+        check_team_name(self.team)
+
+    @property
+    def kind(self) -> str:
+        return "team"
+
+    @property
+    def name(self) -> str:
+        return self.team
+
+    @property
+    def lead_has_inbox(self) -> bool:
+        return True
+
+    @property
+    def meta(self) -> str:
+        """String: the team's options (TeamOptions JSON) and creation time."""
+        return f"{self.base}:meta"
+
+    def mate(self, name: str) -> str:
+        """Hash: one teammate's record (Teammate in shared/teammates.py)."""
+        return f"{self.base}:mate:{check_member_id(name)}"
+
+    def turn(self, name: str) -> str:
+        """String with TTL: the token of the teammate's live turn, refreshed while it runs."""
+        return f"{self.base}:turn:{check_member_id(name)}"
+
+    def memory(self, name: str) -> str:
+        """List: the teammate's chat messages (JSON), appended by turn checkpoints."""
+        return f"{self.base}:memory:{check_member_id(name)}"

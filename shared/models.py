@@ -212,6 +212,12 @@ class SystemType(StrEnum):
     PLAN_APPROVED = "plan.approved"
     PLAN_REJECTED = "plan.rejected"
     HOOK_ERROR = "hook.error"
+    TEAMMATE_IDLE = "teammate.idle"
+    """To lead from `system`: a teammate ended its turn and went idle (team_end.lua)."""
+    TEAMMATE_ERROR = "teammate.error"
+    """To lead from `system`: a teammate's turn kept failing and it was set idle."""
+    TEAMMATE_SHUTDOWN = "teammate.shutdown"
+    """To lead from `system`: a teammate was shut down."""
 
     @classmethod
     def ending(cls, status: RunStatus) -> SystemType:

@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     """The team-wide model when neither --model nor the team file names one."""
     api_base: str | None = Field(None, validation_alias="TEAMCTL_API_BASE")
     """The OpenAI-compatible endpoint when no --api-base is given."""
+    team: str = Field("default", validation_alias="TEAMCTL_TEAM")
+    """The persistent team the `teamctl team` verbs act on when no -t/--team is given."""
     xdg_state_home: Path | None = Field(None, validation_alias="XDG_STATE_HOME")
     state_dir: Path = Field(
         default_factory=lambda data: default_state_dir(data["xdg_state_home"]),

@@ -11,6 +11,7 @@ A worker started by `teamctl run` also stops when that run is gone (shared/paren
 import os
 
 import teamctl.worker.jobs
+import teamctl.worker.turn  # noqa: F401  (turn jobs import it in every fork otherwise)
 from teamctl.shared.agent.llm import load_litellm, warm_up
 from teamctl.shared.agent.prompts import precompile
 from teamctl.shared.parent_watch import watch_parent

@@ -2,7 +2,8 @@
 
 It reads the same prompts a real model gets and answers by role: a planner prompt gets one task per
 member (the last one depending on the others), a member prompt gets a short note naming its task,
-and a synthesis prompt gets the member outputs joined.
+a synthesis prompt gets the member outputs joined, and a persistent teammate's turn gets a short
+acknowledgement (no tool calls, so the teammate goes idle).
 """
 
 from __future__ import annotations
@@ -16,10 +17,14 @@ MODEL = f"{PROVIDER}/default"
 
 _MEMBER_LINE = re.compile(r"^- id=([^,\s]+)(?:, name=([^,]*))?(?:, expertise=(.*))?$", re.M)
 _SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
+TEAMMATE_MARK = "You are a persistent teammate"
+"""Starts a teammate turn's system prompt (worker/turn.py)."""
 
 
 def answer(prompt: str) -> str:
     """The offline model's reply to a prompt, by the role the prompt asks for."""
+    if TEAMMATE_MARK in prompt:
+        return _teammate(prompt)
     if "You are a team planner." in prompt:
         return _plan(prompt)
     if "You are the team lead." in prompt:
@@ -51,6 +56,15 @@ def _member(prompt: str) -> str:
     summary = task[0][:160] if task else "the task"
     return (f"[{role.group(1) if role else 'member'}] {task_id.group(1) if task_id else 'task'}: "
             f"notes on {summary!r}.")
+
+
+def _teammate(prompt: str) -> str:
+    """A persistent teammate's turn: a short acknowledgement, no tool calls, so it goes idle."""
+    name = re.search(r"^Name: (.*)$", prompt, re.M)
+    role = re.search(r"^Role: (.*)$", prompt, re.M)
+    inbox = prompt.count('"id": ')
+    return (f"[{role.group(1) if role else 'teammate'}] {name.group(1) if name else 'teammate'}: "
+            f"noted ({inbox} inbox messages seen).")
 
 
 def _synthesize(prompt: str) -> str:

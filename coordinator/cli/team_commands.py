@@ -1,0 +1,154 @@
+"""`teamctl teams` and `teamctl team ...`: spawn, list, message and delete persistent teammates.
+
+Every verb takes -t/--team (default $TEAMCTL_TEAM, else `default`) and --redis-url, reconciles
+stalled teammates first (issue 12 §3: reconcile runs in every team verb), and exits 0 when done,
+1 when a teammate's state refuses it (it is working), 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option, resolve_redis_url
+from teamctl.shared.connection import connect
+from teamctl.shared.settings import Settings
+from teamctl.shared.teammates import DEFAULT_QUEUE
+from teamctl.shared.teams import TeamStore, list_teams
+from teamctl.shared.text import shorten
+
+LEAD = "lead"
+
+
+def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("-t", "--team", "team", default=None,
+                        help="Team name (default: $TEAMCTL_TEAM, else 'default').")(fn)
+
+
+def with_store(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Resolve --team and --redis-url into the team's store (passed as `store`), reconciled."""
+
+    @redis_url_option
+    @team_option
+    @fail_cleanly
+    @wraps(fn)
+    def wrapper(*args: Any, team: str | None, redis_url: str | None, settings: Settings,
+                **kwargs: Any) -> Any:
+        store = TeamStore(connect(resolve_redis_url(redis_url, settings)), team or settings.team)
+        store.reconcile()
+        return fn(*args, store=store, settings=settings, **kwargs)
+
+    return wrapper
+
+
+@click.command("teams")
+@redis_url_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@fail_cleanly
+def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> None:
+    """List the persistent teams."""
+    conn = connect(resolve_redis_url(redis_url, settings))
+    rows = []
+    for name, created_ms in list_teams(conn):
+        mates = TeamStore(conn, name).mates()
+        rows.append({"team": name, "created_ms": created_ms, "teammates": len(mates),
+                     "working": sum(m.status == "working" for m in mates)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['team']}\t{row['teammates']} teammates\t{row['working']} working")
+
+
+@click.group("team")
+def team_group() -> None:
+    """Persistent teammates: spawn them, message them, watch them go idle."""
+
+
+@team_group.command("spawn")
+@click.argument("name")
+@click.option("--role", required=True, help="The teammate's role.")
+@click.option("--prompt", required=True, help="What the teammate should do first.")
+@click.option("--model", default=None, help="Its model (default: $TEAMCTL_MODEL, else offline).")
+@click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
+@click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue of its turns.")
+@with_store
+def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
+                  queue: str, store: TeamStore, settings: Settings) -> None:
+    """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
+    from teamctl.shared.team import checked_api_base, pick_model
+
+    chosen, _source = pick_model(model, None, settings)
+    mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
+                       api_base=checked_api_base(api_base, settings), queue=queue)
+    click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
+
+
+@team_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@with_store
+def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
+    """List the team's teammates and their status."""
+    store.meta()
+    mates = store.mates()
+    if as_json:
+        click.echo(json.dumps([m.model_dump(mode="json") for m in mates], indent=2))
+        return
+    for mate in mates:
+        detail = mate.idle_reason or ""
+        click.echo(f"{mate.name}\t{mate.status.value}\t{mate.role}\t{shorten(detail, 80)}")
+
+
+@team_group.command("send")
+@click.argument("name")
+@click.argument("text")
+@with_store
+def send_command(name: str, text: str, store: TeamStore, settings: Settings) -> None:
+    """Send TEXT from the lead to teammate NAME (waking it if idle)."""
+    store.meta()
+    message, woke = store.send(LEAD, name, text)
+    click.echo(f"sent {message.id} to {name}" + (" (woke it)" if woke else ""))
+
+
+@team_group.command("broadcast")
+@click.argument("text")
+@with_store
+def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
+    """Send TEXT from the lead to every teammate (waking the idle ones)."""
+    store.meta()
+    message, woke = store.broadcast(LEAD, text)
+    click.echo(f"sent {message.id} to {len(store.names())} teammates; woke {len(woke)}")
+
+
+@team_group.command("inbox")
+@click.argument("name", default=LEAD)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@with_store
+def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings) -> None:
+    """Show NAME's unread messages (default: the lead's); never marks them read."""
+    store.meta()
+    _, messages = store.peek(name)
+    for message in messages:
+        if as_json:
+            click.echo(message.model_dump_json(by_alias=True))
+        else:
+            click.echo(f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}\t"
+                       f"{shorten(message.content, 200)}")
+
+
+@team_group.command("delete")
+@click.option("--force", is_flag=True, help="Delete even while teammates are working.")
+@with_store
+def delete_command(force: bool, store: TeamStore, settings: Settings) -> None:
+    """Delete the team: every teammate, message and memory."""
+    removed = store.delete(force=force)
+    click.echo(f"deleted team {store.team} ({removed} keys)")
+
+
+def register(main: click.Group) -> None:
+    """Add `teams` and `team` to the `teamctl` command group."""
+    main.add_command(teams_command)
+    main.add_command(team_group)

@@ -1,0 +1,16 @@
+-- team_peek: a member's unread messages, without reading them (the offset does not move; a
+-- teammate's turn advances it in its checkpoint, once the model has the messages).
+-- KEYS[1] the member's inbox stream, KEYS[2] read offsets hash, KEYS[3] bus stream.
+-- ARGV[1] member id, ARGV[2] max messages.
+-- Returns {last inbox id peeked ('' = none), bus entries as XRANGE returns them}; a message gone
+-- from the bus is skipped, but its id still counts as peeked.
+local offset = redis.call('HGET', KEYS[2], ARGV[1]) or '0-0'
+local refs = redis.call('XRANGE', KEYS[1], '(' .. offset, '+', 'COUNT', ARGV[2])
+local messages = {}
+for _, ref in ipairs(refs) do
+  local entry = redis.call('XRANGE', KEYS[3], ref[1], ref[1])
+  if #entry > 0 then messages[#messages + 1] = entry[1] end
+end
+local last = ''
+if #refs > 0 then last = refs[#refs][1] end
+return {last, messages}

@@ -1,0 +1,30 @@
+-- team_reconcile: find working teammates whose turn is gone (a killed worker, a lost job) and
+-- rerun them from their checkpoint, up to a limit; past it, set them idle and tell the lead.
+-- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] the lead's inbox,
+-- KEYS[4..] pairs: a mate hash, its turn key.
+-- ARGV[1] stale after ms (no lease and not seen for this long), ARGV[2] max turn attempts,
+-- ARGV[3..] the teammates' names, in the order of the pairs.
+-- Returns the names whose turn the caller enqueues again (attempts bumped, seen now, so the next
+-- reconcile waits for that job before counting another attempt).
+local now = now_ms()
+local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
+local rerun = {}
+for i = 3, #ARGV do
+  local mate, turn = KEYS[4 + (i - 3) * 2], KEYS[5 + (i - 3) * 2]
+  local fields = redis.call('HMGET', mate, 'status', 'last_seen_ms', 'attempts')
+  if fields[1] == 'working' and redis.call('EXISTS', turn) == 0
+      and now - tonumber(fields[2] or '0') > stale_ms then
+    local attempts = tonumber(fields[3] or '0') + 1
+    if attempts > max_attempts then
+      local err = 'turn lost ' .. max_attempts .. ' times (worker died or job lost)'
+      redis.call('HSET', mate, 'status', 'idle', 'idle_reason', 'error: ' .. err,
+        'last_error', err, 'turn_token', '', 'attempts', 0, 'last_seen_ms', now)
+      publish_message(KEYS[1], KEYS[2], 3, 3, 'system', 'lead', 'teammate.error', '',
+        ARGV[i] .. ' is idle after an error: ' .. err, now)
+    else
+      redis.call('HSET', mate, 'attempts', attempts, 'last_seen_ms', now)
+      rerun[#rerun + 1] = ARGV[i]
+    end
+  end
+end
+return rerun

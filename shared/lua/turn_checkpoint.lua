@@ -1,0 +1,14 @@
+-- turn_checkpoint: commit one step of a turn: its messages into memory and the inbox offset
+-- past the mail it injected, together, so a rerun neither loses nor repeats a message.
+-- KEYS[1] the turn key, KEYS[2] the memory list, KEYS[3] the read offsets hash, KEYS[4] the mate
+-- hash.
+-- ARGV[1] token, ARGV[2] teammate name, ARGV[3] inbox id to advance to ('' = none injected),
+-- ARGV[4..] the step's chat messages (JSON), in order.
+-- Returns 1 when committed, 0 when the token no longer holds the turn (nothing changes).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+for i = 4, #ARGV do
+  redis.call('RPUSH', KEYS[2], ARGV[i])
+end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
+redis.call('HSET', KEYS[4], 'last_seen_ms', now_ms())
+return 1

@@ -1,0 +1,108 @@
+"""Persistent teammates' records: a team's options and one teammate's state, parsed by model.
+
+A teammate is data in Redis (`TeamKeys.mate`), played turn by turn by any worker (issue 12,
+decision A). These models are what crosses the process boundary between the CLI, which spawns
+and messages teammates, and the RQ job that runs a turn.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+from teamctl.shared.errors import ConfigError, unreadable
+from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
+from teamctl.shared.models import HashInt, HashText
+from teamctl.shared.text import quoted
+
+DEFAULT_TEAM = "default"
+DEFAULT_QUEUE = "members"
+TURN_FUNCTION = "teamctl.worker.turn.run_turn"
+"""What a turn job runs, enqueued by name so the CLI never imports the worker package."""
+
+
+class MateStatus(StrEnum):
+    """A teammate's lifecycle; liveness (its turn lease) is separate."""
+
+    WORKING = "working"
+    IDLE = "idle"
+    SHUTDOWN = "shutdown"
+
+
+class IdleReason(StrEnum):
+    """Why a turn ended idle (`error: ...` is spelled out with the error)."""
+
+    DONE = "done"
+    STEP_LIMIT = "step_limit"
+
+
+class TeamOptions(BaseModel):
+    """A team's options, written once when the team is created (the `meta` key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_teammates: int = Field(32, ge=1, le=1000)
+    max_turn_attempts: int = Field(3, ge=1, le=100)
+    heartbeat_ttl_s: float = Field(30.0, gt=0, le=3600)
+    turn_timeout_s: float = Field(1800.0, gt=0, le=86400)
+    turn_max_steps: int = Field(50, ge=1, le=1000)
+    max_message_bytes: int = Field(65536, ge=64, le=1 << 24)
+    model_timeout_s: float = Field(120.0, gt=0, le=3600)
+    model_max_retries: int = Field(3, ge=0, le=10)
+    last_answer_chars: int = Field(200, ge=0, le=4000)
+    """How much of a teammate's last answer its idle notice repeats."""
+
+    @property
+    def job_timeout_s(self) -> int:
+        """RQ's bound on one turn job: the turn's own bound plus a minute to end cleanly."""
+        return int(self.turn_timeout_s) + 60
+
+
+class TeamMeta(BaseModel):
+    """The `meta` record: options and when the team was created."""
+
+    options: TeamOptions = Field(default_factory=TeamOptions)
+    created_ms: int = 0
+
+
+class Teammate(BaseModel):
+    """One teammate's record (the `mate:<name>` hash; '' there means absent)."""
+
+    name: str
+    role: str = ""
+    prompt: str = ""
+    status: MateStatus
+    model: str
+    api_base: HashText = None
+    queue: str = DEFAULT_QUEUE
+    turn_token: HashText = None
+    attempts: HashInt = 0
+    last_seen_ms: HashInt = 0
+    created_ms: HashInt = 0
+    idle_reason: HashText = None
+    last_error: HashText = None
+    worker: HashText = None
+    """host:pid of the process that took the last turn."""
+
+    @classmethod
+    def from_hash(cls, team: str, fields: dict[str, str]) -> Teammate:
+        """The record as stored; UnreadableRecord when it does not parse."""
+        try:
+            return cls.model_validate(fields)
+        except ValueError as exc:
+            raise unreadable(f"teammate {fields.get('name')!r} of team {team}", exc) from exc
+
+
+def check_mate_name(name: str) -> str:
+    """A teammate name unchanged, or ConfigError (bad shape, or `lead`/`system`)."""
+    check_team_name(name, "teammate name")
+    if name in RESERVED_MEMBER_IDS:
+        raise ConfigError(f"teammate name {name!r} is reserved; choose another name")
+    return name
+
+
+def check_queue(queue: str) -> str:
+    """An RQ queue name safe to use, or ConfigError."""
+    if not isinstance(queue, str) or not is_safe_id(queue):
+        raise ConfigError(f"invalid queue {quoted(queue)}: use letters, digits, '.', '_' or '-'")
+    return queue

@@ -1,0 +1,272 @@
+"""A persistent team's store: create, spawn, message, wake, reconcile and delete, plus the turn
+writes a worker makes; shared by the CLI and the turn job.
+
+Every state change is one Lua script on the team's keys (one slot), so spawns, wake-ups, turn
+ends and reconciles serialize: a message published before a turn ends is seen by that turn, one
+published after it wakes the teammate, and none is lost between. Turns are RQ jobs enqueued by
+function name (TURN_FUNCTION), so this module needs no worker code.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+import redis
+from rq import Queue
+from teamctl.shared.bus import LEAD, MessageBus, _from_lua
+from teamctl.shared.connection import same_server
+from teamctl.shared.errors import ConfigError, TeamError, unreadable
+from teamctl.shared.ids import BROADCAST
+from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
+from teamctl.shared.models import Envelope, SystemType
+from teamctl.shared.scripts import Scripts
+from teamctl.shared.teammates import (
+    TURN_FUNCTION,
+    MateStatus,
+    Teammate,
+    TeamMeta,
+    TeamOptions,
+    check_mate_name,
+    check_queue,
+)
+from teamctl.shared.text import quoted
+
+PEEK_BATCH = 1000
+"""Unread messages shown or injected at once (the rest come with the next model call)."""
+DELETE_BATCH = 500
+
+
+class MateBusy(TeamError):
+    """Refused by a teammate's state (it is working): exit 1, try again later."""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TeamStore:
+    """One team's records in Redis (`conn` decodes responses)."""
+
+    def __init__(self, conn: redis.Redis, team: str, *, scripts: Scripts | None = None) -> None:
+        self.conn = conn
+        self.keys = TeamKeys(team)
+        self.scripts = scripts or Scripts(conn)
+
+    @property
+    def team(self) -> str:
+        return self.keys.team
+
+    # --- the team ------------------------------------------------------------------------------
+
+    def create(self, options: TeamOptions | None = None) -> TeamMeta:
+        """The team's meta record, written now unless the team exists (then it is kept)."""
+        meta = TeamMeta(options=options or TeamOptions(), created_ms=now_ms())
+        if self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
+            self.conn.zadd(TEAMS_INDEX, {self.team: meta.created_ms}, nx=True)
+            return meta
+        return self.meta()
+
+    def exists(self) -> bool:
+        return bool(self.conn.exists(self.keys.meta))
+
+    def meta(self) -> TeamMeta:
+        """The team's meta record; ConfigError when there is no such team."""
+        raw = self.conn.get(self.keys.meta)
+        if raw is None:
+            raise ConfigError(f"no team {self.team!r}; spawn a teammate to create it "
+                              "(`teamctl team spawn NAME -t TEAM ...`) or see `teamctl teams`")
+        try:
+            return TeamMeta.model_validate_json(raw)
+        except ValueError as exc:
+            raise unreadable(f"the options of team {self.team}", exc) from exc
+
+    @cached_property
+    def options(self) -> TeamOptions:
+        return self.meta().options
+
+    @cached_property
+    def bus(self) -> MessageBus:
+        return MessageBus(self.conn, self.keys, max_message_bytes=self.options.max_message_bytes,
+                          scripts=self.scripts)
+
+    def delete(self, *, force: bool = False) -> int:
+        """Remove every key of the team and its index entry; returns keys removed. Refused
+        (MateBusy) while a teammate works, unless `force` (its turn's writes are then refused)."""
+        self.meta()
+        working = [m.name for m in self.mates() if m.status is MateStatus.WORKING]
+        if working and not force:
+            raise MateBusy(f"{', '.join(working)} of team {self.team} "
+                           f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
+                           "use --force")
+        removed = 0
+        batch: list[str] = []
+        for key in self.conn.scan_iter(match=self.keys.all_patterns(), count=DELETE_BATCH):
+            batch.append(key)
+            if len(batch) >= DELETE_BATCH:
+                removed += self.conn.delete(*batch)
+                batch.clear()
+        if batch:
+            removed += self.conn.delete(*batch)
+        self.conn.zrem(TEAMS_INDEX, self.team)
+        return removed
+
+    # --- teammates -----------------------------------------------------------------------------
+
+    def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
+              queue: str) -> Teammate:
+        """(Re)start a teammate and enqueue its first turn; MateBusy while it is working."""
+        check_mate_name(name)
+        check_queue(queue)
+        if not prompt.strip():
+            raise ConfigError("the prompt is empty; say what the teammate should do")
+        self.create()
+        first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
+        verdict = self.scripts["team_spawn"](
+            keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
+                  self.keys.roster_ver],
+            args=[name, role, prompt, model, api_base or "", queue,
+                  self.options.max_teammates, first])
+        if verdict == "working":
+            raise MateBusy(f"{name} is working; wait for idle or shut it down")
+        if verdict == "full":
+            raise ConfigError(f"team {self.team} has {self.options.max_teammates} teammates, "
+                              "its limit (max_teammates); delete the team or use another")
+        mate = self.get(name)
+        self.enqueue_turn(mate)
+        return mate
+
+    def names(self) -> list[str]:
+        """The teammates on the roster, in join order."""
+        return list(self.conn.zrange(self.keys.roster, 0, -1))
+
+    def mates(self) -> list[Teammate]:
+        """Every teammate's record, in join order."""
+        pipe = self.conn.pipeline(transaction=False)
+        names = self.names()
+        for name in names:
+            pipe.hgetall(self.keys.mate(name))
+        return [Teammate.from_hash(self.team, fields) for fields in pipe.execute() if fields]
+
+    def get(self, name: str) -> Teammate:
+        """One teammate's record; ConfigError for a bad name or one not in the team."""
+        check_mate_name(name)
+        fields = self.conn.hgetall(self.keys.mate(name))
+        if not fields:
+            known = ", ".join(self.names()) or "(none)"
+            raise ConfigError(f"unknown teammate {quoted(name)} in team {self.team}; "
+                              f"teammates: {known}")
+        return Teammate.from_hash(self.team, fields)
+
+    # --- messages ------------------------------------------------------------------------------
+
+    def send(self, sender: str, to: str, content: str) -> tuple[Envelope, bool]:
+        """A message from `sender` (a teammate or `lead`) to a teammate or `lead`, published and
+        its recipient woken; returns the message and whether a turn was enqueued."""
+        if to != LEAD:
+            self.get(to)  # an unknown teammate is a ConfigError naming the team's teammates
+        message = self.bus.send(sender, to, None, None, content)
+        assert message is not None  # a team bus is always on
+        return message, (to != LEAD and self.wake(to))
+
+    def broadcast(self, sender: str, content: str) -> tuple[Envelope, list[str]]:
+        """A message to every teammate but the sender (and to the lead, from a teammate);
+        returns it and the teammates it woke."""
+        message = self.bus.send(sender, BROADCAST, None, None, content)
+        assert message is not None
+        return message, [name for name in self.names() if name != sender and self.wake(name)]
+
+    def wake(self, name: str) -> bool:
+        """Flip an idle teammate to working and enqueue its turn; False when it needs none."""
+        if not self.scripts["team_wake"](keys=[self.keys.mate(name)]):
+            return False
+        self.enqueue_turn(self.get(name))
+        return True
+
+    def peek(self, member: str, limit: int = PEEK_BATCH) -> tuple[str, list[Envelope]]:
+        """The member's unread messages, left unread; with the last inbox id they cover."""
+        if member != LEAD:
+            self.get(member)
+        last_id, entries = self.scripts["team_peek"](
+            keys=[self.keys.inbox(member), self.keys.read_offsets, self.keys.bus],
+            args=[member, limit])
+        return last_id, [_from_lua(entry) for entry in entries]
+
+    def notices(self, type_: SystemType) -> list[Envelope]:
+        """Every message of that system type still on the bus (tests and the lead's views)."""
+        return [m for m in self.bus.messages() if m.type == type_]
+
+    # --- turns ---------------------------------------------------------------------------------
+
+    @cached_property
+    def _rq_conn(self) -> redis.Redis:
+        """RQ needs a client that does not decode responses."""
+        return same_server(self.conn, decode=False)
+
+    def enqueue_turn(self, mate: Teammate) -> None:
+        """One turn job on the teammate's queue, carrying only ids."""
+        Queue(mate.queue, connection=self._rq_conn).enqueue(
+            TURN_FUNCTION, self.team, mate.name, job_timeout=self.options.job_timeout_s,
+            description=f"turn of {mate.name} in team {self.team}",
+            result_ttl=3600, failure_ttl=24 * 3600)
+
+    def reconcile(self) -> list[str]:
+        """Rerun every stalled teammate's turn (working, no lease, unseen for a lease TTL), up to
+        max_turn_attempts; past it the teammate goes idle and the lead is told. Returns the
+        teammates whose turn was enqueued again."""
+        names = self.names()
+        if not names or not self.exists():
+            return []
+        pairs = [key for name in names for key in (self.keys.mate(name), self.keys.turn(name))]
+        options = self.options
+        rerun = self.scripts["team_reconcile"](
+            keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs],
+            args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names])
+        for name in rerun:
+            self.enqueue_turn(self.get(name))
+        return list(rerun)
+
+    def begin_turn(self, name: str, worker: str) -> tuple[str, str]:
+        """('ok', token) with the turn lease taken; ('busy'|'skip', '') otherwise."""
+        verdict, token = self.scripts["turn_begin"](
+            keys=[self.keys.mate(name), self.keys.turn(name), self.keys.tokens],
+            args=[int(self.options.heartbeat_ttl_s * 1000), worker])
+        return verdict, token
+
+    def refresh_turn(self, name: str, token: str) -> bool:
+        """Extend the turn lease; False once the token no longer holds it."""
+        return bool(self.scripts["turn_heartbeat"](
+            keys=[self.keys.turn(name), self.keys.mate(name)],
+            args=[token, int(self.options.heartbeat_ttl_s * 1000)]))
+
+    def memory(self, name: str) -> list[dict[str, Any]]:
+        """The teammate's chat messages, oldest first."""
+        return [json.loads(raw) for raw in self.conn.lrange(self.keys.memory(name), 0, -1)]
+
+    def checkpoint(self, name: str, token: str, offset_id: str,
+                   messages: Sequence[dict[str, Any]]) -> bool:
+        """Commit a step: its messages to memory and the inbox offset to `offset_id` ('' keeps
+        it), in one token-checked call; False (nothing written) for a revoked turn."""
+        return bool(self.scripts["turn_checkpoint"](
+            keys=[self.keys.turn(name), self.keys.memory(name), self.keys.read_offsets,
+                  self.keys.mate(name)],
+            args=[token, name, offset_id,
+                  *(json.dumps(m, ensure_ascii=False) for m in messages)]))
+
+    def end_turn(self, name: str, token: str, reason: str, notice: str, *,
+                 force: bool = False, error: str = "") -> str:
+        """'continue' (mail arrived: go on), 'idle' (ended, lead told) or 'stale'."""
+        return str(self.scripts["turn_end"](
+            keys=[self.keys.turn(name), self.keys.mate(name), self.keys.inbox(name),
+                  self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
+                  self.keys.inbox(LEAD)],
+            args=[token, name, reason, notice, "1" if force else "0", error]))
+
+
+def list_teams(conn: redis.Redis) -> list[tuple[str, int]]:
+    """Every team name with its creation time (ms), oldest first."""
+    return [(name, int(score)) for name, score in conn.zrange(TEAMS_INDEX, 0, -1,
+                                                              withscores=True)]

@@ -1,0 +1,229 @@
+"""Persistent teammates (issue 12, foundation): spawn, wake on mail, exactly-once memory, idle
+notices, the CLI's exit codes. Real Redis, the session's real workers on `members`, the scripted
+model server reached through litellm."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from rq import Queue, Worker
+from teamctl.coordinator.cli import main
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.models import SystemType
+from teamctl.shared.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams import TeamStore
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+
+SENDERS = 4
+MESSAGES_PER_SENDER = 25
+
+
+@pytest.fixture
+def team() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def wconn(workers: str) -> redis.Redis:
+    """A client of the database the shared workers serve (db 0)."""
+    return redis.Redis.from_url(workers, decode_responses=True)
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def spawn(url: str, team: str, name: str, model: str, api_base: str | None,
+          *extra: str) -> Result:
+    args = ["team", "spawn", name, "-t", team, "--redis-url", url, "--role", f"{name}-role",
+            "--prompt", f"You are {name}. Start.", "--model", model, *extra]
+    return cli(*args, *(["--api-base", api_base] if api_base else []))
+
+
+def status_of(store: TeamStore, name: str) -> MateStatus:
+    return store.get(name).status
+
+
+def inbox_lines(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every message injected into a memory through `<inbox>` blocks, in order."""
+    found = []
+    for message in memory:
+        content = message.get("content") or ""
+        if message.get("role") == "user" and content.startswith("<inbox>"):
+            found += [json.loads(line) for line in content.splitlines()[1:-1]]
+    return found
+
+
+def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    bob = llm.script(f"bob-{team}", [
+        "ready",
+        ToolCalls([("send_message", {"to": "lead", "content": "hello lead, alice says hi"})]),
+        "done"])
+    alice = llm.script(f"alice-{team}", [
+        ToolCalls([("send_message", {"to": "bob", "content": "hi bob"})]), "sent it"])
+    store = TeamStore(wconn, team)
+    assert spawn(workers, team, "bob", bob, llm.api_base).exit_code == 0
+    # Bob's first turn ends before alice exists, so his wake-up turn is the one that answers.
+    wait_until(lambda: status_of(store, "bob") is MateStatus.IDLE, message="bob's first turn")
+    assert spawn(workers, team, "alice", alice, llm.api_base).exit_code == 0
+
+    def settled() -> bool:
+        idle = store.notices(SystemType.TEAMMATE_IDLE)
+        return len(idle) == 3 and all(m.status is MateStatus.IDLE for m in store.mates())
+
+    wait_until(settled, message="alice and bob idle after bob's answer")
+    listed = json.loads(cli("team", "list", "--json", "-t", team, "--redis-url", workers).output)
+    assert {(m["name"], m["status"], m["idle_reason"]) for m in listed} == {
+        ("alice", "idle", "done"), ("bob", "idle", "done")}
+    shown = cli("team", "inbox", "--json", "-t", team, "--redis-url", workers).output
+    lead = [json.loads(line) for line in shown.splitlines()]
+    peer = [m for m in lead if m["type"] == "peer.message"]
+    assert [(m["from"], m["content"]) for m in peer] == [("bob", "hello lead, alice says hi")]
+    idle = [m for m in lead if m["type"] == SystemType.TEAMMATE_IDLE]
+    assert sorted(m["content"].split()[0] for m in idle) == ["alice", "bob", "bob"]
+    assert any("sent it" in m["content"] for m in idle)
+    # The inbox is shown, never consumed.
+    assert cli("team", "inbox", "--json", "-t", team, "--redis-url", workers).output == shown
+    assert [m["content"] for m in inbox_lines(store.memory("bob"))] == ["hi bob"]
+    assert len(llm.requests[f"bob-{team}"]) == 3
+
+
+def send_batch(url: str, team: str, sender: str, count: int) -> None:
+    """A separate process: `count` numbered messages from `sender` to bob."""
+    store = TeamStore(redis.Redis.from_url(url, decode_responses=True), team)
+    for index in range(count):
+        store.send(sender, "bob", f"{sender}:{index}")
+
+
+class HeldFirstCall:
+    """Bob's model: the first call waits for the test's go-ahead, later calls answer at once."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            self.release.wait(60)
+            return "first answer"
+        return "read them all"
+
+
+def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    store = TeamStore(wconn, team)
+    senders = [f"s{i}" for i in range(SENDERS)]
+    for sender in senders:  # the offline model: one short turn each, then idle
+        assert spawn(workers, team, sender, OFFLINE_MODEL, None).exit_code == 0
+    wait_until(lambda: all(status_of(store, s) is MateStatus.IDLE for s in senders),
+               message="the senders idle")
+    held = HeldFirstCall()
+    bob = llm.script(f"bob-{team}", handler=held)
+    assert spawn(workers, team, "bob", bob, llm.api_base).exit_code == 0
+    assert held.entered.wait(60)
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=send_batch, args=(workers, team, s, MESSAGES_PER_SENDER))
+                 for s in senders]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(120)
+        assert process.exitcode == 0
+    held.release.set()
+    wait_until(lambda: status_of(store, "bob") is MateStatus.IDLE, message="bob idle")
+    got = [m["content"] for m in inbox_lines(store.memory("bob"))]
+    assert len(got) == SENDERS * MESSAGES_PER_SENDER == len(set(got))
+    for sender in senders:
+        assert [c for c in got if c.startswith(f"{sender}:")] == [
+            f"{sender}:{i}" for i in range(MESSAGES_PER_SENDER)]
+    # Mail to a working teammate woke nothing: one turn, one continue, two model calls.
+    assert held.calls == 2
+    assert Queue("members", connection=redis.Redis.from_url(workers)).count == 0
+    assert store.peek("bob")[1] == []
+
+
+def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: ScriptedLLM,
+                                         team: str) -> None:
+    model = llm.script(f"idle-{team}", ["resting"], repeat_last=True)
+    store = TeamStore(wconn, team)
+    names = [f"m{i}" for i in range(10)]
+    for name in names:
+        assert spawn(workers, team, name, model, llm.api_base).exit_code == 0
+    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates())
+               and len(store.mates()) == 10, 60, message="ten idle teammates")
+    queue = Queue("members", connection=redis.Redis.from_url(workers))
+    seen = {m.name: m.last_seen_ms for m in store.mates()}
+    assert len(llm.requests[f"idle-{team}"]) == 10
+    # An observation window: nothing may happen in it, so there is no condition to wait for.
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        assert queue.count == 0
+        assert all(w.get_state() != "busy" for w in Worker.all(queue=queue))
+        assert len(llm.requests[f"idle-{team}"]) == 10
+        time.sleep(0.1)
+    assert {m.name: m.last_seen_ms for m in store.mates()} == seen
+    assert store.reconcile() == []
+
+
+def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Redis,
+                                                   team: str) -> None:
+    store = TeamStore(wconn, team)
+    result = cli("team", "spawn", "scout", "-t", team, "--redis-url", workers, "--role", "scout",
+                 "--prompt", "Look around.")
+    assert result.exit_code == 0, result.output
+    assert "teamctl-offline" in result.output
+    wait_until(lambda: status_of(store, "scout") is MateStatus.IDLE, message="scout idle")
+    [notice] = store.notices(SystemType.TEAMMATE_IDLE)
+    assert notice.content.startswith("scout is idle (done): [scout] scout: noted")
+    assert cli("teams", "--json", "--redis-url", workers).exit_code == 0
+    assert team in cli("teams", "--redis-url", workers).output
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "Alice", "lead", "system", "x" * 33, "9x"])
+def test_bad_teammate_names_exit_2_and_touch_no_key(redis_url: str, conn: redis.Redis,
+                                                    name: str) -> None:
+    result = spawn(redis_url, "crew", name, OFFLINE_MODEL, None)
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "teamctl:" in result.output
+    assert conn.keys("teamctl:team:*") == []
+
+
+def test_bad_team_names_exit_2(redis_url: str) -> None:
+    for team in ("../x", "Crew", "a b"):
+        assert spawn(redis_url, team, "alice", OFFLINE_MODEL, None).exit_code == 2
+
+
+def test_respawning_a_working_teammate_exits_1_and_unknown_ones_exit_2(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    TeamStore(conn, team).create(TeamOptions(max_message_bytes=64))
+    # Nobody serves this queue: alice stays working.
+    base = ("-t", team, "--redis-url", redis_url)
+    assert spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
+    again = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--queue", "nobody")
+    assert again.exit_code == 1
+    assert "alice is working; wait for idle or shut it down" in again.output
+    unknown = cli("team", "send", "carol", "hi", *base)
+    assert unknown.exit_code == 2 and "unknown teammate 'carol'" in unknown.output
+    assert cli("team", "inbox", "carol", *base).exit_code == 2
+    assert cli("team", "send", "alice", "x" * 100, *base).exit_code == 2
+    assert cli("team", "send", "alice", "short", *base).exit_code == 0
+    assert cli("team", "list", "-t", "nosuch", "--redis-url", redis_url).exit_code == 2
+    refused = cli("team", "delete", *base)
+    assert refused.exit_code == 1 and "working" in refused.output
+    assert cli("team", "delete", "--force", *base).exit_code == 0
+    assert conn.keys(f"teamctl:team:{{{team}}}:*") == []
+    assert team not in cli("teams", "--redis-url", redis_url).output

@@ -1,0 +1,78 @@
+"""The tools a persistent teammate's model may call during a turn (typed ToolArgs).
+
+Sends publish at once and wake their recipients; they are not yet committed inside the turn's
+checkpoint, so a turn rerun after a crash may send a message twice (issue 12 §4 leaves that for
+a later step).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from teamctl.shared.agent.tools import NoArgs, Text, ToolArgs, Toolbox
+from teamctl.shared.teams import TeamStore
+
+
+class SendArgs(ToolArgs):
+    """send_message: one recipient (a teammate or `lead`) and the text."""
+
+    to: Text
+    """A teammate's name, or lead."""
+    content: Text
+    """The message."""
+
+
+class BroadcastArgs(ToolArgs):
+    """broadcast: the text every other teammate (and the lead) gets."""
+
+    content: Text
+    """The message."""
+
+
+class MateTools:
+    """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle."""
+
+    def __init__(self, store: TeamStore, name: str) -> None:
+        self.store = store
+        self.name = name
+        self.idle_requested = threading.Event()
+
+    def toolbox(self) -> Toolbox:
+        box = Toolbox()
+        box.add("send_message", "Send a message to one teammate, or to lead.", SendArgs,
+                self.send_message)
+        box.add("broadcast", "Send a message to every other teammate and the lead.",
+                BroadcastArgs, self.broadcast)
+        box.add("read_inbox", "Show messages that arrived since your last step (they also "
+                "reach you before your next step).", NoArgs, self.read_inbox)
+        box.add("list_teammates", "List the team's teammates, roles and statuses.", NoArgs,
+                self.list_teammates)
+        box.add("idle", "End your turn and wait for the next message.", NoArgs, self.idle)
+        return box
+
+    def send_message(self, args: SendArgs) -> dict[str, Any]:
+        message, woke = self.store.send(self.name, args.to.lower(), args.content)
+        return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
+                "woke": woke}
+
+    def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
+        message, woke = self.store.broadcast(self.name, args.content)
+        return {"action": "broadcast", "ok": True, "id": message.id,
+                "recipients": len([n for n in self.store.names() if n != self.name]) + 1,
+                "woke": woke}
+
+    def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
+        _, messages = self.store.peek(self.name)
+        return {"action": "read_inbox", "ok": True,
+                "messages": [{"id": m.id, "from": m.from_, "type": m.type, "content": m.content}
+                             for m in messages]}
+
+    def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
+        return {"action": "list_teammates", "ok": True,
+                "teammates": [{"name": m.name, "role": m.role, "status": m.status.value}
+                              for m in self.store.mates()]}
+
+    def idle(self, _args: NoArgs) -> dict[str, Any]:
+        self.idle_requested.set()
+        return {"action": "idle", "ok": True}

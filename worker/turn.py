@@ -1,0 +1,202 @@
+"""One turn of a persistent teammate, as one RQ job (issue 12, decision A).
+
+The job carries only ids. It takes the teammate's turn lease (`turn_begin.lua`), keeps it alive
+from a daemon thread, and runs model steps from the memory in Redis. Before every model call
+the unread inbox is injected as one `<inbox>` user block, peeked, never drained; each step's
+messages and the inbox offset are committed together by a token-checked checkpoint. So a turn
+killed mid-step reruns from its last checkpoint (team_reconcile.lua) and every message enters
+memory exactly once. The turn ends through `turn_end.lua`, which either goes on (mail arrived)
+or sets the teammate idle and tells the lead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from teamctl.shared.agent.llm import ModelClient, ModelReply
+from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.connection import same_server
+from teamctl.shared.models import Envelope
+from teamctl.shared.settings import Settings, load_settings
+from teamctl.shared.teammates import IdleReason, Teammate
+from teamctl.shared.teams import TeamStore
+from teamctl.shared.text import shorten
+from teamctl.worker.jobs import _conn_from, worker_name
+from teamctl.worker.mate_tools import MateTools
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = """You are a persistent teammate in a team of AI agents.
+Name: {name}
+Team: {team}
+Role: {role}
+
+You keep your memory between turns. Messages from the lead and your teammates arrive in
+<inbox> blocks, one JSON object per line (id, from, type, content). Use send_message to answer
+one of them (the lead is "lead"), broadcast to tell everyone, list_teammates to see who is on
+the team. When you have nothing left to do, answer without calling a tool (or call idle): you
+rest until the next message arrives."""
+
+
+class TurnRevoked(Exception):  # noqa: N818  (a signal, not a failure to report)
+    """The turn lease no longer holds this job's token: stop without writing."""
+
+
+def run_turn(team: str, name: str) -> str:
+    """The RQ job: run the teammate's turn (and the turns mail arriving meanwhile asks for)."""
+    from rq import get_current_job
+
+    settings = load_settings()
+    job = get_current_job()
+    conn = same_server(job.connection, decode=True) if job else _conn_from(settings)
+    return execute_turn(conn, team, name, settings=settings)
+
+
+def execute_turn(conn: redis.Redis, team: str, name: str, *,
+                 settings: Settings | None = None) -> str:
+    """The job body without RQ: take the lease, run steps until the turn ends, reconcile."""
+    store = TeamStore(conn, team)
+    verdict, token = store.begin_turn(name, worker_name())
+    if verdict != "ok":
+        return f"skipped: {verdict}"
+    options = store.options
+    client = ModelClient(provider_keys=settings.provider_keys if settings else (),
+                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
+    with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
+        outcome = Turn(store, store.get(name), token, client, lease).run()
+    store.reconcile()
+    return outcome
+
+
+class TurnLease:
+    """Refreshes the turn lease each ttl/3 from a daemon thread; `revoked` once it is refused."""
+
+    def __init__(self, store: TeamStore, name: str, token: str, ttl_s: float) -> None:
+        self.store = store
+        self.name = name
+        self.token = token
+        self.ttl_s = ttl_s
+        self.revoked = threading.Event()
+        self._stop = threading.Event()
+        # Daemon: a SIGKILLed or hung job stops refreshing and its lease expires.
+        self._thread = threading.Thread(target=self._run, name="teamctl-turn-lease", daemon=True)
+
+    def __enter__(self) -> TurnLease:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.ttl_s)
+
+    def check(self) -> None:
+        """Raise TurnRevoked once the lease was lost."""
+        if self.revoked.is_set():
+            raise TurnRevoked(f"the turn of {self.name} was revoked")
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                if not self.store.refresh_turn(self.name, self.token):
+                    self.revoked.set()
+                    return
+            except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
+                log.warning("turn lease of %s not refreshed: %s", self.name, exc)
+
+
+@dataclass
+class Turn:
+    """The steps of one teammate's turn, from its memory, until it ends or is revoked."""
+
+    store: TeamStore
+    mate: Teammate
+    token: str
+    client: ModelClient
+    lease: TurnLease
+
+    def run(self) -> str:
+        """Steps until the teammate goes idle; 'revoked' when the lease was lost."""
+        tools = MateTools(self.store, self.mate.name)
+        toolbox = tools.toolbox()
+        while True:
+            try:
+                reason, answer = self._steps(tools, toolbox)
+                verdict = self._end(reason, answer)
+            except TurnRevoked:
+                return "revoked"
+            except Exception as exc:  # the model or a bug: the teammate idles with the error
+                log.exception("turn of %s failed", self.mate.name)
+                error = shorten(str(exc) or type(exc).__name__, 500)
+                verdict = self._end(f"error: {shorten(error, 120)}", "", error=error)
+            if verdict != "continue":
+                return verdict
+            tools.idle_requested.clear()
+
+    def _end(self, reason: str, answer: str, *, error: str = "") -> str:
+        notice = f"{self.mate.name} is idle ({reason})"
+        if answer.strip():
+            notice += ": " + shorten(answer, self.store.options.last_answer_chars)
+        return self.store.end_turn(self.mate.name, self.token, reason, notice,
+                                   force=bool(error), error=error)
+
+    def _steps(self, tools: MateTools, toolbox: Toolbox) -> tuple[str, str]:
+        """Model steps, each checkpointed; returns the idle reason and the last answer."""
+        memory = self.store.memory(self.mate.name)
+        messages = [{"role": "system", "content": self._system_prompt()}, *memory]
+        answer = _last_answer(memory)
+        offset, inbox = self.store.peek(self.mate.name)
+        if not inbox and answer is not None:
+            # A rerun of a turn whose final answer was committed: nothing new to answer.
+            return IdleReason.DONE, answer
+        for _ in range(self.store.options.turn_max_steps):
+            self.lease.check()
+            offset, inbox = self.store.peek(self.mate.name)
+            step: list[dict[str, Any]] = []
+            if inbox:
+                step.append({"role": "user", "content": inbox_block(inbox)})
+            reply = self.client.complete(self.mate.model, messages + step,
+                                         tools=toolbox.schemas(), api_base=self.mate.api_base)
+            self.lease.check()
+            step.append(_assistant_message(reply))
+            step.extend({"role": "tool", "tool_call_id": call.id, "name": call.name,
+                         "content": toolbox.call(call.name, call.arguments, call.id)}
+                        for call in reply.tool_calls)
+            if not self.store.checkpoint(self.mate.name, self.token, offset, step):
+                raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
+            messages.extend(step)
+            if not reply.tool_calls or tools.idle_requested.is_set():
+                return IdleReason.DONE, reply.content or ""
+        return IdleReason.STEP_LIMIT, ""
+
+    def _system_prompt(self) -> str:
+        # The spawn prompt is memory's first message; identity is restated every turn.
+        return SYSTEM_PROMPT.format(name=self.mate.name, team=self.store.team,
+                                    role=self.mate.role or "teammate")
+
+
+def inbox_block(messages: list[Envelope]) -> str:
+    """Unread messages as one user block: `<inbox>`, one JSON object per line, `</inbox>`."""
+    lines = [json.dumps({"id": m.id, "from": m.from_, "type": m.type, "content": m.content},
+                        ensure_ascii=False) for m in messages]
+    return "<inbox>\n" + "\n".join(lines) + "\n</inbox>"
+
+
+def _last_answer(memory: list[dict[str, Any]]) -> str | None:
+    """The final answer memory ends with (an assistant message without tool calls), if any."""
+    if memory and memory[-1].get("role") == "assistant" and not memory[-1].get("tool_calls"):
+        return str(memory[-1].get("content") or "")
+    return None
+
+
+def _assistant_message(reply: ModelReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in reply.tool_calls]
+    return message
