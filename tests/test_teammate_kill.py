@@ -1,0 +1,113 @@
+"""A worker SIGKILLed mid-turn: the turn lease expires, reconcile reruns the turn from its last
+checkpoint on another worker, every message enters memory once, and the dead turn's token is
+refused. Two workers of this module's own on a private queue, signalled by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.shared.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams import TeamStore
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.test_teammates import inbox_lines, spawn
+from tests.timescale import scaled
+
+TTL_S = scaled(TeamOptions().heartbeat_ttl_s, floor_s=1.5)
+
+
+@pytest.fixture(scope="module")
+def queue() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def own_workers(redis_server: str, queue: str,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
+    group = LocalWorkers(redis_server, [queue], 2, tmp_path_factory.mktemp("mate-kill-logs"))
+    group.start()
+    try:
+        client = redis.Redis.from_url(redis_server, decode_responses=True)
+        wait_until(lambda: len([k for k in client.smembers(f"rq:workers:{queue}")
+                                if client.exists(k)]) == 2, 60, message="2 workers on the queue")
+        yield group
+    finally:
+        group.stop()
+
+
+class HeldSecondCall:
+    """Alice's model: step 1 calls a tool, step 2 hangs until released (its worker is killed
+    meanwhile), the rerun's step answers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.second = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        self.calls += 1
+        if self.calls == 1:
+            return ToolCalls([("list_teammates", {})])
+        if self.calls == 2:
+            self.second.set()
+            self.release.wait(60)
+            return "answer nobody reads"
+        return "recovered"
+
+
+def holder_pids(store: TeamStore, name: str) -> tuple[int, int]:
+    """The pid of the job process running the teammate's turn, and of its rq worker."""
+    worker = store.get(name).worker
+    assert worker
+    horse = int(worker.rsplit(":", 1)[1])
+    parent = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return horse, parent
+
+
+def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
+        redis_server: str, own_workers: LocalWorkers, queue: str, llm: ScriptedLLM) -> None:
+    team = f"k{uuid.uuid4().hex[:10]}"
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
+    model = HeldSecondCall()
+    alice = llm.script(f"alice-{team}", handler=model)
+    assert spawn(redis_server, team, "alice", alice, llm.api_base, "--queue", queue).exit_code == 0
+    assert model.second.wait(60)
+    store.send("lead", "alice", "m1")  # injected nowhere yet: the hung step 2 predates it
+    dead_token = store.get("alice").turn_token
+    memory_before = store.memory("alice")
+    horse, parent = holder_pids(store, "alice")
+    assert parent in [p.pid for p in own_workers.processes if p.poll() is None]
+    os.kill(parent, signal.SIGKILL)
+    os.kill(horse, signal.SIGKILL)
+    model.release.set()
+    store.send("lead", "alice", "m2")
+    # No turn lease once the TTL passes: reconcile enqueues the rerun (exactly once).
+    assert wait_until(lambda: store.reconcile(), 30, message="reconcile to rerun alice") == [
+        "alice"]
+    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 60, message="alice idle")
+
+    memory = store.memory("alice")
+    assert memory[:len(memory_before)] == memory_before  # the rerun resumed from the checkpoint
+    assert [m["content"] for m in inbox_lines(memory)] == ["m1", "m2"]
+    assert [m["role"] for m in memory] == ["user", "assistant", "tool", "user", "assistant"]
+    assert memory[-1]["content"] == "recovered"
+    assert model.calls == 3
+    mate = store.get("alice")
+    assert (mate.idle_reason, mate.attempts, mate.last_error) == ("done", 0, None)
+    # The dead turn's writes are refused and change nothing.
+    assert dead_token and dead_token != mate.turn_token
+    assert not store.checkpoint("alice", dead_token, "", [{"role": "user", "content": "stale"}])
+    assert store.end_turn("alice", dead_token, "done", "stale") == "stale"
+    assert store.memory("alice") == memory
