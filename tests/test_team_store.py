@@ -1,0 +1,166 @@
+"""The team store and its scripts, driven by hand (no workers: turns go to a queue nobody
+serves): turn leases, token-checked checkpoints and ends, wake-ups, reconcile's limit, the lead's
+inbox on a team bus, and names checked before they reach a key."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from rq import Queue
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.keys import RunKeys, TeamKeys
+from teamctl.shared.models import SystemType
+from teamctl.shared.roster import write_roster
+from teamctl.shared.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams import MateBusy, TeamStore
+
+from tests.conftest import wait_until
+
+NOBODY = "nobody"
+
+
+@pytest.fixture
+def store(conn: redis.Redis) -> TeamStore:
+    team = TeamStore(conn, f"t{uuid.uuid4().hex[:8]}")
+    team.create(TeamOptions(heartbeat_ttl_s=0.2, max_teammates=3))
+    return team
+
+
+def spawn(store: TeamStore, name: str) -> None:
+    store.spawn(name, role="r", prompt=f"{name}, start", model="m", api_base=None, queue=NOBODY)
+
+
+def turns_queued(store: TeamStore) -> int:
+    return Queue(NOBODY, connection=store._rq_conn).count
+
+
+def test_a_turn_holds_its_lease_and_only_its_token_writes(store: TeamStore) -> None:
+    spawn(store, "alice")
+    assert turns_queued(store) == 1
+    verdict, token = store.begin_turn("alice", "host:1")
+    assert verdict == "ok" and store.get("alice").turn_token == token
+    assert store.begin_turn("alice", "host:2") == ("busy", "")
+    assert not store.checkpoint("alice", "999", "", [{"role": "user", "content": "x"}])
+    assert store.memory("alice") == [{"role": "user", "content": "alice, start"}]
+    step = [{"role": "assistant", "content": "hi"}]
+    assert store.checkpoint("alice", token, "", step)
+    assert store.memory("alice")[-1] == step[0]
+    assert store.refresh_turn("alice", token) and not store.refresh_turn("alice", "999")
+
+
+def test_turn_end_goes_on_while_mail_is_unread_then_idles_with_one_notice(
+        store: TeamStore) -> None:
+    spawn(store, "alice")
+    _, token = store.begin_turn("alice", "host:1")
+    message, woke = store.send("lead", "alice", "more work")
+    assert not woke  # working: its turn sees the mail before it ends
+    assert store.end_turn("alice", token, "done", "n") == "continue"
+    last_id, unread = store.peek("alice")
+    assert [m.content for m in unread] == ["more work"] and last_id == message.id
+    assert store.checkpoint("alice", token, last_id, [{"role": "user", "content": "seen"}])
+    assert store.peek("alice") == ("", [])
+    assert store.end_turn("alice", token, "done", "alice is idle (done): ok") == "idle"
+    assert store.end_turn("alice", token, "done", "again") == "stale"
+    mate = store.get("alice")
+    assert (mate.status, mate.idle_reason, mate.turn_token) == (MateStatus.IDLE, "done", None)
+    assert [m.content for m in store.notices(SystemType.TEAMMATE_IDLE)] == [
+        "alice is idle (done): ok"]
+    assert [m.to for m in store.peek("lead")[1]] == ["lead"]
+
+
+def test_mail_wakes_an_idle_teammate_once_and_a_shut_down_one_never(
+        store: TeamStore, conn: redis.Redis) -> None:
+    spawn(store, "alice")
+    spawn(store, "bob")
+    for name in ("alice", "bob"):
+        _, token = store.begin_turn(name, "host:1")
+        assert store.end_turn(name, token, "done", f"{name} idle") == "idle"
+    queued = turns_queued(store)
+    assert store.send("lead", "alice", "wake up")[1] is True
+    assert store.send("lead", "alice", "and again")[1] is False
+    assert turns_queued(store) == queued + 1
+    conn.hset(store.keys.mate("bob"), "status", MateStatus.SHUTDOWN)
+    _, woke = store.broadcast("lead", "everyone")
+    assert woke == []  # alice is working already, bob is shut down
+    assert [m.content for m in store.peek("bob")[1]] == ["everyone"]  # the mail waits
+
+
+def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> None:
+    spawn(store, "alice")
+    with pytest.raises(MateBusy, match="alice is working; wait for idle or shut it down"):
+        spawn(store, "alice")
+    _, token = store.begin_turn("alice", "host:1")
+    store.send("lead", "alice", "kept")
+    store.end_turn("alice", token, "error: x", "n", force=True, error="x")
+    store.spawn("alice", role="new", prompt="again", model="m", api_base=None, queue=NOBODY)
+    mate = store.get("alice")
+    assert (mate.role, mate.status, mate.last_error) == ("new", MateStatus.WORKING, None)
+    assert store.memory("alice") == [{"role": "user", "content": "again"}]
+    assert [m.content for m in store.peek("alice")[1]] == ["kept"]  # unread mail survives
+    spawn(store, "bob")
+    spawn(store, "carol")
+    with pytest.raises(ConfigError, match="max_teammates"):
+        spawn(store, "dave")
+    assert store.names() == ["alice", "bob", "carol"]
+
+
+def test_reconcile_reruns_a_stalled_turn_up_to_the_limit_then_tells_the_lead(
+        store: TeamStore) -> None:
+    spawn(store, "alice")
+    queued = turns_queued(store)
+    for attempt in (1, 2, 3):
+        # No lease and unseen for a TTL: stalled (the job never started, or its worker died).
+        assert wait_until(lambda: store.reconcile(), 10, 0.05, "a rerun") == ["alice"]
+        assert store.get("alice").attempts == attempt
+    assert turns_queued(store) == queued + 3
+
+    def given_up() -> bool:
+        store.reconcile()
+        return store.get("alice").status is MateStatus.IDLE
+
+    wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
+    mate = store.get("alice")
+    assert mate.last_error and "3 times" in mate.last_error
+    assert mate.idle_reason and mate.idle_reason.startswith("error: ")
+    [notice] = store.notices(SystemType.TEAMMATE_ERROR)
+    assert notice.to == "lead" and notice.content.startswith("alice is idle after an error")
+    assert store.reconcile() == []
+
+
+def test_a_live_turn_is_never_reconciled(store: TeamStore) -> None:
+    spawn(store, "alice")
+    _, token = store.begin_turn("alice", "host:1")
+    assert store.reconcile() == []
+    assert store.refresh_turn("alice", token)
+    assert store.reconcile() == []
+
+
+def test_lead_has_an_inbox_on_a_team_bus_only(conn: redis.Redis, store: TeamStore) -> None:
+    spawn(store, "alice")
+    spawn(store, "bob")
+    store.send("alice", "lead", "to the lead")
+    store.broadcast("alice", "to all")
+    assert [m.content for m in store.peek("lead")[1]] == ["to the lead", "to all"]
+    assert [m.content for m in store.peek("bob")[1]] == ["to all"]
+    with pytest.raises(ConfigError):
+        store.send("lead", "lead", "to myself")
+    run = MessageBus(conn, RunKeys("r1"))
+    write_roster(conn, RunKeys("r1"), ["m1"])
+    with pytest.raises(ConfigError, match="cannot receive peer messages"):
+        run.send("m1", "lead", None, None, "no lead inbox in a run")
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "Alice", "lead", "system", "", "a\n"])
+def test_bad_names_never_reach_a_key(conn: redis.Redis, store: TeamStore, name: str) -> None:
+    before = set(conn.keys("*"))
+    with pytest.raises(ConfigError):
+        spawn(store, name)
+    with pytest.raises(ConfigError):
+        store.get(name)
+    assert set(conn.keys("*")) == before
+    if name not in ("lead", "system"):
+        with pytest.raises(ConfigError):
+            TeamKeys(name)
