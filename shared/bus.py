@@ -197,7 +197,7 @@ class MessageBus:
                 keys=[self.keys.inbox(member_id), self.keys.read_offsets, self.keys.bus,
                       self.keys.unacked_reads],
                 args=[member_id, READ_BATCH, check_task_id(task_id) if task_id else "", token])
-            messages.extend(_from_lua(entry) for entry in entries)
+            messages.extend(envelope_from_lua(entry) for entry in entries)
             if consumed < READ_BATCH:
                 return messages
 
@@ -216,7 +216,7 @@ class MessageBus:
             return []
         entries = self.scripts["history"](
             keys=[self.keys.inbox(member_id), self.keys.bus], args=[max(limit, 0)])
-        return [_from_lua(entry) for entry in entries]
+        return [envelope_from_lua(entry) for entry in entries]
 
     def messages(self) -> list[Envelope]:
         """Every message of the run still on the bus, in order."""
@@ -350,7 +350,7 @@ def _envelope(entry_id: str, fields: dict[str, str]) -> Envelope:
     return ENVELOPES.validate_python({"id": entry_id, **fields})
 
 
-def _from_lua(entry: list) -> Envelope:
+def envelope_from_lua(entry: list) -> Envelope:
     """Stream entries from Lua arrive as [id, [k1, v1, k2, v2, ...]]."""
     entry_id, flat = entry
     return _envelope(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True)))

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 from rq import Queue
-from teamctl.shared.bus import LEAD, MessageBus, _from_lua
+from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
 from teamctl.shared.connection import same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST
@@ -193,7 +193,7 @@ class TeamStore:
         last_id, entries = self.scripts["team_peek"](
             keys=[self.keys.inbox(member), self.keys.read_offsets, self.keys.bus],
             args=[member, limit])
-        return last_id, [_from_lua(entry) for entry in entries]
+        return last_id, [envelope_from_lua(entry) for entry in entries]
 
     def notices(self, type_: SystemType) -> list[Envelope]:
         """Every message of that system type still on the bus (tests and the lead's views)."""

@@ -22,7 +22,7 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
 
 SENDERS = 4
 MESSAGES_PER_SENDER = 25
@@ -191,6 +191,25 @@ def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Re
     assert notice.content.startswith("scout is idle (done): [scout] scout: noted")
     assert cli("teams", "--json", "--redis-url", workers).exit_code == 0
     assert team in cli("teams", "--redis-url", workers).output
+
+
+def test_a_failing_model_idles_the_teammate_with_the_error(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    model = llm.script(f"broken-{team}", [HttpError(400, "bad request from the provider")])
+    store = TeamStore(wconn, team)
+    assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
+    wait_until(lambda: status_of(store, "alice") is MateStatus.IDLE, message="alice idle")
+    mate = store.get("alice")
+    assert mate.idle_reason and mate.idle_reason.startswith("error: ")
+    assert mate.last_error and "bad request from the provider" in mate.last_error
+    [notice] = store.notices(SystemType.TEAMMATE_IDLE)
+    assert notice.content.startswith("alice is idle (error: ")
+    # The next message wakes it again, and the error is cleared by a good turn.
+    llm.script(f"broken-{team}", ["better now"])
+    assert cli("team", "send", "alice", "try again", "-t", team, "--redis-url",
+               workers).exit_code == 0
+    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 2, message="second turn")
+    assert store.get("alice").last_error is None
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "Alice", "lead", "system", "x" * 33, "9x"])

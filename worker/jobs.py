@@ -28,7 +28,7 @@ def run_task(run_id: str, task_id: str) -> str:
 
     settings = load_settings()
     job = get_current_job()
-    conn = same_server(job.connection, decode=True) if job else _conn_from(settings)
+    conn = same_server(job.connection, decode=True) if job else conn_from_settings(settings)
     return execute_task(conn, run_id, task_id, settings=settings)
 
 
@@ -68,7 +68,7 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _conn_from(settings: Settings) -> redis.Redis:
+def conn_from_settings(settings: Settings) -> redis.Redis:
     """Outside an RQ worker, REDIS_URL names the server."""
     if settings.redis_url is None:
         raise ConfigError("run_task outside an RQ worker needs REDIS_URL; set it")

@@ -26,7 +26,7 @@ from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teammates import IdleReason, Teammate
 from teamctl.shared.teams import TeamStore
 from teamctl.shared.text import shorten
-from teamctl.worker.jobs import _conn_from, worker_name
+from teamctl.worker.jobs import conn_from_settings, worker_name
 from teamctl.worker.mate_tools import MateTools
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ def run_turn(team: str, name: str) -> str:
 
     settings = load_settings()
     job = get_current_job()
-    conn = same_server(job.connection, decode=True) if job else _conn_from(settings)
+    conn = same_server(job.connection, decode=True) if job else conn_from_settings(settings)
     return execute_turn(conn, team, name, settings=settings)
 
 
