@@ -213,7 +213,7 @@ class SystemType(StrEnum):
     PLAN_REJECTED = "plan.rejected"
     HOOK_ERROR = "hook.error"
     TEAMMATE_IDLE = "teammate.idle"
-    """To lead from `system`: a teammate ended its turn and went idle (team_end.lua)."""
+    """To lead from `system`: a teammate ended its turn and went idle (turn_end.lua)."""
     TEAMMATE_ERROR = "teammate.error"
     """To lead from `system`: a teammate's turn kept failing and it was set idle."""
     TEAMMATE_SHUTDOWN = "teammate.shutdown"

@@ -166,13 +166,18 @@ def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: 
     wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates())
                and len(store.mates()) == 10, 60, message="ten idle teammates")
     queue = Queue("members", connection=redis.Redis.from_url(workers))
+
+    def workers_idle() -> bool:
+        return queue.count == 0 and all(w.get_state() != "busy" for w in Worker.all(queue=queue))
+
+    # The last turn's job still reconciles and reports to RQ after its teammate went idle.
+    wait_until(workers_idle, 30, message="the last turn's job to finish")
     seen = {m.name: m.last_seen_ms for m in store.mates()}
     assert len(llm.requests[f"idle-{team}"]) == 10
     # An observation window: nothing may happen in it, so there is no condition to wait for.
     deadline = time.monotonic() + 3.0
     while time.monotonic() < deadline:
-        assert queue.count == 0
-        assert all(w.get_state() != "busy" for w in Worker.all(queue=queue))
+        assert workers_idle()
         assert len(llm.requests[f"idle-{team}"]) == 10
         time.sleep(0.1)
     assert {m.name: m.last_seen_ms for m in store.mates()} == seen
