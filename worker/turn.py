@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 from teamctl.shared.agent.llm import ModelClient, ModelReply
+from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.connection import same_server
 from teamctl.shared.models import Envelope
@@ -30,17 +31,6 @@ from teamctl.worker.jobs import conn_from_settings, worker_name
 from teamctl.worker.mate_tools import MateTools
 
 log = logging.getLogger(__name__)
-
-SYSTEM_PROMPT = """You are a persistent teammate in a team of AI agents.
-Name: {name}
-Team: {team}
-Role: {role}
-
-You keep your memory between turns. Messages from the lead and your teammates arrive in
-<inbox> blocks, one JSON object per line (id, from, type, content). Use send_message to answer
-one of them (the lead is "lead"), broadcast to tell everyone, list_teammates to see who is on
-the team. When you have nothing left to do, answer without calling a tool (or call idle): you
-rest until the next message arrives."""
 
 
 class TurnRevoked(Exception):  # noqa: N818  (a signal, not a failure to report)
@@ -175,8 +165,8 @@ class Turn:
 
     def _system_prompt(self) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
-        return SYSTEM_PROMPT.format(name=self.mate.name, team=self.store.team,
-                                    role=self.mate.role or "teammate")
+        return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
+                      team=self.store.team, role=self.mate.role or "teammate")
 
 
 def inbox_block(messages: list[Envelope]) -> str:
