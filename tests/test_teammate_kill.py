@@ -74,6 +74,7 @@ def holder_pids(store: TeamStore, name: str) -> tuple[int, int]:
     return horse, parent
 
 
+@pytest.mark.realistic  # at 1x: the default 30 s turn lease
 def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
         redis_server: str, own_workers: LocalWorkers, queue: str, llm: ScriptedLLM) -> None:
     team = f"k{uuid.uuid4().hex[:10]}"
@@ -94,7 +95,9 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     model.release.set()
     store.send("lead", "alice", "m2")
     # No turn lease once the TTL passes: reconcile enqueues the rerun (exactly once).
-    assert wait_until(lambda: store.reconcile(), 30, message="reconcile to rerun alice") == [
+    # (The lease lapses a TTL after its last refresh; reconcile also wants a TTL unseen.)
+    assert wait_until(lambda: store.reconcile(), 2 * TTL_S + 15,
+                      message="reconcile to rerun alice") == [
         "alice"]
     wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 60, message="alice idle")
 
