@@ -21,5 +21,5 @@ redis.call('RPUSH', KEYS[2], ARGV[8])
 redis.call('HSET', KEYS[1], 'name', ARGV[1], 'role', ARGV[2], 'prompt', ARGV[3],
   'model', ARGV[4], 'api_base', ARGV[5], 'queue', ARGV[6], 'status', 'working',
   'turn_token', '', 'attempts', 0, 'last_seen_ms', now, 'idle_reason', '', 'last_error', '',
-  'worker', '')
+  'worker', '', 'shutdown_request', '')
 return 'ok'

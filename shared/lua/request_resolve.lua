@@ -1,0 +1,30 @@
+-- request_resolve: answer a pending protocol request: the record and the response envelope to
+-- the requester, in one step. A shutdown approval also marks the responder's mate hash, so its
+-- turn ends as shut down (turn_end.lua), even when the turn is rerun after a crash.
+-- KEYS[1] the request hash, KEYS[2] bus stream, KEYS[3] bus sequence counter, KEYS[4] the
+-- requester's inbox, KEYS[5] the responder's mate hash.
+-- ARGV[1] request id, ARGV[2] expected kind, ARGV[3] responder, ARGV[4] '1' approve / '0'
+-- reject, ARGV[5] response text, ARGV[6] envelope type, ARGV[7] envelope content.
+-- Returns {verdict, detail}: 'ok' (detail: the message id), 'unknown', 'wrong_kind' (detail: the
+-- kind), 'wrong_responder' (detail: the addressee) or 'resolved' (detail: its status). Only 'ok'
+-- writes, except that a pending record past its deadline is first marked expired.
+local f = redis.call('HMGET', KEYS[1], 'kind', 'to', 'status', 'deadline_ms', 'from')
+if not f[1] then return {'unknown', ''} end
+if f[1] ~= ARGV[2] then return {'wrong_kind', f[1]} end
+if f[2] ~= ARGV[3] then return {'wrong_responder', f[2]} end
+if f[3] ~= 'pending' then return {'resolved', f[3]} end
+local now = now_ms()
+if now > tonumber(f[4]) then
+  redis.call('HSET', KEYS[1], 'status', 'expired', 'resolved_ms', now, 'resolved_by', 'system')
+  return {'resolved', 'expired'}
+end
+local status = 'rejected'
+if ARGV[4] == '1' then status = 'approved' end
+redis.call('HSET', KEYS[1], 'status', status, 'response', ARGV[5], 'resolved_ms', now,
+  'resolved_by', ARGV[3])
+local id = publish_message(KEYS[2], KEYS[3], 4, 4, ARGV[3], f[5], ARGV[6], '', ARGV[7], now,
+  {'request_id', ARGV[1], 'approve', ARGV[4]})
+if status == 'approved' and ARGV[2] == 'shutdown' then
+  redis.call('HSET', KEYS[5], 'shutdown_request', ARGV[1])
+end
+return {'ok', id}
