@@ -2,12 +2,14 @@
 
 Every verb takes -t/--team (default $TEAMCTL_TEAM, else `default`) and --redis-url, reconciles
 stalled teammates first (issue 12 §3: reconcile runs in every team verb), and exits 0 when done,
-1 when a teammate's state refuses it (it is working), 2 for bad input.
+1 when the state refuses it (a teammate working or already shut down, a request already
+resolved, `--wait` ran out), 2 for bad input (unknown teammate or request id, a bad name).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -105,11 +107,14 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
 @team_group.command("send")
 @click.argument("name")
 @click.argument("text")
+@click.option("--type", "type_", default=None,
+              help="Message type (default peer.message; protocol types are refused).")
 @with_store
-def send_command(name: str, text: str, store: TeamStore, settings: Settings) -> None:
+def send_command(name: str, text: str, type_: str | None, store: TeamStore,
+                 settings: Settings) -> None:
     """Send TEXT from the lead to teammate NAME (waking it if idle)."""
     store.meta()
-    message, woke = store.send(LEAD, name, text)
+    message, woke = store.send(LEAD, name, text, type_=type_)
     click.echo(f"sent {message.id} to {name}" + (" (woke it)" if woke else ""))
 
 
@@ -137,6 +142,55 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
         else:
             click.echo(f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}\t"
                        f"{shorten(message.content, 200)}")
+
+
+@team_group.command("shutdown")
+@click.argument("name")
+@click.option("--reason", default="", help="Why, for the teammate.")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None,
+              help="Wait up to S seconds for the answer (exit 1 if it does not come).")
+@click.option("--force", is_flag=True,
+              help="Shut it down now: its turn is revoked, no answer asked.")
+@with_store
+def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
+                     store: TeamStore, settings: Settings) -> None:
+    """Ask teammate NAME to shut down (it answers with respond_shutdown), or --force it."""
+    store.meta()
+    if force:
+        store.force_shutdown(name)
+        click.echo(f"{name} is shut down (forced)")
+        return
+    record, woke = store.request_shutdown(name, reason)
+    click.echo(f"asked {name} to shut down: request {record.id}" + (" (woke it)" if woke else ""))
+    if wait_s is None:
+        return
+    outcome = store.wait_request(record.id, wait_s)
+    if outcome is None:
+        click.echo(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team "
+                   "requests`", err=True)
+        sys.exit(1)
+    click.echo(f"request {record.id} {outcome.status.value}"
+               + (f": {outcome.response}" if outcome.response else ""))
+
+
+@team_group.command("requests")
+@click.argument("request_id", required=False)
+@click.option("--pending", is_flag=True, help="Only the requests still waiting for an answer.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@with_store
+def requests_command(request_id: str | None, pending: bool, as_json: bool, store: TeamStore,
+                     settings: Settings) -> None:
+    """List the team's protocol requests (shutdown), oldest first, or the one REQUEST_ID."""
+    store.meta()
+    records = ([store.request(request_id)] if request_id
+               else store.requests(pending_only=pending))
+    if as_json:
+        click.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in records],
+                              indent=2))
+        return
+    for r in records:
+        click.echo(f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
+                   f"{shorten(r.response or r.payload, 80)}")
 
 
 @team_group.command("delete")
