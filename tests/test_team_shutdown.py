@@ -253,3 +253,27 @@ def test_misused_request_ids_are_refused_and_change_nothing(
     assert shown.exit_code == 0 and json.loads(shown.output)[0]["status"] == "rejected"
     assert cli("team", "shutdown", "carol", *base).exit_code == 2
     assert cli("team", "send", "alice", "x", "--type", "shutdown_response", *base).exit_code == 2
+
+
+def test_an_approved_turn_ends_shut_down_with_mail_unread_and_a_respawn_gets_the_mail(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    # Nobody serves this queue: the test plays the turn through the store, as a worker would.
+    assert spawn(redis_url, team, "dave", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
+    verdict, token = store.begin_turn("dave", "test:1")
+    assert verdict == "ok"
+    record, _ = store.request_shutdown("dave")
+    store.respond_shutdown("dave", record.id, True)
+    store.send("lead", "dave", "one more thing")
+    # Unread mail would continue the turn; an approved shutdown ends it instead.
+    assert store.end_turn("dave", token, "done", "dave is idle") == "shutdown"
+    mate = store.get("dave")
+    assert mate.status is MateStatus.SHUTDOWN and mate.shutdown_request == record.id
+    assert store.begin_turn("dave", "test:2") == ("skip", "")
+    unread = [m.content for m in store.peek("dave")[1]]
+    assert unread[-1] == "one more thing"
+    # Spawned again, it works afresh with the mail that waited.
+    assert spawn(redis_url, team, "dave", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
+    mate = store.get("dave")
+    assert mate.status is MateStatus.WORKING and mate.shutdown_request is None
+    assert [m.content for m in store.peek("dave")[1]] == unread
