@@ -246,6 +246,10 @@ class ProtocolType(StrEnum):
     """From lead to a teammate (request_open.lua)."""
     SHUTDOWN_RESPONSE = "shutdown_response"
     """From the teammate to lead (request_resolve.lua)."""
+    PLAN_APPROVAL_REQUEST = "plan_approval_request"
+    """From a teammate in plan mode to lead (plan_submit.lua)."""
+    PLAN_APPROVAL_RESPONSE = "plan_approval_response"
+    """From lead to the teammate (request_resolve.lua)."""
 
 
 class EnvelopeKind(StrEnum):

@@ -28,6 +28,7 @@ class MateStatus(StrEnum):
     WORKING = "working"
     IDLE = "idle"
     SHUTDOWN = "shutdown"
+    PLAN_APPROVAL = "plan_approval"
 
 
 class IdleReason(StrEnum):
@@ -54,6 +55,8 @@ class TeamOptions(BaseModel):
     """How much of a teammate's last answer its idle notice repeats."""
     shutdown_deadline_s: float = Field(120.0, gt=0, le=86400)
     """How long a teammate has to answer a shutdown request before it expires."""
+    plan_deadline_s: float = Field(3600.0, gt=0, le=7 * 86400)
+    """How long the lead has to review a plan before the request expires (then resubmit)."""
 
     @property
     def job_timeout_s(self) -> int:
@@ -88,6 +91,11 @@ class Teammate(BaseModel):
     """host:pid of the process that took the last turn."""
     shutdown_request: HashText = None
     """The shutdown request it approved: its turn ends shut down (turn_end.lua)."""
+    plan_state: HashText = None
+    """Plan mode: 'required' (gated until a plan is approved), 'pending', 'approved'; None
+    without plan mode."""
+    plan_request: HashText = None
+    """Its pending plan request, one at a time."""
 
     @classmethod
     def from_hash(cls, team: str, fields: dict[str, str]) -> Teammate:
@@ -102,6 +110,7 @@ class RequestKind(StrEnum):
     """What a protocol request asks (its record's `kind`)."""
 
     SHUTDOWN = "shutdown"
+    PLAN_APPROVAL = "plan_approval"
 
 
 class RequestStatus(StrEnum):

@@ -125,8 +125,9 @@ class TeamStore:
     # --- teammates -----------------------------------------------------------------------------
 
     def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
-              queue: str) -> Teammate:
-        """(Re)start a teammate and enqueue its first turn; MateBusy while it is working."""
+              queue: str, plan_mode: bool = False) -> Teammate:
+        """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
+        plan mode it must have a plan approved (submit_plan, review_plan) before gated tools."""
         check_mate_name(name)
         check_queue(queue)
         if not prompt.strip():
@@ -137,7 +138,7 @@ class TeamStore:
             keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
                   self.keys.roster_ver],
             args=[name, role, prompt, model, api_base or "", queue,
-                  self.options.max_teammates, first])
+                  self.options.max_teammates, first, "required" if plan_mode else ""])
         if verdict == "working":
             raise MateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":
@@ -240,13 +241,55 @@ class TeamStore:
         check_request_id(request_id)
         content = (f"{name} {'approves' if approve else 'rejects'} shutdown request "
                    f"{request_id}" + (f": {reason}" if reason else ""))
-        verdict, detail = self.scripts["request_resolve"](
+        verdict, detail, _ = self.scripts["request_resolve"](
             keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
                   self.keys.inbox(LEAD), self.keys.mate(name)],
             args=[request_id, RequestKind.SHUTDOWN, name, "1" if approve else "0", reason,
                   ProtocolType.SHUTDOWN_RESPONSE, content])
         _raise_refusal(request_id, verdict, detail, RequestKind.SHUTDOWN, name)
         return str(detail)
+
+    def submit_plan(self, name: str, plan: str) -> TeamRequest:
+        """A teammate in plan mode asks the lead to approve `plan` (one pending at a time):
+        RequestRefused when it is not in plan mode, already approved, or has one pending."""
+        if not plan.strip():
+            raise ConfigError("the plan is empty; say what you will do, step by step")
+        mate = self.get(name)
+        request_id = new_request_id()
+        last = self.keys.request(mate.plan_request or request_id)
+        content = (f"{name} asks you to approve a plan ({request_id}); review it with "
+                   f"`teamctl team review {request_id} --approve|--reject`:\n{plan}")
+        verdict, detail = self.scripts["plan_submit"](
+            keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
+                  self.keys.bus_seq, self.keys.inbox(LEAD), self.keys.mate(name), last],
+            args=[request_id, name, plan, int(self.options.plan_deadline_s * 1000),
+                  ProtocolType.PLAN_APPROVAL_REQUEST, content])
+        if verdict == "pending":
+            raise RequestRefused(f"plan request {detail} is still pending; wait for the lead's "
+                                 "plan_approval_response")
+        if verdict == "not_required":
+            raise RequestRefused(f"{name} is not waiting for a plan approval (plan mode "
+                                 f"{detail or 'off'}); go ahead without one")
+        return self.request(request_id)
+
+    def review_plan(self, request_id: str, approve: bool,
+                    feedback: str = "") -> tuple[str, bool]:
+        """The lead approves or rejects a plan request: the record, a plan_approval_response to
+        the teammate and its wake-up, in one script; returns the message id and whether a turn
+        was enqueued. Refusals as for respond_shutdown (a rejection keeps the gate)."""
+        requester = self.request(request_id).from_
+        content = (f"The lead {'approves' if approve else 'rejects'} your plan {request_id}"
+                   + (f": {feedback}" if feedback else "")
+                   + ("" if approve else ". Revise it and submit_plan again."))
+        verdict, detail, woke = self.scripts["request_resolve"](
+            keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
+                  self.keys.inbox(requester), self.keys.mate(requester)],
+            args=[request_id, RequestKind.PLAN_APPROVAL, LEAD, "1" if approve else "0",
+                  feedback, ProtocolType.PLAN_APPROVAL_RESPONSE, content])
+        _raise_refusal(request_id, verdict, detail, RequestKind.PLAN_APPROVAL, LEAD)
+        if woke:
+            self.enqueue_turn(self.get(requester))
+        return str(detail), bool(woke)
 
     def request(self, request_id: str) -> TeamRequest:
         """One request's record, expired first if it is pending past its deadline; ConfigError

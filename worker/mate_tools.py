@@ -36,6 +36,13 @@ class RespondShutdownArgs(ToolArgs):
     """Why (optional)."""
 
 
+class SubmitPlanArgs(ToolArgs):
+    """submit_plan: the plan the lead is asked to approve."""
+
+    plan: Text
+    """What you will do, step by step."""
+
+
 class BroadcastArgs(ToolArgs):
     """broadcast: the text every other teammate (and the lead) gets."""
 
@@ -64,6 +71,9 @@ class MateTools:
         box.add("respond_shutdown", "Answer the lead's shutdown_request: approve to shut down "
                 "after this step, reject to keep working.", RespondShutdownArgs,
                 self.respond_shutdown)
+        box.add("submit_plan", "In plan mode: ask the lead to approve your plan (one pending at "
+                "a time); the answer arrives as a plan_approval_response.", SubmitPlanArgs,
+                self.submit_plan)
         box.add("idle", "End your turn and wait for the next message.", NoArgs, self.idle)
         return box
 
@@ -98,6 +108,11 @@ class MateTools:
             self.idle_requested.set()
         return {"action": "respond_shutdown", "ok": True, "request_id": args.request_id,
                 "approve": args.approve, "id": message_id}
+
+    def submit_plan(self, args: SubmitPlanArgs) -> dict[str, Any]:
+        record = self.store.submit_plan(self.name, args.plan)
+        return {"action": "submit_plan", "ok": True, "request_id": record.id,
+                "status": record.status.value}
 
     def idle(self, _args: NoArgs) -> dict[str, Any]:
         self.idle_requested.set()

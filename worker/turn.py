@@ -169,13 +169,24 @@ class Turn:
     def _system_prompt(self) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
         return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
-                      team=self.store.team, role=self.mate.role or "teammate")
+                      team=self.store.team, role=self.mate.role or "teammate",
+                      plan_mode=_plan_mode_note(self.store.get(self.mate.name).plan_state))
 
 
 def inbox_block(messages: list[Envelope]) -> str:
     """Unread messages as one user block: `<inbox>`, one JSON object per line, `</inbox>`."""
     lines = [json.dumps(_inbox_line(m), ensure_ascii=False) for m in messages]
     return "<inbox>\n" + "\n".join(lines) + "\n</inbox>"
+
+
+def _plan_mode_note(plan_state: str | None) -> str:
+    """The system prompt's plan-mode line: whether the teammate still needs an approved plan."""
+    if not plan_state:
+        return "off"
+    if plan_state == "approved":
+        return "on, and your plan is approved: carry it out"
+    return ("on: before changing anything, submit_plan and wait for the lead's "
+            "plan_approval_response (a rejection says what to revise)")
 
 
 def _inbox_line(message: Envelope) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import click
 from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option, resolve_redis_url
 from teamctl.shared.connection import connect
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import DEFAULT_QUEUE
 from teamctl.shared.teams import TeamStore, list_teams
@@ -77,15 +78,18 @@ def team_group() -> None:
 @click.option("--model", default=None, help="Its model (default: $TEAMCTL_MODEL, else offline).")
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue of its turns.")
+@click.option("--plan-mode", is_flag=True,
+              help="It submits a plan for the lead's approval (`team review`) first.")
 @with_store
 def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
-                  queue: str, store: TeamStore, settings: Settings) -> None:
+                  queue: str, plan_mode: bool, store: TeamStore, settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
     from teamctl.shared.team import checked_api_base, pick_model
 
     chosen, _source = pick_model(model, None, settings)
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
-                       api_base=checked_api_base(api_base, settings), queue=queue)
+                       api_base=checked_api_base(api_base, settings), queue=queue,
+                       plan_mode=plan_mode)
     click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
 
 
@@ -173,6 +177,23 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
                + (f": {outcome.response}" if outcome.response else ""))
 
 
+@team_group.command("review")
+@click.argument("request_id")
+@click.option("--approve/--reject", "approve", default=None,
+              help="Approve the plan, or reject it (the teammate revises and resubmits).")
+@click.option("--feedback", default="", help="What to keep or change, for the teammate.")
+@with_store
+def review_command(request_id: str, approve: bool | None, feedback: str, store: TeamStore,
+                   settings: Settings) -> None:
+    """Approve or reject a teammate's plan request REQUEST_ID (waking the teammate)."""
+    if approve is None:
+        raise ConfigError("say --approve or --reject")
+    store.meta()
+    message_id, woke = store.review_plan(request_id, approve, feedback)
+    click.echo(f"{'approved' if approve else 'rejected'} {request_id} ({message_id})"
+               + (" (woke the teammate)" if woke else ""))
+
+
 @team_group.command("requests")
 @click.argument("request_id", required=False)
 @click.option("--pending", is_flag=True, help="Only the requests still waiting for an answer.")
@@ -180,7 +201,7 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
 @with_store
 def requests_command(request_id: str | None, pending: bool, as_json: bool, store: TeamStore,
                      settings: Settings) -> None:
-    """List the team's protocol requests (shutdown), oldest first, or the one REQUEST_ID."""
+    """List the team's protocol requests (shutdown, plan approval), oldest first, or one."""
     store.meta()
     records = ([store.request(request_id)] if request_id
                else store.requests(pending_only=pending))
