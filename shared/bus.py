@@ -43,7 +43,14 @@ from teamctl.shared.connection import blocking_client
 from teamctl.shared.errors import ConfigError, InfraError
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_task_id
 from teamctl.shared.keys import KeySpace
-from teamctl.shared.models import ENVELOPES, SYSTEM_NAMESPACES, Envelope, PeerType, SystemType
+from teamctl.shared.models import (
+    ENVELOPES,
+    SYSTEM_NAMESPACES,
+    Envelope,
+    PeerType,
+    ProtocolType,
+    SystemType,
+)
 from teamctl.shared.roster import Roster, read_roster
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.text import quoted
@@ -323,6 +330,12 @@ def _check_peer_type(type_: str) -> str:
     """A peer's type unchanged; ConfigError for a malformed one or one the runtime reserves
     (a member posing as `plan.approved` or `hook.error` would mislead the lead and the hooks)."""
     _check_type_shape(type_)
+    if type_.lower() in {t.value for t in ProtocolType}:
+        raise ConfigError(
+            f"message type {type_!r} belongs to a protocol: only its tools send it (the lead's "
+            "`teamctl team shutdown`, a teammate's respond_shutdown); valid types for a message: "
+            f"{', '.join(repr(t.value) for t in PeerType)} or a type of your own outside "
+            f"{', '.join(t.value for t in ProtocolType)} and {', '.join(SYSTEM_NAMESPACES)}")
     if type_.lower().startswith(SYSTEM_NAMESPACES):
         peer_types = ", ".join(repr(t.value) for t in PeerType)
         raise ConfigError(

@@ -15,6 +15,7 @@ _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _SAFE_TASK_ID = re.compile(r"[a-z0-9_-]{1,128}")
 
 _TEAM_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_REQUEST_ID = re.compile(r"req_[0-9a-f]{12}")
 """Team and teammate names (fullmatch): short, lower case, safe in keys and paths."""
 
 RESERVED_MEMBER_IDS = frozenset({"lead", "system"})
@@ -67,3 +68,11 @@ def check_team_name(name: str, what: str = "team name") -> str:
         raise ConfigError(f"invalid {what} {quoted(name)}: use 1-32 of a-z, 0-9, '_' or '-', "
                           "starting with a letter")
     return name
+
+
+def check_request_id(request_id: str) -> str:
+    """Return a protocol request id (`req_` and 12 hex digits) unchanged, or raise ConfigError."""
+    if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+        raise ConfigError(f"invalid request id {quoted(request_id)}: request ids are 'req_' "
+                          "and 12 hex digits (see `teamctl team requests`)")
+    return request_id

@@ -11,7 +11,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, check_team_name
+from teamctl.shared.ids import (
+    check_member_id,
+    check_request_id,
+    check_run_id,
+    check_task_id,
+    check_team_name,
+)
 
 PREFIX = "teamctl"
 RUNS_INDEX = f"{PREFIX}:runs"
@@ -216,3 +222,12 @@ class TeamKeys(KeySpace):
     def memory(self, name: str) -> str:
         """List: the teammate's chat messages (JSON), appended by turn checkpoints."""
         return f"{self.base}:memory:{check_member_id(name)}"
+
+    def request(self, request_id: str) -> str:
+        """Hash: one protocol request's record (TeamRequest in shared/teammates.py)."""
+        return f"{self.base}:request:{check_request_id(request_id)}"
+
+    @property
+    def requests(self) -> str:
+        """Sorted set: request ids scored by creation time (ms), for listings."""
+        return f"{self.base}:requests"

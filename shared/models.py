@@ -238,11 +238,26 @@ class PeerType(StrEnum):
     BROADCAST = "peer.broadcast"
 
 
+class ProtocolType(StrEnum):
+    """The teammates' protocol messages: each carries a request_id (its durable record) and a
+    response carries `approve`; only the protocol paths publish them, never send_message."""
+
+    SHUTDOWN_REQUEST = "shutdown_request"
+    """From lead to a teammate (request_open.lua)."""
+    SHUTDOWN_RESPONSE = "shutdown_response"
+    """From the teammate to lead (request_resolve.lua)."""
+    PLAN_APPROVAL_REQUEST = "plan_approval_request"
+    """From a teammate in plan mode to lead (plan_submit.lua)."""
+    PLAN_APPROVAL_RESPONSE = "plan_approval_response"
+    """From lead to the teammate (request_resolve.lua)."""
+
+
 class EnvelopeKind(StrEnum):
     """The variants of Envelope, told apart by the message type (`envelope_kind`)."""
 
     SYSTEM = "system"
     PEER = "peer"
+    PROTOCOL = "protocol"
 
 
 class EnvelopeBase(BaseModel):
@@ -269,9 +284,18 @@ class PeerMessage(EnvelopeBase):
     """A message a member (or the lead) sent: peer.message, peer.broadcast or its own type."""
 
 
-_KIND_OF_TYPE: dict[str, EnvelopeKind] = dict.fromkeys(SystemType, EnvelopeKind.SYSTEM)
-"""Types with a variant of their own; every other type is a peer message. A new variant (the
-teammates' protocol messages, carrying a request_id) adds its types here and to Envelope."""
+class ProtocolMessage(EnvelopeBase):
+    """A protocol request or response between the lead and a teammate, tied to its record."""
+
+    type: ProtocolType
+    request_id: str
+    approve: Annotated[bool | None, BLANK_IS_NONE] = None
+    """On a response: whether the request was approved (None on a request)."""
+
+
+_KIND_OF_TYPE: dict[str, EnvelopeKind] = {**dict.fromkeys(SystemType, EnvelopeKind.SYSTEM),
+                                          **dict.fromkeys(ProtocolType, EnvelopeKind.PROTOCOL)}
+"""Types with a variant of their own; every other type is a peer message."""
 
 
 def envelope_kind(message: Any) -> str:
@@ -284,7 +308,8 @@ def envelope_kind(message: Any) -> str:
 
 Envelope = Annotated[
     Annotated[SystemNotice, Tag(EnvelopeKind.SYSTEM)]
-    | Annotated[PeerMessage, Tag(EnvelopeKind.PEER)],
+    | Annotated[PeerMessage, Tag(EnvelopeKind.PEER)]
+    | Annotated[ProtocolMessage, Tag(EnvelopeKind.PROTOCOL)],
     Discriminator(envelope_kind)]
 """One message on a bus: a union discriminated on `type`; parse with ENVELOPES."""
 

@@ -7,6 +7,7 @@ and messages teammates, and the RQ job that runs a turn.
 
 from __future__ import annotations
 
+import secrets
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +28,7 @@ class MateStatus(StrEnum):
     WORKING = "working"
     IDLE = "idle"
     SHUTDOWN = "shutdown"
+    PLAN_APPROVAL = "plan_approval"
 
 
 class IdleReason(StrEnum):
@@ -51,6 +53,10 @@ class TeamOptions(BaseModel):
     model_max_retries: int = Field(3, ge=0, le=10)
     last_answer_chars: int = Field(200, ge=0, le=4000)
     """How much of a teammate's last answer its idle notice repeats."""
+    shutdown_deadline_s: float = Field(120.0, gt=0, le=86400)
+    """How long a teammate has to answer a shutdown request before it expires."""
+    plan_deadline_s: float = Field(3600.0, gt=0, le=7 * 86400)
+    """How long the lead has to review a plan before the request expires (then resubmit)."""
 
     @property
     def job_timeout_s(self) -> int:
@@ -83,6 +89,13 @@ class Teammate(BaseModel):
     last_error: HashText = None
     worker: HashText = None
     """host:pid of the process that took the last turn."""
+    shutdown_request: HashText = None
+    """The shutdown request it approved: its turn ends shut down (turn_end.lua)."""
+    plan_state: HashText = None
+    """Plan mode: 'required' (gated until a plan is approved), 'pending', 'approved'; None
+    without plan mode."""
+    plan_request: HashText = None
+    """Its pending plan request, one at a time."""
 
     @classmethod
     def from_hash(cls, team: str, fields: dict[str, str]) -> Teammate:
@@ -91,6 +104,53 @@ class Teammate(BaseModel):
             return cls.model_validate(fields)
         except ValueError as exc:
             raise unreadable(f"teammate {fields.get('name')!r} of team {team}", exc) from exc
+
+
+class RequestKind(StrEnum):
+    """What a protocol request asks (its record's `kind`)."""
+
+    SHUTDOWN = "shutdown"
+    PLAN_APPROVAL = "plan_approval"
+
+
+class RequestStatus(StrEnum):
+    """A request's lifecycle: pending until answered, or expired past its deadline."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class TeamRequest(BaseModel):
+    """A durable protocol request (the `request:<id>` hash), so a lead restart forgets none."""
+
+    id: str
+    kind: RequestKind
+    from_: str = Field(alias="from")
+    to: str
+    status: RequestStatus
+    payload: str = ""
+    response: str = ""
+    created_ms: HashInt = 0
+    deadline_ms: HashInt = 0
+    resolved_ms: HashInt = 0
+    resolved_by: HashText = None
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    @classmethod
+    def from_hash(cls, team: str, fields: dict[str, str]) -> TeamRequest:
+        """The record as stored; UnreadableRecord when it does not parse."""
+        try:
+            return cls.model_validate(fields)
+        except ValueError as exc:
+            raise unreadable(f"request {fields.get('id')!r} of team {team}", exc) from exc
+
+
+def new_request_id() -> str:
+    """A fresh request id: `req_` and 12 hex digits."""
+    return "req_" + secrets.token_hex(6)
 
 
 def check_mate_name(name: str) -> str:

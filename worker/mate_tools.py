@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from teamctl.shared.agent.tools import NoArgs, Text, ToolArgs, Toolbox
+from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.teams import TeamStore
 
 
@@ -21,6 +21,26 @@ class SendArgs(ToolArgs):
     """A teammate's name, or lead."""
     content: Text
     """The message."""
+    type: OptionalText = None
+    """The message type (default peer.message); protocol types are sent by their tools."""
+
+
+class RespondShutdownArgs(ToolArgs):
+    """respond_shutdown: the lead's shutdown request and your answer."""
+
+    request_id: Text
+    """The request_id of the shutdown_request in your inbox."""
+    approve: bool
+    """true to shut down after this step, false to keep working."""
+    reason: OptionalText = None
+    """Why (optional)."""
+
+
+class SubmitPlanArgs(ToolArgs):
+    """submit_plan: the plan the lead is asked to approve."""
+
+    plan: Text
+    """What you will do, step by step."""
 
 
 class BroadcastArgs(ToolArgs):
@@ -48,11 +68,18 @@ class MateTools:
                 "reach you before your next step).", NoArgs, self.read_inbox)
         box.add("list_teammates", "List the team's teammates, roles and statuses.", NoArgs,
                 self.list_teammates)
+        box.add("respond_shutdown", "Answer the lead's shutdown_request: approve to shut down "
+                "after this step, reject to keep working.", RespondShutdownArgs,
+                self.respond_shutdown)
+        box.add("submit_plan", "In plan mode: ask the lead to approve your plan (one pending at "
+                "a time); the answer arrives as a plan_approval_response.", SubmitPlanArgs,
+                self.submit_plan)
         box.add("idle", "End your turn and wait for the next message.", NoArgs, self.idle)
         return box
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.send(self.name, args.to.lower(), args.content)
+        message, woke = self.store.send(self.name, args.to.lower(), args.content,
+                                        type_=args.type)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
 
@@ -72,6 +99,20 @@ class MateTools:
         return {"action": "list_teammates", "ok": True,
                 "teammates": [{"name": m.name, "role": m.role, "status": m.status.value}
                               for m in self.store.mates()]}
+
+    def respond_shutdown(self, args: RespondShutdownArgs) -> dict[str, Any]:
+        """Resolve the request; an approval also ends the turn after this step."""
+        message_id = self.store.respond_shutdown(self.name, args.request_id, args.approve,
+                                                 args.reason or "")
+        if args.approve:
+            self.idle_requested.set()
+        return {"action": "respond_shutdown", "ok": True, "request_id": args.request_id,
+                "approve": args.approve, "id": message_id}
+
+    def submit_plan(self, args: SubmitPlanArgs) -> dict[str, Any]:
+        record = self.store.submit_plan(self.name, args.plan)
+        return {"action": "submit_plan", "ok": True, "request_id": record.id,
+                "status": record.status.value}
 
     def idle(self, _args: NoArgs) -> dict[str, Any]:
         self.idle_requested.set()

@@ -139,6 +139,9 @@ class Turn:
         memory = self.store.memory(self.mate.name)
         messages = [{"role": "system", "content": self._system_prompt()}, *memory]
         answer = _last_answer(memory)
+        if self.store.get(self.mate.name).shutdown_request:
+            # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
+            return IdleReason.DONE, answer or ""
         offset, inbox = self.store.peek(self.mate.name)
         if not inbox and answer is not None:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
@@ -166,14 +169,34 @@ class Turn:
     def _system_prompt(self) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
         return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
-                      team=self.store.team, role=self.mate.role or "teammate")
+                      team=self.store.team, role=self.mate.role or "teammate",
+                      plan_mode=_plan_mode_note(self.store.get(self.mate.name).plan_state))
 
 
 def inbox_block(messages: list[Envelope]) -> str:
     """Unread messages as one user block: `<inbox>`, one JSON object per line, `</inbox>`."""
-    lines = [json.dumps({"id": m.id, "from": m.from_, "type": m.type, "content": m.content},
-                        ensure_ascii=False) for m in messages]
+    lines = [json.dumps(_inbox_line(m), ensure_ascii=False) for m in messages]
     return "<inbox>\n" + "\n".join(lines) + "\n</inbox>"
+
+
+def _plan_mode_note(plan_state: str | None) -> str:
+    """The system prompt's plan-mode line: whether the teammate still needs an approved plan."""
+    if not plan_state:
+        return "off"
+    if plan_state == "approved":
+        return "on, and your plan is approved: carry it out"
+    return ("on: before changing anything, submit_plan and wait for the lead's "
+            "plan_approval_response (a rejection says what to revise)")
+
+
+def _inbox_line(message: Envelope) -> dict[str, Any]:
+    """What the model sees of one message; protocol messages add their request_id."""
+    line = {"id": message.id, "from": message.from_, "type": message.type,
+            "content": message.content}
+    request_id = getattr(message, "request_id", None)
+    if request_id:
+        line["request_id"] = request_id
+    return line
 
 
 def _last_answer(memory: list[dict[str, Any]]) -> str | None:

@@ -2,12 +2,14 @@
 
 Every verb takes -t/--team (default $TEAMCTL_TEAM, else `default`) and --redis-url, reconciles
 stalled teammates first (issue 12 §3: reconcile runs in every team verb), and exits 0 when done,
-1 when a teammate's state refuses it (it is working), 2 for bad input.
+1 when the state refuses it (a teammate working or already shut down, a request already
+resolved, `--wait` ran out), 2 for bad input (unknown teammate or request id, a bad name).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import click
 from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option, resolve_redis_url
 from teamctl.shared.connection import connect
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import DEFAULT_QUEUE
 from teamctl.shared.teams import TeamStore, list_teams
@@ -75,15 +78,18 @@ def team_group() -> None:
 @click.option("--model", default=None, help="Its model (default: $TEAMCTL_MODEL, else offline).")
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue of its turns.")
+@click.option("--plan-mode", is_flag=True,
+              help="It submits a plan for the lead's approval (`team review`) first.")
 @with_store
 def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
-                  queue: str, store: TeamStore, settings: Settings) -> None:
+                  queue: str, plan_mode: bool, store: TeamStore, settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
     from teamctl.shared.team import checked_api_base, pick_model
 
     chosen, _source = pick_model(model, None, settings)
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
-                       api_base=checked_api_base(api_base, settings), queue=queue)
+                       api_base=checked_api_base(api_base, settings), queue=queue,
+                       plan_mode=plan_mode)
     click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
 
 
@@ -105,11 +111,14 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
 @team_group.command("send")
 @click.argument("name")
 @click.argument("text")
+@click.option("--type", "type_", default=None,
+              help="Message type (default peer.message; protocol types are refused).")
 @with_store
-def send_command(name: str, text: str, store: TeamStore, settings: Settings) -> None:
+def send_command(name: str, text: str, type_: str | None, store: TeamStore,
+                 settings: Settings) -> None:
     """Send TEXT from the lead to teammate NAME (waking it if idle)."""
     store.meta()
-    message, woke = store.send(LEAD, name, text)
+    message, woke = store.send(LEAD, name, text, type_=type_)
     click.echo(f"sent {message.id} to {name}" + (" (woke it)" if woke else ""))
 
 
@@ -137,6 +146,72 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
         else:
             click.echo(f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}\t"
                        f"{shorten(message.content, 200)}")
+
+
+@team_group.command("shutdown")
+@click.argument("name")
+@click.option("--reason", default="", help="Why, for the teammate.")
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None,
+              help="Wait up to S seconds for the answer (exit 1 if it does not come).")
+@click.option("--force", is_flag=True,
+              help="Shut it down now: its turn is revoked, no answer asked.")
+@with_store
+def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
+                     store: TeamStore, settings: Settings) -> None:
+    """Ask teammate NAME to shut down (it answers with respond_shutdown), or --force it."""
+    store.meta()
+    if force:
+        store.force_shutdown(name)
+        click.echo(f"{name} is shut down (forced)")
+        return
+    record, woke = store.request_shutdown(name, reason)
+    click.echo(f"asked {name} to shut down: request {record.id}" + (" (woke it)" if woke else ""))
+    if wait_s is None:
+        return
+    outcome = store.wait_request(record.id, wait_s)
+    if outcome is None:
+        click.echo(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team "
+                   "requests`", err=True)
+        sys.exit(1)
+    click.echo(f"request {record.id} {outcome.status.value}"
+               + (f": {outcome.response}" if outcome.response else ""))
+
+
+@team_group.command("review")
+@click.argument("request_id")
+@click.option("--approve/--reject", "approve", default=None,
+              help="Approve the plan, or reject it (the teammate revises and resubmits).")
+@click.option("--feedback", default="", help="What to keep or change, for the teammate.")
+@with_store
+def review_command(request_id: str, approve: bool | None, feedback: str, store: TeamStore,
+                   settings: Settings) -> None:
+    """Approve or reject a teammate's plan request REQUEST_ID (waking the teammate)."""
+    if approve is None:
+        raise ConfigError("say --approve or --reject")
+    store.meta()
+    message_id, woke = store.review_plan(request_id, approve, feedback)
+    click.echo(f"{'approved' if approve else 'rejected'} {request_id} ({message_id})"
+               + (" (woke the teammate)" if woke else ""))
+
+
+@team_group.command("requests")
+@click.argument("request_id", required=False)
+@click.option("--pending", is_flag=True, help="Only the requests still waiting for an answer.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@with_store
+def requests_command(request_id: str | None, pending: bool, as_json: bool, store: TeamStore,
+                     settings: Settings) -> None:
+    """List the team's protocol requests (shutdown, plan approval), oldest first, or one."""
+    store.meta()
+    records = ([store.request(request_id)] if request_id
+               else store.requests(pending_only=pending))
+    if as_json:
+        click.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in records],
+                              indent=2))
+        return
+    for r in records:
+        click.echo(f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
+                   f"{shorten(r.response or r.payload, 80)}")
 
 
 @team_group.command("delete")

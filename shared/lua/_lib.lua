@@ -106,11 +106,14 @@ end
 -- KEYS[inbox_first..inbox_last]; returns the message id. created_at is Redis's clock (now_ms), so
 -- it agrees with the stream order whatever the publishers' clocks say. publish.lua uses it, and so do complete
 -- and fail, which announce task.result / task.error in the same step as the state change.
+-- `extra` (optional) is a flat list of more fields, e.g. {'request_id', id, 'approve', '1'} on
+-- the teammates' protocol messages.
 local function publish_message(bus_key, seq_key, inbox_first, inbox_last,
-                               from, to, mtype, task_id, content, created_at)
-  local id = redis.call('XADD', bus_key, '*',
-    'from', from, 'to', to, 'type', mtype, 'task_id', task_id,
-    'content', content, 'created_at', created_at)
+                               from, to, mtype, task_id, content, created_at, extra)
+  local fields = {'from', from, 'to', to, 'type', mtype, 'task_id', task_id,
+    'content', content, 'created_at', created_at}
+  for _, value in ipairs(extra or {}) do fields[#fields + 1] = value end
+  local id = redis.call('XADD', bus_key, '*', unpack(fields))
   local seq = redis.call('INCR', seq_key)
   for i = inbox_first, inbox_last do
     redis.call('XADD', KEYS[i], id, 'seq', seq)

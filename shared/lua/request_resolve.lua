@@ -1,0 +1,43 @@
+-- request_resolve: answer a pending protocol request: the record and the response envelope to
+-- the requester, in one step. A shutdown approval marks the responder's mate hash, so its turn
+-- ends shut down (turn_end.lua), even when the turn is rerun after a crash; a plan review sets
+-- the requester's plan_state (approved, or required again) and wakes it if idle.
+-- KEYS[1] the request hash, KEYS[2] bus stream, KEYS[3] bus sequence counter, KEYS[4] the
+-- requester's inbox, KEYS[5] the teammate's mate hash (the responder of a shutdown request, the
+-- requester of a plan approval).
+-- ARGV[1] request id, ARGV[2] expected kind, ARGV[3] responder, ARGV[4] '1' approve / '0'
+-- reject, ARGV[5] response text, ARGV[6] envelope type, ARGV[7] envelope content.
+-- Returns {verdict, detail, woke}: 'ok' (detail: the message id; woke 1: the caller enqueues the
+-- teammate's turn), 'unknown', 'wrong_kind' (detail: the kind), 'wrong_responder' (detail: the
+-- addressee) or 'resolved' (detail: its status). Only 'ok' writes, except that a pending record
+-- past its deadline is first marked expired.
+local f = redis.call('HMGET', KEYS[1], 'kind', 'to', 'status', 'deadline_ms', 'from')
+if not f[1] then return {'unknown', '', 0} end
+if f[1] ~= ARGV[2] then return {'wrong_kind', f[1], 0} end
+if f[2] ~= ARGV[3] then return {'wrong_responder', f[2], 0} end
+if f[3] ~= 'pending' then return {'resolved', f[3], 0} end
+local now = now_ms()
+if now > tonumber(f[4]) then
+  redis.call('HSET', KEYS[1], 'status', 'expired', 'resolved_ms', now, 'resolved_by', 'system')
+  return {'resolved', 'expired', 0}
+end
+local status = 'rejected'
+if ARGV[4] == '1' then status = 'approved' end
+redis.call('HSET', KEYS[1], 'status', status, 'response', ARGV[5], 'resolved_ms', now,
+  'resolved_by', ARGV[3])
+local id = publish_message(KEYS[2], KEYS[3], 4, 4, ARGV[3], f[5], ARGV[6], '', ARGV[7], now,
+  {'request_id', ARGV[1], 'approve', ARGV[4]})
+local woke = 0
+if ARGV[2] == 'shutdown' and status == 'approved' then
+  redis.call('HSET', KEYS[5], 'shutdown_request', ARGV[1])
+elseif ARGV[2] == 'plan_approval' then
+  local state = 'required'
+  if status == 'approved' then state = 'approved' end
+  redis.call('HSET', KEYS[5], 'plan_state', state, 'plan_request', '')
+  if redis.call('HGET', KEYS[5], 'status') == 'idle' then
+    redis.call('HSET', KEYS[5], 'status', 'working', 'idle_reason', '', 'attempts', 0,
+      'last_seen_ms', now)
+    woke = 1
+  end
+end
+return {'ok', id, woke}

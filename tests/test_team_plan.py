@@ -1,0 +1,102 @@
+"""Plan approval for persistent teammates (issue 12 §5): a teammate spawned with --plan-mode
+submits a plan, the lead rejects it (the gate stays, the teammate revises) or approves it, one
+pending request at a time, each answer waking the teammate. Real Redis, the session's real
+workers on `members`, the scripted model server through litellm."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
+from teamctl.shared.teammates import MateStatus, RequestKind, RequestStatus
+from teamctl.shared.teams import RequestRefused, TeamStore
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.test_team_shutdown import cli, spawn
+
+
+@pytest.fixture
+def team() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def wconn(workers: str) -> redis.Redis:
+    """A client of the database the shared workers serve (db 0)."""
+    return redis.Redis.from_url(workers, decode_responses=True)
+
+
+def idle_notices(store: TeamStore) -> int:
+    return len(store.notices(SystemType.TEAMMATE_IDLE))
+
+
+def test_a_rejected_plan_is_revised_and_the_approved_one_opens_the_gate(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    model = llm.script(f"pat-{team}", [
+        ToolCalls([("submit_plan", {"plan": "v1: look around"})]), "waiting for review",
+        ToolCalls([("submit_plan", {"plan": "v2: look around, then report"})]), "waiting again",
+        "carrying it out"])
+    store = TeamStore(wconn, team)
+    base = ("-t", team, "--redis-url", workers)
+    assert spawn(workers, team, "pat", model, llm.api_base, "--plan-mode").exit_code == 0
+    wait_until(lambda: idle_notices(store) == 1, message="pat's plan submitted")
+    [first] = store.requests()
+    assert (first.kind, first.from_, first.to, first.status, first.payload) == (
+        RequestKind.PLAN_APPROVAL, "pat", "lead", RequestStatus.PENDING, "v1: look around")
+    [asked] = [m for m in store.peek("lead")[1] if isinstance(m, ProtocolMessage)]
+    assert (asked.type, asked.from_, asked.request_id) == (
+        ProtocolType.PLAN_APPROVAL_REQUEST, "pat", first.id)
+    assert store.get("pat").plan_state == "pending"
+    with pytest.raises(RequestRefused, match=f"plan request {first.id} is still pending"):
+        store.submit_plan("pat", "v1b")
+    rejected = cli("team", "review", first.id, "--reject", "--feedback", "add a report", *base)
+    assert rejected.exit_code == 0 and "woke the teammate" in rejected.output, rejected.output
+    wait_until(lambda: idle_notices(store) == 2, message="pat's revised plan")
+    assert store.request(first.id).status is RequestStatus.REJECTED
+    assert store.request(first.id).resolved_by == "lead"
+    again = cli("team", "review", first.id, "--approve", *base)
+    assert again.exit_code == 1 and "already rejected" in again.output
+    [_, second] = store.requests()
+    assert second.payload == "v2: look around, then report" and store.get("pat").plan_state \
+        == "pending"
+    assert cli("team", "review", second.id, "--approve", *base).exit_code == 0
+    wait_until(lambda: idle_notices(store) == 3, message="pat carrying out its plan")
+    assert store.get("pat").plan_state == "approved"
+    assert store.request(second.id).status is RequestStatus.APPROVED
+    prompts = [body["messages"][0]["content"] for body in llm.requests[f"pat-{team}"]]
+    assert "Plan mode: on: before changing anything" in prompts[0]
+    assert "your plan is approved" in prompts[-1]
+    responses = [line for line in store.memory("pat") if "plan_approval_response" in
+                 str(line.get("content"))]
+    assert len(responses) == 2
+    with pytest.raises(RequestRefused, match="not waiting for a plan approval"):
+        store.submit_plan("pat", "v3")
+
+
+def test_plan_reviews_with_misused_ids_are_refused(redis_url: str, conn: redis.Redis,
+                                                   team: str) -> None:
+    store = TeamStore(conn, team)
+    base = ("-t", team, "--redis-url", redis_url)
+    for name, extra in (("pat", ("--plan-mode",)), ("sam", ())):  # nobody serves "nobody"
+        assert spawn(redis_url, team, name, OFFLINE_MODEL, None, "--queue", "nobody",
+                     *extra).exit_code == 0
+    with pytest.raises(RequestRefused, match="plan mode off"):
+        store.submit_plan("sam", "anything")
+    plan = store.submit_plan("pat", "the plan")
+    shutdown, _ = store.request_shutdown("sam")
+    assert cli("team", "review", "req_000000000000", "--approve", *base).exit_code == 2
+    assert cli("team", "review", "nonsense", "--approve", *base).exit_code == 2
+    wrong = cli("team", "review", shutdown.id, "--approve", *base)
+    assert wrong.exit_code == 2 and "is a shutdown request" in wrong.output
+    assert cli("team", "review", plan.id, *base).exit_code == 2  # neither --approve nor --reject
+    with pytest.raises(ConfigError, match="is a plan_approval request"):
+        store.respond_shutdown("pat", plan.id, True)
+    assert store.request(plan.id).status is RequestStatus.PENDING
+    assert store.request(shutdown.id).status is RequestStatus.PENDING
+    assert store.get("pat").plan_state == "pending" and store.get("sam").status \
+        is MateStatus.WORKING
