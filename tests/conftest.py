@@ -153,5 +153,16 @@ def shared_workers_left_idle(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 @pytest.fixture
+def team() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def wconn(workers: str) -> redis.Redis:
+    """A client of the database the shared workers serve (db 0)."""
+    return redis.Redis.from_url(workers, decode_responses=True)
+
+
+@pytest.fixture
 def run_id() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"

@@ -5,8 +5,6 @@ workers on `members`, the scripted model server through litellm."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
@@ -17,18 +15,7 @@ from teamctl.shared.teams import RequestRefused, TeamStore
 
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_team_shutdown import cli, spawn
-
-
-@pytest.fixture
-def team() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def wconn(workers: str) -> redis.Redis:
-    """A client of the database the shared workers serve (db 0)."""
-    return redis.Redis.from_url(workers, decode_responses=True)
+from tests.team_support import cli, spawn
 
 
 def idle_notices(store: TeamStore) -> int:

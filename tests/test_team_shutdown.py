@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 import re
 import threading
-import uuid
 from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
 from rq import Queue, Worker
-from teamctl.coordinator.cli import main
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
@@ -23,30 +20,9 @@ from teamctl.shared.teams import RequestRefused, TeamStore
 
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.team_support import cli, spawn
 
 _REQUEST_ID = re.compile(r'\\"request_id\\": \\"(req_[0-9a-f]{12})\\"')
-
-
-@pytest.fixture
-def team() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def wconn(workers: str) -> redis.Redis:
-    """A client of the database the shared workers serve (db 0)."""
-    return redis.Redis.from_url(workers, decode_responses=True)
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def spawn(url: str, team: str, name: str, model: str, api_base: str | None,
-          *extra: str) -> Result:
-    args = ["team", "spawn", name, "-t", team, "--redis-url", url, "--role", f"{name}-role",
-            "--prompt", f"You are {name}. Start.", "--model", model, *extra]
-    return cli(*args, *(["--api-base", api_base] if api_base else []))
 
 
 def request_in(body: dict[str, Any]) -> str | None:

@@ -8,14 +8,11 @@ import json
 import multiprocessing
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
 from rq import Queue, Worker
-from teamctl.coordinator.cli import main
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.models import SystemType
 from teamctl.shared.teammates import MateStatus, TeamOptions
@@ -23,45 +20,14 @@ from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
 from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
+from tests.team_support import cli, inbox_lines, spawn
 
 SENDERS = 4
 MESSAGES_PER_SENDER = 25
 
 
-@pytest.fixture
-def team() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture
-def wconn(workers: str) -> redis.Redis:
-    """A client of the database the shared workers serve (db 0)."""
-    return redis.Redis.from_url(workers, decode_responses=True)
-
-
-def cli(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args), catch_exceptions=False)
-
-
-def spawn(url: str, team: str, name: str, model: str, api_base: str | None,
-          *extra: str) -> Result:
-    args = ["team", "spawn", name, "-t", team, "--redis-url", url, "--role", f"{name}-role",
-            "--prompt", f"You are {name}. Start.", "--model", model, *extra]
-    return cli(*args, *(["--api-base", api_base] if api_base else []))
-
-
 def status_of(store: TeamStore, name: str) -> MateStatus:
     return store.get(name).status
-
-
-def inbox_lines(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every message injected into a memory through `<inbox>` blocks, in order."""
-    found = []
-    for message in memory:
-        content = message.get("content") or ""
-        if message.get("role") == "user" and content.startswith("<inbox>"):
-            found += [json.loads(line) for line in content.splitlines()[1:-1]]
-    return found
 
 
 def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(

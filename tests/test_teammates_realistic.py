@@ -15,7 +15,7 @@ from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_teammates import inbox_lines, spawn
+from tests.team_support import inbox_lines, spawn
 from tests.timescale import scaled
 
 
