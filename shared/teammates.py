@@ -51,6 +51,8 @@ class TeamOptions(BaseModel):
     max_message_bytes: int = Field(65536, ge=64, le=1 << 24)
     model_timeout_s: float = Field(120.0, gt=0, le=3600)
     model_max_retries: int = Field(3, ge=0, le=10)
+    memory_max_messages: int = Field(400, ge=4, le=100_000)
+    """Past this, a checkpoint drops the oldest whole exchanges of a teammate's memory."""
     last_answer_chars: int = Field(200, ge=0, le=4000)
     """How much of a teammate's last answer its idle notice repeats."""
     shutdown_deadline_s: float = Field(120.0, gt=0, le=86400)

@@ -394,12 +394,13 @@ class TeamStore:
 
     def checkpoint(self, name: str, token: str, offset_id: str,
                    messages: Sequence[dict[str, Any]]) -> bool:
-        """Commit a step: its messages to memory and the inbox offset to `offset_id` ('' keeps
-        it), in one token-checked call; False (nothing written) for a revoked turn."""
+        """Commit a step: its messages to memory (capped at memory_max_messages, oldest whole
+        exchanges first) and the inbox offset to `offset_id` ('' keeps it), in one token-checked
+        call; False (nothing written) for a revoked turn."""
         return bool(self.scripts["turn_checkpoint"](
             keys=[self.keys.turn(name), self.keys.memory(name), self.keys.read_offsets,
                   self.keys.mate(name)],
-            args=[token, name, offset_id,
+            args=[token, name, offset_id, self.options.memory_max_messages,
                   *(json.dumps(m, ensure_ascii=False) for m in messages)]))
 
     def end_turn(self, name: str, token: str, reason: str, notice: str, *,

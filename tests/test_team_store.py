@@ -164,3 +164,30 @@ def test_bad_names_never_reach_a_key(conn: redis.Redis, store: TeamStore, name: 
     if name not in ("lead", "system"):
         with pytest.raises(ConfigError):
             TeamKeys(name)
+
+
+def test_memory_past_its_cap_loses_the_oldest_whole_exchanges(conn: redis.Redis) -> None:
+    store = TeamStore(conn, f"t{uuid.uuid4().hex[:8]}")
+    store.create(TeamOptions(memory_max_messages=4))
+    spawn(store, "alice")
+    _, token = store.begin_turn("alice", "host:1")
+    call = {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "c1", "type": "function",
+        "function": {"name": "list_teammates", "arguments": "{}"}}]}
+    result = {"role": "tool", "tool_call_id": "c1", "name": "list_teammates", "content": "[]"}
+
+    def user(text: str) -> dict[str, str]:
+        return {"role": "user", "content": text}
+
+    def said(text: str) -> dict[str, str]:
+        return {"role": "assistant", "content": text}
+
+    assert store.checkpoint("alice", token, "", [call, result])
+    assert store.checkpoint("alice", token, "", [user("m1"), said("a1")])
+    # Over the cap (5 > 4): the spawn prompt's exchange goes whole, with its tool call and result.
+    assert store.memory("alice") == [user("m1"), said("a1")]
+    assert store.checkpoint("alice", token, "", [call, result, said("a2")])
+    # No user message to cut before within the last 4: nothing is cut mid-exchange.
+    assert store.memory("alice") == [user("m1"), said("a1"), call, result, said("a2")]
+    assert store.checkpoint("alice", token, "", [user("m2"), said("a3")])
+    assert store.memory("alice") == [user("m2"), said("a3")]

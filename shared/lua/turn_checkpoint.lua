@@ -1,14 +1,33 @@
 -- turn_checkpoint: commit one step of a turn: its messages into memory and the inbox offset
--- past the mail it injected, together, so a rerun neither loses nor repeats a message.
+-- past the mail it injected, together, so a rerun neither loses nor repeats a message. Past the
+-- memory cap the oldest whole exchanges go: memory then starts at a user message (an inbox block
+-- or the spawn prompt), so no assistant tool call is ever separated from its results.
 -- KEYS[1] the turn key, KEYS[2] the memory list, KEYS[3] the read offsets hash, KEYS[4] the mate
 -- hash.
 -- ARGV[1] token, ARGV[2] teammate name, ARGV[3] inbox id to advance to ('' = none injected),
--- ARGV[4..] the step's chat messages (JSON), in order.
+-- ARGV[4] memory cap (messages), ARGV[5..] the step's chat messages (JSON), in order.
 -- Returns 1 when committed, 0 when the token no longer holds the turn (nothing changes).
+
+-- Drop the oldest messages so at most `cap` remain, cutting only before a user message; with
+-- none in the window, keep the memory whole (a cap is a bound to approach, not a cut mid-step).
+local function cap_memory(key, cap)
+  local length = redis.call('LLEN', key)
+  if length <= cap then return end
+  local window = redis.call('LRANGE', key, length - cap, -1)
+  for i, raw in ipairs(window) do
+    local ok, message = pcall(cjson.decode, raw)
+    if ok and type(message) == 'table' and message.role == 'user' then
+      redis.call('LTRIM', key, length - cap + i - 1, -1)
+      return
+    end
+  end
+end
+
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   redis.call('RPUSH', KEYS[2], ARGV[i])
 end
+cap_memory(KEYS[2], tonumber(ARGV[4]))
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
 redis.call('HSET', KEYS[4], 'last_seen_ms', now_ms())
 return 1
