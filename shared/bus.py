@@ -242,11 +242,13 @@ class MessageBus:
         """Cut the bus back to `bus_maxlen` messages, keeping every unread one; returns removed."""
 
         def trim(roster: Roster) -> int | None:
+            # A team's lead has an inbox too: its unread mail is protected like a member's.
+            readers = [*roster.member_ids, *([LEAD] if self.keys.lead_has_inbox else [])]
             removed = int(self.scripts["trim_bus"](
                 keys=[self.keys.bus, self.keys.bus_seq, self.keys.read_offsets,
                       self.keys.unacked_reads, self.keys.roster_ver,
-                      *(self.keys.inbox(m) for m in roster.member_ids)],
-                args=[self.bus_maxlen, roster.version, *roster.member_ids]))
+                      *(self.keys.inbox(m) for m in readers)],
+                args=[self.bus_maxlen, roster.version, *readers]))
             return removed if removed >= 0 else None
 
         return self._on_current_roster(trim)

@@ -191,3 +191,14 @@ def test_memory_past_its_cap_loses_the_oldest_whole_exchanges(conn: redis.Redis)
     assert store.memory("alice") == [user("m1"), said("a1"), call, result, said("a2")]
     assert store.checkpoint("alice", token, "", [user("m2"), said("a3")])
     assert store.memory("alice") == [user("m2"), said("a3")]
+
+
+def test_trimming_a_team_bus_keeps_the_leads_unread_mail(conn: redis.Redis,
+                                                          store: TeamStore) -> None:
+    spawn(store, "alice")
+    bus = MessageBus(conn, store.keys, bus_maxlen=5)
+    for n in range(20):
+        bus.send("alice", "lead", None, None, f"to the lead {n}")
+    bus.trim()
+    assert [m.content for m in store.peek("lead")[1]] == [f"to the lead {n}" for n in range(20)]
+    assert len(bus.messages()) == 20

@@ -3,7 +3,7 @@
 -- again), then drop the inbox entries whose message left the bus (all of them read).
 -- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] read offsets hash,
 -- KEYS[4] unacknowledged reads hash, KEYS[5] roster version counter, KEYS[6..] the inbox stream
--- of every member on the roster of version ARGV[2].
+-- of every member on the roster of version ARGV[2] (and the lead's, on a team bus).
 -- ARGV[1] messages to keep, ARGV[2] the roster version the caller listed the members by,
 -- ARGV[3..] the member ids, in the order of their inboxes in KEYS.
 -- Returns the number of messages removed from the bus, or -1 without trimming when the roster
