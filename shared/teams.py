@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import Any
 
 import redis
-from rq import Queue
+from rq import Queue, Worker
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
 from teamctl.shared.connection import same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
@@ -358,6 +358,10 @@ class TeamStore:
             TURN_FUNCTION, self.team, mate.name, job_timeout=self.options.job_timeout_s,
             description=f"turn of {mate.name} in team {self.team}",
             result_ttl=3600, failure_ttl=24 * 3600)
+
+    def workers_on(self, queue: str) -> int:
+        """How many RQ workers listen on `queue` (RQ's registry): 0 means turns there wait."""
+        return Worker.count(queue=Queue(check_queue(queue), connection=self._rq_conn))
 
     def reconcile(self) -> list[str]:
         """Rerun every stalled teammate's turn (working, no lease, unseen for a lease TTL), up to

@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import threading
 import time
+import uuid
 from typing import Any
 
 import pytest
@@ -217,3 +218,16 @@ def test_respawning_a_working_teammate_exits_1_and_unknown_ones_exit_2(
     assert cli("team", "delete", "--force", *base).exit_code == 0
     assert conn.keys(f"teamctl:team:{{{team}}}:*") == []
     assert team not in cli("teams", "--redis-url", redis_url).output
+
+
+def test_spawn_says_when_no_worker_listens_on_the_queue(workers: str, team: str) -> None:
+    served = spawn(workers, team, "alice", OFFLINE_MODEL, None)
+    assert served.exit_code == 0 and "no worker listens" not in served.stderr
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    waiting = spawn(workers, team, "bob", OFFLINE_MODEL, None, "--queue", queue)
+    assert waiting.exit_code == 0
+    assert (f"no worker listens on queue {queue}; its turn waits until one does: "
+            f"RQ_CONFIG=teamctl.worker.settings rq worker {queue}") in waiting.stderr
+    store = TeamStore(redis.Redis.from_url(workers, decode_responses=True), team)
+    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    store.delete(force=True)

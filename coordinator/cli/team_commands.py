@@ -91,6 +91,9 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
                        api_base=checked_api_base(api_base, settings), queue=queue,
                        plan_mode=plan_mode)
     click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
+    if not store.workers_on(queue):
+        click.echo(f"teamctl: no worker listens on queue {queue}; its turn waits until one does: "
+                   f"RQ_CONFIG=teamctl.worker.settings rq worker {queue}", err=True)
 
 
 @team_group.command("list")
