@@ -206,6 +206,13 @@ class TeamStore:
             args=[member, limit])
         return last_id, [envelope_from_lua(entry) for entry in entries]
 
+    def kept(self, member: str) -> list[Envelope]:
+        """Every message still in the member's inbox, read or not, in order (for export)."""
+        if member != LEAD:
+            self.get(member)
+        ids = {entry_id for entry_id, _ in self.conn.xrange(self.keys.inbox(member))}
+        return [m for m in self.bus.messages() if m.id in ids]
+
     def notices(self, type_: SystemType) -> list[Envelope]:
         """Every message of that system type still on the bus (tests and the lead's views)."""
         return [m for m in self.bus.messages() if m.type == type_]

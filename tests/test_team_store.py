@@ -4,7 +4,10 @@ inbox on a team bus, and names checked before they reach a key."""
 
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -18,6 +21,7 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import MateBusy, TeamStore
 
 from tests.conftest import wait_until
+from tests.team_support import cli
 
 NOBODY = "nobody"
 
@@ -202,3 +206,36 @@ def test_trimming_a_team_bus_keeps_the_leads_unread_mail(conn: redis.Redis,
     bus.trim()
     assert [m.content for m in store.peek("lead")[1]] == [f"to the lead {n}" for n in range(20)]
     assert len(bus.messages()) == 20
+
+
+def test_export_writes_config_inboxes_and_requests(conn: redis.Redis, redis_url: str,
+                                                    store: TeamStore, tmp_path: Path) -> None:
+    spawn(store, "alice")
+    spawn(store, "bob")
+    store.send("alice", "lead", "hi lead")
+    hello, _ = store.send("lead", "bob", "hi bob")
+    request, _ = store.request_shutdown("bob", "done for today")
+    _, token = store.begin_turn("bob", "host:1")
+    assert store.checkpoint("bob", token, hello.id, [{"role": "user", "content": "hi bob"}])
+
+    def export(directory: Path, *extra: str) -> dict[str, list[dict[str, Any]]]:
+        done = cli("team", "export", str(directory), *extra, "-t", store.team,
+                   "--redis-url", redis_url)
+        assert done.exit_code == 0, done.output
+        return {p.stem: [json.loads(line) for line in p.read_text().splitlines()]
+                for p in (directory / "inbox").iterdir()}
+
+    unread = export(tmp_path / "unread")
+    kept = export(tmp_path / "all", "--all")
+    config = json.loads((tmp_path / "unread" / "config.json").read_text())
+    assert config == {"team_name": store.team, "members": [
+        {"name": "alice", "role": "r", "status": "working"},
+        {"name": "bob", "role": "r", "status": "working"}]}
+    assert [(m["type"], m["from"], m["content"]) for m in unread["lead"]] == [
+        ("peer.message", "alice", "hi lead")]
+    assert [(m["type"], m.get("request_id")) for m in unread["bob"]] == [
+        ("shutdown_request", request.id)]
+    assert [m["content"] for m in kept["bob"]][0] == "hi bob" and len(kept["bob"]) == 2
+    assert unread["alice"] == [] and isinstance(unread["lead"][0]["timestamp"], float)
+    record = json.loads((tmp_path / "all" / "requests" / f"{request.id}.json").read_text())
+    assert (record["kind"], record["status"], record["to"]) == ("shutdown", "pending", "bob")

@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from functools import wraps
+from pathlib import Path
 from typing import Any
 
 import click
@@ -215,6 +216,21 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
     for r in records:
         click.echo(f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
                    f"{shorten(r.response or r.payload, 80)}")
+
+
+@team_group.command("export")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--all", "everything", is_flag=True,
+              help="Every message kept in each inbox, not only the unread ones.")
+@with_store
+def export_command(directory: Path, everything: bool, store: TeamStore,
+                   settings: Settings) -> None:
+    """Write DIR/config.json, DIR/inbox/<name>.jsonl (lead too) and DIR/requests/<id>.json."""
+    from teamctl.coordinator.cli.team_export import export_team
+
+    store.meta()
+    for path in export_team(store, directory, everything=everything):
+        click.echo(str(path))
 
 
 @team_group.command("delete")
