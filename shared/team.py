@@ -15,6 +15,7 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
+from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.text import quoted
 
 if TYPE_CHECKING:
@@ -163,6 +164,8 @@ class TeamFile(BaseModel):
     members: list[Member] = Field(default_factory=lambda: list(DEFAULT_MEMBERS), min_length=1)
     options: RunOptions = Field(default_factory=RunOptions)
     hooks: list[str] = Field(default_factory=list)
+    teammates: TeamOptions = Field(default_factory=TeamOptions)
+    """Options of a persistent team made from this file (`teamctl team create --file`)."""
 
     @field_validator("team_id")
     @classmethod

@@ -72,11 +72,16 @@ class TeamStore:
 
     def create(self, options: TeamOptions | None = None) -> TeamMeta:
         """The team's meta record, written now unless the team exists (then it is kept)."""
-        meta = TeamMeta(options=options or TeamOptions(), created_ms=now_ms())
-        if self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
-            self.conn.zadd(TEAMS_INDEX, {self.team: meta.created_ms}, nx=True)
-            return meta
+        self.create_new(options)
         return self.meta()
+
+    def create_new(self, options: TeamOptions | None = None) -> bool:
+        """Write the team's meta record; False (nothing written) if the team exists."""
+        meta = TeamMeta(options=options or TeamOptions(), created_ms=now_ms())
+        if not self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
+            return False
+        self.conn.zadd(TEAMS_INDEX, {self.team: meta.created_ms}, nx=True)
+        return True
 
     def exists(self) -> bool:
         return bool(self.conn.exists(self.keys.meta))

@@ -9,6 +9,7 @@ import multiprocessing
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -231,3 +232,22 @@ def test_spawn_says_when_no_worker_listens_on_the_queue(workers: str, team: str)
     store = TeamStore(redis.Redis.from_url(workers, decode_responses=True), team)
     wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
     store.delete(force=True)
+
+
+def test_team_create_takes_its_options_from_the_team_files_teammates_table(
+        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    good = tmp_path / "team.toml"
+    good.write_text('[[members]]\nid = "m1"\n[teammates]\nmax_teammates = 2\n'
+                    "heartbeat_ttl_s = 12\n")
+    created = cli("team", "create", "--file", str(good), "-t", team, "--redis-url", redis_url)
+    assert created.exit_code == 0, created.output
+    options = TeamStore(conn, team).options
+    assert (options.max_teammates, options.heartbeat_ttl_s) == (2, 12.0)
+    again = cli("team", "create", "-t", team, "--redis-url", redis_url)
+    assert again.exit_code == 1 and "exists; its options are kept" in again.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[teammates]\nmax_teamates = 2\n")
+    other = f"t{uuid.uuid4().hex[:10]}"
+    refused = cli("team", "create", "--file", str(bad), "-t", other, "--redis-url", redis_url)
+    assert refused.exit_code == 2 and "teammates.max_teamates: unknown field" in refused.stderr
+    assert not TeamStore(conn, other).exists()

@@ -21,7 +21,7 @@ from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import DEFAULT_QUEUE
-from teamctl.shared.teams import TeamStore, list_teams
+from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import shorten
 
 LEAD = "lead"
@@ -70,6 +70,20 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
 @click.group("team")
 def team_group() -> None:
     """Persistent teammates: spawn them, message them, watch them go idle."""
+
+
+@team_group.command("create")
+@click.option("--file", "team_file", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Team file whose [teammates] table sets the options.")
+@with_store
+def create_command(team_file: Path | None, store: TeamStore, settings: Settings) -> None:
+    """Create the team with its options (else the first spawn creates it with defaults)."""
+    from teamctl.shared.team import load_team_file
+
+    if not store.create_new(load_team_file(team_file).teammates):
+        raise RequestRefused(f"team {store.team} exists; its options are kept (`teamctl team "
+                             "delete` it first to change them)")
+    click.echo(f"created team {store.team}")
 
 
 @team_group.command("spawn")
