@@ -24,12 +24,16 @@ PRELOAD_MARKER = "TEAMCTL_PRELOADED"
 def run_task(run_id: str, task_id: str) -> str:
     """Claim and execute one task of a run; a job whose claim fails exits quietly."""
     _hint_if_not_preloaded()
+    settings = load_settings()
+    return execute_task(job_connection(settings), run_id, task_id, settings=settings)
+
+
+def job_connection(settings: Settings) -> redis.Redis:
+    """A decoded client to the Redis of the RQ job being run (REDIS_URL outside a worker)."""
     from rq import get_current_job
 
-    settings = load_settings()
     job = get_current_job()
-    conn = same_server(job.connection, decode=True) if job else conn_from_settings(settings)
-    return execute_task(conn, run_id, task_id, settings=settings)
+    return same_server(job.connection, decode=True) if job else conn_from_settings(settings)
 
 
 def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,

@@ -18,16 +18,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from teamctl.shared.agent.llm import ModelClient, ModelReply
+from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.loop import assistant_message, tool_results
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.connection import same_server
 from teamctl.shared.models import Envelope
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teammates import IdleReason, Teammate
 from teamctl.shared.teams import TeamStore
 from teamctl.shared.text import shorten
-from teamctl.worker.jobs import conn_from_settings, worker_name
+from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.mate_tools import MateTools
 
 log = logging.getLogger(__name__)
@@ -39,12 +39,8 @@ class TurnRevoked(Exception):  # noqa: N818  (a signal, not a failure to report)
 
 def run_turn(team: str, name: str) -> str:
     """The RQ job: run the teammate's turn (and the turns mail arriving meanwhile asks for)."""
-    from rq import get_current_job
-
     settings = load_settings()
-    job = get_current_job()
-    conn = same_server(job.connection, decode=True) if job else conn_from_settings(settings)
-    return execute_turn(conn, team, name, settings=settings)
+    return execute_turn(job_connection(settings), team, name, settings=settings)
 
 
 def execute_turn(conn: redis.Redis, team: str, name: str, *,
@@ -155,10 +151,8 @@ class Turn:
             reply = self.client.complete(self.mate.model, messages + step,
                                          tools=toolbox.schemas(), api_base=self.mate.api_base)
             self.lease.check()
-            step.append(_assistant_message(reply))
-            step.extend({"role": "tool", "tool_call_id": call.id, "name": call.name,
-                         "content": toolbox.call(call.name, call.arguments, call.id)}
-                        for call in reply.tool_calls)
+            step.append(assistant_message(reply))
+            step.extend(tool_results(toolbox, reply))
             if not self.store.checkpoint(self.mate.name, self.token, offset, step):
                 raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
             messages.extend(step)
@@ -205,11 +199,3 @@ def _last_answer(memory: list[dict[str, Any]]) -> str | None:
         return str(memory[-1].get("content") or "")
     return None
 
-
-def _assistant_message(reply: ModelReply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-    if reply.tool_calls:
-        message["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in reply.tool_calls]
-    return message

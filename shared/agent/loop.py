@@ -64,8 +64,8 @@ class AgentLoop:
                 return run
             # The claim may have been lost during a long call: a stale attempt runs no tools.
             self.check_continue()
-            messages.append(_assistant_message(reply))
-            messages.extend(self._run_tools(reply))
+            messages.append(assistant_message(reply))
+            messages.extend(tool_results(self.toolbox, reply))
             self.check_claim()
         raise ModelError(f"member exceeded {self.max_steps} steps")
 
@@ -73,14 +73,20 @@ class AgentLoop:
         return self.client.complete(self.model, messages, tools=self.toolbox.schemas() or None,
                                     api_base=self.api_base)
 
-    def _run_tools(self, reply: ModelReply) -> list[dict[str, Any]]:
-        return [{"role": "tool", "tool_call_id": call.id, "name": call.name,
-                 "content": self.toolbox.call(call.name, call.arguments, call.id)}
-                for call in reply.tool_calls]
+
+def assistant_message(reply: ModelReply) -> dict[str, Any]:
+    """The reply as a chat message to send back; `tool_calls` only when there are some (an
+    empty list is refused by some providers)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.tool_calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in reply.tool_calls]
+    return message
 
 
-def _assistant_message(reply: ModelReply) -> dict[str, Any]:
-    return {"role": "assistant", "content": reply.content,
-            "tool_calls": [{"id": c.id, "type": "function",
-                            "function": {"name": c.name, "arguments": c.arguments}}
-                           for c in reply.tool_calls]}
+def tool_results(toolbox: Toolbox, reply: ModelReply) -> list[dict[str, Any]]:
+    """The reply's tool calls run, each result as a `tool` message (errors included)."""
+    return [{"role": "tool", "tool_call_id": call.id, "name": call.name,
+             "content": toolbox.call(call.name, call.arguments, call.id)}
+            for call in reply.tool_calls]
