@@ -17,14 +17,13 @@ from typing import Any
 
 import click
 from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option, resolve_redis_url
+from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import DEFAULT_QUEUE
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import shorten
-
-LEAD = "lead"
 
 
 def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
