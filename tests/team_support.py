@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 from click.testing import CliRunner, Result
@@ -30,3 +31,22 @@ def inbox_lines(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if message.get("role") == "user" and content.startswith("<inbox>"):
             found += [json.loads(line) for line in content.splitlines()[1:-1]]
     return found
+
+
+class HeldFirstCall:
+    """A scripted model whose first call waits for the test's go-ahead (`release`), answering
+    `first`; later calls answer `later` at once."""
+
+    def __init__(self, first: str, later: str) -> None:
+        self.first, self.later = first, later
+        self.calls = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        self.calls += 1
+        if self.calls == 1:
+            self.entered.set()
+            self.release.wait(60)
+            return self.first
+        return self.later

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from teamctl.shared.teams import RequestRefused, TeamStore
 
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
+from tests.team_support import HeldFirstCall, cli, spawn
 
 _REQUEST_ID = re.compile(r'\\"request_id\\": \\"(req_[0-9a-f]{12})\\"')
 
@@ -124,27 +123,11 @@ def test_a_rejected_shutdown_lets_the_teammate_go_on(
     assert answers.calls == 4
 
 
-class Held:
-    """A model whose first call waits for the test's go-ahead; later calls answer at once."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        self.calls += 1
-        if self.calls == 1:
-            self.entered.set()
-            self.release.wait(60)
-        return "late answer"
-
-
 def test_an_unanswered_shutdown_expires_and_force_revokes_the_live_turn(
         workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
     store = TeamStore(wconn, team)
     store.create(TeamOptions(shutdown_deadline_s=1.5))
-    held = Held()
+    held = HeldFirstCall("late answer", "late answer")
     model = llm.script(f"carol-{team}", handler=held)
     base = ("-t", team, "--redis-url", workers)
     try:

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -22,7 +20,7 @@ from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
 from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
-from tests.team_support import cli, inbox_lines, spawn
+from tests.team_support import HeldFirstCall, cli, inbox_lines, spawn
 
 SENDERS = 4
 MESSAGES_PER_SENDER = 25
@@ -74,23 +72,6 @@ def send_batch(url: str, team: str, sender: str, count: int) -> None:
         store.send(sender, "bob", f"{sender}:{index}")
 
 
-class HeldFirstCall:
-    """Bob's model: the first call waits for the test's go-ahead, later calls answer at once."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        self.calls += 1
-        if self.calls == 1:
-            self.entered.set()
-            self.release.wait(60)
-            return "first answer"
-        return "read them all"
-
-
 def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
         workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
     store = TeamStore(wconn, team)
@@ -99,7 +80,7 @@ def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
         assert spawn(workers, team, sender, OFFLINE_MODEL, None).exit_code == 0
     wait_until(lambda: all(status_of(store, s) is MateStatus.IDLE for s in senders),
                message="the senders idle")
-    held = HeldFirstCall()
+    held = HeldFirstCall("first answer", "read them all")
     bob = llm.script(f"bob-{team}", handler=held)
     assert spawn(workers, team, "bob", bob, llm.api_base).exit_code == 0
     assert held.entered.wait(60)
