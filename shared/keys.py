@@ -211,6 +211,18 @@ class TeamKeys(KeySpace):
         """String: the team's options (TeamOptions JSON) and creation time."""
         return f"{self.base}:meta"
 
+    @property
+    def lead_lease(self) -> str:
+        """String with TTL: the owner (host:pid:nonce) of the `teamctl lead` driving the team;
+        it fences the lead's memory checkpoints."""
+        return f"{self.base}:lead:lease"
+
+    @property
+    def lead_memory(self) -> str:
+        """List: the lead agent's chat messages (JSON), appended by its checkpoints; its inbox
+        offset is the 'lead' field of `read_offsets`."""
+        return f"{self.base}:lead:memory"
+
     def mate(self, name: str) -> str:
         """Hash: one teammate's record (Teammate in shared/teammates.py)."""
         return f"{self.base}:mate:{check_member_id(name)}"

@@ -1,8 +1,10 @@
-"""The coordinator lease: a key with a TTL, renewed by a thread, so one coordinator drives a run.
+"""Fenced leases: a key with a TTL, renewed by a thread, so one process drives a run (the
+coordinator's lease) or a persistent team (the lead's, `lead:lease`).
 
 It is redis-py's `Lock` with the owner string (host:pid:nonce) as its token. The token doubles as
-the fencing value: the end-of-run and status writes (run_status.lua, run_finish.lua) check that
-the lease key still holds this owner in the same Lua step, which a lock alone cannot give."""
+the fencing value: the end-of-run and status writes (run_status.lua, run_finish.lua) and the
+lead's memory checkpoint (lead_checkpoint.lua) check that the lease key still holds this owner in
+the same Lua step, which a lock alone cannot give."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import uuid
 import redis
 from redis.exceptions import LockError
 from teamctl.shared.errors import ConfigError, RunFailed
-from teamctl.shared.keys import RunKeys
+from teamctl.shared.keys import RunKeys, TeamKeys
 
 log = logging.getLogger(__name__)
 
@@ -27,18 +29,21 @@ def lease_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-class Lease:
-    """Held while a coordinator drives a run; `lost` is set if another one took it over.
+class FencedLease:
+    """Held while one process drives something (`what`, for messages); `lost` is set if another
+    one took it over.
 
     A renewal that cannot reach Redis keeps trying, but once the TTL has passed since the last
     renewal was sent, `check` treats the lease as lost until a renewal succeeds again (it takes
     the lease back if nobody else did). The writes that matter are fenced in Redis anyway."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys, ttl_s: float, *,
-                 owner: str | None = None) -> None:
+    def __init__(self, conn: redis.Redis, key: str, what: str, ttl_s: float, *,
+                 holder: str = "process", owner: str | None = None) -> None:
         self.conn = conn
-        self.run_id = keys.run_id
-        self.key = keys.lease
+        self.what = what
+        self.holder = holder
+        """What kind of process holds it ("coordinator"), for messages."""
+        self.key = key
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.owner = owner or lease_owner()
         """Who holds the lease when it is taken; a RunStore writes the run's status as it."""
@@ -60,34 +65,37 @@ class Lease:
         return taken
 
     def check_free(self) -> None:
-        """Refuse early (before starting workers) when a live coordinator holds the run."""
+        """Refuse early (before starting workers) when a live holder has the lease."""
         holder = self.conn.get(self.key)
         if holder is not None:
             ttl_ms = max(0, int(self.conn.pttl(self.key)))
-            raise ConfigError(
-                f"run {self.run_id} is driven by {holder} (lease expires in {ttl_ms / 1000:.1f}s "
-                "unless renewed); wait for it to finish, or `teamctl resume` it once it is gone")
+            raise ConfigError(self.held_message(holder, ttl_ms))
+
+    def held_message(self, holder: str, ttl_ms: int) -> str:
+        """What a second would-be holder is told (one line, how to go on)."""
+        return (f"{self.what} is held by {holder} (lease expires in {ttl_ms / 1000:.1f}s unless "
+                "renewed)")
 
     def acquire(self) -> None:
-        """Take the lease or refuse, naming the live coordinator."""
+        """Take the lease or refuse, naming the live holder."""
         if not self.try_acquire():
             self.check_free()
-            raise ConfigError(f"run {self.run_id} is driven by another coordinator")
+            raise ConfigError(f"{self.what} is held by another {self.holder}")
         self._stop.clear()
-        # Daemon: a SIGKILLed coordinator simply stops renewing and the lease expires.
+        # Daemon: a SIGKILLed holder simply stops renewing and the lease expires.
         self._thread = threading.Thread(target=self._renew_forever, daemon=True,
-                                        name=f"lease-{self.run_id}")
+                                        name=f"lease-{self.key}")
         self._thread.start()
 
     def check(self) -> None:
-        """Raise RunFailed once another coordinator took the run over: this one must stop
+        """Raise RunFailed once another process took the lease over: this one must stop
         writing (it was paused or cut off longer than the lease)."""
         if self.lost.is_set():
-            raise RunFailed(f"lost the lease on run {self.run_id} to another coordinator; "
-                            "this one stops")
+            raise RunFailed(f"lost the lease on {self.what} to another {self.holder}; this one "
+                            "stops")
         if time.monotonic() >= self._valid_until_s and not self._renew():
-            raise RunFailed(f"lost the lease on run {self.run_id} to another coordinator "
-                            "while cut off from Redis; this one stops")
+            raise RunFailed(f"lost the lease on {self.what} to another {self.holder} while cut "
+                            "off from Redis; this one stops")
 
     def abandon(self) -> None:
         """Stop renewing without a word to Redis (it is unreachable): the lease expires."""
@@ -104,7 +112,7 @@ class Lease:
             with contextlib.suppress(LockError):
                 self._lock.release()
 
-    def __enter__(self) -> Lease:
+    def __enter__(self) -> FencedLease:
         self.acquire()
         return self
 
@@ -115,7 +123,7 @@ class Lease:
         """Renew (or take back a lapsed) lease now; False, and `lost` set, if another holds it."""
         sent_s = time.monotonic()
         if not self._extend_or_retake():
-            log.warning("lost the lease of run %s to another coordinator", self.run_id)
+            log.warning("lost the lease on %s to another %s", self.what, self.holder)
             self.lost.set()
             return False
         self._valid_until_s = sent_s + self.ttl_ms / 1000
@@ -135,4 +143,34 @@ class Lease:
                 if not self._renew():
                     return
             except redis.RedisError as exc:  # an outage: keep trying; check() knows the TTL
-                log.info("renewing the lease of %s failed: %s", self.run_id, exc)
+                log.info("renewing the lease on %s failed: %s", self.what, exc)
+
+
+class Lease(FencedLease):
+    """The coordinator's lease on a run: one coordinator drives it."""
+
+    def __init__(self, conn: redis.Redis, keys: RunKeys, ttl_s: float, *,
+                 owner: str | None = None) -> None:
+        super().__init__(conn, keys.lease, f"run {keys.run_id}", ttl_s, holder="coordinator",
+                         owner=owner)
+        self.run_id = keys.run_id
+
+    def held_message(self, holder: str, ttl_ms: int) -> str:
+        return (f"run {self.run_id} is driven by {holder} (lease expires in {ttl_ms / 1000:.1f}s "
+                "unless renewed); wait for it to finish, or `teamctl resume` it once it is gone")
+
+
+class LeadLease(FencedLease):
+    """The lead's lease on a persistent team (`lead:lease`): one `teamctl lead` at a time; its
+    owner fences the lead's memory checkpoints."""
+
+    def __init__(self, conn: redis.Redis, keys: TeamKeys, ttl_s: float, *,
+                 owner: str | None = None) -> None:
+        super().__init__(conn, keys.lead_lease, f"the lead of team {keys.team}", ttl_s,
+                         holder="lead", owner=owner)
+        self.team = keys.team
+
+    def held_message(self, holder: str, ttl_ms: int) -> str:
+        return (f"team {self.team} is led by {holder} (lease expires in "
+                f"{ttl_ms / 1000:.1f}s unless renewed); quit that lead first, or wait for the "
+                "lease to expire if it died")

@@ -2,8 +2,9 @@
 
 It reads the same prompts a real model gets and answers by role: a planner prompt gets one task per
 member (the last one depending on the others), a member prompt gets a short note naming its task,
-a synthesis prompt gets the member outputs joined, and a persistent teammate's turn gets a short
-acknowledgement (no tool calls, so the teammate goes idle).
+a synthesis prompt gets the member outputs joined, a persistent teammate's turn gets a short
+acknowledgement (no tool calls, so the teammate goes idle), and so does the lead agent of a
+persistent team (`teamctl lead`: no tool calls, so its turn ends).
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ _MEMBER_LINE = re.compile(r"^- id=([^,\s]+)(?:, name=([^,]*))?(?:, expertise=(.*
 _SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
 TEAMMATE_MARK = "You are a persistent teammate"
 """Starts a teammate turn's system prompt (worker/turn.py)."""
+LEAD_MARK = "You are the lead agent of a persistent team"
+"""Starts the lead agent's system prompt (coordinator/prompts/lead_system.md)."""
 
 
 def answer(prompt: str) -> str:
     """The offline model's reply to a prompt, by the role the prompt asks for."""
+    if prompt.startswith(LEAD_MARK):  # its memory may quote any prompt: only its start counts
+        return _lead(prompt)
     if TEAMMATE_MARK in prompt:
         return _teammate(prompt)
     if "You are a team planner." in prompt:
@@ -65,6 +70,18 @@ def _teammate(prompt: str) -> str:
     inbox = prompt.count('"id": ')
     return (f"[{role.group(1) if role else 'teammate'}] {name.group(1) if name else 'teammate'}: "
             f"noted ({inbox} inbox messages seen).")
+
+
+def _lead(prompt: str) -> str:
+    """The lead's turn: a short acknowledgement of the last request, no tool calls."""
+    team = re.search(r"^Team: (.*)$", prompt, re.M)
+    # The last line a person wrote (inbox blocks are tags and JSON lines).
+    said = [line for line in prompt.splitlines() if line.strip()
+            and not line.startswith(("<", "{"))]
+    inbox = prompt.count('"id": ')
+    summary = said[-1][:120] if said else "the inbox"
+    return (f"[lead of {team.group(1) if team else 'the team'}] noted {summary!r} "
+            f"({inbox} inbox messages seen).")
 
 
 def _synthesize(prompt: str) -> str:

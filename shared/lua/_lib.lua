@@ -13,6 +13,23 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Drop a memory list's oldest messages so at most `cap` remain, cutting only before a user
+-- message, so no assistant tool call is ever separated from its results; with none in the
+-- window, keep the memory whole (a cap is a bound to approach, not a cut mid-step).
+-- (lead_checkpoint.lua uses it; turn_checkpoint.lua still has its own copy.)
+local function cap_memory(key, cap)
+  local length = redis.call('LLEN', key)
+  if length <= cap then return end
+  local window = redis.call('LRANGE', key, length - cap, -1)
+  for i, raw in ipairs(window) do
+    local ok, message = pcall(cjson.decode, raw)
+    if ok and type(message) == 'table' and message.role == 'user' then
+      redis.call('LTRIM', key, length - cap + i - 1, -1)
+      return
+    end
+  end
+end
+
 local function set_status(task_key, counts_key, new_status)
   local old = redis.call('HGET', task_key, 'status')
   if old then redis.call('HINCRBY', counts_key, old, -1) end

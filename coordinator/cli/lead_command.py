@@ -1,0 +1,82 @@
+"""`teamctl lead`: drive the lead agent of a persistent team, from a terminal or a script.
+
+It takes the team's lead lease first (a second lead exits 2 naming the holder), then starts the
+local workers, then runs the REPL, one `-m` turn, and/or `--until-idle`. Quitting leaves the
+teammates running; the lease is released on the way out (after a kill it expires), and the
+next `teamctl lead` continues the conversation from Redis.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+
+import click
+from teamctl.coordinator.cli.app import (
+    fail_cleanly,
+    redis_url_option,
+    resolve_redis_url,
+    workers_option,
+)
+from teamctl.coordinator.cli.team_commands import team_option
+from teamctl.shared.connection import connect
+from teamctl.shared.settings import Settings
+from teamctl.shared.teams import TeamStore
+
+
+@click.command("lead")
+@click.option("--model", default=None,
+              help="The lead's model, and its teammates' default (default: $TEAMCTL_MODEL, "
+                   "else offline).")
+@click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
+@workers_option
+@click.option("--new", "start_over", is_flag=True,
+              help="Forget the lead's conversation and start over (unread mail stays unread).")
+@click.option("-m", "--message", default=None,
+              help="Run one turn on TEXT without a terminal, then exit (or --until-idle).")
+@click.option("--until-idle", is_flag=True,
+              help="Then wait until every teammate is idle or shut down and the lead's inbox "
+                   "is handled, running a turn on each new mail.")
+@team_option
+@redis_url_option
+@fail_cleanly
+def lead_command(model: str | None, api_base: str | None, workers: int, start_over: bool,
+                 message: str | None, until_idle: bool, team: str | None, redis_url: str | None,
+                 settings: Settings) -> None:
+    """Drive the team's lead agent: a line is a message, /help lists the slash commands."""
+    from teamctl.coordinator.cli.commands import say_if_offline
+    from teamctl.coordinator.cli.local_workers import LocalWorkers
+    from teamctl.coordinator.lead.lead import LeadAgent
+    from teamctl.coordinator.lead.repl import LeadRepl, Watcher, input_lines, show_step
+    from teamctl.shared.agent.llm import ModelClient
+    from teamctl.shared.lease import LeadLease
+    from teamctl.shared.team import checked_api_base, pick_model
+    from teamctl.shared.teammates import DEFAULT_QUEUE
+
+    url = resolve_redis_url(redis_url, settings)
+    store = TeamStore(connect(url), team or settings.team)
+    options = store.create().options
+    chosen, source = pick_model(model, None, settings)
+    base = checked_api_base(api_base, settings)
+    lease = LeadLease(store.conn, store.keys, options.heartbeat_ttl_s)
+    with ExitStack() as stack:
+        stack.enter_context(lease)  # before the workers: a second lead is refused at once
+        say_if_offline(source)
+        queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
+        if workers:
+            stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
+        client = ModelClient(provider_keys=settings.provider_keys,
+                             timeout_s=options.model_timeout_s,
+                             max_retries=options.model_max_retries)
+        agent = LeadAgent(store, lease, client, chosen, base, on_step=show_step)
+        if start_over:
+            agent.memory.start_over()
+        repl = LeadRepl(agent)
+        stack.enter_context(Watcher(store, options.heartbeat_ttl_s / 3))
+        if message is not None:
+            repl.turn(message)
+        if until_idle:
+            repl.until_idle()
+        if message is None and not until_idle:
+            click.echo(f"teamctl lead of team {store.team} (model {chosen}); /help for commands",
+                       err=True)
+            repl.loop(input_lines("lead> "))

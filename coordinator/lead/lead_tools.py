@@ -1,0 +1,139 @@
+"""The tools of the lead agent of a persistent team (typed ToolArgs): spawn and list teammates,
+message them, read its own inbox, and the lead's side of the shutdown and plan protocols.
+
+Every result is a JSON object starting with `action` and `ok`; a refusal (bad name, unknown
+teammate or request, a working teammate) raises and reaches the model as a tool error, having
+changed nothing. The lead writes as `lead`, the same as a person at `teamctl team ...`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
+from teamctl.shared.bus import LEAD
+from teamctl.shared.teammates import DEFAULT_QUEUE
+from teamctl.shared.teams import TeamStore
+
+
+class SpawnArgs(ToolArgs):
+    """spawn_teammate: who, in which role, doing what first."""
+
+    name: Text
+    """The teammate's name: lowercase letters, digits, '_' or '-', starting with a letter."""
+    role: Text
+    """Its role, e.g. 'reviewer'."""
+    prompt: Text
+    """What it should do first (its first message)."""
+    model: OptionalText = None
+    """Its model (default: the lead's)."""
+    plan_mode: bool = False
+    """true: it must have a plan approved (review_plan) before it changes anything."""
+
+
+class SendArgs(ToolArgs):
+    """send_message: one teammate and the text."""
+
+    to: Text
+    """A teammate's name."""
+    content: Text
+    """The message."""
+
+
+class BroadcastArgs(ToolArgs):
+    """broadcast: the text every teammate gets."""
+
+    content: Text
+    """The message."""
+
+
+class ShutdownArgs(ToolArgs):
+    """request_shutdown: the teammate asked to stop, and why."""
+
+    name: Text
+    """The teammate's name."""
+    reason: OptionalText = None
+    """Why (optional; the teammate sees it)."""
+
+
+class ReviewArgs(ToolArgs):
+    """review_plan: the plan request and the verdict."""
+
+    request_id: Text
+    """The request_id of the plan_approval_request in your inbox."""
+    approve: bool
+    """true to let the teammate carry the plan out, false to have it revise the plan."""
+    feedback: OptionalText = None
+    """What to keep or change (optional)."""
+
+
+class LeadTools:
+    """The lead's team tools on one team; teammates it spawns default to the lead's model."""
+
+    def __init__(self, store: TeamStore, model: str, api_base: str | None,
+                 queue: str = DEFAULT_QUEUE) -> None:
+        self.store = store
+        self.model = model
+        self.api_base = api_base
+        self.queue = queue
+
+    def add_to(self, box: Toolbox) -> None:
+        """Register the team tools on `box`, in the order the model sees them."""
+        box.add("spawn_teammate", "Start a teammate (or restart an idle or shut-down one with a "
+                "new role and prompt); its first turn starts at once.", SpawnArgs,
+                self.spawn_teammate)
+        box.add("list_teammates", "List the teammates: role, status (working, idle, shutdown), "
+                "and why each last went idle.", NoArgs, self.list_teammates)
+        box.add("send_message", "Send a message to one teammate (waking it if idle).", SendArgs,
+                self.send_message)
+        box.add("broadcast", "Send a message to every teammate (waking the idle ones).",
+                BroadcastArgs, self.broadcast)
+        box.add("read_inbox", "Show your unread messages (they also reach you before your next "
+                "step, once).", NoArgs, self.read_inbox)
+        box.add("request_shutdown", "Ask a teammate to shut down; it answers with a "
+                "shutdown_response in your inbox.", ShutdownArgs, self.request_shutdown)
+        box.add("review_plan", "Approve or reject a teammate's plan_approval_request.",
+                ReviewArgs, self.review_plan)
+        # create_task and list_tasks join here once the team task board lands (issue 12 §6).
+
+    def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
+        mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
+                                model=args.model or self.model, api_base=self.api_base,
+                                queue=self.queue, plan_mode=args.plan_mode)
+        return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
+                "status": mate.status.value, "model": mate.model,
+                "plan_mode": bool(mate.plan_state)}
+
+    def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
+        return {"action": "list_teammates", "ok": True, "teammates": [
+            {"name": m.name, "role": m.role, "status": m.status.value,
+             "idle_reason": m.idle_reason, "last_error": m.last_error}
+            for m in self.store.mates()]}
+
+    def send_message(self, args: SendArgs) -> dict[str, Any]:
+        message, woke = self.store.send(LEAD, args.to.lower(), args.content)
+        return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
+                "woke": woke}
+
+    def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
+        message, woke = self.store.broadcast(LEAD, args.content)
+        return {"action": "broadcast", "ok": True, "id": message.id,
+                "recipients": len(self.store.names()), "woke": woke}
+
+    def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
+        _, messages = self.store.peek(LEAD)
+        return {"action": "read_inbox", "ok": True, "messages": [
+            {"id": m.id, "from": m.from_, "type": m.type, "content": m.content,
+             **({"request_id": m.request_id} if getattr(m, "request_id", None) else {})}
+            for m in messages]}
+
+    def request_shutdown(self, args: ShutdownArgs) -> dict[str, Any]:
+        record, woke = self.store.request_shutdown(args.name.lower(), args.reason or "")
+        return {"action": "request_shutdown", "ok": True, "request_id": record.id,
+                "to": record.to, "status": record.status.value, "woke": woke}
+
+    def review_plan(self, args: ReviewArgs) -> dict[str, Any]:
+        message_id, woke = self.store.review_plan(args.request_id, args.approve,
+                                                  args.feedback or "")
+        return {"action": "review_plan", "ok": True, "request_id": args.request_id,
+                "approve": args.approve, "id": message_id, "woke": woke}

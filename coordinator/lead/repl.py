@@ -1,0 +1,230 @@
+"""The lead's terminal loop: a line is a turn, `/...` a slash command (no model call), an empty
+line a turn on the inbox alone; plus the script modes (`-m TEXT`, `--until-idle`).
+
+While the lead runs, one watcher thread tails the team's bus: it announces each message that
+lands in the lead's inbox on stderr, and reconciles stalled teammates every heartbeat_ttl_s/3
+(issue 12 §3). It blocks on the bus (XREAD BLOCK) between the two, never polls.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from typing import Any
+
+import click
+import redis
+from teamctl.coordinator.lead.lead import LeadAgent
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import LEAD, delivered_to
+from teamctl.shared.errors import ModelError
+from teamctl.shared.models import Envelope
+from teamctl.shared.teammates import MateStatus
+from teamctl.shared.teams import TeamStore
+from teamctl.shared.text import shorten
+
+HELP = """\
+A line is a message to the lead agent; its unread inbox joins it. An empty line runs a turn on
+the inbox alone. Slash commands (no model call):
+  /team      teammates: name, role, status, stalled, task, unread messages
+  /inbox     the lead's unread messages (shown, not consumed: the agent still gets them)
+  /tasks     the team's task board
+  /requests  shutdown and plan requests, oldest first
+  /help      this text
+  /quit      leave the lead (teammates keep running; `teamctl lead` continues later)"""
+SETTLED = (MateStatus.IDLE, MateStatus.SHUTDOWN)
+"""Statuses `--until-idle` waits for: nothing runs, and only a message wakes the teammate."""
+
+
+def bus_end(store: TeamStore) -> str:
+    """The id of the newest message on the bus ('0-0' when empty): where a tail starts."""
+    newest = store.conn.xrevrange(store.keys.bus, count=1)
+    return newest[0][0] if newest else "0-0"
+
+
+def for_lead(message: Envelope) -> bool:
+    """Whether the message lands in the lead's inbox (mail to lead, a teammate's broadcast)."""
+    return message.from_ != LEAD and (message.to == LEAD or delivered_to(message, LEAD))
+
+
+def describe(message: Envelope) -> str:
+    """One line for a person: who, what type, request id, the content shortened."""
+    request_id = getattr(message, "request_id", None)
+    return (f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}"
+            + (f" ({request_id})" if request_id else "") + f"\t{shorten(message.content, 200)}")
+
+
+class Watcher:
+    """A daemon thread: announces the lead's new mail on stderr and reconciles the team every
+    `interval_s`, woken by the bus in between."""
+
+    def __init__(self, store: TeamStore, interval_s: float) -> None:
+        self.store = store
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="teamctl-lead-watch", daemon=True)
+
+    def __enter__(self) -> Watcher:
+        self._after = bus_end(self.store)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        # It wakes at the next message or reconcile at the latest, and prints nothing after this.
+        self._stop.set()
+
+    def _run(self) -> None:
+        next_reconcile = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() >= next_reconcile:
+                    self.store.reconcile()
+                    next_reconcile = time.monotonic() + self.interval_s
+                wait_ms = max(1, int((next_reconcile - time.monotonic()) * 1000))
+                for message in self.store.bus.tail(self._after, wait_ms):
+                    self._after = message.id
+                    if for_lead(message):
+                        self._say(f"[inbox] {describe(message)}")
+            except redis.RedisError as exc:  # an outage: the lead's own calls will say so
+                self._say(f"watching the team's bus failed: {exc}")
+                self._stop.wait(self.interval_s)
+
+    def _say(self, line: str) -> None:
+        if not self._stop.is_set():
+            with suppress(ValueError):  # the stream was closed under us on the way out
+                click.echo(f"teamctl lead: {line}", err=True)
+
+
+class LeadRepl:
+    """What a person or a script does with a running lead."""
+
+    def __init__(self, agent: LeadAgent) -> None:
+        self.agent = agent
+        self.store = agent.store
+        self.commands: dict[str, Callable[[], None]] = {
+            "/team": self.show_team, "/inbox": self.show_inbox, "/tasks": self.show_tasks,
+            "/requests": self.show_requests, "/help": lambda: click.echo(HELP)}
+
+    # --- turns -------------------------------------------------------------------------------
+
+    def turn(self, text: str) -> None:
+        """One lead turn; its answer on stdout."""
+        answer = self.agent.turn(text)
+        if answer is None:
+            click.echo("(nothing to do: no message and no unread mail)", err=True)
+        else:
+            click.echo(answer)
+
+    def loop(self, lines: Iterator[str]) -> None:
+        """Read lines until /quit or the end of input; a model failure ends only its turn."""
+        for raw in lines:
+            line = raw.strip()
+            if line == "/quit":
+                return
+            if line.startswith("/"):
+                self.slash(line)
+                continue
+            try:
+                self.turn(line)
+            except ModelError as exc:
+                click.echo(f"teamctl: {exc}; the unread mail waits for the next turn", err=True)
+
+    def until_idle(self) -> None:
+        """Block until every teammate is idle or shut down and the lead's inbox is handled,
+        running a turn whenever unread mail is there; woken by the bus, never polling."""
+        interval_ms = int(self.store.options.heartbeat_ttl_s * 1000 / 3)
+        while True:
+            # The bus position comes first, so nothing published after the reads is missed.
+            after = bus_end(self.store)
+            if self.store.peek(LEAD, limit=1)[1]:
+                self.turn("")
+                continue
+            if all(m.status in SETTLED for m in self.store.mates()):
+                return
+            # Every end of a turn tells the lead; a stalled teammate is reconciled by the
+            # watcher, whose rerun or give-up lands on the bus too.
+            self.store.bus.tail(after, interval_ms)
+
+    # --- slash commands ----------------------------------------------------------------------
+
+    def slash(self, line: str) -> None:
+        command = self.commands.get(line.split()[0])
+        if command is None:
+            click.echo(f"unknown command {line.split()[0]}; /help lists them", err=True)
+            return
+        command()
+
+    def show_team(self) -> None:
+        tasks = {t.claimed_by: t.task_id for t in TaskBoard(self.store.conn, self.store.keys)
+                 .snapshot() if t.status == "in_progress" and t.claimed_by}
+        mates = self.store.mates()
+        if not mates:
+            click.echo("(no teammates yet)")
+        for mate in mates:
+            stalled = (mate.status is MateStatus.WORKING
+                       and not self.store.conn.exists(self.store.keys.turn(mate.name)))
+            unread = len(self.store.peek(mate.name)[1])
+            click.echo(f"{mate.name}\t{mate.role}\t{mate.status.value}"
+                       f"\t{'stalled' if stalled else '-'}\t{tasks.get(mate.name, '-')}"
+                       f"\t{unread} unread" + (f"\t{shorten(mate.idle_reason, 60)}"
+                                               if mate.idle_reason else ""))
+
+    def show_inbox(self) -> None:
+        messages = self.store.peek(LEAD)[1]
+        if not messages:
+            click.echo("(no unread messages)")
+        for message in messages:
+            click.echo(describe(message))
+
+    def show_tasks(self) -> None:
+        tasks = TaskBoard(self.store.conn, self.store.keys).snapshot()
+        if not tasks:
+            click.echo("(no tasks)")
+        for task in tasks:
+            click.echo(f"{task.task_id}\t{task.status.value}\t{task.claimed_by or '-'}\t"
+                       f"{shorten(task.task, 80)}")
+
+    def show_requests(self) -> None:
+        records = self.store.requests()
+        if not records:
+            click.echo("(no requests)")
+        for r in records:
+            click.echo(f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
+                       f"{shorten(r.response or r.payload, 80)}")
+
+
+def show_step(step: list[dict[str, Any]]) -> None:
+    """The tool calls of a committed step, one line each on stderr, with how they went."""
+    for message in step:
+        if message.get("role") != "tool":
+            continue
+        content = str(message.get("content") or "")
+        outcome = "error: " + shorten(_error_text(content), 160) if content.startswith(
+            "TOOL_ERROR") else "ok"
+        click.echo(f"teamctl lead: {message.get('name')}: {outcome}", err=True)
+
+
+def _error_text(content: str) -> str:
+    with suppress(ValueError, AttributeError):
+        return str(json.loads(content.split(":", 1)[1])["error"])
+    return content
+
+
+def input_lines(prompt: str) -> Iterator[str]:
+    """Lines from stdin; a terminal gets the prompt (and line editing), a pipe does not."""
+    interactive = sys.stdin.isatty()
+    if interactive:
+        with suppress(ImportError):
+            import readline  # noqa: F401  (line editing and history for input())
+    while True:
+        try:
+            line = input(prompt) if interactive else sys.stdin.readline()
+        except EOFError:
+            return
+        if not interactive and not line:
+            return
+        yield line

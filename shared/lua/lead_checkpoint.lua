@@ -1,0 +1,18 @@
+-- lead_checkpoint: commit one step of the lead agent: its messages into the lead's memory and
+-- the lead's inbox offset past the mail injected into that step, together, fenced by the lead
+-- lease, so a lead killed mid-step and restarted sees that mail again, and only mail it never
+-- committed. With ARGV[2] = '1' the memory is cleared first (`teamctl lead --new`); the offset
+-- is kept, so mail already handled is not replayed into the new conversation.
+-- KEYS[1] the lead lease, KEYS[2] the lead's memory list, KEYS[3] the read offsets hash.
+-- ARGV[1] the lease owner, ARGV[2] '1' to clear the memory first, ARGV[3] inbox id to advance
+-- to ('' = none injected), ARGV[4] memory cap (messages), ARGV[5..] the step's chat messages
+-- (JSON), in order.
+-- Returns 1 when committed, 0 when the owner no longer holds the lease (nothing changes).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then redis.call('DEL', KEYS[2]) end
+for i = 5, #ARGV do
+  redis.call('RPUSH', KEYS[2], ARGV[i])
+end
+cap_memory(KEYS[2], tonumber(ARGV[4]))
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'lead', ARGV[3]) end
+return 1
