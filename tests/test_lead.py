@@ -1,0 +1,305 @@
+"""The lead agent of a persistent team, `teamctl lead` (issue 12 §7, test 9): a scripted lead
+spawns a teammate whose reply reaches it once, a second lead is refused naming the holder, a
+SIGKILLed lead restarts where it stopped with each response injected once, and the slash
+commands make no model call. Real Redis, the session's real workers on `members`, the scripted
+model server through litellm."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from rq import Queue, Worker
+from teamctl.coordinator.cli import main
+from teamctl.shared.bus import LEAD
+from teamctl.shared.keys import TeamKeys
+from teamctl.shared.lease import LeadLease
+from teamctl.shared.models import ProtocolType, SystemType
+from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
+from teamctl.shared.teams import TeamStore
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.team_support import cli
+from tests.timescale import scaled
+
+TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
+TTL_S = scaled(TeamOptions().heartbeat_ttl_s, floor_s=1.5)
+_INBOX = re.compile(r"<inbox>\n(.*?)\n</inbox>", re.S)
+
+
+def injected(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every message injected through `<inbox>` blocks into user messages, in order (the lead
+    appends its block to the person's text)."""
+    found = []
+    for message in messages:
+        if message.get("role") == "user":
+            for block in _INBOX.findall(message.get("content") or ""):
+                found += [json.loads(line) for line in block.splitlines()]
+    return found
+
+
+def typed(*args: str, lines: str) -> Result:
+    """`teamctl ARGS` in this process, with `lines` on its standard input (a pipe, no terminal)."""
+    return CliRunner().invoke(main, list(args), input=lines, catch_exceptions=False)
+
+
+def lead_memory(conn: redis.Redis, team: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in conn.lrange(TeamKeys(team).lead_memory, 0, -1)]
+
+
+def lead_args(url: str, team: str, model: str, api_base: str, *extra: str,
+              own_workers: bool = False) -> list[str]:
+    """`teamctl lead` on the scripted server; with `own_workers` at the default --workers,
+    else none (the session's workers serve the tests' default database)."""
+    return ["lead", "-t", team, "--redis-url", url, *([] if own_workers else ["--workers", "0"]),
+            "--model", model, "--api-base", api_base, *extra]
+
+
+class LeadScript:
+    """The lead's model: spawn alice on the first call, then a short answer to every call."""
+
+    def __init__(self, alice_model: str) -> None:
+        self.alice_model = alice_model
+        self.calls = 0
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        self.calls += 1
+        if self.calls == 1:
+            return ToolCalls([("spawn_teammate", {
+                "name": "alice", "role": "researcher", "prompt": "Find it, tell the lead.",
+                "model": self.alice_model})])
+        return f"noted ({self.calls})"
+
+
+def test_a_scripted_lead_spawns_alice_and_until_idle_ends_with_her_reply_injected_once(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    alice = llm.script(f"alice-{team}", [
+        ToolCalls([("send_message", {"to": "lead", "content": "found it: 42"})]), "done"])
+    script = LeadScript(alice)
+    lead = llm.script(f"lead-{team}", handler=script)
+    result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Spawn alice.",
+                            "--until-idle"))
+    assert result.exit_code == 0, result.output
+    store = TeamStore(wconn, team)
+    assert store.get("alice").status is MateStatus.IDLE
+    assert store.peek(LEAD)[1] == []  # the inbox is handled: its offset moved past every mail
+
+    memory = lead_memory(wconn, team)
+    assert memory[0] == {"role": "user", "content": "Spawn alice."}
+    spawned = json.loads(memory[2]["content"])
+    assert list(spawned)[:2] == ["action", "ok"] and spawned["ok"] is True
+    assert (spawned["name"], spawned["status"]) == ("alice", "working")
+    # Her reply and her idle notice each reached the lead's model once, and its memory once.
+    replies = [m for m in injected(memory) if m["content"] == "found it: 42"]
+    assert [(m["from"], m["type"]) for m in replies] == [("alice", "peer.message")]
+    ids = [m["id"] for m in injected(memory)]
+    assert len(ids) == len(set(ids)) == 2
+    assert {m["type"] for m in injected(memory)} == {"peer.message", SystemType.TEAMMATE_IDLE}
+    last = llm.requests[f"lead-{team}"][-1]["messages"]
+    assert [m["id"] for m in injected(last)] == ids
+    # No invented exchange: the person's text, or mail alone, and every answer the model's own.
+    assert all(m["content"] == "Spawn alice." or m["content"].startswith("<inbox>")
+               for m in memory if m["role"] == "user")
+    assert all(m.get("tool_calls") or m["content"].startswith("noted")
+               for m in memory if m["role"] == "assistant")
+    assert result.stdout.splitlines()[0] == "noted (2)"
+    assert "teamctl lead: spawn_teammate: ok" in result.stderr
+
+    # --new forgets the conversation; the mail already handled is not replayed.
+    again = cli(*lead_args(workers, team, lead, llm.api_base, "--new", "-m", "Start over."))
+    assert again.exit_code == 0, again.output
+    assert [m["role"] for m in llm.requests[f"lead-{team}"][-1]["messages"]] == [
+        "system", "user"]
+    assert lead_memory(wconn, team)[0] == {"role": "user", "content": "Start over."}
+
+
+@pytest.mark.realistic
+def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
+        redis_url: str, conn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    slow = {"latency_s": scaled(7), "latency_seed": 12}  # 3.5-10.5 s a call at 1x
+    alice = llm.script(f"alice-{team}", [
+        ToolCalls([("send_message", {"to": "lead", "content": "found it: 42"})]), "done"],
+        **slow)
+    lead = llm.script(f"lead-{team}", handler=LeadScript(alice), **slow)
+    # The default --workers (2): the lead's own preloaded workers play alice's turns.
+    result = cli(*lead_args(redis_url, team, lead, llm.api_base, "-m", "Spawn alice.",
+                            "--until-idle", own_workers=True))
+    assert result.exit_code == 0, result.output
+    store = TeamStore(conn, team)
+    assert store.options == TeamOptions()  # the lead made the team at the defaults
+    alice_now = store.get("alice")
+    # The slow calls never let a turn lease lapse: no rerun, no error.
+    assert (alice_now.status, alice_now.attempts, alice_now.last_error) == (
+        MateStatus.IDLE, 0, None)
+    memory = lead_memory(conn, team)
+    assert [m["content"] for m in injected(memory) if m["from"] == "alice"] == ["found it: 42"]
+    assert store.peek(LEAD)[1] == []
+    # Quitting released the lease and stopped the workers it started.
+    assert not conn.exists(TeamKeys(team).lead_lease)
+    rq_conn = redis.Redis.from_url(redis_url)
+    assert Worker.all(queue=Queue("members", connection=rq_conn)) == []
+
+
+def test_a_second_lead_exits_2_naming_the_holder_and_calls_no_model(
+        redis_url: str, conn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    lead = llm.script(f"lead-{team}", [])
+    TeamStore(conn, team).create()
+    holder = LeadLease(conn, TeamKeys(team), 30)
+    holder.acquire()
+    try:
+        refused = cli(*lead_args(redis_url, team, lead, llm.api_base, "-m", "hello"))
+        assert refused.exit_code == 2
+        assert f"team {team} is led by {holder.owner}" in refused.stderr
+        assert refused.stderr.count("\n") == 1
+    finally:
+        holder.release()
+    assert llm.requests[f"lead-{team}"] == []
+
+
+def test_slash_commands_show_the_team_without_a_model_call(
+        redis_url: str, conn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    lead = llm.script(f"lead-{team}", [])
+    store = TeamStore(conn, team)
+    # Nobody serves this queue: alice stays working, her turn never taken (so: stalled).
+    store.spawn("alice", role="researcher", prompt="Start.", model=lead, api_base=None,
+                queue="nobody")
+    store.send("alice", LEAD, "a question for the lead")
+    record, _ = store.request_shutdown("alice", "wrapping up")
+    shown = typed(*lead_args(redis_url, team, lead, llm.api_base),
+                  lines="/team\n/inbox\n/requests\n/tasks\n/help\n/bogus\n/quit\n")
+    assert shown.exit_code == 0, shown.output
+    out = shown.stdout
+    assert "alice\tresearcher\tworking\tstalled\t-\t1 unread" in out
+    assert "alice -> lead\tpeer.message\ta question for the lead" in out
+    assert f"{record.id}\tshutdown\tlead -> alice\tpending\twrapping up" in out
+    assert "(no tasks)" in out and "/requests" in out
+    assert "unknown command /bogus; /help lists them" in shown.stderr
+    assert llm.requests[f"lead-{team}"] == []
+    # Shown, not consumed: the agent still gets the mail.
+    assert [m.content for m in store.peek(LEAD)[1]] == ["a question for the lead"]
+
+
+class KilledLead:
+    """The lead's model across a SIGKILL: ask bob to shut down, then hang (the process dies);
+    after the restart, approve alice's plan, then answer."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.hung = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        self.calls += 1
+        if self.calls == 1:
+            return ToolCalls([("request_shutdown", {"name": "bob", "reason": "done for today"})])
+        if self.calls == 2:
+            self.hung.set()
+            self.release.wait(60)
+            return "an answer nobody reads"
+        if self.calls == 3:
+            plan = next(m for m in injected(body["messages"])
+                        if m["type"] == ProtocolType.PLAN_APPROVAL_REQUEST)
+            return ToolCalls([("review_plan", {"request_id": plan["request_id"],
+                                               "approve": True})])
+        return "bob is gone, alice has her plan approved"
+
+
+class Bob:
+    """Ready at first; on the shutdown request, waits for the test, then approves it."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        found = re.findall(r'\\"request_id\\": \\"(req_[0-9a-f]{12})\\"',
+                           json.dumps(body["messages"]))
+        if not found:
+            return "ready"
+        self.release.wait(60)
+        return ToolCalls([("respond_shutdown", {"request_id": found[-1], "approve": True})])
+
+
+def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_once(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+    store = TeamStore(wconn, team)
+    store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
+    bob = Bob()
+    bob_model = llm.script(f"bob-{team}", handler=bob)
+    alice_model = llm.script(f"alice-{team}", [
+        ToolCalls([("submit_plan", {"plan": "1. read 2. write"})]), "waiting for review",
+        "carrying it out"])
+    script = KilledLead()
+    lead = llm.script(f"lead-{team}", handler=script)
+    store.spawn("bob", role="builder", prompt="Build.", model=bob_model,
+                api_base=llm.api_base, queue="members")
+    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+
+    logs = tmp_path / "lead1.log"
+    with logs.open("wb") as log:
+        first = subprocess.Popen(
+            [*TEAMCTL, *lead_args(workers, team, lead, llm.api_base, "-m",
+                                  "Ask bob to shut down.")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        assert script.hung.wait(60), logs.read_text()
+        [pending] = store.requests()
+        assert (pending.kind, pending.to, pending.status) == ("shutdown", "bob",
+                                                              RequestStatus.PENDING)
+        # The first step is committed; the hung second one is not.
+        assert [m["role"] for m in lead_memory(wconn, team)] == ["user", "assistant", "tool"]
+        refused = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "me too"))
+        assert refused.exit_code == 2 and f":{first.pid}:" in refused.stderr
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+
+    # While the lead is dead: bob answers (approves, shuts down), alice asks for a plan review.
+    bob.release.set()
+    script.release.set()
+    store.spawn("alice", role="writer", prompt="Write.", model=alice_model,
+                api_base=llm.api_base, queue="members", plan_mode=True)
+    wait_until(lambda: store.get("bob").status is MateStatus.SHUTDOWN
+               and store.get("alice").status is MateStatus.IDLE, message="bob and alice settle")
+    [_, plan] = store.requests()
+    wait_until(lambda: not wconn.exists(TeamKeys(team).lead_lease), 3 * TTL_S + 5,
+               message="the dead lead's lease to expire")
+
+    restarted = typed(*lead_args(workers, team, lead, llm.api_base),
+                      lines="/requests\n\n/quit\n")
+    assert restarted.exit_code == 0, restarted.output
+    assert f"{pending.id}\tshutdown\tlead -> bob\tapproved" in restarted.stdout
+    assert f"{plan.id}\tplan_approval\talice -> lead\tpending" in restarted.stdout
+    assert "bob is gone, alice has her plan approved" in restarted.stdout
+    assert script.calls == 4
+
+    # The conversation went on from the first lead's committed step.
+    requests = llm.requests[f"lead-{team}"]
+    resumed = requests[2]["messages"]
+    assert resumed[1]["content"].startswith("Ask bob to shut down.")
+    assert [m["role"] for m in resumed] == ["system", "user", "assistant", "tool", "user"]
+    assert "an answer nobody reads" not in json.dumps(requests[3]["messages"])
+    # Each response reached the model once: in one request's inbox, never again after.
+    final = injected(requests[3]["messages"])
+    ids = [m["id"] for m in final]
+    assert len(ids) == len(set(ids))
+    types = [m["type"] for m in final]
+    assert types.count(ProtocolType.SHUTDOWN_RESPONSE) == 1
+    assert types.count(ProtocolType.PLAN_APPROVAL_REQUEST) == 1
+    assert types.count(SystemType.TEAMMATE_SHUTDOWN) == 1
+    assert injected(lead_memory(wconn, team)) == final
+    assert store.request(plan.id).status is RequestStatus.APPROVED
+    wait_until(lambda: store.get("alice").status is MateStatus.IDLE
+               and store.get("alice").plan_state == "approved", message="alice carries it out")
