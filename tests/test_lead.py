@@ -28,7 +28,7 @@ from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.scripted_llm import ScriptedLLM, Slow, ToolCalls
 from tests.team_support import cli
 from tests.timescale import scaled
 
@@ -190,22 +190,22 @@ def test_slash_commands_show_the_team_without_a_model_call(
 
 
 class KilledLead:
-    """The lead's model across a SIGKILL: ask bob to shut down, then hang (the process dies);
+    """The lead's model across a SIGKILL: ask bob to shut down, then take longer than the test
+    lets the process live (the wait is spent outside the server's lock, so other models go on);
     after the restart, approve alice's plan, then answer."""
 
-    def __init__(self) -> None:
+    def __init__(self, hang_s: float) -> None:
+        self.hang_s = hang_s
         self.calls = 0
         self.hung = threading.Event()
-        self.release = threading.Event()
 
-    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls | Slow:
         self.calls += 1
         if self.calls == 1:
             return ToolCalls([("request_shutdown", {"name": "bob", "reason": "done for today"})])
         if self.calls == 2:
             self.hung.set()
-            self.release.wait(60)
-            return "an answer nobody reads"
+            return Slow("an answer nobody reads", self.hang_s)
         if self.calls == 3:
             plan = next(m for m in injected(body["messages"])
                         if m["type"] == ProtocolType.PLAN_APPROVAL_REQUEST)
@@ -215,34 +215,41 @@ class KilledLead:
 
 
 class Bob:
-    """Ready at first; on the shutdown request, waits for the test, then approves it."""
+    """Ready at first; asked to shut down, approves, taking `answer_s` to say so (time for the
+    test to kill the lead with the request still pending)."""
 
-    def __init__(self) -> None:
-        self.release = threading.Event()
+    def __init__(self, answer_s: float) -> None:
+        self.answer_s = answer_s
+        self.asked = threading.Event()
 
-    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+    def __call__(self, body: dict[str, Any]) -> str | Slow:
         found = re.findall(r'\\"request_id\\": \\"(req_[0-9a-f]{12})\\"',
                            json.dumps(body["messages"]))
         if not found:
             return "ready"
-        self.release.wait(60)
-        return ToolCalls([("respond_shutdown", {"request_id": found[-1], "approve": True})])
+        self.asked.set()
+        return Slow(ToolCalls([("respond_shutdown", {"request_id": found[-1],
+                                                     "approve": True})]), self.answer_s)
 
 
+@pytest.mark.realistic  # at 1x: the default 30 s lead lease, model calls of 3.5-10.5 s
 def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_once(
         workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
     store = TeamStore(wconn, team)
     store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
-    bob = Bob()
-    bob_model = llm.script(f"bob-{team}", handler=bob)
+    slow = {"latency_s": scaled(7), "latency_seed": 13}
+    turn_s = scaled(30, floor_s=30)  # a turn of two slow calls, plus a fork on a busy host
+    bob = Bob(answer_s=scaled(7, floor_s=3))
+    bob_model = llm.script(f"bob-{team}", handler=bob, **slow)
     alice_model = llm.script(f"alice-{team}", [
         ToolCalls([("submit_plan", {"plan": "1. read 2. write"})]), "waiting for review",
-        "carrying it out"])
-    script = KilledLead()
-    lead = llm.script(f"lead-{team}", handler=script)
+        "carrying it out"], **slow)
+    script = KilledLead(hang_s=3 * turn_s)
+    lead = llm.script(f"lead-{team}", handler=script, **slow)
     store.spawn("bob", role="builder", prompt="Build.", model=bob_model,
                 api_base=llm.api_base, queue="members")
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, turn_s,
+               message="bob's first turn")
 
     logs = tmp_path / "lead1.log"
     with logs.open("wb") as log:
@@ -251,7 +258,8 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
                                   "Ask bob to shut down.")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     try:
-        assert script.hung.wait(60), logs.read_text()
+        assert script.hung.wait(3 * turn_s), logs.read_text()
+        assert bob.asked.wait(turn_s)
         [pending] = store.requests()
         assert (pending.kind, pending.to, pending.status) == ("shutdown", "bob",
                                                               RequestStatus.PENDING)
@@ -267,12 +275,11 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
             first.wait()
 
     # While the lead is dead: bob answers (approves, shuts down), alice asks for a plan review.
-    bob.release.set()
-    script.release.set()
     store.spawn("alice", role="writer", prompt="Write.", model=alice_model,
                 api_base=llm.api_base, queue="members", plan_mode=True)
     wait_until(lambda: store.get("bob").status is MateStatus.SHUTDOWN
-               and store.get("alice").status is MateStatus.IDLE, message="bob and alice settle")
+               and store.get("alice").status is MateStatus.IDLE, 3 * turn_s,
+               message="bob and alice settle")
     [_, plan] = store.requests()
     wait_until(lambda: not wconn.exists(TeamKeys(team).lead_lease), 3 * TTL_S + 5,
                message="the dead lead's lease to expire")
@@ -302,4 +309,5 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     assert injected(lead_memory(wconn, team)) == final
     assert store.request(plan.id).status is RequestStatus.APPROVED
     wait_until(lambda: store.get("alice").status is MateStatus.IDLE
-               and store.get("alice").plan_state == "approved", message="alice carries it out")
+               and store.get("alice").plan_state == "approved", turn_s,
+               message="alice carries it out")
