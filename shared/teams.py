@@ -23,7 +23,7 @@ from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
 from teamctl.shared.models import Envelope, ProtocolType, SystemType
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import Scripts, WriteGuard
 from teamctl.shared.teammates import (
     TURN_FUNCTION,
     MateStatus,
@@ -67,6 +67,15 @@ class TeamStore:
     @property
     def team(self) -> str:
         return self.keys.team
+
+    def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
+        """This store with every script call of one tool call of `name`'s turn guarded: refused
+        once the token lost the lease, and run once, so a rerun replays it (issue 12 §4)."""
+        guard = WriteGuard(turn_key=self.keys.turn(name), effects_key=self.keys.effects(name),
+                           token=token, call_key=call_key)
+        clone = TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard))
+        clone.__dict__["options"] = self.options  # cached_property: no second read of meta
+        return clone
 
     # --- the team ------------------------------------------------------------------------------
 
@@ -282,7 +291,7 @@ class TeamStore:
         if verdict == "not_required":
             raise RequestRefused(f"{name} is not waiting for a plan approval (plan mode "
                                  f"{detail or 'off'}); go ahead without one")
-        return self.request(request_id)
+        return self.request(detail)  # a replayed call names the request it first opened
 
     def review_plan(self, request_id: str, approve: bool,
                     feedback: str = "") -> tuple[str, bool]:
@@ -415,7 +424,7 @@ class TeamStore:
         call; False (nothing written) for a revoked turn."""
         return bool(self.scripts["turn_checkpoint"](
             keys=[self.keys.turn(name), self.keys.memory(name), self.keys.read_offsets,
-                  self.keys.mate(name)],
+                  self.keys.mate(name), self.keys.effects(name)],
             args=[token, name, offset_id, self.options.memory_max_messages,
                   *(json.dumps(m, ensure_ascii=False) for m in messages)]))
 
