@@ -165,6 +165,19 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
                        f"{shorten(message.content, 200)}")
 
 
+@team_group.command("messages")
+@click.option("--member", default=None, help="Only messages delivered to this teammate (or lead).")
+@click.option("--type", "type_", default=None, help="Only messages of this type.")
+@click.option("--follow", is_flag=True, help="Keep printing new messages (Ctrl-C to stop).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@with_store
+def messages_command(member: str | None, type_: str | None, follow: bool, as_json: bool,
+                     store: TeamStore, settings: Settings) -> None:
+    """Print the team's message bus, read or not, in order; --follow tails it."""
+    from teamctl.coordinator.cli.team_messages import team_messages
+    team_messages(store, member=member, type_=type_, follow=follow, as_json=as_json)
+
+
 @team_group.command("shutdown")
 @click.argument("name")
 @click.option("--reason", default="", help="Why, for the teammate.")
