@@ -46,8 +46,8 @@ def own_workers(redis_server: str, queue: str,
 
 
 class HeldSecondCall:
-    """Alice's model: step 1 calls a tool, step 2 hangs until released (its worker is killed
-    meanwhile), the rerun's step answers."""
+    """Alice's model: step 1 sends the lead a message, step 2 hangs until released (its worker
+    is killed meanwhile), the rerun's step answers."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -57,7 +57,7 @@ class HeldSecondCall:
     def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
         self.calls += 1
         if self.calls == 1:
-            return ToolCalls([("list_teammates", {})])
+            return ToolCalls([("send_message", {"to": "lead", "content": "step one done"})])
         if self.calls == 2:
             self.second.set()
             self.release.wait(60)
@@ -107,6 +107,9 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     assert [m["role"] for m in memory] == ["user", "assistant", "tool", "user", "assistant"]
     assert memory[-1]["content"] == "recovered"
     assert model.calls == 3
+    # The send committed before the kill is not repeated by the rerun.
+    sent = [m for m in store.kept("lead") if m.from_ == "alice" and m.type == "peer.message"]
+    assert [m.content for m in sent] == ["step one done"]
     mate = store.get("alice")
     assert (mate.idle_reason, mate.attempts, mate.last_error) == ("done", 0, None)
     # The dead turn's writes are refused and change nothing.
