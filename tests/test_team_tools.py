@@ -15,9 +15,11 @@ from typing import Any
 
 import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.models import SystemType
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
+from teamctl.worker.mate_workspace import add_mate_workspace
 
 from tests.conftest import wait_until
 from tests.scripted_llm import Reply, ScriptedLLM, ToolCalls
@@ -171,6 +173,40 @@ def test_spawn_with_an_unknown_tool_exits_2_and_writes_nothing(
         assert (f"unknown tool '{tool}'; use --tool with one of: read_file, write_file, "
                 "edit_file, list_files, bash") in result.stderr
     assert conn.keys("teamctl:team:*") == []
+
+
+def test_the_plan_gate_covers_edit_file_and_bash_but_not_reading(
+        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    store = TeamStore(conn, team)
+    tools = ("--tool", "read_file", "--tool", "write_file", "--tool", "edit_file", "--tool",
+             "bash")
+    for name, extra in (("pat", ("--plan-mode",)), ("sam", ())):  # nobody serves "nobody"
+        assert spawn(redis_url, team, name, OFFLINE_MODEL, None, "--queue", "nobody", *tools,
+                     *extra).exit_code == 0
+    boxes = {}
+    for name in ("pat", "sam"):
+        boxes[name] = Toolbox()
+        add_mate_workspace(boxes[name], store, store.get(name), tmp_path / "unused")
+    assert boxes["pat"].names == boxes["sam"].names == [
+        "read_file", "write_file", "edit_file", "bash"]
+    workspace = tmp_path / "state" / "teams" / team / "workspace"
+    edit = json.dumps({"path": "a.txt", "oldText": "one", "newText": "two"})
+    bash = json.dumps({"command": "echo ran >> log.txt"})
+    write = json.dumps({"path": "a.txt", "content": "one"})
+    assert json.loads(boxes["sam"].call("write_file", write))["ok"]
+    for box_tool, args in (("edit_file", edit), ("bash", bash), ("write_file", write)):
+        refused = boxes["pat"].call(box_tool, args)
+        assert refused.startswith("TOOL_ERROR: ") and '"PlanNotApproved"' in refused, refused
+    assert json.loads(boxes["pat"].call("read_file", '{"path": "a.txt"}'))["content"] == "one"
+    assert not (workspace / "log.txt").exists()
+    plan = store.submit_plan("pat", "edit a.txt")
+    assert "waiting for the lead's review" in boxes["pat"].call("bash", bash)
+    store.review_plan(plan.id, True)
+    # The same toolbox, built before the approval: the gate reads plan_state at each call.
+    assert json.loads(boxes["pat"].call("edit_file", edit))["ok"]
+    assert json.loads(boxes["pat"].call("bash", bash))["exitCode"] == 0
+    assert (workspace / "a.txt").read_text() == "two"
+    assert (workspace / "log.txt").read_text() == "ran\n"
 
 
 class BusyUntilDone:
