@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -35,6 +36,7 @@ from teamctl.shared.teammates import (
     TeamRequest,
     check_mate_name,
     check_queue,
+    check_tools,
     new_request_id,
 )
 from teamctl.shared.text import quoted
@@ -139,11 +141,15 @@ class TeamStore:
     # --- teammates -----------------------------------------------------------------------------
 
     def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
-              queue: str, plan_mode: bool = False) -> Teammate:
+              queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
+              workspace: Path | None = None) -> Teammate:
         """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
-        plan mode it must have a plan approved (submit_plan, review_plan) before gated tools."""
+        plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
+        `tools` are workspace tools (ConfigError for others) working in `workspace`
+        (team_workspace; None: the worker's own state dir)."""
         check_mate_name(name)
         check_queue(queue)
+        chosen = check_tools(tools)
         if not prompt.strip():
             raise ConfigError("the prompt is empty; say what the teammate should do")
         self.create()
@@ -152,7 +158,8 @@ class TeamStore:
             keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
                   self.keys.roster_ver],
             args=[name, role, prompt, model, api_base or "", queue,
-                  self.options.max_teammates, first, "required" if plan_mode else ""])
+                  self.options.max_teammates, first, "required" if plan_mode else "",
+                  ",".join(chosen), str(workspace or "")])
         if verdict == "working":
             raise MateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":
@@ -161,6 +168,11 @@ class TeamStore:
         mate = self.get(name)
         self.enqueue_turn(mate)
         return mate
+
+    def plan_state(self, name: str) -> str | None:
+        """The teammate's plan_state as stored now (None without plan mode): tools read it
+        fresh at each call, since the lead may approve in the middle of a turn."""
+        return self.conn.hget(self.keys.mate(name), "plan_state") or None
 
     def names(self) -> list[str]:
         """The teammates on the roster, in join order."""

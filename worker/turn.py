@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -31,6 +32,7 @@ from teamctl.shared.teams import TeamStore
 from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.mate_tools import MateTools
+from teamctl.worker.mate_workspace import add_mate_workspace
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +51,16 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
                  settings: Settings | None = None) -> str:
     """The job body without RQ: take the lease, run steps until the turn ends, reconcile."""
     store = TeamStore(conn, team)
+    settings = settings or load_settings()  # its state dir holds workspaces not spawner-chosen
     verdict, token = store.begin_turn(name, worker_name())
     if verdict != "ok":
         return f"skipped: {verdict}"
     options = store.options
-    client = ModelClient(provider_keys=settings.provider_keys if settings else (),
+    client = ModelClient(provider_keys=settings.provider_keys,
                          timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
-        outcome = Turn(store, store.get(name), token, client, lease).run()
+        outcome = Turn(store, store.get(name), token, client, lease,
+                       state_dir=settings.state_dir).run()
     store.reconcile()
     return outcome
 
@@ -106,11 +110,16 @@ class Turn:
     token: str
     client: ModelClient
     lease: TurnLease
+    state_dir: Path
+    """This worker's state dir: the workspace of a teammate spawned without one."""
+    tool_names: list[str] = field(default_factory=list)
 
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost."""
         tools = MateTools(self.store, self.mate.name)
         toolbox = tools.toolbox()
+        add_mate_workspace(toolbox, self.store, self.mate, self.state_dir)
+        self.tool_names = toolbox.names
         while True:
             try:
                 reason, answer = self._steps(tools, toolbox)
@@ -199,7 +208,8 @@ class Turn:
         # The spawn prompt is memory's first message; identity is restated every turn.
         return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
                       team=self.store.team, role=self.mate.role or "teammate",
-                      plan_mode=_plan_mode_note(self.store.get(self.mate.name).plan_state))
+                      plan_mode=_plan_mode_note(self.store.get(self.mate.name).plan_state),
+                      tools=", ".join(self.tool_names), workspace=bool(self.mate.tools))
 
 
 def inbox_block(messages: list[Envelope]) -> str:
