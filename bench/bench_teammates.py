@@ -3,7 +3,10 @@
 - Wake latency: `send` from the lead to an idle teammate, until the teammate's first model
   request reaches the scripted zero-latency server. Baseline, in the same run on the same worker:
   enqueue to start of a bare RQ no-op job. Goals: p50 <= 50 ms, p95 <= 100 ms, p50 <= 2x baseline.
-- Idle cost: idle teammates for a while: no jobs and no model requests.
+- Mid-turn delivery: a message sent while a turn's model call is in flight is in that turn's next
+  model request. Goal: 100 %.
+- Idle cost: 20 idle teammates for 60 s: no jobs, no model requests, no script calls; the worker's
+  CPU time within 1.1x of the same window on the same worker before any teammate existed.
 
 Run: .venv/bin/python -m bench.bench_teammates
 It starts its own redis-server, model server and worker, and stops each by its pid.
@@ -11,26 +14,62 @@ It starts its own redis-server, model server and worker, and stops each by its p
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import redis
-from rq import Queue
+from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import worker_command
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.teammates import MateStatus
 from teamctl.shared.teams import TeamStore
 
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker
-from tests.scripted_llm import ScriptedLLM
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+
+
+@dataclass
+class Window:
+    """What happened on the server and in the worker during one idle window."""
+
+    jobs: int = 0
+    requests: int = 0
+    script_calls: int = 0
+    worker_cpu_s: float = 0.0
+
+
+@dataclass
+class MidTurnModel:
+    """Each turn's first call sends the teammate a message while the call is in flight (then
+    calls a tool); its second call records whether that message reached it."""
+
+    store: TeamStore
+    name: str
+    turns: int = 0
+    delivered: int = 0
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        replies = [m for m in body["messages"] if m["role"] == "assistant"]
+        if replies and replies[-1].get("tool_calls"):
+            marker = f"mid {self.turns}"
+            self.delivered += any(marker in str(m.get("content")) for m in body["messages"])
+            return "done"
+        self.turns += 1
+        self.store.send("lead", self.name, f"mid {self.turns}")
+        return ToolCalls([("list_teammates", {})])
 
 WAKES = 200
+MID_TURNS = 100
 IDLE_MATES = 20
-IDLE_WATCH_S = 10.0
+IDLE_WATCH_S = 60.0
+GOAL_IDLE_CPU_RATIO = 1.1
 GOAL_P50_MS, GOAL_P95_MS, GOAL_RATIO = 50.0, 100.0, 2.0
 
 
@@ -67,8 +106,54 @@ def noop_latencies_ms(conn: redis.Redis, count: int) -> list[float]:
     return latencies
 
 
-def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str) -> tuple[int, int]:
-    """Jobs enqueued and model requests made while IDLE_MATES teammates sit idle."""
+def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM) -> tuple[int, int]:
+    """(delivered, turns): messages sent during a turn's model call that its next call saw."""
+    model = MidTurnModel(TeamStore(redis.Redis.from_url(_url(store), decode_responses=True),
+                                   store.team), "carol")
+    name = llm.script("carol", handler=model)
+    store.spawn("carol", role="bench", prompt="Check the team, then answer.", model=name,
+                api_base=llm.api_base, queue=QUEUE)
+    while True:
+        _wait(lambda: store.get("carol").status is MateStatus.IDLE, "carol to be idle")
+        if model.turns >= MID_TURNS:
+            return model.delivered, model.turns
+        # The mid-turn message of the last turn was handled by a turn of its own: the next
+        # turn starts from the lead's send.
+        store.send("lead", "carol", "go")
+
+
+def _url(store: TeamStore) -> str:
+    kwargs = store.conn.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
+
+
+def watch(conn: redis.Redis, llm: ScriptedLLM, model: str) -> Window:
+    """Jobs, model requests, script calls and worker CPU over IDLE_WATCH_S of nothing to do."""
+    queue = Queue(QUEUE, connection=conn)
+    pids = [w.pid for w in Worker.all(connection=conn)]
+    before = Window(queue.finished_job_registry.count + queue.count,
+                    len(llm.request_times.get(model.removeprefix("openai/"), [])),
+                    _script_calls(conn), sum(_cpu_s(pid) for pid in pids))
+    time.sleep(IDLE_WATCH_S)  # the measurement window itself: nothing should happen in it
+    return Window(queue.finished_job_registry.count + queue.count - before.jobs,
+                  len(llm.request_times.get(model.removeprefix("openai/"), [])) - before.requests,
+                  _script_calls(conn) - before.script_calls,
+                  sum(_cpu_s(pid) for pid in pids) - before.worker_cpu_s)
+
+
+def _script_calls(conn: redis.Redis) -> int:
+    stats = conn.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
+
+
+def _cpu_s(pid: int) -> float:
+    """User plus system CPU seconds of a process (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str) -> Window:
+    """The idle window with IDLE_MATES idle teammates."""
     for n in range(IDLE_MATES):
         store.spawn(f"idle{n}", role="idle", prompt="Rest.", model=model,
                     api_base=llm.api_base, queue=QUEUE)
@@ -76,11 +161,7 @@ def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str)
     queue = Queue(QUEUE, connection=conn)
     # A turn ends (idle) just before its job does: let the last jobs finish first.
     _wait(lambda: queue.count == 0 and queue.started_job_registry.count == 0, "jobs to finish")
-    jobs_before = queue.finished_job_registry.count + queue.count
-    requests_before = len(llm.request_times[model.removeprefix('openai/')])
-    time.sleep(IDLE_WATCH_S)  # the measurement window itself: nothing should happen in it
-    jobs = queue.finished_job_registry.count + queue.count - jobs_before
-    return jobs, len(llm.request_times[model.removeprefix('openai/')]) - requests_before
+    return watch(conn, llm, model)
 
 
 def main() -> int:
@@ -91,19 +172,22 @@ def main() -> int:
                 worker(worker_command(url, [QUEUE]), Path(tmp) / "worker.log", url):
             conn = redis.Redis.from_url(url)
             store = TeamStore(redis.Redis.from_url(url, decode_responses=True), "bench")
+            idle = llm.script("idle", ["resting"], repeat_last=True)
+            no_team = watch(conn, llm, idle)
             model = llm.script("bob", ["ok"], repeat_last=True)
             store.spawn("bob", role="bench", prompt="Answer ok.", model=model,
                         api_base=llm.api_base, queue=QUEUE)
             wakes = wake_latencies_ms(store, llm, model, "bob")
             noops = noop_latencies_ms(conn, WAKES)
-            idle = llm.script("idle", ["resting"], repeat_last=True)
-            jobs, requests = idle_cost(store, conn, llm, idle)
+            delivered, turns = mid_turn_delivery(store, llm)
+            idle_window = idle_cost(store, conn, llm, idle)
     finally:
         llm.stop()
-    return report(wakes, noops, jobs, requests)
+    return report(wakes, noops, (delivered, turns), no_team, idle_window)
 
 
-def report(wakes: list[float], noops: list[float], jobs: int, requests: int) -> int:
+def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int], no_team: Window,
+           idle: Window) -> int:
     p50, p95 = statistics.median(wakes), percentile(wakes, 0.95)
     base = statistics.median(noops)
     print(f"wake latency, {WAKES} sends to an idle teammate (send -> its model request):")
@@ -113,12 +197,25 @@ def report(wakes: list[float], noops: list[float], jobs: int, requests: int) -> 
     verdicts = {f"p50 <= {GOAL_P50_MS:.0f} ms": p50 <= GOAL_P50_MS,
                 f"p95 <= {GOAL_P95_MS:.0f} ms": p95 <= GOAL_P95_MS,
                 f"p50 <= {GOAL_RATIO:.0f}x baseline ({p50 / base:.2f}x)": p50 <= GOAL_RATIO * base}
-    print(f"idle cost, {IDLE_MATES} idle teammates for {IDLE_WATCH_S:.0f} s: "
-          f"{jobs} jobs, {requests} model requests (goal 0, 0)")
-    verdicts["idle: 0 jobs, 0 requests"] = jobs == 0 and requests == 0
+    delivered, turns = mid_turn
+    print(f"mid-turn delivery: {delivered}/{turns} messages sent during a model call were in "
+          "the turn's next model request (goal 100 %)")
+    verdicts["mid-turn delivery 100 %"] = delivered == turns
+    # /proc counts CPU in clock ticks: two windows both under one tick used the same (none).
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    ratio = (1.0 if max(idle.worker_cpu_s, no_team.worker_cpu_s) < tick_s
+             else idle.worker_cpu_s / max(no_team.worker_cpu_s, tick_s))
+    print(f"idle cost, {IDLE_MATES} idle teammates for {IDLE_WATCH_S:.0f} s: {idle.jobs} jobs, "
+          f"{idle.requests} model requests, {idle.script_calls} script calls (goal 0, 0, 0); "
+          f"worker CPU {idle.worker_cpu_s:.2f} s vs {no_team.worker_cpu_s:.2f} s with no team "
+          f"({ratio:.2f}x, goal <= {GOAL_IDLE_CPU_RATIO}x)")
+    verdicts["idle: 0 jobs, 0 requests, 0 script calls"] = (
+        idle.jobs == 0 and idle.requests == 0 and idle.script_calls == 0)
+    verdicts[f"idle worker CPU <= {GOAL_IDLE_CPU_RATIO}x"] = ratio <= GOAL_IDLE_CPU_RATIO
     for goal, met in verdicts.items():
         print(f"  {goal}: {'ok' if met else 'MISSED'}")
-    return 0 if verdicts["idle: 0 jobs, 0 requests"] else 1
+    hard = ("mid-turn delivery 100 %", "idle: 0 jobs, 0 requests, 0 script calls")
+    return 0 if all(verdicts[goal] for goal in hard) else 1
 
 
 if __name__ == "__main__":

@@ -231,6 +231,11 @@ class TeamKeys(KeySpace):
         """String with TTL: the token of the teammate's live turn, refreshed while it runs."""
         return f"{self.base}:turn:{check_member_id(name)}"
 
+    def effects(self, name: str) -> str:
+        """Hash: the outcomes of the team writes of the teammate's current step's tool calls, so
+        a rerun replays them instead of writing twice; cleared by every checkpoint."""
+        return f"{self.base}:effects:{check_member_id(name)}"
+
     def memory(self, name: str) -> str:
         """List: the teammate's chat messages (JSON), appended by turn checkpoints."""
         return f"{self.base}:memory:{check_member_id(name)}"

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 import redis
 from redis.commands.core import Script
 
 LIB = "_lib.lua"
+GUARD = "_guarded.lua"
+GUARD_BODY = "--BODY--"
+REVOKED = "TURN_REVOKED"
 
 
 @functools.cache
@@ -19,7 +25,21 @@ def sources() -> dict[str, str]:
     lib = folder.joinpath(LIB).read_text(encoding="utf-8")
     return {entry.name.removesuffix(".lua"): lib + "\n" + entry.read_text(encoding="utf-8")
             for entry in folder.iterdir()
-            if entry.name.endswith(".lua") and entry.name != LIB}
+            if entry.name.endswith(".lua") and not entry.name.startswith("_")}
+
+
+@functools.cache
+def guarded_source(name: str) -> str:
+    """The script `name` wrapped by _guarded.lua: token-checked, run once per call key."""
+    folder = resources.files("teamctl.shared").joinpath("lua")
+    lib = folder.joinpath(LIB).read_text(encoding="utf-8")
+    body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
+    wrapper = folder.joinpath(GUARD).read_text(encoding="utf-8")
+    return lib + "\n" + wrapper.replace(GUARD_BODY, body)
+
+
+class TurnRevokedError(RuntimeError):
+    """A guarded write was refused: the turn that made it no longer holds its lease."""
 
 
 class Scripts:
@@ -30,8 +50,67 @@ class Scripts:
         self.conn = conn
         self._scripts: dict[str, Script] = {}
 
-    def __getitem__(self, name: str) -> Script:
+    def __getitem__(self, name: str) -> Any:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self.conn.register_script(sources()[name])
         return script
+
+    def guarded_script(self, name: str) -> Script:
+        """The guarded variant of `name` (see _guarded.lua), registered once."""
+        key = GUARD + name
+        script = self._scripts.get(key)
+        if script is None:
+            script = self._scripts[key] = self.conn.register_script(guarded_source(name))
+        return script
+
+    def guarded(self, guard: WriteGuard) -> GuardedScripts:
+        """These scripts, each call run exactly once for `guard`'s tool call."""
+        return GuardedScripts(self, guard)
+
+
+@dataclass(frozen=True)
+class WriteGuard:
+    """One tool call of a turn: its lease (turn key and token) and where outcomes are kept."""
+
+    turn_key: str
+    effects_key: str
+    token: str
+    call_key: str
+
+
+@dataclass
+class GuardedScripts:
+    """Scripts whose every call is guarded: the n-th call of a script within a tool call is
+    recorded under one id, so a replayed tool call gets the first outcomes back."""
+
+    scripts: Scripts
+    guard: WriteGuard
+    _calls: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def conn(self) -> redis.Redis:
+        return self.scripts.conn
+
+    def __getitem__(self, name: str) -> Any:
+        def call(keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
+            return self._call(name, list(keys), list(args))
+        return call
+
+    def guarded(self, guard: WriteGuard) -> GuardedScripts:
+        return GuardedScripts(self.scripts, guard)
+
+    def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        # The n-th call of a script in one tool call: a replay makes the same calls in the
+        # same order, since each next call depends only on the outcomes it is given back.
+        n = self._calls.get(name, 0)
+        self._calls[name] = n + 1
+        call_key = f"{self.guard.call_key}:{name}:{n}"
+        try:
+            return self.scripts.guarded_script(name)(
+                keys=[*keys, self.guard.turn_key, self.guard.effects_key],
+                args=[*args, self.guard.token, call_key])
+        except redis.ResponseError as exc:
+            if str(exc).startswith(REVOKED):
+                raise TurnRevokedError(str(exc)) from exc
+            raise

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
@@ -25,7 +26,6 @@ DEFAULT_MAX_ROUNDS = 64
 MAX_DURATION_S = 7 * 24 * 3600
 """Upper bound of every timeout and TTL option: a week is beyond any sane run, and keeps
 deadlines and Redis expiries (milliseconds) far from overflow."""
-WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
 PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
                      "GROQ_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY")
 """The provider keys that pick a default model, first set wins."""

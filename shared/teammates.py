@@ -8,12 +8,15 @@ and messages teammates, and the RQ job that runs a turn.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from enum import StrEnum
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
+from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
-from teamctl.shared.models import HashInt, HashText
+from teamctl.shared.models import HashCsv, HashInt, HashText
 from teamctl.shared.text import quoted
 
 DEFAULT_TEAM = "default"
@@ -83,6 +86,11 @@ class Teammate(BaseModel):
     model: str
     api_base: HashText = None
     queue: str = DEFAULT_QUEUE
+    tools: HashCsv = Field(default_factory=list)
+    """The workspace tools given at spawn (comma-separated in the hash); `bash` only if listed."""
+    workspace: HashText = None
+    """The team's workspace directory, chosen by the spawner (team_workspace); None: the
+    worker's own state dir decides."""
     turn_token: HashText = None
     attempts: HashInt = 0
     last_seen_ms: HashInt = 0
@@ -161,6 +169,23 @@ def check_mate_name(name: str) -> str:
     if name in RESERVED_MEMBER_IDS:
         raise ConfigError(f"teammate name {name!r} is reserved; choose another name")
     return name
+
+
+def check_tools(tools: Iterable[str]) -> list[str]:
+    """Workspace tool names, deduplicated in WORKSPACE_TOOLS order, or ConfigError listing the
+    valid ones."""
+    chosen = list(tools)
+    for tool in chosen:
+        if tool not in WORKSPACE_TOOLS:
+            raise ConfigError(f"unknown tool {quoted(tool)}; use --tool with one of: "
+                              f"{', '.join(WORKSPACE_TOOLS)}")
+    return [tool for tool in WORKSPACE_TOOLS if tool in chosen]
+
+
+def team_workspace(state_dir: Path, team: str) -> Path:
+    """The directory a team's teammates share for their workspace tools, under the state dir;
+    built from the validated team name only, so no name reaches a path unchecked."""
+    return state_dir / "teams" / check_team_name(team) / "workspace"
 
 
 def check_queue(queue: str) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -23,7 +24,7 @@ from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
 from teamctl.shared.models import Envelope, ProtocolType, SystemType
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import Scripts, WriteGuard
 from teamctl.shared.teammates import (
     TURN_FUNCTION,
     MateStatus,
@@ -35,6 +36,7 @@ from teamctl.shared.teammates import (
     TeamRequest,
     check_mate_name,
     check_queue,
+    check_tools,
     new_request_id,
 )
 from teamctl.shared.text import quoted
@@ -67,6 +69,15 @@ class TeamStore:
     @property
     def team(self) -> str:
         return self.keys.team
+
+    def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
+        """This store with every script call of one tool call of `name`'s turn guarded: refused
+        once the token lost the lease, and run once, so a rerun replays it (issue 12 §4)."""
+        guard = WriteGuard(turn_key=self.keys.turn(name), effects_key=self.keys.effects(name),
+                           token=token, call_key=call_key)
+        clone = TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard))
+        clone.__dict__["options"] = self.options  # cached_property: no second read of meta
+        return clone
 
     # --- the team ------------------------------------------------------------------------------
 
@@ -130,11 +141,15 @@ class TeamStore:
     # --- teammates -----------------------------------------------------------------------------
 
     def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
-              queue: str, plan_mode: bool = False) -> Teammate:
+              queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
+              workspace: Path | None = None) -> Teammate:
         """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
-        plan mode it must have a plan approved (submit_plan, review_plan) before gated tools."""
+        plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
+        `tools` are workspace tools (ConfigError for others) working in `workspace`
+        (team_workspace; None: the worker's own state dir)."""
         check_mate_name(name)
         check_queue(queue)
+        chosen = check_tools(tools)
         if not prompt.strip():
             raise ConfigError("the prompt is empty; say what the teammate should do")
         self.create()
@@ -143,7 +158,8 @@ class TeamStore:
             keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
                   self.keys.roster_ver],
             args=[name, role, prompt, model, api_base or "", queue,
-                  self.options.max_teammates, first, "required" if plan_mode else ""])
+                  self.options.max_teammates, first, "required" if plan_mode else "",
+                  ",".join(chosen), str(workspace or "")])
         if verdict == "working":
             raise MateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":
@@ -152,6 +168,11 @@ class TeamStore:
         mate = self.get(name)
         self.enqueue_turn(mate)
         return mate
+
+    def plan_state(self, name: str) -> str | None:
+        """The teammate's plan_state as stored now (None without plan mode): tools read it
+        fresh at each call, since the lead may approve in the middle of a turn."""
+        return self.conn.hget(self.keys.mate(name), "plan_state") or None
 
     def names(self) -> list[str]:
         """The teammates on the roster, in join order."""
@@ -282,7 +303,7 @@ class TeamStore:
         if verdict == "not_required":
             raise RequestRefused(f"{name} is not waiting for a plan approval (plan mode "
                                  f"{detail or 'off'}); go ahead without one")
-        return self.request(request_id)
+        return self.request(detail)  # a replayed call names the request it first opened
 
     def review_plan(self, request_id: str, approve: bool,
                     feedback: str = "") -> tuple[str, bool]:
@@ -415,7 +436,7 @@ class TeamStore:
         call; False (nothing written) for a revoked turn."""
         return bool(self.scripts["turn_checkpoint"](
             keys=[self.keys.turn(name), self.keys.memory(name), self.keys.read_offsets,
-                  self.keys.mate(name)],
+                  self.keys.mate(name), self.keys.effects(name)],
             args=[token, name, offset_id, self.options.memory_max_messages,
                   *(json.dumps(m, ensure_ascii=False) for m in messages)]))
 

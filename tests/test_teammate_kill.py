@@ -46,8 +46,8 @@ def own_workers(redis_server: str, queue: str,
 
 
 class HeldSecondCall:
-    """Alice's model: step 1 calls a tool, step 2 hangs until released (its worker is killed
-    meanwhile), the rerun's step answers."""
+    """Alice's model: step 1 sends the lead a message, step 2 hangs until released (its worker
+    is killed meanwhile), the rerun's step answers."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -57,7 +57,7 @@ class HeldSecondCall:
     def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
         self.calls += 1
         if self.calls == 1:
-            return ToolCalls([("list_teammates", {})])
+            return ToolCalls([("send_message", {"to": "lead", "content": "step one done"})])
         if self.calls == 2:
             self.second.set()
             self.release.wait(60)
@@ -82,7 +82,9 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     store = TeamStore(conn, team)
     store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
     model = HeldSecondCall()
-    alice = llm.script(f"alice-{team}", handler=model)
+    # Model calls of 3.5-10.5 s at 1x, as real providers' (issue 12 §9 item 12: test 3 at the
+    # defaults with slow models); the second is held on top of that until the worker is killed.
+    alice = llm.script(f"alice-{team}", handler=model, latency_s=scaled(7), latency_seed=3)
     assert spawn(redis_server, team, "alice", alice, llm.api_base, "--queue", queue).exit_code == 0
     assert model.second.wait(60)
     store.send("lead", "alice", "m1")  # injected nowhere yet: the hung step 2 predates it
@@ -107,6 +109,9 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     assert [m["role"] for m in memory] == ["user", "assistant", "tool", "user", "assistant"]
     assert memory[-1]["content"] == "recovered"
     assert model.calls == 3
+    # The send committed before the kill is not repeated by the rerun.
+    sent = [m for m in store.kept("lead") if m.from_ == "alice" and m.type == "peer.message"]
+    assert [m.content for m in sent] == ["step one done"]
     mate = store.get("alice")
     assert (mate.idle_reason, mate.attempts, mate.last_error) == ("done", 0, None)
     # The dead turn's writes are refused and change nothing.

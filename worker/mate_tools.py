@@ -1,13 +1,16 @@
 """The tools a persistent teammate's model may call during a turn (typed ToolArgs).
 
-Sends publish at once and wake their recipients; they are not yet committed inside the turn's
-checkpoint, so a turn rerun after a crash may send a message twice (issue 12 §4 leaves that for
-a later step).
+A turn runs each tool call `writing_through` a store whose scripts are guarded by the call
+(TeamStore.guarded): every team write is token-checked and recorded with its outcome in the same
+script, so a turn rerun after a crash replays the call's writes instead of sending, answering or
+submitting twice (issue 12 §4). Workspace tools have no such record and may repeat.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
@@ -57,6 +60,15 @@ class MateTools:
         self.store = store
         self.name = name
         self.idle_requested = threading.Event()
+
+    @contextmanager
+    def writing_through(self, store: TeamStore) -> Iterator[None]:
+        """Run the tools of one call against `store` (a guarded one), then the turn's own."""
+        own, self.store = self.store, store
+        try:
+            yield
+        finally:
+            self.store = own
 
     def toolbox(self) -> Toolbox:
         box = Toolbox()

@@ -2,11 +2,13 @@
 
 The job carries only ids. It takes the teammate's turn lease (`turn_begin.lua`), keeps it alive
 from a daemon thread, and runs model steps from the memory in Redis. Before every model call
-the unread inbox is injected as one `<inbox>` user block, peeked, never drained; each step's
-messages and the inbox offset are committed together by a token-checked checkpoint. So a turn
-killed mid-step reruns from its last checkpoint (team_reconcile.lua) and every message enters
-memory exactly once. The turn ends through `turn_end.lua`, which either goes on (mail arrived)
-or sets the teammate idle and tells the lead.
+the unread inbox is injected as one `<inbox>` user block, peeked, never drained. A step commits
+twice, each time token-checked: the inbox block, the model's reply and the inbox offset before
+any tool runs, then the tool results, while each tool call's team writes are recorded with their
+outcome in the scripts that make them. So a turn killed mid-step reruns from its last checkpoint
+(team_reconcile.lua): every message enters memory exactly once, and a reply's tool calls run
+again with their team writes replayed, not repeated. The turn ends through `turn_end.lua`,
+which either goes on (mail arrived) or sets the teammate idle and tells the lead.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import assistant_message, tool_results
+from teamctl.shared.agent.loop import assistant_message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.models import Envelope
@@ -29,6 +32,7 @@ from teamctl.shared.teams import TeamStore
 from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.mate_tools import MateTools
+from teamctl.worker.mate_workspace import add_mate_workspace
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +51,16 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
                  settings: Settings | None = None) -> str:
     """The job body without RQ: take the lease, run steps until the turn ends, reconcile."""
     store = TeamStore(conn, team)
+    settings = settings or load_settings()  # its state dir holds workspaces not spawner-chosen
     verdict, token = store.begin_turn(name, worker_name())
     if verdict != "ok":
         return f"skipped: {verdict}"
     options = store.options
-    client = ModelClient(provider_keys=settings.provider_keys if settings else (),
+    client = ModelClient(provider_keys=settings.provider_keys,
                          timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
-        outcome = Turn(store, store.get(name), token, client, lease).run()
+        outcome = Turn(store, store.get(name), token, client, lease,
+                       state_dir=settings.state_dir).run()
     store.reconcile()
     return outcome
 
@@ -104,11 +110,16 @@ class Turn:
     token: str
     client: ModelClient
     lease: TurnLease
+    state_dir: Path
+    """This worker's state dir: the workspace of a teammate spawned without one."""
+    tool_names: list[str] = field(default_factory=list)
 
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost."""
         tools = MateTools(self.store, self.mate.name)
         toolbox = tools.toolbox()
+        add_mate_workspace(toolbox, self.store, self.mate, self.state_dir)
+        self.tool_names = toolbox.names
         while True:
             try:
                 reason, answer = self._steps(tools, toolbox)
@@ -134,6 +145,12 @@ class Turn:
         """Model steps, each checkpointed; returns the idle reason and the last answer."""
         memory = self.store.memory(self.mate.name)
         messages = [{"role": "system", "content": self._system_prompt()}, *memory]
+        if pending_calls(memory):
+            # Killed between a reply and its tool results: run them (recorded team writes
+            # replay, so none repeats), then carry on as the killed turn would have.
+            messages.extend(self._run_calls(tools, toolbox, pending_calls(memory)))
+            if tools.idle_requested.is_set():
+                return IdleReason.DONE, str(memory[-1].get("content") or "")
         answer = _last_answer(memory)
         if self.store.get(self.mate.name).shutdown_request:
             # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
@@ -143,28 +160,56 @@ class Turn:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             return IdleReason.DONE, answer
         for _ in range(self.store.options.turn_max_steps):
-            self.lease.check()
-            offset, inbox = self.store.peek(self.mate.name)
-            step: list[dict[str, Any]] = []
-            if inbox:
-                step.append({"role": "user", "content": inbox_block(inbox)})
-            reply = self.client.complete(self.mate.model, messages + step,
-                                         tools=toolbox.schemas(), api_base=self.mate.api_base)
-            self.lease.check()
-            step.append(assistant_message(reply))
-            step.extend(tool_results(toolbox, reply))
-            if not self.store.checkpoint(self.mate.name, self.token, offset, step):
-                raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
-            messages.extend(step)
-            if not reply.tool_calls or tools.idle_requested.is_set():
-                return IdleReason.DONE, reply.content or ""
+            reply = self._model_step(messages, toolbox)
+            if not reply.get("tool_calls"):
+                return IdleReason.DONE, str(reply.get("content") or "")
+            messages.extend(self._run_calls(tools, toolbox, reply["tool_calls"]))
+            if tools.idle_requested.is_set():
+                return IdleReason.DONE, str(reply.get("content") or "")
         return IdleReason.STEP_LIMIT, ""
+
+    def _model_step(self, messages: list[dict[str, Any]], toolbox: Toolbox) -> dict[str, Any]:
+        """Inject the unread inbox, call the model, and commit the inbox block, the reply and the
+        inbox offset in one checkpoint, before any tool runs; returns the reply message."""
+        self.lease.check()
+        offset, inbox = self.store.peek(self.mate.name)
+        step: list[dict[str, Any]] = []
+        if inbox:
+            step.append({"role": "user", "content": inbox_block(inbox)})
+        reply = self.client.complete(self.mate.model, messages + step, tools=toolbox.schemas(),
+                                     api_base=self.mate.api_base)
+        self.lease.check()
+        step.append(assistant_message(reply))
+        self._commit(offset, step)
+        messages.extend(step)
+        return step[-1]
+
+    def _run_calls(self, tools: MateTools, toolbox: Toolbox,
+                   calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run a reply's tool calls and commit their results; each call's team writes are
+        guarded by its position and id, so a rerun of this step replays them."""
+        results = []
+        for index, call in enumerate(calls):
+            self.lease.check()
+            guarded = self.store.guarded(self.mate.name, self.token, f"{index}:{call['id']}")
+            with tools.writing_through(guarded):
+                content = toolbox.call(call["function"]["name"], call["function"]["arguments"],
+                                       call["id"])
+            results.append({"role": "tool", "tool_call_id": call["id"],
+                            "name": call["function"]["name"], "content": content})
+        self._commit("", results)
+        return results
+
+    def _commit(self, offset: str, step: list[dict[str, Any]]) -> None:
+        if not self.store.checkpoint(self.mate.name, self.token, offset, step):
+            raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
 
     def _system_prompt(self) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
         return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
                       team=self.store.team, role=self.mate.role or "teammate",
-                      plan_mode=_plan_mode_note(self.store.get(self.mate.name).plan_state))
+                      plan_mode=_plan_mode_note(self.store.get(self.mate.name).plan_state),
+                      tools=", ".join(self.tool_names), workspace=bool(self.mate.tools))
 
 
 def inbox_block(messages: list[Envelope]) -> str:
@@ -191,6 +236,14 @@ def _inbox_line(message: Envelope) -> dict[str, Any]:
     if request_id:
         line["request_id"] = request_id
     return line
+
+
+def pending_calls(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool calls of memory's last message when their results were never committed (a turn
+    killed between the two checkpoints of a step)."""
+    if memory and memory[-1].get("role") == "assistant":
+        return list(memory[-1].get("tool_calls") or [])
+    return []
 
 
 def _last_answer(memory: list[dict[str, Any]]) -> str | None:

@@ -28,24 +28,30 @@ def messages_command(redis_url: str, run_id: str, *, member: str | None, type_: 
     recipient = None if member is None else _check_member(member, bus.member_ids)
 
     def emit(message: Envelope) -> None:
-        if _selected(message, recipient, type_):
-            click.echo(_format(message, as_json))
+        if selected(message, recipient, type_):
+            click.echo(formatted(message, as_json))
 
+    last_id = print_bus(bus, emit)
+    if follow:
+        follow_bus(bus, last_id, emit, lambda: _run_ended(run.store))
+
+
+def print_bus(bus: MessageBus, emit: Emit) -> str:
+    """Emit every message on the bus; returns the last id (START for none)."""
     last_id = START
     for message in bus.messages():
         emit(message)
         last_id = message.id
-    if follow:
-        _follow(bus, run.store, last_id, emit)
+    return last_id
 
 
-def _follow(bus: MessageBus, store: RunStore, after_id: str, emit: Emit) -> None:
-    """Tail the bus with XREAD BLOCK until the run ends (then drain it) or Ctrl-C."""
+def follow_bus(bus: MessageBus, after_id: str, emit: Emit, has_ended: Callable[[], bool]) -> None:
+    """Tail the bus with XREAD BLOCK until `has_ended` (then drain it) or Ctrl-C."""
     try:
         while True:
-            # Read the status before reading the bus: a message published before the run ended
-            # is then always printed by the non-blocking drain that follows.
-            ended = _run_ended(store)
+            # Read the status before reading the bus: a message published before the end is
+            # then always printed by the non-blocking drain that follows.
+            ended = has_ended()
             messages = bus.tail(after_id, block_ms=None if ended else FOLLOW_BLOCK_MS)
             for message in messages:
                 emit(message)
@@ -70,13 +76,13 @@ def _check_member(raw: str, member_ids: list[str]) -> str:
     return member
 
 
-def _selected(message: Envelope, member: str | None, type_: str | None) -> bool:
+def selected(message: Envelope, member: str | None, type_: str | None) -> bool:
     if type_ is not None and message.type != type_:
         return False
     return member is None or delivered_to(message, member)
 
 
-def _format(message: Envelope, as_json: bool) -> str:
+def formatted(message: Envelope, as_json: bool) -> str:
     if as_json:
         return message.model_dump_json(by_alias=True)
     task = f" ({message.task_id})" if message.task_id else ""

@@ -21,7 +21,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
-from teamctl.shared.teammates import DEFAULT_QUEUE
+from teamctl.shared.teammates import DEFAULT_QUEUE, team_workspace
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import shorten
 
@@ -94,16 +94,21 @@ def create_command(team_file: Path | None, store: TeamStore, settings: Settings)
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue of its turns.")
 @click.option("--plan-mode", is_flag=True,
               help="It submits a plan for the lead's approval (`team review`) first.")
+@click.option("--tool", "tools", multiple=True, metavar="T",
+              help="A workspace tool it may use (repeatable): read_file, write_file, edit_file, "
+                   "list_files, bash (bash only if listed).")
 @with_store
 def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
-                  queue: str, plan_mode: bool, store: TeamStore, settings: Settings) -> None:
+                  queue: str, plan_mode: bool, tools: tuple[str, ...], store: TeamStore,
+                  settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
     from teamctl.shared.team import checked_api_base, pick_model
 
     chosen, _source = pick_model(model, None, settings)
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
                        api_base=checked_api_base(api_base, settings), queue=queue,
-                       plan_mode=plan_mode)
+                       plan_mode=plan_mode, tools=tools,
+                       workspace=team_workspace(settings.state_dir, store.team))
     click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
     if not store.workers_on(queue):
         click.echo(f"teamctl: no worker listens on queue {queue}; its turn waits until one does: "
@@ -163,6 +168,19 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
         else:
             click.echo(f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}\t"
                        f"{shorten(message.content, 200)}")
+
+
+@team_group.command("messages")
+@click.option("--member", default=None, help="Only messages delivered to this teammate (or lead).")
+@click.option("--type", "type_", default=None, help="Only messages of this type.")
+@click.option("--follow", is_flag=True, help="Keep printing new messages (Ctrl-C to stop).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@with_store
+def messages_command(member: str | None, type_: str | None, follow: bool, as_json: bool,
+                     store: TeamStore, settings: Settings) -> None:
+    """Print the team's message bus, read or not, in order; --follow tails it."""
+    from teamctl.coordinator.cli.team_messages import team_messages
+    team_messages(store, member=member, type_=type_, follow=follow, as_json=as_json)
 
 
 @team_group.command("shutdown")

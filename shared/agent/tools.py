@@ -210,6 +210,10 @@ class Toolbox:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    def get(self, name: str) -> Tool | None:
+        """A registered tool, to wrap it (added again under its name, it keeps its place)."""
+        return self._tools.get(name)
+
     def schemas(self) -> list[dict[str, Any]]:
         """The tools as OpenAI-style function schemas, in registration order."""
         return [tool.schema() for tool in self._tools.values()]

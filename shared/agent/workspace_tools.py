@@ -16,6 +16,8 @@ from teamctl.shared.agent.tools import (
 )
 from teamctl.shared.agent.workspace import EDIT_LIMIT_BYTES, Workspace
 
+WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
+"""Every workspace tool, in the order a toolbox lists them; `bash` only when enabled."""
 
 def _must_be_text(value: Any) -> Any:
     # Said plainly (pydantic's "valid string" reads oddly to a model): a null or a number would

@@ -5,7 +5,7 @@
 -- last plan request (KEYS[1] again when it has none).
 -- ARGV[1] request id, ARGV[2] teammate name, ARGV[3] the plan, ARGV[4] time to review (ms),
 -- ARGV[5] envelope type, ARGV[6] envelope content.
--- Returns {verdict, detail}: 'ok' (detail: message id), 'not_required' (not in plan mode, or
+-- Returns {verdict, detail}: 'ok' (detail: the request id, so a replayed call names it), 'not_required' (not in plan mode, or
 -- already approved; detail: plan_state) or 'pending' (detail: the pending request's id); only
 -- 'ok' writes anything.
 local state = redis.call('HGET', KEYS[6], 'plan_state') or ''
@@ -20,6 +20,6 @@ redis.call('HSET', KEYS[1], 'id', ARGV[1], 'kind', 'plan_approval', 'from', ARGV
   'deadline_ms', now + tonumber(ARGV[4]), 'resolved_ms', 0, 'resolved_by', '')
 redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('HSET', KEYS[6], 'plan_state', 'pending', 'plan_request', ARGV[1])
-local id = publish_message(KEYS[3], KEYS[4], 5, 5, ARGV[2], 'lead', ARGV[5], '', ARGV[6], now,
+publish_message(KEYS[3], KEYS[4], 5, 5, ARGV[2], 'lead', ARGV[5], '', ARGV[6], now,
   {'request_id', ARGV[1]})
-return {'ok', id}
+return {'ok', ARGV[1]}

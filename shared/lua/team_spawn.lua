@@ -2,7 +2,8 @@
 -- KEYS[1] the mate hash, KEYS[2] its memory list, KEYS[3] roster zset, KEYS[4] roster version.
 -- ARGV[1] name, ARGV[2] role, ARGV[3] prompt, ARGV[4] model, ARGV[5] api base ('' = none),
 -- ARGV[6] queue, ARGV[7] max teammates, ARGV[8] the first memory message (JSON: the prompt),
--- ARGV[9] plan state ('required' in plan mode, else '').
+-- ARGV[9] plan state ('required' in plan mode, else ''), ARGV[10] workspace tools
+-- (comma-separated, '' = none), ARGV[11] the team's workspace directory ('' = the worker's).
 -- Returns 'ok' (the caller enqueues the first turn), 'working' (refused: a turn may be running)
 -- or 'full' (the roster holds max teammates already). The unread inbox is kept: a re-spawned
 -- teammate still gets the mail sent to it while it was idle or shut down.
@@ -22,5 +23,6 @@ redis.call('RPUSH', KEYS[2], ARGV[8])
 redis.call('HSET', KEYS[1], 'name', ARGV[1], 'role', ARGV[2], 'prompt', ARGV[3],
   'model', ARGV[4], 'api_base', ARGV[5], 'queue', ARGV[6], 'status', 'working',
   'turn_token', '', 'attempts', 0, 'last_seen_ms', now, 'idle_reason', '', 'last_error', '',
-  'worker', '', 'shutdown_request', '', 'plan_state', ARGV[9], 'plan_request', '')
+  'worker', '', 'shutdown_request', '', 'plan_state', ARGV[9], 'plan_request', '',
+  'tools', ARGV[10], 'workspace', ARGV[11])
 return 'ok'

@@ -3,7 +3,8 @@
 -- memory cap the oldest whole exchanges go: memory then starts at a user message (an inbox block
 -- or the spawn prompt), so no assistant tool call is ever separated from its results.
 -- KEYS[1] the turn key, KEYS[2] the memory list, KEYS[3] the read offsets hash, KEYS[4] the mate
--- hash.
+-- hash, KEYS[5] its effects hash (the recorded writes of the step's tool calls: once their results
+-- are in memory, or before any ran, they are no longer needed).
 -- ARGV[1] token, ARGV[2] teammate name, ARGV[3] inbox id to advance to ('' = none injected),
 -- ARGV[4] memory cap (messages), ARGV[5..] the step's chat messages (JSON), in order.
 -- Returns 1 when committed, 0 when the token no longer holds the turn (nothing changes).
@@ -29,5 +30,6 @@ for i = 5, #ARGV do
 end
 cap_memory(KEYS[2], tonumber(ARGV[4]))
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
+redis.call('DEL', KEYS[5])
 redis.call('HSET', KEYS[4], 'last_seen_ms', now_ms())
 return 1

@@ -1,0 +1,110 @@
+"""A turn killed between a tool call's team write and the checkpoint of its result: the rerun
+replays the recorded write instead of repeating it (issue 12 §4), and a revoked turn's guarded
+writes are refused. The killed turn is played here step by step on real Redis, its lease left to
+expire; the rerun is the real turn job body against the scripted model."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+import redis
+from teamctl.shared.bus import LEAD
+from teamctl.shared.scripts import TurnRevokedError
+from teamctl.shared.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams import TeamStore
+from teamctl.worker.mate_tools import MateTools
+from teamctl.worker.turn import execute_turn
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM
+
+TTL_S = 0.5
+
+
+def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str, arguments: dict[str, str],
+                 replies: list[str]) -> tuple[TeamStore, str, str]:
+    """Alice's turn committed a reply calling `tool`, ran that call's team write, and died
+    before its result was committed; returns the store, the dead token and the tool result."""
+    team = f"r{uuid.uuid4().hex[:10]}"
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
+    model = llm.script(f"alice-{team}", list(replies))
+    # A queue nobody serves: this test plays the turns itself.
+    store.spawn("alice", role="writer", prompt="Greet the lead.", model=model,
+                api_base=llm.api_base, queue=f"nobody-{team}")
+    verdict, token = store.begin_turn("alice", "test:1")
+    assert verdict == "ok"
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": tool, "arguments": json.dumps(arguments)}}
+    assert store.checkpoint("alice", token, "", [
+        {"role": "assistant", "content": None, "tool_calls": [call]}])
+    tools = MateTools(store, "alice")
+    with tools.writing_through(store.guarded("alice", token, "0:call_1")):
+        result = tools.toolbox().call(tool, call["function"]["arguments"], "call_1")
+    return store, token, result
+
+
+def rerun(store: TeamStore) -> str:
+    """Wait for the dead turn's lease to lapse, reconcile, and run the rerun's job body."""
+    assert wait_until(lambda: store.reconcile(), 10 * TTL_S + 5,
+                      message="reconcile to rerun alice") == ["alice"]
+    return execute_turn(store.conn, store.team, "alice")
+
+
+def test_a_send_made_before_the_crash_is_replayed_not_repeated(
+        redis_server: str, llm: ScriptedLLM) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    store, _, first = crashed_turn(conn, llm, "send_message", {"to": "lead", "content": "hello"},
+                                  ["all sent"])
+    assert json.loads(first)["ok"] is True
+    assert rerun(store) == "idle"
+
+    greetings = [m for m in store.kept(LEAD) if m.type == "peer.message"]
+    assert [(m.from_, m.content) for m in greetings] == [("alice", "hello")]
+    memory = store.memory("alice")
+    assert [m["role"] for m in memory] == ["user", "assistant", "tool", "assistant"]
+    # The rerun's tool result is the first call's outcome (same message id), recorded once.
+    assert json.loads(memory[2]["content"]) == json.loads(first)
+    assert json.loads(first)["id"] == greetings[0].id
+    assert memory[-1]["content"] == "all sent"
+    assert len(llm.requests[store.get("alice").model.split("/", 1)[1]]) == 1
+    assert store.get("alice").status is MateStatus.IDLE
+    assert not conn.exists(store.keys.effects("alice"))  # the checkpoint cleared the record
+
+
+def test_a_submitted_plan_is_replayed_with_its_request(redis_server: str,
+                                                       llm: ScriptedLLM) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    team = f"r{uuid.uuid4().hex[:10]}"
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
+    model = llm.script(f"alice-{team}", ["waiting for review"])
+    store.spawn("alice", role="writer", prompt="Plan first.", model=model,
+                api_base=llm.api_base, queue=f"nobody-{team}", plan_mode=True)
+    _, token = store.begin_turn("alice", "test:1")
+    call = {"id": "call_9", "type": "function",
+            "function": {"name": "submit_plan", "arguments": json.dumps({"plan": "1. write"})}}
+    assert store.checkpoint("alice", token, "", [
+        {"role": "assistant", "content": None, "tool_calls": [call]}])
+    tools = MateTools(store, "alice")
+    with tools.writing_through(store.guarded("alice", token, "0:call_9")):
+        first = json.loads(tools.toolbox().call("submit_plan", call["function"]["arguments"],
+                                                "call_9"))
+    assert first["ok"] is True
+    assert rerun(store) == "idle"
+
+    assert [r.id for r in store.requests()] == [first["request_id"]]
+    assert json.loads(store.memory("alice")[2]["content"]) == first
+
+
+def test_a_revoked_turn_cannot_write_through_its_guard(redis_server: str,
+                                                       llm: ScriptedLLM) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    store, token, _ = crashed_turn(conn, llm, "list_teammates", {}, [])
+    store.force_shutdown("alice")
+    before = store.bus.messages()
+    with pytest.raises(TurnRevokedError):
+        store.guarded("alice", token, "1:call_2").send("alice", LEAD, "late")
+    assert store.bus.messages() == before

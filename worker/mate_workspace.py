@@ -1,0 +1,87 @@
+"""A teammate's workspace tools (given at spawn) and the plan-mode gate on the tools that change
+things (issue 12 §1, §5).
+
+The workspace is one directory per team, shared by its teammates: the spawner records it on the
+mate hash (`team_workspace` under its state dir); a teammate spawned without one uses the
+worker's state dir. Workspace tools act on files, outside Redis, so a turn rerun after a crash
+may repeat them (team tools commit inside the checkpoint and do not).
+
+Plan mode: until the lead approves its plan, a teammate's gated tools answer with a tool error
+saying what to do. The gate reads `plan_state` at each call, not once per turn, because the lead
+may approve while the turn is running.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from teamctl.shared.agent.tools import ToolArgs, Toolbox
+from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_tools import add_workspace_tools
+from teamctl.shared.errors import ToolFailed
+from teamctl.shared.teammates import Teammate, team_workspace
+from teamctl.shared.teams import TeamStore
+
+log = logging.getLogger(__name__)
+
+PLAN_GATED = ("write_file", "edit_file", "bash", "claim_task", "complete_task")
+"""Tools a teammate in plan mode may not use before its plan is approved (those it has)."""
+APPROVED = "approved"
+
+
+class PlanNotApproved(ToolFailed):
+    """A gated tool called in plan mode before the lead approved the plan."""
+
+
+def workspace_root(mate: Teammate, team: str, state_dir: Path) -> Path:
+    """Where the teammate's workspace tools work: the directory its spawner recorded, else the
+    team's directory under this worker's state dir."""
+    return Path(mate.workspace) if mate.workspace else team_workspace(state_dir, team)
+
+
+def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
+                       state_dir: Path) -> None:
+    """Add the teammate's workspace tools, then gate what plan mode forbids."""
+    if mate.tools:
+        root = workspace_root(mate, store.team, state_dir)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # the tools then fail with a tool error the model can report
+            log.warning("workspace of %s not created: %s", mate.name, exc)
+        add_workspace_tools(toolbox, Workspace(root), mate.tools)
+    if mate.plan_state is not None:  # plan mode is set at spawn only: without it, no gate
+        gate_plan(toolbox, lambda: store.plan_state(mate.name))
+
+
+def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None]) -> None:
+    """Wrap each PLAN_GATED tool the toolbox has so it first checks `plan_state()`."""
+    for name in PLAN_GATED:
+        tool = toolbox.get(name)
+        if tool is not None:
+            toolbox.add(tool.name, tool.description, tool.args,
+                        _gated(tool.name, tool.fn, plan_state), tool.context)
+
+
+def _gated(name: str, fn: Callable[[Any], Any],
+           plan_state: Callable[[], str | None]) -> Callable[[ToolArgs], Any]:
+    def gated(args: ToolArgs) -> Any:
+        state = plan_state()
+        if state is not None and state != APPROVED:
+            raise PlanNotApproved(plan_refusal(name, state))
+        return fn(args)
+
+    return gated
+
+
+def plan_refusal(tool: str, state: str) -> str:
+    """What a gated tool answers before approval: why, and what to do next."""
+    if state == "pending":
+        return (f"{tool} is not allowed yet: you are in plan mode and your plan is waiting for "
+                "the lead's review; wait for the lead's plan_approval_response (end your turn, "
+                "its answer wakes you)")
+    return (f"{tool} is not allowed yet: you are in plan mode and have no approved plan; call "
+            "submit_plan with your plan, then wait for the lead's plan_approval_response "
+            "(a rejection says what to revise)")
