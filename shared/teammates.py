@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
@@ -62,6 +62,18 @@ class TeamOptions(BaseModel):
     """How long a teammate has to answer a shutdown request before it expires."""
     plan_deadline_s: float = Field(3600.0, gt=0, le=7 * 86400)
     """How long the lead has to review a plan before the request expires (then resubmit)."""
+    lead_tools: list[str] = Field(default_factory=list)
+    """Workspace tools the lead agent (`teamctl lead`) gets in the team's workspace; `bash` only
+    if listed."""
+
+    @field_validator("lead_tools")
+    @classmethod
+    def _known_tools(cls, tools: list[str]) -> list[str]:
+        unknown = [tool for tool in tools if tool not in WORKSPACE_TOOLS]
+        if unknown:
+            raise ValueError(f"unknown tool {unknown[0]!r}; available: "
+                             f"{', '.join(WORKSPACE_TOOLS)}")
+        return tools
 
     @property
     def job_timeout_s(self) -> int:

@@ -20,6 +20,7 @@ import redis
 from click.testing import CliRunner, Result
 from rq import Queue, Worker
 from teamctl.coordinator.cli import main
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
@@ -29,7 +30,7 @@ from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, Slow, ToolCalls
-from tests.team_support import cli
+from tests.team_support import cli, spawn
 from tests.timescale import scaled
 
 TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
@@ -123,6 +124,47 @@ def test_a_scripted_lead_spawns_alice_and_until_idle_ends_with_her_reply_injecte
     assert lead_memory(wconn, team)[0] == {"role": "user", "content": "Start over."}
 
 
+class Reader:
+    """Alice's model: read brief.md, tell the lead what it says, then rest."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        self.calls += 1
+        if self.calls == 1:
+            return ToolCalls([("read_file", {"path": "brief.md"})])
+        if self.calls == 2:
+            read = json.loads(body["messages"][-1]["content"])
+            return ToolCalls([("send_message", {"to": "lead", "content": read["content"]})])
+        return "done"
+
+
+def test_the_lead_has_the_workspace_tools_the_team_lists_and_shares_the_workspace(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+    store = TeamStore(wconn, team)
+    store.create(TeamOptions(lead_tools=["write_file"]))
+    alice = llm.script(f"alice-{team}", handler=Reader())
+    lead = llm.script(f"lead-{team}", [
+        ToolCalls([("write_file", {"path": "brief.md", "content": "the plan: 42"}),
+                   ("spawn_teammate", {"name": "alice", "role": "reader", "model": alice,
+                                       "prompt": "Read brief.md to the lead.",
+                                       "tools": ["read_file"]})]),
+        "brief written"], repeat_last=True)
+    result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Brief alice.",
+                            "--until-idle"))
+    assert result.exit_code == 0, result.output
+    sent = llm.requests[f"lead-{team}"][0]["tools"]
+    assert [t["function"]["name"] for t in sent] == [
+        "spawn_teammate", "list_teammates", "send_message", "broadcast", "read_inbox",
+        "request_shutdown", "review_plan", "write_file"]  # bash only if the team lists it
+    assert store.get("alice").tools == ["read_file"]
+    assert (tmp_path / "state" / "teams" / team / "workspace" / "brief.md").read_text() == (
+        "the plan: 42")
+    told = [m for m in injected(lead_memory(wconn, team)) if m["from"] == "alice"]
+    assert [m["content"] for m in told if m["type"] == "peer.message"] == ["the plan: 42"]
+
+
 @pytest.mark.realistic
 def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
         redis_url: str, conn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
@@ -148,6 +190,21 @@ def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
     assert not conn.exists(TeamKeys(team).lead_lease)
     rq_conn = redis.Redis.from_url(redis_url)
     assert Worker.all(queue=Queue("members", connection=rq_conn)) == []
+
+
+def test_the_offline_lead_answers_without_a_key(workers: str, wconn: redis.Redis,
+                                                team: str) -> None:
+    assert spawn(workers, team, "scout", OFFLINE_MODEL, None).exit_code == 0
+    result = cli("lead", "-t", team, "--redis-url", workers, "--workers", "0", "-m", "status?",
+                 "--until-idle")
+    assert result.exit_code == 0, result.output
+    assert "using the built-in offline model" in result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"[lead of {team}] noted 'status?'")
+    # The scout's idle notice reached the lead (in the -m turn or a turn of its own).
+    assert [m["type"] for m in injected(lead_memory(wconn, team))] == [
+        SystemType.TEAMMATE_IDLE]
+    assert TeamStore(wconn, team).get("scout").status is MateStatus.IDLE
 
 
 def test_a_second_lead_exits_2_naming_the_holder_and_calls_no_model(

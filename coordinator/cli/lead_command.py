@@ -8,6 +8,7 @@ next `teamctl lead` continues the conversation from Redis.
 
 from __future__ import annotations
 
+import sys
 from contextlib import ExitStack
 
 import click
@@ -50,7 +51,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     from teamctl.shared.agent.llm import ModelClient
     from teamctl.shared.lease import LeadLease
     from teamctl.shared.team import checked_api_base, pick_model
-    from teamctl.shared.teammates import DEFAULT_QUEUE
+    from teamctl.shared.teammates import DEFAULT_QUEUE, team_workspace
 
     url = resolve_redis_url(redis_url, settings)
     store = TeamStore(connect(url), team or settings.team)
@@ -67,16 +68,22 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
         client = ModelClient(provider_keys=settings.provider_keys,
                              timeout_s=options.model_timeout_s,
                              max_retries=options.model_max_retries)
-        agent = LeadAgent(store, lease, client, chosen, base, on_step=show_step)
+        agent = LeadAgent(store, lease, client, chosen, base,
+                          team_workspace(settings.state_dir, store.team), on_step=show_step)
         if start_over:
             agent.memory.start_over()
         repl = LeadRepl(agent)
         stack.enter_context(Watcher(store, options.heartbeat_ttl_s / 3))
-        if message is not None:
-            repl.turn(message)
-        if until_idle:
-            repl.until_idle()
-        if message is None and not until_idle:
-            click.echo(f"teamctl lead of team {store.team} (model {chosen}); /help for commands",
-                       err=True)
-            repl.loop(input_lines("lead> "))
+        try:
+            if message is not None:
+                repl.turn(message)
+            if until_idle:
+                repl.until_idle()
+            if message is None and not until_idle:
+                click.echo(f"teamctl lead of team {store.team} (model {chosen}); /help for "
+                           "commands", err=True)
+                repl.loop(input_lines("lead> "))
+        except KeyboardInterrupt:
+            click.echo("teamctl: interrupted; the teammates keep running, and `teamctl lead` "
+                       "continues the conversation", err=True)
+            sys.exit(130)

@@ -12,8 +12,10 @@ step was lost with the lead may have acted (a spawn, a message) without the memo
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from teamctl.coordinator.lead.lead_tools import LeadTools
@@ -22,10 +24,14 @@ from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message, tool_results
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.teams import TeamStore
+
+log = logging.getLogger(__name__)
 
 StepHook = Callable[[list[dict[str, Any]]], None]
 """Told each committed step's messages (the REPL shows the tool calls on stderr)."""
@@ -65,20 +71,30 @@ class LeadMemory:
 
 @dataclass
 class LeadAgent:
-    """The lead's model, tools and memory; `turn` runs model steps until a plain answer."""
+    """The lead's model, tools and memory; `turn` runs model steps until a plain answer.
+    `workspace` is the team's directory: the lead's own workspace tools (the team option
+    `lead_tools`) and those of the teammates it spawns work there."""
 
     store: TeamStore
     lease: LeadLease
     client: ModelClient
     model: str
     api_base: str | None
+    workspace: Path
     on_step: StepHook | None = None
     toolbox: Toolbox = field(init=False)
     memory: LeadMemory = field(init=False)
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox()
-        LeadTools(self.store, self.model, self.api_base).add_to(self.toolbox)
+        LeadTools(self.store, self.model, self.api_base, self.workspace).add_to(self.toolbox)
+        tools = self.store.options.lead_tools
+        if tools:
+            try:
+                self.workspace.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # the tools then fail with a tool error the model can report
+                log.warning("the team's workspace %s was not created: %s", self.workspace, exc)
+            add_workspace_tools(self.toolbox, Workspace(self.workspace), tools)
         self.memory = LeadMemory(self.store, self.lease.owner)
 
     def turn(self, text: str = "") -> str | None:

@@ -8,6 +8,7 @@ changed nothing. The lead writes as `lead`, the same as a person at `teamctl tea
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
@@ -29,6 +30,9 @@ class SpawnArgs(ToolArgs):
     """Its model (default: the lead's)."""
     plan_mode: bool = False
     """true: it must have a plan approved (review_plan) before it changes anything."""
+    tools: list[str] = []
+    """Workspace tools it may use in the team's workspace: read_file, write_file, edit_file,
+    list_files, bash (default: none)."""
 
 
 class SendArgs(ToolArgs):
@@ -68,13 +72,15 @@ class ReviewArgs(ToolArgs):
 
 
 class LeadTools:
-    """The lead's team tools on one team; teammates it spawns default to the lead's model."""
+    """The lead's team tools on one team; teammates it spawns default to the lead's model and
+    share the team's `workspace` directory."""
 
-    def __init__(self, store: TeamStore, model: str, api_base: str | None,
+    def __init__(self, store: TeamStore, model: str, api_base: str | None, workspace: Path,
                  queue: str = DEFAULT_QUEUE) -> None:
         self.store = store
         self.model = model
         self.api_base = api_base
+        self.workspace = workspace
         self.queue = queue
 
     def add_to(self, box: Toolbox) -> None:
@@ -99,9 +105,10 @@ class LeadTools:
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
         mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
                                 model=args.model or self.model, api_base=self.api_base,
-                                queue=self.queue, plan_mode=args.plan_mode)
+                                queue=self.queue, plan_mode=args.plan_mode, tools=args.tools,
+                                workspace=self.workspace)
         return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
-                "status": mate.status.value, "model": mate.model,
+                "status": mate.status.value, "model": mate.model, "tools": mate.tools,
                 "plan_mode": bool(mate.plan_state)}
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:

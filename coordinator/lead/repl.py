@@ -132,6 +132,9 @@ class LeadRepl:
                 self.turn(line)
             except ModelError as exc:
                 click.echo(f"teamctl: {exc}; the unread mail waits for the next turn", err=True)
+            except KeyboardInterrupt:
+                # Its uncommitted step is dropped: its mail stays unread for the next turn.
+                click.echo("(turn interrupted; /quit to leave)", err=True)
 
     def until_idle(self) -> None:
         """Block until every teammate is idle or shut down and the lead's inbox is handled,
