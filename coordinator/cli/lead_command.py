@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import ExitStack
+from typing import TYPE_CHECKING
 
 import click
 from teamctl.coordinator.cli.app import (
@@ -22,6 +23,9 @@ from teamctl.coordinator.cli.team_commands import team_option
 from teamctl.shared.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams import TeamStore
+
+if TYPE_CHECKING:
+    from teamctl.coordinator.lead.repl import LeadRepl
 
 
 @click.command("lead")
@@ -45,13 +49,12 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
                  settings: Settings) -> None:
     """Drive the team's lead agent: a line is a message, /help lists the slash commands."""
     from teamctl.coordinator.cli.commands import say_if_offline
-    from teamctl.coordinator.cli.local_workers import LocalWorkers
     from teamctl.coordinator.lead.lead import LeadAgent
-    from teamctl.coordinator.lead.repl import LeadRepl, Watcher, input_lines, show_step
+    from teamctl.coordinator.lead.repl import LeadRepl, Watcher, show_step
     from teamctl.shared.agent.llm import ModelClient
     from teamctl.shared.lease import LeadLease
     from teamctl.shared.team import checked_api_base, pick_model
-    from teamctl.shared.teammates import DEFAULT_QUEUE, team_workspace
+    from teamctl.shared.teammates import team_workspace
 
     url = resolve_redis_url(redis_url, settings)
     store = TeamStore(connect(url), team or settings.team)
@@ -62,9 +65,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     with ExitStack() as stack:
         stack.enter_context(lease)  # before the workers: a second lead is refused at once
         say_if_offline(source)
-        queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
-        if workers:
-            stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
+        start_workers(stack, store, url, workers, settings)
         client = ModelClient(provider_keys=settings.provider_keys,
                              timeout_s=options.model_timeout_s,
                              max_retries=options.model_max_retries)
@@ -72,18 +73,41 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
                           team_workspace(settings.state_dir, store.team), on_step=show_step)
         if start_over:
             agent.memory.start_over()
-        repl = LeadRepl(agent)
         stack.enter_context(Watcher(store, options.heartbeat_ttl_s / 3))
         try:
-            if message is not None:
-                repl.turn(message)
-            if until_idle:
-                repl.until_idle()
-            if message is None and not until_idle:
-                click.echo(f"teamctl lead of team {store.team} (model {chosen}); /help for "
-                           "commands", err=True)
-                repl.loop(input_lines("lead> "))
+            drive(LeadRepl(agent), message, until_idle, f"team {store.team} (model {chosen})")
         except KeyboardInterrupt:
             click.echo("teamctl: interrupted; the teammates keep running, and `teamctl lead` "
                        "continues the conversation", err=True)
             sys.exit(130)
+
+
+def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
+                  settings: Settings) -> None:
+    """`workers` local workers on every queue the team uses (stopped with `stack`); with none,
+    a warning for each queue no worker listens on (turns there would wait)."""
+    from teamctl.coordinator.cli.local_workers import LocalWorkers
+    from teamctl.shared.teammates import DEFAULT_QUEUE
+
+    queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
+    if workers:
+        stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
+        return
+    for queue in queues:
+        if not store.workers_on(queue):
+            click.echo(f"teamctl: no worker listens on queue {queue}; turns there wait until "
+                       f"one does: RQ_CONFIG=teamctl.worker.settings rq worker {queue} (or "
+                       "leave out --workers 0)", err=True)
+
+
+def drive(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:
+    """One `-m` turn and/or `--until-idle`; without either, the REPL on stdin."""
+    from teamctl.coordinator.lead.repl import input_lines
+
+    if message is not None:
+        repl.turn(message)
+    if until_idle:
+        repl.until_idle()
+    if message is None and not until_idle:
+        click.echo(f"teamctl lead of {what}; /help for commands", err=True)
+        repl.loop(input_lines("lead> "))
