@@ -20,8 +20,11 @@ import redis
 from click.testing import CliRunner, Result
 from rq import Queue, Worker
 from teamctl.coordinator.cli import main
+from teamctl.coordinator.lead.lead import LeadMemory
+from teamctl.coordinator.lead.repl import Watcher
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
+from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.models import ProtocolType, SystemType
@@ -368,3 +371,47 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     wait_until(lambda: store.get("alice").status is MateStatus.IDLE
                and store.get("alice").plan_state == "approved", turn_s,
                message="alice carries it out")
+
+
+def test_the_watcher_announces_mail_to_the_lead_and_reconciles_the_team(
+        redis_url: str, conn: redis.Redis, team: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
+    # Nobody serves this queue: alice stays working without a turn lease, i.e. stalled.
+    store.spawn("alice", role="researcher", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
+                queue="nobody")
+    store.spawn("bob", role="builder", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
+                queue="nobody")
+    said: list[str] = []
+
+    def announced(text: str) -> bool:
+        said.append(capsys.readouterr().err)
+        return text in "".join(said)
+
+    with Watcher(store, TTL_S / 3):
+        store.send("alice", LEAD, "a question")
+        store.broadcast("bob", "news for all")
+        store.send(LEAD, "alice", "an answer")
+        wait_until(lambda: announced("news for all"), message="the broadcast announced")
+        # No team verb runs: the watcher's own reconcile reruns alice's stalled turn.
+        wait_until(lambda: store.get("alice").attempts >= 1, 3 * TTL_S + 5,
+                   message="the lead's watcher to reconcile alice")
+    err = "".join(said)
+    assert "teamctl lead: [inbox] " in err and "alice -> lead\tpeer.message\ta question" in err
+    assert "bob -> *\tpeer.broadcast\tnews for all" in err
+    assert "an answer" not in err  # the lead's own mail is not its arrival
+
+
+def test_a_lead_that_lost_its_lease_commits_nothing(redis_url: str, conn: redis.Redis,
+                                                    team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create()
+    keys = TeamKeys(team)
+    conn.set(keys.lead_lease, "host:2:bbbbbb")  # another lead took over
+    step = [{"role": "user", "content": "late"}, {"role": "assistant", "content": "too late"}]
+    with pytest.raises(RunFailed, match="lost its lease"):
+        LeadMemory(store, "host:1:aaaaaa").commit("1-1", step)
+    assert conn.llen(keys.lead_memory) == 0 and conn.hget(keys.read_offsets, LEAD) is None
+    LeadMemory(store, "host:2:bbbbbb").commit("1-1", step)
+    assert lead_memory(conn, team) == step and conn.hget(keys.read_offsets, LEAD) == "1-1"
