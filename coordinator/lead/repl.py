@@ -21,7 +21,7 @@ import redis
 from teamctl.coordinator.lead.lead import LeadAgent
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import LEAD, delivered_to
-from teamctl.shared.errors import ModelError
+from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
 from teamctl.shared.teammates import MateStatus
 from teamctl.shared.teams import TeamStore
@@ -155,11 +155,15 @@ class LeadRepl:
     # --- slash commands ----------------------------------------------------------------------
 
     def slash(self, line: str) -> None:
+        """Run one slash command; a record that does not parse is reported, the REPL goes on."""
         command = self.commands.get(line.split()[0])
         if command is None:
             click.echo(f"unknown command {line.split()[0]}; /help lists them", err=True)
             return
-        command()
+        try:
+            command()
+        except TeamError as exc:
+            click.echo(f"teamctl: {exc}", err=True)
 
     def show_team(self) -> None:
         tasks = {t.claimed_by: t.task_id for t in TaskBoard(self.store.conn, self.store.keys)
