@@ -29,7 +29,7 @@ from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.models import ProtocolType, SystemType
 from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams import TeamStore, now_ms
 
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, Slow, ToolCalls
@@ -230,9 +230,16 @@ def test_slash_commands_show_the_team_without_a_model_call(
         redis_url: str, conn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
     lead = llm.script(f"lead-{team}", [])
     store = TeamStore(conn, team)
-    # Nobody serves this queue: alice stays working, her turn never taken (so: stalled).
+    ttl_s = max(TTL_S, 3.0)  # the first /team comes well within it, even on a busy host
+    store.create(TeamOptions(heartbeat_ttl_s=ttl_s))
+    # Nobody serves this queue: alice stays working, her turn never taken, and once a lease TTL
+    # passed unseen she is stalled.
     store.spawn("alice", role="researcher", prompt="Start.", model=lead, api_base=None,
                 queue="nobody")
+    assert "working\t-\t" in typed(*lead_args(redis_url, team, lead, llm.api_base),
+                                    lines="/team\n").stdout
+    wait_until(lambda: now_ms() - store.get("alice").last_seen_ms > ttl_s * 1000,
+               message="a lease TTL without alice being seen")
     store.send("alice", LEAD, "a question for the lead")
     record, _ = store.request_shutdown("alice", "wrapping up")
     shown = typed(*lead_args(redis_url, team, lead, llm.api_base),

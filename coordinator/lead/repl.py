@@ -23,8 +23,8 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import LEAD, delivered_to
 from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
-from teamctl.shared.teammates import MateStatus
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teammates import MateStatus, Teammate
+from teamctl.shared.teams import TeamStore, now_ms
 from teamctl.shared.text import shorten
 
 HELP = """\
@@ -172,13 +172,22 @@ class LeadRepl:
         if not mates:
             click.echo("(no teammates yet)")
         for mate in mates:
-            stalled = (mate.status is MateStatus.WORKING
-                       and not self.store.conn.exists(self.store.keys.turn(mate.name)))
             unread = len(self.store.peek(mate.name)[1])
             click.echo(f"{mate.name}\t{mate.role}\t{mate.status.value}"
-                       f"\t{'stalled' if stalled else '-'}\t{tasks.get(mate.name, '-')}"
+                       f"\t{'stalled' if self.stalled(mate) else '-'}"
+                       f"\t{tasks.get(mate.name, '-')}"
                        f"\t{unread} unread" + (f"\t{shorten(mate.idle_reason, 60)}"
                                                if mate.idle_reason else ""))
+
+    def stalled(self, mate: Teammate) -> bool:
+        """Working without a live turn, and either unseen for a lease TTL (the next reconcile
+        reruns it) or already waiting for such a rerun (attempts > 0). A first turn waiting in
+        its queue is not stalled."""
+        if mate.status is not MateStatus.WORKING:
+            return False
+        ttl_ms = int(self.store.options.heartbeat_ttl_s * 1000)
+        return ((mate.attempts > 0 or now_ms() - mate.last_seen_ms >= ttl_ms)
+                and not self.store.conn.exists(self.store.keys.turn(mate.name)))
 
     def show_inbox(self) -> None:
         messages = self.store.peek(LEAD)[1]
