@@ -11,6 +11,8 @@ import threading
 from typing import Any
 
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
+from teamctl.shared.errors import TeamError
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teams import TeamStore
 
 
@@ -50,13 +52,37 @@ class BroadcastArgs(ToolArgs):
     """The message."""
 
 
-class MateTools:
-    """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle."""
+class TaskIdArgs(ToolArgs):
+    """claim_task: the task to take."""
 
-    def __init__(self, store: TeamStore, name: str) -> None:
+    task_id: Text
+    """A ready task's id (task_<n>, from list_tasks)."""
+
+
+class CompleteTaskArgs(ToolArgs):
+    """complete_task: the task you hold and what it produced."""
+
+    task_id: Text
+    """The id of a task you hold."""
+    result: Text
+    """What you produced (the lead receives it)."""
+
+
+class PlanGated(TeamError):
+    """A task tool called in plan mode before the plan was approved."""
+
+
+class MateTools:
+    """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle.
+    Task claims and completions carry the turn's token (`token`, else the one turn_begin
+    recorded on the teammate, read once here: this turn's), so a revoked turn's are refused."""
+
+    def __init__(self, store: TeamStore, name: str, token: str | None = None) -> None:
         self.store = store
         self.name = name
         self.idle_requested = threading.Event()
+        self.token = token if token is not None else store.get(name).turn_token or ""
+        self.tasks = TeamTasks(store)
 
     def toolbox(self) -> Toolbox:
         box = Toolbox()
@@ -74,6 +100,12 @@ class MateTools:
         box.add("submit_plan", "In plan mode: ask the lead to approve your plan (one pending at "
                 "a time); the answer arrives as a plan_approval_response.", SubmitPlanArgs,
                 self.submit_plan)
+        box.add("list_tasks", "List the team task board: id, status, subject, role, assignee, "
+                "owner, dependencies (after).", NoArgs, self.list_tasks)
+        box.add("claim_task", "Take a ready task from the team task board (yours to finish with "
+                "complete_task).", TaskIdArgs, self.claim_task)
+        box.add("complete_task", "Finish a task you hold with its result; tasks waiting for it "
+                "may become ready.", CompleteTaskArgs, self.complete_task)
         box.add("idle", "End your turn and wait for the next message.", NoArgs, self.idle)
         return box
 
@@ -113,6 +145,30 @@ class MateTools:
         record = self.store.submit_plan(self.name, args.plan)
         return {"action": "submit_plan", "ok": True, "request_id": record.id,
                 "status": record.status.value}
+
+    def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
+        return {"action": "list_tasks", "ok": True,
+                "tasks": [task.view() for task in self.tasks.snapshot()]}
+
+    def claim_task(self, args: TaskIdArgs) -> dict[str, Any]:
+        self._check_plan("claim_task")
+        task = self.tasks.claim(self.name, self.token, args.task_id)
+        return {"action": "claim_task", "ok": True, "task_id": task.task_id,
+                "subject": task.subject, "description": task.description}
+
+    def complete_task(self, args: CompleteTaskArgs) -> dict[str, Any]:
+        self._check_plan("complete_task")
+        task_id = self.tasks.get(args.task_id).task_id
+        ready, woke = self.tasks.complete(self.name, self.token, task_id, args.result)
+        return {"action": "complete_task", "ok": True, "task_id": task_id, "now_ready": ready,
+                "woke": woke}
+
+    def _check_plan(self, tool: str) -> None:
+        """Plan mode gates task tools until the lead approves a plan (issue 12 §5)."""
+        state = self.store.get(self.name).plan_state
+        if state and state != "approved":
+            raise PlanGated(f"{tool} is not allowed in plan mode until your plan is approved: "
+                            "submit_plan, then wait for the lead's plan_approval_response")
 
     def idle(self, _args: NoArgs) -> dict[str, Any]:
         self.idle_requested.set()
