@@ -14,21 +14,42 @@ tasks. Every change is one Lua script; claims and completions by a turn are toke
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+import redis
 from teamctl.shared.board import resolve_task_id
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError, TeamError
+from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import HashText, TaskState, TaskStatus
-from teamctl.shared.teammates import check_mate_name
+from teamctl.shared.scripts import Scripts
+from teamctl.shared.teammates import Teammate, TeamOptions, check_mate_name
 from teamctl.shared.text import shorten
-
-if TYPE_CHECKING:
-    from teamctl.shared.teams import TeamStore
 
 TASK_PREFIX = "task_"
 MAX_ADD_ATTEMPTS = 100
 """Adds racing for the next task number retry; this bounds a pathological storm."""
+
+
+class Store(Protocol):
+    """What the board needs of a team's store (shared/teams.py TeamStore, which uses the board
+    in its turn ends and shutdowns: hence a protocol, not an import)."""
+
+    conn: redis.Redis
+    keys: TeamKeys
+    scripts: Scripts
+
+    @property
+    def team(self) -> str: ...
+
+    @property
+    def options(self) -> TeamOptions: ...
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> Teammate: ...
+
+    def enqueue_turn(self, mate: Teammate) -> None: ...
 
 
 class TaskRefused(TeamError):
@@ -90,7 +111,7 @@ def _number(task_id: str) -> int:
 class TeamTasks:
     """The task board of one team, on its store's connection and scripts."""
 
-    def __init__(self, store: TeamStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
         self.keys = store.keys
         self.conn = store.conn
