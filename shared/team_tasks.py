@@ -27,8 +27,9 @@ from teamctl.shared.teammates import Teammate, TeamOptions, check_mate_name
 from teamctl.shared.text import shorten
 
 TASK_PREFIX = "task_"
-MAX_ADD_ATTEMPTS = 100
-"""Adds racing for the next task number retry; this bounds a pathological storm."""
+MAX_RETRIES = 100
+"""An add racing others for the next number, or a completion racing adds of its dependents,
+retries; this bounds a pathological storm."""
 
 
 class Store(Protocol):
@@ -134,7 +135,7 @@ class TeamTasks:
         if assignee:
             self.store.get(check_mate_name(assignee))
         deps = list(dict.fromkeys(task_id_of(d) for d in after))
-        for _ in range(MAX_ADD_ATTEMPTS):
+        for _ in range(MAX_RETRIES):
             seq = self.conn.get(self.keys.task_seq) or "0"
             task_id = f"{TASK_PREFIX}{int(seq) + 1}"
             verdict, detail = self.scripts["team_task_add"](
@@ -148,7 +149,7 @@ class TeamTasks:
             if verdict == "ok":
                 woken = self.wake()
                 return self.get(task_id), woken
-        raise TeamError(f"task not added: {MAX_ADD_ATTEMPTS} concurrent adds won the race; "
+        raise TeamError(f"task not added: {MAX_RETRIES} concurrent adds won the race; "
                         "try again")
 
     def snapshot(self) -> list[TeamTask]:
@@ -214,7 +215,7 @@ class TeamTasks:
         if len(result.encode()) > limit:
             raise ConfigError(f"the result exceeds {limit} bytes (max_message_bytes); shorten "
                               "it, or put it in a file and name the file")
-        for _ in range(MAX_ADD_ATTEMPTS):
+        for _ in range(MAX_RETRIES):
             dependents = self.conn.hget(self.keys.task(task.task_id), "dependents") or ""
             reply = self.scripts["team_task_complete"](
                 keys=[self.keys.turn(name), self.keys.task(task.task_id), self.keys.ready,

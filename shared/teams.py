@@ -382,16 +382,20 @@ class TeamStore:
 
     def reconcile(self) -> list[str]:
         """Rerun every stalled teammate's turn (working, no lease, unseen for a lease TTL), up to
-        max_turn_attempts; past it the teammate goes idle and the lead is told. Returns the
-        teammates whose turn was enqueued again."""
+        max_turn_attempts; past it the teammate goes idle, its tasks go back to the board and
+        the lead is told. Returns the teammates whose turn was enqueued again."""
         names = self.names()
         if not names or not self.exists():
             return []
         pairs = [key for name in names for key in (self.keys.mate(name), self.keys.turn(name))]
         options = self.options
-        rerun = self.scripts["team_reconcile"](
-            keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs],
+        tasks = TeamTasks(self)
+        rerun, released = self.scripts["team_reconcile"](
+            keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs,
+                  *tasks.board_keys(), *tasks.running_keys()],
             args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names])
+        if int(released):
+            tasks.wake()
         for name in rerun:
             self.enqueue_turn(self.get(name))
         return list(rerun)

@@ -352,6 +352,26 @@ def test_an_approved_shutdown_and_a_failed_turn_release_their_tasks(store: TeamS
     assert store.get("carol").status is MateStatus.IDLE
 
 
+def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Redis,
+                                                                  team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(heartbeat_ttl_s=0.2, max_turn_attempts=1))
+    tasks = TeamTasks(store)
+    token = start(store, "alice")
+    tasks.add("fragile")
+    tasks.claim("alice", token, "task_1")
+    conn.delete(store.keys.turn("alice"))  # its worker died: the lease is gone
+
+    def given_up() -> bool:
+        store.reconcile()
+        return store.get("alice").status is MateStatus.IDLE
+
+    wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
+    lost = tasks.get("task_1")
+    assert (lost.status, lost.requeue_reason, lost.released_from) == (
+        TaskStatus.READY, "alice's turn was lost 1 times", "alice")
+
+
 def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
         store: TeamStore) -> None:
     tasks = TeamTasks(store)

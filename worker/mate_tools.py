@@ -12,7 +12,7 @@ from typing import Any
 
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.errors import TeamError
-from teamctl.shared.team_tasks import TeamTasks
+from teamctl.shared.team_tasks import TeamTasks, task_id_of
 from teamctl.shared.teams import TeamStore
 
 
@@ -158,7 +158,7 @@ class MateTools:
 
     def complete_task(self, args: CompleteTaskArgs) -> dict[str, Any]:
         self._check_plan("complete_task")
-        task_id = self.tasks.get(args.task_id).task_id
+        task_id = task_id_of(args.task_id)
         ready, woke = self.tasks.complete(self.name, self.token, task_id, args.result)
         return {"action": "complete_task", "ok": True, "task_id": task_id, "now_ready": ready,
                 "woke": woke}
