@@ -10,8 +10,8 @@
 -- ones in number order.
 -- ARGV[1] token, ARGV[2] teammate name, ARGV[3] idle reason ('done', 'step_limit',
 -- 'error: ...'), ARGV[4] notice content, ARGV[5] '1' to end even with unread mail (a failed
--- turn: the mail waits for the next wake; its tasks go back to the board, not to it), ARGV[6] last
--- error ('' = none), ARGV[7] how many in-progress task hashes KEYS holds.
+-- turn: the mail waits for the next wake; its tasks go back to the board, not to it),
+-- ARGV[6] last error ('' = none), ARGV[7] how many in-progress task hashes KEYS holds.
 -- Returns {verdict, released}: verdict 'continue' (run another turn in the same job), 'idle'
 -- (ended; one teammate.idle notice to lead), 'shutdown' (ended shut down; one teammate.shutdown
 -- notice; its unread mail waits) or 'stale' (the token no longer holds the turn: nothing
