@@ -2,7 +2,8 @@
 
 Sends publish at once and wake their recipients; they are not yet committed inside the turn's
 checkpoint, so a turn rerun after a crash may send a message twice (issue 12 §4 leaves that for
-a later step).
+a later step). Task claims and completions (shared/team_tasks.py) are written at once too; a
+rerun's repeated completion is refused as already completed.
 """
 
 from __future__ import annotations

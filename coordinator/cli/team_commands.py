@@ -233,7 +233,7 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
 
 @team_group.group("task")
 def task_group() -> None:
-    """The team task board: tasks teammates claim, idle ones first."""
+    """The team's task board: add tasks and list them; idle teammates that fit claim them."""
 
 
 @task_group.command("add")
