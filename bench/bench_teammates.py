@@ -5,6 +5,9 @@
   enqueue to start of a bare RQ no-op job. Goals: p50 <= 50 ms, p95 <= 100 ms, p50 <= 2x baseline.
 - Mid-turn delivery: a message sent while a turn's model call is in flight is in that turn's next
   model request. Goal: 100 %.
+- Auto-claim: 8 idle teammates of one role, one task added at a time: from the add to the claim
+  (the add's own return), and to the claiming teammate's first model request. Goals: add to
+  request p50 <= the wake latency's; exactly one teammate's turn starts per task.
 - Idle cost: 20 idle teammates for 60 s: no jobs, no model requests, no script calls; the worker's
   CPU time within 1.1x of the same window on the same worker before any teammate existed.
 
@@ -15,6 +18,7 @@ It starts its own redis-server, model server and worker, and stops each by its p
 from __future__ import annotations
 
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -28,6 +32,8 @@ import redis
 from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import worker_command
 from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.models import TaskStatus
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus
 from teamctl.shared.teams import TeamStore
 
@@ -67,8 +73,11 @@ class MidTurnModel:
 
 WAKES = 200
 MID_TURNS = 100
+CLAIMERS = 8
+CLAIM_TASKS = 50
 IDLE_MATES = 20
-IDLE_WATCH_S = 60.0
+IDLE_WATCH_S = float(os.environ.get("BENCH_IDLE_S", "60"))
+"""The idle windows' length; BENCH_IDLE_S shortens it while iterating on the other figures."""
 GOAL_IDLE_CPU_RATIO = 1.1
 GOAL_P50_MS, GOAL_P95_MS, GOAL_RATIO = 50.0, 100.0, 2.0
 
@@ -120,6 +129,46 @@ def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM) -> tuple[int, int]:
         # The mid-turn message of the last turn was handled by a turn of its own: the next
         # turn starts from the lead's send.
         store.send("lead", "carol", "go")
+
+
+class Claimer:
+    """A teammate's model that completes the task a task.assigned message gives it, then
+    answers; records when each request arrived."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        self.arrivals.append(time.monotonic())
+        replies = [m for m in body["messages"] if m["role"] == "assistant"]
+        held = re.findall(r"task_\d+", str(body["messages"][-1].get("content")))
+        if held and not (replies and replies[-1].get("tool_calls")):
+            return ToolCalls([("complete_task", {"task_id": held[0], "result": "done"})])
+        return "ok"
+
+
+def auto_claim(store: TeamStore, llm: ScriptedLLM) -> tuple[list[float], list[float], int]:
+    """Per task: add -> claimed (ms), add -> the claimer's first request (ms); and how many
+    tasks started other than exactly one teammate's turn."""
+    models = {f"claim{n}": Claimer() for n in range(CLAIMERS)}
+    for name, model in models.items():
+        store.spawn(name, role="claimer", prompt="Wait for tasks.",
+                    model=llm.script(f"{name}", handler=model), api_base=llm.api_base,
+                    queue=QUEUE)
+    tasks = TeamTasks(store)
+    to_claim, to_request, not_one = [], [], 0
+    for index in range(CLAIM_TASKS):
+        _wait(lambda: all(store.get(n).status is MateStatus.IDLE for n in models), "idle")
+        before = {name: len(model.arrivals) for name, model in models.items()}
+        added_s = time.monotonic()
+        task, woke = tasks.add(f"task {index}", role="claimer")
+        to_claim.append((time.monotonic() - added_s) * 1000)
+        _wait(lambda tid=task.task_id: tasks.get(tid).status is TaskStatus.COMPLETED, "the task")
+        started = [n for n, m in models.items() if len(m.arrivals) > before[n]]
+        not_one += started != woke or len(started) != 1
+        if started:
+            to_request.append((models[started[0]].arrivals[before[started[0]]] - added_s) * 1000)
+    return to_claim, to_request, not_one
 
 
 def _url(store: TeamStore) -> str:
@@ -180,14 +229,15 @@ def main() -> int:
             wakes = wake_latencies_ms(store, llm, model, "bob")
             noops = noop_latencies_ms(conn, WAKES)
             delivered, turns = mid_turn_delivery(store, llm)
+            claims = auto_claim(store, llm)
             idle_window = idle_cost(store, conn, llm, idle)
     finally:
         llm.stop()
-    return report(wakes, noops, (delivered, turns), no_team, idle_window)
+    return report(wakes, noops, (delivered, turns), claims, no_team, idle_window)
 
 
-def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int], no_team: Window,
-           idle: Window) -> int:
+def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int],
+           claims: tuple[list[float], list[float], int], no_team: Window, idle: Window) -> int:
     p50, p95 = statistics.median(wakes), percentile(wakes, 0.95)
     base = statistics.median(noops)
     print(f"wake latency, {WAKES} sends to an idle teammate (send -> its model request):")
@@ -201,6 +251,14 @@ def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int], no
     print(f"mid-turn delivery: {delivered}/{turns} messages sent during a model call were in "
           "the turn's next model request (goal 100 %)")
     verdicts["mid-turn delivery 100 %"] = delivered == turns
+    to_claim, to_request, not_one = claims
+    claim_p50 = statistics.median(to_request)
+    print(f"auto-claim, {CLAIM_TASKS} tasks added one at a time to {CLAIMERS} idle teammates: "
+          f"add -> claimed p50 {statistics.median(to_claim):.1f} ms; add -> claimer's model "
+          f"request p50 {claim_p50:.1f} ms p95 {percentile(to_request, 0.95):.1f} ms; "
+          f"tasks not started by exactly one turn: {not_one}")
+    verdicts[f"auto-claim p50 <= wake p50 ({claim_p50:.1f} vs {p50:.1f} ms)"] = claim_p50 <= p50
+    verdicts["auto-claim: one turn per task"] = not_one == 0
     # /proc counts CPU in clock ticks: two windows both under one tick used the same (none).
     tick_s = 1 / os.sysconf("SC_CLK_TCK")
     ratio = (1.0 if max(idle.worker_cpu_s, no_team.worker_cpu_s) < tick_s
@@ -214,7 +272,8 @@ def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int], no
     verdicts[f"idle worker CPU <= {GOAL_IDLE_CPU_RATIO}x"] = ratio <= GOAL_IDLE_CPU_RATIO
     for goal, met in verdicts.items():
         print(f"  {goal}: {'ok' if met else 'MISSED'}")
-    hard = ("mid-turn delivery 100 %", "idle: 0 jobs, 0 requests, 0 script calls")
+    hard = ("mid-turn delivery 100 %", "idle: 0 jobs, 0 requests, 0 script calls",
+            "auto-claim: one turn per task")
     return 0 if all(verdicts[goal] for goal in hard) else 1
 
 

@@ -248,3 +248,8 @@ class TeamKeys(KeySpace):
     def requests(self) -> str:
         """Sorted set: request ids scored by creation time (ms), for listings."""
         return f"{self.base}:requests"
+
+    @property
+    def task_seq(self) -> str:
+        """String counter: the last team task number issued (ids `task_<n>`)."""
+        return f"{self.base}:task_seq"

@@ -69,7 +69,7 @@ class EventKind(StrEnum):
     """What an entry of a run's events stream says happened (the board scripts write them)."""
 
     CREATED = "created"
-    """The plan was written to the board (no task id)."""
+    """The plan was written to the board (no task id), or a team task was added (its id)."""
     IN_PROGRESS = "in_progress"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -199,8 +199,13 @@ class SystemType(StrEnum):
     in their namespaces, SYSTEM_NAMESPACES)."""
 
     TASK_ASSIGNED = "task.assigned"
+    """From `system` to the member given a task (a team's: wake_for_tasks.lua, turn_end.lua)."""
     TASK_RESULT = "task.result"
-    """From the member to lead, written with the outcome by complete.lua."""
+    """From the member to lead, written with the outcome by complete.lua (a team's:
+    team_task_complete.lua)."""
+    TASK_REMINDER = "task.reminder"
+    """From `system` to a teammate ending its turn while it holds a team task (turn_end.lua):
+    its one reminder before the task goes back to the board."""
     TASK_ERROR = "task.error"
     """From the member to lead, written with the outcome by fail.lua and reclaim.lua."""
     RUN_COMPLETE = "run.complete"

@@ -25,6 +25,7 @@ from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
 from teamctl.shared.models import Envelope, ProtocolType, SystemType
 from teamctl.shared.scripts import Scripts, WriteGuard
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import (
     TURN_FUNCTION,
     MateStatus,
@@ -368,15 +369,19 @@ class TeamStore:
         return True
 
     def force_shutdown(self, name: str) -> None:
-        """Shut `name` down now: its turn token is revoked (late writes refused), the lead told.
-        RequestRefused when it is already shut down."""
+        """Shut `name` down now: its turn token is revoked (late writes refused), its tasks go
+        back to the board (idle teammates woken for them), the lead is told. RequestRefused
+        when it is already shut down."""
         self.get(name)
-        verdict = self.scripts["team_shutdown"](
+        tasks = TeamTasks(self)
+        verdict, released = self.scripts["team_shutdown"](
             keys=[self.keys.mate(name), self.keys.turn(name), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD)],
-            args=[f"{name} shut down (forced by the lead)"])
+                  self.keys.inbox(LEAD), *tasks.board_keys(), *tasks.running_keys()],
+            args=[f"{name} shut down (forced by the lead)", name])
         if verdict == "shutdown":
             raise RequestRefused(f"{name} is already shut down")
+        if int(released):
+            tasks.wake()
 
     # --- turns ---------------------------------------------------------------------------------
 
@@ -398,16 +403,20 @@ class TeamStore:
 
     def reconcile(self) -> list[str]:
         """Rerun every stalled teammate's turn (working, no lease, unseen for a lease TTL), up to
-        max_turn_attempts; past it the teammate goes idle and the lead is told. Returns the
-        teammates whose turn was enqueued again."""
+        max_turn_attempts; past it the teammate goes idle, its tasks go back to the board and
+        the lead is told. Returns the teammates whose turn was enqueued again."""
         names = self.names()
         if not names or not self.exists():
             return []
         pairs = [key for name in names for key in (self.keys.mate(name), self.keys.turn(name))]
         options = self.options
-        rerun = self.scripts["team_reconcile"](
-            keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs],
+        tasks = TeamTasks(self)
+        rerun, released = self.scripts["team_reconcile"](
+            keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs,
+                  *tasks.board_keys(), *tasks.running_keys()],
             args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names])
+        if int(released):
+            tasks.wake()
         for name in rerun:
             self.enqueue_turn(self.get(name))
         return list(rerun)
@@ -442,12 +451,18 @@ class TeamStore:
 
     def end_turn(self, name: str, token: str, reason: str, notice: str, *,
                  force: bool = False, error: str = "") -> str:
-        """'continue' (mail arrived: go on), 'idle' (ended, lead told) or 'stale'."""
-        return str(self.scripts["turn_end"](
+        """'continue' (mail arrived, a task reminder, or a task claimed for it: go on), 'idle'
+        (ended, lead told), 'shutdown' or 'stale'. Tasks the end released go to idle teammates."""
+        tasks = TeamTasks(self)
+        running = tasks.running_keys()
+        verdict, released = self.scripts["turn_end"](
             keys=[self.keys.turn(name), self.keys.mate(name), self.keys.inbox(name),
                   self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD)],
-            args=[token, name, reason, notice, "1" if force else "0", error]))
+                  self.keys.inbox(LEAD), *tasks.board_keys(), *running, *tasks.ready_keys()],
+            args=[token, name, reason, notice, "1" if force else "0", error, len(running)])
+        if int(released):
+            tasks.wake()
+        return str(verdict)
 
 
 def _raise_refusal(request_id: str, verdict: str, detail: str, kind: RequestKind,

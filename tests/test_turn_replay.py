@@ -20,7 +20,7 @@ from teamctl.worker.turn import execute_turn
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM
 
-TTL_S = 0.5
+TTL_S = 2.0  # long enough for the rerun to keep its lease on a busy host
 
 
 def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str, arguments: dict[str, str],

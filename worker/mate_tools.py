@@ -3,7 +3,8 @@
 A turn runs each tool call `writing_through` a store whose scripts are guarded by the call
 (TeamStore.guarded): every team write is token-checked and recorded with its outcome in the same
 script, so a turn rerun after a crash replays the call's writes instead of sending, answering or
-submitting twice (issue 12 §4). Workspace tools have no such record and may repeat.
+submitting twice (issue 12 §4); that covers task claims and
+completions (shared/team_tasks.py) too. Workspace tools have no such record and may repeat.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
+from teamctl.shared.team_tasks import TeamTasks, task_id_of
 from teamctl.shared.teams import TeamStore
 
 
@@ -53,13 +55,38 @@ class BroadcastArgs(ToolArgs):
     """The message."""
 
 
-class MateTools:
-    """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle."""
+class TaskIdArgs(ToolArgs):
+    """claim_task: the task to take."""
 
-    def __init__(self, store: TeamStore, name: str) -> None:
+    task_id: Text
+    """A ready task's id (task_<n>, from list_tasks)."""
+
+
+class CompleteTaskArgs(ToolArgs):
+    """complete_task: the task you hold and what it produced."""
+
+    task_id: Text
+    """The id of a task you hold."""
+    result: Text
+    """What you produced (the lead receives it)."""
+
+
+class MateTools:
+    """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle.
+    Plan mode gates claim_task and complete_task (worker/mate_workspace.py gate_plan).
+    Task claims and completions carry the turn's token (`token`, else the one turn_begin
+    recorded on the teammate, read once here: this turn's), so a revoked turn's are refused."""
+
+    def __init__(self, store: TeamStore, name: str, token: str | None = None) -> None:
         self.store = store
         self.name = name
         self.idle_requested = threading.Event()
+        self.token = token if token is not None else store.get(name).turn_token or ""
+
+    @property
+    def tasks(self) -> TeamTasks:
+        """The board through the current store, so a tool call's claims are guarded too."""
+        return TeamTasks(self.store)
 
     @contextmanager
     def writing_through(self, store: TeamStore) -> Iterator[None]:
@@ -86,6 +113,12 @@ class MateTools:
         box.add("submit_plan", "In plan mode: ask the lead to approve your plan (one pending at "
                 "a time); the answer arrives as a plan_approval_response.", SubmitPlanArgs,
                 self.submit_plan)
+        box.add("list_tasks", "List the team task board: id, status, subject, role, assignee, "
+                "owner, dependencies (after).", NoArgs, self.list_tasks)
+        box.add("claim_task", "Take a ready task from the team task board (yours to finish with "
+                "complete_task).", TaskIdArgs, self.claim_task)
+        box.add("complete_task", "Finish a task you hold with its result; tasks waiting for it "
+                "may become ready.", CompleteTaskArgs, self.complete_task)
         box.add("idle", "End your turn and wait for the next message.", NoArgs, self.idle)
         return box
 
@@ -125,6 +158,21 @@ class MateTools:
         record = self.store.submit_plan(self.name, args.plan)
         return {"action": "submit_plan", "ok": True, "request_id": record.id,
                 "status": record.status.value}
+
+    def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
+        return {"action": "list_tasks", "ok": True,
+                "tasks": [task.view() for task in self.tasks.snapshot()]}
+
+    def claim_task(self, args: TaskIdArgs) -> dict[str, Any]:
+        task = self.tasks.claim(self.name, self.token, args.task_id)
+        return {"action": "claim_task", "ok": True, "task_id": task.task_id,
+                "subject": task.subject, "description": task.description}
+
+    def complete_task(self, args: CompleteTaskArgs) -> dict[str, Any]:
+        task_id = task_id_of(args.task_id)
+        ready, woke = self.tasks.complete(self.name, self.token, task_id, args.result)
+        return {"action": "complete_task", "ok": True, "task_id": task_id, "now_ready": ready,
+                "woke": woke}
 
     def idle(self, _args: NoArgs) -> dict[str, Any]:
         self.idle_requested.set()

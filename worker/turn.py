@@ -116,7 +116,7 @@ class Turn:
 
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost."""
-        tools = MateTools(self.store, self.mate.name)
+        tools = MateTools(self.store, self.mate.name, self.token)
         toolbox = tools.toolbox()
         add_mate_workspace(toolbox, self.store, self.mate, self.state_dir)
         self.tool_names = toolbox.names

@@ -249,6 +249,51 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
                    f"{shorten(r.response or r.payload, 80)}")
 
 
+@team_group.group("task")
+def task_group() -> None:
+    """The team's task board: add tasks and list them; idle teammates that fit claim them."""
+
+
+@task_group.command("add")
+@click.argument("subject")
+@click.option("--description", default="", help="What exactly is to be done.")
+@click.option("--role", default="", help="Only a teammate of this role takes it.")
+@click.option("--assignee", default="", help="Reserve it for this teammate.")
+@click.option("--after", "after", multiple=True, metavar="ID",
+              help="A task that must complete first (repeatable).")
+@with_store
+def task_add_command(subject: str, description: str, role: str, assignee: str,
+                     after: tuple[str, ...], store: TeamStore, settings: Settings) -> None:
+    """Add a task (prints its id); a ready one goes to one idle teammate that fits."""
+    from teamctl.shared.team_tasks import TeamTasks
+
+    store.meta()
+    task, woken = TeamTasks(store).add(subject, description=description, role=role,
+                                       assignee=assignee, after=after)
+    click.echo(task.task_id)
+    if woken:
+        click.echo(f"{task.task_id} is {task.status.value}; woke {', '.join(woken)}", err=True)
+
+
+@task_group.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@with_store
+def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
+    """List the team's tasks: id, status, owner (or assignee), role, subject, dependencies."""
+    from teamctl.shared.team_tasks import TeamTasks
+
+    store.meta()
+    tasks = TeamTasks(store).snapshot()
+    if as_json:
+        click.echo(json.dumps([t.view() for t in tasks], indent=2))
+        return
+    for t in tasks:
+        who = t.owner or (f"for {t.assignee}" if t.assignee else "-")
+        after = f"after {','.join(t.depends_on)}" if t.depends_on else "-"
+        click.echo(f"{t.task_id}\t{t.status.value}\t{who}\t{t.role or '-'}\t{after}\t"
+                   f"{shorten(t.subject, 80)}")
+
+
 @team_group.command("export")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--all", "everything", is_flag=True,

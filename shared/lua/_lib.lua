@@ -105,10 +105,11 @@ local function block_dependents(first, last, ready_key, counts_key, events_key, 
 end
 
 -- End a claim without a result: no live token, no holder, times reset (AI4J release/timeout),
--- then back to ready or pending by the dependencies still open.
+-- then back to ready or pending by the dependencies still open. A team task's claim has no
+-- heartbeat key (hb_key nil): its teammate's turn holds it.
 local function requeue(task_key, ready_key, running_key, counts_key, hb_key, reason, now)
   redis.call('SREM', running_key, redis.call('HGET', task_key, 'task_id'))
-  redis.call('DEL', hb_key)
+  if hb_key then redis.call('DEL', hb_key) end
   redis.call('HSET', task_key, 'token', 0, 'claimed_by', '', 'worker', '', 'start_ms', 0,
     'last_heartbeat_ms', 0, 'end_ms', 0, 'duration_ms', 0, 'output', '', 'updated_ms', now,
     'requeue_reason', reason)
@@ -145,4 +146,71 @@ local function publish_message(bus_key, seq_key, inbox_first, inbox_last,
     end
   end
   return id
+end
+
+-- --- Team tasks (shared/team_tasks.py) ---------------------------------------------------------
+-- A team's task hashes are the board's, plus role (''), reminded ('1' once the holder was
+-- reminded) and released_from (the teammate a reminder release took it from); member_id is the
+-- assignee, task the subject, context the description.
+
+-- Whether a teammate in plan mode still waits for its plan's approval (it cannot take tasks).
+local function plan_gated(mate_key)
+  local state = redis.call('HGET', mate_key, 'plan_state') or ''
+  return state ~= '' and state ~= 'approved'
+end
+
+-- Can teammate `name` (of `role`) take the task now? It must be ready; an assignee reserves it,
+-- otherwise the role must match (case-insensitively) or the task names none. `auto` (a claim the
+-- runtime makes for it) also skips a task released from this teammate for not finishing it.
+local function team_task_fits(task_key, name, role, auto)
+  local f = redis.call('HMGET', task_key, 'status', 'member_id', 'role', 'released_from')
+  if f[1] ~= 'ready' then return false end
+  if auto and f[4] == name then return false end
+  if f[2] and f[2] ~= '' then return f[2] == name end
+  return (f[3] or '') == '' or string.lower(f[3]) == string.lower(role or '')
+end
+
+-- Claim a ready task for teammate `name`: in progress, owned by it, a fresh fencing token, no
+-- heartbeat key (its turn lease is the liveness). Returns the task id.
+local function team_claim(task_key, ready_key, running_key, counts_key, tokens_key, events_key,
+                          name, now)
+  local token = redis.call('INCR', tokens_key)
+  local tid = redis.call('HGET', task_key, 'task_id')
+  set_status(task_key, counts_key, 'in_progress')
+  redis.call('ZREM', ready_key, tid)
+  redis.call('SADD', running_key, tid)
+  redis.call('HINCRBY', task_key, 'attempts', 1)
+  redis.call('HSET', task_key, 'claimed_by', name, 'worker', '', 'token', token,
+    'heartbeat_ttl_ms', 0, 'start_ms', now, 'last_heartbeat_ms', now, 'updated_ms', now,
+    'end_ms', 0, 'duration_ms', 0, 'phase', 'running', 'detail', 'Claimed by ' .. name .. '.',
+    'heartbeat_count', 0, 'output', '', 'error', '', 'reminded', '0')
+  raise_percent(task_key, 15)
+  event(events_key, tid, 'in_progress', token)
+  return tid
+end
+
+-- Give a teammate's task back to the board (ready again, or pending) with the reason.
+local function team_release(task_key, ready_key, running_key, counts_key, events_key, reason, now)
+  requeue(task_key, ready_key, running_key, counts_key, nil, reason, now)
+  redis.call('HSET', task_key, 'reminded', '0')
+  event(events_key, redis.call('HGET', task_key, 'task_id'), 'released', 0)
+end
+
+-- The task hashes among KEYS[first..last] that teammate `name` holds (in progress, its claim).
+local function team_held(first, last, name)
+  local held = {}
+  for i = first, last do
+    local f = redis.call('HMGET', KEYS[i], 'status', 'claimed_by')
+    if f[1] == 'in_progress' and f[2] == name then held[#held + 1] = KEYS[i] end
+  end
+  return held
+end
+
+-- What a teammate is told when a task is claimed for it (a task.assigned message).
+local function team_task_text(task_key)
+  local f = redis.call('HMGET', task_key, 'task_id', 'task', 'context')
+  local text = 'You now hold ' .. f[1] .. ' from the team task board: ' .. f[2]
+  if f[3] and f[3] ~= '' then text = text .. '\n' .. f[3] end
+  return text .. '\nDo it, then call complete_task(task_id="' .. f[1] .. '", result=...) with '
+    .. 'what you produced.'
 end

@@ -1,14 +1,18 @@
 -- team_reconcile: find working teammates whose turn is gone (a killed worker, a lost job) and
--- rerun them from their checkpoint, up to a limit; past it, set them idle and tell the lead.
+-- rerun them from their checkpoint, up to a limit; past it, set them idle, give their team tasks
+-- back to the board (not to them again) and tell the lead.
 -- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] the lead's inbox,
--- KEYS[4..] pairs: a mate hash, its turn key.
+-- KEYS[4..] pairs: a mate hash, its turn key; then ready zset, running set, counts hash, token
+-- counter, events stream; then the in-progress task hashes.
 -- ARGV[1] stale after ms (no lease and not seen for this long), ARGV[2] max turn attempts,
 -- ARGV[3..] the teammates' names, in the order of the pairs.
--- Returns the names whose turn the caller enqueues again (attempts bumped, seen now, so the next
--- reconcile waits for that job before counting another attempt).
+-- Returns {names, released}: the names whose turn the caller enqueues again (attempts bumped,
+-- seen now, so the next reconcile waits for that job before counting another attempt), and how
+-- many tasks went back to the board (the caller wakes teammates for them).
 local now = now_ms()
 local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
-local rerun = {}
+local board = 4 + 2 * (#ARGV - 2)
+local rerun, released = {}, 0
 for i = 3, #ARGV do
   local mate, turn = KEYS[4 + (i - 3) * 2], KEYS[5 + (i - 3) * 2]
   local fields = redis.call('HMGET', mate, 'status', 'last_seen_ms', 'attempts')
@@ -19,6 +23,12 @@ for i = 3, #ARGV do
       local err = 'turn lost ' .. max_attempts .. ' times (worker died or job lost)'
       redis.call('HSET', mate, 'status', 'idle', 'idle_reason', 'error: ' .. err,
         'last_error', err, 'turn_token', '', 'attempts', 0, 'last_seen_ms', now)
+      for _, task_key in ipairs(team_held(board + 5, #KEYS, ARGV[i])) do
+        team_release(task_key, KEYS[board], KEYS[board + 1], KEYS[board + 2], KEYS[board + 4],
+          ARGV[i] .. "'s turn was lost " .. max_attempts .. ' times', now)
+        redis.call('HSET', task_key, 'released_from', ARGV[i])
+        released = released + 1
+      end
       publish_message(KEYS[1], KEYS[2], 3, 3, 'system', 'lead', 'teammate.error', '',
         ARGV[i] .. ' is idle after an error: ' .. err, now)
     else
@@ -27,4 +37,4 @@ for i = 3, #ARGV do
     end
   end
 end
-return rerun
+return {rerun, released}

@@ -1,31 +1,80 @@
--- turn_end: end a turn, or tell it to go on when mail arrived during it; a teammate that
--- approved its shutdown (request_resolve.lua marked `shutdown_request`) ends shut down instead.
+-- turn_end: end a turn, or tell it to go on: mail arrived during it; it still holds a team task
+-- it was not yet reminded of (one task.reminder, then the next end releases the task); or an
+-- eligible ready task (the lowest number first) is claimed for it with a task.assigned message.
+-- A teammate that approved its shutdown (request_resolve.lua marked `shutdown_request`) ends
+-- shut down instead, its tasks back on the board.
 -- KEYS[1] the turn key, KEYS[2] the mate hash, KEYS[3] its inbox, KEYS[4] read offsets hash,
--- KEYS[5] bus stream, KEYS[6] bus sequence counter, KEYS[7] the lead's inbox.
+-- KEYS[5] bus stream, KEYS[6] bus sequence counter, KEYS[7] the lead's inbox, KEYS[8] ready
+-- zset, KEYS[9] running set, KEYS[10] counts hash, KEYS[11] token counter, KEYS[12] events
+-- stream, KEYS[13..] task hashes: first the in-progress ones (ARGV[7] of them), then the ready
+-- ones in number order.
 -- ARGV[1] token, ARGV[2] teammate name, ARGV[3] idle reason ('done', 'step_limit',
 -- 'error: ...'), ARGV[4] notice content, ARGV[5] '1' to end even with unread mail (a failed
--- turn: the mail waits for the next wake), ARGV[6] last error ('' = none).
--- Returns 'continue' (unread mail: run another turn in the same job), 'idle' (ended; one
--- teammate.idle notice to lead), 'shutdown' (ended shut down; one teammate.shutdown notice; its
--- unread mail waits) or 'stale' (the token no longer holds the turn: nothing changes).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'stale' end
+-- turn: the mail waits for the next wake; its tasks go back to the board, not to it),
+-- ARGV[6] last error ('' = none), ARGV[7] how many in-progress task hashes KEYS holds.
+-- Returns {verdict, released}: verdict 'continue' (run another turn in the same job), 'idle'
+-- (ended; one teammate.idle notice to lead), 'shutdown' (ended shut down; one teammate.shutdown
+-- notice; its unread mail waits) or 'stale' (the token no longer holds the turn: nothing
+-- changes); released: how many tasks went back to the board (the caller wakes teammates).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', 0} end
+local name = ARGV[2]
+local last_held = 12 + tonumber(ARGV[7])
+local held = team_held(13, last_held, name)
 local approved = redis.call('HGET', KEYS[2], 'shutdown_request') or ''
-if ARGV[5] ~= '1' and approved == '' then
-  local offset = redis.call('HGET', KEYS[4], ARGV[2]) or '0-0'
-  if #redis.call('XRANGE', KEYS[3], '(' .. offset, '+', 'COUNT', 1) > 0 then
-    return 'continue'
+local now = now_ms()
+
+local function release_all(reason, mark)
+  for _, task_key in ipairs(held) do
+    team_release(task_key, KEYS[8], KEYS[9], KEYS[10], KEYS[12], reason, now)
+    if mark then redis.call('HSET', task_key, 'released_from', name) end
   end
 end
-local now = now_ms()
-redis.call('DEL', KEYS[1])
+
 if approved ~= '' then
+  release_all(name .. ' shut down', false)
+  redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'status', 'shutdown', 'idle_reason', '', 'turn_token', '',
     'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
   publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.shutdown', '',
-    ARGV[2] .. ' shut down (request ' .. approved .. ' approved)', now)
-  return 'shutdown'
+    name .. ' shut down (request ' .. approved .. ' approved)', now)
+  return {'shutdown', #held}
 end
+if ARGV[5] ~= '1' then
+  local offset = redis.call('HGET', KEYS[4], name) or '0-0'
+  if #redis.call('XRANGE', KEYS[3], '(' .. offset, '+', 'COUNT', 1) > 0 then
+    return {'continue', 0}
+  end
+  local unreminded = {}
+  for _, task_key in ipairs(held) do
+    if redis.call('HGET', task_key, 'reminded') ~= '1' then
+      unreminded[#unreminded + 1] = redis.call('HGET', task_key, 'task_id')
+    end
+  end
+  if #unreminded > 0 then
+    for _, task_key in ipairs(held) do redis.call('HSET', task_key, 'reminded', '1') end
+    publish_message(KEYS[5], KEYS[6], 3, 3, 'system', name, 'task.reminder', unreminded[1],
+      'You still hold ' .. table.concat(unreminded, ', ') .. '. Finish it and call '
+      .. 'complete_task(task_id, result), or say why you cannot: if your turn ends again '
+      .. 'without that, it goes back to the team task board.', now)
+    return {'continue', 0}
+  end
+  release_all(name .. ' ended two turns without completing it', true)
+  if not plan_gated(KEYS[2]) then
+    local role = redis.call('HGET', KEYS[2], 'role')
+    for i = last_held + 1, #KEYS do
+      if team_task_fits(KEYS[i], name, role, true) then
+        local tid = team_claim(KEYS[i], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], name, now)
+        publish_message(KEYS[5], KEYS[6], 3, 3, 'system', name, 'task.assigned', tid,
+          team_task_text(KEYS[i]), now)
+        return {'continue', #held}
+      end
+    end
+  end
+else
+  release_all(name .. "'s turn failed: " .. ARGV[6], true)
+end
+redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'status', 'idle', 'idle_reason', ARGV[3], 'turn_token', '',
   'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
 publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.idle', '', ARGV[4], now)
-return 'idle'
+return {'idle', #held}

@@ -1,0 +1,18 @@
+-- team_task_claim: a teammate's turn claims a ready task (claim_task), token-checked.
+-- KEYS[1] the turn key, KEYS[2] the mate hash, KEYS[3] the task hash, KEYS[4] ready zset,
+-- KEYS[5] running set, KEYS[6] counts hash, KEYS[7] token counter, KEYS[8] events stream.
+-- ARGV[1] the turn's token, ARGV[2] teammate name.
+-- Returns {verdict, detail}: 'ok'; 'stale' (the turn was revoked); 'unknown' (no such task);
+-- 'held' (detail: its holder); 'not_ready' (detail: its status); 'reserved' (detail: the
+-- assignee); 'role' (detail: the task's role). Only 'ok' writes.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', ''} end
+local f = redis.call('HMGET', KEYS[3], 'status', 'claimed_by', 'member_id', 'role')
+if not f[1] then return {'unknown', ''} end
+if f[1] == 'in_progress' then return {'held', f[2]} end
+if f[1] ~= 'ready' then return {'not_ready', f[1]} end
+if f[3] ~= '' and f[3] ~= ARGV[2] then return {'reserved', f[3]} end
+if not team_task_fits(KEYS[3], ARGV[2], redis.call('HGET', KEYS[2], 'role'), false) then
+  return {'role', f[4]}
+end
+team_claim(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[2], now_ms())
+return {'ok', ''}

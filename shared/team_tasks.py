@@ -1,0 +1,279 @@
+"""A persistent team's task board (issue 12 §6): tasks `task_<n>` on the team's keys, claimed
+by teammates and handed to idle ones as they become ready.
+
+The tasks are board task hashes (shared/board.py: same statuses, fencing tokens, dependency
+counters and events), so `TaskBoard(conn, TeamKeys(team)).snapshot()` lists them too. What
+differs: a task is added one at a time (`team_task_add.lua`), its subject and description are
+the board's `task` and `context`, its assignee the board's `member_id`, it may name a `role`,
+and a teammate's claim has no heartbeat key: the teammate's turn holds it. A ready task goes to
+one idle teammate that fits (`wake_for_tasks.lua`) or waits for the next turn end
+(`turn_end.lua`); turn ends remind a holder once, then release the task; a shutdown releases its
+tasks. Every change is one Lua script; claims and completions by a turn are token-checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import redis
+from teamctl.shared.board import resolve_task_id
+from teamctl.shared.bus import LEAD
+from teamctl.shared.errors import ConfigError, TeamError
+from teamctl.shared.keys import TeamKeys
+from teamctl.shared.models import HashText, TaskState, TaskStatus
+from teamctl.shared.scripts import Scripts
+from teamctl.shared.teammates import Teammate, TeamOptions, check_mate_name
+from teamctl.shared.text import shorten
+
+TASK_PREFIX = "task_"
+MAX_RETRIES = 100
+"""An add racing others for the next number, or a completion racing adds of its dependents,
+retries; this bounds a pathological storm."""
+
+
+class Store(Protocol):
+    """What the board needs of a team's store (shared/teams.py TeamStore, which uses the board
+    in its turn ends and shutdowns: hence a protocol, not an import)."""
+
+    conn: redis.Redis
+    keys: TeamKeys
+    scripts: Scripts
+
+    @property
+    def team(self) -> str: ...
+
+    @property
+    def options(self) -> TeamOptions: ...
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> Teammate: ...
+
+    def enqueue_turn(self, mate: Teammate) -> None: ...
+
+
+class TaskRefused(TeamError):
+    """Refused by a task's state (held by another, not ready, not yours): exit 1, tool error."""
+
+
+class StaleTurn(TeamError):
+    """The calling turn no longer holds its lease: the write was refused."""
+
+
+class TeamTask(TaskState):
+    """A team task: a board task hash with the team's fields (see module docstring)."""
+
+    role: HashText = None
+    released_from: HashText = None
+    """The teammate a reminder release took it from: not handed back to it automatically."""
+
+    @property
+    def subject(self) -> str:
+        return self.task
+
+    @property
+    def description(self) -> str:
+        return self.context or ""
+
+    @property
+    def assignee(self) -> str | None:
+        return self.member_id
+
+    @property
+    def owner(self) -> str | None:
+        """Who holds it now (None unless in progress)."""
+        return self.claimed_by if self.status is TaskStatus.IN_PROGRESS else None
+
+    def view(self) -> dict[str, Any]:
+        """What listings show of the task (`team task list --json`, the list_tasks tool)."""
+        return {"id": self.task_id, "status": self.status.value, "subject": self.subject,
+                "description": self.description, "role": self.role,
+                "assignee": self.assignee, "owner": self.owner, "after": self.depends_on,
+                "result": self.output, "released_reason": self.requeue_reason}
+
+
+def task_id_of(raw: str) -> str:
+    """A task id as a teammate or person may write it ("task_3", "Task 3", "3"); ConfigError
+    when it cannot name a team task."""
+    text = (raw or "").strip()
+    resolved = resolve_task_id(TASK_PREFIX + text if text.isdigit() else text)
+    if not resolved or not resolved.startswith(TASK_PREFIX) \
+            or not resolved.removeprefix(TASK_PREFIX).isdigit():
+        raise ConfigError(f"invalid task id {text!r}: team task ids are task_<n> "
+                          "(see `teamctl team task list`)")
+    return resolved
+
+
+def _number(task_id: str) -> int:
+    return int(task_id.removeprefix(TASK_PREFIX))
+
+
+class TeamTasks:
+    """The task board of one team, on its store's connection and scripts."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.keys = store.keys
+        self.conn = store.conn
+        self.scripts = store.scripts
+
+    # --- the lead's side ------------------------------------------------------------------------
+
+    def add(self, subject: str, *, description: str = "", role: str = "",
+            assignee: str = "", after: Sequence[str] = ()) -> tuple[TeamTask, list[str]]:
+        """Add task_<n>; returns it (re-read: it may already be claimed) and the teammates woken
+        for ready tasks. ConfigError for an empty subject, text over max_message_bytes, an
+        unknown assignee or an unknown --after id (nothing is written)."""
+        subject, description, role = subject.strip(), description.strip(), role.strip()
+        if not subject:
+            raise ConfigError("the task subject is empty; say what is to be done")
+        limit = self.store.options.max_message_bytes
+        if len((subject + description).encode()) > limit:
+            raise ConfigError(f"the task's subject and description exceed {limit} bytes "
+                              "(max_message_bytes); shorten them")
+        if assignee:
+            self.store.get(check_mate_name(assignee))
+        deps = list(dict.fromkeys(task_id_of(d) for d in after))
+        for _ in range(MAX_RETRIES):
+            seq = self.conn.get(self.keys.task_seq) or "0"
+            task_id = f"{TASK_PREFIX}{int(seq) + 1}"
+            verdict, detail = self.scripts["team_task_add"](
+                keys=[self.keys.task_seq, self.keys.order, self.keys.ready, self.keys.counts,
+                      self.keys.events, self.keys.task(task_id),
+                      *(self.keys.task(d) for d in deps)],
+                args=[seq, task_id, subject, description, role, assignee, *deps])
+            if verdict == "unknown":
+                raise ConfigError(f"unknown task {detail} in --after; see `teamctl team task "
+                                  "list`")
+            if verdict == "ok":
+                woken = self.wake()
+                return self.get(task_id), woken
+        raise TeamError(f"task not added: {MAX_RETRIES} concurrent adds won the race; "
+                        "try again")
+
+    def snapshot(self) -> list[TeamTask]:
+        """Every task in number order, read atomically (the board's snapshot script)."""
+        ids = self.conn.lrange(self.keys.order, 0, -1)
+        if not ids:
+            return []
+        replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in ids])
+        return [TeamTask.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+                for flat in replies if flat]
+
+    def get(self, task_id: str) -> TeamTask:
+        """One task; ConfigError for an id that names no task of the team."""
+        task_id = task_id_of(task_id)
+        raw = self.conn.hgetall(self.keys.task(task_id))
+        if not raw:
+            raise ConfigError(f"unknown task {task_id} in team {self.store.team}; see "
+                              "`teamctl team task list` (or list_tasks)")
+        return TeamTask.from_hash(raw)
+
+    # --- a teammate's turn ----------------------------------------------------------------------
+
+    def claim(self, name: str, token: str, task_id: str) -> TeamTask:
+        """The teammate's turn claims a ready task it may take; TaskRefused says why not."""
+        task = self.get(task_id)
+        verdict, detail = self.scripts["team_task_claim"](
+            keys=[self.keys.turn(name), self.keys.mate(name), self.keys.task(task.task_id),
+                  self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
+                  self.keys.events],
+            args=[token, name])
+        if verdict != "ok":
+            raise self._claim_refusal(task, name, verdict, detail)
+        return self.get(task.task_id)
+
+    def _claim_refusal(self, task: TeamTask, name: str, verdict: str,
+                       detail: str) -> TeamError:
+        tid = task.task_id
+        if verdict == "stale":
+            return StaleTurn(f"the turn of {name} was revoked; {tid} was not claimed")
+        if verdict == "held":
+            return TaskRefused(f"{tid} is already held by {'you' if detail == name else detail}")
+        if verdict == "not_ready":
+            if detail == TaskStatus.PENDING:
+                return TaskRefused(f"{tid} is pending: it waits for "
+                                   f"{', '.join(self._open_deps(task)) or 'its dependencies'}")
+            return TaskRefused(f"{tid} is {detail}; only ready tasks can be claimed")
+        if verdict == "reserved":
+            return TaskRefused(f"{tid} is reserved for {detail}")
+        if verdict == "role":
+            return TaskRefused(f"{tid} is for role {detail!r}, not yours")
+        return ConfigError(f"unknown task {tid}; see list_tasks")
+
+    def _open_deps(self, task: TeamTask) -> list[str]:
+        done = {t.task_id for t in self.snapshot() if t.status is TaskStatus.COMPLETED}
+        return [d for d in task.depends_on if d not in done]
+
+    def complete(self, name: str, token: str, task_id: str,
+                 result: str) -> tuple[list[str], list[str]]:
+        """The teammate's turn completes a task it holds, with its result (also sent to the
+        lead as task.result); returns the tasks that became ready and the teammates woken."""
+        task = self.get(task_id)
+        limit = self.store.options.max_message_bytes
+        if len(result.encode()) > limit:
+            raise ConfigError(f"the result exceeds {limit} bytes (max_message_bytes); shorten "
+                              "it, or put it in a file and name the file")
+        for _ in range(MAX_RETRIES):
+            dependents = self.conn.hget(self.keys.task(task.task_id), "dependents") or ""
+            reply = self.scripts["team_task_complete"](
+                keys=[self.keys.turn(name), self.keys.task(task.task_id), self.keys.ready,
+                      self.keys.running, self.keys.counts, self.keys.events, self.keys.bus,
+                      self.keys.bus_seq, self.keys.inbox(LEAD),
+                      *(self.keys.task(d) for d in dependents.split(",") if d)],
+                args=[token, name, result, shorten(result) or "Task completed.", dependents])
+            verdict = reply[0]
+            if verdict == "ok":
+                ready = list(reply[2:])
+                return ready, (self.wake() if ready else [])
+            if verdict != "retry":
+                raise self._complete_refusal(task.task_id, name, reply)
+        raise TeamError(f"{task.task_id} not completed: its dependents kept changing; try again")
+
+    @staticmethod
+    def _complete_refusal(tid: str, name: str, reply: list[str]) -> TeamError:
+        if reply[0] == "stale":
+            return StaleTurn(f"the turn of {name} was revoked; {tid} was not completed")
+        if reply[0] == "not_yours":
+            status, holder = reply[1], reply[2] if len(reply) > 2 else ""
+            if status == TaskStatus.IN_PROGRESS:
+                return TaskRefused(f"{tid} is held by {holder}, not you")
+            if status == TaskStatus.COMPLETED:
+                return TaskRefused(f"{tid} is already completed")
+            return TaskRefused(f"{tid} is {status}; claim_task it first")
+        return ConfigError(f"unknown task {tid}; see list_tasks")
+
+    # --- wake-ups and turn ends -----------------------------------------------------------------
+
+    def wake(self) -> list[str]:
+        """Hand every ready task an idle teammate fits to one such teammate (claimed for it,
+        working, told by a task.assigned message) and enqueue those turns; returns their names."""
+        ready = self.conn.zrange(self.keys.ready, 0, -1)
+        names = self.store.names()
+        if not ready or not names:
+            return []
+        pairs = [key for name in names for key in (self.keys.mate(name), self.keys.inbox(name))]
+        flat = self.scripts["wake_for_tasks"](
+            keys=[self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
+                  self.keys.events, self.keys.bus, self.keys.bus_seq, *pairs,
+                  *(self.keys.task(t) for t in ready)],
+            args=[len(names), *names])
+        woken = list(flat[0::2])
+        for name in woken:
+            self.store.enqueue_turn(self.store.get(name))
+        return woken
+
+    def board_keys(self) -> list[str]:
+        """The board keys turn_end.lua and team_shutdown.lua take after their own."""
+        return [self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
+                self.keys.events]
+
+    def running_keys(self) -> list[str]:
+        """The hashes of every task in progress (the scripts keep those of one teammate)."""
+        return [self.keys.task(t) for t in sorted(self.conn.smembers(self.keys.running),
+                                                  key=_number)]
+
+    def ready_keys(self) -> list[str]:
+        """The hashes of the ready tasks, lowest number first."""
+        return [self.keys.task(t) for t in self.conn.zrange(self.keys.ready, 0, -1)]
