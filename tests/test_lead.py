@@ -27,7 +27,8 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
-from teamctl.shared.models import ProtocolType, SystemType
+from teamctl.shared.models import ProtocolType, SystemType, TaskStatus
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
 from teamctl.shared.teams import TeamStore, now_ms
 
@@ -160,7 +161,8 @@ def test_the_lead_has_the_workspace_tools_the_team_lists_and_shares_the_workspac
     sent = llm.requests[f"lead-{team}"][0]["tools"]
     assert [t["function"]["name"] for t in sent] == [
         "spawn_teammate", "list_teammates", "send_message", "broadcast", "read_inbox",
-        "request_shutdown", "review_plan", "write_file"]  # bash only if the team lists it
+        "request_shutdown", "review_plan", "create_task", "list_tasks",
+        "write_file"]  # bash only if the team lists it
     assert store.get("alice").tools == ["read_file"]
     assert (tmp_path / "state" / "teams" / team / "workspace" / "brief.md").read_text() == (
         "the plan: 42")
@@ -193,6 +195,35 @@ def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
     assert not conn.exists(TeamKeys(team).lead_lease)
     rq_conn = redis.Redis.from_url(redis_url)
     assert Worker.all(queue=Queue("members", connection=rq_conn)) == []
+
+
+def test_the_lead_puts_a_task_on_the_board_for_an_idle_teammate_that_fits(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    bob = llm.script(f"bob-{team}", [
+        "ready", ToolCalls([("complete_task", {"task_id": "task_1", "result": "summary done"})]),
+        "done"])
+    lead = llm.script(f"lead-{team}", [
+        ToolCalls([("create_task", {"subject": "Write the summary", "role": "writer"})]),
+        "on the board"], repeat_last=True)
+    store = TeamStore(wconn, team)
+    store.spawn("bob", role="writer", prompt="Start.", model=bob, api_base=llm.api_base,
+                queue="members")
+    # Idle too, but not of the task's role: never handed the task.
+    store.spawn("carol", role="reader", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
+                queue="members")
+    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates()),
+               message="bob and carol idle")
+    result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Get the summary written.",
+                            "--until-idle"))
+    assert result.exit_code == 0, result.output
+    created = json.loads(lead_memory(wconn, team)[2]["content"])
+    assert (created["action"], created["ok"], created["task_id"]) == ("create_task", True,
+                                                                     "task_1")
+    [task] = TeamTasks(store).snapshot()
+    assert (task.status, task.claimed_by, task.output) == (
+        TaskStatus.COMPLETED, "bob", "summary done")
+    shown = typed(*lead_args(workers, team, lead, llm.api_base), lines="/tasks\n/quit\n")
+    assert "task_1\tcompleted\t-\twriter\t-\tWrite the summary" in shown.stdout
 
 
 def test_the_offline_lead_answers_without_a_key(workers: str, wconn: redis.Redis,

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option, resolve_redis_url
@@ -24,6 +24,9 @@ from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import DEFAULT_QUEUE, team_workspace
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import shorten
+
+if TYPE_CHECKING:
+    from teamctl.shared.team_tasks import TeamTask
 
 
 def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -288,10 +291,15 @@ def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> No
         click.echo(json.dumps([t.view() for t in tasks], indent=2))
         return
     for t in tasks:
-        who = t.owner or (f"for {t.assignee}" if t.assignee else "-")
-        after = f"after {','.join(t.depends_on)}" if t.depends_on else "-"
-        click.echo(f"{t.task_id}\t{t.status.value}\t{who}\t{t.role or '-'}\t{after}\t"
-                   f"{shorten(t.subject, 80)}")
+        click.echo(task_line(t))
+
+
+def task_line(t: TeamTask) -> str:
+    """One task for a person: id, status, owner (or assignee), role, dependencies, subject."""
+    who = t.owner or (f"for {t.assignee}" if t.assignee else "-")
+    after = f"after {','.join(t.depends_on)}" if t.depends_on else "-"
+    return (f"{t.task_id}\t{t.status.value}\t{who}\t{t.role or '-'}\t{after}\t"
+            f"{shorten(t.subject, 80)}")
 
 
 @team_group.command("export")

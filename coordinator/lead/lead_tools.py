@@ -13,6 +13,7 @@ from typing import Any
 
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import DEFAULT_QUEUE
 from teamctl.shared.teams import TeamStore
 
@@ -71,6 +72,21 @@ class ReviewArgs(ToolArgs):
     """What to keep or change (optional)."""
 
 
+class CreateTaskArgs(ToolArgs):
+    """create_task: what is to be done, by whom, after what."""
+
+    subject: Text
+    """What is to be done, in a line."""
+    description: OptionalText = None
+    """The details (optional)."""
+    role: OptionalText = None
+    """Only a teammate of this role takes it (optional)."""
+    assignee: OptionalText = None
+    """Reserve it for this teammate (optional)."""
+    after: list[str] = []
+    """Ids of tasks that must complete first (optional)."""
+
+
 class LeadTools:
     """The lead's team tools on one team; teammates it spawns default to the lead's model and
     share the team's `workspace` directory."""
@@ -100,7 +116,11 @@ class LeadTools:
                 "shutdown_response in your inbox.", ShutdownArgs, self.request_shutdown)
         box.add("review_plan", "Approve or reject a teammate's plan_approval_request.",
                 ReviewArgs, self.review_plan)
-        # create_task and list_tasks join here once the team task board lands (issue 12 §6).
+        box.add("create_task", "Add a task to the team task board; once ready (its 'after' "
+                "tasks completed) an idle teammate that fits claims it.", CreateTaskArgs,
+                self.create_task)
+        box.add("list_tasks", "List the team task board: id, status, subject, role, assignee, "
+                "owner, dependencies (after), result.", NoArgs, self.list_tasks)
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
         mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
@@ -144,3 +164,14 @@ class LeadTools:
                                                   args.feedback or "")
         return {"action": "review_plan", "ok": True, "request_id": args.request_id,
                 "approve": args.approve, "id": message_id, "woke": woke}
+
+    def create_task(self, args: CreateTaskArgs) -> dict[str, Any]:
+        task, woken = TeamTasks(self.store).add(
+            args.subject, description=args.description or "", role=args.role or "",
+            assignee=(args.assignee or "").lower(), after=args.after)
+        return {"action": "create_task", "ok": True, "task_id": task.task_id,
+                "status": task.status.value, "owner": task.owner, "woke": woken}
+
+    def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
+        return {"action": "list_tasks", "ok": True,
+                "tasks": [task.view() for task in TeamTasks(self.store).snapshot()]}

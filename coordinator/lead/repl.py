@@ -18,11 +18,12 @@ from typing import Any
 
 import click
 import redis
+from teamctl.coordinator.cli.team_commands import task_line
 from teamctl.coordinator.lead.lead import LeadAgent
-from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import LEAD, delivered_to
 from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, Teammate
 from teamctl.shared.teams import TeamStore, now_ms
 from teamctl.shared.text import shorten
@@ -166,8 +167,7 @@ class LeadRepl:
             click.echo(f"teamctl: {exc}", err=True)
 
     def show_team(self) -> None:
-        tasks = {t.claimed_by: t.task_id for t in TaskBoard(self.store.conn, self.store.keys)
-                 .snapshot() if t.status == "in_progress" and t.claimed_by}
+        tasks = {t.owner: t.task_id for t in TeamTasks(self.store).snapshot() if t.owner}
         mates = self.store.mates()
         if not mates:
             click.echo("(no teammates yet)")
@@ -197,12 +197,12 @@ class LeadRepl:
             click.echo(describe(message))
 
     def show_tasks(self) -> None:
-        tasks = TaskBoard(self.store.conn, self.store.keys).snapshot()
+        """As `teamctl team task list`: id, status, owner (or assignee), role, after, subject."""
+        tasks = TeamTasks(self.store).snapshot()
         if not tasks:
             click.echo("(no tasks)")
         for task in tasks:
-            click.echo(f"{task.task_id}\t{task.status.value}\t{task.claimed_by or '-'}\t"
-                       f"{shorten(task.task, 80)}")
+            click.echo(task_line(task))
 
     def show_requests(self) -> None:
         records = self.store.requests()
