@@ -27,6 +27,7 @@ from teamctl.shared.text import shorten
 
 if TYPE_CHECKING:
     from teamctl.shared.team_tasks import TeamTask
+    from teamctl.shared.teammates import TeamRequest
 
 
 def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -247,9 +248,14 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
         click.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in records],
                               indent=2))
         return
-    for r in records:
-        click.echo(f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
-                   f"{shorten(r.response or r.payload, 80)}")
+    for record in records:
+        click.echo(request_line(record))
+
+
+def request_line(r: TeamRequest) -> str:
+    """One request for a person: id, kind, from -> to, status, its response or payload."""
+    return (f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
+            f"{shorten(r.response or r.payload, 80)}")
 
 
 @team_group.group("task")

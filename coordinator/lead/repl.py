@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 import redis
-from teamctl.coordinator.cli.team_commands import task_line
+from teamctl.coordinator.cli.team_commands import request_line, task_line
 from teamctl.coordinator.lead.lead import LeadAgent
 from teamctl.shared.bus import LEAD, delivered_to
 from teamctl.shared.errors import ModelError, TeamError
@@ -49,7 +49,7 @@ def bus_end(store: TeamStore) -> str:
 
 def for_lead(message: Envelope) -> bool:
     """Whether the message lands in the lead's inbox (mail to lead, a teammate's broadcast)."""
-    return message.from_ != LEAD and (message.to == LEAD or delivered_to(message, LEAD))
+    return delivered_to(message, LEAD)
 
 
 def describe(message: Envelope) -> str:
@@ -68,6 +68,8 @@ class Watcher:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="teamctl-lead-watch", daemon=True)
+        self._after = "0-0"
+        """The last bus message seen; the bus's end when the watch starts."""
 
     def __enter__(self) -> Watcher:
         self._after = bus_end(self.store)
@@ -90,8 +92,8 @@ class Watcher:
                     self._after = message.id
                     if for_lead(message):
                         self._say(f"[inbox] {describe(message)}")
-            except redis.RedisError as exc:  # an outage: the lead's own calls will say so
-                self._say(f"watching the team's bus failed: {exc}")
+            except (redis.RedisError, TeamError) as exc:  # an outage or a bad record: go on
+                self._say(f"watching the team failed: {exc}")
                 self._stop.wait(self.interval_s)
 
     def _say(self, line: str) -> None:
@@ -208,9 +210,8 @@ class LeadRepl:
         records = self.store.requests()
         if not records:
             click.echo("(no requests)")
-        for r in records:
-            click.echo(f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
-                       f"{shorten(r.response or r.payload, 80)}")
+        for record in records:
+            click.echo(request_line(record))
 
 
 def show_step(step: list[dict[str, Any]]) -> None:
