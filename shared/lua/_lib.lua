@@ -16,7 +16,7 @@ end
 -- Drop a memory list's oldest messages so at most `cap` remain, cutting only before a user
 -- message, so no assistant tool call is ever separated from its results; with none in the
 -- window, keep the memory whole (a cap is a bound to approach, not a cut mid-step).
--- (lead_checkpoint.lua uses it; turn_checkpoint.lua still has its own copy.)
+-- (turn_checkpoint.lua and lead_checkpoint.lua, for a teammate's memory and the lead's.)
 local function cap_memory(key, cap)
   local length = redis.call('LLEN', key)
   if length <= cap then return end

@@ -9,21 +9,6 @@
 -- ARGV[4] memory cap (messages), ARGV[5..] the step's chat messages (JSON), in order.
 -- Returns 1 when committed, 0 when the token no longer holds the turn (nothing changes).
 
--- Drop the oldest messages so at most `cap` remain, cutting only before a user message; with
--- none in the window, keep the memory whole (a cap is a bound to approach, not a cut mid-step).
-local function cap_memory(key, cap)
-  local length = redis.call('LLEN', key)
-  if length <= cap then return end
-  local window = redis.call('LRANGE', key, length - cap, -1)
-  for i, raw in ipairs(window) do
-    local ok, message = pcall(cjson.decode, raw)
-    if ok and type(message) == 'table' and message.role == 'user' then
-      redis.call('LTRIM', key, length - cap + i - 1, -1)
-      return
-    end
-  end
-end
-
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 for i = 5, #ARGV do
   redis.call('RPUSH', KEYS[2], ARGV[i])
