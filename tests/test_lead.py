@@ -453,3 +453,21 @@ def test_a_lead_that_lost_its_lease_commits_nothing(redis_url: str, conn: redis.
     assert conn.llen(keys.lead_memory) == 0 and conn.hget(keys.read_offsets, LEAD) is None
     LeadMemory(store, "host:2:bbbbbb").commit("1-1", step)
     assert lead_memory(conn, team) == step and conn.hget(keys.read_offsets, LEAD) == "1-1"
+
+
+def test_the_leads_memory_keeps_whole_exchanges_under_its_cap(redis_url: str, conn: redis.Redis,
+                                                              team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(memory_max_messages=4))
+    conn.set(TeamKeys(team).lead_lease, "host:1:aaaaaa")
+    memory = LeadMemory(store, "host:1:aaaaaa")
+    call = {"id": "c", "type": "function", "function": {"name": "list_teammates",
+                                                        "arguments": "{}"}}
+    for turn in range(3):
+        memory.commit("", [{"role": "user", "content": f"turn {turn}"},
+                           {"role": "assistant", "content": None, "tool_calls": [call]},
+                           {"role": "tool", "tool_call_id": "c", "content": "{}"}])
+    # Past the cap the oldest exchanges go, cut before a user message: no call loses its result.
+    assert [m["content"] for m in memory.load() if m["role"] == "user"] == ["turn 2"]
+    memory.start_over()
+    assert memory.load() == []
