@@ -128,6 +128,26 @@ class Teammate(BaseModel):
             raise unreadable(f"teammate {fields.get('name')!r} of team {team}", exc) from exc
 
 
+class TeamEvent(BaseModel):
+    """One entry of a team's events stream: a task's change (as on a run's board), a teammate's
+    (`mate`: working, idle, shutdown) or a request's (`request`: pending, approved, rejected,
+    expired), in the order they happened."""
+
+    id: str
+    status: str
+    task_id: str = ""
+    mate: str = ""
+    request: str = ""
+    detail: str = ""
+    """Why: spawned, woken, rerun N, a task id, the idle reason; a request's kind and party."""
+    token: str = "0"
+
+    @property
+    def kind(self) -> str:
+        """'task', 'mate' or 'request'."""
+        return "mate" if self.mate else "request" if self.request else "task"
+
+
 class RequestKind(StrEnum):
     """What a protocol request asks (its record's `kind`)."""
 

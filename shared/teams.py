@@ -19,7 +19,7 @@ from typing import Any
 import redis
 from rq import Queue, Worker
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
-from teamctl.shared.connection import same_server
+from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
@@ -31,6 +31,7 @@ from teamctl.shared.teammates import (
     MateStatus,
     RequestKind,
     RequestStatus,
+    TeamEvent,
     Teammate,
     TeamMeta,
     TeamOptions,
@@ -157,7 +158,7 @@ class TeamStore:
         first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
         verdict = self.scripts["team_spawn"](
             keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
-                  self.keys.roster_ver],
+                  self.keys.roster_ver, self.keys.events],
             args=[name, role, prompt, model, api_base or "", queue,
                   self.options.max_teammates, first, "required" if plan_mode else "",
                   ",".join(chosen), str(workspace or "")])
@@ -219,7 +220,8 @@ class TeamStore:
 
     def wake(self, name: str) -> bool:
         """Flip an idle teammate to working and enqueue its turn; False when it needs none."""
-        if not self.scripts["team_wake"](keys=[self.keys.mate(name)]):
+        if not self.scripts["team_wake"](keys=[self.keys.mate(name), self.keys.events],
+                                         args=[name]):
             return False
         self.enqueue_turn(self.get(name))
         return True
@@ -240,6 +242,17 @@ class TeamStore:
         ids = {entry_id for entry_id, _ in self.conn.xrange(self.keys.inbox(member))}
         return [m for m in self.bus.messages() if m.id in ids]
 
+    def events(self, after_id: str = "0-0", *, wait_ms: int | None = None,
+               count: int = PEEK_BATCH) -> list[TeamEvent]:
+        """Task, teammate and request changes after `after_id`, in order; waits up to `wait_ms`
+        for the first (None: do not wait), so watchers block instead of polling."""
+        streams = {self.keys.events: after_id}
+        reply = (self.conn.xread(streams, count=count) if wait_ms is None else
+                 self.bus.blocking_conn.xread(streams, count=count, block=block_ms(wait_ms)))
+        entries = reply[0][1] if reply else []
+        return [TeamEvent.model_validate({"id": entry_id, **fields})
+                for entry_id, fields in entries]
+
     def notices(self, type_: SystemType) -> list[Envelope]:
         """Every message of that system type still on the bus (tests and the lead's views)."""
         return [m for m in self.bus.messages() if m.type == type_]
@@ -255,7 +268,8 @@ class TeamStore:
                    f"with respond_shutdown(request_id={request_id!r}, approve=true|false).")
         verdict, woke, _ = self.scripts["request_open"](
             keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
-                  self.keys.bus_seq, self.keys.inbox(name), self.keys.mate(name)],
+                  self.keys.bus_seq, self.keys.inbox(name), self.keys.mate(name),
+                  self.keys.events],
             args=[request_id, RequestKind.SHUTDOWN, LEAD, name, reason,
                   int(self.options.shutdown_deadline_s * 1000), ProtocolType.SHUTDOWN_REQUEST,
                   content])
@@ -277,7 +291,7 @@ class TeamStore:
                    f"{request_id}" + (f": {reason}" if reason else ""))
         verdict, detail, _ = self.scripts["request_resolve"](
             keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD), self.keys.mate(name)],
+                  self.keys.inbox(LEAD), self.keys.mate(name), self.keys.events],
             args=[request_id, RequestKind.SHUTDOWN, name, "1" if approve else "0", reason,
                   ProtocolType.SHUTDOWN_RESPONSE, content])
         _raise_refusal(request_id, verdict, detail, RequestKind.SHUTDOWN, name)
@@ -295,7 +309,8 @@ class TeamStore:
                    f"`teamctl team review {request_id} --approve|--reject`:\n{plan}")
         verdict, detail = self.scripts["plan_submit"](
             keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
-                  self.keys.bus_seq, self.keys.inbox(LEAD), self.keys.mate(name), last],
+                  self.keys.bus_seq, self.keys.inbox(LEAD), self.keys.mate(name), last,
+                  self.keys.events],
             args=[request_id, name, plan, int(self.options.plan_deadline_s * 1000),
                   ProtocolType.PLAN_APPROVAL_REQUEST, content])
         if verdict == "pending":
@@ -317,7 +332,7 @@ class TeamStore:
                    + ("" if approve else ". Revise it and submit_plan again."))
         verdict, detail, woke = self.scripts["request_resolve"](
             keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(requester), self.keys.mate(requester)],
+                  self.keys.inbox(requester), self.keys.mate(requester), self.keys.events],
             args=[request_id, RequestKind.PLAN_APPROVAL, LEAD, "1" if approve else "0",
                   feedback, ProtocolType.PLAN_APPROVAL_RESPONSE, content])
         _raise_refusal(request_id, verdict, detail, RequestKind.PLAN_APPROVAL, LEAD)
@@ -329,7 +344,8 @@ class TeamStore:
         """One request's record, expired first if it is pending past its deadline; ConfigError
         for an unknown id."""
         check_request_id(request_id)
-        flat = self.scripts["request_read"](keys=[self.keys.request(request_id)])
+        flat = self.scripts["request_read"](keys=[self.keys.request(request_id),
+                                                  self.keys.events])
         if not flat:
             raise ConfigError(f"unknown request {request_id} in team {self.team}; "
                               "see `teamctl team requests`")

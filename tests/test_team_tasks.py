@@ -111,8 +111,7 @@ def task(store: TeamStore, task_id: str) -> TeamTask:
 
 
 def task_events(store: TeamStore, task_id: str) -> list[EventKind]:
-    events = TaskBoard(store.conn, store.keys).read_events("0-0", 10_000, None)
-    return [e.status for e in events if e.task_id == task_id]
+    return [EventKind(e.status) for e in store.events(count=10_000) if e.task_id == task_id]
 
 
 def tool_results(store: TeamStore, name: str, tool: str) -> list[str]:

@@ -2,7 +2,7 @@
 -- entry and the plan_approval_request in the lead's inbox, in one step; one pending at a time.
 -- KEYS[1] the new request hash, KEYS[2] requests zset, KEYS[3] bus stream, KEYS[4] bus sequence
 -- counter, KEYS[5] the lead's inbox, KEYS[6] the teammate's mate hash, KEYS[7] the hash of its
--- last plan request (KEYS[1] again when it has none).
+-- last plan request (KEYS[1] again when it has none), KEYS[8] the team's events stream.
 -- ARGV[1] request id, ARGV[2] teammate name, ARGV[3] the plan, ARGV[4] time to review (ms),
 -- ARGV[5] envelope type, ARGV[6] envelope content.
 -- Returns {verdict, detail}: 'ok' (detail: the request id, so a replayed call names it), 'not_required' (not in plan mode, or
@@ -22,4 +22,5 @@ redis.call('ZADD', KEYS[2], now, ARGV[1])
 redis.call('HSET', KEYS[6], 'plan_state', 'pending', 'plan_request', ARGV[1])
 publish_message(KEYS[3], KEYS[4], 5, 5, ARGV[2], 'lead', ARGV[5], '', ARGV[6], now,
   {'request_id', ARGV[1]})
+request_event(KEYS[8], ARGV[1], 'pending', 'plan_approval ' .. ARGV[2])
 return {'ok', ARGV[1]}

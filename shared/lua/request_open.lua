@@ -1,7 +1,8 @@
 -- request_open: open a protocol request to a teammate: the record, its index entry, the
 -- envelope in the teammate's inbox and its wake-up, in one step.
 -- KEYS[1] the request hash, KEYS[2] requests zset, KEYS[3] bus stream, KEYS[4] bus sequence
--- counter, KEYS[5] the addressee's inbox, KEYS[6] the addressee's mate hash.
+-- counter, KEYS[5] the addressee's inbox, KEYS[6] the addressee's mate hash, KEYS[7] the team's
+-- events stream.
 -- ARGV[1] request id, ARGV[2] kind, ARGV[3] from, ARGV[4] to, ARGV[5] payload (text),
 -- ARGV[6] time to answer (ms), ARGV[7] envelope type, ARGV[8] envelope content.
 -- Returns {verdict, woke, message id}: 'ok' (woke 1: the caller enqueues the addressee's turn),
@@ -22,6 +23,8 @@ local woke = 0
 if status == 'idle' then
   redis.call('HSET', KEYS[6], 'status', 'working', 'idle_reason', '', 'attempts', 0,
     'last_seen_ms', now)
+  mate_event(KEYS[7], ARGV[4], 'working', ARGV[1])
   woke = 1
 end
+request_event(KEYS[7], ARGV[1], 'pending', ARGV[2] .. ' ' .. ARGV[4])
 return {'ok', woke, id}

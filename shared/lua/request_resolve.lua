@@ -4,7 +4,7 @@
 -- the requester's plan_state (approved, or required again) and wakes it if idle.
 -- KEYS[1] the request hash, KEYS[2] bus stream, KEYS[3] bus sequence counter, KEYS[4] the
 -- requester's inbox, KEYS[5] the teammate's mate hash (the responder of a shutdown request, the
--- requester of a plan approval).
+-- requester of a plan approval), KEYS[6] the team's events stream.
 -- ARGV[1] request id, ARGV[2] expected kind, ARGV[3] responder, ARGV[4] '1' approve / '0'
 -- reject, ARGV[5] response text, ARGV[6] envelope type, ARGV[7] envelope content.
 -- Returns {verdict, detail, woke}: 'ok' (detail: the message id; woke 1: the caller enqueues the
@@ -19,6 +19,7 @@ if f[3] ~= 'pending' then return {'resolved', f[3], 0} end
 local now = now_ms()
 if now > tonumber(f[4]) then
   redis.call('HSET', KEYS[1], 'status', 'expired', 'resolved_ms', now, 'resolved_by', 'system')
+  request_event(KEYS[6], ARGV[1], 'expired', f[1])
   return {'resolved', 'expired', 0}
 end
 local status = 'rejected'
@@ -37,7 +38,9 @@ elseif ARGV[2] == 'plan_approval' then
   if redis.call('HGET', KEYS[5], 'status') == 'idle' then
     redis.call('HSET', KEYS[5], 'status', 'working', 'idle_reason', '', 'attempts', 0,
       'last_seen_ms', now)
+    mate_event(KEYS[6], f[5], 'working', ARGV[1])
     woke = 1
   end
 end
+request_event(KEYS[6], ARGV[1], status, ARGV[2] .. ' ' .. ARGV[3])
 return {'ok', id, woke}

@@ -31,8 +31,10 @@ for i = 3, #ARGV do
       end
       publish_message(KEYS[1], KEYS[2], 3, 3, 'system', 'lead', 'teammate.error', '',
         ARGV[i] .. ' is idle after an error: ' .. err, now)
+      mate_event(KEYS[board + 4], ARGV[i], 'idle', 'error: ' .. err)
     else
       redis.call('HSET', mate, 'attempts', attempts, 'last_seen_ms', now)
+      mate_event(KEYS[board + 4], ARGV[i], 'working', 'rerun ' .. attempts)
       rerun[#rerun + 1] = ARGV[i]
     end
   end

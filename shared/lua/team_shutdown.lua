@@ -22,4 +22,5 @@ end
 redis.call('HSET', KEYS[1], 'status', 'shutdown', 'turn_token', '', 'idle_reason', '',
   'attempts', 0, 'last_seen_ms', now)
 publish_message(KEYS[3], KEYS[4], 5, 5, 'system', 'lead', 'teammate.shutdown', '', ARGV[1], now)
+mate_event(KEYS[10], ARGV[2], 'shutdown', 'forced')
 return {'ok', #held}

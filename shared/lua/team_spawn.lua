@@ -1,5 +1,6 @@
 -- team_spawn: (re)start a teammate with a role and prompt, unless it is working.
--- KEYS[1] the mate hash, KEYS[2] its memory list, KEYS[3] roster zset, KEYS[4] roster version.
+-- KEYS[1] the mate hash, KEYS[2] its memory list, KEYS[3] roster zset, KEYS[4] roster version,
+-- KEYS[5] the team's events stream.
 -- ARGV[1] name, ARGV[2] role, ARGV[3] prompt, ARGV[4] model, ARGV[5] api base ('' = none),
 -- ARGV[6] queue, ARGV[7] max teammates, ARGV[8] the first memory message (JSON: the prompt),
 -- ARGV[9] plan state ('required' in plan mode, else ''), ARGV[10] workspace tools
@@ -25,4 +26,5 @@ redis.call('HSET', KEYS[1], 'name', ARGV[1], 'role', ARGV[2], 'prompt', ARGV[3],
   'turn_token', '', 'attempts', 0, 'last_seen_ms', now, 'idle_reason', '', 'last_error', '',
   'worker', '', 'shutdown_request', '', 'plan_state', ARGV[9], 'plan_request', '',
   'tools', ARGV[10], 'workspace', ARGV[11])
+mate_event(KEYS[5], ARGV[1], 'working', 'spawned')
 return 'ok'

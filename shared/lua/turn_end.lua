@@ -37,6 +37,7 @@ if approved ~= '' then
     'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
   publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.shutdown', '',
     name .. ' shut down (request ' .. approved .. ' approved)', now)
+  mate_event(KEYS[12], name, 'shutdown', approved)
   return {'shutdown', #held}
 end
 if ARGV[5] ~= '1' then
@@ -77,4 +78,5 @@ redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'status', 'idle', 'idle_reason', ARGV[3], 'turn_token', '',
   'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
 publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.idle', '', ARGV[4], now)
+mate_event(KEYS[12], name, 'idle', ARGV[3])
 return {'idle', #held}

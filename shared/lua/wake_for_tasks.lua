@@ -30,6 +30,7 @@ for t = 8 + 2 * mates, #KEYS do
     local tid = team_claim(task_key, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], name, now)
     redis.call('HSET', KEYS[mate_key], 'status', 'working', 'idle_reason', '', 'attempts', 0,
       'last_seen_ms', now)
+    mate_event(KEYS[5], name, 'working', tid)
     publish_message(KEYS[6], KEYS[7], inbox, inbox, 'system', name, 'task.assigned', tid,
       team_task_text(task_key), now)
     woken[name] = true
