@@ -21,6 +21,7 @@ import redis
 from teamctl.coordinator.cli.team_commands import request_line, task_line
 from teamctl.coordinator.lead.lead import LeadAgent
 from teamctl.shared.bus import LEAD, delivered_to
+from teamctl.shared.connection import block_ms
 from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
 from teamctl.shared.team_tasks import TeamTasks
@@ -41,10 +42,15 @@ SETTLED = (MateStatus.IDLE, MateStatus.SHUTDOWN)
 """Statuses `--until-idle` waits for: nothing runs, and only a message wakes the teammate."""
 
 
-def bus_end(store: TeamStore) -> str:
-    """The id of the newest message on the bus ('0-0' when empty): where a tail starts."""
-    newest = store.conn.xrevrange(store.keys.bus, count=1)
+def stream_end(store: TeamStore, key: str) -> str:
+    """The id of the newest entry of a stream ('0-0' when empty): where a tail starts."""
+    newest = store.conn.xrevrange(key, count=1)
     return newest[0][0] if newest else "0-0"
+
+
+def bus_end(store: TeamStore) -> str:
+    """Where a tail of the team's bus starts."""
+    return stream_end(store, store.keys.bus)
 
 
 def for_lead(message: Envelope) -> bool:
@@ -141,19 +147,21 @@ class LeadRepl:
 
     def until_idle(self) -> None:
         """Block until every teammate is idle or shut down and the lead's inbox is handled,
-        running a turn whenever unread mail is there; woken by the bus, never polling."""
+        running a turn whenever unread mail is there. Woken by the team's events (every status
+        change of a teammate or request) and by mail to the lead, never polling."""
+        keys = self.store.keys
+        watched = (keys.events, keys.inbox(LEAD))
         interval_ms = int(self.store.options.heartbeat_ttl_s * 1000 / 3)
         while True:
-            # The bus position comes first, so nothing published after the reads is missed.
-            after = bus_end(self.store)
+            # The positions come first, so nothing written after the reads below is missed.
+            after = {key: stream_end(self.store, key) for key in watched}
             if self.store.peek(LEAD, limit=1)[1]:
                 self.turn("")
                 continue
             if all(m.status in SETTLED for m in self.store.mates()):
                 return
-            # Every end of a turn tells the lead; a stalled teammate is reconciled by the
-            # watcher, whose rerun or give-up lands on the bus too.
-            self.store.bus.tail(after, interval_ms)
+            # A stalled teammate is reconciled by the watcher; its rerun or give-up is an event.
+            self.store.bus.blocking_conn.xread(after, count=1, block=block_ms(interval_ms))
 
     # --- slash commands ----------------------------------------------------------------------
 
