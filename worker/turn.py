@@ -13,7 +13,6 @@ which either goes on (mail arrived) or sets the teammate idle and tells the lead
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -21,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from teamctl.shared.agent.inbox import inbox_block
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.models import Envelope
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teammates import IdleReason, Teammate
 from teamctl.shared.teams import TeamStore
@@ -212,12 +211,6 @@ class Turn:
                       tools=", ".join(self.tool_names), workspace=bool(self.mate.tools))
 
 
-def inbox_block(messages: list[Envelope]) -> str:
-    """Unread messages as one user block: `<inbox>`, one JSON object per line, `</inbox>`."""
-    lines = [json.dumps(_inbox_line(m), ensure_ascii=False) for m in messages]
-    return "<inbox>\n" + "\n".join(lines) + "\n</inbox>"
-
-
 def _plan_mode_note(plan_state: str | None) -> str:
     """The system prompt's plan-mode line: whether the teammate still needs an approved plan."""
     if not plan_state:
@@ -226,16 +219,6 @@ def _plan_mode_note(plan_state: str | None) -> str:
         return "on, and your plan is approved: carry it out"
     return ("on: before changing anything, submit_plan and wait for the lead's "
             "plan_approval_response (a rejection says what to revise)")
-
-
-def _inbox_line(message: Envelope) -> dict[str, Any]:
-    """What the model sees of one message; protocol messages add their request_id."""
-    line = {"id": message.id, "from": message.from_, "type": message.type,
-            "content": message.content}
-    request_id = getattr(message, "request_id", None)
-    if request_id:
-        line["request_id"] = request_id
-    return line
 
 
 def pending_calls(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
