@@ -206,6 +206,9 @@ class SystemType(StrEnum):
     TASK_REMINDER = "task.reminder"
     """From `system` to a teammate ending its turn while it holds a team task (turn_end.lua):
     its one reminder before the task goes back to the board."""
+    TASK_RELEASED = "task.released"
+    """From `system` to lead: a teammate ended two turns holding a team task, which went back
+    to the board (turn_end.lua); the lead may reassign it."""
     TASK_ERROR = "task.error"
     """From the member to lead, written with the outcome by fail.lua and reclaim.lua."""
     RUN_COMPLETE = "run.complete"

@@ -15,6 +15,9 @@ LIB = "_lib.lua"
 GUARD = "_guarded.lua"
 GUARD_BODY = "--BODY--"
 REVOKED = "TURN_REVOKED"
+READS = frozenset({"team_peek", "request_read", "snapshot", "history", "next_ready"})
+"""Scripts a guarded store runs plainly: reads need no replay, and recording their (large)
+results would cost the server for nothing."""
 
 
 @functools.cache
@@ -45,6 +48,9 @@ class TurnRevokedError(RuntimeError):
 class Scripts:
     """The scripts registered on one connection, each on first use (redis-py then runs it by
     EVALSHA and loads it into the server only if the server does not have it yet)."""
+
+    revoked = False
+    """Plain scripts are never refused for a lost turn lease (GuardedScripts may be)."""
 
     def __init__(self, conn: redis.Redis) -> None:
         self.conn = conn
@@ -86,6 +92,8 @@ class GuardedScripts:
 
     scripts: Scripts
     guard: WriteGuard
+    revoked: bool = False
+    """Set once a write was refused for a lost lease: the caller stops the turn."""
     _calls: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -98,9 +106,12 @@ class GuardedScripts:
         return call
 
     def guarded(self, guard: WriteGuard) -> GuardedScripts:
+        """The same scripts guarded for another tool call."""
         return GuardedScripts(self.scripts, guard)
 
     def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if name in READS:
+            return self.scripts[name](keys=keys, args=args)
         # The n-th call of a script in one tool call: a replay makes the same calls in the
         # same order, since each next call depends only on the outcomes it is given back.
         n = self._calls.get(name, 0)
@@ -112,5 +123,6 @@ class GuardedScripts:
                 args=[*args, self.guard.token, call_key])
         except redis.ResponseError as exc:
             if str(exc).startswith(REVOKED):
+                self.revoked = True
                 raise TurnRevokedError(str(exc)) from exc
             raise

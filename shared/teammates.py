@@ -39,6 +39,8 @@ class IdleReason(StrEnum):
 
     DONE = "done"
     STEP_LIMIT = "step_limit"
+    TIME_LIMIT = "time_limit"
+    """The job ran past turn_timeout_s: the turn stops before its next model call."""
 
 
 class TeamOptions(BaseModel):
@@ -111,6 +113,9 @@ class Teammate(BaseModel):
     last_error: HashText = None
     worker: HashText = None
     """host:pid of the process that took the last turn."""
+    job_id: HashText = None
+    """The RQ job of its last enqueued turn until a turn begins (reconcile leaves a turn whose
+    job still waits in its queue alone: waiting for a worker is no crash)."""
     shutdown_request: HashText = None
     """The shutdown request it approved: its turn ends shut down (turn_end.lua)."""
     plan_state: HashText = None

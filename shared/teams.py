@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import redis
 from rq import Queue, Worker
+from rq.job import Job, JobStatus
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
 from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
@@ -43,6 +44,8 @@ from teamctl.shared.teammates import (
 )
 from teamctl.shared.text import quoted
 
+SNAPSHOT_RETRIES = 50
+"""Reads of the task keys a script is given before giving up on a board that keeps changing."""
 PEEK_BATCH = 1000
 """Unread messages shown or injected at once (the rest come with the next model call)."""
 DELETE_BATCH = 500
@@ -390,10 +393,10 @@ class TeamStore:
         when it is already shut down."""
         self.get(name)
         tasks = TeamTasks(self)
-        verdict, released = self.scripts["team_shutdown"](
+        verdict, released = self._until_current(lambda: self.scripts["team_shutdown"](
             keys=[self.keys.mate(name), self.keys.turn(name), self.keys.bus, self.keys.bus_seq,
                   self.keys.inbox(LEAD), *tasks.board_keys(), *tasks.running_keys()],
-            args=[f"{name} shut down (forced by the lead)", name])
+            args=[f"{name} shut down (forced by the lead)", name]))
         if verdict == "shutdown":
             raise RequestRefused(f"{name} is already shut down")
         if int(released):
@@ -407,11 +410,36 @@ class TeamStore:
         return same_server(self.conn, decode=False)
 
     def enqueue_turn(self, mate: Teammate) -> None:
-        """One turn job on the teammate's queue, carrying only ids."""
-        Queue(mate.queue, connection=self._rq_conn).enqueue(
+        """One turn job on the teammate's queue, carrying only ids; its id goes on the mate
+        hash, so reconcile can tell a turn still waiting for a worker from a lost one."""
+        job = Queue(mate.queue, connection=self._rq_conn).enqueue(
             TURN_FUNCTION, self.team, mate.name, job_timeout=self.options.job_timeout_s,
             description=f"turn of {mate.name} in team {self.team}",
             result_ttl=3600, failure_ttl=24 * 3600)
+        self.conn.hset(self.keys.mate(mate.name), "job_id", job.id)
+
+    def _queued_turns(self, names: list[str]) -> set[str]:
+        """The working teammates whose turn job still waits in its queue (not started, so no
+        lease yet, however long it waits for a free worker)."""
+        pipe = self.conn.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(self.keys.mate(name), "status", "job_id")
+        jobs = {name: job_id for name, (status, job_id) in zip(names, pipe.execute(), strict=True)
+                if status == MateStatus.WORKING and job_id}
+        fetched = Job.fetch_many(list(jobs.values()), connection=self._rq_conn)
+        waiting = {JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED}
+        return {name for name, job in zip(jobs, fetched, strict=True)
+                if job is not None and job.get_status(refresh=False) in waiting}
+
+    @staticmethod
+    def _until_current(run: Callable[[], list[Any]]) -> list[Any]:
+        """Run a script that checks the task snapshot its keys were read from, again while it
+        answers 'retry' (a claim or completion landed between the read and the script)."""
+        for _ in range(SNAPSHOT_RETRIES):
+            reply = run()
+            if "retry" not in (reply[0], reply[-1]):
+                return reply
+        raise TeamError("the team's tasks kept changing under this step; try again")
 
     def workers_on(self, queue: str) -> int:
         """How many RQ workers listen on `queue` (RQ's registry): 0 means turns there wait."""
@@ -424,13 +452,15 @@ class TeamStore:
         names = self.names()
         if not names or not self.exists():
             return []
+        queued = self._queued_turns(names)
+        names = [name for name in names if name not in queued]
         pairs = [key for name in names for key in (self.keys.mate(name), self.keys.turn(name))]
         options = self.options
         tasks = TeamTasks(self)
-        rerun, released = self.scripts["team_reconcile"](
+        rerun, released, _ = self._until_current(lambda: self.scripts["team_reconcile"](
             keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs,
                   *tasks.board_keys(), *tasks.running_keys()],
-            args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names])
+            args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names]))
         if int(released):
             tasks.wake()
         for name in rerun:
@@ -449,6 +479,16 @@ class TeamStore:
         return bool(self.scripts["turn_heartbeat"](
             keys=[self.keys.turn(name), self.keys.mate(name)],
             args=[token, int(self.options.heartbeat_ttl_s * 1000)]))
+
+    def hand_over(self, name: str, token: str) -> bool:
+        """Give a working teammate's next turn to a fresh job (this one ran long); False for a
+        revoked turn (nothing changes)."""
+        if not self.scripts["turn_handover"](
+                keys=[self.keys.turn(name), self.keys.mate(name), self.keys.events],
+                args=[token, name]):
+            return False
+        self.enqueue_turn(self.get(name))
+        return True
 
     def memory(self, name: str) -> list[dict[str, Any]]:
         """The teammate's chat messages, oldest first."""
@@ -470,12 +510,17 @@ class TeamStore:
         """'continue' (mail arrived, a task reminder, or a task claimed for it: go on), 'idle'
         (ended, lead told), 'shutdown' or 'stale'. Tasks the end released go to idle teammates."""
         tasks = TeamTasks(self)
-        running = tasks.running_keys()
-        verdict, released = self.scripts["turn_end"](
-            keys=[self.keys.turn(name), self.keys.mate(name), self.keys.inbox(name),
-                  self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD), *tasks.board_keys(), *running, *tasks.ready_keys()],
-            args=[token, name, reason, notice, "1" if force else "0", error, len(running)])
+
+        def end() -> list[Any]:
+            running = tasks.running_keys()
+            return self.scripts["turn_end"](
+                keys=[self.keys.turn(name), self.keys.mate(name), self.keys.inbox(name),
+                      self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
+                      self.keys.inbox(LEAD), *tasks.board_keys(), *running,
+                      *tasks.ready_keys()],
+                args=[token, name, reason, notice, "1" if force else "0", error, len(running)])
+
+        verdict, released = self._until_current(end)
         if int(released):
             tasks.wake()
         return str(verdict)

@@ -19,6 +19,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 from rq import Queue, Worker
+from rq.job import Job
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.lead.lead import LeadMemory
 from teamctl.coordinator.lead.repl import Watcher
@@ -416,9 +417,11 @@ def test_the_watcher_announces_mail_to_the_lead_and_reconciles_the_team(
         capsys: pytest.CaptureFixture[str]) -> None:
     store = TeamStore(conn, team)
     store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
-    # Nobody serves this queue: alice stays working without a turn lease, i.e. stalled.
+    # Nobody serves this queue, and alice's turn job is lost: she stays working without a turn
+    # lease or a queued job, i.e. stalled (a job still queued would be waiting, not stalled).
     store.spawn("alice", role="researcher", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue="nobody")
+    Job.fetch(str(store.get("alice").job_id), connection=redis.Redis.from_url(redis_url)).delete()
     store.spawn("bob", role="builder", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue="nobody")
     said: list[str] = []

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 import redis
 from rq import Queue
+from rq.job import Job
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.models import SystemType
 from teamctl.shared.roster import write_roster
 from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import MateBusy, TeamStore
+from teamctl.shared.teams import MateBusy, TeamStore, now_ms
 
 from tests.conftest import wait_until
 from tests.team_support import cli
@@ -111,17 +112,37 @@ def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> No
     assert store.names() == ["alice", "bob", "carol"]
 
 
-def test_reconcile_reruns_a_stalled_turn_up_to_the_limit_then_tells_the_lead(
+def lose_turn_job(store: TeamStore, name: str) -> None:
+    """The teammate's queued turn job disappears (its queue was emptied, Redis lost it)."""
+    job_id = store.get(name).job_id
+    if job_id and Job.exists(job_id, connection=store._rq_conn):
+        Job.fetch(job_id, connection=store._rq_conn).delete()
+
+
+def test_reconcile_leaves_a_queued_turn_alone_however_long_it_waits(store: TeamStore) -> None:
+    spawn(store, "alice")
+    ttl_ms = store.options.heartbeat_ttl_s * 1000
+    wait_until(lambda: now_ms() - store.get("alice").last_seen_ms > 2 * ttl_ms, 10,
+               message="alice unseen for two lease TTLs")
+    # No lease, unseen for long, but its job waits for a worker: that is no crash.
+    assert store.reconcile() == []
+    assert store.get("alice").attempts == 0
+    assert turns_queued(store) == 1
+
+
+def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(
         store: TeamStore) -> None:
     spawn(store, "alice")
     queued = turns_queued(store)
     for attempt in (1, 2, 3):
-        # No lease and unseen for a TTL: stalled (the job never started, or its worker died).
+        # No lease, no queued job, unseen for a TTL: stalled (the job was lost).
+        lose_turn_job(store, "alice")
         assert wait_until(lambda: store.reconcile(), 10, 0.05, "a rerun") == ["alice"]
         assert store.get("alice").attempts == attempt
-    assert turns_queued(store) == queued + 3
+    assert turns_queued(store) == queued  # the last rerun's job; the lost ones are gone
 
     def given_up() -> bool:
+        lose_turn_job(store, "alice")
         store.reconcile()
         return store.get("alice").status is MateStatus.IDLE
 

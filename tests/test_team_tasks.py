@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 import redis
 from rq import Queue, Worker
+from rq.job import Job
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.connection import same_server
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import EventKind, SystemType, TaskStatus
 from teamctl.shared.team_tasks import StaleTurn, TeamTask, TeamTasks
@@ -363,6 +365,10 @@ def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Re
     conn.delete(store.keys.turn("alice"))  # its worker died: the lease is gone
 
     def given_up() -> bool:
+        job_id = store.get("alice").job_id
+        rq_conn = same_server(conn, decode=False)
+        if job_id and Job.exists(job_id, connection=rq_conn):  # each rerun's job is lost too
+            Job.fetch(job_id, connection=rq_conn).delete()
         store.reconcile()
         return store.get("alice").status is MateStatus.IDLE
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from teamctl.shared.agent.inbox import inbox_line
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.team_tasks import TeamTasks, task_id_of
 from teamctl.shared.teams import TeamStore
@@ -123,7 +124,7 @@ class MateTools:
         return box
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.send(self.name, args.to.lower(), args.content,
+        message, woke = self.store.send(self.name, args.to, args.content,
                                         type_=args.type)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
@@ -137,8 +138,7 @@ class MateTools:
     def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
         _, messages = self.store.peek(self.name)
         return {"action": "read_inbox", "ok": True,
-                "messages": [{"id": m.id, "from": m.from_, "type": m.type, "content": m.content}
-                             for m in messages]}
+                "messages": [inbox_line(m) for m in messages]}
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True,

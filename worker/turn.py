@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,8 @@ class Turn:
     state_dir: Path
     """This worker's state dir: the workspace of a teammate spawned without one."""
     tool_names: list[str] = field(default_factory=list)
+    started_s: float = field(default_factory=time.monotonic)
+    """When the job began: RQ kills it at turn_timeout_s + 60 s, so turns must end before."""
 
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost."""
@@ -131,9 +134,17 @@ class Turn:
                 verdict = self._end(f"error: {shorten(error, 120)}", "", error=error)
             if verdict != "continue":
                 return verdict
+            if self._elapsed_s() > self.store.options.turn_timeout_s / 2:
+                # Another turn might outlast the job's timeout: a fresh job runs it.
+                return "handed over" if self.store.hand_over(self.mate.name, self.token) \
+                    else "revoked"
             tools.idle_requested.clear()
 
+    def _elapsed_s(self) -> float:
+        return time.monotonic() - self.started_s
+
     def _end(self, reason: str, answer: str, *, error: str = "") -> str:
+        """End the turn through turn_end.lua, with the idle notice the lead gets."""
         notice = f"{self.mate.name} is idle ({reason})"
         if answer.strip():
             notice += ": " + shorten(answer, self.store.options.last_answer_chars)
@@ -150,15 +161,20 @@ class Turn:
             messages.extend(self._run_calls(tools, toolbox, pending_calls(memory)))
             if tools.idle_requested.is_set():
                 return IdleReason.DONE, str(memory[-1].get("content") or "")
+        elif _ended_by_idle(memory):
+            # Killed after committing a step that called idle: the turn had ended.
+            return IdleReason.DONE, ""
         answer = _last_answer(memory)
         if self.store.get(self.mate.name).shutdown_request:
             # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
             return IdleReason.DONE, answer or ""
-        offset, inbox = self.store.peek(self.mate.name)
+        _, inbox = self.store.peek(self.mate.name)
         if not inbox and answer is not None:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             return IdleReason.DONE, answer
         for _ in range(self.store.options.turn_max_steps):
+            if self._elapsed_s() > self.store.options.turn_timeout_s:
+                return IdleReason.TIME_LIMIT, ""
             reply = self._model_step(messages, toolbox)
             if not reply.get("tool_calls"):
                 return IdleReason.DONE, str(reply.get("content") or "")
@@ -194,12 +210,15 @@ class Turn:
             with tools.writing_through(guarded):
                 content = toolbox.call(call["function"]["name"], call["function"]["arguments"],
                                        call["id"])
+            if guarded.scripts.revoked:  # a write was refused: stop before the next tool runs
+                raise TurnRevoked(f"the turn of {self.mate.name} was revoked")
             results.append({"role": "tool", "tool_call_id": call["id"],
                             "name": call["function"]["name"], "content": content})
         self._commit("", results)
         return results
 
     def _commit(self, offset: str, step: list[dict[str, Any]]) -> None:
+        """Checkpoint `step` (and the inbox offset); TurnRevoked when the token lost the lease."""
         if not self.store.checkpoint(self.mate.name, self.token, offset, step):
             raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
 
@@ -227,6 +246,16 @@ def pending_calls(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if memory and memory[-1].get("role") == "assistant":
         return list(memory[-1].get("tool_calls") or [])
     return []
+
+
+def _ended_by_idle(memory: list[dict[str, Any]]) -> bool:
+    """Whether memory ends with the committed results of a reply that called idle."""
+    for message in reversed(memory):
+        if message.get("role") != "tool":
+            calls = message.get("tool_calls") or []
+            return message.get("role") == "assistant" and any(
+                call["function"]["name"] == "idle" for call in calls)
+    return False
 
 
 def _last_answer(memory: list[dict[str, Any]]) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from teamctl.shared.agent.inbox import inbox_line
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.team_tasks import TeamTasks
@@ -138,7 +139,7 @@ class LeadTools:
             for m in self.store.mates()]}
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.send(LEAD, args.to.lower(), args.content)
+        message, woke = self.store.send(LEAD, args.to, args.content)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
 
@@ -149,13 +150,11 @@ class LeadTools:
 
     def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
         _, messages = self.store.peek(LEAD)
-        return {"action": "read_inbox", "ok": True, "messages": [
-            {"id": m.id, "from": m.from_, "type": m.type, "content": m.content,
-             **({"request_id": m.request_id} if getattr(m, "request_id", None) else {})}
-            for m in messages]}
+        return {"action": "read_inbox", "ok": True,
+                "messages": [inbox_line(m) for m in messages]}
 
     def request_shutdown(self, args: ShutdownArgs) -> dict[str, Any]:
-        record, woke = self.store.request_shutdown(args.name.lower(), args.reason or "")
+        record, woke = self.store.request_shutdown(args.name, args.reason or "")
         return {"action": "request_shutdown", "ok": True, "request_id": record.id,
                 "to": record.to, "status": record.status.value, "woke": woke}
 
@@ -168,7 +167,7 @@ class LeadTools:
     def create_task(self, args: CreateTaskArgs) -> dict[str, Any]:
         task, woken = TeamTasks(self.store).add(
             args.subject, description=args.description or "", role=args.role or "",
-            assignee=(args.assignee or "").lower(), after=args.after)
+            assignee=args.assignee or "", after=args.after)
         return {"action": "create_task", "ok": True, "task_id": task.task_id,
                 "status": task.status.value, "owner": task.owner, "woke": woken}
 

@@ -7,6 +7,11 @@
 -- it), both removed likewise.
 -- Returns the body's result, or the recorded one for a call key already run; an error reply
 -- 'TURN_REVOKED' (nothing written) when the token no longer holds the turn.
+-- A body's result must survive cjson: strings, integers below 1e14 (ms timestamps are), and
+-- arrays without nil holes, as every script's reply is. A replay matches by the call key only
+-- (the n-th call of the script within one tool call), so the caller must make the same calls
+-- in the same order given the same outcomes; a read whose answer may differ belongs in READS
+-- (scripts.py), which runs unguarded.
 local guard_turn, guard_effects = KEYS[#KEYS - 1], KEYS[#KEYS]
 local guard_token, guard_call = ARGV[#ARGV - 1], ARGV[#ARGV]
 table.remove(KEYS); table.remove(KEYS); table.remove(ARGV); table.remove(ARGV)

@@ -196,6 +196,26 @@ local function team_release(task_key, ready_key, running_key, counts_key, events
   event(events_key, redis.call('HGET', task_key, 'task_id'), 'released', 0)
 end
 
+-- Whether KEYS[first..last] still name exactly the tasks of the running set (`zset` false) or
+-- of the ready zset (true). The caller read them before the script: a claim, completion or
+-- release since then means it reads them again (the script returns 'retry', writing nothing),
+-- so no task is missed by a snapshot taken a moment too early.
+local function snapshot_current(set_key, zset, first, last)
+  local size
+  if zset then size = redis.call('ZCARD', set_key) else size = redis.call('SCARD', set_key) end
+  if size ~= last - first + 1 then return false end
+  for i = first, last do
+    local tid = redis.call('HGET', KEYS[i], 'task_id')
+    if not tid then return false end
+    if zset then
+      if not redis.call('ZSCORE', set_key, tid) then return false end
+    elseif redis.call('SISMEMBER', set_key, tid) == 0 then
+      return false
+    end
+  end
+  return true
+end
+
 -- The task hashes among KEYS[first..last] that teammate `name` holds (in progress, its claim).
 local function team_held(first, last, name)
   local held = {}

@@ -1,27 +1,34 @@
 -- team_reconcile: find working teammates whose turn is gone (a killed worker, a lost job) and
--- rerun them from their checkpoint, up to a limit; past it, set them idle, give their team tasks
--- back to the board (not to them again) and tell the lead.
+-- rerun them from their checkpoint, up to a limit; past it, set them idle (shut down, when they
+-- had approved a shutdown), give their team tasks back to the board (not to them again) and tell
+-- the lead. Teammates whose turn job still waits in its queue are not passed: that is no crash.
 -- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] the lead's inbox,
 -- KEYS[4..] pairs: a mate hash, its turn key; then ready zset, running set, counts hash, token
 -- counter, events stream; then the in-progress task hashes.
 -- ARGV[1] stale after ms (no lease and not seen for this long), ARGV[2] max turn attempts,
 -- ARGV[3..] the teammates' names, in the order of the pairs.
--- Returns {names, released}: the names whose turn the caller enqueues again (attempts bumped,
--- seen now, so the next reconcile waits for that job before counting another attempt), and how
--- many tasks went back to the board (the caller wakes teammates for them).
+-- Returns {names, released, verdict}: the names whose turn the caller enqueues again (attempts
+-- bumped, seen now, so the next reconcile waits for that job before counting another attempt),
+-- how many tasks went back to the board (the caller wakes teammates for them), and 'ok', or
+-- 'retry' (the running tasks changed since the caller read them; nothing changed).
 local now = now_ms()
 local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local board = 4 + 2 * (#ARGV - 2)
 local rerun, released = {}, 0
+if not snapshot_current(KEYS[board + 1], false, board + 5, #KEYS) then return {{}, 0, 'retry'} end
 for i = 3, #ARGV do
   local mate, turn = KEYS[4 + (i - 3) * 2], KEYS[5 + (i - 3) * 2]
-  local fields = redis.call('HMGET', mate, 'status', 'last_seen_ms', 'attempts')
+  local fields = redis.call('HMGET', mate, 'status', 'last_seen_ms', 'attempts',
+    'shutdown_request')
   if fields[1] == 'working' and redis.call('EXISTS', turn) == 0
       and now - tonumber(fields[2] or '0') > stale_ms then
     local attempts = tonumber(fields[3] or '0') + 1
     if attempts > max_attempts then
       local err = 'turn lost ' .. max_attempts .. ' times (worker died or job lost)'
-      redis.call('HSET', mate, 'status', 'idle', 'idle_reason', 'error: ' .. err,
+      -- A teammate that approved its shutdown ends shut down, as its turn would have.
+      local ending = 'idle'
+      if (fields[4] or '') ~= '' then ending = 'shutdown' end
+      redis.call('HSET', mate, 'status', ending, 'idle_reason', 'error: ' .. err,
         'last_error', err, 'turn_token', '', 'attempts', 0, 'last_seen_ms', now)
       for _, task_key in ipairs(team_held(board + 5, #KEYS, ARGV[i])) do
         team_release(task_key, KEYS[board], KEYS[board + 1], KEYS[board + 2], KEYS[board + 4],
@@ -30,8 +37,8 @@ for i = 3, #ARGV do
         released = released + 1
       end
       publish_message(KEYS[1], KEYS[2], 3, 3, 'system', 'lead', 'teammate.error', '',
-        ARGV[i] .. ' is idle after an error: ' .. err, now)
-      mate_event(KEYS[board + 4], ARGV[i], 'idle', 'error: ' .. err)
+        ARGV[i] .. ' is ' .. ending .. ' after an error: ' .. err, now)
+      mate_event(KEYS[board + 4], ARGV[i], ending, 'error: ' .. err)
     else
       redis.call('HSET', mate, 'attempts', attempts, 'last_seen_ms', now)
       mate_event(KEYS[board + 4], ARGV[i], 'working', 'rerun ' .. attempts)
@@ -39,4 +46,4 @@ for i = 3, #ARGV do
     end
   end
 end
-return {rerun, released}
+return {rerun, released, 'ok'}

@@ -7,11 +7,13 @@
 -- hashes.
 -- ARGV[1] the notice's content, ARGV[2] the teammate's name.
 -- Returns {verdict, released}: 'ok' (released: how many tasks went back to the board; the
--- caller wakes teammates for them), 'unknown' (no such teammate) or 'shutdown' (already shut
--- down; nothing changes).
+-- caller wakes teammates for them), 'unknown' (no such teammate), 'shutdown' (already shut
+-- down; nothing changes) or 'retry' (the running tasks changed since the caller read them: a
+-- claim landed meanwhile; nothing changes, read again).
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'unknown', 0} end
 if status == 'shutdown' then return {'shutdown', 0} end
+if not snapshot_current(KEYS[7], false, 11, #KEYS) then return {'retry', 0} end
 local now = now_ms()
 redis.call('DEL', KEYS[2])
 local held = team_held(11, #KEYS, ARGV[2])

@@ -15,10 +15,16 @@
 -- Returns {verdict, released}: verdict 'continue' (run another turn in the same job), 'idle'
 -- (ended; one teammate.idle notice to lead), 'shutdown' (ended shut down; one teammate.shutdown
 -- notice; its unread mail waits) or 'stale' (the token no longer holds the turn: nothing
--- changes); released: how many tasks went back to the board (the caller wakes teammates).
+-- changes) or 'retry' (the running or ready tasks changed since the caller read them: read
+-- again; nothing changed); released: how many tasks went back to the board (the caller wakes
+-- teammates).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', 0} end
 local name = ARGV[2]
 local last_held = 12 + tonumber(ARGV[7])
+if not snapshot_current(KEYS[9], false, 13, last_held)
+    or not snapshot_current(KEYS[8], true, last_held + 1, #KEYS) then
+  return {'retry', 0}
+end
 local held = team_held(13, last_held, name)
 local approved = redis.call('HGET', KEYS[2], 'shutdown_request') or ''
 local now = now_ms()
@@ -60,6 +66,16 @@ if ARGV[5] ~= '1' then
     return {'continue', 0}
   end
   release_all(name .. ' ended two turns without completing it', true)
+  for _, task_key in ipairs(held) do
+    local f = redis.call('HMGET', task_key, 'task_id', 'member_id')
+    local note = f[1] .. ' is back on the board: ' .. name .. ' ended two turns without '
+      .. 'completing it'
+    if f[2] == name then
+      note = note .. '; it is reserved for ' .. name .. ', so only ' .. name .. ' or a new '
+        .. 'assignee takes it'
+    end
+    publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'task.released', f[1], note, now)
+  end
   if not plan_gated(KEYS[2]) then
     local role = redis.call('HGET', KEYS[2], 'role')
     for i = last_held + 1, #KEYS do

@@ -1,0 +1,11 @@
+-- turn_handover: a job that ran turns for long hands the teammate, still working, to a fresh job
+-- (RQ's job timeout bounds a job, not a turn): the lease goes, the teammate is seen now, and
+-- the caller enqueues the next turn, which reconcile leaves alone while it waits in its queue.
+-- KEYS[1] the turn key, KEYS[2] the mate hash, KEYS[3] the team's events stream.
+-- ARGV[1] token, ARGV[2] teammate name.
+-- Returns 1 when handed over, 0 when the token no longer holds the turn (nothing changes).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[2], 'turn_token', '', 'last_seen_ms', now_ms())
+mate_event(KEYS[3], ARGV[2], 'working', 'handed over')
+return 1
