@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.scripts import TurnRevokedError
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_tools import MateTools
@@ -23,10 +26,14 @@ from tests.scripted_llm import ScriptedLLM
 TTL_S = 2.0  # long enough for the rerun to keep its lease on a busy host
 
 
-def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str, arguments: dict[str, str],
-                 replies: list[str]) -> tuple[TeamStore, str, str]:
+def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
+                 arguments: dict[str, Any] | Callable[[TeamStore], dict[str, Any]],
+                 replies: list[str],
+                 prepare: Callable[[TeamStore, str], None] | None = None,
+                 ) -> tuple[TeamStore, str, str]:
     """Alice's turn committed a reply calling `tool`, ran that call's team write, and died
-    before its result was committed; returns the store, the dead token and the tool result."""
+    before its result was committed; returns the store, the dead token and the tool result.
+    `prepare(store, token)` sets the scene first (teammates, tasks, requests)."""
     team = f"r{uuid.uuid4().hex[:10]}"
     store = TeamStore(conn, team)
     store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
@@ -36,11 +43,15 @@ def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str, arguments: dict
                 api_base=llm.api_base, queue=f"nobody-{team}")
     verdict, token = store.begin_turn("alice", "test:1")
     assert verdict == "ok"
+    if prepare is not None:
+        prepare(store, token)
+    if callable(arguments):  # arguments naming what `prepare` made
+        arguments = arguments(store)
     call = {"id": "call_1", "type": "function",
             "function": {"name": tool, "arguments": json.dumps(arguments)}}
     assert store.checkpoint("alice", token, "", [
         {"role": "assistant", "content": None, "tool_calls": [call]}])
-    tools = MateTools(store, "alice")
+    tools = MateTools(store, "alice", token)
     with tools.writing_through(store.guarded("alice", token, "0:call_1")):
         result = tools.toolbox().call(tool, call["function"]["arguments"], "call_1")
     return store, token, result
@@ -108,3 +119,50 @@ def test_a_revoked_turn_cannot_write_through_its_guard(redis_server: str,
     with pytest.raises(TurnRevokedError):
         store.guarded("alice", token, "1:call_2").send("alice", LEAD, "late")
     assert store.bus.messages() == before
+
+
+def with_bob(store: TeamStore, _token: str) -> None:
+    store.spawn("bob", role="reader", prompt="Read.", model="m", api_base=None,
+                queue=f"nobody-{store.team}")
+
+
+def with_a_task(store: TeamStore, _token: str) -> None:
+    TeamTasks(store).add("write the intro")
+
+
+def holding_a_task(store: TeamStore, token: str) -> None:
+    TeamTasks(store).add("write the intro")
+    TeamTasks(store).claim("alice", token, "task_1")
+
+
+def asked_to_shut_down(store: TeamStore, _token: str) -> None:
+    store.request_shutdown("alice", "the day is over")
+
+
+def lead_mail(store: TeamStore, type_: str) -> list[str]:
+    return [m.content for m in store.kept(LEAD) if m.type == type_]
+
+
+@pytest.mark.parametrize(("tool", "arguments", "prepare", "replies", "written"), [
+    ("broadcast", {"content": "news"}, with_bob, 1,
+     lambda store: [m.content for m in store.bus.messages() if m.type == "peer.broadcast"]),
+    # Holding the task it claimed, alice gets one reminder turn after the rerun.
+    ("claim_task", {"task_id": "task_1"}, with_a_task, 2,
+     lambda store: [TeamTasks(store).get("task_1").attempts]),
+    ("complete_task", {"task_id": "task_1", "result": "done it"}, holding_a_task, 1,
+     lambda store: lead_mail(store, "task.result")),
+    ("respond_shutdown", lambda store: {"request_id": store.requests()[0].id, "approve": True},
+     asked_to_shut_down, 0, lambda store: lead_mail(store, "shutdown_response")),
+], ids=["broadcast", "claim_task", "complete_task", "respond_shutdown"])
+def test_each_team_write_of_a_killed_step_happens_once(
+        redis_server: str, llm: ScriptedLLM, tool: str, arguments: Any,
+        prepare: Callable[[TeamStore, str], None], replies: int,
+        written: Callable[[TeamStore], list[Any]]) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    store, _, first = crashed_turn(conn, llm, tool, arguments, ["done"] * replies, prepare)
+    assert json.loads(first)["ok"] is True
+    before = written(store)
+    assert len(before) == 1
+    rerun(store)
+    assert written(store) == before  # the rerun's call replayed the write, not repeated it
+    assert json.loads(store.memory("alice")[2]["content"]) == json.loads(first)
