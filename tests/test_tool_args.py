@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 from pydantic.alias_generators import to_snake
-from teamctl.shared.agent.tools import InvalidArguments, Toolbox
+from teamctl.shared.agent.tools import InvalidArguments, Toolbox, precompute_schemas
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.handle import RunHandle
@@ -79,6 +79,18 @@ def test_the_schemas_are_the_registry_tables(toolbox: Toolbox) -> None:
             assert prop["description"].strip()
     assert schemas["team_send_message"]["properties"]["taskId"]["description"] == (
         "The task id (default: the task you are executing).")
+
+
+def test_schemas_are_generated_once_and_each_caller_gets_its_own_copy(
+        toolbox: Toolbox) -> None:
+    precompute_schemas()  # what a preloading worker parent does: its jobs reuse the result
+    first = parameters(toolbox)
+    first["bash"]["properties"]["command"]["description"] = "changed by a caller"
+    first["bash"]["required"].clear()
+
+    again = parameters(toolbox)
+    assert again["bash"]["required"] == ["command"]
+    assert again["bash"]["properties"]["command"]["description"] != "changed by a caller"
 
 
 def test_every_argument_takes_its_schema_name_and_its_snake_case_spelling(

@@ -8,13 +8,17 @@ first-call work (~400 ms) into the parent, and the prompt templates are compiled
 A worker started by `teamctl run` also stops when that run is gone (shared/parent_watch.py).
 """
 
+import gc
 import os
 
 import teamctl.worker.jobs
 import teamctl.worker.turn  # noqa: F401  (turn jobs import it in every fork otherwise)
 from teamctl.shared.agent.llm import load_litellm, warm_up
 from teamctl.shared.agent.prompts import precompile
+from teamctl.shared.agent.tools import precompute_schemas
 from teamctl.shared.parent_watch import watch_parent
+from teamctl.shared.scripts import sources
+from teamctl.shared.settings import load_settings
 
 QUEUES = ["members"]
 """RQ's default queues for a worker started with this module and no queue names."""
@@ -24,4 +28,10 @@ REDIS_URL = os.environ.get("REDIS_URL")
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
 warm_up(load_litellm())
 precompile("teamctl.worker")
+precompute_schemas()  # the tools' JSON schemas, sent with every model call
+sources()  # the Lua scripts' text, read from the package once
+load_settings()  # pydantic-settings' first build (~3 ms); each job still reads its environment
 watch_parent(os.environ)
+# Everything above lives as long as the worker: frozen, the collector of each forked job never
+# walks these objects (it would write their gc headers and copy their pages into the job).
+gc.freeze()
