@@ -72,6 +72,11 @@ class MidTurnModel:
         return ToolCalls([("list_teammates", {})])
 
 WAKES = 200
+WAKE_GAP_S = float(os.environ.get("BENCH_WAKE_GAP_S", "0"))
+"""Pause between a teammate going idle and the next send (0: at once, the worst case for a worker
+that prepares its next job's process while idle)."""
+WORKER_CLASS = os.environ.get("BENCH_WORKER_CLASS")
+"""An RQ worker class to measure instead of the default one (`-w`)."""
 MID_TURNS = 100
 CLAIMERS = 8
 CLAIM_TASKS = 50
@@ -92,6 +97,7 @@ def wake_latencies_ms(store: TeamStore, llm: ScriptedLLM, model: str, name: str)
     latencies = []
     for index in range(WAKES):
         _wait(lambda: store.get(name).status is MateStatus.IDLE, f"{name} to be idle")
+        time.sleep(WAKE_GAP_S)  # pacing, not synchronization: a lead that replies later
         seen = len(llm.request_times[model.removeprefix('openai/')])
         sent_s = time.monotonic()
         store.send("lead", name, f"wake {index}")
@@ -218,7 +224,8 @@ def main() -> int:
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp, throwaway_redis(Path(tmp)) as url, \
-                worker(worker_command(url, [QUEUE]), Path(tmp) / "worker.log", url):
+                worker(worker_command(url, [QUEUE], worker_class=WORKER_CLASS),
+                       Path(tmp) / "worker.log", url):
             conn = redis.Redis.from_url(url)
             store = TeamStore(redis.Redis.from_url(url, decode_responses=True), "bench")
             idle = llm.script("idle", ["resting"], repeat_last=True)

@@ -36,7 +36,8 @@ from tests.scripted_llm import ScriptedLLM
 QUEUE = "members"
 PRELOADED_TASKS = 60
 BARE_TASKS = 3
-ROUNDS = {"preloaded": 5, "bare": 1, "simple": 5}
+ROUNDS = {"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5}
+WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
 RATIO_GOAL = 1.5
 WAIT_TIMEOUT_S = 300.0
 NOOP_JOB = "os.getpid"
@@ -126,7 +127,9 @@ def main() -> int:
             preloaded = worker_command(url, [QUEUE])
             bare = [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE]
             simple = worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker")
+            warm_fork = worker_command(url, [QUEUE], worker_class=WARM_FORK)
             for label, command, tasks in (("preloaded", preloaded, PRELOADED_TASKS),
+                                          ("warm-fork", warm_fork, PRELOADED_TASKS),
                                           ("bare", bare, BARE_TASKS),
                                           ("simple", simple, PRELOADED_TASKS)):
                 with worker(command, Path(logs) / f"{label}.log", url):
@@ -144,14 +147,18 @@ def report(rows: list[tuple[str, list[str], int, float, float]]) -> int:
     print(f"{'worker':10} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}")
     for label, _command, tasks, noop_ms, task_ms in rows:
         print(f"{label:10} {tasks:5d} {noop_ms:13.1f} {task_ms:12.1f} {task_ms / noop_ms:6.2f}")
-    (_, preloaded_cmd, _, pre_noop, pre_task), (_, bare_cmd, _, _, bare_task), \
-        (_, simple_cmd, _, simple_noop, simple_task) = rows
+    (_, preloaded_cmd, _, pre_noop, pre_task), (_, warm_cmd, _, warm_noop, warm_task), \
+        (_, bare_cmd, _, _, bare_task), (_, simple_cmd, _, simple_noop, simple_task) = rows
     ratio = pre_task / pre_noop
     print(f"preloaded: {' '.join(preloaded_cmd[1:])}")
+    print(f"warm-fork: {' '.join(warm_cmd[1:])}")
     print(f"bare:      {' '.join(bare_cmd[1:])}")
     print(f"simple:    {' '.join(simple_cmd[1:])}")
     print(f"run_task overhead vs a no-op job on the preloaded worker: {ratio:.2f}x "
           f"(goal <= {RATIO_GOAL}x): {'OK' if ratio <= RATIO_GOAL else 'MISSED'}")
+    print("run_task overhead vs a no-op job on the warm-fork worker: "
+          f"{warm_task / warm_noop:.2f}x; run_task there {warm_task:.1f} ms vs {pre_task:.1f} ms "
+          "on the plain forking worker")
     print(f"run_task adds {pre_task - pre_noop:.1f} ms per task on the forking worker, "
           f"{simple_task - simple_noop:.1f} ms on SimpleWorker (no fork: litellm's first-call "
           "costs are paid once per process)")

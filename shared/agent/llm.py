@@ -108,6 +108,13 @@ def warm_up(litellm: Any) -> None:
                     threading.active_count() - 1)
 
 
+def warm_forked_job(litellm: Any) -> None:
+    """In a process forked from a warmed-up parent, before its job: one successful call, which
+    takes the copies of the parent's pages that the job's first model call would otherwise pay
+    for (copy-on-write), while nothing waits on it."""
+    _warm_success_path(litellm)
+
+
 class _CannedReply(http.server.BaseHTTPRequestHandler):
     """Answers one chat completion with _WARM_UP_REPLY (HTTP/1.0: the connection then closes)."""
 

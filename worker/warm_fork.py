@@ -1,0 +1,165 @@
+"""A forking RQ worker that forks each job's horse before the job arrives, and warms it meanwhile.
+
+A forked horse pays for every page of the parent it writes to (copy-on-write): ~4,000 pages,
+about 15 ms, on a job's first model call through litellm, since calling code writes the reference
+counts of the objects it touches. WarmForkWorker forks the next horse (a spare) as soon as the
+previous job ends, and the spare makes one model call to a loopback server, taking those copies,
+then waits on a pipe. The job is handed over by id, as RQ's SpawnWorker does; the spare runs it
+exactly as a freshly forked horse would (its own process group, the same signals), so each job
+still has a process of its own. Without a live spare it forks as RQ does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rq.executions import Execution
+from rq.job import Job
+from rq.queue import Queue
+from rq.worker import Worker
+
+log = logging.getLogger(__name__)
+SETTLE_S = 0.02
+"""How long a new spare waits for a job before warming up: a worker with more work queued hands
+its next job over within a few milliseconds of forking the spare."""
+HANDOVER_MAX_BYTES = 4096
+"""A job's id, queue name and execution id, as JSON: far less than this."""
+
+
+@dataclass
+class Spare:
+    """A forked process waiting for its job; writing to `pipe` hands it over, closing it ends it."""
+
+    pid: int
+    pipe: int
+
+
+class WarmForkWorker(Worker):
+    """RQ's forking Worker whose horses are forked and warmed while it waits for work."""
+
+    _spare: Spare | None = None
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        self._fork_spare()
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        try:
+            super().execute_job(job, queue)
+        finally:
+            if not self._stop_requested:
+                self._fork_spare()
+
+    def fork_work_horse(self, job: Job, queue: Queue) -> None:
+        """Hand the job to the spare; fork as RQ does when there is none or it is gone."""
+        spare, self._spare = self._spare, None
+        if spare is not None and self._hand_over(spare, job, queue):
+            os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
+            os.environ["RQ_JOB_ID"] = job.id
+            self._horse_pid = spare.pid
+            self.procline(f"Handed over to {spare.pid} at {time.time()}")
+            return
+        super().fork_work_horse(job, queue)
+
+    def teardown(self) -> None:
+        if not self.is_horse:
+            self._end_spare()
+        super().teardown()
+
+    def _hand_over(self, spare: Spare, job: Job, queue: Queue) -> bool:
+        payload = json.dumps([job.id, queue.name, self.execution.id]).encode()  # type: ignore[union-attr]
+        try:
+            os.write(spare.pipe, payload)
+            return True
+        except OSError as exc:  # the spare died (killed while waiting): fork a horse instead
+            self.log.warning("Worker %s: spare %s is gone (%s); forking", self.name, spare.pid, exc)
+            self._reap(spare)
+            return False
+        finally:
+            os.close(spare.pipe)
+
+    def _fork_spare(self) -> None:
+        self._end_spare()
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(write_end)
+            self._run_spare(read_end)  # never returns
+        os.close(read_end)
+        self._spare = Spare(pid, write_end)
+
+    def _end_spare(self) -> None:
+        """Close the spare's pipe (it exits on end of file) and reap it."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            os.close(spare.pipe)
+            self._reap(spare)
+
+    def _reap(self, spare: Spare) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(spare.pid, signal.SIGKILL)  # it may be warming up: no need to wait for it
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(spare.pid, 0)
+
+    def _run_spare(self, pipe: int) -> None:
+        """The spare: a horse in waiting. Warm up, then run the job handed over, or exit."""
+        status = 1
+        try:
+            os.setpgrp()  # as RQ's horse: the worker's Ctrl+C is the worker's to handle
+            self.setup_work_horse_signals()
+            # A job already waiting (the queue was not empty) runs at once: warming up first
+            # would only delay it. One that comes later finds this spare warm.
+            if not select.select([pipe], [], [], SETTLE_S)[0]:
+                warm_horse()
+            payload = _read_all(pipe)
+            if not payload:  # the worker is stopping, or died
+                status = 0
+                return
+            job_id, queue_name, execution_id = json.loads(payload)
+            self._run_handed_over(job_id, queue_name, execution_id)  # exits the process
+        except BaseException:  # noqa: BLE001  (a horse must exit, never return to the loop)
+            with contextlib.suppress(Exception):
+                self.log.exception("Worker %s: spare %s failed", self.name, os.getpid())
+        finally:
+            os._exit(status)
+
+    def _run_handed_over(self, job_id: str, queue_name: str, execution_id: str) -> None:
+        """What RQ's fork_work_horse does in the child, for a job read back by id."""
+        os.environ["RQ_WORKER_ID"] = self.name
+        os.environ["RQ_JOB_ID"] = job_id
+        job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
+        queue = self.queue_class(queue_name, connection=self.connection, job_class=self.job_class,
+                                 serializer=self.serializer,
+                                 death_penalty_class=self.death_penalty_class)
+        execution = Execution.fetch(execution_id, job.id, connection=self.connection)
+        execution._job = job  # noqa: SLF001  (as RQ's SpawnWorker does)
+        self.execution = execution
+        self.executions[execution.id] = execution  # as prepare_execution left it in the worker
+        self.main_work_horse(job, queue)
+
+
+def warm_horse() -> None:
+    """Take the pages a job's first model call writes, if this worker preloaded litellm."""
+    if "litellm" not in sys.modules:  # not preloaded: importing it here would cost seconds
+        return
+    from teamctl.shared.agent.llm import load_litellm, warm_forked_job
+
+    warm_forked_job(load_litellm())
+
+
+def _read_all(pipe: int) -> bytes:
+    """Everything written before the worker closed its end (empty: closed without a job)."""
+    chunks = []
+    while chunk := os.read(pipe, HANDOVER_MAX_BYTES):
+        chunks.append(chunk)
+    os.close(pipe)
+    return b"".join(chunks)
