@@ -154,23 +154,25 @@ class Turn:
     def _steps(self, tools: MateTools, toolbox: Toolbox) -> tuple[str, str]:
         """Model steps, each checkpointed; returns the idle reason and the last answer."""
         memory = self.store.memory(self.mate.name)
-        messages = [{"role": "system", "content": self._system_prompt()}, *memory]
+        mate = self.store.get(self.mate.name)  # one read for its plan state and shutdown request
+        messages = [{"role": "system", "content": self._system_prompt(mate.plan_state)}, *memory]
         if pending_calls(memory):
             # Killed between a reply and its tool results: run them (recorded team writes
             # replay, so none repeats), then carry on as the killed turn would have.
             messages.extend(self._run_calls(tools, toolbox, pending_calls(memory)))
             if tools.idle_requested.is_set():
                 return IdleReason.DONE, str(memory[-1].get("content") or "")
+            mate = self.store.get(self.mate.name)  # those calls may have approved a shutdown
         elif _ended_by_idle(memory):
             # Killed after committing a step that called idle: the turn had ended.
             return IdleReason.DONE, ""
         answer = _last_answer(memory)
-        if self.store.get(self.mate.name).shutdown_request:
+        if mate.shutdown_request:
             # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
             return IdleReason.DONE, answer or ""
-        _, inbox = self.store.peek(self.mate.name)
-        if not inbox and answer is not None:
+        if answer is not None and not self.store.peek(self.mate.name)[1]:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
+            # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
         for _ in range(self.store.options.turn_max_steps):
             if self._elapsed_s() > self.store.options.turn_timeout_s:
@@ -222,11 +224,11 @@ class Turn:
         if not self.store.checkpoint(self.mate.name, self.token, offset, step):
             raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
 
-    def _system_prompt(self) -> str:
+    def _system_prompt(self, plan_state: str | None) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
         return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
                       team=self.store.team, role=self.mate.role or "teammate",
-                      plan_mode=_plan_mode_note(self.store.get(self.mate.name).plan_state),
+                      plan_mode=_plan_mode_note(plan_state),
                       tools=", ".join(self.tool_names), workspace=bool(self.mate.tools))
 
 
