@@ -50,25 +50,27 @@ class WarmForkWorker(Worker):
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)
-        self._fork_spare()
+        self._fork_spare(settle_s=SETTLE_S)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         try:
             super().execute_job(job, queue)
         finally:
-            if not self._stop_requested:
-                self._fork_spare()
+            if self._spare is None and not self._stop_requested:
+                self._fork_spare(settle_s=SETTLE_S)
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
-        """Hand the job to the spare; fork as RQ does when there is none or it is gone."""
+        """Hand the job to the spare (fork as RQ does when there is none or it is gone), then
+        fork the next spare, which warms up while this job runs."""
         spare, self._spare = self._spare, None
         if spare is not None and self._hand_over(spare, job, queue):
             os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
             os.environ["RQ_JOB_ID"] = job.id
             self._horse_pid = spare.pid
             self.procline(f"Handed over to {spare.pid} at {time.time()}")
-            return
-        super().fork_work_horse(job, queue)
+        else:
+            super().fork_work_horse(job, queue)
+        self._fork_spare(settle_s=0.0)  # no job can come before this one ends
 
     def teardown(self) -> None:
         if not self.is_horse:
@@ -87,13 +89,13 @@ class WarmForkWorker(Worker):
         finally:
             os.close(spare.pipe)
 
-    def _fork_spare(self) -> None:
+    def _fork_spare(self, *, settle_s: float) -> None:
         self._end_spare()
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
             os.close(write_end)
-            self._run_spare(read_end)  # never returns
+            self._run_spare(read_end, settle_s)  # never returns
         os.close(read_end)
         self._spare = Spare(pid, write_end)
 
@@ -110,7 +112,7 @@ class WarmForkWorker(Worker):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(spare.pid, 0)
 
-    def _run_spare(self, pipe: int) -> None:
+    def _run_spare(self, pipe: int, settle_s: float) -> None:
         """The spare: a horse in waiting. Warm up, then run the job handed over, or exit."""
         status = 1
         try:
@@ -118,7 +120,7 @@ class WarmForkWorker(Worker):
             self.setup_work_horse_signals()
             # A job already waiting (the queue was not empty) runs at once: warming up first
             # would only delay it. One that comes later finds this spare warm.
-            if not select.select([pipe], [], [], SETTLE_S)[0]:
+            if not select.select([pipe], [], [], settle_s)[0]:
                 warm_horse()
             payload = _read_all(pipe)
             if not payload:  # the worker is stopping, or died
@@ -143,7 +145,7 @@ class WarmForkWorker(Worker):
         execution = Execution.fetch(execution_id, job.id, connection=self.connection)
         execution._job = job  # noqa: SLF001  (as RQ's SpawnWorker does)
         self.execution = execution
-        self.executions[execution.id] = execution  # as prepare_execution left it in the worker
+        self.executions = {execution.id: execution}  # as prepare_execution left it in the worker
         self.main_work_horse(job, queue)
 
 

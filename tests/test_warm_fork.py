@@ -1,0 +1,99 @@
+"""WarmForkWorker (the documented worker) keeps RQ's fork isolation: every job runs in a process of
+its own, forked by the worker; the process it keeps ready for the next job goes away with the
+worker, whether it stops or is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
+from rq import Queue, Worker
+from rq.job import Job
+from teamctl.coordinator.cli.local_workers import stop_process, worker_command
+
+from tests.conftest import wait_until
+
+
+@contextmanager
+def warm_fork_worker(url: str, queue: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The documented worker (preloaded, WarmForkWorker) on `queue`, registered."""
+    conn = redis.Redis.from_url(url)
+    with log.open("ab") as out:
+        process = subprocess.Popen(worker_command(url, [queue]), stdout=out,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: process.pid in {w.pid for w in Worker.all(
+            queue=Queue(queue, connection=conn))}, 60, message="the worker to register")
+        yield process
+    finally:
+        stop_process(process, timeout_s=30)
+
+
+def children(pid: int) -> set[int]:
+    """Live (not zombie) processes whose parent is `pid`."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except OSError:  # gone meanwhile
+                continue
+            if int(ppid) == pid and state != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
+    except OSError:
+        return True
+
+
+def run_all(queue: Queue, functions: list[str]) -> list[int]:
+    """Enqueue the jobs, wait until each finished, return their results."""
+    jobs = [queue.enqueue(fn) for fn in functions]
+    wait_until(lambda: all(Job.fetch(j.id, connection=queue.connection).get_status() ==
+                           "finished" for j in jobs), 60, message="the jobs to finish")
+    return [Job.fetch(j.id, connection=queue.connection).return_value() for j in jobs]
+
+
+def test_each_job_runs_in_a_process_of_its_own_forked_by_the_worker(
+        redis_server: str, tmp_path: Path) -> None:
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+    with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
+        pids = run_all(queue, ["os.getpid"] * 4)
+        parents = run_all(queue, ["os.getppid"] * 2)
+
+        assert len(set(pids)) == 4 and worker.pid not in pids
+        assert parents == [worker.pid, worker.pid]
+        # One process waits for the next job, ready; the jobs' own processes are gone.
+        wait_until(lambda: len(children(worker.pid)) == 1, 30,
+                   message="one process kept ready for the next job")
+        assert not children(worker.pid) & set(pids)
+
+
+def test_the_process_kept_for_the_next_job_goes_with_the_worker(
+        redis_server: str, tmp_path: Path) -> None:
+    for how in ("stopped", "killed"):
+        name = f"q-{uuid.uuid4().hex[:8]}"
+        queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+        with warm_fork_worker(redis_server, name, tmp_path / f"{how}.log") as worker:
+            run_all(queue, ["os.getpid"])
+            wait_until(lambda worker=worker: len(children(worker.pid)) == 1, 30,
+                       message="one process kept ready for the next job")
+            (spare,) = children(worker.pid)
+            if how == "killed":
+                os.kill(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=30)
+            else:
+                stop_process(worker, timeout_s=30)
+            wait_until(lambda spare=spare: gone(spare), 30,
+                       message=f"the spare of a {how} worker to exit")
