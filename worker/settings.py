@@ -4,7 +4,9 @@ Start workers with `RQ_CONFIG=teamctl.worker.settings rq worker members` (RQ rea
 it reads `-c teamctl.worker.settings`). RQ's forking worker
 imports job modules inside every forked child; importing litellm here, in the parent, means each
 child inherits it instead of paying a ~3 s import per task. The warm-up also moves litellm's lazy
-first-call work (~400 ms) into the parent, and the prompt templates are compiled here once.
+first-call work (~400 ms, its success path included) into the parent, and the prompt templates,
+tool schemas and Lua sources are prepared here once. The documented worker class,
+`-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job's process ahead (warm_fork.py).
 A worker started by `teamctl run` also stops when that run is gone (shared/parent_watch.py).
 """
 

@@ -1,12 +1,12 @@
-"""A forking RQ worker that forks each job's horse before the job arrives, and warms it meanwhile.
+"""A forking RQ worker that forks each job's process before the job arrives, and warms it meanwhile.
 
 A forked horse pays for every page of the parent it writes to (copy-on-write): ~4,000 pages,
 about 15 ms, on a job's first model call through litellm, since calling code writes the reference
-counts of the objects it touches. WarmForkWorker forks the next horse (a spare) as soon as the
-previous job ends, and the spare makes one model call to a loopback server, taking those copies,
-then waits on a pipe. The job is handed over by id, as RQ's SpawnWorker does; the spare runs it
-exactly as a freshly forked horse would (its own process group, the same signals), so each job
-still has a process of its own. Without a live spare it forks as RQ does.
+counts of the objects it touches. WarmForkWorker forks the next job's process (a spare) as soon as
+it hands a job over, and the spare makes one model call to a loopback server while that job runs,
+taking those copies, then waits on a pipe. The job is handed over by id, as RQ's SpawnWorker does;
+the spare runs it exactly as a freshly forked horse would (its own process group, the same
+signals), so each job still has a process of its own. Without a live spare it forks as RQ does.
 """
 
 from __future__ import annotations
