@@ -6,7 +6,8 @@ counts of the objects it touches. WarmForkWorker forks the next job's process (a
 it hands a job over, and the spare makes one model call to a loopback server while that job runs,
 taking those copies, then waits on a pipe. The job is handed over by id, as RQ's SpawnWorker does;
 the spare runs it exactly as a freshly forked horse would (its own process group, the same
-signals), so each job still has a process of its own. Without a live spare it forks as RQ does.
+signals), so each job still has a process of its own. A job waits at most READY_WAIT_S for a
+spare still warming up, then forks as RQ does.
 """
 
 from __future__ import annotations
@@ -28,49 +29,63 @@ from rq.queue import Queue
 from rq.worker import Worker
 
 log = logging.getLogger(__name__)
-SETTLE_S = 0.02
-"""How long a new spare waits for a job before warming up: a worker with more work queued hands
-its next job over within a few milliseconds of forking the spare."""
+READY_WAIT_S = 0.015
+"""How long a job may wait for a spare still warming up: about what a cold horse pays in page
+copies, so waiting for a spare that is nearly warm beats forking a cold one, and a job behind a
+spare that just started (jobs shorter than a warm-up, back to back) waits at most this long."""
 HANDOVER_MAX_BYTES = 4096
 """A job's id, queue name and execution id, as JSON: far less than this."""
 
 
 @dataclass
 class Spare:
-    """A forked process waiting for its job; writing to `pipe` hands it over, closing it ends it."""
+    """A forked process waiting for its job: it writes to `ready` once warm; writing to `pipe`
+    hands it a job, closing `pipe` ends it."""
 
     pid: int
     pipe: int
+    ready: int
+
+    def is_ready(self, wait_s: float) -> bool:
+        """Warm within `wait_s` (or gone: the hand-over then fails and the job is forked)."""
+        return bool(select.select([self.ready], [], [], wait_s)[0])
 
 
 class WarmForkWorker(Worker):
-    """RQ's forking Worker whose horses are forked and warmed while it waits for work."""
+    """RQ's forking Worker whose horses are forked and warmed before their jobs arrive."""
 
     _spare: Spare | None = None
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)
-        self._fork_spare(settle_s=SETTLE_S)
+        self._fork_spare()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         try:
             super().execute_job(job, queue)
         finally:
             if self._spare is None and not self._stop_requested:
-                self._fork_spare(settle_s=SETTLE_S)
+                self._fork_spare()
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
-        """Hand the job to the spare (fork as RQ does when there is none or it is gone), then
-        fork the next spare, which warms up while this job runs."""
-        spare, self._spare = self._spare, None
-        if spare is not None and self._hand_over(spare, job, queue):
+        """Hand the job to the spare once it is warm, then fork the next spare, which warms up
+        while this job runs. A job waits at most READY_WAIT_S for a warm-up: if the spare is still
+        warming then, the job is forked as RQ does and the spare kept for the next one."""
+        spare = self._spare
+        if spare is None or not spare.is_ready(READY_WAIT_S):
+            super().fork_work_horse(job, queue)
+            if spare is None:
+                self._fork_spare()
+            return
+        self._spare = None
+        if self._hand_over(spare, job, queue):
             os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
             os.environ["RQ_JOB_ID"] = job.id
             self._horse_pid = spare.pid
             self.procline(f"Handed over to {spare.pid} at {time.time()}")
         else:
             super().fork_work_horse(job, queue)
-        self._fork_spare(settle_s=0.0)  # no job can come before this one ends
+        self._fork_spare()
 
     def teardown(self) -> None:
         if not self.is_horse:
@@ -88,22 +103,27 @@ class WarmForkWorker(Worker):
             return False
         finally:
             os.close(spare.pipe)
+            os.close(spare.ready)
 
-    def _fork_spare(self, *, settle_s: float) -> None:
+    def _fork_spare(self) -> None:
         self._end_spare()
-        read_end, write_end = os.pipe()
+        job_read, job_write = os.pipe()
+        ready_read, ready_write = os.pipe()
         pid = os.fork()
         if pid == 0:
-            os.close(write_end)
-            self._run_spare(read_end, settle_s)  # never returns
-        os.close(read_end)
-        self._spare = Spare(pid, write_end)
+            os.close(job_write)
+            os.close(ready_read)
+            self._run_spare(job_read, ready_write)  # never returns
+        os.close(job_read)
+        os.close(ready_write)
+        self._spare = Spare(pid, job_write, ready_read)
 
     def _end_spare(self) -> None:
-        """Close the spare's pipe (it exits on end of file) and reap it."""
+        """Close the spare's pipes (it exits on end of file) and reap it."""
         spare, self._spare = self._spare, None
         if spare is not None:
             os.close(spare.pipe)
+            os.close(spare.ready)
             self._reap(spare)
 
     def _reap(self, spare: Spare) -> None:
@@ -112,16 +132,21 @@ class WarmForkWorker(Worker):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(spare.pid, 0)
 
-    def _run_spare(self, pipe: int, settle_s: float) -> None:
-        """The spare: a horse in waiting. Warm up, then run the job handed over, or exit."""
+    def _run_spare(self, pipe: int, ready: int) -> None:
+        """The spare: a horse in waiting. Warm up, say so, then run the job handed over, or
+        exit when the worker closes the pipe without one."""
         status = 1
         try:
             os.setpgrp()  # as RQ's horse: the worker's Ctrl+C is the worker's to handle
             self.setup_work_horse_signals()
-            # A job already waiting (the queue was not empty) runs at once: warming up first
-            # would only delay it. One that comes later finds this spare warm.
-            if not select.select([pipe], [], [], settle_s)[0]:
+            try:
                 warm_horse()
+            except Exception:  # a cold spare still runs its job as a forked horse would
+                self.log.warning("Worker %s: spare %s did not warm up", self.name, os.getpid(),
+                                 exc_info=True)
+            with contextlib.suppress(OSError):  # the worker may be gone already
+                os.write(ready, b"1")
+            os.close(ready)
             payload = _read_all(pipe)
             if not payload:  # the worker is stopping, or died
                 status = 0
