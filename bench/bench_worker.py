@@ -1,9 +1,9 @@
 """Worker benchmark: per-task overhead of `teamctl.worker.jobs.run_task` (claim, dispatch input,
 one call to a zero-latency scripted model through litellm, fenced complete, result message) against
 a bare RQ no-op job on the same worker, measured in the same run, on the documented worker
-(preloaded by `-c teamctl.worker.settings`, forking each job's process ahead with
-`-w teamctl.worker.warm_fork.WarmForkWorker`); then both again on RQ's plain forking worker
-(preloaded), on a bare `rq worker members` (no preload) to show what the preload saves, and on a
+(RQ's forking worker preloaded by `-c teamctl.worker.settings`); then both again on the
+experimental `-w teamctl.worker.warm_fork.WarmForkWorker` (forks and warms each job's process
+ahead), on a bare `rq worker members` (no preload) to show what the preload saves, and on a
 preloaded SimpleWorker (no fork per job). Queued jobs show throughput; paced ones, sent one at a
 time to an idle worker, show what a job costs when the worker had time to prepare for it.
 
@@ -39,9 +39,10 @@ from tests.scripted_llm import ScriptedLLM
 QUEUE = "members"
 PRELOADED_TASKS = 60
 BARE_TASKS = 3
-ROUNDS = {"preloaded": 5, "fork": 5, "bare": 1, "simple": 5}
-PLAIN_FORK = "rq.worker.Worker"
-"""RQ's own forking worker, preloaded, for contrast with the documented one (WarmForkWorker)."""
+ROUNDS = {"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5}
+WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
+"""The experimental worker class that forks and warms each job's process ahead (not the default:
+see worker/warm_fork.py)."""
 PACED_JOBS = 20
 PACE_S = 0.1
 """Paced jobs: one at a time, each enqueued this long after the last finished (an idle worker)."""
@@ -150,11 +151,11 @@ def main() -> int:
     try:
         with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs:
             preloaded = worker_command(url, [QUEUE])
-            fork = worker_command(url, [QUEUE], worker_class=PLAIN_FORK)
+            warm_fork = worker_command(url, [QUEUE], worker_class=WARM_FORK)
             bare = [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE]
             simple = worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker")
             for label, command, tasks in (("preloaded", preloaded, PRELOADED_TASKS),
-                                          ("fork", fork, PRELOADED_TASKS),
+                                          ("warm-fork", warm_fork, PRELOADED_TASKS),
                                           ("bare", bare, BARE_TASKS),
                                           ("simple", simple, PRELOADED_TASKS)):
                 with worker(command, Path(logs) / f"{label}.log", url):
@@ -183,19 +184,19 @@ def report(rows: list[tuple[str, list[str], int, float, float,
     for label, row in by_label.items():
         print(f"{label + ':':10} {' '.join(row[1][1:])}")
     _, _, _, pre_noop, pre_task, pre_paced = by_label["preloaded"]
-    _, _, _, fork_noop, fork_task, fork_paced = by_label["fork"]
+    _, _, _, fork_noop, fork_task, fork_paced = by_label["warm-fork"]
     _, _, _, simple_noop, simple_task, _ = by_label["simple"]
     bare_task = by_label["bare"][4]
     ratio = pre_task / pre_noop
     print(f"run_task overhead vs a no-op job on the preloaded worker: {ratio:.2f}x "
           f"(goal <= {RATIO_GOAL}x): {'OK' if ratio <= RATIO_GOAL else 'MISSED'}; "
-          f"{fork_task / fork_noop:.2f}x on RQ's plain forking worker")
+          f"{fork_task / fork_noop:.2f}x on WarmForkWorker")
     if pre_paced and fork_paced:
         print(f"paced (an idle worker): run_task {pre_paced[1]:.1f} ms on the preloaded worker "
               f"({pre_paced[1] / pre_paced[0]:.2f}x its no-op job) vs {fork_paced[1]:.1f} ms on "
-              f"RQ's plain forking worker ({fork_paced[1] / fork_paced[0]:.2f}x)")
+              f"WarmForkWorker ({fork_paced[1] / fork_paced[0]:.2f}x)")
     print(f"run_task adds {pre_task - pre_noop:.1f} ms per task on the preloaded worker, "
-          f"{fork_task - fork_noop:.1f} ms on the plain forking one, "
+          f"{fork_task - fork_noop:.1f} ms on WarmForkWorker, "
           f"{simple_task - simple_noop:.1f} ms on SimpleWorker (no fork: litellm's first-call "
           "costs are paid once per process)")
     print(f"preload saves {bare_task - pre_task:.0f} ms per task "

@@ -1,6 +1,6 @@
-"""WarmForkWorker (the documented worker) keeps RQ's fork isolation: every job runs in a process of
-its own, forked by the worker; the process it keeps ready for the next job goes away with the
-worker, whether it stops or is SIGKILLed."""
+"""WarmForkWorker (experimental, `-w teamctl.worker.warm_fork.WarmForkWorker`) keeps RQ's fork
+isolation: every job runs in a process of its own, forked by the worker; the process it keeps
+ready for the next job goes away with the worker, whether it stops or is SIGKILLed."""
 
 from __future__ import annotations
 
@@ -19,13 +19,16 @@ from teamctl.coordinator.cli.local_workers import stop_process, worker_command
 
 from tests.conftest import wait_until
 
+WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
+
 
 @contextmanager
 def warm_fork_worker(url: str, queue: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The documented worker (preloaded, WarmForkWorker) on `queue`, registered."""
+    """A preloaded WarmForkWorker on `queue`, registered."""
     conn = redis.Redis.from_url(url)
     with log.open("ab") as out:
-        process = subprocess.Popen(worker_command(url, [queue]), stdout=out,
+        process = subprocess.Popen(worker_command(url, [queue], worker_class=WARM_FORK),
+                                   stdout=out,
                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         wait_until(lambda: process.pid in {w.pid for w in Worker.all(

@@ -21,15 +21,12 @@ URL_ENV = "RQ_REDIS_URL"
 process's environment, and the embedded server's URL holds its password."""
 SETTINGS_MODULE = "teamctl.worker.settings"
 """The RQ settings module that preloads litellm in each worker (RQ_CONFIG, or -c)."""
-WORKER_CLASS = "teamctl.worker.warm_fork.WarmForkWorker"
-"""RQ's forking worker, forking each job's process ahead and warming it while idle
-(RQ_WORKER_CLASS, or -w)."""
 
 
 def worker_env(environ: Mapping[str, str], redis_url: str) -> dict[str, str]:
     """The environment of the documented worker, `rq worker QUEUE...` with no flags: RQ reads its
     settings module, its outage-tolerant client class and its URL from these variables."""
-    return {**environ, "RQ_CONFIG": SETTINGS_MODULE, "RQ_WORKER_CLASS": WORKER_CLASS,
+    return {**environ, "RQ_CONFIG": SETTINGS_MODULE,
             "RQ_CONNECTION_CLASS": WORKER_CONNECTION_CLASS, URL_ENV: redis_url}
 
 
@@ -41,7 +38,8 @@ def worker_command(redis_url: str | None, queues: list[str], *, worker_class: st
                "--connection-class", WORKER_CONNECTION_CLASS]
     if redis_url:
         command += ["-u", redis_url]
-    command += ["-w", worker_class or WORKER_CLASS]
+    if worker_class:
+        command += ["-w", worker_class]
     if name:
         command += ["-n", name]
     return command + queues
