@@ -5,7 +5,7 @@ it reads `-c teamctl.worker.settings`). RQ's forking worker
 imports job modules inside every forked child; importing litellm here, in the parent, means each
 child inherits it instead of paying a ~3 s import per task. The warm-up also moves litellm's lazy
 first-call work (~400 ms, its success path included) into the parent, and the prompt templates,
-tool schemas and Lua sources are prepared here once. The documented worker class,
+tool schemas and Lua sources are prepared here once. An experimental worker class,
 `-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job's process ahead (warm_fork.py).
 A worker started by `teamctl run` also stops when that run is gone (shared/parent_watch.py).
 """
