@@ -95,6 +95,11 @@ def resolve_redis_url(explicit: str | None, settings: Settings) -> str:
     return settings.redis_url or embedded_redis(settings).ensure()
 
 
+def is_embedded(explicit: str | None, settings: Settings) -> bool:
+    """Whether the command uses the embedded server (no --redis-url, no REDIS_URL)."""
+    return not explicit and not settings.redis_url
+
+
 def embedded_redis(settings: Settings) -> EmbeddedRedis:
     """The embedded server, in the state dir's `redis`."""
     return EmbeddedRedis(settings.state_dir / "redis")
@@ -113,6 +118,14 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 workers_option = click.option(
     "--workers", type=click.IntRange(min=0), default=2, show_default=True,
     help="Local workers to start; 0 uses workers you started yourself.")
+run_workers_option = click.option(
+    "--workers", type=click.IntRange(min=0), default=None,
+    help="Start N workers for this run only (0: none). Default: on the embedded Redis, reuse or "
+         "start the local pool (2 workers); on another Redis, start 2 for this run only when "
+         "no worker listens on the run's queues.")
+idle_exit_option = click.option(
+    "--idle-exit", "idle_exit_s", type=click.IntRange(min=1), default=600, show_default=True,
+    help="Seconds a pool worker stays without a job before it exits.")
 approve_plan_option = click.option(
     "--approve-plan", is_flag=True,
     help="Approve the plan without asking (with require_plan_approval).")
@@ -125,15 +138,16 @@ approve_plan_option = click.option(
 @click.option("--model", default=None, help="Model for every role (default: $TEAMCTL_MODEL).")
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @redis_url_option
-@workers_option
+@run_workers_option
+@idle_exit_option
 @click.option("--run-id", default=None, help="Id for the run (default: generated).")
 @json_option
 @approve_plan_option
 @run_option_flags
 @fail_cleanly
 def run(objective: str, team_path: Path | None, model: str | None, api_base: str | None,
-        redis_url: str | None, workers: int, run_id: str | None, as_json: bool,
-        approve_plan: bool, settings: Settings, **option_flags: Any) -> None:
+        redis_url: str | None, workers: int | None, idle_exit_s: int, run_id: str | None,
+        as_json: bool, approve_plan: bool, settings: Settings, **option_flags: Any) -> None:
     """Plan OBJECTIVE, run the team, print the synthesized answer.
 
     Every run option of the team file is also a flag here; a flag overrides the file.
@@ -145,25 +159,28 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
     code = run_command(objective=objective, team_path=team_path, model=model, api_base=api_base,
                        redis_url=lambda: resolve_redis_url(redis_url, settings), workers=workers,
                        run_id=run_id, as_json=as_json, approve_plan=approve_plan,
-                       option_flags=option_flags, settings=settings)
+                       option_flags=option_flags, settings=settings,
+                       embedded=is_embedded(redis_url, settings), idle_exit_s=idle_exit_s)
     sys.exit(code)
 
 
 @main.command()
 @click.argument("run_id")
 @redis_url_option
-@workers_option
+@run_workers_option
+@idle_exit_option
 @json_option
 @approve_plan_option
 @fail_cleanly
-def resume(run_id: str, redis_url: str | None, workers: int, as_json: bool,
-           approve_plan: bool, settings: Settings) -> None:
+def resume(run_id: str, redis_url: str | None, workers: int | None, idle_exit_s: int,
+           as_json: bool, approve_plan: bool, settings: Settings) -> None:
     """Take over RUN_ID after its coordinator died; completed tasks are never re-run."""
     from teamctl.coordinator.cli.commands import resume_command
 
     sys.exit(resume_command(redis_url=resolve_redis_url(redis_url, settings), run_id=run_id,
                             workers=workers, as_json=as_json, approve_plan=approve_plan,
-                            settings=settings))
+                            settings=settings, embedded=is_embedded(redis_url, settings),
+                            idle_exit_s=idle_exit_s))
 
 
 @main.command()
@@ -292,3 +309,44 @@ def messages(run_id: str, redis_url: str | None, member: str | None, type_: str 
 
     messages_command(resolve_redis_url(redis_url, settings), run_id, member=member, type_=type_,
                      follow=follow, as_json=as_json)
+
+
+@main.group(invoke_without_command=True)
+@redis_url_option
+@json_option
+@click.pass_context
+@fail_cleanly
+def workers(ctx: click.Context, redis_url: str | None, as_json: bool,
+            settings: Settings) -> None:
+    """List the workers on each queue (RQ's registry); `start` and `stop` manage the local pool."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from teamctl.coordinator.cli.worker_commands import list_workers_command
+
+    list_workers_command(resolve_redis_url(redis_url, settings), as_json, settings)
+
+
+@workers.command("start")
+@click.option("-n", "count", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Pool workers to have running on these queues.")
+@click.option("--queue", "queues", multiple=True, help="Queue to serve (repeatable; default: "
+              "members).")
+@idle_exit_option
+@redis_url_option
+@fail_cleanly
+def workers_start(count: int, queues: tuple[str, ...], idle_exit_s: int, redis_url: str | None,
+                  settings: Settings) -> None:
+    """Start local pool workers (up to N live on these queues) that outlive this command."""
+    from teamctl.coordinator.cli.worker_commands import start_pool_command
+
+    start_pool_command(lambda: resolve_redis_url(redis_url, settings), list(queues), count,
+                       idle_exit_s, settings)
+
+
+@workers.command("stop")
+@fail_cleanly
+def workers_stop(settings: Settings) -> None:
+    """Stop the local pool's workers by their recorded pids (SIGTERM, then SIGKILL)."""
+    from teamctl.coordinator.cli.worker_commands import stop_pool_command
+
+    stop_pool_command(settings)

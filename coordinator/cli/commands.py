@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 import redis
 from teamctl.coordinator.approval import ApprovalMode
+from teamctl.coordinator.cli.worker_pool import (
+    DEFAULT_IDLE_EXIT_S,
+    DEFAULT_POOL_SIZE,
+    WorkerPool,
+    listening_workers,
+)
 from teamctl.shared.connection import connect, redacted, set_outage
 from teamctl.shared.errors import ConfigError, UnreadableRecord
 from teamctl.shared.handle import RunHandle
@@ -48,9 +56,10 @@ def approval_mode(approve_plan: bool) -> ApprovalMode:
 
 
 def run_command(*, objective: str, team_path: Path | None, model: str | None,
-                api_base: str | None, redis_url: Callable[[], str], workers: int,
+                api_base: str | None, redis_url: Callable[[], str], workers: int | None,
                 run_id: str | None, as_json: bool, approve_plan: bool,
-                option_flags: dict[str, Any], settings: Settings) -> int:
+                option_flags: dict[str, Any], settings: Settings, embedded: bool = False,
+                idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
@@ -71,12 +80,14 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
                          workspace_root=settings.state_dir / "workspaces", run_id=run_id)
     spec = create_run(conn, request)
     click.echo(f"teamctl: run {spec.run_id} on {redacted(url)}", err=True)
-    return _drive(conn, url, spec, hooks, workers=workers, as_json=as_json,
+    plan = WorkerPlan(workers, embedded, idle_exit_s)
+    return _drive(conn, url, spec, hooks, workers=plan, as_json=as_json,
                   approve_plan=approve_plan, settings=settings)
 
 
-def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
-                   approve_plan: bool, settings: Settings) -> int:
+def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json: bool,
+                   approve_plan: bool, settings: Settings, embedded: bool = False,
+                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from teamctl.coordinator.hooks import load_hooks
 
@@ -88,12 +99,13 @@ def resume_command(*, redis_url: str, run_id: str, workers: int, as_json: bool,
                           "shows its result")
     run.lease.check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
-    return _drive(conn, redis_url, spec, load_hooks(spec.hooks), workers=workers,
-                  as_json=as_json, approve_plan=approve_plan, settings=settings)
+    return _drive(conn, redis_url, spec, load_hooks(spec.hooks),
+                  workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
+                  approve_plan=approve_plan, settings=settings)
 
 
 def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
-           workers: int, as_json: bool, approve_plan: bool, settings: Settings) -> int:
+           workers: WorkerPlan, as_json: bool, approve_plan: bool, settings: Settings) -> int:
     """Start local workers, drive the run to its end, print the result."""
     from teamctl.coordinator.cli.local_workers import LocalWorkers
     from teamctl.coordinator.context import build_context
@@ -110,12 +122,56 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
                          timeout_s=spec.options.model_timeout_s,
                          max_retries=spec.options.model_max_retries)
     queues = sorted({m.queue for m in spec.members})
-    with LocalWorkers(redis_url, queues, workers, settings.state_dir / "logs"):
+    run_scoped = workers.run_scoped_count(redis_url, queues, settings)
+    with LocalWorkers(redis_url, queues, run_scoped, settings.state_dir / "logs"):
         result = Coordinator(ctx, client, approval_mode(approve_plan)).run()
     _print_result(result, as_json)
     click.echo(f"teamctl: run {spec.run_id} {result.status} in {result.rounds} rounds, "
                f"{len(result.member_results)} tasks ran", err=True)
     return exit_code_for(result)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """Which workers a run starts: `count` given on the command line means that many run-scoped
+    ones; else the warm pool on the embedded defaults, or run-scoped ones on an external Redis
+    only when nobody listens on the run's queues."""
+
+    count: int | None
+    embedded: bool
+    idle_exit_s: int
+
+    def run_scoped_count(self, redis_url: str, queues: list[str], settings: Settings) -> int:
+        """How many run-scoped workers to start, after starting any missing pool workers."""
+        if self.count is not None:
+            return self.count
+        if self.embedded:
+            ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s, settings)
+            return 0
+        return 0 if listening_workers(connect(redis_url, decode=False), queues) \
+            else DEFAULT_POOL_SIZE
+
+
+def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
+                settings: Settings) -> None:
+    """Top the local pool up to `size` live workers on `queues`, unless it has none and other
+    workers already listen there; one line on stderr when it starts any."""
+    pool = local_pool(settings)
+    with pool.locked():
+        live = pool.live(redis_url, queues)
+        if len(live) >= size:
+            return
+        if not live and listening_workers(connect(redis_url, decode=False), queues):
+            return  # the user's own workers serve these queues
+        started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ)
+    click.echo(f"teamctl: started {len(started)} local pool worker(s) on {', '.join(queues)}; "
+               f"they serve later runs and exit after {idle_exit_s} s idle "
+               "(`teamctl workers stop` stops them)", err=True)
+
+
+def local_pool(settings: Settings) -> WorkerPool:
+    """The warm pool recorded in the state dir's `pool`."""
+    return WorkerPool(settings.state_dir / "pool", settings.state_dir / "logs")
 
 
 def _print_result(result: RunResult, as_json: bool) -> None:

@@ -1,0 +1,85 @@
+"""`teamctl workers`: list the workers in RQ's registry, start and stop the local pool."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import click
+from teamctl.coordinator.cli.commands import local_pool
+from teamctl.shared.connection import connect
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.settings import Settings
+from teamctl.shared.teammates import DEFAULT_QUEUE
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+
+
+def list_workers_command(redis_url: str, as_json: bool, settings: Settings) -> None:
+    """Every registered worker (host, pid, state, current job, queues, whether it is ours in
+    the local pool); text output groups them by queue."""
+    from rq import Worker
+    from teamctl.coordinator.cli.worker_pool import dead_here
+
+    pool_pids = {w.pid for w in local_pool(settings).live()}
+    registered = Worker.all(connection=connect(redis_url, decode=False))
+    rows = [_worker_row(w, pool_pids) for w in registered if not dead_here(w)]
+    rows.sort(key=lambda row: (row["queues"], row["name"]))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        for queue in row["queues"]:
+            by_queue.setdefault(queue, []).append(row)
+    for queue, on_queue in sorted(by_queue.items()):
+        click.echo(f"{queue}:")
+        for row in on_queue:
+            click.echo(f"  {row['host']}:{row['pid']:<8} {row['state']:10} "
+                       f"{row['current_job'] or '-':40} {'pool' if row['pool'] else ''}".rstrip())
+    if not rows:
+        click.echo("no workers", err=True)
+
+
+def _worker_row(worker: Any, pool_pids: set[int]) -> dict[str, Any]:
+    import socket
+
+    return {"name": worker.name, "host": worker.hostname, "pid": worker.pid,
+            "state": _text(worker.get_state()), "current_job": worker.get_current_job_id(),
+            "queues": worker.queue_names(),
+            "pool": worker.hostname == socket.gethostname() and worker.pid in pool_pids}
+
+
+def _text(value: Any) -> str:
+    """RQ's state as plain text: an enum member, bytes or str depending on where it was read."""
+    value = getattr(value, "value", value)
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: int,
+                       idle_exit_s: int, settings: Settings) -> None:
+    """`teamctl workers start`: top the pool up to `count` live workers on `queues`."""
+    queues = queues or [DEFAULT_QUEUE]
+    bad = [q for q in queues if not QUEUE_NAME.match(q)]
+    if bad:
+        raise ConfigError(f"--queue {bad[0]!r} is not a queue name: use letters, digits and _.:-")
+    url = redis_url()
+    connect(url).close()  # Redis down is exit 1 before any worker starts against it
+    pool = local_pool(settings)
+    with pool.locked():
+        live = pool.live(url, queues)
+        started = pool.start(url, queues, count - len(live), idle_exit_s, os.environ) \
+            if len(live) < count else []
+    click.echo(f"pool on {', '.join(queues)}: {len(live)} running, {len(started)} started "
+               f"(pids {' '.join(str(w.pid) for w in [*live, *started])})")
+
+
+def stop_pool_command(settings: Settings) -> None:
+    """`teamctl workers stop`: stop every recorded pool worker by pid."""
+    pool = local_pool(settings)
+    with pool.locked():
+        stopped = pool.stop()
+    click.echo(f"stopped {len(stopped)} pool worker(s)" if stopped else "no pool workers running")

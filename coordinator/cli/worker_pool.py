@@ -1,0 +1,171 @@
+"""The warm local pool: preloaded `rq worker` processes that outlive the `teamctl run` that
+started them and serve the next one, like the embedded Redis; recorded by pid in the state dir,
+stopped by pid, and exiting by themselves after `--idle-exit` seconds without a job."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import redis
+from teamctl.coordinator.cli.local_workers import STOP_TIMEOUT_S, worker_env
+from teamctl.shared.embedded_redis import private_dir, write_private
+from teamctl.shared.parent_watch import PARENT_PID_ENV
+
+DEFAULT_POOL_SIZE = 2
+DEFAULT_IDLE_EXIT_S = 600
+
+
+@dataclass(frozen=True)
+class PoolWorker:
+    """One recorded pool worker: its pid, when it started (to tell a reused pid from it), the
+    Redis it serves (a digest: the URL holds a password) and its queues."""
+
+    pid: int
+    start_ticks: int | None
+    redis_id: str
+    queues: list[str]
+
+    def alive(self) -> bool:
+        """Whether this very process still runs (not a zombie, not a reused pid)."""
+        stat = _proc_stat(self.pid)
+        if stat is None:
+            return _signal_zero(self.pid) and self.start_ticks is None
+        state, ticks = stat
+        return state != "Z" and (self.start_ticks is None or ticks == self.start_ticks)
+
+    def serves(self, redis_id: str, queues: list[str]) -> bool:
+        """Whether it listens on every one of `queues` of this Redis."""
+        return self.redis_id == redis_id and set(queues) <= set(self.queues)
+
+
+def redis_identity(redis_url: str) -> str:
+    """A short digest naming a Redis without keeping its URL (and password) in the record."""
+    return hashlib.sha256(redis_url.encode()).hexdigest()[:16]
+
+
+class WorkerPool:
+    """The pool recorded in `root` (the state dir's `pool`)."""
+
+    def __init__(self, root: Path, log_dir: Path) -> None:
+        self.root = root.absolute()
+        self.log_dir = log_dir
+        self.record = self.root / "workers.json"
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """One command at a time reads and changes the pool (two runs must not both start one)."""
+        private_dir(self.root, tighten=True)
+        with (self.root / "pool.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def members(self) -> list[PoolWorker]:
+        """The recorded workers, dead ones included."""
+        try:
+            rows = json.loads(self.record.read_text())
+        except FileNotFoundError:
+            return []
+        except ValueError:
+            return []  # a torn or hand-edited record: its pids cannot be trusted to signal
+        return [PoolWorker(**row) for row in rows]
+
+    def live(self, redis_url: str | None = None, queues: list[str] | None = None
+             ) -> list[PoolWorker]:
+        """The recorded workers still running; only those serving `queues` of `redis_url`."""
+        alive = [w for w in self.members() if w.alive()]
+        if redis_url is None:
+            return alive
+        return [w for w in alive if w.serves(redis_identity(redis_url), queues or [])]
+
+    def start(self, redis_url: str, queues: list[str], count: int, idle_exit_s: int,
+              environ: Mapping[str, str]) -> list[PoolWorker]:
+        """Start `count` detached preloaded workers and record them with the live ones."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = worker_env(environ, redis_url)
+        env.pop(PARENT_PID_ENV, None)  # a pool worker outlives whoever started it
+        started = []
+        for _ in range(count):
+            log_path = self.log_dir / f"pool-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+            with log_path.open("ab") as log_file:
+                process = subprocess.Popen(  # its own session: a Ctrl-C in the shell spares it
+                    [sys.executable, "-m", "rq.cli", "worker", "--max-idle-time",
+                     str(idle_exit_s), *queues],
+                    stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    start_new_session=True)
+            stat = _proc_stat(process.pid)
+            started.append(PoolWorker(process.pid, stat[1] if stat else None,
+                                      redis_identity(redis_url), list(queues)))
+        self._write([*self.live(), *started])
+        return started
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
+        """SIGTERM every live recorded worker (RQ's warm shutdown), SIGKILL those still there
+        after `timeout_s`, forget the record; the pids that were running."""
+        running = self.live()
+        for worker in running:
+            _signal(worker.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(w.alive() for w in running):
+            time.sleep(0.05)  # another session's children: there is no wait() on them
+        for worker in running:
+            if worker.alive():
+                _signal(worker.pid, signal.SIGKILL)
+        self.record.unlink(missing_ok=True)
+        return [w.pid for w in running]
+
+    def _write(self, workers: list[PoolWorker]) -> None:
+        write_private(self.record, json.dumps([asdict(w) for w in workers]) + "\n")
+
+
+def listening_workers(conn: redis.Redis, queues: list[str]) -> bool:
+    """Whether every one of `queues` has a live worker in RQ's registry (any host)."""
+    from rq import Queue, Worker
+
+    return all(any(not dead_here(w) for w in Worker.all(queue=Queue(name, connection=conn)))
+               for name in queues)
+
+
+def dead_here(worker: object) -> bool:
+    """A registered worker of this host whose process is gone: a SIGKILLed worker stays in RQ's
+    registry until its key expires (minutes), and must not count as listening."""
+    pid = getattr(worker, "pid", None)
+    return (getattr(worker, "hostname", None) == socket.gethostname() and pid is not None
+            and not _signal_zero(pid))
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time in clock ticks from /proc; None off Linux or
+    when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
+    return fields[0], int(fields[19])
+
+
+def _signal_zero(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal(pid: int, signum: int) -> None:
+    with suppress(ProcessLookupError):
+        os.kill(pid, signum)
