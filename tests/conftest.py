@@ -16,6 +16,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.coordinator.cli.worker_pool import WorkerPool
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
@@ -91,13 +92,18 @@ def conn(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(autouse=True)
-def clean_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No user configuration leaks in; each test gets its own state dir."""
+def clean_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No user configuration leaks in; each test gets its own state dir, and the local worker
+    pool a `teamctl run` on the embedded defaults may start there is stopped by pid after it."""
     for name in list(os.environ):
         if name.startswith(ENV_PREFIXES):
             monkeypatch.delenv(name)
     monkeypatch.setenv("TEAMCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    yield
+    state = tmp_path / "state"
+    if (state / "pool").is_dir():
+        WorkerPool(state / "pool", state / "logs").stop()
 
 
 @pytest.fixture(scope="session")

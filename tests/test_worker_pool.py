@@ -1,0 +1,126 @@
+"""The warm local pool: started by `teamctl run` on the embedded defaults, reused by the next
+run, listed and stopped by `teamctl workers`, replaced when killed, gone by itself when idle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from teamctl.coordinator.cli.commands import WorkerPlan
+from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.shared.embedded_redis import EmbeddedRedis, free_port
+from teamctl.shared.settings import load_settings
+
+from tests.conftest import wait_until
+from tests.test_local_workers import exited
+
+STARTED_LINE = "local pool worker(s) on members"
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    """The test's state dir; its pool and its embedded Redis are stopped by pid at the end."""
+    root = tmp_path / "state"
+    yield root
+    WorkerPool(root / "pool", root / "logs").stop()
+    EmbeddedRedis(root / "redis").stop()
+
+
+def teamctl(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own, as a user runs it (its pool outlives it)."""
+    return subprocess.run([sys.executable, "-c", "from teamctl.coordinator.cli import main; main()",
+                           *args], capture_output=True, text=True, timeout=timeout_s,
+                          stdin=subprocess.DEVNULL, env=dict(os.environ))
+
+
+def pool_pids(state: Path) -> set[int]:
+    """The live pool workers recorded in the state dir."""
+    return {w.pid for w in WorkerPool(state / "pool", state / "logs").live()}
+
+
+def run_offline() -> subprocess.CompletedProcess[str]:
+    """A plain `teamctl run` on the embedded defaults with the offline model; must complete."""
+    done = teamctl("run", "Plan a picnic", "--approve-plan")
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_run_starts_the_pool_the_next_run_reuses_it_and_workers_stop_ends_it(
+        state: Path) -> None:
+    first = run_offline()
+    assert sum(STARTED_LINE in line for line in first.stderr.splitlines()) == 1, first.stderr
+    pids = pool_pids(state)
+    assert len(pids) == 2
+
+    second = run_offline()
+    assert STARTED_LINE not in second.stderr
+    assert pool_pids(state) == pids
+
+    listed = teamctl("workers", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = [row for row in json.loads(listed.stdout) if row["pid"] in pids]
+    assert len(rows) == 2
+    assert all(row["pool"] and row["queues"] == ["members"] and row["state"] == "idle"
+               and row["current_job"] is None and row["host"] for row in rows)
+    text = teamctl("workers").stdout
+    assert text.startswith("members:") and all(f":{pid}" in text for pid in pids)
+
+    stopped = teamctl("workers", "stop")
+    assert stopped.returncode == 0 and "stopped 2" in stopped.stdout
+    wait_until(lambda: all(exited(pid) for pid in pids), 15, message="the pool to exit")
+    assert not (state / "pool" / "workers.json").exists()
+    assert "no pool workers" in teamctl("workers", "stop").stdout
+
+
+def test_a_killed_pool_worker_is_replaced_on_the_next_run(state: Path) -> None:
+    started = teamctl("workers", "start", "-n", "2")
+    assert started.returncode == 0, started.stderr
+    pids = pool_pids(state)
+    victim = min(pids)
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: exited(victim), 10, message="the killed worker to die")
+
+    done = run_offline()
+    assert "started 1 local pool worker(s)" in done.stderr, done.stderr
+    now = pool_pids(state)
+    assert len(now) == 2 and victim not in now and pids - {victim} <= now
+    # The killed worker lingers in RQ's registry until its key expires; it is not listed.
+    assert victim not in {row["pid"] for row in json.loads(teamctl("workers", "--json").stdout)}
+
+
+def test_idle_pool_workers_exit_by_themselves(state: Path) -> None:
+    started = teamctl("workers", "start", "-n", "1", "--idle-exit", "2")
+    assert started.returncode == 0, started.stderr
+    (pid,) = pool_pids(state)
+    wait_until(lambda: exited(pid), 60, interval_s=0.2, message="the idle worker to exit")
+    assert pool_pids(state) == set()
+
+
+def test_an_external_redis_with_a_listening_worker_gets_no_run_scoped_ones(
+        workers: str) -> None:
+    settings = load_settings()
+    plain_run = WorkerPlan(count=None, embedded=False, idle_exit_s=600)
+    assert plain_run.run_scoped_count(workers, ["members"], settings) == 0
+    unserved = f"q-{uuid.uuid4().hex[:8]}"
+    assert plain_run.run_scoped_count(workers, ["members", unserved], settings) == 2
+    # An explicit --workers N keeps meaning N run-scoped workers.
+    assert WorkerPlan(3, False, 600).run_scoped_count(workers, ["members"], settings) == 3
+    assert WorkerPlan(0, True, 600).run_scoped_count(workers, ["members"], settings) == 0
+    assert not (settings.state_dir / "pool" / "workers.json").exists()
+
+
+def test_workers_errors_are_one_line_with_their_exit_code(state: Path) -> None:
+    down = teamctl("workers", "--redis-url", f"redis://127.0.0.1:{free_port()}/0")
+    assert down.returncode == 1 and len(down.stderr.strip().splitlines()) == 1, down.stderr
+    bad_queue = teamctl("workers", "start", "--queue", "a b")
+    assert bad_queue.returncode == 2 and bad_queue.stderr.startswith("teamctl: --queue 'a b'")
+    bad_count = teamctl("workers", "start", "-n", "0")
+    assert bad_count.returncode == 2
+    assert pool_pids(state) == set()
