@@ -96,8 +96,9 @@ class WorkerPool:
         env = worker_env(environ, redis_url)
         env.pop(PARENT_PID_ENV, None)  # a pool worker outlives whoever started it
         started = []
-        for _ in range(count):
-            log_path = self.log_dir / f"pool-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for index in range(count):
+            log_path = self.log_dir / f"pool-{stamp}-{os.getpid()}-{index}.log"
             with log_path.open("ab") as log_file:
                 process = subprocess.Popen(  # its own session: a Ctrl-C in the shell spares it
                     [sys.executable, "-m", "rq.cli", "worker", "--max-idle-time",
