@@ -125,7 +125,7 @@ run_workers_option = click.option(
          "no worker listens on the run's queues.")
 idle_exit_option = click.option(
     "--idle-exit", "idle_exit_s", type=click.IntRange(min=1), default=600, show_default=True,
-    help="Seconds a pool worker stays without a job before it exits.")
+    help="Seconds a pool worker this command starts stays without a job before it exits.")
 approve_plan_option = click.option(
     "--approve-plan", is_flag=True,
     help="Approve the plan without asking (with require_plan_approval).")
