@@ -74,7 +74,8 @@ def write_team(path: Path, llm: ScriptedLLM, tag: str, dispatch: str,
         model = llm.script(f"m{i}-{tag}", ["done"], repeat_last=True,
                            latency_s=latency[f"t{i}"])
         lines += ["[[members]]", f'id = "m{i}"', f'model = "{model}"']
-    lines += ["[options]", f'dispatch = "{dispatch}"', f"max_concurrency = {WORKERS}"]
+    lines += ["[options]", f'dispatch = "{dispatch}"', f"max_concurrency = {WORKERS}",
+              "max_rounds = 1000"]
     path.write_text("\n".join(lines) + "\n")
     return path
 

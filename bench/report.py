@@ -29,6 +29,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 BENCHES = {
     "startup": "Start-up (`teamctl run`, zero-latency scripted model, 2-task chain)",
     "makespan": "Makespan (seeded random 40-task DAG, 0.2-1.0 s per task, 4 workers)",
+    "throughput": "Throughput (2,000 independent zero-latency tasks, 8 workers)",
     "reclaim": "Reclaim (SIGKILLed worker mid-task, heartbeat_ttl_s 3)",
     "worker": "Per-task overhead (one worker, zero-latency scripted model over HTTP)",
     "teammates": "Persistent teammates (one preloaded forking worker)",
