@@ -26,7 +26,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 
-from bench.bench_startup import RUN_TIMEOUT_S, teamctl
+from bench.bench_startup import RUN_TIMEOUT_S, registered_pids, teamctl
 from bench.bench_worker import QUEUE, _wait, worker
 from bench.figures import BenchFigure
 from tests.scripted_llm import ScriptedLLM
@@ -110,10 +110,10 @@ def collect() -> dict[str, float]:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
                 ExitStack() as stack:
             tmp = Path(tmp_dir)
-            for n in range(WORKERS):
-                stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                           tmp / f"worker{n}.log", url))
-            _wait(lambda: redis.Redis.from_url(url).scard("rq:workers") >= WORKERS, "workers")
+            processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
+                                                    tmp / f"worker{n}.log", url))
+                         for n in range(WORKERS)]
+            _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "workers")
             spans = {mode: makespan_s(llm, url, tmp, mode, tasks, latency)
                      for mode in ("eager", "barrier")}
     finally:

@@ -110,6 +110,13 @@ def coordinator_rss_mb(llm: ScriptedLLM, url: str, tmp: Path) -> float:
         stop_process(process, timeout_s=30)
 
 
+def registered_pids(url: str) -> set[int]:
+    """Pids of the workers in RQ's registry (a worker registers once its preload is done)."""
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    return {int(pid) for key in conn.smembers("rq:workers")
+            if (pid := conn.hget(key, "pid"))}
+
+
 def collect() -> dict[str, float]:
     """Every figure, in seconds or MiB; runs interleave nothing (each is alone on the machine)."""
     llm = ScriptedLLM()
@@ -122,7 +129,7 @@ def collect() -> dict[str, float]:
                 processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
                                                         tmp / f"worker{n}.log", url))
                              for n in range(2)]
-                _wait(lambda: redis.Redis.from_url(url).scard("rq:workers") >= 2, "2 workers")
+                _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "2 workers")
                 warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0) for n in range(WARM_RUNS)]
                 worker_rss = rss_mb(processes[0].pid)
                 coordinator_rss = coordinator_rss_mb(llm, url, tmp)

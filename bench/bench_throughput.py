@@ -28,7 +28,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 
-from bench.bench_startup import teamctl
+from bench.bench_startup import registered_pids, teamctl
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker
 from bench.figures import BenchFigure
 from tests.scripted_llm import ScriptedLLM
@@ -92,10 +92,10 @@ def collect() -> dict[str, float]:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
                 ExitStack() as stack:
             tmp = Path(tmp_dir)
-            for n in range(WORKERS):
-                stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                           tmp / f"worker{n}.log", url))
-            _wait(lambda: redis.Redis.from_url(url).scard("rq:workers") >= WORKERS, "workers")
+            processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
+                                                    tmp / f"worker{n}.log", url))
+                         for n in range(WORKERS)]
+            _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "workers")
             noop = noop_jobs_per_s(url)
             tasks, cpu_s = run_tasks(llm, url, tmp)
     finally:
