@@ -168,7 +168,7 @@ def figures() -> list[BenchFigure]:
                             baseline=data["worker rss"],
                             baseline_name="idle preloaded worker"))
     rows.append(BenchFigure(name="RSS of an idle preloaded worker", value=data["worker rss"],
-                            unit="MiB", note="after 5 warm runs"))
+                            unit="MiB", note=f"after {WARM_RUNS} warm runs"))
     return rows
 
 

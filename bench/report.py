@@ -72,6 +72,8 @@ def _number(value: float | None) -> str:
     """A figure with about three significant digits, thousands separated."""
     if value is None:
         return ""
+    if float(value).is_integer() and abs(value) < 100:
+        return f"{value:.0f}"
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
