@@ -20,6 +20,7 @@ from teamctl.shared.models import TaskSpec
 from teamctl.shared.scripts import Scripts
 
 from bench import private_redis
+from bench.figures import BenchFigure
 
 CYCLE_TASKS = 2000
 EVALSHA_CALLS = 5000
@@ -93,21 +94,49 @@ def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median shown)")
-    args = parser.parse_args()
+def collect(repeats: int = 5) -> dict[str, tuple[float, float]]:
+    """Median (wall, server CPU) of each figure over `repeats` interleaved runs."""
     with private_redis() as conn:
         scripts = Scripts(conn)
         runs: dict[str, list[tuple[float, float]]] = {}
         # Interleaved repeats: load from other processes on a small machine hits every figure.
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             runs.setdefault("evalsha", []).append(measured(conn, lambda: bare_evalsha_us(conn)))
             runs.setdefault("cycle", []).append(measured(conn, lambda: cycle_us(conn, scripts)))
             for n in DRAIN_SIZES:
                 runs.setdefault(f"drain{n}", []).append(
                     measured(conn, lambda n=n: create_and_drain_ms(conn, scripts, n)))
-    report({name: medians(values) for name, values in runs.items()})
+    return {name: medians(values) for name, values in runs.items()}
+
+
+def figures() -> list[BenchFigure]:
+    """The report's rows: the claim cycle against bare EVALSHA, drain cost against linear."""
+    data = collect()
+    evalsha, cycle = data["evalsha"][0], data["cycle"][0]
+    small, large = DRAIN_SIZES
+    wall_ratio = data[f"drain{large}"][0] / data[f"drain{small}"][0]
+    server_ratio = data[f"drain{large}"][1] / data[f"drain{small}"][1]
+    rows = [BenchFigure(name="claim + heartbeat + complete per task", value=cycle, unit="us",
+                        baseline=evalsha, baseline_name="bare EVALSHA round trip",
+                        note="3 round trips")]
+    rows += [BenchFigure(name=f"create + drain {n} tasks", value=data[f"drain{n}"][0], unit="ms",
+                         note=f"{data[f'drain{n}'][0] / n * 1000:.0f} us/task")
+             for n in DRAIN_SIZES]
+    linear = large / small
+    rows.append(BenchFigure(name=f"drain {large}/{small}, wall", value=wall_ratio, unit="x",
+                            baseline=linear, baseline_name="linear",
+                            goal=f"<= {2 * linear:.0f}x (a rescan per operation ~100x)",
+                            met=wall_ratio <= 2 * linear))
+    rows.append(BenchFigure(name=f"drain {large}/{small}, redis-server CPU", value=server_ratio,
+                            unit="x", baseline=linear, baseline_name="linear"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median shown)")
+    args = parser.parse_args()
+    report(collect(args.repeats))
 
 
 def report(figures: dict[str, tuple[float, float]]) -> None:

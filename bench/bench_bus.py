@@ -18,6 +18,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.roster import write_roster
 
 from bench import private_redis
+from bench.figures import BenchFigure
 
 MEMBERS = ["reader", "writer", "other"]
 SIZES = (100, 100_000)
@@ -82,7 +83,8 @@ def rates_per_s(actions: dict[str, Callable[[int], object]]) -> dict[str, float]
     return {name: PUBLISHES / seconds for name, seconds in best.items()}
 
 
-def bench_reads(conn: redis.Redis) -> float:
+def bench_reads(conn: redis.Redis) -> list[float]:
+    """Median read_unread ms at each bus size (printed as it goes)."""
     print(f"read_unread with one new message, {READS} reads:")
     medians = []
     for size in SIZES:
@@ -98,10 +100,11 @@ def bench_reads(conn: redis.Redis) -> float:
     ratio = medians[-1] / medians[0]
     verdict = "ok" if ratio <= RATIO_GOAL else "MISSED"
     print(f"  ratio {ratio:.2f} (goal <= {RATIO_GOAL}): {verdict}")
-    return ratio
+    return medians
 
 
-def bench_publish(conn: redis.Redis) -> None:
+def bench_publish(conn: redis.Redis) -> dict[str, float]:
+    """Messages per second of each publish path and of raw XADD (printed as it goes)."""
     print(f"publish, {PUBLISHES} sequential messages on one connection (best of {ROUNDS}):")
     raw_key = RunKeys("bench-raw").bus
     bus = roster_bus(conn, "bench-publish", MEMBERS, bus_maxlen=10 * PUBLISHES * ROUNDS)
@@ -118,13 +121,33 @@ def bench_publish(conn: redis.Redis) -> None:
     raw_rate = rates["raw redis-py XADD"]
     for name, rate in rates.items():
         print(f"  {name + ':':<28} {rate:>8,.0f} msg/s ({rate / raw_rate:.2f} of raw)")
+    return rates
+
+
+def collect() -> tuple[list[float], dict[str, float]]:
+    """(read medians per bus size, publish rates), printing each as it is measured."""
+    with private_redis() as conn:
+        return bench_reads(conn), bench_publish(conn)
+
+
+def figures() -> list[BenchFigure]:
+    """The report's rows: a read on a full bus against one on a small bus; publish against XADD."""
+    medians, rates = collect()
+    small, large = SIZES
+    ratio = medians[-1] / medians[0]
+    rows = [BenchFigure(name=f"read_unread, {large:,} messages on the bus", value=medians[-1],
+                        unit="ms", baseline=medians[0],
+                        baseline_name=f"same with {small} messages",
+                        goal=f"ratio <= {RATIO_GOAL}", met=ratio <= RATIO_GOAL)]
+    raw = rates.pop("raw redis-py XADD")
+    rows += [BenchFigure(name=name, value=rate, unit="msg/s", baseline=raw,
+                         baseline_name="raw redis-py XADD") for name, rate in rates.items()]
+    return rows
 
 
 def main() -> int:
-    with private_redis() as conn:
-        ratio = bench_reads(conn)
-        bench_publish(conn)
-    return 0 if ratio <= RATIO_GOAL else 1
+    medians, _ = collect()
+    return 0 if medians[-1] / medians[0] <= RATIO_GOAL else 1
 
 
 if __name__ == "__main__":

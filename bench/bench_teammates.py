@@ -38,6 +38,7 @@ from teamctl.shared.teammates import MateStatus
 from teamctl.shared.teams import TeamStore
 
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker
+from bench.figures import BenchFigure
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 
 
@@ -219,7 +220,12 @@ def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str)
     return watch(conn, llm, model)
 
 
-def main() -> int:
+Collected = tuple[list[float], list[float], tuple[int, int],
+                  tuple[list[float], list[float], int], Window, Window]
+
+
+def collect() -> Collected:
+    """Wake and no-op latencies, mid-turn delivery, auto-claim, and the two idle windows."""
     llm = ScriptedLLM()
     llm.start()
     try:
@@ -240,7 +246,55 @@ def main() -> int:
             idle_window = idle_cost(store, conn, llm, idle)
     finally:
         llm.stop()
-    return report(wakes, noops, (delivered, turns), claims, no_team, idle_window)
+    return wakes, noops, (delivered, turns), claims, no_team, idle_window
+
+
+def cpu_ratio(idle: Window, no_team: Window) -> float:
+    """Worker CPU with idle teammates over without: /proc counts in clock ticks, so two windows
+    both under one tick used the same (none)."""
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    if max(idle.worker_cpu_s, no_team.worker_cpu_s) < tick_s:
+        return 1.0
+    return idle.worker_cpu_s / max(no_team.worker_cpu_s, tick_s)
+
+
+def figures() -> list[BenchFigure]:
+    """The report's rows: wake latency against a no-op job, mid-turn delivery, auto-claim, and
+    the idle windows."""
+    wakes, noops, (delivered, turns), (_, to_request, not_one), no_team, idle = collect()
+    p50, p95, base = statistics.median(wakes), percentile(wakes, 0.95), statistics.median(noops)
+    claim_p50 = statistics.median(to_request)
+    ratio = cpu_ratio(idle, no_team)
+    idle_events = idle.jobs + idle.requests + idle.script_calls
+    return [
+        BenchFigure(name="teammate wake p50 (send -> model request)", value=p50, unit="ms",
+                    baseline=base, baseline_name="no-op RQ job enqueue -> start p50",
+                    goal=f"<= {GOAL_P50_MS:.0f} ms and <= {GOAL_RATIO:.0f}x",
+                    met=p50 <= GOAL_P50_MS and p50 <= GOAL_RATIO * base,
+                    note=f"{WAKES} wakes"),
+        BenchFigure(name="teammate wake p95", value=p95, unit="ms",
+                    baseline=percentile(noops, 0.95), baseline_name="no-op RQ job p95",
+                    goal=f"<= {GOAL_P95_MS:.0f} ms", met=p95 <= GOAL_P95_MS),
+        BenchFigure(name="mid-turn delivery", value=100 * delivered / turns, unit="%",
+                    goal="100 %", met=delivered == turns, note=f"{delivered}/{turns}"),
+        BenchFigure(name="auto-claim: add -> claimer's model request p50", value=claim_p50,
+                    unit="ms", baseline=p50, baseline_name="teammate wake p50",
+                    goal="<= wake p50", met=claim_p50 <= p50,
+                    note=f"{CLAIM_TASKS} tasks, {CLAIMERS} idle teammates"),
+        BenchFigure(name="auto-claim: tasks not started by exactly one turn", value=not_one,
+                    unit="tasks", goal="0", met=not_one == 0),
+        BenchFigure(name=f"idle: jobs + model requests + script calls, {IDLE_MATES} teammates",
+                    value=idle_events, unit="events", goal="0", met=idle_events == 0,
+                    note=f"{IDLE_WATCH_S:.0f} s window"),
+        BenchFigure(name=f"idle: worker CPU, {IDLE_MATES} idle teammates", value=idle.worker_cpu_s,
+                    unit="s", baseline=no_team.worker_cpu_s, baseline_name="same window, no team",
+                    goal=f"<= {GOAL_IDLE_CPU_RATIO}x", met=ratio <= GOAL_IDLE_CPU_RATIO,
+                    note=f"{IDLE_WATCH_S:.0f} s window"),
+    ]
+
+
+def main() -> int:
+    return report(*collect())
 
 
 def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int],
@@ -266,10 +320,7 @@ def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int],
           f"tasks not started by exactly one turn: {not_one}")
     verdicts[f"auto-claim p50 <= wake p50 ({claim_p50:.1f} vs {p50:.1f} ms)"] = claim_p50 <= p50
     verdicts["auto-claim: one turn per task"] = not_one == 0
-    # /proc counts CPU in clock ticks: two windows both under one tick used the same (none).
-    tick_s = 1 / os.sysconf("SC_CLK_TCK")
-    ratio = (1.0 if max(idle.worker_cpu_s, no_team.worker_cpu_s) < tick_s
-             else idle.worker_cpu_s / max(no_team.worker_cpu_s, tick_s))
+    ratio = cpu_ratio(idle, no_team)
     print(f"idle cost, {IDLE_MATES} idle teammates for {IDLE_WATCH_S:.0f} s: {idle.jobs} jobs, "
           f"{idle.requests} model requests, {idle.script_calls} script calls (goal 0, 0, 0); "
           f"worker CPU {idle.worker_cpu_s:.2f} s vs {no_team.worker_cpu_s:.2f} s with no team "

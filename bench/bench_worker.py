@@ -34,6 +34,7 @@ from teamctl.shared.models import TaskSpec
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
+from bench.figures import BenchFigure
 from tests.scripted_llm import ScriptedLLM
 
 QUEUE = "members"
@@ -53,7 +54,7 @@ NOOP_JOB = "os.getpid"
 
 
 @contextmanager
-def worker(command: list[str], log_path: Path, url: str) -> Iterator[None]:
+def worker(command: list[str], log_path: Path, url: str) -> Iterator[subprocess.Popen[bytes]]:
     """One rq worker process, stopped by its pid (SIGTERM: RQ's warm shutdown)."""
     env = dict(os.environ)  # teamctl.worker.settings sets litellm's offline cost map itself
     conn = redis.Redis.from_url(url)
@@ -62,7 +63,7 @@ def worker(command: list[str], log_path: Path, url: str) -> Iterator[None]:
                                    stdin=subprocess.DEVNULL, env=env)
     try:
         _wait(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
-        yield
+        yield process
     finally:
         stop_process(process, timeout_s=30)
         conn.delete("rq:workers", f"rq:workers:{QUEUE}")
@@ -143,11 +144,25 @@ def paced_ms(url: str, llm: ScriptedLLM, model: str, label: str) -> tuple[float,
     return statistics.median(noop), statistics.median(team)
 
 
-def main() -> int:
+def rss_mb(pid: int) -> float:
+    """Resident set size of a process in MiB (VmRSS in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+Row = tuple[str, list[str], int, float, float, tuple[float, float] | None]
+
+
+def collect() -> tuple[list[Row], dict[str, float]]:
+    """Each worker's (label, command, tasks, no-op ms, run_task ms, paced) and each idle worker's
+    RSS in MiB after its jobs ran."""
     llm = ScriptedLLM()
     llm.start()
     model = llm.script("bench-member", ["done"], repeat_last=True)
-    rows = []
+    rows: list[Row] = []
+    rss: dict[str, float] = {}
     try:
         with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs:
             preloaded = worker_command(url, [QUEUE])
@@ -158,17 +173,46 @@ def main() -> int:
                                           ("warm-fork", warm_fork, PRELOADED_TASKS),
                                           ("bare", bare, BARE_TASKS),
                                           ("simple", simple, PRELOADED_TASKS)):
-                with worker(command, Path(logs) / f"{label}.log", url):
+                with worker(command, Path(logs) / f"{label}.log", url) as process:
                     noop_ms, task_ms = measure(url, llm, model, tasks, label)
                     paced = paced_ms(url, llm, model, label) if label != "bare" else None
+                    rss[label] = rss_mb(process.pid)
                 rows.append((label, command, tasks, noop_ms, task_ms, paced))
     finally:
         llm.stop()
-    return report(rows)
+    return rows, rss
 
 
-def report(rows: list[tuple[str, list[str], int, float, float,
-                            tuple[float, float] | None]]) -> int:
+def figures() -> list[BenchFigure]:
+    """The report's rows: run_task against a no-op job on each worker, queued and paced; RSS."""
+    rows, rss = collect()
+    out = []
+    for label, _command, tasks, noop_ms, task_ms, paced in rows:
+        goal = label == "preloaded"
+        out.append(BenchFigure(
+            name=f"run_task, queued, {label} worker", value=task_ms, unit="ms",
+            baseline=noop_ms, baseline_name="no-op RQ job, same worker",
+            goal=f"ratio <= {RATIO_GOAL}" if goal else "",
+            met=task_ms / noop_ms <= RATIO_GOAL if goal else None, note=f"{tasks} tasks"))
+        if paced:
+            out.append(BenchFigure(name=f"run_task, paced, {label} worker", value=paced[1],
+                                   unit="ms", baseline=paced[0],
+                                   baseline_name="paced no-op RQ job, same worker"))
+    for label, mb in rss.items():
+        out.append(BenchFigure(name=f"RSS of an idle {label} worker", value=mb, unit="MiB",
+                               baseline=rss.get("bare"), baseline_name="bare `rq worker`",
+                               note="after its jobs ran"))
+    return out
+
+
+def main() -> int:
+    rows, rss = collect()
+    report(rows)
+    print("idle worker RSS: " + ", ".join(f"{label} {mb:.0f} MiB" for label, mb in rss.items()))
+    return 0
+
+
+def report(rows: list[Row]) -> int:
     print("per-task time, one rq worker, median of "
           f"{' / '.join(f'{n} {k}' for k, n in ROUNDS.items())} rounds "
           "(zero-latency scripted model over HTTP through litellm); queued: jobs enqueued at once, "

@@ -1,0 +1,146 @@
+"""Makespan benchmark (issue 13 §4.3): a seeded random 40-task DAG whose tasks take 0.2-1.0 s of
+scripted model latency each, on 4 preloaded workers (max_concurrency 4), with the coordinator's
+two dispatch modes (RunOptions.dispatch): eager (a task is enqueued as soon as its dependencies
+end) and barrier (the next round waits for every task of the current one).
+
+Makespan (first task start to last task end, from the board) over its lower bound,
+max(critical path, total work / 4), both from the scripted latencies. Goal: eager <= 1.10.
+
+Run: .venv/bin/python -m bench.bench_makespan
+It starts its own redis-server, model server and workers, and stops each by its pid.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import redis
+from teamctl.coordinator.cli.local_workers import worker_command
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.keys import RunKeys
+
+from bench.bench_startup import RUN_TIMEOUT_S, registered_pids, teamctl
+from bench.bench_worker import QUEUE, _wait, worker
+from bench.figures import BenchFigure
+from tests.scripted_llm import ScriptedLLM
+
+TASKS = 40
+WORKERS = 4
+SEED = 13
+LATENCY_S = (0.2, 1.0)
+MAX_DEPS = 3
+GOAL_RATIO = 1.10
+
+
+def random_dag(seed: int) -> tuple[list[dict[str, object]], dict[str, float]]:
+    """Plan tasks (each on its own member, so each has its own scripted latency) and latencies:
+    task i depends on up to MAX_DEPS earlier tasks."""
+    rng = random.Random(seed)
+    tasks, latency = [], {}
+    for i in range(TASKS):
+        deps = sorted(rng.sample(range(i), rng.randint(0, min(i, MAX_DEPS)))) if i else []
+        tasks.append({"id": f"t{i}", "memberId": f"m{i}", "task": f"step {i}",
+                      "dependsOn": [f"t{d}" for d in deps]})
+        latency[f"t{i}"] = round(rng.uniform(*LATENCY_S), 3)
+    return tasks, latency
+
+
+def lower_bound_s(tasks: list[dict[str, object]], latency: dict[str, float]) -> tuple[float, float]:
+    """(critical path, total work / WORKERS) in seconds."""
+    finish: dict[str, float] = {}
+    for task in tasks:  # plan order is a topological order
+        deps = task["dependsOn"]
+        assert isinstance(deps, list)
+        finish[str(task["id"])] = max((finish[d] for d in deps), default=0.0) + latency[
+            str(task["id"])]
+    return max(finish.values()), sum(latency.values()) / WORKERS
+
+
+def write_team(path: Path, llm: ScriptedLLM, tag: str, dispatch: str,
+               tasks: list[dict[str, object]], latency: dict[str, float]) -> Path:
+    """A team of TASKS members, member i's model answering after task i's latency."""
+    planner = llm.script(f"plan-{tag}", [json.dumps({"tasks": tasks})])
+    synth = llm.script(f"synth-{tag}", ["the answer"])
+    lines = ['team_id = "bench"', f'planner = {{ model = "{planner}" }}',
+             f'synthesizer = {{ model = "{synth}" }}']
+    for i in range(TASKS):
+        model = llm.script(f"m{i}-{tag}", ["done"], repeat_last=True,
+                           latency_s=latency[f"t{i}"])
+        lines += ["[[members]]", f'id = "m{i}"', f'model = "{model}"']
+    lines += ["[options]", f'dispatch = "{dispatch}"', f"max_concurrency = {WORKERS}",
+              "max_rounds = 1000"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def makespan_s(llm: ScriptedLLM, url: str, tmp: Path, dispatch: str,
+               tasks: list[dict[str, object]], latency: dict[str, float]) -> float:
+    """First task start to last task end of one run, read from the board."""
+    tag = f"makespan-{dispatch}"
+    team = write_team(tmp / f"{tag}.toml", llm, tag, dispatch, tasks, latency)
+    with (tmp / f"{tag}.log").open("wb") as log:
+        done = subprocess.run([*teamctl(), "run", "Do the steps", "--team", str(team),
+                               "--api-base", llm.api_base, "--redis-url", url,
+                               "--workers", "0", "--run-id", tag],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                              timeout=RUN_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"teamctl run {tag} exited {done.returncode}: see {tmp}/{tag}.log")
+    board = TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(tag))
+    states = board.snapshot()
+    if len(states) != TASKS or any(s.status.value != "completed" for s in states):
+        raise RuntimeError(f"{tag}: not every task completed")
+    return (max(s.end_ms for s in states) - min(s.start_ms for s in states)) / 1000
+
+
+def collect() -> dict[str, float]:
+    """Both modes' makespans and the two lower bounds, in seconds."""
+    tasks, latency = random_dag(SEED)
+    critical, work = lower_bound_s(tasks, latency)
+    llm = ScriptedLLM()
+    llm.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
+                ExitStack() as stack:
+            tmp = Path(tmp_dir)
+            processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
+                                                    tmp / f"worker{n}.log", url))
+                         for n in range(WORKERS)]
+            _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "workers")
+            spans = {mode: makespan_s(llm, url, tmp, mode, tasks, latency)
+                     for mode in ("eager", "barrier")}
+    finally:
+        llm.stop()
+    return {**spans, "critical": critical, "work": work}
+
+
+def figures() -> list[BenchFigure]:
+    """The report's rows: each mode's makespan over the lower bound."""
+    data = collect()
+    bound = max(data["critical"], data["work"])
+    note = (f"seed {SEED}; critical path {data['critical']:.2f} s, "
+            f"work/{WORKERS} {data['work']:.2f} s")
+    return [BenchFigure(name=f"makespan, {mode} dispatch", value=data[mode], unit="s",
+                        baseline=bound, baseline_name="lower bound",
+                        goal=f"ratio <= {GOAL_RATIO}" if mode == "eager" else "",
+                        met=data[mode] / bound <= GOAL_RATIO if mode == "eager" else None,
+                        note=note)
+            for mode in ("eager", "barrier")]
+
+
+def main() -> int:
+    for row in figures():
+        print(f"{row.name}: {row.value:.2f} s, lower bound {row.baseline:.2f} s, "
+              f"ratio {row.ratio:.2f} ({row.note})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""Start-up benchmark (issue 13 §4.1, §4.7): `teamctl run` with a zero-latency scripted model and a
+2-task chain, as a user shaping a team runs it again and again.
+
+- Cold: `teamctl run --workers 2` (the run starts its own workers) until the planner's model
+  request arrives, and until the run exits.
+- Warm: two preloaded workers already listen (`--workers 0`): the same two figures.
+- Baseline, in the same run: the start time of `rq --help` and of `python -c pass`.
+- Memory: RSS of a `teamctl run` process while it waits for plan approval, and of an idle
+  preloaded worker (VmRSS in /proc/PID/status).
+
+Run: .venv/bin/python -m bench.bench_startup
+It starts its own redis-server, model server and workers, and stops each by its pid.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import redis
+from teamctl.coordinator.cli.local_workers import stop_process, worker_command
+from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runstore import RunStore
+
+from bench.bench_worker import QUEUE, _wait, rss_mb, worker
+from bench.figures import BenchFigure
+from tests.scripted_llm import ScriptedLLM
+
+COLD_RUNS = 3
+WARM_RUNS = 5
+BASELINE_RUNS = 5
+RUN_TIMEOUT_S = 180.0
+PLAN = {"tasks": [{"id": "first", "memberId": "m1", "task": "Collect facts"},
+                  {"id": "second", "memberId": "m2", "task": "Write it up",
+                   "dependsOn": ["first"]}]}
+GOALS_S = {"cold request": 5.0, "warm request": 0.5, "warm run": 1.5}
+"""Issue 13's goals: planner's request <= 5 s cold, <= 0.5 s warm; a whole warm run <= 1.5 s."""
+
+
+def teamctl() -> list[str]:
+    """The `teamctl` a user runs: the venv's console script beside this Python."""
+    script = Path(sys.executable).parent / "teamctl"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
+
+
+def write_team(path: Path, llm: ScriptedLLM, tag: str, approval: bool = False) -> tuple[Path, str]:
+    """A two-member team whose planner returns the 2-task chain; and the planner's model name."""
+    planner = llm.script(f"plan-{tag}", [json.dumps(PLAN)], repeat_last=True)
+    member = llm.script(f"member-{tag}", ["done"], repeat_last=True)
+    synth = llm.script(f"synth-{tag}", ["the answer"], repeat_last=True)
+    lines = ['team_id = "bench"', f'model = "{member}"', f'planner = {{ model = "{planner}" }}',
+             f'synthesizer = {{ model = "{synth}" }}',
+             "[[members]]", 'id = "m1"', "[[members]]", 'id = "m2"']
+    if approval:
+        lines += ["[options]", "require_plan_approval = true"]
+    path.write_text("\n".join(lines) + "\n")
+    return path, planner.removeprefix("openai/")
+
+
+def timed_run(llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int) -> tuple[float, float]:
+    """(seconds to the planner's request, seconds to exit) of one `teamctl run`."""
+    team, planner = write_team(tmp / f"{tag}.toml", llm, tag)
+    with (tmp / f"{tag}.log").open("wb") as log:
+        started = time.monotonic()
+        done = subprocess.run([*teamctl(), "run", "Ship it", "--team", str(team),
+                               "--api-base", llm.api_base, "--redis-url", url,
+                               "--workers", str(workers), "--run-id", tag],
+                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                              timeout=RUN_TIMEOUT_S, check=False)
+        ended = time.monotonic()
+    if done.returncode != 0:
+        raise RuntimeError(f"teamctl run {tag} exited {done.returncode}: see {tmp}/{tag}.log")
+    return llm.request_times[planner][0] - started, ended - started
+
+
+def start_s(command: list[str]) -> float:
+    """Median wall seconds of a command that starts and exits at once."""
+    times = []
+    for _ in range(BASELINE_RUNS):
+        started = time.monotonic()
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append(time.monotonic() - started)
+    return statistics.median(times)
+
+
+def coordinator_rss_mb(llm: ScriptedLLM, url: str, tmp: Path) -> float:
+    """RSS of a `teamctl run` process while it waits for plan approval (workers already up)."""
+    team, _ = write_team(tmp / "rss.toml", llm, "rss", approval=True)
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    store = RunStore(conn, RunKeys("rss"))
+    with (tmp / "rss.log").open("wb") as log:
+        process = subprocess.Popen([*teamctl(), "run", "Ship it", "--team", str(team),
+                                    "--api-base", llm.api_base, "--redis-url", url,
+                                    "--workers", "0", "--run-id", "rss"],
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    try:
+        _wait(lambda: store.exists() and store.state().status == "awaiting_approval",
+              "the run to wait for approval")
+        return rss_mb(process.pid)
+    finally:
+        stop_process(process, timeout_s=30)
+
+
+def registered_pids(url: str) -> set[int]:
+    """Pids of the workers in RQ's registry (a worker registers once its preload is done)."""
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    return {int(pid) for key in conn.smembers("rq:workers")
+            if (pid := conn.hget(key, "pid"))}
+
+
+def collect() -> dict[str, float]:
+    """Every figure, in seconds or MiB; runs interleave nothing (each is alone on the machine)."""
+    llm = ScriptedLLM()
+    llm.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url:
+            tmp = Path(tmp_dir)
+            cold = [timed_run(llm, url, tmp, f"cold{n}", workers=2) for n in range(COLD_RUNS)]
+            with ExitStack() as stack:
+                processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
+                                                        tmp / f"worker{n}.log", url))
+                             for n in range(2)]
+                _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "2 workers")
+                warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0) for n in range(WARM_RUNS)]
+                worker_rss = rss_mb(processes[0].pid)
+                coordinator_rss = coordinator_rss_mb(llm, url, tmp)
+    finally:
+        llm.stop()
+    return {"cold request": statistics.median(c[0] for c in cold),
+            "cold run": statistics.median(c[1] for c in cold),
+            "warm request": statistics.median(w[0] for w in warm),
+            "warm run": statistics.median(w[1] for w in warm),
+            "rq --help": start_s([sys.executable, "-m", "rq.cli", "--help"]),
+            "python -c pass": start_s([sys.executable, "-c", "pass"]),
+            "coordinator rss": coordinator_rss, "worker rss": worker_rss}
+
+
+def figures() -> list[BenchFigure]:
+    """The report's rows: each start-up figure against `rq --help`; RSS against each other."""
+    data = collect()
+    rq_help = data["rq --help"]
+    rows = []
+    for key, name, runs in (("cold request", "run -> planner's request, cold (--workers 2)",
+                             COLD_RUNS),
+                            ("warm request", "run -> planner's request, workers running",
+                             WARM_RUNS),
+                            ("cold run", "whole 2-task run, cold (--workers 2)", COLD_RUNS),
+                            ("warm run", "whole 2-task run, workers running", WARM_RUNS)):
+        goal = GOALS_S.get(key)
+        rows.append(BenchFigure(name=name, value=data[key], unit="s", baseline=rq_help,
+                                baseline_name="`rq --help`",
+                                goal=f"<= {goal} s" if goal else "",
+                                met=data[key] <= goal if goal else None,
+                                note=f"median of {runs}"))
+    rows.append(BenchFigure(name="`python -c pass`", value=data["python -c pass"], unit="s",
+                            baseline=rq_help, baseline_name="`rq --help`"))
+    rows.append(BenchFigure(name="RSS of `teamctl run` waiting for plan approval",
+                            value=data["coordinator rss"], unit="MiB",
+                            baseline=data["worker rss"],
+                            baseline_name="idle preloaded worker"))
+    rows.append(BenchFigure(name="RSS of an idle preloaded worker", value=data["worker rss"],
+                            unit="MiB", note=f"after {WARM_RUNS} warm runs"))
+    return rows
+
+
+def main() -> int:
+    for row in figures():
+        base = f" (baseline {row.baseline:.2f} {row.unit}, {row.baseline_name})" \
+            if row.baseline is not None else ""
+        print(f"{row.name}: {row.value:.2f} {row.unit}{base}"
+              + (f"; goal {row.goal}: {'ok' if row.met else 'MISSED'}" if row.goal else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

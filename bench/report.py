@@ -1,0 +1,136 @@
+"""The benchmark report: runs every benchmark's `figures()`, writes bench/results.md and prints it.
+
+Run: .venv/bin/python -m bench.report [--only board,bus] [--output bench/results.md]
+Each benchmark's own output goes to bench/logs/<name>.log; a benchmark that fails is reported as
+such and the others still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+
+from teamctl.shared.embedded_redis import redis_server_binary
+
+from bench.figures import BenchFigure, BenchSection
+
+BENCH_DIR = Path(__file__).resolve().parent
+BENCHES = {
+    "startup": "Start-up (`teamctl run`, zero-latency scripted model, 2-task chain)",
+    "makespan": "Makespan (seeded random 40-task DAG, 0.2-1.0 s per task, 4 workers)",
+    "throughput": "Throughput (2,000 independent zero-latency tasks, 8 workers)",
+    "reclaim": "Reclaim (SIGKILLed worker mid-task, heartbeat_ttl_s 3)",
+    "worker": "Per-task overhead (one worker, zero-latency scripted model over HTTP)",
+    "teammates": "Persistent teammates (one preloaded forking worker)",
+    "board": "Task board (private redis-server)",
+    "bus": "Message bus (private redis-server)",
+}
+"""Module suffix (bench.bench_<name>) -> section title, in report order."""
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on."""
+    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal:"))
+    redis_version = subprocess.run([redis_server_binary(), "--version"], capture_output=True,
+                                   text=True, check=True).stdout.split()
+    server = next((w.removeprefix("v=") for w in redis_version if w.startswith("v=")), "?")
+    return {"cores": str(os.cpu_count()), "memory": f"{mem_kb / 1024 / 1024:.1f} GiB",
+            "Python": platform.python_version(), "Redis server": server,
+            "litellm": version("litellm"), "RQ": version("rq"),
+            "OS": f"{platform.system()} {platform.release()}"}
+
+
+def run_section(name: str, title: str, log_dir: Path) -> BenchSection:
+    """One benchmark's figures, its own printing sent to a log; an error becomes the section's."""
+    started = time.monotonic()
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("w") as log, contextlib.redirect_stdout(log):
+        try:
+            module = importlib.import_module(f"bench.bench_{name}")
+            measure: Callable[[], list[BenchFigure]] = module.figures
+            section = BenchSection(title=title, figures=measure())
+        except Exception as exc:  # noqa: BLE001 - the report goes on and says what failed
+            traceback.print_exc(file=log)
+            section = BenchSection(title=title, error=f"{type(exc).__name__}: {exc}")
+    section.seconds = time.monotonic() - started
+    return section
+
+
+def _number(value: float | None) -> str:
+    """A figure with about three significant digits, thousands separated."""
+    if value is None:
+        return ""
+    if float(value).is_integer() and abs(value) < 100:
+        return f"{value:.0f}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if abs(value) < 10 else f"{value:.1f}"
+
+
+def render(info: dict[str, str], sections: list[BenchSection], command: str,
+           total_s: float) -> str:
+    """The report as markdown: machine, then one table per benchmark."""
+    lines = ["# Benchmark results", "",
+             f"Produced by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
+             f"in {total_s / 60:.1f} min. Every baseline was measured in the same run.", "",
+             "| machine | |", "|---|---|"]
+    lines += [f"| {key} | {value} |" for key, value in info.items()]
+    for section in sections:
+        lines += ["", f"## {section.title}", ""]
+        if section.error:
+            lines.append(f"FAILED after {section.seconds:.0f} s: {section.error}")
+            continue
+        lines += ["| figure | value | baseline | ratio | goal | met | note |",
+                  "|---|---|---|---|---|---|---|"]
+        for f in section.figures:
+            baseline = (f"{_number(f.baseline)} {f.unit} ({f.baseline_name})"
+                        if f.baseline is not None else "")
+            ratio = f"{f.ratio:.2f}x" if f.ratio is not None else ""
+            met = {True: "yes", False: "**MISSED**", None: ""}[f.met]
+            lines.append(f"| {f.name} | {_number(f.value)} {f.unit} | {baseline} | {ratio} | "
+                         f"{f.goal} | {met} | {f.note} |")
+        lines += ["", f"({section.seconds:.0f} s)"]
+        lines += section.notes
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated benchmarks (default: all)")
+    parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.md")
+    args = parser.parse_args()
+    names = [n for n in args.only.split(",") if n] or list(BENCHES)
+    unknown = set(names) - set(BENCHES)
+    if unknown:
+        print(f"unknown benchmark(s) {sorted(unknown)}: choose from {list(BENCHES)}",
+              file=sys.stderr)
+        return 2
+    log_dir = BENCH_DIR / "logs"
+    log_dir.mkdir(exist_ok=True)
+    started = time.monotonic()
+    info = machine()
+    sections = []
+    for name in names:
+        print(f"== {name} ...", file=sys.stderr, flush=True)
+        sections.append(run_section(name, BENCHES[name], log_dir))
+    command = "scripts/bench" + (f" --only {args.only}" if args.only else "")
+    text = render(info, sections, command, time.monotonic() - started)
+    args.output.write_text(text)
+    print(text)
+    return 1 if any(s.error for s in sections) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
