@@ -17,18 +17,16 @@ import random
 import subprocess
 import sys
 import tempfile
-from contextlib import ExitStack
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.cli.local_workers import worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 
-from bench.bench_startup import RUN_TIMEOUT_S, registered_pids, teamctl
-from bench.bench_worker import QUEUE, _wait, worker
-from bench.figures import BenchFigure
+from bench.bench_startup import RUN_TIMEOUT_S, teamctl
+from bench.bench_worker import worker_fleet
+from bench.figures import BenchFigure, print_figures
 from tests.scripted_llm import ScriptedLLM
 
 TASKS = 40
@@ -108,12 +106,8 @@ def collect() -> dict[str, float]:
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                ExitStack() as stack:
+                worker_fleet(url, WORKERS, Path(tmp_dir)):
             tmp = Path(tmp_dir)
-            processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                                    tmp / f"worker{n}.log", url))
-                         for n in range(WORKERS)]
-            _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "workers")
             spans = {mode: makespan_s(llm, url, tmp, mode, tasks, latency)
                      for mode in ("eager", "barrier")}
     finally:
@@ -136,10 +130,7 @@ def figures() -> list[BenchFigure]:
 
 
 def main() -> int:
-    for row in figures():
-        print(f"{row.name}: {row.value:.2f} s, lower bound {row.baseline:.2f} s, "
-              f"ratio {row.ratio:.2f} ({row.note})")
-    return 0
+    return print_figures(figures())
 
 
 if __name__ == "__main__":

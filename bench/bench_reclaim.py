@@ -32,7 +32,7 @@ from teamctl.shared.keys import RunKeys
 
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
 from bench.bench_worker import QUEUE, _wait, worker
-from bench.figures import BenchFigure
+from bench.figures import BenchFigure, print_figures
 from tests.scripted_llm import ScriptedLLM
 
 KILLS = 10
@@ -164,10 +164,7 @@ def figures() -> list[BenchFigure]:
 
 
 def main() -> int:
-    for row in figures():
-        print(f"{row.name}: {row.value:.2f} {row.unit}"
-              + (f"; goal {row.goal}: {'ok' if row.met else 'MISSED'}" if row.goal else ""))
-    return 0
+    return print_figures(figures())
 
 
 if __name__ == "__main__":

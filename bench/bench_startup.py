@@ -20,17 +20,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.cli.local_workers import stop_process, worker_command
+from teamctl.coordinator.cli.local_workers import stop_process
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 
-from bench.bench_worker import QUEUE, _wait, rss_mb, worker
-from bench.figures import BenchFigure
+from bench.bench_worker import _wait, rss_mb, worker_fleet
+from bench.figures import BenchFigure, print_figures
 from tests.scripted_llm import ScriptedLLM
 
 COLD_RUNS = 3
@@ -110,13 +109,6 @@ def coordinator_rss_mb(llm: ScriptedLLM, url: str, tmp: Path) -> float:
         stop_process(process, timeout_s=30)
 
 
-def registered_pids(url: str) -> set[int]:
-    """Pids of the workers in RQ's registry (a worker registers once its preload is done)."""
-    conn = redis.Redis.from_url(url, decode_responses=True)
-    return {int(pid) for key in conn.smembers("rq:workers")
-            if (pid := conn.hget(key, "pid"))}
-
-
 def collect() -> dict[str, float]:
     """Every figure, in seconds or MiB; runs interleave nothing (each is alone on the machine)."""
     llm = ScriptedLLM()
@@ -125,11 +117,7 @@ def collect() -> dict[str, float]:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url:
             tmp = Path(tmp_dir)
             cold = [timed_run(llm, url, tmp, f"cold{n}", workers=2) for n in range(COLD_RUNS)]
-            with ExitStack() as stack:
-                processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                                        tmp / f"worker{n}.log", url))
-                             for n in range(2)]
-                _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "2 workers")
+            with worker_fleet(url, 2, tmp) as processes:
                 warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0) for n in range(WARM_RUNS)]
                 worker_rss = rss_mb(processes[0].pid)
                 coordinator_rss = coordinator_rss_mb(llm, url, tmp)
@@ -173,12 +161,7 @@ def figures() -> list[BenchFigure]:
 
 
 def main() -> int:
-    for row in figures():
-        base = f" (baseline {row.baseline:.2f} {row.unit}, {row.baseline_name})" \
-            if row.baseline is not None else ""
-        print(f"{row.name}: {row.value:.2f} {row.unit}{base}"
-              + (f"; goal {row.goal}: {'ok' if row.met else 'MISSED'}" if row.goal else ""))
-    return 0
+    return print_figures(figures())
 
 
 if __name__ == "__main__":

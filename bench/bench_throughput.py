@@ -17,20 +17,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import redis
 from rq import Queue
 from rq.job import JobStatus
-from teamctl.coordinator.cli.local_workers import worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 
-from bench.bench_startup import registered_pids, teamctl
-from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker
-from bench.figures import BenchFigure
+from bench.bench_startup import teamctl
+from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker_fleet
+from bench.figures import BenchFigure, print_figures
 from tests.scripted_llm import ScriptedLLM
 
 TASKS = 2000
@@ -90,12 +88,8 @@ def collect() -> dict[str, float]:
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                ExitStack() as stack:
+                worker_fleet(url, WORKERS, Path(tmp_dir)):
             tmp = Path(tmp_dir)
-            processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                                    tmp / f"worker{n}.log", url))
-                         for n in range(WORKERS)]
-            _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "workers")
             noop = noop_jobs_per_s(url)
             tasks, cpu_s = run_tasks(llm, url, tmp)
     finally:
@@ -118,10 +112,7 @@ def figures() -> list[BenchFigure]:
 
 
 def main() -> int:
-    for row in figures():
-        print(f"{row.name}: {row.value:.2f} {row.unit}"
-              + (f" vs {row.baseline:.2f} ({row.ratio:.2f})" if row.baseline else ""))
-    return 0
+    return print_figures(figures())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import redis
@@ -67,6 +67,25 @@ def worker(command: list[str], log_path: Path, url: str) -> Iterator[subprocess.
     finally:
         stop_process(process, timeout_s=30)
         conn.delete("rq:workers", f"rq:workers:{QUEUE}")
+
+
+def registered_pids(url: str) -> set[int]:
+    """Pids of the workers in RQ's registry (a worker registers once its preload is done)."""
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    return {int(pid) for key in conn.smembers("rq:workers")
+            if (pid := conn.hget(key, "pid"))}
+
+
+@contextmanager
+def worker_fleet(url: str, count: int, log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """`count` preloaded workers on QUEUE, yielded once each one is in RQ's registry (a stale
+    registration must not let a measurement start while a worker still preloads)."""
+    with ExitStack() as stack:
+        processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
+                                                log_dir / f"worker{n}.log", url))
+                     for n in range(count)]
+        _wait(lambda: {p.pid for p in processes} <= registered_pids(url), f"{count} workers")
+        yield processes
 
 
 def _wait(predicate: object, what: str) -> None:
