@@ -21,24 +21,28 @@ results would cost the server for nothing."""
 
 
 @functools.cache
-def sources() -> dict[str, str]:
-    """Every script's text by file name (without .lua), `_lib.lua` prepended so they share its
-    helpers; read once per process, since the files never change while it runs."""
+def _texts() -> dict[str, str]:
+    """Every .lua file's text by file name, read once per process (they never change while it
+    runs)."""
     folder = resources.files("teamctl.shared").joinpath("lua")
-    lib = folder.joinpath(LIB).read_text(encoding="utf-8")
-    return {entry.name.removesuffix(".lua"): lib + "\n" + entry.read_text(encoding="utf-8")
-            for entry in folder.iterdir()
-            if entry.name.endswith(".lua") and not entry.name.startswith("_")}
+    return {entry.name: entry.read_text(encoding="utf-8") for entry in folder.iterdir()
+            if entry.name.endswith(".lua")}
+
+
+@functools.cache
+def sources() -> dict[str, str]:
+    """Every script's text by name (without .lua), `_lib.lua` prepended so they share its
+    helpers."""
+    texts = _texts()
+    return {name.removesuffix(".lua"): texts[LIB] + "\n" + text
+            for name, text in texts.items() if not name.startswith("_")}
 
 
 @functools.cache
 def guarded_source(name: str) -> str:
     """The script `name` wrapped by _guarded.lua: token-checked, run once per call key."""
-    folder = resources.files("teamctl.shared").joinpath("lua")
-    lib = folder.joinpath(LIB).read_text(encoding="utf-8")
-    body = folder.joinpath(f"{name}.lua").read_text(encoding="utf-8")
-    wrapper = folder.joinpath(GUARD).read_text(encoding="utf-8")
-    return lib + "\n" + wrapper.replace(GUARD_BODY, body)
+    texts = _texts()
+    return texts[LIB] + "\n" + texts[GUARD].replace(GUARD_BODY, texts[f"{name}.lua"])
 
 
 class TurnRevokedError(RuntimeError):

@@ -161,6 +161,10 @@ class TeamTasks:
         return [TeamTask.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
                 for flat in replies if flat]
 
+    def views(self) -> list[dict[str, Any]]:
+        """Every task as listings show it (the list_tasks tools of teammates and the lead)."""
+        return [task.view() for task in self.snapshot()]
+
     def get(self, task_id: str) -> TeamTask:
         """One task; ConfigError for an id that names no task of the team."""
         task_id = task_id_of(task_id)

@@ -223,10 +223,11 @@ class TeamStore:
 
     def wake(self, name: str) -> bool:
         """Flip an idle teammate to working and enqueue its turn; False when it needs none."""
-        if not self.scripts["team_wake"](keys=[self.keys.mate(name), self.keys.events],
-                                         args=[name]):
+        queue = self.scripts["team_wake"](keys=[self.keys.mate(name), self.keys.events],
+                                          args=[name])
+        if not queue:
             return False
-        self.enqueue_turn(self.get(name))
+        self._enqueue(name, str(queue))  # the script named the queue: no read of the record
         return True
 
     def peek(self, member: str, limit: int = PEEK_BATCH) -> tuple[str, list[Envelope]]:
@@ -412,11 +413,14 @@ class TeamStore:
     def enqueue_turn(self, mate: Teammate) -> None:
         """One turn job on the teammate's queue, carrying only ids; its id goes on the mate
         hash, so reconcile can tell a turn still waiting for a worker from a lost one."""
-        job = Queue(mate.queue, connection=self._rq_conn).enqueue(
-            TURN_FUNCTION, self.team, mate.name, job_timeout=self.options.job_timeout_s,
-            description=f"turn of {mate.name} in team {self.team}",
+        self._enqueue(mate.name, mate.queue)
+
+    def _enqueue(self, name: str, queue: str) -> None:
+        job = Queue(queue, connection=self._rq_conn).enqueue(
+            TURN_FUNCTION, self.team, name, job_timeout=self.options.job_timeout_s,
+            description=f"turn of {name} in team {self.team}",
             result_ttl=3600, failure_ttl=24 * 3600)
-        self.conn.hset(self.keys.mate(mate.name), "job_id", job.id)
+        self.conn.hset(self.keys.mate(name), "job_id", job.id)
 
     def _queued_turns(self, names: list[str]) -> set[str]:
         """The working teammates whose turn job still waits in its queue (not started, so no
@@ -437,7 +441,7 @@ class TeamStore:
         answers 'retry' (a claim or completion landed between the read and the script)."""
         for _ in range(SNAPSHOT_RETRIES):
             reply = run()
-            if "retry" not in (reply[0], reply[-1]):
+            if reply[0] != "retry":
                 return reply
         raise TeamError("the team's tasks kept changing under this step; try again")
 
@@ -457,7 +461,7 @@ class TeamStore:
         pairs = [key for name in names for key in (self.keys.mate(name), self.keys.turn(name))]
         options = self.options
         tasks = TeamTasks(self)
-        rerun, released, _ = self._until_current(lambda: self.scripts["team_reconcile"](
+        _, rerun, released = self._until_current(lambda: self.scripts["team_reconcile"](
             keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs,
                   *tasks.board_keys(), *tasks.running_keys()],
             args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names]))

@@ -161,7 +161,7 @@ class MateTools:
 
     def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_tasks", "ok": True,
-                "tasks": [task.view() for task in self.tasks.snapshot()]}
+                "tasks": self.tasks.views()}
 
     def claim_task(self, args: TaskIdArgs) -> dict[str, Any]:
         task = self.tasks.claim(self.name, self.token, args.task_id)

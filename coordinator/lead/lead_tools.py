@@ -173,4 +173,4 @@ class LeadTools:
 
     def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_tasks", "ok": True,
-                "tasks": [task.view() for task in TeamTasks(self.store).snapshot()]}
+                "tasks": TeamTasks(self.store).views()}

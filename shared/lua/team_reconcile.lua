@@ -7,15 +7,15 @@
 -- counter, events stream; then the in-progress task hashes.
 -- ARGV[1] stale after ms (no lease and not seen for this long), ARGV[2] max turn attempts,
 -- ARGV[3..] the teammates' names, in the order of the pairs.
--- Returns {names, released, verdict}: the names whose turn the caller enqueues again (attempts
--- bumped, seen now, so the next reconcile waits for that job before counting another attempt),
--- how many tasks went back to the board (the caller wakes teammates for them), and 'ok', or
--- 'retry' (the running tasks changed since the caller read them; nothing changed).
+-- Returns {verdict, names, released}: 'ok', or 'retry' (the running tasks changed since the
+-- caller read them; nothing changed); the names whose turn the caller enqueues again (attempts
+-- bumped, seen now, so the next reconcile waits for that job before counting another attempt);
+-- how many tasks went back to the board (the caller wakes teammates for them).
 local now = now_ms()
 local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local board = 4 + 2 * (#ARGV - 2)
 local rerun, released = {}, 0
-if not snapshot_current(KEYS[board + 1], false, board + 5, #KEYS) then return {{}, 0, 'retry'} end
+if not snapshot_current(KEYS[board + 1], false, board + 5, #KEYS) then return {'retry', {}, 0} end
 for i = 3, #ARGV do
   local mate, turn = KEYS[4 + (i - 3) * 2], KEYS[5 + (i - 3) * 2]
   local fields = redis.call('HMGET', mate, 'status', 'last_seen_ms', 'attempts',
@@ -46,4 +46,4 @@ for i = 3, #ARGV do
     end
   end
 end
-return {rerun, released, 'ok'}
+return {'ok', rerun, released}

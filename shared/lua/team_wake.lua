@@ -1,11 +1,11 @@
 -- team_wake: after mail was published to a teammate, flip it from idle to working.
 -- KEYS[1] the mate hash, KEYS[2] the team's events stream.
 -- ARGV[1] the teammate's name.
--- Returns 1 when it was idle (the caller enqueues one turn), else 0: a working teammate's turn
+-- Returns its queue when it was idle (the caller enqueues one turn there), else 0: a working teammate's turn
 -- sees the mail before it ends (turn_end checks the inbox in the same serialized step), and a
 -- shut-down one keeps the mail unread and wakes for nothing.
 if redis.call('HGET', KEYS[1], 'status') ~= 'idle' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'working', 'idle_reason', '', 'attempts', 0,
   'last_seen_ms', now_ms())
 mate_event(KEYS[2], ARGV[1], 'working', 'woken')
-return 1
+return redis.call('HGET', KEYS[1], 'queue')
