@@ -1,4 +1,4 @@
-"""Puts ready tasks on RQ queues; jobs carry only the run id and the task id."""
+"""Puts ready tasks and the coordinator's model calls on RQ queues; jobs carry only ids."""
 
 from __future__ import annotations
 
@@ -24,12 +24,19 @@ class Dispatcher:
 
     def enqueue(self, task_id: str, queue_name: str) -> str:
         """Queue one task's job; returns the RQ job id."""
+        return self._enqueue(queue_name, "teamctl.worker.jobs.run_task", task_id)
+
+    def enqueue_call(self, call: str, attempt: int, queue_name: str) -> str:
+        """Queue one attempt of a coordinator model call (planner, synthesizer); the job id."""
+        return self._enqueue(queue_name, "teamctl.worker.jobs.run_model_call", call, attempt)
+
+    def _enqueue(self, queue_name: str, function: str, *args: object) -> str:
         queue = self._queues.get(queue_name)
         if queue is None:
             queue = self._queues[queue_name] = Queue(queue_name, connection=self.rq_conn)
-        # RQ's default job_timeout (180 s) is far too short for agent tasks; results live on the
-        # board, so RQ need not keep them.
-        job = queue.enqueue("teamctl.worker.jobs.run_task", self.spec.run_id, task_id,
+        # RQ's default job_timeout (180 s) is far too short for agent tasks; results live in
+        # the run's keys, so RQ need not keep them.
+        job = queue.enqueue(function, self.spec.run_id, *args,
                             job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
                             result_ttl=0, failure_ttl=FAILURE_TTL_S)
         return job.id

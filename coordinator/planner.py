@@ -1,10 +1,11 @@
-"""The planner: asks a model for a task DAG, parses it, falls back to one task per member."""
+"""The planner: the request that asks a model for a task DAG, and the plan made of its reply
+(parsed, normalized, or one task per member when nothing usable came back)."""
 
 from __future__ import annotations
 
 from teamctl.coordinator.plan_parser import parse_tasks
-from teamctl.shared.agent.llm import ModelClient, ModelReply
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.model_calls import ModelCallRequest
 from teamctl.shared.models import Plan
 from teamctl.shared.plan import RawTask, normalize_tasks
 from teamctl.shared.team import Member, RunOptions
@@ -15,17 +16,21 @@ def planner_prompt(objective: str, members: list[Member]) -> str:
     return render("teamctl.coordinator", "plan.md", members=members, objective=objective)
 
 
-def make_plan(client: ModelClient, model: str, api_base: str | None, objective: str,
-              members: list[Member], options: RunOptions) -> tuple[Plan, ModelReply]:
-    """Call the planner model and normalize its plan; a model error propagates (run fails)."""
-    prompt = planner_prompt(objective, members)
-    reply = client.complete(model, [{"role": "user", "content": prompt}], api_base=api_base)
-    raw_text = reply.content or ""
+def planner_request(model: str, api_base: str | None, objective: str,
+                    members: list[Member]) -> ModelCallRequest:
+    """The planner's model call, for a worker to make."""
+    return ModelCallRequest(model=model, api_base=api_base, messages=[
+        {"role": "user", "content": planner_prompt(objective, members)}])
+
+
+def plan_from_reply(raw_text: str, objective: str, members: list[Member],
+                    options: RunOptions) -> Plan:
+    """Parse and normalize the planner's reply, falling back as the options say."""
     raw_tasks = parse_tasks(raw_text)
     fallback = False
     if not raw_tasks and options.broadcast_on_planner_failure:
         raw_tasks, fallback = fallback_tasks(objective, members), True
-    return Plan(tasks=normalize_tasks(raw_tasks), raw_plan_text=raw_text, fallback=fallback), reply
+    return Plan(tasks=normalize_tasks(raw_tasks), raw_plan_text=raw_text, fallback=fallback)
 
 
 def fallback_tasks(objective: str, members: list[Member]) -> list[RawTask]:

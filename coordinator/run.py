@@ -15,12 +15,12 @@ from pathlib import Path
 import redis
 from teamctl.coordinator.approval import ApprovalMode, decide_plan
 from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.planner import make_plan
+from teamctl.coordinator.planner import plan_from_reply, planner_request
+from teamctl.coordinator.remote_model import CallCancelled, ModelCall, NoReply, RemoteModel
 from teamctl.coordinator.result import build_result, member_results
 from teamctl.coordinator.rounds import CANCELLED, LoopState, RoundLoop
-from teamctl.coordinator.synthesizer import synthesize
-from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.errors import ConfigError, InfraError, RunFailed
+from teamctl.coordinator.synthesizer import synthesizer_request
+from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import Plan, RunResult, RunStatus, SystemType, TaskStatus
@@ -54,7 +54,8 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
     spec = RunSpec(run_id=run_id, team_id=request.team.team_id, objective=request.objective,
                    members=request.team.members, options=request.team.options,
                    models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
-                   hooks=request.team.hooks)
+                   hooks=request.team.hooks, planner_queue=request.team.planner.queue,
+                   synthesizer_queue=request.team.synthesizer.queue)
     RunStore(conn, RunKeys(run_id)).create(spec)  # no scripts: the driving handle loads them
     return spec
 
@@ -62,11 +63,13 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
 class Coordinator:
     """Drives one run while holding its lease; every step reads and writes Redis."""
 
-    def __init__(self, ctx: RunContext, client: ModelClient, approval: ApprovalMode) -> None:
+    def __init__(self, ctx: RunContext, approval: ApprovalMode) -> None:
         self.ctx = ctx
         self.spec = ctx.spec
-        self.client = client
+        self.model = RemoteModel(ctx)
         self.approval = approval
+        self.deadline = time.monotonic() + self.spec.options.timeout_s
+        """When the run's timeout_s runs out (monotonic), counted from this coordinator's start."""
         self.ended = False
         """Whether this coordinator wrote the run's end (and so owns its expiry)."""
 
@@ -98,14 +101,18 @@ class Coordinator:
         if self.ctx.store.state().finished:
             raise ConfigError(f"run {self.spec.run_id} has already finished; "
                               f"`teamctl status {self.spec.run_id}` shows its result")
-        deadline = time.monotonic() + self.spec.options.timeout_s
-        plan = self._plan_once()
-        if self._plan_approved(plan):
-            self.ctx.store.set_status(RunStatus.RUNNING)
-            loop = RoundLoop(self.ctx, deadline)
-            state = loop.run(self._loop_state())
-            self._finish(state)
-            loop.drain(state)  # on_message hooks see run.complete too
+        self.deadline = time.monotonic() + self.spec.options.timeout_s
+        try:
+            plan = self._plan_once()
+            if self._plan_approved(plan):
+                self.ctx.store.set_status(RunStatus.RUNNING)
+                loop = RoundLoop(self.ctx, self.deadline)
+                state = loop.run(self._loop_state())
+                self._finish(state)
+                loop.drain(state)  # on_message hooks see run.complete too
+        except CallCancelled:  # cancelled while a worker made the planner's or synthesizer's call
+            self.ctx.lease.check()
+            self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
         return build_result(self.ctx.run)
 
     def _plan_once(self) -> Plan:
@@ -126,15 +133,16 @@ class Coordinator:
     def _make_plan(self) -> Plan:
         spec, models = self.spec, self.spec.models
         self.ctx.hooks.call("before_plan", spec.objective, spec.members, spec.options)
+        request = planner_request(models.planner, models.api_base, spec.objective, spec.members)
         try:
-            plan, reply = make_plan(self.client, models.planner, models.api_base, spec.objective,
-                                    spec.members, spec.options)
-        except Exception as exc:  # nothing was written yet: record why the run failed
+            reply = self.model.complete(ModelCall("planner", spec.planner_queue, request),
+                                        self.deadline)
+        except (ModelError, NoReply) as exc:  # nothing was written yet: record why it failed
             self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
                              error=f"planner failed: {exc}"))
             raise RunFailed(f"planner failed: {exc}") from exc
         self.ctx.store.add_usage(reply.usage)
-        return plan
+        return plan_from_reply(reply.content or "", spec.objective, spec.members, spec.options)
 
     def _plan_approved(self, plan: Plan) -> bool:
         """True to dispatch; a rejected plan fails the run, a cancel during the wait ends it."""
@@ -174,6 +182,12 @@ class Coordinator:
         else:
             self._synthesize()
 
+    def _one_call_s(self) -> float:
+        """The longest one model call with its retries may take on a worker (the synthesis
+        may start just before the deadline; it gets this long, as it always had)."""
+        options = self.spec.options
+        return options.model_timeout_s * (options.model_max_retries + 1) + 60
+
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.board.block_stalled(error)
         self._end(RunEnd(status, self.spec.options.retention_s, error=error,
@@ -186,11 +200,13 @@ class Coordinator:
         states = ctx.board.snapshot()
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
         plan = ctx.store.state().plan or Plan()
+        request = synthesizer_request(models.synthesizer, models.api_base, self.spec.objective,
+                                      plan, member_results(self.spec, states), not_run)
+        call = ModelCall("synthesizer", self.spec.synthesizer_queue, request)
         try:
-            reply = synthesize(self.client, models.synthesizer, models.api_base,
-                               self.spec.objective, plan, member_results(self.spec, states),
-                               not_run)
-        except Exception as exc:  # the board stays as it is; the run records why it failed
+            reply = self.model.complete(call, max(self.deadline, time.monotonic()
+                                                  + self._one_call_s()))
+        except (ModelError, NoReply) as exc:  # the board stays; the run records why it failed
             self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
                              error=f"synthesizer failed: {exc}"))
             raise RunFailed(f"synthesizer failed: {exc}") from exc

@@ -1,11 +1,12 @@
-"""The synthesizer: merges member outputs (and says what never ran) into the final answer."""
+"""The synthesizer: the request that merges member outputs (and says what never ran) into the
+final answer, for a worker to make."""
 
 from __future__ import annotations
 
 import json
 
-from teamctl.shared.agent.llm import ModelClient, ModelReply
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.model_calls import ModelCallRequest
 from teamctl.shared.models import MemberResult, Plan, TaskState
 
 
@@ -17,8 +18,9 @@ def synthesizer_prompt(objective: str, plan: Plan, results: list[MemberResult],
                   results=results, not_run=not_run)
 
 
-def synthesize(client: ModelClient, model: str, api_base: str | None, objective: str, plan: Plan,
-               results: list[MemberResult], not_run: list[TaskState]) -> ModelReply:
-    """One synthesizer model call; its error propagates (the run records it)."""
-    prompt = synthesizer_prompt(objective, plan, results, not_run)
-    return client.complete(model, [{"role": "user", "content": prompt}], api_base=api_base)
+def synthesizer_request(model: str, api_base: str | None, objective: str, plan: Plan,
+                        results: list[MemberResult],
+                        not_run: list[TaskState]) -> ModelCallRequest:
+    """The synthesizer's model call."""
+    return ModelCallRequest(model=model, api_base=api_base, messages=[
+        {"role": "user", "content": synthesizer_prompt(objective, plan, results, not_run)}])

@@ -76,3 +76,15 @@ def check_request_id(request_id: str) -> str:
         raise ConfigError(f"invalid request id {quoted(request_id)}: request ids are 'req_' "
                           "and 12 hex digits (see `teamctl team requests`)")
     return request_id
+
+
+MODEL_CALLS = frozenset({"planner", "synthesizer"})
+"""The coordinator's own model calls, each run as a job on a worker."""
+
+
+def check_call_name(call: str) -> str:
+    """Return a coordinator model call's name unchanged, or raise ConfigError."""
+    if call not in MODEL_CALLS:
+        raise ConfigError(f"invalid model call {quoted(call)}: use one of "
+                          f"{', '.join(sorted(MODEL_CALLS))}")
+    return call

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from teamctl.shared.ids import (
+    check_call_name,
     check_member_id,
     check_request_id,
     check_run_id,
@@ -182,6 +183,20 @@ class RunKeys(KeySpace):
     def usage(self) -> str:
         """Hash: run-wide token and cost totals, for budgets."""
         return f"{self.base}:usage"
+
+    def model_call(self, call: str) -> str:
+        """Hash: the coordinator's model call `call` (planner, synthesizer), run as a job: its
+        request, attempt, the attempt a worker began, and the outcome."""
+        return f"{self.base}:call:{check_call_name(call)}"
+
+    def model_call_beat(self, call: str) -> str:
+        """String with TTL: present while a worker is making that call's current attempt."""
+        return f"{self.base}:call_beat:{check_call_name(call)}"
+
+    @property
+    def model_call_done(self) -> str:
+        """List: wake-ups for a coordinator waiting on a model call's outcome."""
+        return f"{self.base}:call_done"
 
 
 @dataclass(frozen=True)

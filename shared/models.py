@@ -132,6 +132,22 @@ class Usage(BaseModel):
         )
 
 
+class ToolCall(BaseModel):
+    """One tool call the model asked for; `arguments` is the raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+
+class ModelReply(BaseModel):
+    """A model turn: text and/or tool calls, with what it cost."""
+
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+
+
 USAGE_FIELD_PREFIX = "usage_"
 """A task hash keeps its Usage as usage_prompt_tokens, usage_cost_usd, ... (budget_charge.lua)."""
 

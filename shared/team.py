@@ -92,6 +92,14 @@ class RunOptions(BaseModel):
         return self.max_rounds if self.max_rounds > 0 else DEFAULT_MAX_ROUNDS
 
 
+def checked_queue(queue: str) -> str:
+    """An RQ queue name as a team file may give it (it becomes part of Redis keys)."""
+    if not is_safe_id(queue):
+        raise ValueError(f"queue {queue!r}: use letters, digits, '.', '_' or '-', starting "
+                         "with a letter or digit")
+    return queue
+
+
 class Member(BaseModel):
     """A team member as configured; `id` is normalized on load."""
 
@@ -117,10 +125,7 @@ class Member(BaseModel):
     @field_validator("queue")
     @classmethod
     def _safe_queue(cls, queue: str) -> str:
-        if not is_safe_id(queue):
-            raise ValueError(f"queue {queue!r}: use letters, digits, '.', '_' or '-', starting "
-                             "with a letter or digit")
-        return queue
+        return checked_queue(queue)
 
     @field_validator("tools")
     @classmethod
@@ -138,11 +143,18 @@ class Member(BaseModel):
 
 
 class RoleModel(BaseModel):
-    """A per-role model override (planner, synthesizer)."""
+    """A coordinator role (planner, synthesizer): its model override and the queue whose
+    workers make its model call."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
+    queue: str = "members"
+
+    @field_validator("queue")
+    @classmethod
+    def _safe_queue(cls, queue: str) -> str:
+        return checked_queue(queue)
 
 
 DEFAULT_MEMBERS = [
@@ -315,6 +327,15 @@ class RunSpec(BaseModel):
     workspace_dir: str
     created_ms: int
     hooks: list[str] = Field(default_factory=list)
+    planner_queue: str = "members"
+    synthesizer_queue: str = "members"
+    """Where the planner's and the synthesizer's model calls run (workers hold the keys)."""
+
+    @property
+    def queues(self) -> list[str]:
+        """Every queue the run's jobs go to: the members', the planner's, the synthesizer's."""
+        return sorted({m.queue for m in self.members} | {self.planner_queue,
+                                                          self.synthesizer_queue})
 
     def member(self, member_id: str | None) -> Member | None:
         """The member with exactly this (normalized) id."""

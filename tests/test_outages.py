@@ -149,9 +149,9 @@ def test_outage_past_redis_outage_s_stops_with_one_line_then_resume_finishes(
 def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     host, port = workers.split("//")[1].split("/")[0].split(":")
-    # A's synthesis outlasts the cut; B's (the resumed coordinator's) answers at once.
-    models = models_for(llm, run_id, member_latency_s=0,
-                        synth=[Slow("from A", 12), "from B"])
+    # The synthesis (a worker's job, the workers are not behind the proxy) outlasts the cut;
+    # B, the resumed coordinator, waits for that same call instead of asking again.
+    models = models_for(llm, run_id, member_latency_s=0, synth=[Slow("the one synthesis", 12)])
     team = team_file(tmp_path / "team.toml", models, options={"lease_ttl_s": 2})
     conn = redis.Redis.from_url(workers, decode_responses=True)
     keys = RunKeys(run_id)
@@ -170,9 +170,10 @@ def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
 
     assert code == 1 and f"run {run_id} was already ended by another coordinator" in err, err
     state = RunStore(conn, RunKeys(run_id)).state()
-    assert (state.status, state.output) == ("completed", "from B")
+    assert (state.status, state.output) == ("completed", "the one synthesis")
     assert message_types(conn, run_id).count("run.complete") == 1
-    # Planner, two members and B's synthesis: A's synthesis was never counted.
+    # Planner, two members and the one synthesis, counted once (by B).
+    assert len(llm.requests[f"synth-{run_id}"]) == 1
     assert RunStore(conn, RunKeys(run_id)).usage().prompt_tokens == 4 * 11
     assert conn.ttl(keys.state) > 0  # B ended it, so B set its expiry
 

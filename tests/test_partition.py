@@ -114,8 +114,8 @@ def two_hosts() -> Iterator[TwoHosts]:
 def team_toml(path: Path, models: dict[str, str]) -> Path:
     path.write_text("\n".join([
         'team_id = "partition"', f'model = "{models["member"]}"',
-        f'planner = {{ model = "{models["planner"]}" }}',
-        f'synthesizer = {{ model = "{models["synth"]}" }}',
+        f'planner = {{ model = "{models["planner"]}", queue = "remote" }}',
+        f'synthesizer = {{ model = "{models["synth"]}", queue = "remote" }}',
         "[[members]]", 'id = "m1"', 'queue = "remote"',
         "[options]", f"heartbeat_ttl_s = {HEARTBEAT_TTL_S}"]) + "\n")
     return path

@@ -35,11 +35,11 @@ def test_fallback_uses_the_objective_when_a_description_is_blank() -> None:
 
 
 def test_planner_model_error_fails_the_run_with_the_provider_error_and_writes_no_plan(
-        llm: ScriptedLLM, conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, wconn: redis.Redis, workers: str, run_id: str, tmp_path: Path) -> None:
     planner = llm.script(f"plan-{run_id}", [HttpError(400, "context window exceeded, sorry")])
     team = team_file(tmp_path / "t.toml", {"planner": planner, "synth": planner,
                                            "member": planner})
-    result = run_cli(llm, redis_url, run_id, team)
+    result = run_cli(llm, workers, run_id, team)
 
     assert result.exit_code == 1
     assert result.stdout == ""
@@ -47,18 +47,18 @@ def test_planner_model_error_fails_the_run_with_the_provider_error_and_writes_no
     assert last_line.startswith("teamctl: planner failed: model openai/plan-")
     assert "context window exceeded, sorry" in last_line
     assert "Traceback" not in result.stderr
-    state = RunStore(conn, RunKeys(run_id)).state()
+    state = RunStore(wconn, RunKeys(run_id)).state()
     assert (state.status, state.plan) == ("failed", None)
     assert "context window exceeded, sorry" in state.error
-    assert TaskBoard(conn, RunKeys(run_id)).task_ids() == []
+    assert TaskBoard(wconn, RunKeys(run_id)).task_ids() == []
 
 
 def test_unparseable_plan_without_fallback_runs_no_task_and_still_synthesizes(
-        llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     planner = llm.script(f"plan-{run_id}", ["no plan here"])
     synth = llm.script(f"synth-{run_id}", ["nothing to merge"])
     team = team_file(tmp_path / "t.toml", {"planner": planner, "synth": synth, "member": synth})
-    result = run_cli(llm, redis_url, run_id, team, "--no-broadcast-on-planner-failure")
+    result = run_cli(llm, workers, run_id, team, "--no-broadcast-on-planner-failure")
 
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)

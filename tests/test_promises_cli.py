@@ -258,12 +258,12 @@ def test_embedded_redis_keeps_a_run_across_stop_and_start(
         aof = [p.name for p in server.root.iterdir() if p.name.startswith("appendonly")]
         assert aof, f"no appendonly file before any write: {sorted(os.listdir(server.root))}"
 
-        # An unusable plan, not broadcast: the run needs no worker, and still writes its spec,
-        # state, plan, messages and output.
+        # An unusable plan, not broadcast: no member runs, and the run still writes its spec,
+        # state, plan, messages and output (one run-scoped worker makes the model calls).
         models = script_run(llm, run_id, "no plan here", synth="kept answer")
         ran = runner.invoke(main, ["run", "Keep me", "--team",
                                    str(team_file(tmp_path / "t.toml", models)),
-                                   "--api-base", llm.api_base, "--workers", "0",
+                                   "--api-base", llm.api_base, "--workers", "1",
                                    "--run-id", run_id, "--no-broadcast-on-planner-failure"])
         assert ran.exit_code == 0, ran.output
         assert f"run {run_id} on unix://:***@" in ran.stderr

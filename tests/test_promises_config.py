@@ -58,7 +58,7 @@ def test_model_and_api_base_from_the_environment_alone(
 
 @pytest.mark.parametrize("key_var", sorted(DEFAULT_MODEL_FOR_KEY))
 def test_a_provider_key_picks_that_providers_small_default(
-        llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path,
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, key_var: str) -> None:
     """Members with no model get the key's provider default; planner and synthesizer are
     scripted (the plan is unusable and not broadcast, so no member calls a real provider)."""
@@ -69,36 +69,36 @@ def test_a_provider_key_picks_that_providers_small_default(
     team.write_text(f'planner = {{ model = "{planner}" }}\n'
                     f'synthesizer = {{ model = "{synth}" }}\n')
 
-    result = run_cli(llm, redis_url, run_id, team, "--no-broadcast-on-planner-failure")
+    result = run_cli(llm, workers, run_id, team, "--no-broadcast-on-planner-failure")
 
     assert result.exit_code == 0, result.output
     assert "offline model" not in result.stderr
-    models = stored_spec(redis_url, run_id).models
+    models = stored_spec(workers, run_id).models
     assert (models.planner, models.synthesizer, models.member_default) == (
         planner, synth, DEFAULT_MODEL_FOR_KEY[key_var])
 
 
 def test_teamctl_model_wins_over_a_provider_key(
-        llm: ScriptedLLM, redis_url: str, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     # Planner first, then synthesizer: both are this one model.
     model = llm.script(f"env-{run_id}", ["no plan here", "nothing to merge"])
     monkeypatch.setenv("TEAMCTL_MODEL", model)
 
     result = CliRunner().invoke(main, [
-        "run", "x", "--api-base", llm.api_base, "--redis-url", redis_url, "--workers", "0",
+        "run", "x", "--api-base", llm.api_base, "--redis-url", workers, "--workers", "0",
         "--run-id", run_id, "--no-broadcast-on-planner-failure"])
 
     assert result.exit_code == 0, result.output
-    models = stored_spec(redis_url, run_id).models
+    models = stored_spec(workers, run_id).models
     assert (models.planner, models.synthesizer, models.member_default) == (model, model, model)
 
 
-def test_redis_url_from_the_environment_is_used(
-        llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path,
+def test_workers_from_the_environment_is_used(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """No --redis-url: $REDIS_URL is used, and no embedded server is started."""
-    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.setenv("REDIS_URL", workers)
     planner = llm.script(f"plan-{run_id}", ["no plan here"])
     synth = llm.script(f"synth-{run_id}", ["nothing to merge"])
     team = tmp_path / "team.toml"
@@ -110,8 +110,8 @@ def test_redis_url_from_the_environment_is_used(
                                   "--no-broadcast-on-planner-failure"])
 
     assert result.exit_code == 0, result.output
-    assert f"run {run_id} on {redis_url}" in result.stderr
-    assert RunStore(redis.Redis.from_url(redis_url, decode_responses=True),
+    assert f"run {run_id} on {workers}" in result.stderr
+    assert RunStore(redis.Redis.from_url(workers, decode_responses=True),
                     RunKeys(run_id)).state().status == "completed"
     status = runner.invoke(main, ["status", run_id])
     assert status.stdout.startswith(f"{run_id}: completed")
@@ -164,7 +164,7 @@ def test_run_help_lists_every_option_as_a_flag() -> None:
 
 @pytest.mark.parametrize("name", list(RunOptions.model_fields))
 def test_each_option_given_as_a_flag_lands_in_the_stored_spec(
-        llm: ScriptedLLM, redis_url: str, run_id: str, name: str) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, name: str) -> None:
     """The planner refuses, so the run fails at once, after its spec was stored."""
     assert name in NON_DEFAULT_FLAG_VALUES, f"add a non-default flag value for option {name}"
     args, value = NON_DEFAULT_FLAG_VALUES[name]
@@ -173,10 +173,10 @@ def test_each_option_given_as_a_flag_lands_in_the_stored_spec(
     result = CliRunner().invoke(main, [
         "run", "x", "--model", llm.script(f"refuses-{run_id}", [HttpError(400, "no")]),
         "--api-base", llm.api_base,
-        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, *args])
+        "--redis-url", workers, "--workers", "0", "--run-id", run_id, *args])
 
     assert result.exit_code == 1 and "planner failed" in result.stderr, result.output
-    options = stored_spec(redis_url, run_id).options
+    options = stored_spec(workers, run_id).options
     assert getattr(options, name) == value
     others = {k: v for k, v in options.model_dump().items() if k != name}
     assert others == {k: v for k, v in RunOptions().model_dump().items() if k != name}

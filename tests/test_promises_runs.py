@@ -158,12 +158,12 @@ def test_model_retry_backoff_doubles_up_to_its_cap_then_gives_up(
 
 
 def test_model_max_retries_bounds_the_runs_retries_with_the_default_backoff(
-        llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     planner = llm.script(f"plan-{run_id}", [HttpError(503), HttpError(429), HttpError(503)])
     team = team_file(tmp_path / "t.toml", {"planner": planner, "synth": planner,
                                            "member": planner})
 
-    result = run_cli(llm, redis_url, run_id, team, "--model-max-retries", "2")
+    result = run_cli(llm, workers, run_id, team, "--model-max-retries", "2")
 
     assert result.exit_code == 1
     assert "planner failed" in result.stderr.strip().splitlines()[-1]

@@ -80,8 +80,10 @@ def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp
     """`teamctl run --workers 0` (the coordinator, with its reclaiming round loop) in a thread."""
     team = tmp_path / "team.toml"
     team.write_text("\n".join([
-        f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(PLAN)])}" }}',
-        f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}" }}',
+        f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(PLAN)])}", '
+        f'queue = "{queue}" }}',
+        f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
+        f'queue = "{queue}" }}',
         "[[members]]", 'id = "m1"', f'queue = "{queue}"',
         f'model = "{llm.script(f"m1-{run_id}", handler=member)}"',
         "[options]", f"heartbeat_ttl_s = {TTL_S}"]) + "\n")

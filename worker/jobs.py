@@ -16,6 +16,7 @@ from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.attempt import Attempt, JobContext
 from teamctl.worker.claims import Claim, Claims
 from teamctl.worker.heartbeat import Heartbeat
+from teamctl.worker.model_call import execute_model_call
 
 log = logging.getLogger(__name__)
 PRELOAD_MARKER = "TEAMCTL_PRELOADED"
@@ -26,6 +27,17 @@ def run_task(run_id: str, task_id: str) -> str:
     _hint_if_not_preloaded()
     settings = load_settings()
     return execute_task(job_connection(settings), run_id, task_id, settings=settings)
+
+
+def run_model_call(run_id: str, call: str, attempt: int) -> str:
+    """Make one of the coordinator's model calls (planner, synthesizer) with this worker's
+    provider keys, and write its outcome back to the run."""
+    _hint_if_not_preloaded()
+    settings = load_settings()
+    conn = job_connection(settings)
+    set_outage(conn, RunHandle(conn, run_id).spec.options.redis_outage_s)
+    return execute_model_call(conn, run_id, call, attempt, provider_keys=settings.provider_keys,
+                              worker=worker_name())
 
 
 def job_connection(settings: Settings) -> redis.Redis:

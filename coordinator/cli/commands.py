@@ -17,8 +17,8 @@ from teamctl.coordinator.cli.worker_pool import (
     DEFAULT_IDLE_EXIT_S,
     DEFAULT_POOL_SIZE,
     WorkerPool,
-    listening_workers,
 )
+from teamctl.coordinator.worker_registry import listening_workers
 from teamctl.shared.connection import connect, redacted, set_outage
 from teamctl.shared.errors import ConfigError, UnreadableRecord
 from teamctl.shared.handle import RunHandle
@@ -111,20 +111,16 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
     from teamctl.coordinator.context import build_context
     from teamctl.coordinator.progress import Reporter
     from teamctl.coordinator.run import Coordinator
-    from teamctl.shared.agent.llm import ModelClient
 
     reporter = Reporter.for_stderr()
     outage_s = spec.options.redis_outage_s
     set_outage(conn, outage_s)
     ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec, hooks,
                         reporter)
-    client = ModelClient(provider_keys=settings.provider_keys,
-                         timeout_s=spec.options.model_timeout_s,
-                         max_retries=spec.options.model_max_retries)
-    queues = sorted({m.queue for m in spec.members})
+    queues = spec.queues
     run_scoped = workers.run_scoped_count(redis_url, queues, settings)
     with LocalWorkers(redis_url, queues, run_scoped, settings.state_dir / "logs"):
-        result = Coordinator(ctx, client, approval_mode(approve_plan)).run()
+        result = Coordinator(ctx, approval_mode(approve_plan)).run()
     _print_result(result, as_json)
     click.echo(f"teamctl: run {spec.run_id} {result.status} in {result.rounds} rounds, "
                f"{len(result.member_results)} tasks ran", err=True)

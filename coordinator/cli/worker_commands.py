@@ -22,7 +22,7 @@ def list_workers_command(redis_url: str, as_json: bool, settings: Settings) -> N
     """Every registered worker (host, pid, state, current job, queues, whether it is ours in
     the local pool); text output groups them by queue."""
     from rq import Worker
-    from teamctl.coordinator.cli.worker_pool import dead_here
+    from teamctl.coordinator.worker_registry import dead_here
 
     pool_pids = {w.pid for w in local_pool(settings).live()}
     registered = Worker.all(connection=connect(redis_url, decode=False))

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,8 +17,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import redis
 from teamctl.coordinator.cli.local_workers import STOP_TIMEOUT_S, worker_env
+from teamctl.coordinator.worker_registry import process_alive
 from teamctl.shared.embedded_redis import private_dir, write_private
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 
@@ -41,7 +40,7 @@ class PoolWorker:
         """Whether this very process still runs (not a zombie, not a reused pid)."""
         stat = _proc_stat(self.pid)
         if stat is None:
-            return _signal_zero(self.pid) and self.start_ticks is None
+            return process_alive(self.pid) and self.start_ticks is None
         state, ticks = stat
         return state != "Z" and (self.start_ticks is None or ticks == self.start_ticks)
 
@@ -130,22 +129,6 @@ class WorkerPool:
         write_private(self.record, json.dumps([asdict(w) for w in workers]) + "\n")
 
 
-def listening_workers(conn: redis.Redis, queues: list[str]) -> bool:
-    """Whether every one of `queues` has a live worker in RQ's registry (any host)."""
-    from rq import Queue, Worker
-
-    return all(any(not dead_here(w) for w in Worker.all(queue=Queue(name, connection=conn)))
-               for name in queues)
-
-
-def dead_here(worker: object) -> bool:
-    """A registered worker of this host whose process is gone: a SIGKILLed worker stays in RQ's
-    registry until its key expires (minutes), and must not count as listening."""
-    pid = getattr(worker, "pid", None)
-    return (getattr(worker, "hostname", None) == socket.gethostname() and pid is not None
-            and not _signal_zero(pid))
-
-
 def _proc_stat(pid: int) -> tuple[str, int] | None:
     """A process's state letter and start time in clock ticks from /proc; None off Linux or
     when it is gone."""
@@ -155,16 +138,6 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return None
     fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
     return fields[0], int(fields[19])
-
-
-def _signal_zero(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _signal(pid: int, signum: int) -> None:

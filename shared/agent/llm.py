@@ -14,10 +14,9 @@ import time
 from collections.abc import Collection
 from typing import Any
 
-from pydantic import BaseModel, Field
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
 from teamctl.shared.errors import ModelError
-from teamctl.shared.models import Usage
+from teamctl.shared.models import ModelReply, ToolCall, Usage
 
 log = logging.getLogger(__name__)
 
@@ -28,22 +27,6 @@ RETRYABLE_STATUS = {408, 409, 429}
 """Besides every 5xx (Anthropic's 529 "overloaded" included)."""
 RETRY_AFTER_MAX_S = 60.0
 """The longest a Retry-After header may make teamctl wait before retrying a model call."""
-
-
-class ToolCall(BaseModel):
-    """One tool call the model asked for; `arguments` is the raw JSON text."""
-
-    id: str
-    name: str
-    arguments: str = ""
-
-
-class ModelReply(BaseModel):
-    """A model turn: text and/or tool calls, with what it cost."""
-
-    content: str | None = None
-    tool_calls: list[ToolCall] = Field(default_factory=list)
-    usage: Usage = Field(default_factory=Usage)
 
 
 def load_litellm() -> Any:

@@ -1,0 +1,35 @@
+"""Who listens on which queue, from RQ's registry (any host), seen from this host."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import redis
+
+
+def listening_workers(conn: redis.Redis, queues: list[str]) -> bool:
+    """Whether every one of `queues` has a live worker in RQ's registry (any host)."""
+    from rq import Queue, Worker
+
+    return all(any(not dead_here(w) for w in Worker.all(queue=Queue(name, connection=conn)))
+               for name in queues)
+
+
+def dead_here(worker: object) -> bool:
+    """A registered worker of this host whose process is gone: a SIGKILLed worker stays in RQ's
+    registry until its key expires (minutes), and must not count as listening."""
+    pid = getattr(worker, "pid", None)
+    return (getattr(worker, "hostname", None) == socket.gethostname() and pid is not None
+            and not process_alive(pid))
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (signal 0; one we may not signal counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

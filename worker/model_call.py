@@ -1,0 +1,72 @@
+"""A coordinator's model call (planner, synthesizer) made on a worker, where the provider keys
+live; the outcome goes back to Redis, fenced by the attempt the coordinator gave the job."""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import redis
+from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.errors import ModelError
+from teamctl.shared.handle import RunHandle
+from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
+from teamctl.shared.team import RunOptions
+
+log = logging.getLogger(__name__)
+
+
+def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, *,
+                       provider_keys: frozenset[str] | tuple[str, ...], worker: str) -> str:
+    """Begin the attempt, call the model while beating, write the outcome; the job's summary."""
+    run = RunHandle(conn, run_id)
+    options = run.spec.options
+    calls = ModelCalls(conn, run.keys)
+    request = calls.begin(call, attempt, worker, options.heartbeat_ttl_s)
+    if request is None:
+        return f"skipped: {call} attempt {attempt} is no longer current"
+    with _Beat(calls, call, attempt, options.heartbeat_ttl_s):
+        outcome = _ask(request, options, provider_keys, worker)
+    if not calls.finish(call, attempt, outcome):
+        return f"{call} attempt {attempt}: outcome refused (the coordinator moved on)"
+    return f"{call} attempt {attempt}: {'failed' if outcome.error else 'answered'}"
+
+
+def _ask(request: ModelCallRequest, options: RunOptions,
+         provider_keys: frozenset[str] | tuple[str, ...], worker: str) -> ModelCallOutcome:
+    client = ModelClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
+                         max_retries=options.model_max_retries)
+    try:
+        reply = client.complete(request.model, request.messages, api_base=request.api_base)
+    except ModelError as exc:
+        return ModelCallOutcome(error=str(exc), worker=worker)
+    except Exception as exc:  # a bug here must reach the run's error, not only a worker log
+        log.exception("model call failed")
+        return ModelCallOutcome(error=f"{type(exc).__name__}: {exc}", worker=worker)
+    return ModelCallOutcome(reply=reply, worker=worker)
+
+
+class _Beat:
+    """Refreshes the attempt's beat key each ttl/3 on a daemon thread, so a SIGKILLed worker's
+    call is noticed by the coordinator within one TTL."""
+
+    def __init__(self, calls: ModelCalls, call: str, attempt: int, ttl_s: float) -> None:
+        self.calls, self.call, self.attempt, self.ttl_s = calls, call, attempt, ttl_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="teamctl-call-beat", daemon=True)
+
+    def __enter__(self) -> _Beat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.ttl_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                if not self.calls.beat(self.call, self.attempt, self.ttl_s):
+                    return  # superseded: the coordinator gave up on this attempt
+            except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
+                log.warning("beat of the %s call failed: %s", self.call, exc)
