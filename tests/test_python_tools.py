@@ -11,16 +11,21 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.python_tools import load_tool, result_text
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.team import load_team_file
+from teamctl.shared.teammates import MateStatus
+from teamctl.shared.teams import TeamStore
 from teamctl.worker.jobs import execute_task
 
 from teamctl.tools import ToolContext
+from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.team_support import spawn
 from tests.test_coordinator import run_cli, script_run
 from tests.test_worker_support import make_run, tool_names, tool_results
 
@@ -200,3 +205,51 @@ def test_team_file_accepts_python_tools(tmp_path: Path) -> None:
     assert load_team_file(team).members[0].tools == TOOLS
     load_team_file(team).check_python_tools()
     assert ToolContext.__module__ == "teamctl.shared.agent.python_tools"
+
+
+def test_a_teammate_spawned_with_python_tools_calls_them(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+    """`team spawn --tool module:function`: offered after the team and workspace tools, called
+    in its turn with a context whose heartbeat refreshes the turn lease; a bad argument is a
+    TOOL_ERROR result in its memory."""
+    model = llm.script(f"py-{team}", [
+        ToolCalls([("search_docs", {"query": "lease"}), ("search_docs", {"query": []}),
+                   ("where_am_i", {"note": "mate"})]),
+        "searched"])
+    store = TeamStore(wconn, team)
+    assert spawn(workers, team, "py", model, llm.api_base, "--tool", f"{FIXTURE}:search_docs",
+                 "--tool", "read_file", "--tool", f"{FIXTURE}:where_am_i").exit_code == 0
+    assert store.get("py").tools == ["read_file", f"{FIXTURE}:search_docs",
+                                     f"{FIXTURE}:where_am_i"]
+    wait_until(lambda: store.get("py").status is MateStatus.IDLE, message="py idle")
+
+    assert tool_names(llm.requests[f"py-{team}"][0])[-3:] == ["read_file", "search_docs",
+                                                                "where_am_i"]
+    found, bad, context = [m["content"] for m in store.memory("py") if m.get("role") == "tool"]
+    assert json.loads(found)["hits"] == ["exact:lease:0", "exact:lease:1", "exact:lease:2"]
+    assert error_of(bad)["error"] == "query: Input should be a valid string"
+    assert json.loads(context) == {
+        "note": "mate", "run": None, "task": None, "member": "py", "team": team, "beat": True,
+        "workspace": str(tmp_path / "state" / "teams" / team / "workspace")}
+    assert store.get("py").idle_reason == "done"
+
+
+def test_a_teammate_whose_python_tool_takes_a_tool_name_idles_with_the_error(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    store = TeamStore(wconn, team)
+    assert spawn(workers, team, "clash", OFFLINE_MODEL, None, "--tool",
+                 f"{FIXTURE}:list_teammates").exit_code == 0
+    wait_until(lambda: store.get("clash").status is MateStatus.IDLE, message="clash idle")
+    mate = store.get("clash")
+    assert mate.idle_reason.startswith(f"error: tool '{FIXTURE}:list_teammates' is named "
+                                       "'list_teammates', but another tool")
+    assert "rename the function" in mate.last_error
+
+
+def test_spawn_with_an_unimportable_python_tool_exits_2(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    result = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--tool", "nope.mod:search")
+    assert_config_error(result, "tool 'nope.mod:search': cannot import nope.mod")
+    bad = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--tool", "nope.mod:a.b")
+    assert_config_error(bad, "write a Python tool as 'package.module:function'")
+    assert conn.keys("teamctl:team:*") == []

@@ -120,7 +120,10 @@ class PythonTool:
 
 def load_tool(entry: str) -> PythonTool:
     """Import `module:function` and build its arguments model; ConfigError says what is wrong."""
-    module_name, _, attr = check_entry(entry).partition(":")
+    try:
+        module_name, _, attr = check_entry(entry).partition(":")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # not installed, or its import raised

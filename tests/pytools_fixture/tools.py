@@ -63,3 +63,8 @@ def renamed(query: str) -> str:
 
 
 renamed.__name__ = "read_file"
+
+
+def list_teammates() -> str:
+    """Named like a teammate's own tool: refused when its turn builds the toolbox."""
+    return "mine"
