@@ -253,3 +253,25 @@ def test_spawn_with_an_unimportable_python_tool_exits_2(
     bad = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--tool", "nope.mod:a.b")
     assert_config_error(bad, "write a Python tool as 'package.module:function'")
     assert conn.keys("teamctl:team:*") == []
+
+
+def test_docstring_args_describe_parameters_and_nested_models_are_validated() -> None:
+    """A Google-style `Args:` section describes the parameters (the description stops before
+    it); a pydantic model parameter is in the schema's $defs and validated field by field."""
+    tool = load_tool(f"{FIXTURE}:file_ticket")
+    toolbox = Toolbox()
+    toolbox.add(tool.name, tool.description, tool.args, lambda args: tool.call(args, None))
+    schema = toolbox.schemas()[0]["function"]
+    assert schema["description"] == ("File a ticket.\n\nNothing is sent anywhere: the tests "
+                                     "read the answer.")
+    params = schema["parameters"]
+    assert params["properties"] == {
+        "ticket": {"$ref": "#/$defs/Ticket", "description": "The ticket to file, with its "
+                                                           "labels."},
+        "notify": {"type": "boolean", "description": "Whether to tell the team."}}
+    assert params["$defs"]["Ticket"]["required"] == ["ticket_id", "title", "labels"]
+    ticket = {"ticket_id": 3, "title": "t", "labels": ["a"]}
+    assert toolbox.call("file_ticket", json.dumps({"ticket": ticket, "notify": True})) == (
+        "filed 3 (1 labels), notify=True")
+    assert error_of(toolbox.call("file_ticket", '{"ticket": {"ticket_id": 3}}'))["error"] == (
+        "ticket.title is required; ticket.labels is required")

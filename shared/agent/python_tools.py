@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ConfigDict, Field, PydanticSchemaGenerationError, create_model
+from pydantic.fields import FieldInfo
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from teamctl.shared.agent.tools import ToolArgs, Toolbox
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
@@ -106,7 +107,9 @@ class PythonTool:
 
     @property
     def description(self) -> str:
-        return inspect.getdoc(self.fn) or f"Calls {self.entry}."
+        """The docstring up to its `Args:` section (those lines describe the parameters)."""
+        summary, _ = split_docstring(inspect.getdoc(self.fn) or "")
+        return summary or f"Calls {self.entry}."
 
     def call(self, args: PythonToolArgs, context: ToolContext) -> Any:
         """Call the function with validated arguments (and the context); await a coroutine."""
@@ -140,10 +143,41 @@ def load_tool(entry: str) -> PythonTool:
                           "use type-hinted keyword parameters") from exc
 
 
+ARGS_HEADINGS = ("Args:", "Arguments:", "Parameters:")
+_ARG_LINE = re.compile(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
+
+
+def split_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """A Google-style docstring as its text before `Args:` and each parameter's description
+    (`name: text` or `name (type): text`, continued on more-indented lines)."""
+    lines = doc.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() in ARGS_HEADINGS), None)
+    if start is None:
+        return doc.strip(), {}
+    described: dict[str, str] = {}
+    current, indent = None, None
+    for line in lines[start + 1:]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth < indent:
+            break  # the section ended (e.g. `Returns:`)
+        found = _ARG_LINE.fullmatch(line.strip()) if depth == indent else None
+        if found:
+            current = found.group(1)
+            described[current] = found.group(2).strip()
+        elif current:
+            described[current] = f"{described[current]} {line.strip()}".strip()
+    return "\n".join(lines[:start]).strip(), described
+
+
 def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
     """The arguments model of `fn`, one field per parameter (aliased to the parameter's name,
     so names like `json` or `_x` do not clash with BaseModel's)."""
     hints = typing.get_type_hints(fn, include_extras=True)
+    _, described = split_docstring(inspect.getdoc(fn) or "")
     fields: dict[str, Any] = {}
     params: dict[str, str] = {}
     positional: list[str] = []
@@ -159,7 +193,11 @@ def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
             continue
         default = ... if param.default is param.empty else param.default
         field = f"arg_{index}"
-        fields[field] = (hint, Field(default, alias=param.name))
+        # A description in the annotation (Annotated[str, Field(description=...)]) wins; an
+        # explicit None here would erase it.
+        extra = {"description": described[param.name]} \
+            if param.name in described and not _has_description(hint) else {}
+        fields[field] = (hint, Field(default, alias=param.name, **extra))
         params[field] = param.name
         if param.kind is param.POSITIONAL_ONLY:
             positional.append(param.name)
@@ -167,6 +205,12 @@ def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
                         __doc__=f"The arguments of {entry}.", **fields)
     args.model_json_schema()  # an argument type pydantic cannot describe fails here, not later
     return PythonTool(entry, fn, args, params, tuple(positional), context_param)
+
+
+def _has_description(hint: Any) -> bool:
+    """Whether an Annotated hint carries a Field with a description."""
+    return typing.get_origin(hint) is typing.Annotated and any(
+        isinstance(meta, FieldInfo) and meta.description for meta in hint.__metadata__)
 
 
 def _is_context(hint: Any) -> bool:

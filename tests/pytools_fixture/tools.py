@@ -68,3 +68,19 @@ renamed.__name__ = "read_file"
 def list_teammates() -> str:
     """Named like a teammate's own tool: refused when its turn builds the toolbox."""
     return "mine"
+
+
+def file_ticket(ticket: Ticket, notify: bool = False) -> str:
+    """File a ticket.
+
+    Nothing is sent anywhere: the tests read the answer.
+
+    Args:
+        ticket: The ticket to file,
+            with its labels.
+        notify (bool): Whether to tell the team.
+
+    Returns:
+        A confirmation.
+    """
+    return f"filed {ticket.ticket_id} ({len(ticket.labels)} labels), notify={notify}"
