@@ -2,8 +2,9 @@
 
 A `module:function` entry is imported where it runs: once by the coordinator to check it
 (`check_team_tools`, before anything is written) and by the worker for each attempt. The tool's
-name is the function's `__name__`, its description the docstring, and its arguments a pydantic
-model built from the type-hinted signature, so the model's arguments are validated before the
+name is the function's `__name__`, its description the docstring (whose Google-style `Args:`
+section describes the parameters), and its arguments a pydantic model built from the type-hinted
+signature with `create_model`, so the model's arguments are validated before the
 call; a bad argument or an exception inside the function goes back to the model as a TOOL_ERROR
 result (Toolbox.call). A parameter annotated `ToolContext` is filled in by the runtime and left
 out of the schema. `async def` functions are awaited. Results are JSON text, capped.
@@ -201,7 +202,7 @@ def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
         params[field] = param.name
         if param.kind is param.POSITIONAL_ONLY:
             positional.append(param.name)
-    args = create_model(f"{fn.__name__}_args", __base__=PythonToolArgs,
+    args = create_model(f"{getattr(fn, '__name__', 'tool')}_args", __base__=PythonToolArgs,
                         __doc__=f"The arguments of {entry}.", **fields)
     args.model_json_schema()  # an argument type pydantic cannot describe fails here, not later
     return PythonTool(entry, fn, args, params, tuple(positional), context_param)
