@@ -12,6 +12,12 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.agent.python_tools import (
+    check_entry,
+    check_team_tools,
+    clash,
+    is_python_tool,
+)
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
@@ -82,6 +88,8 @@ class RunOptions(BaseModel):
     redis_outage_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
     """How long every process keeps retrying through a Redis restart or failover."""
     retention_s: int = Field(DEFAULT_RETENTION_S, ge=1, le=MAX_RETENTION_S)
+    tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
+    """Longest result a Python tool gives the model; longer ones are cut and say so."""
 
     def batch_size(self) -> int:
         """How many tasks one round may dispatch."""
@@ -130,11 +138,21 @@ class Member(BaseModel):
     @field_validator("tools")
     @classmethod
     def _known_tools(cls, tools: list[str]) -> list[str]:
+        """Workspace tool names, or `module:function` Python tools whose function name is free
+        (the coordinator's check imports them: their __name__ may still differ)."""
+        functions: set[str] = set()
         for tool in tools:
-            if tool.startswith("team_"):
+            if is_python_tool(tool):
+                function = check_entry(tool).partition(":")[2]
+                reason = clash(function, functions)
+                if reason:
+                    raise ValueError(f"tool {tool!r}: {reason}; rename the function")
+                functions.add(function)
+            elif tool.startswith("team_"):
                 raise ValueError(f"tool {tool!r}: names starting with 'team_' are reserved")
-            if tool not in WORKSPACE_TOOLS:
-                raise ValueError(f"unknown tool {tool!r}; available: {', '.join(WORKSPACE_TOOLS)}")
+            elif tool not in WORKSPACE_TOOLS:
+                raise ValueError(f"unknown tool {tool!r}; available: {', '.join(WORKSPACE_TOOLS)}"
+                                 ", or a Python function as 'package.module:function'")
         return tools
 
     @property
@@ -194,6 +212,11 @@ class TeamFile(BaseModel):
             if not module.strip() or not attr.strip():
                 raise ValueError(f"hook {hook!r}: write it as 'package.module:ClassName'")
         return hooks
+
+    def check_python_tools(self) -> None:
+        """Import every member's Python tools here, before a run starts: ConfigError (exit 2)
+        for one that will not load or whose name clashes (python_tools.check_team_tools)."""
+        check_team_tools(self)
 
     @field_validator("members")
     @classmethod

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from teamctl.shared.agent.python_tools import check_entry, is_python_tool
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
@@ -64,6 +65,8 @@ class TeamOptions(BaseModel):
     """How long a teammate has to answer a shutdown request before it expires."""
     plan_deadline_s: float = Field(3600.0, gt=0, le=7 * 86400)
     """How long the lead has to review a plan before the request expires (then resubmit)."""
+    tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
+    """Longest result a teammate's Python tool gives its model; longer ones are cut."""
     lead_tools: list[str] = Field(default_factory=list)
     """Workspace tools the lead agent (`teamctl lead`) gets in the team's workspace; `bash` only
     if listed."""
@@ -101,7 +104,8 @@ class Teammate(BaseModel):
     api_base: HashText = None
     queue: str = DEFAULT_QUEUE
     tools: HashCsv = Field(default_factory=list)
-    """The workspace tools given at spawn (comma-separated in the hash); `bash` only if listed."""
+    """The workspace tools given at spawn (comma-separated in the hash), `bash` only if listed;
+    then its Python tools (`module:function`)."""
     workspace: HashText = None
     """The team's workspace directory, chosen by the spawner (team_workspace); None: the
     worker's own state dir decides."""
@@ -209,14 +213,22 @@ def check_mate_name(name: str) -> str:
 
 
 def check_tools(tools: Iterable[str]) -> list[str]:
-    """Workspace tool names, deduplicated in WORKSPACE_TOOLS order, or ConfigError listing the
-    valid ones."""
+    """Workspace tool names, deduplicated in WORKSPACE_TOOLS order, then `module:function`
+    Python tools in the order given; ConfigError listing the valid ones otherwise. (A Python
+    tool is imported by the turn that uses it; `team spawn` imports it first to check it.)"""
     chosen = list(tools)
     for tool in chosen:
-        if tool not in WORKSPACE_TOOLS:
+        if is_python_tool(tool):
+            try:
+                check_entry(tool)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        elif tool not in WORKSPACE_TOOLS:
             raise ConfigError(f"unknown tool {quoted(tool)}; use --tool with one of: "
-                              f"{', '.join(WORKSPACE_TOOLS)}")
-    return [tool for tool in WORKSPACE_TOOLS if tool in chosen]
+                              f"{', '.join(WORKSPACE_TOOLS)}, or a Python function as "
+                              "'package.module:function'")
+    python = [tool for tool in dict.fromkeys(chosen) if is_python_tool(tool)]
+    return [tool for tool in WORKSPACE_TOOLS if tool in chosen] + python
 
 
 def team_workspace(state_dir: Path, team: str) -> Path:

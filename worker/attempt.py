@@ -11,6 +11,7 @@ import redis
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import AgentLoop, AttemptAbandoned, HandedOff
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -90,7 +91,8 @@ class Attempt:
                          check_claim=self._check_claim, on_usage=self._on_usage)
 
     def _toolbox(self, member: Member) -> Toolbox:
-        """Workspace tools first, then the team tools (AI4J's order), as the run allows."""
+        """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
+        the member's Python tools (one that will not import here fails the attempt)."""
         job = self.job
         toolbox = Toolbox()
         add_workspace_tools(toolbox, Workspace(Path(job.spec.workspace_dir)), member.tools)
@@ -100,7 +102,16 @@ class Attempt:
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox))
+        add_python_tools(toolbox, member.tools, self._tool_context(member),
+                         job.spec.options.tool_result_max_chars)
         return toolbox
+
+    def _tool_context(self, member: Member) -> ToolContext:
+        """What this attempt's Python tools may know; their heartbeat refreshes its claim."""
+        job, claim = self.job, self.claim
+        return ToolContext(member_id=member.id, workspace=Path(job.spec.workspace_dir),
+                           heartbeat=lambda: job.beat.refresh(claim), run_id=job.spec.run_id,
+                           task_id=claim.task_id, team_id=job.spec.team_id)
 
     def _check_claim(self) -> None:
         """Stop the session if a tool ended its claim: handed off, released, or found lost."""

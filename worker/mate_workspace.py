@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from teamctl.shared.agent.python_tools import ToolContext, add_python_tools, is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -45,7 +46,7 @@ def workspace_root(mate: Teammate, team: str, state_dir: Path) -> Path:
 def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
                        state_dir: Path) -> None:
     """Add the teammate's workspace tools, then gate what plan mode forbids."""
-    if mate.tools:
+    if any(not is_python_tool(tool) for tool in mate.tools):
         root = workspace_root(mate, store.team, state_dir)
         try:
             root.mkdir(parents=True, exist_ok=True)
@@ -54,6 +55,17 @@ def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
         add_workspace_tools(toolbox, Workspace(root), mate.tools)
     if mate.plan_state is not None:  # plan mode is set at spawn only: without it, no gate
         gate_plan(toolbox, lambda: store.plan_state(mate.name))
+
+
+def add_mate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
+                          state_dir: Path, heartbeat: Callable[[], bool]) -> None:
+    """Add the teammate's Python tools after the others (not plan-gated: what they change is
+    theirs to say); ConfigError when one will not import on this worker or its name is taken.
+    Their heartbeat refreshes the turn lease."""
+    context = ToolContext(member_id=mate.name, workspace=workspace_root(mate, store.team,
+                                                                        state_dir),
+                          heartbeat=heartbeat, team_id=store.team)
+    add_python_tools(toolbox, mate.tools, context, store.options.tool_result_max_chars)
 
 
 def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None]) -> None:

@@ -26,13 +26,15 @@ from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teammates import IdleReason, Teammate
 from teamctl.shared.teams import TeamStore
 from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.mate_tools import MateTools
-from teamctl.worker.mate_workspace import add_mate_workspace
+from teamctl.worker.mate_workspace import add_mate_python_tools, add_mate_workspace
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +88,14 @@ class TurnLease:
         self._stop.set()
         self._thread.join(timeout=self.ttl_s)
 
+    def heartbeat(self) -> bool:
+        """Refresh the lease now (a Python tool's long work); False once it was lost."""
+        if self.revoked.is_set():
+            return False
+        if not self.store.refresh_turn(self.name, self.token):
+            self.revoked.set()
+        return not self.revoked.is_set()
+
     def check(self) -> None:
         """Raise TurnRevoked once the lease was lost."""
         if self.revoked.is_set():
@@ -121,6 +131,12 @@ class Turn:
         tools = MateTools(self.store, self.mate.name, self.token)
         toolbox = tools.toolbox()
         add_mate_workspace(toolbox, self.store, self.mate, self.state_dir)
+        try:
+            add_mate_python_tools(toolbox, self.store, self.mate, self.state_dir,
+                                  self.lease.heartbeat)
+        except ConfigError as exc:  # not importable on this worker: the teammate idles saying so
+            error = shorten(str(exc), 500)
+            return self._end(f"error: {shorten(error, 120)}", "", error=error)
         self.tool_names = toolbox.names
         while True:
             try:
@@ -229,7 +245,8 @@ class Turn:
         return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
                       team=self.store.team, role=self.mate.role or "teammate",
                       plan_mode=_plan_mode_note(plan_state),
-                      tools=", ".join(self.tool_names), workspace=bool(self.mate.tools))
+                      tools=", ".join(self.tool_names),
+                      workspace=any(tool in WORKSPACE_TOOLS for tool in self.mate.tools))
 
 
 def _plan_mode_note(plan_state: str | None) -> str:

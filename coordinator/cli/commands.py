@@ -70,6 +70,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")
     team = load_team_file(team_path)
+    team.check_python_tools()  # the team's Python tools import here, or exit 2 before any write
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
     hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
     models, model_source = choose_models(team, model, api_base, settings)

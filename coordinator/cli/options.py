@@ -42,6 +42,7 @@ HELP = {
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
     "redis_outage_s": "Seconds every process rides through a Redis outage before giving up.",
     "retention_s": "Seconds an ended run's keys stay in Redis.",
+    "tool_result_max_chars": "Longest result a Python tool gives the model, in characters.",
 }
 
 

@@ -100,15 +100,18 @@ def create_command(team_file: Path | None, store: TeamStore, settings: Settings)
               help="It submits a plan for the lead's approval (`team review`) first.")
 @click.option("--tool", "tools", multiple=True, metavar="T",
               help="A workspace tool it may use (repeatable): read_file, write_file, edit_file, "
-                   "list_files, bash (bash only if listed).")
+                   "list_files, bash (bash only if listed); or a Python function as "
+                   "package.module:function.")
 @with_store
 def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
                   queue: str, plan_mode: bool, tools: tuple[str, ...], store: TeamStore,
                   settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
+    from teamctl.shared.agent.python_tools import load_member_tools
     from teamctl.shared.team import checked_api_base, pick_model
 
     chosen, _source = pick_model(model, None, settings)
+    load_member_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
                        api_base=checked_api_base(api_base, settings), queue=queue,
                        plan_mode=plan_mode, tools=tools,

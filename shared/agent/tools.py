@@ -175,8 +175,11 @@ def parameters_schema(args: type[ToolArgs]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=256)  # ~0.2 ms a model, per model call otherwise
 def _parameters_json(args: type[ToolArgs]) -> str:
     generated = args.model_json_schema(by_alias=True, schema_generator=_ToolSchema)
-    return json.dumps({"type": "object", "properties": generated.get("properties", {}),
-                       "required": generated.get("required", [])})
+    schema = {"type": "object", "properties": generated.get("properties", {}),
+              "required": generated.get("required", [])}
+    if "$defs" in generated:  # nested models (Python tools' arguments) refer to them
+        schema["$defs"] = generated["$defs"]
+    return json.dumps(schema)
 
 
 def precompute_schemas() -> None:

@@ -1,0 +1,298 @@
+"""The team's own Python functions as member tools (`tools = ["mypkg.tools:search_docs"]`).
+
+A `module:function` entry is imported where it runs: once by the coordinator to check it
+(`check_team_tools`, before anything is written) and by the worker for each attempt. The tool's
+name is the function's `__name__`, its description the docstring (whose Google-style `Args:`
+section describes the parameters), and its arguments a pydantic model built from the type-hinted
+signature with `create_model`, so the model's arguments are validated before the
+call; a bad argument or an exception inside the function goes back to the model as a TOOL_ERROR
+result (Toolbox.call). A parameter annotated `ToolContext` is filled in by the runtime and left
+out of the schema. `async def` functions are awaited. Results are JSON text, capped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ConfigDict, Field, PydanticSchemaGenerationError, create_model
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+from teamctl.shared.agent.tools import ToolArgs, Toolbox
+from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
+from teamctl.shared.errors import ConfigError, ToolFailed
+
+ENTRY_PATTERN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
+"""`dotted.module:function`: how a team file names a Python tool."""
+RESERVED_PREFIX = "team_"
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
+"""What providers accept as a function name."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a Python tool may learn about the call it serves; declare a parameter of this type
+    to get it (it is not part of the schema the model sees)."""
+
+    member_id: str
+    workspace: Path
+    """The directory the workspace tools work in (the run's, or the persistent team's)."""
+    heartbeat: Callable[[], bool]
+    """Refresh the task's claim (a teammate's turn lease) now, during long work; False once it
+    was taken away: stop and return."""
+    run_id: str | None = None
+    """The run (None for a persistent teammate)."""
+    task_id: str | None = None
+    """The task being executed (None for a persistent teammate)."""
+    team_id: str | None = None
+
+
+class PythonToolArgs(ToolArgs):
+    """A Python tool's arguments: validated as the signature says; an unknown argument is an
+    error the model hears about, since no parameter would receive it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def is_python_tool(entry: str) -> bool:
+    """Whether a tools entry names a Python function rather than a workspace tool."""
+    return ":" in entry
+
+
+def check_entry(entry: str) -> str:
+    """The entry unchanged if shaped `dotted.module:function`, else ValueError saying how."""
+    if not ENTRY_PATTERN.fullmatch(entry):
+        raise ValueError(f"tool {entry!r}: write a Python tool as 'package.module:function' "
+                         "(a dotted module path, a colon, a function name)")
+    return entry
+
+
+def clash(name: str, taken: Iterable[str]) -> str | None:
+    """Why a Python tool may not be called `name` (None when it may)."""
+    if not TOOL_NAME.fullmatch(name):
+        return "a tool name must be 1-64 letters, digits, '_' or '-'"
+    if name.startswith(RESERVED_PREFIX):
+        return f"names starting with {RESERVED_PREFIX!r} are the team tools'"
+    if name in WORKSPACE_TOOLS:
+        return "that is a workspace tool's name"
+    if name in taken:
+        return "another tool of this member has that name"
+    return None
+
+
+@dataclass(frozen=True)
+class PythonTool:
+    """One imported function with its arguments model."""
+
+    entry: str
+    fn: Callable[..., Any]
+    args: type[PythonToolArgs]
+    params: dict[str, str]
+    """Argument field -> parameter name, in signature order."""
+    positional: tuple[str, ...]
+    """Parameters that can only be passed by position."""
+    context_param: str | None
+
+    @property
+    def name(self) -> str:
+        return str(getattr(self.fn, "__name__", self.entry.partition(":")[2]))
+
+    @property
+    def description(self) -> str:
+        """The docstring up to its `Args:` section (those lines describe the parameters)."""
+        summary, _ = split_docstring(inspect.getdoc(self.fn) or "")
+        return summary or f"Calls {self.entry}."
+
+    def call(self, args: PythonToolArgs, context: ToolContext) -> Any:
+        """Call the function with validated arguments (and the context); await a coroutine."""
+        values = {param: getattr(args, field) for field, param in self.params.items()}
+        if self.context_param:
+            values[self.context_param] = context
+        positional = [values.pop(param) for param in self.positional]
+        result = self.fn(*positional, **values)
+        return _awaited(result) if inspect.isawaitable(result) else result
+
+
+def load_tool(entry: str) -> PythonTool:
+    """Import `module:function` and build its arguments model; ConfigError says what is wrong."""
+    try:
+        module_name, _, attr = check_entry(entry).partition(":")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # not installed, or its import raised
+        raise ConfigError(f"tool {entry!r}: cannot import {module_name} ({exc}); install it "
+                          "(or set PYTHONPATH) where the coordinator and workers run") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ConfigError(f"tool {entry!r}: {module_name} has no function {attr}; check the "
+                          "name after the colon")
+    try:
+        return _from_signature(entry, fn)
+    except (TypeError, ValueError, NameError, PydanticSchemaGenerationError) as exc:
+        raise ConfigError(f"tool {entry!r}: its signature cannot become a tool schema ({exc}); "
+                          "use type-hinted keyword parameters") from exc
+
+
+ARGS_HEADINGS = ("Args:", "Arguments:", "Parameters:")
+_ARG_LINE = re.compile(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
+
+
+def split_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """A Google-style docstring as its text before `Args:` and each parameter's description
+    (`name: text` or `name (type): text`, continued on more-indented lines)."""
+    lines = doc.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip() in ARGS_HEADINGS), None)
+    if start is None:
+        return doc.strip(), {}
+    described: dict[str, str] = {}
+    current, indent = None, None
+    for line in lines[start + 1:]:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth < indent:
+            break  # the section ended (e.g. `Returns:`)
+        found = _ARG_LINE.fullmatch(line.strip()) if depth == indent else None
+        if found:
+            current = found.group(1)
+            described[current] = found.group(2).strip()
+        elif current:
+            described[current] = f"{described[current]} {line.strip()}".strip()
+    return "\n".join(lines[:start]).strip(), described
+
+
+def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
+    """The arguments model of `fn`, one field per parameter (aliased to the parameter's name,
+    so names like `json` or `_x` do not clash with BaseModel's)."""
+    hints = typing.get_type_hints(fn, include_extras=True)
+    _, described = split_docstring(inspect.getdoc(fn) or "")
+    fields: dict[str, Any] = {}
+    params: dict[str, str] = {}
+    positional: list[str] = []
+    context_param = None
+    for index, param in enumerate(inspect.signature(fn).parameters.values()):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"*{param.name} and **{param.name} cannot be described to a model")
+        hint = hints.get(param.name, Any)
+        if _is_context(hint):
+            context_param = param.name
+            if param.kind is param.POSITIONAL_ONLY:
+                positional.append(param.name)
+            continue
+        default = ... if param.default is param.empty else param.default
+        field = f"arg_{index}"
+        # A description in the annotation (Annotated[str, Field(description=...)]) wins; an
+        # explicit None here would erase it.
+        extra = {"description": described[param.name]} \
+            if param.name in described and not _has_description(hint) else {}
+        fields[field] = (hint, Field(default, alias=param.name, **extra))
+        params[field] = param.name
+        if param.kind is param.POSITIONAL_ONLY:
+            positional.append(param.name)
+    args = create_model(f"{getattr(fn, '__name__', 'tool')}_args", __base__=PythonToolArgs,
+                        __doc__=f"The arguments of {entry}.", **fields)
+    args.model_json_schema()  # an argument type pydantic cannot describe fails here, not later
+    return PythonTool(entry, fn, args, params, tuple(positional), context_param)
+
+
+def _has_description(hint: Any) -> bool:
+    """Whether an Annotated hint carries a Field with a description."""
+    return typing.get_origin(hint) is typing.Annotated and any(
+        isinstance(meta, FieldInfo) and meta.description for meta in hint.__metadata__)
+
+
+def _is_context(hint: Any) -> bool:
+    """Whether a parameter asks for the ToolContext (also as `ToolContext | None`)."""
+    if hint is ToolContext:
+        return True
+    return ToolContext in typing.get_args(hint) and type(None) in typing.get_args(hint)
+
+
+def _awaited(awaitable: Any) -> Any:
+    """The awaitable's result: on a fresh event loop, or in a fresh thread when this thread
+    already runs one (asyncio.run refuses to nest)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_wrapped(awaitable))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, _wrapped(awaitable)).result()
+
+
+async def _wrapped(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def result_text(result: Any, max_chars: int) -> str:
+    """A tool result as the model reads it: strings as they are, anything else as JSON (pydantic
+    models as model_dump(mode="json")); over `max_chars`, cut and marked as truncated."""
+    if isinstance(result, str):
+        text = result
+    else:
+        try:
+            text = json.dumps(to_jsonable_python(result), ensure_ascii=False)
+        except PydanticSerializationError as exc:
+            raise ToolFailed(f"the tool returned {type(result).__name__}, which is not "
+                             f"JSON-serializable ({exc})") from exc
+    if len(text) <= max_chars:
+        return text
+    return (text[:max_chars] + f"\n[truncated: the result has {len(text)} characters; "
+            f"the first {max_chars} are shown]")
+
+
+def load_member_tools(entries: Iterable[str], taken: Iterable[str] = ()) -> list[PythonTool]:
+    """Import a member's Python tools; ConfigError for one that will not load or whose name
+    clashes with `taken` (tools already in the toolbox), a reserved name or another of them."""
+    names = set(taken)
+    tools = []
+    for entry in entries:
+        if not is_python_tool(entry):
+            continue
+        tool = load_tool(entry)
+        reason = clash(tool.name, names)
+        if reason:
+            raise ConfigError(f"tool {entry!r} is named {tool.name!r}, but {reason}; rename the "
+                              "function (its __name__ is the tool's name)")
+        names.add(tool.name)
+        tools.append(tool)
+    return tools
+
+
+def add_python_tools(toolbox: Toolbox, entries: Iterable[str], context: ToolContext,
+                     max_chars: int) -> None:
+    """Import the Python tools among `entries` and add them to the toolbox after what it has;
+    ConfigError (the attempt's error) when one will not load here or its name is taken."""
+    for tool in load_member_tools(entries, toolbox.names):
+        toolbox.add(tool.name, tool.description, tool.args, _bound(tool, context, max_chars))
+
+
+def _bound(tool: PythonTool, context: ToolContext,
+           max_chars: int) -> Callable[[Any], str]:
+    def call(args: PythonToolArgs) -> str:
+        return result_text(tool.call(args, context), max_chars)
+
+    return call
+
+
+def check_team_tools(team: Any) -> None:
+    """The coordinator's check before a run starts: every member's Python tools import here and
+    have names of their own; ConfigError (exit 2) otherwise. Takes a TeamFile (or anything with
+    `members`, each with `tools`)."""
+    for member in team.members:
+        try:
+            load_member_tools(member.tools)
+        except ConfigError as exc:
+            raise ConfigError(f"member {member.id}: {exc}") from exc

@@ -1,0 +1,86 @@
+"""Functions a team file names as member tools in the tests (no tests here)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from teamctl.tools import ToolContext
+
+
+class Ticket(BaseModel):
+    """A ticket as fetch_ticket returns it."""
+
+    ticket_id: int
+    title: str
+    labels: list[str]
+
+
+def search_docs(query: Annotated[str, Field(description="What to look for.")],
+                limit: Annotated[int, Field(ge=1, le=10)] = 3,
+                mode: Literal["exact", "fuzzy"] = "exact") -> dict[str, object]:
+    """Search the documentation for a query; returns up to `limit` hits."""
+    return {"query": query, "hits": [f"{mode}:{query}:{n}" for n in range(limit)]}
+
+
+def fetch_ticket(ticket_id: int) -> Ticket:
+    """Fetch one ticket by its number."""
+    return Ticket(ticket_id=ticket_id, title=f"Ticket {ticket_id}", labels=["bug", "ü"])
+
+
+def explode(reason: str) -> str:
+    """Always fails, saying why."""
+    raise RuntimeError(f"exploded: {reason}")
+
+
+async def slow_double(value: float) -> float:
+    """Double a number, asynchronously."""
+    await asyncio.sleep(0)
+    return value * 2
+
+
+def where_am_i(note: str, ctx: ToolContext) -> dict[str, object]:
+    """Report the call's context, refreshing the task's claim once."""
+    return {"note": note, "run": ctx.run_id, "task": ctx.task_id, "member": ctx.member_id,
+            "team": ctx.team_id, "workspace": str(ctx.workspace), "beat": ctx.heartbeat()}
+
+
+def long_text(chars: int) -> str:
+    """A text of `chars` characters."""
+    return "x" * chars
+
+
+def team_search(query: str) -> str:
+    """Named like a team tool: refused."""
+    return query
+
+
+def renamed(query: str) -> str:
+    """Its __name__ is changed to a workspace tool's below: the coordinator's check sees it."""
+    return query
+
+
+renamed.__name__ = "read_file"
+
+
+def list_teammates() -> str:
+    """Named like a teammate's own tool: refused when its turn builds the toolbox."""
+    return "mine"
+
+
+def file_ticket(ticket: Ticket, notify: bool = False) -> str:
+    """File a ticket.
+
+    Nothing is sent anywhere: the tests read the answer.
+
+    Args:
+        ticket: The ticket to file,
+            with its labels.
+        notify (bool): Whether to tell the team.
+
+    Returns:
+        A confirmation.
+    """
+    return f"filed {ticket.ticket_id} ({len(ticket.labels)} labels), notify={notify}"

@@ -1,0 +1,277 @@
+"""The team's own Python functions as member tools (issue 14 §1): a planned run through the CLI
+on real workers that import them, the coordinator's check (exit 2), and a worker lacking one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from teamctl.coordinator.cli import main
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.agent.python_tools import load_tool, result_text
+from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.team import load_team_file
+from teamctl.shared.teammates import MateStatus
+from teamctl.shared.teams import TeamStore
+from teamctl.worker.jobs import execute_task
+
+from teamctl.tools import ToolContext
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.team_support import spawn
+from tests.test_coordinator import run_cli, script_run
+from tests.test_worker_support import make_run, tool_names, tool_results
+
+FIXTURE = "tests.pytools_fixture.tools"
+TOOLS = ["read_file", f"{FIXTURE}:search_docs", f"{FIXTURE}:fetch_ticket", f"{FIXTURE}:explode",
+         f"{FIXTURE}:slow_double", f"{FIXTURE}:where_am_i", f"{FIXTURE}:long_text"]
+
+
+def team_file(path: Path, models: dict[str, str], tools: list[str],
+              options: dict[str, Any] | None = None) -> Path:
+    """A TOML team of one member, m1, with `tools`."""
+    lines = ['team_id = "pytools"', f'model = "{models["member"]}"',
+             f'planner = {{ model = "{models["planner"]}" }}',
+             f'synthesizer = {{ model = "{models["synth"]}" }}',
+             "[[members]]", 'id = "m1"', f"tools = {json.dumps(tools)}"]
+    if options:
+        lines.append("[options]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in options.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def error_of(result: str) -> dict[str, Any]:
+    assert result.startswith("TOOL_ERROR: "), result
+    return json.loads(result[len("TOOL_ERROR: "):])
+
+
+def test_python_tools_in_a_planned_run(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """Every kind of function runs on a real worker; bad arguments and exceptions go back to
+    the model as TOOL_ERROR results in its next request, and the task completes."""
+    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Use the tools"}], member=[
+        ToolCalls([("search_docs", {"query": "redis", "limit": 2}),
+                   ("search_docs", {"query": "redis", "limit": "many"}),
+                   ("search_docs", {"limit": 2, "colour": "red"}),
+                   ("fetch_ticket", {"ticket_id": "7"}),
+                   ("explode", {"reason": "boom"}),
+                   ("slow_double", {"value": 2.5}),
+                   ("where_am_i", {"note": "hi"}),
+                   ("long_text", {"chars": 5000})]),
+        "used them"])
+    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models, TOOLS,
+                                                     {"tool_result_max_chars": 300}))
+
+    assert result.exit_code == 0, result.output
+    first, second = llm.requests[f"member-{run_id}"]
+    # Workspace tools, the team tools, then the Python tools in the team file's order.
+    assert tool_names(first)[0] == "read_file" and tool_names(first)[1].startswith("team_")
+    assert tool_names(first)[-6:] == ["search_docs", "fetch_ticket", "explode", "slow_double",
+                                      "where_am_i", "long_text"]
+    schemas = {t["function"]["name"]: t["function"] for t in first["tools"]}
+    search = schemas["search_docs"]
+    assert search["description"] == ("Search the documentation for a query; returns up to "
+                                     "`limit` hits.")
+    assert search["parameters"] == {
+        "type": "object", "required": ["query"], "properties": {
+            "query": {"type": "string", "description": "What to look for."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 10},
+            "mode": {"type": "string", "enum": ["exact", "fuzzy"]}}}
+    where = schemas["where_am_i"]["parameters"]
+    assert where["properties"] == {"note": {"type": "string"}}  # the ToolContext is hidden
+
+    found, bad_limit, unknown, ticket, exploded, doubled, context, long = tool_results(second)
+    assert json.loads(found) == {"query": "redis", "hits": ["exact:redis:0", "exact:redis:1"]}
+    assert error_of(bad_limit)["errorType"] == "InvalidArguments"
+    assert error_of(bad_limit)["error"].startswith("limit: Input should be a valid integer")
+    assert error_of(unknown)["error"] == ("query is required; colour: Extra inputs are not "
+                                          "permitted")
+    assert json.loads(ticket) == {"ticket_id": 7, "title": "Ticket 7", "labels": ["bug", "ü"]}
+    assert error_of(exploded) == {"errorType": "RuntimeError", "error": "exploded: boom",
+                                  "tool": "explode", "callId": error_of(exploded)["callId"]}
+    assert json.loads(doubled) == 5.0
+    spec_dir = json.loads(context)["workspace"]
+    assert json.loads(context) == {"note": "hi", "run": run_id, "task": "task_1",
+                                   "member": "m1", "team": "pytools", "workspace": spec_dir,
+                                   "beat": True}
+    assert spec_dir.endswith(run_id)
+    assert long.startswith("x" * 300 + "\n[truncated: the result has 5000 characters")
+    out = json.loads(result.stdout)
+    assert out["task_states"][0]["status"] == "completed"
+    assert out["member_results"][0]["output"] == "used them"
+
+
+@pytest.mark.parametrize(("tool", "says"), [
+    ("tests.no_such_module:search", "member m1: tool 'tests.no_such_module:search': cannot "
+                                    "import tests.no_such_module (No module named"),
+    (f"{FIXTURE}:no_such_function", f"member m1: tool '{FIXTURE}:no_such_function': "
+                                    f"{FIXTURE} has no function no_such_function"),
+    (f"{FIXTURE}:renamed", f"member m1: tool '{FIXTURE}:renamed' is named 'read_file', but "
+                           "that is a workspace tool's name; rename the function"),
+])
+def test_unloadable_or_clashing_tool_exits_2_before_anything_is_written(
+        redis_url: str, tmp_path: Path, tool: str, says: str) -> None:
+    team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"},
+                     ["read_file", tool])
+    result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
+                                       "--workers", "0"])
+    assert_config_error(result, says)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+@pytest.mark.parametrize(("tools", "says"), [
+    ([f"{FIXTURE}:team_search"], "names starting with 'team_' are the team tools'"),
+    ([f"{FIXTURE}:read_file"], "that is a workspace tool's name"),
+    ([f"{FIXTURE}:search_docs", "other.module:search_docs"],
+     "another tool of this member has that name"),
+    (["tests/tools.py:search"], "write a Python tool as 'package.module:function'"),
+    (["mypkg:search-docs"], "write a Python tool as 'package.module:function'"),
+])
+def test_team_file_refuses_clashing_or_malformed_entries(
+        redis_url: str, tmp_path: Path, tools: list[str], says: str) -> None:
+    team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"}, tools)
+    result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
+                                       "--workers", "0"])
+    assert_config_error(result, says)
+    assert "members.0.tools" in result.stderr
+
+
+def assert_config_error(result: Result, says: str) -> None:
+    """Exit 2 with one line on stderr that says it, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert says in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_worker_that_cannot_import_a_tool_fails_the_task_saying_so(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """The run was checked elsewhere (another host may lack the module): the task fails with
+    the reason, and no model call is made."""
+    make_run(conn, run_id, models={"m1": f"m1-{run_id}"}, workspace=tmp_path / "ws",
+             api_base=llm.api_base, tools={"m1": ["tests.not_on_this_worker:search"]},
+             tasks=[TaskSpec(id="task_1", member_id="m1", task="Search")])
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
+    assert task.status is TaskStatus.FAILED
+    assert task.error.startswith("tool 'tests.not_on_this_worker:search': cannot import "
+                                 "tests.not_on_this_worker (No module named")
+    assert f"m1-{run_id}" not in llm.requests
+
+
+def test_the_heartbeat_of_a_tool_context_keeps_the_claim(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """A tool's heartbeat() refreshes the task's claim on the board (its TTL starts again)."""
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("where_am_i", {"note": "long work"})]),
+                                         "done"])
+    make_run(conn, run_id, models={"m1": model}, workspace=tmp_path / "ws",
+             api_base=llm.api_base, tools={"m1": [f"{FIXTURE}:where_am_i"]},
+             tasks=[TaskSpec(id="task_1", member_id="m1", task="Work")])
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+    (context,) = tool_results(llm.requests[f"m1-{run_id}"][1])
+    assert json.loads(context)["beat"] is True
+    assert json.loads(context)["workspace"] == str(tmp_path / "ws")
+
+
+def test_results_serialize_and_cap() -> None:
+    ticket = load_tool(f"{FIXTURE}:fetch_ticket")
+    assert ticket.name == "fetch_ticket"
+    model = ticket.fn(3)
+    assert result_text(model, 1000) == json.dumps(model.model_dump(mode="json"),
+                                                  ensure_ascii=False)
+    assert result_text("plain text", 1000) == "plain text"
+    assert result_text([1, {"a": None}], 1000) == '[1, {"a": null}]'
+    assert result_text("y" * 150, 100) == ("y" * 100 + "\n[truncated: the result has 150 "
+                                           "characters; the first 100 are shown]")
+    toolbox = Toolbox()
+    toolbox.add("odd", "returns a set of objects", load_tool(f"{FIXTURE}:search_docs").args,
+                lambda args: result_text(object(), 100))
+    assert error_of(toolbox.call("odd", '{"query": "q"}'))["error"].startswith(
+        "the tool returned object, which is not JSON-serializable")
+
+
+def test_team_file_accepts_python_tools(tmp_path: Path) -> None:
+    team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"}, TOOLS)
+    assert load_team_file(team).members[0].tools == TOOLS
+    load_team_file(team).check_python_tools()
+    assert ToolContext.__module__ == "teamctl.shared.agent.python_tools"
+
+
+def test_a_teammate_spawned_with_python_tools_calls_them(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+    """`team spawn --tool module:function`: offered after the team and workspace tools, called
+    in its turn with a context whose heartbeat refreshes the turn lease; a bad argument is a
+    TOOL_ERROR result in its memory."""
+    model = llm.script(f"py-{team}", [
+        ToolCalls([("search_docs", {"query": "lease"}), ("search_docs", {"query": []}),
+                   ("where_am_i", {"note": "mate"})]),
+        "searched"])
+    store = TeamStore(wconn, team)
+    assert spawn(workers, team, "py", model, llm.api_base, "--tool", f"{FIXTURE}:search_docs",
+                 "--tool", "read_file", "--tool", f"{FIXTURE}:where_am_i").exit_code == 0
+    assert store.get("py").tools == ["read_file", f"{FIXTURE}:search_docs",
+                                     f"{FIXTURE}:where_am_i"]
+    wait_until(lambda: store.get("py").status is MateStatus.IDLE, message="py idle")
+
+    assert tool_names(llm.requests[f"py-{team}"][0])[-3:] == ["read_file", "search_docs",
+                                                                "where_am_i"]
+    found, bad, context = [m["content"] for m in store.memory("py") if m.get("role") == "tool"]
+    assert json.loads(found)["hits"] == ["exact:lease:0", "exact:lease:1", "exact:lease:2"]
+    assert error_of(bad)["error"] == "query: Input should be a valid string"
+    assert json.loads(context) == {
+        "note": "mate", "run": None, "task": None, "member": "py", "team": team, "beat": True,
+        "workspace": str(tmp_path / "state" / "teams" / team / "workspace")}
+    assert store.get("py").idle_reason == "done"
+
+
+def test_a_teammate_whose_python_tool_takes_a_tool_name_idles_with_the_error(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    store = TeamStore(wconn, team)
+    assert spawn(workers, team, "clash", OFFLINE_MODEL, None, "--tool",
+                 f"{FIXTURE}:list_teammates").exit_code == 0
+    wait_until(lambda: store.get("clash").status is MateStatus.IDLE, message="clash idle")
+    mate = store.get("clash")
+    assert mate.idle_reason.startswith(f"error: tool '{FIXTURE}:list_teammates' is named "
+                                       "'list_teammates', but another tool")
+    assert "rename the function" in mate.last_error
+
+
+def test_spawn_with_an_unimportable_python_tool_exits_2(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    result = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--tool", "nope.mod:search")
+    assert_config_error(result, "tool 'nope.mod:search': cannot import nope.mod")
+    bad = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--tool", "nope.mod:a.b")
+    assert_config_error(bad, "write a Python tool as 'package.module:function'")
+    assert conn.keys("teamctl:team:*") == []
+
+
+def test_docstring_args_describe_parameters_and_nested_models_are_validated() -> None:
+    """A Google-style `Args:` section describes the parameters (the description stops before
+    it); a pydantic model parameter is in the schema's $defs and validated field by field."""
+    tool = load_tool(f"{FIXTURE}:file_ticket")
+    toolbox = Toolbox()
+    toolbox.add(tool.name, tool.description, tool.args, lambda args: tool.call(args, None))
+    schema = toolbox.schemas()[0]["function"]
+    assert schema["description"] == ("File a ticket.\n\nNothing is sent anywhere: the tests "
+                                     "read the answer.")
+    params = schema["parameters"]
+    assert params["properties"] == {
+        "ticket": {"$ref": "#/$defs/Ticket", "description": "The ticket to file, with its "
+                                                           "labels."},
+        "notify": {"type": "boolean", "description": "Whether to tell the team."}}
+    assert params["$defs"]["Ticket"]["required"] == ["ticket_id", "title", "labels"]
+    ticket = {"ticket_id": 3, "title": "t", "labels": ["a"]}
+    assert toolbox.call("file_ticket", json.dumps({"ticket": ticket, "notify": True})) == (
+        "filed 3 (1 labels), notify=True")
+    assert error_of(toolbox.call("file_ticket", '{"ticket": {"ticket_id": 3}}'))["error"] == (
+        "ticket.title is required; ticket.labels is required")
