@@ -314,7 +314,9 @@ def choose_models(team: TeamFile, model_flag: str | None, api_base_flag: str | N
     default, source = pick_model(model_flag, team.model, settings)
     choice = ModelChoice(
         planner=pick_model(model_flag, team.planner.model or team.model, settings)[0],
-        synthesizer=pick_model(model_flag, team.synthesizer.model or team.model, settings)[0],
+        # As AI4J: a synthesizer without a model of its own uses the planner's.
+        synthesizer=pick_model(model_flag, team.synthesizer.model or team.planner.model
+                               or team.model, settings)[0],
         member_default=default,
         member_override=model_flag,
         api_base=checked_api_base(api_base_flag, settings))

@@ -48,12 +48,16 @@ def test_the_first_provider_with_a_key_picks_the_default() -> None:
 
 
 def test_each_role_takes_its_own_team_file_model_before_the_team_wide_one() -> None:
-    team = TeamFile(model="team-model", planner=RoleModel(model="planner-model"))
+    team = TeamFile(model="team-model", planner=RoleModel(model="planner-model"),
+                    synthesizer=RoleModel(model="synth-model"))
     settings = Settings(TEAMCTL_MODEL="env-model")
 
     models, source = choose_models(team, None, None, settings)
     assert (models.planner, models.synthesizer, models.member_default, models.member_override,
-            source) == ("planner-model", "team-model", "team-model", None, ModelSource.TEAM_FILE)
+            source) == ("planner-model", "synth-model", "team-model", None, ModelSource.TEAM_FILE)
+    # As AI4J: a synthesizer without a model of its own falls back to the planner's.
+    planner_only = TeamFile(model="team-model", planner=RoleModel(model="planner-model"))
+    assert choose_models(planner_only, None, None, settings)[0].synthesizer == "planner-model"
     models, source = choose_models(TeamFile(), None, None, settings)
     assert (models.planner, models.synthesizer, models.member_default, source) == (
         "env-model", "env-model", "env-model", ModelSource.ENVIRONMENT)
