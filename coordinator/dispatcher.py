@@ -54,6 +54,16 @@ class Dispatcher:
                 or _started_long_ago(job, now, stale_after_s)}
 
 
+    def failure(self, job_id: str) -> str | None:
+        """The last line of a failed job's exception (RQ keeps failed jobs FAILURE_TTL_S);
+        None when it did not fail or is gone."""
+        job = Job.fetch_many([job_id], connection=self.rq_conn)[0]
+        if job is None or job.get_status(refresh=False) != JobStatus.FAILED:
+            return None
+        text = (job.exc_info or "").strip()
+        return text.splitlines()[-1] if text else "failed without a traceback"
+
+
 def _started_long_ago(job: Job, now: datetime, stale_after_s: float) -> bool:
     if job.get_status(refresh=False) != JobStatus.STARTED or job.started_at is None:
         return False

@@ -12,7 +12,14 @@ import logging
 from collections.abc import Callable
 
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import Envelope, MemberResult, Plan, SystemType, TaskState
+from teamctl.shared.models import (
+    Envelope,
+    MemberResult,
+    Plan,
+    SynthesisResult,
+    SystemType,
+    TaskState,
+)
 from teamctl.shared.team import Member, RunOptions
 
 log = logging.getLogger(__name__)
@@ -44,8 +51,9 @@ class TeamHook:
                               detail: str | None) -> None:
         """For every change of a task's status on the board."""
 
-    def after_synthesis(self, objective: str, output: str) -> None:
-        """After the synthesizer answered, before `run.complete` is published."""
+    def after_synthesis(self, objective: str, result: SynthesisResult) -> None:
+        """After the synthesizer answered, before `run.complete` is published: the final text
+        (`result.output`) and the raw response (`result.response`)."""
 
 
 def load_hooks(paths: list[str]) -> list[object]:

@@ -27,7 +27,7 @@ class CallCancelled(Exception):
 
 
 class NoReply(InfraError):
-    """No worker answered a model call before the run's deadline."""
+    """No worker took a model call in time, or its job failed on the worker."""
 
 
 @dataclass(frozen=True)
@@ -48,23 +48,38 @@ class RemoteModel:
         self.blocking_conn = ctx.store.blocking_conn
         self._job_id: str | None = None
         """The job of the current attempt, when this coordinator enqueued it."""
+        self._attempt = 0
+        """The attempt this coordinator waits for."""
 
-    def complete(self, call: ModelCall, wait_until: float) -> ModelReply:
-        """The reply to `call`, waiting until the monotonic time `wait_until`.
+    def complete(self, call: ModelCall, begin_by: float) -> ModelReply:
+        """The reply to `call`. A worker must begin it by the monotonic time `begin_by`; once
+        one has, the wait lasts while it beats (its own model timeout bounds the call).
 
-        A model error the worker met raises ModelError; no reply in time raises NoReply; a
-        cancel raises CallCancelled; a lost lease raises RunFailed. A call whose worker died
-        is started again, up to `max_attempts` times in all."""
+        A model error the worker met raises ModelError; no worker in time, or a job that failed
+        on its worker, raises NoReply; a cancel raises CallCancelled; a lost lease raises
+        RunFailed. A call whose worker died is started again, up to `max_attempts` times."""
         self._job_id = None
         attempt = self._adopt_or_start(call)
+        try:
+            return self._await(call, attempt, begin_by)
+        except (CallCancelled, NoReply):
+            # Fence the attempt: a job still queued for it (no worker yet) must not make a paid
+            # call for a run that stopped waiting.
+            self.calls.start(call.name, call.request, replacing=self._attempt)
+            raise
+
+    def _await(self, call: ModelCall, attempt: int, begin_by: float) -> ModelReply:
+        """Wait for the outcome of `attempt`, replacing it when its worker is gone."""
+        self._attempt = attempt
         started_at, hinted = time.monotonic(), False
         while True:
             view = self.calls.view(call.name)
-            if view.attempt == attempt and view.outcome is not None:
+            if view.attempt == self._attempt and view.outcome is not None:
+                self.ctx.lease.check()  # a coordinator that lost its lease uses nothing
                 return _reply_of(call, view)
-            self._check_still_wanted(call, wait_until)
-            if _worker_lost(view, attempt) or self._job_died_unbegun(view):
-                attempt = self._retry(call, view)
+            self._check_still_wanted(call, view, begin_by)
+            lost = self._lost(call, view)
+            if lost is not None and self._retry(call, lost):
                 started_at, hinted = time.monotonic(), False
             elif not view.began and not hinted \
                     and time.monotonic() - started_at > NO_WORKER_HINT_AFTER_S:
@@ -78,38 +93,55 @@ class RemoteModel:
         view = self.calls.view(call.name)
         same = view.request == call.request.model_dump_json()
         if same and (view.outcome is not None or (view.began and view.beating)):
+            self._attempt = view.attempt
             return view.attempt
         return self._enqueue(call)
 
-    def _enqueue(self, call: ModelCall) -> int:
-        attempt = self.calls.start(call.name, call.request)
-        self._job_id = self.ctx.dispatcher.enqueue_call(call.name, attempt, call.queue)
+    def _enqueue(self, call: ModelCall, replacing: int | None = None) -> int:
+        """Start a new attempt and queue its job; 0 (nothing queued) when `replacing` is no
+        longer the current unanswered attempt."""
+        attempt = self.calls.start(call.name, call.request, replacing=replacing)
+        if attempt:
+            self._attempt = attempt
+            self._job_id = self.ctx.dispatcher.enqueue_call(call.name, attempt, call.queue)
         return attempt
 
-    def _job_died_unbegun(self, view: CallView) -> bool:
-        """This coordinator's job for the attempt ended, vanished or hung before it began the
-        call (a worker killed as it started it, an import failing there)."""
-        if view.began or self._job_id is None:
+    def _lost(self, call: ModelCall, view: CallView) -> str | None:
+        """Why the current attempt will never be answered, or None while it may be: its worker
+        stopped beating, or its job vanished or hung before it began (a job that failed there
+        raises NoReply with the job's error: another attempt would fail the same way)."""
+        if view.attempt != self._attempt or view.outcome is not None:
+            return None
+        if view.began:
+            return None if view.beating else "stopped beating"
+        dispatcher = self.ctx.dispatcher
+        if self._job_id is None or not dispatcher.ended(
+                [self._job_id], stale_after_s=self.ctx.spec.options.heartbeat_ttl_s):
+            return None
+        failure = dispatcher.failure(self._job_id)
+        if failure is not None:
+            raise NoReply(f"the {call.name} job failed on its worker before it began: {failure}")
+        return "vanished before it began"
+
+    def _retry(self, call: ModelCall, reason: str) -> bool:
+        """Ask another worker; False when the attempt was answered meanwhile (kept)."""
+        if self._attempt >= self.ctx.spec.options.max_attempts:
+            raise NoReply(f"the worker making the {call.name} call {reason}, "
+                          f"{self._attempt} times (max_attempts)")
+        if not self._enqueue(call, replacing=self._attempt):
             return False
-        ttl_s = self.ctx.spec.options.heartbeat_ttl_s
-        return bool(self.ctx.dispatcher.ended([self._job_id], stale_after_s=ttl_s))
+        self.ctx.reporter.note(f"the worker making the {call.name} call {reason}; asking another")
+        return True
 
-    def _retry(self, call: ModelCall, view: CallView) -> int:
-        if view.attempt >= self.ctx.spec.options.max_attempts:
-            raise ModelError(f"the worker making the {call.name} call stopped beating "
-                             f"{view.attempt} times (max_attempts)")
-        self.ctx.reporter.note(f"the worker making the {call.name} call stopped beating; "
-                               "asking another")
-        return self._enqueue(call)
-
-    def _check_still_wanted(self, call: ModelCall, wait_until: float) -> None:
+    def _check_still_wanted(self, call: ModelCall, view: CallView, begin_by: float) -> None:
+        """Stop waiting on a lost lease, a cancel, or a call no worker began in time."""
         self.ctx.lease.check()
         if self.ctx.store.cancelled():
             raise CallCancelled(call.name)
-        if time.monotonic() >= wait_until:
-            raise NoReply(f"no reply to the {call.name} call before the run's timeout_s="
-                            f"{self.ctx.spec.options.timeout_s:g}; is a worker listening on "
-                            f"queue {call.queue}? (`teamctl workers` lists them)")
+        if not view.began and time.monotonic() >= begin_by:
+            raise NoReply(f"no worker took the {call.name} call in time (the run's timeout_s="
+                          f"{self.ctx.spec.options.timeout_s:g}); is a worker listening on "
+                          f"queue {call.queue}? (`teamctl workers` lists them)")
 
     def _hint_if_nobody_listens(self, queue: str) -> bool:
         """Say on stderr how to start a worker when none listens on `queue`; True once said
@@ -122,12 +154,8 @@ class RemoteModel:
         return True
 
 
-def _worker_lost(view: CallView, attempt: int) -> bool:
-    """The current attempt began on a worker that no longer beats and left no outcome."""
-    return view.attempt == attempt and view.began and not view.beating and view.outcome is None
-
-
 def _reply_of(call: ModelCall, view: CallView) -> ModelReply:
+    """The reply of an answered call; ModelError with the worker's reason when it failed."""
     outcome = view.outcome
     assert outcome is not None
     if outcome.reply is None:

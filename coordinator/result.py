@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from teamctl.shared.handle import RunHandle
+from teamctl.shared.model_calls import ModelCalls
 from teamctl.shared.models import (
     MemberResult,
+    ModelReply,
     Plan,
     RunResult,
     TaskState,
@@ -13,16 +18,21 @@ from teamctl.shared.models import (
 )
 from teamctl.shared.runstore import now_ms
 from teamctl.shared.team import RunSpec
+from teamctl.shared.transcripts import Transcripts
 
 
-def member_results(spec: RunSpec, states: list[TaskState]) -> list[MemberResult]:
+def member_results(spec: RunSpec, states: list[TaskState],
+                   transcripts: Mapping[str, list[dict[str, Any]]] | None = None,
+                   ) -> list[MemberResult]:
     """Executed tasks (completed or failed) in dispatch order, as AI4J: by when their (last)
     claim started; a task failed at dispatch (unknown member) counts from its failure; ties in
-    plan order."""
+    plan order. With `transcripts`, each carries its member's transcript."""
     ran = [(position, s) for position, s in enumerate(states)
            if s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)]
     ran.sort(key=lambda item: (item[1].start_ms or item[1].end_ms, item[0]))
-    return [member_result(spec, s) for _, s in ran]
+    kept = transcripts or {}
+    return [member_result(spec, s).model_copy(update={"transcript": kept.get(s.task_id)})
+            for _, s in ran]
 
 
 def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
@@ -52,12 +62,20 @@ def build_result(run: RunHandle) -> RunResult:
     state = store.state()
     states = run.board.snapshot()
     ended_ms = state.ended_ms or now_ms()
+    transcripts = Transcripts(run.conn, run.keys, run.scripts).load_many(
+        [s.task_id for s in states])
     return RunResult(
         team_id=spec.team_id, run_id=run_id, objective=spec.objective, status=state.status,
-        plan=state.plan or Plan(), member_results=member_results(spec, states),
+        plan=state.plan or Plan(), member_results=member_results(spec, states, transcripts),
         task_states=[task_state_view(s) for s in states], messages=run.bus.messages(),
-        rounds=state.rounds, output=state.output, total_duration_ms=ended_ms - state.started_ms,
-        usage=store.usage())
+        rounds=state.rounds, output=state.output, synthesis=_synthesis(run),
+        total_duration_ms=ended_ms - state.started_ms, usage=store.usage())
+
+
+def _synthesis(run: RunHandle) -> ModelReply | None:
+    """The synthesizer's reply, once the run's output is written from it."""
+    outcome = ModelCalls(run.conn, run.keys, run.scripts).view("synthesizer").outcome
+    return outcome.reply if outcome is not None else None
 
 
 def result_json(result: RunResult) -> str:

@@ -23,7 +23,14 @@ from teamctl.coordinator.synthesizer import synthesizer_request
 from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import Plan, RunResult, RunStatus, SystemType, TaskStatus
+from teamctl.shared.models import (
+    Plan,
+    RunResult,
+    RunStatus,
+    SynthesisResult,
+    SystemType,
+    TaskStatus,
+)
 from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
@@ -102,6 +109,7 @@ class Coordinator:
             raise ConfigError(f"run {self.spec.run_id} has already finished; "
                               f"`teamctl status {self.spec.run_id}` shows its result")
         self.deadline = time.monotonic() + self.spec.options.timeout_s
+        loop, state = None, None
         try:
             plan = self._plan_once()
             if self._plan_approved(plan):
@@ -109,10 +117,11 @@ class Coordinator:
                 loop = RoundLoop(self.ctx, self.deadline)
                 state = loop.run(self._loop_state())
                 self._finish(state)
-                loop.drain(state)  # on_message hooks see run.complete too
         except CallCancelled:  # cancelled while a worker made the planner's or synthesizer's call
             self.ctx.lease.check()
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
+        if loop is not None and state is not None:
+            loop.drain(state)  # on_message hooks see the run's end too
         return build_result(self.ctx.run)
 
     def _plan_once(self) -> Plan:
@@ -182,12 +191,6 @@ class Coordinator:
         else:
             self._synthesize()
 
-    def _one_call_s(self) -> float:
-        """The longest one model call with its retries may take on a worker (the synthesis
-        may start just before the deadline; it gets this long, as it always had)."""
-        options = self.spec.options
-        return options.model_timeout_s * (options.model_max_retries + 1) + 60
-
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.board.block_stalled(error)
         self._end(RunEnd(status, self.spec.options.retention_s, error=error,
@@ -203,15 +206,17 @@ class Coordinator:
         request = synthesizer_request(models.synthesizer, models.api_base, self.spec.objective,
                                       plan, member_results(self.spec, states), not_run)
         call = ModelCall("synthesizer", self.spec.synthesizer_queue, request)
+        # Tasks may end just before the deadline: a worker gets one model timeout to take it.
+        begin_by = max(self.deadline, time.monotonic() + self.spec.options.model_timeout_s)
         try:
-            reply = self.model.complete(call, max(self.deadline, time.monotonic()
-                                                  + self._one_call_s()))
+            reply = self.model.complete(call, begin_by)
         except (ModelError, NoReply) as exc:  # the board stays; the run records why it failed
             self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
                              error=f"synthesizer failed: {exc}"))
             raise RunFailed(f"synthesizer failed: {exc}") from exc
         output = reply.content or ""
-        ctx.hooks.call("after_synthesis", self.spec.objective, output)
+        ctx.hooks.call("after_synthesis", self.spec.objective,
+                       SynthesisResult(output=output, response=reply))
         all_done = all(s.status == TaskStatus.COMPLETED for s in states)
         # One fenced step: a coordinator that lost its lease meanwhile writes neither the
         # output, nor the synthesis's usage, nor a second run.complete.

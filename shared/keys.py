@@ -184,6 +184,11 @@ class RunKeys(KeySpace):
         """Hash: run-wide token and cost totals, for budgets."""
         return f"{self.base}:usage"
 
+    def transcript(self, task_id: str) -> str:
+        """String: the JSON transcript (messages and tool results) of the attempt that ended
+        the task, capped at `transcript_max_chars`."""
+        return f"{self.base}:transcript:{check_task_id(task_id)}"
+
     def model_call(self, call: str) -> str:
         """Hash: the coordinator's model call `call` (planner, synthesizer), run as a job: its
         request, attempt, the attempt a worker began, and the outcome."""

@@ -53,11 +53,12 @@ class ModelCalls:
         self.keys = keys
         self.scripts = scripts or Scripts(conn)
 
-    def start(self, call: str, request: ModelCallRequest) -> int:
-        """A new attempt with this request; returns its number."""
+    def start(self, call: str, request: ModelCallRequest, *, replacing: int | None = None) -> int:
+        """A new attempt with this request; its number. With `replacing`, only if that attempt
+        is still current and unanswered; 0 (nothing changed) otherwise."""
         return int(self.scripts["call_start"](
             keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
-            args=[request.model_dump_json()]))
+            args=[request.model_dump_json(), "" if replacing is None else replacing]))
 
     def view(self, call: str) -> CallView:
         """The call as it is now, read in one transaction (an outcome and the end of its beat
@@ -93,8 +94,10 @@ class ModelCalls:
 
 
 def _ms(seconds: float) -> int:
+    """A TTL in whole milliseconds, never 0 (Redis refuses PX 0)."""
     return max(1, int(seconds * 1000))
 
 
 def _text(value: Any) -> str | None:
+    """A hash field as text, whether the connection decodes replies or not."""
     return value.decode() if isinstance(value, bytes) else value

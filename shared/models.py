@@ -148,6 +148,14 @@ class ModelReply(BaseModel):
     usage: Usage = Field(default_factory=Usage)
 
 
+class SynthesisResult(BaseModel):
+    """What `after_synthesis` hooks receive (AI4J's synthesizer AgentResult): the final text
+    and the synthesizer's raw response."""
+
+    output: str
+    response: ModelReply
+
+
 USAGE_FIELD_PREFIX = "usage_"
 """A task hash keeps its Usage as usage_prompt_tokens, usage_cost_usd, ... (budget_charge.lua)."""
 
@@ -354,6 +362,9 @@ class MemberResult(BaseModel):
     duration_ms: int
     attempts: int
     usage: Usage
+    transcript: list[dict[str, Any]] | None = None
+    """The member's raw session (messages and tool results) of the attempt that ended the
+    task, capped at `transcript_max_chars`; None where none was kept."""
 
 
 class TaskStateView(BaseModel):
@@ -385,5 +396,7 @@ class RunResult(BaseModel):
     messages: list[Envelope]
     rounds: int
     output: str | None
+    synthesis: ModelReply | None = None
+    """The synthesizer's raw response (text, tool calls, usage); `output` is its text."""
     total_duration_ms: int
     usage: Usage

@@ -88,6 +88,9 @@ class RunOptions(BaseModel):
     redis_outage_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
     """How long every process keeps retrying through a Redis restart or failover."""
     retention_s: int = Field(DEFAULT_RETENTION_S, ge=1, le=MAX_RETENTION_S)
+    transcript_max_chars: int = Field(100_000, ge=0, le=100_000_000)
+    """Longest transcript (messages and tool results, as JSON) kept per task for the result;
+    0 keeps none."""
     tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
     """Longest result a Python tool gives the model; longer ones are cut and say so."""
 

@@ -120,8 +120,16 @@ def test_plan_delegate_synthesize_with_auto_ids(
     assert_ttl_as_set(redis.Redis.from_url(workers), RunKeys(run_id).spec,
                       RunOptions().retention_s, started_at)
     assert set(out) == {"team_id", "run_id", "objective", "status", "plan", "member_results",
-                        "task_states", "messages", "rounds", "output", "total_duration_ms",
-                        "usage"}
+                        "task_states", "messages", "rounds", "output", "synthesis",
+                        "total_duration_ms", "usage"}
+    # The synthesizer's raw response beside its text, and each member's transcript.
+    assert out["synthesis"] == {"content": "final answer", "tool_calls": [],
+                                "usage": out["synthesis"]["usage"]}
+    assert out["synthesis"]["usage"]["prompt_tokens"] == 11
+    first = out["member_results"][0]["transcript"]
+    assert [m["role"] for m in first] == ["system", "user", "assistant"]  # no tool calls
+    assert "Task ID: task_1" in first[1]["content"]
+    assert first[2]["content"] == "output of task_1"
 
 
 def test_independent_tasks_overlap_with_max_concurrency_2(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from teamctl.coordinator.hooks import TeamHook
+from teamctl.shared.models import SynthesisResult
 
 from tests.scripted_llm import ScriptedLLM
 from tests.test_coordinator import run_cli, script_run, team_file
@@ -36,8 +37,9 @@ class RecordingHook(TeamHook):
                               detail: str | None) -> None:
         self.calls.append(("on_task_state_changed", state.task_id))
 
-    def after_synthesis(self, objective: str, output: str) -> None:
-        self.calls.append(("after_synthesis", output))
+    def after_synthesis(self, objective: str, result: SynthesisResult) -> None:
+        assert result.response.content == result.output and result.response.usage.prompt_tokens
+        self.calls.append(("after_synthesis", result.output))
 
 
 class RaisingHook:

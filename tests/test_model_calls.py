@@ -92,6 +92,9 @@ def test_a_superseded_attempt_can_neither_begin_beat_nor_answer(conn: redis.Redi
     assert calls.begin("planner", second, "host:3", 5) == request
     assert calls.finish("planner", second, ModelCallOutcome(reply=ModelReply(content="on time")))
     assert not calls.finish("planner", second, late)  # answered once
+    # A retry racing the answer (its job already gone) keeps the answer.
+    assert calls.start("planner", request, replacing=second) == 0
+    assert calls.start("planner", request, replacing=first) == 0
     view = calls.view("planner")
     assert (view.attempt, view.began, view.beating) == (second, True, False)
     assert view.outcome is not None and view.outcome.reply == ModelReply(content="on time")
@@ -165,6 +168,9 @@ def test_a_cancel_while_the_planner_call_waits_ends_the_run_cancelled(
     result = json.loads(out)
     assert (result["status"], result["plan"]["tasks"]) == (RunStatus.CANCELLED, [])
     assert llm.requests[f"plan-{run_id}"] == []
+    # The queued job's attempt was fenced: a worker that comes up later makes no paid call.
+    assert ModelCalls(redis.Redis.from_url(workers), RunKeys(run_id)).begin(
+        "planner", 1, "host:1", 5) is None
 
 
 def test_a_worker_killed_during_the_planner_call_is_replaced_and_the_plan_made_once(

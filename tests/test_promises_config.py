@@ -151,6 +151,7 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "redis_outage_s": (["--redis-outage-s", "30"], 30.0),
     "retention_s": (["--retention-s", "86400"], 86400),
     "tool_result_max_chars": (["--tool-result-max-chars", "500"], 500),
+    "transcript_max_chars": (["--transcript-max-chars", "0"], 0),
 }
 
 

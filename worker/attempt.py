@@ -22,6 +22,7 @@ from teamctl.shared.errors import RunFailed
 from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member, RunSpec
+from teamctl.shared.transcripts import Transcripts
 from teamctl.worker.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.dispatch import build_dispatch_input
 from teamctl.worker.heartbeat import Heartbeat
@@ -53,6 +54,8 @@ class Attempt:
         self.claim = claim
         self.mailbox: Mailbox | None = None
         """This session's reads of its member's inbox, when it has the team tools."""
+        self.session: AgentLoop | None = None
+        """The member's agent loop once it started (its transcript goes with the outcome)."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -64,7 +67,8 @@ class Attempt:
             return "skipped: task or member vanished"
         job.bus.publish("system", member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
         try:
-            result = self._loop(member).run(
+            self.session = self._loop(member)
+            result = self.session.run(
                 render("teamctl.worker", "member_system.md", name=member.display_name),
                 self._dispatch_input(member, task))
         except HandedOff:
@@ -168,6 +172,10 @@ class Attempt:
         job.claims.end(claim, ClaimEnd.FINISHED)
         if self.mailbox:  # fenced by the token: a stale attempt settles nothing
             self.mailbox.settle()
+        if self.session is not None:  # fenced too: a stale attempt's transcript is refused
+            Transcripts(job.conn, job.board.keys, job.board.scripts).save(
+                claim.task_id, claim.token, self.session.transcript,
+                job.spec.options.transcript_max_chars)
         announcer = member.id if job.bus.enabled else None
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
                         announce_as=announcer)

@@ -34,10 +34,8 @@ def run_model_call(run_id: str, call: str, attempt: int) -> str:
     provider keys, and write its outcome back to the run."""
     _hint_if_not_preloaded()
     settings = load_settings()
-    conn = job_connection(settings)
-    set_outage(conn, RunHandle(conn, run_id).spec.options.redis_outage_s)
-    return execute_model_call(conn, run_id, call, attempt, provider_keys=settings.provider_keys,
-                              worker=worker_name())
+    return execute_model_call(job_connection(settings), run_id, call, attempt,
+                              provider_keys=settings.provider_keys, worker=worker_name())
 
 
 def job_connection(settings: Settings) -> redis.Redis:

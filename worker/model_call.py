@@ -8,6 +8,7 @@ import threading
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.connection import set_outage
 from teamctl.shared.errors import ModelError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
@@ -21,6 +22,7 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
     """Begin the attempt, call the model while beating, write the outcome; the job's summary."""
     run = RunHandle(conn, run_id)
     options = run.spec.options
+    set_outage(conn, options.redis_outage_s)
     calls = ModelCalls(conn, run.keys)
     request = calls.begin(call, attempt, worker, options.heartbeat_ttl_s)
     if request is None:
@@ -34,6 +36,7 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
 
 def _ask(request: ModelCallRequest, options: RunOptions,
          provider_keys: frozenset[str] | tuple[str, ...], worker: str) -> ModelCallOutcome:
+    """One model call with the run's timeout and retries; any failure becomes the outcome."""
     client = ModelClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
                          max_retries=options.model_max_retries)
     try:

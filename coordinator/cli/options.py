@@ -43,6 +43,8 @@ HELP = {
     "redis_outage_s": "Seconds every process rides through a Redis outage before giving up.",
     "retention_s": "Seconds an ended run's keys stay in Redis.",
     "tool_result_max_chars": "Longest result a Python tool gives the model, in characters.",
+    "transcript_max_chars": "Longest transcript kept per task for the result, in characters "
+                            "(0: none).",
 }
 
 

@@ -47,11 +47,14 @@ class AgentLoop:
     check_continue: Callable[[], None]
     check_claim: Callable[[], None]
     on_usage: Callable[[Usage], None]
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    """The session's messages so far, kept when it ends in an error too."""
 
     def run(self, system_prompt: str, user_prompt: str) -> AgentRun:
         """The session: model turns and tool calls until a final answer or the step limit."""
         messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt},
                                           {"role": "user", "content": user_prompt}]
+        self.transcript = messages
         run = AgentRun(output="", transcript=messages)
         for step in range(1, self.max_steps + 1):
             self.check_continue()
@@ -61,6 +64,7 @@ class AgentLoop:
             self.on_usage(reply.usage)
             if not reply.tool_calls:
                 run.output = reply.content or ""
+                messages.append(assistant_message(reply))  # the transcript ends with the answer
                 return run
             # The claim may have been lost during a long call: a stale attempt runs no tools.
             self.check_continue()

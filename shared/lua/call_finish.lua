@@ -8,5 +8,7 @@ if fields[1] ~= ARGV[1] or fields[2] ~= ARGV[1] or fields[3] then return 0 end
 redis.call('HSET', KEYS[1], 'outcome', ARGV[2])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[3], ARGV[1])
-inherit_ttl(KEYS[3], KEYS[1])
+-- Only wake-ups (the coordinator re-reads the hash every second anyway): a short life, so a
+-- late answer after the run's keys were given their expiry leaves nothing behind for good.
+redis.call('PEXPIRE', KEYS[3], 60000)
 return 1

@@ -1,0 +1,69 @@
+"""Members' raw transcripts: the messages and tool results of the attempt that ended each task,
+stored once per task beside the board, capped, and written only while the claim holds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.scripts import Scripts
+
+HEAD_MESSAGES = 2
+"""The system prompt and the dispatch input: always kept, they say what the member was asked."""
+
+
+class Transcripts:
+    """The transcripts of one run's tasks."""
+
+    def __init__(self, conn: redis.Redis, keys: RunKeys, scripts: Scripts | None = None) -> None:
+        self.conn = conn
+        self.keys = keys
+        self.scripts = scripts or Scripts(conn)
+
+    def save(self, task_id: str, token: int, messages: list[dict[str, Any]],
+             max_chars: int) -> bool:
+        """Keep `messages` (capped) as the task's transcript; False if the claim was lost."""
+        if max_chars <= 0:
+            return True
+        text = json.dumps(capped(messages, max_chars), ensure_ascii=False)
+        return self.scripts["transcript_save"](
+            keys=[self.keys.task(task_id), self.keys.transcript(task_id)],
+            args=[token, text]) == 1
+
+    def load_many(self, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """The stored transcripts of these tasks, by task id (tasks without one are left out)."""
+        if not task_ids:
+            return {}
+        texts = self.conn.mget([self.keys.transcript(t) for t in task_ids])
+        return {task_id: json.loads(text) for task_id, text in zip(task_ids, texts, strict=True)
+                if text}
+
+
+def capped(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
+    """The messages whose JSON fits `max_chars`: the first two, then as many of the latest as
+    fit, with a note saying how many in between were left out."""
+    sizes = [len(json.dumps(m, ensure_ascii=False)) for m in messages]
+    if sum(sizes) <= max_chars:
+        return messages
+    head = [_shortened(m, max_chars // (2 * HEAD_MESSAGES)) for m in messages[:HEAD_MESSAGES]]
+    room = max_chars - sum(len(json.dumps(m, ensure_ascii=False)) for m in head)
+    tail: list[dict[str, Any]] = []
+    for message, size in zip(reversed(messages[HEAD_MESSAGES:]),
+                             reversed(sizes[HEAD_MESSAGES:]), strict=True):
+        if size > room:
+            break
+        tail.insert(0, message)
+        room -= size
+    left_out = len(messages) - len(head) - len(tail)
+    note = {"role": "teamctl", "content": f"{left_out} messages left out "
+                                          f"(transcript_max_chars={max_chars})"}
+    return [*head, note, *tail]
+
+
+def _shortened(message: dict[str, Any], max_chars: int) -> dict[str, Any]:
+    content = message.get("content")
+    if isinstance(content, str) and len(content) > max_chars:
+        return {**message, "content": content[:max_chars] + " [cut]"}
+    return message

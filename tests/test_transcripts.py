@@ -1,0 +1,46 @@
+"""Members' transcripts: kept once per task while the claim holds, capped with a note."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskSpec
+from teamctl.shared.transcripts import Transcripts, capped
+
+MESSAGES = [{"role": "system", "content": "You are m1."}, {"role": "user", "content": "Do A"},
+            {"role": "assistant", "content": "done"}]
+
+
+def test_a_transcript_is_kept_only_while_the_claim_holds(conn: redis.Redis) -> None:
+    keys = RunKeys("r1")
+    board = TaskBoard(conn, keys)
+    board.create([TaskSpec(id="a", member_id="m1", task="A")])
+    first = board.claim("a", "m1", "host:1", 30)
+    assert first is not None
+    transcripts = Transcripts(conn, keys)
+    assert transcripts.save("a", first, MESSAGES, 10_000)
+    conn.delete(keys.heartbeat("a"))  # its worker died: the claim expired
+    assert board.reclaim_expired(3) == ["a"]
+    second = board.claim("a", "m1", "host:2", 30)
+    assert second is not None and second != first
+
+    assert not transcripts.save("a", first, [{"role": "user", "content": "stale"}], 10_000)
+    assert transcripts.load_many(["a", "b"]) == {"a": MESSAGES}
+    assert Transcripts(conn, keys).save("a", second, MESSAGES[:2], 0)  # 0: none kept
+    assert transcripts.load_many(["a"]) == {"a": MESSAGES}
+
+
+def test_a_long_transcript_keeps_its_head_and_latest_messages_with_a_note() -> None:
+    steps = [{"role": "tool", "content": f"result {i} " + "x" * 80} for i in range(50)]
+    messages = [*MESSAGES[:2], *steps]
+    kept = capped(messages, 1_000)
+
+    assert kept[:2] == MESSAGES[:2] and kept[-1] == steps[-1]
+    assert len(json.dumps(kept)) <= 1_000 + 200  # the note's own size is on top
+    left_out = len(messages) - (len(kept) - 1)
+    assert kept[2] == {"role": "teamctl", "content": f"{left_out} messages left out "
+                                                     "(transcript_max_chars=1000)"}
+    assert capped(MESSAGES, 10_000) == MESSAGES
