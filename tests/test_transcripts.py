@@ -28,6 +28,7 @@ def test_a_transcript_is_kept_only_while_the_claim_holds(conn: redis.Redis) -> N
     assert second is not None and second != first
 
     assert not transcripts.save("a", first, [{"role": "user", "content": "stale"}], 10_000)
+    assert board.get("a").stale_writes == 0  # the outcome write that follows counts, once
     assert transcripts.load_many(["a", "b"]) == {"a": MESSAGES}
     assert Transcripts(conn, keys).save("a", second, MESSAGES[:2], 0)  # 0: none kept
     assert transcripts.load_many(["a"]) == {"a": MESSAGES}

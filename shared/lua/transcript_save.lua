@@ -1,10 +1,11 @@
 -- transcript_save: keep a member's transcript of a task, only while its claim holds: a stale
--- attempt's transcript never replaces the one of the attempt that owns the task.
+-- attempt's transcript never replaces the one of the attempt that owns the task. A refusal is
+-- not counted in stale_writes: the outcome write that follows it is, once.
 -- KEYS[1] task hash, KEYS[2] transcript key.
 -- ARGV[1] token, ARGV[2] transcript JSON.
--- Returns 1 applied, -1 stale token, -2 the claim already ended, 0 no such task.
-local verdict = check_token(KEYS[1], ARGV[1])
-if verdict ~= APPLIED then return verdict end
+-- Returns 1 applied, 0 refused (stale token, claim ended, or no such task).
+local current = redis.call('HMGET', KEYS[1], 'token', 'status')
+if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
 redis.call('SET', KEYS[2], ARGV[2])
 inherit_ttl(KEYS[2], KEYS[1])
-return APPLIED
+return 1
