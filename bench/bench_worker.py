@@ -6,6 +6,10 @@ experimental `-w teamctl.worker.warm_fork.WarmForkWorker` (forks and warms each 
 ahead), on a bare `rq worker members` (no preload) to show what the preload saves, and on a
 preloaded SimpleWorker (no fork per job). Queued jobs show throughput; paced ones, sent one at a
 time to an idle worker, show what a job costs when the worker had time to prepare for it.
+The documented worker runs once more against the same scripted model served over HTTPS (a
+self-signed certificate made for the run, trusted through SSL_CERT_FILE with verification on, in a
+bundle with certifi's CAs as a provider's client would load): every forked job opens its own TLS
+connection, so it pays a handshake per task.
 
 Run: .venv/bin/python -m bench.bench_worker
 It starts its own redis-server, model server and workers, and stops each by its pid.
@@ -23,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import certifi
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
@@ -40,7 +45,7 @@ from tests.scripted_llm import ScriptedLLM
 QUEUE = "members"
 PRELOADED_TASKS = 60
 BARE_TASKS = 3
-ROUNDS = {"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5}
+ROUNDS = {"preloaded": 5, "preloaded-https": 5, "warm-fork": 5, "bare": 1, "simple": 5}
 WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
 """The experimental worker class that forks and warms each job's process ahead (not the default:
 see worker/warm_fork.py)."""
@@ -54,9 +59,11 @@ NOOP_JOB = "os.getpid"
 
 
 @contextmanager
-def worker(command: list[str], log_path: Path, url: str) -> Iterator[subprocess.Popen[bytes]]:
+def worker(command: list[str], log_path: Path, url: str,
+           env_extra: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """One rq worker process, stopped by its pid (SIGTERM: RQ's warm shutdown)."""
-    env = dict(os.environ)  # teamctl.worker.settings sets litellm's offline cost map itself
+    # teamctl.worker.settings sets litellm's offline cost map itself
+    env = {**os.environ, **(env_extra or {})}
     conn = redis.Redis.from_url(url)
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -172,33 +179,51 @@ def rss_mb(pid: int) -> float:
 
 
 Row = tuple[str, list[str], int, float, float, tuple[float, float] | None]
+HTTPS = "preloaded-https"
+"""The documented worker against the scripted model over HTTPS."""
+NO_RSS = {HTTPS}
+"""Workers whose RSS is not reported: the same worker as another row."""
+
+
+def ca_bundle(llm: ScriptedLLM) -> Path:
+    """certifi's CAs plus the scripted server's certificate, beside it: the worker loads a bundle
+    of a provider client's size, and trusts the server (verification stays on)."""
+    bundle = llm.ca_file.with_name("ca-bundle.pem")
+    bundle.write_text(Path(certifi.where()).read_text() + llm.ca_file.read_text())
+    return bundle
 
 
 def collect() -> tuple[list[Row], dict[str, float]]:
     """Each worker's (label, command, tasks, no-op ms, run_task ms, paced) and each idle worker's
     RSS in MiB after its jobs ran."""
-    llm = ScriptedLLM()
-    llm.start()
-    model = llm.script("bench-member", ["done"], repeat_last=True)
-    rows: list[Row] = []
-    rss: dict[str, float] = {}
-    try:
-        with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs:
-            preloaded = worker_command(url, [QUEUE])
-            warm_fork = worker_command(url, [QUEUE], worker_class=WARM_FORK)
-            bare = [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE]
-            simple = worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker")
-            for label, command, tasks in (("preloaded", preloaded, PRELOADED_TASKS),
-                                          ("warm-fork", warm_fork, PRELOADED_TASKS),
-                                          ("bare", bare, BARE_TASKS),
-                                          ("simple", simple, PRELOADED_TASKS)):
-                with worker(command, Path(logs) / f"{label}.log", url) as process:
-                    noop_ms, task_ms = measure(url, llm, model, tasks, label)
-                    paced = paced_ms(url, llm, model, label) if label != "bare" else None
+    with ExitStack() as stack:
+        llm, tls_llm = ScriptedLLM(), ScriptedLLM(tls=True)
+        for server in (llm, tls_llm):
+            server.start()
+            stack.callback(server.stop)
+        model = llm.script("bench-member", ["done"], repeat_last=True)
+        tls_model = tls_llm.script("bench-member", ["done"], repeat_last=True)
+        url = stack.enter_context(throwaway_redis())
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        preloaded = worker_command(url, [QUEUE])
+        https_env = {"SSL_CERT_FILE": str(ca_bundle(tls_llm))}
+        runs = (("preloaded", preloaded, PRELOADED_TASKS, llm, model, None),
+                (HTTPS, preloaded, PRELOADED_TASKS, tls_llm, tls_model, https_env),
+                ("warm-fork", worker_command(url, [QUEUE], worker_class=WARM_FORK),
+                 PRELOADED_TASKS, llm, model, None),
+                ("bare", [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE],
+                 BARE_TASKS, llm, model, None),
+                ("simple", worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker"),
+                 PRELOADED_TASKS, llm, model, None))
+        rows: list[Row] = []
+        rss: dict[str, float] = {}
+        for label, command, tasks, server, served, env in runs:
+            with worker(command, logs / f"{label}.log", url, env) as process:
+                noop_ms, task_ms = measure(url, server, served, tasks, label)
+                paced = paced_ms(url, server, served, label) if label != "bare" else None
+                if label not in NO_RSS:
                     rss[label] = rss_mb(process.pid)
-                rows.append((label, command, tasks, noop_ms, task_ms, paced))
-    finally:
-        llm.stop()
+            rows.append((label, command, tasks, noop_ms, task_ms, paced))
     return rows, rss
 
 
@@ -209,19 +234,30 @@ def figures() -> list[BenchFigure]:
     for label, _command, tasks, noop_ms, task_ms, paced in rows:
         goal = label == "preloaded"
         out.append(BenchFigure(
-            name=f"run_task, queued, {label} worker", value=task_ms, unit="ms",
+            name=f"run_task, queued, {_describe(label)}", value=task_ms, unit="ms",
             baseline=noop_ms, baseline_name="no-op RQ job, same worker",
             goal=f"ratio <= {RATIO_GOAL}" if goal else "",
             met=task_ms / noop_ms <= RATIO_GOAL if goal else None, note=f"{tasks} tasks"))
         if paced:
-            out.append(BenchFigure(name=f"run_task, paced, {label} worker", value=paced[1],
+            out.append(BenchFigure(name=f"run_task, paced, {_describe(label)}", value=paced[1],
                                    unit="ms", baseline=paced[0],
                                    baseline_name="paced no-op RQ job, same worker"))
+    by_label = {row[0]: row for row in rows}
+    http, https = by_label["preloaded"], by_label[HTTPS]
+    out.append(BenchFigure(name="TLS: run_task over HTTPS, queued, preloaded worker",
+                           value=https[4], unit="ms", baseline=http[4],
+                           baseline_name="run_task over HTTP, preloaded worker",
+                           note="a handshake per task: each forked job connects anew"))
     for label, mb in rss.items():
         out.append(BenchFigure(name=f"RSS of an idle {label} worker", value=mb, unit="MiB",
                                baseline=rss.get("bare"), baseline_name="bare `rq worker`",
                                note="after its jobs ran"))
     return out
+
+
+def _describe(label: str) -> str:
+    """A worker's row name: the HTTPS run is the preloaded worker with another model server."""
+    return "preloaded worker, model over HTTPS" if label == HTTPS else f"{label} worker"
 
 
 def main() -> int:
@@ -234,22 +270,24 @@ def main() -> int:
 def report(rows: list[Row]) -> int:
     print("per-task time, one rq worker, median of "
           f"{' / '.join(f'{n} {k}' for k, n in ROUNDS.items())} rounds "
-          "(zero-latency scripted model over HTTP through litellm); queued: jobs enqueued at once, "
+          "(zero-latency scripted model over HTTP through litellm; over HTTPS for "
+          f"{HTTPS}); queued: jobs enqueued at once, "
           f"paced: {PACED_JOBS} jobs one at a time, each {PACE_S:.1f} s after the last finished")
-    print(f"{'worker':10} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}"
+    print(f"{'worker':15} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}"
           f" {'paced no-op ms':>15} {'paced run_task ms':>18} {'ratio':>6}")
     for label, _command, tasks, noop_ms, task_ms, paced in rows:
         paced_cols = (f" {paced[0]:15.1f} {paced[1]:18.1f} {paced[1] / paced[0]:6.2f}"
                       if paced else "")
-        print(f"{label:10} {tasks:5d} {noop_ms:13.1f} {task_ms:12.1f} {task_ms / noop_ms:6.2f}"
+        print(f"{label:15} {tasks:5d} {noop_ms:13.1f} {task_ms:12.1f} {task_ms / noop_ms:6.2f}"
               + paced_cols)
     by_label = {row[0]: row for row in rows}
     for label, row in by_label.items():
-        print(f"{label + ':':10} {' '.join(row[1][1:])}")
+        print(f"{label + ':':15} {' '.join(row[1][1:])}")
     _, _, _, pre_noop, pre_task, pre_paced = by_label["preloaded"]
     _, _, _, fork_noop, fork_task, fork_paced = by_label["warm-fork"]
     _, _, _, simple_noop, simple_task, _ = by_label["simple"]
     bare_task = by_label["bare"][4]
+    _, _, _, tls_noop, tls_task, tls_paced = by_label[HTTPS]
     ratio = pre_task / pre_noop
     print(f"run_task overhead vs a no-op job on the preloaded worker: {ratio:.2f}x "
           f"(goal <= {RATIO_GOAL}x): {'OK' if ratio <= RATIO_GOAL else 'MISSED'}; "
@@ -262,6 +300,11 @@ def report(rows: list[Row]) -> int:
           f"{fork_task - fork_noop:.1f} ms on WarmForkWorker, "
           f"{simple_task - simple_noop:.1f} ms on SimpleWorker (no fork: litellm's first-call "
           "costs are paid once per process)")
+    print(f"HTTPS (a TLS handshake per forked job): run_task {tls_task:.1f} ms "
+          f"({tls_task / tls_noop:.2f}x its no-op job) vs {pre_task:.1f} ms over HTTP: "
+          f"{tls_task - pre_task:+.1f} ms per task"
+          + (f"; paced {tls_paced[1]:.1f} vs {pre_paced[1]:.1f} ms"
+             if tls_paced and pre_paced else ""))
     print(f"preload saves {bare_task - pre_task:.0f} ms per task "
           f"({bare_task / pre_task:.0f}x faster than a bare `rq worker {QUEUE}`)")
     return 0
