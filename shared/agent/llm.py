@@ -233,12 +233,14 @@ def _retryable(exc: Exception) -> bool:
 
 
 def _describe(exc: Exception) -> str:
-    """The error's text, with its root cause's when that says more: litellm reports a refused
-    certificate or connection only as "Connection error."."""
+    """The error's text, with its root cause's when that is a network or TLS failure: litellm
+    reports a refused certificate or connection only as "Connection error."."""
     text = str(exc).strip() or type(exc).__name__
     root = _root_cause(exc)
     cause = str(root).strip()
-    if root is not exc and cause and cause not in text:
+    # OSError covers ssl.SSLError and refused or unreachable connections; an HTTP error reply's
+    # own cause (httpx's status error) would only repeat the status with the URL.
+    if isinstance(root, OSError) and root is not exc and cause and cause not in text:
         text = f"{text} (cause: {type(root).__name__}: {cause})"
     return text[:2000]
 
