@@ -6,6 +6,10 @@ experimental `-w teamctl.worker.warm_fork.WarmForkWorker` (forks and warms each 
 ahead), on a bare `rq worker members` (no preload) to show what the preload saves, and on a
 preloaded SimpleWorker (no fork per job). Queued jobs show throughput; paced ones, sent one at a
 time to an idle worker, show what a job costs when the worker had time to prepare for it.
+The documented worker also runs each round's tasks against the same scripted model served over
+HTTPS (a self-signed certificate made for the run, trusted through SSL_CERT_FILE with verification
+on, in a bundle with certifi's CAs as a provider's client would load): every forked job opens its
+own TLS connection, so it pays a handshake per task.
 
 Run: .venv/bin/python -m bench.bench_worker
 It starts its own redis-server, model server and workers, and stops each by its pid.
@@ -23,6 +27,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import certifi
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
@@ -54,9 +59,11 @@ NOOP_JOB = "os.getpid"
 
 
 @contextmanager
-def worker(command: list[str], log_path: Path, url: str) -> Iterator[subprocess.Popen[bytes]]:
+def worker(command: list[str], log_path: Path, url: str,
+           env_extra: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """One rq worker process, stopped by its pid (SIGTERM: RQ's warm shutdown)."""
-    env = dict(os.environ)  # teamctl.worker.settings sets litellm's offline cost map itself
+    # teamctl.worker.settings sets litellm's offline cost map itself
+    env = {**os.environ, **(env_extra or {})}
     conn = redis.Redis.from_url(url)
     with log_path.open("ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
@@ -122,45 +129,59 @@ def per_task_ms(queue: Queue, jobs: list[tuple[str, tuple[str, ...]]]) -> float:
     return elapsed_ms / len(jobs)
 
 
-def measure(url: str, llm: ScriptedLLM, model: str, tasks: int, label: str) -> tuple[float, float]:
-    """Median per-task ms of no-op jobs and of run_task jobs on the worker now running."""
+Served = tuple[ScriptedLLM, str]
+"""A scripted model server and the litellm model string scripted on it."""
+
+
+def measure(url: str, servers: list[Served], tasks: int, label: str) -> tuple[float, list[float]]:
+    """Median per-task ms of no-op jobs and of run_task jobs against each server, on the worker
+    now running; each round times them all, one after the other, so they share its conditions."""
     rq_conn = redis.Redis.from_url(url)
     conn = redis.Redis.from_url(url, decode_responses=True)
     queue = Queue(QUEUE, connection=rq_conn)
-    noop, team = [], []
+    noop: list[float] = []
+    team: list[list[float]] = [[] for _ in servers]
     with tempfile.TemporaryDirectory() as workspace:
         # A warm-up of each kind, so worker start-up is not counted.
         per_task_ms(queue, [(NOOP_JOB, ())])
         for round_no in range(ROUNDS[label]):
-            run_id = f"bench-{label}-{round_no}-{os.getpid()}"
-            make_run(conn, run_id, model, llm.api_base, tasks + 1, Path(workspace))
-            per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, "t0"))])
+            run_ids = [f"bench-{label}-{round_no}-{n}-{os.getpid()}" for n in range(len(servers))]
+            for run_id, (llm, model) in zip(run_ids, servers, strict=True):
+                make_run(conn, run_id, model, llm.api_base, tasks + 1, Path(workspace))
+                per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, "t0"))])
             noop.append(per_task_ms(queue, [(NOOP_JOB, ())] * tasks))
-            team.append(per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))
-                                            for n in range(1, tasks + 1)]))
-            board = TaskBoard(conn, RunKeys(run_id))
-            done = [t.status.value for t in board.snapshot()]
-            if done.count("completed") != tasks + 1:
-                raise RuntimeError(f"{label}: tasks not all completed: {done}")
-    return statistics.median(noop), statistics.median(team)
+            # Servers take turns going first, so neither always runs right after the no-op jobs.
+            turns = list(zip(run_ids, team, strict=True))
+            for run_id, times in turns if round_no % 2 == 0 else reversed(turns):
+                times.append(per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))
+                                                 for n in range(1, tasks + 1)]))
+            for run_id in run_ids:
+                done = [t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()]
+                if done.count("completed") != tasks + 1:
+                    raise RuntimeError(f"{label}: tasks not all completed: {done}")
+    return statistics.median(noop), [statistics.median(times) for times in team]
 
 
-def paced_ms(url: str, llm: ScriptedLLM, model: str, label: str) -> tuple[float, float]:
-    """Median enqueue-to-finished ms of no-op and of run_task jobs sent one at a time, PACE_S
-    after the last one finished: what a job costs a worker that was idle."""
+def paced_ms(url: str, servers: list[Served], label: str) -> tuple[float, list[float]]:
+    """Median enqueue-to-finished ms of no-op and of run_task jobs (against each server) sent one
+    at a time, PACE_S after the last one finished: what a job costs a worker that was idle."""
     rq_conn = redis.Redis.from_url(url)
     conn = redis.Redis.from_url(url, decode_responses=True)
     queue = Queue(QUEUE, connection=rq_conn)
-    run_id = f"bench-{label}-paced-{os.getpid()}"
+    run_ids = [f"bench-{label}-paced-{n}-{os.getpid()}" for n in range(len(servers))]
     with tempfile.TemporaryDirectory() as workspace:
-        make_run(conn, run_id, model, llm.api_base, PACED_JOBS, Path(workspace))
-        noop, team = [], []
+        for run_id, (llm, model) in zip(run_ids, servers, strict=True):
+            make_run(conn, run_id, model, llm.api_base, PACED_JOBS, Path(workspace))
+        noop: list[float] = []
+        team: list[list[float]] = [[] for _ in servers]
         for n in range(PACED_JOBS):
             time.sleep(PACE_S)  # pacing, not synchronization: the worker sits idle meanwhile
             noop.append(per_task_ms(queue, [(NOOP_JOB, ())]))
-            time.sleep(PACE_S)
-            team.append(per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))]))
-    return statistics.median(noop), statistics.median(team)
+            for run_id, times in zip(run_ids, team, strict=True):
+                time.sleep(PACE_S)
+                times.append(per_task_ms(queue,
+                                         [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))]))
+    return statistics.median(noop), [statistics.median(times) for times in team]
 
 
 def rss_mb(pid: int) -> float:
@@ -171,34 +192,54 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-Row = tuple[str, list[str], int, float, float, tuple[float, float] | None]
+Row = tuple[str, list[str], int, float, float, tuple[float, float] | None,
+            tuple[float, float | None] | None]
+"""label, command, tasks, no-op ms, run_task ms, paced (no-op, run_task) ms or None, and for
+the worker also timed over HTTPS, run_task's (queued, paced) ms against the HTTPS server."""
+HTTPS_WORKER = "preloaded"
+"""The worker timed over HTTPS too: the documented one."""
+
+
+def ca_bundle(llm: ScriptedLLM) -> Path:
+    """certifi's CAs plus the scripted server's certificate, beside it: the worker loads a bundle
+    of a provider client's size, and trusts the server (verification stays on)."""
+    bundle = llm.ca_file.with_name("ca-bundle.pem")
+    bundle.write_text(Path(certifi.where()).read_text() + llm.ca_file.read_text())
+    return bundle
 
 
 def collect() -> tuple[list[Row], dict[str, float]]:
-    """Each worker's (label, command, tasks, no-op ms, run_task ms, paced) and each idle worker's
-    RSS in MiB after its jobs ran."""
-    llm = ScriptedLLM()
-    llm.start()
-    model = llm.script("bench-member", ["done"], repeat_last=True)
-    rows: list[Row] = []
-    rss: dict[str, float] = {}
-    try:
-        with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs:
-            preloaded = worker_command(url, [QUEUE])
-            warm_fork = worker_command(url, [QUEUE], worker_class=WARM_FORK)
-            bare = [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE]
-            simple = worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker")
-            for label, command, tasks in (("preloaded", preloaded, PRELOADED_TASKS),
-                                          ("warm-fork", warm_fork, PRELOADED_TASKS),
-                                          ("bare", bare, BARE_TASKS),
-                                          ("simple", simple, PRELOADED_TASKS)):
-                with worker(command, Path(logs) / f"{label}.log", url) as process:
-                    noop_ms, task_ms = measure(url, llm, model, tasks, label)
-                    paced = paced_ms(url, llm, model, label) if label != "bare" else None
-                    rss[label] = rss_mb(process.pid)
-                rows.append((label, command, tasks, noop_ms, task_ms, paced))
-    finally:
-        llm.stop()
+    """Each worker's row (see Row) and each idle worker's RSS in MiB after its jobs ran."""
+    with ExitStack() as stack:
+        llm, tls_llm = ScriptedLLM(), ScriptedLLM(tls=True)
+        for server in (llm, tls_llm):
+            server.start()
+            stack.callback(server.stop)
+        http: Served = (llm, llm.script("bench-member", ["done"], repeat_last=True))
+        https: Served = (tls_llm, tls_llm.script("bench-member", ["done"], repeat_last=True))
+        url = stack.enter_context(throwaway_redis())
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        runs = (("preloaded", worker_command(url, [QUEUE]), PRELOADED_TASKS),
+                ("warm-fork", worker_command(url, [QUEUE], worker_class=WARM_FORK),
+                 PRELOADED_TASKS),
+                ("bare", [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE],
+                 BARE_TASKS),
+                ("simple", worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker"),
+                 PRELOADED_TASKS))
+        rows: list[Row] = []
+        rss: dict[str, float] = {}
+        for label, command, tasks in runs:
+            servers = [http, https] if label == HTTPS_WORKER else [http]
+            # The worker trusts the HTTPS server from its start, as it would a provider's CA.
+            env = {"SSL_CERT_FILE": str(ca_bundle(tls_llm))} if label == HTTPS_WORKER else None
+            with worker(command, logs / f"{label}.log", url, env) as process:
+                noop_ms, task_ms = measure(url, servers, tasks, label)
+                paced = paced_ms(url, servers, label) if label != "bare" else None
+                rss[label] = rss_mb(process.pid)
+            over_https = ((task_ms[1], paced[1][1] if paced else None)
+                          if label == HTTPS_WORKER else None)
+            rows.append((label, command, tasks, noop_ms, task_ms[0],
+                         (paced[0], paced[1][0]) if paced else None, over_https))
     return rows, rss
 
 
@@ -206,7 +247,7 @@ def figures() -> list[BenchFigure]:
     """The report's rows: run_task against a no-op job on each worker, queued and paced; RSS."""
     rows, rss = collect()
     out = []
-    for label, _command, tasks, noop_ms, task_ms, paced in rows:
+    for label, _command, tasks, noop_ms, task_ms, paced, over_https in rows:
         goal = label == "preloaded"
         out.append(BenchFigure(
             name=f"run_task, queued, {label} worker", value=task_ms, unit="ms",
@@ -217,10 +258,34 @@ def figures() -> list[BenchFigure]:
             out.append(BenchFigure(name=f"run_task, paced, {label} worker", value=paced[1],
                                    unit="ms", baseline=paced[0],
                                    baseline_name="paced no-op RQ job, same worker"))
+        if over_https:
+            out += https_figures(label, tasks, noop_ms, task_ms, paced, over_https)
     for label, mb in rss.items():
         out.append(BenchFigure(name=f"RSS of an idle {label} worker", value=mb, unit="MiB",
                                baseline=rss.get("bare"), baseline_name="bare `rq worker`",
                                note="after its jobs ran"))
+    return out
+
+
+def https_figures(label: str, tasks: int, noop_ms: float, task_ms: float,
+                  paced: tuple[float, float] | None,
+                  over_https: tuple[float, float | None]) -> list[BenchFigure]:
+    """run_task against the HTTPS server, beside the same worker's no-op job and its run_task
+    over HTTP, from the same rounds: what a TLS handshake per forked job adds."""
+    note = "verified self-signed cert, loopback; a handshake per job"
+    out = [BenchFigure(name=f"run_task over HTTPS, queued, {label} worker", value=over_https[0],
+                       unit="ms", baseline=noop_ms, baseline_name="no-op RQ job, same worker",
+                       note=f"{tasks} tasks; {note}"),
+           BenchFigure(name=f"HTTPS vs HTTP: run_task, queued, {label} worker",
+                       value=over_https[0], unit="ms", baseline=task_ms,
+                       baseline_name="run_task over HTTP, same rounds")]
+    if paced and over_https[1] is not None:
+        out += [BenchFigure(name=f"run_task over HTTPS, paced, {label} worker",
+                            value=over_https[1], unit="ms", baseline=paced[0],
+                            baseline_name="paced no-op RQ job, same worker", note=note),
+                BenchFigure(name=f"HTTPS vs HTTP: run_task, paced, {label} worker",
+                            value=over_https[1], unit="ms", baseline=paced[1],
+                            baseline_name="paced run_task over HTTP, same rounds")]
     return out
 
 
@@ -234,21 +299,22 @@ def main() -> int:
 def report(rows: list[Row]) -> int:
     print("per-task time, one rq worker, median of "
           f"{' / '.join(f'{n} {k}' for k, n in ROUNDS.items())} rounds "
-          "(zero-latency scripted model over HTTP through litellm); queued: jobs enqueued at once, "
+          "(zero-latency scripted model over HTTP through litellm, and over HTTPS on the "
+          f"{HTTPS_WORKER} worker); queued: jobs enqueued at once, "
           f"paced: {PACED_JOBS} jobs one at a time, each {PACE_S:.1f} s after the last finished")
-    print(f"{'worker':10} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}"
+    print(f"{'worker':15} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}"
           f" {'paced no-op ms':>15} {'paced run_task ms':>18} {'ratio':>6}")
-    for label, _command, tasks, noop_ms, task_ms, paced in rows:
+    for label, _command, tasks, noop_ms, task_ms, paced, _https in rows:
         paced_cols = (f" {paced[0]:15.1f} {paced[1]:18.1f} {paced[1] / paced[0]:6.2f}"
                       if paced else "")
-        print(f"{label:10} {tasks:5d} {noop_ms:13.1f} {task_ms:12.1f} {task_ms / noop_ms:6.2f}"
+        print(f"{label:15} {tasks:5d} {noop_ms:13.1f} {task_ms:12.1f} {task_ms / noop_ms:6.2f}"
               + paced_cols)
     by_label = {row[0]: row for row in rows}
     for label, row in by_label.items():
-        print(f"{label + ':':10} {' '.join(row[1][1:])}")
-    _, _, _, pre_noop, pre_task, pre_paced = by_label["preloaded"]
-    _, _, _, fork_noop, fork_task, fork_paced = by_label["warm-fork"]
-    _, _, _, simple_noop, simple_task, _ = by_label["simple"]
+        print(f"{label + ':':15} {' '.join(row[1][1:])}")
+    _, _, _, pre_noop, pre_task, pre_paced, pre_https = by_label["preloaded"]
+    _, _, _, fork_noop, fork_task, fork_paced, _ = by_label["warm-fork"]
+    _, _, _, simple_noop, simple_task, _, _ = by_label["simple"]
     bare_task = by_label["bare"][4]
     ratio = pre_task / pre_noop
     print(f"run_task overhead vs a no-op job on the preloaded worker: {ratio:.2f}x "
@@ -262,6 +328,12 @@ def report(rows: list[Row]) -> int:
           f"{fork_task - fork_noop:.1f} ms on WarmForkWorker, "
           f"{simple_task - simple_noop:.1f} ms on SimpleWorker (no fork: litellm's first-call "
           "costs are paid once per process)")
+    if pre_https:
+        print(f"HTTPS (a TLS handshake per forked job): run_task {pre_https[0]:.1f} ms "
+              f"({pre_https[0] / pre_noop:.2f}x the no-op job) vs {pre_task:.1f} ms over HTTP, "
+              f"{pre_https[0] - pre_task:+.1f} ms per task"
+              + (f"; paced {pre_https[1]:.1f} vs {pre_paced[1]:.1f} ms"
+                 if pre_https[1] is not None and pre_paced else ""))
     print(f"preload saves {bare_task - pre_task:.0f} ms per task "
           f"({bare_task / pre_task:.0f}x faster than a bare `rq worker {QUEUE}`)")
     return 0

@@ -31,7 +31,7 @@ BENCHES = {
     "makespan": "Makespan (seeded random 40-task DAG, 0.2-1.0 s per task, 4 workers)",
     "throughput": "Throughput (2,000 independent zero-latency tasks, 8 workers)",
     "reclaim": "Reclaim (SIGKILLed worker mid-task, heartbeat_ttl_s 3)",
-    "worker": "Per-task overhead (one worker, zero-latency scripted model over HTTP)",
+    "worker": "Per-task overhead (one worker, zero-latency scripted model over HTTP, and HTTPS)",
     "teammates": "Persistent teammates (one preloaded forking worker)",
     "board": "Task board (private redis-server)",
     "bus": "Message bus (private redis-server)",

@@ -4,6 +4,9 @@ It runs in the test process on a loopback port; workers reach it over real HTTP 
 A script is a list of replies consumed in order, or a function of the request body. A reply is a
 string (assistant text), a `ToolCalls`, or an `HttpError`. A script may take `latency_s` per reply,
 spent outside the server's lock, so several slow calls are in flight at once as with a provider.
+With `tls=True` it serves HTTPS with a self-signed certificate made at start (loopback only); a
+client trusts it through `ca_file` (SSL_CERT_FILE for litellm), with verification on, as for a
+provider.
 """
 
 from __future__ import annotations
@@ -11,13 +14,19 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import shutil
 import socket
+import ssl
 import struct
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -60,6 +69,8 @@ Reply = str | ToolCalls | HttpError | Slow | Reset | Stall
 STALL_LIMIT_S = 120.0
 """A stalled reply gives up on its own after this long, so no server thread outlives a test."""
 Handler = Callable[[dict[str, Any]], Reply]
+CERT_DAYS = 2
+"""A certificate made for one test session or benchmark run: a short life is plenty."""
 
 
 @dataclass
@@ -75,12 +86,16 @@ class _Script:
 class ScriptedLLM:
     """The server's state: scripts and every request received, per model."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: bool = False) -> None:
+        self.tls = tls
+        self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         self._lock = threading.Lock()
         self._scripts: dict[str, _Script] = {}
         self.requests: dict[str, list[dict[str, Any]]] = {}
         self.request_times: dict[str, list[float]] = {}
         self.server: ThreadingHTTPServer | None = None
+        self.tls_errors: list[str] = []
+        """Handshakes that failed (TLS mode), e.g. a client that refused the certificate."""
         self.mistakes: list[str] = []
         """Requests the scripts did not foresee: answered with an error the client may have
         retried silently, so each test checks there were none (tests/conftest.py)."""
@@ -91,7 +106,13 @@ class ScriptedLLM:
     def api_base(self) -> str:
         assert self.server is not None
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}/v1"
+
+    @property
+    def ca_file(self) -> Path:
+        """The server's certificate (PEM), the one CA a client must trust (TLS mode only)."""
+        assert self._tls_dir is not None, "ca_file exists once a tls=True server has started"
+        return Path(self._tls_dir.name) / "cert.pem"
 
     def script(self, model: str, replies: list[Reply] | None = None, *,
                handler: Handler | None = None, repeat_last: bool = False,
@@ -109,6 +130,7 @@ class ScriptedLLM:
     def begin_test(self) -> None:
         with self._lock:
             self.mistakes.clear()
+            self.tls_errors.clear()
             self._made.clear()
 
     def end_test(self) -> list[str]:
@@ -159,10 +181,18 @@ class ScriptedLLM:
 
     def start(self) -> None:
         state = self
+        server_tls = self._server_tls_context() if self.tls else None
 
         class Handler(BaseHTTPRequestHandler):
             disable_nagle_algorithm = True  # else every call costs ~40 ms of delayed ACK
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                # The handshake runs here, in the connection's own thread, so a slow or failed
+                # one never holds up the accept loop.
+                if server_tls is not None:
+                    self.request = server_tls.wrap_socket(self.request, server_side=True)
+                super().setup()
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
@@ -207,7 +237,18 @@ class ScriptedLLM:
                 self.connection.close()
                 self.close_connection = True
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A failed handshake is a client's verdict on the certificate: recorded for the
+                # test to check, not printed as a server error.
+                error = sys.exc_info()[1]
+                if isinstance(error, ssl.SSLError):
+                    with state._lock:
+                        state.tls_errors.append(error.reason or str(error))
+                    return
+                super().handle_error(request, client_address)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -215,6 +256,34 @@ class ScriptedLLM:
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()
+        if self._tls_dir is not None:
+            self._tls_dir.cleanup()
+
+    def _server_tls_context(self) -> ssl.SSLContext:
+        """A server context with a fresh self-signed certificate for 127.0.0.1."""
+        self._tls_dir = tempfile.TemporaryDirectory(prefix="scripted-llm-tls-")
+        key = Path(self._tls_dir.name) / "key.pem"
+        self_signed_cert(self.ca_file, key)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.ca_file, key)
+        return context
+
+
+def self_signed_cert(cert: Path, key: Path) -> None:
+    """Write a self-signed P-256 certificate for IP 127.0.0.1 and its key, with `openssl req`
+    (the `cryptography` package is not a dependency). It is its own CA, so a client that trusts
+    it verifies the server's chain and name as it would a provider's."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RuntimeError("TLS mode needs the openssl command: install openssl")
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", str(CERT_DAYS),
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-addext", "basicConstraints=critical,CA:TRUE",
+         "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
+         "-addext", "extendedKeyUsage=serverAuth"],
+        check=True, capture_output=True, timeout=30)
 
 
 def _last_user_text(body: dict[str, Any]) -> str:

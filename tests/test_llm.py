@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Any
@@ -65,6 +66,23 @@ def test_a_400_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
     with pytest.raises(ModelError, match="bad request 91c"):
         client.complete(model, HI, api_base=llm.api_base)
     assert len(llm.requests[f"m-{run_id}"]) == 1
+
+
+def test_a_network_failure_names_its_cause_and_an_error_reply_does_not_repeat_its_url(
+        llm: ScriptedLLM, run_id: str) -> None:
+    """litellm says only "Connection error." for a refused connection (or certificate); the
+    cause is what tells a user what to fix. An HTTP error reply already says what went wrong."""
+    client = ModelClient(provider_keys=(), max_retries=0)
+    with socket.socket() as closed:  # bound, never listening: the connection is refused
+        closed.bind(("127.0.0.1", 0))
+        with pytest.raises(ModelError, match="Connection refused"):
+            client.complete("openai/nowhere", HI,
+                            api_base=f"http://127.0.0.1:{closed.getsockname()[1]}/v1")
+    model = llm.script(f"m-{run_id}", [HttpError(500, "boom 5e1")])
+
+    with pytest.raises(ModelError) as failed:
+        client.complete(model, HI, api_base=llm.api_base)
+    assert "boom 5e1" in str(failed.value) and llm.api_base not in str(failed.value)
 
 
 def test_warm_up_starts_no_thread_so_forking_stays_safe() -> None:

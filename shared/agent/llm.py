@@ -216,8 +216,25 @@ def _retryable(exc: Exception) -> bool:
 
 
 def _describe(exc: Exception) -> str:
+    """The error's text, with its root cause's when that is a network or TLS failure: litellm
+    reports a refused certificate or connection only as "Connection error."."""
     text = str(exc).strip() or type(exc).__name__
+    root = _root_cause(exc)
+    cause = str(root).strip()
+    # OSError covers ssl.SSLError and refused or unreachable connections; an HTTP error reply's
+    # own cause (httpx's status error) would only repeat the status with the URL.
+    if isinstance(root, OSError) and root is not exc and cause and cause not in text:
+        text = f"{text} (cause: {type(root).__name__}: {cause})"
     return text[:2000]
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of `exc`'s chain (raised from, or while handling)."""
+    seen = {id(exc)}
+    while (inner := exc.__cause__ or exc.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        exc = inner
+    return exc
 
 
 def _reply(litellm: Any, response: Any) -> ModelReply:
