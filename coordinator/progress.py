@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import Any
@@ -16,17 +17,26 @@ STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
 class Reporter:
     """Progress for a person; `live` draws a table (task, member, status, attempts, elapsed)."""
 
-    def __init__(self, live: bool) -> None:
+    def __init__(self, live: bool, log: logging.Logger | None = None) -> None:
         self.live = live
+        self.log = log
+        """Where notes go instead of stderr (the Python API: the caller's logging)."""
         self._live: Any = None
 
     @classmethod
     def for_stderr(cls) -> Reporter:
         return cls(live=sys.stderr.isatty())
 
+    @classmethod
+    def to_log(cls, log: logging.Logger) -> Reporter:
+        """Notes as log records, no table: a library must not write to its caller's stderr."""
+        return cls(live=False, log=log)
+
     def note(self, text: str) -> None:
-        """One line on stderr (above the live table, if any)."""
-        if self._live is not None:
+        """One line on stderr (above the live table, if any), or a log record."""
+        if self.log is not None:
+            self.log.info("%s", text)
+        elif self._live is not None:
             self._live.console.print(f"teamctl: {text}", markup=False, highlight=False)
         else:
             click.echo(f"teamctl: {text}", err=True)

@@ -1,8 +1,57 @@
 """teamctl: a distributed runtime for teams of LLM agents on Redis and RQ.
 
-The installed packages are `teamctl.coordinator`, `teamctl.worker` and `teamctl.shared`. The
-public Python API will be exported here, with `__all__`; everything else is internal.
+The public Python API is what `__all__` names; everything else (`teamctl.coordinator`,
+`teamctl.worker`, `teamctl.shared`) is internal. The names load on first use, so the workers,
+which import `teamctl.worker`, never pay for the API's imports.
+
+    from teamctl import Team, Member
+    result = Team.from_file("team.toml").run("Compare Redis streams and Kafka")
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+
+_EXPORTS = {
+    "Team": "teamctl.api", "Run": "teamctl.api", "attach": "teamctl.api",
+    "Member": "teamctl.shared.team", "RunOptions": "teamctl.shared.team",
+    "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
+    "TaskStateView": "teamctl.shared.models", "Envelope": "teamctl.shared.models",
+    "RunStatus": "teamctl.shared.models", "TaskStatus": "teamctl.shared.models",
+    "Usage": "teamctl.shared.models",
+    "TeamError": "teamctl.shared.errors", "ConfigError": "teamctl.shared.errors",
+    "ModelError": "teamctl.shared.errors", "InfraError": "teamctl.shared.errors",
+    "RunFailed": "teamctl.shared.errors",
+    "ToolContext": "teamctl.shared.agent.python_tools",
+}
+__all__ = [
+    "ConfigError", "Envelope", "InfraError", "Member", "MemberResult", "ModelError", "Run",
+    "RunFailed", "RunOptions", "RunResult", "RunStatus", "TaskStateView", "TaskStatus", "Team",
+    "TeamError", "ToolContext", "Usage", "__version__", "attach",
+]
+
+if TYPE_CHECKING:
+    from teamctl.api import Run, Team, attach
+    from teamctl.shared.agent.python_tools import ToolContext
+    from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed, TeamError
+    from teamctl.shared.models import (
+        Envelope,
+        MemberResult,
+        RunResult,
+        RunStatus,
+        TaskStateView,
+        TaskStatus,
+        Usage,
+    )
+    from teamctl.shared.team import Member, RunOptions
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name from its module on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'teamctl' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

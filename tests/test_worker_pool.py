@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from teamctl.coordinator.cli.commands import WorkerPlan
 from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.launch import WorkerPlan
 from teamctl.shared.embedded_redis import EmbeddedRedis, free_port
 from teamctl.shared.settings import load_settings
 
@@ -107,12 +107,12 @@ def test_an_external_redis_with_a_listening_worker_gets_no_run_scoped_ones(
         workers: str) -> None:
     settings = load_settings()
     plain_run = WorkerPlan(count=None, embedded=False, idle_exit_s=600)
-    assert plain_run.run_scoped_count(workers, ["members"], settings) == 0
+    assert plain_run.run_scoped_count(workers, ["members"], settings, print) == 0
     unserved = f"q-{uuid.uuid4().hex[:8]}"
-    assert plain_run.run_scoped_count(workers, ["members", unserved], settings) == 2
+    assert plain_run.run_scoped_count(workers, ["members", unserved], settings, print) == 2
     # An explicit --workers N keeps meaning N run-scoped workers.
-    assert WorkerPlan(3, False, 600).run_scoped_count(workers, ["members"], settings) == 3
-    assert WorkerPlan(0, True, 600).run_scoped_count(workers, ["members"], settings) == 0
+    assert WorkerPlan(3, False, 600).run_scoped_count(workers, ["members"], settings, print) == 3
+    assert WorkerPlan(0, True, 600).run_scoped_count(workers, ["members"], settings, print) == 0
     assert not (settings.state_dir / "pool" / "workers.json").exists()
 
 

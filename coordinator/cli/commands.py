@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 import redis
 from teamctl.coordinator.approval import ApprovalMode
-from teamctl.coordinator.cli.worker_pool import (
-    DEFAULT_IDLE_EXIT_S,
-    DEFAULT_POOL_SIZE,
-    WorkerPool,
-)
-from teamctl.coordinator.worker_registry import listening_workers
-from teamctl.shared.connection import connect, redacted, set_outage
+from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
+from teamctl.coordinator.launch import WorkerPlan
+from teamctl.shared.connection import connect, redacted
 from teamctl.shared.errors import ConfigError, UnreadableRecord
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.ids import is_safe_id
@@ -28,7 +22,6 @@ from teamctl.shared.settings import Settings
 from teamctl.shared.team import (
     ModelSource,
     RunSpec,
-    choose_models,
     load_team_file,
 )
 from teamctl.shared.text import quoted
@@ -64,26 +57,17 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
     from teamctl.coordinator.cli.options import merge_options
-    from teamctl.coordinator.hooks import load_hooks
-    from teamctl.coordinator.run import RunRequest, create_run
+    from teamctl.coordinator.launch import launch
 
-    if not objective.strip():
-        raise ConfigError("the objective is empty: pass what the team should do")
     team = load_team_file(team_path)
-    team.check_python_tools()  # the team's Python tools import here, or exit 2 before any write
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
-    hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
-    models, model_source = choose_models(team, model, api_base, settings)
-    url = redis_url()
-    conn = connect(url)
-    say_if_offline(model_source)
-    request = RunRequest(objective=objective, team=team, models=models,
-                         workspace_root=settings.state_dir / "workspaces", run_id=run_id)
-    spec = create_run(conn, request)
-    click.echo(f"teamctl: run {spec.run_id} on {redacted(url)}", err=True)
+    started = launch(team, objective, model=model, api_base=api_base, redis_url=redis_url,
+                     run_id=run_id, settings=settings)
+    say_if_offline(started.model_source)
+    click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
-    return _drive(conn, url, spec, hooks, workers=plan, as_json=as_json,
-                  approve_plan=approve_plan, settings=settings)
+    return _drive(started.conn, started.redis_url, started.spec, started.hooks, workers=plan,
+                  as_json=as_json, approve_plan=approve_plan, settings=settings)
 
 
 def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json: bool,
@@ -107,68 +91,17 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
 
 def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
            workers: WorkerPlan, as_json: bool, approve_plan: bool, settings: Settings) -> int:
-    """Start local workers, drive the run to its end, print the result."""
-    from teamctl.coordinator.cli.local_workers import LocalWorkers
-    from teamctl.coordinator.context import build_context
+    """Drive the run to its end with the workers it needs, print the result."""
+    from teamctl.coordinator.launch import drive
     from teamctl.coordinator.progress import Reporter
-    from teamctl.coordinator.run import Coordinator
 
-    reporter = Reporter.for_stderr()
-    outage_s = spec.options.redis_outage_s
-    set_outage(conn, outage_s)
-    ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec, hooks,
-                        reporter)
-    queues = spec.queues
-    run_scoped = workers.run_scoped_count(redis_url, queues, settings)
-    with LocalWorkers(redis_url, queues, run_scoped, settings.state_dir / "logs"):
-        result = Coordinator(ctx, approval_mode(approve_plan)).run()
+    result = drive(conn, redis_url, spec, hooks, workers=workers,
+                   approval=approval_mode(approve_plan), reporter=Reporter.for_stderr(),
+                   settings=settings)
     _print_result(result, as_json)
     click.echo(f"teamctl: run {spec.run_id} {result.status} in {result.rounds} rounds, "
                f"{len(result.member_results)} tasks ran", err=True)
     return exit_code_for(result)
-
-
-@dataclass(frozen=True)
-class WorkerPlan:
-    """Which workers a run starts: `count` given on the command line means that many run-scoped
-    ones; else the warm pool on the embedded defaults, or run-scoped ones on an external Redis
-    only when nobody listens on the run's queues."""
-
-    count: int | None
-    embedded: bool
-    idle_exit_s: int
-
-    def run_scoped_count(self, redis_url: str, queues: list[str], settings: Settings) -> int:
-        """How many run-scoped workers to start, after starting any missing pool workers."""
-        if self.count is not None:
-            return self.count
-        if self.embedded:
-            ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s, settings)
-            return 0
-        return 0 if listening_workers(connect(redis_url, decode=False), queues) \
-            else DEFAULT_POOL_SIZE
-
-
-def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
-                settings: Settings) -> None:
-    """Top the local pool up to `size` live workers on `queues`, unless it has none and other
-    workers already listen there; one line on stderr when it starts any."""
-    pool = local_pool(settings)
-    with pool.locked():
-        live = pool.live(redis_url, queues)
-        if len(live) >= size:
-            return
-        if not live and listening_workers(connect(redis_url, decode=False), queues):
-            return  # the user's own workers serve these queues
-        started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ)
-    click.echo(f"teamctl: started {len(started)} local pool worker(s) on {', '.join(queues)}; "
-               f"they serve later runs and exit after {idle_exit_s} s idle "
-               "(`teamctl workers stop` stops them)", err=True)
-
-
-def local_pool(settings: Settings) -> WorkerPool:
-    """The warm pool recorded in the state dir's `pool`."""
-    return WorkerPool(settings.state_dir / "pool", settings.state_dir / "logs")
 
 
 def _print_result(result: RunResult, as_json: bool) -> None:
@@ -285,19 +218,28 @@ def cancel_command(redis_url: str, run_id: str) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here."""
     from teamctl.shared.lease import lease_owner
 
-    run = _live_run(RunHandle.existing(connect(redis_url), run_id, lease_owner=lease_owner()))
+    run = RunHandle.existing(connect(redis_url), run_id, lease_owner=lease_owner())
+    if cancel_run(run):
+        click.echo(f"run {run_id} cancelled")
+    else:
+        click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
+
+
+def cancel_run(run: RunHandle) -> bool:
+    """Ask the run to stop; True when no coordinator drove it and it was ended here, False
+    when its coordinator is stopping it. ConfigError for a run that already finished."""
+    run = _live_run(run)
     store, lease = run.store, run.lease
     store.request_stop("cancelled")
     if not lease.try_acquire():
-        click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
-        return
+        return False
     try:
         if store.state().finished:  # its coordinator finished it just before we took the lease
-            raise ConfigError(f"run {run_id} has already finished ({store.state().status})")
+            raise ConfigError(f"run {run.run_id} has already finished ({store.state().status})")
         _end_cancelled(run)
     finally:
         lease.release()
-    click.echo(f"run {run_id} cancelled")
+    return True
 
 
 def _end_cancelled(run: RunHandle) -> None:

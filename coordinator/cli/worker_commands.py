@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-from teamctl.coordinator.cli.commands import local_pool
+from teamctl.coordinator.launch import local_pool
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings

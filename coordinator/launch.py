@@ -1,0 +1,112 @@
+"""Starting and driving a run, shared by `teamctl run`/`resume` and the Python API: check the
+team, store the run, start the workers it needs, drive it to its end."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+from teamctl.coordinator.approval import ApprovalMode
+from teamctl.coordinator.cli.worker_pool import DEFAULT_POOL_SIZE, WorkerPool
+from teamctl.coordinator.progress import Reporter
+from teamctl.coordinator.worker_registry import listening_workers
+from teamctl.shared.connection import connect, set_outage
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.models import RunResult
+from teamctl.shared.settings import Settings
+from teamctl.shared.team import ModelSource, RunSpec, TeamFile, choose_models
+
+Note = Callable[[str], None]
+"""How a line for a person is shown (stderr for the CLI, logging for the API)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A stored run, ready to be driven: its connection, spec and loaded hooks."""
+
+    conn: redis.Redis
+    redis_url: str
+    spec: RunSpec
+    hooks: list[object]
+    model_source: ModelSource
+
+
+def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str | None,
+           redis_url: Callable[[], str], run_id: str | None, settings: Settings) -> Launch:
+    """Check everything that can be checked, then store the run. `redis_url` is called only
+    once the input is valid: a config error starts no server and writes nothing."""
+    from teamctl.coordinator.hooks import load_hooks
+    from teamctl.coordinator.run import RunRequest, create_run
+
+    if not objective.strip():
+        raise ConfigError("the objective is empty: pass what the team should do")
+    team.check_python_tools()  # the team's Python tools import here, or exit 2 before any write
+    hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
+    models, model_source = choose_models(team, model, api_base, settings)
+    url = redis_url()
+    conn = connect(url)
+    request = RunRequest(objective=objective, team=team, models=models,
+                         workspace_root=settings.state_dir / "workspaces", run_id=run_id)
+    return Launch(conn, url, create_run(conn, request), hooks, model_source)
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """Which workers a run starts: `count` given explicitly means that many run-scoped ones;
+    else the warm pool on the embedded defaults, or run-scoped ones on an external Redis only
+    when nobody listens on the run's queues."""
+
+    count: int | None
+    embedded: bool
+    idle_exit_s: int
+
+    def run_scoped_count(self, redis_url: str, queues: list[str], settings: Settings,
+                         note: Note) -> int:
+        """How many run-scoped workers to start, after starting any missing pool workers."""
+        if self.count is not None:
+            return self.count
+        if self.embedded:
+            ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s, settings, note)
+            return 0
+        return 0 if listening_workers(connect(redis_url, decode=False), queues) \
+            else DEFAULT_POOL_SIZE
+
+
+def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
+                settings: Settings, note: Note) -> None:
+    """Top the local pool up to `size` live workers on `queues`, unless it has none and other
+    workers already listen there; one note when it starts any."""
+    pool = local_pool(settings)
+    with pool.locked():
+        live = pool.live(redis_url, queues)
+        if len(live) >= size:
+            return
+        if not live and listening_workers(connect(redis_url, decode=False), queues):
+            return  # the user's own workers serve these queues
+        started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ)
+    note(f"started {len(started)} local pool worker(s) on {', '.join(queues)}; they serve "
+         f"later runs and exit after {idle_exit_s} s idle (`teamctl workers stop` stops them)")
+
+
+def local_pool(settings: Settings) -> WorkerPool:
+    """The warm pool recorded in the state dir's `pool`."""
+    return WorkerPool(settings.state_dir / "pool", settings.state_dir / "logs")
+
+
+def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
+          workers: WorkerPlan, approval: ApprovalMode, reporter: Reporter,
+          settings: Settings) -> RunResult:
+    """Start the workers the run needs, drive it to its end as its coordinator, stop them."""
+    from teamctl.coordinator.cli.local_workers import LocalWorkers
+    from teamctl.coordinator.context import build_context
+    from teamctl.coordinator.run import Coordinator
+
+    outage_s = spec.options.redis_outage_s
+    set_outage(conn, outage_s)
+    ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec, hooks,
+                        reporter)
+    run_scoped = workers.run_scoped_count(redis_url, spec.queues, settings, reporter.note)
+    with LocalWorkers(redis_url, spec.queues, run_scoped, settings.state_dir / "logs"):
+        return Coordinator(ctx, approval).run()

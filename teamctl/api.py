@@ -1,0 +1,181 @@
+"""The Python API: a team you run from code as `teamctl run` runs it, and a handle on a run
+(started here or elsewhere) to watch, steer, cancel and wait for it.
+
+The run itself is the CLI's: the same checks, Redis records, workers and result object. A run
+started here is driven by a coordinator on a thread of this process; the model calls happen on
+the workers (the embedded defaults start a local pool, as the CLI does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from teamctl.coordinator.approval import ApprovalMode
+from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
+from teamctl.coordinator.launch import WorkerPlan, drive, launch
+from teamctl.coordinator.progress import Reporter
+from teamctl.coordinator.result import build_result
+from teamctl.shared.connection import connect
+from teamctl.shared.embedded_redis import EmbeddedRedis
+from teamctl.shared.errors import ConfigError, TeamError
+from teamctl.shared.handle import RunHandle
+from teamctl.shared.models import RunResult, RunStatus
+from teamctl.shared.settings import Settings, load_settings
+from teamctl.shared.team import (
+    DEFAULT_MEMBERS,
+    Member,
+    RoleModel,
+    RunOptions,
+    TeamFile,
+    load_team_file,
+)
+
+log = logging.getLogger("teamctl")
+FINISHED_POLL_S = 0.2
+"""How often `wait` on a run driven elsewhere re-reads its state."""
+
+
+class Team:
+    """A team as a team file describes it (members, models, options, hooks)."""
+
+    def __init__(self, members: Sequence[Member] | None = None, *, team_id: str = "default",
+                 model: str | None = None, planner_model: str | None = None,
+                 synthesizer_model: str | None = None,
+                 options: RunOptions | dict[str, Any] | None = None,
+                 hooks: Sequence[str] = ()) -> None:
+        run_options = options if isinstance(options, RunOptions) \
+            else RunOptions.model_validate(options or {})
+        self.file = TeamFile(
+            team_id=team_id, model=model, planner=RoleModel(model=planner_model),
+            synthesizer=RoleModel(model=synthesizer_model),
+            members=list(members) if members is not None else list(DEFAULT_MEMBERS),
+            options=run_options, hooks=list(hooks))
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Team:
+        """The team of a team file (.toml, .yaml or .json); ConfigError if it is invalid."""
+        team = cls.__new__(cls)
+        team.file = load_team_file(Path(path))
+        return team
+
+    def run(self, objective: str, *, redis_url: str | None = None, workers: int | None = None,
+            model: str | None = None, api_base: str | None = None, run_id: str | None = None,
+            timeout: float | None = None) -> RunResult:
+        """Run the team on `objective` to its end and return the result (`teamctl run`)."""
+        return self.start(objective, redis_url=redis_url, workers=workers, model=model,
+                          api_base=api_base, run_id=run_id).wait(timeout)
+
+    async def arun(self, objective: str, **kwargs: Any) -> RunResult:
+        """`run` for asyncio code: the blocking parts run on a thread."""
+        return await asyncio.to_thread(self.run, objective, **kwargs)
+
+    def start(self, objective: str, *, redis_url: str | None = None,
+              workers: int | None = None, model: str | None = None,
+              api_base: str | None = None, run_id: str | None = None) -> Run:
+        """Store the run and drive it on a thread; returns its handle at once. The team is
+        checked first: a ConfigError here means nothing was written."""
+        settings = load_settings()
+        url = _redis_url(redis_url, settings)
+        started = launch(self.file, objective, model=model, api_base=api_base,
+                         redis_url=lambda: url, run_id=run_id, settings=settings)
+        plan = WorkerPlan(workers, embedded=redis_url is None and settings.redis_url is None,
+                          idle_exit_s=DEFAULT_IDLE_EXIT_S)
+        handle = Run(started.spec.run_id, url)
+        handle._drive_in_thread(lambda: drive(
+            started.conn, url, started.spec, started.hooks, workers=plan,
+            approval=ApprovalMode.WAIT, reporter=Reporter.to_log(log), settings=settings))
+        return handle
+
+
+class Run:
+    """A handle on one run: its id, its live state, and what a person may do to it."""
+
+    def __init__(self, run_id: str, redis_url: str) -> None:
+        self.run_id = run_id
+        self.redis_url = redis_url
+        self._conn = connect(redis_url)
+        self._thread: threading.Thread | None = None
+        self._result: RunResult | None = None
+        self._error: BaseException | None = None
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r})"
+
+    @property
+    def handle(self) -> RunHandle:
+        """The run's records in Redis (raises ConfigError for an unknown run)."""
+        return RunHandle.existing(self._conn, self.run_id)
+
+    def status(self) -> RunStatus:
+        """Where the run is now."""
+        return self.handle.store.state().status
+
+    def result(self) -> RunResult:
+        """The result object as it stands (final once the run ended)."""
+        return build_result(self.handle)
+
+    def cancel(self) -> None:
+        """Stop the run as `teamctl cancel` does (a finished run: ConfigError)."""
+        from teamctl.coordinator.cli.commands import cancel_run
+        from teamctl.shared.lease import lease_owner
+
+        cancel_run(RunHandle.existing(self._conn, self.run_id, lease_owner=lease_owner()))
+
+    def wait(self, timeout: float | None = None) -> RunResult:
+        """Block until the run ended and return its result; TimeoutError after `timeout` s.
+        An error that ended the coordinator of a run started here is raised again."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
+            if self._error is not None:
+                raise self._error
+            assert self._result is not None
+            return self._result
+        while not self.handle.store.state().finished:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
+            time.sleep(FINISHED_POLL_S)  # a run driven elsewhere: its state is all there is
+        return self.result()
+
+    async def await_result(self, timeout: float | None = None) -> RunResult:
+        """`wait` for asyncio code."""
+        return await asyncio.to_thread(self.wait, timeout)
+
+    def _drive_in_thread(self, body: Any) -> None:
+        def target() -> None:
+            try:
+                self._result = body()
+            except BaseException as exc:  # kept for wait(), which raises it in the caller
+                self._error = exc
+
+        self._thread = threading.Thread(target=target, name=f"teamctl-run-{self.run_id}",
+                                        daemon=True)
+        self._thread.start()
+
+
+def attach(run_id: str, *, redis_url: str | None = None) -> Run:
+    """A handle on a run started elsewhere (another process, `teamctl run`)."""
+    settings = load_settings()
+    run = Run(run_id, _redis_url(redis_url, settings))
+    run.handle.spec  # noqa: B018  (an unknown run is a ConfigError now, not at first use)
+    return run
+
+
+def _redis_url(explicit: str | None, settings: Settings) -> str:
+    """The argument, else REDIS_URL, else the embedded server (started on first use)."""
+    if explicit:
+        return explicit
+    if settings.redis_url:
+        return settings.redis_url
+    return EmbeddedRedis(settings.state_dir / "redis").ensure()
+
+
+__all__ = ["ConfigError", "Run", "Team", "TeamError", "attach"]

@@ -1,0 +1,119 @@
+"""The Python API: a Team run from code returns the same typed result as `teamctl run --json`;
+a started run can be attached to, waited for and cancelled from anywhere."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.embedded_redis import EmbeddedRedis
+from teamctl.shared.keys import RUNS_INDEX
+
+import teamctl
+from teamctl import ConfigError, Member, RunStatus, TaskStatus, Team, attach
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.test_coordinator import member_answer, task_id_of
+
+PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
+        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def scripted_team(llm: ScriptedLLM, run_id: str, member: object = member_answer,
+                  **options: object) -> Team:
+    handler = member if callable(member) else None
+    return Team(
+        members=[Member(id="m1", description="facts"), Member(id="m2")],
+        model=llm.script(f"member-{run_id}", None if handler else member, handler=handler),
+        planner_model=llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
+        synthesizer_model=llm.script(f"synth-{run_id}", ["the answer"]),
+        options={"max_concurrency": 2, **options})
+
+
+def test_run_returns_the_result_object_the_cli_prints(
+        llm: ScriptedLLM, workers: str, run_id: str) -> None:
+    result = scripted_team(llm, run_id).run("Ship it", redis_url=workers, workers=0,
+                                            api_base=llm.api_base, run_id=run_id)
+
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "the answer")
+    assert [(t.task_id, t.status) for t in result.task_states] == [
+        ("a", TaskStatus.COMPLETED), ("b", TaskStatus.COMPLETED)]
+    assert result.usage.prompt_tokens == 4 * 11 and result.synthesis is not None
+    status = CliRunner().invoke(main, ["status", run_id, "--redis-url", workers, "--json"])
+    assert json.loads(status.stdout) == json.loads(result.model_dump_json(by_alias=True))
+    again = attach(run_id, redis_url=workers)
+    assert again.wait(timeout=5) == result and again.status() is RunStatus.COMPLETED
+
+
+def test_a_started_run_can_be_attached_to_and_cancelled_from_elsewhere(
+        llm: ScriptedLLM, workers: str, run_id: str) -> None:
+    def slow_b(body: dict) -> object:
+        if task_id_of(body) == "b":
+            return ToolCalls([("team_list_tasks", {})])  # keeps b busy until cancelled
+        return member_answer(body)
+
+    team = scripted_team(llm, run_id, member=slow_b, member_max_steps=100_000)
+    team.file.synthesizer.model = llm.script(f"synth-{run_id}", [])
+    run = team.start("Ship it", redis_url=workers, workers=0, api_base=llm.api_base,
+                     run_id=run_id)
+    elsewhere = attach(run_id, redis_url=workers)
+    wait_until(lambda: [t.status for t in elsewhere.result().task_states]
+               == [TaskStatus.COMPLETED, TaskStatus.IN_PROGRESS], 60,
+               message="task b in progress")
+    with pytest.raises(TimeoutError):
+        elsewhere.wait(timeout=0.5)
+
+    elsewhere.cancel()
+    result = run.wait(timeout=120)
+
+    assert result.status is RunStatus.CANCELLED and result.output is None
+    assert elsewhere.wait(timeout=5).status is RunStatus.CANCELLED
+    with pytest.raises(ConfigError, match="already finished"):
+        elsewhere.cancel()
+
+
+def test_bad_input_is_a_config_error_before_anything_is_written(
+        redis_url: str, run_id: str) -> None:
+    with pytest.raises(ConfigError, match="objective is empty"):
+        Team().start("  ", redis_url=redis_url, run_id=run_id)
+    with pytest.raises(ConfigError, match="unknown field"):
+        Team.from_file(_bad_team_file(Path(redis_url.split("/")[-1] + ".toml")))
+    assert redis.Redis.from_url(redis_url).zcard(RUNS_INDEX) == 0
+    with pytest.raises(ConfigError):
+        attach("no-such-run", redis_url=redis_url)
+
+
+def _bad_team_file(path: Path) -> Path:
+    path.write_text('colour = "blue"\n')
+    return path
+
+
+def test_the_package_exports_only_the_public_names_and_imports_no_litellm() -> None:
+    code = ("import sys, teamctl\n"
+            "names = [n for n in teamctl.__all__ if n != '__version__']\n"
+            "[getattr(teamctl, n) for n in names]\n"
+            "print('litellm' in sys.modules, 'teamctl.worker.jobs' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["False", "False"], done.stderr
+    assert set(teamctl.__all__) - {"__version__"} == set(teamctl._EXPORTS)
+    with pytest.raises(AttributeError):
+        teamctl.Coordinator  # noqa: B018
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.py")))
+def test_each_example_runs_on_the_embedded_defaults(example: str, tmp_path: Path) -> None:
+    try:
+        done = subprocess.run([sys.executable, str(EXAMPLES / example)], capture_output=True,
+                              text=True, timeout=240, cwd=tmp_path)
+    finally:
+        EmbeddedRedis(tmp_path / "state" / "redis").stop()
+    assert done.returncode == 0, done.stderr
+    assert "completed" in done.stdout, done.stdout
