@@ -6,11 +6,18 @@ import json
 import tomllib
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.python_tools import (
     check_entry,
@@ -46,6 +53,13 @@ DEFAULT_MODEL_FOR_KEY = {
 }
 
 
+REMOVED_OPTIONS = {
+    "allow_dynamic_member_registration":
+        "removed: a run's roster is fixed once it starts (members cannot be added to a live run; "
+        "README, Run options); delete it from the team file",
+}
+
+
 class RunOptions(BaseModel):
     """Every run option, with AI4J's defaults plus teamctl's own (DESIGN §7).
 
@@ -70,7 +84,6 @@ class RunOptions(BaseModel):
     include_message_history_in_dispatch: bool = True
     message_history_limit: int = Field(20, le=10_000)
     require_plan_approval: bool = False
-    allow_dynamic_member_registration: bool = True
     enable_member_team_tools: bool = True
     dispatch: Literal["eager", "barrier"] = "eager"
     heartbeat_ttl_s: float = Field(30.0, gt=0, le=MAX_DURATION_S)
@@ -93,6 +106,15 @@ class RunOptions(BaseModel):
     0 keeps none."""
     tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
     """Longest result a Python tool gives the model; longer ones are cut and say so."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forget_removed(cls, data: Any) -> Any:
+        """Specs stored before an option was removed still load (team files are told, in
+        load_team_file)."""
+        if isinstance(data, dict) and REMOVED_OPTIONS.keys() & data.keys():
+            return {k: v for k, v in data.items() if k not in REMOVED_OPTIONS}
+        return data
 
     def batch_size(self) -> int:
         """How many tasks one round may dispatch."""
@@ -237,6 +259,9 @@ def load_team_file(path: Path | None) -> TeamFile:
     if path is None:
         return TeamFile()
     raw = _read_structured(path)
+    options = raw.get("options") if isinstance(raw, dict) else None
+    for name in REMOVED_OPTIONS.keys() & (options.keys() if isinstance(options, dict) else set()):
+        raise ConfigError(f"team file {path}: options.{name}: {REMOVED_OPTIONS[name]}")
     try:
         return TeamFile.model_validate(raw)
     except ValidationError as exc:

@@ -78,6 +78,23 @@ def test_bad_flag_value_and_unloadable_hook_exit_2(tmp_path: Path, redis_url: st
     assert "hooks[0] 'tests.no_such_module:Hook': cannot load it" in bad_hook.stderr
 
 
+def test_the_removed_dynamic_registration_option_is_named_in_a_team_file_not_in_a_stored_spec(
+        tmp_path: Path, redis_url: str) -> None:
+    from teamctl.shared.team import RunOptions
+
+    team = tmp_path / "team.toml"
+    team.write_text("[options]\nallow_dynamic_member_registration = true\n")
+    refused = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--workers", "0",
+                                        "--redis-url", redis_url])
+    assert refused.exit_code == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "options.allow_dynamic_member_registration: removed: a run's roster is fixed" in (
+        refused.stderr)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+    # A run stored before the option was removed still loads.
+    assert RunOptions.model_validate({"allow_dynamic_member_registration": False,
+                                      "max_rounds": 3}) == RunOptions(max_rounds=3)
+
+
 def test_default_team_and_flags_override_the_file(tmp_path: Path) -> None:
     default = load_team_file(None)
     assert [m.id for m in default.members] == ["researcher", "analyst", "writer"]

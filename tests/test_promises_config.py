@@ -133,7 +133,6 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
         ["--no-include-message-history-in-dispatch"], False),
     "message_history_limit": (["--message-history-limit", "5"], 5),
     "require_plan_approval": (["--require-plan-approval"], True),
-    "allow_dynamic_member_registration": (["--no-allow-dynamic-member-registration"], False),
     "enable_member_team_tools": (["--no-enable-member-team-tools"], False),
     "dispatch": (["--dispatch", "barrier"], "barrier"),
     "heartbeat_ttl_s": (["--heartbeat-ttl-s", "12.5"], 12.5),

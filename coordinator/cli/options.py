@@ -25,7 +25,6 @@ HELP = {
     "include_message_history_in_dispatch": "Show members recent team messages.",
     "message_history_limit": "Recent messages shown to a member (0: all).",
     "require_plan_approval": "Wait for the plan to be approved before dispatching.",
-    "allow_dynamic_member_registration": "Kept for AI4J compatibility; a run's roster is fixed.",
     "enable_member_team_tools": "Give members the team_* tools.",
     "dispatch": "eager: refill as soon as a task ends; barrier: wait for the whole round.",
     "heartbeat_ttl_s": "Seconds a claim lives without a heartbeat before it is reclaimed.",
