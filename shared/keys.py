@@ -199,6 +199,12 @@ class RunKeys(KeySpace):
         return f"{self.base}:call_beat:{check_call_name(call)}"
 
     @property
+    def mcp_tools(self) -> str:
+        """Hash: MCP server name -> JSON list of its tools, as the first worker to start the
+        server listed them (dispatch inputs name a member's MCP tools from it)."""
+        return f"{self.base}:mcp_tools"
+
+    @property
     def model_call_done(self) -> str:
         """List: wake-ups for a coordinator waiting on a model call's outcome."""
         return f"{self.base}:call_done"

@@ -18,6 +18,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from teamctl.shared.agent.mcp_config import SEPARATOR, McpServer, check_entries, servers_for
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.python_tools import (
     check_entry,
@@ -105,7 +106,13 @@ class RunOptions(BaseModel):
     """Longest transcript (messages and tool results, as JSON) kept per task for the result;
     0 keeps none."""
     tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
-    """Longest result a Python tool gives the model; longer ones are cut and say so."""
+    """Longest result a Python or MCP tool gives the model; longer ones are cut and say so."""
+    mcp_start_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """How long an MCP server may take to start and answer the handshake (else the task fails)."""
+    mcp_list_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """How long listing an MCP server's tools may take (else the task fails)."""
+    mcp_call_timeout_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
+    """How long one MCP tool call may take; a slower one is a TOOL_ERROR result."""
 
     @model_validator(mode="before")
     @classmethod
@@ -143,6 +150,11 @@ class Member(BaseModel):
     description: str | None = None
     model: str | None = None
     tools: list[str] = Field(default_factory=list)
+    mcp: list[str] = Field(default_factory=list)
+    """MCP servers (`git`: all their tools) or single tools (`git:git_log`) this member has."""
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+    """The servers `mcp` names, filled in from the team file's `[[mcp_servers]]` so that the
+    run's spec carries them to the workers; a team file sets `mcp`, never this."""
     queue: str = "members"
 
     @field_validator("id")
@@ -179,6 +191,11 @@ class Member(BaseModel):
                 raise ValueError(f"unknown tool {tool!r}; available: {', '.join(WORKSPACE_TOOLS)}"
                                  ", or a Python function as 'package.module:function'")
         return tools
+
+    @field_validator("mcp")
+    @classmethod
+    def _mcp_entries(cls, entries: list[str]) -> list[str]:
+        return check_entries(entries)
 
     @property
     def display_name(self) -> str:
@@ -219,6 +236,8 @@ class TeamFile(BaseModel):
     members: list[Member] = Field(default_factory=lambda: list(DEFAULT_MEMBERS), min_length=1)
     options: RunOptions = Field(default_factory=RunOptions)
     hooks: list[str] = Field(default_factory=list)
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+    """MCP servers members may use (a member's `mcp` names them)."""
     teammates: TeamOptions = Field(default_factory=TeamOptions)
     """Options of a persistent team made from this file (`teamctl team create --file`)."""
 
@@ -242,6 +261,35 @@ class TeamFile(BaseModel):
         """Import every member's Python tools here, before a run starts: ConfigError (exit 2)
         for one that will not load or whose name clashes (python_tools.check_team_tools)."""
         check_team_tools(self)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, servers: list[McpServer]) -> list[McpServer]:
+        names = [server.name for server in servers]
+        duplicate = next((name for name in names if names.count(name) > 1), None)
+        if duplicate:
+            raise ValueError(f"two MCP servers are named {duplicate!r}; names must be unique")
+        return servers
+
+    @model_validator(mode="after")
+    def _resolve_member_servers(self) -> TeamFile:
+        """Give each member the servers its `mcp` entries name; ValueError (exit 2) for an
+        entry naming no configured server, or a Python tool named like a server's tools."""
+        for member in self.members:
+            try:
+                servers = servers_for(member.mcp, self.mcp_servers)
+            except ValueError as exc:
+                raise ValueError(f"member {member.id}: {exc}") from None
+            if "mcp_servers" in member.model_fields_set and member.mcp_servers != servers:
+                raise ValueError(f"member {member.id}: configure servers in [[mcp_servers]] "
+                                 "and name them in the member's mcp, not mcp_servers")
+            member.mcp_servers = servers
+            for tool in member.tools:
+                function = tool.partition(":")[2]
+                if any(function.startswith(s.name + SEPARATOR) for s in servers):
+                    raise ValueError(f"member {member.id}: tool {tool!r} would clash with the "
+                                     "MCP server's tools (named 'server__tool'); rename it")
+        return self
 
     @field_validator("members")
     @classmethod

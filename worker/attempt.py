@@ -10,6 +10,7 @@ from pathlib import Path
 import redis
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import AgentLoop, AttemptAbandoned, HandedOff
+from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tools import Toolbox
@@ -19,6 +20,8 @@ from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import RunFailed
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.mcp_cache import McpToolCache
 from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member, RunSpec
@@ -56,6 +59,8 @@ class Attempt:
         """This session's reads of its member's inbox, when it has the team tools."""
         self.session: AgentLoop | None = None
         """The member's agent loop once it started (its transcript goes with the outcome)."""
+        self.mcp: McpHub | None = None
+        """This session's MCP servers, when its member has some; stopped when it ends."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -66,6 +71,14 @@ class Attempt:
         if task is None or member is None:
             return "skipped: task or member vanished"
         job.bus.publish("system", member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
+        try:
+            return self._run(member, task)
+        finally:
+            if self.mcp:
+                self.mcp.close()
+
+    def _run(self, member: Member, task: TaskState) -> str:
+        job, claim = self.job, self.claim
         try:
             self.session = self._loop(member)
             result = self.session.run(
@@ -108,7 +121,22 @@ class Attempt:
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox))
         add_python_tools(toolbox, member.tools, self._tool_context(member),
                          job.spec.options.tool_result_max_chars)
+        if member.mcp_servers:
+            self._add_mcp_tools(toolbox, member)
         return toolbox
+
+    def _add_mcp_tools(self, toolbox: Toolbox, member: Member) -> None:
+        """Start the member's MCP servers in the run's workspace and offer their tools; the run
+        caches each server's list for dispatch inputs. One that will not start fails the task."""
+        options = self.job.spec.options
+        self.mcp = McpHub(Path(self.job.spec.workspace_dir), McpTimeouts(
+            options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s))
+        cache = McpToolCache(self.job.conn, RunKeys(self.job.spec.run_id))
+        for server in member.mcp_servers:
+            tools = self.mcp.start(server)
+            cache.remember(server.name, [tool.as_json() for tool in tools])
+            add_mcp_tools(toolbox, self.mcp, server, tools, member.mcp,
+                          options.tool_result_max_chars)
 
     def _tool_context(self, member: Member) -> ToolContext:
         """What this attempt's Python tools may know; their heartbeat refreshes its claim."""
@@ -154,8 +182,12 @@ class Attempt:
         options = job.spec.options
         dependencies = job.board.get_many(task.depends_on)
         history = job.bus.history_for(member.id, options.message_history_limit)
+        mcp_tools = McpToolCache(job.conn, RunKeys(job.spec.run_id)).member_tools(
+            member.mcp, [server.name for server in member.mcp_servers]) \
+            if member.mcp_servers else []
         return build_dispatch_input(member=member, task=task, objective=job.spec.objective,
-                                    options=options, dependencies=dependencies, history=history)
+                                    options=options, dependencies=dependencies, history=history,
+                                    mcp_tools=mcp_tools)
 
     def _complete(self, member: Member, output: str) -> str:
         return self._write_outcome(self.job.board.complete, member, output,

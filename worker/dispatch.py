@@ -10,8 +10,10 @@ TRUNCATED = " [truncated]"
 
 
 def build_dispatch_input(*, member: Member, task: TaskState, objective: str, options: RunOptions,
-                         dependencies: list[TaskState], history: list[Envelope]) -> str:
-    """Render worker/prompts/dispatch.md; each section honours its include_* option."""
+                         dependencies: list[TaskState], history: list[Envelope],
+                 mcp_tools: list[str] | None = None) -> str:
+    """Render worker/prompts/dispatch.md; each section honours its include_* option.
+    `mcp_tools` names the member's MCP tools (from the run's cache of the servers' lists)."""
     wants_history = options.enable_message_bus and options.include_message_history_in_dispatch
     return render(
         "teamctl.worker", "dispatch.md", member=member, task=task, objective=objective,
@@ -20,7 +22,7 @@ def build_dispatch_input(*, member: Member, task: TaskState, objective: str, opt
         dependency_outputs=[(d.task_id, d.status.value,
                              _truncated(d.output, options.dependency_output_chars))
                             for d in dependencies],
-        history=history if wants_history else [])
+        history=history if wants_history else [], mcp_tools=mcp_tools or [])
 
 
 def _truncated(output: str | None, limit_chars: int) -> str:

@@ -41,9 +41,12 @@ HELP = {
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
     "redis_outage_s": "Seconds every process rides through a Redis outage before giving up.",
     "retention_s": "Seconds an ended run's keys stay in Redis.",
-    "tool_result_max_chars": "Longest result a Python tool gives the model, in characters.",
+    "tool_result_max_chars": "Longest result a Python or MCP tool gives the model, in characters.",
     "transcript_max_chars": "Longest transcript kept per task for the result, in characters "
                             "(0: none).",
+    "mcp_start_timeout_s": "Seconds an MCP server may take to start (else the task fails).",
+    "mcp_list_timeout_s": "Seconds listing an MCP server's tools may take (else the task fails).",
+    "mcp_call_timeout_s": "Seconds one MCP tool call may take (else a TOOL_ERROR result).",
 }
 
 

@@ -127,6 +127,17 @@ class NoArgs(ToolArgs):
     """A tool that takes no arguments."""
 
 
+class RawArgs(ToolArgs):
+    """A tool described by a JSON schema of its own (an MCP server's): every argument is kept,
+    as given, for the tool to pass on (`raw`)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
 class ToolResult(BaseModel):
     """A structured tool result, keys in camelCase: None-valued keys are left out (AI4J's results
     omit nulls), except those named in `KEEP_NONE`."""
@@ -206,12 +217,15 @@ class Tool:
     fn: ToolFn
     context: Mapping[str, Any]
     """Values argument fallbacks may take (Fallback.context_key)."""
+    parameters: str | None = None
+    """A JSON schema given as is (RawArgs tools), instead of one generated from `args`."""
 
     def schema(self) -> dict[str, Any]:
         """The tool as an OpenAI-style function schema."""
+        parameters = json.loads(self.parameters) if self.parameters else \
+            parameters_schema(self.args)
         return {"type": "function", "function": {
-            "name": self.name, "description": self.description,
-            "parameters": parameters_schema(self.args)}}
+            "name": self.name, "description": self.description, "parameters": parameters}}
 
 
 class Toolbox:
@@ -224,6 +238,13 @@ class Toolbox:
             context: Mapping[str, Any] | None = None) -> None:
         """Register a tool: its name, description, arguments model and function."""
         self._tools[name] = Tool(name, description, args, fn, dict(context or {}))
+
+    def add_raw(self, name: str, description: str, parameters: Mapping[str, Any],
+                fn: Callable[[dict[str, Any]], ToolResult | dict[str, Any] | str]) -> None:
+        """Register a tool whose JSON schema is given (an MCP server's): `fn` gets the model's
+        arguments as a dict, unchecked here (the tool's owner validates them)."""
+        self._tools[name] = Tool(name, description, RawArgs, lambda args: fn(args.raw), {},
+                                 parameters=json.dumps(parameters))
 
     @property
     def names(self) -> list[str]:

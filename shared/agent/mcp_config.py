@@ -1,0 +1,156 @@
+"""MCP servers as a team file configures them (`[[mcp_servers]]`, a member's `mcp = [...]`).
+
+Only configuration lives here: the coordinator validates team files with it and must never
+import the MCP SDK nor start a server. The worker's side is mcp_tools.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from teamctl.shared.errors import ConfigError
+
+SEPARATOR = "__"
+"""Between the server's name and the tool's in the name the model sees (`git__git_log`)."""
+SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*(_[A-Za-z0-9-]+)*", re.ASCII)
+"""Letters, digits, '-' and single '_' (never '__', the separator), starting with a letter."""
+MAX_SERVER_NAME_CHARS = 32
+ENV_PREFIX = "env:"
+"""A header or env value `env:NAME` is read from the worker's environment."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+
+
+def _check_env_refs(values: Mapping[str, str]) -> Mapping[str, str]:
+    for key, value in values.items():
+        if value.startswith(ENV_PREFIX) and not ENV_NAME.fullmatch(value[len(ENV_PREFIX):]):
+            raise ValueError(f"{key} = {value!r}: write 'env:NAME' with NAME an environment "
+                             "variable name")
+    return values
+
+
+class McpServer(BaseModel):
+    """One MCP server: a command started over stdio in the workspace, or a streamable HTTP
+    URL; `headers` (HTTP) and `env` (stdio) values `env:NAME` come from the worker's
+    environment when the server is started."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    command: list[str] | None = Field(None, min_length=1)
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, name: str) -> str:
+        if len(name) > MAX_SERVER_NAME_CHARS or not SERVER_NAME.fullmatch(name):
+            raise ValueError(f"MCP server name {name!r}: use up to {MAX_SERVER_NAME_CHARS} "
+                             "letters, digits, '-' or single '_', starting with a letter")
+        if name == "team" or name.startswith("team_"):
+            raise ValueError(f"MCP server name {name!r}: names starting with 'team' would "
+                             "give tools the team tools' 'team_' prefix; choose another")
+        return name
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"url {url!r}: give the server's http(s) endpoint, e.g. "
+                                 "http://127.0.0.1:8765/mcp")
+        return url
+
+    @field_validator("headers", "env")
+    @classmethod
+    def _env_refs(cls, values: dict[str, str]) -> dict[str, str]:
+        return dict(_check_env_refs(values))
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name!r}: give exactly one of command (stdio) "
+                             "or url (streamable HTTP)")
+        if self.url and self.env:
+            raise ValueError(f"MCP server {self.name!r}: env is for a command's process; an "
+                             "HTTP server takes headers")
+        if self.command and self.headers:
+            raise ValueError(f"MCP server {self.name!r}: headers are for an HTTP server; a "
+                             "command takes env")
+        return self
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command else "http"
+
+
+def split_entry(entry: str) -> tuple[str, str | None]:
+    """A member's `mcp` entry as (server, tool): `git` is every tool of git, `git:git_log` one."""
+    server, colon, tool = entry.partition(":")
+    return server, (tool if colon else None)
+
+
+def check_entries(entries: Iterable[str]) -> list[str]:
+    """A member's `mcp` entries if each is `server` or `server:tool`; ValueError otherwise."""
+    entries = list(entries)
+    for entry in entries:
+        server, tool = split_entry(entry)
+        if not SERVER_NAME.fullmatch(server) or tool == "" or (tool and tool.strip() != tool):
+            raise ValueError(f"mcp entry {entry!r}: write a server's name ('git') for all its "
+                             "tools, or 'server:tool' ('git:git_log') for one")
+    return entries
+
+
+def servers_for(entries: Iterable[str], servers: Iterable[McpServer]) -> list[McpServer]:
+    """The configured servers a member's entries name, in the team file's order; ValueError
+    naming an entry whose server is not configured."""
+    by_name = {server.name: server for server in servers}
+    wanted = []
+    for entry in entries:
+        name, _ = split_entry(entry)
+        if name not in by_name:
+            known = ", ".join(by_name) or "none is configured"
+            raise ValueError(f"mcp entry {entry!r} names no [[mcp_servers]] entry ({known}); "
+                             "add the server or fix the name")
+        wanted.append(name)
+    return [server for name, server in by_name.items() if name in wanted]
+
+
+def tool_filter(entries: Iterable[str], server: str) -> set[str] | None:
+    """The tools a member may use of `server`: None for all (a bare entry), else their names."""
+    chosen: set[str] = set()
+    for entry in entries:
+        name, tool = split_entry(entry)
+        if name == server:
+            if tool is None:
+                return None
+            chosen.add(tool)
+    return chosen
+
+
+def offered_name(server: str, tool: str) -> str:
+    """The name the model sees for `tool` of `server`."""
+    return f"{server}{SEPARATOR}{tool}"
+
+
+def resolved_values(values: Mapping[str, str], server: str, what: str,
+                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`headers` or `env` with each `env:NAME` replaced by the worker's variable; ConfigError
+    (the task's error) naming a variable that is not set."""
+    environ = os.environ if environ is None else environ
+    resolved = {}
+    for key, value in values.items():
+        if value.startswith(ENV_PREFIX):
+            name = value[len(ENV_PREFIX):]
+            if name not in environ:
+                raise ConfigError(f"MCP server {server!r}: {what} {key} reads ${name}, which "
+                                  "is not set in this worker's environment; set it where the "
+                                  "workers run")
+            value = environ[name]
+        resolved[key] = value
+    return resolved

@@ -1,0 +1,375 @@
+"""MCP servers' tools for one attempt, through the official `mcp` SDK (the worker's side).
+
+The SDK is async and the agent loop is sync: an `McpHub` runs one event loop on a daemon thread
+for the attempt, with one holder task per server that enters the SDK's `Client` and leaves it
+(anyio requires both in one task) when the hub closes. Tool calls are coroutines submitted to
+that loop with a timeout. A hub lives for one attempt, in the RQ work-horse that runs it: nothing
+crosses a fork, and stopping the attempt stops its servers.
+
+A stdio server runs in the workspace with a minimal environment (as the `bash` tool) in a
+session of its own; closing stops it (the SDK closes its stdin, then signals its process group)
+and then SIGKILLs what is left of the group. A server that will not start, or will not list its
+tools in time, is a ConfigError with its stderr tail (the task fails); a call that fails, times
+out or answers isError is a TOOL_ERROR result the model reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from teamctl.shared.agent.mcp_config import (
+    McpServer,
+    offered_name,
+    resolved_values,
+    tool_filter,
+)
+from teamctl.shared.agent.python_tools import TOOL_NAME, result_text
+from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.workspace import BASH_PATH
+from teamctl.shared.errors import ConfigError, ToolFailed
+
+log = logging.getLogger(__name__)
+STDERR_TAIL_CHARS = 2000
+CLOSE_TIMEOUT_S = 10.0
+"""Bounds the wait for every server to stop (the SDK's own shutdown escalates within ~6 s)."""
+CALL_GRACE_S = 5.0
+"""Beyond a call's own timeout, how long the caller waits for the loop to notice it."""
+
+
+class McpToolError(ToolFailed):
+    """The server answered the call with isError: the tool's own failure."""
+
+
+class McpCallFailed(ToolFailed):
+    """The call got no answer: the server failed, went away or broke the protocol."""
+
+
+class McpTimeout(ToolFailed):
+    """The call did not answer within mcp_call_timeout_s."""
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    """One tool as its server lists it (and as the run's cache keeps it)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description,
+                "input_schema": self.input_schema}
+
+
+@dataclass
+class _Running:
+    """A started server: its client (used on the loop only) and what stopping it takes."""
+
+    server: McpServer
+    client: Any
+    tools: list[ListedTool]
+    stop: asyncio.Event
+    pgids: list[int]
+    """Process groups of a stdio server (its pid: it leads a session of its own)."""
+    holder: concurrent.futures.Future[None] | None = None
+
+
+@dataclass(frozen=True)
+class McpTimeouts:
+    """The run's mcp_*_timeout_s options."""
+
+    start_s: float
+    list_s: float
+    call_s: float
+
+
+class McpHub:
+    """The MCP sessions of one attempt, on an event loop thread of their own; `close` stops
+    every server. Use as a context manager."""
+
+    def __init__(self, workspace: Path, timeouts: McpTimeouts) -> None:
+        self.workspace = workspace
+        self.timeouts = timeouts
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop",
+                                        daemon=True)
+        self._thread.start()
+        self._running: dict[str, _Running] = {}
+
+    def __enter__(self) -> McpHub:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self, server: McpServer) -> list[ListedTool]:
+        """Start (or connect to) `server` and list its tools; ConfigError with the server's
+        stderr tail when it will not start or list in time."""
+        if server.name in self._running:
+            return self._running[server.name].tools
+        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
+            ready: concurrent.futures.Future[_Running] = concurrent.futures.Future()
+            holder = asyncio.run_coroutine_threadsafe(self._hold(server, stderr, ready),
+                                                      self._loop)
+            try:
+                # The holder's own timeouts answer first; this only bounds a stuck shutdown.
+                running = ready.result(timeout=self.timeouts.start_s + self.timeouts.list_s
+                                       + CLOSE_TIMEOUT_S)
+            except (TimeoutError, concurrent.futures.TimeoutError):
+                holder.cancel()
+                _wait_quietly(holder)
+                raise ConfigError(self._start_error(
+                    server, f"did not start and list its tools within "
+                    f"mcp_start_timeout_s={self.timeouts.start_s:g} and "
+                    f"mcp_list_timeout_s={self.timeouts.list_s:g}", stderr)) from None
+            except ConfigError:  # no such command, a header's variable is not set
+                _wait_quietly(holder)
+                raise
+            except Exception as exc:  # the SDK's: a process that exited, a refused connection
+                _wait_quietly(holder)
+                raise ConfigError(self._start_error(
+                    server, f"did not start ({_describe(exc)})", stderr)) from None
+        running.holder = holder
+        self._running[server.name] = running
+        return running.tools
+
+    def _start_error(self, server: McpServer, what: str, stderr: IO[str]) -> str:
+        where = f"`{' '.join(server.command)}`" if server.command else server.url
+        tail = _tail(stderr)
+        return (f"MCP server {server.name!r} ({where}) {what}"
+                + (f"; its stderr ends:\n{tail}" if tail else ""))
+
+    async def _hold(self, server: McpServer, stderr: IO[str],
+                    ready: concurrent.futures.Future[_Running]) -> None:
+        """Enter the server's client, list its tools, hand them over, and hold the session
+        until told to stop (entering and leaving in this one task, as anyio requires)."""
+        pgids: list[int] = []
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                stack.callback(_kill_groups, pgids)  # runs after the SDK's own shutdown
+                # asyncio.timeout, not wait_for: the client must be entered in this task.
+                async with asyncio.timeout(self.timeouts.start_s):
+                    client = await self._connect(stack, server, stderr, pgids)
+                async with asyncio.timeout(self.timeouts.list_s):
+                    tools = await _list_all(client)
+                running = _Running(server, client, tools, asyncio.Event(), pgids)
+                ready.set_result(running)
+                await running.stop.wait()
+        except Exception as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                log.warning("MCP server %s: closing its session failed: %s", server.name,
+                            _describe(exc))
+
+    async def _connect(self, stack: contextlib.AsyncExitStack, server: McpServer,
+                       stderr: IO[str], pgids: list[int]) -> Any:
+        """The SDK's Client for `server`, entered on `stack` (which will leave it)."""
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        if server.command:
+            transport: Any = _stdio_transport(server, self.workspace, stderr, pgids)
+        else:
+            headers = resolved_values(server.headers, server.name, "header")
+            http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+            transport = streamable_http_client(str(server.url), http_client=http)
+        return await stack.enter_async_context(Client(transport, cache=None))
+
+    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any:
+        """Call `tool` of a started server: its CallToolResult; McpTimeout or McpCallFailed
+        when no answer came."""
+        client = self._running[server].client
+        timeout_s = self.timeouts.call_s
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(client.call_tool(tool, arguments), timeout_s), self._loop)
+        try:
+            return future.result(timeout=timeout_s + CALL_GRACE_S)
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            future.cancel()
+            raise McpTimeout(f"MCP server {server!r} did not answer {tool} within "
+                             f"{timeout_s:g}s (mcp_call_timeout_s)") from None
+        except Exception as exc:
+            raise McpCallFailed(f"MCP server {server!r} failed on {tool}: "
+                                f"{_describe(exc)}") from exc
+
+    def close(self) -> None:
+        """Stop every server (stdio ones with their process groups), then the loop thread."""
+        if self._loop.is_closed():
+            return
+        for running in self._running.values():
+            self._loop.call_soon_threadsafe(running.stop.set)
+        holders = [r.holder for r in self._running.values() if r.holder]
+        concurrent.futures.wait(holders, timeout=CLOSE_TIMEOUT_S)
+        for running in self._running.values():
+            _kill_groups(running.pgids)  # whatever outlived a shutdown that timed out
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=CLOSE_TIMEOUT_S)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+async def _list_all(client: Any) -> list[ListedTool]:
+    """Every tool of the server, page by page."""
+    tools: list[ListedTool] = []
+    cursor = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools += [ListedTool(t.name, t.description or "", dict(t.input_schema))
+                  for t in page.tools]
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+@contextlib.asynccontextmanager
+async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
+                           pgids: list[int]) -> Any:
+    """The SDK's stdio transport for `server` in the workspace, noting the process group the
+    server leads (the SDK starts it in a session of its own) so that it can be killed."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    command = server.command or []
+    params = StdioServerParameters(
+        command=_executable(server.name, command[0]), args=command[1:], cwd=str(workspace),
+        env=_minimal_env(workspace) | resolved_values(server.env, server.name, "env"))
+    before = _session_children()
+    async with stdio_client(params, errlog=stderr) as streams:
+        pgids += sorted(_session_children() - before)
+        yield streams
+
+
+def _executable(server: str, command: str) -> str:
+    """The command's path: found on the worker's PATH or beside its Python (a server installed
+    in the worker's virtualenv), since the server itself gets a minimal PATH."""
+    found = shutil.which(command) or shutil.which(command, path=str(Path(sys.executable).parent))
+    if not found:
+        raise ConfigError(f"MCP server {server!r}: command {command!r} is not on this worker's "
+                          "PATH; install it where the workers run")
+    return found
+
+
+def _minimal_env(workspace: Path) -> dict[str, str]:
+    """What the `bash` tool gets: the worker's own environment holds REDIS_URL and API keys."""
+    return {"PATH": BASH_PATH, "HOME": str(workspace), "LANG": "C.UTF-8"}
+
+
+def _session_children() -> set[int]:
+    """Children of this process that lead a session of their own (a stdio server: the SDK
+    starts it with start_new_session), read from /proc; empty where there is none."""
+    me = os.getpid()
+    found = set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                with open(f"/proc/{entry.name}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rpartition(")")[2].split()
+                pid = int(entry.name)
+                if int(fields[1]) == me and int(fields[3]) == pid:  # ppid, session id
+                    found.add(pid)
+    return found
+
+
+def _kill_groups(pgids: Iterable[int]) -> None:
+    """SIGKILL each process group; one already gone is fine."""
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _wait_quietly(future: concurrent.futures.Future[None]) -> None:
+    """Let a failed holder unwind (its server stopped) before the error is reported."""
+    with contextlib.suppress(Exception, concurrent.futures.CancelledError):
+        future.result(timeout=CLOSE_TIMEOUT_S)
+
+
+def _tail(stderr: IO[str]) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        stderr.flush()
+        stderr.seek(0)
+        return stderr.read()[-STDERR_TAIL_CHARS:].strip()
+    return ""
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as one phrase; exception groups (anyio's) by their first leaf."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def call_result_text(result: Any, max_chars: int) -> str:
+    """A CallToolResult as the model reads it: its text content, else its structured content
+    as JSON; McpToolError when the server answered isError."""
+    parts = []
+    for block in result.content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "resource" and hasattr(block.resource, "text"):
+            parts.append(block.resource.text)
+        elif kind == "resource_link":
+            parts.append(f"[resource: {block.uri}]")
+        else:
+            parts.append(f"[{kind or 'content'}: {getattr(block, 'mime_type', '')}]".rstrip())
+    text = "\n".join(parts)
+    if not parts and result.structured_content is not None:
+        text = json.dumps(result.structured_content, ensure_ascii=False)
+    if result.is_error:
+        raise McpToolError(text or "the tool reported an error")
+    return result_text(text, max_chars)
+
+
+def add_mcp_tools(toolbox: Toolbox, hub: McpHub, server: McpServer, tools: list[ListedTool],
+                  entries: Iterable[str], max_chars: int) -> list[str]:
+    """Offer the tools of a started server that the member's entries allow, as
+    `<server>__<tool>` with the server's schema; the names added. ConfigError when a name is
+    taken; a tool whose name no provider accepts is left out (logged)."""
+    allowed = tool_filter(entries, server.name)
+    added = []
+    for tool in tools:
+        if allowed is not None and tool.name not in allowed:
+            continue
+        name = offered_name(server.name, tool.name)
+        if not TOOL_NAME.fullmatch(name):
+            log.warning("MCP tool %s of %s left out: %r is not a valid function name",
+                        tool.name, server.name, name)
+            continue
+        if name in toolbox.names:
+            raise ConfigError(f"MCP tool {name!r} clashes with another tool of this member; "
+                              "rename the server or the other tool")
+        toolbox.add_raw(name, tool.description or f"{tool.name} of MCP server {server.name}.",
+                        _parameters(tool.input_schema), _bound(hub, server.name, tool.name,
+                                                               max_chars))
+        added.append(name)
+    return added
+
+
+def _parameters(schema: dict[str, Any]) -> dict[str, Any]:
+    """The server's input schema, with the `properties` providers insist on."""
+    return {"type": "object", "properties": {}} | schema
+
+
+def _bound(hub: McpHub, server: str, tool: str, max_chars: int) -> Callable[[dict[str, Any]], str]:
+    def call(arguments: dict[str, Any]) -> str:
+        return call_result_text(hub.call(server, tool, arguments), max_chars)
+
+    return call

@@ -1,0 +1,282 @@
+"""MCP servers as member tools (issue 14 §2-3): mcp-server-git from the package index in a
+planned run on real workers, an HTTP server written here with the SDK (a crash mid-call, a call
+that never answers), a stdio server that will not start, and the team file's checks (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.agent.mcp_config import McpServer
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.worker.jobs import execute_task
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.test_coordinator import run_cli, script_run
+from tests.test_python_tools import assert_config_error, error_of
+from tests.test_worker_support import tool_names, tool_results
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def team_file(path: Path, models: dict[str, str], servers: list[dict[str, Any]],
+              mcp: list[str], options: dict[str, Any] | None = None) -> Path:
+    """A JSON team of one member, m1, with MCP `servers` and its `mcp` entries."""
+    team = {"team_id": "mcp", "model": models["member"],
+            "planner": {"model": models["planner"]},
+            "synthesizer": {"model": models["synth"]},
+            "mcp_servers": servers, "members": [{"id": "m1", "mcp": mcp}],
+            "options": options or {}}
+    path.write_text(json.dumps(team))
+    return path
+
+
+def workspace_of(run_id: str) -> Path:
+    """Where `teamctl run` puts the run's workspace (the tests' TEAMCTL_STATE_DIR)."""
+    return Path(os.environ["TEAMCTL_STATE_DIR"]) / "workspaces" / run_id
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Pids of processes whose working directory is `directory` (a server left running)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == directory:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def git_repository(path: Path) -> None:
+    path.mkdir(parents=True)
+    run = {"cwd": path, "check": True, "capture_output": True}
+    subprocess.run(["git", "init", "-q"], **run)
+    (path / "notes.txt").write_text("hello\n")
+    subprocess.run(["git", "add", "notes.txt"], **run)
+    subprocess.run(["git", "-c", "user.name=Tess", "-c", "user.email=t@example.com", "commit",
+                    "-q", "-m", "Add the release notes"], **run)
+
+
+def test_mcp_server_git_in_a_planned_run(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A real server from the package index, started in the run's workspace: its tools are
+    offered as git__* with its schema, the call's result reaches the member's next model
+    request, the dispatch input and the planner name the tools, and the server is stopped."""
+    git_repository(workspace_of(run_id))
+    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Read the history"}], member=[
+        ToolCalls([("git__git_log", {"repo_path": ".", "max_count": 5})]), "read it"])
+    team = team_file(tmp_path / "t.json", models,
+                     [{"name": "git", "command": ["mcp-server-git", "--repository", "."]}],
+                     ["git:git_log", "git:git_status"])
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["task_states"][0]["status"] == "completed", out
+    first, second = llm.requests[f"member-{run_id}"]
+    assert tool_names(first)[-2:] == ["git__git_status", "git__git_log"]
+    assert not [n for n in tool_names(first) if n.startswith("git__")
+                and n not in ("git__git_status", "git__git_log")]
+    log_schema = next(t["function"] for t in first["tools"]
+                      if t["function"]["name"] == "git__git_log")
+    assert log_schema["parameters"]["required"] == ["repo_path"]
+    assert log_schema["parameters"]["properties"]["max_count"]["type"] == "integer"
+    dispatch = first["messages"][-1]["content"]
+    assert "MCP tools: git__git_status, git__git_log" in dispatch
+    (history,) = tool_results(second)
+    assert "Message: Add the release notes" in history and "Author: Tess" in history
+    planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
+    assert "id=m1, mcp tools=git:git_log git:git_status" in planner_prompt
+    cached = redis.Redis.from_url(workers, decode_responses=True).hget(
+        RunKeys(run_id).mcp_tools, "git")
+    assert "git_log" in [tool["name"] for tool in json.loads(cached)]
+    # The attempt stops its servers just after writing its outcome (which ended the run).
+    wait_until(lambda: processes_in(workspace_of(run_id).resolve()) == [], 20,
+               message="the git server and its git children to be stopped")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def docs_server() -> Iterator[str]:
+    """The HTTP MCP server of tests/mcp_fixture on a free port; its URL. Stopped by pid."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "tests.mcp_fixture.http_server",
+                                str(port)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+
+    def listening() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_until(listening, 30, message="the docs MCP server to listen")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_http_server_failures_are_tool_errors_and_the_task_completes(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, docs_server: str) -> None:
+    """Structured content comes back as JSON text; a call that never answers and a server
+    that dies mid-call are TOOL_ERROR results in the next request, and the task completes."""
+    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Look it up"}], member=[
+        ToolCalls([("docs__lookup", {"term": "lease"}), ("docs__hang", {}),
+                   ("docs__crash", {}), ("docs__lookup", {"term": "again"})]),
+        "looked it up"])
+    team = team_file(tmp_path / "t.json", models, [{"name": "docs", "url": docs_server}],
+                     ["docs"], {"mcp_call_timeout_s": 1.5})
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["task_states"][0]["status"] == "completed"
+    assert out["member_results"][0]["output"] == "looked it up"
+    first, second = llm.requests[f"member-{run_id}"]
+    assert tool_names(first)[-4:] == ["docs__lookup", "docs__whoami", "docs__crash", "docs__hang"]
+    found, hung, crashed, after = tool_results(second)
+    assert json.loads(found) == {"term": "lease", "meaning": "lease means what the glossary says"}
+    assert error_of(hung)["errorType"] == "McpTimeout"
+    assert error_of(hung)["error"] == ("MCP server 'docs' did not answer hang within 1.5s "
+                                       "(mcp_call_timeout_s)")
+    assert error_of(crashed)["errorType"] == "McpCallFailed"
+    assert error_of(crashed)["tool"] == "docs__crash"
+    assert error_of(after)["errorType"] == "McpCallFailed"
+
+
+def store_run(conn: redis.Redis, run_id: str, llm: ScriptedLLM, model: str, workspace: Path,
+              servers: list[McpServer], mcp: list[str], **options: Any) -> None:
+    """A run of one member with MCP servers, stored for execute_task in this process."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    member = Member(id="m1", mcp=mcp, mcp_servers=servers)
+    spec = RunSpec(run_id=run_id, team_id="t", objective="Use MCP", members=[member],
+                   options=RunOptions(**options),
+                   models=ModelChoice(planner=model, synthesizer=model, member_default=model,
+                                      api_base=llm.api_base),
+                   workspace_dir=str(workspace), created_ms=now_ms())
+    RunStore(conn, RunKeys(run_id)).create(spec)
+    TaskBoard(conn, RunKeys(run_id)).create([TaskSpec(id="task_1", member_id="m1", task="Go")])
+
+
+def test_headers_come_from_the_worker_environment(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path, docs_server: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`env:NAME` header values are read where the attempt runs; a missing one fails the task
+    naming the variable, before any model call."""
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("docs__whoami", {})]), "done"])
+    docs = McpServer(name="docs", url=docs_server, headers={"Authorization": "env:DOCS_TOKEN"})
+    store_run(conn, run_id, llm, model, tmp_path / "ws", [docs], ["docs:whoami"])
+    monkeypatch.setenv("DOCS_TOKEN", "Bearer s3cret")
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+    (whoami,) = tool_results(llm.requests[f"m1-{run_id}"][1])
+    assert whoami == "authorization=Bearer s3cret"
+
+    other = f"{run_id}-b"
+    store_run(conn, other, llm, "unused", tmp_path / "ws2", [docs], ["docs"])
+    monkeypatch.delenv("DOCS_TOKEN")
+    assert execute_task(conn, other, "task_1") == "task_1: failed"
+    task = TaskBoard(conn, RunKeys(other)).get("task_1")
+    assert task.error == ("MCP server 'docs': header Authorization reads $DOCS_TOKEN, which is "
+                          "not set in this worker's environment; set it where the workers run")
+
+
+def test_a_server_that_will_not_start_fails_the_task_with_its_stderr(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    broken = McpServer(name="index", command=[
+        sys.executable, "-c",
+        "import sys; print('index: cannot open /no/such/index.db', file=sys.stderr); sys.exit(2)"])
+    store_run(conn, run_id, llm, "unused", tmp_path / "ws", [broken], ["index"])
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
+    assert task.status is TaskStatus.FAILED
+    assert task.error.startswith("MCP server 'index' (")
+    assert "did not start (" in task.error
+    assert task.error.endswith("its stderr ends:\nindex: cannot open /no/such/index.db")
+    assert processes_in((tmp_path / "ws").resolve()) == []
+
+
+def test_a_server_slower_than_its_start_timeout_fails_the_task(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """A server that never answers the handshake is stopped after mcp_start_timeout_s."""
+    silent = McpServer(name="silent", command=[
+        sys.executable, "-c", "import sys, time; print('warming up', file=sys.stderr, "
+        "flush=True); time.sleep(600)"])
+    store_run(conn, run_id, llm, "unused", tmp_path / "ws", [silent], ["silent"],
+              mcp_start_timeout_s=2)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+
+    error = TaskBoard(conn, RunKeys(run_id)).get("task_1").error
+    assert "did not start and list its tools within mcp_start_timeout_s=2" in error
+    assert error.endswith("its stderr ends:\nwarming up")
+    assert processes_in((tmp_path / "ws").resolve()) == []
+
+
+@pytest.mark.parametrize(("servers", "mcp", "says"), [
+    ([{"name": "git", "command": ["mcp-server-git"]}], ["gti"],
+     "member m1: mcp entry 'gti' names no [[mcp_servers]] entry (git); add the server or fix "
+     "the name"),
+    ([{"name": "git", "command": ["x"]}, {"name": "git", "url": "http://h/mcp"}], [],
+     "two MCP servers are named 'git'"),
+    ([{"name": "git", "command": ["x"], "url": "http://h/mcp"}], [],
+     "give exactly one of command (stdio) or url (streamable HTTP)"),
+    ([{"name": "g__it", "command": ["x"]}], [], "MCP server name 'g__it'"),
+    ([{"name": "team_x", "command": ["x"]}], [], "names starting with 'team'"),
+    ([{"name": "docs", "url": "http://h/mcp", "headers": {"A": "env:not a name"}}], [],
+     "write 'env:NAME'"),
+    ([{"name": "git", "command": ["x"]}], ["git:"], "mcp entry 'git:'"),
+])
+def test_team_file_mcp_errors_exit_2(redis_url: str, tmp_path: Path,
+                                     servers: list[dict[str, Any]], mcp: list[str],
+                                     says: str) -> None:
+    team = team_file(tmp_path / "t.json", {"member": "m", "planner": "p", "synth": "s"},
+                     servers, mcp)
+    result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
+                                       "--workers", "0"])
+    assert_config_error(result, says)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+def test_the_coordinator_never_imports_the_sdk(tmp_path: Path) -> None:
+    """Validating an MCP team file and rendering its planner prompt load neither the MCP SDK
+    nor litellm (the coordinator starts no server and makes no model call)."""
+    team = team_file(tmp_path / "t.json", {"member": "m", "planner": "p", "synth": "s"},
+                     [{"name": "git", "command": ["mcp-server-git"]}], ["git"])
+    script = (
+        "import sys\nfrom pathlib import Path\nimport teamctl.coordinator.cli\n"
+        "import teamctl.coordinator.run\n"
+        "from teamctl.coordinator.planner import planner_prompt\n"
+        "from teamctl.shared.team import load_team_file\n"
+        f"team = load_team_file(Path({str(team)!r}))\n"
+        "print(planner_prompt('x', team.members).splitlines()[-4])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'litellm')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=REPO_ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["- id=m1, mcp tools=git", "[]"]
