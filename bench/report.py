@@ -33,6 +33,7 @@ BENCHES = {
     "reclaim": "Reclaim (SIGKILLed worker mid-task, heartbeat_ttl_s 3)",
     "worker": "Per-task overhead (one worker, zero-latency scripted model over HTTP, and HTTPS)",
     "teammates": "Persistent teammates (one preloaded forking worker)",
+    "mcp": "MCP servers (a stdio server per attempt, one preloaded forking worker)",
     "board": "Task board (private redis-server)",
     "bus": "Message bus (private redis-server)",
 }

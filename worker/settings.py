@@ -5,7 +5,8 @@ it reads `-c teamctl.worker.settings`). RQ's forking worker
 imports job modules inside every forked child; importing litellm here, in the parent, means each
 child inherits it instead of paying a ~3 s import per task. The warm-up also moves litellm's lazy
 first-call work (~400 ms, its success path included) into the parent, and the prompt templates,
-tool schemas and Lua sources are prepared here once. An experimental worker class,
+tool schemas and Lua sources are prepared here once, and the MCP SDK's client is imported
+(its sessions are per attempt: see shared/agent/mcp_tools.py). An experimental worker class,
 `-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job's process ahead (warm_fork.py).
 A worker started by `teamctl run` also stops when that run is gone (shared/parent_watch.py).
 """
@@ -16,6 +17,7 @@ import os
 import teamctl.worker.jobs
 import teamctl.worker.turn  # noqa: F401  (turn jobs import it in every fork otherwise)
 from teamctl.shared.agent.llm import load_litellm, warm_up
+from teamctl.shared.agent.mcp_tools import preload_sdk
 from teamctl.shared.agent.prompts import precompile
 from teamctl.shared.agent.tools import precompute_schemas
 from teamctl.shared.parent_watch import watch_parent
@@ -29,6 +31,7 @@ REDIS_URL = os.environ.get("REDIS_URL")
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
 warm_up(load_litellm())
+preload_sdk()  # the MCP client (~0.8 s an import), for members with MCP servers
 precompile("teamctl.worker")
 precompute_schemas()  # the tools' JSON schemas, sent with every model call
 sources()  # the Lua scripts' text, read from the package once

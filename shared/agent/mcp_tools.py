@@ -50,6 +50,15 @@ CALL_GRACE_S = 5.0
 """Beyond a call's own timeout, how long the caller waits for the loop to notice it."""
 
 
+def preload_sdk() -> None:
+    """Import the SDK's client now (~0.8 s), e.g. in a preloading RQ worker parent, so that the
+    forked jobs inherit it; importing starts no thread and opens nothing, so it is fork-safe.
+    Sessions and their event loop stay per attempt."""
+    import mcp.client.stdio
+    import mcp.client.streamable_http
+    import mcp.shared._httpx_utils  # noqa: F401
+
+
 class McpToolError(ToolFailed):
     """The server answered the call with isError: the tool's own failure."""
 

@@ -1,0 +1,127 @@
+"""MCP benchmark: what a member's stdio MCP server costs each attempt. One preloaded forking worker
+(the documented `rq worker -c teamctl.worker.settings`) runs paced run_task jobs, one at a time,
+of a member without MCP and of a member with `mcp-server-time` (started in the workspace, its
+tools listed, offered, and stopped with the attempt); the zero-latency scripted model answers at
+once, so the difference is the server's start, listing and stop. In-process timings of the same
+steps (McpHub.start and close) split that cost.
+
+Run: .venv/bin/python -m bench.bench_mcp
+It starts its own redis-server, model server and worker, and stops each by its pid.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+from rq import Queue
+from teamctl.coordinator.cli.local_workers import worker_command
+from teamctl.shared.agent.mcp_config import McpServer
+from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskSpec
+from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+
+from bench.bench_worker import QUEUE, per_task_ms, worker
+from bench.figures import BenchFigure, print_figures
+from tests.scripted_llm import ScriptedLLM
+
+JOBS = 10
+"""Paced run_task jobs of each kind (an MCP attempt takes about a second)."""
+IN_PROCESS_ROUNDS = 5
+PACE_S = 0.1
+TIME_SERVER = McpServer(name="time", command=["mcp-server-time"])
+TIMEOUTS = McpTimeouts(start_s=60, list_s=60, call_s=60)
+
+
+def make_run(conn: redis.Redis, run_id: str, model: str, api_base: str, workspace: Path,
+             with_mcp: bool) -> None:
+    """A run of JOBS tasks for one member, with mcp-server-time or without MCP."""
+    member = Member(id="m1", model=model, mcp=["time"] if with_mcp else [],
+                    mcp_servers=[TIME_SERVER] if with_mcp else [])
+    spec = RunSpec(run_id=run_id, team_id="bench", objective="benchmark MCP",
+                   members=[member], options=RunOptions(),
+                   models=ModelChoice(planner=model, synthesizer=model, member_default=model,
+                                      api_base=api_base),
+                   workspace_dir=str(workspace), created_ms=now_ms())
+    RunStore(conn, RunKeys(run_id)).create(spec)
+    TaskBoard(conn, RunKeys(run_id)).create(
+        [TaskSpec(id=f"t{n}", member_id="m1", task=f"task {n}") for n in range(JOBS + 1)])
+
+
+def paced_run_task_ms(url: str, llm: ScriptedLLM, model: str, with_mcp: bool) -> list[float]:
+    """Enqueue-to-finished ms of each paced run_task job (after one unmeasured warm-up job)."""
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    queue = Queue(QUEUE, connection=redis.Redis.from_url(url))
+    run_id = f"bench-mcp-{'on' if with_mcp else 'off'}-{os.getpid()}"
+    with tempfile.TemporaryDirectory() as workspace:
+        make_run(conn, run_id, model, llm.api_base, Path(workspace), with_mcp)
+        per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, "t0"))])
+        times = []
+        for n in range(1, JOBS + 1):
+            time.sleep(PACE_S)  # pacing, not synchronization: the worker sits idle meanwhile
+            times.append(per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))]))
+        done = [t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()]
+        if done.count("completed") != JOBS + 1:
+            raise RuntimeError(f"tasks not all completed: {done}")
+    return times
+
+
+def in_process_ms() -> tuple[float, float]:
+    """Median ms of McpHub.start (spawn, handshake, list) and of close (stop) of the server."""
+    starts, closes = [], []
+    with tempfile.TemporaryDirectory() as workspace:
+        for _ in range(IN_PROCESS_ROUNDS):
+            hub = McpHub(Path(workspace), TIMEOUTS)
+            began = time.perf_counter()
+            hub.start(TIME_SERVER)
+            started = time.perf_counter()
+            hub.close()
+            starts.append((started - began) * 1000)
+            closes.append((time.perf_counter() - started) * 1000)
+    return statistics.median(starts), statistics.median(closes)
+
+
+def figures() -> list[BenchFigure]:
+    """Per-attempt time with mcp-server-time against without MCP; the in-process split."""
+    llm = ScriptedLLM()
+    llm.start()
+    model = llm.script("bench-mcp-member", ["done"], repeat_last=True)
+    try:
+        with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs, \
+                worker(worker_command(url, [QUEUE]), Path(logs) / "worker.log", url):
+            without = paced_run_task_ms(url, llm, model, with_mcp=False)
+            with_mcp = paced_run_task_ms(url, llm, model, with_mcp=True)
+    finally:
+        llm.stop()
+    start_ms, close_ms = in_process_ms()
+    base, mcp = statistics.median(without), statistics.median(with_mcp)
+    return [
+        BenchFigure(name="run_task, member with mcp-server-time", value=mcp, unit="ms",
+                    baseline=base, baseline_name="run_task, member without MCP",
+                    note=f"median of {JOBS} paced jobs each, preloaded forking worker"),
+        BenchFigure(name="added per attempt by one stdio MCP server", value=mcp - base,
+                    unit="ms", note="start, handshake, tools/list, stop"),
+        BenchFigure(name="McpHub.start of mcp-server-time (spawn, handshake, list)",
+                    value=start_ms, unit="ms",
+                    note=f"in-process, median of {IN_PROCESS_ROUNDS}"),
+        BenchFigure(name="McpHub.close of mcp-server-time (stop its process group)",
+                    value=close_ms, unit="ms",
+                    note=f"in-process, median of {IN_PROCESS_ROUNDS}"),
+    ]
+
+
+def main() -> int:
+    return print_figures(figures())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
