@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Team": "teamctl.api", "Run": "teamctl.api", "attach": "teamctl.api",
     "Member": "teamctl.shared.team", "RunOptions": "teamctl.shared.team",
+    "McpServer": "teamctl.shared.team",
     "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
     "TaskStateView": "teamctl.shared.models", "Envelope": "teamctl.shared.models",
     "RunStatus": "teamctl.shared.models", "TaskStatus": "teamctl.shared.models",
@@ -28,9 +29,9 @@ _EXPORTS = {
     "ToolContext": "teamctl.shared.agent.python_tools",
 }
 __all__ = [
-    "ConfigError", "Envelope", "InfraError", "Member", "MemberResult", "ModelError", "Run",
-    "RunFailed", "RunOptions", "RunResult", "RunStatus", "TaskStateView", "TaskStatus", "Team",
-    "TeamError", "ToolContext", "Usage", "__version__", "attach",
+    "ConfigError", "Envelope", "InfraError", "McpServer", "Member", "MemberResult", "ModelError",
+    "Run", "RunFailed", "RunOptions", "RunResult", "RunStatus", "TaskStateView", "TaskStatus",
+    "Team", "TeamError", "ToolContext", "Usage", "__version__", "attach",
 ]
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
         TaskStatus,
         Usage,
     )
-    from teamctl.shared.team import Member, RunOptions
+    from teamctl.shared.team import McpServer, Member, RunOptions
 
 
 def __getattr__(name: str) -> Any:

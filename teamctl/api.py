@@ -29,6 +29,7 @@ from teamctl.shared.models import RunResult, RunStatus
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.team import (
     DEFAULT_MEMBERS,
+    McpServer,
     Member,
     RoleModel,
     RunOptions,
@@ -48,14 +49,14 @@ class Team:
                  model: str | None = None, planner_model: str | None = None,
                  synthesizer_model: str | None = None,
                  options: RunOptions | dict[str, Any] | None = None,
-                 hooks: Sequence[str] = ()) -> None:
+                 hooks: Sequence[str] = (), mcp_servers: Sequence[McpServer] = ()) -> None:
         run_options = options if isinstance(options, RunOptions) \
             else RunOptions.model_validate(options or {})
         self.file = TeamFile(
             team_id=team_id, model=model, planner=RoleModel(model=planner_model),
             synthesizer=RoleModel(model=synthesizer_model),
             members=list(members) if members is not None else list(DEFAULT_MEMBERS),
-            options=run_options, hooks=list(hooks))
+            options=run_options, hooks=list(hooks), mcp_servers=list(mcp_servers))
 
     @classmethod
     def from_file(cls, path: str | Path) -> Team:
