@@ -229,14 +229,16 @@ class MessageBus:
         """Every message of the run still on the bus, in order."""
         if not self.enabled:
             return []
-        return [_envelope(eid, fields) for eid, fields in self.conn.xrange(self.keys.bus)]
+        return [envelope_from_stream(eid, fields)
+                for eid, fields in self.conn.xrange(self.keys.bus)]
 
     def tail(self, after_id: str, block_ms: int | None) -> list[Envelope]:
         """Messages after `after_id`, waiting up to `block_ms` for one (None: no wait)."""
         streams = {self.keys.bus: after_id}
         reply = (self.conn.xread(streams, count=READ_BATCH) if block_ms is None else
                  self.blocking_conn.xread(streams, count=READ_BATCH, block=capped_ms(block_ms)))
-        return [_envelope(eid, fields) for _, entries in reply or [] for eid, fields in entries]
+        return [envelope_from_stream(eid, fields)
+                for _, entries in reply or [] for eid, fields in entries]
 
     def trim(self) -> int:
         """Cut the bus back to `bus_maxlen` messages, keeping every unread one; returns removed."""
@@ -360,7 +362,7 @@ def _recipients(roster: Roster, sender: str, to: str | None,
     return [to] if to in roster.member_ids and to != sender else []
 
 
-def _envelope(entry_id: str, fields: dict[str, str]) -> Envelope:
+def envelope_from_stream(entry_id: str, fields: dict[str, str]) -> Envelope:
     """A bus entry (flat string fields) as its Envelope variant."""
     return ENVELOPES.validate_python({"id": entry_id, **fields})
 
@@ -368,4 +370,4 @@ def _envelope(entry_id: str, fields: dict[str, str]) -> Envelope:
 def envelope_from_lua(entry: list) -> Envelope:
     """Stream entries from Lua arrive as [id, [k1, v1, k2, v2, ...]]."""
     entry_id, flat = entry
-    return _envelope(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True)))
+    return envelope_from_stream(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True)))

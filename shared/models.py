@@ -7,7 +7,7 @@ types below read them, so every record in Redis is parsed by its model, never by
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
@@ -213,6 +213,10 @@ class TaskEvent(BaseModel):
     task_id: str = ""
     status: EventKind
     token: str = "0"
+    member_id: HashText = None
+    """Who held the task at this change, else its planned member (absent on run.* wake-ups)."""
+    attempts: HashInt = 0
+    """The task's claims so far, as of this change."""
 
 
 # --- the bus ------------------------------------------------------------------------------------
@@ -347,6 +351,36 @@ Envelope = Annotated[
 
 ENVELOPES: TypeAdapter[Envelope] = TypeAdapter(Envelope)
 """Parses and validates messages (stream entries, dicts) into the right Envelope variant."""
+
+
+class TaskChange(BaseModel):
+    """A task's state change as `teamctl tasks --follow --json` and `teamctl events --json` print
+    it (one JSON line each); also a task as the board stood when following began."""
+
+    kind: Literal["task"] = "task"
+    id: str | None = None
+    """The entry of the run's events stream; None for a line of the board as first read."""
+    task_id: str
+    status: EventKind | TaskStatus
+    """What happened (an EventKind); on a line of the board as first read, its TaskStatus."""
+    member_id: str | None = None
+    """Who held the task at the change, else its planned member."""
+    attempts: int = 0
+    at_ms: int = 0
+    """When it changed (epoch ms; the events entry's time, or the task's updated_ms)."""
+
+
+class MessageEvent(EnvelopeBase):
+    """A bus message as `teamctl events --json` prints it: the message's fields and `kind`."""
+
+    kind: Literal["message"] = "message"
+
+
+RunEvent = Annotated[TaskChange | MessageEvent, Discriminator("kind")]
+"""One line of `teamctl events --json`: a task change or a message, told apart by `kind`."""
+
+RUN_EVENTS: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
+"""Parses a line of `teamctl events --json` back into its model."""
 
 
 class MemberResult(BaseModel):

@@ -112,10 +112,15 @@ def test_default_team_and_flags_override_the_file(tmp_path: Path) -> None:
 def test_read_only_verbs_do_not_import_litellm(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     make_run(conn, run_id, tmp_path)
+    ended = f"{run_id}-ended"  # followers of a run that has ended print its history and return
+    make_run(conn, ended, tmp_path)
+    coordinator_store(conn, ended).finish(RunEnd("completed", 3600, output="done"))
     script = (
         "import sys\nfrom teamctl.coordinator.cli import main\n"
         f"for verb in (['status', '{run_id}', '--json'], ['tasks', '{run_id}', '--json'],\n"
-        f"             ['runs', '--json'], ['messages', '{run_id}']):\n"
+        f"             ['runs', '--json'], ['messages', '{run_id}'],\n"
+        f"             ['send', '{run_id}', '--to', 'researcher', 'hello'],\n"
+        f"             ['tasks', '{ended}', '--follow', '--json'], ['events', '{ended}']):\n"
         f"    try:\n        main(verb + ['--redis-url', '{redis_url}'])\n"
         "    except SystemExit as exc:\n        assert not exc.code, (verb, exc.code)\n"
         "print('litellm loaded:', 'litellm' in sys.modules, file=sys.stderr)\n")

@@ -245,13 +245,50 @@ def status(run_id: str, redis_url: str | None, as_json: bool, settings: Settings
 @main.command()
 @click.argument("run_id")
 @redis_url_option
-@click.option("--json", "as_json", is_flag=True, help="Print the task states as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the task states as JSON (with --follow: one JSON object per line).")
+@click.option("--follow", is_flag=True,
+              help="Print the board, then every task state change until the run ends.")
 @fail_cleanly
-def tasks(run_id: str, redis_url: str | None, as_json: bool, settings: Settings) -> None:
-    """List a run's tasks and their states."""
+def tasks(run_id: str, redis_url: str | None, as_json: bool, follow: bool,
+          settings: Settings) -> None:
+    """List a run's tasks and their states (--follow: and their changes as they happen)."""
+    url = resolve_redis_url(redis_url, settings)
+    if follow:
+        from teamctl.coordinator.cli.live_view import follow_tasks_command
+
+        follow_tasks_command(url, run_id, as_json)
+        return
     from teamctl.coordinator.cli.commands import tasks_command
 
-    tasks_command(resolve_redis_url(redis_url, settings), run_id, as_json)
+    tasks_command(url, run_id, as_json)
+
+
+@main.command()
+@click.argument("run_id")
+@redis_url_option
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per line, with `kind` \"task\" or \"message\".")
+@fail_cleanly
+def events(run_id: str, redis_url: str | None, as_json: bool, settings: Settings) -> None:
+    """Print a run's task state changes and messages in order, from its start until it ends."""
+    from teamctl.coordinator.cli.live_view import events_command
+
+    events_command(resolve_redis_url(redis_url, settings), run_id, as_json)
+
+
+@main.command()
+@click.argument("run_id")
+@click.argument("text")
+@click.option("--to", "to", required=True, help="The member to message, or '*' for every member.")
+@redis_url_option
+@fail_cleanly
+def send(run_id: str, text: str, to: str, redis_url: str | None, settings: Settings) -> None:
+    """Send TEXT, as the lead, to a member of a live run (it reads it with team_read_messages,
+    or in its next task's input); prints the message id."""
+    from teamctl.coordinator.cli.live_view import send_command
+
+    send_command(resolve_redis_url(redis_url, settings), run_id, to, text)
 
 
 @main.command()

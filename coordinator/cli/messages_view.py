@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import click
 from teamctl.shared.bus import MessageBus, delivered_to
@@ -16,6 +18,8 @@ from teamctl.shared.runstore import RunStore
 FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""
 START = "0-0"
+
+T_co = TypeVar("T_co", covariant=True)
 
 Emit = Callable[[Envelope], None]
 
@@ -33,7 +37,7 @@ def messages_command(redis_url: str, run_id: str, *, member: str | None, type_: 
 
     last_id = print_bus(bus, emit)
     if follow:
-        follow_bus(bus, last_id, emit, lambda: _run_ended(run.store))
+        follow_bus(bus, last_id, emit, lambda: run_ended(run.store))
 
 
 def print_bus(bus: MessageBus, emit: Emit) -> str:
@@ -45,24 +49,51 @@ def print_bus(bus: MessageBus, emit: Emit) -> str:
     return last_id
 
 
-def follow_bus(bus: MessageBus, after_id: str, emit: Emit, has_ended: Callable[[], bool]) -> None:
-    """Tail the bus with XREAD BLOCK until `has_ended` (then drain it) or Ctrl-C."""
+class Tail(Protocol[T_co]):
+    """A reader of one or more streams that keeps its own position."""
+
+    def read(self, block_ms: int | None) -> list[T_co]:
+        """What arrived after the last read, in order, waiting up to `block_ms` (None: no wait)."""
+        ...
+
+
+@dataclass
+class BusTail:
+    """The bus after `after_id`, as a Tail."""
+
+    bus: MessageBus
+    after_id: str = START
+
+    def read(self, block_ms: int | None) -> list[Envelope]:
+        messages = self.bus.tail(self.after_id, block_ms=block_ms)
+        if messages:
+            self.after_id = messages[-1].id
+        return messages
+
+
+def follow(tail: Tail[T_co], emit: Callable[[T_co], None], has_ended: Callable[[], bool]) -> None:
+    """Read `tail` with XREAD BLOCK until `has_ended` (then drain it) or Ctrl-C: the one tailing
+    loop of `messages --follow`, `team messages --follow`, `tasks --follow` and `events`."""
     try:
         while True:
-            # Read the status before reading the bus: a message published before the end is
+            # Read the status before reading the streams: what was written before the end is
             # then always printed by the non-blocking drain that follows.
             ended = has_ended()
-            messages = bus.tail(after_id, block_ms=None if ended else FOLLOW_BLOCK_MS)
-            for message in messages:
-                emit(message)
-                after_id = message.id
-            if ended and not messages:
+            items = tail.read(None if ended else FOLLOW_BLOCK_MS)
+            for item in items:
+                emit(item)
+            if ended and not items:
                 return
     except KeyboardInterrupt:
         return
 
 
-def _run_ended(store: RunStore) -> bool:
+def follow_bus(bus: MessageBus, after_id: str, emit: Emit, has_ended: Callable[[], bool]) -> None:
+    """Tail the bus until `has_ended` (then drain it) or Ctrl-C."""
+    follow(BusTail(bus, after_id), emit, has_ended)
+
+
+def run_ended(store: RunStore) -> bool:
     """Finished, or expired meanwhile: either way no more messages will come."""
     return store.state().finished or not store.exists()
 

@@ -47,6 +47,18 @@ local function event(events_key, task_id, status, token)
     'task_id', task_id, 'status', status, 'token', tostring(token or 0))
 end
 
+-- A task's state change, with who holds it (else its planned member) and its attempts as of
+-- this change: a reader following the stream sees each transition as it was, not as the task
+-- hash reads later (`teamctl tasks --follow`, `teamctl events`).
+local function task_event(events_key, task_key, status, token)
+  local f = redis.call('HMGET', task_key, 'task_id', 'claimed_by', 'member_id', 'attempts')
+  local member = f[2]
+  if not member or member == '' then member = f[3] or '' end
+  redis.call('XADD', events_key, 'MAXLEN', '~', 10000, '*',
+    'task_id', f[1] or '', 'status', status, 'token', tostring(token or 0),
+    'member_id', member, 'attempts', f[4] or '0')
+end
+
 -- Is `token` the live claim on the task? A stale token is counted on the task (stale_writes);
 -- the live token of a task that already ended is a conflict (its holder writing twice).
 local function check_token(task_key, token)
@@ -90,7 +102,7 @@ local function block(task_key, ready_key, counts_key, events_key, detail, error_
   set_status(task_key, counts_key, 'blocked')
   redis.call('HSET', task_key, 'phase', 'blocked', 'detail', detail, 'error', error_text,
     'percent', 100, 'end_ms', now, 'updated_ms', now)
-  if events_key then event(events_key, tid, 'blocked', 0) end
+  if events_key then task_event(events_key, task_key, 'blocked', 0) end
 end
 
 -- Block every pending/ready task among KEYS[first..last] (a dependents closure).
@@ -185,7 +197,7 @@ local function team_claim(task_key, ready_key, running_key, counts_key, tokens_k
     'end_ms', 0, 'duration_ms', 0, 'phase', 'running', 'detail', 'Claimed by ' .. name .. '.',
     'heartbeat_count', 0, 'output', '', 'error', '', 'reminded', '0')
   raise_percent(task_key, 15)
-  event(events_key, tid, 'in_progress', token)
+  task_event(events_key, task_key, 'in_progress', token)
   return tid
 end
 
@@ -193,7 +205,7 @@ end
 local function team_release(task_key, ready_key, running_key, counts_key, events_key, reason, now)
   requeue(task_key, ready_key, running_key, counts_key, nil, reason, now)
   redis.call('HSET', task_key, 'reminded', '0')
-  event(events_key, redis.call('HGET', task_key, 'task_id'), 'released', 0)
+  task_event(events_key, task_key, 'released', 0)
 end
 
 -- Whether KEYS[first..last] still name exactly the tasks of the running set (`zset` false) or

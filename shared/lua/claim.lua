@@ -23,5 +23,5 @@ redis.call('HSET', KEYS[1], 'claimed_by', member, 'worker', ARGV[2], 'token', to
   'heartbeat_count', 0, 'output', '', 'error', '')
 raise_percent(KEYS[1], 15)
 redis.call('SET', KEYS[6], token, 'PX', ARGV[3])
-event(KEYS[7], tid, 'in_progress', token)
+task_event(KEYS[7], KEYS[1], 'in_progress', token)
 return {token, redis.call('HGET', KEYS[1], 'dependents')}

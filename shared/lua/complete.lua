@@ -27,5 +27,5 @@ end
 if ARGV[5] ~= '' then
   publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.result', tid, ARGV[6], now)
 end
-event(KEYS[6], tid, 'completed', ARGV[1])
+task_event(KEYS[6], KEYS[1], 'completed', ARGV[1])
 return APPLIED

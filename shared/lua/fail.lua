@@ -32,5 +32,5 @@ block_dependents(9, #KEYS, KEYS[2], KEYS[4], KEYS[6], now)
 if ARGV[5] ~= '' then
   publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.error', tid, ARGV[6], now)
 end
-event(KEYS[6], tid, 'failed', ARGV[1])
+task_event(KEYS[6], KEYS[1], 'failed', ARGV[1])
 return APPLIED

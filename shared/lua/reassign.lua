@@ -13,5 +13,5 @@ redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2], 'last_heartbeat_ms', now, 'up
   'phase', 'reassigned', 'detail', 'Reassigned from ' .. from .. ' to ' .. ARGV[2] .. '.')
 -- AI4J counts a reassignment as a sign of life: renew the heartbeat key with the claim's ttl.
 redis.call('SET', KEYS[2], ARGV[1], 'PX', redis.call('HGET', KEYS[1], 'heartbeat_ttl_ms'))
-event(KEYS[3], redis.call('HGET', KEYS[1], 'task_id'), 'reassigned', ARGV[1])
+task_event(KEYS[3], KEYS[1], 'reassigned', ARGV[1])
 return APPLIED

@@ -37,10 +37,10 @@ for g = 4, #ARGV do
         if not holder or holder == '' then holder = 'system' end
         publish_message(KEYS[5], KEYS[6], 1, 0, holder, 'lead', 'task.error', tid, reason, now)
       end
-      event(KEYS[4], tid, 'failed', 0)
+      task_event(KEYS[4], task_key, 'failed', 0)
     else
       requeue(task_key, KEYS[1], KEYS[2], KEYS[3], hb_key, 'claim expired', now)
-      event(KEYS[4], tid, 'reclaimed', 0)
+      task_event(KEYS[4], task_key, 'reclaimed', 0)
     end
     table.insert(reclaimed, tid)
   end

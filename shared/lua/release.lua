@@ -10,5 +10,5 @@ if verdict ~= APPLIED then return verdict end
 local reason = ARGV[2]
 if reason == '' then reason = 'Released back to queue.' end
 requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], reason, now_ms())
-event(KEYS[6], redis.call('HGET', KEYS[1], 'task_id'), 'released', ARGV[1])
+task_event(KEYS[6], KEYS[1], 'released', ARGV[1])
 return APPLIED

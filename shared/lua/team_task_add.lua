@@ -30,5 +30,5 @@ redis.call('HSET', KEYS[6], 'task_id', tid, 'member_id', ARGV[6], 'task', ARGV[3
   'token', 0, 'stale_writes', 0, 'updated_ms', now, 'claimed_by', '', 'worker', '',
   'output', '', 'error', '', 'requeue_reason', '', 'reminded', '0', 'released_from', '')
 if left == 0 then make_ready(KEYS[6], KEYS[3], KEYS[4]) else make_pending(KEYS[6], KEYS[4]) end
-event(KEYS[5], tid, 'created', 0)
+task_event(KEYS[5], KEYS[6], 'created', 0)
 return {'ok', redis.call('HGET', KEYS[6], 'status')}

@@ -31,5 +31,5 @@ for i = 10, #KEYS do
   end
 end
 publish_message(KEYS[7], KEYS[8], 9, 9, ARGV[2], 'lead', 'task.result', tid, ARGV[3], now)
-event(KEYS[6], tid, 'completed', f[4])
+task_event(KEYS[6], KEYS[2], 'completed', f[4])
 return out

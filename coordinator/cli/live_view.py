@@ -1,0 +1,193 @@
+"""Talking to a live run from outside: `teamctl send`, `teamctl tasks --follow`, `teamctl events`.
+
+The followers read the run's `events` stream (task state changes, written by the board scripts)
+and, for `events`, its `bus` stream too, in one XREAD BLOCK, through the tailing loop of
+`messages --follow` (messages_view.follow), until the run ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import click
+import redis
+from teamctl.coordinator.cli.messages_view import START, follow, formatted, run_ended
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import LEAD, READ_BATCH, envelope_from_stream
+from teamctl.shared.connection import block_ms, blocking_client, connect
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.handle import RunHandle
+from teamctl.shared.models import (
+    Envelope,
+    EventKind,
+    MessageEvent,
+    TaskChange,
+    TaskEvent,
+    TaskState,
+)
+
+Parse = Callable[[str, dict[str, str]], Any]
+
+
+# --- send ---------------------------------------------------------------------------------------
+
+
+def send_command(redis_url: str, run_id: str, to: str, text: str) -> None:
+    """`teamctl send`: a person's message, as `lead`, to one member of a live run or to all."""
+    run = RunHandle.existing(connect(redis_url), run_id)
+    state = run.store.state()
+    if state.finished:
+        raise ConfigError(f"run {run_id} has already finished ({state.status}): no member will "
+                          f"read a message now; `teamctl status {run_id}` shows its result")
+    if not run.spec.options.enable_message_bus:
+        raise ConfigError(f"run {run_id} has its message bus off (enable_message_bus = false): "
+                          "its members cannot receive messages")
+    if not text.strip():
+        raise ConfigError("the message is empty: pass the text to send")
+    # The bus checks the recipient against the run's roster and the size against
+    # max_message_bytes, each a one-line ConfigError naming the members or the limit.
+    message = run.bus.send(LEAD, to, None, None, text)
+    click.echo(message.id if message else "")
+
+
+# --- following ----------------------------------------------------------------------------------
+
+
+def entry_ms(entry_id: str) -> int:
+    """The time part (epoch ms) of a stream entry id."""
+    return int(entry_id.partition("-")[0])
+
+
+def _order(entry_id: str, rank: int) -> tuple[int, int, int]:
+    """Where an entry goes in the merged order: by time, then stream rank (task changes before
+    the messages written in the same millisecond, which they cause), then sequence."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), rank, int(seq or 0)
+
+
+@dataclass
+class Stream:
+    """One stream of a MergedTail: its key, where reading resumes, how to parse an entry."""
+
+    key: str
+    after_id: str
+    parse: Parse
+
+
+@dataclass
+class MergedTail:
+    """Several streams of one server read with one XREAD and merged in time order (a Tail)."""
+
+    conn: redis.Redis
+    streams: list[Stream]
+    batch: int = READ_BATCH
+
+    @cached_property
+    def blocking_conn(self) -> redis.Redis:
+        return blocking_client(self.conn)
+
+    def read(self, wait_ms: int | None) -> list[Any]:
+        """The entries after each stream's position, merged; a stream that filled its batch may
+        have more, so nothing later than its last entry is taken yet (read on the next call)."""
+        positions = {s.key: s.after_id for s in self.streams}
+        reply = (self.conn.xread(positions, count=self.batch) if wait_ms is None else
+                 self.blocking_conn.xread(positions, count=self.batch, block=block_ms(wait_ms)))
+        read = {key: entries for key, entries in reply or []}
+        ranked = [(rank, s, read.get(s.key, [])) for rank, s in enumerate(self.streams)]
+        full = [_order(entries[-1][0], rank) for rank, _, entries in ranked
+                if len(entries) >= self.batch]
+        cutoff = min(full) if full else None
+        merged: list[tuple[tuple[int, int, int], Stream, str, dict[str, str]]] = [
+            (_order(eid, rank), stream, eid, fields) for rank, stream, entries in ranked
+            for eid, fields in entries if cutoff is None or _order(eid, rank) <= cutoff]
+        merged.sort(key=lambda item: item[0])
+        for _, stream, eid, _ in merged:
+            stream.after_id = eid
+        return [stream.parse(eid, fields) for _, stream, eid, fields in merged]
+
+
+def task_event(entry_id: str, fields: dict[str, str]) -> TaskEvent:
+    return TaskEvent.model_validate({"id": entry_id, **fields})
+
+
+@dataclass
+class TaskChanges:
+    """Turns events-stream entries into TaskChange lines: a plan's `created` (no task id) into
+    one line per task on the board, run.* wake-ups into none."""
+
+    board: TaskBoard
+
+    def of(self, event: TaskEvent) -> list[TaskChange]:
+        at_ms = entry_ms(event.id)
+        if event.status is EventKind.CREATED and not event.task_id:
+            return [TaskChange(id=event.id, task_id=t.task_id, status=EventKind.CREATED,
+                               member_id=t.member_id, attempts=0, at_ms=at_ms)
+                    for t in self.board.snapshot()]
+        if not event.task_id:
+            return []  # run.stop / run.approval: a wake-up for the coordinator, not a task change
+        return [TaskChange(id=event.id, task_id=event.task_id, status=event.status,
+                           member_id=event.member_id, attempts=event.attempts, at_ms=at_ms)]
+
+
+def as_is(state: TaskState) -> TaskChange:
+    """A task as the board stands now (a line printed before following)."""
+    return TaskChange(task_id=state.task_id, status=state.status,
+                      member_id=state.claimed_by or state.member_id, attempts=state.attempts,
+                      at_ms=state.updated_ms)
+
+
+def change_line(change: TaskChange, as_json: bool) -> str:
+    if as_json:
+        return change.model_dump_json()
+    return (f"{change.task_id:24} {change.status.value:12} {change.member_id or '-':16} "
+            f"attempts={change.attempts}")
+
+
+def last_entry_id(conn: redis.Redis, key: str) -> str:
+    """The id of the stream's last entry (START when it is empty): follow from there."""
+    last = conn.xrevrange(key, count=1)
+    return last[0][0] if last else START
+
+
+def follow_tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
+    """`teamctl tasks --follow`: the board as it stands, then every task change until the run
+    ends. The stream position is taken before the board is read, so a change made meanwhile is
+    printed (perhaps twice), never missed."""
+    run = RunHandle.existing(connect(redis_url), run_id)
+    after_id = last_entry_id(run.conn, run.keys.events)
+    for state in run.board.snapshot():
+        click.echo(change_line(as_is(state), as_json))
+    changes = TaskChanges(run.board)
+
+    def emit(event: TaskEvent) -> None:
+        for change in changes.of(event):
+            click.echo(change_line(change, as_json))
+
+    tail = MergedTail(run.conn, [Stream(run.keys.events, after_id, task_event)])
+    follow(tail, emit, lambda: run_ended(run.store))
+
+
+def events_command(redis_url: str, run_id: str, as_json: bool) -> None:
+    """`teamctl events`: task changes and bus messages in one order, from the run's start until
+    it ends."""
+    run = RunHandle.existing(connect(redis_url), run_id)
+    changes = TaskChanges(run.board)
+
+    def emit(item: TaskEvent | Envelope) -> None:
+        if isinstance(item, TaskEvent):
+            for change in changes.of(item):
+                click.echo(change.model_dump_json() if as_json else
+                           f"{change.id} [task {change.status.value}] {change.task_id} "
+                           f"{change.member_id or '-'} attempts={change.attempts}")
+        elif as_json:
+            click.echo(MessageEvent.model_validate(item.model_dump()).model_dump_json(
+                by_alias=True))
+        else:
+            click.echo(formatted(item, False))
+
+    tail = MergedTail(run.conn, [Stream(run.keys.events, START, task_event),
+                                 Stream(run.keys.bus, START, envelope_from_stream)])
+    follow(tail, emit, lambda: run_ended(run.store))
