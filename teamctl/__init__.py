@@ -22,16 +22,18 @@ _EXPORTS = {
     "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
     "TaskStateView": "teamctl.shared.models", "Envelope": "teamctl.shared.models",
     "RunStatus": "teamctl.shared.models", "TaskStatus": "teamctl.shared.models",
-    "Usage": "teamctl.shared.models",
+    "Usage": "teamctl.shared.models", "RunEvent": "teamctl.shared.models",
+    "TaskChange": "teamctl.shared.models", "MessageEvent": "teamctl.shared.models",
     "TeamError": "teamctl.shared.errors", "ConfigError": "teamctl.shared.errors",
     "ModelError": "teamctl.shared.errors", "InfraError": "teamctl.shared.errors",
     "RunFailed": "teamctl.shared.errors",
     "ToolContext": "teamctl.shared.agent.python_tools",
 }
 __all__ = [
-    "ConfigError", "Envelope", "InfraError", "McpServer", "Member", "MemberResult", "ModelError",
-    "Run", "RunFailed", "RunOptions", "RunResult", "RunStatus", "TaskStateView", "TaskStatus",
-    "Team", "TeamError", "ToolContext", "Usage", "__version__", "attach",
+    "ConfigError", "Envelope", "InfraError", "McpServer", "Member", "MemberResult",
+    "MessageEvent", "ModelError", "Run", "RunEvent", "RunFailed", "RunOptions", "RunResult",
+    "RunStatus", "TaskChange", "TaskStateView", "TaskStatus", "Team", "TeamError",
+    "ToolContext", "Usage", "__version__", "attach",
 ]
 
 if TYPE_CHECKING:
@@ -41,8 +43,11 @@ if TYPE_CHECKING:
     from teamctl.shared.models import (
         Envelope,
         MemberResult,
+        MessageEvent,
+        RunEvent,
         RunResult,
         RunStatus,
+        TaskChange,
         TaskStateView,
         TaskStatus,
         Usage,

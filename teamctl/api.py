@@ -12,7 +12,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from teamctl.shared.connection import connect
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.handle import RunHandle
-from teamctl.shared.models import RunResult, RunStatus
+from teamctl.shared.models import RunEvent, RunResult, RunStatus
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.team import (
     DEFAULT_MEMBERS,
@@ -145,6 +145,26 @@ class Run:
                 raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
             time.sleep(FINISHED_POLL_S)  # a run driven elsewhere: its state is all there is
         return self.result()
+
+    def events(self) -> Iterator[RunEvent]:
+        """Task state changes and bus messages, typed and in order, from the run's start until
+        it ends (what `teamctl events RUN --json` prints, one model per line)."""
+        from teamctl.coordinator.cli.live_view import run_events
+
+        return run_events(self.handle)
+
+    async def aevents(self) -> AsyncIterator[RunEvent]:
+        """`events` for asyncio code: each blocking read runs on a thread."""
+        events = self.events()
+        while (event := await asyncio.to_thread(next, events, None)) is not None:
+            yield event
+
+    def send(self, to: str, text: str) -> str:
+        """A person's message, as `lead`, to one member (or `*`: every member); its id. It
+        reaches the member's inbox: its next `team_read_messages` or dispatch input."""
+        from teamctl.coordinator.cli.live_view import send_message
+
+        return send_message(self.handle, to, text)
 
     async def await_result(self, timeout: float | None = None) -> RunResult:
         """`wait` for asyncio code."""

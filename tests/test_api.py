@@ -3,6 +3,7 @@ a started run can be attached to, waited for and cancelled from anywhere."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -16,7 +17,16 @@ from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RUNS_INDEX
 
 import teamctl
-from teamctl import ConfigError, Member, RunStatus, TaskStatus, Team, attach
+from teamctl import (
+    ConfigError,
+    Member,
+    MessageEvent,
+    RunStatus,
+    TaskChange,
+    TaskStatus,
+    Team,
+    attach,
+)
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, task_id_of
@@ -70,6 +80,7 @@ def test_a_started_run_can_be_attached_to_and_cancelled_from_elsewhere(
     with pytest.raises(TimeoutError):
         elsewhere.wait(timeout=0.5)
 
+    message_id = elsewhere.send("m2", "Focus on exactly-once delivery")
     elsewhere.cancel()
     result = run.wait(timeout=120)
 
@@ -77,6 +88,21 @@ def test_a_started_run_can_be_attached_to_and_cancelled_from_elsewhere(
     assert elsewhere.wait(timeout=5).status is RunStatus.CANCELLED
     with pytest.raises(ConfigError, match="already finished"):
         elsewhere.cancel()
+    with pytest.raises(ConfigError, match="already finished"):
+        elsewhere.send("m2", "too late")
+    # The run's history as typed events, in order, ending with the run (sync and asyncio).
+    events = list(elsewhere.events())
+    assert events == asyncio.run(_collected(elsewhere))
+    tasks = [(e.task_id, e.status) for e in events if isinstance(e, TaskChange)]
+    assert tasks[:2] == [("a", "created"), ("b", "created")] and ("a", "completed") in tasks
+    sent = next(e for e in events if isinstance(e, MessageEvent) and e.id == message_id)
+    assert (sent.from_, sent.to, sent.content) == ("lead", "m2",
+                                                  "Focus on exactly-once delivery")
+    assert isinstance(events[-1], MessageEvent) and events[-1].type == "run.cancelled"
+
+
+async def _collected(run: teamctl.Run) -> list[teamctl.RunEvent]:
+    return [event async for event in run.aevents()]
 
 
 def test_bad_input_is_a_config_error_before_anything_is_written(

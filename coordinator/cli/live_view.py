@@ -7,21 +7,20 @@ and, for `events`, its `bus` stream too, in one XREAD BLOCK, through the tailing
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import click
 import redis
-from teamctl.coordinator.cli.messages_view import START, follow, formatted, run_ended
+from teamctl.coordinator.cli.messages_view import START, follow, formatted, run_ended, tailed
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import LEAD, READ_BATCH, envelope_from_stream
 from teamctl.shared.connection import block_ms, blocking_client, connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import (
-    Envelope,
     EventKind,
     MessageEvent,
     TaskChange,
@@ -37,7 +36,13 @@ Parse = Callable[[str, dict[str, str]], Any]
 
 def send_command(redis_url: str, run_id: str, to: str, text: str) -> None:
     """`teamctl send`: a person's message, as `lead`, to one member of a live run or to all."""
-    run = RunHandle.existing(connect(redis_url), run_id)
+    click.echo(send_message(RunHandle.existing(connect(redis_url), run_id), to, text))
+
+
+def send_message(run: RunHandle, to: str, text: str) -> str:
+    """Send `text` as `lead` to member `to` (or `*`) of a live run; the message id. ConfigError
+    for a finished run, a run without a bus, an empty or oversized text, an unknown member."""
+    run_id = run.run_id
     state = run.store.state()
     if state.finished:
         raise ConfigError(f"run {run_id} has already finished ({state.status}): no member will "
@@ -50,7 +55,7 @@ def send_command(redis_url: str, run_id: str, to: str, text: str) -> None:
     # The bus checks the recipient against the run's roster and the size against
     # max_message_bytes, each a one-line ConfigError naming the members or the limit.
     message = run.bus.send(LEAD, to, None, None, text)
-    click.echo(message.id if message else "")
+    return message.id if message else ""
 
 
 # --- following ----------------------------------------------------------------------------------
@@ -173,21 +178,26 @@ def follow_tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 def events_command(redis_url: str, run_id: str, as_json: bool) -> None:
     """`teamctl events`: task changes and bus messages in one order, from the run's start until
     it ends."""
-    run = RunHandle.existing(connect(redis_url), run_id)
+    try:
+        for event in run_events(RunHandle.existing(connect(redis_url), run_id)):
+            if isinstance(event, MessageEvent):
+                click.echo(event.model_dump_json(by_alias=True) if as_json else
+                           formatted(event, False))  # type: ignore[arg-type]
+            else:
+                click.echo(event.model_dump_json() if as_json else
+                           f"{event.id} [task {event.status.value}] {event.task_id} "
+                           f"{event.member_id or '-'} attempts={event.attempts}")
+    except KeyboardInterrupt:
+        return
+
+
+def run_events(run: RunHandle) -> Iterator[TaskChange | MessageEvent]:
+    """The run's task changes and bus messages in one order, from its start until it ends."""
     changes = TaskChanges(run.board)
-
-    def emit(item: TaskEvent | Envelope) -> None:
-        if isinstance(item, TaskEvent):
-            for change in changes.of(item):
-                click.echo(change.model_dump_json() if as_json else
-                           f"{change.id} [task {change.status.value}] {change.task_id} "
-                           f"{change.member_id or '-'} attempts={change.attempts}")
-        elif as_json:
-            click.echo(MessageEvent.model_validate(item.model_dump()).model_dump_json(
-                by_alias=True))
-        else:
-            click.echo(formatted(item, False))
-
     tail = MergedTail(run.conn, [Stream(run.keys.events, START, task_event),
                                  Stream(run.keys.bus, START, envelope_from_stream)])
-    follow(tail, emit, lambda: run_ended(run.store))
+    for item in tailed(tail, lambda: run_ended(run.store)):
+        if isinstance(item, TaskEvent):
+            yield from changes.of(item)
+        else:
+            yield MessageEvent.model_validate(item.model_dump())

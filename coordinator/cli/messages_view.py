@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -72,20 +72,26 @@ class BusTail:
 
 
 def follow(tail: Tail[T_co], emit: Callable[[T_co], None], has_ended: Callable[[], bool]) -> None:
-    """Read `tail` with XREAD BLOCK until `has_ended` (then drain it) or Ctrl-C: the one tailing
-    loop of `messages --follow`, `team messages --follow`, `tasks --follow` and `events`."""
+    """Emit what `tail` yields until the run ends or Ctrl-C: the one tailing loop of
+    `messages --follow`, `team messages --follow`, `tasks --follow` and `events`."""
     try:
-        while True:
-            # Read the status before reading the streams: what was written before the end is
-            # then always printed by the non-blocking drain that follows.
-            ended = has_ended()
-            items = tail.read(None if ended else FOLLOW_BLOCK_MS)
-            for item in items:
-                emit(item)
-            if ended and not items:
-                return
+        for item in tailed(tail, has_ended):
+            emit(item)
     except KeyboardInterrupt:
         return
+
+
+def tailed(tail: Tail[T_co], has_ended: Callable[[], bool]) -> Iterator[T_co]:
+    """Read `tail` with XREAD BLOCK until `has_ended`, then drain it (also the Python API's
+    `Run.events()`)."""
+    while True:
+        # Read the status before reading the streams: what was written before the end is
+        # then always yielded by the non-blocking drain that follows.
+        ended = has_ended()
+        items = tail.read(None if ended else FOLLOW_BLOCK_MS)
+        yield from items
+        if ended and not items:
+            return
 
 
 def follow_bus(bus: MessageBus, after_id: str, emit: Emit, has_ended: Callable[[], bool]) -> None:
