@@ -151,6 +151,9 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "retention_s": (["--retention-s", "86400"], 86400),
     "tool_result_max_chars": (["--tool-result-max-chars", "500"], 500),
     "transcript_max_chars": (["--transcript-max-chars", "0"], 0),
+    "mcp_start_timeout_s": (["--mcp-start-timeout-s", "12"], 12.0),
+    "mcp_list_timeout_s": (["--mcp-list-timeout-s", "7.5"], 7.5),
+    "mcp_call_timeout_s": (["--mcp-call-timeout-s", "90"], 90.0),
 }
 
 
