@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-import threading
 
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.worker.claims import Claim, ClaimEnd, Claims
+from teamctl.worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)
 
@@ -18,17 +18,14 @@ class Heartbeat:
         self.board = board
         self.claims = claims
         self.ttl_s = ttl_s
-        self._stop = threading.Event()
-        # Daemon: a SIGKILLed or hung job simply stops heartbeating and gets reclaimed.
-        self._thread = threading.Thread(target=self._run, name="teamctl-heartbeat", daemon=True)
+        self._keepalive = KeepAlive(self._refresh_live, ttl_s, "heartbeat")
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        self._keepalive.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.ttl_s)
+        self._keepalive.__exit__(*exc_info)
 
     def refresh(self, claim: Claim) -> bool:
         """Refresh one claim now; False (and the claim ends LOST) if the board refused it."""
@@ -43,10 +40,11 @@ class Heartbeat:
                         claim.task_id, outcome.value)
         return False
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            for claim in self.claims.live():
-                try:
-                    self.refresh(claim)
-                except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
-                    log.warning("heartbeat for %s failed: %s", claim.task_id, exc)
+    def _refresh_live(self) -> bool:
+        """Refresh every live claim; a failure of one (a Redis blip) does not stop the others."""
+        for claim in self.claims.live():
+            try:
+                self.refresh(claim)
+            except Exception as exc:  # keep trying until the TTL says otherwise
+                log.warning("heartbeat for %s failed: %s", claim.task_id, exc)
+        return True

@@ -4,7 +4,6 @@ live; the outcome goes back to Redis, fenced by the attempt the coordinator gave
 from __future__ import annotations
 
 import logging
-import threading
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
@@ -13,6 +12,7 @@ from teamctl.shared.errors import ModelError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.team import RunOptions
+from teamctl.worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +27,9 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
     request = calls.begin(call, attempt, worker, options.heartbeat_ttl_s)
     if request is None:
         return f"skipped: {call} attempt {attempt} is no longer current"
-    with _Beat(calls, call, attempt, options.heartbeat_ttl_s):
+    ttl_s = options.heartbeat_ttl_s
+    # Beating stops once the coordinator gave up on this attempt (refresh answers False).
+    with KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
         outcome = _ask(request, options, provider_keys, worker)
     if not calls.finish(call, attempt, outcome):
         return f"{call} attempt {attempt}: outcome refused (the coordinator moved on)"
@@ -47,29 +49,3 @@ def _ask(request: ModelCallRequest, options: RunOptions,
         log.exception("model call failed")
         return ModelCallOutcome(error=f"{type(exc).__name__}: {exc}", worker=worker)
     return ModelCallOutcome(reply=reply, worker=worker)
-
-
-class _Beat:
-    """Refreshes the attempt's beat key each ttl/3 on a daemon thread, so a SIGKILLed worker's
-    call is noticed by the coordinator within one TTL."""
-
-    def __init__(self, calls: ModelCalls, call: str, attempt: int, ttl_s: float) -> None:
-        self.calls, self.call, self.attempt, self.ttl_s = calls, call, attempt, ttl_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="teamctl-call-beat", daemon=True)
-
-    def __enter__(self) -> _Beat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.ttl_s)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            try:
-                if not self.calls.beat(self.call, self.attempt, self.ttl_s):
-                    return  # superseded: the coordinator gave up on this attempt
-            except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
-                log.warning("beat of the %s call failed: %s", self.call, exc)

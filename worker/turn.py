@@ -33,6 +33,7 @@ from teamctl.shared.teammates import IdleReason, Teammate
 from teamctl.shared.teams import TeamStore
 from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
+from teamctl.worker.keepalive import KeepAlive
 from teamctl.worker.mate_tools import MateTools
 from teamctl.worker.mate_workspace import add_mate_python_tools, add_mate_workspace
 
@@ -76,17 +77,14 @@ class TurnLease:
         self.token = token
         self.ttl_s = ttl_s
         self.revoked = threading.Event()
-        self._stop = threading.Event()
-        # Daemon: a SIGKILLed or hung job stops refreshing and its lease expires.
-        self._thread = threading.Thread(target=self._run, name="teamctl-turn-lease", daemon=True)
+        self._keepalive = KeepAlive(self._refresh, ttl_s, f"turn-lease-{name}")
 
     def __enter__(self) -> TurnLease:
-        self._thread.start()
+        self._keepalive.__enter__()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=self.ttl_s)
+        self._keepalive.__exit__(*exc_info)
 
     def heartbeat(self) -> bool:
         """Refresh the lease now (a Python tool's long work); False once it was lost."""
@@ -101,14 +99,12 @@ class TurnLease:
         if self.revoked.is_set():
             raise TurnRevoked(f"the turn of {self.name} was revoked")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.ttl_s / 3):
-            try:
-                if not self.store.refresh_turn(self.name, self.token):
-                    self.revoked.set()
-                    return
-            except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
-                log.warning("turn lease of %s not refreshed: %s", self.name, exc)
+    def _refresh(self) -> bool:
+        """One refresh from the keep-alive thread; False (revoked) once it is refused."""
+        if not self.store.refresh_turn(self.name, self.token):
+            self.revoked.set()
+            return False
+        return True
 
 
 @dataclass
