@@ -275,7 +275,7 @@ class TeamFile(BaseModel):
     def _resolve_member_servers(self) -> TeamFile:
         """Give each member the servers its `mcp` entries name; ValueError (exit 2) for an
         entry naming no configured server, or a Python tool named like a server's tools."""
-        for member in self.members:
+        for index, member in enumerate(self.members):
             try:
                 servers = servers_for(member.mcp, self.mcp_servers)
             except ValueError as exc:
@@ -283,7 +283,8 @@ class TeamFile(BaseModel):
             if "mcp_servers" in member.model_fields_set and member.mcp_servers != servers:
                 raise ValueError(f"member {member.id}: configure servers in [[mcp_servers]] "
                                  "and name them in the member's mcp, not mcp_servers")
-            member.mcp_servers = servers
+            # A copy: a Member given in code (the Python API) must not change under its caller.
+            self.members[index] = member.model_copy(update={"mcp_servers": servers})
             for tool in member.tools:
                 function = tool.partition(":")[2]
                 if any(function.startswith(s.name + SEPARATOR) for s in servers):
@@ -313,13 +314,18 @@ def load_team_file(path: Path | None) -> TeamFile:
     try:
         return TeamFile.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        message = first["msg"]
-        if first["type"] == "extra_forbidden":
-            message = ("unknown field; check its spelling (`teamctl run --help` lists the run "
-                       "options, the README the team file fields)")
-        raise ConfigError(f"team file {path}: {where}: {message}") from exc
+        raise team_error(exc, f"team file {path}") from exc
+
+
+def team_error(exc: ValidationError, source: str) -> ConfigError:
+    """A team that does not validate as one line: where (`source`, the field) and what."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = ("unknown field; check its spelling (`teamctl run --help` lists the run "
+                   "options, the README the team file fields)")
+    return ConfigError(f"{source}: {where}: {message}")
 
 
 def _read_structured(path: Path) -> object:

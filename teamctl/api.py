@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from teamctl.coordinator.approval import ApprovalMode
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan, drive, launch
@@ -31,10 +33,12 @@ from teamctl.shared.team import (
     DEFAULT_MEMBERS,
     McpServer,
     Member,
+    ModelSource,
     RoleModel,
     RunOptions,
     TeamFile,
     load_team_file,
+    team_error,
 )
 
 log = logging.getLogger("teamctl")
@@ -50,13 +54,15 @@ class Team:
                  synthesizer_model: str | None = None,
                  options: RunOptions | dict[str, Any] | None = None,
                  hooks: Sequence[str] = (), mcp_servers: Sequence[McpServer] = ()) -> None:
-        run_options = options if isinstance(options, RunOptions) \
-            else RunOptions.model_validate(options or {})
-        self.file = TeamFile(
-            team_id=team_id, model=model, planner=RoleModel(model=planner_model),
-            synthesizer=RoleModel(model=synthesizer_model),
-            members=list(members) if members is not None else list(DEFAULT_MEMBERS),
-            options=run_options, hooks=list(hooks), mcp_servers=list(mcp_servers))
+        try:
+            self.file = TeamFile(
+                team_id=team_id, model=model, planner=RoleModel(model=planner_model),
+                synthesizer=RoleModel(model=synthesizer_model),
+                members=list(members) if members is not None else list(DEFAULT_MEMBERS),
+                options=options if options is not None else RunOptions(), hooks=list(hooks),
+                mcp_servers=list(mcp_servers))
+        except ValidationError as exc:  # the project's error, as for a team file
+            raise team_error(exc, "Team(...)") from exc
 
     @classmethod
     def from_file(cls, path: str | Path) -> Team:
@@ -82,11 +88,16 @@ class Team:
         """Store the run and drive it on a thread; returns its handle at once. The team is
         checked first: a ConfigError here means nothing was written."""
         settings = load_settings()
-        url = _redis_url(redis_url, settings)
+        # Called by launch only once the team checked out: bad input starts no embedded server.
         started = launch(self.file, objective, model=model, api_base=api_base,
-                         redis_url=lambda: url, run_id=run_id, settings=settings)
+                         redis_url=lambda: _redis_url(redis_url, settings), run_id=run_id,
+                         settings=settings)
+        if started.model_source is ModelSource.OFFLINE:
+            log.warning("no model configured and no provider key set; using the built-in "
+                        "offline model (pass model= or set TEAMCTL_MODEL for a real one)")
         plan = WorkerPlan(workers, embedded=redis_url is None and settings.redis_url is None,
                           idle_exit_s=DEFAULT_IDLE_EXIT_S)
+        url = started.redis_url
         handle = Run(started.spec.run_id, url)
         handle._drive_in_thread(lambda: drive(
             started.conn, url, started.spec, started.hooks, workers=plan,
@@ -151,7 +162,14 @@ class Run:
         it ends (what `teamctl events RUN --json` prints, one model per line)."""
         from teamctl.coordinator.cli.live_view import run_events
 
-        return run_events(self.handle)
+        yield from run_events(self.handle, also_ended=self._driver_gone)
+        if self._thread is not None and self._error is not None:
+            raise self._error  # the coordinator here stopped without ending the run
+
+    def _driver_gone(self) -> bool:
+        """Whether this process drove the run and its coordinator thread has stopped (it may
+        have died without writing the run's end: nothing more will come)."""
+        return self._thread is not None and not self._thread.is_alive()
 
     async def aevents(self) -> AsyncIterator[RunEvent]:
         """`events` for asyncio code: each blocking read runs on a thread."""

@@ -19,6 +19,7 @@ from teamctl.shared.keys import RUNS_INDEX
 import teamctl
 from teamctl import (
     ConfigError,
+    McpServer,
     Member,
     MessageEvent,
     RunStatus,
@@ -114,6 +115,13 @@ def test_bad_input_is_a_config_error_before_anything_is_written(
     assert redis.Redis.from_url(redis_url).zcard(RUNS_INDEX) == 0
     with pytest.raises(ConfigError):
         attach("no-such-run", redis_url=redis_url)
+    with pytest.raises(ConfigError, match=r"^Team\(\.\.\.\): options\.max_rounds: "):
+        Team(options={"max_rounds": "many"})
+    # The caller's Member is left as given when the team resolves its MCP servers.
+    member = Member(id="r", mcp=["git"])
+    Team([member], mcp_servers=[McpServer(name="git", command=["mcp-server-git"])])
+    Team([member], mcp_servers=[McpServer(name="git", command=["other-git"])])
+    assert member.mcp_servers == []
 
 
 def _bad_team_file(path: Path) -> Path:

@@ -191,12 +191,14 @@ def events_command(redis_url: str, run_id: str, as_json: bool) -> None:
         return
 
 
-def run_events(run: RunHandle) -> Iterator[TaskChange | MessageEvent]:
-    """The run's task changes and bus messages in one order, from its start until it ends."""
+def run_events(run: RunHandle, also_ended: Callable[[], bool] = lambda: False,
+               ) -> Iterator[TaskChange | MessageEvent]:
+    """The run's task changes and bus messages in one order, from its start until it ends (or
+    `also_ended` says nothing more will come)."""
     changes = TaskChanges(run.board)
     tail = MergedTail(run.conn, [Stream(run.keys.events, START, task_event),
                                  Stream(run.keys.bus, START, envelope_from_stream)])
-    for item in tailed(tail, lambda: run_ended(run.store)):
+    for item in tailed(tail, lambda: also_ended() or run_ended(run.store)):
         if isinstance(item, TaskEvent):
             yield from changes.of(item)
         else:
