@@ -107,11 +107,11 @@ async def _collected(run: teamctl.Run) -> list[teamctl.RunEvent]:
 
 
 def test_bad_input_is_a_config_error_before_anything_is_written(
-        redis_url: str, run_id: str) -> None:
+        redis_url: str, run_id: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="objective is empty"):
         Team().start("  ", redis_url=redis_url, run_id=run_id)
     with pytest.raises(ConfigError, match="unknown field"):
-        Team.from_file(_bad_team_file(Path(redis_url.split("/")[-1] + ".toml")))
+        Team.from_file(_bad_team_file(tmp_path / "team.toml"))
     assert redis.Redis.from_url(redis_url).zcard(RUNS_INDEX) == 0
     with pytest.raises(ConfigError):
         attach("no-such-run", redis_url=redis_url)
