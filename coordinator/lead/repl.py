@@ -155,10 +155,13 @@ class LeadRepl:
         while True:
             # The positions come first, so nothing written after the reads below is missed.
             after = {key: stream_end(self.store, key) for key in watched}
+            # Statuses before the inbox: turn_end.lua sets a teammate idle and mails its notice
+            # in one step, so a notice of the last teammate to settle is seen below.
+            settled = all(m.status in SETTLED for m in self.store.mates())
             if self.store.peek(LEAD, limit=1)[1]:
                 self.turn("")
                 continue
-            if all(m.status in SETTLED for m in self.store.mates()):
+            if settled:
                 return
             # A stalled teammate is reconciled by the watcher; its rerun or give-up is an event.
             self.store.bus.blocking_conn.xread(after, count=1, block=block_ms(interval_ms))
