@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
 from teamctl.shared.agent.python_tools import check_entry, is_python_tool
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, unreadable
@@ -66,7 +67,13 @@ class TeamOptions(BaseModel):
     plan_deadline_s: float = Field(3600.0, gt=0, le=7 * 86400)
     """How long the lead has to review a plan before the request expires (then resubmit)."""
     tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
-    """Longest result a teammate's Python tool gives its model; longer ones are cut."""
+    """Longest result a teammate's Python or MCP tool gives its model; longer ones are cut."""
+    mcp_start_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """How long an MCP server may take to start (else the turn ends idle with the error)."""
+    mcp_list_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """How long listing an MCP server's tools may take (else the turn ends with the error)."""
+    mcp_call_timeout_s: float = Field(60.0, gt=0, le=86400)
+    """How long one MCP tool call may take; a slower one is a TOOL_ERROR result."""
     lead_tools: list[str] = Field(default_factory=list)
     """Workspace tools the lead agent (`teamctl lead`) gets in the team's workspace; `bash` only
     if listed."""
@@ -87,10 +94,23 @@ class TeamOptions(BaseModel):
 
 
 class TeamMeta(BaseModel):
-    """The `meta` record: options and when the team was created."""
+    """The `meta` record: options, the MCP servers teammates may be given (the team file's
+    `[[mcp_servers]]`), and when the team was created."""
 
     options: TeamOptions = Field(default_factory=TeamOptions)
+    mcp_servers: list[McpServer] = Field(default_factory=list)
     created_ms: int = 0
+
+    def mcp_servers_for(self, entries: Iterable[str]) -> list[McpServer]:
+        """The servers a teammate's `mcp` entries name; ConfigError for a malformed entry or
+        one naming no server of this team."""
+        try:
+            return servers_for(check_entries(entries), self.mcp_servers)
+        except ValueError as exc:
+            hint = "" if self.mcp_servers else (
+                " (create the team from a team file with [[mcp_servers]]: "
+                "`teamctl team create --file FILE`)")
+            raise ConfigError(f"{exc}{hint}") from None
 
 
 class Teammate(BaseModel):
@@ -106,6 +126,9 @@ class Teammate(BaseModel):
     tools: HashCsv = Field(default_factory=list)
     """The workspace tools given at spawn (comma-separated in the hash), `bash` only if listed;
     then its Python tools (`module:function`)."""
+    mcp: HashCsv = Field(default_factory=list)
+    """Its MCP entries: a server of the team's `mcp_servers` ('git', every tool) or one tool
+    ('git:git_log')."""
     workspace: HashText = None
     """The team's workspace directory, chosen by the spawner (team_workspace); None: the
     worker's own state dir decides."""

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 from rq import Queue, Worker
 from rq.job import Job, JobStatus
+from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
 from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
@@ -91,9 +92,11 @@ class TeamStore:
         self.create_new(options)
         return self.meta()
 
-    def create_new(self, options: TeamOptions | None = None) -> bool:
+    def create_new(self, options: TeamOptions | None = None,
+                   mcp_servers: Iterable[McpServer] = ()) -> bool:
         """Write the team's meta record; False (nothing written) if the team exists."""
-        meta = TeamMeta(options=options or TeamOptions(), created_ms=now_ms())
+        meta = TeamMeta(options=options or TeamOptions(), mcp_servers=list(mcp_servers),
+                        created_ms=now_ms())
         if not self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
             return False
         self.conn.zadd(TEAMS_INDEX, {self.team: meta.created_ms}, nx=True)
@@ -147,16 +150,20 @@ class TeamStore:
 
     def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
               queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
-              workspace: Path | None = None) -> Teammate:
+              mcp: Iterable[str] = (), workspace: Path | None = None) -> Teammate:
         """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
         plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
-        `tools` are workspace tools (ConfigError for others) working in `workspace`
-        (team_workspace; None: the worker's own state dir)."""
+        `tools` are workspace tools and Python tools (ConfigError for others) working in
+        `workspace` (team_workspace; None: the worker's own state dir); `mcp` names servers
+        of the team's `mcp_servers`, or tools of them (ConfigError otherwise)."""
         check_mate_name(name)
         check_queue(queue)
         chosen = check_tools(tools)
         if not prompt.strip():
             raise ConfigError("the prompt is empty; say what the teammate should do")
+        entries = list(dict.fromkeys(mcp))
+        if entries:  # checked before create(): a refused spawn leaves no team behind
+            (self.meta() if self.exists() else TeamMeta()).mcp_servers_for(entries)
         self.create()
         first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
         verdict = self.scripts["team_spawn"](
@@ -164,7 +171,7 @@ class TeamStore:
                   self.keys.roster_ver, self.keys.events],
             args=[name, role, prompt, model, api_base or "", queue,
                   self.options.max_teammates, first, "required" if plan_mode else "",
-                  ",".join(chosen), str(workspace or "")])
+                  ",".join(chosen), str(workspace or ""), ",".join(entries)])
         if verdict == "working":
             raise MateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":

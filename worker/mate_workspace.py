@@ -1,23 +1,27 @@
-"""A teammate's workspace tools (given at spawn) and the plan-mode gate on the tools that change
-things (issue 12 §1, §5).
+"""A teammate's own tools (given at spawn: workspace, Python and MCP tools) and the plan-mode
+gate on the tools that change things (issue 12 §1, §5; issue 14).
 
 The workspace is one directory per team, shared by its teammates: the spawner records it on the
 mate hash (`team_workspace` under its state dir); a teammate spawned without one uses the
-worker's state dir. Workspace tools act on files, outside Redis, so a turn rerun after a crash
-may repeat them (team tools commit inside the checkpoint and do not).
+worker's state dir. Its stdio MCP servers start there, for one turn job, and stop with it.
+These tools act outside Redis, so a turn rerun after a crash may repeat them (team tools commit
+inside the checkpoint and do not).
 
 Plan mode: until the lead approves its plan, a teammate's gated tools answer with a tool error
-saying what to do. The gate reads `plan_state` at each call, not once per turn, because the lead
-may approve while the turn is running.
+saying what to do: the workspace and task tools that change things, and every MCP tool its
+server does not mark read-only. The gate reads `plan_state` at each call, not once per turn,
+because the lead may approve while the turn is running.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from teamctl.shared.agent.mcp_config import offered_name
+from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools, is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox
 from teamctl.shared.agent.workspace import Workspace
@@ -43,15 +47,22 @@ def workspace_root(mate: Teammate, team: str, state_dir: Path) -> Path:
     return Path(mate.workspace) if mate.workspace else team_workspace(state_dir, team)
 
 
+def ensure_workspace(mate: Teammate, team: str, state_dir: Path) -> Path:
+    """The teammate's workspace root, created if missing (logged if it cannot be: its tools
+    then fail with errors the model can report)."""
+    root = workspace_root(mate, team, state_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("workspace of %s not created: %s", mate.name, exc)
+    return root
+
+
 def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
                        state_dir: Path) -> None:
     """Add the teammate's workspace tools, then gate what plan mode forbids."""
     if any(not is_python_tool(tool) for tool in mate.tools):
-        root = workspace_root(mate, store.team, state_dir)
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:  # the tools then fail with a tool error the model can report
-            log.warning("workspace of %s not created: %s", mate.name, exc)
+        root = ensure_workspace(mate, store.team, state_dir)
         add_workspace_tools(toolbox, Workspace(root), mate.tools)
     if mate.plan_state is not None:  # plan mode is set at spawn only: without it, no gate
         gate_plan(toolbox, lambda: store.plan_state(mate.name))
@@ -68,9 +79,33 @@ def add_mate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
     add_python_tools(toolbox, mate.tools, context, store.options.tool_result_max_chars)
 
 
-def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None]) -> None:
-    """Wrap each PLAN_GATED tool the toolbox has so it first checks `plan_state()`."""
-    for name in PLAN_GATED:
+def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path) -> McpHub:
+    """An MCP hub for the teammate's turn: stdio servers start in its workspace."""
+    options = store.options
+    return McpHub(ensure_workspace(mate, store.team, state_dir), McpTimeouts(
+        options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s))
+
+
+def add_mate_mcp_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
+                       hub: McpHub) -> None:
+    """Start the teammate's MCP servers and offer the tools its entries allow, last; in plan
+    mode, those their server does not mark read-only are gated. ConfigError when a server
+    will not start or list its tools (the turn ends idle with that error)."""
+    changing = []
+    for server in store.meta().mcp_servers_for(mate.mcp):
+        listed = hub.start(server)
+        added = add_mcp_tools(toolbox, hub, server, listed, mate.mcp,
+                              store.options.tool_result_max_chars)
+        read_only = {offered_name(server.name, tool.name) for tool in listed if tool.read_only}
+        changing += [name for name in added if name not in read_only]
+    if mate.plan_state is not None:
+        gate_plan(toolbox, lambda: store.plan_state(mate.name), changing)
+
+
+def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None],
+              names: Iterable[str] = PLAN_GATED) -> None:
+    """Wrap each of `names` the toolbox has so it first checks `plan_state()`."""
+    for name in names:
         tool = toolbox.get(name)
         if tool is not None:
             toolbox.add(tool.name, tool.description, tool.args,

@@ -13,6 +13,7 @@ which either goes on (mail arrived) or sets the teammate idle and tells the lead
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -35,7 +36,12 @@ from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.keepalive import KeepAlive
 from teamctl.worker.mate_tools import MateTools
-from teamctl.worker.mate_workspace import add_mate_python_tools, add_mate_workspace
+from teamctl.worker.mate_workspace import (
+    add_mate_mcp_tools,
+    add_mate_python_tools,
+    add_mate_workspace,
+    mcp_hub,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,17 +129,26 @@ class Turn:
     """When the job began: RQ kills it at turn_timeout_s + 60 s, so turns must end before."""
 
     def run(self) -> str:
-        """Steps until the teammate goes idle; 'revoked' when the lease was lost."""
+        """Steps until the teammate goes idle; 'revoked' when the lease was lost. Its MCP
+        servers run for the whole job and stop with it."""
         tools = MateTools(self.store, self.mate.name, self.token)
         toolbox = tools.toolbox()
         add_mate_workspace(toolbox, self.store, self.mate, self.state_dir)
-        try:
-            add_mate_python_tools(toolbox, self.store, self.mate, self.state_dir,
-                                  self.lease.heartbeat)
-        except ConfigError as exc:  # not importable on this worker: the teammate idles saying so
-            error = shorten(str(exc), 500)
-            return self._end(f"error: {shorten(error, 120)}", "", error=error)
-        self.tool_names = toolbox.names
+        with contextlib.ExitStack() as stack:
+            try:
+                add_mate_python_tools(toolbox, self.store, self.mate, self.state_dir,
+                                      self.lease.heartbeat)
+                if self.mate.mcp:
+                    hub = stack.enter_context(mcp_hub(self.store, self.mate, self.state_dir))
+                    add_mate_mcp_tools(toolbox, self.store, self.mate, hub)
+            except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
+                error = shorten(str(exc), 500)
+                return self._end(f"error: {shorten(error, 120)}", "", error=error)
+            self.tool_names = toolbox.names
+            return self._turns(tools, toolbox)
+
+    def _turns(self, tools: MateTools, toolbox: Toolbox) -> str:
+        """Run turns while mail keeps arriving, within the job's time."""
         while True:
             try:
                 reason, answer = self._steps(tools, toolbox)

@@ -80,10 +80,12 @@ def team_group() -> None:
               default=None, help="Team file whose [teammates] table sets the options.")
 @with_store
 def create_command(team_file: Path | None, store: TeamStore, settings: Settings) -> None:
-    """Create the team with its options (else the first spawn creates it with defaults)."""
+    """Create the team with its options and MCP servers (else the first spawn creates it with
+    defaults and no MCP servers)."""
     from teamctl.shared.team import load_team_file
 
-    if not store.create_new(load_team_file(team_file).teammates):
+    team = load_team_file(team_file)
+    if not store.create_new(team.teammates, team.mcp_servers):
         raise RequestRefused(f"team {store.team} exists; its options are kept (`teamctl team "
                              "delete` it first to change them)")
     click.echo(f"created team {store.team}")
@@ -102,10 +104,13 @@ def create_command(team_file: Path | None, store: TeamStore, settings: Settings)
               help="A workspace tool it may use (repeatable): read_file, write_file, edit_file, "
                    "list_files, bash (bash only if listed); or a Python function as "
                    "package.module:function.")
+@click.option("--mcp", "mcp", multiple=True, metavar="SERVER[:TOOL]",
+              help="Tools of one of the team's MCP servers (repeatable): a server's name for "
+                   "all its tools, or server:tool for one (see `teamctl team create --file`).")
 @with_store
 def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
-                  queue: str, plan_mode: bool, tools: tuple[str, ...], store: TeamStore,
-                  settings: Settings) -> None:
+                  queue: str, plan_mode: bool, tools: tuple[str, ...], mcp: tuple[str, ...],
+                  store: TeamStore, settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
     from teamctl.shared.agent.python_tools import load_member_tools
     from teamctl.shared.team import checked_api_base, pick_model
@@ -114,7 +119,7 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
     load_member_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
                        api_base=checked_api_base(api_base, settings), queue=queue,
-                       plan_mode=plan_mode, tools=tools,
+                       plan_mode=plan_mode, tools=tools, mcp=mcp,
                        workspace=team_workspace(settings.state_dir, store.team))
     click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
     if not store.workers_on(queue):

@@ -127,4 +127,5 @@ class LeadAgent:
 
     def system_prompt(self) -> str:
         return render("teamctl.coordinator", "lead_system.md", team=self.store.team,
-                      tools=self.toolbox.names)
+                      tools=self.toolbox.names,
+                      mcp_servers=[server.name for server in self.store.meta().mcp_servers])

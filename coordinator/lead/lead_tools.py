@@ -35,6 +35,9 @@ class SpawnArgs(ToolArgs):
     tools: list[str] = []
     """Workspace tools it may use in the team's workspace: read_file, write_file, edit_file,
     list_files, bash (default: none)."""
+    mcp: list[str] = []
+    """Tools of the team's MCP servers: a server's name for all its tools, or 'server:tool'
+    for one (default: none)."""
 
 
 class SendArgs(ToolArgs):
@@ -127,10 +130,10 @@ class LeadTools:
         mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
                                 model=args.model or self.model, api_base=self.api_base,
                                 queue=self.queue, plan_mode=args.plan_mode, tools=args.tools,
-                                workspace=self.workspace)
+                                mcp=args.mcp, workspace=self.workspace)
         return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
                 "status": mate.status.value, "model": mate.model, "tools": mate.tools,
-                "plan_mode": bool(mate.plan_state)}
+                "mcp": mate.mcp, "plan_mode": bool(mate.plan_state)}
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True, "teammates": [

@@ -78,6 +78,8 @@ class ListedTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    read_only: bool = False
+    """The server says the tool changes nothing (its readOnlyHint annotation)."""
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description,
@@ -239,7 +241,8 @@ async def _list_all(client: Any) -> list[ListedTool]:
     cursor = None
     while True:
         page = await client.list_tools(cursor=cursor)
-        tools += [ListedTool(t.name, t.description or "", dict(t.input_schema))
+        tools += [ListedTool(t.name, t.description or "", dict(t.input_schema),
+                             bool(t.annotations and t.annotations.read_only_hint))
                   for t in page.tools]
         cursor = page.next_cursor
         if not cursor:

@@ -4,7 +4,8 @@
 -- ARGV[1] name, ARGV[2] role, ARGV[3] prompt, ARGV[4] model, ARGV[5] api base ('' = none),
 -- ARGV[6] queue, ARGV[7] max teammates, ARGV[8] the first memory message (JSON: the prompt),
 -- ARGV[9] plan state ('required' in plan mode, else ''), ARGV[10] workspace tools
--- (comma-separated, '' = none), ARGV[11] the team's workspace directory ('' = the worker's).
+-- (comma-separated, '' = none), ARGV[11] the team's workspace directory ('' = the worker's),
+-- ARGV[12] MCP entries (comma-separated, '' = none).
 -- Returns 'ok' (the caller enqueues the first turn), 'working' (refused: a turn may be running)
 -- or 'full' (the roster holds max teammates already). The unread inbox is kept: a re-spawned
 -- teammate still gets the mail sent to it while it was idle or shut down.
@@ -25,6 +26,6 @@ redis.call('HSET', KEYS[1], 'name', ARGV[1], 'role', ARGV[2], 'prompt', ARGV[3],
   'model', ARGV[4], 'api_base', ARGV[5], 'queue', ARGV[6], 'status', 'working',
   'turn_token', '', 'attempts', 0, 'last_seen_ms', now, 'idle_reason', '', 'last_error', '',
   'worker', '', 'shutdown_request', '', 'plan_state', ARGV[9], 'plan_request', '',
-  'tools', ARGV[10], 'workspace', ARGV[11])
+  'tools', ARGV[10], 'workspace', ARGV[11], 'mcp', ARGV[12])
 mate_event(KEYS[5], ARGV[1], 'working', 'spawned')
 return 'ok'
