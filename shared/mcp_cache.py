@@ -11,18 +11,21 @@ import redis
 from teamctl.shared.agent.mcp_config import offered_name, tool_filter
 from teamctl.shared.agent.python_tools import TOOL_NAME
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.scripts import Scripts
 
 
 class McpToolCache:
     """Tool lists per server of one run."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys) -> None:
+    def __init__(self, conn: redis.Redis, keys: RunKeys, scripts: Scripts) -> None:
         self.conn = conn
         self.keys = keys
+        self.scripts = scripts
 
     def remember(self, server: str, tools: Iterable[Mapping[str, Any]]) -> None:
         """Keep `server`'s list unless a worker already did (the first listing wins)."""
-        self.conn.hsetnx(self.keys.mcp_tools, server, json.dumps(list(tools)))
+        self.scripts["mcp_cache_remember"](keys=[self.keys.mcp_tools, self.keys.spec],
+                                           args=[server, json.dumps(list(tools))])
 
     def lists(self) -> dict[str, list[dict[str, Any]]]:
         """Every cached list, by server name."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +20,13 @@ import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.agent.mcp_config import McpServer
+from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.mcp_cache import McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.scripts import Scripts
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 from teamctl.worker.jobs import execute_task
 
@@ -280,3 +285,56 @@ def test_the_coordinator_never_imports_the_sdk(tmp_path: Path) -> None:
                           timeout=60, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["- id=m1, mcp tools=git", "[]"]
+
+
+def test_a_tool_list_cached_after_the_run_ended_expires_with_the_run(
+        conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    conn.set(keys.spec, "{}", ex=600)  # an ended run: expire_run gave its keys a TTL
+    cache = McpToolCache(conn, keys, Scripts(conn))
+
+    cache.remember("git", [{"name": "git_log"}])
+    cache.remember("git", [{"name": "other"}])
+
+    assert json.loads(conn.hget(keys.mcp_tools, "git")) == [{"name": "git_log"}]
+    assert 0 < conn.pttl(keys.mcp_tools) <= 600_000
+
+
+def test_a_relative_command_is_found_in_the_workspace_where_it_runs(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "bin").mkdir(parents=True)
+    script = workspace / "bin" / "serve"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      "print('serve: no index in', __import__('os').getcwd(), file=sys.stderr)\n"
+                      "sys.exit(3)\n")
+    script.chmod(0o755)
+    local = McpServer(name="local", command=["./bin/serve"])
+    store_run(conn, run_id, llm, "unused", workspace, [local], ["local"])
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+    error = TaskBoard(conn, RunKeys(run_id)).get("task_1").error
+    assert error.endswith(f"its stderr ends:\nserve: no index in {workspace}")
+
+    other = f"{run_id}-b"
+    store_run(conn, other, llm, "unused", tmp_path / "ws2",
+              [McpServer(name="local", command=["./bin/serve"])], ["local"])
+    assert execute_task(conn, other, "task_1") == "task_1: failed"
+    assert TaskBoard(conn, RunKeys(other)).get("task_1").error == (
+        "MCP server 'local': command './bin/serve' is not an executable file in the workspace; "
+        "check the path and its x bit")
+
+
+def test_ctrl_c_while_a_server_starts_stops_the_server(tmp_path: Path) -> None:
+    """The hub cancels the half-started session's holder, whose unwinding stops the server."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    silent = McpServer(name="silent", command=[sys.executable, "-c",
+                                               "import time; time.sleep(600)"])
+    interrupt = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    with McpHub(workspace, McpTimeouts(30, 30, 5)) as hub:
+        interrupt.start()
+        with pytest.raises(KeyboardInterrupt):
+            hub.start(silent)
+        interrupt.join()
+        assert processes_in(workspace.resolve()) == []

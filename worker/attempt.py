@@ -131,7 +131,8 @@ class Attempt:
         options = self.job.spec.options
         self.mcp = McpHub(Path(self.job.spec.workspace_dir), McpTimeouts(
             options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s))
-        cache = McpToolCache(self.job.conn, RunKeys(self.job.spec.run_id))
+        cache = McpToolCache(self.job.conn, RunKeys(self.job.spec.run_id),
+                             self.job.board.scripts)
         for server in member.mcp_servers:
             tools = self.mcp.start(server)
             cache.remember(server.name, [tool.as_json() for tool in tools])
@@ -182,9 +183,10 @@ class Attempt:
         options = job.spec.options
         dependencies = job.board.get_many(task.depends_on)
         history = job.bus.history_for(member.id, options.message_history_limit)
-        mcp_tools = McpToolCache(job.conn, RunKeys(job.spec.run_id)).member_tools(
-            member.mcp, [server.name for server in member.mcp_servers]) \
-            if member.mcp_servers else []
+        mcp_tools = []
+        if member.mcp_servers:
+            cache = McpToolCache(job.conn, RunKeys(job.spec.run_id), job.board.scripts)
+            mcp_tools = cache.member_tools(member.mcp, [s.name for s in member.mcp_servers])
         return build_dispatch_input(member=member, task=task, objective=job.spec.objective,
                                     options=options, dependencies=dependencies, history=history,
                                     mcp_tools=mcp_tools)

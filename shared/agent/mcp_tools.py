@@ -134,29 +134,40 @@ class McpHub:
             return self._running[server.name].tools
         with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
             ready: concurrent.futures.Future[_Running] = concurrent.futures.Future()
-            holder = asyncio.run_coroutine_threadsafe(self._hold(server, stderr, ready),
+            ended = threading.Event()
+            holder = asyncio.run_coroutine_threadsafe(self._hold(server, stderr, ready, ended),
                                                       self._loop)
             try:
                 # The holder's own timeouts answer first; this only bounds a stuck shutdown.
                 running = ready.result(timeout=self.timeouts.start_s + self.timeouts.list_s
                                        + CLOSE_TIMEOUT_S)
-            except (TimeoutError, concurrent.futures.TimeoutError):
+            except BaseException as exc:
+                # Whatever ended the wait (the server's failure, our timeout, Ctrl-C), the
+                # holder is cancelled and unwinds, stopping the server: none is left behind.
                 holder.cancel()
-                _wait_quietly(holder)
-                raise ConfigError(self._start_error(
-                    server, f"did not start and list its tools within "
-                    f"mcp_start_timeout_s={self.timeouts.start_s:g} and "
-                    f"mcp_list_timeout_s={self.timeouts.list_s:g}", stderr)) from None
-            except ConfigError:  # no such command, a header's variable is not set
-                _wait_quietly(holder)
-                raise
-            except Exception as exc:  # the SDK's: a process that exited, a refused connection
-                _wait_quietly(holder)
-                raise ConfigError(self._start_error(
-                    server, f"did not start ({_describe(exc)})", stderr)) from None
+                # Not holder.result(): a cancelled future answers before the task unwound.
+                ended.wait(CLOSE_TIMEOUT_S)
+                raise self._start_failure(server, exc, stderr) from None
         running.holder = holder
         self._running[server.name] = running
         return running.tools
+
+    def _start_failure(self, server: McpServer, exc: BaseException,
+                       stderr: IO[str]) -> BaseException:
+        """What `start` raises for `exc`: a ConfigError saying why the server did not start,
+        or `exc` itself when it is no error of the server's (Ctrl-C, SystemExit)."""
+        if isinstance(exc, (TimeoutError, concurrent.futures.TimeoutError)):
+            return ConfigError(self._start_error(
+                server, f"did not start and list its tools within "
+                f"mcp_start_timeout_s={self.timeouts.start_s:g} and "
+                f"mcp_list_timeout_s={self.timeouts.list_s:g}", stderr))
+        if isinstance(exc, ConfigError):  # no such command, a header's variable is not set
+            return exc
+        if isinstance(exc, Exception):
+            # The SDK's: a process that exited, a refused connection.
+            return ConfigError(self._start_error(server, f"did not start ({_describe(exc)})",
+                                                 stderr))
+        return exc
 
     def _start_error(self, server: McpServer, what: str, stderr: IO[str]) -> str:
         where = f"`{' '.join(server.command)}`" if server.command else server.url
@@ -165,9 +176,17 @@ class McpHub:
                 + (f"; its stderr ends:\n{tail}" if tail else ""))
 
     async def _hold(self, server: McpServer, stderr: IO[str],
-                    ready: concurrent.futures.Future[_Running]) -> None:
+                    ready: concurrent.futures.Future[_Running], ended: threading.Event) -> None:
         """Enter the server's client, list its tools, hand them over, and hold the session
-        until told to stop (entering and leaving in this one task, as anyio requires)."""
+        until told to stop (entering and leaving in this one task, as anyio requires); `ended`
+        once the session is left, its server stopped."""
+        try:
+            await self._hold_session(server, stderr, ready)
+        finally:
+            ended.set()
+
+    async def _hold_session(self, server: McpServer, stderr: IO[str],
+                            ready: concurrent.futures.Future[_Running]) -> None:
         pgids: list[int] = []
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -258,7 +277,8 @@ async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
 
     command = server.command or []
     params = StdioServerParameters(
-        command=_executable(server.name, command[0]), args=command[1:], cwd=str(workspace),
+        command=_executable(server.name, command[0], workspace), args=command[1:],
+        cwd=str(workspace),
         env=_minimal_env(workspace) | resolved_values(server.env, server.name, "env"))
     before = _session_children()
     async with stdio_client(params, errlog=stderr) as streams:
@@ -266,9 +286,17 @@ async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
         yield streams
 
 
-def _executable(server: str, command: str) -> str:
-    """The command's path: found on the worker's PATH or beside its Python (a server installed
-    in the worker's virtualenv), since the server itself gets a minimal PATH."""
+def _executable(server: str, command: str, workspace: Path) -> str:
+    """The command's path: a relative path with a '/' (`./serve.sh`) from the workspace, where
+    it runs; a bare name from the worker's PATH or beside its Python (a server installed in the
+    worker's virtualenv), since the server itself gets a minimal PATH."""
+    if "/" in command:
+        found = shutil.which(str(workspace / command))  # an absolute path stays as given
+        where = "in the workspace" if not command.startswith("/") else "there"
+        if not found:
+            raise ConfigError(f"MCP server {server!r}: command {command!r} is not an executable "
+                              f"file {where}; check the path and its x bit")
+        return found
     found = shutil.which(command) or shutil.which(command, path=str(Path(sys.executable).parent))
     if not found:
         raise ConfigError(f"MCP server {server!r}: command {command!r} is not on this worker's "
@@ -304,12 +332,6 @@ def _kill_groups(pgids: Iterable[int]) -> None:
     for pgid in pgids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
-
-
-def _wait_quietly(future: concurrent.futures.Future[None]) -> None:
-    """Let a failed holder unwind (its server stopped) before the error is reported."""
-    with contextlib.suppress(Exception, concurrent.futures.CancelledError):
-        future.result(timeout=CLOSE_TIMEOUT_S)
 
 
 def _tail(stderr: IO[str]) -> str:
