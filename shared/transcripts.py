@@ -22,12 +22,14 @@ class Transcripts:
         self.keys = keys
         self.scripts = scripts or Scripts(conn)
 
-    def save(self, task_id: str, token: int, messages: list[dict[str, Any]],
+    def save(self, task_id: str, token: int, messages: list[dict[str, Any]] | None,
              max_chars: int) -> bool:
-        """Keep `messages` (capped) as the task's transcript; False if the claim was lost."""
+        """Keep `messages` (capped) as the task's transcript, or none for an attempt that never
+        started its session (an earlier attempt's is removed); False if the claim was lost."""
         if max_chars <= 0:
             return True
-        text = json.dumps(capped(messages, max_chars), ensure_ascii=False)
+        text = "" if messages is None else json.dumps(capped(messages, max_chars),
+                                                      ensure_ascii=False)
         return self.scripts["transcript_save"](
             keys=[self.keys.task(task_id), self.keys.transcript(task_id)],
             args=[token, text]) == 1

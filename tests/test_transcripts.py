@@ -45,3 +45,24 @@ def test_a_long_transcript_keeps_its_head_and_latest_messages_with_a_note() -> N
     assert kept[2] == {"role": "teamctl", "content": f"{left_out} messages left out "
                                                      "(transcript_max_chars=1000)"}
     assert capped(MESSAGES, 10_000) == MESSAGES
+
+
+def test_an_attempt_without_a_session_removes_an_earlier_attempt_s_transcript(
+        conn: redis.Redis) -> None:
+    """The first attempt saved its transcript, then lost its claim; the second failed before
+    its session started (an MCP server that would not start): no stale transcript is left
+    beside the second attempt's error."""
+    keys = RunKeys("r2")
+    board = TaskBoard(conn, keys)
+    board.create([TaskSpec(id="a", member_id="m1", task="A")])
+    first = board.claim("a", "m1", "host:1", 30)
+    transcripts = Transcripts(conn, keys)
+    assert transcripts.save("a", first, MESSAGES, 10_000)
+    conn.delete(keys.heartbeat("a"))
+    assert board.reclaim_expired(3) == ["a"]
+    second = board.claim("a", "m1", "host:2", 30)
+
+    assert not transcripts.save("a", first, None, 10_000)  # stale: refused, nothing removed
+    assert transcripts.load_many(["a"]) == {"a": MESSAGES}
+    assert transcripts.save("a", second, None, 10_000)
+    assert transcripts.load_many(["a"]) == {}

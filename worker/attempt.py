@@ -206,10 +206,10 @@ class Attempt:
         job.claims.end(claim, ClaimEnd.FINISHED)
         if self.mailbox:  # fenced by the token: a stale attempt settles nothing
             self.mailbox.settle()
-        if self.session is not None:  # fenced too: a stale attempt's transcript is refused
-            Transcripts(job.conn, job.board.keys, job.board.scripts).save(
-                claim.task_id, claim.token, self.session.transcript,
-                job.spec.options.transcript_max_chars)
+        # Fenced too: a stale attempt's transcript is refused.
+        Transcripts(job.conn, job.board.keys, job.board.scripts).save(
+            claim.task_id, claim.token, self.session.transcript if self.session else None,
+            job.spec.options.transcript_max_chars)
         announcer = member.id if job.bus.enabled else None
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
                         announce_as=announcer)

@@ -2,10 +2,15 @@
 -- attempt's transcript never replaces the one of the attempt that owns the task. A refusal is
 -- not counted in stale_writes: the outcome write that follows it is, once.
 -- KEYS[1] task hash, KEYS[2] transcript key.
--- ARGV[1] token, ARGV[2] transcript JSON.
+-- ARGV[1] token, ARGV[2] transcript JSON ('' = this attempt has none: an earlier attempt's is
+-- removed, so it never sits beside this attempt's outcome).
 -- Returns 1 applied, 0 refused (stale token, claim ended, or no such task).
 local current = redis.call('HMGET', KEYS[1], 'token', 'status')
 if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
 redis.call('SET', KEYS[2], ARGV[2])
 inherit_ttl(KEYS[2], KEYS[1])
 return 1
