@@ -57,6 +57,9 @@ class OutageTolerantRedis(redis.Redis):
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> OutageTolerantRedis:  # type: ignore[override]
         kwargs.setdefault("retry", OutageRetry(DEFAULT_OUTAGE_S))
+        # RQ's forked job opens its own connection (the pool resets on a new pid): without this
+        # each one asks importlib.metadata for redis-py's version (~9 ms, ~400 page copies a job).
+        kwargs.setdefault("driver_info", _driver_info())
         return super().from_url(url, **kwargs)
 
 
