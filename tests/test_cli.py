@@ -65,6 +65,18 @@ def test_invalid_team_file_exits_2_naming_the_field(
     assert redis.Redis.from_url(redis_url).keys("*") == []
 
 
+def test_invalid_yaml_team_file_exits_2_with_one_line_naming_where(
+        tmp_path: Path, redis_url: str) -> None:
+    team = tmp_path / "team.yaml"
+    team.write_text("members:\n  - id: m1\nmodel: [\n")
+    result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
+                                       "--workers", "0"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"teamctl: team file {team} is not valid yaml: expected the "
+                                     "node content, but found '<stream end>' at line 4, column 1")
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
 def test_bad_flag_value_and_unloadable_hook_exit_2(tmp_path: Path, redis_url: str) -> None:
     bad_flag = CliRunner().invoke(main, ["run", "x", "--max-attempts", "0", "--workers", "0",
                                          "--redis-url", redis_url])
