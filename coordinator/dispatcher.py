@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
+from rq.utils import utcparse
 from teamctl.shared.team import RunSpec
 
 JOB_TIMEOUT_MARGIN_S = 60
@@ -47,12 +48,15 @@ class Dispatcher:
         enqueueing one more is always safe, since only one job can claim the task."""
         if not job_ids:
             return set()
-        jobs = Job.fetch_many(job_ids, connection=self.rq_conn)
+        # Three fields of each job, not RQ's Job.fetch_many: that restores every field (a dozen
+        # timestamps parsed per job), and the loop asks this for every queued job on every wake,
+        # which was the coordinator's largest CPU cost per task.
+        pipe = self.rq_conn.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hmget(Job.key_for(job_id), "status", "started_at", "created_at")
         now = datetime.now(UTC)
-        return {job_id for job_id, job in zip(job_ids, jobs, strict=True)
-                if job is None or job.get_status(refresh=False) in ENDED
-                or _started_long_ago(job, now, stale_after_s)}
-
+        return {job_id for job_id, fields in zip(job_ids, pipe.execute(), strict=True)
+                if _has_ended(*fields, now=now, stale_after_s=stale_after_s)}
 
     def failure(self, job_id: str) -> str | None:
         """The last line of a failed job's exception (RQ keeps failed jobs FAILURE_TTL_S);
@@ -64,8 +68,14 @@ class Dispatcher:
         return text.splitlines()[-1] if text else "failed without a traceback"
 
 
-def _started_long_ago(job: Job, now: datetime, stale_after_s: float) -> bool:
-    if job.get_status(refresh=False) != JobStatus.STARTED or job.started_at is None:
+def _has_ended(status: bytes | None, started_at: bytes | None, created_at: bytes | None, *,
+               now: datetime, stale_after_s: float) -> bool:
+    """A job hash's fields say it ended, vanished (no hash), or started too long ago."""
+    if created_at is None:
+        return True  # every job hash has created_at: this one is gone
+    state = status.decode() if status else None
+    if state in ENDED:
+        return True
+    if state != JobStatus.STARTED or not started_at:
         return False
-    started = job.started_at if job.started_at.tzinfo else job.started_at.replace(tzinfo=UTC)
-    return (now - started).total_seconds() > stale_after_s
+    return (now - utcparse(started_at.decode())).total_seconds() > stale_after_s
