@@ -370,10 +370,12 @@ class TaskChange(BaseModel):
     """When it changed (epoch ms; the events entry's time, or the task's updated_ms)."""
 
 
-class MessageEvent(EnvelopeBase):
-    """A bus message as `teamctl events --json` prints it: the message's fields and `kind`."""
+class MessageEvent(BaseModel):
+    """A bus message as `teamctl events --json` prints it: `kind` and the message itself, the
+    Envelope `teamctl messages --json` prints (one definition of a message)."""
 
     kind: Literal["message"] = "message"
+    message: Envelope
 
 
 RunEvent = Annotated[TaskChange | MessageEvent, Discriminator("kind")]

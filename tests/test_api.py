@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RUNS_INDEX
+from teamctl.shared.models import PeerMessage, SystemNotice, SystemType
 
 import teamctl
 from teamctl import (
@@ -96,10 +97,15 @@ def test_a_started_run_can_be_attached_to_and_cancelled_from_elsewhere(
     assert events == asyncio.run(_collected(elsewhere))
     tasks = [(e.task_id, e.status) for e in events if isinstance(e, TaskChange)]
     assert tasks[:2] == [("a", "created"), ("b", "created")] and ("a", "completed") in tasks
-    sent = next(e for e in events if isinstance(e, MessageEvent) and e.id == message_id)
+    messages = [e.message for e in events if isinstance(e, MessageEvent)]
+    sent = next(m for m in messages if m.id == message_id)
+    assert isinstance(sent, PeerMessage)
     assert (sent.from_, sent.to, sent.content) == ("lead", "m2",
                                                   "Focus on exactly-once delivery")
-    assert isinstance(events[-1], MessageEvent) and events[-1].type == "run.cancelled"
+    # The same Envelope variants as the result's messages (a SystemNotice's type an enum).
+    assert messages == elsewhere.result().messages
+    assert isinstance(messages[-1], SystemNotice)
+    assert messages[-1].type is SystemType.RUN_CANCELLED
 
 
 async def _collected(run: teamctl.Run) -> list[teamctl.RunEvent]:

@@ -182,7 +182,7 @@ def events_command(redis_url: str, run_id: str, as_json: bool) -> None:
         for event in run_events(RunHandle.existing(connect(redis_url), run_id)):
             if isinstance(event, MessageEvent):
                 click.echo(event.model_dump_json(by_alias=True) if as_json else
-                           formatted(event, False))  # type: ignore[arg-type]
+                           formatted(event.message, False))
             else:
                 click.echo(event.model_dump_json() if as_json else
                            f"{event.id} [task {event.status.value}] {event.task_id} "
@@ -202,4 +202,4 @@ def run_events(run: RunHandle, also_ended: Callable[[], bool] = lambda: False,
         if isinstance(item, TaskEvent):
             yield from changes.of(item)
         else:
-            yield MessageEvent.model_validate(item.model_dump())
+            yield MessageEvent(message=item)
