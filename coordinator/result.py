@@ -47,6 +47,14 @@ def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
         duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage)
 
 
+def ended_member_result(run: RunHandle, state: TaskState) -> MemberResult:
+    """One ended task as a member result with its stored transcript (what `after_task` hooks
+    receive: the same as the task's entry in the run's result)."""
+    kept = Transcripts(run.conn, run.keys, run.scripts).load_many([state.task_id])
+    return member_result(run.spec, state).model_copy(
+        update={"transcript": kept.get(state.task_id)})
+
+
 def task_state_view(state: TaskState) -> TaskStateView:
     """A task as the result JSON's task_states shows it."""
     return TaskStateView(
