@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from teamctl.coordinator.hooks import TeamHook
-from teamctl.shared.models import SynthesisResult
-
+from teamctl import SynthesisResult, TeamHook
 from tests.scripted_llm import ScriptedLLM
 from tests.test_coordinator import run_cli, script_run, team_file
 
