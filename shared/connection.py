@@ -129,14 +129,18 @@ def same_server(conn: redis.Redis, *, decode: bool, outage_s: float = DEFAULT_OU
         connection_class=conn.connection_pool.connection_class, **kwargs))
 
 
-def blocking_client(conn: redis.Redis) -> redis.Redis:
-    """A client for blocking reads of at most MAX_BLOCK_MS, on its own connections."""
+def blocking_client(conn: redis.Redis, name: str | None = None) -> redis.Redis:
+    """A client for blocking reads of at most MAX_BLOCK_MS, on its own connections; `name`
+    labels them in CLIENT LIST (who is following what)."""
     kwargs = conn.connection_pool.connection_kwargs
     retry = kwargs.get("retry")
-    return same_server(conn, decode=bool(kwargs.get("decode_responses")),
-                       outage_s=retry.outage_s if isinstance(retry, OutageRetry)
-                       else DEFAULT_OUTAGE_S,
-                       socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S)
+    client = same_server(conn, decode=bool(kwargs.get("decode_responses")),
+                         outage_s=retry.outage_s if isinstance(retry, OutageRetry)
+                         else DEFAULT_OUTAGE_S,
+                         socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S)
+    if name is not None:
+        client.connection_pool.connection_kwargs["client_name"] = name
+    return client
 
 
 def set_outage(conn: redis.Redis, outage_s: float) -> None:

@@ -89,10 +89,17 @@ class MergedTail:
     conn: redis.Redis
     streams: list[Stream]
     batch: int = READ_BATCH
+    name: str | None = None
+    """How its blocking connection shows in CLIENT LIST."""
 
     @cached_property
     def blocking_conn(self) -> redis.Redis:
-        return blocking_client(self.conn)
+        return blocking_client(self.conn, self.name)
+
+    def close(self) -> None:
+        """Close the blocking connection (a follower that stops must not hold one open)."""
+        if "blocking_conn" in self.__dict__:
+            self.blocking_conn.connection_pool.disconnect()
 
     def read(self, wait_ms: int | None) -> list[Any]:
         """The entries after each stream's position, merged; a stream that filled its batch may
@@ -197,9 +204,18 @@ def run_events(run: RunHandle, also_ended: Callable[[], bool] = lambda: False,
     `also_ended` says nothing more will come)."""
     changes = TaskChanges(run.board)
     tail = MergedTail(run.conn, [Stream(run.keys.events, START, task_event),
-                                 Stream(run.keys.bus, START, envelope_from_stream)])
-    for item in tailed(tail, lambda: also_ended() or run_ended(run.store)):
-        if isinstance(item, TaskEvent):
-            yield from changes.of(item)
-        else:
-            yield MessageEvent(message=item)
+                                 Stream(run.keys.bus, START, envelope_from_stream)],
+                      name=events_reader_name(run.run_id))
+    try:
+        for item in tailed(tail, lambda: also_ended() or run_ended(run.store)):
+            if isinstance(item, TaskEvent):
+                yield from changes.of(item)
+            else:
+                yield MessageEvent(message=item)
+    finally:  # also when the caller stops early (break, close): no connection left behind
+        tail.close()
+
+
+def events_reader_name(run_id: str) -> str:
+    """The CLIENT LIST name of the connection that follows a run's events."""
+    return f"teamctl-events:{run_id}"
