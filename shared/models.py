@@ -81,6 +81,8 @@ class EventKind(StrEnum):
     """A wake-up (no task id): somebody asked the run to stop (`run.` + Wake.STOP)."""
     RUN_APPROVAL = "run.approval"
     """A wake-up (no task id): the plan was approved or rejected (`run.` + Wake.APPROVAL)."""
+    RUN_END = "run.end"
+    """A wake-up (no task id): the run ended (run_finish.lua), for whoever waits for it."""
 
 
 class Wake(StrEnum):

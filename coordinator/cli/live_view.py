@@ -7,6 +7,7 @@ and, for `events`, its `bus` stream too, in one XREAD BLOCK, through the tailing
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,7 +18,7 @@ import redis
 from teamctl.coordinator.cli.messages_view import START, follow, formatted, run_ended, tailed
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import LEAD, READ_BATCH, envelope_from_stream
-from teamctl.shared.connection import block_ms, blocking_client, connect
+from teamctl.shared.connection import MAX_BLOCK_MS, block_ms, blocking_client, connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import (
@@ -139,7 +140,7 @@ class TaskChanges:
                                member_id=t.member_id, attempts=0, at_ms=at_ms)
                     for t in self.board.snapshot()]
         if not event.task_id:
-            return []  # run.stop / run.approval: a wake-up for the coordinator, not a task change
+            return []  # run.stop / .approval / .end: a wake-up, not a task change
         return [TaskChange(id=event.id, task_id=event.task_id, status=event.status,
                            member_id=event.member_id, attempts=event.attempts, at_ms=at_ms)]
 
@@ -162,6 +163,25 @@ def last_entry_id(conn: redis.Redis, key: str) -> str:
     """The id of the stream's last entry (START when it is empty): follow from there."""
     last = conn.xrevrange(key, count=1)
     return last[0][0] if last else START
+
+
+def wait_for_end(run: RunHandle, deadline: float | None) -> bool:
+    """Block until the run has ended (or expired), reading its events stream, where its end
+    writes a `run.end` wake-up; False if the monotonic `deadline` came first."""
+    after_id = last_entry_id(run.conn, run.keys.events)  # before the state: no end is missed
+    reader = blocking_client(run.conn, events_reader_name(run.run_id))
+    try:
+        while not run_ended(run.store):
+            wait_ms = MAX_BLOCK_MS if deadline is None else (deadline - time.monotonic()) * 1000
+            if wait_ms <= 0:
+                return False
+            reply = reader.xread({run.keys.events: after_id}, count=READ_BATCH,
+                                 block=block_ms(min(wait_ms, MAX_BLOCK_MS)))
+            for _, entries in reply or []:
+                after_id = entries[-1][0]
+        return True
+    finally:
+        reader.connection_pool.disconnect()
 
 
 def follow_tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
