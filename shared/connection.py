@@ -4,7 +4,8 @@ rides through restarts, and blocking reads whose socket timeout outlasts their b
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -86,6 +87,18 @@ def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S
     _check_version(conn, url)
     set_outage(conn, outage_s)
     return conn
+
+
+@contextmanager
+def redis_errors_as_infra() -> Iterator[None]:
+    """Redis's own errors (an outage outlasting the retries, a refused command) as one-line
+    InfraErrors: the CLI prints them, the Python API raises them."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise InfraError(f"Redis is unreachable: {exc}") from exc
+    except redis.ResponseError as exc:
+        raise InfraError(f"Redis refused a command: {exc}") from exc
 
 
 def redacted(url: str) -> str:
