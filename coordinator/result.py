@@ -76,7 +76,7 @@ def build_result(run: RunHandle) -> RunResult:
         team_id=spec.team_id, run_id=run_id, objective=spec.objective, status=state.status,
         plan=state.plan or Plan(), member_results=member_results(spec, states, transcripts),
         task_states=[task_state_view(s) for s in states], messages=run.bus.messages(),
-        rounds=state.rounds, output=state.output, synthesis=_synthesis(run),
+        rounds=state.rounds, output=state.output, error=state.error, synthesis=_synthesis(run),
         total_duration_ms=ended_ms - state.started_ms, usage=store.usage())
 
 

@@ -434,6 +434,10 @@ class RunResult(BaseModel):
     messages: list[Envelope]
     rounds: int
     output: str | None
+    error: str | None = None
+    """Why the run ended before its synthesis, or the synthesis failed (the planner's or
+    synthesizer's failure, a rejected plan, a timeout, a spent budget, `cancelled`); None once
+    it was synthesized (a `failed` status then means some task failed or was blocked)."""
     synthesis: ModelReply | None = None
     """The synthesizer's raw response (text, tool calls, usage); `output` is its text."""
     total_duration_ms: int
