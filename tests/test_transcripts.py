@@ -40,11 +40,27 @@ def test_a_long_transcript_keeps_its_head_and_latest_messages_with_a_note() -> N
     kept = capped(messages, 1_000)
 
     assert kept[:2] == MESSAGES[:2] and kept[-1] == steps[-1]
-    assert len(json.dumps(kept)) <= 1_000 + 200  # the note's own size is on top
+    assert len(json.dumps(kept)) <= 1_000  # the note counted too
     left_out = len(messages) - (len(kept) - 1)
     assert kept[2] == {"role": "teamctl", "content": f"{left_out} messages left out "
                                                      "(transcript_max_chars=1000)"}
+    assert kept[3:] == steps[-len(kept[3:]):]  # the latest, in order, none skipped
     assert capped(MESSAGES, 10_000) == MESSAGES
+
+
+def test_a_capped_transcript_never_exceeds_the_cap() -> None:
+    long_head = [{"role": "system", "content": "s" * 3000}, {"role": "user", "content": "Do A"}]
+    messages = [*long_head, *({"role": "tool", "content": f"r{i} " + "é" * 40}
+                              for i in range(30))]
+    for cap in (2, 60, 150, 400, 1_000, 2_500, 4_000):  # 2: "[]", the least a list takes
+        kept = capped(messages, cap)
+        assert len(json.dumps(kept, ensure_ascii=False)) <= cap, cap
+    # Only the head was too long: it is cut, every other message is kept, and no note says
+    # that nothing was left out.
+    short = [*long_head, {"role": "assistant", "content": "done"}]
+    kept = capped(short, 1_000)
+    assert kept[0]["content"].endswith(" [cut]") and kept[1:] == short[1:]
+    assert all(m["role"] != "teamctl" for m in kept)
 
 
 def test_an_attempt_without_a_session_removes_an_earlier_attempt_s_transcript(
