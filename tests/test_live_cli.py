@@ -176,6 +176,44 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
     assert last == {"a": "completed", "b": "completed"}
 
 
+def test_a_sent_message_is_in_the_members_next_dispatch_input(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """m2 is sent a note while a is running; b, m2's next task, starts with it in its input."""
+    sent = threading.Event()
+
+    def handler(body: dict[str, Any]) -> Any:
+        if task_id_of(body) == "a" and not sent.is_set():
+            return ToolCalls([("team_list_tasks", {})])  # a runs until the note is sent
+        return member_answer(body)
+
+    plan = [{"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    models = script_run(llm, run_id, plan, member=handler)
+    team = team_file(tmp_path / "t.toml", models, options={"member_max_steps": 100_000})
+    run = subprocess.Popen([*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base",
+                            llm.api_base, "--redis-url", workers, "--workers", "0", "--run-id",
+                            run_id], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+        wait_until(lambda: board.task_ids() and board.get("a").status.value == "in_progress",
+                   RUN_DEADLINE_S, message="task a in progress")
+        result = invoke(workers, "send", run_id, "--to", "m2", NOTE)
+        assert result.exit_code == 0, result.output
+        sent.set()
+        assert run.wait(RUN_DEADLINE_S) == 0, run.stderr.read() if run.stderr else ""
+    finally:
+        sent.set()
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+
+    member_model = models["member"].removeprefix("openai/")
+    first_of_b = next(body for body in llm.requests[member_model] if task_id_of(body) == "b")
+    dispatch_input = first_of_b["messages"][1]["content"]
+    assert "Recent team messages:" in dispatch_input
+    assert f"- [peer.message] lead -> m2: {NOTE}" in dispatch_input
+
+
 def test_send_to_everyone_reaches_every_inbox(conn: redis.Redis, redis_url: str,
                                               run_id: str) -> None:
     store_run(conn, run_id)
