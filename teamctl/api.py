@@ -108,9 +108,11 @@ class Team:
 class Run:
     """A handle on one run: its id, its live state, and what a person may do to it.
 
-    Every method raises the project's errors only: ConfigError (an unknown or finished run,
-    bad input) and InfraError (Redis unreachable for longer than the run's redis_outage_s, or
-    refusing a command); a run that ends without success is a result, not an exception."""
+    Its methods raise the project's errors: ConfigError (an unknown or finished run, bad
+    input), InfraError (Redis unreachable for longer than the run's redis_outage_s, or refusing
+    a command), and from `wait`/`events` RunFailed only when the coordinator here stopped
+    without the run ending (`wait` also raises TimeoutError). A run that ends without success
+    is a result, not an exception."""
 
     def __init__(self, run_id: str, redis_url: str) -> None:
         self.run_id = run_id
