@@ -47,6 +47,14 @@ def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
         duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage)
 
 
+def ended_member_result(run: RunHandle, state: TaskState) -> MemberResult:
+    """One ended task as a member result with its stored transcript (what `after_task` hooks
+    receive: the same as the task's entry in the run's result)."""
+    kept = Transcripts(run.conn, run.keys, run.scripts).load_many([state.task_id])
+    return member_result(run.spec, state).model_copy(
+        update={"transcript": kept.get(state.task_id)})
+
+
 def task_state_view(state: TaskState) -> TaskStateView:
     """A task as the result JSON's task_states shows it."""
     return TaskStateView(
@@ -68,7 +76,7 @@ def build_result(run: RunHandle) -> RunResult:
         team_id=spec.team_id, run_id=run_id, objective=spec.objective, status=state.status,
         plan=state.plan or Plan(), member_results=member_results(spec, states, transcripts),
         task_states=[task_state_view(s) for s in states], messages=run.bus.messages(),
-        rounds=state.rounds, output=state.output, synthesis=_synthesis(run),
+        rounds=state.rounds, output=state.output, error=state.error, synthesis=_synthesis(run),
         total_duration_ms=ended_ms - state.started_ms, usage=store.usage())
 
 

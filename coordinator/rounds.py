@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from teamctl.coordinator.context import RunContext
 from teamctl.coordinator.hooks import HOOK_ERROR_TYPE
-from teamctl.coordinator.result import member_result
+from teamctl.coordinator.result import ended_member_result
 from teamctl.shared.models import EventKind, RunStatus, SystemType, TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
@@ -269,4 +269,4 @@ class RoundLoop:
         if status is EventKind.IN_PROGRESS:
             hooks.call("before_task", spec.objective, task, member)
         elif status in (EventKind.COMPLETED, EventKind.FAILED):
-            hooks.call("after_task", spec.objective, member_result(spec, task))
+            hooks.call("after_task", spec.objective, ended_member_result(self.ctx.run, task))

@@ -62,7 +62,7 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
                    members=request.team.members, options=request.team.options,
                    models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
                    hooks=request.team.hooks, planner_queue=request.team.planner.queue,
-                   synthesizer_queue=request.team.synthesizer.queue)
+                   synthesizer_queue=request.team.synthesizer_queue())
     RunStore(conn, RunKeys(run_id)).create(spec)  # no scripts: the driving handle loads them
     return spec
 

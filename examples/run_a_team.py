@@ -6,7 +6,9 @@ does: a private Redis, the built-in offline model, and a warm pool of local work
     .venv/bin/python examples/run_a_team.py
 """
 
-from teamctl import Member, Team
+import sys
+
+from teamctl import Member, RunStatus, Team
 
 team = Team(
     members=[
@@ -17,8 +19,9 @@ team = Team(
 )
 result = team.run("Plan a one-day offsite for a team of eight")
 
-print(result.status.value)
+print(f"status: {result.status.value}")
 for state in result.task_states:
     print(f"{state.task_id}: {state.status.value}")
 print(f"tokens: {result.usage.prompt_tokens + result.usage.completion_tokens}")
 print(result.output)
+sys.exit(0 if result.status is RunStatus.COMPLETED else 1)  # a script that checks its run

@@ -3,11 +3,15 @@
     .venv/bin/python examples/watch_a_run.py
 """
 
-from teamctl import Team
+import sys
+
+from teamctl import RunStatus, Team
 
 run = Team().start("Compare Redis streams and Kafka for a small team")
 print(f"started {run.run_id}")
 for event in run.events():  # task state changes and bus messages, in order, until the run ends
     print(event.kind, event.model_dump_json())
 result = run.wait(timeout=300)
-print(result.status.value, len(result.member_results), "tasks ran")
+print(f"{len(result.member_results)} tasks ran")
+print(f"status: {result.status.value}")
+sys.exit(0 if result.status is RunStatus.COMPLETED else 1)  # a script that checks its run

@@ -4,7 +4,8 @@ rides through restarts, and blocking reads whose socket timeout outlasts their b
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -91,6 +92,18 @@ def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S
     return conn
 
 
+@contextmanager
+def redis_errors_as_infra() -> Iterator[None]:
+    """Redis's own errors (an outage outlasting the retries, a refused command) as one-line
+    InfraErrors: the CLI prints them, the Python API raises them."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise InfraError(f"Redis is unreachable: {exc}") from exc
+    except redis.ResponseError as exc:
+        raise InfraError(f"Redis refused a command: {exc}") from exc
+
+
 def redacted(url: str) -> str:
     """The URL with its password masked, for messages and logs (the embedded server's URL
     carries one)."""
@@ -132,14 +145,18 @@ def same_server(conn: redis.Redis, *, decode: bool, outage_s: float = DEFAULT_OU
         connection_class=conn.connection_pool.connection_class, **kwargs))
 
 
-def blocking_client(conn: redis.Redis) -> redis.Redis:
-    """A client for blocking reads of at most MAX_BLOCK_MS, on its own connections."""
+def blocking_client(conn: redis.Redis, name: str | None = None) -> redis.Redis:
+    """A client for blocking reads of at most MAX_BLOCK_MS, on its own connections; `name`
+    labels them in CLIENT LIST (who is following what)."""
     kwargs = conn.connection_pool.connection_kwargs
     retry = kwargs.get("retry")
-    return same_server(conn, decode=bool(kwargs.get("decode_responses")),
-                       outage_s=retry.outage_s if isinstance(retry, OutageRetry)
-                       else DEFAULT_OUTAGE_S,
-                       socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S)
+    client = same_server(conn, decode=bool(kwargs.get("decode_responses")),
+                         outage_s=retry.outage_s if isinstance(retry, OutageRetry)
+                         else DEFAULT_OUTAGE_S,
+                         socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S)
+    if name is not None:
+        client.connection_pool.connection_kwargs["client_name"] = name
+    return client
 
 
 def set_outage(conn: redis.Redis, outage_s: float) -> None:

@@ -81,6 +81,8 @@ class EventKind(StrEnum):
     """A wake-up (no task id): somebody asked the run to stop (`run.` + Wake.STOP)."""
     RUN_APPROVAL = "run.approval"
     """A wake-up (no task id): the plan was approved or rejected (`run.` + Wake.APPROVAL)."""
+    RUN_END = "run.end"
+    """A wake-up (no task id): the run ended (run_finish.lua), for whoever waits for it."""
 
 
 class Wake(StrEnum):
@@ -370,10 +372,12 @@ class TaskChange(BaseModel):
     """When it changed (epoch ms; the events entry's time, or the task's updated_ms)."""
 
 
-class MessageEvent(EnvelopeBase):
-    """A bus message as `teamctl events --json` prints it: the message's fields and `kind`."""
+class MessageEvent(BaseModel):
+    """A bus message as `teamctl events --json` prints it: `kind` and the message itself, the
+    Envelope `teamctl messages --json` prints (one definition of a message)."""
 
     kind: Literal["message"] = "message"
+    message: Envelope
 
 
 RunEvent = Annotated[TaskChange | MessageEvent, Discriminator("kind")]
@@ -430,6 +434,10 @@ class RunResult(BaseModel):
     messages: list[Envelope]
     rounds: int
     output: str | None
+    error: str | None = None
+    """Why the run ended before its synthesis, or the synthesis failed (the planner's or
+    synthesizer's failure, a rejected plan, a timeout, a spent budget, `cancelled`); None once
+    it was synthesized (a `failed` status then means some task failed or was blocked)."""
     synthesis: ModelReply | None = None
     """The synthesizer's raw response (text, tool calls, usage); `output` is its text."""
     total_duration_ms: int

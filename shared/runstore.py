@@ -146,7 +146,7 @@ class RunStore:
         usage = end.usage or Usage()
         self._check_fenced(self.scripts["run_finish"](
             keys=[self.keys.lease, self.keys.state, self.keys.usage, self.keys.bus,
-                  self.keys.bus_seq],
+                  self.keys.bus_seq, self.keys.events],
             args=[self._owner(), end.status, end.output or "", int(end.output is not None),
                   end.error or "", usage.prompt_tokens, usage.completion_tokens,
                   repr(float(usage.cost_usd)), int(usage.unpriced), end.announce or "",

@@ -56,8 +56,18 @@ DEFAULT_MODEL_FOR_KEY = {
 REMOVED_OPTIONS = {
     "allow_dynamic_member_registration":
         "removed: a run's roster is fixed once it starts (members cannot be added to a live run; "
-        "README, Run options); delete it from the team file",
+        "README, Run options)",
 }
+"""Options that no longer exist, with why: a team names them as a ConfigError
+(refuse_removed_options), a stored spec that has one still loads (RunOptions._forget_removed)."""
+
+
+def refuse_removed_options(options: object, source: str, fix: str) -> None:
+    """ConfigError naming a removed option in `options` (a team's raw options) and `fix`."""
+    if not isinstance(options, dict):
+        return
+    for name in sorted(REMOVED_OPTIONS.keys() & options.keys()):
+        raise ConfigError(f"{source}: options.{name}: {REMOVED_OPTIONS[name]}; {fix}")
 
 
 class RunOptions(BaseModel):
@@ -256,6 +266,15 @@ class TeamFile(BaseModel):
                 raise ValueError(f"hook {hook!r}: write it as 'package.module:ClassName'")
         return hooks
 
+    def synthesizer_queue(self) -> str:
+        """The synthesizer's queue: its own, else (when it sets neither a model nor a queue, and
+        so uses the planner's model, as AI4J) the planner's, whose workers hold that model's
+        keys."""
+        own = self.synthesizer
+        if own.model is None and "queue" not in own.model_fields_set:
+            return self.planner.queue
+        return own.queue
+
     def check_python_tools(self) -> None:
         """Import every member's Python tools here, before a run starts: ConfigError (exit 2)
         for one that will not load or whose name clashes (python_tools.check_team_tools)."""
@@ -307,9 +326,8 @@ def load_team_file(path: Path | None) -> TeamFile:
     if path is None:
         return TeamFile()
     raw = _read_structured(path)
-    options = raw.get("options") if isinstance(raw, dict) else None
-    for name in REMOVED_OPTIONS.keys() & (options.keys() if isinstance(options, dict) else set()):
-        raise ConfigError(f"team file {path}: options.{name}: {REMOVED_OPTIONS[name]}")
+    refuse_removed_options(raw.get("options") if isinstance(raw, dict) else None,
+                           f"team file {path}", "delete it from the team file")
     try:
         return TeamFile.model_validate(raw)
     except ValidationError as exc:
@@ -378,7 +396,7 @@ class ModelChoice(BaseModel):
 
     def for_member(self, member: Member) -> str:
         """`--model` > the member's own model > the team-wide default: choose_models' order,
-        finished in the worker because members may join after the run started."""
+        finished in the worker, which reads the member from the run's stored spec."""
         return self.member_override or member.model or self.member_default
 
 

@@ -44,24 +44,38 @@ class Transcripts:
 
 
 def capped(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
-    """The messages whose JSON fits `max_chars`: the first two, then as many of the latest as
-    fit, with a note saying how many in between were left out."""
-    sizes = [len(json.dumps(m, ensure_ascii=False)) for m in messages]
-    if sum(sizes) <= max_chars:
+    """The messages whose JSON (the list, as stored) fits `max_chars`: the first two, their
+    text cut if need be, then as many of the latest as fit, with a note saying how many in
+    between were left out (none when none were). Never longer than `max_chars`: the note's
+    room is kept before the latest messages are counted."""
+    if _json_len(messages) <= max_chars:
         return messages
     head = [_shortened(m, max_chars // (2 * HEAD_MESSAGES)) for m in messages[:HEAD_MESSAGES]]
-    room = max_chars - sum(len(json.dumps(m, ensure_ascii=False)) for m in head)
+    room = max_chars - _json_len([*head, _note(len(messages), max_chars)])
+    if room < 0:  # too small even for the head: the note alone, if that fits
+        note = [_note(len(messages), max_chars)]
+        return note if _json_len(note) <= max_chars else []
     tail: list[dict[str, Any]] = []
-    for message, size in zip(reversed(messages[HEAD_MESSAGES:]),
-                             reversed(sizes[HEAD_MESSAGES:]), strict=True):
+    for message in reversed(messages[HEAD_MESSAGES:]):
+        size = _json_len([message]) - 2 + len(", ")  # its text and the separator before it
         if size > room:
             break
         tail.insert(0, message)
         room -= size
     left_out = len(messages) - len(head) - len(tail)
-    note = {"role": "teamctl", "content": f"{left_out} messages left out "
-                                          f"(transcript_max_chars={max_chars})"}
-    return [*head, note, *tail]
+    if not left_out:
+        return [*head, *tail]
+    return [*head, _note(left_out, max_chars), *tail]
+
+
+def _note(left_out: int, max_chars: int) -> dict[str, Any]:
+    return {"role": "teamctl",
+            "content": f"{left_out} messages left out (transcript_max_chars={max_chars})"}
+
+
+def _json_len(messages: list[dict[str, Any]]) -> int:
+    """The length of `messages` as the transcript stores them."""
+    return len(json.dumps(messages, ensure_ascii=False))
 
 
 def _shortened(message: dict[str, Any], max_chars: int) -> dict[str, Any]:

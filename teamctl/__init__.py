@@ -17,11 +17,18 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Team": "teamctl.api", "Run": "teamctl.api", "attach": "teamctl.api",
+    "TeamHook": "teamctl.coordinator.hooks",
     "Member": "teamctl.shared.team", "RunOptions": "teamctl.shared.team",
     "McpServer": "teamctl.shared.team",
     "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
-    "TaskStateView": "teamctl.shared.models", "Envelope": "teamctl.shared.models",
-    "RunStatus": "teamctl.shared.models", "TaskStatus": "teamctl.shared.models",
+    "TaskStateView": "teamctl.shared.models", "Plan": "teamctl.shared.models",
+    "TaskSpec": "teamctl.shared.models", "ModelReply": "teamctl.shared.models",
+    "ToolCall": "teamctl.shared.models", "SynthesisResult": "teamctl.shared.models",
+    "TaskState": "teamctl.shared.models", "Envelope": "teamctl.shared.models",
+    "SystemNotice": "teamctl.shared.models", "PeerMessage": "teamctl.shared.models",
+    "ProtocolMessage": "teamctl.shared.models", "SystemType": "teamctl.shared.models",
+    "ProtocolType": "teamctl.shared.models", "RunStatus": "teamctl.shared.models",
+    "TaskStatus": "teamctl.shared.models", "EventKind": "teamctl.shared.models",
     "Usage": "teamctl.shared.models", "RunEvent": "teamctl.shared.models",
     "TaskChange": "teamctl.shared.models", "MessageEvent": "teamctl.shared.models",
     "TeamError": "teamctl.shared.errors", "ConfigError": "teamctl.shared.errors",
@@ -29,27 +36,44 @@ _EXPORTS = {
     "RunFailed": "teamctl.shared.errors",
     "ToolContext": "teamctl.shared.agent.python_tools",
 }
+"""Each public name and the module it lives in: the result's and the hooks' types included,
+since user code receives them."""
 __all__ = [
-    "ConfigError", "Envelope", "InfraError", "McpServer", "Member", "MemberResult",
-    "MessageEvent", "ModelError", "Run", "RunEvent", "RunFailed", "RunOptions", "RunResult",
-    "RunStatus", "TaskChange", "TaskStateView", "TaskStatus", "Team", "TeamError",
-    "ToolContext", "Usage", "__version__", "attach",
+    "ConfigError", "Envelope", "EventKind", "InfraError", "McpServer", "Member",
+    "MemberResult", "MessageEvent", "ModelError", "ModelReply", "PeerMessage", "Plan",
+    "ProtocolMessage", "ProtocolType", "Run", "RunEvent", "RunFailed", "RunOptions",
+    "RunResult", "RunStatus", "SynthesisResult", "SystemNotice", "SystemType", "TaskChange",
+    "TaskSpec", "TaskState", "TaskStateView", "TaskStatus", "Team", "TeamError", "TeamHook",
+    "ToolCall", "ToolContext", "Usage", "__version__", "attach",
 ]
 
 if TYPE_CHECKING:
     from teamctl.api import Run, Team, attach
+    from teamctl.coordinator.hooks import TeamHook
     from teamctl.shared.agent.python_tools import ToolContext
     from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed, TeamError
     from teamctl.shared.models import (
         Envelope,
+        EventKind,
         MemberResult,
         MessageEvent,
+        ModelReply,
+        PeerMessage,
+        Plan,
+        ProtocolMessage,
+        ProtocolType,
         RunEvent,
         RunResult,
         RunStatus,
+        SynthesisResult,
+        SystemNotice,
+        SystemType,
         TaskChange,
+        TaskSpec,
+        TaskState,
         TaskStateView,
         TaskStatus,
+        ToolCall,
         Usage,
     )
     from teamctl.shared.team import McpServer, Member, RunOptions

@@ -12,23 +12,23 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from teamctl.coordinator.approval import ApprovalMode
+from teamctl.coordinator.cli.app import is_embedded, resolve_redis_url
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan, drive, launch
 from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.result import build_result
-from teamctl.shared.connection import connect
-from teamctl.shared.embedded_redis import EmbeddedRedis
-from teamctl.shared.errors import ConfigError, TeamError
+from teamctl.shared.connection import connect, redis_errors_as_infra, set_outage
+from teamctl.shared.errors import ConfigError, RunFailed, TeamError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import RunEvent, RunResult, RunStatus
-from teamctl.shared.settings import Settings, load_settings
+from teamctl.shared.settings import load_settings
 from teamctl.shared.team import (
     DEFAULT_MEMBERS,
     McpServer,
@@ -38,12 +38,11 @@ from teamctl.shared.team import (
     RunOptions,
     TeamFile,
     load_team_file,
+    refuse_removed_options,
     team_error,
 )
 
 log = logging.getLogger("teamctl")
-FINISHED_POLL_S = 0.2
-"""How often `wait` on a run driven elsewhere re-reads its state."""
 
 
 class Team:
@@ -54,8 +53,9 @@ class Team:
                  synthesizer_model: str | None = None,
                  options: RunOptions | dict[str, Any] | None = None,
                  hooks: Sequence[str] = (), mcp_servers: Sequence[McpServer] = ()) -> None:
+        refuse_removed_options(options, "Team(...)", "drop it from options")
         try:
-            self.file = TeamFile(
+            self._file = TeamFile(
                 team_id=team_id, model=model, planner=RoleModel(model=planner_model),
                 synthesizer=RoleModel(model=synthesizer_model),
                 members=list(members) if members is not None else list(DEFAULT_MEMBERS),
@@ -68,7 +68,7 @@ class Team:
     def from_file(cls, path: str | Path) -> Team:
         """The team of a team file (.toml, .yaml or .json); ConfigError if it is invalid."""
         team = cls.__new__(cls)
-        team.file = load_team_file(Path(path))
+        team._file = load_team_file(Path(path))
         return team
 
     def run(self, objective: str, *, redis_url: str | None = None, workers: int | None = None,
@@ -89,13 +89,13 @@ class Team:
         checked first: a ConfigError here means nothing was written."""
         settings = load_settings()
         # Called by launch only once the team checked out: bad input starts no embedded server.
-        started = launch(self.file, objective, model=model, api_base=api_base,
-                         redis_url=lambda: _redis_url(redis_url, settings), run_id=run_id,
-                         settings=settings)
+        started = launch(self._file, objective, model=model, api_base=api_base,
+                         redis_url=lambda: resolve_redis_url(redis_url, settings),
+                         run_id=run_id, settings=settings)
         if started.model_source is ModelSource.OFFLINE:
             log.warning("no model configured and no provider key set; using the built-in "
                         "offline model (pass model= or set TEAMCTL_MODEL for a real one)")
-        plan = WorkerPlan(workers, embedded=redis_url is None and settings.redis_url is None,
+        plan = WorkerPlan(workers, embedded=is_embedded(redis_url, settings),
                           idle_exit_s=DEFAULT_IDLE_EXIT_S)
         url = started.redis_url
         handle = Run(started.spec.run_id, url)
@@ -106,12 +106,19 @@ class Team:
 
 
 class Run:
-    """A handle on one run: its id, its live state, and what a person may do to it."""
+    """A handle on one run: its id, its live state, and what a person may do to it.
+
+    Its methods raise the project's errors: ConfigError (an unknown or finished run, bad
+    input), InfraError (Redis unreachable for longer than the run's redis_outage_s, or refusing
+    a command), and from `wait`/`events` RunFailed only when the coordinator here stopped
+    without the run ending (`wait` also raises TimeoutError). A run that ends without success
+    is a result, not an exception."""
 
     def __init__(self, run_id: str, redis_url: str) -> None:
         self.run_id = run_id
         self.redis_url = redis_url
         self._conn = connect(redis_url)
+        self._run: RunHandle | None = None
         self._thread: threading.Thread | None = None
         self._result: RunResult | None = None
         self._error: BaseException | None = None
@@ -120,51 +127,78 @@ class Run:
         return f"Run({self.run_id!r})"
 
     @property
-    def handle(self) -> RunHandle:
-        """The run's records in Redis (raises ConfigError for an unknown run)."""
-        return RunHandle.existing(self._conn, self.run_id)
+    def _handle(self) -> RunHandle:
+        """The run's records in Redis, its spec read once (ConfigError for an unknown run);
+        from then on a Redis outage is ridden out for the run's redis_outage_s, as every
+        teamctl process does."""
+        if self._run is None:
+            with redis_errors_as_infra():
+                run = RunHandle.existing(self._conn, self.run_id)
+            set_outage(self._conn, run.spec.options.redis_outage_s)
+            self._run = run
+        return self._run
 
     def status(self) -> RunStatus:
         """Where the run is now."""
-        return self.handle.store.state().status
+        with redis_errors_as_infra():
+            return self._handle.store.state().status
 
     def result(self) -> RunResult:
         """The result object as it stands (final once the run ended)."""
-        return build_result(self.handle)
+        with redis_errors_as_infra():
+            return build_result(self._handle)
 
     def cancel(self) -> None:
         """Stop the run as `teamctl cancel` does (a finished run: ConfigError)."""
         from teamctl.coordinator.cli.commands import cancel_run
         from teamctl.shared.lease import lease_owner
 
-        cancel_run(RunHandle.existing(self._conn, self.run_id, lease_owner=lease_owner()))
+        with redis_errors_as_infra():
+            cancel_run(RunHandle(self._conn, self.run_id, spec=self._handle.spec,
+                                 lease_owner=lease_owner()))
 
     def wait(self, timeout: float | None = None) -> RunResult:
-        """Block until the run ended and return its result; TimeoutError after `timeout` s.
-        An error that ended the coordinator of a run started here is raised again."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        """Block until the run ended and return its result, whether it completed, failed or
+        was cancelled (`status` and `error` say which); TimeoutError after `timeout` s. The
+        same for a run started here and one attached to; RunFailed only if the coordinator
+        here stopped without the run ending (another took its lease over)."""
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():
                 raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
-            if self._error is not None:
-                raise self._error
-            assert self._result is not None
-            return self._result
-        while not self.handle.store.state().finished:
-            if deadline is not None and time.monotonic() >= deadline:
+            self._raise_if_not_ended()
+            return self._result or self.result()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        from teamctl.coordinator.cli.live_view import wait_for_end
+
+        with redis_errors_as_infra():
+            if not wait_for_end(self._handle, deadline):
                 raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
-            time.sleep(FINISHED_POLL_S)  # a run driven elsewhere: its state is all there is
         return self.result()
 
-    def events(self) -> Iterator[RunEvent]:
+    def _raise_if_not_ended(self) -> None:
+        """Raise what stopped the coordinator here, unless the run ended meanwhile (a planner
+        or synthesizer failure, a rejected plan: RunFailed after the run's end was written)."""
+        if self._error is None:
+            return
+        if isinstance(self._error, RunFailed) and self.status().finished:
+            return
+        raise self._error
+
+    def events(self) -> Generator[RunEvent, None, None]:
         """Task state changes and bus messages, typed and in order, from the run's start until
         it ends (what `teamctl events RUN --json` prints, one model per line)."""
+        return self._events(lambda: False)
+
+    def _events(self, stop: Callable[[], bool]) -> Generator[RunEvent, None, None]:
+        """`events`, also ending (after a last non-blocking read) once `stop` says so."""
         from teamctl.coordinator.cli.live_view import run_events
 
-        yield from run_events(self.handle, also_ended=self._driver_gone)
-        if self._thread is not None and self._error is not None:
-            raise self._error  # the coordinator here stopped without ending the run
+        with redis_errors_as_infra():
+            yield from run_events(self._handle,
+                                  also_ended=lambda: stop() or self._driver_gone())
+        if self._thread is not None and not stop():
+            self._raise_if_not_ended()  # the coordinator here stopped without ending the run
 
     def _driver_gone(self) -> bool:
         """Whether this process drove the run and its coordinator thread has stopped (it may
@@ -172,23 +206,33 @@ class Run:
         return self._thread is not None and not self._thread.is_alive()
 
     async def aevents(self) -> AsyncIterator[RunEvent]:
-        """`events` for asyncio code: each blocking read runs on a thread."""
-        events = self.events()
-        while (event := await asyncio.to_thread(next, events, None)) is not None:
-            yield event
+        """`events` for asyncio code: each blocking read runs on a thread. Leaving the loop
+        early (break, a cancelled await) stops the reader within one blocking read and closes
+        it, its Redis connection with it."""
+        stopped = threading.Event()
+        events = self._events(stopped.is_set)
+        turn = threading.Lock()  # a generator runs in one thread at a time: close waits its turn
+        try:
+            while (event := await asyncio.to_thread(_step, events, turn)) is not None:
+                yield event
+        finally:
+            stopped.set()  # a read in flight returns after its current XREAD BLOCK
+            # Shielded: a second cancellation must not leave the reader open.
+            await asyncio.shield(asyncio.to_thread(_close, events, turn))
 
     def send(self, to: str, text: str) -> str:
         """A person's message, as `lead`, to one member (or `*`: every member); its id. It
         reaches the member's inbox: its next `team_read_messages` or dispatch input."""
         from teamctl.coordinator.cli.live_view import send_message
 
-        return send_message(self.handle, to, text)
+        with redis_errors_as_infra():
+            return send_message(self._handle, to, text)
 
     async def await_result(self, timeout: float | None = None) -> RunResult:
         """`wait` for asyncio code."""
         return await asyncio.to_thread(self.wait, timeout)
 
-    def _drive_in_thread(self, body: Any) -> None:
+    def _drive_in_thread(self, body: Callable[[], RunResult]) -> None:
         def target() -> None:
             try:
                 self._result = body()
@@ -200,21 +244,23 @@ class Run:
         self._thread.start()
 
 
+def _step(events: Generator[RunEvent, None, None], turn: threading.Lock) -> RunEvent | None:
+    """The next event (None at the end), read while holding `turn`."""
+    with turn:
+        return next(events, None)
+
+
+def _close(events: Generator[RunEvent, None, None], turn: threading.Lock) -> None:
+    """Close the events generator once no read holds `turn`."""
+    with turn:
+        events.close()
+
+
 def attach(run_id: str, *, redis_url: str | None = None) -> Run:
     """A handle on a run started elsewhere (another process, `teamctl run`)."""
-    settings = load_settings()
-    run = Run(run_id, _redis_url(redis_url, settings))
-    run.handle.spec  # noqa: B018  (an unknown run is a ConfigError now, not at first use)
+    run = Run(run_id, resolve_redis_url(redis_url, load_settings()))
+    run._handle  # noqa: B018  (an unknown run is a ConfigError now, not at first use)
     return run
-
-
-def _redis_url(explicit: str | None, settings: Settings) -> str:
-    """The argument, else REDIS_URL, else the embedded server (started on first use)."""
-    if explicit:
-        return explicit
-    if settings.redis_url:
-        return settings.redis_url
-    return EmbeddedRedis(settings.state_dir / "redis").ensure()
 
 
 __all__ = ["ConfigError", "Run", "Team", "TeamError", "attach"]

@@ -7,45 +7,67 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
+from teamctl.coordinator.cli.live_view import events_reader_name
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RUNS_INDEX
 
 import teamctl
 from teamctl import (
     ConfigError,
+    InfraError,
     McpServer,
     Member,
     MessageEvent,
+    PeerMessage,
     RunStatus,
+    SystemNotice,
+    SystemType,
     TaskChange,
     TaskStatus,
     Team,
     attach,
 )
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.faults import RestartableRedis
+from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, task_id_of
+from tests.test_live_cli import store_run
 
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
         {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
 EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
-def scripted_team(llm: ScriptedLLM, run_id: str, member: object = member_answer,
-                  **options: object) -> Team:
+def scripted_team(llm: ScriptedLLM, run_id: str, member: object = member_answer, *,
+                  synth: Sequence[str] = ("the answer",), **options: object) -> Team:
+    """m1 and m2 on PLAN; `synth` empty for a run that must end without synthesis."""
     handler = member if callable(member) else None
     return Team(
         members=[Member(id="m1", description="facts"), Member(id="m2")],
         model=llm.script(f"member-{run_id}", None if handler else member, handler=handler),
         planner_model=llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
-        synthesizer_model=llm.script(f"synth-{run_id}", ["the answer"]),
+        synthesizer_model=llm.script(f"synth-{run_id}", list(synth)),
         options={"max_concurrency": 2, **options})
+
+
+def busy_b(body: dict) -> object:
+    """A member handler: task b keeps listing tasks (busy until the run is cancelled)."""
+    if task_id_of(body) == "b":
+        return ToolCalls([("team_list_tasks", {})])
+    return member_answer(body)
+
+
+def b_in_progress(event: teamctl.RunEvent) -> bool:
+    return isinstance(event, TaskChange) and (event.task_id, event.status) == (
+        "b", "in_progress")
 
 
 def test_run_returns_the_result_object_the_cli_prints(
@@ -65,13 +87,7 @@ def test_run_returns_the_result_object_the_cli_prints(
 
 def test_a_started_run_can_be_attached_to_and_cancelled_from_elsewhere(
         llm: ScriptedLLM, workers: str, run_id: str) -> None:
-    def slow_b(body: dict) -> object:
-        if task_id_of(body) == "b":
-            return ToolCalls([("team_list_tasks", {})])  # keeps b busy until cancelled
-        return member_answer(body)
-
-    team = scripted_team(llm, run_id, member=slow_b, member_max_steps=100_000)
-    team.file.synthesizer.model = llm.script(f"synth-{run_id}", [])
+    team = scripted_team(llm, run_id, member=busy_b, synth=(), member_max_steps=100_000)
     run = team.start("Ship it", redis_url=workers, workers=0, api_base=llm.api_base,
                      run_id=run_id)
     elsewhere = attach(run_id, redis_url=workers)
@@ -82,8 +98,13 @@ def test_a_started_run_can_be_attached_to_and_cancelled_from_elsewhere(
         elsewhere.wait(timeout=0.5)
 
     message_id = elsewhere.send("m2", "Focus on exactly-once delivery")
+    waited: list[teamctl.RunResult] = []
+    waiter = threading.Thread(target=lambda: waited.append(elsewhere.wait(timeout=120)))
+    waiter.start()  # blocked on the run's events stream until the run ends
     elsewhere.cancel()
     result = run.wait(timeout=120)
+    waiter.join(timeout=5)  # woken by the end's run.end entry, not a poll or its 10 s block
+    assert not waiter.is_alive() and [w.status for w in waited] == [RunStatus.CANCELLED]
 
     assert result.status is RunStatus.CANCELLED and result.output is None
     assert elsewhere.wait(timeout=5).status is RunStatus.CANCELLED
@@ -96,14 +117,106 @@ def test_a_started_run_can_be_attached_to_and_cancelled_from_elsewhere(
     assert events == asyncio.run(_collected(elsewhere))
     tasks = [(e.task_id, e.status) for e in events if isinstance(e, TaskChange)]
     assert tasks[:2] == [("a", "created"), ("b", "created")] and ("a", "completed") in tasks
-    sent = next(e for e in events if isinstance(e, MessageEvent) and e.id == message_id)
+    messages = [e.message for e in events if isinstance(e, MessageEvent)]
+    sent = next(m for m in messages if m.id == message_id)
+    assert isinstance(sent, PeerMessage)
     assert (sent.from_, sent.to, sent.content) == ("lead", "m2",
                                                   "Focus on exactly-once delivery")
-    assert isinstance(events[-1], MessageEvent) and events[-1].type == "run.cancelled"
+    # The same Envelope variants as the result's messages (a SystemNotice's type an enum).
+    assert messages == elsewhere.result().messages
+    assert isinstance(messages[-1], SystemNotice)
+    assert messages[-1].type is SystemType.RUN_CANCELLED
 
 
 async def _collected(run: teamctl.Run) -> list[teamctl.RunEvent]:
     return [event async for event in run.aevents()]
+
+
+def test_arun_returns_the_result_object(llm: ScriptedLLM, workers: str, run_id: str) -> None:
+    result = asyncio.run(scripted_team(llm, run_id).arun(
+        "Ship it", redis_url=workers, workers=0, api_base=llm.api_base, run_id=run_id))
+
+    assert (result.status, result.output) == (RunStatus.COMPLETED, "the answer")
+    assert result == attach(run_id, redis_url=workers).result()
+
+
+def test_aevents_follows_a_live_run_and_leaving_early_closes_its_reader(
+        llm: ScriptedLLM, workers: str, wconn: redis.Redis, run_id: str) -> None:
+    team = scripted_team(llm, run_id, member=busy_b, synth=(), member_max_steps=100_000)
+    run = team.start("Ship it", redis_url=workers, workers=0, api_base=llm.api_base,
+                     run_id=run_id)
+
+    def readers() -> list[dict]:
+        return [c for c in wconn.client_list() if c["name"] == events_reader_name(run_id)]
+
+    async def watch() -> tuple[list[teamctl.RunEvent], teamctl.RunResult]:
+        events = run.aevents()
+        seen = []
+        async for event in events:  # live: b is still running when this loop ends
+            seen.append(event)
+            if b_in_progress(event):
+                break
+        assert readers() and run.status() is RunStatus.RUNNING
+        # Once nothing more comes while b is busy, a read in flight is cancelled, which closes
+        # the generator once that read returns (its blocking connection with it).
+        while True:
+            try:
+                seen.append(await asyncio.wait_for(anext(events), timeout=0.5))
+            except TimeoutError:
+                break
+        assert readers() == []
+        with pytest.raises(StopAsyncIteration):
+            await anext(events)
+        with pytest.raises(TimeoutError):
+            await run.await_result(timeout=0.2)
+        run.cancel()
+        return seen, await run.await_result(timeout=120)
+
+    try:
+        seen, result = asyncio.run(asyncio.wait_for(watch(), timeout=180))
+    finally:  # a failed check must not leave b busy for the next test
+        if not run.status().finished:
+            run.cancel()
+            run.wait(timeout=120)
+
+    assert [(e.task_id, e.status) for e in seen if isinstance(e, TaskChange)] == [
+        ("a", "created"), ("b", "created"), ("a", "in_progress"), ("a", "completed"),
+        ("b", "in_progress")]
+    assert result.status is RunStatus.CANCELLED
+
+
+def test_a_failed_run_is_a_result_whether_started_here_or_attached_to(
+        llm: ScriptedLLM, workers: str, run_id: str) -> None:
+    planner = llm.script(f"plan-{run_id}", [HttpError(400, "context window exceeded, sorry")])
+    run = Team([Member(id="m1")], model=planner).start(
+        "Ship it", redis_url=workers, workers=0, api_base=llm.api_base, run_id=run_id)
+    elsewhere = attach(run_id, redis_url=workers)
+
+    attached = elsewhere.wait(timeout=60)
+    here = run.wait(timeout=60)
+
+    assert here == attached and here.status is RunStatus.FAILED
+    assert here.error is not None and here.error.startswith("planner failed: ")
+    assert "context window exceeded, sorry" in here.error
+    assert here.plan.tasks == [] and here.member_results == []
+    assert list(run.events()) == list(elsewhere.events()) == []  # it ended before any task
+
+
+def test_the_run_methods_raise_infra_errors_when_redis_refuses_or_is_gone(
+        tmp_path: Path, run_id: str) -> None:
+    with RestartableRedis(tmp_path / "redis") as server:
+        conn = redis.Redis.from_url(server.url, decode_responses=True)
+        store_run(conn, run_id, redis_outage_s=0.5)  # the outage each call rides out
+        run = attach(run_id, redis_url=server.url)
+        conn.config_set("maxmemory", "1")  # noeviction: every write is refused (OOM)
+        with pytest.raises(InfraError, match=r"^Redis refused a command: .*maxmemory"):
+            run.send("m1", "hello")
+        conn.config_set("maxmemory", "0")
+        server.stop()
+        for call in (run.status, run.result, lambda: run.wait(timeout=5),
+                     lambda: list(run.events()), lambda: run.send("m1", "hello"), run.cancel):
+            with pytest.raises(InfraError, match=r"^Redis is unreachable: "):
+                call()
 
 
 def test_bad_input_is_a_config_error_before_anything_is_written(
@@ -117,6 +230,12 @@ def test_bad_input_is_a_config_error_before_anything_is_written(
         attach("no-such-run", redis_url=redis_url)
     with pytest.raises(ConfigError, match=r"^Team\(\.\.\.\): options\.max_rounds: "):
         Team(options={"max_rounds": "many"})
+    # A removed option is refused as in a team file, not silently dropped.
+    with pytest.raises(ConfigError, match=r"^Team\(\.\.\.\): options\."
+                       r"allow_dynamic_member_registration: removed: a run's roster is fixed "
+                       r".*; drop it from options$") as removed:
+        Team(options={"allow_dynamic_member_registration": True})
+    assert "\n" not in str(removed.value)
     # The caller's Member is left as given when the team resolves its MCP servers.
     member = Member(id="r", mcp=["git"])
     Team([member], mcp_servers=[McpServer(name="git", command=["mcp-server-git"])])
@@ -149,5 +268,6 @@ def test_each_example_runs_on_the_embedded_defaults(example: str, tmp_path: Path
                               text=True, timeout=240, cwd=tmp_path)
     finally:
         EmbeddedRedis(tmp_path / "state" / "redis").stop()
-    assert done.returncode == 0, done.stderr
-    assert "completed" in done.stdout, done.stdout
+    # Each example exits non-zero unless its run completed, and says how it ended.
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "status: completed" in done.stdout.splitlines(), done.stdout

@@ -120,8 +120,9 @@ def test_plan_delegate_synthesize_with_auto_ids(
     assert_ttl_as_set(redis.Redis.from_url(workers), RunKeys(run_id).spec,
                       RunOptions().retention_s, started_at)
     assert set(out) == {"team_id", "run_id", "objective", "status", "plan", "member_results",
-                        "task_states", "messages", "rounds", "output", "synthesis",
+                        "task_states", "messages", "rounds", "output", "error", "synthesis",
                         "total_duration_ms", "usage"}
+    assert out["error"] is None
     # The synthesizer's raw response beside its text, and each member's transcript.
     assert out["synthesis"] == {"content": "final answer", "tool_calls": [],
                                 "usage": out["synthesis"]["usage"]}

@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from teamctl.coordinator.hooks import TeamHook
-from teamctl.shared.models import SynthesisResult
-
+from teamctl import SynthesisResult, TeamHook
 from tests.scripted_llm import ScriptedLLM
 from tests.test_coordinator import run_cli, script_run, team_file
 
@@ -17,6 +15,8 @@ class RecordingHook(TeamHook):
     """Records (hook point, detail) pairs; class-level so the test can read them."""
 
     calls: ClassVar[list[tuple[str, Any]]] = []
+    transcripts: ClassVar[dict[str, Any]] = {}
+    """What after_task saw of each task's transcript."""
 
     def before_plan(self, objective: str, members: Any, options: Any) -> None:
         self.calls.append(("before_plan", [m.id for m in members]))
@@ -29,6 +29,7 @@ class RecordingHook(TeamHook):
 
     def after_task(self, objective: str, result: Any) -> None:
         self.calls.append(("after_task", (result.task_id, result.task_status.value)))
+        self.transcripts[result.task_id] = result.transcript
 
     def on_message(self, message: Any) -> None:
         self.calls.append(("on_message", message.type))
@@ -55,6 +56,7 @@ class RaisingHook:
 def test_hooks_fire_and_a_raising_hook_is_reported_not_fatal(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     RecordingHook.calls.clear()
+    RecordingHook.transcripts.clear()
     plan = [{"id": "a", "memberId": "m1", "task": "A"},
             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
     models = script_run(llm, run_id, plan)
@@ -81,6 +83,11 @@ def test_hooks_fire_and_a_raising_hook_is_reported_not_fatal(
         ("on_message", "run.complete"))
     assert [d for p, d in calls if p == "before_task"] == [("a", "m1"), ("b", "m2")]
     assert [d for p, d in calls if p == "after_task"] == [("a", "completed"), ("b", "completed")]
+    # after_task gets the member result as the run's result holds it, transcript included.
+    by_task = {r["task_id"]: r["transcript"] for r in out["member_results"]}
+    assert RecordingHook.transcripts == by_task
+    assert [m["role"] for m in by_task["a"]] == ["system", "user", "assistant"]
+    assert by_task["a"][-1]["content"] == "output of a"
     assert len(points) - points[::-1].index("after_task") < points.index("after_synthesis")
     seen_types = {d for p, d in calls if p == "on_message"}
     assert {"task.assigned", "task.result"} <= seen_types and "hook.error" not in seen_types

@@ -20,7 +20,9 @@ from teamctl.shared.models import (
     RUN_EVENTS,
     EventKind,
     MessageEvent,
+    PeerMessage,
     RunStatus,
+    SystemType,
     TaskChange,
     TaskEvent,
     TaskSpec,
@@ -86,7 +88,8 @@ def assert_merged_in_time_order(lines: list[dict[str, Any]]) -> None:
     """Task changes and messages interleave by the time Redis gave their stream entries (ties
     within a millisecond: the task change first)."""
     def order(line: dict[str, Any]) -> tuple[int, int]:
-        ms = int(line["id"].partition("-")[0])
+        entry_id = line["id"] if line["kind"] == "task" else line["message"]["id"]
+        ms = int(entry_id.partition("-")[0])
         return ms, 0 if line["kind"] == "task" else 1
     assert [order(line) for line in lines] == sorted(order(line) for line in lines)
 
@@ -142,8 +145,10 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
     assert [f.returncode for f in followers] == [0, 0], [err for _, err in outputs]
     live = json_lines(events_out)
     task_events, message_ids = stream_history(conn, run_id)
-    assert [m.id for m in live if isinstance(m, MessageEvent)] == message_ids
-    sent_line = next(m for m in live if isinstance(m, MessageEvent) and m.id == message_id)
+    messages = [m.message for m in live if isinstance(m, MessageEvent)]
+    assert [m.id for m in messages] == message_ids
+    sent_line = next(m for m in messages if m.id == message_id)
+    assert isinstance(sent_line, PeerMessage)
     assert (sent_line.from_, sent_line.to, sent_line.type, sent_line.content) == (
         "lead", "m1", "peer.message", NOTE)
     changes = [c for c in live if isinstance(c, TaskChange)]
@@ -153,7 +158,8 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
     assert [(c.task_id, c.status.value, c.member_id, c.attempts) for c in changes[2:]] == [
         ("a", "in_progress", "m1", 1), ("a", "completed", "m1", 1),
         ("b", "in_progress", "m2", 1), ("b", "completed", "m2", 1)]
-    assert live[-1].type == "run.complete"
+    assert isinstance(live[-1], MessageEvent)
+    assert live[-1].message.type is SystemType.RUN_COMPLETE
     assert_merged_in_time_order([json.loads(line) for line in events_out.splitlines()])
     # ...and the same lines again, at once, once the run has ended.
     again = invoke(workers, "events", run_id, "--json")
@@ -168,6 +174,44 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
     assert later == history[len(history) - len(later):]
     last = {c.task_id: c.status.value for c in followed}
     assert last == {"a": "completed", "b": "completed"}
+
+
+def test_a_sent_message_is_in_the_members_next_dispatch_input(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """m2 is sent a note while a is running; b, m2's next task, starts with it in its input."""
+    sent = threading.Event()
+
+    def handler(body: dict[str, Any]) -> Any:
+        if task_id_of(body) == "a" and not sent.is_set():
+            return ToolCalls([("team_list_tasks", {})])  # a runs until the note is sent
+        return member_answer(body)
+
+    plan = [{"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    models = script_run(llm, run_id, plan, member=handler)
+    team = team_file(tmp_path / "t.toml", models, options={"member_max_steps": 100_000})
+    run = subprocess.Popen([*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base",
+                            llm.api_base, "--redis-url", workers, "--workers", "0", "--run-id",
+                            run_id], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+        wait_until(lambda: board.task_ids() and board.get("a").status.value == "in_progress",
+                   RUN_DEADLINE_S, message="task a in progress")
+        result = invoke(workers, "send", run_id, "--to", "m2", NOTE)
+        assert result.exit_code == 0, result.output
+        sent.set()
+        assert run.wait(RUN_DEADLINE_S) == 0, run.stderr.read() if run.stderr else ""
+    finally:
+        sent.set()
+        if run.poll() is None:
+            run.kill()
+            run.wait(10)
+
+    member_model = models["member"].removeprefix("openai/")
+    first_of_b = next(body for body in llm.requests[member_model] if task_id_of(body) == "b")
+    dispatch_input = first_of_b["messages"][1]["content"]
+    assert "Recent team messages:" in dispatch_input
+    assert f"- [peer.message] lead -> m2: {NOTE}" in dispatch_input
 
 
 def test_send_to_everyone_reaches_every_inbox(conn: redis.Redis, redis_url: str,
@@ -231,14 +275,19 @@ def test_followers_of_a_finished_run_print_its_history_and_exit(
     assert [(line["task_id"], line["status"]) for line in lines if line["kind"] == "task"] == [
         ("a", "created"), ("b", "created"), ("a", "in_progress"), ("a", "completed"),
         ("b", "blocked")]
-    assert [line["type"] for line in lines if line["kind"] == "message"] == [
+    assert [line["message"]["type"] for line in lines if line["kind"] == "message"] == [
         "peer.message", "task.result", "run.cancelled"]
     assert_merged_in_time_order(lines)
     lines = [line for line in lines if line["kind"] == "task"] + [
         line for line in lines if line["kind"] == "message"]
     assert set(lines[2]) == {"kind", "id", "task_id", "status", "member_id", "attempts", "at_ms"}
     assert (lines[2]["member_id"], lines[2]["attempts"]) == ("m1", 1)
-    assert lines[5]["from"] == "m1" and lines[5]["content"] == "almost there"
+    # A message line is `kind` and the message as `messages --json` prints it.
+    assert set(lines[5]) == {"kind", "message"}
+    assert lines[5]["message"] == json.loads(invoke(redis_url, "messages", run_id, "--json")
+                                             .stdout.splitlines()[0])
+    assert lines[5]["message"]["from"] == "m1"
+    assert lines[5]["message"]["content"] == "almost there"
     assert len(plain.stdout.splitlines()) == len(lines)
     # tasks --follow prints the board as it stands (nothing changes after it: it returns).
     assert [(t["task_id"], t["status"], t["id"]) for t in map(json.loads,

@@ -10,6 +10,7 @@ import redis
 from click.testing import CliRunner
 from pydantic import Field, ValidationError
 from teamctl.coordinator.cli import main
+from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings, settings_error
 from teamctl.shared.team import (
@@ -19,6 +20,7 @@ from teamctl.shared.team import (
     RoleModel,
     TeamFile,
     choose_models,
+    load_team_file,
     pick_model,
 )
 
@@ -61,6 +63,28 @@ def test_each_role_takes_its_own_team_file_model_before_the_team_wide_one() -> N
     models, source = choose_models(TeamFile(), None, None, settings)
     assert (models.planner, models.synthesizer, models.member_default, source) == (
         "env-model", "env-model", "env-model", ModelSource.ENVIRONMENT)
+
+
+def test_a_synthesizer_without_a_model_or_queue_of_its_own_uses_the_planners_queue(
+        redis_url: str, tmp_path: Path) -> None:
+    """As for its model: the planner's queue is where the workers with that model's keys are."""
+    planner = RoleModel(model="planner-model", queue="keys")
+    assert TeamFile(planner=planner).synthesizer_queue() == "keys"
+    assert TeamFile(planner=planner, synthesizer=RoleModel(model=None)).synthesizer_queue() == (
+        "keys")  # what Team(synthesizer_model=None) builds
+    own_model = TeamFile(planner=planner, synthesizer=RoleModel(model="synth-model"))
+    assert own_model.synthesizer_queue() == "members"
+    own_queue = TeamFile(planner=planner, synthesizer=RoleModel(queue="other"))
+    assert own_queue.synthesizer_queue() == "other"
+    # Through a team file and the stored run: the synthesizer's call goes to `keys`.
+    team = tmp_path / "team.toml"
+    team.write_text('planner = { model = "planner-model", queue = "keys" }\n')
+    loaded = load_team_file(team)
+    models, _ = choose_models(loaded, None, None, Settings())
+    spec = create_run(redis.Redis.from_url(redis_url, decode_responses=True), RunRequest(
+        objective="o", team=loaded, models=models, workspace_root=tmp_path / "ws"))
+    assert (spec.models.synthesizer, spec.synthesizer_queue) == ("planner-model", "keys")
+    assert spec.queues == ["keys", "members"]
 
 
 def test_the_api_base_flag_wins_over_the_environment() -> None:

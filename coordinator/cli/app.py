@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 from teamctl.coordinator.cli.options import run_option_flags
+from teamctl.shared.connection import redis_errors_as_infra
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.settings import Settings, load_settings
@@ -26,15 +27,14 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        import redis
-
         try:
             settings = load_settings()
         except ConfigError as exc:
             click.echo(f"teamctl: {exc}", err=True)
             sys.exit(exc.exit_code)
         try:
-            return fn(*args, settings=settings, **kwargs)
+            with redis_errors_as_infra():
+                return fn(*args, settings=settings, **kwargs)
         except TeamError as exc:
             click.echo(f"teamctl: {exc}", err=True)
             sys.exit(exc.exit_code)
@@ -44,12 +44,6 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise  # not a path the user chose: a bug or the machine, keep the traceback
             click.echo(f"teamctl: {error}", err=True)
             sys.exit(error.exit_code)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            click.echo(f"teamctl: Redis is unreachable: {exc}", err=True)
-            sys.exit(1)
-        except redis.ResponseError as exc:
-            click.echo(f"teamctl: Redis refused a command: {exc}", err=True)
-            sys.exit(1)
         except KeyboardInterrupt:
             # The lease is released on the way out, so the run can be taken over at once.
             click.echo("teamctl: interrupted; a started run continues with `teamctl resume RUN` "

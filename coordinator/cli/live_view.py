@@ -7,6 +7,7 @@ and, for `events`, its `bus` stream too, in one XREAD BLOCK, through the tailing
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -17,7 +18,7 @@ import redis
 from teamctl.coordinator.cli.messages_view import START, follow, formatted, run_ended, tailed
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import LEAD, READ_BATCH, envelope_from_stream
-from teamctl.shared.connection import block_ms, blocking_client, connect
+from teamctl.shared.connection import MAX_BLOCK_MS, block_ms, blocking_client, connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import (
@@ -89,10 +90,17 @@ class MergedTail:
     conn: redis.Redis
     streams: list[Stream]
     batch: int = READ_BATCH
+    name: str | None = None
+    """How its blocking connection shows in CLIENT LIST."""
 
     @cached_property
     def blocking_conn(self) -> redis.Redis:
-        return blocking_client(self.conn)
+        return blocking_client(self.conn, self.name)
+
+    def close(self) -> None:
+        """Close the blocking connection (a follower that stops must not hold one open)."""
+        if "blocking_conn" in self.__dict__:
+            self.blocking_conn.connection_pool.disconnect()
 
     def read(self, wait_ms: int | None) -> list[Any]:
         """The entries after each stream's position, merged; a stream that filled its batch may
@@ -132,7 +140,7 @@ class TaskChanges:
                                member_id=t.member_id, attempts=0, at_ms=at_ms)
                     for t in self.board.snapshot()]
         if not event.task_id:
-            return []  # run.stop / run.approval: a wake-up for the coordinator, not a task change
+            return []  # run.stop / .approval / .end: a wake-up, not a task change
         return [TaskChange(id=event.id, task_id=event.task_id, status=event.status,
                            member_id=event.member_id, attempts=event.attempts, at_ms=at_ms)]
 
@@ -155,6 +163,25 @@ def last_entry_id(conn: redis.Redis, key: str) -> str:
     """The id of the stream's last entry (START when it is empty): follow from there."""
     last = conn.xrevrange(key, count=1)
     return last[0][0] if last else START
+
+
+def wait_for_end(run: RunHandle, deadline: float | None) -> bool:
+    """Block until the run has ended (or expired), reading its events stream, where its end
+    writes a `run.end` wake-up; False if the monotonic `deadline` came first."""
+    after_id = last_entry_id(run.conn, run.keys.events)  # before the state: no end is missed
+    reader = blocking_client(run.conn, events_reader_name(run.run_id))
+    try:
+        while not run_ended(run.store):
+            wait_ms = MAX_BLOCK_MS if deadline is None else (deadline - time.monotonic()) * 1000
+            if wait_ms <= 0:
+                return False
+            reply = reader.xread({run.keys.events: after_id}, count=READ_BATCH,
+                                 block=block_ms(min(wait_ms, MAX_BLOCK_MS)))
+            for _, entries in reply or []:
+                after_id = entries[-1][0]
+        return True
+    finally:
+        reader.connection_pool.disconnect()
 
 
 def follow_tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
@@ -182,7 +209,7 @@ def events_command(redis_url: str, run_id: str, as_json: bool) -> None:
         for event in run_events(RunHandle.existing(connect(redis_url), run_id)):
             if isinstance(event, MessageEvent):
                 click.echo(event.model_dump_json(by_alias=True) if as_json else
-                           formatted(event, False))  # type: ignore[arg-type]
+                           formatted(event.message, False))
             else:
                 click.echo(event.model_dump_json() if as_json else
                            f"{event.id} [task {event.status.value}] {event.task_id} "
@@ -197,9 +224,18 @@ def run_events(run: RunHandle, also_ended: Callable[[], bool] = lambda: False,
     `also_ended` says nothing more will come)."""
     changes = TaskChanges(run.board)
     tail = MergedTail(run.conn, [Stream(run.keys.events, START, task_event),
-                                 Stream(run.keys.bus, START, envelope_from_stream)])
-    for item in tailed(tail, lambda: also_ended() or run_ended(run.store)):
-        if isinstance(item, TaskEvent):
-            yield from changes.of(item)
-        else:
-            yield MessageEvent.model_validate(item.model_dump())
+                                 Stream(run.keys.bus, START, envelope_from_stream)],
+                      name=events_reader_name(run.run_id))
+    try:
+        for item in tailed(tail, lambda: also_ended() or run_ended(run.store)):
+            if isinstance(item, TaskEvent):
+                yield from changes.of(item)
+            else:
+                yield MessageEvent(message=item)
+    finally:  # also when the caller stops early (break, close): no connection left behind
+        tail.close()
+
+
+def events_reader_name(run_id: str) -> str:
+    """The CLIENT LIST name of the connection that follows a run's events."""
+    return f"teamctl-events:{run_id}"

@@ -1,7 +1,8 @@
 -- run_finish: end a run, fenced by the coordinator lease: state, usage, announcement and the
 -- first expiries in one step, so a coordinator that lost its lease (cut off, then resumed
 -- elsewhere) writes nothing, and a run is never finished twice.
--- KEYS[1] lease, KEYS[2] state hash, KEYS[3] usage hash, KEYS[4] bus stream, KEYS[5] bus sequence.
+-- KEYS[1] lease, KEYS[2] state hash, KEYS[3] usage hash, KEYS[4] bus stream, KEYS[5] bus sequence,
+-- KEYS[6] events stream (a `run.end` wake-up there: whoever waits for the end blocks on it).
 -- ARGV[1] lease owner, ARGV[2] final status, ARGV[3] output ('' with ARGV[4] '0': none),
 -- ARGV[4] '1' if ARGV[3] is an output, ARGV[5] error ('' none), ARGV[6] prompt tokens,
 -- ARGV[7] completion tokens, ARGV[8] cost usd, ARGV[9] '1' if unpriced, ARGV[10] message type
@@ -20,6 +21,7 @@ if ARGV[9] == '1' then redis.call('HSET', KEYS[3], 'unpriced', 1) end
 if ARGV[10] ~= '' then
   publish_message(KEYS[4], KEYS[5], 1, 0, 'system', 'lead', ARGV[10], '', ARGV[11], now)
 end
+event(KEYS[6], '', 'run.end', 0)
 -- The bus first: keys a late message creates inherit its TTL (shared/retention.py does the rest).
 for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[12]) end
 return 1
