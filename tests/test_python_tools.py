@@ -183,6 +183,32 @@ def test_the_heartbeat_of_a_tool_context_keeps_the_claim(
     assert json.loads(context)["workspace"] == str(tmp_path / "ws")
 
 
+def test_a_huge_exception_reaches_the_model_capped_and_is_not_logged_whole(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An exception of 500,000 characters is cut to tool_result_max_chars in the TOOL_ERROR the
+    model reads, and the worker's log line carries the cut text, not the whole of it."""
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("explode_big", {"chars": 500_000})]),
+                                         "done"])
+    make_run(conn, run_id, models={"m1": model}, workspace=tmp_path / "ws",
+             api_base=llm.api_base, tools={"m1": [f"{FIXTURE}:explode_big"]},
+             tasks=[TaskSpec(id="task_1", member_id="m1", task="Fail")],
+             tool_result_max_chars=300)
+
+    with caplog.at_level("ERROR", logger="teamctl.shared.agent.tools"):
+        assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+
+    (failed,) = tool_results(llm.requests[f"m1-{run_id}"][1])
+    error = error_of(failed)
+    assert error["errorType"] == "RuntimeError"
+    assert error["error"] == ("e" * 300 + "\n[truncated: the error has 500000 characters; the "
+                              "first 300 are shown]")
+    assert len(failed) < 600
+    (logged,) = [r for r in caplog.records if "explode_big" in r.getMessage()]
+    assert "in explode_big" in logged.getMessage()  # the frames are kept
+    assert len(logged.getMessage()) < 5000 and logged.exc_info is None
+
+
 def test_results_serialize_and_cap() -> None:
     ticket = load_tool(f"{FIXTURE}:fetch_ticket")
     assert ticket.name == "fetch_ticket"

@@ -35,6 +35,11 @@ def explode(reason: str) -> str:
     raise RuntimeError(f"exploded: {reason}")
 
 
+def explode_big(chars: int) -> str:
+    """Always fails, with an error text of `chars` characters."""
+    raise RuntimeError("e" * chars)
+
+
 async def slow_double(value: float) -> float:
     """Double a number, asynchronously."""
     await asyncio.sleep(0)
