@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -338,3 +339,74 @@ def test_ctrl_c_while_a_server_starts_stops_the_server(tmp_path: Path) -> None:
             hub.start(silent)
         interrupt.join()
         assert processes_in(workspace.resolve()) == []
+
+
+def index_server(*args: str) -> McpServer:
+    """The stdio server of tests/mcp_fixture, run by this Python from this checkout."""
+    return McpServer(name="index", command=[sys.executable, "-m",
+                                            "tests.mcp_fixture.stdio_server", *args],
+                     env={"PYTHONPATH": str(REPO_ROOT)})
+
+
+def test_stdio_server_results_and_failures_reach_the_model(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """Over stdio: a result with only structured content comes back as its JSON, a huge isError
+    text as a capped McpToolError, a call that never answers as McpTimeout, a server that dies
+    mid-call (and any call after) as McpCallFailed; the task completes and nothing is left."""
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("index__stats", {}), ("index__fail_loudly", {"chars": 200_000}),
+                   ("index__hang", {}), ("index__crash", {}), ("index__stats", {})]),
+        "done"])
+    store_run(conn, run_id, llm, model, tmp_path / "ws", [index_server()], ["index"],
+              mcp_call_timeout_s=4, tool_result_max_chars=300)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+
+    stats, loud, hung, crashed, after = tool_results(llm.requests[f"m1-{run_id}"][1])
+    assert json.loads(stats) == {"documents": 42, "terms": 7}
+    assert error_of(loud)["errorType"] == "McpToolError"
+    cut = error_of(loud)["error"]
+    assert re.fullmatch(r"[^\n]{0,300}\n\[truncated: the error has 2000\d\d characters; the "
+                        r"first 300 are shown\]", cut), cut[-200:]
+    assert len(loud) < 700
+    assert error_of(hung) == {"errorType": "McpTimeout", "tool": "index__hang",
+                              "callId": error_of(hung)["callId"],
+                              "error": "MCP server 'index' did not answer hang within 4s "
+                                       "(mcp_call_timeout_s)"}
+    assert error_of(crashed)["errorType"] == "McpCallFailed"
+    assert error_of(crashed)["error"].startswith("MCP server 'index' failed on crash: ")
+    assert error_of(after)["errorType"] == "McpCallFailed"
+    assert processes_in((tmp_path / "ws").resolve()) == []
+
+
+def test_a_server_that_never_lists_its_tools_fails_the_task(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """A server that answers the handshake but not tools/list is stopped after
+    mcp_list_timeout_s, and the task's error says which step it did not finish."""
+    store_run(conn, run_id, llm, "unused", tmp_path / "ws", [index_server("--no-list")],
+              ["index"], mcp_list_timeout_s=2)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+
+    error = TaskBoard(conn, RunKeys(run_id)).get("task_1").error
+    assert error.startswith("MCP server 'index' (`")
+    assert ("answered the handshake but did not list its tools within mcp_list_timeout_s=2"
+            in error), error
+    assert processes_in((tmp_path / "ws").resolve()) == []
+
+
+def test_an_entry_naming_a_tool_the_server_lacks_fails_the_task(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        docs_server: str) -> None:
+    """`docs:lokup` (a typo) fails the attempt naming the missing tool and the server's
+    tools, before any model call, instead of leaving the member without it."""
+    docs = McpServer(name="docs", url=docs_server)
+    store_run(conn, run_id, llm, f"m1-{run_id}", tmp_path / "ws", [docs],
+              ["docs:lookup", "docs:lokup"])
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+
+    assert TaskBoard(conn, RunKeys(run_id)).get("task_1").error == (
+        "MCP server 'docs' has no tool 'lokup' (mcp entry docs:lokup); its tools: lookup, "
+        "whoami, crash, hang; fix the member's mcp entry")
+    assert f"m1-{run_id}" not in llm.requests
