@@ -11,6 +11,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
+from teamctl.coordinator.lead.lead_tools import LeadTools
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.python_tools import load_tool, result_text
 from teamctl.shared.agent.tools import Toolbox
@@ -18,9 +19,10 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.team import load_team_file
-from teamctl.shared.teammates import MateStatus
+from teamctl.shared.teammates import MATE_TOOLS, MateStatus
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.jobs import execute_task
+from teamctl.worker.mate_tools import MateTools
 
 from teamctl.tools import ToolContext
 from tests.conftest import wait_until
@@ -260,16 +262,37 @@ def test_a_teammate_spawned_with_python_tools_calls_them(
     assert store.get("py").idle_reason == "done"
 
 
-def test_a_teammate_whose_python_tool_takes_a_tool_name_idles_with_the_error(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
-    store = TeamStore(wconn, team)
-    assert spawn(workers, team, "clash", OFFLINE_MODEL, None, "--tool",
-                 f"{FIXTURE}:list_teammates").exit_code == 0
-    wait_until(lambda: store.get("clash").status is MateStatus.IDLE, message="clash idle")
-    mate = store.get("clash")
-    assert mate.idle_reason.startswith(f"error: tool '{FIXTURE}:list_teammates' is named "
-                                       "'list_teammates', but another tool")
-    assert "rename the function" in mate.last_error
+def test_spawn_refuses_a_python_tool_named_like_a_teammate_tool(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    """`team spawn` exits 2 with one line (its turns would only end idle), writing nothing."""
+    result = spawn(redis_url, team, "clash", OFFLINE_MODEL, None, "--tool",
+                   f"{FIXTURE}:list_teammates")
+    assert_config_error(result, f"tool '{FIXTURE}:list_teammates' is named 'list_teammates', "
+                                "but another tool of this member has that name; rename the "
+                                "function")
+    assert conn.keys("teamctl:team:*") == []
+
+
+def test_the_leads_spawn_teammate_refuses_it_as_a_tool_error(
+        conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    """The lead's spawn_teammate makes the same check: the model gets a TOOL_ERROR, nothing is
+    spawned, and a tool that imports and clashes with nothing spawns."""
+    box = Toolbox()
+    LeadTools(TeamStore(conn, team), OFFLINE_MODEL, None, tmp_path / "ws").add_to(box)
+    refused = box.call("spawn_teammate", json.dumps({
+        "name": "clash", "role": "r", "prompt": "Go", "tools": [f"{FIXTURE}:idle"]}))
+    assert error_of(refused)["errorType"] == "ConfigError"
+    assert error_of(refused)["error"].startswith(f"tool '{FIXTURE}:idle' is named 'idle', but")
+    assert TeamStore(conn, team).names() == []
+    spawned = json.loads(box.call("spawn_teammate", json.dumps({
+        "name": "fine", "role": "r", "prompt": "Go", "tools": [f"{FIXTURE}:search_docs"]})))
+    assert spawned["ok"] is True and spawned["tools"] == [f"{FIXTURE}:search_docs"]
+
+
+def test_the_static_teammate_tool_names_are_the_ones_a_turn_offers(
+        conn: redis.Redis, team: str) -> None:
+    """MATE_TOOLS (what spawn checks against) lists exactly the tools MateTools registers."""
+    assert MateTools(TeamStore(conn, team), "x", token="").toolbox().names == list(MATE_TOOLS)
 
 
 def test_spawn_with_an_unimportable_python_tool_exits_2(

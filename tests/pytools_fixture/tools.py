@@ -71,7 +71,12 @@ renamed.__name__ = "read_file"
 
 
 def list_teammates() -> str:
-    """Named like a teammate's own tool: refused when its turn builds the toolbox."""
+    """Named like a teammate's own tool: `team spawn` refuses it."""
+    return "mine"
+
+
+def idle() -> str:
+    """Named like a teammate's own tool too: the lead's spawn_teammate refuses it."""
     return "mine"
 
 
