@@ -26,6 +26,7 @@ from teamctl.worker.mate_tools import MateTools
 
 from teamctl.tools import ToolContext
 from tests.conftest import wait_until
+from tests.pytools_fixture.tools import PROBE
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.team_support import spawn
 from tests.test_coordinator import run_cli, script_run
@@ -170,19 +171,30 @@ def test_a_worker_that_cannot_import_a_tool_fails_the_task_saying_so(
     assert f"m1-{run_id}" not in llm.requests
 
 
-def test_the_heartbeat_of_a_tool_context_keeps_the_claim(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    """A tool's heartbeat() refreshes the task's claim on the board (its TTL starts again)."""
-    model = llm.script(f"m1-{run_id}", [ToolCalls([("where_am_i", {"note": "long work"})]),
-                                         "done"])
+def test_the_heartbeat_of_a_tool_context_keeps_the_claim_until_it_is_reclaimed(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool's heartbeat() restarts the claim's TTL (its PTTL grows back to about
+    heartbeat_ttl_s); once the claim expired and was reclaimed it answers False, and the
+    attempt stops without another model call."""
+    monkeypatch.setitem(PROBE, "conn", conn)
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("beat_probe", {})])])
     make_run(conn, run_id, models={"m1": model}, workspace=tmp_path / "ws",
-             api_base=llm.api_base, tools={"m1": [f"{FIXTURE}:where_am_i"]},
-             tasks=[TaskSpec(id="task_1", member_id="m1", task="Work")])
+             api_base=llm.api_base, tools={"m1": [f"{FIXTURE}:beat_probe"]},
+             tasks=[TaskSpec(id="task_1", member_id="m1", task="Work")], heartbeat_ttl_s=30)
 
-    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
-    (context,) = tool_results(llm.requests[f"m1-{run_id}"][1])
-    assert json.loads(context)["beat"] is True
-    assert json.loads(context)["workspace"] == str(tmp_path / "ws")
+    outcome = execute_task(conn, run_id, "task_1")
+
+    assert outcome == "task_1: abandoned: claim lost", outcome
+    assert PROBE["beat"] is True
+    assert PROBE["ran_down"] < PROBE["fresh"] - 500
+    assert PROBE["after_beat"] > PROBE["ran_down"] + 400  # the TTL started again
+    assert 29_000 < PROBE["after_beat"] <= 30_000
+    assert PROBE["reclaimed"] == ["task_1"]
+    assert PROBE["beat_after_reclaim"] is False
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
+    assert task.status is TaskStatus.READY and task.attempts == 1
+    assert len(llm.requests[f"m1-{run_id}"]) == 1
 
 
 def test_a_huge_exception_reaches_the_model_capped_and_is_not_logged_whole(
