@@ -108,8 +108,14 @@ def test_mcp_server_git_in_a_planned_run(
     assert "MCP tools: git__git_status, git__git_log" in dispatch
     (history,) = tool_results(second)
     assert "Message: Add the release notes" in history and "Author: Tess" in history
+    # The planner is told the tools the server really has (listed by a job on the members'
+    # queue before planning), filtered by the member's entries, in the server's order.
     planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
-    assert "id=m1, mcp tools=git:git_log git:git_status" in planner_prompt
+    member_lines = planner_prompt.split("Available members:\n")[1].split("\n\n")[0]
+    assert member_lines.splitlines() == [
+        "- id=m1, mcp tools:", "  - git__git_status: Shows the working tree status",
+        "  - git__git_log: Shows the commit logs"], member_lines
+    assert "the planner sees the configured MCP entries" not in result.stderr
     cached = redis.Redis.from_url(workers, decode_responses=True).hget(
         RunKeys(run_id).mcp_tools, "git")
     assert "git_log" in [tool["name"] for tool in json.loads(cached)]
@@ -410,3 +416,50 @@ def test_an_entry_naming_a_tool_the_server_lacks_fails_the_task(
         "MCP server 'docs' has no tool 'lokup' (mcp entry docs:lokup); its tools: lookup, "
         "whoami, crash, hang; fix the member's mcp entry")
     assert f"m1-{run_id}" not in llm.requests
+
+
+def test_the_planner_falls_back_to_the_entries_of_a_server_that_will_not_start(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """The listing job notes the server's error: the planner sees the configured entries, one
+    stderr line says why, and the member's attempt fails on the same server."""
+    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Search"}])
+    broken = [sys.executable, "-c", "import sys; print('no index', file=sys.stderr); "
+              "sys.exit(2)"]
+    team = team_file(tmp_path / "t.json", models, [{"name": "index", "command": broken}],
+                     ["index:search"])
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 1, result.output
+    planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
+    assert "- id=m1, mcp tools=index:search\n" in planner_prompt
+    (line,) = [x for x in result.stderr.splitlines() if "configured MCP entries" in x]
+    assert line.startswith("teamctl: the planner sees the configured MCP entries, not the "
+                           "tools, of index: MCP server 'index' (")
+    assert "did not start (" in line
+    error = json.loads(result.stdout)["task_states"][0]["error"]
+    assert "did not start (" in error and error.endswith("its stderr ends:\nno index")
+
+
+def test_the_planner_waits_for_the_listing_at_most_the_start_and_list_timeouts(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """No worker serves the queue of the member that uses the server: stderr says so, and
+    after mcp_start_timeout_s + mcp_list_timeout_s the planner gets the configured entries."""
+    models = script_run(llm, run_id, [{"memberId": "m2", "task": "Write"}])
+    team = tmp_path / "t.json"
+    team.write_text(json.dumps({
+        "team_id": "mcp", "model": models["member"], "planner": {"model": models["planner"]},
+        "synthesizer": {"model": models["synth"]},
+        "mcp_servers": [{"name": "time", "command": ["mcp-server-time"]}],
+        "members": [{"id": "m1", "mcp": ["time"], "queue": "lonely"}, {"id": "m2"}],
+        "options": {"mcp_start_timeout_s": 2.5, "mcp_list_timeout_s": 1.5}}))
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 0, result.output
+    planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
+    assert "- id=m1, mcp tools=time\n- id=m2\n" in planner_prompt
+    assert "teamctl: no worker listens on queue lonely;" in result.stderr
+    assert ("teamctl: the planner sees the configured MCP entries, not the tools, of time: "
+            "not listed within mcp_start_timeout_s + mcp_list_timeout_s = 4s"
+            in result.stderr.splitlines())
