@@ -24,7 +24,7 @@ from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.mcp_cache import McpToolCache
+from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.scripts import Scripts
@@ -305,6 +305,22 @@ def test_a_tool_list_cached_after_the_run_ended_expires_with_the_run(
 
     assert json.loads(conn.hget(keys.mcp_tools, "git")) == [{"name": "git_log"}]
     assert 0 < conn.pttl(keys.mcp_tools) <= 600_000
+
+
+def test_a_listing_note_written_after_the_run_ended_expires_with_the_run(
+        conn: redis.Redis, run_id: str) -> None:
+    """A listing job that outlived its coordinator's wait leaves no key without a TTL."""
+    keys = RunKeys(run_id)
+    conn.set(keys.spec, "{}", ex=600)  # an ended run: expire_run gave its keys a TTL
+    cache = McpToolCache(conn, keys, Scripts(conn))
+
+    cache.note_listing("git", McpListing(listed=False, error="did not start", worker="h:1"))
+
+    assert cache.listings() == {"git": McpListing(listed=False, error="did not start",
+                                                  worker="h:1")}
+    assert conn.lrange(keys.mcp_listed, 0, -1) == ["git"]
+    assert 0 < conn.pttl(keys.mcp_listing) <= 600_000
+    assert 0 < conn.pttl(keys.mcp_listed) <= 600_000
 
 
 def test_a_relative_command_is_found_in_the_workspace_where_it_runs(
