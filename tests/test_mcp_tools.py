@@ -479,3 +479,29 @@ def test_the_planner_waits_for_the_listing_at_most_the_start_and_list_timeouts(
     assert ("teamctl: the planner sees the configured MCP entries, not the tools, of time: "
             "not listed within mcp_start_timeout_s + mcp_list_timeout_s = 4s"
             in result.stderr.splitlines())
+
+
+def test_a_killed_job_takes_its_stdio_servers_with_it(tmp_path: Path) -> None:
+    """A SIGKILLed job runs nothing to stop its servers (they lead sessions of their own); the
+    parent-death signal armed before the server's exec kills one that ignores its stdin."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = ("import sys\nfrom pathlib import Path\n"
+              "from teamctl.shared.agent.mcp_config import McpServer\n"
+              "from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts\n"
+              f"hub = McpHub(Path({str(workspace)!r}), McpTimeouts(600, 600, 5))\n"
+              "hub.start(McpServer(name='silent', command=[sys.executable, '-c', "
+              "'import time; time.sleep(600)']))\n")
+    job = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT)
+    try:
+        (server,) = wait_until(lambda: processes_in(workspace.resolve()), 30,
+                               message="the silent server to start")
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        wait_until(lambda: processes_in(workspace.resolve()) == [], 10,
+                   message=f"the server (pid {server}) to die with its job")
+    finally:
+        job.kill()
+        job.wait()
+        for pid in processes_in(workspace.resolve()):  # only if the test failed
+            os.kill(pid, signal.SIGKILL)

@@ -8,9 +8,11 @@ crosses a fork, and stopping the attempt stops its servers.
 
 A stdio server runs in the workspace with a minimal environment (as the `bash` tool) in a
 session of its own; closing stops it (the SDK closes its stdin, then signals its process group)
-and then SIGKILLs what is left of the group. A server that will not start, or will not list its
-tools in time, is a ConfigError with its stderr tail (the task fails); a call that fails, times
-out or answers isError is a TOOL_ERROR result the model reads.
+and then SIGKILLs what is left of the group. A job killed outright cannot do that: the server
+is started with a parent-death signal (DIE_WITH_PARENT), so it dies with the job. A server
+that will not start, or will not list its tools in time, is a ConfigError with its stderr tail
+(the task fails); a call that fails, times out or answers isError is a TOOL_ERROR result the
+model reads.
 """
 
 from __future__ import annotations
@@ -287,14 +289,30 @@ async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     command = server.command or []
+    executable = _executable(server.name, command[0], workspace)
     params = StdioServerParameters(
-        command=_executable(server.name, command[0], workspace), args=command[1:],
+        command=sys.executable,
+        args=[*DIE_WITH_PARENT, str(os.getpid()), executable, *command[1:]],
         cwd=str(workspace),
         env=_minimal_env(workspace) | resolved_values(server.env, server.name, "env"))
     before = _session_children()
     async with stdio_client(params, errlog=stderr) as streams:
         pgids += sorted(_session_children() - before)
         yield streams
+
+
+DIE_WITH_PARENT = ("-I", "-S", "-c", """
+import ctypes, os, signal, sys
+prctl = getattr(ctypes.CDLL(None), "prctl", None)
+if prctl is not None:
+    prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(sys.argv[1]):
+        os._exit(1)  # the job died before the signal was armed
+os.execv(sys.argv[2], sys.argv[2:])
+""")
+"""What a stdio server is started through: it arms the parent-death signal (SIGKILL once the
+job's MCP loop thread, its parent, is gone: a SIGKILLed job cannot stop its servers, which run
+in a session of their own), then execs the server, which keeps it (`python -I -S`: ~20 ms)."""
 
 
 def _executable(server: str, command: str, workspace: Path) -> str:
