@@ -312,7 +312,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 """)
 """What a stdio server is started through: it arms the parent-death signal (SIGKILL once the
 job's MCP loop thread, its parent, is gone: a SIGKILLed job cannot stop its servers, which run
-in a session of their own), then execs the server, which keeps it (`python -I -S`: ~20 ms)."""
+in a session of their own), then execs the server, which keeps it (`python -I -S`: ~25 ms)."""
 
 
 def _executable(server: str, command: str, workspace: Path) -> str:
