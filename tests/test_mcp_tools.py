@@ -1,6 +1,8 @@
 """MCP servers as member tools (issue 14 §2-3): mcp-server-git from the package index in a
-planned run on real workers, an HTTP server written here with the SDK (a crash mid-call, a call
-that never answers), a stdio server that will not start, and the team file's checks (exit 2)."""
+planned run on real workers (its real tools in the planner's prompt), servers written here with
+the SDK, over HTTP and stdio (a crash mid-call, a call that never answers, a huge isError text,
+structured content only, a list that never comes, a filter naming a missing tool), servers that
+will not start, a killed job's servers, the planner's fallbacks, and the team file's checks."""
 
 from __future__ import annotations
 
