@@ -31,6 +31,10 @@ class Dispatcher:
         """Queue one attempt of a coordinator model call (planner, synthesizer); the job id."""
         return self._enqueue(queue_name, "teamctl.worker.jobs.run_model_call", call, attempt)
 
+    def enqueue_mcp_listing(self, servers: list[str], queue_name: str) -> str:
+        """Queue the job that lists MCP `servers` for the planner; the job id."""
+        return self._enqueue(queue_name, "teamctl.worker.jobs.run_mcp_listing", servers)
+
     def _enqueue(self, queue_name: str, function: str, *args: object) -> str:
         queue = self._queues.get(queue_name)
         if queue is None:

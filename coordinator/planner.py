@@ -3,24 +3,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from teamctl.coordinator.plan_parser import parse_tasks
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.mcp_cache import OfferedTool
 from teamctl.shared.model_calls import ModelCallRequest
 from teamctl.shared.models import Plan
 from teamctl.shared.plan import RawTask, normalize_tasks
 from teamctl.shared.team import Member, RunOptions
 
 
-def planner_prompt(objective: str, members: list[Member]) -> str:
-    """The planning prompt: the members (id, name, expertise) and the objective."""
-    return render("teamctl.coordinator", "plan.md", members=members, objective=objective)
+def planner_prompt(objective: str, members: list[Member],
+                   mcp_tools: Mapping[str, list[OfferedTool]] | None = None) -> str:
+    """The planning prompt: the members (id, name, expertise, and their MCP tools: as listed
+    by their servers when `mcp_tools` has the member, else as configured) and the objective."""
+    return render("teamctl.coordinator", "plan.md", members=members, objective=objective,
+                  mcp_tools=dict(mcp_tools or {}))
 
 
-def planner_request(model: str, api_base: str | None, objective: str,
-                    members: list[Member]) -> ModelCallRequest:
+def planner_request(model: str, api_base: str | None, objective: str, members: list[Member],
+                    mcp_tools: Mapping[str, list[OfferedTool]] | None = None
+                    ) -> ModelCallRequest:
     """The planner's model call, for a worker to make."""
     return ModelCallRequest(model=model, api_base=api_base, messages=[
-        {"role": "user", "content": planner_prompt(objective, members)}])
+        {"role": "user", "content": planner_prompt(objective, members, mcp_tools)}])
 
 
 def plan_from_reply(raw_text: str, objective: str, members: list[Member],

@@ -144,14 +144,18 @@ class RemoteModel:
                           f"queue {call.queue}? (`teamctl workers` lists them)")
 
     def _hint_if_nobody_listens(self, queue: str) -> bool:
-        """Say on stderr how to start a worker when none listens on `queue`; True once said
-        or not needed."""
-        if not listening_workers(self.ctx.dispatcher.rq_conn, [queue]):
-            self.ctx.reporter.note(
-                f"no worker listens on queue {queue}; the run waits until one does: "
-                f"`teamctl workers start --queue {queue}`, or on any host that reaches this "
-                f"Redis `RQ_CONFIG=teamctl.worker.settings rq worker {queue}`")
-        return True
+        return hint_if_nobody_listens(self.ctx, queue)
+
+
+def hint_if_nobody_listens(ctx: RunContext, queue: str) -> bool:
+    """Say on stderr how to start a worker when none listens on `queue`; True once said or
+    not needed (the coordinator's jobs, model calls and MCP listing, wait for one)."""
+    if not listening_workers(ctx.dispatcher.rq_conn, [queue]):
+        ctx.reporter.note(
+            f"no worker listens on queue {queue}; the run waits until one does: "
+            f"`teamctl workers start --queue {queue}`, or on any host that reaches this "
+            f"Redis `RQ_CONFIG=teamctl.worker.settings rq worker {queue}`")
+    return True
 
 
 def _reply_of(call: ModelCall, view: CallView) -> ModelReply:

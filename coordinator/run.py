@@ -15,6 +15,7 @@ from pathlib import Path
 import redis
 from teamctl.coordinator.approval import ApprovalMode, decide_plan
 from teamctl.coordinator.context import RunContext
+from teamctl.coordinator.mcp_listing import McpListingWait
 from teamctl.coordinator.planner import plan_from_reply, planner_request
 from teamctl.coordinator.remote_model import CallCancelled, ModelCall, NoReply, RemoteModel
 from teamctl.coordinator.result import build_result, member_results
@@ -142,7 +143,9 @@ class Coordinator:
     def _make_plan(self) -> Plan:
         spec, models = self.spec, self.spec.models
         self.ctx.hooks.call("before_plan", spec.objective, spec.members, spec.options)
-        request = planner_request(models.planner, models.api_base, spec.objective, spec.members)
+        mcp_tools = McpListingWait(self.ctx).member_tools(spec.members, self.deadline)
+        request = planner_request(models.planner, models.api_base, spec.objective, spec.members,
+                                  mcp_tools)
         try:
             reply = self.model.complete(ModelCall("planner", spec.planner_queue, request),
                                         self.deadline)

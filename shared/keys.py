@@ -205,6 +205,17 @@ class RunKeys(KeySpace):
         return f"{self.base}:mcp_tools"
 
     @property
+    def mcp_listing(self) -> str:
+        """Hash: MCP server name -> JSON McpListing, what the job that lists servers for the
+        planner found (listed, or why not)."""
+        return f"{self.base}:mcp_listing"
+
+    @property
+    def mcp_listed(self) -> str:
+        """List: wake-ups for a coordinator waiting on the MCP listing job."""
+        return f"{self.base}:mcp_listed"
+
+    @property
     def model_call_done(self) -> str:
         """List: wake-ups for a coordinator waiting on a model call's outcome."""
         return f"{self.base}:call_done"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
-from teamctl.shared.agent.python_tools import check_entry, is_python_tool
+from teamctl.shared.agent.python_tools import check_entry, is_python_tool, load_member_tools
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
@@ -24,6 +24,10 @@ from teamctl.shared.text import quoted
 DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
 TURN_FUNCTION = "teamctl.worker.turn.run_turn"
+MATE_TOOLS = ("send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
+              "submit_plan", "list_tasks", "claim_task", "complete_task", "idle")
+"""A teammate's own tools (worker/mate_tools.py registers them), known here so that a spawn
+refuses a Python tool named like one before any turn runs."""
 """What a turn job runs, enqueued by name so the CLI never imports the worker package."""
 
 
@@ -252,6 +256,12 @@ def check_tools(tools: Iterable[str]) -> list[str]:
                               "'package.module:function'")
     python = [tool for tool in dict.fromkeys(chosen) if is_python_tool(tool)]
     return [tool for tool in WORKSPACE_TOOLS if tool in chosen] + python
+
+
+def load_mate_python_tools(tools: Iterable[str]) -> None:
+    """Import a teammate's Python tools where it is spawned: ConfigError for one that will not
+    load, or whose name a teammate or workspace tool has (its turns would only end idle)."""
+    load_member_tools(tools, MATE_TOOLS + WORKSPACE_TOOLS)
 
 
 def team_workspace(state_dir: Path, team: str) -> Path:

@@ -90,6 +90,11 @@ def test_in_plan_mode_only_the_tools_a_server_marks_read_only_run_before_approva
                  "--mcp", "git").exit_code == 0
     wait_until(lambda: store.get("careful").status is MateStatus.IDLE, message="careful idle")
 
+    # The gate wraps git_add in place: the model still gets the server's own schema for it.
+    schemas = {t["function"]["name"]: t["function"]["parameters"]
+               for t in llm.requests[f"planner-{team}"][0]["tools"]}
+    assert schemas["git__git_add"]["required"] == ["repo_path", "files"]
+    assert schemas["git__git_add"]["properties"]["files"]["type"] == "array"
     logged, added = tool_messages(store, "careful")
     assert "Add the release notes" in logged
     assert error_of(added)["errorType"] == "PlanNotApproved"

@@ -1,11 +1,14 @@
 """MCP servers as member tools (issue 14 §2-3): mcp-server-git from the package index in a
-planned run on real workers, an HTTP server written here with the SDK (a crash mid-call, a call
-that never answers), a stdio server that will not start, and the team file's checks (exit 2)."""
+planned run on real workers (its real tools in the planner's prompt), servers written here with
+the SDK, over HTTP and stdio (a crash mid-call, a call that never answers, a huge isError text,
+structured content only, a list that never comes, a filter naming a missing tool), servers that
+will not start, a killed job's servers, the planner's fallbacks, and the team file's checks."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,7 +26,7 @@ from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.mcp_cache import McpToolCache
+from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.scripts import Scripts
@@ -107,8 +110,14 @@ def test_mcp_server_git_in_a_planned_run(
     assert "MCP tools: git__git_status, git__git_log" in dispatch
     (history,) = tool_results(second)
     assert "Message: Add the release notes" in history and "Author: Tess" in history
+    # The planner is told the tools the server really has (listed by a job on the members'
+    # queue before planning), filtered by the member's entries, in the server's order.
     planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
-    assert "id=m1, mcp tools=git:git_log git:git_status" in planner_prompt
+    member_lines = planner_prompt.split("Available members:\n")[1].split("\n\n")[0]
+    assert member_lines.splitlines() == [
+        "- id=m1, mcp tools:", "  - git__git_status: Shows the working tree status",
+        "  - git__git_log: Shows the commit logs"], member_lines
+    assert "the planner sees the configured MCP entries" not in result.stderr
     cached = redis.Redis.from_url(workers, decode_responses=True).hget(
         RunKeys(run_id).mcp_tools, "git")
     assert "git_log" in [tool["name"] for tool in json.loads(cached)]
@@ -300,6 +309,22 @@ def test_a_tool_list_cached_after_the_run_ended_expires_with_the_run(
     assert 0 < conn.pttl(keys.mcp_tools) <= 600_000
 
 
+def test_a_listing_note_written_after_the_run_ended_expires_with_the_run(
+        conn: redis.Redis, run_id: str) -> None:
+    """A listing job that outlived its coordinator's wait leaves no key without a TTL."""
+    keys = RunKeys(run_id)
+    conn.set(keys.spec, "{}", ex=600)  # an ended run: expire_run gave its keys a TTL
+    cache = McpToolCache(conn, keys, Scripts(conn))
+
+    cache.note_listing("git", McpListing(listed=False, error="did not start", worker="h:1"))
+
+    assert cache.listings() == {"git": McpListing(listed=False, error="did not start",
+                                                  worker="h:1")}
+    assert conn.lrange(keys.mcp_listed, 0, -1) == ["git"]
+    assert 0 < conn.pttl(keys.mcp_listing) <= 600_000
+    assert 0 < conn.pttl(keys.mcp_listed) <= 600_000
+
+
 def test_a_relative_command_is_found_in_the_workspace_where_it_runs(
         conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
@@ -338,3 +363,147 @@ def test_ctrl_c_while_a_server_starts_stops_the_server(tmp_path: Path) -> None:
             hub.start(silent)
         interrupt.join()
         assert processes_in(workspace.resolve()) == []
+
+
+def index_server(*args: str) -> McpServer:
+    """The stdio server of tests/mcp_fixture, run by this Python from this checkout."""
+    return McpServer(name="index", command=[sys.executable, "-m",
+                                            "tests.mcp_fixture.stdio_server", *args],
+                     env={"PYTHONPATH": str(REPO_ROOT)})
+
+
+def test_stdio_server_results_and_failures_reach_the_model(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """Over stdio: a result with only structured content comes back as its JSON, a huge isError
+    text as a capped McpToolError, a call that never answers as McpTimeout, a server that dies
+    mid-call (and any call after) as McpCallFailed; the task completes and nothing is left."""
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("index__stats", {}), ("index__fail_loudly", {"chars": 200_000}),
+                   ("index__hang", {}), ("index__crash", {}), ("index__stats", {})]),
+        "done"])
+    store_run(conn, run_id, llm, model, tmp_path / "ws", [index_server()], ["index"],
+              mcp_call_timeout_s=4, tool_result_max_chars=300)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+
+    stats, loud, hung, crashed, after = tool_results(llm.requests[f"m1-{run_id}"][1])
+    assert json.loads(stats) == {"documents": 42, "terms": 7}
+    assert error_of(loud)["errorType"] == "McpToolError"
+    cut = error_of(loud)["error"]
+    assert re.fullmatch(r"[^\n]{0,300}\n\[truncated: the error has 2000\d\d characters; the "
+                        r"first 300 are shown\]", cut), cut[-200:]
+    assert len(loud) < 700
+    assert error_of(hung) == {"errorType": "McpTimeout", "tool": "index__hang",
+                              "callId": error_of(hung)["callId"],
+                              "error": "MCP server 'index' did not answer hang within 4s "
+                                       "(mcp_call_timeout_s)"}
+    assert error_of(crashed)["errorType"] == "McpCallFailed"
+    assert error_of(crashed)["error"].startswith("MCP server 'index' failed on crash: ")
+    assert error_of(after)["errorType"] == "McpCallFailed"
+    assert processes_in((tmp_path / "ws").resolve()) == []
+
+
+def test_a_server_that_never_lists_its_tools_fails_the_task(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """A server that answers the handshake but not tools/list is stopped after
+    mcp_list_timeout_s, and the task's error says which step it did not finish."""
+    store_run(conn, run_id, llm, "unused", tmp_path / "ws", [index_server("--no-list")],
+              ["index"], mcp_list_timeout_s=2)
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+
+    error = TaskBoard(conn, RunKeys(run_id)).get("task_1").error
+    assert error.startswith("MCP server 'index' (`")
+    assert ("answered the handshake but did not list its tools within mcp_list_timeout_s=2"
+            in error), error
+    assert processes_in((tmp_path / "ws").resolve()) == []
+
+
+def test_an_entry_naming_a_tool_the_server_lacks_fails_the_task(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        docs_server: str) -> None:
+    """`docs:lokup` (a typo) fails the attempt naming the missing tool and the server's
+    tools, before any model call, instead of leaving the member without it."""
+    docs = McpServer(name="docs", url=docs_server)
+    store_run(conn, run_id, llm, f"m1-{run_id}", tmp_path / "ws", [docs],
+              ["docs:lookup", "docs:lokup"])
+
+    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+
+    assert TaskBoard(conn, RunKeys(run_id)).get("task_1").error == (
+        "MCP server 'docs' has no tool 'lokup' (mcp entry docs:lokup); its tools: lookup, "
+        "whoami, crash, hang; fix the member's mcp entry")
+    assert f"m1-{run_id}" not in llm.requests
+
+
+def test_the_planner_falls_back_to_the_entries_of_a_server_that_will_not_start(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """The listing job notes the server's error: the planner sees the configured entries, one
+    stderr line says why, and the member's attempt fails on the same server."""
+    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Search"}])
+    broken = [sys.executable, "-c", "import sys; print('no index', file=sys.stderr); "
+              "sys.exit(2)"]
+    team = team_file(tmp_path / "t.json", models, [{"name": "index", "command": broken}],
+                     ["index:search"])
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 1, result.output
+    planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
+    assert "- id=m1, mcp tools=index:search\n" in planner_prompt
+    (line,) = [x for x in result.stderr.splitlines() if "configured MCP entries" in x]
+    assert line.startswith("teamctl: the planner sees the configured MCP entries, not the "
+                           "tools, of index: MCP server 'index' (")
+    assert "did not start (" in line
+    error = json.loads(result.stdout)["task_states"][0]["error"]
+    assert "did not start (" in error and error.endswith("its stderr ends:\nno index")
+
+
+def test_the_planner_waits_for_the_listing_at_most_the_start_and_list_timeouts(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """No worker serves the queue of the member that uses the server: stderr says so, and
+    after mcp_start_timeout_s + mcp_list_timeout_s the planner gets the configured entries."""
+    models = script_run(llm, run_id, [{"memberId": "m2", "task": "Write"}])
+    team = tmp_path / "t.json"
+    team.write_text(json.dumps({
+        "team_id": "mcp", "model": models["member"], "planner": {"model": models["planner"]},
+        "synthesizer": {"model": models["synth"]},
+        "mcp_servers": [{"name": "time", "command": ["mcp-server-time"]}],
+        "members": [{"id": "m1", "mcp": ["time"], "queue": "lonely"}, {"id": "m2"}],
+        "options": {"mcp_start_timeout_s": 2.5, "mcp_list_timeout_s": 1.5}}))
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 0, result.output
+    planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
+    assert "- id=m1, mcp tools=time\n- id=m2\n" in planner_prompt
+    assert "teamctl: no worker listens on queue lonely;" in result.stderr
+    assert ("teamctl: the planner sees the configured MCP entries, not the tools, of time: "
+            "not listed within mcp_start_timeout_s + mcp_list_timeout_s = 4s"
+            in result.stderr.splitlines())
+
+
+def test_a_killed_job_takes_its_stdio_servers_with_it(tmp_path: Path) -> None:
+    """A SIGKILLed job runs nothing to stop its servers (they lead sessions of their own); the
+    parent-death signal armed before the server's exec kills one that ignores its stdin."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = ("import sys\nfrom pathlib import Path\n"
+              "from teamctl.shared.agent.mcp_config import McpServer\n"
+              "from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts\n"
+              f"hub = McpHub(Path({str(workspace)!r}), McpTimeouts(600, 600, 5))\n"
+              "hub.start(McpServer(name='silent', command=[sys.executable, '-c', "
+              "'import time; time.sleep(600)']))\n")
+    job = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT)
+    try:
+        (server,) = wait_until(lambda: processes_in(workspace.resolve()), 30,
+                               message="the silent server to start")
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        wait_until(lambda: processes_in(workspace.resolve()) == [], 10,
+                   message=f"the server (pid {server}) to die with its job")
+    finally:
+        job.kill()
+        job.wait()
+        for pid in processes_in(workspace.resolve()):  # only if the test failed
+            os.kill(pid, signal.SIGKILL)

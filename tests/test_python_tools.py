@@ -11,6 +11,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
+from teamctl.coordinator.lead.lead_tools import LeadTools
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.python_tools import load_tool, result_text
 from teamctl.shared.agent.tools import Toolbox
@@ -18,12 +19,14 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.team import load_team_file
-from teamctl.shared.teammates import MateStatus
+from teamctl.shared.teammates import MATE_TOOLS, MateStatus
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.jobs import execute_task
+from teamctl.worker.mate_tools import MateTools
 
 from teamctl.tools import ToolContext
 from tests.conftest import wait_until
+from tests.pytools_fixture.tools import PROBE
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.team_support import spawn
 from tests.test_coordinator import run_cli, script_run
@@ -168,19 +171,56 @@ def test_a_worker_that_cannot_import_a_tool_fails_the_task_saying_so(
     assert f"m1-{run_id}" not in llm.requests
 
 
-def test_the_heartbeat_of_a_tool_context_keeps_the_claim(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    """A tool's heartbeat() refreshes the task's claim on the board (its TTL starts again)."""
-    model = llm.script(f"m1-{run_id}", [ToolCalls([("where_am_i", {"note": "long work"})]),
+def test_the_heartbeat_of_a_tool_context_keeps_the_claim_until_it_is_reclaimed(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tool's heartbeat() restarts the claim's TTL (its PTTL grows back to about
+    heartbeat_ttl_s); once the claim expired and was reclaimed it answers False, and the
+    attempt stops without another model call."""
+    monkeypatch.setitem(PROBE, "conn", conn)
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("beat_probe", {})])])
+    make_run(conn, run_id, models={"m1": model}, workspace=tmp_path / "ws",
+             api_base=llm.api_base, tools={"m1": [f"{FIXTURE}:beat_probe"]},
+             tasks=[TaskSpec(id="task_1", member_id="m1", task="Work")], heartbeat_ttl_s=30)
+
+    outcome = execute_task(conn, run_id, "task_1")
+
+    assert outcome == "task_1: abandoned: claim lost", outcome
+    assert PROBE["beat"] is True
+    assert PROBE["ran_down"] < PROBE["fresh"] - 500
+    assert PROBE["after_beat"] > PROBE["ran_down"] + 400  # the TTL started again
+    assert 29_000 < PROBE["after_beat"] <= 30_000
+    assert PROBE["reclaimed"] == ["task_1"]
+    assert PROBE["beat_after_reclaim"] is False
+    task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
+    assert task.status is TaskStatus.READY and task.attempts == 1
+    assert len(llm.requests[f"m1-{run_id}"]) == 1
+
+
+def test_a_huge_exception_reaches_the_model_capped_and_is_not_logged_whole(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An exception of 500,000 characters is cut to tool_result_max_chars in the TOOL_ERROR the
+    model reads, and the worker's log line carries the cut text, not the whole of it."""
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("explode_big", {"chars": 500_000})]),
                                          "done"])
     make_run(conn, run_id, models={"m1": model}, workspace=tmp_path / "ws",
-             api_base=llm.api_base, tools={"m1": [f"{FIXTURE}:where_am_i"]},
-             tasks=[TaskSpec(id="task_1", member_id="m1", task="Work")])
+             api_base=llm.api_base, tools={"m1": [f"{FIXTURE}:explode_big"]},
+             tasks=[TaskSpec(id="task_1", member_id="m1", task="Fail")],
+             tool_result_max_chars=300)
 
-    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
-    (context,) = tool_results(llm.requests[f"m1-{run_id}"][1])
-    assert json.loads(context)["beat"] is True
-    assert json.loads(context)["workspace"] == str(tmp_path / "ws")
+    with caplog.at_level("ERROR", logger="teamctl.shared.agent.tools"):
+        assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+
+    (failed,) = tool_results(llm.requests[f"m1-{run_id}"][1])
+    error = error_of(failed)
+    assert error["errorType"] == "RuntimeError"
+    assert error["error"] == ("e" * 300 + "\n[truncated: the error has 500000 characters; the "
+                              "first 300 are shown]")
+    assert len(failed) < 600
+    (logged,) = [r for r in caplog.records if "explode_big" in r.getMessage()]
+    assert "in explode_big" in logged.getMessage()  # the frames are kept
+    assert len(logged.getMessage()) < 5000 and logged.exc_info is None
 
 
 def test_results_serialize_and_cap() -> None:
@@ -234,16 +274,37 @@ def test_a_teammate_spawned_with_python_tools_calls_them(
     assert store.get("py").idle_reason == "done"
 
 
-def test_a_teammate_whose_python_tool_takes_a_tool_name_idles_with_the_error(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
-    store = TeamStore(wconn, team)
-    assert spawn(workers, team, "clash", OFFLINE_MODEL, None, "--tool",
-                 f"{FIXTURE}:list_teammates").exit_code == 0
-    wait_until(lambda: store.get("clash").status is MateStatus.IDLE, message="clash idle")
-    mate = store.get("clash")
-    assert mate.idle_reason.startswith(f"error: tool '{FIXTURE}:list_teammates' is named "
-                                       "'list_teammates', but another tool")
-    assert "rename the function" in mate.last_error
+def test_spawn_refuses_a_python_tool_named_like_a_teammate_tool(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    """`team spawn` exits 2 with one line (its turns would only end idle), writing nothing."""
+    result = spawn(redis_url, team, "clash", OFFLINE_MODEL, None, "--tool",
+                   f"{FIXTURE}:list_teammates")
+    assert_config_error(result, f"tool '{FIXTURE}:list_teammates' is named 'list_teammates', "
+                                "but another tool of this member has that name; rename the "
+                                "function")
+    assert conn.keys("teamctl:team:*") == []
+
+
+def test_the_leads_spawn_teammate_refuses_it_as_a_tool_error(
+        conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    """The lead's spawn_teammate makes the same check: the model gets a TOOL_ERROR, nothing is
+    spawned, and a tool that imports and clashes with nothing spawns."""
+    box = Toolbox()
+    LeadTools(TeamStore(conn, team), OFFLINE_MODEL, None, tmp_path / "ws").add_to(box)
+    refused = box.call("spawn_teammate", json.dumps({
+        "name": "clash", "role": "r", "prompt": "Go", "tools": [f"{FIXTURE}:idle"]}))
+    assert error_of(refused)["errorType"] == "ConfigError"
+    assert error_of(refused)["error"].startswith(f"tool '{FIXTURE}:idle' is named 'idle', but")
+    assert TeamStore(conn, team).names() == []
+    spawned = json.loads(box.call("spawn_teammate", json.dumps({
+        "name": "fine", "role": "r", "prompt": "Go", "tools": [f"{FIXTURE}:search_docs"]})))
+    assert spawned["ok"] is True and spawned["tools"] == [f"{FIXTURE}:search_docs"]
+
+
+def test_the_static_teammate_tool_names_are_the_ones_a_turn_offers(
+        conn: redis.Redis, team: str) -> None:
+    """MATE_TOOLS (what spawn checks against) lists exactly the tools MateTools registers."""
+    assert MateTools(TeamStore(conn, team), "x", token="").toolbox().names == list(MATE_TOOLS)
 
 
 def test_spawn_with_an_unimportable_python_tool_exits_2(

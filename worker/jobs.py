@@ -16,6 +16,7 @@ from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.attempt import Attempt, JobContext
 from teamctl.worker.claims import Claim, Claims
 from teamctl.worker.heartbeat import Heartbeat
+from teamctl.worker.mcp_listing import execute_mcp_listing
 from teamctl.worker.model_call import execute_model_call
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,13 @@ def run_model_call(run_id: str, call: str, attempt: int) -> str:
     settings = load_settings()
     return execute_model_call(job_connection(settings), run_id, call, attempt,
                               provider_keys=settings.provider_keys, worker=worker_name())
+
+
+def run_mcp_listing(run_id: str, servers: list[str]) -> str:
+    """Start the run's MCP `servers`, cache their tool lists for the planner, stop them."""
+    _hint_if_not_preloaded()
+    settings = load_settings()
+    return execute_mcp_listing(job_connection(settings), run_id, servers, worker_name())
 
 
 def job_connection(settings: Settings) -> redis.Redis:

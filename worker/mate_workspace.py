@@ -108,8 +108,8 @@ def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None],
     for name in names:
         tool = toolbox.get(name)
         if tool is not None:
-            toolbox.add(tool.name, tool.description, tool.args,
-                        _gated(tool.name, tool.fn, plan_state), tool.context)
+            # wrap, not add: an MCP tool keeps its server's schema and every tool its cap.
+            toolbox.wrap(tool.name, _gated(tool.name, tool.fn, plan_state))
 
 
 def _gated(name: str, fn: Callable[[Any], Any],

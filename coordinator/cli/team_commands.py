@@ -21,7 +21,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
-from teamctl.shared.teammates import DEFAULT_QUEUE, team_workspace
+from teamctl.shared.teammates import DEFAULT_QUEUE, load_mate_python_tools, team_workspace
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import shorten
 
@@ -112,11 +112,10 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
                   queue: str, plan_mode: bool, tools: tuple[str, ...], mcp: tuple[str, ...],
                   store: TeamStore, settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
-    from teamctl.shared.agent.python_tools import load_member_tools
     from teamctl.shared.team import checked_api_base, pick_model
 
     chosen, _source = pick_model(model, None, settings)
-    load_member_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
+    load_mate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
                        api_base=checked_api_base(api_base, settings), queue=queue,
                        plan_mode=plan_mode, tools=tools, mcp=mcp,

@@ -15,7 +15,7 @@ from teamctl.shared.agent.inbox import inbox_line
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import DEFAULT_QUEUE
+from teamctl.shared.teammates import DEFAULT_QUEUE, load_mate_python_tools
 from teamctl.shared.teams import TeamStore
 
 
@@ -127,6 +127,7 @@ class LeadTools:
                 "owner, dependencies (after), result.", NoArgs, self.list_tasks)
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
+        load_mate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
         mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
                                 model=args.model or self.model, api_base=self.api_base,
                                 queue=self.queue, plan_mode=args.plan_mode, tools=args.tools,

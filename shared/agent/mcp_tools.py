@@ -8,9 +8,11 @@ crosses a fork, and stopping the attempt stops its servers.
 
 A stdio server runs in the workspace with a minimal environment (as the `bash` tool) in a
 session of its own; closing stops it (the SDK closes its stdin, then signals its process group)
-and then SIGKILLs what is left of the group. A server that will not start, or will not list its
-tools in time, is a ConfigError with its stderr tail (the task fails); a call that fails, times
-out or answers isError is a TOOL_ERROR result the model reads.
+and then SIGKILLs what is left of the group. A job killed outright cannot do that: the server
+is started with a parent-death signal (DIE_WITH_PARENT), so it dies with the job. A server
+that will not start, or will not list its tools in time, is a ConfigError with its stderr tail
+(the task fails); a call that fails, times out or answers isError is a TOOL_ERROR result the
+model reads.
 """
 
 from __future__ import annotations
@@ -69,6 +71,10 @@ class McpCallFailed(ToolFailed):
 
 class McpTimeout(ToolFailed):
     """The call did not answer within mcp_call_timeout_s."""
+
+
+class _ListTimeout(Exception):
+    """The server started and handshook, but tools/list took longer than mcp_list_timeout_s."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,10 @@ class McpHub:
                        stderr: IO[str]) -> BaseException:
         """What `start` raises for `exc`: a ConfigError saying why the server did not start,
         or `exc` itself when it is no error of the server's (Ctrl-C, SystemExit)."""
+        if isinstance(_leaf(exc), _ListTimeout):  # raised inside the SDK's task group
+            return ConfigError(self._start_error(
+                server, f"answered the handshake but did not list its tools within "
+                f"mcp_list_timeout_s={self.timeouts.list_s:g}", stderr))
         if isinstance(exc, (TimeoutError, concurrent.futures.TimeoutError)):
             return ConfigError(self._start_error(
                 server, f"did not start and list its tools within "
@@ -194,8 +204,11 @@ class McpHub:
                 # asyncio.timeout, not wait_for: the client must be entered in this task.
                 async with asyncio.timeout(self.timeouts.start_s):
                     client = await self._connect(stack, server, stderr, pgids)
-                async with asyncio.timeout(self.timeouts.list_s):
-                    tools = await _list_all(client)
+                try:
+                    async with asyncio.timeout(self.timeouts.list_s):
+                        tools = await _list_all(client)
+                except TimeoutError:
+                    raise _ListTimeout from None  # so the error says which step was slow
                 running = _Running(server, client, tools, asyncio.Event(), pgids)
                 ready.set_result(running)
                 await running.stop.wait()
@@ -276,14 +289,30 @@ async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     command = server.command or []
+    executable = _executable(server.name, command[0], workspace)
     params = StdioServerParameters(
-        command=_executable(server.name, command[0], workspace), args=command[1:],
+        command=sys.executable,
+        args=[*DIE_WITH_PARENT, str(os.getpid()), executable, *command[1:]],
         cwd=str(workspace),
         env=_minimal_env(workspace) | resolved_values(server.env, server.name, "env"))
     before = _session_children()
     async with stdio_client(params, errlog=stderr) as streams:
         pgids += sorted(_session_children() - before)
         yield streams
+
+
+DIE_WITH_PARENT = ("-I", "-S", "-c", """
+import ctypes, os, signal, sys
+prctl = getattr(ctypes.CDLL(None), "prctl", None)
+if prctl is not None:
+    prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != int(sys.argv[1]):
+        os._exit(1)  # the job died before the signal was armed
+os.execv(sys.argv[2], sys.argv[2:])
+""")
+"""What a stdio server is started through: it arms the parent-death signal (SIGKILL once the
+job's MCP loop thread, its parent, is gone: a SIGKILLed job cannot stop its servers, which run
+in a session of their own), then execs the server, which keeps it (`python -I -S`: ~25 ms)."""
 
 
 def _executable(server: str, command: str, workspace: Path) -> str:
@@ -342,10 +371,16 @@ def _tail(stderr: IO[str]) -> str:
     return ""
 
 
-def _describe(exc: BaseException) -> str:
-    """An exception as one phrase; exception groups (anyio's) by their first leaf."""
+def _leaf(exc: BaseException) -> BaseException:
+    """The first leaf of an exception group (anyio's), or the exception itself."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as one phrase; exception groups (anyio's) by their first leaf."""
+    exc = _leaf(exc)
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
@@ -367,7 +402,7 @@ def call_result_text(result: Any, max_chars: int) -> str:
     text = "\n".join(parts)
     if not parts and result.structured_content is not None:
         text = json.dumps(result.structured_content, ensure_ascii=False)
-    if result.is_error:
+    if result.is_error:  # the Toolbox caps it at max_chars, as every error of this tool
         raise McpToolError(text or "the tool reported an error")
     return result_text(text, max_chars)
 
@@ -376,8 +411,10 @@ def add_mcp_tools(toolbox: Toolbox, hub: McpHub, server: McpServer, tools: list[
                   entries: Iterable[str], max_chars: int) -> list[str]:
     """Offer the tools of a started server that the member's entries allow, as
     `<server>__<tool>` with the server's schema; the names added. ConfigError when a name is
-    taken; a tool whose name no provider accepts is left out (logged)."""
+    taken or an entry names a tool the server does not have; a tool whose name no provider
+    accepts is left out (logged)."""
     allowed = tool_filter(entries, server.name)
+    _check_filter(server.name, allowed, tools)
     added = []
     for tool in tools:
         if allowed is not None and tool.name not in allowed:
@@ -391,10 +428,22 @@ def add_mcp_tools(toolbox: Toolbox, hub: McpHub, server: McpServer, tools: list[
             raise ConfigError(f"MCP tool {name!r} clashes with another tool of this member; "
                               "rename the server or the other tool")
         toolbox.add_raw(name, tool.description or f"{tool.name} of MCP server {server.name}.",
-                        _parameters(tool.input_schema), _bound(hub, server.name, tool.name,
-                                                               max_chars))
+                        _parameters(tool.input_schema),
+                        _bound(hub, server.name, tool.name, max_chars), max_chars=max_chars)
         added.append(name)
     return added
+
+
+def _check_filter(server: str, allowed: set[str] | None, tools: list[ListedTool]) -> None:
+    """ConfigError (the attempt fails, as for a server that will not start) when the member's
+    entries name a tool `server` did not list: a typo would otherwise leave it without it."""
+    listed = [tool.name for tool in tools]
+    missing = sorted((allowed or set()) - set(listed))
+    if missing:
+        raise ConfigError(
+            f"MCP server {server!r} has no tool {', '.join(map(repr, missing))} (mcp entry "
+            f"{', '.join(f'{server}:{name}' for name in missing)}); its tools: "
+            f"{', '.join(listed) or 'none'}; fix the member's mcp entry")
 
 
 def _parameters(schema: dict[str, Any]) -> dict[str, Any]:

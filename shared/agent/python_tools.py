@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, PydanticSchemaGenerationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticSerializationError, to_jsonable_python
-from teamctl.shared.agent.tools import ToolArgs, Toolbox
+from teamctl.shared.agent.tools import ToolArgs, Toolbox, capped
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, ToolFailed
 
@@ -247,10 +247,7 @@ def result_text(result: Any, max_chars: int) -> str:
         except PydanticSerializationError as exc:
             raise ToolFailed(f"the tool returned {type(result).__name__}, which is not "
                              f"JSON-serializable ({exc})") from exc
-    if len(text) <= max_chars:
-        return text
-    return (text[:max_chars] + f"\n[truncated: the result has {len(text)} characters; "
-            f"the first {max_chars} are shown]")
+    return capped(text, max_chars)
 
 
 def load_member_tools(entries: Iterable[str], taken: Iterable[str] = ()) -> list[PythonTool]:
@@ -276,7 +273,8 @@ def add_python_tools(toolbox: Toolbox, entries: Iterable[str], context: ToolCont
     """Import the Python tools among `entries` and add them to the toolbox after what it has;
     ConfigError (the attempt's error) when one will not load here or its name is taken."""
     for tool in load_member_tools(entries, toolbox.names):
-        toolbox.add(tool.name, tool.description, tool.args, _bound(tool, context, max_chars))
+        toolbox.add(tool.name, tool.description, tool.args, _bound(tool, context, max_chars),
+                    max_chars=max_chars)
 
 
 def _bound(tool: PythonTool, context: ToolContext,

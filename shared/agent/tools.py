@@ -8,9 +8,11 @@ model as a TOOL_ERROR result.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
@@ -219,6 +221,9 @@ class Tool:
     """Values argument fallbacks may take (Fallback.context_key)."""
     parameters: str | None = None
     """A JSON schema given as is (RawArgs tools), instead of one generated from `args`."""
+    max_chars: int | None = None
+    """The longest error text this tool gives the model (tool_result_max_chars for Python and
+    MCP tools, whose exceptions may carry anything); None: not capped (the team's own tools)."""
 
     def schema(self) -> dict[str, Any]:
         """The tool as an OpenAI-style function schema."""
@@ -235,16 +240,24 @@ class Toolbox:
         self._tools: dict[str, Tool] = {}
 
     def add(self, name: str, description: str, args: type[ToolArgs], fn: ToolFn,
-            context: Mapping[str, Any] | None = None) -> None:
-        """Register a tool: its name, description, arguments model and function."""
-        self._tools[name] = Tool(name, description, args, fn, dict(context or {}))
+            context: Mapping[str, Any] | None = None, *, max_chars: int | None = None) -> None:
+        """Register a tool: its name, description, arguments model and function (and the cap
+        on its error texts)."""
+        self._tools[name] = Tool(name, description, args, fn, dict(context or {}),
+                                 max_chars=max_chars)
 
     def add_raw(self, name: str, description: str, parameters: Mapping[str, Any],
-                fn: Callable[[dict[str, Any]], ToolResult | dict[str, Any] | str]) -> None:
+                fn: Callable[[dict[str, Any]], ToolResult | dict[str, Any] | str], *,
+                max_chars: int | None = None) -> None:
         """Register a tool whose JSON schema is given (an MCP server's): `fn` gets the model's
         arguments as a dict, unchecked here (the tool's owner validates them)."""
         self._tools[name] = Tool(name, description, RawArgs, lambda args: fn(args.raw), {},
-                                 parameters=json.dumps(parameters))
+                                 parameters=json.dumps(parameters), max_chars=max_chars)
+
+    def wrap(self, name: str, fn: ToolFn) -> None:
+        """Give a registered tool a new function (one wrapping its own), keeping its place,
+        schema and cap."""
+        self._tools[name] = dataclasses.replace(self._tools[name], fn=fn)
 
     @property
     def names(self) -> list[str]:
@@ -294,15 +307,34 @@ def _run(tool: Tool, args: ToolArgs, call_id: str) -> str:
     try:
         result = tool.fn(args)
     except (ToolFailed, TeamError) as exc:
-        return tool_error(tool.name, call_id, type(exc).__name__, str(exc))
+        return tool_error(tool.name, call_id, type(exc).__name__, _error_text(tool, exc))
     except Exception as exc:  # a tool bug must not fail the task: the model hears about it
-        log.exception("tool %s raised", tool.name)
-        return tool_error(tool.name, call_id, type(exc).__name__, str(exc) or type(exc).__name__)
+        text = _error_text(tool, exc)
+        # The capped text and the frames, not log.exception: a message may be megabytes.
+        log.error("tool %s raised %s: %s\n%s", tool.name, type(exc).__name__, text,
+                  "".join(traceback.format_tb(exc.__traceback__)).rstrip())
+        return tool_error(tool.name, call_id, type(exc).__name__, text)
     if isinstance(result, str):
         return result
     if isinstance(result, BaseModel):
         result = result.model_dump(mode="json", by_alias=True)
     return json.dumps(result, ensure_ascii=False)
+
+
+def _error_text(tool: Tool, exc: BaseException) -> str:
+    """What the model is told of a tool's exception: its text (or class), capped as the tool
+    says."""
+    text = str(exc) or type(exc).__name__
+    return text if tool.max_chars is None else capped(text, tool.max_chars, "error")
+
+
+def capped(text: str, max_chars: int, what: str = "result") -> str:
+    """`text` cut to `max_chars`, saying so, when longer: one cap for a tool's results and its
+    errors alike, so nothing a tool says can flood the model's context."""
+    if len(text) <= max_chars:
+        return text
+    return (text[:max_chars] + f"\n[truncated: the {what} has {len(text)} characters; "
+            f"the first {max_chars} are shown]")
 
 
 def argument_errors(exc: ValidationError) -> str:

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Literal
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
 
 from teamctl.tools import ToolContext
+
+PROBE: dict[str, Any] = {}
+"""beat_probe's Redis connection (`conn`, set by the test) and what it saw."""
 
 
 class Ticket(BaseModel):
@@ -35,6 +42,11 @@ def explode(reason: str) -> str:
     raise RuntimeError(f"exploded: {reason}")
 
 
+def explode_big(chars: int) -> str:
+    """Always fails, with an error text of `chars` characters."""
+    raise RuntimeError("e" * chars)
+
+
 async def slow_double(value: float) -> float:
     """Double a number, asynchronously."""
     await asyncio.sleep(0)
@@ -45,6 +57,34 @@ def where_am_i(note: str, ctx: ToolContext) -> dict[str, object]:
     """Report the call's context, refreshing the task's claim once."""
     return {"note": note, "run": ctx.run_id, "task": ctx.task_id, "member": ctx.member_id,
             "team": ctx.team_id, "workspace": str(ctx.workspace), "beat": ctx.heartbeat()}
+
+
+def beat_probe(ctx: ToolContext) -> str:
+    """Watch the claim's TTL run down and heartbeat; then let the claim expire, reclaim it as
+    the coordinator does, and heartbeat again. What it saw goes to PROBE (the attempt, having
+    lost its claim, makes no further model call)."""
+    conn = PROBE["conn"]
+    keys = RunKeys(ctx.run_id or "")
+    key = keys.heartbeat(ctx.task_id or "")
+    PROBE["fresh"] = fresh = conn.pttl(key)
+    PROBE["ran_down"] = _until(lambda: (left := conn.pttl(key)) < fresh - 500 and left)
+    PROBE["beat"] = ctx.heartbeat()
+    PROBE["after_beat"] = conn.pttl(key)
+    conn.pexpire(key, 1)  # the TTL runs out now, as it would after heartbeat_ttl_s
+    _until(lambda: not conn.exists(key))
+    PROBE["reclaimed"] = TaskBoard(conn, keys).reclaim_expired(3)
+    PROBE["beat_after_reclaim"] = ctx.heartbeat()
+    return "probed"
+
+
+def _until(predicate: Callable[[], Any], timeout_s: float = 10.0) -> Any:
+    """`predicate`'s first truthy value, polled until a deadline (then an error)."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()):
+        if time.monotonic() >= deadline:
+            raise TimeoutError("beat_probe: the condition never held")
+        time.sleep(0.01)
+    return value
 
 
 def long_text(chars: int) -> str:
@@ -66,7 +106,12 @@ renamed.__name__ = "read_file"
 
 
 def list_teammates() -> str:
-    """Named like a teammate's own tool: refused when its turn builds the toolbox."""
+    """Named like a teammate's own tool: `team spawn` refuses it."""
+    return "mine"
+
+
+def idle() -> str:
+    """Named like a teammate's own tool too: the lead's spawn_teammate refuses it."""
     return "mine"
 
 

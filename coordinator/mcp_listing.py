@@ -1,0 +1,117 @@
+"""The members' MCP tools as the planner is told of them.
+
+They come from the run's cache of tool lists (shared/mcp_cache.py). Before the first plan no
+attempt has started a server, so when the cache lacks one the coordinator, which starts no
+server and never imports the SDK, enqueues one job per queue (`run_mcp_listing`) on the
+queue of the members that use it and waits for its notes at most mcp_start_timeout_s +
+mcp_list_timeout_s; what is not listed by then is shown as configured. A team without MCP
+servers pays nothing: no job and no Redis round trip.
+"""
+
+from __future__ import annotations
+
+import time
+
+from teamctl.coordinator.context import RunContext
+from teamctl.coordinator.remote_model import (
+    NO_WORKER_HINT_AFTER_S,
+    WAKE_EVERY_S,
+    hint_if_nobody_listens,
+)
+from teamctl.shared.connection import block_ms
+from teamctl.shared.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
+from teamctl.shared.team import Member
+from teamctl.shared.text import shorten
+
+REASON_CHARS = 200
+"""How much of a server's start error the fallback's stderr line repeats."""
+
+
+class McpListingWait:
+    """Fills the run's MCP cache for the planner through a worker, within a bounded wait."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.cache = McpToolCache(ctx.conn, ctx.run.keys, ctx.run.scripts)
+
+    def member_tools(self, members: list[Member], run_deadline: float
+                     ) -> dict[str, list[OfferedTool]]:
+        """Each member's real MCP tools by member id, for the members all of whose servers
+        are listed (listing them first if needed); the others are left to their entries."""
+        wanted = _servers_by_queue(members)
+        if not wanted:
+            return {}
+        lists = self.cache.lists()
+        missing = {queue: [name for name in names if name not in lists]
+                   for queue, names in wanted.items()}
+        missing = {queue: names for queue, names in missing.items() if names}
+        if missing:
+            lists = self._list(missing, run_deadline)
+        return {m.id: offered_tools(lists, m.mcp, [s.name for s in m.mcp_servers])
+                for m in members
+                if m.mcp_servers and all(s.name in lists for s in m.mcp_servers)}
+
+    def _list(self, missing: dict[str, list[str]], run_deadline: float
+              ) -> dict[str, list[dict[str, object]]]:
+        """Enqueue the listing jobs, wait for their notes, say what falls back; the lists."""
+        options = self.ctx.spec.options
+        budget_s = options.mcp_start_timeout_s + options.mcp_list_timeout_s
+        servers = [name for names in missing.values() for name in names]
+        # A note left by an earlier coordinator's job would end this wait before ours runs.
+        self.ctx.conn.hdel(self.ctx.run.keys.mcp_listing, *servers)
+        for queue, names in missing.items():
+            self.ctx.dispatcher.enqueue_mcp_listing(names, queue)
+        listings = self._await(servers, list(missing),
+                               min(run_deadline, time.monotonic() + budget_s))
+        lists = self.cache.lists()
+        self._note_fallback([s for s in servers if s not in lists], listings, budget_s)
+        return lists
+
+    def _await(self, servers: list[str], queues: list[str], deadline: float
+               ) -> dict[str, McpListing]:
+        """The jobs' notes once every server has one, or at the deadline or a cancel."""
+        started, hinted = time.monotonic(), False
+        while True:
+            listings = self.cache.listings()
+            left_s = deadline - time.monotonic()
+            if all(s in listings for s in servers) or left_s <= 0 \
+                    or self.ctx.store.cancelled():
+                return listings
+            self.ctx.lease.check()
+            if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
+                for queue in queues:
+                    hint_if_nobody_listens(self.ctx, queue)
+                hinted = True
+            self.ctx.store.blocking_conn.blpop(
+                [self.ctx.run.keys.mcp_listed],
+                timeout=block_ms(min(WAKE_EVERY_S, left_s) * 1000) / 1000)
+
+    def _note_fallback(self, unlisted: list[str], listings: dict[str, McpListing],
+                       budget_s: float) -> None:
+        """One stderr line naming the servers the planner sees only as configured, and why."""
+        if not unlisted:
+            return
+        reasons = []
+        for name in unlisted:
+            listing = listings.get(name)
+            if listing is None:
+                reasons.append(f"{name}: not listed within mcp_start_timeout_s + "
+                               f"mcp_list_timeout_s = {budget_s:g}s")
+            else:
+                first_line = (listing.error or "not listed").strip().split("\n", 1)[0]
+                reasons.append(f"{name}: {shorten(first_line, REASON_CHARS)}")
+        self.ctx.reporter.note("the planner sees the configured MCP entries, not the tools, of "
+                               + "; ".join(reasons))
+
+
+def _servers_by_queue(members: list[Member]) -> dict[str, list[str]]:
+    """The MCP servers the members use, each once, under the queue of its first member (the
+    workers there are the ones that must be able to start it)."""
+    by_queue: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for member in members:
+        for server in member.mcp_servers:
+            if server.name not in seen:
+                seen.add(server.name)
+                by_queue.setdefault(member.queue, []).append(server.name)
+    return by_queue

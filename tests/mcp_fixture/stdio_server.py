@@ -1,0 +1,55 @@
+"""A stdio MCP server for the tests, written with the SDK (no tests here): a tool whose result
+has only structured content, one that fails with a text of any length, one that never answers
+and one that kills the server mid-call. With --no-list it answers the handshake but never
+tools/list. Usage: python -m tests.mcp_fixture.stdio_server [--no-list]"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult
+
+
+class NeverLists(MCPServer):
+    """Handshakes like any server, then leaves tools/list unanswered."""
+
+    async def list_tools(self) -> list[Any]:
+        await anyio.sleep(3600)
+        return []
+
+
+server = (NeverLists if "--no-list" in sys.argv else MCPServer)("index")
+
+
+@server.tool()
+def stats() -> CallToolResult:
+    """Counts of the index, as structured content only (no text block)."""
+    return CallToolResult(content=[], structured_content={"documents": 42, "terms": 7})
+
+
+@server.tool()
+def fail_loudly(chars: int) -> str:
+    """Fail with an error text of `chars` characters (a ToolError: the SDK sends its text)."""
+    raise ToolError("e" * chars)
+
+
+@server.tool()
+async def hang() -> str:
+    """Never answer."""
+    await anyio.sleep(3600)
+    return "late"
+
+
+@server.tool()
+def crash() -> str:
+    """Kill the server while the call is in flight."""
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    server.run(transport="stdio")
