@@ -57,8 +57,12 @@ class McpListingWait:
         options = self.ctx.spec.options
         budget_s = options.mcp_start_timeout_s + options.mcp_list_timeout_s
         servers = [name for names in missing.values() for name in names]
-        # A note left by an earlier coordinator's job would end this wait before ours runs.
-        self.ctx.conn.hdel(self.ctx.run.keys.mcp_listing, *servers)
+        # A note or wake-up left by an earlier coordinator's job would end (or spin) this wait
+        # before ours runs.
+        pipe = self.ctx.conn.pipeline()
+        pipe.hdel(self.ctx.run.keys.mcp_listing, *servers)
+        pipe.delete(self.ctx.run.keys.mcp_listed)
+        pipe.execute()
         for queue, names in missing.items():
             self.ctx.dispatcher.enqueue_mcp_listing(names, queue)
         listings = self._await(servers, list(missing),

@@ -24,11 +24,11 @@ from teamctl.shared.text import quoted
 DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
 TURN_FUNCTION = "teamctl.worker.turn.run_turn"
+"""What a turn job runs, enqueued by name so the CLI never imports the worker package."""
 MATE_TOOLS = ("send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
               "submit_plan", "list_tasks", "claim_task", "complete_task", "idle")
 """A teammate's own tools (worker/mate_tools.py registers them), known here so that a spawn
 refuses a Python tool named like one before any turn runs."""
-"""What a turn job runs, enqueued by name so the CLI never imports the worker package."""
 
 
 class MateStatus(StrEnum):

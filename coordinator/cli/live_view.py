@@ -171,14 +171,22 @@ def wait_for_end(run: RunHandle, deadline: float | None) -> bool:
     after_id = last_entry_id(run.conn, run.keys.events)  # before the state: no end is missed
     reader = blocking_client(run.conn, events_reader_name(run.run_id))
     try:
-        while not run_ended(run.store):
+        ended = run_ended(run.store)
+        while not ended:
             wait_ms = MAX_BLOCK_MS if deadline is None else (deadline - time.monotonic()) * 1000
             if wait_ms <= 0:
                 return False
             reply = reader.xread({run.keys.events: after_id}, count=READ_BATCH,
                                  block=block_ms(min(wait_ms, MAX_BLOCK_MS)))
+            end_seen = False
             for _, entries in reply or []:
                 after_id = entries[-1][0]
+                end_seen = end_seen or any(f.get("status") == EventKind.RUN_END
+                                           for _, f in entries)
+            # The whole state is read again only when the run may have ended: its end entry, or
+            # a quiet block (a run that expired writes none), not on each of its task changes.
+            if end_seen or not reply:
+                ended = run_ended(run.store)
         return True
     finally:
         reader.connection_pool.disconnect()

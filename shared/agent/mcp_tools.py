@@ -302,8 +302,12 @@ async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
 
 
 DIE_WITH_PARENT = ("-I", "-S", "-c", """
-import ctypes, os, signal, sys
-prctl = getattr(ctypes.CDLL(None), "prctl", None)
+import os, signal, sys
+try:  # a Python built without ctypes, or no prctl (not Linux): the server runs unguarded
+    import ctypes
+    prctl = getattr(ctypes.CDLL(None), "prctl", None)
+except Exception:
+    prctl = None
 if prctl is not None:
     prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     if os.getppid() != int(sys.argv[1]):
