@@ -63,24 +63,30 @@ class McpListingWait:
         pipe.hdel(self.ctx.run.keys.mcp_listing, *servers)
         pipe.delete(self.ctx.run.keys.mcp_listed)
         pipe.execute()
-        for queue, names in missing.items():
-            self.ctx.dispatcher.enqueue_mcp_listing(names, queue)
-        listings = self._await(servers, list(missing),
-                               min(run_deadline, time.monotonic() + budget_s))
+        jobs = [self.ctx.dispatcher.enqueue_mcp_listing(names, queue)
+                for queue, names in missing.items()]
+        listings, jobs_ended = self._await(servers, list(missing), jobs, budget_s,
+                                           min(run_deadline, time.monotonic() + budget_s))
         lists = self.cache.lists()
-        self._note_fallback([s for s in servers if s not in lists], listings, budget_s)
+        self._note_fallback([s for s in servers if s not in lists], listings, budget_s,
+                            jobs_ended)
         return lists
 
-    def _await(self, servers: list[str], queues: list[str], deadline: float
-               ) -> dict[str, McpListing]:
-        """The jobs' notes once every server has one, or at the deadline or a cancel."""
+    def _await(self, servers: list[str], queues: list[str], jobs: list[str], budget_s: float,
+               deadline: float) -> tuple[dict[str, McpListing], bool]:
+        """The jobs' notes once every server has one, every job ended (one that failed or
+        vanished before noting leaves nothing more to wait for: then True), or at the deadline
+        or a cancel."""
         started, hinted = time.monotonic(), False
         while True:
             listings = self.cache.listings()
             left_s = deadline - time.monotonic()
             if all(s in listings for s in servers) or left_s <= 0 \
                     or self.ctx.store.cancelled():
-                return listings
+                return listings, False
+            # A started job lists for at most the budget: only a stuck one is older.
+            if len(self.ctx.dispatcher.ended(jobs, stale_after_s=budget_s)) == len(jobs):
+                return self.cache.listings(), True  # with notes written just before the end
             self.ctx.lease.check()
             if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
                 for queue in queues:
@@ -91,14 +97,17 @@ class McpListingWait:
                 timeout=block_ms(min(WAKE_EVERY_S, left_s) * 1000) / 1000)
 
     def _note_fallback(self, unlisted: list[str], listings: dict[str, McpListing],
-                       budget_s: float) -> None:
+                       budget_s: float, jobs_ended: bool) -> None:
         """One stderr line naming the servers the planner sees only as configured, and why."""
         if not unlisted:
             return
         reasons = []
         for name in unlisted:
             listing = listings.get(name)
-            if listing is None:
+            if listing is None and jobs_ended:
+                reasons.append(f"{name}: its listing job ended without listing it (the "
+                               "worker's log says why)")
+            elif listing is None:
                 reasons.append(f"{name}: not listed within mcp_start_timeout_s + "
                                f"mcp_list_timeout_s = {budget_s:g}s")
             else:

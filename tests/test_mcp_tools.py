@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from rq import Queue
+from rq.job import Job
 from teamctl.coordinator.cli import main
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
@@ -480,6 +482,39 @@ def test_the_planner_waits_for_the_listing_at_most_the_start_and_list_timeouts(
     assert "teamctl: no worker listens on queue lonely;" in result.stderr
     assert ("teamctl: the planner sees the configured MCP entries, not the tools, of time: "
             "not listed within mcp_start_timeout_s + mcp_list_timeout_s = 4s"
+            in result.stderr.splitlines())
+
+
+def test_the_planner_stops_waiting_once_the_listing_job_ended_without_a_note(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A listing job that ends without noting (here cancelled while queued) leaves nothing to
+    wait for: the planner gets the configured entries, and stderr says the job ended, not
+    that the (one minute) budget ran out."""
+    models = script_run(llm, run_id, [{"memberId": "m2", "task": "Write"}])
+    team = tmp_path / "t.json"
+    team.write_text(json.dumps({
+        "team_id": "mcp", "model": models["member"], "planner": {"model": models["planner"]},
+        "synthesizer": {"model": models["synth"]},
+        "mcp_servers": [{"name": "time", "command": ["mcp-server-time"]}],
+        "members": [{"id": "m1", "mcp": ["time"], "queue": "unserved"}, {"id": "m2"}],
+        "options": {"mcp_start_timeout_s": 30, "mcp_list_timeout_s": 30}}))
+    rq_conn = redis.Redis.from_url(workers)
+    queued = Queue("unserved", connection=rq_conn)
+
+    def cancel_the_listing_job() -> None:
+        (job_id,) = wait_until(queued.get_job_ids, 30, message="the listing job to be queued")
+        Job.fetch(job_id, connection=rq_conn).cancel()
+
+    canceller = threading.Thread(target=cancel_the_listing_job, daemon=True)
+    canceller.start()
+    result = run_cli(llm, workers, run_id, team)
+    canceller.join(timeout=30)
+
+    assert result.exit_code == 0, result.output
+    planner_prompt = llm.requests[f"plan-{run_id}"][0]["messages"][0]["content"]
+    assert "- id=m1, mcp tools=time\n- id=m2\n" in planner_prompt
+    assert ("teamctl: the planner sees the configured MCP entries, not the tools, of time: "
+            "its listing job ended without listing it (the worker's log says why)"
             in result.stderr.splitlines())
 
 
