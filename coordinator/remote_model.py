@@ -83,7 +83,7 @@ class RemoteModel:
                 started_at, hinted = time.monotonic(), False
             elif not view.began and not hinted \
                     and time.monotonic() - started_at > NO_WORKER_HINT_AFTER_S:
-                hinted = self._hint_if_nobody_listens(call.queue)
+                hinted = hint_if_nobody_listens(self.ctx, call.queue)
             self.blocking_conn.blpop([self.ctx.run.keys.model_call_done],
                                      timeout=block_ms(WAKE_EVERY_S * 1000) / 1000)
 
@@ -142,9 +142,6 @@ class RemoteModel:
             raise NoReply(f"no worker took the {call.name} call in time (the run's timeout_s="
                           f"{self.ctx.spec.options.timeout_s:g}); is a worker listening on "
                           f"queue {call.queue}? (`teamctl workers` lists them)")
-
-    def _hint_if_nobody_listens(self, queue: str) -> bool:
-        return hint_if_nobody_listens(self.ctx, queue)
 
 
 def hint_if_nobody_listens(ctx: RunContext, queue: str) -> bool:
