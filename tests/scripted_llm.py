@@ -93,6 +93,8 @@ class ScriptedLLM:
         self._scripts: dict[str, _Script] = {}
         self.requests: dict[str, list[dict[str, Any]]] = {}
         self.request_times: dict[str, list[float]] = {}
+        self.authorizations: dict[str, list[str | None]] = {}
+        """The Authorization header of each request, per model: which key a worker sent."""
         self.server: ThreadingHTTPServer | None = None
         self.tls_errors: list[str] = []
         """Handshakes that failed (TLS mode), e.g. a client that refused the certificate."""
@@ -124,6 +126,7 @@ class ScriptedLLM:
                                            jitter)
             self.requests[model] = []
             self.request_times[model] = []
+            self.authorizations[model] = []
             self._made.append(model)
         return f"openai/{model}"
 
@@ -155,7 +158,7 @@ class ScriptedLLM:
                 return script.latency_s
             return script.latency_s * (0.5 + script.jitter.random())
 
-    def next_reply(self, body: dict[str, Any]) -> Reply:
+    def next_reply(self, body: dict[str, Any], authorization: str | None = None) -> Reply:
         model = body.get("model", "")
         with self._lock:
             script = self._scripts.get(model)
@@ -164,6 +167,7 @@ class ScriptedLLM:
                 return HttpError(404, self.mistakes[-1])
             self.requests[model].append(body)
             self.request_times[model].append(time.monotonic())
+            self.authorizations[model].append(authorization)
             if script.handler is not None:
                 # Handlers run under the lock (they may keep state); one that raises answers
                 # 500 with the error instead of dropping the connection.
@@ -197,7 +201,7 @@ class ScriptedLLM:
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                reply = state.next_reply(body)
+                reply = state.next_reply(body, self.headers.get("Authorization"))
                 delay_s = state.latency_s(body)
                 if isinstance(reply, Slow):
                     reply, delay_s = reply.reply, delay_s + reply.latency_s
