@@ -3,6 +3,7 @@
     TeamError
     ├── ConfigError        the user's input or configuration (exit 2)
     ├── ModelError         the model misbehaved or its provider failed
+    │   └── CredentialsError   the provider's credentials are missing or were rejected
     ├── InfraError         Redis, workers or the machine
     │   └── UnreadableRecord   a record in Redis does not parse (one run, not all)
     └── RunFailed          a run ended without success (exit 1)
@@ -32,6 +33,11 @@ class ConfigError(TeamError):
 
 class ModelError(TeamError):
     """A model call failed or returned something unusable."""
+
+
+class CredentialsError(ModelError):
+    """A provider's credentials are missing or were rejected: only a changed environment fixes
+    it, so it is never retried; the message names the variable to set."""
 
 
 class InfraError(TeamError):

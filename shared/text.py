@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 SHORT_CHARS = 240
+TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+"""A terminal's control sequence (colours, cursor moves): dropped whole, not left half-shown."""
 
 
 def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
@@ -12,6 +16,14 @@ def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
     """
     text = (text or "").strip()
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def one_line(text: str | None, limit: int = SHORT_CHARS) -> str:
+    """`text` shortened on one line: newlines, tabs and other control characters (a terminal's
+    escape sequences among them) become spaces, for outside text that reaches a terminal."""
+    text = TERMINAL_ESCAPE.sub("", text or "")
+    printable = "".join(c if c.isprintable() else " " for c in text)
+    return shorten(" ".join(printable.split()), limit)
 
 
 def quoted(value: object, limit: int = 60) -> str:

@@ -68,7 +68,8 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
         start_workers(stack, store, url, workers, settings)
         client = ModelClient(provider_keys=settings.provider_keys,
                              timeout_s=options.model_timeout_s,
-                             max_retries=options.model_max_retries)
+                             max_retries=options.model_max_retries,
+                             keys_in="this `teamctl lead` (it makes the lead's model calls)")
         agent = LeadAgent(store, lease, client, chosen, base,
                           team_workspace(settings.state_dir, store.team), on_step=show_step)
         if start_over:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import random
+import re
 import socket
 import threading
 import time
@@ -15,8 +16,9 @@ from collections.abc import Collection
 from typing import Any
 
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
-from teamctl.shared.errors import ModelError
+from teamctl.shared.errors import CredentialsError, ModelError
 from teamctl.shared.models import ModelReply, ToolCall, Usage
+from teamctl.shared.text import one_line
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,32 @@ RETRYABLE_STATUS = {408, 409, 429}
 """Besides every 5xx (Anthropic's 529 "overloaded" included)."""
 RETRY_AFTER_MAX_S = 60.0
 """The longest a Retry-After header may make teamctl wait before retrying a model call."""
+NO_KEY = "teamctl-no-key"
+"""The key sent to a local server when its provider's variable is not set (the client insists
+on one): a 401 or 403 to it means the key is missing, not wrong."""
+KEYS_IN_WORKERS = "the workers (workers make every model call and read {it} when they start)"
+"""Whose environment needs the provider's credentials, for error messages ({it}: it or them)."""
+CREDENTIAL_VARS = {
+    # litellm's documented credentials where they are not one <PROVIDER>_API_KEY (Azure's is
+    # AZURE_API_KEY, which provider_key_var gives).
+    "bedrock": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+    "sagemaker": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+    "sagemaker_chat": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+    "vertex_ai": ("GOOGLE_APPLICATION_CREDENTIALS",),
+}
+MISSING_CREDENTIALS = re.compile(
+    r"missing\s+(?:[\w.-]+\s+){0,3}?(?:api[\s_-]?key|credentials)"  # litellm's, the SDKs'
+    r"|api_key client option must be set"  # older openai SDKs
+    r"|unable to locate credentials"  # botocore: bedrock, sagemaker
+    r"|default credentials were not found",  # google-auth: vertex_ai
+    re.IGNORECASE)
+"""How litellm and the SDKs under it say that no credentials were found. Reported with status
+500 by some (the openai SDK's, through litellm), so only their text tells them apart."""
+LITELLM_PREFIX = re.compile(r"^(?:litellm\.)?\w*(?:Error|Exception)(?: \w+Error)?\s*[:-]\s*")
+"""One of the class names litellm puts before a provider's words ("litellm.AuthenticationError:
+AuthenticationError: OpenAIException - ...")."""
+PROVIDER_TEXT_CHARS = 160
+"""How much of a provider's refusal a credentials error quotes: enough for its reason."""
 
 
 def load_litellm() -> Any:
@@ -150,9 +178,11 @@ class ModelClient:
 
     def __init__(self, *, provider_keys: Collection[str], timeout_s: float = 120.0,
                  max_retries: int = 3, backoff_base_s: float = 0.5,
-                 backoff_max_s: float = 8.0) -> None:
+                 backoff_max_s: float = 8.0, keys_in: str = KEYS_IN_WORKERS) -> None:
         self.provider_keys = frozenset(provider_keys)
         """Which `*_API_KEY` variables are set (Settings.provider_keys): names, not values."""
+        self.keys_in = keys_in
+        """Whose environment a credentials error tells the user to fix ({it}: it or them)."""
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
@@ -161,7 +191,8 @@ class ModelClient:
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None,
                  api_base: str | None = None) -> ModelReply:
-        """One model turn; retries 429, 5xx and timeouts, then raises ModelError."""
+        """One model turn; retries 429, 5xx and timeouts, then raises ModelError
+        (CredentialsError at once when the provider's credentials are missing or rejected)."""
         litellm = load_litellm()
         kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": self.timeout_s,
                                   "num_retries": 0, "max_retries": 0}
@@ -173,11 +204,16 @@ class ModelClient:
             # Only this model's provider's key counts: an ANTHROPIC_API_KEY in the environment
             # must not leave an openai/ model on a local server without one.
             if provider_key_var(litellm, model) not in self.provider_keys:
-                kwargs["api_key"] = "teamctl-no-key"
+                kwargs["api_key"] = NO_KEY
         for attempt in range(self.max_retries + 1):
             try:
                 return _reply(litellm, litellm.completion(**kwargs))
             except Exception as exc:  # litellm raises many exception types; classify below
+                # No retry can fix credentials: only the environment of a restarted worker can.
+                bad_credentials = credentials_error(litellm, model, exc, self.keys_in,
+                                                    sent_no_key=kwargs.get("api_key") == NO_KEY)
+                if bad_credentials is not None:
+                    raise bad_credentials from exc
                 if attempt >= self.max_retries or not _retryable(exc):
                     raise ModelError(f"model {model} failed: {_describe(exc)}") from exc
                 delay_s = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
@@ -201,11 +237,70 @@ def _retry_after_s(exc: Exception) -> float | None:
 
 def provider_key_var(litellm: Any, model: str) -> str:
     """The environment variable holding the key of `model`'s provider, as litellm routes it."""
+    return f"{_provider(litellm, model).upper()}_API_KEY"
+
+
+def credential_vars(litellm: Any, model: str) -> tuple[str, ...]:
+    """The environment variables litellm reads the credentials of `model`'s provider from."""
+    provider = _provider(litellm, model)
+    return CREDENTIAL_VARS.get(provider, (f"{provider.upper()}_API_KEY",))
+
+
+def _provider(litellm: Any, model: str) -> str:
+    """`model`'s provider as litellm routes it."""
     try:
-        provider = litellm.get_llm_provider(model)[1]
+        return str(litellm.get_llm_provider(model)[1])
     except Exception:  # a name litellm cannot place: its prefix, else OpenAI-compatible
-        provider = model.split("/", 1)[0] if "/" in model else "openai"
-    return f"{provider.upper()}_API_KEY"
+        return model.split("/", 1)[0] if "/" in model else "openai"
+
+
+def credentials_error(litellm: Any, model: str, exc: Exception, keys_in: str = KEYS_IN_WORKERS,
+                      *, sent_no_key: bool = False) -> CredentialsError | None:
+    """A one-line CredentialsError naming the variables to set when `exc` says the provider's
+    credentials are missing or were rejected (401, 403), else None.
+
+    `sent_no_key`: the request carried NO_KEY, so a refusal means no key was set at all.
+    """
+    status = getattr(exc, "status_code", None)
+    denied = status == 403 or isinstance(exc, litellm.PermissionDeniedError)
+    # litellm maps a 403 from an OpenAI-compatible server to a plain APIError: hence the status.
+    refused = denied or status == 401 or isinstance(exc, litellm.AuthenticationError)
+    missing = MISSING_CREDENTIALS.search(str(exc)) is not None
+    if not (refused or missing):
+        return None
+    names = credential_vars(litellm, model)
+    wanted = " and ".join(names)
+    where = keys_in.format(it="them" if len(names) > 1 else "it")
+    if missing:
+        return CredentialsError(f"model {model}: missing credentials: set {wanted} in the "
+                                f"environment of {where}")
+    answer = f"{403 if denied else 401}: {_provider_text(exc, names)}"
+    # Some providers' requests go out without a key when none is set (mistral, groq, ...).
+    # Table credentials are left out: AWS and Google have other sources (profiles, roles).
+    key_unset = names[0].endswith("_API_KEY") and not os.environ.get(names[0], "").strip()
+    if sent_no_key or key_unset:
+        return CredentialsError(f"model {model}: missing credentials (the server answered "
+                                f"{answer}): set {wanted} in the environment of {where}")
+    if denied:  # known, but not allowed this model or operation
+        return CredentialsError(f"model {model}: the provider denied {wanted} access ({answer}):"
+                                f" set credentials allowed to use this model in the environment"
+                                f" of {where}")
+    valid = "valid ones" if len(names) > 1 else "a valid key"
+    return CredentialsError(f"model {model}: the provider rejected {wanted} ({answer}): set "
+                            f"{valid} in the environment of {where}")
+
+
+def _provider_text(exc: Exception, names: tuple[str, ...]) -> str:
+    """The provider's words in `exc`, without litellm's class names, short and on one line (it
+    reaches a terminal), and without the value of any of `names` (a provider may echo a key)."""
+    text = str(exc)
+    while (bare := LITELLM_PREFIX.sub("", text, count=1)) != text:
+        text = bare
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if len(value) >= 4:  # a shorter "key" would only mangle the text
+            text = text.replace(value, f"<{name}>")
+    return one_line(text, PROVIDER_TEXT_CHARS) or type(exc).__name__
 
 
 def _retryable(exc: Exception) -> bool:
