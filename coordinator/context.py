@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 from teamctl.coordinator.dispatcher import Dispatcher
 from teamctl.coordinator.hooks import HOOK_ERROR_TYPE, HookRunner
 from teamctl.coordinator.progress import Reporter
+from teamctl.coordinator.worker_hints import NoWorkerHint, StartingWorkers
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.handle import RunHandle
@@ -25,6 +26,13 @@ class RunContext:
     dispatcher: Dispatcher
     hooks: HookRunner
     reporter: Reporter
+    starting: StartingWorkers = field(default_factory=StartingWorkers)
+    """The workers this command started for the run (hints say they are starting)."""
+
+    def no_worker_hint(self) -> NoWorkerHint:
+        """A hint for a wait on the run's queues, aware of the workers started here."""
+        return NoWorkerHint(self.dispatcher.rq_conn, self.starting, self.reporter.note,
+                            "the run")
 
     @property
     def conn(self) -> redis.Redis:
@@ -52,7 +60,7 @@ class RunContext:
 
 
 def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks: list[object],
-                  reporter: Reporter) -> RunContext:
+                  reporter: Reporter, starting: StartingWorkers | None = None) -> RunContext:
     """Wire the run's handle, dispatcher and hooks around one connection."""
     run = RunHandle.driving(conn, spec)
 
@@ -61,4 +69,5 @@ def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks:
         run.bus.publish("system", "lead", HOOK_ERROR_TYPE, None, text)
 
     return RunContext(run=run, dispatcher=Dispatcher(rq_conn, spec),
-                      hooks=HookRunner(hooks, report_hook_error), reporter=reporter)
+                      hooks=HookRunner(hooks, report_hook_error), reporter=reporter,
+                      starting=starting or StartingWorkers())

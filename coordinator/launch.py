@@ -4,13 +4,15 @@ team, store the run, start the workers it needs, drive it to its end."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import redis
 from teamctl.coordinator.approval import ApprovalMode
+from teamctl.coordinator.cli.job_env import differences, job_variables
 from teamctl.coordinator.cli.worker_pool import DEFAULT_POOL_SIZE, WorkerPool
 from teamctl.coordinator.progress import Reporter
+from teamctl.coordinator.worker_hints import StartedWorker, StartingWorkers
 from teamctl.coordinator.worker_registry import listening_workers
 from teamctl.shared.connection import connect, set_outage
 from teamctl.shared.errors import ConfigError
@@ -63,31 +65,64 @@ class WorkerPlan:
     idle_exit_s: int
 
     def run_scoped_count(self, redis_url: str, queues: list[str], settings: Settings,
-                         note: Note) -> int:
-        """How many run-scoped workers to start, after starting any missing pool workers."""
+                         note: Note, starting: StartingWorkers | None = None,
+                         team_variables: Iterable[str] = ()) -> int:
+        """How many run-scoped workers to start, after starting (or replacing) pool workers,
+        which are added to `starting`."""
         if self.count is not None:
             return self.count
         if self.embedded:
-            ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s, settings, note)
+            started = ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s,
+                                  settings, note, team_variables)
+            if starting is not None:
+                starting.workers.extend(started)
             return 0
         return 0 if listening_workers(connect(redis_url, decode=False), queues) \
             else DEFAULT_POOL_SIZE
 
 
 def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
-                settings: Settings, note: Note) -> None:
-    """Top the local pool up to `size` live workers on `queues`, unless it has none and other
-    workers already listen there; one note when it starts any."""
+                settings: Settings, note: Note, team_variables: Iterable[str] = ()
+                ) -> list[StartedWorker]:
+    """Top the local pool up to `size` live workers on `queues` with this process's
+    environment: workers started with another one (a provider key, PYTHONPATH, the working
+    directory, the teamctl install, a variable in `team_variables`) are replaced, and said
+    so; none start when the pool has none and other workers already listen there. The workers
+    started."""
     pool = local_pool(settings)
+    digests = pool.env_digests(os.environ, os.getcwd())
     with pool.locked():
-        live = pool.live(redis_url, queues)
+        serving = pool.live(redis_url, queues)
+        stale = {w.pid: changed for w in serving
+                 if (changed := differences(digests, w.env, job_variables(
+                     os.environ, w.env, team_variables)))}
+        if stale:
+            pool.retire([w for w in serving if w.pid in stale])
+            note(_replacing(len(stale), queues, [w.env for w in serving if w.pid in stale],
+                            next(iter(stale.values()))))
+        live = [w for w in serving if w.pid not in stale]
         if len(live) >= size:
-            return
-        if not live and listening_workers(connect(redis_url, decode=False), queues):
-            return  # the user's own workers serve these queues
-        started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ)
+            return []
+        if not serving and listening_workers(connect(redis_url, decode=False), queues):
+            return []  # the user's own workers serve these queues
+        started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ,
+                             digests)
     note(f"started {len(started)} local pool worker(s) on {', '.join(queues)}; they serve "
          f"later runs and exit after {idle_exit_s} s idle (`teamctl workers stop` stops them)")
+    return [StartedWorker(w.pid, w.start_ticks, tuple(w.queues), w.log) for w in started]
+
+
+def _replacing(count: int, queues: list[str], recorded: list[dict[str, str]],
+               changed: list[str]) -> str:
+    """The one line that says pool workers are replaced, and what differs (names only)."""
+    if not all(recorded):
+        why = "by an older teamctl"
+    else:
+        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more"
+                                          if len(changed) > 4 else "")
+        why = f"with another {shown}"
+    return (f"replacing {count} local pool worker(s) on {', '.join(queues)} started {why} "
+            "(each finishes the job in hand) with workers of this environment")
 
 
 def local_pool(settings: Settings) -> WorkerPool:
@@ -105,8 +140,11 @@ def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object],
 
     outage_s = spec.options.redis_outage_s
     set_outage(conn, outage_s)
-    ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec, hooks,
-                        reporter)
-    run_scoped = workers.run_scoped_count(redis_url, spec.queues, settings, reporter.note)
-    with LocalWorkers(redis_url, spec.queues, run_scoped, settings.state_dir / "logs"):
+    starting = StartingWorkers()
+    run_scoped = workers.run_scoped_count(redis_url, spec.queues, settings, reporter.note,
+                                          starting, spec.mcp_variables())
+    with LocalWorkers(redis_url, spec.queues, run_scoped, settings.state_dir / "logs") as local:
+        starting.workers.extend(local.started())
+        ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec,
+                            hooks, reporter, starting)
         return Coordinator(ctx, approval).run()

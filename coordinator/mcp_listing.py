@@ -13,11 +13,7 @@ from __future__ import annotations
 import time
 
 from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.remote_model import (
-    NO_WORKER_HINT_AFTER_S,
-    WAKE_EVERY_S,
-    hint_if_nobody_listens,
-)
+from teamctl.coordinator.remote_model import NO_WORKER_HINT_AFTER_S, WAKE_EVERY_S
 from teamctl.shared.connection import block_ms
 from teamctl.shared.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
 from teamctl.shared.team import Member
@@ -77,7 +73,7 @@ class McpListingWait:
         """The jobs' notes once every server has one, every job ended (one that failed or
         vanished before noting leaves nothing more to wait for: then True), or at the deadline
         or a cancel."""
-        started, hinted = time.monotonic(), False
+        started, hinted, hint = time.monotonic(), False, self.ctx.no_worker_hint()
         while True:
             listings = self.cache.listings()
             left_s = deadline - time.monotonic()
@@ -89,9 +85,7 @@ class McpListingWait:
                 return self.cache.listings(), True  # with notes written just before the end
             self.ctx.lease.check()
             if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
-                for queue in queues:
-                    hint_if_nobody_listens(self.ctx, queue)
-                hinted = True
+                hinted = all([hint.check(queue) for queue in queues])
             self.ctx.store.blocking_conn.blpop(
                 [self.ctx.run.keys.mcp_listed],
                 timeout=block_ms(min(WAKE_EVERY_S, left_s) * 1000) / 1000)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import click
+from teamctl.coordinator.advice import Advice, for_this_shell
 from teamctl.shared.models import TaskState, TaskStatus
 
 STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
@@ -17,23 +18,27 @@ STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
 class Reporter:
     """Progress for a person; `live` draws a table (task, member, status, attempts, elapsed)."""
 
-    def __init__(self, live: bool, log: logging.Logger | None = None) -> None:
+    def __init__(self, live: bool, log: logging.Logger | None = None,
+                 advice: Advice | None = None) -> None:
         self.live = live
         self.log = log
         """Where notes go instead of stderr (the Python API: the caller's logging)."""
+        self.advice = advice or Advice()
+        """How the commands a note suggests are spelled for the person reading it."""
         self._live: Any = None
 
     @classmethod
-    def for_stderr(cls) -> Reporter:
-        return cls(live=sys.stderr.isatty())
+    def for_stderr(cls, advice: Advice | None = None) -> Reporter:
+        return cls(live=sys.stderr.isatty(), advice=advice or for_this_shell())
 
     @classmethod
     def to_log(cls, log: logging.Logger) -> Reporter:
         """Notes as log records, no table: a library must not write to its caller's stderr."""
-        return cls(live=False, log=log)
+        return cls(live=False, log=log, advice=for_this_shell())
 
     def note(self, text: str) -> None:
         """One line on stderr (above the live table, if any), or a log record."""
+        text = self.advice.spell(text)
         if self.log is not None:
             self.log.info("%s", text)
         elif self._live is not None:

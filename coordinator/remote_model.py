@@ -10,7 +10,6 @@ import time
 from dataclasses import dataclass
 
 from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.worker_registry import listening_workers
 from teamctl.shared.connection import block_ms
 from teamctl.shared.errors import InfraError, ModelError
 from teamctl.shared.model_calls import CallView, ModelCallRequest, ModelCalls
@@ -71,7 +70,7 @@ class RemoteModel:
     def _await(self, call: ModelCall, attempt: int, begin_by: float) -> ModelReply:
         """Wait for the outcome of `attempt`, replacing it when its worker is gone."""
         self._attempt = attempt
-        started_at, hinted = time.monotonic(), False
+        started_at, hinted, hint = time.monotonic(), False, self.ctx.no_worker_hint()
         while True:
             view = self.calls.view(call.name)
             if view.attempt == self._attempt and view.outcome is not None:
@@ -83,7 +82,7 @@ class RemoteModel:
                 started_at, hinted = time.monotonic(), False
             elif not view.began and not hinted \
                     and time.monotonic() - started_at > NO_WORKER_HINT_AFTER_S:
-                hinted = hint_if_nobody_listens(self.ctx, call.queue)
+                hinted = hint.check(call.queue)
             self.blocking_conn.blpop([self.ctx.run.keys.model_call_done],
                                      timeout=block_ms(WAKE_EVERY_S * 1000) / 1000)
 
@@ -142,17 +141,6 @@ class RemoteModel:
             raise NoReply(f"no worker took the {call.name} call in time (the run's timeout_s="
                           f"{self.ctx.spec.options.timeout_s:g}); is a worker listening on "
                           f"queue {call.queue}? (`teamctl workers` lists them)")
-
-
-def hint_if_nobody_listens(ctx: RunContext, queue: str) -> bool:
-    """Say on stderr how to start a worker when none listens on `queue`; True once said or
-    not needed (the coordinator's jobs, model calls and MCP listing, wait for one)."""
-    if not listening_workers(ctx.dispatcher.rq_conn, [queue]):
-        ctx.reporter.note(
-            f"no worker listens on queue {queue}; the run waits until one does: "
-            f"`teamctl workers start --queue {queue}`, or on any host that reaches this "
-            f"Redis `RQ_CONFIG=teamctl.worker.settings rq worker {queue}`")
-    return True
 
 
 def _reply_of(call: ModelCall, view: CallView) -> ModelReply:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 
 import redis
 
@@ -33,3 +34,24 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time in clock ticks from /proc; None off Linux or
+    when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
+    return fields[0], int(fields[19])
+
+
+def same_process_alive(pid: int, start_ticks: int | None) -> bool:
+    """Whether the process started as `pid` at `start_ticks` still runs (not a zombie, not a
+    reused pid)."""
+    stat = proc_stat(pid)
+    if stat is None:
+        return process_alive(pid) and start_ticks is None
+    state, ticks = stat
+    return state != "Z" and (start_ticks is None or ticks == start_ticks)

@@ -7,6 +7,7 @@
     ├── InfraError         Redis, workers or the machine
     │   └── UnreadableRecord   a record in Redis does not parse (one run, not all)
     └── RunFailed          a run ended without success (exit 1)
+        └── Interrupted    the process driving it was asked to stop (Ctrl-C, a timeout)
 
 ToolFailed is separate: it is turned into a tool result for the model, never raised out of a worker.
 """
@@ -67,6 +68,11 @@ def unreadable(what: str, exc: Exception) -> UnreadableRecord:
 
 class RunFailed(TeamError):
     """A run could not finish (planner error, rejected plan, lease lost)."""
+
+
+class Interrupted(RunFailed):
+    """The process driving a run (or a team) was asked to stop: Ctrl-C, or the Python API's
+    timeout. The run is left as it was, for the caller to cancel."""
 
 
 class ToolFailed(Exception):

@@ -18,7 +18,7 @@ import uuid
 
 import redis
 from redis.exceptions import LockError
-from teamctl.shared.errors import ConfigError, RunFailed
+from teamctl.shared.errors import ConfigError, Interrupted, RunFailed
 from teamctl.shared.keys import RunKeys, TeamKeys
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ class FencedLease:
         # Not thread-local: the renewal thread extends what the main thread acquired.
         self._lock = conn.lock(self.key, timeout=self.ttl_ms / 1000, thread_local=False)
         self.lost = threading.Event()
+        self.interrupt = threading.Event()
+        """Set by another thread of this process to make the holder stop at its next check."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._valid_until_s = 0.0
@@ -89,7 +91,10 @@ class FencedLease:
 
     def check(self) -> None:
         """Raise RunFailed once another process took the lease over: this one must stop
-        writing (it was paused or cut off longer than the lease)."""
+        writing (it was paused or cut off longer than the lease); Interrupted once this process
+        asked its holder to stop."""
+        if self.interrupt.is_set():
+            raise Interrupted(f"the {self.holder} of {self.what} was interrupted")
         if self.lost.is_set():
             raise RunFailed(f"lost the lease on {self.what} to another {self.holder}; this one "
                             "stops")
@@ -157,7 +162,8 @@ class Lease(FencedLease):
 
     def held_message(self, holder: str, ttl_ms: int) -> str:
         return (f"run {self.run_id} is driven by {holder} (lease expires in {ttl_ms / 1000:.1f}s "
-                "unless renewed); wait for it to finish, or `teamctl resume` it once it is gone")
+                f"unless renewed); wait for it to finish, or `teamctl resume {self.run_id}` "
+                "once it is gone")
 
 
 class LeadLease(FencedLease):

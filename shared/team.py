@@ -479,6 +479,11 @@ class RunSpec(BaseModel):
         return sorted({m.queue for m in self.members} | {self.planner_queue,
                                                           self.synthesizer_queue})
 
+    def mcp_variables(self) -> set[str]:
+        """The worker environment variables the members' MCP servers read."""
+        return {name for m in self.members for server in m.mcp_servers
+                for name in server.variables()}
+
     def member(self, member_id: str | None) -> Member | None:
         """The member with exactly this (normalized) id."""
         return next((m for m in self.members if m.id == member_id), None)

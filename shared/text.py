@@ -26,6 +26,13 @@ def one_line(text: str | None, limit: int = SHORT_CHARS) -> str:
     return shorten(" ".join(printable.split()), limit)
 
 
+def printable(text: str | None) -> str:
+    """`text` with its lines kept and nothing a terminal would act on: escape sequences are
+    dropped, other control characters (tabs and newlines aside) become spaces."""
+    text = TERMINAL_ESCAPE.sub("", text or "")
+    return "".join(c if c.isprintable() or c in "\n\t" else " " for c in text)
+
+
 def quoted(value: object, limit: int = 60) -> str:
     """`value`'s repr for an error message, cut so a huge bad input cannot flood the message."""
     text = repr(value)

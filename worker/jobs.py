@@ -101,5 +101,6 @@ def conn_from_settings(settings: Settings) -> redis.Redis:
 def _hint_if_not_preloaded() -> None:
     # Cached: once per process (a forked RQ horse is a fresh copy, so once per job there).
     if os.environ.get(PRELOAD_MARKER) != "1":
-        log.warning("worker not preloaded: each task re-imports litellm (~3 s). "
-                    "Start workers with `RQ_CONFIG=teamctl.worker.settings rq worker members`.")
+        log.warning("worker not preloaded: each task re-imports litellm (~3 s). Start workers "
+                    "with `teamctl worker members` (the same as "
+                    "`RQ_CONFIG=teamctl.worker.settings rq worker members`).")

@@ -1,33 +1,43 @@
-"""RQ settings module that preloads litellm once per worker process.
+"""RQ settings module that makes an `rq worker` a complete teamctl worker, and preloads it.
 
-Start workers with `RQ_CONFIG=teamctl.worker.settings rq worker members` (RQ reads RQ_CONFIG as
-it reads `-c teamctl.worker.settings`). RQ's forking worker
-imports job modules inside every forked child; importing litellm here, in the parent, means each
-child inherits it instead of paying a ~3 s import per task. The warm-up also moves litellm's lazy
-first-call work (~400 ms, its success path included) into the parent, and the prompt templates,
-tool schemas and Lua sources are prepared here once, and the MCP SDK's client is imported
-(its sessions are per attempt: see shared/agent/mcp_tools.py). An experimental worker class,
-`-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job's process ahead (warm_fork.py).
-A worker started by `teamctl run` also stops when that run is gone (shared/parent_watch.py).
+`RQ_CONFIG=teamctl.worker.settings rq worker` (or `teamctl worker`) is all a worker needs: before
+the preload, this module gives RQ teamctl's worker and connection classes (worker/rq_bootstrap.py:
+a Redis restart or failover is ridden out for redis_outage_s, then the worker exits) and the Redis
+teamctl uses (REDIS_URL, else the embedded server of this user and TEAMCTL_STATE_DIR); with no
+queue named it serves `members`. A worker started by a `teamctl run` that is already gone exits
+before its preload, and one whose run goes later stops after its job (shared/parent_watch.py).
+
+RQ's forking worker imports job modules inside every forked child; importing litellm here, in the
+parent, means each child inherits it instead of paying a ~3 s import per task. The warm-up also
+moves litellm's lazy first-call work (~400 ms, its success path included) into the parent, and
+the prompt templates, tool schemas and Lua sources are prepared here once, and the MCP SDK's
+client is imported (its sessions are per attempt: see shared/agent/mcp_tools.py). An experimental
+worker class, `-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job's process ahead
+(warm_fork.py).
 """
 
 import gc
 import os
 
-import teamctl.worker.jobs
-import teamctl.worker.turn  # noqa: F401  (turn jobs import it in every fork otherwise)
-from teamctl.shared.agent.llm import load_litellm, warm_up
-from teamctl.shared.agent.mcp_tools import preload_sdk
-from teamctl.shared.agent.prompts import precompile
-from teamctl.shared.agent.tools import precompute_schemas
-from teamctl.shared.parent_watch import watch_parent
-from teamctl.shared.scripts import sources
+from teamctl.shared.parent_watch import exit_if_parent_gone, watch_parent
 from teamctl.shared.settings import load_settings
+from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
+
+exit_if_parent_gone(os.environ)  # before seconds of preload: a dead run's worker takes no job
+complete_rq_command(os.environ)  # may start this command again, with teamctl's classes
 
 QUEUES = ["members"]
 """RQ's default queues for a worker started with this module and no queue names."""
-REDIS_URL = os.environ.get("REDIS_URL")
+REDIS_URL = rq_redis_url(load_settings())
 """RQ's Redis when neither -u nor $RQ_REDIS_URL is given: the one teamctl itself uses."""
+
+import teamctl.worker.jobs  # noqa: E402  (after the re-exec above: it imports litellm's helpers)
+import teamctl.worker.turn  # noqa: E402, F401  (turn jobs import it in every fork otherwise)
+from teamctl.shared.agent.llm import load_litellm, warm_up  # noqa: E402
+from teamctl.shared.agent.mcp_tools import preload_sdk  # noqa: E402
+from teamctl.shared.agent.prompts import precompile  # noqa: E402
+from teamctl.shared.agent.tools import precompute_schemas  # noqa: E402
+from teamctl.shared.scripts import sources  # noqa: E402
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
 warm_up(load_litellm())
@@ -36,6 +46,7 @@ precompile("teamctl.worker")
 precompute_schemas()  # the tools' JSON schemas, sent with every model call
 sources()  # the Lua scripts' text, read from the package once
 load_settings()  # pydantic-settings' first build (~3 ms); each job still reads its environment
+exit_if_parent_gone(os.environ)  # the preload may have outlasted the run that started us
 watch_parent(os.environ)
 # Everything above lives as long as the worker: frozen, the collector of each forked job never
 # walks these objects (it would write their gc headers and copy their pages into the job).

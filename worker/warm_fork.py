@@ -30,7 +30,7 @@ from typing import Any
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
-from rq.worker import Worker
+from teamctl.worker.rq_worker import TeamctlWorker
 
 log = logging.getLogger(__name__)
 READY_WAIT_S = 0.015
@@ -55,8 +55,8 @@ class Spare:
         return bool(select.select([self.ready], [], [], wait_s)[0])
 
 
-class WarmForkWorker(Worker):
-    """RQ's forking Worker whose horses are forked and warmed before their jobs arrive."""
+class WarmForkWorker(TeamctlWorker):
+    """teamctl's forking worker whose horses are forked and warmed before their jobs arrive."""
 
     _spare: Spare | None = None
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli.options import run_option_flags
 from teamctl.shared.connection import redis_errors_as_infra
 from teamctl.shared.embedded_redis import EmbeddedRedis
@@ -27,16 +28,17 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        advice = for_this_shell(kwargs.get("redis_url"))
         try:
             settings = load_settings()
         except ConfigError as exc:
-            click.echo(f"teamctl: {exc}", err=True)
+            click.echo(f"teamctl: {advice.spell(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         try:
             with redis_errors_as_infra():
                 return fn(*args, settings=settings, **kwargs)
         except TeamError as exc:
-            click.echo(f"teamctl: {exc}", err=True)
+            click.echo(f"teamctl: {advice.spell(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:
             error = user_path_error(exc, user_paths(kwargs, settings))
@@ -44,10 +46,8 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
                 raise  # not a path the user chose: a bug or the machine, keep the traceback
             click.echo(f"teamctl: {error}", err=True)
             sys.exit(error.exit_code)
-        except KeyboardInterrupt:
-            # The lease is released on the way out, so the run can be taken over at once.
-            click.echo("teamctl: interrupted; a started run continues with `teamctl resume RUN` "
-                       "or ends with `teamctl cancel RUN`", err=True)
+        except KeyboardInterrupt:  # a verb that started a run says what became of it, by its id
+            click.echo("teamctl: interrupted", err=True)
             sys.exit(130)
 
     return wrapper
@@ -154,7 +154,8 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
                        redis_url=lambda: resolve_redis_url(redis_url, settings), workers=workers,
                        run_id=run_id, as_json=as_json, approve_plan=approve_plan,
                        option_flags=option_flags, settings=settings,
-                       embedded=is_embedded(redis_url, settings), idle_exit_s=idle_exit_s)
+                       embedded=is_embedded(redis_url, settings), idle_exit_s=idle_exit_s,
+                       advice=for_this_shell(redis_url))
     sys.exit(code)
 
 
@@ -174,7 +175,7 @@ def resume(run_id: str, redis_url: str | None, workers: int | None, idle_exit_s:
     sys.exit(resume_command(redis_url=resolve_redis_url(redis_url, settings), run_id=run_id,
                             workers=workers, as_json=as_json, approve_plan=approve_plan,
                             settings=settings, embedded=is_embedded(redis_url, settings),
-                            idle_exit_s=idle_exit_s))
+                            idle_exit_s=idle_exit_s, advice=for_this_shell(redis_url)))
 
 
 @main.command()
@@ -355,6 +356,24 @@ def workers(ctx: click.Context, redis_url: str | None, as_json: bool,
     from teamctl.coordinator.cli.worker_commands import list_workers_command
 
     list_workers_command(resolve_redis_url(redis_url, settings), as_json, settings)
+
+
+@main.command("worker")
+@click.argument("queues", nargs=-1)
+@redis_url_option
+@click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
+@click.option("--idle-exit", "idle_exit_s", type=click.IntRange(min=1), default=None,
+              help="Exit after S seconds without a job (default: never).")
+@fail_cleanly
+def worker(queues: tuple[str, ...], redis_url: str | None, burst: bool,
+           idle_exit_s: int | None, settings: Settings) -> None:
+    """Run one preloaded worker in the foreground on QUEUES (default: members), as
+    `RQ_CONFIG=teamctl.worker.settings rq worker QUEUES` does; start more to scale, on any
+    host that reaches the same Redis."""
+    from teamctl.coordinator.cli.worker_commands import foreground_worker_command
+
+    foreground_worker_command(resolve_redis_url(redis_url, settings), list(queues), burst,
+                              idle_exit_s)
 
 
 @workers.command("start")

@@ -6,10 +6,11 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import redis
+from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.approval import ApprovalMode
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan
@@ -24,7 +25,13 @@ from teamctl.shared.team import (
     RunSpec,
     load_team_file,
 )
-from teamctl.shared.text import quoted
+from teamctl.shared.text import printable, quoted
+
+if TYPE_CHECKING:
+    from teamctl.coordinator.progress import Reporter
+
+INTERRUPTED_EXIT_CODE = 130
+"""128 + SIGINT, as shells report a command stopped by Ctrl-C."""
 
 
 def exit_code_for(result: RunResult) -> int:
@@ -52,7 +59,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
                 api_base: str | None, redis_url: Callable[[], str], workers: int | None,
                 run_id: str | None, as_json: bool, approve_plan: bool,
                 option_flags: dict[str, Any], settings: Settings, embedded: bool = False,
-                idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
+                idle_exit_s: int = DEFAULT_IDLE_EXIT_S, advice: Advice | None = None) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
@@ -67,12 +74,13 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
     return _drive(started.conn, started.redis_url, started.spec, started.hooks, workers=plan,
-                  as_json=as_json, approve_plan=approve_plan, settings=settings)
+                  as_json=as_json, approve_plan=approve_plan, settings=settings,
+                  advice=advice or Advice())
 
 
 def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json: bool,
                    approve_plan: bool, settings: Settings, embedded: bool = False,
-                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
+                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S, advice: Advice | None = None) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from teamctl.coordinator.hooks import load_hooks
 
@@ -86,59 +94,70 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
     return _drive(conn, redis_url, spec, load_hooks(spec.hooks),
                   workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
-                  approve_plan=approve_plan, settings=settings)
+                  approve_plan=approve_plan, settings=settings, advice=advice or Advice())
 
 
 def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
-           workers: WorkerPlan, as_json: bool, approve_plan: bool, settings: Settings) -> int:
-    """Drive the run to its end with the workers it needs, print the result."""
+           workers: WorkerPlan, as_json: bool, approve_plan: bool, settings: Settings,
+           advice: Advice) -> int:
+    """Drive the run to its end with the workers it needs, print the result; Ctrl-C cancels
+    the run (as `teamctl cancel`) and exits 130 at once."""
+    from teamctl.coordinator.cli.run_view import ending_lines, has_answer
     from teamctl.coordinator.launch import drive
     from teamctl.coordinator.progress import Reporter
+    from teamctl.coordinator.result import result_json
 
-    result = drive(conn, redis_url, spec, hooks, workers=workers,
-                   approval=approval_mode(approve_plan), reporter=Reporter.for_stderr(),
-                   settings=settings)
-    _print_result(result, as_json)
-    click.echo(f"teamctl: run {spec.run_id} {result.status} in {result.rounds} rounds, "
-               f"{len(result.member_results)} tasks ran", err=True)
+    reporter = Reporter.for_stderr(advice)
+    try:
+        result = drive(conn, redis_url, spec, hooks, workers=workers,
+                       approval=approval_mode(approve_plan), reporter=reporter,
+                       settings=settings)
+    except KeyboardInterrupt:
+        return _cancel_interrupted(redis_url, spec, reporter)
+    answer_shown = as_json or has_answer(result)
+    if as_json:
+        click.echo(result_json(result))
+    elif answer_shown:
+        click.echo(printable(result.output))
+    for line in ending_lines(result, answer_shown and not as_json):
+        reporter.note(line)
     return exit_code_for(result)
 
 
-def _print_result(result: RunResult, as_json: bool) -> None:
-    from teamctl.coordinator.result import result_json
+def _cancel_interrupted(redis_url: str, spec: RunSpec, reporter: Reporter) -> int:
+    """Ctrl-C: stop what this command started, the run with it, and say so by its id."""
+    from teamctl.shared.lease import lease_owner
 
-    if as_json:
-        click.echo(result_json(result))
+    run_id = spec.run_id
+    run = RunHandle(connect(redis_url), run_id, spec=spec, lease_owner=lease_owner())
+    try:
+        cancel_run(run)
+    except ConfigError:  # it ended just before the Ctrl-C
+        reporter.note(f"interrupted; run {run_id} had already ended (`teamctl status "
+                      f"{run_id}` shows it)")
     else:
-        click.echo(result.output or "")
+        reporter.note(f"interrupted; run {run_id} cancelled: nothing more is dispatched and "
+                      f"its members stop at their next model call (`teamctl status {run_id}` "
+                      "shows what it did)")
+    return INTERRUPTED_EXIT_CODE
 
 
 def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
-    """`teamctl status`: a summary line, or the full result JSON rebuilt from Redis."""
-    from teamctl.coordinator.result import build_result
+    """`teamctl status`: the run as a person reads it (answer, errors, tasks, cost), or the
+    full result JSON rebuilt from Redis."""
+    from teamctl.coordinator.cli.run_view import status_lines
+    from teamctl.coordinator.result import build_result, result_json
 
-    run = RunHandle(connect(redis_url), run_id)
+    run = RunHandle.existing(connect(redis_url), run_id)
     result = build_result(run)
     if as_json:
-        _print_result(result, True)
+        click.echo(result_json(result))
     else:
-        counts: dict[str, int] = {}
-        for state in result.task_states:
-            counts[state.status.value] = counts.get(state.status.value, 0) + 1
-        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no tasks"
-        click.echo(f"{run_id}: {result.status}; rounds {result.rounds}; {summary}")
-        _print_status_notes(run)
-    finished = result.status.finished
-    return exit_code_for(result) if finished else 0
-
-
-def _print_status_notes(run: RunHandle) -> None:
-    """The run's error, or a hint when an unfinished run has no live coordinator."""
-    state = run.store.state()
-    if state.error:
-        click.echo(f"error: {state.error}")
-    if not state.finished and not run.conn.exists(run.keys.lease):
-        click.echo(f"no coordinator is driving it: `teamctl resume {run.run_id}` continues it")
+        for line in status_lines(result):
+            click.echo(line)
+        if not result.status.finished and not run.conn.exists(run.keys.lease):
+            click.echo(f"no coordinator is driving it: `teamctl resume {run_id}` continues it")
+    return exit_code_for(result) if result.status.finished else 0
 
 
 def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:

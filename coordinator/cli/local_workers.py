@@ -3,6 +3,7 @@ and stopping by themselves if the run that started them is killed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -12,10 +13,16 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from teamctl.coordinator.worker_hints import StartedWorker
+from teamctl.coordinator.worker_registry import proc_stat
 from teamctl.shared.connection import WORKER_CONNECTION_CLASS
+from teamctl.shared.errors import Interrupted
 from teamctl.shared.parent_watch import PARENT_PID_ENV
+from teamctl.worker.rq_worker import WORKER_CLASS
 
 STOP_TIMEOUT_S = 10.0
+LET_GO_WAIT_S = 1.0
+"""How long an interrupted run waits for its workers before it exits (they stop by themselves)."""
 URL_ENV = "RQ_REDIS_URL"
 """Where `rq worker` reads its URL when -u is not given; unlike argv, other users cannot read a
 process's environment, and the embedded server's URL holds its password."""
@@ -23,11 +30,17 @@ SETTINGS_MODULE = "teamctl.worker.settings"
 """The RQ settings module that preloads litellm in each worker (RQ_CONFIG, or -c)."""
 
 
-def worker_env(environ: Mapping[str, str], redis_url: str) -> dict[str, str]:
+def worker_env(environ: Mapping[str, str], redis_url: str | None) -> dict[str, str]:
     """The environment of the documented worker, `rq worker QUEUE...` with no flags: RQ reads its
-    settings module, its outage-tolerant client class and its URL from these variables."""
-    return {**environ, "RQ_CONFIG": SETTINGS_MODULE,
-            "RQ_CONNECTION_CLASS": WORKER_CONNECTION_CLASS, URL_ENV: redis_url}
+    settings module, teamctl's worker and client classes and its URL from these variables (a
+    worker class the person chose in RQ_WORKER_CLASS is kept). Without `redis_url` the settings
+    module finds the Redis teamctl uses."""
+    env = {**environ, "RQ_CONFIG": SETTINGS_MODULE,
+           "RQ_CONNECTION_CLASS": WORKER_CONNECTION_CLASS,
+           "RQ_WORKER_CLASS": environ.get("RQ_WORKER_CLASS") or WORKER_CLASS}
+    if redis_url:
+        env[URL_ENV] = redis_url
+    return env
 
 
 def worker_command(redis_url: str | None, queues: list[str], *, worker_class: str | None = None,
@@ -61,8 +74,11 @@ class LocalWorkers:
         self.start()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt | Interrupted):
+            self.let_go()  # a person is waiting for the prompt: no 10 s warm shutdown here
+        else:
+            self.stop()
         if self._previous_sigterm is not None:
             signal.signal(signal.SIGTERM, self._previous_sigterm)  # type: ignore[arg-type]
 
@@ -73,11 +89,32 @@ class LocalWorkers:
         # They stop when this process is gone, even after a kill -9 of it.
         env[PARENT_PID_ENV] = str(os.getpid())
         for index in range(self.count):
-            log_path = self.log_dir / f"worker-{os.getpid()}-{index}.log"
-            with log_path.open("ab") as log_file:
+            with self._log_path(index).open("ab") as log_file:
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "rq.cli", "worker", *self.queues],
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
+
+    def started(self) -> list[StartedWorker]:
+        """The workers started, for hints that say they are starting."""
+        return [StartedWorker(p.pid, stat[1] if (stat := proc_stat(p.pid)) else None,
+                              tuple(self.queues), str(self._log_path(index)))
+                for index, p in enumerate(self.processes)]
+
+    def _log_path(self, index: int) -> Path:
+        return self.log_dir / f"worker-{os.getpid()}-{index}.log"
+
+    def let_go(self, wait_s: float = LET_GO_WAIT_S) -> None:
+        """Ask each worker for RQ's warm shutdown and wait at most `wait_s` in all: one busy
+        with a job finishes it (a cancelled run's job stops at its next model call) and exits
+        by itself, never killed mid-job."""
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + wait_s
+        for process in self.processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=max(0.01, deadline - time.monotonic()))
+        self.processes.clear()
 
     def stop(self) -> None:
         """Warm shutdown (SIGTERM) by pid, then SIGKILL whatever is left after the timeout."""

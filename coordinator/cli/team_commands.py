@@ -16,12 +16,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option, resolve_redis_url
+from teamctl.coordinator.advice import Advice, for_this_shell
+from teamctl.coordinator.cli.app import (
+    fail_cleanly,
+    is_embedded,
+    redis_url_option,
+    resolve_redis_url,
+)
 from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
-from teamctl.shared.teammates import DEFAULT_QUEUE, load_mate_python_tools, team_workspace
+from teamctl.shared.teammates import (
+    DEFAULT_QUEUE,
+    MateStatus,
+    load_mate_python_tools,
+    team_workspace,
+)
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import shorten
 
@@ -35,8 +46,14 @@ def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Team name (default: $TEAMCTL_TEAM, else 'default').")(fn)
 
 
-def with_store(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Resolve --team and --redis-url into the team's store (passed as `store`), reconciled."""
+def with_store(fn: Callable[..., Any] | None = None, *,
+               wakes: bool = False) -> Callable[..., Any]:
+    """Resolve --team and --redis-url into the team's store (passed as `store`), reconciled.
+    A verb that `wakes` teammates then sees that workers serve their turns: on the embedded
+    defaults it starts (or renews) the local pool as `run` does, elsewhere it says when no
+    worker listens."""
+    if fn is None:
+        return lambda inner: with_store(inner, wakes=wakes)
 
     @redis_url_option
     @team_option
@@ -44,11 +61,42 @@ def with_store(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
     def wrapper(*args: Any, team: str | None, redis_url: str | None, settings: Settings,
                 **kwargs: Any) -> Any:
-        store = TeamStore(connect(resolve_redis_url(redis_url, settings)), team or settings.team)
+        url = resolve_redis_url(redis_url, settings)
+        store = TeamStore(connect(url), team or settings.team)
         store.reconcile()
-        return fn(*args, store=store, settings=settings, **kwargs)
+        result = fn(*args, store=store, settings=settings, **kwargs)
+        if wakes:
+            serve_turns(store, url, is_embedded(redis_url, settings), settings,
+                        for_this_shell(redis_url))
+        return result
 
     return wrapper
+
+
+def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings,
+                advice: Advice) -> None:
+    """Workers for the turns of the team's live teammates: the local pool on the embedded
+    defaults (started, or renewed for this environment), else a hint per queue no worker
+    listens on."""
+    from teamctl.coordinator.worker_hints import no_worker_hint
+
+    mates = [m for m in store.mates() if m.status is not MateStatus.SHUTDOWN]
+    queues = sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
+
+    def note(text: str) -> None:
+        click.echo(f"teamctl: {advice.spell(text)}", err=True)
+
+    if embedded:
+        from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
+        from teamctl.coordinator.launch import ensure_pool
+
+        servers = store.meta().mcp_servers if store.exists() else []
+        ensure_pool(url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note,
+                    {name for server in servers for name in server.variables()})
+        return
+    for queue in queues:
+        if not store.workers_on(queue):
+            note(no_worker_hint(queue, "its turn"))
 
 
 @click.command("teams")
@@ -107,7 +155,7 @@ def create_command(team_file: Path | None, store: TeamStore, settings: Settings)
 @click.option("--mcp", "mcp", multiple=True, metavar="SERVER[:TOOL]",
               help="Tools of one of the team's MCP servers (repeatable): a server's name for "
                    "all its tools, or server:tool for one (see `teamctl team create --file`).")
-@with_store
+@with_store(wakes=True)
 def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
                   queue: str, plan_mode: bool, tools: tuple[str, ...], mcp: tuple[str, ...],
                   store: TeamStore, settings: Settings) -> None:
@@ -121,9 +169,6 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
                        plan_mode=plan_mode, tools=tools, mcp=mcp,
                        workspace=team_workspace(settings.state_dir, store.team))
     click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
-    if not store.workers_on(queue):
-        click.echo(f"teamctl: no worker listens on queue {queue}; its turn waits until one does: "
-                   f"RQ_CONFIG=teamctl.worker.settings rq worker {queue}", err=True)
 
 
 @team_group.command("list")
@@ -146,7 +191,7 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
 @click.argument("text")
 @click.option("--type", "type_", default=None,
               help="Message type (default peer.message; protocol types are refused).")
-@with_store
+@with_store(wakes=True)
 def send_command(name: str, text: str, type_: str | None, store: TeamStore,
                  settings: Settings) -> None:
     """Send TEXT from the lead to teammate NAME (waking it if idle)."""
@@ -157,7 +202,7 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
 
 @team_group.command("broadcast")
 @click.argument("text")
-@with_store
+@with_store(wakes=True)
 def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
     """Send TEXT from the lead to every teammate (waking the idle ones)."""
     store.meta()
@@ -228,7 +273,7 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
 @click.option("--approve/--reject", "approve", default=None,
               help="Approve the plan, or reject it (the teammate revises and resubmits).")
 @click.option("--feedback", default="", help="What to keep or change, for the teammate.")
-@with_store
+@with_store(wakes=True)
 def review_command(request_id: str, approve: bool | None, feedback: str, store: TeamStore,
                    settings: Settings) -> None:
     """Approve or reject a teammate's plan request REQUEST_ID (waking the teammate)."""
@@ -277,7 +322,7 @@ def task_group() -> None:
 @click.option("--assignee", default="", help="Reserve it for this teammate.")
 @click.option("--after", "after", multiple=True, metavar="ID",
               help="A task that must complete first (repeatable).")
-@with_store
+@with_store(wakes=True)
 def task_add_command(subject: str, description: str, role: str, assignee: str,
                      after: tuple[str, ...], store: TeamStore, settings: Settings) -> None:
     """Add a task (prints its id); a ready one goes to one idle teammate that fits."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from teamctl.coordinator.launch import local_pool
@@ -59,13 +60,34 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def check_queue_names(queues: list[str], given_as: str) -> None:
+    """ConfigError (exit 2) for a queue name RQ or a shell would trip on."""
+    bad = [q for q in queues if not QUEUE_NAME.match(q)]
+    if bad:
+        raise ConfigError(f"{given_as} {bad[0]!r} is not a queue name: use letters, digits "
+                          "and _.:-")
+
+
+def foreground_worker_command(redis_url: str, queues: list[str], burst: bool,
+                              idle_exit_s: int | None) -> NoReturn:
+    """`teamctl worker`: become the documented worker, `rq worker QUEUE...` with teamctl's
+    settings, classes and Redis (exec: signals, logs and exit code are RQ's own)."""
+    from teamctl.coordinator.cli.local_workers import worker_env
+
+    queues = queues or [DEFAULT_QUEUE]
+    check_queue_names(queues, "QUEUE")
+    connect(redis_url).close()  # Redis down is one line and exit 1, not RQ's traceback
+    argv = [sys.executable, "-m", "rq.cli", "worker", *(["--burst"] if burst else []),
+            *(["--max-idle-time", str(idle_exit_s)] if idle_exit_s else []), *queues]
+    sys.stdout.flush()
+    os.execve(sys.executable, argv, worker_env(os.environ, redis_url))
+
+
 def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: int,
                        idle_exit_s: int, settings: Settings) -> None:
     """`teamctl workers start`: top the pool up to `count` live workers on `queues`."""
     queues = queues or [DEFAULT_QUEUE]
-    bad = [q for q in queues if not QUEUE_NAME.match(q)]
-    if bad:
-        raise ConfigError(f"--queue {bad[0]!r} is not a queue name: use letters, digits and _.:-")
+    check_queue_names(queues, "--queue")
     url = redis_url()
     connect(url).close()  # Redis down is exit 1 before any worker starts against it
     pool = local_pool(settings)

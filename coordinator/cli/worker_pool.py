@@ -14,11 +14,11 @@ import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from teamctl.coordinator.cli.local_workers import STOP_TIMEOUT_S, worker_env
-from teamctl.coordinator.worker_registry import process_alive
+from teamctl.coordinator.worker_registry import proc_stat, same_process_alive
 from teamctl.shared.embedded_redis import private_dir, write_private
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 
@@ -29,24 +29,35 @@ DEFAULT_IDLE_EXIT_S = 600
 @dataclass(frozen=True)
 class PoolWorker:
     """One recorded pool worker: its pid, when it started (to tell a reused pid from it), the
-    Redis it serves (a digest: the URL holds a password) and its queues."""
+    Redis it serves (a digest: the URL holds a password), its queues, and keyed digests of the
+    environment it was started with (coordinator/cli/job_env.py; none: an older teamctl's)."""
 
     pid: int
     start_ticks: int | None
     redis_id: str
     queues: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    log: str = ""
+    """Where its output goes (a worker that dies at start says why there)."""
+    retiring: bool = False
+    """Asked to stop (replaced by workers of another environment): it serves no new run."""
+
+    @property
+    def env_key(self) -> str:
+        """A short name for the environment it has: workers started together share it."""
+        if not self.env:
+            return "-"
+        text = "\n".join(f"{name}={digest}" for name, digest in sorted(self.env.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
 
     def alive(self) -> bool:
         """Whether this very process still runs (not a zombie, not a reused pid)."""
-        stat = _proc_stat(self.pid)
-        if stat is None:
-            return process_alive(self.pid) and self.start_ticks is None
-        state, ticks = stat
-        return state != "Z" and (self.start_ticks is None or ticks == self.start_ticks)
+        return same_process_alive(self.pid, self.start_ticks)
 
     def serves(self, redis_id: str, queues: list[str]) -> bool:
-        """Whether it listens on every one of `queues` of this Redis."""
-        return self.redis_id == redis_id and set(queues) <= set(self.queues)
+        """Whether it listens on every one of `queues` of this Redis, and is not retiring."""
+        return (self.redis_id == redis_id and set(queues) <= set(self.queues)
+                and not self.retiring)
 
 
 def redis_identity(redis_url: str) -> str:
@@ -61,6 +72,13 @@ class WorkerPool:
         self.root = root.absolute()
         self.log_dir = log_dir
         self.record = self.root / "workers.json"
+
+    def env_digests(self, environ: Mapping[str, str], cwd: str) -> dict[str, str]:
+        """`environ` and `cwd` as this pool records them (under its salt)."""
+        from teamctl.coordinator.cli.job_env import EnvDigests, load_salt
+
+        private_dir(self.root, tighten=True)
+        return EnvDigests(load_salt(self.root / "salt")).of(environ, cwd)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -78,7 +96,8 @@ class WorkerPool:
             return []
         except ValueError:
             return []  # a torn or hand-edited record: its pids cannot be trusted to signal
-        return [PoolWorker(**row) for row in rows]
+        known = set(PoolWorker.__dataclass_fields__)
+        return [PoolWorker(**{k: v for k, v in row.items() if k in known}) for row in rows]
 
     def live(self, redis_url: str | None = None, queues: list[str] | None = None
              ) -> list[PoolWorker]:
@@ -89,8 +108,9 @@ class WorkerPool:
         return [w for w in alive if w.serves(redis_identity(redis_url), queues or [])]
 
     def start(self, redis_url: str, queues: list[str], count: int, idle_exit_s: int,
-              environ: Mapping[str, str]) -> list[PoolWorker]:
-        """Start `count` detached preloaded workers and record them with the live ones."""
+              environ: Mapping[str, str], digests: dict[str, str]) -> list[PoolWorker]:
+        """Start `count` detached preloaded workers in this process's working directory, with
+        `environ` (whose digests are `digests`), and record them with the live ones."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = worker_env(environ, redis_url)
         env.pop(PARENT_PID_ENV, None)  # a pool worker outlives whoever started it
@@ -104,11 +124,20 @@ class WorkerPool:
                      str(idle_exit_s), *queues],
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True)
-            stat = _proc_stat(process.pid)
+            stat = proc_stat(process.pid)
             started.append(PoolWorker(process.pid, stat[1] if stat else None,
-                                      redis_identity(redis_url), list(queues)))
+                                      redis_identity(redis_url), list(queues), digests,
+                                      str(log_path)))
         self._write([*self.live(), *started])
         return started
+
+    def retire(self, workers: list[PoolWorker]) -> None:
+        """Ask `workers` for RQ's warm shutdown (each finishes the job in hand, then exits);
+        they stay recorded until they are gone, so `stop` can still reach them."""
+        for worker in workers:
+            _signal(worker.pid, signal.SIGTERM)  # once: a second SIGTERM is RQ's cold stop
+        pids = {w.pid for w in workers}
+        self._write([replace(w, retiring=True) if w.pid in pids else w for w in self.live()])
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
         """SIGTERM every live recorded worker (RQ's warm shutdown), SIGKILL those still there
@@ -127,17 +156,6 @@ class WorkerPool:
 
     def _write(self, workers: list[PoolWorker]) -> None:
         write_private(self.record, json.dumps([asdict(w) for w in workers]) + "\n")
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and start time in clock ticks from /proc; None off Linux or
-    when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
-    return fields[0], int(fields[19])
 
 
 def _signal(pid: int, signum: int) -> None:

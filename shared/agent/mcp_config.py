@@ -47,6 +47,12 @@ class McpServer(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
 
+    def variables(self) -> set[str]:
+        """The worker's environment variables this server reads (its `env:NAME` values)."""
+        return {value[len(ENV_PREFIX):] for value in (*self.headers.values(),
+                                                      *self.env.values())
+                if value.startswith(ENV_PREFIX)}
+
     @field_validator("name")
     @classmethod
     def _safe_name(cls, name: str) -> str:

@@ -1,0 +1,108 @@
+"""A run as a person reads it: what `teamctl status RUN` prints, and what `teamctl run` says on
+stderr when a run ends without success. Model and provider text is made printable first."""
+
+from __future__ import annotations
+
+from teamctl.coordinator.approval import plan_table
+from teamctl.shared.models import RunResult, RunStatus, TaskStatus, Usage
+from teamctl.shared.text import one_line, printable
+
+ERROR_CHARS = 500
+"""How much of one error a summary line shows (`status --json` has it whole)."""
+ENDED_WITHOUT_ANSWER = (TaskStatus.FAILED, TaskStatus.BLOCKED)
+
+
+def has_answer(result: RunResult) -> bool:
+    """Whether the run's output answers anything: it was synthesized from at least one
+    completed task (AI4J's synthesizer also runs on nothing but failures)."""
+    completed = any(s.status is TaskStatus.COMPLETED for s in result.task_states)
+    return bool(result.output) and completed
+
+
+def cost_text(usage: Usage) -> str:
+    """Tokens and cost, as a person reads them."""
+    tokens = usage.prompt_tokens + usage.completion_tokens
+    if usage.unpriced and not usage.cost_usd:
+        return f"{tokens:,} tokens, unpriced"
+    unpriced = " + unpriced calls" if usage.unpriced else ""
+    return f"{tokens:,} tokens, ${usage.cost_usd:.4f}{unpriced}"
+
+
+def seconds_text(duration_ms: int) -> str:
+    return f"{duration_ms / 1000:.1f}s"
+
+
+def failure_lines(result: RunResult) -> list[str]:
+    """Each failed or blocked task with its reason, and the run's own error: one line each."""
+    members = {m.task_id: m.member_id for m in result.member_results}
+    lines = []
+    for state in result.task_states:
+        if state.status not in ENDED_WITHOUT_ANSWER:
+            continue
+        who = members.get(state.task_id) or state.claimed_by
+        where = f" ({who})" if who else ""
+        if state.status is TaskStatus.FAILED:
+            lines.append(f"task {state.task_id}{where} failed after {state.attempts} "
+                         f"attempt(s): {one_line(state.error, ERROR_CHARS) or 'no reason kept'}")
+        else:
+            lines.append(f"task {state.task_id}{where} blocked: "
+                         f"{one_line(state.error, ERROR_CHARS) or 'a task it depends on failed'}")
+    if result.error:
+        lines.append(f"run error: {one_line(result.error, ERROR_CHARS)}")
+    return lines
+
+
+def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
+    """What `teamctl run` adds on stderr after the run ends: the summary, then why it did not
+    complete, and whether stdout holds an answer."""
+    ran = sum(s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED) for s in result.task_states)
+    lines = [f"run {result.run_id} {result.status} in {result.rounds} rounds, {ran} tasks ran, "
+             f"{seconds_text(result.total_duration_ms)}, {cost_text(result.usage)}"]
+    if result.status is RunStatus.COMPLETED:
+        return lines
+    lines += failure_lines(result)
+    done = sum(s.status is TaskStatus.COMPLETED for s in result.task_states)
+    if answer_shown:
+        lines.append(f"the answer above is partial: {done} of {len(result.task_states)} tasks "
+                     "completed")
+    elif result.output:
+        lines.append(f"no task completed, so there is no answer (`teamctl status "
+                     f"{result.run_id} --json` has the synthesizer's text)")
+    return lines
+
+
+def status_lines(result: RunResult) -> list[str]:
+    """`teamctl status RUN`: the run, its error, each task (status, attempts, duration, cost,
+    error), its plan while it awaits approval, and its answer."""
+    lines = [f"{result.run_id}: {result.status}; rounds {result.rounds}; "
+             f"{seconds_text(result.total_duration_ms)}; {cost_text(result.usage)}",
+             f"objective: {one_line(result.objective, ERROR_CHARS)}"]
+    if result.error:
+        lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
+    if result.status is RunStatus.AWAITING_APPROVAL:
+        lines += [printable(plan_table(result.plan)),
+                  f"it waits for `teamctl approve {result.run_id}` or "
+                  f"`teamctl reject {result.run_id} --reason TEXT`"]
+    lines += _task_lines(result)
+    if has_answer(result):
+        lines += ["answer:", printable(result.output or "")]
+    return lines
+
+
+def _task_lines(result: RunResult) -> list[str]:
+    if not result.task_states:
+        return []
+    usage = {m.task_id: m.usage for m in result.member_results}
+    members = {m.task_id: m.member_id for m in result.member_results}
+    rows = []
+    for state in result.task_states:
+        spent = usage.get(state.task_id)
+        rows.append((state.task_id, members.get(state.task_id) or state.claimed_by or "-",
+                     state.status.value, str(state.attempts),
+                     seconds_text(state.duration_ms) if state.duration_ms else "-",
+                     cost_text(spent) if spent else "-",
+                     one_line(state.error, ERROR_CHARS) if state.error else ""))
+    header = ("task", "member", "status", "attempts", "time", "cost", "error")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    return [("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+             + "  " + row[-1]).rstrip() for row in [header, *rows]]

@@ -1,0 +1,88 @@
+"""teamctl's RQ worker class: RQ's forking worker that gives up on a Redis gone for good.
+
+RQ's own loop retries a lost Redis for ever, so a worker whose server was stopped (or whose
+state dir was deleted) stayed alive for hours: `--max-idle-time` never fires while it cannot
+dequeue, and its warm shutdown waited on the dead server to register its death. This worker
+exits once Redis has been unreachable for `redis_outage_s` (the connection class's retry
+window, shared/connection.py), and its teardown spends at most TEARDOWN_OUTAGE_S on Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+from rq.exceptions import StopRequested
+from rq.worker import Worker
+from teamctl.shared.connection import DEFAULT_OUTAGE_S, OutageRetry
+
+TEARDOWN_OUTAGE_S = 2.0
+"""How long a stopping worker keeps trying to tell Redis it stopped (its key expires anyway)."""
+
+
+class Outage:
+    """How long Redis has been unreachable, as seen by one worker's idle loop."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self.since: float | None = None
+
+    def failed(self, already_s: float) -> bool:
+        """Note a failed command that had already retried for `already_s`; True once the
+        outage has lasted `limit_s`."""
+        now = time.monotonic()
+        if self.since is None:
+            self.since = now - already_s
+        return now - self.since >= self.limit_s
+
+    def ended(self) -> None:
+        self.since = None
+
+
+class TeamctlWorker(Worker):
+    """RQ's Worker that exits after `redis_outage_s` without Redis and stops promptly."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.outage = Outage(_retry_window_s(self.connection) or DEFAULT_OUTAGE_S)
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        """RQ's heartbeat, which its idle loop calls first on every pass: the place to see
+        that Redis has been gone too long (RQ itself would retry for ever)."""
+        if pipeline is not None:
+            return super().heartbeat(timeout, pipeline)
+        try:
+            super().heartbeat(timeout)
+        except (redis.ConnectionError, redis.TimeoutError):
+            if self.outage.failed(_retry_window_s(self.connection)):
+                self.log.error("Worker %s: Redis unreachable for %.0f s (redis_outage_s); "
+                               "exiting", self.name, self.outage.limit_s)
+                raise StopRequested() from None
+            raise
+        self.outage.ended()
+        return None
+
+    def teardown(self) -> None:
+        """RQ's teardown (register the death, unsubscribe) with a short retry: a worker
+        stopping during an outage must not wait the whole outage to say it stopped."""
+        if self.is_horse:
+            super().teardown()
+            return
+        self.connection.set_retry(OutageRetry(TEARDOWN_OUTAGE_S))
+        try:
+            super().teardown()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            self.log.warning("Worker %s: could not record its stop in Redis (%s)", self.name,
+                             exc)
+
+
+def _retry_window_s(conn: redis.Redis) -> float:
+    """How long a command of `conn` retries before failing (0 for redis-py's count-based
+    retry, which gives up within seconds)."""
+    retry = conn.get_connection_kwargs().get("retry")
+    return retry.outage_s if isinstance(retry, OutageRetry) else 0.0
+
+
+WORKER_CLASS = f"{__name__}.{TeamctlWorker.__name__}"
+"""What RQ_WORKER_CLASS names for teamctl's workers."""
