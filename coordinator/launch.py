@@ -82,13 +82,14 @@ class WorkerPlan:
 
 
 def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
-                settings: Settings, note: Note, team_variables: Iterable[str] = ()
-                ) -> list[StartedWorker]:
+                settings: Settings, note: Note, team_variables: Iterable[str] = (), *,
+                explicit: bool = False) -> list[StartedWorker]:
     """Top the local pool up to `size` live workers on `queues` with this process's
     environment: workers started with another one (a provider key, PYTHONPATH, the working
     directory, the teamctl install, a variable in `team_variables`) are replaced, and said
-    so; none start when the pool has none and other workers already listen there. The workers
-    started."""
+    so; none start when the pool has none and other workers already listen there, unless the
+    person asked for them (`explicit`: `teamctl workers start`, which reports them itself). The
+    workers started."""
     pool = local_pool(settings)
     digests = pool.env_digests(os.environ, os.getcwd())
     with pool.locked():
@@ -103,12 +104,15 @@ def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
         live = [w for w in serving if w.pid not in stale]
         if len(live) >= size:
             return []
-        if not serving and listening_workers(connect(redis_url, decode=False), queues):
+        if not serving and not explicit \
+                and listening_workers(connect(redis_url, decode=False), queues):
             return []  # the user's own workers serve these queues
         started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ,
                              digests)
-    note(f"started {len(started)} local pool worker(s) on {', '.join(queues)}; they serve "
-         f"later runs and exit after {idle_exit_s} s idle (`teamctl workers stop` stops them)")
+    if not explicit:
+        note(f"started {len(started)} local pool worker(s) on {', '.join(queues)}; they serve "
+             f"later runs and exit after {idle_exit_s} s idle (`teamctl workers stop` stops "
+             "them)")
     return [StartedWorker(w.pid, w.start_ticks, tuple(w.queues), w.log) for w in started]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import typing
@@ -158,8 +159,14 @@ def test_status_tasks_and_runs_read_the_run_from_redis(
     assert json.loads(runs.stdout)[0] == {"run_id": run_id, "status": "planning", "rounds": 0,
                                           "objective": "Objective X"}
     plain = runner.invoke(main, ["status", run_id, "--redis-url", redis_url])
-    assert plain.stdout.splitlines() == [
-        f"{run_id}: planning; rounds 0; 1 pending, 1 ready",
+    lines = plain.stdout.splitlines()
+    assert re.fullmatch(rf"{run_id}: planning; rounds 0; \d+\.\ds; 0 tokens, \$0\.0000",
+                        lines[0]), lines
+    assert lines[1:] == [
+        "objective: Objective X",
+        "task  member  status   attempts  time  cost  error",
+        "a     -       ready    0         -     -",
+        "b     -       pending  0         -     -",
         f"no coordinator is driving it: `teamctl resume {run_id}` continues it"]
     missing = runner.invoke(main, ["status", "nope", "--redis-url", redis_url])
     assert missing.exit_code == 2 and "no run nope" in missing.stderr

@@ -1,6 +1,7 @@
-"""README promises about the command line: Ctrl-C exits 130 and `resume` finishes the run (with
-its own workers, or approving the plan), the live table on a terminal vs one summary line, plain
-`teamctl tasks`, and the embedded Redis keeping its data across `teamctl redis stop`."""
+"""README promises about the command line: Ctrl-C cancels the run and exits 130, `resume` of a
+run whose coordinator died approves a plan left waiting, the live table on a terminal vs one
+summary line, plain `teamctl tasks`, and the embedded Redis keeping its data across `teamctl
+redis stop`."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.advice import teamctl_prog
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import EmbeddedRedis
@@ -67,16 +69,17 @@ def slow_a_then_b(body: dict[str, Any]) -> str | Slow:
     return Slow(f"output of {task_id}", 3.0) if task_id == "a" else f"output of {task_id}"
 
 
-def test_ctrl_c_exits_130_and_resume_with_its_own_workers_completes(
+def test_ctrl_c_cancels_the_run_it_started_and_exits_130_naming_it(
         llm: ScriptedLLM, redis_server: str, run_id: str, tmp_path: Path,
         group_reaper: list[subprocess.Popen[bytes]]) -> None:
-    """Ctrl-C reaches the whole foreground process group: the coordinator and its workers.
-    Only the run's own workers serve its queue, so b can only run on the workers resume starts."""
+    """Ctrl-C reaches the whole foreground process group: the coordinator and its workers. The
+    run is cancelled as `teamctl cancel` would (not left running with no coordinator), the
+    message names it by id, and the workers it started stop after the job in hand."""
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     queue = f"q-{uuid.uuid4().hex[:8]}"
     plan = [{"id": "a", "memberId": "m1", "task": "A"},
             {"id": "b", "memberId": "m1", "task": "B", "dependsOn": ["a"]}]
-    models = script_run(llm, run_id, plan, member=slow_a_then_b)
+    models = script_run(llm, run_id, plan, member=slow_a_then_b, synth=None)
     team = own_queue_team(tmp_path / "t.toml", models, queue, heartbeat_ttl_s=1.0)
     run = subprocess.Popen(
         [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
@@ -88,33 +91,27 @@ def test_ctrl_c_exits_130_and_resume_with_its_own_workers_completes(
                message="the member's model call on task a")
 
     os.killpg(run.pid, signal.SIGINT)
-
-    _, err = run.communicate(timeout=60)
-    assert run.returncode == 130, err
-    assert err.decode().strip().splitlines()[-1] == (
-        "teamctl: interrupted; a started run continues with `teamctl resume RUN` "
-        "or ends with `teamctl cancel RUN`")
-    assert RunStore(conn, RunKeys(run_id)).state().status == "running"
-    assert not conn.exists(RunKeys(run_id).lease)  # released on the way out: resumable at once
-    # Never dispatched: nobody can run it yet.
-    assert TaskBoard(conn, RunKeys(run_id)).get("b").attempts == 0
     interrupted_at = time.monotonic()
+    out, err = run.communicate(timeout=60)
+    took_s = time.monotonic() - interrupted_at
 
-    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", redis_server,
-                                        "--workers", "1", "--json"])
-
-    assert resumed.exit_code == 0, resumed.output
-    out = json.loads(resumed.stdout)
-    assert (out["status"], out["output"]) == ("completed", "final answer")
-    assert [(s["task_id"], s["status"]) for s in out["task_states"]] == [
-        ("a", "completed"), ("b", "completed")]
-    assert [r["output"] for r in out["member_results"]] == ["output of a", "output of b"]
-    b_calls = [at for at, body in zip(llm.request_times[f"member-{run_id}"],
-                                      llm.requests[f"member-{run_id}"], strict=True)
-               if task_id_of(body) == "b"]
-    assert len(b_calls) == 1 and b_calls[0] > interrupted_at
-    assert len(llm.prompts(f"plan-{run_id}")) == 1 and len(llm.prompts(f"synth-{run_id}")) == 1
-    assert conn.smembers(f"rq:workers:{queue}") == set()  # resume stopped the worker it started
+    assert run.returncode == 130, err
+    assert took_s < 5, took_s  # the promise is 2 s; a loaded CI machine gets some slack
+    assert out == b""  # no answer: the run never reached its synthesis
+    assert err.decode().strip().splitlines()[-1] == (
+        f"teamctl: interrupted; run {run_id} cancelled: nothing more is dispatched and its "
+        f"members stop at their next model call (`{teamctl_prog()} status {run_id} "
+        f"--redis-url {redis_server}` shows what it did)")
+    state = RunStore(conn, RunKeys(run_id)).state()
+    assert (state.status, state.error) == ("cancelled", "cancelled")
+    assert not conn.exists(RunKeys(run_id).lease)
+    board = TaskBoard(conn, RunKeys(run_id))
+    assert (board.get("b").status, board.get("b").attempts) == ("blocked", 0)
+    assert board.get("a").status == "failed"  # its claim revoked: a late write is refused
+    # The run's worker finishes the job in hand and exits by itself.
+    wait_until(lambda: not conn.smembers(f"rq:workers:{queue}"), 60,
+               message="the run's worker to exit")
+    assert len(llm.requests[f"member-{run_id}"]) == 1  # b never ran
 
 
 def test_resume_approve_plan_approves_a_plan_left_waiting(
@@ -132,8 +129,10 @@ def test_resume_approve_plan_approves_a_plan_left_waiting(
     wait_until(lambda: RunStore(conn, RunKeys(run_id)).exists()
                and RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval", 90,
                message="the plan to await approval")
-    run.send_signal(signal.SIGINT)
-    assert run.wait(timeout=60) == 130
+    run.kill()  # the coordinator dies (Ctrl-C would cancel the run): its lease runs out
+    assert run.wait(timeout=60) == -signal.SIGKILL
+    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 120,
+               message="the dead coordinator's lease to expire")
 
     resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
                                         "--workers", "0", "--approve-plan", "--json"])
@@ -223,9 +222,10 @@ def test_live_table_on_a_terminal_and_one_summary_line_otherwise(
 
     assert plain.exit_code == 0, plain.output
     assert plain.stdout == "final answer\n"
-    assert plain.stderr.splitlines() == [f"teamctl: run {plain_id} on {workers}",
-                                         f"teamctl: run {plain_id} completed in 2 rounds, "
-                                         "2 tasks ran"]
+    first, summary = plain.stderr.splitlines()
+    assert first == f"teamctl: run {plain_id} on {workers}"
+    assert re.fullmatch(rf"teamctl: run {plain_id} completed in 2 rounds, 2 tasks ran, "
+                        r"\d+\.\ds, \d+ tokens, unpriced", summary), summary
 
 
 def test_plain_tasks_lists_the_board_one_task_a_line(

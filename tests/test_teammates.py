@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Queue, Worker
+from teamctl.coordinator.advice import for_this_shell
+from teamctl.coordinator.worker_hints import no_worker_hint
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.models import SystemType
 from teamctl.shared.teammates import MateStatus, TeamOptions
@@ -208,8 +210,8 @@ def test_spawn_says_when_no_worker_listens_on_the_queue(workers: str, team: str)
     queue = f"q-{uuid.uuid4().hex[:8]}"
     waiting = spawn(workers, team, "bob", OFFLINE_MODEL, None, "--queue", queue)
     assert waiting.exit_code == 0
-    assert (f"no worker listens on queue {queue}; its turn waits until one does: "
-            f"RQ_CONFIG=teamctl.worker.settings rq worker {queue}") in waiting.stderr
+    hint = for_this_shell(workers).spell(no_worker_hint(queue, "its turn"))
+    assert waiting.stderr == f"teamctl: {hint}\n"
     store = TeamStore(redis.Redis.from_url(workers, decode_responses=True), team)
     wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
     store.delete(force=True)

@@ -390,7 +390,7 @@ def workers_start(count: int, queues: tuple[str, ...], idle_exit_s: int, redis_u
     from teamctl.coordinator.cli.worker_commands import start_pool_command
 
     start_pool_command(lambda: resolve_redis_url(redis_url, settings), list(queues), count,
-                       idle_exit_s, settings)
+                       idle_exit_s, settings, for_this_shell(redis_url))
 
 
 @workers.command("stop")

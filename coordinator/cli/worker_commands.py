@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
+from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.launch import local_pool
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
@@ -84,19 +85,23 @@ def foreground_worker_command(redis_url: str, queues: list[str], burst: bool,
 
 
 def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: int,
-                       idle_exit_s: int, settings: Settings) -> None:
-    """`teamctl workers start`: top the pool up to `count` live workers on `queues`."""
+                       idle_exit_s: int, settings: Settings, advice: Advice) -> None:
+    """`teamctl workers start`: top the pool up to `count` live workers on `queues`, replacing
+    those started with another environment (as `teamctl run` does)."""
+    from teamctl.coordinator.launch import ensure_pool
+
     queues = queues or [DEFAULT_QUEUE]
     check_queue_names(queues, "--queue")
     url = redis_url()
     connect(url).close()  # Redis down is exit 1 before any worker starts against it
-    pool = local_pool(settings)
-    with pool.locked():
-        live = pool.live(url, queues)
-        started = pool.start(url, queues, count - len(live), idle_exit_s, os.environ) \
-            if len(live) < count else []
-    click.echo(f"pool on {', '.join(queues)}: {len(live)} running, {len(started)} started "
-               f"(pids {' '.join(str(w.pid) for w in [*live, *started])})")
+
+    def note(text: str) -> None:
+        click.echo(f"teamctl: {advice.spell(text)}", err=True)
+
+    started = ensure_pool(url, queues, count, idle_exit_s, settings, note, explicit=True)
+    live = local_pool(settings).live(url, queues)
+    click.echo(f"pool on {', '.join(queues)}: {len(live) - len(started)} running, "
+               f"{len(started)} started (pids {' '.join(str(w.pid) for w in live)})")
 
 
 def stop_pool_command(settings: Settings) -> None:
