@@ -12,6 +12,8 @@ from teamctl.shared.team import RunSpec
 
 JOB_TIMEOUT_MARGIN_S = 60
 FAILURE_TTL_S = 86_400
+TOOL_CHECK_RESULT_TTL_S = 3_600
+"""Long enough for a coordinator (or the one resuming it) to read the tool check's report."""
 ENDED = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED})
 
 
@@ -35,15 +37,22 @@ class Dispatcher:
         """Queue the job that lists MCP `servers` for the planner; the job id."""
         return self._enqueue(queue_name, "teamctl.worker.jobs.run_mcp_listing", servers)
 
-    def _enqueue(self, queue_name: str, function: str, *args: object) -> str:
+    def enqueue_tool_check(self, queue_name: str) -> str:
+        """Queue the job that imports the Python tools of the members on `queue_name`; its
+        result (a ToolImportReport) is kept by RQ for TOOL_CHECK_RESULT_TTL_S."""
+        return self._enqueue(queue_name, "teamctl.worker.jobs.run_tool_check", queue_name,
+                             result_ttl=TOOL_CHECK_RESULT_TTL_S)
+
+    def _enqueue(self, queue_name: str, function: str, *args: object,
+                 result_ttl: int = 0) -> str:
         queue = self._queues.get(queue_name)
         if queue is None:
             queue = self._queues[queue_name] = Queue(queue_name, connection=self.rq_conn)
         # RQ's default job_timeout (180 s) is far too short for agent tasks; results live in
-        # the run's keys, so RQ need not keep them.
+        # the run's keys, so RQ need not keep them (but for the tool check's report).
         job = queue.enqueue(function, self.spec.run_id, *args,
                             job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
-                            result_ttl=0, failure_ttl=FAILURE_TTL_S)
+                            result_ttl=result_ttl, failure_ttl=FAILURE_TTL_S)
         return job.id
 
     def ended(self, job_ids: list[str], stale_after_s: float) -> set[str]:

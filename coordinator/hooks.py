@@ -7,7 +7,6 @@ raises never stops the run: the error is published as a `hook.error` message and
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ from teamctl.shared.models import (
     TaskState,
 )
 from teamctl.shared.team import Member, RunOptions
+from teamctl.shared.user_code import import_user_module
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def load_hooks(paths: list[str]) -> list[object]:
     for index, path in enumerate(paths):
         module_name, _, attr = path.partition(":")
         try:
-            cls = getattr(importlib.import_module(module_name.strip()), attr.strip())
+            cls = getattr(import_user_module(module_name.strip()), attr.strip())
             hooks.append(cls())
         except Exception as exc:  # import errors, missing attributes, constructor failures
             raise ConfigError(f"hooks[{index}] {path!r}: cannot load it ({exc}); write "

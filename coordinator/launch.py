@@ -4,6 +4,7 @@ team, store the run, start the workers it needs, drive it to its end."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -136,8 +137,10 @@ def local_pool(settings: Settings) -> WorkerPool:
 
 def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
           workers: WorkerPlan, approval: ApprovalMode, reporter: Reporter,
-          settings: Settings) -> RunResult:
-    """Start the workers the run needs, drive it to its end as its coordinator, stop them."""
+          settings: Settings, interrupt: threading.Event | None = None) -> RunResult:
+    """Start the workers the run needs, drive it to its end as its coordinator, stop them.
+    Setting `interrupt` (from another thread) makes the coordinator stop at its next check with
+    Interrupted, leaving the run as it is for the caller to cancel."""
     from teamctl.coordinator.cli.local_workers import LocalWorkers
     from teamctl.coordinator.context import build_context
     from teamctl.coordinator.run import Coordinator
@@ -151,4 +154,6 @@ def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object],
         starting.workers.extend(local.started())
         ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec,
                             hooks, reporter, starting)
+        if interrupt is not None:
+            ctx.lease.interrupt = interrupt
         return Coordinator(ctx, approval).run()

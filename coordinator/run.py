@@ -21,6 +21,7 @@ from teamctl.coordinator.remote_model import CallCancelled, ModelCall, NoReply, 
 from teamctl.coordinator.result import build_result, member_results
 from teamctl.coordinator.rounds import CANCELLED, LoopState, RoundLoop
 from teamctl.coordinator.synthesizer import synthesizer_request
+from teamctl.coordinator.tool_check import ToolsDoNotImport, WorkerToolCheck
 from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
@@ -131,6 +132,7 @@ class Coordinator:
         plan = store.state().plan
         planned_now = plan is None
         if plan is None:
+            self._check_tools_on_workers()
             plan = self._make_plan()
             store.save_plan(plan)
         if plan.tasks and not board.task_ids():
@@ -139,6 +141,16 @@ class Coordinator:
         if planned_now:
             self.ctx.hooks.call("after_plan", self.spec.objective, plan)
         return plan
+
+    def _check_tools_on_workers(self) -> None:
+        """End the run as a configuration error, before any model call, when a worker of a
+        member's queue cannot import its Python tools."""
+        failures = WorkerToolCheck(self.ctx).failures(self.deadline)
+        if not failures:
+            return
+        error = f"Python tools do not import where their tasks would run: {'; '.join(failures)}"
+        self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s, error=error))
+        raise ToolsDoNotImport(error)
 
     def _make_plan(self) -> Plan:
         spec, models = self.spec, self.spec.models

@@ -55,9 +55,13 @@ class OutageTolerantRedis(redis.Redis):
     """The client class for RQ workers (RQ_CONNECTION_CLASS): RQ's own calls, a worker watching
     its job among them, ride through a Redis outage as teamctl's do, instead of quitting."""
 
+    outage_s = DEFAULT_OUTAGE_S
+    """How long its commands retry; the worker's settings module sets it from
+    TEAMCTL_REDIS_OUTAGE_S before RQ connects."""
+
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> OutageTolerantRedis:  # type: ignore[override]
-        kwargs.setdefault("retry", OutageRetry(DEFAULT_OUTAGE_S))
+        kwargs.setdefault("retry", OutageRetry(cls.outage_s))
         # RQ's forked job opens its own connection (the pool resets on a new pid): without this
         # each one asks importlib.metadata for redis-py's version (~9 ms, ~400 page copies a job).
         kwargs.setdefault("driver_info", _driver_info())

@@ -405,6 +405,14 @@ class MemberResult(BaseModel):
     task, capped at `transcript_max_chars`; None where none was kept."""
 
 
+class ToolImportReport(BaseModel):
+    """What a worker found importing the Python tools of a queue's members before a run plans
+    (the tool check job, read back by the coordinator): one line per tool that did not load."""
+
+    worker: str
+    failures: list[str] = Field(default_factory=list)
+
+
 class TaskStateView(BaseModel):
     """The task_states entry of the result JSON."""
 

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
         validation_alias="TEAMCTL_STATE_DIR")
     """Where the embedded Redis, workspaces and worker logs live; in `model_fields_set` only
     when TEAMCTL_STATE_DIR named it."""
+    worker_outage_s: float = Field(60.0, gt=0, le=604_800, allow_inf_nan=False,
+                                   validation_alias="TEAMCTL_REDIS_OUTAGE_S")
+    """How long a worker rides out a Redis it cannot reach (RQ's own client included) before
+    it exits; runs bound their own calls by their redis_outage_s option."""
     provider_keys: frozenset[str] = frozenset()
     """The names (never the values) of the `*_API_KEY` variables that are set: litellm reads
     the keys itself, teamctl only needs to know which providers have one."""

@@ -9,6 +9,7 @@ the workers (the embedded defaults start a local pool, as the CLI does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -43,6 +44,9 @@ from teamctl.shared.team import (
 )
 
 log = logging.getLogger("teamctl")
+STOP_WAIT_S = 10.0
+"""How long Team.run waits for its coordinator thread to stop once interrupted (it checks its
+lease at least every second)."""
 
 
 class Team:
@@ -74,9 +78,22 @@ class Team:
     def run(self, objective: str, *, redis_url: str | None = None, workers: int | None = None,
             model: str | None = None, api_base: str | None = None, run_id: str | None = None,
             timeout: float | None = None) -> RunResult:
-        """Run the team on `objective` to its end and return the result (`teamctl run`)."""
-        return self.start(objective, redis_url=redis_url, workers=workers, model=model,
-                          api_base=api_base, run_id=run_id).wait(timeout)
+        """Run the team on `objective` to its end and return the result (`teamctl run`).
+
+        As `teamctl run` on Ctrl-C, a KeyboardInterrupt here, or `timeout` s passing, stops
+        the coordinator and cancels the run (the run-scoped workers stop after the job in
+        hand), then raises; `start` returns a Run whose `wait` leaves the run going instead."""
+        run = self.start(objective, redis_url=redis_url, workers=workers, model=model,
+                         api_base=api_base, run_id=run_id)
+        try:
+            return run.wait(timeout)
+        except TimeoutError:
+            run._stop_here()
+            raise TimeoutError(f"run {run.run_id} did not end within {timeout} s; it was "
+                               "cancelled") from None
+        except KeyboardInterrupt:
+            run._stop_here()
+            raise
 
     async def arun(self, objective: str, **kwargs: Any) -> RunResult:
         """`run` for asyncio code: the blocking parts run on a thread."""
@@ -101,7 +118,8 @@ class Team:
         handle = Run(started.spec.run_id, url)
         handle._drive_in_thread(lambda: drive(
             started.conn, url, started.spec, started.hooks, workers=plan,
-            approval=ApprovalMode.WAIT, reporter=Reporter.to_log(log), settings=settings))
+            approval=ApprovalMode.WAIT, reporter=Reporter.to_log(log), settings=settings,
+            interrupt=handle._interrupt))
         return handle
 
 
@@ -122,6 +140,8 @@ class Run:
         self._thread: threading.Thread | None = None
         self._result: RunResult | None = None
         self._error: BaseException | None = None
+        self._interrupt = threading.Event()
+        """Set to stop the coordinator driving the run here (Team.run's timeout or Ctrl-C)."""
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r})"
@@ -175,6 +195,15 @@ class Run:
             if not wait_for_end(self._handle, deadline):
                 raise TimeoutError(f"run {self.run_id} still running after {timeout} s")
         return self.result()
+
+    def _stop_here(self) -> None:
+        """Stop the coordinator driving the run on this process's thread, then cancel the run
+        as `teamctl run` does on Ctrl-C; a run that ended meanwhile is left as it is."""
+        self._interrupt.set()
+        if self._thread is not None:
+            self._thread.join(STOP_WAIT_S)  # it checks its lease at least every second
+        with contextlib.suppress(ConfigError):  # it ended meanwhile
+            self.cancel()
 
     def _raise_if_not_ended(self) -> None:
         """Raise what stopped the coordinator here, unless the run ended meanwhile (a planner

@@ -46,6 +46,16 @@ def run_mcp_listing(run_id: str, servers: list[str]) -> str:
     return execute_mcp_listing(job_connection(settings), run_id, servers, worker_name())
 
 
+def run_tool_check(run_id: str, queue: str) -> str:
+    """Import the Python tools of the run's members on `queue` as their tasks will; the
+    ToolImportReport as JSON (RQ keeps it as the job's result for the coordinator)."""
+    from teamctl.worker.tool_check import check_member_tools
+
+    _hint_if_not_preloaded()
+    spec = RunHandle(job_connection(load_settings()), run_id).spec
+    return check_member_tools(spec, queue, worker_name()).model_dump_json()
+
+
 def job_connection(settings: Settings) -> redis.Redis:
     """A decoded client to the Redis of the RQ job being run (REDIS_URL outside a worker)."""
     from rq import get_current_job

@@ -3,8 +3,9 @@
 RQ's own loop retries a lost Redis for ever, so a worker whose server was stopped (or whose
 state dir was deleted) stayed alive for hours: `--max-idle-time` never fires while it cannot
 dequeue, and its warm shutdown waited on the dead server to register its death. This worker
-exits once Redis has been unreachable for `redis_outage_s` (the connection class's retry
-window, shared/connection.py), and its teardown spends at most TEARDOWN_OUTAGE_S on Redis.
+exits once Redis has been unreachable for TEAMCTL_REDIS_OUTAGE_S (60 s by default: the retry
+window of its connection class, shared/connection.py), and its teardown spends at most
+TEARDOWN_OUTAGE_S on Redis.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class TeamctlWorker(Worker):
             super().heartbeat(timeout)
         except (redis.ConnectionError, redis.TimeoutError):
             if self.outage.failed(_retry_window_s(self.connection)):
-                self.log.error("Worker %s: Redis unreachable for %.0f s (redis_outage_s); "
+                self.log.error("Worker %s: Redis unreachable for %g s (TEAMCTL_REDIS_OUTAGE_S); "
                                "exiting", self.name, self.outage.limit_s)
                 raise StopRequested() from None
             raise

@@ -19,6 +19,7 @@ worker class, `-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job'
 import gc
 import os
 
+from teamctl.shared.connection import OutageTolerantRedis
 from teamctl.shared.parent_watch import exit_if_parent_gone, watch_parent
 from teamctl.shared.settings import load_settings
 from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
@@ -26,9 +27,11 @@ from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
 exit_if_parent_gone(os.environ)  # before seconds of preload: a dead run's worker takes no job
 complete_rq_command(os.environ)  # may start this command again, with teamctl's classes
 
+_settings = load_settings()
+OutageTolerantRedis.outage_s = _settings.worker_outage_s  # before RQ connects with it
 QUEUES = ["members"]
 """RQ's default queues for a worker started with this module and no queue names."""
-REDIS_URL = rq_redis_url(load_settings())
+REDIS_URL = rq_redis_url(_settings)
 """RQ's Redis when neither -u nor $RQ_REDIS_URL is given: the one teamctl itself uses."""
 
 import teamctl.worker.jobs  # noqa: E402  (after the re-exec above: it imports litellm's helpers)

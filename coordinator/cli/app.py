@@ -321,9 +321,15 @@ def redis_cli(args: tuple[str, ...], settings: Settings) -> None:
 @redis.command("stop")
 @fail_cleanly
 def redis_stop(settings: Settings) -> None:
-    """Stop the embedded server (its data stays on disk)."""
-    stopped = embedded_redis(settings).stop()
-    click.echo("stopped" if stopped else "not running")
+    """Stop the embedded server and the local pool workers that serve it (its data stays on
+    disk)."""
+    from teamctl.coordinator.cli.worker_commands import stop_pool_command
+
+    server = embedded_redis(settings)
+    url = server.running_url()
+    if url is not None:
+        stop_pool_command(settings, url)
+    click.echo("stopped" if server.stop() else "not running")
 
 
 @main.command()

@@ -104,9 +104,12 @@ def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: i
                f"{len(started)} started (pids {' '.join(str(w.pid) for w in live)})")
 
 
-def stop_pool_command(settings: Settings) -> None:
-    """`teamctl workers stop`: stop every recorded pool worker by pid."""
+def stop_pool_command(settings: Settings, redis_url: str | None = None) -> None:
+    """`teamctl workers stop`: stop every recorded pool worker by pid (only those serving
+    `redis_url`, if given: `teamctl redis stop` stops the ones of its server)."""
     pool = local_pool(settings)
     with pool.locked():
-        stopped = pool.stop()
-    click.echo(f"stopped {len(stopped)} pool worker(s)" if stopped else "no pool workers running")
+        stopped = pool.stop(redis_url=redis_url)
+    if stopped or redis_url is None:
+        click.echo(f"stopped {len(stopped)} pool worker(s)" if stopped
+                   else "no pool workers running")

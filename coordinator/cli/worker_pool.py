@@ -139,10 +139,13 @@ class WorkerPool:
         pids = {w.pid for w in workers}
         self._write([replace(w, retiring=True) if w.pid in pids else w for w in self.live()])
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
-        """SIGTERM every live recorded worker (RQ's warm shutdown), SIGKILL those still there
-        after `timeout_s`, forget the record; the pids that were running."""
-        running = self.live()
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S, redis_url: str | None = None) -> list[int]:
+        """SIGTERM every live recorded worker (only those of `redis_url`, if given: RQ's warm
+        shutdown), SIGKILL those still there after `timeout_s`, forget them; the pids that were
+        running."""
+        everyone = self.live()
+        running = [w for w in everyone
+                   if redis_url is None or w.redis_id == redis_identity(redis_url)]
         for worker in running:
             _signal(worker.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -151,8 +154,13 @@ class WorkerPool:
         for worker in running:
             if worker.alive():
                 _signal(worker.pid, signal.SIGKILL)
-        self.record.unlink(missing_ok=True)
-        return [w.pid for w in running]
+        stopped = {w.pid for w in running}
+        remaining = [w for w in everyone if w.pid not in stopped]
+        if remaining:
+            self._write(remaining)
+        else:
+            self.record.unlink(missing_ok=True)
+        return sorted(stopped)
 
     def _write(self, workers: list[PoolWorker]) -> None:
         write_private(self.record, json.dumps([asdict(w) for w in workers]) + "\n")

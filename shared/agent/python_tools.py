@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import importlib
 import inspect
 import json
 import re
@@ -30,6 +29,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from teamctl.shared.agent.tools import ToolArgs, Toolbox, capped
 from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, ToolFailed
+from teamctl.shared.user_code import import_user_module, where_imports_come_from
 
 ENTRY_PATTERN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
 """`dotted.module:function`: how a team file names a Python tool."""
@@ -129,10 +129,11 @@ def load_tool(entry: str) -> PythonTool:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     try:
-        module = importlib.import_module(module_name)
+        module = import_user_module(module_name)
     except Exception as exc:  # not installed, or its import raised
-        raise ConfigError(f"tool {entry!r}: cannot import {module_name} ({exc}); install it "
-                          "(or set PYTHONPATH) where the coordinator and workers run") from exc
+        raise ConfigError(f"tool {entry!r}: cannot import {module_name} ({exc}) from "
+                          f"{where_imports_come_from()}; install it, or start teamctl and the "
+                          "workers where it imports (their directory, PYTHONPATH)") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(f"tool {entry!r}: {module_name} has no function {attr}; check the "
