@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from teamctl.coordinator.cli.worker_pool import WorkerPool
 from teamctl.coordinator.launch import WorkerPlan
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.embedded_redis import EmbeddedRedis, free_port
 from teamctl.shared.settings import load_settings
 
@@ -33,11 +34,13 @@ def state(tmp_path: Path) -> Iterator[Path]:
     EmbeddedRedis(root / "redis").stop()
 
 
-def teamctl(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-    """The CLI in a process of its own, as a user runs it (its pool outlives it)."""
+def teamctl(*args: str, timeout_s: float = 120, cwd: Path | None = None,
+            **env: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a process of its own, as a user runs it (its pool outlives it), with `env`
+    added to this environment."""
     return subprocess.run([sys.executable, "-c", "from teamctl.coordinator.cli import main; main()",
                            *args], capture_output=True, text=True, timeout=timeout_s,
-                          stdin=subprocess.DEVNULL, env=dict(os.environ))
+                          stdin=subprocess.DEVNULL, env={**os.environ, **env}, cwd=cwd)
 
 
 def pool_pids(state: Path) -> set[int]:
@@ -45,9 +48,10 @@ def pool_pids(state: Path) -> set[int]:
     return {w.pid for w in WorkerPool(state / "pool", state / "logs").live()}
 
 
-def run_offline() -> subprocess.CompletedProcess[str]:
+def run_offline(cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """A plain `teamctl run` on the embedded defaults with the offline model; must complete."""
-    done = teamctl("run", "Plan a picnic", "--approve-plan")
+    done = teamctl("run", "Plan a picnic", "--approve-plan", "--model", OFFLINE_MODEL, cwd=cwd,
+                   **env)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -56,6 +60,8 @@ def test_run_starts_the_pool_the_next_run_reuses_it_and_workers_stop_ends_it(
         state: Path) -> None:
     first = run_offline()
     assert sum(STARTED_LINE in line for line in first.stderr.splitlines()) == 1, first.stderr
+    # A cold start says it waits for the workers it started, never that none listens.
+    assert "no worker listens" not in first.stderr
     pids = pool_pids(state)
     assert len(pids) == 2
 
@@ -124,3 +130,50 @@ def test_workers_errors_are_one_line_with_their_exit_code(state: Path) -> None:
     bad_count = teamctl("workers", "start", "-n", "0")
     assert bad_count.returncode == 2
     assert pool_pids(state) == set()
+
+
+def replaced_line(changed: str) -> str:
+    return (f"teamctl: replacing 2 local pool worker(s) on members started with another {changed} "
+            "(each finishes the job in hand) with workers of this environment")
+
+
+def test_a_run_in_another_environment_replaces_the_pool_and_says_what_differs(
+        state: Path, tmp_path: Path) -> None:
+    run_offline()
+    first = pool_pids(state)
+
+    unrelated = run_offline(SOME_SHELL_VARIABLE="changed")
+    assert "replacing" not in unrelated.stderr and pool_pids(state) == first
+
+    keyed = run_offline(OPENAI_API_KEY="sk-newkey-0123456789")
+    assert replaced_line("OPENAI_API_KEY") in keyed.stderr.splitlines(), keyed.stderr
+    second = pool_pids(state)
+    assert len(second) == 2 and not second & first
+    wait_until(lambda: all(exited(pid) for pid in first), 30,
+               message="the replaced workers to stop")
+    # The new workers have the new key in their environment; the record has no value of it.
+    assert all("OPENAI_API_KEY=sk-newkey-0123456789" in environ_lines(pid) for pid in second)
+    assert "sk-newkey" not in (state / "pool" / "workers.json").read_text()
+
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    moved = run_offline(cwd=elsewhere, OPENAI_API_KEY="sk-newkey-0123456789",
+                        PYTHONPATH=str(elsewhere))
+    assert replaced_line("PYTHONPATH, working directory") in moved.stderr.splitlines(), \
+        moved.stderr
+    assert not pool_pids(state) & second
+
+
+def environ_lines(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+
+
+def test_redis_stop_stops_the_pool_that_serves_it(state: Path) -> None:
+    assert teamctl("workers", "start", "-n", "1").returncode == 0
+    (pid,) = pool_pids(state)
+
+    stopped = teamctl("redis", "stop")
+
+    assert stopped.returncode == 0
+    assert stopped.stdout.splitlines() == ["stopped 1 pool worker(s)", "stopped"]
+    assert exited(pid) and pool_pids(state) == set()
