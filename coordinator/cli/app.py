@@ -17,6 +17,8 @@ from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.settings import Settings, load_settings
 
+ADVICE_KEY = "teamctl.advice"
+"""Where a command's Advice lives in click's per-invocation `meta` (see `spelled`)."""
 PATH_PARAMETERS = {"team_path": "--team {root} must name a file teamctl can read",
                    "directory": "DIRECTORY {root} must be a directory teamctl can write"}
 """The click parameters that are paths the user gave, and what to fix when one fails."""
@@ -29,6 +31,9 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         advice = for_this_shell(kwargs.get("redis_url"))
+        context = click.get_current_context(silent=True)
+        if context is not None:
+            context.meta[ADVICE_KEY] = advice  # for the lines a verb prints itself
         try:
             settings = load_settings()
         except ConfigError as exc:
@@ -51,6 +56,13 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(130)
 
     return wrapper
+
+
+def spelled(text: str) -> str:
+    """`text` with its suggested commands spelled for the shell that ran this command."""
+    context = click.get_current_context(silent=True)
+    advice = context.meta.get(ADVICE_KEY) if context is not None else None
+    return (advice or for_this_shell()).spell(text)
 
 
 def user_paths(kwargs: dict[str, Any], settings: Settings) -> list[tuple[Path, str]]:
@@ -396,7 +408,7 @@ def workers_start(count: int, queues: tuple[str, ...], idle_exit_s: int, redis_u
     from teamctl.coordinator.cli.worker_commands import start_pool_command
 
     start_pool_command(lambda: resolve_redis_url(redis_url, settings), list(queues), count,
-                       idle_exit_s, settings, for_this_shell(redis_url))
+                       idle_exit_s, settings)
 
 
 @workers.command("stop")

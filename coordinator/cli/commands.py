@@ -12,6 +12,7 @@ import click
 import redis
 from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.approval import ApprovalMode
+from teamctl.coordinator.cli.app import spelled
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan
 from teamctl.shared.connection import connect, redacted
@@ -154,9 +155,10 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
         click.echo(result_json(result))
     else:
         for line in status_lines(result):
-            click.echo(line)
+            click.echo(spelled(line))
         if not result.status.finished and not run.conn.exists(run.keys.lease):
-            click.echo(f"no coordinator is driving it: `teamctl resume {run_id}` continues it")
+            click.echo(spelled(f"no coordinator is driving it: `teamctl resume {run_id}` "
+                               "continues it"))
     return exit_code_for(result) if result.status.finished else 0
 
 

@@ -17,6 +17,7 @@ from teamctl.coordinator.cli.app import (
     fail_cleanly,
     redis_url_option,
     resolve_redis_url,
+    spelled,
     workers_option,
 )
 from teamctl.coordinator.cli.team_commands import team_option
@@ -65,7 +66,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     with ExitStack() as stack:
         stack.enter_context(lease)  # before the workers: a second lead is refused at once
         say_if_offline(source)
-        start_workers(stack, store, url, workers, settings, redis_url)
+        start_workers(stack, store, url, workers, settings)
         client = ModelClient(provider_keys=settings.provider_keys,
                              timeout_s=options.model_timeout_s,
                              max_retries=options.model_max_retries,
@@ -78,13 +79,13 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
         try:
             drive(LeadRepl(agent), message, until_idle, f"team {store.team} (model {chosen})")
         except KeyboardInterrupt:
-            click.echo("teamctl: interrupted; the teammates keep running, and `teamctl lead` "
-                       "continues the conversation", err=True)
+            click.echo(spelled("teamctl: interrupted; the teammates keep running, and `teamctl "
+                               "lead` continues the conversation"), err=True)
             sys.exit(130)
 
 
 def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
-                  settings: Settings, redis_url_flag: str | None = None) -> None:
+                  settings: Settings) -> None:
     """`workers` local workers on every queue the team uses (stopped with `stack`); with none,
     a warning for each queue no worker listens on (turns there would wait)."""
     from teamctl.coordinator.cli.local_workers import LocalWorkers
@@ -94,14 +95,11 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
     if workers:
         stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
         return
-    from teamctl.coordinator.advice import for_this_shell
     from teamctl.coordinator.worker_hints import no_worker_hint
 
-    advice = for_this_shell(redis_url_flag)
     for queue in queues:
         if not store.workers_on(queue):
-            click.echo(f"teamctl: {advice.spell(no_worker_hint(queue, 'each turn there'))}",
-                       err=True)
+            click.echo(f"teamctl: {spelled(no_worker_hint(queue, 'each turn there'))}", err=True)
 
 
 def drive(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.advice import Advice, for_this_shell
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
     is_embedded,
     redis_url_option,
     resolve_redis_url,
+    spelled,
 )
 from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
@@ -66,15 +66,13 @@ def with_store(fn: Callable[..., Any] | None = None, *,
         store.reconcile()
         result = fn(*args, store=store, settings=settings, **kwargs)
         if wakes:
-            serve_turns(store, url, is_embedded(redis_url, settings), settings,
-                        for_this_shell(redis_url))
+            serve_turns(store, url, is_embedded(redis_url, settings), settings)
         return result
 
     return wrapper
 
 
-def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings,
-                advice: Advice) -> None:
+def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) -> None:
     """Workers for the turns of the team's live teammates: the local pool on the embedded
     defaults (started, or renewed for this environment), else a hint per queue no worker
     listens on."""
@@ -84,7 +82,7 @@ def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings,
     queues = sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
 
     def note(text: str) -> None:
-        click.echo(f"teamctl: {advice.spell(text)}", err=True)
+        click.echo(f"teamctl: {spelled(text)}", err=True)
 
     if embedded:
         from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
@@ -246,7 +244,7 @@ def messages_command(member: str | None, type_: str | None, follow: bool, as_jso
               help="Wait up to S seconds for the answer (exit 1 if it does not come).")
 @click.option("--force", is_flag=True,
               help="Shut it down now: its turn is revoked, no answer asked.")
-@with_store
+@with_store(wakes=True)
 def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
                      store: TeamStore, settings: Settings) -> None:
     """Ask teammate NAME to shut down (it answers with respond_shutdown), or --force it."""
@@ -261,8 +259,8 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
         return
     outcome = store.wait_request(record.id, wait_s)
     if outcome is None:
-        click.echo(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team "
-                   "requests`", err=True)
+        click.echo(spelled(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team "
+                           "requests`"), err=True)
         sys.exit(1)
     click.echo(f"request {record.id} {outcome.status.value}"
                + (f": {outcome.response}" if outcome.response else ""))

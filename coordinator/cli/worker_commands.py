@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
-from teamctl.coordinator.advice import Advice
+from teamctl.coordinator.cli.app import spelled
 from teamctl.coordinator.launch import local_pool
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
@@ -85,7 +85,7 @@ def foreground_worker_command(redis_url: str, queues: list[str], burst: bool,
 
 
 def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: int,
-                       idle_exit_s: int, settings: Settings, advice: Advice) -> None:
+                       idle_exit_s: int, settings: Settings) -> None:
     """`teamctl workers start`: top the pool up to `count` live workers on `queues`, replacing
     those started with another environment (as `teamctl run` does)."""
     from teamctl.coordinator.launch import ensure_pool
@@ -96,7 +96,7 @@ def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: i
     connect(url).close()  # Redis down is exit 1 before any worker starts against it
 
     def note(text: str) -> None:
-        click.echo(f"teamctl: {advice.spell(text)}", err=True)
+        click.echo(f"teamctl: {spelled(text)}", err=True)
 
     started = ensure_pool(url, queues, count, idle_exit_s, settings, note, explicit=True)
     live = local_pool(settings).live(url, queues)
