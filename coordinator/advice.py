@@ -15,6 +15,8 @@ from pathlib import Path
 
 COMMAND = re.compile(r"`teamctl ([^`]*)`")
 """A command in a message: backticks, `teamctl`, the rest of the command line."""
+ADVICE_KEY = "teamctl.advice"
+"""Where a command's Advice lives in click's per-invocation `meta` (see `spelled`)."""
 WITHOUT_REDIS_FLAG = ("workers stop", "redis ", "--version", "--help")
 """Verbs that take no --redis-url (they act on this host's state dir only)."""
 
@@ -54,3 +56,21 @@ def teamctl_prog() -> str:
     if found is not None and os.path.samefile(found, beside):
         return "teamctl"
     return shlex.quote(str(beside.absolute()))
+
+
+def keep_for_this_command(advice: Advice) -> None:
+    """Keep `advice` for the click command being run, so `spelled` finds it."""
+    import click
+
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.meta[ADVICE_KEY] = advice
+
+
+def spelled(text: str) -> str:
+    """`text` with its suggested commands spelled for the shell that ran this command."""
+    import click
+
+    context = click.get_current_context(silent=True)
+    advice = context.meta.get(ADVICE_KEY) if context is not None else None
+    return (advice or for_this_shell()).spell(text)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import redis
 from teamctl.coordinator.approval import ApprovalMode
 from teamctl.coordinator.cli.job_env import differences, job_variables
-from teamctl.coordinator.cli.worker_pool import DEFAULT_POOL_SIZE, WorkerPool
+from teamctl.coordinator.cli.worker_pool import DEFAULT_POOL_SIZE, PoolWorker, WorkerPool
 from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.worker_hints import StartedWorker, StartingWorkers
 from teamctl.coordinator.worker_registry import listening_workers
@@ -73,24 +73,36 @@ class WorkerPlan:
         if self.count is not None:
             return self.count
         if self.embedded:
-            started = ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s,
-                                  settings, note, team_variables)
-            if starting is not None:
-                starting.workers.extend(started)
+            pool = ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s,
+                               settings, note, team_variables)
+            if starting is not None:  # those started earlier may still be preloading too
+                starting.workers.extend(pool.as_started())
             return 0
         return 0 if listening_workers(connect(redis_url, decode=False), queues) \
             else DEFAULT_POOL_SIZE
 
 
+@dataclass(frozen=True)
+class PoolOnQueues:
+    """The local pool's workers on a run's queues: those kept, and those started now."""
+
+    kept: list[PoolWorker]
+    started: list[PoolWorker]
+
+    def as_started(self) -> list[StartedWorker]:
+        """Every one of them, for hints that wait while they register."""
+        return [StartedWorker(w.pid, w.start_ticks, tuple(w.queues), w.log)
+                for w in [*self.kept, *self.started]]
+
+
 def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
                 settings: Settings, note: Note, team_variables: Iterable[str] = (), *,
-                explicit: bool = False) -> list[StartedWorker]:
+                explicit: bool = False) -> PoolOnQueues:
     """Top the local pool up to `size` live workers on `queues` with this process's
     environment: workers started with another one (a provider key, PYTHONPATH, the working
     directory, the teamctl install, a variable in `team_variables`) are replaced, and said
     so; none start when the pool has none and other workers already listen there, unless the
-    person asked for them (`explicit`: `teamctl workers start`, which reports them itself). The
-    workers started."""
+    person asked for them (`explicit`: `teamctl workers start`, which reports them itself)."""
     pool = local_pool(settings)
     digests = pool.env_digests(os.environ, os.getcwd())
     with pool.locked():
@@ -104,17 +116,17 @@ def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
                             next(iter(stale.values()))))
         live = [w for w in serving if w.pid not in stale]
         if len(live) >= size:
-            return []
+            return PoolOnQueues(live, [])
         if not serving and not explicit \
                 and listening_workers(connect(redis_url, decode=False), queues):
-            return []  # the user's own workers serve these queues
+            return PoolOnQueues([], [])  # the user's own workers serve these queues
         started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ,
                              digests)
     if not explicit:
         note(f"started {len(started)} local pool worker(s) on {', '.join(queues)}; they serve "
              f"later runs and exit after {idle_exit_s} s idle (`teamctl workers stop` stops "
              "them)")
-    return [StartedWorker(w.pid, w.start_ticks, tuple(w.queues), w.log) for w in started]
+    return PoolOnQueues(live, started)
 
 
 def _replacing(count: int, queues: list[str], recorded: list[dict[str, str]],

@@ -70,6 +70,9 @@ class OutageTolerantRedis(redis.Redis):
 
 WORKER_CONNECTION_CLASS = f"{__name__}.{OutageTolerantRedis.__name__}"
 """What RQ_CONNECTION_CLASS names for teamctl's workers."""
+WORKER_CLASS = "teamctl.worker.rq_worker.TeamctlWorker"
+"""What RQ_WORKER_CLASS names for teamctl's workers (named here: the coordinator, which starts
+workers, never imports the worker package)."""
 
 
 def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S) -> redis.Redis:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
@@ -246,7 +247,8 @@ def test_send_to_a_finished_or_unknown_run_exits_2(conn: redis.Redis, redis_url:
     store = store_run(conn, run_id)
     store.finish(RunEnd(RunStatus.COMPLETED, 3600, output="done"))
     finished = invoke(redis_url, "send", run_id, "--to", "m1", NOTE)
-    assert finished.exit_code == 2 and f"`teamctl status {run_id}`" in finished.stderr
+    hint = for_this_shell(redis_url).spell(f"`teamctl status {run_id}`")
+    assert finished.exit_code == 2 and hint in finished.stderr
     unknown = invoke(redis_url, "send", "no-such-run", "--to", "m1", NOTE)
     assert unknown.exit_code == 2 and "no run no-such-run" in unknown.stderr
     for result in (finished, unknown):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from teamctl.coordinator.advice import for_this_shell
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.teammates import MateStatus, team_workspace
 from teamctl.shared.teams import TeamStore
@@ -127,10 +128,10 @@ def test_a_server_that_will_not_start_idles_the_teammate_with_its_stderr(
 def test_spawn_with_mcp_entries_the_team_lacks_exits_2_and_writes_nothing(
         redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
     bare = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--mcp", "git")
-    assert_config_error(bare, "mcp entry 'git' names no [[mcp_servers]] entry (none is "
-                              "configured); add the server or fix the name (create the team "
-                              "from a team file with [[mcp_servers]]: `teamctl team create "
-                              "--file FILE`)")
+    assert_config_error(bare, for_this_shell(redis_url).spell(
+        "mcp entry 'git' names no [[mcp_servers]] entry (none is configured); add the server or "
+        "fix the name (create the team from a team file with [[mcp_servers]]: `teamctl team "
+        "create --file FILE`)"))
     assert conn.keys("teamctl:team:*") == []
 
     create_team(redis_url, team, tmp_path, [GIT])

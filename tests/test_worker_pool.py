@@ -177,3 +177,20 @@ def test_redis_stop_stops_the_pool_that_serves_it(state: Path) -> None:
     assert stopped.returncode == 0
     assert stopped.stdout.splitlines() == ["stopped 1 pool worker(s)", "stopped"]
     assert exited(pid) and pool_pids(state) == set()
+
+
+def test_team_spawn_on_the_embedded_defaults_starts_the_pool_for_its_turn(state: Path) -> None:
+    spawned = teamctl("team", "spawn", "alice", "--role", "helper", "--prompt", "Say hello",
+                      "--model", OFFLINE_MODEL)
+
+    assert spawned.returncode == 0, spawned.stderr
+    assert STARTED_LINE in spawned.stderr and "no worker listens" not in spawned.stderr
+    assert len(pool_pids(state)) == 2
+
+    def alice_idle() -> bool:
+        mates = json.loads(teamctl("team", "list", "--json").stdout)
+        return [(m["name"], m["status"]) for m in mates] == [("alice", "idle")]
+
+    wait_until(alice_idle, 120, interval_s=1, message="alice's first turn on the pool")
+    sent = teamctl("team", "send", "alice", "And goodbye")
+    assert sent.returncode == 0 and STARTED_LINE not in sent.stderr  # the same pool serves it

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Queue, Worker
+from rq.utils import import_attribute
 from teamctl.coordinator.cli.worker_pool import WorkerPool
-from teamctl.shared.connection import WORKER_CONNECTION_CLASS
+from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.parent_watch import PARENT_PID_ENV
-from teamctl.worker.rq_worker import WORKER_CLASS
+from teamctl.worker.rq_worker import TeamctlWorker
 
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM
@@ -92,6 +93,7 @@ def test_rq_config_alone_finds_the_embedded_redis_with_teamctls_classes(
     assert (env["RQ_CONNECTION_CLASS"], env["RQ_WORKER_CLASS"]) == (WORKER_CONNECTION_CLASS,
                                                                     WORKER_CLASS)
     assert worker.poll() is None
+    assert import_attribute(WORKER_CLASS) is TeamctlWorker
 
 
 def test_a_class_the_person_chose_is_kept(

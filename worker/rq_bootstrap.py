@@ -16,9 +16,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from teamctl.shared.connection import WORKER_CONNECTION_CLASS
+from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.settings import Settings
-from teamctl.worker.rq_worker import WORKER_CLASS
 
 CLASS_VARIABLES = {"connection_class": "RQ_CONNECTION_CLASS", "worker_class": "RQ_WORKER_CLASS"}
 """RQ's command-line parameters for the two classes, and the variables that set them."""

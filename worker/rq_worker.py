@@ -84,6 +84,3 @@ def _retry_window_s(conn: redis.Redis) -> float:
     retry = conn.get_connection_kwargs().get("retry")
     return retry.outage_s if isinstance(retry, OutageRetry) else 0.0
 
-
-WORKER_CLASS = f"{__name__}.{TeamctlWorker.__name__}"
-"""What RQ_WORKER_CLASS names for teamctl's workers."""

@@ -10,15 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-from teamctl.coordinator.advice import for_this_shell
+from teamctl.coordinator.advice import for_this_shell, keep_for_this_command
 from teamctl.coordinator.cli.options import run_option_flags
 from teamctl.shared.connection import redis_errors_as_infra
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.settings import Settings, load_settings
 
-ADVICE_KEY = "teamctl.advice"
-"""Where a command's Advice lives in click's per-invocation `meta` (see `spelled`)."""
 PATH_PARAMETERS = {"team_path": "--team {root} must name a file teamctl can read",
                    "directory": "DIRECTORY {root} must be a directory teamctl can write"}
 """The click parameters that are paths the user gave, and what to fix when one fails."""
@@ -31,9 +29,7 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         advice = for_this_shell(kwargs.get("redis_url"))
-        context = click.get_current_context(silent=True)
-        if context is not None:
-            context.meta[ADVICE_KEY] = advice  # for the lines a verb prints itself
+        keep_for_this_command(advice)  # for the lines a verb prints itself (`spelled`)
         try:
             settings = load_settings()
         except ConfigError as exc:
@@ -56,13 +52,6 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(130)
 
     return wrapper
-
-
-def spelled(text: str) -> str:
-    """`text` with its suggested commands spelled for the shell that ran this command."""
-    context = click.get_current_context(silent=True)
-    advice = context.meta.get(ADVICE_KEY) if context is not None else None
-    return (advice or for_this_shell()).spell(text)
 
 
 def user_paths(kwargs: dict[str, Any], settings: Settings) -> list[tuple[Path, str]]:

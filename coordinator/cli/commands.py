@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import redis
-from teamctl.coordinator.advice import Advice
+from teamctl.coordinator.advice import Advice, spelled
 from teamctl.coordinator.approval import ApprovalMode
-from teamctl.coordinator.cli.app import spelled
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan
 from teamctl.shared.connection import connect, redacted

@@ -13,11 +13,11 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import click
+from teamctl.coordinator.advice import spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
     redis_url_option,
     resolve_redis_url,
-    spelled,
     workers_option,
 )
 from teamctl.coordinator.cli.team_commands import team_option

@@ -15,10 +15,9 @@ from pathlib import Path
 
 from teamctl.coordinator.worker_hints import StartedWorker
 from teamctl.coordinator.worker_registry import proc_stat
-from teamctl.shared.connection import WORKER_CONNECTION_CLASS
+from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.errors import Interrupted
 from teamctl.shared.parent_watch import PARENT_PID_ENV
-from teamctl.worker.rq_worker import WORKER_CLASS
 
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0

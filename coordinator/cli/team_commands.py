@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from teamctl.coordinator.advice import spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
     is_embedded,
     redis_url_option,
     resolve_redis_url,
-    spelled,
 )
 from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import click
-from teamctl.coordinator.cli.app import spelled
+from teamctl.coordinator.advice import spelled
 from teamctl.coordinator.launch import local_pool
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
@@ -98,10 +98,10 @@ def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: i
     def note(text: str) -> None:
         click.echo(f"teamctl: {spelled(text)}", err=True)
 
-    started = ensure_pool(url, queues, count, idle_exit_s, settings, note, explicit=True)
-    live = local_pool(settings).live(url, queues)
-    click.echo(f"pool on {', '.join(queues)}: {len(live) - len(started)} running, "
-               f"{len(started)} started (pids {' '.join(str(w.pid) for w in live)})")
+    pool = ensure_pool(url, queues, count, idle_exit_s, settings, note, explicit=True)
+    pids = " ".join(str(w.pid) for w in [*pool.kept, *pool.started])
+    click.echo(f"pool on {', '.join(queues)}: {len(pool.kept)} running, {len(pool.started)} "
+               f"started (pids {pids})")
 
 
 def stop_pool_command(settings: Settings, redis_url: str | None = None) -> None:
