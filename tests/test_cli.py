@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from teamctl.coordinator.advice import teamctl_prog
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.cli.options import merge_options
 from teamctl.coordinator.run import RunRequest, create_run
@@ -167,7 +168,8 @@ def test_status_tasks_and_runs_read_the_run_from_redis(
         "task  member  status   attempts  time  cost  error",
         "a     -       ready    0         -     -",
         "b     -       pending  0         -     -",
-        f"no coordinator is driving it: `teamctl resume {run_id}` continues it"]
+        f"no coordinator is driving it: `{teamctl_prog()} resume {run_id} --redis-url "
+        f"{redis_url}` continues it"]
     missing = runner.invoke(main, ["status", "nope", "--redis-url", redis_url])
     assert missing.exit_code == 2 and "no run nope" in missing.stderr
 
