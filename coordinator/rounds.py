@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from teamctl.coordinator.context import RunContext
 from teamctl.coordinator.hooks import HOOK_ERROR_TYPE
+from teamctl.coordinator.remote_model import WAKE_EVERY_S
 from teamctl.coordinator.result import ended_member_result
 from teamctl.shared.models import EventKind, RunStatus, SystemType, TaskState, TaskStatus
 
@@ -224,9 +225,11 @@ class RoundLoop:
         return self.ctx.dispatcher.enqueue(task_id, member.queue)
 
     def _read_events(self, state: LoopState, *, block: bool) -> None:
-        """Block on the events stream (no polling); wake at least every ttl/3 to reclaim."""
-        timeout_s = max(0.05, min(self.options.heartbeat_ttl_s / 3,
-                                  self.options.lease_ttl_s / 3, self.deadline - time.monotonic()))
+        """Block on the events stream (no polling); wake at least every ttl/3 to reclaim, and
+        every WAKE_EVERY_S for an interrupt from this process (Team.run's timeout), which no
+        event announces."""
+        timeout_s = max(0.05, min(self.options.heartbeat_ttl_s / 3, self.options.lease_ttl_s / 3,
+                                  WAKE_EVERY_S, self.deadline - time.monotonic()))
         while True:
             events = self.board.read_events(state.events_from, EVENT_BATCH,
                                             int(timeout_s * 1000) if block else None)

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,8 +17,10 @@ import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.cli.live_view import events_reader_name
+from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import EmbeddedRedis
-from teamctl.shared.keys import RUNS_INDEX
+from teamctl.shared.keys import RUNS_INDEX, RunKeys
+from teamctl.shared.runstore import RunStore
 
 import teamctl
 from teamctl import (
@@ -40,6 +43,7 @@ from tests.faults import RestartableRedis
 from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, task_id_of
 from tests.test_live_cli import store_run
+from tests.timescale import scaled
 
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
         {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
@@ -164,7 +168,9 @@ def test_aevents_follows_a_live_run_and_leaving_early_closes_its_reader(
                 seen.append(await asyncio.wait_for(anext(events), timeout=0.5))
             except TimeoutError:
                 break
-        assert readers() == []
+        # Closed by now; Redis drops a closed client from CLIENT LIST on its next event loop
+        # turn, which may come after this process's next command.
+        wait_until(lambda: readers() == [], 5, message="the events reader to be closed")
         with pytest.raises(StopAsyncIteration):
             await anext(events)
         with pytest.raises(TimeoutError):
@@ -200,6 +206,43 @@ def test_a_failed_run_is_a_result_whether_started_here_or_attached_to(
     assert "context window exceeded, sorry" in here.error
     assert here.plan.tasks == [] and here.member_results == []
     assert list(run.events()) == list(elsewhere.events()) == []  # it ended before any task
+
+
+def test_a_run_past_its_timeout_is_cancelled_and_the_members_late_write_refused(
+        llm: ScriptedLLM, workers: str, wconn: redis.Redis, run_id: str) -> None:
+    """Team.run's timeout stops its coordinator thread and cancels the run, as Ctrl-C does."""
+    timeout = scaled(40, floor_s=2.0)  # planning on the warm shared workers takes far less
+    member_s = timeout + scaled(40, floor_s=2.0)  # still in its call when the timeout passes
+    plan = [{"id": "a", "memberId": "m1", "task": "A"}]
+    team = Team([Member(id="m1")],
+                model=llm.script(f"member-{run_id}", ["too late"], latency_s=member_s),
+                planner_model=llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+                synthesizer_model=llm.script(f"synth-{run_id}", []),
+                # Long TTLs: the coordinator must notice the timeout without a TTL-paced wake-up.
+                options={"heartbeat_ttl_s": 90, "lease_ttl_s": 90})
+    started = time.monotonic()
+
+    with pytest.raises(TimeoutError) as timed_out:
+        team.run("Ship it", redis_url=workers, workers=0, api_base=llm.api_base, run_id=run_id,
+                 timeout=timeout)
+
+    assert time.monotonic() - started < member_s  # it did not wait for the member's call
+    assert str(timed_out.value) == (
+        f"run {run_id} did not end within {timeout} s; it was cancelled")
+    state = RunStore(wconn, RunKeys(run_id)).state()
+    assert (state.status, state.error) == ("cancelled", "cancelled")
+    assert not wconn.exists(RunKeys(run_id).lease)
+    # Neither the coordinator's thread (teamctl-run-ID) nor its lease's renewal thread is left.
+    assert [t.name for t in threading.enumerate() if run_id in t.name] == []
+    board = TaskBoard(wconn, RunKeys(run_id))
+    assert (board.get("a").status, board.get("a").error) == ("failed", "cancelled")
+    assert len(llm.requests[f"member-{run_id}"]) == 1  # the call was in flight
+    # The member's reply comes after the run ended: its write is refused and counted.
+    wait_until(lambda: board.get("a").stale_writes == 1, member_s + 30,
+               message="the member's late write to be refused")
+    a = board.get("a")
+    assert (a.status, a.error, a.output) == ("failed", "cancelled", None)
+    assert attach(run_id, redis_url=workers).result().status is RunStatus.CANCELLED
 
 
 def test_the_run_methods_raise_infra_errors_when_redis_refuses_or_is_gone(

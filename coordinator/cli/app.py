@@ -235,7 +235,8 @@ def status(run_id: str, redis_url: str | None, as_json: bool, settings: Settings
     """Show a run's status (the same result JSON as `run --json`)."""
     from teamctl.coordinator.cli.commands import status_command
 
-    sys.exit(status_command(resolve_redis_url(redis_url, settings), run_id, as_json))
+    sys.exit(status_command(resolve_redis_url(redis_url, settings), run_id, as_json,
+                            for_this_shell(redis_url)))
 
 
 @main.command()

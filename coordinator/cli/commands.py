@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 import redis
-from teamctl.coordinator.advice import Advice, spelled
+from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.approval import ApprovalMode
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan
@@ -142,9 +142,10 @@ def _cancel_interrupted(redis_url: str, spec: RunSpec, reporter: Reporter) -> in
     return INTERRUPTED_EXIT_CODE
 
 
-def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
+def status_command(redis_url: str, run_id: str, as_json: bool,
+                   advice: Advice | None = None) -> int:
     """`teamctl status`: the run as a person reads it (answer, errors, tasks, cost), or the
-    full result JSON rebuilt from Redis."""
+    full result JSON rebuilt from Redis; the commands it suggests are spelled by `advice`."""
     from teamctl.coordinator.cli.run_view import status_lines
     from teamctl.coordinator.result import build_result, result_json
 
@@ -153,11 +154,12 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
     if as_json:
         click.echo(result_json(result))
     else:
-        for line in status_lines(result):
-            click.echo(spelled(line))
+        advice = advice or Advice()
+        for line in status_lines(result, advice):
+            click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
-            click.echo(spelled(f"no coordinator is driving it: `teamctl resume {run_id}` "
-                               "continues it"))
+            click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume {run_id}` "
+                                    "continues it"))
     return exit_code_for(result) if result.status.finished else 0
 
 

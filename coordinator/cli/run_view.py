@@ -3,6 +3,7 @@ stderr when a run ends without success. Model and provider text is made printabl
 
 from __future__ import annotations
 
+from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.approval import plan_table
 from teamctl.shared.models import RunResult, RunStatus, TaskStatus, Usage
 from teamctl.shared.text import one_line, printable
@@ -32,18 +33,34 @@ def seconds_text(duration_ms: int) -> str:
     return f"{duration_ms / 1000:.1f}s"
 
 
+def counted(count: int, noun: str) -> str:
+    """`1 round`, `2 rounds`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def task_members(result: RunResult) -> dict[str, str]:
+    """Each task's member: the one that ran it, else the one holding its claim, else the one the
+    plan gave it (a blocked task never ran, yet a person wants to know whose it was)."""
+    planned = {t.id: t.member_id for t in result.plan.tasks if t.member_id}
+    ran = {m.task_id: m.member_id for m in result.member_results if m.member_id}
+    return {s.task_id: who for s in result.task_states
+            if (who := ran.get(s.task_id) or s.claimed_by or planned.get(s.task_id))}
+
+
 def failure_lines(result: RunResult) -> list[str]:
     """Each failed or blocked task with its reason, and the run's own error: one line each."""
-    members = {m.task_id: m.member_id for m in result.member_results}
+    members = task_members(result)
     lines = []
     for state in result.task_states:
         if state.status not in ENDED_WITHOUT_ANSWER:
             continue
-        who = members.get(state.task_id) or state.claimed_by
+        who = members.get(state.task_id)
         where = f" ({who})" if who else ""
         if state.status is TaskStatus.FAILED:
-            lines.append(f"task {state.task_id}{where} failed after {state.attempts} "
-                         f"attempt(s): {one_line(state.error, ERROR_CHARS) or 'no reason kept'}")
+            # A task failed at dispatch (an unknown member) never ran: no attempt to count.
+            how = f"after {state.attempts} attempt(s)" if state.attempts else "before it ran"
+            lines.append(f"task {state.task_id}{where} failed {how}: "
+                         f"{one_line(state.error, ERROR_CHARS) or 'no reason kept'}")
         else:
             lines.append(f"task {state.task_id}{where} blocked: "
                          f"{one_line(state.error, ERROR_CHARS) or 'a task it depends on failed'}")
@@ -55,9 +72,10 @@ def failure_lines(result: RunResult) -> list[str]:
 def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
     """What `teamctl run` adds on stderr after the run ends: the summary, then why it did not
     complete, and whether stdout holds an answer."""
-    ran = sum(s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED) for s in result.task_states)
-    lines = [f"run {result.run_id} {result.status} in {result.rounds} rounds, {ran} tasks ran, "
-             f"{seconds_text(result.total_duration_ms)}, {cost_text(result.usage)}"]
+    ran = sum(s.attempts > 0 for s in result.task_states)  # claimed at least once
+    lines = [f"run {result.run_id} {result.status} in {counted(result.rounds, 'round')}, "
+             f"{counted(ran, 'task')} ran, {seconds_text(result.total_duration_ms)}, "
+             f"{cost_text(result.usage)}"]
     if result.status is RunStatus.COMPLETED:
         return lines
     lines += failure_lines(result)
@@ -71,9 +89,11 @@ def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
     return lines
 
 
-def status_lines(result: RunResult) -> list[str]:
+def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:
     """`teamctl status RUN`: the run, its error, each task (status, attempts, duration, cost,
-    error), its plan while it awaits approval, and its answer."""
+    error), its plan while it awaits approval, and its answer. The commands it suggests are
+    spelled by `advice` (as this shell reaches teamctl, with the --redis-url it was given)."""
+    advice = advice or Advice()
     lines = [f"{result.run_id}: {result.status}; rounds {result.rounds}; "
              f"{seconds_text(result.total_duration_ms)}; {cost_text(result.usage)}",
              f"objective: {one_line(result.objective, ERROR_CHARS)}"]
@@ -81,8 +101,8 @@ def status_lines(result: RunResult) -> list[str]:
         lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
     if result.status is RunStatus.AWAITING_APPROVAL:
         lines += [printable(plan_table(result.plan)),
-                  f"it waits for `teamctl approve {result.run_id}` or "
-                  f"`teamctl reject {result.run_id} --reason TEXT`"]
+                  advice.spell(f"it waits for `teamctl approve {result.run_id}` or "
+                               f"`teamctl reject {result.run_id} --reason TEXT`")]
     lines += _task_lines(result)
     if has_answer(result):
         lines += ["answer:", printable(result.output or "")]
@@ -93,11 +113,11 @@ def _task_lines(result: RunResult) -> list[str]:
     if not result.task_states:
         return []
     usage = {m.task_id: m.usage for m in result.member_results}
-    members = {m.task_id: m.member_id for m in result.member_results}
+    members = task_members(result)
     rows = []
     for state in result.task_states:
         spent = usage.get(state.task_id)
-        rows.append((state.task_id, members.get(state.task_id) or state.claimed_by or "-",
+        rows.append((state.task_id, members.get(state.task_id, "-"),
                      state.status.value, str(state.attempts),
                      seconds_text(state.duration_ms) if state.duration_ms else "-",
                      cost_text(spent) if spent else "-",

@@ -1,0 +1,293 @@
+"""What `teamctl run` and `teamctl status` tell a person when a run does not complete: a Python
+tool that does not import, refused credentials, a failed task and the one it blocked, a task that
+never ran, a spent budget, a plan waiting for approval. Real `teamctl` processes, the shared
+workers, Redis and litellm against the scripted server."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+from teamctl.coordinator.advice import teamctl_prog
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runstore import RunStore
+
+from tests.conftest import wait_until
+from tests.scripted_llm import HttpError, ScriptedLLM
+from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
+from tests.test_promises_cli import group_reaper  # noqa: F401  (a fixture)
+from tests.test_resume import TEAMCTL
+
+TOOL = "mypkg.tools:search_docs"
+TWO_TASKS = [{"id": "a", "memberId": "m1", "task": "A"},
+             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+IN_WORKERS = ("in the environment of the workers (workers make every model call and read it "
+              "when they start)")
+SUMMARY = r"\d+\.\ds, {tokens} tokens, unpriced"
+
+
+def teamctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """One `teamctl` command in a process of its own, stdin closed (no approval prompt)."""
+    return subprocess.run([*TEAMCTL, *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd, stdin=subprocess.DEVNULL)
+
+
+def run_args(llm: ScriptedLLM, redis_url: str, run_id: str, team: Path) -> list[str]:
+    return ["run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+            "--redis-url", redis_url, "--workers", "0", "--run-id", run_id]
+
+
+def spelled(command: str, redis_url: str) -> str:
+    """A command as teamctl suggests it from a command given `--redis-url redis_url`."""
+    return f"{teamctl_prog()} {command} --redis-url {redis_url}"
+
+
+def where_imports(directory: Path) -> str:
+    """How an import error names where it looked (python_tools.where_imports_come_from)."""
+    path = os.environ.get("PYTHONPATH")
+    return f"the working directory {directory}" + (f" and PYTHONPATH={path}" if path else "")
+
+
+def tool_project(root: Path, models: dict[str, str], module: str = "mypkg") -> Path:
+    """A project directory: `mypkg/tools.py` with one tool (unless `module` is another name)
+    and team.toml, whose one member m1 uses `module.tools:search_docs`."""
+    package = root / "mypkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "tools.py").write_text(
+        'def search_docs(query: str) -> str:\n    """Search the docs."""\n    return query\n')
+    (root / "team.toml").write_text("\n".join([
+        f'model = "{models["member"]}"', f'planner = {{ model = "{models["planner"]}" }}',
+        f'synthesizer = {{ model = "{models["synth"]}" }}',
+        "[[members]]", 'id = "m1"', f'tools = ["{module}.tools:search_docs"]']) + "\n")
+    return root / "team.toml"
+
+
+def unused_models(llm: ScriptedLLM, run_id: str) -> dict[str, str]:
+    """Planner, member and synthesizer models with no reply: any call to them is a mistake."""
+    return {role: llm.script(f"{role}-{run_id}", []) for role in ("planner", "member", "synth")}
+
+
+def test_a_tool_the_workers_cannot_import_fails_the_run_before_any_model_call(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """teamctl imports mypkg from its working directory, the shared workers (elsewhere) cannot."""
+    models = unused_models(llm, run_id)
+    project = tmp_path / "project"
+    team = tool_project(project, models)
+
+    done = teamctl(*run_args(llm, workers, run_id, team), cwd=project)
+
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    first, last = done.stderr.splitlines()
+    assert first == f"teamctl: run {run_id} on {workers}"
+    error = last.removeprefix("teamctl: ")
+    # The worker is named host:pid (the pid of the job's process, which varies).
+    worker, rest = error.removeprefix(
+        "Python tools do not import where their tasks would run: ").split(" ", 1)
+    assert re.fullmatch(re.escape(socket.gethostname()) + r":\d+", worker), error
+    # The shared workers run in pytest's working directory.
+    assert rest == (
+        f"(queue members): member m1: tool '{TOOL}': cannot import mypkg.tools (No module "
+        f"named 'mypkg') from {where_imports(Path.cwd())}; install it, or start teamctl and the "
+        "workers where it imports (their directory, PYTHONPATH)"), error
+    assert llm.requests[f"planner-{run_id}"] == []  # no model call was paid for
+    state = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id)).state()
+    assert (state.status, state.error, state.plan) == ("failed", error, None)
+
+    status = teamctl("status", run_id, "--redis-url", workers)
+
+    assert status.returncode == 1, status.stderr
+    header, objective, error_line = status.stdout.splitlines()
+    assert re.fullmatch(rf"{run_id}: failed; rounds 0; \d+\.\ds; 0 tokens, \$0\.0000", header)
+    assert (objective, error_line) == ("objective: Ship it", f"error: {error}")
+
+
+def test_a_tool_the_coordinator_cannot_import_is_refused_before_the_run_is_stored(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A module that imports nowhere: one line, exit 2, and nothing is written to Redis."""
+    models = unused_models(llm, run_id)
+    project = tmp_path / "project"
+    missing = f"nopkg_{uuid.uuid4().hex[:8]}"
+    team = tool_project(project, models, module=missing)
+
+    done = teamctl(*run_args(llm, workers, run_id, team), cwd=project)
+
+    assert done.returncode == 2, done.stderr
+    assert (done.stdout, done.stderr.splitlines()) == ("", [
+        f"teamctl: member m1: tool '{missing}.tools:search_docs': cannot import "
+        f"{missing}.tools (No module named '{missing}') from {where_imports(project)}; install "
+        "it, or start teamctl and the workers where it imports (their directory, PYTHONPATH)"])
+    runs = teamctl("runs", "--redis-url", workers, "--json")
+    assert runs.returncode == 0, runs.stderr
+    assert run_id not in [row["run_id"] for row in json.loads(runs.stdout)]
+    assert not RunStore(redis.Redis.from_url(workers), RunKeys(run_id)).exists()
+    assert llm.requests[f"planner-{run_id}"] == []
+
+
+def test_refused_credentials_fail_the_task_in_one_line_and_no_answer_is_printed(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A 401 fails the task at once with a line naming the key; nothing completed: no answer."""
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
+                        member=[HttpError(401, "Incorrect API key provided")])
+    team = team_file(tmp_path / "t.toml", models)
+
+    done = teamctl(*run_args(llm, workers, run_id, team))
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert llm.authorizations[f"member-{run_id}"] == ["Bearer teamctl-no-key"]  # no key set
+    task_error = (f"model {models['member']}: missing credentials (the server answered 401: "
+                  f"Incorrect API key provided): set OPENAI_API_KEY {IN_WORKERS}")
+    start, summary, *why = done.stderr.splitlines()
+    assert start == f"teamctl: run {run_id} on {workers}"
+    # Planner and synthesizer: 18 tokens each; the refused call spent none.
+    assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
+                        + SUMMARY.format(tokens=36), summary), summary
+    assert why == [f"teamctl: task a (m1) failed after 1 attempt(s): {task_error}",
+                   no_answer(run_id, workers)]
+
+    status = teamctl("status", run_id, "--redis-url", workers)
+
+    assert status.returncode == 1, status.stderr
+    header, objective, table_head, row = status.stdout.splitlines()
+    assert re.fullmatch(rf"{run_id}: failed; rounds 1; \d+\.\ds; 36 tokens, unpriced", header)
+    assert objective == "objective: Ship it"
+    cost = "0 tokens, $0.0000"  # the refused call spent nothing
+    assert table_head == f"task  member  status  attempts  time  {'cost':{len(cost)}}  error"
+    assert re.fullmatch(r"a     m1      failed  1         \d\.\ds  " + re.escape(
+        f"{cost}  {task_error}"), row), row
+
+
+def no_answer(run_id: str, redis_url: str) -> str:
+    """The line that says stdout holds no answer, and where the synthesizer's text is."""
+    return (f"teamctl: no task completed, so there is no answer "
+            f"(`{spelled(f'status {run_id} --json', redis_url)}` has the synthesizer's text)")
+
+
+def test_a_failed_task_and_the_task_it_blocked_each_get_a_line_and_the_answer_is_partial(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A 400 (not retried) fails a, which blocks b; c completes, so the answer is partial."""
+    def refuse_a(body: dict[str, Any]) -> str | HttpError:
+        if task_id_of(body) == "a":
+            return HttpError(400, "context window exceeded")
+        return member_answer(body)
+
+    plan = [*TWO_TASKS, {"id": "c", "memberId": "m3", "task": "C"}]
+    models = script_run(llm, run_id, plan, member=refuse_a)
+
+    done = teamctl(*run_args(llm, workers, run_id, team_file(tmp_path / "t.toml", models)))
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == "final answer\n"
+    start, summary, *why = done.stderr.splitlines()
+    assert start == f"teamctl: run {run_id} on {workers}"
+    assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 2 tasks ran, "
+                        + SUMMARY.format(tokens=54), summary), summary
+    assert why == [
+        f"teamctl: task a (m1) failed after 1 attempt(s): model {models['member']} failed: "
+        "litellm.BadRequestError: OpenAIException - context window exceeded",
+        "teamctl: task b (m2) blocked: dependency failed",
+        "teamctl: the answer above is partial: 1 of 3 tasks completed"]
+    assert len(llm.requests[f"member-{run_id}"]) == 2  # a once, c once: a 400 is not retried
+
+
+def test_a_task_that_never_ran_is_not_counted_as_run(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A task for an unknown member fails at dispatch (fail_on_unknown_member): it never ran."""
+    plan = [{"id": "a", "memberId": "Ghost", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    models = script_run(llm, run_id, plan)
+
+    done = teamctl(*run_args(llm, workers, run_id, team_file(tmp_path / "t.toml", models)),
+                   "--fail-on-unknown-member")
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    start, summary, *why = done.stderr.splitlines()
+    assert start == f"teamctl: run {run_id} on {workers}"
+    assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 0 tasks ran, "
+                        + SUMMARY.format(tokens=36), summary), summary
+    assert why == ["teamctl: task a (Ghost) failed before it ran: unknown team member: Ghost",
+                   "teamctl: task b (m2) blocked: dependency failed",
+                   no_answer(run_id, workers)]
+    assert llm.requests[f"member-{run_id}"] == []
+
+
+def test_a_run_stopped_before_its_synthesis_says_why_in_its_run_error_line(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A spent token budget blocks what never ran and ends the run with no synthesis."""
+    plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
+    models = script_run(llm, run_id, plan, synth=None)
+    team = team_file(tmp_path / "t.toml", models)
+
+    done = teamctl(*run_args(llm, workers, run_id, team), "--max-tokens", "30",
+                   "--no-parallel-dispatch")
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    start, summary, *why = done.stderr.splitlines()
+    assert start == f"teamctl: run {run_id} on {workers}"
+    assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
+                        + SUMMARY.format(tokens=36), summary), summary
+    spent = "budget exceeded: 36 tokens used, max_tokens is 30"  # planner's 18 + a's 18
+    assert why == [f"teamctl: task b (m1) blocked: {spent}",
+                   f"teamctl: task c (m1) blocked: {spent}",
+                   f"teamctl: run error: {spent}"]
+
+
+def test_a_plan_awaiting_approval_shows_its_plan_and_the_commands_that_decide_it(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        group_reaper: list[subprocess.Popen[bytes]]) -> None:  # noqa: F811  (the fixture)
+    """`status` shows the plan and commands that work pasted into this shell, on this Redis."""
+    models = script_run(llm, run_id, TWO_TASKS)
+    team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
+    run = subprocess.Popen([*TEAMCTL, *run_args(llm, workers, run_id, team)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    group_reaper.append(run)
+    store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+    wait_until(lambda: store.exists() and store.state().status == "awaiting_approval", 90,
+               message="the plan to await approval")
+
+    status = teamctl("status", run_id, "--redis-url", workers)
+
+    assert status.returncode == 0, status.stderr
+    header, *lines = status.stdout.splitlines()
+    approve = spelled(f"approve {run_id}", workers)
+    reject = spelled(f"reject {run_id} --reason TEXT", workers)
+    assert re.fullmatch(rf"{run_id}: awaiting_approval; rounds 0; \d+\.\ds; 18 tokens, "
+                        "unpriced", header), header
+    assert lines == [
+        "objective: Ship it",
+        "Plan (2 tasks):",
+        "  a -> m1: A",
+        "  b -> m2 after a: B",
+        f"it waits for `{approve}` or `{reject}`",
+        "task  member  status   attempts  time  cost  error",
+        "a     m1      ready    0         -     -",
+        "b     m2      pending  0         -     -"]
+
+    hint = re.findall(r"`([^`]*)`", lines[4])[0]  # pasted as printed, into bash
+    approved = subprocess.run(["bash", "-c", hint], capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+
+    assert (approved.returncode, approved.stdout, approved.stderr) == (
+        0, f"plan of run {run_id} approved\n", "")
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 0, err
+    assert out == b"final answer\n"
+    start, waits, summary = err.decode().splitlines()
+    assert (start, waits) == (
+        f"teamctl: run {run_id} on {workers}",
+        f"teamctl: plan awaits approval: `{approve}` or `{reject}` "
+        f"(`{spelled(f'status {run_id}', workers)}` shows it)")
+    assert re.fullmatch(rf"teamctl: run {run_id} completed in 2 rounds, 2 tasks ran, "
+                        + SUMMARY.format(tokens=72), summary), summary
