@@ -36,7 +36,8 @@ class Decision:
 
 def plan_table(plan: Plan) -> str:
     """The normalized plan as plain lines, for the terminal prompt."""
-    lines = [f"Plan ({len(plan.tasks)} tasks{', fallback' if plan.fallback else ''}):"]
+    count = f"{len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'}"
+    lines = [f"Plan ({count}{', fallback' if plan.fallback else ''}):"]
     for task in plan.tasks:
         deps = f" after {', '.join(task.depends_on)}" if task.depends_on else ""
         lines.append(f"  {task.id} -> {task.member_id or '(first member)'}{deps}: {task.task}")

@@ -53,7 +53,7 @@ def run_tool_check(run_id: str, queue: str) -> str:
 
     _hint_if_not_preloaded()
     spec = RunHandle(job_connection(load_settings()), run_id).spec
-    return check_member_tools(spec, queue, worker_name()).model_dump_json()
+    return check_member_tools(spec, queue, rq_worker_name()).model_dump_json()
 
 
 def job_connection(settings: Settings) -> redis.Redis:
@@ -98,6 +98,14 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
 def worker_name() -> str:
     """host:pid of this process, recorded on the claim so a person can find it."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def rq_worker_name() -> str:
+    """host:pid of the RQ worker running this job (its parent: each job runs in a process the
+    worker forked), as `teamctl workers` lists it; this process's own outside a worker."""
+    from rq import get_current_job
+
+    return f"{socket.gethostname()}:{os.getppid() if get_current_job() else os.getpid()}"
 
 
 def conn_from_settings(settings: Settings) -> redis.Redis:

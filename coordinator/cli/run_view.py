@@ -86,6 +86,10 @@ def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
     elif result.output:
         lines.append(f"no task completed, so there is no answer (`teamctl status "
                      f"{result.run_id} --json` has the synthesizer's text)")
+    elif done:
+        lines.append(f"no answer: the run ended before its synthesis ({done} of "
+                     f"{len(result.task_states)} tasks completed; `teamctl status "
+                     f"{result.run_id}` shows their outputs)")
     return lines
 
 
