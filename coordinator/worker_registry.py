@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 
 import redis
+from teamctl.shared.embedded_redis import pid_alive
 
 
 def listening_workers(conn: redis.Redis, queues: list[str]) -> bool:
@@ -22,18 +22,7 @@ def dead_here(worker: object) -> bool:
     registry until its key expires (minutes), and must not count as listening."""
     pid = getattr(worker, "pid", None)
     return (getattr(worker, "hostname", None) == socket.gethostname() and pid is not None
-            and not process_alive(pid))
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (signal 0; one we may not signal counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+            and not pid_alive(pid))
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -52,6 +41,6 @@ def same_process_alive(pid: int, start_ticks: int | None) -> bool:
     reused pid)."""
     stat = proc_stat(pid)
     if stat is None:
-        return process_alive(pid) and start_ticks is None
+        return pid_alive(pid) and start_ticks is None
     state, ticks = stat
     return state != "Z" and (start_ticks is None or ticks == start_ticks)

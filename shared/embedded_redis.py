@@ -250,11 +250,14 @@ def _answers_ping(url: str) -> bool:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (signal 0 checks without signalling)."""
+    """Whether a process with this pid exists (signal 0 checks without signalling; one we may
+    not signal exists too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
     return True
 
 

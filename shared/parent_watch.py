@@ -18,6 +18,8 @@ import sys
 import threading
 from collections.abc import Mapping
 
+from teamctl.shared.embedded_redis import pid_alive
+
 PARENT_PID_ENV = "TEAMCTL_PARENT_PID"
 """Set by LocalWorkers on the workers it starts: the pid of the run that owns them."""
 POLL_INTERVAL_S = 1.0
@@ -30,21 +32,11 @@ def _parent_pid(environ: Mapping[str, str]) -> int | None:
     return int(raw) if raw.isdigit() else None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def parent_gone(environ: Mapping[str, str]) -> bool:
     """Whether a run started this process and has exited since (it was re-parented). A
     variable inherited from a process that is alive but not the parent is someone else's."""
     parent = _parent_pid(environ)
-    return parent is not None and parent != os.getppid() and not _alive(parent)
+    return parent is not None and parent != os.getppid() and not pid_alive(parent)
 
 
 def exit_if_parent_gone(environ: Mapping[str, str]) -> None:
@@ -60,7 +52,7 @@ def watch_parent(environ: Mapping[str, str],
     """Start the watch if this process was started by a run; None for a worker started by hand
     (or one that inherited the variable from a live process that is not its parent)."""
     parent = _parent_pid(environ)
-    if parent is None or (parent != os.getppid() and _alive(parent)):
+    if parent is None or (parent != os.getppid() and pid_alive(parent)):
         return None
     thread = threading.Thread(target=_stop_when_orphaned, args=(parent, interval_s),
                               name="teamctl-parent-watch", daemon=True)
