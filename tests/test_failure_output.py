@@ -221,7 +221,7 @@ def test_a_task_that_never_ran_is_not_counted_as_run(
     assert llm.requests[f"member-{run_id}"] == []
 
 
-def test_a_run_stopped_before_its_synthesis_says_why_in_its_run_error_line(
+def test_a_run_stopped_before_its_synthesis_says_why_and_that_there_is_no_answer(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     """A spent token budget blocks what never ran and ends the run with no synthesis."""
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
@@ -240,7 +240,9 @@ def test_a_run_stopped_before_its_synthesis_says_why_in_its_run_error_line(
     spent = "budget exceeded: 36 tokens used, max_tokens is 30"  # planner's 18 + a's 18
     assert why == [f"teamctl: task b (m1) blocked: {spent}",
                    f"teamctl: task c (m1) blocked: {spent}",
-                   f"teamctl: run error: {spent}"]
+                   f"teamctl: run error: {spent}",
+                   "teamctl: no answer: the run ended before its synthesis (1 of 3 tasks "
+                   f"completed; `{spelled(f'status {run_id}', workers)}` shows their outputs)"]
 
 
 def test_a_plan_awaiting_approval_shows_its_plan_and_the_commands_that_decide_it(
