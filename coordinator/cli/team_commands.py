@@ -383,8 +383,3 @@ def delete_command(force: bool, store: TeamStore, settings: Settings) -> None:
     removed = store.delete(force=force)
     click.echo(f"deleted team {store.team} ({removed} keys)")
 
-
-def register(main: click.Group) -> None:
-    """Add `teams` and `team` to the `teamctl` command group."""
-    main.add_command(teams_command)
-    main.add_command(team_group)
