@@ -103,3 +103,12 @@ def test_a_worker_started_by_hand_has_no_parent_to_watch() -> None:
     # A variable inherited from some other process than the parent arms nothing either.
     assert watch_parent({PARENT_PID_ENV: str(os.getpid())}) is None
     assert watch_parent({PARENT_PID_ENV: "not a pid"}) is None
+
+
+def test_the_worker_class_named_for_rq_is_teamctls() -> None:
+    """The coordinator names the class without importing the worker package: the name must
+    still be the class's."""
+    from teamctl.coordinator.cli.local_workers import WORKER_CLASS
+    from teamctl.worker import rq_worker
+
+    assert WORKER_CLASS == rq_worker.WORKER_CLASS

@@ -18,7 +18,6 @@ from teamctl.coordinator.worker_registry import proc_stat
 from teamctl.shared.connection import WORKER_CONNECTION_CLASS
 from teamctl.shared.errors import Interrupted
 from teamctl.shared.parent_watch import PARENT_PID_ENV
-from teamctl.worker.rq_worker import WORKER_CLASS
 
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0
@@ -28,6 +27,9 @@ URL_ENV = "RQ_REDIS_URL"
 process's environment, and the embedded server's URL holds its password."""
 SETTINGS_MODULE = "teamctl.worker.settings"
 """The RQ settings module that preloads litellm in each worker (RQ_CONFIG, or -c)."""
+WORKER_CLASS = "teamctl.worker.rq_worker.TeamctlWorker"
+"""What RQ_WORKER_CLASS names for teamctl's workers: named, not imported, since the coordinator
+never imports the worker (and RQ's worker module would slow every verb that starts workers)."""
 
 
 def worker_env(environ: Mapping[str, str], redis_url: str | None) -> dict[str, str]:
