@@ -9,11 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import redis
 from teamctl.coordinator.advice import Advice
-from teamctl.coordinator.approval import ApprovalMode
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.launch import WorkerPlan
 from teamctl.shared.connection import connect, redacted
 from teamctl.shared.errors import ConfigError, UnreadableRecord
 from teamctl.shared.handle import RunHandle
@@ -28,6 +25,9 @@ from teamctl.shared.team import (
 from teamctl.shared.text import printable, quoted
 
 if TYPE_CHECKING:
+    import redis
+    from teamctl.coordinator.approval import ApprovalMode
+    from teamctl.coordinator.launch import WorkerPlan
     from teamctl.coordinator.progress import Reporter
 
 INTERRUPTED_EXIT_CODE = 130
@@ -48,6 +48,8 @@ def say_if_offline(source: ModelSource) -> None:
 
 def approval_mode(approve_plan: bool) -> ApprovalMode:
     """--approve-plan, else ask on an interactive terminal, else wait for approve/reject."""
+    from teamctl.coordinator.approval import ApprovalMode
+
     if approve_plan:
         return ApprovalMode.AUTO
     if sys.stdin.isatty() and sys.stderr.isatty():
@@ -64,7 +66,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
     from teamctl.coordinator.cli.options import merge_options
-    from teamctl.coordinator.launch import launch
+    from teamctl.coordinator.launch import WorkerPlan, launch
 
     team = load_team_file(team_path)
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
@@ -83,6 +85,7 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
                    idle_exit_s: int = DEFAULT_IDLE_EXIT_S, advice: Advice | None = None) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from teamctl.coordinator.hooks import load_hooks
+    from teamctl.coordinator.launch import WorkerPlan
 
     conn = connect(redis_url)
     run = RunHandle.existing(conn, run_id)
