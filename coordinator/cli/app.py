@@ -325,12 +325,17 @@ def send(run_id: str, text: str, to: str, redis_url: str | None, settings: Setti
 @main.command()
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", type=int, default=20, show_default=True, metavar="N",
+              help="How many runs to list, newest first.")
 @fail_cleanly
-def runs(redis_url: str | None, as_json: bool, settings: Settings) -> None:
+def runs(redis_url: str | None, as_json: bool, limit: int, settings: Settings) -> None:
     """List recent runs."""
-    from teamctl.coordinator.cli.commands import runs_command
+    from teamctl.coordinator.cli.runs_view import runs_command
+    from teamctl.shared.errors import ConfigError
 
-    runs_command(resolve_redis_url(redis_url, settings), as_json)
+    if limit < 1:  # checked here, not by click: a usage error is one line
+        raise ConfigError(f"--limit {limit}: give how many runs to list, 1 or more")
+    runs_command(resolve_redis_url(redis_url, settings), as_json, limit)
 
 
 @main.group()

@@ -12,9 +12,8 @@ import click
 from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.shared.connection import connect, redacted
-from teamctl.shared.errors import ConfigError, UnreadableRecord
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
-from teamctl.shared.ids import is_safe_id
 from teamctl.shared.models import RunResult, RunStatus, SystemType
 from teamctl.shared.settings import Settings
 from teamctl.shared.team import (
@@ -22,7 +21,7 @@ from teamctl.shared.team import (
     RunSpec,
     load_team_file,
 )
-from teamctl.shared.text import printable, quoted
+from teamctl.shared.text import printable
 
 if TYPE_CHECKING:
     import redis
@@ -172,45 +171,6 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
     for s in states:
         click.echo(f"{s.task_id:24} {s.status.value:12} {s.claimed_by or '-':16} "
                    f"attempts={s.attempts} {s.error or ''}")
-
-
-def runs_command(redis_url: str, as_json: bool) -> None:
-    """`teamctl runs`: recent runs, newest first."""
-    from teamctl.shared.retention import forget_expired_runs
-    from teamctl.shared.runstore import list_runs
-
-    conn = connect(redis_url)
-    forget_expired_runs(conn)  # the index is a sorted set: its members outlive the runs' keys
-    rows = [row for row in (_run_row(conn, run_id) for run_id in list_runs(conn)) if row]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for row in rows:
-        shown = row["run_id"] if is_safe_id(row["run_id"]) else quoted(row["run_id"])
-        click.echo(f"{shown:28} {row['status']:18} {row.get('error') or row['objective'][:60]}")
-    if not rows:
-        click.echo("no runs yet", err=sys.stderr.isatty())
-
-
-def _run_row(conn: redis.Redis, run_id: str) -> dict[str, Any] | None:
-    """One row of `teamctl runs`; a run that does not parse is one row saying so, and None is a
-    run whose keys expired since the index was cleaned."""
-    if not is_safe_id(run_id):
-        return _unreadable_row(run_id, f"invalid run id {quoted(run_id)} in the runs index")
-    store = RunHandle(conn, run_id).store
-    try:
-        spec, state = store.spec(), store.state()
-    except UnreadableRecord as exc:
-        return _unreadable_row(run_id, str(exc))
-    except ConfigError:
-        return None
-    return {"run_id": run_id, "status": state.status, "rounds": state.rounds,
-            "objective": spec.objective}
-
-
-def _unreadable_row(run_id: str, error: str) -> dict[str, Any]:
-    return {"run_id": run_id, "status": "unreadable", "rounds": None, "objective": None,
-            "error": error}
 
 
 def _live_run(run: RunHandle) -> RunHandle:
