@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import typing
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -542,6 +543,11 @@ def test_runs_is_a_table_of_the_newest_runs_with_start_duration_status_and_cost(
         refused = runner.invoke(main, ["runs", "--redis-url", redis_url, "--limit", limit])
         assert (refused.exit_code, refused.stdout, refused.stderr) == (
             2, "", f"teamctl: --limit {limit}: give how many runs to list, 1 or more\n")
+
+
+def test_version_names_the_installed_package() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert (result.exit_code, result.stdout) == (0, f"teamctl {version('teamctl')}\n")
 
 
 def test_the_help_lists_the_lazily_loaded_verbs_with_their_own_help() -> None:

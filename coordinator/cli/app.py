@@ -174,6 +174,8 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, lazy=LAZY_COMMANDS)
+@click.version_option(package_name="teamctl", prog_name="teamctl",
+                      message="%(prog)s %(version)s")
 def main() -> None:
     """teamctl: run teams of LLM agents on Redis and RQ."""
 
