@@ -23,6 +23,7 @@ from teamctl.coordinator.cli.app import (
     redis_url_option,
     resolve_redis_url,
 )
+from teamctl.coordinator.cli.table import table_lines
 from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
@@ -34,7 +35,7 @@ from teamctl.shared.teammates import (
     team_workspace,
 )
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
-from teamctl.shared.text import shorten
+from teamctl.shared.text import one_line, shorten
 
 if TYPE_CHECKING:
     from teamctl.shared.team_tasks import TeamTask
@@ -114,6 +115,8 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:  # as `runs`: on stderr when it is a terminal, so scripts read nothing
+        click.echo("no teams yet", err=sys.stderr.isatty())
     for row in rows:
         click.echo(f"{row['team']}\t{row['teammates']} teammates\t{row['working']} working")
 
@@ -181,9 +184,13 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     if as_json:
         click.echo(json.dumps([m.model_dump(mode="json") for m in mates], indent=2))
         return
-    for mate in mates:
-        detail = mate.idle_reason or ""
-        click.echo(f"{mate.name}\t{mate.status.value}\t{mate.role}\t{shorten(detail, 80)}")
+    if not mates:
+        click.echo(f"no teammates in team {store.team} yet", err=sys.stderr.isatty())
+        return
+    rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
+             one_line(mate.idle_reason, 80)) for mate in mates]
+    for line in table_lines(("name", "status", "role", "detail"), rows):
+        click.echo(line)
 
 
 @team_group.command("send")
