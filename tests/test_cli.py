@@ -199,6 +199,27 @@ def test_export_writes_the_ai4j_file_layout(
                             "createdAt"}
 
 
+def test_export_refuses_to_overwrite_files_unless_forced(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path)
+    out = tmp_path / "out"
+    (out / "mailbox").mkdir(parents=True)
+    (out / "mailbox" / "default.jsonl").write_text("mine\n")
+    args = ["export", run_id, str(out), "--redis-url", redis_url]
+
+    refused = CliRunner().invoke(main, args)
+
+    assert (refused.exit_code, refused.stdout, refused.stderr) == (
+        2, "", f"teamctl: {out}/mailbox/default.jsonl exists; pass --force to overwrite the "
+               "export's files\n")
+    assert not (out / "state").exists()  # nothing written
+    assert (out / "mailbox" / "default.jsonl").read_text() == "mine\n"
+    forced = CliRunner().invoke(main, [*args, "--force"])
+    assert (forced.exit_code, forced.stdout) == (
+        0, f"{out}/state/default.json\n{out}/mailbox/default.jsonl\n")
+    assert json.loads((out / "mailbox" / "default.jsonl").read_text())["type"] == "task.assigned"
+
+
 def test_cancel_without_a_live_coordinator_ends_the_run_here(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     make_run(conn, run_id, tmp_path)

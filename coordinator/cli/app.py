@@ -192,6 +192,8 @@ run_workers_option = click.option(
 idle_exit_option = click.option(
     "--idle-exit", "idle_exit_s", type=click.IntRange(min=1), default=600, show_default=True,
     help="Seconds a pool worker this command starts stays without a job before it exits.")
+force_option = click.option("--force", is_flag=True,
+                            help="Overwrite the files this export writes if they exist.")
 approve_plan_option = click.option(
     "--approve-plan", is_flag=True,
     help="Approve the plan without asking (with require_plan_approval).")
@@ -255,12 +257,14 @@ def reject(run_id: str, redis_url: str | None, reason: str | None,
 @click.argument("run_id")
 @click.argument("directory", type=click.Path(path_type=Path))  # a file there: one-line error
 @redis_url_option
+@force_option
 @fail_cleanly
-def export(run_id: str, directory: Path, redis_url: str | None, settings: Settings) -> None:
+def export(run_id: str, directory: Path, redis_url: str | None, force: bool,
+           settings: Settings) -> None:
     """Write RUN_ID as AI4J files: DIRECTORY/state/<team>.json, DIRECTORY/mailbox/<team>.jsonl."""
     from teamctl.coordinator.cli.commands import export_command
 
-    export_command(resolve_redis_url(redis_url, settings), run_id, directory)
+    export_command(resolve_redis_url(redis_url, settings), run_id, directory, force)
 
 
 @main.command()

@@ -241,9 +241,10 @@ def _end_cancelled(run: RunHandle) -> None:
     expire_run(store.conn, spec.run_id, spec.options.retention_s)
 
 
-def export_command(redis_url: str, run_id: str, directory: Path) -> None:
+def export_command(redis_url: str, run_id: str, directory: Path, force: bool) -> None:
     """`teamctl export`: write the run as AI4J files and print their paths."""
     from teamctl.coordinator.cli.export import export_run
 
-    for path in export_run(RunHandle.existing(connect(redis_url), run_id), directory):
+    run = RunHandle.existing(connect(redis_url), run_id)
+    for path in export_run(run, directory, force=force):
         click.echo(str(path))

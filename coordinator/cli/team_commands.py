@@ -19,6 +19,7 @@ import click
 from teamctl.coordinator.advice import Advice, for_this_shell
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
+    force_option,
     is_embedded,
     redis_url_option,
     resolve_redis_url,
@@ -371,14 +372,15 @@ def task_line(t: TeamTask) -> str:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--all", "everything", is_flag=True,
               help="Every message kept in each inbox, not only the unread ones.")
+@force_option
 @with_store
-def export_command(directory: Path, everything: bool, store: TeamStore,
+def export_command(directory: Path, everything: bool, force: bool, store: TeamStore,
                    settings: Settings) -> None:
     """Write DIR/config.json, DIR/inbox/<name>.jsonl (lead too) and DIR/requests/<id>.json."""
     from teamctl.coordinator.cli.team_export import export_team
 
     store.meta()
-    for path in export_team(store, directory, everything=everything):
+    for path in export_team(store, directory, everything=everything, force=force):
         click.echo(str(path))
 
 
