@@ -214,7 +214,8 @@ class TeamRequest(BaseModel):
     resolved_ms: HashInt = 0
     resolved_by: HashText = None
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+    """Dumped with `from`, as `team requests --json` prints it."""
 
     @classmethod
     def from_hash(cls, team: str, fields: dict[str, str]) -> TeamRequest:
