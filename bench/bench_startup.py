@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -48,7 +50,7 @@ PLAN = {"tasks": [{"id": "first", "memberId": "m1", "task": "Collect facts"},
                    "dependsOn": ["first"]}]}
 GOALS_S = {"cold request": 5.0, "warm request": 0.5, "warm run": 1.5}
 """Issue 13's goals: planner's request <= 5 s cold, <= 0.5 s warm; a whole warm run <= 1.5 s."""
-VERB_RUNS = 7
+VERB_RUNS = 9
 STORED_RUNS = 300
 VERB_GOAL_RATIO = 1.5
 """Each short verb answers within 1.5x the start of `rq --help`, measured in the same run."""
@@ -95,17 +97,12 @@ def timed_run(llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int) -> 
     return llm.request_times[planner][0] - started, ended - started
 
 
-def start_s(command: list[str], runs: int = BASELINE_RUNS,
-            env: dict[str, str] | None = None) -> float:
-    """Median wall seconds of a command that starts and exits at once (after one untimed start
-    that writes any missing .pyc files)."""
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                   env=env)
+def start_s(command: list[str]) -> float:
+    """Median wall seconds of a command that starts and exits at once."""
     times = []
-    for _ in range(runs):
+    for _ in range(BASELINE_RUNS):
         started = time.monotonic()
-        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                       env=env)
+        subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         times.append(time.monotonic() - started)
     return statistics.median(times)
 
@@ -135,21 +132,39 @@ def store_runs(url: str, count: int, tmp: Path) -> None:
 
 
 def verb_seconds(url: str, finished_run: str, tmp: Path) -> dict[str, float]:
-    """Median wall seconds of each short verb and of `rq --help`, interleaved by verb."""
+    """Median wall seconds of each short verb and of `rq --help`, timed in rounds of one start
+    each, so a busy moment of the machine weighs on the verbs and the baseline alike."""
     store_runs(url, STORED_RUNS, tmp)
     env = verb_env()
-    seconds = {"rq --help": start_s([sys.executable, "-m", "rq.cli", "--help"], VERB_RUNS, env),
-               "help": start_s([*teamctl(), "--help"], VERB_RUNS, env),
-               "status": start_s([*teamctl(), "status", finished_run, "--redis-url", url],
-                                 VERB_RUNS, env),
-               "runs": start_s([*teamctl(), "runs", "--redis-url", url], VERB_RUNS, env)}
-    seconds["task add"] = task_add_s(tmp / "embedded")
-    return seconds
+    with embedded_team(tmp / "embedded") as embedded_env:
+        commands = {
+            "rq --help": ([sys.executable, "-m", "rq.cli", "--help"], env),
+            "help": ([*teamctl(), "--help"], env),
+            "status": ([*teamctl(), "status", finished_run, "--redis-url", url], env),
+            "runs": ([*teamctl(), "runs", "--redis-url", url], env),
+            "task add": ([*teamctl(), "team", "task", "add", "one more"], embedded_env)}
+        for command, command_env in commands.values():  # untimed: writes missing .pyc files
+            _start(command, command_env)
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(VERB_RUNS):
+            for name, (command, command_env) in commands.items():
+                times[name].append(_start(command, command_env))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
-def task_add_s(state: Path) -> float:
-    """Median wall seconds of `teamctl team task add` on the embedded defaults in `state`, once
-    the team exists and the local pool it starts has registered; both stopped by pid after."""
+def _start(command: list[str], env: dict[str, str]) -> float:
+    """Wall seconds of one command that starts and exits at once."""
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                   env=env)
+    return time.monotonic() - started
+
+
+@contextmanager
+def embedded_team(state: Path) -> Iterator[dict[str, str]]:
+    """The environment of a user on the embedded defaults in `state`, once a team exists there
+    and the local pool its first task started has registered; the pool and the embedded Redis
+    are stopped by pid after."""
     env = verb_env(TEAMCTL_STATE_DIR=str(state))
     try:
         subprocess.run([*teamctl(), "team", "create"], env=env, check=True,
@@ -159,7 +174,7 @@ def task_add_s(state: Path) -> float:
         url = EmbeddedRedis(state / "redis").ensure()
         pool = {w.pid for w in WorkerPool(state / "pool", state / "logs").live()}
         _wait(lambda: pool and pool <= registered_pids(url), "the local pool to register")
-        return start_s([*teamctl(), "team", "task", "add", "one more"], VERB_RUNS, env)
+        yield env
     finally:
         WorkerPool(state / "pool", state / "logs").stop()
         EmbeddedRedis(state / "redis").stop()
