@@ -6,6 +6,8 @@ the short verbs start fast."""
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import os
 import sys
@@ -171,6 +173,14 @@ class LazyGroup(click.Group):
             super().format_commands(ctx, formatter)
         finally:
             self._listing = False
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command line; at exit, the objects that exist then are frozen first, so the
+        interpreter's last collection skips them: it walked every object the imports made
+        (pydantic's models above all), ~40 ms of a 0.2 s verb, for memory the OS reclaims."""
+        atexit.unregister(gc.freeze)  # once per process, however often main runs (tests)
+        atexit.register(gc.freeze)
+        return super().main(*args, **kwargs)
 
 
 @click.group(cls=LazyGroup, lazy=LAZY_COMMANDS)
