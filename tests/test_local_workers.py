@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -109,6 +110,7 @@ def test_the_worker_class_named_for_rq_is_teamctls() -> None:
     """The coordinator names the class without importing the worker package: the name must
     still be the class's."""
     from teamctl.coordinator.cli.local_workers import WORKER_CLASS
-    from teamctl.worker import rq_worker
+    from teamctl.worker.rq_worker import TeamctlWorker
 
-    assert WORKER_CLASS == rq_worker.WORKER_CLASS
+    module, _, name = WORKER_CLASS.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is TeamctlWorker
