@@ -112,11 +112,11 @@ class Coordinator:
         self.ctx.reporter.phase(status)
 
     def _drive(self) -> RunResult:
-        state = self.ctx.store.state()
-        if state.finished:
+        stored = self.ctx.store.state()
+        if stored.finished:
             raise ConfigError(f"run {self.spec.run_id} has already finished; "
                               f"`teamctl status {self.spec.run_id}` shows its result")
-        self.ctx.reporter.phase(state.status)  # planning, or where a resumed run stands
+        self.ctx.reporter.phase(stored.status)  # planning, or where a resumed run stands
         self.deadline = time.monotonic() + self.spec.options.timeout_s
         loop, state = None, None
         try:
