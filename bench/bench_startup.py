@@ -7,28 +7,37 @@
 - Baseline, in the same run: the start time of `rq --help` and of `python -c pass`.
 - Memory: RSS of a `teamctl run` process while it waits for plan approval, and of an idle
   preloaded worker (VmRSS in /proc/PID/status).
+- Short verbs, each against `rq --help` in the same run: `teamctl --help`, `teamctl status RUN`
+  on a finished run, `teamctl runs` with 300 runs stored, and `teamctl team task add` on the
+  embedded defaults (a team that exists, its local pool already running).
 
-Run: .venv/bin/python -m bench.bench_startup
+Run: .venv/bin/python -m bench.bench_startup [--verbs]  (--verbs: the short verbs alone)
 It starts its own redis-server, model server and workers, and stops each by its pid.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
 from teamctl.coordinator.cli.local_workers import stop_process
-from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.shared.embedded_redis import EmbeddedRedis, throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
+from teamctl.shared.team import ModelChoice, load_team_file
 
-from bench.bench_worker import _wait, rss_mb, worker_fleet
+from bench.bench_worker import _wait, registered_pids, rss_mb, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.scripted_llm import ScriptedLLM
 
@@ -41,6 +50,13 @@ PLAN = {"tasks": [{"id": "first", "memberId": "m1", "task": "Collect facts"},
                    "dependsOn": ["first"]}]}
 GOALS_S = {"cold request": 5.0, "warm request": 0.5, "warm run": 1.5}
 """Issue 13's goals: planner's request <= 5 s cold, <= 0.5 s warm; a whole warm run <= 1.5 s."""
+VERB_RUNS = 9
+STORED_RUNS = 300
+VERB_GOAL_RATIO = 1.5
+"""Each short verb answers within 1.5x the start of `rq --help`, measured in the same run."""
+VERBS = {"help": "`teamctl --help`", "status": "`teamctl status RUN` (a finished run)",
+         "runs": f"`teamctl runs` ({STORED_RUNS} runs stored)",
+         "task add": "`teamctl team task add` (embedded Redis, pool running)"}
 
 
 def teamctl() -> list[str]:
@@ -91,6 +107,79 @@ def start_s(command: list[str]) -> float:
     return statistics.median(times)
 
 
+def verb_env(**extra: str) -> dict[str, str]:
+    """The environment the short verbs and their baseline run in: a user's, so Python caches
+    bytecode (with PYTHONDONTWRITEBYTECODE every start would recompile teamctl's sources, while
+    rq's come compiled at install)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", "REDIS_URL")}
+    return {**env, **extra}
+
+
+def store_runs(url: str, count: int, tmp: Path) -> None:
+    """`count` finished runs of the default team, as `teamctl runs` finds them after a while."""
+    conn = redis.Redis.from_url(url, decode_responses=True)
+    team = load_team_file(None)
+    models = ModelChoice(planner="p", synthesizer="s", member_default="m")
+    for n in range(count):
+        spec = create_run(conn, RunRequest(objective=f"Objective {n}", team=team, models=models,
+                                           workspace_root=tmp / "stored", run_id=f"stored{n}"))
+        keys = RunKeys(spec.run_id)
+        conn.hset(keys.state, mapping={"status": "completed", "rounds": 1,
+                                       "ended_ms": spec.created_ms + 1500})
+        conn.hset(keys.usage, mapping={"prompt_tokens": 10, "completion_tokens": 5,
+                                       "cost_usd": 0.001})
+
+
+def verb_seconds(url: str, finished_run: str, tmp: Path) -> dict[str, float]:
+    """Median wall seconds of each short verb and of `rq --help`, timed in rounds of one start
+    each, so a busy moment of the machine weighs on the verbs and the baseline alike."""
+    store_runs(url, STORED_RUNS, tmp)
+    env = verb_env()
+    with embedded_team(tmp / "embedded") as embedded_env:
+        commands = {
+            "rq --help": ([sys.executable, "-m", "rq.cli", "--help"], env),
+            "help": ([*teamctl(), "--help"], env),
+            "status": ([*teamctl(), "status", finished_run, "--redis-url", url], env),
+            "runs": ([*teamctl(), "runs", "--redis-url", url], env),
+            "task add": ([*teamctl(), "team", "task", "add", "one more"], embedded_env)}
+        for command, command_env in commands.values():  # untimed: writes missing .pyc files
+            _start(command, command_env)
+        times: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(VERB_RUNS):
+            for name, (command, command_env) in commands.items():
+                times[name].append(_start(command, command_env))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _start(command: list[str], env: dict[str, str]) -> float:
+    """Wall seconds of one command that starts and exits at once."""
+    started = time.monotonic()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
+                   env=env)
+    return time.monotonic() - started
+
+
+@contextmanager
+def embedded_team(state: Path) -> Iterator[dict[str, str]]:
+    """The environment of a user on the embedded defaults in `state`, once a team exists there
+    and the local pool its first task started has registered; the pool and the embedded Redis
+    are stopped by pid after."""
+    env = verb_env(TEAMCTL_STATE_DIR=str(state))
+    try:
+        subprocess.run([*teamctl(), "team", "create"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([*teamctl(), "team", "task", "add", "warm up"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = EmbeddedRedis(state / "redis").ensure()
+        pool = {w.pid for w in WorkerPool(state / "pool", state / "logs").live()}
+        _wait(lambda: pool and pool <= registered_pids(url), "the local pool to register")
+        yield env
+    finally:
+        WorkerPool(state / "pool", state / "logs").stop()
+        EmbeddedRedis(state / "redis").stop()
+
+
 def coordinator_rss_mb(llm: ScriptedLLM, url: str, tmp: Path) -> float:
     """RSS of a `teamctl run` process while it waits for plan approval (workers already up)."""
     team, _ = write_team(tmp / "rss.toml", llm, "rss", approval=True)
@@ -121,6 +210,7 @@ def collect() -> dict[str, float]:
                 warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0) for n in range(WARM_RUNS)]
                 worker_rss = rss_mb(processes[0].pid)
                 coordinator_rss = coordinator_rss_mb(llm, url, tmp)
+            verbs = verb_seconds(url, "warm0", tmp)
     finally:
         llm.stop()
     return {"cold request": statistics.median(c[0] for c in cold),
@@ -129,7 +219,18 @@ def collect() -> dict[str, float]:
             "warm run": statistics.median(w[1] for w in warm),
             "rq --help": start_s([sys.executable, "-m", "rq.cli", "--help"]),
             "python -c pass": start_s([sys.executable, "-c", "pass"]),
-            "coordinator rss": coordinator_rss, "worker rss": worker_rss}
+            "coordinator rss": coordinator_rss, "worker rss": worker_rss,
+            **{f"verb {key}": value for key, value in verbs.items()}}
+
+
+def verb_figures(data: dict[str, float]) -> list[BenchFigure]:
+    """Each short verb against `rq --help` timed beside it (both with bytecode caching on)."""
+    rq_help = data["verb rq --help"]
+    return [BenchFigure(name=name, value=data[f"verb {key}"], unit="s", baseline=rq_help,
+                        baseline_name="`rq --help`", goal=f"ratio <= {VERB_GOAL_RATIO}",
+                        met=data[f"verb {key}"] <= VERB_GOAL_RATIO * rq_help,
+                        note=f"median of {VERB_RUNS}")
+            for key, name in VERBS.items()]
 
 
 def figures() -> list[BenchFigure]:
@@ -157,11 +258,19 @@ def figures() -> list[BenchFigure]:
                             baseline_name="idle preloaded worker"))
     rows.append(BenchFigure(name="RSS of an idle preloaded worker", value=data["worker rss"],
                             unit="MiB", note=f"after {WARM_RUNS} warm runs"))
-    return rows
+    return rows + verb_figures(data)
+
+
+def verbs_only() -> list[BenchFigure]:
+    """The short verbs alone (`--verbs`): `status` reads one of the stored runs instead of a
+    run the team made."""
+    with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url:
+        verbs = verb_seconds(url, "stored0", Path(tmp_dir))
+    return verb_figures({f"verb {key}": value for key, value in verbs.items()})
 
 
 def main() -> int:
-    return print_figures(figures())
+    return print_figures(verbs_only() if "--verbs" in sys.argv[1:] else figures())
 
 
 if __name__ == "__main__":

@@ -45,8 +45,10 @@ def plan_table(plan: Plan) -> str:
 
 
 def decide_plan(store: RunStore, plan: Plan, mode: ApprovalMode, *,
-                notify: Callable[[str], None], should_stop: Callable[[], bool]) -> Decision:
-    """Return the recorded decision, making or awaiting it first if there is none yet."""
+                notify: Callable[[str], None], should_stop: Callable[[], bool],
+                phase: Callable[[RunStatus], None] = lambda status: None) -> Decision:
+    """Return the recorded decision, making or awaiting it first if there is none yet; `phase`
+    is told when the run starts waiting for it."""
     recorded = _recorded(store)
     if recorded is not None:
         return recorded
@@ -57,7 +59,7 @@ def decide_plan(store: RunStore, plan: Plan, mode: ApprovalMode, *,
         approved = click.confirm("Approve this plan?", default=True, err=True)
         store.record_approval(approved, None if approved else "rejected at the terminal")
     else:
-        return _wait(store, notify, should_stop)
+        return _wait(store, notify, should_stop, phase)
     recorded = _recorded(store)
     assert recorded is not None
     return recorded
@@ -70,10 +72,11 @@ def _recorded(store: RunStore) -> Decision | None:
     return Decision(approved=state.approval is Approval.APPROVED, reason=state.approval_reason)
 
 
-def _wait(store: RunStore, notify: Callable[[str], None],
-          should_stop: Callable[[], bool]) -> Decision:
+def _wait(store: RunStore, notify: Callable[[str], None], should_stop: Callable[[], bool],
+          phase: Callable[[RunStatus], None]) -> Decision:
     run_id = store.run_id
     store.set_status(RunStatus.AWAITING_APPROVAL)
+    phase(RunStatus.AWAITING_APPROVAL)
     notify(f"plan awaits approval: `teamctl approve {run_id}` or "
            f"`teamctl reject {run_id} --reason TEXT` (`teamctl status {run_id}` shows it)")
     while True:

@@ -7,19 +7,22 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import redis
-from teamctl.coordinator.approval import ApprovalMode
 from teamctl.coordinator.cli.job_env import differences, job_variables
 from teamctl.coordinator.cli.worker_pool import DEFAULT_POOL_SIZE, PoolWorker, WorkerPool
-from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.worker_hints import StartedWorker, StartingWorkers
 from teamctl.coordinator.worker_registry import listening_workers
 from teamctl.shared.connection import connect, set_outage
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import RunResult
-from teamctl.shared.settings import Settings
-from teamctl.shared.team import ModelSource, RunSpec, TeamFile, choose_models
+
+if TYPE_CHECKING:  # only annotations here: the team verbs import this module for ensure_pool
+    import redis
+    from teamctl.coordinator.approval import ApprovalMode
+    from teamctl.coordinator.progress import Reporter
+    from teamctl.shared.models import RunResult
+    from teamctl.shared.settings import Settings
+    from teamctl.shared.team import ModelSource, RunSpec, TeamFile
 
 Note = Callable[[str], None]
 """How a line for a person is shown (stderr for the CLI, logging for the API)."""
@@ -42,6 +45,7 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     once the input is valid: a config error starts no server and writes nothing."""
     from teamctl.coordinator.hooks import load_hooks
     from teamctl.coordinator.run import RunRequest, create_run
+    from teamctl.shared.team import choose_models
 
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")

@@ -9,14 +9,18 @@ from typing import Any
 
 import click
 from teamctl.coordinator.advice import Advice, for_this_shell
-from teamctl.shared.models import TaskState, TaskStatus
+from teamctl.shared.models import RunStatus, TaskState, TaskStatus
 
 STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
                 TaskStatus.BLOCKED: "yellow", TaskStatus.IN_PROGRESS: "cyan"}
+PHASE_TEXT = {RunStatus.PLANNING: "planning", RunStatus.AWAITING_APPROVAL: "waiting for approval",
+              RunStatus.RUNNING: "dispatching", RunStatus.SYNTHESIZING: "synthesizing"}
+"""The table's title for each phase of a run (an ended run shows its status as it is)."""
 
 
 class Reporter:
-    """Progress for a person; `live` draws a table (task, member, status, attempts, elapsed)."""
+    """Progress for a person; `live` draws a table (task, member, status, attempts, elapsed)
+    titled with the run's phase."""
 
     def __init__(self, live: bool, log: logging.Logger | None = None,
                  advice: Advice | None = None) -> None:
@@ -26,6 +30,8 @@ class Reporter:
         self.advice = advice or Advice()
         """How the commands a note suggests are spelled for the person reading it."""
         self._live: Any = None
+        self._states: list[TaskState] = []
+        self._phase: RunStatus | None = None
 
     @classmethod
     def for_stderr(cls, advice: Advice | None = None) -> Reporter:
@@ -48,6 +54,16 @@ class Reporter:
 
     def tick(self, states: list[TaskState]) -> None:
         """Redraw the table from the board's current states."""
+        self._states = states
+        self._draw()
+
+    def phase(self, status: RunStatus) -> None:
+        """Show the run's status (planning, waiting for approval, ...) as the table's title,
+        drawn at once: planning has no tasks to tick for yet."""
+        self._phase = status
+        self._draw()
+
+    def _draw(self) -> None:
         if not self.live:
             return
         if self._live is None:
@@ -56,7 +72,7 @@ class Reporter:
 
             self._live = Live(console=Console(stderr=True), auto_refresh=False)
             self._live.start()
-        self._live.update(_table(states), refresh=True)
+        self._live.update(_table(self._states, self._phase), refresh=True)
 
     def close(self) -> None:
         if self._live is not None:
@@ -64,10 +80,11 @@ class Reporter:
             self._live = None
 
 
-def _table(states: list[TaskState]) -> Any:
+def _table(states: list[TaskState], phase: RunStatus | None = None) -> Any:
     from rich.table import Table
 
-    table = Table("task", "member", "status", "attempts", "elapsed", box=None)
+    title = PHASE_TEXT.get(phase, str(phase)) if phase is not None else None
+    table = Table("task", "member", "status", "attempts", "elapsed", box=None, title=title)
     now_ms = int(time.time() * 1000)
     for state in states:
         end_ms = state.end_ms or (now_ms if state.start_ms else 0)

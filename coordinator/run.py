@@ -105,17 +105,25 @@ class Coordinator:
         """Write the run's end, fenced by the lease; RunFailed if this coordinator lost it."""
         self.ctx.store.finish(end)
         self.ended = True
+        self.ctx.reporter.phase(end.status)
+
+    def _set_status(self, status: RunStatus) -> None:
+        """Move the run to its next phase, and show it."""
+        self.ctx.store.set_status(status)
+        self.ctx.reporter.phase(status)
 
     def _drive(self) -> RunResult:
-        if self.ctx.store.state().finished:
+        stored = self.ctx.store.state()
+        if stored.finished:
             raise ConfigError(f"run {self.spec.run_id} has already finished; "
                               f"`teamctl status {self.spec.run_id}` shows its result")
+        self.ctx.reporter.phase(stored.status)  # planning, or where a resumed run stands
         self.deadline = time.monotonic() + self.spec.options.timeout_s
         loop, state = None, None
         try:
             plan = self._plan_once()
             if self._plan_approved(plan):
-                self.ctx.store.set_status(RunStatus.RUNNING)
+                self._set_status(RunStatus.RUNNING)
                 loop = RoundLoop(self.ctx, self.deadline)
                 state = loop.run(self._loop_state())
                 self._finish(state)
@@ -172,8 +180,11 @@ class Coordinator:
         """True to dispatch; a rejected plan fails the run, a cancel during the wait ends it."""
         if not self.spec.options.require_plan_approval:
             return True
+        if self.approval is ApprovalMode.PROMPT:
+            self.ctx.reporter.close()  # the prompt needs the lines the live table redraws
         decision = decide_plan(self.ctx.store, plan, self.approval, notify=self.ctx.reporter.note,
-                               should_stop=self._should_stop_waiting)
+                               should_stop=self._should_stop_waiting,
+                               phase=self.ctx.reporter.phase)
         if decision.approved:
             self.ctx.bus.publish("system", "lead", SystemType.PLAN_APPROVED, None,
                                  decision.reason or "")
@@ -214,7 +225,7 @@ class Coordinator:
 
     def _synthesize(self) -> None:
         ctx, models = self.ctx, self.spec.models
-        ctx.store.set_status(RunStatus.SYNTHESIZING)
+        self._set_status(RunStatus.SYNTHESIZING)
         states = ctx.board.snapshot()
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
         plan = ctx.store.state().plan or Plan()

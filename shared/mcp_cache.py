@@ -12,7 +12,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 from teamctl.shared.agent.mcp_config import offered_name, tool_filter
-from teamctl.shared.agent.python_tools import TOOL_NAME
+from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.text import shorten

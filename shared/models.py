@@ -299,9 +299,10 @@ class EnvelopeKind(StrEnum):
 
 
 class EnvelopeBase(BaseModel):
-    """The fields every message on a bus has (stream entries store None as '')."""
+    """The fields every message on a bus has (stream entries store None as ''); dumped as
+    `from`, the name the CLI's JSON and the stream use, and read under either name."""
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
 
     id: str = ""
     from_: str = Field(alias="from")

@@ -11,7 +11,7 @@ from typing import Annotated
 import redis
 from pydantic import BaseModel, BeforeValidator
 from teamctl.shared.connection import block_ms, blocking_client
-from teamctl.shared.errors import ConfigError, RunFailed, unreadable
+from teamctl.shared.errors import ConfigError, RunFailed, UnreadableRecord, unreadable
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
 from teamctl.shared.models import (
     BLANK_IS_NONE,
@@ -115,17 +115,11 @@ class RunStore:
         raw = self.conn.get(self.keys.spec)
         if raw is None:
             raise ConfigError(f"no run {self.run_id}; `teamctl runs` lists the known runs")
-        try:
-            return RunSpec.model_validate_json(raw)
-        except ValueError as exc:
-            raise unreadable(f"run {self.run_id} is unreadable: its spec", exc) from exc
+        return parse_spec(self.run_id, raw)
 
     def state(self) -> RunState:
         """The run's mutable state, parsed from its hash."""
-        try:
-            return RunState.model_validate(self.conn.hgetall(self.keys.state))
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError too
-            raise unreadable(f"run {self.run_id} is unreadable: its state", exc) from exc
+        return parse_state(self.run_id, self.conn.hgetall(self.keys.state))
 
     def set_status(self, status: RunStatus) -> None:
         """Move the run to a status that does not end it; RunFailed if the lease is not ours."""
@@ -184,10 +178,7 @@ class RunStore:
 
     def usage(self) -> Usage:
         """The run's token and cost totals."""
-        try:
-            return Usage.model_validate(self.conn.hgetall(self.keys.usage))
-        except ValueError as exc:
-            raise unreadable(f"run {self.run_id} is unreadable: its usage", exc) from exc
+        return parse_usage(self.run_id, self.conn.hgetall(self.keys.usage))
 
     def cancelled(self) -> bool:
         """Whether somebody asked the run to stop (members check it between calls)."""
@@ -233,3 +224,62 @@ class RunStore:
 def list_runs(conn: redis.Redis, limit: int = 50) -> list[str]:
     """The most recent run ids, newest first."""
     return list(conn.zrevrange(RUNS_INDEX, 0, limit - 1))
+
+
+def parse_spec(run_id: str, raw: str) -> RunSpec:
+    """A stored spec; UnreadableRecord naming the run if it does not parse."""
+    try:
+        return RunSpec.model_validate_json(raw)
+    except ValueError as exc:
+        raise unreadable(f"run {run_id} is unreadable: its spec", exc) from exc
+
+
+def parse_state(run_id: str, fields: dict[str, str]) -> RunState:
+    """A run's state hash; UnreadableRecord naming the run if it does not parse."""
+    try:
+        return RunState.model_validate(fields)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError too
+        raise unreadable(f"run {run_id} is unreadable: its state", exc) from exc
+
+
+def parse_usage(run_id: str, fields: dict[str, str]) -> Usage:
+    """A run's usage hash; UnreadableRecord naming the run if it does not parse."""
+    try:
+        return Usage.model_validate(fields)
+    except ValueError as exc:
+        raise unreadable(f"run {run_id} is unreadable: its usage", exc) from exc
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What a list of runs shows of one: its spec, state and usage, or why they do not parse."""
+
+    run_id: str
+    spec: RunSpec | None = None
+    state: RunState | None = None
+    usage: Usage | None = None
+    error: str | None = None
+    """Set when the run's records do not parse (the others are then None)."""
+
+
+def run_summaries(conn: redis.Redis, run_ids: list[str]) -> list[RunSummary]:
+    """The runs' records, read for all of them in one round trip (`teamctl runs` must stay
+    fast with hundreds of runs); a run whose keys expired meanwhile is left out."""
+    pipe = conn.pipeline(transaction=False)
+    for run_id in run_ids:
+        keys = RunKeys(run_id)
+        pipe.get(keys.spec)
+        pipe.hgetall(keys.state)
+        pipe.hgetall(keys.usage)
+    replies = pipe.execute()
+    summaries = []
+    for index, run_id in enumerate(run_ids):
+        raw_spec, state, usage = replies[3 * index:3 * index + 3]
+        if raw_spec is None:
+            continue
+        try:
+            summaries.append(RunSummary(run_id, parse_spec(run_id, raw_spec),
+                                        parse_state(run_id, state), parse_usage(run_id, usage)))
+        except UnreadableRecord as exc:
+            summaries.append(RunSummary(run_id, error=str(exc)))
+    return summaries

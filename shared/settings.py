@@ -10,17 +10,11 @@ variables and litellm's cost-map switch (shared/agent/llm.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
-from pydantic.fields import FieldInfo
-from pydantic_settings import (
-    BaseSettings,
-    EnvSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.text import shorten
 
@@ -35,13 +29,14 @@ def default_state_dir(xdg_state_home: Path | None) -> Path:
     return (xdg_state_home or Path.home() / ".local" / "state") / "teamctl"
 
 
-class Settings(BaseSettings):
+class Settings(BaseModel):
     """What the environment configures; an empty variable counts as unset, as it always has.
 
-    Built by load_settings(); arguments (tests) go by the variables' names: `TEAMCTL_MODEL=`."""
+    Built by load_settings(); arguments (tests) go by the variables' names: `TEAMCTL_MODEL=`,
+    and win over the environment. A plain model reading `os.environ` itself: pydantic-settings
+    did the same for these few variables, and importing it cost every CLI verb ~20-40 ms."""
 
-    model_config = SettingsConfigDict(case_sensitive=True, env_ignore_empty=True,
-                                      extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
     redis_url: str | None = Field(None, validation_alias="REDIS_URL")
     """The Redis to use when no --redis-url is given; None: the embedded server."""
@@ -70,37 +65,20 @@ class Settings(BaseSettings):
         """Whether TEAMCTL_STATE_DIR chose the state dir (error messages name it then)."""
         return "state_dir" in self.model_fields_set
 
+    @model_validator(mode="before")
     @classmethod
-    def settings_customise_sources(
-            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Arguments, then the provider key names, then the environment: no .env file and no
-        secrets dir, so what a process sees is what its environment says."""
-        return init_settings, ProviderKeyNames(settings_cls), EnvironmentVariables(settings_cls)
-
-
-class EnvironmentVariables(EnvSettingsSource):
-    """pydantic-settings' environment source, blind to `provider_keys`: that field is not one
-    variable (and a stray variable of that name must not fail to parse as JSON)."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        if field_name == "provider_keys":
-            return None, field_name, False
-        return super().get_field_value(field, field_name)
-
-
-class ProviderKeyNames(PydanticBaseSettingsSource):
-    """The `provider_keys` field: which `*_API_KEY` variables are set and not empty."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False  # unused: __call__ produces the one value at once
-
-    def __call__(self) -> dict[str, Any]:
-        names = {name for name, value in os.environ.items()
-                 if name.endswith(PROVIDER_KEY_SUFFIX) and value}
-        return {"provider_keys": frozenset(names)}
+    def _environment(cls, data: Any) -> Any:
+        """Under the arguments: each field's variable (by its exact name) when set and not
+        empty, and the names of the provider keys that are set."""
+        given = dict(data) if isinstance(data, Mapping) else {}
+        names = {info.validation_alias for info in cls.model_fields.values()
+                 if isinstance(info.validation_alias, str)}
+        found: dict[str, Any] = {name: os.environ[name] for name in names
+                                 if os.environ.get(name)}
+        found["provider_keys"] = frozenset(
+            name for name, value in os.environ.items()
+            if name.endswith(PROVIDER_KEY_SUFFIX) and value)
+        return {**found, **given}
 
 
 def load_settings() -> Settings:

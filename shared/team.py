@@ -19,13 +19,7 @@ from pydantic import (
 )
 from teamctl.shared.agent.mcp_config import SEPARATOR, McpServer, check_entries, servers_for
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
-from teamctl.shared.agent.python_tools import (
-    check_entry,
-    check_team_tools,
-    clash,
-    is_python_tool,
-)
-from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
+from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, clash, is_python_tool
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
@@ -278,6 +272,8 @@ class TeamFile(BaseModel):
     def check_python_tools(self) -> None:
         """Import every member's Python tools here, before a run starts: ConfigError (exit 2)
         for one that will not load or whose name clashes (python_tools.check_team_tools)."""
+        from teamctl.shared.agent.python_tools import check_team_tools
+
         check_team_tools(self)
 
     @field_validator("mcp_servers")

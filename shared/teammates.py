@@ -14,8 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
-from teamctl.shared.agent.python_tools import check_entry, is_python_tool, load_member_tools
-from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
+from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
 from teamctl.shared.models import HashCsv, HashInt, HashText
@@ -215,7 +214,8 @@ class TeamRequest(BaseModel):
     resolved_ms: HashInt = 0
     resolved_by: HashText = None
 
-    model_config = ConfigDict(populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+    """Dumped with `from`, as `team requests --json` prints it."""
 
     @classmethod
     def from_hash(cls, team: str, fields: dict[str, str]) -> TeamRequest:
@@ -261,6 +261,8 @@ def check_tools(tools: Iterable[str]) -> list[str]:
 def load_mate_python_tools(tools: Iterable[str]) -> None:
     """Import a teammate's Python tools where it is spawned: ConfigError for one that will not
     load, or whose name a teammate or workspace tool has (its turns would only end idle)."""
+    from teamctl.shared.agent.python_tools import load_member_tools
+
     load_member_tools(tools, MATE_TOOLS + WORKSPACE_TOOLS)
 
 

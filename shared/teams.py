@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from rq import Queue, Worker
-from rq.job import Job, JobStatus
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
 from teamctl.shared.connection import block_ms, same_server
@@ -423,6 +421,8 @@ class TeamStore:
         self._enqueue(mate.name, mate.queue)
 
     def _enqueue(self, name: str, queue: str) -> None:
+        from rq import Queue  # here: RQ is slow to import, and most team verbs wake nobody
+
         job = Queue(queue, connection=self._rq_conn).enqueue(
             TURN_FUNCTION, self.team, name, job_timeout=self.options.job_timeout_s,
             description=f"turn of {name} in team {self.team}",
@@ -437,6 +437,10 @@ class TeamStore:
             pipe.hmget(self.keys.mate(name), "status", "job_id")
         jobs = {name: job_id for name, (status, job_id) in zip(names, pipe.execute(), strict=True)
                 if status == MateStatus.WORKING and job_id}
+        if not jobs:
+            return set()
+        from rq.job import Job, JobStatus
+
         fetched = Job.fetch_many(list(jobs.values()), connection=self._rq_conn)
         waiting = {JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED}
         return {name for name, job in zip(jobs, fetched, strict=True)
@@ -454,6 +458,8 @@ class TeamStore:
 
     def workers_on(self, queue: str) -> int:
         """How many RQ workers listen on `queue` (RQ's registry): 0 means turns there wait."""
+        from rq import Queue, Worker
+
         return Worker.count(queue=Queue(check_queue(queue), connection=self._rq_conn))
 
     def reconcile(self) -> list[str]:

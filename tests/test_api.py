@@ -84,7 +84,10 @@ def test_run_returns_the_result_object_the_cli_prints(
         ("a", TaskStatus.COMPLETED), ("b", TaskStatus.COMPLETED)]
     assert result.usage.prompt_tokens == 4 * 11 and result.synthesis is not None
     status = CliRunner().invoke(main, ["status", run_id, "--redis-url", workers, "--json"])
-    assert json.loads(status.stdout) == json.loads(result.model_dump_json(by_alias=True))
+    assert json.loads(status.stdout) == json.loads(result.model_dump_json())  # field names too
+    assert result.messages and all(
+        "from" in m and "from_" not in m for m in result.model_dump()["messages"])
+    assert teamctl.RunResult.model_validate_json(result.model_dump_json()) == result
     again = attach(run_id, redis_url=workers)
     assert again.wait(timeout=5) == result and again.status() is RunStatus.COMPLETED
 

@@ -159,12 +159,14 @@ def test_messages_parse_as_system_notices_or_peer_messages(bus: MessageBus) -> N
                                            PeerMessage]
     assert [m.type for m in messages[:2]] == [SystemType.PLAN_APPROVED, SystemType.HOOK_ERROR]
     assert messages[1].type is SystemType.HOOK_ERROR
-    # What the stream holds and what readers print stay plain text fields.
-    assert [m.model_dump_json(by_alias=True) for m in messages[:3]] == [
+    # What the stream holds and what readers print stay plain text fields, named as the CLI
+    # names them (`from`) without asking.
+    assert [m.model_dump_json() for m in messages[:3]] == [
         f'{{"id":"{m.id}","from":"{m.from_}","to":"{m.to}","type":"{m.type}",'
         f'"task_id":{json.dumps(m.task_id)},"content":"{m.content}","created_at":{m.created_at}}}'
         for m in messages[:3]]
-    assert ENVELOPES.validate_python(messages[0].model_dump(by_alias=True)) == messages[0]
+    assert ENVELOPES.validate_python(messages[0].model_dump()) == messages[0]
+    assert [set(m.model_dump()) & {"from", "from_"} for m in messages] == [{"from"}] * 5
 
 
 def test_unknown_senders_are_refused(bus: MessageBus) -> None:

@@ -7,7 +7,9 @@ import os
 import re
 import subprocess
 import sys
+import time
 import typing
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ import redis
 from click.testing import CliRunner
 from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli import main
+from teamctl.coordinator.cli.app import LAZY_COMMANDS
 from teamctl.coordinator.cli.options import merge_options
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
@@ -24,7 +27,7 @@ from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, is_
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.retention import expire_run
-from teamctl.shared.runstore import RunEnd, RunStore
+from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import ModelChoice, RunOptions, load_team_file
 
 from tests.conftest import coordinator_store, roster_bus
@@ -157,8 +160,11 @@ def test_status_tasks_and_runs_read_the_run_from_redis(
     tasks = runner.invoke(main, ["tasks", run_id, "--redis-url", redis_url, "--json"])
     assert [t["task_id"] for t in json.loads(tasks.stdout)] == ["a", "b"]
     runs = runner.invoke(main, ["runs", "--redis-url", redis_url, "--json"])
-    assert json.loads(runs.stdout)[0] == {"run_id": run_id, "status": "planning", "rounds": 0,
-                                          "objective": "Objective X"}
+    (row,) = json.loads(runs.stdout)
+    started_ms = RunStore(conn, RunKeys(run_id)).state().started_ms
+    assert 0 <= row.pop("duration_ms") <= now_ms() - started_ms
+    assert row == {"run_id": run_id, "status": "planning", "rounds": 0,
+                   "objective": "Objective X", "started_ms": started_ms, "cost_usd": 0.0}
     plain = runner.invoke(main, ["status", run_id, "--redis-url", redis_url])
     lines = plain.stdout.splitlines()
     assert re.fullmatch(rf"{run_id}: planning; rounds 0; \d+\.\ds; 0 tokens, \$0\.0000",
@@ -193,6 +199,27 @@ def test_export_writes_the_ai4j_file_layout(
         == ("system", "researcher", "task.assigned", "a")
     assert set(message) == {"id", "fromMemberId", "toMemberId", "type", "taskId", "content",
                             "createdAt"}
+
+
+def test_export_refuses_to_overwrite_files_unless_forced(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    make_run(conn, run_id, tmp_path)
+    out = tmp_path / "out"
+    (out / "mailbox").mkdir(parents=True)
+    (out / "mailbox" / "default.jsonl").write_text("mine\n")
+    args = ["export", run_id, str(out), "--redis-url", redis_url]
+
+    refused = CliRunner().invoke(main, args)
+
+    assert (refused.exit_code, refused.stdout, refused.stderr) == (
+        2, "", f"teamctl: {out}/mailbox/default.jsonl exists; pass --force to overwrite the "
+               "export's files\n")
+    assert not (out / "state").exists()  # nothing written
+    assert (out / "mailbox" / "default.jsonl").read_text() == "mine\n"
+    forced = CliRunner().invoke(main, [*args, "--force"])
+    assert (forced.exit_code, forced.stdout) == (
+        0, f"{out}/state/default.json\n{out}/mailbox/default.jsonl\n")
+    assert json.loads((out / "mailbox" / "default.jsonl").read_text())["type"] == "task.assigned"
 
 
 def test_cancel_without_a_live_coordinator_ends_the_run_here(
@@ -400,13 +427,21 @@ def test_one_unreadable_run_never_breaks_the_others(
 
     runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
     assert runs.exit_code == 0, runs.output
-    rows = {line.split()[0]: line for line in runs.stdout.splitlines()}
-    assert set(rows) == {"good-1", "bad", "good-2"}
-    assert rows["bad"].split()[1] == "unreadable" and says in rows["bad"]
-    assert rows["good-1"].split()[1] == "planning"
+    header, *lines = runs.stdout.splitlines()
+    assert header == "run     started              duration  status      cost     objective"
+    rows = {line.split()[0]: line for line in lines}
+    assert list(rows) == ["good-2", "bad", "good-1"]  # newest first
+    assert rows["bad"].startswith("bad     -                    -         unreadable  -        "
+                                  "run bad is unreadable: ") and says in rows["bad"]
+    assert re.fullmatch(r"good-1  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  \d+\.\ds +  planning    "
+                        r"\$0\.0000  Objective X", rows["good-1"]), rows["good-1"]
     as_json = json.loads(runner.invoke(main, ["runs", "--redis-url", redis_url, "--json"]).stdout)
     assert {r["run_id"]: r["status"] for r in as_json} == {
         "good-2": "planning", "bad": "unreadable", "good-1": "planning"}
+    bad = next(r for r in as_json if r["run_id"] == "bad")
+    assert says in bad.pop("error")
+    assert bad == {"run_id": "bad", "status": "unreadable", "rounds": None, "objective": None,
+                   "started_ms": None, "duration_ms": None, "cost_usd": None}
     # `tasks` reads the spec and the board, not the state hash: a bad state does not stop it.
     verbs = [["status", "bad"], ["status", "bad", "--json"]]
     verbs += [["tasks", "bad"]] if corruption.startswith("spec") else []
@@ -434,8 +469,12 @@ def test_an_unreadable_task_or_run_id_is_one_line_too(
         assert len(result.stderr.splitlines()) == 1
     runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
     assert runs.exit_code == 0
-    assert sorted(line.split()[:2] for line in runs.stdout.splitlines()) == [
-        ["'bad\\nid'", "unreadable"], ["bad", "planning"], ["good", "planning"]]
+    assert sorted((line.split()[0], line.split()[3] if "unreadable" in line else line.split()[4])
+                  for line in runs.stdout.splitlines()[1:]) == [
+        ("'bad\\nid'", "unreadable"), ("bad", "planning"), ("good", "planning")]
+    assert runs.stdout.splitlines()[-1] == (  # its score is the oldest
+        "'bad\\nid'  -                    -         unreadable  -        invalid run id "
+        "'bad\\nid' in the runs index")
 
 
 def test_bad_paths_are_one_line_config_errors_for_every_verb(
@@ -479,3 +518,85 @@ def test_bad_paths_are_one_line_config_errors_for_every_verb(
     assert conn.zrange("teamctl:runs", 0, -1) == [run_id]  # no run was created
     assert a_file.read_text() == "not a directory\n"
     assert not (tmp_path / "state" / "redis").exists()  # a config error starts no server
+
+
+def _stored_run(conn: redis.Redis, run_id: str, objective: str, tmp_path: Path,
+                started_ms: int, ended_ms: int, usage: dict[str, object]) -> None:
+    """A run of the default team created at `started_ms` that ended at `ended_ms`."""
+    create_run(conn, RunRequest(objective=objective, team=load_team_file(None),
+                                models=ModelChoice(planner="p", synthesizer="s",
+                                                   member_default="m"),
+                                workspace_root=tmp_path, run_id=run_id))
+    conn.zadd("teamctl:runs", {run_id: started_ms})
+    conn.hset(RunKeys(run_id).state, mapping={"status": "completed", "started_ms": started_ms,
+                                              "ended_ms": ended_ms, "rounds": 1})
+    conn.hset(RunKeys(run_id).usage, mapping=usage)
+
+
+def _local(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def test_runs_is_a_table_of_the_newest_runs_with_start_duration_status_and_cost(
+        conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    runner = CliRunner()
+    empty = runner.invoke(main, ["runs", "--redis-url", redis_url])
+    assert (empty.exit_code, empty.stdout) == (0, "no runs yet\n")  # stderr is no terminal
+    start = 1_790_000_000_000
+    _stored_run(conn, "oldest", "Short", tmp_path, start, start + 12_340, {"unpriced": 1})
+    _stored_run(conn, "middle", "Plan\n\x1b[31ma\x1b[0m party " + "x" * 80, tmp_path,
+                start + 1000, start + 1000 + 245_000, {"cost_usd": 0.0123, "unpriced": 1})
+    _stored_run(conn, "newest", "Write it up", tmp_path, start + 2000, start + 2000 + 7_380_000,
+                {"cost_usd": 1.5})
+
+    table = runner.invoke(main, ["runs", "--redis-url", redis_url])
+
+    assert table.exit_code == 0, table.output
+    assert table.stdout.splitlines() == [
+        "run     started              duration  status     cost      objective",
+        f"newest  {_local(start + 2000)}  2h03m     completed  $1.5000   Write it up",
+        f"middle  {_local(start + 1000)}  4m05s     completed  $0.0123+  Plan a party "
+        + "x" * 47 + "...",
+        f"oldest  {_local(start)}  12.3s     completed  unpriced  Short"]
+    newest = runner.invoke(main, ["runs", "--redis-url", redis_url, "--limit", "1", "--json"])
+    assert json.loads(newest.stdout) == [
+        {"run_id": "newest", "status": "completed", "rounds": 1, "objective": "Write it up",
+         "started_ms": start + 2000, "duration_ms": 7_380_000, "cost_usd": 1.5}]
+    for limit in ("0", "-3"):
+        refused = runner.invoke(main, ["runs", "--redis-url", redis_url, "--limit", limit])
+        assert (refused.exit_code, refused.stdout, refused.stderr) == (
+            2, "", f"teamctl: --limit {limit}: give how many runs to list, 1 or more\n")
+
+
+def test_version_names_the_installed_package() -> None:
+    result = CliRunner().invoke(main, ["--version"])
+    assert (result.exit_code, result.stdout) == (0, f"teamctl {version('teamctl')}\n")
+
+
+def test_the_help_lists_the_lazily_loaded_verbs_with_their_own_help() -> None:
+    """`teamctl --help` lists run, team, teams and lead from a table without importing them:
+    each entry must say what the verb's own help says first (all click shows there)."""
+    for name, lazy in LAZY_COMMANDS.items():
+        command = lazy.load()
+        assert command.name == name
+        assert lazy.help == " ".join((command.help or "").partition("\n\n")[0].split()), name
+    listed = CliRunner().invoke(main, ["--help"], terminal_width=200).stdout
+    assert "  run       Plan OBJECTIVE, run the team, print the synthesized answer.\n" in listed
+    assert "  teams     List the persistent teams.\n" in listed
+
+
+def test_help_imports_no_verb_and_reading_verbs_import_no_rq(
+        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    """What makes the short verbs start fast: --help loads neither Redis nor pydantic, and
+    reading a run loads neither RQ nor litellm."""
+    make_run(conn, run_id, tmp_path)
+    loaded = "print(*(m in sys.modules for m in ('redis', 'pydantic', 'rq', 'litellm')))"
+    for verb, expected in ((["--help"], "False False False False"),
+                           (["status", run_id, "--redis-url", redis_url], "True True False False"),
+                           (["runs", "--redis-url", redis_url], "True True False False")):
+        script = ("import sys\nfrom teamctl.coordinator.cli import main\n"
+                  f"try:\n    main({verb!r})\nexcept SystemExit as exc:\n"
+                  f"    assert not exc.code, exc.code\n{loaded}\n")
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              timeout=60)
+        assert (done.returncode, done.stdout.splitlines()[-1]) == (0, expected), done.stderr

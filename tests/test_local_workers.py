@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import subprocess
@@ -103,3 +104,13 @@ def test_a_worker_started_by_hand_has_no_parent_to_watch() -> None:
     # A variable inherited from some other process than the parent arms nothing either.
     assert watch_parent({PARENT_PID_ENV: str(os.getpid())}) is None
     assert watch_parent({PARENT_PID_ENV: "not a pid"}) is None
+
+
+def test_the_worker_class_named_for_rq_is_teamctls() -> None:
+    """The coordinator names the class without importing the worker package: the name must
+    still be the class's."""
+    from teamctl.shared.connection import WORKER_CLASS
+    from teamctl.worker.rq_worker import TeamctlWorker
+
+    module, _, name = WORKER_CLASS.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is TeamctlWorker

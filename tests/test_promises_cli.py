@@ -194,22 +194,42 @@ def table_rows(drawn: str) -> set[tuple[str, ...]]:
     return {tuple(line.split()) for line in re.split(r"[\r\n]+", drawn) if line.strip()}
 
 
+def approve_once_it_waits(redis_url: str, run_id: str, failures: list[str]) -> None:
+    """`teamctl approve RUN` from another process once the run awaits approval (any failure
+    kept in `failures`: a thread cannot fail the test itself)."""
+    store = RunStore(redis.Redis.from_url(redis_url, decode_responses=True), RunKeys(run_id))
+    try:
+        wait_until(lambda: store.exists() and store.state().status == "awaiting_approval", 90,
+                   message="the plan to await approval")
+        subprocess.run([*TEAMCTL, "approve", run_id, "--redis-url", redis_url], check=True,
+                       capture_output=True, timeout=60)
+    except (AssertionError, subprocess.SubprocessError) as exc:
+        failures.append(repr(exc))
+
+
 def test_live_table_on_a_terminal_and_one_summary_line_otherwise(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     models = script_run(llm, run_id, TWO_TASKS)
-    team = team_file(tmp_path / "t.toml", models)
+    team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
+    failures: list[str] = []
+    approver = threading.Thread(target=approve_once_it_waits, args=(workers, run_id, failures))
+    approver.start()
 
     code, out, drawn = run_with_stderr_on_a_terminal(
         [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
          "--redis-url", workers, "--workers", "0", "--run-id", run_id], 120)
+    approver.join(120)
 
-    assert code == 0, drawn
+    assert failures == [] and code == 0, (failures, drawn)
     assert out == "final answer\n"
     rows = table_rows(drawn)
     assert ("task", "member", "status", "attempts", "elapsed") in rows, drawn
     finished = {row[:4] for row in rows if len(row) == 5 and re.fullmatch(r"\d+\.\ds", row[4])}
     assert {("a", "m1", "completed", "1"), ("b", "m2", "completed", "1")} <= finished, drawn
     assert ("b", "m2", "pending", "0", "-") in rows, drawn  # drawn live, before b ran
+    # The table's title is the run's phase, from planning to its end.
+    assert {("planning",), ("waiting", "for", "approval"), ("dispatching",), ("synthesizing",),
+            ("completed",)} <= rows, drawn
 
     plain_id = run_id + "-plain"
     script_run(llm, plain_id, TWO_TASKS)

@@ -260,3 +260,10 @@ def test_export_writes_config_inboxes_and_requests(conn: redis.Redis, redis_url:
     assert unread["alice"] == [] and isinstance(unread["lead"][0]["timestamp"], float)
     record = json.loads((tmp_path / "all" / "requests" / f"{request.id}.json").read_text())
     assert (record["kind"], record["status"], record["to"]) == ("shutdown", "pending", "bob")
+    assert request.model_dump()["from"] == record["from"] == "lead"  # `from`, unasked
+    again = cli("team", "export", str(tmp_path / "all"), "-t", store.team,
+                "--redis-url", redis_url)
+    assert (again.exit_code, again.stdout, again.stderr) == (
+        2, "", f"teamctl: {tmp_path}/all/config.json exists; pass --force to overwrite the "
+               "export's files\n")
+    assert export(tmp_path / "all", "--force") == unread  # unread mail only, this time

@@ -187,6 +187,7 @@ def test_respawning_a_working_teammate_exits_1_and_unknown_ones_exit_2(
     TeamStore(conn, team).create(TeamOptions(max_message_bytes=64))
     # Nobody serves this queue: alice stays working.
     base = ("-t", team, "--redis-url", redis_url)
+    assert cli("team", "list", *base).stdout == f"no teammates in team {team} yet\n"
     assert spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
     again = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--queue", "nobody")
     assert again.exit_code == 1
@@ -197,11 +198,18 @@ def test_respawning_a_working_teammate_exits_1_and_unknown_ones_exit_2(
     assert cli("team", "send", "alice", "x" * 100, *base).exit_code == 2
     assert cli("team", "send", "alice", "short", *base).exit_code == 0
     assert cli("team", "list", "-t", "nosuch", "--redis-url", redis_url).exit_code == 2
+    assert cli("team", "list", *base).stdout.splitlines() == [
+        "name   status   role        detail",
+        "alice  working  alice-role"]
+    assert cli("teams", "--redis-url", redis_url).stdout == (
+        f"{team}\t1 teammates\t1 working\n")
     refused = cli("team", "delete", *base)
     assert refused.exit_code == 1 and "working" in refused.output
     assert cli("team", "delete", "--force", *base).exit_code == 0
     assert conn.keys(f"teamctl:team:{{{team}}}:*") == []
-    assert team not in cli("teams", "--redis-url", redis_url).output
+    gone = cli("teams", "--redis-url", redis_url)  # stderr is no terminal here: stdout
+    assert (gone.exit_code, gone.stdout) == (0, "no teams yet\n")
+    assert cli("teams", "--json", "--redis-url", redis_url).stdout == "[]\n"
 
 
 def test_spawn_says_when_no_worker_listens_on_the_queue(workers: str, team: str) -> None:

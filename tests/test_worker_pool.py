@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -73,10 +74,17 @@ def test_run_starts_the_pool_the_next_run_reuses_it_and_workers_stop_ends_it(
     assert listed.returncode == 0, listed.stderr
     rows = [row for row in json.loads(listed.stdout) if row["pid"] in pids]
     assert len(rows) == 2
-    assert all(row["pool"] and row["queues"] == ["members"] and row["state"] == "idle"
-               and row["current_job"] is None and row["host"] for row in rows)
-    text = teamctl("workers").stdout
-    assert text.startswith("members:") and all(f":{pid}" in text for pid in pids)
+    (env_key,) = {w.env_key for w in WorkerPool(state / "pool", state / "logs").live()}
+    assert re.fullmatch("[0-9a-f]{8}", env_key)  # started together: one environment
+    assert all(row["pool"] and row["pool_env"] == env_key and row["queues"] == ["members"]
+               and row["state"] == "idle" and row["current_job"] is None and row["host"]
+               for row in rows)
+    header, *lines = teamctl("workers").stdout.splitlines()
+    assert re.fullmatch("queue +worker +state +job +pool", header), header
+    assert len(lines) == 2 and all(
+        re.fullmatch(rf"members  {re.escape(rows[0]['host'])}:\d+ +idle +- +{env_key}", line)
+        for line in lines), lines
+    assert {int(line.split()[1].rpartition(":")[2]) for line in lines} == pids
 
     stopped = teamctl("workers", "stop")
     assert stopped.returncode == 0 and "stopped 2" in stopped.stdout
@@ -194,3 +202,14 @@ def test_team_spawn_on_the_embedded_defaults_starts_the_pool_for_its_turn(state:
     wait_until(alice_idle, 120, interval_s=1, message="alice's first turn on the pool")
     sent = teamctl("team", "send", "alice", "And goodbye")
     assert sent.returncode == 0 and STARTED_LINE not in sent.stderr  # the same pool serves it
+
+
+def test_workers_outside_the_pool_have_no_pool_environment(workers: str) -> None:
+    listed = teamctl("workers", "--redis-url", workers, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert rows and all(row["pool"] is False and row["pool_env"] is None for row in rows)
+    header, *lines = teamctl("workers", "--redis-url", workers).stdout.splitlines()
+    assert re.fullmatch("queue +worker +state +job +pool", header), header
+    assert len(lines) == len(rows) and all(
+        re.fullmatch(r"members  \S+:\d+ +\w+ +\S+ +-", line) for line in lines), lines

@@ -48,7 +48,7 @@ preload_sdk()  # the MCP client (~0.8 s an import), for members with MCP servers
 precompile("teamctl.worker")
 precompute_schemas()  # the tools' JSON schemas, sent with every model call
 sources()  # the Lua scripts' text, read from the package once
-load_settings()  # pydantic-settings' first build (~3 ms); each job still reads its environment
+load_settings()  # the first Settings build (~3 ms); each job still reads its environment
 exit_if_parent_gone(os.environ)  # the preload may have outlasted the run that started us
 watch_parent(os.environ)
 # Everything above lives as long as the worker: frozen, the collector of each forked job never

@@ -26,8 +26,8 @@ from teamctl.shared.agent.inbox import inbox_block
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teammates import IdleReason, Teammate

@@ -9,15 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import redis
 from teamctl.coordinator.advice import Advice
-from teamctl.coordinator.approval import ApprovalMode
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.launch import WorkerPlan
 from teamctl.shared.connection import connect, redacted
-from teamctl.shared.errors import ConfigError, UnreadableRecord
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
-from teamctl.shared.ids import is_safe_id
 from teamctl.shared.models import RunResult, RunStatus, SystemType
 from teamctl.shared.settings import Settings
 from teamctl.shared.team import (
@@ -25,9 +21,12 @@ from teamctl.shared.team import (
     RunSpec,
     load_team_file,
 )
-from teamctl.shared.text import printable, quoted
+from teamctl.shared.text import printable
 
 if TYPE_CHECKING:
+    import redis
+    from teamctl.coordinator.approval import ApprovalMode
+    from teamctl.coordinator.launch import WorkerPlan
     from teamctl.coordinator.progress import Reporter
 
 INTERRUPTED_EXIT_CODE = 130
@@ -48,6 +47,8 @@ def say_if_offline(source: ModelSource) -> None:
 
 def approval_mode(approve_plan: bool) -> ApprovalMode:
     """--approve-plan, else ask on an interactive terminal, else wait for approve/reject."""
+    from teamctl.coordinator.approval import ApprovalMode
+
     if approve_plan:
         return ApprovalMode.AUTO
     if sys.stdin.isatty() and sys.stderr.isatty():
@@ -64,7 +65,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
     from teamctl.coordinator.cli.options import merge_options
-    from teamctl.coordinator.launch import launch
+    from teamctl.coordinator.launch import WorkerPlan, launch
 
     team = load_team_file(team_path)
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
@@ -83,6 +84,7 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
                    idle_exit_s: int = DEFAULT_IDLE_EXIT_S, advice: Advice | None = None) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from teamctl.coordinator.hooks import load_hooks
+    from teamctl.coordinator.launch import WorkerPlan
 
     conn = connect(redis_url)
     run = RunHandle.existing(conn, run_id)
@@ -174,45 +176,6 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
                    f"attempts={s.attempts} {s.error or ''}")
 
 
-def runs_command(redis_url: str, as_json: bool) -> None:
-    """`teamctl runs`: recent runs, newest first."""
-    from teamctl.shared.retention import forget_expired_runs
-    from teamctl.shared.runstore import list_runs
-
-    conn = connect(redis_url)
-    forget_expired_runs(conn)  # the index is a sorted set: its members outlive the runs' keys
-    rows = [row for row in (_run_row(conn, run_id) for run_id in list_runs(conn)) if row]
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
-    for row in rows:
-        shown = row["run_id"] if is_safe_id(row["run_id"]) else quoted(row["run_id"])
-        click.echo(f"{shown:28} {row['status']:18} {row.get('error') or row['objective'][:60]}")
-    if not rows:
-        click.echo("no runs yet", err=sys.stderr.isatty())
-
-
-def _run_row(conn: redis.Redis, run_id: str) -> dict[str, Any] | None:
-    """One row of `teamctl runs`; a run that does not parse is one row saying so, and None is a
-    run whose keys expired since the index was cleaned."""
-    if not is_safe_id(run_id):
-        return _unreadable_row(run_id, f"invalid run id {quoted(run_id)} in the runs index")
-    store = RunHandle(conn, run_id).store
-    try:
-        spec, state = store.spec(), store.state()
-    except UnreadableRecord as exc:
-        return _unreadable_row(run_id, str(exc))
-    except ConfigError:
-        return None
-    return {"run_id": run_id, "status": state.status, "rounds": state.rounds,
-            "objective": spec.objective}
-
-
-def _unreadable_row(run_id: str, error: str) -> dict[str, Any]:
-    return {"run_id": run_id, "status": "unreadable", "rounds": None, "objective": None,
-            "error": error}
-
-
 def _live_run(run: RunHandle) -> RunHandle:
     """The run (its spec read), refusing runs that have already finished."""
     state = run.store.state()
@@ -281,9 +244,10 @@ def _end_cancelled(run: RunHandle) -> None:
     expire_run(store.conn, spec.run_id, spec.options.retention_s)
 
 
-def export_command(redis_url: str, run_id: str, directory: Path) -> None:
+def export_command(redis_url: str, run_id: str, directory: Path, force: bool) -> None:
     """`teamctl export`: write the run as AI4J files and print their paths."""
     from teamctl.coordinator.cli.export import export_run
 
-    for path in export_run(RunHandle.existing(connect(redis_url), run_id), directory):
+    run = RunHandle.existing(connect(redis_url), run_id)
+    for path in export_run(run, directory, force=force):
         click.echo(str(path))

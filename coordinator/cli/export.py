@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import Envelope, TaskState
 from teamctl.shared.runstore import now_ms
@@ -96,8 +97,9 @@ def _message(m: Envelope) -> Ai4jMessage:
                        taskId=m.task_id, content=m.content, createdAt=m.created_at)
 
 
-def export_run(run: RunHandle, root: Path) -> tuple[Path, Path]:
-    """Write the two files under `root`; returns their paths."""
+def export_run(run: RunHandle, root: Path, *, force: bool = False) -> list[Path]:
+    """Write the two files under `root` (refusing to overwrite either unless `force`); returns
+    their paths."""
     spec, state = run.spec, run.store.state()
     messages = [_message(m) for m in run.bus.messages()]
     snapshot = Ai4jState(
@@ -108,11 +110,20 @@ def export_run(run: RunHandle, root: Path) -> tuple[Path, Path]:
         messages=messages, lastOutput=state.output, lastRounds=state.rounds,
         lastRunStartedAt=state.started_ms, lastRunCompletedAt=state.ended_ms,
         runActive=not state.finished)
-    state_path = root / "state" / f"{spec.team_id}.json"
-    mailbox_path = root / "mailbox" / f"{spec.team_id}.jsonl"
-    state_path.parent.mkdir(parents=True, exist_ok=True)
-    mailbox_path.parent.mkdir(parents=True, exist_ok=True)
-    state_path.write_text(snapshot.model_dump_json(indent=2), encoding="utf-8")
-    mailbox_path.write_text("".join(m.model_dump_json() + "\n" for m in messages),
-                            encoding="utf-8")
-    return state_path, mailbox_path
+    return write_files([
+        (root / "state" / f"{spec.team_id}.json", snapshot.model_dump_json(indent=2)),
+        (root / "mailbox" / f"{spec.team_id}.jsonl",
+         "".join(m.model_dump_json() + "\n" for m in messages))], force=force)
+
+
+def write_files(files: list[tuple[Path, str]], *, force: bool) -> list[Path]:
+    """Write each (path, text), creating directories; unless `force`, a file that exists is a
+    ConfigError naming the first one, raised before anything is written."""
+    if not force:
+        existing = next((path for path, _ in files if path.exists()), None)
+        if existing is not None:
+            raise ConfigError(f"{existing} exists; pass --force to overwrite the export's files")
+    for path, text in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return [path for path, _ in files]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.approval import plan_table
+from teamctl.coordinator.cli.table import table_lines
 from teamctl.shared.models import RunResult, RunStatus, TaskStatus, Usage
 from teamctl.shared.text import one_line, printable
 
@@ -126,7 +127,4 @@ def _task_lines(result: RunResult) -> list[str]:
                      seconds_text(state.duration_ms) if state.duration_ms else "-",
                      cost_text(spent) if spent else "-",
                      one_line(state.error, ERROR_CHARS) if state.error else ""))
-    header = ("task", "member", "status", "attempts", "time", "cost", "error")
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    return [("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-             + "  " + row[-1]).rstrip() for row in [header, *rows]]
+    return table_lines(("task", "member", "status", "attempts", "time", "cost", "error"), rows)

@@ -19,10 +19,12 @@ import click
 from teamctl.coordinator.advice import spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
+    force_option,
     is_embedded,
     redis_url_option,
     resolve_redis_url,
 )
+from teamctl.coordinator.cli.table import table_lines
 from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
@@ -34,7 +36,7 @@ from teamctl.shared.teammates import (
     team_workspace,
 )
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
-from teamctl.shared.text import shorten
+from teamctl.shared.text import one_line, shorten
 
 if TYPE_CHECKING:
     from teamctl.shared.team_tasks import TeamTask
@@ -112,6 +114,8 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
+    if not rows:  # as `runs`: on stderr when it is a terminal, so scripts read nothing
+        click.echo("no teams yet", err=sys.stderr.isatty())
     for row in rows:
         click.echo(f"{row['team']}\t{row['teammates']} teammates\t{row['working']} working")
 
@@ -179,9 +183,13 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     if as_json:
         click.echo(json.dumps([m.model_dump(mode="json") for m in mates], indent=2))
         return
-    for mate in mates:
-        detail = mate.idle_reason or ""
-        click.echo(f"{mate.name}\t{mate.status.value}\t{mate.role}\t{shorten(detail, 80)}")
+    if not mates:
+        click.echo(f"no teammates in team {store.team} yet", err=sys.stderr.isatty())
+        return
+    rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
+             one_line(mate.idle_reason, 80)) for mate in mates]
+    for line in table_lines(("name", "status", "role", "detail"), rows):
+        click.echo(line)
 
 
 @team_group.command("send")
@@ -362,14 +370,15 @@ def task_line(t: TeamTask) -> str:
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--all", "everything", is_flag=True,
               help="Every message kept in each inbox, not only the unread ones.")
+@force_option
 @with_store
-def export_command(directory: Path, everything: bool, store: TeamStore,
+def export_command(directory: Path, everything: bool, force: bool, store: TeamStore,
                    settings: Settings) -> None:
     """Write DIR/config.json, DIR/inbox/<name>.jsonl (lead too) and DIR/requests/<id>.json."""
     from teamctl.coordinator.cli.team_export import export_team
 
     store.meta()
-    for path in export_team(store, directory, everything=everything):
+    for path in export_team(store, directory, everything=everything, force=force):
         click.echo(str(path))
 
 
@@ -381,8 +390,3 @@ def delete_command(force: bool, store: TeamStore, settings: Settings) -> None:
     removed = store.delete(force=force)
     click.echo(f"deleted team {store.team} ({removed} keys)")
 
-
-def register(main: click.Group) -> None:
-    """Add `teams` and `team` to the `teamctl` command group."""
-    main.add_command(teams_command)
-    main.add_command(team_group)

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from teamctl.coordinator.cli.export import write_files
 from teamctl.shared.bus import LEAD
 from teamctl.shared.models import Envelope, ProtocolMessage
 from teamctl.shared.teams import TeamStore
@@ -27,24 +28,20 @@ def inbox_line(message: Envelope) -> dict[str, Any]:
     return line
 
 
-def export_team(store: TeamStore, root: Path, *, everything: bool) -> list[Path]:
-    """Write the team's files under `root` (unread mail, or all mail kept); returns the paths."""
+def export_team(store: TeamStore, root: Path, *, everything: bool,
+                force: bool = False) -> list[Path]:
+    """Write the team's files under `root` (unread mail, or all mail kept; refusing to
+    overwrite a file unless `force`); returns the paths."""
     mates = store.mates()
     config = {"team_name": store.team,
               "members": [{"name": m.name, "role": m.role, "status": m.status.value}
                           for m in mates]}
-    written = [_write(root / "config.json", json.dumps(config, indent=2) + "\n")]
+    files = [(root / "config.json", json.dumps(config, indent=2) + "\n")]
     for member in [*(m.name for m in mates), LEAD]:
         messages = store.kept(member) if everything else store.peek(member, UNREAD_ALL)[1]
         lines = "".join(json.dumps(inbox_line(m), ensure_ascii=False) + "\n" for m in messages)
-        written.append(_write(root / "inbox" / f"{member}.jsonl", lines))
+        files.append((root / "inbox" / f"{member}.jsonl", lines))
     for request in store.requests():
-        written.append(_write(root / "requests" / f"{request.id}.json",
-                              request.model_dump_json(by_alias=True, indent=2) + "\n"))
-    return written
-
-
-def _write(path: Path, text: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
+        files.append((root / "requests" / f"{request.id}.json",
+                      request.model_dump_json(by_alias=True, indent=2) + "\n"))
+    return write_files(files, force=force)

@@ -7,52 +7,64 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from teamctl.coordinator.advice import spelled
+from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.launch import local_pool
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import DEFAULT_QUEUE
+from teamctl.shared.text import one_line
+
+if TYPE_CHECKING:
+    from teamctl.coordinator.cli.worker_pool import PoolWorker
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 
 
 def list_workers_command(redis_url: str, as_json: bool, settings: Settings) -> None:
-    """Every registered worker (host, pid, state, current job, queues, whether it is ours in
-    the local pool); text output groups them by queue."""
+    """Every registered worker (host, pid, state, current job, queues, and the local pool's
+    environment it belongs to, if any); the table has one row per queue a worker serves."""
     from rq import Worker
     from teamctl.coordinator.worker_registry import dead_here
 
-    pool_pids = {w.pid for w in local_pool(settings).live()}
+    pool = {w.pid: w for w in local_pool(settings).live()}
     registered = Worker.all(connection=connect(redis_url, decode=False))
-    rows = [_worker_row(w, pool_pids) for w in registered if not dead_here(w)]
+    rows = [_worker_row(w, pool) for w in registered if not dead_here(w)]
     rows.sort(key=lambda row: (row["queues"], row["name"]))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    by_queue: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        for queue in row["queues"]:
-            by_queue.setdefault(queue, []).append(row)
-    for queue, on_queue in sorted(by_queue.items()):
-        click.echo(f"{queue}:")
-        for row in on_queue:
-            click.echo(f"  {row['host']}:{row['pid']:<8} {row['state']:10} "
-                       f"{row['current_job'] or '-':40} {'pool' if row['pool'] else ''}".rstrip())
     if not rows:
         click.echo("no workers", err=True)
+        return
+    cells = sorted((queue, *_worker_cells(row, pool)) for row in rows for queue in row["queues"])
+    for line in table_lines(("queue", "worker", "state", "job", "pool"), cells):
+        click.echo(line)
 
 
-def _worker_row(worker: Any, pool_pids: set[int]) -> dict[str, Any]:
+def _worker_row(worker: Any, pool: dict[int, PoolWorker]) -> dict[str, Any]:
+    """A registered worker as `workers --json` prints it; `pool_env` names the environment a
+    pool worker of this host was started with (None: not in the pool)."""
     import socket
 
+    ours = pool.get(worker.pid) if worker.hostname == socket.gethostname() else None
     return {"name": worker.name, "host": worker.hostname, "pid": worker.pid,
             "state": _text(worker.get_state()), "current_job": worker.get_current_job_id(),
-            "queues": worker.queue_names(),
-            "pool": worker.hostname == socket.gethostname() and worker.pid in pool_pids}
+            "queues": worker.queue_names(), "pool": ours is not None,
+            "pool_env": ours.env_key if ours else None}
+
+
+def _worker_cells(row: dict[str, Any], pool: dict[int, PoolWorker]) -> tuple[str, ...]:
+    """Worker, state, job and pool as the table shows them: the pool column names the
+    environment (workers started together share it; `retiring`: being replaced), or `-`."""
+    retiring = row["pool"] and pool[row["pid"]].retiring
+    return (one_line(f"{row['host']}:{row['pid']}"), one_line(row["state"]),
+            one_line(row["current_job"] or "-"),
+            (row["pool_env"] or "-") + (" retiring" if retiring else ""))
 
 
 def _text(value: Any) -> str:

@@ -39,7 +39,8 @@ from teamctl.shared.agent.mcp_config import (
     resolved_values,
     tool_filter,
 )
-from teamctl.shared.agent.python_tools import TOOL_NAME, result_text
+from teamctl.shared.agent.python_tools import result_text
+from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import BASH_PATH
 from teamctl.shared.errors import ConfigError, ToolFailed

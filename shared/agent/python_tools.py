@@ -26,16 +26,12 @@ from typing import Any
 from pydantic import ConfigDict, Field, PydanticSchemaGenerationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticSerializationError, to_jsonable_python
+from teamctl.shared.agent.tool_names import TOOL_NAME as TOOL_NAME
+from teamctl.shared.agent.tool_names import check_entry, clash
+from teamctl.shared.agent.tool_names import is_python_tool as is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox, capped
-from teamctl.shared.agent.workspace_tools import WORKSPACE_TOOLS
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.user_code import import_user_module, where_imports_come_from
-
-ENTRY_PATTERN = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)
-"""`dotted.module:function`: how a team file names a Python tool."""
-RESERVED_PREFIX = "team_"
-TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}", re.ASCII)
-"""What providers accept as a function name."""
 
 
 @dataclass(frozen=True)
@@ -61,32 +57,6 @@ class PythonToolArgs(ToolArgs):
     error the model hears about, since no parameter would receive it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def is_python_tool(entry: str) -> bool:
-    """Whether a tools entry names a Python function rather than a workspace tool."""
-    return ":" in entry
-
-
-def check_entry(entry: str) -> str:
-    """The entry unchanged if shaped `dotted.module:function`, else ValueError saying how."""
-    if not ENTRY_PATTERN.fullmatch(entry):
-        raise ValueError(f"tool {entry!r}: write a Python tool as 'package.module:function' "
-                         "(a dotted module path, a colon, a function name)")
-    return entry
-
-
-def clash(name: str, taken: Iterable[str]) -> str | None:
-    """Why a Python tool may not be called `name` (None when it may)."""
-    if not TOOL_NAME.fullmatch(name):
-        return "a tool name must be 1-64 letters, digits, '_' or '-'"
-    if name.startswith(RESERVED_PREFIX):
-        return f"names starting with {RESERVED_PREFIX!r} are the team tools'"
-    if name in WORKSPACE_TOOLS:
-        return "that is a workspace tool's name"
-    if name in taken:
-        return "another tool of this member has that name"
-    return None
 
 
 @dataclass(frozen=True)

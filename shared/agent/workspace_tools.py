@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, BeforeValidator, Field
+from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS as WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import (
     ActionResult,
     Fallback,
@@ -16,8 +17,6 @@ from teamctl.shared.agent.tools import (
 )
 from teamctl.shared.agent.workspace import EDIT_LIMIT_BYTES, Workspace
 
-WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
-"""Every workspace tool, in the order a toolbox lists them; `bash` only when enabled."""
 
 def _must_be_text(value: Any) -> Any:
     # Said plainly (pydantic's "valid string" reads oddly to a model): a null or a number would

@@ -1,0 +1,60 @@
+"""`teamctl run`: its click command, with one flag per run option. A module of its own because
+building those flags imports the team models (coordinator/cli/options.py), which no other verb
+needs to parse its arguments; app.py loads it only when `run` runs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+from teamctl.coordinator.advice import for_this_shell
+from teamctl.coordinator.cli.app import (
+    approve_plan_option,
+    fail_cleanly,
+    idle_exit_option,
+    is_embedded,
+    json_option,
+    redis_url_option,
+    resolve_redis_url,
+    run_workers_option,
+)
+from teamctl.coordinator.cli.options import run_option_flags
+
+if TYPE_CHECKING:
+    from teamctl.shared.settings import Settings
+
+
+@click.command()
+@click.argument("objective")
+@click.option("--team", "team_path", type=click.Path(path_type=Path), default=None,
+              help="Team file (.toml, .yaml or .json).")
+@click.option("--model", default=None, help="Model for every role (default: $TEAMCTL_MODEL).")
+@click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
+@redis_url_option
+@run_workers_option
+@idle_exit_option
+@click.option("--run-id", default=None, help="Id for the run (default: generated).")
+@json_option
+@approve_plan_option
+@run_option_flags
+@fail_cleanly
+def run(objective: str, team_path: Path | None, model: str | None, api_base: str | None,
+        redis_url: str | None, workers: int | None, idle_exit_s: int, run_id: str | None,
+        as_json: bool, approve_plan: bool, settings: Settings, **option_flags: Any) -> None:
+    """Plan OBJECTIVE, run the team, print the synthesized answer.
+
+    Every run option of the team file is also a flag here; a flag overrides the file.
+    Exit codes: 0 all tasks completed, 1 the run failed or some task did not complete,
+    2 usage or configuration error.
+    """
+    from teamctl.coordinator.cli.commands import run_command
+
+    code = run_command(objective=objective, team_path=team_path, model=model, api_base=api_base,
+                       redis_url=lambda: resolve_redis_url(redis_url, settings), workers=workers,
+                       run_id=run_id, as_json=as_json, approve_plan=approve_plan,
+                       option_flags=option_flags, settings=settings,
+                       embedded=is_embedded(redis_url, settings), idle_exit_s=idle_exit_s,
+                       advice=for_this_shell(redis_url))
+    sys.exit(code)
