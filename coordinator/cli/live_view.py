@@ -106,12 +106,20 @@ class MergedTail:
         """The entries after each stream's position, merged; a stream that filled its batch may
         have more, so nothing later than its last entry is taken yet (read on the next call)."""
         positions = {s.key: s.after_id for s in self.streams}
+        # Redis's clock before the read: every entry of an earlier millisecond, in any stream,
+        # was written before it, so this read sees it; one of this millisecond or later may
+        # still be joined by an entry of another stream that must go before it (a live follow
+        # only: the drain after the end takes everything).
+        settled_ms = _server_ms(self.conn) if wait_ms is not None and len(self.streams) > 1 \
+            else None
         reply = (self.conn.xread(positions, count=self.batch) if wait_ms is None else
                  self.blocking_conn.xread(positions, count=self.batch, block=block_ms(wait_ms)))
         read = {key: entries for key, entries in reply or []}
         ranked = [(rank, s, read.get(s.key, [])) for rank, s in enumerate(self.streams)]
         full = [_order(entries[-1][0], rank) for rank, _, entries in ranked
                 if len(entries) >= self.batch]
+        if settled_ms is not None:
+            full.append((settled_ms, -1, 0))  # later entries wait for the next read (at once)
         cutoff = min(full) if full else None
         merged: list[tuple[tuple[int, int, int], Stream, str, dict[str, str]]] = [
             (_order(eid, rank), stream, eid, fields) for rank, stream, entries in ranked
@@ -120,6 +128,12 @@ class MergedTail:
         for _, stream, eid, _ in merged:
             stream.after_id = eid
         return [stream.parse(eid, fields) for _, stream, eid, fields in merged]
+
+
+def _server_ms(conn: redis.Redis) -> int:
+    """Redis's clock, in epoch milliseconds (stream ids take their time from it)."""
+    seconds, micros = conn.time()
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def task_event(entry_id: str, fields: dict[str, str]) -> TaskEvent:
