@@ -67,10 +67,22 @@ def keep_for_this_command(advice: Advice) -> None:
         context.meta[ADVICE_KEY] = advice
 
 
-def spelled(text: str) -> str:
-    """`text` with its suggested commands spelled for the shell that ran this command."""
+def current() -> Advice:
+    """The Advice of the click command being run (for_this_shell() outside one)."""
     import click
 
     context = click.get_current_context(silent=True)
     advice = context.meta.get(ADVICE_KEY) if context is not None else None
-    return (advice or for_this_shell()).spell(text)
+    return advice or for_this_shell()
+
+
+def spelled(text: str) -> str:
+    """`text` with its suggested commands spelled for the shell that ran this command."""
+    return current().spell(text)
+
+
+def note(text: str) -> None:
+    """One `teamctl: ...` line on stderr, its suggested commands spelled for this shell."""
+    import click
+
+    click.echo(f"teamctl: {spelled(text)}", err=True)

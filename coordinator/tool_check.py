@@ -22,7 +22,7 @@ FAILURE_CHARS = 400
 
 def tool_queues(members: list[Member]) -> list[str]:
     """The queues of the members that have Python tools (`package.module:function` entries)."""
-    from teamctl.shared.agent.python_tools import is_python_tool
+    from teamctl.shared.agent.tool_names import is_python_tool
 
     return sorted({m.queue for m in members if any(is_python_tool(t) for t in m.tools)})
 

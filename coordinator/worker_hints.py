@@ -51,11 +51,17 @@ class NoWorkerHint:
         self.waiter = waiter
         """Who waits, as the hint names it: "the run", "its turn"."""
         self.said_waiting: set[str] = set()
+        self.settled: set[str] = set()
+        """Queues with nothing more to say: a worker listened, or the hint was given."""
 
     def check(self, queue: str) -> bool:
         """Say what holds `queue` up; True once there is nothing more to say (a worker
-        listens, or the hint was given), False while workers started here are starting."""
+        listens, or the hint was given), False while workers started here are starting. Each
+        is said once, however often a wait on several queues asks."""
+        if queue in self.settled:
+            return True
         if listening_workers(self.rq_conn, [queue]):
+            self.settled.add(queue)
             return True
         started = self.starting.on(queue)
         alive = [w for w in started if w.alive()]
@@ -67,6 +73,7 @@ class NoWorkerHint:
                           "worker preloads for 10-30 s)")
             return False
         self.note(no_worker_hint(queue, self.waiter, started, alive))
+        self.settled.add(queue)
         return True
 
 

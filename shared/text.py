@@ -21,9 +21,7 @@ def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
 def one_line(text: str | None, limit: int = SHORT_CHARS) -> str:
     """`text` shortened on one line: newlines, tabs and other control characters (a terminal's
     escape sequences among them) become spaces, for outside text that reaches a terminal."""
-    text = TERMINAL_ESCAPE.sub("", text or "")
-    printable = "".join(c if c.isprintable() else " " for c in text)
-    return shorten(" ".join(printable.split()), limit)
+    return shorten(" ".join(printable(text).split()), limit)
 
 
 def printable(text: str | None) -> str:

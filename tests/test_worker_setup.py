@@ -18,6 +18,12 @@ import redis
 from rq import Queue, Worker
 from rq.utils import import_attribute
 from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.worker_hints import (
+    NoWorkerHint,
+    StartedWorker,
+    StartingWorkers,
+    no_worker_hint,
+)
 from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.parent_watch import PARENT_PID_ENV
@@ -198,3 +204,24 @@ def test_a_worker_with_only_rq_config_rides_out_a_redis_restart_mid_job(
     assert (result["status"], result["output"]) == ("completed", "the answer")
     assert [s["attempts"] for s in result["task_states"]] == [1]
     assert worker.poll() is None and registered(url, worker.pid)
+
+
+def test_a_wait_on_several_queues_gives_each_hint_once(redis_url: str, tmp_path: Path) -> None:
+    """A wait re-checks every queue at each wake: each queue's hint is said once, and a queue
+    whose worker still starts keeps the wait going without repeating the others'."""
+    still_starting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        starting = StartingWorkers([StartedWorker(still_starting.pid, None, ("slow",),
+                                                  str(tmp_path / "slow.log"))])
+        notes: list[str] = []
+        hint = NoWorkerHint(redis.Redis.from_url(redis_url), starting, notes.append, "the run")
+
+        for _ in range(3):
+            assert [hint.check(queue) for queue in ("lonely", "slow")] == [True, False]
+
+        assert notes == [no_worker_hint("lonely", "the run"),
+                         "waiting for 1 worker(s) to start on queue slow (a worker preloads "
+                         "for 10-30 s)"]
+    finally:
+        still_starting.kill()
+        still_starting.wait(10)

@@ -22,7 +22,8 @@ from typing import Any
 
 from teamctl.shared.agent.mcp_config import offered_name
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
-from teamctl.shared.agent.python_tools import ToolContext, add_python_tools, is_python_tool
+from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
+from teamctl.shared.agent.tool_names import is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools

@@ -226,7 +226,7 @@ def resume(run_id: str, redis_url: str | None, workers: int | None, idle_exit_s:
     sys.exit(resume_command(redis_url=resolve_redis_url(redis_url, settings), run_id=run_id,
                             workers=workers, as_json=as_json, approve_plan=approve_plan,
                             settings=settings, embedded=is_embedded(redis_url, settings),
-                            idle_exit_s=idle_exit_s, advice=for_this_shell(redis_url)))
+                            idle_exit_s=idle_exit_s))
 
 
 @main.command()
@@ -287,8 +287,7 @@ def status(run_id: str, redis_url: str | None, as_json: bool, settings: Settings
     """Show a run's status (the same result JSON as `run --json`)."""
     from teamctl.coordinator.cli.commands import status_command
 
-    sys.exit(status_command(resolve_redis_url(redis_url, settings), run_id, as_json,
-                            for_this_shell(redis_url)))
+    sys.exit(status_command(resolve_redis_url(redis_url, settings), run_id, as_json))
 
 
 @main.command()

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.advice import Advice
+from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.shared.connection import connect, redacted
 from teamctl.shared.errors import ConfigError
@@ -60,7 +60,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
                 api_base: str | None, redis_url: Callable[[], str], workers: int | None,
                 run_id: str | None, as_json: bool, approve_plan: bool,
                 option_flags: dict[str, Any], settings: Settings, embedded: bool = False,
-                idle_exit_s: int = DEFAULT_IDLE_EXIT_S, advice: Advice | None = None) -> int:
+                idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
@@ -75,13 +75,12 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
     return _drive(started.conn, started.redis_url, started.spec, started.hooks, workers=plan,
-                  as_json=as_json, approve_plan=approve_plan, settings=settings,
-                  advice=advice or Advice())
+                  as_json=as_json, approve_plan=approve_plan, settings=settings)
 
 
 def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json: bool,
                    approve_plan: bool, settings: Settings, embedded: bool = False,
-                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S, advice: Advice | None = None) -> int:
+                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
     from teamctl.coordinator.hooks import load_hooks
     from teamctl.coordinator.launch import WorkerPlan
@@ -96,12 +95,11 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
     return _drive(conn, redis_url, spec, load_hooks(spec.hooks),
                   workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
-                  approve_plan=approve_plan, settings=settings, advice=advice or Advice())
+                  approve_plan=approve_plan, settings=settings)
 
 
 def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
-           workers: WorkerPlan, as_json: bool, approve_plan: bool, settings: Settings,
-           advice: Advice) -> int:
+           workers: WorkerPlan, as_json: bool, approve_plan: bool, settings: Settings) -> int:
     """Drive the run to its end with the workers it needs, print the result; Ctrl-C cancels
     the run (as `teamctl cancel`) and exits 130 at once."""
     from teamctl.coordinator.cli.run_view import ending_lines, has_answer
@@ -109,7 +107,7 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
     from teamctl.coordinator.progress import Reporter
     from teamctl.coordinator.result import result_json
 
-    reporter = Reporter.for_stderr(advice)
+    reporter = Reporter.for_stderr(current_advice())
     try:
         result = drive(conn, redis_url, spec, hooks, workers=workers,
                        approval=approval_mode(approve_plan), reporter=reporter,
@@ -144,10 +142,9 @@ def _cancel_interrupted(redis_url: str, spec: RunSpec, reporter: Reporter) -> in
     return INTERRUPTED_EXIT_CODE
 
 
-def status_command(redis_url: str, run_id: str, as_json: bool,
-                   advice: Advice | None = None) -> int:
+def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
     """`teamctl status`: the run as a person reads it (answer, errors, tasks, cost), or the
-    full result JSON rebuilt from Redis; the commands it suggests are spelled by `advice`."""
+    full result JSON rebuilt from Redis; the commands it suggests are spelled for this shell."""
     from teamctl.coordinator.cli.run_view import status_lines
     from teamctl.coordinator.result import build_result, result_json
 
@@ -156,7 +153,7 @@ def status_command(redis_url: str, run_id: str, as_json: bool,
     if as_json:
         click.echo(result_json(result))
     else:
-        advice = advice or Advice()
+        advice = current_advice()
         for line in status_lines(result, advice):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):

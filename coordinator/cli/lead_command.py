@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
 import click
-from teamctl.coordinator.advice import spelled
+from teamctl.coordinator.advice import note, spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
     redis_url_option,
@@ -99,7 +99,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
 
     for queue in queues:
         if not store.workers_on(queue):
-            click.echo(f"teamctl: {spelled(no_worker_hint(queue, 'each turn there'))}", err=True)
+            note(no_worker_hint(queue, 'each turn there'))
 
 
 def drive(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:

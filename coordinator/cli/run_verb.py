@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli.app import (
     approve_plan_option,
     fail_cleanly,
@@ -55,6 +54,5 @@ def run(objective: str, team_path: Path | None, model: str | None, api_base: str
                        redis_url=lambda: resolve_redis_url(redis_url, settings), workers=workers,
                        run_id=run_id, as_json=as_json, approve_plan=approve_plan,
                        option_flags=option_flags, settings=settings,
-                       embedded=is_embedded(redis_url, settings), idle_exit_s=idle_exit_s,
-                       advice=for_this_shell(redis_url))
+                       embedded=is_embedded(redis_url, settings), idle_exit_s=idle_exit_s)
     sys.exit(code)

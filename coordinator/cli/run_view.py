@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.approval import plan_table
-from teamctl.coordinator.cli.table import table_lines
+from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
 from teamctl.shared.models import RunResult, RunStatus, TaskStatus, Usage
 from teamctl.shared.text import one_line, printable
 
@@ -23,15 +23,7 @@ def has_answer(result: RunResult) -> bool:
 
 def cost_text(usage: Usage) -> str:
     """Tokens and cost, as a person reads them."""
-    tokens = usage.prompt_tokens + usage.completion_tokens
-    if usage.unpriced and not usage.cost_usd:
-        return f"{tokens:,} tokens, unpriced"
-    unpriced = " + unpriced calls" if usage.unpriced else ""
-    return f"{tokens:,} tokens, ${usage.cost_usd:.4f}{unpriced}"
-
-
-def seconds_text(duration_ms: int) -> str:
-    return f"{duration_ms / 1000:.1f}s"
+    return f"{usage.prompt_tokens + usage.completion_tokens:,} tokens, {cost_cell(usage)}"
 
 
 def counted(count: int, noun: str) -> str:
@@ -75,7 +67,7 @@ def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
     complete, and whether stdout holds an answer."""
     ran = sum(s.attempts > 0 for s in result.task_states)  # claimed at least once
     lines = [f"run {result.run_id} {result.status} in {counted(result.rounds, 'round')}, "
-             f"{counted(ran, 'task')} ran, {seconds_text(result.total_duration_ms)}, "
+             f"{counted(ran, 'task')} ran, {duration_text(result.total_duration_ms)}, "
              f"{cost_text(result.usage)}"]
     if result.status is RunStatus.COMPLETED:
         return lines
@@ -100,7 +92,7 @@ def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:
     spelled by `advice` (as this shell reaches teamctl, with the --redis-url it was given)."""
     advice = advice or Advice()
     lines = [f"{result.run_id}: {result.status}; rounds {result.rounds}; "
-             f"{seconds_text(result.total_duration_ms)}; {cost_text(result.usage)}",
+             f"{duration_text(result.total_duration_ms)}; {cost_text(result.usage)}",
              f"objective: {one_line(result.objective, ERROR_CHARS)}"]
     if result.error:
         lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
@@ -124,7 +116,7 @@ def _task_lines(result: RunResult) -> list[str]:
         spent = usage.get(state.task_id)
         rows.append((state.task_id, members.get(state.task_id, "-"),
                      state.status.value, str(state.attempts),
-                     seconds_text(state.duration_ms) if state.duration_ms else "-",
+                     duration_text(state.duration_ms) if state.duration_ms else "-",
                      cost_text(spent) if spent else "-",
                      one_line(state.error, ERROR_CHARS) if state.error else ""))
     return table_lines(("task", "member", "status", "attempts", "time", "cost", "error"), rows)

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.cli.table import table_lines
+from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
 from teamctl.shared.connection import connect
 from teamctl.shared.ids import is_safe_id
 from teamctl.shared.retention import forget_expired_runs
@@ -89,22 +89,3 @@ def _records(run: RunSummary) -> tuple[RunSpec, RunState, Usage] | None:
 def _duration_ms(state: RunState) -> int:
     """From the run's start to its end, or to now while it runs."""
     return (state.ended_ms or now_ms()) - state.started_ms
-
-
-def duration_text(duration_ms: int) -> str:
-    """12.3s, 4m05s or 2h03m: short enough for a column, exact enough to compare runs."""
-    seconds = max(0, duration_ms) / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes = int(seconds // 60)
-    if minutes < 60:
-        return f"{minutes}m{int(seconds % 60):02d}s"
-    return f"{minutes // 60}h{minutes % 60:02d}m"
-
-
-def cost_cell(usage: Usage) -> str:
-    """The run's cost in dollars; `unpriced` when no call had a known price, and a `+` when
-    some did not (the figure is then a lower bound)."""
-    if usage.unpriced and not usage.cost_usd:
-        return "unpriced"
-    return f"${usage.cost_usd:.4f}{'+' if usage.unpriced else ''}"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.advice import spelled
+from teamctl.coordinator.advice import note, spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
     force_option,
@@ -82,9 +82,6 @@ def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) 
 
     mates = [m for m in store.mates() if m.status is not MateStatus.SHUTDOWN]
     queues = sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
-
-    def note(text: str) -> None:
-        click.echo(f"teamctl: {spelled(text)}", err=True)
 
     if embedded:
         from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from teamctl.coordinator.advice import spelled
+from teamctl.coordinator.advice import note
 from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.launch import local_pool
 from teamctl.shared.connection import connect
@@ -106,9 +106,6 @@ def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: i
     check_queue_names(queues, "--queue")
     url = redis_url()
     connect(url).close()  # Redis down is exit 1 before any worker starts against it
-
-    def note(text: str) -> None:
-        click.echo(f"teamctl: {spelled(text)}", err=True)
 
     pool = ensure_pool(url, queues, count, idle_exit_s, settings, note, explicit=True)
     pids = " ".join(str(w.pid) for w in [*pool.kept, *pool.started])

@@ -26,9 +26,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, PydanticSchemaGenerationError, create_model
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticSerializationError, to_jsonable_python
-from teamctl.shared.agent.tool_names import TOOL_NAME as TOOL_NAME
-from teamctl.shared.agent.tool_names import check_entry, clash
-from teamctl.shared.agent.tool_names import is_python_tool as is_python_tool
+from teamctl.shared.agent.tool_names import check_entry, clash, is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox, capped
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.user_code import import_user_module, where_imports_come_from
