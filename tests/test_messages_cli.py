@@ -65,6 +65,20 @@ def test_lists_every_message_in_order(conn: redis.Redis, redis_url: str, run_id:
         "[task.result] (t1) m1 -> lead: facts"]
 
 
+def test_a_members_escape_sequences_never_reach_the_terminal(
+        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    """A member writes the content: a colour, a bell or a title change must not act on the
+    terminal that lists it; its lines stay lines."""
+    _, bus = store_run(conn, run_id)
+    sent = bus.send("m1", "m2", None, None, "\x1b[31mred\x1b[0m\x07 and \x1b]0;owned\x07\nnext")
+
+    result = messages(redis_url, run_id)
+
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"{sent.id} [peer.message] m1 -> m2: red  and  ]0;owned ", "next"]
+
+
 def test_filters_by_member_and_type_and_prints_json(conn: redis.Redis, redis_url: str,
                                                     run_id: str) -> None:
     converse(store_run(conn, run_id)[1])

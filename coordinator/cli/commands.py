@@ -21,7 +21,7 @@ from teamctl.shared.team import (
     RunSpec,
     load_team_file,
 )
-from teamctl.shared.text import printable
+from teamctl.shared.text import one_line, printable
 
 if TYPE_CHECKING:
     import redis
@@ -170,7 +170,7 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
         return
     for s in states:
         click.echo(f"{s.task_id:24} {s.status.value:12} {s.claimed_by or '-':16} "
-                   f"attempts={s.attempts} {s.error or ''}")
+                   f"attempts={s.attempts} {one_line(s.error, 500)}".rstrip())
 
 
 def _live_run(run: RunHandle) -> RunHandle:

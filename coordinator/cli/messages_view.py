@@ -14,6 +14,7 @@ from teamctl.shared.handle import RunHandle
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
 from teamctl.shared.models import Envelope
 from teamctl.shared.runstore import RunStore
+from teamctl.shared.text import printable
 
 FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""
@@ -124,4 +125,6 @@ def formatted(message: Envelope, as_json: bool) -> str:
         return message.model_dump_json(by_alias=True)
     task = f" ({message.task_id})" if message.task_id else ""
     to = message.to or "(everyone)"
-    return f"{message.id} [{message.type}]{task} {message.from_} -> {to}: {message.content}"
+    # Members write the content: nothing in it may act on the terminal (its lines are kept).
+    return f"{message.id} [{message.type}]{task} {message.from_} -> {to}: " \
+           f"{printable(message.content)}"

@@ -36,7 +36,7 @@ from teamctl.shared.teammates import (
     team_workspace,
 )
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
-from teamctl.shared.text import one_line, shorten
+from teamctl.shared.text import one_line
 
 if TYPE_CHECKING:
     from teamctl.shared.team_tasks import TeamTask
@@ -226,7 +226,7 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
             click.echo(message.model_dump_json(by_alias=True))
         else:
             click.echo(f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}\t"
-                       f"{shorten(message.content, 200)}")
+                       f"{one_line(message.content, 200)}")
 
 
 @team_group.command("messages")
@@ -268,7 +268,7 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
                            "requests`"), err=True)
         sys.exit(1)
     click.echo(f"request {record.id} {outcome.status.value}"
-               + (f": {outcome.response}" if outcome.response else ""))
+               + (f": {one_line(outcome.response, 500)}" if outcome.response else ""))
 
 
 @team_group.command("review")
@@ -310,7 +310,7 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
 def request_line(r: TeamRequest) -> str:
     """One request for a person: id, kind, from -> to, status, its response or payload."""
     return (f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
-            f"{shorten(r.response or r.payload, 80)}")
+            f"{one_line(r.response or r.payload, 80)}")
 
 
 @team_group.group("task")
@@ -360,7 +360,7 @@ def task_line(t: TeamTask) -> str:
     who = t.owner or (f"for {t.assignee}" if t.assignee else "-")
     after = f"after {','.join(t.depends_on)}" if t.depends_on else "-"
     return (f"{t.task_id}\t{t.status.value}\t{who}\t{t.role or '-'}\t{after}\t"
-            f"{shorten(t.subject, 80)}")
+            f"{one_line(t.subject, 80)}")
 
 
 @team_group.command("export")

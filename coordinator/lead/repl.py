@@ -27,7 +27,7 @@ from teamctl.shared.models import Envelope
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, Teammate
 from teamctl.shared.teams import TeamStore, now_ms
-from teamctl.shared.text import shorten
+from teamctl.shared.text import one_line
 
 HELP = """\
 A line is a message to the lead agent; its unread inbox joins it. An empty line runs a turn on
@@ -62,7 +62,7 @@ def describe(message: Envelope) -> str:
     """One line for a person: who, what type, request id, the content shortened."""
     request_id = getattr(message, "request_id", None)
     return (f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}"
-            + (f" ({request_id})" if request_id else "") + f"\t{shorten(message.content, 200)}")
+            + (f" ({request_id})" if request_id else "") + f"\t{one_line(message.content, 200)}")
 
 
 class Watcher:
@@ -189,7 +189,7 @@ class LeadRepl:
             click.echo(f"{mate.name}\t{mate.role}\t{mate.status.value}"
                        f"\t{'stalled' if self.stalled(mate) else '-'}"
                        f"\t{tasks.get(mate.name, '-')}"
-                       f"\t{unread} unread" + (f"\t{shorten(mate.idle_reason, 60)}"
+                       f"\t{unread} unread" + (f"\t{one_line(mate.idle_reason, 60)}"
                                                if mate.idle_reason else ""))
 
     def stalled(self, mate: Teammate) -> bool:
@@ -231,7 +231,7 @@ def show_step(step: list[dict[str, Any]]) -> None:
         if message.get("role") != "tool":
             continue
         content = str(message.get("content") or "")
-        outcome = "error: " + shorten(_error_text(content), 160) if content.startswith(
+        outcome = "error: " + one_line(_error_text(content), 160) if content.startswith(
             "TOOL_ERROR") else "ok"
         click.echo(f"teamctl lead: {message.get('name')}: {outcome}", err=True)
 
