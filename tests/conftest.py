@@ -24,6 +24,7 @@ from teamctl.shared.lease import Lease
 from teamctl.shared.roster import write_roster
 from teamctl.shared.runstore import RunStore
 
+from tests.injection_support import MARKED_QUEUE, MarkedWorkers, marked_env
 from tests.scripted_llm import ScriptedLLM
 
 ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
@@ -141,6 +142,26 @@ def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
                                                                       connection=client))},
                60, message="our 2 rq workers to register on members")
     yield redis_server
+    group.stop()
+
+
+@pytest.fixture(scope="session")
+def marked_workers(redis_server: str,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarkedWorkers]:
+    """Two real `rq worker` processes on queue `marked` (db 0) whose environment holds the
+    injection suite's marker secret (tests/injection_support.py)."""
+    logs = tmp_path_factory.mktemp("marked-worker-logs")
+    group = LocalWorkers(redis_server, [MARKED_QUEUE], 2, logs)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in marked_env().items():
+            patch.setenv(name, value)
+        group.start()
+    pids = {p.pid for p in group.processes}
+    client = redis.Redis.from_url(redis_server)
+    wait_until(lambda: pids <= {w.pid for w in Worker.all(queue=Queue(MARKED_QUEUE,
+                                                                      connection=client))},
+               60, message="the marked rq workers to register on marked")
+    yield MarkedWorkers(redis_server, logs)
     group.stop()
 
 
