@@ -7,6 +7,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from teamctl.coordinator.cli.job_env import differences, job_variables
@@ -50,6 +51,9 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")
     team.check_python_tools()  # the team's Python tools import here, or exit 2 before any write
+    # A team file's commands are absolute already; a team given in code resolves here.
+    team = team.resolve_mcp_commands(Path.cwd())
+    team.check_mcp_commands(settings.state_dir)
     hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
     models, model_source = choose_models(team, model, api_base, settings)
     url = redis_url()

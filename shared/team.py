@@ -17,7 +17,14 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from teamctl.shared.agent.mcp_config import SEPARATOR, McpServer, check_entries, servers_for
+from teamctl.shared.agent.mcp_config import (
+    SEPARATOR,
+    McpServer,
+    check_entries,
+    inside,
+    resolved_command,
+    servers_for,
+)
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, clash, is_python_tool
 from teamctl.shared.errors import ConfigError
@@ -276,6 +283,32 @@ class TeamFile(BaseModel):
 
         check_team_tools(self)
 
+    def resolve_mcp_commands(self, base_dir: Path) -> TeamFile:
+        """This team with every relative MCP command path made absolute against `base_dir`
+        (the team file's directory; the current one for a team given in code), in
+        `mcp_servers` and in the members' copies, which the run's spec stores: workers run the
+        path that was checked here, never one found in a workspace."""
+        servers = [resolved_command(server, base_dir) for server in self.mcp_servers]
+        if servers == self.mcp_servers:
+            return self
+        by_name = {server.name: server for server in servers}
+        members = [member.model_copy(update={
+            "mcp_servers": [by_name[server.name] for server in member.mcp_servers]})
+            for member in self.members]
+        return self.model_copy(update={"mcp_servers": servers, "members": members})
+
+    def check_mcp_commands(self, state_dir: Path) -> None:
+        """ConfigError (exit 2) for an MCP command path inside teamctl's state dir, where every
+        workspace lives: a member's write_file could rewrite what its server runs."""
+        for index, server in enumerate(self.mcp_servers):
+            command = server.command[0] if server.command else ""
+            if "/" in command and inside(command, state_dir):
+                raise ConfigError(
+                    f"mcp_servers.{index}.command: MCP server {server.name!r} would run "
+                    f"{command}, inside teamctl's state dir {state_dir}, where the agents' "
+                    "workspaces are and members write files; install the server outside it "
+                    "and name that path")
+
     @field_validator("mcp_servers")
     @classmethod
     def _unique_servers(cls, servers: list[McpServer]) -> list[McpServer]:
@@ -318,16 +351,19 @@ class TeamFile(BaseModel):
 
 
 def load_team_file(path: Path | None) -> TeamFile:
-    """Read and validate a team file; None gives the default team."""
+    """Read and validate a team file, its relative MCP command paths resolved against its
+    directory (whoever stores the team checks them: TeamFile.check_mcp_commands); None gives
+    the default team."""
     if path is None:
         return TeamFile()
     raw = _read_structured(path)
     refuse_removed_options(raw.get("options") if isinstance(raw, dict) else None,
                            f"team file {path}", "delete it from the team file")
     try:
-        return TeamFile.model_validate(raw)
+        team = TeamFile.model_validate(raw)
     except ValidationError as exc:
         raise team_error(exc, f"team file {path}") from exc
+    return team.resolve_mcp_commands(path.absolute().parent)
 
 
 def team_error(exc: ValidationError, source: str) -> ConfigError:

@@ -24,17 +24,19 @@ from click.testing import CliRunner
 from rq import Queue
 from rq.job import Job
 from teamctl.coordinator.cli import main
-from teamctl.shared.agent.mcp_config import McpServer
-from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
+from teamctl.shared.agent.mcp_config import McpServer, resolved_values
+from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, StderrTail
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.scripts import Scripts
-from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec, load_team_file
 from teamctl.worker.jobs import execute_task
 
+from teamctl import Team
 from tests.conftest import wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import run_cli, script_run
@@ -267,6 +269,22 @@ def test_a_server_slower_than_its_start_timeout_fails_the_task(
     ([{"name": "docs", "url": "http://h/mcp", "headers": {"A": "env:not a name"}}], [],
      "write 'env:NAME'"),
     ([{"name": "git", "command": ["x"]}], ["git:"], "mcp entry 'git:'"),
+    ([{"name": "docs", "url": "http://127.0.0.1:1/mcp", "headers": {"A": "env:REDIS_URL"}}],
+     [], "mcp_servers.0.headers.A: Value error, 'env:REDIS_URL': $REDIS_URL is teamctl's own "
+         "(its Redis and settings) and never goes to an MCP server; give the server a variable "
+         "of its own"),
+    ([{"name": "git", "command": ["x"], "env": {"U": "env:RQ_REDIS_URL"}}], [],
+     "mcp_servers.0.env.U: Value error, 'env:RQ_REDIS_URL': $RQ_REDIS_URL is teamctl's own"),
+    ([{"name": "git", "command": ["x"], "env": {"P": "env:REDISCLI_AUTH"}}], [],
+     "mcp_servers.0.env.P: Value error, 'env:REDISCLI_AUTH': $REDISCLI_AUTH is teamctl's own"),
+    ([{"name": "git", "command": ["x"], "env": {"S": "env:TEAMCTL_STATE_DIR"}}], [],
+     "mcp_servers.0.env.S: Value error, 'env:TEAMCTL_STATE_DIR': $TEAMCTL_STATE_DIR is "
+     "teamctl's own"),
+    ([{"name": "docs", "url": "http://docs.example/mcp", "headers": {"A": "env:DOCS_TOKEN"}}],
+     [], "mcp_servers.0: Value error, MCP server 'docs': headers.A reads the worker's "
+         "environment but url 'http://docs.example/mcp' is neither https nor loopback "
+         "(127.0.0.1, ::1, localhost), so it would cross the network in clear; use an https "
+         "URL"),
 ])
 def test_team_file_mcp_errors_exit_2(redis_url: str, tmp_path: Path,
                                      servers: list[dict[str, Any]], mcp: list[str],
@@ -276,6 +294,94 @@ def test_team_file_mcp_errors_exit_2(redis_url: str, tmp_path: Path,
     result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
                                        "--workers", "0"])
     assert_config_error(result, says)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+@pytest.mark.parametrize("url", ["https://docs.example/mcp", "http://127.0.0.1:8765/mcp",
+                                 "http://127.9.9.9/mcp", "http://[::1]:8765/mcp",
+                                 "http://localhost:8765/mcp"])
+def test_a_header_secret_may_go_to_https_or_loopback(url: str) -> None:
+    server = McpServer(name="docs", url=url, headers={"Authorization": "env:DOCS_TOKEN"})
+    assert server.exposed_header() is None
+    plain = McpServer(name="docs", url="http://docs.example/mcp", headers={"X": "literal"})
+    assert plain.exposed_header() is None
+
+
+def test_relative_commands_resolve_against_the_team_file_s_directory(tmp_path: Path) -> None:
+    """What the run's spec (and a team's meta) stores: the absolute path, in the team's
+    servers and in each member's copy; a bare name stays for the worker's PATH."""
+    (tmp_path / "conf").mkdir()
+    team = team_file(tmp_path / "conf" / "t.json", {"member": "m", "planner": "p", "synth": "s"},
+                     [{"name": "local", "command": ["./bin/serve", "--fast"]},
+                      {"name": "tools", "command": ["../tools/serve"]},
+                      {"name": "git", "command": ["mcp-server-git", "--repository", "."]},
+                      {"name": "abs", "command": ["/opt/mcp/serve"]}],
+                     ["local", "tools", "git", "abs"])
+
+    loaded = load_team_file(team)
+
+    expected = [[str(tmp_path / "conf" / "bin" / "serve"), "--fast"],
+                [str(tmp_path / "conf" / ".." / "tools" / "serve")],
+                ["mcp-server-git", "--repository", "."], ["/opt/mcp/serve"]]
+    assert [server.command for server in loaded.mcp_servers] == expected
+    assert [server.command for server in loaded.members[0].mcp_servers] == expected
+
+
+def in_state_dir(*parts: str) -> Path:
+    return Path(os.environ["TEAMCTL_STATE_DIR"]).joinpath(*parts)
+
+
+def test_a_command_inside_the_state_dir_exits_2_and_writes_nothing(
+        redis_url: str, tmp_path: Path) -> None:
+    """Written inside a workspace, given by a team file there, or reached through a symlink:
+    `run` and `team create --file` refuse it before anything is stored."""
+    state = Path(os.environ["TEAMCTL_STATE_DIR"])
+    script = workspace_script(in_state_dir("workspaces", "r1"))
+    (tmp_path / "link").symlink_to(script.parent)
+    models = {"member": "m", "planner": "p", "synth": "s"}
+    in_workspace = in_state_dir("teams", "t1", "workspace", "t.json")
+    in_workspace.parent.mkdir(parents=True)
+    teams = [
+        (team_file(tmp_path / "a.json", models, [{"name": "local", "command": [str(script)]}],
+                   ["local"]), str(script)),
+        (team_file(in_workspace, models, [{"name": "local", "command": ["./serve"]}],
+                   ["local"]), str(in_workspace.parent / "serve")),
+        (team_file(tmp_path / "c.json", models, [{"name": "local", "command": ["link/serve"]}],
+                   ["local"]), str(tmp_path / "link" / "serve")),
+    ]
+    for team, command in teams:
+        says = (f"mcp_servers.0.command: MCP server 'local' would run {command}, inside "
+                f"teamctl's state dir {state}, where the agents' workspaces are and members "
+                "write files; install the server outside it and name that path")
+        ran = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url",
+                                        redis_url, "--workers", "0"])
+        assert_config_error(ran, says)
+        created = CliRunner().invoke(main, ["team", "create", "-t", "t1", "--file", str(team),
+                                            "--redis-url", redis_url])
+        assert_config_error(created, says)
+    assert redis.Redis.from_url(redis_url).keys("*") == []
+    assert not (script.parent / "ran").exists()
+
+
+def test_a_team_given_in_code_resolves_commands_against_the_current_directory(
+        redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python API's team has no file: its relative paths are the current directory's
+    when it starts, and one inside the state dir is refused before anything is stored."""
+    local = McpServer(name="local", command=["./bin/serve"])
+    team = Team([Member(id="m1", mcp=["local"])], mcp_servers=[local])
+    monkeypatch.chdir(tmp_path)
+    resolved = team._file.resolve_mcp_commands(Path.cwd())
+    assert resolved.members[0].mcp_servers[0].command == [str(tmp_path / "bin" / "serve")]
+    assert team._file.mcp_servers == [local]  # the caller's team is left as given
+
+    workspace = in_state_dir("workspaces", "r1")
+    workspace.mkdir(parents=True)
+    monkeypatch.chdir(workspace)
+    with pytest.raises(ConfigError) as refused:
+        team.start("x", redis_url=redis_url, workers=0)
+    assert str(refused.value).startswith(
+        f"mcp_servers.0.command: MCP server 'local' would run {workspace / 'bin' / 'serve'}, "
+        "inside teamctl's state dir")
     assert redis.Redis.from_url(redis_url).keys("*") == []
 
 
@@ -327,29 +433,67 @@ def test_a_listing_note_written_after_the_run_ended_expires_with_the_run(
     assert 0 < conn.pttl(keys.mcp_listed) <= 600_000
 
 
-def test_a_relative_command_is_found_in_the_workspace_where_it_runs(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    workspace = tmp_path / "ws"
-    (workspace / "bin").mkdir(parents=True)
-    script = workspace / "bin" / "serve"
-    script.write_text(f"#!{sys.executable}\nimport sys\n"
-                      "print('serve: no index in', __import__('os').getcwd(), file=sys.stderr)\n"
-                      "sys.exit(3)\n")
+def workspace_script(workspace: Path, relative: str = "bin/serve") -> Path:
+    """An executable script in the workspace, as a member's write_file could leave it: run, it
+    would leave `ran` beside itself."""
+    script = workspace / relative
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(f"#!{sys.executable}\nfrom pathlib import Path\n"
+                      "Path(__file__).with_name('ran').write_text('ran')\n")
     script.chmod(0o755)
-    local = McpServer(name="local", command=["./bin/serve"])
-    store_run(conn, run_id, llm, "unused", workspace, [local], ["local"])
+    return script
 
+
+def test_the_worker_never_runs_a_command_from_the_workspace(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec written by another host (a team file's relative paths are absolute by then): a
+    relative path is never looked up in the workspace, and neither an absolute path nor a
+    bare name found on PATH may lie there; each fails the task, and the script never ran."""
+    workspace = tmp_path / "ws"
+    script = workspace_script(workspace)
+    refusals = {
+        "./bin/serve": "MCP server 'local': command './bin/serve' is a relative path, which "
+                       "workers never look up in the workspace; give it in a team file "
+                       "(relative to the file's directory) or as an absolute path",
+        str(script): f"MCP server 'local': command {str(script)!r} is {script}, inside the "
+                     "workspace, where members write files; install the server outside it and "
+                     "name that path",
+        "serve": f"MCP server 'local': command 'serve' is {script}, inside the workspace, "
+                 "where members write files; install the server outside it and name that path",
+    }
+    monkeypatch.setenv("PATH", f"{script.parent}:{os.environ['PATH']}")
+    for number, (command, error) in enumerate(refusals.items()):
+        run = f"{run_id}-{number}"
+        store_run(conn, run, llm, "unused", workspace,
+                  [McpServer(name="local", command=[command])], ["local"])
+        assert execute_task(conn, run, "task_1") == "task_1: failed"
+        assert TaskBoard(conn, RunKeys(run)).get("task_1").error == error
+    assert not (script.parent / "ran").exists()
+
+
+def test_a_missing_absolute_command_fails_the_task_saying_where_to_install_it(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    missing = tmp_path / "opt" / "serve"
+    store_run(conn, run_id, llm, "unused", tmp_path / "ws",
+              [McpServer(name="local", command=[str(missing)])], ["local"])
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
-    error = TaskBoard(conn, RunKeys(run_id)).get("task_1").error
-    assert error.endswith(f"its stderr ends:\nserve: no index in {workspace}")
+    assert TaskBoard(conn, RunKeys(run_id)).get("task_1").error == (
+        f"MCP server 'local': command {str(missing)!r} is not an executable file on this "
+        "worker; install it at that path on every worker host and check its x bit")
 
-    other = f"{run_id}-b"
-    store_run(conn, other, llm, "unused", tmp_path / "ws2",
-              [McpServer(name="local", command=["./bin/serve"])], ["local"])
-    assert execute_task(conn, other, "task_1") == "task_1: failed"
-    assert TaskBoard(conn, RunKeys(other)).get("task_1").error == (
-        "MCP server 'local': command './bin/serve' is not an executable file in the workspace; "
-        "check the path and its x bit")
+
+def test_a_worker_refuses_env_values_naming_teamctl_s_own_variables() -> None:
+    """Checked again where values are read: any host that reaches Redis can write a spec."""
+    environ = {"REDIS_URL": "redis://:pw@h", "TEAMCTL_STATE_DIR": "/s", "TOKEN": "t"}
+    assert resolved_values({"A": "env:TOKEN", "B": "lit"}, "docs", "header", environ) == {
+        "A": "t", "B": "lit"}
+    for name in ("REDIS_URL", "RQ_REDIS_URL", "REDISCLI_AUTH", "TEAMCTL_STATE_DIR"):
+        with pytest.raises(ConfigError) as refused:
+            resolved_values({"A": f"env:{name}"}, "docs", "header", environ)
+        assert str(refused.value) == (
+            f"MCP server 'docs': header A reads ${name}, which is teamctl's own and never goes "
+            "to an MCP server; give the server a variable of its own")
 
 
 def test_ctrl_c_while_a_server_starts_stops_the_server(tmp_path: Path) -> None:
@@ -365,6 +509,42 @@ def test_ctrl_c_while_a_server_starts_stops_the_server(tmp_path: Path) -> None:
             hub.start(silent)
         interrupt.join()
         assert processes_in(workspace.resolve()) == []
+
+
+def test_a_server_s_stderr_is_kept_to_its_last_64_kib() -> None:
+    """Drained as it is written (a pipe, not a file that grows for the server's life); only
+    the end is kept."""
+    tail = StderrTail()
+    writer = subprocess.Popen([sys.executable, "-c", "import sys; sys.stderr.write('x' * "
+                               "1_000_000 + '\\nthe end')"], stderr=tail.writer)
+    tail.close_writer()
+    assert writer.wait(timeout=30) == 0
+    assert tail.tail() == "x" * 1992 + "\nthe end"
+    kept = tail.kept()
+    assert len(kept) == 64 * 1024 and kept.endswith(b"x\nthe end")
+
+
+def test_a_noisy_server_starts_and_a_failure_quotes_only_the_end_of_its_stderr(
+        tmp_path: Path) -> None:
+    """A server that writes far more than a pipe holds before it answers still starts (its
+    stderr is read while it runs); one that fails is quoted by its last 2000 characters."""
+    noisy = McpServer(name="index", command=[
+        sys.executable, "-c", "import runpy, sys; sys.stderr.write('n' * 1_000_000); "
+        "sys.stderr.flush(); runpy.run_module('tests.mcp_fixture.stdio_server', "
+        "run_name='__main__')"], env={"PYTHONPATH": str(REPO_ROOT)})
+    failing = McpServer(name="broken", command=[
+        sys.executable, "-c", "import sys; sys.stderr.write('b' * 1_000_000 + "
+        "'\\ncannot open the index'); sys.exit(2)"])
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with McpHub(workspace, McpTimeouts(30, 30, 5)) as hub:
+        assert "stats" in [tool.name for tool in hub.start(noisy)]
+        with pytest.raises(ConfigError) as failed:
+            hub.start(failing)
+    assert str(failed.value).endswith("its stderr ends:\n" + "b" * 1978
+                                      + "\ncannot open the index")
+    assert len(str(failed.value)) < 2600
+    assert processes_in(workspace.resolve()) == []
 
 
 def index_server(*args: str) -> McpServer:

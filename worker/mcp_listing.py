@@ -15,6 +15,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.team import RunSpec
+from teamctl.shared.text import shorten
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,8 @@ def _list_one(hub: McpHub, cache: McpToolCache, server: McpServer | None, name: 
         return McpListing(listed=False, error=str(exc), worker=worker)
     except Exception as exc:  # a bug here must reach the coordinator's note, not only a log
         log.exception("listing MCP server %s failed", name)
-        return McpListing(listed=False, error=f"{type(exc).__name__}: {exc}", worker=worker)
+        return McpListing(listed=False, error=f"{type(exc).__name__}: {shorten(str(exc))}",
+                          worker=worker)
     cache.remember(name, [tool.as_json() for tool in tools])
     return McpListing(listed=True, worker=worker)
 

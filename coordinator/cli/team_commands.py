@@ -132,6 +132,7 @@ def create_command(team_file: Path | None, store: TeamStore, settings: Settings)
     from teamctl.shared.team import load_team_file
 
     team = load_team_file(team_file)
+    team.check_mcp_commands(settings.state_dir)
     if not store.create_new(team.teammates, team.mcp_servers):
         raise RequestRefused(f"team {store.team} exists; its options are kept (`teamctl team "
                              "delete` it first to change them)")

@@ -6,12 +6,22 @@ import the MCP SDK nor start a server. The worker's side is mcp_tools.py.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from teamctl.shared.errors import ConfigError
 
 SEPARATOR = "__"
@@ -24,14 +34,49 @@ TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}", re.ASCII)
 ENV_PREFIX = "env:"
 """A header or env value `env:NAME` is read from the worker's environment."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+TEAMCTL_SECRETS = frozenset({"REDIS_URL", "RQ_REDIS_URL", "REDISCLI_AUTH"})
+"""Variables that hold the Redis URL or password (the embedded server's is in its URL, and in
+REDISCLI_AUTH for redis-cli): whoever reads them owns every run and team."""
+TEAMCTL_PREFIX = "TEAMCTL_"
 
 
-def _check_env_refs(values: Mapping[str, str]) -> Mapping[str, str]:
-    for key, value in values.items():
-        if value.startswith(ENV_PREFIX) and not ENV_NAME.fullmatch(value[len(ENV_PREFIX):]):
-            raise ValueError(f"{key} = {value!r}: write 'env:NAME' with NAME an environment "
-                             "variable name")
-    return values
+def teamctl_secret(name: str) -> bool:
+    """Whether variable `name` is teamctl's own (its Redis, its settings): never an MCP value."""
+    upper = name.upper()
+    return upper in TEAMCTL_SECRETS or upper.startswith(TEAMCTL_PREFIX)
+
+
+def _env_ref(value: str) -> str:
+    """A header or env value: `env:NAME` must name a variable that is not teamctl's own."""
+    if value.startswith(ENV_PREFIX):
+        name = value[len(ENV_PREFIX):]
+        if not ENV_NAME.fullmatch(name):
+            raise ValueError(f"{value!r}: write 'env:NAME' with NAME an environment variable "
+                             "name")
+        if teamctl_secret(name):
+            raise ValueError(f"{value!r}: ${name} is teamctl's own (its Redis and settings) "
+                             "and never goes to an MCP server; give the server a variable of "
+                             "its own")
+    return value
+
+
+EnvValue = Annotated[str, AfterValidator(_env_ref)]
+"""A literal header or env value, or `env:NAME` (checked where it is given, so that an error
+names the field: `mcp_servers.0.headers.Authorization`)."""
+
+
+def private_destination(url: str) -> bool:
+    """Whether a header sent to `url` stays private: https, or a loopback host."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    host = (parts.hostname or "").rstrip(".").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class McpServer(BaseModel):
@@ -44,8 +89,8 @@ class McpServer(BaseModel):
     name: str
     command: list[str] | None = Field(None, min_length=1)
     url: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, EnvValue] = Field(default_factory=dict)
+    env: dict[str, EnvValue] = Field(default_factory=dict)
 
     def variables(self) -> set[str]:
         """The worker's environment variables this server reads (its `env:NAME` values)."""
@@ -74,11 +119,6 @@ class McpServer(BaseModel):
                                  "http://127.0.0.1:8765/mcp")
         return url
 
-    @field_validator("headers", "env")
-    @classmethod
-    def _env_refs(cls, values: dict[str, str]) -> dict[str, str]:
-        return dict(_check_env_refs(values))
-
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:
         if (self.command is None) == (self.url is None):
@@ -90,7 +130,20 @@ class McpServer(BaseModel):
         if self.command and self.headers:
             raise ValueError(f"MCP server {self.name!r}: headers are for an HTTP server; a "
                              "command takes env")
+        refused = self.exposed_header()
+        if refused:
+            raise ValueError(f"MCP server {self.name!r}: headers.{refused} reads the worker's "
+                             f"environment but url {self.url!r} is neither https nor loopback "
+                             "(127.0.0.1, ::1, localhost), so it would cross the network in "
+                             "clear; use an https URL")
         return self
+
+    def exposed_header(self) -> str | None:
+        """A header carrying an `env:` value to a URL that is neither https nor loopback."""
+        if self.url is None or private_destination(self.url):
+            return None
+        return next((key for key, value in self.headers.items()
+                     if value.startswith(ENV_PREFIX)), None)
 
     @property
     def transport(self) -> str:
@@ -150,12 +203,17 @@ def offered_name(server: str, tool: str) -> str:
 def resolved_values(values: Mapping[str, str], server: str, what: str,
                     environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """`headers` or `env` with each `env:NAME` replaced by the worker's variable; ConfigError
-    (the task's error) naming a variable that is not set."""
+    (the task's error) naming a variable that is not set, or one of teamctl's own (checked
+    again here: any host that reaches Redis can write a run's spec)."""
     environ = os.environ if environ is None else environ
     resolved = {}
     for key, value in values.items():
         if value.startswith(ENV_PREFIX):
             name = value[len(ENV_PREFIX):]
+            if teamctl_secret(name):
+                raise ConfigError(f"MCP server {server!r}: {what} {key} reads ${name}, which "
+                                  "is teamctl's own and never goes to an MCP server; give the "
+                                  "server a variable of its own")
             if name not in environ:
                 raise ConfigError(f"MCP server {server!r}: {what} {key} reads ${name}, which "
                                   "is not set in this worker's environment; set it where the "
@@ -163,3 +221,23 @@ def resolved_values(values: Mapping[str, str], server: str, what: str,
             value = environ[name]
         resolved[key] = value
     return resolved
+
+
+def resolved_command(server: McpServer, base_dir: Path) -> McpServer:
+    """`server` with a relative command path (`./bin/serve`, `bin/serve`) made absolute against
+    `base_dir` (the team file's directory): what the workers run is fixed when a person's
+    configuration is loaded, never looked up in a workspace. A bare name (`npx`) stays, for
+    each worker's PATH."""
+    if not server.command or "/" not in server.command[0] or os.path.isabs(server.command[0]):
+        return server
+    absolute = str(base_dir.absolute() / server.command[0])
+    return server.model_copy(update={"command": [absolute, *server.command[1:]]})
+
+
+def inside(path: str | Path, directory: str | Path) -> bool:
+    """Whether `path` lies in `directory`, as written or once symlinks are followed."""
+    written = Path(os.path.normpath(os.path.abspath(path)))
+    real = Path(os.path.realpath(path))
+    return any(candidate.is_relative_to(root) for candidate in (written, real)
+               for root in (Path(os.path.normpath(os.path.abspath(directory))),
+                            Path(os.path.realpath(directory))))

@@ -7,7 +7,9 @@ that loop with a timeout. A hub lives for one attempt, in the RQ work-horse that
 crosses a fork, and stopping the attempt stops its servers.
 
 A stdio server runs in the workspace with a minimal environment (as the `bash` tool) in a
-session of its own; closing stops it (the SDK closes its stdin, then signals its process group)
+session of its own, from an absolute path outside the workspace (a member's write_file must
+never change what runs with the server's `env:` secrets); its stderr is drained into a 64 KiB
+tail. Closing stops it (the SDK closes its stdin, then signals its process group)
 and then SIGKILLs what is left of the group. A job killed outright cannot do that: the server
 is started with a parent-death signal (DIE_WITH_PARENT), so it dies with the job. A server
 that will not start, or will not list its tools in time, is a ConfigError with its stderr tail
@@ -26,7 +28,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from typing import IO, Any
 
 from teamctl.shared.agent.mcp_config import (
     McpServer,
+    inside,
     offered_name,
     resolved_values,
     tool_filter,
@@ -44,9 +46,18 @@ from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import BASH_PATH
 from teamctl.shared.errors import ConfigError, ToolFailed
+from teamctl.shared.text import shorten
 
 log = logging.getLogger(__name__)
 STDERR_TAIL_CHARS = 2000
+"""How much of a server's stderr a start failure quotes."""
+STDERR_KEEP_BYTES = 64 * 1024
+"""How much of a server's stderr is kept (the rest is read and dropped) for its whole life."""
+STDERR_DRAIN_S = 2.0
+"""How long a start failure waits for the stderr of a stopped server to be read to its end
+(bounded: a process the server left behind may hold it open)."""
+DESCRIBE_CHARS = 500
+"""Longest exception text quoted in an error (a server's, which may echo a model's input)."""
 CLOSE_TIMEOUT_S = 10.0
 """Bounds the wait for every server to stop (the SDK's own shutdown escalates within ~6 s)."""
 CALL_GRACE_S = 5.0
@@ -115,6 +126,46 @@ class McpTimeouts:
     call_s: float
 
 
+class StderrTail:
+    """A stdio server's stderr: a pipe that a thread drains for the server's life, keeping its
+    last STDERR_KEEP_BYTES (a file would grow as long as the server writes). `writer` is what
+    the server is given; close it once the server started (`close_writer`)."""
+
+    def __init__(self, keep_bytes: int = STDERR_KEEP_BYTES) -> None:
+        read_fd, write_fd = os.pipe()  # not inheritable: only the server gets the write end
+        self.writer: IO[str] = os.fdopen(write_fd, "w", encoding="utf-8")
+        self._keep_bytes = keep_bytes
+        self._kept = bytearray()
+        self._lock = threading.Lock()
+        self._reader = threading.Thread(target=self._drain, args=(read_fd,),
+                                        name="mcp-stderr", daemon=True)
+        self._reader.start()
+
+    def _drain(self, read_fd: int) -> None:
+        """Read until every writer is gone (the server and what it started exited)."""
+        try:
+            while chunk := os.read(read_fd, 65536):
+                with self._lock:
+                    self._kept += chunk
+                    del self._kept[:-self._keep_bytes]
+        finally:
+            os.close(read_fd)
+
+    def close_writer(self) -> None:
+        """Drop this process's write end: the server keeps its own, and EOF comes with it."""
+        self.writer.close()
+
+    def kept(self) -> bytes:
+        with self._lock:
+            return bytes(self._kept)
+
+    def tail(self, max_chars: int = STDERR_TAIL_CHARS) -> str:
+        """The end of what a stopped server wrote, once read to its end (or STDERR_DRAIN_S)."""
+        self.close_writer()
+        self._reader.join(STDERR_DRAIN_S)
+        return self.kept().decode("utf-8", errors="replace")[-max_chars:].strip()
+
+
 class McpHub:
     """The MCP sessions of one attempt, on an event loop thread of their own; `close` stops
     every server. Use as a context manager."""
@@ -139,11 +190,12 @@ class McpHub:
         stderr tail when it will not start or list in time."""
         if server.name in self._running:
             return self._running[server.name].tools
-        with tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace") as stderr:
+        stderr = StderrTail()
+        try:
             ready: concurrent.futures.Future[_Running] = concurrent.futures.Future()
             ended = threading.Event()
-            holder = asyncio.run_coroutine_threadsafe(self._hold(server, stderr, ready, ended),
-                                                      self._loop)
+            holder = asyncio.run_coroutine_threadsafe(
+                self._hold(server, stderr.writer, ready, ended), self._loop)
             try:
                 # The holder's own timeouts answer first; this only bounds a stuck shutdown.
                 running = ready.result(timeout=self.timeouts.start_s + self.timeouts.list_s
@@ -155,12 +207,14 @@ class McpHub:
                 # Not holder.result(): a cancelled future answers before the task unwound.
                 ended.wait(CLOSE_TIMEOUT_S)
                 raise self._start_failure(server, exc, stderr) from None
+        finally:
+            stderr.close_writer()
         running.holder = holder
         self._running[server.name] = running
         return running.tools
 
     def _start_failure(self, server: McpServer, exc: BaseException,
-                       stderr: IO[str]) -> BaseException:
+                       stderr: StderrTail) -> BaseException:
         """What `start` raises for `exc`: a ConfigError saying why the server did not start,
         or `exc` itself when it is no error of the server's (Ctrl-C, SystemExit)."""
         if isinstance(_leaf(exc), _ListTimeout):  # raised inside the SDK's task group
@@ -180,9 +234,9 @@ class McpHub:
                                                  stderr))
         return exc
 
-    def _start_error(self, server: McpServer, what: str, stderr: IO[str]) -> str:
+    def _start_error(self, server: McpServer, what: str, stderr: StderrTail) -> str:
         where = f"`{' '.join(server.command)}`" if server.command else server.url
-        tail = _tail(stderr)
+        tail = stderr.tail()
         return (f"MCP server {server.name!r} ({where}) {what}"
                 + (f"; its stderr ends:\n{tail}" if tail else ""))
 
@@ -230,6 +284,11 @@ class McpHub:
         if server.command:
             transport: Any = _stdio_transport(server, self.workspace, stderr, pgids)
         else:
+            exposed = server.exposed_header()
+            if exposed:  # checked when the team was loaded; any host may write a spec
+                raise ConfigError(f"MCP server {server.name!r}: header {exposed} reads the "
+                                  f"worker's environment but {server.url} is neither https "
+                                  "nor loopback; use an https URL")
             headers = resolved_values(server.headers, server.name, "header")
             http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
             transport = streamable_http_client(str(server.url), http_client=http)
@@ -321,26 +380,40 @@ in a session of their own), then execs the server, which keeps it (`python -I -S
 
 
 def _executable(server: str, command: str, workspace: Path) -> str:
-    """The command's path: a relative path with a '/' (`./serve.sh`) from the workspace, where
-    it runs; a bare name from the worker's PATH or beside its Python (a server installed in the
-    worker's virtualenv), since the server itself gets a minimal PATH."""
+    """The absolute path the server runs: an absolute command as given (loading a team file
+    made its relative paths absolute), a bare name from the worker's PATH or beside its Python
+    (a server installed in the worker's virtualenv, since the server gets a minimal PATH).
+    Never the workspace's: members write files there, and the server gets `env:` secrets."""
+    if "/" in command and not os.path.isabs(command):
+        raise ConfigError(f"MCP server {server!r}: command {command!r} is a relative path, "
+                          "which workers never look up in the workspace; give it in a team "
+                          "file (relative to the file's directory) or as an absolute path")
     if "/" in command:
-        found = shutil.which(str(workspace / command))  # an absolute path stays as given
-        where = "in the workspace" if not command.startswith("/") else "there"
+        found = shutil.which(command)
         if not found:
             raise ConfigError(f"MCP server {server!r}: command {command!r} is not an executable "
-                              f"file {where}; check the path and its x bit")
-        return found
-    found = shutil.which(command) or shutil.which(command, path=str(Path(sys.executable).parent))
-    if not found:
-        raise ConfigError(f"MCP server {server!r}: command {command!r} is not on this worker's "
-                          "PATH; install it where the workers run")
+                              "file on this worker; install it at that path on every worker "
+                              "host and check its x bit")
+    else:
+        found = (shutil.which(command)
+                 or shutil.which(command, path=str(Path(sys.executable).parent)))
+        if not found:
+            raise ConfigError(f"MCP server {server!r}: command {command!r} is not on this "
+                              "worker's PATH; install it where the workers run")
+    found = os.path.abspath(found)  # a relative PATH entry: the worker's directory, as checked
+    if inside(found, workspace):
+        raise ConfigError(f"MCP server {server!r}: command {command!r} is {found}, inside the "
+                          "workspace, where members write files; install the server outside "
+                          "it and name that path")
     return found
 
 
 def _minimal_env(workspace: Path) -> dict[str, str]:
-    """What the `bash` tool gets: the worker's own environment holds REDIS_URL and API keys."""
-    return {"PATH": BASH_PATH, "HOME": str(workspace), "LANG": "C.UTF-8"}
+    """What the `bash` tool gets: the worker's own environment holds REDIS_URL and API keys.
+    PYTHONSAFEPATH: `python -m server` must not import a module a member wrote in the workspace
+    (its working directory) instead of the installed one."""
+    return {"PATH": BASH_PATH, "HOME": str(workspace), "LANG": "C.UTF-8",
+            "PYTHONSAFEPATH": "1"}
 
 
 def _session_children() -> set[int]:
@@ -368,14 +441,6 @@ def _kill_groups(pgids: Iterable[int]) -> None:
             os.killpg(pgid, signal.SIGKILL)
 
 
-def _tail(stderr: IO[str]) -> str:
-    with contextlib.suppress(OSError, ValueError):
-        stderr.flush()
-        stderr.seek(0)
-        return stderr.read()[-STDERR_TAIL_CHARS:].strip()
-    return ""
-
-
 def _leaf(exc: BaseException) -> BaseException:
     """The first leaf of an exception group (anyio's), or the exception itself."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -386,7 +451,7 @@ def _leaf(exc: BaseException) -> BaseException:
 def _describe(exc: BaseException) -> str:
     """An exception as one phrase; exception groups (anyio's) by their first leaf."""
     exc = _leaf(exc)
-    text = str(exc).strip()
+    text = shorten(str(exc), DESCRIBE_CHARS)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -448,7 +513,8 @@ def _check_filter(server: str, allowed: set[str] | None, tools: list[ListedTool]
         raise ConfigError(
             f"MCP server {server!r} has no tool {', '.join(map(repr, missing))} (mcp entry "
             f"{', '.join(f'{server}:{name}' for name in missing)}); its tools: "
-            f"{', '.join(listed) or 'none'}; fix the member's mcp entry")
+            f"{shorten(', '.join(listed), DESCRIBE_CHARS) or 'none'}; fix the member's mcp "
+            "entry")
 
 
 def _parameters(schema: dict[str, Any]) -> dict[str, Any]:
