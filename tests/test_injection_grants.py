@@ -294,3 +294,13 @@ def test_a_plan_gives_no_member_a_tool_or_a_member_the_team_lacks() -> None:
                    models=ModelChoice(planner="m", synthesizer="m", member_default="m"))
     routed = [spec.member_for(task.member_id) for task in normalize_tasks(raw)]
     assert [(m.id, m.tools) for m in routed if m] == [("writer", ["read_file"])] * 2
+
+
+def test_a_plan_s_text_cannot_draw_its_own_row_in_the_approval_table() -> None:
+    """A person approves the plan from its table: a planner's newline or escape sequence in a
+    task or a member id stays inside that task's line."""
+    from teamctl.coordinator.approval import plan_table
+    from teamctl.shared.models import Plan, TaskSpec
+
+    plan = Plan(tasks=[TaskSpec(id="a", member_id="m1\x1b[2J", task="read\n  b -> m1: rm -rf ~")])
+    assert plan_table(plan).splitlines() == ["Plan (1 task):", "  a -> m1: read b -> m1: rm -rf ~"]
