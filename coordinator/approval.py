@@ -9,7 +9,10 @@ from enum import Enum
 import click
 from teamctl.shared.models import Approval, Plan, RunStatus
 from teamctl.shared.runstore import RunStore
+from teamctl.shared.text import one_line
 
+PLAN_TEXT_CHARS = 100_000
+"""A task's text in the plan a person approves: on one line, but not cut short where it matters."""
 WAKE_EVERY_S = 1.0
 """How often the Redis wait re-checks for a cancel or a lost lease while nobody decides."""
 
@@ -35,12 +38,14 @@ class Decision:
 
 
 def plan_table(plan: Plan) -> str:
-    """The normalized plan as plain lines, for the terminal prompt."""
+    """The normalized plan as plain lines, for the terminal prompt. The planner wrote it: each
+    task stays on its line with no escape sequence, so no task can draw a row of its own."""
     count = f"{len(plan.tasks)} task{'' if len(plan.tasks) == 1 else 's'}"
     lines = [f"Plan ({count}{', fallback' if plan.fallback else ''}):"]
     for task in plan.tasks:
         deps = f" after {', '.join(task.depends_on)}" if task.depends_on else ""
-        lines.append(f"  {task.id} -> {task.member_id or '(first member)'}{deps}: {task.task}")
+        member = one_line(task.member_id, 200) or "(first member)"
+        lines.append(f"  {task.id} -> {member}{deps}: {one_line(task.task, PLAN_TEXT_CHARS)}")
     return "\n".join(lines)
 
 

@@ -277,6 +277,11 @@ class TeamKeys(KeySpace):
         """List: the teammate's chat messages (JSON), appended by turn checkpoints."""
         return f"{self.base}:memory:{check_member_id(name)}"
 
+    def mate_requests(self, name: str) -> str:
+        """Set: the ids of the protocol requests opened in the teammate's current life (to it or
+        from it), so its re-spawn expires those still pending."""
+        return f"{self.base}:mate_requests:{check_member_id(name)}"
+
     def request(self, request_id: str) -> str:
         """Hash: one protocol request's record (TeamRequest in shared/teammates.py)."""
         return f"{self.base}:request:{check_request_id(request_id)}"

@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
+from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for, split_entry
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
@@ -24,6 +24,11 @@ DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
 TURN_FUNCTION = "teamctl.worker.turn.run_turn"
 """What a turn job runs, enqueued by name so the CLI never imports the worker package."""
+GRANTABLE_BY_DEFAULT = ("read_file", "write_file", "edit_file", "list_files")
+"""What the lead may give a teammate unless the team file says otherwise: the workspace tools
+without `bash`."""
+MAX_GRANTS = 100
+"""Entries a grantable list may hold."""
 MATE_TOOLS = ("send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
               "submit_plan", "list_tasks", "claim_task", "complete_task", "idle")
 """A teammate's own tools (worker/mate_tools.py registers them), known here so that a spawn
@@ -80,6 +85,16 @@ class TeamOptions(BaseModel):
     lead_tools: list[str] = Field(default_factory=list)
     """Workspace tools the lead agent (`teamctl lead`) gets in the team's workspace; `bash` only
     if listed."""
+    grantable_tools: list[str] = Field(default_factory=lambda: list(GRANTABLE_BY_DEFAULT),
+                                       max_length=MAX_GRANTS)
+    """The tools the lead's spawn_teammate may give a teammate: workspace tools (`bash` only if
+    listed) and Python tools (`package.module:function`, imported when the team is created)."""
+    grantable_mcp: list[str] = Field(default_factory=list, max_length=MAX_GRANTS)
+    """The MCP entries the lead may give: a server of the team's `[[mcp_servers]]` (any of its
+    tools, or all) or `server:tool` (that one); none by default."""
+    grantable_models: list[str] = Field(default_factory=list, max_length=MAX_GRANTS)
+    """Models the lead may give a teammate besides its own (a model picks the provider, and so
+    where the workers' keys go); none by default."""
 
     @field_validator("lead_tools")
     @classmethod
@@ -89,6 +104,35 @@ class TeamOptions(BaseModel):
             raise ValueError(f"unknown tool {unknown[0]!r}; available: "
                              f"{', '.join(WORKSPACE_TOOLS)}")
         return tools
+
+    @field_validator("grantable_tools")
+    @classmethod
+    def _grantable_tools(cls, tools: list[str]) -> list[str]:
+        for tool in tools:
+            if is_python_tool(tool):
+                check_entry(tool)
+            elif tool not in WORKSPACE_TOOLS:
+                raise ValueError(f"unknown tool {tool!r}; list workspace tools "
+                                 f"({', '.join(WORKSPACE_TOOLS)}) or Python tools as "
+                                 "'package.module:function'")
+        return list(dict.fromkeys(tools))
+
+    @field_validator("grantable_mcp")
+    @classmethod
+    def _grantable_mcp(cls, entries: list[str]) -> list[str]:
+        return list(dict.fromkeys(check_entries(entries)))
+
+    @field_validator("grantable_models")
+    @classmethod
+    def _grantable_models(cls, models: list[str]) -> list[str]:
+        if any(not model.strip() or len(model) > 200 for model in models):
+            raise ValueError("a model is a non-empty name of at most 200 characters")
+        return list(dict.fromkeys(models))
+
+    def may_grant_mcp(self, entry: str) -> bool:
+        """Whether the lead may give a teammate this MCP entry: listed as is, or its server
+        listed bare (all its tools)."""
+        return entry in self.grantable_mcp or split_entry(entry)[0] in self.grantable_mcp
 
     @property
     def job_timeout_s(self) -> int:
@@ -114,6 +158,20 @@ class TeamMeta(BaseModel):
                 " (create the team from a team file with [[mcp_servers]]: "
                 "`teamctl team create --file FILE`)")
             raise ConfigError(f"{exc}{hint}") from None
+
+    def check_grants(self) -> None:
+        """ConfigError unless what the lead may grant exists: each grantable MCP entry names a
+        server of this team, each grantable Python tool imports and clashes with nothing."""
+        try:
+            servers_for(self.options.grantable_mcp, self.mcp_servers)
+        except ValueError as exc:
+            raise ConfigError(f"[teammates] grantable_mcp: {exc}") from None
+        python = [tool for tool in self.options.grantable_tools if is_python_tool(tool)]
+        if python:
+            try:
+                load_mate_python_tools(python)
+            except ConfigError as exc:
+                raise ConfigError(f"[teammates] grantable_tools: {exc}") from None
 
 
 class Teammate(BaseModel):
@@ -153,6 +211,8 @@ class Teammate(BaseModel):
     without plan mode."""
     plan_request: HashText = None
     """Its pending plan request, one at a time."""
+    epoch: HashInt = 0
+    """How many times it was spawned: a protocol request made in an earlier life is stale."""
 
     @classmethod
     def from_hash(cls, team: str, fields: dict[str, str]) -> Teammate:
@@ -213,6 +273,8 @@ class TeamRequest(BaseModel):
     deadline_ms: HashInt = 0
     resolved_ms: HashInt = 0
     resolved_by: HashText = None
+    epoch: HashInt = 0
+    """Its teammate's spawn epoch when it was opened: a re-spawn expires it."""
 
     model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
     """Dumped with `from`, as `team requests --json` prints it."""

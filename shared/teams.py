@@ -92,9 +92,11 @@ class TeamStore:
 
     def create_new(self, options: TeamOptions | None = None,
                    mcp_servers: Iterable[McpServer] = ()) -> bool:
-        """Write the team's meta record; False (nothing written) if the team exists."""
+        """Write the team's meta record; False (nothing written) if the team exists. ConfigError
+        (nothing written) when what the lead may grant is not there (TeamMeta.check_grants)."""
         meta = TeamMeta(options=options or TeamOptions(), mcp_servers=list(mcp_servers),
                         created_ms=now_ms())
+        meta.check_grants()
         if not self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
             return False
         self.conn.zadd(TEAMS_INDEX, {self.team: meta.created_ms}, nx=True)
@@ -164,12 +166,10 @@ class TeamStore:
             (self.meta() if self.exists() else TeamMeta()).mcp_servers_for(entries)
         self.create()
         first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
-        verdict = self.scripts["team_spawn"](
-            keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
-                  self.keys.roster_ver, self.keys.events],
-            args=[name, role, prompt, model, api_base or "", queue,
-                  self.options.max_teammates, first, "required" if plan_mode else "",
-                  ",".join(chosen), str(workspace or ""), ",".join(entries)])
+        args = [name, role, prompt, model, api_base or "", queue, self.options.max_teammates,
+                first, "required" if plan_mode else "", ",".join(chosen), str(workspace or ""),
+                ",".join(entries)]
+        verdict = self._spawn_current(name, args)
         if verdict == "working":
             raise MateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":
@@ -178,6 +178,20 @@ class TeamStore:
         mate = self.get(name)
         self.enqueue_turn(mate)
         return mate
+
+    def _spawn_current(self, name: str, args: list[Any]) -> str:
+        """Run team_spawn with the teammate's requests as they stand (its re-spawn expires the
+        pending ones), again while it answers 'retry' (a request opened in between)."""
+        for _ in range(SNAPSHOT_RETRIES):
+            ids = sorted(self.conn.smembers(self.keys.mate_requests(name)))
+            verdict = self.scripts["team_spawn"](
+                keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
+                      self.keys.roster_ver, self.keys.events, self.keys.mate_requests(name),
+                      *(self.keys.request(request_id) for request_id in ids)],
+                args=[*args, *ids])
+            if verdict != "retry":
+                return str(verdict)
+        raise TeamError(f"{name}'s requests kept changing under this spawn; try again")
 
     def plan_state(self, name: str) -> str | None:
         """The teammate's plan_state as stored now (None without plan mode): tools read it
@@ -278,7 +292,7 @@ class TeamStore:
         verdict, woke, _ = self.scripts["request_open"](
             keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
                   self.keys.bus_seq, self.keys.inbox(name), self.keys.mate(name),
-                  self.keys.events],
+                  self.keys.events, self.keys.mate_requests(name)],
             args=[request_id, RequestKind.SHUTDOWN, LEAD, name, reason,
                   int(self.options.shutdown_deadline_s * 1000), ProtocolType.SHUTDOWN_REQUEST,
                   content])
@@ -300,10 +314,11 @@ class TeamStore:
                    f"{request_id}" + (f": {reason}" if reason else ""))
         verdict, detail, _ = self.scripts["request_resolve"](
             keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD), self.keys.mate(name), self.keys.events],
+                  self.keys.inbox(LEAD), self.keys.mate(name), self.keys.events,
+                  self.keys.mate_requests(name)],
             args=[request_id, RequestKind.SHUTDOWN, name, "1" if approve else "0", reason,
-                  ProtocolType.SHUTDOWN_RESPONSE, content])
-        _raise_refusal(request_id, verdict, detail, RequestKind.SHUTDOWN, name)
+                  ProtocolType.SHUTDOWN_RESPONSE, content, name])
+        _raise_refusal(request_id, verdict, detail, RequestKind.SHUTDOWN, name, name)
         return str(detail)
 
     def submit_plan(self, name: str, plan: str) -> TeamRequest:
@@ -319,7 +334,7 @@ class TeamStore:
         verdict, detail = self.scripts["plan_submit"](
             keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
                   self.keys.bus_seq, self.keys.inbox(LEAD), self.keys.mate(name), last,
-                  self.keys.events],
+                  self.keys.events, self.keys.mate_requests(name)],
             args=[request_id, name, plan, int(self.options.plan_deadline_s * 1000),
                   ProtocolType.PLAN_APPROVAL_REQUEST, content])
         if verdict == "pending":
@@ -341,10 +356,11 @@ class TeamStore:
                    + ("" if approve else ". Revise it and submit_plan again."))
         verdict, detail, woke = self.scripts["request_resolve"](
             keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(requester), self.keys.mate(requester), self.keys.events],
+                  self.keys.inbox(requester), self.keys.mate(requester), self.keys.events,
+                  self.keys.mate_requests(requester)],
             args=[request_id, RequestKind.PLAN_APPROVAL, LEAD, "1" if approve else "0",
-                  feedback, ProtocolType.PLAN_APPROVAL_RESPONSE, content])
-        _raise_refusal(request_id, verdict, detail, RequestKind.PLAN_APPROVAL, LEAD)
+                  feedback, ProtocolType.PLAN_APPROVAL_RESPONSE, content, requester])
+        _raise_refusal(request_id, verdict, detail, RequestKind.PLAN_APPROVAL, LEAD, requester)
         if woke:
             self.enqueue_turn(self.get(requester))
         return str(detail), bool(woke)
@@ -544,7 +560,7 @@ class TeamStore:
 
 
 def _raise_refusal(request_id: str, verdict: str, detail: str, kind: RequestKind,
-                   responder: str) -> None:
+                   responder: str, mate: str) -> None:
     """The exception for a refused resolve (nothing was written), or nothing for 'ok'."""
     if verdict == "ok":
         return
@@ -555,6 +571,11 @@ def _raise_refusal(request_id: str, verdict: str, detail: str, kind: RequestKind
     if verdict == "wrong_responder":
         raise ConfigError(f"request {request_id} is addressed to {detail}, not {responder}; "
                           "only its addressee answers it")
+    if verdict == "stale":
+        current = f"its current one is {detail}" if detail else "it has none pending"
+        raise RequestRefused(f"request {request_id} is not {mate}'s current {kind} request "
+                             f"({mate} was re-spawned since it was made, or {current}); "
+                             "nothing changed")
     raise RequestRefused(f"request {request_id} is already {detail}")
 
 

@@ -93,10 +93,11 @@ def test_a_scripted_lead_spawns_alice_and_until_idle_ends_with_her_reply_injecte
         ToolCalls([("send_message", {"to": "lead", "content": "found it: 42"})]), "done"])
     script = LeadScript(alice)
     lead = llm.script(f"lead-{team}", handler=script)
+    store = TeamStore(wconn, team)
+    store.create(TeamOptions(grantable_models=[alice]))  # alice's model is not the lead's
     result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Spawn alice.",
                             "--until-idle"))
     assert result.exit_code == 0, result.output
-    store = TeamStore(wconn, team)
     assert store.get("alice").status is MateStatus.IDLE
     assert store.peek(LEAD)[1] == []  # the inbox is handled: its offset moved past every mail
 
@@ -148,8 +149,8 @@ class Reader:
 def test_the_lead_has_the_workspace_tools_the_team_lists_and_shares_the_workspace(
         workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
     store = TeamStore(wconn, team)
-    store.create(TeamOptions(lead_tools=["write_file"]))
     alice = llm.script(f"alice-{team}", handler=Reader())
+    store.create(TeamOptions(lead_tools=["write_file"], grantable_models=[alice]))
     lead = llm.script(f"lead-{team}", [
         ToolCalls([("write_file", {"path": "brief.md", "content": "the plan: 42"}),
                    ("spawn_teammate", {"name": "alice", "role": "reader", "model": alice,
@@ -179,12 +180,12 @@ def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
         ToolCalls([("send_message", {"to": "lead", "content": "found it: 42"})]), "done"],
         **slow)
     lead = llm.script(f"lead-{team}", handler=LeadScript(alice), **slow)
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(grantable_models=[alice]))  # the defaults, and alice's model
     # The default --workers (2): the lead's own preloaded workers play alice's turns.
     result = cli(*lead_args(redis_url, team, lead, llm.api_base, "-m", "Spawn alice.",
                             "--until-idle", own_workers=True))
     assert result.exit_code == 0, result.output
-    store = TeamStore(conn, team)
-    assert store.options == TeamOptions()  # the lead made the team at the defaults
     alice_now = store.get("alice")
     # The slow calls never let a turn lease lapse: no rerun, no error.
     assert (alice_now.status, alice_now.attempts, alice_now.last_error) == (

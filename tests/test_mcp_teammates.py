@@ -145,8 +145,8 @@ def test_spawn_with_mcp_entries_the_team_lacks_exits_2_and_writes_nothing(
 
 def test_the_lead_is_told_the_team_s_servers_and_spawns_with_mcp(
         workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
-    create_team(workers, team, tmp_path, [GIT])
     alice = llm.script(f"alice-{team}", ["nothing to do"])
+    create_team(workers, team, tmp_path, [GIT], grantable_mcp=["git"], grantable_models=[alice])
     spawn_alice = ToolCalls([("spawn_teammate", {"name": "alice", "role": "historian",
                                                   "prompt": "Go.", "model": alice,
                                                   "mcp": ["git:git_log"]})])

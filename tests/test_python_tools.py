@@ -16,10 +16,11 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.python_tools import load_tool, result_text
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.team import load_team_file
-from teamctl.shared.teammates import MATE_TOOLS, MateStatus
+from teamctl.shared.teammates import MATE_TOOLS, MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.jobs import execute_task
 from teamctl.worker.mate_tools import MateTools
@@ -287,14 +288,19 @@ def test_spawn_refuses_a_python_tool_named_like_a_teammate_tool(
 
 def test_the_leads_spawn_teammate_refuses_it_as_a_tool_error(
         conn: redis.Redis, team: str, tmp_path: Path) -> None:
-    """The lead's spawn_teammate makes the same check: the model gets a TOOL_ERROR, nothing is
-    spawned, and a tool that imports and clashes with nothing spawns."""
+    """The lead's spawn_teammate grants only what the team lists, and a team cannot list it
+    (checked when the team is created): the model gets a TOOL_ERROR, nothing is spawned, and a
+    grantable tool that imports and clashes with nothing spawns."""
     box = Toolbox()
-    LeadTools(TeamStore(conn, team), OFFLINE_MODEL, None, tmp_path / "ws").add_to(box)
+    store = TeamStore(conn, team)
+    with pytest.raises(ConfigError, match=f"grantable_tools: tool '{FIXTURE}:idle' is named"):
+        store.create(TeamOptions(grantable_tools=[f"{FIXTURE}:idle"]))
+    store.create(TeamOptions(grantable_tools=[f"{FIXTURE}:search_docs"]))
+    LeadTools(store, OFFLINE_MODEL, None, tmp_path / "ws").add_to(box)
     refused = box.call("spawn_teammate", json.dumps({
         "name": "clash", "role": "r", "prompt": "Go", "tools": [f"{FIXTURE}:idle"]}))
-    assert error_of(refused)["errorType"] == "ConfigError"
-    assert error_of(refused)["error"].startswith(f"tool '{FIXTURE}:idle' is named 'idle', but")
+    assert error_of(refused)["errorType"] == "NotGrantable"
+    assert error_of(refused)["error"].startswith(f"tool '{FIXTURE}:idle' is not yours to grant")
     assert TeamStore(conn, team).names() == []
     spawned = json.loads(box.call("spawn_teammate", json.dumps({
         "name": "fine", "role": "r", "prompt": "Go", "tools": [f"{FIXTURE}:search_docs"]})))

@@ -87,3 +87,46 @@ def test_plan_reviews_with_misused_ids_are_refused(redis_url: str, conn: redis.R
     assert store.request(shutdown.id).status is RequestStatus.PENDING
     assert store.get("pat").plan_state == "pending" and store.get("sam").status \
         is MateStatus.WORKING
+
+
+def idle_now(store: TeamStore, name: str) -> None:
+    """End the queued turn of a teammate nobody serves, as a worker would: it goes idle."""
+    verdict, token = store.begin_turn(name, "test:1")
+    assert verdict == "ok"
+    assert store.end_turn(name, token, "done", "", force=True) == "idle"
+
+
+def test_a_re_spawn_expires_the_pending_plan_and_an_old_lifes_request_is_refused(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    """The repro: approving the plan of an earlier life must not approve the new one."""
+    store = TeamStore(conn, team)
+    base = ("-t", team, "--redis-url", redis_url)
+    args = ("--queue", "nobody", "--plan-mode")
+    assert spawn(redis_url, team, "pat", OFFLINE_MODEL, None, *args).exit_code == 0
+    old = store.submit_plan("pat", "v1")
+    assert (old.status, old.epoch) == (RequestStatus.PENDING, 1)
+    idle_now(store, "pat")
+    assert spawn(redis_url, team, "pat", OFFLINE_MODEL, None, *args).exit_code == 0
+    assert (store.request(old.id).status, store.request(old.id).resolved_by) == (
+        RequestStatus.EXPIRED, "system")
+    assert [(e.status, e.detail) for e in store.events() if e.request == old.id][-1] == (
+        "expired", "plan_approval pat re-spawned")
+    refused = cli("team", "review", old.id, "--approve", *base)
+    assert refused.exit_code == 1
+    assert refused.stderr.strip().splitlines() == [f"teamctl: request {old.id} is already expired"]
+    pat = store.get("pat")
+    assert (pat.plan_state, pat.plan_request, pat.epoch) == ("required", None, 2)
+
+    # A record an older version left pending (no set lists it, no epoch) is refused as stale.
+    new = store.submit_plan("pat", "v2")
+    conn.hset(store.keys.request(old.id), mapping={"status": "pending", "epoch": "0"})
+    before = (conn.hgetall(store.keys.mate("pat")), conn.xlen(store.keys.bus))
+    with pytest.raises(RequestRefused) as stale:
+        store.review_plan(old.id, True)
+    assert str(stale.value) == (
+        f"request {old.id} is not pat's current plan_approval request (pat was re-spawned since "
+        f"it was made, or its current one is {new.id}); nothing changed")
+    assert (conn.hgetall(store.keys.mate("pat")), conn.xlen(store.keys.bus)) == before
+    assert store.request(new.id).status is RequestStatus.PENDING
+    store.review_plan(new.id, True)
+    assert store.get("pat").plan_state == "approved"

@@ -236,3 +236,30 @@ def test_an_approved_turn_ends_shut_down_with_mail_unread_and_a_respawn_gets_the
     mate = store.get("dave")
     assert mate.status is MateStatus.WORKING and mate.shutdown_request is None
     assert [m.content for m in store.peek("dave")[1]] == unread
+
+
+def test_a_re_spawn_expires_a_pending_shutdown_request_and_its_answer_is_refused(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    assert spawn(redis_url, team, "sam", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
+    old, _ = store.request_shutdown("sam", "wrap up")
+    verdict, token = store.begin_turn("sam", "test:1")
+    assert verdict == "ok" and store.end_turn("sam", token, "done", "", force=True) == "idle"
+    assert spawn(redis_url, team, "sam", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
+    assert store.request(old.id).status is RequestStatus.EXPIRED
+    assert conn.smembers(store.keys.mate_requests("sam")) == set()
+    with pytest.raises(RequestRefused, match=f"request {old.id} is already expired"):
+        store.respond_shutdown("sam", old.id, True)
+    # Pending, yet of an earlier life (an older version's record): refused, nothing written.
+    conn.hset(store.keys.request(old.id), mapping={"status": "pending", "epoch": "1"})
+    before = (conn.hgetall(store.keys.mate("sam")), conn.xlen(store.keys.bus))
+    with pytest.raises(RequestRefused, match=(
+            f"request {old.id} is not sam's current shutdown request \\(sam was re-spawned "
+            "since it was made, or it has none pending\\); nothing changed")):
+        store.respond_shutdown("sam", old.id, True)
+    assert (conn.hgetall(store.keys.mate("sam")), conn.xlen(store.keys.bus)) == before
+    assert store.get("sam").shutdown_request is None
+    current, _ = store.request_shutdown("sam")
+    assert store.request(current.id).epoch == 2
+    store.respond_shutdown("sam", current.id, True)
+    assert store.get("sam").shutdown_request == current.id

@@ -112,6 +112,30 @@ def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> No
     assert store.names() == ["alice", "bob", "carol"]
 
 
+def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(
+        store: TeamStore) -> None:
+    """team_spawn writes nothing while the requests it was given are not the teammate's set
+    (one opened after the read), so no pending request of the old life survives a re-spawn."""
+    spawn(store, "alice")
+    first, _ = store.request_shutdown("alice")
+    _, token = store.begin_turn("alice", "host:1")
+    store.end_turn("alice", token, "done", "n", force=True)
+    second, _ = store.request_shutdown("alice")  # wakes alice: end that turn too
+    _, token = store.begin_turn("alice", "host:1")
+    store.end_turn("alice", token, "done", "n", force=True)
+    keys = store.keys
+    before = store.conn.hgetall(keys.mate("alice"))
+    stale = store.scripts["team_spawn"](
+        keys=[keys.mate("alice"), keys.memory("alice"), keys.roster, keys.roster_ver,
+              keys.events, keys.mate_requests("alice"), keys.request(first.id)],
+        args=["alice", "r", "p", "m", "", NOBODY, 3, "{}", "", "", "", "", first.id])
+    assert stale == "retry" and store.conn.hgetall(keys.mate("alice")) == before
+    assert {store.request(first.id).status, store.request(second.id).status} == {"pending"}
+    spawn(store, "alice")
+    assert {store.request(first.id).status, store.request(second.id).status} == {"expired"}
+    assert store.get("alice").epoch == 2
+
+
 def lose_turn_job(store: TeamStore, name: str) -> None:
     """The teammate's queued turn job disappears (its queue was emptied, Redis lost it)."""
     job_id = store.get(name).job_id

@@ -242,3 +242,45 @@ def test_team_create_takes_its_options_from_the_team_files_teammates_table(
     refused = cli("team", "create", "--file", str(bad), "-t", other, "--redis-url", redis_url)
     assert refused.exit_code == 2 and "teammates.max_teamates: unknown field" in refused.stderr
     assert not TeamStore(conn, other).exists()
+
+
+@pytest.mark.parametrize(("teammates", "message"), [
+    ('grantable_mcp = ["gti"]',
+     "[teammates] grantable_mcp: mcp entry 'gti' names no [[mcp_servers]] entry (git); add the "
+     "server or fix the name"),
+    ('grantable_tools = ["nope.mod:search"]',
+     "[teammates] grantable_tools: tool 'nope.mod:search': cannot import nope.mod"),
+    ('grantable_tools = ["shell"]', "teammates.grantable_tools: Value error, unknown tool "
+                                    "'shell'; list workspace tools"),
+    ('grantable_models = [" "]', "teammates.grantable_models: Value error, a model is a "
+                                 "non-empty name"),
+])
+def test_team_create_refuses_grants_that_name_nothing(
+        redis_url: str, team: str, tmp_path: Path, teammates: str, message: str) -> None:
+    """What the lead may grant must exist when the team is created: exit 2 naming the field,
+    and no team."""
+    path = tmp_path / "team.toml"
+    path.write_text('[[mcp_servers]]\nname = "git"\nurl = "http://127.0.0.1:9/mcp"\n'
+                    f"[teammates]\n{teammates}\n")
+    refused = cli("team", "create", "--file", str(path), "-t", team, "--redis-url", redis_url)
+    assert refused.exit_code == 2, refused.output
+    assert message in refused.stderr
+    assert not TeamStore(redis.Redis.from_url(redis_url), team).exists()
+
+
+def test_team_create_keeps_the_grants_a_person_lists(redis_url: str, conn: redis.Redis,
+                                                     team: str, tmp_path: Path) -> None:
+    path = tmp_path / "team.toml"
+    path.write_text('[[mcp_servers]]\nname = "git"\nurl = "http://127.0.0.1:9/mcp"\n[teammates]\n'
+                    'grantable_tools = ["read_file", "bash", '
+                    '"tests.pytools_fixture.tools:search_docs"]\n'
+                    'grantable_mcp = ["git:git_log"]\ngrantable_models = ["gpt-x"]\n')
+    created = cli("team", "create", "--file", str(path), "-t", team, "--redis-url", redis_url)
+    assert created.exit_code == 0, created.output
+    options = TeamStore(conn, team).options
+    assert (options.grantable_tools, options.grantable_mcp, options.grantable_models) == (
+        ["read_file", "bash", "tests.pytools_fixture.tools:search_docs"], ["git:git_log"],
+        ["gpt-x"])
+    assert TeamOptions().grantable_tools == ["read_file", "write_file", "edit_file",
+                                             "list_files"]
+    assert (TeamOptions().grantable_mcp, TeamOptions().grantable_models) == ([], [])

@@ -2,8 +2,10 @@
 message them, read its own inbox, and the lead's side of the shutdown and plan protocols.
 
 Every result is a JSON object starting with `action` and `ok`; a refusal (bad name, unknown
-teammate or request, a working teammate) raises and reaches the model as a tool error, having
-changed nothing. The lead writes as `lead`, the same as a person at `teamctl team ...`.
+teammate or request, a working teammate, a tool or model the team does not let the lead grant)
+raises and reaches the model as a tool error, having changed nothing. The lead writes as `lead`,
+the same as a person at `teamctl team ...`, but grants only what the team file's `[teammates]`
+table lists as grantable: a person's `teamctl team spawn` is not limited so.
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ from typing import Any
 from teamctl.shared.agent.inbox import inbox_line
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import DEFAULT_QUEUE, load_mate_python_tools
+from teamctl.shared.teammates import DEFAULT_QUEUE, TeamOptions, load_mate_python_tools
 from teamctl.shared.teams import TeamStore
+from teamctl.shared.text import quoted
+
+
+class NotGrantable(ConfigError):
+    """The lead asked for a tool, MCP entry or model the team does not let it grant."""
 
 
 class SpawnArgs(ToolArgs):
@@ -29,15 +37,15 @@ class SpawnArgs(ToolArgs):
     prompt: Text
     """What it should do first (its first message)."""
     model: OptionalText = None
-    """Its model (default: the lead's)."""
+    """Its model (default: the lead's; another only if the team lists it as grantable)."""
     plan_mode: bool = False
     """true: it must have a plan approved (review_plan) before it changes anything."""
     tools: list[str] = []
-    """Workspace tools it may use in the team's workspace: read_file, write_file, edit_file,
-    list_files, bash (default: none)."""
+    """Tools it may use in the team's workspace, among those the team lets you grant (the
+    spawn_teammate description lists them; default: none)."""
     mcp: list[str] = []
-    """Tools of the team's MCP servers: a server's name for all its tools, or 'server:tool'
-    for one (default: none)."""
+    """Tools of the team's MCP servers it may use, among those the team lets you grant: a
+    server's name for all its tools, or 'server:tool' for one (default: none)."""
 
 
 class SendArgs(ToolArgs):
@@ -103,11 +111,15 @@ class LeadTools:
         self.workspace = workspace
         self.queue = queue
 
+    def options(self) -> TeamOptions:
+        """The team's options; the defaults before the team exists (a spawn creates it so)."""
+        return self.store.options if self.store.exists() else TeamOptions()
+
     def add_to(self, box: Toolbox) -> None:
         """Register the team tools on `box`, in the order the model sees them."""
         box.add("spawn_teammate", "Start a teammate (or restart an idle or shut-down one with a "
-                "new role and prompt); its first turn starts at once.", SpawnArgs,
-                self.spawn_teammate)
+                "new role and prompt); its first turn starts at once. "
+                + grants_text(self.options(), self.model), SpawnArgs, self.spawn_teammate)
         box.add("list_teammates", "List the teammates: role, status (working, idle, shutdown), "
                 "and why each last went idle.", NoArgs, self.list_teammates)
         box.add("send_message", "Send a message to one teammate (waking it if idle).", SendArgs,
@@ -127,14 +139,22 @@ class LeadTools:
                 "owner, dependencies (after), result.", NoArgs, self.list_tasks)
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
+        check_grants(self.options(), self.model, args)
         load_mate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
         mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
                                 model=args.model or self.model, api_base=self.api_base,
-                                queue=self.queue, plan_mode=args.plan_mode, tools=args.tools,
-                                mcp=args.mcp, workspace=self.workspace)
+                                queue=self.queue_for(args.name), plan_mode=args.plan_mode,
+                                tools=args.tools, mcp=args.mcp, workspace=self.workspace)
         return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
                 "status": mate.status.value, "model": mate.model, "tools": mate.tools,
                 "mcp": mate.mcp, "plan_mode": bool(mate.plan_state)}
+
+    def queue_for(self, name: str) -> str:
+        """A re-spawned teammate keeps the queue it has (a person's choice of the workers, and
+        so of the secrets, that serve it); a new one goes on the lead's."""
+        if name in self.store.names():
+            return self.store.get(name).queue
+        return self.queue
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True, "teammates": [
@@ -178,3 +198,31 @@ class LeadTools:
     def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_tasks", "ok": True,
                 "tasks": TeamTasks(self.store).views()}
+
+
+def grants_text(options: TeamOptions, lead_model: str) -> str:
+    """What the lead may give a teammate, as its spawn_teammate description says it."""
+    models = ", ".join(dict.fromkeys([lead_model, *options.grantable_models]))
+    return (f"Tools you may grant: {', '.join(options.grantable_tools) or '(none)'}; MCP "
+            f"entries: {', '.join(options.grantable_mcp) or '(none)'}; models: {models}.")
+
+
+def check_grants(options: TeamOptions, lead_model: str, args: SpawnArgs) -> None:
+    """NotGrantable naming what is allowed unless every tool, MCP entry and the model asked
+    for is one the team's `[teammates]` table lets the lead grant (a re-spawn too: the record
+    then holds only these)."""
+    tools = [tool for tool in args.tools if tool not in options.grantable_tools]
+    if tools:
+        raise NotGrantable(f"tool {quoted(tools[0])} is not yours to grant; tools you may "
+                           f"grant: {', '.join(options.grantable_tools) or '(none)'} (a person "
+                           "lists more in the team file's [teammates] grantable_tools)")
+    entries = [entry for entry in args.mcp if not options.may_grant_mcp(entry)]
+    if entries:
+        raise NotGrantable(f"mcp entry {quoted(entries[0])} is not yours to grant; MCP entries "
+                           f"you may grant: {', '.join(options.grantable_mcp) or '(none)'} (a "
+                           "person lists them in the team file's [teammates] grantable_mcp)")
+    if args.model and args.model != lead_model and args.model not in options.grantable_models:
+        allowed = ", ".join(dict.fromkeys([lead_model, *options.grantable_models]))
+        raise NotGrantable(f"model {quoted(args.model)} is not yours to grant; models you may "
+                           f"give a teammate: {allowed} (a person lists more in the team "
+                           "file's [teammates] grantable_models)")

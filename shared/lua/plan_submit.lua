@@ -1,13 +1,16 @@
 -- plan_submit: a teammate in plan mode asks the lead to approve its plan: the record, its index
 -- entry and the plan_approval_request in the lead's inbox, in one step; one pending at a time.
+-- The record carries the teammate's spawn epoch, and its id joins the teammate's requests set,
+-- so a re-spawn expires it.
 -- KEYS[1] the new request hash, KEYS[2] requests zset, KEYS[3] bus stream, KEYS[4] bus sequence
 -- counter, KEYS[5] the lead's inbox, KEYS[6] the teammate's mate hash, KEYS[7] the hash of its
--- last plan request (KEYS[1] again when it has none), KEYS[8] the team's events stream.
+-- last plan request (KEYS[1] again when it has none), KEYS[8] the team's events stream,
+-- KEYS[9] the teammate's requests set (mate_requests).
 -- ARGV[1] request id, ARGV[2] teammate name, ARGV[3] the plan, ARGV[4] time to review (ms),
 -- ARGV[5] envelope type, ARGV[6] envelope content.
--- Returns {verdict, detail}: 'ok' (detail: the request id, so a replayed call names it), 'not_required' (not in plan mode, or
--- already approved; detail: plan_state) or 'pending' (detail: the pending request's id); only
--- 'ok' writes anything.
+-- Returns {verdict, detail}: 'ok' (detail: the request id, so a replayed call names it),
+-- 'not_required' (not in plan mode, or already approved; detail: plan_state) or 'pending'
+-- (detail: the pending request's id); only 'ok' writes anything.
 local state = redis.call('HGET', KEYS[6], 'plan_state') or ''
 if state ~= 'required' and state ~= 'pending' then return {'not_required', state} end
 local now = now_ms()
@@ -17,8 +20,10 @@ if state == 'pending' then
 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'kind', 'plan_approval', 'from', ARGV[2],
   'to', 'lead', 'status', 'pending', 'payload', ARGV[3], 'response', '', 'created_ms', now,
-  'deadline_ms', now + tonumber(ARGV[4]), 'resolved_ms', 0, 'resolved_by', '')
+  'deadline_ms', now + tonumber(ARGV[4]), 'resolved_ms', 0, 'resolved_by', '',
+  'epoch', redis.call('HGET', KEYS[6], 'epoch') or '0')
 redis.call('ZADD', KEYS[2], now, ARGV[1])
+redis.call('SADD', KEYS[9], ARGV[1])
 redis.call('HSET', KEYS[6], 'plan_state', 'pending', 'plan_request', ARGV[1])
 publish_message(KEYS[3], KEYS[4], 5, 5, ARGV[2], 'lead', ARGV[5], '', ARGV[6], now,
   {'request_id', ARGV[1]})

@@ -1,24 +1,40 @@
 -- request_resolve: answer a pending protocol request: the record and the response envelope to
 -- the requester, in one step. A shutdown approval marks the responder's mate hash, so its turn
 -- ends shut down (turn_end.lua), even when the turn is rerun after a crash; a plan review sets
--- the requester's plan_state (approved, or required again) and wakes it if idle.
+-- the requester's plan_state (approved, or required again) and wakes it if idle. An answer binds
+-- only the teammate's current life: a request opened before its last spawn (another epoch), or
+-- a plan request that is not its current one (plan_request), is refused.
 -- KEYS[1] the request hash, KEYS[2] bus stream, KEYS[3] bus sequence counter, KEYS[4] the
 -- requester's inbox, KEYS[5] the teammate's mate hash (the responder of a shutdown request, the
--- requester of a plan approval), KEYS[6] the team's events stream.
+-- requester of a plan approval), KEYS[6] the team's events stream, KEYS[7] the teammate's
+-- requests set (mate_requests).
 -- ARGV[1] request id, ARGV[2] expected kind, ARGV[3] responder, ARGV[4] '1' approve / '0'
--- reject, ARGV[5] response text, ARGV[6] envelope type, ARGV[7] envelope content.
+-- reject, ARGV[5] response text, ARGV[6] envelope type, ARGV[7] envelope content, ARGV[8] the
+-- teammate's name (its mate hash is KEYS[5]).
 -- Returns {verdict, detail, woke}: 'ok' (detail: the message id; woke 1: the caller enqueues the
 -- teammate's turn), 'unknown', 'wrong_kind' (detail: the kind), 'wrong_responder' (detail: the
--- addressee) or 'resolved' (detail: its status). Only 'ok' writes, except that a pending record
--- past its deadline is first marked expired.
-local f = redis.call('HMGET', KEYS[1], 'kind', 'to', 'status', 'deadline_ms', 'from')
+-- addressee), 'resolved' (detail: its status) or 'stale' (detail: a plan's teammate's current
+-- plan request, '' for none or for a shutdown request). Only 'ok' writes, except that a pending record past its deadline is
+-- first marked expired.
+local f = redis.call('HMGET', KEYS[1], 'kind', 'to', 'status', 'deadline_ms', 'from', 'epoch')
 if not f[1] then return {'unknown', '', 0} end
 if f[1] ~= ARGV[2] then return {'wrong_kind', f[1], 0} end
 if f[2] ~= ARGV[3] then return {'wrong_responder', f[2], 0} end
 if f[3] ~= 'pending' then return {'resolved', f[3], 0} end
+local subject = f[2]
+if ARGV[2] == 'plan_approval' then subject = f[5] end
+if subject ~= ARGV[8] then
+  return redis.error_reply('request_resolve: KEYS[5] is not the hash of the request\'s teammate')
+end
+local mate = redis.call('HMGET', KEYS[5], 'epoch', 'plan_request')
+local current = ''
+if ARGV[2] == 'plan_approval' then current = mate[2] or '' end
+if (f[6] or '0') ~= (mate[1] or '0') then return {'stale', current, 0} end
+if ARGV[2] == 'plan_approval' and current ~= ARGV[1] then return {'stale', current, 0} end
 local now = now_ms()
 if now > tonumber(f[4]) then
   redis.call('HSET', KEYS[1], 'status', 'expired', 'resolved_ms', now, 'resolved_by', 'system')
+  redis.call('SREM', KEYS[7], ARGV[1])
   request_event(KEYS[6], ARGV[1], 'expired', f[1])
   return {'resolved', 'expired', 0}
 end
@@ -26,6 +42,7 @@ local status = 'rejected'
 if ARGV[4] == '1' then status = 'approved' end
 redis.call('HSET', KEYS[1], 'status', status, 'response', ARGV[5], 'resolved_ms', now,
   'resolved_by', ARGV[3])
+redis.call('SREM', KEYS[7], ARGV[1])
 local id = publish_message(KEYS[2], KEYS[3], 4, 4, ARGV[3], f[5], ARGV[6], '', ARGV[7], now,
   {'request_id', ARGV[1], 'approve', ARGV[4]})
 local woke = 0
