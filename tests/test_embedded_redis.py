@@ -252,6 +252,8 @@ def test_local_workers_keep_the_password_out_of_their_command_line(
                                  message="the worker's command line"))
         assert "rq.cli" in cmdline and server.password_file.read_text().strip() not in cmdline
         assert f"RQ_REDIS_URL={url}\0" in (proc / "environ").read_text()  # owner only
+        logs = tmp_path / "logs"
+        assert mode(logs) == 0o700 and [mode(f) for f in logs.iterdir()] == [0o600]
     finally:
         group.stop()
 
