@@ -10,6 +10,7 @@ from typing import Any
 import click
 from teamctl.coordinator.advice import Advice, for_this_shell
 from teamctl.shared.models import RunStatus, TaskState, TaskStatus
+from teamctl.shared.text import flat, printable
 
 STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
                 TaskStatus.BLOCKED: "yellow", TaskStatus.IN_PROGRESS: "cyan"}
@@ -43,8 +44,9 @@ class Reporter:
         return cls(live=False, log=log, advice=for_this_shell())
 
     def note(self, text: str) -> None:
-        """One line on stderr (above the live table, if any), or a log record."""
-        text = self.advice.spell(text)
+        """One line on stderr (above the live table, if any), or a log record; what a model
+        wrote in it cannot act on the terminal."""
+        text = printable(self.advice.spell(text))
         if self.log is not None:
             self.log.info("%s", text)
         elif self._live is not None:
@@ -82,6 +84,7 @@ class Reporter:
 
 def _table(states: list[TaskState], phase: RunStatus | None = None) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
     title = PHASE_TEXT.get(phase, str(phase)) if phase is not None else None
     table = Table("task", "member", "status", "attempts", "elapsed", box=None, title=title)
@@ -90,7 +93,9 @@ def _table(states: list[TaskState], phase: RunStatus | None = None) -> Any:
         end_ms = state.end_ms or (now_ms if state.start_ms else 0)
         elapsed = f"{(end_ms - state.start_ms) / 1000:.1f}s" if state.start_ms else "-"
         style = STATUS_STYLE.get(state.status, "")
-        table.add_row(state.task_id, state.claimed_by or state.member_id or "-",
+        # Text, not a str: rich would read a [style] in it as markup.
+        table.add_row(Text(flat(state.task_id)),
+                      Text(flat(state.claimed_by or state.member_id) or "-"),
                       f"[{style}]{state.status.value}[/]" if style else state.status.value,
                       str(state.attempts), elapsed)
     return table

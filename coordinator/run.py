@@ -33,6 +33,7 @@ from teamctl.shared.models import (
     SystemType,
     TaskStatus,
 )
+from teamctl.shared.private_files import private_dir
 from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
@@ -59,7 +60,7 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
     """Store the run's spec in Redis; workers read everything they need from it."""
     run_id = check_run_id(request.run_id or new_run_id())
     workspace = request.workspace_root / run_id
-    workspace.mkdir(parents=True, exist_ok=True)
+    private_dir(workspace)  # it will hold what the members write: theirs and yours only
     spec = RunSpec(run_id=run_id, team_id=request.team.team_id, objective=request.objective,
                    members=request.team.members, options=request.team.options,
                    models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 
 import redis
-from teamctl.shared.embedded_redis import pid_alive
+from teamctl.shared.processes import pid_alive
 
 
 def listening_workers(conn: redis.Redis, queues: list[str]) -> bool:
@@ -23,24 +22,3 @@ def dead_here(worker: object) -> bool:
     pid = getattr(worker, "pid", None)
     return (getattr(worker, "hostname", None) == socket.gethostname() and pid is not None
             and not pid_alive(pid))
-
-
-def proc_stat(pid: int) -> tuple[str, int] | None:
-    """A process's state letter and start time in clock ticks from /proc; None off Linux or
-    when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
-    return fields[0], int(fields[19])
-
-
-def same_process_alive(pid: int, start_ticks: int | None) -> bool:
-    """Whether the process started as `pid` at `start_ticks` still runs (not a zombie, not a
-    reused pid)."""
-    stat = proc_stat(pid)
-    if stat is None:
-        return pid_alive(pid) and start_ticks is None
-    state, ticks = stat
-    return state != "Z" and (start_ticks is None or ticks == start_ticks)

@@ -17,13 +17,23 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import quote
 
 import redis
+from pydantic import BaseModel, ConfigDict
 from redis.connection import parse_url
 from teamctl.shared.errors import InfraError
+from teamctl.shared.private_files import checked_private_dir, private_opener, write_private
+from teamctl.shared.processes import (
+    command_name,
+    executable,
+    pid_alive,
+    process_start_ticks,
+    working_dir,
+)
 
 STARTUP_TIMEOUT_S = 10.0
 SOCKET_PATH_MAX_BYTES = 107
@@ -51,6 +61,27 @@ def redis_cli_binary() -> str:
     return found
 
 
+class ServerProcess(BaseModel):
+    """The redis-server this dir's `start` launched, as `stop` must find it again: a pid file
+    outlives its process, and the pid may name a stranger by then."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pid: int
+    start_ticks: int | None
+    """When it started, in clock ticks since boot (/proc/<pid>/stat); None off Linux."""
+    executable: str | None
+    """The program it runs, symlinks resolved; None off Linux."""
+
+
+class StopResult(NamedTuple):
+    """What `stop` did: whether it stopped a server, and the pid of a stale pid file it
+    removed without signalling (a process that is not the server it started)."""
+
+    stopped: bool
+    stale_pid: int | None = None
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket() as sock:
@@ -66,6 +97,7 @@ class EmbeddedRedis:
         self.url_file = self.root / "redis.url"
         self.password_file = self.root / "redis.password"
         self.pid_file = self.root / "redis.pid"
+        self.process_file = self.root / "redis.process.json"
         self.log_file = self.root / "redis.log"
 
     @property
@@ -80,8 +112,8 @@ class EmbeddedRedis:
 
     def ensure(self) -> str:
         """Return the URL of the running server, starting it if needed (one starter at a time)."""
-        private_dir(self.root, tighten=True)
-        with (self.root / "start.lock").open("w") as lock:
+        checked_private_dir(self.root, tighten=True)
+        with open(self.root / "start.lock", "w", opener=private_opener) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two commands at once must not start two servers
             url = self.running_url()
             if url is not None and url.startswith("unix://"):
@@ -99,35 +131,45 @@ class EmbeddedRedis:
 
     def start(self) -> str:
         """Start redis-server on its socket, appendonly on, and wait until it answers."""
-        private_dir(self.root, tighten=True)
+        checked_private_dir(self.root, tighten=True)
         sock = self._make_socket_dir()
         _clear_stale_socket(sock)
         self.pid_file.unlink(missing_ok=True)  # a crashed server's pid would read as "exited"
+        self.process_file.unlink(missing_ok=True)
         password = self._password()
         url = f"unix://:{password}@{quote(str(sock))}?db=0"
         done = subprocess.run(  # config on stdin: the password must not show in `ps`
             [redis_server_binary(), "-"], input=self._config(sock, password),
-            capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S)
+            capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S,
+            umask=0o077)  # its pid file, log and data: 0600 like every file of the state dir
         if done.returncode != 0:
             raise InfraError(f"redis-server did not start: {done.stderr.strip() or done.stdout}")
         self._wait_until_up(url, sock)
+        self._record_process()
         write_private(self.url_file, url + "\n")
         return url
 
-    def stop(self) -> bool:
-        """Stop the server by its pid; False when none was running."""
+    def stop(self) -> StopResult:
+        """Stop the server by its pid, once that pid is checked to be the server started here;
+        a pid file naming any other process is removed and nothing is signalled."""
         pid = self._pid()
         if pid is None:
-            return False
+            return StopResult(stopped=False)
+        if not pid_alive(pid):
+            return StopResult(stopped=False)
+        if not self._is_our_server(pid):
+            self.pid_file.unlink(missing_ok=True)
+            self.process_file.unlink(missing_ok=True)
+            return StopResult(stopped=False, stale_pid=pid)
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
-            return False
+            return StopResult(stopped=False)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline and pid_alive(pid):
             time.sleep(0.05)
         self.url_file.unlink(missing_ok=True)
-        return True
+        return StopResult(stopped=True)
 
     def cli_command(self, args: list[str]) -> tuple[list[str], dict[str, str]]:
         """redis-cli on this server (started if needed) and its environment; redis-cli's -u
@@ -143,8 +185,8 @@ class EmbeddedRedis:
             raise InfraError(f"the socket path {sock} is too long for a unix socket; set "
                              "TMPDIR or TEAMCTL_STATE_DIR to a shorter directory")
         if sock.parent != self.root:
-            private_dir(sock.parent.parent, tighten=False)
-            private_dir(sock.parent, tighten=False)
+            checked_private_dir(sock.parent.parent, tighten=False)
+            checked_private_dir(sock.parent, tighten=False)
         return sock
 
     def _config(self, sock: Path, password: str) -> str:
@@ -174,6 +216,38 @@ class EmbeddedRedis:
         except (FileNotFoundError, ValueError):
             return None
 
+    def _record_process(self) -> None:
+        """Keep what tells the server just started from a later process given its pid."""
+        pid = self._pid()
+        if pid is None:
+            return
+        program = executable(pid)
+        record = ServerProcess(pid=pid, start_ticks=process_start_ticks(pid),
+                               executable=None if program is None else str(program))
+        write_private(self.process_file, record.model_dump_json() + "\n")
+
+    def _recorded_process(self) -> ServerProcess | None:
+        try:
+            return ServerProcess.model_validate_json(self.process_file.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return None  # torn or hand-edited: it proves nothing about any pid
+
+    def _is_our_server(self, pid: int) -> bool:
+        """Whether `pid` is the redis-server started here: the start time and program recorded
+        when it started; with no record (a server of an older teamctl), a redis-server whose
+        working directory is this dir (redis-server moves into its data dir)."""
+        record = self._recorded_process()
+        if record is not None and record.start_ticks is None:
+            return record.pid == pid  # recorded without /proc: the pid is all there is to go by
+        if record is not None:
+            return (record.pid == pid and process_start_ticks(pid) == record.start_ticks
+                    and str(executable(pid)) == record.executable)
+        here = working_dir(pid)
+        return (command_name(pid) == "redis-server" and here is not None
+                and here == self.root.resolve())
+
     def _wait_until_up(self, url: str, sock: Path) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -195,34 +269,6 @@ class EmbeddedRedis:
 def short_socket_root() -> Path:
     """The per-user dir in the temp dir for sockets whose state-dir path is too long."""
     return Path(tempfile.gettempdir()) / f"teamctl-{os.getuid()}"
-
-
-def private_dir(path: Path, *, tighten: bool) -> Path:
-    """Create `path` as a 0700 dir of ours, or check that it is one; `tighten` narrows the mode
-    of our own dir instead of refusing it (the state dir of an older teamctl was 0755)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with suppress(FileExistsError):
-        path.mkdir(mode=0o700)
-    info = path.lstat()
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise InfraError(f"{path} is not a directory owned by you; remove it or set "
-                         "TEAMCTL_STATE_DIR to a directory of your own")
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        if not tighten:
-            raise InfraError(f"{path} is open to other users (mode "
-                             f"{stat.S_IMODE(info.st_mode):o}); remove it so teamctl recreates it")
-        path.chmod(0o700)
-    return path
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write a 0600 file, never readable by others even for a moment, replaced atomically."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.unlink(missing_ok=True)
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as file:
-        file.write(text)
-    os.replace(partial, path)
 
 
 def _clear_stale_socket(sock: Path) -> None:
@@ -247,18 +293,6 @@ def _answers_ping(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1).ping())
     except redis.RedisError:
         return False
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (signal 0 checks without signalling; one we may
-    not signal exists too)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextmanager

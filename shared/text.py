@@ -5,8 +5,12 @@ from __future__ import annotations
 import re
 
 SHORT_CHARS = 240
-TERMINAL_ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
-"""A terminal's control sequence (colours, cursor moves): dropped whole, not left half-shown."""
+TERMINAL_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erasing
+    r"|\x1b[\]PX^_][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC, DCS, ...: titles, clipboard (52)
+    r"|\x1b[ -/]*[0-~]")  # the rest: a reset (ESC c), a charset switch, a keypad mode
+"""A terminal's escape sequence: dropped whole, not left half-shown; a string sequence (OSC and
+its kin) up to its terminator, or to the end of its line when it has none."""
 
 
 def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
@@ -21,13 +25,19 @@ def shorten(text: str | None, limit: int = SHORT_CHARS) -> str:
 def one_line(text: str | None, limit: int = SHORT_CHARS) -> str:
     """`text` shortened on one line: newlines, tabs and other control characters (a terminal's
     escape sequences among them) become spaces, for outside text that reaches a terminal."""
-    return shorten(" ".join(printable(text).split()), limit)
+    return shorten(flat(text), limit)
+
+
+def flat(text: str | None) -> str:
+    """`text` printable on one line, whole: for a name or a field inside a line of output."""
+    return " ".join(printable(text).split())
 
 
 def printable(text: str | None) -> str:
     """`text` with its lines kept and nothing a terminal would act on: escape sequences are
-    dropped, other control characters (tabs and newlines aside) become spaces."""
-    text = TERMINAL_ESCAPE.sub("", text or "")
+    dropped, other control characters (tabs and newlines aside; a carriage return that would
+    overwrite its line among them) become spaces."""
+    text = TERMINAL_ESCAPE.sub("", (text or "").replace("\r\n", "\n"))
     return "".join(c if c.isprintable() or c in "\n\t" else " " for c in text)
 
 

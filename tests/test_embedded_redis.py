@@ -27,6 +27,8 @@ from teamctl.shared.connection import connect
 from teamctl.shared.embedded_redis import (
     STARTUP_TIMEOUT_S,
     EmbeddedRedis,
+    ServerProcess,
+    StopResult,
     free_port,
     redis_cli_binary,
     redis_server_binary,
@@ -35,6 +37,7 @@ from teamctl.shared.embedded_redis import (
 from teamctl.shared.errors import InfraError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.processes import executable, pid_alive, process_start_ticks
 
 from tests.conftest import wait_until
 from tests.test_worker_support import make_run
@@ -65,9 +68,9 @@ def test_start_reuse_and_stop(tmp_path: Path) -> None:
         # appendonly.aof up to Redis 6, an appendonlydir/ from 7: whichever server is on PATH.
         assert any((tmp_path / "redis").glob("appendonly*"))
     finally:
-        assert server.stop() is True
+        assert server.stop() == StopResult(stopped=True)
     assert server.running_url() is None
-    assert server.stop() is False
+    assert server.stop() == StopResult(stopped=False)
 
 
 def test_socket_only_with_password_in_private_files(server: EmbeddedRedis) -> None:
@@ -143,6 +146,53 @@ def test_a_server_left_on_tcp_by_an_older_teamctl_is_moved_to_the_socket(
         redis.Redis.from_url(tcp_url).ping()
 
 
+@pytest.fixture
+def stranger() -> Iterator[subprocess.Popen[bytes]]:
+    """An unrelated process of ours that a stale pid file may name; killed by its pid after."""
+    process = subprocess.Popen(["sleep", "60"])
+    yield process
+    process.kill()
+    process.wait(timeout=30)
+
+
+@pytest.mark.parametrize("record", ["none", "reused pid", "another pid"])
+def test_stop_never_signals_a_process_a_stale_pid_file_names(
+        tmp_path: Path, stranger: subprocess.Popen[bytes], record: str) -> None:
+    server = EmbeddedRedis(tmp_path / "state" / "redis")
+    server.root.mkdir(parents=True, mode=0o700)
+    server.pid_file.write_text(f"{stranger.pid}\n")
+    ticks = process_start_ticks(stranger.pid)
+    assert ticks is not None
+    if record == "reused pid":  # the server that had this pid started earlier, then exited
+        recorded = ServerProcess(pid=stranger.pid, start_ticks=ticks - 1,
+                                 executable=str(executable(stranger.pid)))
+    else:
+        recorded = ServerProcess(pid=stranger.pid + 1, start_ticks=ticks, executable="/x")
+    if record != "none":
+        server.process_file.write_text(recorded.model_dump_json())
+
+    stopped = CliRunner().invoke(main, ["redis", "stop"])
+
+    assert stopped.exit_code == 0, stopped.output
+    assert stopped.stdout == (f"not running (removed {server.pid_file}: pid {stranger.pid} is "
+                              "not the redis-server teamctl started, and was not signalled)\n")
+    assert stranger.poll() is None and pid_alive(stranger.pid)
+    assert not server.pid_file.exists() and not server.process_file.exists()
+    assert CliRunner().invoke(main, ["redis", "stop"]).stdout == "not running\n"
+
+
+def test_the_start_records_the_server_it_stops(server: EmbeddedRedis) -> None:
+    server.ensure()
+    pid = int(server.pid_file.read_text())
+    recorded = ServerProcess.model_validate_json(server.process_file.read_text())
+    assert recorded == ServerProcess(pid=pid, start_ticks=process_start_ticks(pid),
+                                     executable=str(Path(redis_server_binary()).resolve()))
+    assert mode(server.process_file) == 0o600 and mode(server.pid_file) == 0o600
+    assert mode(server.log_file) == 0o600
+    assert server.stop() == StopResult(stopped=True)
+    assert not pid_alive(pid)
+
+
 def test_corrupt_data_is_a_clear_error_not_a_hang(server: EmbeddedRedis) -> None:
     server.root.mkdir(mode=0o700)
     (server.root / "appendonly.aof").write_text("this is not an append only file\n")
@@ -202,6 +252,8 @@ def test_local_workers_keep_the_password_out_of_their_command_line(
                                  message="the worker's command line"))
         assert "rq.cli" in cmdline and server.password_file.read_text().strip() not in cmdline
         assert f"RQ_REDIS_URL={url}\0" in (proc / "environ").read_text()  # owner only
+        logs = tmp_path / "logs"
+        assert mode(logs) == 0o700 and [mode(f) for f in logs.iterdir()] == [0o600]
     finally:
         group.stop()
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import redis
 from teamctl.coordinator.cli.local_workers import stop_process
-from teamctl.shared.embedded_redis import pid_alive
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.parent_watch import PARENT_PID_ENV, watch_parent
+from teamctl.shared.processes import pid_alive
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until

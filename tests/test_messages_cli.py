@@ -76,7 +76,7 @@ def test_a_members_escape_sequences_never_reach_the_terminal(
 
     assert result.exit_code == 0, result.output
     assert result.output.splitlines() == [
-        f"{sent.id} [peer.message] m1 -> m2: red  and  ]0;owned ", "next"]
+        f"{sent.id} [peer.message] m1 -> m2: red  and ", "next"]
 
 
 def test_filters_by_member_and_type_and_prints_json(conn: redis.Redis, redis_url: str,

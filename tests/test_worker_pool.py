@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import uuid
@@ -44,6 +45,10 @@ def teamctl(*args: str, timeout_s: float = 120, cwd: Path | None = None,
                           stdin=subprocess.DEVNULL, env={**os.environ, **env}, cwd=cwd)
 
 
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
 def pool_pids(state: Path) -> set[int]:
     """The live pool workers recorded in the state dir."""
     return {w.pid for w in WorkerPool(state / "pool", state / "logs").live()}
@@ -65,6 +70,10 @@ def test_run_starts_the_pool_the_next_run_reuses_it_and_workers_stop_ends_it(
     assert "no worker listens" not in first.stderr
     pids = pool_pids(state)
     assert len(pids) == 2
+    # Workspaces and logs hold what models wrote and workers logged: their owner's alone.
+    workspaces, logs = state / "workspaces", state / "logs"
+    assert {mode(p) for p in (state, workspaces, logs, *workspaces.iterdir())} == {0o700}
+    assert {mode(p) for p in logs.iterdir()} == {0o600}
 
     second = run_offline()
     assert STARTED_LINE not in second.stderr

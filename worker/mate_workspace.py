@@ -28,6 +28,7 @@ from teamctl.shared.agent.tools import ToolArgs, Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
+from teamctl.shared.private_files import private_dir
 from teamctl.shared.teammates import Teammate, team_workspace
 from teamctl.shared.teams import TeamStore
 
@@ -53,7 +54,7 @@ def ensure_workspace(mate: Teammate, team: str, state_dir: Path) -> Path:
     then fail with errors the model can report)."""
     root = workspace_root(mate, team, state_dir)
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        private_dir(root)
     except OSError as exc:
         log.warning("workspace of %s not created: %s", mate.name, exc)
     return root

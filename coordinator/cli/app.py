@@ -387,7 +387,12 @@ def redis_stop(settings: Settings) -> None:
     url = server.running_url()
     if url is not None:
         stop_pool_command(settings, url)
-    click.echo("stopped" if server.stop() else "not running")
+    result = server.stop()
+    if result.stale_pid is not None:
+        click.echo(f"not running (removed {server.pid_file}: pid {result.stale_pid} is not the "
+                   "redis-server teamctl started, and was not signalled)")
+    else:
+        click.echo("stopped" if result.stopped else "not running")
 
 
 @main.command()

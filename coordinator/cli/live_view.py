@@ -28,6 +28,7 @@ from teamctl.shared.models import (
     TaskEvent,
     TaskState,
 )
+from teamctl.shared.text import flat
 
 Parse = Callable[[str, dict[str, str]], Any]
 
@@ -169,8 +170,8 @@ def as_is(state: TaskState) -> TaskChange:
 def change_line(change: TaskChange, as_json: bool) -> str:
     if as_json:
         return change.model_dump_json()
-    return (f"{change.task_id:24} {change.status.value:12} {change.member_id or '-':16} "
-            f"attempts={change.attempts}")
+    return (f"{flat(change.task_id):24} {change.status.value:12} "
+            f"{flat(change.member_id) or '-':16} attempts={change.attempts}")
 
 
 def last_entry_id(conn: redis.Redis, key: str) -> str:
@@ -234,8 +235,8 @@ def events_command(redis_url: str, run_id: str, as_json: bool) -> None:
                            formatted(event.message, False))
             else:
                 click.echo(event.model_dump_json() if as_json else
-                           f"{event.id} [task {event.status.value}] {event.task_id} "
-                           f"{event.member_id or '-'} attempts={event.attempts}")
+                           f"{event.id} [task {event.status.value}] {flat(event.task_id)} "
+                           f"{flat(event.member_id) or '-'} attempts={event.attempts}")
     except KeyboardInterrupt:
         return
 

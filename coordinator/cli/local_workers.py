@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from teamctl.coordinator.worker_hints import StartedWorker
-from teamctl.coordinator.worker_registry import proc_stat
 from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.errors import Interrupted
 from teamctl.shared.parent_watch import PARENT_PID_ENV
+from teamctl.shared.private_files import private_dir, private_opener
+from teamctl.shared.processes import process_start_ticks
 
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0
@@ -83,19 +84,19 @@ class LocalWorkers:
 
     def start(self) -> None:
         """Start the workers, each logging to its own file under `log_dir`."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.log_dir)
         env = worker_env(os.environ, self.redis_url)
         # They stop when this process is gone, even after a kill -9 of it.
         env[PARENT_PID_ENV] = str(os.getpid())
         for index in range(self.count):
-            with self._log_path(index).open("ab") as log_file:
+            with open(self._log_path(index), "ab", opener=private_opener) as log_file:
                 self.processes.append(subprocess.Popen(
                     [sys.executable, "-m", "rq.cli", "worker", *self.queues],
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
 
     def started(self) -> list[StartedWorker]:
         """The workers started, for hints that say they are starting."""
-        return [StartedWorker(p.pid, stat[1] if (stat := proc_stat(p.pid)) else None,
+        return [StartedWorker(p.pid, process_start_ticks(p.pid),
                               tuple(self.queues), str(self._log_path(index)))
                 for index, p in enumerate(self.processes)]
 

@@ -14,7 +14,7 @@ from teamctl.shared.handle import RunHandle
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
 from teamctl.shared.models import Envelope
 from teamctl.shared.runstore import RunStore
-from teamctl.shared.text import printable
+from teamctl.shared.text import flat, printable
 
 FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""
@@ -123,8 +123,9 @@ def selected(message: Envelope, member: str | None, type_: str | None) -> bool:
 def formatted(message: Envelope, as_json: bool) -> str:
     if as_json:
         return message.model_dump_json(by_alias=True)
-    task = f" ({message.task_id})" if message.task_id else ""
-    to = message.to or "(everyone)"
-    # Members write the content: nothing in it may act on the terminal (its lines are kept).
-    return f"{message.id} [{message.type}]{task} {message.from_} -> {to}: " \
+    task = f" ({flat(message.task_id)})" if message.task_id else ""
+    to = flat(message.to) or "(everyone)"
+    # Members write the message: nothing in it may act on the terminal, and only its content
+    # may span lines.
+    return f"{flat(message.id)} [{flat(message.type)}]{task} {flat(message.from_)} -> {to}: " \
            f"{printable(message.content)}"

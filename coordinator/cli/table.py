@@ -7,14 +7,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from teamctl.shared.text import flat
+
 if TYPE_CHECKING:
     from teamctl.shared.models import Usage
 
 
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """The header and the rows as aligned lines, two spaces between columns, no trailing
-    blanks; cells must already be printable (shared/text.py: one_line)."""
-    every = [tuple(header), *(tuple(row) for row in rows)]
+    blanks; each cell is made printable on one line (a model may have written it)."""
+    every = [tuple(header), *(tuple(flat(cell) for cell in row) for row in rows)]
     widths = [max(len(row[i]) for row in every) for i in range(len(header) - 1)]
     return [("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
              + "  " + row[-1]).rstrip() for row in every]

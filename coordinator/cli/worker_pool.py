@@ -18,9 +18,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from teamctl.coordinator.cli.local_workers import STOP_TIMEOUT_S, worker_env
-from teamctl.coordinator.worker_registry import proc_stat, same_process_alive
-from teamctl.shared.embedded_redis import private_dir, write_private
 from teamctl.shared.parent_watch import PARENT_PID_ENV
+from teamctl.shared.private_files import (
+    checked_private_dir,
+    private_dir,
+    private_opener,
+    write_private,
+)
+from teamctl.shared.processes import process_start_ticks, same_process_alive
 
 DEFAULT_POOL_SIZE = 2
 DEFAULT_IDLE_EXIT_S = 600
@@ -77,14 +82,14 @@ class WorkerPool:
         """`environ` and `cwd` as this pool records them (under its salt)."""
         from teamctl.coordinator.cli.job_env import EnvDigests, load_salt
 
-        private_dir(self.root, tighten=True)
+        checked_private_dir(self.root, tighten=True)
         return EnvDigests(load_salt(self.root / "salt")).of(environ, cwd)
 
     @contextmanager
     def locked(self) -> Iterator[None]:
         """One command at a time reads and changes the pool (two runs must not both start one)."""
-        private_dir(self.root, tighten=True)
-        with (self.root / "pool.lock").open("w") as lock:
+        checked_private_dir(self.root, tighten=True)
+        with open(self.root / "pool.lock", "w", opener=private_opener) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
 
@@ -111,21 +116,20 @@ class WorkerPool:
               environ: Mapping[str, str], digests: dict[str, str]) -> list[PoolWorker]:
         """Start `count` detached preloaded workers in this process's working directory, with
         `environ` (whose digests are `digests`), and record them with the live ones."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.log_dir)
         env = worker_env(environ, redis_url)
         env.pop(PARENT_PID_ENV, None)  # a pool worker outlives whoever started it
         started = []
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for index in range(count):
             log_path = self.log_dir / f"pool-{stamp}-{os.getpid()}-{index}.log"
-            with log_path.open("ab") as log_file:
+            with open(log_path, "ab", opener=private_opener) as log_file:
                 process = subprocess.Popen(  # its own session: a Ctrl-C in the shell spares it
                     [sys.executable, "-m", "rq.cli", "worker", "--max-idle-time",
                      str(idle_exit_s), *queues],
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True)
-            stat = proc_stat(process.pid)
-            started.append(PoolWorker(process.pid, stat[1] if stat else None,
+            started.append(PoolWorker(process.pid, process_start_ticks(process.pid),
                                       redis_identity(redis_url), list(queues), digests,
                                       str(log_path)))
         self._write([*self.live(), *started])

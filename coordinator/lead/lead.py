@@ -29,6 +29,7 @@ from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.lease import LeadLease
+from teamctl.shared.private_files import private_dir
 from teamctl.shared.teams import TeamStore
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class LeadAgent:
         tools = self.store.options.lead_tools
         if tools:
             try:
-                self.workspace.mkdir(parents=True, exist_ok=True)
+                private_dir(self.workspace)
             except OSError as exc:  # the tools then fail with a tool error the model can report
                 log.warning("the team's workspace %s was not created: %s", self.workspace, exc)
             add_workspace_tools(self.toolbox, Workspace(self.workspace), tools)

@@ -27,7 +27,7 @@ from teamctl.shared.models import Envelope
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, Teammate
 from teamctl.shared.teams import TeamStore, now_ms
-from teamctl.shared.text import one_line
+from teamctl.shared.text import flat, one_line, printable
 
 HELP = """\
 A line is a message to the lead agent; its unread inbox joins it. An empty line runs a turn on
@@ -61,8 +61,9 @@ def for_lead(message: Envelope) -> bool:
 def describe(message: Envelope) -> str:
     """One line for a person: who, what type, request id, the content shortened."""
     request_id = getattr(message, "request_id", None)
-    return (f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}"
-            + (f" ({request_id})" if request_id else "") + f"\t{one_line(message.content, 200)}")
+    return (f"{flat(message.id)}\t{flat(message.from_)} -> {flat(message.to) or '*'}"
+            f"\t{flat(message.type)}" + (f" ({flat(request_id)})" if request_id else "")
+            + f"\t{one_line(message.content, 200)}")
 
 
 class Watcher:
@@ -105,7 +106,7 @@ class Watcher:
     def _say(self, line: str) -> None:
         if not self._stop.is_set():
             with suppress(ValueError):  # the stream was closed under us on the way out
-                click.echo(f"teamctl lead: {line}", err=True)
+                click.echo(f"teamctl lead: {printable(line)}", err=True)
 
 
 class LeadRepl:
@@ -126,7 +127,7 @@ class LeadRepl:
         if answer is None:
             click.echo("(nothing to do: no message and no unread mail)", err=True)
         else:
-            click.echo(answer)
+            click.echo(printable(answer))  # the lead model wrote it
 
     def loop(self, lines: Iterator[str]) -> None:
         """Read lines until /quit or the end of input; a model failure ends only its turn."""
@@ -140,7 +141,8 @@ class LeadRepl:
             try:
                 self.turn(line)
             except ModelError as exc:
-                click.echo(f"teamctl: {exc}; the unread mail waits for the next turn", err=True)
+                click.echo(f"teamctl: {flat(str(exc))}; the unread mail waits for the next turn",
+                           err=True)
             except KeyboardInterrupt:
                 # Its uncommitted step is dropped: its mail stays unread for the next turn.
                 click.echo("(turn interrupted; /quit to leave)", err=True)
@@ -177,7 +179,7 @@ class LeadRepl:
         try:
             command()
         except TeamError as exc:
-            click.echo(f"teamctl: {exc}", err=True)
+            click.echo(f"teamctl: {flat(str(exc))}", err=True)
 
     def show_team(self) -> None:
         tasks = {t.owner: t.task_id for t in TeamTasks(self.store).snapshot() if t.owner}
@@ -186,7 +188,7 @@ class LeadRepl:
             click.echo("(no teammates yet)")
         for mate in mates:
             unread = len(self.store.peek(mate.name)[1])
-            click.echo(f"{mate.name}\t{mate.role}\t{mate.status.value}"
+            click.echo(f"{mate.name}\t{flat(mate.role)}\t{mate.status.value}"
                        f"\t{'stalled' if self.stalled(mate) else '-'}"
                        f"\t{tasks.get(mate.name, '-')}"
                        f"\t{unread} unread" + (f"\t{one_line(mate.idle_reason, 60)}"
@@ -215,14 +217,14 @@ class LeadRepl:
         if not tasks:
             click.echo("(no tasks)")
         for task in tasks:
-            click.echo(task_line(task))
+            click.echo(printable(task_line(task)))
 
     def show_requests(self) -> None:
         records = self.store.requests()
         if not records:
             click.echo("(no requests)")
         for record in records:
-            click.echo(request_line(record))
+            click.echo(printable(request_line(record)))
 
 
 def show_step(step: list[dict[str, Any]]) -> None:
@@ -233,7 +235,7 @@ def show_step(step: list[dict[str, Any]]) -> None:
         content = str(message.get("content") or "")
         outcome = "error: " + one_line(_error_text(content), 160) if content.startswith(
             "TOOL_ERROR") else "ok"
-        click.echo(f"teamctl lead: {message.get('name')}: {outcome}", err=True)
+        click.echo(f"teamctl lead: {flat(str(message.get('name')))}: {outcome}", err=True)
 
 
 def _error_text(content: str) -> str:

@@ -1,0 +1,72 @@
+"""Local processes known by pid: whether one still runs, and whether it is still the same one
+(a pid is reused once its process is gone, so a recorded pid alone may name a stranger)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (signal 0 checks without signalling; one we may
+    not signal exists too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """A process's state letter and start time in clock ticks from /proc; None off Linux or
+    when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
+    return fields[0], int(fields[19])
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When the process `pid` started, in clock ticks since boot; None off Linux or when gone."""
+    stat = proc_stat(pid)
+    return stat[1] if stat else None
+
+
+def same_process_alive(pid: int, start_ticks: int | None) -> bool:
+    """Whether the process started as `pid` at `start_ticks` still runs (not a zombie, not a
+    reused pid)."""
+    stat = proc_stat(pid)
+    if stat is None:
+        return pid_alive(pid) and start_ticks is None
+    state, ticks = stat
+    return state != "Z" and (start_ticks is None or ticks == start_ticks)
+
+
+def executable(pid: int) -> Path | None:
+    """The program file the process `pid` runs, symlinks resolved; None when it is gone or not
+    ours to inspect (another user's process: /proc hides its exe)."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/exe")).resolve()
+    except OSError:
+        return None
+
+
+def working_dir(pid: int) -> Path | None:
+    """The current directory of the process `pid`; None when it is gone or not ours."""
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def command_name(pid: int) -> str | None:
+    """The name the process `pid` was started as (its program's file name, at most 15 bytes);
+    None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
