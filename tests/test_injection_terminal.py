@@ -102,7 +102,7 @@ class Lead:
     def __call__(self, body: dict[str, Any]) -> ToolCalls | str:
         if not any(m.get("role") == "tool" for m in body["messages"]):
             return ToolCalls([("create_task", {"subject": f"Write {HOSTILE}",
-                                               "role": "nobody-here"}),
+                                               "role": f"nobody{HOSTILE}"}),
                               ("no_such_tool" + HOSTILE, {})])
         return f"lead says {HOSTILE}"
 

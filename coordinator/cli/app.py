@@ -39,19 +39,20 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         from teamctl.shared.connection import redis_errors_as_infra
         from teamctl.shared.errors import ConfigError, TeamError
         from teamctl.shared.settings import load_settings
+        from teamctl.shared.text import printable  # an error may quote what a model wrote
 
         advice = for_this_shell(kwargs.get("redis_url"))
         keep_for_this_command(advice)  # for the lines a verb prints itself (`spelled`)
         try:
             settings = load_settings()
         except ConfigError as exc:
-            click.echo(f"teamctl: {advice.spell(str(exc))}", err=True)
+            click.echo(f"teamctl: {advice.spell(printable(str(exc)))}", err=True)
             sys.exit(exc.exit_code)
         try:
             with redis_errors_as_infra():
                 return fn(*args, settings=settings, **kwargs)
         except TeamError as exc:
-            click.echo(f"teamctl: {advice.spell(str(exc))}", err=True)
+            click.echo(f"teamctl: {advice.spell(printable(str(exc)))}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:
             error = user_path_error(exc, user_paths(kwargs, settings))

@@ -36,7 +36,7 @@ from teamctl.shared.teammates import (
     team_workspace,
 )
 from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
-from teamctl.shared.text import one_line
+from teamctl.shared.text import flat, one_line
 
 if TYPE_CHECKING:
     from teamctl.shared.team_tasks import TeamTask
@@ -226,8 +226,8 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
         if as_json:
             click.echo(message.model_dump_json(by_alias=True))
         else:
-            click.echo(f"{message.id}\t{message.from_} -> {message.to or '*'}\t{message.type}\t"
-                       f"{one_line(message.content, 200)}")
+            click.echo(f"{message.id}\t{flat(message.from_)} -> {flat(message.to or '*')}\t"
+                       f"{flat(message.type)}\t{one_line(message.content, 200)}")
 
 
 @team_group.command("messages")
@@ -310,7 +310,7 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
 
 def request_line(r: TeamRequest) -> str:
     """One request for a person: id, kind, from -> to, status, its response or payload."""
-    return (f"{r.id}\t{r.kind.value}\t{r.from_} -> {r.to}\t{r.status.value}\t"
+    return (f"{r.id}\t{r.kind.value}\t{flat(r.from_)} -> {flat(r.to)}\t{r.status.value}\t"
             f"{one_line(r.response or r.payload, 80)}")
 
 
@@ -358,9 +358,9 @@ def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> No
 
 def task_line(t: TeamTask) -> str:
     """One task for a person: id, status, owner (or assignee), role, dependencies, subject."""
-    who = t.owner or (f"for {t.assignee}" if t.assignee else "-")
-    after = f"after {','.join(t.depends_on)}" if t.depends_on else "-"
-    return (f"{t.task_id}\t{t.status.value}\t{who}\t{t.role or '-'}\t{after}\t"
+    who = flat(t.owner) or (f"for {flat(t.assignee)}" if t.assignee else "-")
+    after = f"after {flat(','.join(t.depends_on))}" if t.depends_on else "-"
+    return (f"{t.task_id}\t{t.status.value}\t{who}\t{flat(t.role) or '-'}\t{after}\t"
             f"{one_line(t.subject, 80)}")
 
 
