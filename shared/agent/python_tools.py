@@ -93,9 +93,10 @@ class PythonTool:
         summary, _ = split_docstring(inspect.getdoc(self.fn) or "")
         return summary or f"Calls {self.entry}."
 
-    def call(self, args: PythonToolArgs, context: ToolContext, timeout_s: float) -> Any:
+    def call(self, args: PythonToolArgs, context: ToolContext,
+             timeout_s: float | None = None) -> Any:
         """Call the function with validated arguments (and the context); await a coroutine,
-        cancelling it after `timeout_s` (ToolTimeout)."""
+        cancelling it after `timeout_s` (ToolTimeout) when one is given."""
         values = {param: getattr(args, field) for field, param in self.params.items()}
         if self.context_param:
             values[self.context_param] = context
@@ -103,7 +104,7 @@ class PythonTool:
         result = self.fn(*positional, **values)
         if not inspect.isawaitable(result):
             return result
-        return _awaited(_within(result, timeout_s, self.name))
+        return _awaited(result if timeout_s is None else _within(result, timeout_s, self.name))
 
 
 def load_tool(entry: str) -> PythonTool:
