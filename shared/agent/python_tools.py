@@ -310,13 +310,7 @@ class BoundedCall:
             raise ToolTimeout(f"{name} timed out earlier and that call still runs; it cannot "
                               "be called again in this session")
         expired = threading.Event()
-        context = dataclasses.replace(self.context,
-                                      heartbeat=_until_set(expired, self.context.heartbeat))
-        future: concurrent.futures.Future[str] = concurrent.futures.Future()
-        work = contextvars.copy_context().run
-        thread = threading.Thread(target=work, args=(self._run, future, args, context),
-                                  name=f"teamctl-tool-{name}", daemon=True)
-        thread.start()
+        future, thread = self._start(args, expired)
         done, _ = concurrent.futures.wait([future], timeout=self.timeout_s)
         if done and not isinstance(future.exception(), ToolTimeout):
             return future.result()
@@ -324,6 +318,20 @@ class BoundedCall:
         thread.name = ABANDONED_PREFIX + name
         self._abandoned = thread
         raise _timed_out(name, self.timeout_s)
+
+    def _start(self, args: PythonToolArgs,
+               expired: threading.Event) -> tuple[concurrent.futures.Future[str],
+                                                  threading.Thread]:
+        """Start the call in a daemon thread (with this thread's context variables), its
+        heartbeat cut off once `expired` is set; its future and its thread."""
+        context = dataclasses.replace(self.context,
+                                      heartbeat=_until_set(expired, self.context.heartbeat))
+        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+        thread = threading.Thread(target=contextvars.copy_context().run,
+                                  args=(self._run, future, args, context),
+                                  name=f"teamctl-tool-{self.tool.name}", daemon=True)
+        thread.start()
+        return future, thread
 
     def _run(self, future: concurrent.futures.Future[str], args: PythonToolArgs,
              context: ToolContext) -> None:
