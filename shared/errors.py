@@ -18,6 +18,16 @@ from pydantic import ValidationError
 from teamctl.shared.text import shorten
 
 REASON_CHARS = 200
+ECHO_CHARS = 200
+"""The most of a model's own text (a path, a name, raw arguments) an error quotes back."""
+
+
+def echoed(text: str, limit: int = ECHO_CHARS) -> str:
+    """Model-written text as an error quotes it back: cut to `limit` characters, saying how
+    long it was, so a huge input cannot come back to the model (or into a log) whole."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...[{len(text)} characters]"
 
 
 class TeamError(Exception):
@@ -77,3 +87,7 @@ class Interrupted(RunFailed):
 
 class ToolFailed(Exception):
     """A tool call failed; the message goes back to the model as the tool result."""
+
+
+class ToolTimeout(ToolFailed):
+    """A tool call ran past its time limit and was abandoned; the model hears so."""

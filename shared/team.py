@@ -117,6 +117,9 @@ class RunOptions(BaseModel):
     0 keeps none."""
     tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
     """Longest result a Python or MCP tool gives the model; longer ones are cut and say so."""
+    tool_timeout_s: float = Field(120.0, gt=0, le=MAX_DURATION_S)
+    """How long one Python tool call may run; then the model gets a ToolTimeout error and the
+    call is abandoned (its thread can no longer refresh the claim)."""
     mcp_start_timeout_s: float = Field(30.0, gt=0, le=3600)
     """How long an MCP server may take to start and answer the handshake (else the task fails)."""
     mcp_list_timeout_s: float = Field(30.0, gt=0, le=3600)

@@ -76,6 +76,9 @@ class TeamOptions(BaseModel):
     """How long the lead has to review a plan before the request expires (then resubmit)."""
     tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
     """Longest result a teammate's Python or MCP tool gives its model; longer ones are cut."""
+    tool_timeout_s: float = Field(120.0, gt=0, le=86400)
+    """How long one Python tool call may run; then the model gets a ToolTimeout error and the
+    call is abandoned (its thread can no longer refresh the turn lease)."""
     mcp_start_timeout_s: float = Field(30.0, gt=0, le=3600)
     """How long an MCP server may take to start (else the turn ends idle with the error)."""
     mcp_list_timeout_s: float = Field(30.0, gt=0, le=3600)

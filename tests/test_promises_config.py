@@ -150,6 +150,7 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "redis_outage_s": (["--redis-outage-s", "30"], 30.0),
     "retention_s": (["--retention-s", "86400"], 86400),
     "tool_result_max_chars": (["--tool-result-max-chars", "500"], 500),
+    "tool_timeout_s": (["--tool-timeout-s", "30"], 30.0),
     "transcript_max_chars": (["--transcript-max-chars", "0"], 0),
     "mcp_start_timeout_s": (["--mcp-start-timeout-s", "12"], 12.0),
     "mcp_list_timeout_s": (["--mcp-list-timeout-s", "7.5"], 7.5),

@@ -4,6 +4,9 @@ on real workers that import them, the coordinator's check (exit 2), and a worker
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,12 @@ from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.lead.lead_tools import LeadTools
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
-from teamctl.shared.agent.python_tools import load_tool, result_text
+from teamctl.shared.agent.python_tools import (
+    abandoned_tool_calls,
+    add_python_tools,
+    load_tool,
+    result_text,
+)
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
@@ -27,6 +35,7 @@ from teamctl.worker.mate_tools import MateTools
 
 from teamctl.tools import ToolContext
 from tests.conftest import wait_until
+from tests.pytools_fixture import tools as TOOLS_MODULE
 from tests.pytools_fixture.tools import PROBE
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.team_support import spawn
@@ -342,3 +351,69 @@ def test_docstring_args_describe_parameters_and_nested_models_are_validated() ->
         "filed 3 (1 labels), notify=True")
     assert error_of(toolbox.call("file_ticket", '{"ticket": {"ticket_id": 3}}'))["error"] == (
         "ticket.title is required; ticket.labels is required")
+
+
+@pytest.fixture
+def hang(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """HANG reset, with the event that releases a hanging tool (set at the end, so no test
+    leaves a thread behind)."""
+    release = threading.Event()
+    monkeypatch.setattr("tests.pytools_fixture.tools.HANG", {"release": release})
+    yield release
+    release.set()
+    wait_until(lambda: not abandoned_tool_calls(), message="the abandoned tool calls to end")
+
+
+def test_a_hung_tool_times_out_and_its_abandoned_thread_cannot_heartbeat(
+        hang: threading.Event, tmp_path: Path) -> None:
+    """After tool_timeout_s the call is a ToolTimeout error; its thread, still running, gets
+    False from the heartbeat (which refreshes nothing more), and the same tool is refused
+    at once while that thread runs."""
+    refreshed: list[float] = []
+
+    def heartbeat() -> bool:
+        refreshed.append(time.monotonic())
+        return True
+
+    toolbox = Toolbox()
+    context = ToolContext(member_id="m1", workspace=tmp_path, heartbeat=heartbeat)
+    add_python_tools(toolbox, [f"{FIXTURE}:hang_and_beat"], context, 1000, timeout_s=0.5)
+    started = time.monotonic()
+    timed_out = error_of(toolbox.call("hang_and_beat", "{}", "call_1"))
+    returned = time.monotonic()
+    assert 0.5 <= returned - started < 3
+    assert timed_out == {"errorType": "ToolTimeout", "tool": "hang_and_beat", "callId": "call_1",
+                         "error": "hang_and_beat did not return within 0.5s (the team's "
+                                  "tool_timeout_s) and was abandoned; its result will not "
+                                  "arrive. Go on without it, or call it with less work"}
+    wait_until(lambda: TOOLS_MODULE.HANG["beats"][-1] is False, message="a refused heartbeat")
+    assert refreshed and all(at < returned for at in refreshed)
+    assert TOOLS_MODULE.HANG["beats"].count(False) == 1  # it stopped at the first False
+
+
+def test_a_tool_whose_timed_out_call_still_runs_is_refused(
+        hang: threading.Event, tmp_path: Path) -> None:
+    toolbox = Toolbox()
+    context = ToolContext(member_id="m1", workspace=tmp_path, heartbeat=lambda: True)
+    add_python_tools(toolbox, [f"{FIXTURE}:hang_for"], context, 1000, timeout_s=0.3)
+    assert error_of(toolbox.call("hang_for", '{"seconds": 30}'))["errorType"] == "ToolTimeout"
+    assert abandoned_tool_calls() == ["hang_for"]
+    started = time.monotonic()
+    again = error_of(toolbox.call("hang_for", '{"seconds": 0}'))
+    assert time.monotonic() - started < 0.3
+    assert again["errorType"] == "ToolTimeout"
+    assert again["error"] == ("hang_for timed out earlier and that call still runs; it cannot "
+                              "be called again in this session")
+
+
+def test_a_hung_async_tool_is_cancelled_at_its_timeout(
+        hang: threading.Event, tmp_path: Path) -> None:
+    toolbox = Toolbox()
+    context = ToolContext(member_id="m1", workspace=tmp_path, heartbeat=lambda: True)
+    add_python_tools(toolbox, [f"{FIXTURE}:hang_async", f"{FIXTURE}:slow_double"], context,
+                     1000, timeout_s=0.3)
+    assert error_of(toolbox.call("hang_async", "{}"))["errorType"] == "ToolTimeout"
+    wait_until(lambda: TOOLS_MODULE.HANG.get("cancelled"), message="the coroutine cancelled")
+    wait_until(lambda: not abandoned_tool_calls(), message="its thread to end")
+    assert toolbox.call("hang_async", "{}").startswith("TOOL_ERROR: ")  # not refused: ended
+    assert toolbox.call("slow_double", '{"value": 4}') == "8.0"

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 import redis
 from pydantic.alias_generators import to_snake
+from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tools import InvalidArguments, Toolbox, precompute_schemas
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
+from teamctl.shared.errors import ECHO_CHARS
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.team import WORKSPACE_TOOLS
@@ -150,3 +152,52 @@ def test_argument_errors_name_the_arguments_as_the_schema_does(toolbox: Toolbox)
     assert json.loads(refused[len("TOOL_ERROR: "):]) == {
         "errorType": "InvalidArguments", "error": "oldText is required", "tool": "edit_file",
         "callId": "call-7"}
+
+
+def error_of(result: str) -> dict[str, str]:
+    assert result.startswith("TOOL_ERROR: "), result
+    return json.loads(result[len("TOOL_ERROR: "):])
+
+
+HUGE = 1_000_000
+
+
+@pytest.mark.parametrize(("tool", "arguments", "says"), [
+    ("team_send_message", "x" * HUGE, "invalid tool arguments (not JSON: Expecting value): "),
+    ("team_send_message", json.dumps(["y" * HUGE]), "invalid tool arguments (expected a JSON "
+                                                    "object): "),
+    ("write_file", json.dumps({"path": "p" * HUGE, "content": ""}), "cannot use 'ppp"),
+    ("read_file", json.dumps({"path": "../" + "q" * HUGE}), "path '../qqq"),
+    ("team_send_message", json.dumps({"toMemberId": "z" * HUGE, "content": "hi"}),
+     "unknown team member: zzz"),
+    ("edit_file", json.dumps({"path": "p" * 10, "oldText": 1, "k" * HUGE: 1}),
+     "oldText must be a string"),
+])
+def test_model_text_in_an_error_is_cut(toolbox: Toolbox, tool: str, arguments: str,
+                                       says: str) -> None:
+    """Whatever a model sends (raw arguments, a path, a member's name), the error it gets
+    back quotes at most ECHO_CHARS of it and says how long it was."""
+    error = error_of(toolbox.call(tool, arguments, "call-1"))
+    assert error["error"].startswith(says)
+    assert len(error["error"]) < ECHO_CHARS + 300, error["error"][:400]
+    assert ("characters]" in error["error"]) is (tool != "edit_file")
+
+
+def test_an_unknown_tool_and_a_call_id_are_echoed_cut(toolbox: Toolbox) -> None:
+    error = error_of(toolbox.call("t" * HUGE, "{}", "c" * HUGE))
+    assert error["errorType"] == "UnknownTool"
+    assert error["error"].startswith("Unknown tool 'ttt") and len(error["error"]) < 1000
+    assert error["tool"] == "t" * ECHO_CHARS + f"...[{HUGE} characters]"
+    assert error["callId"] == "c" * ECHO_CHARS + f"...[{HUGE} characters]"
+
+
+def test_many_argument_errors_are_capped_as_a_whole() -> None:
+    """Each unknown key of a Python tool (extra="forbid") is a clause: their sum is capped."""
+    tools = Toolbox()
+    add_python_tools(tools, ["tests.pytools_fixture.tools:search_docs"],
+                     ToolContext(member_id="m1", workspace=Path("."), heartbeat=lambda: True),
+                     1000, timeout_s=5)
+    arguments = json.dumps({f"k{n}" + "x" * 150: 1 for n in range(1000)})
+    error = error_of(tools.call("search_docs", arguments))["error"]
+    assert error.startswith("query is required; k0xxx")
+    assert error.endswith("characters; the first 20000 are shown]")

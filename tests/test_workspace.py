@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import threading
 import time
 import tracemalloc
@@ -18,7 +19,13 @@ from pathlib import Path
 import pytest
 import redis
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace import (
+    BASH_ADDRESS_SPACE_BYTES,
+    BASH_FILE_SIZE_BYTES,
+    BASH_MORE_PROCESSES,
+    Workspace,
+    _limits_script,
+)
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.models import TaskSpec
@@ -27,6 +34,8 @@ from teamctl.worker.jobs import execute_task
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_local_workers import exited
 from tests.test_worker_support import make_run, tool_names, tool_results
+
+NOBODY_UID = 65534
 
 
 @pytest.fixture
@@ -186,6 +195,53 @@ def test_a_command_that_outlives_its_timeout_is_killed_and_reported(
     assert time.monotonic() - started < 60
 
 
+def test_bash_runs_under_resource_limits(workspace: Workspace) -> None:
+    """CPU seconds (the timeout), address space, file size and processes are limited, hard
+    (the command cannot raise them), and the environment is still the minimal one."""
+    result = workspace.bash("ulimit -t -v -f; ulimit -H -t -v -f; ulimit -u; "
+                            "ulimit -v 8388608 2>&1; echo $HOME", timeout_s=7.5)
+    cpu, address_kib, size_kib, *hard, processes, raise_refused, home = \
+        str(result["output"]).splitlines()
+    limits = [cpu, address_kib, size_kib]
+    assert [line.split()[-1] for line in limits + hard] == \
+        ["8", str(BASH_ADDRESS_SPACE_BYTES // 1024), str(BASH_FILE_SIZE_BYTES // 1024)] * 2
+    assert 1 + BASH_MORE_PROCESSES <= int(processes.split()[-1]) < 10_000
+    assert "cannot modify limit" in raise_refused
+    assert home == str(workspace.root.resolve())
+
+
+def test_bash_stops_a_memory_hog_and_a_huge_file(workspace: Workspace) -> None:
+    hog = workspace.bash("python3 -c 'bytearray(6 << 30)'; python3 -c 'bytearray(1 << 30)'")
+    assert str(hog["output"]).endswith("\nMemoryError\n")  # the first only
+    huge = workspace.bash("truncate -s 2G huge.bin; echo $?")
+    assert "File size limit exceeded" in str(huge["output"])
+    assert str(huge["output"]).endswith("\n153\n")  # 128 + SIGXFSZ
+    assert (workspace.root / "huge.bin").stat().st_size == 0
+
+
+def test_bash_stops_a_fork_bomb_of_an_unprivileged_user(tmp_path: Path) -> None:
+    """Forks past the process limit fail. The kernel does not apply the limit to root, so as
+    root the test runs the tool's own limits line as `nobody` (the interpreter may live where
+    nobody can read it); dash, which gives up on a failed fork at once (bash retries)."""
+    bomb = "for i in $(seq 2000); do sleep 300 >/dev/null 2>&1 & done; echo all started"
+    as_user: dict[str, object] = {}
+    if os.geteuid() == 0:
+        tmp_path.chmod(0o755)
+        os.chown(tmp_path, NOBODY_UID, NOBODY_UID)
+        as_user = {"user": NOBODY_UID, "group": NOBODY_UID, "extra_groups": []}
+    process = subprocess.Popen(  # type: ignore[call-overload]
+        ["bash", "-c", _limits_script(30), "teamctl-bash", f"dash -c '{bomb}'"], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        **as_user)
+    try:
+        output, _ = process.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the sleeps it did start
+    assert "Cannot fork" in output and "all started" not in output
+    assert process.returncode == 2
+
+
 def test_read_file_reads_only_a_bounded_prefix_of_a_huge_file(workspace: Workspace) -> None:
     with (workspace.root / "huge.bin").open("wb") as file:
         file.truncate(64 * 1024 * 1024)  # sparse: costs no disk
@@ -228,13 +284,30 @@ def test_read_and_edit_refuse_hard_linked_files(workspace: Workspace) -> None:
     assert outside.read_text() == "outside secret"
 
 
-def test_write_file_keeps_the_mode_of_the_file_it_replaces(workspace: Workspace) -> None:
+def test_write_file_keeps_the_mode_of_the_file_it_replaces_but_never_execute(
+        workspace: Workspace) -> None:
+    """An overwrite keeps read and write bits and drops execute, setuid, setgid and sticky: a
+    member that may only write files cannot make one a program (an MCP server's script)."""
     script = workspace.root / "run.sh"
-    script.write_text("echo old\n")
-    script.chmod(0o750)
-    workspace.write("run.sh", "echo new\n")
-    assert stat.S_IMODE(script.stat().st_mode) == 0o750
+    for before, after in [(0o750, 0o640), (0o755, 0o644), (0o4755, 0o644), (0o600, 0o600)]:
+        script.write_text("echo old\n")
+        script.chmod(before)
+        workspace.write("run.sh", "echo new\n")
+        assert (oct(stat.S_IMODE(script.stat().st_mode)), script.read_text()) == \
+            (oct(after), "echo new\n")
+    script.chmod(0o755)
+    workspace.edit("run.sh", "new", "edited")
+    assert stat.S_IMODE(script.stat().st_mode) == 0o644 and script.read_text() == "echo edited\n"
     assert [p.name for p in workspace.root.iterdir() if p.name.startswith(".")] == []
+
+
+def test_write_file_creates_files_0644_at_most(workspace: Workspace) -> None:
+    previous = os.umask(0)
+    try:
+        workspace.write("new/tool.sh", "#!/bin/sh\n")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((workspace.root / "new" / "tool.sh").stat().st_mode) == 0o644
 
 
 def test_reading_a_fifo_is_refused_without_blocking(workspace: Workspace) -> None:

@@ -12,7 +12,11 @@ log = logging.getLogger(__name__)
 class KeepAlive:
     """Calls `refresh` every ttl/3 on a daemon thread while its `with` block runs, until it
     returns False (what it keeps alive was taken away). Daemon: a SIGKILLed or hung job stops
-    refreshing, and its TTL key expires."""
+    refreshing, and its TTL key expires.
+
+    It renews without asking whether the job's main thread still makes progress: nothing that
+    thread waits on is unbounded (model calls, MCP calls and bash have their timeouts, and a
+    Python tool is abandoned at tool_timeout_s, its thread's own heartbeat cut off)."""
 
     def __init__(self, refresh: Callable[[], bool], ttl_s: float, what: str) -> None:
         self.refresh = refresh

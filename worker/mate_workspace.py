@@ -78,7 +78,8 @@ def add_mate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
     context = ToolContext(member_id=mate.name, workspace=workspace_root(mate, store.team,
                                                                         state_dir),
                           heartbeat=heartbeat, team_id=store.team)
-    add_python_tools(toolbox, mate.tools, context, store.options.tool_result_max_chars)
+    add_python_tools(toolbox, mate.tools, context, store.options.tool_result_max_chars,
+                     timeout_s=store.options.tool_timeout_s)
 
 
 def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path) -> McpHub:

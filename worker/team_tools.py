@@ -34,7 +34,7 @@ from teamctl.shared.agent.tools import (
 )
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
-from teamctl.shared.errors import ToolFailed
+from teamctl.shared.errors import ToolFailed, echoed
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from teamctl.shared.models import Envelope, PeerType, TaskState, TaskStatus
 from teamctl.shared.text import quoted
@@ -364,7 +364,7 @@ class TeamTools:
         member_id = normalize_id(raw)
         if member_id is None or member_id in RESERVED_MEMBER_IDS or (
                 member_id not in self.ctx.member_ids):
-            raise ToolFailed(f"unknown team member: {raw}; use one of: "
+            raise ToolFailed(f"unknown team member: {echoed(raw)}; use one of: "
                              f"{', '.join(self.ctx.member_ids)}")
         return member_id
 
@@ -382,4 +382,4 @@ def _bus_off(sent: Envelope | None) -> str | None:
 
 
 def _not_held(task_id: str) -> str:
-    return f"you do not hold a claim on {task_id}"
+    return f"you do not hold a claim on {echoed(task_id)}"

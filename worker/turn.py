@@ -26,6 +26,7 @@ from teamctl.shared.agent.inbox import inbox_block
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.errors import ConfigError
@@ -161,8 +162,10 @@ class Turn:
                 verdict = self._end(f"error: {shorten(error, 120)}", "", error=error)
             if verdict != "continue":
                 return verdict
-            if self._elapsed_s() > self.store.options.turn_timeout_s / 2:
-                # Another turn might outlast the job's timeout: a fresh job runs it.
+            # Another turn might outlast the job's timeout, or share this process with a Python
+            # tool's abandoned call: a fresh job runs it (this work-horse exits, the call with it).
+            if self._elapsed_s() > self.store.options.turn_timeout_s / 2 or \
+                    abandoned_tool_calls():
                 return "handed over" if self.store.hand_over(self.mate.name, self.token) \
                     else "revoked"
             tools.idle_requested.clear()

@@ -42,6 +42,7 @@ HELP = {
     "redis_outage_s": "Seconds every process rides through a Redis outage before giving up.",
     "retention_s": "Seconds an ended run's keys stay in Redis.",
     "tool_result_max_chars": "Longest result a Python or MCP tool gives the model, in characters.",
+    "tool_timeout_s": "Seconds one Python tool call may take (then a ToolTimeout result).",
     "transcript_max_chars": "Longest transcript kept per task for the result, in characters "
                             "(0: none).",
     "mcp_start_timeout_s": "Seconds an MCP server may take to start (else the task fails).",

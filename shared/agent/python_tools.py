@@ -8,15 +8,28 @@ signature with `create_model`, so the model's arguments are validated before the
 call; a bad argument or an exception inside the function goes back to the model as a TOOL_ERROR
 result (Toolbox.call). A parameter annotated `ToolContext` is filled in by the runtime and left
 out of the schema. `async def` functions are awaited. Results are JSON text, capped.
+
+Each call is bounded by `tool_timeout_s`. Python code cannot be stopped from outside its thread,
+so a call runs in a daemon thread of its own and the session waits for it at most that long:
+then the model gets a ToolTimeout error and the call is abandoned. What keeps an abandoned
+thread harmless: its context's heartbeat answers False from the deadline on (it can never keep
+the claim or turn lease alive, and a tool that checks it learns to stop), the same tool is
+refused while it still runs (at most one stray thread per tool), an async tool is cancelled at
+the deadline on its own event loop, and the thread ends with the job's work-horse, which RQ's
+forking worker exits after every job (a turn with a stray thread hands over to a fresh job
+instead of running another turn in the same process).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import dataclasses
 import inspect
 import json
 import re
+import threading
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -28,7 +41,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from teamctl.shared.agent.tool_names import check_entry, clash, is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox, capped
-from teamctl.shared.errors import ConfigError, ToolFailed
+from teamctl.shared.errors import ConfigError, ToolFailed, ToolTimeout
 from teamctl.shared.user_code import import_user_module, where_imports_come_from
 
 
@@ -80,14 +93,18 @@ class PythonTool:
         summary, _ = split_docstring(inspect.getdoc(self.fn) or "")
         return summary or f"Calls {self.entry}."
 
-    def call(self, args: PythonToolArgs, context: ToolContext) -> Any:
-        """Call the function with validated arguments (and the context); await a coroutine."""
+    def call(self, args: PythonToolArgs, context: ToolContext,
+             timeout_s: float | None = None) -> Any:
+        """Call the function with validated arguments (and the context); await a coroutine,
+        cancelling it after `timeout_s` (ToolTimeout) when one is given."""
         values = {param: getattr(args, field) for field, param in self.params.items()}
         if self.context_param:
             values[self.context_param] = context
         positional = [values.pop(param) for param in self.positional]
         result = self.fn(*positional, **values)
-        return _awaited(result) if inspect.isawaitable(result) else result
+        if not inspect.isawaitable(result):
+            return result
+        return _awaited(result if timeout_s is None else _within(result, timeout_s, self.name))
 
 
 def load_tool(entry: str) -> PythonTool:
@@ -205,6 +222,23 @@ async def _wrapped(awaitable: Any) -> Any:
     return await awaitable
 
 
+async def _within(awaitable: Any, timeout_s: float, name: str) -> Any:
+    """The awaitable's result, or ToolTimeout once `timeout_s` passed (the awaitable is
+    cancelled, not awaited again: one that ignores cancellation is left to its thread)."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait([task], timeout=timeout_s)
+    if not done:
+        task.cancel()
+        raise _timed_out(name, timeout_s)
+    return task.result()
+
+
+def _timed_out(name: str, timeout_s: float) -> ToolTimeout:
+    return ToolTimeout(f"{name} did not return within {timeout_s:g}s (the team's "
+                       "tool_timeout_s) and was abandoned; its result will not arrive. Go on "
+                       "without it, or call it with less work")
+
+
 def result_text(result: Any, max_chars: int) -> str:
     """A tool result as the model reads it: strings as they are, anything else as JSON (pydantic
     models as model_dump(mode="json")); over `max_chars`, cut and marked as truncated."""
@@ -238,20 +272,82 @@ def load_member_tools(entries: Iterable[str], taken: Iterable[str] = ()) -> list
 
 
 def add_python_tools(toolbox: Toolbox, entries: Iterable[str], context: ToolContext,
-                     max_chars: int) -> None:
-    """Import the Python tools among `entries` and add them to the toolbox after what it has;
-    ConfigError (the attempt's error) when one will not load here or its name is taken."""
+                     max_chars: int, *, timeout_s: float) -> None:
+    """Import the Python tools among `entries` and add them to the toolbox after what it has,
+    each call bounded by `timeout_s`; ConfigError (the attempt's error) when one will not load
+    here or its name is taken."""
     for tool in load_member_tools(entries, toolbox.names):
-        toolbox.add(tool.name, tool.description, tool.args, _bound(tool, context, max_chars),
-                    max_chars=max_chars)
+        toolbox.add(tool.name, tool.description, tool.args,
+                    BoundedCall(tool, context, max_chars, timeout_s), max_chars=max_chars)
 
 
-def _bound(tool: PythonTool, context: ToolContext,
-           max_chars: int) -> Callable[[Any], str]:
-    def call(args: PythonToolArgs) -> str:
-        return result_text(tool.call(args, context), max_chars)
+ABANDONED_PREFIX = "teamctl-abandoned-tool-"
+"""The name a tool call's thread takes once the session stopped waiting for it."""
 
-    return call
+
+def abandoned_tool_calls() -> list[str]:
+    """The tools whose abandoned calls still run in this process (their threads end with it)."""
+    return [thread.name.removeprefix(ABANDONED_PREFIX) for thread in threading.enumerate()
+            if thread.name.startswith(ABANDONED_PREFIX)]
+
+
+class BoundedCall:
+    """One Python tool as the toolbox calls it: in a daemon thread, waited for at most
+    `timeout_s`, then abandoned with a ToolTimeout error (see the module's docstring)."""
+
+    def __init__(self, tool: PythonTool, context: ToolContext, max_chars: int,
+                 timeout_s: float) -> None:
+        self.tool = tool
+        self.context = context
+        self.max_chars = max_chars
+        self.timeout_s = timeout_s
+        self._abandoned: threading.Thread | None = None
+
+    def __call__(self, args: PythonToolArgs) -> str:
+        name = self.tool.name
+        if self._abandoned is not None and self._abandoned.is_alive():
+            # Another call would likely hang on what the first one holds, and add a thread.
+            raise ToolTimeout(f"{name} timed out earlier and that call still runs; it cannot "
+                              "be called again in this session")
+        expired = threading.Event()
+        future, thread = self._start(args, expired)
+        done, _ = concurrent.futures.wait([future], timeout=self.timeout_s)
+        if done and not isinstance(future.exception(), ToolTimeout):
+            return future.result()
+        expired.set()  # before anything else: the stray thread must not refresh the lease
+        thread.name = ABANDONED_PREFIX + name
+        self._abandoned = thread
+        raise _timed_out(name, self.timeout_s)
+
+    def _start(self, args: PythonToolArgs,
+               expired: threading.Event) -> tuple[concurrent.futures.Future[str],
+                                                  threading.Thread]:
+        """Start the call in a daemon thread (with this thread's context variables), its
+        heartbeat cut off once `expired` is set; its future and its thread."""
+        context = dataclasses.replace(self.context,
+                                      heartbeat=_until_set(expired, self.context.heartbeat))
+        future: concurrent.futures.Future[str] = concurrent.futures.Future()
+        thread = threading.Thread(target=contextvars.copy_context().run,
+                                  args=(self._run, future, args, context),
+                                  name=f"teamctl-tool-{self.tool.name}", daemon=True)
+        thread.start()
+        return future, thread
+
+    def _run(self, future: concurrent.futures.Future[str], args: PythonToolArgs,
+             context: ToolContext) -> None:
+        try:
+            future.set_result(result_text(self.tool.call(args, context, self.timeout_s),
+                                          self.max_chars))
+        except BaseException as exc:  # SystemExit too: raised where the call was made
+            future.set_exception(exc)
+
+
+def _until_set(expired: threading.Event, heartbeat: Callable[[], bool]) -> Callable[[], bool]:
+    """`heartbeat`, answering False without refreshing anything once `expired` is set."""
+    def guarded() -> bool:
+        return not expired.is_set() and heartbeat()
+
+    return guarded
 
 
 def check_team_tools(team: Any) -> None:

@@ -29,9 +29,12 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
-from teamctl.shared.errors import TeamError, ToolFailed
+from teamctl.shared.errors import TeamError, ToolFailed, echoed
 
 log = logging.getLogger(__name__)
+ERROR_MAX_CHARS = 20_000
+"""The longest error text a tool without a cap of its own gives the model (the team's own
+tools; an argument error): whatever a model sends, what it hears back is bounded."""
 
 
 class InvalidArguments(ToolFailed):
@@ -277,12 +280,13 @@ class Toolbox:
         tool = self._tools.get(name)
         if tool is None:
             return tool_error(name, call_id, "UnknownTool",
-                              f"Unknown tool '{name}'. Available tools: "
+                              f"Unknown tool '{echoed(name)}'. Available tools: "
                               f"{', '.join(self.names) or '(none)'}")
         try:
             args = self.arguments(name, raw_arguments)
         except InvalidArguments as exc:
-            return tool_error(name, call_id, type(exc).__name__, str(exc))
+            return tool_error(name, call_id, type(exc).__name__,
+                              capped(str(exc), ERROR_MAX_CHARS, "error"))
         return _run(tool, args, call_id)
 
     def arguments(self, name: str, raw_arguments: str) -> ToolArgs:
@@ -293,10 +297,10 @@ class Toolbox:
             arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
         except json.JSONDecodeError as exc:
             raise InvalidArguments(f"invalid tool arguments (not JSON: {exc.msg}): "
-                                   f"{raw_arguments}") from exc
+                                   f"{echoed(raw_arguments)}") from exc
         if not isinstance(arguments, dict):
             raise InvalidArguments(f"invalid tool arguments (expected a JSON object): "
-                                   f"{raw_arguments}")
+                                   f"{echoed(raw_arguments)}")
         try:
             return tool.args.model_validate(arguments, context=tool.context)
         except ValidationError as exc:
@@ -323,9 +327,9 @@ def _run(tool: Tool, args: ToolArgs, call_id: str) -> str:
 
 def _error_text(tool: Tool, exc: BaseException) -> str:
     """What the model is told of a tool's exception: its text (or class), capped as the tool
-    says."""
+    says (ERROR_MAX_CHARS for the team's own tools, whose errors may quote the model)."""
     text = str(exc) or type(exc).__name__
-    return text if tool.max_chars is None else capped(text, tool.max_chars, "error")
+    return capped(text, tool.max_chars or ERROR_MAX_CHARS, "error")
 
 
 def capped(text: str, max_chars: int, what: str = "result") -> str:
@@ -344,7 +348,8 @@ def argument_errors(exc: ValidationError) -> str:
 
 
 def _argument_error(error: Mapping[str, Any]) -> str:
-    name = ".".join(str(part) for part in error["loc"]) or "arguments"
+    # An unknown argument's name is the model's own text: an extra key may be megabytes long.
+    name = echoed(".".join(str(part) for part in error["loc"])) or "arguments"
     if error["type"] == "missing":
         return f"{name} is required"
     if error["type"] == "value_error":
@@ -354,6 +359,8 @@ def _argument_error(error: Mapping[str, Any]) -> str:
 
 def tool_error(tool: str, call_id: str, error_type: str, message: str) -> str:
     """AI4J's tool error text: `TOOL_ERROR: {"errorType", "error", "tool", "callId"}`."""
+    # The tool's name and the call's id come from the model's reply too (an unknown tool's).
     return "TOOL_ERROR: " + json.dumps(
-        {"errorType": error_type, "error": message, "tool": tool, "callId": call_id},
+        {"errorType": error_type, "error": message, "tool": echoed(tool),
+         "callId": echoed(call_id)},
         ensure_ascii=False)

@@ -14,7 +14,9 @@ minimal environment (no worker secrets), which is why it is off unless a member 
 from __future__ import annotations
 
 import codecs
+import math
 import os
+import resource
 import secrets
 import selectors
 import signal
@@ -28,7 +30,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 
-from teamctl.shared.errors import ToolFailed
+from teamctl.shared.errors import ToolFailed, echoed
 
 READ_LIMIT_CHARS = 64_000
 EDIT_LIMIT_BYTES = 2_000_000
@@ -40,8 +42,24 @@ BASH_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASH_POLL_S = 0.05  # how often a silent command is checked for having exited
 BASH_DRAIN_S = 0.25  # after bash exits, how long output already on its way may still be read
 BASH_KILL_WAIT_S = 5.0  # a SIGKILLed bash is reaped at once; this only bounds the wait
+# Limits of every process a bash command starts (setrlimit, soft and hard). Address space: 4 GiB,
+# not 2: runtimes reserve address space they never touch (a JVM's heap, V8's), and a RAM hog
+# is stopped either way. Processes: RLIMIT_NPROC counts every process and thread of the user,
+# the worker's own and other commands' included, so a fixed number would refuse forks on a busy
+# host; the limit is this many above the user's count when the command starts. The kernel does
+# not apply it to root: run workers as a user of their own (the Dockerfile does).
+BASH_ADDRESS_SPACE_BYTES = 4 << 30
+BASH_FILE_SIZE_BYTES = 1 << 30
+BASH_MORE_PROCESSES = 256
+# bash -c runs this, then the command in a fresh bash with the limits it set ($1: the command).
+BASH_LIMITED = 'ulimit -t {cpu_s} -v {address_space_kib} -f {file_size_kib} -u {processes} ' \
+               '&& exec bash -c "$1"'
 READ_CHUNK_BYTES = 65_536
 UTF8_MAX_BYTES_PER_CHAR = 4
+NEW_FILE_MODE = 0o644
+# What write_file and edit_file never leave on a file they wrote: execute bits (any), and
+# setuid, setgid and sticky.
+NOT_WRITTEN_MODE_BITS = 0o7111
 # O_DIRECTORY also keeps a FIFO swapped in for a directory from blocking the open.
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
@@ -67,11 +85,11 @@ class Workspace:
             target = (candidate if candidate.is_absolute() else root / candidate).resolve()
         except (ValueError, OSError, RuntimeError):
             # NUL bytes, symlink loops, over-long names: the exception text holds host paths.
-            raise ToolFailed(f"invalid path: {raw_path!r}; use a plain path relative to the "
-                             "workspace root") from None
+            raise ToolFailed(f"invalid path: {echoed(raw_path)!r}; use a plain path relative "
+                             "to the workspace root") from None
         if target != root and not target.is_relative_to(root):
-            raise ToolFailed(f"path {raw_path!r} is outside the workspace; use a path relative "
-                             "to the workspace root")
+            raise ToolFailed(f"path {echoed(raw_path)!r} is outside the workspace; use a path "
+                             "relative to the workspace root")
         return target
 
     def _parts(self, raw_path: str) -> tuple[str, ...]:
@@ -131,8 +149,8 @@ class Workspace:
         text = self._read_for_edit(raw_path)
         count = text.count(old_text)
         if count != 1:
-            raise ToolFailed(f"oldText occurs {count} times in {raw_path}; it must occur exactly "
-                             "once (include more surrounding text)")
+            raise ToolFailed(f"oldText occurs {count} times in {echoed(raw_path)}; it must "
+                             "occur exactly once (include more surrounding text)")
         return self.write(raw_path, text.replace(old_text, new_text, 1))
 
     def list(self, raw_path: str = ".", limit_entries: int = LIST_LIMIT_ENTRIES) -> list[str]:
@@ -145,7 +163,7 @@ class Workspace:
             try:
                 dir_fd = self._open_dir(parts)
             except (FileNotFoundError, NotADirectoryError):
-                raise ToolFailed(f"no such directory: {raw_path}") from None
+                raise ToolFailed(f"no such directory: {echoed(raw_path)}") from None
             try:
                 complete = _collect(dir_fd, "".join(p + "/" for p in parts), entries,
                                     limit_entries)
@@ -155,17 +173,21 @@ class Workspace:
 
     def bash(self, command: str, timeout_s: float = BASH_TIMEOUT_S,
              limit_chars: int = BASH_OUTPUT_LIMIT_CHARS) -> dict[str, object]:
-        """Run a shell command in the workspace; its process group is killed after `timeout_s`.
+        """Run a shell command in the workspace, in a session of its own whose process group is
+        killed after `timeout_s`, every process limited in CPU seconds (`timeout_s`), address
+        space, file size and the user's process count (BASH_* above).
 
         The command ends when bash exits: background children may keep running (and holding the
         output pipe) without delaying the result. Output beyond `limit_chars` is counted, not kept.
         """
         if not command or not command.strip():
             raise ToolFailed("command is required")
+        # The shell sets its limits itself: a preexec_fn would run Python in the forked child
+        # of a threaded process (the keep-alive thread), which can deadlock.
         process = subprocess.Popen(
-            ["bash", "-c", command], cwd=self.real_root, env=self._bash_env(),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            ["bash", "-c", _limits_script(timeout_s), "teamctl-bash", command],
+            cwd=self.real_root, env=self._bash_env(), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         output = _OutputCap(limit_chars)
         try:
             exited = _read_until_exit(process, output, time.monotonic() + timeout_s)
@@ -199,9 +221,9 @@ class Workspace:
             finally:
                 os.close(dir_fd)
         except FileNotFoundError:
-            raise ToolFailed(f"no such file: {raw_path}") from None
+            raise ToolFailed(f"no such file: {echoed(raw_path)}") from None
         except OSError as exc:
-            raise ToolFailed(f"cannot open {raw_path!r}: {exc.strerror}") from None
+            raise ToolFailed(f"cannot open {echoed(raw_path)!r}: {exc.strerror}") from None
         try:
             info = os.fstat(fd)
             _check_regular(raw_path, info)  # before fdopen(), which refuses directories itself
@@ -213,9 +235,9 @@ class Workspace:
 
     def _read_for_edit(self, raw_path: str) -> str:
         """The whole text of a UTF-8 file of at most EDIT_LIMIT_BYTES."""
-        too_big = ToolFailed(f"{raw_path} is too big to edit: edit_file works on files up to "
-                             f"{EDIT_LIMIT_BYTES} bytes (use bash, or write_file for the whole "
-                             "file)")
+        too_big = ToolFailed(f"{echoed(raw_path)} is too big to edit: edit_file works on files "
+                             f"up to {EDIT_LIMIT_BYTES} bytes (use bash, or write_file for the "
+                             "whole file)")
         with self._open_regular(raw_path) as (file, size_bytes):
             if size_bytes > EDIT_LIMIT_BYTES:
                 raise too_big
@@ -226,20 +248,21 @@ class Workspace:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             # Decoding with replacement characters and writing back would corrupt the file.
-            raise ToolFailed(f"{raw_path} is not UTF-8 text; edit_file only edits UTF-8 "
+            raise ToolFailed(f"{echoed(raw_path)} is not UTF-8 text; edit_file only edits UTF-8 "
                              "files") from None
 
 
 def _check_regular(raw_path: str, info: os.stat_result) -> None:
     """Refuse directories, devices, FIFOs and sockets, and files with more than one link."""
     if stat.S_ISDIR(info.st_mode):
-        raise ToolFailed(f"{raw_path} is a directory; use list_files")
+        raise ToolFailed(f"{echoed(raw_path)} is a directory; use list_files")
     if not stat.S_ISREG(info.st_mode):
-        raise ToolFailed(f"{raw_path} is not a regular file; only regular files can be read")
+        raise ToolFailed(f"{echoed(raw_path)} is not a regular file; only regular files can be "
+                         "read")
     if info.st_nlink > 1:
         # Another name for the inode may lie outside the workspace.
-        raise ToolFailed(f"{raw_path} has {info.st_nlink} hard links; hard-linked files are "
-                         "refused (write_file replaces it with a file of its own)")
+        raise ToolFailed(f"{echoed(raw_path)} has {info.st_nlink} hard links; hard-linked files "
+                         "are refused (write_file replaces it with a file of its own)")
 
 
 @contextmanager
@@ -248,7 +271,7 @@ def _os_errors(raw_path: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise ToolFailed(f"cannot use {raw_path!r}: {exc.strerror or type(exc).__name__}") \
+        raise ToolFailed(f"cannot use {echoed(raw_path)!r}: {exc.strerror or type(exc).__name__}") \
             from None
 
 
@@ -287,20 +310,23 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 
 
 def _replace_file(raw_path: str, dir_fd: int, name: str, data: bytes) -> None:
-    """Write a new file beside `name` in `dir_fd` and rename it over `name` (keeping its mode).
+    """Write a new file beside `name` in `dir_fd` and rename it over `name` (keeping its mode
+    without execute, setuid, setgid or sticky bits).
 
     Never writes through an existing inode, so a hard link's other names keep their content,
-    and readers never see half a file."""
+    and readers never see half a file. Never executable: a member that may only write files
+    must not be able to turn one into a program something else runs (an MCP server's script
+    in the workspace, a hook)."""
     mode = _regular_file_mode(raw_path, dir_fd, name)
     temp = f".teamctl-write-{secrets.token_hex(8)}.tmp"
-    # 0o666 and O_EXCL|O_NOFOLLOW: a new file with the usual umask, never an existing one.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666,
+    # 0o644 (less under a stricter umask) and O_EXCL|O_NOFOLLOW: never an existing file.
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, NEW_FILE_MODE,
                  dir_fd=dir_fd)
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
             if mode is not None:
-                os.fchmod(file.fileno(), mode)
+                os.fchmod(file.fileno(), mode & ~NOT_WRITTEN_MODE_BITS)
         os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with suppress(FileNotFoundError):
@@ -317,7 +343,7 @@ def _regular_file_mode(raw_path: str, dir_fd: int, name: str) -> int | None:
     except FileNotFoundError:
         return None
     if stat.S_ISDIR(info.st_mode):
-        raise ToolFailed(f"{raw_path} is a directory")
+        raise ToolFailed(f"{echoed(raw_path)} is a directory")
     return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
 
 
@@ -390,6 +416,37 @@ def _wait_until(process: subprocess.Popen[bytes], deadline_s: float) -> bool:
     except subprocess.TimeoutExpired:
         return False
     return True
+
+
+def _limits_script(timeout_s: float) -> str:
+    """The `ulimit` line that bounds a command, each limit no higher than the worker's own hard
+    limit (raising one would fail, and the command with it)."""
+    return BASH_LIMITED.format(
+        cpu_s=_within_hard(resource.RLIMIT_CPU, max(1, math.ceil(timeout_s))),
+        address_space_kib=_within_hard(resource.RLIMIT_AS, BASH_ADDRESS_SPACE_BYTES) // 1024,
+        file_size_kib=_within_hard(resource.RLIMIT_FSIZE, BASH_FILE_SIZE_BYTES) // 1024,
+        processes=_within_hard(resource.RLIMIT_NPROC,
+                               _user_task_count() + BASH_MORE_PROCESSES))
+
+
+def _within_hard(limit: int, wanted: int) -> int:
+    hard = resource.getrlimit(limit)[1]
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+
+
+def _user_task_count() -> int:
+    """The processes and threads of this real user now, as RLIMIT_NPROC counts them."""
+    uid = str(os.getuid())
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with suppress(OSError):  # gone since the scan, or not ours to read
+            with open(f"/proc/{entry.name}/status", encoding="utf-8") as status:
+                fields = dict(line.split(":", 1) for line in status if ":" in line)
+            if fields.get("Uid", "").split()[:1] == [uid]:
+                count += int(fields.get("Threads", "1"))
+    return count
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:

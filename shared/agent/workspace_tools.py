@@ -156,4 +156,5 @@ def _bash(toolbox: Toolbox, workspace: Workspace) -> None:
         return BashRan(action="bash", ok=True, **workspace.bash(args.command))
 
     toolbox.add("bash", "Run a bash command with the workspace as working directory "
-                "(time-limited; long output is truncated).", BashArgs, bash)
+                "(limited in time, CPU, memory, file size and processes; long output is "
+                "truncated).", BashArgs, bash)

@@ -129,3 +129,40 @@ def file_ticket(ticket: Ticket, notify: bool = False) -> str:
         A confirmation.
     """
     return f"filed {ticket.ticket_id} ({len(ticket.labels)} labels), notify={notify}"
+
+
+HANG: dict[str, Any] = {}
+"""What the hanging tools saw: `release` (a threading.Event the test sets to end them),
+`beats` (heartbeat answers), `cancelled`."""
+
+
+def hang_and_beat(ctx: ToolContext) -> str:
+    """Hang, heartbeating, until the heartbeat answers False or the test releases it."""
+    beats = HANG.setdefault("beats", [])
+    while not HANG["release"].is_set():
+        beats.append(ctx.heartbeat())
+        if not beats[-1]:
+            break
+        time.sleep(0.02)
+    return "released"
+
+
+async def hang_async() -> str:
+    """Hang on the event loop until cancelled."""
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        HANG["cancelled"] = True
+        raise
+    return "woke"
+
+
+def hang_for(seconds: float) -> str:
+    """Sleep for `seconds`, or until the test releases it (a worker's job ends first and takes
+    the sleep with it)."""
+    release = HANG.get("release")
+    if release is None:
+        time.sleep(seconds)
+    else:
+        release.wait(seconds)
+    return "slept"
