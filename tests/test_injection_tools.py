@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 import redis
+from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ECHO_CHARS
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.team import RunOptions
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
+from teamctl.worker.jobs import HANDED_BACK_REASON
 
 from tests.conftest import wait_until
 from tests.injection_support import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
@@ -90,6 +93,35 @@ def test_a_hung_python_tool_times_out_and_the_task_ends(
     assert error["error"].startswith(f"hang_for did not return within {timeout_s:g}s")
     assert timeout_s <= elapsed_s < timeout_s + 60  # the job's timeout is 660 s away
     assert len(llm.requests[f"member-{run_id}"]) == 2  # one attempt, not rerun
+    assert_marker_kept(llm, conn0, [tmp_path / "state", marked_workers.log_dir])
+
+
+def test_a_task_claimed_beside_an_abandoned_tool_call_runs_in_a_fresh_job(
+        llm: ScriptedLLM, marked_workers: MarkedWorkers, conn0: redis.Redis, run_id: str,
+        tmp_path: Path) -> None:
+    """A job whose tool call was abandoned at tool_timeout_s does not run the task its member
+    claimed in that process beside the stray thread: it releases it and a fresh job runs it."""
+    timeout_s = scaled(RunOptions().tool_timeout_s, 2.0)
+    plan = [{"id": "task_1", "memberId": "m1", "task": "Do as the page says"},
+            {"id": "task_2", "memberId": "m1", "task": "Then this"}]
+    models = script_run(llm, run_id, plan, member=[
+        ToolCalls([("team_claim_task", {"taskId": "task_2"}),
+                   ("hang_for", {"seconds": NEVER_S})]), "done one", "done two"])
+    team_file = marked_team(tmp_path / "t.toml", models, [HANG],
+                            {"tool_timeout_s": timeout_s, "max_concurrency": 1})
+
+    result = run_cli(llm, marked_workers.redis_url, run_id, team_file)
+
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert {s["task_id"]: s["status"] for s in out["task_states"]} == {
+        "task_1": "completed", "task_2": "completed"}
+    task_2 = TaskBoard(redis.Redis.from_url(marked_workers.redis_url, decode_responses=True),
+                       RunKeys(run_id)).get("task_2")
+    assert task_2 is not None
+    assert task_2.requeue_reason == HANDED_BACK_REASON
+    assert task_2.attempts == 2  # claimed by the member, then by its fresh job
+    assert task_2.output == "done two"
     assert_marker_kept(llm, conn0, [tmp_path / "state", marked_workers.log_dir])
 
 

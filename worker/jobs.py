@@ -9,12 +9,14 @@ import socket
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.python_tools import abandoned_tool_calls
+from teamctl.shared.board import TaskBoard
 from teamctl.shared.connection import same_server, set_outage
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.attempt import Attempt, JobContext
-from teamctl.worker.claims import Claim, Claims
+from teamctl.worker.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.heartbeat import Heartbeat
 from teamctl.worker.mcp_listing import execute_mcp_listing
 from teamctl.worker.model_call import execute_model_call
@@ -89,10 +91,26 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
         job = JobContext(conn=conn, spec=spec, board=board, bus=run.bus, store=run.store,
                          budget=run.budget, client=client, claims=claims, beat=beat,
                          worker=worker_name())
-        outcomes = []
+        outcomes: list[str] = []
         while (claim := claims.next_to_run()) is not None:
+            if outcomes and abandoned_tool_calls():
+                outcomes.append(f"{claim.task_id}: {hand_back(board, claims, claim)}")
+                continue
             outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run()}")
     return "; ".join(outcomes)
+
+
+HANDED_BACK_REASON = ("its job still runs a Python tool call abandoned after tool_timeout_s; a "
+                      "fresh job runs it")
+
+
+def hand_back(board: TaskBoard, claims: Claims, claim: Claim) -> str:
+    """Release a claim this job would run next beside an abandoned tool call's thread: a fresh
+    job (a fresh work-horse, which the thread does not outlive) runs it instead."""
+    if not claims.end(claim, ClaimEnd.RELEASED):
+        return "skipped: no longer ours"
+    outcome = board.release(claim.task_id, claim.token, HANDED_BACK_REASON)
+    return f"released ({outcome.value})"
 
 
 def worker_name() -> str:
