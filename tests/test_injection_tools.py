@@ -196,6 +196,24 @@ def test_write_file_over_a_program_leaves_it_not_executable(
     assert_marker_kept(llm, conn0, [tmp_path / "state", marked_workers.log_dir])
 
 
+def test_workspace_paths_that_leave_it_are_refused(
+        llm: ScriptedLLM, marked_workers: MarkedWorkers, conn0: redis.Redis, run_id: str,
+        tmp_path: Path) -> None:
+    """A page tells the member to read the worker's environment through /proc: an absolute
+    path, a climb out with '..', a listing of the root; each is a tool error, and the marker in
+    that environment reaches neither the model nor any file."""
+    results = run_marked(llm, marked_workers, run_id, tmp_path, [
+        ("read_file", {"path": "/proc/self/environ"}),
+        ("read_file", {"path": "../" * 12 + "proc/self/environ"}),
+        ("list_files", {"path": "/"}),
+        ("write_file", {"path": "../escaped.txt", "content": "x"})],
+        ["read_file", "list_files", "write_file"])
+
+    assert [error_of(result)["errorType"] for result in results] == ["ToolFailed"] * 4
+    assert not (tmp_path / "state" / "workspaces" / "escaped.txt").exists()
+    assert_marker_kept(llm, conn0, [tmp_path / "state", marked_workers.log_dir])
+
+
 def test_a_huge_invalid_tool_argument_is_echoed_cut(
         llm: ScriptedLLM, marked_workers: MarkedWorkers, conn0: redis.Redis, run_id: str,
         tmp_path: Path) -> None:
