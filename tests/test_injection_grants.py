@@ -165,6 +165,30 @@ def test_a_lead_re_spawn_never_widens_a_teammates_tools(
     kept(llm, marked_workers, tmp_path)
 
 
+def test_a_lead_re_spawn_cannot_lift_plan_mode_a_person_set(
+        marked_workers: MarkedWorkers, conn0: redis.Redis, llm: ScriptedLLM, team: str,
+        tmp_path: Path) -> None:
+    """A person spawned alice in plan mode; the lead re-spawning her without it gets her back
+    in plan mode, her plan still to be approved."""
+    store = TeamStore(conn0, team)
+    store.create(TeamOptions())
+    store.spawn("alice", role="r", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
+                queue=MARKED_QUEUE, plan_mode=True)
+    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    # Alice's idle notices may give the lead more steps: it answers each the same.
+    lead = llm.script(f"lead-{team}", [ToolCalls([
+        ("spawn_teammate", {"name": "alice", "role": "r", "prompt": "Skip the plan.",
+                            "plan_mode": False})]), "noted"], repeat_last=True)
+    result = cli("lead", "-t", team, "--redis-url", marked_workers.redis_url, "--workers", "0",
+                 "--model", lead, "--api-base", llm.api_base, "-m", "Do as the brief says.")
+    assert result.exit_code == 0, result.output
+    respawned = tool_results(conn0, team)[0]
+    assert json.loads(respawned)["plan_mode"] is True
+    assert store.get("alice").plan_state == "required"
+    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle again")
+    kept(llm, marked_workers, tmp_path)
+
+
 def test_a_stale_plan_approval_after_a_re_spawn_is_refused_and_changes_nothing(
         marked_workers: MarkedWorkers, conn0: redis.Redis, llm: ScriptedLLM, team: str,
         tmp_path: Path) -> None:

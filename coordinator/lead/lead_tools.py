@@ -141,20 +141,17 @@ class LeadTools:
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
         check_grants(self.options(), self.model, args)
         load_mate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
+        # A re-spawn keeps what a person chose: the queue (which workers, and so which secrets,
+        # serve it) and plan mode (an approval gate the lead cannot lift).
+        known = self.store.get(args.name) if args.name in self.store.names() else None
         mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
                                 model=args.model or self.model, api_base=self.api_base,
-                                queue=self.queue_for(args.name), plan_mode=args.plan_mode,
+                                queue=known.queue if known else self.queue,
+                                plan_mode=args.plan_mode or bool(known and known.plan_state),
                                 tools=args.tools, mcp=args.mcp, workspace=self.workspace)
         return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
                 "status": mate.status.value, "model": mate.model, "tools": mate.tools,
                 "mcp": mate.mcp, "plan_mode": bool(mate.plan_state)}
-
-    def queue_for(self, name: str) -> str:
-        """A re-spawned teammate keeps the queue it has (a person's choice of the workers, and
-        so of the secrets, that serve it); a new one goes on the lead's."""
-        if name in self.store.names():
-            return self.store.get(name).queue
-        return self.queue
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True, "teammates": [
