@@ -259,6 +259,11 @@ def test_a_re_spawn_expires_a_pending_shutdown_request_and_its_answer_is_refused
         store.respond_shutdown("sam", old.id, True)
     assert (conn.hgetall(store.keys.mate("sam")), conn.xlen(store.keys.bus)) == before
     assert store.get("sam").shutdown_request is None
+    # Past its deadline as well: it ends expired, as any overdue request does.
+    conn.hset(store.keys.request(old.id), "deadline_ms", 1)
+    with pytest.raises(RequestRefused, match=f"request {old.id} is already expired"):
+        store.respond_shutdown("sam", old.id, True)
+    assert store.request(old.id).status is RequestStatus.EXPIRED
     current, _ = store.request_shutdown("sam")
     assert store.request(current.id).epoch == 2
     store.respond_shutdown("sam", current.id, True)

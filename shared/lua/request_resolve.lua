@@ -14,8 +14,8 @@
 -- Returns {verdict, detail, woke}: 'ok' (detail: the message id; woke 1: the caller enqueues the
 -- teammate's turn), 'unknown', 'wrong_kind' (detail: the kind), 'wrong_responder' (detail: the
 -- addressee), 'resolved' (detail: its status) or 'stale' (detail: a plan's teammate's current
--- plan request, '' for none or for a shutdown request). Only 'ok' writes, except that a pending record past its deadline is
--- first marked expired.
+-- plan request, '' for none or for a shutdown request). Only 'ok' writes, except that a pending
+-- record past its deadline is first marked expired (a stale one too, so listings show it ended).
 local f = redis.call('HMGET', KEYS[1], 'kind', 'to', 'status', 'deadline_ms', 'from', 'epoch')
 if not f[1] then return {'unknown', '', 0} end
 if f[1] ~= ARGV[2] then return {'wrong_kind', f[1], 0} end
@@ -26,11 +26,6 @@ if ARGV[2] == 'plan_approval' then subject = f[5] end
 if subject ~= ARGV[8] then
   return redis.error_reply('request_resolve: KEYS[5] is not the hash of the request\'s teammate')
 end
-local mate = redis.call('HMGET', KEYS[5], 'epoch', 'plan_request')
-local current = ''
-if ARGV[2] == 'plan_approval' then current = mate[2] or '' end
-if (f[6] or '0') ~= (mate[1] or '0') then return {'stale', current, 0} end
-if ARGV[2] == 'plan_approval' and current ~= ARGV[1] then return {'stale', current, 0} end
 local now = now_ms()
 if now > tonumber(f[4]) then
   redis.call('HSET', KEYS[1], 'status', 'expired', 'resolved_ms', now, 'resolved_by', 'system')
@@ -38,6 +33,11 @@ if now > tonumber(f[4]) then
   request_event(KEYS[6], ARGV[1], 'expired', f[1])
   return {'resolved', 'expired', 0}
 end
+local mate = redis.call('HMGET', KEYS[5], 'epoch', 'plan_request')
+local current = ''
+if ARGV[2] == 'plan_approval' then current = mate[2] or '' end
+if (f[6] or '0') ~= (mate[1] or '0') then return {'stale', current, 0} end
+if ARGV[2] == 'plan_approval' and current ~= ARGV[1] then return {'stale', current, 0} end
 local status = 'rejected'
 if ARGV[4] == '1' then status = 'approved' end
 redis.call('HSET', KEYS[1], 'status', status, 'response', ARGV[5], 'resolved_ms', now,
