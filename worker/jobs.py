@@ -20,6 +20,7 @@ from teamctl.worker.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.heartbeat import Heartbeat
 from teamctl.worker.mcp_listing import execute_mcp_listing
 from teamctl.worker.model_call import execute_model_call
+from teamctl.worker.process_privacy import keep_environment_private
 
 log = logging.getLogger(__name__)
 PRELOAD_MARKER = "TEAMCTL_PRELOADED"
@@ -28,6 +29,7 @@ PRELOAD_MARKER = "TEAMCTL_PRELOADED"
 def run_task(run_id: str, task_id: str) -> str:
     """Claim and execute one task of a run; a job whose claim fails exits quietly."""
     _hint_if_not_preloaded()
+    keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
     return execute_task(job_connection(settings), run_id, task_id, settings=settings)
 
@@ -44,6 +46,7 @@ def run_model_call(run_id: str, call: str, attempt: int) -> str:
 def run_mcp_listing(run_id: str, servers: list[str]) -> str:
     """Start the run's MCP `servers`, cache their tool lists for the planner, stop them."""
     _hint_if_not_preloaded()
+    keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
     return execute_mcp_listing(job_connection(settings), run_id, servers, worker_name())
 

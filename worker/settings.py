@@ -22,10 +22,12 @@ import os
 from teamctl.shared.connection import OutageTolerantRedis
 from teamctl.shared.parent_watch import exit_if_parent_gone, watch_parent
 from teamctl.shared.settings import load_settings
+from teamctl.worker.process_privacy import keep_environment_private
 from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
 
 exit_if_parent_gone(os.environ)  # before seconds of preload: a dead run's worker takes no job
 complete_rq_command(os.environ)  # may start this command again, with teamctl's classes
+keep_environment_private()  # before anything reads a secret; every work-horse inherits it
 
 _settings = load_settings()
 OutageTolerantRedis.outage_s = _settings.worker_outage_s  # before RQ connects with it

@@ -43,6 +43,7 @@ from teamctl.worker.mate_workspace import (
     add_mate_workspace,
     mcp_hub,
 )
+from teamctl.worker.process_privacy import keep_environment_private
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class TurnRevoked(Exception):  # noqa: N818  (a signal, not a failure to report)
 
 def run_turn(team: str, name: str) -> str:
     """The RQ job: run the teammate's turn (and the turns mail arriving meanwhile asks for)."""
+    keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
     return execute_turn(job_connection(settings), team, name, settings=settings)
 

@@ -166,3 +166,10 @@ def hang_for(seconds: float) -> str:
     else:
         release.wait(seconds)
     return "slept"
+
+
+def environment_hidden() -> bool:
+    """Whether the process running this tool hides its /proc files from its user's programs."""
+    from teamctl.worker.process_privacy import environment_private
+
+    return environment_private()

@@ -1,0 +1,68 @@
+"""A worker's environment is kept from its user's other programs: its processes are not
+dumpable, so /proc/<pid>/environ is root's (tools' programs run as the worker's user)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.injection_support import MARKER, MARKER_NAME, MarkedWorkers, assert_marker_kept
+from tests.scripted_llm import ScriptedLLM
+from tests.test_injection_tools import run_marked
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+HOLD = ("import sys, time\n"
+        "from teamctl.worker.process_privacy import keep_environment_private\n"
+        "if sys.argv[1] == 'private':\n"
+        "    assert keep_environment_private()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n")
+
+
+@contextmanager
+def holder_as_nobody(mode: str) -> Iterator[int]:
+    """A process of user nobody holding the marker in its environment; yields its pid."""
+    process = subprocess.Popen([*NOBODY, sys.executable, "-c", HOLD, mode],
+                               env={**os.environ, MARKER_NAME: MARKER},
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline() == "ready\n"
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait(10)
+
+
+def read_as_nobody(pid: int) -> subprocess.CompletedProcess[bytes]:
+    """What another program of user nobody (a tool's `cat`) reads of the holder's environment."""
+    return subprocess.run([*NOBODY, "cat", f"/proc/{pid}/environ"], capture_output=True,
+                          timeout=30, check=False)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as nobody")
+def test_a_private_process_environment_is_unreadable_to_its_users_programs() -> None:
+    with holder_as_nobody("open") as pid:
+        shown = read_as_nobody(pid)
+        assert shown.returncode == 0 and MARKER.encode() in shown.stdout  # what was open
+    with holder_as_nobody("private") as pid:
+        hidden = read_as_nobody(pid)
+        assert hidden.returncode != 0 and b"Permission denied" in hidden.stderr
+        assert MARKER.encode() not in hidden.stdout
+
+
+def test_a_workers_job_runs_in_a_private_process(
+        llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path) -> None:
+    """The work-horse a tool runs in inherited the worker's privacy (worker/settings.py)."""
+    (hidden,) = run_marked(llm, marked_workers, run_id, tmp_path,
+                           [("environment_hidden", {})],
+                           ["tests.pytools_fixture.tools:environment_hidden"])
+    assert hidden == "true"
+    assert_marker_kept(llm, redis.Redis.from_url(marked_workers.redis_url),
+                       [tmp_path / "state", marked_workers.log_dir])
