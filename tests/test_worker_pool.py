@@ -214,6 +214,7 @@ def test_team_spawn_on_the_embedded_defaults_starts_the_pool_for_its_turn(state:
 
 
 def test_workers_outside_the_pool_have_no_pool_environment(workers: str) -> None:
+    """The shared workers (and the injection suite's, on `marked`) list with no pool."""
     listed = teamctl("workers", "--redis-url", workers, "--json")
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)
@@ -221,4 +222,4 @@ def test_workers_outside_the_pool_have_no_pool_environment(workers: str) -> None
     header, *lines = teamctl("workers", "--redis-url", workers).stdout.splitlines()
     assert re.fullmatch("queue +worker +state +job +pool", header), header
     assert len(lines) == len(rows) and all(
-        re.fullmatch(r"members  \S+:\d+ +\w+ +\S+ +-", line) for line in lines), lines
+        re.fullmatch(r"(members|marked) +\S+:\d+ +\w+ +\S+ +-", line) for line in lines), lines
