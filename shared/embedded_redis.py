@@ -17,9 +17,10 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from enum import Enum
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 from urllib.parse import quote
 
 import redis
@@ -32,6 +33,8 @@ from teamctl.shared.processes import (
     executable,
     pid_alive,
     process_start_ticks,
+    runs_program,
+    same_process_alive,
     working_dir,
 )
 
@@ -82,6 +85,15 @@ class StopResult(NamedTuple):
     stale_pid: int | None = None
 
 
+class Found(Enum):
+    """What the pid in `redis.pid` names now."""
+
+    SERVER = "the redis-server started here"
+    STRANGER = "another process (the pid was reused)"
+    GONE = "no process"
+    UNVERIFIED = "the process started here, not running the program recorded"
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket() as sock:
@@ -113,13 +125,13 @@ class EmbeddedRedis:
     def ensure(self) -> str:
         """Return the URL of the running server, starting it if needed (one starter at a time)."""
         checked_private_dir(self.root, tighten=True)
-        with open(self.root / "start.lock", "w", opener=private_opener) as lock:
+        with self._start_lock() as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # two commands at once must not start two servers
             url = self.running_url()
             if url is not None and url.startswith("unix://"):
                 return url
             if url is not None:
-                self.stop()  # started by an older teamctl on TCP without a password
+                self._stop_locked()  # started by an older teamctl on TCP without a password
             return self.start()
 
     def running_url(self) -> str | None:
@@ -151,25 +163,58 @@ class EmbeddedRedis:
 
     def stop(self) -> StopResult:
         """Stop the server by its pid, once that pid is checked to be the server started here;
-        a pid file naming any other process is removed and nothing is signalled."""
+        a pid file naming any other process is removed and nothing is signalled. Holds the
+        start lock: a start beside it would record a new pid that this stop then forgets."""
+        try:
+            lock = self._start_lock()
+        except FileNotFoundError:
+            return StopResult(stopped=False)  # no dir: nothing was ever started here
+        with lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._stop_locked()
+
+    def _start_lock(self) -> IO[str]:
+        """start.lock, which `ensure` and `stop` hold while they start or stop the server."""
+        return open(self.root / "start.lock", "w", opener=private_opener)
+
+    def _stop_locked(self) -> StopResult:
+        """`stop` for a caller holding the start lock."""
         pid = self._pid()
         if pid is None:
             return StopResult(stopped=False)
-        if not pid_alive(pid):
+        found = self._identify(pid)
+        if found is Found.GONE:
             return StopResult(stopped=False)
-        if not self._is_our_server(pid):
-            self.pid_file.unlink(missing_ok=True)
-            self.process_file.unlink(missing_ok=True)
+        if found is Found.STRANGER:
+            self._forget_process()
             return StopResult(stopped=False, stale_pid=pid)
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return StopResult(stopped=False)
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while time.monotonic() < deadline and pid_alive(pid):
-            time.sleep(0.05)
-        self.url_file.unlink(missing_ok=True)
+        if found is Found.UNVERIFIED:
+            raise InfraError(f"pid {pid} in {self.pid_file} started when the redis-server teamctl "
+                             f"started did, but runs {executable(pid) or 'a program /proc hides'}, "
+                             f"not the one in {self.process_file}; it was left running and "
+                             "recorded: check it, and stop it by its pid if it is the server")
+        self._terminate(pid)
         return StopResult(stopped=True)
+
+    def _terminate(self, pid: int) -> None:
+        """SIGTERM the server and wait until it is gone; only then forget its pid and URL (a
+        pid file removed before would leave a running server nothing can find)."""
+        ticks = process_start_ticks(pid)
+        with suppress(ProcessLookupError):  # exited since it was checked: forget it all the same
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline and same_process_alive(pid, ticks):
+            time.sleep(0.05)  # a daemon: not our child, there is no wait() on it
+        if same_process_alive(pid, ticks):
+            raise InfraError(f"redis-server (pid {pid}) is still shutting down after "
+                             f"{STARTUP_TIMEOUT_S:g} s; run `teamctl redis stop` again")
+        self._forget_process()
+        self.url_file.unlink(missing_ok=True)
+
+    def _forget_process(self) -> None:
+        """Remove the pid file and the record, which name a process that is not running here."""
+        self.pid_file.unlink(missing_ok=True)
+        self.process_file.unlink(missing_ok=True)
 
     def cli_command(self, args: list[str]) -> tuple[list[str], dict[str, str]]:
         """redis-cli on this server (started if needed) and its environment; redis-cli's -u
@@ -234,19 +279,32 @@ class EmbeddedRedis:
         except ValueError:
             return None  # torn or hand-edited: it proves nothing about any pid
 
-    def _is_our_server(self, pid: int) -> bool:
-        """Whether `pid` is the redis-server started here: the start time and program recorded
-        when it started; with no record (a server of an older teamctl), a redis-server whose
-        working directory is this dir (redis-server moves into its data dir)."""
+    def _identify(self, pid: int) -> Found:
+        """What `pid` names: the pid and start time recorded when the server started say which
+        process it is, then its program (an upgraded one at the same path included) that it is
+        still the server. Without /proc at start (not Linux) the pid is all there is to go by;
+        with no record (a server of an older teamctl), a redis-server whose working directory
+        is this dir (redis-server moves into its data dir) is the server."""
+        if not pid_alive(pid):
+            return Found.GONE
         record = self._recorded_process()
-        if record is not None and record.start_ticks is None:
-            return record.pid == pid  # recorded without /proc: the pid is all there is to go by
-        if record is not None:
-            return (record.pid == pid and process_start_ticks(pid) == record.start_ticks
-                    and str(executable(pid)) == record.executable)
-        here = working_dir(pid)
-        return (command_name(pid) == "redis-server" and here is not None
-                and here == self.root.resolve())
+        if record is None:
+            here = working_dir(pid)
+            ours = (command_name(pid) == "redis-server" and here is not None
+                    and here == self.root.resolve())
+            return Found.SERVER if ours else Found.STRANGER
+        if record.pid != pid:
+            return Found.STRANGER
+        if record.start_ticks is None:
+            return Found.SERVER
+        ticks = process_start_ticks(pid)
+        if ticks is None:  # gone since the check above, or /proc is unreadable now
+            return Found.UNVERIFIED if pid_alive(pid) else Found.GONE
+        if ticks != record.start_ticks:
+            return Found.STRANGER
+        if not same_process_alive(pid, ticks):
+            return Found.GONE  # exited, not yet reaped
+        return Found.SERVER if runs_program(pid, record.executable) else Found.UNVERIFIED
 
     def _wait_until_up(self, url: str, sock: Path) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -6,6 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+REMOVED_SUFFIX = " (deleted)"
+"""What Linux appends to /proc/<pid>/exe once the program's file is unlinked."""
+
 
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists (signal 0 checks without signalling; one we may
@@ -47,12 +50,23 @@ def same_process_alive(pid: int, start_ticks: int | None) -> bool:
 
 
 def executable(pid: int) -> Path | None:
-    """The program file the process `pid` runs, symlinks resolved; None when it is gone or not
-    ours to inspect (another user's process: /proc hides its exe)."""
+    """The program file the process `pid` runs, symlinks resolved; a file removed or replaced
+    since it started (an upgrade) reads as the path it had; None when it is gone or not ours to
+    inspect (another user's process: /proc hides its exe)."""
     try:
-        return Path(os.readlink(f"/proc/{pid}/exe")).resolve()
+        target = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         return None
+    if target.endswith(REMOVED_SUFFIX):
+        # Already the kernel's canonical path; resolving it would follow whatever took its place.
+        return Path(target.removesuffix(REMOVED_SUFFIX))
+    return Path(target).resolve()
+
+
+def runs_program(pid: int, program: str | None) -> bool:
+    """Whether the process `pid` runs `program` (a path `executable` gave when it started), an
+    upgrade since then included; True when nothing was recorded to compare."""
+    return program is None or str(executable(pid)) == program
 
 
 def working_dir(pid: int) -> Path | None:

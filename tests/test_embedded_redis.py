@@ -3,6 +3,7 @@ by its owner (a 0700 socket dir, no TCP) and only with its password."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -10,10 +11,12 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 import redis
@@ -37,7 +40,12 @@ from teamctl.shared.embedded_redis import (
 from teamctl.shared.errors import InfraError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.processes import executable, pid_alive, process_start_ticks
+from teamctl.shared.processes import (
+    executable,
+    pid_alive,
+    process_start_ticks,
+    same_process_alive,
+)
 
 from tests.conftest import wait_until
 from tests.test_worker_support import make_run
@@ -190,7 +198,105 @@ def test_the_start_records_the_server_it_stops(server: EmbeddedRedis) -> None:
     assert mode(server.process_file) == 0o600 and mode(server.pid_file) == 0o600
     assert mode(server.log_file) == 0o600
     assert server.stop() == StopResult(stopped=True)
-    assert not pid_alive(pid)
+    assert not same_process_alive(pid, recorded.start_ticks)  # exited; maybe not yet reaped
+
+
+@pytest.fixture
+def cli_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """The embedded server `teamctl redis ...` uses in this test's state dir."""
+    yield EmbeddedRedis(tmp_path / "state" / "redis")
+
+
+def recorded(server: EmbeddedRedis) -> ServerProcess:
+    """The record `start` wrote of the server it started."""
+    return ServerProcess.model_validate_json(server.process_file.read_text())
+
+
+def kill_if_running(process: ServerProcess) -> None:
+    """Clean up after a failed test: SIGKILL that very process (same pid, same start) if it
+    still runs."""
+    if same_process_alive(process.pid, process.start_ticks):
+        os.kill(process.pid, signal.SIGKILL)
+
+
+def test_a_server_whose_program_was_upgraded_away_is_still_stopped_by_its_pid(
+        cli_server: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    installed = tmp_path / "bin" / "redis-server"
+    installed.parent.mkdir()
+    shutil.copy2(redis_server_binary(), installed)
+    monkeypatch.setenv("PATH", f"{installed.parent}{os.pathsep}{os.environ['PATH']}")
+    cli_server.ensure()
+    started = recorded(cli_server)
+    pid = started.pid
+    try:
+        assert started.executable == str(installed.resolve())
+        installed.unlink()  # an upgrade replaces the file the running server was started from
+        assert os.readlink(f"/proc/{pid}/exe") == f"{installed.resolve()} (deleted)"
+        assert executable(pid) == installed.resolve()
+
+        stopped = CliRunner().invoke(main, ["redis", "stop"])
+    finally:
+        kill_if_running(started)
+
+    assert (stopped.exit_code, stopped.stdout) == (0, "stopped\n"), stopped.output
+    assert not same_process_alive(pid, started.start_ticks)
+    assert not any(f.exists() for f in (cli_server.pid_file, cli_server.process_file,
+                                        cli_server.url_file))
+    assert CliRunner().invoke(main, ["redis", "stop"]).stdout == "not running\n"
+
+
+def test_a_recorded_server_running_another_program_is_left_running_and_recorded(
+        cli_server: EmbeddedRedis) -> None:
+    url = cli_server.ensure()
+    started = recorded(cli_server)
+    pid = started.pid
+    edited = started.model_copy(update={"executable": "/opt/other/redis-server"})
+    cli_server.process_file.write_text(edited.model_dump_json())
+    try:
+        refused = CliRunner().invoke(main, ["redis", "stop"])
+        assert redis.Redis.from_url(url).ping() and int(cli_server.pid_file.read_text()) == pid
+    finally:
+        kill_if_running(started)
+
+    assert refused.exit_code == 1, refused.output
+    assert refused.stderr == (
+        f"teamctl: pid {pid} in {cli_server.pid_file} started when the redis-server teamctl "
+        f"started did, but runs {started.executable}, not the one in "
+        f"{cli_server.process_file}; it was left running and recorded: check it, and stop it by "
+        "its pid if it is the server\n")
+    assert cli_server.process_file.read_text() == edited.model_dump_json()
+
+
+def waiting_for(lock: IO[str]) -> bool:
+    """Whether some lock request waits on the file `lock` holds (/proc/locks marks it `->`)."""
+    inode = os.fstat(lock.fileno()).st_ino
+    return any(line.split()[1] == "->" and line.split()[6].endswith(f":{inode}")
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_a_stop_during_a_start_waits_and_stops_the_server_the_start_leaves(
+        server: EmbeddedRedis) -> None:
+    server.ensure()
+    old = recorded(server)
+    results: list[StopResult] = []
+    stopper = threading.Thread(target=lambda: results.append(server.stop()))
+    with open(server.root / "start.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # a start is under way
+        stopper.start()
+        wait_until(lambda: waiting_for(lock), 10, message="the stop to wait for the start lock")
+        # What that start does meanwhile: the old server is gone, a new one takes its record.
+        os.kill(old.pid, signal.SIGKILL)
+        wait_until(lambda: not same_process_alive(old.pid, old.start_ticks), 10,
+                   message="the old server to die")
+        server.start()
+        new = recorded(server)
+        assert results == [] and same_process_alive(new.pid, new.start_ticks)
+    stopper.join(timeout=30)
+
+    assert results == [StopResult(stopped=True)]
+    assert new.pid != old.pid and not same_process_alive(new.pid, new.start_ticks)
+    assert not server.pid_file.exists() and not server.process_file.exists()
+    assert server.running_url() is None
 
 
 def test_corrupt_data_is_a_clear_error_not_a_hang(server: EmbeddedRedis) -> None:

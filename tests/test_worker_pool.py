@@ -6,19 +6,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.cli.worker_pool import PoolWorker, WorkerPool
 from teamctl.coordinator.launch import WorkerPlan
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.embedded_redis import EmbeddedRedis, free_port
+from teamctl.shared.processes import executable, process_start_ticks
 from teamctl.shared.settings import load_settings
 
 from tests.conftest import wait_until
@@ -188,12 +191,43 @@ def environ_lines(pid: int) -> list[str]:
 def test_redis_stop_stops_the_pool_that_serves_it(state: Path) -> None:
     assert teamctl("workers", "start", "-n", "1").returncode == 0
     (pid,) = pool_pids(state)
+    (worker,) = WorkerPool(state / "pool", state / "logs").live()
+    assert worker.program == str(executable(pid)) and "python" in worker.program
 
     stopped = teamctl("redis", "stop")
 
     assert stopped.returncode == 0
     assert stopped.stdout.splitlines() == ["stopped 1 pool worker(s)", "stopped"]
     assert exited(pid) and pool_pids(state) == set()
+
+
+@pytest.mark.parametrize("recorded", ["its program", "its program, since removed", "another"])
+def test_stop_signals_a_recorded_worker_only_while_it_runs_the_recorded_program(
+        tmp_path: Path, recorded: str) -> None:
+    installed = tmp_path / "bin" / "sleep"
+    installed.parent.mkdir()
+    shutil.copy2(str(shutil.which("sleep")), installed)
+    process = subprocess.Popen([str(installed), "60"])
+    try:
+        program = str(installed.resolve()) if recorded != "another" else sys.executable
+        pool = WorkerPool(tmp_path / "pool", tmp_path / "logs")
+        pool.root.mkdir(mode=0o700)
+        pool.record.write_text(json.dumps([asdict(PoolWorker(
+            process.pid, process_start_ticks(process.pid), "r", ["members"], program=program))]))
+        if recorded == "its program, since removed":
+            installed.unlink()  # an upgrade replaced the program the worker runs
+
+        stopped = pool.stop(timeout_s=30)
+
+        if recorded == "another":  # same pid, same start, yet not what was recorded
+            assert stopped == [] and process.poll() is None
+        else:
+            assert stopped == [process.pid]
+            assert process.wait(timeout=30) == -signal.SIGTERM
+        assert not pool.record.exists()
+    finally:
+        process.kill()
+        process.wait(timeout=30)
 
 
 def test_team_spawn_on_the_embedded_defaults_starts_the_pool_for_its_turn(state: Path) -> None:

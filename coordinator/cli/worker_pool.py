@@ -25,7 +25,12 @@ from teamctl.shared.private_files import (
     private_opener,
     write_private,
 )
-from teamctl.shared.processes import process_start_ticks, same_process_alive
+from teamctl.shared.processes import (
+    executable,
+    process_start_ticks,
+    runs_program,
+    same_process_alive,
+)
 
 DEFAULT_POOL_SIZE = 2
 DEFAULT_IDLE_EXIT_S = 600
@@ -46,6 +51,8 @@ class PoolWorker:
     """Where its output goes (a worker that dies at start says why there)."""
     retiring: bool = False
     """Asked to stop (replaced by workers of another environment): it serves no new run."""
+    program: str | None = None
+    """The program it runs (processes.executable); None off Linux, or an older teamctl's."""
 
     @property
     def env_key(self) -> str:
@@ -56,8 +63,10 @@ class PoolWorker:
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
     def alive(self) -> bool:
-        """Whether this very process still runs (not a zombie, not a reused pid)."""
-        return same_process_alive(self.pid, self.start_ticks)
+        """Whether this very process still runs (not a zombie, not a reused pid, still the
+        program it started as): only then may `stop` signal it."""
+        return (same_process_alive(self.pid, self.start_ticks)
+                and runs_program(self.pid, self.program))
 
     def serves(self, redis_id: str, queues: list[str]) -> bool:
         """Whether it listens on every one of `queues` of this Redis, and is not retiring."""
@@ -129,9 +138,11 @@ class WorkerPool:
                      str(idle_exit_s), *queues],
                     stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                     start_new_session=True)
+            program = executable(process.pid)  # Popen returns once the exec is done
             started.append(PoolWorker(process.pid, process_start_ticks(process.pid),
                                       redis_identity(redis_url), list(queues), digests,
-                                      str(log_path)))
+                                      str(log_path),
+                                      program=None if program is None else str(program)))
         self._write([*self.live(), *started])
         return started
 
