@@ -69,6 +69,14 @@ def runs_program(pid: int, program: str | None) -> bool:
     return program is None or str(executable(pid)) == program
 
 
+def still_running(pid: int, start_ticks: int | None, program: str | None) -> bool:
+    """Whether the process `pid` that started at `start_ticks` still runs `program`: compared
+    only where /proc shows it, since a worker hides it from its own user (not dumpable:
+    worker/process_privacy.py), and pid and start time identify a process already."""
+    return same_process_alive(pid, start_ticks) and (
+        executable(pid) is None or runs_program(pid, program))
+
+
 def working_dir(pid: int) -> Path | None:
     """The current directory of the process `pid`; None when it is gone or not ours."""
     try:

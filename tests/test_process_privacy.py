@@ -66,3 +66,20 @@ def test_a_workers_job_runs_in_a_private_process(
     assert hidden == "true"
     assert_marker_kept(llm, redis.Redis.from_url(marked_workers.redis_url),
                        [tmp_path / "state", marked_workers.log_dir])
+
+
+POOL_CHECK = ("import sys\n"
+              "from teamctl.shared.processes import process_start_ticks, still_running\n"
+              "pid = int(sys.argv[1])\n"
+              "print(still_running(pid, process_start_ticks(pid), sys.executable),\n"
+              "      still_running(pid, process_start_ticks(pid) - 1, sys.executable))\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run processes as nobody")
+def test_the_pool_still_knows_a_worker_that_hides_its_environment() -> None:
+    """The pool (its user's process) cannot read a private worker's /proc exe; the worker's pid
+    and start time still identify it (PoolWorker.alive), so `workers stop` may signal it."""
+    with holder_as_nobody("private") as pid:
+        checked = subprocess.run([*NOBODY, sys.executable, "-c", POOL_CHECK, str(pid)],
+                                 capture_output=True, text=True, timeout=60, check=False)
+        assert (checked.returncode, checked.stdout) == (0, "True False\n"), checked.stderr

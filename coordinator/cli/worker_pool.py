@@ -28,8 +28,7 @@ from teamctl.shared.private_files import (
 from teamctl.shared.processes import (
     executable,
     process_start_ticks,
-    runs_program,
-    same_process_alive,
+    still_running,
 )
 
 DEFAULT_POOL_SIZE = 2
@@ -65,8 +64,7 @@ class PoolWorker:
     def alive(self) -> bool:
         """Whether this very process still runs (not a zombie, not a reused pid, still the
         program it started as): only then may `stop` signal it."""
-        return (same_process_alive(self.pid, self.start_ticks)
-                and runs_program(self.pid, self.program))
+        return still_running(self.pid, self.start_ticks, self.program)
 
     def serves(self, redis_id: str, queues: list[str]) -> bool:
         """Whether it listens on every one of `queues` of this Redis, and is not retiring."""
