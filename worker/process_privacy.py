@@ -19,23 +19,19 @@ PR_GET_DUMPABLE = 3
 
 def keep_environment_private() -> bool:
     """Make this process not dumpable; False where that is not possible (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return bool(_prctl()(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
+    return _prctl(PR_SET_DUMPABLE, 0) == 0
 
 
 def environment_private() -> bool:
     """Whether this process is not dumpable (its /proc files hidden from its user)."""
+    return _prctl(PR_GET_DUMPABLE) == 0
+
+
+def _prctl(option: int, value: int = 0) -> int | None:
+    """prctl(2)'s answer; None off Linux, or where libc has no prctl."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
-        return bool(_prctl()(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0)
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0))
     except (OSError, AttributeError):
-        return False
-
-
-def _prctl() -> ctypes._CFuncPtr:
-    return ctypes.CDLL(None, use_errno=True).prctl
+        return None
