@@ -1,7 +1,8 @@
 """The prompt-injection suite's MCP escalations: what a model writes is never run as an MCP
 server (a rewritten script in the workspace, a run spec naming one), and `env:` never hands
 teamctl's own secrets to a server (its Redis URL and password, its settings) nor sends a secret
-header in clear. Agents run on the marked workers, whose environment holds the marker secret."""
+header in clear, and git config planted in the workspace runs nothing in a server or in bash.
+Agents run on the marked workers, whose environment holds the marker secret."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from tests.conftest import wait_until
 from tests.injection_support import MARKED_QUEUE, MARKER_NAME, MarkedWorkers, assert_marker_kept
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import run_cli, script_run
+from tests.test_mcp_tools import git_repository
 from tests.test_python_tools import assert_config_error
 from tests.test_worker_support import tool_results
 
@@ -168,3 +170,58 @@ def test_env_of_a_teamctl_secret_or_a_header_in_clear_is_refused(
     conn = redis.Redis.from_url(redis_url)
     assert conn.keys("*") == []
     assert_marker_kept(llm, conn, [state_dir()])
+
+
+def git_payload(out: Path) -> str:
+    """Git config a steered member plants: `git status` would run the fsmonitor hook, a commit
+    the hook, each writing `pwned` and dumping git's environment (a server's, with its `env:`
+    secrets) and its parent's (the server, or the work-horse) into leak.txt."""
+    dump = (f"touch {out}/pwned; env >> {out}/leak.txt; "
+            f"cat /proc/$PPID/environ >> {out}/leak.txt; false")
+    return f'[core]\n\tfsmonitor = "{dump}"\n\thooksPath = {out}/hooks\n'
+
+
+def test_git_config_planted_in_the_workspace_runs_nothing_in_git_servers_or_bash(
+        llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path) -> None:
+    """A member with write_file tries `.git/config` (refused) and `~/.gitconfig` (the workspace
+    is no longer HOME, so it is just a file); a bash member plants the same config in
+    `.git/config` anyway and runs `git status`; then the git MCP server (its `env:` holds the
+    marker) runs `git status`: the payload never runs, in bash nor in the server."""
+    workspace = state_dir() / "workspaces" / run_id
+    git_repository(workspace)
+    out = workspace.resolve()
+    payload = git_payload(out)
+    plant = f"printf '%s' '{payload}' >> .git/config && git status --short; echo status=$?"
+    plan = [{"memberId": "m2", "task": "Plant"},
+            {"memberId": "m1", "task": "Check the tree", "dependsOn": ["task_1"]}]
+    models = script_run(llm, run_id, plan, member=[
+        ToolCalls([("bash", {"command": plant})]), "planted",
+        ToolCalls([("write_file", {"path": ".git/config", "content": payload}),
+                   ("write_file", {"path": ".gitconfig", "content": payload})]),
+        ToolCalls([("git__git_status", {"repo_path": "."})]), "checked"])
+    team = marked_team(tmp_path / "team.json", models,
+                       [{"name": "git", "command": ["mcp-server-git", "--repository", "."],
+                         "env": {"TOKEN": f"env:{MARKER_NAME}"}}],
+                       [{"id": "m1", "tools": ["write_file"], "mcp": ["git"]},
+                        {"id": "m2", "tools": ["bash"]}])
+
+    result = run_cli(llm, marked_workers.redis_url, run_id, team)
+
+    assert result.exit_code == 0, result.output
+    out_json = json.loads(result.stdout)
+    assert [s["status"] for s in out_json["task_states"]] == ["completed", "completed"], out_json
+    requests = llm.requests[f"member-{run_id}"]
+    (bashed,) = tool_results(requests[1])
+    assert json.loads(bashed)["output"].endswith("status=0\n"), bashed
+    assert payload in (workspace / ".git" / "config").read_text()  # bash did plant it
+    refused, written = tool_results(requests[3])
+    assert refused.startswith("TOOL_ERROR: ") and (
+        "path '.git/config' is in or names .git, which the workspace file tools never write: "
+        "git runs hooks and commands named in a repository's .git (its config, its hooks); "
+        "reading it is allowed") in refused
+    assert json.loads(written)["ok"] is True
+    status = tool_results(requests[4])[-1]
+    assert "On branch" in status and "notes.txt" not in status.split("Untracked")[0], status
+    assert not (out / "pwned").exists() and not (out / "leak.txt").exists()
+    assert_marker_kept(llm, redis.Redis.from_url(marked_workers.redis_url),
+                       [state_dir(), marked_workers.log_dir])

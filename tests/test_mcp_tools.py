@@ -25,7 +25,7 @@ from rq import Queue
 from rq.job import Job
 from teamctl.coordinator.cli import main
 from teamctl.shared.agent.mcp_config import McpServer, resolved_values
-from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, StderrTail
+from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, StderrTail, call_result_text
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
@@ -492,8 +492,9 @@ def test_a_worker_refuses_env_values_naming_teamctl_s_own_variables() -> None:
         with pytest.raises(ConfigError) as refused:
             resolved_values({"A": f"env:{name}"}, "docs", "header", environ)
         assert str(refused.value) == (
-            f"MCP server 'docs': header A reads ${name}, which is teamctl's own and never goes "
-            "to an MCP server; give the server a variable of its own")
+            f"MCP server 'docs': header A = 'env:{name}': ${name} is teamctl's own (its Redis "
+            "and settings) and never goes to an MCP server; give the server a variable of its "
+            "own")
 
 
 def test_ctrl_c_while_a_server_starts_stops_the_server(tmp_path: Path) -> None:
@@ -552,6 +553,48 @@ def index_server(*args: str) -> McpServer:
     return McpServer(name="index", command=[sys.executable, "-m",
                                             "tests.mcp_fixture.stdio_server", *args],
                      env={"PYTHONPATH": str(REPO_ROOT)})
+
+
+def test_a_stdio_server_s_home_is_private_outside_the_workspace_and_git_is_pinned(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HOME is a 0700 directory of the hub's, not the workspace (programs read their config
+    there), removed when the hub closes; git's command-running settings are pinned by the
+    environment (outranking a repository's config), and the worker's secrets are absent."""
+    monkeypatch.setenv("REDIS_URL", "redis://:secret@host")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with McpHub(workspace, McpTimeouts(30, 30, 10)) as hub:
+        hub.start(index_server())
+        told = json.loads(call_result_text(hub.call("index", "environment", {}), 100_000))
+        env = told["env"]
+        home = Path(env["HOME"])
+        assert home == hub.home and home.is_dir() and not home.is_relative_to(tmp_path)
+        assert told["home_mode"] == "0o700"
+    assert not home.exists()
+    pinned = {env[f"GIT_CONFIG_KEY_{i}"]: env[f"GIT_CONFIG_VALUE_{i}"]
+              for i in range(int(env["GIT_CONFIG_COUNT"]))}
+    assert pinned == {"core.fsmonitor": "false", "core.hooksPath": "/dev/null",
+                      "core.pager": "cat", "core.editor": "true", "sequence.editor": "true",
+                      "core.sshCommand": "ssh", "core.askPass": "", "credential.helper": "",
+                      "safe.bareRepository": "explicit"}
+    assert (env["GIT_CONFIG_NOSYSTEM"], env["GIT_CONFIG_GLOBAL"], env["GIT_PAGER"]) == (
+        "1", "/dev/null", "cat")
+    assert env["PYTHONSAFEPATH"] == "1" and "REDIS_URL" not in env
+
+
+def test_a_worker_refuses_a_secret_header_in_clear_with_the_team_file_s_words(
+        tmp_path: Path) -> None:
+    """A spec that skipped the team file's check (any host that reaches Redis can write one)
+    is refused by the worker before connecting, with the same text."""
+    server = McpServer.model_construct(name="docs", command=None, env={},
+                                       url="http://docs.example/mcp",
+                                       headers={"Authorization": "env:DOCS_TOKEN"})
+    with McpHub(tmp_path, McpTimeouts(5, 5, 5)) as hub, pytest.raises(ConfigError) as refused:
+        hub.start(server)
+    assert str(refused.value) == (
+        "MCP server 'docs': headers.Authorization reads the worker's environment but url "
+        "'http://docs.example/mcp' is neither https nor loopback (127.0.0.1, ::1, localhost), "
+        "so it would cross the network in clear; use an https URL")
 
 
 def test_stdio_server_results_and_failures_reach_the_model(

@@ -6,9 +6,11 @@ import contextlib
 import errno
 import json
 import os
+import resource
 import signal
 import stat
 import subprocess
+import tempfile
 import threading
 import time
 import tracemalloc
@@ -25,6 +27,7 @@ from teamctl.shared.agent.workspace import (
     BASH_MORE_PROCESSES,
     Workspace,
     _limits_script,
+    _user_task_count,
 )
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
@@ -152,7 +155,8 @@ def test_bash_does_not_see_the_worker_environment(
     output = workspace.bash("env")["output"]
     assert "sk-secret-value" not in output and "OPENAI_API_KEY" not in output
     assert "secret-host" not in output and "REDIS_URL" not in output
-    assert f"HOME={workspace.root.resolve()}\n" in output
+    home = output.split("\nHOME=", 1)[1].split("\n", 1)[0]
+    assert not Path(home).is_relative_to(workspace.root.parent)
     assert "LANG=C.UTF-8\n" in output
 
 
@@ -207,7 +211,7 @@ def test_bash_runs_under_resource_limits(workspace: Workspace) -> None:
         ["8", str(BASH_ADDRESS_SPACE_BYTES // 1024), str(BASH_FILE_SIZE_BYTES // 1024)] * 2
     assert 1 + BASH_MORE_PROCESSES <= int(processes.split()[-1]) < 10_000
     assert "cannot modify limit" in raise_refused
-    assert home == str(workspace.root.resolve())
+    assert home.startswith(tempfile.gettempdir()) and str(workspace.root) not in home
 
 
 def test_bash_stops_a_memory_hog_and_a_huge_file(workspace: Workspace) -> None:
@@ -466,3 +470,127 @@ def test_list_and_edit_stay_inside_while_a_directory_is_swapped_for_a_symlink(
     assert swaps[0] > 0 and "d/secret.txt" in listed
     assert "d/outside-only.txt" not in listed
     assert_outside_untouched(outside, inode)
+
+
+GIT_REFUSAL = ("path {path!r} is in or names {name}, which the workspace file tools never "
+               "write: git runs hooks and commands named in a repository's .git (its config, "
+               "its hooks); reading it is allowed")
+NPMRC_REFUSAL = ("path {path!r} is in or names {name}, which the workspace file tools never "
+                 "write: npm and npx read a project's .npmrc, and settings such as node-options "
+                 "run code; reading it is allowed")
+
+
+@pytest.mark.parametrize(("path", "name", "refusal"), [
+    (".git/config", ".git", GIT_REFUSAL), (".GIT/config", ".GIT", GIT_REFUSAL),
+    ("sub/.git", ".git", GIT_REFUSAL),  # a file: the gitdir-link form
+    (".git/hooks/pre-commit", ".git", GIT_REFUSAL), ("gitdir/config", ".git", GIT_REFUSAL),
+    (".npmrc", ".npmrc", NPMRC_REFUSAL), ("web/.NPMRC", ".NPMRC", NPMRC_REFUSAL)])
+def test_file_tools_never_write_git_s_directory_nor_npmrc(
+        workspace: Workspace, path: str, name: str, refusal: str) -> None:
+    """Refused in any component, in any case, through a symlink too (`gitdir` -> .git), for
+    write_file and edit_file; read_file and list_files still see them."""
+    git_dir = workspace.root / ".git"
+    (git_dir / "hooks").mkdir(parents=True)
+    (git_dir / "config").write_text("[core]\n")
+    (workspace.root / "gitdir").symlink_to(".git")
+    for write in (lambda: workspace.write(path, "[core]\n\tfsmonitor = evil\n"),
+                  lambda: workspace.edit(path, "[core]", "[core]\n\tfsmonitor = evil")):
+        with pytest.raises(ToolFailed) as refused:
+            write()
+        assert str(refused.value) == refusal.format(path=path, name=name)
+    assert workspace.read(".git/config") == "[core]\n"
+    assert ".git/config" in workspace.list(".")
+    assert not (workspace.root / "sub").exists() and not (workspace.root / ".npmrc").exists()
+    assert workspace.write("notes/.gitignore", "*.log\n") == 6  # names merely like it: fine
+
+
+def test_bash_home_is_a_private_directory_outside_the_workspace_removed_after(
+        workspace: Workspace) -> None:
+    result = workspace.bash("echo $HOME; stat -c %a $HOME; touch $HOME/.gitconfig && echo ok")
+    home, mode, ok = str(result["output"]).splitlines()
+    assert not Path(home).is_relative_to(workspace.root.resolve())
+    assert (mode, ok) == ("700", "ok")
+    assert not Path(home).exists()
+
+
+def git_repository_with(root: Path, config: str) -> None:
+    """A repository in `root` with a changed file and `config` appended to .git/config."""
+    run = {"cwd": root, "check": True, "capture_output": True}
+    subprocess.run(["git", "init", "-q"], **run)
+    (root / "notes.txt").write_text("one\n")
+    subprocess.run(["git", "add", "notes.txt"], **run)
+    subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "one"],
+                   **run)
+    (root / "notes.txt").write_text("two\n")
+    with (root / ".git" / "config").open("a") as file:
+        file.write(config)
+
+
+def test_git_in_bash_runs_no_command_from_a_repository_s_config(
+        workspace: Workspace, tmp_path: Path) -> None:
+    """fsmonitor (`git status`), hooks, pager, editor, credential helper and askpass planted in
+    .git/config run nothing: the environment's overrides outrank the repository's config. The
+    payload would write `pwned-<key>` beside the workspace."""
+    out = tmp_path
+    hooks = workspace.root / "hooks"
+    hooks.mkdir()
+    (hooks / "pre-commit").write_text(f"#!/bin/sh\ntouch {out}/pwned-hook\n")
+    (hooks / "pre-commit").chmod(0o755)
+    git_repository_with(workspace.root, (
+        f'[core]\n\tfsmonitor = "touch {out}/pwned-fsmonitor; false"\n'
+        f'\thooksPath = {hooks}\n\tpager = "touch {out}/pwned-pager; cat"\n'
+        f'\teditor = "touch {out}/pwned-editor; true"\n'
+        f'\taskPass = "touch {out}/pwned-askpass"\n'
+        f'[credential]\n\thelper = "!touch {out}/pwned-credential; true"\n'
+        f'[pager]\n\tstatus = "touch {out}/pwned-pager-status; cat"\n'))
+
+    result = workspace.bash(
+        "git status --short; script -qec 'git status --short' /dev/null; "
+        "git -c user.name=T -c user.email=t@x commit -qam two; "
+        "git -c user.name=T -c user.email=t@x commit --allow-empty; "
+        "printf 'protocol=https\\nhost=example.com\\n\\n' | git credential fill; "
+        "echo done", timeout_s=30)
+
+    assert str(result["output"]).startswith(" M notes.txt\n"), result
+    assert str(result["output"]).endswith("done\n"), result
+    assert sorted(p.name for p in out.glob("pwned-*")) == []
+    assert subprocess.run(["git", "log", "--format=%s"], cwd=workspace.root, check=True,
+                          capture_output=True, text=True).stdout == "two\none\n"
+
+
+def test_files_at_the_root_do_not_make_the_workspace_a_bare_repository_for_git(
+        workspace: Workspace, tmp_path: Path) -> None:
+    """HEAD, config, objects/ and refs/ written with write_file (no `.git` in sight) would make
+    git take the workspace for a bare repository and run its config's fsmonitor."""
+    workspace.write("HEAD", "ref: refs/heads/main\n")
+    workspace.write("objects/info/keep", "")
+    workspace.write("refs/heads/keep", "")
+    workspace.write("config", f'[core]\n\tbare = false\n\tworktree = .\n'
+                              f'\tfsmonitor = "touch {tmp_path}/pwned; false"\n')
+
+    result = workspace.bash("git status")
+
+    assert result["exitCode"] == 128
+    assert "cannot use bare repository" in str(result["output"])
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_bash_runs_without_a_process_limit_where_proc_is_missing(tmp_path: Path) -> None:
+    """No /proc (a container without it): the user's count is unknown, so the command runs
+    with its other limits; with a /proc, the user's tasks are counted from its status files."""
+    missing = tmp_path / "no-proc"
+    assert _user_task_count(missing) is None
+    script = _limits_script(5, missing)
+    assert " -u " not in script and script.startswith("ulimit -t 5 -v ")
+    ran = subprocess.run(["bash", "-c", script, "teamctl-bash", "ulimit -t; echo ran"],
+                         capture_output=True, text=True, timeout=30)
+    assert ran.stdout == "5\nran\n"
+    fake = tmp_path / "proc"
+    for pid, uid, threads in (("1", os.getuid(), 3), ("2", os.getuid() + 1, 5), ("x", 0, 9)):
+        (fake / pid).mkdir(parents=True)
+        (fake / pid / "status").write_text(f"Name:\tx\nUid:\t{uid}\t{uid}\nThreads:\t{threads}\n")
+    assert _user_task_count(fake) == 3
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    wanted = 3 + BASH_MORE_PROCESSES
+    allowed = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    assert f" -u {allowed} " in _limits_script(5, fake)

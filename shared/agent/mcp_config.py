@@ -46,6 +46,13 @@ def teamctl_secret(name: str) -> bool:
     return upper in TEAMCTL_SECRETS or upper.startswith(TEAMCTL_PREFIX)
 
 
+def secret_refusal(where: str, name: str) -> str:
+    """Why `where` (a value, or a server's field) may not read variable `name`, teamctl's own:
+    said the same by the team file's check and the worker's."""
+    return (f"{where}: ${name} is teamctl's own (its Redis and settings) and never goes to an "
+            "MCP server; give the server a variable of its own")
+
+
 def _env_ref(value: str) -> str:
     """A header or env value: `env:NAME` must name a variable that is not teamctl's own."""
     if value.startswith(ENV_PREFIX):
@@ -54,9 +61,7 @@ def _env_ref(value: str) -> str:
             raise ValueError(f"{value!r}: write 'env:NAME' with NAME an environment variable "
                              "name")
         if teamctl_secret(name):
-            raise ValueError(f"{value!r}: ${name} is teamctl's own (its Redis and settings) "
-                             "and never goes to an MCP server; give the server a variable of "
-                             "its own")
+            raise ValueError(secret_refusal(repr(value), name))
     return value
 
 
@@ -130,13 +135,21 @@ class McpServer(BaseModel):
         if self.command and self.headers:
             raise ValueError(f"MCP server {self.name!r}: headers are for an HTTP server; a "
                              "command takes env")
-        refused = self.exposed_header()
+        refused = self.clear_header_refusal()
         if refused:
-            raise ValueError(f"MCP server {self.name!r}: headers.{refused} reads the worker's "
-                             f"environment but url {self.url!r} is neither https nor loopback "
-                             "(127.0.0.1, ::1, localhost), so it would cross the network in "
-                             "clear; use an https URL")
+            raise ValueError(refused)
         return self
+
+    def clear_header_refusal(self) -> str | None:
+        """Why a header of this server may not be sent (an `env:` value to a URL that is
+        neither https nor loopback), or None: said the same by the team file's check and the
+        worker's."""
+        exposed = self.exposed_header()
+        if exposed is None:
+            return None
+        return (f"MCP server {self.name!r}: headers.{exposed} reads the worker's environment "
+                f"but url {self.url!r} is neither https nor loopback (127.0.0.1, ::1, "
+                "localhost), so it would cross the network in clear; use an https URL")
 
     def exposed_header(self) -> str | None:
         """A header carrying an `env:` value to a URL that is neither https nor loopback."""
@@ -211,9 +224,8 @@ def resolved_values(values: Mapping[str, str], server: str, what: str,
         if value.startswith(ENV_PREFIX):
             name = value[len(ENV_PREFIX):]
             if teamctl_secret(name):
-                raise ConfigError(f"MCP server {server!r}: {what} {key} reads ${name}, which "
-                                  "is teamctl's own and never goes to an MCP server; give the "
-                                  "server a variable of its own")
+                raise ConfigError(secret_refusal(f"MCP server {server!r}: {what} {key} = "
+                                                 f"{value!r}", name))
             if name not in environ:
                 raise ConfigError(f"MCP server {server!r}: {what} {key} reads ${name}, which "
                                   "is not set in this worker's environment; set it where the "

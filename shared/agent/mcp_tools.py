@@ -6,10 +6,11 @@ for the attempt, with one holder task per server that enters the SDK's `Client` 
 that loop with a timeout. A hub lives for one attempt, in the RQ work-horse that runs it: nothing
 crosses a fork, and stopping the attempt stops its servers.
 
-A stdio server runs in the workspace with a minimal environment (as the `bash` tool) in a
-session of its own, from an absolute path outside the workspace (a member's write_file must
-never change what runs with the server's `env:` secrets); its stderr is drained into a 64 KiB
-tail. Closing stops it (the SDK closes its stdin, then signals its process group)
+A stdio server runs in the workspace with a minimal environment (as the `bash` tool: HOME
+a private directory of the hub's, outside the workspace, and git's command-running settings
+pinned) in a session of its own, from an absolute path outside the workspace (a member's
+write_file must never change what runs with the server's `env:` secrets); its stderr is drained
+into a 64 KiB tail. Closing stops it (the SDK closes its stdin, then signals its process group)
 and then SIGKILLs what is left of the group. A job killed outright cannot do that: the server
 is started with a parent-death signal (DIE_WITH_PARENT), so it dies with the job. A server
 that will not start, or will not list its tools in time, is a ConfigError with its stderr tail
@@ -44,7 +45,7 @@ from teamctl.shared.agent.mcp_config import (
 from teamctl.shared.agent.python_tools import result_text
 from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.workspace import BASH_PATH
+from teamctl.shared.agent.workspace import new_private_home, tool_env
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.text import shorten
 
@@ -173,6 +174,8 @@ class McpHub:
     def __init__(self, workspace: Path, timeouts: McpTimeouts) -> None:
         self.workspace = workspace
         self.timeouts = timeouts
+        self.home = new_private_home(workspace)
+        """HOME of the stdio servers (0700, outside the workspace), removed by `close`."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop",
                                         daemon=True)
@@ -282,13 +285,12 @@ class McpHub:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         if server.command:
-            transport: Any = _stdio_transport(server, self.workspace, stderr, pgids)
+            transport: Any = _stdio_transport(server, self.workspace, self.home, stderr,
+                                              pgids)
         else:
-            exposed = server.exposed_header()
-            if exposed:  # checked when the team was loaded; any host may write a spec
-                raise ConfigError(f"MCP server {server.name!r}: header {exposed} reads the "
-                                  f"worker's environment but {server.url} is neither https "
-                                  "nor loopback; use an https URL")
+            refused = server.clear_header_refusal()
+            if refused:  # checked when the team was loaded; any host may write a spec
+                raise ConfigError(refused)
             headers = resolved_values(server.headers, server.name, "header")
             http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
             transport = streamable_http_client(str(server.url), http_client=http)
@@ -321,6 +323,7 @@ class McpHub:
         concurrent.futures.wait(holders, timeout=CLOSE_TIMEOUT_S)
         for running in self._running.values():
             _kill_groups(running.pgids)  # whatever outlived a shutdown that timed out
+        shutil.rmtree(self.home, ignore_errors=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
         if not self._thread.is_alive():
@@ -342,7 +345,7 @@ async def _list_all(client: Any) -> list[ListedTool]:
 
 
 @contextlib.asynccontextmanager
-async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
+async def _stdio_transport(server: McpServer, workspace: Path, home: Path, stderr: IO[str],
                            pgids: list[int]) -> Any:
     """The SDK's stdio transport for `server` in the workspace, noting the process group the
     server leads (the SDK starts it in a session of its own) so that it can be killed."""
@@ -354,7 +357,7 @@ async def _stdio_transport(server: McpServer, workspace: Path, stderr: IO[str],
         command=sys.executable,
         args=[*DIE_WITH_PARENT, str(os.getpid()), executable, *command[1:]],
         cwd=str(workspace),
-        env=_minimal_env(workspace) | resolved_values(server.env, server.name, "env"))
+        env=_minimal_env(home) | resolved_values(server.env, server.name, "env"))
     before = _session_children()
     async with stdio_client(params, errlog=stderr) as streams:
         pgids += sorted(_session_children() - before)
@@ -408,12 +411,11 @@ def _executable(server: str, command: str, workspace: Path) -> str:
     return found
 
 
-def _minimal_env(workspace: Path) -> dict[str, str]:
-    """What the `bash` tool gets: the worker's own environment holds REDIS_URL and API keys.
-    PYTHONSAFEPATH: `python -m server` must not import a module a member wrote in the workspace
-    (its working directory) instead of the installed one."""
-    return {"PATH": BASH_PATH, "HOME": str(workspace), "LANG": "C.UTF-8",
-            "PYTHONSAFEPATH": "1"}
+def _minimal_env(home: Path) -> dict[str, str]:
+    """What the `bash` tool gets (the worker's own environment holds REDIS_URL and API keys),
+    with HOME `home`. PYTHONSAFEPATH: `python -m server` must not import a module a member wrote
+    in the workspace (its working directory) instead of the installed one."""
+    return tool_env(home) | {"PYTHONSAFEPATH": "1"}
 
 
 def _session_children() -> set[int]:

@@ -9,6 +9,10 @@ Hard-linked files are refused for reading and editing (a hard link can name an i
 root), and writes replace the directory entry instead of writing through an existing inode.
 `bash` is NOT confined this way (a shell can `cd /`); it only starts in the workspace, with a
 minimal environment (no worker secrets), which is why it is off unless a member enables it.
+That environment (stdio MCP servers get it too) keeps programs from running what a member wrote
+as their configuration: HOME is a private directory outside the workspace, and git takes no
+command from a repository's config (environment overrides, which outrank it). The file tools
+never write `.git` (hooks and config) nor `.npmrc` (npm's project config).
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ import os
 import resource
 import secrets
 import selectors
+import shutil
 import signal
 import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -30,7 +36,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 
-from teamctl.shared.errors import ToolFailed, echoed
+from teamctl.shared.errors import ConfigError, ToolFailed, echoed
 
 READ_LIMIT_CHARS = 64_000
 EDIT_LIMIT_BYTES = 2_000_000
@@ -52,8 +58,34 @@ BASH_ADDRESS_SPACE_BYTES = 4 << 30
 BASH_FILE_SIZE_BYTES = 1 << 30
 BASH_MORE_PROCESSES = 256
 # bash -c runs this, then the command in a fresh bash with the limits it set ($1: the command).
-BASH_LIMITED = 'ulimit -t {cpu_s} -v {address_space_kib} -f {file_size_kib} -u {processes} ' \
+BASH_LIMITED = 'ulimit -t {cpu_s} -v {address_space_kib} -f {file_size_kib}{processes} ' \
                '&& exec bash -c "$1"'
+PROC_ROOT = Path("/proc")
+# Git settings that run a command, set where they outrank a repository's own config (the
+# environment's, as `git -c`): a workspace's `.git/config` is written by whoever can write the
+# workspace, and git runs these in the process that runs git (with an MCP server's secrets).
+# Not covered: `diff.external` (an empty value makes `git diff` fail: "cannot run"), and
+# per-name keys (`filter.<driver>.*`, `diff.<driver>.command`, `remote.<name>.uploadpack`);
+# the file tools never write `.git`, where they live.
+GIT_OVERRIDES = (
+    ("core.fsmonitor", "false"),  # `git status` runs it
+    ("core.hooksPath", "/dev/null"),  # no hook, from .git/hooks or anywhere
+    ("core.pager", "cat"),
+    ("core.editor", "true"),  # nobody is there to edit: a commit without -m is aborted
+    ("sequence.editor", "true"),
+    ("core.sshCommand", "ssh"),
+    ("core.askPass", ""),
+    ("credential.helper", ""),  # empty resets the list of helpers
+    ("safe.bareRepository", "explicit"),  # files at the root (HEAD, config, objects/, refs/)
+                                          # would otherwise make the workspace a bare repository
+)
+# Names the file tools never write, in any component (case-insensitive): git runs hooks and
+# commands from `.git` (a directory, or a file pointing to one), npm and npx read a project's
+# `.npmrc` from their working directory, and its `node-options` runs code.
+UNWRITABLE_NAMES = {".git": "git runs hooks and commands named in a repository's .git "
+                            "(its config, its hooks)",
+                    ".npmrc": "npm and npx read a project's .npmrc, and settings such as "
+                              "node-options run code"}
 READ_CHUNK_BYTES = 65_536
 UTF8_MAX_BYTES_PER_CHAR = 4
 NEW_FILE_MODE = 0o644
@@ -114,10 +146,10 @@ class Workspace:
             raise
         return fd
 
-    def _open_parent(self, raw_path: str, create: bool = False) -> tuple[int, str]:
+    def _open_parent(self, raw_path: str) -> tuple[int, str]:
         """A descriptor of the directory holding `raw_path`, and the name to use in it."""
         *parents, name = self._parts(raw_path) or (".",)
-        return self._open_dir(tuple(parents), create), name
+        return self._open_dir(tuple(parents)), name
 
     def read(self, raw_path: str, limit_chars: int = READ_LIMIT_CHARS) -> str:
         """The first `limit_chars` characters of a text file, reading a bounded prefix only."""
@@ -129,13 +161,26 @@ class Workspace:
         return (text[:limit_chars] + f"\n[truncated: the file is {size_bytes} bytes; showing "
                 f"the first {min(len(text), limit_chars)} characters]")
 
+    def _writable_parts(self, raw_path: str) -> tuple[str, ...]:
+        """`_parts` of a path the file tools may write: no component (symlinks resolved) named
+        like UNWRITABLE_NAMES. The write opens exactly these, never following a symlink."""
+        parts = self._parts(raw_path)
+        for part in parts:
+            why = UNWRITABLE_NAMES.get(part.lower())
+            if why:
+                raise ToolFailed(f"path {echoed(raw_path)!r} is in or names {part}, which the "
+                                 f"workspace file tools never write: {why}; reading it is "
+                                 "allowed")
+        return parts
+
     def write(self, raw_path: str, content: str) -> int:
         """Create or overwrite a file (parents created); returns the bytes written."""
         if not isinstance(content, str):
             raise ToolFailed("content must be a string (the full text of the file)")
+        *parents, name = self._writable_parts(raw_path) or (".",)
         data = content.encode("utf-8")
         with _os_errors(raw_path):
-            dir_fd, name = self._open_parent(raw_path, create=True)
+            dir_fd = self._open_dir(tuple(parents), create=True)
             try:
                 _replace_file(raw_path, dir_fd, name, data)
             finally:
@@ -146,6 +191,7 @@ class Workspace:
         """Replace the one exact occurrence of `old_text`; returns the new file size in bytes."""
         if not old_text:
             raise ToolFailed("oldText is required (the exact text to replace)")
+        self._writable_parts(raw_path)  # before reading: refused is refused, whatever it holds
         text = self._read_for_edit(raw_path)
         count = text.count(old_text)
         if count != 1:
@@ -182,11 +228,16 @@ class Workspace:
         """
         if not command or not command.strip():
             raise ToolFailed("command is required")
+        with private_home(self.real_root) as home:
+            return self._bash_in(command, home, timeout_s, limit_chars)
+
+    def _bash_in(self, command: str, home: Path, timeout_s: float,
+                 limit_chars: int) -> dict[str, object]:
         # The shell sets its limits itself: a preexec_fn would run Python in the forked child
         # of a threaded process (the keep-alive thread), which can deadlock.
         process = subprocess.Popen(
             ["bash", "-c", _limits_script(timeout_s), "teamctl-bash", command],
-            cwd=self.real_root, env=self._bash_env(), stdin=subprocess.DEVNULL,
+            cwd=self.real_root, env=tool_env(home), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         output = _OutputCap(limit_chars)
         try:
@@ -202,10 +253,6 @@ class Workspace:
                              "background with their output redirected to a file)"
                              + (f"; output before the kill:\n{text}" if text else ""))
         return {"exitCode": process.returncode, "output": output.text()}
-
-    def _bash_env(self) -> dict[str, str]:
-        """A minimal environment: the worker's own holds REDIS_URL and provider API keys."""
-        return {"PATH": BASH_PATH, "HOME": str(self.real_root), "LANG": "C.UTF-8"}
 
     @contextmanager
     def _open_regular(self, raw_path: str) -> Iterator[tuple[BinaryIO, int]]:
@@ -250,6 +297,41 @@ class Workspace:
             # Decoding with replacement characters and writing back would corrupt the file.
             raise ToolFailed(f"{echoed(raw_path)} is not UTF-8 text; edit_file only edits UTF-8 "
                              "files") from None
+
+
+def tool_env(home: Path) -> dict[str, str]:
+    """The environment of `bash` and stdio MCP servers: minimal (the worker's own holds
+    REDIS_URL and provider API keys), HOME `home` (never the workspace: programs read their
+    configuration there), and git's GIT_OVERRIDES with no system nor global config. GIT_PAGER,
+    because `pager.<command>` outranks core.pager."""
+    env = {"PATH": BASH_PATH, "HOME": str(home), "LANG": "C.UTF-8",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_PAGER": "cat",
+           "GIT_CONFIG_COUNT": str(len(GIT_OVERRIDES))}
+    for index, (key, value) in enumerate(GIT_OVERRIDES):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return env
+
+
+def new_private_home(workspace: Path) -> Path:
+    """A fresh 0700 directory to be HOME of `bash` or MCP servers, outside `workspace` (whose
+    files members write); the caller removes it."""
+    home = Path(tempfile.mkdtemp(prefix="teamctl-home-")).resolve()
+    if home.is_relative_to(workspace.resolve()):
+        os.rmdir(home)
+        raise ConfigError(f"the temporary directory ({tempfile.gettempdir()}) is inside the "
+                          "workspace; set the workers' TMPDIR elsewhere")
+    return home
+
+
+@contextmanager
+def private_home(workspace: Path) -> Iterator[Path]:
+    """new_private_home, removed with what was written in it when the block ends."""
+    home = new_private_home(workspace)
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _check_regular(raw_path: str, info: os.stat_result) -> None:
@@ -418,15 +500,18 @@ def _wait_until(process: subprocess.Popen[bytes], deadline_s: float) -> bool:
     return True
 
 
-def _limits_script(timeout_s: float) -> str:
+def _limits_script(timeout_s: float, proc_root: Path = PROC_ROOT) -> str:
     """The `ulimit` line that bounds a command, each limit no higher than the worker's own hard
-    limit (raising one would fail, and the command with it)."""
+    limit (raising one would fail, and the command with it); no process limit where
+    `proc_root` is missing (a container without /proc), since the user's count is unknown."""
+    tasks = _user_task_count(proc_root)
+    processes = ("" if tasks is None else
+                 f" -u {_within_hard(resource.RLIMIT_NPROC, tasks + BASH_MORE_PROCESSES)}")
     return BASH_LIMITED.format(
         cpu_s=_within_hard(resource.RLIMIT_CPU, max(1, math.ceil(timeout_s))),
         address_space_kib=_within_hard(resource.RLIMIT_AS, BASH_ADDRESS_SPACE_BYTES) // 1024,
         file_size_kib=_within_hard(resource.RLIMIT_FSIZE, BASH_FILE_SIZE_BYTES) // 1024,
-        processes=_within_hard(resource.RLIMIT_NPROC,
-                               _user_task_count() + BASH_MORE_PROCESSES))
+        processes=processes)
 
 
 def _within_hard(limit: int, wanted: int) -> int:
@@ -434,15 +519,20 @@ def _within_hard(limit: int, wanted: int) -> int:
     return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
 
 
-def _user_task_count() -> int:
-    """The processes and threads of this real user now, as RLIMIT_NPROC counts them."""
+def _user_task_count(proc_root: Path = PROC_ROOT) -> int | None:
+    """The processes and threads of this real user now, as RLIMIT_NPROC counts them; None
+    when `proc_root` cannot be listed."""
     uid = str(os.getuid())
     count = 0
-    for entry in os.scandir("/proc"):
+    try:
+        entries = list(os.scandir(proc_root))
+    except OSError:
+        return None
+    for entry in entries:
         if not entry.name.isdigit():
             continue
         with suppress(OSError):  # gone since the scan, or not ours to read
-            with open(f"/proc/{entry.name}/status", encoding="utf-8") as status:
+            with open(proc_root / entry.name / "status", encoding="utf-8") as status:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
             if fields.get("Uid", "").split()[:1] == [uid]:
                 count += int(fields.get("Threads", "1"))

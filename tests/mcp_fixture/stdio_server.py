@@ -1,7 +1,8 @@
 """A stdio MCP server for the tests, written with the SDK (no tests here): a tool whose result
-has only structured content, one that fails with a text of any length, one that never answers
-and one that kills the server mid-call. With --no-list it answers the handshake but never
-tools/list. Usage: python -m tests.mcp_fixture.stdio_server [--no-list]"""
+has only structured content, one that fails with a text of any length, one that never answers,
+one that kills the server mid-call, and one that tells the server's environment and HOME. With
+--no-list it answers the handshake but never tools/list.
+Usage: python -m tests.mcp_fixture.stdio_server [--no-list]"""
 
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ async def hang() -> str:
     """Never answer."""
     await anyio.sleep(3600)
     return "late"
+
+
+@server.tool()
+def environment() -> dict[str, Any]:
+    """The server's environment variables, and the mode of its HOME directory."""
+    return {"env": dict(os.environ), "home_mode": oct(os.stat(os.environ["HOME"]).st_mode & 0o777)}
 
 
 @server.tool()
