@@ -18,18 +18,6 @@ from pydantic import ValidationError
 from teamctl.shared.text import shorten
 
 REASON_CHARS = 200
-ECHO_CHARS = 200
-"""The most of a model's own text (a path, a name, raw arguments) an error quotes back."""
-
-
-def echoed(text: str, limit: int = ECHO_CHARS) -> str:
-    """Model-written text as an error quotes it back: cut to `limit` characters, saying how
-    long it was, so a huge input cannot come back to the model (or into a log) whole."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}...[{len(text)} characters]"
-
-
 class TeamError(Exception):
     """Base of every error teamctl raises on purpose."""
 

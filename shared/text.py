@@ -48,3 +48,15 @@ def quoted(value: object, limit: int = 60) -> str:
         return text
     size = f" ({len(value)} characters)" if isinstance(value, str) else ""
     return text[:limit] + "..." + size
+
+
+ECHO_CHARS = 200
+"""The most of a model's own text (a path, a name, raw arguments) an error quotes back."""
+
+
+def echoed(text: str, limit: int = ECHO_CHARS) -> str:
+    """Model-written text as an error quotes it back: cut to `limit` characters, saying how
+    long it was, so a huge input cannot come back to the model (or into a log) whole."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...[{len(text)} characters]"

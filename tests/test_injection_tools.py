@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 import redis
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.errors import ECHO_CHARS
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.team import RunOptions
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
+from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.jobs import HANDED_BACK_REASON
 
 from tests.conftest import wait_until

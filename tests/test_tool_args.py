@@ -14,10 +14,10 @@ from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tools import InvalidArguments, Toolbox, precompute_schemas
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
-from teamctl.shared.errors import ECHO_CHARS
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.team import WORKSPACE_TOOLS
+from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.claims import Claim, Claims
 from teamctl.worker.mailbox import Mailbox
 from teamctl.worker.team_tools import TeamContext, add_team_tools

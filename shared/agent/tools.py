@@ -29,7 +29,8 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
-from teamctl.shared.errors import TeamError, ToolFailed, echoed
+from teamctl.shared.errors import TeamError, ToolFailed
+from teamctl.shared.text import echoed
 
 log = logging.getLogger(__name__)
 ERROR_MAX_CHARS = 20_000

@@ -36,7 +36,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 
-from teamctl.shared.errors import ConfigError, ToolFailed, echoed
+from teamctl.shared.errors import ConfigError, ToolFailed
+from teamctl.shared.text import echoed
 
 READ_LIMIT_CHARS = 64_000
 EDIT_LIMIT_BYTES = 2_000_000
