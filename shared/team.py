@@ -30,7 +30,7 @@ from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, clash,
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
 from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
-from teamctl.shared.teammates import TeamOptions, check_tool_timeout
+from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.text import quoted
 
 if TYPE_CHECKING:
@@ -136,10 +136,12 @@ class RunOptions(BaseModel):
             return {k: v for k, v in data.items() if k not in REMOVED_OPTIONS}
         return data
 
-    @model_validator(mode="after")
-    def _tool_call_within_the_run(self) -> RunOptions:
-        check_tool_timeout(self, self.timeout_s, "timeout_s")
-        return self
+    @property
+    def tool_wait_s(self) -> float:
+        """How long a member waits for one Python tool call: tool_timeout_s, but never past the
+        run's own bound (its job would be killed first and the task reclaimed, the call with
+        it)."""
+        return min(self.tool_timeout_s, self.timeout_s)
 
     def batch_size(self) -> int:
         """How many tasks one round may dispatch."""

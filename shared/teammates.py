@@ -11,18 +11,14 @@ import secrets
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for, split_entry
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name, is_safe_id
 from teamctl.shared.models import HashCsv, HashInt, HashText
 from teamctl.shared.text import quoted
-
-if TYPE_CHECKING:
-    from teamctl.shared.team import RunOptions
 
 DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
@@ -55,17 +51,6 @@ class IdleReason(StrEnum):
     STEP_LIMIT = "step_limit"
     TIME_LIMIT = "time_limit"
     """The job ran past turn_timeout_s: the turn stops before its next model call."""
-
-
-def check_tool_timeout(options: TeamOptions | RunOptions, bound_s: float,
-                       bound_name: str) -> None:
-    """ValueError when a person set tool_timeout_s to outlast the job it runs in: RQ would kill
-    the job first and the turn or task would run again, the hung call with it. (A default above
-    a short bound is left: that bound ends the job anyway.)"""
-    timeout_s = options.tool_timeout_s
-    if "tool_timeout_s" in options.model_fields_set and timeout_s >= bound_s:
-        raise ValueError(f"tool_timeout_s ({timeout_s:g}) must be below {bound_name} "
-                         f"({bound_s:g}), or a hung tool outlasts its job; lower it")
 
 
 class TeamOptions(BaseModel):
@@ -152,10 +137,11 @@ class TeamOptions(BaseModel):
         listed bare (all its tools)."""
         return entry in self.grantable_mcp or split_entry(entry)[0] in self.grantable_mcp
 
-    @model_validator(mode="after")
-    def _tool_call_within_a_turn(self) -> TeamOptions:
-        check_tool_timeout(self, self.turn_timeout_s, "turn_timeout_s")
-        return self
+    @property
+    def tool_wait_s(self) -> float:
+        """How long a turn waits for one Python tool call: tool_timeout_s, but never past the
+        turn's own bound (the job would be killed first and the turn rerun, the call with it)."""
+        return min(self.tool_timeout_s, self.turn_timeout_s)
 
     @property
     def job_timeout_s(self) -> int:

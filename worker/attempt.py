@@ -121,7 +121,7 @@ class Attempt:
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox))
         add_python_tools(toolbox, member.tools, self._tool_context(member),
                          job.spec.options.tool_result_max_chars,
-                         timeout_s=job.spec.options.tool_timeout_s)
+                         timeout_s=job.spec.options.tool_wait_s)
         if member.mcp_servers:
             self._add_mcp_tools(toolbox, member)
         return toolbox

@@ -79,7 +79,7 @@ def add_mate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
                                                                         state_dir),
                           heartbeat=heartbeat, team_id=store.team)
     add_python_tools(toolbox, mate.tools, context, store.options.tool_result_max_chars,
-                     timeout_s=store.options.tool_timeout_s)
+                     timeout_s=store.options.tool_wait_s)
 
 
 def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path) -> McpHub:
