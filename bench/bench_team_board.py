@@ -120,6 +120,11 @@ def run(tasks: int, mates: int) -> list[BenchFigure]:
     ]
 
 
+def figures() -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes."""
+    return run(2000, 8)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=2000)

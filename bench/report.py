@@ -36,6 +36,7 @@ BENCHES = {
     "mcp": "MCP servers (a stdio server per attempt, one preloaded forking worker)",
     "board": "Task board (private redis-server)",
     "bus": "Message bus (private redis-server)",
+    "team_board": "Team board at scale (2,000 tasks beside 8 idle teammates, private redis-server)",
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
 
