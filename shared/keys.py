@@ -260,6 +260,12 @@ class TeamKeys(KeySpace):
         offset is the 'lead' field of `read_offsets`."""
         return f"{self.base}:lead:memory"
 
+    @property
+    def lead_memory_size(self) -> str:
+        """Hash: the lead's memory size (chars: characters of its messages' JSON, last_user:
+        index of its last user message), kept by its checkpoints so none walks the memory."""
+        return f"{self.base}:lead:memory_size"
+
     def mate(self, name: str) -> str:
         """Hash: one teammate's record (Teammate in shared/teammates.py)."""
         return f"{self.base}:mate:{check_member_id(name)}"

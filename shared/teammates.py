@@ -67,7 +67,8 @@ class TeamOptions(BaseModel):
     model_timeout_s: float = Field(120.0, gt=0, le=3600)
     model_max_retries: int = Field(3, ge=0, le=10)
     memory_max_messages: int = Field(400, ge=4, le=100_000)
-    """Past this, a checkpoint drops the oldest whole exchanges of a teammate's memory."""
+    """Past this, a checkpoint drops the oldest whole exchanges of a teammate's (and the lead's)
+    memory."""
     last_answer_chars: int = Field(200, ge=0, le=4000)
     """How much of a teammate's last answer its idle notice repeats."""
     shutdown_deadline_s: float = Field(120.0, gt=0, le=86400)
@@ -98,6 +99,10 @@ class TeamOptions(BaseModel):
     grantable_models: list[str] = Field(default_factory=list, max_length=MAX_GRANTS)
     """Models the lead may give a teammate besides its own (a model picks the provider, and so
     where the workers' keys go); none by default."""
+    memory_max_chars: int = Field(400_000, ge=1000, le=100_000_000)
+    """Past this many characters (of the messages' JSON), a checkpoint drops the oldest whole
+    exchanges of a teammate's or the lead's memory, as past memory_max_messages; the newest
+    exchange stays whole."""
 
     @field_validator("lead_tools")
     @classmethod

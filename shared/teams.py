@@ -529,14 +529,23 @@ class TeamStore:
 
     def checkpoint(self, name: str, token: str, offset_id: str,
                    messages: Sequence[dict[str, Any]]) -> bool:
-        """Commit a step: its messages to memory (capped at memory_max_messages, oldest whole
-        exchanges first) and the inbox offset to `offset_id` ('' keeps it), in one token-checked
-        call; False (nothing written) for a revoked turn."""
-        return bool(self.scripts["turn_checkpoint"](
+        """Commit a step (see `commit_step`); False (nothing written) for a revoked turn."""
+        return self.commit_step(name, token, offset_id, messages) is not None
+
+    def commit_step(self, name: str, token: str, offset_id: str,
+                    messages: Sequence[dict[str, Any]]) -> int | None:
+        """Commit a step: its messages to memory (capped at memory_max_messages and
+        memory_max_chars, oldest whole exchanges first) and the inbox offset to `offset_id` (''
+        keeps it), in one token-checked call. Returns how many of memory's oldest messages the
+        caps dropped, so a turn drops them from the conversation it holds too; None (nothing
+        written) for a revoked turn."""
+        dropped = int(self.scripts["turn_checkpoint"](
             keys=[self.keys.turn(name), self.keys.memory(name), self.keys.read_offsets,
                   self.keys.mate(name), self.keys.effects(name)],
             args=[token, name, offset_id, self.options.memory_max_messages,
+                  self.options.memory_max_chars,
                   *(json.dumps(m, ensure_ascii=False) for m in messages)]))
+        return None if dropped < 0 else dropped
 
     def end_turn(self, name: str, token: str, reason: str, notice: str, *,
                  force: bool = False, error: str = "") -> str:

@@ -130,6 +130,8 @@ class Turn:
     tool_names: list[str] = field(default_factory=list)
     started_s: float = field(default_factory=time.monotonic)
     """When the job began: RQ kills it at turn_timeout_s + 60 s, so turns must end before."""
+    dropped: int = field(default=0, init=False)
+    """Messages the memory caps dropped since the conversation was read from memory."""
 
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost. Its MCP
@@ -186,6 +188,7 @@ class Turn:
     def _steps(self, tools: MateTools, toolbox: Toolbox) -> tuple[str, str]:
         """Model steps, each checkpointed; returns the idle reason and the last answer."""
         memory = self.store.memory(self.mate.name)
+        self.dropped = 0
         mate = self.store.get(self.mate.name)  # one read for its plan state and shutdown request
         messages = [{"role": "system", "content": self._system_prompt(mate.plan_state)}, *memory]
         if pending_calls(memory):
@@ -209,6 +212,9 @@ class Turn:
         for _ in range(self.store.options.turn_max_steps):
             if self._elapsed_s() > self.store.options.turn_timeout_s:
                 return IdleReason.TIME_LIMIT, ""
+            # What the memory caps dropped leaves the conversation sent too.
+            del messages[1:1 + self.dropped]
+            self.dropped = 0
             reply = self._model_step(messages, toolbox)
             if not reply.get("tool_calls"):
                 return IdleReason.DONE, str(reply.get("content") or "")
@@ -253,8 +259,10 @@ class Turn:
 
     def _commit(self, offset: str, step: list[dict[str, Any]]) -> None:
         """Checkpoint `step` (and the inbox offset); TurnRevoked when the token lost the lease."""
-        if not self.store.checkpoint(self.mate.name, self.token, offset, step):
+        dropped = self.store.commit_step(self.mate.name, self.token, offset, step)
+        if dropped is None:
             raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
+        self.dropped += dropped
 
     def _system_prompt(self, plan_state: str | None) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.

@@ -51,19 +51,22 @@ class LeadMemory:
                 for raw in self.store.conn.lrange(self.store.keys.lead_memory, 0, -1)]
 
     def commit(self, offset_id: str, messages: list[dict[str, Any]], *,
-               reset: bool = False) -> None:
+               reset: bool = False) -> int:
         """Append a step's messages and move the inbox offset to `offset_id` ('' keeps it), in
-        one call fenced by the lease (`reset` clears the memory first); RunFailed when another
-        lead holds the lease now (nothing was written)."""
+        one call fenced by the lease (`reset` clears the memory first); returns how many of
+        memory's oldest messages the caps (memory_max_messages, memory_max_chars) dropped.
+        RunFailed when another lead holds the lease now (nothing was written)."""
         keys = self.store.keys
-        committed = self.store.scripts["lead_checkpoint"](
-            keys=[keys.lead_lease, keys.lead_memory, keys.read_offsets],
-            args=[self.owner, "1" if reset else "", offset_id,
-                  self.store.options.memory_max_messages,
-                  *(json.dumps(m, ensure_ascii=False) for m in messages)])
-        if not committed:
+        options = self.store.options
+        dropped = int(self.store.scripts["lead_checkpoint"](
+            keys=[keys.lead_lease, keys.lead_memory, keys.read_offsets, keys.lead_memory_size],
+            args=[self.owner, "1" if reset else "", offset_id, options.memory_max_messages,
+                  options.memory_max_chars,
+                  *(json.dumps(m, ensure_ascii=False) for m in messages)]))
+        if dropped < 0:
             raise RunFailed(f"the lead of team {self.store.team} lost its lease (another lead "
                             "took over); this one stops without writing")
+        return dropped
 
     def start_over(self) -> None:
         """Forget the conversation (`--new`); unread mail stays unread, read mail stays read."""
@@ -117,8 +120,9 @@ class LeadAgent:
             self.lease.check()
             step.append(assistant_message(reply))
             step.extend(tool_results(self.toolbox, reply))
-            self.memory.commit(offset, step)
+            dropped = self.memory.commit(offset, step)
             messages.extend(step)
+            del messages[1:1 + dropped]  # what memory dropped leaves the next request too
             if self.on_step is not None:
                 self.on_step(step)
             if not reply.tool_calls:

@@ -2,17 +2,20 @@
 -- the lead's inbox offset past the mail injected into that step, together, fenced by the lead
 -- lease, so a lead killed mid-step and restarted sees that mail again, and only mail it never
 -- committed. With ARGV[2] = '1' the memory is cleared first (`teamctl lead --new`); the offset
--- is kept, so mail already handled is not replayed into the new conversation.
--- KEYS[1] the lead lease, KEYS[2] the lead's memory list, KEYS[3] the read offsets hash.
+-- is kept, so mail already handled is not replayed into the new conversation. Past the memory
+-- caps (messages, characters) the oldest whole exchanges go, as in turn_checkpoint.lua.
+-- KEYS[1] the lead lease, KEYS[2] the lead's memory list, KEYS[3] the read offsets hash, KEYS[4]
+-- the memory's size record (hash: chars, last_user).
 -- ARGV[1] the lease owner, ARGV[2] '1' to clear the memory first, ARGV[3] inbox id to advance
--- to ('' = none injected), ARGV[4] memory cap (messages), ARGV[5..] the step's chat messages
--- (JSON), in order.
--- Returns 1 when committed, 0 when the owner no longer holds the lease (nothing changes).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == '1' then redis.call('DEL', KEYS[2]) end
-for i = 5, #ARGV do
-  redis.call('RPUSH', KEYS[2], ARGV[i])
+-- to ('' = none injected), ARGV[4] memory cap (messages), ARGV[5] memory cap (characters of the
+-- messages' JSON), ARGV[6..] the step's chat messages (JSON), in order.
+-- Returns how many of memory's oldest messages the caps dropped (0 or more) when committed, -1
+-- when the owner no longer holds the lease (nothing changes).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+if ARGV[2] == '1' then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[4], 'chars', 0, 'last_user', -1)
 end
-cap_memory(KEYS[2], tonumber(ARGV[4]))
+local dropped = remember(KEYS[2], KEYS[4], '', 6, tonumber(ARGV[4]), tonumber(ARGV[5]))
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'lead', ARGV[3]) end
-return 1
+return dropped
