@@ -98,6 +98,10 @@ class TeamOptions(BaseModel):
     grantable_models: list[str] = Field(default_factory=list, max_length=MAX_GRANTS)
     """Models the lead may give a teammate besides its own (a model picks the provider, and so
     where the workers' keys go); none by default."""
+    max_task_releases: int = Field(3, ge=0, le=100)
+    """How often a team task may go back to the board unfinished (its holder ended two turns,
+    or a failed turn); the next time it fails instead, so no task passes between teammates for
+    ever."""
 
     @field_validator("lead_tools")
     @classmethod
