@@ -4,17 +4,23 @@ the model calls stop. Real Redis, the session's real workers on `members`, the s
 
 from __future__ import annotations
 
-import pytest
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
 import redis
-from pydantic import ValidationError
+from click.testing import CliRunner
+from teamctl.coordinator.cli import main
 from teamctl.shared.models import SystemType, TaskStatus
 from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM
-from tests.team_support import spawn
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.team_support import cli, spawn
 from tests.test_team_tasks import Doer, Stubborn, add, all_idle, task, workers_idle
+from tests.test_worker_team import write_team
 
 CALLS_PER_HOLD = 2
 """A stubborn holder's model calls per hold: the claim's turn, then the reminder's."""
@@ -67,7 +73,53 @@ def test_a_task_two_teammates_never_finish_fails_after_max_task_releases(
     assert len(store.notices(SystemType.TASK_FAILED)) == 1
 
 
-@pytest.mark.parametrize("value", [-1, 101])
-def test_max_task_releases_has_a_range(value: int) -> None:
-    with pytest.raises(ValidationError, match="max_task_releases"):
-        TeamOptions(max_task_releases=value)
+def test_team_create_takes_max_task_releases_from_the_teammates_table_within_its_range(
+        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    good = tmp_path / "team.toml"
+    good.write_text("[teammates]\nmax_task_releases = 1\n")
+    created = cli("team", "create", "--file", str(good), "-t", team, "--redis-url", redis_url)
+    assert created.exit_code == 0, created.output
+    store = TeamStore(conn, team)
+    assert store.options.max_task_releases == 1
+    assert add(redis_url, team, "Fix the build") == "task_1"
+    assert conn.hget(store.keys.task("task_1"), "max_releases") == "1"
+    for value in (-1, 101):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f"[teammates]\nmax_task_releases = {value}\n")
+        other = f"t{uuid.uuid4().hex[:10]}"
+        refused = cli("team", "create", "--file", str(bad), "-t", other, "--redis-url",
+                      redis_url)
+        assert refused.exit_code == 2 and "teammates.max_task_releases" in refused.stderr
+        assert not TeamStore(conn, other).exists()
+
+
+PLAN = {"tasks": [
+    {"id": "task_1", "memberId": "m1", "task": "Collect notes"},
+    {"id": "task_2", "memberId": "m1", "task": "Write the summary", "dependsOn": ["task_1"]},
+]}
+
+
+def test_a_planned_task_released_past_max_task_releases_fails_and_blocks_its_dependents(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    def release(body: dict[str, Any]) -> ToolCalls:
+        return ToolCalls([("team_release_task", {"taskId": "task_1", "reason": "not mine"})])
+
+    member = f"m1-{run_id}"
+    team = write_team(tmp_path / "team.toml", llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
+                      llm.script(f"synth-{run_id}", ["nothing shipped"]),
+                      {"m1": llm.script(member, handler=release)})
+    result = CliRunner().invoke(main, [
+        "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+        "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json",
+        "--max-task-releases", "2"])
+    out = json.loads(result.stdout)
+    states = {s["task_id"]: s for s in out["task_states"]}
+    error = "released 2 times (max_task_releases), given up in turn by m1, m1, m1"
+    assert (states["task_1"]["status"], states["task_1"]["error"]) == ("failed", error)
+    assert states["task_2"]["status"] == "blocked"
+    # Each attempt is one model call: the release ends it before the next.
+    assert len(llm.requests[member]) == 3
+    assert (result.exit_code, out["status"]) == (1, "failed"), result.output
+    errors = [(m["from"], m["task_id"], m["content"]) for m in out["messages"]
+              if m["type"] == "task.error"]
+    assert errors == [("m1", "task_1", error)]
