@@ -33,7 +33,7 @@ local released = 0
 
 -- Give the held tasks back (`mark`: not to this teammate automatically, and counted against
 -- the task's max_releases: one past it fails instead, the lead told once by a task.failed).
--- Returns the tasks that went back, and those that failed.
+-- Returns the tasks that went back (each failed one is told to the lead here).
 local function release_all(reason, mark)
   local back, failed = {}, {}
   for _, task_key in ipairs(held) do
@@ -50,8 +50,13 @@ local function release_all(reason, mark)
   for _, task_key in ipairs(failed) do
     local f = redis.call('HMGET', task_key, 'task_id', 'error', 'dependents')
     local note = f[1] .. ' failed: ' .. f[2]
-    if (f[3] or '') ~= '' then
-      note = note .. '; the tasks after it (' .. f[3] .. ') stay pending'
+    local after = {}
+    for tid in string.gmatch(f[3] or '', '[^,]+') do after[#after + 1] = tid end
+    if #after > 0 then
+      -- A notice names a few: a task may have thousands of dependents.
+      local named = table.concat(after, ', ', 1, math.min(#after, 10))
+      if #after > 10 then named = named .. ' and ' .. (#after - 10) .. ' more' end
+      note = note .. '; the tasks after it (' .. named .. ') stay pending'
     end
     publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'task.failed', f[1], note, now)
   end
