@@ -239,6 +239,9 @@ class SystemType(StrEnum):
     TASK_RELEASED = "task.released"
     """From `system` to lead: a teammate ended two turns holding a team task, which went back
     to the board (turn_end.lua); the lead may reassign it."""
+    TASK_FAILED = "task.failed"
+    """From `system` to lead: a team task went back to the board max_task_releases times and
+    its holder gave it up once more, so it failed (turn_end.lua); sent once."""
     TASK_ERROR = "task.error"
     """From the member to lead, written with the outcome by fail.lua and reclaim.lua."""
     RUN_COMPLETE = "run.complete"

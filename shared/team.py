@@ -120,6 +120,9 @@ class RunOptions(BaseModel):
     tool_timeout_s: float = Field(120.0, gt=0, le=MAX_DURATION_S)
     """How long one Python tool call may run; then the model gets a ToolTimeout error and the
     call is abandoned (its thread can no longer refresh the claim)."""
+    max_task_releases: int = Field(3, ge=0, le=100)
+    """How often members may give one task back with team_release_task; the next release
+    fails it instead, so a task cannot pass between jobs for ever."""
     mcp_start_timeout_s: float = Field(30.0, gt=0, le=3600)
     """How long an MCP server may take to start and answer the handshake (else the task fails)."""
     mcp_list_timeout_s: float = Field(30.0, gt=0, le=3600)

@@ -7,8 +7,10 @@ differs: a task is added one at a time (`team_task_add.lua`), its subject and de
 the board's `task` and `context`, its assignee the board's `member_id`, it may name a `role`,
 and a teammate's claim has no heartbeat key: the teammate's turn holds it. A ready task goes to
 one idle teammate that fits (`wake_for_tasks.lua`) or waits for the next turn end
-(`turn_end.lua`); turn ends remind a holder once, then release the task; a shutdown releases its
-tasks. Every change is one Lua script; claims and completions by a turn are token-checked.
+(`turn_end.lua`); turn ends remind a holder once, then release the task, at most
+max_task_releases times: the next such end fails it (its dependents stay pending); a shutdown
+releases its tasks. Every change is one Lua script; claims and completions by a turn are
+token-checked.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 import redis
+from pydantic import Field
 from teamctl.shared.board import resolve_task_id
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.keys import TeamKeys
-from teamctl.shared.models import HashText, TaskState, TaskStatus
+from teamctl.shared.models import HashCsv, HashInt, HashText, TaskState, TaskStatus
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.teammates import Teammate, TeamOptions, check_mate_name
 from teamctl.shared.text import shorten
@@ -67,6 +70,10 @@ class TeamTask(TaskState):
     role: HashText = None
     released_from: HashText = None
     """The teammate a reminder release took it from: not handed back to it automatically."""
+    releases: HashInt = 0
+    """How often it went back to the board unfinished (counted against max_task_releases)."""
+    released_by: HashCsv = Field(default_factory=list)
+    """Who gave it up, oldest first (the last ten)."""
 
     @property
     def subject(self) -> str:
@@ -90,7 +97,8 @@ class TeamTask(TaskState):
         return {"id": self.task_id, "status": self.status.value, "subject": self.subject,
                 "description": self.description, "role": self.role,
                 "assignee": self.assignee, "owner": self.owner, "after": self.depends_on,
-                "result": self.output, "released_reason": self.requeue_reason}
+                "result": self.output, "released_reason": self.requeue_reason,
+                "releases": self.releases, "error": self.error}
 
 
 def task_id_of(raw: str) -> str:
@@ -142,7 +150,8 @@ class TeamTasks:
                 keys=[self.keys.task_seq, self.keys.order, self.keys.ready, self.keys.counts,
                       self.keys.events, self.keys.task(task_id),
                       *(self.keys.task(d) for d in deps)],
-                args=[seq, task_id, subject, description, role, assignee, *deps])
+                args=[seq, task_id, subject, description, role, assignee,
+                      self.store.options.max_task_releases, *deps])
             if verdict == "unknown":
                 raise ConfigError(f"unknown task {detail} in --after; see `teamctl team task "
                                   "list`")
@@ -207,8 +216,10 @@ class TeamTasks:
         return ConfigError(f"unknown task {tid}; see list_tasks")
 
     def _open_deps(self, task: TeamTask) -> list[str]:
-        done = {t.task_id for t in self.snapshot() if t.status is TaskStatus.COMPLETED}
-        return [d for d in task.depends_on if d not in done]
+        """The dependencies not completed; a failed one says so (the task waits for ever)."""
+        status = {t.task_id: t.status for t in self.snapshot()}
+        return [d + (" (failed)" if status.get(d) is TaskStatus.FAILED else "")
+                for d in task.depends_on if status.get(d) is not TaskStatus.COMPLETED]
 
     def complete(self, name: str, token: str, task_id: str,
                  result: str) -> tuple[list[str], list[str]]:

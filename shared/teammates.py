@@ -103,6 +103,10 @@ class TeamOptions(BaseModel):
     """Past this many characters (of the messages' JSON), a checkpoint drops the oldest whole
     exchanges of a teammate's or the lead's memory, as past memory_max_messages; the newest
     exchange stays whole."""
+    max_task_releases: int = Field(3, ge=0, le=100)
+    """How often a team task may go back to the board unfinished (its holder ended two turns,
+    or a failed turn); the next time it fails instead, so no task passes between teammates for
+    ever."""
 
     @field_validator("lead_tools")
     @classmethod

@@ -118,7 +118,8 @@ class Attempt:
             add_team_tools(toolbox, TeamContext(
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
-                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox))
+                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox,
+                max_task_releases=job.spec.options.max_task_releases))
         add_python_tools(toolbox, member.tools, self._tool_context(member),
                          job.spec.options.tool_result_max_chars,
                          timeout_s=job.spec.options.tool_wait_s)

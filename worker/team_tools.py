@@ -5,7 +5,8 @@ What the task tools mean when any worker can run any member:
   and runs that task after the current one, in a fresh session as you. Claiming the task you are
   executing gives ok:false (it is already in progress), as in AI4J.
 - team_release_task: give back a claim this job holds. Releasing your current task ends your
-  attempt quietly before your next model call; the coordinator dispatches the task again.
+  attempt quietly before your next model call; the coordinator dispatches the task again. A task
+  already released max_task_releases times fails instead (dependents blocked, lead told).
 - team_reassign_task: hand a claim this job holds to another member. The token stays valid, so the
   task stays in progress; for your current task your session stops and this same job reruns the
   task in a fresh session as the new member (any worker can play any member).
@@ -42,6 +43,8 @@ from teamctl.worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from teamctl.worker.mailbox import Mailbox
 
 CURRENT_TASK = "current_task_id"
+PAST_BOUND = 2
+"""release_counted.lua's verdict for a task already released max_task_releases times."""
 """The tools' context key for the task the session executes (the default taskId)."""
 
 # --- arguments (AI4J's names and aliases; the schema shows the first name) ----------------------
@@ -201,6 +204,8 @@ class TeamContext:
     heartbeat_ttl_s: float
     mailbox: Mailbox
     """This session's reads of the member's inbox (acknowledged by the attempt)."""
+    max_task_releases: int = 3
+    """The run's bound on team_release_task per task (RunOptions.max_task_releases)."""
 
 
 def add_team_tools(toolbox: Toolbox, ctx: TeamContext) -> None:
@@ -290,13 +295,30 @@ class TeamTools:
         """team_release_task: give back a claim this job holds."""
         task_id = self._task_id(args.task_id)
         claim = self._held(task_id)
-        ok = False
+        ok, failed = False, None
         if claim is not None and self.ctx.claims.end(claim, ClaimEnd.RELEASED):
-            ok = self.ctx.board.release(task_id, claim.token, args.reason) is WriteOutcome.APPLIED
+            ok, failed = self._release(task_id, claim, args.reason)
         note = "your attempt ends; the task goes back to the queue" if (
             ok and claim is self.ctx.claim) else None
+        if failed:
+            note = (f"it was released {self.ctx.max_task_releases} times already "
+                    f"(max_task_releases), so it failed instead: {failed}")
         return self._task_result("team_release_task", ok, args.task_id, task_id, note=note,
                                  reason=None if claim else _not_held(task_id))
+
+    def _release(self, task_id: str, claim: Claim, reason: str | None) -> tuple[bool, str | None]:
+        """Give the claim back, counted against max_task_releases; past it the task fails
+        (dependents blocked, the lead told by a task.error). Returns (applied, failure error)."""
+        board = self.ctx.board
+        k = board.keys
+        verdict, error = board.scripts["release_counted"](
+            keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
+            args=[claim.token, (reason or "").strip(), self.ctx.member_id,
+                  self.ctx.max_task_releases])
+        if int(verdict) != PAST_BOUND:
+            return int(verdict) == 1, None
+        failed = board.fail(task_id, claim.token, error, announce_as=self.ctx.member_id)
+        return failed is WriteOutcome.APPLIED, error
 
     def reassign_task(self, args: ReassignArgs) -> TaskChanged:
         """team_reassign_task: a teammate continues a task this job holds."""

@@ -43,6 +43,7 @@ HELP = {
     "retention_s": "Seconds an ended run's keys stay in Redis.",
     "tool_result_max_chars": "Longest result a Python or MCP tool gives the model, in characters.",
     "tool_timeout_s": "Seconds one Python tool call may take (then a ToolTimeout result).",
+    "max_task_releases": "team_release_task calls of one task before the next fails it.",
     "transcript_max_chars": "Longest transcript kept per task for the result, in characters "
                             "(0: none).",
     "mcp_start_timeout_s": "Seconds an MCP server may take to start (else the task fails).",

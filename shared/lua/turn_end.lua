@@ -1,5 +1,6 @@
 -- turn_end: end a turn, or tell it to go on: mail arrived during it; it still holds a team task
--- it was not yet reminded of (one task.reminder, then the next end releases the task); or an
+-- it was not yet reminded of (one task.reminder, then the next end releases the task, or fails
+-- it once it was released its `max_releases` times: one task.failed notice to the lead); or an
 -- eligible ready task (the lowest number first) is claimed for it with a task.assigned message.
 -- A teammate that approved its shutdown (request_resolve.lua marked `shutdown_request`) ends
 -- shut down instead, its tasks back on the board.
@@ -28,23 +29,49 @@ end
 local held = team_held(13, last_held, name)
 local approved = redis.call('HGET', KEYS[2], 'shutdown_request') or ''
 local now = now_ms()
+local released = 0
 
+-- Give the held tasks back (`mark`: not to this teammate automatically, and counted against
+-- the task's max_releases: one past it fails instead, the lead told once by a task.failed).
+-- Returns the tasks that went back (each failed one is told to the lead here).
 local function release_all(reason, mark)
+  local back, failed = {}, {}
   for _, task_key in ipairs(held) do
-    team_release(task_key, KEYS[8], KEYS[9], KEYS[10], KEYS[12], reason, now)
-    if mark then redis.call('HSET', task_key, 'released_from', name) end
+    if mark and note_release(task_key, name, redis.call('HGET', task_key, 'max_releases')) then
+      fail_held(task_key, KEYS[8], KEYS[9], KEYS[10], KEYS[12],
+        releases_error(task_key, 'max_task_releases'), now)
+      failed[#failed + 1] = task_key
+    else
+      team_release(task_key, KEYS[8], KEYS[9], KEYS[10], KEYS[12], reason, now)
+      if mark then redis.call('HSET', task_key, 'released_from', name) end
+      back[#back + 1] = task_key
+    end
   end
+  for _, task_key in ipairs(failed) do
+    local f = redis.call('HMGET', task_key, 'task_id', 'error', 'dependents')
+    local note = f[1] .. ' failed: ' .. f[2]
+    local after = {}
+    for tid in string.gmatch(f[3] or '', '[^,]+') do after[#after + 1] = tid end
+    if #after > 0 then
+      -- A notice names a few: a task may have thousands of dependents.
+      local named = table.concat(after, ', ', 1, math.min(#after, 10))
+      if #after > 10 then named = named .. ' and ' .. (#after - 10) .. ' more' end
+      note = note .. '; the tasks after it (' .. named .. ') stay pending'
+    end
+    publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'task.failed', f[1], note, now)
+  end
+  return back
 end
 
 if approved ~= '' then
-  release_all(name .. ' shut down', false)
+  released = #release_all(name .. ' shut down', false)
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'status', 'shutdown', 'idle_reason', '', 'turn_token', '',
     'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
   publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.shutdown', '',
     name .. ' shut down (request ' .. approved .. ' approved)', now)
   mate_event(KEYS[12], name, 'shutdown', approved)
-  return {'shutdown', #held}
+  return {'shutdown', released}
 end
 if ARGV[5] ~= '1' then
   local offset = redis.call('HGET', KEYS[4], name) or '0-0'
@@ -65,8 +92,9 @@ if ARGV[5] ~= '1' then
       .. 'without that, it goes back to the team task board.', now)
     return {'continue', 0}
   end
-  release_all(name .. ' ended two turns without completing it', true)
-  for _, task_key in ipairs(held) do
+  local back = release_all(name .. ' ended two turns without completing it', true)
+  released = #back
+  for _, task_key in ipairs(back) do
     local f = redis.call('HMGET', task_key, 'task_id', 'member_id')
     local note = f[1] .. ' is back on the board: ' .. name .. ' ended two turns without '
       .. 'completing it'
@@ -83,16 +111,16 @@ if ARGV[5] ~= '1' then
         local tid = team_claim(KEYS[i], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], name, now)
         publish_message(KEYS[5], KEYS[6], 3, 3, 'system', name, 'task.assigned', tid,
           team_task_text(KEYS[i]), now)
-        return {'continue', #held}
+        return {'continue', released}
       end
     end
   end
 else
-  release_all(name .. "'s turn failed: " .. ARGV[6], true)
+  released = #release_all(name .. "'s turn failed: " .. ARGV[6], true)
 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'status', 'idle', 'idle_reason', ARGV[3], 'turn_token', '',
   'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
 publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.idle', '', ARGV[4], now)
 mate_event(KEYS[12], name, 'idle', ARGV[3])
-return {'idle', #held}
+return {'idle', released}

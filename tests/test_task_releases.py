@@ -1,0 +1,125 @@
+"""Bounded hand-offs: a team task two teammates never finish goes back to the board at most
+max_task_releases times, then fails with who gave it up as its error; the lead is told once and
+the model calls stop. Real Redis, the session's real workers on `members`, the scripted model."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.models import SystemType, TaskStatus
+from teamctl.shared.teammates import TeamOptions
+from teamctl.shared.teams import TeamStore
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.team_support import cli, spawn
+from tests.test_team_tasks import Doer, Stubborn, add, all_idle, task, workers_idle
+from tests.test_worker_team import write_team
+
+CALLS_PER_HOLD = 2
+"""A stubborn holder's model calls per hold: the claim's turn, then the reminder's."""
+
+
+def calls(llm: ScriptedLLM, name: str) -> int:
+    """The model calls the scripted model `name` answered."""
+    return len(llm.requests[name])
+
+
+def test_a_task_two_teammates_never_finish_fails_after_max_task_releases(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    store = TeamStore(wconn, team)
+    stubborn = f"stubborn-{team}"
+    model = llm.script(stubborn, handler=Stubborn())
+    for name in ("a", "b"):
+        assert spawn(workers, team, name, model, llm.api_base).exit_code == 0
+        wait_until(lambda: workers_idle(workers), message=f"{name}'s first turn")
+    wait_until(lambda: all_idle(store, 2), message="a and b idle")
+    first_turns = calls(llm, stubborn)
+    assert first_turns == 2
+    task_id = add(workers, team, "Fix the build")
+    after = add(workers, team, "Ship it", "--after", task_id)
+    wait_until(lambda: task(store, task_id).status is TaskStatus.FAILED and all_idle(store, 2)
+               and workers_idle(workers), 60, message="the task to fail past its bound")
+    failed = task(store, task_id)
+    # Three releases (a, b, a), then b gives it up a fourth time: it fails instead.
+    assert failed.releases == TeamOptions().max_task_releases == 3
+    assert failed.released_by == ["a", "b", "a", "b"]
+    assert failed.error == ("released 3 times (max_task_releases), given up in turn by "
+                            "a, b, a, b")
+    assert failed.owner is None and failed.attempts == 4
+    assert task(store, after).status is TaskStatus.PENDING
+    notices = store.notices(SystemType.TASK_FAILED)
+    assert [(m.from_, m.task_id, m.content) for m in notices] == [
+        ("system", task_id, f"{task_id} failed: {failed.error}; the tasks after it ({after}) "
+                            "stay pending")]
+    assert len(store.notices(SystemType.TASK_RELEASED)) == 3
+    bounded = first_turns + 4 * CALLS_PER_HOLD
+    assert calls(llm, stubborn) == bounded
+    # More work for the team runs to its end; neither stubborn teammate is called again.
+    assert spawn(workers, team, "c", llm.script(f"doer-{team}", handler=Doer()),
+                 llm.api_base).exit_code == 0
+    wait_until(lambda: all_idle(store, 3), message="c idle")
+    later = add(workers, team, "Write the notes", "--assignee", "c")
+    wait_until(lambda: task(store, later).status is TaskStatus.COMPLETED and all_idle(store, 3)
+               and workers_idle(workers), message="c to finish its task")
+    assert calls(llm, stubborn) == bounded
+    assert task(store, task_id).status is TaskStatus.FAILED
+    assert len(store.notices(SystemType.TASK_FAILED)) == 1
+
+
+def test_team_create_takes_max_task_releases_from_the_teammates_table_within_its_range(
+        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    good = tmp_path / "team.toml"
+    good.write_text("[teammates]\nmax_task_releases = 1\n")
+    created = cli("team", "create", "--file", str(good), "-t", team, "--redis-url", redis_url)
+    assert created.exit_code == 0, created.output
+    store = TeamStore(conn, team)
+    assert store.options.max_task_releases == 1
+    assert add(redis_url, team, "Fix the build") == "task_1"
+    assert conn.hget(store.keys.task("task_1"), "max_releases") == "1"
+    for value in (-1, 101):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f"[teammates]\nmax_task_releases = {value}\n")
+        other = f"t{uuid.uuid4().hex[:10]}"
+        refused = cli("team", "create", "--file", str(bad), "-t", other, "--redis-url",
+                      redis_url)
+        assert refused.exit_code == 2 and "teammates.max_task_releases" in refused.stderr
+        assert not TeamStore(conn, other).exists()
+
+
+PLAN = {"tasks": [
+    {"id": "task_1", "memberId": "m1", "task": "Collect notes"},
+    {"id": "task_2", "memberId": "m1", "task": "Write the summary", "dependsOn": ["task_1"]},
+]}
+
+
+def test_a_planned_task_released_past_max_task_releases_fails_and_blocks_its_dependents(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    def release(body: dict[str, Any]) -> ToolCalls:
+        return ToolCalls([("team_release_task", {"taskId": "task_1", "reason": "not mine"})])
+
+    member = f"m1-{run_id}"
+    team = write_team(tmp_path / "team.toml", llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
+                      llm.script(f"synth-{run_id}", ["nothing shipped"]),
+                      {"m1": llm.script(member, handler=release)})
+    result = CliRunner().invoke(main, [
+        "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+        "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json",
+        "--max-task-releases", "2"])
+    out = json.loads(result.stdout)
+    states = {s["task_id"]: s for s in out["task_states"]}
+    error = "released 2 times (max_task_releases), given up in turn by m1, m1, m1"
+    assert (states["task_1"]["status"], states["task_1"]["error"]) == ("failed", error)
+    assert states["task_2"]["status"] == "blocked"
+    # Each attempt is one model call: the release ends it before the next.
+    assert len(llm.requests[member]) == 3
+    assert (result.exit_code, out["status"]) == (1, "failed"), result.output
+    errors = [(m["from"], m["task_id"], m["content"]) for m in out["messages"]
+              if m["type"] == "task.error"]
+    assert errors == [("m1", "task_1", error)]
