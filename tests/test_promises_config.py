@@ -152,6 +152,7 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "retention_s": (["--retention-s", "86400"], 86400),
     "tool_result_max_chars": (["--tool-result-max-chars", "500"], 500),
     "tool_timeout_s": (["--tool-timeout-s", "30"], 30.0),
+    "max_task_releases": (["--max-task-releases", "5"], 5),
     "transcript_max_chars": (["--transcript-max-chars", "0"], 0),
     "mcp_start_timeout_s": (["--mcp-start-timeout-s", "12"], 12.0),
     "mcp_list_timeout_s": (["--mcp-list-timeout-s", "7.5"], 7.5),
@@ -186,7 +187,6 @@ def test_each_option_given_as_a_flag_lands_in_the_stored_spec(
     assert getattr(options, name) == value
     others = {k: v for k, v in options.model_dump().items() if k != name}
     assert others == {k: v for k, v in RunOptions().model_dump().items() if k != name}
-
 
 
 def test_a_tool_call_is_never_waited_for_past_the_run_or_the_turn() -> None:
