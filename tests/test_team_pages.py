@@ -8,15 +8,19 @@ workers with the scripted model server."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from teamctl.coordinator.lead.lead import LeadAgent
 from teamctl.coordinator.lead.lead_tools import LeadTools
 from teamctl.shared.agent.inbox import unread_batch
+from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.bus import LEAD
+from teamctl.shared.lease import LeadLease
 from teamctl.shared.models import SystemType
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, TeamOptions
@@ -24,7 +28,7 @@ from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_tools import MateTools
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM
+from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.team_support import HeldFirstCall, inbox_lines, spawn
 
 NOBODY = "nobody"
@@ -32,6 +36,7 @@ TASKS = 3000
 BIG_RESULTS = 30
 BIG_CHARS = 50_000
 CAP = TeamOptions().tool_result_max_chars
+_INBOX = re.compile(r"<inbox>\n(.*?)\n</inbox>", re.S)
 
 
 def add_tasks(store: TeamStore, count: int) -> None:
@@ -217,3 +222,22 @@ def test_a_turn_injects_its_inbox_in_batches(workers: str, wconn: redis.Redis,
     assert all(len(b["content"].splitlines()) == 22 for b in blocks)  # tags + 20 messages
     assert [line["content"] for line in inbox_lines(memory)] == [f"m{i}" for i in range(100)]
     assert len(store.notices(SystemType.TEAMMATE_IDLE)) >= 1
+
+
+def test_the_leads_inbox_reaches_its_model_in_batches(conn: redis.Redis, team: str,
+                                                      llm: ScriptedLLM, tmp_path: Path) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(inbox_batch_messages=20))
+    store.spawn("bob", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
+    for index in range(50):
+        store.send("bob", LEAD, f"m{index}")
+    look = ToolCalls([("list_teammates", {})])
+    model = llm.script(f"lead-{team}", [look, look, "all read"])
+    with LeadLease(conn, store.keys, ttl_s=30) as lease:
+        agent = LeadAgent(store, lease, ModelClient(provider_keys=()), model, llm.api_base,
+                          tmp_path)
+        assert agent.turn("Read your mail.") == "all read"
+    sent = llm.requests[f"lead-{team}"]
+    assert [len(_INBOX.findall(body["messages"][-1]["content"])[0].splitlines())
+            for body in sent] == [20, 20, 10]
+    assert not store.peek(LEAD)[1]
