@@ -72,11 +72,11 @@ def list_tasks(store: Store, args: ListTasksArgs, options: TeamOptions) -> dict[
 
 
 def get_task(store: Store, args: GetTaskArgs, options: TeamOptions) -> dict[str, Any]:
-    """One task whole, its description and result cut (saying so) only to keep the answer
-    within tool_result_max_chars."""
+    """One task whole, its subject, description and result cut (saying so) only to keep the
+    answer within tool_result_max_chars."""
     view = TeamTasks(store).get(args.task_id).view()
     room = options.tool_result_max_chars - WRAPPER_CHARS
-    texts = {key: str(view[key] or "") for key in ("description", "result")}
+    texts = {key: str(view[key] or "") for key in ("subject", "description", "result")}
     for _ in range(4):  # JSON escapes may lengthen a text: shrink again until it fits
         answer = {"action": "get_task", "ok": True, "task": {**view, **_cut_texts(texts, room)}}
         over = len(json.dumps(answer, ensure_ascii=False)) - WRAPPER_CHARS - room
