@@ -30,7 +30,7 @@ without `bash`."""
 MAX_GRANTS = 100
 """Entries a grantable list may hold."""
 MATE_TOOLS = ("send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
-              "submit_plan", "list_tasks", "claim_task", "complete_task", "idle")
+              "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle")
 """A teammate's own tools (worker/mate_tools.py registers them), known here so that a spawn
 refuses a Python tool named like one before any turn runs."""
 
@@ -107,6 +107,9 @@ class TeamOptions(BaseModel):
     """How often a team task may go back to the board unfinished (its holder ended two turns,
     or a failed turn); the next time it fails instead, so no task passes between teammates for
     ever."""
+    inbox_batch_messages: int = Field(50, ge=1, le=1000)
+    """Most unread messages one read_inbox answer or one step's `<inbox>` block carries (within
+    tool_result_max_chars characters too); the rest wait, unread, for the next."""
 
     @field_validator("lead_tools")
     @classmethod

@@ -163,7 +163,7 @@ def test_the_lead_has_the_workspace_tools_the_team_lists_and_shares_the_workspac
     sent = llm.requests[f"lead-{team}"][0]["tools"]
     assert [t["function"]["name"] for t in sent] == [
         "spawn_teammate", "list_teammates", "send_message", "broadcast", "read_inbox",
-        "request_shutdown", "review_plan", "create_task", "list_tasks",
+        "request_shutdown", "review_plan", "create_task", "list_tasks", "get_task",
         "write_file"]  # bash only if the team lists it
     assert store.get("alice").tools == ["read_file"]
     assert (tmp_path / "state" / "teams" / team / "workspace" / "brief.md").read_text() == (

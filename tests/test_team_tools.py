@@ -26,7 +26,7 @@ from tests.scripted_llm import Reply, ScriptedLLM, ToolCalls
 from tests.team_support import cli, inbox_lines, spawn
 
 TEAM_TOOLS = ["send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
-              "submit_plan", "list_tasks", "claim_task", "complete_task", "idle"]
+              "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle"]
 SENDERS = 4
 MESSAGES_PER_SENDER = 200
 SENDER_CODE = """

@@ -77,6 +77,8 @@ def send_batch(url: str, team: str, sender: str, count: int) -> None:
 def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
         workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
     store = TeamStore(wconn, team)
+    # A batch big enough for all of it: the mail reaches bob in one step.
+    store.create(TeamOptions(inbox_batch_messages=SENDERS * MESSAGES_PER_SENDER))
     senders = [f"s{i}" for i in range(SENDERS)]
     for sender in senders:  # the offline model: one short turn each, then idle
         assert spawn(workers, team, sender, OFFLINE_MODEL, None).exit_code == 0

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from teamctl.shared.agent.inbox import inbox_line
+from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
+from teamctl.shared.team_pages import GetTaskArgs, ListTasksArgs, get_task, list_tasks
 from teamctl.shared.team_tasks import TeamTasks, task_id_of
 from teamctl.shared.teams import TeamStore
 
@@ -104,8 +105,9 @@ class MateTools:
                 self.send_message)
         box.add("broadcast", "Send a message to every other teammate and the lead.",
                 BroadcastArgs, self.broadcast)
-        box.add("read_inbox", "Show messages that arrived since your last step (they also "
-                "reach you before your next step).", NoArgs, self.read_inbox)
+        box.add("read_inbox", "Show the first unread messages (up to the team's batch; they "
+                "also reach you before your next step) and how many more remain.", NoArgs,
+                self.read_inbox)
         box.add("list_teammates", "List the team's teammates, roles and statuses.", NoArgs,
                 self.list_teammates)
         box.add("respond_shutdown", "Answer the lead's shutdown_request: approve to shut down "
@@ -114,8 +116,12 @@ class MateTools:
         box.add("submit_plan", "In plan mode: ask the lead to approve your plan (one pending at "
                 "a time); the answer arrives as a plan_approval_response.", SubmitPlanArgs,
                 self.submit_plan)
-        box.add("list_tasks", "List the team task board: id, status, subject, role, assignee, "
-                "owner, dependencies (after).", NoArgs, self.list_tasks)
+        box.add("list_tasks", "List one page of the team task board (optional status, offset, "
+                "limit): id, status, subject, role, assignee, owner, dependencies (after), "
+                "result, long texts shortened; says how many match and remain.", ListTasksArgs,
+                self.list_tasks)
+        box.add("get_task", "Show one task of the team task board whole (its description and "
+                "result).", GetTaskArgs, self.get_task)
         box.add("claim_task", "Take a ready task from the team task board (yours to finish with "
                 "complete_task).", TaskIdArgs, self.claim_task)
         box.add("complete_task", "Finish a task you hold with its result; tasks waiting for it "
@@ -136,9 +142,7 @@ class MateTools:
                 "woke": woke}
 
     def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
-        _, messages = self.store.peek(self.name)
-        return {"action": "read_inbox", "ok": True,
-                "messages": [inbox_line(m) for m in messages]}
+        return unread_batch(self.store, self.name).answer()
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True,
@@ -159,9 +163,11 @@ class MateTools:
         return {"action": "submit_plan", "ok": True, "request_id": record.id,
                 "status": record.status.value}
 
-    def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
-        return {"action": "list_tasks", "ok": True,
-                "tasks": self.tasks.views()}
+    def list_tasks(self, args: ListTasksArgs) -> dict[str, Any]:
+        return list_tasks(self.store, args, self.store.options)
+
+    def get_task(self, args: GetTaskArgs) -> dict[str, Any]:
+        return get_task(self.store, args, self.store.options)
 
     def claim_task(self, args: TaskIdArgs) -> dict[str, Any]:
         task = self.tasks.claim(self.name, self.token, args.task_id)

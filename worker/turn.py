@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from teamctl.shared.agent.inbox import inbox_block
+from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message
 from teamctl.shared.agent.prompts import render
@@ -205,7 +205,8 @@ class Turn:
         if mate.shutdown_request:
             # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
             return IdleReason.DONE, answer or ""
-        if answer is not None and not self.store.peek(self.mate.name)[1]:
+        if answer is not None and not self.store.peek(
+                self.mate.name, limit=self.store.options.inbox_batch_messages)[1]:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
@@ -227,15 +228,17 @@ class Turn:
         """Inject the unread inbox, call the model, and commit the inbox block, the reply and the
         inbox offset in one checkpoint, before any tool runs; returns the reply message."""
         self.lease.check()
-        offset, inbox = self.store.peek(self.mate.name)
+        # A bounded batch (inbox_batch_messages, tool_result_max_chars): the rest stays unread
+        # for the next step, or keeps the turn going once this one ends.
+        batch = unread_batch(self.store, self.mate.name)
         step: list[dict[str, Any]] = []
-        if inbox:
-            step.append({"role": "user", "content": inbox_block(inbox)})
+        if batch.lines:
+            step.append({"role": "user", "content": batch.block()})
         reply = self.client.complete(self.mate.model, messages + step, tools=toolbox.schemas(),
                                      api_base=self.mate.api_base)
         self.lease.check()
         step.append(assistant_message(reply))
-        self._commit(offset, step)
+        self._commit(batch.offset, step)
         messages.extend(step)
         return step[-1]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from teamctl.coordinator.lead.lead_tools import LeadTools
-from teamctl.shared.agent.inbox import inbox_block
+from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message, tool_results
 from teamctl.shared.agent.prompts import render
@@ -107,10 +107,10 @@ class LeadAgent:
         messages = [{"role": "system", "content": self.system_prompt()}, *self.memory.load()]
         for step_index in range(self.store.options.turn_max_steps):
             self.lease.check()
-            offset, inbox = self.store.peek(LEAD)
+            batch = unread_batch(self.store, LEAD)  # bounded: the rest waits for the next step
             parts = [text.strip()] if step_index == 0 and text.strip() else []
-            if inbox:
-                parts.append(inbox_block(inbox))
+            if batch.lines:
+                parts.append(batch.block())
             if step_index == 0 and not parts:
                 return None
             # The mail joins the person's message: no invented exchange around it.
@@ -120,7 +120,7 @@ class LeadAgent:
             self.lease.check()
             step.append(assistant_message(reply))
             step.extend(tool_results(self.toolbox, reply))
-            dropped = self.memory.commit(offset, step)
+            dropped = self.memory.commit(batch.offset, step)
             messages.extend(step)
             del messages[1:1 + dropped]  # what memory dropped leaves the next request too
             if self.on_step is not None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from teamctl.shared.agent.inbox import inbox_line
+from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.team_pages import GetTaskArgs, ListTasksArgs, get_task, list_tasks
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import DEFAULT_QUEUE, TeamOptions, load_mate_python_tools
 from teamctl.shared.teams import TeamStore
@@ -126,8 +127,9 @@ class LeadTools:
                 self.send_message)
         box.add("broadcast", "Send a message to every teammate (waking the idle ones).",
                 BroadcastArgs, self.broadcast)
-        box.add("read_inbox", "Show your unread messages (they also reach you before your next "
-                "step, once).", NoArgs, self.read_inbox)
+        box.add("read_inbox", "Show your first unread messages (up to the team's batch; they "
+                "also reach you before your next step, once) and how many more remain.", NoArgs,
+                self.read_inbox)
         box.add("request_shutdown", "Ask a teammate to shut down; it answers with a "
                 "shutdown_response in your inbox.", ShutdownArgs, self.request_shutdown)
         box.add("review_plan", "Approve or reject a teammate's plan_approval_request.",
@@ -135,8 +137,12 @@ class LeadTools:
         box.add("create_task", "Add a task to the team task board; once ready (its 'after' "
                 "tasks completed) an idle teammate that fits claims it.", CreateTaskArgs,
                 self.create_task)
-        box.add("list_tasks", "List the team task board: id, status, subject, role, assignee, "
-                "owner, dependencies (after), result.", NoArgs, self.list_tasks)
+        box.add("list_tasks", "List one page of the team task board (optional status, offset, "
+                "limit): id, status, subject, role, assignee, owner, dependencies (after), "
+                "result, long texts shortened; says how many match and remain.", ListTasksArgs,
+                self.list_tasks)
+        box.add("get_task", "Show one task of the team task board whole (its description and "
+                "result).", GetTaskArgs, self.get_task)
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
         check_grants(self.options(), self.model, args)
@@ -170,9 +176,7 @@ class LeadTools:
                 "recipients": len(self.store.names()), "woke": woke}
 
     def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
-        _, messages = self.store.peek(LEAD)
-        return {"action": "read_inbox", "ok": True,
-                "messages": [inbox_line(m) for m in messages]}
+        return unread_batch(self.store, LEAD, self.options()).answer()
 
     def request_shutdown(self, args: ShutdownArgs) -> dict[str, Any]:
         record, woke = self.store.request_shutdown(args.name, args.reason or "")
@@ -192,9 +196,11 @@ class LeadTools:
         return {"action": "create_task", "ok": True, "task_id": task.task_id,
                 "status": task.status.value, "owner": task.owner, "woke": woken}
 
-    def list_tasks(self, _args: NoArgs) -> dict[str, Any]:
-        return {"action": "list_tasks", "ok": True,
-                "tasks": TeamTasks(self.store).views()}
+    def list_tasks(self, args: ListTasksArgs) -> dict[str, Any]:
+        return list_tasks(self.store, args, self.options())
+
+    def get_task(self, args: GetTaskArgs) -> dict[str, Any]:
+        return get_task(self.store, args, self.options())
 
 
 def grants_text(options: TeamOptions, lead_model: str) -> str:
