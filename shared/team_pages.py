@@ -137,7 +137,7 @@ def listed(task: TeamTask) -> dict[str, Any]:
     LISTED_AFTER dependencies; `_cut` marks a view that lost something."""
     view = task.view()
     cut = False
-    for key in ("subject", "description", "result", "released_reason"):
+    for key in ("subject", "description", "result", "released_reason", "error"):
         text = view[key]
         if text and len(text) > LISTED_CHARS:
             view[key], cut = shorten(text, LISTED_CHARS), True

@@ -47,7 +47,8 @@ def add_tasks(store: TeamStore, count: int) -> None:
         verdict, _ = store.scripts["team_task_add"](
             keys=[keys.task_seq, keys.order, keys.ready, keys.counts, keys.events,
                   keys.task(task_id)],
-            args=[str(number - 1), task_id, f"job {number}", "", "", ""])
+            args=[str(number - 1), task_id, f"job {number}", "", "", "",
+                  store.options.max_task_releases])
         assert verdict == "ok"
 
 
@@ -135,7 +136,7 @@ def test_get_task_shows_one_task_whole_and_caps_a_long_result(
     assert short == {"action": "get_task", "ok": True, "task": {
         "id": "task_31", "status": "completed", "subject": "job 31", "description": "",
         "role": None, "assignee": None, "owner": None, "after": [], "result": "short result",
-        "released_reason": None}}
+        "released_reason": None, "releases": 0, "error": None}}
     long, size = called(box, "get_task", task_id="task_7")
     assert size <= CAP
     result = long["task"]["result"]
