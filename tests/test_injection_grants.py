@@ -287,7 +287,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
                         "answers it"),
         ("UnknownTool", "Unknown tool 'review_plan'. Available tools: send_message, "
                         "broadcast, read_inbox, list_teammates, respond_shutdown, submit_plan, "
-                        "list_tasks, claim_task, complete_task, idle")]
+                        "list_tasks, get_task, claim_task, complete_task, idle")]
     # What did go out went out as alice; bob's request is still pending, his record untouched.
     mine = [(m.from_, m.to, m.type) for m in store.bus.messages()
             if m.from_ not in (LEAD, "system")]
