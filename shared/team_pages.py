@@ -50,6 +50,15 @@ class GetTaskArgs(ToolArgs):
     """A task's id (task_<n>, from list_tasks)."""
 
 
+LIST_TASKS_DESCRIPTION = (
+    "List one page of the team task board (optional status, offset, limit): id, status, "
+    "subject, role, assignee, owner, dependencies (after), result, long texts shortened; says "
+    "how many match and remain.")
+GET_TASK_DESCRIPTION = ("Show one task of the team task board whole (its description and "
+                        "result).")
+"""The two tools' descriptions, the same for a teammate and the lead."""
+
+
 def list_tasks(store: Store, args: ListTasksArgs, options: TeamOptions) -> dict[str, Any]:
     """One page of the board in number order, with how many tasks match and remain after it;
     texts shortened, the page cut further to fit tool_result_max_chars."""

@@ -16,7 +16,14 @@ from typing import Any
 
 from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
-from teamctl.shared.team_pages import GetTaskArgs, ListTasksArgs, get_task, list_tasks
+from teamctl.shared.team_pages import (
+    GET_TASK_DESCRIPTION,
+    LIST_TASKS_DESCRIPTION,
+    GetTaskArgs,
+    ListTasksArgs,
+    get_task,
+    list_tasks,
+)
 from teamctl.shared.team_tasks import TeamTasks, task_id_of
 from teamctl.shared.teams import TeamStore
 
@@ -116,12 +123,8 @@ class MateTools:
         box.add("submit_plan", "In plan mode: ask the lead to approve your plan (one pending at "
                 "a time); the answer arrives as a plan_approval_response.", SubmitPlanArgs,
                 self.submit_plan)
-        box.add("list_tasks", "List one page of the team task board (optional status, offset, "
-                "limit): id, status, subject, role, assignee, owner, dependencies (after), "
-                "result, long texts shortened; says how many match and remain.", ListTasksArgs,
-                self.list_tasks)
-        box.add("get_task", "Show one task of the team task board whole (its description and "
-                "result).", GetTaskArgs, self.get_task)
+        box.add("list_tasks", LIST_TASKS_DESCRIPTION, ListTasksArgs, self.list_tasks)
+        box.add("get_task", GET_TASK_DESCRIPTION, GetTaskArgs, self.get_task)
         box.add("claim_task", "Take a ready task from the team task board (yours to finish with "
                 "complete_task).", TaskIdArgs, self.claim_task)
         box.add("complete_task", "Finish a task you hold with its result; tasks waiting for it "

@@ -17,7 +17,14 @@ from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.team_pages import GetTaskArgs, ListTasksArgs, get_task, list_tasks
+from teamctl.shared.team_pages import (
+    GET_TASK_DESCRIPTION,
+    LIST_TASKS_DESCRIPTION,
+    GetTaskArgs,
+    ListTasksArgs,
+    get_task,
+    list_tasks,
+)
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import DEFAULT_QUEUE, TeamOptions, load_mate_python_tools
 from teamctl.shared.teams import TeamStore
@@ -137,12 +144,8 @@ class LeadTools:
         box.add("create_task", "Add a task to the team task board; once ready (its 'after' "
                 "tasks completed) an idle teammate that fits claims it.", CreateTaskArgs,
                 self.create_task)
-        box.add("list_tasks", "List one page of the team task board (optional status, offset, "
-                "limit): id, status, subject, role, assignee, owner, dependencies (after), "
-                "result, long texts shortened; says how many match and remain.", ListTasksArgs,
-                self.list_tasks)
-        box.add("get_task", "Show one task of the team task board whole (its description and "
-                "result).", GetTaskArgs, self.get_task)
+        box.add("list_tasks", LIST_TASKS_DESCRIPTION, ListTasksArgs, self.list_tasks)
+        box.add("get_task", GET_TASK_DESCRIPTION, GetTaskArgs, self.get_task)
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
         check_grants(self.options(), self.model, args)
