@@ -523,19 +523,20 @@ def _within_hard(limit: int, wanted: int) -> int:
 def _user_task_count(proc_root: Path = PROC_ROOT) -> int | None:
     """The processes and threads of this real user now, as RLIMIT_NPROC counts them; None
     when `proc_root` cannot be listed."""
-    uid = str(os.getuid())
+    uid = os.getuid()
     count = 0
     try:
         entries = list(os.scandir(proc_root))
     except OSError:
         return None
     for entry in entries:
-        if not entry.name.isdigit():
-            continue
         with suppress(OSError):  # gone since the scan, or not ours to read
+            # The directory's owner is the process's user: only our own need their status.
+            if not entry.name.isdigit() or entry.stat().st_uid != uid:
+                continue
             with open(proc_root / entry.name / "status", encoding="utf-8") as status:
                 fields = dict(line.split(":", 1) for line in status if ":" in line)
-            if fields.get("Uid", "").split()[:1] == [uid]:
+            if fields.get("Uid", "").split()[:1] == [str(uid)]:
                 count += int(fields.get("Threads", "1"))
     return count
 
