@@ -36,7 +36,8 @@ BENCHES = {
     "mcp": "MCP servers (a stdio server per attempt, one preloaded forking worker)",
     "board": "Task board (private redis-server)",
     "bus": "Message bus (private redis-server)",
-    "team_board": "Team board at scale (2,000 tasks beside 8 idle teammates, private redis-server)",
+    "team_board": ("Team board at scale (10,000 tasks beside 100 idle teammates, then 400 "
+                   "hand-outs; private redis-server)"),
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
 

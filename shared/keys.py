@@ -8,6 +8,7 @@ touches one slot only. Task and member ids are validated before they are joined 
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -301,3 +302,27 @@ class TeamKeys(KeySpace):
     def task_seq(self) -> str:
         """String counter: the last team task number issued (ids `task_<n>`)."""
         return f"{self.base}:task_seq"
+
+    # A team's ready tasks are also kept in lanes, one per kind of taker, so handing out a task
+    # reads the head of the few lanes an idle teammate draws from, never every ready task.
+
+    def ready_for(self, name: str) -> str:
+        """Sorted set: the ready tasks reserved for one teammate (its assignee), by number."""
+        return f"{self.base}:ready:for:{check_member_id(name)}"
+
+    def ready_role(self, role: str) -> str:
+        """Sorted set: the ready unreserved tasks of one role (case-insensitive), by number; the
+        role is free text, so the key holds a digest of it."""
+        digest = hashlib.sha256(role.strip().lower().encode()).hexdigest()[:16]
+        return f"{self.base}:ready:role:{digest}"
+
+    @property
+    def ready_open(self) -> str:
+        """Sorted set: the ready tasks that name neither an assignee nor a role, by number."""
+        return f"{self.base}:ready:open"
+
+    @property
+    def lanes_indexed(self) -> str:
+        """String: set once every task of the team has its ready lane (teams created before
+        lanes existed are indexed on their first hand-out)."""
+        return f"{self.base}:ready:indexed"

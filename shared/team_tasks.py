@@ -7,10 +7,12 @@ differs: a task is added one at a time (`team_task_add.lua`), its subject and de
 the board's `task` and `context`, its assignee the board's `member_id`, it may name a `role`,
 and a teammate's claim has no heartbeat key: the teammate's turn holds it. A ready task goes to
 one idle teammate that fits (`wake_for_tasks.lua`) or waits for the next turn end
-(`turn_end.lua`); turn ends remind a holder once, then release the task, at most
-max_task_releases times: the next such end fails it (its dependents stay pending); a shutdown
-releases its tasks. Every change is one Lua script; claims and completions by a turn are
-token-checked.
+(`turn_end.lua`). Both find it through ready lanes (one per assignee, per role and one open;
+shared/keys.py), reading only the first tasks of the lanes idle teammates draw from, so a
+hand-out costs the same beside ten ready tasks or ten thousand. Turn ends remind a holder
+once, then release the task, at most max_task_releases times: the next such end fails it (its
+dependents stay pending); a shutdown releases its tasks. Every change is one Lua script;
+claims and completions by a turn are token-checked.
 """
 
 from __future__ import annotations
@@ -33,6 +35,14 @@ TASK_PREFIX = "task_"
 MAX_RETRIES = 100
 """An add racing others for the next number, or a completion racing adds of its dependents,
 retries; this bounds a pathological storm."""
+HANDOUT_BATCH = 32
+"""Most claims one wake_for_tasks call makes: a wake beside many idle teammates runs several
+short scripts rather than one that blocks Redis."""
+LANE_HEAD = 8
+"""Tasks read from the head of a lane beyond one per teammate drawing from it: room for tasks
+a teammate may not take back (released from it); a lane that needs more is read deeper."""
+SNAPSHOT_CHUNK = 200
+"""Task hashes one snapshot script reads: a listing of a big board is several short scripts."""
 
 
 class Store(Protocol):
@@ -143,12 +153,13 @@ class TeamTasks:
         if assignee:
             self.store.get(check_mate_name(assignee))
         deps = list(dict.fromkeys(task_id_of(d) for d in after))
+        lane = self.lane(role, assignee)
         for _ in range(MAX_RETRIES):
             seq = self.conn.get(self.keys.task_seq) or "0"
             task_id = f"{TASK_PREFIX}{int(seq) + 1}"
             verdict, detail = self.scripts["team_task_add"](
                 keys=[self.keys.task_seq, self.keys.order, self.keys.ready, self.keys.counts,
-                      self.keys.events, self.keys.task(task_id),
+                      self.keys.events, self.keys.task(task_id), lane,
                       *(self.keys.task(d) for d in deps)],
                 args=[seq, task_id, subject, description, role, assignee,
                       self.store.options.max_task_releases, *deps])
@@ -161,14 +172,28 @@ class TeamTasks:
         raise TeamError(f"task not added: {MAX_RETRIES} concurrent adds won the race; "
                         "try again")
 
+    def lane(self, role: str, assignee: str) -> str:
+        """The ready lane of a task: its assignee's, else its role's, else the open one."""
+        if assignee:
+            return self.keys.ready_for(assignee)
+        return self.keys.ready_role(role) if role else self.keys.ready_open
+
+    def lanes_of(self, name: str, role: str | None) -> list[str]:
+        """The lanes teammate `name` of `role` draws tasks from."""
+        return [self.keys.ready_for(name), *([self.keys.ready_role(role)] if role else []),
+                self.keys.ready_open]
+
     def snapshot(self) -> list[TeamTask]:
-        """Every task in number order, read atomically (the board's snapshot script)."""
+        """Every task in number order; each chunk of SNAPSHOT_CHUNK tasks is read at one
+        instant (the board's snapshot script), the listing as a whole is not."""
         ids = self.conn.lrange(self.keys.order, 0, -1)
-        if not ids:
-            return []
-        replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in ids])
-        return [TeamTask.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
-                for flat in replies if flat]
+        tasks: list[TeamTask] = []
+        for start in range(0, len(ids), SNAPSHOT_CHUNK):
+            chunk = ids[start:start + SNAPSHOT_CHUNK]
+            replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in chunk])
+            tasks += [TeamTask.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
+                      for flat in replies if flat]
+        return tasks
 
     def views(self) -> list[dict[str, Any]]:
         """Every task as listings show it (the list_tasks tools of teammates and the lead)."""
@@ -217,9 +242,12 @@ class TeamTasks:
 
     def _open_deps(self, task: TeamTask) -> list[str]:
         """The dependencies not completed; a failed one says so (the task waits for ever)."""
-        status = {t.task_id: t.status for t in self.snapshot()}
-        return [d + (" (failed)" if status.get(d) is TaskStatus.FAILED else "")
-                for d in task.depends_on if status.get(d) is not TaskStatus.COMPLETED]
+        pipe = self.conn.pipeline(transaction=False)
+        for dep in task.depends_on:
+            pipe.hget(self.keys.task(dep), "status")
+        status = dict(zip(task.depends_on, pipe.execute(), strict=True))
+        return [d + (" (failed)" if status[d] == TaskStatus.FAILED else "")
+                for d in task.depends_on if status[d] != TaskStatus.COMPLETED]
 
     def complete(self, name: str, token: str, task_id: str,
                  result: str) -> tuple[list[str], list[str]]:
@@ -262,22 +290,129 @@ class TeamTasks:
     # --- wake-ups and turn ends -----------------------------------------------------------------
 
     def wake(self) -> list[str]:
-        """Hand every ready task an idle teammate fits to one such teammate (claimed for it,
-        working, told by a task.assigned message) and enqueue those turns; returns their names."""
-        ready = self.conn.zrange(self.keys.ready, 0, -1)
-        names = self.store.names()
-        if not ready or not names:
-            return []
-        pairs = [key for name in names for key in (self.keys.mate(name), self.keys.inbox(name))]
-        flat = self.scripts["wake_for_tasks"](
-            keys=[self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
-                  self.keys.events, self.keys.bus, self.keys.bus_seq, *pairs,
-                  *(self.keys.task(t) for t in ready)],
-            args=[len(names), *names])
-        woken = list(flat[0::2])
+        """Hand ready tasks to idle teammates that fit them (each task in number order to the
+        fitting teammate idle longest: claimed for it, working, told by a task.assigned
+        message) and enqueue those turns; returns their names."""
+        woken: list[str] = []
+        for _ in range(MAX_RETRIES):
+            pairs = self._handout_pairs()
+            if not pairs:
+                break
+            triples = [key for name, task_id in pairs
+                       for key in (self.keys.mate(name), self.keys.inbox(name),
+                                   self.keys.task(task_id))]
+            reply = self.scripts["wake_for_tasks"](
+                keys=[self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
+                      self.keys.events, self.keys.bus, self.keys.bus_seq, *triples],
+                args=[name for name, _ in pairs])
+            woken += reply[1::2]
+            if not int(reply[0]) and len(pairs) < HANDOUT_BATCH:
+                break  # every proposal held and none was left out: nothing more to hand out
         for name in woken:
             self.store.enqueue_turn(self.store.get(name))
         return woken
+
+    def _handout_pairs(self) -> list[tuple[str, str]]:
+        """Up to HANDOUT_BATCH (teammate, task) pairs to propose, from the heads of the lanes
+        idle teammates draw from; the script checks each again."""
+        if not self.conn.zcard(self.keys.ready):
+            return []
+        self.index_lanes()
+        idle = self._idle_mates()
+        if not idle:
+            return []
+        takers: dict[str, list[str]] = {}
+        for name, role in idle:
+            for lane in self.lanes_of(name, role):
+                takers.setdefault(lane, []).append(name)
+        depth = {lane: len(names) + LANE_HEAD for lane, names in takers.items()}
+        for _ in range(MAX_RETRIES):
+            pairs, short = self._match(takers, depth)
+            if not short:
+                return pairs
+            for lane in short:
+                depth[lane] *= 4
+        return pairs
+
+    def _idle_mates(self) -> list[tuple[str, str | None]]:
+        """The idle teammates free to take a task (not waiting for a plan's approval), with
+        their roles, the one idle longest first."""
+        names = self.store.names()
+        pipe = self.conn.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(self.keys.mate(name), "status", "role", "plan_state", "last_seen_ms")
+        idle = [(int(seen or 0), name, role)
+                for name, (status, role, plan, seen) in zip(names, pipe.execute(), strict=True)
+                if status == "idle" and plan in (None, "", "approved")]
+        return [(name, role) for _, name, role in sorted(idle, key=lambda row: row[0])]
+
+    def _match(self, takers: dict[str, list[str]],
+               depth: dict[str, int]) -> tuple[list[tuple[str, str]], list[str]]:
+        """Pair the lanes' first tasks with their takers, tasks in number order; also the lanes
+        read too shallow (a taker left over while tasks it may not take filled what was read
+        and the lane holds more)."""
+        lanes = list(takers)
+        pipe = self.conn.pipeline(transaction=False)
+        for lane in lanes:
+            pipe.zrange(lane, 0, depth[lane] - 1, withscores=True)
+        heads = {lane: rows for lane, rows in zip(lanes, pipe.execute(), strict=True)}
+        candidates = sorted((score, task_id, lane) for lane, rows in heads.items()
+                            for task_id, score in rows)
+        pipe = self.conn.pipeline(transaction=False)
+        for _, task_id, _ in candidates:
+            pipe.hget(self.keys.task(task_id), "released_from")
+        taken: set[str] = set()
+        pairs: list[tuple[str, str]] = []
+        passed_over: set[str] = set()
+        for (_, task_id, lane), released_from in zip(candidates, pipe.execute(), strict=True):
+            name = next((n for n in takers[lane] if n not in taken and n != released_from),
+                        None)
+            if name is None:
+                if released_from in takers[lane] and released_from not in taken:
+                    passed_over.add(lane)
+                continue
+            taken.add(name)
+            pairs.append((name, task_id))
+            if len(pairs) == HANDOUT_BATCH:
+                return pairs, []
+        short = [lane for lane in passed_over if len(heads[lane]) == depth[lane]
+                 and any(n not in taken for n in takers[lane])]
+        return pairs, short
+
+    def end_candidates(self, name: str, role: str | None,
+                       depth: int) -> tuple[list[str], list[int], list[str]]:
+        """What turn_end.lua takes to find a teammate's next task: its lanes, how many of each
+        lane's first tasks were read (`depth`), and those tasks' hashes in number order."""
+        lanes = self.lanes_of(name, role)
+        pipe = self.conn.pipeline(transaction=False)
+        for lane in lanes:
+            pipe.zrange(lane, 0, depth - 1, withscores=True)
+        rows = sorted({(score, task_id) for heads in pipe.execute() for task_id, score in heads})
+        return lanes, [depth] * len(lanes), [self.keys.task(task_id) for _, task_id in rows]
+
+    def index_lanes(self) -> None:
+        """Put every task of a team made before ready lanes existed in its lane, once. Done
+        in Python a chunk at a time: a lane entry a concurrent change left behind is dropped
+        by the next script that reads it (a task in a lane must be ready)."""
+        if self.conn.exists(self.keys.lanes_indexed):
+            return
+        ids = self.conn.lrange(self.keys.order, 0, -1)
+        for start in range(0, len(ids), SNAPSHOT_CHUNK):
+            chunk = ids[start:start + SNAPSHOT_CHUNK]
+            pipe = self.conn.pipeline(transaction=False)
+            for task_id in chunk:
+                pipe.hmget(self.keys.task(task_id), "lane", "role", "member_id", "status", "pos")
+            pipe_write = self.conn.pipeline(transaction=False)
+            for task_id, (lane, role, assignee, status, pos) in zip(chunk, pipe.execute(),
+                                                                   strict=True):
+                if lane or status is None:
+                    continue
+                lane = self.lane(role or "", assignee or "")
+                pipe_write.hset(self.keys.task(task_id), "lane", lane)
+                if status == TaskStatus.READY:
+                    pipe_write.zadd(lane, {task_id: float(pos or 0)})
+            pipe_write.execute()
+        self.conn.set(self.keys.lanes_indexed, "1")
 
     def board_keys(self) -> list[str]:
         """The board keys turn_end.lua and team_shutdown.lua take after their own."""
@@ -288,7 +423,3 @@ class TeamTasks:
         """The hashes of every task in progress (the scripts keep those of one teammate)."""
         return [self.keys.task(t) for t in sorted(self.conn.smembers(self.keys.running),
                                                   key=_number)]
-
-    def ready_keys(self) -> list[str]:
-        """The hashes of the ready tasks, lowest number first."""
-        return [self.keys.task(t) for t in self.conn.zrange(self.keys.ready, 0, -1)]

@@ -25,7 +25,7 @@ from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
 from teamctl.shared.models import Envelope, ProtocolType, SystemType
 from teamctl.shared.scripts import Scripts, WriteGuard
-from teamctl.shared.team_tasks import TeamTasks
+from teamctl.shared.team_tasks import LANE_HEAD, TeamTasks
 from teamctl.shared.teammates import (
     TURN_FUNCTION,
     MateStatus,
@@ -552,17 +552,26 @@ class TeamStore:
         """'continue' (mail arrived, a task reminder, or a task claimed for it: go on), 'idle'
         (ended, lead told), 'shutdown' or 'stale'. Tasks the end released go to idle teammates."""
         tasks = TeamTasks(self)
+        tasks.index_lanes()
+        role = self.conn.hget(self.keys.mate(name), "role")
+        depth = LANE_HEAD
 
         def end() -> list[Any]:
             running = tasks.running_keys()
+            lanes, depths, candidates = tasks.end_candidates(name, role, depth)
             return self.scripts["turn_end"](
                 keys=[self.keys.turn(name), self.keys.mate(name), self.keys.inbox(name),
                       self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
-                      self.keys.inbox(LEAD), *tasks.board_keys(), *running,
-                      *tasks.ready_keys()],
-                args=[token, name, reason, notice, "1" if force else "0", error, len(running)])
+                      self.keys.inbox(LEAD), *tasks.board_keys(), *running, *lanes,
+                      *candidates],
+                args=[token, name, reason, notice, "1" if force else "0", error, len(running),
+                      len(lanes), *depths])
 
-        verdict, released = self._until_current(end)
+        for _ in range(SNAPSHOT_RETRIES):
+            verdict, released = self._until_current(end)
+            if verdict != "more":
+                break
+            depth *= 4  # the lanes' first tasks were all ones it may not take back: read deeper
         if int(released):
             tasks.wake()
         return str(verdict)

@@ -46,7 +46,7 @@ def add_tasks(store: TeamStore, count: int) -> None:
         task_id = f"task_{number}"
         verdict, _ = store.scripts["team_task_add"](
             keys=[keys.task_seq, keys.order, keys.ready, keys.counts, keys.events,
-                  keys.task(task_id)],
+                  keys.task(task_id), keys.ready_open],
             args=[str(number - 1), task_id, f"job {number}", "", "", "",
                   store.options.max_task_releases])
         assert verdict == "ok"

@@ -141,15 +141,33 @@ local function inherit_ttl(key, task_key)
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
 end
 
+-- A team task's ready lane (shared/keys.py ready_for/ready_role/ready_open): the key its hash
+-- names in `lane`, set when it was added. The lane is a key of the task's own space (the same
+-- hash tag, so the same cluster slot); scripts that move a task in or out of ready reach it
+-- through the hash rather than each caller reading and passing it. A planned task has none.
+local function task_lane(task_key)
+  local lane = redis.call('HGET', task_key, 'lane')
+  if lane and lane ~= '' then return lane end
+  return nil
+end
+
+local function leave_lane(task_key, tid)
+  local lane = task_lane(task_key)
+  if lane then redis.call('ZREM', lane, tid) end
+end
+
 local function make_ready(task_key, ready_key, counts_key)
   local detail = 'Dependencies satisfied.'
   if redis.call('HGET', task_key, 'depends_on') == '' then detail = 'Ready for dispatch.' end
   set_status(task_key, counts_key, 'ready')
   redis.call('HSET', task_key, 'phase', 'ready', 'detail', detail, 'error', '')
   raise_percent(task_key, 5)
-  redis.call('ZADD', ready_key, tonumber(redis.call('HGET', task_key, 'pos')),
-    redis.call('HGET', task_key, 'task_id'))
+  local pos, tid = tonumber(redis.call('HGET', task_key, 'pos')),
+    redis.call('HGET', task_key, 'task_id')
+  redis.call('ZADD', ready_key, pos, tid)
   inherit_ttl(ready_key, task_key)
+  local lane = task_lane(task_key)
+  if lane then redis.call('ZADD', lane, pos, tid) end
 end
 
 local function make_pending(task_key, counts_key)
@@ -161,6 +179,7 @@ end
 local function block(task_key, ready_key, counts_key, events_key, detail, error_text, now)
   local tid = redis.call('HGET', task_key, 'task_id')
   redis.call('ZREM', ready_key, tid)
+  leave_lane(task_key, tid)
   set_status(task_key, counts_key, 'blocked')
   redis.call('HSET', task_key, 'phase', 'blocked', 'detail', detail, 'error', error_text,
     'percent', 100, 'end_ms', now, 'updated_ms', now)
@@ -252,6 +271,7 @@ local function team_claim(task_key, ready_key, running_key, counts_key, tokens_k
   local tid = redis.call('HGET', task_key, 'task_id')
   set_status(task_key, counts_key, 'in_progress')
   redis.call('ZREM', ready_key, tid)
+  leave_lane(task_key, tid)
   redis.call('SADD', running_key, tid)
   redis.call('HINCRBY', task_key, 'attempts', 1)
   redis.call('HSET', task_key, 'claimed_by', name, 'worker', '', 'token', token,
@@ -270,24 +290,43 @@ local function team_release(task_key, ready_key, running_key, counts_key, events
   task_event(events_key, task_key, 'released', 0)
 end
 
--- Whether KEYS[first..last] still name exactly the tasks of the running set (`zset` false) or
--- of the ready zset (true). The caller read them before the script: a claim, completion or
--- release since then means it reads them again (the script returns 'retry', writing nothing),
--- so no task is missed by a snapshot taken a moment too early.
-local function snapshot_current(set_key, zset, first, last)
-  local size
-  if zset then size = redis.call('ZCARD', set_key) else size = redis.call('SCARD', set_key) end
-  if size ~= last - first + 1 then return false end
+-- Whether KEYS[first..last] still name exactly the tasks of the running set. The caller read
+-- them before the script: a claim, completion or release since then means it reads them again
+-- (the script returns 'retry', writing nothing), so no task is missed by a snapshot taken a
+-- moment too early.
+local function snapshot_current(set_key, first, last)
+  if redis.call('SCARD', set_key) ~= last - first + 1 then return false end
   for i = first, last do
     local tid = redis.call('HGET', KEYS[i], 'task_id')
-    if not tid then return false end
-    if zset then
-      if not redis.call('ZSCORE', set_key, tid) then return false end
-    elseif redis.call('SISMEMBER', set_key, tid) == 0 then
-      return false
-    end
+    if not tid or redis.call('SISMEMBER', set_key, tid) == 0 then return false end
   end
   return true
+end
+
+-- Whether the ready lanes KEYS[first_lane..last_lane] still begin with tasks among the
+-- candidates KEYS[first_candidate..] the caller read: for each lane, its first ARGV[depth_arg..]
+-- entries (as many as the caller read of it) must all be candidates, so no task that became
+-- ready in between is passed over. Returns nil when one is not (the caller reads again), else
+-- whether some lane holds more than was read of it. A candidate no longer ready leaves its
+-- lane here, so lanes never fill with tasks that went elsewhere.
+local function lane_heads_current(first_lane, last_lane, depth_arg, first_candidate)
+  local known = {}
+  for i = first_candidate, #KEYS do
+    local f = redis.call('HMGET', KEYS[i], 'task_id', 'status')
+    if f[1] then
+      known[f[1]] = true
+      if f[2] ~= 'ready' then leave_lane(KEYS[i], f[1]) end
+    end
+  end
+  local deeper = false
+  for i = first_lane, last_lane do
+    local depth = tonumber(ARGV[depth_arg + i - first_lane])
+    for _, tid in ipairs(redis.call('ZRANGE', KEYS[i], 0, depth - 1)) do
+      if not known[tid] then return nil end
+    end
+    if redis.call('ZCARD', KEYS[i]) > depth then deeper = true end
+  end
+  return deeper
 end
 
 -- The task hashes among KEYS[first..last] that teammate `name` holds (in progress, its claim).
@@ -363,6 +402,7 @@ local function fail_held(task_key, ready_key, running_key, counts_key, events_ke
   set_status(task_key, counts_key, 'failed')
   redis.call('SREM', running_key, tid)
   redis.call('ZREM', ready_key, tid)
+  leave_lane(task_key, tid)
   redis.call('HSET', task_key, 'token', 0, 'phase', 'failed', 'detail', error_text,
     'error', error_text, 'percent', 100, 'end_ms', now, 'updated_ms', now,
     'last_heartbeat_ms', now, 'requeue_reason', '', 'reminded', '0')

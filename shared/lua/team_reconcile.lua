@@ -15,7 +15,7 @@ local now = now_ms()
 local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local board = 4 + 2 * (#ARGV - 2)
 local rerun, released = {}, 0
-if not snapshot_current(KEYS[board + 1], false, board + 5, #KEYS) then return {'retry', {}, 0} end
+if not snapshot_current(KEYS[board + 1], board + 5, #KEYS) then return {'retry', {}, 0} end
 for i = 3, #ARGV do
   local mate, turn = KEYS[4 + (i - 3) * 2], KEYS[5 + (i - 3) * 2]
   local fields = redis.call('HMGET', mate, 'status', 'last_seen_ms', 'attempts',

@@ -13,7 +13,7 @@
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'unknown', 0} end
 if status == 'shutdown' then return {'shutdown', 0} end
-if not snapshot_current(KEYS[7], false, 11, #KEYS) then return {'retry', 0} end
+if not snapshot_current(KEYS[7], 11, #KEYS) then return {'retry', 0} end
 local now = now_ms()
 redis.call('DEL', KEYS[2])
 local held = team_held(11, #KEYS, ARGV[2])

@@ -1,35 +1,51 @@
 -- turn_end: end a turn, or tell it to go on: mail arrived during it; it still holds a team task
 -- it was not yet reminded of (one task.reminder, then the next end releases the task, or fails
 -- it once it was released its `max_releases` times: one task.failed notice to the lead); or an
--- eligible ready task (the lowest number first) is claimed for it with a task.assigned message.
+-- eligible ready task (the lowest number first, from the heads of the ready lanes it draws from)
+-- is claimed for it with a task.assigned message.
 -- A teammate that approved its shutdown (request_resolve.lua marked `shutdown_request`) ends
 -- shut down instead, its tasks back on the board.
 -- KEYS[1] the turn key, KEYS[2] the mate hash, KEYS[3] its inbox, KEYS[4] read offsets hash,
 -- KEYS[5] bus stream, KEYS[6] bus sequence counter, KEYS[7] the lead's inbox, KEYS[8] ready
 -- zset, KEYS[9] running set, KEYS[10] counts hash, KEYS[11] token counter, KEYS[12] events
--- stream, KEYS[13..] task hashes: first the in-progress ones (ARGV[7] of them), then the ready
--- ones in number order.
+-- stream, KEYS[13..] the in-progress task hashes (ARGV[7] of them), then the teammate's ready
+-- lanes (ARGV[8] of them: its own, its role's, the open one), then the candidates: the first
+-- tasks of each lane as the caller read them (ARGV[9..] says how many it read of each), merged
+-- in number order.
 -- ARGV[1] token, ARGV[2] teammate name, ARGV[3] idle reason ('done', 'step_limit',
 -- 'error: ...'), ARGV[4] notice content, ARGV[5] '1' to end even with unread mail (a failed
 -- turn: the mail waits for the next wake; its tasks go back to the board, not to it),
--- ARGV[6] last error ('' = none), ARGV[7] how many in-progress task hashes KEYS holds.
+-- ARGV[6] last error ('' = none), ARGV[7] how many in-progress task hashes KEYS holds,
+-- ARGV[8] how many lanes, ARGV[9..] how many of each lane's first tasks the caller read.
 -- Returns {verdict, released}: verdict 'continue' (run another turn in the same job), 'idle'
 -- (ended; one teammate.idle notice to lead), 'shutdown' (ended shut down; one teammate.shutdown
 -- notice; its unread mail waits) or 'stale' (the token no longer holds the turn: nothing
--- changes) or 'retry' (the running or ready tasks changed since the caller read them: read
--- again; nothing changed); released: how many tasks went back to the board (the caller wakes
--- teammates).
+-- changes) or 'retry' (the running tasks or the lanes' first tasks changed since the caller
+-- read them: read again; nothing changed) or 'more' (no candidate fits it and a lane holds
+-- more than the caller read: read deeper; nothing changed); released: how many tasks went
+-- back to the board (the caller wakes teammates).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', 0} end
 local name = ARGV[2]
 local last_held = 12 + tonumber(ARGV[7])
-if not snapshot_current(KEYS[9], false, 13, last_held)
-    or not snapshot_current(KEYS[8], true, last_held + 1, #KEYS) then
-  return {'retry', 0}
-end
+local last_lane = last_held + tonumber(ARGV[8])
+if not snapshot_current(KEYS[9], 13, last_held) then return {'retry', 0} end
+local deeper = lane_heads_current(last_held + 1, last_lane, 9, last_lane + 1)
+if deeper == nil then return {'retry', 0} end
 local held = team_held(13, last_held, name)
 local approved = redis.call('HGET', KEYS[2], 'shutdown_request') or ''
 local now = now_ms()
 local released = 0
+
+-- The first candidate it may take (reads only: releases below touch only its held tasks, which
+-- are no candidates). None, with a lane longer than what was read: the caller reads deeper.
+local pick = nil
+if approved == '' and ARGV[5] ~= '1' and not plan_gated(KEYS[2]) then
+  local role = redis.call('HGET', KEYS[2], 'role')
+  for i = last_lane + 1, #KEYS do
+    if team_task_fits(KEYS[i], name, role, true) then pick = KEYS[i] break end
+  end
+  if pick == nil and deeper then return {'more', 0} end
+end
 
 -- Give the held tasks back (`mark`: not to this teammate automatically, and counted against
 -- the task's max_releases: one past it fails instead, the lead told once by a task.failed).
@@ -104,16 +120,11 @@ if ARGV[5] ~= '1' then
     end
     publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'task.released', f[1], note, now)
   end
-  if not plan_gated(KEYS[2]) then
-    local role = redis.call('HGET', KEYS[2], 'role')
-    for i = last_held + 1, #KEYS do
-      if team_task_fits(KEYS[i], name, role, true) then
-        local tid = team_claim(KEYS[i], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], name, now)
-        publish_message(KEYS[5], KEYS[6], 3, 3, 'system', name, 'task.assigned', tid,
-          team_task_text(KEYS[i]), now)
-        return {'continue', released}
-      end
-    end
+  if pick then
+    local tid = team_claim(pick, KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], name, now)
+    publish_message(KEYS[5], KEYS[6], 3, 3, 'system', name, 'task.assigned', tid,
+      team_task_text(pick), now)
+    return {'continue', released}
   end
 else
   released = #release_all(name .. "'s turn failed: " .. ARGV[6], true)

@@ -1,34 +1,29 @@
--- wake_for_tasks: hand ready tasks to idle teammates: for each task, in number order, ONE idle
--- teammate that may take it (an assignee reserves it, otherwise the role matches or the task has
--- none; not one still waiting for its plan's approval), the one idle longest, gets the claim, a
--- task.assigned message and the flip to working, in one step; the caller enqueues its turn.
--- Tasks no idle teammate fits wait for the next turn end (turn_end.lua claims them).
+-- wake_for_tasks: hand ready tasks to idle teammates, pair by pair as the caller proposed them
+-- (shared/team_tasks.py reads the heads of the ready lanes idle teammates draw from and matches
+-- them, each task in number order to the fitting teammate idle longest). Each pair is checked
+-- again here: the teammate still idle, not waiting for its plan's approval, not given a task by
+-- an earlier pair; the task still ready and fitting it (team_task_fits). A pair that passes gets
+-- the claim, a task.assigned message and the flip to working, in one step; the caller enqueues
+-- the turn. A pair that fails is skipped (something changed since the read: the caller reads
+-- again); a proposed task no longer ready leaves its lane, which it should have left already.
 -- KEYS[1] ready zset, KEYS[2] running set, KEYS[3] counts hash, KEYS[4] token counter,
 -- KEYS[5] events stream, KEYS[6] bus stream, KEYS[7] bus sequence counter,
--- KEYS[8..] pairs: a mate hash, its inbox (ARGV[1] pairs), then the candidate task hashes.
--- ARGV[1] number of teammates, ARGV[2..] their names, in the order of the pairs.
--- Returns a flat list: teammate, task id, ... for every claim made.
-local mates = tonumber(ARGV[1])
+-- KEYS[8..] triples: a mate hash, its inbox, the task hash proposed for it.
+-- ARGV[1..] the teammates' names, in the order of the triples.
+-- Returns {skipped, teammate, task id, ...}: how many pairs failed their check, then each claim
+-- made.
 local now = now_ms()
-local woken, out = {}, {}
-for t = 8 + 2 * mates, #KEYS do
-  local task_key = KEYS[t]
-  local best, best_seen = nil, nil
-  for i = 1, mates do
-    local mate_key, name = KEYS[6 + 2 * i], ARGV[1 + i]
-    if not woken[name] then
-      local f = redis.call('HMGET', mate_key, 'status', 'role', 'last_seen_ms')
-      if f[1] == 'idle' and not plan_gated(mate_key)
-          and team_task_fits(task_key, name, f[2], true) then
-        local seen = tonumber(f[3] or '0') or 0
-        if best == nil or seen < best_seen then best, best_seen = i, seen end
-      end
-    end
-  end
-  if best then
-    local name, mate_key, inbox = ARGV[1 + best], 6 + 2 * best, 7 + 2 * best
+local woken, out, skipped = {}, {0}, 0
+for i = 1, #ARGV do
+  local name = ARGV[i]
+  local mate_key, inbox, task_key = KEYS[5 + 3 * i], 6 + 3 * i, KEYS[7 + 3 * i]
+  local f = redis.call('HMGET', mate_key, 'status', 'role')
+  local t = redis.call('HMGET', task_key, 'status', 'task_id')
+  if t[1] and t[1] ~= 'ready' then leave_lane(task_key, t[2]) end
+  if not woken[name] and f[1] == 'idle' and not plan_gated(mate_key)
+      and team_task_fits(task_key, name, f[2], true) then
     local tid = team_claim(task_key, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], name, now)
-    redis.call('HSET', KEYS[mate_key], 'status', 'working', 'idle_reason', '', 'attempts', 0,
+    redis.call('HSET', mate_key, 'status', 'working', 'idle_reason', '', 'attempts', 0,
       'last_seen_ms', now)
     mate_event(KEYS[5], name, 'working', tid)
     publish_message(KEYS[6], KEYS[7], inbox, inbox, 'system', name, 'task.assigned', tid,
@@ -36,6 +31,9 @@ for t = 8 + 2 * mates, #KEYS do
     woken[name] = true
     out[#out + 1] = name
     out[#out + 1] = tid
+  else
+    skipped = skipped + 1
   end
 end
+out[1] = skipped
 return out

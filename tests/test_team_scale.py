@@ -1,0 +1,158 @@
+"""A team board at scale: 2,000 ready tasks beside idle teammates that fit none of them, then
+hand-outs by wake-up and at a turn end, with no script blocking Redis past 5 ms (SLOWLOG);
+ready lanes read deeper past tasks a teammate may not take back, index a board written before
+lanes existed, and drop an entry a task left behind. Real Redis; teammates' turns are driven
+as a worker drives them (begin_turn / end_turn), their jobs wait on a queue nobody serves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from teamctl.shared.keys import TeamKeys
+from teamctl.shared.team_tasks import LANE_HEAD, TeamTasks
+from teamctl.shared.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams import TeamStore
+
+NOBODY = "nobody"
+SLOW_US = 5000
+"""The rule: no script blocks Redis for more than 5 ms."""
+NOISE_OUTLIERS = 3
+NOISE_CEILING_MS = 25.0
+"""A loaded 2-core CI host can deschedule Redis in the middle of a sub-millisecond script; a
+few such outliers are tolerated, each far below what the old hand-out cost here (over 40 ms on
+every add past a few hundred ready tasks)."""
+TASKS = 2000
+
+
+def idle(store: TeamStore, name: str, role: str, seen_ms: int) -> None:
+    """Spawn a teammate whose first turn waits on a queue nobody serves, then set it idle as a
+    turn end leaves it (seen at `seen_ms`: the one idle longest takes a task first)."""
+    store.spawn(name, role=role, prompt="Wait.", model="m", api_base=None, queue=NOBODY)
+    store.conn.hset(store.keys.mate(name), mapping={
+        "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms})
+
+
+def turn(store: TeamStore, name: str) -> str:
+    """Begin the teammate's turn and read its inbox as the turn's first step would; its token."""
+    verdict, token = store.begin_turn(name, "test:1")
+    assert verdict == "ok"
+    last_id, _ = store.peek(name)
+    assert store.checkpoint(name, token, last_id, [])
+    return token
+
+
+@pytest.fixture
+def slowlog(conn: redis.Redis) -> Iterator[redis.Redis]:
+    """SLOWLOG at the 5 ms rule for the test, emptied first; the server's setting restored."""
+    before = conn.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    conn.config_set("slowlog-log-slower-than", SLOW_US)
+    conn.slowlog_reset()
+    yield conn
+    conn.config_set("slowlog-log-slower-than", before)
+
+
+def slow_scripts_ms(conn: redis.Redis) -> list[float]:
+    """The script calls SLOWLOG kept (over 5 ms), in ms, slowest first."""
+    entries = conn.slowlog_get(1024)
+    scripts = [e for e in entries
+               if str(e["command"]).split(" ")[0].upper().lstrip("B'") in ("EVALSHA", "EVAL")]
+    return sorted((e["duration"] / 1000 for e in scripts), reverse=True)
+
+
+def test_2000_ready_tasks_beside_idle_teammates_never_block_redis(
+        slowlog: redis.Redis, team: str) -> None:
+    conn = slowlog
+    store = TeamStore(conn, team)
+    store.create(TeamOptions())
+    for index in range(8):
+        idle(store, f"dev{index}", "dev", index)
+    tasks = TeamTasks(store)
+    for number in range(1, TASKS + 1):
+        task, woken = tasks.add(f"check {number}", role="qa")
+        assert (task.task_id, task.status.value, woken) == (f"task_{number}", "ready", [])
+    assert conn.zcard(store.keys.ready) == TASKS
+    assert conn.zcard(store.keys.ready_role("QA")) == TASKS
+
+    # Two qa teammates go idle: a wake hands each one task, the one idle longest the first.
+    idle(store, "qa1", "qa", 100)
+    idle(store, "qa0", "qa", 50)
+    assert tasks.wake() == ["qa0", "qa1"]
+    assert [tasks.get(t).owner for t in ("task_1", "task_2", "task_3")] == ["qa0", "qa1", None]
+
+    # qa0's turn completes its task; its end hands it the lowest ready one, task_3.
+    token = turn(store, "qa0")
+    tasks.complete("qa0", token, "task_1", "checked")
+    assert store.end_turn("qa0", token, "done", "qa0 is idle") == "continue"
+    assert tasks.get("task_3").owner == "qa0"
+    assert conn.zrange(store.keys.ready_role("qa"), 0, 0) == ["task_4"]
+
+    listed = tasks.snapshot()
+    assert len(listed) == TASKS
+    assert sum(t.status.value == "ready" for t in listed) == TASKS - 3
+    slow = slow_scripts_ms(conn)
+    assert len(slow) <= NOISE_OUTLIERS and all(ms < NOISE_CEILING_MS for ms in slow), slow
+
+
+def test_a_lane_is_read_deeper_past_tasks_released_from_the_taker(
+        conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions())
+    tasks = TeamTasks(store)
+    given_up = 3 * LANE_HEAD
+    for number in range(1, given_up + 3):
+        tasks.add(f"check {number}", role="qa")
+    # alice gave the first tasks up: nothing hands them back to her automatically.
+    for number in range(1, given_up + 1):
+        conn.hset(store.keys.task(f"task_{number}"), "released_from", "alice")
+    idle(store, "alice", "qa", 1)
+    assert tasks.wake() == ["alice"]
+    assert tasks.get(f"task_{given_up + 1}").owner == "alice"
+
+    # At her turn end the next one she may take lies as deep: her end reads the lane deeper.
+    token = turn(store, "alice")
+    tasks.complete("alice", token, f"task_{given_up + 1}", "checked")
+    assert store.end_turn("alice", token, "done", "alice is idle") == "continue"
+    assert tasks.get(f"task_{given_up + 2}").owner == "alice"
+    assert tasks.get("task_1").status.value == "ready"
+
+
+def test_a_board_written_before_lanes_is_indexed_on_its_first_hand_out(
+        conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions())
+    tasks = TeamTasks(store)
+    for number in range(1, 4):
+        tasks.add(f"check {number}", role="qa" if number < 3 else "")
+    keys = TeamKeys(team)
+    # As an older teamctl left it: no lane on the hashes, no lanes, not marked indexed.
+    for number in range(1, 4):
+        conn.hdel(keys.task(f"task_{number}"), "lane")
+    conn.delete(keys.ready_role("qa"), keys.ready_open, keys.lanes_indexed)
+    idle(store, "bob", "qa", 1)
+    assert tasks.wake() == ["bob"]
+    assert tasks.get("task_1").owner == "bob"
+    assert conn.zrange(keys.ready_role("qa"), 0, -1) == ["task_2"]
+    assert conn.zrange(keys.ready_open, 0, -1) == ["task_3"]
+    assert conn.hget(keys.task("task_3"), "lane") == keys.ready_open
+
+
+def test_a_lane_entry_a_task_left_behind_is_dropped_not_handed_out(
+        conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions())
+    tasks = TeamTasks(store)
+    tasks.add("first", role="qa")
+    tasks.add("second", role="qa")
+    idle(store, "carol", "qa", 1)
+    assert tasks.wake() == ["carol"]
+    token = turn(store, "carol")
+    tasks.complete("carol", token, "task_1", "done")
+    # task_1 is completed; an entry left in its lane (as a concurrent re-index could leave it)
+    # is dropped by the next script that reads it, and the turn end takes task_2.
+    lane = store.keys.ready_role("qa")
+    conn.zadd(lane, {"task_1": 0})
+    assert store.end_turn("carol", token, "done", "carol is idle") == "continue"
+    assert tasks.get("task_2").owner == "carol"
+    assert conn.zrange(lane, 0, -1) == []
