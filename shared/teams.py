@@ -445,14 +445,18 @@ class TeamStore:
             result_ttl=3600, failure_ttl=24 * 3600)
         self.conn.hset(self.keys.mate(name), "job_id", job.id)
 
-    def _queued_turns(self, names: list[str]) -> set[str]:
-        """The working teammates whose turn job still waits in its queue (not started, so no
-        lease yet, however long it waits for a free worker)."""
+    def _working(self, names: list[str]) -> dict[str, str]:
+        """The working teammates among `names`, with their turn job's id ('' for none)."""
         pipe = self.conn.pipeline(transaction=False)
         for name in names:
             pipe.hmget(self.keys.mate(name), "status", "job_id")
-        jobs = {name: job_id for name, (status, job_id) in zip(names, pipe.execute(), strict=True)
-                if status == MateStatus.WORKING and job_id}
+        return {name: job_id or "" for name, (status, job_id)
+                in zip(names, pipe.execute(), strict=True) if status == MateStatus.WORKING}
+
+    def _queued_turns(self, working: dict[str, str]) -> set[str]:
+        """The working teammates whose turn job still waits in its queue (not started, so no
+        lease yet, however long it waits for a free worker)."""
+        jobs = {name: job_id for name, job_id in working.items() if job_id}
         if not jobs:
             return set()
         from rq.job import Job, JobStatus
@@ -485,8 +489,13 @@ class TeamStore:
         names = self.names()
         if not names or not self.exists():
             return []
-        queued = self._queued_turns(names)
-        names = [name for name in names if name not in queued]
+        # Only working teammates can be stalled: an idle team of a thousand costs the script
+        # nothing. One that starts working after this read is fresh, not stalled.
+        working = self._working(names)
+        queued = self._queued_turns(working)
+        names = [name for name in working if name not in queued]
+        if not names:
+            return []
         pairs = [key for name in names for key in (self.keys.mate(name), self.keys.turn(name))]
         options = self.options
         tasks = TeamTasks(self)
