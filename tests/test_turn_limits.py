@@ -35,10 +35,12 @@ def test_a_turn_end_given_a_stale_ready_list_retries_and_claims_the_new_task(
     tasks = TeamTasks(store)
     tasks.add("arrived as the turn ended")  # alice works: nobody claims it now
     keys = store.keys
+    lanes = tasks.lanes_of("alice", store.get("alice").role)
     stale = store.scripts["turn_end"](
         keys=[keys.turn("alice"), keys.mate("alice"), keys.inbox("alice"), keys.read_offsets,
-              keys.bus, keys.bus_seq, keys.inbox(LEAD), *tasks.board_keys()],  # no ready task
-        args=[token, "alice", "done", "alice is idle", "0", "", 0])
+              keys.bus, keys.bus_seq, keys.inbox(LEAD), *tasks.board_keys(), *lanes],
+        args=[token, "alice", "done", "alice is idle", "0", "", 0, len(lanes),
+              *[8] * len(lanes)])  # the lanes' heads read before the add: no candidate
     assert stale == ["retry", 0]
     assert store.get("alice").status is MateStatus.WORKING  # nothing changed
     # Read fresh, the same end claims the task for her and the turn goes on.
