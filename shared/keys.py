@@ -311,9 +311,10 @@ class TeamKeys(KeySpace):
         return f"{self.base}:ready:for:{check_member_id(name)}"
 
     def ready_role(self, role: str) -> str:
-        """Sorted set: the ready unreserved tasks of one role (case-insensitive), by number; the
-        role is free text, so the key holds a digest of it."""
-        digest = hashlib.sha256(role.strip().lower().encode()).hexdigest()[:16]
+        """Sorted set: the ready unreserved tasks of one role, by number. Roles match as the
+        scripts compare them (Lua's string.lower: ASCII letters only, no other folding), and
+        the role is free text, so the key holds a digest of it."""
+        digest = hashlib.sha256(role.encode().lower()).hexdigest()[:16]
         return f"{self.base}:ready:role:{digest}"
 
     @property

@@ -41,6 +41,9 @@ short scripts rather than one that blocks Redis."""
 LANE_HEAD = 8
 """Tasks read from the head of a lane beyond one per teammate drawing from it: room for tasks
 a teammate may not take back (released from it); a lane that needs more is read deeper."""
+FRUITLESS_ROUNDS = 3
+"""Wake rounds in a row whose every proposal failed its check before a wake stops: each such
+round follows a change that runs its own hand-out (a wake or a turn end)."""
 SNAPSHOT_CHUNK = 200
 """Task hashes one snapshot script reads: a listing of a big board is several short scripts."""
 
@@ -294,8 +297,9 @@ class TeamTasks:
         fitting teammate idle longest: claimed for it, working, told by a task.assigned
         message) and enqueue those turns; returns their names."""
         woken: list[str] = []
+        fruitless = 0
         for _ in range(MAX_RETRIES):
-            pairs = self._handout_pairs()
+            pairs = [] if fruitless == FRUITLESS_ROUNDS else self._handout_pairs()
             if not pairs:
                 break
             triples = [key for name, task_id in pairs
@@ -308,6 +312,7 @@ class TeamTasks:
             woken += reply[1::2]
             if not int(reply[0]) and len(pairs) < HANDOUT_BATCH:
                 break  # every proposal held and none was left out: nothing more to hand out
+            fruitless = 0 if reply[1:] else fruitless + 1
         for name in woken:
             self.store.enqueue_turn(self.store.get(name))
         return woken

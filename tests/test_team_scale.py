@@ -156,3 +156,20 @@ def test_a_lane_entry_a_task_left_behind_is_dropped_not_handed_out(
     assert store.end_turn("carol", token, "done", "carol is idle") == "continue"
     assert tasks.get("task_2").owner == "carol"
     assert conn.zrange(lane, 0, -1) == []
+
+
+def test_roles_match_as_the_scripts_compare_them(conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions())
+    tasks = TeamTasks(store)
+    tasks.add("ascii case", role="qa")
+    tasks.add("other letters", role="élan")
+    # A role differing in ASCII case fits; a space or a non-ASCII capital does not (the lanes
+    # and the scripts' check agree, as team_task_claim's does).
+    idle(store, "spaced", " qa", 1)
+    idle(store, "accented", "ÉLAN", 2)
+    assert tasks.wake() == []
+    idle(store, "upper", "QA", 3)
+    assert tasks.wake() == ["upper"]
+    assert tasks.get("task_1").owner == "upper"
+    assert tasks.get("task_2").status.value == "ready"
