@@ -396,9 +396,8 @@ class TeamTasks:
         return lanes, [depth] * len(lanes), [self.keys.task(task_id) for _, task_id in rows]
 
     def index_lanes(self) -> None:
-        """Put every task of a team made before ready lanes existed in its lane, once. Done
-        in Python a chunk at a time: a lane entry a concurrent change left behind is dropped
-        by the next script that reads it (a task in a lane must be ready)."""
+        """Put every task of a team written before ready lanes existed in its lane, once, a
+        chunk per script (team_lanes_index.lua)."""
         if self.conn.exists(self.keys.lanes_indexed):
             return
         ids = self.conn.lrange(self.keys.order, 0, -1)
@@ -406,17 +405,9 @@ class TeamTasks:
             chunk = ids[start:start + SNAPSHOT_CHUNK]
             pipe = self.conn.pipeline(transaction=False)
             for task_id in chunk:
-                pipe.hmget(self.keys.task(task_id), "lane", "role", "member_id", "status", "pos")
-            pipe_write = self.conn.pipeline(transaction=False)
-            for task_id, (lane, role, assignee, status, pos) in zip(chunk, pipe.execute(),
-                                                                   strict=True):
-                if lane or status is None:
-                    continue
-                lane = self.lane(role or "", assignee or "")
-                pipe_write.hset(self.keys.task(task_id), "lane", lane)
-                if status == TaskStatus.READY:
-                    pipe_write.zadd(lane, {task_id: float(pos or 0)})
-            pipe_write.execute()
+                pipe.hmget(self.keys.task(task_id), "role", "member_id")
+            lanes = [self.lane(role or "", assignee or "") for role, assignee in pipe.execute()]
+            self.scripts["team_lanes_index"](keys=[*(self.keys.task(t) for t in chunk), *lanes])
         self.conn.set(self.keys.lanes_indexed, "1")
 
     def board_keys(self) -> list[str]:
