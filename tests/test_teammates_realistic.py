@@ -1,15 +1,18 @@
 """Persistent teammates at the default team options with model calls that take seconds, as real
-providers' do (issue 12 asks tests 1, 3 and 9 to run so once; this is test 1). At the fast scale
-the calls take tenths of a second; the realistic tier runs it at 1x: 3.5-10.5 s a call, longer
-than the turn lease's refresh interval and than any socket timeout."""
+providers' do: a conversation, and the team task board handing tasks out by role and at turn
+ends. At the fast scale the calls take tenths of a second; the realistic tier runs them at 1x:
+3.5-10.5 s a call, longer than the turn lease's refresh interval and than any socket timeout."""
 
 from __future__ import annotations
 
+import re
 import uuid
+from typing import Any
 
 import pytest
 import redis
-from teamctl.shared.models import SystemType
+from teamctl.shared.models import SystemType, TaskStatus
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
@@ -48,4 +51,49 @@ def test_alice_and_bob_converse_at_the_defaults_with_slow_models(
         ("bob", 0, None), ("alice", 0, None)]
     assert [m["content"] for m in inbox_lines(store.memory("bob"))] == ["hi bob"]
     assert len(llm.requests[f"bob-{team}"]) == 3 and len(llm.requests[f"alice-{team}"]) == 2
+    store.delete()
+
+
+ASSIGNED = re.compile(r"You now hold (task_\d+)")
+
+
+def doer(body: dict[str, Any]) -> str | ToolCalls:
+    """A teammate's model: completes the task the last task.assigned gave it, else answers."""
+    last = body["messages"][-1]
+    found = ASSIGNED.findall(last.get("content") or "") if last["role"] == "user" else []
+    if not found:
+        return "ready" if last["role"] == "user" else "done"
+    return ToolCalls([("complete_task", {"task_id": found[-1], "result": f"did {found[-1]}"})])
+
+
+@pytest.mark.realistic
+def test_the_task_board_hands_out_by_role_and_at_turn_ends_with_slow_models(
+        workers: str, llm: ScriptedLLM) -> None:
+    team = f"t{uuid.uuid4().hex[:10]}"
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    slow = {"latency_s": scaled(7), "latency_seed": 5}
+    store = TeamStore(conn, team)
+    turn_s = scaled(30, floor_s=30)
+    for name in ("dev", "qa"):
+        model = llm.script(f"{name}-{team}", handler=doer, **slow)
+        assert spawn(workers, team, name, model, llm.api_base).exit_code == 0
+    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates())
+               and len(store.mates()) == 2, 2 * turn_s, message="both first turns")
+
+    tasks = TeamTasks(store)
+    first, _ = tasks.add("build it", role="dev-role")
+    tasks.add("check it", role="qa-role", after=[first.task_id])
+    tasks.add("build more", role="dev-role")
+    # dev takes task_1 at once and task_3 at that turn's end; qa gets task_2 when task_1 is done.
+    wait_until(lambda: all(t.status is TaskStatus.COMPLETED for t in tasks.snapshot()),
+               4 * turn_s, message="the three tasks completed")
+    assert [(t.task_id, t.claimed_by, t.output, t.attempts) for t in tasks.snapshot()] == [
+        ("task_1", "dev", "did task_1", 1), ("task_2", "qa", "did task_2", 1),
+        ("task_3", "dev", "did task_3", 1)]
+    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates()), 2 * turn_s,
+               message="both idle again")
+    assert [(m.name, m.attempts, m.last_error) for m in store.mates()] == [
+        ("dev", 0, None), ("qa", 0, None)]
+    assert sorted(m.task_id for m in store.notices(SystemType.TASK_RESULT)) == [
+        "task_1", "task_2", "task_3"]
     store.delete()
