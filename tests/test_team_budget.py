@@ -7,14 +7,17 @@ teams` shows the usage. Real Redis, the session's real workers on `members`, the
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import redis
 from rq import Queue
+from teamctl.shared.budget import Charge
 from teamctl.shared.bus import LEAD
 from teamctl.shared.models import SystemType, Usage
-from teamctl.shared.teammates import IdleReason, MateStatus
+from teamctl.shared.teammates import IdleReason, MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.turn import execute_turn
 
@@ -28,6 +31,8 @@ CALL_TOKENS = 18
 """What each scripted reply reports: 11 prompt and 7 completion tokens."""
 SPENT = "budget exceeded: 36 tokens used, max_tokens is 30"
 """The reason once two scripted calls (36 tokens) crossed max_tokens = 30."""
+CHARGERS = 20
+"""Model calls charged at once, each of 10 tokens, against max_tokens = 50."""
 
 
 def base(url: str, team: str) -> tuple[str, ...]:
@@ -116,12 +121,15 @@ def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_c
     assert spawn(redis_url, team, "alice", model, llm.api_base, "--queue",
                  "nobody").exit_code == 0
     assert store.get("alice").status is MateStatus.WORKING
+    assert store.send(LEAD, "alice", "are you there?")[1] is False  # working: its turn reads it
     charge = store.charge(Usage(prompt_tokens=5, cost_usd=0.75))
     assert charge.crossed and charge.exceeded == (
         "budget exceeded: $0.75 spent, max_cost_usd is 0.5")
     assert not store.charge(Usage(prompt_tokens=5)).crossed  # counted, told once
 
+    # Unread mail does not keep a turn going past the budget: it waits.
     assert execute_turn(conn, team, "alice") == "idle"
+    assert [m.content for m in store.peek("alice")[1]] == ["are you there?"]
     alice = store.get("alice")
     assert (alice.status, alice.idle_reason) == (MateStatus.IDLE, IdleReason.BUDGET)
     assert alice.last_error == charge.exceeded
@@ -162,6 +170,28 @@ def test_the_leads_calls_count_and_past_the_budget_it_makes_none(
     assert f"system -> lead\t{SystemType.TEAM_BUDGET_EXCEEDED}\t{SPENT}" in repl.stdout
     assert len(llm.requests[f"lead-{team}"]) == 2
     assert len(store.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
+
+
+def test_concurrent_calls_cross_the_budget_once_and_every_one_is_counted(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    TeamStore(conn, team).create(TeamOptions(max_tokens=50))
+    stores = [TeamStore(redis.Redis.from_url(redis_url, decode_responses=True), team)
+              for _ in range(CHARGERS)]
+    start = threading.Barrier(CHARGERS)
+
+    def charge(store: TeamStore) -> Charge:
+        start.wait()
+        return store.charge(Usage(prompt_tokens=10))
+
+    with ThreadPoolExecutor(CHARGERS) as pool:
+        charges = list(pool.map(charge, stores))
+    reason = "budget exceeded: 50 tokens used, max_tokens is 50"
+    assert sum(c.crossed for c in charges) == 1
+    assert sorted(c.exceeded or "" for c in charges) == ["", "", "", "", *[reason] * 16]
+    store = TeamStore(conn, team)
+    assert store.usage().prompt_tokens == 10 * CHARGERS
+    [told] = store.notices(SystemType.TEAM_BUDGET_EXCEEDED)
+    assert told.content.startswith(f"{reason}: no teammate or lead starts another model call")
 
 
 def test_team_create_takes_the_budget_from_the_teammates_table_or_its_flags(
