@@ -1,28 +1,30 @@
-"""Run budgets (`max_tokens`, `max_cost_usd`), kept in Redis so every worker sees one total.
+"""Budgets (`max_tokens`, `max_cost_usd`) of a run or a persistent team, kept in Redis so every
+worker sees one total.
 
-Before each model call a member asks `exceeded()`; after it, `charge()` adds the call's usage and
-checks the limits in one Lua script, so the call that crosses a limit is known exactly once (the
-reason is recorded in the usage hash). A call's cost is only known after it returns, so a run can
-overshoot by at most one call per member in flight; no new call starts once a limit is reached.
+Before each model call a member (or teammate, or the team's lead) asks `exceeded()`; after it,
+`charge()` adds the call's usage and checks the limits in one Lua script, so the call that crosses
+a limit is known exactly once (the reason is recorded in the usage hash). A call's cost is only
+known after it returns, so a budget can be overshot by at most one call per caller in flight; no
+new call starts once a limit is reached.
 """
 
 from __future__ import annotations
 
 import redis
 from pydantic import BaseModel
-from teamctl.shared.keys import RunKeys
+from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.models import HashText, Usage
 from teamctl.shared.scripts import Scripts
 
 
 class UsageTotals(Usage):
-    """The run's usage hash: the totals, and why the budget is spent once it is."""
+    """A run's or a team's usage hash: the totals, and why the budget is spent once it is."""
 
     budget_exceeded: HashText = None
 
 
 class Charge(BaseModel):
-    """The run's state after a call was charged."""
+    """The budget's state after a call was charged."""
 
     exceeded: str | None = None
     """Why no new model call may start, once a limit is reached."""
@@ -31,9 +33,9 @@ class Charge(BaseModel):
 
 
 class Budget:
-    """The token and cost limits of one run, checked against the run's usage totals."""
+    """The token and cost limits of one run or team, checked against its usage totals."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys, *, max_tokens: int | None,
+    def __init__(self, conn: redis.Redis, keys: RunKeys | TeamKeys, *, max_tokens: int | None,
                  max_cost_usd: float | None, scripts: Scripts | None = None) -> None:
         self.conn = conn
         self.keys = keys
@@ -56,7 +58,7 @@ class Budget:
         return None
 
     def charge(self, usage: Usage, task_id: str | None = None) -> Charge:
-        """Add one call's usage to the run totals (and the task's) and check the limits,
+        """Add one call's usage to the totals (and the task's) and check the limits,
         atomically."""
         task_keys = [self.keys.task(task_id)] if task_id else []
         _tokens, _cost, reason, crossed = self.scripts["budget_charge"](

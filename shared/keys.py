@@ -250,6 +250,12 @@ class TeamKeys(KeySpace):
         return f"{self.base}:meta"
 
     @property
+    def usage(self) -> str:
+        """Hash: the team's token and cost totals (every teammate's and the lead's model calls),
+        for its budget; the same fields as a run's `usage`."""
+        return f"{self.base}:usage"
+
+    @property
     def lead_lease(self) -> str:
         """String with TTL: the owner (host:pid:nonce) of the `teamctl lead` driving the team;
         it fences the lead's memory checkpoints."""

@@ -259,6 +259,9 @@ class SystemType(StrEnum):
     """To lead from `system`: a teammate's turn kept failing and it was set idle."""
     TEAMMATE_SHUTDOWN = "teammate.shutdown"
     """To lead from `system`: a teammate was shut down."""
+    TEAM_BUDGET_EXCEEDED = "team.budget_exceeded"
+    """To lead from `system`: the model call that spent the team's budget was charged
+    (TeamStore.charge); sent once."""
 
     @classmethod
     def ending(cls, status: RunStatus) -> SystemType:

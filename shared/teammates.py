@@ -51,6 +51,9 @@ class IdleReason(StrEnum):
     STEP_LIMIT = "step_limit"
     TIME_LIMIT = "time_limit"
     """The job ran past turn_timeout_s: the turn stops before its next model call."""
+    BUDGET = "budget"
+    """The team's budget (max_tokens, max_cost_usd) is spent: the turn stops before its next
+    model call, or after the call that spent it."""
 
 
 class TeamOptions(BaseModel):
@@ -159,6 +162,13 @@ class TeamOptions(BaseModel):
     def job_timeout_s(self) -> int:
         """RQ's bound on one turn job: the turn's own bound plus a minute to end cleanly."""
         return int(self.turn_timeout_s) + 60
+
+    # The team's budget, as a run's: every model call of its teammates and its lead counts.
+    max_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens (prompt and completion) the team may use in all; None: no limit."""
+    max_cost_usd: float | None = Field(None, gt=0, le=1_000_000)
+    """Dollars the team may spend in all (models with no known price count $0); None: no
+    limit."""
 
 
 class TeamMeta(BaseModel):

@@ -18,12 +18,13 @@ from typing import Any
 
 import redis
 from teamctl.shared.agent.mcp_config import McpServer
+from teamctl.shared.budget import Budget, Charge, UsageTotals
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
 from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
-from teamctl.shared.models import Envelope, ProtocolType, SystemType
+from teamctl.shared.models import Envelope, ProtocolType, SystemType, Usage
 from teamctl.shared.scripts import Scripts, WriteGuard
 from teamctl.shared.team_tasks import LANE_HEAD, TeamTasks
 from teamctl.shared.teammates import (
@@ -56,6 +57,10 @@ class MateBusy(TeamError):
 
 class RequestRefused(TeamError):
     """Refused by a request's or teammate's state (already resolved, shut down): exit 1."""
+
+
+class BudgetSpent(TeamError):
+    """Refused because the team's budget is spent (no turn may start, no model call): exit 1."""
 
 
 def now_ms() -> int:
@@ -121,9 +126,47 @@ class TeamStore:
         return self.meta().options
 
     @cached_property
+    def budget(self) -> Budget:
+        return Budget(self.conn, self.keys, max_tokens=self.options.max_tokens,
+                      max_cost_usd=self.options.max_cost_usd, scripts=self.scripts)
+
+    @cached_property
     def bus(self) -> MessageBus:
         return MessageBus(self.conn, self.keys, max_message_bytes=self.options.max_message_bytes,
                           scripts=self.scripts)
+
+    # --- the budget ----------------------------------------------------------------------------
+
+    def budget_exceeded(self) -> str | None:
+        """Why no model call of the team may start and no teammate may be woken, or None while
+        its budget lasts (always None without max_tokens and max_cost_usd: no read)."""
+        options = self.options
+        if options.max_tokens is None and options.max_cost_usd is None:
+            return None
+        return self.budget.exceeded()
+
+    def usage(self) -> UsageTotals:
+        """The team's totals so far: every teammate's and the lead's model calls."""
+        return UsageTotals.model_validate(self.conn.hgetall(self.keys.usage))
+
+    def charge(self, usage: Usage) -> Charge:
+        """Add one model call's usage to the team's totals and check its limits, atomically;
+        the call that spent the budget tells the lead (one `team.budget_exceeded` notice)."""
+        charge = self.budget.charge(usage)
+        if charge.crossed and charge.exceeded:
+            self.bus.publish("system", LEAD, SystemType.TEAM_BUDGET_EXCEEDED, None,
+                             f"{charge.exceeded}: no teammate or lead starts another model "
+                             "call and messages wake no one (`teamctl teams` shows the "
+                             "team's usage)")
+        return charge
+
+    def refuse_past_budget(self, refused: str) -> None:
+        """BudgetSpent, saying what was `refused` (nothing was written), once the team exists
+        and its budget is spent."""
+        reason = self.budget_exceeded() if self.exists() else None
+        if reason:
+            raise BudgetSpent(f"team {self.team}: {reason}; {refused} (no teammate takes "
+                              "another turn; `teamctl teams` shows the usage)")
 
     def delete(self, *, force: bool = False) -> int:
         """Remove every key of the team and its index entry; returns keys removed. Refused
@@ -162,6 +205,7 @@ class TeamStore:
         if not prompt.strip():
             raise ConfigError("the prompt is empty; say what the teammate should do")
         entries = list(dict.fromkeys(mcp))
+        self.refuse_past_budget(f"{name} was not spawned")
         if entries:  # checked before create(): a refused spawn leaves no team behind
             (self.meta() if self.exists() else TeamMeta()).mcp_servers_for(entries)
         self.create()
@@ -241,7 +285,10 @@ class TeamStore:
         return message, [name for name in self.names() if name != sender and self.wake(name)]
 
     def wake(self, name: str) -> bool:
-        """Flip an idle teammate to working and enqueue its turn; False when it needs none."""
+        """Flip an idle teammate to working and enqueue its turn; False when it needs none, or
+        the team's budget is spent (the mail waits unread)."""
+        if self.budget_exceeded():
+            return False
         queue = self.scripts["team_wake"](keys=[self.keys.mate(name), self.keys.events],
                                           args=[name])
         if not queue:
@@ -284,8 +331,11 @@ class TeamStore:
 
     def request_shutdown(self, name: str, reason: str = "") -> tuple[TeamRequest, bool]:
         """The lead asks `name` to shut down: a pending record, a shutdown_request in its inbox
-        and its wake-up, in one script; returns the record and whether a turn was enqueued."""
+        and its wake-up, in one script; returns the record and whether a turn was enqueued.
+        BudgetSpent once the team's budget is spent: no turn could answer it."""
         self.get(name)
+        self.refuse_past_budget(f"no shutdown request was sent to {name} (`teamctl team "
+                                f"shutdown {name} --force` shuts it down without a turn)")
         request_id = new_request_id()
         content = (f"The lead asks you to shut down{': ' + reason if reason else '.'} Answer "
                    f"with respond_shutdown(request_id={request_id!r}, approve=true|false).")
@@ -349,8 +399,10 @@ class TeamStore:
                     feedback: str = "") -> tuple[str, bool]:
         """The lead approves or rejects a plan request: the record, a plan_approval_response to
         the teammate and its wake-up, in one script; returns the message id and whether a turn
-        was enqueued. Refusals as for respond_shutdown (a rejection keeps the gate)."""
+        was enqueued. Refusals as for respond_shutdown (a rejection keeps the gate), and
+        BudgetSpent once the team's budget is spent (no turn could act on it)."""
         requester = self.request(request_id).from_
+        self.refuse_past_budget(f"plan request {request_id} stays pending")
         content = (f"The lead {'approves' if approve else 'rejects'} your plan {request_id}"
                    + (f": {feedback}" if feedback else "")
                    + ("" if approve else ". Revise it and submit_plan again."))

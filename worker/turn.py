@@ -132,6 +132,9 @@ class Turn:
     """When the job began: RQ kills it at turn_timeout_s + 60 s, so turns must end before."""
     dropped: int = field(default=0, init=False)
     """Messages the memory caps dropped since the conversation was read from memory."""
+    spent: str | None = field(default=None, init=False)
+    """Why the team's budget is spent, once a charge or a check found it so (it stays spent:
+    a team's limits never change)."""
 
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost. Its MCP
@@ -178,12 +181,26 @@ class Turn:
         return time.monotonic() - self.started_s
 
     def _end(self, reason: str, answer: str, *, error: str = "") -> str:
-        """End the turn through turn_end.lua, with the idle notice the lead gets."""
+        """End the turn through turn_end.lua, with the idle notice the lead gets. A spent budget
+        ends it as a failed turn does, even with unread mail: going on would only end again,
+        and a task claimed for it would wait on a teammate that makes no model call."""
+        if reason == IdleReason.BUDGET:
+            error = error or self.spent or "budget exceeded"
         notice = f"{self.mate.name} is idle ({reason})"
         if answer.strip():
             notice += ": " + shorten(answer, self.store.options.last_answer_chars)
         return self.store.end_turn(self.mate.name, self.token, reason, notice,
                                    force=bool(error), error=error)
+
+    def _over_budget(self) -> bool:
+        """Whether the team's budget is spent: checked before every model call."""
+        if self.spent is None:
+            self.spent = self.store.budget_exceeded()
+        return self.spent is not None
+
+    def _ended(self, reason: IdleReason) -> IdleReason:
+        """How a turn that ends now ends: `budget` once its last call spent the budget."""
+        return IdleReason.BUDGET if self.spent else reason
 
     def _steps(self, tools: MateTools, toolbox: Toolbox) -> tuple[str, str]:
         """Model steps, each checkpointed; returns the idle reason and the last answer."""
@@ -213,16 +230,20 @@ class Turn:
         for _ in range(self.store.options.turn_max_steps):
             if self._elapsed_s() > self.store.options.turn_timeout_s:
                 return IdleReason.TIME_LIMIT, ""
+            if self._over_budget():
+                return IdleReason.BUDGET, ""
             # What the memory caps dropped leaves the conversation sent too.
             del messages[1:1 + self.dropped]
             self.dropped = 0
             reply = self._model_step(messages, toolbox)
             if not reply.get("tool_calls"):
-                return IdleReason.DONE, str(reply.get("content") or "")
+                return self._ended(IdleReason.DONE), str(reply.get("content") or "")
+            # The calls of the reply that spent the budget still run: they are paid for, and
+            # left pending a later turn would run them.
             messages.extend(self._run_calls(tools, toolbox, reply["tool_calls"]))
-            if tools.idle_requested.is_set():
-                return IdleReason.DONE, str(reply.get("content") or "")
-        return IdleReason.STEP_LIMIT, ""
+            if tools.idle_requested.is_set() or self.spent:
+                return self._ended(IdleReason.DONE), str(reply.get("content") or "")
+        return self._ended(IdleReason.STEP_LIMIT), ""
 
     def _model_step(self, messages: list[dict[str, Any]], toolbox: Toolbox) -> dict[str, Any]:
         """Inject the unread inbox, call the model, and commit the inbox block, the reply and the
@@ -236,6 +257,8 @@ class Turn:
             step.append({"role": "user", "content": batch.block()})
         reply = self.client.complete(self.mate.model, messages + step, tools=toolbox.schemas(),
                                      api_base=self.mate.api_base)
+        # Charged before anything else: the call was paid for, whatever becomes of the turn.
+        self.spent = self.store.charge(reply.usage).exceeded
         self.lease.check()
         step.append(assistant_message(reply))
         self._commit(batch.offset, step)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from pydantic import ValidationError
 from teamctl.coordinator.advice import note, spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
@@ -24,7 +25,7 @@ from teamctl.coordinator.cli.app import (
     redis_url_option,
     resolve_redis_url,
 )
-from teamctl.coordinator.cli.table import table_lines
+from teamctl.coordinator.cli.table import cost_cell, table_lines
 from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
@@ -32,6 +33,7 @@ from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import (
     DEFAULT_QUEUE,
     MateStatus,
+    TeamOptions,
     load_mate_python_tools,
     team_workspace,
 )
@@ -39,6 +41,7 @@ from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import flat, one_line
 
 if TYPE_CHECKING:
+    from teamctl.shared.models import Usage
     from teamctl.shared.team_tasks import TeamTask
     from teamctl.shared.teammates import TeamRequest
 
@@ -103,18 +106,37 @@ def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) 
 def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """List the persistent teams."""
     conn = connect(resolve_redis_url(redis_url, settings))
-    rows = []
+    rows, lines = [], []
     for name, created_ms in list_teams(conn):
-        mates = TeamStore(conn, name).mates()
+        store = TeamStore(conn, name)
+        mates, options, usage = store.mates(), store.options, store.usage()
         rows.append({"team": name, "created_ms": created_ms, "teammates": len(mates),
-                     "working": sum(m.status == "working" for m in mates)})
+                     "working": sum(m.status == "working" for m in mates),
+                     "tokens": usage.prompt_tokens + usage.completion_tokens,
+                     "prompt_tokens": usage.prompt_tokens,
+                     "completion_tokens": usage.completion_tokens,
+                     "cost_usd": usage.cost_usd, "unpriced": usage.unpriced,
+                     "max_tokens": options.max_tokens, "max_cost_usd": options.max_cost_usd,
+                     "budget_exceeded": usage.budget_exceeded})
+        lines.append(team_line(rows[-1], usage))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:  # as `runs`: on stderr when it is a terminal, so scripts read nothing
         click.echo("no teams yet", err=sys.stderr.isatty())
-    for row in rows:
-        click.echo(f"{row['team']}\t{row['teammates']} teammates\t{row['working']} working")
+    for line in lines:
+        click.echo(line)
+
+
+def team_line(row: dict[str, Any], usage: Usage) -> str:
+    """One team of `teamctl teams`: teammates, working, tokens and cost (with their limits),
+    and `budget spent` once it is."""
+    tokens = f"{row['tokens']:,} tokens" + (
+        f" (max {row['max_tokens']:,})" if row["max_tokens"] is not None else "")
+    cost = cost_cell(usage) + (
+        f" (max ${row['max_cost_usd']:g})" if row["max_cost_usd"] is not None else "")
+    return (f"{row['team']}\t{row['teammates']} teammates\t{row['working']} working\t{tokens}"
+            f"\t{cost}" + ("\tbudget spent" if row["budget_exceeded"] else ""))
 
 
 @click.group("team")
@@ -125,18 +147,40 @@ def team_group() -> None:
 @team_group.command("create")
 @click.option("--file", "team_file", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Team file whose [teammates] table sets the options.")
+@click.option("--max-tokens", type=int, default=None,
+              help="Team-wide token budget: every teammate's and the lead's model calls "
+                   "(overrides the file's; at least 1).")
+@click.option("--max-cost-usd", type=float, default=None,
+              help="Team-wide cost budget in USD (overrides the file's; more than 0, at most "
+                   "1000000).")
 @with_store
-def create_command(team_file: Path | None, store: TeamStore, settings: Settings) -> None:
+def create_command(team_file: Path | None, max_tokens: int | None, max_cost_usd: float | None,
+                   store: TeamStore, settings: Settings) -> None:
     """Create the team with its options and MCP servers (else the first spawn creates it with
     defaults and no MCP servers)."""
     from teamctl.shared.team import load_team_file
 
     team = load_team_file(team_file)
     team.check_mcp_commands(settings.state_dir)
-    if not store.create_new(team.teammates, team.mcp_servers):
+    options = budget_options(team.teammates, max_tokens=max_tokens, max_cost_usd=max_cost_usd)
+    if not store.create_new(options, team.mcp_servers):
         raise RequestRefused(f"team {store.team} exists; its options are kept (`teamctl team "
                              "delete` it first to change them)")
     click.echo(f"created team {store.team}")
+
+
+def budget_options(options: TeamOptions, **flags: int | float | None) -> TeamOptions:
+    """The team file's options with the budget flags given applied; a bad value names its
+    flag (ConfigError, exit 2)."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    if not given:
+        return options
+    try:
+        return TeamOptions.model_validate({**options.model_dump(), **given})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-")
+        raise ConfigError(f"{flag}: {first['msg']}") from None
 
 
 @team_group.command("spawn")
@@ -202,6 +246,7 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
     store.meta()
     message, woke = store.send(LEAD, name, text, type_=type_)
     click.echo(f"sent {message.id} to {name}" + (" (woke it)" if woke else ""))
+    say_if_spent(store)
 
 
 @team_group.command("broadcast")
@@ -212,6 +257,15 @@ def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
     store.meta()
     message, woke = store.broadcast(LEAD, text)
     click.echo(f"sent {message.id} to {len(store.names())} teammates; woke {len(woke)}")
+    say_if_spent(store)
+
+
+def say_if_spent(store: TeamStore) -> None:
+    """Past the team's budget mail is delivered but wakes no one: say so on stderr."""
+    reason = store.budget_exceeded()
+    if reason:
+        note(f"team {store.team}: {reason}; the message waits unread and wakes no one "
+             "(`teamctl teams` shows the usage)")
 
 
 @team_group.command("inbox")

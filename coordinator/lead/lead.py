@@ -103,7 +103,8 @@ class LeadAgent:
 
     def turn(self, text: str = "") -> str | None:
         """A turn on the person's `text` and the unread mail; its final answer, or None when
-        there was neither (no model call)."""
+        there was neither (no model call). BudgetSpent before a model call once the team's
+        budget is spent (what the turn committed so far stays, the rest of the mail unread)."""
         messages = [{"role": "system", "content": self.system_prompt()}, *self.memory.load()]
         for step_index in range(self.store.options.turn_max_steps):
             self.lease.check()
@@ -115,8 +116,10 @@ class LeadAgent:
                 return None
             # The mail joins the person's message: no invented exchange around it.
             step = [{"role": "user", "content": "\n\n".join(parts)}] if parts else []
+            self.store.refuse_past_budget("the lead makes no model call")
             reply = self.client.complete(self.model, messages + step,
                                          tools=self.toolbox.schemas(), api_base=self.api_base)
+            self.store.charge(reply.usage)  # the lead's calls count against the team's budget
             self.lease.check()
             step.append(assistant_message(reply))
             step.extend(tool_results(self.toolbox, reply))

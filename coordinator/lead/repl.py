@@ -26,7 +26,7 @@ from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, Teammate
-from teamctl.shared.teams import TeamStore, now_ms
+from teamctl.shared.teams import BudgetSpent, TeamStore, now_ms
 from teamctl.shared.text import flat, one_line, printable
 
 HELP = """\
@@ -143,6 +143,8 @@ class LeadRepl:
             except ModelError as exc:
                 click.echo(f"teamctl: {flat(str(exc))}; the unread mail waits for the next turn",
                            err=True)
+            except BudgetSpent as exc:  # the slash commands still answer
+                click.echo(f"teamctl: {flat(str(exc))}", err=True)
             except KeyboardInterrupt:
                 # Its uncommitted step is dropped: its mail stays unread for the next turn.
                 click.echo("(turn interrupted; /quit to leave)", err=True)
@@ -150,7 +152,8 @@ class LeadRepl:
     def until_idle(self) -> None:
         """Block until every teammate is idle or shut down and the lead's inbox is handled,
         running a turn whenever unread mail is there. Woken by the team's events (every status
-        change of a teammate or request) and by mail to the lead, never polling."""
+        change of a teammate or request) and by mail to the lead, never polling. BudgetSpent
+        (exit 1) once the team's budget is spent and mail waits: no turn could handle it."""
         keys = self.store.keys
         watched = (keys.events, keys.inbox(LEAD))
         interval_ms = int(self.store.options.heartbeat_ttl_s * 1000 / 3)

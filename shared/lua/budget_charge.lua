@@ -1,7 +1,9 @@
--- budget_charge: add one model call's usage to the run totals and say whether the budget is spent.
--- KEYS[1] the run's usage hash (the same fields RunStore.usage reads), KEYS[2] (optional) the hash
--- of the task the call was made for: its usage_* fields count every call, whatever the attempt's
--- fate (a lost or released attempt writes no outcome, but its calls were paid for).
+-- budget_charge: add one model call's usage to a run's or a team's totals and say whether the
+-- budget is spent.
+-- KEYS[1] the usage hash (the same fields RunStore.usage and TeamStore.usage read), KEYS[2]
+-- (optional) the hash of the task the call was made for: its usage_* fields count every call,
+-- whatever the attempt's fate (a lost or released attempt writes no outcome, but its calls were
+-- paid for).
 -- ARGV[1] prompt tokens, ARGV[2] completion tokens, ARGV[3] cost usd, ARGV[4] '1' if unpriced,
 -- ARGV[5] max tokens ('' = no limit), ARGV[6] max cost usd ('' = no limit).
 -- Returns {total tokens, total cost usd as a string, exceeded reason or '', 1 if this call is the

@@ -1,0 +1,229 @@
+"""A persistent team's budget (`max_tokens`, `max_cost_usd`): every model call of its teammates
+and its lead is charged atomically; the call that spends it ends its turn `budget`, the lead is
+told once, mail is delivered but wakes no one, no turn and no lead call starts, and `teamctl
+teams` shows the usage. Real Redis, the session's real workers on `members`, the scripted model
+(every reply reports 11 prompt and 7 completion tokens)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import redis
+from rq import Queue
+from teamctl.shared.budget import Charge
+from teamctl.shared.bus import LEAD
+from teamctl.shared.models import SystemType, Usage
+from teamctl.shared.teammates import IdleReason, MateStatus, TeamOptions
+from teamctl.shared.teams import TeamStore
+from teamctl.worker.turn import execute_turn
+
+from tests.conftest import wait_until
+from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.team_support import cli, spawn
+from tests.test_lead import lead_args, typed
+from tests.test_team_tasks import workers_idle
+
+CALL_TOKENS = 18
+"""What each scripted reply reports: 11 prompt and 7 completion tokens."""
+SPENT = "budget exceeded: 36 tokens used, max_tokens is 30"
+"""The reason once two scripted calls (36 tokens) crossed max_tokens = 30."""
+CHARGERS = 20
+"""Model calls charged at once, each of 10 tokens, against max_tokens = 50."""
+
+
+def base(url: str, team: str) -> tuple[str, ...]:
+    return ("-t", team, "--redis-url", url)
+
+
+def settled(store: TeamStore, name: str, url: str) -> bool:
+    return store.get(name).status is MateStatus.IDLE and workers_idle(url)
+
+
+def test_the_call_that_spends_the_budget_ends_its_turn_and_nothing_wakes_after_it(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    created = cli("team", "create", "--max-tokens", "30", *base(workers, team))
+    assert created.exit_code == 0, created.output
+    store = TeamStore(wconn, team)
+    # Two calls in all: a third would be an unforeseen request and fail the test.
+    model = llm.script(f"alice-{team}", [
+        "ready", ToolCalls([("list_teammates", {})], content="looking around")])
+    assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
+    wait_until(lambda: settled(store, "alice", workers), message="alice's first turn")
+    assert store.get("alice").idle_reason == IdleReason.DONE
+    assert store.budget_exceeded() is None
+
+    sent = cli("team", "send", "alice", "look around", *base(workers, team))
+    assert sent.exit_code == 0 and sent.stdout.endswith(" to alice (woke it)\n")
+    wait_until(lambda: settled(store, "alice", workers) and len(
+        store.notices(SystemType.TEAMMATE_IDLE)) == 2, message="alice's budget-spending turn")
+    alice = store.get("alice")
+    assert (alice.idle_reason, alice.last_error) == (IdleReason.BUDGET, SPENT)
+    # The crossing call was charged and its tool calls ran; then no further call.
+    assert len(llm.requests[f"alice-{team}"]) == 2
+    assert json.loads(store.memory("alice")[-1]["content"])["action"] == "list_teammates"
+    usage = store.usage()
+    assert (usage.prompt_tokens, usage.completion_tokens) == (22, 14)
+    assert usage.budget_exceeded == SPENT and store.budget_exceeded() == SPENT
+    assert store.notices(SystemType.TEAMMATE_IDLE)[-1].content == (
+        "alice is idle (budget): looking around")
+    [told] = store.notices(SystemType.TEAM_BUDGET_EXCEEDED)
+    assert (told.from_, told.to) == ("system", LEAD)
+    assert told.content == (f"{SPENT}: no teammate or lead starts another model call and "
+                            "messages wake no one (`teamctl teams` shows the team's usage)")
+    assert told.id in [m.id for m in store.peek(LEAD)[1]]
+
+    # Mail is delivered but wakes no one, and says why.
+    again = cli("team", "send", "alice", "one more thing", *base(workers, team))
+    assert again.exit_code == 0
+    assert again.stdout.endswith(" to alice\n")
+    assert again.stderr.count("\n") == 1 and again.stderr.startswith(
+        f"teamctl: team {team}: {SPENT}; the message waits unread and wakes no one")
+    everyone = cli("team", "broadcast", "all hands", *base(workers, team))
+    assert everyone.exit_code == 0 and everyone.stdout.endswith("; woke 0\n")
+    assert [m.content for m in store.peek("alice")[1]] == ["one more thing", "all hands"]
+    assert store.get("alice").status is MateStatus.IDLE
+    assert Queue("members", connection=redis.Redis.from_url(workers)).count == 0
+    # Nothing that would start a turn goes through; nothing was written.
+    for what, refused in (
+            ("bob was not spawned", spawn(workers, team, "bob", model, llm.api_base)),
+            ("no shutdown request was sent to alice",
+             cli("team", "shutdown", "alice", *base(workers, team)))):
+        assert refused.exit_code == 1
+        assert refused.stderr.count("\n") == 1
+        assert refused.stderr.startswith(f"teamctl: team {team}: {SPENT}; {what}")
+    assert store.names() == ["alice"] and store.requests() == []
+    assert len(llm.requests[f"alice-{team}"]) == 2
+    assert len(store.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
+
+    listed = cli("teams", "--redis-url", workers)
+    assert f"{team}\t1 teammates\t0 working\t36 tokens (max 30)\tunpriced\tbudget spent" in (
+        listed.stdout.splitlines())
+    [row] = [r for r in json.loads(cli("teams", "--json", "--redis-url", workers).stdout)
+             if r["team"] == team]
+    assert {k: row[k] for k in ("tokens", "prompt_tokens", "completion_tokens", "cost_usd",
+                                "unpriced", "max_tokens", "max_cost_usd",
+                                "budget_exceeded")} == {
+        "tokens": 36, "prompt_tokens": 22, "completion_tokens": 14, "cost_usd": 0.0,
+        "unpriced": True, "max_tokens": 30, "max_cost_usd": None, "budget_exceeded": SPENT}
+
+
+def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_call(
+        redis_url: str, conn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    assert cli("team", "create", "--max-cost-usd", "0.5",
+               *base(redis_url, team)).exit_code == 0
+    store = TeamStore(conn, team)
+    model = llm.script(f"idle-{team}", [])  # any call fails the test
+    # Nobody serves this queue: the first turn waits there, the teammate working.
+    assert spawn(redis_url, team, "alice", model, llm.api_base, "--queue",
+                 "nobody").exit_code == 0
+    assert store.get("alice").status is MateStatus.WORKING
+    assert store.send(LEAD, "alice", "are you there?")[1] is False  # working: its turn reads it
+    charge = store.charge(Usage(prompt_tokens=5, cost_usd=0.75))
+    assert charge.crossed and charge.exceeded == (
+        "budget exceeded: $0.75 spent, max_cost_usd is 0.5")
+    assert not store.charge(Usage(prompt_tokens=5)).crossed  # counted, told once
+
+    # Unread mail does not keep a turn going past the budget: it waits.
+    assert execute_turn(conn, team, "alice") == "idle"
+    assert [m.content for m in store.peek("alice")[1]] == ["are you there?"]
+    alice = store.get("alice")
+    assert (alice.status, alice.idle_reason) == (MateStatus.IDLE, IdleReason.BUDGET)
+    assert alice.last_error == charge.exceeded
+    assert llm.requests[f"idle-{team}"] == []
+    assert store.memory("alice") == [{"role": "user", "content": "You are alice. Start."}]
+    assert [m.content for m in store.notices(SystemType.TEAM_BUDGET_EXCEEDED)] == [
+        f"{charge.exceeded}: no teammate or lead starts another model call and messages wake "
+        "no one (`teamctl teams` shows the team's usage)"]
+    assert store.usage().prompt_tokens == 10
+    listed = cli("teams", "--redis-url", redis_url)
+    assert listed.stdout == (f"{team}\t1 teammates\t0 working\t10 tokens\t$0.7500 "
+                             "(max $0.5)\tbudget spent\n")
+
+
+def test_the_leads_calls_count_and_past_the_budget_it_makes_none(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    assert cli("team", "create", "--max-tokens", "30", *base(workers, team)).exit_code == 0
+    store = TeamStore(wconn, team)
+    lead = llm.script(f"lead-{team}", [ToolCalls([("list_teammates", {})]), "nobody yet"])
+    first = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Who is here?"))
+    assert first.exit_code == 0, first.output
+    assert first.stdout == "nobody yet\n"  # the crossing call's answer still comes
+    assert store.usage().prompt_tokens == 22
+    assert len(store.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
+
+    # The notice waits in the lead's inbox; no call is made to read it.
+    second = cli(*lead_args(workers, team, lead, llm.api_base, "--until-idle"))
+    assert second.exit_code == 1
+    assert second.stderr.splitlines()[-1].startswith(
+        f"teamctl: team {team}: {SPENT}; the lead makes no model call (no teammate takes "
+        "another turn; `")
+    assert len(llm.requests[f"lead-{team}"]) == 2
+    assert [m.type for m in store.peek(LEAD)[1]] == [SystemType.TEAM_BUDGET_EXCEEDED]
+    # In the REPL a refused turn says why and the slash commands still answer.
+    repl = typed(*lead_args(workers, team, lead, llm.api_base), lines="\n/inbox\n")
+    assert repl.exit_code == 0
+    assert f"teamctl: team {team}: {SPENT}; the lead makes no model call" in repl.stderr
+    assert f"system -> lead\t{SystemType.TEAM_BUDGET_EXCEEDED}\t{SPENT}" in repl.stdout
+    assert len(llm.requests[f"lead-{team}"]) == 2
+    assert len(store.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
+
+
+def test_concurrent_calls_cross_the_budget_once_and_every_one_is_counted(
+        redis_url: str, conn: redis.Redis, team: str) -> None:
+    TeamStore(conn, team).create(TeamOptions(max_tokens=50))
+    stores = [TeamStore(redis.Redis.from_url(redis_url, decode_responses=True), team)
+              for _ in range(CHARGERS)]
+    start = threading.Barrier(CHARGERS)
+
+    def charge(store: TeamStore) -> Charge:
+        start.wait()
+        return store.charge(Usage(prompt_tokens=10))
+
+    with ThreadPoolExecutor(CHARGERS) as pool:
+        charges = list(pool.map(charge, stores))
+    reason = "budget exceeded: 50 tokens used, max_tokens is 50"
+    assert sum(c.crossed for c in charges) == 1
+    assert sorted(c.exceeded or "" for c in charges) == ["", "", "", "", *[reason] * 16]
+    store = TeamStore(conn, team)
+    assert store.usage().prompt_tokens == 10 * CHARGERS
+    [told] = store.notices(SystemType.TEAM_BUDGET_EXCEEDED)
+    assert told.content.startswith(f"{reason}: no teammate or lead starts another model call")
+
+
+def test_team_create_takes_the_budget_from_the_teammates_table_or_its_flags(
+        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    good = tmp_path / "team.toml"
+    good.write_text("[teammates]\nmax_tokens = 1000\nmax_cost_usd = 2.5\n")
+    assert cli("team", "create", "--file", str(good), *base(redis_url, team)).exit_code == 0
+    options = TeamStore(conn, team).options
+    assert (options.max_tokens, options.max_cost_usd) == (1000, 2.5)
+    other = f"t{uuid.uuid4().hex[:10]}"
+    assert cli("team", "create", "--file", str(good), "--max-tokens", "50",
+               *base(redis_url, other)).exit_code == 0
+    options = TeamStore(conn, other).options
+    assert (options.max_tokens, options.max_cost_usd) == (50, 2.5)
+    assert cli("teams", "--redis-url", redis_url).stdout.splitlines() == [
+        f"{team}\t0 teammates\t0 working\t0 tokens (max 1,000)\t$0.0000 (max $2.5)",
+        f"{other}\t0 teammates\t0 working\t0 tokens (max 50)\t$0.0000 (max $2.5)"]
+
+    for flags, message in (
+            (["--max-tokens", "0"], "--max-tokens: Input should be greater than or equal to 1"),
+            (["--max-cost-usd", "0"], "--max-cost-usd: Input should be greater than 0"),
+            (["--max-cost-usd", "inf"],
+             "--max-cost-usd: Input should be less than or equal to 1000000")):
+        name = f"t{uuid.uuid4().hex[:10]}"
+        refused = cli("team", "create", *flags, *base(redis_url, name))
+        assert (refused.exit_code, refused.stderr) == (2, f"teamctl: {message}\n")
+        assert not TeamStore(conn, name).exists()
+    for field, value in (("max_tokens", "0"), ("max_cost_usd", "-1"), ("max_tokens", "1.5")):
+        bad = tmp_path / "bad.toml"
+        bad.write_text(f"[teammates]\n{field} = {value}\n")
+        name = f"t{uuid.uuid4().hex[:10]}"
+        refused = cli("team", "create", "--file", str(bad), *base(redis_url, name))
+        assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
+        assert f"teammates.{field}" in refused.stderr
+        assert not TeamStore(conn, name).exists()
