@@ -68,6 +68,8 @@ class Store(Protocol):
 
     def enqueue_turn(self, mate: Teammate) -> None: ...
 
+    def budget_exceeded(self) -> str | None: ...
+
 
 class TaskRefused(TeamError):
     """Refused by a task's state (held by another, not ready, not yours): exit 1, tool error."""
@@ -295,7 +297,10 @@ class TeamTasks:
     def wake(self) -> list[str]:
         """Hand ready tasks to idle teammates that fit them (each task in number order to the
         fitting teammate idle longest: claimed for it, working, told by a task.assigned
-        message) and enqueue those turns; returns their names."""
+        message) and enqueue those turns; returns their names. None once the team's budget
+        is spent: a turn could make no model call."""
+        if self.store.budget_exceeded():
+            return []
         woken: list[str] = []
         fruitless = 0
         for _ in range(MAX_RETRIES):

@@ -609,9 +609,12 @@ class TeamStore:
         return None if dropped < 0 else dropped
 
     def end_turn(self, name: str, token: str, reason: str, notice: str, *,
-                 force: bool = False, error: str = "") -> str:
+                 force: bool = False, error: str = "", budget: bool = False) -> str:
         """'continue' (mail arrived, a task reminder, or a task claimed for it: go on), 'idle'
-        (ended, lead told), 'shutdown' or 'stale'. Tasks the end released go to idle teammates."""
+        (ended, lead told), 'shutdown' or 'stale'. `force` ends a failed turn; `budget` one the
+        team's spent budget stopped (its tasks go back uncounted against their releases).
+        Tasks the end released go to idle teammates."""
+        mode = "budget" if budget else "1" if force else "0"
         tasks = TeamTasks(self)
         tasks.index_lanes()
         role = self.conn.hget(self.keys.mate(name), "role")
@@ -625,8 +628,8 @@ class TeamStore:
                       self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
                       self.keys.inbox(LEAD), *tasks.board_keys(), *running, *lanes,
                       *candidates],
-                args=[token, name, reason, notice, "1" if force else "0", error, len(running),
-                      len(lanes), *depths])
+                args=[token, name, reason, notice, mode, error, len(running), len(lanes),
+                      *depths])
 
         for _ in range(SNAPSHOT_RETRIES):
             verdict, released = self._until_current(end)

@@ -16,7 +16,8 @@ import redis
 from rq import Queue
 from teamctl.shared.budget import Charge
 from teamctl.shared.bus import LEAD
-from teamctl.shared.models import SystemType, Usage
+from teamctl.shared.models import SystemType, TaskStatus, Usage
+from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import IdleReason, MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.turn import execute_turn
@@ -31,6 +32,7 @@ CALL_TOKENS = 18
 """What each scripted reply reports: 11 prompt and 7 completion tokens."""
 SPENT = "budget exceeded: 36 tokens used, max_tokens is 30"
 """The reason once two scripted calls (36 tokens) crossed max_tokens = 30."""
+SPENT_40 = "budget exceeded: 40 tokens used, max_tokens is 30"
 CHARGERS = 20
 """Model calls charged at once, each of 10 tokens, against max_tokens = 50."""
 
@@ -227,3 +229,28 @@ def test_team_create_takes_the_budget_from_the_teammates_table_or_its_flags(
         assert refused.exit_code == 2 and refused.stderr.count("\n") == 1
         assert f"teammates.{field}" in refused.stderr
         assert not TeamStore(conn, name).exists()
+
+
+def test_past_the_budget_no_task_is_handed_out_and_a_held_one_goes_back_uncounted(
+        conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions(max_tokens=30))
+    for name in ("alice", "bob"):
+        store.spawn(name, role="dev", prompt="p", model="m", api_base=None,
+                    queue=f"nobody-{team}")
+    verdict, token = store.begin_turn("alice", "test:1")
+    assert verdict == "ok"
+    tasks = TeamTasks(store)
+    tasks.add("held when the budget ran out")
+    tasks.claim("alice", token, "task_1")
+    assert store.charge(Usage(prompt_tokens=20, completion_tokens=20)).crossed
+    # Her turn ends `budget`: the task goes back, not counted against its releases, not kept
+    # from her; and no idle teammate is handed it (bob's turn could make no model call).
+    assert store.end_turn("alice", token, "budget", "alice is idle (budget)",
+                          error=SPENT_40, budget=True) == "idle"
+    task = tasks.get("task_1")
+    assert (task.status, task.releases, task.released_from, task.requeue_reason) == (
+        TaskStatus.READY, 0, None, f"alice stopped: {SPENT_40}")
+    conn.hset(store.keys.mate("bob"), mapping={"status": "idle", "job_id": ""})
+    assert tasks.wake() == []
+    assert tasks.get("task_1").status is TaskStatus.READY

@@ -190,7 +190,8 @@ class Turn:
         if answer.strip():
             notice += ": " + shorten(answer, self.store.options.last_answer_chars)
         return self.store.end_turn(self.mate.name, self.token, reason, notice,
-                                   force=bool(error), error=error)
+                                   force=bool(error), error=error,
+                                   budget=reason == IdleReason.BUDGET)
 
     def _over_budget(self) -> bool:
         """Whether the team's budget is spent: checked before every model call."""

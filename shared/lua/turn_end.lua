@@ -13,8 +13,10 @@
 -- tasks of each lane as the caller read them (ARGV[9..] says how many it read of each), merged
 -- in number order.
 -- ARGV[1] token, ARGV[2] teammate name, ARGV[3] idle reason ('done', 'step_limit',
--- 'error: ...'), ARGV[4] notice content, ARGV[5] '1' to end even with unread mail (a failed
--- turn: the mail waits for the next wake; its tasks go back to the board, not to it),
+-- 'error: ...'), ARGV[4] notice content, ARGV[5] '0' (a turn that may go on), '1' to end even
+-- with unread mail (a failed turn: the mail waits for the next wake; its tasks go back to the
+-- board, not to it, counted against their releases) or 'budget' (the team's budget is spent:
+-- ended as a failed turn is, but its tasks go back uncounted, as nobody failed them),
 -- ARGV[6] last error ('' = none), ARGV[7] how many in-progress task hashes KEYS holds,
 -- ARGV[8] how many lanes, ARGV[9..] how many of each lane's first tasks the caller read.
 -- Returns {verdict, released}: verdict 'continue' (run another turn in the same job), 'idle'
@@ -39,7 +41,7 @@ local released = 0
 -- The first candidate it may take (reads only: releases below touch only its held tasks, which
 -- are no candidates). None, with a lane longer than what was read: the caller reads deeper.
 local pick = nil
-if approved == '' and ARGV[5] ~= '1' and not plan_gated(KEYS[2]) then
+if approved == '' and ARGV[5] == '0' and not plan_gated(KEYS[2]) then
   local role = redis.call('HGET', KEYS[2], 'role')
   for i = last_lane + 1, #KEYS do
     if team_task_fits(KEYS[i], name, role, true) then pick = KEYS[i] break end
@@ -89,7 +91,7 @@ if approved ~= '' then
   mate_event(KEYS[12], name, 'shutdown', approved)
   return {'shutdown', released}
 end
-if ARGV[5] ~= '1' then
+if ARGV[5] == '0' then
   local offset = redis.call('HGET', KEYS[4], name) or '0-0'
   if #redis.call('XRANGE', KEYS[3], '(' .. offset, '+', 'COUNT', 1) > 0 then
     return {'continue', 0}
@@ -126,6 +128,8 @@ if ARGV[5] ~= '1' then
       team_task_text(pick), now)
     return {'continue', released}
   end
+elseif ARGV[5] == 'budget' then
+  released = #release_all(name .. ' stopped: ' .. ARGV[6], false)
 else
   released = #release_all(name .. "'s turn failed: " .. ARGV[6], true)
 end
