@@ -255,6 +255,31 @@ class MessageBus:
 
         return self._on_current_roster(trim)
 
+    def compact(self, record_key: str, work: int, rounds: int) -> int:
+        """On a bus whose lead has an inbox: delete, oldest first, the messages every reader
+        that gets them has read, past an old one the lead has not (which stops `trim`), until
+        `bus_maxlen` remain; `work` bus entries walked and inbox entries deleted per call (at
+        least one broadcast's), at most `rounds` calls, its progress in `record_key`
+        (team_bus_compact.lua). Returns the bus's length after."""
+        def compact(roster: Roster) -> tuple[int, bool] | None:
+            readers = [*roster.member_ids, LEAD]
+            removed, length, moved = self.scripts["team_bus_compact"](
+                keys=[self.keys.bus, self.keys.read_offsets, self.keys.unacked_reads,
+                      self.keys.roster_ver, record_key,
+                      *(self.keys.inbox(m) for m in readers)],
+                args=[self.bus_maxlen, roster.version, max(work, len(readers) + 1),
+                      *readers])
+            return (int(length), bool(int(removed) or int(moved))) if int(removed) >= 0 else None
+
+        length = int(self.conn.xlen(self.keys.bus))
+        for _ in range(rounds):
+            if length <= self.bus_maxlen:
+                break
+            length, progressed = self._on_current_roster(compact)
+            if not progressed:
+                break
+        return length
+
     def _inboxless(self, member_id: str) -> bool:
         """True for `lead`/`system` (no inbox); ConfigError for an id that is not a member."""
         if member_id == LEAD and self.keys.lead_has_inbox:
