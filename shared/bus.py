@@ -27,7 +27,9 @@ and a teammate's broadcast land in ``inbox:lead``.
 Growth: past ``bus_maxlen`` plus a tenth, the bus is cut back to ``bus_maxlen`` messages, except
 that no message some member has not read (or not acknowledged) is ever dropped; inbox entries go
 with their message. Trimming goes by the roster in Redis, so every bus of a space protects the
-same inboxes.
+same inboxes. On a team's bus, an old message the lead has not read would stop that cut (it
+only takes the oldest end), so `compact` deletes the read messages after it instead
+(shared/lead_inbox.py keeps the lead's unread mail itself bounded).
 """
 
 from __future__ import annotations

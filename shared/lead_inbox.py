@@ -16,15 +16,18 @@ to other steps, and one call after them counts only the mail added since the las
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from teamctl.shared.bus import LEAD, TRIM_SLACK_DIVISOR
-from teamctl.shared.errors import TeamError
+from teamctl.shared.errors import InfraError, TeamError
 from teamctl.shared.models import SYSTEM_NAMESPACES, SystemType
 
 if TYPE_CHECKING:  # the store builds its LeadInbox; this module only calls through it
     from teamctl.shared.teams import TeamStore
+
+log = logging.getLogger(__name__)
 
 FOLD_WALK = 64
 """Inbox entries one fold call walks looking for notices (kept messages are skipped once)."""
@@ -76,8 +79,17 @@ class LeadInbox:
                 break
         return FoldOutcome(int(unread), folded, int(length))
 
-    def keep_bounds(self) -> FoldOutcome:
-        """Fold, then cut the bus back to bus_max_messages once it is a tenth past it."""
+    def keep_bounds(self) -> FoldOutcome | None:
+        """Fold, then cut the bus back to bus_max_messages once it is a tenth past it; None
+        (logged) when the roster kept changing under the cut: the step that called it is done,
+        and the next upkeep catches up."""
+        try:
+            return self._keep_bounds()
+        except InfraError as exc:
+            log.warning("team %s: the bus was not cut back this time: %s", self.store.team, exc)
+            return None
+
+    def _keep_bounds(self) -> FoldOutcome:
         outcome = self.fold()
         cap = self.store.options.bus_max_messages
         if outcome.bus_length > cap + cap // TRIM_SLACK_DIVISOR:

@@ -7,9 +7,11 @@ and never a folded one; no fold or compaction script blocks Redis for 5 ms."""
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import redis
@@ -21,6 +23,8 @@ from teamctl.shared.models import Envelope, ProtocolType, SystemType
 from teamctl.shared.scripts import sources
 from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.teams import TeamStore
+
+from tests.team_support import cli
 
 NOBODY = "nobody"
 BUS_CAP = 40
@@ -149,16 +153,59 @@ def test_a_lead_reading_meanwhile_gets_each_message_once_and_no_folded_one(
         batch = unread_batch(store, LEAD)
         read(batch)
 
+    assert_each_once(delivered, 2 * rounds, [f"peer at step {step}" for step in range(0, 25, 5)])
+
+
+def assert_each_once(delivered: list[dict[str, str]], notices: int, peers: list[str], *,
+                     must_fold: bool = True) -> None:
+    """No message reached the lead twice; each of the `notices` idle notices reached it once, as
+    itself or counted in one summary (so none was both); every peer message, in order."""
     assert len({line["id"] for line in delivered}) == len(delivered)
     idle = [line["content"] for line in delivered if line["type"] == SystemType.TEAMMATE_IDLE]
     assert len(set(idle)) == len(idle)
     folded = [SUMMARY.fullmatch(line["content"]) for line in delivered
               if line["type"] == SystemType.INBOX_SUMMARY]
-    assert folded and all(folded), "the lead fell behind: some notices should have folded"
-    # Every idle notice reached the lead exactly once, as itself or counted in one summary.
-    assert len(idle) + sum(int(m.group(1)) for m in folded if m) == 2 * rounds
-    assert [line["content"] for line in delivered if line["type"] == "peer.message"] == [
-        f"peer at step {step}" for step in range(0, 25, 5)]
+    assert all(folded) and (folded or not must_fold), "the lead fell behind: some should fold"
+    assert len(idle) + sum(int(m.group(1)) for m in folded if m) == notices
+    assert [line["content"] for line in delivered if line["type"] == "peer.message"] == peers
+
+
+def test_a_lead_reading_in_another_thread_gets_each_message_once(conn: redis.Redis) -> None:
+    store = team(conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP,
+                 inbox_batch_messages=3)
+    owner = "lead:thread"
+    conn.set(store.keys.lead_lease, owner)
+    lead_store = TeamStore(conn, store.team)
+    memory = LeadMemory(lead_store, owner)
+    delivered: list[dict[str, str]] = []
+    stop = threading.Event()
+
+    def lead() -> None:
+        while True:
+            batch = unread_batch(lead_store, LEAD)
+            if batch.lines:
+                stop.wait(0.05)  # the model's think time, while the teammates go on
+                memory.commit(batch.offset, [])
+                delivered.extend(batch.lines)
+            elif stop.is_set():
+                return
+
+    reader = threading.Thread(target=lead)
+    reader.start()
+    try:
+        rounds = 60
+        for n in range(rounds):
+            for name in ("alice", "bob"):
+                turn(store, name, f"round {n}")
+            if n % 20 == 0:
+                store.send("alice", LEAD, f"peer {n}")
+    finally:
+        stop.set()
+        reader.join(30)
+    assert not reader.is_alive()
+    # How much folds depends on the two threads' pace; what reached the lead never does.
+    assert_each_once(delivered, 2 * rounds, [f"peer {n}" for n in range(0, rounds, 20)],
+                     must_fold=False)
 
 
 def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(
@@ -202,6 +249,7 @@ def test_folding_and_compacting_10000_messages_never_block_redis_for_5ms(
     assert conn.xlen(store.keys.bus) > 9000  # trimming alone cannot pass the lead's old mail
     with slowlog_at_5ms(conn):
         outcome = store.lead_inbox.keep_bounds()
+        assert outcome is not None
         assert slow_calls(conn, "lead_inbox_fold", "team_bus_compact", "trim_bus") == []
     assert outcome.unread <= 1000 and outcome.folded >= 4000
     assert conn.xlen(store.keys.bus) <= 2000 == outcome.bus_length or (
@@ -211,3 +259,24 @@ def test_folding_and_compacting_10000_messages_never_block_redis_for_5ms(
     assert [m.type for m in unread].count(SystemType.INBOX_SUMMARY) == 1
     assert unread[-1].type == SystemType.INBOX_SUMMARY
     assert idle_label(unread[-2]) == "4999"
+
+
+def test_the_team_file_sets_the_bounds_and_refuses_an_inbox_bigger_than_half_the_bus(
+        conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text("[teammates]\nbus_max_messages = 400\nlead_inbox_max_messages = 200\n")
+    created = cli("team", "create", "--file", str(good), "-t", "bounded", "--redis-url",
+                  redis_url)
+    assert created.exit_code == 0, created.output
+    options = TeamStore(conn, "bounded").options
+    assert (options.bus_max_messages, options.lead_inbox_max_messages) == (400, 200)
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[teammates]\nbus_max_messages = 400\nlead_inbox_max_messages = 201\n")
+    refused = cli("team", "create", "--file", str(bad), "-t", "unbounded", "--redis-url",
+                  redis_url)
+    assert refused.exit_code == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and (
+        "lead_inbox_max_messages (201) must be at most half of bus_max_messages (400), so the "
+        "lead's unread mail fits on the bus beside the teammates'; lower it or raise "
+        "bus_max_messages") in refused.stderr
+    assert not TeamStore(conn, "unbounded").exists()
