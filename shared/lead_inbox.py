@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from teamctl.shared.bus import LEAD, TRIM_SLACK_DIVISOR
+from teamctl.shared.bus import LEAD, TRIM_SLACK_DIVISOR, MessageBus
 from teamctl.shared.errors import InfraError, TeamError
+from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import SYSTEM_NAMESPACES, SystemType
-
-if TYPE_CHECKING:  # the store builds its LeadInbox; this module only calls through it
-    from teamctl.shared.teams import TeamStore
+from teamctl.shared.scripts import GuardedScripts, Scripts
+from teamctl.shared.teammates import TeamOptions
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +53,24 @@ class FoldOutcome:
     bus_length: int
 
 
+@dataclass(frozen=True)
 class LeadInbox:
-    """The retention of one team's lead inbox and bus."""
+    """The retention of one team's lead inbox and bus (TeamStore.lead_inbox builds it)."""
 
-    def __init__(self, store: TeamStore) -> None:
-        self.store = store
+    keys: TeamKeys
+    options: TeamOptions
+    bus: MessageBus
+    scripts: Scripts | GuardedScripts
 
     def fold(self, room: int = 0) -> FoldOutcome:
         """Fold the lead's oldest unread notices while its unread mail is past the bound (or,
         with `room` 1, at it: a message is about to join)."""
-        options = self.store.options
-        keys = self.store.keys
-        most = options.lead_inbox_max_messages
+        keys = self.keys
+        most = self.options.lead_inbox_max_messages
         target = most - max(1, most // 10)  # a tenth of room, so folds are rare and batched
         folded = 0
         for _ in range(MAX_ROUNDS):
-            unread, count, length, more = self.store.scripts["lead_inbox_fold"](
+            unread, count, length, more = self.scripts["lead_inbox_fold"](
                 keys=[keys.bus, keys.bus_seq, keys.inbox(LEAD), keys.read_offsets,
                       keys.lead_inbox],
                 args=[most, target, FOLD_WALK, FOLD_BATCH, SystemType.INBOX_SUMMARY,
@@ -86,17 +87,16 @@ class LeadInbox:
         try:
             return self._keep_bounds()
         except InfraError as exc:
-            log.warning("team %s: the bus was not cut back this time: %s", self.store.team, exc)
+            log.warning("team %s: the bus was not cut back this time: %s", self.keys.team, exc)
             return None
 
     def _keep_bounds(self) -> FoldOutcome:
         outcome = self.fold()
-        cap = self.store.options.bus_max_messages
+        cap = self.options.bus_max_messages
         if outcome.bus_length > cap + cap // TRIM_SLACK_DIVISOR:
-            bus = self.store.bus
-            bus.trim()
-            length = bus.compact(record_key=self.store.keys.lead_inbox, work=COMPACT_WORK,
-                                 rounds=MAX_ROUNDS)
+            self.bus.trim()
+            length = self.bus.compact(record_key=self.keys.lead_inbox, work=COMPACT_WORK,
+                                      rounds=MAX_ROUNDS)
             outcome = FoldOutcome(outcome.unread, outcome.folded, length)
         return outcome
 
@@ -104,7 +104,7 @@ class LeadInbox:
         """Fold for a teammate's message to the lead; LeadMailboxFull when the lead's unread
         mail stays at its bound (peer and protocol messages only, which never fold)."""
         outcome = self.fold(room=1)
-        most = self.store.options.lead_inbox_max_messages
+        most = self.options.lead_inbox_max_messages
         if outcome.unread >= most:
             raise LeadMailboxFull(
                 f"the lead has {outcome.unread} unread messages, its bound "

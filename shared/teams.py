@@ -129,7 +129,7 @@ class TeamStore:
     @cached_property
     def lead_inbox(self) -> LeadInbox:
         """The lead inbox's and the bus's bounds, kept after each step that adds mail."""
-        return LeadInbox(self)
+        return LeadInbox(self.keys, self.options, self.bus, self.scripts)
 
     def delete(self, *, force: bool = False) -> int:
         """Remove every key of the team and its index entry; returns keys removed. Refused
