@@ -5,7 +5,9 @@ Past the bound, the oldest unread notices (system types: teammate.idle, task.res
 into one `inbox.summary` notice (lead_inbox_fold.lua): counts by type, the teammates and tasks
 named. Peer and protocol messages never fold: they count toward the bound, and a teammate's
 message to a lead whose unread mail is all such messages is refused (LeadMailboxFull, a tool
-error for the teammate's model); protocol messages are bounded by their requests instead. Then
+error for the teammate's model; checked just before the message is published, so teammates
+writing at once may pass the bound by one message each); protocol messages are bounded by their
+requests instead. Nothing a lead's model was shown (its peeks raise `seen`) is folded. Then
 the bus is cut back: trim_bus.lua from its oldest end, team_bus_compact.lua past an old message
 the lead has not read.
 
@@ -29,7 +31,8 @@ from teamctl.shared.teammates import TeamOptions
 log = logging.getLogger(__name__)
 
 FOLD_WALK = 64
-"""Inbox entries one fold call walks looking for notices (kept messages are skipped once)."""
+"""Inbox entries one fold call counts, and walks looking for notices (kept messages are walked
+once)."""
 FOLD_BATCH = 32
 """Notices one fold call folds; a longer backlog takes more calls, each a short script."""
 SUMMARY_NAMES = 20

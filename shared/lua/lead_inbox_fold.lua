@@ -10,10 +10,10 @@
 -- KEYS[4] read offsets hash, KEYS[5] the lead inbox record (hash: mark, unread, counted_from,
 -- seen, kept_to, summary_id, summary).
 -- ARGV[1] most unread messages (lead_inbox_max_messages), ARGV[2] unread messages a fold goes
--- down to, ARGV[3] most inbox entries counted and most walked, ARGV[4] most notices folded, ARGV[5] the summary's
--- type, ARGV[6] most teammates and tasks a summary names, ARGV[7] room to make (1: fold already
--- at the bound, for a message about to be sent; else 0), ARGV[8..] the prefixes of the foldable
--- (system) types.
+-- down to, ARGV[3] most inbox entries counted and most walked, ARGV[4] most notices folded,
+-- ARGV[5] the summary's type, ARGV[6] most teammates and tasks a summary names, ARGV[7] room to
+-- make (1: fold already at the bound, for a message about to be sent; else 0), ARGV[8..] the
+-- prefixes of the foldable (system) types.
 -- Returns {unread (counted up to the record's mark), notices folded, bus length, 1 when the
 -- count or the fold hit its batch and the caller should call again, else 0}.
 local max_unread, target = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -27,9 +27,10 @@ local r = redis.call('HMGET', KEYS[5], 'mark', 'unread', 'counted_from', 'seen',
 -- count only the entries added since are counted; otherwise all unread ones again.
 local from, unread = offset, 0
 if r[1] and r[3] == offset then from, unread = r[1], tonumber(r[2]) end
--- Counting past the bound by a full batch tells all a fold needs: no more, and at most
--- ARGV[3] entries a call (a long count goes on in the caller's next call, from the mark).
-local limit = math.min(walk_cap, math.max(1, fold_above + fold_cap + 1 - unread))
+-- Counting past the bound by a full batch tells all a fold needs: no more (but a batch, for
+-- what lies past kept mail), and at most ARGV[3] entries a call (a long count goes on in the
+-- caller's next call, from the mark).
+local limit = math.min(walk_cap, math.max(fold_cap, fold_above + fold_cap + 1 - unread))
 local refs = redis.call('XRANGE', KEYS[3], '(' .. from, '+', 'COUNT', limit)
 unread = unread + #refs
 local mark = from
