@@ -234,26 +234,38 @@ def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(
     assert [m.content for m in store.peek(LEAD)[1]] == ["after the lead read"]
 
 
-def test_folding_and_compacting_10000_messages_never_block_redis_for_5ms(
-        conn: redis.Redis) -> None:
+def big_backlog(conn: redis.Redis) -> TeamStore:
+    """A lead-less team whose bus holds an old peer message to the lead, then 10,000 runtime
+    messages published straight to it (no upkeep ran): 5,000 notices to the lead and 5,000
+    messages to alice, which she has read."""
     store = team(conn, bus_max_messages=2000, lead_inbox_max_messages=1000)
     bus = store.bus
     bus.send("alice", LEAD, None, None, "an old peer message the lead keeps")
-    # 10,000 runtime messages published straight to the bus: half notices to the lead, half
-    # mail to alice, which she reads; no upkeep runs until the end.
     for n in range(5000):
         bus.publish("system", LEAD, SystemType.TEAMMATE_IDLE, None, f"bob is idle (done): {n}")
         last = bus.publish("system", "alice", SystemType.TASK_ASSIGNED, None, f"task {n}")
     assert last is not None
     conn.hset(store.keys.read_offsets, "alice", last.id)
     assert conn.xlen(store.keys.bus) > 9000  # trimming alone cannot pass the lead's old mail
-    with slowlog_at_5ms(conn):
-        outcome = store.lead_inbox.keep_bounds()
-        assert outcome is not None
-        assert slow_calls(conn, "lead_inbox_fold", "team_bus_compact", "trim_bus") == []
-    assert outcome.unread <= 1000 and outcome.folded >= 4000
-    assert conn.xlen(store.keys.bus) <= 2000 == outcome.bus_length or (
-        conn.xlen(store.keys.bus) == outcome.bus_length <= 2000)
+    return store
+
+
+def test_folding_and_compacting_10000_messages_never_block_redis_for_5ms(
+        conn: redis.Redis) -> None:
+    # A script preempted on a busy host shows in SLOWLOG too: a bounded one is over 5 ms on a
+    # rare run, an unbounded one on every run, so one clean run of three is required.
+    slow_runs: list[list[str]] = []
+    for _ in range(3):
+        store = big_backlog(conn)
+        with slowlog_at_5ms(conn):
+            outcome = store.lead_inbox.keep_bounds()
+            slow = slow_calls(conn, "lead_inbox_fold", "team_bus_compact", "trim_bus")
+        if not slow:
+            break
+        slow_runs.append(slow)
+    assert len(slow_runs) < 3, slow_runs
+    assert outcome is not None and outcome.unread <= 1000 and outcome.folded >= 4000
+    assert conn.xlen(store.keys.bus) == outcome.bus_length <= 2000
     unread = store.peek(LEAD)[1]
     assert unread[0].content == "an old peer message the lead keeps"
     assert [m.type for m in unread].count(SystemType.INBOX_SUMMARY) == 1
