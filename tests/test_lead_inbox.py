@@ -6,6 +6,7 @@ and never a folded one; no fold or compaction script blocks Redis for 5 ms."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import uuid
@@ -23,6 +24,7 @@ from teamctl.shared.models import Envelope, ProtocolType, SystemType
 from teamctl.shared.scripts import sources
 from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.teams import TeamStore
+from teamctl.worker.mate_tools import MateTools
 
 from tests.team_support import cli
 
@@ -221,6 +223,14 @@ def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(
         "or put what you wanted to say in a task result or a message to a teammate")
     with pytest.raises(LeadMailboxFull):
         store.broadcast("bob", "to everyone")
+    # The teammate's model gets it as a tool error, and the turn goes on.
+    store.wake("alice")
+    assert store.begin_turn("alice", "test:1")[0] == "ok"
+    answer = MateTools(store, "alice").toolbox().call(
+        "send_message", json.dumps({"to": "lead", "content": "again"}), "c1")
+    assert answer.startswith("TOOL_ERROR: ")
+    error = json.loads(answer.removeprefix("TOOL_ERROR: "))
+    assert (error["errorType"], error["error"]) == ("LeadMailboxFull", str(refused.value))
     # A protocol answer is never refused: its request bounds it.
     request, _ = store.request_shutdown("bob")
     store.respond_shutdown("bob", request.id, True)
