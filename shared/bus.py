@@ -27,7 +27,9 @@ and a teammate's broadcast land in ``inbox:lead``.
 Growth: past ``bus_maxlen`` plus a tenth, the bus is cut back to ``bus_maxlen`` messages, except
 that no message some member has not read (or not acknowledged) is ever dropped; inbox entries go
 with their message. Trimming goes by the roster in Redis, so every bus of a space protects the
-same inboxes.
+same inboxes. On a team's bus, an old message the lead has not read would stop that cut (it
+only takes the oldest end), so `compact` deletes the read messages after it instead
+(shared/lead_inbox.py keeps the lead's unread mail itself bounded).
 """
 
 from __future__ import annotations
@@ -254,6 +256,31 @@ class MessageBus:
             return removed if removed >= 0 else None
 
         return self._on_current_roster(trim)
+
+    def compact(self, record_key: str, work: int, rounds: int) -> int:
+        """On a bus whose lead has an inbox: delete, oldest first, the messages every reader
+        that gets them has read, past an old one the lead has not (which stops `trim`), until
+        `bus_maxlen` remain; `work` bus entries walked and inbox entries deleted per call (at
+        least one broadcast's), at most `rounds` calls, its progress in `record_key`
+        (team_bus_compact.lua). Returns the bus's length after."""
+        def compact(roster: Roster) -> tuple[int, bool] | None:
+            readers = [*roster.member_ids, LEAD]
+            removed, length, moved = self.scripts["team_bus_compact"](
+                keys=[self.keys.bus, self.keys.read_offsets, self.keys.unacked_reads,
+                      self.keys.roster_ver, record_key,
+                      *(self.keys.inbox(m) for m in readers)],
+                args=[self.bus_maxlen, roster.version, max(work, len(readers) + 1),
+                      *readers])
+            return (int(length), bool(int(removed) or int(moved))) if int(removed) >= 0 else None
+
+        length = int(self.conn.xlen(self.keys.bus))
+        for _ in range(rounds):
+            if length <= self.bus_maxlen:
+                break
+            length, progressed = self._on_current_roster(compact)
+            if not progressed:
+                break
+        return length
 
     def _inboxless(self, member_id: str) -> bool:
         """True for `lead`/`system` (no inbox); ConfigError for an id that is not a member."""

@@ -273,6 +273,13 @@ class TeamKeys(KeySpace):
         index of its last user message), kept by its checkpoints so none walks the memory."""
         return f"{self.base}:lead:memory_size"
 
+    @property
+    def lead_inbox(self) -> str:
+        """Hash: the lead inbox's retention record (shared/lead_inbox.py): how much of it was
+        counted, what the lead's model has seen, the open summary of folded notices, and how far
+        the bus was compacted around the lead's unread mail."""
+        return f"{self.base}:lead:inbox"
+
     def mate(self, name: str) -> str:
         """Hash: one teammate's record (Teammate in shared/teammates.py)."""
         return f"{self.base}:mate:{check_member_id(name)}"

@@ -253,6 +253,9 @@ class SystemType(StrEnum):
     PLAN_APPROVED = "plan.approved"
     PLAN_REJECTED = "plan.rejected"
     HOOK_ERROR = "hook.error"
+    INBOX_SUMMARY = "inbox.summary"
+    """To a team's lead from `system`: the oldest unread notices past lead_inbox_max_messages,
+    folded into one (counts by type, the teammates and tasks named; lead_inbox_fold.lua)."""
     TEAMMATE_IDLE = "teammate.idle"
     """To lead from `system`: a teammate ended its turn and went idle (turn_end.lua)."""
     TEAMMATE_ERROR = "teammate.error"

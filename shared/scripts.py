@@ -18,6 +18,9 @@ REVOKED = "TURN_REVOKED"
 READS = frozenset({"team_peek", "request_read", "snapshot", "history", "next_ready"})
 """Scripts a guarded store runs plainly: reads need no replay, and recording their (large)
 results would cost the server for nothing."""
+UPKEEP = frozenset({"lead_inbox_fold", "team_bus_compact"})
+"""Scripts a guarded store also runs plainly: the team's bounds kept after a write, no write of
+the turn's own, so a replayed tool call runs them again rather than skipping them."""
 
 
 @functools.cache
@@ -114,7 +117,7 @@ class GuardedScripts:
         return GuardedScripts(self.scripts, guard)
 
     def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        if name in READS:
+        if name in READS or name in UPKEEP:
             return self.scripts[name](keys=keys, args=args)
         # The n-th call of a script in one tool call: a replay makes the same calls in the
         # same order, since each next call depends only on the outcomes it is given back.

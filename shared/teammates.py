@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for, split_entry
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.errors import ConfigError, unreadable
@@ -113,6 +113,23 @@ class TeamOptions(BaseModel):
     inbox_batch_messages: int = Field(50, ge=1, le=1000)
     """Most unread messages one read_inbox answer or one step's `<inbox>` block carries (within
     tool_result_max_chars characters too); the rest wait, unread, for the next."""
+
+    bus_max_messages: int = Field(100_000, ge=20, le=10_000_000)
+    """Messages the team's bus keeps (a tenth more before it is cut back); what some reader has
+    not read stays, and the lead's unread notices fold past lead_inbox_max_messages."""
+    lead_inbox_max_messages: int = Field(500, ge=10, le=1000)
+    """Most unread messages the lead's inbox holds: past it the oldest notices fold into one
+    `inbox.summary` notice; peer and protocol messages never fold, and a teammate's message to a
+    lead whose inbox is full of them is refused with a tool error."""
+
+    @model_validator(mode="after")
+    def _lead_inbox_fits_bus(self) -> TeamOptions:
+        if self.lead_inbox_max_messages > self.bus_max_messages // 2:
+            raise ValueError(
+                f"lead_inbox_max_messages ({self.lead_inbox_max_messages}) must be at most half "
+                f"of bus_max_messages ({self.bus_max_messages}), so the lead's unread mail fits "
+                "on the bus beside the teammates'; lower it or raise bus_max_messages")
+        return self
 
     @field_validator("lead_tools")
     @classmethod

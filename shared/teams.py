@@ -24,6 +24,7 @@ from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
+from teamctl.shared.lead_inbox import LeadInbox
 from teamctl.shared.models import Envelope, ProtocolType, SystemType, Usage
 from teamctl.shared.scripts import Scripts, WriteGuard
 from teamctl.shared.team_tasks import LANE_HEAD, TeamTasks
@@ -133,7 +134,12 @@ class TeamStore:
     @cached_property
     def bus(self) -> MessageBus:
         return MessageBus(self.conn, self.keys, max_message_bytes=self.options.max_message_bytes,
-                          scripts=self.scripts)
+                          bus_maxlen=self.options.bus_max_messages, scripts=self.scripts)
+
+    @cached_property
+    def lead_inbox(self) -> LeadInbox:
+        """The lead inbox's and the bus's bounds, kept after each step that adds mail."""
+        return LeadInbox(self.keys, self.options, self.bus, self.scripts)
 
     # --- the budget ----------------------------------------------------------------------------
 
@@ -273,15 +279,21 @@ class TeamStore:
         type is refused (ConfigError listing the valid types): only its tools send it."""
         if to != LEAD:
             self.get(to)  # an unknown teammate is a ConfigError naming the team's teammates
+        elif sender != LEAD:
+            self.lead_inbox.make_room(sender)  # LeadMailboxFull: a tool error for the sender
         message = self.bus.send(sender, to, type_, None, content)
         assert message is not None  # a team bus is always on
+        self.lead_inbox.keep_bounds()
         return message, (to != LEAD and self.wake(to))
 
     def broadcast(self, sender: str, content: str) -> tuple[Envelope, list[str]]:
         """A message to every teammate but the sender (and to the lead, from a teammate);
         returns it and the teammates it woke."""
+        if sender != LEAD:
+            self.lead_inbox.make_room(sender)
         message = self.bus.send(sender, BROADCAST, None, None, content)
         assert message is not None
+        self.lead_inbox.keep_bounds()
         return message, [name for name in self.names() if name != sender and self.wake(name)]
 
     def wake(self, name: str) -> bool:
@@ -296,12 +308,15 @@ class TeamStore:
         self._enqueue(name, str(queue))  # the script named the queue: no read of the record
         return True
 
-    def peek(self, member: str, limit: int = PEEK_BATCH) -> tuple[str, list[Envelope]]:
-        """The member's unread messages, left unread; with the last inbox id they cover."""
+    def peek(self, member: str, limit: int = PEEK_BATCH, *,
+             seen: bool = False) -> tuple[str, list[Envelope]]:
+        """The member's unread messages, left unread; with the last inbox id they cover.
+        `seen`: they go to a model, so the lead's are never folded from now on."""
         if member != LEAD:
             self.get(member)
+        record = [self.keys.lead_inbox] if seen and member == LEAD else []
         last_id, entries = self.scripts["team_peek"](
-            keys=[self.keys.inbox(member), self.keys.read_offsets, self.keys.bus],
+            keys=[self.keys.inbox(member), self.keys.read_offsets, self.keys.bus, *record],
             args=[member, limit])
         return last_id, [envelope_from_lua(entry) for entry in entries]
 
@@ -350,6 +365,7 @@ class TeamStore:
             raise RequestRefused(f"{name} is already shut down")
         if verdict != "ok":
             raise TeamError(f"shutdown request to {name} not opened ({verdict}); try again")
+        self.lead_inbox.keep_bounds()
         if woke:
             self.enqueue_turn(self.get(name))
         return self.request(request_id), bool(woke)
@@ -369,6 +385,7 @@ class TeamStore:
             args=[request_id, RequestKind.SHUTDOWN, name, "1" if approve else "0", reason,
                   ProtocolType.SHUTDOWN_RESPONSE, content, name])
         _raise_refusal(request_id, verdict, detail, RequestKind.SHUTDOWN, name, name)
+        self.lead_inbox.keep_bounds()
         return str(detail)
 
     def submit_plan(self, name: str, plan: str) -> TeamRequest:
@@ -393,6 +410,7 @@ class TeamStore:
         if verdict == "not_required":
             raise RequestRefused(f"{name} is not waiting for a plan approval (plan mode "
                                  f"{detail or 'off'}); go ahead without one")
+        self.lead_inbox.keep_bounds()
         return self.request(detail)  # a replayed call names the request it first opened
 
     def review_plan(self, request_id: str, approve: bool,
@@ -413,6 +431,7 @@ class TeamStore:
             args=[request_id, RequestKind.PLAN_APPROVAL, LEAD, "1" if approve else "0",
                   feedback, ProtocolType.PLAN_APPROVAL_RESPONSE, content, requester])
         _raise_refusal(request_id, verdict, detail, RequestKind.PLAN_APPROVAL, LEAD, requester)
+        self.lead_inbox.keep_bounds()
         if woke:
             self.enqueue_turn(self.get(requester))
         return str(detail), bool(woke)
@@ -473,6 +492,7 @@ class TeamStore:
             args=[f"{name} shut down (forced by the lead)", name]))
         if verdict == "shutdown":
             raise RequestRefused(f"{name} is already shut down")
+        self.lead_inbox.keep_bounds()
         if int(released):
             tasks.wake()
 
@@ -555,6 +575,7 @@ class TeamStore:
             keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs,
                   *tasks.board_keys(), *tasks.running_keys()],
             args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names]))
+        self.lead_inbox.keep_bounds()
         if int(released):
             tasks.wake()
         for name in rerun:
@@ -636,6 +657,7 @@ class TeamStore:
             if verdict != "more":
                 break
             depth *= 4  # the lanes' first tasks were all ones it may not take back: read deeper
+        self.lead_inbox.keep_bounds()
         if int(released):
             tasks.wake()
         return str(verdict)

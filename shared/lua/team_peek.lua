@@ -1,6 +1,8 @@
 -- team_peek: a member's unread messages, without reading them (the offset does not move; a
 -- teammate's turn advances it in its checkpoint, once the model has the messages).
--- KEYS[1] the member's inbox stream, KEYS[2] read offsets hash, KEYS[3] bus stream.
+-- KEYS[1] the member's inbox stream, KEYS[2] read offsets hash, KEYS[3] bus stream, KEYS[4]
+-- (optional, the lead's peeks for its model) the lead inbox record, whose `seen` is raised to
+-- the last id peeked: lead_inbox_fold.lua never folds what a model was shown.
 -- ARGV[1] member id, ARGV[2] max messages.
 -- Returns {last inbox id peeked ('' = none), bus entries as XRANGE returns them}; a message gone
 -- from the bus is skipped, but its id still counts as peeked.
@@ -12,5 +14,11 @@ for _, ref in ipairs(refs) do
   if #entry > 0 then messages[#messages + 1] = entry[1] end
 end
 local last = ''
-if #refs > 0 then last = refs[#refs][1] end
+if #refs > 0 then
+  last = refs[#refs][1]
+  if KEYS[4] then
+    local seen = redis.call('HGET', KEYS[4], 'seen') or '0-0'
+    redis.call('HSET', KEYS[4], 'seen', stream_id_max(seen, last))
+  end
+end
 return {last, messages}
