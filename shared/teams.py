@@ -48,6 +48,10 @@ from teamctl.shared.text import quoted
 SNAPSHOT_RETRIES = 50
 """Reads of the task keys a script is given before giving up on a board that keeps changing."""
 PEEK_BATCH = 1000
+PEEK_PAGE = 32
+"""Message bodies one team_peek script copies (each up to max_message_bytes)."""
+COUNT_PAGE = 1000
+"""Inbox ids one round trip counts."""
 """Unread messages shown or injected at once (the rest come with the next model call)."""
 DELETE_BATCH = 500
 
@@ -310,15 +314,35 @@ class TeamStore:
 
     def peek(self, member: str, limit: int = PEEK_BATCH, *,
              seen: bool = False) -> tuple[str, list[Envelope]]:
-        """The member's unread messages, left unread; with the last inbox id they cover.
-        `seen`: they go to a model, so the lead's are never folded from now on."""
+        """The member's first `limit` unread messages, left unread; with the last inbox id they
+        cover. Read PEEK_PAGE at a time (a script copies at most that many bodies). `seen`:
+        they go to a model, so the lead's are never folded from now on."""
         if member != LEAD:
             self.get(member)
         record = [self.keys.lead_inbox] if seen and member == LEAD else []
-        last_id, entries = self.scripts["team_peek"](
-            keys=[self.keys.inbox(member), self.keys.read_offsets, self.keys.bus, *record],
-            args=[member, limit])
-        return last_id, [envelope_from_lua(entry) for entry in entries]
+        last_id, messages = "", []
+        while limit > 0:
+            page = min(limit, PEEK_PAGE)
+            page_last, entries = self.scripts["team_peek"](
+                keys=[self.keys.inbox(member), self.keys.read_offsets, self.keys.bus, *record],
+                args=[member, page, last_id])
+            if not page_last:
+                break
+            last_id = page_last
+            messages += [envelope_from_lua(entry) for entry in entries]
+            limit -= page
+        return last_id, messages
+
+    def unread_count(self, member: str) -> int:
+        """How many messages wait unread in the member's inbox (ids only: no body is read)."""
+        after = self.conn.hget(self.keys.read_offsets, member) or "0-0"
+        count = 0
+        while True:
+            ids = self.conn.xrange(self.keys.inbox(member), f"({after}", "+", count=COUNT_PAGE)
+            count += len(ids)
+            if len(ids) < COUNT_PAGE:
+                return count
+            after = ids[-1][0]
 
     def kept(self, member: str) -> list[Envelope]:
         """Every message still in the member's inbox, read or not, in order (for export)."""

@@ -1,8 +1,9 @@
 """A team board at scale: 2,000 ready tasks beside idle teammates that fit none of them, then
 hand-outs by wake-up and at a turn end, with no script blocking Redis past 5 ms (SLOWLOG);
 ready lanes read deeper past tasks a teammate may not take back, index a board written before
-lanes existed, and drop an entry a task left behind. Real Redis; teammates' turns are driven
-as a worker drives them (begin_turn / end_turn), their jobs wait on a queue nobody serves."""
+lanes existed, and drop an entry a task left behind; a long unread inbox is peeked a page per
+script. Real Redis; teammates' turns are driven as a worker drives them (begin_turn / end_turn),
+their jobs wait on a queue nobody serves."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.team_tasks import LANE_HEAD, TeamTasks
 from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams import PEEK_PAGE, TeamStore
 
 NOBODY = "nobody"
 SLOW_US = 5000
@@ -173,3 +175,24 @@ def test_roles_match_as_the_scripts_compare_them(conn: redis.Redis, team: str) -
     assert tasks.wake() == ["upper"]
     assert tasks.get("task_1").owner == "upper"
     assert tasks.get("task_2").status.value == "ready"
+
+
+def test_a_long_unread_inbox_is_peeked_a_page_per_script_and_counted_without_bodies(
+        conn: redis.Redis, team: str) -> None:
+    store = TeamStore(conn, team)
+    store.create(TeamOptions())
+    store.spawn("dora", role="dev", prompt="p", model="m", api_base=None, queue=NOBODY)
+    sent = [store.send(LEAD, "dora", f"note {n}")[0].id for n in range(1, 2 * PEEK_PAGE + 6)]
+    last_id, messages = store.peek("dora")
+    assert [m.content for m in messages] == [f"note {n}" for n in range(1, 2 * PEEK_PAGE + 6)]
+    assert [m.id for m in messages] == sent
+    assert store.unread_count("dora") == len(sent)
+    _, first = store.peek("dora", limit=PEEK_PAGE + 1)
+    assert [m.content for m in first] == [f"note {n}" for n in range(1, PEEK_PAGE + 2)]
+    # Reading moves the offset: the next peek and the count start after it.
+    verdict, token = store.begin_turn("dora", "test:1")
+    assert verdict == "ok"
+    assert store.checkpoint("dora", token, store.peek("dora", limit=PEEK_PAGE)[0], [])
+    assert store.unread_count("dora") == len(sent) - PEEK_PAGE
+    assert store.peek("dora", limit=1)[1][0].content == f"note {PEEK_PAGE + 1}"
+    assert last_id == sent[-1]  # an inbox entry has its message's bus id

@@ -190,7 +190,7 @@ class LeadRepl:
         if not mates:
             click.echo("(no teammates yet)")
         for mate in mates:
-            unread = len(self.store.peek(mate.name)[1])
+            unread = self.store.unread_count(mate.name)
             click.echo(f"{mate.name}\t{flat(mate.role)}\t{mate.status.value}"
                        f"\t{'stalled' if self.stalled(mate) else '-'}"
                        f"\t{tasks.get(mate.name, '-')}"

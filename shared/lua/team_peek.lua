@@ -3,10 +3,13 @@
 -- KEYS[1] the member's inbox stream, KEYS[2] read offsets hash, KEYS[3] bus stream, KEYS[4]
 -- (optional, the lead's peeks for its model) the lead inbox record, whose `seen` is raised to
 -- the last id peeked: lead_inbox_fold.lua never folds what a model was shown.
--- ARGV[1] member id, ARGV[2] max messages.
+-- ARGV[1] member id, ARGV[2] max messages (a page: callers page long inboxes, so no call copies
+-- a thousand bodies), ARGV[3] (optional) the last inbox id an earlier page covered: this page
+-- starts after it (or after the offset, if the member has read further since).
 -- Returns {last inbox id peeked ('' = none), bus entries as XRANGE returns them}; a message gone
 -- from the bus is skipped, but its id still counts as peeked.
 local offset = redis.call('HGET', KEYS[2], ARGV[1]) or '0-0'
+if ARGV[3] and ARGV[3] ~= '' then offset = stream_id_max(offset, ARGV[3]) end
 local refs = redis.call('XRANGE', KEYS[1], '(' .. offset, '+', 'COUNT', ARGV[2])
 local messages = {}
 for _, ref in ipairs(refs) do
