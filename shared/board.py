@@ -32,6 +32,11 @@ from teamctl.shared.text import quoted, shorten
 
 STALE = -1
 MAX_TASK_ID_CHARS = 128
+SNAPSHOT_PAGE_TASKS = 32
+SNAPSHOT_PAGE_BYTES = 64 * 1024
+"""A snapshot page stops at whichever comes first: each is one script call, kept well under the
+5 ms no script may block Redis for."""
+SNAPSHOT_CATCH_UP_ROUNDS = 5
 
 
 class WriteOutcome(Enum):
@@ -57,6 +62,11 @@ STATUS_COUNTS: TypeAdapter[dict[TaskStatus, int]] = TypeAdapter(dict[TaskStatus,
 
 def _csv(value: str | None) -> list[str]:
     return [item for item in (value or "").split(",") if item]
+
+
+def _dependents_in(raw: dict[str, dict[str, str]], task_ids: set[str]) -> set[str]:
+    """The direct dependents of `task_ids`, from hashes already read."""
+    return {d for t in task_ids for d in _csv(raw.get(t, {}).get("dependents"))}
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:
@@ -263,12 +273,60 @@ class TaskBoard:
         return self._ids
 
     def snapshot(self) -> list[TaskState]:
-        """Every task in plan order, read atomically (no half-applied transition is visible)."""
+        """Every task in plan order, as the board stood at one instant (no half-applied
+        transition is visible), read in pages so no script blocks Redis for long."""
         ids = self.task_ids()
         if not ids:
             return []
-        replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in ids])
-        return [self._parse(_pairs(flat)) for flat in replies if flat]
+        raw, since, until, one_call = self._read_pages(ids)
+        reread = set(ids) if one_call else set()
+        # Tasks a transition touched since the previous read are read again, with their
+        # dependents (the next transitions land there). The view is one instant's once a read
+        # made in one script call covered every task touched since the read before it. Past
+        # the rounds each task is still whole, but the tasks may stand at different instants
+        # (a board that changes faster than it can be read).
+        for _ in range(SNAPSHOT_CATCH_UP_ROUNDS):
+            touched = self._touched_between(since, until, raw)
+            if not touched or touched <= reread:
+                break
+            wanted = touched | _dependents_in(raw, touched)
+            again, _, later, one_call = self._read_pages(sorted(wanted))
+            raw.update(again)
+            since, until, reread = until, later, wanted if one_call else set()
+        return [self._parse(raw[t]) for t in ids if raw.get(t)]
+
+    def _read_pages(self, task_ids: list[str],
+                    ) -> tuple[dict[str, dict[str, str]], str, str, bool]:
+        """The hashes of `task_ids` by id; the events stream's last id at the first page and at
+        the last; whether one script call read them all."""
+        raw: dict[str, dict[str, str]] = {}
+        marks: list[str] = []
+        at = 0
+        while at < len(task_ids):
+            page = task_ids[at:at + SNAPSHOT_PAGE_TASKS]
+            reply = self.scripts["snapshot_page"](
+                keys=[self.keys.events, *(self.keys.task(t) for t in page)],
+                args=[SNAPSHOT_PAGE_BYTES])
+            marks.append(str(reply[0]))
+            read = int(reply[1])
+            raw.update(zip(page[:read], (_pairs(flat) for flat in reply[2:]), strict=True))
+            at += read
+        return raw, marks[0], marks[-1], len(marks) == 1
+
+    def _touched_between(self, since: str, until: str,
+                         raw: dict[str, dict[str, str]]) -> set[str]:
+        """Tasks a transition touched after mark `since` up to `until`: each event's task and
+        its direct dependents (a completion readies them without an event of their own); every
+        task when there were more events than one stream read returns."""
+        if since == until:
+            return set()
+        limit = len(raw) + SNAPSHOT_PAGE_TASKS
+        entries = self.conn.xrange(self.keys.events, min=f"({since}" if since else "-",
+                                   max=until, count=limit)
+        if len(entries) >= limit:
+            return set(self.task_ids())
+        touched = {t for _, fields in entries if (t := fields.get("task_id"))}
+        return touched | _dependents_in(raw, touched)
 
     def counts(self) -> dict[TaskStatus, int]:
         """Number of tasks per status; statuses no task has are absent."""
