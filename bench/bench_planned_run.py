@@ -66,17 +66,23 @@ def write_team(path: Path, llm: ScriptedLLM, plan: list[dict[str, object]],
     return path
 
 
-def cli_s(url: str, *args: str) -> float:
-    """Wall seconds of one real `teamctl` command against the benchmark's Redis."""
+def cli_s(url: str, *args: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of one real `teamctl` command against the benchmark's Redis (CPU
+    tells its own cost apart from waiting for a core on a loaded machine)."""
     started = time.perf_counter()
-    done = subprocess.run([*teamctl(), *args, *(["--redis-url", url] if args[0] != "--help"
-                                                  else [])],
-                          stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    proc = subprocess.Popen([*teamctl(), *args, *(["--redis-url", url] if args[0] != "--help"
+                                                   else [])],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, wait_status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(wait_status)
     elapsed = time.perf_counter() - started
-    if done.returncode not in (0, 1):
-        raise RuntimeError(f"teamctl {' '.join(args)} exited {done.returncode}: "
-                           f"{done.stderr.decode()[-500:]}")
-    return elapsed
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"teamctl {' '.join(args)} exited {proc.returncode}: "
+                           f"{err.decode()[-500:]}")
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def wait_running(proc: subprocess.Popen[bytes], predicate: Callable[[], object],
@@ -115,8 +121,7 @@ def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
     out = Measured()
     conn = redis.Redis.from_url(url, decode_responses=True)
     team = write_team(tmp / "team.toml", llm, wide_dag(tasks, width), workers)
-    for _ in range(3):
-        out.values["help"] = min(out.values.get("help", 1e9), cli_s(url, "--help"))
+    out.values["help"] = min(cli_s(url, "--help")[0] for _ in range(3))
     slowlog.watch(conn)
     log = (tmp / "run.log").open("wb")
     proc = subprocess.Popen([*teamctl(), "run", "A wide plan", "--team", str(team),
@@ -132,9 +137,9 @@ def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
         out.slow["plan and dispatch"] = slowlog.slowest(conn)
         wait_running(proc, lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) >= tasks // 2,
                      "half the tasks")
-        out.values["status_mid_s"] = cli_s(url, "status", RUN_ID)
+        out.values["status_mid_s"], out.values["status_mid_cpu_s"] = cli_s(url, "status", RUN_ID)
         out.slow["status mid-run"] = slowlog.slowest(conn)
-        out.values["tasks_mid_s"] = cli_s(url, "tasks", RUN_ID)
+        out.values["tasks_mid_s"], out.values["tasks_mid_cpu_s"] = cli_s(url, "tasks", RUN_ID)
         out.slow["tasks mid-run"] = slowlog.slowest(conn)
         _, wait_status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(wait_status)
@@ -153,9 +158,9 @@ def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
     counts = board_progress(conn)
     if counts.get(TaskStatus.COMPLETED, 0) != tasks:
         raise RuntimeError(f"not every task completed: {counts}")
-    out.values["status_end_s"] = cli_s(url, "status", RUN_ID)
+    out.values["status_end_s"], out.values["status_end_cpu_s"] = cli_s(url, "status", RUN_ID)
     out.slow["status, run ended"] = slowlog.slowest(conn)
-    out.values["tasks_end_s"] = cli_s(url, "tasks", RUN_ID)
+    out.values["tasks_end_s"], out.values["tasks_end_cpu_s"] = cli_s(url, "tasks", RUN_ID)
     out.slow["tasks, run ended"] = slowlog.slowest(conn)
     return out
 
@@ -184,7 +189,8 @@ def run(tasks: int, width: int, workers: int) -> list[BenchFigure]:
                       ("tasks_end_s", "`teamctl tasks`, run ended")):
         rows.append(BenchFigure(name=what, value=v[key], unit="s", baseline=floor,
                                 baseline_name="`teamctl --help`", goal=f"< {GOAL_CLI_S:.0f} s",
-                                met=v[key] < GOAL_CLI_S))
+                                met=v[key] < GOAL_CLI_S,
+                                note=f"{v[key.replace('_s', '_cpu_s')]:.2f} s CPU"))
     rows.append(BenchFigure(name="coordinator CPU per task", value=v["cpu_s"] / tasks * 1000,
                             unit="ms", note="whole `teamctl run`, planning and synthesis "
                             "included"))
