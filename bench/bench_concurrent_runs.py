@@ -123,7 +123,7 @@ def run(runs: int, tasks: int, workers: int) -> list[BenchFigure]:
                     met=member_calls == expected),
         BenchFigure(name="slowest script, all runs at once (SLOWLOG)", value=worst.ms, unit="ms",
                     goal="<= 5 ms", met=worst.ms <= slowlog.SLOW_US / 1000,
-                    note=f"{worst.name}; {worst.over} commands over 5 ms"),
+                    note=worst.note()),
     ]
 
 

@@ -166,7 +166,7 @@ def run(mates: int, workers: int, quiet_s: float) -> list[BenchFigure]:
     for scenario, worst in (("quiet window", quiet_worst), ("wakes", wake_worst)):
         rows.append(BenchFigure(name=f"slowest script, {scenario} (SLOWLOG)", value=worst.ms,
                                 unit="ms", goal="<= 5 ms", met=worst.ms <= slowlog.SLOW_US / 1000,
-                                note=f"{worst.name}; {worst.over} commands over 5 ms"))
+                                note=worst.note()))
     return rows
 
 

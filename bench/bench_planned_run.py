@@ -197,7 +197,7 @@ def run(tasks: int, width: int, workers: int) -> list[BenchFigure]:
     for scenario, worst in data.slow.items():
         rows.append(BenchFigure(name=f"slowest script, {scenario} (SLOWLOG)", value=worst.ms,
                                 unit="ms", goal="<= 5 ms", met=worst.ms <= slowlog.SLOW_US / 1000,
-                                note=f"{worst.name}; {worst.over} commands over 5 ms"))
+                                note=worst.note()))
     return rows
 
 

@@ -37,6 +37,10 @@ BENCHES = {
     "board": "Task board (private redis-server)",
     "bus": "Message bus (private redis-server)",
     "team_board": "Team board at scale (2,000 tasks beside 8 idle teammates, private redis-server)",
+    "planned_run": "Planned run at scale (5,000-task wide DAG, 8 workers)",
+    "memory": "Redis memory per planned task, bus message and idle teammate (private redis-server)",
+    "idle_teammates": "1,000 idle teammates (4 workers, 60 s quiet window)",
+    "concurrent_runs": "50 concurrent planned runs (20 tasks each, one Redis, 8 workers)",
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 
 import redis
 from pydantic import BaseModel
@@ -19,6 +20,15 @@ class Slowest(BaseModel):
     ms: float = 0.0
     name: str = "-"
     over: int = 0
+    by_name: dict[str, int] = {}
+    """Commands over the threshold per script: one preempted call on a busy machine shows once,
+    a script that is slow by its size shows every time it runs."""
+
+    def note(self) -> str:
+        """What the report says beside the worst: which script, how many went over, by whom."""
+        top = ", ".join(f"{name} {n}" for name, n in
+                        sorted(self.by_name.items(), key=lambda item: -item[1])[:4])
+        return f"{self.name}; {self.over} commands over 5 ms" + (f" ({top})" if top else "")
 
 
 def watch(conn: redis.Redis) -> None:
@@ -47,6 +57,8 @@ def slowest(conn: redis.Redis) -> Slowest:
     conn.slowlog_reset()
     if not entries:
         return Slowest()
+    names = _script_names()
     worst = max(entries, key=lambda e: e["duration"])
-    return Slowest(ms=worst["duration"] / 1000, name=_name(worst["command"], _script_names()),
-                   over=len(entries))
+    return Slowest(ms=worst["duration"] / 1000, name=_name(worst["command"], names),
+                   over=len(entries),
+                   by_name=Counter(_name(e["command"], names) for e in entries))
