@@ -321,8 +321,10 @@ class TaskBoard:
         if since == until:
             return set()
         limit = len(raw) + SNAPSHOT_PAGE_TASKS
-        entries = self.conn.xrange(self.keys.events, min=f"({since}" if since else "-",
-                                   max=until, count=limit)
+        # Inclusive of `since` (an exclusive range needs Redis 6.2), which is dropped here.
+        entries = self.conn.xrange(self.keys.events, min=since or "-", max=until,
+                                   count=limit + 1)
+        entries = [(entry_id, fields) for entry_id, fields in entries if entry_id != since]
         if len(entries) >= limit:
             return set(self.task_ids())
         touched = {t for _, fields in entries if (t := fields.get("task_id"))}
