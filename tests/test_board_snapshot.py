@@ -1,13 +1,16 @@
-"""A big board's snapshot against a real redis-server: read in pages, no script over 5 ms
-(SLOWLOG), yet the same tasks a one-by-one read gives, and one instant's view while tasks move."""
+"""A big board against a real redis-server: written and read in pages, no script over 5 ms
+(SLOWLOG), yet the same board one call writes, the same tasks a one-by-one read gives, and one
+instant's view while tasks move."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 
+import pytest
 import redis
-from teamctl.shared.board import TaskBoard
+from teamctl.shared.board import CREATE_PAGE_TASKS, TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
 from teamctl.shared.scripts import sources
@@ -30,10 +33,10 @@ def finish(board: TaskBoard, task_id: str, output: str) -> None:
 
 
 def slow_board_scripts(conn: redis.Redis) -> list[tuple[str, int]]:
-    """(script, microseconds) of every board read SLOWLOG kept (the server is shared with other
-    tests' databases, so only these scripts are looked at)."""
+    """(script, microseconds) of every board read or create SLOWLOG kept (the server is shared
+    with other tests' databases, so only these scripts are looked at)."""
     names = {hashlib.sha1(sources()[n].encode()).hexdigest(): n
-             for n in ("snapshot", "snapshot_page")}
+             for n in ("snapshot", "snapshot_page", "create", "create_page", "create_commit")}
     found = []
     for entry in conn.slowlog_get(1024):
         command = entry["command"]
@@ -101,3 +104,69 @@ def test_a_snapshot_taken_while_a_chain_runs_sees_it_at_one_instant(
     assert len(seen) >= 3, "the chain ended before the snapshots could watch it move"
     assert [i for i, states in enumerate(seen) if not chain_is_consistent(states)] == []
     assert len({sum(s.status is TaskStatus.COMPLETED for s in states) for states in seen}) > 1
+
+
+def tricky_plan(size: int) -> list[TaskSpec]:
+    """Independent tasks, chains, a diamond, missing dependencies and what they block, one of
+    them through a dependency later in plan order, repeated to `size` tasks."""
+    specs = []
+    for i in range(size):
+        kind = i % 7
+        deps = {0: [], 1: [f"t{i - 1}"], 2: [f"t{i - 2}", f"t{i - 1}"], 3: [f"gone{i}"],
+                4: [f"t{i - 1}"], 5: [f"t{i + 1}"], 6: [f"t{i - 6}", f"t{i - 3}"]}[kind]
+        specs.append(TaskSpec(id=f"t{i}", member_id=f"m{i % 3}", task=f"do {i} — ünïcode",
+                              context="ctx" if kind == 2 else None,
+                              depends_on=[d for d in deps if d != f"t{size}"]))
+    return specs
+
+
+def single_call_board(conn: redis.Redis, run_id: str, specs: list[TaskSpec]) -> TaskBoard:
+    """The board create.lua makes of the whole plan in one call (the reference)."""
+    board = TaskBoard(conn, RunKeys(run_id))
+    k = board.keys
+    payload = [json.dumps({"task_id": t.id, "member_id": t.member_id or "", "task": t.task,
+                           "context": t.context or "", "depends_on": t.depends_on})
+               for t in specs]
+    keys = [k.order, k.ready, k.counts, k.events, *(k.task(t.id) for t in specs)]
+    assert board.scripts["create"](keys=keys, args=payload) == len(specs)
+    return board
+
+
+def board_state(conn: redis.Redis, board: TaskBoard) -> tuple[object, ...]:
+    """Everything a new board holds, creation times aside."""
+    k = board.keys
+    hashes = [{f: v for f, v in conn.hgetall(k.task(t)).items()
+               if f not in ("updated_ms", "end_ms")} for t in conn.lrange(k.order, 0, -1)]
+    events = [fields for _, fields in conn.xrange(k.events)]
+    return (conn.lrange(k.order, 0, -1), conn.zrange(k.ready, 0, -1, withscores=True),
+            board.counts(), hashes, events)
+
+
+def test_a_big_plan_is_written_in_pages_as_one_call_would_write_it(
+        conn: redis.Redis, run_id: str) -> None:
+    specs = tricky_plan(3 * CREATE_PAGE_TASKS + 50)
+    old = conn.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    conn.config_set("slowlog-log-slower-than", SLOW_US)
+    conn.slowlog_reset()
+    try:
+        paged = TaskBoard(conn, RunKeys(run_id))
+        assert paged.create(specs) == len(specs)
+        slow = slow_board_scripts(conn)
+    finally:
+        conn.config_set("slowlog-log-slower-than", old)
+    reference = single_call_board(conn, f"{run_id}-ref", specs)
+
+    assert slow == []
+    assert board_state(conn, paged) == board_state(conn, reference)
+    counts = paged.counts()
+    assert counts[TaskStatus.BLOCKED] > 0 and counts[TaskStatus.PENDING] > 0
+    assert state_of(paged, "t3").error == "missing dependency"
+    assert state_of(paged, "t4").error == "dependency failed"
+    with pytest.raises(redis.ResponseError, match="board already exists"):
+        paged.create(specs)
+
+
+def state_of(board: TaskBoard, task_id: str) -> TaskState:
+    found = board.get(task_id)
+    assert found is not None
+    return found
