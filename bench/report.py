@@ -38,6 +38,11 @@ BENCHES = {
     "bus": "Message bus (private redis-server)",
     "team_board": ("Team board at scale (10,000 tasks beside 100 idle teammates, then 400 "
                    "hand-outs; private redis-server)"),
+    "planned_run": "Planned run at scale (5,000-task wide DAG, 8 workers)",
+    "memory": "Redis memory per planned task, bus message and idle teammate (private redis-server)",
+    "idle_teammates": "1,000 idle teammates (4 workers, 60 s quiet window)",
+    "concurrent_runs": "50 concurrent planned runs (20 tasks each, one Redis, 8 workers)",
+    "soak": "Soak, compressed (30 min of short runs and teammate turns, 4 workers)",
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
 

@@ -64,18 +64,21 @@ def task_state_view(state: TaskState) -> TaskStateView:
         error=state.error, duration_ms=state.duration_ms)
 
 
-def build_result(run: RunHandle) -> RunResult:
-    """The result object of a run, live or ended, from its keys alone."""
+def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
+    """The result object of a run, live or ended, from its keys alone; without `full`, the
+    members' transcripts and the run's messages are left out (what a person's `teamctl status`
+    shows uses neither, and on a big run they are most of what there is to read)."""
     store, spec, run_id = run.store, run.spec, run.run_id
     state = store.state()
     states = run.board.snapshot()
     ended_ms = state.ended_ms or now_ms()
     transcripts = Transcripts(run.conn, run.keys, run.scripts).load_many(
-        [s.task_id for s in states])
+        [s.task_id for s in states]) if full else {}
     return RunResult(
         team_id=spec.team_id, run_id=run_id, objective=spec.objective, status=state.status,
         plan=state.plan or Plan(), member_results=member_results(spec, states, transcripts),
-        task_states=[task_state_view(s) for s in states], messages=run.bus.messages(),
+        task_states=[task_state_view(s) for s in states],
+        messages=run.bus.messages() if full else [],
         rounds=state.rounds, output=state.output, error=state.error, synthesis=_synthesis(run),
         total_duration_ms=ended_ms - state.started_ms, usage=store.usage())
 

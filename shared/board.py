@@ -17,6 +17,7 @@ them: a completion then touches only its direct dependents, never the whole boar
 from __future__ import annotations
 
 import json
+from collections import Counter
 from enum import Enum
 from functools import cached_property
 
@@ -32,6 +33,13 @@ from teamctl.shared.text import quoted, shorten
 
 STALE = -1
 MAX_TASK_ID_CHARS = 128
+SNAPSHOT_PAGE_TASKS = 32
+SNAPSHOT_PAGE_BYTES = 64 * 1024
+"""A snapshot page stops at whichever comes first: each is one script call, kept well under the
+5 ms no script may block Redis for."""
+SNAPSHOT_CATCH_UP_ROUNDS = 16
+CREATE_PAGE_TASKS = 100
+"""A bigger plan is written in pages of this many tasks (create.lua writes a smaller one)."""
 
 
 class WriteOutcome(Enum):
@@ -57,6 +65,11 @@ STATUS_COUNTS: TypeAdapter[dict[TaskStatus, int]] = TypeAdapter(dict[TaskStatus,
 
 def _csv(value: str | None) -> list[str]:
     return [item for item in (value or "").split(",") if item]
+
+
+def _dependents_in(raw: dict[str, dict[str, str]], task_ids: set[str]) -> set[str]:
+    """The direct dependents of `task_ids`, from hashes already read."""
+    return {d for t in task_ids for d in _csv(raw.get(t, {}).get("dependents"))}
 
 
 def _pairs(flat: list[str]) -> dict[str, str]:
@@ -86,8 +99,12 @@ class TaskBoard:
     # --- writes -------------------------------------------------------------------------------
 
     def create(self, tasks: list[TaskSpec]) -> int:
-        """Write a normalized plan; tasks with missing dependencies start blocked."""
+        """Write a normalized plan; tasks with missing dependencies start blocked. A plan of
+        more than CREATE_PAGE_TASKS is written in pages (one script over thousands of tasks
+        would block Redis for tens of ms) and made a board in one last step."""
         _check_plan_ids(tasks)
+        if len(tasks) > CREATE_PAGE_TASKS:
+            return self._create_in_pages(tasks)
         k = self.keys
         payload = [
             json.dumps({"task_id": t.id, "member_id": t.member_id or "", "task": t.task,
@@ -97,6 +114,28 @@ class TaskBoard:
         created = int(self.scripts["create"](
             keys=[k.order, k.ready, k.counts, k.events, *(k.task(t.id) for t in tasks)],
             args=payload))
+        self._ids = [t.id for t in tasks]
+        return created
+
+    def _create_in_pages(self, tasks: list[TaskSpec]) -> int:
+        """create() for a big plan: readiness settled here as create.lua settles it, the task
+        hashes written a page per call, then the board made of them in one call."""
+        k = self.keys
+        statuses, fields = _settled(tasks)
+        for at in range(0, len(tasks), CREATE_PAGE_TASKS):
+            page = tasks[at:at + CREATE_PAGE_TASKS]
+            self.scripts["create_page"](
+                keys=[k.order, *(k.task(t.id) for t in page)],
+                args=[json.dumps({"fields": fields[t.id], "status": statuses[t.id]})
+                      for t in page])
+        ready = [(str(pos), t.id) for pos, t in enumerate(tasks, 1)
+                 if statuses[t.id] == TaskStatus.READY.value]
+        counts = Counter(statuses.values())
+        created = int(self.scripts["create_commit"](
+            keys=[k.order, k.ready, k.counts, k.events],
+            args=[len(tasks), len(ready), *(t.id for t in tasks),
+                  *(v for pair in ready for v in pair),
+                  *(v for pair in counts.items() for v in (pair[0], str(pair[1])))]))
         self._ids = [t.id for t in tasks]
         return created
 
@@ -263,12 +302,62 @@ class TaskBoard:
         return self._ids
 
     def snapshot(self) -> list[TaskState]:
-        """Every task in plan order, read atomically (no half-applied transition is visible)."""
+        """Every task in plan order, as the board stood at one instant (no half-applied
+        transition is visible), read in pages so no script blocks Redis for long."""
         ids = self.task_ids()
         if not ids:
             return []
-        replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in ids])
-        return [self._parse(_pairs(flat)) for flat in replies if flat]
+        raw, since, until, one_call = self._read_pages(ids)
+        reread = set(ids) if one_call else set()
+        # Tasks a transition touched since the previous read are read again, with their
+        # dependents (the next transitions land there). The view is one instant's once a read
+        # made in one script call covered every task touched since the read before it. Past
+        # the rounds each task is still whole, but the tasks may stand at different instants
+        # (a board that changes faster than it can be read).
+        for _ in range(SNAPSHOT_CATCH_UP_ROUNDS):
+            touched = self._touched_between(since, until, raw)
+            if not touched or touched <= reread:
+                break
+            wanted = touched | _dependents_in(raw, touched)
+            again, _, later, one_call = self._read_pages(sorted(wanted))
+            raw.update(again)
+            since, until, reread = until, later, wanted if one_call else set()
+        return [self._parse(raw[t]) for t in ids if raw.get(t)]
+
+    def _read_pages(self, task_ids: list[str],
+                    ) -> tuple[dict[str, dict[str, str]], str, str, bool]:
+        """The hashes of `task_ids` by id; the events stream's last id at the first page and at
+        the last; whether one script call read them all."""
+        raw: dict[str, dict[str, str]] = {}
+        marks: list[str] = []
+        at = 0
+        while at < len(task_ids):
+            page = task_ids[at:at + SNAPSHOT_PAGE_TASKS]
+            reply = self.scripts["snapshot_page"](
+                keys=[self.keys.events, *(self.keys.task(t) for t in page)],
+                args=[SNAPSHOT_PAGE_BYTES])
+            marks.append(str(reply[0]))
+            read = int(reply[1])
+            raw.update(zip(page[:read], (_pairs(flat) for flat in reply[2:]), strict=True))
+            at += read
+        return raw, marks[0], marks[-1], len(marks) == 1
+
+    def _touched_between(self, since: str, until: str,
+                         raw: dict[str, dict[str, str]]) -> set[str]:
+        """Tasks a transition touched after mark `since` up to `until`: each event's task and
+        its direct dependents (a completion readies them without an event of their own); every
+        task when there were more events than one stream read returns."""
+        if since == until:
+            return set()
+        limit = len(raw) + SNAPSHOT_PAGE_TASKS
+        # Inclusive of `since` (an exclusive range needs Redis 6.2), which is dropped here.
+        entries = self.conn.xrange(self.keys.events, min=since or "-", max=until,
+                                   count=limit + 1)
+        entries = [(entry_id, fields) for entry_id, fields in entries if entry_id != since]
+        if len(entries) >= limit:
+            return set(self.task_ids())
+        touched = {t for _, fields in entries if (t := fields.get("task_id"))}
+        return touched | _dependents_in(raw, touched)
 
     def counts(self) -> dict[TaskStatus, int]:
         """Number of tasks per status; statuses no task has are absent."""
@@ -344,6 +433,58 @@ def _check_plan_ids(tasks: list[TaskSpec]) -> None:
         if task.id in seen:
             raise ConfigError(f"duplicate task id {task.id!r}: normalize the plan first")
         seen.add(task.id)
+
+
+MISSING_DEPENDENCY = ("Blocked: missing dependency.", "missing dependency")
+DEPENDENCY_FAILED = ("Blocked: dependency failed.", "dependency failed")
+
+
+def _settled(tasks: list[TaskSpec]) -> tuple[dict[str, str], dict[str, dict[str, object]]]:
+    """Each task's status and hash fields on a new board, as create.lua settles them: in plan
+    order, the first missing or blocked dependency blocks a task; then "dependency failed"
+    spreads to every pending dependent of a blocked task, transitively."""
+    known = {t.id for t in tasks}
+    dependents: dict[str, list[str]] = {}
+    for task in tasks:
+        for dep in task.depends_on:
+            if dep in known:
+                dependents.setdefault(dep, []).append(task.id)
+    status: dict[str, str] = {}
+    blocked: dict[str, tuple[str, str]] = {}
+    for task in tasks:
+        for dep in task.depends_on:
+            if dep not in known or dep in blocked:
+                blocked[task.id] = MISSING_DEPENDENCY if dep not in known else DEPENDENCY_FAILED
+                break
+        status[task.id] = ("blocked" if task.id in blocked else
+                           "pending" if task.depends_on else "ready")
+    queue = list(blocked)
+    while queue:
+        for dep_id in dependents.get(queue.pop(), []):
+            if status[dep_id] == "pending":
+                status[dep_id], blocked[dep_id] = "blocked", DEPENDENCY_FAILED
+                queue.append(dep_id)
+    fields: dict[str, dict[str, object]] = {}
+    for pos, task in enumerate(tasks, 1):
+        fields[task.id] = {
+            "task_id": task.id, "member_id": task.member_id or "", "task": task.task,
+            "context": task.context or "", "depends_on": ",".join(task.depends_on),
+            "dependents": ",".join(dependents.get(task.id, [])), "pos": pos,
+            "deps_left": len(task.depends_on), "percent": 0, "heartbeat_count": 0,
+            "attempts": 0, "token": 0, "stale_writes": 0, "claimed_by": "", "worker": "",
+            "output": "", "error": "", "requeue_reason": "",
+            **_status_fields(status[task.id], blocked.get(task.id))}
+    return status, fields
+
+
+def _status_fields(status: str, blocker: tuple[str, str] | None) -> dict[str, object]:
+    """The fields make_ready, make_pending and block (shared/lua/_lib.lua) set at creation."""
+    if status == "ready":
+        return {"phase": "ready", "detail": "Ready for dispatch.", "error": "", "percent": 5}
+    if status == "pending":
+        return {"phase": "pending", "detail": "Waiting for dependencies.", "error": ""}
+    detail, error = blocker or DEPENDENCY_FAILED
+    return {"phase": "blocked", "detail": detail, "error": error, "percent": 100}
 
 
 def _announcement(sender: str | None, content: str) -> list[str]:

@@ -15,7 +15,8 @@ LIB = "_lib.lua"
 GUARD = "_guarded.lua"
 GUARD_BODY = "--BODY--"
 REVOKED = "TURN_REVOKED"
-READS = frozenset({"team_peek", "request_read", "snapshot", "history", "next_ready"})
+READS = frozenset({"team_peek", "request_read", "snapshot", "snapshot_page", "history",
+                   "next_ready"})
 """Scripts a guarded store runs plainly: reads need no replay, and recording their (large)
 results would cost the server for nothing."""
 UPKEEP = frozenset({"lead_inbox_fold", "team_bus_compact"})

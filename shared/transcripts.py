@@ -10,6 +10,8 @@ import redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.scripts import Scripts
 
+LOAD_PAGE_KEYS = 100
+"""Transcripts per MGET when many are loaded at once."""
 HEAD_MESSAGES = 2
 """The system prompt and the dispatch input: always kept, they say what the member was asked."""
 
@@ -38,7 +40,11 @@ class Transcripts:
         """The stored transcripts of these tasks, by task id (tasks without one are left out)."""
         if not task_ids:
             return {}
-        texts = self.conn.mget([self.keys.transcript(t) for t in task_ids])
+        # In pages, pipelined: one MGET of a big run's transcripts would block Redis for long.
+        pipe = self.conn.pipeline(transaction=False)
+        for at in range(0, len(task_ids), LOAD_PAGE_KEYS):
+            pipe.mget([self.keys.transcript(t) for t in task_ids[at:at + LOAD_PAGE_KEYS]])
+        texts = [text for page in pipe.execute() for text in page]
         return {task_id: json.loads(text) for task_id, text in zip(task_ids, texts, strict=True)
                 if text}
 

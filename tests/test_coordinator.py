@@ -224,7 +224,7 @@ def test_the_coordinator_loads_the_scripts_once_on_its_connection(
     assert len(registered) == len(set(registered))
     assert {conn for conn, _ in registered} == set(built)
     assert {"create", "next_ready", "publish", "run_signal", "run_status", "run_finish",
-            "snapshot"} <= {name for _, name in registered}
+            "snapshot_page"} <= {name for _, name in registered}
 
 
 def test_one_model_for_planner_and_synthesizer(

@@ -149,7 +149,7 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
     from teamctl.coordinator.result import build_result, result_json
 
     run = RunHandle.existing(connect(redis_url), run_id)
-    result = build_result(run)
+    result = build_result(run, full=as_json)
     if as_json:
         click.echo(result_json(result))
     else:

@@ -1,0 +1,172 @@
+"""A big board against a real redis-server: written and read in pages, no script over 5 ms
+(SLOWLOG), yet the same board one call writes, the same tasks a one-by-one read gives, and one
+instant's view while tasks move."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+
+import pytest
+import redis
+from teamctl.shared.board import CREATE_PAGE_TASKS, TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
+from teamctl.shared.scripts import sources
+
+SLOW_US = 5000
+TASKS = 2000
+TTL_S = 30.0
+
+
+def board_of(conn: redis.Redis, run_id: str, specs: list[TaskSpec]) -> TaskBoard:
+    board = TaskBoard(conn, RunKeys(run_id))
+    assert board.create(specs) == len(specs)
+    return board
+
+
+def finish(board: TaskBoard, task_id: str, output: str) -> None:
+    token = board.claim(task_id, "m1", "test:1", TTL_S)
+    assert token is not None
+    board.complete(task_id, token, output, 1)
+
+
+def slow_board_scripts(conn: redis.Redis) -> list[tuple[str, int]]:
+    """(script, microseconds) of every board read or create SLOWLOG kept (the server is shared
+    with other tests' databases, so only these scripts are looked at)."""
+    names = {hashlib.sha1(sources()[n].encode()).hexdigest(): n
+             for n in ("snapshot", "snapshot_page", "create", "create_page", "create_commit")}
+    found = []
+    for entry in conn.slowlog_get(1024):
+        command = entry["command"]
+        words = (command.decode() if isinstance(command, bytes) else command).split(" ")
+        if len(words) > 1 and words[1] in names:
+            found.append((names[words[1]], entry["duration"]))
+    return found
+
+
+def test_a_big_boards_snapshot_runs_no_script_over_5_ms_and_equals_its_hashes(
+        conn: redis.Redis, run_id: str) -> None:
+    board = board_of(conn, run_id, [TaskSpec(id=f"t{i}", member_id="m1", task=f"do {i}")
+                                    for i in range(TASKS)])
+    for i in range(0, TASKS, 4):  # outputs make some pages heavier than others
+        finish(board, f"t{i}", f"output {i} " + "x" * 2000)
+    old = conn.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    conn.config_set("slowlog-log-slower-than", SLOW_US)
+    conn.slowlog_reset()
+    try:
+        states = TaskBoard(conn, RunKeys(run_id)).snapshot()
+        slow = slow_board_scripts(conn)
+    finally:
+        conn.config_set("slowlog-log-slower-than", old)
+    assert slow == []
+    one_by_one = [TaskState.from_hash(conn.hgetall(board.keys.task(f"t{i}")))
+                  for i in range(TASKS)]
+    assert states == one_by_one
+    assert [s.status for s in states[:4]] == [TaskStatus.COMPLETED, TaskStatus.READY,
+                                               TaskStatus.READY, TaskStatus.READY]
+
+
+def chain_is_consistent(states: list[TaskState]) -> bool:
+    """A chain seen at one instant: completed tasks, then at most one ready or running, then
+    pending ones."""
+    order = [s.status for s in states]
+    done = next((i for i, s in enumerate(order) if s is not TaskStatus.COMPLETED), len(order))
+    rest = order[done + 1:]
+    return (done == len(order) or order[done] in (TaskStatus.READY, TaskStatus.IN_PROGRESS)) \
+        and all(s is TaskStatus.PENDING for s in rest)
+
+
+def test_a_snapshot_taken_while_a_chain_runs_sees_it_at_one_instant(
+        conn: redis.Redis, run_id: str) -> None:
+    specs = [TaskSpec(id=f"t{i}", member_id="m1", task="x", depends_on=[f"t{i - 1}"] if i else [])
+             for i in range(TASKS)]
+    board_of(conn, run_id, specs)
+    stop = threading.Event()
+
+    def drive() -> None:
+        driver = TaskBoard(redis.Redis(connection_pool=conn.connection_pool), RunKeys(run_id))
+        for i in range(TASKS):
+            if stop.is_set():
+                return
+            finish(driver, f"t{i}", "ok")
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    seen = []
+    try:
+        while thread.is_alive() and len(seen) < 30:
+            seen.append(TaskBoard(conn, RunKeys(run_id)).snapshot())
+    finally:
+        stop.set()
+        thread.join()
+    assert len(seen) >= 3, "the chain ended before the snapshots could watch it move"
+    assert [i for i, states in enumerate(seen) if not chain_is_consistent(states)] == []
+    assert len({sum(s.status is TaskStatus.COMPLETED for s in states) for states in seen}) > 1
+
+
+def tricky_plan(size: int) -> list[TaskSpec]:
+    """Independent tasks, chains, a diamond, missing dependencies and what they block, one of
+    them through a dependency later in plan order, repeated to `size` tasks."""
+    specs = []
+    for i in range(size):
+        kind = i % 7
+        deps = {0: [], 1: [f"t{i - 1}"], 2: [f"t{i - 2}", f"t{i - 1}"], 3: [f"gone{i}"],
+                4: [f"t{i - 1}"], 5: [f"t{i + 1}"], 6: [f"t{i - 6}", f"t{i - 3}"]}[kind]
+        specs.append(TaskSpec(id=f"t{i}", member_id=f"m{i % 3}", task=f"do {i} — ünïcode",
+                              context="ctx" if kind == 2 else None,
+                              depends_on=[d for d in deps if d != f"t{size}"]))
+    return specs
+
+
+def single_call_board(conn: redis.Redis, run_id: str, specs: list[TaskSpec]) -> TaskBoard:
+    """The board create.lua makes of the whole plan in one call (the reference)."""
+    board = TaskBoard(conn, RunKeys(run_id))
+    k = board.keys
+    payload = [json.dumps({"task_id": t.id, "member_id": t.member_id or "", "task": t.task,
+                           "context": t.context or "", "depends_on": t.depends_on})
+               for t in specs]
+    keys = [k.order, k.ready, k.counts, k.events, *(k.task(t.id) for t in specs)]
+    assert board.scripts["create"](keys=keys, args=payload) == len(specs)
+    return board
+
+
+def board_state(conn: redis.Redis, board: TaskBoard) -> tuple[object, ...]:
+    """Everything a new board holds, creation times aside."""
+    k = board.keys
+    hashes = [{f: v for f, v in conn.hgetall(k.task(t)).items()
+               if f not in ("updated_ms", "end_ms")} for t in conn.lrange(k.order, 0, -1)]
+    events = [fields for _, fields in conn.xrange(k.events)]
+    return (conn.lrange(k.order, 0, -1), conn.zrange(k.ready, 0, -1, withscores=True),
+            board.counts(), hashes, events)
+
+
+def test_a_big_plan_is_written_in_pages_as_one_call_would_write_it(
+        conn: redis.Redis, run_id: str) -> None:
+    specs = tricky_plan(3 * CREATE_PAGE_TASKS + 50)
+    old = conn.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
+    conn.config_set("slowlog-log-slower-than", SLOW_US)
+    conn.slowlog_reset()
+    try:
+        paged = TaskBoard(conn, RunKeys(run_id))
+        assert paged.create(specs) == len(specs)
+        slow = slow_board_scripts(conn)
+    finally:
+        conn.config_set("slowlog-log-slower-than", old)
+    reference = single_call_board(conn, f"{run_id}-ref", specs)
+
+    assert slow == []
+    assert board_state(conn, paged) == board_state(conn, reference)
+    counts = paged.counts()
+    assert counts[TaskStatus.BLOCKED] > 0 and counts[TaskStatus.PENDING] > 0
+    assert state_of(paged, "t3").error == "missing dependency"
+    assert state_of(paged, "t4").error == "dependency failed"
+    with pytest.raises(redis.ResponseError, match="board already exists"):
+        paged.create(specs)
+
+
+def state_of(board: TaskBoard, task_id: str) -> TaskState:
+    found = board.get(task_id)
+    assert found is not None
+    return found
