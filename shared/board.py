@@ -304,6 +304,11 @@ class TaskBoard:
     def snapshot(self) -> list[TaskState]:
         """Every task in plan order, as the board stood at one instant (no half-applied
         transition is visible), read in pages so no script blocks Redis for long."""
+        return [self._parse(raw) for raw in self.snapshot_hashes()]
+
+    def snapshot_hashes(self) -> list[dict[str, str]]:
+        """snapshot()'s task hashes as read, in plan order (a persistent team's board parses
+        them as its own tasks)."""
         ids = self.task_ids()
         if not ids:
             return []
@@ -322,7 +327,7 @@ class TaskBoard:
             again, _, later, one_call = self._read_pages(sorted(wanted))
             raw.update(again)
             since, until, reread = until, later, wanted if one_call else set()
-        return [self._parse(raw[t]) for t in ids if raw.get(t)]
+        return [raw[t] for t in ids if raw.get(t)]
 
     def _read_pages(self, task_ids: list[str],
                     ) -> tuple[dict[str, dict[str, str]], str, str, bool]:

@@ -15,7 +15,7 @@ LIB = "_lib.lua"
 GUARD = "_guarded.lua"
 GUARD_BODY = "--BODY--"
 REVOKED = "TURN_REVOKED"
-READS = frozenset({"team_peek", "request_read", "snapshot", "snapshot_page", "history",
+READS = frozenset({"team_peek", "request_read", "snapshot_page", "history",
                    "next_ready"})
 """Scripts a guarded store runs plainly: reads need no replay, and recording their (large)
 results would cost the server for nothing."""

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import redis
 from pydantic import Field
-from teamctl.shared.board import resolve_task_id
+from teamctl.shared.board import TaskBoard, resolve_task_id
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.keys import TeamKeys
@@ -44,8 +44,8 @@ a teammate may not take back (released from it); a lane that needs more is read 
 FRUITLESS_ROUNDS = 3
 """Wake rounds in a row whose every proposal failed its check before a wake stops: each such
 round follows a change that runs its own hand-out (a wake or a turn end)."""
-SNAPSHOT_CHUNK = 200
-"""Task hashes one snapshot script reads: a listing of a big board is several short scripts."""
+INDEX_CHUNK = 200
+"""Tasks one team_lanes_index call puts in their lanes."""
 
 
 class Store(Protocol):
@@ -189,16 +189,10 @@ class TeamTasks:
                 self.keys.ready_open]
 
     def snapshot(self) -> list[TeamTask]:
-        """Every task in number order; each chunk of SNAPSHOT_CHUNK tasks is read at one
-        instant (the board's snapshot script), the listing as a whole is not."""
-        ids = self.conn.lrange(self.keys.order, 0, -1)
-        tasks: list[TeamTask] = []
-        for start in range(0, len(ids), SNAPSHOT_CHUNK):
-            chunk = ids[start:start + SNAPSHOT_CHUNK]
-            replies = self.scripts["snapshot"](keys=[self.keys.task(t) for t in chunk])
-            tasks += [TeamTask.from_hash(dict(zip(flat[::2], flat[1::2], strict=True)))
-                      for flat in replies if flat]
-        return tasks
+        """Every task in number order, as the board stood at one instant, read a page per
+        script (the run board's paged snapshot)."""
+        board = TaskBoard(self.conn, self.keys, self.scripts)
+        return [TeamTask.from_hash(raw) for raw in board.snapshot_hashes()]
 
     def views(self) -> list[dict[str, Any]]:
         """Every task as listings show it (the list_tasks tools of teammates and the lead)."""
@@ -406,8 +400,8 @@ class TeamTasks:
         if self.conn.exists(self.keys.lanes_indexed):
             return
         ids = self.conn.lrange(self.keys.order, 0, -1)
-        for start in range(0, len(ids), SNAPSHOT_CHUNK):
-            chunk = ids[start:start + SNAPSHOT_CHUNK]
+        for start in range(0, len(ids), INDEX_CHUNK):
+            chunk = ids[start:start + INDEX_CHUNK]
             pipe = self.conn.pipeline(transaction=False)
             for task_id in chunk:
                 pipe.hmget(self.keys.task(task_id), "role", "member_id")

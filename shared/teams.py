@@ -48,6 +48,9 @@ from teamctl.shared.text import quoted
 SNAPSHOT_RETRIES = 50
 """Reads of the task keys a script is given before giving up on a board that keeps changing."""
 PEEK_BATCH = 1000
+TURN_RESULT_TTL_S = 60
+"""How long a finished turn's RQ job and result stay (for `rq info`): the teammate's record is
+what tells its state, and a team taking thousands of turns an hour must not keep each one."""
 PEEK_PAGE = 32
 """Message bodies one team_peek script copies (each up to max_message_bytes)."""
 COUNT_PAGE = 1000
@@ -538,7 +541,7 @@ class TeamStore:
         job = Queue(queue, connection=self._rq_conn).enqueue(
             TURN_FUNCTION, self.team, name, job_timeout=self.options.job_timeout_s,
             description=f"turn of {name} in team {self.team}",
-            result_ttl=3600, failure_ttl=24 * 3600)
+            result_ttl=TURN_RESULT_TTL_S, failure_ttl=24 * 3600)
         self.conn.hset(self.keys.mate(name), "job_id", job.id)
 
     def _working(self, names: list[str]) -> dict[str, str]:

@@ -36,7 +36,7 @@ def slow_board_scripts(conn: redis.Redis) -> list[tuple[str, int]]:
     """(script, microseconds) of every board read or create SLOWLOG kept (the server is shared
     with other tests' databases, so only these scripts are looked at)."""
     names = {hashlib.sha1(sources()[n].encode()).hexdigest(): n
-             for n in ("snapshot", "snapshot_page", "create", "create_page", "create_commit")}
+             for n in ("snapshot_page", "create", "create_page", "create_commit")}
     found = []
     for entry in conn.slowlog_get(1024):
         command = entry["command"]
