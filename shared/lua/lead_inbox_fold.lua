@@ -72,6 +72,17 @@ local function tally(list, key)
   return false
 end
 
+-- Count `key` in a summary's list of names, which names at most ARGV[6] (the rest counted in
+-- summary[more]).
+local function name(list, more, key)
+  if tally(list, key) then return end
+  if #list < names_cap then
+    list[#list + 1] = {key, 1}
+  else
+    summary[more] = summary[more] + 1
+  end
+end
+
 local function note(fields)
   summary.count = summary.count + 1
   if not tally(summary.types, fields.type) then
@@ -83,21 +94,9 @@ local function note(fields)
   elseif mate == 'system' then
     mate = nil
   end
-  if mate and not tally(summary.mates, mate) then
-    if #summary.mates < names_cap then
-      summary.mates[#summary.mates + 1] = {mate, 1}
-    else
-      summary.mates_more = summary.mates_more + 1
-    end
-  end
+  if mate then name(summary.mates, 'mates_more', mate) end
   local tid = fields.task_id or ''
-  if tid ~= '' and not tally(summary.tasks, tid) then
-    if #summary.tasks < names_cap then
-      summary.tasks[#summary.tasks + 1] = {tid, 1}
-    else
-      summary.tasks_more = summary.tasks_more + 1
-    end
-  end
+  if tid ~= '' then name(summary.tasks, 'tasks_more', tid) end
 end
 
 -- Fold the oldest foldable notices after what the lead has seen, up to the counted mark; the
