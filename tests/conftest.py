@@ -130,11 +130,22 @@ def scripts_used_as_written(request: pytest.FixtureRequest) -> Iterator[None]:
         problems)
 
 
+def start_clean(group: LocalWorkers) -> None:
+    """Start `group` without the user's teamctl and provider settings in its environment: a
+    session or module fixture is built before the per-test clean_environ, and its workers
+    would keep them for every test."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith(ENV_PREFIXES):
+                patch.delenv(name)
+        group.start()
+
+
 @pytest.fixture(scope="session")
 def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Two real, preloaded `rq worker` processes on queue `members`, shared by the session."""
     group = LocalWorkers(redis_server, ["members"], 2, tmp_path_factory.mktemp("worker-logs"))
-    group.start()
+    start_clean(group)
     pids = {p.pid for p in group.processes}
     client = redis.Redis.from_url(redis_server)
     # These two, by pid: a registry entry of a worker that died lingers until its TTL.
@@ -153,6 +164,9 @@ def marked_workers(redis_server: str,
     logs = tmp_path_factory.mktemp("marked-worker-logs")
     group = LocalWorkers(redis_server, [MARKED_QUEUE], 2, logs)
     with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith(ENV_PREFIXES):
+                patch.delenv(name)
         for name, value in marked_env().items():
             patch.setenv(name, value)
         group.start()

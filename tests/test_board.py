@@ -358,6 +358,22 @@ def test_a_late_heartbeat_before_reclaim_keeps_the_claim(conn: redis.Redis, run_
         TaskStatus.IN_PROGRESS, token, 1, 0)
 
 
+def test_the_reclaim_script_refuses_a_claim_whose_heartbeat_was_renewed_after_the_scan(
+        conn: redis.Redis, run_id: str) -> None:
+    """The Python scan picks expired claims, but a heartbeat may land between that scan and the
+    script: the script's own check of the heartbeat key is what keeps the claim then."""
+    board = make_board(conn, run_id, spec("t1"), spec("t2", "t1"))
+    token = board.claim("t1", "m1", "host:1", TTL_S)
+    assert token is not None
+    # The scan's candidate list, as it stood before the renewal, handed to the script as is.
+    assert board._reclaim(["t1"], 1, False, "") == []
+    t1 = state(board, "t1")
+    assert (t1.status, t1.token, t1.attempts, t1.error) == (TaskStatus.IN_PROGRESS, token, 1,
+                                                              None)
+    assert state(board, "t2").status is TaskStatus.PENDING
+    assert board.heartbeat("t1", token, TTL_S) is WriteOutcome.APPLIED
+
+
 def test_release_of_a_task_with_dependencies_reads_dependencies_satisfied(
         conn: redis.Redis, run_id: str) -> None:
     board = make_board(conn, run_id, spec("a"), spec("b", "a"))

@@ -18,7 +18,7 @@ from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
+from tests.conftest import start_clean, wait_until
 from tests.scripted_llm import ScriptedLLM, ToolCalls
 from tests.team_support import inbox_lines, spawn
 from tests.timescale import scaled
@@ -35,7 +35,7 @@ def queue() -> str:
 def own_workers(redis_server: str, queue: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
     group = LocalWorkers(redis_server, [queue], 2, tmp_path_factory.mktemp("mate-kill-logs"))
-    group.start()
+    start_clean(group)
     try:
         client = redis.Redis.from_url(redis_server, decode_responses=True)
         wait_until(lambda: len([k for k in client.smembers(f"rq:workers:{queue}")

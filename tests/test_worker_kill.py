@@ -28,7 +28,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.team import RunOptions
 
-from tests.conftest import wait_until
+from tests.conftest import start_clean, wait_until
 from tests.scripted_llm import ScriptedLLM
 from tests.timescale import scaled
 
@@ -45,7 +45,7 @@ def queue() -> str:
 def own_workers(redis_server: str, queue: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
     group = LocalWorkers(redis_server, [queue], 3, tmp_path_factory.mktemp("kill-logs"))
-    group.start()
+    start_clean(group)
     try:
         wait_until(lambda: len(_workers_on(redis_server, queue)) == 3, 60,
                    message="3 workers on the test queue")
