@@ -49,6 +49,17 @@ def run_burst_worker(redis_server: str, queue: str, ca_file: Path | None) -> Non
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.fixture(autouse=True)
+def tls_checked(tls_llm: ScriptedLLM) -> Iterator[None]:
+    """The HTTPS server under the check the plain one gets in every test (conftest's llm): a
+    request its scripts did not foresee, or a reply left unused, fails the test."""
+    tls_llm.begin_test()
+    yield
+    problems = tls_llm.end_test()
+    assert not problems, "the HTTPS model server was not used as scripted: " + "; ".join(
+        problems)
+
+
 def run_one_task(redis_server: str, tls_llm: ScriptedLLM, model: str, workspace: Path,
                  ca_file: Path | None) -> TaskState:
     """One run_task job on a fresh queue, run by a preloaded forking worker (run_burst_worker)."""
@@ -68,7 +79,6 @@ def run_one_task(redis_server: str, tls_llm: ScriptedLLM, model: str, workspace:
 
 def test_a_forked_job_completes_a_task_against_a_verified_https_model(
         redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path) -> None:
-    tls_llm.begin_test()
     model = tls_llm.script(f"tls-{uuid.uuid4().hex[:6]}", ["hello over TLS"])
 
     task = run_one_task(redis_server, tls_llm, model, tmp_path / "ws", tls_llm.ca_file)
@@ -76,14 +86,14 @@ def test_a_forked_job_completes_a_task_against_a_verified_https_model(
     assert tls_llm.api_base.startswith("https://127.0.0.1:")
     assert (task.status, task.output) == (TaskStatus.COMPLETED, "hello over TLS")
     assert tls_llm.prompts(model.removeprefix("openai/"))[0].strip()
-    assert tls_llm.end_test() == [] and tls_llm.tls_errors == []
+    assert tls_llm.tls_errors == []
 
 
 def test_a_worker_that_does_not_trust_the_certificate_fails_the_task(
         redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path) -> None:
     """Verification is on: without the CA, the handshake fails and no request is ever sent."""
-    tls_llm.begin_test()
-    model = tls_llm.script(f"tls-{uuid.uuid4().hex[:6]}", ["never sent"])
+    # repeat_last: the reply is there should a request come, and none must.
+    model = tls_llm.script(f"tls-{uuid.uuid4().hex[:6]}", ["never sent"], repeat_last=True)
 
     task = run_one_task(redis_server, tls_llm, model, tmp_path / "ws", ca_file=None)
 
@@ -119,7 +129,6 @@ def test_a_forked_job_uses_the_ssl_context_its_worker_built_at_warm_up(
     """Loading a provider-sized CA bundle into a fresh context costs a forked job ~40 ms here;
     the worker's warm-up builds litellm's context once, keyed by the CA file, and jobs inherit
     it. A job that loads CA files again has lost that (e.g. litellm's client path changed)."""
-    tls_llm.begin_test()
     model = tls_llm.script(f"tls-{uuid.uuid4().hex[:6]}", ["inherited"])
     bundle = tmp_path / "ca-bundle.pem"
     bundle.write_text(Path(certifi.where()).read_text() + tls_llm.ca_file.read_text())
@@ -132,4 +141,4 @@ def test_a_forked_job_uses_the_ssl_context_its_worker_built_at_warm_up(
     done = Job.fetch(job.id, connection=redis.Redis.from_url(redis_server))
     assert done.get_status() == "finished", done.latest_result()
     assert done.return_value() == {"content": "inherited", "ca_loads": []}
-    assert tls_llm.end_test() == [] and tls_llm.tls_errors == []
+    assert tls_llm.tls_errors == []
