@@ -301,13 +301,18 @@ class TeamStore:
         message = self.bus.send(sender, BROADCAST, None, None, content)
         assert message is not None
         self.lead_inbox.keep_bounds()
-        return message, [name for name in self.names() if name != sender and self.wake(name)]
+        if self.budget_exceeded():  # asked once, not once per teammate
+            return message, []
+        return message, [name for name in self.names()
+                         if name != sender and self._wake_within_budget(name)]
 
     def wake(self, name: str) -> bool:
         """Flip an idle teammate to working and enqueue its turn; False when it needs none, or
         the team's budget is spent (the mail waits unread)."""
-        if self.budget_exceeded():
-            return False
+        return not self.budget_exceeded() and self._wake_within_budget(name)
+
+    def _wake_within_budget(self, name: str) -> bool:
+        """wake() once the caller knows the budget lasts."""
         queue = self.scripts["team_wake"](keys=[self.keys.mate(name), self.keys.events],
                                           args=[name])
         if not queue:
