@@ -42,7 +42,9 @@ MEMBER = "member"
 ALONE_RUNS = 3
 
 
-def write_team(path: Path, llm: ScriptedLLM, tasks: int, workers: int) -> Path:
+def write_team(path: Path, llm: ScriptedLLM, tasks: int, options: dict[str, int]) -> Path:
+    """A one-member team file whose scripted planner plans `tasks` independent tasks (each
+    answered "done" by the member model MEMBER), with these run `options`."""
     plan = {"tasks": [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"}
                       for n in range(tasks)]}
     path.write_text("\n".join([
@@ -50,8 +52,7 @@ def write_team(path: Path, llm: ScriptedLLM, tasks: int, workers: int) -> Path:
         f'synthesizer = {{ model = "{llm.script("synth", ["final"], repeat_last=True)}" }}',
         f'model = "{llm.script(MEMBER, ["done"], repeat_last=True)}"',
         "[[members]]", 'id = "m1"',
-        "[options]", f"max_concurrency = {2 * workers}", "max_rounds = 1000",
-        "dependency_output_chars = 0"]) + "\n")
+        "[options]", *(f"{name} = {value}" for name, value in options.items())]) + "\n")
     return path
 
 
@@ -98,7 +99,9 @@ def run(runs: int, tasks: int, workers: int) -> list[BenchFigure]:
                 worker_fleet(url, workers, Path(tmp_dir)):
             tmp = Path(tmp_dir)
             conn = redis.Redis.from_url(url, decode_responses=True)
-            team = write_team(tmp / "team.toml", llm, tasks, workers)
+            team = write_team(tmp / "team.toml", llm, tasks, {
+                "max_concurrency": 2 * workers, "max_rounds": 1000,
+                "dependency_output_chars": 0})
             # One run alone is short and noisy on a shared machine: the median of a few.
             alone_ids = [f"alone{n}" for n in range(ALONE_RUNS)]
             timed = sorted(run_all(llm, url, team, [run_id], tmp) for run_id in alone_ids)

@@ -15,7 +15,6 @@ It starts its own redis-server, model server and workers, and stops each by its 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from bench import slowlog
+from bench.bench_concurrent_runs import write_team
 from bench.bench_startup import teamctl
 from bench.bench_worker import QUEUE, _wait, worker_fleet
 from bench.figures import BenchFigure, print_figures
@@ -44,18 +44,6 @@ WORKERS = 4
 GOAL_GROWTH = 0.10
 TEAM = "soak"
 RUN_TIMEOUT_S = 300.0
-
-
-def write_team(path: Path, llm: ScriptedLLM, tasks: int) -> Path:
-    plan = {"tasks": [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"}
-                      for n in range(tasks)]}
-    path.write_text("\n".join([
-        f'planner = {{ model = "{llm.script("plan", [json.dumps(plan)], repeat_last=True)}" }}',
-        f'synthesizer = {{ model = "{llm.script("synth", ["final"], repeat_last=True)}" }}',
-        f'model = "{llm.script("member", ["done"], repeat_last=True)}"',
-        "[[members]]", 'id = "m1"',
-        "[options]", f"max_concurrency = {tasks}", f"retention_s = {RETENTION_S}"]) + "\n")
-    return path
 
 
 def all_idle(conn: redis.Redis, names: list[str]) -> bool:
@@ -94,7 +82,8 @@ def run(minutes: float, tasks: int, mates: int, workers: int) -> list[BenchFigur
             tmp = Path(tmp_dir)
             conn = redis.Redis.from_url(url, decode_responses=True)
             procs = [psutil.Process(p.pid) for p in fleet]
-            team = write_team(tmp / "team.toml", llm, tasks)
+            team = write_team(tmp / "team.toml", llm, tasks,
+                              {"max_concurrency": tasks, "retention_s": RETENTION_S})
             store = TeamStore(conn, TEAM)
             store.create(TeamOptions(max_teammates=max(mates, 1)))
             names = [f"mate{n}" for n in range(mates)]
