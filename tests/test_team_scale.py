@@ -36,6 +36,13 @@ def idle(store: TeamStore, name: str, role: str, seen_ms: int) -> None:
         "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms})
 
 
+def new_board(conn: redis.Redis, team: str) -> tuple[TeamStore, TeamTasks]:
+    """A new team at the default options, and its task board."""
+    store = TeamStore(conn, team)
+    store.create(TeamOptions())
+    return store, TeamTasks(store)
+
+
 def turn(store: TeamStore, name: str) -> str:
     """Begin the teammate's turn and read its inbox as the turn's first step would; its token."""
     verdict, token = store.begin_turn(name, "test:1")
@@ -99,9 +106,7 @@ def test_2000_ready_tasks_beside_idle_teammates_never_block_redis(
 
 def test_a_lane_is_read_deeper_past_tasks_released_from_the_taker(
         conn: redis.Redis, team: str) -> None:
-    store = TeamStore(conn, team)
-    store.create(TeamOptions())
-    tasks = TeamTasks(store)
+    store, tasks = new_board(conn, team)
     given_up = 3 * LANE_HEAD
     for number in range(1, given_up + 3):
         tasks.add(f"check {number}", role="qa")
@@ -122,9 +127,7 @@ def test_a_lane_is_read_deeper_past_tasks_released_from_the_taker(
 
 def test_a_board_written_before_lanes_is_indexed_on_its_first_hand_out(
         conn: redis.Redis, team: str) -> None:
-    store = TeamStore(conn, team)
-    store.create(TeamOptions())
-    tasks = TeamTasks(store)
+    store, tasks = new_board(conn, team)
     for number in range(1, 4):
         tasks.add(f"check {number}", role="qa" if number < 3 else "")
     keys = TeamKeys(team)
@@ -142,9 +145,7 @@ def test_a_board_written_before_lanes_is_indexed_on_its_first_hand_out(
 
 def test_a_lane_entry_a_task_left_behind_is_dropped_not_handed_out(
         conn: redis.Redis, team: str) -> None:
-    store = TeamStore(conn, team)
-    store.create(TeamOptions())
-    tasks = TeamTasks(store)
+    store, tasks = new_board(conn, team)
     tasks.add("first", role="qa")
     tasks.add("second", role="qa")
     idle(store, "carol", "qa", 1)
@@ -161,9 +162,7 @@ def test_a_lane_entry_a_task_left_behind_is_dropped_not_handed_out(
 
 
 def test_roles_match_as_the_scripts_compare_them(conn: redis.Redis, team: str) -> None:
-    store = TeamStore(conn, team)
-    store.create(TeamOptions())
-    tasks = TeamTasks(store)
+    store, tasks = new_board(conn, team)
     tasks.add("ascii case", role="qa")
     tasks.add("other letters", role="élan")
     # A role differing in ASCII case fits; a space or a non-ASCII capital does not (the lanes
