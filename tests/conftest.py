@@ -9,12 +9,16 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 from rq import Queue, Worker
+from rq.registry import FailedJobRegistry
 from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.coordinator.cli.worker_pool import WorkerPool
 from teamctl.shared.bus import MessageBus
@@ -30,6 +34,16 @@ from tests.scripted_llm import ScriptedLLM
 ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
                 "DEEPSEEK_", "OPENROUTER_")
 _db_numbers = itertools.cycle(range(1, 16))
+TRACEBACK = b"Traceback (most recent call last)"
+
+# One example database in the checkout for every run and both tiers, named rather than left to
+# Hypothesis: its built-in `ci` profile (taken whenever $CI is set) keeps no database and ignores
+# the printed seed, so a failure found in CI could not be replayed from what the log shows.
+settings.register_profile(
+    "teamctl", print_blob=True,
+    database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parent.parent
+                                           / ".hypothesis" / "examples"))
+settings.load_profile("teamctl")
 
 
 def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
@@ -141,11 +155,61 @@ def start_clean(group: LocalWorkers) -> None:
         group.start()
 
 
+@dataclass
+class SharedWorkerTrail:
+    """What a group of shared workers leaves when a job goes wrong: the failed jobs of its queue
+    and the tracebacks in its logs, read from where the last test left off."""
+
+    redis_url: str
+    queue: str
+    log_dir: Path
+    log_offsets: dict[Path, int] = field(default_factory=dict)
+    failed_seen: set[str] = field(default_factory=set)
+
+    def mark(self) -> None:
+        """Take everything so far as seen: a test answers only for what happens during it."""
+        self.log_offsets = {path: path.stat().st_size for path in self.log_dir.glob("*.log")}
+        self.failed_seen = set(self._failed_ids())
+
+    def news(self) -> list[str]:
+        """The failed jobs and worker tracebacks since the last mark, one line each."""
+        found = [f"job {job_id} is in the FailedJobRegistry of {self.queue}"
+                 for job_id in self._failed_ids() if job_id not in self.failed_seen]
+        for path in sorted(self.log_dir.glob("*.log")):
+            with path.open("rb") as log:
+                log.seek(self.log_offsets.get(path, 0))
+                text = log.read()
+            if TRACEBACK in text:
+                at = text.index(TRACEBACK)
+                found.append(f"{path.name} logged a traceback: "
+                             + text[max(0, at - 300):at + 1500].decode(errors="replace"))
+        return found
+
+    def _failed_ids(self) -> list[str]:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return [job_id.decode() if isinstance(job_id, bytes) else job_id
+                    for job_id in FailedJobRegistry(self.queue, connection=client).get_job_ids()]
+        finally:
+            client.close()
+
+
+SHARED_TRAILS = pytest.StashKey[dict[str, SharedWorkerTrail]]()
+
+
+def keep_trail(config: pytest.Config, fixture: str, trail: SharedWorkerTrail) -> None:
+    """Let the per-test check find the trail of the shared workers `fixture` started."""
+    config.stash.setdefault(SHARED_TRAILS, {})[fixture] = trail
+
+
 @pytest.fixture(scope="session")
-def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
+            pytestconfig: pytest.Config) -> Iterator[str]:
     """Two real, preloaded `rq worker` processes on queue `members`, shared by the session."""
-    group = LocalWorkers(redis_server, ["members"], 2, tmp_path_factory.mktemp("worker-logs"))
+    logs = tmp_path_factory.mktemp("worker-logs")
+    group = LocalWorkers(redis_server, ["members"], 2, logs)
     start_clean(group)
+    keep_trail(pytestconfig, "workers", SharedWorkerTrail(redis_server, "members", logs))
     pids = {p.pid for p in group.processes}
     client = redis.Redis.from_url(redis_server)
     # These two, by pid: a registry entry of a worker that died lingers until its TTL.
@@ -157,8 +221,8 @@ def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 @pytest.fixture(scope="session")
-def marked_workers(redis_server: str,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarkedWorkers]:
+def marked_workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
+                   pytestconfig: pytest.Config) -> Iterator[MarkedWorkers]:
     """Two real `rq worker` processes on queue `marked` (db 0) whose environment holds the
     injection suite's marker secret (tests/injection_support.py)."""
     logs = tmp_path_factory.mktemp("marked-worker-logs")
@@ -170,6 +234,7 @@ def marked_workers(redis_server: str,
         for name, value in marked_env().items():
             patch.setenv(name, value)
         group.start()
+    keep_trail(pytestconfig, "marked_workers", SharedWorkerTrail(redis_server, MARKED_QUEUE, logs))
     pids = {p.pid for p in group.processes}
     client = redis.Redis.from_url(redis_server)
     wait_until(lambda: pids <= {w.pid for w in Worker.all(queue=Queue(MARKED_QUEUE,
@@ -180,17 +245,40 @@ def marked_workers(redis_server: str,
 
 
 @pytest.fixture(autouse=True)
-def shared_workers_left_idle(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A test that uses the shared workers hands them back idle, with nothing queued, so the
-    next test does not inherit its jobs (a job may still be finishing a refused write)."""
-    yield
-    if "workers" not in request.fixturenames:
+def shared_workers_left_clean(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that uses shared workers hands them back idle, with nothing queued (a job may still
+    be finishing a refused write), and fails if a job failed or a worker logged a traceback,
+    unless it is marked `worker_failures_expected`: a failure inside a worker must not pass
+    silently just because the test's own assertions looked elsewhere."""
+    used = [name for name in ("workers", "marked_workers") if name in request.fixturenames]
+    if not used:
+        yield
         return
-    client = redis.Redis.from_url(request.getfixturevalue("workers"))
-    queue = Queue("members", connection=client)
+    for name in used:
+        request.getfixturevalue(name)
+    trails = [request.config.stash[SHARED_TRAILS][name] for name in used]
+    for trail in trails:
+        trail.mark()
+    yield
+    for trail in trails:
+        wait_for_idle_queue(trail.redis_url, trail.queue)
+    news = [line for trail in trails for line in trail.news()]
+    expected = request.node.get_closest_marker("worker_failures_expected")
+    if expected is None:
+        assert not news, "a shared worker failed during the test:\n" + "\n".join(news)
+    else:
+        assert news, ("marked worker_failures_expected, but no job failed and no worker logged "
+                      "a traceback: drop the mark")
+
+
+def wait_for_idle_queue(redis_url: str, queue_name: str) -> None:
+    """Wait until `queue_name` holds no job and none of its workers is busy."""
+    client = redis.Redis.from_url(redis_url)
+    queue = Queue(queue_name, connection=client)
     wait_until(lambda: queue.count == 0 and all(
         w.get_state() != "busy" for w in Worker.all(queue=queue)), 60,
-        message="the shared workers to be idle with nothing queued")
+        message=f"the shared workers of {queue_name} to be idle with nothing queued")
+    client.close()
 
 
 @pytest.fixture

@@ -151,6 +151,7 @@ def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Re
     assert team in cli("teams", "--redis-url", workers).output
 
 
+@pytest.mark.worker_failures_expected("the worker logs the failed turn with its traceback")
 def test_a_failing_model_idles_the_teammate_with_the_error(
         workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
     model = llm.script(f"broken-{team}", [HttpError(400, "bad request from the provider")])
