@@ -55,6 +55,15 @@ class Slow:
 
 
 @dataclass
+class Held:
+    """A reply the server sends only once the test sets `release`: a call that outlasts whatever
+    the test does meanwhile, for exactly as long as it needs, instead of a guessed sleep."""
+
+    reply: str | ToolCalls | HttpError
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
 class Reset:
     """The connection is reset after part of the response (a provider or proxy that died)."""
 
@@ -65,9 +74,11 @@ class Stall:
     has to end the call."""
 
 
-Reply = str | ToolCalls | HttpError | Slow | Reset | Stall
+Reply = str | ToolCalls | HttpError | Slow | Held | Reset | Stall
 STALL_LIMIT_S = 120.0
 """A stalled reply gives up on its own after this long, so no server thread outlives a test."""
+HOLD_LIMIT_S = 300.0
+"""A held reply never released is sent after this long, and counted as a mistake."""
 Handler = Callable[[dict[str, Any]], Reply]
 CERT_DAYS = 2
 """A certificate made for one test session or benchmark run: a short life is plenty."""
@@ -183,6 +194,13 @@ class ScriptedLLM:
                 return script.replies[0]
             return script.replies.pop(0)
 
+    def hold(self, held: Held) -> str | ToolCalls | HttpError:
+        """Wait, outside the lock, until the test releases `held`; then its reply."""
+        if not held.release.wait(HOLD_LIMIT_S):
+            with self._lock:
+                self.mistakes.append(f"a held reply was never released: {held.reply!r}")
+        return held.reply
+
     def start(self) -> None:
         state = self
         server_tls = self._server_tls_context() if self.tls else None
@@ -205,6 +223,8 @@ class ScriptedLLM:
                 delay_s = state.latency_s(body)
                 if isinstance(reply, Slow):
                     reply, delay_s = reply.reply, delay_s + reply.latency_s
+                if isinstance(reply, Held):
+                    reply = state.hold(reply)
                 # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
                 time.sleep(delay_s)
                 if isinstance(reply, Reset | Stall):

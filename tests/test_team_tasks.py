@@ -27,12 +27,11 @@ from teamctl.worker.mate_tools import MateTools
 from teamctl.worker.mate_workspace import gate_plan
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow, ToolCalls
+from tests.scripted_llm import Held, ScriptedLLM, ToolCalls
 from tests.team_support import cli, inbox_lines, spawn
 
 ASSIGNED = re.compile(r"You now hold (task_\d+)")
 NOBODY = "nobody"
-LATE_S = 5.0
 
 
 class Doer:
@@ -68,17 +67,19 @@ class Stubborn:
 
 
 class Slowpoke:
-    """A teammate's model that takes LATE_S over its task turn's call (outside the scripted
-    server's lock, so other teammates' calls go on), then answers without completing it."""
+    """A teammate's model that holds its task turn's call until the test sets `release`
+    (outside the scripted server's lock, so other teammates' calls go on), then answers without
+    completing it."""
 
     def __init__(self) -> None:
         self.entered = threading.Event()
+        self.release = threading.Event()
 
-    def __call__(self, body: dict[str, Any]) -> str | Slow:
+    def __call__(self, body: dict[str, Any]) -> str | Held:
         if not ASSIGNED.search(body["messages"][-1].get("content") or ""):
             return "ready"
         self.entered.set()
-        return Slow("late answer", LATE_S)
+        return Held("late answer", self.release)
 
 
 def base_args(url: str, team: str) -> tuple[str, ...]:
@@ -262,6 +263,7 @@ def test_a_forced_shutdown_gives_the_task_to_an_idle_teammate_and_the_late_turn_
                message="k to take and finish the released task")
     # h's model call was still out: its answer comes back to a revoked turn.
     assert len(llm.requests[f"h-{team}"]) == 2
+    held.release.set()
     wait_until(lambda: workers_idle(workers), message="h's revoked turn to stop")
     done = task(store, task_id)
     assert (done.claimed_by, done.output, done.attempts) == ("k", "did task_1", 2)
