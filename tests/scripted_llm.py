@@ -63,6 +63,20 @@ class Held:
     release: threading.Event = field(default_factory=threading.Event)
 
 
+def release_when(held: Held, ready: Callable[[], object], timeout_s: float = 120.0) -> None:
+    """Release `held` from a background thread once `ready()` is true, for a test whose next
+    step blocks (an in-process CLI call) until the held reply lands. Past `timeout_s` it is
+    released anyway and the test's own assertions decide."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        held.release.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 @dataclass
 class Reset:
     """The connection is reset after part of the response (a provider or proxy that died)."""

@@ -25,7 +25,7 @@ from teamctl.shared.models import ModelReply, RunStatus
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow
+from tests.scripted_llm import Held, ScriptedLLM, Slow, release_when
 from tests.test_coordinator import member_answer
 from tests.timescale import scaled
 
@@ -205,8 +205,9 @@ def test_a_worker_killed_during_the_planner_call_is_replaced_and_the_plan_made_o
 def test_a_resumed_coordinator_adopts_the_planner_call_in_flight(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     lease_ttl_s = scaled(15, floor_s=1.0)
+    plan = Held(json.dumps(PLAN))  # answered once the resumed coordinator holds the lease
     team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue="members",
-                     planner=[Slow(json.dumps(PLAN), 8)], options={"lease_ttl_s": lease_ttl_s})
+                     planner=[plan], options={"lease_ttl_s": lease_ttl_s})
     planner_calls = llm.requests[f"plan-{run_id}"]
     calls = ModelCalls(redis.Redis.from_url(workers), RunKeys(run_id))
     conn = redis.Redis.from_url(workers, decode_responses=True)
@@ -220,6 +221,7 @@ def test_a_resumed_coordinator_adopts_the_planner_call_in_flight(
                message="the dead coordinator's lease to expire")
     assert calls.view("planner").outcome is None  # still in flight on its worker
 
+    release_when(plan, lambda: conn.exists(RunKeys(run_id).lease))
     resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
                                         "--workers", "0", "--json"])
 

@@ -24,7 +24,7 @@ from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
 from tests.faults import RestartableRedis, TcpProxy
-from tests.scripted_llm import ScriptedLLM, Slow
+from tests.scripted_llm import Held, ScriptedLLM, release_when
 from tests.test_coordinator import member_answer, team_file
 from tests.timescale import scaled, timing_options
 
@@ -150,8 +150,10 @@ def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     host, port = workers.split("//")[1].split("/")[0].split(":")
     # The synthesis (a worker's job, the workers are not behind the proxy) outlasts the cut;
-    # B, the resumed coordinator, waits for that same call instead of asking again.
-    models = models_for(llm, run_id, member_latency_s=0, synth=[Slow("the one synthesis", 12)])
+    # B, the resumed coordinator, waits for that same call instead of asking again: it is
+    # answered once B holds the lease (A, cut off, cannot take it back).
+    synthesis = Held("the one synthesis")
+    models = models_for(llm, run_id, member_latency_s=0, synth=[synthesis])
     team = team_file(tmp_path / "team.toml", models, options={"lease_ttl_s": 2})
     conn = redis.Redis.from_url(workers, decode_responses=True)
     keys = RunKeys(run_id)
@@ -162,6 +164,7 @@ def test_a_cut_off_coordinator_never_overwrites_the_run_resumed_elsewhere(
         proxy.cut()
         wait_until(lambda: not conn.exists(keys.lease), 30, message="A's lease to expire")
 
+        release_when(synthesis, lambda: conn.exists(keys.lease))
         b = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
                                       "--workers", "0", "--json"])
         assert b.exit_code == 0, b.output
