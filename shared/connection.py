@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
@@ -60,12 +60,13 @@ class OutageTolerantRedis(redis.Redis):
     TEAMCTL_REDIS_OUTAGE_S before RQ connects."""
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> OutageTolerantRedis:  # type: ignore[override]
+    def from_url(cls, url: str, **kwargs: Any) -> OutageTolerantRedis:
         kwargs.setdefault("retry", OutageRetry(cls.outage_s))
         # RQ's forked job opens its own connection (the pool resets on a new pid): without this
         # each one asks importlib.metadata for redis-py's version (~9 ms, ~400 page copies a job).
         kwargs.setdefault("driver_info", _driver_info())
-        return super().from_url(url, **kwargs)
+        # redis-py annotates from_url as returning Redis, though it builds `cls`.
+        return cast(OutageTolerantRedis, super().from_url(url, **kwargs))
 
 
 WORKER_CONNECTION_CLASS = f"{__name__}.{OutageTolerantRedis.__name__}"
@@ -171,6 +172,6 @@ def set_outage(conn: redis.Redis, outage_s: float) -> None:
     conn.set_retry(OutageRetry(outage_s))
 
 
-def block_ms(wanted_ms: int) -> int:
+def block_ms(wanted_ms: float) -> int:
     """A block time capped at MAX_BLOCK_MS (and at least 1 ms: 0 would mean forever)."""
     return max(1, min(int(wanted_ms), MAX_BLOCK_MS))
