@@ -28,7 +28,7 @@ BACKOFF_CAP_S = 2.0
 BACKOFF_BASE_S = 0.05
 
 
-class OutageRetry(Retry):
+class OutageRetry(Retry):  # type: ignore[misc]  # redis is Any to mypy: see pyproject
     """redis-py's Retry (exponential backoff with jitter on connection and timeout errors),
     bounded by time rather than by count, so every caller gives up after the same outage."""
 
@@ -51,7 +51,7 @@ class OutageRetry(Retry):
         return super().call_with_retry(do, fail_or_give_up, is_retryable, with_failure_count)
 
 
-class OutageTolerantRedis(redis.Redis):
+class OutageTolerantRedis(redis.Redis):  # type: ignore[misc]  # redis is Any: see pyproject
     """The client class for RQ workers (RQ_CONNECTION_CLASS): RQ's own calls, a worker watching
     its job among them, ride through a Redis outage as teamctl's do, instead of quitting."""
 

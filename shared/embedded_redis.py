@@ -219,7 +219,7 @@ class EmbeddedRedis:
     def cli_command(self, args: list[str]) -> tuple[list[str], dict[str, str]]:
         """redis-cli on this server (started if needed) and its environment; redis-cli's -u
         takes no unix:// URL, and the password goes in REDISCLI_AUTH because argv is public."""
-        options = parse_url(self.ensure())  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
+        options = parse_url(self.ensure())
         command = [redis_cli_binary(), "-s", options["path"], "-n", str(options.get("db", 0))]
         return command + args, {**os.environ, "REDISCLI_AUTH": options["password"]}
 
