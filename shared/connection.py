@@ -65,7 +65,8 @@ class OutageTolerantRedis(redis.Redis):  # type: ignore[misc]  # redis is Any: s
         # RQ's forked job opens its own connection (the pool resets on a new pid): without this
         # each one asks importlib.metadata for redis-py's version (~9 ms, ~400 page copies a job).
         kwargs.setdefault("driver_info", _driver_info())
-        # redis-py annotates from_url as returning Redis, though it builds `cls`.
+        # redis-py annotates from_url as returning Redis (and is Any to mypy here), though it
+        # builds `cls`.
         return cast(OutageTolerantRedis, super().from_url(url, **kwargs))
 
 
