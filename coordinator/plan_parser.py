@@ -82,7 +82,7 @@ def _task(item: dict[str, Any]) -> RawTask | None:
     if text is None:
         return None
     return RawTask(id=_string(item, "id"), member_id=_string(item, "member_id"), task=text,
-                   context=_string(item, "context"), depends_on=_dependencies(item))
+                   context=_string(item, "context"), depends_on=[*_dependencies(item)])
 
 
 def first_json_value(text: str) -> Any:

@@ -7,6 +7,7 @@ RQ keeps its report; a failure ends the run before any model call, as a configur
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from rq.job import Job
 from rq.results import Result
@@ -77,7 +78,8 @@ class WorkerToolCheck:
     def _report(self, queue: str, result: Result) -> ToolImportReport | None:
         """The job's report; None (said on stderr) when the job itself failed."""
         if result.type == Result.Type.SUCCESSFUL:
-            return ToolImportReport.model_validate_json(result.return_value)
+            # rq types return_value as Optional[Any]: the job returns its report's JSON text.
+            return ToolImportReport.model_validate_json(cast(str, result.return_value))
         reason = (result.exc_string or "no reason kept").strip().splitlines()[-1]
         self.ctx.reporter.note(f"the Python tool check on queue {queue} failed on its worker "
                                f"({one_line(reason, FAILURE_CHARS)}); its tasks import them")

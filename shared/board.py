@@ -28,7 +28,7 @@ from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import check_task_id, normalize_id
 from teamctl.shared.keys import KeySpace
 from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import GuardedScripts, Scripts
 from teamctl.shared.text import quoted, shorten
 
 STALE = -1
@@ -89,7 +89,8 @@ class TaskBoard:
     """The board of one key space (a run's). Each method is one Lua script in shared/lua
     (reads: one command)."""
 
-    def __init__(self, conn: redis.Redis, keys: KeySpace, scripts: Scripts | None = None) -> None:
+    def __init__(self, conn: redis.Redis, keys: KeySpace,
+                 scripts: Scripts | GuardedScripts | None = None) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts or Scripts(conn)

@@ -14,7 +14,7 @@ import redis
 from pydantic import BaseModel
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.models import HashText, Usage
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import GuardedScripts, Scripts
 
 
 class UsageTotals(Usage):
@@ -36,7 +36,8 @@ class Budget:
     """The token and cost limits of one run or team, checked against its usage totals."""
 
     def __init__(self, conn: redis.Redis, keys: RunKeys | TeamKeys, *, max_tokens: int | None,
-                 max_cost_usd: float | None, scripts: Scripts | None = None) -> None:
+                 max_cost_usd: float | None,
+                 scripts: Scripts | GuardedScripts | None = None) -> None:
         self.conn = conn
         self.keys = keys
         self.max_tokens = max_tokens

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 from teamctl.shared.connection import block_ms as capped_ms
@@ -54,7 +54,7 @@ from teamctl.shared.models import (
     SystemType,
 )
 from teamctl.shared.roster import Roster, read_roster
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import GuardedScripts, Scripts
 from teamctl.shared.text import quoted
 
 T = TypeVar("T")
@@ -85,7 +85,7 @@ class MessageBus:
 
     def __init__(self, conn: redis.Redis, keys: KeySpace, *, enabled: bool = True,
                  max_message_bytes: int = 65536, bus_maxlen: int = BUS_MAXLEN,
-                 scripts: Scripts | None = None) -> None:
+                 scripts: Scripts | GuardedScripts | None = None) -> None:
         if bus_maxlen < 1:
             raise ConfigError(f"bus_maxlen is {bus_maxlen}; keep at least 1 message")
         self.conn = conn
@@ -394,7 +394,7 @@ def envelope_from_stream(entry_id: str, fields: dict[str, str]) -> Envelope:
     return ENVELOPES.validate_python({"id": entry_id, **fields})
 
 
-def envelope_from_lua(entry: list) -> Envelope:
+def envelope_from_lua(entry: list[Any]) -> Envelope:
     """Stream entries from Lua arrive as [id, [k1, v1, k2, v2, ...]]."""
     entry_id, flat = entry
     return envelope_from_stream(entry_id, dict(zip(flat[0::2], flat[1::2], strict=True)))

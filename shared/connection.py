@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
@@ -28,7 +28,7 @@ BACKOFF_CAP_S = 2.0
 BACKOFF_BASE_S = 0.05
 
 
-class OutageRetry(Retry):
+class OutageRetry(Retry):  # type: ignore[misc]  # redis is Any to mypy: see pyproject
     """redis-py's Retry (exponential backoff with jitter on connection and timeout errors),
     bounded by time rather than by count, so every caller gives up after the same outage."""
 
@@ -51,7 +51,7 @@ class OutageRetry(Retry):
         return super().call_with_retry(do, fail_or_give_up, is_retryable, with_failure_count)
 
 
-class OutageTolerantRedis(redis.Redis):
+class OutageTolerantRedis(redis.Redis):  # type: ignore[misc]  # redis is Any: see pyproject
     """The client class for RQ workers (RQ_CONNECTION_CLASS): RQ's own calls, a worker watching
     its job among them, ride through a Redis outage as teamctl's do, instead of quitting."""
 
@@ -60,12 +60,14 @@ class OutageTolerantRedis(redis.Redis):
     TEAMCTL_REDIS_OUTAGE_S before RQ connects."""
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> OutageTolerantRedis:  # type: ignore[override]
+    def from_url(cls, url: str, **kwargs: Any) -> OutageTolerantRedis:
         kwargs.setdefault("retry", OutageRetry(cls.outage_s))
         # RQ's forked job opens its own connection (the pool resets on a new pid): without this
         # each one asks importlib.metadata for redis-py's version (~9 ms, ~400 page copies a job).
         kwargs.setdefault("driver_info", _driver_info())
-        return super().from_url(url, **kwargs)
+        # redis-py annotates from_url as returning Redis (and is Any to mypy here), though it
+        # builds `cls`.
+        return cast(OutageTolerantRedis, super().from_url(url, **kwargs))
 
 
 WORKER_CONNECTION_CLASS = f"{__name__}.{OutageTolerantRedis.__name__}"
@@ -171,6 +173,6 @@ def set_outage(conn: redis.Redis, outage_s: float) -> None:
     conn.set_retry(OutageRetry(outage_s))
 
 
-def block_ms(wanted_ms: int) -> int:
+def block_ms(wanted_ms: float) -> int:
     """A block time capped at MAX_BLOCK_MS (and at least 1 ms: 0 would mean forever)."""
     return max(1, min(int(wanted_ms), MAX_BLOCK_MS))

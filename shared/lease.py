@@ -61,7 +61,7 @@ class FencedLease:
     def try_acquire(self) -> bool:
         """Take the lease if nobody holds it (no renewal thread: for short one-off work)."""
         sent_s = time.monotonic()
-        taken = self._lock.acquire(blocking=False, token=self.owner)
+        taken: bool = self._lock.acquire(blocking=False, token=self.owner)
         if taken:
             self._valid_until_s = sent_s + self.ttl_ms / 1000
         return taken

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from teamctl.shared.agent.mcp_config import offered_name, tool_filter
 from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import GuardedScripts, Scripts
 from teamctl.shared.text import shorten
 
 SUMMARY_CHARS = 120
@@ -41,7 +41,8 @@ class OfferedTool:
 class McpToolCache:
     """Tool lists per server of one run."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys, scripts: Scripts) -> None:
+    def __init__(self, conn: redis.Redis, keys: RunKeys,
+                 scripts: Scripts | GuardedScripts) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts

@@ -7,7 +7,7 @@ types below read them, so every record in Redis is parsed by its model, never by
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, TypeAdapter
 
@@ -199,7 +199,7 @@ class TaskState(BaseModel):
         return self.status.terminal
 
     @classmethod
-    def from_hash(cls, fields: dict[str, str]) -> TaskState:
+    def from_hash(cls, fields: dict[str, str]) -> Self:
         """A task hash as a TaskState (its usage_* fields as `usage`); ValidationError if a field
         does not parse."""
         usage = {name.removeprefix(USAGE_FIELD_PREFIX): value for name, value in fields.items()

@@ -186,7 +186,8 @@ class RunStore:
 
     def stop_reason(self) -> str | None:
         """Why members were told to stop ("cancelled", or a timeout), or None."""
-        return self.conn.get(self.keys.cancel)
+        reason: str | None = self.conn.get(self.keys.cancel)  # a decoded client's text
+        return reason
 
     def request_stop(self, reason: str) -> None:
         """Tell members and the coordinator to stop; the first reason given is kept."""

@@ -27,7 +27,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import HashCsv, HashInt, HashText, TaskState, TaskStatus
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import GuardedScripts, Scripts
 from teamctl.shared.teammates import Teammate, TeamOptions, check_mate_name
 from teamctl.shared.text import shorten
 
@@ -54,7 +54,7 @@ class Store(Protocol):
 
     conn: redis.Redis
     keys: TeamKeys
-    scripts: Scripts
+    scripts: Scripts | GuardedScripts
 
     @property
     def team(self) -> str: ...

@@ -26,7 +26,7 @@ from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
 from teamctl.shared.lead_inbox import LeadInbox
 from teamctl.shared.models import Envelope, ProtocolType, SystemType, Usage
-from teamctl.shared.scripts import Scripts, WriteGuard
+from teamctl.shared.scripts import GuardedScripts, Scripts, WriteGuard
 from teamctl.shared.team_tasks import LANE_HEAD, TeamTasks
 from teamctl.shared.teammates import (
     TURN_FUNCTION,
@@ -78,7 +78,8 @@ def now_ms() -> int:
 class TeamStore:
     """One team's records in Redis (`conn` decodes responses)."""
 
-    def __init__(self, conn: redis.Redis, team: str, *, scripts: Scripts | None = None) -> None:
+    def __init__(self, conn: redis.Redis, team: str, *,
+                 scripts: Scripts | GuardedScripts | None = None) -> None:
         self.conn = conn
         self.keys = TeamKeys(team)
         self.scripts = scripts or Scripts(conn)
@@ -676,13 +677,14 @@ class TeamStore:
         def end() -> list[Any]:
             running = tasks.running_keys()
             lanes, depths, candidates = tasks.end_candidates(name, role, depth)
-            return self.scripts["turn_end"](
+            ended: list[Any] = self.scripts["turn_end"](
                 keys=[self.keys.turn(name), self.keys.mate(name), self.keys.inbox(name),
                       self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
                       self.keys.inbox(LEAD), *tasks.board_keys(), *running, *lanes,
                       *candidates],
                 args=[token, name, reason, notice, mode, error, len(running), len(lanes),
                       *depths])
+            return ended
 
         for _ in range(SNAPSHOT_RETRIES):
             verdict, released = self._until_current(end)

@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.scripts import GuardedScripts, Scripts
 
 LOAD_PAGE_KEYS = 100
 """Transcripts per MGET when many are loaded at once."""
@@ -19,7 +19,8 @@ HEAD_MESSAGES = 2
 class Transcripts:
     """The transcripts of one run's tasks."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys, scripts: Scripts | None = None) -> None:
+    def __init__(self, conn: redis.Redis, keys: RunKeys,
+                 scripts: Scripts | GuardedScripts | None = None) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts or Scripts(conn)
@@ -32,9 +33,10 @@ class Transcripts:
             return True
         text = "" if messages is None else json.dumps(capped(messages, max_chars),
                                                       ensure_ascii=False)
-        return self.scripts["transcript_save"](
+        saved: bool = self.scripts["transcript_save"](
             keys=[self.keys.task(task_id), self.keys.transcript(task_id)],
             args=[token, text]) == 1
+        return saved
 
     def load_many(self, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         """The stored transcripts of these tasks, by task id (tasks without one are left out)."""

@@ -50,6 +50,7 @@ __all__ = [
 if TYPE_CHECKING:
     from teamctl.api import Run, Team, attach
     from teamctl.coordinator.hooks import TeamHook
+    from teamctl.shared.agent.mcp_config import McpServer
     from teamctl.shared.agent.python_tools import ToolContext
     from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed, TeamError
     from teamctl.shared.models import (
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
         ToolCall,
         Usage,
     )
-    from teamctl.shared.team import McpServer, Member, RunOptions
+    from teamctl.shared.team import Member, RunOptions
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,7 @@ from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan, drive, launch
 from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.result import build_result
+from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.connection import connect, redis_errors_as_infra, set_outage
 from teamctl.shared.errors import ConfigError, RunFailed, TeamError
 from teamctl.shared.handle import RunHandle
@@ -32,7 +33,6 @@ from teamctl.shared.models import RunEvent, RunResult, RunStatus
 from teamctl.shared.settings import load_settings
 from teamctl.shared.team import (
     DEFAULT_MEMBERS,
-    McpServer,
     Member,
     ModelSource,
     RoleModel,

@@ -209,7 +209,9 @@ class Attempt:
         if self.mailbox:  # fenced by the token: a stale attempt settles nothing
             self.mailbox.settle()
         # Fenced too: a stale attempt's transcript is refused.
-        Transcripts(job.conn, job.board.keys, job.board.scripts).save(
+        keys = job.board.keys
+        assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
+        Transcripts(job.conn, keys, job.board.scripts).save(
             claim.task_id, claim.token, self.session.transcript if self.session else None,
             job.spec.options.transcript_max_chars)
         announcer = member.id if job.bus.enabled else None

@@ -52,7 +52,8 @@ class TeamctlWorker(Worker):
         """RQ's heartbeat, which its idle loop calls first on every pass: the place to see
         that Redis has been gone too long (RQ itself would retry for ever)."""
         if pipeline is not None:
-            return super().heartbeat(timeout, pipeline)
+            super().heartbeat(timeout, pipeline)
+            return None
         try:
             super().heartbeat(timeout)
         except (redis.ConnectionError, redis.TimeoutError):
@@ -68,11 +69,11 @@ class TeamctlWorker(Worker):
         """RQ's teardown (register the death, unsubscribe) with a short retry: a worker
         stopping during an outage must not wait the whole outage to say it stopped."""
         if self.is_horse:
-            super().teardown()
+            super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
             return
         self.connection.set_retry(OutageRetry(TEARDOWN_OUTAGE_S))
         try:
-            super().teardown()
+            super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             self.log.warning("Worker %s: could not record its stop in Redis (%s)", self.name,
                              exc)

@@ -329,7 +329,7 @@ class TeamTools:
             _check_handoff(claim, to)
         ok = claim is not None and self.ctx.board.reassign(
             task_id, claim.token, to) is WriteOutcome.APPLIED
-        if ok:
+        if ok and claim is not None:  # ok implies a claim; said again for the type checker
             claim.handoffs += 1
         if ok and claim is self.ctx.claim:
             claim.handed_to = to

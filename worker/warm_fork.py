@@ -86,7 +86,8 @@ class WarmForkWorker(TeamctlWorker):
             os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
             os.environ["RQ_JOB_ID"] = job.id
             self._horse_pid = spare.pid
-            self.procline(f"Handed over to {spare.pid} at {time.time()}")
+            # RQ leaves procline unannotated.
+            self.procline(f"Handed over to {spare.pid} at {time.time()}")  # type: ignore[no-untyped-call]
         else:
             super().fork_work_horse(job, queue)
         self._fork_spare()
@@ -142,7 +143,7 @@ class WarmForkWorker(TeamctlWorker):
         status = 1
         try:
             os.setpgrp()  # as RQ's horse: the worker's Ctrl+C is the worker's to handle
-            self.setup_work_horse_signals()
+            self.setup_work_horse_signals()  # type: ignore[no-untyped-call]  # RQ: unannotated
             try:
                 warm_horse()
             except Exception:  # a cold spare still runs its job as a forked horse would

@@ -20,7 +20,8 @@ FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""
 START = "0-0"
 
-T_co = TypeVar("T_co", covariant=True)
+# Invariant: Tail.read returns a list, which its callers may change.
+T = TypeVar("T")
 
 Emit = Callable[[Envelope], None]
 
@@ -50,10 +51,10 @@ def print_bus(bus: MessageBus, emit: Emit) -> str:
     return last_id
 
 
-class Tail(Protocol[T_co]):
+class Tail(Protocol[T]):
     """A reader of one or more streams that keeps its own position."""
 
-    def read(self, block_ms: int | None) -> list[T_co]:
+    def read(self, block_ms: int | None) -> list[T]:
         """What arrived after the last read, in order, waiting up to `block_ms` (None: no wait)."""
         ...
 
@@ -72,7 +73,7 @@ class BusTail:
         return messages
 
 
-def follow(tail: Tail[T_co], emit: Callable[[T_co], None], has_ended: Callable[[], bool]) -> None:
+def follow(tail: Tail[T], emit: Callable[[T], None], has_ended: Callable[[], bool]) -> None:
     """Emit what `tail` yields until the run ends or Ctrl-C: the one tailing loop of
     `messages --follow`, `team messages --follow`, `tasks --follow` and `events`."""
     try:
@@ -82,7 +83,7 @@ def follow(tail: Tail[T_co], emit: Callable[[T_co], None], has_ended: Callable[[
         return
 
 
-def tailed(tail: Tail[T_co], has_ended: Callable[[], bool]) -> Iterator[T_co]:
+def tailed(tail: Tail[T], has_ended: Callable[[], bool]) -> Iterator[T]:
     """Read `tail` with XREAD BLOCK until `has_ended`, then drain it (also the Python API's
     `Run.events()`)."""
     while True:

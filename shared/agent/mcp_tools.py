@@ -33,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 from teamctl.shared.agent.mcp_config import (
     McpServer,
@@ -134,7 +134,7 @@ class StderrTail:
 
     def __init__(self, keep_bytes: int = STDERR_KEEP_BYTES) -> None:
         read_fd, write_fd = os.pipe()  # not inheritable: only the server gets the write end
-        self.writer: IO[str] = os.fdopen(write_fd, "w", encoding="utf-8")
+        self.writer: TextIO = os.fdopen(write_fd, "w", encoding="utf-8")
         self._keep_bytes = keep_bytes
         self._kept = bytearray()
         self._lock = threading.Lock()
@@ -243,7 +243,7 @@ class McpHub:
         return (f"MCP server {server.name!r} ({where}) {what}"
                 + (f"; its stderr ends:\n{tail}" if tail else ""))
 
-    async def _hold(self, server: McpServer, stderr: IO[str],
+    async def _hold(self, server: McpServer, stderr: TextIO,
                     ready: concurrent.futures.Future[_Running], ended: threading.Event) -> None:
         """Enter the server's client, list its tools, hand them over, and hold the session
         until told to stop (entering and leaving in this one task, as anyio requires); `ended`
@@ -253,7 +253,7 @@ class McpHub:
         finally:
             ended.set()
 
-    async def _hold_session(self, server: McpServer, stderr: IO[str],
+    async def _hold_session(self, server: McpServer, stderr: TextIO,
                             ready: concurrent.futures.Future[_Running]) -> None:
         pgids: list[int] = []
         try:
@@ -278,7 +278,7 @@ class McpHub:
                             _describe(exc))
 
     async def _connect(self, stack: contextlib.AsyncExitStack, server: McpServer,
-                       stderr: IO[str], pgids: list[int]) -> Any:
+                       stderr: TextIO, pgids: list[int]) -> Any:
         """The SDK's Client for `server`, entered on `stack` (which will leave it)."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
@@ -345,7 +345,7 @@ async def _list_all(client: Any) -> list[ListedTool]:
 
 
 @contextlib.asynccontextmanager
-async def _stdio_transport(server: McpServer, workspace: Path, home: Path, stderr: IO[str],
+async def _stdio_transport(server: McpServer, workspace: Path, home: Path, stderr: TextIO,
                            pgids: list[int]) -> Any:
     """The SDK's stdio transport for `server` in the workspace, noting the process group the
     server leads (the SDK starts it in a session of its own) so that it can be killed."""

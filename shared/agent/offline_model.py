@@ -45,7 +45,7 @@ def _section(prompt: str, title: str) -> str:
 def _plan(prompt: str) -> str:
     objective = _section(prompt, "Objective")
     members = _MEMBER_LINE.findall(prompt)
-    tasks = []
+    tasks: list[dict[str, Any]] = []
     for index, (member_id, _name, expertise) in enumerate(members, start=1):
         focus = expertise.strip() or "the objective"
         earlier = [t["id"] for t in tasks] if index == len(members) and index > 1 else []
@@ -94,7 +94,7 @@ def _synthesize(prompt: str) -> str:
 def make_provider() -> Any:
     """Build the litellm CustomLLM handler (litellm is imported by the caller, lazily)."""
     import litellm
-    from litellm import CustomLLM
+    from litellm.llms.custom_llm import CustomLLM
 
     class OfflineModel(CustomLLM):
         def completion(self, *args: Any, **kwargs: Any) -> litellm.ModelResponse:

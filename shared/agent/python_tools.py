@@ -182,7 +182,7 @@ def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
         field = f"arg_{index}"
         # A description in the annotation (Annotated[str, Field(description=...)]) wins; an
         # explicit None here would erase it.
-        extra = {"description": described[param.name]} \
+        extra: dict[str, Any] = {"description": described[param.name]} \
             if param.name in described and not _has_description(hint) else {}
         fields[field] = (hint, Field(default, alias=param.name, **extra))
         params[field] = param.name

@@ -186,7 +186,8 @@ class _ToolSchema(GenerateJsonSchema):
 
 def parameters_schema(args: type[ToolArgs]) -> dict[str, Any]:
     """The `parameters` of a tool's function schema, generated from its arguments model."""
-    return json.loads(_parameters_json(args))  # a fresh copy: callers may change it
+    schema: dict[str, Any] = json.loads(_parameters_json(args))  # fresh: callers may change it
+    return schema
 
 
 @functools.lru_cache(maxsize=256)  # ~0.2 ms a model, per model call otherwise

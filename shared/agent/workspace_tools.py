@@ -153,7 +153,8 @@ def _list_files(toolbox: Toolbox, workspace: Workspace) -> None:
 def _bash(toolbox: Toolbox, workspace: Workspace) -> None:
     def bash(args: BashArgs) -> BashRan:
         """bash: a shell command in the workspace, bounded in time and output."""
-        return BashRan(action="bash", ok=True, **workspace.bash(args.command))
+        return BashRan.model_validate({"action": "bash", "ok": True,
+                                       **workspace.bash(args.command)})
 
     toolbox.add("bash", "Run a bash command with the workspace as working directory "
                 "(limited in time, CPU, memory, file size and processes; long output is "
