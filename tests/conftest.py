@@ -24,8 +24,8 @@ from teamctl.shared.lease import Lease
 from teamctl.shared.roster import write_roster
 from teamctl.shared.runstore import RunStore
 
-from tests.injection_support import MARKED_QUEUE, MarkedWorkers, marked_env
-from tests.scripted_llm import ScriptedLLM
+from tests.support.injection import MARKED_QUEUE, MarkedWorkers, marked_env
+from tests.support.llm import ScriptedLLM
 
 ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
                 "DEEPSEEK_", "OPENROUTER_")
@@ -160,7 +160,7 @@ def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def marked_workers(redis_server: str,
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[MarkedWorkers]:
     """Two real `rq worker` processes on queue `marked` (db 0) whose environment holds the
-    injection suite's marker secret (tests/injection_support.py)."""
+    injection suite's marker secret (tests/support/injection.py)."""
     logs = tmp_path_factory.mktemp("marked-worker-logs")
     group = LocalWorkers(redis_server, [MARKED_QUEUE], 2, logs)
     with pytest.MonkeyPatch.context() as patch:

@@ -19,7 +19,7 @@ from teamctl.shared.scripts import Scripts, sources
 from teamctl.shared.team import RunOptions
 
 from tests.conftest import assert_ttl_as_set
-from tests.scripted_llm import HttpError, ScriptedLLM
+from tests.support.llm import HttpError, ScriptedLLM
 
 CYCLE = "unresolved dependencies or cyclic plan"
 

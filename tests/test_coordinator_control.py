@@ -17,7 +17,7 @@ from teamctl.shared.models import TaskStatus
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 from tests.test_coordinator import run_cli, script_run, team_file
 from tests.test_resume import TEAMCTL, busy_until
 

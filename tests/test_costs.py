@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from teamctl.shared.agent.llm import load_litellm
 
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import run_cli, team_file
 
 PRICED = "gpt-4o-mini"

@@ -16,7 +16,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 PLAN = {"tasks": [
     {"id": "collect", "memberId": "m1", "task": "Collect facts"},

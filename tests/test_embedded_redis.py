@@ -48,7 +48,7 @@ from teamctl.shared.processes import (
 )
 
 from tests.conftest import wait_until
-from tests.test_worker_support import make_run
+from tests.support.runs import make_run
 
 NOBODY_UID = 65534
 

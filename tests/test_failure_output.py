@@ -20,7 +20,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import HttpError, ScriptedLLM
+from tests.support.llm import HttpError, ScriptedLLM
 from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
 from tests.test_promises_cli import group_reaper  # noqa: F401  (a fixture)
 from tests.test_resume import TEAMCTL

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from teamctl import SynthesisResult, TeamHook
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 from tests.test_coordinator import run_cli, script_run, team_file
 
 

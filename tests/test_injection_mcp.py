@@ -25,12 +25,12 @@ from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from tests.conftest import wait_until
-from tests.injection_support import MARKED_QUEUE, MARKER_NAME, MarkedWorkers, assert_marker_kept
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.injection import MARKED_QUEUE, MARKER_NAME, MarkedWorkers, assert_marker_kept
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import tool_results
 from tests.test_coordinator import run_cli, script_run
 from tests.test_mcp_tools import git_repository
 from tests.test_python_tools import assert_config_error
-from tests.test_worker_support import tool_results
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TAKEOVER = ("#!/bin/sh\n"

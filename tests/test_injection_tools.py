@@ -23,12 +23,12 @@ from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.jobs import HANDED_BACK_REASON
 
 from tests.conftest import wait_until
-from tests.injection_support import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
+from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import tool_results
+from tests.support.teams import cli, spawn
+from tests.support.timescale import scaled
 from tests.test_coordinator import run_cli, script_run
-from tests.test_worker_support import tool_results
-from tests.timescale import scaled
 
 HANG = "tests.pytools_fixture.tools:hang_for"
 NEVER_S = 3600

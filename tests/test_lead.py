@@ -34,9 +34,9 @@ from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
 from teamctl.shared.teams import TeamStore, now_ms
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow, ToolCalls
-from tests.team_support import cli, spawn
-from tests.timescale import scaled
+from tests.support.llm import ScriptedLLM, Slow, ToolCalls
+from tests.support.teams import cli, spawn
+from tests.support.timescale import scaled
 
 TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 TTL_S = scaled(TeamOptions().heartbeat_ttl_s, floor_s=1.5)

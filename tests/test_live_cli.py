@@ -32,7 +32,7 @@ from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from tests.conftest import coordinator_store, wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
 
 TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]

@@ -20,7 +20,7 @@ from teamctl.shared.agent.llm import (
 )
 from teamctl.shared.errors import CredentialsError, ModelError
 
-from tests.scripted_llm import HttpError, Reset, ScriptedLLM, Stall
+from tests.support.llm import HttpError, Reset, ScriptedLLM, Stall
 from tests.test_coordinator import errors, run_cli, script_run, team_file
 
 HI = [{"role": "user", "content": "hi"}]

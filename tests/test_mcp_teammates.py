@@ -19,11 +19,11 @@ from teamctl.shared.teammates import MateStatus, team_workspace
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import tool_names
+from tests.support.teams import cli, spawn
 from tests.test_mcp_tools import git_repository, processes_in
 from tests.test_python_tools import assert_config_error, error_of
-from tests.test_worker_support import tool_names
 
 GIT = {"name": "git", "command": ["mcp-server-git", "--repository", "."]}
 

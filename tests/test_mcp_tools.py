@@ -38,10 +38,10 @@ from teamctl.worker.jobs import execute_task
 
 from teamctl import Team
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import tool_names, tool_results
 from tests.test_coordinator import run_cli, script_run
 from tests.test_python_tools import assert_config_error, error_of
-from tests.test_worker_support import tool_names, tool_results
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,8 +22,8 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import inbox_lines
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import inbox_lines
 
 FIXTURE = "tests.pytools_fixture.tools"
 EXCHANGE_CHARS = 3500

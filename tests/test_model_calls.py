@@ -25,9 +25,9 @@ from teamctl.shared.models import ModelReply, RunStatus
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow
+from tests.support.llm import ScriptedLLM, Slow
+from tests.support.timescale import scaled
 from tests.test_coordinator import member_answer
-from tests.timescale import scaled
 
 TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"}]

@@ -18,7 +18,7 @@ from teamctl.coordinator.cli.worker_pool import WorkerPool
 from teamctl.shared.embedded_redis import EmbeddedRedis
 
 from tests.conftest import ENV_PREFIXES, wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
 
 TEAMCTL = str(Path(sys.executable).parent / "teamctl")
 """The installed command, as the README has people run it (`.venv/bin/teamctl`)."""

@@ -23,10 +23,10 @@ from teamctl.shared.models import TaskStatus
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
-from tests.faults import RestartableRedis, TcpProxy
-from tests.scripted_llm import ScriptedLLM, Slow
+from tests.support.faults import RestartableRedis, TcpProxy
+from tests.support.llm import ScriptedLLM, Slow
+from tests.support.timescale import scaled, timing_options
 from tests.test_coordinator import member_answer, team_file
-from tests.timescale import scaled, timing_options
 
 TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]

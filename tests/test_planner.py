@@ -12,7 +12,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member
 
-from tests.scripted_llm import HttpError, ScriptedLLM
+from tests.support.llm import HttpError, ScriptedLLM
 from tests.test_coordinator import run_cli, team_file
 
 

@@ -31,7 +31,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow
+from tests.support.llm import ScriptedLLM, Slow
 from tests.test_cli import make_run
 from tests.test_coordinator import script_run, task_id_of, team_file
 from tests.test_resume import TEAMCTL

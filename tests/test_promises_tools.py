@@ -16,9 +16,9 @@ from teamctl.shared.models import TaskSpec
 from teamctl.worker.jobs import execute_task
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import make_run, tool_results
 from tests.test_local_workers import exited
-from tests.test_worker_support import make_run, tool_results
 
 # bash ignores SIGTERM, starts a child bash that ignores it too, which starts a grandchild sleep.
 STUBBORN = ("trap '' TERM; "

@@ -37,10 +37,10 @@ from teamctl.tools import ToolContext
 from tests.conftest import wait_until
 from tests.pytools_fixture import tools as TOOLS_MODULE
 from tests.pytools_fixture.tools import PROBE
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import make_run, tool_names, tool_results
+from tests.support.teams import spawn
 from tests.test_coordinator import run_cli, script_run
-from tests.test_worker_support import make_run, tool_names, tool_results
 
 FIXTURE = "tests.pytools_fixture.tools"
 TOOLS = ["read_file", f"{FIXTURE}:search_docs", f"{FIXTURE}:fetch_ticket", f"{FIXTURE}:explode",

@@ -22,9 +22,9 @@ from teamctl.shared.models import TaskStatus
 from teamctl.shared.runstore import RunStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.timescale import scaled
 from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
-from tests.timescale import scaled
 
 TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 BUSY = ToolCalls([("team_list_tasks", {})])

@@ -17,8 +17,8 @@ from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import cli, spawn
 from tests.test_team_tasks import Doer, Stubborn, add, all_idle, task, workers_idle
 from tests.test_worker_team import write_team
 

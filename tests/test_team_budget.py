@@ -23,8 +23,8 @@ from teamctl.shared.teams import TeamStore
 from teamctl.worker.turn import execute_turn
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import cli, spawn
 from tests.test_lead import lead_args, typed
 from tests.test_team_tasks import workers_idle
 

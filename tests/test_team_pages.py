@@ -28,8 +28,8 @@ from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_tools import MateTools
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import HeldFirstCall, inbox_lines, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import HeldFirstCall, inbox_lines, spawn
 
 NOBODY = "nobody"
 TASKS = 3000

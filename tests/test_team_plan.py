@@ -14,8 +14,8 @@ from teamctl.shared.teammates import MateStatus, RequestKind, RequestStatus
 from teamctl.shared.teams import RequestRefused, TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import cli, spawn
 
 
 def idle_notices(store: TeamStore) -> int:

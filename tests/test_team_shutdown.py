@@ -18,8 +18,8 @@ from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
 from teamctl.shared.teams import RequestRefused, TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import HeldFirstCall, cli, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import HeldFirstCall, cli, spawn
 
 _REQUEST_ID = re.compile(r'\\"request_id\\": \\"(req_[0-9a-f]{12})\\"')
 

@@ -22,7 +22,7 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import MateBusy, TeamStore, now_ms
 
 from tests.conftest import wait_until
-from tests.team_support import cli
+from tests.support.teams import cli
 
 NOBODY = "nobody"
 

@@ -27,8 +27,8 @@ from teamctl.worker.mate_tools import MateTools
 from teamctl.worker.mate_workspace import gate_plan
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow, ToolCalls
-from tests.team_support import cli, inbox_lines, spawn
+from tests.support.llm import ScriptedLLM, Slow, ToolCalls
+from tests.support.teams import cli, inbox_lines, spawn
 
 ASSIGNED = re.compile(r"You now hold (task_\d+)")
 NOBODY = "nobody"

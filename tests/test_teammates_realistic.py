@@ -17,9 +17,9 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import inbox_lines, spawn
-from tests.timescale import scaled
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import inbox_lines, spawn
+from tests.support.timescale import scaled
 
 
 @pytest.mark.realistic

@@ -12,7 +12,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.transcripts import Transcripts, capped
 
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.test_coordinator import member_answer, run_cli, script_run, team_file
 
 TOOL_ROUNDS = 8

@@ -15,8 +15,8 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import HeldFirstCall, inbox_lines
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import HeldFirstCall, inbox_lines
 
 
 def working_alice(conn: redis.Redis, team: str) -> tuple[TeamStore, str]:

@@ -30,10 +30,10 @@ from teamctl.shared.parent_watch import PARENT_PID_ENV
 from teamctl.worker.rq_worker import TeamctlWorker
 
 from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
+from tests.support.timescale import scaled, timing_options
 from tests.test_coordinator import member_answer, team_file
 from tests.test_local_workers import exited
-from tests.timescale import scaled, timing_options
 
 RQ_VARIABLES = ("RQ_CONFIG", "RQ_CONNECTION_CLASS", "RQ_WORKER_CLASS", "RQ_REDIS_URL")
 

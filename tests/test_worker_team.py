@@ -8,8 +8,8 @@ from pathlib import Path
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_worker_support import parsed, tool_names, tool_results
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import parsed, tool_names, tool_results
 
 PLAN = {"tasks": [
     {"id": "task_1", "memberId": "m1", "task": "Collect notes"},

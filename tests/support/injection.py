@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 MARKED_QUEUE = "marked"
 """The queue the marked workers serve (db 0, beside the shared workers' `members`)."""
