@@ -1,73 +1,30 @@
 """Fixtures: a real redis-server on a free loopback port, the scripted model server, and real
-`rq worker` processes. Everything started here is stopped by its pid."""
+`rq worker` processes. Everything started here is stopped by its pid. The helpers they and the
+tests share are in tests/support."""
 
 from __future__ import annotations
 
 import itertools
-import math
 import os
-import time
+import signal
+import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.coordinator.cli.worker_pool import WorkerPool
-from teamctl.shared.bus import MessageBus
 from teamctl.shared.embedded_redis import throwaway_redis
-from teamctl.shared.keys import RunKeys
-from teamctl.shared.lease import Lease
-from teamctl.shared.roster import write_roster
-from teamctl.shared.runstore import RunStore
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, marked_env
 from tests.support.llm import ScriptedLLM
+from tests.support.waiting import wait_until
+from tests.support.workers import ENV_PREFIXES, start_clean
 
-ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
-                "DEEPSEEK_", "OPENROUTER_")
 _db_numbers = itertools.cycle(range(1, 16))
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
-               interval_s: float = 0.02, message: str = "condition") -> object:
-    """Poll `predicate` until it returns something truthy, or fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {message}")
-        time.sleep(interval_s)
-
-
-def assert_ttl_as_set(conn: redis.Redis, key: str, ttl_s: float, set_at: float) -> None:
-    """`key` expires `ttl_s` after the write that began at `set_at` (time.monotonic() taken just
-    before it): its TTL may have lost only the milliseconds that passed since."""
-    left_ms = conn.pttl(key)
-    elapsed_ms = math.ceil((time.monotonic() - set_at) * 1000)
-    ttl_ms = round(ttl_s * 1000)
-    # Redis keeps expiry times in whole milliseconds: the set and the read may each round by one.
-    assert ttl_ms - elapsed_ms - 2 <= left_ms <= ttl_ms, (key, left_ms, ttl_ms, elapsed_ms)
-
-
-def coordinator_store(conn: redis.Redis, run_id: str) -> RunStore:
-    """A RunStore that holds the run's lease (an hour, no renewal), as a coordinator's does."""
-    lease = Lease(conn, RunKeys(run_id), ttl_s=3600)
-    assert lease.try_acquire(), f"run {run_id} already has a coordinator"
-    return RunStore(conn, RunKeys(run_id), lease.owner)
-
-
-def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
-               **options: Any) -> MessageBus:
-    """A bus of a run with no spec: its roster written first, as creating a run writes it."""
-    keys = RunKeys(run_id)
-    write_roster(conn, keys, member_ids)
-    return MessageBus(conn, keys, **options)
 
 
 @pytest.fixture(scope="session")
@@ -130,17 +87,6 @@ def scripts_used_as_written(request: pytest.FixtureRequest) -> Iterator[None]:
         problems)
 
 
-def start_clean(group: LocalWorkers) -> None:
-    """Start `group` without the user's teamctl and provider settings in its environment: a
-    session or module fixture is built before the per-test clean_environ, and its workers
-    would keep them for every test."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name.startswith(ENV_PREFIXES):
-                patch.delenv(name)
-        group.start()
-
-
 @pytest.fixture(scope="session")
 def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Two real, preloaded `rq worker` processes on queue `members`, shared by the session."""
@@ -191,6 +137,18 @@ def shared_workers_left_idle(request: pytest.FixtureRequest) -> Iterator[None]:
     wait_until(lambda: queue.count == 0 and all(
         w.get_state() != "busy" for w in Worker.all(queue=queue)), 60,
         message="the shared workers to be idle with nothing queued")
+
+
+@pytest.fixture
+def group_reaper() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes started in a session of their own; SIGKILLed by process group if a test failed
+    before they ended."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
 
 
 @pytest.fixture

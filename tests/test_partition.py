@@ -30,14 +30,14 @@ from teamctl.shared.embedded_redis import redis_server_binary
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 
-from tests.conftest import wait_until
+from tests.support.cli import TEAMCTL
 from tests.support.faults import TcpProxy
 from tests.support.llm import ScriptedLLM, Slow
+from tests.support.waiting import wait_until
 
 SUBNET = "10.254.{n}.{host}/30"
 """A /30 that exists only between the test's two namespaces."""
 REDIS_PORT = 6379
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 HEARTBEAT_TTL_S = 4.0
 
 

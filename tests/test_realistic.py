@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from teamctl.shared.team import RunOptions
 
+from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLLM
+from tests.support.replies import member_answer
+from tests.support.teamfile import team_file
 from tests.support.timescale import scaled, time_scale, timing_options
-from tests.test_coordinator import member_answer, run_cli, team_file
 
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
         {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},

@@ -35,8 +35,9 @@ from teamctl.shared.models import TaskSpec
 from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import ScriptedLLM, ToolCalls
-from tests.support.runs import make_run, tool_names, tool_results
-from tests.test_local_workers import exited
+from tests.support.replies import tool_names, tool_results
+from tests.support.runs import make_run
+from tests.support.workers import exited
 
 NOBODY_UID = 65534
 
