@@ -85,7 +85,8 @@ def test_the_teamctl_command_is_defined_once_in_support() -> None:
     ("from .. import test_lead\n", "tests.support", [(1, "tests.test_lead")]),
     ("def f():\n    from tests.test_api import g\n", "tests", [(2, "tests.test_api")]),
     ("from tests.support.cli import TEAMCTL\nimport tests.pytools_fixture.tools\n", "tests", []),
-])
+], ids=["from-test-module", "import-conftest", "conftest-from-package", "relative",
+        "relative-from-support", "inside-a-function", "support-and-data-packages"])
 def test_the_import_check_finds_what_it_should(source: str, package: str,
                                                 expected: list[tuple[int, str]]) -> None:
     assert imported_test_modules(source, package) == expected
