@@ -34,7 +34,7 @@ from teamctl.shared.teams import TeamStore
 from bench import slowlog
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker_fleet
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 MATES = 1000
 WORKERS = 4

@@ -27,7 +27,7 @@ from teamctl.shared.keys import RunKeys
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
 from bench.bench_worker import worker_fleet
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 TASKS = 40
 WORKERS = 4

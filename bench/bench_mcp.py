@@ -32,7 +32,7 @@ from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from bench.bench_worker import QUEUE, per_task_ms, worker
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 JOBS = 10
 """Paced run_task jobs of each kind (an MCP attempt takes about a second)."""

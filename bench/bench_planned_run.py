@@ -32,7 +32,7 @@ from bench import slowlog
 from bench.bench_startup import teamctl
 from bench.bench_worker import _wait, worker_fleet
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 TASKS = 5000
 WIDTH = 1000

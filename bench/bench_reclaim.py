@@ -33,7 +33,7 @@ from teamctl.shared.keys import RunKeys
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
 from bench.bench_worker import QUEUE, _wait, worker
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 KILLS = 10
 TTL_S = 3.0

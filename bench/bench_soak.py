@@ -33,7 +33,7 @@ from bench.bench_concurrent_runs import write_team
 from bench.bench_startup import teamctl
 from bench.bench_worker import QUEUE, _wait, worker_fleet
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 MINUTES = 30.0
 WARM_UP_S = 60.0

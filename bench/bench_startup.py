@@ -39,7 +39,7 @@ from teamctl.shared.team import ModelChoice, load_team_file
 
 from bench.bench_worker import _wait, registered_pids, rss_mb, worker_fleet
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 COLD_RUNS = 3
 WARM_RUNS = 5

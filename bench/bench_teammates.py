@@ -39,7 +39,7 @@ from teamctl.shared.teams import TeamStore
 
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker
 from bench.figures import BenchFigure
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls
 
 
 @dataclass

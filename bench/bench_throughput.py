@@ -29,7 +29,7 @@ from teamctl.shared.keys import RunKeys
 from bench.bench_startup import teamctl
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker_fleet
 from bench.figures import BenchFigure, print_figures
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 TASKS = 2000
 WORKERS = 8

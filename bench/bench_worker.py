@@ -40,7 +40,7 @@ from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from bench.figures import BenchFigure
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 
 QUEUE = "members"
 PRELOADED_TASKS = 60

@@ -30,7 +30,7 @@ TOOL = {"type": "function", "function": {"name": "f", "description": "probe",
                                          "parameters": {"type": "object", "properties": {}}}}
 SERVE = """
 import sys
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
 servers = [ScriptedLLM(), ScriptedLLM(tls=True)]
 for server in servers:
     server.start()

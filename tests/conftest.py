@@ -1,40 +1,39 @@
 """Fixtures: a real redis-server on a free loopback port, the scripted model server, and real
-`rq worker` processes. Everything started here is stopped by its pid."""
+`rq worker` processes. Everything started here is stopped by its pid. The helpers they and the
+tests share are in tests/support."""
 
 from __future__ import annotations
 
 import itertools
-import math
 import os
-import time
+import signal
+import subprocess
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from rq import Queue, Worker
-from rq.registry import FailedJobRegistry
 from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.coordinator.cli.worker_pool import WorkerPool
-from teamctl.shared.bus import MessageBus
 from teamctl.shared.embedded_redis import throwaway_redis
-from teamctl.shared.keys import RunKeys
-from teamctl.shared.lease import Lease
-from teamctl.shared.roster import write_roster
-from teamctl.shared.runstore import RunStore
 
-from tests.injection_support import MARKED_QUEUE, MarkedWorkers, marked_env
-from tests.scripted_llm import ScriptedLLM
+from tests.support.injection import MARKED_QUEUE, MarkedWorkers, marked_env
+from tests.support.llm import ScriptedLLM
+from tests.support.waiting import wait_until
+from tests.support.workers import (
+    ENV_PREFIXES,
+    SHARED_TRAILS,
+    SharedWorkerTrail,
+    keep_trail,
+    start_clean,
+    wait_for_idle_queue,
+)
 
-ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
-                "DEEPSEEK_", "OPENROUTER_")
 _db_numbers = itertools.cycle(range(1, 16))
-TRACEBACK = b"Traceback (most recent call last)"
 
 # One example database in the checkout for every run and both tiers, named rather than left to
 # Hypothesis: its built-in `ci` profile (taken whenever $CI is set) keeps no database and ignores
@@ -44,44 +43,6 @@ settings.register_profile(
     database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parent.parent
                                            / ".hypothesis" / "examples"))
 settings.load_profile("teamctl")
-
-
-def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
-               interval_s: float = 0.02, message: str = "condition") -> object:
-    """Poll `predicate` until it returns something truthy, or fail after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {message}")
-        time.sleep(interval_s)
-
-
-def assert_ttl_as_set(conn: redis.Redis, key: str, ttl_s: float, set_at: float) -> None:
-    """`key` expires `ttl_s` after the write that began at `set_at` (time.monotonic() taken just
-    before it): its TTL may have lost only the milliseconds that passed since."""
-    left_ms = conn.pttl(key)
-    elapsed_ms = math.ceil((time.monotonic() - set_at) * 1000)
-    ttl_ms = round(ttl_s * 1000)
-    # Redis keeps expiry times in whole milliseconds: the set and the read may each round by one.
-    assert ttl_ms - elapsed_ms - 2 <= left_ms <= ttl_ms, (key, left_ms, ttl_ms, elapsed_ms)
-
-
-def coordinator_store(conn: redis.Redis, run_id: str) -> RunStore:
-    """A RunStore that holds the run's lease (an hour, no renewal), as a coordinator's does."""
-    lease = Lease(conn, RunKeys(run_id), ttl_s=3600)
-    assert lease.try_acquire(), f"run {run_id} already has a coordinator"
-    return RunStore(conn, RunKeys(run_id), lease.owner)
-
-
-def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
-               **options: Any) -> MessageBus:
-    """A bus of a run with no spec: its roster written first, as creating a run writes it."""
-    keys = RunKeys(run_id)
-    write_roster(conn, keys, member_ids)
-    return MessageBus(conn, keys, **options)
 
 
 @pytest.fixture(scope="session")
@@ -144,64 +105,6 @@ def scripts_used_as_written(request: pytest.FixtureRequest) -> Iterator[None]:
         problems)
 
 
-def start_clean(group: LocalWorkers) -> None:
-    """Start `group` without the user's teamctl and provider settings in its environment: a
-    session or module fixture is built before the per-test clean_environ, and its workers
-    would keep them for every test."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in list(os.environ):
-            if name.startswith(ENV_PREFIXES):
-                patch.delenv(name)
-        group.start()
-
-
-@dataclass
-class SharedWorkerTrail:
-    """What a group of shared workers leaves when a job goes wrong: the failed jobs of its queue
-    and the tracebacks in its logs, read from where the last test left off."""
-
-    redis_url: str
-    queue: str
-    log_dir: Path
-    log_offsets: dict[Path, int] = field(default_factory=dict)
-    failed_seen: set[str] = field(default_factory=set)
-
-    def mark(self) -> None:
-        """Take everything so far as seen: a test answers only for what happens during it."""
-        self.log_offsets = {path: path.stat().st_size for path in self.log_dir.glob("*.log")}
-        self.failed_seen = set(self._failed_ids())
-
-    def news(self) -> list[str]:
-        """The failed jobs and worker tracebacks since the last mark, one line each."""
-        found = [f"job {job_id} is in the FailedJobRegistry of {self.queue}"
-                 for job_id in self._failed_ids() if job_id not in self.failed_seen]
-        for path in sorted(self.log_dir.glob("*.log")):
-            with path.open("rb") as log:
-                log.seek(self.log_offsets.get(path, 0))
-                text = log.read()
-            if TRACEBACK in text:
-                at = text.index(TRACEBACK)
-                found.append(f"{path.name} logged a traceback: "
-                             + text[max(0, at - 300):at + 1500].decode(errors="replace"))
-        return found
-
-    def _failed_ids(self) -> list[str]:
-        client = redis.Redis.from_url(self.redis_url)
-        try:
-            return [job_id.decode() if isinstance(job_id, bytes) else job_id
-                    for job_id in FailedJobRegistry(self.queue, connection=client).get_job_ids()]
-        finally:
-            client.close()
-
-
-SHARED_TRAILS = pytest.StashKey[dict[str, SharedWorkerTrail]]()
-
-
-def keep_trail(config: pytest.Config, fixture: str, trail: SharedWorkerTrail) -> None:
-    """Let the per-test check find the trail of the shared workers `fixture` started."""
-    config.stash.setdefault(SHARED_TRAILS, {})[fixture] = trail
-
-
 @pytest.fixture(scope="session")
 def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
             pytestconfig: pytest.Config) -> Iterator[str]:
@@ -224,7 +127,7 @@ def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
 def marked_workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
                    pytestconfig: pytest.Config) -> Iterator[MarkedWorkers]:
     """Two real `rq worker` processes on queue `marked` (db 0) whose environment holds the
-    injection suite's marker secret (tests/injection_support.py)."""
+    injection suite's marker secret (tests/support/injection.py)."""
     logs = tmp_path_factory.mktemp("marked-worker-logs")
     group = LocalWorkers(redis_server, [MARKED_QUEUE], 2, logs)
     with pytest.MonkeyPatch.context() as patch:
@@ -271,14 +174,17 @@ def shared_workers_left_clean(request: pytest.FixtureRequest) -> Iterator[None]:
                       "a traceback: drop the mark")
 
 
-def wait_for_idle_queue(redis_url: str, queue_name: str) -> None:
-    """Wait until `queue_name` holds no job and none of its workers is busy."""
-    client = redis.Redis.from_url(redis_url)
-    queue = Queue(queue_name, connection=client)
-    wait_until(lambda: queue.count == 0 and all(
-        w.get_state() != "busy" for w in Worker.all(queue=queue)), 60,
-        message=f"the shared workers of {queue_name} to be idle with nothing queued")
-    client.close()
+
+@pytest.fixture
+def group_reaper() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes started in a session of their own; SIGKILLed by process group if a test failed
+    before they ended."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(30)
 
 
 @pytest.fixture

@@ -38,12 +38,12 @@ from teamctl import (
     Team,
     attach,
 )
-from tests.conftest import wait_until
-from tests.faults import RestartableRedis
-from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
-from tests.test_coordinator import member_answer, task_id_of
-from tests.test_live_cli import store_run
-from tests.timescale import scaled
+from tests.support.faults import RestartableRedis
+from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
+from tests.support.replies import member_answer, task_id_of
+from tests.support.runs import store_run
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
 
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
         {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]

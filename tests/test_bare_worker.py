@@ -17,7 +17,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 
-from tests.test_worker_support import make_run
+from tests.support.runs import make_run
 
 
 @pytest.mark.parametrize("preloaded", [False, True], ids=["bare", "preloaded"])

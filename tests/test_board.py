@@ -12,7 +12,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
 
-from tests.conftest import assert_ttl_as_set, wait_until
+from tests.support.waiting import assert_ttl_as_set, wait_until
 
 TTL_S = 30.0
 

@@ -21,7 +21,7 @@ from teamctl.shared.models import (
 )
 from teamctl.shared.roster import write_roster
 
-from tests.conftest import roster_bus
+from tests.support.runs import roster_bus
 
 MEMBERS = ["m1", "m2", "m3"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import redis
 from teamctl.shared.bus import MessageBus, delivered_to
 
-from tests.conftest import roster_bus
+from tests.support.runs import roster_bus
 
 SENDERS = ["s1", "s2", "s3", "s4"]
 RECEIVERS = ["r1", "r2", "r3"]

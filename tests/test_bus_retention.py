@@ -16,7 +16,7 @@ from teamctl.shared.retention import expire_run, forget_expired_runs
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
-from tests.conftest import assert_ttl_as_set, wait_until
+from tests.support.waiting import assert_ttl_as_set, wait_until
 
 MEMBERS = ["m1", "m2", "m3"]
 

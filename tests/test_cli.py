@@ -25,27 +25,13 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.models import TaskStatus
 from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import ModelChoice, RunOptions, load_team_file
 
-from tests.conftest import coordinator_store, roster_bus
-
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
-
-
-def make_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: object) -> None:
-    """A run with a two-task board and one message, as a coordinator would leave it."""
-    team = load_team_file(None).model_copy(update={"options": RunOptions(**options)})
-    models = ModelChoice(planner="p", synthesizer="s", member_default="m")
-    create_run(conn, RunRequest(objective="Objective X", team=team, models=models,
-                                workspace_root=tmp_path, run_id=run_id))
-    TaskBoard(conn, RunKeys(run_id)).create([
-        TaskSpec(id="a", member_id="researcher", task="A"),
-        TaskSpec(id="b", member_id="writer", task="B", depends_on=["a"])])
-    MessageBus(conn, RunKeys(run_id)).publish(
-        "system", "researcher", "task.assigned", "a", "A")
+from tests.support.cli import TEAMCTL
+from tests.support.runs import coordinator_store, roster_bus, two_task_run
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -128,9 +114,9 @@ def test_default_team_and_flags_override_the_file(tmp_path: Path) -> None:
 
 def test_read_only_verbs_do_not_import_litellm(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     ended = f"{run_id}-ended"  # followers of a run that has ended print its history and return
-    make_run(conn, ended, tmp_path)
+    two_task_run(conn, ended, tmp_path)
     coordinator_store(conn, ended).finish(RunEnd("completed", 3600, output="done"))
     script = (
         "import sys\nfrom teamctl.coordinator.cli import main\n"
@@ -150,7 +136,7 @@ def test_read_only_verbs_do_not_import_litellm(
 
 def test_status_tasks_and_runs_read_the_run_from_redis(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     runner = CliRunner()
     status = runner.invoke(main, ["status", run_id, "--redis-url", redis_url, "--json"])
     assert status.exit_code == 0
@@ -182,7 +168,7 @@ def test_status_tasks_and_runs_read_the_run_from_redis(
 
 def test_export_writes_the_ai4j_file_layout(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     result = CliRunner().invoke(main, ["export", run_id, str(tmp_path / "out"),
                                        "--redis-url", redis_url])
     assert result.exit_code == 0, result.output
@@ -203,7 +189,7 @@ def test_export_writes_the_ai4j_file_layout(
 
 def test_export_refuses_to_overwrite_files_unless_forced(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     out = tmp_path / "out"
     (out / "mailbox").mkdir(parents=True)
     (out / "mailbox" / "default.jsonl").write_text("mine\n")
@@ -224,7 +210,7 @@ def test_export_refuses_to_overwrite_files_unless_forced(
 
 def test_cancel_without_a_live_coordinator_ends_the_run_here(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     runner = CliRunner()
     result = runner.invoke(main, ["cancel", run_id, "--redis-url", redis_url])
     assert result.exit_code == 0 and f"run {run_id} cancelled" in result.stdout
@@ -242,7 +228,7 @@ def test_cancel_without_a_live_coordinator_ends_the_run_here(
 def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     """The worker holding `a` died (its claim still looks alive); no coordinator is left."""
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     board = TaskBoard(conn, RunKeys(run_id))
     token = board.claim("a", "researcher", "gone-host:1", 600)
     assert token is not None
@@ -269,7 +255,7 @@ def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
 def test_a_stop_that_races_the_runs_end_leaves_no_key_without_a_ttl(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     """`cancel` checked the run was live, then its coordinator ended and expired it."""
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     store = coordinator_store(conn, run_id)
     store.finish(RunEnd("completed", 3600, output="done"))
     expire_run(conn, run_id, 3600)
@@ -283,8 +269,8 @@ def test_a_stop_that_races_the_runs_end_leaves_no_key_without_a_ttl(
 
 def test_approve_and_reject_need_a_run_that_asks_for_approval(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path)
-    make_run(conn, run_id + "-ask", tmp_path, require_plan_approval=True)
+    two_task_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id + "-ask", tmp_path, require_plan_approval=True)
     runner = CliRunner()
     refused = runner.invoke(main, ["approve", run_id, "--redis-url", redis_url])
     assert refused.exit_code == 2 and "does not ask for plan approval" in refused.stderr
@@ -421,7 +407,7 @@ def test_one_unreadable_run_never_breaks_the_others(
         corruption: str, conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
     corrupt, says = CORRUPTIONS[corruption]
     for run_id in ("good-1", "bad", "good-2"):
-        make_run(conn, run_id, tmp_path)
+        two_task_run(conn, run_id, tmp_path)
     corrupt(conn, "bad")
     runner = CliRunner()
 
@@ -457,8 +443,8 @@ def test_one_unreadable_run_never_breaks_the_others(
 
 def test_an_unreadable_task_or_run_id_is_one_line_too(
         conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
-    make_run(conn, "good", tmp_path)
-    make_run(conn, "bad", tmp_path)
+    two_task_run(conn, "good", tmp_path)
+    two_task_run(conn, "bad", tmp_path)
     conn.hset(RunKeys("bad").task("a"), "status", "weird")
     conn.zadd("teamctl:runs", {"bad\nid": 1})
     runner = CliRunner()
@@ -480,7 +466,7 @@ def test_an_unreadable_task_or_run_id_is_one_line_too(
 def test_bad_paths_are_one_line_config_errors_for_every_verb(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     """Tests run as root, so "unwritable" is a path under a regular file (ENOTDIR)."""
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory\n")
     state_is_a_file = tmp_path / "out-state-file"
@@ -589,7 +575,7 @@ def test_help_imports_no_verb_and_reading_verbs_import_no_rq(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     """What makes the short verbs start fast: --help loads neither Redis nor pydantic, and
     reading a run loads neither RQ nor litellm."""
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     loaded = "print(*(m in sys.modules for m in ('redis', 'pydantic', 'rq', 'litellm')))"
     for verb, expected in ((["--help"], "False False False False"),
                            (["status", run_id, "--redis-url", redis_url], "True True False False"),

@@ -13,7 +13,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import Plan, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.runstore import RunStore
 
-from tests.test_cli import make_run
+from tests.support.runs import two_task_run
 
 
 def test_live_table_shows_task_member_status_attempts_elapsed() -> None:
@@ -33,7 +33,7 @@ def test_live_table_shows_task_member_status_attempts_elapsed() -> None:
 def test_terminal_prompt_records_the_decision(
         conn: redis.Redis, run_id: str, tmp_path: object, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str], answer: str, expected: tuple[str, str | None]) -> None:
-    make_run(conn, run_id, tmp_path, require_plan_approval=True)
+    two_task_run(conn, run_id, tmp_path, require_plan_approval=True)
     monkeypatch.setattr("sys.stdin", io.StringIO(answer))
     plan = Plan(tasks=[TaskSpec(id="a", member_id="m1", task="Do A")])
     decision = decide_plan(RunStore(conn, RunKeys(run_id)), plan, ApprovalMode.PROMPT,

@@ -4,84 +4,30 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.scripts import Scripts, sources
 from teamctl.shared.team import RunOptions
 
-from tests.conftest import assert_ttl_as_set
-from tests.scripted_llm import HttpError, ScriptedLLM
+from tests.support.cli import errors, run_cli
+from tests.support.llm import HttpError, ScriptedLLM
+from tests.support.replies import member_answer, script_run, task_id_of
+from tests.support.teamfile import team_file
+from tests.support.waiting import assert_ttl_as_set
 
 CYCLE = "unresolved dependencies or cyclic plan"
 
 
-def team_file(path: Path, models: dict[str, str], *, options: dict[str, Any] | None = None,
-              hooks: list[str] | None = None) -> Path:
-    """A TOML team of m1..m3 (m1 has a description); models: planner, synth, member."""
-    lines = ['team_id = "coord"', f'model = "{models["member"]}"',
-             f'planner = {{ model = "{models["planner"]}" }}',
-             f'synthesizer = {{ model = "{models["synth"]}" }}']
-    if hooks:
-        lines.append(f"hooks = {json.dumps(hooks)}")
-    for member in ("m1", "m2", "m3"):
-        lines += ["[[members]]", f'id = "{member}"', f'name = "Member {member}"']
-        if member == "m1":
-            lines.append('description = "collecting facts"')
-    if options:
-        lines.append("[options]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in options.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def task_id_of(body: dict[str, Any]) -> str:
-    """The task a member request is about (from its dispatch input, whatever turn it is)."""
-    for message in body["messages"]:
-        found = re.search(r"^Task ID: (\S+)", str(message.get("content") or ""), re.M)
-        if found:
-            return found.group(1)
-    raise AssertionError(f"no Task ID in the request: {body['messages']!r}")
-
-
-def member_answer(body: dict[str, Any]) -> str:
-    return f"output of {task_id_of(body)}"
-
-
-def script_run(llm: ScriptedLLM, run_id: str, plan: Any, *, member: Any = member_answer,
-               synth: str | None = "final answer") -> dict[str, str]:
-    """Program planner, member and synthesizer models for one run; returns their names.
-    With `synth` None the run must end without synthesis (a call would find no reply)."""
-    plan_text = plan if isinstance(plan, str) else json.dumps(plan)
-    handler = member if callable(member) else None
-    return {
-        "planner": llm.script(f"plan-{run_id}", [plan_text]),
-        "member": llm.script(f"member-{run_id}", None if handler else member, handler=handler),
-        "synth": llm.script(f"synth-{run_id}", [] if synth is None else [synth]),
-    }
-
-
-def run_cli(llm: ScriptedLLM, redis_url: str, run_id: str, team: Path, *extra: str,
-            objective: str = "Ship the thing") -> Result:
-    return CliRunner().invoke(main, [
-        "run", objective, "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json", *extra])
-
-
 def statuses(out: dict[str, Any]) -> dict[str, str]:
     return {s["task_id"]: s["status"] for s in out["task_states"]}
-
-
-def errors(out: dict[str, Any]) -> dict[str, str | None]:
-    return {s["task_id"]: s["error"] for s in out["task_states"]}
 
 
 def board_of(url: str, run_id: str) -> TaskBoard:

@@ -16,10 +16,11 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.runstore import RunStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM
-from tests.test_coordinator import run_cli, script_run, team_file
-from tests.test_resume import TEAMCTL, busy_until
+from tests.support.cli import TEAMCTL, run_cli
+from tests.support.llm import ScriptedLLM
+from tests.support.replies import busy_until, script_run
+from tests.support.teamfile import team_file
+from tests.support.waiting import wait_until
 
 
 def in_thread(invoke: Callable[[], Result]) -> tuple[threading.Thread, list[Result]]:

@@ -11,12 +11,12 @@ from teamctl.coordinator.dispatcher import Dispatcher
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 
-from tests.test_cli import make_run
+from tests.support.runs import two_task_run
 
 
 def test_a_job_that_ended_without_claiming_is_reported(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path, timeout_s=100)
+    two_task_run(conn, run_id, tmp_path, timeout_s=100)
     rq_conn = redis.Redis.from_url(redis_url)
     dispatcher = Dispatcher(rq_conn, RunStore(conn, RunKeys(run_id)).spec())
     job_id = dispatcher.enqueue("a", "nobody-listens")
@@ -30,7 +30,7 @@ def test_a_job_that_ended_without_claiming_is_reported(
 
 def test_a_job_started_longer_ago_than_the_stale_bound_is_reported_and_a_fresh_one_is_not(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path, timeout_s=100)
+    two_task_run(conn, run_id, tmp_path, timeout_s=100)
     rq_conn = redis.Redis.from_url(redis_url)
     dispatcher = Dispatcher(rq_conn, RunStore(conn, RunKeys(run_id)).spec())
     old, fresh = (dispatcher.enqueue(task, "nobody-listens") for task in ("a", "b"))

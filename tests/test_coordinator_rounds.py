@@ -20,7 +20,7 @@ from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import ModelChoice, RunOptions, TeamFile
 
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 
 class RecordingDispatcher:

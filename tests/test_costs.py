@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from teamctl.shared.agent.llm import load_litellm
 
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_coordinator import run_cli, team_file
+from tests.support.cli import run_cli
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teamfile import team_file
 
 PRICED = "gpt-4o-mini"
 PROMPT_TOKENS, COMPLETION_TOKENS = 11, 7

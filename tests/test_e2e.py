@@ -16,26 +16,14 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
+from tests.support.teamfile import team_file
 
 PLAN = {"tasks": [
     {"id": "collect", "memberId": "m1", "task": "Collect facts"},
     {"id": "design", "memberId": "m2", "task": "Design the API"},
     {"id": "write", "memberId": "m3", "task": "Write it up", "dependsOn": ["collect"]},
 ]}
-
-
-def write_team(path: Path, models: dict[str, str], **options: Any) -> Path:
-    lines = ['team_id = "e2e"', f'model = "{models["member"]}"',
-             f'planner = {{ model = "{models["planner"]}" }}',
-             f'synthesizer = {{ model = "{models["synth"]}" }}']
-    for member in ("m1", "m2", "m3"):
-        lines += ["[[members]]", f'id = "{member}"', f'name = "Member {member}"']
-    if options:
-        lines.append("[options]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in options.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def member_answer(body: dict[str, Any]) -> str:
@@ -49,7 +37,8 @@ def test_three_task_plan_runs_on_hand_started_workers(
     models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
               "member": llm.script(f"member-{run_id}", handler=member_answer),
               "synth": llm.script(f"synth-{run_id}", ["the synthesized answer"])}
-    team = write_team(tmp_path / "team.toml", models)
+    team = team_file(tmp_path / "team.toml", models, team_id="e2e",
+                     members=[{"id": m, "name": f"Member {m}"} for m in ("m1", "m2", "m3")])
 
     result = CliRunner().invoke(main, [
         "run", "Ship the thing", "--team", str(team), "--api-base", llm.api_base,

@@ -47,8 +47,8 @@ from teamctl.shared.processes import (
     same_process_alive,
 )
 
-from tests.conftest import wait_until
-from tests.test_worker_support import make_run
+from tests.support.runs import make_run
+from tests.support.waiting import wait_until
 
 NOBODY_UID = 65534
 

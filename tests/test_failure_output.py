@@ -19,11 +19,11 @@ from teamctl.coordinator.advice import teamctl_prog
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import HttpError, ScriptedLLM
-from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
-from tests.test_promises_cli import group_reaper  # noqa: F401  (a fixture)
-from tests.test_resume import TEAMCTL
+from tests.support.cli import TEAMCTL
+from tests.support.llm import HttpError, ScriptedLLM
+from tests.support.replies import member_answer, script_run, task_id_of
+from tests.support.teamfile import team_file
+from tests.support.waiting import wait_until
 
 TOOL = "mypkg.tools:search_docs"
 TWO_TASKS = [{"id": "a", "memberId": "m1", "task": "A"},

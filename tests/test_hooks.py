@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from teamctl import SynthesisResult, TeamHook
-from tests.scripted_llm import ScriptedLLM
-from tests.test_coordinator import run_cli, script_run, team_file
+from tests.support.cli import run_cli
+from tests.support.llm import ScriptedLLM
+from tests.support.replies import script_run
+from tests.support.teamfile import team_file
 
 
 class RecordingHook(TeamHook):

@@ -23,10 +23,10 @@ from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
 from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
-from tests.injection_support import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli
+from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import cli
+from tests.support.waiting import wait_until
 
 DEFAULT_GRANTS = "read_file, write_file, edit_file, list_files"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.injection_support import MARKER, assert_marker_kept, files_holding, redis_text
-from tests.scripted_llm import ScriptedLLM
+from tests.support.injection import MARKER, assert_marker_kept, files_holding, redis_text
+from tests.support.llm import ScriptedLLM
 
 
 def test_the_leak_check_finds_the_marker_in_redis_files_and_requests(

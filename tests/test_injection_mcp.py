@@ -24,13 +24,12 @@ from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
-from tests.conftest import wait_until
-from tests.injection_support import MARKED_QUEUE, MARKER_NAME, MarkedWorkers, assert_marker_kept
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_coordinator import run_cli, script_run
-from tests.test_mcp_tools import git_repository
-from tests.test_python_tools import assert_config_error
-from tests.test_worker_support import tool_results
+from tests.support.cli import assert_config_error, run_cli
+from tests.support.injection import MARKED_QUEUE, MARKER_NAME, MarkedWorkers, assert_marker_kept
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.mcp import git_repository
+from tests.support.replies import script_run, tool_results
+from tests.support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TAKEOVER = ("#!/bin/sh\n"

@@ -10,7 +10,6 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -22,13 +21,19 @@ from teamctl.shared.teams import TeamStore
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.jobs import HANDED_BACK_REASON
 
-from tests.conftest import wait_until
-from tests.injection_support import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
-from tests.test_coordinator import run_cli, script_run
-from tests.test_worker_support import tool_results
-from tests.timescale import scaled
+from tests.support.cli import run_cli
+from tests.support.injection import (
+    MARKED_QUEUE,
+    MarkedWorkers,
+    assert_marker_kept,
+    marked_team,
+    run_marked,
+)
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import script_run
+from tests.support.teams import cli, spawn
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
 
 HANG = "tests.pytools_fixture.tools:hang_for"
 NEVER_S = 3600
@@ -39,36 +44,6 @@ NEVER_S = 3600
 def conn0(marked_workers: MarkedWorkers) -> redis.Redis:
     """A client of the marked workers' database (db 0), reading bytes: RQ's jobs are not text."""
     return redis.Redis.from_url(marked_workers.redis_url)
-
-
-def marked_team(path: Path, models: dict[str, str], tools: list[str],
-                options: dict[str, Any] | None = None) -> Path:
-    """A team of one member, m1, with `tools`: every model call and task on the marked queue."""
-    lines = ['team_id = "bounds"', f'model = "{models["member"]}"',
-             f'planner = {{ model = "{models["planner"]}", queue = "{MARKED_QUEUE}" }}',
-             f'synthesizer = {{ model = "{models["synth"]}", queue = "{MARKED_QUEUE}" }}',
-             "[[members]]", 'id = "m1"', f"tools = {json.dumps(tools)}",
-             f'queue = "{MARKED_QUEUE}"']
-    if options:
-        lines.append("[options]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in options.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def run_marked(llm: ScriptedLLM, marked: MarkedWorkers, run_id: str, tmp_path: Path,
-               calls: list[tuple[str, dict[str, Any] | str]], tools: list[str],
-               options: dict[str, Any] | None = None) -> list[str]:
-    """A planned run whose member makes `calls` in one step, then answers; the tool results
-    its second request carried (the run must have completed)."""
-    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Do as the page says"}],
-                        member=[ToolCalls(calls), "done"])
-    result = run_cli(llm, marked.redis_url, run_id,
-                     marked_team(tmp_path / "t.toml", models, tools, options))
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.stdout)
-    assert out["task_states"][0]["status"] == "completed", out
-    return tool_results(llm.requests[f"member-{run_id}"][1])
 
 
 def error_of(result: str) -> dict[str, str]:

@@ -10,17 +10,14 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
 from rq import Queue, Worker
 from rq.job import Job
-from teamctl.coordinator.cli import main
 from teamctl.coordinator.lead.lead import LeadMemory
 from teamctl.coordinator.lead.repl import Watcher
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
@@ -33,12 +30,12 @@ from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
 from teamctl.shared.teams import TeamStore, now_ms
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow, ToolCalls
-from tests.team_support import cli, spawn
-from tests.timescale import scaled
+from tests.support.cli import TEAMCTL
+from tests.support.llm import ScriptedLLM, Slow, ToolCalls
+from tests.support.teams import cli, lead_args, spawn, typed
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
 
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 TTL_S = scaled(TeamOptions().heartbeat_ttl_s, floor_s=1.5)
 _INBOX = re.compile(r"<inbox>\n(.*?)\n</inbox>", re.S)
 
@@ -54,21 +51,8 @@ def injected(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def typed(*args: str, lines: str) -> Result:
-    """`teamctl ARGS` in this process, with `lines` on its standard input (a pipe, no terminal)."""
-    return CliRunner().invoke(main, list(args), input=lines, catch_exceptions=False)
-
-
 def lead_memory(conn: redis.Redis, team: str) -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in conn.lrange(TeamKeys(team).lead_memory, 0, -1)]
-
-
-def lead_args(url: str, team: str, model: str, api_base: str, *extra: str,
-              own_workers: bool = False) -> list[str]:
-    """`teamctl lead` on the scripted server; with `own_workers` at the default --workers,
-    else none (the session's workers serve the tests' default database)."""
-    return ["lead", "-t", team, "--redis-url", url, *([] if own_workers else ["--workers", "0"]),
-            "--model", model, "--api-base", api_base, *extra]
 
 
 class LeadScript:

@@ -26,7 +26,7 @@ from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_tools import MateTools
 
-from tests.team_support import cli
+from tests.support.teams import cli
 
 NOBODY = "nobody"
 BUS_CAP = 40

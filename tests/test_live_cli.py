@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -28,14 +27,15 @@ from teamctl.shared.models import (
     TaskEvent,
     TaskSpec,
 )
-from teamctl.shared.runstore import RunEnd, RunStore, now_ms
-from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runstore import RunEnd, RunStore
 
-from tests.conftest import coordinator_store, wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
+from tests.support.cli import TEAMCTL
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import member_answer, script_run, task_id_of
+from tests.support.runs import store_run
+from tests.support.teamfile import team_file
+from tests.support.waiting import wait_until
 
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 MEMBERS = ["m1", "m2", "m3"]
 NOTE = "Focus on exactly-once delivery"
 RUN_DEADLINE_S = 90
@@ -45,18 +45,6 @@ READ_MESSAGES = ToolCalls([("team_read_messages", {})])
 
 def invoke(redis_url: str, *args: str) -> Result:
     return CliRunner().invoke(main, [*args, "--redis-url", redis_url])
-
-
-def store_run(conn: redis.Redis, run_id: str, **options: Any) -> RunStore:
-    """A running run of m1..m3 (its roster written by create) with the lease held, no workers."""
-    spec = RunSpec(run_id=run_id, team_id="t", objective="o",
-                   members=[Member(id=m) for m in MEMBERS], options=RunOptions(**options),
-                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
-                   workspace_dir="/tmp", created_ms=now_ms())
-    RunStore(conn, RunKeys(run_id)).create(spec)
-    store = coordinator_store(conn, run_id)
-    store.set_status("running")
-    return store
 
 
 def reads_until_told(told: threading.Event, task_id: str) -> Any:

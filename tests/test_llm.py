@@ -20,8 +20,10 @@ from teamctl.shared.agent.llm import (
 )
 from teamctl.shared.errors import CredentialsError, ModelError
 
-from tests.scripted_llm import HttpError, Reset, ScriptedLLM, Stall
-from tests.test_coordinator import errors, run_cli, script_run, team_file
+from tests.support.cli import errors, run_cli
+from tests.support.llm import HttpError, Reset, ScriptedLLM, Stall
+from tests.support.replies import script_run
+from tests.support.teamfile import team_file
 
 HI = [{"role": "user", "content": "hi"}]
 KEY = "sk-test-4b1d9c0e7f"

@@ -17,7 +17,8 @@ from teamctl.shared.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.processes import pid_alive
 from teamctl.shared.runstore import RunStore
 
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
+from tests.support.workers import exited
 
 
 def start_waiting_run(redis_server: str, run_id: str, tmp_path: Path,
@@ -47,16 +48,6 @@ def worker_pids(conn: redis.Redis, run_id: str, queue: str, count: int) -> list[
     pids = [int(conn.hget(key, "pid")) for key in names]
     assert len(pids) == count and all(pid_alive(pid) for pid in pids)
     return pids
-
-
-def exited(pid: int) -> bool:
-    """Gone, or a zombie (an orphan's exit that no init has reaped yet)."""
-    if not pid_alive(pid):
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:  # it exited meanwhile, or there is no /proc to ask
-        return not pid_alive(pid)
 
 
 def test_sigterm_stops_the_run_and_its_workers(

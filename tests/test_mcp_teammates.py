@@ -18,12 +18,12 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.teammates import MateStatus, team_workspace
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
-from tests.test_mcp_tools import git_repository, processes_in
-from tests.test_python_tools import assert_config_error, error_of
-from tests.test_worker_support import tool_names
+from tests.support.cli import assert_config_error
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.mcp import git_repository, processes_in
+from tests.support.replies import error_of, tool_names
+from tests.support.teams import cli, spawn
+from tests.support.waiting import wait_until
 
 GIT = {"name": "git", "command": ["mcp-server-git", "--repository", "."]}
 

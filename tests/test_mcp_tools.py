@@ -37,52 +37,19 @@ from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec, load_t
 from teamctl.worker.jobs import execute_task
 
 from teamctl import Team
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_coordinator import run_cli, script_run
-from tests.test_python_tools import assert_config_error, error_of
-from tests.test_worker_support import tool_names, tool_results
+from tests.support.cli import assert_config_error, run_cli
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.mcp import git_repository, processes_in
+from tests.support.replies import error_of, script_run, tool_names, tool_results
+from tests.support.teamfile import team_file
+from tests.support.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def team_file(path: Path, models: dict[str, str], servers: list[dict[str, Any]],
-              mcp: list[str], options: dict[str, Any] | None = None) -> Path:
-    """A JSON team of one member, m1, with MCP `servers` and its `mcp` entries."""
-    team = {"team_id": "mcp", "model": models["member"],
-            "planner": {"model": models["planner"]},
-            "synthesizer": {"model": models["synth"]},
-            "mcp_servers": servers, "members": [{"id": "m1", "mcp": mcp}],
-            "options": options or {}}
-    path.write_text(json.dumps(team))
-    return path
 
 
 def workspace_of(run_id: str) -> Path:
     """Where `teamctl run` puts the run's workspace (the tests' TEAMCTL_STATE_DIR)."""
     return Path(os.environ["TEAMCTL_STATE_DIR"]) / "workspaces" / run_id
-
-
-def processes_in(directory: Path) -> list[int]:
-    """Pids of processes whose working directory is `directory` (a server left running)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == directory:
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def git_repository(path: Path) -> None:
-    path.mkdir(parents=True)
-    run = {"cwd": path, "check": True, "capture_output": True}
-    subprocess.run(["git", "init", "-q"], **run)
-    (path / "notes.txt").write_text("hello\n")
-    subprocess.run(["git", "add", "notes.txt"], **run)
-    subprocess.run(["git", "-c", "user.name=Tess", "-c", "user.email=t@example.com", "commit",
-                    "-q", "-m", "Add the release notes"], **run)
 
 
 def test_mcp_server_git_in_a_planned_run(
@@ -93,9 +60,10 @@ def test_mcp_server_git_in_a_planned_run(
     git_repository(workspace_of(run_id))
     models = script_run(llm, run_id, [{"memberId": "m1", "task": "Read the history"}], member=[
         ToolCalls([("git__git_log", {"repo_path": ".", "max_count": 5})]), "read it"])
-    team = team_file(tmp_path / "t.json", models,
-                     [{"name": "git", "command": ["mcp-server-git", "--repository", "."]}],
-                     ["git:git_log", "git:git_status"])
+    team = team_file(tmp_path / "t.json", models, team_id="mcp",
+                     mcp_servers=[{"name": "git",
+                                   "command": ["mcp-server-git", "--repository", "."]}],
+                     members=[{"id": "m1", "mcp": ["git:git_log", "git:git_status"]}])
 
     result = run_cli(llm, workers, run_id, team)
 
@@ -164,8 +132,10 @@ def test_http_server_failures_are_tool_errors_and_the_task_completes(
         ToolCalls([("docs__lookup", {"term": "lease"}), ("docs__hang", {}),
                    ("docs__crash", {}), ("docs__lookup", {"term": "again"})]),
         "looked it up"])
-    team = team_file(tmp_path / "t.json", models, [{"name": "docs", "url": docs_server}],
-                     ["docs"], {"mcp_call_timeout_s": 1.5})
+    team = team_file(tmp_path / "t.json", models, team_id="mcp",
+                     mcp_servers=[{"name": "docs", "url": docs_server}],
+                     members=[{"id": "m1", "mcp": ["docs"]}],
+                     options={"mcp_call_timeout_s": 1.5})
 
     result = run_cli(llm, workers, run_id, team)
 
@@ -290,7 +260,7 @@ def test_team_file_mcp_errors_exit_2(redis_url: str, tmp_path: Path,
                                      servers: list[dict[str, Any]], mcp: list[str],
                                      says: str) -> None:
     team = team_file(tmp_path / "t.json", {"member": "m", "planner": "p", "synth": "s"},
-                     servers, mcp)
+                     team_id="mcp", mcp_servers=servers, members=[{"id": "m1", "mcp": mcp}])
     result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
                                        "--workers", "0"])
     assert_config_error(result, says)
@@ -312,11 +282,13 @@ def test_relative_commands_resolve_against_the_team_file_s_directory(tmp_path: P
     servers and in each member's copy; a bare name stays for the worker's PATH."""
     (tmp_path / "conf").mkdir()
     team = team_file(tmp_path / "conf" / "t.json", {"member": "m", "planner": "p", "synth": "s"},
-                     [{"name": "local", "command": ["./bin/serve", "--fast"]},
-                      {"name": "tools", "command": ["../tools/serve"]},
-                      {"name": "git", "command": ["mcp-server-git", "--repository", "."]},
-                      {"name": "abs", "command": ["/opt/mcp/serve"]}],
-                     ["local", "tools", "git", "abs"])
+                     team_id="mcp",
+                     mcp_servers=[{"name": "local", "command": ["./bin/serve", "--fast"]},
+                                  {"name": "tools", "command": ["../tools/serve"]},
+                                  {"name": "git",
+                                   "command": ["mcp-server-git", "--repository", "."]},
+                                  {"name": "abs", "command": ["/opt/mcp/serve"]}],
+                     members=[{"id": "m1", "mcp": ["local", "tools", "git", "abs"]}])
 
     loaded = load_team_file(team)
 
@@ -342,12 +314,15 @@ def test_a_command_inside_the_state_dir_exits_2_and_writes_nothing(
     in_workspace = in_state_dir("teams", "t1", "workspace", "t.json")
     in_workspace.parent.mkdir(parents=True)
     teams = [
-        (team_file(tmp_path / "a.json", models, [{"name": "local", "command": [str(script)]}],
-                   ["local"]), str(script)),
-        (team_file(in_workspace, models, [{"name": "local", "command": ["./serve"]}],
-                   ["local"]), str(in_workspace.parent / "serve")),
-        (team_file(tmp_path / "c.json", models, [{"name": "local", "command": ["link/serve"]}],
-                   ["local"]), str(tmp_path / "link" / "serve")),
+        (team_file(tmp_path / "a.json", models, team_id="mcp",
+                   mcp_servers=[{"name": "local", "command": [str(script)]}],
+                   members=[{"id": "m1", "mcp": ["local"]}]), str(script)),
+        (team_file(in_workspace, models, team_id="mcp",
+                   mcp_servers=[{"name": "local", "command": ["./serve"]}],
+                   members=[{"id": "m1", "mcp": ["local"]}]), str(in_workspace.parent / "serve")),
+        (team_file(tmp_path / "c.json", models, team_id="mcp",
+                   mcp_servers=[{"name": "local", "command": ["link/serve"]}],
+                   members=[{"id": "m1", "mcp": ["local"]}]), str(tmp_path / "link" / "serve")),
     ]
     for team, command in teams:
         says = (f"mcp_servers.0.command: MCP server 'local' would run {command}, inside "
@@ -389,7 +364,8 @@ def test_the_coordinator_never_imports_the_sdk(tmp_path: Path) -> None:
     """Validating an MCP team file and rendering its planner prompt load neither the MCP SDK
     nor litellm (the coordinator starts no server and makes no model call)."""
     team = team_file(tmp_path / "t.json", {"member": "m", "planner": "p", "synth": "s"},
-                     [{"name": "git", "command": ["mcp-server-git"]}], ["git"])
+                     team_id="mcp", mcp_servers=[{"name": "git", "command": ["mcp-server-git"]}],
+                     members=[{"id": "m1", "mcp": ["git"]}])
     script = (
         "import sys\nfrom pathlib import Path\nimport teamctl.coordinator.cli\n"
         "import teamctl.coordinator.run\n"
@@ -668,8 +644,9 @@ def test_the_planner_falls_back_to_the_entries_of_a_server_that_will_not_start(
     models = script_run(llm, run_id, [{"memberId": "m1", "task": "Search"}])
     broken = [sys.executable, "-c", "import sys; print('no index', file=sys.stderr); "
               "sys.exit(2)"]
-    team = team_file(tmp_path / "t.json", models, [{"name": "index", "command": broken}],
-                     ["index:search"])
+    team = team_file(tmp_path / "t.json", models, team_id="mcp",
+                     mcp_servers=[{"name": "index", "command": broken}],
+                     members=[{"id": "m1", "mcp": ["index:search"]}])
 
     result = run_cli(llm, workers, run_id, team)
 

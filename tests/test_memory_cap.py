@@ -21,9 +21,9 @@ from teamctl.shared.scripts import sources
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import inbox_lines
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import inbox_lines
+from tests.support.waiting import wait_until
 
 FIXTURE = "tests.pytools_fixture.tools"
 EXCHANGE_CHARS = 3500

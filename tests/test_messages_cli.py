@@ -18,7 +18,8 @@ from teamctl.shared.retention import expire_run
 from teamctl.shared.runstore import RunEnd, RunStore, now_ms
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
-from tests.conftest import coordinator_store, wait_until
+from tests.support.runs import coordinator_store
+from tests.support.waiting import wait_until
 
 MEMBERS = ["m1", "m2", "m3"]
 FOLLOW_DEADLINE_S = 15

@@ -24,12 +24,12 @@ from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, Model
 from teamctl.shared.models import ModelReply, RunStatus
 from teamctl.shared.runstore import RunStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import Held, ScriptedLLM, Slow, release_when
-from tests.test_coordinator import member_answer
-from tests.timescale import scaled
+from tests.support.cli import TEAMCTL
+from tests.support.llm import Held, ScriptedLLM, Slow, release_when
+from tests.support.replies import member_answer
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
 
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"}]
 TTL_S = scaled(30, floor_s=1.5)
 

@@ -14,7 +14,7 @@ import redis
 from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import stop_process, worker_env
 
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 BIN = Path(sys.executable).parent
 TRAP = 'raise ImportError("teamctl imported the user\'s {name}")\n'

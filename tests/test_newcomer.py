@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +16,11 @@ import pytest
 from teamctl.coordinator.cli.worker_pool import WorkerPool
 from teamctl.shared.embedded_redis import EmbeddedRedis
 
-from tests.conftest import ENV_PREFIXES, wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
+from tests.support.cli import TEAMCTL_SCRIPT
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.waiting import wait_until
+from tests.support.workers import ENV_PREFIXES
 
-TEAMCTL = str(Path(sys.executable).parent / "teamctl")
-"""The installed command, as the README has people run it (`.venv/bin/teamctl`)."""
 ADVICE = re.compile(r"`([^`]+)`")
 KEY = "sk-newcomer-0123456789abcdef"
 TOOL_MODULE = '''
@@ -52,7 +51,7 @@ def newcomer_env(home: Path, **extra: str) -> dict[str, str]:
 
 def teamctl(env: dict[str, str], *args: str, cwd: Path | None = None
             ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([TEAMCTL, *args], env=env, cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([TEAMCTL_SCRIPT, *args], env=env, cwd=cwd, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=240)
 
 
@@ -120,7 +119,7 @@ def assert_hints_work_as_printed(env: dict[str, str], hints: list[str],
     # No worker at all now: the run says so, and how to start one.
     model = llm.script("waiting-model", ['{"tasks": [{"id": "a", "memberId": "researcher", '
                                          '"task": "Wait"}]}', "waited", "nothing to do"])
-    waiting = subprocess.Popen([TEAMCTL, "run", "Wait", "--workers", "0", "--model", model,
+    waiting = subprocess.Popen([TEAMCTL_SCRIPT, "run", "Wait", "--workers", "0", "--model", model,
                                 "--api-base", llm.api_base], env=env, text=True,
                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,13 +21,14 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.runstore import RunStore
 
-from tests.conftest import wait_until
-from tests.faults import RestartableRedis, TcpProxy
-from tests.scripted_llm import Held, ScriptedLLM, release_when
-from tests.test_coordinator import member_answer, team_file
-from tests.timescale import scaled, timing_options
+from tests.support.cli import TEAMCTL
+from tests.support.faults import RestartableRedis, TcpProxy
+from tests.support.llm import Held, ScriptedLLM, release_when
+from tests.support.replies import member_answer
+from tests.support.teamfile import team_file
+from tests.support.timescale import scaled, timing_options
+from tests.support.waiting import wait_until
 
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
 EXIT_DEADLINE_S = 180
 

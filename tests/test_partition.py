@@ -30,14 +30,14 @@ from teamctl.shared.embedded_redis import redis_server_binary
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 
-from tests.conftest import wait_until
-from tests.faults import TcpProxy
-from tests.scripted_llm import ScriptedLLM, Slow
+from tests.support.cli import TEAMCTL
+from tests.support.faults import TcpProxy
+from tests.support.llm import ScriptedLLM, Slow
+from tests.support.waiting import wait_until
 
 SUBNET = "10.254.{n}.{host}/30"
 """A /30 that exists only between the test's two namespaces."""
 REDIS_PORT = 6379
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
 HEARTBEAT_TTL_S = 4.0
 
 
@@ -151,7 +151,7 @@ def test_a_partitioned_worker_is_reclaimed_and_its_late_write_refused(
         conn = redis.Redis.from_url(local_url, decode_responses=True)
         wait_until(lambda: redis_sock.exists() and _answers(conn), 30, message="Redis in ns a")
         processes.append(two_hosts.exec(two_hosts.b, [
-            sys.executable, "-m", "tests.faults", str(llm_port), llm_sock],
+            sys.executable, "-m", "tests.support.faults", str(llm_port), llm_sock],
             cwd=str(Path(__file__).parent.parent), stdout=subprocess.DEVNULL))
         with (tmp_path / "remote-worker.log").open("wb") as log:
             processes.append(two_hosts.exec(two_hosts.b, worker_command(remote_url, ["remote"]),

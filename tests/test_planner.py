@@ -12,8 +12,9 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member
 
-from tests.scripted_llm import HttpError, ScriptedLLM
-from tests.test_coordinator import run_cli, team_file
+from tests.support.cli import run_cli
+from tests.support.llm import HttpError, ScriptedLLM
+from tests.support.teamfile import team_file
 
 
 def test_planner_prompt_lists_members_with_null_checks_only() -> None:

@@ -13,9 +13,14 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.injection_support import MARKER, MARKER_NAME, MarkedWorkers, assert_marker_kept
-from tests.scripted_llm import ScriptedLLM
-from tests.test_injection_tools import run_marked
+from tests.support.injection import (
+    MARKER,
+    MARKER_NAME,
+    MarkedWorkers,
+    assert_marker_kept,
+    run_marked,
+)
+from tests.support.llm import ScriptedLLM
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 HOLD = ("import sys, time\n"

@@ -16,11 +16,9 @@ import termios
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.advice import teamctl_prog
@@ -30,27 +28,16 @@ from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runstore import RunStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, Slow
-from tests.test_cli import make_run
-from tests.test_coordinator import script_run, task_id_of, team_file
-from tests.test_resume import TEAMCTL
+from tests.support.cli import TEAMCTL
+from tests.support.llm import ScriptedLLM, Slow
+from tests.support.replies import script_run, task_id_of
+from tests.support.runs import two_task_run
+from tests.support.teamfile import team_file
+from tests.support.waiting import wait_until
 
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Z0-9]|[=>])")
 TWO_TASKS = [{"id": "a", "memberId": "m1", "task": "A"},
              {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
-
-
-@pytest.fixture
-def group_reaper() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes started in a session of their own; SIGKILLed by process group if a test failed
-    before they ended."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(30)
 
 
 def own_queue_team(path: Path, models: dict[str, str], queue: str, **options: object) -> Path:
@@ -250,7 +237,7 @@ def test_live_table_on_a_terminal_and_one_summary_line_otherwise(
 
 def test_plain_tasks_lists_the_board_one_task_a_line(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
-    make_run(conn, run_id, tmp_path)
+    two_task_run(conn, run_id, tmp_path)
     board = TaskBoard(conn, RunKeys(run_id))
     token = board.claim("a", "researcher", "host:1", 60)
     board.fail("a", token, "the source was gone")

@@ -16,8 +16,9 @@ from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import DEFAULT_MODEL_FOR_KEY, RunOptions
 from teamctl.shared.teammates import TeamOptions
 
-from tests.scripted_llm import HttpError, ScriptedLLM
-from tests.test_coordinator import member_answer, run_cli
+from tests.support.cli import run_cli
+from tests.support.llm import HttpError, ScriptedLLM
+from tests.support.replies import member_answer
 
 ONE_TASK_PLAN = json.dumps({"tasks": [{"id": "a", "memberId": "researcher", "task": "A"}]})
 

@@ -24,12 +24,13 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.team import RunOptions
 
-from tests.conftest import wait_until
-from tests.scripted_llm import HttpError, ScriptedLLM, Slow
-from tests.test_coordinator import run_cli, script_run, team_file
-from tests.test_local_workers import exited
-from tests.test_resume import TEAMCTL
-from tests.timescale import scaled
+from tests.support.cli import TEAMCTL, run_cli
+from tests.support.llm import HttpError, ScriptedLLM, Slow
+from tests.support.replies import script_run
+from tests.support.teamfile import team_file
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
+from tests.support.workers import exited
 
 TTL_S = 1.0
 ONE_TASK = [{"id": "a", "memberId": "m1", "task": "A"}]

@@ -15,10 +15,11 @@ from teamctl.shared.errors import ToolFailed
 from teamctl.shared.models import TaskSpec
 from teamctl.worker.jobs import execute_task
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_local_workers import exited
-from tests.test_worker_support import make_run, tool_results
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import tool_results
+from tests.support.runs import make_run
+from tests.support.waiting import wait_until
+from tests.support.workers import exited
 
 # bash ignores SIGTERM, starts a child bash that ignores it too, which starts a grandchild sleep.
 STUBBORN = ("trap '' TERM; "

@@ -8,11 +8,10 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.lead.lead_tools import LeadTools
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
@@ -34,36 +33,19 @@ from teamctl.worker.jobs import execute_task
 from teamctl.worker.mate_tools import MateTools
 
 from teamctl.tools import ToolContext
-from tests.conftest import wait_until
 from tests.pytools_fixture import tools as TOOLS_MODULE
 from tests.pytools_fixture.tools import PROBE
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import spawn
-from tests.test_coordinator import run_cli, script_run
-from tests.test_worker_support import make_run, tool_names, tool_results
+from tests.support.cli import assert_config_error, run_cli
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import error_of, script_run, tool_names, tool_results
+from tests.support.runs import make_run
+from tests.support.teamfile import team_file
+from tests.support.teams import spawn
+from tests.support.waiting import wait_until
 
 FIXTURE = "tests.pytools_fixture.tools"
 TOOLS = ["read_file", f"{FIXTURE}:search_docs", f"{FIXTURE}:fetch_ticket", f"{FIXTURE}:explode",
          f"{FIXTURE}:slow_double", f"{FIXTURE}:where_am_i", f"{FIXTURE}:long_text"]
-
-
-def team_file(path: Path, models: dict[str, str], tools: list[str],
-              options: dict[str, Any] | None = None) -> Path:
-    """A TOML team of one member, m1, with `tools`."""
-    lines = ['team_id = "pytools"', f'model = "{models["member"]}"',
-             f'planner = {{ model = "{models["planner"]}" }}',
-             f'synthesizer = {{ model = "{models["synth"]}" }}',
-             "[[members]]", 'id = "m1"', f"tools = {json.dumps(tools)}"]
-    if options:
-        lines.append("[options]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in options.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def error_of(result: str) -> dict[str, Any]:
-    assert result.startswith("TOOL_ERROR: "), result
-    return json.loads(result[len("TOOL_ERROR: "):])
 
 
 def test_python_tools_in_a_planned_run(
@@ -80,8 +62,9 @@ def test_python_tools_in_a_planned_run(
                    ("where_am_i", {"note": "hi"}),
                    ("long_text", {"chars": 5000})]),
         "used them"])
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models, TOOLS,
-                                                     {"tool_result_max_chars": 300}))
+    result = run_cli(llm, workers, run_id, team_file(
+        tmp_path / "t.toml", models, team_id="pytools", members=[{"id": "m1", "tools": TOOLS}],
+        options={"tool_result_max_chars": 300}))
 
     assert result.exit_code == 0, result.output
     first, second = llm.requests[f"member-{run_id}"]
@@ -133,7 +116,7 @@ def test_python_tools_in_a_planned_run(
 def test_unloadable_or_clashing_tool_exits_2_before_anything_is_written(
         redis_url: str, tmp_path: Path, tool: str, says: str) -> None:
     team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"},
-                     ["read_file", tool])
+                     team_id="pytools", members=[{"id": "m1", "tools": ["read_file", tool]}])
     result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
                                        "--workers", "0"])
     assert_config_error(result, says)
@@ -150,18 +133,12 @@ def test_unloadable_or_clashing_tool_exits_2_before_anything_is_written(
 ])
 def test_team_file_refuses_clashing_or_malformed_entries(
         redis_url: str, tmp_path: Path, tools: list[str], says: str) -> None:
-    team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"}, tools)
+    team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"},
+                     team_id="pytools", members=[{"id": "m1", "tools": tools}])
     result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
                                        "--workers", "0"])
     assert_config_error(result, says)
     assert "members.0.tools" in result.stderr
-
-
-def assert_config_error(result: Result, says: str) -> None:
-    """Exit 2 with one line on stderr that says it, no traceback."""
-    assert result.exit_code == 2, result.output
-    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert says in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_worker_that_cannot_import_a_tool_fails_the_task_saying_so(
@@ -251,7 +228,8 @@ def test_results_serialize_and_cap() -> None:
 
 
 def test_team_file_accepts_python_tools(tmp_path: Path) -> None:
-    team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"}, TOOLS)
+    team = team_file(tmp_path / "t.toml", {"member": "m", "planner": "p", "synth": "s"},
+                     team_id="pytools", members=[{"id": "m1", "tools": TOOLS}])
     assert load_team_file(team).members[0].tools == TOOLS
     load_team_file(team).check_python_tools()
     assert ToolContext.__module__ == "teamctl.shared.agent.python_tools"

@@ -1,5 +1,5 @@
-"""A chain of slow tasks at the default options (scaled by tests/timescale.py), with model calls
-that take seconds as real providers' do.
+"""A chain of slow tasks at the default options (scaled by tests/support/timescale.py), with model
+calls that take seconds as real providers' do.
 
 A suite that only ran with shortened TTLs and instant models hid a crash that hit every real run
 (any stretch of 5 s without a board event ended `teamctl run`); the realistic tier runs this at
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 from teamctl.shared.team import RunOptions
 
-from tests.scripted_llm import ScriptedLLM
-from tests.test_coordinator import member_answer, run_cli, team_file
-from tests.timescale import scaled, time_scale, timing_options
+from tests.support.cli import run_cli
+from tests.support.llm import ScriptedLLM
+from tests.support.replies import member_answer
+from tests.support.teamfile import team_file
+from tests.support.timescale import scaled, time_scale, timing_options
 
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
         {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},

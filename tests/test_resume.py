@@ -6,11 +6,8 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
@@ -21,24 +18,12 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.runstore import RunStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_coordinator import member_answer, script_run, task_id_of, team_file
-from tests.timescale import scaled
-
-TEAMCTL = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
-BUSY = ToolCalls([("team_list_tasks", {})])
-"""A member turn that keeps the member working (and checking for cancel) without blocking the
-scripted server, which answers one request at a time."""
-
-
-def busy_until(release: threading.Event, task_id: str) -> Callable[[dict[str, Any]], Any]:
-    """A member handler: `task_id` keeps calling tools until `release` is set."""
-    def handler(body: dict[str, Any]) -> str | ToolCalls:
-        if task_id_of(body) == task_id and not release.is_set():
-            return BUSY
-        return member_answer(body)
-    return handler
+from tests.support.cli import TEAMCTL
+from tests.support.llm import ScriptedLLM
+from tests.support.replies import busy_until, script_run, task_id_of
+from tests.support.teamfile import team_file
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.realistic

@@ -12,7 +12,7 @@ from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 
-from tests.conftest import ENV_PREFIXES, start_clean
+from tests.support.workers import ENV_PREFIXES, start_clean
 
 USER_SETTINGS = {"OPENAI_API_KEY": "sk-from-the-developers-shell",
                  "TEAMCTL_HEARTBEAT_TTL_S": "999", "REDIS_URL": "redis://elsewhere:6379/0"}

@@ -16,11 +16,11 @@ from teamctl.shared.models import SystemType, TaskStatus
 from teamctl.shared.teammates import TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
-from tests.test_team_tasks import Doer, Stubborn, add, all_idle, task, workers_idle
-from tests.test_worker_team import write_team
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teamfile import team_file
+from tests.support.teams import Doer, Stubborn, add, all_idle, cli, spawn, task
+from tests.support.waiting import wait_until
+from tests.support.workers import workers_idle
 
 CALLS_PER_HOLD = 2
 """A stubborn holder's model calls per hold: the claim's turn, then the reminder's."""
@@ -109,9 +109,11 @@ def test_a_planned_task_released_past_max_task_releases_fails_and_blocks_its_dep
         return ToolCalls([("team_release_task", {"taskId": "task_1", "reason": "not mine"})])
 
     member = f"m1-{run_id}"
-    team = write_team(tmp_path / "team.toml", llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
-                      llm.script(f"synth-{run_id}", ["nothing shipped"]),
-                      {"m1": llm.script(member, handler=release)})
+    team = team_file(tmp_path / "team.toml",
+                     {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
+                      "synth": llm.script(f"synth-{run_id}", ["nothing shipped"])},
+                     team_id="tools",
+                     members=[{"id": "m1", "model": llm.script(member, handler=release)}])
     result = CliRunner().invoke(main, [
         "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
         "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json",

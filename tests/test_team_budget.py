@@ -22,11 +22,10 @@ from teamctl.shared.teammates import IdleReason, MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.turn import execute_turn
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
-from tests.test_lead import lead_args, typed
-from tests.test_team_tasks import workers_idle
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import cli, lead_args, spawn, typed
+from tests.support.waiting import wait_until
+from tests.support.workers import workers_idle
 
 CALL_TOKENS = 18
 """What each scripted reply reports: 11 prompt and 7 completion tokens."""

@@ -10,7 +10,7 @@ import redis
 from teamctl.shared.teammates import RequestStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 
 def changes(store: TeamStore, after_id: str = "0-0") -> list[tuple[str, str, str, str]]:

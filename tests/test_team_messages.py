@@ -12,7 +12,7 @@ from pathlib import Path
 import redis
 from teamctl.shared.teams import TeamStore
 
-from tests.team_support import cli
+from tests.support.teams import cli
 
 
 def quiet_team(conn: redis.Redis, team: str) -> TeamStore:

@@ -27,9 +27,9 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_tools import MateTools
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import HeldFirstCall, inbox_lines, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import HeldFirstCall, inbox_lines, spawn
+from tests.support.waiting import wait_until
 
 NOBODY = "nobody"
 TASKS = 3000

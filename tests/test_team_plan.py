@@ -13,9 +13,9 @@ from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.teammates import MateStatus, RequestKind, RequestStatus
 from teamctl.shared.teams import RequestRefused, TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import cli, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import cli, spawn
+from tests.support.waiting import wait_until
 
 
 def idle_notices(store: TeamStore) -> int:

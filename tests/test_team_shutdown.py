@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 import redis
-from rq import Queue, Worker
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
 from teamctl.shared.teams import RequestRefused, TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import HeldFirstCall, cli, spawn
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import HeldFirstCall, cli, spawn
+from tests.support.waiting import wait_until
+from tests.support.workers import workers_idle
 
 _REQUEST_ID = re.compile(r'\\"request_id\\": \\"(req_[0-9a-f]{12})\\"')
 
@@ -54,11 +54,6 @@ class Answers:
 
 def lead_protocol(store: TeamStore) -> list[ProtocolMessage]:
     return [m for m in store.peek("lead")[1] if isinstance(m, ProtocolMessage)]
-
-
-def workers_idle(url: str) -> bool:
-    queue = Queue("members", connection=redis.Redis.from_url(url))
-    return queue.count == 0 and all(w.get_state() != "busy" for w in Worker.all(queue=queue))
 
 
 def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(

@@ -21,8 +21,8 @@ from teamctl.shared.roster import write_roster
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import MateBusy, TeamStore, now_ms
 
-from tests.conftest import wait_until
-from tests.team_support import cli
+from tests.support.teams import cli
+from tests.support.waiting import wait_until
 
 NOBODY = "nobody"
 

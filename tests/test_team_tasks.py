@@ -8,62 +8,39 @@ on a queue nobody serves."""
 from __future__ import annotations
 
 import json
-import re
 import threading
 from typing import Any
 
 import pytest
 import redis
-from rq import Queue, Worker
 from rq.job import Job
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.connection import same_server
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import EventKind, SystemType, TaskStatus
-from teamctl.shared.team_tasks import StaleTurn, TeamTask, TeamTasks
+from teamctl.shared.team_tasks import StaleTurn, TeamTasks
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_tools import MateTools
 from teamctl.worker.mate_workspace import gate_plan
 
-from tests.conftest import wait_until
-from tests.scripted_llm import Held, ScriptedLLM, ToolCalls
-from tests.team_support import cli, inbox_lines, spawn
+from tests.support.llm import Held, ScriptedLLM
+from tests.support.teams import (
+    ASSIGNED,
+    Doer,
+    Stubborn,
+    add,
+    all_idle,
+    base_args,
+    cli,
+    inbox_lines,
+    spawn,
+    task,
+)
+from tests.support.waiting import wait_until
+from tests.support.workers import workers_idle
 
-ASSIGNED = re.compile(r"You now hold (task_\d+)")
 NOBODY = "nobody"
-
-
-class Doer:
-    """A teammate's model: 'ready' until a task.assigned arrives, then complete_task for it
-    (after `hold` is set, when given), then 'done'."""
-
-    def __init__(self, hold: threading.Event | None = None) -> None:
-        self.hold = hold
-        self.entered = threading.Event()
-
-    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
-        last = body["messages"][-1]
-        if last["role"] == "tool":
-            return "done"
-        found = ASSIGNED.findall(last.get("content") or "") if last["role"] == "user" else []
-        if not found:
-            return "ready"
-        self.entered.set()
-        if self.hold is not None:
-            self.hold.wait(60)
-        return ToolCalls([("complete_task", {"task_id": found[-1],
-                                             "result": f"did {found[-1]}"})])
-
-
-class Stubborn:
-    """A teammate's model that never completes its task: it just answers."""
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        content = body["messages"][-1].get("content") or ""
-        if "task.reminder" in content:
-            return "still thinking"
-        return "thinking about it" if ASSIGNED.search(content) else "ready"
 
 
 class Slowpoke:
@@ -82,35 +59,10 @@ class Slowpoke:
         return Held("late answer", self.release)
 
 
-def base_args(url: str, team: str) -> tuple[str, ...]:
-    return ("-t", team, "--redis-url", url)
-
-
-def add(url: str, team: str, subject: str, *extra: str) -> str:
-    """`teamctl team task add`; returns the id it printed."""
-    result = cli("team", "task", "add", subject, *extra, *base_args(url, team))
-    assert result.exit_code == 0, result.output
-    return result.stdout.strip()
-
-
 def idle_turns(store: TeamStore, name: str) -> int:
     """How many turns of `name` ended idle (one teammate.idle notice each)."""
     return sum(m.content.startswith(f"{name} is idle") for m in
                store.notices(SystemType.TEAMMATE_IDLE))
-
-
-def all_idle(store: TeamStore, count: int) -> bool:
-    mates = store.mates()
-    return len(mates) == count and all(m.status is MateStatus.IDLE for m in mates)
-
-
-def workers_idle(url: str) -> bool:
-    queue = Queue("members", connection=redis.Redis.from_url(url))
-    return queue.count == 0 and all(w.get_state() != "busy" for w in Worker.all(queue=queue))
-
-
-def task(store: TeamStore, task_id: str) -> TeamTask:
-    return TeamTasks(store).get(task_id)
 
 
 def task_events(store: TeamStore, task_id: str) -> list[EventKind]:

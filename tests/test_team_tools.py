@@ -21,9 +21,9 @@ from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_workspace import add_mate_workspace
 
-from tests.conftest import wait_until
-from tests.scripted_llm import Reply, ScriptedLLM, ToolCalls
-from tests.team_support import cli, inbox_lines, spawn
+from tests.support.llm import Reply, ScriptedLLM, ToolCalls
+from tests.support.teams import cli, inbox_lines, spawn
+from tests.support.waiting import wait_until
 
 TEAM_TOOLS = ["send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
               "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle"]

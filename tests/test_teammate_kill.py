@@ -18,10 +18,11 @@ from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import start_clean, wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import inbox_lines, spawn
-from tests.timescale import scaled
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import inbox_lines, spawn
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
+from tests.support.workers import start_clean
 
 TTL_S = scaled(TeamOptions().heartbeat_ttl_s, floor_s=1.5)
 

@@ -20,9 +20,9 @@ from teamctl.shared.models import SystemType
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
-from tests.team_support import HeldFirstCall, cli, inbox_lines, spawn
+from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
+from tests.support.teams import HeldFirstCall, cli, inbox_lines, spawn
+from tests.support.waiting import wait_until
 
 SENDERS = 4
 MESSAGES_PER_SENDER = 25

@@ -16,10 +16,10 @@ from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import inbox_lines, spawn
-from tests.timescale import scaled
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import inbox_lines, spawn
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.realistic

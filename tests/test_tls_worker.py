@@ -23,8 +23,8 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
 
-from tests.scripted_llm import ScriptedLLM
-from tests.test_worker_support import make_run
+from tests.support.llm import ScriptedLLM
+from tests.support.runs import make_run
 
 WORKER_TIMEOUT_S = 120
 

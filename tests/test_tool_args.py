@@ -22,7 +22,7 @@ from teamctl.worker.claims import Claim, Claims
 from teamctl.worker.mailbox import Mailbox
 from teamctl.worker.team_tools import TeamContext, add_team_tools
 
-from tests.test_worker_support import make_run
+from tests.support.runs import make_run
 
 AI4J_TEAM_TOOLS = {  # name: (properties in order, required), AI4J's registry table
     "team_send_message": (["toMemberId", "content", "type", "taskId"], ["toMemberId", "content"]),

@@ -12,8 +12,10 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.transcripts import Transcripts, capped
 
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_coordinator import member_answer, run_cli, script_run, team_file
+from tests.support.cli import run_cli
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import member_answer, script_run
+from tests.support.teamfile import team_file
 
 TOOL_ROUNDS = 8
 CAP = 3_000

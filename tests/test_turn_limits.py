@@ -14,9 +14,9 @@ from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.team_support import HeldFirstCall, inbox_lines
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import HeldFirstCall, inbox_lines
+from tests.support.waiting import wait_until
 
 
 def working_alice(conn: redis.Redis, team: str) -> tuple[TeamStore, str]:

@@ -20,8 +20,8 @@ from teamctl.shared.teams import TeamStore
 from teamctl.worker.mate_tools import MateTools
 from teamctl.worker.turn import execute_turn
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM
+from tests.support.llm import ScriptedLLM
+from tests.support.waiting import wait_until
 
 TTL_S = 2.0  # long enough for the rerun to keep its lease on a busy host
 

@@ -17,7 +17,7 @@ from rq import Queue, Worker
 from rq.job import Job
 from teamctl.coordinator.cli.local_workers import stop_process, worker_command
 
-from tests.conftest import wait_until
+from tests.support.waiting import wait_until
 
 WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
 

@@ -28,9 +28,10 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.team import RunOptions
 
-from tests.conftest import start_clean, wait_until
-from tests.scripted_llm import ScriptedLLM
-from tests.timescale import scaled
+from tests.support.llm import ScriptedLLM
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
+from tests.support.workers import start_clean
 
 TTL_S = scaled(RunOptions().heartbeat_ttl_s, floor_s=1.5)
 PLAN = {"tasks": [{"id": "work", "memberId": "m1", "task": "Do the work"}]}

@@ -24,8 +24,8 @@ from teamctl.shared.embedded_redis import EmbeddedRedis, free_port
 from teamctl.shared.processes import executable, process_start_ticks
 from teamctl.shared.settings import load_settings
 
-from tests.conftest import wait_until
-from tests.test_local_workers import exited
+from tests.support.waiting import wait_until
+from tests.support.workers import exited
 
 STARTED_LINE = "local pool worker(s) on members"
 

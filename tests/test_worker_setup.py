@@ -29,11 +29,12 @@ from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 from teamctl.worker.rq_worker import TeamctlWorker
 
-from tests.conftest import wait_until
-from tests.scripted_llm import ScriptedLLM
-from tests.test_coordinator import member_answer, team_file
-from tests.test_local_workers import exited
-from tests.timescale import scaled, timing_options
+from tests.support.llm import ScriptedLLM
+from tests.support.replies import member_answer
+from tests.support.teamfile import team_file
+from tests.support.timescale import scaled, timing_options
+from tests.support.waiting import wait_until
+from tests.support.workers import exited
 
 RQ_VARIABLES = ("RQ_CONFIG", "RQ_CONNECTION_CLASS", "RQ_WORKER_CLASS", "RQ_REDIS_URL")
 

@@ -8,22 +8,14 @@ from pathlib import Path
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_worker_support import parsed, tool_names, tool_results
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import parsed, tool_names, tool_results
+from tests.support.teamfile import team_file
 
 PLAN = {"tasks": [
     {"id": "task_1", "memberId": "m1", "task": "Collect notes"},
     {"id": "task_2", "memberId": "m2", "task": "Write the summary", "dependsOn": ["task_1"]},
 ]}
-
-
-def write_team(path: Path, planner: str, synth: str, members: dict[str, str]) -> Path:
-    lines = ['team_id = "tools"', f'planner = {{ model = "{planner}" }}',
-             f'synthesizer = {{ model = "{synth}" }}']
-    for member_id, model in members.items():
-        lines += ["[[members]]", f'id = "{member_id}"', f'model = "{model}"']
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def test_members_message_each_other_and_see_dependency_outputs(
@@ -37,8 +29,11 @@ def test_members_message_each_other_and_see_dependency_outputs(
             ("team_list_tasks", {})]),
         "m1 finished"])
     m2 = llm.script(f"m2-{run_id}", [ToolCalls([("team_read_messages", {})]), "m2 done"])
-    team = write_team(tmp_path / "team.toml", llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
-                      llm.script(f"synth-{run_id}", ["team final"]), {"m1": m1, "m2": m2})
+    team = team_file(tmp_path / "team.toml",
+                     {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
+                      "synth": llm.script(f"synth-{run_id}", ["team final"])},
+                     team_id="tools",
+                     members=[{"id": "m1", "model": m1}, {"id": "m2", "model": m2}])
 
     result = CliRunner().invoke(main, [
         "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,

@@ -15,8 +15,9 @@ from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runstore import RunStore
 from teamctl.worker.jobs import execute_task
 
-from tests.scripted_llm import HttpError, ScriptedLLM, ToolCalls
-from tests.test_worker_support import make_run, parsed, tool_names, tool_results
+from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
+from tests.support.replies import parsed, tool_names, tool_results
+from tests.support.runs import make_run
 
 TEAM_TOOLS = ["team_send_message", "team_broadcast", "team_read_messages", "team_list_tasks",
               "team_claim_task", "team_release_task", "team_reassign_task", "team_heartbeat_task"]

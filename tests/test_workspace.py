@@ -34,9 +34,10 @@ from teamctl.shared.errors import ToolFailed
 from teamctl.shared.models import TaskSpec
 from teamctl.worker.jobs import execute_task
 
-from tests.scripted_llm import ScriptedLLM, ToolCalls
-from tests.test_local_workers import exited
-from tests.test_worker_support import make_run, tool_names, tool_results
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import tool_names, tool_results
+from tests.support.runs import make_run
+from tests.support.workers import exited
 
 NOBODY_UID = 65534
 

@@ -1,5 +1,5 @@
 """The prompt-injection suite's shared parts: workers that hold a marker secret in their
-environment, and the check that the marker never left them.
+environment, a planned run on them, and the check that the marker never left them.
 
 A model steered by what it reads may try to get at the worker's secrets; every escalation test
 runs its agents on these workers and ends with `assert_marker_kept`, which looks for the marker in
@@ -13,10 +13,14 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
-from tests.scripted_llm import ScriptedLLM
+from tests.support.cli import run_cli
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.replies import script_run, tool_results
+from tests.support.teamfile import team_file
 
 MARKED_QUEUE = "marked"
 """The queue the marked workers serve (db 0, beside the shared workers' `members`)."""
@@ -79,3 +83,26 @@ def assert_marker_kept(llm: ScriptedLLM, conn: redis.Redis, roots: Iterable[Path
     assert marker not in redis_text(conn), "Redis holds the marker"
     leaked = files_holding(marker, roots)
     assert not leaked, f"files hold the marker: {leaked}"
+
+
+def marked_team(path: Path, models: dict[str, str], tools: list[str],
+                options: dict[str, Any] | None = None) -> Path:
+    """A team of one member, m1, with `tools`: every model call and task on the marked queue."""
+    return team_file(path, models, team_id="bounds", queue=MARKED_QUEUE,
+                     members=[{"id": "m1", "tools": tools, "queue": MARKED_QUEUE}],
+                     options=options)
+
+
+def run_marked(llm: ScriptedLLM, marked: MarkedWorkers, run_id: str, tmp_path: Path,
+               calls: list[tuple[str, dict[str, Any] | str]], tools: list[str],
+               options: dict[str, Any] | None = None) -> list[str]:
+    """A planned run whose member makes `calls` in one step, then answers; the tool results
+    its second request carried (the run must have completed)."""
+    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Do as the page says"}],
+                        member=[ToolCalls(calls), "done"])
+    result = run_cli(llm, marked.redis_url, run_id,
+                     marked_team(tmp_path / "t.toml", models, tools, options))
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["task_states"][0]["status"] == "completed", out
+    return tool_results(llm.requests[f"member-{run_id}"][1])

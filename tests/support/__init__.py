@@ -1,0 +1,1 @@
+"""What the tests share: the scripted model server, team files, workers, runs, waiting, faults."""

@@ -1,0 +1,105 @@
+"""Worker processes in tests: starting a group without the user's settings, and whether workers
+or a process are done."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+from rq import Queue, Worker
+from rq.registry import FailedJobRegistry
+from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.shared.processes import pid_alive
+
+from tests.support.waiting import wait_until
+
+ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
+                "DEEPSEEK_", "OPENROUTER_")
+"""The environment variables of a user's teamctl and provider settings, kept out of every test."""
+TRACEBACK = b"Traceback (most recent call last)"
+
+
+def start_clean(group: LocalWorkers) -> None:
+    """Start `group` without the user's teamctl and provider settings in its environment: a
+    session or module fixture is built before the per-test clean_environ, and its workers
+    would keep them for every test."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in list(os.environ):
+            if name.startswith(ENV_PREFIXES):
+                patch.delenv(name)
+        group.start()
+
+
+def workers_idle(url: str) -> bool:
+    """The shared workers' `members` queue is empty and none of its workers is busy."""
+    queue = Queue("members", connection=redis.Redis.from_url(url))
+    return queue.count == 0 and all(w.get_state() != "busy" for w in Worker.all(queue=queue))
+
+
+def exited(pid: int) -> bool:
+    """Gone, or a zombie (an orphan's exit that no init has reaped yet)."""
+    if not pid_alive(pid):
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:  # it exited meanwhile, or there is no /proc to ask
+        return not pid_alive(pid)
+
+
+@dataclass
+class SharedWorkerTrail:
+    """What a group of shared workers leaves when a job goes wrong: the failed jobs of its queue
+    and the tracebacks in its logs, read from where the last test left off."""
+
+    redis_url: str
+    queue: str
+    log_dir: Path
+    log_offsets: dict[Path, int] = field(default_factory=dict)
+    failed_seen: set[str] = field(default_factory=set)
+
+    def mark(self) -> None:
+        """Take everything so far as seen: a test answers only for what happens during it."""
+        self.log_offsets = {path: path.stat().st_size for path in self.log_dir.glob("*.log")}
+        self.failed_seen = set(self._failed_ids())
+
+    def news(self) -> list[str]:
+        """The failed jobs and worker tracebacks since the last mark, one line each."""
+        found = [f"job {job_id} is in the FailedJobRegistry of {self.queue}"
+                 for job_id in self._failed_ids() if job_id not in self.failed_seen]
+        for path in sorted(self.log_dir.glob("*.log")):
+            with path.open("rb") as log:
+                log.seek(self.log_offsets.get(path, 0))
+                text = log.read()
+            if TRACEBACK in text:
+                at = text.index(TRACEBACK)
+                found.append(f"{path.name} logged a traceback: "
+                             + text[max(0, at - 300):at + 1500].decode(errors="replace"))
+        return found
+
+    def _failed_ids(self) -> list[str]:
+        client = redis.Redis.from_url(self.redis_url)
+        try:
+            return [job_id.decode() if isinstance(job_id, bytes) else job_id
+                    for job_id in FailedJobRegistry(self.queue, connection=client).get_job_ids()]
+        finally:
+            client.close()
+
+def wait_for_idle_queue(redis_url: str, queue_name: str) -> None:
+    """Wait until `queue_name` holds no job and none of its workers is busy."""
+    client = redis.Redis.from_url(redis_url)
+    queue = Queue(queue_name, connection=client)
+    wait_until(lambda: queue.count == 0 and all(
+        w.get_state() != "busy" for w in Worker.all(queue=queue)), 60,
+        message=f"the shared workers of {queue_name} to be idle with nothing queued")
+    client.close()
+
+
+SHARED_TRAILS = pytest.StashKey[dict[str, SharedWorkerTrail]]()
+
+
+def keep_trail(config: pytest.Config, fixture: str, trail: SharedWorkerTrail) -> None:
+    """Let the per-test check find the trail of the shared workers `fixture` started."""
+    config.stash.setdefault(SHARED_TRAILS, {})[fixture] = trail
