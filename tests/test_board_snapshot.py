@@ -1,6 +1,6 @@
-"""A big board against a real redis-server: written and read in pages, no script over 5 ms
-(SLOWLOG), yet the same board one call writes, the same tasks a one-by-one read gives, and one
-instant's view while tasks move."""
+"""A big board against a real redis-server: written and read in pages (no script call carries
+more than a page; SLOWLOG sees none over 5 ms, bar a loaded host's noise), yet the same board one
+call writes, the same tasks a one-by-one read gives, and one instant's view while tasks move."""
 
 from __future__ import annotations
 
@@ -10,12 +10,18 @@ import threading
 
 import pytest
 import redis
-from teamctl.shared.board import CREATE_PAGE_TASKS, TaskBoard
+from teamctl.shared.board import CREATE_PAGE_TASKS, SNAPSHOT_PAGE_TASKS, TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
 from teamctl.shared.scripts import sources
 
-SLOW_US = 5000
+from tests.support.slowlog import (
+    CountedScripts,
+    slow_scripts_ms,
+    slowlog_at_the_rule,
+    within_the_rule,
+)
+
 TASKS = 2000
 TTL_S = 30.0
 
@@ -32,18 +38,9 @@ def finish(board: TaskBoard, task_id: str, output: str) -> None:
     board.complete(task_id, token, output, 1)
 
 
-def slow_board_scripts(conn: redis.Redis) -> list[tuple[str, int]]:
-    """(script, microseconds) of every board read or create SLOWLOG kept (the server is shared
-    with other tests' databases, so only these scripts are looked at)."""
-    names = {hashlib.sha1(sources()[n].encode()).hexdigest(): n
-             for n in ("snapshot_page", "create", "create_page", "create_commit")}
-    found = []
-    for entry in conn.slowlog_get(1024):
-        command = entry["command"]
-        words = (command.decode() if isinstance(command, bytes) else command).split(" ")
-        if len(words) > 1 and words[1] in names:
-            found.append((names[words[1]], entry["duration"]))
-    return found
+def board_shas(*names: str) -> set[str]:
+    """The SHA1s under which these board scripts run (SLOWLOG names a script by it)."""
+    return {hashlib.sha1(sources()[n].encode()).hexdigest() for n in names}
 
 
 def test_a_big_boards_snapshot_runs_no_script_over_5_ms_and_equals_its_hashes(
@@ -52,15 +49,13 @@ def test_a_big_boards_snapshot_runs_no_script_over_5_ms_and_equals_its_hashes(
                                     for i in range(TASKS)])
     for i in range(0, TASKS, 4):  # outputs make some pages heavier than others
         finish(board, f"t{i}", f"output {i} " + "x" * 2000)
-    old = conn.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
-    conn.config_set("slowlog-log-slower-than", SLOW_US)
-    conn.slowlog_reset()
-    try:
-        states = TaskBoard(conn, RunKeys(run_id)).snapshot()
-        slow = slow_board_scripts(conn)
-    finally:
-        conn.config_set("slowlog-log-slower-than", old)
-    assert slow == []
+    scripts = CountedScripts(conn)
+    with slowlog_at_the_rule(conn):
+        states = TaskBoard(conn, RunKeys(run_id), scripts).snapshot()
+        slow = slow_scripts_ms(conn, board_shas("snapshot_page"))
+    assert within_the_rule(slow), slow
+    # The events stream's key, then at most one page of task hashes.
+    assert scripts.most_keys("snapshot_page") == 1 + SNAPSHOT_PAGE_TASKS
     one_by_one = [TaskState.from_hash(conn.hgetall(board.keys.task(f"t{i}")))
                   for i in range(TASKS)]
     assert states == one_by_one
@@ -145,18 +140,17 @@ def board_state(conn: redis.Redis, board: TaskBoard) -> tuple[object, ...]:
 def test_a_big_plan_is_written_in_pages_as_one_call_would_write_it(
         conn: redis.Redis, run_id: str) -> None:
     specs = tricky_plan(3 * CREATE_PAGE_TASKS + 50)
-    old = conn.config_get("slowlog-log-slower-than")["slowlog-log-slower-than"]
-    conn.config_set("slowlog-log-slower-than", SLOW_US)
-    conn.slowlog_reset()
-    try:
-        paged = TaskBoard(conn, RunKeys(run_id))
+    scripts = CountedScripts(conn)
+    with slowlog_at_the_rule(conn):
+        paged = TaskBoard(conn, RunKeys(run_id), scripts)
         assert paged.create(specs) == len(specs)
-        slow = slow_board_scripts(conn)
-    finally:
-        conn.config_set("slowlog-log-slower-than", old)
+        slow = slow_scripts_ms(conn, board_shas("create", "create_page", "create_commit"))
     reference = single_call_board(conn, f"{run_id}-ref", specs)
 
-    assert slow == []
+    assert within_the_rule(slow), slow
+    # The order list, then at most one page of task hashes; never the one-call create.
+    assert scripts.most_keys("create_page") == 1 + CREATE_PAGE_TASKS
+    assert scripts.most_keys("create") == 0
     assert board_state(conn, paged) == board_state(conn, reference)
     counts = paged.counts()
     assert counts[TaskStatus.BLOCKED] > 0 and counts[TaskStatus.PENDING] > 0
