@@ -20,16 +20,18 @@ from rq import Queue, Worker
 from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.coordinator.cli.worker_pool import WorkerPool
 from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, marked_env
 from tests.support.llm import ScriptedLLM
 from tests.support.waiting import wait_until
 from tests.support.workers import (
-    ENV_PREFIXES,
     SHARED_TRAILS,
     SharedWorkerTrail,
+    fork_server,
     keep_trail,
     start_clean,
+    user_setting,
     wait_for_idle_queue,
 )
 
@@ -43,6 +45,17 @@ settings.register_profile(
     database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parent.parent
                                            / ".hypothesis" / "examples"))
 settings.load_profile("teamctl")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Workers the tests start, directly or through `teamctl run`, are forked from one preloaded
+    process instead of each importing litellm (~8 s of CPU here, about sixty times a run); a test
+    marked `exec_workers` executes the documented command instead."""
+    with fork_server(tmp_path_factory.mktemp("fork-server")) as socket_path, \
+            pytest.MonkeyPatch.context() as patch:
+        patch.setenv(FORK_SERVER_ENV, socket_path)
+        yield socket_path
 
 
 @pytest.fixture(scope="session")
@@ -68,12 +81,15 @@ def conn(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(autouse=True)
-def clean_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def clean_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                  request: pytest.FixtureRequest) -> Iterator[None]:
     """No user configuration leaks in; each test gets its own state dir, and the local worker
     pool a `teamctl run` on the embedded defaults may start there is stopped by pid after it."""
     for name in list(os.environ):
-        if name.startswith(ENV_PREFIXES):
+        if user_setting(name):
             monkeypatch.delenv(name)
+    if request.node.get_closest_marker("exec_workers"):
+        monkeypatch.delenv(FORK_SERVER_ENV)
     monkeypatch.setenv("TEAMCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     yield
@@ -132,7 +148,7 @@ def marked_workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
     group = LocalWorkers(redis_server, [MARKED_QUEUE], 2, logs)
     with pytest.MonkeyPatch.context() as patch:
         for name in list(os.environ):
-            if name.startswith(ENV_PREFIXES):
+            if user_setting(name):
                 patch.delenv(name)
         for name, value in marked_env().items():
             patch.setenv(name, value)

@@ -346,6 +346,7 @@ def test_rq_worker_started_from_the_printed_url_completes_a_task(
     assert task.status is TaskStatus.COMPLETED
 
 
+@pytest.mark.exec_workers
 def test_local_workers_keep_the_password_out_of_their_command_line(
         server: EmbeddedRedis, tmp_path: Path) -> None:
     url = server.ensure()

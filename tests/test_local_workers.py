@@ -10,6 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
 import redis
 from teamctl.coordinator.cli.local_workers import stop_process
 from teamctl.shared.keys import RunKeys
@@ -19,6 +20,9 @@ from teamctl.shared.runstore import RunStore
 
 from tests.support.waiting import wait_until
 from tests.support.workers import exited
+
+# The watch that stops them checks their parent: they are executed as documented, not forked.
+pytestmark = pytest.mark.exec_workers
 
 
 def start_waiting_run(redis_server: str, run_id: str, tmp_path: Path,

@@ -30,6 +30,7 @@ def settings_in(environ: dict[str, str]) -> set[str]:
     return {name for name in environ if name.startswith(ENV_PREFIXES)} - {PARENT_PID_ENV}
 
 
+@pytest.mark.exec_workers
 def test_start_clean_leaves_the_shells_settings_out_of_the_workers(
         redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in USER_SETTINGS.items():

@@ -157,6 +157,7 @@ def replaced_line(changed: str) -> str:
             "(each finishes the job in hand) with workers of this environment")
 
 
+@pytest.mark.exec_workers
 def test_a_run_in_another_environment_replaces_the_pool_and_says_what_differs(
         state: Path, tmp_path: Path) -> None:
     run_offline()

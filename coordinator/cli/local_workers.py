@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO, Protocol
 
 from teamctl.coordinator.worker_hints import StartedWorker
 from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
@@ -19,6 +20,7 @@ from teamctl.shared.errors import Interrupted
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 from teamctl.shared.private_files import private_dir, private_opener
 from teamctl.shared.processes import process_start_ticks
+from teamctl.shared.worker_fork import fork_server_socket, spawn
 
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0
@@ -58,6 +60,34 @@ def worker_command(redis_url: str | None, queues: list[str], *, worker_class: st
     return command + queues
 
 
+class WorkerProcess(Protocol):
+    """A started worker: an executed `python -m rq.cli` (a Popen) or one a fork server forked."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, signum: int) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def start_worker(rq_args: list[str], env: dict[str, str], log_file: IO[bytes], *,
+                 new_session: bool = False) -> WorkerProcess:
+    """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the fork server the
+    environment names (worker/fork_server.py), else executed."""
+    socket_path = fork_server_socket(env)
+    if socket_path:
+        return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)
+    return subprocess.Popen([sys.executable, "-m", "rq.cli", *rq_args], stdout=log_file,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=new_session)
+
+
 class LocalWorkers:
     """A group of worker processes owned by this command."""
 
@@ -66,7 +96,7 @@ class LocalWorkers:
         self.queues = queues
         self.count = count
         self.log_dir = log_dir
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.processes: list[WorkerProcess] = []
         self._previous_sigterm: object = None
 
     def __enter__(self) -> LocalWorkers:
@@ -90,9 +120,7 @@ class LocalWorkers:
         env[PARENT_PID_ENV] = str(os.getpid())
         for index in range(self.count):
             with open(self._log_path(index), "ab", opener=private_opener) as log_file:
-                self.processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "rq.cli", "worker", *self.queues],
-                    stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env))
+                self.processes.append(start_worker(["worker", *self.queues], env, log_file))
 
     def started(self) -> list[StartedWorker]:
         """The workers started, for hints that say they are starting."""
@@ -127,14 +155,14 @@ class LocalWorkers:
         self.processes.clear()
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+def stop_process(process: WorkerProcess, timeout_s: float = STOP_TIMEOUT_S) -> None:
     """SIGTERM one child by pid (RQ's warm shutdown), SIGKILL it if it outlives `timeout_s`."""
     if process.poll() is None:
         process.terminate()
     wait_or_kill(process, timeout_s)
 
 
-def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+def wait_or_kill(process: WorkerProcess, timeout_s: float) -> None:
     """Wait for a child to exit; SIGKILL it after `timeout_s`."""
     try:
         process.wait(timeout=timeout_s)

@@ -9,15 +9,13 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from teamctl.coordinator.cli.local_workers import STOP_TIMEOUT_S, worker_env
+from teamctl.coordinator.cli.local_workers import STOP_TIMEOUT_S, start_worker, worker_env
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 from teamctl.shared.private_files import (
     checked_private_dir,
@@ -131,11 +129,9 @@ class WorkerPool:
         for index in range(count):
             log_path = self.log_dir / f"pool-{stamp}-{os.getpid()}-{index}.log"
             with open(log_path, "ab", opener=private_opener) as log_file:
-                process = subprocess.Popen(  # its own session: a Ctrl-C in the shell spares it
-                    [sys.executable, "-m", "rq.cli", "worker", "--max-idle-time",
-                     str(idle_exit_s), *queues],
-                    stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                    start_new_session=True)
+                process = start_worker(  # its own session: a Ctrl-C in the shell spares it
+                    ["worker", "--max-idle-time", str(idle_exit_s), *queues], env, log_file,
+                    new_session=True)
             program = executable(process.pid)  # Popen returns once the exec is done
             started.append(PoolWorker(process.pid, process_start_ticks(process.pid),
                                       redis_identity(redis_url), list(queues), digests,

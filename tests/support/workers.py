@@ -4,6 +4,10 @@ or a process are done."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +17,7 @@ from rq import Queue, Worker
 from rq.registry import FailedJobRegistry
 from teamctl.coordinator.cli.local_workers import LocalWorkers
 from teamctl.shared.processes import pid_alive
+from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
 from tests.support.waiting import wait_until
 
@@ -22,13 +27,19 @@ ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MI
 TRACEBACK = b"Traceback (most recent call last)"
 
 
+def user_setting(name: str) -> bool:
+    """Whether `name` is a user's teamctl or provider setting, to keep out of a test; the fork
+    server the suite starts is the suite's own and stays."""
+    return name.startswith(ENV_PREFIXES) and name != FORK_SERVER_ENV
+
+
 def start_clean(group: LocalWorkers) -> None:
     """Start `group` without the user's teamctl and provider settings in its environment: a
     session or module fixture is built before the per-test clean_environ, and its workers
     would keep them for every test."""
     with pytest.MonkeyPatch.context() as patch:
         for name in list(os.environ):
-            if name.startswith(ENV_PREFIXES):
+            if user_setting(name):
                 patch.delenv(name)
         group.start()
 
@@ -103,3 +114,28 @@ SHARED_TRAILS = pytest.StashKey[dict[str, SharedWorkerTrail]]()
 def keep_trail(config: pytest.Config, fixture: str, trail: SharedWorkerTrail) -> None:
     """Let the per-test check find the trail of the shared workers `fixture` started."""
     config.stash.setdefault(SHARED_TRAILS, {})[fixture] = trail
+
+
+@contextmanager
+def fork_server(directory: Path) -> Iterator[str]:
+    """A preloaded fork server for the session's workers (worker/fork_server.py), started under
+    a clean environment and stopped by pid; yields its socket."""
+    socket_path = directory / "fork.sock"
+    env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIXES)}
+    env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    with (directory / "fork-server.log").open("ab") as log:
+        server = subprocess.Popen([sys.executable, "-m", "teamctl.worker.fork_server",
+                                   str(socket_path)], stdout=log, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, env=env)
+    try:
+        wait_until(lambda: socket_path.exists() or server.poll() is not None, 120,
+                   message="the worker fork server to listen")
+        assert server.poll() is None, (directory / "fork-server.log").read_text()
+        yield str(socket_path)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

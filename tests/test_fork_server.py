@@ -1,0 +1,64 @@
+"""The fork server the suite starts its workers from: a forked worker is a real `rq worker` with the
+environment, working directory and log file it was asked for, and it reports how it ended."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from rq import Queue, Worker
+from rq.job import Job
+from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.shared.worker_fork import ForkedWorker
+
+from tests.support.waiting import wait_until
+
+
+def run_job(queue: Queue, function: str, *args: str) -> object:
+    job = queue.enqueue(function, *args)
+    wait_until(lambda: Job.fetch(job.id, connection=queue.connection).get_status() == "finished",
+               60, message=f"{function} to finish")
+    return Job.fetch(job.id, connection=queue.connection).return_value()
+
+
+def test_a_forked_worker_serves_with_the_environment_and_directory_it_was_given(
+        redis_server: str, worker_fork_server: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("FORKED_WORKER_MARK", "given")
+    group = LocalWorkers(redis_server, [name], 1, tmp_path / "logs")
+    group.start()
+    try:
+        (worker,) = group.processes
+        assert isinstance(worker, ForkedWorker)
+        queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+        wait_until(lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)}, 60,
+                   message="the forked worker to register")
+
+        assert run_job(queue, "os.getenv", "FORKED_WORKER_MARK") == "given"
+        assert run_job(queue, "os.getcwd") == str(project)
+        assert worker.poll() is None
+    finally:
+        group.stop()
+    assert worker.poll() == 0  # RQ's warm shutdown, reported by the server that reaped it
+    (log,) = (tmp_path / "logs").glob("*.log")
+    assert f"Listening on {name}" in log.read_text()
+
+
+def test_a_killed_forked_worker_reports_the_signal_and_the_socket_is_private(
+        redis_server: str, worker_fork_server: str, tmp_path: Path) -> None:
+    assert stat.S_IMODE(os.stat(worker_fork_server).st_mode) == 0o600
+    group = LocalWorkers(redis_server, [f"q-{uuid.uuid4().hex[:8]}"], 1, tmp_path / "logs")
+    group.start()
+    (worker,) = group.processes
+    worker.kill()
+    assert worker.wait(timeout=30) == -signal.SIGKILL
+    assert ForkedWorker(worker_fork_server, pid=1).poll() is None  # not one of its own
