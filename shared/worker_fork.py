@@ -13,11 +13,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
+from teamctl.shared.errors import InfraError
 
 FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
 """The socket of a fork server this user runs; unset, workers are executed as usual."""
@@ -48,6 +50,12 @@ REQUEST: TypeAdapter[SpawnRequest | StatusRequest] = TypeAdapter(
 
 class SpawnReply(BaseModel):
     pid: int
+
+
+class RefusedReply(BaseModel):
+    """A request the server could not carry out, and why."""
+
+    refused: str
 
 
 class StatusReply(BaseModel):
@@ -104,11 +112,23 @@ def spawn(socket_path: str, argv: list[str], env: Mapping[str, str], log_fd: int
 
 
 def _ask(socket_path: str, request: str, fds: list[int] | None = None) -> bytes:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-        client.connect(socket_path)
-        socket.send_fds(client, [request.encode() + b"\n"], fds or [])
-        client.shutdown(socket.SHUT_WR)
-        return read_all(client)
+    """Send one request, return the server's reply; InfraError when the server is not there or
+    refused the request."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(socket_path)
+            socket.send_fds(client, [request.encode() + b"\n"], fds or [])
+            client.shutdown(socket.SHUT_WR)
+            reply = read_all(client)
+    except OSError as exc:
+        raise InfraError(
+            f"no worker fork server answers at {socket_path} ({exc.strerror or exc}): start one "
+            f"with `{sys.executable} -m teamctl.worker.fork_server {socket_path}`, or unset "
+            f"{FORK_SERVER_ENV} to start workers as separate programs") from exc
+    if reply.startswith(b'{"refused"'):
+        refused = RefusedReply.model_validate_json(reply).refused
+        raise InfraError(f"the worker fork server at {socket_path} refused: {refused}")
+    return reply
 
 
 def read_all(connection: socket.socket) -> bytes:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
+import sys
 import uuid
 from pathlib import Path
 
@@ -14,7 +16,8 @@ import redis
 from rq import Queue, Worker
 from rq.job import Job
 from teamctl.coordinator.cli.local_workers import LocalWorkers
-from teamctl.shared.worker_fork import ForkedWorker
+from teamctl.shared.errors import InfraError
+from teamctl.shared.worker_fork import FORK_SERVER_ENV, ForkedWorker, read_all
 
 from tests.support.waiting import wait_until
 
@@ -62,3 +65,32 @@ def test_a_killed_forked_worker_reports_the_signal_and_the_socket_is_private(
     worker.kill()
     assert worker.wait(timeout=30) == -signal.SIGKILL
     assert ForkedWorker(worker_fork_server, pid=1).poll() is None  # not one of its own
+
+
+def test_a_bad_request_is_refused_and_the_server_keeps_serving(
+        redis_server: str, worker_fork_server: str, tmp_path: Path) -> None:
+    for garbage in (b"not json\n", b'{"op": "spawn", "argv": "worker"}\n',
+                    b'{"op": "spawn", "argv": [], "env": {}, "cwd": "/"}\n'):  # no log fd
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(worker_fork_server)
+            client.sendall(garbage)
+            client.shutdown(socket.SHUT_WR)
+            assert read_all(client).startswith(b'{"refused":"'), garbage
+    group = LocalWorkers(redis_server, [f"q-{uuid.uuid4().hex[:8]}"], 1, tmp_path / "logs")
+    group.start()
+    try:
+        assert group.processes[0].poll() is None
+    finally:
+        group.stop()
+
+
+def test_a_missing_server_is_an_infra_error_that_says_how_to_fix_it(
+        redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gone = tmp_path / "gone.sock"
+    monkeypatch.setenv(FORK_SERVER_ENV, str(gone))
+    group = LocalWorkers(redis_server, ["members"], 1, tmp_path / "logs")
+    with pytest.raises(InfraError) as raised:
+        group.start()
+    assert f"{sys.executable} -m teamctl.worker.fork_server {gone}" in str(raised.value)
+    assert f"unset {FORK_SERVER_ENV}" in str(raised.value)
+    assert group.processes == []

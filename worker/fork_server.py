@@ -22,8 +22,10 @@ import sys
 import traceback
 from pathlib import Path
 
+from pydantic import ValidationError
 from teamctl.shared.worker_fork import (
     REQUEST,
+    RefusedReply,
     SpawnReply,
     SpawnRequest,
     StatusReply,
@@ -92,22 +94,32 @@ def _answer(listener: socket.socket, children: set[int], exit_codes: dict[int, i
         if _peer_uid(connection) != os.getuid():
             return
         data, fds, _flags, _address = socket.recv_fds(connection, REQUEST_MAX_BYTES, 1)
-        data += read_all(connection)
         try:
-            request = REQUEST.validate_json(data)
-            if isinstance(request, StatusRequest):
-                _reap(children, exit_codes)
-                reply = StatusReply(returncode=exit_codes.get(request.pid)).model_dump_json()
-            else:
-                pid = os.fork()
-                if pid == 0:
-                    _become_worker(request, fds[0], close=[listener, connection])
-                children.add(pid)
-                reply = SpawnReply(pid=pid).model_dump_json()
+            data += read_all(connection)
+            reply = _carry_out(data, fds, children, exit_codes,
+                               close=[listener, connection])
+        except (ValidationError, OSError) as exc:  # a bad request ends that request only
+            reply = RefusedReply(refused=str(exc).splitlines()[0]).model_dump_json()
         finally:
             for fd in fds:
                 os.close(fd)
         connection.sendall(reply.encode())
+
+
+def _carry_out(data: bytes, fds: list[int], children: set[int], exit_codes: dict[int, int],
+               close: list[socket.socket]) -> str:
+    request = REQUEST.validate_json(data)
+    if isinstance(request, StatusRequest):
+        _reap(children, exit_codes)
+        return StatusReply(returncode=exit_codes.get(request.pid)).model_dump_json()
+    if len(fds) != 1:
+        return RefusedReply(refused="a spawn request carries its log file's descriptor"
+                            ).model_dump_json()
+    pid = os.fork()
+    if pid == 0:
+        _become_worker(request, fds[0], close=close)
+    children.add(pid)
+    return SpawnReply(pid=pid).model_dump_json()
 
 
 def _peer_uid(connection: socket.socket) -> int:
