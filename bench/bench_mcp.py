@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 from rq import Queue
-from teamctl.coordinator.cli.local_workers import worker_command
+from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.board import TaskBoard

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from teamctl.coordinator.cli.local_workers import worker_command
+from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys

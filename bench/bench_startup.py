@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.cli.local_workers import stop_process
-from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.local_workers.pool import WorkerPool
+from teamctl.coordinator.local_workers.processes import stop_process
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.embedded_redis import EmbeddedRedis, throwaway_redis
 from teamctl.shared.keys import RunKeys

@@ -30,7 +30,7 @@ from typing import Any
 
 import redis
 from rq import Queue, Worker
-from teamctl.coordinator.cli.local_workers import worker_command
+from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.team_tasks import TeamTasks

@@ -31,7 +31,7 @@ import certifi
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
-from teamctl.coordinator.cli.local_workers import stop_process, worker_command
+from teamctl.coordinator.local_workers.processes import stop_process, worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys

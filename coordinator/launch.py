@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from teamctl.coordinator.cli.job_env import differences, job_variables
-from teamctl.coordinator.cli.worker_pool import DEFAULT_POOL_SIZE, PoolWorker, WorkerPool
+from teamctl.coordinator.local_workers.job_env import differences, job_variables
+from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE, PoolWorker, WorkerPool
 from teamctl.coordinator.worker_hints import StartedWorker, StartingWorkers
 from teamctl.coordinator.worker_registry import listening_workers
 from teamctl.shared.connection import connect, set_outage
@@ -161,8 +161,8 @@ def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object],
     """Start the workers the run needs, drive it to its end as its coordinator, stop them.
     Setting `interrupt` (from another thread) makes the coordinator stop at its next check with
     Interrupted, leaving the run as it is for the caller to cancel."""
-    from teamctl.coordinator.cli.local_workers import LocalWorkers
     from teamctl.coordinator.context import build_context
+    from teamctl.coordinator.local_workers.processes import LocalWorkers
     from teamctl.coordinator.run import Coordinator
 
     outage_s = spec.options.redis_outage_s

@@ -20,9 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from teamctl.coordinator.approval import ApprovalMode
-from teamctl.coordinator.cli.app import is_embedded, resolve_redis_url
-from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.launch import WorkerPlan, drive, launch
+from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.result import build_result
 from teamctl.shared.agent.mcp_config import McpServer
@@ -30,6 +29,7 @@ from teamctl.shared.connection import connect, redis_errors_as_infra, set_outage
 from teamctl.shared.errors import ConfigError, RunFailed, TeamError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import RunEvent, RunResult, RunStatus
+from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
 from teamctl.shared.settings import load_settings
 from teamctl.shared.team import (
     DEFAULT_MEMBERS,

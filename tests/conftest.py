@@ -17,8 +17,8 @@ import redis
 from hypothesis import settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from rq import Queue, Worker
-from teamctl.coordinator.cli.local_workers import LocalWorkers
-from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.local_workers.pool import WorkerPool
+from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.worker_fork import FORK_SERVER_ENV
 

@@ -23,7 +23,7 @@ import redis
 from click.testing import CliRunner
 from rq import Queue
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.agent.offline_model import MODEL
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.connection import connect

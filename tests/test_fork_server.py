@@ -15,7 +15,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from rq.job import Job
-from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.errors import InfraError
 from teamctl.shared.worker_fork import FORK_SERVER_ENV, ForkedWorker, read_all
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from teamctl.coordinator.cli.local_workers import stop_process
+from teamctl.coordinator.local_workers.processes import stop_process
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.processes import pid_alive

@@ -18,7 +18,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.cli.local_workers import LocalWorkers, stop_process
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.models import ModelReply, RunStatus

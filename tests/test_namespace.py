@@ -12,7 +12,7 @@ from pathlib import Path
 
 import redis
 from rq import Queue, Worker
-from teamctl.coordinator.cli.local_workers import stop_process, worker_env
+from teamctl.coordinator.local_workers.processes import stop_process, worker_env
 
 from tests.support.waiting import wait_until
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.local_workers.pool import WorkerPool
 from teamctl.shared.embedded_redis import EmbeddedRedis
 
 from tests.support.cli import TEAMCTL_SCRIPT

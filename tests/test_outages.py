@@ -14,7 +14,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.cli.local_workers import LocalWorkers, stop_process
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys

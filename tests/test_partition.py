@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from teamctl.coordinator.cli.local_workers import LocalWorkers, stop_process, worker_command
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process, worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.embedded_redis import redis_server_binary

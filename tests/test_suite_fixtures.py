@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Queue, Worker
-from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 
 from tests.support.workers import ENV_PREFIXES, start_clean

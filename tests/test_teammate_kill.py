@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.teammates import MateStatus, TeamOptions
 from teamctl.shared.teams import TeamStore
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 from rq import Queue
 from rq.job import Job
-from teamctl.coordinator.cli.local_workers import worker_command
+from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys

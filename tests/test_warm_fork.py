@@ -15,7 +15,7 @@ from pathlib import Path
 import redis
 from rq import Queue, Worker
 from rq.job import Job
-from teamctl.coordinator.cli.local_workers import stop_process, worker_command
+from teamctl.coordinator.local_workers.processes import stop_process, worker_command
 
 from tests.support.waiting import wait_until
 

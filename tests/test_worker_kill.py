@@ -21,7 +21,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys

@@ -17,8 +17,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
-from teamctl.coordinator.cli.worker_pool import PoolWorker, WorkerPool
 from teamctl.coordinator.launch import WorkerPlan
+from teamctl.coordinator.local_workers.pool import PoolWorker, WorkerPool
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.embedded_redis import EmbeddedRedis, free_port
 from teamctl.shared.processes import executable, process_start_ticks

@@ -17,7 +17,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from rq.utils import import_attribute
-from teamctl.coordinator.cli.worker_pool import WorkerPool
+from teamctl.coordinator.local_workers.pool import WorkerPool
 from teamctl.coordinator.worker_hints import (
     NoWorkerHint,
     StartedWorker,

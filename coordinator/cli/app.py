@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.advice import for_this_shell, keep_for_this_command
+from teamctl.shared.redis_choice import embedded_redis, is_embedded, resolve_redis_url
 
 if TYPE_CHECKING:
-    from teamctl.shared.embedded_redis import EmbeddedRedis
     from teamctl.shared.errors import ConfigError
     from teamctl.shared.settings import Settings
 
@@ -96,25 +96,6 @@ def user_path_error(exc: OSError, paths: list[tuple[Path, str]]) -> ConfigError 
             if failed.is_relative_to(os.path.abspath(root)):
                 return ConfigError(f"cannot use {failed}: {exc.strerror or exc}; {fix}")
     return None
-
-
-def resolve_redis_url(explicit: str | None, settings: Settings) -> str:
-    """--redis-url, else REDIS_URL, else the embedded server (started on first use)."""
-    if explicit:
-        return explicit
-    return settings.redis_url or embedded_redis(settings).ensure()
-
-
-def is_embedded(explicit: str | None, settings: Settings) -> bool:
-    """Whether the command uses the embedded server (no --redis-url, no REDIS_URL)."""
-    return not explicit and not settings.redis_url
-
-
-def embedded_redis(settings: Settings) -> EmbeddedRedis:
-    """The embedded server, in the state dir's `redis`."""
-    from teamctl.shared.embedded_redis import EmbeddedRedis
-
-    return EmbeddedRedis(settings.state_dir / "redis")
 
 
 redis_url_option = click.option("--redis-url", default=None,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.advice import current as current_advice
-from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S
+from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.shared.connection import connect, redacted
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle

@@ -17,11 +17,11 @@ from teamctl.coordinator.advice import note, spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
     redis_url_option,
-    resolve_redis_url,
     workers_option,
 )
 from teamctl.coordinator.cli.team_commands import team_option
 from teamctl.shared.connection import connect
+from teamctl.shared.redis_choice import resolve_redis_url
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams import TeamStore
 
@@ -88,7 +88,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
                   settings: Settings) -> None:
     """`workers` local workers on every queue the team uses (stopped with `stack`); with none,
     a warning for each queue no worker listens on (turns there would wait)."""
-    from teamctl.coordinator.cli.local_workers import LocalWorkers
+    from teamctl.coordinator.local_workers.processes import LocalWorkers
     from teamctl.shared.teammates import DEFAULT_QUEUE
 
     queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})

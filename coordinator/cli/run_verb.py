@@ -13,13 +13,12 @@ from teamctl.coordinator.cli.app import (
     approve_plan_option,
     fail_cleanly,
     idle_exit_option,
-    is_embedded,
     json_option,
     redis_url_option,
-    resolve_redis_url,
     run_workers_option,
 )
 from teamctl.coordinator.cli.options import run_option_flags
+from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
 
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings

@@ -21,14 +21,14 @@ from teamctl.coordinator.advice import note, spelled
 from teamctl.coordinator.cli.app import (
     fail_cleanly,
     force_option,
-    is_embedded,
     redis_url_option,
-    resolve_redis_url,
 )
 from teamctl.coordinator.cli.table import cost_cell, table_lines
+from teamctl.coordinator.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
 from teamctl.shared.settings import Settings
 from teamctl.shared.teammates import (
     DEFAULT_QUEUE,
@@ -42,8 +42,6 @@ from teamctl.shared.text import flat, one_line
 
 if TYPE_CHECKING:
     from teamctl.shared.models import Usage
-    from teamctl.shared.team_tasks import TeamTask
-    from teamctl.shared.teammates import TeamRequest
 
 
 def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -87,8 +85,8 @@ def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) 
     queues = sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
 
     if embedded:
-        from teamctl.coordinator.cli.worker_pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
         from teamctl.coordinator.launch import ensure_pool
+        from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
 
         servers = store.meta().mcp_servers if store.exists() else []
         ensure_pool(url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note,
@@ -362,12 +360,6 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
         click.echo(request_line(record))
 
 
-def request_line(r: TeamRequest) -> str:
-    """One request for a person: id, kind, from -> to, status, its response or payload."""
-    return (f"{r.id}\t{r.kind.value}\t{flat(r.from_)} -> {flat(r.to)}\t{r.status.value}\t"
-            f"{one_line(r.response or r.payload, 80)}")
-
-
 @team_group.group("task")
 def task_group() -> None:
     """The team's task board: add tasks and list them; idle teammates that fit claim them."""
@@ -408,14 +400,6 @@ def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> No
         return
     for t in tasks:
         click.echo(task_line(t))
-
-
-def task_line(t: TeamTask) -> str:
-    """One task for a person: id, status, owner (or assignee), role, dependencies, subject."""
-    who = flat(t.owner) or (f"for {flat(t.assignee)}" if t.assignee else "-")
-    after = f"after {flat(','.join(t.depends_on))}" if t.depends_on else "-"
-    return (f"{t.task_id}\t{t.status.value}\t{who}\t{flat(t.role) or '-'}\t{after}\t"
-            f"{one_line(t.subject, 80)}")
 
 
 @team_group.command("export")

@@ -20,7 +20,7 @@ from teamctl.shared.teammates import DEFAULT_QUEUE
 from teamctl.shared.text import one_line
 
 if TYPE_CHECKING:
-    from teamctl.coordinator.cli.worker_pool import PoolWorker
+    from teamctl.coordinator.local_workers.pool import PoolWorker
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 
@@ -85,7 +85,7 @@ def foreground_worker_command(redis_url: str, queues: list[str], burst: bool,
                               idle_exit_s: int | None) -> NoReturn:
     """`teamctl worker`: become the documented worker, `rq worker QUEUE...` with teamctl's
     settings, classes and Redis (exec: signals, logs and exit code are RQ's own)."""
-    from teamctl.coordinator.cli.local_workers import worker_env
+    from teamctl.coordinator.local_workers.processes import worker_env
 
     queues = queues or [DEFAULT_QUEUE]
     check_queue_names(queues, "QUEUE")

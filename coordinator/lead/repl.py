@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 import redis
-from teamctl.coordinator.cli.team_commands import request_line, task_line
 from teamctl.coordinator.lead.lead import LeadAgent
+from teamctl.coordinator.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD, delivered_to
 from teamctl.shared.connection import block_ms
 from teamctl.shared.errors import ModelError, TeamError

@@ -15,7 +15,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from rq.registry import FailedJobRegistry
-from teamctl.coordinator.cli.local_workers import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.processes import pid_alive
 from teamctl.shared.worker_fork import FORK_SERVER_ENV
 

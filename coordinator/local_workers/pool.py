@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from teamctl.coordinator.cli.local_workers import STOP_TIMEOUT_S, start_worker, worker_env
+from teamctl.coordinator.local_workers.processes import STOP_TIMEOUT_S, start_worker, worker_env
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 from teamctl.shared.private_files import (
     checked_private_dir,
@@ -37,7 +37,7 @@ DEFAULT_IDLE_EXIT_S = 600
 class PoolWorker:
     """One recorded pool worker: its pid, when it started (to tell a reused pid from it), the
     Redis it serves (a digest: the URL holds a password), its queues, and keyed digests of the
-    environment it was started with (coordinator/cli/job_env.py; none: an older teamctl's)."""
+    environment it was started with (job_env.py beside this module; none: an older teamctl's)."""
 
     pid: int
     start_ticks: int | None
@@ -85,7 +85,7 @@ class WorkerPool:
 
     def env_digests(self, environ: Mapping[str, str], cwd: str) -> dict[str, str]:
         """`environ` and `cwd` as this pool records them (under its salt)."""
-        from teamctl.coordinator.cli.job_env import EnvDigests, load_salt
+        from teamctl.coordinator.local_workers.job_env import EnvDigests, load_salt
 
         checked_private_dir(self.root, tighten=True)
         return EnvDigests(load_salt(self.root / "salt")).of(environ, cwd)
