@@ -170,7 +170,7 @@ class Run:
 
     def cancel(self) -> None:
         """Stop the run as `teamctl cancel` does (a finished run: ConfigError)."""
-        from teamctl.coordinator.cli.commands import cancel_run
+        from teamctl.coordinator.run_control import cancel_run
         from teamctl.shared.lease import lease_owner
 
         with redis_errors_as_infra():
@@ -189,7 +189,7 @@ class Run:
             self._raise_if_not_ended()
             return self._result or self.result()
         deadline = None if timeout is None else time.monotonic() + timeout
-        from teamctl.coordinator.cli.live_view import wait_for_end
+        from teamctl.coordinator.run_follow import wait_for_end
 
         with redis_errors_as_infra():
             if not wait_for_end(self._handle, deadline):
@@ -221,7 +221,7 @@ class Run:
 
     def _events(self, stop: Callable[[], bool]) -> Generator[RunEvent, None, None]:
         """`events`, also ending (after a last non-blocking read) once `stop` says so."""
-        from teamctl.coordinator.cli.live_view import run_events
+        from teamctl.coordinator.run_follow import run_events
 
         with redis_errors_as_infra():
             yield from run_events(self._handle,
@@ -252,7 +252,7 @@ class Run:
     def send(self, to: str, text: str) -> str:
         """A person's message, as `lead`, to one member (or `*`: every member); its id. It
         reaches the member's inbox: its next `team_read_messages` or dispatch input."""
-        from teamctl.coordinator.cli.live_view import send_message
+        from teamctl.coordinator.run_control import send_message
 
         with redis_errors_as_infra():
             return send_message(self._handle, to, text)

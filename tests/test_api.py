@@ -16,7 +16,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.cli.live_view import events_reader_name
+from teamctl.coordinator.run_follow import events_reader_name
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RUNS_INDEX, RunKeys

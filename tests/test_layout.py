@@ -51,13 +51,8 @@ def test_layer_does_not_import(graph: dict[str, set[str]], importer: str, forbid
 
 
 CLI = "teamctl.coordinator.cli"
-CLI_IMPORTERS_ALLOWED = {
-    "teamctl.__main__",  # `python -m teamctl` is the CLI's other door
-    # The Python API still reaches four functions that live in the CLI's modules (cancel_run,
-    # wait_for_end, run_events, send_message); they are to move into the coordinator's core,
-    # and this entry with them.
-    "teamctl.api",
-}
+CLI_IMPORTERS_ALLOWED = {"teamctl.__main__"}
+"""`python -m teamctl` is the CLI's other door."""
 
 
 def test_nothing_outside_the_cli_imports_it(graph: dict[str, set[str]]) -> None:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 import click
 from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
+from teamctl.coordinator.run_control import cancel_run, live_run
 from teamctl.shared.connection import connect, redacted
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
-from teamctl.shared.models import RunResult, RunStatus, SystemType
+from teamctl.shared.models import RunResult, RunStatus
 from teamctl.shared.settings import Settings
 from teamctl.shared.team import (
     ModelSource,
@@ -173,17 +174,11 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
                    f"attempts={s.attempts} {one_line(s.error, 500)}".rstrip())
 
 
-def _live_run(run: RunHandle) -> RunHandle:
-    """The run (its spec read), refusing runs that have already finished."""
-    state = run.store.state()
-    if state.finished:
-        raise ConfigError(f"run {run.run_id} has already finished ({state.status})")
-    return run
 
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
-    run = _live_run(RunHandle.existing(connect(redis_url), run_id))
+    run = live_run(RunHandle.existing(connect(redis_url), run_id))
     store, spec = run.store, run.spec
     if not spec.options.require_plan_approval:
         raise ConfigError(f"run {run_id} does not ask for plan approval "
@@ -207,38 +202,8 @@ def cancel_command(redis_url: str, run_id: str) -> None:
         click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
 
 
-def cancel_run(run: RunHandle) -> bool:
-    """Ask the run to stop; True when no coordinator drove it and it was ended here, False
-    when its coordinator is stopping it. ConfigError for a run that already finished."""
-    run = _live_run(run)
-    store, lease = run.store, run.lease
-    store.request_stop("cancelled")
-    if not lease.try_acquire():
-        return False
-    try:
-        if store.state().finished:  # its coordinator finished it just before we took the lease
-            raise ConfigError(f"run {run.run_id} has already finished ({store.state().status})")
-        _end_cancelled(run)
-    finally:
-        lease.release()
-    return True
 
 
-def _end_cancelled(run: RunHandle) -> None:
-    """No coordinator is left to wait out a grace period: revoke every claim now (a late write
-    is refused and counted), block what never ran, and end the run under our lease."""
-    from teamctl.shared.retention import expire_run
-    from teamctl.shared.runstore import RunEnd
-
-    board, store, spec = run.board, run.store, run.spec
-    announce = spec.options.enable_message_bus
-    board.reclaim_expired(spec.options.max_attempts, announce_failures=announce)
-    board.fail_in_progress("cancelled", announce_failures=announce)
-    board.block_stalled("cancelled")
-    store.finish(RunEnd(RunStatus.CANCELLED, spec.options.retention_s, error="cancelled",
-                        announce=SystemType.RUN_CANCELLED if announce else None,
-                        announce_text="cancelled"))
-    expire_run(store.conn, spec.run_id, spec.options.retention_s)
 
 
 def export_command(redis_url: str, run_id: str, directory: Path, force: bool) -> None:

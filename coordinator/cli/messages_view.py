@@ -2,28 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
+from teamctl.coordinator.run_follow import START, BusTail, Tail, run_ended, tailed
 from teamctl.shared.bus import MessageBus, delivered_to
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
 from teamctl.shared.models import Envelope
-from teamctl.shared.runstore import RunStore
 from teamctl.shared.text import flat, printable
 
-FOLLOW_BLOCK_MS = 500
-"""How long one XREAD BLOCK waits before looking again at whether the run has ended."""
-START = "0-0"
-
-# Invariant: Tail.read returns a list, which its callers may change.
-T = TypeVar("T")
-
 Emit = Callable[[Envelope], None]
+T = TypeVar("T")
 
 
 def messages_command(redis_url: str, run_id: str, *, member: str | None, type_: str | None,
@@ -51,26 +44,8 @@ def print_bus(bus: MessageBus, emit: Emit) -> str:
     return last_id
 
 
-class Tail(Protocol[T]):
-    """A reader of one or more streams that keeps its own position."""
-
-    def read(self, block_ms: int | None) -> list[T]:
-        """What arrived after the last read, in order, waiting up to `block_ms` (None: no wait)."""
-        ...
 
 
-@dataclass
-class BusTail:
-    """The bus after `after_id`, as a Tail."""
-
-    bus: MessageBus
-    after_id: str = START
-
-    def read(self, block_ms: int | None) -> list[Envelope]:
-        messages = self.bus.tail(self.after_id, block_ms=block_ms)
-        if messages:
-            self.after_id = messages[-1].id
-        return messages
 
 
 def follow(tail: Tail[T], emit: Callable[[T], None], has_ended: Callable[[], bool]) -> None:
@@ -83,17 +58,6 @@ def follow(tail: Tail[T], emit: Callable[[T], None], has_ended: Callable[[], boo
         return
 
 
-def tailed(tail: Tail[T], has_ended: Callable[[], bool]) -> Iterator[T]:
-    """Read `tail` with XREAD BLOCK until `has_ended`, then drain it (also the Python API's
-    `Run.events()`)."""
-    while True:
-        # Read the status before reading the streams: what was written before the end is
-        # then always yielded by the non-blocking drain that follows.
-        ended = has_ended()
-        items = tail.read(None if ended else FOLLOW_BLOCK_MS)
-        yield from items
-        if ended and not items:
-            return
 
 
 def follow_bus(bus: MessageBus, after_id: str, emit: Emit, has_ended: Callable[[], bool]) -> None:
@@ -101,9 +65,6 @@ def follow_bus(bus: MessageBus, after_id: str, emit: Emit, has_ended: Callable[[
     follow(BusTail(bus, after_id), emit, has_ended)
 
 
-def run_ended(store: RunStore) -> bool:
-    """Finished, or expired meanwhile: either way no more messages will come."""
-    return store.state().finished or not store.exists()
 
 
 def _check_member(raw: str, member_ids: list[str]) -> str:

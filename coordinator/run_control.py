@@ -1,0 +1,71 @@
+"""Steering a live run from outside it: a person's message to its members, and a cancel that ends
+the run here when no coordinator drives it. The CLI's `send` and `cancel` and the Python API
+share these."""
+
+from __future__ import annotations
+
+from teamctl.shared.bus import LEAD
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.handle import RunHandle
+from teamctl.shared.models import RunStatus, SystemType
+
+
+def live_run(run: RunHandle) -> RunHandle:
+    """The run (its spec read), refusing runs that have already finished."""
+    state = run.store.state()
+    if state.finished:
+        raise ConfigError(f"run {run.run_id} has already finished ({state.status})")
+    return run
+
+
+def send_message(run: RunHandle, to: str, text: str) -> str:
+    """Send `text` as `lead` to member `to` (or `*`) of a live run; the message id. ConfigError
+    for a finished run, a run without a bus, an empty or oversized text, an unknown member."""
+    run_id = run.run_id
+    state = run.store.state()
+    if state.finished:
+        raise ConfigError(f"run {run_id} has already finished ({state.status}): no member will "
+                          f"read a message now; `teamctl status {run_id}` shows its result")
+    if not run.spec.options.enable_message_bus:
+        raise ConfigError(f"run {run_id} has its message bus off (enable_message_bus = false): "
+                          "its members cannot receive messages")
+    if not text.strip():
+        raise ConfigError("the message is empty: pass the text to send")
+    # The bus checks the recipient against the run's roster and the size against
+    # max_message_bytes, each a one-line ConfigError naming the members or the limit.
+    message = run.bus.send(LEAD, to, None, None, text)
+    return message.id if message else ""
+
+
+def cancel_run(run: RunHandle) -> bool:
+    """Ask the run to stop; True when no coordinator drove it and it was ended here, False
+    when its coordinator is stopping it. ConfigError for a run that already finished."""
+    run = live_run(run)
+    store, lease = run.store, run.lease
+    store.request_stop("cancelled")
+    if not lease.try_acquire():
+        return False
+    try:
+        if store.state().finished:  # its coordinator finished it just before we took the lease
+            raise ConfigError(f"run {run.run_id} has already finished ({store.state().status})")
+        _end_cancelled(run)
+    finally:
+        lease.release()
+    return True
+
+
+def _end_cancelled(run: RunHandle) -> None:
+    """No coordinator is left to wait out a grace period: revoke every claim now (a late write
+    is refused and counted), block what never ran, and end the run under our lease."""
+    from teamctl.shared.retention import expire_run
+    from teamctl.shared.runstore import RunEnd
+
+    board, store, spec = run.board, run.store, run.spec
+    announce = spec.options.enable_message_bus
+    board.reclaim_expired(spec.options.max_attempts, announce_failures=announce)
+    board.fail_in_progress("cancelled", announce_failures=announce)
+    board.block_stalled("cancelled")
+    store.finish(RunEnd(RunStatus.CANCELLED, spec.options.retention_s, error="cancelled",
+                        announce=SystemType.RUN_CANCELLED if announce else None,
+                        announce_text="cancelled"))
+    expire_run(store.conn, spec.run_id, spec.options.retention_s)
