@@ -1,4 +1,4 @@
-"""Makespan benchmark (issue 13 §4.3): a seeded random 40-task DAG whose tasks take 0.2-1.0 s of
+"""Makespan benchmark: a seeded random 40-task DAG whose tasks take 0.2-1.0 s of
 scripted model latency each, on 4 preloaded workers (max_concurrency 4), with the coordinator's
 two dispatch modes (RunOptions.dispatch): eager (a task is enqueued as soon as its dependencies
 end) and barrier (the next round waits for every task of the current one).

@@ -1,4 +1,4 @@
-"""Reclaim benchmark (issue 13 §4.5): KILLS times, a one-task run's worker (and its job process)
+"""Reclaim benchmark: KILLS times, a one-task run's worker (and its job process)
 is SIGKILLed while the task's model call is in flight, at heartbeat_ttl_s 3; the coordinator
 reclaims the task once its claim expires and another worker completes it.
 

@@ -1,4 +1,4 @@
-"""Start-up benchmark (issue 13 §4.1, §4.7): `teamctl run` with a zero-latency scripted model and a
+"""Start-up benchmark: `teamctl run` with a zero-latency scripted model and a
 2-task chain, as a user shaping a team runs it again and again.
 
 - Cold: `teamctl run --workers 2` (the run starts its own workers) until the planner's model
@@ -49,7 +49,7 @@ PLAN = {"tasks": [{"id": "first", "memberId": "m1", "task": "Collect facts"},
                   {"id": "second", "memberId": "m2", "task": "Write it up",
                    "dependsOn": ["first"]}]}
 GOALS_S = {"cold request": 5.0, "warm request": 0.5, "warm run": 1.5}
-"""Issue 13's goals: planner's request <= 5 s cold, <= 0.5 s warm; a whole warm run <= 1.5 s."""
+"""The start-up goals: planner's request <= 5 s cold, <= 0.5 s warm; a whole warm run <= 1.5 s."""
 VERB_RUNS = 9
 STORED_RUNS = 300
 VERB_GOAL_RATIO = 1.5

@@ -1,4 +1,4 @@
-"""Teammate benchmark (issue 12 §10): wake latency and idle cost on one preloaded forking worker.
+"""Teammate benchmark: wake latency and idle cost on one preloaded forking worker.
 
 - Wake latency: `send` from the lead to an idle teammate, until the teammate's first model
   request reaches the scripted zero-latency server. Baseline, in the same run on the same worker:

@@ -1,4 +1,4 @@
-"""Throughput benchmark (issue 13 §4.4): TASKS independent zero-latency tasks of one `teamctl run`
+"""Throughput benchmark: TASKS independent zero-latency tasks of one `teamctl run`
 on WORKERS preloaded workers, against bare RQ no-op jobs on the same workers in the same run;
 and the coordinator's CPU seconds per task.
 

@@ -1,8 +1,8 @@
 """Every Redis key teamctl uses is built here, and nowhere else.
 
-A task board and a message bus live in a key space (`KeySpace`): a run's today (`RunKeys`), a
-persistent team's next, each under its own base. All keys of one space share the base's hash tag
-(``{RUN_ID}`` for a run) so that the space lives in one cluster slot and every Lua script
+A task board and a message bus live in a key space (`KeySpace`): a planned run's (`RunKeys`) or a
+persistent team's (`TeamKeys`), each under its own base. All keys of one space share the base's hash
+tag (``{RUN_ID}`` for a run) so that the space lives in one cluster slot and every Lua script
 touches one slot only. Task and member ids are validated before they are joined into a key.
 """
 

@@ -1,4 +1,4 @@
-"""A persistent team's task board (issue 12 §6): tasks `task_<n>` on the team's keys, claimed
+"""A persistent team's task board: tasks `task_<n>` on the team's keys, claimed
 by teammates and handed to idle ones as they become ready.
 
 The tasks are board task hashes (shared/board.py: same statuses, fencing tokens, dependency

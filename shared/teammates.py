@@ -1,8 +1,9 @@
 """Persistent teammates' records: a team's options and one teammate's state, parsed by model.
 
-A teammate is data in Redis (`TeamKeys.mate`), played turn by turn by any worker (issue 12,
-decision A). These models are what crosses the process boundary between the CLI, which spawns
-and messages teammates, and the RQ job that runs a turn.
+A teammate is data in Redis (`TeamKeys.mate`), played turn by turn by any worker: with no
+process of its own, it outlives any worker and any host. These models are what crosses the
+process boundary between the CLI, which spawns and messages teammates, and the RQ job that runs
+a turn.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """A persistent team's store: create, spawn, message, wake, reconcile and delete, plus the turn
 writes a worker makes; shared by the CLI and the turn job.
 
-Every state change is one Lua script on the team's keys (one slot), so spawns, wake-ups, turn
-ends and reconciles serialize: a message published before a turn ends is seen by that turn, one
-published after it wakes the teammate, and none is lost between. Turns are RQ jobs enqueued by
-function name (TURN_FUNCTION), so this module needs no worker code.
+Each state change is made by one Lua script on the team's keys (one slot), so spawns, wake-ups, turn
+ends and reconciles serialize (around some, the lead inbox's upkeep runs scripts of its own: a
+message to the lead may first fold older notices, then the send itself is one script): a message
+published before a turn ends is seen by that turn, one published after it wakes the teammate, and
+none is lost between. Turns are RQ jobs enqueued by function name (TURN_FUNCTION), so this module
+needs no worker code.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class TeamStore:
 
     def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
         """This store with every script call of one tool call of `name`'s turn guarded: refused
-        once the token lost the lease, and run once, so a rerun replays it (issue 12 §4)."""
+        once the token lost the lease, and run once, so a rerun replays it."""
         guard = WriteGuard(turn_key=self.keys.turn(name), effects_key=self.keys.effects(name),
                            token=token, call_key=call_key)
         clone = TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard))

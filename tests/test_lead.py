@@ -1,4 +1,4 @@
-"""The lead agent of a persistent team, `teamctl lead` (issue 12 §7, test 9): a scripted lead
+"""The lead agent of a persistent team, `teamctl lead`: a scripted lead
 spawns a teammate whose reply reaches it once, a second lead is refused naming the holder, a
 SIGKILLed lead restarts where it stopped with each response injected once, and the slash
 commands make no model call. Real Redis, the session's real workers on `members`, the scripted

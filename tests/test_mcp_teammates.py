@@ -1,4 +1,4 @@
-"""MCP servers as persistent teammates' tools (issue 14): the team's `[[mcp_servers]]` stored by
+"""MCP servers as persistent teammates' tools: the team's `[[mcp_servers]]` stored by
 `team create --file`, `team spawn --mcp`, mcp-server-git from the package index in a real turn
 on real workers, the plan-mode gate on tools a server does not mark read-only, a server that
 will not start, and the spawn's checks (exit 2)."""

@@ -1,4 +1,4 @@
-"""MCP servers as member tools (issue 14 §2-3): mcp-server-git from the package index in a
+"""MCP servers as member tools: mcp-server-git from the package index in a
 planned run on real workers (its real tools in the planner's prompt), servers written here with
 the SDK, over HTTP and stdio (a crash mid-call, a call that never answers, a huge isError text,
 structured content only, a list that never comes, a filter naming a missing tool), servers that

@@ -1,4 +1,4 @@
-"""The team's own Python functions as member tools (issue 14 §1): a planned run through the CLI
+"""The team's own Python functions as member tools: a planned run through the CLI
 on real workers that import them, the coordinator's check (exit 2), and a worker lacking one."""
 
 from __future__ import annotations

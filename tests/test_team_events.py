@@ -1,5 +1,5 @@
-"""A team's events stream carries teammates' and requests' changes beside the task events
-(issue 12 §2), in order, so people and the lead can block on it instead of polling. Real Redis;
+"""A team's events stream carries teammates' and requests' changes beside the task events,
+in order, so people and the lead can block on it instead of polling. Real Redis;
 turns are played here through the store (their jobs queue where no worker listens)."""
 
 from __future__ import annotations

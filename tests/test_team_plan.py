@@ -1,4 +1,4 @@
-"""Plan approval for persistent teammates (issue 12 §5): a teammate spawned with --plan-mode
+"""Plan approval for persistent teammates: a teammate spawned with --plan-mode
 submits a plan, the lead rejects it (the gate stays, the teammate revises) or approves it, one
 pending request at a time, each answer waking the teammate. Real Redis, the session's real
 workers on `members`, the scripted model server through litellm."""

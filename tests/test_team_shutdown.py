@@ -1,4 +1,4 @@
-"""The shutdown protocol of persistent teammates (issue 12 §5): durable request records, approve,
+"""The shutdown protocol of persistent teammates: durable request records, approve,
 reject, expiry, `--force` revoking a live turn, and the refusals that change nothing. Real
 Redis, the session's real workers on `members`, the scripted model server through litellm."""
 

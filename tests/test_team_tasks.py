@@ -1,4 +1,4 @@
-"""The team task board (issue 12 §6, test 10): one claim and one turn for a ready task among idle
+"""The team task board: one claim and one turn for a ready task among idle
 teammates, assignees and roles, dependencies released by complete_task, numeric order at a turn
 end, one reminder then release, shutdowns releasing tasks, the plan-mode gate, the CLI's exit
 codes. Real Redis; the end-to-end tests use the session's real workers on `members` and the

@@ -1,4 +1,4 @@
-"""Teammates' workspace tools and plan gate, and delivery under load (issue 12 §9 tests 2, 4, 8):
+"""Teammates' workspace tools and plan gate, and delivery under load:
 `team spawn --tool T`, the team's shared workspace, write_file refused in plan mode until the
 lead approves, mail from four processes mid-turn and 500 sends landing as turns end. Real
 Redis, the session's real workers on `members`, the scripted model server through litellm."""

@@ -83,8 +83,8 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     store = TeamStore(conn, team)
     store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
     model = HeldSecondCall()
-    # Model calls of 3.5-10.5 s at 1x, as real providers' (issue 12 §9 item 12: test 3 at the
-    # defaults with slow models); the second is held on top of that until the worker is killed.
+    # Model calls of 3.5-10.5 s at 1x, as real providers' (the kill is tested at the defaults
+    # with slow models too); the second is held on top of that until the worker is killed.
     alice = llm.script(f"alice-{team}", handler=model, latency_s=scaled(7), latency_seed=3)
     assert spawn(redis_server, team, "alice", alice, llm.api_base, "--queue", queue).exit_code == 0
     assert model.second.wait(60)

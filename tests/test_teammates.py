@@ -1,4 +1,4 @@
-"""Persistent teammates (issue 12, foundation): spawn, wake on mail, exactly-once memory, idle
+"""Persistent teammates: spawn, wake on mail, exactly-once memory, idle
 notices, the CLI's exit codes. Real Redis, the session's real workers on `members`, the scripted
 model server reached through litellm."""
 

@@ -1,5 +1,5 @@
 """A turn killed between a tool call's team write and the checkpoint of its result: the rerun
-replays the recorded write instead of repeating it (issue 12 §4), and a revoked turn's guarded
+replays the recorded write instead of repeating it, and a revoked turn's guarded
 writes are refused. The killed turn is played here step by step on real Redis, its lease left to
 expire; the rerun is the real turn job body against the scripted model."""
 

@@ -3,7 +3,7 @@
 A turn runs each tool call `writing_through` a store whose scripts are guarded by the call
 (TeamStore.guarded): every team write is token-checked and recorded with its outcome in the same
 script, so a turn rerun after a crash replays the call's writes instead of sending, answering or
-submitting twice (issue 12 §4); that covers task claims and
+submitting twice; that covers task claims and
 completions (shared/team_tasks.py) too. Workspace tools have no such record and may repeat.
 """
 

@@ -1,5 +1,5 @@
 """A teammate's own tools (given at spawn: workspace, Python and MCP tools) and the plan-mode
-gate on the tools that change things (issue 12 §1, §5; issue 14).
+gate on the tools that change things.
 
 The workspace is one directory per team, shared by its teammates: the spawner records it on the
 mate hash (`team_workspace` under its state dir); a teammate spawned without one uses the

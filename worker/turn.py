@@ -1,4 +1,5 @@
-"""One turn of a persistent teammate, as one RQ job (issue 12, decision A).
+"""One turn of a persistent teammate, as one RQ job: the teammate is data in Redis,
+so any worker may play its next turn.
 
 The job carries only ids. It takes the teammate's turn lease (`turn_begin.lua`), keeps it alive
 from a daemon thread, and runs model steps from the memory in Redis. Before every model call

@@ -1,8 +1,8 @@
 """`teamctl teams` and `teamctl team ...`: spawn, list, message and delete persistent teammates.
 
 Every verb takes -t/--team (default $TEAMCTL_TEAM, else `default`) and --redis-url, reconciles
-stalled teammates first (issue 12 §3: reconcile runs in every team verb), and exits 0 when done,
-1 when the state refuses it (a teammate working or already shut down, a request already
+stalled teammates first (no process watches a team between verbs, so each verb looks), and exits 0
+when done, 1 when the state refuses it (a teammate working or already shut down, a request already
 resolved, `--wait` ran out), 2 for bad input (unknown teammate or request id, a bad name).
 """
 

@@ -1,4 +1,4 @@
-"""The lead agent of a persistent team: its memory in Redis and its turns (issue 12 §7).
+"""The lead agent of a persistent team: its memory in Redis and its turns.
 
 The lead's conversation lives in `lead:memory`, its inbox offset in the team's read offsets
 under 'lead'. Before every model call the lead's unread mail is peeked (never drained) and

@@ -1,9 +1,10 @@
 """The lead's terminal loop: a line is a turn, `/...` a slash command (no model call), an empty
 line a turn on the inbox alone; plus the script modes (`-m TEXT`, `--until-idle`).
 
-While the lead runs, one watcher thread tails the team's bus: it announces each message that
-lands in the lead's inbox on stderr, and reconciles stalled teammates every heartbeat_ttl_s/3
-(issue 12 §3). It blocks on the bus (XREAD BLOCK) between the two, never polls.
+While the lead runs, one watcher thread tails the team's bus: it announces each message that lands
+in the lead's inbox on stderr, and reconciles stalled teammates every heartbeat_ttl_s/3 (a teammate
+whose turn died is found while the lead waits, not at its next verb). It blocks on the bus (XREAD
+BLOCK) between the two, never polls.
 """
 
 from __future__ import annotations

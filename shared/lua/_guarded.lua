@@ -1,6 +1,6 @@
 -- _guarded: the wrapper that makes any script a turn's exactly-once write (scripts.py puts the
 -- script's body where the BODY line is). A teammate's tool call runs its writes through it, so a
--- turn rerun after a crash replays the first outcome instead of writing again (issue 12 §4).
+-- turn rerun after a crash replays the first outcome instead of writing again.
 -- KEYS[#KEYS - 1] the teammate's turn key, KEYS[#KEYS] its effects hash (call key -> outcome),
 -- both removed before the body runs; the body's own KEYS come first, unchanged.
 -- ARGV[#ARGV - 1] the turn's token, ARGV[#ARGV] the call key (tool call and script call within
