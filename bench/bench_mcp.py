@@ -24,10 +24,11 @@ from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.clock import now_ms
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
-from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from bench.bench_worker import QUEUE, per_task_ms, worker

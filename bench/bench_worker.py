@@ -33,10 +33,11 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from teamctl.coordinator.local_workers.processes import stop_process, worker_command
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.clock import now_ms
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
-from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from bench.figures import BenchFigure

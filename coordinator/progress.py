@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from typing import Any
 
 import click
 from teamctl.coordinator.advice import Advice, for_this_shell
+from teamctl.shared.clock import now_ms
 from teamctl.shared.models import RunStatus, TaskState, TaskStatus
 from teamctl.shared.text import flat, printable
 
@@ -88,9 +88,9 @@ def _table(states: list[TaskState], phase: RunStatus | None = None) -> Any:
 
     title = PHASE_TEXT.get(phase, str(phase)) if phase is not None else None
     table = Table("task", "member", "status", "attempts", "elapsed", box=None, title=title)
-    now_ms = int(time.time() * 1000)
+    now = now_ms()
     for state in states:
-        end_ms = state.end_ms or (now_ms if state.start_ms else 0)
+        end_ms = state.end_ms or (now if state.start_ms else 0)
         elapsed = f"{(end_ms - state.start_ms) / 1000:.1f}s" if state.start_ms else "-"
         style = STATUS_STYLE.get(state.status, "")
         # Text, not a str: rich would read a [style] in it as markup.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from teamctl.shared.clock import now_ms
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.model_calls import ModelCalls
 from teamctl.shared.models import (
@@ -16,7 +17,6 @@ from teamctl.shared.models import (
     TaskStateView,
     TaskStatus,
 )
-from teamctl.shared.runstore import now_ms
 from teamctl.shared.team import RunSpec
 from teamctl.shared.transcripts import Transcripts
 

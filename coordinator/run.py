@@ -22,6 +22,7 @@ from teamctl.coordinator.result import build_result, member_results
 from teamctl.coordinator.rounds import CANCELLED, LoopState, RoundLoop
 from teamctl.coordinator.synthesizer import synthesizer_request
 from teamctl.coordinator.tool_check import ToolsDoNotImport, WorkerToolCheck
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
@@ -35,7 +36,7 @@ from teamctl.shared.models import (
 )
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.retention import expire_run
-from teamctl.shared.runstore import RunEnd, RunStore, now_ms
+from teamctl.shared.runstore import RunEnd, RunStore
 from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
 from teamctl.shared.text import shorten
 

@@ -23,6 +23,7 @@ from functools import cached_property
 
 import redis
 from pydantic import TypeAdapter
+from teamctl.shared.clock import ttl_ms
 from teamctl.shared.connection import block_ms, blocking_client
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import check_task_id, normalize_id
@@ -149,7 +150,7 @@ class TaskBoard:
         token, dependents = self.scripts["claim"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.tokens, k.heartbeat(task_id),
                   k.events],
-            args=[member_id.strip(), worker, _ms(ttl_s)])
+            args=[member_id.strip(), worker, ttl_ms(ttl_s)])
         if not int(token):
             return None
         self._dependents[task_id] = _csv(dependents)
@@ -163,7 +164,7 @@ class TaskBoard:
             return WriteOutcome.NOT_FOUND
         return _outcome(self.scripts["heartbeat"](
             keys=[self.keys.task(task_id), self.keys.heartbeat(task_id)],
-            args=[token, _ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
+            args=[token, ttl_ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
 
     def complete(self, task_id: str, token: int, output: str, duration_ms: int, *,
                  announce_as: str | None = None) -> WriteOutcome:
@@ -426,8 +427,6 @@ class TaskBoard:
         return [t for t, alive in zip(running, pipe.execute(), strict=True) if not alive]
 
 
-def _ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000))
 
 
 def _check_plan_ids(tasks: list[TaskSpec]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import redis
 from pydantic import BaseModel, Field
+from teamctl.shared.clock import ttl_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import ModelReply
 from teamctl.shared.scripts import Scripts
@@ -76,14 +77,14 @@ class ModelCalls:
         """Take `attempt` (a worker); None when it is no longer current or already taken."""
         raw = self.scripts["call_begin"](
             keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
-            args=[attempt, worker, _ms(ttl_s)])
+            args=[attempt, worker, ttl_ms(ttl_s)])
         return ModelCallRequest.model_validate_json(raw) if raw else None
 
     def beat(self, call: str, attempt: int, ttl_s: float) -> bool:
         """Keep a begun attempt alive; False once it was superseded or answered."""
         return bool(self.scripts["call_beat"](
             keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
-            args=[attempt, _ms(ttl_s)]))
+            args=[attempt, ttl_ms(ttl_s)]))
 
     def finish(self, call: str, attempt: int, outcome: ModelCallOutcome) -> bool:
         """Record the outcome of a begun attempt and wake the coordinator; False if refused."""
@@ -93,9 +94,6 @@ class ModelCalls:
             args=[attempt, outcome.model_dump_json()]))
 
 
-def _ms(seconds: float) -> int:
-    """A TTL in whole milliseconds, never 0 (Redis refuses PX 0)."""
-    return max(1, int(seconds * 1000))
 
 
 def _text(value: Any) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Annotated
@@ -76,9 +75,6 @@ class RunState(BaseModel):
         return self.status.finished
 
 
-def now_ms() -> int:
-    """Wall-clock milliseconds, the unit every stored time uses."""
-    return int(time.time() * 1000)
 
 
 class RunStore:

@@ -12,7 +12,6 @@ needs no worker code.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -22,6 +21,7 @@ import redis
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.budget import Budget, Charge, UsageTotals
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
+from teamctl.shared.clock import now_ms
 from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_request_id
@@ -73,8 +73,6 @@ class BudgetSpent(TeamError):
     """Refused because the team's budget is spent (no turn may start, no model call): exit 1."""
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class TeamStore:

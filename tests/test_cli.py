@@ -22,12 +22,13 @@ from teamctl.coordinator.cli.options import merge_options
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
 from teamctl.shared.retention import expire_run
-from teamctl.shared.runstore import RunEnd, RunStore, now_ms
+from teamctl.shared.runstore import RunEnd, RunStore
 from teamctl.shared.team import ModelChoice, RunOptions, load_team_file
 
 from tests.support.cli import TEAMCTL

@@ -19,9 +19,10 @@ from rq import Queue
 from teamctl.coordinator.cli import main
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from tests.support.cli import assert_config_error, run_cli

@@ -22,13 +22,14 @@ from teamctl.coordinator.lead.lead import LeadMemory
 from teamctl.coordinator.lead.repl import Watcher
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.models import ProtocolType, SystemType, TaskStatus
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
-from teamctl.shared.teams import TeamStore, now_ms
+from teamctl.shared.teams import TeamStore
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM, Slow, ToolCalls

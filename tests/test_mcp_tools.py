@@ -27,11 +27,12 @@ from teamctl.coordinator.cli import main
 from teamctl.shared.agent.mcp_config import McpServer, resolved_values
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, StderrTail, call_result_text
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.runstore import RunStore
 from teamctl.shared.scripts import Scripts
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec, load_team_file
 from teamctl.worker.jobs import execute_task

@@ -13,9 +13,10 @@ import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.retention import expire_run
-from teamctl.shared.runstore import RunEnd, RunStore, now_ms
+from teamctl.shared.runstore import RunEnd, RunStore
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
 
 from tests.support.runs import coordinator_store

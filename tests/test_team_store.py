@@ -14,12 +14,13 @@ import redis
 from rq import Queue
 from rq.job import Job
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.models import SystemType
 from teamctl.shared.roster import write_roster
 from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import MateBusy, TeamStore, now_ms
+from teamctl.shared.teams import MateBusy, TeamStore
 
 from tests.support.teams import cli
 from tests.support.waiting import wait_until

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import Envelope, TaskState
-from teamctl.shared.runstore import now_ms
 
 
 class Ai4jTask(BaseModel):

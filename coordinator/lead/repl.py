@@ -22,12 +22,13 @@ import redis
 from teamctl.coordinator.lead.lead import LeadAgent
 from teamctl.coordinator.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD, delivered_to
+from teamctl.shared.clock import now_ms
 from teamctl.shared.connection import block_ms
 from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
 from teamctl.shared.team_tasks import TeamTasks
 from teamctl.shared.teammates import MateStatus, Teammate
-from teamctl.shared.teams import BudgetSpent, TeamStore, now_ms
+from teamctl.shared.teams import BudgetSpent, TeamStore
 from teamctl.shared.text import flat, one_line, printable
 
 HELP = """\

@@ -10,11 +10,12 @@ import redis
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.roster import write_roster
-from teamctl.shared.runstore import RunStore, now_ms
+from teamctl.shared.runstore import RunStore
 from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec, load_team_file
 
 
