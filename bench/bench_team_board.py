@@ -27,9 +27,9 @@ from pathlib import Path
 import redis
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import TeamKeys
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 
 from bench.figures import BenchFigure, print_figures
 

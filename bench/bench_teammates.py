@@ -33,9 +33,9 @@ from rq import Queue, Worker
 from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.models import TaskStatus
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus
 
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker
 from bench.figures import BenchFigure

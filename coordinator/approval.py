@@ -8,7 +8,7 @@ from enum import Enum
 
 import click
 from teamctl.shared.models import Approval, Plan, RunStatus
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 from teamctl.shared.text import one_line
 
 PLAN_TEXT_CHARS = 100_000

@@ -11,10 +11,10 @@ from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.worker_hints import NoWorkerHint, StartingWorkers
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.lease import Lease
-from teamctl.shared.runstore import RunStore
-from teamctl.shared.team import RunSpec
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import RunSpec
+from teamctl.shared.runs.store import RunStore
 
 
 @dataclass

@@ -8,7 +8,7 @@ import redis
 from rq import Queue
 from rq.job import Job, JobStatus
 from rq.utils import utcparse
-from teamctl.shared.team import RunSpec
+from teamctl.shared.runs.run_config import RunSpec
 
 JOB_TIMEOUT_MARGIN_S = 60
 FAILURE_TTL_S = 86_400

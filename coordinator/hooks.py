@@ -19,7 +19,7 @@ from teamctl.shared.models import (
     SystemType,
     TaskState,
 )
-from teamctl.shared.team import Member, RunOptions
+from teamctl.shared.runs.run_config import Member, RunOptions
 from teamctl.shared.user_code import import_user_module
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ if TYPE_CHECKING:  # only annotations here: the team verbs import this module fo
     from teamctl.coordinator.approval import ApprovalMode
     from teamctl.coordinator.progress import Reporter
     from teamctl.shared.models import RunResult
+    from teamctl.shared.runs.run_config import ModelSource, RunSpec, TeamFile
     from teamctl.shared.settings import Settings
-    from teamctl.shared.team import ModelSource, RunSpec, TeamFile
 
 Note = Callable[[str], None]
 """How a line for a person is shown (stderr for the CLI, logging for the API)."""
@@ -46,7 +46,7 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     once the input is valid: a config error starts no server and writes nothing."""
     from teamctl.coordinator.hooks import load_hooks
     from teamctl.coordinator.run import RunRequest, create_run
-    from teamctl.shared.team import choose_models
+    from teamctl.shared.runs.run_config import choose_models
 
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from teamctl.coordinator.plan import RawTask, normalize_tasks
 from teamctl.coordinator.plan_parser import parse_tasks
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.mcp_cache import OfferedTool
 from teamctl.shared.model_calls import ModelCallRequest
 from teamctl.shared.models import Plan
-from teamctl.shared.plan import RawTask, normalize_tasks
-from teamctl.shared.team import Member, RunOptions
+from teamctl.shared.runs.run_config import Member, RunOptions
 
 
 def planner_prompt(objective: str, members: list[Member],

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from teamctl.shared.clock import now_ms
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.model_calls import ModelCalls
 from teamctl.shared.models import (
     MemberResult,
@@ -17,8 +16,9 @@ from teamctl.shared.models import (
     TaskStateView,
     TaskStatus,
 )
-from teamctl.shared.team import RunSpec
-from teamctl.shared.transcripts import Transcripts
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import RunSpec
+from teamctl.shared.runs.transcripts import Transcripts
 
 
 def member_results(spec: RunSpec, states: list[TaskState],

@@ -35,9 +35,9 @@ from teamctl.shared.models import (
     TaskStatus,
 )
 from teamctl.shared.private_files import private_dir
-from teamctl.shared.retention import expire_run
-from teamctl.shared.runstore import RunEnd, RunStore
-from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
+from teamctl.shared.runs.retention import expire_run
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec, TeamFile
+from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.text import shorten
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import RunStatus, SystemType
+from teamctl.shared.runs.handle import RunHandle
 
 
 def live_run(run: RunHandle) -> RunHandle:
@@ -57,8 +57,8 @@ def cancel_run(run: RunHandle) -> bool:
 def _end_cancelled(run: RunHandle) -> None:
     """No coordinator is left to wait out a grace period: revoke every claim now (a late write
     is refused and counted), block what never ran, and end the run under our lease."""
-    from teamctl.shared.retention import expire_run
-    from teamctl.shared.runstore import RunEnd
+    from teamctl.shared.runs.retention import expire_run
+    from teamctl.shared.runs.store import RunEnd
 
     board, store, spec = run.board, run.store, run.spec
     announce = spec.options.enable_message_bus

@@ -16,9 +16,9 @@ import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import READ_BATCH, MessageBus, envelope_from_stream
 from teamctl.shared.connection import MAX_BLOCK_MS, block_ms, blocking_client
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import Envelope, EventKind, MessageEvent, TaskChange, TaskEvent
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.store import RunStore
 
 FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""

@@ -3,8 +3,8 @@ lead's REPL print the same lines."""
 
 from __future__ import annotations
 
-from teamctl.shared.team_tasks import TeamTask
-from teamctl.shared.teammates import TeamRequest
+from teamctl.shared.teams.tasks import TeamTask
+from teamctl.shared.teams.teammates import TeamRequest
 from teamctl.shared.text import flat, one_line
 
 

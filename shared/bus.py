@@ -29,7 +29,7 @@ that no message some member has not read (or not acknowledged) is ever dropped; 
 with their message. Trimming goes by the roster in Redis, so every bus of a space protects the
 same inboxes. On a team's bus, an old message the lead has not read would stop that cut (it
 only takes the oldest end), so `compact` deletes the read messages after it instead
-(shared/lead_inbox.py keeps the lead's unread mail itself bounded).
+(shared/teams/lead_inbox.py keeps the lead's unread mail itself bounded).
 """
 
 from __future__ import annotations

@@ -275,13 +275,13 @@ class TeamKeys(KeySpace):
 
     @property
     def lead_inbox(self) -> str:
-        """Hash: the lead inbox's retention record (shared/lead_inbox.py): how much of it was
+        """Hash: the lead inbox's retention record (shared/teams/lead_inbox.py): how much of it was
         counted, what the lead's model has seen, the open summary of folded notices, and how far
         the bus was compacted around the lead's unread mail."""
         return f"{self.base}:lead:inbox"
 
     def mate(self, name: str) -> str:
-        """Hash: one teammate's record (Teammate in shared/teammates.py)."""
+        """Hash: one teammate's record (Teammate in shared/teams/teammates.py)."""
         return f"{self.base}:mate:{check_member_id(name)}"
 
     def turn(self, name: str) -> str:
@@ -303,7 +303,7 @@ class TeamKeys(KeySpace):
         return f"{self.base}:mate_requests:{check_member_id(name)}"
 
     def request(self, request_id: str) -> str:
-        """Hash: one protocol request's record (TeamRequest in shared/teammates.py)."""
+        """Hash: one protocol request's record (TeamRequest in shared/teams/teammates.py)."""
         return f"{self.base}:request:{check_request_id(request_id)}"
 
     @property

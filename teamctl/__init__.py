@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Team": "teamctl.api", "Run": "teamctl.api", "attach": "teamctl.api",
     "TeamHook": "teamctl.coordinator.hooks",
-    "Member": "teamctl.shared.team", "RunOptions": "teamctl.shared.team",
-    "McpServer": "teamctl.shared.team",
+    "Member": "teamctl.shared.runs.run_config", "RunOptions": "teamctl.shared.runs.run_config",
+    "McpServer": "teamctl.shared.runs.run_config",
     "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
     "TaskStateView": "teamctl.shared.models", "Plan": "teamctl.shared.models",
     "TaskSpec": "teamctl.shared.models", "ModelReply": "teamctl.shared.models",
@@ -77,7 +77,7 @@ if TYPE_CHECKING:
         ToolCall,
         Usage,
     )
-    from teamctl.shared.team import Member, RunOptions
+    from teamctl.shared.runs.run_config import Member, RunOptions
 
 
 def __getattr__(name: str) -> Any:

@@ -27,11 +27,10 @@ from teamctl.coordinator.result import build_result
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.connection import connect, redis_errors_as_infra, set_outage
 from teamctl.shared.errors import ConfigError, RunFailed, TeamError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import RunEvent, RunResult, RunStatus
 from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
-from teamctl.shared.settings import load_settings
-from teamctl.shared.team import (
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import (
     DEFAULT_MEMBERS,
     Member,
     ModelSource,
@@ -42,6 +41,7 @@ from teamctl.shared.team import (
     refuse_removed_options,
     team_error,
 )
+from teamctl.shared.settings import load_settings
 
 log = logging.getLogger("teamctl")
 STOP_WAIT_S = 10.0

@@ -20,7 +20,7 @@ from teamctl.coordinator.run_follow import events_reader_name
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 import teamctl
 from teamctl import (

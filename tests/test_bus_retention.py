@@ -10,12 +10,12 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
 from teamctl.shared.models import TaskSpec
-from teamctl.shared.retention import expire_run, forget_expired_runs
-from teamctl.shared.runstore import RunStore
-from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.retention import expire_run, forget_expired_runs
+from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.waiting import assert_ttl_as_set, wait_until
 

@@ -11,7 +11,7 @@ from teamctl.coordinator.approval import ApprovalMode, decide_plan
 from teamctl.coordinator.progress import _table
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import Plan, TaskSpec, TaskState, TaskStatus
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.runs import two_task_run
 

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.run_config import RunOptions
 from teamctl.shared.scripts import Scripts, sources
-from teamctl.shared.team import RunOptions
 
 from tests.support.cli import errors, run_cli
 from tests.support.llm import HttpError, ScriptedLLM
@@ -62,7 +62,7 @@ def test_plan_delegate_synthesize_with_auto_ids(
     assert planner_prompt.endswith("Objective:\nShip the thing")
     status = CliRunner().invoke(main, ["status", run_id, "--redis-url", workers, "--json"])
     assert (status.exit_code, json.loads(status.stdout)) == (0, out)  # rebuilt from Redis alone
-    # An ended run expires after the default retention (shared/retention.py).
+    # An ended run expires after the default retention (shared/runs/retention.py).
     assert_ttl_as_set(redis.Redis.from_url(workers), RunKeys(run_id).spec,
                       RunOptions().retention_s, started_at)
     assert set(out) == {"team_id", "run_id", "objective", "status", "plan", "member_results",

@@ -9,7 +9,7 @@ import redis
 from rq.job import Job, JobStatus
 from teamctl.coordinator.dispatcher import Dispatcher
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.runs import two_task_run
 

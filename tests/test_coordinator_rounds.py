@@ -14,11 +14,11 @@ from teamctl.coordinator.progress import Reporter
 from teamctl.coordinator.rounds import LoopState, RoundLoop
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.runstore import RunStore
-from teamctl.shared.team import ModelChoice, RunOptions, TeamFile
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import ModelChoice, RunOptions, TeamFile
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.waiting import wait_until
 

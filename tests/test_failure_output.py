@@ -17,7 +17,7 @@ from typing import Any
 import redis
 from teamctl.coordinator.advice import teamctl_prog
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import HttpError, ScriptedLLM

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 import redis
+from teamctl.coordinator.plan import normalize_tasks
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
-from teamctl.shared.plan import normalize_tasks
-from teamctl.shared.team import ModelChoice, RunSpec, TeamFile
-from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec, TeamFile
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import MateStatus, RequestStatus, TeamOptions
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -22,8 +22,8 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.runstore import RunStore
-from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import assert_config_error, run_cli
 from tests.support.injection import MARKED_QUEUE, MARKER_NAME, MarkedWorkers, assert_marker_kept

@@ -15,9 +15,9 @@ import pytest
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.team import RunOptions
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.runs.run_config import RunOptions
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.jobs import HANDED_BACK_REASON
 

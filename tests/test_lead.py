@@ -27,9 +27,9 @@ from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.models import ProtocolType, SystemType, TaskStatus
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus, RequestStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus, RequestStatus, TeamOptions
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM, Slow, ToolCalls

@@ -17,10 +17,10 @@ import redis
 from teamctl.coordinator.lead.lead import LeadMemory
 from teamctl.shared.agent.inbox import InboxBatch, unread_batch
 from teamctl.shared.bus import LEAD
-from teamctl.shared.lead_inbox import LeadMailboxFull
 from teamctl.shared.models import Envelope, ProtocolType, SystemType
-from teamctl.shared.teammates import TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.lead_inbox import LeadMailboxFull
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import TeamOptions
 from teamctl.worker.mate_tools import MateTools
 
 from tests.support.slowlog import (

@@ -27,7 +27,7 @@ from teamctl.shared.models import (
     TaskEvent,
     TaskSpec,
 )
-from teamctl.shared.runstore import RunEnd, RunStore
+from teamctl.shared.runs.store import RunEnd, RunStore
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM, ToolCalls

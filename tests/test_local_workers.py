@@ -16,7 +16,7 @@ from teamctl.coordinator.local_workers.processes import stop_process
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.processes import pid_alive
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.waiting import wait_until
 from tests.support.workers import exited

@@ -15,8 +15,8 @@ from typing import Any
 import redis
 from teamctl.coordinator.advice import for_this_shell
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
-from teamctl.shared.teammates import MateStatus, team_workspace
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import MateStatus, team_workspace
 
 from tests.support.cli import assert_config_error
 from tests.support.llm import ScriptedLLM, ToolCalls

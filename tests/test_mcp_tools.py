@@ -32,9 +32,9 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec, load_team_file
+from teamctl.shared.runs.store import RunStore
 from teamctl.shared.scripts import Scripts
-from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec, load_team_file
 from teamctl.worker.jobs import execute_task
 
 from teamctl import Team
@@ -371,7 +371,7 @@ def test_the_coordinator_never_imports_the_sdk(tmp_path: Path) -> None:
         "import sys\nfrom pathlib import Path\nimport teamctl.coordinator.cli\n"
         "import teamctl.coordinator.run\n"
         "from teamctl.coordinator.planner import planner_prompt\n"
-        "from teamctl.shared.team import load_team_file\n"
+        "from teamctl.shared.runs.run_config import load_team_file\n"
         f"team = load_team_file(Path({str(team)!r}))\n"
         "print(planner_prompt('x', team.members).splitlines()[-4])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'litellm')))\n")

@@ -18,8 +18,8 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.scripts import sources
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines

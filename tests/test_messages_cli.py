@@ -15,9 +15,9 @@ from teamctl.coordinator.cli import main
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.retention import expire_run
-from teamctl.shared.runstore import RunEnd, RunStore
-from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.retention import expire_run
+from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.store import RunEnd, RunStore
 
 from tests.support.runs import coordinator_store
 from tests.support.waiting import wait_until

@@ -22,7 +22,7 @@ from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_proce
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.models import ModelReply, RunStatus
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import Held, ScriptedLLM, Slow, release_when

@@ -19,7 +19,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL
 from tests.support.faults import RestartableRedis, TcpProxy

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from teamctl.shared.plan import MAX_BASE_ID_CHARS, RawTask, normalize_dependencies, normalize_tasks
+from teamctl.coordinator.plan import (
+    MAX_BASE_ID_CHARS,
+    RawTask,
+    normalize_dependencies,
+    normalize_tasks,
+)
 
 
 def ids(raw_ids: list[str | None]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from teamctl.coordinator.result import member_results
 from teamctl.shared.models import TaskState, TaskStatus
-from teamctl.shared.team import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec
 
 
 def test_member_results_follow_dispatch_order() -> None:

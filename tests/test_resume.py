@@ -16,7 +16,7 @@ from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM

@@ -12,8 +12,7 @@ from pydantic import Field, ValidationError
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.settings import Settings, load_settings, settings_error
-from teamctl.shared.team import (
+from teamctl.shared.runs.run_config import (
     DEFAULT_MODEL_FOR_KEY,
     OFFLINE_MODEL,
     ModelSource,
@@ -23,6 +22,7 @@ from teamctl.shared.team import (
     load_team_file,
     pick_model,
 )
+from teamctl.shared.settings import Settings, load_settings, settings_error
 
 BOTH_KEYS = {"ANTHROPIC_API_KEY", "OPENAI_API_KEY"}
 

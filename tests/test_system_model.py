@@ -40,15 +40,15 @@ from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import TRIM_SLACK_DIVISOR
 from teamctl.shared.errors import ConfigError, RunFailed
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.ids import BROADCAST
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
 from teamctl.shared.models import Envelope, RunStatus, TaskSpec, TaskStatus
-from teamctl.shared.retention import expire_run
-from teamctl.shared.runstore import RunEnd, RunStore
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.retention import expire_run
+from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, TeamFile
+from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.settings import load_settings
-from teamctl.shared.team import Member, ModelChoice, RunOptions, TeamFile
 from teamctl.shared.text import shorten
 from teamctl.worker.claims import Claim
 from teamctl.worker.mailbox import Mailbox

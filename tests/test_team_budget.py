@@ -17,9 +17,9 @@ from rq import Queue
 from teamctl.shared.budget import Charge
 from teamctl.shared.bus import LEAD
 from teamctl.shared.models import SystemType, TaskStatus, Usage
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import IdleReason, MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import IdleReason, MateStatus, TeamOptions
 from teamctl.worker.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM, ToolCalls

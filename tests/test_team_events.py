@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 
 import redis
-from teamctl.shared.teammates import RequestStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import RequestStatus, TeamOptions
 
 from tests.support.waiting import wait_until
 

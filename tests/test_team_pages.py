@@ -22,9 +22,9 @@ from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.models import SystemType
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 from teamctl.worker.mate_tools import MateTools
 
 from tests.support.llm import ScriptedLLM, ToolCalls

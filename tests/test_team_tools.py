@@ -17,8 +17,8 @@ import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.models import SystemType
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 from teamctl.worker.mate_workspace import add_mate_workspace
 
 from tests.support.llm import Reply, ScriptedLLM, ToolCalls
@@ -31,7 +31,7 @@ SENDERS = 4
 MESSAGES_PER_SENDER = 200
 SENDER_CODE = """
 import sys, redis
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
 url, team, tag, count = sys.argv[1:5]
 store = TeamStore(redis.Redis.from_url(url, decode_responses=True), team)
 for index in range(int(count)):

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import redis
 from teamctl.shared.models import SystemType, TaskStatus
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines, spawn

@@ -14,9 +14,9 @@ from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tools import InvalidArguments, Toolbox, precompute_schemas
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.team import WORKSPACE_TOOLS
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import WORKSPACE_TOOLS
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.claims import Claim, Claims
 from teamctl.worker.mailbox import Mailbox

@@ -10,7 +10,7 @@ import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
-from teamctl.shared.transcripts import Transcripts, capped
+from teamctl.shared.runs.transcripts import Transcripts, capped
 
 from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLLM, ToolCalls

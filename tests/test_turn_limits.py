@@ -10,9 +10,9 @@ import uuid
 import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.models import TaskStatus
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, inbox_lines

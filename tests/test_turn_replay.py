@@ -14,9 +14,9 @@ import pytest
 import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.scripts import TurnRevokedError
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus, TeamOptions
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 from teamctl.worker.mate_tools import MateTools
 from teamctl.worker.turn import execute_turn
 

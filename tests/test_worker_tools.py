@@ -12,7 +12,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.runstore import RunStore
+from teamctl.shared.runs.store import RunStore
 from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import HttpError, ScriptedLLM, ToolCalls

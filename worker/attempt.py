@@ -23,9 +23,9 @@ from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.mcp_cache import McpToolCache
 from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
-from teamctl.shared.runstore import RunStore
-from teamctl.shared.team import Member, RunSpec
-from teamctl.shared.transcripts import Transcripts
+from teamctl.shared.runs.run_config import Member, RunSpec
+from teamctl.shared.runs.store import RunStore
+from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.worker.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.dispatch import build_dispatch_input
 from teamctl.worker.heartbeat import Heartbeat

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.models import Envelope, TaskState
-from teamctl.shared.team import Member, RunOptions
+from teamctl.shared.runs.run_config import Member, RunOptions
 
 TRUNCATED = " [truncated]"
 

@@ -13,7 +13,7 @@ from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.connection import same_server, set_outage
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.handle import RunHandle
+from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.attempt import Attempt, JobContext
 from teamctl.worker.claims import Claim, ClaimEnd, Claims

@@ -4,7 +4,7 @@ A turn runs each tool call `writing_through` a store whose scripts are guarded b
 (TeamStore.guarded): every team write is token-checked and recorded with its outcome in the same
 script, so a turn rerun after a crash replays the call's writes instead of sending, answering or
 submitting twice; that covers task claims and
-completions (shared/team_tasks.py) too. Workspace tools have no such record and may repeat.
+completions (shared/teams/tasks.py) too. Workspace tools have no such record and may repeat.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any
 
 from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
-from teamctl.shared.team_pages import (
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,
     LIST_TASKS_DESCRIPTION,
     GetTaskArgs,
@@ -24,8 +25,7 @@ from teamctl.shared.team_pages import (
     get_task,
     list_tasks,
 )
-from teamctl.shared.team_tasks import TeamTasks, task_id_of
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks, task_id_of
 
 
 class SendArgs(ToolArgs):

@@ -29,8 +29,8 @@ from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.private_files import private_dir
-from teamctl.shared.teammates import Teammate, team_workspace
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import Teammate, team_workspace
 
 log = logging.getLogger(__name__)
 

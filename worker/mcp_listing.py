@@ -12,9 +12,9 @@ from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.connection import set_outage
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.mcp_cache import McpListing, McpToolCache
-from teamctl.shared.team import RunSpec
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.text import shorten
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ import redis
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.connection import set_outage
 from teamctl.shared.errors import ModelError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
-from teamctl.shared.team import RunOptions
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import RunOptions
 from teamctl.worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)

@@ -32,8 +32,8 @@ from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
-from teamctl.shared.teammates import IdleReason, Teammate
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.teammates import IdleReason, Teammate
 from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.keepalive import KeepAlive

@@ -14,14 +14,14 @@ from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.run_control import cancel_run, live_run
 from teamctl.shared.connection import connect, redacted
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import RunResult, RunStatus
-from teamctl.shared.settings import Settings
-from teamctl.shared.team import (
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_config import (
     ModelSource,
     RunSpec,
     load_team_file,
 )
+from teamctl.shared.settings import Settings
 from teamctl.shared.text import one_line, printable
 
 if TYPE_CHECKING:

@@ -11,8 +11,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import Envelope, TaskState
+from teamctl.shared.runs.handle import RunHandle
 
 
 class Ai4jTask(BaseModel):

@@ -23,7 +23,7 @@ from teamctl.coordinator.cli.team_commands import team_option
 from teamctl.shared.connection import connect
 from teamctl.shared.redis_choice import resolve_redis_url
 from teamctl.shared.settings import Settings
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
 
 if TYPE_CHECKING:
     from teamctl.coordinator.lead.repl import LeadRepl
@@ -54,8 +54,8 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     from teamctl.coordinator.lead.repl import LeadRepl, Watcher, show_step
     from teamctl.shared.agent.llm import ModelClient
     from teamctl.shared.lease import LeadLease
-    from teamctl.shared.team import checked_api_base, pick_model
-    from teamctl.shared.teammates import team_workspace
+    from teamctl.shared.runs.run_config import checked_api_base, pick_model
+    from teamctl.shared.teams.teammates import team_workspace
 
     url = resolve_redis_url(redis_url, settings)
     store = TeamStore(connect(url), team or settings.team)
@@ -89,7 +89,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
     """`workers` local workers on every queue the team uses (stopped with `stack`); with none,
     a warning for each queue no worker listens on (turns there would wait)."""
     from teamctl.coordinator.local_workers.processes import LocalWorkers
-    from teamctl.shared.teammates import DEFAULT_QUEUE
+    from teamctl.shared.teams.teammates import DEFAULT_QUEUE
 
     queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
     if workers:

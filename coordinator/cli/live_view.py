@@ -20,13 +20,13 @@ from teamctl.coordinator.run_follow import (
     task_event,
 )
 from teamctl.shared.connection import connect
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.models import (
     MessageEvent,
     TaskChange,
     TaskEvent,
     TaskState,
 )
+from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.text import flat
 
 # --- send ---------------------------------------------------------------------------------------

@@ -10,9 +10,9 @@ from teamctl.coordinator.run_follow import START, BusTail, Tail, run_ended, tail
 from teamctl.shared.bus import MessageBus, delivered_to
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.handle import RunHandle
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
 from teamctl.shared.models import Envelope
+from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.text import flat, printable
 
 Emit = Callable[[Envelope], None]

@@ -15,15 +15,15 @@ from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
 from teamctl.shared.clock import now_ms
 from teamctl.shared.connection import connect
 from teamctl.shared.ids import is_safe_id
-from teamctl.shared.retention import forget_expired_runs
-from teamctl.shared.runstore import RunSummary, list_runs, run_summaries
+from teamctl.shared.runs.retention import forget_expired_runs
+from teamctl.shared.runs.store import RunSummary, list_runs, run_summaries
 from teamctl.shared.text import one_line, quoted
 
 if TYPE_CHECKING:
     import redis
     from teamctl.shared.models import Usage
-    from teamctl.shared.runstore import RunState
-    from teamctl.shared.team import RunSpec
+    from teamctl.shared.runs.run_config import RunSpec
+    from teamctl.shared.runs.store import RunState
 
 OBJECTIVE_CHARS = 60
 ERROR_CHARS = 500

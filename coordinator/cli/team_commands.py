@@ -30,14 +30,14 @@ from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
 from teamctl.shared.settings import Settings
-from teamctl.shared.teammates import (
+from teamctl.shared.teams.store import RequestRefused, TeamStore, list_teams
+from teamctl.shared.teams.teammates import (
     DEFAULT_QUEUE,
     MateStatus,
     TeamOptions,
     load_mate_python_tools,
     team_workspace,
 )
-from teamctl.shared.teams import RequestRefused, TeamStore, list_teams
 from teamctl.shared.text import flat, one_line
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ def create_command(team_file: Path | None, max_tokens: int | None, max_cost_usd:
                    store: TeamStore, settings: Settings) -> None:
     """Create the team with its options and MCP servers (else the first spawn creates it with
     defaults and no MCP servers)."""
-    from teamctl.shared.team import load_team_file
+    from teamctl.shared.runs.run_config import load_team_file
 
     team = load_team_file(team_file)
     team.check_mcp_commands(settings.state_dir)
@@ -202,7 +202,7 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
                   queue: str, plan_mode: bool, tools: tuple[str, ...], mcp: tuple[str, ...],
                   store: TeamStore, settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
-    from teamctl.shared.team import checked_api_base, pick_model
+    from teamctl.shared.runs.run_config import checked_api_base, pick_model
 
     chosen, _source = pick_model(model, None, settings)
     load_mate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
@@ -376,7 +376,7 @@ def task_group() -> None:
 def task_add_command(subject: str, description: str, role: str, assignee: str,
                      after: tuple[str, ...], store: TeamStore, settings: Settings) -> None:
     """Add a task (prints its id); a ready one goes to one idle teammate that fits."""
-    from teamctl.shared.team_tasks import TeamTasks
+    from teamctl.shared.teams.tasks import TeamTasks
 
     store.meta()
     task, woken = TeamTasks(store).add(subject, description=description, role=role,
@@ -391,7 +391,7 @@ def task_add_command(subject: str, description: str, role: str, assignee: str,
 @with_store
 def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's tasks: id, status, owner (or assignee), role, subject, dependencies."""
-    from teamctl.shared.team_tasks import TeamTasks
+    from teamctl.shared.teams.tasks import TeamTasks
 
     store.meta()
     tasks = TeamTasks(store).snapshot()

@@ -11,7 +11,7 @@ from typing import Any
 from teamctl.coordinator.cli.export import write_files
 from teamctl.shared.bus import LEAD
 from teamctl.shared.models import Envelope, ProtocolMessage
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
 
 UNREAD_ALL = 1 << 30
 """Peek limit for an export: every unread message at once."""

@@ -16,7 +16,7 @@ from teamctl.coordinator.launch import local_pool
 from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings
-from teamctl.shared.teammates import DEFAULT_QUEUE
+from teamctl.shared.teams.teammates import DEFAULT_QUEUE
 from teamctl.shared.text import one_line
 
 if TYPE_CHECKING:

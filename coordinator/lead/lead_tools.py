@@ -17,7 +17,8 @@ from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.team_pages import (
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,
     LIST_TASKS_DESCRIPTION,
     GetTaskArgs,
@@ -25,9 +26,8 @@ from teamctl.shared.team_pages import (
     get_task,
     list_tasks,
 )
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import DEFAULT_QUEUE, TeamOptions, load_mate_python_tools
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import DEFAULT_QUEUE, TeamOptions, load_mate_python_tools
 from teamctl.shared.text import quoted
 
 

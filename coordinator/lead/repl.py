@@ -26,9 +26,9 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.connection import block_ms
 from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
-from teamctl.shared.team_tasks import TeamTasks
-from teamctl.shared.teammates import MateStatus, Teammate
-from teamctl.shared.teams import BudgetSpent, TeamStore
+from teamctl.shared.teams.store import BudgetSpent, TeamStore
+from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.teammates import MateStatus, Teammate
 from teamctl.shared.text import flat, one_line, printable
 
 HELP = """\

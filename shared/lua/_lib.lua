@@ -134,7 +134,7 @@ local function check_token(task_key, token)
   return APPLIED
 end
 
--- After a run ended its keys expire (shared/retention.py); a set a late write recreates (a release
+-- After a run ended its keys expire (shared/runs/retention.py); a set a late write recreates (a release
 -- after the end) must expire with the task it belongs to, not live forever.
 local function inherit_ttl(key, task_key)
   local ttl = redis.call('PTTL', task_key)
@@ -229,7 +229,7 @@ local function publish_message(bus_key, seq_key, inbox_first, inbox_last,
   for i = inbox_first, inbox_last do
     redis.call('XADD', KEYS[i], id, 'seq', seq)
   end
-  -- After the run ended its keys expire (shared/retention.py); keys a late message creates must
+  -- After the run ended its keys expire (shared/runs/retention.py); keys a late message creates must
   -- not outlive the bus.
   local ttl = redis.call('PTTL', bus_key)
   if ttl > 0 then
@@ -241,7 +241,7 @@ local function publish_message(bus_key, seq_key, inbox_first, inbox_last,
   return id
 end
 
--- --- Team tasks (shared/team_tasks.py) ---------------------------------------------------------
+-- --- Team tasks (shared/teams/tasks.py) ---------------------------------------------------------
 -- A team's task hashes are the board's, plus role (''), reminded ('1' once the holder was
 -- reminded) and released_from (the teammate a reminder release took it from); member_id is the
 -- assignee, task the subject, context the description.

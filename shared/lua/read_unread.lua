@@ -19,7 +19,7 @@ local function add_bus_entries(ids, into)
   end
 end
 
--- A hash a first read creates after the run ended gets the bus's expiry (shared/retention.py).
+-- A hash a first read creates after the run ended gets the bus's expiry (shared/runs/retention.py).
 local function expire_with_bus(key)
   local ttl = redis.call('PTTL', KEYS[3])
   if ttl > 0 and redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ttl) end

@@ -22,6 +22,6 @@ if ARGV[10] ~= '' then
   publish_message(KEYS[4], KEYS[5], 1, 0, 'system', 'lead', ARGV[10], '', ARGV[11], now)
 end
 event(KEYS[6], '', 'run.end', 0)
--- The bus first: keys a late message creates inherit its TTL (shared/retention.py does the rest).
+-- The bus first: keys a late message creates inherit its TTL (shared/runs/retention.py does the rest).
 for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[12]) end
 return 1

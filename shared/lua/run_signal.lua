@@ -1,6 +1,6 @@
 -- run_signal: tell a run's coordinator something (a stop, a plan decision) and wake it, in one
 -- step. Keys this creates inherit the state hash's TTL, so a signal that races the run's end
--- and expiry (shared/retention.py) cannot leave keys that never expire.
+-- and expiry (shared/runs/retention.py) cannot leave keys that never expire.
 -- KEYS[1] state hash, KEYS[2] cancel key, KEYS[3] events stream, KEYS[4] approval list.
 -- ARGV[1] stop reason ('' = wake only; the first reason given is kept), ARGV[2] what ('stop',
 -- 'approval'), ARGV[3] the wake-up's task id ('': not a task change).

@@ -1,5 +1,5 @@
 -- wake_for_tasks: hand ready tasks to idle teammates, pair by pair as the caller proposed them
--- (shared/team_tasks.py reads the heads of the ready lanes idle teammates draw from and matches
+-- (shared/teams/tasks.py reads the heads of the ready lanes idle teammates draw from and matches
 -- them, each task in number order to the fitting teammate idle longest). Each pair is checked
 -- again here: the teammate still idle, not waiting for its plan's approval, not given a task by
 -- an earlier pair; the task still ready and fitting it (team_task_fits). A pair that passes gets

@@ -10,9 +10,9 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
-from teamctl.shared.team_tasks import TeamTask, TeamTasks
-from teamctl.shared.teammates import MateStatus
-from teamctl.shared.teams import TeamStore
+from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.tasks import TeamTask, TeamTasks
+from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ToolCalls
 

@@ -28,7 +28,7 @@ from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import HashCsv, HashInt, HashText, TaskState, TaskStatus
 from teamctl.shared.scripts import GuardedScripts, Scripts
-from teamctl.shared.teammates import Teammate, TeamOptions, check_mate_name
+from teamctl.shared.teams.teammates import Teammate, TeamOptions, check_mate_name
 from teamctl.shared.text import shorten
 
 TASK_PREFIX = "task_"
@@ -49,7 +49,7 @@ INDEX_CHUNK = 200
 
 
 class Store(Protocol):
-    """What the board needs of a team's store (shared/teams.py TeamStore, which uses the board
+    """What the board needs of a team's store (shared/teams/store.py TeamStore, which uses the board
     in its turn ends and shutdowns: hence a protocol, not an import)."""
 
     conn: redis.Redis

@@ -26,11 +26,11 @@ from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
-from teamctl.shared.lead_inbox import LeadInbox
 from teamctl.shared.models import Envelope, ProtocolType, SystemType, Usage
 from teamctl.shared.scripts import GuardedScripts, Scripts, WriteGuard
-from teamctl.shared.team_tasks import LANE_HEAD, TeamTasks
-from teamctl.shared.teammates import (
+from teamctl.shared.teams.lead_inbox import LeadInbox
+from teamctl.shared.teams.tasks import LANE_HEAD, TeamTasks
+from teamctl.shared.teams.teammates import (
     TURN_FUNCTION,
     MateStatus,
     RequestKind,

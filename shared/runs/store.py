@@ -24,8 +24,8 @@ from teamctl.shared.models import (
     Wake,
 )
 from teamctl.shared.roster import queue_roster
+from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.scripts import Scripts
-from teamctl.shared.team import RunSpec
 
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board

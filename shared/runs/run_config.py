@@ -29,8 +29,8 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, clash, is_python_tool
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, is_safe_id, normalize_id
-from teamctl.shared.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
-from teamctl.shared.teammates import TeamOptions
+from teamctl.shared.runs.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
+from teamctl.shared.teams.teammates import TeamOptions
 from teamctl.shared.text import quoted
 
 if TYPE_CHECKING:
