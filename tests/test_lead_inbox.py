@@ -21,7 +21,7 @@ from teamctl.shared.models import Envelope, ProtocolType, SystemType
 from teamctl.shared.teams.lead_inbox import LeadMailboxFull
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.teammates import TeamOptions
-from teamctl.worker.mate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import MateTools
 
 from tests.support.slowlog import (
     first_within_the_rule,

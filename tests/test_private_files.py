@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from teamctl.shared.private_files import private_dir, private_opener
 from teamctl.shared.teams.teammates import MateStatus, Teammate, team_workspace
-from teamctl.worker.mate_workspace import ensure_workspace
+from teamctl.worker.teams.teammate_workspace import ensure_workspace
 
 NOBODY_UID = 65534
 

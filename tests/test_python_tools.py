@@ -30,7 +30,7 @@ from teamctl.shared.runs.run_config import load_team_file
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.teammates import MATE_TOOLS, MateStatus, TeamOptions
 from teamctl.worker.jobs import execute_task
-from teamctl.worker.mate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import MateTools
 
 from teamctl.tools import ToolContext
 from tests.pytools_fixture import tools as TOOLS_MODULE

@@ -50,8 +50,8 @@ from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, Team
 from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.settings import load_settings
 from teamctl.shared.text import shorten
-from teamctl.worker.claims import Claim
-from teamctl.worker.mailbox import Mailbox
+from teamctl.worker.runs.claims import Claim
+from teamctl.worker.runs.mailbox import Mailbox
 
 P, R, IP = TaskStatus.PENDING, TaskStatus.READY, TaskStatus.IN_PROGRESS
 C, F, B = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED

@@ -20,7 +20,7 @@ from teamctl.shared.models import SystemType, TaskStatus, Usage
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.teammates import IdleReason, MateStatus, TeamOptions
-from teamctl.worker.turn import execute_turn
+from teamctl.worker.teams.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import cli, lead_args, spawn, typed

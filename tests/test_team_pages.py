@@ -25,7 +25,7 @@ from teamctl.shared.models import SystemType
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.teammates import MateStatus, TeamOptions
-from teamctl.worker.mate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import MateTools
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, inbox_lines, spawn

@@ -21,8 +21,8 @@ from teamctl.shared.models import EventKind, SystemType, TaskStatus
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import StaleTurn, TeamTasks
 from teamctl.shared.teams.teammates import MateStatus, TeamOptions
-from teamctl.worker.mate_tools import MateTools
-from teamctl.worker.mate_workspace import gate_plan
+from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.teammate_workspace import gate_plan
 
 from tests.support.llm import Held, ScriptedLLM
 from tests.support.teams import (

@@ -19,7 +19,7 @@ from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.models import SystemType
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, TeamOptions
-from teamctl.worker.mate_workspace import add_mate_workspace
+from teamctl.worker.teams.teammate_workspace import add_mate_workspace
 
 from tests.support.llm import Reply, ScriptedLLM, ToolCalls
 from tests.support.teams import cli, inbox_lines, spawn

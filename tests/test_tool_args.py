@@ -18,9 +18,9 @@ from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_config import WORKSPACE_TOOLS
 from teamctl.shared.text import ECHO_CHARS
-from teamctl.worker.claims import Claim, Claims
-from teamctl.worker.mailbox import Mailbox
-from teamctl.worker.team_tools import TeamContext, add_team_tools
+from teamctl.worker.runs.claims import Claim, Claims
+from teamctl.worker.runs.mailbox import Mailbox
+from teamctl.worker.runs.member_tools import TeamContext, add_team_tools
 
 from tests.support.runs import make_run
 

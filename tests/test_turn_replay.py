@@ -17,8 +17,8 @@ from teamctl.shared.scripts import TurnRevokedError
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.teammates import MateStatus, TeamOptions
-from teamctl.worker.mate_tools import MateTools
-from teamctl.worker.turn import execute_turn
+from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM
 from tests.support.waiting import wait_until

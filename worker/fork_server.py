@@ -44,7 +44,7 @@ def preload() -> None:
     import rq.cli.cli  # noqa: F401
     import teamctl.worker.jobs  # noqa: F401
     import teamctl.worker.rq_bootstrap  # noqa: F401
-    import teamctl.worker.turn  # noqa: F401
+    import teamctl.worker.teams.turn  # noqa: F401
     from teamctl.shared.agent.llm import load_litellm, warm_up
     from teamctl.shared.agent.mcp_tools import preload_sdk
 

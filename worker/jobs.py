@@ -15,12 +15,12 @@ from teamctl.shared.connection import same_server, set_outage
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
-from teamctl.worker.attempt import Attempt, JobContext
-from teamctl.worker.claims import Claim, ClaimEnd, Claims
-from teamctl.worker.heartbeat import Heartbeat
-from teamctl.worker.mcp_listing import execute_mcp_listing
-from teamctl.worker.model_call import execute_model_call
 from teamctl.worker.process_privacy import keep_environment_private
+from teamctl.worker.runs.attempt import Attempt, JobContext
+from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
+from teamctl.worker.runs.heartbeat import Heartbeat
+from teamctl.worker.runs.mcp_listing import execute_mcp_listing
+from teamctl.worker.runs.model_call import execute_model_call
 
 log = logging.getLogger(__name__)
 PRELOAD_MARKER = "TEAMCTL_PRELOADED"
@@ -54,7 +54,7 @@ def run_mcp_listing(run_id: str, servers: list[str]) -> str:
 def run_tool_check(run_id: str, queue: str) -> str:
     """Import the Python tools of the run's members on `queue` as their tasks will; the
     ToolImportReport as JSON (RQ keeps it as the job's result for the coordinator)."""
-    from teamctl.worker.tool_check import check_member_tools
+    from teamctl.worker.runs.tool_check import check_member_tools
 
     _hint_if_not_preloaded()
     spec = RunHandle(job_connection(load_settings()), run_id).spec

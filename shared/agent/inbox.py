@@ -1,6 +1,6 @@
 """How unread mail reaches a model: one `<inbox>` user block, one JSON object per message.
 
-A teammate's turn (worker/turn.py) and the lead agent (coordinator/lead) inject their unread
+A teammate's turn (worker/teams/turn.py) and the lead agent (coordinator/lead) inject their unread
 messages this way before every model call; the block's shape is the same for both. What one
 step (or one read_inbox answer) carries is bounded (`unread_batch`): at most
 `inbox_batch_messages` messages within `tool_result_max_chars` characters, the rest left unread

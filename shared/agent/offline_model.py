@@ -19,7 +19,7 @@ MODEL = f"{PROVIDER}/default"
 _MEMBER_LINE = re.compile(r"^- id=([^,\s]+)(?:, name=([^,]*))?(?:, expertise=(.*))?$", re.M)
 _SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
 TEAMMATE_MARK = "You are a persistent teammate"
-"""Starts a teammate turn's system prompt (worker/turn.py)."""
+"""Starts a teammate turn's system prompt (worker/teams/turn.py)."""
 LEAD_MARK = "You are the lead agent of a persistent team"
 """Starts the lead agent's system prompt (coordinator/prompts/lead_system.md)."""
 

@@ -1,10 +1,10 @@
 """Bounded views of a team's task board for models: `list_tasks` pages it (by status, offset and
 limit; long texts shortened) and `get_task` shows one task whole, within tool_result_max_chars.
 
-Both tools (a teammate's, worker/mate_tools.py, and the lead's, coordinator/lead/lead_tools.py)
-answer through here. A page reads only its own tasks' hashes: the ids come from the board's
-order list, ready set or running set, and a filter on another status reads task statuses a
-chunk at a time until the page is full; the totals come from the board's counts.
+Both tools (a teammate's, worker/teams/teammate_tools.py, and the lead's,
+coordinator/lead/lead_tools.py) answer through here. A page reads only its own tasks' hashes: the
+ids come from the board's order list, ready set or running set, and a filter on another status reads
+task statuses a chunk at a time until the page is full; the totals come from the board's counts.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from teamctl.shared.text import quoted
 
 DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
-TURN_FUNCTION = "teamctl.worker.turn.run_turn"
+TURN_FUNCTION = "teamctl.worker.teams.turn.run_turn"
 """What a turn job runs, enqueued by name so the CLI never imports the worker package."""
 GRANTABLE_BY_DEFAULT = ("read_file", "write_file", "edit_file", "list_files")
 """What the lead may give a teammate unless the team file says otherwise: the workspace tools
@@ -32,8 +32,8 @@ MAX_GRANTS = 100
 """Entries a grantable list may hold."""
 MATE_TOOLS = ("send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
               "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle")
-"""A teammate's own tools (worker/mate_tools.py registers them), known here so that a spawn
-refuses a Python tool named like one before any turn runs."""
+"""A teammate's own tools (worker/teams/teammate_tools.py registers them), known here so that a
+spawn refuses a Python tool named like one before any turn runs."""
 
 
 class MateStatus(StrEnum):

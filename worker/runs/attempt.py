@@ -26,11 +26,11 @@ from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
 from teamctl.shared.runs.run_config import Member, RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
-from teamctl.worker.claims import Claim, ClaimEnd, Claims
-from teamctl.worker.dispatch import build_dispatch_input
-from teamctl.worker.heartbeat import Heartbeat
-from teamctl.worker.mailbox import Mailbox
-from teamctl.worker.team_tools import TeamContext, add_team_tools
+from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
+from teamctl.worker.runs.dispatch import build_dispatch_input
+from teamctl.worker.runs.heartbeat import Heartbeat
+from teamctl.worker.runs.mailbox import Mailbox
+from teamctl.worker.runs.member_tools import TeamContext, add_team_tools
 
 
 @dataclass

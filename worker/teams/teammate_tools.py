@@ -82,7 +82,7 @@ class CompleteTaskArgs(ToolArgs):
 
 class MateTools:
     """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle.
-    Plan mode gates claim_task and complete_task (worker/mate_workspace.py gate_plan).
+    Plan mode gates claim_task and complete_task (worker/teams/teammate_workspace.py gate_plan).
     Task claims and completions carry the turn's token (`token`, else the one turn_begin
     recorded on the teammate, read once here: this turn's), so a revoked turn's are refused."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.models import Envelope
-from teamctl.worker.claims import Claim
+from teamctl.worker.runs.claims import Claim
 
 
 @dataclass

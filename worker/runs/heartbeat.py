@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from teamctl.shared.board import TaskBoard, WriteOutcome
-from teamctl.worker.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.keepalive import KeepAlive
+from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
 
 log = logging.getLogger(__name__)
 

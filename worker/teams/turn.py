@@ -37,14 +37,14 @@ from teamctl.shared.teams.teammates import IdleReason, Teammate
 from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.keepalive import KeepAlive
-from teamctl.worker.mate_tools import MateTools
-from teamctl.worker.mate_workspace import (
+from teamctl.worker.process_privacy import keep_environment_private
+from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.teammate_workspace import (
     add_mate_mcp_tools,
     add_mate_python_tools,
     add_mate_workspace,
     mcp_hub,
 )
-from teamctl.worker.process_privacy import keep_environment_private
 
 log = logging.getLogger(__name__)
 

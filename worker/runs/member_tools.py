@@ -39,8 +39,8 @@ from teamctl.shared.errors import ToolFailed
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from teamctl.shared.models import Envelope, PeerType, TaskState, TaskStatus
 from teamctl.shared.text import echoed, quoted
-from teamctl.worker.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
-from teamctl.worker.mailbox import Mailbox
+from teamctl.worker.runs.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
+from teamctl.worker.runs.mailbox import Mailbox
 
 CURRENT_TASK = "current_task_id"
 PAST_BOUND = 2
