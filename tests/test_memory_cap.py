@@ -22,6 +22,7 @@ from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, TeamOptions
 
 from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.slowlog import within_the_rule
 from tests.support.teams import inbox_lines
 from tests.support.waiting import wait_until
 
@@ -129,8 +130,8 @@ def test_a_memory_without_a_size_record_is_counted_once_and_a_respawn_starts_afr
 
 
 def test_a_checkpoint_on_a_large_memory_never_walks_it(conn: redis.Redis, team: str) -> None:
-    """SLOWLOG at 5 ms: counting 10,000 messages once is seen; each later checkpoint, which
-    appends an exchange and drops the oldest, is not."""
+    """SLOWLOG at 5 ms: counting 10,000 messages once is seen; the later checkpoints, which
+    append an exchange and drop the oldest, are not (bar a loaded host's few outliers)."""
     cap = 5_000_000
     store, token = working_alice(conn, team, TeamOptions(memory_max_chars=cap,
                                                          memory_max_messages=100_000))
@@ -151,8 +152,10 @@ def test_a_checkpoint_on_a_large_memory_never_walks_it(conn: redis.Redis, team: 
         for n in range(100):
             assert store.commit_step("alice", token, "", [user(f"new {n} " + "n" * 480),
                                                           said("b" * 480)]) == 2
-        slow = [e for e in conn.slowlog_get(128) if sha in str(e.get("command"))]
-        assert slow == []
+        slow = [e["duration"] / 1000 for e in conn.slowlog_get(128)
+                if sha in str(e.get("command"))]
+        # A walk on each of the 100 would show on most of them; a loaded host, on a few.
+        assert within_the_rule(slow, calls=100), slow
     finally:
         conn.config_set("slowlog-log-slower-than", threshold)
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) <= cap

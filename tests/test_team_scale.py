@@ -85,7 +85,7 @@ def test_2000_ready_tasks_beside_idle_teammates_never_block_redis(
     assert len(listed) == TASKS
     assert sum(t.status.value == "ready" for t in listed) == TASKS - 3
     slow = slow_scripts_ms(conn)
-    assert within_the_rule(slow), slow
+    assert within_the_rule(slow, calls=TASKS), slow  # one add per task, at least
 
 
 def test_a_lane_is_read_deeper_past_tasks_released_from_the_taker(

@@ -51,9 +51,12 @@ def script_shas(*names: str) -> set[str]:
     return {hashlib.sha1(sources()[name].encode()).hexdigest() for name in names}
 
 
-def within_the_rule(slow_ms: list[float]) -> bool:
-    """No script over 5 ms, bar a few outliers of a loaded host, none near an unpaged walk."""
-    return len(slow_ms) <= NOISE_OUTLIERS and all(ms < NOISE_CEILING_MS for ms in slow_ms)
+def within_the_rule(slow_ms: list[float], calls: int = 0) -> bool:
+    """No script over 5 ms, bar the outliers of a loaded host (a few, or one in a hundred of
+    `calls` when a test makes many), none near an unpaged walk: a script that walks what it
+    should page is slow on most of its calls, and each far over the ceiling."""
+    outliers = max(NOISE_OUTLIERS, calls // 100)
+    return len(slow_ms) <= outliers and all(ms < NOISE_CEILING_MS for ms in slow_ms)
 
 
 def first_within_the_rule(measure: Callable[[], list[float]], attempts: int = 3) -> list[float]:
