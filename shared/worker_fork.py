@@ -98,11 +98,6 @@ class ForkedWorker:
         self.send_signal(signal.SIGKILL)
 
 
-def fork_server_socket(environ: Mapping[str, str]) -> str | None:
-    """The fork server to use, if the environment names one."""
-    return environ.get(FORK_SERVER_ENV) or None
-
-
 def spawn(socket_path: str, argv: list[str], env: Mapping[str, str], log_fd: int, *,
           new_session: bool = False) -> ForkedWorker:
     """Have the server fork a worker running `rq <argv>`, writing to `log_fd`."""

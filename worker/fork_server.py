@@ -130,12 +130,17 @@ def _peer_uid(connection: socket.socket) -> int:
 
 
 def _reap(children: set[int], exit_codes: dict[int, int]) -> None:
-    for pid in list(children):
-        with contextlib.suppress(ChildProcessError):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                children.discard(pid)
-                exit_codes[pid] = os.waitstatus_to_exitcode(status)
+    """Collect every child that exited since the last call (one waitpid each, none per child
+    still running)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:  # no child at all
+            return
+        if pid == 0:
+            return
+        children.discard(pid)
+        exit_codes[pid] = os.waitstatus_to_exitcode(status)
 
 
 def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket]) -> None:

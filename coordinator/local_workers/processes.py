@@ -20,7 +20,7 @@ from teamctl.shared.errors import Interrupted
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 from teamctl.shared.private_files import private_dir, private_opener
 from teamctl.shared.processes import process_start_ticks
-from teamctl.shared.worker_fork import fork_server_socket, spawn
+from teamctl.shared.worker_fork import FORK_SERVER_ENV, spawn
 
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0
@@ -80,7 +80,7 @@ def start_worker(rq_args: list[str], env: dict[str, str], log_file: IO[bytes], *
                  new_session: bool = False) -> WorkerProcess:
     """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the fork server the
     environment names (worker/fork_server.py), else executed."""
-    socket_path = fork_server_socket(env)
+    socket_path = env.get(FORK_SERVER_ENV)
     if socket_path:
         return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)
     return subprocess.Popen([sys.executable, "-m", "rq.cli", *rq_args], stdout=log_file,

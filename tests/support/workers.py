@@ -15,7 +15,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from rq.registry import FailedJobRegistry
-from teamctl.coordinator.local_workers.processes import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.processes import pid_alive
 from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
@@ -133,9 +133,4 @@ def fork_server(directory: Path) -> Iterator[str]:
         assert server.poll() is None, (directory / "fork-server.log").read_text()
         yield str(socket_path)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server, timeout_s=30)
