@@ -28,8 +28,9 @@ from rq import Queue, Worker
 from rq.job import Job, JobStatus
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import TeamKeys
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from bench import slowlog
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker_fleet

@@ -28,8 +28,10 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
-from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.team_file import Member
 
 from bench.bench_worker import QUEUE, per_task_ms, worker
 from bench.figures import BenchFigure, print_figures

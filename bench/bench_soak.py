@@ -25,8 +25,9 @@ import psutil
 import redis
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import TeamKeys
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from bench import slowlog
 from bench.bench_concurrent_runs import write_team

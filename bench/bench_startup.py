@@ -34,8 +34,9 @@ from teamctl.coordinator.local_workers.processes import stop_process
 from teamctl.coordinator.run import RunRequest, create_run
 from teamctl.shared.embedded_redis import EmbeddedRedis, throwaway_redis
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.run_config import ModelChoice, load_team_file
+from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.team_file import load_team_file
 
 from bench.bench_worker import _wait, registered_pids, rss_mb, worker_fleet
 from bench.figures import BenchFigure, print_figures

@@ -27,9 +27,10 @@ from pathlib import Path
 import redis
 from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import TeamKeys
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from bench.figures import BenchFigure, print_figures
 

@@ -19,7 +19,8 @@ from teamctl.shared.models import (
     SystemType,
     TaskState,
 )
-from teamctl.shared.runs.run_config import Member, RunOptions
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.team_file import Member
 from teamctl.shared.user_code import import_user_module
 
 log = logging.getLogger(__name__)

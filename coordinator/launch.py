@@ -22,8 +22,9 @@ if TYPE_CHECKING:  # only annotations here: the team verbs import this module fo
     from teamctl.coordinator.approval import ApprovalMode
     from teamctl.coordinator.progress import Reporter
     from teamctl.shared.models import RunResult
-    from teamctl.shared.runs.run_config import ModelSource, RunSpec, TeamFile
+    from teamctl.shared.runs.run_config import ModelSource, RunSpec
     from teamctl.shared.settings import Settings
+    from teamctl.shared.team_file import TeamFile
 
 Note = Callable[[str], None]
 """How a line for a person is shown (stderr for the CLI, logging for the API)."""

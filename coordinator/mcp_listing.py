@@ -16,7 +16,7 @@ from teamctl.coordinator.context import RunContext
 from teamctl.coordinator.remote_model import NO_WORKER_HINT_AFTER_S, WAKE_EVERY_S
 from teamctl.shared.connection import block_ms
 from teamctl.shared.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
-from teamctl.shared.runs.run_config import Member
+from teamctl.shared.team_file import Member
 from teamctl.shared.text import shorten
 
 REASON_CHARS = 200

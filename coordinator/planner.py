@@ -11,7 +11,8 @@ from teamctl.shared.agent.prompts import render
 from teamctl.shared.mcp_cache import OfferedTool
 from teamctl.shared.model_calls import ModelCallRequest
 from teamctl.shared.models import Plan
-from teamctl.shared.runs.run_config import Member, RunOptions
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.team_file import Member
 
 
 def planner_prompt(objective: str, members: list[Member],

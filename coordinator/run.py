@@ -36,8 +36,9 @@ from teamctl.shared.models import (
 )
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.runs.retention import expire_run
-from teamctl.shared.runs.run_config import ModelChoice, RunSpec, TeamFile
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.team_file import TeamFile
 from teamctl.shared.text import shorten
 
 

@@ -15,7 +15,7 @@ from teamctl.coordinator.context import RunContext
 from teamctl.coordinator.remote_model import NO_WORKER_HINT_AFTER_S, WAKE_EVERY_S, CallCancelled
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import ToolImportReport
-from teamctl.shared.runs.run_config import Member
+from teamctl.shared.team_file import Member
 from teamctl.shared.text import one_line
 
 FAILURE_CHARS = 400

@@ -37,6 +37,17 @@ def is_safe_id(value: str) -> bool:
     return bool(_SAFE_ID.fullmatch(value)) and ".." not in value
 
 
+QUEUE_RULE = "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+"""What an RQ queue name may be: it becomes part of Redis keys."""
+
+
+def check_queue(queue: str) -> str:
+    """Return an RQ queue name unchanged, or raise ConfigError saying what it may be."""
+    if not isinstance(queue, str) or not is_safe_id(queue):
+        raise ConfigError(f"invalid queue {quoted(queue)}: {QUEUE_RULE}")
+    return queue
+
+
 def check_run_id(run_id: str) -> str:
     """Return the run id unchanged, or raise ConfigError saying what a run id may contain."""
     if not isinstance(run_id, str) or not is_safe_id(run_id):

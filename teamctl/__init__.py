@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "Team": "teamctl.api", "Run": "teamctl.api", "attach": "teamctl.api",
     "TeamHook": "teamctl.coordinator.hooks",
-    "Member": "teamctl.shared.runs.run_config", "RunOptions": "teamctl.shared.runs.run_config",
-    "McpServer": "teamctl.shared.runs.run_config",
+    "Member": "teamctl.shared.team_file", "RunOptions": "teamctl.shared.runs.options",
+    "McpServer": "teamctl.shared.agent.mcp_config",
     "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
     "TaskStateView": "teamctl.shared.models", "Plan": "teamctl.shared.models",
     "TaskSpec": "teamctl.shared.models", "ModelReply": "teamctl.shared.models",
@@ -77,7 +77,8 @@ if TYPE_CHECKING:
         ToolCall,
         Usage,
     )
-    from teamctl.shared.runs.run_config import Member, RunOptions
+    from teamctl.shared.runs.options import RunOptions
+    from teamctl.shared.team_file import Member
 
 
 def __getattr__(name: str) -> Any:

@@ -30,18 +30,17 @@ from teamctl.shared.errors import ConfigError, RunFailed, TeamError
 from teamctl.shared.models import RunEvent, RunResult, RunStatus
 from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.run_config import (
+from teamctl.shared.runs.options import RunOptions, refuse_removed_options
+from teamctl.shared.runs.run_config import ModelSource
+from teamctl.shared.settings import load_settings
+from teamctl.shared.team_file import (
     DEFAULT_MEMBERS,
     Member,
-    ModelSource,
     RoleModel,
-    RunOptions,
     TeamFile,
     load_team_file,
-    refuse_removed_options,
     team_error,
 )
-from teamctl.shared.settings import load_settings
 
 log = logging.getLogger("teamctl")
 STOP_WAIT_S = 10.0

@@ -27,9 +27,11 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
+from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.retention import expire_run
-from teamctl.shared.runs.run_config import ModelChoice, RunOptions, load_team_file
+from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.team_file import load_team_file
 
 from tests.support.cli import TEAMCTL
 from tests.support.runs import coordinator_store, roster_bus, two_task_run
@@ -84,7 +86,7 @@ def test_bad_flag_value_and_unloadable_hook_exit_2(tmp_path: Path, redis_url: st
 
 def test_the_removed_dynamic_registration_option_is_named_in_a_team_file_not_in_a_stored_spec(
         tmp_path: Path, redis_url: str) -> None:
-    from teamctl.shared.runs.run_config import RunOptions
+    from teamctl.shared.runs.options import RunOptions
 
     team = tmp_path / "team.toml"
     team.write_text("[options]\nallow_dynamic_member_registration = true\n")
@@ -312,8 +314,9 @@ def test_bad_redis_url_and_non_utf8_team_file_are_one_line_config_errors(tmp_pat
 
 
 def test_model_flag_overrides_every_role_including_members_own_models() -> None:
-    from teamctl.shared.runs.run_config import Member, TeamFile, choose_models
+    from teamctl.shared.runs.run_config import choose_models
     from teamctl.shared.settings import Settings
+    from teamctl.shared.team_file import Member, TeamFile
 
     team = TeamFile(model="team-default", members=[Member(id="m1", model="member-own"),
                                                    Member(id="m2")])

@@ -17,8 +17,10 @@ from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.run_config import ModelChoice, RunOptions, TeamFile
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.team_file import TeamFile
 
 from tests.support.waiting import wait_until
 

@@ -19,9 +19,11 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
-from teamctl.shared.runs.run_config import ModelChoice, RunSpec, TeamFile
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
+from teamctl.shared.team_file import TeamFile
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus, RequestStatus
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -1,6 +1,7 @@
 """The import rules the layout promises (README, Layout): `teamctl.shared` imports neither the
-coordinator nor the worker, the coordinator never imports the worker, the CLI is a leaf, and there
-are no cycles."""
+coordinator nor the worker, the coordinator never imports the worker, the CLI is a leaf, a planned
+run's code (`runs`) and a persistent team's (`teams`) never import each other, and there are no
+cycles."""
 
 from __future__ import annotations
 
@@ -61,6 +62,24 @@ def test_nothing_outside_the_cli_imports_it(graph: dict[str, set[str]]) -> None:
                        and module not in CLI_IMPORTERS_ALLOWED
                        for target in targets if target == CLI or target.startswith(CLI + "."))
     assert offenders == []
+
+
+KINDS = ("runs", "teams")
+"""The two kinds of team: a module under a `runs` package serves planned runs, one under `teams`
+persistent teams; what both use lives outside either (`shared/agent`, the common modules)."""
+
+
+def kind_of(module: str) -> str | None:
+    return next((kind for kind in KINDS if kind in module.split(".")), None)
+
+
+def test_runs_and_teams_do_not_import_each_other(graph: dict[str, set[str]]) -> None:
+    offenders = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                       for target in targets
+                       if kind_of(module) and kind_of(target)
+                       and kind_of(module) != kind_of(target))
+    assert offenders == []
+    assert {kind_of(module) for module in graph} >= set(KINDS)  # the rule still sees both
 
 
 def test_no_import_cycles(graph: dict[str, set[str]]) -> None:

@@ -27,9 +27,10 @@ from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.models import ProtocolType, SystemType, TaskStatus
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus, RequestStatus
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM, Slow, ToolCalls

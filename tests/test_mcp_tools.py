@@ -32,9 +32,11 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
-from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec, load_team_file
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.scripts import Scripts
+from teamctl.shared.team_file import Member, load_team_file
 from teamctl.worker.jobs import execute_task
 
 from teamctl import Team

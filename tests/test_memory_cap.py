@@ -18,8 +18,9 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.scripts import sources
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.slowlog import within_the_rule

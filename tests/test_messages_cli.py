@@ -15,9 +15,11 @@ from teamctl.coordinator.cli import main
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.retention import expire_run
-from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.team_file import Member
 
 from tests.support.runs import coordinator_store
 from tests.support.waiting import wait_until

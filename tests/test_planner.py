@@ -9,8 +9,8 @@ import redis
 from teamctl.coordinator.planner import fallback_tasks, planner_prompt
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.run_config import Member
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.team_file import Member
 
 from tests.support.cli import run_cli
 from tests.support.llm import HttpError, ScriptedLLM

@@ -12,9 +12,10 @@ import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.run_config import DEFAULT_MODEL_FOR_KEY, RunOptions
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import DEFAULT_MODEL_FOR_KEY
 from teamctl.shared.runs.store import RunStore
-from teamctl.shared.teams.teammates import TeamOptions
+from teamctl.shared.teams.options import TeamOptions
 
 from tests.support.cli import run_cli
 from tests.support.llm import HttpError, ScriptedLLM

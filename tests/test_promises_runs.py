@@ -22,7 +22,7 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ModelError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
-from teamctl.shared.runs.run_config import RunOptions
+from teamctl.shared.runs.options import RunOptions
 
 from tests.support.cli import TEAMCTL, run_cli
 from tests.support.llm import HttpError, ScriptedLLM, Slow

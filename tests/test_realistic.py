@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from teamctl.shared.runs.run_config import RunOptions
+from teamctl.shared.runs.options import RunOptions
 
 from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLLM

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from teamctl.coordinator.result import member_results
 from teamctl.shared.models import TaskState, TaskStatus
-from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
+from teamctl.shared.team_file import Member
 
 
 def test_member_results_follow_dispatch_order() -> None:

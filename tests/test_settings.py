@@ -16,13 +16,11 @@ from teamctl.shared.runs.run_config import (
     DEFAULT_MODEL_FOR_KEY,
     OFFLINE_MODEL,
     ModelSource,
-    RoleModel,
-    TeamFile,
     choose_models,
-    load_team_file,
     pick_model,
 )
 from teamctl.shared.settings import Settings, load_settings, settings_error
+from teamctl.shared.team_file import RoleModel, TeamFile, load_team_file
 
 BOTH_KEYS = {"ANTHROPIC_API_KEY", "OPENAI_API_KEY"}
 

@@ -45,10 +45,12 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
 from teamctl.shared.models import Envelope, RunStatus, TaskSpec, TaskStatus
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.retention import expire_run
-from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, TeamFile
+from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.settings import load_settings
+from teamctl.shared.team_file import Member, TeamFile
 from teamctl.shared.text import shorten
 from teamctl.worker.runs.claims import Claim
 from teamctl.worker.runs.mailbox import Mailbox

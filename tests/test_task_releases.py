@@ -13,8 +13,8 @@ import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.models import SystemType, TaskStatus
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import TeamOptions
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teamfile import team_file

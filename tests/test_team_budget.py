@@ -17,9 +17,10 @@ from rq import Queue
 from teamctl.shared.budget import Charge
 from teamctl.shared.bus import LEAD
 from teamctl.shared.models import SystemType, TaskStatus, Usage
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
-from teamctl.shared.teams.teammates import IdleReason, MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import IdleReason, MateStatus
 from teamctl.worker.teams.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM, ToolCalls

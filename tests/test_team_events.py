@@ -7,8 +7,9 @@ from __future__ import annotations
 import threading
 
 import redis
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import RequestStatus, TeamOptions
+from teamctl.shared.teams.teammates import RequestStatus
 
 from tests.support.waiting import wait_until
 

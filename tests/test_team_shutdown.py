@@ -13,8 +13,9 @@ import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import RequestRefused, TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus, RequestStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, cli, spawn

@@ -19,8 +19,9 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.models import SystemType
 from teamctl.shared.roster import write_roster
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import MateBusy, TeamStore
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.teams import cli
 from tests.support.waiting import wait_until

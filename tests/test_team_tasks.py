@@ -18,9 +18,10 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.connection import same_server
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import EventKind, SystemType, TaskStatus
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import StaleTurn, TeamTasks
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 from teamctl.worker.teams.teammate_tools import MateTools
 from teamctl.worker.teams.teammate_workspace import gate_plan
 

@@ -17,8 +17,9 @@ import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.models import SystemType
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 from teamctl.worker.teams.teammate_workspace import add_mate_workspace
 
 from tests.support.llm import Reply, ScriptedLLM, ToolCalls

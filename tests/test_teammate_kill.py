@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import redis
 from teamctl.coordinator.local_workers.processes import LocalWorkers
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines, spawn

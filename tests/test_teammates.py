@@ -17,8 +17,9 @@ from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.worker_hints import no_worker_hint
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.models import SystemType
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, cli, inbox_lines, spawn

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import redis
 from teamctl.shared.models import SystemType, TaskStatus
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines, spawn

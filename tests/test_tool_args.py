@@ -11,12 +11,12 @@ import pytest
 import redis
 from pydantic.alias_generators import to_snake
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
+from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import InvalidArguments, Toolbox, precompute_schemas
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.run_config import WORKSPACE_TOOLS
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.runs.claims import Claim, Claims
 from teamctl.worker.runs.mailbox import Mailbox

@@ -14,9 +14,10 @@ import pytest
 import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.scripts import TurnRevokedError
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
-from teamctl.shared.teams.teammates import MateStatus, TeamOptions
+from teamctl.shared.teams.teammates import MateStatus
 from teamctl.worker.teams.teammate_tools import MateTools
 from teamctl.worker.teams.turn import execute_turn
 

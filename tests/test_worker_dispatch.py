@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from teamctl.shared.models import ENVELOPES, TaskState, TaskStatus
-from teamctl.shared.runs.run_config import Member, RunOptions
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.team_file import Member
 from teamctl.worker.runs.dispatch import build_dispatch_input
 
 MEMBER = Member(id="writer", name="Writer", description="clear prose")

@@ -26,7 +26,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
-from teamctl.shared.runs.run_config import RunOptions
+from teamctl.shared.runs.options import RunOptions
 
 from tests.support.llm import ScriptedLLM
 from tests.support.timescale import scaled

@@ -16,12 +16,9 @@ from teamctl.shared.connection import connect, redacted
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import RunResult, RunStatus
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.run_config import (
-    ModelSource,
-    RunSpec,
-    load_team_file,
-)
+from teamctl.shared.runs.run_config import ModelSource, RunSpec
 from teamctl.shared.settings import Settings
+from teamctl.shared.team_file import load_team_file
 from teamctl.shared.text import one_line, printable
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import click
 from pydantic import ValidationError
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.runs.run_config import RunOptions
+from teamctl.shared.runs.options import RunOptions
 
 HELP = {
     "parallel_dispatch": "Dispatch up to --max-concurrency tasks per round (off: one at a time).",

@@ -30,11 +30,11 @@ from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
 from teamctl.shared.settings import Settings
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import RequestRefused, TeamStore, list_teams
 from teamctl.shared.teams.teammates import (
     DEFAULT_QUEUE,
     MateStatus,
-    TeamOptions,
     load_mate_python_tools,
     team_workspace,
 )
@@ -156,7 +156,7 @@ def create_command(team_file: Path | None, max_tokens: int | None, max_cost_usd:
                    store: TeamStore, settings: Settings) -> None:
     """Create the team with its options and MCP servers (else the first spawn creates it with
     defaults and no MCP servers)."""
-    from teamctl.shared.runs.run_config import load_team_file
+    from teamctl.shared.team_file import load_team_file
 
     team = load_team_file(team_file)
     team.check_mcp_commands(settings.state_dir)

@@ -17,6 +17,7 @@ from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,
@@ -27,7 +28,7 @@ from teamctl.shared.teams.task_pages import (
     list_tasks,
 )
 from teamctl.shared.teams.tasks import TeamTasks
-from teamctl.shared.teams.teammates import DEFAULT_QUEUE, TeamOptions, load_mate_python_tools
+from teamctl.shared.teams.teammates import DEFAULT_QUEUE, load_mate_python_tools
 from teamctl.shared.text import quoted
 
 

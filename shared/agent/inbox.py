@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from teamctl.shared.models import Envelope
 
 if TYPE_CHECKING:  # the store imports agent modules; the batch only reads through it
+    from teamctl.shared.teams.options import TeamOptions
     from teamctl.shared.teams.store import TeamStore
-    from teamctl.shared.teams.teammates import TeamOptions
 
 COUNT_PAGE = 1000
 """Inbox entries read per call while counting what is left unread."""

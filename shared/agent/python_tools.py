@@ -1,13 +1,14 @@
 """The team's own Python functions as member tools (`tools = ["mypkg.tools:search_docs"]`).
 
-A `module:function` entry is imported where it runs: once by the coordinator to check it
-(`check_team_tools`, before anything is written) and by the worker for each attempt. The tool's
-name is the function's `__name__`, its description the docstring (whose Google-style `Args:`
-section describes the parameters), and its arguments a pydantic model built from the type-hinted
-signature with `create_model`, so the model's arguments are validated before the
-call; a bad argument or an exception inside the function goes back to the model as a TOOL_ERROR
-result (Toolbox.call). A parameter annotated `ToolContext` is filled in by the runtime and left
-out of the schema. `async def` functions are awaited. Results are JSON text, capped.
+A `module:function` entry is imported where it runs: once by the coordinator to check
+it (`TeamFile.check_python_tools`, before anything is written) and by the worker for each
+attempt. The tool's name is the function's `__name__`, its description the docstring (whose
+Google-style `Args:` section describes the parameters), and its arguments a pydantic model built
+from the type-hinted signature with `create_model`, so the model's arguments are validated
+before the call; a bad argument or an exception inside the function goes back to the model as
+a TOOL_ERROR result (Toolbox.call). A parameter annotated `ToolContext` is filled in by the
+runtime and left out of the schema. `async def` functions are awaited.
+Results are JSON text, capped.
 
 Each call is bounded by `tool_timeout_s`. Python code cannot be stopped from outside its thread,
 so a call runs in a daemon thread of its own and the session waits for it at most that long:
@@ -348,14 +349,3 @@ def _until_set(expired: threading.Event, heartbeat: Callable[[], bool]) -> Calla
         return not expired.is_set() and heartbeat()
 
     return guarded
-
-
-def check_team_tools(team: Any) -> None:
-    """The coordinator's check before a run starts: every member's Python tools import here and
-    have names of their own; ConfigError (exit 2) otherwise. Takes a TeamFile (or anything with
-    `members`, each with `tools`)."""
-    for member in team.members:
-        try:
-            load_member_tools(member.tools)
-        except ConfigError as exc:
-            raise ConfigError(f"member {member.id}: {exc}") from exc

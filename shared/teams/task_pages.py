@@ -16,8 +16,8 @@ from pydantic import Field
 from teamctl.shared.agent.tools import OptionalText, Text, ToolArgs
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.models import TaskStatus
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TASK_PREFIX, Store, TeamTask, TeamTasks
-from teamctl.shared.teams.teammates import TeamOptions
 from teamctl.shared.text import shorten
 
 PAGE_DEFAULT = 50

@@ -15,8 +15,10 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
 from teamctl.shared.models import TaskSpec
 from teamctl.shared.roster import write_roster
-from teamctl.shared.runs.run_config import Member, ModelChoice, RunOptions, RunSpec, load_team_file
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.team_file import Member, load_team_file
 
 
 def make_run(conn: redis.Redis, run_id: str, *, models: dict[str, str], tasks: list[TaskSpec],

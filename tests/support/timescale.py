@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from teamctl.shared.runs.run_config import RunOptions
+from teamctl.shared.runs.options import RunOptions
 
 SCALE_ENV = "TEAMCTL_TEST_TIME_SCALE"
 FAST_SCALE = 0.05

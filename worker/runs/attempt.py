@@ -23,9 +23,10 @@ from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.mcp_cache import McpToolCache
 from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
-from teamctl.shared.runs.run_config import Member, RunSpec
+from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
+from teamctl.shared.team_file import Member
 from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.runs.dispatch import build_dispatch_input
 from teamctl.worker.runs.heartbeat import Heartbeat

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.models import Envelope, TaskState
-from teamctl.shared.runs.run_config import Member, RunOptions
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.team_file import Member
 
 TRUNCATED = " [truncated]"
 

@@ -11,7 +11,7 @@ from teamctl.shared.connection import set_outage
 from teamctl.shared.errors import ModelError
 from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.run_config import RunOptions
+from teamctl.shared.runs.options import RunOptions
 from teamctl.worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,117 @@
+"""A planned run's options: the team file's `[options]`, AI4J's defaults plus teamctl's own."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.runs.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
+
+DEFAULT_MAX_ROUNDS = 64
+
+
+MAX_DURATION_S = 7 * 24 * 3600
+"""Upper bound of every timeout and TTL option: a week is beyond any sane run, and keeps
+deadlines and Redis expiries (milliseconds) far from overflow."""
+
+
+REMOVED_OPTIONS = {
+    "allow_dynamic_member_registration":
+        "removed: a run's roster is fixed once it starts (members cannot be added to a live run; "
+        "README, Run options)",
+}
+"""Options that no longer exist, with why: a team names them as a ConfigError
+(refuse_removed_options), a stored spec that has one still loads (RunOptions._forget_removed)."""
+
+
+def refuse_removed_options(options: object, source: str, fix: str) -> None:
+    """ConfigError naming a removed option in `options` (a team's raw options) and `fix`."""
+    if not isinstance(options, dict):
+        return
+    for name in sorted(REMOVED_OPTIONS.keys() & options.keys()):
+        raise ConfigError(f"{source}: options.{name}: {REMOVED_OPTIONS[name]}; {fix}")
+
+
+class RunOptions(BaseModel):
+    """Every run option, with AI4J's defaults plus teamctl's own (DESIGN §7).
+
+    Every number is finite and bounded above (a value out of range is a ConfigError naming the
+    flag or the team file field): an infinite timeout overflowed deadlines, an infinite float
+    was stored as JSON null, a huge retention made Redis refuse the EXPIRE. `<= 0` keeps its
+    AI4J meaning ("the default") where it had one (max_concurrency, max_rounds,
+    message_history_limit).
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    parallel_dispatch: bool = True
+    max_concurrency: int = Field(4, le=1024)
+    max_rounds: int = Field(DEFAULT_MAX_ROUNDS, le=10_000)
+    continue_on_member_error: bool = True
+    fail_on_unknown_member: bool = False
+    broadcast_on_planner_failure: bool = True
+    enable_message_bus: bool = True
+    include_original_objective_in_dispatch: bool = True
+    include_task_context_in_dispatch: bool = True
+    include_message_history_in_dispatch: bool = True
+    message_history_limit: int = Field(20, le=10_000)
+    require_plan_approval: bool = False
+    enable_member_team_tools: bool = True
+    dispatch: Literal["eager", "barrier"] = "eager"
+    heartbeat_ttl_s: float = Field(30.0, gt=0, le=MAX_DURATION_S)
+    max_attempts: int = Field(3, ge=1, le=100)
+    member_max_steps: int = Field(16, ge=1, le=1_000_000)
+    max_tokens: int | None = Field(None, ge=1, le=10**12)
+    max_cost_usd: float | None = Field(None, gt=0, le=1_000_000)
+    timeout_s: float = Field(1800.0, gt=0, le=MAX_DURATION_S)
+    model_timeout_s: float = Field(120.0, gt=0, le=MAX_DURATION_S)
+    model_max_retries: int = Field(3, ge=0, le=100)
+    max_message_bytes: int = Field(65536, ge=1, le=16 * 1024 * 1024)
+    dependency_output_chars: int = Field(4000, ge=0, le=1_000_000)
+    bus_max_messages: int = Field(100_000, ge=1, le=10_000_000)
+    lease_ttl_s: float = Field(15.0, gt=0, le=MAX_DURATION_S)
+    redis_outage_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
+    """How long every process keeps retrying through a Redis restart or failover."""
+    retention_s: int = Field(DEFAULT_RETENTION_S, ge=1, le=MAX_RETENTION_S)
+    transcript_max_chars: int = Field(100_000, ge=0, le=100_000_000)
+    """Longest transcript (messages and tool results, as JSON) kept per task for the result;
+    0 keeps none."""
+    tool_result_max_chars: int = Field(20_000, ge=100, le=10_000_000)
+    """Longest result a Python or MCP tool gives the model; longer ones are cut and say so."""
+    tool_timeout_s: float = Field(120.0, gt=0, le=MAX_DURATION_S)
+    """How long one Python tool call may run; then the model gets a ToolTimeout error and the
+    call is abandoned (its thread can no longer refresh the claim)."""
+    max_task_releases: int = Field(3, ge=0, le=100)
+    """How often members may give one task back with team_release_task; the next release
+    fails it instead, so a task cannot pass between jobs for ever."""
+    mcp_start_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """How long an MCP server may take to start and answer the handshake (else the task fails)."""
+    mcp_list_timeout_s: float = Field(30.0, gt=0, le=3600)
+    """How long listing an MCP server's tools may take (else the task fails)."""
+    mcp_call_timeout_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
+    """How long one MCP tool call may take; a slower one is a TOOL_ERROR result."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _forget_removed(cls, data: Any) -> Any:
+        """Specs stored before an option was removed still load (team files are told, in
+        load_team_file)."""
+        if isinstance(data, dict) and REMOVED_OPTIONS.keys() & data.keys():
+            return {k: v for k, v in data.items() if k not in REMOVED_OPTIONS}
+        return data
+
+    @property
+    def tool_wait_s(self) -> float:
+        """How long a member waits for one Python tool call: tool_timeout_s, but never past the
+        run's own bound (its job would be killed first and the task reclaimed, the call with
+        it)."""
+        return min(self.tool_timeout_s, self.timeout_s)
+
+    def batch_size(self) -> int:
+        """How many tasks one round may dispatch."""
+        return max(1, self.max_concurrency) if self.parallel_dispatch else 1
+
+    def round_limit(self) -> int:
+        """max_rounds, where 0 or less means the default 64 (as in AI4J)."""
+        return self.max_rounds if self.max_rounds > 0 else DEFAULT_MAX_ROUNDS
