@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from teamctl.shared.embedded_redis import throwaway_redis
+from teamctl.shared.redis.embedded import throwaway_redis
 
 
 @contextmanager

@@ -17,7 +17,7 @@ import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.redis.scripts import Scripts
 
 from bench import private_redis
 from bench.figures import BenchFigure

@@ -26,8 +26,8 @@ import psutil
 import redis
 from rq import Queue, Worker
 from rq.job import Job, JobStatus
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import TeamKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus

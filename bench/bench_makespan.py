@@ -21,8 +21,8 @@ from pathlib import Path
 
 import redis
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
 from bench.bench_worker import worker_fleet

@@ -25,9 +25,9 @@ from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore

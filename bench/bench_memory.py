@@ -23,9 +23,9 @@ from pathlib import Path
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.roster import write_roster
 
 from bench.bench_team_board import idle_team

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import redis
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
+from teamctl.shared.redis.embedded import throwaway_redis
 
 from bench import slowlog
 from bench.bench_startup import teamctl

@@ -27,8 +27,8 @@ from typing import Any
 import redis
 from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
 from bench.bench_worker import QUEUE, _wait, worker

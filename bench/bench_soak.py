@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 import redis
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import TeamKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus

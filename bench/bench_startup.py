@@ -31,9 +31,9 @@ from pathlib import Path
 import redis
 from teamctl.coordinator.local_workers.pool import WorkerPool
 from teamctl.coordinator.local_workers.processes import stop_process
-from teamctl.coordinator.run import RunRequest, create_run
-from teamctl.shared.embedded_redis import EmbeddedRedis, throwaway_redis
+from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import EmbeddedRedis, throwaway_redis
 from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.team_file import load_team_file

@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 
 import redis
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import TeamKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks

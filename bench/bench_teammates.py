@@ -31,8 +31,8 @@ from typing import Any
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.local_workers.processes import worker_command
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.models import TaskStatus
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.teammates import MateStatus

@@ -23,8 +23,8 @@ import redis
 from rq import Queue
 from rq.job import JobStatus
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 
 from bench.bench_startup import teamctl
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker_fleet

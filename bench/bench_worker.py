@@ -34,9 +34,9 @@ from rq.job import Job, JobStatus
 from teamctl.coordinator.local_workers.processes import stop_process, worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
-from teamctl.shared.embedded_redis import throwaway_redis
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from teamctl.shared.embedded_redis import redis_server_binary
+from teamctl.shared.redis.embedded import redis_server_binary
 
 from bench.figures import BenchFigure, BenchSection
 

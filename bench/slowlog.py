@@ -7,7 +7,7 @@ from collections import Counter
 
 import redis
 from pydantic import BaseModel
-from teamctl.shared.scripts import sources
+from teamctl.shared.redis.scripts import sources
 
 SLOW_US = 5000
 """The slowlog threshold the benchmarks set: a command over it breaks the rule."""

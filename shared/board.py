@@ -24,12 +24,12 @@ from functools import cached_property
 import redis
 from pydantic import TypeAdapter
 from teamctl.shared.clock import ttl_ms
-from teamctl.shared.connection import block_ms, blocking_client
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import check_task_id, normalize_id
 from teamctl.shared.keys import KeySpace
 from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus
-from teamctl.shared.scripts import GuardedScripts, Scripts
+from teamctl.shared.redis.connection import block_ms, blocking_client
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.text import quoted, shorten
 
 STALE = -1
@@ -87,7 +87,7 @@ def resolve_task_id(task_id: str | None) -> str | None:
 
 
 class TaskBoard:
-    """The board of one key space (a run's). Each method is one Lua script in shared/lua
+    """The board of one key space (a run's). Each method is one Lua script in shared/redis/lua/board
     (reads: one command)."""
 
     def __init__(self, conn: redis.Redis, keys: KeySpace,
@@ -483,7 +483,7 @@ def _settled(tasks: list[TaskSpec]) -> tuple[dict[str, str], dict[str, dict[str,
 
 
 def _status_fields(status: str, blocker: tuple[str, str] | None) -> dict[str, object]:
-    """The fields make_ready, make_pending and block (shared/lua/_lib.lua) set at creation."""
+    """The fields make_ready, make_pending and block (shared/redis/lua/_lib.lua) set at creation."""
     if status == "ready":
         return {"phase": "ready", "detail": "Ready for dispatch.", "error": "", "percent": 5}
     if status == "pending":

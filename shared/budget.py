@@ -14,7 +14,7 @@ import redis
 from pydantic import BaseModel
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.models import HashText, Usage
-from teamctl.shared.scripts import GuardedScripts, Scripts
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 
 
 class UsageTotals(Usage):

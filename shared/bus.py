@@ -40,8 +40,6 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 import redis
-from teamctl.shared.connection import block_ms as capped_ms
-from teamctl.shared.connection import blocking_client
 from teamctl.shared.errors import ConfigError, InfraError
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_task_id
 from teamctl.shared.keys import KeySpace
@@ -53,8 +51,10 @@ from teamctl.shared.models import (
     ProtocolType,
     SystemType,
 )
+from teamctl.shared.redis.connection import block_ms as capped_ms
+from teamctl.shared.redis.connection import blocking_client
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.roster import Roster, read_roster
-from teamctl.shared.scripts import GuardedScripts, Scripts
 from teamctl.shared.text import quoted
 
 T = TypeVar("T")

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Team": "teamctl.api", "Run": "teamctl.api", "attach": "teamctl.api",
-    "TeamHook": "teamctl.coordinator.hooks",
+    "TeamHook": "teamctl.coordinator.runs.hooks",
     "Member": "teamctl.shared.team_file", "RunOptions": "teamctl.shared.runs.options",
     "McpServer": "teamctl.shared.agent.mcp_config",
     "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
@@ -49,7 +49,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from teamctl.api import Run, Team, attach
-    from teamctl.coordinator.hooks import TeamHook
+    from teamctl.coordinator.runs.hooks import TeamHook
     from teamctl.shared.agent.mcp_config import McpServer
     from teamctl.shared.agent.python_tools import ToolContext
     from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed, TeamError

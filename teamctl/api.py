@@ -19,16 +19,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from teamctl.coordinator.approval import ApprovalMode
-from teamctl.coordinator.launch import WorkerPlan, drive, launch
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.progress import Reporter
-from teamctl.coordinator.result import build_result
+from teamctl.coordinator.runs.approval import ApprovalMode
+from teamctl.coordinator.runs.launch import WorkerPlan, drive, launch
+from teamctl.coordinator.runs.progress import Reporter
+from teamctl.coordinator.runs.result import build_result
 from teamctl.shared.agent.mcp_config import McpServer
-from teamctl.shared.connection import connect, redis_errors_as_infra, set_outage
 from teamctl.shared.errors import ConfigError, RunFailed, TeamError
 from teamctl.shared.models import RunEvent, RunResult, RunStatus
-from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
+from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
+from teamctl.shared.redis.connection import connect, redis_errors_as_infra, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.options import RunOptions, refuse_removed_options
 from teamctl.shared.runs.run_config import ModelSource
@@ -169,7 +169,7 @@ class Run:
 
     def cancel(self) -> None:
         """Stop the run as `teamctl cancel` does (a finished run: ConfigError)."""
-        from teamctl.coordinator.run_control import cancel_run
+        from teamctl.coordinator.runs.run_control import cancel_run
         from teamctl.shared.lease import lease_owner
 
         with redis_errors_as_infra():
@@ -188,7 +188,7 @@ class Run:
             self._raise_if_not_ended()
             return self._result or self.result()
         deadline = None if timeout is None else time.monotonic() + timeout
-        from teamctl.coordinator.run_follow import wait_for_end
+        from teamctl.coordinator.runs.run_follow import wait_for_end
 
         with redis_errors_as_infra():
             if not wait_for_end(self._handle, deadline):
@@ -220,7 +220,7 @@ class Run:
 
     def _events(self, stop: Callable[[], bool]) -> Generator[RunEvent, None, None]:
         """`events`, also ending (after a last non-blocking read) once `stop` says so."""
-        from teamctl.coordinator.run_follow import run_events
+        from teamctl.coordinator.runs.run_follow import run_events
 
         with redis_errors_as_infra():
             yield from run_events(self._handle,
@@ -251,7 +251,7 @@ class Run:
     def send(self, to: str, text: str) -> str:
         """A person's message, as `lead`, to one member (or `*`: every member); its id. It
         reaches the member's inbox: its next `team_read_messages` or dispatch input."""
-        from teamctl.coordinator.run_control import send_message
+        from teamctl.coordinator.runs.run_control import send_message
 
         with redis_errors_as_infra():
             return send_message(self._handle, to, text)

@@ -16,10 +16,10 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.run_follow import events_reader_name
+from teamctl.coordinator.runs.run_follow import events_reader_name
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
+from teamctl.shared.redis.embedded import EmbeddedRedis
 from teamctl.shared.runs.store import RunStore
 
 import teamctl

@@ -19,7 +19,7 @@ from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.cli.app import LAZY_COMMANDS
 from teamctl.coordinator.cli.options import merge_options
-from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms

@@ -7,8 +7,8 @@ import io
 import pytest
 import redis
 from rich.console import Console
-from teamctl.coordinator.approval import ApprovalMode, decide_plan
-from teamctl.coordinator.progress import _table
+from teamctl.coordinator.runs.approval import ApprovalMode, decide_plan
+from teamctl.coordinator.runs.progress import _table
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import Plan, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.runs.store import RunStore

@@ -6,7 +6,7 @@ import os
 from importlib import metadata
 
 import redis
-from teamctl.shared.connection import OutageTolerantRedis, connect, same_server
+from teamctl.shared.redis.connection import OutageTolerantRedis, connect, same_server
 
 
 def _ping_in_fork_without_metadata(conn: redis.Redis) -> int:

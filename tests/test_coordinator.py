@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.scripts import Scripts, sources
 from teamctl.shared.runs.options import RunOptions
-from teamctl.shared.scripts import Scripts, sources
 
 from tests.support.cli import errors, run_cli
 from tests.support.llm import HttpError, ScriptedLLM

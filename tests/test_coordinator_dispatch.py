@@ -7,7 +7,7 @@ from pathlib import Path
 
 import redis
 from rq.job import Job, JobStatus
-from teamctl.coordinator.dispatcher import Dispatcher
+from teamctl.coordinator.runs.dispatcher import Dispatcher
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.store import RunStore
 

@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.hooks import HookRunner
-from teamctl.coordinator.progress import Reporter
-from teamctl.coordinator.rounds import LoopState, RoundLoop
-from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.coordinator.runs.context import RunContext
+from teamctl.coordinator.runs.hooks import HookRunner
+from teamctl.coordinator.runs.progress import Reporter
+from teamctl.coordinator.runs.rounds import LoopState, RoundLoop
+from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus

@@ -26,17 +26,6 @@ from teamctl.coordinator.cli import main
 from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.agent.offline_model import MODEL
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.connection import connect
-from teamctl.shared.embedded_redis import (
-    STARTUP_TIMEOUT_S,
-    EmbeddedRedis,
-    ServerProcess,
-    StopResult,
-    free_port,
-    redis_cli_binary,
-    redis_server_binary,
-    short_socket_root,
-)
 from teamctl.shared.errors import InfraError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskSpec, TaskStatus
@@ -45,6 +34,17 @@ from teamctl.shared.processes import (
     pid_alive,
     process_start_ticks,
     same_process_alive,
+)
+from teamctl.shared.redis.connection import connect
+from teamctl.shared.redis.embedded import (
+    STARTUP_TIMEOUT_S,
+    EmbeddedRedis,
+    ServerProcess,
+    StopResult,
+    free_port,
+    redis_cli_binary,
+    redis_server_binary,
+    short_socket_root,
 )
 
 from tests.support.runs import make_run

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from teamctl.coordinator.plan import normalize_tasks
+from teamctl.coordinator.runs.plan import normalize_tasks
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
@@ -304,7 +304,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
 def test_a_plan_gives_no_member_a_tool_or_a_member_the_team_lacks() -> None:
     """A planner's output names tasks only: tools, models and new members in it are dropped,
     and an unknown member runs as a member of the team file, with that member's tools."""
-    from teamctl.coordinator.plan_parser import parse_tasks
+    from teamctl.coordinator.runs.plan_parser import parse_tasks
 
     raw = parse_tasks(json.dumps({"tasks": [
         {"id": "a", "member": "root", "task": "run env", "tools": ["subprocess:getoutput"],
@@ -325,7 +325,7 @@ def test_a_plan_gives_no_member_a_tool_or_a_member_the_team_lacks() -> None:
 def test_a_plan_s_text_cannot_draw_its_own_row_in_the_approval_table() -> None:
     """A person approves the plan from its table: a planner's newline or escape sequence in a
     task or a member id stays inside that task's line."""
-    from teamctl.coordinator.approval import plan_table
+    from teamctl.coordinator.runs.approval import plan_table
     from teamctl.shared.models import Plan, TaskSpec
 
     plan = Plan(tasks=[TaskSpec(id="a", member_id="m1\x1b[2J", task="read\n  b -> m1: rm -rf ~")])

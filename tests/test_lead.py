@@ -18,8 +18,8 @@ import pytest
 import redis
 from rq import Queue, Worker
 from rq.job import Job
-from teamctl.coordinator.lead.lead import LeadMemory
-from teamctl.coordinator.lead.repl import Watcher
+from teamctl.coordinator.teams.lead import LeadMemory
+from teamctl.coordinator.teams.repl import Watcher
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from teamctl.coordinator.lead.lead import LeadMemory
+from teamctl.coordinator.teams.lead import LeadMemory
 from teamctl.shared.agent.inbox import InboxBatch, unread_batch
 from teamctl.shared.bus import LEAD
 from teamctl.shared.models import Envelope, ProtocolType, SystemType

@@ -104,7 +104,7 @@ def test_a_worker_started_by_hand_has_no_parent_to_watch() -> None:
 def test_the_worker_class_named_for_rq_is_teamctls() -> None:
     """The coordinator names the class without importing the worker package: the name must
     still be the class's."""
-    from teamctl.shared.connection import WORKER_CLASS
+    from teamctl.shared.redis.connection import WORKER_CLASS
     from teamctl.worker.rq_worker import TeamctlWorker
 
     module, _, name = WORKER_CLASS.rpartition(".")

@@ -30,12 +30,12 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.redis.scripts import Scripts
+from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
-from teamctl.shared.scripts import Scripts
 from teamctl.shared.team_file import Member, load_team_file
 from teamctl.worker.jobs import execute_task
 
@@ -371,9 +371,9 @@ def test_the_coordinator_never_imports_the_sdk(tmp_path: Path) -> None:
                      members=[{"id": "m1", "mcp": ["git"]}])
     script = (
         "import sys\nfrom pathlib import Path\nimport teamctl.coordinator.cli\n"
-        "import teamctl.coordinator.run\n"
-        "from teamctl.coordinator.planner import planner_prompt\n"
-        "from teamctl.shared.runs.run_config import load_team_file\n"
+        "import teamctl.coordinator.runs.run\n"
+        "from teamctl.coordinator.runs.roles import planner_prompt\n"
+        "from teamctl.shared.team_file import load_team_file\n"
         f"team = load_team_file(Path({str(team)!r}))\n"
         "print(planner_prompt('x', team.members).splitlines()[-4])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'litellm')))\n")

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from teamctl.coordinator.lead.lead import LeadAgent, LeadMemory
+from teamctl.coordinator.teams.lead import LeadAgent, LeadMemory
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
-from teamctl.shared.scripts import sources
+from teamctl.shared.redis.scripts import sources
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.models import ModelReply, RunStatus
+from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL

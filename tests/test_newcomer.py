@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from teamctl.coordinator.local_workers.pool import WorkerPool
-from teamctl.shared.embedded_redis import EmbeddedRedis
+from teamctl.shared.redis.embedded import EmbeddedRedis
 
 from tests.support.cli import TEAMCTL_SCRIPT
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from teamctl.coordinator.plan import normalize_tasks
-from teamctl.coordinator.plan_parser import parse_tasks
+from teamctl.coordinator.runs.plan import normalize_tasks
+from teamctl.coordinator.runs.plan_parser import parse_tasks
 
 FENCED = """Here is the plan you asked for:
 ```json

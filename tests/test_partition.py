@@ -26,9 +26,9 @@ import redis
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process, worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
-from teamctl.shared.embedded_redis import redis_server_binary
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import TaskStatus
+from teamctl.shared.redis.embedded import redis_server_binary
 
 from tests.support.cli import TEAMCTL
 from tests.support.faults import TcpProxy

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from teamctl.coordinator.plan import (
+from teamctl.coordinator.runs.plan import (
     MAX_BASE_ID_CHARS,
     RawTask,
     normalize_dependencies,

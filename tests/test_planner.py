@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.planner import fallback_tasks, planner_prompt
+from teamctl.coordinator.runs.roles import fallback_tasks, planner_prompt
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.store import RunStore

@@ -24,8 +24,8 @@ from click.testing import CliRunner
 from teamctl.coordinator.advice import teamctl_prog
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import EmbeddedRedis
 from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import Result
-from teamctl.coordinator.rounds import STOP_GRACE_TTLS
+from teamctl.coordinator.runs.rounds import STOP_GRACE_TTLS
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus

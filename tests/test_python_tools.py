@@ -13,7 +13,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.lead.lead_tools import LeadTools
+from teamctl.coordinator.teams.lead_tools import LeadTools
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.python_tools import (
     abandoned_tool_calls,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from teamctl.coordinator.result import member_results
+from teamctl.coordinator.runs.result import member_results
 from teamctl.shared.models import TaskState, TaskStatus
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec

@@ -10,7 +10,7 @@ import redis
 from click.testing import CliRunner
 from pydantic import Field, ValidationError
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.run_config import (
     DEFAULT_MODEL_FOR_KEY,

@@ -35,8 +35,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from teamctl.coordinator.cli.commands import cancel_command, resume_command
-from teamctl.coordinator.rounds import CANCELLED, CYCLE_REASON
-from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.coordinator.runs.rounds import CANCELLED, CYCLE_REASON
+from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import TRIM_SLACK_DIVISOR
 from teamctl.shared.errors import ConfigError, RunFailed

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import redis
-from teamctl.coordinator.lead.lead import LeadAgent
-from teamctl.coordinator.lead.lead_tools import LeadTools
+from teamctl.coordinator.teams.lead import LeadAgent
+from teamctl.coordinator.teams.lead_tools import LeadTools
 from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.tools import Toolbox

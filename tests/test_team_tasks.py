@@ -15,9 +15,9 @@ import pytest
 import redis
 from rq.job import Job
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.connection import same_server
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import EventKind, SystemType, TaskStatus
+from teamctl.shared.redis.connection import same_server
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import StaleTurn, TeamTasks

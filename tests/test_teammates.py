@@ -14,7 +14,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.advice import for_this_shell
-from teamctl.coordinator.worker_hints import no_worker_hint
+from teamctl.coordinator.local_workers.worker_hints import no_worker_hint
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.models import SystemType
 from teamctl.shared.teams.options import TeamOptions

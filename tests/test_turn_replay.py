@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import redis
 from teamctl.shared.bus import LEAD
-from teamctl.shared.scripts import TurnRevokedError
+from teamctl.shared.redis.scripts import TurnRevokedError
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks

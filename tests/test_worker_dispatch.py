@@ -5,7 +5,7 @@ from __future__ import annotations
 from teamctl.shared.models import ENVELOPES, TaskState, TaskStatus
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.team_file import Member
-from teamctl.worker.runs.dispatch import build_dispatch_input
+from teamctl.worker.runs.task_prompt import build_dispatch_input
 
 MEMBER = Member(id="writer", name="Writer", description="clear prose")
 TASK = TaskState(task_id="write", task="Write it up", context="Keep it short",

@@ -18,15 +18,15 @@ import redis
 from rq import Queue, Worker
 from rq.utils import import_attribute
 from teamctl.coordinator.local_workers.pool import WorkerPool
-from teamctl.coordinator.worker_hints import (
+from teamctl.coordinator.local_workers.worker_hints import (
     NoWorkerHint,
     StartedWorker,
     StartingWorkers,
     no_worker_hint,
 )
-from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
-from teamctl.shared.embedded_redis import EmbeddedRedis
 from teamctl.shared.parent_watch import PARENT_PID_ENV
+from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
+from teamctl.shared.redis.embedded import EmbeddedRedis
 from teamctl.worker.rq_worker import TeamctlWorker
 
 from tests.support.llm import ScriptedLLM

@@ -11,8 +11,8 @@ import redis
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.connection import same_server, set_outage
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.redis.connection import same_server, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.process_privacy import keep_environment_private

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
+from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.settings import Settings
 
 CLASS_VARIABLES = {"connection_class": "RQ_CONNECTION_CLASS", "worker_class": "RQ_WORKER_CLASS"}
@@ -68,6 +68,6 @@ def rq_redis_url(settings: Settings) -> str | None:
     context = rq_command()
     if context is None or context.params.get("url"):
         return None  # RQ uses -u (or RQ_REDIS_URL) and never reads this setting
-    from teamctl.shared.embedded_redis import EmbeddedRedis
+    from teamctl.shared.redis.embedded import EmbeddedRedis
 
     return EmbeddedRedis(settings.state_dir / "redis").ensure()

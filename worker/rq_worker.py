@@ -16,7 +16,7 @@ from typing import Any
 import redis
 from rq.exceptions import StopRequested
 from rq.worker import Worker
-from teamctl.shared.connection import DEFAULT_OUTAGE_S, OutageRetry
+from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S, OutageRetry
 
 TEARDOWN_OUTAGE_S = 2.0
 """How long a stopping worker keeps trying to tell Redis it stopped (its key expires anyway)."""

@@ -19,8 +19,8 @@ worker class, `-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job'
 import gc
 import os
 
-from teamctl.shared.connection import OutageTolerantRedis
 from teamctl.shared.parent_watch import exit_if_parent_gone, watch_parent
+from teamctl.shared.redis.connection import OutageTolerantRedis
 from teamctl.shared.settings import load_settings
 from teamctl.worker.process_privacy import keep_environment_private
 from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
@@ -42,12 +42,13 @@ from teamctl.shared.agent.llm import load_litellm, warm_up  # noqa: E402
 from teamctl.shared.agent.mcp_tools import preload_sdk  # noqa: E402
 from teamctl.shared.agent.prompts import precompile  # noqa: E402
 from teamctl.shared.agent.tools import precompute_schemas  # noqa: E402
-from teamctl.shared.scripts import sources  # noqa: E402
+from teamctl.shared.redis.scripts import sources  # noqa: E402
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
 warm_up(load_litellm())
 preload_sdk()  # the MCP client (~0.8 s an import), for members with MCP servers
-precompile("teamctl.worker")
+precompile("teamctl.worker.runs")
+precompile("teamctl.worker.teams")
 precompute_schemas()  # the tools' JSON schemas, sent with every model call
 sources()  # the Lua scripts' text, read from the package once
 load_settings()  # the first Settings build (~3 ms); each job still reads its environment

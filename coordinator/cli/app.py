@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.advice import for_this_shell, keep_for_this_command
-from teamctl.shared.redis_choice import embedded_redis, is_embedded, resolve_redis_url
+from teamctl.shared.redis.choice import embedded_redis, is_embedded, resolve_redis_url
 
 if TYPE_CHECKING:
     from teamctl.shared.errors import ConfigError
@@ -36,8 +36,8 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from teamctl.shared.connection import redis_errors_as_infra
         from teamctl.shared.errors import ConfigError, TeamError
+        from teamctl.shared.redis.connection import redis_errors_as_infra
         from teamctl.shared.settings import load_settings
         from teamctl.shared.text import printable  # an error may quote what a model wrote
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 import click
 from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.run_control import cancel_run, live_run
-from teamctl.shared.connection import connect, redacted
+from teamctl.coordinator.runs.run_control import cancel_run, live_run
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import RunResult, RunStatus
+from teamctl.shared.redis.connection import connect, redacted
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_config import ModelSource, RunSpec
 from teamctl.shared.settings import Settings
@@ -23,9 +23,9 @@ from teamctl.shared.text import one_line, printable
 
 if TYPE_CHECKING:
     import redis
-    from teamctl.coordinator.approval import ApprovalMode
-    from teamctl.coordinator.launch import WorkerPlan
-    from teamctl.coordinator.progress import Reporter
+    from teamctl.coordinator.runs.approval import ApprovalMode
+    from teamctl.coordinator.runs.launch import WorkerPlan
+    from teamctl.coordinator.runs.progress import Reporter
 
 INTERRUPTED_EXIT_CODE = 130
 """128 + SIGINT, as shells report a command stopped by Ctrl-C."""
@@ -45,7 +45,7 @@ def say_if_offline(source: ModelSource) -> None:
 
 def approval_mode(approve_plan: bool) -> ApprovalMode:
     """--approve-plan, else ask on an interactive terminal, else wait for approve/reject."""
-    from teamctl.coordinator.approval import ApprovalMode
+    from teamctl.coordinator.runs.approval import ApprovalMode
 
     if approve_plan:
         return ApprovalMode.AUTO
@@ -63,7 +63,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
     from teamctl.coordinator.cli.options import merge_options
-    from teamctl.coordinator.launch import WorkerPlan, launch
+    from teamctl.coordinator.runs.launch import WorkerPlan, launch
 
     team = load_team_file(team_path)
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
@@ -80,8 +80,8 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
                    approve_plan: bool, settings: Settings, embedded: bool = False,
                    idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
-    from teamctl.coordinator.hooks import load_hooks
-    from teamctl.coordinator.launch import WorkerPlan
+    from teamctl.coordinator.runs.hooks import load_hooks
+    from teamctl.coordinator.runs.launch import WorkerPlan
 
     conn = connect(redis_url)
     run = RunHandle.existing(conn, run_id)
@@ -101,9 +101,9 @@ def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object]
     """Drive the run to its end with the workers it needs, print the result; Ctrl-C cancels
     the run (as `teamctl cancel`) and exits 130 at once."""
     from teamctl.coordinator.cli.run_view import ending_lines, has_answer
-    from teamctl.coordinator.launch import drive
-    from teamctl.coordinator.progress import Reporter
-    from teamctl.coordinator.result import result_json
+    from teamctl.coordinator.runs.launch import drive
+    from teamctl.coordinator.runs.progress import Reporter
+    from teamctl.coordinator.runs.result import result_json
 
     reporter = Reporter.for_stderr(current_advice())
     try:
@@ -144,7 +144,7 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
     """`teamctl status`: the run as a person reads it (answer, errors, tasks, cost), or the
     full result JSON rebuilt from Redis; the commands it suggests are spelled for this shell."""
     from teamctl.coordinator.cli.run_view import status_lines
-    from teamctl.coordinator.result import build_result, result_json
+    from teamctl.coordinator.runs.result import build_result, result_json
 
     run = RunHandle.existing(connect(redis_url), run_id)
     result = build_result(run, full=as_json)

@@ -20,13 +20,13 @@ from teamctl.coordinator.cli.app import (
     workers_option,
 )
 from teamctl.coordinator.cli.team_commands import team_option
-from teamctl.shared.connection import connect
-from teamctl.shared.redis_choice import resolve_redis_url
+from teamctl.shared.redis.choice import resolve_redis_url
+from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.store import TeamStore
 
 if TYPE_CHECKING:
-    from teamctl.coordinator.lead.repl import LeadRepl
+    from teamctl.coordinator.teams.repl import LeadRepl
 
 
 @click.command("lead")
@@ -50,8 +50,8 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
                  settings: Settings) -> None:
     """Drive the team's lead agent: a line is a message, /help lists the slash commands."""
     from teamctl.coordinator.cli.commands import say_if_offline
-    from teamctl.coordinator.lead.lead import LeadAgent
-    from teamctl.coordinator.lead.repl import LeadRepl, Watcher, show_step
+    from teamctl.coordinator.teams.lead import LeadAgent
+    from teamctl.coordinator.teams.repl import LeadRepl, Watcher, show_step
     from teamctl.shared.agent.llm import ModelClient
     from teamctl.shared.lease import LeadLease
     from teamctl.shared.runs.run_config import checked_api_base, pick_model
@@ -95,7 +95,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
     if workers:
         stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
         return
-    from teamctl.coordinator.worker_hints import no_worker_hint
+    from teamctl.coordinator.local_workers.worker_hints import no_worker_hint
 
     for queue in queues:
         if not store.workers_on(queue):
@@ -104,7 +104,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
 
 def drive(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:
     """One `-m` turn and/or `--until-idle`; without either, the REPL on stdin."""
-    from teamctl.coordinator.lead.repl import input_lines
+    from teamctl.coordinator.teams.repl import input_lines
 
     if message is not None:
         repl.turn(message)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import click
 from teamctl.coordinator.cli.messages_view import follow, formatted
-from teamctl.coordinator.run_control import send_message
-from teamctl.coordinator.run_follow import (
+from teamctl.coordinator.runs.run_control import send_message
+from teamctl.coordinator.runs.run_follow import (
     MergedTail,
     Stream,
     TaskChanges,
@@ -19,13 +19,13 @@ from teamctl.coordinator.run_follow import (
     run_events,
     task_event,
 )
-from teamctl.shared.connection import connect
 from teamctl.shared.models import (
     MessageEvent,
     TaskChange,
     TaskEvent,
     TaskState,
 )
+from teamctl.shared.redis.connection import connect
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.text import flat
 

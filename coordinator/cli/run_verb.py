@@ -18,7 +18,7 @@ from teamctl.coordinator.cli.app import (
     run_workers_option,
 )
 from teamctl.coordinator.cli.options import run_option_flags
-from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
+from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings

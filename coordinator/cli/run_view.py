@@ -4,8 +4,8 @@ stderr when a run ends without success. Model and provider text is made printabl
 from __future__ import annotations
 
 from teamctl.coordinator.advice import Advice
-from teamctl.coordinator.approval import plan_table
 from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
+from teamctl.coordinator.runs.approval import plan_table
 from teamctl.shared.models import RunResult, RunStatus, TaskStatus, Usage
 from teamctl.shared.text import one_line, printable
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import click
 from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
 from teamctl.shared.clock import now_ms
-from teamctl.shared.connection import connect
 from teamctl.shared.ids import is_safe_id
+from teamctl.shared.redis.connection import connect
 from teamctl.shared.runs.retention import forget_expired_runs
 from teamctl.shared.runs.store import RunSummary, list_runs, run_summaries
 from teamctl.shared.text import one_line, quoted

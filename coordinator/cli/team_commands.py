@@ -24,11 +24,11 @@ from teamctl.coordinator.cli.app import (
     redis_url_option,
 )
 from teamctl.coordinator.cli.table import cost_cell, table_lines
-from teamctl.coordinator.team_lines import request_line, task_line
+from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD
-from teamctl.shared.connection import connect
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.redis_choice import is_embedded, resolve_redis_url
+from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
+from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.store import RequestRefused, TeamStore, list_teams
@@ -79,13 +79,13 @@ def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) 
     """Workers for the turns of the team's live teammates: the local pool on the embedded
     defaults (started, or renewed for this environment), else a hint per queue no worker
     listens on."""
-    from teamctl.coordinator.worker_hints import no_worker_hint
+    from teamctl.coordinator.local_workers.worker_hints import no_worker_hint
 
     mates = [m for m in store.mates() if m.status is not MateStatus.SHUTDOWN]
     queues = sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
 
     if embedded:
-        from teamctl.coordinator.launch import ensure_pool
+        from teamctl.coordinator.local_workers.on_queues import ensure_pool
         from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
 
         servers = store.meta().mcp_servers if store.exists() else []

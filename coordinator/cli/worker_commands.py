@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 from teamctl.coordinator.advice import note
 from teamctl.coordinator.cli.table import table_lines
-from teamctl.coordinator.launch import local_pool
-from teamctl.shared.connection import connect
+from teamctl.coordinator.local_workers.on_queues import local_pool
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.teammates import DEFAULT_QUEUE
 from teamctl.shared.text import one_line
@@ -29,7 +29,7 @@ def list_workers_command(redis_url: str, as_json: bool, settings: Settings) -> N
     """Every registered worker (host, pid, state, current job, queues, and the local pool's
     environment it belongs to, if any); the table has one row per queue a worker serves."""
     from rq import Worker
-    from teamctl.coordinator.worker_registry import dead_here
+    from teamctl.shared.worker_registry import dead_here
 
     pool = {w.pid: w for w in local_pool(settings).live()}
     registered = Worker.all(connection=connect(redis_url, decode=False))
@@ -100,7 +100,7 @@ def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: i
                        idle_exit_s: int, settings: Settings) -> None:
     """`teamctl workers start`: top the pool up to `count` live workers on `queues`, replacing
     those started with another environment (as `teamctl run` does)."""
-    from teamctl.coordinator.launch import ensure_pool
+    from teamctl.coordinator.local_workers.on_queues import ensure_pool
 
     queues = queues or [DEFAULT_QUEUE]
     check_queue_names(queues, "--queue")

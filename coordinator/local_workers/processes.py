@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
-from teamctl.coordinator.worker_hints import StartedWorker
-from teamctl.shared.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
+from teamctl.coordinator.local_workers.worker_hints import StartedWorker
 from teamctl.shared.errors import Interrupted
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 from teamctl.shared.private_files import private_dir, private_opener
 from teamctl.shared.processes import process_start_ticks
+from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.worker_fork import FORK_SERVER_ENV, spawn
 
 STOP_TIMEOUT_S = 10.0

@@ -21,7 +21,7 @@ _SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
 TEAMMATE_MARK = "You are a persistent teammate"
 """Starts a teammate turn's system prompt (worker/teams/turn.py)."""
 LEAD_MARK = "You are the lead agent of a persistent team"
-"""Starts the lead agent's system prompt (coordinator/prompts/lead_system.md)."""
+"""Starts the lead agent's system prompt (coordinator/teams/prompts/lead_system.md)."""
 
 
 def answer(prompt: str) -> str:

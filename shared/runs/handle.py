@@ -15,9 +15,9 @@ from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease, lease_owner
+from teamctl.shared.redis.scripts import Scripts
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
-from teamctl.shared.scripts import Scripts
 
 
 class RunHandle:

@@ -9,7 +9,6 @@ from typing import Annotated
 
 import redis
 from pydantic import BaseModel, BeforeValidator
-from teamctl.shared.connection import block_ms, blocking_client
 from teamctl.shared.errors import ConfigError, RunFailed, UnreadableRecord, unreadable
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
 from teamctl.shared.models import (
@@ -23,9 +22,10 @@ from teamctl.shared.models import (
     Usage,
     Wake,
 )
+from teamctl.shared.redis.connection import block_ms, blocking_client
+from teamctl.shared.redis.scripts import Scripts
 from teamctl.shared.roster import queue_roster
 from teamctl.shared.runs.run_config import RunSpec
-from teamctl.shared.scripts import Scripts
 
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board

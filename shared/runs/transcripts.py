@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.scripts import GuardedScripts, Scripts
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 
 LOAD_PAGE_KEYS = 100
 """Transcripts per MGET when many are loaded at once."""

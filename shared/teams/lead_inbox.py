@@ -25,7 +25,7 @@ from teamctl.shared.bus import LEAD, TRIM_SLACK_DIVISOR, MessageBus
 from teamctl.shared.errors import InfraError, TeamError
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import SYSTEM_NAMESPACES, SystemType
-from teamctl.shared.scripts import GuardedScripts, Scripts
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.teams.options import TeamOptions
 
 log = logging.getLogger(__name__)

@@ -22,12 +22,12 @@ from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.budget import Budget, Charge, UsageTotals
 from teamctl.shared.bus import LEAD, MessageBus, envelope_from_lua
 from teamctl.shared.clock import now_ms
-from teamctl.shared.connection import block_ms, same_server
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.ids import BROADCAST, check_queue, check_request_id
 from teamctl.shared.keys import TEAMS_INDEX, TeamKeys
 from teamctl.shared.models import Envelope, ProtocolType, SystemType, Usage
-from teamctl.shared.scripts import GuardedScripts, Scripts, WriteGuard
+from teamctl.shared.redis.connection import block_ms, same_server
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts, WriteGuard
 from teamctl.shared.teams.lead_inbox import LeadInbox
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import LANE_HEAD, TeamTasks

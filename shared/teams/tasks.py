@@ -27,7 +27,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.models import HashCsv, HashInt, HashText, TaskState, TaskStatus
-from teamctl.shared.scripts import GuardedScripts, Scripts
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.teammates import Teammate, check_mate_name
 from teamctl.shared.text import shorten

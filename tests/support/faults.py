@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import redis
-from teamctl.shared.embedded_redis import free_port, redis_server_binary
+from teamctl.shared.redis.embedded import free_port, redis_server_binary
 
 STARTUP_TIMEOUT_S = 15.0
 CHUNK_BYTES = 65536

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from teamctl.coordinator.run import RunRequest, create_run
+from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
-from teamctl.shared.scripts import Scripts, sources
+from teamctl.shared.redis.scripts import Scripts, sources
 
 SLOW_US = 5000
 """The rule: no script blocks Redis for more than 5 ms."""

@@ -21,17 +21,17 @@ from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.mcp_cache import McpToolCache
 from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
+from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.team_file import Member
 from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
-from teamctl.worker.runs.dispatch import build_dispatch_input
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mailbox import Mailbox
 from teamctl.worker.runs.member_tools import TeamContext, add_team_tools
+from teamctl.worker.runs.task_prompt import build_dispatch_input
 
 
 @dataclass
@@ -83,7 +83,7 @@ class Attempt:
         try:
             self.session = self._loop(member)
             result = self.session.run(
-                render("teamctl.worker", "member_system.md", name=member.display_name),
+                render("teamctl.worker.runs", "member_system.md", name=member.display_name),
                 self._dispatch_input(member, task))
         except HandedOff:
             if self.mailbox:  # this member's session is over: what it read is not owed again

@@ -10,10 +10,10 @@ from pathlib import Path
 import redis
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
-from teamctl.shared.connection import set_outage
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.mcp_cache import McpListing, McpToolCache
+from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.text import shorten
 

@@ -7,10 +7,10 @@ import logging
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.connection import set_outage
 from teamctl.shared.errors import ModelError
-from teamctl.shared.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
+from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.runs.options import RunOptions
 from teamctl.worker.keepalive import KeepAlive
 

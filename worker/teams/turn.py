@@ -294,7 +294,7 @@ class Turn:
 
     def _system_prompt(self, plan_state: str | None) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
-        return render("teamctl.worker", "teammate_system.md", name=self.mate.name,
+        return render("teamctl.worker.teams", "teammate_system.md", name=self.mate.name,
                       team=self.store.team, role=self.mate.role or "teammate",
                       plan_mode=_plan_mode_note(plan_state),
                       tools=", ".join(self.tool_names),

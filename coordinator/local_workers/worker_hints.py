@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
-from teamctl.coordinator.worker_registry import listening_workers
 from teamctl.shared.processes import same_process_alive
+from teamctl.shared.worker_registry import listening_workers
 
 START_GRACE_S = 120.0
 """How long workers this command started may take to register before the plain hint: a cold

@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.hooks import HOOK_ERROR_TYPE
-from teamctl.coordinator.remote_model import WAKE_EVERY_S
-from teamctl.coordinator.result import ended_member_result
+from teamctl.coordinator.runs.context import RunContext
+from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE
+from teamctl.coordinator.runs.remote_model import WAKE_EVERY_S
+from teamctl.coordinator.runs.result import ended_member_result
 from teamctl.shared.models import EventKind, RunStatus, SystemType, TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"

@@ -19,13 +19,13 @@ from typing import Any
 
 import click
 import redis
-from teamctl.coordinator.lead.lead import LeadAgent
-from teamctl.coordinator.team_lines import request_line, task_line
+from teamctl.coordinator.teams.lead import LeadAgent
+from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD, delivered_to
 from teamctl.shared.clock import now_ms
-from teamctl.shared.connection import block_ms
 from teamctl.shared.errors import ModelError, TeamError
 from teamctl.shared.models import Envelope
+from teamctl.shared.redis.connection import block_ms
 from teamctl.shared.teams.store import BudgetSpent, TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.teammates import MateStatus, Teammate

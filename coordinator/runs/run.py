@@ -13,15 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.approval import ApprovalMode, decide_plan
-from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.mcp_listing import McpListingWait
-from teamctl.coordinator.planner import plan_from_reply, planner_request
-from teamctl.coordinator.remote_model import CallCancelled, ModelCall, NoReply, RemoteModel
-from teamctl.coordinator.result import build_result, member_results
-from teamctl.coordinator.rounds import CANCELLED, LoopState, RoundLoop
-from teamctl.coordinator.synthesizer import synthesizer_request
-from teamctl.coordinator.tool_check import ToolsDoNotImport, WorkerToolCheck
+from teamctl.coordinator.runs.approval import ApprovalMode, decide_plan
+from teamctl.coordinator.runs.context import RunContext
+from teamctl.coordinator.runs.mcp_listing import McpListingWait
+from teamctl.coordinator.runs.remote_model import CallCancelled, ModelCall, NoReply, RemoteModel
+from teamctl.coordinator.runs.result import build_result, member_results
+from teamctl.coordinator.runs.roles import plan_from_reply, planner_request, synthesizer_request
+from teamctl.coordinator.runs.rounds import CANCELLED, LoopState, RoundLoop
+from teamctl.coordinator.runs.tool_check import ToolsDoNotImport, WorkerToolCheck
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.ids import check_run_id

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from teamctl.shared.clock import ttl_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.models import ModelReply
-from teamctl.shared.scripts import Scripts
+from teamctl.shared.redis.scripts import Scripts
 
 
 class ModelCallRequest(BaseModel):

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import redis
-from teamctl.coordinator.dispatcher import Dispatcher
-from teamctl.coordinator.hooks import HOOK_ERROR_TYPE, HookRunner
-from teamctl.coordinator.progress import Reporter
-from teamctl.coordinator.worker_hints import NoWorkerHint, StartingWorkers
+from teamctl.coordinator.local_workers.worker_hints import NoWorkerHint, StartingWorkers
+from teamctl.coordinator.runs.dispatcher import Dispatcher
+from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE, HookRunner
+from teamctl.coordinator.runs.progress import Reporter
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.lease import Lease

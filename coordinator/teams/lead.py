@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from teamctl.coordinator.lead.lead_tools import LeadTools
+from teamctl.coordinator.teams.lead_tools import LeadTools
 from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import assistant_message, tool_results
@@ -134,6 +134,6 @@ class LeadAgent:
                 "(turn_max_steps); send a message to go on)")
 
     def system_prompt(self) -> str:
-        return render("teamctl.coordinator", "lead_system.md", team=self.store.team,
+        return render("teamctl.coordinator.teams", "lead_system.md", team=self.store.team,
                       tools=self.toolbox.names,
                       mcp_servers=[server.name for server in self.store.meta().mcp_servers])

@@ -1,4 +1,7 @@
-"""The Lua scripts in shared/lua: read once per process, registered once per connection."""
+"""The Lua scripts in shared/redis/lua: read once per process, registered once per connection.
+
+Scripts sit in one folder per concern (board, bus, calls, runs, teams, turns) and are named by
+file alone, so a name is unique across folders; `_lib.lua` and `_guarded.lua` sit above them."""
 
 from __future__ import annotations
 
@@ -28,9 +31,17 @@ the turn's own, so a replayed tool call runs them again rather than skipping the
 def _texts() -> dict[str, str]:
     """Every .lua file's text by file name, read once per process (they never change while it
     runs)."""
-    folder = resources.files("teamctl.shared").joinpath("lua")
-    return {entry.name: entry.read_text(encoding="utf-8") for entry in folder.iterdir()
-            if entry.name.endswith(".lua")}
+    texts: dict[str, str] = {}
+    folders = [resources.files("teamctl.shared.redis").joinpath("lua")]
+    while folders:
+        for entry in folders.pop().iterdir():
+            if entry.is_dir():
+                folders.append(entry)
+            elif entry.name.endswith(".lua"):
+                if entry.name in texts:
+                    raise RuntimeError(f"two Lua scripts are named {entry.name}")
+                texts[entry.name] = entry.read_text(encoding="utf-8")
+    return texts
 
 
 @functools.cache

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from teamctl.shared.clock import now_ms
-from teamctl.shared.model_calls import ModelCalls
 from teamctl.shared.models import (
     MemberResult,
     ModelReply,
@@ -17,6 +16,7 @@ from teamctl.shared.models import (
     TaskStatus,
 )
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.model_calls import ModelCalls
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.transcripts import Transcripts
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from teamctl.shared.agent.mcp_config import offered_name, tool_filter
 from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.scripts import GuardedScripts, Scripts
+from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.text import shorten
 
 SUMMARY_CHARS = 120

@@ -3,31 +3,28 @@ team, store the run, start the workers it needs, drive it to its end."""
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from teamctl.coordinator.local_workers.job_env import differences, job_variables
-from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE, PoolWorker, WorkerPool
-from teamctl.coordinator.worker_hints import StartedWorker, StartingWorkers
-from teamctl.coordinator.worker_registry import listening_workers
-from teamctl.shared.connection import connect, set_outage
+from teamctl.coordinator.local_workers.on_queues import Note, ensure_pool
+from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE
+from teamctl.coordinator.local_workers.worker_hints import StartingWorkers
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.redis.connection import connect, set_outage
+from teamctl.shared.worker_registry import listening_workers
 
-if TYPE_CHECKING:  # only annotations here: the team verbs import this module for ensure_pool
+if TYPE_CHECKING:
     import redis
-    from teamctl.coordinator.approval import ApprovalMode
-    from teamctl.coordinator.progress import Reporter
+    from teamctl.coordinator.runs.approval import ApprovalMode
+    from teamctl.coordinator.runs.progress import Reporter
     from teamctl.shared.models import RunResult
     from teamctl.shared.runs.run_config import ModelSource, RunSpec
     from teamctl.shared.settings import Settings
     from teamctl.shared.team_file import TeamFile
 
-Note = Callable[[str], None]
-"""How a line for a person is shown (stderr for the CLI, logging for the API)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +42,8 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
            redis_url: Callable[[], str], run_id: str | None, settings: Settings) -> Launch:
     """Check everything that can be checked, then store the run. `redis_url` is called only
     once the input is valid: a config error starts no server and writes nothing."""
-    from teamctl.coordinator.hooks import load_hooks
-    from teamctl.coordinator.run import RunRequest, create_run
+    from teamctl.coordinator.runs.hooks import load_hooks
+    from teamctl.coordinator.runs.run import RunRequest, create_run
     from teamctl.shared.runs.run_config import choose_models
 
     if not objective.strip():
@@ -91,69 +88,12 @@ class WorkerPlan:
             else DEFAULT_POOL_SIZE
 
 
-@dataclass(frozen=True)
-class PoolOnQueues:
-    """The local pool's workers on a run's queues: those kept, and those started now."""
-
-    kept: list[PoolWorker]
-    started: list[PoolWorker]
-
-    def as_started(self) -> list[StartedWorker]:
-        """Every one of them, for hints that wait while they register."""
-        return [StartedWorker(w.pid, w.start_ticks, tuple(w.queues), w.log)
-                for w in [*self.kept, *self.started]]
 
 
-def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
-                settings: Settings, note: Note, team_variables: Iterable[str] = (), *,
-                explicit: bool = False) -> PoolOnQueues:
-    """Top the local pool up to `size` live workers on `queues` with this process's
-    environment: workers started with another one (a provider key, PYTHONPATH, the working
-    directory, the teamctl install, a variable in `team_variables`) are replaced, and said
-    so; none start when the pool has none and other workers already listen there, unless the
-    person asked for them (`explicit`: `teamctl workers start`, which reports them itself)."""
-    pool = local_pool(settings)
-    digests = pool.env_digests(os.environ, os.getcwd())
-    with pool.locked():
-        serving = pool.live(redis_url, queues)
-        stale = {w.pid: changed for w in serving
-                 if (changed := differences(digests, w.env, job_variables(
-                     os.environ, w.env, team_variables)))}
-        if stale:
-            pool.retire([w for w in serving if w.pid in stale])
-            note(_replacing(len(stale), queues, [w.env for w in serving if w.pid in stale],
-                            next(iter(stale.values()))))
-        live = [w for w in serving if w.pid not in stale]
-        if len(live) >= size:
-            return PoolOnQueues(live, [])
-        if not serving and not explicit \
-                and listening_workers(connect(redis_url, decode=False), queues):
-            return PoolOnQueues([], [])  # the user's own workers serve these queues
-        started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ,
-                             digests)
-    if not explicit:
-        note(f"started {len(started)} local pool worker(s) on {', '.join(queues)}; they serve "
-             f"later runs and exit after {idle_exit_s} s idle (`teamctl workers stop` stops "
-             "them)")
-    return PoolOnQueues(live, started)
 
 
-def _replacing(count: int, queues: list[str], recorded: list[dict[str, str]],
-               changed: list[str]) -> str:
-    """The one line that says pool workers are replaced, and what differs (names only)."""
-    if not all(recorded):
-        why = "by an older teamctl"
-    else:
-        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more"
-                                          if len(changed) > 4 else "")
-        why = f"with another {shown}"
-    return (f"replacing {count} local pool worker(s) on {', '.join(queues)} started {why} "
-            "(each finishes the job in hand) with workers of this environment")
 
 
-def local_pool(settings: Settings) -> WorkerPool:
-    """The warm pool recorded in the state dir's `pool`."""
-    return WorkerPool(settings.state_dir / "pool", settings.state_dir / "logs")
 
 
 def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
@@ -162,9 +102,9 @@ def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object],
     """Start the workers the run needs, drive it to its end as its coordinator, stop them.
     Setting `interrupt` (from another thread) makes the coordinator stop at its next check with
     Interrupted, leaving the run as it is for the caller to cancel."""
-    from teamctl.coordinator.context import build_context
     from teamctl.coordinator.local_workers.processes import LocalWorkers
-    from teamctl.coordinator.run import Coordinator
+    from teamctl.coordinator.runs.context import build_context
+    from teamctl.coordinator.runs.run import Coordinator
 
     outage_s = spec.options.redis_outage_s
     set_outage(conn, outage_s)

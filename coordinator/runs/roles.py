@@ -1,16 +1,19 @@
-"""The planner: the request that asks a model for a task DAG, and the plan made of its reply
-(parsed, normalized, or one task per member when nothing usable came back)."""
+"""The coordinator's two model roles, each a request a worker makes: the planner's, which asks for
+a task DAG, and the plan made of its reply (parsed, normalized, or one task per member when nothing
+usable came back); the synthesizer's, which merges the members' outputs (and says what never ran)
+into the final answer."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
-from teamctl.coordinator.plan import RawTask, normalize_tasks
-from teamctl.coordinator.plan_parser import parse_tasks
+from teamctl.coordinator.runs.plan import RawTask, normalize_tasks
+from teamctl.coordinator.runs.plan_parser import parse_tasks
 from teamctl.shared.agent.prompts import render
-from teamctl.shared.mcp_cache import OfferedTool
-from teamctl.shared.model_calls import ModelCallRequest
-from teamctl.shared.models import Plan
+from teamctl.shared.models import MemberResult, Plan, TaskState
+from teamctl.shared.runs.mcp_cache import OfferedTool
+from teamctl.shared.runs.model_calls import ModelCallRequest
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.team_file import Member
 
@@ -19,7 +22,7 @@ def planner_prompt(objective: str, members: list[Member],
                    mcp_tools: Mapping[str, list[OfferedTool]] | None = None) -> str:
     """The planning prompt: the members (id, name, expertise, and their MCP tools: as listed
     by their servers when `mcp_tools` has the member, else as configured) and the objective."""
-    return render("teamctl.coordinator", "plan.md", members=members, objective=objective,
+    return render("teamctl.coordinator.runs", "plan.md", members=members, objective=objective,
                   mcp_tools=dict(mcp_tools or {}))
 
 
@@ -49,3 +52,19 @@ def fallback_tasks(objective: str, members: list[Member]) -> list[RawTask]:
                       if m.description and m.description.strip() else objective))
         for i, m in enumerate(members, start=1)
     ]
+
+
+def synthesizer_prompt(objective: str, plan: Plan, results: list[MemberResult],
+                       not_run: list[TaskState]) -> str:
+    """The synthesis prompt: objective, plan JSON, each output or error, what never ran."""
+    plan_json = json.dumps([t.model_dump() for t in plan.tasks], ensure_ascii=False)
+    return render("teamctl.coordinator.runs", "synthesize.md", objective=objective,
+                  plan_json=plan_json, results=results, not_run=not_run)
+
+
+def synthesizer_request(model: str, api_base: str | None, objective: str, plan: Plan,
+                        results: list[MemberResult],
+                        not_run: list[TaskState]) -> ModelCallRequest:
+    """The synthesizer's model call."""
+    return ModelCallRequest(model=model, api_base=api_base, messages=[
+        {"role": "user", "content": synthesizer_prompt(objective, plan, results, not_run)}])

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from teamctl.shared.embedded_redis import EmbeddedRedis
+    from teamctl.shared.redis.embedded import EmbeddedRedis
     from teamctl.shared.settings import Settings
 
 
@@ -24,6 +24,6 @@ def is_embedded(explicit: str | None, settings: Settings) -> bool:
 
 def embedded_redis(settings: Settings) -> EmbeddedRedis:
     """The embedded server, in the state dir's `redis`."""
-    from teamctl.shared.embedded_redis import EmbeddedRedis
+    from teamctl.shared.redis.embedded import EmbeddedRedis
 
     return EmbeddedRedis(settings.state_dir / "redis")

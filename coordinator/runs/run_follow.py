@@ -15,8 +15,8 @@ from typing import Any, Protocol, TypeVar
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import READ_BATCH, MessageBus, envelope_from_stream
-from teamctl.shared.connection import MAX_BLOCK_MS, block_ms, blocking_client
 from teamctl.shared.models import Envelope, EventKind, MessageEvent, TaskChange, TaskEvent
+from teamctl.shared.redis.connection import MAX_BLOCK_MS, block_ms, blocking_client
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.store import RunStore
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.remote_model import NO_WORKER_HINT_AFTER_S, WAKE_EVERY_S
-from teamctl.shared.connection import block_ms
-from teamctl.shared.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
+from teamctl.coordinator.runs.context import RunContext
+from teamctl.coordinator.runs.remote_model import NO_WORKER_HINT_AFTER_S, WAKE_EVERY_S
+from teamctl.shared.redis.connection import block_ms
+from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
 from teamctl.shared.team_file import Member
 from teamctl.shared.text import shorten
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from teamctl.coordinator.context import RunContext
-from teamctl.shared.connection import block_ms
+from teamctl.coordinator.runs.context import RunContext
 from teamctl.shared.errors import InfraError, ModelError
-from teamctl.shared.model_calls import CallView, ModelCallRequest, ModelCalls
 from teamctl.shared.models import ModelReply
+from teamctl.shared.redis.connection import block_ms
+from teamctl.shared.runs.model_calls import CallView, ModelCallRequest, ModelCalls
 
 WAKE_EVERY_S = 1.0
 """How often the wait re-checks its worker, the lease, a cancel and the deadline."""

@@ -11,8 +11,12 @@ from typing import cast
 
 from rq.job import Job
 from rq.results import Result
-from teamctl.coordinator.context import RunContext
-from teamctl.coordinator.remote_model import NO_WORKER_HINT_AFTER_S, WAKE_EVERY_S, CallCancelled
+from teamctl.coordinator.runs.context import RunContext
+from teamctl.coordinator.runs.remote_model import (
+    NO_WORKER_HINT_AFTER_S,
+    WAKE_EVERY_S,
+    CallCancelled,
+)
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.models import ToolImportReport
 from teamctl.shared.team_file import Member

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from teamctl.coordinator.plan import RawTask
+from teamctl.coordinator.runs.plan import RawTask
 
 PLAN_KEYS = ("tasks", "plan", "delegations", "assignments")
 ALIASES = {

@@ -1,0 +1,2 @@
+"""A persistent team seen from outside its turns: the lead agent and how requests and tasks
+read to a person."""
