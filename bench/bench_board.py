@@ -16,8 +16,8 @@ from collections.abc import Callable
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec
 from teamctl.shared.redis.scripts import Scripts
+from teamctl.shared.task_records import TaskSpec
 
 from bench import private_redis
 from bench.figures import BenchFigure

@@ -25,8 +25,8 @@ from pathlib import Path
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskState, TaskStatus
 from teamctl.shared.redis.embedded import throwaway_redis
+from teamctl.shared.task_records import TaskState, TaskStatus
 
 from bench import slowlog
 from bench.bench_startup import teamctl

@@ -29,7 +29,7 @@ from rq.job import Job, JobStatus
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from bench import slowlog

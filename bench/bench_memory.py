@@ -24,9 +24,9 @@ import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.roster import write_roster
+from teamctl.shared.task_records import TaskSpec
 
 from bench.bench_team_board import idle_team
 from bench.figures import BenchFigure, print_figures

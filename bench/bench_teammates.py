@@ -31,10 +31,10 @@ from typing import Any
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.local_workers.processes import worker_command
-from teamctl.shared.models import TaskStatus
 from teamctl.shared.redis.embedded import throwaway_redis
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker

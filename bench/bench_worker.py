@@ -35,11 +35,11 @@ from teamctl.coordinator.local_workers.processes import stop_process, worker_com
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
 
 from bench.figures import BenchFigure

@@ -27,9 +27,9 @@ from teamctl.shared.clock import ttl_ms
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import check_task_id, normalize_id
 from teamctl.shared.keys import KeySpace
-from teamctl.shared.models import TaskEvent, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.redis.connection import block_ms, blocking_client
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
+from teamctl.shared.task_records import TaskEvent, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.text import quoted, shorten
 
 STALE = -1

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import redis
 from pydantic import BaseModel
+from teamctl.shared.agent.replies import Usage
 from teamctl.shared.keys import RunKeys, TeamKeys
-from teamctl.shared.models import HashText, Usage
+from teamctl.shared.redis.hash_fields import HashText
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 
 

@@ -40,10 +40,7 @@ from functools import cached_property
 from typing import Any, TypeVar
 
 import redis
-from teamctl.shared.errors import ConfigError, InfraError
-from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_task_id
-from teamctl.shared.keys import KeySpace
-from teamctl.shared.models import (
+from teamctl.shared.envelopes import (
     ENVELOPES,
     SYSTEM_NAMESPACES,
     Envelope,
@@ -51,6 +48,9 @@ from teamctl.shared.models import (
     ProtocolType,
     SystemType,
 )
+from teamctl.shared.errors import ConfigError, InfraError
+from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, check_task_id
+from teamctl.shared.keys import KeySpace
 from teamctl.shared.redis.connection import block_ms as capped_ms
 from teamctl.shared.redis.connection import blocking_client
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts

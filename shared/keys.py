@@ -336,6 +336,12 @@ class TeamKeys(KeySpace):
         return f"{self.base}:ready:open"
 
     @property
+    def reconciled(self) -> str:
+        """String with TTL (heartbeat_ttl_s): set by the reconcile a worker runs after a turn,
+        so the team's workers reconcile it at most once per TTL between them."""
+        return f"{self.base}:reconciled"
+
+    @property
     def lanes_indexed(self) -> str:
         """String: set once every task of the team has its ready lane (teams created before
         lanes existed are indexed on their first hand-out)."""

@@ -20,17 +20,17 @@ _EXPORTS = {
     "TeamHook": "teamctl.coordinator.runs.hooks",
     "Member": "teamctl.shared.team_file", "RunOptions": "teamctl.shared.runs.options",
     "McpServer": "teamctl.shared.agent.mcp_config",
-    "RunResult": "teamctl.shared.models", "MemberResult": "teamctl.shared.models",
-    "TaskStateView": "teamctl.shared.models", "Plan": "teamctl.shared.models",
-    "TaskSpec": "teamctl.shared.models", "ModelReply": "teamctl.shared.models",
-    "ToolCall": "teamctl.shared.models", "SynthesisResult": "teamctl.shared.models",
-    "TaskState": "teamctl.shared.models", "Envelope": "teamctl.shared.models",
-    "SystemNotice": "teamctl.shared.models", "PeerMessage": "teamctl.shared.models",
-    "ProtocolMessage": "teamctl.shared.models", "SystemType": "teamctl.shared.models",
-    "ProtocolType": "teamctl.shared.models", "RunStatus": "teamctl.shared.models",
-    "TaskStatus": "teamctl.shared.models", "EventKind": "teamctl.shared.models",
-    "Usage": "teamctl.shared.models", "RunEvent": "teamctl.shared.models",
-    "TaskChange": "teamctl.shared.models", "MessageEvent": "teamctl.shared.models",
+    "RunResult": "teamctl.shared.runs.output", "MemberResult": "teamctl.shared.runs.output",
+    "TaskStateView": "teamctl.shared.runs.output", "Plan": "teamctl.shared.task_records",
+    "TaskSpec": "teamctl.shared.task_records", "ModelReply": "teamctl.shared.agent.replies",
+    "ToolCall": "teamctl.shared.agent.replies", "SynthesisResult": "teamctl.shared.runs.output",
+    "TaskState": "teamctl.shared.task_records", "Envelope": "teamctl.shared.envelopes",
+    "SystemNotice": "teamctl.shared.envelopes", "PeerMessage": "teamctl.shared.envelopes",
+    "ProtocolMessage": "teamctl.shared.envelopes", "SystemType": "teamctl.shared.envelopes",
+    "ProtocolType": "teamctl.shared.envelopes", "RunStatus": "teamctl.shared.runs.run_records",
+    "TaskStatus": "teamctl.shared.task_records", "EventKind": "teamctl.shared.task_records",
+    "Usage": "teamctl.shared.agent.replies", "RunEvent": "teamctl.shared.runs.output",
+    "TaskChange": "teamctl.shared.runs.output", "MessageEvent": "teamctl.shared.runs.output",
     "TeamError": "teamctl.shared.errors", "ConfigError": "teamctl.shared.errors",
     "ModelError": "teamctl.shared.errors", "InfraError": "teamctl.shared.errors",
     "RunFailed": "teamctl.shared.errors",
@@ -52,32 +52,28 @@ if TYPE_CHECKING:
     from teamctl.coordinator.runs.hooks import TeamHook
     from teamctl.shared.agent.mcp_config import McpServer
     from teamctl.shared.agent.python_tools import ToolContext
-    from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed, TeamError
-    from teamctl.shared.models import (
+    from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
+    from teamctl.shared.envelopes import (
         Envelope,
-        EventKind,
-        MemberResult,
-        MessageEvent,
-        ModelReply,
         PeerMessage,
-        Plan,
         ProtocolMessage,
         ProtocolType,
-        RunEvent,
-        RunResult,
-        RunStatus,
-        SynthesisResult,
         SystemNotice,
         SystemType,
-        TaskChange,
-        TaskSpec,
-        TaskState,
-        TaskStateView,
-        TaskStatus,
-        ToolCall,
-        Usage,
     )
+    from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed, TeamError
     from teamctl.shared.runs.options import RunOptions
+    from teamctl.shared.runs.output import (
+        MemberResult,
+        MessageEvent,
+        RunEvent,
+        RunResult,
+        SynthesisResult,
+        TaskChange,
+        TaskStateView,
+    )
+    from teamctl.shared.runs.run_records import RunStatus
+    from teamctl.shared.task_records import EventKind, Plan, TaskSpec, TaskState, TaskStatus
     from teamctl.shared.team_file import Member
 
 

@@ -26,12 +26,13 @@ from teamctl.coordinator.runs.progress import Reporter
 from teamctl.coordinator.runs.result import build_result
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.errors import ConfigError, RunFailed, TeamError
-from teamctl.shared.models import RunEvent, RunResult, RunStatus
 from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect, redis_errors_as_infra, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.options import RunOptions, refuse_removed_options
+from teamctl.shared.runs.output import RunEvent, RunResult
 from teamctl.shared.runs.run_config import ModelSource
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.settings import load_settings
 from teamctl.shared.team_file import (
     DEFAULT_MEMBERS,

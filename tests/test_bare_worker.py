@@ -15,7 +15,7 @@ from rq import Queue
 from teamctl.shared.agent.offline_model import MODEL
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 
 from tests.support.runs import make_run
 

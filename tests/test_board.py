@@ -10,7 +10,7 @@ from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskState, TaskStatus
 
 from tests.support.waiting import assert_ttl_as_set, wait_until
 

@@ -10,7 +10,7 @@ from multiprocessing.synchronize import Barrier
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 
 CLAIMERS = 8
 TASKS = 200

@@ -11,7 +11,7 @@ import pytest
 import redis
 from teamctl.shared.board import CREATE_PAGE_TASKS, SNAPSHOT_PAGE_TASKS, TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskState, TaskStatus
 
 from tests.support.slowlog import (
     CountedScripts,

@@ -9,17 +9,11 @@ import pytest
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus, delivered_to
+from teamctl.shared.envelopes import ENVELOPES, Envelope, PeerMessage, SystemNotice, SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import (
-    ENVELOPES,
-    Envelope,
-    PeerMessage,
-    SystemNotice,
-    SystemType,
-    TaskSpec,
-)
 from teamctl.shared.roster import write_roster
+from teamctl.shared.task_records import TaskSpec
 
 from tests.support.runs import roster_bus
 

@@ -11,12 +11,12 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
-from teamctl.shared.models import TaskSpec
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.retention import expire_run, forget_expired_runs
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
 
 from tests.support.waiting import assert_ttl_as_set, wait_until

@@ -26,11 +26,11 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskStatus
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.team_file import load_team_file
 
 from tests.support.cli import TEAMCTL

@@ -10,8 +10,8 @@ from rich.console import Console
 from teamctl.coordinator.runs.approval import ApprovalMode, decide_plan
 from teamctl.coordinator.runs.progress import _table
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import Plan, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import Plan, TaskSpec, TaskState, TaskStatus
 
 from tests.support.runs import two_task_run
 

@@ -15,11 +15,11 @@ from teamctl.coordinator.runs.rounds import LoopState, RoundLoop
 from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import TeamFile
 
 from tests.support.waiting import wait_until

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskStatus
+from teamctl.shared.task_records import TaskStatus
 
 from tests.support.llm import ScriptedLLM
 from tests.support.teamfile import team_file

@@ -28,7 +28,6 @@ from teamctl.shared.agent.offline_model import MODEL
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import InfraError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.processes import (
     executable,
     pid_alive,
@@ -46,6 +45,7 @@ from teamctl.shared.redis.embedded import (
     redis_server_binary,
     short_socket_root,
 )
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 
 from tests.support.runs import make_run
 from tests.support.waiting import wait_until

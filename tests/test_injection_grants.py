@@ -17,12 +17,12 @@ import redis
 from teamctl.coordinator.runs.plan import normalize_tasks
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
+from teamctl.shared.envelopes import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.keys import TeamKeys
-from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.team_file import TeamFile
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, RequestStatus
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
@@ -326,7 +326,7 @@ def test_a_plan_s_text_cannot_draw_its_own_row_in_the_approval_table() -> None:
     """A person approves the plan from its table: a planner's newline or escape sequence in a
     task or a member id stays inside that task's line."""
     from teamctl.coordinator.runs.approval import plan_table
-    from teamctl.shared.models import Plan, TaskSpec
+    from teamctl.shared.task_records import Plan, TaskSpec
 
     plan = Plan(tasks=[TaskSpec(id="a", member_id="m1\x1b[2J", task="read\n  b -> m1: rm -rf ~")])
     assert plan_table(plan).splitlines() == ["Plan (1 task):", "  a -> m1: read b -> m1: rm -rf ~"]

@@ -21,10 +21,10 @@ from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import Member
 
 from tests.support.cli import assert_config_error, run_cli

@@ -15,7 +15,7 @@ import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.bus import LEAD
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept

@@ -17,7 +17,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.jobs import HANDED_BACK_REASON

@@ -23,13 +23,14 @@ from teamctl.coordinator.teams.repl import Watcher
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
+from teamctl.shared.envelopes import ProtocolType, SystemType
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
-from teamctl.shared.models import ProtocolType, SystemType, TaskStatus
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, RequestStatus
 
 from tests.support.cli import TEAMCTL

@@ -17,10 +17,10 @@ import redis
 from teamctl.coordinator.teams.lead import LeadMemory
 from teamctl.shared.agent.inbox import InboxBatch, unread_batch
 from teamctl.shared.bus import LEAD
-from teamctl.shared.models import Envelope, ProtocolType, SystemType
+from teamctl.shared.envelopes import Envelope, ProtocolType, SystemType
 from teamctl.shared.teams.lead_inbox import LeadMailboxFull
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.worker.teams.teammate_tools import MateTools
 
 from tests.support.slowlog import (

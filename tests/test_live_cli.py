@@ -15,19 +15,12 @@ from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.envelopes import PeerMessage, SystemType
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import (
-    RUN_EVENTS,
-    EventKind,
-    MessageEvent,
-    PeerMessage,
-    RunStatus,
-    SystemType,
-    TaskChange,
-    TaskEvent,
-    TaskSpec,
-)
+from teamctl.shared.runs.output import RUN_EVENTS, MessageEvent, TaskChange
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.task_records import EventKind, TaskEvent, TaskSpec
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from teamctl.coordinator.advice import for_this_shell
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, team_workspace
 
 from tests.support.cli import assert_config_error

@@ -30,12 +30,12 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.redis.scripts import Scripts
 from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import Member, load_team_file
 from teamctl.worker.jobs import execute_task
 

@@ -19,7 +19,7 @@ from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.redis.scripts import sources
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -19,9 +19,10 @@ import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import ModelReply, RunStatus
 from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL

@@ -18,8 +18,8 @@ from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_proce
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskStatus
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskStatus
 
 from tests.support.cli import TEAMCTL
 from tests.support.faults import RestartableRedis, TcpProxy

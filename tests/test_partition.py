@@ -27,8 +27,8 @@ from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_proce
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskStatus
 from teamctl.shared.redis.embedded import redis_server_binary
+from teamctl.shared.task_records import TaskStatus
 
 from tests.support.cli import TEAMCTL
 from tests.support.faults import TcpProxy

@@ -21,8 +21,8 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ModelError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskStatus
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.task_records import TaskStatus
 
 from tests.support.cli import TEAMCTL, run_cli
 from tests.support.llm import HttpError, ScriptedLLM, Slow

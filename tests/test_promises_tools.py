@@ -12,7 +12,7 @@ import pytest
 import redis
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.errors import ToolFailed
-from teamctl.shared.models import TaskSpec
+from teamctl.shared.task_records import TaskSpec
 from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -25,10 +25,10 @@ from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import load_team_file
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MATE_TOOLS, MateStatus
 from teamctl.worker.jobs import execute_task
 from teamctl.worker.teams.teammate_tools import MateTools

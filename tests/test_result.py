@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from teamctl.coordinator.runs.result import member_results
-from teamctl.shared.models import TaskState, TaskStatus
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member
 
 

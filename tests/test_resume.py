@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskStatus
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskStatus
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM

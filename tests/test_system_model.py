@@ -39,17 +39,19 @@ from teamctl.coordinator.runs.rounds import CANCELLED, CYCLE_REASON
 from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import TRIM_SLACK_DIVISOR
+from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError, RunFailed
 from teamctl.shared.ids import BROADCAST
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
-from teamctl.shared.models import Envelope, RunStatus, TaskSpec, TaskStatus
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.settings import load_settings
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import Member, TeamFile
 from teamctl.shared.text import shorten
 from teamctl.worker.runs.claims import Claim

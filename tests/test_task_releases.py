@@ -12,9 +12,10 @@ from typing import Any
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.shared.models import SystemType, TaskStatus
+from teamctl.shared.envelopes import SystemType
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teamfile import team_file

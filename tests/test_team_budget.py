@@ -14,12 +14,14 @@ from pathlib import Path
 
 import redis
 from rq import Queue
+from teamctl.shared.agent.replies import Usage
 from teamctl.shared.budget import Charge
 from teamctl.shared.bus import LEAD
-from teamctl.shared.models import SystemType, TaskStatus, Usage
+from teamctl.shared.envelopes import SystemType
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import IdleReason, MateStatus
 from teamctl.worker.teams.turn import execute_turn
 

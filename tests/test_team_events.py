@@ -8,7 +8,7 @@ import threading
 
 import redis
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import RequestStatus
 
 from tests.support.waiting import wait_until

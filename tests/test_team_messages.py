@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import redis
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 
 from tests.support.teams import cli
 

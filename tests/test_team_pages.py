@@ -20,11 +20,11 @@ from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.bus import LEAD
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.lease import LeadLease
-from teamctl.shared.models import SystemType
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 from teamctl.worker.teams.teammate_tools import MateTools
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.envelopes import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
-from teamctl.shared.teams.store import RequestRefused, TeamStore
+from teamctl.shared.teams.team_base import RequestRefused
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, RequestKind, RequestStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -13,9 +13,10 @@ import pytest
 import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
+from teamctl.shared.teams.messages import PEEK_PAGE
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import PEEK_PAGE, TeamStore
 from teamctl.shared.teams.tasks import LANE_HEAD, TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.slowlog import slow_scripts_ms, slowlog_at_the_rule, within_the_rule

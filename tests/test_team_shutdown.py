@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+from teamctl.shared.envelopes import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import RequestRefused, TeamStore
+from teamctl.shared.teams.team_base import RequestRefused
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, RequestStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls

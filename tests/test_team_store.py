@@ -15,12 +15,13 @@ from rq import Queue
 from rq.job import Job
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
-from teamctl.shared.models import SystemType
 from teamctl.shared.roster import write_roster
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import MateBusy, TeamStore
+from teamctl.shared.teams.team_base import MateBusy
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.teams import cli
@@ -41,7 +42,7 @@ def spawn(store: TeamStore, name: str) -> None:
 
 
 def turns_queued(store: TeamStore) -> int:
-    return Queue(NOBODY, connection=store._rq_conn).count
+    return Queue(NOBODY, connection=store.scheduler.rq_conn).count
 
 
 def test_a_turn_holds_its_lease_and_only_its_token_writes(store: TeamStore) -> None:
@@ -141,8 +142,8 @@ def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(
 def lose_turn_job(store: TeamStore, name: str) -> None:
     """The teammate's queued turn job disappears (its queue was emptied, Redis lost it)."""
     job_id = store.get(name).job_id
-    if job_id and Job.exists(job_id, connection=store._rq_conn):
-        Job.fetch(job_id, connection=store._rq_conn).delete()
+    if job_id and Job.exists(job_id, connection=store.scheduler.rq_conn):
+        Job.fetch(job_id, connection=store.scheduler.rq_conn).delete()
 
 
 def test_reconcile_leaves_a_queued_turn_alone_however_long_it_waits(store: TeamStore) -> None:
@@ -151,7 +152,7 @@ def test_reconcile_leaves_a_queued_turn_alone_however_long_it_waits(store: TeamS
     wait_until(lambda: now_ms() - store.get("alice").last_seen_ms > 2 * ttl_ms, 10,
                message="alice unseen for two lease TTLs")
     # No lease, unseen for long, but its job waits for a worker: that is no crash.
-    assert store.reconcile() == []
+    assert store.scheduler.reconcile() == []
     assert store.get("alice").attempts == 0
     assert turns_queued(store) == 1
 
@@ -163,13 +164,13 @@ def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(
     for attempt in (1, 2, 3):
         # No lease, no queued job, unseen for a TTL: stalled (the job was lost).
         lose_turn_job(store, "alice")
-        assert wait_until(lambda: store.reconcile(), 10, 0.05, "a rerun") == ["alice"]
+        assert wait_until(lambda: store.scheduler.reconcile(), 10, 0.05, "a rerun") == ["alice"]
         assert store.get("alice").attempts == attempt
     assert turns_queued(store) == queued  # the last rerun's job; the lost ones are gone
 
     def given_up() -> bool:
         lose_turn_job(store, "alice")
-        store.reconcile()
+        store.scheduler.reconcile()
         return store.get("alice").status is MateStatus.IDLE
 
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
@@ -178,15 +179,34 @@ def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(
     assert mate.idle_reason and mate.idle_reason.startswith("error: ")
     [notice] = store.notices(SystemType.TEAMMATE_ERROR)
     assert notice.to == "lead" and notice.content.startswith("alice is idle after an error")
-    assert store.reconcile() == []
+    assert store.scheduler.reconcile() == []
+
+
+def test_workers_reconcile_a_team_at_most_once_per_lease_ttl(conn: redis.Redis) -> None:
+    """After a turn a worker reconciles the team only when no worker did for a lease TTL, and
+    that one still reruns a lost turn; a person's verb reconciles whenever it runs."""
+    store = TeamStore(conn, f"t{uuid.uuid4().hex[:8]}")
+    store.create(TeamOptions(heartbeat_ttl_s=5))
+    spawn(store, "alice")
+    lose_turn_job(store, "alice")
+    stale_ms = now_ms() - 10_000  # unseen for two TTLs, without waiting for them
+    conn.hset(store.keys.mate("alice"), "last_seen_ms", stale_ms)
+    assert store.scheduler.reconcile_at_most_every_ttl() == ["alice"]
+    lose_turn_job(store, "alice")
+    conn.hset(store.keys.mate("alice"), "last_seen_ms", stale_ms)
+    assert store.scheduler.reconcile_at_most_every_ttl() == []  # another worker's, within a TTL
+    assert store.get("alice").attempts == 1
+    assert 0 < conn.pttl(store.keys.reconciled) <= 5000
+    assert store.scheduler.reconcile() == ["alice"]
+    assert store.get("alice").attempts == 2
 
 
 def test_a_live_turn_is_never_reconciled(store: TeamStore) -> None:
     spawn(store, "alice")
     _, token = store.begin_turn("alice", "host:1")
-    assert store.reconcile() == []
+    assert store.scheduler.reconcile() == []
     assert store.refresh_turn("alice", token)
-    assert store.reconcile() == []
+    assert store.scheduler.reconcile() == []
 
 
 def test_lead_has_an_inbox_on_a_team_bus_only(conn: redis.Redis, store: TeamStore) -> None:

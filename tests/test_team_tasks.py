@@ -15,12 +15,13 @@ import pytest
 import redis
 from rq.job import Job
 from teamctl.shared.board import TaskBoard
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import EventKind, SystemType, TaskStatus
 from teamctl.shared.redis.connection import same_server
+from teamctl.shared.task_records import EventKind, TaskStatus
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import StaleTurn, TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 from teamctl.worker.teams.teammate_tools import MateTools
 from teamctl.worker.teams.teammate_workspace import gate_plan
@@ -324,7 +325,7 @@ def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Re
         rq_conn = same_server(conn, decode=False)
         if job_id and Job.exists(job_id, connection=rq_conn):  # each rerun's job is lost too
             Job.fetch(job_id, connection=rq_conn).delete()
-        store.reconcile()
+        store.scheduler.reconcile()
         return store.get("alice").status is MateStatus.IDLE
 
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")

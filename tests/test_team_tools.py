@@ -16,9 +16,9 @@ from typing import Any
 import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.models import SystemType
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 from teamctl.worker.teams.teammate_workspace import add_mate_workspace
 
@@ -32,7 +32,7 @@ SENDERS = 4
 MESSAGES_PER_SENDER = 200
 SENDER_CODE = """
 import sys, redis
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 url, team, tag, count = sys.argv[1:5]
 store = TeamStore(redis.Redis.from_url(url, decode_responses=True), team)
 for index in range(int(count)):

@@ -16,7 +16,7 @@ import pytest
 import redis
 from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -100,7 +100,7 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     store.send("lead", "alice", "m2")
     # No turn lease once the TTL passes: reconcile enqueues the rerun (exactly once).
     # (The lease lapses a TTL after its last refresh; reconcile also wants a TTL unseen.)
-    assert wait_until(lambda: store.reconcile(), 2 * TTL_S + 15,
+    assert wait_until(lambda: store.scheduler.reconcile(), 2 * TTL_S + 15,
                       message="reconcile to rerun alice") == [
         "alice"]
     wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 60, message="alice idle")

@@ -16,9 +16,9 @@ from rq import Queue, Worker
 from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.local_workers.worker_hints import no_worker_hint
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
-from teamctl.shared.models import SystemType
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
@@ -135,7 +135,7 @@ def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: 
         assert len(llm.requests[f"idle-{team}"]) == 10
         time.sleep(0.1)
     assert {m.name: m.last_seen_ms for m in store.mates()} == seen
-    assert store.reconcile() == []
+    assert store.scheduler.reconcile() == []
 
 
 def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Redis,

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 import redis
-from teamctl.shared.models import SystemType, TaskStatus
+from teamctl.shared.envelopes import SystemType
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls

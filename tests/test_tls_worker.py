@@ -21,7 +21,7 @@ from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskState, TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskState, TaskStatus
 
 from tests.support.llm import ScriptedLLM
 from tests.support.runs import make_run

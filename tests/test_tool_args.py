@@ -15,8 +15,8 @@ from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import InvalidArguments, Toolbox, precompute_schemas
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
-from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.runs.claims import Claim, Claims
 from teamctl.worker.runs.mailbox import Mailbox

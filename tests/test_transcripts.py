@@ -9,8 +9,8 @@ from typing import Any
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec
 from teamctl.shared.runs.transcripts import Transcripts, capped
+from teamctl.shared.task_records import TaskSpec
 
 from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -9,10 +9,10 @@ import uuid
 
 import redis
 from teamctl.shared.bus import LEAD
-from teamctl.shared.models import TaskStatus
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls

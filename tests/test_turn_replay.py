@@ -15,8 +15,8 @@ import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.redis.scripts import TurnRevokedError
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 from teamctl.worker.teams.teammate_tools import MateTools
 from teamctl.worker.teams.turn import execute_turn
@@ -60,7 +60,7 @@ def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
 
 def rerun(store: TeamStore) -> str:
     """Wait for the dead turn's lease to lapse, reconcile, and run the rerun's job body."""
-    assert wait_until(lambda: store.reconcile(), 10 * TTL_S + 5,
+    assert wait_until(lambda: store.scheduler.reconcile(), 10 * TTL_S + 5,
                       message="reconcile to rerun alice") == ["alice"]
     return execute_turn(store.conn, store.team, "alice")
 

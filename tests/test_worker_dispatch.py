@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from teamctl.shared.models import ENVELOPES, TaskState, TaskStatus
+from teamctl.shared.envelopes import ENVELOPES
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member
 from teamctl.worker.runs.task_prompt import build_dispatch_input
 

@@ -25,8 +25,8 @@ from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskStatus
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.task_records import TaskStatus
 
 from tests.support.llm import ScriptedLLM
 from tests.support.timescale import scaled

@@ -11,8 +11,8 @@ import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import TaskSpec, TaskStatus
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import HttpError, ScriptedLLM, ToolCalls

@@ -31,7 +31,7 @@ from teamctl.shared.agent.workspace import (
 )
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
-from teamctl.shared.models import TaskSpec
+from teamctl.shared.task_records import TaskSpec
 from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import ScriptedLLM, ToolCalls

@@ -4,7 +4,7 @@ RQ's own loop retries a lost Redis for ever, so a worker whose server was stoppe
 state dir was deleted) stayed alive for hours: `--max-idle-time` never fires while it cannot
 dequeue, and its warm shutdown waited on the dead server to register its death. This worker
 exits once Redis has been unreachable for TEAMCTL_REDIS_OUTAGE_S (60 s by default: the retry
-window of its connection class, shared/connection.py), and its teardown spends at most
+window of its connection class, shared/redis/connection.py), and its teardown spends at most
 TEARDOWN_OUTAGE_S on Redis.
 """
 

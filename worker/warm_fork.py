@@ -10,8 +10,8 @@ signals), so each job still has a process of its own. A job waits at most READY_
 spare still warming up, then forks as RQ does.
 
 Experimental, not the documented worker yet: opt in with `-w`. As the default it exposed a race
-in the coordinator (a budget spent by the last tasks was missed, coordinator/rounds.py, now fixed);
-it has not yet run the whole test suite as the default.
+in the coordinator (a budget spent by the last tasks was missed, coordinator/runs/rounds.py, now
+fixed); it has not yet run the whole test suite as the default.
 """
 
 from __future__ import annotations

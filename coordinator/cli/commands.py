@@ -13,10 +13,11 @@ from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.runs.run_control import cancel_run, live_run
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import RunResult, RunStatus
 from teamctl.shared.redis.connection import connect, redacted
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_config import ModelSource, RunSpec
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.settings import Settings
 from teamctl.shared.team_file import load_team_file
 from teamctl.shared.text import one_line, printable

@@ -10,9 +10,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 from teamctl.shared.clock import now_ms
+from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import Envelope, TaskState
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.task_records import TaskState
 
 
 class Ai4jTask(BaseModel):

@@ -23,7 +23,7 @@ from teamctl.coordinator.cli.team_commands import team_option
 from teamctl.shared.redis.choice import resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 
 if TYPE_CHECKING:
     from teamctl.coordinator.teams.repl import LeadRepl
@@ -98,7 +98,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
     from teamctl.coordinator.local_workers.worker_hints import no_worker_hint
 
     for queue in queues:
-        if not store.workers_on(queue):
+        if not store.scheduler.workers_on(queue):
             note(no_worker_hint(queue, 'each turn there'))
 
 

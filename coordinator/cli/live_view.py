@@ -19,14 +19,10 @@ from teamctl.coordinator.runs.run_follow import (
     run_events,
     task_event,
 )
-from teamctl.shared.models import (
-    MessageEvent,
-    TaskChange,
-    TaskEvent,
-    TaskState,
-)
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.output import MessageEvent, TaskChange
+from teamctl.shared.task_records import TaskEvent, TaskState
 from teamctl.shared.text import flat
 
 # --- send ---------------------------------------------------------------------------------------

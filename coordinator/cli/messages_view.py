@@ -8,9 +8,9 @@ from typing import TypeVar
 import click
 from teamctl.coordinator.runs.run_follow import START, BusTail, Tail, run_ended, tailed
 from teamctl.shared.bus import MessageBus, delivered_to
+from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
-from teamctl.shared.models import Envelope
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.text import flat, printable

@@ -6,7 +6,10 @@ from __future__ import annotations
 from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
 from teamctl.coordinator.runs.approval import plan_table
-from teamctl.shared.models import RunResult, RunStatus, TaskStatus, Usage
+from teamctl.shared.agent.replies import Usage
+from teamctl.shared.runs.output import RunResult
+from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.text import one_line, printable
 
 ERROR_CHARS = 500

@@ -21,7 +21,7 @@ from teamctl.shared.text import one_line, quoted
 
 if TYPE_CHECKING:
     import redis
-    from teamctl.shared.models import Usage
+    from teamctl.shared.agent.replies import Usage
     from teamctl.shared.runs.run_config import RunSpec
     from teamctl.shared.runs.store import RunState
 

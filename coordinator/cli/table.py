@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from teamctl.shared.text import flat
 
 if TYPE_CHECKING:
-    from teamctl.shared.models import Usage
+    from teamctl.shared.agent.replies import Usage
 
 
 def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

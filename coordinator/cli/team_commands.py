@@ -31,7 +31,8 @@ from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import RequestRefused, TeamStore, list_teams
+from teamctl.shared.teams.team_base import RequestRefused
+from teamctl.shared.teams.team_store import TeamStore, list_teams
 from teamctl.shared.teams.teammates import (
     DEFAULT_QUEUE,
     MateStatus,
@@ -41,7 +42,7 @@ from teamctl.shared.teams.teammates import (
 from teamctl.shared.text import flat, one_line
 
 if TYPE_CHECKING:
-    from teamctl.shared.models import Usage
+    from teamctl.shared.agent.replies import Usage
 
 
 def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,14 +50,15 @@ def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Team name (default: $TEAMCTL_TEAM, else 'default').")(fn)
 
 
-def with_store(fn: Callable[..., Any] | None = None, *,
-               wakes: bool = False) -> Callable[..., Any]:
-    """Resolve --team and --redis-url into the team's store (passed as `store`), reconciled.
-    A verb that `wakes` teammates then sees that workers serve their turns: on the embedded
-    defaults it starts (or renews) the local pool as `run` does, elsewhere it says when no
-    worker listens."""
+def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
+               reconciles: bool = False) -> Callable[..., Any]:
+    """Resolve --team and --redis-url into the team's store (passed as `store`). A verb that
+    `wakes` teammates first reconciles the team (mail to a teammate whose worker died reruns
+    its turn), as one that `reconciles` (a listing shows who is working) does, and then sees
+    that workers serve their turns: on the embedded defaults it starts (or renews) the local
+    pool as `run` does, elsewhere it says when no worker listens."""
     if fn is None:
-        return lambda inner: with_store(inner, wakes=wakes)
+        return lambda inner: with_store(inner, wakes=wakes, reconciles=reconciles)
 
     @redis_url_option
     @team_option
@@ -66,7 +68,8 @@ def with_store(fn: Callable[..., Any] | None = None, *,
                 **kwargs: Any) -> Any:
         url = resolve_redis_url(redis_url, settings)
         store = TeamStore(connect(url), team or settings.team)
-        store.reconcile()
+        if wakes or reconciles:
+            store.scheduler.reconcile()
         result = fn(*args, store=store, settings=settings, **kwargs)
         if wakes:
             serve_turns(store, url, is_embedded(redis_url, settings), settings)
@@ -93,7 +96,7 @@ def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) 
                     {name for server in servers for name in server.variables()})
         return
     for queue in queues:
-        if not store.workers_on(queue):
+        if not store.scheduler.workers_on(queue):
             note(no_worker_hint(queue, "its turn"))
 
 
@@ -215,7 +218,7 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
 
 @team_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@with_store
+@with_store(reconciles=True)
 def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's teammates and their status."""
     store.meta()

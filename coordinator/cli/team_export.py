@@ -10,8 +10,8 @@ from typing import Any
 
 from teamctl.coordinator.cli.export import write_files
 from teamctl.shared.bus import LEAD
-from teamctl.shared.models import Envelope, ProtocolMessage
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.envelopes import Envelope, ProtocolMessage
+from teamctl.shared.teams.team_store import TeamStore
 
 UNREAD_ALL = 1 << 30
 """Peek limit for an export: every unread message at once."""

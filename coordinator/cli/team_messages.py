@@ -6,8 +6,8 @@ from __future__ import annotations
 import click
 from teamctl.coordinator.cli.messages_view import follow_bus, formatted, print_bus, selected
 from teamctl.shared.bus import LEAD
-from teamctl.shared.models import Envelope
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.envelopes import Envelope
+from teamctl.shared.teams.team_store import TeamStore
 
 
 def team_messages(store: TeamStore, *, member: str | None, type_: str | None, follow: bool,

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 import click
-from teamctl.shared.models import Approval, Plan, RunStatus
+from teamctl.shared.runs.run_records import Approval, RunStatus
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import Plan
 from teamctl.shared.text import one_line
 
 PLAN_TEXT_CHARS = 100_000

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import redis
     from teamctl.coordinator.runs.approval import ApprovalMode
     from teamctl.coordinator.runs.progress import Reporter
-    from teamctl.shared.models import RunResult
+    from teamctl.shared.runs.output import RunResult
     from teamctl.shared.runs.run_config import ModelSource, RunSpec
     from teamctl.shared.settings import Settings
     from teamctl.shared.team_file import TeamFile

@@ -1,6 +1,6 @@
 """The members' MCP tools as the planner is told of them.
 
-They come from the run's cache of tool lists (shared/mcp_cache.py). Before the first plan no
+They come from the run's cache of tool lists (shared/runs/mcp_cache.py). Before the first plan no
 attempt has started a server, so when the cache lacks one the coordinator, which starts no
 server and never imports the SDK, enqueues one job per queue (`run_mcp_listing`) on the
 queue of the members that use it and waits for its notes at most mcp_start_timeout_s +

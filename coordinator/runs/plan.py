@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 from teamctl.shared.ids import normalize_id
-from teamctl.shared.models import TaskSpec
+from teamctl.shared.task_records import TaskSpec
 
 MAX_BASE_ID_CHARS = 100
 """Longer planner ids are cut (keys allow 128 chars; dedupe suffixes need the rest)."""

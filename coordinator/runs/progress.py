@@ -9,7 +9,8 @@ from typing import Any
 import click
 from teamctl.coordinator.advice import Advice, for_this_shell
 from teamctl.shared.clock import now_ms
-from teamctl.shared.models import RunStatus, TaskState, TaskStatus
+from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.text import flat, printable
 
 STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",

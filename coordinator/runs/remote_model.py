@@ -1,7 +1,7 @@
 """The coordinator's model calls, made by workers: enqueue an attempt, wait for its outcome.
 
 The coordinator needs no provider key and never imports litellm; what it waits on is in Redis
-(shared/model_calls.py), so a resumed coordinator picks up a call its predecessor started.
+(shared/runs/model_calls.py), so a resumed coordinator picks up a call its predecessor started.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass
 
 from teamctl.coordinator.runs.context import RunContext
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.errors import InfraError, ModelError
-from teamctl.shared.models import ModelReply
 from teamctl.shared.redis.connection import block_ms
 from teamctl.shared.runs.model_calls import CallView, ModelCallRequest, ModelCalls
 

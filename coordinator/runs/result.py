@@ -5,20 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
-from teamctl.shared.models import (
-    MemberResult,
-    ModelReply,
-    Plan,
-    RunResult,
-    TaskState,
-    TaskStateView,
-    TaskStatus,
-)
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.model_calls import ModelCalls
+from teamctl.shared.runs.output import MemberResult, RunResult, TaskStateView
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.transcripts import Transcripts
+from teamctl.shared.task_records import Plan, TaskState, TaskStatus
 
 
 def member_results(spec: RunSpec, states: list[TaskState],

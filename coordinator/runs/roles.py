@@ -11,10 +11,11 @@ from collections.abc import Mapping
 from teamctl.coordinator.runs.plan import RawTask, normalize_tasks
 from teamctl.coordinator.runs.plan_parser import parse_tasks
 from teamctl.shared.agent.prompts import render
-from teamctl.shared.models import MemberResult, Plan, TaskState
 from teamctl.shared.runs.mcp_cache import OfferedTool
 from teamctl.shared.runs.model_calls import ModelCallRequest
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.output import MemberResult
+from teamctl.shared.task_records import Plan, TaskState
 from teamctl.shared.team_file import Member
 
 

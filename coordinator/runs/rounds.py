@@ -9,7 +9,9 @@ from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE
 from teamctl.coordinator.runs.remote_model import WAKE_EVERY_S
 from teamctl.coordinator.runs.result import ended_member_result
-from teamctl.shared.models import EventKind, RunStatus, SystemType, TaskState, TaskStatus
+from teamctl.shared.envelopes import SystemType
+from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.task_records import EventKind, TaskState, TaskStatus
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"

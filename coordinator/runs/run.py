@@ -22,23 +22,24 @@ from teamctl.coordinator.runs.roles import plan_from_reply, planner_request, syn
 from teamctl.coordinator.runs.rounds import CANCELLED, LoopState, RoundLoop
 from teamctl.coordinator.runs.tool_check import ToolsDoNotImport, WorkerToolCheck
 from teamctl.shared.clock import now_ms
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import (
-    Plan,
-    RunResult,
-    RunStatus,
-    SynthesisResult,
-    SystemType,
-    TaskStatus,
-)
 from teamctl.shared.private_files import private_dir
+from teamctl.shared.runs.output import RunResult, SynthesisResult
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.task_records import Plan, TaskStatus
 from teamctl.shared.team_file import TeamFile
 from teamctl.shared.text import shorten
+
+ENDING_NOTICE = {RunStatus.COMPLETED: SystemType.RUN_COMPLETE,
+                 RunStatus.FAILED: SystemType.RUN_FAILED,
+                 RunStatus.CANCELLED: SystemType.RUN_CANCELLED}
+"""The notice announcing that a run ended with a status."""
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ class Coordinator:
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.board.block_stalled(error)
         self._end(RunEnd(status, self.spec.options.retention_s, error=error,
-                         announce=SystemType.ending(status) if self.ctx.bus.enabled else None,
+                         announce=ENDING_NOTICE[status] if self.ctx.bus.enabled else None,
                          announce_text=error))
 
     def _synthesize(self) -> None:

@@ -5,9 +5,10 @@ share these."""
 from __future__ import annotations
 
 from teamctl.shared.bus import LEAD
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import RunStatus, SystemType
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_records import RunStatus
 
 
 def live_run(run: RunHandle) -> RunHandle:

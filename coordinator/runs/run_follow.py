@@ -15,10 +15,12 @@ from typing import Any, Protocol, TypeVar
 import redis
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import READ_BATCH, MessageBus, envelope_from_stream
-from teamctl.shared.models import Envelope, EventKind, MessageEvent, TaskChange, TaskEvent
+from teamctl.shared.envelopes import Envelope
 from teamctl.shared.redis.connection import MAX_BLOCK_MS, block_ms, blocking_client
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.output import MessageEvent, TaskChange
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import EventKind, TaskEvent
 
 FOLLOW_BLOCK_MS = 500
 """How long one XREAD BLOCK waits before looking again at whether the run has ended."""

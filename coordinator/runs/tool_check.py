@@ -18,7 +18,7 @@ from teamctl.coordinator.runs.remote_model import (
     CallCancelled,
 )
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import ToolImportReport
+from teamctl.shared.runs.run_records import ToolImportReport
 from teamctl.shared.team_file import Member
 from teamctl.shared.text import one_line
 

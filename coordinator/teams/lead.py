@@ -30,7 +30,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Too
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,
     LIST_TASKS_DESCRIPTION,
@@ -28,6 +27,7 @@ from teamctl.shared.teams.task_pages import (
     list_tasks,
 )
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import DEFAULT_QUEUE, load_mate_python_tools
 from teamctl.shared.text import quoted
 

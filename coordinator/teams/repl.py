@@ -23,11 +23,12 @@ from teamctl.coordinator.teams.lead import LeadAgent
 from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD, delivered_to
 from teamctl.shared.clock import now_ms
+from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ModelError, TeamError
-from teamctl.shared.models import Envelope
 from teamctl.shared.redis.connection import block_ms
-from teamctl.shared.teams.store import BudgetSpent, TeamStore
 from teamctl.shared.teams.tasks import TeamTasks
+from teamctl.shared.teams.team_base import BudgetSpent
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, Teammate
 from teamctl.shared.text import flat, one_line, printable
 
@@ -94,7 +95,7 @@ class Watcher:
         while not self._stop.is_set():
             try:
                 if time.monotonic() >= next_reconcile:
-                    self.store.reconcile()
+                    self.store.scheduler.reconcile()
                     next_reconcile = time.monotonic() + self.interval_s
                 wait_ms = max(1, int((next_reconcile - time.monotonic()) * 1000))
                 for message in self.store.bus.tail(self._after, wait_ms):

@@ -1,8 +1,8 @@
 """How unread mail reaches a model: one `<inbox>` user block, one JSON object per message.
 
-A teammate's turn (worker/teams/turn.py) and the lead agent (coordinator/lead) inject their unread
-messages this way before every model call; the block's shape is the same for both. What one
-step (or one read_inbox answer) carries is bounded (`unread_batch`): at most
+A teammate's turn (worker/teams/turn.py) and the lead agent (coordinator/teams/lead.py)
+inject their unread messages this way before every model call; the block's shape is the same for
+both. What one step (or one read_inbox answer) carries is bounded (`unread_batch`): at most
 `inbox_batch_messages` messages within `tool_result_max_chars` characters, the rest left unread
 for the next.
 """
@@ -13,11 +13,11 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from teamctl.shared.models import Envelope
+from teamctl.shared.envelopes import Envelope
 
 if TYPE_CHECKING:  # the store imports agent modules; the batch only reads through it
     from teamctl.shared.teams.options import TeamOptions
-    from teamctl.shared.teams.store import TeamStore
+    from teamctl.shared.teams.team_store import TeamStore
 
 COUNT_PAGE = 1000
 """Inbox entries read per call while counting what is left unread."""

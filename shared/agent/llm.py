@@ -16,8 +16,8 @@ from collections.abc import Collection
 from typing import Any
 
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
+from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
 from teamctl.shared.errors import CredentialsError, ModelError
-from teamctl.shared.models import ModelReply, ToolCall, Usage
 from teamctl.shared.text import one_line
 
 log = logging.getLogger(__name__)

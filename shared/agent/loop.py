@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.replies import ModelReply, Usage
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.errors import ModelError
-from teamctl.shared.models import ModelReply, Usage
 
 
 class AttemptAbandoned(Exception):  # noqa: N818  (a signal, not a failure to report)

@@ -12,9 +12,9 @@ from typing import Any
 
 import redis
 from pydantic import BaseModel, Field
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import ttl_ms
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import ModelReply
 from teamctl.shared.redis.scripts import Scripts
 
 

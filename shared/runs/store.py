@@ -9,23 +9,17 @@ from typing import Annotated
 
 import redis
 from pydantic import BaseModel, BeforeValidator
+from teamctl.shared.agent.replies import Usage
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, RunFailed, UnreadableRecord, unreadable
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
-from teamctl.shared.models import (
-    BLANK_IS_NONE,
-    Approval,
-    HashInt,
-    HashText,
-    Plan,
-    RunStatus,
-    SystemType,
-    Usage,
-    Wake,
-)
 from teamctl.shared.redis.connection import block_ms, blocking_client
+from teamctl.shared.redis.hash_fields import BLANK_IS_NONE, HashInt, HashText
 from teamctl.shared.redis.scripts import Scripts
 from teamctl.shared.roster import queue_roster
 from teamctl.shared.runs.run_config import RunSpec
+from teamctl.shared.runs.run_records import Approval, RunStatus, Wake
+from teamctl.shared.task_records import Plan
 
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board

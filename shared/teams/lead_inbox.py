@@ -22,9 +22,9 @@ import logging
 from dataclasses import dataclass
 
 from teamctl.shared.bus import LEAD, TRIM_SLACK_DIVISOR, MessageBus
+from teamctl.shared.envelopes import SYSTEM_NAMESPACES, SystemType
 from teamctl.shared.errors import InfraError, TeamError
 from teamctl.shared.keys import TeamKeys
-from teamctl.shared.models import SYSTEM_NAMESPACES, SystemType
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.teams.options import TeamOptions
 

@@ -2,7 +2,7 @@
 limit; long texts shortened) and `get_task` shows one task whole, within tool_result_max_chars.
 
 Both tools (a teammate's, worker/teams/teammate_tools.py, and the lead's,
-coordinator/lead/lead_tools.py) answer through here. A page reads only its own tasks' hashes: the
+coordinator/teams/lead_tools.py) answer through here. A page reads only its own tasks' hashes: the
 ids come from the board's order list, ready set or running set, and a filter on another status reads
 task statuses a chunk at a time until the page is full; the totals come from the board's counts.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import Field
 from teamctl.shared.agent.tools import OptionalText, Text, ToolArgs
 from teamctl.shared.errors import ToolFailed
-from teamctl.shared.models import TaskStatus
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TASK_PREFIX, Store, TeamTask, TeamTasks
 from teamctl.shared.text import shorten

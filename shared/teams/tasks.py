@@ -17,7 +17,7 @@ claims and completions by a turn are token-checked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import redis
@@ -26,8 +26,9 @@ from teamctl.shared.board import TaskBoard, resolve_task_id
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.keys import TeamKeys
-from teamctl.shared.models import HashCsv, HashInt, HashText, TaskState, TaskStatus
+from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.teammates import Teammate, check_mate_name
 from teamctl.shared.text import shorten
@@ -49,9 +50,29 @@ INDEX_CHUNK = 200
 """Tasks one team_lanes_index call puts in their lanes."""
 
 
+SNAPSHOT_RETRIES = 50
+"""Reads of the task keys a script is given before giving up on a board that keeps changing."""
+
+
+def until_current(run: Callable[[], list[Any]]) -> list[Any]:
+    """Run a script that checks the task snapshot its keys were read from, again while it
+    answers 'retry' (a claim or completion landed between the read and the script)."""
+    for _ in range(SNAPSHOT_RETRIES):
+        reply = run()
+        if reply[0] != "retry":
+            return reply
+    raise TeamError("the team's tasks kept changing under this step; try again")
+
+
+class Enqueues(Protocol):
+    """What the board needs of the team's turn scheduler."""
+
+    def enqueue_turn(self, mate: Teammate) -> None: ...
+
+
 class Store(Protocol):
-    """What the board needs of a team's store (shared/teams/store.py TeamStore, which uses the board
-    in its turn ends and shutdowns: hence a protocol, not an import)."""
+    """What the board needs of a team's store (TeamStore in shared/teams/team_store.py, which
+    uses the board in its turn ends and shutdowns: hence a protocol, not an import)."""
 
     conn: redis.Redis
     keys: TeamKeys
@@ -67,7 +88,8 @@ class Store(Protocol):
 
     def get(self, name: str) -> Teammate: ...
 
-    def enqueue_turn(self, mate: Teammate) -> None: ...
+    @property
+    def scheduler(self) -> Enqueues: ...
 
     def budget_exceeded(self) -> str | None: ...
 
@@ -314,7 +336,7 @@ class TeamTasks:
                 break  # every proposal held and none was left out: nothing more to hand out
             fruitless = 0 if reply[1:] else fruitless + 1
         for name in woken:
-            self.store.enqueue_turn(self.store.get(name))
+            self.store.scheduler.enqueue_turn(self.store.get(name))
         return woken
 
     def _handout_pairs(self) -> list[tuple[str, str]]:

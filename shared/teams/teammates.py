@@ -18,7 +18,7 @@ from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_fo
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name
-from teamctl.shared.models import HashCsv, HashInt, HashText
+from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.text import quoted
 

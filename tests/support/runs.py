@@ -13,11 +13,11 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease
-from teamctl.shared.models import TaskSpec
 from teamctl.shared.roster import write_roster
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member, load_team_file
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.tasks import TeamTask, TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import ToolCalls

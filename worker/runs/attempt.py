@@ -13,19 +13,21 @@ from teamctl.shared.agent.loop import AgentLoop, AttemptAbandoned, HandedOff
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
+from teamctl.shared.agent.replies import Usage
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.models import SystemType, TaskState, TaskStatus, Usage
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member
 from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.runs.heartbeat import Heartbeat

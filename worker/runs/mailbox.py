@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from teamctl.shared.bus import MessageBus
-from teamctl.shared.models import Envelope
+from teamctl.shared.envelopes import Envelope
 from teamctl.worker.runs.claims import Claim
 
 

@@ -35,9 +35,10 @@ from teamctl.shared.agent.tools import (
 )
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
+from teamctl.shared.envelopes import Envelope, PeerType
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
-from teamctl.shared.models import Envelope, PeerType, TaskState, TaskStatus
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.text import echoed, quoted
 from teamctl.worker.runs.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from teamctl.worker.runs.mailbox import Mailbox

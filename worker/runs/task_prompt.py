@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from teamctl.shared.agent.prompts import render
-from teamctl.shared.models import Envelope, TaskState
+from teamctl.shared.envelopes import Envelope
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
 
 TRUNCATED = " [truncated]"

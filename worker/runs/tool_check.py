@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from teamctl.shared.agent.python_tools import load_member_tools
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.models import ToolImportReport
 from teamctl.shared.runs.run_config import RunSpec
+from teamctl.shared.runs.run_records import ToolImportReport
 
 
 def check_member_tools(spec: RunSpec, queue: str, worker: str) -> ToolImportReport:

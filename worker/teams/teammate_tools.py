@@ -16,7 +16,6 @@ from typing import Any
 
 from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
-from teamctl.shared.teams.store import TeamStore
 from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,
     LIST_TASKS_DESCRIPTION,
@@ -26,6 +25,7 @@ from teamctl.shared.teams.task_pages import (
     list_tasks,
 )
 from teamctl.shared.teams.tasks import TeamTasks, task_id_of
+from teamctl.shared.teams.team_store import TeamStore
 
 
 class SendArgs(ToolArgs):

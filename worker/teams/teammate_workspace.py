@@ -29,7 +29,7 @@ from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.private_files import private_dir
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import Teammate, team_workspace
 
 log = logging.getLogger(__name__)

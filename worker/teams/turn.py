@@ -32,7 +32,7 @@ from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
-from teamctl.shared.teams.store import TeamStore
+from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import IdleReason, Teammate
 from teamctl.shared.text import shorten
 from teamctl.worker.jobs import job_connection, worker_name
@@ -62,7 +62,9 @@ def run_turn(team: str, name: str) -> str:
 
 def execute_turn(conn: redis.Redis, team: str, name: str, *,
                  settings: Settings | None = None) -> str:
-    """The job body without RQ: take the lease, run steps until the turn ends, reconcile."""
+    """The job body without RQ: take the lease, run steps until the turn ends, then reconcile
+    the team if none of its workers did for a lease TTL (a dead worker's turn is rerun even
+    while no person runs a `team` verb)."""
     store = TeamStore(conn, team)
     settings = settings or load_settings()  # its state dir holds workspaces not spawner-chosen
     verdict, token = store.begin_turn(name, worker_name())
@@ -74,7 +76,7 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
         outcome = Turn(store, store.get(name), token, client, lease,
                        state_dir=settings.state_dir).run()
-    store.reconcile()
+    store.scheduler.reconcile_at_most_every_ttl()
     return outcome
 
 

@@ -5,7 +5,7 @@
 -- Verdicts of a token-checked write, mapped to WriteOutcome in shared/board.py.
 local APPLIED, STALE, CONFLICT, MISSING = 1, -1, -2, 0
 
--- Run statuses that end a run (RunStatus.finished in shared/models.py).
+-- Run statuses that end a run (RunStatus.finished in shared/runs/run_records.py).
 local RUN_ENDED = {completed = true, failed = true, cancelled = true}
 
 local function now_ms()

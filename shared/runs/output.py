@@ -1,0 +1,110 @@
+"""What a person or a program reads of a planned run: the result JSON (`run --json`, `status
+--json`, the Python API) and the lines of `events --json`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Discriminator, TypeAdapter
+from teamctl.shared.agent.replies import ModelReply, Usage
+from teamctl.shared.envelopes import Envelope
+from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.task_records import EventKind, Plan, TaskStatus
+
+
+class SynthesisResult(BaseModel):
+    """What `after_synthesis` hooks receive (AI4J's synthesizer AgentResult): the final text
+    and the synthesizer's raw response."""
+
+    output: str
+    response: ModelReply
+
+
+class TaskChange(BaseModel):
+    """A task's state change as `teamctl tasks --follow --json` and `teamctl events --json` print
+    it (one JSON line each); also a task as the board stood when following began."""
+
+    kind: Literal["task"] = "task"
+    id: str | None = None
+    """The entry of the run's events stream; None for a line of the board as first read."""
+    task_id: str
+    status: EventKind | TaskStatus
+    """What happened (an EventKind); on a line of the board as first read, its TaskStatus."""
+    member_id: str | None = None
+    """Who held the task at the change, else its planned member."""
+    attempts: int = 0
+    at_ms: int = 0
+    """When it changed (epoch ms; the events entry's time, or the task's updated_ms)."""
+
+
+class MessageEvent(BaseModel):
+    """A bus message as `teamctl events --json` prints it: `kind` and the message itself, the
+    Envelope `teamctl messages --json` prints (one definition of a message)."""
+
+    kind: Literal["message"] = "message"
+    message: Envelope
+
+
+RunEvent = Annotated[TaskChange | MessageEvent, Discriminator("kind")]
+"""One line of `teamctl events --json`: a task change or a message, told apart by `kind`."""
+
+
+RUN_EVENTS: TypeAdapter[RunEvent] = TypeAdapter(RunEvent)
+"""Parses a line of `teamctl events --json` back into its model."""
+
+
+class MemberResult(BaseModel):
+    """What one executed task produced, for the synthesizer and the result JSON."""
+
+    task_id: str
+    member_id: str | None
+    member_name: str | None
+    task: str
+    task_status: TaskStatus
+    output: str | None
+    error: str | None
+    duration_ms: int
+    attempts: int
+    usage: Usage
+    transcript: list[dict[str, Any]] | None = None
+    """The member's raw session (messages and tool results) of the attempt that ended the
+    task, capped at `transcript_max_chars`; None where none was kept."""
+
+
+class TaskStateView(BaseModel):
+    """The task_states entry of the result JSON."""
+
+    task_id: str
+    status: TaskStatus
+    claimed_by: str | None
+    phase: str
+    detail: str | None
+    percent: int
+    heartbeat_count: int
+    attempts: int
+    output: str | None
+    error: str | None
+    duration_ms: int
+
+
+class RunResult(BaseModel):
+    """The result JSON of `teamctl run --json` and `teamctl status --json` (DESIGN §7)."""
+
+    team_id: str
+    run_id: str
+    objective: str
+    status: RunStatus
+    plan: Plan
+    member_results: list[MemberResult]
+    task_states: list[TaskStateView]
+    messages: list[Envelope]
+    rounds: int
+    output: str | None
+    error: str | None = None
+    """Why the run ended before its synthesis, or the synthesis failed (the planner's or
+    synthesizer's failure, a rejected plan, a timeout, a spent budget, `cancelled`); None once
+    it was synthesized (a `failed` status then means some task failed or was blocked)."""
+    synthesis: ModelReply | None = None
+    """The synthesizer's raw response (text, tool calls, usage); `output` is its text."""
+    total_duration_ms: int
+    usage: Usage

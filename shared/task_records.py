@@ -1,0 +1,184 @@
+"""A task board's records, a planned run's and a persistent team's alike: task states and the
+events the board scripts write, and the plan a board is made from."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Self
+
+from pydantic import BaseModel, Field
+from teamctl.shared.agent.replies import Usage
+from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
+
+
+class TaskStatus(StrEnum):
+    """A task's lifecycle state on the board."""
+
+    PENDING = "pending"
+    READY = "ready"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED)
+
+
+
+
+class EventKind(StrEnum):
+    """What an entry of a run's events stream says happened (the board scripts write them)."""
+
+    CREATED = "created"
+    """The plan was written to the board (no task id), or a team task was added (its id)."""
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    RELEASED = "released"
+    RECLAIMED = "reclaimed"
+    REASSIGNED = "reassigned"
+    RUN_STOP = "run.stop"
+    """A wake-up (no task id): somebody asked the run to stop (`run.` + Wake.STOP)."""
+    RUN_APPROVAL = "run.approval"
+    """A wake-up (no task id): the plan was approved or rejected (`run.` + Wake.APPROVAL)."""
+    RUN_END = "run.end"
+    """A wake-up (no task id): the run ended (run_finish.lua), for whoever waits for it."""
+
+
+
+
+
+
+class TaskSpec(BaseModel):
+    """One normalized plan task."""
+
+    id: str
+    member_id: str | None = None
+    task: str = ""
+    context: str | None = None
+    depends_on: list[str] = Field(default_factory=list)
+
+
+class Plan(BaseModel):
+    """The normalized plan with the planner's raw text."""
+
+    tasks: list[TaskSpec] = Field(default_factory=list)
+    raw_plan_text: str = ""
+    fallback: bool = False
+
+
+
+
+
+
+
+
+
+
+USAGE_FIELD_PREFIX = "usage_"
+"""A task hash keeps its Usage as usage_prompt_tokens, usage_cost_usd, ... (budget_charge.lua)."""
+
+
+class TaskState(BaseModel):
+    """A task as stored on the board (one Redis hash)."""
+
+    task_id: str
+    member_id: HashText = None
+    task: str = ""
+    context: HashText = None
+    depends_on: HashCsv = Field(default_factory=list)
+    dependents: HashCsv = Field(default_factory=list)
+    """Tasks that list this one in depends_on (the board's dependents index)."""
+    status: TaskStatus = TaskStatus.PENDING
+    claimed_by: HashText = None
+    worker: HashText = None
+    phase: str = "planned"
+    detail: HashText = None
+    percent: HashInt = 0
+    heartbeat_count: HashInt = 0
+    attempts: HashInt = 0
+    token: HashInt = 0
+    stale_writes: HashInt = 0
+    start_ms: HashInt = 0
+    end_ms: HashInt = 0
+    updated_ms: HashInt = 0
+    last_heartbeat_ms: HashInt = 0
+    duration_ms: HashInt = 0
+    output: HashText = None
+    error: HashText = None
+    requeue_reason: HashText = None
+    """Why the last claim ended without a result (release reason or "claim expired"); AI4J's
+    refresh overwrites this in detail/error, so it is kept here."""
+    usage: Usage = Field(default_factory=Usage)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.terminal
+
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> Self:
+        """A task hash as a TaskState (its usage_* fields as `usage`); ValidationError if a field
+        does not parse."""
+        usage = {name.removeprefix(USAGE_FIELD_PREFIX): value for name, value in fields.items()
+                 if name.startswith(USAGE_FIELD_PREFIX)}
+        return cls.model_validate({**fields, "usage": usage})
+
+
+class TaskEvent(BaseModel):
+    """One entry of a run's events stream (written by the board scripts, and by RunStore.wake
+    with an empty task_id to wake the coordinator)."""
+
+    id: str
+    task_id: str = ""
+    status: EventKind
+    token: str = "0"
+    member_id: HashText = None
+    """Who held the task at this change, else its planned member (absent on run.* wake-ups)."""
+    attempts: HashInt = 0
+    """The task's claims so far, as of this change."""
+
+
+# --- the bus ------------------------------------------------------------------------------------
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+

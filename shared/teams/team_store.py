@@ -1,0 +1,143 @@
+"""A persistent team's store: create, spawn and delete, plus its parts (messages, protocol requests,
+turns) and its turn scheduler; shared by the CLI, the lead and the turn job.
+
+Each state change is made by Lua scripts on the team's keys (one slot), so spawns, wake-ups, turn
+ends and reconciles serialize: a message published before a turn ends is seen by that turn, one
+published after it wakes the teammate, and none is lost between. A message to the lead may first
+fold older notices (the lead inbox's upkeep, scripts of its own), then the send itself is one
+script.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import redis
+from teamctl.shared.agent.mcp_config import McpServer
+from teamctl.shared.clock import now_ms
+from teamctl.shared.errors import ConfigError, TeamError
+from teamctl.shared.ids import check_queue
+from teamctl.shared.keys import TEAMS_INDEX
+from teamctl.shared.redis.scripts import WriteGuard
+from teamctl.shared.teams.messages import TeamMessages
+from teamctl.shared.teams.options import TeamOptions
+from teamctl.shared.teams.requests import TeamRequests
+from teamctl.shared.teams.tasks import SNAPSHOT_RETRIES
+from teamctl.shared.teams.team_base import MateBusy
+from teamctl.shared.teams.teammates import (
+    MateStatus,
+    Teammate,
+    TeamMeta,
+    check_mate_name,
+    check_tools,
+)
+from teamctl.shared.teams.turns import TeamTurns
+
+DELETE_BATCH = 500
+
+
+class TeamStore(TeamMessages, TeamRequests, TeamTurns):
+    """One team's records in Redis: its parts in one object, as the CLI, the lead and a turn use
+    them, and the team's own lifecycle."""
+
+    def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
+        """This store with every script call of one tool call of `name`'s turn guarded: refused
+        once the token lost the lease, and run once, so a rerun replays it."""
+        guard = WriteGuard(turn_key=self.keys.turn(name), effects_key=self.keys.effects(name),
+                           token=token, call_key=call_key)
+        clone = TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard))
+        clone.__dict__["options"] = self.options  # cached_property: no second read of meta
+        return clone
+
+    def create(self, options: TeamOptions | None = None) -> TeamMeta:
+        """The team's meta record, written now unless the team exists (then it is kept)."""
+        self.create_new(options)
+        return self.meta()
+
+    def create_new(self, options: TeamOptions | None = None,
+                   mcp_servers: Iterable[McpServer] = ()) -> bool:
+        """Write the team's meta record; False (nothing written) if the team exists. ConfigError
+        (nothing written) when what the lead may grant is not there (TeamMeta.check_grants)."""
+        meta = TeamMeta(options=options or TeamOptions(), mcp_servers=list(mcp_servers),
+                        created_ms=now_ms())
+        meta.check_grants()
+        if not self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
+            return False
+        self.conn.zadd(TEAMS_INDEX, {self.team: meta.created_ms}, nx=True)
+        return True
+
+    def delete(self, *, force: bool = False) -> int:
+        """Remove every key of the team and its index entry; returns keys removed. Refused
+        (MateBusy) while a teammate works, unless `force` (its turn's writes are then refused)."""
+        self.meta()
+        working = [m.name for m in self.mates() if m.status is MateStatus.WORKING]
+        if working and not force:
+            raise MateBusy(f"{', '.join(working)} of team {self.team} "
+                           f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
+                           "use --force")
+        removed = 0
+        batch: list[str] = []
+        for key in self.conn.scan_iter(match=self.keys.all_patterns(), count=DELETE_BATCH):
+            batch.append(key)
+            if len(batch) >= DELETE_BATCH:
+                removed += self.conn.delete(*batch)
+                batch.clear()
+        if batch:
+            removed += self.conn.delete(*batch)
+        self.conn.zrem(TEAMS_INDEX, self.team)
+        return removed
+
+    def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
+              queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
+              mcp: Iterable[str] = (), workspace: Path | None = None) -> Teammate:
+        """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
+        plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
+        `tools` are workspace tools and Python tools (ConfigError for others) working in
+        `workspace` (team_workspace; None: the worker's own state dir); `mcp` names servers
+        of the team's `mcp_servers`, or tools of them (ConfigError otherwise)."""
+        check_mate_name(name)
+        check_queue(queue)
+        chosen = check_tools(tools)
+        if not prompt.strip():
+            raise ConfigError("the prompt is empty; say what the teammate should do")
+        entries = list(dict.fromkeys(mcp))
+        self.refuse_past_budget(f"{name} was not spawned")
+        if entries:  # checked before create(): a refused spawn leaves no team behind
+            (self.meta() if self.exists() else TeamMeta()).mcp_servers_for(entries)
+        self.create()
+        first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
+        args = [name, role, prompt, model, api_base or "", queue, self.options.max_teammates,
+                first, "required" if plan_mode else "", ",".join(chosen), str(workspace or ""),
+                ",".join(entries)]
+        verdict = self._spawn_current(name, args)
+        if verdict == "working":
+            raise MateBusy(f"{name} is working; wait for idle or shut it down")
+        if verdict == "full":
+            raise ConfigError(f"team {self.team} has {self.options.max_teammates} teammates, "
+                              "its limit (max_teammates); delete the team or use another")
+        mate = self.get(name)
+        self.scheduler.enqueue_turn(mate)
+        return mate
+
+    def _spawn_current(self, name: str, args: list[Any]) -> str:
+        """Run team_spawn with the teammate's requests as they stand (its re-spawn expires the
+        pending ones), again while it answers 'retry' (a request opened in between)."""
+        for _ in range(SNAPSHOT_RETRIES):
+            ids = sorted(self.conn.smembers(self.keys.mate_requests(name)))
+            verdict = self.scripts["team_spawn"](
+                keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
+                      self.keys.roster_ver, self.keys.events, self.keys.mate_requests(name),
+                      *(self.keys.request(request_id) for request_id in ids)],
+                args=[*args, *ids])
+            if verdict != "retry":
+                return str(verdict)
+        raise TeamError(f"{name}'s requests kept changing under this spawn; try again")
+
+
+def list_teams(conn: redis.Redis) -> list[tuple[str, int]]:
+    """Every team name with its creation time (ms), oldest first."""
+    return [(name, int(score)) for name, score in conn.zrange(TEAMS_INDEX, 0, -1,
+                                                              withscores=True)]
