@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.runs.approval import ApprovalMode
-from teamctl.coordinator.runs.launch import WorkerPlan, drive, launch
+from teamctl.coordinator.runs.launch import WorkerPlan, launch, run_to_end
 from teamctl.coordinator.runs.progress import Reporter
 from teamctl.coordinator.runs.result import build_result
 from teamctl.shared.agent.mcp_config import McpServer
@@ -116,7 +116,7 @@ class Team:
                           idle_exit_s=DEFAULT_IDLE_EXIT_S)
         url = started.redis_url
         handle = Run(started.spec.run_id, url)
-        handle._drive_in_thread(lambda: drive(
+        handle._drive_in_thread(lambda: run_to_end(
             started.conn, url, started.spec, started.hooks, workers=plan,
             approval=ApprovalMode.WAIT, reporter=Reporter.to_log(log), settings=settings,
             interrupt=handle._interrupt))

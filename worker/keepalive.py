@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import Self
 
 log = logging.getLogger(__name__)
 
@@ -19,13 +20,13 @@ class KeepAlive:
     Python tool is abandoned at tool_timeout_s, its thread's own heartbeat cut off)."""
 
     def __init__(self, refresh: Callable[[], bool], ttl_s: float, what: str) -> None:
-        self.refresh = refresh
+        self._renew = refresh
         self.ttl_s = ttl_s
         self.what = what
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"teamctl-{what}", daemon=True)
 
-    def __enter__(self) -> KeepAlive:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -36,7 +37,7 @@ class KeepAlive:
     def _run(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
             try:
-                if not self.refresh():
+                if not self._renew():
                     return
             except Exception as exc:  # Redis blip: keep trying until the TTL says otherwise
                 log.warning("%s not refreshed: %s", self.what, exc)

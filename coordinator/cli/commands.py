@@ -73,8 +73,9 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     say_if_offline(started.model_source)
     click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
-    return _drive(started.conn, started.redis_url, started.spec, started.hooks, workers=plan,
-                  as_json=as_json, approve_plan=approve_plan, settings=settings)
+    return _run_and_print(started.conn, started.redis_url, started.spec, started.hooks,
+                          workers=plan, as_json=as_json, approve_plan=approve_plan,
+                          settings=settings)
 
 
 def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json: bool,
@@ -92,25 +93,26 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
                           "shows its result")
     run.lease.check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
-    return _drive(conn, redis_url, spec, load_hooks(spec.hooks),
-                  workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
-                  approve_plan=approve_plan, settings=settings)
+    return _run_and_print(conn, redis_url, spec, load_hooks(spec.hooks),
+                          workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
+                          approve_plan=approve_plan, settings=settings)
 
 
-def _drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
-           workers: WorkerPlan, as_json: bool, approve_plan: bool, settings: Settings) -> int:
+def _run_and_print(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
+                   workers: WorkerPlan, as_json: bool, approve_plan: bool,
+                   settings: Settings) -> int:
     """Drive the run to its end with the workers it needs, print the result; Ctrl-C cancels
     the run (as `teamctl cancel`) and exits 130 at once."""
     from teamctl.coordinator.cli.run_view import ending_lines, has_answer
-    from teamctl.coordinator.runs.launch import drive
+    from teamctl.coordinator.runs.launch import run_to_end
     from teamctl.coordinator.runs.progress import Reporter
     from teamctl.coordinator.runs.result import result_json
 
     reporter = Reporter.for_stderr(current_advice())
     try:
-        result = drive(conn, redis_url, spec, hooks, workers=workers,
-                       approval=approval_mode(approve_plan), reporter=reporter,
-                       settings=settings)
+        result = run_to_end(conn, redis_url, spec, hooks, workers=workers,
+                            approval=approval_mode(approve_plan), reporter=reporter,
+                            settings=settings)
     except KeyboardInterrupt:
         return _cancel_interrupted(redis_url, spec, reporter)
     answer_shown = as_json or has_answer(result)

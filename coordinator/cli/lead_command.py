@@ -77,7 +77,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
             agent.memory.start_over()
         stack.enter_context(Watcher(store, options.heartbeat_ttl_s / 3))
         try:
-            drive(LeadRepl(agent), message, until_idle, f"team {store.team} (model {chosen})")
+            converse(LeadRepl(agent), message, until_idle, f"team {store.team} (model {chosen})")
         except KeyboardInterrupt:
             click.echo(spelled("teamctl: interrupted; the teammates keep running, and `teamctl "
                                "lead` continues the conversation"), err=True)
@@ -102,7 +102,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
             note(no_worker_hint(queue, 'each turn there'))
 
 
-def drive(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:
+def converse(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:
     """One `-m` turn and/or `--until-idle`; without either, the REPL on stdin."""
     from teamctl.coordinator.teams.repl import input_lines
 

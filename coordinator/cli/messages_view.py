@@ -1,19 +1,23 @@
-"""`teamctl messages`: print a run's bus and, with --follow, keep printing until the run ends."""
+"""`teamctl messages` and `teamctl team messages`: print a run's or a team's bus and, with --follow,
+keep printing until the run ends (a team never ends on its own: until it is deleted or Ctrl-C)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 from teamctl.coordinator.runs.run_follow import START, BusTail, Tail, run_ended, tailed
-from teamctl.shared.bus import MessageBus, delivered_to
+from teamctl.shared.bus import LEAD, MessageBus, delivered_to
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.text import flat, printable
+
+if TYPE_CHECKING:
+    from teamctl.shared.teams.team_store import TeamStore
 
 Emit = Callable[[Envelope], None]
 T = TypeVar("T")
@@ -91,3 +95,22 @@ def formatted(message: Envelope, as_json: bool) -> str:
     # may span lines.
     return f"{flat(message.id)} [{flat(message.type)}]{task} {flat(message.from_)} -> {to}: " \
            f"{printable(message.content)}"
+
+
+def team_messages(store: TeamStore, *, member: str | None, type_: str | None, follow: bool,
+                  as_json: bool) -> None:
+    """Print the team's messages (those delivered to `member`, of type `type_`), then follow."""
+    store.meta()  # an unknown team is a ConfigError naming how to create it
+    recipient = None
+    if member is not None:
+        recipient = member.strip().lower()
+        if recipient != LEAD:
+            store.get(recipient)  # an unknown teammate: ConfigError listing the teammates
+
+    def emit(message: Envelope) -> None:
+        if selected(message, recipient, type_):
+            click.echo(formatted(message, as_json))
+
+    last_id = print_bus(store.bus, emit)
+    if follow:
+        follow_bus(store.bus, last_id, emit, lambda: not store.exists())

@@ -294,7 +294,7 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
 def messages_command(member: str | None, type_: str | None, follow: bool, as_json: bool,
                      store: TeamStore, settings: Settings) -> None:
     """Print the team's message bus, read or not, in order; --follow tails it."""
-    from teamctl.coordinator.cli.team_messages import team_messages
+    from teamctl.coordinator.cli.messages_view import team_messages
     team_messages(store, member=member, type_=type_, follow=follow, as_json=as_json)
 
 

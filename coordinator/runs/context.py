@@ -9,12 +9,8 @@ from teamctl.coordinator.local_workers.worker_hints import NoWorkerHint, Startin
 from teamctl.coordinator.runs.dispatcher import Dispatcher
 from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE, HookRunner
 from teamctl.coordinator.runs.progress import Reporter
-from teamctl.shared.board import TaskBoard
-from teamctl.shared.bus import MessageBus
-from teamctl.shared.lease import Lease
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_config import RunSpec
-from teamctl.shared.runs.store import RunStore
 
 
 @dataclass
@@ -33,30 +29,6 @@ class RunContext:
         """A hint for a wait on the run's queues, aware of the workers started here."""
         return NoWorkerHint(self.dispatcher.rq_conn, self.starting, self.reporter.note,
                             "the run")
-
-    @property
-    def conn(self) -> redis.Redis:
-        return self.run.conn
-
-    @property
-    def spec(self) -> RunSpec:
-        return self.run.spec
-
-    @property
-    def store(self) -> RunStore:
-        return self.run.store
-
-    @property
-    def board(self) -> TaskBoard:
-        return self.run.board
-
-    @property
-    def bus(self) -> MessageBus:
-        return self.run.bus
-
-    @property
-    def lease(self) -> Lease:
-        return self.run.lease
 
 
 def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks: list[object],

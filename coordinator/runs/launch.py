@@ -96,7 +96,7 @@ class WorkerPlan:
 
 
 
-def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
+def run_to_end(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
           workers: WorkerPlan, approval: ApprovalMode, reporter: Reporter,
           settings: Settings, interrupt: threading.Event | None = None) -> RunResult:
     """Start the workers the run needs, drive it to its end as its coordinator, stop them.
@@ -116,5 +116,5 @@ def drive(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object],
         ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec,
                             hooks, reporter, starting)
         if interrupt is not None:
-            ctx.lease.interrupt = interrupt
+            ctx.run.lease.interrupt = interrupt
         return Coordinator(ctx, approval).run()

@@ -28,7 +28,7 @@ class McpListingWait:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.cache = McpToolCache(ctx.conn, ctx.run.keys, ctx.run.scripts)
+        self.cache = McpToolCache(ctx.run.conn, ctx.run.keys, ctx.run.scripts)
 
     def member_tools(self, members: list[Member], run_deadline: float
                      ) -> dict[str, list[OfferedTool]]:
@@ -50,12 +50,12 @@ class McpListingWait:
     def _list(self, missing: dict[str, list[str]], run_deadline: float
               ) -> dict[str, list[dict[str, object]]]:
         """Enqueue the listing jobs, wait for their notes, say what falls back; the lists."""
-        options = self.ctx.spec.options
+        options = self.ctx.run.spec.options
         budget_s = options.mcp_start_timeout_s + options.mcp_list_timeout_s
         servers = [name for names in missing.values() for name in names]
         # A note or wake-up left by an earlier coordinator's job would end (or spin) this wait
         # before ours runs.
-        pipe = self.ctx.conn.pipeline()
+        pipe = self.ctx.run.conn.pipeline()
         pipe.hdel(self.ctx.run.keys.mcp_listing, *servers)
         pipe.delete(self.ctx.run.keys.mcp_listed)
         pipe.execute()
@@ -78,15 +78,15 @@ class McpListingWait:
             listings = self.cache.listings()
             left_s = deadline - time.monotonic()
             if all(s in listings for s in servers) or left_s <= 0 \
-                    or self.ctx.store.cancelled():
+                    or self.ctx.run.store.cancelled():
                 return listings, False
             # A started job lists for at most the budget: only a stuck one is older.
             if len(self.ctx.dispatcher.ended(jobs, stale_after_s=budget_s)) == len(jobs):
                 return self.cache.listings(), True  # with notes written just before the end
-            self.ctx.lease.check()
+            self.ctx.run.lease.check()
             if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
                 hinted = all([hint.check(queue) for queue in queues])
-            self.ctx.store.blocking_conn.blpop(
+            self.ctx.run.store.blocking_conn.blpop(
                 [self.ctx.run.keys.mcp_listed],
                 timeout=block_ms(min(WAKE_EVERY_S, left_s) * 1000) / 1000)
 

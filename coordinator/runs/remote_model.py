@@ -43,8 +43,8 @@ class RemoteModel:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.calls = ModelCalls(ctx.conn, ctx.run.keys, ctx.run.scripts)
-        self.blocking_conn = ctx.store.blocking_conn
+        self.calls = ModelCalls(ctx.run.conn, ctx.run.keys, ctx.run.scripts)
+        self.blocking_conn = ctx.run.store.blocking_conn
         self._job_id: str | None = None
         """The job of the current attempt, when this coordinator enqueued it."""
         self._attempt = 0
@@ -74,7 +74,7 @@ class RemoteModel:
         while True:
             view = self.calls.view(call.name)
             if view.attempt == self._attempt and view.outcome is not None:
-                self.ctx.lease.check()  # a coordinator that lost its lease uses nothing
+                self.ctx.run.lease.check()  # a coordinator that lost its lease uses nothing
                 return _reply_of(call, view)
             self._check_still_wanted(call, view, begin_by)
             lost = self._lost(call, view)
@@ -115,7 +115,7 @@ class RemoteModel:
             return None if view.beating else "stopped beating"
         dispatcher = self.ctx.dispatcher
         if self._job_id is None or not dispatcher.ended(
-                [self._job_id], stale_after_s=self.ctx.spec.options.heartbeat_ttl_s):
+                [self._job_id], stale_after_s=self.ctx.run.spec.options.heartbeat_ttl_s):
             return None
         failure = dispatcher.failure(self._job_id)
         if failure is not None:
@@ -124,7 +124,7 @@ class RemoteModel:
 
     def _retry(self, call: ModelCall, reason: str) -> bool:
         """Ask another worker; False when the attempt was answered meanwhile (kept)."""
-        if self._attempt >= self.ctx.spec.options.max_attempts:
+        if self._attempt >= self.ctx.run.spec.options.max_attempts:
             raise NoReply(f"the worker making the {call.name} call {reason}, "
                           f"{self._attempt} times (max_attempts)")
         if not self._enqueue(call, replacing=self._attempt):
@@ -134,12 +134,12 @@ class RemoteModel:
 
     def _check_still_wanted(self, call: ModelCall, view: CallView, begin_by: float) -> None:
         """Stop waiting on a lost lease, a cancel, or a call no worker began in time."""
-        self.ctx.lease.check()
-        if self.ctx.store.cancelled():
+        self.ctx.run.lease.check()
+        if self.ctx.run.store.cancelled():
             raise CallCancelled(call.name)
         if not view.began and time.monotonic() >= begin_by:
             raise NoReply(f"no worker took the {call.name} call in time (the run's timeout_s="
-                          f"{self.ctx.spec.options.timeout_s:g}); is a worker listening on "
+                          f"{self.ctx.run.spec.options.timeout_s:g}); is a worker listening on "
                           f"queue {call.queue}? (`teamctl workers` lists them)")
 
 

@@ -58,8 +58,8 @@ class RoundLoop:
 
     def __init__(self, ctx: RunContext, deadline: float) -> None:
         self.ctx = ctx
-        self.board = ctx.board
-        self.options = ctx.spec.options
+        self.board = ctx.run.board
+        self.options = ctx.run.spec.options
         self.deadline = deadline
         self.budget = (ctx.run.budget if self.options.max_tokens is not None
                        or self.options.max_cost_usd is not None else None)
@@ -67,7 +67,7 @@ class RoundLoop:
     def run(self, state: LoopState) -> LoopState:
         """Loop until the board has no work left, nothing can run, or the run is stopped."""
         while self.board.has_work_remaining():
-            self.ctx.lease.check()
+            self.ctx.run.lease.check()
             if self._stopping(state):
                 if self._drained(state):
                     break
@@ -80,7 +80,7 @@ class RoundLoop:
             self._read_events(state, block=True)
         self.drain(state)  # fire hooks for the last changes
         self._show_progress()
-        if state.stop is None and self.ctx.store.stop_reason() == CANCELLED:
+        if state.stop is None and self.ctx.run.store.stop_reason() == CANCELLED:
             # The cancel landed as the last tasks ended (members stop on it, too).
             state.stop = Stop(RunStatus.CANCELLED, CANCELLED, CANCELLED, time.monotonic())
         elif state.stop is None and self.budget is not None and (spent := self.budget.exceeded()):
@@ -101,10 +101,10 @@ class RoundLoop:
         if state.stop is None and not self.options.continue_on_member_error:
             self._stop_if_failed(state)  # also after a resume: the failure event may be old
         if state.stop is None:
-            reason = self.ctx.store.stop_reason()
+            reason = self.ctx.run.store.stop_reason()
             if reason is None and time.monotonic() >= self.deadline:
                 reason = f"run timed out after {self.options.timeout_s:g}s"
-                self.ctx.store.request_stop(reason)  # members stop between model calls
+                self.ctx.run.store.request_stop(reason)  # members stop between model calls
             if reason is not None:
                 grace_s = STOP_GRACE_TTLS * self.options.heartbeat_ttl_s
                 status = RunStatus.CANCELLED if reason == CANCELLED else RunStatus.FAILED
@@ -139,12 +139,12 @@ class RoundLoop:
         # Members still busy past the grace period (one long model call) are given up on, so the
         # run ends with no task left in progress; their late writes are refused.
         self.board.fail_in_progress(state.stop.block_reason,
-                                    announce_failures=self.ctx.bus.enabled)
+                                    announce_failures=self.ctx.run.bus.enabled)
         return True
 
     def _reclaim_expired(self) -> None:
         self.board.reclaim_expired(self.options.max_attempts,
-                                   announce_failures=self.ctx.bus.enabled)
+                                   announce_failures=self.ctx.run.bus.enabled)
 
     def _rounds_exhausted(self, state: LoopState) -> bool:
         if state.rounds < self.options.round_limit() or self._in_flight(state):
@@ -191,7 +191,7 @@ class RoundLoop:
             return 0
         if new_round:
             state.rounds += 1
-            self.ctx.store.set_rounds(state.rounds)
+            self.ctx.run.store.set_rounds(state.rounds)
         state.open_round.update(ready)
         for task_id in ready:
             job_id = self._dispatch(task_id)
@@ -203,7 +203,7 @@ class RoundLoop:
         """Drop ended tasks from the open round (read from the board, not from events that may
         still be unread); True while some of its tasks have not ended."""
         if state.open_round:
-            pipe = self.ctx.conn.pipeline(transaction=False)
+            pipe = self.ctx.run.conn.pipeline(transaction=False)
             ids = sorted(state.open_round)
             for task_id in ids:
                 pipe.hget(self.board.keys.task(task_id), "status")
@@ -213,7 +213,7 @@ class RoundLoop:
 
     def _dispatch(self, task_id: str) -> str | None:
         """Enqueue one task (returns the job id); an unknown member fails it here instead."""
-        spec = self.ctx.spec
+        spec = self.ctx.run.spec
         task = self.board.get(task_id)
         if task is None:
             return None
@@ -222,7 +222,7 @@ class RoundLoop:
             self.board.fail(task_id, None, f"unknown team member: {task.member_id}")
             return None
         if spec.resolve_member(task.member_id) is None:
-            self.ctx.bus.publish("system", "lead", SystemType.RUN_WARNING, task_id,
+            self.ctx.run.bus.publish("system", "lead", SystemType.RUN_WARNING, task_id,
                                  f"unknown team member {task.member_id!r}: routed to {member.id}")
         return self.ctx.dispatcher.enqueue(task_id, member.queue)
 
@@ -245,7 +245,7 @@ class RoundLoop:
 
     def _fire_message_hooks(self, state: LoopState) -> None:
         """on_message for every message published since the last call."""
-        while messages := self.ctx.bus.tail(state.bus_from, None):
+        while messages := self.ctx.run.bus.tail(state.bus_from, None):
             for message in messages:
                 state.bus_from = message.id
                 if message.type != HOOK_ERROR_TYPE:  # a failing on_message must not feed itself
@@ -268,7 +268,7 @@ class RoundLoop:
         task = self.board.get(task_id)
         if task is None:
             return
-        spec, hooks = self.ctx.spec, self.ctx.hooks
+        spec, hooks = self.ctx.run.spec, self.ctx.hooks
         member = spec.member(task.claimed_by) or spec.member_for(task.member_id)
         hooks.call("on_task_state_changed", spec.objective, task, member, task.detail)
         if status is EventKind.IN_PROGRESS:

@@ -77,7 +77,7 @@ class Coordinator:
 
     def __init__(self, ctx: RunContext, approval: ApprovalMode) -> None:
         self.ctx = ctx
-        self.spec = ctx.spec
+        self.spec = ctx.run.spec
         self.model = RemoteModel(ctx)
         self.approval = approval
         self.deadline = time.monotonic() + self.spec.options.timeout_s
@@ -87,16 +87,16 @@ class Coordinator:
 
     def run(self) -> RunResult:
         """Run (or resume) to the end; a second coordinator on a live run is refused."""
-        with self.ctx.lease:
+        with self.ctx.run.lease:
             try:
-                return self._drive()
+                return self._plan_run_and_synthesize()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
-                self.ctx.lease.abandon()  # nothing more to say to a Redis that is gone
+                self.ctx.run.lease.abandon()  # nothing more to say to a Redis that is gone
                 raise self._outage_error(exc) from exc
             finally:
                 self.ctx.reporter.close()
                 if self.ended:
-                    expire_run(self.ctx.conn, self.spec.run_id, self.spec.options.retention_s)
+                    expire_run(self.ctx.run.conn, self.spec.run_id, self.spec.options.retention_s)
 
     def _outage_error(self, exc: Exception) -> InfraError:
         run_id, outage_s = self.spec.run_id, self.spec.options.redis_outage_s
@@ -106,17 +106,18 @@ class Coordinator:
 
     def _end(self, end: RunEnd) -> None:
         """Write the run's end, fenced by the lease; RunFailed if this coordinator lost it."""
-        self.ctx.store.finish(end)
+        self.ctx.run.store.finish(end)
         self.ended = True
         self.ctx.reporter.phase(end.status)
 
     def _set_status(self, status: RunStatus) -> None:
         """Move the run to its next phase, and show it."""
-        self.ctx.store.set_status(status)
+        self.ctx.run.store.set_status(status)
         self.ctx.reporter.phase(status)
 
-    def _drive(self) -> RunResult:
-        stored = self.ctx.store.state()
+    def _plan_run_and_synthesize(self) -> RunResult:
+        """The run's phases under the lease: plan once, approval, rounds, synthesis."""
+        stored = self.ctx.run.store.state()
         if stored.finished:
             raise ConfigError(f"run {self.spec.run_id} has already finished; "
                               f"`teamctl status {self.spec.run_id}` shows its result")
@@ -131,7 +132,7 @@ class Coordinator:
                 state = loop.run(self._loop_state())
                 self._finish(state)
         except CallCancelled:  # cancelled while a worker made the planner's or synthesizer's call
-            self.ctx.lease.check()
+            self.ctx.run.lease.check()
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
         if loop is not None and state is not None:
             loop.drain(state)  # on_message hooks see the run's end too
@@ -139,7 +140,7 @@ class Coordinator:
 
     def _plan_once(self) -> Plan:
         """Plan unless a plan is stored; put it on the board unless the board exists."""
-        store, board = self.ctx.store, self.ctx.board
+        store, board = self.ctx.run.store, self.ctx.run.board
         plan = store.state().plan
         planned_now = plan is None
         if plan is None:
@@ -176,7 +177,7 @@ class Coordinator:
             self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
                              error=f"planner failed: {exc}"))
             raise RunFailed(f"planner failed: {exc}") from exc
-        self.ctx.store.add_usage(reply.usage)
+        self.ctx.run.store.add_usage(reply.usage)
         return plan_from_reply(reply.content or "", spec.objective, spec.members, spec.options)
 
     def _plan_approved(self, plan: Plan) -> bool:
@@ -185,53 +186,54 @@ class Coordinator:
             return True
         if self.approval is ApprovalMode.PROMPT:
             self.ctx.reporter.close()  # the prompt needs the lines the live table redraws
-        decision = decide_plan(self.ctx.store, plan, self.approval, notify=self.ctx.reporter.note,
+        decision = decide_plan(self.ctx.run.store, plan, self.approval,
+                               notify=self.ctx.reporter.note,
                                should_stop=self._should_stop_waiting,
                                phase=self.ctx.reporter.phase)
         if decision.approved:
-            self.ctx.bus.publish("system", "lead", SystemType.PLAN_APPROVED, None,
+            self.ctx.run.bus.publish("system", "lead", SystemType.PLAN_APPROVED, None,
                                  decision.reason or "")
             return True
         if decision.cancelled:
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
             return False
         reason = f"plan rejected{': ' + decision.reason if decision.reason else ''}"
-        self.ctx.bus.publish("system", "lead", SystemType.PLAN_REJECTED, None, reason)
+        self.ctx.run.bus.publish("system", "lead", SystemType.PLAN_REJECTED, None, reason)
         self._end_without_synthesis(RunStatus.FAILED, reason)
         raise RunFailed(reason)
 
     def _should_stop_waiting(self) -> bool:
-        self.ctx.lease.check()
-        return self.ctx.store.cancelled()
+        self.ctx.run.lease.check()
+        return self.ctx.run.store.cancelled()
 
     def _loop_state(self) -> LoopState:
         """Fresh for a new run; on resume, rounds so far and the streams' current ends."""
-        conn, keys = self.ctx.conn, self.ctx.store.keys
+        conn, keys = self.ctx.run.conn, self.ctx.run.store.keys
         last_event = conn.xrevrange(keys.events, count=1)
         last_message = conn.xrevrange(keys.bus, count=1)
-        return LoopState(rounds=self.ctx.store.state().rounds,
+        return LoopState(rounds=self.ctx.run.store.state().rounds,
                          events_from=last_event[0][0] if last_event else "0-0",
                          bus_from=last_message[0][0] if last_message else "0-0")
 
     def _finish(self, state: LoopState) -> None:
-        self.ctx.lease.check()  # a coordinator that lost its lease must not write the end
+        self.ctx.run.lease.check()  # a coordinator that lost its lease must not write the end
         if state.stop is not None:
             self._end_without_synthesis(state.stop.status, state.stop.error)
         else:
             self._synthesize()
 
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
-        self.ctx.board.block_stalled(error)
+        self.ctx.run.board.block_stalled(error)
         self._end(RunEnd(status, self.spec.options.retention_s, error=error,
-                         announce=ENDING_NOTICE[status] if self.ctx.bus.enabled else None,
+                         announce=ENDING_NOTICE[status] if self.ctx.run.bus.enabled else None,
                          announce_text=error))
 
     def _synthesize(self) -> None:
         ctx, models = self.ctx, self.spec.models
         self._set_status(RunStatus.SYNTHESIZING)
-        states = ctx.board.snapshot()
+        states = ctx.run.board.snapshot()
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
-        plan = ctx.store.state().plan or Plan()
+        plan = ctx.run.store.state().plan or Plan()
         request = synthesizer_request(models.synthesizer, models.api_base, self.spec.objective,
                                       plan, member_results(self.spec, states), not_run)
         call = ModelCall("synthesizer", self.spec.synthesizer_queue, request)
@@ -251,5 +253,5 @@ class Coordinator:
         # output, nor the synthesis's usage, nor a second run.complete.
         self._end(RunEnd(RunStatus.COMPLETED if all_done else RunStatus.FAILED,
                          self.spec.options.retention_s, output=output, usage=reply.usage,
-                         announce=SystemType.RUN_COMPLETE if ctx.bus.enabled else None,
+                         announce=SystemType.RUN_COMPLETE if ctx.run.bus.enabled else None,
                          announce_text=shorten(output)))

@@ -45,7 +45,7 @@ class WorkerToolCheck:
     def failures(self, deadline: float) -> list[str]:
         """One line per tool a worker could not import (with the worker and its queue); none
         when every report came back clean, or none came before `deadline` (said on stderr)."""
-        queues = tool_queues(self.ctx.spec.members)
+        queues = tool_queues(self.ctx.run.spec.members)
         if not queues:
             return []
         jobs = {queue: self.ctx.dispatcher.enqueue_tool_check(queue) for queue in queues}
@@ -90,6 +90,6 @@ class WorkerToolCheck:
         return None
 
     def _check_still_wanted(self) -> None:
-        self.ctx.lease.check()
-        if self.ctx.store.cancelled():
+        self.ctx.run.lease.check()
+        if self.ctx.run.store.cancelled():
             raise CallCancelled("tool check")

@@ -11,21 +11,13 @@ from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
 log = logging.getLogger(__name__)
 
 
-class Heartbeat:
+class Heartbeat(KeepAlive):
     """Refreshes every live claim each ttl/3; a refused refresh ends that claim as LOST."""
 
     def __init__(self, board: TaskBoard, claims: Claims, ttl_s: float) -> None:
+        super().__init__(self._refresh_live, ttl_s, "heartbeat")
         self.board = board
         self.claims = claims
-        self.ttl_s = ttl_s
-        self._keepalive = KeepAlive(self._refresh_live, ttl_s, "heartbeat")
-
-    def __enter__(self) -> Heartbeat:
-        self._keepalive.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._keepalive.__exit__(*exc_info)
 
     def refresh(self, claim: Claim) -> bool:
         """Refresh one claim now; False (and the claim ends LOST) if the board refused it."""

@@ -80,23 +80,15 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
     return outcome
 
 
-class TurnLease:
+class TurnLease(KeepAlive):
     """Refreshes the turn lease each ttl/3 from a daemon thread; `revoked` once it is refused."""
 
     def __init__(self, store: TeamStore, name: str, token: str, ttl_s: float) -> None:
+        super().__init__(self._refresh, ttl_s, f"turn-lease-{name}")
         self.store = store
         self.name = name
         self.token = token
-        self.ttl_s = ttl_s
         self.revoked = threading.Event()
-        self._keepalive = KeepAlive(self._refresh, ttl_s, f"turn-lease-{name}")
-
-    def __enter__(self) -> TurnLease:
-        self._keepalive.__enter__()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._keepalive.__exit__(*exc_info)
 
     def heartbeat(self) -> bool:
         """Refresh the lease now (a Python tool's long work); False once it was lost."""
