@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 from teamctl.coordinator.teams.lead import LeadMemory
-from teamctl.shared.agent.inbox import InboxBatch, unread_batch
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import Envelope, ProtocolType, SystemType
+from teamctl.shared.teams.inbox import InboxBatch, unread_batch
 from teamctl.shared.teams.lead_inbox import LeadMailboxFull
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore

@@ -16,12 +16,12 @@ import pytest
 import redis
 from teamctl.coordinator.teams.lead import LeadAgent
 from teamctl.coordinator.teams.lead_tools import LeadTools
-from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.lease import LeadLease
+from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore

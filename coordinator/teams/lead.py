@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from teamctl.coordinator.teams.lead_tools import LeadTools
-from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import assistant_message, tool_results
+from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_results
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -30,6 +30,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
+from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
 
 log = logging.getLogger(__name__)
@@ -73,11 +74,18 @@ class LeadMemory:
         self.commit("", [], reset=True)
 
 
+NOTHING_SAID = "nothing said"
+"""Why a lead turn makes no model call: no line from the person and no unread mail."""
+
+
 @dataclass
 class LeadAgent:
     """The lead's model, tools and memory; `turn` runs model steps until a plain answer.
     `workspace` is the team's directory: the lead's own workspace tools (the team option
-    `lead_tools`) and those of the teammates it spawns work there."""
+    `lead_tools`) and those of the teammates it spawns work there. It is the agent loop's
+    policy for the lead: before each call it checks its lease and the team's budget and adds
+    the unread mail (with the person's line on the first step); after each step's tools it
+    commits the step, fenced by its lease."""
 
     store: TeamStore
     lease: LeadLease
@@ -88,6 +96,12 @@ class LeadAgent:
     on_step: StepHook | None = None
     toolbox: Toolbox = field(init=False)
     memory: LeadMemory = field(init=False)
+    text: str = field(default="", init=False)
+    """The person's line the current turn answers."""
+    offset: str = field(default="", init=False)
+    """The inbox offset past the mail injected into the current step."""
+    dropped: int = field(default=0, init=False)
+    """Messages the memory caps dropped at the last commit, to drop from the conversation."""
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox()
@@ -106,32 +120,46 @@ class LeadAgent:
         there was neither (no model call). BudgetSpent before a model call once the team's
         budget is spent (what the turn committed so far stays, the rest of the mail unread)."""
         messages = [{"role": "system", "content": self.system_prompt()}, *self.memory.load()]
-        for step_index in range(self.store.options.turn_max_steps):
-            self.lease.check()
-            batch = unread_batch(self.store, LEAD)  # bounded: the rest waits for the next step
-            parts = [text.strip()] if step_index == 0 and text.strip() else []
-            if batch.lines:
-                parts.append(batch.block())
-            if step_index == 0 and not parts:
-                return None
-            # The mail joins the person's message: no invented exchange around it.
-            step = [{"role": "user", "content": "\n\n".join(parts)}] if parts else []
-            self.store.refuse_past_budget("the lead makes no model call")
-            reply = self.client.complete(self.model, messages + step,
-                                         tools=self.toolbox.schemas(), api_base=self.api_base)
-            self.store.charge(reply.usage)  # the lead's calls count against the team's budget
-            self.lease.check()
-            step.append(assistant_message(reply))
-            step.extend(tool_results(self.toolbox, reply))
-            dropped = self.memory.commit(batch.offset, step)
-            messages.extend(step)
-            del messages[1:1 + dropped]  # what memory dropped leaves the next request too
-            if self.on_step is not None:
-                self.on_step(step)
-            if not reply.tool_calls:
-                return reply.content or ""
-        return (f"(the lead stopped after {self.store.options.turn_max_steps} steps "
-                "(turn_max_steps); send a message to go on)")
+        self.text, self.dropped = text.strip(), 0
+        max_steps = self.store.options.turn_max_steps
+        end = AgentLoop(client=self.client, model=self.model, api_base=self.api_base,
+                        toolbox=self.toolbox, max_steps=max_steps, policy=self).run(messages)
+        if end.answer is not None:
+            return end.answer
+        if end.stop == NOTHING_SAID:
+            return None
+        return (f"(the lead stopped after {max_steps} steps (turn_max_steps); send a message "
+                "to go on)")
+
+    # --- the agent loop's policy -------------------------------------------------------------
+
+    def prepare(self, step: int, messages: list[Message]) -> list[Message] | Stop:
+        del messages[1:1 + self.dropped]  # what memory dropped leaves the next request too
+        self.dropped = 0
+        self.lease.check()
+        batch = unread_batch(self.store, LEAD)  # bounded: the rest waits for the next step
+        self.offset = batch.offset
+        parts = [self.text] if step == 1 and self.text else []
+        if batch.lines:
+            parts.append(batch.block())
+        if step == 1 and not parts:
+            return Stop(NOTHING_SAID)
+        self.store.refuse_past_budget("the lead makes no model call")
+        # The mail joins the person's message: no invented exchange around it.
+        return [{"role": "user", "content": "\n\n".join(parts)}] if parts else []
+
+    def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
+        self.store.charge(reply.usage)  # the lead's calls count against the team's budget
+        self.lease.check()
+
+    def run_tools(self, reply: ModelReply) -> list[Message]:
+        return tool_results(self.toolbox, reply)
+
+    def end_step(self, reply: ModelReply, sent: list[Message]) -> Stop | None:
+        self.dropped = self.memory.commit(self.offset, sent)
+        if self.on_step is not None:
+            self.on_step(sent)
+        return None
 
     def system_prompt(self) -> str:
         return render("teamctl.coordinator.teams", "lead_system.md", team=self.store.team,

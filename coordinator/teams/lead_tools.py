@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,

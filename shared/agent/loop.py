@@ -1,87 +1,111 @@
-"""The member agent loop: call the model, run its tool calls, stop on a final answer."""
+"""The one agent loop a run member's attempt, a teammate's turn and the lead all run: prepare a
+step, call the model, run the reply's tool calls, until an answer, a stop or the step limit.
+
+Each caller configures the loop with its StepPolicy: what it checks before a call (a claim, a
+lease, a budget, a deadline), what a step starts with (an inbox block, a person's line), what it
+writes after the reply and after the tools (a checkpoint, a charge), and how tool calls run (a
+teammate's are guarded for replay). So a fix to the loop lands in all three.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.replies import ModelReply, Usage
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.errors import ModelError
+
+Message = dict[str, Any]
+"""A chat message as the model's API takes it."""
 
 
-class AttemptAbandoned(Exception):  # noqa: N818  (a signal, not a failure to report)
-    """The claim was lost or released: stop without writing anything."""
+@dataclass(frozen=True)
+class Stop:
+    """A policy ends the loop: before a step's call, or after a step whose tools asked it to."""
+
+    reason: str
 
 
-class HandedOff(Exception):  # noqa: N818  (a signal, not a failure to report)
-    """The running task was reassigned: stop this session; the new member takes over."""
+class StepPolicy(Protocol):
+    """What one kind of agent does around each step of the loop."""
+
+    def prepare(self, step: int, messages: list[Message]) -> list[Message] | Stop:
+        """Before step `step`'s model call (from 1): checks that may stop the loop, and the
+        messages the step starts with. May drop old messages from `messages` (memory caps)."""
+        ...
+
+    def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
+        """After the call, with the step's messages so far (its input and the reply), before
+        any tool runs: charge the usage, check the agent still may act, checkpoint."""
+        ...
+
+    def run_tools(self, reply: ModelReply) -> list[Message]:
+        """The reply's tool calls run, each result a `tool` message."""
+        ...
+
+    def end_step(self, reply: ModelReply, sent: list[Message]) -> Stop | None:
+        """After the step (its tool results in `sent`, if any): commit, check; a Stop ends the
+        loop even though the reply called tools."""
+        ...
 
 
 @dataclass
-class AgentRun:
-    """What a member's session produced."""
+class LoopEnd:
+    """How the loop ended: an answer, a policy's stop, or neither (the step limit)."""
 
-    output: str
-    usage: Usage = field(default_factory=Usage)
+    answer: str | None = None
+    """The text of the reply that called no tool."""
+    stop: str | None = None
+    """The reason a policy gave."""
+    reply: ModelReply | None = None
+    """The last reply, if any call was made."""
     steps: int = 0
-    transcript: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass
 class AgentLoop:
-    """A fresh session per task; bounded by `max_steps` model calls.
-
-    `check_continue` runs before every model call and may stop the session; `check_claim` runs
-    after every step's tools, so a handoff or release made on the last step still ends the
-    session as that tool asked, instead of as a step-limit failure.
-    """
+    """Model calls and tool calls, bounded by `max_steps` calls, as `policy` directs."""
 
     client: ModelClient
     model: str
     api_base: str | None
     toolbox: Toolbox
     max_steps: int
-    check_continue: Callable[[], None]
-    check_claim: Callable[[], None]
-    on_usage: Callable[[Usage], None]
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-    """The session's messages so far, kept when it ends in an error too."""
+    policy: StepPolicy
 
-    def run(self, system_prompt: str, user_prompt: str) -> AgentRun:
-        """The session: model turns and tool calls until a final answer or the step limit."""
-        messages: list[dict[str, Any]] = [{"role": "system", "content": system_prompt},
-                                          {"role": "user", "content": user_prompt}]
-        self.transcript = messages
-        run = AgentRun(output="", transcript=messages)
+    def run(self, messages: list[Message]) -> LoopEnd:
+        """Run steps on `messages` (extended in place: it is the session's transcript)."""
+        end = LoopEnd()
         for step in range(1, self.max_steps + 1):
-            self.check_continue()
-            reply = self._call(messages)
-            run.usage = run.usage.plus(reply.usage)
-            run.steps = step
-            self.on_usage(reply.usage)
+            sent = self.policy.prepare(step, messages)
+            if isinstance(sent, Stop):
+                end.stop = sent.reason
+                return end
+            reply = self.client.complete(self.model, messages + sent,
+                                         tools=self.toolbox.schemas() or None,
+                                         api_base=self.api_base)
+            end.usage, end.steps, end.reply = end.usage.plus(reply.usage), step, reply
+            sent.append(assistant_message(reply))
+            self.policy.on_reply(reply, sent)
+            if reply.tool_calls:
+                sent.extend(self.policy.run_tools(reply))
+            messages.extend(sent)
+            stop = self.policy.end_step(reply, sent)
             if not reply.tool_calls:
-                run.output = reply.content or ""
-                messages.append(assistant_message(reply))  # the transcript ends with the answer
-                return run
-            # The claim may have been lost during a long call: a stale attempt runs no tools.
-            self.check_continue()
-            messages.append(assistant_message(reply))
-            messages.extend(tool_results(self.toolbox, reply))
-            self.check_claim()
-        raise ModelError(f"member exceeded {self.max_steps} steps")
-
-    def _call(self, messages: list[dict[str, Any]]) -> ModelReply:
-        return self.client.complete(self.model, messages, tools=self.toolbox.schemas() or None,
-                                    api_base=self.api_base)
+                end.answer = reply.content or ""
+                return end
+            if stop is not None:
+                end.stop = stop.reason
+                return end
+        return end
 
 
-def assistant_message(reply: ModelReply) -> dict[str, Any]:
+def assistant_message(reply: ModelReply) -> Message:
     """The reply as a chat message to send back; `tool_calls` only when there are some (an
     empty list is refused by some providers)."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    message: Message = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
         message["tool_calls"] = [{"id": c.id, "type": "function",
                                   "function": {"name": c.name, "arguments": c.arguments}}
@@ -89,7 +113,7 @@ def assistant_message(reply: ModelReply) -> dict[str, Any]:
     return message
 
 
-def tool_results(toolbox: Toolbox, reply: ModelReply) -> list[dict[str, Any]]:
+def tool_results(toolbox: Toolbox, reply: ModelReply) -> list[Message]:
     """The reply's tool calls run, each result as a `tool` message (errors included)."""
     return [{"role": "tool", "tool_call_id": call.id, "name": call.name,
              "content": toolbox.call(call.name, call.arguments, call.id)}

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import AgentLoop, AttemptAbandoned, HandedOff
+from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_results
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
-from teamctl.shared.agent.replies import Usage
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -21,7 +21,7 @@ from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import RunFailed
+from teamctl.shared.errors import ModelError, RunFailed
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
@@ -29,7 +29,7 @@ from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member
-from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
+from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims, HandedOff
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mailbox import Mailbox
 from teamctl.worker.runs.member_tools import TeamContext, add_team_tools
@@ -53,17 +53,21 @@ class JobContext:
 
 
 class Attempt:
-    """Runs one claim as its member in a fresh session and writes the outcome with its token."""
+    """Runs one claim as its member in a fresh session and writes the outcome with its token.
+    It is the agent loop's policy for a member: before each call it checks its claim, the run
+    and the budget; after each step's tools, whether a tool ended the claim."""
 
     def __init__(self, job: JobContext, claim: Claim) -> None:
         self.job = job
         self.claim = claim
         self.mailbox: Mailbox | None = None
         """This session's reads of its member's inbox, when it has the team tools."""
-        self.session: AgentLoop | None = None
-        """The member's agent loop once it started (its transcript goes with the outcome)."""
+        self.transcript: list[Message] | None = None
+        """The session's messages once it started (they go with the outcome, an error's too)."""
         self.mcp: McpHub | None = None
         """This session's MCP servers, when its member has some; stopped when it ends."""
+        self.toolbox = Toolbox()
+        """The member's tools, built when its session starts."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -83,10 +87,14 @@ class Attempt:
     def _run(self, member: Member, task: TaskState) -> str:
         job, claim = self.job, self.claim
         try:
-            self.session = self._loop(member)
-            result = self.session.run(
-                render("teamctl.worker.runs", "member_system.md", name=member.display_name),
-                self._dispatch_input(member, task))
+            loop = self._loop(member)
+            self.transcript = [
+                {"role": "system", "content": render("teamctl.worker.runs", "member_system.md",
+                                                     name=member.display_name)},
+                {"role": "user", "content": self._dispatch_input(member, task)}]
+            end = loop.run(self.transcript)
+            if end.answer is None:
+                raise ModelError(f"member exceeded {loop.max_steps} steps")
         except HandedOff:
             if self.mailbox:  # this member's session is over: what it read is not owed again
                 self.mailbox.acknowledge()
@@ -101,14 +109,14 @@ class Attempt:
             return f"abandoned: Redis unreachable ({exc})"
         except Exception as exc:  # any member failure becomes the task's error
             return self._fail(member, str(exc) or type(exc).__name__)
-        return self._complete(member, result.output)
+        return self._complete(member, end.answer)
 
     def _loop(self, member: Member) -> AgentLoop:
         options = self.job.spec.options
+        self.toolbox = self._toolbox(member)
         return AgentLoop(client=self.job.client, model=self.job.spec.models.for_member(member),
-                         api_base=self.job.spec.models.api_base, toolbox=self._toolbox(member),
-                         max_steps=options.member_max_steps, check_continue=self._check_continue,
-                         check_claim=self._check_claim, on_usage=self._on_usage)
+                         api_base=self.job.spec.models.api_base, toolbox=self.toolbox,
+                         max_steps=options.member_max_steps, policy=self)
 
     def _toolbox(self, member: Member) -> Toolbox:
         """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
@@ -151,6 +159,31 @@ class Attempt:
                            heartbeat=lambda: job.beat.refresh(claim), run_id=job.spec.run_id,
                            task_id=claim.task_id, team_id=job.spec.team_id)
 
+    # --- the agent loop's policy -------------------------------------------------------------
+
+    def prepare(self, step: int, messages: list[Message]) -> list[Message] | Stop:
+        self._check_continue()
+        return []
+
+    def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
+        charge = self.job.budget.charge(reply.usage, self.claim.task_id)
+        if charge.crossed and charge.exceeded:
+            # Once per run: the lead (and `teamctl messages`) learn why members stop.
+            self.job.bus.publish("system", "lead", SystemType.RUN_BUDGET_EXCEEDED,
+                                 self.claim.task_id, charge.exceeded)
+
+    def run_tools(self, reply: ModelReply) -> list[Message]:
+        # The claim may have been lost during a long call: a stale attempt runs no tools.
+        self._check_continue()
+        return tool_results(self.toolbox, reply)
+
+    def end_step(self, reply: ModelReply, sent: list[Message]) -> Stop | None:
+        # After the tools, so a handoff or release made on the last step still ends the
+        # session as that tool asked, instead of as a step-limit failure.
+        if reply.tool_calls:
+            self._check_claim()
+        return None
+
     def _check_claim(self) -> None:
         """Stop the session if a tool ended its claim: handed off, released, or found lost."""
         claim = self.claim
@@ -175,13 +208,6 @@ class Attempt:
         # The call about to be made carries every tool result so far, messages read included.
         if self.mailbox and not self.mailbox.acknowledge():
             raise AttemptAbandoned("claim lost: the task was reclaimed")
-
-    def _on_usage(self, usage: Usage) -> None:
-        charge = self.job.budget.charge(usage, self.claim.task_id)
-        if charge.crossed and charge.exceeded:
-            # Once per run: the lead (and `teamctl messages`) learn why members stop.
-            self.job.bus.publish("system", "lead", SystemType.RUN_BUDGET_EXCEEDED,
-                                 self.claim.task_id, charge.exceeded)
 
     def _dispatch_input(self, member: Member, task: TaskState) -> str:
         job = self.job
@@ -215,7 +241,7 @@ class Attempt:
         keys = job.board.keys
         assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
         Transcripts(job.conn, keys, job.board.scripts).save(
-            claim.task_id, claim.token, self.session.transcript if self.session else None,
+            claim.task_id, claim.token, self.transcript,
             job.spec.options.transcript_max_chars)
         announcer = member.id if job.bus.enabled else None
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),

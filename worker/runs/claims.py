@@ -16,6 +16,14 @@ MAX_HANDOFFS = 3
 """Each handoff starts a fresh session with its own step budget, so the count must be capped."""
 
 
+class AttemptAbandoned(Exception):  # noqa: N818  (a signal, not a failure to report)
+    """The claim was lost or released: stop without writing anything."""
+
+
+class HandedOff(Exception):  # noqa: N818  (a signal, not a failure to report)
+    """The running task was reassigned: stop this session; the new member takes over."""
+
+
 class ClaimEnd(Enum):
     """Why a claim stopped being this job's to finish."""
 

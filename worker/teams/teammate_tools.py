@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
+from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,
     LIST_TASKS_DESCRIPTION,

@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from teamctl.shared.agent.inbox import unread_batch
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import assistant_message
+from teamctl.shared.agent.loop import AgentLoop, Message, Stop, assistant_message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
+from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import IdleReason, Teammate
 from teamctl.shared.text import shorten
@@ -113,7 +114,10 @@ class TurnLease(KeepAlive):
 
 @dataclass
 class Turn:
-    """The steps of one teammate's turn, from its memory, until it ends or is revoked."""
+    """The steps of one teammate's turn, from its memory, until it ends or is revoked. It is
+    the agent loop's policy for a teammate: before each call it checks the job's time, the
+    team's budget and the lease, and injects the unread inbox; each step is checkpointed
+    before its tools run and again after them."""
 
     store: TeamStore
     mate: Teammate
@@ -130,12 +134,16 @@ class Turn:
     spent: str | None = field(default=None, init=False)
     """Why the team's budget is spent, once a charge or a check found it so (it stays spent:
     a team's limits never change)."""
+    tools: MateTools = field(init=False)
+    toolbox: Toolbox = field(init=False)
+    offset: str = field(default="", init=False)
+    """The inbox offset past the mail injected into the current step."""
 
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost. Its MCP
         servers run for the whole job and stop with it."""
-        tools = MateTools(self.store, self.mate.name, self.token)
-        toolbox = tools.toolbox()
+        self.tools = tools = MateTools(self.store, self.mate.name, self.token)
+        self.toolbox = toolbox = tools.toolbox()
         add_mate_workspace(toolbox, self.store, self.mate, self.state_dir)
         with contextlib.ExitStack() as stack:
             try:
@@ -148,13 +156,13 @@ class Turn:
                 error = shorten(str(exc), 500)
                 return self._end(f"error: {shorten(error, 120)}", "", error=error)
             self.tool_names = toolbox.names
-            return self._turns(tools, toolbox)
+            return self._turns()
 
-    def _turns(self, tools: MateTools, toolbox: Toolbox) -> str:
+    def _turns(self) -> str:
         """Run turns while mail keeps arriving, within the job's time."""
         while True:
             try:
-                reason, answer = self._steps(tools, toolbox)
+                reason, answer = self._steps()
                 verdict = self._end(reason, answer)
             except TurnRevoked:
                 return "revoked"
@@ -170,7 +178,7 @@ class Turn:
                     abandoned_tool_calls():
                 return "handed over" if self.store.hand_over(self.mate.name, self.token) \
                     else "revoked"
-            tools.idle_requested.clear()
+            self.tools.idle_requested.clear()
 
     def _elapsed_s(self) -> float:
         return time.monotonic() - self.started_s
@@ -198,7 +206,7 @@ class Turn:
         """How a turn that ends now ends: `budget` once its last call spent the budget."""
         return IdleReason.BUDGET if self.spent else reason
 
-    def _steps(self, tools: MateTools, toolbox: Toolbox) -> tuple[str, str]:
+    def _steps(self) -> tuple[str, str]:
         """Model steps, each checkpointed; returns the idle reason and the last answer."""
         memory = self.store.memory(self.mate.name)
         self.dropped = 0
@@ -207,8 +215,8 @@ class Turn:
         if pending_calls(memory):
             # Killed between a reply and its tool results: run them (recorded team writes
             # replay, so none repeats), then carry on as the killed turn would have.
-            messages.extend(self._run_calls(tools, toolbox, pending_calls(memory)))
-            if tools.idle_requested.is_set():
+            messages.extend(self._run_calls(pending_calls(memory)))
+            if self.tools.idle_requested.is_set():
                 return IdleReason.DONE, str(memory[-1].get("content") or "")
             mate = self.store.get(self.mate.name)  # those calls may have approved a shutdown
         elif _ended_by_idle(memory):
@@ -223,55 +231,62 @@ class Turn:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
-        for _ in range(self.store.options.turn_max_steps):
-            if self._elapsed_s() > self.store.options.turn_timeout_s:
-                return IdleReason.TIME_LIMIT, ""
-            if self._over_budget():
-                return IdleReason.BUDGET, ""
-            # What the memory caps dropped leaves the conversation sent too.
-            del messages[1:1 + self.dropped]
-            self.dropped = 0
-            reply = self._model_step(messages, toolbox)
-            if not reply.get("tool_calls"):
-                return self._ended(IdleReason.DONE), str(reply.get("content") or "")
-            # The calls of the reply that spent the budget still run: they are paid for, and
-            # left pending a later turn would run them.
-            messages.extend(self._run_calls(tools, toolbox, reply["tool_calls"]))
-            if tools.idle_requested.is_set() or self.spent:
-                return self._ended(IdleReason.DONE), str(reply.get("content") or "")
+        loop = AgentLoop(client=self.client, model=self.mate.model, api_base=self.mate.api_base,
+                         toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
+                         policy=self)
+        end = loop.run(messages)
+        if end.answer is not None:
+            return self._ended(IdleReason.DONE), end.answer
+        if end.stop == IdleReason.DONE:  # it called idle, or its last call spent the budget
+            return self._ended(IdleReason.DONE), str(end.reply and end.reply.content or "")
+        if end.stop is not None:
+            return end.stop, ""
         return self._ended(IdleReason.STEP_LIMIT), ""
 
-    def _model_step(self, messages: list[dict[str, Any]], toolbox: Toolbox) -> dict[str, Any]:
-        """Inject the unread inbox, call the model, and commit the inbox block, the reply and the
-        inbox offset in one checkpoint, before any tool runs; returns the reply message."""
+    # --- the agent loop's policy -------------------------------------------------------------
+
+    def prepare(self, step: int, messages: list[Message]) -> list[Message] | Stop:
+        if self._elapsed_s() > self.store.options.turn_timeout_s:
+            return Stop(IdleReason.TIME_LIMIT)
+        if self._over_budget():
+            return Stop(IdleReason.BUDGET)
+        # What the memory caps dropped leaves the conversation sent too.
+        del messages[1:1 + self.dropped]
+        self.dropped = 0
         self.lease.check()
         # A bounded batch (inbox_batch_messages, tool_result_max_chars): the rest stays unread
         # for the next step, or keeps the turn going once this one ends.
         batch = unread_batch(self.store, self.mate.name)
-        step: list[dict[str, Any]] = []
-        if batch.lines:
-            step.append({"role": "user", "content": batch.block()})
-        reply = self.client.complete(self.mate.model, messages + step, tools=toolbox.schemas(),
-                                     api_base=self.mate.api_base)
+        self.offset = batch.offset
+        return [{"role": "user", "content": batch.block()}] if batch.lines else []
+
+    def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
         # Charged before anything else: the call was paid for, whatever becomes of the turn.
         self.spent = self.store.charge(reply.usage).exceeded
         self.lease.check()
-        step.append(assistant_message(reply))
-        self._commit(batch.offset, step)
-        messages.extend(step)
-        return step[-1]
+        # The inbox block, the reply and the inbox offset, in one checkpoint before any tool.
+        self._commit(self.offset, sent)
 
-    def _run_calls(self, tools: MateTools, toolbox: Toolbox,
-                   calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def run_tools(self, reply: ModelReply) -> list[Message]:
+        # The calls of the reply that spent the budget still run: they are paid for, and left
+        # pending a later turn would run them.
+        return self._run_calls(assistant_message(reply)["tool_calls"])
+
+    def end_step(self, reply: ModelReply, sent: list[Message]) -> Stop | None:
+        if reply.tool_calls and (self.tools.idle_requested.is_set() or self.spent):
+            return Stop(IdleReason.DONE)
+        return None
+
+    def _run_calls(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run a reply's tool calls and commit their results; each call's team writes are
         guarded by its position and id, so a rerun of this step replays them."""
         results = []
         for index, call in enumerate(calls):
             self.lease.check()
             guarded = self.store.guarded(self.mate.name, self.token, f"{index}:{call['id']}")
-            with tools.writing_through(guarded):
-                content = toolbox.call(call["function"]["name"], call["function"]["arguments"],
-                                       call["id"])
+            with self.tools.writing_through(guarded):
+                content = self.toolbox.call(call["function"]["name"],
+                                            call["function"]["arguments"], call["id"])
             if guarded.scripts.revoked:  # a write was refused: stop before the next tool runs
                 raise TurnRevoked(f"the turn of {self.mate.name} was revoked")
             results.append({"role": "tool", "tool_call_id": call["id"],
