@@ -20,7 +20,7 @@ from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.runs.claims import Claim, Claims
 from teamctl.worker.runs.mailbox import Mailbox
-from teamctl.worker.runs.member_tools import TeamContext, add_team_tools
+from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
 
 from tests.support.runs import make_run
 
@@ -58,7 +58,7 @@ def toolbox(conn: redis.Redis, run_id: str, tmp_path: Path) -> Toolbox:
     claims.add(claim)
     tools = Toolbox()
     add_workspace_tools(tools, Workspace(tmp_path / "ws"), list(WORKSPACE_TOOLS))
-    add_team_tools(tools, TeamContext(
+    add_member_tools(tools, MemberToolContext(
         board=board, bus=bus, member_ids=["m1", "m2"], member_id="m1", claim=claim,
         claims=claims, worker="test-worker", heartbeat_ttl_s=60,
         mailbox=Mailbox(bus, "m1", claim)))

@@ -32,7 +32,7 @@ from teamctl.shared.team_file import Member
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims, HandedOff
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mailbox import Mailbox
-from teamctl.worker.runs.member_tools import TeamContext, add_team_tools
+from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
 from teamctl.worker.runs.task_prompt import build_dispatch_input
 
 
@@ -126,7 +126,7 @@ class Attempt:
         add_workspace_tools(toolbox, Workspace(Path(job.spec.workspace_dir)), member.tools)
         if job.spec.options.enable_member_team_tools:
             self.mailbox = Mailbox(job.bus, member.id, self.claim)
-            add_team_tools(toolbox, TeamContext(
+            add_member_tools(toolbox, MemberToolContext(
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox,

@@ -191,7 +191,7 @@ class TaskChanged(TeamResult):
 
 
 @dataclass
-class TeamContext:
+class MemberToolContext:
     """What the team tools act on, for one member session."""
 
     board: TaskBoard
@@ -209,17 +209,17 @@ class TeamContext:
     """The run's bound on team_release_task per task (RunOptions.max_task_releases)."""
 
 
-def add_team_tools(toolbox: Toolbox, ctx: TeamContext) -> None:
+def add_member_tools(toolbox: Toolbox, ctx: MemberToolContext) -> None:
     """Add the eight tools in AI4J's order."""
     context = {CURRENT_TASK: ctx.claim.task_id}
-    for name, description, args, fn in TeamTools(ctx).table():
+    for name, description, args, fn in MemberTools(ctx).table():
         toolbox.add(name, description, args, fn, context)
 
 
-class TeamTools:
+class MemberTools:
     """The tool functions; each answers a TeamResult (action, ok, memberId first)."""
 
-    def __init__(self, ctx: TeamContext) -> None:
+    def __init__(self, ctx: MemberToolContext) -> None:
         self.ctx = ctx
 
     def table(self) -> list[tuple[str, str, type[ToolArgs], Callable[[Any], TeamResult]]]:
