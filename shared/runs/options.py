@@ -46,34 +46,69 @@ class RunOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     parallel_dispatch: bool = True
+    """Dispatch up to max_concurrency ready tasks per round; off: one task per round."""
     max_concurrency: int = Field(4, le=1024)
+    """Most tasks one round dispatches (with parallel_dispatch); 0 or less means 1."""
     max_rounds: int = Field(DEFAULT_MAX_ROUNDS, le=10_000)
+    """Dispatch rounds (waves, with eager dispatch) before the run stops; 0 or less means 64."""
     continue_on_member_error: bool = True
+    """Keep dispatching after a task fails (its dependents are blocked); off: the first failure
+    stops dispatch."""
     fail_on_unknown_member: bool = False
+    """A planned task naming no member of the team fails; off: the first member runs it."""
     broadcast_on_planner_failure: bool = True
+    """A planner reply with no usable task gives every member one task on the objective; off:
+    the run fails."""
     enable_message_bus: bool = True
+    """Members, the coordinator and people exchange messages on the run's bus; off: nothing is
+    published (the message tools say the bus is off) and task inputs carry no history."""
     include_original_objective_in_dispatch: bool = True
+    """A member's task input carries the run's objective."""
     include_task_context_in_dispatch: bool = True
+    """A member's task input carries the planner's context for the task."""
     include_message_history_in_dispatch: bool = True
+    """A member's task input carries the messages delivered to it so far (message_history_limit)."""
     message_history_limit: int = Field(20, le=10_000)
+    """Most messages a task input carries (the latest); 0 or less: all of them."""
     require_plan_approval: bool = False
+    """The plan waits for a person's approval before any task runs (`teamctl approve`/`reject`,
+    or `run --approve-plan`)."""
     enable_member_team_tools: bool = True
+    """Members get the team tools (messages, task board, handoff, release)."""
     dispatch: Literal["eager", "barrier"] = "eager"
+    """`eager` refills a free slot as soon as a task ends (the refill joins the round still
+    running); `barrier` waits for the whole round before the next."""
     heartbeat_ttl_s: float = Field(30.0, gt=0, le=MAX_DURATION_S)
+    """A claim whose heartbeat is this old is reclaimed and its task dispatched again."""
     max_attempts: int = Field(3, ge=1, le=100)
+    """Claims of one task before it fails "claim expired after N attempts"."""
     member_max_steps: int = Field(16, ge=1, le=1_000_000)
+    """Model calls per member session before the task fails "member exceeded N steps"."""
     max_tokens: int | None = Field(None, ge=1, le=10**12)
+    """Tokens (prompt and completion) the whole run may use; None: no limit."""
     max_cost_usd: float | None = Field(None, gt=0, le=1_000_000)
+    """Dollars the whole run may spend (models with no known price count $0); None: no limit."""
     timeout_s: float = Field(1800.0, gt=0, le=MAX_DURATION_S)
+    """How long this coordinator drives the run before stopping it (a resume starts afresh)."""
     model_timeout_s: float = Field(120.0, gt=0, le=MAX_DURATION_S)
+    """How long one model call may take before it is retried or fails."""
     model_max_retries: int = Field(3, ge=0, le=100)
+    """Retries of a model call that failed for a passing reason (a timeout, a rate limit, a 5xx
+    answer), with backoff."""
     max_message_bytes: int = Field(65536, ge=1, le=16 * 1024 * 1024)
+    """Largest message on the bus, every field counted; a larger one is refused (a tool error
+    for a member, exit 2 for `teamctl send`)."""
     dependency_output_chars: int = Field(4000, ge=0, le=1_000_000)
+    """How much of each dependency's output a task input carries; longer ones are cut."""
     bus_max_messages: int = Field(100_000, ge=1, le=10_000_000)
+    """Messages the run's bus keeps (a tenth more before it is cut back), never dropping unread
+    ones."""
     lease_ttl_s: float = Field(15.0, gt=0, le=MAX_DURATION_S)
+    """How long after its coordinator dies a run may be resumed (`teamctl resume`)."""
     redis_outage_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
     """How long every process keeps retrying through a Redis restart or failover."""
     retention_s: int = Field(DEFAULT_RETENTION_S, ge=1, le=MAX_RETENTION_S)
+    """How long an ended run's keys stay in Redis."""
     transcript_max_chars: int = Field(100_000, ge=0, le=100_000_000)
     """Longest transcript (messages and tool results, as JSON) kept per task for the result;
     0 keeps none."""

@@ -91,15 +91,24 @@ class RunResult(BaseModel):
     """The result JSON of `teamctl run --json` and `teamctl status --json` (DESIGN §7)."""
 
     team_id: str
+    """The team file's `team_id`."""
     run_id: str
     objective: str
+    """What the person asked for."""
     status: RunStatus
     plan: Plan
+    """The normalized plan (tasks, the planner's raw text, whether it fell back)."""
     member_results: list[MemberResult]
+    """Per executed task, in dispatch order: member, output or error, duration, attempts,
+    usage, transcript."""
     task_states: list[TaskStateView]
+    """Every task's final state on the board."""
     messages: list[Envelope]
+    """The run's bus, in order."""
     rounds: int
+    """Dispatch rounds the coordinator ran."""
     output: str | None
+    """The synthesized answer; None when the run ended before synthesis."""
     error: str | None = None
     """Why the run ended before its synthesis, or the synthesis failed (the planner's or
     synthesizer's failure, a rejected plan, a timeout, a spent budget, `cancelled`); None once
@@ -108,3 +117,4 @@ class RunResult(BaseModel):
     """The synthesizer's raw response (text, tool calls, usage); `output` is its text."""
     total_duration_ms: int
     usage: Usage
+    """Tokens and cost of every model call of the run (planner, members, synthesizer)."""

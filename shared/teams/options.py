@@ -21,13 +21,22 @@ class TeamOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_teammates: int = Field(32, ge=1, le=1000)
+    """Most teammates the team holds; a spawn past it is refused."""
     max_turn_attempts: int = Field(3, ge=1, le=100)
+    """Runs of one stalled turn (its worker died) before the teammate goes idle with the error."""
     heartbeat_ttl_s: float = Field(30.0, gt=0, le=3600)
+    """A turn lease not refreshed for this long is lost: reconcile reruns the turn."""
     turn_timeout_s: float = Field(1800.0, gt=0, le=86400)
+    """Longest one turn job runs: no model call starts past it (idle reason `time_limit`), and
+    past half of it the next turn goes to a fresh job."""
     turn_max_steps: int = Field(50, ge=1, le=1000)
+    """Model calls in one turn (of a teammate or the lead) before it ends (`step_limit`)."""
     max_message_bytes: int = Field(65536, ge=64, le=1 << 24)
+    """Largest message on the team's bus, every field counted; a larger one is refused."""
     model_timeout_s: float = Field(120.0, gt=0, le=3600)
+    """How long one model call may take before it is retried or fails."""
     model_max_retries: int = Field(3, ge=0, le=10)
+    """Retries of a model call that failed for a passing reason, with backoff."""
     memory_max_messages: int = Field(400, ge=4, le=100_000)
     """Past this, a checkpoint drops the oldest whole exchanges of a teammate's (and the lead's)
     memory."""
