@@ -266,7 +266,7 @@ def team_error(exc: ValidationError, source: str) -> ConfigError:
     message = first["msg"]
     if first["type"] == "extra_forbidden":
         message = ("unknown field; check its spelling (`teamctl run --help` lists the run "
-                   "options, the README the team file fields)")
+                   "options, docs/guides/planned-runs.md the team file fields)")
     return ConfigError(f"{source}: {where}: {message}")
 
 

@@ -1,4 +1,4 @@
-"""The import rules the layout promises (README, Layout): `teamctl.shared` imports neither the
+"""The import rules the layout promises (docs/contributing/layout.md): `teamctl.shared` imports neither the
 coordinator nor the worker, the coordinator never imports the worker, the CLI is a leaf, a planned
 run's code (`runs`) and a persistent team's (`teams`) never import each other, and there are no
 cycles."""

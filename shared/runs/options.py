@@ -19,7 +19,7 @@ deadlines and Redis expiries (milliseconds) far from overflow."""
 REMOVED_OPTIONS = {
     "allow_dynamic_member_registration":
         "removed: a run's roster is fixed once it starts (members cannot be added to a live run; "
-        "README, Run options)",
+        "docs/guides/planned-runs.md, Run options)",
 }
 """Options that no longer exist, with why: a team names them as a ConfigError
 (refuse_removed_options), a stored spec that has one still loads (RunOptions._forget_removed)."""
