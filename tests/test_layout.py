@@ -1,7 +1,7 @@
-"""The import rules the layout promises (docs/contributing/layout.md): `teamctl.shared` imports neither the
-coordinator nor the worker, the coordinator never imports the worker, the CLI is a leaf, a planned
-run's code (`runs`) and a persistent team's (`teams`) never import each other, and there are no
-cycles."""
+"""The import rules the layout promises (docs/contributing/layout.md): `teamctl.shared` imports
+neither the coordinator nor the worker, the coordinator never imports the worker, the CLI is a
+leaf, a planned run's code (`runs`) and a persistent team's (`teams`) never import each other, and
+there are no cycles."""
 
 from __future__ import annotations
 
