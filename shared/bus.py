@@ -19,7 +19,7 @@ Keys (all from the space's KeySpace):
 
 Delivery: a message to a member goes to its inbox; to ``*`` or to nobody, to every member except
 the sender (a member never receives its own messages, broadcasts included, so neither
-``read_unread`` nor ``history_for`` returns them; AI4J's history kept own broadcasts, DESIGN §6
+``read_unread`` nor ``history_for`` returns them; AI4J's history kept own broadcasts, teamctl's
 skips the sender); to ``lead`` to no inbox (the lead reads the whole bus), except in a key space
 whose lead has an inbox (a persistent team, ``KeySpace.lead_has_inbox``): there mail to ``lead``
 and a teammate's broadcast land in ``inbox:lead``.

@@ -1,4 +1,4 @@
-"""Run semantics (AI4J §6 and the issue's cases) through the CLI, real workers and Redis."""
+"""Run semantics (AI4J's dispatch loop) through the CLI, real workers and Redis."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The planner-output parser (AI4J §3.2-3.3) and plan normalization, as a table."""
+"""The planner-output parser (AI4J's tolerated shapes) and plan normalization, as a table."""
 
 from __future__ import annotations
 

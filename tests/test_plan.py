@@ -1,4 +1,4 @@
-"""Plan normalization: the AI4J id table (contract §2.1-2.3) and the issue's examples."""
+"""Plan normalization: AI4J's id table and the cases it was built from."""
 
 from __future__ import annotations
 

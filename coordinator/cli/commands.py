@@ -33,7 +33,7 @@ INTERRUPTED_EXIT_CODE = 130
 
 
 def exit_code_for(result: RunResult) -> int:
-    """0 only when every task completed (DESIGN §7)."""
+    """0 only when every task completed."""
     return 0 if result.status is RunStatus.COMPLETED else 1
 
 

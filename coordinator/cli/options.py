@@ -1,4 +1,4 @@
-"""One `run` flag per run option (DESIGN §7), generated from RunOptions; flags override the file."""
+"""One `run` flag per run option , generated from RunOptions; flags override the file."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run hooks (AI4J §9): user classes named in the team file, called by the coordinator.
+"""Run hooks (AI4J's hook points): user classes named in the team file, called by the coordinator.
 
 A hook is any class with some of the methods of `TeamHook`, named as "package.module:Class" and
 built with no arguments. Hooks run in the coordinator process in registration order. A hook that

@@ -1,4 +1,4 @@
-"""Plan normalization (AI4J §2.2-2.3): task ids made safe and unique, dependencies cleaned."""
+"""Plan normalization (AI4J's rules): task ids made safe and unique, dependencies cleaned."""
 
 from __future__ import annotations
 

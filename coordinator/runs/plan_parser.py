@@ -1,4 +1,4 @@
-"""A tolerant parser for planner output (AI4J §3.2-3.3): JSON, or JSON found inside prose.
+"""A tolerant parser for planner output (as AI4J's): JSON, or JSON found inside prose.
 
 A plan is model output: it yields only tasks (id, member, text, context, dependencies). Any other
 key (tools, mcp, model, a member's definition) is dropped here, and a member id is only resolved

@@ -1,4 +1,4 @@
-"""Builds the result JSON (DESIGN §7) from Redis alone, so `status --json` can rebuild it later."""
+"""Builds the result JSON from Redis alone, so `status --json` can rebuild it later."""
 
 from __future__ import annotations
 

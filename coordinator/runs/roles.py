@@ -46,7 +46,7 @@ def plan_from_reply(raw_text: str, objective: str, members: list[Member],
 
 
 def fallback_tasks(objective: str, members: list[Member]) -> list[RawTask]:
-    """One task per member when the planner produced nothing usable (AI4J §3.4)."""
+    """One task per member when the planner produced nothing usable (as AI4J)."""
     return [
         RawTask(id=f"fallback_{i}", member_id=m.id, context="planner_fallback",
                 task=(f"Focus on {m.description}. Objective: {objective}"

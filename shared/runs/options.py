@@ -34,7 +34,7 @@ def refuse_removed_options(options: object, source: str, fix: str) -> None:
 
 
 class RunOptions(BaseModel):
-    """Every run option, with AI4J's defaults plus teamctl's own (DESIGN §7).
+    """Every run option, with AI4J's defaults plus teamctl's own (docs/ai4j.md says which).
 
     Every number is finite and bounded above (a value out of range is a ConfigError naming the
     flag or the team file field): an infinite timeout overflowed deadlines, an infinite float

@@ -88,7 +88,7 @@ class TaskStateView(BaseModel):
 
 
 class RunResult(BaseModel):
-    """The result JSON of `teamctl run --json` and `teamctl status --json` (DESIGN §7)."""
+    """The result JSON of `teamctl run --json` and `teamctl status --json`."""
 
     team_id: str
     """The team file's `team_id`."""

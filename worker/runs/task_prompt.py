@@ -1,4 +1,4 @@
-"""The dispatch input: what a member is told about its task (AI4J §6.4, plus dependency outputs)."""
+"""The dispatch input: what a member is told about its task (AI4J's, plus dependency outputs)."""
 
 from __future__ import annotations
 
