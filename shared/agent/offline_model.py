@@ -20,6 +20,9 @@ _MEMBER_LINE = re.compile(r"^- id=([^,\s]+)(?:, name=([^,]*))?(?:, expertise=(.*
 _SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
 TEAMMATE_MARK = "You are a persistent teammate"
 """Starts a teammate turn's system prompt (worker/teams/turn.py)."""
+PLACEHOLDER_NOTE = ("(Written by teamctl's built-in offline demo model, which only shows the "
+                    "run's shape: set a provider key or --model for a real answer.)")
+"""Ends every synthesized answer, so nobody takes the demo's for a real one."""
 LEAD_MARK = "You are the lead agent of a persistent team"
 """Starts the lead agent's system prompt (coordinator/teams/prompts/lead_system.md)."""
 
@@ -88,7 +91,7 @@ def _synthesize(prompt: str) -> str:
     outputs = re.findall(r"^  output: (.*)$", prompt, re.M)
     objective = _section(prompt, "Objective")
     body = "\n".join(f"- {line}" for line in outputs) or "- (no member output)"
-    return f"Answer to: {objective}\n{body}"
+    return f"Answer to: {objective}\n{body}\n\n{PLACEHOLDER_NOTE}"
 
 
 def make_provider() -> Any:
