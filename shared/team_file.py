@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -39,6 +40,10 @@ def checked_queue(queue: str) -> str:
     return queue
 
 
+QueueName = Annotated[str, AfterValidator(checked_queue)]
+"""An RQ queue named in a team file: it becomes part of Redis keys."""
+
+
 class Member(BaseModel):
     """A team member as configured; `id` is normalized on load."""
 
@@ -54,7 +59,7 @@ class Member(BaseModel):
     mcp_servers: list[McpServer] = Field(default_factory=list)
     """The servers `mcp` names, filled in from the team file's `[[mcp_servers]]` so that the
     run's spec carries them to the workers; a team file sets `mcp`, never this."""
-    queue: str = "members"
+    queue: QueueName = "members"
 
     @field_validator("id")
     @classmethod
@@ -65,11 +70,6 @@ class Member(BaseModel):
         if member_id in RESERVED_MEMBER_IDS:
             raise ValueError(f"member id {member_id!r} is reserved; choose another id")
         return member_id
-
-    @field_validator("queue")
-    @classmethod
-    def _safe_queue(cls, queue: str) -> str:
-        return checked_queue(queue)
 
     @field_validator("tools")
     @classmethod
@@ -108,12 +108,7 @@ class RoleModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
-    queue: str = "members"
-
-    @field_validator("queue")
-    @classmethod
-    def _safe_queue(cls, queue: str) -> str:
-        return checked_queue(queue)
+    queue: QueueName = "members"
 
 
 DEFAULT_MEMBERS = [

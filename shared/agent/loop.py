@@ -9,11 +9,11 @@ teammate's are guarded for replay). So a fix to the loop lands in all three.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.replies import ModelReply, Usage
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
 
 Message = dict[str, Any]
@@ -60,8 +60,6 @@ class LoopEnd:
     """The reason a policy gave."""
     reply: ModelReply | None = None
     """The last reply, if any call was made."""
-    steps: int = 0
-    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass
@@ -86,7 +84,7 @@ class AgentLoop:
             reply = self.client.complete(self.model, messages + sent,
                                          tools=self.toolbox.schemas() or None,
                                          api_base=self.api_base)
-            end.usage, end.steps, end.reply = end.usage.plus(reply.usage), step, reply
+            end.reply = reply
             sent.append(assistant_message(reply))
             self.policy.on_reply(reply, sent)
             if reply.tool_calls:

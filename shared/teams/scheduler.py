@@ -35,6 +35,8 @@ class SchedulingStore(Store, Protocol):
     @property
     def lead_inbox(self) -> LeadInbox: ...
 
+    def exists(self) -> bool: ...
+
 
 class TurnScheduler:
     """One team's turn jobs: enqueued with ids only, found again by reconcile."""
@@ -82,7 +84,7 @@ class TurnScheduler:
         the lead is told. Returns the teammates whose turn was enqueued again."""
         store = self.store
         names = store.names()
-        if not names or not self.conn.exists(self.keys.meta):
+        if not names or not store.exists():
             return []
         # Only working teammates can be stalled: an idle team of a thousand costs the script
         # nothing. One that starts working after this read is fresh, not stalled.

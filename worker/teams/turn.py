@@ -235,11 +235,11 @@ class Turn:
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
                          policy=self)
         end = loop.run(messages)
-        if end.answer is not None:
-            return self._ended(IdleReason.DONE), end.answer
-        if end.stop == IdleReason.DONE:  # it called idle, or its last call spent the budget
-            return self._ended(IdleReason.DONE), str(end.reply and end.reply.content or "")
-        if end.stop is not None:
+        last_text = end.reply.content or "" if end.reply else ""
+        if end.answer is not None or end.stop == IdleReason.DONE:
+            # An answer, or a step that called idle or whose call spent the budget.
+            return self._ended(IdleReason.DONE), last_text
+        if end.stop is not None:  # the job's time or the budget, before a call
             return end.stop, ""
         return self._ended(IdleReason.STEP_LIMIT), ""
 
