@@ -11,6 +11,8 @@ TEARDOWN_OUTAGE_S on Redis.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
@@ -54,8 +56,27 @@ class TeamctlWorker(Worker):
         if pipeline is not None:
             super().heartbeat(timeout, pipeline)
             return None
-        try:
+        with self._exit_after_outage():
             super().heartbeat(timeout)
+        return None
+
+    def check_for_suspension(self, burst: bool) -> None:
+        """RQ's suspension check, which runs before each dequeue outside its retry loop: an
+        outage here ends the worker the same way (RQ would log an "unhandled exception")."""
+        with self._exit_after_outage():
+            super().check_for_suspension(burst)
+
+    def run_maintenance_tasks(self) -> None:
+        """RQ's registry cleaning, which also runs outside the dequeue retry loop."""
+        with self._exit_after_outage():
+            super().run_maintenance_tasks()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+
+    @contextmanager
+    def _exit_after_outage(self) -> Iterator[None]:
+        """Turn a lost Redis into a stop once the outage has lasted `outage.limit_s`; a
+        shorter one is re-raised for RQ's loop to retry."""
+        try:
+            yield
         except (redis.ConnectionError, redis.TimeoutError):
             if self.outage.failed(_retry_window_s(self.connection)):
                 self.log.error("Worker %s: Redis unreachable for %g s (TEAMCTL_REDIS_OUTAGE_S); "
@@ -63,7 +84,6 @@ class TeamctlWorker(Worker):
                 raise StopRequested() from None
             raise
         self.outage.ended()
-        return None
 
     def teardown(self) -> None:
         """RQ's teardown (register the death, unsubscribe) with a short retry: a worker
