@@ -1,10 +1,11 @@
 """The built-in offline model: a deterministic litellm custom provider, so no network is needed.
 
 It reads the same prompts a real model gets and answers by role: a planner prompt gets one task per
-member (the last one depending on the others), a member prompt gets a short note naming its task,
-a synthesis prompt gets the member outputs joined, a persistent teammate's turn gets a short
-acknowledgement (no tool calls, so the teammate goes idle), and so does the lead agent of a
-persistent team (`teamctl lead`: no tool calls, so its turn ends).
+member (the last one depending on the others), a member a short note naming its task, a synthesis
+prompt the member outputs joined, a persistent teammate or the lead a short acknowledgement.
+Given tools, `teamctl-offline/default` first uses them the way a team would (offline_actions.py:
+messages, tasks, plans, shutdowns, spawns, each Python and MCP tool once); `teamctl-offline/plain`
+never calls a tool, for benchmarks and tests that time or count the rest.
 """
 
 from __future__ import annotations
@@ -13,11 +14,24 @@ import json
 import re
 from typing import Any
 
+from teamctl.shared.agent.offline_actions import (
+    Act,
+    Conversation,
+    lead_act,
+    member_act,
+    teammate_act,
+    tool_calls,
+)
+
 PROVIDER = "teamctl-offline"
 MODEL = f"{PROVIDER}/default"
+PLAIN = "plain"
+PLAIN_MODEL = f"{PROVIDER}/{PLAIN}"
+"""The offline model that answers in text only (no tool calls)."""
 
 _MEMBER_LINE = re.compile(r"^- id=([^,\s]+)(?:, name=([^,]*))?(?:, expertise=(.*))?$", re.M)
 _SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
+_INBOX_ID = '"id": '
 TEAMMATE_MARK = "You are a persistent teammate"
 """Starts a teammate turn's system prompt (worker/teams/turn.py)."""
 PLACEHOLDER_NOTE = ("(Written by teamctl's built-in offline demo model, which only shows the "
@@ -66,25 +80,30 @@ def _member(prompt: str) -> str:
             f"notes on {summary!r}.")
 
 
-def _teammate(prompt: str) -> str:
-    """A persistent teammate's turn: a short acknowledgement, no tool calls, so it goes idle."""
+def _teammate_header(prompt: str) -> str:
     name = re.search(r"^Name: (.*)$", prompt, re.M)
     role = re.search(r"^Role: (.*)$", prompt, re.M)
-    inbox = prompt.count('"id": ')
-    return (f"[{role.group(1) if role else 'teammate'}] {name.group(1) if name else 'teammate'}: "
-            f"noted ({inbox} inbox messages seen).")
+    return f"[{role.group(1) if role else 'teammate'}] {name.group(1) if name else 'teammate'}"
+
+
+def _teammate(prompt: str) -> str:
+    """A persistent teammate's final answer of a turn: a short acknowledgement."""
+    return f"{_teammate_header(prompt)}: noted ({prompt.count(_INBOX_ID)} inbox messages seen)."
+
+
+def _lead_header(prompt: str) -> str:
+    team = re.search(r"^Team: (.*)$", prompt, re.M)
+    return f"[lead of {team.group(1) if team else 'the team'}]"
 
 
 def _lead(prompt: str) -> str:
-    """The lead's turn: a short acknowledgement of the last request, no tool calls."""
-    team = re.search(r"^Team: (.*)$", prompt, re.M)
+    """The lead's final answer when it did nothing: a short acknowledgement of the last request."""
     # The last line a person wrote (inbox blocks are tags and JSON lines).
     said = [line for line in prompt.splitlines() if line.strip()
             and not line.startswith(("<", "{"))]
-    inbox = prompt.count('"id": ')
     summary = said[-1][:120] if said else "the inbox"
-    return (f"[lead of {team.group(1) if team else 'the team'}] noted {summary!r} "
-            f"({inbox} inbox messages seen).")
+    seen = prompt.count(_INBOX_ID)
+    return f"{_lead_header(prompt)} noted {summary!r} ({seen} inbox messages seen)."
 
 
 def _synthesize(prompt: str) -> str:
@@ -94,6 +113,25 @@ def _synthesize(prompt: str) -> str:
     return f"Answer to: {objective}\n{body}\n\n{PLACEHOLDER_NOTE}"
 
 
+def act(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Act:
+    """The offline model's reply to a conversation: tool calls, or its final answer."""
+    prompt = _prompt(messages, ("user", "system"))
+    text = answer(prompt)
+    if model == PLAIN or not tools:
+        return Act(text=text)
+    conv = Conversation(messages, tools)
+    if prompt.startswith(LEAD_MARK):
+        return lead_act(conv, _lead_header(prompt), text)
+    if TEAMMATE_MARK in prompt:
+        return teammate_act(conv, _teammate_header(prompt), text)
+    task_id = re.search(r"^Task ID: (.*)$", prompt, re.M)
+    return member_act(conv, task_id.group(1), text) if task_id else Act(text=text)
+
+
+def _prompt(messages: list[dict[str, Any]], roles: tuple[str, ...]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages if m.get("role") in roles)
+
+
 def make_provider() -> Any:
     """Build the litellm CustomLLM handler (litellm is imported by the caller, lazily)."""
     import litellm
@@ -101,16 +139,19 @@ def make_provider() -> Any:
 
     class OfflineModel(CustomLLM):
         def completion(self, *args: Any, **kwargs: Any) -> litellm.ModelResponse:
-            messages = kwargs.get("messages") or []
-            prompt = "\n".join(str(m.get("content") or "") for m in messages
-                               if m.get("role") in ("user", "system"))
-            text = answer(prompt)
-            prompt_tokens = max(1, len(prompt) // 4)
-            completion_tokens = max(1, len(text) // 4)
+            messages = list(kwargs.get("messages") or [])
+            tools = list((kwargs.get("optional_params") or {}).get("tools") or [])
+            reply = act(str(kwargs.get("model") or ""), messages, tools)
+            made = sum(len(m.get("tool_calls") or []) for m in messages)
+            message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+            if reply.calls:
+                message["tool_calls"] = list(tool_calls(reply, made))
+            prompt_tokens = max(1, len(_prompt(messages, ("user", "system", "tool"))) // 4)
+            completion_tokens = max(1, len(reply.text or json.dumps(message)) // 4)
             return litellm.ModelResponse(
-                model=MODEL,
-                choices=[{"index": 0, "finish_reason": "stop",
-                          "message": {"role": "assistant", "content": text}}],
+                model=f"{PROVIDER}/{kwargs.get('model') or 'default'}",
+                choices=[{"index": 0, "finish_reason": "tool_calls" if reply.calls else "stop",
+                          "message": message}],
                 usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                        "total_tokens": prompt_tokens + completion_tokens},
             )

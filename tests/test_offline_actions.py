@@ -1,0 +1,109 @@
+"""The offline model's moves, decided from a conversation alone: what it calls, with which
+arguments, and that it never makes the same call twice (so no loop, even when a call fails)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from teamctl.shared.agent.offline_actions import Act, example_args
+from teamctl.shared.agent.offline_model import LEAD_MARK, PLAIN, TEAMMATE_MARK, act
+
+
+def tool(tool_name: str, /, **properties: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": tool_name, "parameters": {
+        "type": "object", "properties": properties, "required": list(properties)}}}
+
+
+TEXT = {"type": "string"}
+LEAD_TOOLS = [tool("list_teammates"), tool("spawn_teammate", name=TEXT, role=TEXT, prompt=TEXT),
+              tool("create_task", subject=TEXT), tool("request_shutdown", name=TEXT),
+              tool("send_message", to=TEXT, content=TEXT)]
+MATE_TOOLS = [tool("send_message", to=TEXT, content=TEXT),
+              tool("complete_task", task_id=TEXT, result=TEXT),
+              tool("respond_shutdown", request_id=TEXT, approve={"type": "boolean"}),
+              tool("submit_plan", plan=TEXT)]
+
+
+def answered(messages: list[dict[str, Any]], reply: Act,
+             results: list[Any]) -> list[dict[str, Any]]:
+    """The conversation after `reply`'s calls got `results`."""
+    ids = [f"c{len(messages)}_{n}" for n in range(len(reply.calls))]
+    calls = [{"id": i, "type": "function",
+              "function": {"name": c.name, "arguments": json.dumps(c.args)}}
+             for i, c in zip(ids, reply.calls, strict=True)]
+    return [*messages, {"role": "assistant", "content": None, "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": i, "content": json.dumps(r)}
+              for i, r in zip(ids, results, strict=True))]
+
+
+def test_arguments_come_from_the_schema_required_ones_only() -> None:
+    schema = {"type": "object", "required": ["q", "n", "mode", "flag", "tags", "limit", "maybe"],
+              "properties": {"q": TEXT, "n": {"type": "integer"}, "mode": {"enum": ["a", "b"]},
+                             "flag": {"type": "boolean"}, "tags": {"type": "array"},
+                             "limit": {"type": "integer", "default": 5},
+                             "maybe": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+                             "optional": TEXT}}
+    assert example_args(schema) == {"q": "offline demo", "n": 1, "mode": "a", "flag": True,
+                                    "tags": [], "limit": 5, "maybe": 1}
+
+
+def test_the_lead_spawns_the_named_teammates_and_reserves_the_listed_tasks_for_them() -> None:
+    said = "Spawn two teammates called Ann and bob as a reviewer. tasks: read it; check it"
+    messages = [{"role": "system", "content": f"{LEAD_MARK}.\nTeam: t"},
+                {"role": "user", "content": said}]
+    first = act("default", messages, LEAD_TOOLS)
+    assert [c.name for c in first.calls] == ["list_teammates"]
+    messages = answered(messages, first, [{"ok": True, "teammates": [
+        {"name": "bob", "status": "idle"}]}])
+    second = act("default", messages, LEAD_TOOLS)
+    assert [(c.name, c.args) for c in second.calls] == [
+        ("spawn_teammate", {"name": "ann", "role": "reviewer", "prompt": said}),
+        ("create_task", {"subject": "read it", "assignee": "ann"}),
+        ("create_task", {"subject": "check it", "assignee": "ann"})]
+    messages = answered(messages, second, [{"ok": True}, {"ok": True, "task_id": "task_1"},
+                                           {"ok": False}])
+    assert act("default", messages, LEAD_TOOLS) == Act(
+        text="[lead of t] spawned ann; created task_1 (read it); could not create_task check it.")
+
+
+def test_a_teammate_tries_each_move_once_even_when_it_fails() -> None:
+    inbox = "\n".join(json.dumps(line) for line in [
+        {"id": "1-0", "from": "system", "type": "task.assigned",
+         "content": 'You now hold task_4 ... complete_task(task_id="task_4", result=...)'},
+        {"id": "2-0", "from": "lead", "type": "peer.message", "content": "Status?"},
+        {"id": "3-0", "from": "lead", "type": "shutdown_request", "content": "stop",
+         "request_id": "req_1"}])
+    messages = [{"role": "system", "content": f"{TEAMMATE_MARK}.\nName: al\nRole: dev\n"
+                                              "Plan mode: off"},
+                {"role": "user", "content": f"<inbox>\n{inbox}\n</inbox>"}]
+    first = act("default", messages, MATE_TOOLS)
+    assert [(c.name, c.args) for c in first.calls] == [
+        ("complete_task", {"task_id": "task_4", "result": "[dev] al: did task_4."}),
+        ("send_message", {"to": "lead", "content": "[dev] al: got 2-0: Status?"})]
+    messages = answered(messages, first, [{"ok": False}, {"ok": True}])
+    second = act("default", messages, MATE_TOOLS)  # the shutdown last: it ends the turn
+    assert [(c.name, c.args["request_id"]) for c in second.calls] == [
+        ("respond_shutdown", "req_1")]
+    messages = answered(messages, second, [{"ok": True}])
+    assert act("default", messages, MATE_TOOLS).text.startswith("[dev] al: noted")
+
+
+def test_in_plan_mode_a_teammate_submits_one_plan_and_waits() -> None:
+    messages = [{"role": "system", "content": f"{TEAMMATE_MARK}.\nName: al\nRole: dev\n"
+                                              "Plan mode: on: before changing anything"},
+                {"role": "user", "content": "Start."}]
+    first = act("default", messages, MATE_TOOLS)
+    assert [c.name for c in first.calls] == ["submit_plan"]
+    messages = answered(messages, first, [{"ok": True}])
+    assert act("default", messages, MATE_TOOLS).calls == []
+    # The next turn, still unanswered: no second plan (the store would refuse it).
+    messages += [{"role": "assistant", "content": "waiting"},
+                 {"role": "user", "content": "<inbox>\n{\"id\": \"4-0\"}\n</inbox>"}]
+    assert act("default", messages, MATE_TOOLS).calls == []
+
+
+def test_the_plain_model_never_calls_a_tool() -> None:
+    messages = [{"role": "system", "content": f"{LEAD_MARK}.\nTeam: t"},
+                {"role": "user", "content": "Spawn a teammate called carol"}]
+    assert act(PLAIN, messages, LEAD_TOOLS).calls == []
