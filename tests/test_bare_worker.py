@@ -40,7 +40,7 @@ def test_bare_worker_completes_the_task_and_logs_the_preload_hint(
     assert done.returncode == 0, done.stderr
     task = TaskBoard(conn, RunKeys(run_id)).get("t1")
     assert (task.status, task.output) == (  # the offline model's answer for this task
-        TaskStatus.COMPLETED, "[Member m1] t1: notes on 'Say hello'.")
+        TaskStatus.COMPLETED, "[Member m1] t1: notes on 'Say hello' (offline demo model).")
     log = done.stdout + done.stderr
     assert log.count("worker not preloaded") == (0 if preloaded else 1)
     assert ("RQ_CONFIG=teamctl.worker.settings rq worker members" in log) is not preloaded

@@ -84,6 +84,15 @@ def test_offline_model_end_to_end_with_embedded_redis(tmp_path: Path) -> None:
         status = subprocess.run([*teamctl, "status", run_id, "--json"],
                                 capture_output=True, text=True, timeout=60)
         assert status.returncode == 0, status.stderr
-        assert json.loads(status.stdout)["status"] == "completed"
+        result = json.loads(status.stdout)
+        assert result["status"] == "completed"
+        # Each member told the writer, whose task waits on theirs, over the bus.
+        assert sorted((m["from"], m["to"]) for m in result["messages"]
+                      if m["type"] == "peer.message") == [("analyst", "writer"),
+                                                          ("researcher", "writer")]
+        # The same objective gives the same answer, byte for byte.
+        again = subprocess.run([*teamctl, "run", "Plan a picnic", "--workers", "1"],
+                               capture_output=True, text=True, timeout=180)
+        assert (again.returncode, again.stdout) == (0, done.stdout)
     finally:
         subprocess.run([*teamctl, "redis", "stop"], capture_output=True, timeout=60)

@@ -103,6 +103,15 @@ def test_in_plan_mode_a_teammate_submits_one_plan_and_waits() -> None:
     assert act("default", messages, MATE_TOOLS).calls == []
 
 
+def test_a_role_is_read_after_who_when_no_as_names_one() -> None:
+    said = "Spawn a teammate called carol who reviews code."
+    messages = [{"role": "system", "content": f"{LEAD_MARK}.\nTeam: t"},
+                {"role": "user", "content": said}]
+    messages = answered(messages, act("default", messages, LEAD_TOOLS), [{"teammates": []}])
+    [spawn] = act("default", messages, LEAD_TOOLS).calls
+    assert spawn.args == {"name": "carol", "role": "reviews code", "prompt": said}
+
+
 def test_the_plain_model_never_calls_a_tool() -> None:
     messages = [{"role": "system", "content": f"{LEAD_MARK}.\nTeam: t"},
                 {"role": "user", "content": "Spawn a teammate called carol"}]

@@ -57,6 +57,17 @@ def test_offline_members_read_the_board_call_their_tool_and_tell_who_waits_on_th
     read = next(m for m in kept["m2_part"] if m.get("role") == "tool")
     assert "m1_part is done" in read["content"]
 
+    # `teamctl transcript` shows the same, a line per message.
+    shown = cli("transcript", run_id, "m1_part", "--redis-url", workers)
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    assert lines[2] == ('assistant calls: team_read_messages({}); team_list_tasks({}); '
+                        'search_docs({"query": "offline demo"})')
+    assert lines[-1].startswith("assistant: [m1] m1_part: notes on")
+    unknown = cli("transcript", run_id, "m9_part", "--redis-url", workers)
+    assert unknown.exit_code == 2
+    assert f"run {run_id} has no task m9_part" in unknown.stderr
+
 
 def lead_inbox(url: str, team: str) -> list[dict[str, str]]:
     shown = cli("team", "messages", "--json", *base_args(url, team))

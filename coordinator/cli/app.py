@@ -379,6 +379,20 @@ def redis_stop(settings: Settings) -> None:
 
 @main.command()
 @click.argument("run_id")
+@click.argument("task_id")
+@redis_url_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message, whole.")
+@fail_cleanly
+def transcript(run_id: str, task_id: str, redis_url: str | None, as_json: bool,
+               settings: Settings) -> None:
+    """Show what TASK_ID's member sent its model and got back: its tool calls and results."""
+    from teamctl.coordinator.cli.transcript_view import transcript_command
+
+    transcript_command(resolve_redis_url(redis_url, settings), run_id, task_id, as_json)
+
+
+@main.command()
+@click.argument("run_id")
 @redis_url_option
 @click.option("--member", default=None, help="Only messages visible to this member.")
 @click.option("--type", "type_", default=None, help="Only messages of this type.")

@@ -30,7 +30,8 @@ _TASK_ID = re.compile(r"\btask_\d+\b")
 _NAME = r"[a-z][a-z0-9_-]{0,31}"
 _NAMES_AFTER = re.compile(rf"\b(?:called|named)\s+({_NAME}(?:\s*(?:,|\band\b)\s*{_NAME})*)",
                           re.I)
-_ROLE = re.compile(r"\bas (?:an? |the )?([a-z][\w-]{0,31})", re.I)
+_ROLE = re.compile(r"\bas (?:an? |the )?([a-z][\w-]{0,31})"
+                   r"|\bwho ([a-z][\w -]{0,59}?)\s*(?:[.;,]|$)", re.I | re.M)
 _TASKS = re.compile(r"\btasks?:\s*(.+)", re.I | re.S)
 _TELL = re.compile(rf"\b(?:tell|ask|message)\s+({_NAME})\b[:,]?\s*(.*)", re.I | re.S)
 _SHUTDOWN = re.compile(r"\bshut\s*down\b|\bstop\b", re.I)
@@ -250,9 +251,9 @@ def lead_act(conv: Conversation, header: str, answer: str) -> Act:
 
 
 def _spawns(conv: Conversation, made: list[Made], said: str, known: set[str]) -> list[Call]:
-    role = _ROLE.search(said)
-    return [conv.call("spawn_teammate", name=name, role=role.group(1) if role else "helper",
-                      prompt=said)
+    found = _ROLE.search(said)
+    role = (found.group(1) or found.group(2)) if found else "helper"
+    return [conv.call("spawn_teammate", name=name, role=role, prompt=said)
             for match in _NAMES_AFTER.finditer(said)
             for name in re.split(r"\s*(?:,|\band\b)\s*", match.group(1).lower())
             if name and name not in known and not _called(made, "spawn_teammate", name)]

@@ -77,7 +77,7 @@ def _member(prompt: str) -> str:
     task = _section(prompt, "Assigned task").splitlines()
     summary = task[0][:160] if task else "the task"
     return (f"[{role.group(1) if role else 'member'}] {task_id.group(1) if task_id else 'task'}: "
-            f"notes on {summary!r}.")
+            f"notes on {summary!r} (offline demo model).")
 
 
 def _teammate_header(prompt: str) -> str:

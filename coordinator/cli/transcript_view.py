@@ -1,0 +1,50 @@
+"""`teamctl transcript`: one task's stored conversation, a line per message, safe for a terminal.
+
+What a member's model was sent and answered (its tool calls with their arguments, each tool's
+result) is model output: every line is flattened and cut, so nothing in it acts on the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.ids import check_task_id
+from teamctl.shared.redis.connection import connect
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.transcripts import Transcripts
+from teamctl.shared.text import flat, one_line
+
+LINE_CHARS = 300
+"""How much of one message a line shows (--json prints them whole)."""
+
+
+def transcript_command(redis_url: str, run_id: str, task_id: str, as_json: bool) -> None:
+    """Print the task's transcript (the last attempt's), or say why there is none."""
+    run = RunHandle.existing(connect(redis_url), run_id)
+    task_id = check_task_id(task_id)
+    if task_id not in {s.task_id for s in run.board.snapshot()}:
+        raise ConfigError(f"run {run_id} has no task {task_id}; `teamctl tasks {run_id}` "
+                          "lists its tasks")
+    kept = Transcripts(run.conn, run.keys, run.scripts).load_many([task_id]).get(task_id)
+    if kept is None:
+        click.echo(f"{task_id}: no transcript (its session has not started, or was never kept)")
+        return
+    for message in kept:
+        click.echo(json.dumps(message, ensure_ascii=False) if as_json else message_line(message))
+
+
+def message_line(message: dict[str, Any]) -> str:
+    """One message as `role: text`, a reply's tool calls as `name(arguments)`."""
+    role = flat(str(message.get("role", "?")))
+    calls = message.get("tool_calls") or []
+    if calls:
+        called = "; ".join(f"{flat(c['function']['name'])}({c['function'].get('arguments', '')})"
+                           for c in calls)
+        return f"{role} calls: {one_line(called, LINE_CHARS)}"
+    if role == "tool":
+        name = flat(str(message.get("name") or message.get("tool_call_id") or ""))
+        return f"tool {name}: {one_line(str(message.get('content') or ''), LINE_CHARS)}"
+    return f"{role}: {one_line(str(message.get('content') or ''), LINE_CHARS)}"
