@@ -1,5 +1,6 @@
 """The fork server the suite starts its workers from: a forked worker is a real `rq worker` with the
-environment, working directory and log file it was asked for, and it reports how it ended."""
+environment (PYTHONPATH on its import path), working directory and log file it was asked for,
+and it reports how it ended."""
 
 from __future__ import annotations
 
@@ -35,8 +36,12 @@ def test_a_forked_worker_serves_with_the_environment_and_directory_it_was_given(
     name = f"q-{uuid.uuid4().hex[:8]}"
     project = tmp_path / "project"
     project.mkdir()
+    (project / "libs").mkdir()
+    (project / "libs" / "forked_mark_mod.py").write_text("def mark() -> str:\n    return 'found'\n")
     monkeypatch.chdir(project)
     monkeypatch.setenv("FORKED_WORKER_MARK", "given")
+    # Relative, as people write it: the worker imports from it as an executed one would.
+    monkeypatch.setenv("PYTHONPATH", "libs")
     group = LocalWorkers(redis_server, [name], 1, tmp_path / "logs")
     group.start()
     try:
@@ -48,6 +53,7 @@ def test_a_forked_worker_serves_with_the_environment_and_directory_it_was_given(
 
         assert run_job(queue, "os.getenv", "FORKED_WORKER_MARK") == "given"
         assert run_job(queue, "os.getcwd") == str(project)
+        assert run_job(queue, "forked_mark_mod.mark") == "found"
         assert worker.poll() is None
     finally:
         group.stop()

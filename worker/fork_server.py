@@ -143,6 +143,17 @@ def _reap(children: set[int], exit_codes: dict[int, int]) -> None:
         exit_codes[pid] = os.waitstatus_to_exitcode(status)
 
 
+def with_python_path(path: list[str], server_value: str, worker_value: str) -> list[str]:
+    """`path` (sys.path after its first entry) with the server's PYTHONPATH entries replaced by
+    the worker's, first, as an interpreter started with the worker's environment has them."""
+    def entries(value: str) -> list[str]:
+        return [os.path.abspath(item) for item in value.split(os.pathsep) if item]
+
+    server = set(entries(server_value))
+    return [*entries(worker_value),
+            *(item for item in path if not item or os.path.abspath(item) not in server)]
+
+
 def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket]) -> None:
     """In the forked child: take the request's environment, directory and output, then run
     RQ's command line as `python -m rq.cli` would; never return into the server's loop."""
@@ -159,6 +170,8 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         os.chdir(request.cwd)
+        sys.path[1:] = with_python_path(sys.path[1:], os.environ.get("PYTHONPATH", ""),
+                                        request.env.get("PYTHONPATH", ""))
         os.environ.clear()
         os.environ.update(request.env)
         sys.argv = ["rq", *request.argv]
