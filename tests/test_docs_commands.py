@@ -1,10 +1,11 @@
 """Shell blocks the docs mark runnable run as printed, on the embedded defaults and the offline
 model, so a renamed command or flag breaks CI, not the reader. A block is marked by the line
 `<!-- runnable ... -->` right above its fence; `RUN_ID` in it stands for the run its last
-`teamctl run` started."""
+`teamctl run` started, and a line may start with `NAME=value` settings, as in a shell."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MARKER = re.compile(r"^<!-- runnable\b.*-->$")
 RUN_STARTED = re.compile(r"teamctl: run (\S+) on ")
+SETTING = re.compile(r"[A-Z_][A-Z0-9_]*=")
 
 
 def runnable_blocks() -> list[tuple[str, list[str]]]:
@@ -44,12 +46,17 @@ def test_a_runnable_block_runs_as_printed(where: str, commands: list[str]) -> No
     try:
         for line in commands:
             argv = shlex.split(line, comments=True)
-            assert argv[0].endswith("teamctl"), f"{where}: {line!r} is not a teamctl command"
+            settings = {}
+            while argv and SETTING.match(argv[0]):
+                name, value = argv.pop(0).split("=", 1)
+                settings[name] = value
+            assert argv and argv[0].endswith("teamctl"), \
+                f"{where}: {line!r} is not a teamctl command"
             if "RUN_ID" in argv:
                 assert run_id, f"{where}: {line!r} names RUN_ID before any run"
                 argv = [run_id if arg == "RUN_ID" else arg for arg in argv]
             done = subprocess.run([teamctl, *argv[1:]], cwd=ROOT, capture_output=True,
-                                  text=True, timeout=240)
+                                  text=True, timeout=240, env={**os.environ, **settings})
             assert done.returncode == 0, f"{where}: {line!r} exited {done.returncode}: " \
                                          f"{done.stderr[-2000:]}"
             started = RUN_STARTED.search(done.stderr)
