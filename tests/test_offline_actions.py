@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from teamctl.shared.agent.offline_actions import Act, example_args
+from teamctl.shared.agent.offline_actions import Act, example_args, tool_calls
 from teamctl.shared.agent.offline_model import LEAD_MARK, PLAIN, TEAMMATE_MARK, act
 
 
@@ -116,3 +116,58 @@ def test_the_plain_model_never_calls_a_tool() -> None:
     messages = [{"role": "system", "content": f"{LEAD_MARK}.\nTeam: t"},
                 {"role": "user", "content": "Spawn a teammate called carol"}]
     assert act(PLAIN, messages, LEAD_TOOLS).calls == []
+
+
+def lead_calls(said: str, known: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The lead's calls for `said` once list_teammates answered `known`."""
+    messages = [{"role": "system", "content": f"{LEAD_MARK}.\nTeam: t"},
+                {"role": "user", "content": said}]
+    messages = answered(messages, act("default", messages, LEAD_TOOLS), [{"teammates": [
+        {"name": name, "status": "idle"} for name in known]}])
+    return [(c.name, c.args) for c in act("default", messages, LEAD_TOOLS).calls]
+
+
+def test_the_lead_reads_only_what_a_request_names() -> None:
+    assert lead_calls("tell alice: stop using tabs", ["alice", "bob"]) == [
+        ("send_message", {"to": "alice", "content": "stop using tabs"})]
+    said = "Shut down carol once all tasks are done"
+    assert lead_calls(said, ["carol", "bob"]) == [
+        ("request_shutdown", {"name": "carol", "reason": said})]
+    assert [n for n, _ in lead_calls("Ask bob to shut down.", ["bob", "carol"])] == [
+        "request_shutdown"]
+    assert [a["name"] for _, a in lead_calls("Shut down everyone.", ["bob", "carol"])] == [
+        "bob", "carol"]
+    assert [(n, a["name"]) for n, a in lead_calls(
+        "Spawn a teammate called carol, who reviews code", [])] == [("spawn_teammate", "carol")]
+    assert [(n, a["name"]) for n, a in lead_calls(
+        "Spawn one called carol and have her draft it", [])] == [("spawn_teammate", "carol")]
+    assert lead_calls("tell alice: the module named utils is slow", ["alice"]) == [
+        ("send_message", {"to": "alice", "content": "the module named utils is slow"})]
+
+
+def test_a_teammate_completes_exactly_the_tasks_it_holds() -> None:
+    assigned = {"id": "1-0", "from": "system", "type": "task.assigned",
+                "content": "You now hold task_1 from the team task board: review task_10's output"}
+    messages = [{"role": "system", "content": f"{TEAMMATE_MARK}.\nName: al\nRole: dev\n"
+                                              "Plan mode: off"},
+                {"role": "user", "content": f"<inbox>\n{json.dumps(assigned)}\n</inbox>"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "x", "type": "function", "function": {
+                        "name": "complete_task",
+                        "arguments": '{"task_id": "task_10", "result": "r"}'}}]},
+                {"role": "tool", "tool_call_id": "x", "content": "not json"}]
+    [call] = act("default", messages, MATE_TOOLS).calls
+    assert (call.name, call.args["task_id"]) == ("complete_task", "task_1")
+
+
+def test_malformed_calls_in_memory_neither_crash_nor_repeat_ids() -> None:
+    messages = [{"role": "system", "content": f"{TEAMMATE_MARK}.\nName: al\nRole: dev\n"
+                                              "Plan mode: off"},
+                {"role": "user", "content": [{"type": "text", "text": "Start."}]},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "offline_7"}, {"id": "y", "function": {"name": "x", "arguments": "[1]"}},
+                    {"id": "z", "function": {"name": "x", "arguments": {"a": 1}}}]}]
+    reply = act("default", messages, [*MATE_TOOLS, tool("lookup", q=TEXT)])
+    assert [c.name for c in reply.calls] == ["lookup"]
+    [made] = tool_calls(reply, messages)
+    assert made["id"] == "offline_8"

@@ -61,7 +61,7 @@ def test_offline_members_read_the_board_call_their_tool_and_tell_who_waits_on_th
     shown = cli("transcript", run_id, "m1_part", "--redis-url", workers)
     assert shown.exit_code == 0, shown.output
     lines = shown.stdout.splitlines()
-    assert lines[2] == ('assistant calls: team_read_messages({}); team_list_tasks({}); '
+    assert lines[2] == ('assistant: calls team_read_messages({}); team_list_tasks({}); '
                         'search_docs({"query": "offline demo"})')
     assert lines[-1].startswith("assistant: [m1] m1_part: notes on")
     unknown = cli("transcript", run_id, "m9_part", "--redis-url", workers)

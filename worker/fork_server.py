@@ -143,15 +143,15 @@ def _reap(children: set[int], exit_codes: dict[int, int]) -> None:
         exit_codes[pid] = os.waitstatus_to_exitcode(status)
 
 
-def with_python_path(path: list[str], server_value: str, worker_value: str) -> list[str]:
+def python_path_entries(value: str) -> list[str]:
+    """A PYTHONPATH value's entries, absolute (against the current directory)."""
+    return [os.path.abspath(item) for item in value.split(os.pathsep) if item]
+
+
+def with_python_path(path: list[str], server: list[str], worker: list[str]) -> list[str]:
     """`path` (sys.path after its first entry) with the server's PYTHONPATH entries replaced by
     the worker's, first, as an interpreter started with the worker's environment has them."""
-    def entries(value: str) -> list[str]:
-        return [os.path.abspath(item) for item in value.split(os.pathsep) if item]
-
-    server = set(entries(server_value))
-    return [*entries(worker_value),
-            *(item for item in path if not item or os.path.abspath(item) not in server)]
+    return [*worker, *(item for item in path if not item or os.path.abspath(item) not in server)]
 
 
 def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket]) -> None:
@@ -169,9 +169,11 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         os.dup2(null, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
+        # The server's entries resolve against its own directory, the worker's against its own.
+        server_entries = python_path_entries(os.environ.get("PYTHONPATH", ""))
         os.chdir(request.cwd)
-        sys.path[1:] = with_python_path(sys.path[1:], os.environ.get("PYTHONPATH", ""),
-                                        request.env.get("PYTHONPATH", ""))
+        sys.path[1:] = with_python_path(sys.path[1:], server_entries,
+                                        python_path_entries(request.env.get("PYTHONPATH", "")))
         os.environ.clear()
         os.environ.update(request.env)
         sys.argv = ["rq", *request.argv]

@@ -61,28 +61,32 @@ class TeamctlWorker(Worker):
         return None
 
     def check_for_suspension(self, burst: bool) -> None:
-        """RQ's suspension check, which runs before each dequeue outside its retry loop: an
-        outage here ends the worker the same way (RQ would log an "unhandled exception")."""
-        with self._exit_after_outage():
+        """RQ's suspension check, which `work()` runs before each dequeue, outside the retry
+        loop: an outage here must not end the worker as an "unhandled exception"."""
+        with self._exit_after_outage(retried_by_rq=False):
             super().check_for_suspension(burst)
 
     def run_maintenance_tasks(self) -> None:
-        """RQ's registry cleaning, which also runs outside the dequeue retry loop."""
-        with self._exit_after_outage():
+        """RQ's registry cleaning, which `work()` also runs outside the dequeue retry loop."""
+        with self._exit_after_outage(retried_by_rq=False):
             super().run_maintenance_tasks()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
 
     @contextmanager
-    def _exit_after_outage(self) -> Iterator[None]:
-        """Turn a lost Redis into a stop once the outage has lasted `outage.limit_s`; a
-        shorter one is re-raised for RQ's loop to retry."""
+    def _exit_after_outage(self, *, retried_by_rq: bool = True) -> Iterator[None]:
+        """Turn a lost Redis into a stop once the outage has lasted `outage.limit_s`. A
+        shorter one is re-raised where RQ's dequeue loop retries it, else skipped (the
+        dequeue that follows meets it and retries)."""
         try:
             yield
-        except (redis.ConnectionError, redis.TimeoutError):
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
             if self.outage.failed(_retry_window_s(self.connection)):
                 self.log.error("Worker %s: Redis unreachable for %g s (TEAMCTL_REDIS_OUTAGE_S); "
                                "exiting", self.name, self.outage.limit_s)
                 raise StopRequested() from None
-            raise
+            if retried_by_rq:
+                raise
+            self.log.warning("Worker %s: Redis unreachable (%s); retrying", self.name, exc)
+            return
         self.outage.ended()
 
     def teardown(self) -> None:

@@ -15,7 +15,7 @@ from teamctl.shared.ids import check_task_id
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.transcripts import Transcripts
-from teamctl.shared.text import flat, one_line
+from teamctl.shared.text import one_line
 
 LINE_CHARS = 300
 """How much of one message a line shows (--json prints them whole)."""
@@ -33,18 +33,20 @@ def transcript_command(redis_url: str, run_id: str, task_id: str, as_json: bool)
         click.echo(f"{task_id}: no transcript (its session has not started, or was never kept)")
         return
     for message in kept:
-        click.echo(json.dumps(message, ensure_ascii=False) if as_json else message_line(message))
+        click.echo(json.dumps(message) if as_json else message_line(message))
 
 
 def message_line(message: dict[str, Any]) -> str:
-    """One message as `role: text`, a reply's tool calls as `name(arguments)`."""
-    role = flat(str(message.get("role", "?")))
-    calls = message.get("tool_calls") or []
-    if calls:
-        called = "; ".join(f"{flat(c['function']['name'])}({c['function'].get('arguments', '')})"
-                           for c in calls)
-        return f"{role} calls: {one_line(called, LINE_CHARS)}"
+    """One message as `role: text`; a reply's tool calls follow its text as `name(arguments)`."""
+    role = one_line(str(message.get("role", "?")), 20)
+    text = one_line(str(message.get("content") or ""), LINE_CHARS)
     if role == "tool":
-        name = flat(str(message.get("name") or message.get("tool_call_id") or ""))
-        return f"tool {name}: {one_line(str(message.get('content') or ''), LINE_CHARS)}"
-    return f"{role}: {one_line(str(message.get('content') or ''), LINE_CHARS)}"
+        name = one_line(str(message.get("name") or message.get("tool_call_id") or ""), 80)
+        return f"tool {name}: {text}"
+    calls = [call.get("function") or {} for call in message.get("tool_calls") or []
+             if isinstance(call, dict)]
+    if not calls:
+        return f"{role}: {text}"
+    called = "; ".join(f"{f.get('name', '?')}({f.get('arguments', '')})" for f in calls)
+    said = f"{text} " if text else ""
+    return f"{role}: {said}calls {one_line(called, LINE_CHARS)}"

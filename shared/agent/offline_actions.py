@@ -26,17 +26,27 @@ from teamctl.shared.agent.tool_names import RESERVED_PREFIX, WORKSPACE_TOOLS
 Message = dict[str, Any]
 
 _INBOX = re.compile(r"<inbox>\n(.*?)\n</inbox>", re.S)
-_TASK_ID = re.compile(r"\btask_\d+\b")
+_HELD = re.compile(r"\bYou (?:now|still) hold (task_\d+(?:, task_\d+)*)")
+"""How a task.assigned or task.reminder message names the tasks held (their subjects may name
+other tasks)."""
 _NAME = r"[a-z][a-z0-9_-]{0,31}"
-_NAMES_AFTER = re.compile(rf"\b(?:called|named)\s+({_NAME}(?:\s*(?:,|\band\b)\s*{_NAME})*)",
-                          re.I)
+# A name in a list: not a keyword, and followed by a separator, "as", "who" or the end.
+_LISTED = (rf"(?!(?:who|as|and)\b){_NAME}"
+           r"(?=\s*(?:,|\band\b|[.;:!?]|$|\bas\b|\bwho\b))")
+_NAMES = rf"{_LISTED}(?:\s*(?:,|\band\b)\s*{_LISTED})*"
+_SPAWN = re.compile(r"\b(?:spawn|start|hire|create|add)\b", re.I)
+_NAMES_AFTER = re.compile(rf"\b(?:called|named)\s+({_NAMES})", re.I | re.M)
 _ROLE = re.compile(r"\bas (?:an? |the )?([a-z][\w-]{0,31})"
                    r"|\bwho ([a-z][\w -]{0,59}?)\s*(?:[.;,]|$)", re.I | re.M)
 _TASKS = re.compile(r"\btasks?:\s*(.+)", re.I | re.S)
 _TELL = re.compile(rf"\b(?:tell|ask|message)\s+({_NAME})\b[:,]?\s*(.*)", re.I | re.S)
-_SHUTDOWN = re.compile(r"\bshut\s*down\b|\bstop\b", re.I)
-_EVERYONE = re.compile(r"\b(?:everyone|everybody|all)\b", re.I)
-_FIRST_WORDS = re.compile(r"^(?:ask|tell|please)\s+", re.I)
+_STOP_VERB = r"\b(?:shut\s*down|stop)"
+_SHUTDOWN = re.compile(
+    # Names here count only when they are teammates, so the list need not end cleanly.
+    rf"{_STOP_VERB}\s+({_NAME}(?:\s*(?:,|\band\b)\s*{_NAME})*)"  # "shut down carol and bob"
+    rf"|\b(?:ask|tell)\s+({_NAME})\s+to\s+{_STOP_VERB}\b", re.I | re.M)  # "ask carol to stop"
+_EVERYONE = {"everyone", "everybody", "all"}
+_SPLIT = re.compile(r"\s*(?:,|\band\b)\s*", re.I)
 DEMO_TEXT = "offline demo"
 """What the offline model passes for a text argument it has nothing better for."""
 
@@ -76,7 +86,7 @@ class Conversation:
 
     @property
     def system(self) -> str:
-        return "\n".join(_text(m) for m in self.messages if m.get("role") == "system")
+        return "\n".join(text_of(m) for m in self.messages if m.get("role") == "system")
 
     def current(self) -> list[Message]:
         """The messages since the last final answer (a turn's, when memory holds earlier ones)."""
@@ -89,22 +99,23 @@ class Conversation:
     def made(self, messages: list[Message] | None = None) -> list[Made]:
         """The calls in `messages` (the current ones by default), in order."""
         messages = self.current() if messages is None else messages
-        results = {m.get("tool_call_id"): _json(_text(m)) for m in messages
+        results = {m.get("tool_call_id"): _json(text_of(m)) for m in messages
                    if m.get("role") == "tool"}
-        return [Made(call["function"]["name"], _json(call["function"].get("arguments") or "{}"),
+        return [Made(str(function.get("name") or ""), _args(function.get("arguments")),
                      results.get(call.get("id")))
                 for m in messages if m.get("role") == "assistant"
-                for call in m.get("tool_calls") or []]
+                for call in m.get("tool_calls") or [] if isinstance(call, dict)
+                for function in [call.get("function") or {}]]
 
     def inbox(self) -> list[dict[str, Any]]:
         """The inbox lines the current messages carry (each `<inbox>` block's JSON objects)."""
         lines = [_json(line) for m in self.current() if m.get("role") == "user"
-                 for block in _INBOX.findall(_text(m)) for line in block.splitlines()]
+                 for block in _INBOX.findall(text_of(m)) for line in block.splitlines()]
         return [line for line in lines if isinstance(line, dict)]
 
     def said(self) -> str:
         """What the person wrote in the current messages, inbox blocks left out."""
-        texts = [_INBOX.sub("", _text(m)).strip() for m in self.current()
+        texts = [_INBOX.sub("", text_of(m)).strip() for m in self.current()
                  if m.get("role") == "user"]
         return "\n".join(text for text in texts if text)
 
@@ -172,10 +183,10 @@ def _dependents(made: list[Made], task_id: str) -> list[str]:
     tasks = listed.get("tasks") if isinstance(listed, dict) else None
     if not isinstance(tasks, list):
         return []
-    mine = next((t.get("memberId") for t in tasks if t.get("taskId") == task_id), None)
+    tasks = [t for t in tasks if isinstance(t, dict) and isinstance(t.get("memberId"), str)]
+    mine = next((t["memberId"] for t in tasks if t.get("taskId") == task_id), None)
     return sorted({t["memberId"] for t in tasks
-                   if task_id in (t.get("dependsOn") or []) and t.get("memberId")
-                   and t["memberId"] != mine})
+                   if task_id in (t.get("dependsOn") or []) and t["memberId"] != mine})
 
 
 # --- a persistent teammate ---------------------------------------------------------------------
@@ -186,10 +197,12 @@ def teammate_act(conv: Conversation, header: str, answer: str) -> Act:
     made, lines = conv.made(), conv.inbox()
     calls = [call for call in conv.own_tools() if not _called(conv.made(conv.messages), call.name)]
     calls += _task_moves(conv, made, lines, header)
+    answered = {str(m.args.get("content", "")).partition(": ")[2].partition(":")[0]
+                for m in made if m.name == "send_message"}  # "got <id>" of each reply
     calls += [conv.call("send_message", to="lead",
-                        content=f"{header}: got {line.get('id')}: {_gist(line)}")
+                        content=f"{header}: got {line['id']}: {_gist(line)}")
               for line in lines if line.get("from") == "lead" and line.get("type") == "peer.message"
-              and not _called(made, "send_message", line.get("id"))]
+              and line.get("id") and f"got {line['id']}" not in answered]
     if calls:
         return Act(calls=calls)
     shutdowns = [conv.call("respond_shutdown", request_id=line["request_id"], approve=True,
@@ -209,7 +222,8 @@ def _task_moves(conv: Conversation, made: list[Made], lines: list[dict[str, Any]
         return [conv.call("submit_plan", plan=f"{header}: take each task the board hands me, "
                           "do it, and complete it with its result.")]
     held = sorted({task for line in lines if str(line.get("type", "")).startswith("task.")
-                   for task in _TASK_ID.findall(str(line.get("content", "")))})
+                   for found in _HELD.findall(str(line.get("content", "")))
+                   for task in found.split(", ")})
     return [conv.call("complete_task", task_id=task, result=f"{header}: did {task}.")
             for task in held if not _called(made, "complete_task", task)]
 
@@ -219,7 +233,7 @@ def _plan_pending(conv: Conversation) -> bool:
     submitted = [m for m in conv.made(conv.messages) if m.name == "submit_plan"
                  and isinstance(m.result, dict) and m.result.get("ok")]
     answers = [line for m in conv.messages if m.get("role") == "user"
-               for block in _INBOX.findall(_text(m)) for line in block.splitlines()
+               for block in _INBOX.findall(text_of(m)) for line in block.splitlines()
                if '"plan_approval_response"' in line]
     return len(submitted) > len(answers)
 
@@ -251,12 +265,14 @@ def lead_act(conv: Conversation, header: str, answer: str) -> Act:
 
 
 def _spawns(conv: Conversation, made: list[Made], said: str, known: set[str]) -> list[Call]:
+    if not _SPAWN.search(said):
+        return []
     found = _ROLE.search(said)
     role = (found.group(1) or found.group(2)) if found else "helper"
-    return [conv.call("spawn_teammate", name=name, role=role, prompt=said)
-            for match in _NAMES_AFTER.finditer(said)
-            for name in re.split(r"\s*(?:,|\band\b)\s*", match.group(1).lower())
-            if name and name not in known and not _called(made, "spawn_teammate", name)]
+    names = dict.fromkeys(name for match in _NAMES_AFTER.finditer(said)
+                          for name in _SPLIT.split(match.group(1).lower()) if name)
+    return [conv.call("spawn_teammate", name=name, role=role, prompt=said) for name in names
+            if name not in known and not _called(made, "spawn_teammate", name)]
 
 
 def _tasks(conv: Conversation, made: list[Made], said: str, spawned: list[str]) -> list[Call]:
@@ -271,23 +287,25 @@ def _tasks(conv: Conversation, made: list[Made], said: str, spawned: list[str]) 
 
 
 def _shutdowns(conv: Conversation, made: list[Made], said: str, known: set[str]) -> list[Call]:
-    if not _SHUTDOWN.search(said):
-        return []
-    words = set(re.findall(_NAME, said.lower()))
-    names = known if _EVERYONE.search(said) else known & words
+    """request_shutdown for the teammates named right after "shut down" or "stop" (or all of
+    them for "everyone"), or in "ask NAME to stop"."""
+    named: set[str] = set()
+    for match in _SHUTDOWN.finditer(said):
+        listed = {n for n in _SPLIT.split((match.group(1) or match.group(2)).lower()) if n}
+        named |= known if listed & _EVERYONE else listed & known
     return [conv.call("request_shutdown", name=name, reason=_gist({"content": said}))
-            for name in sorted(names)
-            if not _called(made, "request_shutdown", name)]
+            for name in sorted(named) if not _called(made, "request_shutdown", name)]
 
 
 def _tells(conv: Conversation, made: list[Made], said: str, known: set[str]) -> list[Call]:
-    match = _TELL.search(said)
-    if not match or match.group(1).lower() not in known or _SHUTDOWN.search(said):
-        return []
-    name = match.group(1).lower()
-    text = match.group(2).strip() or said
-    return [] if _called(made, "send_message", name) else [
-        conv.call("send_message", to=name, content=_FIRST_WORDS.sub("", text))]
+    """send_message for the first "tell NAME: text" naming a teammate (not a stop request)."""
+    for match in _TELL.finditer(said):
+        name, text = match.group(1).lower(), match.group(2).strip()
+        if name not in known or not text or re.match(rf"to\s+{_STOP_VERB}\b", text, re.I):
+            continue
+        return [] if _called(made, "send_message", name) else [
+            conv.call("send_message", to=name, content=text)]
+    return []
 
 
 def _arg(call: Call, name: str) -> str:
@@ -320,10 +338,8 @@ def _done(made: Made) -> str:
 # --- reading the conversation ------------------------------------------------------------------
 
 def _called(made: list[Made], name: str, about: Any = None) -> bool:
-    """Whether `name` was called (about `about`: one of its arguments' values, or in them)."""
-    return any(m.name == name and (about is None or about in m.args.values()
-                                   or str(about) in json.dumps(m.args))
-               for m in made)
+    """Whether `name` was called (with `about` as one of its arguments' values)."""
+    return any(m.name == name and (about is None or about in m.args.values()) for m in made)
 
 
 def _gist(line: dict[str, Any]) -> str:
@@ -331,11 +347,17 @@ def _gist(line: dict[str, Any]) -> str:
     return text if len(text) <= 80 else text[:79] + "…"
 
 
+def _args(raw: Any) -> dict[str, Any]:
+    """A call's arguments as a dict ({} for anything else a model may have written)."""
+    value = _json(raw) if isinstance(raw, str) else raw
+    return value if isinstance(value, dict) else {}
+
+
 def _squash(key: str) -> str:
     return key.replace("_", "").lower()
 
 
-def _text(message: Message) -> str:
+def text_of(message: Message) -> str:
     content = message.get("content")
     if isinstance(content, list):  # content parts
         return "\n".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
@@ -349,9 +371,13 @@ def _json(text: str) -> Any:
         return None
 
 
-def tool_calls(act: Act, step: int) -> Iterator[dict[str, Any]]:
-    """The calls as OpenAI tool_calls, with ids unique in the conversation (`step`: how many
-    calls it already holds)."""
+def tool_calls(act: Act, messages: list[Message]) -> Iterator[dict[str, Any]]:
+    """The calls as OpenAI tool_calls, with ids past every `offline_<n>` id in `messages` (a
+    count would repeat ids once memory caps drop old messages)."""
+    taken = [int(found.group(1)) for m in messages if m.get("role") == "assistant"
+             for call in m.get("tool_calls") or [] if isinstance(call, dict)
+             for found in [re.fullmatch(r"offline_(\d+)", str(call.get("id", "")))] if found]
+    first = max(taken, default=-1) + 1
     for index, call in enumerate(act.calls):
-        yield {"id": f"offline_{step + index}", "type": "function",
+        yield {"id": f"offline_{first + index}", "type": "function",
                "function": {"name": call.name, "arguments": json.dumps(call.args)}}

@@ -20,6 +20,7 @@ from teamctl.shared.agent.offline_actions import (
     lead_act,
     member_act,
     teammate_act,
+    text_of,
     tool_calls,
 )
 
@@ -129,7 +130,7 @@ def act(model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]])
 
 
 def _prompt(messages: list[dict[str, Any]], roles: tuple[str, ...]) -> str:
-    return "\n".join(str(m.get("content") or "") for m in messages if m.get("role") in roles)
+    return "\n".join(text_of(m) for m in messages if m.get("role") in roles)
 
 
 def make_provider() -> Any:
@@ -142,10 +143,9 @@ def make_provider() -> Any:
             messages = list(kwargs.get("messages") or [])
             tools = list((kwargs.get("optional_params") or {}).get("tools") or [])
             reply = act(str(kwargs.get("model") or ""), messages, tools)
-            made = sum(len(m.get("tool_calls") or []) for m in messages)
             message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
             if reply.calls:
-                message["tool_calls"] = list(tool_calls(reply, made))
+                message["tool_calls"] = list(tool_calls(reply, messages))
             prompt_tokens = max(1, len(_prompt(messages, ("user", "system", "tool"))) // 4)
             completion_tokens = max(1, len(reply.text or json.dumps(message)) // 4)
             return litellm.ModelResponse(
