@@ -25,7 +25,7 @@ def transcript_command(redis_url: str, run_id: str, task_id: str, as_json: bool)
     """Print the task's transcript (the last attempt's), or say why there is none."""
     run = RunHandle.existing(connect(redis_url), run_id)
     task_id = check_task_id(task_id)
-    if task_id not in {s.task_id for s in run.board.snapshot()}:
+    if run.board.get(task_id) is None:  # one task's hash, not the whole board
         raise ConfigError(f"run {run_id} has no task {task_id}; `teamctl tasks {run_id}` "
                           "lists its tasks")
     kept = Transcripts(run.conn, run.keys, run.scripts).load_many([task_id]).get(task_id)

@@ -21,14 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from teamctl.shared.agent.tool_names import RESERVED_PREFIX, WORKSPACE_TOOLS
+from teamctl.shared.agent.tool_names import MATE_TOOLS, RESERVED_PREFIX, WORKSPACE_TOOLS
+from teamctl.shared.text import one_line
 
 Message = dict[str, Any]
 
 _INBOX = re.compile(r"<inbox>\n(.*?)\n</inbox>", re.S)
 _HELD = re.compile(r"\bYou (?:now|still) hold (task_\d+(?:, task_\d+)*)")
 """How a task.assigned or task.reminder message names the tasks held (their subjects may name
-other tasks)."""
+other tasks): the texts of team_task_text in _lib.lua and of turn_end.lua."""
 _NAME = r"[a-z][a-z0-9_-]{0,31}"
 # A name in a list: not a keyword, and followed by a separator, "as", "who" or the end.
 _LISTED = (rf"(?!(?:who|as|and)\b){_NAME}"
@@ -107,9 +108,11 @@ class Conversation:
                 for call in m.get("tool_calls") or [] if isinstance(call, dict)
                 for function in [call.get("function") or {}]]
 
-    def inbox(self) -> list[dict[str, Any]]:
-        """The inbox lines the current messages carry (each `<inbox>` block's JSON objects)."""
-        lines = [_json(line) for m in self.current() if m.get("role") == "user"
+    def inbox(self, messages: list[Message] | None = None) -> list[dict[str, Any]]:
+        """The inbox lines `messages` (the current ones by default) carry: each `<inbox>`
+        block's JSON objects."""
+        messages = self.current() if messages is None else messages
+        lines = [_json(line) for m in messages if m.get("role") == "user"
                  for block in _INBOX.findall(text_of(m)) for line in block.splitlines()]
         return [line for line in lines if isinstance(line, dict)]
 
@@ -128,11 +131,9 @@ class Conversation:
     def own_tools(self) -> list[Call]:
         """One call of each tool neither the team's nor the workspace's (Python and MCP tools),
         with arguments made from its schema."""
-        team = {"send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
-                "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle"}
         return [Call(name, example_args(schema)) for name, schema in self.schemas.items()
                 if not name.startswith(RESERVED_PREFIX) and name not in WORKSPACE_TOOLS
-                and name not in team]
+                and name not in MATE_TOOLS]
 
 
 def example_args(schema: dict[str, Any]) -> dict[str, Any]:
@@ -194,15 +195,14 @@ def _dependents(made: list[Made], task_id: str) -> list[str]:
 def teammate_act(conv: Conversation, header: str, answer: str) -> Act:
     """Own tools once, tasks completed (after an approved plan in plan mode), the lead's
     messages answered; then a shutdown approved; then `answer`. `header`: "[role] name"."""
-    made, lines = conv.made(), conv.inbox()
-    calls = [call for call in conv.own_tools() if not _called(conv.made(conv.messages), call.name)]
+    made, lines, ever = conv.made(), conv.inbox(), conv.made(conv.messages)
+    calls = [call for call in conv.own_tools() if not _called(ever, call.name)]
     calls += _task_moves(conv, made, lines, header)
-    answered = {str(m.args.get("content", "")).partition(": ")[2].partition(":")[0]
-                for m in made if m.name == "send_message"}  # "got <id>" of each reply
-    calls += [conv.call("send_message", to="lead",
-                        content=f"{header}: got {line['id']}: {_gist(line)}")
+    replies = "\n".join(str(m.args.get("content", "")) for m in made if m.name == "send_message")
+    calls += [conv.call("send_message", to="lead", content=f"{header}: got {line['id']}: "
+                        f"{one_line(str(line.get('content', '')), 80)}")
               for line in lines if line.get("from") == "lead" and line.get("type") == "peer.message"
-              and line.get("id") and f"got {line['id']}" not in answered]
+              and line.get("id") and f": got {line['id']}: " not in replies]
     if calls:
         return Act(calls=calls)
     shutdowns = [conv.call("respond_shutdown", request_id=line["request_id"], approve=True,
@@ -232,9 +232,8 @@ def _plan_pending(conv: Conversation) -> bool:
     """Whether a plan was submitted and not yet answered (asking again would be refused)."""
     submitted = [m for m in conv.made(conv.messages) if m.name == "submit_plan"
                  and isinstance(m.result, dict) and m.result.get("ok")]
-    answers = [line for m in conv.messages if m.get("role") == "user"
-               for block in _INBOX.findall(text_of(m)) for line in block.splitlines()
-               if '"plan_approval_response"' in line]
+    answers = [line for line in conv.inbox(conv.messages)
+               if line.get("type") == "plan_approval_response"]
     return len(submitted) > len(answers)
 
 
@@ -293,7 +292,7 @@ def _shutdowns(conv: Conversation, made: list[Made], said: str, known: set[str])
     for match in _SHUTDOWN.finditer(said):
         listed = {n for n in _SPLIT.split((match.group(1) or match.group(2)).lower()) if n}
         named |= known if listed & _EVERYONE else listed & known
-    return [conv.call("request_shutdown", name=name, reason=_gist({"content": said}))
+    return [conv.call("request_shutdown", name=name, reason=one_line(said, 80))
             for name in sorted(named) if not _called(made, "request_shutdown", name)]
 
 
@@ -340,11 +339,6 @@ def _done(made: Made) -> str:
 def _called(made: list[Made], name: str, about: Any = None) -> bool:
     """Whether `name` was called (with `about` as one of its arguments' values)."""
     return any(m.name == name and (about is None or about in m.args.values()) for m in made)
-
-
-def _gist(line: dict[str, Any]) -> str:
-    text = " ".join(str(line.get("content", "")).split())
-    return text if len(text) <= 80 else text[:79] + "…"
 
 
 def _args(raw: Any) -> dict[str, Any]:

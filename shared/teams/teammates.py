@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
-from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
+from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name
 from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
@@ -26,10 +26,6 @@ DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
 TURN_FUNCTION = "teamctl.worker.teams.turn.run_turn"
 """What a turn job runs, enqueued by name so the CLI never imports the worker package."""
-MATE_TOOLS = ("send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
-              "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle")
-"""A teammate's own tools (worker/teams/teammate_tools.py registers them), known here so that a
-spawn refuses a Python tool named like one before any turn runs."""
 
 
 class MateStatus(StrEnum):
