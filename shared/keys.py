@@ -133,6 +133,23 @@ class KeySpace(ABC):
         coordinator reads the whole bus instead)."""
         return False
 
+    @property
+    def files(self) -> str:
+        """Hash: workspace path -> file content (bytes), for a workspace kept in Redis."""
+        return f"{self.base}:files"
+
+    @property
+    def file_versions(self) -> str:
+        """Hash: workspace path -> version of its last save; a deleted file keeps its version,
+        so a writer that saw the file before the delete is refused like any other stale one."""
+        return f"{self.base}:file_versions"
+
+    @property
+    def files_info(self) -> str:
+        """Hash: `bytes` (the content stored in `files`) and `rev` (saves ever made), so a
+        mirror that saw the current rev knows it has nothing to fetch."""
+        return f"{self.base}:files_info"
+
     def all_patterns(self) -> str:
         """A SCAN pattern matching every key of the space."""
         return f"{self.base}:*"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from teamctl.shared.errors import ConfigError
@@ -56,6 +56,11 @@ class Settings(BaseModel):
                                    validation_alias="TEAMCTL_REDIS_OUTAGE_S")
     """How long a worker rides out a Redis it cannot reach (RQ's own client included) before
     it exits; runs bound their own calls by their redis_outage_s option."""
+    workspace_store: Literal["auto", "local", "redis"] = Field(
+        "auto", validation_alias="TEAMCTL_WORKSPACE_STORE")
+    """Where a new run's or team's workspace files live: `local`, a directory on this host;
+    `redis`, in Redis, for workers on hosts that share no disk; `auto`, local when only this
+    host can reach the Redis (the embedded one, a loopback address), else redis."""
     provider_keys: frozenset[str] = frozenset()
     """The names (never the values) of the `*_API_KEY` variables that are set: litellm reads
     the keys itself, teamctl only needs to know which providers have one."""

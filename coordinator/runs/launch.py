@@ -45,6 +45,7 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     from teamctl.coordinator.runs.hooks import load_hooks
     from teamctl.coordinator.runs.run import RunRequest, create_run
     from teamctl.shared.runs.run_config import choose_models
+    from teamctl.shared.workspace_files import choose_store
 
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")
@@ -57,7 +58,8 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     url = redis_url()
     conn = connect(url)
     request = RunRequest(objective=objective, team=team, models=models,
-                         workspace_root=settings.state_dir / "workspaces", run_id=run_id)
+                         workspace_root=settings.state_dir / "workspaces", run_id=run_id,
+                         workspace_store=choose_store(settings.workspace_store, url))
     return Launch(conn, url, create_run(conn, request), hooks, model_source)
 
 

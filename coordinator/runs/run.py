@@ -35,6 +35,7 @@ from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.task_records import Plan, TaskStatus
 from teamctl.shared.team_file import TeamFile
 from teamctl.shared.text import shorten
+from teamctl.shared.workspace_caps import WorkspaceStore
 
 ENDING_NOTICE = {RunStatus.COMPLETED: SystemType.RUN_COMPLETE,
                  RunStatus.FAILED: SystemType.RUN_FAILED,
@@ -51,6 +52,7 @@ class RunRequest:
     models: ModelChoice
     workspace_root: Path
     run_id: str | None = None
+    workspace_store: WorkspaceStore = "local"
 
 
 def new_run_id() -> str:
@@ -62,12 +64,14 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
     """Store the run's spec in Redis; workers read everything they need from it."""
     run_id = check_run_id(request.run_id or new_run_id())
     workspace = request.workspace_root / run_id
-    private_dir(workspace)  # it will hold what the members write: theirs and yours only
+    if request.workspace_store == "local":
+        private_dir(workspace)  # it will hold what the members write: theirs and yours only
     spec = RunSpec(run_id=run_id, team_id=request.team.team_id, objective=request.objective,
                    members=request.team.members, options=request.team.options,
                    models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
                    hooks=request.team.hooks, planner_queue=request.team.planner.queue,
-                   synthesizer_queue=request.team.synthesizer_queue())
+                   synthesizer_queue=request.team.synthesizer_queue(),
+                   workspace_store=request.workspace_store)
     RunStore(conn, RunKeys(run_id)).create(spec)  # no scripts: the driving handle loads them
     return spec
 

@@ -178,8 +178,11 @@ class Workspace:
         """Create or overwrite a file (parents created); returns the bytes written."""
         if not isinstance(content, str):
             raise ToolFailed("content must be a string (the full text of the file)")
+        return self.write_bytes(raw_path, content.encode("utf-8"))
+
+    def write_bytes(self, raw_path: str, data: bytes) -> int:
+        """`write` for any content (a mirrored file need not be text)."""
         *parents, name = self._writable_parts(raw_path) or (".",)
-        data = content.encode("utf-8")
         with _os_errors(raw_path):
             dir_fd = self._open_dir(tuple(parents), create=True)
             try:
@@ -187,6 +190,20 @@ class Workspace:
             finally:
                 os.close(dir_fd)
         return len(data)
+
+    def remove(self, raw_path: str) -> None:
+        """Delete a file (a mirror's copy of one deleted elsewhere); gone already is fine."""
+        *parents, name = self._writable_parts(raw_path) or (".",)
+        with _os_errors(raw_path):
+            try:
+                dir_fd = self._open_dir(tuple(parents))
+            except FileNotFoundError:
+                return
+            try:
+                with suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
 
     def edit(self, raw_path: str, old_text: str, new_text: str) -> int:
         """Replace the one exact occurrence of `old_text`; returns the new file size in bytes."""

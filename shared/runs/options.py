@@ -7,6 +7,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
+from teamctl.shared.workspace_caps import (
+    DEFAULT_FILE_MAX_BYTES,
+    DEFAULT_WORKSPACE_MAX_BYTES,
+    MAX_FILE_MAX_BYTES,
+    MAX_WORKSPACE_MAX_BYTES,
+    FileCaps,
+)
 
 DEFAULT_MAX_ROUNDS = 64
 
@@ -126,6 +133,13 @@ class RunOptions(BaseModel):
     """How long listing an MCP server's tools may take (else the task fails)."""
     mcp_call_timeout_s: float = Field(60.0, gt=0, le=MAX_DURATION_S)
     """How long one MCP tool call may take; a slower one is a TOOL_ERROR result."""
+    workspace_file_max_bytes: int = Field(DEFAULT_FILE_MAX_BYTES, ge=1, le=MAX_FILE_MAX_BYTES)
+    """Largest file a workspace kept in Redis holds (TEAMCTL_WORKSPACE_STORE); a larger save is
+    refused with a tool error. A local workspace has no such cap."""
+    workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1,
+                                     le=MAX_WORKSPACE_MAX_BYTES)
+    """Largest total of the files a workspace kept in Redis holds; a save that would pass it
+    is refused with a tool error."""
 
     @model_validator(mode="before")
     @classmethod
@@ -135,6 +149,11 @@ class RunOptions(BaseModel):
         if isinstance(data, dict) and REMOVED_OPTIONS.keys() & data.keys():
             return {k: v for k, v in data.items() if k not in REMOVED_OPTIONS}
         return data
+
+    @property
+    def file_caps(self) -> FileCaps:
+        """The caps of the workspace when it is kept in Redis."""
+        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes)
 
     @property
     def tool_wait_s(self) -> float:

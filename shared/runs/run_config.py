@@ -13,6 +13,7 @@ from teamctl.shared.ids import normalize_id
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.team_file import Member, TeamFile
 from teamctl.shared.text import quoted
+from teamctl.shared.workspace_caps import WorkspaceStore
 
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings
@@ -116,7 +117,10 @@ class RunSpec(BaseModel):
     options: RunOptions
     models: ModelChoice
     workspace_dir: str
+    """The run's workspace directory on the coordinator's host (a `local` workspace)."""
     created_ms: int
+    workspace_store: WorkspaceStore = "local"
+    """Where the members' files live: `workspace_dir`, or Redis (materialized per attempt)."""
     hooks: list[str] = Field(default_factory=list)
     planner_queue: str = "members"
     synthesizer_queue: str = "members"

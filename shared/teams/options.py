@@ -5,6 +5,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from teamctl.shared.agent.mcp_config import check_entries, split_entry
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
+from teamctl.shared.workspace_caps import (
+    DEFAULT_FILE_MAX_BYTES,
+    DEFAULT_WORKSPACE_MAX_BYTES,
+    MAX_FILE_MAX_BYTES,
+    MAX_WORKSPACE_MAX_BYTES,
+    FileCaps,
+)
 
 GRANTABLE_BY_DEFAULT = ("read_file", "write_file", "edit_file", "list_files")
 """What the lead may give a teammate unless the team file says otherwise: the workspace tools
@@ -57,6 +64,13 @@ class TeamOptions(BaseModel):
     """How long listing an MCP server's tools may take (else the turn ends with the error)."""
     mcp_call_timeout_s: float = Field(60.0, gt=0, le=86400)
     """How long one MCP tool call may take; a slower one is a TOOL_ERROR result."""
+    workspace_file_max_bytes: int = Field(DEFAULT_FILE_MAX_BYTES, ge=1, le=MAX_FILE_MAX_BYTES)
+    """Largest file a workspace kept in Redis holds (TEAMCTL_WORKSPACE_STORE); a larger save is
+    refused with a tool error. A local workspace has no such cap."""
+    workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1,
+                                     le=MAX_WORKSPACE_MAX_BYTES)
+    """Largest total of the files a workspace kept in Redis holds; a save that would pass it
+    is refused with a tool error."""
     lead_tools: list[str] = Field(default_factory=list)
     """Workspace tools the lead agent (`teamctl lead`) gets in the team's workspace; `bash` only
     if listed."""
@@ -89,6 +103,11 @@ class TeamOptions(BaseModel):
     """Most unread messages the lead's inbox holds: past it the oldest notices fold into one
     `inbox.summary` notice; peer and protocol messages never fold, and a teammate's message to a
     lead whose inbox is full of them is refused with a tool error."""
+
+    @property
+    def file_caps(self) -> FileCaps:
+        """The caps of the workspace when it is kept in Redis."""
+        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes)
 
     @model_validator(mode="after")
     def _lead_inbox_fits_bus(self) -> TeamOptions:

@@ -14,8 +14,10 @@ from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.replies import ModelReply
+from teamctl.shared.agent.tool_names import RESERVED_PREFIX
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.budget import Budget
@@ -29,6 +31,7 @@ from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member
+from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims, HandedOff
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mailbox import Mailbox
@@ -68,6 +71,8 @@ class Attempt:
         """This session's MCP servers, when its member has some; stopped when it ends."""
         self.toolbox = Toolbox()
         """The member's tools, built when its session starts."""
+        self.mirror: WorkspaceMirror | None = None
+        """This session's copy of a workspace kept in Redis, when its member has tools."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -83,6 +88,8 @@ class Attempt:
         finally:
             if self.mcp:
                 self.mcp.close()
+            if self.mirror:  # after the MCP servers, which work in it
+                self.mirror.close()
 
     def _run(self, member: Member, task: TaskState) -> str:
         job, claim = self.job, self.claim
@@ -123,7 +130,7 @@ class Attempt:
         the member's Python tools (one that will not import here fails the attempt)."""
         job = self.job
         toolbox = Toolbox()
-        add_workspace_tools(toolbox, Workspace(Path(job.spec.workspace_dir)), member.tools)
+        add_workspace_tools(toolbox, Workspace(self._workspace_root(member)), member.tools)
         if job.spec.options.enable_member_team_tools:
             self.mailbox = Mailbox(job.bus, member.id, self.claim)
             add_member_tools(toolbox, MemberToolContext(
@@ -136,13 +143,29 @@ class Attempt:
                          timeout_s=job.spec.options.tool_wait_s)
         if member.mcp_servers:
             self._add_mcp_tools(toolbox, member)
+        if self.mirror:  # every tool but the team's may change files: each call syncs them
+            self.mirror.guard(toolbox, [name for name in toolbox.names
+                                        if not name.startswith(RESERVED_PREFIX)])
         return toolbox
+
+    def _workspace_root(self, member: Member) -> Path:
+        """Where the member's tools work: the run's directory, or for a workspace kept in Redis
+        a private copy fetched now (only for a member with tools: nobody else reads files)."""
+        spec, claim = self.job.spec, self.claim
+        if spec.workspace_store == "local" or not (member.tools or member.mcp_servers):
+            return Path(spec.workspace_dir)
+        if self.mirror is None:
+            keys = RunKeys(spec.run_id)
+            self.mirror = WorkspaceMirror.open(WorkspaceFiles(
+                self.job.conn, keys, spec.options.file_caps,
+                Fence("task", keys.task(claim.task_id), str(claim.token))))
+        return self.mirror.root
 
     def _add_mcp_tools(self, toolbox: Toolbox, member: Member) -> None:
         """Start the member's MCP servers in the run's workspace and offer their tools; the run
         caches each server's list for dispatch inputs. One that will not start fails the task."""
         options = self.job.spec.options
-        self.mcp = McpHub(Path(self.job.spec.workspace_dir), McpTimeouts(
+        self.mcp = McpHub(self._workspace_root(member), McpTimeouts(
             options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s))
         cache = McpToolCache(self.job.conn, RunKeys(self.job.spec.run_id),
                              self.job.board.scripts)
@@ -155,7 +178,7 @@ class Attempt:
     def _tool_context(self, member: Member) -> ToolContext:
         """What this attempt's Python tools may know; their heartbeat refreshes its claim."""
         job, claim = self.job, self.claim
-        return ToolContext(member_id=member.id, workspace=Path(job.spec.workspace_dir),
+        return ToolContext(member_id=member.id, workspace=self._workspace_root(member),
                            heartbeat=lambda: job.beat.refresh(claim), run_id=job.spec.run_id,
                            task_id=claim.task_id, team_id=job.spec.team_id)
 

@@ -5,6 +5,9 @@ which never imports the SDK, waits for those notes)."""
 from __future__ import annotations
 
 import logging
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import redis
@@ -32,7 +35,7 @@ def execute_mcp_listing(conn: redis.Redis, run_id: str, servers: list[str], work
     configured = _configured(spec)
     options = spec.options
     listed = 0
-    with McpHub(Path(spec.workspace_dir), McpTimeouts(
+    with _listing_dir(spec) as root, McpHub(root, McpTimeouts(
             options.mcp_start_timeout_s, options.mcp_list_timeout_s,
             options.mcp_call_timeout_s)) as hub:
         for name in servers:
@@ -40,6 +43,17 @@ def execute_mcp_listing(conn: redis.Redis, run_id: str, servers: list[str], work
             cache.note_listing(name, listing)
             listed += listing.listed
     return f"listed {listed} of {len(servers)} MCP servers"
+
+
+@contextmanager
+def _listing_dir(spec: RunSpec) -> Iterator[Path]:
+    """Where the servers start to be listed: the run's directory, or for a workspace kept in
+    Redis an empty one of their own (listing reads no file, and this host may hold none)."""
+    if spec.workspace_store == "local":
+        yield Path(spec.workspace_dir)
+        return
+    with tempfile.TemporaryDirectory(prefix="teamctl-listing-") as root:
+        yield Path(root)
 
 
 def _list_one(hub: McpHub, cache: McpToolCache, server: McpServer | None, name: str,

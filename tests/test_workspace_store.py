@@ -1,0 +1,154 @@
+"""A workspace kept in Redis: versioned saves that refuse the later of two writers, caps, fences,
+and mirrors (local copies) that fetch, sync and report what they could not save."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import redis
+from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_mirror import WorkspaceMirror, syncable
+from teamctl.shared.agent.workspace_tools import add_workspace_tools
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.workspace_caps import FileCaps
+from teamctl.shared.workspace_files import (
+    Fence,
+    SaveVerdict,
+    WorkspaceFiles,
+    choose_store,
+)
+
+
+@pytest.fixture
+def files(conn: redis.Redis, run_id: str) -> WorkspaceFiles:
+    return WorkspaceFiles(conn, RunKeys(run_id), FileCaps(file_max_bytes=100,
+                                                          workspace_max_bytes=250))
+
+
+def test_the_later_of_two_writers_who_saw_one_version_is_refused(files: WorkspaceFiles) -> None:
+    assert files.save("notes.md", 0, b"first").verdict is SaveVerdict.SAVED
+    assert files.save("notes.md", 1, b"alice").version == 2
+    refused = files.save("notes.md", 1, b"bob")  # bob saw version 1 too
+    assert (refused.verdict, refused.version) == (SaveVerdict.CONFLICT, 2)
+    assert files.contents(["notes.md"]) == {"notes.md": b"alice"}
+    assert files.save("notes.md", 2, None).verdict is SaveVerdict.SAVED  # deleted at version 3
+    assert files.save("notes.md", 2, b"late").verdict is SaveVerdict.CONFLICT
+    assert files.contents(["notes.md"]) == {}
+    assert files.versions() == {"notes.md": 3}
+
+
+def test_caps_refuse_a_big_file_and_a_full_workspace(files: WorkspaceFiles) -> None:
+    assert files.save("big", 0, b"x" * 101).verdict is SaveVerdict.FILE_TOO_BIG
+    assert files.save("a", 0, b"x" * 100).verdict is SaveVerdict.SAVED
+    assert files.save("b", 0, b"x" * 100).verdict is SaveVerdict.SAVED
+    assert files.save("c", 0, b"x" * 51).verdict is SaveVerdict.WORKSPACE_FULL
+    assert files.save("a", 1, b"x" * 10).verdict is SaveVerdict.SAVED  # shrinking always fits
+    assert files.save("c", 0, b"x" * 51).verdict is SaveVerdict.SAVED
+    assert [(e.path, e.size_bytes) for e in files.listing()] == [("a", 10), ("b", 100),
+                                                                  ("c", 51)]
+
+
+def test_a_save_fenced_by_a_lost_claim_is_refused(conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    conn.hset(keys.task("t1"), mapping={"token": "7", "status": "in_progress"})
+    live = WorkspaceFiles(conn, keys, fence=Fence("task", keys.task("t1"), "7"))
+    stale = WorkspaceFiles(conn, keys, fence=Fence("task", keys.task("t1"), "6"))
+    assert stale.save("f", 0, b"stale").verdict is SaveVerdict.STALE
+    assert live.save("f", 0, b"live").verdict is SaveVerdict.SAVED
+    assert live.contents(["f"]) == {"f": b"live"}
+
+
+def test_binary_content_and_odd_names_round_trip(files: WorkspaceFiles) -> None:
+    data = bytes(range(100))
+    assert files.save("dir/ünï code.bin", 0, data).verdict is SaveVerdict.SAVED
+    assert files.contents(["dir/ünï code.bin"]) == {"dir/ünï code.bin": data}
+
+
+def test_mirrors_share_files_and_report_a_conflicting_change(conn: redis.Redis,
+                                                             run_id: str) -> None:
+    keys = RunKeys(run_id)
+    alice = WorkspaceMirror.open(WorkspaceFiles(conn, keys))
+    bob = WorkspaceMirror.open(WorkspaceFiles(conn, keys))
+    try:
+        alice_tools, bob_tools = toolbox(alice), toolbox(bob)
+        assert "\"ok\": true" in alice_tools.call("write_file", json.dumps(
+            {"path": "plan/draft.md", "content": "step 1\n"}))
+        assert read(bob_tools, "plan/draft.md") == "step 1\n"
+        assert '"bytes"' in bob_tools.call("edit_file", json.dumps(
+            {"path": "plan/draft.md", "oldText": "step 1", "newText": "step 1 (bob)"}))
+        assert read(alice_tools, "plan/draft.md") == "step 1 (bob)\n"
+        # Both change the file without seeing the other's change: the later save is refused.
+        (alice.root / "plan/draft.md").write_text("alice's version\n")
+        (bob.root / "plan/draft.md").write_text("bob's version\n")
+        assert alice.push() == []
+        problems = bob.push()
+        assert len(problems) == 1 and "another member saved version 3 first" in problems[0]
+        assert (bob.root / "plan/draft.md").read_text() == "alice's version\n"
+        # A deletion travels too.
+        (alice.root / "plan/draft.md").unlink()
+        assert alice.push() == []
+        bob.pull()
+        assert not (bob.root / "plan/draft.md").exists()
+    finally:
+        alice.close()
+        bob.close()
+    assert not alice.root.exists()
+
+
+def test_a_tool_whose_change_is_refused_answers_with_an_error(conn: redis.Redis,
+                                                              run_id: str) -> None:
+    keys = RunKeys(run_id)
+    mirror = WorkspaceMirror.open(WorkspaceFiles(conn, keys, FileCaps(file_max_bytes=10)))
+    try:
+        tools = toolbox(mirror)
+        result = tools.call("write_file", json.dumps({"path": "long.txt", "content": "x" * 11}))
+        assert result.startswith("TOOL_ERROR") and "WorkspaceNotSaved" in result
+        assert "workspace_file_max_bytes" in result
+        assert WorkspaceFiles(conn, keys).versions() == {}
+    finally:
+        mirror.close()
+
+
+def test_what_programs_run_from_stays_on_its_host(conn: redis.Redis, run_id: str) -> None:
+    mirror = WorkspaceMirror.open(WorkspaceFiles(conn, RunKeys(run_id)))
+    try:
+        (mirror.root / ".git").mkdir()
+        (mirror.root / ".git" / "config").write_text("[core]\n")
+        (mirror.root / ".npmrc").write_text("x\n")
+        (mirror.root / "kept.txt").write_text("y\n")
+        (mirror.root / "link").symlink_to("/etc/passwd")
+        assert mirror.push() == []
+        assert WorkspaceFiles(conn, RunKeys(run_id)).versions() == {"kept.txt": 1}
+    finally:
+        mirror.close()
+    assert not syncable("../x") and not syncable("/abs") and not syncable("a/.GIT/hooks")
+
+
+@pytest.mark.parametrize(("setting", "url", "store"), [
+    ("auto", "unix:///tmp/teamctl/redis.sock?db=0", "local"),
+    ("auto", "redis://127.0.0.1:6379/0", "local"),
+    ("auto", "redis://localhost:6379/0", "local"),
+    ("auto", "redis://[::1]:6379/0", "local"),
+    ("auto", "redis://redis:6379/0", "redis"),
+    ("auto", "rediss://10.0.0.5:6380/0", "redis"),
+    ("local", "redis://redis:6379/0", "local"),
+    ("redis", "redis://127.0.0.1:6379/0", "redis"),
+])
+def test_auto_keeps_files_on_disk_only_when_one_host_reaches_redis(
+        setting: str, url: str, store: str) -> None:
+    assert choose_store(setting, url) == store  # type: ignore[arg-type]
+
+
+def toolbox(mirror: WorkspaceMirror) -> Toolbox:
+    tools = Toolbox()
+    add_workspace_tools(tools, Workspace(mirror.root), ["read_file", "write_file", "edit_file"])
+    mirror.guard(tools, tools.names)
+    return tools
+
+
+def read(tools: Toolbox, path: str) -> str:
+    content: str = json.loads(tools.call("read_file", json.dumps({"path": path})))["content"]
+    return content
