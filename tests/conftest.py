@@ -22,6 +22,7 @@ from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
+from tests.support.hosts import TwoHosts, network_namespaces
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, marked_env
 from tests.support.llm import ScriptedLLM
 from tests.support.waiting import wait_until
@@ -63,6 +64,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A private redis-server for the whole session; yields its base URL (db 0)."""
     with throwaway_redis(tmp_path_factory.mktemp("redis")) as url:
         yield url
+
+
+@pytest.fixture
+def two_hosts() -> Iterator[TwoHosts]:
+    """Two network namespaces joined by a veth pair: a Redis host and another host."""
+    yield from network_namespaces()
 
 
 @pytest.fixture

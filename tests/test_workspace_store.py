@@ -4,7 +4,6 @@ and mirrors (local copies) that fetch, sync and report what they could not save.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import redis

@@ -254,7 +254,8 @@ def reject(run_id: str, redis_url: str | None, reason: str | None,
 @fail_cleanly
 def export(run_id: str, directory: Path, redis_url: str | None, force: bool,
            settings: Settings) -> None:
-    """Write RUN_ID as AI4J files: DIRECTORY/state/<team>.json, DIRECTORY/mailbox/<team>.jsonl."""
+    """Write RUN_ID as AI4J files: DIRECTORY/state/<team>.json, DIRECTORY/mailbox/<team>.jsonl,
+    and its workspace's files under DIRECTORY/workspace/."""
     from teamctl.coordinator.cli.commands import export_command
 
     export_command(resolve_redis_url(redis_url, settings), run_id, directory, force)
@@ -375,6 +376,18 @@ def redis_stop(settings: Settings) -> None:
                    "redis-server teamctl started, and was not signalled)")
     else:
         click.echo("stopped" if result.stopped else "not running")
+
+
+@main.command()
+@click.argument("run_id")
+@click.argument("path", required=False)
+@redis_url_option
+@fail_cleanly
+def files(run_id: str, path: str | None, redis_url: str | None, settings: Settings) -> None:
+    """List a run's workspace files, or print the one at PATH (kept in Redis or on disk)."""
+    from teamctl.coordinator.cli.files_view import files_command
+
+    files_command(resolve_redis_url(redis_url, settings), run_id, path)
 
 
 @main.command()

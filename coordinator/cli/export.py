@@ -1,4 +1,5 @@
-"""`teamctl export RUN DIR`: a run in AI4J's file layout (state/<team>.json, mailbox/<team>.jsonl).
+"""`teamctl export RUN DIR`: a run in AI4J's file layout (state/<team>.json, mailbox/<team>.jsonl),
+and the files its members left in their workspace (workspace/...).
 
 The field names are AI4J's (camelCase, epoch milliseconds, upper-case statuses), so tools written
 for `FileAgentTeamStateStore` and `FileAgentTeamMessageBus` can read the files.
@@ -6,6 +7,7 @@ for `FileAgentTeamStateStore` and `FileAgentTeamMessageBus` can read the files.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -13,6 +15,7 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.run_files import RunFiles
 from teamctl.shared.task_records import TaskState
 
 
@@ -111,20 +114,26 @@ def export_run(run: RunHandle, root: Path, *, force: bool = False) -> list[Path]
         messages=messages, lastOutput=state.output, lastRounds=state.rounds,
         lastRunStartedAt=state.started_ms, lastRunCompletedAt=state.ended_ms,
         runActive=not state.finished)
+    files = RunFiles(run.conn, spec)
+    workspace = [(root / "workspace" / path, data)
+                 for path, data in files.everything()] if files.here else []
     return write_files([
         (root / "state" / f"{spec.team_id}.json", snapshot.model_dump_json(indent=2)),
         (root / "mailbox" / f"{spec.team_id}.jsonl",
-         "".join(m.model_dump_json() + "\n" for m in messages))], force=force)
+         "".join(m.model_dump_json() + "\n" for m in messages)), *workspace], force=force)
 
 
-def write_files(files: list[tuple[Path, str]], *, force: bool) -> list[Path]:
-    """Write each (path, text), creating directories; unless `force`, a file that exists is a
-    ConfigError naming the first one, raised before anything is written."""
+def write_files(files: Sequence[tuple[Path, str | bytes]], *, force: bool) -> list[Path]:
+    """Write each (path, text or bytes), creating directories; unless `force`, a file that
+    exists is a ConfigError naming the first one, raised before anything is written."""
     if not force:
         existing = next((path for path, _ in files if path.exists()), None)
         if existing is not None:
             raise ConfigError(f"{existing} exists; pass --force to overwrite the export's files")
     for path, text in files:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):
+            path.write_bytes(text)
+        else:
+            path.write_text(text, encoding="utf-8")
     return [path for path, _ in files]

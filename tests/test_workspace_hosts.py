@@ -1,0 +1,108 @@
+"""A workspace kept in Redis across hosts that share no workspace directory: a member on another
+host (its own network namespace, its own temporary directory) writes a file, a member on the
+Redis host reads and edits it, and people read the result with `teamctl files` and `export`.
+
+The run's directory on the coordinator's host is never created: every byte goes through Redis."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process, worker_command
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.workspace_files import WorkspaceFiles
+
+from tests.support.cli import TEAMCTL
+from tests.support.hosts import TwoHosts, redis_host
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.waiting import wait_until
+
+REPORT = "notes/report.md"
+
+
+def team_toml(path: Path, models: dict[str, str]) -> Path:
+    path.write_text("\n".join([
+        'team_id = "hosts"', f'planner = {{ model = "{models["planner"]}", queue = "here" }}',
+        f'synthesizer = {{ model = "{models["synth"]}", queue = "here" }}',
+        "[[members]]", 'id = "writer"', 'queue = "remote"', f'model = "{models["writer"]}"',
+        'tools = ["write_file", "read_file"]',
+        "[[members]]", 'id = "editor"', 'queue = "here"', f'model = "{models["editor"]}"',
+        'tools = ["read_file", "edit_file"]']) + "\n")
+    return path
+
+
+def test_members_on_two_hosts_share_one_workspace_through_redis(
+        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    plan = [{"id": "a", "memberId": "writer", "task": "draft"},
+            {"id": "b", "memberId": "editor", "task": "edit", "dependsOn": ["a"]}]
+    models = {
+        "planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+        "writer": llm.script(f"writer-{run_id}", [
+            ToolCalls([("write_file", {"path": REPORT, "content": "draft from host b\n"})]),
+            "drafted"]),
+        "editor": llm.script(f"editor-{run_id}", [
+            ToolCalls([("read_file", {"path": REPORT})]),
+            ToolCalls([("edit_file", {"path": REPORT, "oldText": "draft",
+                                      "newText": "final"})]),
+            "edited"]),
+        "synth": llm.script(f"synth-{run_id}", ["the answer"])}
+    team = team_toml(tmp_path / "team.toml", models)
+    state_dir = tmp_path / "state"
+    monkeypatch.setenv("TEAMCTL_STATE_DIR", str(state_dir))
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")
+    remote_tmp = tmp_path / "host-b-tmp"
+    remote_tmp.mkdir()
+    with redis_host(two_hosts, llm) as host:
+        here = LocalWorkers(host.local_url, ["here"], 1, tmp_path / "logs")
+        coordinator = None
+        try:
+            with (tmp_path / "remote-worker.log").open("wb") as log:
+                host.processes.append(two_hosts.exec(
+                    two_hosts.b, worker_command(host.remote_url, ["remote"]),
+                    env={**os.environ, "TMPDIR": str(remote_tmp)}, stdout=log,
+                    stderr=subprocess.STDOUT))
+            here.start()
+            wait_until(lambda: len(host.conn.smembers("rq:workers")) == 2, 60,
+                       message="a worker on each host")
+            coordinator = subprocess.Popen(
+                [*TEAMCTL, "run", "Write and edit the report", "--team", str(team),
+                 "--api-base", llm.api_base, "--redis-url", host.local_url, "--workers", "0",
+                 "--run-id", run_id, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = coordinator.communicate(timeout=180)
+            assert coordinator.returncode == 0, err.decode()
+            assert json.loads(out)["status"] == "completed"
+
+            # The editor read what the writer wrote on the other host.
+            read_result = llm.requests[f"editor-{run_id}"][1]["messages"][-1]["content"]
+            assert "draft from host b" in read_result
+            files = WorkspaceFiles(host.conn, RunKeys(run_id))
+            assert files.contents([REPORT]) == {REPORT: b"final from host b\n"}
+            assert files.versions() == {REPORT: 2}
+            spec = RunHandle.existing(host.conn, run_id).spec
+            assert spec.workspace_store == "redis"
+            assert not Path(spec.workspace_dir).exists()  # nothing went through this disk
+            assert list(remote_tmp.iterdir()) == []  # the attempt's copy was removed
+
+            listed = subprocess.run([*TEAMCTL, "files", run_id, "--redis-url", host.local_url],
+                                    capture_output=True, text=True, timeout=60)
+            assert listed.returncode == 0, listed.stderr
+            assert listed.stdout.split() == ["18", "v2", REPORT]
+            shown = subprocess.run([*TEAMCTL, "files", run_id, REPORT, "--redis-url",
+                                    host.local_url], capture_output=True, timeout=60)
+            assert shown.stdout == b"final from host b\n"
+            exported = subprocess.run([*TEAMCTL, "export", run_id, str(tmp_path / "export"),
+                                       "--redis-url", host.local_url],
+                                      capture_output=True, text=True, timeout=60)
+            assert exported.returncode == 0, exported.stderr
+            assert (tmp_path / "export" / "workspace" / REPORT).read_text() == (
+                "final from host b\n")
+        finally:
+            here.stop()
+            if coordinator is not None:
+                stop_process(coordinator)
