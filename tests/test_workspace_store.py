@@ -4,6 +4,7 @@ and mirrors (local copies) that fetch, sync and report what they could not save.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import redis
@@ -12,6 +13,8 @@ from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror, syncable
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.teams.teammates import MateStatus, team_workspace
 from teamctl.shared.workspace_caps import FileCaps
 from teamctl.shared.workspace_files import (
     Fence,
@@ -19,6 +22,10 @@ from teamctl.shared.workspace_files import (
     WorkspaceFiles,
     choose_store,
 )
+
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teams import spawn
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -151,3 +158,27 @@ def toolbox(mirror: WorkspaceMirror) -> Toolbox:
 def read(tools: Toolbox, path: str) -> str:
     content: str = json.loads(tools.call("read_file", json.dumps({"path": path})))["content"]
     return content
+
+
+def test_teammates_share_a_workspace_kept_in_redis(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")  # read by the spawns below
+    alice = llm.script(f"alice-{team}", [
+        ToolCalls([("write_file", {"path": "notes.md", "content": "from alice\n"})]), "wrote"])
+    bob = llm.script(f"bob-{team}", [
+        ToolCalls([("read_file", {"path": "notes.md"})]),
+        ToolCalls([("edit_file", {"path": "notes.md", "oldText": "alice",
+                                  "newText": "alice and bob"})]), "edited"])
+    store = TeamStore(wconn, team)
+    assert spawn(workers, team, "alice", alice, llm.api_base, "--tool", "write_file").exit_code == 0
+    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice's turn")
+    assert spawn(workers, team, "bob", bob, llm.api_base, "--tool", "read_file", "--tool",
+                 "edit_file").exit_code == 0
+    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's turn")
+    assert store.meta().workspace_store == "redis"
+    assert "from alice" in llm.requests[f"bob-{team}"][1]["messages"][-1]["content"]
+    files = WorkspaceFiles(wconn, store.keys)
+    assert files.contents(["notes.md"]) == {"notes.md": b"from alice and bob\n"}
+    assert files.versions() == {"notes.md": 2}
+    assert not (team_workspace(tmp_path / "state", team) / "notes.md").exists()

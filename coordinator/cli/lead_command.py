@@ -56,9 +56,11 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     from teamctl.shared.lease import LeadLease
     from teamctl.shared.runs.run_config import checked_api_base, pick_model
     from teamctl.shared.teams.teammates import team_workspace
+    from teamctl.shared.workspace_files import choose_store
 
     url = resolve_redis_url(redis_url, settings)
-    store = TeamStore(connect(url), team or settings.team)
+    store = TeamStore(connect(url), team or settings.team,
+                      workspace_store=choose_store(settings.workspace_store, url))
     options = store.create().options
     chosen, source = pick_model(model, None, settings)
     base = checked_api_base(api_base, settings)
@@ -73,6 +75,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
                              keys_in="this `teamctl lead` (it makes the lead's model calls)")
         agent = LeadAgent(store, lease, client, chosen, base,
                           team_workspace(settings.state_dir, store.team), on_step=show_step)
+        stack.callback(agent.close)
         if start_over:
             agent.memory.start_over()
         stack.enter_context(Watcher(store, options.heartbeat_ttl_s / 3))

@@ -40,6 +40,7 @@ from teamctl.shared.teams.teammates import (
     team_workspace,
 )
 from teamctl.shared.text import flat, one_line
+from teamctl.shared.workspace_files import choose_store
 
 if TYPE_CHECKING:
     from teamctl.shared.agent.replies import Usage
@@ -67,7 +68,8 @@ def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
     def wrapper(*args: Any, team: str | None, redis_url: str | None, settings: Settings,
                 **kwargs: Any) -> Any:
         url = resolve_redis_url(redis_url, settings)
-        store = TeamStore(connect(url), team or settings.team)
+        store = TeamStore(connect(url), team or settings.team,
+                          workspace_store=choose_store(settings.workspace_store, url))
         if wakes or reconciles:
             store.scheduler.reconcile()
         result = fn(*args, store=store, settings=settings, **kwargs)

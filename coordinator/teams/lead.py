@@ -25,6 +25,7 @@ from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import RunFailed
@@ -32,6 +33,7 @@ from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 
 log = logging.getLogger(__name__)
 
@@ -102,18 +104,38 @@ class LeadAgent:
     """The inbox offset past the mail injected into the current step."""
     dropped: int = field(default=0, init=False)
     """Messages the memory caps dropped at the last commit, to drop from the conversation."""
+    mirror: WorkspaceMirror | None = field(default=None, init=False)
+    """The lead's copy of a workspace the team keeps in Redis, when it has workspace tools."""
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox()
         LeadTools(self.store, self.model, self.api_base, self.workspace).add_to(self.toolbox)
         tools = self.store.options.lead_tools
         if tools:
-            try:
-                private_dir(self.workspace)
-            except OSError as exc:  # the tools then fail with a tool error the model can report
-                log.warning("the team's workspace %s was not created: %s", self.workspace, exc)
-            add_workspace_tools(self.toolbox, Workspace(self.workspace), tools)
+            add_workspace_tools(self.toolbox, Workspace(self._workspace_root()), tools)
+            if self.mirror:
+                self.mirror.guard(self.toolbox, tools)
         self.memory = LeadMemory(self.store, self.lease.owner)
+
+    def _workspace_root(self) -> Path:
+        """Where the lead's workspace tools work: the team's directory, or a copy of a
+        workspace the team keeps in Redis (its saves fenced by the lead's lease)."""
+        store = self.store
+        if store.meta().workspace_store == "redis":
+            self.mirror = WorkspaceMirror.open(WorkspaceFiles(
+                store.conn, store.keys, store.options.file_caps,
+                Fence("turn", store.keys.lead_lease, self.lease.owner)))
+            return self.mirror.root
+        try:
+            private_dir(self.workspace)
+        except OSError as exc:  # the tools then fail with a tool error the model can report
+            log.warning("the team's workspace %s was not created: %s", self.workspace, exc)
+        return self.workspace
+
+    def close(self) -> None:
+        """Remove the lead's copy of a workspace kept in Redis (saved after each tool call)."""
+        if self.mirror:
+            self.mirror.close()
 
     def turn(self, text: str = "") -> str | None:
         """A turn on the person's `text` and the unread mail; its final answer, or None when

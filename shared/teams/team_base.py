@@ -22,6 +22,7 @@ from teamctl.shared.teams.teammates import (
     check_mate_name,
 )
 from teamctl.shared.text import quoted
+from teamctl.shared.workspace_caps import WorkspaceStore
 
 
 class MateBusy(TeamError):
@@ -40,10 +41,14 @@ class TeamBase:
     """One team's records in Redis (`conn` decodes responses): what the store's parts share."""
 
     def __init__(self, conn: redis.Redis, team: str, *,
-                 scripts: Scripts | GuardedScripts | None = None) -> None:
+                 scripts: Scripts | GuardedScripts | None = None,
+                 workspace_store: WorkspaceStore = "local") -> None:
         self.conn = conn
         self.keys = TeamKeys(team)
         self.scripts = scripts or Scripts(conn)
+        self.workspace_store: WorkspaceStore = workspace_store
+        """Where the workspace of a team this store creates keeps its files (an existing
+        team's meta says where its own are)."""
 
     @property
     def team(self) -> str:

@@ -62,7 +62,7 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
         """Write the team's meta record; False (nothing written) if the team exists. ConfigError
         (nothing written) when what the lead may grant is not there (TeamMeta.check_grants)."""
         meta = TeamMeta(options=options or TeamOptions(), mcp_servers=list(mcp_servers),
-                        created_ms=now_ms())
+                        created_ms=now_ms(), workspace_store=self.workspace_store)
         meta.check_grants()
         if not self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
             return False

@@ -21,6 +21,7 @@ from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name
 from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.text import quoted
+from teamctl.shared.workspace_caps import WorkspaceStore
 
 DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
@@ -58,6 +59,9 @@ class TeamMeta(BaseModel):
     options: TeamOptions = Field(default_factory=TeamOptions)
     mcp_servers: list[McpServer] = Field(default_factory=list)
     created_ms: int = 0
+    workspace_store: WorkspaceStore = "local"
+    """Where the teammates' workspace files live: the spawner's team directory, or Redis
+    (copied into each turn job), chosen when the team is created (TEAMCTL_WORKSPACE_STORE)."""
 
     def mcp_servers_for(self, entries: Iterable[str]) -> list[McpServer]:
         """The servers a teammate's `mcp` entries name; ConfigError for a malformed entry or

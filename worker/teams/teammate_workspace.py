@@ -3,7 +3,9 @@ gate on the tools that change things.
 
 The workspace is one directory per team, shared by its teammates: the spawner records it on the
 mate hash (`team_workspace` under its state dir); a teammate spawned without one uses the
-worker's state dir. Its stdio MCP servers start there, for one turn job, and stop with it.
+worker's state dir. A team that keeps its workspace in Redis (for workers on hosts that share no
+disk) gets a copy of it per turn job instead (shared/agent/workspace_mirror.py). Its stdio MCP
+servers start there, for one turn job, and stop with it.
 These tools act outside Redis, so a turn rerun after a crash may repeat them (team tools commit
 inside the checkpoint and do not).
 
@@ -26,11 +28,13 @@ from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tool_names import is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox
 from teamctl.shared.agent.workspace import Workspace
+from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import Teammate, team_workspace
+from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 
 log = logging.getLogger(__name__)
 
@@ -60,32 +64,45 @@ def ensure_workspace(mate: Teammate, team: str, state_dir: Path) -> Path:
     return root
 
 
+def open_mirror(store: TeamStore, mate: Teammate, token: str) -> WorkspaceMirror | None:
+    """The turn's copy of the team's workspace when the team keeps it in Redis and the
+    teammate has tools that use it (its saves fenced by the turn's lease); else None."""
+    if store.meta().workspace_store != "redis" or not (mate.tools or mate.mcp):
+        return None
+    keys = store.keys
+    return WorkspaceMirror.open(WorkspaceFiles(store.conn, keys, store.options.file_caps,
+                                               Fence("turn", keys.turn(mate.name), token)))
+
+
 def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                       state_dir: Path) -> None:
-    """Add the teammate's workspace tools, then gate what plan mode forbids."""
+                       state_dir: Path, root: Path | None = None) -> None:
+    """Add the teammate's workspace tools, then gate what plan mode forbids; `root` is the
+    turn's copy of a workspace kept in Redis (None: the team's directory)."""
     if any(not is_python_tool(tool) for tool in mate.tools):
-        root = ensure_workspace(mate, store.team, state_dir)
+        root = root or ensure_workspace(mate, store.team, state_dir)
         add_workspace_tools(toolbox, Workspace(root), mate.tools)
     if mate.plan_state is not None:  # plan mode is set at spawn only: without it, no gate
         gate_plan(toolbox, lambda: store.plan_state(mate.name))
 
 
 def add_mate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                          state_dir: Path, heartbeat: Callable[[], bool]) -> None:
+                          state_dir: Path, heartbeat: Callable[[], bool],
+                          root: Path | None = None) -> None:
     """Add the teammate's Python tools after the others (not plan-gated: what they change is
     theirs to say); ConfigError when one will not import on this worker or its name is taken.
     Their heartbeat refreshes the turn lease."""
-    context = ToolContext(member_id=mate.name, workspace=workspace_root(mate, store.team,
-                                                                        state_dir),
+    context = ToolContext(member_id=mate.name,
+                          workspace=root or workspace_root(mate, store.team, state_dir),
                           heartbeat=heartbeat, team_id=store.team)
     add_python_tools(toolbox, mate.tools, context, store.options.tool_result_max_chars,
                      timeout_s=store.options.tool_wait_s)
 
 
-def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path) -> McpHub:
+def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path,
+            root: Path | None = None) -> McpHub:
     """An MCP hub for the teammate's turn: stdio servers start in its workspace."""
     options = store.options
-    return McpHub(ensure_workspace(mate, store.team, state_dir), McpTimeouts(
+    return McpHub(root or ensure_workspace(mate, store.team, state_dir), McpTimeouts(
         options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s))
 
 

@@ -28,7 +28,7 @@ from teamctl.shared.agent.loop import AgentLoop, Message, Stop, assistant_messag
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.agent.replies import ModelReply
-from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
+from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
@@ -45,6 +45,7 @@ from teamctl.worker.teams.teammate_workspace import (
     add_mate_python_tools,
     add_mate_workspace,
     mcp_hub,
+    open_mirror,
 )
 
 log = logging.getLogger(__name__)
@@ -144,17 +145,25 @@ class Turn:
         servers run for the whole job and stop with it."""
         self.tools = tools = MateTools(self.store, self.mate.name, self.token)
         self.toolbox = toolbox = tools.toolbox()
-        add_mate_workspace(toolbox, self.store, self.mate, self.state_dir)
         with contextlib.ExitStack() as stack:
+            mirror = open_mirror(self.store, self.mate, self.token)
+            root = mirror.root if mirror else None
+            if mirror:  # removed after the MCP servers (later callbacks run first) stop
+                stack.callback(mirror.close)
+            add_mate_workspace(toolbox, self.store, self.mate, self.state_dir, root)
             try:
                 add_mate_python_tools(toolbox, self.store, self.mate, self.state_dir,
-                                      self.lease.heartbeat)
+                                      self.lease.heartbeat, root)
                 if self.mate.mcp:
-                    hub = stack.enter_context(mcp_hub(self.store, self.mate, self.state_dir))
+                    hub = stack.enter_context(mcp_hub(self.store, self.mate, self.state_dir,
+                                                      root))
                     add_mate_mcp_tools(toolbox, self.store, self.mate, hub)
             except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
                 error = shorten(str(exc), 500)
                 return self._end(f"error: {shorten(error, 120)}", "", error=error)
+            if mirror:  # every tool but the team's own may change files: each call syncs
+                mirror.guard(toolbox, [name for name in toolbox.names
+                                       if name not in MATE_TOOLS])
             self.tool_names = toolbox.names
             return self._turns()
 
