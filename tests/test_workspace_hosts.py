@@ -2,7 +2,8 @@
 host (its own network namespace, its own temporary directory) writes a file, a member on the
 Redis host reads and edits it, and people read the result with `teamctl files` and `export`.
 
-The run's directory on the coordinator's host is never created: every byte goes through Redis."""
+The run's directory on the coordinator's host is never created: every byte goes through Redis.
+The same path runs at the default options with calls of several seconds in the realistic tier."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import redis
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process, worker_command
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.workspace_files import WorkspaceFiles
 
-from tests.support.cli import TEAMCTL
+from tests.support.cli import TEAMCTL, run_cli
 from tests.support.hosts import TwoHosts, redis_host
 from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.teamfile import team_file
+from tests.support.timescale import scaled, timing_options
 from tests.support.waiting import wait_until
 
 REPORT = "notes/report.md"
@@ -106,3 +110,32 @@ def test_members_on_two_hosts_share_one_workspace_through_redis(
             here.stop()
             if coordinator is not None:
                 stop_process(coordinator)
+
+
+@pytest.mark.realistic
+def test_a_workspace_in_redis_at_the_default_options_with_slow_calls(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")
+    plan = [{"id": "a", "memberId": "writer", "task": "draft"},
+            {"id": "b", "memberId": "editor", "task": "edit", "dependsOn": ["a"]}]
+    models = {
+        "planner": llm.script(f"plan-{run_id}", [json.dumps(plan)], latency_s=scaled(5)),
+        "writer": llm.script(f"writer-{run_id}", [
+            ToolCalls([("write_file", {"path": REPORT, "content": "a slow draft\n"})]),
+            "drafted"], latency_s=scaled(6)),
+        "editor": llm.script(f"editor-{run_id}", [
+            ToolCalls([("edit_file", {"path": REPORT, "oldText": "draft",
+                                      "newText": "report"})]),
+            "edited"], latency_s=scaled(6)),
+        "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=scaled(5))}
+    team = team_file(tmp_path / "team.toml", models, options=timing_options(), members=[
+        {"id": "writer", "model": models["writer"], "tools": ["write_file"]},
+        {"id": "editor", "model": models["editor"], "tools": ["edit_file"]}])
+
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "completed"
+    files = WorkspaceFiles(redis.Redis.from_url(workers), RunKeys(run_id))
+    assert files.contents([REPORT]) == {REPORT: b"a slow report\n"}
