@@ -35,6 +35,8 @@ BENCHES = {
     "teammates": "Persistent teammates (one preloaded forking worker)",
     "mcp": "MCP servers (a stdio server per attempt, one preloaded forking worker)",
     "board": "Task board (private redis-server)",
+    "workspace": ("Workspace in Redis: a tool call's sync and an attempt's fetch "
+                  "(private redis-server)"),
     "bus": "Message bus (private redis-server)",
     "team_board": ("Team board at scale (10,000 tasks beside 100 idle teammates, then 400 "
                    "hand-outs; private redis-server)"),

@@ -9,6 +9,7 @@ touches one slot only. Task and member ids are validated before they are joined 
 from __future__ import annotations
 
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -22,6 +23,8 @@ from teamctl.shared.ids import (
 )
 
 PREFIX = "teamctl"
+BLOB_ID = re.compile(r"[0-9a-f]{32}")
+"""A workspace blob's id: random, hex."""
 RUNS_INDEX = f"{PREFIX}:runs"
 """Sorted set of run ids scored by creation time (ms); the `teamctl runs` listing."""
 TEAMS_INDEX = f"{PREFIX}:teams"
@@ -135,8 +138,15 @@ class KeySpace(ABC):
 
     @property
     def files(self) -> str:
-        """Hash: workspace path -> file content (bytes), for a workspace kept in Redis."""
+        """Hash: workspace path -> the blob id of its content, for a workspace kept in Redis."""
         return f"{self.base}:files"
+
+    def file_blob(self, blob_id: str) -> str:
+        """String: one saved content of a workspace file (bytes), named by a random id; set with
+        a TTL until a save adopts it, so content whose save never happened goes away."""
+        if not BLOB_ID.fullmatch(blob_id):
+            raise ValueError(f"invalid blob id {blob_id[:40]!r}: expected 32 hex digits")
+        return f"{self.base}:blob:{blob_id}"
 
     @property
     def file_versions(self) -> str:

@@ -8,7 +8,7 @@ attempt or turn (shared/agent/workspace_mirror.py)."""
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -22,6 +22,8 @@ from teamctl.shared.workspace_caps import FileCaps, WorkspaceSetting, WorkspaceS
 
 PAGE_FILES = 100
 """Files per HSCAN page and per HMGET: a big workspace never costs Redis one long command."""
+UNADOPTED_BLOB_TTL_MS = 3_600_000
+"""How long content written for a save that never ran (its writer died) is kept."""
 LOCAL_HOSTS = frozenset({"localhost"})
 
 
@@ -37,10 +39,12 @@ class SaveVerdict(StrEnum):
 
 @dataclass(frozen=True)
 class SaveOutcome:
-    """A save's verdict, and the file's version after it (the current one when refused)."""
+    """A save's verdict, the file's version after it (the current one when refused), and the
+    workspace's rev after it."""
 
     verdict: SaveVerdict
     version: int
+    rev: int
 
 
 @dataclass(frozen=True)
@@ -108,19 +112,30 @@ class WorkspaceFiles:
 
     def versions(self) -> dict[str, int]:
         """Every path's version, deleted files' included (HSCAN, in pages)."""
-        return {path.decode("utf-8", "surrogateescape"): int(version)
-                for path, version in self._scan(self.keys.file_versions)}
+        return {_path(raw): int(version)
+                for raw, version in self.conn.hscan_iter(self.keys.file_versions,
+                                                         count=PAGE_FILES)}
 
     def contents(self, paths: list[str]) -> dict[str, bytes]:
         """The content of each path that holds a file (deleted ones are left out)."""
+        return self.fetch(paths)[0]
+
+    def fetch(self, paths: list[str]) -> tuple[dict[str, bytes], set[str]]:
+        """The content of each path that holds a file, and the paths that hold none. A path in
+        neither had its content replaced between the two reads: read it again."""
         found: dict[str, bytes] = {}
+        deleted: set[str] = set()
         for at in range(0, len(paths), PAGE_FILES):
             page = paths[at:at + PAGE_FILES]
-            for path, data in zip(page, self.conn.hmget(self.keys.files, [
-                    p.encode("utf-8", "surrogateescape") for p in page]), strict=True):
-                if data is not None:
-                    found[path] = data
-        return found
+            blobs = self._blob_ids(page)
+            deleted.update(path for path, blob in zip(page, blobs, strict=True) if not blob)
+            held = [(path, blob) for path, blob in zip(page, blobs, strict=True) if blob]
+            if not held:
+                continue
+            datas = self.conn.mget([self.keys.file_blob(blob) for _, blob in held])
+            found.update((path, data) for (path, _), data in zip(held, datas, strict=True)
+                         if data is not None)
+        return found, deleted
 
     def listing(self) -> list[FileEntry]:
         """Every stored file with its size and version, by path."""
@@ -129,27 +144,45 @@ class WorkspaceFiles:
         entries: list[FileEntry] = []
         for at in range(0, len(paths), PAGE_FILES):
             page = paths[at:at + PAGE_FILES]
+            held = [(path, blob) for path, blob in zip(page, self._blob_ids(page), strict=True)
+                    if blob]
             pipe = self.conn.pipeline(transaction=False)
-            for path in page:
-                pipe.hexists(self.keys.files, path.encode("utf-8", "surrogateescape"))
-                pipe.hstrlen(self.keys.files, path.encode("utf-8", "surrogateescape"))
-            replies = pipe.execute()
-            entries += [FileEntry(path, int(replies[2 * i + 1]), versions[path])
-                        for i, path in enumerate(page) if replies[2 * i]]
+            for _, blob in held:
+                pipe.strlen(self.keys.file_blob(blob))
+            entries += [FileEntry(path, int(size), versions[path])
+                        for (path, _), size in zip(held, pipe.execute(), strict=True)]
         return entries
 
     def save(self, path: str, seen_version: int, content: bytes | None) -> SaveOutcome:
-        """Save `content` at `path` (None deletes it) if its version is still `seen_version`."""
-        fence = self.fence
-        keys = self.keys
+        """Save `content` at `path` (None deletes it) if its version is still `seen_version`.
+
+        The content goes first, by a plain SET under a new blob key with a TTL (Redis reads it
+        as it arrives, never stalled by one big write); file_save.lua then adopts it or, when
+        refused, deletes it."""
+        keys, fence = self.keys, self.fence
+        new_blob = secrets.token_hex(16)
+        old_blob = self._blob_ids([path])[0] or ""
+        if content is not None:
+            self.conn.set(keys.file_blob(new_blob), content, px=UNADOPTED_BLOB_TTL_MS)
         reply = self.scripts["file_save"](
             keys=[keys.files, keys.file_versions, keys.files_info,
-                  fence.key if fence else keys.files_info],
-            args=[path.encode("utf-8", "surrogateescape"), seen_version,
-                  "delete" if content is None else "put", content or b"",
-                  self.caps.file_max_bytes, self.caps.workspace_max_bytes,
+                  fence.key if fence else keys.files_info, keys.file_blob(new_blob),
+                  keys.file_blob(old_blob) if old_blob else keys.files_info],
+            args=[_raw(path), seen_version, "delete" if content is None else "put", new_blob,
+                  old_blob, self.caps.file_max_bytes, self.caps.workspace_max_bytes,
                   fence.kind if fence else "none", fence.token if fence else ""])
-        return SaveOutcome(SaveVerdict(reply[0].decode()), int(reply[1]))
+        return SaveOutcome(SaveVerdict(reply[0].decode()), int(reply[1]), int(reply[2]))
 
-    def _scan(self, key: str) -> Iterator[tuple[bytes, bytes]]:
-        yield from self.conn.hscan_iter(key, count=PAGE_FILES)
+    def _blob_ids(self, paths: list[str]) -> list[str | None]:
+        """The blob id each path's content is under (None: no file)."""
+        ids = self.conn.hmget(self.keys.files, [_raw(p) for p in paths])
+        return [blob.decode() if blob else None for blob in ids]
+
+
+def _raw(path: str) -> bytes:
+    """A path as Redis keeps it (a file name that is not UTF-8 round-trips)."""
+    return path.encode("utf-8", "surrogateescape")
+
+
+def _path(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")

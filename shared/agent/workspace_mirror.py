@@ -92,11 +92,12 @@ class WorkspaceMirror:
         versions = self.files.versions()
         changed = [path for path, version in versions.items()
                    if self._synced.get(path, NONE).version != version and syncable(path)]
-        contents = self.files.contents(changed)
+        found, deleted = self.files.fetch(changed)
         for path in changed:
-            if not self._changed_here(path):
-                self._take(path, versions[path], contents.get(path))
-        self._rev = rev
+            if (path in found or path in deleted) and not self._changed_here(path):
+                self._take(path, versions[path], found.get(path))
+        if len(found) + len(deleted) == len(changed):  # else a save raced the read: again
+            self._rev = rev
 
     def push(self) -> list[str]:
         """Save what changed here since the last sync; one line per file that was not saved."""
@@ -152,12 +153,14 @@ class WorkspaceMirror:
         if outcome.verdict is SaveVerdict.SAVED:
             self._synced[path] = _Synced(outcome.version, _digest(data),
                                          self._trusted_stat(path))
+            if outcome.rev == self._rev + 1:  # nobody else saved: the next pull has nothing
+                self._rev = outcome.rev
             return None
         if outcome.verdict is SaveVerdict.STALE:
             self.fence_lost = True
             return "this session no longer holds its task or turn: nothing more is saved"
         if outcome.verdict is SaveVerdict.CONFLICT:
-            self._take(path, outcome.version, self.files.contents([path]).get(path))
+            self._take_current(path, outcome.version)
             return (f"{shown} was not saved: another member saved version {outcome.version} "
                     "first, which is now in the workspace; read it and redo your change")
         # Too big: remembered as seen, so it is not retried until it changes again.
@@ -182,6 +185,18 @@ class WorkspaceMirror:
             return
         self._synced[path] = _Synced(version, _digest(data), self._trusted_stat(path))
 
+    def _take_current(self, path: str, version: int) -> None:
+        """Replace the local file with the saved one, `version` having been read before its
+        content (content newer than its version is taken again by the next pull, harmlessly;
+        the reverse would pass a newer version off as an older one's content)."""
+        found, deleted = self.files.fetch([path])
+        if path in found or path in deleted:
+            self._take(path, version, found.get(path))
+        else:
+            # Raced by yet another save: the next pull takes that one over the local copy.
+            self._synced[path] = _Synced(version - 1, _digest(self._read_local(path)), None)
+            self._rev = -1
+
     def _changed_here(self, path: str) -> bool:
         synced = self._synced.get(path, NONE)
         local = self._local_stat(path)
@@ -190,21 +205,33 @@ class WorkspaceMirror:
         return _digest(self._read_local(path)) != synced.digest
 
     def _local_files(self) -> Iterator[tuple[str, tuple[int, int, int]]]:
-        """Every regular, singly-linked file under the root that is synced, with its stat."""
-        for folder, dirs, names in os.walk(self.root):
-            dirs[:] = [d for d in dirs if d.lower() not in UNWRITABLE_NAMES]
-            base = Path(folder).relative_to(self.root)
-            for name in names:
-                path = (base / name).as_posix()
-                if name.startswith(TEMP_PREFIX) or not syncable(path):
+        """Every regular, singly-linked file under the root that is synced, with its stat
+        (scandir and plain strings: this runs after every tool call)."""
+        folders = [("", str(self.root))]
+        while folders:
+            prefix, folder = folders.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.name.lower() in UNWRITABLE_NAMES:
                     continue
-                local = self._local_stat(path)
-                if local is not None:
-                    yield path, local
+                path = prefix + entry.name
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append((path + "/", entry.path))
+                        continue
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if (stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+                        and not entry.name.startswith(TEMP_PREFIX)):
+                    yield path, (info.st_size, info.st_mtime_ns, info.st_ino)
 
     def _local_stat(self, path: str) -> tuple[int, int, int] | None:
         try:
-            info = os.lstat(self.root / path)
+            info = os.lstat(os.path.join(self.root, path))
         except (OSError, ValueError):
             return None
         if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
