@@ -171,3 +171,16 @@ def test_malformed_calls_in_memory_neither_crash_nor_repeat_ids() -> None:
     assert [c.name for c in reply.calls] == ["lookup"]
     [made] = tool_calls(reply, messages)
     assert made["id"] == "offline_8"
+
+
+def test_a_member_that_may_write_files_writes_its_answer_once() -> None:
+    tools = [tool("team_list_tasks"), tool("write_file", path=TEXT, content=TEXT)]
+    messages = [{"role": "system", "content": "You are m1."},
+                {"role": "user", "content": "Task ID: t1\nTask: say hello"}]
+    first = act("default", messages, tools)
+    assert [c.name for c in first.calls] == ["team_list_tasks", "write_file"]
+    written = first.calls[1].args
+    assert written["path"] == "notes/t1.md" and written["content"].endswith("\n")
+    then = act("default", answered(messages, first, [{"tasks": []}, {"ok": True}]), tools)
+    assert not then.calls and then.text is not None
+    assert written["content"] == then.text + "\n"

@@ -161,12 +161,16 @@ def _example(schema: dict[str, Any]) -> Any:
 # --- a planned run's member --------------------------------------------------------------------
 
 def member_act(conv: Conversation, task_id: str, answer: str) -> Act:
-    """Read, call own tools, tell the dependents' members, then answer `answer`."""
+    """Read, call own tools (write its answer to notes/TASK.md when it may write files), tell
+    the dependents' members, then answer `answer`."""
     made = conv.made()
     if not made:
         first = [conv.call(name) for name in ("team_read_messages", "team_list_tasks")
                  if name in conv.schemas]
         first += conv.own_tools()
+        if "write_file" in conv.schemas:  # what it did, where `teamctl files` shows it
+            first.append(conv.call("write_file", path=f"notes/{task_id}.md",
+                                   content=f"{answer}\n"))
         if first:
             return Act(calls=first)
     if "team_send_message" in conv.schemas and not _called(made, "team_send_message"):
