@@ -84,9 +84,9 @@ class TeamctlWorker(Worker):
             if isinstance(exc, redis.ResponseError) and not read_only_refusal(exc):
                 raise
             if self.outage.failed(_retry_window_s(self.connection)):
-                self.log.error("Worker %s: Redis unreachable or read-only for %g s "
-                               "(TEAMCTL_REDIS_OUTAGE_S): %s; exiting", self.name,
-                               self.outage.limit_s, exc)
+                self.log.error("Worker %s: Redis %s for %g s (TEAMCTL_REDIS_OUTAGE_S); exiting",
+                               self.name, "read-only" if isinstance(exc, redis.ResponseError)
+                               else "unreachable", self.outage.limit_s)
                 raise StopRequested() from None
             if retried_by_rq and isinstance(exc, redis.ResponseError):
                 # RQ's dequeue loop retries only connection errors: one it retries, then.
