@@ -141,8 +141,9 @@ class TaskBoard:
         self._ids = [t.id for t in tasks]
         return created
 
-    def claim(self, task_id: str, member_id: str, worker: str, ttl_s: float) -> int | None:
-        """Claim a ready task; returns the fencing token, or None if it was not ready."""
+    def claim(self, task_id: str, member_id: str, worker: str, ttl_s: float) -> str | None:
+        """Claim a ready task; returns the fencing token (N@EPOCH: see fencing_token in
+        _lib.lua), or None if it was not ready."""
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
             return None
@@ -151,12 +152,12 @@ class TaskBoard:
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.tokens, k.heartbeat(task_id),
                   k.events],
             args=[member_id.strip(), worker, ttl_ms(ttl_s)])
-        if not int(token):
+        if token == 0:
             return None
         self._dependents[task_id] = _csv(dependents)
-        return int(token)
+        return str(token)
 
-    def heartbeat(self, task_id: str, token: int, ttl_s: float, *, visible: bool = False,
+    def heartbeat(self, task_id: str, token: str, ttl_s: float, *, visible: bool = False,
                   member_id: str | None = None) -> WriteOutcome:
         """Extend the claim; `visible` counts it as an AI4J heartbeat (phase "heartbeat")."""
         task_id = resolve_task_id(task_id) or ""
@@ -166,7 +167,7 @@ class TaskBoard:
             keys=[self.keys.task(task_id), self.keys.heartbeat(task_id)],
             args=[token, ttl_ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
 
-    def complete(self, task_id: str, token: int, output: str, duration_ms: int, *,
+    def complete(self, task_id: str, token: str, output: str, duration_ms: int, *,
                  announce_as: str | None = None) -> WriteOutcome:
         """Record the output if `token` still holds the claim; dependents may become ready.
 
@@ -184,7 +185,7 @@ class TaskBoard:
             args=[token, output, duration_ms, shorten(output) or "Task completed.",
                   *_announcement(announce_as, shorten(output))]))
 
-    def fail(self, task_id: str, token: int | None, error: str, duration_ms: int = 0, *,
+    def fail(self, task_id: str, token: str | None, error: str, duration_ms: int = 0, *,
              announce_as: str | None = None) -> WriteOutcome:
         """Fail a task (token None: the coordinator fails an unclaimed one); block dependents.
 
@@ -202,7 +203,7 @@ class TaskBoard:
                   shorten(error) or "Task failed.",
                   *_announcement(announce_as, error)]))
 
-    def release(self, task_id: str, token: int, reason: str | None = None) -> WriteOutcome:
+    def release(self, task_id: str, token: str, reason: str | None = None) -> WriteOutcome:
         """Give a claim back: ready (or pending) again, and `token` is revoked for good."""
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
@@ -212,7 +213,7 @@ class TaskBoard:
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
             args=[token, (reason or "").strip()]))
 
-    def reassign(self, task_id: str, token: int, to_member_id: str) -> WriteOutcome:
+    def reassign(self, task_id: str, token: str, to_member_id: str) -> WriteOutcome:
         """Hand the claim to another member; the token stays valid (its worker keeps running)."""
         task_id = resolve_task_id(task_id) or ""
         to_member_id = to_member_id.strip()

@@ -192,7 +192,7 @@ class MessageBus:
         return self._append(sender, BROADCAST, type_, task_id, content)
 
     def read_unread(self, member_id: str, task_id: str | None = None,
-                    token: int = 0) -> list[Envelope]:
+                    token: str = "0") -> list[Envelope]:
         """Messages delivered to the member since its last read, each exactly once, in order.
 
         Read as a task's attempt (`task_id` and its claim `token`), they stay owed to that task
@@ -210,7 +210,7 @@ class MessageBus:
             if consumed < READ_BATCH:
                 return messages
 
-    def acknowledge_reads(self, task_id: str, token: int, member_ids: list[str]) -> bool:
+    def acknowledge_reads(self, task_id: str, token: str, member_ids: list[str]) -> bool:
         """The attempt holding `token` gave its model what it read as these members (or ended with
         an outcome): never deliver those again. False if `token` no longer holds the task."""
         if not self.enabled or not member_ids:

@@ -100,7 +100,8 @@ class TaskState(BaseModel):
     percent: HashInt = 0
     heartbeat_count: HashInt = 0
     attempts: HashInt = 0
-    token: HashInt = 0
+    token: str = "0"
+    """The live claim's fencing token (N@EPOCH), "0" when none."""
     stale_writes: HashInt = 0
     start_ms: HashInt = 0
     end_ms: HashInt = 0

@@ -12,6 +12,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.task_records import TaskSpec, TaskState, TaskStatus
 
+from tests.support.runs import next_token
 from tests.support.waiting import assert_ttl_as_set, wait_until
 
 TTL_S = 30.0
@@ -65,7 +66,7 @@ def test_claim_release_reassign_and_dependency_flow(conn: redis.Redis, run_id: s
     assert state(board, "collect").requeue_reason == "handoff"
 
     token2 = board.claim("collect", "m2", "host:1", TTL_S)
-    assert token2 == token + 1  # the run's next fencing token: the released one is dead
+    assert token2 == next_token(token)  # the run's next fencing token: the released one is dead
     assert board.heartbeat("collect", token2, TTL_S, visible=True) is WriteOutcome.APPLIED
     collect = state(board, "collect")
     assert (collect.phase, collect.detail, collect.heartbeat_count, collect.attempts) == (
@@ -96,7 +97,7 @@ def test_recover_timed_out_claims(conn: redis.Redis, run_id: str) -> None:
     assert board.reclaim_expired(3) == ["t1"]
     t1 = state(board, "t1")
     assert (t1.status, t1.claimed_by, t1.phase, t1.token, t1.attempts) == (
-        TaskStatus.READY, None, "ready", 0, 1)
+        TaskStatus.READY, None, "ready", "0", 1)
     assert (t1.worker, t1.start_ms, t1.requeue_reason) == (None, 0, "claim expired")
     assert board.next_ready(5) == ["t1"]
     assert conn.smembers(board.keys.running) == set()
@@ -133,7 +134,7 @@ def test_stale_holder_cannot_overwrite_the_result(conn: redis.Redis, run_id: str
     expire_claim(conn, board, "t1")
     assert board.reclaim_expired(3) == ["t1"]
     fresh = board.claim("t1", "m2", "host:2", TTL_S)
-    assert fresh == stale + 1
+    assert fresh == next_token(stale)
     assert board.complete("t1", fresh, "good", 5) is WriteOutcome.APPLIED
 
     assert board.complete("t1", stale, "bad", 9) is WriteOutcome.STALE
@@ -436,7 +437,7 @@ def test_outcomes_are_announced_in_the_same_step_and_stale_ones_never(conn: redi
     long_output = "x" * 300
     assert board.complete("a", token_a, long_output, 5, announce_as="m1") is WriteOutcome.APPLIED
     assert board.complete("a", token_a, "again", 5, announce_as="m1") is WriteOutcome.CONFLICT
-    assert board.fail("b", token_b + 100, "late", 5, announce_as="m2") is WriteOutcome.STALE
+    assert board.fail("b", next_token(token_b), "late", 5, announce_as="m2") is WriteOutcome.STALE
     assert board.fail("b", token_b, "boom: " + "e" * 300, 5, announce_as="m2") is (
         WriteOutcome.APPLIED)
     messages = MessageBus(conn, RunKeys("announce")).messages()

@@ -244,7 +244,7 @@ def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
     late = board.complete("a", token, "late output", 5, announce_as="researcher")
     assert late is WriteOutcome.STALE
     a = board.get("a")
-    assert (a.status, a.output, a.stale_writes, a.token) == (TaskStatus.FAILED, None, 1, 0)
+    assert (a.status, a.output, a.stale_writes, a.token) == (TaskStatus.FAILED, None, 1, "0")
     snapshot_counts: dict[TaskStatus, int] = {}
     for s in board.snapshot():
         snapshot_counts[s.status] = snapshot_counts.get(s.status, 0) + 1

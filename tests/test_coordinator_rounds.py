@@ -124,7 +124,7 @@ def test_a_member_busy_past_the_stop_grace_is_given_up_on(
     thread.join(10)
     assert not thread.is_alive() and result and result[0].stop is not None
     a, b = worker.get("a"), worker.get("b")
-    assert (a.status, a.error, a.token) == (TaskStatus.FAILED, "cancelled", 0)
+    assert (a.status, a.error, a.token) == (TaskStatus.FAILED, "cancelled", "0")
     assert (b.status, b.error) == (TaskStatus.BLOCKED, "cancelled")
     assert worker.complete("a", token, "too late", 1) is WriteOutcome.STALE
     assert worker.get("a").status is TaskStatus.FAILED

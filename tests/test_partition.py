@@ -22,6 +22,7 @@ from teamctl.shared.task_records import TaskStatus
 from tests.support.cli import TEAMCTL
 from tests.support.hosts import TwoHosts, redis_host
 from tests.support.llm import ScriptedLLM, Slow
+from tests.support.runs import next_token
 from tests.support.waiting import wait_until
 
 HEARTBEAT_TTL_S = 4.0
@@ -84,7 +85,7 @@ def test_a_partitioned_worker_is_reclaimed_and_its_late_write_refused(
             assert (a.status, a.output, a.attempts) == (
                 TaskStatus.COMPLETED, "from the Redis host", 2)
             # The Redis host's worker took it with the run's next token.
-            assert a.worker != remote_claim.worker and a.token == remote_claim.token + 1
+            assert a.worker != remote_claim.worker and a.token == next_token(remote_claim.token)
             types = [m.type for m in MessageBus(conn, RunKeys(run_id)).messages()]
             assert types.count("task.result") == 1 and types.count("run.complete") == 1
         finally:

@@ -96,7 +96,7 @@ class ModelTask:
     percent: int = 0
     heartbeat_count: int = 0
     attempts: int = 0
-    token: int = 0
+    token: str = "0"
     stale_writes: int = 0
     output: str | None = None
     error: str | None = None
@@ -120,6 +120,8 @@ class ModelBoard:
 
     tasks: dict[str, ModelTask] = field(default_factory=dict)
     last_token: int = 0
+    epoch: str = ""
+    """The real server's token epoch (N@EPOCH), learnt from its first token."""
     outbox: list[Msg] = field(default_factory=list)
 
     def create(self, plan: list[tuple[str, list[str]]]) -> None:
@@ -152,18 +154,18 @@ class ModelBoard:
             t.status, t.phase, t.detail, t.error = P, "pending", "Waiting for dependencies.", None
         return t.view() != before
 
-    def live(self, task_id: str, token: int) -> bool:
+    def live(self, task_id: str, token: str) -> bool:
         t = self.tasks[task_id]
         return t.status == IP and token == t.token
 
-    def check(self, task_id: str, token: int) -> WriteOutcome:
+    def check(self, task_id: str, token: str) -> WriteOutcome:
         t = self.tasks[task_id]
-        if token != t.token or token == 0:
+        if token != t.token or token == "0":
             t.stale_writes += 1
             return WriteOutcome.STALE
         return WriteOutcome.APPLIED if t.status == IP else WriteOutcome.CONFLICT
 
-    def claim(self, task_id: str, member: str) -> int | None:
+    def claim(self, task_id: str, member: str) -> str | None:
         t = self.tasks[task_id]
         if t.status != R:
             return None
@@ -171,10 +173,10 @@ class ModelBoard:
         who = member or t.member_id
         t.status, t.claimed_by, t.phase, t.detail = IP, who, "running", f"Claimed by {who}."
         t.percent, t.heartbeat_count, t.attempts = max(t.percent, 15), 0, t.attempts + 1
-        t.token, t.output, t.error, t.alive = self.last_token, None, None, True
+        t.token, t.output, t.error, t.alive = f"{self.last_token}@{self.epoch}", None, None, True
         return t.token
 
-    def heartbeat(self, task_id: str, token: int, visible: bool) -> WriteOutcome:
+    def heartbeat(self, task_id: str, token: str, visible: bool) -> WriteOutcome:
         outcome = self.check(task_id, token)
         t = self.tasks[task_id]
         if outcome is WriteOutcome.APPLIED:
@@ -184,7 +186,7 @@ class ModelBoard:
                 t.phase, t.detail = "heartbeat", f"Heartbeat from {t.claimed_by}."
         return outcome
 
-    def complete(self, task_id: str, token: int, output: str, announce_as: str) -> WriteOutcome:
+    def complete(self, task_id: str, token: str, output: str, announce_as: str) -> WriteOutcome:
         outcome = self.check(task_id, token)
         if outcome is WriteOutcome.APPLIED:
             t = self.tasks[task_id]
@@ -194,7 +196,7 @@ class ModelBoard:
             self.refresh()
         return outcome
 
-    def fail(self, task_id: str, token: int | None, error: str,
+    def fail(self, task_id: str, token: str | None, error: str,
              announce_as: str | None = None) -> WriteOutcome:
         t = self.tasks[task_id]
         if token is None:
@@ -208,18 +210,18 @@ class ModelBoard:
             self.refresh()
         return outcome
 
-    def release(self, task_id: str, token: int, reason: str) -> WriteOutcome:
+    def release(self, task_id: str, token: str, reason: str) -> WriteOutcome:
         outcome = self.check(task_id, token)
         if outcome is WriteOutcome.APPLIED:
             self._requeue(self.tasks[task_id], reason.strip() or "Released back to queue.")
         return outcome
 
     def _requeue(self, t: ModelTask, reason: str) -> None:
-        t.status, t.token, t.claimed_by, t.output, t.alive = P, 0, None, None, False
+        t.status, t.token, t.claimed_by, t.output, t.alive = P, "0", None, None, False
         t.requeue_reason = reason
         self.refresh()
 
-    def reassign(self, task_id: str, token: int, to: str) -> WriteOutcome:
+    def reassign(self, task_id: str, token: str, to: str) -> WriteOutcome:
         outcome = self.check(task_id, token)
         t = self.tasks[task_id]
         if outcome is WriteOutcome.APPLIED:
@@ -247,7 +249,7 @@ class ModelBoard:
 
     def _give_up(self, t: ModelTask, reason: str, why: str) -> None:
         t.end(F, "failed", reason, reason)
-        t.token, t.requeue_reason = 0, why
+        t.token, t.requeue_reason = "0", why
         self.outbox.append((t.claimed_by or "system", "lead", "task.error", t.task_id, reason))
         self.refresh()
 
@@ -267,7 +269,7 @@ class ModelBoard:
 class Unacked:
     """What one task's attempt read as one member and has not acknowledged (bus positions)."""
 
-    token: int
+    token: str
     positions: list[int]
 
 
@@ -299,7 +301,7 @@ class ModelBus:
     def unread(self, member: str) -> list[int]:
         return self.delivered[member][self.read[member]:]
 
-    def read_unread(self, member: str, task_id: str | None, token: int) -> list[int]:
+    def read_unread(self, member: str, task_id: str | None, token: str) -> list[int]:
         """New messages, after what an earlier attempt of the task read and never acknowledged
         (no task: a plain read, nothing to acknowledge)."""
         got: list[int] = []
@@ -356,7 +358,7 @@ class Attempt:
     """A claim some worker was given: its token may have been revoked since."""
 
     task_id: str
-    token: int
+    token: str
     member_id: str
 
 
@@ -395,7 +397,7 @@ class SystemMachine(RuleBasedStateMachine):
         self.attempts: list[Attempt] = []
         self.completed: dict[str, str | None] = {}
         """Task id -> the output it completed with."""
-        self.issued: dict[str, int] = {}
+        self.issued: dict[str, str] = {}
         """Task id -> the last token a claim of it got."""
         self.claims_at_takeover = 0
         self.stale_tried: set[tuple[str, bool]] = set()
@@ -446,14 +448,14 @@ class SystemMachine(RuleBasedStateMachine):
     def live_claims(self) -> list[Attempt]:
         return [a for a in self.attempts if self.model.live(a.task_id, a.token)]
 
-    def fenced(self, data: st.DataObject) -> tuple[str, int]:
+    def fenced(self, data: st.DataObject) -> tuple[str, str]:
         """Mostly a live claim; else any task with any token ever issued (stale or not)."""
         live = self.live_claims()
         if live and data.draw(st.integers(0, 3), label="live claim") > 0:
             attempt = data.draw(st.sampled_from(live), label="claim")
             return attempt.task_id, attempt.token
         task_id = data.draw(st.sampled_from(list(self.model.tasks)), label="task")
-        tokens = [0, self.model.tasks[task_id].token, *(a.token for a in self.attempts)]
+        tokens = ["0", self.model.tasks[task_id].token, *(a.token for a in self.attempts)]
         return task_id, data.draw(st.sampled_from(tokens), label="token")
 
     def member_of(self, task_id: str) -> str:
@@ -466,7 +468,7 @@ class SystemMachine(RuleBasedStateMachine):
             self.bus_model.add(message, trims=False)
         self.model.outbox.clear()
 
-    def worker_writes(self, kind: str, task_id: str, token: int, text: str,
+    def worker_writes(self, kind: str, task_id: str, token: str, text: str,
                       member: str) -> WriteOutcome:
         """As a worker ends an attempt: settle its reads (fenced), then one fenced outcome write
         that announces it to lead."""
@@ -494,6 +496,8 @@ class SystemMachine(RuleBasedStateMachine):
     def claim(self, data: st.DataObject, member: str) -> None:
         task_id = self.pick(data, R)
         got = self.board.claim(task_id, member, "w:1", TTL_S)
+        if got is not None and not self.model.epoch:
+            self.model.epoch = got.split("@")[1]
         assert got == self.model.claim(task_id, member)
         if task_id in self.completed:
             assert got is None, f"completed task {task_id} ran again"
@@ -733,7 +737,7 @@ class SystemMachine(RuleBasedStateMachine):
         attempt = data.draw(st.sampled_from([None, *attempts]), label="attempt")
         if attempt is None:
             got = [msg(m) for m in self.bus.read_unread(member)]
-            expected = self.bus_model.read_unread(member, None, 0)
+            expected = self.bus_model.read_unread(member, None, "0")
         else:
             mailbox = Mailbox(self.bus, member, Claim(attempt.task_id, attempt.token, member))
             got = [msg(m) for m in mailbox.read()]
@@ -786,18 +790,18 @@ class SystemMachine(RuleBasedStateMachine):
         conflict, not a stale write), never another."""
         if not self.started():
             return
-        live: list[int] = []
+        live: list[str] = []
         for state in self.board.snapshot():
-            last = self.issued.get(state.task_id, 0)
+            last = self.issued.get(state.task_id, "0")
             if state.status is IP:
-                assert state.token == last != 0
+                assert state.token == last != "0"
                 beat = self.conn.get(self.board.keys.heartbeat(state.task_id))
-                assert beat in (None, str(last))
+                assert beat in (None, last)
                 live.append(state.token)
             elif state.status in (C, F):
-                assert state.token in (0, last)
+                assert state.token in ("0", last)
             else:
-                assert state.token == 0
+                assert state.token == "0"
         assert len(live) == len(set(live))
 
     @invariant()

@@ -12,7 +12,7 @@ from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.redis.connection import same_server, set_outage
+from teamctl.shared.redis.connection import client_from_url, same_server, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.worker.process_privacy import keep_environment_private
@@ -133,7 +133,7 @@ def conn_from_settings(settings: Settings) -> redis.Redis:
     """Outside an RQ worker, REDIS_URL names the server."""
     if settings.redis_url is None:
         raise ConfigError("run_task outside an RQ worker needs REDIS_URL; set it")
-    return redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    return client_from_url(settings.redis_url, decode_responses=True)
 
 
 @functools.cache

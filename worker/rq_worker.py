@@ -18,7 +18,7 @@ from typing import Any
 import redis
 from rq.exceptions import StopRequested
 from rq.worker import Worker
-from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S, OutageRetry
+from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S, OutageRetry, read_only_refusal
 
 TEARDOWN_OUTAGE_S = 2.0
 """How long a stopping worker keeps trying to tell Redis it stopped (its key expires anyway)."""
@@ -78,11 +78,19 @@ class TeamctlWorker(Worker):
         dequeue that follows meets it and retries)."""
         try:
             yield
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except (redis.ConnectionError, redis.TimeoutError, redis.ResponseError) as exc:
+            # A read-only server (a primary demoted by a failover, still behind the URL) is an
+            # outage too: the connection retried it for the whole window (OutageRetry).
+            if isinstance(exc, redis.ResponseError) and not read_only_refusal(exc):
+                raise
             if self.outage.failed(_retry_window_s(self.connection)):
-                self.log.error("Worker %s: Redis unreachable for %g s (TEAMCTL_REDIS_OUTAGE_S); "
-                               "exiting", self.name, self.outage.limit_s)
+                self.log.error("Worker %s: Redis %s for %g s (TEAMCTL_REDIS_OUTAGE_S); exiting",
+                               self.name, "read-only" if isinstance(exc, redis.ResponseError)
+                               else "unreachable", self.outage.limit_s)
                 raise StopRequested() from None
+            if retried_by_rq and isinstance(exc, redis.ResponseError):
+                # RQ's dequeue loop retries only connection errors: one it retries, then.
+                raise redis.ConnectionError(str(exc)) from exc
             if retried_by_rq:
                 raise
             self.log.warning("Worker %s: Redis unreachable (%s); retrying", self.name, exc)

@@ -25,7 +25,7 @@ class Transcripts:
         self.keys = keys
         self.scripts = scripts or Scripts(conn)
 
-    def save(self, task_id: str, token: int, messages: list[dict[str, Any]] | None,
+    def save(self, task_id: str, token: str, messages: list[dict[str, Any]] | None,
              max_chars: int) -> bool:
         """Keep `messages` (capped) as the task's transcript, or none for an attempt that never
         started its session (an earlier attempt's is removed); False if the claim was lost."""

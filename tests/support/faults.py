@@ -149,10 +149,13 @@ class RestartableRedis:
     """A private redis-server with appendonly on, which can go down and come back on the same
     port and data directory, as in a restart or failover."""
 
-    def __init__(self, data_dir: Path, bind: str = "127.0.0.1") -> None:
+    def __init__(self, data_dir: Path, bind: str = "127.0.0.1", *, args: tuple[str, ...] = ()
+                 ) -> None:
         self.data_dir = data_dir
         self.bind = bind
         self.port = free_port()
+        self.args = args
+        """More redis-server options (e.g. --replicaof HOST PORT)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -164,7 +167,7 @@ class RestartableRedis:
         self.process = subprocess.Popen(
             [redis_server_binary(), "--port", str(self.port), "--bind", self.bind,
              "--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "always",
-             "--save", ""],
+             "--save", "", *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self._answers():

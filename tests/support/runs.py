@@ -79,3 +79,14 @@ def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
     keys = RunKeys(run_id)
     write_roster(conn, keys, member_ids)
     return MessageBus(conn, keys, **options)
+
+
+def token_number(token: str) -> int:
+    """The counter part of a fencing token (N@EPOCH)."""
+    return int(token.split("@")[0])
+
+
+def next_token(token: str) -> str:
+    """The token the board issues after `token` within the same server epoch."""
+    number, _, epoch = token.partition("@")
+    return f"{int(number) + 1}@{epoch}"

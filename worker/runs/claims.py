@@ -40,7 +40,7 @@ class Claim:
     """One task this job holds, and the member it runs as."""
 
     task_id: str
-    token: int
+    token: str
     member_id: str
     end: ClaimEnd | None = None
     handed_to: str | None = None

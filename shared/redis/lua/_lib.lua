@@ -13,6 +13,22 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A fencing token: the next value of `counter_key`, '@', and this server's epoch. A failover can
+-- lose the last acknowledged writes (replication is asynchronous), the counter's latest values
+-- among them, so the promoted replica would issue a token again that a cut-off holder still
+-- has. The epoch changes whenever that can happen: master_replid is new on every promotion and
+-- run_id on every restart (a restart may lose writes too), so a token from before is never
+-- equal to one after, while within an epoch the counter alone orders them. Read inside the
+-- script, so the epoch is the server's that applies the claim. (The alternative, WAIT for a
+-- replica before a claim is acknowledged, costs a replication round trip per claim and still
+-- loses to a failover to a replica it did not wait for: bench/bench_failover.py.)
+local function fencing_token(counter_key)
+  local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%x+)')
+  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local epoch = string.sub(redis.sha1hex(run_id .. replid), 1, 12)
+  return redis.call('INCR', counter_key) .. '@' .. epoch
+end
+
 -- --- Memories (turn_checkpoint.lua, lead_checkpoint.lua) ---------------------------------------
 -- A memory list holds chat messages as JSON. Beside it a size record (hash fields
 -- <prefix>chars and <prefix>last_user) keeps the characters of all its JSON texts and the index
@@ -267,7 +283,7 @@ end
 -- heartbeat key (its turn lease is the liveness). Returns the task id.
 local function team_claim(task_key, ready_key, running_key, counts_key, tokens_key, events_key,
                           name, now)
-  local token = redis.call('INCR', tokens_key)
+  local token = fencing_token(tokens_key)
   local tid = redis.call('HGET', task_key, 'task_id')
   set_status(task_key, counts_key, 'in_progress')
   redis.call('ZREM', ready_key, tid)

@@ -10,7 +10,7 @@ local member = ARGV[1]
 if member == '' then member = redis.call('HGET', KEYS[1], 'member_id') end
 local who = member
 if who == '' then who = 'member' end
-local token = redis.call('INCR', KEYS[5])
+local token = fencing_token(KEYS[5])
 local tid = redis.call('HGET', KEYS[1], 'task_id')
 set_status(KEYS[1], KEYS[4], 'in_progress')
 redis.call('ZREM', KEYS[2], tid)

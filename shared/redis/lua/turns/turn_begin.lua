@@ -5,7 +5,7 @@
 -- holds the lease; {'skip', ''} when the teammate is not working (a duplicate or late job).
 if redis.call('HGET', KEYS[1], 'status') ~= 'working' then return {'skip', ''} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', ''} end
-local token = tostring(redis.call('INCR', KEYS[3]))
+local token = fencing_token(KEYS[3])
 redis.call('SET', KEYS[2], token, 'PX', ARGV[1])
 -- job_id names a turn job not begun yet (reconcile leaves a queued one alone); this one began.
 redis.call('HSET', KEYS[1], 'turn_token', token, 'last_seen_ms', now_ms(), 'worker', ARGV[2],
