@@ -192,10 +192,6 @@ def test_connect_warns_once_when_maxmemory_policy_can_evict_teamctls_keys(
     assert "Set maxmemory-policy noeviction" in caplog.messages[0]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not yet: the coordinator reports 'Redis was unreachable for more than redis_outage_s' "
-    "naming the killed primary's port, though connect/blocking/script/pipeline/lock clients "
-    "each follow the promotion alone (see the report)"))
 def test_a_run_outlives_its_primary_through_sentinel_with_every_task_once(
         llm: ScriptedLLM, tmp_path: Path, run_id: str) -> None:
     with SentinelGroup(tmp_path / "redis") as group:

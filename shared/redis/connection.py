@@ -23,7 +23,12 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.connection import SSLConnection, parse_url
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from teamctl.shared.errors import ConfigError, InfraError
 
 log = logging.getLogger(__name__)
@@ -166,7 +171,32 @@ class SentinelURL:
         sentinel_kwargs = {**self.sentinel_kwargs,
                            "retry": Retry(ExponentialWithJitterBackoff(), retries=0)}
         manager = Sentinel(self.sentinels, sentinel_kwargs=sentinel_kwargs)
+        kwargs["connection_class"] = (PrimarySSLConnection if kwargs.pop("ssl", False)
+                                      else PrimaryConnection)
         return cast(ClientT, manager.master_for(self.service, redis_class=cls, **kwargs))
+
+
+class _AsksSentinels:
+    """Reconnects through the sentinels. redis-py 8.1 reconnects a dropped connection inside
+    send_packed_command by connect_check_health, to the address it had, skipping the sentinel
+    lookup its connect() makes: after a failover every retry dialled the dead primary until
+    the outage window ran out."""
+
+    _sock: Any
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        if not self._sock:
+            self.connect()  # type: ignore[attr-defined]  # SentinelManagedConnection's
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+class PrimaryConnection(_AsksSentinels, SentinelManagedConnection):  # type: ignore[misc]
+    """A connection to whichever server the sentinels name primary, found again at every
+    reconnect."""
+
+
+class PrimarySSLConnection(_AsksSentinels, SentinelManagedSSLConnection):  # type: ignore[misc]
+    """PrimaryConnection over TLS (rediss+sentinel://)."""
 
 
 def _host_port(text: str) -> tuple[str, int]:
