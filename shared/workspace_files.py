@@ -16,12 +16,14 @@ from urllib.parse import urlsplit
 
 import redis
 from teamctl.shared.keys import KeySpace
-from teamctl.shared.redis.connection import same_server
+from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S, OutageRetry, same_server
 from teamctl.shared.redis.scripts import Scripts
 from teamctl.shared.workspace_caps import FileCaps, WorkspaceSetting, WorkspaceStore
 
 PAGE_FILES = 100
 """Files per HSCAN page and per HMGET: a big workspace never costs Redis one long command."""
+PAGE_BLOBS = 8
+"""Contents per MGET: a reply of a few files (1 MiB each by default), never a whole workspace."""
 UNADOPTED_BLOB_TTL_MS = 3_600_000
 """How long content written for a save that never ran (its writer died) is kept."""
 LOCAL_HOSTS = frozenset({"localhost"})
@@ -34,6 +36,7 @@ class SaveVerdict(StrEnum):
     CONFLICT = "conflict"
     FILE_TOO_BIG = "file_too_big"
     WORKSPACE_FULL = "workspace_full"
+    EXPIRED = "expired"
     STALE = "stale"
 
 
@@ -49,8 +52,9 @@ class SaveOutcome:
 
 @dataclass(frozen=True)
 class Fence:
-    """What a save must still hold: a task's claim (`task`: the task hash and its token) or a
-    teammate's turn (`turn`: the turn key and its token)."""
+    """What a save must still hold: a task's claim (`task`: the task hash and its token), or a
+    lease kept as a string key (`turn`: a teammate's turn key, or the lead's lease, and the
+    value it must still hold)."""
 
     kind: Literal["task", "turn"]
     key: str
@@ -98,13 +102,23 @@ class WorkspaceFiles:
 
     def __init__(self, conn: redis.Redis, keys: KeySpace, caps: FileCaps | None = None,
                  fence: Fence | None = None) -> None:
-        # Contents are bytes: a decoding client would mangle any file that is not UTF-8.
-        self.conn = (conn if not conn.connection_pool.connection_kwargs.get("decode_responses")
-                     else same_server(conn, decode=False))
+        # Contents are bytes: a decoding client would mangle any file that is not UTF-8. The
+        # client of its own keeps the retry policy of `conn` (a run's redis_outage_s).
+        kwargs = conn.connection_pool.connection_kwargs
+        retry = kwargs.get("retry")
+        self._own = bool(kwargs.get("decode_responses"))
+        self.conn = conn if not self._own else same_server(
+            conn, decode=False,
+            outage_s=retry.outage_s if isinstance(retry, OutageRetry) else DEFAULT_OUTAGE_S)
         self.keys = keys
         self.caps = caps or FileCaps()
         self.fence = fence
         self.scripts = Scripts(self.conn)
+
+    def close(self) -> None:
+        """Close the client this made for itself (none when given a bytes client)."""
+        if self._own:
+            self.conn.close()
 
     def rev(self) -> int:
         """Saves ever made to the workspace: unchanged means nothing to fetch."""
@@ -132,9 +146,11 @@ class WorkspaceFiles:
             held = [(path, blob) for path, blob in zip(page, blobs, strict=True) if blob]
             if not held:
                 continue
-            datas = self.conn.mget([self.keys.file_blob(blob) for _, blob in held])
-            found.update((path, data) for (path, _), data in zip(held, datas, strict=True)
-                         if data is not None)
+            for part in range(0, len(held), PAGE_BLOBS):
+                some = held[part:part + PAGE_BLOBS]
+                datas = self.conn.mget([self.keys.file_blob(blob) for _, blob in some])
+                found.update((path, data) for (path, _), data in zip(some, datas, strict=True)
+                             if data is not None)
         return found, deleted
 
     def listing(self) -> list[FileEntry]:
@@ -160,6 +176,8 @@ class WorkspaceFiles:
         as it arrives, never stalled by one big write); file_save.lua then adopts it or, when
         refused, deletes it."""
         keys, fence = self.keys, self.fence
+        if content is not None and len(content) > self.caps.file_max_bytes:
+            return SaveOutcome(SaveVerdict.FILE_TOO_BIG, seen_version, -1)  # never sent
         new_blob = secrets.token_hex(16)
         old_blob = self._blob_ids([path])[0] or ""
         if content is not None:

@@ -4,6 +4,8 @@ and mirrors (local copies) that fetch, sync and report what they could not save.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -180,3 +182,67 @@ def test_teammates_share_a_workspace_kept_in_redis(
     assert files.contents(["notes.md"]) == {"notes.md": b"from alice and bob\n"}
     assert files.versions() == {"notes.md": 2}
     assert not (team_workspace(tmp_path / "state", team) / "notes.md").exists()
+
+
+def test_only_a_file_really_gone_is_deleted_from_the_shared_workspace(
+        conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    mirror = WorkspaceMirror.open(WorkspaceFiles(conn, keys))
+    try:
+        for name in ("linked.txt", "swapped.txt", "gone.txt"):
+            (mirror.root / name).write_text(f"{name}\n")
+        assert mirror.push() == []
+        os.link(mirror.root / "linked.txt", mirror.root / "second-name.txt")
+        (mirror.root / "swapped.txt").unlink()
+        (mirror.root / "swapped.txt").symlink_to("/etc/hostname")
+        (mirror.root / "gone.txt").unlink()
+        problems = mirror.push()
+        assert problems == [
+            "linked.txt was not saved: it has 2 hard links, and a hard-linked file is not "
+            "copied between hosts",
+            "swapped.txt was not saved: it is a symlink now, and symlinks are not copied "
+            "between hosts"]
+        assert mirror.push() == []  # said once, while the files stay as they are
+        assert WorkspaceFiles(conn, keys).contents(["linked.txt", "swapped.txt", "gone.txt"]) == {
+            "linked.txt": b"linked.txt\n", "swapped.txt": b"swapped.txt\n"}
+    finally:
+        mirror.close()
+
+
+def test_a_conflicting_version_that_cannot_be_put_here_is_not_reported_again(
+        conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    other = WorkspaceFiles(conn, keys)
+    assert other.save("a/b.txt", 0, b"theirs v1").verdict is SaveVerdict.SAVED
+    mirror = WorkspaceMirror.open(WorkspaceFiles(conn, keys))
+    try:
+        (mirror.root / "a" / "b.txt").write_text("mine")
+        assert other.save("a/b.txt", 1, b"theirs v2").verdict is SaveVerdict.SAVED
+        problems = mirror.push()
+        assert len(problems) == 1 and "version 2 first, which is now" in problems[0]
+        assert (mirror.root / "a" / "b.txt").read_bytes() == b"theirs v2"
+        assert mirror.push() == []  # in sync: no loop of conflicts
+    finally:
+        mirror.close()
+
+
+def test_content_whose_upload_expired_is_not_adopted(conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    files = WorkspaceFiles(conn, keys)
+    reply = files.scripts["file_save"](
+        keys=[keys.files, keys.file_versions, keys.files_info, keys.files_info,
+              keys.file_blob("0" * 32), keys.files_info],
+        args=[b"f", 0, "put", "0" * 32, "", 100, 1000, "none", ""])
+    assert reply[0] == b"expired"
+    assert files.versions() == {}
+
+
+def test_a_mirror_that_cannot_fetch_leaves_no_directory(conn: redis.Redis, run_id: str,
+                                                        tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    files = WorkspaceFiles(conn, RunKeys(run_id))
+    files.conn.hset(files.keys.files_info, "rev", "not a number")
+    with pytest.raises(ValueError):
+        WorkspaceMirror.open(files)
+    assert list(tmp_path.iterdir()) == []

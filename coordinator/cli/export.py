@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
+from teamctl.shared.agent.workspace_mirror import syncable
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
@@ -115,8 +116,10 @@ def export_run(run: RunHandle, root: Path, *, force: bool = False) -> list[Path]
         lastRunStartedAt=state.started_ms, lastRunCompletedAt=state.ended_ms,
         runActive=not state.finished)
     files = RunFiles(run.conn, spec)
-    workspace = [(root / "workspace" / path, data)
-                 for path, data in files.everything()] if files.here else []
+    # Only paths that stay under workspace/ (files.everything() yields no other; checked again
+    # here because these paths come from Redis and name files to write).
+    workspace = [(root / "workspace" / path, data) for path, data in files.everything()
+                 if syncable(path)] if files.here else []
     return write_files([
         (root / "state" / f"{spec.team_id}.json", snapshot.model_dump_json(indent=2)),
         (root / "mailbox" / f"{spec.team_id}.jsonl",

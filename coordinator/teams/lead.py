@@ -110,12 +110,12 @@ class LeadAgent:
     def __post_init__(self) -> None:
         self.toolbox = Toolbox()
         LeadTools(self.store, self.model, self.api_base, self.workspace).add_to(self.toolbox)
+        self.memory = LeadMemory(self.store, self.lease.owner)
         tools = self.store.options.lead_tools
-        if tools:
+        if tools:  # last: nothing after the mirror opens can fail and leave it behind
             add_workspace_tools(self.toolbox, Workspace(self._workspace_root()), tools)
             if self.mirror:
                 self.mirror.guard(self.toolbox, tools)
-        self.memory = LeadMemory(self.store, self.lease.owner)
 
     def _workspace_root(self) -> Path:
         """Where the lead's workspace tools work: the team's directory, or a copy of a

@@ -22,14 +22,14 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from pydantic import BaseModel
 from teamctl.shared.agent.tools import Toolbox, ToolFn, capped
 from teamctl.shared.agent.workspace import UNWRITABLE_NAMES, Workspace
 from teamctl.shared.errors import ToolFailed
-from teamctl.shared.text import echoed
-from teamctl.shared.workspace_files import SaveVerdict, WorkspaceFiles
+from teamctl.shared.text import echoed, flat
+from teamctl.shared.workspace_files import SaveOutcome, SaveVerdict, WorkspaceFiles
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +46,18 @@ class WorkspaceNotSaved(ToolFailed):
     """A tool call changed files that could not be saved back to the shared workspace."""
 
 
+Stat = tuple[int, int, int]
+"""A local file's size, mtime (ns) and inode: unchanged, its content is taken as unchanged."""
+
+
 @dataclass(frozen=True)
 class _Synced:
     """What the mirror knows of one path: the version it last had and that content's digest
-    (None: no file), and the local file's (size, mtime) when it last matched it."""
+    (None: no file), and the local file's Stat when it last matched it (None: not trusted)."""
 
     version: int
     digest: str | None
-    local: tuple[int, int, int] | None
+    local: Stat | None
 
 
 NONE = _Synced(0, None, None)
@@ -67,6 +71,8 @@ class WorkspaceMirror:
         self.root = root
         self.workspace = Workspace(root)
         self._synced: dict[str, _Synced] = {}
+        self._reported: dict[str, tuple[str, tuple[int, int, int] | None]] = {}
+        """What was last said about a file that could not be saved, for the file as it was."""
         self._rev = -1
         self.fence_lost = False
         """Set once a save was refused because the claim or turn was lost: nothing more is
@@ -76,12 +82,18 @@ class WorkspaceMirror:
     def open(cls, files: WorkspaceFiles) -> WorkspaceMirror:
         """A mirror in a new private temporary directory (TMPDIR), with every file fetched."""
         mirror = cls(files, Path(tempfile.mkdtemp(prefix="teamctl-workspace-")))
-        mirror.pull()
+        try:
+            mirror.pull()
+        except BaseException:
+            mirror.close()
+            raise
         return mirror
 
     def close(self) -> None:
-        """Remove the local copy (everything worth keeping was saved after each tool call)."""
+        """Remove the local copy (everything worth keeping was saved after each tool call, and
+        by a last push before the outcome) and the client it used."""
         shutil.rmtree(self.root, ignore_errors=True)
+        self.files.close()
 
     def pull(self) -> None:
         """Take what others saved since the last pull; a file changed here and not yet saved is
@@ -139,63 +151,137 @@ class WorkspaceMirror:
             return result
         return call
 
-    def _push_one(self, path: str, local: tuple[int, int, int] | None) -> str | None:
+    def _push_one(self, path: str, local: Stat | None) -> str | None:
+        """Save one path if it changed here; what went wrong, in a line, if it was not saved."""
         synced = self._synced.get(path, NONE)
         if local is not None and local == synced.local:
             return None  # untouched since it was last in sync
-        data = self._read_local(path) if local is not None else None
+        unsaved = self._unsaveable(path, local)
+        if unsaved is not None:  # left alone here and there; said once per state of the file
+            return self._once(path, unsaved)
+        data = None if local is None else self._read_local(path)
+        if local is not None and data is None:
+            return self._once(path, "it cannot be read here")
         if _digest(data) == synced.digest:
-            self._synced[path] = _Synced(synced.version, synced.digest,
-                                         self._trusted_stat(path))
+            self._synced[path] = _Synced(synced.version, synced.digest, self._trust(path, local))
             return None
         outcome = self.files.save(path, synced.version, data)
-        shown = echoed(path)
-        if outcome.verdict is SaveVerdict.SAVED:
-            self._synced[path] = _Synced(outcome.version, _digest(data),
-                                         self._trusted_stat(path))
-            if outcome.rev == self._rev + 1:  # nobody else saved: the next pull has nothing
-                self._rev = outcome.rev
-            return None
-        if outcome.verdict is SaveVerdict.STALE:
-            self.fence_lost = True
-            return "this session no longer holds its task or turn: nothing more is saved"
-        if outcome.verdict is SaveVerdict.CONFLICT:
-            self._take_current(path, outcome.version)
-            return (f"{shown} was not saved: another member saved version {outcome.version} "
-                    "first, which is now in the workspace; read it and redo your change")
-        # Too big: remembered as seen, so it is not retried until it changes again.
-        self._synced[path] = _Synced(synced.version, synced.digest, local)
-        caps = self.files.caps
-        if outcome.verdict is SaveVerdict.FILE_TOO_BIG:
-            return (f"{shown} was not saved: it is {len(data or b'')} bytes and a shared file "
-                    f"may hold {caps.file_max_bytes} (option workspace_file_max_bytes)")
-        return (f"{shown} was not saved: the shared workspace would pass its "
-                f"{caps.workspace_max_bytes} bytes (option workspace_max_bytes); delete files "
-                "it no longer needs")
+        return self._settle(path, synced, local, data, outcome)
 
-    def _take(self, path: str, version: int, data: bytes | None) -> None:
-        """Make the local file hold `data` (None: no file), as of `version`."""
+    def _unsaveable(self, path: str, local: Stat | None) -> str | None:
+        """Why the path's change is not to be saved (None: save it). Only a file really gone is
+        deleted from the workspace: one unreadable here, or turned into a link, is left alone
+        there."""
+        if local is None:
+            return self._why_unlisted(path)
+        if local[0] > self.files.caps.file_max_bytes:
+            return self._too_big(local[0])
+        return None
+
+    def _settle(self, path: str, synced: _Synced, local: Stat | None, data: bytes | None,
+                outcome: SaveOutcome) -> str | None:
+        """Record what a save did; the line to report when it did not save."""
+        shown = flat(echoed(path))
+        match outcome.verdict:
+            case SaveVerdict.SAVED:
+                self._synced[path] = _Synced(outcome.version, _digest(data),
+                                             self._trust(path, local))
+                if outcome.rev == self._rev + 1:  # nobody else saved: the pull has nothing
+                    self._rev = outcome.rev
+                return None
+            case SaveVerdict.STALE:
+                self.fence_lost = True
+                return "this session no longer holds its task or turn: nothing more is saved"
+            case SaveVerdict.CONFLICT:
+                taken = self._take_current(path, outcome.version)
+                where = ("which is now in the workspace" if taken else
+                         "which could not be put here (something local is in its way)")
+                return (f"{shown} was not saved: another member saved version "
+                        f"{outcome.version} first, {where}; read it and redo your change")
+            case SaveVerdict.EXPIRED:
+                return f"{shown} was not saved: its upload expired; it is tried again next time"
+            case SaveVerdict.FILE_TOO_BIG:
+                problem = self._too_big(len(data or b""))
+            case SaveVerdict.WORKSPACE_FULL:
+                limit = self.files.caps.workspace_max_bytes
+                problem = (f"the shared workspace would pass its {limit} bytes (option "
+                           "workspace_max_bytes); delete files it no longer needs")
+            case _:
+                assert_never(outcome.verdict)
+        # Remembered as seen: not tried again until it changes again.
+        self._synced[path] = _Synced(synced.version, synced.digest, local)
+        return f"{shown} was not saved: {problem}"
+
+    def _too_big(self, size_bytes: int) -> str:
+        return (f"it is {size_bytes} bytes and a shared file may hold "
+                f"{self.files.caps.file_max_bytes} (option workspace_file_max_bytes)")
+
+    def _once(self, path: str, why: str) -> str | None:
+        """`why` as a problem line, unless it was said already for the file as it is now."""
+        state = (why, self._lstat_key(path))
+        if self._reported.get(path) == state:
+            return None
+        self._reported[path] = state
+        return f"{flat(echoed(path))} was not saved: {why}"
+
+    def _why_unlisted(self, path: str) -> str | None:
+        """Why a tracked file the walk did not list is not to be deleted (None: it is gone)."""
+        try:
+            info = os.lstat(os.path.join(self.root, path))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            return f"it cannot be read here ({exc.strerror or type(exc).__name__})"
+        if stat.S_ISDIR(info.st_mode):
+            return None  # a directory now: the file is gone, what it holds is saved apart
+        if stat.S_ISLNK(info.st_mode):
+            return "it is a symlink now, and symlinks are not copied between hosts"
+        if stat.S_ISREG(info.st_mode):
+            return (f"it has {info.st_nlink} hard links, and a hard-linked file is not copied "
+                    "between hosts")
+        return "it is not a regular file now"
+
+    def _lstat_key(self, path: str) -> tuple[int, int, int] | None:
+        try:
+            info = os.lstat(os.path.join(self.root, path))
+        except OSError:
+            return None
+        return info.st_mode, info.st_mtime_ns, info.st_ino
+
+    def _trust(self, path: str, before: Stat | None) -> Stat | None:
+        """The stat taken before a file was read, to compare later ones with, if it still holds
+        after the save and is not too recent to tell a same-size rewrite apart (timestamps have
+        a coarse tick); else None, and the next push compares content instead."""
+        if before is None or time.time_ns() - before[1] < RACY_NS:
+            return None
+        return before if self._local_stat(path) == before else None
+
+    def _take(self, path: str, version: int, data: bytes | None) -> bool:
+        """Make the local file hold `data` (None: no file), as of `version`; False when it
+        cannot be put here (the version is then recorded as absent here)."""
         try:
             if data is None:
                 self.workspace.remove(path)
             else:
                 self.workspace.write_bytes(path, data)
         except ToolFailed as exc:  # e.g. a local symlink or file in the way of its directory
-            log.warning("workspace file %s not materialized: %s", echoed(path), exc)
-            return
+            log.warning("workspace file %s not materialized: %s", flat(echoed(path)), exc)
+            self._synced[path] = _Synced(version, None, None)
+            return False
         self._synced[path] = _Synced(version, _digest(data), self._trusted_stat(path))
+        return True
 
-    def _take_current(self, path: str, version: int) -> None:
+    def _take_current(self, path: str, version: int) -> bool:
         """Replace the local file with the saved one, `version` having been read before its
         content (content newer than its version is taken again by the next pull, harmlessly;
         the reverse would pass a newer version off as an older one's content)."""
         found, deleted = self.files.fetch([path])
         if path in found or path in deleted:
-            self._take(path, version, found.get(path))
-        else:
-            # Raced by yet another save: the next pull takes that one over the local copy.
-            self._synced[path] = _Synced(version - 1, _digest(self._read_local(path)), None)
-            self._rev = -1
+            return self._take(path, version, found.get(path))
+        # Raced by yet another save: the next pull takes that one over the local copy.
+        self._synced[path] = _Synced(version - 1, _digest(self._read_local(path)), None)
+        self._rev = -1
+        return True
 
     def _changed_here(self, path: str) -> bool:
         synced = self._synced.get(path, NONE)
@@ -204,7 +290,7 @@ class WorkspaceMirror:
             return local is None and synced.digest is not None
         return _digest(self._read_local(path)) != synced.digest
 
-    def _local_files(self) -> Iterator[tuple[str, tuple[int, int, int]]]:
+    def _local_files(self) -> Iterator[tuple[str, Stat]]:
         """Every regular, singly-linked file under the root that is synced, with its stat
         (scandir and plain strings: this runs after every tool call)."""
         folders = [("", str(self.root))]
@@ -229,7 +315,7 @@ class WorkspaceMirror:
                         and not entry.name.startswith(TEMP_PREFIX)):
                     yield path, (info.st_size, info.st_mtime_ns, info.st_ino)
 
-    def _local_stat(self, path: str) -> tuple[int, int, int] | None:
+    def _local_stat(self, path: str) -> Stat | None:
         try:
             info = os.lstat(os.path.join(self.root, path))
         except (OSError, ValueError):
@@ -238,7 +324,7 @@ class WorkspaceMirror:
             return None
         return info.st_size, info.st_mtime_ns, info.st_ino
 
-    def _trusted_stat(self, path: str) -> tuple[int, int, int] | None:
+    def _trusted_stat(self, path: str) -> Stat | None:
         """The stat to remember for a file just synced, or None while its mtime is too recent
         to tell a later change of the same size apart (timestamps have a coarse tick): the
         next push then compares its content instead."""

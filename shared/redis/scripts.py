@@ -1,7 +1,8 @@
 """The Lua scripts in shared/redis/lua: read once per process, registered once per connection.
 
-Scripts sit in one folder per concern (board, bus, calls, runs, teams, turns) and are named by
-file alone, so a name is unique across folders; `_lib.lua` and `_guarded.lua` sit above them."""
+Scripts sit in one folder per concern (board, bus, calls, runs, teams, turns, workspace) and are
+named by file alone, so a name is unique across folders; `_lib.lua` and `_guarded.lua` sit above
+them."""
 
 from __future__ import annotations
 

@@ -60,8 +60,8 @@ class RunFiles:
         return data
 
     def everything(self) -> Iterator[tuple[str, bytes]]:
-        """Every file with its content, a page at a time."""
-        paths = [entry.path for entry in self.listing()]
+        """Every file with its content, a page at a time; only paths `read` would take."""
+        paths = [entry.path for entry in self.listing() if syncable(entry.path)]
         for at in range(0, len(paths), PAGE_FILES):
             page = paths[at:at + PAGE_FILES]
             if self.files is not None:
@@ -87,8 +87,9 @@ class RunFiles:
             for name in names:
                 full = Path(folder) / name
                 info = os.lstat(full)
-                if stat.S_ISREG(info.st_mode):
-                    yield full.relative_to(root).as_posix(), info.st_size
+                path = full.relative_to(root).as_posix()
+                if stat.S_ISREG(info.st_mode) and syncable(path):  # as `read` would take it
+                    yield path, info.st_size
 
     def _read_local(self, path: str) -> bytes | None:
         root = self._root()

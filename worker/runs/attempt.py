@@ -257,6 +257,8 @@ class Attempt:
         """Write the output or error with the claim's token; the member announces it to lead
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
+        if self.mirror:  # what a background command wrote since the last tool call, while
+            self.mirror.push()  # the claim still holds (after the outcome it would not)
         job.claims.end(claim, ClaimEnd.FINISHED)
         if self.mailbox:  # fenced by the token: a stale attempt settles nothing
             self.mailbox.settle()

@@ -13,7 +13,8 @@
 -- ARGV[6] largest file (bytes), ARGV[7] largest workspace (bytes), ARGV[8] fence kind ('task',
 -- 'turn' or 'none'), ARGV[9] fence token.
 -- Returns {verdict, version, rev}: 'saved' (the new version), 'conflict' (the current version),
--- 'file_too_big' / 'workspace_full' (the current version), 'stale' (0: the fence is lost); rev is
+-- 'file_too_big' / 'workspace_full' (the current version), 'expired' (the new content's key is
+-- gone: its TTL ran out before this call), 'stale' (0: the fence is lost); rev is
 -- the workspace's after the call (a writer whose last known rev is one less saw every save).
 local path, seen, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local function refused(verdict, version, rev)
@@ -34,6 +35,7 @@ local rev = tonumber(redis.call('HGET', KEYS[3], 'rev') or '0')
 if version ~= seen or (redis.call('HGET', KEYS[1], path) or '') ~= ARGV[5] then
   return refused('conflict', version, rev)
 end
+if op == 'put' and redis.call('EXISTS', KEYS[5]) == 0 then return {'expired', version, rev} end
 local old_bytes = 0
 if ARGV[5] ~= '' then old_bytes = redis.call('STRLEN', KEYS[6]) end
 local new_bytes = 0
