@@ -193,12 +193,12 @@ def result_page() -> str:
 
 PLACEHOLDERS = {"run_id": "runid0", "team": "teamname", "task_id": "taskid0",
                 "member_id": "memberid0", "name": "mateid0", "request_id": "req_000000000000",
-                "call": "planner", "role": "ROLE"}
+                "call": "planner", "role": "ROLE", "blob_id": "0" * 32}
 """Valid sample arguments, shown as <placeholders> once the key is built."""
 NOT_KEYS = frozenset({"base", "all_patterns"})
 """Members that build a prefix or a SCAN pattern, not a key."""
 SHOWN = {"runid0": "<run>", "teamname": "<team>", "taskid0": "<task>", "memberid0": "<member>",
-         "mateid0": "<teammate>", "req_000000000000": "<request>"}
+         "mateid0": "<teammate>", "req_000000000000": "<request>", "0" * 32: "<blob>"}
 
 
 def key_rows(space: Any, owner: type) -> Iterator[tuple[str, str]]:
