@@ -37,6 +37,8 @@ BENCHES = {
     "board": "Task board (private redis-server)",
     "workspace": ("Workspace in Redis: a tool call's sync and an attempt's fetch "
                   "(private redis-server)"),
+    "failover": ("Fencing across a failover: an epoch in the token against WAIT for a replica "
+                 "(private primary and replica)"),
     "bus": "Message bus (private redis-server)",
     "team_board": ("Team board at scale (10,000 tasks beside 100 idle teammates, then 400 "
                    "hand-outs; private redis-server)"),
