@@ -90,7 +90,7 @@ def test_cancel_gives_up_on_a_member_stuck_in_a_model_call_after_the_grace(
     assert time.monotonic() >= answered_at
     task = board.get("a")
     assert (task.status, task.error, task.output, task.token, task.worker, task.stale_writes) == (
-        TaskStatus.FAILED, "cancelled", None, 0, holder, 2)
+        TaskStatus.FAILED, "cancelled", None, "0", holder, 2)
     types = [m.type for m in MessageBus(conn, RunKeys(run_id)).messages()]
     assert types.count("task.result") == 0 and types.count("run.cancelled") == 1
 

@@ -49,6 +49,9 @@ HELP = {
     "mcp_start_timeout_s": "Seconds an MCP server may take to start (else the task fails).",
     "mcp_list_timeout_s": "Seconds listing an MCP server's tools may take (else the task fails).",
     "mcp_call_timeout_s": "Seconds one MCP tool call may take (else a TOOL_ERROR result).",
+    "workspace_file_max_bytes": "Largest file a workspace kept in Redis holds, in bytes (a "
+                                "larger save is a tool error).",
+    "workspace_max_bytes": "Largest total of a workspace kept in Redis, in bytes.",
 }
 
 
