@@ -217,6 +217,12 @@ class RunKeys(KeySpace):
         the task, capped at `transcript_max_chars`."""
         return f"{self.base}:transcript:{check_task_id(task_id)}"
 
+    def journal(self, task_id: str) -> str:
+        """List: the task's step journal (JSON entries: each model reply, then its tool
+        results), appended while a claim holds, so a reclaimed task's next attempt replays the
+        steps already paid for instead of making them again."""
+        return f"{self.base}:journal:{check_task_id(task_id)}"
+
     def model_call(self, call: str) -> str:
         """Hash: the coordinator's model call `call` (planner, synthesizer), run as a job: its
         request, attempt, the attempt a worker began, and the outcome."""

@@ -103,6 +103,9 @@ class TaskState(BaseModel):
     token: str = "0"
     """The live claim's fencing token (N@EPOCH), "0" when none."""
     stale_writes: HashInt = 0
+    replayed_steps: HashInt = 0
+    """Steps (model replies and their tool results) the latest attempt took from the task's
+    journal instead of making them again."""
     start_ms: HashInt = 0
     end_ms: HashInt = 0
     updated_ms: HashInt = 0

@@ -170,8 +170,9 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
         return
     for s in states:
+        replayed = f" replayed={s.replayed_steps}" if s.replayed_steps else ""
         click.echo(f"{s.task_id:24} {s.status.value:12} {s.claimed_by or '-':16} "
-                   f"attempts={s.attempts} {one_line(s.error, 500)}".rstrip())
+                   f"attempts={s.attempts}{replayed} {one_line(s.error, 500)}".rstrip())
 
 
 

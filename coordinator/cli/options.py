@@ -52,6 +52,7 @@ HELP = {
     "workspace_file_max_bytes": "Largest file a workspace kept in Redis holds, in bytes (a "
                                 "larger save is a tool error).",
     "workspace_max_bytes": "Largest total of a workspace kept in Redis, in bytes.",
+    "journal_max_bytes": "Largest step journal kept per task, in bytes (0: none).",
 }
 
 

@@ -12,12 +12,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.replies import ModelReply
+from teamctl.shared.agent.replies import ModelReply, ToolCall
 from teamctl.shared.agent.tools import Toolbox
 
 Message = dict[str, Any]
 """A chat message as the model's API takes it."""
+
+
+class ModelCaller(Protocol):
+    """What makes a step's model call: a ModelClient, or one that answers from a journal first."""
+
+    def complete(self, model: str, messages: list[Message], *,
+                 tools: list[dict[str, Any]] | None = None,
+                 api_base: str | None = None) -> ModelReply:
+        ...
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,7 @@ class LoopEnd:
 class AgentLoop:
     """Model calls and tool calls, bounded by `max_steps` calls, as `policy` directs."""
 
-    client: ModelClient
+    client: ModelCaller
     model: str
     api_base: str | None
     toolbox: Toolbox
@@ -113,6 +121,10 @@ def assistant_message(reply: ModelReply) -> Message:
 
 def tool_results(toolbox: Toolbox, reply: ModelReply) -> list[Message]:
     """The reply's tool calls run, each result as a `tool` message (errors included)."""
-    return [{"role": "tool", "tool_call_id": call.id, "name": call.name,
-             "content": toolbox.call(call.name, call.arguments, call.id)}
+    return [tool_message(call, toolbox.call(call.name, call.arguments, call.id))
             for call in reply.tool_calls]
+
+
+def tool_message(call: ToolCall, content: str) -> Message:
+    """One tool call's result as the `tool` message the model gets."""
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content}

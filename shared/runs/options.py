@@ -116,6 +116,10 @@ class RunOptions(BaseModel):
     """How long every process keeps retrying through a Redis restart or failover."""
     retention_s: int = Field(DEFAULT_RETENTION_S, ge=1, le=MAX_RETENTION_S)
     """How long an ended run's keys stay in Redis."""
+    journal_max_bytes: int = Field(2_000_000, ge=0, le=100_000_000)
+    """Largest step journal kept per task (its model replies and tool results, as JSON), which
+    a reclaimed task's next attempt replays instead of paying again; past it, the steps after
+    are not recorded (a crash then repeats them). 0: no journal."""
     transcript_max_chars: int = Field(100_000, ge=0, le=100_000_000)
     """Longest transcript (messages and tool results, as JSON) kept per task for the result;
     0 keeps none."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_results
+from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_message
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
@@ -25,6 +25,12 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ModelError, RunFailed
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.journal import (
+    CLAIM_EXPIRED,
+    AppendRefused,
+    RecordedStep,
+    StepJournal,
+)
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
@@ -36,6 +42,7 @@ from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mailbox import Mailbox
 from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
+from teamctl.worker.runs.replay import ReplayingClient
 from teamctl.worker.runs.task_prompt import build_dispatch_input
 
 
@@ -73,6 +80,11 @@ class Attempt:
         """The member's tools, built when its session starts."""
         self.mirror: WorkspaceMirror | None = None
         """This session's copy of a workspace kept in Redis, when its member has tools."""
+        self.member: Member | None = None
+        self.journal: StepJournal | None = None
+        """The task's step journal, written with this attempt's token."""
+        self.replay: ReplayingClient | None = None
+        """The model calls, answered from the journal while it has the step."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -94,7 +106,7 @@ class Attempt:
     def _run(self, member: Member, task: TaskState) -> str:
         job, claim = self.job, self.claim
         try:
-            loop = self._loop(member)
+            loop = self._loop(member, task)
             self.transcript = [
                 {"role": "system", "content": render("teamctl.worker.runs", "member_system.md",
                                                      name=member.display_name)},
@@ -108,7 +120,7 @@ class Attempt:
             to = claim.handed_to or member.id
             job.claims.run_again_as(claim, to)
             return f"handed off to {to}"
-        except AttemptAbandoned as exc:
+        except (AttemptAbandoned, AppendRefused) as exc:
             return f"abandoned: {exc}"
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # Past redis_outage_s: the claim expires and the task is reclaimed; fencing refuses
@@ -118,12 +130,30 @@ class Attempt:
             return self._fail(member, str(exc) or type(exc).__name__)
         return self._complete(member, end.answer)
 
-    def _loop(self, member: Member) -> AgentLoop:
+    def _loop(self, member: Member, task: TaskState) -> AgentLoop:
         options = self.job.spec.options
         self.toolbox = self._toolbox(member)
-        return AgentLoop(client=self.job.client, model=self.job.spec.models.for_member(member),
+        self.replay = ReplayingClient(self.job.client, self._recorded_steps(member, task))
+        return AgentLoop(client=self.replay, model=self.job.spec.models.for_member(member),
                          api_base=self.job.spec.models.api_base, toolbox=self.toolbox,
                          max_steps=options.member_max_steps, policy=self)
+
+    def _recorded_steps(self, member: Member, task: TaskState) -> list[RecordedStep]:
+        """What the task's journal holds of this member's session, when the attempt before
+        this one died (its claim expired); said on the task when there is some."""
+        job, claim = self.job, self.claim
+        keys = job.board.keys
+        assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
+        self.member = member
+        self.journal = StepJournal(job.conn, keys, claim.task_id, str(claim.token),
+                                   job.spec.options.journal_max_bytes, job.board.scripts)
+        if job.spec.options.journal_max_bytes <= 0:
+            return []
+        recorded = self.journal.steps_for(member.id,
+                                          crashed=task.requeue_reason == CLAIM_EXPIRED)
+        if recorded:
+            self.journal.note_replayed(len(recorded))
+        return recorded
 
     def _toolbox(self, member: Member) -> Toolbox:
         """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
@@ -189,7 +219,11 @@ class Attempt:
         return []
 
     def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
+        assert self.replay and self.journal and self.member  # set with the loop
+        if self.replay.replaying:  # paid and charged by the attempt that recorded it
+            return
         charge = self.job.budget.charge(reply.usage, self.claim.task_id)
+        self.journal.record_reply(self.member.id, self.replay.step, reply)
         if charge.crossed and charge.exceeded:
             # Once per run: the lead (and `teamctl messages`) learn why members stop.
             self.job.bus.publish("system", "lead", SystemType.RUN_BUDGET_EXCEEDED,
@@ -198,7 +232,15 @@ class Attempt:
     def run_tools(self, reply: ModelReply) -> list[Message]:
         # The claim may have been lost during a long call: a stale attempt runs no tools.
         self._check_continue()
-        return tool_results(self.toolbox, reply)
+        assert self.replay and self.journal and self.member  # set with the loop
+        results = []
+        for call in reply.tool_calls:
+            content = self.replay.recorded_result(call.id)
+            if content is None:  # not finished before: run it now, and record its result
+                content = self.toolbox.call(call.name, call.arguments, call.id)
+                self.journal.record_result(self.member.id, self.replay.step, call.id, content)
+            results.append(tool_message(call, content))
+        return results
 
     def end_step(self, reply: ModelReply, sent: list[Message]) -> Stop | None:
         # After the tools, so a handoff or release made on the last step still ends the
@@ -266,7 +308,7 @@ class Attempt:
         keys = job.board.keys
         assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
         Transcripts(job.conn, keys, job.board.scripts).save(
-            claim.task_id, claim.token, self.transcript,
+            claim.task_id, claim.token, self._kept_transcript(),
             job.spec.options.transcript_max_chars)
         announcer = member.id if job.bus.enabled else None
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
@@ -274,6 +316,17 @@ class Attempt:
         if outcome is not WriteOutcome.APPLIED:
             return "stale: the claim was reclaimed; nothing was written"
         return done.value
+
+    def _kept_transcript(self) -> list[Message] | None:
+        """The session's messages as stored with the outcome: a replayed session ends with a
+        note saying how many of its steps came from the journal (not sent to the model)."""
+        replayed = len(self.replay.recorded) if self.replay else 0
+        if self.transcript is None or not replayed:
+            return self.transcript
+        return [*self.transcript, {"role": "system", "content": (
+            f"[teamctl] this attempt replayed its first {replayed} step(s) from the task's "
+            "journal (recorded by the attempt before it, which died): those model calls and "
+            "tool calls were not made again")}]
 
     def _elapsed_ms(self) -> int:
         return int((time.monotonic() - self.claim.started_s) * 1000)

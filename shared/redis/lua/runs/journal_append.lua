@@ -1,0 +1,27 @@
+-- journal_append: add entries to a task's step journal, only while the writer's claim holds, so a
+-- stale attempt (reclaimed, partitioned) never adds to what the next attempt replays.
+-- KEYS[1] task hash, KEYS[2] journal list.
+-- ARGV[1] token, ARGV[2] op: 'append' (ARGV[3] the entry's JSON, ARGV[4] the journal's cap in
+-- bytes), 'reset' (drop the journal: it was another member's session), or 'replayed'
+-- (ARGV[3] how many steps this attempt replayed, kept on the task as replayed_steps).
+-- The journal's size is kept on the task (journal_bytes), so no call walks the list.
+-- Returns 1 done, 0 refused (stale token, claim ended), -1 full (the entry was not added: the
+-- journal keeps its prefix, and replay stops there).
+local current = redis.call('HMGET', KEYS[1], 'token', 'status', 'journal_bytes')
+if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
+local op = ARGV[2]
+if op == 'reset' then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[1], 'journal_bytes', 0, 'replayed_steps', 0)
+  return 1
+end
+if op == 'replayed' then
+  redis.call('HSET', KEYS[1], 'replayed_steps', ARGV[3])
+  return 1
+end
+local chars = tonumber(current[3] or '0') + #ARGV[3]
+if chars > tonumber(ARGV[4]) then return -1 end
+redis.call('RPUSH', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[1], 'journal_bytes', chars)
+inherit_ttl(KEYS[2], KEYS[1])
+return 1

@@ -1,0 +1,180 @@
+"""Durable steps: a member's model replies and tool results are journaled while its claim holds,
+and the attempt after a crash replays them, so no recorded model call is paid twice and no
+recorded tool runs twice; a stale attempt cannot add to the journal.
+
+The crash test starts three workers of its own on a queue of its own (as test_worker_kill) and
+SIGKILLs the one whose member is waiting on its 5th model call of 8."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner, Result
+from teamctl.coordinator.cli import main
+from teamctl.coordinator.local_workers.processes import LocalWorkers
+from teamctl.shared.agent.replies import ModelReply
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.journal import AppendRefused, StepJournal
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.task_records import TaskStatus
+
+from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
+from tests.support.workers import start_clean
+
+TTL_S = scaled(RunOptions().heartbeat_ttl_s, floor_s=1.5)
+STEPS = 8
+CRASH_AT = 5
+PROMPT_TOKENS = 11
+"""What the scripted server reports for every call."""
+TOOL = "tests.pytools_fixture.tools:count_step"
+
+
+@pytest.fixture(scope="module")
+def queue() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def own_workers(redis_server: str, queue: str,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
+    group = LocalWorkers(redis_server, [queue], 3, tmp_path_factory.mktemp("journal-logs"))
+    start_clean(group)
+    try:
+        conn = redis.Redis.from_url(redis_server, decode_responses=True)
+        wait_until(lambda: conn.scard(f"rq:workers:{queue}") == 3, 60,
+                   message="3 workers on the test queue")
+        yield group
+    finally:
+        group.stop()
+
+
+class EightSteps:
+    """The member: a tool call at each of steps 1-7, then its answer; the CRASH_AT-th request
+    the server gets is held until the test has killed the worker that made it."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.requests = 0
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+        self.requests += 1
+        if self.requests == CRASH_AT:
+            self.held.set()
+            self.release.wait(60)
+        step = sum(m.get("role") == "assistant" for m in body["messages"]) + 1
+        if step < STEPS:
+            return ToolCalls([(TOOL.rsplit(":", 1)[1], {"path": str(self.log), "step": step})])
+        return f"all {STEPS} steps done"
+
+
+def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp_path: Path,
+                  member: EightSteps) -> tuple[threading.Thread, list[Result]]:
+    plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Do the eight steps"}]}
+    team = tmp_path / "team.toml"
+    team.write_text("\n".join([
+        f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(plan)])}", '
+        f'queue = "{queue}" }}',
+        f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
+        f'queue = "{queue}" }}',
+        "[[members]]", 'id = "m1"', f'queue = "{queue}"', f'tools = ["{TOOL}"]',
+        f'model = "{llm.script(f"m1-{run_id}", handler=member)}"',
+        "[options]", f"heartbeat_ttl_s = {TTL_S}", "enable_member_team_tools = false"]) + "\n")
+    results: list[Result] = []
+    thread = threading.Thread(target=lambda: results.append(CliRunner().invoke(main, [
+        "run", "Survive a crash", "--team", str(team), "--api-base", llm.api_base,
+        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json"])))
+    thread.start()
+    return thread, results
+
+
+def test_a_crash_mid_session_repeats_only_the_step_in_flight(
+        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
+        own_workers: LocalWorkers, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    board = TaskBoard(conn, RunKeys(run_id))
+    member = EightSteps(tmp_path / "tool-runs.log")
+    thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member)
+    try:
+        assert member.held.wait(90), "the member's 5th model call"
+        horse = int((board.get("work").worker or "").rsplit(":", 1)[1])
+        parent = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(parent, signal.SIGKILL)
+        os.kill(horse, signal.SIGKILL)
+    finally:
+        member.release.set()
+    thread.join(90 + 2 * TTL_S)
+
+    assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
+    task = board.get("work")
+    assert (task.status, task.output, task.attempts) == (
+        TaskStatus.COMPLETED, f"all {STEPS} steps done", 2)
+    # The dead attempt's 4 recorded steps were replayed; only its 5th call was made again.
+    assert member.requests == STEPS + 1
+    assert task.replayed_steps == CRASH_AT - 1
+    note = conn.get(RunKeys(run_id).transcript("work")) or ""
+    assert f"replayed its first {CRASH_AT - 1} step(s)" in json.loads(note)[-1]["content"]
+    # Each tool call ran once: the recorded ones were not run again.
+    assert (tmp_path / "tool-runs.log").read_text().split() == [
+        str(step) for step in range(1, STEPS)]
+    # Usage counts each call once: the 8 that answered (the killed one never did).
+    assert task.usage.prompt_tokens == STEPS * PROMPT_TOKENS
+    results_sent = [m for m in MessageBus(conn, RunKeys(run_id)).messages()
+                    if m.type == "task.result"]
+    assert len(results_sent) == 1
+
+
+def test_a_stale_attempt_cannot_add_to_the_journal(conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    conn.hset(keys.task("t1"), mapping={"task_id": "t1", "token": "2@e", "status": "in_progress",
+                                        "requeue_reason": "claim expired"})
+    live = StepJournal(conn, keys, "t1", "2@e", 10_000)
+    stale = StepJournal(conn, keys, "t1", "1@e", 10_000)
+    live.record_reply("m1", 1, ModelReply(content="live"))
+    stale.record_reply("m1", 1, ModelReply(content="stale"))
+    stale.record_result("m1", 1, "call_0", "stale result")
+    assert stale.lost and not live.lost
+    assert [s.reply.content for s in live.steps_for("m1", crashed=True)] == ["live"]
+    with pytest.raises(AppendRefused):
+        stale.note_replayed(1)
+
+
+def test_a_journal_is_replayed_only_after_a_crash_and_for_its_own_member(
+        conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    conn.hset(keys.task("t1"), mapping={"task_id": "t1", "token": "3@e", "status": "in_progress"})
+    journal = StepJournal(conn, keys, "t1", "3@e", 10_000)
+    journal.record_reply("m1", 1, ModelReply(content="step one"))
+    journal.record_result("m1", 1, "call_0", "its result")
+    [step] = journal.steps_for("m1", crashed=True)
+    assert (step.reply.content, step.results) == ("step one", {"call_0": "its result"})
+    assert journal.steps_for("m2", crashed=True) == []  # another member's session: dropped
+    assert conn.llen(keys.journal("t1")) == 0
+    journal.record_reply("m1", 1, ModelReply(content="again"))
+    assert journal.steps_for("m1", crashed=False) == []  # released: starts over
+    assert conn.llen(keys.journal("t1")) == 0
+
+
+def test_a_full_journal_keeps_its_prefix(conn: redis.Redis, run_id: str) -> None:
+    keys = RunKeys(run_id)
+    conn.hset(keys.task("t1"), mapping={"task_id": "t1", "token": "4@e", "status": "in_progress"})
+    journal = StepJournal(conn, keys, "t1", "4@e", 200)
+    journal.record_reply("m1", 1, ModelReply(content="short"))
+    journal.record_reply("m1", 2, ModelReply(content="x" * 300))
+    journal.record_reply("m1", 3, ModelReply(content="short again"))
+    assert journal.full
+    assert [s.reply.content for s in journal.steps_for("m1", crashed=True)] == ["short"]
