@@ -27,9 +27,11 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.journal import AppendRefused, StepJournal
 from teamctl.shared.runs.options import RunOptions
-from teamctl.shared.task_records import TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskStatus
+from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.runs import make_run
 from tests.support.timescale import scaled
 from tests.support.waiting import wait_until
 from tests.support.workers import start_clean
@@ -178,3 +180,16 @@ def test_a_full_journal_keeps_its_prefix(conn: redis.Redis, run_id: str) -> None
     journal.record_reply("m1", 3, ModelReply(content="short again"))
     assert journal.full
     assert [s.reply.content for s in journal.steps_for("m1", crashed=True)] == ["short"]
+
+
+def test_a_python_tool_gets_the_calls_idempotency_key(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("call_key", {}), ("call_key", {})]),
+                                        "done"])
+    make_run(conn, run_id, models={"m1": model}, api_base=llm.api_base,
+             tasks=[TaskSpec(id="task_1", member_id="m1", task="Say your keys")],
+             workspace=tmp_path / "ws", tools={"m1": ["tests.pytools_fixture.tools:call_key"]})
+    assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+    _, answered = llm.requests[f"m1-{run_id}"]
+    keys = [m["content"] for m in answered["messages"] if m["role"] == "tool"]
+    assert keys == [f"{run_id}:task_1:call_0", f"{run_id}:task_1:call_1"]

@@ -25,7 +25,14 @@ from rq import Queue
 from rq.job import Job
 from teamctl.coordinator.cli import main
 from teamctl.shared.agent.mcp_config import McpServer, resolved_values
-from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, StderrTail, call_result_text
+from teamctl.shared.agent.mcp_tools import (
+    McpHub,
+    McpTimeouts,
+    StderrTail,
+    add_mcp_tools,
+    call_result_text,
+)
+from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
@@ -745,3 +752,19 @@ def test_a_killed_job_takes_its_stdio_servers_with_it(tmp_path: Path) -> None:
         job.wait()
         for pid in processes_in(workspace.resolve()):  # only if the test failed
             os.kill(pid, signal.SIGKILL)
+
+
+def test_each_call_carries_its_idempotency_key_in_meta(tmp_path: Path) -> None:
+    """run:task:tool_call_id, the same for the same call id (a step run again from its
+    recorded reply), so a server with effects outside teamctl can skip repeated work."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    server = index_server()
+    with McpHub(workspace, McpTimeouts(30, 30, 10), call_key_prefix="run1:task_1") as hub:
+        tools = Toolbox()
+        add_mcp_tools(tools, hub, server, hub.start(server), ["index"], 10_000)
+        name = next(n for n in tools.names if n.endswith("call_key"))
+        first = tools.call(name, "{}", "call_7")
+        assert "run1:task_1:call_7" in first
+        assert "run1:task_1:call_7" in tools.call(name, "{}", "call_7")
+        assert "run1:task_1:call_8" in tools.call(name, "{}", "call_8")

@@ -44,7 +44,7 @@ from teamctl.shared.agent.mcp_config import (
 )
 from teamctl.shared.agent.python_tools import result_text
 from teamctl.shared.agent.tool_names import TOOL_NAME
-from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.tools import TOOL_CALL_ID, Toolbox
 from teamctl.shared.agent.workspace import new_private_home, tool_env
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.text import shorten
@@ -167,13 +167,21 @@ class StderrTail:
         return self.kept().decode("utf-8", errors="replace")[-max_chars:].strip()
 
 
+IDEMPOTENCY_META = "teamctl/idempotency_key"
+"""The `_meta` field of a tools/call request that names the call for idempotency."""
+
+
 class McpHub:
     """The MCP sessions of one attempt, on an event loop thread of their own; `close` stops
     every server. Use as a context manager."""
 
-    def __init__(self, workspace: Path, timeouts: McpTimeouts) -> None:
+    def __init__(self, workspace: Path, timeouts: McpTimeouts, call_key_prefix: str = "") -> None:
         self.workspace = workspace
         self.timeouts = timeouts
+        self.call_key_prefix = call_key_prefix
+        """`run:task` (`team:member`): with the tool call's id, the idempotency key each call
+        carries in its request's `_meta` (IDEMPOTENCY_META), the same when a crash makes the
+        step run again from its recorded reply."""
         self.home = new_private_home(workspace)
         """HOME of the stdio servers (0700, outside the workspace), removed by `close`."""
         self._loop = asyncio.new_event_loop()
@@ -301,8 +309,11 @@ class McpHub:
         when no answer came."""
         client = self._running[server].client
         timeout_s = self.timeouts.call_s
+        meta = ({IDEMPOTENCY_META: f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"}
+                if self.call_key_prefix else None)
         future = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(client.call_tool(tool, arguments), timeout_s), self._loop)
+            asyncio.wait_for(client.call_tool(tool, arguments, meta=meta),
+                             timeout_s), self._loop)
         try:
             return future.result(timeout=timeout_s + CALL_GRACE_S)
         except (TimeoutError, concurrent.futures.TimeoutError):

@@ -41,7 +41,7 @@ from pydantic import ConfigDict, Field, PydanticSchemaGenerationError, create_mo
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from teamctl.shared.agent.tool_names import check_entry, clash, is_python_tool
-from teamctl.shared.agent.tools import ToolArgs, Toolbox, capped
+from teamctl.shared.agent.tools import TOOL_CALL_ID, ToolArgs, Toolbox, capped
 from teamctl.shared.errors import ConfigError, ToolFailed, ToolTimeout
 from teamctl.shared.user_code import import_user_module, where_imports_come_from
 
@@ -62,6 +62,14 @@ class ToolContext:
     task_id: str | None = None
     """The task being executed (None for a persistent teammate)."""
     team_id: str | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """`run:task:tool_call_id` (`team:member:tool_call_id` for a teammate) of the call being
+        served. The same when a crash makes its step run again from its recorded reply: a tool
+        with effects outside teamctl can skip work it already did under this key."""
+        return ":".join((self.run_id or self.team_id or "", self.task_id or self.member_id,
+                         TOOL_CALL_ID.get()))
 
 
 class PythonToolArgs(ToolArgs):

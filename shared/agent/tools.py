@@ -14,6 +14,7 @@ import json
 import logging
 import traceback
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
@@ -309,9 +310,14 @@ class Toolbox:
             raise InvalidArguments(argument_errors(exc)) from exc
 
 
+TOOL_CALL_ID: ContextVar[str] = ContextVar("teamctl_tool_call_id", default="")
+"""The id of the tool call being run (the model's), for the idempotency key a tool is given."""
+
+
 def _run(tool: Tool, args: ToolArgs, call_id: str) -> str:
+    calling = TOOL_CALL_ID.set(call_id)
     try:
-        result = tool.fn(args)
+        return _result_text(tool.fn(args))
     except (ToolFailed, TeamError) as exc:
         return tool_error(tool.name, call_id, type(exc).__name__, _error_text(tool, exc))
     except Exception as exc:  # a tool bug must not fail the task: the model hears about it
@@ -320,6 +326,11 @@ def _run(tool: Tool, args: ToolArgs, call_id: str) -> str:
         log.error("tool %s raised %s: %s\n%s", tool.name, type(exc).__name__, text,
                   "".join(traceback.format_tb(exc.__traceback__)).rstrip())
         return tool_error(tool.name, call_id, type(exc).__name__, text)
+    finally:
+        TOOL_CALL_ID.reset(calling)
+
+
+def _result_text(result: ToolResult | dict[str, Any] | str) -> str:
     if isinstance(result, str):
         return result
     if isinstance(result, BaseModel):

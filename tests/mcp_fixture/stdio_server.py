@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult
 
@@ -25,6 +25,12 @@ class NeverLists(MCPServer):
 
 
 server = (NeverLists if "--no-list" in sys.argv else MCPServer)("index")
+
+
+@server.tool()
+def call_key(ctx: Context) -> str:
+    """The idempotency key the call's request carried in its _meta."""
+    return str((ctx.request_context.meta or {}).get("teamctl/idempotency_key"))
 
 
 @server.tool()

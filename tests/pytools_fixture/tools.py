@@ -180,3 +180,8 @@ def count_step(path: str, step: int) -> str:
     with open(path, "a", encoding="utf-8") as log:
         log.write(f"{step}\n")
     return f"step {step} done"
+
+
+def call_key(ctx: ToolContext) -> str:
+    """The idempotency key of the call this serves."""
+    return ctx.idempotency_key

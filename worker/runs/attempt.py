@@ -196,7 +196,8 @@ class Attempt:
         caches each server's list for dispatch inputs. One that will not start fails the task."""
         options = self.job.spec.options
         self.mcp = McpHub(self._workspace_root(member), McpTimeouts(
-            options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s))
+            options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s),
+            call_key_prefix=f"{self.job.spec.run_id}:{self.claim.task_id}")
         cache = McpToolCache(self.job.conn, RunKeys(self.job.spec.run_id),
                              self.job.board.scripts)
         for server in member.mcp_servers:

@@ -103,7 +103,8 @@ def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path,
     """An MCP hub for the teammate's turn: stdio servers start in its workspace."""
     options = store.options
     return McpHub(root or ensure_workspace(mate, store.team, state_dir), McpTimeouts(
-        options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s))
+        options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s),
+        call_key_prefix=f"{store.team}:{mate.name}")
 
 
 def add_mate_mcp_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
