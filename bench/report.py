@@ -39,6 +39,7 @@ BENCHES = {
                   "(private redis-server)"),
     "failover": ("Fencing across a failover: an epoch in the token against WAIT for a replica "
                  "(private primary and replica)"),
+    "journal": "Step journal: recording a step, reading back 100 (private redis-server)",
     "bus": "Message bus (private redis-server)",
     "team_board": ("Team board at scale (10,000 tasks beside 100 idle teammates, then 400 "
                    "hand-outs; private redis-server)"),
