@@ -33,8 +33,7 @@ from teamctl.worker.jobs import execute_task
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.runs import make_run
 from tests.support.timescale import scaled
-from tests.support.waiting import wait_until
-from tests.support.workers import start_clean
+from tests.support.workers import job_and_worker_pids, workers_on_own_queue
 
 TTL_S = scaled(RunOptions().heartbeat_ttl_s, floor_s=1.5)
 STEPS = 8
@@ -52,15 +51,9 @@ def queue() -> str:
 @pytest.fixture(scope="module")
 def own_workers(redis_server: str, queue: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
-    group = LocalWorkers(redis_server, [queue], 3, tmp_path_factory.mktemp("journal-logs"))
-    start_clean(group)
-    try:
-        conn = redis.Redis.from_url(redis_server, decode_responses=True)
-        wait_until(lambda: conn.scard(f"rq:workers:{queue}") == 3, 60,
-                   message="3 workers on the test queue")
+    with workers_on_own_queue(redis_server, queue, 3,
+                              tmp_path_factory.mktemp("journal-logs")) as group:
         yield group
-    finally:
-        group.stop()
 
 
 class EightSteps:
@@ -113,8 +106,7 @@ def test_a_crash_mid_session_repeats_only_the_step_in_flight(
     thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member)
     try:
         assert member.held.wait(90), "the member's 5th model call"
-        horse = int((board.get("work").worker or "").rsplit(":", 1)[1])
-        parent = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        horse, parent = job_and_worker_pids(board.get("work").worker or "")
         os.kill(parent, signal.SIGKILL)
         os.kill(horse, signal.SIGKILL)
     finally:

@@ -23,7 +23,7 @@ from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines, spawn
 from tests.support.timescale import scaled
 from tests.support.waiting import wait_until
-from tests.support.workers import start_clean
+from tests.support.workers import workers_on_own_queue
 
 TTL_S = scaled(TeamOptions().heartbeat_ttl_s, floor_s=1.5)
 
@@ -36,15 +36,9 @@ def queue() -> str:
 @pytest.fixture(scope="module")
 def own_workers(redis_server: str, queue: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
-    group = LocalWorkers(redis_server, [queue], 2, tmp_path_factory.mktemp("mate-kill-logs"))
-    start_clean(group)
-    try:
-        client = redis.Redis.from_url(redis_server, decode_responses=True)
-        wait_until(lambda: len([k for k in client.smembers(f"rq:workers:{queue}")
-                                if client.exists(k)]) == 2, 60, message="2 workers on the queue")
+    with workers_on_own_queue(redis_server, queue, 2,
+                              tmp_path_factory.mktemp("mate-kill-logs")) as group:
         yield group
-    finally:
-        group.stop()
 
 
 class HeldSecondCall:

@@ -31,7 +31,7 @@ from teamctl.shared.task_records import TaskStatus
 from tests.support.llm import ScriptedLLM
 from tests.support.timescale import scaled
 from tests.support.waiting import wait_until
-from tests.support.workers import start_clean
+from tests.support.workers import job_and_worker_pids, workers_on_own_queue
 
 TTL_S = scaled(RunOptions().heartbeat_ttl_s, floor_s=1.5)
 PLAN = {"tasks": [{"id": "work", "memberId": "m1", "task": "Do the work"}]}
@@ -45,14 +45,9 @@ def queue() -> str:
 @pytest.fixture(scope="module")
 def own_workers(redis_server: str, queue: str,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
-    group = LocalWorkers(redis_server, [queue], 3, tmp_path_factory.mktemp("kill-logs"))
-    start_clean(group)
-    try:
-        wait_until(lambda: len(_workers_on(redis_server, queue)) == 3, 60,
-                   message="3 workers on the test queue")
+    with workers_on_own_queue(redis_server, queue, 3,
+                              tmp_path_factory.mktemp("kill-logs")) as group:
         yield group
-    finally:
-        group.stop()
 
 
 def _workers_on(redis_url: str, queue: str) -> list[dict[str, str]]:
@@ -98,10 +93,7 @@ def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp
 
 def holder_pids(board: TaskBoard) -> tuple[int, int]:
     """The pid of the job process holding the claim, and of its rq worker (its parent)."""
-    worker = board.get("work").worker or ""
-    horse = int(worker.rsplit(":", 1)[1])
-    parent = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    return horse, parent
+    return job_and_worker_pids(board.get("work").worker or "")
 
 
 def completions(conn: redis.Redis, board: TaskBoard, run_id: str) -> tuple[int, int]:

@@ -44,6 +44,31 @@ def start_clean(group: LocalWorkers) -> None:
         group.start()
 
 
+@contextmanager
+def workers_on_own_queue(redis_url: str, queue: str, count: int,
+                         log_dir: Path) -> Iterator[LocalWorkers]:
+    """`count` workers of a module's own on `queue` (so the session's workers never see its
+    jobs: a module may kill or freeze them), registered before it is yielded, stopped after."""
+    group = LocalWorkers(redis_url, [queue], count, log_dir)
+    start_clean(group)
+    try:
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        wait_until(lambda: len([k for k in client.smembers(f"rq:workers:{queue}")
+                                if client.exists(k)]) == count, 60,
+                   message=f"{count} workers on queue {queue}")
+        yield group
+    finally:
+        group.stop()
+
+
+def job_and_worker_pids(worker: str) -> tuple[int, int]:
+    """The pid of the job process a task hash names (`worker`, host:pid), and of the rq
+    worker that forked it (its parent): what a test kills to crash a worker mid-task."""
+    horse = int(worker.rsplit(":", 1)[1])
+    parent = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return horse, parent
+
+
 def workers_idle(url: str) -> bool:
     """The shared workers' `members` queue is empty and none of its workers is busy."""
     queue = Queue("members", connection=redis.Redis.from_url(url))
