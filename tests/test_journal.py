@@ -78,7 +78,7 @@ class EightSteps:
 
 
 def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp_path: Path,
-                  member: EightSteps) -> tuple[threading.Thread, list[Result]]:
+                  member: EightSteps, latency_s: float) -> tuple[threading.Thread, list[Result]]:
     plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Do the eight steps"}]}
     team = tmp_path / "team.toml"
     team.write_text("\n".join([
@@ -87,7 +87,7 @@ def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp
         f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
         f'queue = "{queue}" }}',
         "[[members]]", 'id = "m1"', f'queue = "{queue}"', f'tools = ["{TOOL}"]',
-        f'model = "{llm.script(f"m1-{run_id}", handler=member)}"',
+        f'model = "{llm.script(f"m1-{run_id}", handler=member, latency_s=latency_s)}"',
         "[options]", f"heartbeat_ttl_s = {TTL_S}", "enable_member_team_tools = false"]) + "\n")
     results: list[Result] = []
     thread = threading.Thread(target=lambda: results.append(CliRunner().invoke(main, [
@@ -100,18 +100,32 @@ def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp
 def test_a_crash_mid_session_repeats_only_the_step_in_flight(
         llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
         own_workers: LocalWorkers, tmp_path: Path) -> None:
+    crash_then_replay(llm, redis_server, run_id, queue, tmp_path, latency_s=0)
+
+
+@pytest.mark.realistic
+def test_a_crash_at_the_defaults_with_slow_calls_repeats_only_the_step_in_flight(
+        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
+        own_workers: LocalWorkers, tmp_path: Path) -> None:
+    crash_then_replay(llm, redis_server, run_id, queue, tmp_path, latency_s=scaled(3))
+
+
+def crash_then_replay(llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
+                      tmp_path: Path, latency_s: float) -> None:
+    """A member of 8 steps, its worker SIGKILLed while its 5th model call is in flight."""
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     board = TaskBoard(conn, RunKeys(run_id))
     member = EightSteps(tmp_path / "tool-runs.log")
-    thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member)
+    thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member,
+                                    latency_s)
     try:
-        assert member.held.wait(90), "the member's 5th model call"
+        assert member.held.wait(90 + 10 * latency_s), "the member's 5th model call"
         horse, parent = job_and_worker_pids(board.get("work").worker or "")
         os.kill(parent, signal.SIGKILL)
         os.kill(horse, signal.SIGKILL)
     finally:
         member.release.set()
-    thread.join(90 + 2 * TTL_S)
+    thread.join(90 + 2 * TTL_S + 10 * latency_s)
 
     assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
     task = board.get("work")
