@@ -3,13 +3,15 @@ and the attempt after a crash replays them, so no recorded model call is paid tw
 recorded tool runs twice; a stale attempt cannot add to the journal.
 
 The crash test starts three workers of its own on a queue of its own (as test_worker_kill) and
-SIGKILLs the one whose member is waiting on its 5th model call of 8."""
+SIGKILLs the one whose member is waiting on its 5th model call of 8; another runs the same crash
+with the dead worker on another host (a network namespace)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,7 +22,7 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
-from teamctl.coordinator.local_workers.processes import LocalWorkers
+from teamctl.coordinator.local_workers.processes import LocalWorkers, worker_command
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
@@ -30,9 +32,11 @@ from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.worker.jobs import execute_task
 
+from tests.support.hosts import TwoHosts, redis_host
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.runs import make_run
 from tests.support.timescale import scaled
+from tests.support.waiting import wait_until
 from tests.support.workers import job_and_worker_pids, workers_on_own_queue
 
 TTL_S = scaled(RunOptions().heartbeat_ttl_s, floor_s=1.5)
@@ -199,3 +203,39 @@ def test_a_python_tool_gets_the_calls_idempotency_key(
     _, answered = llm.requests[f"m1-{run_id}"]
     keys = [m["content"] for m in answered["messages"] if m["role"] == "tool"]
     assert keys == [f"{run_id}:task_1:call_0", f"{run_id}:task_1:call_1"]
+
+
+def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
+        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """The journal is in Redis, not on the dead worker's host: a worker in another network
+    namespace records steps 1-4 and dies in the 5th; this host's worker replays them."""
+    member = EightSteps(tmp_path / "tool-runs.log")
+    with redis_host(two_hosts, llm) as host:
+        conn, board = host.conn, TaskBoard(host.conn, RunKeys(run_id))
+        here = LocalWorkers(host.local_url, ["work"], 1, tmp_path / "logs")
+        try:
+            with (tmp_path / "remote-worker.log").open("wb") as log:
+                host.processes.append(two_hosts.exec(two_hosts.b, worker_command(
+                    host.remote_url, ["work"]), stdout=log, stderr=subprocess.STDOUT))
+            wait_until(lambda: conn.scard("rq:workers:work") == 1, 60, message="remote worker")
+            thread, results = run_in_thread(llm, host.local_url, run_id, "work", tmp_path,
+                                            member, 0)
+            try:
+                assert member.held.wait(90), "the remote member's 5th model call"
+                remote_worker = board.get("work").worker or ""
+                for pid in job_and_worker_pids(remote_worker):
+                    os.kill(pid, signal.SIGKILL)
+            finally:
+                member.release.set()
+            here.start()  # this host's worker takes the task once it is reclaimed
+            thread.join(90 + 2 * TTL_S)
+            assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
+            task = board.get("work")
+        finally:
+            here.stop()
+    assert (task.status, task.attempts, task.replayed_steps) == (
+        TaskStatus.COMPLETED, 2, CRASH_AT - 1)
+    assert task.worker != remote_worker
+    assert member.requests == STEPS + 1
+    assert (tmp_path / "tool-runs.log").read_text().split() == [
+        str(step) for step in range(1, STEPS)]
