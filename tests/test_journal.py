@@ -33,7 +33,7 @@ from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.worker.jobs import execute_task
 
 from tests.support.hosts import TwoHosts, redis_host
-from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.llm import Held, ScriptedLLM, ToolCalls
 from tests.support.runs import make_run
 from tests.support.timescale import scaled
 from tests.support.waiting import wait_until
@@ -64,21 +64,27 @@ class EightSteps:
     """The member: a tool call at each of steps 1-7, then its answer; the CRASH_AT-th request
     the server gets is held until the test has killed the worker that made it."""
 
-    def __init__(self, log: Path) -> None:
+    def __init__(self, log: Path, *, server_free: bool = False) -> None:
         self.log = log
+        self.server_free = server_free
+        """Hold the CRASH_AT-th reply outside the server's lock (Held), so later calls are
+        answered meanwhile; else in the handler (the dead worker never reads it anyway)."""
         self.requests = 0
         self.held = threading.Event()
         self.release = threading.Event()
 
-    def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
+    def __call__(self, body: dict[str, Any]) -> str | ToolCalls | Held:
         self.requests += 1
+        step = sum(m.get("role") == "assistant" for m in body["messages"]) + 1
+        reply: str | ToolCalls = f"all {STEPS} steps done"
+        if step < STEPS:
+            reply = ToolCalls([(TOOL.rsplit(":", 1)[1], {"path": str(self.log), "step": step})])
         if self.requests == CRASH_AT:
             self.held.set()
+            if self.server_free:
+                return Held(reply, self.release)
             self.release.wait(60)
-        step = sum(m.get("role") == "assistant" for m in body["messages"]) + 1
-        if step < STEPS:
-            return ToolCalls([(TOOL.rsplit(":", 1)[1], {"path": str(self.log), "step": step})])
-        return f"all {STEPS} steps done"
+        return reply
 
 
 def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp_path: Path,
@@ -239,3 +245,42 @@ def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
     assert member.requests == STEPS + 1
     assert (tmp_path / "tool-runs.log").read_text().split() == [
         str(step) for step in range(1, STEPS)]
+
+
+def test_an_attempt_cut_off_and_back_cannot_add_to_the_journal(
+        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    """The worker in the other namespace is cut off while its 5th call is out; this host's
+    worker replays and finishes; the link returns and the cut-off attempt gets its reply: its
+    append is refused, and the journal holds exactly what the two live attempts recorded."""
+    member = EightSteps(tmp_path / "tool-runs.log", server_free=True)
+    with redis_host(two_hosts, llm) as host:
+        conn, board = host.conn, TaskBoard(host.conn, RunKeys(run_id))
+        here = LocalWorkers(host.local_url, ["work"], 1, tmp_path / "logs")
+        try:
+            with (tmp_path / "remote-worker.log").open("wb") as log:
+                host.processes.append(two_hosts.exec(two_hosts.b, worker_command(
+                    host.remote_url, ["work"]), stdout=log, stderr=subprocess.STDOUT))
+            wait_until(lambda: conn.scard("rq:workers:work") == 1, 60, message="remote worker")
+            thread, results = run_in_thread(llm, host.local_url, run_id, "work", tmp_path,
+                                            member, 0)
+            assert member.held.wait(90), "the remote member's 5th model call"
+            two_hosts.cut()
+            here.start()  # this host's worker takes the task once it is reclaimed
+            thread.join(90 + 2 * TTL_S)
+            assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
+            two_hosts.restore()
+            member.release.set()  # the cut-off attempt's reply: it tries to record it
+            wait_until(lambda: board.get("work").stale_writes >= 1, 90,
+                       message="the cut-off attempt's refused write")
+            task = board.get("work")
+            journal = conn.lrange(RunKeys(run_id).journal("work"), 0, -1)
+        finally:
+            member.release.set()
+            here.stop()
+    assert (task.status, task.attempts, task.replayed_steps) == (
+        TaskStatus.COMPLETED, 2, CRASH_AT - 1)
+    # Steps 1-4 (a reply and a result each) from the first attempt, 5-8 from the second (the
+    # 8th has no tool): nothing from the cut-off attempt's late reply.
+    assert len(journal) == 2 * (CRASH_AT - 1) + (STEPS - CRASH_AT + 1) + (STEPS - CRASH_AT)
+    assert [json.loads(e)["step"] for e in journal if json.loads(e)["kind"] == "reply"] == list(
+        range(1, STEPS + 1))
