@@ -32,7 +32,7 @@ from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.worker.jobs import execute_task
 
-from tests.support.hosts import TwoHosts, redis_host
+from tests.support.hosts import RedisHost, TwoHosts, redis_host
 from tests.support.llm import Held, ScriptedLLM, ToolCalls
 from tests.support.runs import make_run
 from tests.support.timescale import scaled
@@ -211,21 +211,29 @@ def test_a_python_tool_gets_the_calls_idempotency_key(
     assert keys == [f"{run_id}:task_1:call_0", f"{run_id}:task_1:call_1"]
 
 
+def run_from_the_other_host(two_hosts: TwoHosts, host: RedisHost, llm: ScriptedLLM,
+                            run_id: str, tmp_path: Path,
+                            member: EightSteps) -> tuple[threading.Thread, list[Result]]:
+    """A worker on queue `work` in namespace b, then the run in a thread (no worker here yet:
+    the task goes to the other host)."""
+    with (tmp_path / "remote-worker.log").open("wb") as log:
+        host.processes.append(two_hosts.exec(two_hosts.b, worker_command(
+            host.remote_url, ["work"]), stdout=log, stderr=subprocess.STDOUT))
+    wait_until(lambda: host.conn.scard("rq:workers:work") == 1, 60, message="remote worker")
+    return run_in_thread(llm, host.local_url, run_id, "work", tmp_path, member, 0)
+
+
 def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
         two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
     """The journal is in Redis, not on the dead worker's host: a worker in another network
     namespace records steps 1-4 and dies in the 5th; this host's worker replays them."""
     member = EightSteps(tmp_path / "tool-runs.log")
     with redis_host(two_hosts, llm) as host:
-        conn, board = host.conn, TaskBoard(host.conn, RunKeys(run_id))
+        board = TaskBoard(host.conn, RunKeys(run_id))
         here = LocalWorkers(host.local_url, ["work"], 1, tmp_path / "logs")
         try:
-            with (tmp_path / "remote-worker.log").open("wb") as log:
-                host.processes.append(two_hosts.exec(two_hosts.b, worker_command(
-                    host.remote_url, ["work"]), stdout=log, stderr=subprocess.STDOUT))
-            wait_until(lambda: conn.scard("rq:workers:work") == 1, 60, message="remote worker")
-            thread, results = run_in_thread(llm, host.local_url, run_id, "work", tmp_path,
-                                            member, 0)
+            thread, results = run_from_the_other_host(two_hosts, host, llm, run_id, tmp_path,
+                                                      member)
             try:
                 assert member.held.wait(90), "the remote member's 5th model call"
                 remote_worker = board.get("work").worker or ""
@@ -257,12 +265,8 @@ def test_an_attempt_cut_off_and_back_cannot_add_to_the_journal(
         conn, board = host.conn, TaskBoard(host.conn, RunKeys(run_id))
         here = LocalWorkers(host.local_url, ["work"], 1, tmp_path / "logs")
         try:
-            with (tmp_path / "remote-worker.log").open("wb") as log:
-                host.processes.append(two_hosts.exec(two_hosts.b, worker_command(
-                    host.remote_url, ["work"]), stdout=log, stderr=subprocess.STDOUT))
-            wait_until(lambda: conn.scard("rq:workers:work") == 1, 60, message="remote worker")
-            thread, results = run_in_thread(llm, host.local_url, run_id, "work", tmp_path,
-                                            member, 0)
+            thread, results = run_from_the_other_host(two_hosts, host, llm, run_id, tmp_path,
+                                                      member)
             assert member.held.wait(90), "the remote member's 5th model call"
             two_hosts.cut()
             here.start()  # this host's worker takes the task once it is reclaimed
