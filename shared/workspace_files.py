@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import redis
 from teamctl.shared.keys import KeySpace
-from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S, OutageRetry, same_server
+from teamctl.shared.redis.connection import outage_of, same_server
 from teamctl.shared.redis.scripts import Scripts
 from teamctl.shared.workspace_caps import FileCaps, WorkspaceSetting, WorkspaceStore
 
@@ -104,12 +104,9 @@ class WorkspaceFiles:
                  fence: Fence | None = None) -> None:
         # Contents are bytes: a decoding client would mangle any file that is not UTF-8. The
         # client of its own keeps the retry policy of `conn` (a run's redis_outage_s).
-        kwargs = conn.connection_pool.connection_kwargs
-        retry = kwargs.get("retry")
-        self._own = bool(kwargs.get("decode_responses"))
-        self.conn = conn if not self._own else same_server(
-            conn, decode=False,
-            outage_s=retry.outage_s if isinstance(retry, OutageRetry) else DEFAULT_OUTAGE_S)
+        self._own = bool(conn.connection_pool.connection_kwargs.get("decode_responses"))
+        self.conn = (same_server(conn, decode=False, outage_s=outage_of(conn)) if self._own
+                     else conn)
         self.keys = keys
         self.caps = caps or FileCaps()
         self.fence = fence

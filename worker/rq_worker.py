@@ -18,7 +18,12 @@ from typing import Any
 import redis
 from rq.exceptions import StopRequested
 from rq.worker import Worker
-from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S, OutageRetry, read_only_refusal
+from teamctl.shared.redis.connection import (
+    DEFAULT_OUTAGE_S,
+    OutageRetry,
+    outage_of,
+    read_only_refusal,
+)
 
 TEARDOWN_OUTAGE_S = 2.0
 """How long a stopping worker keeps trying to tell Redis it stopped (its key expires anyway)."""
@@ -114,6 +119,5 @@ class TeamctlWorker(Worker):
 def _retry_window_s(conn: redis.Redis) -> float:
     """How long a command of `conn` retries before failing (0 for redis-py's count-based
     retry, which gives up within seconds)."""
-    retry = conn.get_connection_kwargs().get("retry")
-    return retry.outage_s if isinstance(retry, OutageRetry) else 0.0
+    return outage_of(conn, default_s=0.0)
 

@@ -162,6 +162,11 @@ class Workspace:
         return (text[:limit_chars] + f"\n[truncated: the file is {size_bytes} bytes; showing "
                 f"the first {min(len(text), limit_chars)} characters]")
 
+    def read_bytes(self, raw_path: str) -> bytes:
+        """A whole regular file, confined as `read` is (a mirror's copy, an export)."""
+        with self._open_regular(raw_path) as (file, _size_bytes):
+            return file.read()
+
     def _writable_parts(self, raw_path: str) -> tuple[str, ...]:
         """`_parts` of a path the file tools may write: no component (symlinks resolved) named
         like UNWRITABLE_NAMES. The write opens exactly these, never following a symlink."""

@@ -268,7 +268,8 @@ class WorkspaceMirror:
             log.warning("workspace file %s not materialized: %s", flat(echoed(path)), exc)
             self._synced[path] = _Synced(version, None, None)
             return False
-        self._synced[path] = _Synced(version, _digest(data), self._trusted_stat(path))
+        written = self._local_stat(path)
+        self._synced[path] = _Synced(version, _digest(data), self._trust(path, written))
         return True
 
     def _take_current(self, path: str, version: int) -> bool:
@@ -324,22 +325,11 @@ class WorkspaceMirror:
             return None
         return info.st_size, info.st_mtime_ns, info.st_ino
 
-    def _trusted_stat(self, path: str) -> Stat | None:
-        """The stat to remember for a file just synced, or None while its mtime is too recent
-        to tell a later change of the same size apart (timestamps have a coarse tick): the
-        next push then compares its content instead."""
-        local = self._local_stat(path)
-        if local is None or time.time_ns() - local[1] < RACY_NS:
-            return None
-        return local
-
     def _read_local(self, path: str) -> bytes | None:
         try:
-            fd = os.open(self.root / path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError:
+            return self.workspace.read_bytes(path)
+        except ToolFailed:
             return None
-        with os.fdopen(fd, "rb") as file:
-            return file.read()
 
 
 def syncable(path: str) -> bool:

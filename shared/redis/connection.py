@@ -360,14 +360,19 @@ def same_server(conn: redis.Redis, *, decode: bool, outage_s: float = DEFAULT_OU
         connection_class=pool.connection_class, **kwargs))
 
 
+def outage_of(conn: redis.Redis, default_s: float = DEFAULT_OUTAGE_S) -> float:
+    """How long a command of `conn` retries through an outage (`default_s` for a client
+    without our retry policy), for a second client that should ride out the same."""
+    retry = conn.connection_pool.connection_kwargs.get("retry")
+    return retry.outage_s if isinstance(retry, OutageRetry) else default_s
+
+
 def blocking_client(conn: redis.Redis, name: str | None = None) -> redis.Redis:
     """A client for blocking reads of at most MAX_BLOCK_MS, on its own connections; `name`
     labels them in CLIENT LIST (who is following what)."""
-    kwargs = conn.connection_pool.connection_kwargs
-    retry = kwargs.get("retry")
-    client = same_server(conn, decode=bool(kwargs.get("decode_responses")),
-                         outage_s=retry.outage_s if isinstance(retry, OutageRetry)
-                         else DEFAULT_OUTAGE_S,
+    client = same_server(conn, decode=bool(conn.connection_pool.connection_kwargs.get(
+                             "decode_responses")),
+                         outage_s=outage_of(conn),
                          socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S)
     if name is not None:
         client.connection_pool.connection_kwargs["client_name"] = name

@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
+from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import syncable
-from teamctl.shared.errors import ConfigError
+from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.text import flat
@@ -92,22 +93,7 @@ class RunFiles:
                     yield path, info.st_size
 
     def _read_local(self, path: str) -> bytes | None:
-        root = self._root()
-        fd = -1
         try:
-            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-            for part in path.split("/")[:-1]:  # never through a symlink out of the workspace
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-                os.close(fd)
-                fd = child
-            file_fd = os.open(path.split("/")[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK,
-                              dir_fd=fd)
-        except OSError:
+            return Workspace(self._root()).read_bytes(path)
+        except ToolFailed:  # gone, or a link out of the workspace: not a file of the run's
             return None
-        finally:
-            if fd >= 0:
-                os.close(fd)
-        with os.fdopen(file_fd, "rb") as file:
-            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                return None
-            return file.read()
