@@ -65,8 +65,12 @@ class StepJournal:
         """The recorded steps of `member_id`'s session, in order, when the attempt before this
         one died (`crashed`: its claim expired). Else the journal is dropped: a released task
         starts over by choice, and a handed-off one is another member's session."""
+        if not crashed:  # nothing to read: only to drop, if there is one
+            if self.conn.exists(self.keys.journal(self.task_id)):
+                self._run("reset")
+            return []
         entries = self._entries()
-        if entries and (not crashed or any(e.member_id != member_id for e in entries)):
+        if any(e.member_id != member_id for e in entries):
             self._run("reset")
             return []
         steps: list[RecordedStep] = []
