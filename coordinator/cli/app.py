@@ -117,6 +117,9 @@ class LazyCommand:
 
 
 LAZY_COMMANDS = {
+    "dashboard": LazyCommand("teamctl.coordinator.cli.web_commands", "dashboard",
+                             "Serve a live web view of runs and teams (read-only unless "
+                             "--allow-control); needs `pip install 'teamctl[web]'`."),
     "lead": LazyCommand("teamctl.coordinator.cli.lead_command", "lead_command",
                         "Drive the team's lead agent: a line is a message, /help lists the "
                         "slash commands."),

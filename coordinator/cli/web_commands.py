@@ -4,13 +4,19 @@ so no other verb pays for it or needs it."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from teamctl.coordinator.cli.app import fail_cleanly, force_option, redis_url_option
-from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.choice import resolve_redis_url
-from teamctl.shared.settings import Settings
+
+if TYPE_CHECKING:
+    from teamctl.shared.settings import Settings
+
+WEB_EXTRA_MISSING = "pip install 'teamctl[web]'"
+"""The one line `teamctl dashboard` prints (exit 2) when the web extra is not installed."""
 
 
 @click.command("report")
@@ -27,6 +33,7 @@ def report(run_id: str, html_path: Path, redis_url: str | None, force: bool,
     a timeline of every attempt by worker, the bus and each task's input, output and
     transcript."""
     from teamctl.coordinator.web.report import write_report
+    from teamctl.shared.errors import ConfigError
     from teamctl.shared.redis.connection import connect
     from teamctl.shared.runs.handle import RunHandle
 
@@ -35,3 +42,27 @@ def report(run_id: str, html_path: Path, redis_url: str | None, force: bool,
     run = RunHandle.existing(connect(resolve_redis_url(redis_url, settings)), run_id)
     write_report(run, html_path)
     click.echo(str(html_path))
+@click.command("dashboard")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (loopback by default: the pages show what models wrote).")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8750, show_default=True,
+              help="Port to listen on (0: any free port).")
+@click.option("--allow-control", is_flag=True,
+              help="Add cancel, approve/reject and send to the pages, behind a token printed "
+                   "at start (POST only).")
+@redis_url_option
+@fail_cleanly
+def dashboard(host: str, port: int, allow_control: bool, redis_url: str | None,
+              settings: Settings) -> None:
+    """Serve a live web view of runs and teams (read-only unless --allow-control); needs
+    `pip install 'teamctl[web]'`."""
+    try:
+        from teamctl.coordinator.web.serve import serve
+    except ImportError as exc:
+        if exc.name in ("starlette", "uvicorn") or (exc.name or "").startswith(
+                ("starlette.", "uvicorn.")):
+            click.echo(WEB_EXTRA_MISSING, err=True)
+            sys.exit(2)
+        raise
+    serve(resolve_redis_url(redis_url, settings), host=host, port=port,
+          allow_control=allow_control)

@@ -31,7 +31,7 @@
       fetch(refreshUrl + window.location.search, {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) {
-          var target = document.getElementById("run-body");
+          var target = document.getElementById("live-body");
           if (html !== null && target) { target.innerHTML = html; }  // server-escaped HTML
         })
         .finally(function () { pending = false; });
