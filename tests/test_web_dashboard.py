@@ -180,3 +180,58 @@ def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
     assert task_id in page.text and "Collect facts" in page.text
     assert HOSTILE not in page.text
     assert httpx.get(dashboard + "/teams/NoSuch!", timeout=10).status_code == 404
+
+
+def test_the_dashboard_command_prints_its_url_and_token_and_serves(
+        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    """`teamctl dashboard --allow-control` in its own process: the URL and the token it prints
+    work (a free port: --port 0), and it stops on SIGTERM, by its pid."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.support.cli import TEAMCTL
+    from tests.support.waiting import wait_until
+
+    start_run(conn, run_id)
+    process = subprocess.Popen([*TEAMCTL, "dashboard", "--port", "0", "--allow-control",
+                                "--redis-url", redis_url], stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        second = process.stderr.readline()
+        assert first.startswith("teamctl dashboard: http://127.0.0.1:") and "(control on)" in first
+        base = first.split()[2].rstrip("/")
+        token = second.removeprefix("control token: ").strip()
+        assert len(token) >= 32
+        wait_until(lambda: httpx.get(base + "/", timeout=5).status_code == 200, 15,
+                   message="the dashboard to answer")
+        assert httpx.post(f"{base}/runs/{run_id}/cancel", data={"token": "x"},
+                          timeout=10).status_code == 403
+        assert httpx.post(f"{base}/runs/{run_id}/cancel", data={"token": token},
+                          timeout=10).status_code == 303
+        assert RunStore(conn, RunKeys(run_id)).cancelled()
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught.
+        assert process.wait(15) in (0, -signal.SIGTERM)
+
+
+def test_the_runs_page_streams_the_changes_of_its_live_runs(
+        conn: redis.Redis, run_id: str, dashboard: str) -> None:
+    """The runs page follows the runs it listed live from where it read them: a claim made
+    after the page was rendered comes over its stream, nothing from before it."""
+    import html as html_lib
+    import re
+
+    run = start_run(conn, run_id)
+    page = httpx.get(dashboard + "/", timeout=10).text
+    stream_path = html_lib.unescape(re.search(r'data-stream="([^"]+)"', page).group(1))
+    assert run_id in stream_path
+    assert run.board.claim("a", "m1", "hostA:101", 30) is not None
+    with httpx.stream("GET", dashboard + stream_path, timeout=20) as response:
+        lines = response.iter_lines()
+        data = next(line for line in lines if line.startswith("data: "))
+    change = json.loads(data.removeprefix("data: "))
+    assert (change["owner"], change["task_id"], change["status"], change["worker"]) == (
+        run_id, "a", "in_progress", "hostA:101")
