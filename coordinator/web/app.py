@@ -36,7 +36,7 @@ from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.ids import check_run_id, check_team_name
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.lease import lease_owner
-from teamctl.shared.redis.connection import connect
+from teamctl.shared.redis.connection import SOCKET_TIMEOUT_S, connect
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.teams.team_store import TeamStore, list_teams
@@ -75,7 +75,12 @@ def create_app(config: DashboardConfig) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         conn = connect(config.redis_url)
-        aconn = redis.asyncio.Redis.from_url(config.redis_url, decode_responses=True)
+        # Its reads outlast the longest XREAD BLOCK of a stream (redis-py's own timeout would
+        # cut an idle page's read short).
+        aconn = redis.asyncio.Redis.from_url(
+            config.redis_url, decode_responses=True,
+            socket_timeout=config.idle_block_ms / 1000 + SOCKET_TIMEOUT_S,
+            socket_connect_timeout=SOCKET_TIMEOUT_S)
         holder["deps"] = Deps(config, conn, aconn)
         try:
             yield

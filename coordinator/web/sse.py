@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from teamctl.shared.task_records import EventKind
 
 STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")
@@ -20,6 +21,8 @@ IDLE_BLOCK_MS = 60_000
 """How long one XREAD waits before the stream sends a keep-alive comment: an open page costs one
 command a minute while nothing happens."""
 SEPARATOR = "/"
+RETRY_MS = 2000
+"""How long a browser waits before it reconnects a stream that ended without `end`."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,14 @@ async def follow(conn: Any, sources: list[Source], cursor: list[str],
     position = dict(zip((s.key for s in sources), cursor, strict=True))
     by_key = {s.key: (rank, s) for rank, s in enumerate(sources)}
     block: int | None = None  # the first read catches up without waiting
+    yield f"retry: {RETRY_MS}\n\n"
     while True:
-        reply = await conn.xread(position, count=READ_COUNT, block=block)
+        try:
+            reply = await conn.xread(position, count=READ_COUNT, block=block)
+        except redis.RedisError:
+            # Redis went away or timed out: end the response; the browser reconnects after
+            # RETRY_MS with the last id it got, and nothing is skipped.
+            return
         if not reply:
             if block is None and ended is not None and await ended():
                 yield frame("end", {}, SEPARATOR.join(position.values()))
