@@ -42,7 +42,7 @@ def frames(base: str, path: str, headers: dict[str, str] | None = None) -> list[
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
             if not line:
-                if current:
+                if "event" in current:  # not the `retry:` hint, nor a keep-alive comment
                     found.append(current)
                 current = {}
                 continue
