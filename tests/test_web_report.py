@@ -4,10 +4,12 @@ self-contained file, model-written text escaped."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import markupsafe
+import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
@@ -15,7 +17,11 @@ from teamctl.coordinator.web import svg_dag
 from teamctl.coordinator.web.run_data import load_run_view
 from teamctl.shared.runs.handle import RunHandle
 
-from tests.support.cli import assert_config_error
+from tests.support.cli import assert_config_error, run_cli
+from tests.support.llm import ScriptedLLM
+from tests.support.replies import member_answer
+from tests.support.teamfile import team_file
+from tests.support.timescale import scaled, timing_options
 from tests.support.web import HOSTILE, finished_run
 
 
@@ -75,3 +81,38 @@ def test_report_of_an_unknown_run_is_one_line(redis_url: str, tmp_path: Path) ->
                                        str(tmp_path / "x.html"), "--redis-url", redis_url])
     assert_config_error(result, "teamctl runs")
     assert not (tmp_path / "x.html").exists()
+
+
+@pytest.mark.realistic
+def test_report_of_a_real_run_puts_each_attempt_on_its_worker(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """A run through real RQ workers and the litellm client (scaled latencies; real ones in the
+    realistic tier): every attempt is drawn once, on the lane of the worker process that made
+    it, and the members' transcripts are in the file."""
+    plan = [{"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)], latency_s=scaled(3)),
+              "member": llm.script(f"member-{run_id}", handler=member_answer,
+                                   latency_s=scaled(4)),
+              "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=scaled(2))}
+    team = team_file(tmp_path / "team.toml", models, options=timing_options())
+    result = run_cli(llm, workers, run_id, team)
+    assert result.exit_code == 0, result.output
+
+    path = tmp_path / "run.html"
+    report = CliRunner().invoke(main, ["report", run_id, "--html", str(path),
+                                       "--redis-url", workers])
+    assert report.exit_code == 0, report.output
+    html = path.read_text(encoding="utf-8")
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    view = load_run_view(RunHandle.existing(conn, run_id))
+    assert [(a.task_id, a.outcome) for a in view.attempts] == [("a", "completed"),
+                                                               ("b", "completed")]
+    tasks = {t.task_id: t for t in view.tasks}
+    for attempt in view.attempts:
+        assert attempt.worker == tasks[attempt.task_id].worker  # the claim's host:pid
+        assert re.fullmatch(r"[^:]+:\d+", attempt.worker)
+        assert f'data-task="{attempt.task_id}" data-attempt="1"' in html
+    assert len(re.findall(r'class="bar o-completed"', html)) == 2
+    assert "output of a" in html and "transcript (" in html
+    conn.close()
