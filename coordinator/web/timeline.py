@@ -12,6 +12,8 @@ from teamctl.coordinator.web.run_data import Attempt
 WIDTH_PX = 900
 LABEL_PX = 150
 """Room at the left for the lane's worker name."""
+RIGHT_PX = 40
+"""Room at the right for the last tick's label."""
 LANE_PX = 28
 BAR_PX = 18
 AXIS_PX = 24
@@ -35,6 +37,11 @@ class Bar:
     @property
     def end_x(self) -> float:
         return self.x + self.width
+
+    @property
+    def labelled(self) -> bool:
+        """Wide enough to carry its label (a narrow bar keeps it in its tooltip)."""
+        return self.width >= 7 * len(self.label)
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ def lay_out(attempts: list[Attempt], start_ms: int, now_ms: int) -> Timeline:
     lane_y = {w: AXIS_PX + i * LANE_PX for i, w in enumerate(workers)}
     first = min([start_ms or now_ms, *(a.start_ms for a in attempts)])
     last = max([first + 1, *((a.end_ms or now_ms) for a in attempts)])
-    scale = (WIDTH_PX - LABEL_PX - 10) / (last - first)
+    scale = (WIDTH_PX - LABEL_PX - RIGHT_PX) / (last - first)
     bars = []
     for attempt in attempts:
         x = LABEL_PX + (attempt.start_ms - first) * scale
