@@ -235,3 +235,33 @@ def test_the_runs_page_streams_the_changes_of_its_live_runs(
     change = json.loads(data.removeprefix("data: "))
     assert (change["owner"], change["task_id"], change["status"], change["worker"]) == (
         run_id, "a", "in_progress", "hostA:101")
+
+
+def test_team_control_sends_and_reviews_plans_only_with_the_token(
+        conn: redis.Redis, controlled: str) -> None:
+    from teamctl.shared.bus import LEAD
+    from teamctl.shared.teams.team_store import TeamStore
+    from teamctl.shared.teams.teammates import RequestStatus
+
+    store = TeamStore(conn, "steered")
+    store.spawn("alice", role="writer", prompt="Write", model="m", api_base=None,
+                queue="web-nobody", plan_mode=True)
+    request = store.submit_plan("alice", "my plan")
+    page = httpx.get(controlled + "/teams/steered", timeout=10).text
+    assert f'name="request_id" value="{request.id}"' in page
+    review = f"{controlled}/teams/steered/review"
+    decision = {"request_id": request.id, "decision": "approve"}
+    assert httpx.post(review, data=decision, timeout=10).status_code == 403
+    assert httpx.post(review, data=decision | {"token": "nope"}, timeout=10).status_code == 403
+    assert store.request(request.id).status is RequestStatus.PENDING
+    assert httpx.post(review, data=decision | {"token": TOKEN}, timeout=10).status_code == 303
+    assert store.request(request.id).status is RequestStatus.APPROVED
+    again = httpx.post(review, data=decision | {"token": TOKEN}, timeout=10)
+    assert again.status_code == 409  # the store's own refusal, one line
+
+    send = f"{controlled}/teams/steered/send"
+    assert httpx.post(send, data={"to": "alice", "text": "hi"}, timeout=10).status_code == 403
+    assert httpx.post(send, data={"to": "alice", "text": "hi", "token": TOKEN},
+                      timeout=10).status_code == 303
+    sent = [m for m in store.bus.messages() if m.from_ == LEAD and m.content == "hi"]
+    assert [m.to for m in sent] == ["alice"]

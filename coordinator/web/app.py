@@ -15,6 +15,7 @@ from typing import Any
 import redis
 import redis.asyncio
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -31,9 +32,10 @@ from teamctl.coordinator.web.render import render, run_values
 from teamctl.coordinator.web.run_data import load_run_view
 from teamctl.coordinator.web.runs_data import RUNS_SHOWN, live_rows, run_rows
 from teamctl.coordinator.web.team_data import load_team_view
+from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError, TeamError
-from teamctl.shared.ids import check_run_id, check_team_name
+from teamctl.shared.ids import check_request_id, check_run_id, check_team_name
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.lease import lease_owner
 from teamctl.shared.redis.connection import SOCKET_TIMEOUT_S, connect
@@ -108,6 +110,8 @@ def create_app(config: DashboardConfig) -> Starlette:
     if config.allow_control and config.token:
         routes += [Route(f"/runs/{{run_id}}/{action}", control(deps, handler), methods=["POST"])
                    for action, handler in CONTROLS.items()]
+        routes += [Route(f"/teams/{{team}}/{action}", team_control(deps, handler),
+                         methods=["POST"]) for action, handler in TEAM_CONTROLS.items()]
     return Starlette(routes=routes, lifespan=lifespan)
 
 
@@ -242,7 +246,7 @@ def team_store(d: Deps, request: Request) -> TeamStore:
 def team_page(d: Deps, request: Request) -> Response:
     view = load_team_view(team_store(d, request))
     return html(render("team.html", standalone=False, control=d.config.allow_control, team=view,
-                       now_ms=now_ms()))
+                       note=request.query_params.get("note"), now_ms=now_ms()))
 
 
 def team_body(d: Deps, request: Request) -> Response:
@@ -269,12 +273,14 @@ def token_ok(config: DashboardConfig, given: str | None) -> bool:
 
 
 ControlAction = Callable[[RunHandle, dict[str, str]], str]
+TeamAction = Callable[[TeamStore, dict[str, str]], str]
+Steer = Callable[[Deps, Request, dict[str, str]], str]
+"""Steers a run or a team through the CLI's own functions; returns the page to go back to."""
 
 
-def control(deps: Callable[[], Deps], action: ControlAction,
-            ) -> Callable[[Request], Awaitable[Response]]:
-    """A POST that steers a run through the CLI's own functions: 403 without the token, 409
-    with the one-line reason when the run refuses, else back to the run's page."""
+def guarded(deps: Callable[[], Deps], steer: Steer) -> Callable[[Request], Awaitable[Response]]:
+    """A control POST: 403 without the token, 409 with the one-line reason when the run or
+    team refuses, else back to its page (303)."""
 
     async def endpoint(request: Request) -> Response:
         d = deps()
@@ -282,20 +288,38 @@ def control(deps: Callable[[], Deps], action: ControlAction,
         if not token_ok(d.config, request.headers.get(TOKEN_HEADER) or form.get("token")):
             return PlainTextResponse("a valid control token is required", status_code=403)
         try:
-            run_id = check_run_id(request.path_params["run_id"])
-            run = RunHandle.existing(d.conn, run_id, lease_owner=lease_owner())
-            note = await _in_thread(action, run, form)
+            back = await run_in_threadpool(steer, d, request, form)
         except (ConfigError, TeamError, ValueError) as exc:
             return PlainTextResponse(str(exc), status_code=409)
-        return RedirectResponse(f"/runs/{run_id}?note={note}", status_code=303)
+        return RedirectResponse(back, status_code=303)
 
     return endpoint
 
 
-async def _in_thread(action: ControlAction, run: RunHandle, form: dict[str, str]) -> str:
-    from starlette.concurrency import run_in_threadpool
+def control(deps: Callable[[], Deps], action: ControlAction,
+            ) -> Callable[[Request], Awaitable[Response]]:
+    """A run's control: its handle (holding a lease owner, as `teamctl cancel` does)."""
 
-    return await run_in_threadpool(action, run, form)
+    def steer(d: Deps, request: Request, form: dict[str, str]) -> str:
+        run_id = check_run_id(request.path_params["run_id"])
+        note = action(RunHandle.existing(d.conn, run_id, lease_owner=lease_owner()), form)
+        return f"/runs/{run_id}?note={note}"
+
+    return guarded(deps, steer)
+
+
+def team_control(deps: Callable[[], Deps], action: TeamAction,
+                 ) -> Callable[[Request], Awaitable[Response]]:
+    """A team's control: its store, reconciled first as the `team` verbs that wake teammates
+    do (mail to a teammate whose worker died reruns its turn)."""
+
+    def steer(d: Deps, request: Request, form: dict[str, str]) -> str:
+        store = TeamStore(d.conn, check_team_name(request.path_params["team"]))
+        store.meta()
+        store.scheduler.reconcile()
+        return f"/teams/{store.team}?note={action(store, form)}"
+
+    return guarded(deps, steer)
 
 
 def do_cancel(run: RunHandle, form: dict[str, str]) -> str:
@@ -317,5 +341,18 @@ def do_send(run: RunHandle, form: dict[str, str]) -> str:
     return "sent"
 
 
+def do_team_send(store: TeamStore, form: dict[str, str]) -> str:
+    store.send(LEAD, form.get("to", ""), form.get("text", ""))
+    return "sent"
+
+
+def do_team_review(store: TeamStore, form: dict[str, str]) -> str:
+    approve = form.get("decision") == "approve"
+    store.review_plan(check_request_id(form.get("request_id", "")), approve,
+                      form.get("feedback", ""))
+    return "approved" if approve else "rejected"
+
+
 CONTROLS: dict[str, ControlAction] = {"cancel": do_cancel, "approve": do_approve,
                                       "reject": do_reject, "send": do_send}
+TEAM_CONTROLS: dict[str, TeamAction] = {"send": do_team_send, "review": do_team_review}
