@@ -265,3 +265,13 @@ def test_team_control_sends_and_reviews_plans_only_with_the_token(
                       timeout=10).status_code == 303
     sent = [m for m in store.bus.messages() if m.from_ == LEAD and m.content == "hi"]
     assert [m.to for m in sent] == ["alice"]
+
+
+def test_on_loopback_only_loopback_host_names_are_answered(dashboard: str) -> None:
+    """A page of another site re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as
+    Host: refused, so a browser cannot hand it the pages."""
+    assert httpx.get(dashboard + "/", headers={"Host": "evil.example"}, timeout=10
+                     ).status_code == 400
+    port = dashboard.rsplit(":", 1)[1]
+    assert httpx.get(dashboard + "/", headers={"Host": f"localhost:{port}"}, timeout=10
+                     ).status_code == 200

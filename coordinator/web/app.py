@@ -16,6 +16,8 @@ import redis
 import redis.asyncio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -44,6 +46,7 @@ from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.teams.team_store import TeamStore, list_teams
 
 TOKEN_HEADER = "x-teamctl-token"
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
                                                "style-src 'self'; script-src 'self'",
@@ -58,6 +61,9 @@ class DashboardConfig:
     token: str | None = None
     """Required by every control request (compared in constant time); None: control is off."""
     idle_block_ms: int = sse.IDLE_BLOCK_MS
+    loopback_only: bool = True
+    """Bound to loopback: answer only requests addressed to a loopback name, so a web page whose
+    domain is re-pointed at 127.0.0.1 (DNS rebinding) cannot read the pages from a browser."""
 
 
 @dataclass
@@ -112,7 +118,9 @@ def create_app(config: DashboardConfig) -> Starlette:
                    for action, handler in CONTROLS.items()]
         routes += [Route(f"/teams/{{team}}/{action}", team_control(deps, handler),
                          methods=["POST"]) for action, handler in TEAM_CONTROLS.items()]
-    return Starlette(routes=routes, lifespan=lifespan)
+    middleware = ([Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)]
+                  if config.loopback_only else [])
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 
 Handler = Callable[[Deps, Request], Response]

@@ -57,6 +57,6 @@ def serve(redis_url: str, *, host: str, port: int, allow_control: bool) -> None:
         click.echo(f"note: listening on {host}, not loopback: anyone who reaches it reads what "
                    "the models wrote" + ("; control needs the token" if token else ""), err=True)
     app = create_app(DashboardConfig(redis_url=redis_url, allow_control=allow_control,
-                                     token=token))
+                                     token=token, loopback_only=is_loopback(host)))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     server.run(sockets=[sock])
