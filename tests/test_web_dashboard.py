@@ -71,6 +71,13 @@ def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
     assert page.text.count(str(markupsafe.escape(HOSTILE))) >= 3
     assert page.text.count('class="bar o-') == 3
     assert page.text.count("<script") == 1  # the page's own /static/app.js, nothing else
+    link = f'href="/runs/{run_id}/tasks/a/transcript"'
+    assert link in page.text and "the facts" not in page.text  # on a page of its own
+    transcript = httpx.get(f"{dashboard}/runs/{run_id}/tasks/a/transcript", timeout=10)
+    assert transcript.status_code == 200 and HOSTILE not in transcript.text
+    assert f"the facts {markupsafe.escape(HOSTILE)}" in transcript.text
+    assert httpx.get(f"{dashboard}/runs/{run_id}/tasks/zz/transcript",
+                     timeout=10).status_code == 404
     filtered = httpx.get(f"{dashboard}/runs/{run_id}?member=m1&type=task.result", timeout=10)
     assert "peer.message" not in filtered.text.split('id="bus"')[1].split("</table>")[0]
 

@@ -56,7 +56,8 @@ def test_report_is_one_self_contained_file_with_model_text_escaped(
     assert "http://" not in html and "https://" not in html
     assert "<style>" in html and "<svg class=\"dag\"" in html and "<svg class=\"timeline\"" in html
     escaped = str(markupsafe.escape(HOSTILE))
-    assert html.count(escaped) >= 3  # the objective, the output of `a`, the message
+    assert html.count(escaped) == 4  # the objective, the output of `a`, the message, transcript
+    assert "transcript (3 messages)" in html and "the facts " in html
     # One bar per attempt: two for `a` (the reclaimed one marked), one for `b`.
     assert len(re.findall(r'class="bar o-', html)) == 3
     assert 'data-task="a" data-attempt="1"' in html and 'data-task="a" data-attempt="2"' in html

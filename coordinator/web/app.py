@@ -37,12 +37,13 @@ from teamctl.coordinator.web.team_data import load_team_view
 from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError, TeamError
-from teamctl.shared.ids import check_request_id, check_run_id, check_team_name
+from teamctl.shared.ids import check_request_id, check_run_id, check_task_id, check_team_name
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.lease import lease_owner
 from teamctl.shared.redis.connection import SOCKET_TIMEOUT_S, connect
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.teams.team_store import TeamStore, list_teams
 
 TOKEN_HEADER = "x-teamctl-token"
@@ -106,6 +107,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         Route("/runs/{run_id}", page(deps, run_page)),
         Route("/runs/{run_id}/body", page(deps, run_body)),
         Route("/runs/{run_id}/stream", stream(deps, run_stream)),
+        Route("/runs/{run_id}/tasks/{task_id}/transcript", page(deps, transcript_page)),
         Route("/teams", page(deps, teams_page)),
         Route("/teams/{team}", page(deps, team_page)),
         Route("/teams/{team}/body", page(deps, team_body)),
@@ -212,16 +214,27 @@ def filters(request: Request) -> dict[str, str | None]:
 
 
 def run_page(d: Deps, request: Request) -> Response:
-    view = load_run_view(run_handle(d, request))
+    # Transcripts on a page of their own: the body is read again after every change.
+    view = load_run_view(run_handle(d, request), with_transcripts=False)
     return html(render("run.html", standalone=False, control=d.config.allow_control,
                        note=request.query_params.get("note"), **filters(request),
                        **run_values(view, now_ms())))
 
 
 def run_body(d: Deps, request: Request) -> Response:
-    view = load_run_view(run_handle(d, request))
+    view = load_run_view(run_handle(d, request), with_transcripts=False)
     return html(render("_run_body.html", standalone=False, **filters(request),
                        **run_values(view, now_ms())))
+
+
+def transcript_page(d: Deps, request: Request) -> Response:
+    run = run_handle(d, request)
+    task_id = check_task_id(request.path_params["task_id"])
+    if run.board.get(task_id) is None:
+        raise ConfigError(f"run {run.run_id} has no task {task_id}")
+    kept = Transcripts(run.conn, run.keys, run.scripts).load_many([task_id])
+    return html(render("transcript.html", standalone=False, control=d.config.allow_control,
+                       run_id=run.run_id, task_id=task_id, transcript=kept.get(task_id)))
 
 
 async def run_stream(d: Deps, request: Request) -> Response:

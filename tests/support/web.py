@@ -19,6 +19,7 @@ from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
 
@@ -28,6 +29,9 @@ from tests.support.waiting import wait_until
 TTL_S = 30.0
 HOSTILE = "<script>alert('owned')</script>"
 """What a model might write: must reach a page escaped, never as markup."""
+TRANSCRIPT = [{"role": "system", "content": "You are m1."},
+              {"role": "user", "content": "Find facts"},
+              {"role": "assistant", "content": f"the facts {HOSTILE}"}]
 
 
 @dataclass
@@ -79,6 +83,7 @@ def finish_run(conn: redis.Redis, run: DrivenRun, stale: str) -> None:
     `b` done, a message on the bus, and the run completed."""
     token = run.board.claim("a", "m1", "hostB:202", TTL_S)
     assert token is not None
+    assert Transcripts(conn, RunKeys(run.run_id)).save("a", token, TRANSCRIPT, 100_000)
     assert run.board.complete("a", token, f"facts {HOSTILE}", 40) is WriteOutcome.APPLIED
     assert run.board.complete("a", stale, "late", 5) is WriteOutcome.STALE
     run.bus.send("m1", "m2", None, "a", f"see {HOSTILE}")
