@@ -43,7 +43,9 @@
   source.onerror = function () { say("reconnecting…"); };
   source.addEventListener("task", function (e) {
     var d = JSON.parse(e.data);
-    logLine((d.run_id ? d.run_id + " " : "") + d.task_id + " " + d.status +
+    var what = d.task_id || d.mate || "";
+    var many = document.getElementById("runs") !== null;  // the runs page: say which run
+    logLine((many ? d.owner + " " : "") + what + " " + d.status +
             (d.worker ? " on " + d.worker : ""));
     refresh();
   });
