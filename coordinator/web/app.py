@@ -184,6 +184,8 @@ async def runs_stream(d: Deps, request: Request) -> Response:
     """The events of the live runs the page listed (ids checked, at most the page's count)."""
     ids = [check_run_id(r) for r in request.query_params.get("runs", "").split(",") if r]
     ids = ids[:RUNS_SHOWN]
+    if not ids:
+        raise ConfigError("no run to follow: pass ?runs=RUN,RUN (the runs page does)")
     sources = [sse.Source(RunKeys(r).events, "task", r) for r in ids]
     cursor = start_cursor(request, len(sources))
     return sse_response(sse.follow(d.aconn, sources, cursor, None, d.config.idle_block_ms))

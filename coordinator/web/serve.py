@@ -12,7 +12,7 @@ import click
 import uvicorn
 from teamctl.coordinator.web.app import DashboardConfig, create_app
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.redis.connection import SentinelURL
+from teamctl.shared.redis.connection import SentinelURL, connect
 
 
 def is_loopback(host: str) -> bool:
@@ -45,6 +45,7 @@ def serve(redis_url: str, *, host: str, port: int, allow_control: bool) -> None:
     if SentinelURL.parse(redis_url) is not None:
         raise ConfigError("the dashboard reads Redis through redis://, rediss:// or unix:// "
                           "URLs: pass the primary's URL with --redis-url")
+    connect(redis_url).close()  # an unreachable Redis is one line now, not a failed start-up
     token = secrets.token_urlsafe(24) if allow_control else None
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
