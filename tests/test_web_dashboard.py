@@ -282,3 +282,17 @@ def test_on_loopback_only_loopback_host_names_are_answered(dashboard: str) -> No
     port = dashboard.rsplit(":", 1)[1]
     assert httpx.get(dashboard + "/", headers={"Host": f"localhost:{port}"}, timeout=10
                      ).status_code == 200
+
+
+def test_a_port_in_use_is_a_one_line_usage_error(redis_url: str) -> None:
+    import socket
+
+    from tests.support.cli import assert_config_error
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, ["dashboard", "--port", str(port),
+                                           "--redis-url", redis_url])
+    assert_config_error(result, f"cannot listen on 127.0.0.1:{port}")
