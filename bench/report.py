@@ -47,6 +47,8 @@ BENCHES = {
     "memory": "Redis memory per planned task, bus message and idle teammate (private redis-server)",
     "idle_teammates": "1,000 idle teammates (4 workers, 60 s quiet window)",
     "concurrent_runs": "50 concurrent planned runs (20 tasks each, one Redis, 8 workers)",
+    "dashboard": ("`teamctl dashboard`: Redis commands it adds with 50 live run pages open "
+                  "(private redis-server)"),
     "soak": "Soak, compressed (30 min of short runs and teammate turns, 4 workers)",
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""

@@ -82,7 +82,9 @@ class KeySpace(ABC):
 
     @property
     def events(self) -> str:
-        """Stream: task state changes, read by the coordinator with XREAD BLOCK."""
+        """Stream: task state changes, read by the coordinator with XREAD BLOCK (fields:
+        task_id, status, token, member_id, attempts, and worker: the claim's host:pid, which on
+        an `in_progress` entry names the process that made that attempt)."""
         return f"{self.base}:events"
 
     @property

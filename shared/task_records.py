@@ -143,6 +143,10 @@ class TaskEvent(BaseModel):
     """Who held the task at this change, else its planned member (absent on run.* wake-ups)."""
     attempts: HashInt = 0
     """The task's claims so far, as of this change."""
+    worker: HashText = None
+    """The worker process (host:pid) holding the claim as of this change: on `in_progress`, the
+    one that claimed it; None when nobody holds it (after a release or reclaim) or a teammate's
+    turn does."""
 
 
 # --- the bus ------------------------------------------------------------------------------------

@@ -579,12 +579,20 @@ def test_the_help_lists_the_lazily_loaded_verbs_with_their_own_help() -> None:
 def test_help_imports_no_verb_and_reading_verbs_import_no_rq(
         conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
     """What makes the short verbs start fast: --help loads neither Redis nor pydantic, and
-    reading a run loads neither RQ nor litellm."""
+    reading a run loads neither RQ nor litellm; none loads the dashboard's server (Starlette,
+    uvicorn), which only `teamctl dashboard` imports."""
     two_task_run(conn, run_id, tmp_path)
-    loaded = "print(*(m in sys.modules for m in ('redis', 'pydantic', 'rq', 'litellm')))"
-    for verb, expected in ((["--help"], "False False False False"),
-                           (["status", run_id, "--redis-url", redis_url], "True True False False"),
-                           (["runs", "--redis-url", redis_url], "True True False False")):
+    loaded = ("print(*(m in sys.modules for m in ('redis', 'pydantic', 'rq', 'litellm', "
+              "'starlette', 'uvicorn')))")
+    report = str(tmp_path / "report.html")
+    for verb, expected in ((["--help"], "False False False False False False"),
+                           (["dashboard", "--help"], "False False False False False False"),
+                           (["status", run_id, "--redis-url", redis_url],
+                            "True True False False False False"),
+                           (["report", run_id, "--html", report, "--redis-url", redis_url],
+                            "True True False False False False"),
+                           (["runs", "--redis-url", redis_url],
+                            "True True False False False False")):
         script = ("import sys\nfrom teamctl.coordinator.cli import main\n"
                   f"try:\n    main({verb!r})\nexcept SystemExit as exc:\n"
                   f"    assert not exc.code, exc.code\n{loaded}\n")

@@ -1,7 +1,9 @@
 """The import rules the layout promises (docs/contributing/layout.md): `teamctl.shared` imports
 neither the coordinator nor the worker, the coordinator never imports the worker, the CLI is a
-leaf, a planned run's code (`runs`) and a persistent team's (`teams`) never import each other, and
-there are no cycles."""
+leaf, the web view is imported only by the CLI and is the one place outside it (and the team file)
+that reads both kinds of team, its server (Starlette, uvicorn) is imported by the dashboard's
+modules alone, a planned run's code (`runs`) and a persistent team's (`teams`) never import each
+other, and there are no cycles."""
 
 from __future__ import annotations
 
@@ -22,15 +24,15 @@ def module_name(path: Path) -> str:
     return ".".join((package, *rest)).removesuffix(".__init__")
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every teamctl module named in an import statement of `path` (any nesting level)."""
+def imports_of(path: Path, prefix: str = "teamctl.") -> set[str]:
+    """Every module under `prefix` named in an import statement of `path` (any nesting level)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-    return {name for name in names if name.startswith("teamctl.")}
+    return {name for name in names if name.startswith(prefix)}
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +102,37 @@ def test_no_import_cycles(graph: dict[str, set[str]]) -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+WEB = "teamctl.coordinator.web"
+BOTH_KINDS_ALLOWED = (CLI, WEB, "teamctl.shared.team_file")
+"""The modules that may import both `runs` and `teams` modules: the CLI, the web view (its pages
+show runs and teams side by side) and the team file (which holds both kinds of options). Any
+other module that needs both is in the wrong place."""
+
+
+def test_nothing_but_the_cli_imports_the_web_view(graph: dict[str, set[str]]) -> None:
+    offenders = sorted(f"{module} -> {target}" for module, targets in graph.items()
+                       if not module.startswith((CLI + ".", WEB + ".")) and module != WEB
+                       for target in targets if target == WEB or target.startswith(WEB + "."))
+    assert offenders == []
+
+
+def test_only_the_common_places_read_both_kinds(graph: dict[str, set[str]]) -> None:
+    both = sorted(module for module, targets in graph.items()
+                  if {kind_of(t) for t in targets} >= set(KINDS))
+    assert [m for m in both if not m.startswith(BOTH_KINDS_ALLOWED)] == []
+    assert any(m.startswith(WEB) for m in both)  # the rule still sees the web view
+
+
+WEB_SERVER_MODULES = {"coordinator/web/app.py", "coordinator/web/serve.py"}
+"""The only files that import Starlette or uvicorn (the `teamctl[web]` extra): the dashboard
+command imports them when it runs, so no other verb needs the extra or pays for importing it."""
+
+
+def test_only_the_dashboard_imports_its_server() -> None:
+    files = [p for top in PACKAGES.values() for p in (ROOT / top).rglob("*.py")]
+    offenders = sorted(str(p.relative_to(ROOT)) for p in files
+                       if imports_of(p, "starlette") | imports_of(p, "uvicorn")
+                       and str(p.relative_to(ROOT)) not in WEB_SERVER_MODULES)
+    assert offenders == []

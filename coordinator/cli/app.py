@@ -117,9 +117,16 @@ class LazyCommand:
 
 
 LAZY_COMMANDS = {
+    "dashboard": LazyCommand("teamctl.coordinator.cli.web_commands", "dashboard",
+                             "Serve a live web view of runs and teams (read-only unless "
+                             "--allow-control); needs `pip install 'teamctl[web]'`."),
     "lead": LazyCommand("teamctl.coordinator.cli.lead_command", "lead_command",
                         "Drive the team's lead agent: a line is a message, /help lists the "
                         "slash commands."),
+    "report": LazyCommand("teamctl.coordinator.cli.web_commands", "report",
+                          "Write RUN_ID as one self-contained HTML file to attach to a ticket: "
+                          "its plan as a graph, a timeline of every attempt by worker, the bus "
+                          "and each task's input, output and transcript."),
     "run": LazyCommand("teamctl.coordinator.cli.run_verb", "run",
                        "Plan OBJECTIVE, run the team, print the synthesized answer."),
     "team": LazyCommand("teamctl.coordinator.cli.team_commands", "team_group",

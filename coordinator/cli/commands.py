@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.runs.run_control import cancel_run, live_run
+from teamctl.coordinator.runs.run_control import cancel_run, decide_plan
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import connect, redacted
 from teamctl.shared.runs.handle import RunHandle
@@ -179,16 +179,7 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
-    run = live_run(RunHandle.existing(connect(redis_url), run_id))
-    store, spec = run.store, run.spec
-    if not spec.options.require_plan_approval:
-        raise ConfigError(f"run {run_id} does not ask for plan approval "
-                          "(require_plan_approval is off)")
-    if store.state().status is RunStatus.PLANNING:  # nobody may approve a plan nobody has seen
-        raise ConfigError(f"run {run_id} has no plan yet; approve once `teamctl status {run_id}` "
-                          "says awaiting_approval")
-    if not store.record_approval(approved, reason):
-        raise ConfigError(f"the plan of run {run_id} was already {store.state().approval}")
+    decide_plan(RunHandle.existing(connect(redis_url), run_id), approved, reason)
     click.echo(f"plan of run {run_id} {'approved' if approved else 'rejected'}")
 
 

@@ -1,5 +1,6 @@
-"""Steering a live run from outside it: a person's message to its members, and a cancel that ends
-the run here when no coordinator drives it. The CLI's `send` and `cancel` and the Python API
+"""Steering a live run from outside it: a person's message to its members, the decision on a plan
+waiting for approval, and a cancel that ends the run here when no coordinator drives it. The
+CLI's `send`, `approve`, `reject` and `cancel`, the dashboard's controls and the Python API
 share these."""
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ def send_message(run: RunHandle, to: str, text: str) -> str:
     # max_message_bytes, each a one-line ConfigError naming the members or the limit.
     message = run.bus.send(LEAD, to, None, None, text)
     return message.id if message else ""
+
+
+def decide_plan(run: RunHandle, approved: bool, reason: str | None) -> None:
+    """Record the decision on the plan the run waits on, once. ConfigError for a finished run,
+    one that does not ask for approval, one with no plan yet, or a plan already decided."""
+    run = live_run(run)
+    store, run_id = run.store, run.run_id
+    if not run.spec.options.require_plan_approval:
+        raise ConfigError(f"run {run_id} does not ask for plan approval "
+                          "(require_plan_approval is off)")
+    if store.state().status is RunStatus.PLANNING:  # nobody may approve a plan nobody has seen
+        raise ConfigError(f"run {run_id} has no plan yet; approve once `teamctl status {run_id}` "
+                          "says awaiting_approval")
+    if not store.record_approval(approved, reason):
+        raise ConfigError(f"the plan of run {run_id} was already {store.state().approval}")
 
 
 def cancel_run(run: RunHandle) -> bool:

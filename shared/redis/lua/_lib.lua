@@ -125,16 +125,19 @@ local function event(events_key, task_id, status, token)
     'task_id', task_id, 'status', status, 'token', tostring(token or 0))
 end
 
--- A task's state change, with who holds it (else its planned member) and its attempts as of
+-- A task's state change, with who holds it (else its planned member), the worker process
+-- holding the claim (host:pid, '' when none: a requeue clears it first) and its attempts as of
 -- this change: a reader following the stream sees each transition as it was, not as the task
--- hash reads later (`teamctl tasks --follow`, `teamctl events`).
+-- hash reads later (`teamctl tasks --follow`, `teamctl events`, the dashboard's timeline, which
+-- draws an attempt on the lane of the worker its claim names).
 local function task_event(events_key, task_key, status, token)
-  local f = redis.call('HMGET', task_key, 'task_id', 'claimed_by', 'member_id', 'attempts')
+  local f = redis.call('HMGET', task_key, 'task_id', 'claimed_by', 'member_id', 'attempts',
+    'worker')
   local member = f[2]
   if not member or member == '' then member = f[3] or '' end
   redis.call('XADD', events_key, 'MAXLEN', '~', 10000, '*',
     'task_id', f[1] or '', 'status', status, 'token', tostring(token or 0),
-    'member_id', member, 'attempts', f[4] or '0')
+    'member_id', member, 'attempts', f[4] or '0', 'worker', f[5] or '')
 end
 
 -- Is `token` the live claim on the task? A stale token is counted on the task (stale_writes);

@@ -1,0 +1,42 @@
+"""The runs page's rows: each recent run's status, rounds, tasks by state, cost, start and
+duration, read for all of them in one pipelined pass, and where each run's events stream
+stands (the page's live stream starts there)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.store import RunSummary, list_runs, run_summaries
+
+RUNS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class RunRow:
+    summary: RunSummary
+    counts: dict[str, int]
+    last_event_id: str
+
+
+def run_rows(conn: redis.Redis, limit: int = RUNS_SHOWN) -> list[RunRow]:
+    """The most recent runs, newest first."""
+    summaries = run_summaries(conn, list_runs(conn, limit))
+    pipe = conn.pipeline(transaction=False)
+    for summary in summaries:
+        keys = RunKeys(summary.run_id)
+        pipe.hgetall(keys.counts)
+        pipe.xrevrange(keys.events, count=1)
+    replies = pipe.execute()
+    rows = []
+    for index, summary in enumerate(summaries):
+        counts, last = replies[2 * index], replies[2 * index + 1]
+        rows.append(RunRow(summary, {k: int(v) for k, v in counts.items() if int(v) > 0},
+                           last[0][0] if last else "0-0"))
+    return rows
+
+
+def live_rows(rows: list[RunRow]) -> list[RunRow]:
+    """The rows whose run has not finished: the ones the page follows."""
+    return [r for r in rows if r.summary.state is not None and not r.summary.state.finished]

@@ -1,0 +1,63 @@
+"""Run the dashboard: bind the socket first (a port in use is a one-line error, and port 0
+gets a free one to print), print where it listens and, with control, its token, then serve
+with uvicorn until interrupted."""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import socket
+
+import click
+import uvicorn
+from teamctl.coordinator.web.app import DashboardConfig, create_app
+from teamctl.shared.errors import ConfigError
+from teamctl.shared.redis.connection import SentinelURL, connect
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; ConfigError saying what to change if it cannot be."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, _, _, _, address = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pass "
+                          "another --port (0: any free one) or --host") from exc
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(redis_url: str, *, host: str, port: int, allow_control: bool) -> None:
+    """Serve the dashboard on host:port until Ctrl-C."""
+    if SentinelURL.parse(redis_url) is not None:
+        raise ConfigError("the dashboard reads Redis through redis://, rediss:// or unix:// "
+                          "URLs: pass the primary's URL with --redis-url")
+    connect(redis_url).close()  # an unreachable Redis is one line now, not a failed start-up
+    token = secrets.token_urlsafe(24) if allow_control else None
+    sock = bind(host, port)
+    bound_port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    mode = "control on" if allow_control else "read-only"
+    click.echo(f"teamctl dashboard: http://{shown}:{bound_port}/ ({mode})", err=True)
+    if token:
+        click.echo(f"control token: {token}", err=True)
+    if not is_loopback(host):
+        click.echo(f"note: listening on {host}, not loopback: anyone who reaches it reads what "
+                   "the models wrote" + ("; control needs the token" if token else ""), err=True)
+    app = create_app(DashboardConfig(redis_url=redis_url, allow_control=allow_control,
+                                     token=token, loopback_only=is_loopback(host)))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server.run(sockets=[sock])

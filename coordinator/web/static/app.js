@@ -1,0 +1,71 @@
+// teamctl dashboard: follow the page's server-sent events (the browser resumes with
+// Last-Event-ID by itself) and, after a change, reload the page's body from the server,
+// at most once a second. No framework, no build step.
+(function () {
+  "use strict";
+  var body = document.body;
+  var streamUrl = body.getAttribute("data-stream");
+  if (!streamUrl) { return; }
+  var refreshUrl = body.getAttribute("data-refresh");
+  var state = document.getElementById("live-state");
+  var log = document.getElementById("live-log");
+  var pending = false;
+
+  function say(text) {
+    if (state) { state.textContent = text; }
+  }
+
+  function logLine(text) {
+    if (!log) { return; }
+    var item = document.createElement("li");
+    item.textContent = text;  // text, never HTML: it may quote what a model wrote
+    log.appendChild(item);
+    while (log.children.length > 50) { log.removeChild(log.firstChild); }
+    log.scrollTop = log.scrollHeight;
+  }
+
+  function refresh() {
+    if (!refreshUrl || pending) { return; }
+    pending = true;
+    setTimeout(function () {
+      fetch(refreshUrl + window.location.search, {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) {
+          var target = document.getElementById("live-body");
+          if (html !== null && target) { target.innerHTML = html; }  // server-escaped HTML
+        })
+        .finally(function () { pending = false; });
+    }, 1000);
+  }
+
+  var source = new EventSource(streamUrl);
+  source.onopen = function () { say("live"); };
+  source.onerror = function () { say("reconnecting…"); };
+  source.addEventListener("task", function (e) {
+    var d = JSON.parse(e.data);
+    var what = d.task_id || d.mate || "";
+    var many = document.getElementById("runs") !== null;  // the runs page: say which run
+    logLine((many ? d.owner + " " : "") + what + " " + d.status +
+            (d.worker ? " on " + d.worker : ""));
+    refresh();
+  });
+  source.addEventListener("message", function (e) {
+    var d = JSON.parse(e.data);
+    logLine(d.from + " → " + (d.to || "*") + " [" + d.type + "]");
+    refresh();
+  });
+  source.addEventListener("end", function () {
+    say("ended");
+    source.close();
+    refresh();
+  });
+
+  // Control forms keep the token for this tab only.
+  var saved = window.sessionStorage.getItem("teamctl-token") || "";
+  document.querySelectorAll("input[name=token]").forEach(function (input) {
+    if (!input.value) { input.value = saved; }
+    input.addEventListener("change", function () {
+      window.sessionStorage.setItem("teamctl-token", input.value);
+    });
+  });
+}());

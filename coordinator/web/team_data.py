@@ -1,0 +1,57 @@
+"""A persistent team as its page shows it: the roster with each teammate's status and liveness
+(a live turn lease, when it was last seen), unread mail per inbox, the pending protocol
+requests, the team's tasks and its bus."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from teamctl.shared.bus import LEAD
+from teamctl.shared.envelopes import Envelope
+from teamctl.shared.teams.tasks import TeamTask, TeamTasks
+from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.teams.teammates import Teammate, TeamRequest
+
+
+@dataclass(frozen=True)
+class MateRow:
+    mate: Teammate
+    turn_live: bool
+    """Its turn lease is held: a worker is running its turn now."""
+    unread: int
+
+
+@dataclass(frozen=True)
+class TeamView:
+    team: str
+    mates: list[MateRow]
+    lead_unread: int
+    lead_inbox: list[Envelope]
+    requests: list[TeamRequest]
+    tasks: list[TeamTask]
+    messages: list[Envelope]
+    last_event_id: str
+    last_message_id: str
+
+
+LEAD_INBOX_SHOWN = 50
+
+
+def load_team_view(store: TeamStore) -> TeamView:
+    """Read the team (ConfigError if there is none) into a TeamView, writing nothing."""
+    store.meta()
+    mates = store.mates()
+    pipe = store.conn.pipeline(transaction=False)
+    for mate in mates:
+        pipe.exists(store.keys.turn(mate.name))
+    live = pipe.execute()
+    rows = [MateRow(mate, bool(turn), store.unread_count(mate.name))
+            for mate, turn in zip(mates, live, strict=True)]
+    _, lead_inbox = store.peek(LEAD, LEAD_INBOX_SHOWN)
+    messages = store.bus.messages()
+    last = store.conn.xrevrange(store.keys.events, count=1)
+    return TeamView(team=store.team, mates=rows, lead_unread=store.unread_count(LEAD),
+                    lead_inbox=lead_inbox, requests=store.requests(pending_only=True),
+                    tasks=TeamTasks(store).snapshot(), messages=messages,
+                    last_event_id=last[0][0] if last else "0-0",
+                    last_message_id=messages[-1].id if messages else "0-0")

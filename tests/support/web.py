@@ -1,0 +1,131 @@
+"""Runs for the web view's tests: a board driven the way workers drive it (claims by named
+worker processes, an expired claim reclaimed, a stale worker's late write refused), and the
+dashboard served by real uvicorn on a free loopback port, stopped by its handle."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import redis
+from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.clock import now_ms
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
+from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.runs.transcripts import Transcripts
+from teamctl.shared.task_records import TaskSpec
+from teamctl.shared.team_file import Member
+
+from tests.support.runs import coordinator_store
+from tests.support.waiting import wait_until
+
+TTL_S = 30.0
+HOSTILE = "<script>alert('owned')</script>"
+"""What a model might write: must reach a page escaped, never as markup."""
+TRANSCRIPT = [{"role": "system", "content": "You are m1."},
+              {"role": "user", "content": "Find facts"},
+              {"role": "assistant", "content": f"the facts {HOSTILE}"}]
+
+
+@dataclass
+class DrivenRun:
+    """A run whose board the test drives as its workers would."""
+
+    run_id: str
+    board: TaskBoard
+    store: RunStore
+    bus: MessageBus
+
+
+def start_run(conn: redis.Redis, run_id: str, *, heartbeat_ttl_s: float = 30.0) -> DrivenRun:
+    """A running run of members m1, m2 with tasks `a` and `b` (b depends on a), no workers."""
+    spec = RunSpec(run_id=run_id, team_id="t", objective=f"Objective {HOSTILE}",
+                   members=[Member(id="m1"), Member(id="m2")],
+                   options=RunOptions(heartbeat_ttl_s=heartbeat_ttl_s),
+                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+                   workspace_dir="/tmp", created_ms=now_ms())
+    keys = RunKeys(run_id)
+    RunStore(conn, keys).create(spec)
+    store = coordinator_store(conn, run_id)
+    store.set_status(RunStatus.RUNNING)
+    board = TaskBoard(conn, keys)
+    board.create([TaskSpec(id="a", member_id="m1", task="Find facts"),
+                  TaskSpec(id="b", member_id="m2", task="Write it up", depends_on=["a"])])
+    return DrivenRun(run_id, board, store, MessageBus(conn, keys))
+
+
+def expire_claim(conn: redis.Redis, board: TaskBoard, task_id: str) -> None:
+    """Let the claim's real TTL run out (1 ms), as when its worker died."""
+    key = board.keys.heartbeat(task_id)
+    conn.pexpire(key, 1)
+    wait_until(lambda: not conn.exists(key), 5, message=f"heartbeat of {task_id} to expire")
+
+
+def reclaim_first_attempt(conn: redis.Redis, run: DrivenRun) -> str:
+    """Task `a` claimed by worker hostA:101, which dies: its claim expires and is reclaimed.
+    Returns the dead claim's token."""
+    stale = run.board.claim("a", "m1", "hostA:101", TTL_S)
+    assert stale is not None
+    expire_claim(conn, run.board, "a")
+    assert run.board.reclaim_expired(3) == ["a"]
+    return stale
+
+
+def finish_run(conn: redis.Redis, run: DrivenRun, stale: str) -> None:
+    """Task `a` done by hostB:202 (its output hostile), the dead worker's late write refused,
+    `b` done, a message on the bus, and the run completed."""
+    token = run.board.claim("a", "m1", "hostB:202", TTL_S)
+    assert token is not None
+    assert Transcripts(conn, RunKeys(run.run_id)).save("a", token, TRANSCRIPT, 100_000)
+    assert run.board.complete("a", token, f"facts {HOSTILE}", 40) is WriteOutcome.APPLIED
+    assert run.board.complete("a", stale, "late", 5) is WriteOutcome.STALE
+    run.bus.send("m1", "m2", None, "a", f"see {HOSTILE}")
+    token = run.board.claim("b", "m2", "hostB:202", TTL_S)
+    assert token is not None
+    assert run.board.complete("b", token, "the write-up", 30) is WriteOutcome.APPLIED
+    run.store.finish(RunEnd(RunStatus.COMPLETED, 3600, output="the answer"))
+
+
+def finished_run(conn: redis.Redis, run_id: str) -> DrivenRun:
+    """A completed run in which task `a` took two attempts on two workers."""
+    run = start_run(conn, run_id)
+    finish_run(conn, run, reclaim_first_attempt(conn, run))
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def served(redis_url: str, *, allow_control: bool = False,
+           token: str | None = None) -> Iterator[str]:
+    """The dashboard app under real uvicorn on 127.0.0.1, in a thread; yields its base URL.
+    Stopped through its server handle (should_exit), and the thread joined."""
+    import uvicorn
+    from teamctl.coordinator.web.app import DashboardConfig, create_app
+
+    port = free_port()
+    app = create_app(DashboardConfig(redis_url=redis_url, allow_control=allow_control,
+                                     token=token))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 15, message="uvicorn to start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        assert not thread.is_alive(), "uvicorn did not stop"

@@ -1,0 +1,298 @@
+"""`teamctl dashboard` over HTTP against real uvicorn and a real Redis: the pages, the event
+stream and its resume with Last-Event-ID, the control endpoints and their token."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import markupsafe
+import pytest
+import redis
+from click.testing import CliRunner
+from teamctl.coordinator.cli import main
+from teamctl.shared.bus import MessageBus
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.store import RunStore
+
+from tests.support.web import HOSTILE, finished_run, served, start_run
+
+TOKEN = "s3cret-token-for-tests"
+
+
+@pytest.fixture
+def dashboard(redis_url: str) -> Iterator[str]:
+    with served(redis_url) as base:
+        yield base
+
+
+@pytest.fixture
+def controlled(redis_url: str) -> Iterator[str]:
+    with served(redis_url, allow_control=True, token=TOKEN) as base:
+        yield base
+
+
+def frames(base: str, path: str, headers: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """The SSE frames of a stream that ends (a finished run's), each as its fields."""
+    found: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    with httpx.stream("GET", base + path, headers=headers or {}, timeout=20) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if not line:
+                if "event" in current:  # not the `retry:` hint, nor a keep-alive comment
+                    found.append(current)
+                current = {}
+                continue
+            name, _, value = line.partition(": ")
+            if name:
+                current[name] = value
+    return found
+
+
+def test_the_runs_page_lists_a_finished_run(conn: redis.Redis, run_id: str,
+                                            dashboard: str) -> None:
+    finished_run(conn, run_id)
+    page = httpx.get(dashboard + "/", timeout=10)
+    assert page.status_code == 200
+    assert f'data-run="{run_id}"' in page.text and "completed 2" in page.text
+    assert "<script>alert" not in page.text  # the objective, escaped
+    assert page.headers["content-security-policy"].startswith("default-src 'self'")
+
+
+def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
+                                                dashboard: str) -> None:
+    finished_run(conn, run_id)
+    page = httpx.get(f"{dashboard}/runs/{run_id}", timeout=10)
+    assert page.status_code == 200
+    assert HOSTILE not in page.text
+    assert page.text.count(str(markupsafe.escape(HOSTILE))) >= 3
+    assert page.text.count('class="bar o-') == 3
+    assert page.text.count("<script") == 1  # the page's own /static/app.js, nothing else
+    link = f'href="/runs/{run_id}/tasks/a/transcript"'
+    assert link in page.text and "the facts" not in page.text  # on a page of its own
+    transcript = httpx.get(f"{dashboard}/runs/{run_id}/tasks/a/transcript", timeout=10)
+    assert transcript.status_code == 200 and HOSTILE not in transcript.text
+    assert f"the facts {markupsafe.escape(HOSTILE)}" in transcript.text
+    assert httpx.get(f"{dashboard}/runs/{run_id}/tasks/zz/transcript",
+                     timeout=10).status_code == 404
+    filtered = httpx.get(f"{dashboard}/runs/{run_id}?member=m1&type=task.result", timeout=10)
+    assert "peer.message" not in filtered.text.split('id="bus"')[1].split("</table>")[0]
+
+
+def test_a_bad_or_unknown_run_id_is_a_one_line_404(dashboard: str) -> None:
+    unknown = httpx.get(dashboard + "/runs/nosuchrun", timeout=10)
+    assert unknown.status_code == 404 and "teamctl runs" in unknown.text
+    bad = httpx.get(dashboard + "/runs/..%2F..", timeout=10)
+    assert bad.status_code == 404
+
+
+def test_the_static_files_come_from_the_package(dashboard: str) -> None:
+    assert "EventSource" in httpx.get(dashboard + "/static/app.js", timeout=10).text
+    assert "svg.dag" in httpx.get(dashboard + "/static/style.css", timeout=10).text
+
+
+def test_the_stream_resumes_after_last_event_id(conn: redis.Redis, run_id: str,
+                                                dashboard: str) -> None:
+    finished_run(conn, run_id)
+    whole = frames(dashboard, f"/runs/{run_id}/stream")
+    kinds = [(f["event"], json.loads(f["data"]).get("status") or json.loads(f["data"]).get(
+        "type")) for f in whole]
+    assert kinds[0] == ("task", "in_progress") and kinds[-1] == ("end", None)
+    assert ("message", "peer.message") in kinds
+    claims = [json.loads(f["data"]) for f in whole if f["event"] == "task"
+              and json.loads(f["data"])["status"] == "in_progress"]
+    assert [c["worker"] for c in claims] == ["hostA:101", "hostB:202", "hostB:202"]
+    # Reconnect as a browser would, from the third event: exactly the rest comes again.
+    resumed = frames(dashboard, f"/runs/{run_id}/stream",
+                     headers={"Last-Event-ID": whole[2]["id"]})
+    assert resumed == whole[3:]
+    # A Last-Event-ID that is not a cursor is ignored (the stream starts over), never sent on.
+    assert frames(dashboard, f"/runs/{run_id}/stream",
+                  headers={"Last-Event-ID": "0-0/$ FLUSHALL"}) == whole
+
+
+def test_control_is_absent_unless_allowed(conn: redis.Redis, run_id: str,
+                                          dashboard: str) -> None:
+    start_run(conn, run_id)
+    response = httpx.post(f"{dashboard}/runs/{run_id}/cancel", data={"token": TOKEN},
+                          timeout=10)
+    assert response.status_code in (404, 405)
+    assert not RunStore(conn, RunKeys(run_id)).cancelled()
+
+
+def test_control_refuses_without_the_token_and_works_with_it(
+        conn: redis.Redis, run_id: str, controlled: str) -> None:
+    start_run(conn, run_id)
+    send = f"{controlled}/runs/{run_id}/send"
+    for token in (None, "", "wrong", TOKEN[:-1]):
+        data = {"to": "m1", "text": "hello"} | ({"token": token} if token is not None else {})
+        assert httpx.post(send, data=data, timeout=10).status_code == 403
+    assert httpx.get(send, timeout=10).status_code == 405  # POST only
+    assert MessageBus(conn, RunKeys(run_id)).messages() == []
+
+    sent = httpx.post(send, data={"to": "m1", "text": "hello", "token": TOKEN}, timeout=10)
+    assert sent.status_code == 303
+    [message] = MessageBus(conn, RunKeys(run_id)).messages()
+    assert (message.from_, message.to, message.content) == ("lead", "m1", "hello")
+    by_header = httpx.post(send, data={"to": "nobody", "text": "x"},
+                           headers={"X-Teamctl-Token": TOKEN}, timeout=10)
+    assert by_header.status_code == 409 and "nobody" in by_header.text  # the CLI's own error
+
+    cancel = httpx.post(f"{controlled}/runs/{run_id}/cancel", data={"token": TOKEN},
+                        timeout=10)
+    assert cancel.status_code == 303
+    assert RunStore(conn, RunKeys(run_id)).cancelled()
+
+
+def test_dashboard_without_the_web_extra_says_how_to_install_it(
+        monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    import sys
+
+    # As if not installed: every starlette module this process imported is hidden too.
+    for name in [m for m in sys.modules if m.split(".")[0] in ("starlette", "uvicorn")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "starlette", None)
+    monkeypatch.delitem(sys.modules, "teamctl.coordinator.web.serve", raising=False)
+    monkeypatch.delitem(sys.modules, "teamctl.coordinator.web.app", raising=False)
+    result = CliRunner().invoke(main, ["dashboard", "--port", "0", "--redis-url", redis_url])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "pip install 'teamctl[web]'"
+
+
+def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
+        conn: redis.Redis, dashboard: str) -> None:
+    from teamctl.shared.bus import LEAD
+    from teamctl.shared.teams.tasks import TeamTasks
+    from teamctl.shared.teams.team_store import TeamStore
+
+    store = TeamStore(conn, "webteam")
+    # Its turns wait on a queue no worker serves: the page shows the records as they stand.
+    store.spawn("alice", role="researcher", prompt="Research", model="m", api_base=None,
+                queue="web-nobody", plan_mode=True)
+    store.submit_plan("alice", f"plan {HOSTILE}")
+    store.send("alice", LEAD, f"note {HOSTILE}")
+    task_id = TeamTasks(store).add("Collect facts")[0].task_id
+    teams = httpx.get(dashboard + "/teams", timeout=10)
+    assert teams.status_code == 200 and 'href="/teams/webteam"' in teams.text
+    page = httpx.get(dashboard + "/teams/webteam", timeout=10)
+    assert page.status_code == 200
+    assert 'data-mate="alice"' in page.text and "researcher" in page.text
+    assert f"Lead's inbox ({store.unread_count(LEAD)} unread)" in page.text
+    assert store.unread_count(LEAD) >= 1 and f"note {markupsafe.escape(HOSTILE)}" in page.text
+    requests = page.text.split('id="requests"')[1].split("</table>")[0]
+    assert "plan" in requests and str(markupsafe.escape(HOSTILE)) in requests
+    assert task_id in page.text and "Collect facts" in page.text
+    assert HOSTILE not in page.text
+    assert httpx.get(dashboard + "/teams/NoSuch!", timeout=10).status_code == 404
+
+
+def test_the_dashboard_command_prints_its_url_and_token_and_serves(
+        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    """`teamctl dashboard --allow-control` in its own process: the URL and the token it prints
+    work (a free port: --port 0), and it stops on SIGTERM, by its pid."""
+    import os
+    import signal
+    import subprocess
+
+    from tests.support.cli import TEAMCTL
+    from tests.support.waiting import wait_until
+
+    start_run(conn, run_id)
+    process = subprocess.Popen([*TEAMCTL, "dashboard", "--port", "0", "--allow-control",
+                                "--redis-url", redis_url], stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        second = process.stderr.readline()
+        assert first.startswith("teamctl dashboard: http://127.0.0.1:") and "(control on)" in first
+        base = first.split()[2].rstrip("/")
+        token = second.removeprefix("control token: ").strip()
+        assert len(token) >= 32
+        wait_until(lambda: httpx.get(base + "/", timeout=5).status_code == 200, 15,
+                   message="the dashboard to answer")
+        assert httpx.post(f"{base}/runs/{run_id}/cancel", data={"token": "x"},
+                          timeout=10).status_code == 403
+        assert httpx.post(f"{base}/runs/{run_id}/cancel", data={"token": token},
+                          timeout=10).status_code == 303
+        assert RunStore(conn, RunKeys(run_id)).cancelled()
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught.
+        assert process.wait(15) in (0, -signal.SIGTERM)
+
+
+def test_the_runs_page_streams_the_changes_of_its_live_runs(
+        conn: redis.Redis, run_id: str, dashboard: str) -> None:
+    """The runs page follows the runs it listed live from where it read them: a claim made
+    after the page was rendered comes over its stream, nothing from before it."""
+    import html as html_lib
+    import re
+
+    run = start_run(conn, run_id)
+    page = httpx.get(dashboard + "/", timeout=10).text
+    stream_path = html_lib.unescape(re.search(r'data-stream="([^"]+)"', page).group(1))
+    assert run_id in stream_path
+    assert run.board.claim("a", "m1", "hostA:101", 30) is not None
+    with httpx.stream("GET", dashboard + stream_path, timeout=20) as response:
+        lines = response.iter_lines()
+        data = next(line for line in lines if line.startswith("data: "))
+    change = json.loads(data.removeprefix("data: "))
+    assert (change["owner"], change["task_id"], change["status"], change["worker"]) == (
+        run_id, "a", "in_progress", "hostA:101")
+
+
+def test_team_control_sends_and_reviews_plans_only_with_the_token(
+        conn: redis.Redis, controlled: str) -> None:
+    from teamctl.shared.bus import LEAD
+    from teamctl.shared.teams.team_store import TeamStore
+    from teamctl.shared.teams.teammates import RequestStatus
+
+    store = TeamStore(conn, "steered")
+    store.spawn("alice", role="writer", prompt="Write", model="m", api_base=None,
+                queue="web-nobody", plan_mode=True)
+    request = store.submit_plan("alice", "my plan")
+    page = httpx.get(controlled + "/teams/steered", timeout=10).text
+    assert f'name="request_id" value="{request.id}"' in page
+    review = f"{controlled}/teams/steered/review"
+    decision = {"request_id": request.id, "decision": "approve"}
+    assert httpx.post(review, data=decision, timeout=10).status_code == 403
+    assert httpx.post(review, data=decision | {"token": "nope"}, timeout=10).status_code == 403
+    assert store.request(request.id).status is RequestStatus.PENDING
+    assert httpx.post(review, data=decision | {"token": TOKEN}, timeout=10).status_code == 303
+    assert store.request(request.id).status is RequestStatus.APPROVED
+    again = httpx.post(review, data=decision | {"token": TOKEN}, timeout=10)
+    assert again.status_code == 409  # the store's own refusal, one line
+
+    send = f"{controlled}/teams/steered/send"
+    assert httpx.post(send, data={"to": "alice", "text": "hi"}, timeout=10).status_code == 403
+    assert httpx.post(send, data={"to": "alice", "text": "hi", "token": TOKEN},
+                      timeout=10).status_code == 303
+    sent = [m for m in store.bus.messages() if m.from_ == LEAD and m.content == "hi"]
+    assert [m.to for m in sent] == ["alice"]
+
+
+def test_on_loopback_only_loopback_host_names_are_answered(dashboard: str) -> None:
+    """A page of another site re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as
+    Host: refused, so a browser cannot hand it the pages."""
+    assert httpx.get(dashboard + "/", headers={"Host": "evil.example"}, timeout=10
+                     ).status_code == 400
+    port = dashboard.rsplit(":", 1)[1]
+    assert httpx.get(dashboard + "/", headers={"Host": f"localhost:{port}"}, timeout=10
+                     ).status_code == 200
+
+
+def test_a_port_in_use_is_a_one_line_usage_error(redis_url: str) -> None:
+    import socket
+
+    from tests.support.cli import assert_config_error
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, ["dashboard", "--port", str(port),
+                                           "--redis-url", redis_url])
+    assert_config_error(result, f"cannot listen on 127.0.0.1:{port}")
