@@ -60,3 +60,14 @@ def echoed(text: str, limit: int = ECHO_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}...[{len(text)} characters]"
+
+
+def duration_text(duration_ms: int) -> str:
+    """12.3s, 4m05s or 2h03m: short enough for a column, exact enough to compare runs."""
+    seconds = max(0, duration_ms) / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes}m{int(seconds % 60):02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"

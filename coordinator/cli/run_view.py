@@ -4,13 +4,13 @@ stderr when a run ends without success. Model and provider text is made printabl
 from __future__ import annotations
 
 from teamctl.coordinator.advice import Advice
-from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
+from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.runs.approval import plan_table
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import TaskStatus
-from teamctl.shared.text import one_line, printable
+from teamctl.shared.text import duration_text, one_line, printable
 
 ERROR_CHARS = 500
 """How much of one error a summary line shows (`status --json` has it whole)."""
@@ -24,9 +24,9 @@ def has_answer(result: RunResult) -> bool:
     return bool(result.output) and completed
 
 
-def cost_text(usage: Usage) -> str:
+def usage_text(usage: Usage) -> str:
     """Tokens and cost, as a person reads them."""
-    return f"{usage.prompt_tokens + usage.completion_tokens:,} tokens, {cost_cell(usage)}"
+    return f"{usage.prompt_tokens + usage.completion_tokens:,} tokens, {usage.cost_text()}"
 
 
 def counted(count: int, noun: str) -> str:
@@ -71,7 +71,7 @@ def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
     ran = sum(s.attempts > 0 for s in result.task_states)  # claimed at least once
     lines = [f"run {result.run_id} {result.status} in {counted(result.rounds, 'round')}, "
              f"{counted(ran, 'task')} ran, {duration_text(result.total_duration_ms)}, "
-             f"{cost_text(result.usage)}"]
+             f"{usage_text(result.usage)}"]
     if result.status is RunStatus.COMPLETED:
         return lines
     lines += failure_lines(result)
@@ -95,7 +95,7 @@ def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:
     spelled by `advice` (as this shell reaches teamctl, with the --redis-url it was given)."""
     advice = advice or Advice()
     lines = [f"{result.run_id}: {result.status}; rounds {result.rounds}; "
-             f"{duration_text(result.total_duration_ms)}; {cost_text(result.usage)}",
+             f"{duration_text(result.total_duration_ms)}; {usage_text(result.usage)}",
              f"objective: {one_line(result.objective, ERROR_CHARS)}"]
     if result.error:
         lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
@@ -120,6 +120,6 @@ def _task_lines(result: RunResult) -> list[str]:
         rows.append((state.task_id, members.get(state.task_id, "-"),
                      state.status.value, str(state.attempts),
                      duration_text(state.duration_ms) if state.duration_ms else "-",
-                     cost_text(spent) if spent else "-",
+                     usage_text(spent) if spent else "-",
                      one_line(state.error, ERROR_CHARS) if state.error else ""))
     return table_lines(("task", "member", "status", "attempts", "time", "cost", "error"), rows)

@@ -11,13 +11,13 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.cli.table import cost_cell, duration_text, table_lines
+from teamctl.coordinator.cli.table import table_lines
 from teamctl.shared.clock import now_ms
 from teamctl.shared.ids import is_safe_id
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.runs.retention import forget_expired_runs
 from teamctl.shared.runs.store import RunSummary, list_runs, run_summaries
-from teamctl.shared.text import one_line, quoted
+from teamctl.shared.text import duration_text, one_line, quoted
 
 if TYPE_CHECKING:
     import redis
@@ -77,7 +77,7 @@ def _cells(run: RunSummary) -> tuple[str, ...]:
     spec, state, usage = records
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_ms / 1000))
     return (run_id, started, duration_text(_duration_ms(state)), str(state.status),
-            cost_cell(usage), one_line(spec.objective, OBJECTIVE_CHARS))
+            usage.cost_text(), one_line(spec.objective, OBJECTIVE_CHARS))
 
 
 def _records(run: RunSummary) -> tuple[RunSpec, RunState, Usage] | None:

@@ -23,7 +23,7 @@ from teamctl.coordinator.cli.app import (
     force_option,
     redis_url_option,
 )
-from teamctl.coordinator.cli.table import cost_cell, table_lines
+from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
@@ -136,7 +136,7 @@ def team_line(row: dict[str, Any], usage: Usage) -> str:
     and `budget spent` once it is."""
     tokens = f"{row['tokens']:,} tokens" + (
         f" (max {row['max_tokens']:,})" if row["max_tokens"] is not None else "")
-    cost = cost_cell(usage) + (
+    cost = usage.cost_text() + (
         f" (max ${row['max_cost_usd']:g})" if row["max_cost_usd"] is not None else "")
     return (f"{row['team']}\t{row['teammates']} teammates\t{row['working']} working\t{tokens}"
             f"\t{cost}" + ("\tbudget spent" if row["budget_exceeded"] else ""))

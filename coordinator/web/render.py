@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 from teamctl.coordinator.web import svg_dag, timeline
 from teamctl.coordinator.web.run_data import RunView
+from teamctl.shared.text import duration_text
 
 STATIC = "static"
 
@@ -23,7 +24,7 @@ def environment() -> jinja2.Environment:
         loader=jinja2.PackageLoader("teamctl.coordinator.web", "templates"),
         undefined=jinja2.StrictUndefined, autoescape=True,
         trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(when=when, duration=duration, cost=cost, as_text=as_text)
+    env.filters.update(when=when, duration=duration, as_text=as_text)
     return env
 
 
@@ -57,17 +58,8 @@ def when(ms: int | None) -> str:
 
 
 def duration(ms: int | None) -> str:
-    if ms is None or ms < 0:
-        return "-"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, seconds = divmod(int(seconds), 60)
-    return f"{minutes}m{seconds:02d}s"
-
-
-def cost(usd: float, unpriced: bool = False) -> str:
-    return f"${usd:.4f}" + ("+?" if unpriced else "")
+    """A duration as the CLI's tables spell it ('-' for none)."""
+    return "-" if ms is None or ms < 0 else duration_text(ms)
 
 
 def as_text(value: object) -> str:

@@ -14,6 +14,13 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
     unpriced: bool = False
 
+    def cost_text(self) -> str:
+        """The cost in dollars; `unpriced` when no call had a known price, and a `+` when some
+        did not (the figure is then a lower bound)."""
+        if self.unpriced and not self.cost_usd:
+            return "unpriced"
+        return f"${self.cost_usd:.4f}{'+' if self.unpriced else ''}"
+
     def plus(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
