@@ -27,6 +27,9 @@ BLOB_ID = re.compile(r"[0-9a-f]{32}")
 """A workspace blob's id: random, hex."""
 RUNS_INDEX = f"{PREFIX}:runs"
 """Sorted set of run ids scored by creation time (ms); the `teamctl runs` listing."""
+RUNS_STARTED = f"{PREFIX}:runs:started"
+"""Stream of `run_id` entries, one per run created (capped to the last ~1000): the dashboard's
+runs page follows it to show a run that starts while the page is open."""
 TEAMS_INDEX = f"{PREFIX}:teams"
 """Sorted set of team names scored by creation time (ms); the `teamctl teams` listing."""
 

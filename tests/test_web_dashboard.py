@@ -244,6 +244,27 @@ def test_the_runs_page_streams_the_changes_of_its_live_runs(
         run_id, "a", "in_progress", "hostA:101")
 
 
+def test_the_runs_page_hears_of_a_run_started_after_it_loaded(
+        conn: redis.Redis, run_id: str, dashboard: str) -> None:
+    """With no live run the page still follows the runs-started stream: a run created after
+    the page was rendered is announced on it (the page then loads again to follow it)."""
+    import html as html_lib
+    import re
+
+    page = httpx.get(dashboard + "/", timeout=10).text
+    stream_path = html_lib.unescape(re.search(r'data-stream="([^"]+)"', page).group(1))
+    start_run(conn, run_id)
+    with httpx.stream("GET", dashboard + stream_path, timeout=20) as response:
+        assert response.status_code == 200
+        lines = response.iter_lines()
+        event = next(line for line in lines if line.startswith("event: "))
+        data = next(line for line in lines if line.startswith("data: "))
+    assert event == "event: run"
+    assert json.loads(data.removeprefix("data: "))["owner"] == run_id
+    again = httpx.get(dashboard + "/", timeout=10).text
+    assert run_id in html_lib.unescape(re.search(r'data-stream="([^"]+)"', again).group(1))
+
+
 def test_team_control_sends_and_reviews_plans_only_with_the_token(
         conn: redis.Redis, controlled: str) -> None:
     from teamctl.shared.bus import LEAD

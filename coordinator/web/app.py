@@ -32,13 +32,13 @@ from teamctl.coordinator.runs.run_control import cancel_run, decide_plan, send_m
 from teamctl.coordinator.web import sse
 from teamctl.coordinator.web.render import render, run_values
 from teamctl.coordinator.web.run_data import load_run_view
-from teamctl.coordinator.web.runs_data import RUNS_SHOWN, live_rows, run_rows
+from teamctl.coordinator.web.runs_data import RUNS_SHOWN, live_rows, run_rows, runs_started_id
 from teamctl.coordinator.web.team_data import load_team_view
 from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.ids import check_request_id, check_run_id, check_task_id, check_team_name
-from teamctl.shared.keys import RunKeys, TeamKeys
+from teamctl.shared.keys import RUNS_STARTED, RunKeys, TeamKeys
 from teamctl.shared.lease import lease_owner
 from teamctl.shared.redis.connection import SOCKET_TIMEOUT_S, connect
 from teamctl.shared.runs.handle import RunHandle
@@ -165,10 +165,13 @@ def html(text: str) -> HTMLResponse:
 
 
 def runs_values(d: Deps) -> dict[str, Any]:
+    # Where the runs-started stream stands is read first: a run created between the two reads
+    # is then announced again rather than missed.
+    started_id = runs_started_id(d.conn)
     rows = run_rows(d.conn)
     live = live_rows(rows)
     return {"rows": rows, "now_ms": now_ms(), "live_ids": ",".join(r.summary.run_id for r in live),
-            "cursor": sse.SEPARATOR.join(r.last_event_id for r in live)}
+            "cursor": sse.SEPARATOR.join([started_id, *(r.last_event_id for r in live)])}
 
 
 def runs_page(d: Deps, request: Request) -> Response:
@@ -181,12 +184,12 @@ def runs_body(d: Deps, request: Request) -> Response:
 
 
 async def runs_stream(d: Deps, request: Request) -> Response:
-    """The events of the live runs the page listed (ids checked, at most the page's count)."""
+    """Runs created from now on, and the events of the live runs the page listed (ids checked,
+    at most the page's count)."""
     ids = [check_run_id(r) for r in request.query_params.get("runs", "").split(",") if r]
     ids = ids[:RUNS_SHOWN]
-    if not ids:
-        raise ConfigError("no run to follow: pass ?runs=RUN,RUN (the runs page does)")
-    sources = [sse.Source(RunKeys(r).events, "task", r) for r in ids]
+    sources = [sse.Source(RUNS_STARTED, "run", ""),
+               *(sse.Source(RunKeys(r).events, "task", r) for r in ids)]
     cursor = start_cursor(request, len(sources))
     return sse_response(sse.follow(d.aconn, sources, cursor, None, d.config.idle_block_ms))
 

@@ -1,13 +1,13 @@
 """The runs page's rows: each recent run's status, rounds, tasks by state, cost, start and
 duration, read for all of them in one pipelined pass, and where each run's events stream
-stands (the page's live stream starts there)."""
+stands (the page's live stream starts there, beside the stream announcing new runs)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import redis
-from teamctl.shared.keys import RunKeys
+from teamctl.shared.keys import RUNS_STARTED, RunKeys
 from teamctl.shared.runs.store import RunSummary, list_runs, run_summaries
 
 RUNS_SHOWN = 50
@@ -18,6 +18,12 @@ class RunRow:
     summary: RunSummary
     counts: dict[str, int]
     last_event_id: str
+
+
+def runs_started_id(conn: redis.Redis) -> str:
+    """The last entry of the runs-started stream: the runs page hears of runs created after it."""
+    last = conn.xrevrange(RUNS_STARTED, count=1)
+    return last[0][0] if last else "0-0"
 
 
 def run_rows(conn: redis.Redis, limit: int = RUNS_SHOWN) -> list[RunRow]:

@@ -27,8 +27,8 @@ RETRY_MS = 2000
 
 @dataclass(frozen=True)
 class Source:
-    """One stream a page follows: its key, what its entries are ("task" or "message"), and
-    which run or team it belongs to (the runs page follows several runs)."""
+    """One stream a page follows: its key, what its entries are ("task", "message" or "run",
+    a run created), and which run or team it belongs to (the runs page follows several)."""
 
     key: str
     kind: str
@@ -59,6 +59,8 @@ def frame(event: str, data: dict[str, Any], event_id: str) -> str:
 def payload(source: Source, entry_id: str, fields: dict[str, str]) -> dict[str, Any]:
     """What the page is told of an entry: ids and states, never a message's content (the page
     reloads its HTML, escaped by the server, to show that)."""
+    if source.kind == "run":
+        return {"owner": fields.get("run_id", ""), "id": entry_id}
     if source.kind == "task":
         return {"owner": source.owner, "id": entry_id, "task_id": fields.get("task_id", ""),
                 "status": fields.get("status", ""), "member_id": fields.get("member_id", ""),
@@ -106,7 +108,7 @@ async def follow(conn: Any, sources: list[Source], cursor: list[str],
                 continue
             if source.kind == "task" and not fields.get("task_id") and not fields.get("mate"):
                 continue  # a wake-up for the coordinator, not a change
-            event = "task" if source.kind == "task" else "message"
+            event = {"task": "task", "run": "run"}.get(source.kind, "message")
             yield frame(event, payload(source, entry_id, fields), cursor_text)
         if finished and ended is not None:  # a run's own page: the run is over
             yield frame("end", {}, SEPARATOR.join(position.values()))

@@ -12,7 +12,7 @@ from pydantic import BaseModel, BeforeValidator
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, RunFailed, UnreadableRecord, unreadable
-from teamctl.shared.keys import RUNS_INDEX, RunKeys
+from teamctl.shared.keys import RUNS_INDEX, RUNS_STARTED, RunKeys
 from teamctl.shared.redis.connection import block_ms, blocking_client
 from teamctl.shared.redis.hash_fields import BLANK_IS_NONE, HashInt, HashText
 from teamctl.shared.redis.scripts import Scripts
@@ -21,6 +21,8 @@ from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.run_records import Approval, RunStatus, Wake
 from teamctl.shared.task_records import Plan
 
+RUNS_STARTED_KEPT = 1000
+"""Entries the runs-started stream keeps: a reader only needs those since its page loaded."""
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board
 changes."""
@@ -94,6 +96,8 @@ class RunStore:
         # A run's roster never changes; it is kept the way a team's is, so one bus serves both.
         queue_roster(pipe, self.keys, [m.id for m in spec.members])
         pipe.zadd(RUNS_INDEX, {spec.run_id: spec.created_ms})
+        pipe.xadd(RUNS_STARTED, {"run_id": spec.run_id}, maxlen=RUNS_STARTED_KEPT,
+                  approximate=True)
         pipe.execute()
 
     def exists(self) -> bool:

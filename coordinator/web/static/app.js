@@ -49,6 +49,12 @@
             (d.worker ? " on " + d.worker : ""));
     refresh();
   });
+  source.addEventListener("run", function (e) {
+    // A run started: load the page again, whose stream then follows that run's events too.
+    logLine(JSON.parse(e.data).owner + " started");
+    source.close();
+    setTimeout(function () { window.location.reload(); }, 1000);
+  });
   source.addEventListener("message", function (e) {
     var d = JSON.parse(e.data);
     logLine(d.from + " → " + (d.to || "*") + " [" + d.type + "]");
