@@ -91,7 +91,14 @@ def test_every_redis_key_is_in_the_keys_reference(reference: ModuleType) -> None
                 assert f"`{shown}`" in page, f"{owner.__name__}.{name} is not in the reference"
             elif not isinstance(member, property):
                 expected += 1
-    assert page.count("| `teamctl:") == expected + 2  # and the two indexes
+    import teamctl.shared.keys as keys_module
+
+    indexes = [key for key in vars(keys_module).values()
+               if isinstance(key, str) and key.startswith("teamctl:")]
+    assert {"teamctl:runs", "teamctl:runs:started", "teamctl:teams"} <= set(indexes)
+    for key in indexes:
+        assert f"| `{key}` |" in page, f"{key} is not in the reference"
+    assert page.count("| `teamctl:") == expected + len(indexes)
 
 
 def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
