@@ -144,6 +144,9 @@ class Attempt:
             job.claims.run_again_as(claim, to)
             return f"handed off to {to}"
         except (AttemptAbandoned, AppendRefused) as exc:
+            # A refused journal append is a stale write: the task was reclaimed meanwhile.
+            self.span.event("teamctl.write.refused" if isinstance(exc, AppendRefused)
+                            else "teamctl.attempt.abandoned")
             return f"abandoned: {exc}"
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # Past redis_outage_s: the claim expires and the task is reclaimed; fencing refuses
