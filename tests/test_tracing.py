@@ -33,10 +33,17 @@ from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
-from tests.support.cli import assert_config_error
+from tests.support.cli import TEAMCTL, assert_config_error
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.otlp_receiver import OtlpReceiver, ReceivedSpan, otlp_receiver
-from tests.support.replies import BUSY, member_answer, task_id_of, tool_results
+from tests.support.replies import (
+    BUSY,
+    busy_until,
+    member_answer,
+    script_run,
+    task_id_of,
+    tool_results,
+)
 from tests.support.runs import make_run
 from tests.support.teamfile import team_file
 from tests.support.teams import spawn
@@ -357,3 +364,53 @@ def test_a_traced_run_at_the_default_options_is_one_trace(
     assert {s.name for s in spans} >= {"invoke_workflow", "plan", "round 1", "round 2",
                                       "synthesize", f"chat {models['member']}"}
     assert {s.trace_id for s in agents} == {trace_id}
+
+
+def test_a_resumed_run_continues_the_trace_of_its_killed_coordinator(
+        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str, receiver: OtlpReceiver,
+        traced_workers: LocalWorkers, tmp_path: Path) -> None:
+    lease_ttl_s = scaled(15, floor_s=1.0)
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    board = TaskBoard(conn, RunKeys(run_id))
+    release_b = threading.Event()
+    plan = [{"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    models = script_run(llm, run_id, plan, member=busy_until(release_b, "b"))
+    team = team_file(tmp_path / "t.toml", models, queue=queue,
+                     members=[{"id": "m1", "queue": queue}, {"id": "m2", "queue": queue}],
+                     options={"lease_ttl_s": lease_ttl_s,
+                              "heartbeat_ttl_s": scaled(30, floor_s=10),
+                              "member_max_steps": 100_000})
+    coordinator = subprocess.Popen(
+        [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+         "--redis-url", redis_server, "--workers", "0", "--run-id", run_id],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+    try:
+        wait_until(lambda: (t := board.get("b")) and t.status is TaskStatus.IN_PROGRESS, 90,
+                   message="task b in progress")
+    finally:
+        os.kill(coordinator.pid, signal.SIGKILL)
+        coordinator.wait(timeout=30)
+    release_b.set()
+    wait_until(lambda: board.get("b").status is TaskStatus.COMPLETED, 30, message="b completed")
+    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 10 + lease_ttl_s,
+               message="lease expiry")
+
+    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", redis_server,
+                                        "--workers", "0"],
+                                 env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+
+    assert resumed.exit_code == 0, resumed.output
+    traceparent = RunStore(conn, RunKeys(run_id)).state().traceparent
+    assert traceparent
+    _, trace_id, first_span, _ = traceparent.split("-")
+    workflows = [s for s in receiver.wait_for("invoke_workflow")
+                 if s.attributes["teamctl.run_id"] == run_id]
+    assert [(s.trace_id, s.parent_id, s.attributes["teamctl.resumed"]) for s in workflows] == [
+        (trace_id, first_span, True)]  # the killed coordinator's own span never left it
+    agents = [s for s in receiver.wait_for("invoke_agent m2")
+              if s.attributes["teamctl.run_id"] == run_id]
+    assert {s.trace_id for s in agents} == {trace_id}
+    synthesis = one(of_run(receiver, trace_id), "synthesize")
+    assert synthesis.parent_id == workflows[0].span_id
