@@ -269,6 +269,59 @@ def test_a_teammate_turn_is_a_trace_linked_to_the_message_that_woke_it(
     assert [c.parent_id for c in chats] == [answering.span_id]
 
 
+def test_a_budget_stop_is_an_event_of_the_attempt_and_of_the_run(
+        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str, receiver: OtlpReceiver,
+        traced_workers: LocalWorkers, tmp_path: Path) -> None:
+    plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Keep busy"}]}
+    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+              "member": llm.script(f"member-{run_id}", [BUSY], repeat_last=True),
+              "synth": llm.script(f"synth-{run_id}", [])}
+    # The planner's call alone (18 tokens) spends it: the member's first step is its last.
+    team = team_file(tmp_path / "team.toml", models, queue=queue,
+                     members=[{"id": "m1", "queue": queue}],
+                     options={"max_tokens": 20, "continue_on_member_error": True})
+
+    result = traced_run(llm, redis_server, run_id, team, receiver)
+
+    assert result.exit_code != 0
+    assert json.loads(result.stdout)["status"] == "failed"
+    [attempt] = [s for s in receiver.wait_for("invoke_agent m1")
+                 if s.attributes["teamctl.run_id"] == run_id]
+    assert "teamctl.budget.exceeded" in attempt.event_names()
+    assert attempt.attributes["teamctl.outcome"] == "failed"
+    workflow = one(of_run(receiver, attempt.trace_id), "invoke_workflow")
+    assert "teamctl.budget.exceeded" in workflow.event_names()
+
+
+def test_a_cancel_is_an_event_of_the_attempt_and_of_the_run(
+        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str, receiver: OtlpReceiver,
+        traced_workers: LocalWorkers, tmp_path: Path) -> None:
+    plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Keep busy"}]}
+    member = f"member-{run_id}"
+    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+              "member": llm.script(member, [BUSY], repeat_last=True),
+              "synth": llm.script(f"synth-{run_id}", [])}
+    team = team_file(tmp_path / "team.toml", models, queue=queue,
+                     members=[{"id": "m1", "queue": queue}],
+                     options={"member_max_steps": 100_000})
+    results: list[Result] = []
+    thread = threading.Thread(target=lambda: results.append(
+        traced_run(llm, redis_server, run_id, team, receiver)))
+    thread.start()
+    try:
+        wait_until(lambda: len(llm.requests[member]) >= 2, 60, message="a busy member")
+        cancel = CliRunner().invoke(main, ["cancel", run_id, "--redis-url", redis_server])
+        assert cancel.exit_code == 0, cancel.output
+    finally:
+        thread.join(60)
+    assert not thread.is_alive() and json.loads(results[0].stdout)["status"] == "cancelled"
+    [attempt] = [s for s in receiver.wait_for("invoke_agent m1")
+                 if s.attributes["teamctl.run_id"] == run_id]
+    assert "teamctl.run.cancelled" in attempt.event_names()
+    workflow = one(of_run(receiver, attempt.trace_id), "invoke_workflow")
+    assert "teamctl.run.cancelled" in workflow.event_names()
+
+
 OFF_PROBE = """
 import json, sys
 def otel():

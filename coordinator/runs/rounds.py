@@ -95,9 +95,11 @@ class RoundLoop:
         if state.stop is None and self.ctx.run.store.stop_reason() == CANCELLED:
             # The cancel landed as the last tasks ended (members stop on it, too).
             state.stop = Stop(RunStatus.CANCELLED, CANCELLED, CANCELLED, time.monotonic())
+            self.trace.event("teamctl.run.cancelled")
         elif state.stop is None and self.budget is not None and (spent := self.budget.exceeded()):
             # The last tasks spent the budget and ended before the loop looked: no synthesis.
             state.stop = Stop(RunStatus.FAILED, spent, spent, time.monotonic())
+            self.trace.event("teamctl.budget.exceeded")
         return state
 
     def _show_progress(self) -> None:

@@ -299,6 +299,7 @@ class Turn:
         if self._elapsed_s() > self.store.options.turn_timeout_s:
             return Stop(IdleReason.TIME_LIMIT)
         if self._over_budget():
+            self.span.event("teamctl.budget.exceeded")
             return Stop(IdleReason.BUDGET)
         # What the memory caps dropped leaves the conversation sent too.
         del messages[1:1 + self.dropped]
