@@ -380,6 +380,16 @@ def test_traces_asked_for_without_the_extra_are_a_config_error(
     assert not redis.Redis.from_url(redis_url).exists(RunKeys(run_id).spec)  # nothing written
 
 
+@pytest.mark.parametrize("command", [["worker", "--burst"], ["workers", "start", "-n", "1"]])
+def test_a_worker_asked_for_traces_without_the_extra_is_a_config_error(
+        command: list[str], redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk", None)  # as if not installed
+    result = CliRunner().invoke(main, [*command, "--redis-url", redis_url],
+                                env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:9"})
+    assert_config_error(result, "pip install 'teamctl[otel]' or unset "
+                                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
 @pytest.mark.parametrize("switch", [{"OTEL_SDK_DISABLED": "true"},
                                     {"OTEL_TRACES_EXPORTER": "none"}])
 def test_the_standard_switches_turn_tracing_off(switch: dict[str, str],
