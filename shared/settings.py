@@ -70,6 +70,9 @@ class Settings(BaseModel):
     """`true` turns tracing off whatever the endpoints say (OpenTelemetry's own switch)."""
     otel_traces_exporter: str | None = Field(None, validation_alias="OTEL_TRACES_EXPORTER")
     """`none` turns tracing off; `otlp` (the default) is the only other value teamctl takes."""
+    otlp_timeout: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_TIMEOUT")
+    """How long one export may take, retries included (the SDK reads it; teamctl only notes
+    that it is set, else bounds exports by shared/tracing.py's EXPORT_TIMEOUT_S)."""
     otel_service_name: str | None = Field(None, validation_alias="OTEL_SERVICE_NAME")
     """The service the spans of this process name; each kind of process has its default."""
     provider_keys: frozenset[str] = frozenset()

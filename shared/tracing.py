@@ -23,6 +23,10 @@ Attributes = Mapping[str, AttributeValue | None]
 """Span attributes; a None value is left out."""
 FLUSH_TIMEOUT_MS = 5_000
 """The longest a process waits at its end (a forked job's os._exit) for its spans to export."""
+EXPORT_TIMEOUT_S = 2.0
+"""How long one export may take, its retries included, unless OTEL_EXPORTER_OTLP_TIMEOUT says:
+each job flushes its spans before it ends, so a collector that is down costs each job this
+(the SDK's own default, 10 s, would be paid by every task)."""
 TRACEPARENT_META = "traceparent"
 """The key of an RQ job's meta holding the span its work belongs under."""
 WORKER_SERVICE = "teamctl-worker"
@@ -156,7 +160,8 @@ def tracing_from_settings(settings: Settings, service_name: str) -> Tracing:
         from teamctl.shared.tracing_otel import OtelTracing
     except ImportError as exc:
         raise _missing_extra(settings) from exc
-    return OtelTracing(settings.otel_service_name or service_name)
+    return OtelTracing(settings.otel_service_name or service_name,
+                       export_timeout_s=None if settings.otlp_timeout else EXPORT_TIMEOUT_S)
 
 
 def _check_exporter(settings: Settings) -> None:

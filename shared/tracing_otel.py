@@ -75,11 +75,14 @@ class OtelTracing:
 
     on = True
 
-    def __init__(self, service_name: str) -> None:
+    def __init__(self, service_name: str, export_timeout_s: float | None = None) -> None:
         resource = Resource.create({"service.name": service_name, "host.name": socket.gethostname(),
                                     "process.pid": os.getpid()})
         self._provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
-        self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        # The batch processor's flush blocks until its export ends, retries included: the
+        # export's timeout is what bounds a job's end when the collector does not answer.
+        exporter = OTLPSpanExporter(timeout=export_timeout_s)
+        self._provider.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._provider.get_tracer(INSTRUMENTATION)
 
     def start(self, name: str, *, parent: str | None = None, attributes: Attributes | None = None,

@@ -303,7 +303,8 @@ def test_a_cancel_is_an_event_of_the_attempt_and_of_the_run(
               "synth": llm.script(f"synth-{run_id}", [])}
     team = team_file(tmp_path / "team.toml", models, queue=queue,
                      members=[{"id": "m1", "queue": queue}],
-                     options={"member_max_steps": 100_000})
+                     # The member's failure ("run cancelled") must not stop the run first.
+                     options={"member_max_steps": 100_000, "continue_on_member_error": True})
     results: list[Result] = []
     thread = threading.Thread(target=lambda: results.append(
         traced_run(llm, redis_server, run_id, team, receiver)))
