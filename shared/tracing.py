@@ -31,6 +31,7 @@ TRACEPARENT_META = "traceparent"
 """The key of an RQ job's meta holding the span its work belongs under."""
 WORKER_SERVICE = "teamctl-worker"
 COORDINATOR_SERVICE = "teamctl-coordinator"
+CLI_SERVICE = "teamctl-cli"
 """The services spans name when OTEL_SERVICE_NAME does not."""
 OTEL_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
 """What the `otel` extra installs, found without importing it."""

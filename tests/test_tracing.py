@@ -478,3 +478,29 @@ def test_a_resumed_run_continues_the_trace_of_its_killed_coordinator(
     assert {s.trace_id for s in agents} == {trace_id}
     synthesis = one(of_run(receiver, trace_id), "synthesize")
     assert synthesis.parent_id == workflows[0].span_id
+
+
+def test_a_turn_woken_by_a_task_links_to_the_span_that_added_it(
+        llm: ScriptedLLM, redis_server: str, team: str, queue: str, receiver: OtlpReceiver,
+        traced_workers: LocalWorkers) -> None:
+    # Bob never completes it: reminders may give him more turns, which link to nothing new.
+    bob = llm.script(f"bob-{team}", ["ready", "on it"], repeat_last=True)
+    store = TeamStore(redis.Redis.from_url(redis_server, decode_responses=True), team)
+    assert spawn(redis_server, team, "bob", bob, llm.api_base, "--queue", queue).exit_code == 0
+    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+
+    added = CliRunner().invoke(main, ["team", "task", "add", "Write the summary", "--assignee",
+                                      "bob", "-t", team, "--redis-url", redis_server],
+                               env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+
+    assert added.exit_code == 0, added.output
+    [creator] = [s for s in receiver.wait_for("create_task")
+                 if s.attributes["teamctl.team"] == team]
+    assert creator.resource["service.name"] == "teamctl-cli"
+    wait_until(lambda: len([s for s in receiver.named("invoke_agent bob")
+                            if s.attributes["teamctl.team"] == team]) >= 2, 30,
+               message="bob's turn for the task")
+    woken = [s for s in receiver.named("invoke_agent bob")
+             if s.attributes["teamctl.team"] == team and s.links]
+    assert woken and {(link.trace_id, link.span_id) for s in woken for link in s.links} == {
+        (creator.trace_id, creator.span_id)}

@@ -33,6 +33,7 @@ from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
@@ -221,6 +222,8 @@ class Turn:
             _, unread = self.store.peek(self.mate.name,
                                         limit=self.store.options.inbox_batch_messages)
             links = [message.traceparent for message in unread]
+            links += self._task_traceparents([
+                m.task_id for m in unread if m.type == SystemType.TASK_ASSIGNED and m.task_id])
         self.span = self.tracing.start(f"invoke_agent {self.mate.name}", links=links, attributes={
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.mate.name,
             "teamctl.team": self.store.team, "teamctl.member": self.mate.name,
@@ -228,6 +231,15 @@ class Turn:
             "process.pid": os.getpid()})
         self.toolbox.trace = self.tools.trace = self.span
         return self.span
+
+    def _task_traceparents(self, task_ids: list[str]) -> list[str | None]:
+        """The spans that added the tasks given to this teammate (one round trip)."""
+        if not task_ids:
+            return []
+        pipe = self.store.conn.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(self.store.keys.task(task_id), "traceparent")
+        return [value if isinstance(value, str) else None for value in pipe.execute()]
 
     def _elapsed_s(self) -> float:
         return time.monotonic() - self.started_s
