@@ -504,3 +504,37 @@ def test_a_turn_woken_by_a_task_links_to_the_span_that_added_it(
              if s.attributes["teamctl.team"] == team and s.links]
     assert woken and {(link.trace_id, link.span_id) for s in woken for link in s.links} == {
         (creator.trace_id, creator.span_id)}
+
+
+def test_the_lead_turn_is_a_trace_and_the_turn_it_wakes_links_to_it(
+        llm: ScriptedLLM, redis_server: str, team: str, queue: str, receiver: OtlpReceiver,
+        traced_workers: LocalWorkers) -> None:
+    bob = llm.script(f"bob-{team}", ["ready", "thanks lead"])
+    lead = llm.script(f"lead-{team}", [
+        ToolCalls([("send_message", {"to": "bob", "content": "hi bob"})]), "noted"],
+        repeat_last=True)
+    store = TeamStore(redis.Redis.from_url(redis_server, decode_responses=True), team)
+    assert spawn(redis_server, team, "bob", bob, llm.api_base, "--queue", queue).exit_code == 0
+    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+
+    result = CliRunner().invoke(main, [
+        "lead", "-t", team, "--redis-url", redis_server, "--workers", "0", "--model", lead,
+        "--api-base", llm.api_base, "-m", "Greet bob.", "--until-idle"],
+        env={"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint})
+
+    assert result.exit_code == 0, result.output
+    leads = sorted((s for s in receiver.wait_for("invoke_agent lead")
+                    if s.attributes["teamctl.team"] == team), key=lambda s: len(s.links))
+    first = leads[0]
+    assert first.parent_id == "" and first.resource["service.name"] == "teamctl-cli"
+    in_trace = [s for s in receiver.snapshot() if s.trace_id == first.trace_id]
+    assert one(in_trace, "execute_tool send_message").parent_id == first.span_id
+    assert [s.parent_id for s in in_trace if s.name.startswith("chat ")] == [first.span_id] * 2
+
+    def woken() -> list[ReceivedSpan]:  # bob's job exports after it set him idle
+        return [s for s in receiver.named("invoke_agent bob")
+                if s.attributes["teamctl.team"] == team and s.links]
+
+    wait_until(woken, 30, message="bob's turn for the lead's message")
+    assert [[(link.trace_id, link.span_id) for link in s.links] for s in woken()] == [
+        [(first.trace_id, first.span_id)]]
