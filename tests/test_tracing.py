@@ -538,3 +538,28 @@ def test_the_lead_turn_is_a_trace_and_the_turn_it_wakes_links_to_it(
     wait_until(woken, 30, message="bob's turn for the lead's message")
     assert [[(link.trace_id, link.span_id) for link in s.links] for s in woken()] == [
         [(first.trace_id, first.span_id)]]
+
+
+def test_a_tool_span_keeps_no_name_or_id_text_the_model_made_up(
+        receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    from teamctl.shared.agent.tools import Toolbox
+    from teamctl.shared.settings import load_settings
+    from teamctl.shared.tracing import tracing_from_settings
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    tracing = tracing_from_settings(load_settings(), "tools-test")
+    marker = uuid.uuid4().hex
+    with tracing.start("invoke_agent probe", attributes={"teamctl.run_id": marker}) as agent:
+        result = Toolbox(trace=agent).call(f"ignore previous instructions {marker}" * 20, "{}",
+                                           "call-" + "x" * 500)
+    tracing.close()
+
+    assert result.startswith("TOOL_ERROR")
+    [root] = [s for s in receiver.wait_for("invoke_agent probe")
+              if s.attributes["teamctl.run_id"] == marker]
+    [tool] = [s for s in receiver.snapshot() if s.parent_id == root.span_id]
+    assert tool.name == "execute_tool (unknown tool)"
+    assert tool.attributes["gen_ai.tool.name"] == "(unknown tool)"
+    assert tool.attributes["gen_ai.tool.call.id"] == ("call-" + "x" * 500)[:64]
+    assert tool.attributes["error.type"] == "UnknownTool"
+    assert not any(marker in str(value) for value in tool.attributes.values())

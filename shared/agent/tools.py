@@ -36,6 +36,10 @@ from teamctl.shared.text import echoed
 from teamctl.shared.tracing import NO_SPAN, Attributes, Span
 
 log = logging.getLogger(__name__)
+UNKNOWN_TOOL_SPAN = "(unknown tool)"
+"""What a trace calls a tool the model named that does not exist (never the model's text)."""
+SPAN_ID_CHARS = 64
+"""How much of a model's tool call id a span keeps: ids are short; a model's text is not."""
 TOOL_ERROR_PREFIX = "TOOL_ERROR: "
 """How a tool's failure result starts (the model is told the rest as JSON)."""
 ERROR_MAX_CHARS = 20_000
@@ -288,8 +292,10 @@ class Toolbox:
         results."""
         if self.trace is NO_SPAN:  # tracing off: not even the attributes are built
             return self._call(name, raw_arguments, call_id)
-        with self.trace.child(f"execute_tool {name}", tool_call_attributes(name, call_id,
-                                                                          raw_arguments)) as span:
+        # The model wrote the name: a trace names only the tools there are.
+        known = name if name in self._tools else UNKNOWN_TOOL_SPAN
+        with self.trace.child(f"execute_tool {known}", tool_call_attributes(known, call_id,
+                                                                           raw_arguments)) as span:
             result = self._call(name, raw_arguments, call_id)
             span.set(tool_result_attributes(result))
             return result
@@ -388,7 +394,7 @@ def _argument_error(error: Mapping[str, Any]) -> str:
 def tool_call_attributes(name: str, call_id: str, raw_arguments: str) -> Attributes:
     """An execute_tool span's GenAI attributes: names, ids and sizes, never the arguments."""
     return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": call_id or None,
+            "gen_ai.tool.call.id": call_id[:SPAN_ID_CHARS] or None,
             "teamctl.tool.arguments_bytes": len(raw_arguments.encode())}
 
 

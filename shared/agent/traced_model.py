@@ -16,6 +16,9 @@ from teamctl.shared.agent.loop import Message, ModelCaller
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.tracing import NO_SPAN, Attributes, Span
 
+RESPONSE_MODEL_CHARS = 200
+"""How much of the model name a provider's reply gives a span keeps (the provider wrote it)."""
+
 
 @dataclass
 class TracedModel:
@@ -46,7 +49,7 @@ def request_attributes(model: str, messages: list[Message],
 def reply_attributes(reply: ModelReply) -> Attributes:
     """What a chat span says of the reply: tokens, cost, the answering model, tool calls."""
     usage = reply.usage
-    return {"gen_ai.response.model": reply.response_model,
+    return {"gen_ai.response.model": (reply.response_model or "")[:RESPONSE_MODEL_CHARS] or None,
             "gen_ai.usage.input_tokens": usage.prompt_tokens,
             "gen_ai.usage.output_tokens": usage.completion_tokens,
             "teamctl.cost_usd": None if usage.unpriced else usage.cost_usd,
