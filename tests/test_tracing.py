@@ -315,12 +315,13 @@ def test_a_cancel_is_an_event_of_the_attempt_and_of_the_run(
         assert cancel.exit_code == 0, cancel.output
     finally:
         thread.join(60)
-    assert not thread.is_alive() and json.loads(results[0].stdout)["status"] == "cancelled"
+    assert not thread.is_alive() and json.loads(results[0].stdout)["status"] == "cancelled", \
+        results[0].output
     [attempt] = [s for s in receiver.wait_for("invoke_agent m1")
                  if s.attributes["teamctl.run_id"] == run_id]
-    assert "teamctl.run.cancelled" in attempt.event_names()
+    assert "teamctl.run.cancelled" in attempt.event_names(), attempt
     workflow = one(of_run(receiver, attempt.trace_id), "invoke_workflow")
-    assert "teamctl.run.cancelled" in workflow.event_names()
+    assert "teamctl.run.cancelled" in workflow.event_names(), workflow
 
 
 OFF_PROBE = """
