@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner, Result
+from rq import Queue
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.coordinator.runs.run_control import cancel_run
@@ -568,3 +569,27 @@ def test_a_tool_span_keeps_no_name_or_id_text_the_model_made_up(
     assert tool.attributes["gen_ai.tool.call.id"] == ("call-" + "x" * 500)[:64]
     assert tool.attributes["error.type"] == "UnknownTool"
     assert not any(marker in str(value) for value in tool.attributes.values())
+
+
+def test_a_job_of_the_warm_fork_worker_exports_under_the_span_in_its_meta(
+        llm: ScriptedLLM, redis_server: str, run_id: str, receiver: OtlpReceiver,
+        tmp_path: Path) -> None:
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    make_run(conn, run_id, models={"m1": llm.script(f"m1-{run_id}", ["done"])},
+             tasks=[TaskSpec(id="t", member_id="m1", task="T")], workspace=tmp_path / "ws",
+             api_base=llm.api_base)
+    parent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+        patch.setenv("RQ_WORKER_CLASS", "teamctl.worker.warm_fork.WarmForkWorker")
+        with workers_on_own_queue(redis_server, queue, 1, tmp_path / "logs"):
+            patch.undo()
+            Queue(queue, connection=redis.Redis.from_url(redis_server)).enqueue(
+                "teamctl.worker.jobs.run_task", run_id, "t", meta={"traceparent": parent})
+            [attempt] = [s for s in receiver.wait_for("invoke_agent m1", timeout_s=60)
+                         if s.attributes["teamctl.run_id"] == run_id]
+    assert (attempt.trace_id, attempt.parent_id) == tuple(parent.split("-")[1:3])
+    assert TaskBoard(conn, RunKeys(run_id)).get("t").output == "done"
+    chats = [s for s in receiver.snapshot() if s.parent_id == attempt.span_id]
+    assert [s.name for s in chats] == [f"chat openai/m1-{run_id}"]
