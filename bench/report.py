@@ -32,6 +32,8 @@ BENCHES = {
     "throughput": "Throughput (2,000 independent zero-latency tasks, 8 workers)",
     "reclaim": "Reclaim (SIGKILLed worker mid-task, heartbeat_ttl_s 3)",
     "worker": "Per-task overhead (one worker, zero-latency scripted model over HTTP, and HTTPS)",
+    "tracing": ("Tracing's per-task cost (OTLP/HTTP to a loopback receiver against tracing off, "
+                "one preloaded forking worker each)"),
     "teammates": "Persistent teammates (one preloaded forking worker)",
     "mcp": "MCP servers (a stdio server per attempt, one preloaded forking worker)",
     "board": "Task board (private redis-server)",

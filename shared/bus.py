@@ -145,7 +145,7 @@ class MessageBus:
         return self._append(sender, to, type_, task_id, content)
 
     def _append(self, sender: str, to: str | None, type_: str, task_id: str | None,
-                content: str) -> Envelope | None:
+                content: str, traceparent: str | None = None) -> Envelope | None:
         """Publish a message whose fields were checked; None when the bus is off."""
         if not self.enabled:
             return None
@@ -155,7 +155,8 @@ class MessageBus:
                                                                 self.keys.lead_has_inbox)]
             entry_id, length, created_at = self.scripts["publish"](
                 keys=[self.keys.bus, self.keys.bus_seq, self.keys.roster_ver, *inboxes],
-                args=[sender, to or "", type_, task_id or "", content, roster.version])
+                args=[sender, to or "", type_, task_id or "", content, roster.version,
+                      traceparent or ""])
             return (entry_id, int(length), created_at) if entry_id else None
 
         entry_id, length, created_at = self._on_current_roster(publish)
@@ -166,30 +167,31 @@ class MessageBus:
             self.trim()
         return ENVELOPES.validate_python({
             "id": entry_id, "from": sender, "to": to, "type": type_, "task_id": task_id,
-            "content": content, "created_at": created_at})
+            "content": content, "created_at": created_at, "traceparent": traceparent})
 
     def send(self, sender: str, to: str, type_: str | None, task_id: str | None,
-             content: str) -> Envelope | None:
+             content: str, traceparent: str | None = None) -> Envelope | None:
         """A peer message to one member (or to everyone with '*'); ConfigError says what is wrong
         (system types included: only the runtime publishes those).
 
-        A None type means `peer.message` (`peer.broadcast` for '*').
+        A None type means `peer.message` (`peer.broadcast` for '*'); `traceparent` names the
+        sender's span, which a receiver's links to.
         """
         if isinstance(to, str) and to.strip() == BROADCAST:
-            return self.broadcast(sender, type_, task_id, content)
+            return self.broadcast(sender, type_, task_id, content, traceparent)
         self._check_sender(sender)
         recipient = self._check_recipient(sender, to)
         type_ = _check_peer_type(PeerType.MESSAGE if type_ is None else type_)
         self._check_size(sender, recipient, type_, task_id, content)
-        return self._append(sender, recipient, type_, task_id, content)
+        return self._append(sender, recipient, type_, task_id, content, traceparent)
 
     def broadcast(self, sender: str, type_: str | None, task_id: str | None,
-                  content: str) -> Envelope | None:
+                  content: str, traceparent: str | None = None) -> Envelope | None:
         """A peer message to every other member; a None type means `peer.broadcast`."""
         self._check_sender(sender)
         type_ = _check_peer_type(PeerType.BROADCAST if type_ is None else type_)
         self._check_size(sender, BROADCAST, type_, task_id, content)
-        return self._append(sender, BROADCAST, type_, task_id, content)
+        return self._append(sender, BROADCAST, type_, task_id, content, traceparent)
 
     def read_unread(self, member_id: str, task_id: str | None = None,
                     token: str = "0") -> list[Envelope]:

@@ -100,6 +100,9 @@ class EnvelopeBase(BaseModel):
     task_id: HashText = None
     content: str = ""
     created_at: int = 0
+    traceparent: HashText = Field(None, exclude=True)
+    """The sender's span (W3C traceparent) when it was traced; a receiver's span links to it.
+    Not shown with the message."""
 
 
 class SystemNotice(EnvelopeBase):

@@ -194,7 +194,8 @@ class RunKeys(KeySpace):
 
     @property
     def state(self) -> str:
-        """Hash: run status, rounds, times, plan, approval, error and the final output."""
+        """Hash: run status, rounds, times, plan, approval, error, the final output and the
+        run's trace (traceparent) when it is traced."""
         return f"{self.base}:state"
 
     @property

@@ -61,9 +61,32 @@ class Settings(BaseModel):
     """Where a new run's or team's workspace files live: `local`, a directory on this host;
     `redis`, in Redis, for workers on hosts that share no disk; `auto`, local when only this
     host can reach the Redis (the embedded one, a loopback address), else redis."""
+    otlp_endpoint: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    """Where OpenTelemetry data goes (OTLP/HTTP); set, it turns tracing on (shared/tracing.py)."""
+    otlp_traces_endpoint: str | None = Field(None,
+                                             validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    """Where traces go, over OTEL_EXPORTER_OTLP_ENDPOINT; set, it turns tracing on too."""
+    otel_sdk_disabled: str | None = Field(None, validation_alias="OTEL_SDK_DISABLED")
+    """`true` turns tracing off whatever the endpoints say (OpenTelemetry's own switch)."""
+    otel_traces_exporter: str | None = Field(None, validation_alias="OTEL_TRACES_EXPORTER")
+    """`none` turns tracing off; `otlp` (the default) is the only other value teamctl takes."""
+    otlp_timeout: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_TIMEOUT")
+    """How long one export may take, retries included (the SDK reads it; teamctl only notes
+    that it is set, else bounds exports by shared/tracing.py's EXPORT_TIMEOUT_S)."""
+    otel_service_name: str | None = Field(None, validation_alias="OTEL_SERVICE_NAME")
+    """The service the spans of this process name; each kind of process has its default."""
     provider_keys: frozenset[str] = frozenset()
     """The names (never the values) of the `*_API_KEY` variables that are set: litellm reads
     the keys itself, teamctl only needs to know which providers have one."""
+
+    @property
+    def traces_wanted(self) -> bool:
+        """Whether the OTEL_* variables ask for traces: an endpoint, not disabled, exported."""
+        if (self.otel_sdk_disabled or "").strip().lower() == "true":
+            return False
+        if (self.otel_traces_exporter or "").strip().lower() == "none":
+            return False
+        return bool(self.otlp_endpoint or self.otlp_traces_endpoint)
 
     @property
     def state_dir_from_env(self) -> bool:

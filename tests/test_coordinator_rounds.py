@@ -3,8 +3,10 @@ conditions on what the loop has done (no sleeps): round counting and redispatch 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -21,6 +23,7 @@ from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import TeamFile
+from teamctl.shared.tracing import Span
 
 from tests.support.waiting import wait_until
 
@@ -39,6 +42,11 @@ class RecordingDispatcher:
     def ended(self, job_ids: list[str], stale_after_s: float) -> set[str]:
         self.passes += 1
         return set()
+
+    @contextlib.contextmanager
+    def under(self, span: Span) -> Iterator[Span]:
+        """The jobs enqueued meanwhile belong under `span` (untraced here)."""
+        yield span
 
 
 def make_loop(conn: redis.Redis, tmp_path: Path, run_id: str, tasks: list[TaskSpec],

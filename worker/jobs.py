@@ -15,12 +15,19 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import client_from_url, same_server, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
+from teamctl.shared.tracing import (
+    NO_TRACING,
+    TRACEPARENT_META,
+    WORKER_SERVICE,
+    Tracing,
+    tracing_from_settings,
+)
 from teamctl.worker.process_privacy import keep_environment_private
 from teamctl.worker.runs.attempt import Attempt, JobContext
 from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mcp_listing import execute_mcp_listing
-from teamctl.worker.runs.model_call import execute_model_call
+from teamctl.worker.runs.model_call import CallTrace, execute_model_call
 
 log = logging.getLogger(__name__)
 PRELOAD_MARKER = "TEAMCTL_PRELOADED"
@@ -31,7 +38,12 @@ def run_task(run_id: str, task_id: str) -> str:
     _hint_if_not_preloaded()
     keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
-    return execute_task(job_connection(settings), run_id, task_id, settings=settings)
+    tracing = tracing_from_settings(settings, WORKER_SERVICE)
+    try:
+        return execute_task(job_connection(settings), run_id, task_id, settings=settings,
+                            tracing=tracing, traceparent=job_traceparent())
+    finally:  # a forked job ends in os._exit: its spans go now or never
+        tracing.close()
 
 
 def run_model_call(run_id: str, call: str, attempt: int) -> str:
@@ -39,8 +51,13 @@ def run_model_call(run_id: str, call: str, attempt: int) -> str:
     provider keys, and write its outcome back to the run."""
     _hint_if_not_preloaded()
     settings = load_settings()
-    return execute_model_call(job_connection(settings), run_id, call, attempt,
-                              provider_keys=settings.provider_keys, worker=worker_name())
+    tracing = tracing_from_settings(settings, WORKER_SERVICE)
+    try:
+        return execute_model_call(job_connection(settings), run_id, call, attempt,
+                                  provider_keys=settings.provider_keys, worker=worker_name(),
+                                  trace=CallTrace(tracing, job_traceparent()))
+    finally:  # a forked job ends in os._exit: its spans go now or never
+        tracing.close()
 
 
 def run_mcp_listing(run_id: str, servers: list[str]) -> str:
@@ -61,6 +78,15 @@ def run_tool_check(run_id: str, queue: str) -> str:
     return check_member_tools(spec, queue, rq_worker_name()).model_dump_json()
 
 
+def job_traceparent() -> str | None:
+    """The span this RQ job's work belongs under, as its enqueuer put it in the job's meta."""
+    from rq import get_current_job
+
+    job = get_current_job()
+    value = job.meta.get(TRACEPARENT_META) if job else None
+    return value if isinstance(value, str) else None
+
+
 def job_connection(settings: Settings) -> redis.Redis:
     """A decoded client to the Redis of the RQ job being run (REDIS_URL outside a worker)."""
     from rq import get_current_job
@@ -70,10 +96,12 @@ def job_connection(settings: Settings) -> redis.Redis:
 
 
 def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
-                 settings: Settings | None = None) -> str:
+                 settings: Settings | None = None, tracing: Tracing = NO_TRACING,
+                 traceparent: str | None = None) -> str:
     """The job body without RQ: claim, run the member (and any task it claims), write outcomes.
 
-    Without `settings` the process environment is not consulted: no provider key is known."""
+    Without `settings` the process environment is not consulted: no provider key is known.
+    Its attempts' spans go under `traceparent` (the dispatching round's), else the run's."""
     run = RunHandle(conn, run_id)
     spec = run.spec
     set_outage(conn, spec.options.redis_outage_s)
@@ -93,7 +121,8 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
         job = JobContext(conn=conn, spec=spec, board=board, bus=run.bus, store=run.store,
                          budget=run.budget, client=client, claims=claims, beat=beat,
-                         worker=worker_name())
+                         worker=worker_name(), tracing=tracing,
+                         traceparent=traceparent or run_traceparent(run, tracing))
         outcomes: list[str] = []
         while (claim := claims.next_to_run()) is not None:
             if outcomes and abandoned_tool_calls():
@@ -101,6 +130,11 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
                 continue
             outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run()}")
     return "; ".join(outcomes)
+
+
+def run_traceparent(run: RunHandle, tracing: Tracing) -> str | None:
+    """The run's trace as its coordinator stored it (a job enqueued without one in its meta)."""
+    return run.store.state().traceparent if tracing.on else None
 
 
 HANDED_BACK_REASON = ("its job still runs a Python tool call abandoned after tool_timeout_s; a "

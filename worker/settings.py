@@ -43,6 +43,7 @@ from teamctl.shared.agent.mcp_tools import preload_sdk  # noqa: E402
 from teamctl.shared.agent.prompts import precompile  # noqa: E402
 from teamctl.shared.agent.tools import precompute_schemas  # noqa: E402
 from teamctl.shared.redis.scripts import sources  # noqa: E402
+from teamctl.shared.tracing import check_tracing  # noqa: E402
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
 warm_up(load_litellm())
@@ -52,6 +53,9 @@ precompile("teamctl.worker.teams")
 precompute_schemas()  # the tools' JSON schemas, sent with every model call
 sources()  # the Lua scripts' text, read from the package once
 load_settings()  # the first Settings build (~3 ms); each job still reads its environment
+if _settings.traces_wanted:  # the SDK's imports, once here; each job builds its own provider
+    check_tracing(_settings)
+    import teamctl.shared.tracing_otel  # noqa: E402, F401
 exit_if_parent_gone(os.environ)  # the preload may have outlasted the run that started us
 watch_parent(os.environ)
 # Everything above lives as long as the worker: frozen, the collector of each forked job never

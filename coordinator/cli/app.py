@@ -456,7 +456,9 @@ def worker(queues: tuple[str, ...], redis_url: str | None, burst: bool,
     `RQ_CONFIG=teamctl.worker.settings rq worker QUEUES` does; start more to scale, on any
     host that reaches the same Redis."""
     from teamctl.coordinator.cli.worker_commands import foreground_worker_command
+    from teamctl.shared.tracing import check_tracing
 
+    check_tracing(settings)  # one line now, not a traceback from the worker's preload
     foreground_worker_command(resolve_redis_url(redis_url, settings), list(queues), burst,
                               idle_exit_s)
 
@@ -473,7 +475,9 @@ def workers_start(count: int, queues: tuple[str, ...], idle_exit_s: int, redis_u
                   settings: Settings) -> None:
     """Start local pool workers (up to N live on these queues) that outlive this command."""
     from teamctl.coordinator.cli.worker_commands import start_pool_command
+    from teamctl.shared.tracing import check_tracing
 
+    check_tracing(settings)  # one line now, not a log of every pool worker's failed preload
     start_pool_command(lambda: resolve_redis_url(redis_url, settings), list(queues), count,
                        idle_exit_s, settings)
 

@@ -56,8 +56,10 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     from teamctl.shared.lease import LeadLease
     from teamctl.shared.runs.run_config import checked_api_base, pick_model
     from teamctl.shared.teams.teammates import team_workspace
+    from teamctl.shared.tracing import CLI_SERVICE, tracing_from_settings
     from teamctl.shared.workspace_files import choose_store
 
+    tracing = tracing_from_settings(settings, CLI_SERVICE)  # a config error before any write
     url = resolve_redis_url(redis_url, settings)
     store = TeamStore(connect(url), team or settings.team,
                       workspace_store=choose_store(settings.workspace_store, url))
@@ -66,6 +68,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     base = checked_api_base(api_base, settings)
     lease = LeadLease(store.conn, store.keys, options.heartbeat_ttl_s)
     with ExitStack() as stack:
+        stack.callback(tracing.close)  # last: after the lead's last turn
         stack.enter_context(lease)  # before the workers: a second lead is refused at once
         say_if_offline(source)
         start_workers(stack, store, url, workers, settings)
@@ -74,7 +77,8 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
                              max_retries=options.model_max_retries,
                              keys_in="this `teamctl lead` (it makes the lead's model calls)")
         agent = LeadAgent(store, lease, client, chosen, base,
-                          team_workspace(settings.state_dir, store.team), on_step=show_step)
+                          team_workspace(settings.state_dir, store.team), on_step=show_step,
+                          tracing=tracing)
         stack.callback(agent.close)
         if start_over:
             agent.memory.start_over()

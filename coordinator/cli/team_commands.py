@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ from teamctl.shared.teams.teammates import (
     team_workspace,
 )
 from teamctl.shared.text import flat, one_line
+from teamctl.shared.tracing import CLI_SERVICE, Span, tracing_from_settings
 from teamctl.shared.workspace_files import choose_store
 
 if TYPE_CHECKING:
@@ -247,7 +249,8 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
                  settings: Settings) -> None:
     """Send TEXT from the lead to teammate NAME (waking it if idle)."""
     store.meta()
-    message, woke = store.send(LEAD, name, text, type_=type_)
+    with lead_span(settings, "send_message", store) as span:
+        message, woke = store.send(LEAD, name, text, type_=type_, traceparent=span.traceparent)
     click.echo(f"sent {message.id} to {name}" + (" (woke it)" if woke else ""))
     say_if_spent(store)
 
@@ -258,9 +261,23 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
 def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
     """Send TEXT from the lead to every teammate (waking the idle ones)."""
     store.meta()
-    message, woke = store.broadcast(LEAD, text)
+    with lead_span(settings, "send_message", store) as span:
+        message, woke = store.broadcast(LEAD, text, traceparent=span.traceparent)
     click.echo(f"sent {message.id} to {len(store.names())} teammates; woke {len(woke)}")
     say_if_spent(store)
+
+
+@contextmanager
+def lead_span(settings: Settings, name: str, store: TeamStore) -> Iterator[Span]:
+    """A span of its own for what the person does as the lead (a message, a task), when the
+    OTEL variables ask for traces: the turns it wakes link to it."""
+    tracing = tracing_from_settings(settings, CLI_SERVICE)
+    try:
+        with tracing.start(name, attributes={"teamctl.team": store.team,
+                                             "teamctl.member": LEAD}) as span:
+            yield span
+    finally:
+        tracing.close()
 
 
 def say_if_spent(store: TeamStore) -> None:
@@ -384,8 +401,10 @@ def task_add_command(subject: str, description: str, role: str, assignee: str,
     from teamctl.shared.teams.tasks import TeamTasks
 
     store.meta()
-    task, woken = TeamTasks(store).add(subject, description=description, role=role,
-                                       assignee=assignee, after=after)
+    with lead_span(settings, "create_task", store) as span:
+        task, woken = TeamTasks(store).add(subject, description=description, role=role,
+                                           assignee=assignee, after=after,
+                                           traceparent=span.traceparent)
     click.echo(task.task_id)
     if woken:
         click.echo(f"{task.task_id} is {task.status.value}; woke {', '.join(woken)}", err=True)

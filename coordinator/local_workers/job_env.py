@@ -27,8 +27,9 @@ TRACKED_PREFIXES = ("TEAMCTL_", "LITELLM_", "OPENAI_", "ANTHROPIC_", "AZURE_", "
                     "GOOGLE_", "GEMINI_", "MISTRAL_", "GROQ_", "DEEPSEEK_", "OPENROUTER_",
                     "COHERE_", "TOGETHER", "FIREWORKS", "HUGGINGFACE", "HF_", "OLLAMA_",
                     "XAI_", "PERPLEXITY", "DATABRICKS_", "WATSONX_", "BEDROCK_", "NVIDIA_NIM",
-                    "RQ_")
-"""Families of variables litellm (or teamctl, or RQ) reads: provider keys, bases, regions."""
+                    "RQ_", "OTEL_")
+"""Families of variables litellm (or teamctl, or RQ, or OpenTelemetry) reads: provider keys,
+bases, regions, where traces go."""
 TRACKED_SUFFIXES = ("_API_KEY", "_API_BASE", "_BASE_URL", "_API_VERSION", "_API_TOKEN")
 TRACKED_NAMES = frozenset({
     "PYTHONPATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "SSL_VERIFY",

@@ -11,6 +11,7 @@ from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE, HookRunner
 from teamctl.coordinator.runs.progress import Reporter
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_config import RunSpec
+from teamctl.shared.tracing import NO_TRACING, Tracing
 
 
 @dataclass
@@ -24,6 +25,8 @@ class RunContext:
     reporter: Reporter
     starting: StartingWorkers = field(default_factory=StartingWorkers)
     """The workers this command started for the run (hints say they are starting)."""
+    tracing: Tracing = NO_TRACING
+    """This process's tracing: the run's spans start from it."""
 
     def no_worker_hint(self) -> NoWorkerHint:
         """A hint for a wait on the run's queues, aware of the workers started here."""
@@ -32,7 +35,8 @@ class RunContext:
 
 
 def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks: list[object],
-                  reporter: Reporter, starting: StartingWorkers | None = None) -> RunContext:
+                  reporter: Reporter, starting: StartingWorkers | None = None,
+                  tracing: Tracing = NO_TRACING) -> RunContext:
     """Wire the run's handle, dispatcher and hooks around one connection."""
     run = RunHandle.driving(conn, spec)
 
@@ -42,4 +46,4 @@ def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks:
 
     return RunContext(run=run, dispatcher=Dispatcher(rq_conn, spec),
                       hooks=HookRunner(hooks, report_hook_error), reporter=reporter,
-                      starting=starting or StartingWorkers())
+                      starting=starting or StartingWorkers(), tracing=tracing)

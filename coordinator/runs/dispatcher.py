@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import redis
@@ -9,6 +11,7 @@ from rq import Queue
 from rq.job import Job, JobStatus
 from rq.utils import utcparse
 from teamctl.shared.runs.run_config import RunSpec
+from teamctl.shared.tracing import TRACEPARENT_META, Span
 
 JOB_TIMEOUT_MARGIN_S = 60
 FAILURE_TTL_S = 86_400
@@ -24,6 +27,18 @@ class Dispatcher:
         self.rq_conn = rq_conn
         self.spec = spec
         self._queues: dict[str, Queue] = {}
+        self.traceparent: str | None = None
+        """The span the jobs enqueued now belong under (the phase or round enqueueing them);
+        it goes in each job's meta, for the worker's spans."""
+
+    @contextlib.contextmanager
+    def under(self, span: Span) -> Iterator[Span]:
+        """Enqueue the jobs of a `with` block under `span`."""
+        before, self.traceparent = self.traceparent, span.traceparent
+        try:
+            yield span
+        finally:
+            self.traceparent = before
 
     def enqueue(self, task_id: str, queue_name: str) -> str:
         """Queue one task's job; returns the RQ job id."""
@@ -52,7 +67,8 @@ class Dispatcher:
         # the run's keys, so RQ need not keep them (but for the tool check's report).
         job = queue.enqueue(function, self.spec.run_id, *args,
                             job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
-                            result_ttl=result_ttl, failure_ttl=FAILURE_TTL_S)
+                            result_ttl=result_ttl, failure_ttl=FAILURE_TTL_S,
+                            meta={TRACEPARENT_META: self.traceparent} if self.traceparent else None)
         return job.id
 
     def ended(self, job_ids: list[str], stale_after_s: float) -> set[str]:

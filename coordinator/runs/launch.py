@@ -45,6 +45,7 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     from teamctl.coordinator.runs.hooks import load_hooks
     from teamctl.coordinator.runs.run import RunRequest, create_run
     from teamctl.shared.runs.run_config import choose_models
+    from teamctl.shared.tracing import check_tracing
     from teamctl.shared.workspace_files import choose_store
 
     if not objective.strip():
@@ -54,6 +55,7 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     team = team.resolve_mcp_commands(Path.cwd())
     team.check_mcp_commands(settings.state_dir)
     hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
+    check_tracing(settings)  # traces asked for without the extra: exit 2 before any write
     models, model_source = choose_models(team, model, api_base, settings)
     url = redis_url()
     conn = connect(url)
@@ -107,16 +109,21 @@ def run_to_end(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[obj
     from teamctl.coordinator.local_workers.processes import LocalWorkers
     from teamctl.coordinator.runs.context import build_context
     from teamctl.coordinator.runs.run import Coordinator
+    from teamctl.shared.tracing import COORDINATOR_SERVICE, tracing_from_settings
 
     outage_s = spec.options.redis_outage_s
     set_outage(conn, outage_s)
     starting = StartingWorkers()
     run_scoped = workers.run_scoped_count(redis_url, spec.queues, settings, reporter.note,
                                           starting, spec.mcp_variables())
-    with LocalWorkers(redis_url, spec.queues, run_scoped, settings.state_dir / "logs") as local:
-        starting.workers.extend(local.started())
-        ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec,
-                            hooks, reporter, starting)
-        if interrupt is not None:
-            ctx.run.lease.interrupt = interrupt
-        return Coordinator(ctx, approval).run()
+    tracing = tracing_from_settings(settings, COORDINATOR_SERVICE)
+    try:
+        with LocalWorkers(redis_url, spec.queues, run_scoped, settings.state_dir / "logs") as local:
+            starting.workers.extend(local.started())
+            ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec,
+                                hooks, reporter, starting, tracing)
+            if interrupt is not None:
+                ctx.run.lease.interrupt = interrupt
+            return Coordinator(ctx, approval).run()
+    finally:
+        tracing.close()

@@ -12,6 +12,7 @@ from teamctl.coordinator.runs.result import ended_member_result
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import EventKind, TaskState, TaskStatus
+from teamctl.shared.tracing import NO_SPAN, Span
 
 CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
@@ -56,8 +57,12 @@ class LoopState:
 class RoundLoop:
     """Drives one run's board until no work remains or the run is stopped."""
 
-    def __init__(self, ctx: RunContext, deadline: float) -> None:
+    def __init__(self, ctx: RunContext, deadline: float, trace: Span = NO_SPAN) -> None:
         self.ctx = ctx
+        self.trace = trace
+        """The run's span (this coordinator's): each round's is a child of it."""
+        self.round_span: Span = NO_SPAN
+        """The current round's span; the tasks it dispatches are traced under it."""
         self.board = ctx.run.board
         self.options = ctx.run.spec.options
         self.deadline = deadline
@@ -66,6 +71,13 @@ class RoundLoop:
 
     def run(self, state: LoopState) -> LoopState:
         """Loop until the board has no work left, nothing can run, or the run is stopped."""
+        try:
+            return self._run(state)
+        finally:
+            self.round_span.end()
+            self.round_span = NO_SPAN
+
+    def _run(self, state: LoopState) -> LoopState:
         while self.board.has_work_remaining():
             self.ctx.run.lease.check()
             if self._stopping(state):
@@ -83,9 +95,11 @@ class RoundLoop:
         if state.stop is None and self.ctx.run.store.stop_reason() == CANCELLED:
             # The cancel landed as the last tasks ended (members stop on it, too).
             state.stop = Stop(RunStatus.CANCELLED, CANCELLED, CANCELLED, time.monotonic())
+            self.trace.event("teamctl.run.cancelled")
         elif state.stop is None and self.budget is not None and (spent := self.budget.exceeded()):
             # The last tasks spent the budget and ended before the loop looked: no synthesis.
             state.stop = Stop(RunStatus.FAILED, spent, spent, time.monotonic())
+            self.trace.event("teamctl.budget.exceeded")
         return state
 
     def _show_progress(self) -> None:
@@ -109,9 +123,12 @@ class RoundLoop:
                 grace_s = STOP_GRACE_TTLS * self.options.heartbeat_ttl_s
                 status = RunStatus.CANCELLED if reason == CANCELLED else RunStatus.FAILED
                 state.stop = Stop(status, reason, reason, time.monotonic() + grace_s)
+                self.trace.event("teamctl.run.cancelled" if reason == CANCELLED
+                                 else "teamctl.run.stopped")
             elif self.budget is not None and (spent := self.budget.exceeded()):
                 # Members refuse further model calls themselves; in-flight tasks end on their own.
                 state.stop = Stop(RunStatus.FAILED, spent, spent, self.deadline)
+                self.trace.event("teamctl.budget.exceeded")
         return state.stop is not None
 
     def _stop_if_failed(self, state: LoopState) -> None:
@@ -143,8 +160,11 @@ class RoundLoop:
         return True
 
     def _reclaim_expired(self) -> None:
-        self.board.reclaim_expired(self.options.max_attempts,
-                                   announce_failures=self.ctx.run.bus.enabled)
+        reclaimed = self.board.reclaim_expired(self.options.max_attempts,
+                                               announce_failures=self.ctx.run.bus.enabled)
+        for task_id in reclaimed:  # its worker stopped beating: died, hung or cut off
+            (self.round_span if self.round_span is not NO_SPAN else self.trace).event(
+                "teamctl.task.reclaimed", {"teamctl.task_id": task_id})
 
     def _rounds_exhausted(self, state: LoopState) -> bool:
         if state.rounds < self.options.round_limit() or self._in_flight(state):
@@ -192,12 +212,20 @@ class RoundLoop:
         if new_round:
             state.rounds += 1
             self.ctx.run.store.set_rounds(state.rounds)
+            self._start_round_span(state.rounds)
         state.open_round.update(ready)
-        for task_id in ready:
-            job_id = self._dispatch(task_id)
-            if job_id is not None:
-                state.queued[task_id] = job_id
+        with self.ctx.dispatcher.under(self.round_span):
+            for task_id in ready:
+                job_id = self._dispatch(task_id)
+                if job_id is not None:
+                    state.queued[task_id] = job_id
+        self.round_span.set({"teamctl.tasks": len(state.open_round)})
         return len(ready)
+
+    def _start_round_span(self, number: int) -> None:
+        """End the last round's span, start this one's."""
+        self.round_span.end()
+        self.round_span = self.trace.child(f"round {number}", {"teamctl.round": number})
 
     def _round_still_open(self, state: LoopState) -> bool:
         """Drop ended tasks from the open round (read from the board, not from events that may

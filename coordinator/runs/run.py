@@ -7,6 +7,8 @@ synthesis runs once.
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.task_records import Plan, TaskStatus
 from teamctl.shared.team_file import TeamFile
 from teamctl.shared.text import shorten
+from teamctl.shared.tracing import NO_SPAN, Span
 from teamctl.shared.workspace_caps import WorkspaceStore
 
 ENDING_NOTICE = {RunStatus.COMPLETED: SystemType.RUN_COMPLETE,
@@ -88,12 +91,16 @@ class Coordinator:
         """When the run's timeout_s runs out (monotonic), counted from this coordinator's start."""
         self.ended = False
         """Whether this coordinator wrote the run's end (and so owns its expiry)."""
+        self.trace: Span = NO_SPAN
+        """This coordinator's `invoke_workflow` span, in the run's trace."""
 
     def run(self) -> RunResult:
         """Run (or resume) to the end; a second coordinator on a live run is refused."""
         with self.ctx.run.lease:
             try:
-                return self._plan_run_and_synthesize()
+                self.trace = self._start_trace()
+                with self.trace:
+                    return self._plan_run_and_synthesize()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 self.ctx.run.lease.abandon()  # nothing more to say to a Redis that is gone
                 raise self._outage_error(exc) from exc
@@ -101,6 +108,21 @@ class Coordinator:
                 self.ctx.reporter.close()
                 if self.ended:
                     expire_run(self.ctx.run.conn, self.spec.run_id, self.spec.options.retention_s)
+
+    def _start_trace(self) -> Span:
+        """This coordinator's span in the run's trace: under the one stored with the run (a
+        resumed run's), else a new trace, which is stored for every process of the run."""
+        tracing, store = self.ctx.tracing, self.ctx.run.store
+        if not tracing.on:
+            return NO_SPAN
+        stored = store.state().traceparent
+        span = tracing.start("invoke_workflow", parent=stored, attributes={
+            "gen_ai.operation.name": "invoke_workflow", "teamctl.run_id": self.spec.run_id,
+            "teamctl.team_id": self.spec.team_id, "teamctl.resumed": stored is not None,
+            "host.name": socket.gethostname(), "process.pid": os.getpid()})
+        if stored is None and span.traceparent:
+            store.keep_traceparent(span.traceparent)
+        return span
 
     def _outage_error(self, exc: Exception) -> InfraError:
         run_id, outage_s = self.spec.run_id, self.spec.options.redis_outage_s
@@ -132,7 +154,7 @@ class Coordinator:
             plan = self._plan_once()
             if self._plan_approved(plan):
                 self._set_status(RunStatus.RUNNING)
-                loop = RoundLoop(self.ctx, self.deadline)
+                loop = RoundLoop(self.ctx, self.deadline, self.trace)
                 state = loop.run(self._loop_state())
                 self._finish(state)
         except CallCancelled:  # cancelled while a worker made the planner's or synthesizer's call
@@ -148,8 +170,10 @@ class Coordinator:
         plan = store.state().plan
         planned_now = plan is None
         if plan is None:
-            self._check_tools_on_workers()
-            plan = self._make_plan()
+            with self.trace.child("plan") as span, self.ctx.dispatcher.under(span):
+                self._check_tools_on_workers()
+                plan = self._make_plan()
+                span.set({"teamctl.tasks": len(plan.tasks)})
             store.save_plan(plan)
         if plan.tasks and not board.task_ids():
             board.create(plan.tasks)
@@ -244,7 +268,8 @@ class Coordinator:
         # Tasks may end just before the deadline: a worker gets one model timeout to take it.
         begin_by = max(self.deadline, time.monotonic() + self.spec.options.model_timeout_s)
         try:
-            reply = self.model.complete(call, begin_by)
+            with self.trace.child("synthesize") as span, ctx.dispatcher.under(span):
+                reply = self.model.complete(call, begin_by)
         except (ModelError, NoReply) as exc:  # the board stays; the run records why it failed
             self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
                              error=f"synthesizer failed: {exc}"))

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_results
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.traced_model import TracedModel
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -33,6 +36,7 @@ from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.tracing import NO_TRACING, Span, Tracing
 from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 
 log = logging.getLogger(__name__)
@@ -96,7 +100,10 @@ class LeadAgent:
     api_base: str | None
     workspace: Path
     on_step: StepHook | None = None
+    tracing: Tracing = NO_TRACING
+    """Each of the lead's turns is a trace of its own, linked to the mail it answers."""
     toolbox: Toolbox = field(init=False)
+    tools: LeadTools = field(init=False)
     memory: LeadMemory = field(init=False)
     text: str = field(default="", init=False)
     """The person's line the current turn answers."""
@@ -109,7 +116,8 @@ class LeadAgent:
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox()
-        LeadTools(self.store, self.model, self.api_base, self.workspace).add_to(self.toolbox)
+        self.tools = LeadTools(self.store, self.model, self.api_base, self.workspace)
+        self.tools.add_to(self.toolbox)
         self.memory = LeadMemory(self.store, self.lease.owner)
         tools = self.store.options.lead_tools
         if tools:  # last: nothing after the mirror opens can fail and leave it behind
@@ -144,14 +152,30 @@ class LeadAgent:
         messages = [{"role": "system", "content": self.system_prompt()}, *self.memory.load()]
         self.text, self.dropped = text.strip(), 0
         max_steps = self.store.options.turn_max_steps
-        end = AgentLoop(client=self.client, model=self.model, api_base=self.api_base,
-                        toolbox=self.toolbox, max_steps=max_steps, policy=self).run(messages)
+        with self._start_span() as span:
+            end = AgentLoop(client=TracedModel(self.client, span), model=self.model,
+                            api_base=self.api_base, toolbox=self.toolbox, max_steps=max_steps,
+                            policy=self).run(messages)
         if end.answer is not None:
             return end.answer
         if end.stop == NOTHING_SAID:
             return None
         return (f"(the lead stopped after {max_steps} steps (turn_max_steps); send a message "
                 "to go on)")
+
+    def _start_span(self) -> Span:
+        """The turn's span, linked to the spans that sent its unread mail; the tools' calls and
+        what they send go under it."""
+        links: list[str | None] = []
+        if self.tracing.on:
+            _, unread = self.store.peek(LEAD, limit=self.store.options.inbox_batch_messages)
+            links = [message.traceparent for message in unread]
+        span = self.tracing.start("invoke_agent lead", links=links, attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": LEAD,
+            "teamctl.team": self.store.team, "teamctl.member": LEAD,
+            "host.name": socket.gethostname(), "process.pid": os.getpid()})
+        self.toolbox.trace = self.tools.trace = span
+        return span
 
     # --- the agent loop's policy -------------------------------------------------------------
 

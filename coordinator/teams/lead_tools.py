@@ -30,6 +30,7 @@ from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import DEFAULT_QUEUE, load_mate_python_tools
 from teamctl.shared.text import quoted
+from teamctl.shared.tracing import NO_SPAN, Span
 
 
 class NotGrantable(ConfigError):
@@ -119,6 +120,9 @@ class LeadTools:
         self.api_base = api_base
         self.workspace = workspace
         self.queue = queue
+        self.trace: Span = NO_SPAN
+        """The lead's current turn's span: what it sends or adds carries it, for the links of
+        the turns it wakes."""
 
     def options(self) -> TeamOptions:
         """The team's options; the defaults before the team exists (a spawn creates it so)."""
@@ -170,12 +174,14 @@ class LeadTools:
             for m in self.store.mates()]}
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.send(LEAD, args.to, args.content)
+        message, woke = self.store.send(LEAD, args.to, args.content,
+                                        traceparent=self.trace.traceparent)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
 
     def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
-        message, woke = self.store.broadcast(LEAD, args.content)
+        message, woke = self.store.broadcast(LEAD, args.content,
+                                             traceparent=self.trace.traceparent)
         return {"action": "broadcast", "ok": True, "id": message.id,
                 "recipients": len(self.store.names()), "woke": woke}
 
@@ -196,7 +202,7 @@ class LeadTools:
     def create_task(self, args: CreateTaskArgs) -> dict[str, Any]:
         task, woken = TeamTasks(self.store).add(
             args.subject, description=args.description or "", role=args.role or "",
-            assignee=args.assignee or "", after=args.after)
+            assignee=args.assignee or "", after=args.after, traceparent=self.trace.traceparent)
         return {"action": "create_task", "ok": True, "task_id": task.task_id,
                 "status": task.status.value, "owner": task.owner, "woke": woken}
 

@@ -337,7 +337,9 @@ def _reply(litellm: Any, response: Any) -> ModelReply:
     calls = [ToolCall(id=c.id or f"call_{i}", name=c.function.name or "",
                       arguments=c.function.arguments or "")
              for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
-    return ModelReply(content=message.content, tool_calls=calls, usage=_usage(litellm, response))
+    model = getattr(response, "model", None)
+    return ModelReply(content=message.content, tool_calls=calls, usage=_usage(litellm, response),
+                      response_model=model if isinstance(model, str) else None)
 
 
 def _usage(litellm: Any, response: Any) -> Usage:

@@ -44,3 +44,5 @@ class ModelReply(BaseModel):
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
+    response_model: str | None = Field(None, exclude=True)
+    """The model that answered, as the provider names it (for traces; not kept with a reply)."""

@@ -8,6 +8,7 @@ model as a TOOL_ERROR result.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -32,8 +33,15 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
 from teamctl.shared.errors import TeamError, ToolFailed
 from teamctl.shared.text import echoed
+from teamctl.shared.tracing import NO_SPAN, Attributes, Span
 
 log = logging.getLogger(__name__)
+UNKNOWN_TOOL_SPAN = "(unknown tool)"
+"""What a trace calls a tool the model named that does not exist (never the model's text)."""
+SPAN_ID_CHARS = 64
+"""How much of a model's tool call id a span keeps: ids are short; a model's text is not."""
+TOOL_ERROR_PREFIX = "TOOL_ERROR: "
+"""How a tool's failure result starts (the model is told the rest as JSON)."""
 ERROR_MAX_CHARS = 20_000
 """The longest error text a tool without a cap of its own gives the model (the team's own
 tools; an argument error): whatever a model sends, what it hears back is bounded."""
@@ -242,8 +250,10 @@ class Tool:
 class Toolbox:
     """Named tools with their argument models; `call` never raises, it answers the model."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace: Span = NO_SPAN) -> None:
         self._tools: dict[str, Tool] = {}
+        self.trace = trace
+        """The span each call's `execute_tool` span is a child of (an agent's invocation)."""
 
     def add(self, name: str, description: str, args: type[ToolArgs], fn: ToolFn,
             context: Mapping[str, Any] | None = None, *, max_chars: int | None = None) -> None:
@@ -280,6 +290,17 @@ class Toolbox:
     def call(self, name: str, raw_arguments: str, call_id: str = "") -> str:
         """Run a tool; unknown names, bad arguments and tool failures come back as TOOL_ERROR
         results."""
+        if self.trace is NO_SPAN:  # tracing off: not even the attributes are built
+            return self._call(name, raw_arguments, call_id)
+        # The model wrote the name: a trace names only the tools there are.
+        known = name if name in self._tools else UNKNOWN_TOOL_SPAN
+        with self.trace.child(f"execute_tool {known}", tool_call_attributes(known, call_id,
+                                                                           raw_arguments)) as span:
+            result = self._call(name, raw_arguments, call_id)
+            span.set(tool_result_attributes(result))
+            return result
+
+    def _call(self, name: str, raw_arguments: str, call_id: str) -> str:
         tool = self._tools.get(name)
         if tool is None:
             return tool_error(name, call_id, "UnknownTool",
@@ -370,10 +391,26 @@ def _argument_error(error: Mapping[str, Any]) -> str:
     return f"{name}: {error['msg']}"
 
 
+def tool_call_attributes(name: str, call_id: str, raw_arguments: str) -> Attributes:
+    """An execute_tool span's GenAI attributes: names, ids and sizes, never the arguments."""
+    return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+            "gen_ai.tool.call.id": call_id[:SPAN_ID_CHARS] or None,
+            "teamctl.tool.arguments_bytes": len(raw_arguments.encode())}
+
+
+def tool_result_attributes(result: str) -> Attributes:
+    """What an execute_tool span says of the result: its size, and the error's type if any."""
+    error_type = None
+    if result.startswith(TOOL_ERROR_PREFIX):
+        with contextlib.suppress(ValueError, AttributeError):
+            error_type = str(json.loads(result[len(TOOL_ERROR_PREFIX):]).get("errorType"))
+    return {"teamctl.tool.result_chars": len(result), "error.type": error_type}
+
+
 def tool_error(tool: str, call_id: str, error_type: str, message: str) -> str:
     """AI4J's tool error text: `TOOL_ERROR: {"errorType", "error", "tool", "callId"}`."""
     # The tool's name and the call's id come from the model's reply too (an unknown tool's).
-    return "TOOL_ERROR: " + json.dumps(
+    return TOOL_ERROR_PREFIX + json.dumps(
         {"errorType": error_type, "error": message, "tool": echoed(tool),
          "callId": echoed(call_id)},
         ensure_ascii=False)

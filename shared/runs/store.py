@@ -65,6 +65,9 @@ class RunState(BaseModel):
     approval: Annotated[Approval | None, BLANK_IS_NONE] = None
     """Set once somebody decided on the plan."""
     approval_reason: HashText = None
+    traceparent: HashText = None
+    """The run's trace (W3C traceparent of its first coordinator's span), when traced: every
+    process, a resuming coordinator too, puts its spans in that trace."""
 
     @property
     def finished(self) -> bool:
@@ -123,6 +126,12 @@ class RunStore:
     def save_plan(self, plan: Plan) -> None:
         """Store the normalized plan (made once; resume reuses it)."""
         self.conn.hset(self.keys.state, "plan", plan.model_dump_json())
+
+    def keep_traceparent(self, traceparent: str) -> str:
+        """Store the run's trace unless one is stored; the one stored."""
+        if self.conn.hsetnx(self.keys.state, "traceparent", traceparent):
+            return traceparent
+        return str(self.conn.hget(self.keys.state, "traceparent") or traceparent)
 
     def set_rounds(self, rounds: int) -> None:
         """Record how many rounds have been dispatched so far."""

@@ -23,26 +23,28 @@ COUNT_PAGE = 1000
 class TeamMessages(TeamBase):
     """The store's messaging part."""
 
-    def send(self, sender: str, to: str, content: str,
-             type_: str | None = None) -> tuple[Envelope, bool]:
+    def send(self, sender: str, to: str, content: str, type_: str | None = None,
+             traceparent: str | None = None) -> tuple[Envelope, bool]:
         """A message from `sender` (a teammate or `lead`) to a teammate or `lead`, published and
         its recipient woken; returns the message and whether a turn was enqueued. A protocol
-        type is refused (ConfigError listing the valid types): only its tools send it."""
+        type is refused (ConfigError listing the valid types): only its tools send it.
+        `traceparent`: the sender's span, which the recipient's turn links to."""
         if to != LEAD:
             self.get(to)  # an unknown teammate is a ConfigError naming the team's teammates
         elif sender != LEAD:
             self.lead_inbox.make_room(sender)  # LeadMailboxFull: a tool error for the sender
-        message = self.bus.send(sender, to, type_, None, content)
+        message = self.bus.send(sender, to, type_, None, content, traceparent)
         assert message is not None  # a team bus is always on
         self.lead_inbox.keep_bounds()
         return message, (to != LEAD and self.wake(to))
 
-    def broadcast(self, sender: str, content: str) -> tuple[Envelope, list[str]]:
+    def broadcast(self, sender: str, content: str,
+                  traceparent: str | None = None) -> tuple[Envelope, list[str]]:
         """A message to every teammate but the sender (and to the lead, from a teammate);
         returns it and the teammates it woke."""
         if sender != LEAD:
             self.lead_inbox.make_room(sender)
-        message = self.bus.send(sender, BROADCAST, None, None, content)
+        message = self.bus.send(sender, BROADCAST, None, None, content, traceparent)
         assert message is not None
         self.lead_inbox.keep_bounds()
         if self.budget_exceeded():  # asked once, not once per teammate

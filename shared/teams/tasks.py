@@ -167,7 +167,8 @@ class TeamTasks:
     # --- the lead's side ------------------------------------------------------------------------
 
     def add(self, subject: str, *, description: str = "", role: str = "",
-            assignee: str = "", after: Sequence[str] = ()) -> tuple[TeamTask, list[str]]:
+            assignee: str = "", after: Sequence[str] = (),
+            traceparent: str | None = None) -> tuple[TeamTask, list[str]]:
         """Add task_<n>; returns it (re-read: it may already be claimed) and the teammates woken
         for ready tasks. ConfigError for an empty subject, text over max_message_bytes, an
         unknown assignee or an unknown --after id (nothing is written)."""
@@ -195,6 +196,8 @@ class TeamTasks:
                 raise ConfigError(f"unknown task {detail} in --after; see `teamctl team task "
                                   "list`")
             if verdict == "ok":
+                if traceparent:  # the adder's span, read by the turns it wakes (before them)
+                    self.conn.hset(self.keys.task(task_id), "traceparent", traceparent)
                 woken = self.wake()
                 return self.get(task_id), woken
         raise TeamError(f"task not added: {MAX_RETRIES} concurrent adds won the race; "

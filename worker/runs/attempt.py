@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import RESERVED_PREFIX
 from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.traced_model import TracedModel
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -37,6 +40,7 @@ from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member
+from teamctl.shared.tracing import NO_SPAN, NO_TRACING, Attributes, Span, Tracing
 from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims, HandedOff
 from teamctl.worker.runs.heartbeat import Heartbeat
@@ -60,6 +64,9 @@ class JobContext:
     claims: Claims
     beat: Heartbeat
     worker: str
+    tracing: Tracing = NO_TRACING
+    traceparent: str | None = None
+    """The span the attempts' spans go under: the round that dispatched the task, or the run."""
 
 
 class Attempt:
@@ -85,6 +92,8 @@ class Attempt:
         """The task's step journal, written with this attempt's token."""
         self.replay: ReplayingClient | None = None
         """The model calls, answered from the journal while it has the step."""
+        self.span: Span = NO_SPAN
+        """This attempt's `invoke_agent` span."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -95,13 +104,27 @@ class Attempt:
         if task is None or member is None:
             return "skipped: task or member vanished"
         job.bus.publish("system", member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
+        self.span = job.tracing.start(f"invoke_agent {member.id}", parent=job.traceparent,
+                                      attributes=self._span_attributes(member, task))
         try:
-            return self._run(member, task)
+            with self.span:
+                outcome = self._run(member, task)
+                self.span.set({"teamctl.outcome": outcome.partition(":")[0]})
+                return outcome
         finally:
             if self.mcp:
                 self.mcp.close()
             if self.mirror:  # after the MCP servers, which work in it
                 self.mirror.close()
+
+    def _span_attributes(self, member: Member, task: TaskState) -> Attributes:
+        """Who runs what, where: ids and names only."""
+        job, claim = self.job, self.claim
+        return {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": member.id,
+                "teamctl.run_id": job.spec.run_id, "teamctl.task_id": claim.task_id,
+                "teamctl.member": member.id, "teamctl.attempt": task.attempts,
+                "teamctl.worker": job.worker, "host.name": socket.gethostname(),
+                "process.pid": os.getpid()}
 
     def _run(self, member: Member, task: TaskState) -> str:
         job, claim = self.job, self.claim
@@ -121,6 +144,9 @@ class Attempt:
             job.claims.run_again_as(claim, to)
             return f"handed off to {to}"
         except (AttemptAbandoned, AppendRefused) as exc:
+            # A refused journal append is a stale write: the task was reclaimed meanwhile.
+            self.span.event("teamctl.write.refused" if isinstance(exc, AppendRefused)
+                            else "teamctl.attempt.abandoned")
             return f"abandoned: {exc}"
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # Past redis_outage_s: the claim expires and the task is reclaimed; fencing refuses
@@ -133,7 +159,9 @@ class Attempt:
     def _loop(self, member: Member, task: TaskState) -> AgentLoop:
         options = self.job.spec.options
         self.toolbox = self._toolbox(member)
-        self.replay = ReplayingClient(self.job.client, self._recorded_steps(member, task))
+        # Traced inside the replay: a step answered from the journal makes no model call.
+        self.replay = ReplayingClient(TracedModel(self.job.client, self.span),
+                                      self._recorded_steps(member, task))
         return AgentLoop(client=self.replay, model=self.job.spec.models.for_member(member),
                          api_base=self.job.spec.models.api_base, toolbox=self.toolbox,
                          max_steps=options.member_max_steps, policy=self)
@@ -153,21 +181,22 @@ class Attempt:
                                           crashed=task.requeue_reason == CLAIM_EXPIRED)
         if recorded:
             self.journal.note_replayed(len(recorded))
+            self.span.event("teamctl.journal.replayed", {"teamctl.steps": len(recorded)})
         return recorded
 
     def _toolbox(self, member: Member) -> Toolbox:
         """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
         the member's Python tools (one that will not import here fails the attempt)."""
         job = self.job
-        toolbox = Toolbox()
+        toolbox = Toolbox(trace=self.span)
         add_workspace_tools(toolbox, Workspace(self._workspace_root(member)), member.tools)
         if job.spec.options.enable_member_team_tools:
-            self.mailbox = Mailbox(job.bus, member.id, self.claim)
+            self.mailbox = Mailbox(job.bus, member.id, self.claim, trace=self.span)
             add_member_tools(toolbox, MemberToolContext(
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox,
-                max_task_releases=job.spec.options.max_task_releases))
+                max_task_releases=job.spec.options.max_task_releases, trace=self.span))
         add_python_tools(toolbox, member.tools, self._tool_context(member),
                          job.spec.options.tool_result_max_chars,
                          timeout_s=job.spec.options.tool_wait_s)
@@ -265,11 +294,14 @@ class Attempt:
         # A synchronous refresh, not just the thread's flag: a reclaimed task must not get one
         # more model call however the heartbeat thread is scheduled.
         if not self.job.beat.refresh(claim):
+            self.span.event("teamctl.claim.lost")
             raise AttemptAbandoned("claim lost: the task was reclaimed")
         if self.job.store.cancelled():
+            self.span.event("teamctl.run.cancelled")
             raise RunFailed("run cancelled")
         reason = self.job.budget.exceeded()
         if reason:
+            self.span.event("teamctl.budget.exceeded")
             raise RunFailed(reason)
         # The call about to be made carries every tool result so far, messages read included.
         if self.mailbox and not self.mailbox.acknowledge():
@@ -280,6 +312,9 @@ class Attempt:
         options = job.spec.options
         dependencies = job.board.get_many(task.depends_on)
         history = job.bus.history_for(member.id, options.message_history_limit)
+        for message in history:
+            self.span.link(message.traceparent, {"teamctl.message_id": message.id,
+                                                 "teamctl.from": message.from_})
         mcp_tools = []
         if member.mcp_servers:
             cache = McpToolCache(job.conn, RunKeys(job.spec.run_id), job.board.scripts)
@@ -315,6 +350,7 @@ class Attempt:
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
                         announce_as=announcer)
         if outcome is not WriteOutcome.APPLIED:
+            self.span.event("teamctl.write.refused", {"teamctl.outcome": outcome.value})
             return "stale: the claim was reclaimed; nothing was written"
         return done.value
 

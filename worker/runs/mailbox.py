@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import Envelope
+from teamctl.shared.tracing import NO_SPAN, Span
 from teamctl.worker.runs.claims import Claim
 
 
@@ -23,11 +24,16 @@ class Mailbox:
     member_id: str
     claim: Claim
     unacknowledged: bool = False
+    trace: Span = NO_SPAN
+    """The session's span, linked to each message's sender's."""
 
     def read(self) -> list[Envelope]:
         """New messages (and any an earlier attempt of the task read and lost), each once."""
         messages = self.bus.read_unread(self.member_id, self.claim.task_id, self.claim.token)
         self.unacknowledged = self.unacknowledged or bool(messages)
+        for message in messages:
+            self.trace.link(message.traceparent, {"teamctl.message_id": message.id,
+                                                  "teamctl.from": message.from_})
         return messages
 
     def acknowledge(self) -> bool:

@@ -40,6 +40,7 @@ from teamctl.shared.errors import ToolFailed
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.text import echoed, quoted
+from teamctl.shared.tracing import NO_SPAN, Span
 from teamctl.worker.runs.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from teamctl.worker.runs.mailbox import Mailbox
 
@@ -207,6 +208,8 @@ class MemberToolContext:
     """This session's reads of the member's inbox (acknowledged by the attempt)."""
     max_task_releases: int = 3
     """The run's bound on team_release_task per task (RunOptions.max_task_releases)."""
+    trace: Span = NO_SPAN
+    """The session's span: messages sent carry it, for their receivers' links."""
 
 
 def add_member_tools(toolbox: Toolbox, ctx: MemberToolContext) -> None:
@@ -254,7 +257,7 @@ class MemberTools:
         # Checked here too: AI4J's wording ("unknown team member: x") is part of the contract.
         to = raw_to if raw_to == BROADCAST else self._member(raw_to)
         sent = self.ctx.bus.send(self.ctx.member_id, to, args.type or PeerType.MESSAGE, task_id,
-                                 args.content)
+                                 args.content, self.ctx.trace.traceparent)
         return MessageSent(action="team_send_message", ok=sent is not None,
                            member_id=self.ctx.member_id, to_member_id=raw_to, task_id=task_id,
                            reason=_bus_off(sent))
@@ -263,7 +266,7 @@ class MemberTools:
         """team_broadcast: a message to every other member."""
         task_id = self._message_task_id(args.task_id)
         sent = self.ctx.bus.send(self.ctx.member_id, BROADCAST, args.type or PeerType.BROADCAST,
-                                 task_id, args.content)
+                                 task_id, args.content, self.ctx.trace.traceparent)
         return MessageSent(action="team_broadcast", ok=sent is not None,
                            member_id=self.ctx.member_id, task_id=task_id, reason=_bus_off(sent))
 

@@ -4,21 +4,34 @@ live; the outcome goes back to Redis, fenced by the attempt the coordinator gave
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import redis
 from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
 from teamctl.shared.errors import ModelError
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.tracing import NO_TRACING, Tracing
 from teamctl.worker.keepalive import KeepAlive
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class CallTrace:
+    """Where the call's `chat` span goes: this process's tracing, under the coordinator's span
+    (its plan or synthesis) that enqueued the job."""
+
+    tracing: Tracing = NO_TRACING
+    traceparent: str | None = None
+
+
 def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, *,
-                       provider_keys: frozenset[str] | tuple[str, ...], worker: str) -> str:
+                       provider_keys: frozenset[str] | tuple[str, ...], worker: str,
+                       trace: CallTrace = CallTrace()) -> str:
     """Begin the attempt, call the model while beating, write the outcome; the job's summary."""
     run = RunHandle(conn, run_id)
     options = run.spec.options
@@ -28,9 +41,16 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
     if request is None:
         return f"skipped: {call} attempt {attempt} is no longer current"
     ttl_s = options.heartbeat_ttl_s
+    span = trace.tracing.start(f"chat {request.model}", parent=trace.traceparent, attributes={
+        **request_attributes(request.model, request.messages, None), "teamctl.run_id": run_id,
+        "teamctl.call": call, "teamctl.attempt": attempt, "teamctl.worker": worker})
     # Beating stops once the coordinator gave up on this attempt (refresh answers False).
-    with KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
+    with span, KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
         outcome = _ask(request, options, provider_keys, worker)
+        if outcome.reply is not None:
+            span.set(reply_attributes(outcome.reply))
+        else:
+            span.set({"error.type": "ModelError"})
     if not calls.finish(call, attempt, outcome):
         return f"{call} attempt {attempt}: outcome refused (the coordinator moved on)"
     return f"{call} attempt {attempt}: {'failed' if outcome.error else 'answered'}"

@@ -26,6 +26,7 @@ from teamctl.shared.teams.task_pages import (
 )
 from teamctl.shared.teams.tasks import TeamTasks, task_id_of
 from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.tracing import NO_SPAN, Span
 
 
 class SendArgs(ToolArgs):
@@ -90,6 +91,8 @@ class MateTools:
         self.store = store
         self.name = name
         self.idle_requested = threading.Event()
+        self.trace: Span = NO_SPAN
+        """The current turn's span: messages sent carry it, for their receivers' links."""
         self.token = token if token is not None else store.get(name).turn_token or ""
 
     @property
@@ -134,12 +137,13 @@ class MateTools:
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
         message, woke = self.store.send(self.name, args.to, args.content,
-                                        type_=args.type)
+                                        type_=args.type, traceparent=self.trace.traceparent)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
 
     def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
-        message, woke = self.store.broadcast(self.name, args.content)
+        message, woke = self.store.broadcast(self.name, args.content,
+                                             traceparent=self.trace.traceparent)
         return {"action": "broadcast", "ok": True, "id": message.id,
                 "recipients": len([n for n in self.store.names() if n != self.name]) + 1,
                 "woke": woke}

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,12 +32,22 @@ from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import IdleReason, Teammate
 from teamctl.shared.text import shorten
+from teamctl.shared.tracing import (
+    NO_SPAN,
+    NO_TRACING,
+    WORKER_SERVICE,
+    Span,
+    Tracing,
+    tracing_from_settings,
+)
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.keepalive import KeepAlive
 from teamctl.worker.process_privacy import keep_environment_private
@@ -59,11 +71,16 @@ def run_turn(team: str, name: str) -> str:
     """The RQ job: run the teammate's turn (and the turns mail arriving meanwhile asks for)."""
     keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
-    return execute_turn(job_connection(settings), team, name, settings=settings)
+    tracing = tracing_from_settings(settings, WORKER_SERVICE)
+    try:
+        return execute_turn(job_connection(settings), team, name, settings=settings,
+                            tracing=tracing)
+    finally:  # a forked job ends in os._exit: its spans go now or never
+        tracing.close()
 
 
 def execute_turn(conn: redis.Redis, team: str, name: str, *,
-                 settings: Settings | None = None) -> str:
+                 settings: Settings | None = None, tracing: Tracing = NO_TRACING) -> str:
     """The job body without RQ: take the lease, run steps until the turn ends, then reconcile
     the team if none of its workers did for a lease TTL (a dead worker's turn is rerun even
     while no person runs a `team` verb)."""
@@ -77,7 +94,7 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
                          timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
         outcome = Turn(store, store.get(name), token, client, lease,
-                       state_dir=settings.state_dir).run()
+                       state_dir=settings.state_dir, tracing=tracing).run()
     store.scheduler.reconcile_at_most_every_ttl()
     return outcome
 
@@ -127,6 +144,10 @@ class Turn:
     lease: TurnLease
     state_dir: Path
     """This worker's state dir: the workspace of a teammate spawned without one."""
+    tracing: Tracing = NO_TRACING
+    """Each turn is a trace of its own, linked to the messages it woke to."""
+    span: Span = field(default=NO_SPAN, init=False)
+    """The current turn's `invoke_agent` span."""
     tool_names: list[str] = field(default_factory=list)
     started_s: float = field(default_factory=time.monotonic)
     """When the job began: RQ kills it at turn_timeout_s + 60 s, so turns must end before."""
@@ -170,15 +191,19 @@ class Turn:
     def _turns(self) -> str:
         """Run turns while mail keeps arriving, within the job's time."""
         while True:
-            try:
-                reason, answer = self._steps()
-                verdict = self._end(reason, answer)
-            except TurnRevoked:
-                return "revoked"
-            except Exception as exc:  # the model or a bug: the teammate idles with the error
-                log.exception("turn of %s failed", self.mate.name)
-                error = shorten(str(exc) or type(exc).__name__, 500)
-                verdict = self._end(f"error: {shorten(error, 120)}", "", error=error)
+            with self._start_span() as span:
+                try:
+                    reason, answer = self._steps()
+                    verdict = self._end(reason, answer)
+                except TurnRevoked:
+                    span.event("teamctl.turn.revoked")
+                    return "revoked"
+                except Exception as exc:  # the model or a bug: the teammate idles with the error
+                    log.exception("turn of %s failed", self.mate.name)
+                    error = shorten(str(exc) or type(exc).__name__, 500)
+                    verdict = self._end(f"error: {shorten(error, 120)}", "", error=error)
+                    span.set({"error.type": type(exc).__name__})
+                span.set({"teamctl.outcome": verdict})
             if verdict != "continue":
                 return verdict
             # Another turn might outlast the job's timeout, or share this process with a Python
@@ -188,6 +213,33 @@ class Turn:
                 return "handed over" if self.store.hand_over(self.mate.name, self.token) \
                     else "revoked"
             self.tools.idle_requested.clear()
+
+    def _start_span(self) -> Span:
+        """A new trace for the turn about to run, linked to the spans that sent its unread mail;
+        the turn's model and tool calls go under it."""
+        links: list[str | None] = []
+        if self.tracing.on:
+            _, unread = self.store.peek(self.mate.name,
+                                        limit=self.store.options.inbox_batch_messages)
+            links = [message.traceparent for message in unread]
+            links += self._task_traceparents([
+                m.task_id for m in unread if m.type == SystemType.TASK_ASSIGNED and m.task_id])
+        self.span = self.tracing.start(f"invoke_agent {self.mate.name}", links=links, attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.mate.name,
+            "teamctl.team": self.store.team, "teamctl.member": self.mate.name,
+            "teamctl.worker": worker_name(), "host.name": socket.gethostname(),
+            "process.pid": os.getpid()})
+        self.toolbox.trace = self.tools.trace = self.span
+        return self.span
+
+    def _task_traceparents(self, task_ids: list[str]) -> list[str | None]:
+        """The spans that added the tasks given to this teammate (one round trip)."""
+        if not task_ids:
+            return []
+        pipe = self.store.conn.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(self.store.keys.task(task_id), "traceparent")
+        return [value if isinstance(value, str) else None for value in pipe.execute()]
 
     def _elapsed_s(self) -> float:
         return time.monotonic() - self.started_s
@@ -240,7 +292,8 @@ class Turn:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
-        loop = AgentLoop(client=self.client, model=self.mate.model, api_base=self.mate.api_base,
+        loop = AgentLoop(client=TracedModel(self.client, self.span), model=self.mate.model,
+                         api_base=self.mate.api_base,
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
                          policy=self)
         end = loop.run(messages)
@@ -258,6 +311,7 @@ class Turn:
         if self._elapsed_s() > self.store.options.turn_timeout_s:
             return Stop(IdleReason.TIME_LIMIT)
         if self._over_budget():
+            self.span.event("teamctl.budget.exceeded")
             return Stop(IdleReason.BUDGET)
         # What the memory caps dropped leaves the conversation sent too.
         del messages[1:1 + self.dropped]

@@ -2,7 +2,8 @@
 -- KEYS[1] bus stream, KEYS[2] bus sequence counter, KEYS[3] roster version counter,
 -- KEYS[4..] the recipients' inbox streams, chosen by the roster of version ARGV[6].
 -- ARGV[1] from, ARGV[2] to ('' when unaddressed), ARGV[3] type, ARGV[4] task id ('' when none),
--- ARGV[5] content, ARGV[6] the roster version the caller chose the recipients by.
+-- ARGV[5] content, ARGV[6] the roster version the caller chose the recipients by, ARGV[7] the
+-- sender's span as a W3C traceparent ('' when not traced; stored only when given).
 -- Returns {message id (the bus entry id), bus length after the append, created_at ms}, or
 -- {'', 0, 0} without publishing when the roster has changed since (the caller reads it again).
 -- An inbox entry reuses the message's id and holds one field, seq (the message's position on the
@@ -11,6 +12,8 @@ if tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[6]) then
   return {'', 0, 0}
 end
 local now = now_ms()
+local extra = {}
+if ARGV[7] and ARGV[7] ~= '' then extra = {'traceparent', ARGV[7]} end
 local id = publish_message(KEYS[1], KEYS[2], 4, #KEYS,
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], now)
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], now, extra)
 return {id, redis.call('XLEN', KEYS[1]), now}

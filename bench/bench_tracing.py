@@ -1,0 +1,125 @@
+"""Tracing benchmark: per-task time of `teamctl.worker.jobs.run_task` on a preloaded forking
+worker whose jobs export their spans (OTLP/HTTP to a loopback receiver: an `invoke_agent` and a
+`chat` span per task, flushed before each forked job exits) against the same on a worker with
+the OTEL variables unset, measured in the same run, in alternating rounds, with a zero-latency
+scripted model: what tracing adds to a task when the model costs nothing.
+
+Run: .venv/bin/python -m bench.bench_tracing
+It starts its own redis-server, model server, receiver and workers, and stops each by its pid.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import redis
+from rq import Queue
+from rq.job import Job, JobStatus
+from teamctl.coordinator.local_workers.processes import worker_command
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import throwaway_redis
+from teamctl.shared.tracing import TRACEPARENT_META
+
+from bench.bench_worker import make_run, registered_pids, worker
+from bench.figures import BenchFigure, print_figures
+from tests.support.llm import ScriptedLLM
+from tests.support.otlp_receiver import otlp_receiver
+
+TASKS = 40
+ROUNDS = 5
+QUEUES = {"off": "plain", "on": "traced"}
+PARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+"""The round's span a traced job's meta names, as a coordinator's dispatch would."""
+WAIT_TIMEOUT_S = 300.0
+RATIO_GOAL = 1.25
+
+
+def _wait(predicate: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT_TIMEOUT_S
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.005)  # polling a finished flag; nothing to block on
+
+
+def per_task_ms(queue: Queue, run_id: str, tasks: range) -> float:
+    """Enqueue the run's tasks at once (a traceparent in each meta) and time until the last one
+    finished on the queue's one worker."""
+    started = time.perf_counter()
+    jobs = [queue.enqueue("teamctl.worker.jobs.run_task", run_id, f"t{n}", job_timeout=600,
+                          result_ttl=600, meta={TRACEPARENT_META: PARENT}) for n in tasks]
+    _wait(lambda: jobs[-1].get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED),
+          "the last job")
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    statuses = {Job.fetch(j.id, connection=queue.connection).get_status() for j in jobs}
+    if statuses != {JobStatus.FINISHED}:
+        raise RuntimeError(f"some jobs did not finish: {statuses}")
+    return elapsed_ms / len(jobs)
+
+
+def collect() -> tuple[dict[str, float], float]:
+    """Median per-task ms with tracing off and on, and the spans received per traced task."""
+    if any(name.startswith("OTEL_") for name in os.environ):  # the "off" worker inherits them
+        raise RuntimeError("unset the OTEL_* variables: the untraced worker must be untraced")
+    with ExitStack() as stack:
+        llm = ScriptedLLM()
+        llm.start()
+        stack.callback(llm.stop)
+        model = llm.script("bench-member", ["done"], repeat_last=True)
+        receiver = stack.enter_context(otlp_receiver())
+        url = stack.enter_context(throwaway_redis())
+        logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        processes = [stack.enter_context(worker(
+            worker_command(url, [QUEUES[label]]), logs / f"{label}.log", url,
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if label == "on" else None))
+            for label in QUEUES]
+        _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "both workers")
+        conn = redis.Redis.from_url(url, decode_responses=True)
+        rq_conn = redis.Redis.from_url(url)
+        times: dict[str, list[float]] = {label: [] for label in QUEUES}
+        for round_no in range(ROUNDS):
+            # Tracing goes first in odd rounds, so neither always follows the other.
+            order = list(QUEUES) if round_no % 2 == 0 else list(reversed(QUEUES))
+            for label in order:
+                run_id = f"bench-tracing-{label}-{round_no}-{os.getpid()}"
+                make_run(conn, run_id, model, llm.api_base, TASKS + 1, workspace)
+                queue = Queue(QUEUES[label], connection=rq_conn)
+                per_task_ms(queue, run_id, range(1))  # a warm-up job, not counted
+                times[label].append(per_task_ms(queue, run_id, range(1, TASKS + 1)))
+                done = [t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()]
+                if done.count("completed") != TASKS + 1:
+                    raise RuntimeError(f"{label}: tasks not all completed: {done}")
+        traced_tasks = ROUNDS * (TASKS + 1)
+        spans = len(receiver.snapshot())
+    return {label: statistics.median(values) for label, values in times.items()}, \
+        spans / traced_tasks
+
+
+def figures() -> list[BenchFigure]:
+    """Per-task time traced against untraced, same worker kind, same rounds."""
+    medians, spans_per_task = collect()
+    ratio = medians["on"] / medians["off"]
+    return [BenchFigure(
+        name="run_task, queued, tracing on (OTLP/HTTP to a loopback receiver)",
+        value=medians["on"], unit="ms", baseline=medians["off"],
+        baseline_name="run_task, tracing off, same rounds", goal=f"ratio <= {RATIO_GOAL}",
+        met=ratio <= RATIO_GOAL,
+        note=f"{ROUNDS} rounds of {TASKS} tasks; {spans_per_task:.1f} spans per task"),
+        BenchFigure(name="tracing's cost per task", value=medians["on"] - medians["off"],
+                    unit="ms", note="a provider and exporter per forked job, flushed at its end")]
+
+
+def main() -> int:
+    return print_figures(figures())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
