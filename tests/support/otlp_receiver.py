@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,11 +76,18 @@ class OtlpReceiver:
     def named(self, prefix: str) -> list[ReceivedSpan]:
         return [span for span in self.snapshot() if span.name.startswith(prefix)]
 
-    def wait_for(self, prefix: str, count: int = 1, timeout_s: float = 30) -> list[ReceivedSpan]:
-        """At least `count` spans whose names start with `prefix`, waiting for their export."""
-        wait_until(lambda: len(self.named(prefix)) >= count, timeout_s,
+    def wait_for(self, prefix: str, count: int = 1, timeout_s: float = 30,
+                 where: Callable[[ReceivedSpan], bool] = lambda span: True) -> list[ReceivedSpan]:
+        """At least `count` spans whose names start with `prefix` and that match `where`,
+        waiting for their export (the receiver also holds earlier tests' spans: filter in
+        `where`, not after the wait, or an earlier test's span ends the wait)."""
+
+        def found() -> list[ReceivedSpan]:
+            return [span for span in self.named(prefix) if where(span)]
+
+        wait_until(lambda: len(found()) >= count, timeout_s,
                    message=f"{count} exported span(s) named {prefix}*")
-        return self.named(prefix)
+        return found()
 
     def clear(self) -> None:
         with self.lock:
