@@ -16,6 +16,7 @@ import redis
 import redis.asyncio
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
@@ -28,10 +29,11 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from teamctl.coordinator.runs.run_control import cancel_run, decide_plan, send_message
 from teamctl.coordinator.web import sse
 from teamctl.coordinator.web.render import render, run_values
-from teamctl.coordinator.web.run_data import load_run_view
+from teamctl.coordinator.web.run_data import MESSAGES_SHOWN, load_run_view
 from teamctl.coordinator.web.runs_data import RUNS_SHOWN, live_rows, run_rows, runs_started_id
 from teamctl.coordinator.web.team_data import load_team_view
 from teamctl.shared.bus import LEAD
@@ -50,9 +52,15 @@ TOKEN_HEADER = "x-teamctl-token"
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-                                               "style-src 'self'; script-src 'self'",
+                                               "style-src 'self'; script-src 'self'; "
+                                               "frame-ancestors 'none'; form-action 'self'; "
+                                               "base-uri 'none'",
                     "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
-"""A page runs no inline script and loads nothing from elsewhere, whatever its text says."""
+"""On every answer: a page runs no inline script, loads nothing from elsewhere and cannot be
+framed by another site (its control forms clicked through), whatever its text says."""
+MAX_STREAMS = 64
+"""Live pages served at once: each holds a Redis connection in XREAD BLOCK, on a Redis the
+workers share, so more are refused (503) rather than exhaust its clients."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,7 @@ class Deps:
     config: DashboardConfig
     conn: redis.Redis
     aconn: Any  # redis.asyncio.Redis
+    open_streams: int = 0
 
 
 def create_app(config: DashboardConfig) -> Starlette:
@@ -89,7 +98,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         aconn = redis.asyncio.Redis.from_url(
             config.redis_url, decode_responses=True,
             socket_timeout=config.idle_block_ms / 1000 + SOCKET_TIMEOUT_S,
-            socket_connect_timeout=SOCKET_TIMEOUT_S)
+            socket_connect_timeout=SOCKET_TIMEOUT_S, max_connections=MAX_STREAMS + 8)
         holder["deps"] = Deps(config, conn, aconn)
         try:
             yield
@@ -120,9 +129,30 @@ def create_app(config: DashboardConfig) -> Starlette:
                    for action, handler in CONTROLS.items()]
         routes += [Route(f"/teams/{{team}}/{action}", team_control(deps, handler),
                          methods=["POST"]) for action, handler in TEAM_CONTROLS.items()]
-    middleware = ([Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES)]
-                  if config.loopback_only else [])
+    middleware = [Middleware(SecurityHeaders)]
+    if config.loopback_only:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+
+
+class SecurityHeaders:
+    """ASGI middleware adding SECURITY_HEADERS to every response: pages, streams, static files,
+    control answers and Starlette's own errors."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).update(SECURITY_HEADERS)
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 Handler = Callable[[Deps, Request], Response]
@@ -137,7 +167,6 @@ def page(deps: Callable[[], Deps], handler: Handler) -> Callable[[Request], Resp
             response = handler(deps(), request)
         except (ConfigError, ValueError) as exc:
             response = PlainTextResponse(str(exc), status_code=404)
-        response.headers.update(SECURITY_HEADERS)
         return response
 
     return endpoint
@@ -149,8 +178,12 @@ StreamHandler = Callable[[Deps, Request], Awaitable[Response]]
 def stream(deps: Callable[[], Deps], handler: StreamHandler,
            ) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
+        d = deps()
+        if d.open_streams >= MAX_STREAMS:
+            return PlainTextResponse(f"{MAX_STREAMS} live pages are open already: close some, "
+                                     "then reload", status_code=503)
         try:
-            return await handler(deps(), request)
+            return await handler(d, request)
         except (ConfigError, ValueError) as exc:
             return PlainTextResponse(str(exc), status_code=404)
 
@@ -191,7 +224,7 @@ async def runs_stream(d: Deps, request: Request) -> Response:
     sources = [sse.Source(RUNS_STARTED, "run", ""),
                *(sse.Source(RunKeys(r).events, "task", r) for r in ids)]
     cursor = start_cursor(request, len(sources))
-    return sse_response(sse.follow(d.aconn, sources, cursor, None, d.config.idle_block_ms))
+    return sse_response(d, sse.follow(d.aconn, sources, cursor, None, d.config.idle_block_ms))
 
 
 def start_cursor(request: Request, count: int) -> list[str]:
@@ -202,8 +235,18 @@ def start_cursor(request: Request, count: int) -> list[str]:
             or ["0-0"] * count)
 
 
-def sse_response(frames: AsyncIterator[str]) -> StreamingResponse:
-    return StreamingResponse(frames, media_type="text/event-stream", headers=SSE_HEADERS)
+def sse_response(d: Deps, frames: AsyncIterator[str]) -> StreamingResponse:
+    """The frames as an event stream, counted among the open streams while it lasts."""
+
+    async def counted() -> AsyncIterator[str]:
+        d.open_streams += 1
+        try:
+            async for text in frames:
+                yield text
+        finally:
+            d.open_streams -= 1
+
+    return StreamingResponse(counted(), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 # --- a run -------------------------------------------------------------------------------------
@@ -220,14 +263,16 @@ def filters(request: Request) -> dict[str, str | None]:
 
 def run_page(d: Deps, request: Request) -> Response:
     # Transcripts on a page of their own: the body is read again after every change.
-    view = load_run_view(run_handle(d, request), with_transcripts=False)
+    view = load_run_view(run_handle(d, request), with_transcripts=False,
+                         messages_shown=MESSAGES_SHOWN)
     return html(render("run.html", standalone=False, control=d.config.allow_control,
                        note=request.query_params.get("note"), **filters(request),
                        **run_values(view, now_ms())))
 
 
 def run_body(d: Deps, request: Request) -> Response:
-    view = load_run_view(run_handle(d, request), with_transcripts=False)
+    view = load_run_view(run_handle(d, request), with_transcripts=False,
+                         messages_shown=MESSAGES_SHOWN)
     return html(render("_run_body.html", standalone=False, **filters(request),
                        **run_values(view, now_ms())))
 
@@ -253,7 +298,7 @@ async def run_stream(d: Deps, request: Request) -> Response:
         status = await d.aconn.hget(keys.state, "status")
         return status is None or RunStatus(status).finished
 
-    return sse_response(sse.follow(d.aconn, sources, start_cursor(request, 2), ended,
+    return sse_response(d, sse.follow(d.aconn, sources, start_cursor(request, 2), ended,
                                    d.config.idle_block_ms))
 
 
@@ -282,9 +327,11 @@ def team_body(d: Deps, request: Request) -> Response:
 
 async def team_stream(d: Deps, request: Request) -> Response:
     keys = TeamKeys(check_team_name(request.path_params["team"]))
+    if not await d.aconn.exists(keys.meta):
+        raise ConfigError(f"no team {keys.team}")
     sources = [sse.Source(keys.events, "task", keys.team),
                sse.Source(keys.bus, "message", keys.team)]
-    return sse_response(sse.follow(d.aconn, sources, start_cursor(request, 2), None,
+    return sse_response(d, sse.follow(d.aconn, sources, start_cursor(request, 2), None,
                                    d.config.idle_block_ms))
 
 

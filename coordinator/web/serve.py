@@ -4,7 +4,6 @@ with uvicorn until interrupted."""
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 import socket
 
@@ -12,16 +11,8 @@ import click
 import uvicorn
 from teamctl.coordinator.web.app import DashboardConfig, create_app
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.hosts import is_loopback_host
 from teamctl.shared.redis.connection import SentinelURL, connect
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -54,10 +45,12 @@ def serve(redis_url: str, *, host: str, port: int, allow_control: bool) -> None:
     click.echo(f"teamctl dashboard: http://{shown}:{bound_port}/ ({mode})", err=True)
     if token:
         click.echo(f"control token: {token}", err=True)
-    if not is_loopback(host):
+    if not is_loopback_host(host):
         click.echo(f"note: listening on {host}, not loopback: anyone who reaches it reads what "
                    "the models wrote" + ("; control needs the token" if token else ""), err=True)
     app = create_app(DashboardConfig(redis_url=redis_url, allow_control=allow_control,
-                                     token=token, loopback_only=is_loopback(host)))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+                                     token=token, loopback_only=is_loopback_host(host)))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                            # live pages never end by themselves
+                                            timeout_graceful_shutdown=2))
     server.run(sockets=[sock])
