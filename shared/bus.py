@@ -236,6 +236,13 @@ class MessageBus:
         return [envelope_from_stream(eid, fields)
                 for eid, fields in self.conn.xrange(self.keys.bus)]
 
+    def latest(self, count: int) -> list[Envelope]:
+        """The last `count` messages on the bus, in order (one bounded read, for a page)."""
+        if not self.enabled:
+            return []
+        return [envelope_from_stream(eid, fields)
+                for eid, fields in reversed(self.conn.xrevrange(self.keys.bus, count=count))]
+
     def tail(self, after_id: str, block_ms: int | None) -> list[Envelope]:
         """Messages after `after_id`, waiting up to `block_ms` for one (None: no wait)."""
         streams = {self.keys.bus: after_id}

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.store import RunStore
+from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.runs.store import RunEnd, RunStore
 
 from tests.support.web import HOSTILE, finished_run, served, start_run
 
@@ -90,7 +91,11 @@ def test_a_bad_or_unknown_run_id_is_a_one_line_404(dashboard: str) -> None:
 
 
 def test_the_static_files_come_from_the_package(dashboard: str) -> None:
-    assert "EventSource" in httpx.get(dashboard + "/static/app.js", timeout=10).text
+    script = httpx.get(dashboard + "/static/app.js", timeout=10)
+    assert "EventSource" in script.text
+    # Every answer carries the policy, static files and errors too: no framing, no other origin.
+    for answer in (script, httpx.get(dashboard + "/runs/nope", timeout=10)):
+        assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
     assert "svg.dag" in httpx.get(dashboard + "/static/style.css", timeout=10).text
 
 
@@ -100,7 +105,9 @@ def test_the_stream_resumes_after_last_event_id(conn: redis.Redis, run_id: str,
     whole = frames(dashboard, f"/runs/{run_id}/stream")
     kinds = [(f["event"], json.loads(f["data"]).get("status") or json.loads(f["data"]).get(
         "type")) for f in whole]
-    assert kinds[0] == ("task", "in_progress") and kinds[-1] == ("end", None)
+    # The plan's writing is a change of the run as a whole (its graph), then the tasks move.
+    assert kinds[:2] == [("state", None), ("task", "in_progress")]
+    assert kinds[-1] == ("end", None)
     assert ("message", "peer.message") in kinds
     claims = [json.loads(f["data"]) for f in whole if f["event"] == "task"
               and json.loads(f["data"])["status"] == "in_progress"]
@@ -263,6 +270,25 @@ def test_the_runs_page_hears_of_a_run_started_after_it_loaded(
     assert json.loads(data.removeprefix("data: "))["owner"] == run_id
     again = httpx.get(dashboard + "/", timeout=10).text
     assert run_id in html_lib.unescape(re.search(r'data-stream="([^"]+)"', again).group(1))
+
+
+def test_the_runs_page_hears_a_live_run_end(conn: redis.Redis, run_id: str,
+                                          dashboard: str) -> None:
+    """A run's end is a change of its row (status, duration, cost): the runs page's stream says
+    so, and the row shows it on reload."""
+    import html as html_lib
+    import re
+
+    run = start_run(conn, run_id)
+    page = httpx.get(dashboard + "/", timeout=10).text
+    stream_path = html_lib.unescape(re.search(r'data-stream="([^"]+)"', page).group(1))
+    run.store.finish(RunEnd(RunStatus.COMPLETED, 3600, output="done"))
+    with httpx.stream("GET", dashboard + stream_path, timeout=20) as response:
+        lines = response.iter_lines()
+        event = next(line for line in lines if line.startswith("event: "))
+        data = next(line for line in lines if line.startswith("data: "))
+    assert (event, json.loads(data.removeprefix("data: "))["owner"]) == ("event: state", run_id)
+    assert "s-completed" in httpx.get(dashboard + "/runs-body", timeout=10).text
 
 
 def test_team_control_sends_and_reviews_plans_only_with_the_token(

@@ -40,7 +40,10 @@ def render(template: str, /, **values: Any) -> str:
 def run_values(view: RunView, now_ms: int) -> dict[str, Any]:
     """What the run templates draw: the view, its DAG and its timeline."""
     return {"view": view, "dag": svg_dag.lay_out(view.tasks),
-            "timeline": timeline.lay_out(view.attempts, view.state.started_ms, now_ms),
+            # A run that ended stops its timeline there: an attempt whose end left the stream
+            # is drawn to the run's end, not stretched to today.
+            "timeline": timeline.lay_out(view.attempts, view.state.started_ms,
+                                         view.state.ended_ms or now_ms),
             "now_ms": now_ms}
 
 

@@ -16,6 +16,9 @@ from teamctl.shared.runs.store import RunState, parse_usage
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import EventKind, TaskEvent, TaskState
 
+MESSAGES_SHOWN = 200
+"""Bus messages a live page shows, the latest: it is read again after every change, while a run
+may keep 100,000 (the report, `teamctl messages` and `teamctl export` show them all)."""
 EVENTS_PAGE = 1000
 """Entries per XRANGE while the events stream is read (it keeps about 10000)."""
 ATTEMPT_ENDS = {EventKind.COMPLETED: "completed", EventKind.FAILED: "failed",
@@ -69,14 +72,18 @@ class RunView:
         return counts
 
 
-def load_run_view(run: RunHandle, *, with_transcripts: bool = True) -> RunView:
-    """Read the run (ConfigError if there is none) into a RunView."""
+def load_run_view(run: RunHandle, *, with_transcripts: bool = True,
+                  messages_shown: int | None = None) -> RunView:
+    """Read the run (ConfigError if there is none) into a RunView: every bus message, or the
+    last `messages_shown`."""
     spec = run.spec
+    # The streams first: a change made while the rest is read is then after the page's
+    # position, so its event still reaches the page, which reloads.
+    events = list(read_events(run.conn, run.keys.events))
+    messages = run.bus.messages() if messages_shown is None else run.bus.latest(messages_shown)
     state = run.store.state()
     usage = parse_usage(run.run_id, run.conn.hgetall(run.keys.usage))
     tasks = run.board.snapshot()
-    events = list(read_events(run.conn, run.keys.events))
-    messages = run.bus.messages()
     transcripts = (Transcripts(run.conn, run.keys, run.scripts).load_many(
         [t.task_id for t in tasks]) if with_transcripts else {})
     return RunView(run_id=run.run_id, spec=spec, state=state, usage=usage, tasks=tasks,

@@ -28,19 +28,20 @@ def runs_started_id(conn: redis.Redis) -> str:
 
 def run_rows(conn: redis.Redis, limit: int = RUNS_SHOWN) -> list[RunRow]:
     """The most recent runs, newest first."""
-    summaries = run_summaries(conn, list_runs(conn, limit))
+    run_ids = list_runs(conn, limit)
+    # Where each events stream stands first: a change made while the rows are read is then
+    # after the page's position, so it still reaches the page.
     pipe = conn.pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.xrevrange(RunKeys(run_id).events, count=1)
+    last_ids = {run_id: last[0][0] if last else "0-0"
+                for run_id, last in zip(run_ids, pipe.execute(), strict=True)}
+    summaries = run_summaries(conn, run_ids)
     for summary in summaries:
-        keys = RunKeys(summary.run_id)
-        pipe.hgetall(keys.counts)
-        pipe.xrevrange(keys.events, count=1)
-    replies = pipe.execute()
-    rows = []
-    for index, summary in enumerate(summaries):
-        counts, last = replies[2 * index], replies[2 * index + 1]
-        rows.append(RunRow(summary, {k: int(v) for k, v in counts.items() if int(v) > 0},
-                           last[0][0] if last else "0-0"))
-    return rows
+        pipe.hgetall(RunKeys(summary.run_id).counts)
+    return [RunRow(summary, {k: int(v) for k, v in counts.items() if int(v) > 0},
+                   last_ids[summary.run_id])
+            for summary, counts in zip(summaries, pipe.execute(), strict=True)]
 
 
 def live_rows(rows: list[RunRow]) -> list[RunRow]:

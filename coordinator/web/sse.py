@@ -105,9 +105,14 @@ async def follow(conn: Any, sources: list[Source], cursor: list[str],
             cursor_text = SEPARATOR.join(position.values())
             if fields.get("status") == EventKind.RUN_END:
                 finished = True
+                if ended is None:  # the runs page: that run's row changes
+                    yield frame("state", {"owner": source.owner, "id": entry_id}, cursor_text)
                 continue
             if source.kind == "task" and not fields.get("task_id") and not fields.get("mate"):
-                continue  # a wake-up for the coordinator, not a change
+                # The run as a whole moved (its plan written, a signal to its coordinator): the
+                # page shows the run's status and graph, so it reloads them too.
+                yield frame("state", {"owner": source.owner, "id": entry_id}, cursor_text)
+                continue
             event = {"task": "task", "run": "run"}.get(source.kind, "message")
             yield frame(event, payload(source, entry_id, fields), cursor_text)
         if finished and ended is not None:  # a run's own page: the run is over

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from teamctl.coordinator.web.run_data import MESSAGES_SHOWN
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.teams.tasks import TeamTask, TeamTasks
@@ -40,6 +41,9 @@ LEAD_INBOX_SHOWN = 50
 def load_team_view(store: TeamStore) -> TeamView:
     """Read the team (ConfigError if there is none) into a TeamView, writing nothing."""
     store.meta()
+    # The streams first: a change made while the rest is read then still reaches the page.
+    last = store.conn.xrevrange(store.keys.events, count=1)
+    messages = store.bus.latest(MESSAGES_SHOWN)
     mates = store.mates()
     pipe = store.conn.pipeline(transaction=False)
     for mate in mates:
@@ -48,8 +52,6 @@ def load_team_view(store: TeamStore) -> TeamView:
     rows = [MateRow(mate, bool(turn), store.unread_count(mate.name))
             for mate, turn in zip(mates, live, strict=True)]
     _, lead_inbox = store.peek(LEAD, LEAD_INBOX_SHOWN)
-    messages = store.bus.messages()
-    last = store.conn.xrevrange(store.keys.events, count=1)
     return TeamView(team=store.team, mates=rows, lead_unread=store.unread_count(LEAD),
                     lead_inbox=lead_inbox, requests=store.requests(pending_only=True),
                     tasks=TeamTasks(store).snapshot(), messages=messages,

@@ -24,17 +24,25 @@
     log.scrollTop = log.scrollHeight;
   }
 
+  // A change that comes while a reload is under way is not lost: one more reload follows it.
+  var again = false;
+
   function refresh() {
-    if (!refreshUrl || pending) { return; }
+    if (!refreshUrl) { return; }
+    if (pending) { again = true; return; }
     pending = true;
     setTimeout(function () {
+      again = false;
       fetch(refreshUrl + window.location.search, {credentials: "same-origin"})
         .then(function (r) { return r.ok ? r.text() : null; })
         .then(function (html) {
           var target = document.getElementById("live-body");
           if (html !== null && target) { target.innerHTML = html; }  // server-escaped HTML
         })
-        .finally(function () { pending = false; });
+        .finally(function () {
+          pending = false;
+          if (again) { refresh(); }
+        });
     }, 1000);
   }
 
@@ -49,6 +57,7 @@
             (d.worker ? " on " + d.worker : ""));
     refresh();
   });
+  source.addEventListener("state", function () { refresh(); });
   source.addEventListener("run", function (e) {
     // A run started: load the page again, whose stream then follows that run's events too.
     logLine(JSON.parse(e.data).owner + " started");
