@@ -22,7 +22,9 @@ AttributeValue = str | int | float | bool
 Attributes = Mapping[str, AttributeValue | None]
 """Span attributes; a None value is left out."""
 FLUSH_TIMEOUT_MS = 5_000
-"""The longest a process waits at its end (a forked job's os._exit) for its spans to export."""
+"""What a process gives its spans' export at its end (a forked job's os._exit). The SDK's batch
+processor (1.45) waits for the exporter regardless, so the bound that holds is the export's own
+timeout (OTEL_EXPORTER_OTLP_TIMEOUT, 2 s unless set) per batch."""
 EXPORT_TIMEOUT_S = 2.0
 """How long one export may take, its retries included, unless OTEL_EXPORTER_OTLP_TIMEOUT says:
 each job flushes its spans before it ends, so a collector that is down costs each job this
@@ -60,6 +62,11 @@ class Span(Protocol):
 
     def link(self, traceparent: str | None, attributes: Attributes | None = None) -> None:
         """Link to another span (a message's sender): related, not a parent."""
+        ...
+
+    def fail(self, error_type: str) -> None:
+        """Mark the span failed (status ERROR, `error.type`) for work that ended badly without
+        raising: a failed task, a turn that ended on an error."""
         ...
 
     def end(self, error: BaseException | None = None) -> None:
@@ -104,6 +111,9 @@ class NoSpan:
         """Nothing to record."""
 
     def link(self, traceparent: str | None, attributes: Attributes | None = None) -> None:
+        """Nothing to record."""
+
+    def fail(self, error_type: str) -> None:
         """Nothing to record."""
 
     def end(self, error: BaseException | None = None) -> None:

@@ -25,7 +25,10 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 INSTRUMENTATION = "teamctl"
 AttributeValue = str | int | float | bool
 Attributes = Mapping[str, AttributeValue | None]
-"""As shared/tracing.py names them (which imports this module, so this one cannot import it)."""
+"""As shared/tracing.py names them: shared/tracing.py imports this module (when tracing is on),
+and the layout test keeps imports free of cycles, lazy ones included."""
+FLUSH_TIMEOUT_MS = 5_000
+"""shared/tracing.py's FLUSH_TIMEOUT_MS, the default of close()."""
 
 
 class OtelSpan:
@@ -55,11 +58,14 @@ class OtelSpan:
         if context is not None:
             self._span.add_link(context, kept(attributes or {}))
 
+    def fail(self, error_type: str) -> None:
+        self._span.set_attribute("error.type", error_type)
+        self._span.set_status(Status(StatusCode.ERROR, error_type))
+
     def end(self, error: BaseException | None = None) -> None:
         if error is not None:
             # The type only: an error's text may quote what a model wrote.
-            self._span.set_attribute("error.type", type(error).__name__)
-            self._span.set_status(Status(StatusCode.ERROR, type(error).__name__))
+            self.fail(type(error).__name__)
         self._span.end()
 
     def __enter__(self) -> OtelSpan:
@@ -94,7 +100,7 @@ class OtelTracing:
         # An empty Context, not None: None would mean OpenTelemetry's current (global) one.
         return start_span(self._tracer, name, context or Context(), attributes, links)
 
-    def close(self, timeout_ms: int = 5_000) -> None:
+    def close(self, timeout_ms: int = FLUSH_TIMEOUT_MS) -> None:
         self._provider.force_flush(timeout_ms)
         self._provider.shutdown()
 

@@ -7,7 +7,6 @@ attempt or turn (shared/agent/workspace_mirror.py)."""
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from dataclasses import dataclass
 from enum import StrEnum
@@ -15,6 +14,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import redis
+from teamctl.shared.hosts import is_loopback_host
 from teamctl.shared.keys import KeySpace
 from teamctl.shared.redis.connection import outage_of, same_server
 from teamctl.shared.redis.scripts import Scripts
@@ -26,7 +26,6 @@ PAGE_BLOBS = 8
 """Contents per MGET: a reply of a few files (1 MiB each by default), never a whole workspace."""
 UNADOPTED_BLOB_TTL_MS = 3_600_000
 """How long content written for a save that never ran (its writer died) is kept."""
-LOCAL_HOSTS = frozenset({"localhost"})
 
 
 class SaveVerdict(StrEnum):
@@ -89,12 +88,7 @@ def _this_host_only(redis_url: str) -> bool:
         return True
     if parts.scheme not in ("redis", "rediss") or not host:
         return False
-    if host in LOCAL_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(host)
 
 
 class WorkspaceFiles:

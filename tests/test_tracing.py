@@ -301,6 +301,8 @@ def test_a_budget_stop_is_an_event_of_the_attempt_and_of_the_run(
     [attempt] = receiver.wait_for("invoke_agent m1", where=in_run(run_id))
     assert "teamctl.budget.exceeded" in attempt.event_names()
     assert attempt.attributes["teamctl.outcome"] == "failed"
+    # A failed task is a failed span (status ERROR), though the attempt raised nothing.
+    assert (attempt.status_code, attempt.attributes["error.type"]) == (2, "TaskFailed")
     workflow = one(of_run(receiver, attempt.trace_id), "invoke_workflow")
     assert "teamctl.budget.exceeded" in workflow.event_names()
 
@@ -599,3 +601,14 @@ def test_a_job_of_the_warm_fork_worker_exports_under_the_span_in_its_meta(
     assert TaskBoard(conn, RunKeys(run_id)).get("t").output == "done"
     chats = [s for s in receiver.snapshot() if s.parent_id == attempt.span_id]
     assert [s.name for s in chats] == [f"chat openai/m1-{run_id}"]
+
+
+def test_a_tool_result_that_looks_like_an_error_puts_no_text_of_its_own_in_the_span() -> None:
+    """A tool's own output may start like teamctl's tool errors (a fetched page can say
+    anything): only an error type shaped like a name reaches the span."""
+    from teamctl.shared.agent.tools import tool_error, tool_result_attributes
+
+    hostile = 'TOOL_ERROR: {"errorType": "<script>x</script> a very long story"}'
+    assert tool_result_attributes(hostile)["error.type"] is None
+    real = tool_error("fetch", "call_1", "TimeoutError", "took too long")
+    assert tool_result_attributes(real)["error.type"] == "TimeoutError"

@@ -6,7 +6,6 @@ import the MCP SDK nor start a server. The worker's side is mcp_tools.py.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -23,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.hosts import is_loopback_host
 
 SEPARATOR = "__"
 """Between the server's name and the tool's in the name the model sees (`git__git_log`)."""
@@ -75,13 +75,7 @@ def private_destination(url: str) -> bool:
     parts = urlsplit(url)
     if parts.scheme == "https":
         return True
-    host = (parts.hostname or "").rstrip(".").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(parts.hostname or "")
 
 
 class McpServer(BaseModel):

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import json
 import logging
+import re
 import traceback
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -398,12 +399,19 @@ def tool_call_attributes(name: str, call_id: str, raw_arguments: str) -> Attribu
             "teamctl.tool.arguments_bytes": len(raw_arguments.encode())}
 
 
+ERROR_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+"""What a tool error's type looks like (ValueError, TIMEOUT, ...)."""
+
 def tool_result_attributes(result: str) -> Attributes:
-    """What an execute_tool span says of the result: its size, and the error's type if any."""
+    """What an execute_tool span says of the result: its size, and the error's type if any.
+
+    A Python or MCP tool's own text may also start like a tool error (a fetched page can say
+    anything), so only a type shaped like teamctl's names reaches the span."""
     error_type = None
     if result.startswith(TOOL_ERROR_PREFIX):
         with contextlib.suppress(ValueError, AttributeError):
-            error_type = str(json.loads(result[len(TOOL_ERROR_PREFIX):]).get("errorType"))
+            found = json.loads(result[len(TOOL_ERROR_PREFIX):]).get("errorType")
+            error_type = found if isinstance(found, str) and ERROR_TYPE.fullmatch(found) else None
     return {"teamctl.tool.result_chars": len(result), "error.type": error_type}
 
 

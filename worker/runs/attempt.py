@@ -49,6 +49,10 @@ from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
 from teamctl.worker.runs.replay import ReplayingClient
 from teamctl.worker.runs.task_prompt import build_dispatch_input
 
+FAILED_OUTCOMES = {"failed": "TaskFailed", "abandoned": "AttemptAbandoned",
+                   "stale": "StaleWrite"}
+"""An attempt's outcomes that mark its span failed, and the error type each records."""
+
 
 @dataclass
 class JobContext:
@@ -109,7 +113,10 @@ class Attempt:
         try:
             with self.span:
                 outcome = self._run(member, task)
-                self.span.set({"teamctl.outcome": outcome.partition(":")[0]})
+                ended = outcome.partition(":")[0]
+                self.span.set({"teamctl.outcome": ended})
+                if ended in FAILED_OUTCOMES:  # an outcome, not an exception: say it failed
+                    self.span.fail(FAILED_OUTCOMES[ended])
                 return outcome
         finally:
             if self.mcp:

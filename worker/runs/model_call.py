@@ -50,7 +50,7 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
         if outcome.reply is not None:
             span.set(reply_attributes(outcome.reply))
         else:
-            span.set({"error.type": "ModelError"})
+            span.fail("ModelError")
     if not calls.finish(call, attempt, outcome):
         return f"{call} attempt {attempt}: outcome refused (the coordinator moved on)"
     return f"{call} attempt {attempt}: {'failed' if outcome.error else 'answered'}"

@@ -202,7 +202,7 @@ class Turn:
                     log.exception("turn of %s failed", self.mate.name)
                     error = shorten(str(exc) or type(exc).__name__, 500)
                     verdict = self._end(f"error: {shorten(error, 120)}", "", error=error)
-                    span.set({"error.type": type(exc).__name__})
+                    span.fail(type(exc).__name__)
                 span.set({"teamctl.outcome": verdict})
             if verdict != "continue":
                 return verdict
