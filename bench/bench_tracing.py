@@ -27,7 +27,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.tracing import TRACEPARENT_META
 
-from bench.bench_worker import make_run, registered_pids, worker
+from bench.bench_worker import make_run, registered_pids, wait_for_flag, worker
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 from tests.support.otlp_receiver import otlp_receiver
@@ -37,16 +37,8 @@ ROUNDS = 5
 QUEUES = {"off": "plain", "on": "traced"}
 PARENT = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
 """The round's span a traced job's meta names, as a coordinator's dispatch would."""
-WAIT_TIMEOUT_S = 300.0
 RATIO_GOAL = 1.25
 
-
-def _wait(predicate: object, what: str) -> None:
-    deadline = time.monotonic() + WAIT_TIMEOUT_S
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.005)  # polling a finished flag; nothing to block on
 
 
 def per_task_ms(queue: Queue, run_id: str, tasks: range) -> float:
@@ -55,8 +47,8 @@ def per_task_ms(queue: Queue, run_id: str, tasks: range) -> float:
     started = time.perf_counter()
     jobs = [queue.enqueue("teamctl.worker.jobs.run_task", run_id, f"t{n}", job_timeout=600,
                           result_ttl=600, meta={TRACEPARENT_META: PARENT}) for n in tasks]
-    _wait(lambda: jobs[-1].get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED),
-          "the last job")
+    wait_for_flag(lambda: jobs[-1].get_status(refresh=True) in (JobStatus.FINISHED,
+                                                               JobStatus.FAILED), "the last job")
     elapsed_ms = (time.perf_counter() - started) * 1000
     statuses = {Job.fetch(j.id, connection=queue.connection).get_status() for j in jobs}
     if statuses != {JobStatus.FINISHED}:
@@ -81,7 +73,7 @@ def collect() -> tuple[dict[str, float], float]:
             worker_command(url, [QUEUES[label]]), logs / f"{label}.log", url,
             {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if label == "on" else None))
             for label in QUEUES]
-        _wait(lambda: {p.pid for p in processes} <= registered_pids(url), "both workers")
+        wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url), "both workers")
         conn = redis.Redis.from_url(url, decode_responses=True)
         rq_conn = redis.Redis.from_url(url)
         times: dict[str, list[float]] = {label: [] for label in QUEUES}

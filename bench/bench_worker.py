@@ -72,7 +72,7 @@ def worker(command: list[str], log_path: Path, url: str,
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=env)
     try:
-        _wait(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
+        wait_for_flag(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
         yield process
     finally:
         stop_process(process, timeout_s=30)
@@ -94,11 +94,12 @@ def worker_fleet(url: str, count: int, log_dir: Path) -> Iterator[list[subproces
         processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
                                                 log_dir / f"worker{n}.log", url))
                      for n in range(count)]
-        _wait(lambda: {p.pid for p in processes} <= registered_pids(url), f"{count} workers")
+        wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url),
+                      f"{count} workers")
         yield processes
 
 
-def _wait(predicate: object, what: str) -> None:
+def wait_for_flag(predicate: object, what: str) -> None:
     deadline = time.monotonic() + WAIT_TIMEOUT_S
     while not predicate():  # type: ignore[operator]
         if time.monotonic() > deadline:
@@ -123,8 +124,8 @@ def per_task_ms(queue: Queue, jobs: list[tuple[str, tuple[str, ...]]]) -> float:
     started = time.perf_counter()
     enqueued = [queue.enqueue(fn, *args, job_timeout=600, result_ttl=600) for fn, args in jobs]
     last = enqueued[-1]
-    _wait(lambda: last.get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED),
-          "the last job")
+    wait_for_flag(lambda: last.get_status(refresh=True) in (JobStatus.FINISHED,
+                                                           JobStatus.FAILED), "the last job")
     elapsed_ms = (time.perf_counter() - started) * 1000
     statuses = {Job.fetch(j.id, connection=queue.connection).get_status() for j in enqueued}
     if statuses != {JobStatus.FINISHED}:
