@@ -14,20 +14,18 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import redis
 from rq import Queue
-from rq.job import Job, JobStatus
 from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.tracing import TRACEPARENT_META
 
-from bench.bench_worker import make_run, registered_pids, wait_for_flag, worker
+from bench.bench_worker import make_run, per_task_ms, registered_pids, wait_for_flag, worker
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 from tests.support.otlp_receiver import otlp_receiver
@@ -41,19 +39,11 @@ RATIO_GOAL = 1.25
 
 
 
-def per_task_ms(queue: Queue, run_id: str, tasks: range) -> float:
-    """Enqueue the run's tasks at once (a traceparent in each meta) and time until the last one
-    finished on the queue's one worker."""
-    started = time.perf_counter()
-    jobs = [queue.enqueue("teamctl.worker.jobs.run_task", run_id, f"t{n}", job_timeout=600,
-                          result_ttl=600, meta={TRACEPARENT_META: PARENT}) for n in tasks]
-    wait_for_flag(lambda: jobs[-1].get_status(refresh=True) in (JobStatus.FINISHED,
-                                                               JobStatus.FAILED), "the last job")
-    elapsed_ms = (time.perf_counter() - started) * 1000
-    statuses = {Job.fetch(j.id, connection=queue.connection).get_status() for j in jobs}
-    if statuses != {JobStatus.FINISHED}:
-        raise RuntimeError(f"some jobs did not finish: {statuses}")
-    return elapsed_ms / len(jobs)
+def run_tasks_ms(queue: Queue, run_id: str, tasks: range) -> float:
+    """Per-task ms of the run's tasks `tasks`, enqueued at once with a traceparent in each meta,
+    on the queue's one worker."""
+    return per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}")) for n in tasks],
+                       meta={TRACEPARENT_META: PARENT})
 
 
 def collect() -> tuple[dict[str, float], float]:
@@ -84,8 +74,8 @@ def collect() -> tuple[dict[str, float], float]:
                 run_id = f"bench-tracing-{label}-{round_no}-{os.getpid()}"
                 make_run(conn, run_id, model, llm.api_base, TASKS + 1, workspace)
                 queue = Queue(QUEUES[label], connection=rq_conn)
-                per_task_ms(queue, run_id, range(1))  # a warm-up job, not counted
-                times[label].append(per_task_ms(queue, run_id, range(1, TASKS + 1)))
+                run_tasks_ms(queue, run_id, range(1))  # a warm-up job, not counted
+                times[label].append(run_tasks_ms(queue, run_id, range(1, TASKS + 1)))
                 done = [t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()]
                 if done.count("completed") != TASKS + 1:
                     raise RuntimeError(f"{label}: tasks not all completed: {done}")

@@ -119,10 +119,13 @@ def make_run(conn: redis.Redis, run_id: str, model: str, api_base: str, tasks: i
         [TaskSpec(id=f"t{n}", member_id="m1", task=f"task {n}") for n in range(tasks)])
 
 
-def per_task_ms(queue: Queue, jobs: list[tuple[str, tuple[str, ...]]]) -> float:
-    """Enqueue the jobs at once and time until the last one (FIFO, one worker) finished."""
+def per_task_ms(queue: Queue, jobs: list[tuple[str, tuple[str, ...]]],
+                meta: dict[str, str] | None = None) -> float:
+    """Enqueue the jobs at once (each with `meta`) and time until the last one (FIFO, one
+    worker) finished."""
     started = time.perf_counter()
-    enqueued = [queue.enqueue(fn, *args, job_timeout=600, result_ttl=600) for fn, args in jobs]
+    enqueued = [queue.enqueue(fn, *args, job_timeout=600, result_ttl=600, meta=meta)
+                for fn, args in jobs]
     last = enqueued[-1]
     wait_for_flag(lambda: last.get_status(refresh=True) in (JobStatus.FINISHED,
                                                            JobStatus.FAILED), "the last job")
