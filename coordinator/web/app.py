@@ -40,7 +40,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.ids import check_request_id, check_run_id, check_task_id, check_team_name
-from teamctl.shared.keys import RUNS_STARTED, RunKeys, TeamKeys
+from teamctl.shared.keys import RUNS_STARTED, KeySpace, RunKeys, TeamKeys
 from teamctl.shared.lease import lease_owner
 from teamctl.shared.redis.connection import SOCKET_TIMEOUT_S, connect
 from teamctl.shared.runs.handle import RunHandle
@@ -291,15 +291,12 @@ async def run_stream(d: Deps, request: Request) -> Response:
     keys = RunKeys(check_run_id(request.path_params["run_id"]))
     if not await d.aconn.exists(keys.spec):
         raise ConfigError(f"no run {keys.run_id}")
-    sources = [sse.Source(keys.events, "task", keys.run_id),
-               sse.Source(keys.bus, "message", keys.run_id)]
 
     async def ended() -> bool:
         status = await d.aconn.hget(keys.state, "status")
         return status is None or RunStatus(status).finished
 
-    return sse_response(d, sse.follow(d.aconn, sources, start_cursor(request, 2), ended,
-                                   d.config.idle_block_ms))
+    return follow_space(d, request, keys, ended)
 
 
 # --- teams -------------------------------------------------------------------------------------
@@ -329,10 +326,16 @@ async def team_stream(d: Deps, request: Request) -> Response:
     keys = TeamKeys(check_team_name(request.path_params["team"]))
     if not await d.aconn.exists(keys.meta):
         raise ConfigError(f"no team {keys.team}")
-    sources = [sse.Source(keys.events, "task", keys.team),
-               sse.Source(keys.bus, "message", keys.team)]
-    return sse_response(d, sse.follow(d.aconn, sources, start_cursor(request, 2), None,
-                                   d.config.idle_block_ms))
+    return follow_space(d, request, keys, None)
+
+
+def follow_space(d: Deps, request: Request, keys: KeySpace,
+                 ended: Callable[[], Awaitable[bool]] | None) -> StreamingResponse:
+    """A run's or a team's page stream: its task changes and its bus, from the page's cursor."""
+    sources = [sse.Source(keys.events, "task", keys.name),
+               sse.Source(keys.bus, "message", keys.name)]
+    return sse_response(d, sse.follow(d.aconn, sources, start_cursor(request, 2), ended,
+                                      d.config.idle_block_ms))
 
 
 # --- control (--allow-control) -----------------------------------------------------------------
