@@ -12,6 +12,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 
 import redis
 from teamctl.shared.board import TaskBoard
@@ -105,7 +106,7 @@ def collect(repeats: int = 5) -> dict[str, tuple[float, float]]:
             runs.setdefault("cycle", []).append(measured(conn, lambda: cycle_us(conn, scripts)))
             for n in DRAIN_SIZES:
                 runs.setdefault(f"drain{n}", []).append(
-                    measured(conn, lambda n=n: create_and_drain_ms(conn, scripts, n)))
+                    measured(conn, partial(create_and_drain_ms, conn, scripts, n)))
     return {name: medians(values) for name, values in runs.items()}
 
 

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import httpx
 import redis
@@ -80,7 +81,7 @@ def drive(boards: list[TaskBoard], changes: int, settled: Callable[[int], bool])
     for i in range(changes):
         index = i % len(boards)
         tokens[index] = change(boards[index], tokens.get(index))
-        wait_for(lambda i=i: settled(i), f"change {i} to settle")
+        wait_for(partial(settled, i), f"change {i} to settle")
 
 
 @dataclass

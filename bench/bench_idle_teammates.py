@@ -33,7 +33,7 @@ from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
 from bench import slowlog
-from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker_fleet
+from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
@@ -102,9 +102,9 @@ def wake_s(store: TeamStore, llm: ScriptedLLM, name: str) -> float:
     _, woke = store.send("lead", name, "Anything new?")
     if not woke:
         raise RuntimeError(f"{name} was not woken")
-    _wait(lambda: len(llm.request_times[MODEL]) > seen, f"{name}'s turn")
+    wait_for_flag(lambda: len(llm.request_times[MODEL]) > seen, f"{name}'s turn")
     elapsed = llm.request_times[MODEL][seen] - started
-    _wait(lambda: idle_count(store.conn, [name]) == 1, f"{name} idle again")
+    wait_for_flag(lambda: idle_count(store.conn, [name]) == 1, f"{name} idle again")
     return elapsed
 
 
@@ -112,7 +112,7 @@ def noop_start_s(queue: Queue) -> float:
     """A no-op RQ job's enqueue until a worker started it (the worker's own timestamp)."""
     started = time.time()
     job = queue.enqueue(NOOP_JOB, result_ttl=600)
-    _wait(lambda: job.get_status(refresh=True) == JobStatus.FINISHED, "a no-op job")
+    wait_for_flag(lambda: job.get_status(refresh=True) == JobStatus.FINISHED, "a no-op job")
     begun = Job.fetch(job.id, connection=queue.connection).started_at
     assert begun is not None
     return begun.timestamp() - started

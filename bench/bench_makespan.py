@@ -41,7 +41,8 @@ def random_dag(seed: int) -> tuple[list[dict[str, object]], dict[str, float]]:
     """Plan tasks (each on its own member, so each has its own scripted latency) and latencies:
     task i depends on up to MAX_DEPS earlier tasks."""
     rng = random.Random(seed)
-    tasks, latency = [], {}
+    tasks: list[dict[str, object]] = []
+    latency: dict[str, float] = {}
     for i in range(TASKS):
         deps = sorted(rng.sample(range(i), rng.randint(0, min(i, MAX_DEPS)))) if i else []
         tasks.append({"id": f"t{i}", "memberId": f"m{i}", "task": f"step {i}",

@@ -64,7 +64,7 @@ def add_messages(conn: redis.Redis, count: int) -> None:
 
 def add_teammates(conn: redis.Redis, count: int) -> None:
     """`count` idle teammates of one team, with no turn queued."""
-    idle_team(conn, count)  # the caller keeps count within a team's max_teammates
+    idle_team(conn, count, room=0)  # the caller keeps count within a team's max_teammates
     doomed = list(conn.scan_iter("rq:*", count=1000))
     for at in range(0, len(doomed), 500):
         conn.delete(*doomed[at:at + 500])

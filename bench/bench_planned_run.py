@@ -30,7 +30,7 @@ from teamctl.shared.task_records import TaskStatus
 
 from bench import slowlog
 from bench.bench_startup import teamctl
-from bench.bench_worker import _wait, worker_fleet
+from bench.bench_worker import wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
@@ -47,7 +47,7 @@ LOG_DIR = Path(__file__).resolve().parent / "logs"
 
 def wide_dag(tasks: int, width: int) -> list[dict[str, object]]:
     """Layers of `width` tasks, each depending on two tasks of the layer before."""
-    plan = []
+    plan: list[dict[str, object]] = []
     for i in range(tasks):
         deps = sorted({f"t{d}" for d in (i - width, i - width + 1) if 0 <= d < i - i % width})
         plan.append({"id": f"t{i}", "memberId": "m1", "task": f"step {i}", "dependsOn": deps})
@@ -88,7 +88,7 @@ def cli_s(url: str, *args: str) -> tuple[float, float]:
 def wait_running(proc: subprocess.Popen[bytes], predicate: Callable[[], object],
                  what: str) -> None:
     """Wait for `predicate`, failing at once if the run ended first."""
-    _wait(lambda: predicate() or proc.poll() is not None, what)
+    wait_for_flag(lambda: predicate() or proc.poll() is not None, what)
     if not predicate():
         raise RuntimeError(f"teamctl run exited {proc.returncode} before {what}")
 
@@ -105,7 +105,7 @@ def first_claim_ms(conn: redis.Redis) -> int:
 
 def redis_ms(conn: redis.Redis) -> int:
     seconds, micros = conn.time()
-    return seconds * 1000 + micros // 1000
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 class Measured:

@@ -31,7 +31,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
-from bench.bench_worker import QUEUE, _wait, worker
+from bench.bench_worker import QUEUE, wait_for_flag, worker
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
@@ -59,7 +59,9 @@ class FirstCallHangs:
 
 def holder_pids(board: TaskBoard) -> tuple[int, int]:
     """The job process holding the claim, and its rq worker (its parent)."""
-    horse = int((board.get("work").worker or "").rsplit(":", 1)[1])
+    task = board.get("work")
+    assert task is not None, "the run's one task is on its board"
+    horse = int((task.worker or "").rsplit(":", 1)[1])
     parent = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
     return horse, parent
 
@@ -83,7 +85,7 @@ def one_kill(llm: ScriptedLLM, url: str, tmp: Path, n: int) -> tuple[float | Non
                                 "0", "--run-id", run_id],
                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
-        _wait(lambda: member.calls >= 1, "the first model call")
+        wait_for_flag(lambda: member.calls >= 1, "the first model call")
         horse, parent = holder_pids(board)
         killed_ms = time.time() * 1000
         os.kill(parent, signal.SIGKILL)
@@ -92,6 +94,7 @@ def one_kill(llm: ScriptedLLM, url: str, tmp: Path, n: int) -> tuple[float | Non
         member.release.set()
     run.wait(RUN_TIMEOUT_S)
     task = board.get("work")
+    assert task is not None, "the run's one task is on its board"
     completed = sum(1 for _id, f in conn.xrange(board.keys.events)
                     if f.get("task_id") == "work" and f.get("status") == "completed")
     if task.status.value != "completed":
@@ -132,7 +135,7 @@ def collect() -> tuple[list[float | None], list[int]]:
             for n in range(2):
                 start_worker(n)
             for n in range(KILLS):
-                _wait(lambda: live_workers(rq_conn) >= 2, "2 live workers")
+                wait_for_flag(lambda: live_workers(rq_conn) >= 2, "2 live workers")
                 seconds, completed = one_kill(llm, url, tmp, n)
                 times.append(seconds)
                 events.append(completed)

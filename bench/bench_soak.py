@@ -32,7 +32,7 @@ from teamctl.shared.teams.teammates import MateStatus
 from bench import slowlog
 from bench.bench_concurrent_runs import write_team
 from bench.bench_startup import teamctl
-from bench.bench_worker import QUEUE, _wait, worker_fleet
+from bench.bench_worker import QUEUE, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
@@ -69,7 +69,7 @@ def cycle(llm: ScriptedLLM, url: str, team: Path, run_id: str, store: TeamStore,
             store.send("lead", name, f"Anything new for {run_id}?")
         if proc.wait(timeout=RUN_TIMEOUT_S) != 0:
             raise RuntimeError(f"run {run_id} exited {proc.returncode}: see {log_dir}/run.log")
-    _wait(lambda: all_idle(store.conn, names), "the teammates idle")
+    wait_for_flag(lambda: all_idle(store.conn, names), "the teammates idle")
 
 
 def run(minutes: float, tasks: int, mates: int, workers: int) -> list[BenchFigure]:
@@ -91,7 +91,7 @@ def run(minutes: float, tasks: int, mates: int, workers: int) -> list[BenchFigur
             for name in names:
                 store.spawn(name, role="dev", prompt="Say ok.", model=mate_model,
                             api_base=llm.api_base, queue=QUEUE)
-            _wait(lambda: all_idle(conn, names), "the teammates idle")
+            wait_for_flag(lambda: all_idle(conn, names), "the teammates idle")
             slowlog.watch(conn)
             started = time.monotonic()
             end = started + minutes * 60

@@ -38,7 +38,7 @@ from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.team_file import load_team_file
 
-from bench.bench_worker import _wait, registered_pids, rss_mb, worker_fleet
+from bench.bench_worker import registered_pids, rss_mb, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
@@ -174,7 +174,7 @@ def embedded_team(state: Path) -> Iterator[dict[str, str]]:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = EmbeddedRedis(state / "redis").ensure()
         pool = {w.pid for w in WorkerPool(state / "pool", state / "logs").live()}
-        _wait(lambda: pool and pool <= registered_pids(url), "the local pool to register")
+        wait_for_flag(lambda: pool and pool <= registered_pids(url), "the local pool to register")
         yield env
     finally:
         WorkerPool(state / "pool", state / "logs").stop()
@@ -192,8 +192,8 @@ def coordinator_rss_mb(llm: ScriptedLLM, url: str, tmp: Path) -> float:
                                     "--workers", "0", "--run-id", "rss"],
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
-        _wait(lambda: store.exists() and store.state().status == "awaiting_approval",
-              "the run to wait for approval")
+        wait_for_flag(lambda: store.exists() and store.state().status == "awaiting_approval",
+                      "the run to wait for approval")
         return rss_mb(process.pid)
     finally:
         stop_process(process, timeout_s=30)

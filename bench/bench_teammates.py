@@ -25,11 +25,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import redis
 from rq import Queue, Worker
+from rq.job import Job, JobStatus
 from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskStatus
@@ -37,7 +39,7 @@ from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
-from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker
+from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker
 from bench.figures import BenchFigure
 from tests.support.llm import ScriptedLLM, ToolCalls
 
@@ -97,13 +99,13 @@ def wake_latencies_ms(store: TeamStore, llm: ScriptedLLM, model: str, name: str)
     """Per wake: the lead's send until the teammate's model request arrives (same clock)."""
     latencies = []
     for index in range(WAKES):
-        _wait(lambda: store.get(name).status is MateStatus.IDLE, f"{name} to be idle")
+        wait_for_flag(lambda: store.get(name).status is MateStatus.IDLE, f"{name} to be idle")
         time.sleep(WAKE_GAP_S)  # pacing, not synchronization: a lead that replies later
         seen = len(llm.request_times[model.removeprefix('openai/')])
         sent_s = time.monotonic()
         store.send("lead", name, f"wake {index}")
-        _wait(lambda seen=seen: len(llm.request_times[model.removeprefix('openai/')]) > seen,
-              "the teammate's model request")
+        wait_for_flag(lambda seen=seen: len(llm.request_times[model.removeprefix('openai/')])
+                      > seen, "the teammate's model request")
         latencies.append((llm.request_times[model.removeprefix('openai/')][seen] - sent_s) * 1000)
     return latencies
 
@@ -115,9 +117,10 @@ def noop_latencies_ms(conn: redis.Redis, count: int) -> list[float]:
     for _ in range(count):
         enqueued = datetime.now(UTC)
         job = queue.enqueue(NOOP_JOB)
-        _wait(lambda job=job: job.get_status(refresh=True) == "finished", "the no-op job")
-        job.refresh()
-        started = job.started_at.replace(tzinfo=UTC)
+        wait_for_flag(partial(_finished, job), "the no-op job")
+        started_at = Job.fetch(job.id, connection=conn).started_at
+        assert started_at is not None, "a finished job has started"
+        started = started_at.replace(tzinfo=UTC)
         latencies.append((started - enqueued).total_seconds() * 1000)
     return latencies
 
@@ -130,7 +133,7 @@ def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM) -> tuple[int, int]:
     store.spawn("carol", role="bench", prompt="Check the team, then answer.", model=name,
                 api_base=llm.api_base, queue=QUEUE)
     while True:
-        _wait(lambda: store.get("carol").status is MateStatus.IDLE, "carol to be idle")
+        wait_for_flag(lambda: store.get("carol").status is MateStatus.IDLE, "carol to be idle")
         if model.turns >= MID_TURNS:
             return model.delivered, model.turns
         # The mid-turn message of the last turn was handled by a turn of its own: the next
@@ -165,12 +168,13 @@ def auto_claim(store: TeamStore, llm: ScriptedLLM) -> tuple[list[float], list[fl
     tasks = TeamTasks(store)
     to_claim, to_request, not_one = [], [], 0
     for index in range(CLAIM_TASKS):
-        _wait(lambda: all(store.get(n).status is MateStatus.IDLE for n in models), "idle")
+        wait_for_flag(lambda: all(store.get(n).status is MateStatus.IDLE for n in models), "idle")
         before = {name: len(model.arrivals) for name, model in models.items()}
         added_s = time.monotonic()
         task, woke = tasks.add(f"task {index}", role="claimer")
         to_claim.append((time.monotonic() - added_s) * 1000)
-        _wait(lambda tid=task.task_id: tasks.get(tid).status is TaskStatus.COMPLETED, "the task")
+        wait_for_flag(lambda tid=task.task_id: tasks.get(tid).status is TaskStatus.COMPLETED,
+                      "the task")
         started = [n for n, m in models.items() if len(m.arrivals) > before[n]]
         not_one += started != woke or len(started) != 1
         if started:
@@ -186,7 +190,7 @@ def _url(store: TeamStore) -> str:
 def watch(conn: redis.Redis, llm: ScriptedLLM, model: str) -> Window:
     """Jobs, model requests, script calls and worker CPU over IDLE_WATCH_S of nothing to do."""
     queue = Queue(QUEUE, connection=conn)
-    pids = [w.pid for w in Worker.all(connection=conn)]
+    pids = [w.pid for w in Worker.all(connection=conn) if w.pid is not None]
     before = Window(queue.finished_job_registry.count + queue.count,
                     len(llm.request_times.get(model.removeprefix("openai/"), [])),
                     _script_calls(conn), sum(_cpu_s(pid) for pid in pids))
@@ -202,6 +206,10 @@ def _script_calls(conn: redis.Redis) -> int:
     return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("eval", "evalsha"))
 
 
+def _finished(job: Job) -> bool:
+    return job.get_status(refresh=True) == JobStatus.FINISHED
+
+
 def _cpu_s(pid: int) -> float:
     """User plus system CPU seconds of a process (from /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -213,10 +221,12 @@ def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str)
     for n in range(IDLE_MATES):
         store.spawn(f"idle{n}", role="idle", prompt="Rest.", model=model,
                     api_base=llm.api_base, queue=QUEUE)
-    _wait(lambda: all(m.status is MateStatus.IDLE for m in store.mates()), "every mate idle")
+    wait_for_flag(lambda: all(m.status is MateStatus.IDLE for m in store.mates()),
+                  "every mate idle")
     queue = Queue(QUEUE, connection=conn)
     # A turn ends (idle) just before its job does: let the last jobs finish first.
-    _wait(lambda: queue.count == 0 and queue.started_job_registry.count == 0, "jobs to finish")
+    wait_for_flag(lambda: queue.count == 0 and queue.started_job_registry.count == 0,
+                  "jobs to finish")
     return watch(conn, llm, model)
 
 

@@ -27,7 +27,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 
 from bench.bench_startup import teamctl
-from bench.bench_worker import NOOP_JOB, QUEUE, _wait, worker_fleet
+from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
@@ -46,7 +46,7 @@ def noop_jobs_per_s(url: str) -> float:
     jobs = queue.enqueue_many([Queue.prepare_data(NOOP_JOB, result_ttl=600)
                                for _ in range(TASKS)])
     last = jobs[-1]
-    _wait(lambda: queue.count == 0 and last.get_status(refresh=True) == JobStatus.FINISHED
+    wait_for_flag(lambda: queue.count == 0 and last.get_status(refresh=True) == JobStatus.FINISHED
           and queue.started_job_registry.count == 0, "the no-op jobs")
     return TASKS / (time.perf_counter() - started)
 

@@ -15,6 +15,7 @@ import argparse
 import os
 import resource
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -40,7 +41,7 @@ sys.stdin.read()  # until the probe closes its end
 for server in servers:
     server.stop()
 """
-Probe = Callable[[], None]
+Probe = Callable[[], object]
 
 
 def forked(probe: Probe) -> tuple[float, int]:
@@ -58,9 +59,9 @@ def forked(probe: Probe) -> tuple[float, int]:
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end) as result:
-        elapsed, faults = result.read().split()
+        elapsed_text, faults_text = result.read().split()
     os.waitpid(pid, 0)
-    return float(elapsed), int(faults)
+    return float(elapsed_text), int(faults_text)
 
 
 def main() -> int:
@@ -107,9 +108,10 @@ def report(http_base: str, https_base: str, parent_calls: str | None) -> None:
 
     def handshake() -> None:
         address = urlsplit(https_base)
+        context = http_handler.get_ssl_configuration()
+        assert isinstance(context, ssl.SSLContext), "litellm verifies with a context of its own"
         with socket.create_connection((address.hostname, address.port)) as raw, \
-                http_handler.get_ssl_configuration().wrap_socket(
-                    raw, server_hostname=address.hostname):
+                context.wrap_socket(raw, server_hostname=address.hostname):
             pass
 
     if parent_calls == "warm-up":

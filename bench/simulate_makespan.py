@@ -58,10 +58,16 @@ def chain_below(deps: list[list[int]], weight: Callable[[int], float]) -> list[f
     return below
 
 
+def _depends_on(task: dict[str, object]) -> list[str]:
+    depends_on = task["dependsOn"]
+    assert isinstance(depends_on, list)
+    return [str(d) for d in depends_on]
+
+
 def main() -> int:
     tasks, latency_by_id = random_dag(SEED)
     bound = max(lower_bound_s(tasks, latency_by_id))
-    deps = [[int(str(d)[1:]) for d in task["dependsOn"]] for task in tasks]  # type: ignore[union-attr]
+    deps = [[int(d[1:]) for d in _depends_on(task)] for task in tasks]
     latency = [latency_by_id[f"t{n}"] for n in range(len(tasks))]
     by_count = chain_below(deps, lambda _: 1.0)
     by_latency = chain_below(deps, lambda n: latency[n])

@@ -133,6 +133,7 @@ class ScriptedLLM:
     def api_base(self) -> str:
         assert self.server is not None
         host, port = self.server.server_address[:2]
+        assert isinstance(host, str)
         return f"{'https' if self.tls else 'http'}://{host}:{port}/v1"
 
     @property
@@ -236,7 +237,8 @@ class ScriptedLLM:
                 reply = state.next_reply(body, self.headers.get("Authorization"))
                 delay_s = state.latency_s(body)
                 if isinstance(reply, Slow):
-                    reply, delay_s = reply.reply, delay_s + reply.latency_s
+                    delay_s += reply.latency_s
+                    reply = reply.reply
                 if isinstance(reply, Held):
                     reply = state.hold(reply)
                 # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
