@@ -86,6 +86,24 @@ def test_claim_release_reassign_and_dependency_flow(conn: redis.Redis, run_id: s
     assert [s.stale_writes for s in board.snapshot()] == [0, 0]
 
 
+def test_a_task_waiting_on_two_is_ready_only_once_both_are_completed(
+        conn: redis.Redis, run_id: str) -> None:
+    board = make_board(conn, run_id, spec("a"), spec("b"), spec("c", "a", "b"))
+    token_a = board.claim("a", "m1", "host:1", TTL_S)
+    token_b = board.claim("b", "m1", "host:1", TTL_S)
+    assert token_a is not None and token_b is not None
+    assert board.complete("a", token_a, "one", 1) is WriteOutcome.APPLIED
+    # One of its two dependencies done: still pending, not claimable, not handed out.
+    assert state(board, "c").status is TaskStatus.PENDING
+    assert board.claim("c", "m1", "host:1", TTL_S) is None
+    assert board.next_ready(10) == []
+    assert board.complete("b", token_b, "two", 1) is WriteOutcome.APPLIED
+    assert view(board, "c") == (TaskStatus.READY, None, "ready", "Dependencies satisfied.", 5,
+                                None)
+    assert board.next_ready(10) == ["c"]
+    assert board.claim("c", "m1", "host:1", TTL_S) is not None
+
+
 def test_recover_timed_out_claims(conn: redis.Redis, run_id: str) -> None:
     """AI4J test_recover_timed_out_claims: an expired heartbeat key sends the task back."""
     board = make_board(conn, run_id, spec("t1"))

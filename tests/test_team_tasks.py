@@ -361,6 +361,33 @@ def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
     assert done["ok"] and tasks.get("task_1").output == "built"
 
 
+def test_a_team_task_waiting_on_two_is_ready_only_once_both_are_completed(
+        store: TeamStore) -> None:
+    tasks = TeamTasks(store)
+    alice, bob = start(store, "alice"), start(store, "bob")
+    tasks.add("first")
+    tasks.add("second")
+    tasks.add("both", after=["task_1", "task_2"])
+    tasks.claim("alice", alice, "task_1")
+    tasks.claim("bob", bob, "task_2")
+    assert tasks.complete("alice", alice, "task_1", "one") == ([], [])
+    # One of its two dependencies done: still pending, refused by claim_task, not handed out.
+    assert tasks.get("task_3").status is TaskStatus.PENDING
+    box = MateTools(store, "alice").toolbox()
+    refused = box.call("claim_task", json.dumps({"task_id": "task_3"}))
+    assert refused.startswith("TOOL_ERROR: ")
+    assert "task_3 is pending: it waits for task_2" in refused
+    assert tasks.get("task_3").status is TaskStatus.PENDING
+    again = box.call("complete_task", json.dumps({"task_id": "task_1", "result": "again"}))
+    assert again.startswith("TOOL_ERROR: ") and "task_1 is already completed" in again
+    assert tasks.get("task_1").output == "one"
+    ready, woken = tasks.complete("bob", bob, "task_2", "two")
+    assert (ready, woken) == (["task_3"], [])  # both teammates are working: nobody to wake
+    assert tasks.get("task_3").status is TaskStatus.READY
+    claimed = json.loads(box.call("claim_task", json.dumps({"task_id": "task_3"})))
+    assert claimed["ok"] is True and tasks.get("task_3").owner == "alice"
+
+
 def test_task_tools_refuse_what_the_board_does_not_allow(store: TeamStore) -> None:
     tasks = TeamTasks(store)
     start(store, "alice")
