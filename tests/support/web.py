@@ -44,8 +44,10 @@ class DrivenRun:
     bus: MessageBus
 
 
-def start_run(conn: redis.Redis, run_id: str, *, heartbeat_ttl_s: float = 30.0) -> DrivenRun:
-    """A running run of members m1, m2 with tasks `a` and `b` (b depends on a), no workers."""
+def start_run(conn: redis.Redis, run_id: str, *, heartbeat_ttl_s: float = 30.0,
+              tasks: list[TaskSpec] | None = None) -> DrivenRun:
+    """A running run of members m1, m2 with tasks `a` and `b` (b depends on a), or `tasks`,
+    no workers."""
     spec = RunSpec(run_id=run_id, team_id="t", objective=f"Objective {HOSTILE}",
                    members=[Member(id="m1"), Member(id="m2")],
                    options=RunOptions(heartbeat_ttl_s=heartbeat_ttl_s),
@@ -56,9 +58,18 @@ def start_run(conn: redis.Redis, run_id: str, *, heartbeat_ttl_s: float = 30.0) 
     store = coordinator_store(conn, run_id)
     store.set_status(RunStatus.RUNNING)
     board = TaskBoard(conn, keys)
-    board.create([TaskSpec(id="a", member_id="m1", task="Find facts"),
-                  TaskSpec(id="b", member_id="m2", task="Write it up", depends_on=["a"])])
+    board.create(tasks or [TaskSpec(id="a", member_id="m1", task="Find facts"),
+                           TaskSpec(id="b", member_id="m2", task="Write it up",
+                                    depends_on=["a"])])
     return DrivenRun(run_id, board, store, MessageBus(conn, keys))
+
+
+def chain(length: int) -> list[TaskSpec]:
+    """A plan that is one chain, c1 <- c2 <- ... <- cN, listed dependents-first: laying it out
+    walks the whole chain from its first task."""
+    return [TaskSpec(id=f"c{i}", member_id="m1", task=f"Step {i}",
+                     depends_on=[f"c{i - 1}"] if i > 1 else [])
+            for i in range(length, 0, -1)]
 
 
 def expire_claim(conn: redis.Redis, board: TaskBoard, task_id: str) -> None:
