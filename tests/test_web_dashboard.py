@@ -17,7 +17,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunEnd, RunStore
 
-from tests.support.web import HOSTILE, finished_run, served, start_run
+from tests.support.web import HOSTILE, chain, finished_run, served, start_run
 
 TOKEN = "s3cret-token-for-tests"
 
@@ -81,6 +81,24 @@ def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
                      timeout=10).status_code == 404
     filtered = httpx.get(f"{dashboard}/runs/{run_id}?member=m1&type=task.result", timeout=10)
     assert "peer.message" not in filtered.text.split('id="bus"')[1].split("</table>")[0]
+
+
+def test_a_chain_of_ten_thousand_tasks_listed_dependents_first_renders(
+        conn: redis.Redis, run_id: str, dashboard: str) -> None:
+    """The whole graph, drawn without recursion; the details of the tasks that matter now
+    (the one ready, then those changed last), not of ten thousand, which a browser would take
+    many seconds to build after every change."""
+    from teamctl.coordinator.web.run_data import TASKS_DETAILED
+
+    start_run(conn, run_id, tasks=chain(10_000))
+    for path in (f"/runs/{run_id}", f"/runs/{run_id}/body"):
+        page = httpx.get(dashboard + path, timeout=120)
+        assert page.status_code == 200
+        svg = page.text.split('<svg class="dag"')[1].split("</svg>")[0]
+        assert svg.count('<g class="node ') == 10_000
+        assert page.text.count('<section class="task"') == TASKS_DETAILED
+        assert 'id="task-c1"' in page.text  # ready: shown before those still pending
+        assert f"The details of {TASKS_DETAILED} of the 10000 tasks" in page.text
 
 
 def test_a_bad_or_unknown_run_id_is_a_one_line_404(dashboard: str) -> None:

@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from teamctl.coordinator.runs.run_control import cancel_run, decide_plan, send_message
 from teamctl.coordinator.web import sse
 from teamctl.coordinator.web.render import render, run_values
-from teamctl.coordinator.web.run_data import MESSAGES_SHOWN, load_run_view
+from teamctl.coordinator.web.run_data import MESSAGES_SHOWN, TASKS_DETAILED, load_run_view
 from teamctl.coordinator.web.runs_data import RUNS_SHOWN, live_rows, run_rows, runs_started_id
 from teamctl.coordinator.web.team_data import load_team_view
 from teamctl.shared.bus import LEAD
@@ -264,7 +264,7 @@ def filters(request: Request) -> dict[str, str | None]:
 def run_page(d: Deps, request: Request) -> Response:
     # Transcripts on a page of their own: the body is read again after every change.
     view = load_run_view(run_handle(d, request), with_transcripts=False,
-                         messages_shown=MESSAGES_SHOWN)
+                         messages_shown=MESSAGES_SHOWN, tasks_detailed=TASKS_DETAILED)
     return html(render("run.html", standalone=False, control=d.config.allow_control,
                        note=request.query_params.get("note"), **filters(request),
                        **run_values(view, now_ms())))
@@ -272,7 +272,7 @@ def run_page(d: Deps, request: Request) -> Response:
 
 def run_body(d: Deps, request: Request) -> Response:
     view = load_run_view(run_handle(d, request), with_transcripts=False,
-                         messages_shown=MESSAGES_SHOWN)
+                         messages_shown=MESSAGES_SHOWN, tasks_detailed=TASKS_DETAILED)
     return html(render("_run_body.html", standalone=False, **filters(request),
                        **run_values(view, now_ms())))
 
