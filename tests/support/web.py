@@ -1,15 +1,20 @@
 """Runs for the web view's tests: a board driven the way workers drive it (claims by named
 worker processes, an expired claim reclaimed, a stale worker's late write refused), and the
-dashboard served by real uvicorn on a free loopback port, stopped by its handle."""
+dashboard served by real uvicorn on a free loopback port, stopped by its handle, or started as
+the `teamctl dashboard` command, stopped by its pid; a client signed in as a browser is."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import httpx
 import redis
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
@@ -23,10 +28,13 @@ from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
 
+from tests.support.cli import TEAMCTL
 from tests.support.runs import coordinator_store
 from tests.support.waiting import wait_until
 
 TTL_S = 30.0
+TOKEN = "s3cret-token-for-tests"
+"""The token of the dashboards `served` starts."""
 HOSTILE = "<script>alert('owned')</script>"
 """What a model might write: must reach a page escaped, never as markup."""
 TRANSCRIPT = [{"role": "system", "content": "You are m1."},
@@ -120,15 +128,15 @@ def free_port() -> int:
 
 @contextmanager
 def served(redis_url: str, *, allow_control: bool = False,
-           token: str | None = None) -> Iterator[str]:
-    """The dashboard app under real uvicorn on 127.0.0.1, in a thread; yields its base URL.
-    Stopped through its server handle (should_exit), and the thread joined."""
+           open_reads: bool = False) -> Iterator[str]:
+    """The dashboard app under real uvicorn on 127.0.0.1, in a thread, its token TOKEN; yields
+    its base URL. Stopped through its server handle (should_exit), and the thread joined."""
     import uvicorn
     from teamctl.coordinator.web.app import DashboardConfig, create_app
 
     port = free_port()
-    app = create_app(DashboardConfig(redis_url=redis_url, allow_control=allow_control,
-                                     token=token))
+    app = create_app(DashboardConfig(redis_url=redis_url, token=TOKEN,
+                                     allow_control=allow_control, open_reads=open_reads))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
@@ -140,3 +148,55 @@ def served(redis_url: str, *, allow_control: bool = False,
         server.should_exit = True
         thread.join(15)
         assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@contextmanager
+def signed_in(base: str, token: str = TOKEN) -> Iterator[httpx.Client]:
+    """A client holding the dashboard's cookie, got as a browser gets it: the printed URL
+    (`/?token=`) answered by a redirect to `/` that sets it."""
+    with httpx.Client(base_url=base, timeout=30) as client:
+        answer = client.get("/", params={"token": token})
+        assert (answer.status_code, answer.headers["location"]) == (303, "/"), answer.text
+        assert client.cookies, "the printed URL set no cookie"
+        yield client
+
+
+@dataclass
+class Printed:
+    """What `teamctl dashboard` printed at start."""
+
+    url: str
+    """The URL to open, as printed (with `?token=` unless reads are open)."""
+    base: str
+    control_token: str | None
+
+
+@contextmanager
+def dashboard_command(redis_url: str, *flags: str) -> Iterator[Printed]:
+    """`teamctl dashboard --port 0 FLAGS` in its own process (a free port), answering once it
+    has printed; stopped by its pid with SIGTERM, which it must obey."""
+    process = subprocess.Popen([*TEAMCTL, "dashboard", "--port", "0", *flags,
+                                "--redis-url", redis_url], stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        first = process.stderr.readline()
+        assert first.startswith("teamctl dashboard: http://127.0.0.1:"), first
+        url = first.split()[2]
+        control = None
+        if "--allow-control" in flags:
+            control = process.stderr.readline().removeprefix("control token: ").strip()
+        base = url.split("/?")[0].rstrip("/")
+        wait_until(lambda: answers(base), 15, message="the dashboard to answer")
+        yield Printed(url=url, base=base, control_token=control)
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        # uvicorn shuts down gracefully, then re-raises the signal it caught.
+        assert process.wait(15) in (0, -signal.SIGTERM)
+
+
+def answers(base: str) -> bool:
+    try:
+        httpx.get(base + "/", timeout=5)
+    except httpx.TransportError:
+        return False
+    return True
