@@ -144,8 +144,10 @@ def dashboard(redis_url: str) -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(DashboardConfig(redis_url=redis_url)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
+    # Reads open (--no-auth): the pages' streams are what is measured, not signing in.
+    config = DashboardConfig(redis_url=redis_url, token="bench", open_reads=True)
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port,
+                                           log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, "uvicorn to start")

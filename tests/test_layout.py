@@ -125,7 +125,8 @@ def test_only_the_common_places_read_both_kinds(graph: dict[str, set[str]]) -> N
     assert any(m.startswith(WEB) for m in both)  # the rule still sees the web view
 
 
-WEB_SERVER_MODULES = {"coordinator/web/app.py", "coordinator/web/serve.py"}
+WEB_SERVER_MODULES = {"coordinator/web/app.py", "coordinator/web/access.py",
+                      "coordinator/web/serve.py"}
 """The only files that import Starlette or uvicorn (the `teamctl[web]` extra): the dashboard
 command imports them when it runs, so no other verb needs the extra or pays for importing it."""
 

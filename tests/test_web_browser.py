@@ -1,7 +1,8 @@
 """The dashboard in a real headless browser (Debian's chromium, driven by playwright) against
-real uvicorn and a real Redis: the runs page lists a finished run, a run page draws one
-timeline bar per attempt, and a change made while the page is open arrives over server-sent
-events. A screenshot of each page is kept as a test artifact."""
+real uvicorn and a real Redis: the printed URL signs the browser in (a cookie, the token gone
+from the address), the runs page lists a finished run, a run page draws one timeline bar per
+attempt, and a change made while the page is open arrives over server-sent events, which the
+cookie opens as it opens the pages. A screenshot of each page is kept as a test artifact."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import redis
 from teamctl.shared.board import WriteOutcome
 
 from tests.support.web import (
+    TOKEN,
     TTL_S,
+    dashboard_command,
     finish_run,
     finished_run,
     reclaim_first_attempt,
@@ -67,7 +70,8 @@ def test_the_runs_page_lists_a_finished_run_and_its_page_one_bar_per_attempt(
 
     finished_run(conn, run_id)
     with served(redis_url) as base:
-        page.goto(base + "/")  # type: ignore[attr-defined]
+        page.goto(f"{base}/?token={TOKEN}")  # type: ignore[attr-defined]
+        expect(page).to_have_url(f"{base}/")  # type: ignore[arg-type]
         row = page.locator(f'tr[data-run="{run_id}"]')  # type: ignore[attr-defined]
         expect(row).to_contain_text("completed")
         expect(row).to_contain_text("completed 2")
@@ -90,10 +94,22 @@ def test_the_runs_page_lists_a_finished_run_and_its_page_one_bar_per_attempt(
 
 def test_a_change_arrives_over_sse_while_the_run_progresses(
         redis_url: str, conn: redis.Redis, run_id: str, page: object, artifacts: Path) -> None:
+    """`teamctl dashboard` as a user starts it: its pages refuse a browser until it opens the
+    printed URL; then the run page's stream and its reloads, opened by the cookie, follow the
+    run live."""
     from playwright.sync_api import expect
 
     run = start_run(conn, run_id)
-    with served(redis_url) as base:
+    with dashboard_command(redis_url) as printed:
+        base = printed.base
+        refused = page.goto(f"{base}/runs/{run_id}")  # type: ignore[attr-defined]
+        assert refused.status == 401
+        expect(page.locator("body")).to_contain_text(  # type: ignore[attr-defined]
+            "open the URL `teamctl dashboard` printed")
+        page.goto(printed.url)  # type: ignore[attr-defined]
+        expect(page).to_have_url(f"{base}/")  # type: ignore[arg-type]
+        [cookie] = page.context.cookies()  # type: ignore[attr-defined]
+        assert (cookie["httpOnly"], cookie["sameSite"]) == (True, "Strict")
         page.goto(f"{base}/runs/{run_id}")  # type: ignore[attr-defined]
         live = page.locator("#live-state")  # type: ignore[attr-defined]
         expect(live).to_have_text("live", timeout=WAIT_MS)

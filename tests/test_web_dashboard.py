@@ -17,28 +17,39 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunEnd, RunStore
 
-from tests.support.web import HOSTILE, finished_run, served, start_run
-
-TOKEN = "s3cret-token-for-tests"
+from tests.support.web import (
+    HOSTILE,
+    TOKEN,
+    chain,
+    dashboard_command,
+    finished_run,
+    served,
+    signed_in,
+    start_run,
+)
 
 
 @pytest.fixture
-def dashboard(redis_url: str) -> Iterator[str]:
-    with served(redis_url) as base:
-        yield base
+def dashboard(redis_url: str) -> Iterator[httpx.Client]:
+    """A read-only dashboard, and a client signed in through its printed URL."""
+    with served(redis_url) as base, signed_in(base) as client:
+        yield client
 
 
 @pytest.fixture
-def controlled(redis_url: str) -> Iterator[str]:
-    with served(redis_url, allow_control=True, token=TOKEN) as base:
-        yield base
+def controlled(redis_url: str) -> Iterator[httpx.Client]:
+    """A dashboard with control on, and a client signed in through its printed URL (the
+    cookie opens reads; each control still needs the token)."""
+    with served(redis_url, allow_control=True) as base, signed_in(base) as client:
+        yield client
 
 
-def frames(base: str, path: str, headers: dict[str, str] | None = None) -> list[dict[str, str]]:
+def frames(client: httpx.Client, path: str,
+           headers: dict[str, str] | None = None) -> list[dict[str, str]]:
     """The SSE frames of a stream that ends (a finished run's), each as its fields."""
     found: list[dict[str, str]] = []
     current: dict[str, str] = {}
-    with httpx.stream("GET", base + path, headers=headers or {}, timeout=20) as response:
+    with client.stream("GET", path, headers=headers or {}) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         for line in response.iter_lines():
@@ -54,9 +65,9 @@ def frames(base: str, path: str, headers: dict[str, str] | None = None) -> list[
 
 
 def test_the_runs_page_lists_a_finished_run(conn: redis.Redis, run_id: str,
-                                            dashboard: str) -> None:
+                                            dashboard: httpx.Client) -> None:
     finished_run(conn, run_id)
-    page = httpx.get(dashboard + "/", timeout=10)
+    page = dashboard.get("/")
     assert page.status_code == 200
     assert f'data-run="{run_id}"' in page.text and "completed 2" in page.text
     assert "<script>alert" not in page.text  # the objective, escaped
@@ -64,9 +75,9 @@ def test_the_runs_page_lists_a_finished_run(conn: redis.Redis, run_id: str,
 
 
 def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
-                                                dashboard: str) -> None:
+                                                dashboard: httpx.Client) -> None:
     finished_run(conn, run_id)
-    page = httpx.get(f"{dashboard}/runs/{run_id}", timeout=10)
+    page = dashboard.get(f"/runs/{run_id}")
     assert page.status_code == 200
     assert HOSTILE not in page.text
     assert page.text.count(str(markupsafe.escape(HOSTILE))) >= 3
@@ -74,33 +85,50 @@ def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
     assert page.text.count("<script") == 1  # the page's own /static/app.js, nothing else
     link = f'href="/runs/{run_id}/tasks/a/transcript"'
     assert link in page.text and "the facts" not in page.text  # on a page of its own
-    transcript = httpx.get(f"{dashboard}/runs/{run_id}/tasks/a/transcript", timeout=10)
+    transcript = dashboard.get(f"/runs/{run_id}/tasks/a/transcript")
     assert transcript.status_code == 200 and HOSTILE not in transcript.text
     assert f"the facts {markupsafe.escape(HOSTILE)}" in transcript.text
-    assert httpx.get(f"{dashboard}/runs/{run_id}/tasks/zz/transcript",
-                     timeout=10).status_code == 404
-    filtered = httpx.get(f"{dashboard}/runs/{run_id}?member=m1&type=task.result", timeout=10)
+    assert dashboard.get(f"/runs/{run_id}/tasks/zz/transcript").status_code == 404
+    filtered = dashboard.get(f"/runs/{run_id}?member=m1&type=task.result")
     assert "peer.message" not in filtered.text.split('id="bus"')[1].split("</table>")[0]
 
 
-def test_a_bad_or_unknown_run_id_is_a_one_line_404(dashboard: str) -> None:
-    unknown = httpx.get(dashboard + "/runs/nosuchrun", timeout=10)
+def test_a_chain_of_ten_thousand_tasks_listed_dependents_first_renders(
+        conn: redis.Redis, run_id: str, dashboard: httpx.Client) -> None:
+    """The whole graph, drawn without recursion; the details of the tasks that matter now
+    (the one ready, then those changed last), not of ten thousand, which a browser would take
+    many seconds to build after every change."""
+    from teamctl.coordinator.web.run_data import TASKS_DETAILED
+
+    start_run(conn, run_id, tasks=chain(10_000))
+    for path in (f"/runs/{run_id}", f"/runs/{run_id}/body"):
+        page = dashboard.get(path, timeout=120)
+        assert page.status_code == 200
+        svg = page.text.split('<svg class="dag"')[1].split("</svg>")[0]
+        assert svg.count('<g class="node ') == 10_000
+        assert page.text.count('<section class="task"') == TASKS_DETAILED
+        assert 'id="task-c1"' in page.text  # ready: shown before those still pending
+        assert f"The details of {TASKS_DETAILED} of the 10000 tasks" in page.text
+
+
+def test_a_bad_or_unknown_run_id_is_a_one_line_404(dashboard: httpx.Client) -> None:
+    unknown = dashboard.get("/runs/nosuchrun")
     assert unknown.status_code == 404 and "teamctl runs" in unknown.text
-    bad = httpx.get(dashboard + "/runs/..%2F..", timeout=10)
+    bad = dashboard.get("/runs/..%2F..")
     assert bad.status_code == 404
 
 
-def test_the_static_files_come_from_the_package(dashboard: str) -> None:
-    script = httpx.get(dashboard + "/static/app.js", timeout=10)
+def test_the_static_files_come_from_the_package(dashboard: httpx.Client) -> None:
+    script = dashboard.get("/static/app.js")
     assert "EventSource" in script.text
     # Every answer carries the policy, static files and errors too: no framing, no other origin.
-    for answer in (script, httpx.get(dashboard + "/runs/nope", timeout=10)):
+    for answer in (script, dashboard.get("/runs/nope")):
         assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
-    assert "svg.dag" in httpx.get(dashboard + "/static/style.css", timeout=10).text
+    assert "svg.dag" in dashboard.get("/static/style.css").text
 
 
 def test_the_stream_resumes_after_last_event_id(conn: redis.Redis, run_id: str,
-                                                dashboard: str) -> None:
+                                                dashboard: httpx.Client) -> None:
     finished_run(conn, run_id)
     whole = frames(dashboard, f"/runs/{run_id}/stream")
     kinds = [(f["event"], json.loads(f["data"]).get("status") or json.loads(f["data"]).get(
@@ -122,34 +150,32 @@ def test_the_stream_resumes_after_last_event_id(conn: redis.Redis, run_id: str,
 
 
 def test_control_is_absent_unless_allowed(conn: redis.Redis, run_id: str,
-                                          dashboard: str) -> None:
+                                          dashboard: httpx.Client) -> None:
     start_run(conn, run_id)
-    response = httpx.post(f"{dashboard}/runs/{run_id}/cancel", data={"token": TOKEN},
-                          timeout=10)
+    response = dashboard.post(f"/runs/{run_id}/cancel", data={"token": TOKEN})
     assert response.status_code in (404, 405)
     assert not RunStore(conn, RunKeys(run_id)).cancelled()
 
 
 def test_control_refuses_without_the_token_and_works_with_it(
-        conn: redis.Redis, run_id: str, controlled: str) -> None:
+        conn: redis.Redis, run_id: str, controlled: httpx.Client) -> None:
     start_run(conn, run_id)
-    send = f"{controlled}/runs/{run_id}/send"
+    send = f"/runs/{run_id}/send"
     for token in (None, "", "wrong", TOKEN[:-1]):
         data = {"to": "m1", "text": "hello"} | ({"token": token} if token is not None else {})
-        assert httpx.post(send, data=data, timeout=10).status_code == 403
-    assert httpx.get(send, timeout=10).status_code == 405  # POST only
+        assert controlled.post(send, data=data).status_code == 403
+    assert controlled.get(send).status_code == 405  # POST only
     assert MessageBus(conn, RunKeys(run_id)).messages() == []
 
-    sent = httpx.post(send, data={"to": "m1", "text": "hello", "token": TOKEN}, timeout=10)
+    sent = controlled.post(send, data={"to": "m1", "text": "hello", "token": TOKEN})
     assert sent.status_code == 303
     [message] = MessageBus(conn, RunKeys(run_id)).messages()
     assert (message.from_, message.to, message.content) == ("lead", "m1", "hello")
-    by_header = httpx.post(send, data={"to": "nobody", "text": "x"},
-                           headers={"X-Teamctl-Token": TOKEN}, timeout=10)
+    by_header = controlled.post(send, data={"to": "nobody", "text": "x"},
+                           headers={"X-Teamctl-Token": TOKEN})
     assert by_header.status_code == 409 and "nobody" in by_header.text  # the CLI's own error
 
-    cancel = httpx.post(f"{controlled}/runs/{run_id}/cancel", data={"token": TOKEN},
-                        timeout=10)
+    cancel = controlled.post(f"/runs/{run_id}/cancel", data={"token": TOKEN})
     assert cancel.status_code == 303
     assert RunStore(conn, RunKeys(run_id)).cancelled()
 
@@ -170,7 +196,7 @@ def test_dashboard_without_the_web_extra_says_how_to_install_it(
 
 
 def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
-        conn: redis.Redis, dashboard: str) -> None:
+        conn: redis.Redis, dashboard: httpx.Client) -> None:
     from teamctl.shared.bus import LEAD
     from teamctl.shared.teams.tasks import TeamTasks
     from teamctl.shared.teams.team_store import TeamStore
@@ -182,9 +208,9 @@ def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
     store.submit_plan("alice", f"plan {HOSTILE}")
     store.send("alice", LEAD, f"note {HOSTILE}")
     task_id = TeamTasks(store).add("Collect facts")[0].task_id
-    teams = httpx.get(dashboard + "/teams", timeout=10)
+    teams = dashboard.get("/teams")
     assert teams.status_code == 200 and 'href="/teams/webteam"' in teams.text
-    page = httpx.get(dashboard + "/teams/webteam", timeout=10)
+    page = dashboard.get("/teams/webteam")
     assert page.status_code == 200
     assert 'data-mate="alice"' in page.text and "researcher" in page.text
     assert f"Lead's inbox ({store.unread_count(LEAD)} unread)" in page.text
@@ -193,57 +219,116 @@ def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
     assert "plan" in requests and str(markupsafe.escape(HOSTILE)) in requests
     assert task_id in page.text and "Collect facts" in page.text
     assert HOSTILE not in page.text
-    assert httpx.get(dashboard + "/teams/NoSuch!", timeout=10).status_code == 404
+    assert dashboard.get("/teams/NoSuch!").status_code == 404
 
 
-def test_the_dashboard_command_prints_its_url_and_token_and_serves(
+def test_the_dashboard_command_prints_a_url_that_carries_its_token(
         conn: redis.Redis, redis_url: str, run_id: str) -> None:
-    """`teamctl dashboard --allow-control` in its own process: the URL and the token it prints
-    work (a free port: --port 0), and it stops on SIGTERM, by its pid."""
-    import os
-    import signal
-    import subprocess
-
-    from tests.support.cli import TEAMCTL
-    from tests.support.waiting import wait_until
-
+    """`teamctl dashboard --allow-control` in its own process: nothing answers without the
+    token; the URL it prints signs a client in (its cookie opens reads, not control); the
+    control token it prints is the same token, and control needs it typed."""
     start_run(conn, run_id)
-    process = subprocess.Popen([*TEAMCTL, "dashboard", "--port", "0", "--allow-control",
-                                "--redis-url", redis_url], stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stderr is not None
-        first = process.stderr.readline()
-        second = process.stderr.readline()
-        assert first.startswith("teamctl dashboard: http://127.0.0.1:") and "(control on)" in first
-        base = first.split()[2].rstrip("/")
-        token = second.removeprefix("control token: ").strip()
-        assert len(token) >= 32
-        wait_until(lambda: httpx.get(base + "/", timeout=5).status_code == 200, 15,
-                   message="the dashboard to answer")
-        assert httpx.post(f"{base}/runs/{run_id}/cancel", data={"token": "x"},
-                          timeout=10).status_code == 403
-        assert httpx.post(f"{base}/runs/{run_id}/cancel", data={"token": token},
-                          timeout=10).status_code == 303
-        assert RunStore(conn, RunKeys(run_id)).cancelled()
-    finally:
-        os.kill(process.pid, signal.SIGTERM)
-        # uvicorn shuts down gracefully, then re-raises the signal it caught.
-        assert process.wait(15) in (0, -signal.SIGTERM)
+    with dashboard_command(redis_url, "--allow-control") as printed:
+        assert printed.url.startswith(f"{printed.base}/?token=")
+        token = printed.url.split("?token=")[1]
+        assert printed.control_token == token and len(token) >= 32
+        refused = httpx.get(printed.base + "/", timeout=10)
+        assert refused.status_code == 401 and "printed" in refused.text
+        with httpx.Client(timeout=10, follow_redirects=True) as browser:
+            page = browser.get(printed.url)
+            assert page.status_code == 200 and f'data-run="{run_id}"' in page.text
+            assert str(page.url) == printed.base + "/"  # the token is out of the address
+            cancel = f"{printed.base}/runs/{run_id}/cancel"
+            assert browser.post(cancel).status_code == 403
+            assert browser.post(cancel, data={"token": "x"}).status_code == 403
+            assert not RunStore(conn, RunKeys(run_id)).cancelled()
+            assert browser.post(cancel, data={"token": token}).status_code == 200  # 303, then
+            assert RunStore(conn, RunKeys(run_id)).cancelled()                     # the page
+
+
+def test_the_dashboard_command_with_no_auth_prints_no_token_and_opens_reads(
+        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    finished_run(conn, run_id)
+    with dashboard_command(redis_url, "--no-auth") as printed:
+        assert printed.url == printed.base + "/" and printed.control_token is None
+        assert httpx.get(f"{printed.base}/runs/{run_id}", timeout=10).status_code == 200
+
+
+def test_every_read_needs_the_token(conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    """Pages, bodies, streams, transcripts and static files: 401 with the line that says where
+    the token is, without it or with a wrong one; answered with the printed URL's cookie or
+    the token in the header."""
+    finished_run(conn, run_id)
+    paths = ["/", "/runs-body", f"/runs-stream?runs={run_id}", f"/runs/{run_id}",
+             f"/runs/{run_id}/body", f"/runs/{run_id}/stream",
+             f"/runs/{run_id}/tasks/a/transcript", "/teams", "/static/app.js",
+             "/static/style.css", "/runs/nosuchrun", "/no-such-route"]
+    with served(redis_url) as base, signed_in(base) as client, \
+            httpx.Client(base_url=base, timeout=10) as stranger:
+        for path in paths:
+            for headers in ({}, {"X-Teamctl-Token": "wrong"},
+                            {"Cookie": "teamctl_dashboard=" + TOKEN}):
+                refused = stranger.get(path, headers=headers)
+                assert refused.status_code == 401, path
+                assert "open the URL `teamctl dashboard` printed" in refused.text
+                assert "<script" not in refused.text and run_id not in refused.text
+            assert stranger.get(path, params={"token": "wrong"}).status_code == 401
+            expected = 404 if path in ("/runs/nosuchrun", "/no-such-route") else 200
+            with client.stream("GET", path) as answer:  # a live stream: its status alone
+                assert answer.status_code == expected, path
+            with stranger.stream("GET", path, headers={"X-Teamctl-Token": TOKEN}) as answer:
+                assert answer.status_code == expected, path
+
+
+def test_the_printed_url_sets_a_private_cookie_and_leaves_the_address(
+        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    finished_run(conn, run_id)
+    with served(redis_url) as base, httpx.Client(base_url=base, timeout=10) as browser:
+        answer = browser.get(f"/runs/{run_id}", params={"member": "m1", "token": TOKEN})
+        assert answer.status_code == 303
+        assert answer.headers["location"] == f"/runs/{run_id}?member=m1"
+        assert answer.headers["cache-control"] == "no-store"
+        [cookie] = answer.headers.get_list("set-cookie")
+        name, _, rest = cookie.partition("=")
+        value, *attributes = rest.split("; ")
+        assert set(attributes) == {"Path=/", "HttpOnly", "SameSite=Strict"}
+        assert TOKEN not in cookie and len(value) >= 32  # a secret of its own, never printed
+        assert browser.get(f"/runs/{run_id}?member=m1").status_code == 200
+        with httpx.Client(base_url=base, timeout=10, cookies={name: value + "x"}) as forged:
+            assert forged.get("/").status_code == 401
+
+
+def test_no_auth_opens_reads_but_never_control(conn: redis.Redis, redis_url: str,
+                                                 run_id: str) -> None:
+    finished_run(conn, run_id)
+    live = start_run(conn, run_id + "-live")
+    with served(redis_url, allow_control=True, open_reads=True) as base, \
+            httpx.Client(base_url=base, timeout=10) as anyone:
+        for path in ("/", f"/runs/{run_id}", f"/runs/{run_id}/tasks/a/transcript",
+                     "/static/app.js"):
+            assert anyone.get(path).status_code == 200, path
+        assert len(frames(anyone, f"/runs/{run_id}/stream")) > 3
+        cancel = f"/runs/{live.run_id}/cancel"
+        for data in ({}, {"token": "wrong"}):
+            assert anyone.post(cancel, data=data).status_code == 403
+        assert not RunStore(conn, RunKeys(live.run_id)).cancelled()
+        assert anyone.post(cancel, data={"token": TOKEN}).status_code == 303
+        assert RunStore(conn, RunKeys(live.run_id)).cancelled()
 
 
 def test_the_runs_page_streams_the_changes_of_its_live_runs(
-        conn: redis.Redis, run_id: str, dashboard: str) -> None:
+        conn: redis.Redis, run_id: str, dashboard: httpx.Client) -> None:
     """The runs page follows the runs it listed live from where it read them: a claim made
     after the page was rendered comes over its stream, nothing from before it."""
     import html as html_lib
     import re
 
     run = start_run(conn, run_id)
-    page = httpx.get(dashboard + "/", timeout=10).text
+    page = dashboard.get("/").text
     stream_path = html_lib.unescape(re.search(r'data-stream="([^"]+)"', page).group(1))
     assert run_id in stream_path
     assert run.board.claim("a", "m1", "hostA:101", 30) is not None
-    with httpx.stream("GET", dashboard + stream_path, timeout=20) as response:
+    with dashboard.stream("GET", stream_path) as response:
         lines = response.iter_lines()
         data = next(line for line in lines if line.startswith("data: "))
     change = json.loads(data.removeprefix("data: "))
@@ -252,47 +337,47 @@ def test_the_runs_page_streams_the_changes_of_its_live_runs(
 
 
 def test_the_runs_page_hears_of_a_run_started_after_it_loaded(
-        conn: redis.Redis, run_id: str, dashboard: str) -> None:
+        conn: redis.Redis, run_id: str, dashboard: httpx.Client) -> None:
     """With no live run the page still follows the runs-started stream: a run created after
     the page was rendered is announced on it (the page then loads again to follow it)."""
     import html as html_lib
     import re
 
-    page = httpx.get(dashboard + "/", timeout=10).text
+    page = dashboard.get("/").text
     stream_path = html_lib.unescape(re.search(r'data-stream="([^"]+)"', page).group(1))
     start_run(conn, run_id)
-    with httpx.stream("GET", dashboard + stream_path, timeout=20) as response:
+    with dashboard.stream("GET", stream_path) as response:
         assert response.status_code == 200
         lines = response.iter_lines()
         event = next(line for line in lines if line.startswith("event: "))
         data = next(line for line in lines if line.startswith("data: "))
     assert event == "event: run"
     assert json.loads(data.removeprefix("data: "))["owner"] == run_id
-    again = httpx.get(dashboard + "/", timeout=10).text
+    again = dashboard.get("/").text
     assert run_id in html_lib.unescape(re.search(r'data-stream="([^"]+)"', again).group(1))
 
 
 def test_the_runs_page_hears_a_live_run_end(conn: redis.Redis, run_id: str,
-                                          dashboard: str) -> None:
+                                          dashboard: httpx.Client) -> None:
     """A run's end is a change of its row (status, duration, cost): the runs page's stream says
     so, and the row shows it on reload."""
     import html as html_lib
     import re
 
     run = start_run(conn, run_id)
-    page = httpx.get(dashboard + "/", timeout=10).text
+    page = dashboard.get("/").text
     stream_path = html_lib.unescape(re.search(r'data-stream="([^"]+)"', page).group(1))
     run.store.finish(RunEnd(RunStatus.COMPLETED, 3600, output="done"))
-    with httpx.stream("GET", dashboard + stream_path, timeout=20) as response:
+    with dashboard.stream("GET", stream_path) as response:
         lines = response.iter_lines()
         event = next(line for line in lines if line.startswith("event: "))
         data = next(line for line in lines if line.startswith("data: "))
     assert (event, json.loads(data.removeprefix("data: "))["owner"]) == ("event: state", run_id)
-    assert "s-completed" in httpx.get(dashboard + "/runs-body", timeout=10).text
+    assert "s-completed" in dashboard.get("/runs-body").text
 
 
 def test_team_control_sends_and_reviews_plans_only_with_the_token(
-        conn: redis.Redis, controlled: str) -> None:
+        conn: redis.Redis, controlled: httpx.Client) -> None:
     from teamctl.shared.bus import LEAD
     from teamctl.shared.teams.team_store import TeamStore
     from teamctl.shared.teams.teammates import RequestStatus
@@ -301,34 +386,32 @@ def test_team_control_sends_and_reviews_plans_only_with_the_token(
     store.spawn("alice", role="writer", prompt="Write", model="m", api_base=None,
                 queue="web-nobody", plan_mode=True)
     request = store.submit_plan("alice", "my plan")
-    page = httpx.get(controlled + "/teams/steered", timeout=10).text
+    page = controlled.get("/teams/steered").text
     assert f'name="request_id" value="{request.id}"' in page
-    review = f"{controlled}/teams/steered/review"
+    review = "/teams/steered/review"
     decision = {"request_id": request.id, "decision": "approve"}
-    assert httpx.post(review, data=decision, timeout=10).status_code == 403
-    assert httpx.post(review, data=decision | {"token": "nope"}, timeout=10).status_code == 403
+    assert controlled.post(review, data=decision).status_code == 403
+    assert controlled.post(review, data=decision | {"token": "nope"}).status_code == 403
     assert store.request(request.id).status is RequestStatus.PENDING
-    assert httpx.post(review, data=decision | {"token": TOKEN}, timeout=10).status_code == 303
+    assert controlled.post(review, data=decision | {"token": TOKEN}).status_code == 303
     assert store.request(request.id).status is RequestStatus.APPROVED
-    again = httpx.post(review, data=decision | {"token": TOKEN}, timeout=10)
+    again = controlled.post(review, data=decision | {"token": TOKEN})
     assert again.status_code == 409  # the store's own refusal, one line
 
-    send = f"{controlled}/teams/steered/send"
-    assert httpx.post(send, data={"to": "alice", "text": "hi"}, timeout=10).status_code == 403
-    assert httpx.post(send, data={"to": "alice", "text": "hi", "token": TOKEN},
-                      timeout=10).status_code == 303
+    send = "/teams/steered/send"
+    assert controlled.post(send, data={"to": "alice", "text": "hi"}).status_code == 403
+    assert controlled.post(send, data={"to": "alice", "text": "hi", "token": TOKEN}
+                           ).status_code == 303
     sent = [m for m in store.bus.messages() if m.from_ == LEAD and m.content == "hi"]
     assert [m.to for m in sent] == ["alice"]
 
 
-def test_on_loopback_only_loopback_host_names_are_answered(dashboard: str) -> None:
+def test_on_loopback_only_loopback_host_names_are_answered(dashboard: httpx.Client) -> None:
     """A page of another site re-pointed at 127.0.0.1 (DNS rebinding) sends its own name as
     Host: refused, so a browser cannot hand it the pages."""
-    assert httpx.get(dashboard + "/", headers={"Host": "evil.example"}, timeout=10
-                     ).status_code == 400
-    port = dashboard.rsplit(":", 1)[1]
-    assert httpx.get(dashboard + "/", headers={"Host": f"localhost:{port}"}, timeout=10
-                     ).status_code == 200
+    assert dashboard.get("/", headers={"Host": "evil.example"}).status_code == 400
+    port = dashboard.base_url.port
+    assert dashboard.get("/", headers={"Host": f"localhost:{port}"}).status_code == 200
 
 
 def test_a_port_in_use_is_a_one_line_usage_error(redis_url: str) -> None:

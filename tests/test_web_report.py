@@ -12,17 +12,22 @@ import markupsafe
 import pytest
 import redis
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.web import svg_dag
 from teamctl.coordinator.web.run_data import load_run_view
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.task_records import TaskState
 
 from tests.support.cli import assert_config_error, run_cli
 from tests.support.llm import ScriptedLLM
 from tests.support.replies import member_answer
 from tests.support.teamfile import team_file
 from tests.support.timescale import scaled, timing_options
-from tests.support.web import HOSTILE, finished_run
+from tests.support.web import HOSTILE, chain, finished_run, start_run
+
+CHAIN = 10_000
 
 
 def test_each_attempt_names_its_worker_and_how_it_ended(conn: redis.Redis, run_id: str) -> None:
@@ -41,6 +46,69 @@ def test_the_dag_puts_a_task_after_its_dependencies(conn: redis.Redis, run_id: s
     x = {node.task.task_id: node.x for node in dag.nodes}
     assert x["a"] < x["b"]
     assert [(e.source, e.target) for e in dag.edges] == [("a", "b")]
+
+
+@st.composite
+def plans(draw: st.DrawFn) -> list[TaskState]:
+    """A DAG of up to 60 tasks in any order, some dependencies not on the board, some twice."""
+    size = draw(st.integers(0, 60))
+    ids = [f"t{i}" for i in range(size)]
+    tasks = [TaskState(task_id=ids[i], depends_on=draw(st.lists(
+        st.sampled_from([*ids[:i], "gone"]), max_size=3))) for i in range(size)]
+    return draw(st.permutations(tasks))
+
+
+@given(plans())
+def test_each_task_sits_one_column_past_its_deepest_dependency(tasks: list[TaskState]) -> None:
+    depth = svg_dag.depths(tasks)
+    for task in tasks:
+        deps = [depth[d] for d in task.depends_on if d in depth]
+        assert depth[task.task_id] == (1 + max(deps) if deps else 0)
+    nodes = {n.task.task_id: n for n in svg_dag.lay_out(tasks).nodes}
+    step = svg_dag.NODE_W + svg_dag.GAP_X
+    for task_id, node in nodes.items():
+        assert node.x == svg_dag.MARGIN + depth[task_id] % svg_dag.BAND_COLUMNS * step
+
+
+def test_a_cycle_is_drawn_once_not_followed_forever() -> None:
+    tasks = [TaskState(task_id="a", depends_on=["b"]), TaskState(task_id="b", depends_on=["a"]),
+             TaskState(task_id="c", depends_on=["b", "c"])]
+    assert svg_dag.depths(tasks) == {"a": 0, "b": 1, "c": 2}
+    assert len(svg_dag.lay_out(tasks).nodes) == 3
+
+
+def test_a_plan_deeper_than_a_band_wraps_down_the_page() -> None:
+    """45 columns: three bands of up to 20, one below the other; the edge that wraps runs
+    along the gap under its band and drops onto the next band's first task from above."""
+    tasks = [TaskState(task_id=f"c{i}", depends_on=[f"c{i - 1}"] if i > 1 else [])
+             for i in range(45, 0, -1)]
+    dag = svg_dag.lay_out(tasks)
+    nodes = {n.task.task_id: n for n in dag.nodes}
+    assert nodes["c1"].x == nodes["c21"].x == nodes["c41"].x == svg_dag.MARGIN
+    assert nodes["c1"].y < nodes["c21"].y < nodes["c41"].y
+    assert nodes["c20"].x + svg_dag.NODE_W + svg_dag.GAP_X // 2 <= dag.width
+    assert dag.height == nodes["c41"].y + svg_dag.NODE_H + svg_dag.MARGIN
+    [wrap] = [e for e in dag.edges if e.target == "c21"]
+    assert wrap.path.endswith(f"H{nodes['c21'].x + svg_dag.NODE_W // 2} V{nodes['c21'].y}")
+    assert nodes["c20"].y + svg_dag.NODE_H < int(wrap.path.split(" V")[1].split()[0]) \
+        < nodes["c21"].y
+
+
+def test_a_chain_of_ten_thousand_tasks_listed_dependents_first_is_reported(
+        redis_url: str, conn: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    """The layout walks the chain from its far end without recursion, so no depth limit; the
+    graph wraps into bands down the page, not millions of pixels across; the report still
+    details every task."""
+    start_run(conn, run_id, tasks=chain(CHAIN))
+    path = tmp_path / "run.html"
+    result = CliRunner().invoke(main, ["report", run_id, "--html", str(path),
+                                       "--redis-url", redis_url])
+    assert result.exit_code == 0, result.output
+    html = path.read_text(encoding="utf-8")
+    svg = html.split('<svg class="dag"')[1].split("</svg>")[0]
+    assert svg.count('<g class="node ') == CHAIN and svg.count('class="edge"') == CHAIN - 1
+    assert int(re.match(r' width="(\d+)"', svg).group(1)) < 5000  # type: ignore[union-attr]
+    assert html.count('<section class="task"') == CHAIN
 
 
 def test_report_is_one_self_contained_file_with_model_text_escaped(

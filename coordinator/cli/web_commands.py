@@ -48,14 +48,20 @@ def report(run_id: str, html_path: Path, redis_url: str | None, force: bool,
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8750, show_default=True,
               help="Port to listen on (0: any free port).")
 @click.option("--allow-control", is_flag=True,
-              help="Add cancel, approve/reject and send to the pages, behind a token printed "
-                   "at start (POST only).")
+              help="Add cancel, approve/reject and send to the pages; each needs the token "
+                   "printed at start typed in its form (POST only).")
+@click.option("--no-auth", "no_auth", is_flag=True,
+              help="Serve the pages and live updates without the token: a read-only view to "
+                   "share on a trusted host. Control still needs the token.")
 @redis_url_option
 @fail_cleanly
-def dashboard(host: str, port: int, allow_control: bool, redis_url: str | None,
+def dashboard(host: str, port: int, allow_control: bool, no_auth: bool, redis_url: str | None,
               settings: Settings) -> None:
     """Serve a live web view of runs and teams (read-only unless --allow-control); needs
-    `pip install 'teamctl[web]'`."""
+    `pip install 'teamctl[web]'`.
+
+    Private: open the URL it prints, which carries a token made at each start (your browser
+    keeps it in a cookie); a request without it gets 401."""
     try:
         from teamctl.coordinator.web.serve import serve
     except ImportError as exc:
@@ -65,4 +71,4 @@ def dashboard(host: str, port: int, allow_control: bool, redis_url: str | None,
             sys.exit(2)
         raise
     serve(resolve_redis_url(redis_url, settings), host=host, port=port,
-          allow_control=allow_control)
+          allow_control=allow_control, open_reads=no_auth)

@@ -1,11 +1,12 @@
 """`teamctl dashboard`'s ASGI app (Starlette): the runs, a run, the teams and a team as HTML
 read from Redis, their live changes as server-sent events, and (with --allow-control only) the
-CLI's own cancel, approve/reject and send behind a token. Importing this module imports
-Starlette: only the dashboard command does."""
+CLI's own cancel, approve/reject and send. Every request needs the token printed at start (see
+`access`), reads too unless they are opened; every control needs it itself. Importing this
+module imports Starlette: only the dashboard command does."""
 
 from __future__ import annotations
 
-import hmac
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from teamctl.coordinator.runs.run_control import cancel_run, decide_plan, send_message
 from teamctl.coordinator.web import sse
+from teamctl.coordinator.web.access import COOKIE_NAME, TOKEN_HEADER, Access, ReadGate, same_secret
 from teamctl.coordinator.web.render import render, run_values
-from teamctl.coordinator.web.run_data import MESSAGES_SHOWN, load_run_view
+from teamctl.coordinator.web.run_data import MESSAGES_SHOWN, TASKS_DETAILED, load_run_view
 from teamctl.coordinator.web.runs_data import RUNS_SHOWN, live_rows, run_rows, runs_started_id
 from teamctl.coordinator.web.team_data import load_team_view
 from teamctl.shared.bus import LEAD
@@ -48,7 +50,6 @@ from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.teams.team_store import TeamStore, list_teams
 
-TOKEN_HEADER = "x-teamctl-token"
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
@@ -66,9 +67,14 @@ workers share, so more are refused (503) rather than exhaust its clients."""
 @dataclass(frozen=True)
 class DashboardConfig:
     redis_url: str
+    token: str
+    """Printed at start: required by every request (once, for a cookie) unless `open_reads`,
+    and by every control request itself (compared in constant time)."""
     allow_control: bool = False
-    token: str | None = None
-    """Required by every control request (compared in constant time); None: control is off."""
+    open_reads: bool = False
+    """--no-auth: pages, streams and static files answer without the token."""
+    cookie_name: str = COOKIE_NAME
+    """`serve` adds the port: two dashboards on one host do not sign each other out."""
     idle_block_ms: int = sse.IDLE_BLOCK_MS
     loopback_only: bool = True
     """Bound to loopback: answer only requests addressed to a loopback name, so a web page whose
@@ -124,7 +130,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         Mount("/static", StaticFiles(directory=str(files("teamctl.coordinator.web")
                                                    .joinpath("static")))),
     ]
-    if config.allow_control and config.token:
+    if config.allow_control:
         routes += [Route(f"/runs/{{run_id}}/{action}", control(deps, handler), methods=["POST"])
                    for action, handler in CONTROLS.items()]
         routes += [Route(f"/teams/{{team}}/{action}", team_control(deps, handler),
@@ -132,6 +138,10 @@ def create_app(config: DashboardConfig) -> Starlette:
     middleware = [Middleware(SecurityHeaders)]
     if config.loopback_only:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES))
+    # A secret of its own for the cookie, made at each start and never printed.
+    middleware.append(Middleware(ReadGate, access=Access(
+        token=config.token, session=secrets.token_urlsafe(32), cookie_name=config.cookie_name,
+        open_reads=config.open_reads)))
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 
@@ -264,7 +274,7 @@ def filters(request: Request) -> dict[str, str | None]:
 def run_page(d: Deps, request: Request) -> Response:
     # Transcripts on a page of their own: the body is read again after every change.
     view = load_run_view(run_handle(d, request), with_transcripts=False,
-                         messages_shown=MESSAGES_SHOWN)
+                         messages_shown=MESSAGES_SHOWN, tasks_detailed=TASKS_DETAILED)
     return html(render("run.html", standalone=False, control=d.config.allow_control,
                        note=request.query_params.get("note"), **filters(request),
                        **run_values(view, now_ms())))
@@ -272,7 +282,7 @@ def run_page(d: Deps, request: Request) -> Response:
 
 def run_body(d: Deps, request: Request) -> Response:
     view = load_run_view(run_handle(d, request), with_transcripts=False,
-                         messages_shown=MESSAGES_SHOWN)
+                         messages_shown=MESSAGES_SHOWN, tasks_detailed=TASKS_DETAILED)
     return html(render("_run_body.html", standalone=False, **filters(request),
                        **run_values(view, now_ms())))
 
@@ -341,13 +351,6 @@ def follow_space(d: Deps, request: Request, keys: KeySpace,
 # --- control (--allow-control) -----------------------------------------------------------------
 
 
-def token_ok(config: DashboardConfig, given: str | None) -> bool:
-    """The request's token is the dashboard's (constant-time compare)."""
-    if not config.token or not given:
-        return False
-    return hmac.compare_digest(given.encode(), config.token.encode())
-
-
 ControlAction = Callable[[RunHandle, dict[str, str]], str]
 TeamAction = Callable[[TeamStore, dict[str, str]], str]
 Steer = Callable[[Deps, Request, dict[str, str]], str]
@@ -355,13 +358,15 @@ Steer = Callable[[Deps, Request, dict[str, str]], str]
 
 
 def guarded(deps: Callable[[], Deps], steer: Steer) -> Callable[[Request], Awaitable[Response]]:
-    """A control POST: 403 without the token, 409 with the one-line reason when the run or
+    """A control POST: 403 without the token itself (the cookie is not enough: a browser sends
+    it from a page of any port of this host), 409 with the one-line reason when the run or
     team refuses, else back to its page (303)."""
 
     async def endpoint(request: Request) -> Response:
         d = deps()
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if not token_ok(d.config, request.headers.get(TOKEN_HEADER) or form.get("token")):
+        if not same_secret(request.headers.get(TOKEN_HEADER) or form.get("token"),
+                           d.config.token):
             return PlainTextResponse("a valid control token is required", status_code=403)
         try:
             back = await run_in_threadpool(steer, d, request, form)

@@ -3,6 +3,7 @@ run's `events` stream), transcripts and bus, read from Redis in one pass without
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,11 +15,15 @@ from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunState, parse_usage
 from teamctl.shared.runs.transcripts import Transcripts
-from teamctl.shared.task_records import EventKind, TaskEvent, TaskState
+from teamctl.shared.task_records import EventKind, TaskEvent, TaskState, TaskStatus
 
 MESSAGES_SHOWN = 200
 """Bus messages a live page shows, the latest: it is read again after every change, while a run
 may keep 100,000 (the report, `teamctl messages` and `teamctl export` show them all)."""
+TASKS_DETAILED = 200
+"""Tasks whose details (input, output, attempts) a live page shows: it is read again, and the
+browser builds it again, after every change, and ten thousand tasks' details take a browser
+many seconds (the graph and the counts still show every task; the report has every detail)."""
 EVENTS_PAGE = 1000
 """Entries per XRANGE while the events stream is read (it keeps about 10000)."""
 ATTEMPT_ENDS = {EventKind.COMPLETED: "completed", EventKind.FAILED: "failed",
@@ -60,9 +65,20 @@ class RunView:
     last_event_id: str = "0-0"
     """The last entry of the events stream read: a live page follows on from here."""
     last_message_id: str = "0-0"
+    detailed: list[TaskState] = field(default_factory=list)
+    """The tasks whose details the page shows, in plan order: every task, or on a live page
+    the TASKS_DETAILED that matter most now (see `most_relevant`)."""
 
     def attempts_of(self, task_id: str) -> list[Attempt]:
-        return [a for a in self.attempts if a.task_id == task_id]
+        return self.attempts_by_task.get(task_id, [])
+
+    @functools.cached_property
+    def attempts_by_task(self) -> dict[str, list[Attempt]]:
+        """The attempts grouped by task once: the page asks for each of thousands of tasks."""
+        grouped: dict[str, list[Attempt]] = {}
+        for attempt in self.attempts:
+            grouped.setdefault(attempt.task_id, []).append(attempt)
+        return grouped
 
     def counts(self) -> dict[str, int]:
         """Tasks by status, as the runs page shows them."""
@@ -73,9 +89,10 @@ class RunView:
 
 
 def load_run_view(run: RunHandle, *, with_transcripts: bool = True,
-                  messages_shown: int | None = None) -> RunView:
+                  messages_shown: int | None = None,
+                  tasks_detailed: int | None = None) -> RunView:
     """Read the run (ConfigError if there is none) into a RunView: every bus message, or the
-    last `messages_shown`."""
+    last `messages_shown`; every task's details, or `tasks_detailed` tasks'."""
     spec = run.spec
     # The streams first: a change made while the rest is read is then after the page's
     # position, so its event still reaches the page, which reloads.
@@ -90,7 +107,19 @@ def load_run_view(run: RunHandle, *, with_transcripts: bool = True,
                    attempts=attempts_from(events, tasks, state.finished),
                    messages=messages, transcripts=transcripts,
                    last_event_id=events[-1].id if events else "0-0",
-                   last_message_id=messages[-1].id if messages else "0-0")
+                   last_message_id=messages[-1].id if messages else "0-0",
+                   detailed=most_relevant(tasks, tasks_detailed))
+
+
+def most_relevant(tasks: list[TaskState], limit: int | None) -> list[TaskState]:
+    """`tasks` (plan order), or past `limit` the `limit` that matter most now, still in plan
+    order: those changed last, a task still pending after every other (what runs, failed or
+    just ended is what a watcher looks for)."""
+    if limit is None or len(tasks) <= limit:
+        return tasks
+    ranked = sorted(range(len(tasks)), key=lambda i: (
+        tasks[i].status is TaskStatus.PENDING, -tasks[i].updated_ms, i))
+    return [tasks[i] for i in sorted(ranked[:limit])]
 
 
 def read_events(conn: redis.Redis, key: str) -> Iterator[TaskEvent]:
