@@ -10,15 +10,15 @@ if TYPE_CHECKING:
     from teamctl.shared.redis.embedded import EmbeddedRedis
     from teamctl.shared.settings import Settings
 
+NOTHING_TO_SHOW = "no embedded Redis running; nothing to show (`teamctl redis start` starts it)"
+"""What a command that only reads says, on stderr with exit 0, when there is no server to read."""
+
 
 def resolve_redis_url(explicit: str | None, settings: Settings) -> str:
     """--redis-url, else REDIS_URL, else the embedded server (started on first use)."""
     if explicit:
         return explicit
     return settings.redis_url or embedded_redis(settings).ensure()
-
-
-NOTHING_TO_SHOW = "no embedded Redis running; nothing to show (`teamctl redis start` starts it)"
 
 
 def attach_redis_url(explicit: str | None, settings: Settings) -> str:
