@@ -6,8 +6,9 @@
     │   └── CredentialsError   the provider's credentials are missing or were rejected
     ├── InfraError         Redis, workers or the machine
     │   └── UnreadableRecord   a record in Redis does not parse (one run, not all)
-    └── RunFailed          a run ended without success (exit 1)
-        └── Interrupted    the process driving it was asked to stop (Ctrl-C, a timeout)
+    ├── RunFailed          a run ended without success (exit 1)
+    │   └── Interrupted    the process driving it was asked to stop (Ctrl-C, a timeout)
+    └── NothingToShow      a command that only reads found no embedded Redis running (exit 0)
 
 ToolFailed is separate: it is turned into a tool result for the model, never raised out of a worker.
 """
@@ -71,6 +72,13 @@ class RunFailed(TeamError):
 class Interrupted(RunFailed):
     """The process driving a run (or a team) was asked to stop: Ctrl-C, or the Python API's
     timeout. The run is left as it was, for the caller to cancel."""
+
+
+class NothingToShow(TeamError):
+    """Not a failure: a command that only reads found no embedded Redis running, says so on
+    stderr and exits 0, having started nothing."""
+
+    exit_code = 0
 
 
 class ToolFailed(Exception):

@@ -3,7 +3,9 @@ it answers and the handle of a worker it forked, driven like the Popen of an exe
 
 Opt-in: when `TEAMCTL_WORKER_FORK_SERVER` names the Unix socket of a running server (owned by this
 user), `teamctl run --workers N` and the local worker pool ask it for their workers instead of
-executing `python -m rq.cli worker`.
+executing `python -m rq.cli worker`. Before each request the client checks that the socket's
+directory is this user's alone and that the server runs as this user: a request carries the
+workers' environment, and a reply names the pids this process signals.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import contextlib
 import os
 import signal
 import socket
+import stat
+import struct
 import subprocess
 import sys
 import time
@@ -19,11 +23,15 @@ from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
-from teamctl.shared.errors import InfraError
+from teamctl.shared.errors import ConfigError, InfraError
 
 FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
 """The socket of a fork server this user runs; unset, workers are executed as usual."""
 POLL_INTERVAL_S = 0.05
+NOT_OURS_FIX = (f"start your own server with `python -m teamctl.worker.fork_server SOCKET` in a "
+                f"directory only you can write and point {FORK_SERVER_ENV} at it, or unset "
+                f"{FORK_SERVER_ENV} to start workers as separate programs")
+"""What to do when the socket named is not this user's own."""
 
 
 class SpawnRequest(BaseModel):
@@ -107,11 +115,13 @@ def spawn(socket_path: str, argv: list[str], env: Mapping[str, str], log_fd: int
 
 
 def _ask(socket_path: str, request: str, fds: list[int] | None = None) -> bytes:
-    """Send one request, return the server's reply; InfraError when the server is not there or
-    refused the request."""
+    """Send one request, return the server's reply; ConfigError when the socket is not this
+    user's own (nothing is sent), InfraError when the server is not there or refused."""
+    _check_socket_dir(socket_path)
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(socket_path)
+            _check_server(client, socket_path)
             socket.send_fds(client, [request.encode() + b"\n"], fds or [])
             client.shutdown(socket.SHUT_WR)
             reply = read_all(client)
@@ -124,6 +134,43 @@ def _ask(socket_path: str, request: str, fds: list[int] | None = None) -> bytes:
         refused = RefusedReply.model_validate_json(reply).refused
         raise InfraError(f"the worker fork server at {socket_path} refused: {refused}")
     return reply
+
+
+def _check_socket_dir(socket_path: str) -> None:
+    """ConfigError unless the socket's directory is this user's and only this user may write
+    it: another user who can write there can put a socket of theirs in its place."""
+    directory = os.path.dirname(os.path.abspath(socket_path))
+    try:
+        info = os.stat(directory)
+    except OSError:
+        return  # no such directory: connect says no server answers there
+    mode = stat.S_IMODE(info.st_mode)
+    if info.st_uid != os.getuid():
+        problem = f"its directory {directory} belongs to uid {info.st_uid}, not to you"
+    elif mode & 0o022:
+        problem = f"its directory {directory} is writable by other users (mode {mode:o})"
+    else:
+        return
+    raise ConfigError(f"{FORK_SERVER_ENV}={socket_path}: {problem}; {NOT_OURS_FIX}")
+
+
+def _check_server(client: socket.socket, socket_path: str) -> None:
+    """ConfigError unless the process listening on `client`'s socket runs as this user: a
+    request carries the workers' environment (keys, the Redis password), and its reply names
+    pids this process signals."""
+    uid = peer_uid(client)
+    if uid != os.getuid():
+        raise ConfigError(f"{FORK_SERVER_ENV}={socket_path}: the process listening there runs as "
+                          f"uid {uid}, not as you (uid {os.getuid()}), and was sent nothing; "
+                          f"{NOT_OURS_FIX}")
+
+
+def peer_uid(connection: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
+    ucred = struct.Struct("3i")
+    _pid, uid, _gid = ucred.unpack(
+        connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, ucred.size))
+    return int(uid)
 
 
 def read_all(connection: socket.socket) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import redis
 from teamctl.shared.processes import pid_alive
@@ -14,6 +15,15 @@ def listening_workers(conn: redis.Redis, queues: list[str]) -> bool:
 
     return all(any(not dead_here(w) for w in Worker.all(queue=Queue(name, connection=conn)))
                for name in queues)
+
+
+def registered_here(conn: redis.Redis, queues: list[str]) -> dict[int, Any]:
+    """The workers of this host in RQ's registry that listen on any of `queues`, by pid."""
+    from rq import Queue, Worker
+
+    host = socket.gethostname()
+    return {w.pid: w for name in queues for w in Worker.all(queue=Queue(name, connection=conn))
+            if w.hostname == host and w.pid is not None}
 
 
 def dead_here(worker: object) -> bool:

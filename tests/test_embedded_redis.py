@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 import stat
@@ -380,3 +381,62 @@ def test_errors_do_not_print_the_password() -> None:
     with pytest.raises(InfraError) as raised:
         connect(url)
     assert "s3cret" not in str(raised.value) and "unix://:***@/nonexistent/" in str(raised.value)
+
+
+READING_VERBS = [
+    ["workers"], ["workers", "--json"], ["runs"], ["runs", "--json"], ["status", "r1"],
+    ["tasks", "r1"], ["tasks", "r1", "--follow"], ["events", "r1"], ["messages", "r1"],
+    ["messages", "r1", "--follow"], ["transcript", "r1", "t1"], ["files", "r1"],
+    ["files", "r1", "notes.txt"], ["export", "r1", "{out}"],
+    ["report", "r1", "--html", "{out}.html"], ["dashboard", "--port", "0"], ["teams"],
+    ["teams", "--json"], ["team", "list"],
+    ["team", "inbox"], ["team", "messages"], ["team", "requests"], ["team", "task", "list"],
+    ["team", "export", "{out}"]]
+"""Every verb that only reads: with no embedded server running, it says so and starts none."""
+
+
+def listening_on(path: Path) -> bool:
+    """Whether any process of this host listens on the unix socket `path` (/proc/net/unix
+    lists every bound socket with its path, whoever owns it)."""
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return any(line.split()[-1] == str(path) for line in lines if len(line.split()) == 8)
+
+
+@pytest.fixture
+def state_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """The embedded server of this test's state dir, as the CLI starts it; stopped by its pid
+    afterwards, whatever the test left."""
+    embedded = EmbeddedRedis(tmp_path / "state" / "redis")
+    yield embedded
+    embedded.stop()
+
+
+def test_reading_verbs_start_no_server_and_say_there_is_nothing_to_show(
+        tmp_path: Path, state_redis: EmbeddedRedis) -> None:
+    server = state_redis
+    runner = CliRunner()
+    fresh = runner.invoke(main, ["runs"])  # a new user: no state dir yet
+    assert (fresh.exit_code, fresh.stdout) == (0, ""), fresh.output
+    # One line; the command it names is spelled for this shell (this checkout's teamctl).
+    assert re.fullmatch(r"teamctl: no embedded Redis running; nothing to show "
+                        r"\(`\S*teamctl redis start` starts it\)\n", fresh.stderr), fresh.stderr
+    assert not server.root.exists()
+
+    created = runner.invoke(main, ["team", "create"])  # a verb that writes starts it
+    assert created.exit_code == 0, created.output
+    assert server.running_url() is not None and listening_on(server.socket_path)
+    assert runner.invoke(main, ["redis", "stop"]).stdout == "stopped\n"
+
+    for verb in READING_VERBS:
+        args = [arg.format(out=tmp_path / "out") for arg in verb]
+        result = runner.invoke(main, args)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "", fresh.stderr), args
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.html").exists()
+    assert not server.pid_file.exists() and not server.socket_path.exists()
+    assert not listening_on(server.socket_path) and server.running_url() is None
+
+    started = runner.invoke(main, ["redis", "start"])
+    assert started.stdout == "started\n" and listening_on(server.socket_path)
+    assert runner.invoke(main, ["redis", "start"]).stdout == "already running\n"
+    listed = runner.invoke(main, ["teams"])  # the data kept on disk, attached to
+    assert listed.exit_code == 0 and listed.stdout.startswith("default\t0 teammates")

@@ -5,22 +5,50 @@ and it reports how it ended."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import stat
+import subprocess
 import sys
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 from rq import Queue, Worker
 from rq.job import Job
-from teamctl.coordinator.local_workers.processes import LocalWorkers
-from teamctl.shared.errors import InfraError
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
+from teamctl.shared.errors import ConfigError, InfraError
 from teamctl.shared.worker_fork import FORK_SERVER_ENV, ForkedWorker, read_all
 
 from tests.support.waiting import wait_until
+
+NOBODY_UID = 65534
+LISTENER = """
+import os, socket, sys
+os.setgroups([])
+os.setgid(int(sys.argv[2]))
+os.setuid(int(sys.argv[2]))  # here: this interpreter's own files may be closed to that user
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(4)
+print("listening", flush=True)
+while True:
+    connection, _ = listener.accept()
+    connection.settimeout(10)
+    data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 4)
+    while chunk := connection.recv(65536):
+        data += chunk
+    print(f"received {len(data)} bytes and {len(fds)} descriptors", flush=True)
+    if data:
+        connection.sendall(b'{"refused": "recorded"}')
+    connection.close()
+"""
+"""Stands in for another user's fork server: it becomes that user, binds, answers every request
+and prints, one line per connection, what it was sent."""
 
 
 def run_job(queue: Queue, function: str, *args: str) -> object:
@@ -100,3 +128,69 @@ def test_a_missing_server_is_an_infra_error_that_says_how_to_fix_it(
     assert f"{sys.executable} -m teamctl.worker.fork_server {gone}" in str(raised.value)
     assert f"unset {FORK_SERVER_ENV}" in str(raised.value)
     assert group.processes == []
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A directory another user can enter (tmp_path's parents are root's alone)."""
+    outer = Path(tempfile.mkdtemp())
+    outer.chmod(0o755)
+    yield outer
+    shutil.rmtree(outer)
+
+
+def listen_as_nobody(socket_path: Path, log: Path) -> subprocess.Popen[bytes]:
+    """The stand-in listener running as nobody, bound at `socket_path`."""
+    with log.open("wb") as out:
+        listener = subprocess.Popen(
+            [sys.executable, "-c", LISTENER, str(socket_path), str(NOBODY_UID)], stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    wait_until(lambda: "listening" in log.read_text() or listener.poll() is not None, 30,
+               message="the listener to bind")
+    assert listener.poll() is None, log.read_text()
+    return listener
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
+@pytest.mark.parametrize("where", ["another user's socket in my directory",
+                                   "a directory others may write", "another user's directory"])
+def test_a_socket_that_is_not_the_users_own_is_refused_and_sent_nothing(
+        redis_server: str, shared_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    theirs = shared_tmp / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, NOBODY_UID, NOBODY_UID)
+    if where == "a directory others may write":
+        theirs.chmod(0o1777)  # as /tmp is
+        os.chown(theirs, os.getuid(), os.getgid())
+    log = tmp_path / "listener.log"
+    listener = listen_as_nobody(theirs / "fork.sock", log)
+    try:
+        socket_path = theirs / "fork.sock"
+        if where == "another user's socket in my directory":
+            mine = shared_tmp / "mine"
+            mine.mkdir(mode=0o700)
+            socket_path = socket_path.rename(mine / "fork.sock")  # still theirs, now here
+        monkeypatch.setenv(FORK_SERVER_ENV, str(socket_path))
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-nobody")
+        group = LocalWorkers(redis_server, ["members"], 1, tmp_path / "logs")
+        with pytest.raises(ConfigError) as refused:
+            group.start()
+        assert group.processes == []
+        message = str(refused.value)
+        assert message.startswith(f"{FORK_SERVER_ENV}={socket_path}: ") and "\n" not in message
+        if where == "another user's socket in my directory":
+            assert f"runs as uid {NOBODY_UID}, not as you" in message
+            wait_until(lambda: "received" in log.read_text(), 30,
+                       message="the listener to see the connection close")
+            expected = ["listening", "received 0 bytes and 0 descriptors"]
+        else:
+            assert f"its directory {theirs} " in message
+            assert ("writable by other users (mode 1777)" in message
+                    if where == "a directory others may write"
+                    else f"belongs to uid {NOBODY_UID}, not to you" in message)
+            expected = ["listening"]  # not even a connection
+        assert "unset " + FORK_SERVER_ENV in message
+    finally:
+        stop_process(listener, timeout_s=10)
+    assert log.read_text().splitlines() == expected

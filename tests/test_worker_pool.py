@@ -24,10 +24,12 @@ from teamctl.shared.processes import executable, process_start_ticks
 from teamctl.shared.redis.embedded import EmbeddedRedis, free_port
 from teamctl.shared.settings import load_settings
 
+from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.waiting import wait_until
 from tests.support.workers import exited
 
 STARTED_LINE = "local pool worker(s) on members"
+SPAWNER_KEY = "sk-test-only-the-spawner-has-it-0123"
 
 
 @pytest.fixture
@@ -258,3 +260,77 @@ def test_workers_outside_the_pool_have_no_pool_environment(workers: str) -> None
     assert re.fullmatch("queue +worker +state +job +pool", header), header
     assert len(lines) == len(rows) and all(
         re.fullmatch(r"(members|marked) +\S+:\d+ +\w+ +\S+ +-", line) for line in lines), lines
+
+
+def listed_mates(**env: str) -> list[dict[str, object]]:
+    listed = teamctl("team", "list", "--json", **env)
+    assert listed.returncode == 0, listed.stderr
+    mates: list[dict[str, object]] = json.loads(listed.stdout)
+    return mates
+
+
+def settled_turn(name: str) -> bool:
+    """Whether `name`'s turn is over: idle or shut down, with or without an error."""
+    return [m["status"] for m in listed_mates() if m["name"] == name] in (["idle"], ["shutdown"])
+
+
+@pytest.mark.parametrize("pool", ["warm without the key", "none"])
+def test_a_teammate_spawned_with_a_key_only_the_spawn_has_runs_with_it(
+        state: Path, llm: ScriptedLLM, pool: str) -> None:
+    if pool == "warm without the key":
+        assert teamctl("workers", "start", "-n", "2").returncode == 0
+    keyless = pool_pids(state)
+    scripted = f"hal-{uuid.uuid4().hex[:8]}"
+    model = llm.script(scripted, ["drafted it"])
+
+    spawned = teamctl("team", "spawn", "hal", "--role", "writer", "--prompt", "Draft it",
+                      "--model", model, "--api-base", llm.api_base, OPENAI_API_KEY=SPAWNER_KEY)
+
+    assert spawned.returncode == 0, spawned.stderr
+    assert spawned.stdout.startswith("hal is working in team default")
+    wait_until(lambda: settled_turn("hal"), 120, interval_s=0.5, message="hal's first turn")
+    (hal,) = listed_mates()
+    assert (hal["status"], hal["idle_reason"], hal["last_error"]) == ("idle", "done", None)
+    assert llm.authorizations[scripted] == [f"Bearer {SPAWNER_KEY}"]
+    assert "credentials" not in spawned.stderr
+    if keyless:  # replaced before the turn was enqueued, and gone
+        assert replaced_line("OPENAI_API_KEY") in spawned.stderr.splitlines(), spawned.stderr
+        assert all(exited(pid) for pid in keyless)
+    assert len(pool_pids(state)) == 2 and not pool_pids(state) & keyless
+
+
+@pytest.mark.parametrize("own_workers", ["0", "2"])
+def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
+        state: Path, llm: ScriptedLLM, tmp_path: Path, own_workers: str) -> None:
+    """`--workers 0`: the pool serves the turns, renewed first; `--workers 2`: the lead's own
+    workers serve them, and the pool's of another environment are retired first."""
+    assert teamctl("workers", "start", "-n", "2").returncode == 0
+    keyless = pool_pids(state)
+    suffix = uuid.uuid4().hex[:8]
+    alice = llm.script(f"alice-{suffix}", ["found it"])
+    calls: list[int] = []
+
+    def lead_model(body: dict[str, object]) -> str | ToolCalls:
+        calls.append(1)
+        if len(calls) == 1:
+            return ToolCalls([("spawn_teammate", {"name": "alice", "role": "researcher",
+                                                  "prompt": "Find it.", "model": alice})])
+        return "noted"
+
+    lead = llm.script(f"lead-{suffix}", handler=lead_model)
+    team_file = tmp_path / "team.toml"
+    team_file.write_text(f'[teammates]\ngrantable_models = ["{alice}"]\n')
+    assert teamctl("team", "create", "--file", str(team_file)).returncode == 0
+
+    led = teamctl("lead", "--workers", own_workers, "--model", lead, "--api-base", llm.api_base,
+                  "-m", "Spawn alice.", "--until-idle", OPENAI_API_KEY=SPAWNER_KEY)
+
+    assert led.returncode == 0, led.stderr
+    assert llm.authorizations[f"alice-{suffix}"] == [f"Bearer {SPAWNER_KEY}"]
+    assert set(llm.authorizations[f"lead-{suffix}"]) == {f"Bearer {SPAWNER_KEY}"}
+    (mate,) = listed_mates()
+    assert (mate["status"], mate["last_error"]) == ("idle", None)
+    assert all(exited(pid) for pid in keyless)
+    verb = "replacing" if own_workers == "0" else "retiring"
+    assert f"teamctl: {verb} 2 local pool worker(s) on members started with another " \
+           "OPENAI_API_KEY" in led.stderr, led.stderr

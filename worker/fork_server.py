@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import stat
-import struct
 import sys
 import traceback
 from pathlib import Path
@@ -30,6 +29,7 @@ from teamctl.shared.worker_fork import (
     SpawnRequest,
     StatusReply,
     StatusRequest,
+    peer_uid,
     read_all,
 )
 
@@ -91,7 +91,7 @@ def _answer(listener: socket.socket, children: set[int], exit_codes: dict[int, i
     connection, _ = listener.accept()
     connection.settimeout(REQUEST_TIMEOUT_S)
     with connection:
-        if _peer_uid(connection) != os.getuid():
+        if peer_uid(connection) != os.getuid():
             return
         data, fds, _flags, _address = socket.recv_fds(connection, REQUEST_MAX_BYTES, 1)
         try:
@@ -120,13 +120,6 @@ def _carry_out(data: bytes, fds: list[int], children: set[int], exit_codes: dict
         _become_worker(request, fds[0], close=close)
     children.add(pid)
     return SpawnReply(pid=pid).model_dump_json()
-
-
-def _peer_uid(connection: socket.socket) -> int:
-    ucred = struct.Struct("3i")
-    _pid, uid, _gid = ucred.unpack(
-        connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, ucred.size))
-    return int(uid)
 
 
 def _reap(children: set[int], exit_codes: dict[int, int]) -> None:

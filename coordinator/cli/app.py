@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.advice import for_this_shell, keep_for_this_command
-from teamctl.shared.redis.choice import embedded_redis, is_embedded, resolve_redis_url
+from teamctl.shared.redis.choice import (
+    attach_redis_url,
+    embedded_redis,
+    is_embedded,
+    resolve_redis_url,
+)
 
 if TYPE_CHECKING:
     from teamctl.shared.errors import ConfigError
@@ -183,7 +188,8 @@ def main() -> None:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 workers_option = click.option(
     "--workers", type=click.IntRange(min=0), default=2, show_default=True,
-    help="Local workers to start; 0 uses workers you started yourself.")
+    help="Local workers to start; 0 uses workers you started yourself (on the embedded "
+         "defaults, the local pool).")
 run_workers_option = click.option(
     "--workers", type=click.IntRange(min=0), default=None,
     help="Start N workers for this run only (0: none). Default: on the embedded Redis, reuse or "
@@ -265,7 +271,7 @@ def export(run_id: str, directory: Path, redis_url: str | None, force: bool,
     and its workspace's files under DIRECTORY/workspace/."""
     from teamctl.coordinator.cli.commands import export_command
 
-    export_command(resolve_redis_url(redis_url, settings), run_id, directory, force)
+    export_command(attach_redis_url(redis_url, settings), run_id, directory, force)
 
 
 @main.command()
@@ -277,7 +283,7 @@ def status(run_id: str, redis_url: str | None, as_json: bool, settings: Settings
     """Show a run's status (the same result JSON as `run --json`)."""
     from teamctl.coordinator.cli.commands import status_command
 
-    sys.exit(status_command(resolve_redis_url(redis_url, settings), run_id, as_json))
+    sys.exit(status_command(attach_redis_url(redis_url, settings), run_id, as_json))
 
 
 @main.command()
@@ -291,7 +297,7 @@ def status(run_id: str, redis_url: str | None, as_json: bool, settings: Settings
 def tasks(run_id: str, redis_url: str | None, as_json: bool, follow: bool,
           settings: Settings) -> None:
     """List a run's tasks and their states (--follow: and their changes as they happen)."""
-    url = resolve_redis_url(redis_url, settings)
+    url = attach_redis_url(redis_url, settings)
     if follow:
         from teamctl.coordinator.cli.live_view import follow_tasks_command
 
@@ -312,7 +318,7 @@ def events(run_id: str, redis_url: str | None, as_json: bool, settings: Settings
     """Print a run's task state changes and messages in order, from its start until it ends."""
     from teamctl.coordinator.cli.live_view import events_command
 
-    events_command(resolve_redis_url(redis_url, settings), run_id, as_json)
+    events_command(attach_redis_url(redis_url, settings), run_id, as_json)
 
 
 @main.command()
@@ -342,7 +348,7 @@ def runs(redis_url: str | None, as_json: bool, limit: int, settings: Settings) -
 
     if limit < 1:  # checked here, not by click: a usage error is one line
         raise ConfigError(f"--limit {limit}: give how many runs to list, 1 or more")
-    runs_command(resolve_redis_url(redis_url, settings), as_json, limit)
+    runs_command(attach_redis_url(redis_url, settings), as_json, limit)
 
 
 @main.group()
@@ -355,6 +361,17 @@ def redis() -> None:
 def redis_url_command(settings: Settings) -> None:
     """Print the embedded server's URL, password included (starting it if needed)."""
     click.echo(embedded_redis(settings).ensure())
+
+
+@redis.command("start")
+@fail_cleanly
+def redis_start(settings: Settings) -> None:
+    """Start the embedded server with the data it keeps on disk (commands that only read
+    never start it)."""
+    server = embedded_redis(settings)
+    running = server.attached_url() is not None
+    server.ensure()
+    click.echo("already running" if running else "started")
 
 
 @redis.command("cli", context_settings={"ignore_unknown_options": True})
@@ -394,7 +411,7 @@ def files(run_id: str, path: str | None, redis_url: str | None, settings: Settin
     """List a run's workspace files, or print the one at PATH (kept in Redis or on disk)."""
     from teamctl.coordinator.cli.files_view import files_command
 
-    files_command(resolve_redis_url(redis_url, settings), run_id, path)
+    files_command(attach_redis_url(redis_url, settings), run_id, path)
 
 
 @main.command()
@@ -408,7 +425,7 @@ def transcript(run_id: str, task_id: str, redis_url: str | None, as_json: bool,
     """Show what TASK_ID's member sent its model and got back: its tool calls and results."""
     from teamctl.coordinator.cli.transcript_view import transcript_command
 
-    transcript_command(resolve_redis_url(redis_url, settings), run_id, task_id, as_json)
+    transcript_command(attach_redis_url(redis_url, settings), run_id, task_id, as_json)
 
 
 @main.command()
@@ -424,7 +441,7 @@ def messages(run_id: str, redis_url: str | None, member: str | None, type_: str 
     """Show a run's messages."""
     from teamctl.coordinator.cli.messages_view import messages_command
 
-    messages_command(resolve_redis_url(redis_url, settings), run_id, member=member, type_=type_,
+    messages_command(attach_redis_url(redis_url, settings), run_id, member=member, type_=type_,
                      follow=follow, as_json=as_json)
 
 
@@ -440,7 +457,7 @@ def workers(ctx: click.Context, redis_url: str | None, as_json: bool,
         return
     from teamctl.coordinator.cli.worker_commands import list_workers_command
 
-    list_workers_command(resolve_redis_url(redis_url, settings), as_json, settings)
+    list_workers_command(attach_redis_url(redis_url, settings), as_json, settings)
 
 
 @main.command("worker")

@@ -20,7 +20,7 @@ from teamctl.coordinator.cli.app import (
     workers_option,
 )
 from teamctl.coordinator.cli.team_commands import team_option
-from teamctl.shared.redis.choice import resolve_redis_url
+from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.team_store import TeamStore
@@ -71,7 +71,8 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
         stack.callback(tracing.close)  # last: after the lead's last turn
         stack.enter_context(lease)  # before the workers: a second lead is refused at once
         say_if_offline(source)
-        start_workers(stack, store, url, workers, settings)
+        start_workers(stack, store, url, workers, settings,
+                      embedded=is_embedded(redis_url, settings))
         client = ModelClient(provider_keys=settings.provider_keys,
                              timeout_s=options.model_timeout_s,
                              max_retries=options.model_max_retries,
@@ -92,13 +93,28 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
 
 
 def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
-                  settings: Settings) -> None:
+                  settings: Settings, *, embedded: bool = False) -> None:
     """`workers` local workers on every queue the team uses (stopped with `stack`); with none,
-    a warning for each queue no worker listens on (turns there would wait)."""
+    the local pool on the embedded defaults (as the `team` verbs have it), else a warning for
+    each queue no worker listens on (turns there would wait). On the embedded defaults, pool
+    workers of another environment on those queues are gone before the lead's first turn: a
+    turn never runs without the keys this command has."""
     from teamctl.coordinator.local_workers.processes import LocalWorkers
     from teamctl.shared.teams.teammates import DEFAULT_QUEUE
 
     queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
+    variables = {name for server in store.meta().mcp_servers for name in server.variables()}
+    if embedded and not workers:
+        from teamctl.coordinator.local_workers.on_queues import ensure_pool
+        from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
+
+        ensure_pool(url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note,
+                    variables)
+        return
+    if embedded:
+        from teamctl.coordinator.local_workers.on_queues import retire_stale_pool
+
+        retire_stale_pool(url, queues, settings, note, variables)
     if workers:
         stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
         return

@@ -28,7 +28,7 @@ from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
+from teamctl.shared.redis.choice import attach_redis_url, is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.options import TeamOptions
@@ -54,14 +54,19 @@ def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
-               reconciles: bool = False) -> Callable[..., Any]:
-    """Resolve --team and --redis-url into the team's store (passed as `store`). A verb that
-    `wakes` teammates first reconciles the team (mail to a teammate whose worker died reruns
-    its turn), as one that `reconciles` (a listing shows who is working) does, and then sees
-    that workers serve their turns: on the embedded defaults it starts (or renews) the local
-    pool as `run` does, elsewhere it says when no worker listens."""
+               reconciles: bool = False, reads: bool = False,
+               queue_param: str | None = None) -> Callable[..., Any]:
+    """Resolve --team and --redis-url into the team's store (passed as `store`); a verb that
+    only `reads` attaches to the embedded Redis if it runs and starts nothing. A verb that
+    `wakes` teammates first sees that workers of this environment serve their turns (on the
+    embedded defaults the local pool is started, or renewed, as `run` does, before anything
+    is enqueued; `queue_param` names its argument that adds a queue, spawn's --queue), then
+    reconciles the team (mail to a teammate whose worker died reruns its turn), as one that
+    `reconciles` (a listing shows who is working) does; elsewhere it says afterwards when no
+    worker listens."""
     if fn is None:
-        return lambda inner: with_store(inner, wakes=wakes, reconciles=reconciles)
+        return lambda inner: with_store(inner, wakes=wakes, reconciles=reconciles, reads=reads,
+                                        queue_param=queue_param)
 
     @redis_url_option
     @team_option
@@ -69,37 +74,51 @@ def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
     @wraps(fn)
     def wrapper(*args: Any, team: str | None, redis_url: str | None, settings: Settings,
                 **kwargs: Any) -> Any:
-        url = resolve_redis_url(redis_url, settings)
+        url = (attach_redis_url if reads else resolve_redis_url)(redis_url, settings)
         store = TeamStore(connect(url), team or settings.team,
                           workspace_store=choose_store(settings.workspace_store, url))
+        embedded = is_embedded(redis_url, settings)
+        if wakes and embedded:
+            renew_pool(store, url, settings, [kwargs[queue_param]] if queue_param else [])
         if wakes or reconciles:
             store.scheduler.reconcile()
         result = fn(*args, store=store, settings=settings, **kwargs)
-        if wakes:
-            serve_turns(store, url, is_embedded(redis_url, settings), settings)
+        if wakes and not embedded:
+            say_unserved(store)
         return result
 
     return wrapper
 
 
-def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) -> None:
-    """Workers for the turns of the team's live teammates: the local pool on the embedded
-    defaults (started, or renewed for this environment), else a hint per queue no worker
-    listens on."""
+def turn_queues(store: TeamStore) -> list[str]:
+    """The queues of the team's live teammates' turns (the default one for a team without)."""
+    mates = [m for m in store.mates() if m.status is not MateStatus.SHUTDOWN]
+    return sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
+
+
+def renew_pool(store: TeamStore, url: str, settings: Settings, more_queues: list[str]) -> None:
+    """The local pool on the team's queues (and `more_queues`), started or renewed for this
+    environment, its new workers registered: a turn enqueued next never runs on a worker
+    started without this command's keys."""
+    from teamctl.coordinator.local_workers.on_queues import ensure_pool
+    from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
+    from teamctl.shared.ids import check_queue
+
+    for queue in more_queues:
+        check_queue(queue)  # a bad name is exit 2 before any worker starts on it
+    if not store.exists() and not more_queues:
+        return  # no such team (only spawn creates one): the verb says so, with no pool started
+    servers = store.meta().mcp_servers if store.exists() else []
+    ensure_pool(url, sorted({*turn_queues(store), *more_queues}), DEFAULT_POOL_SIZE,
+                DEFAULT_IDLE_EXIT_S, settings, note,
+                {name for server in servers for name in server.variables()})
+
+
+def say_unserved(store: TeamStore) -> None:
+    """A hint per queue of the team's turns on which no worker listens."""
     from teamctl.coordinator.local_workers.worker_hints import no_worker_hint
 
-    mates = [m for m in store.mates() if m.status is not MateStatus.SHUTDOWN]
-    queues = sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
-
-    if embedded:
-        from teamctl.coordinator.local_workers.on_queues import ensure_pool
-        from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
-
-        servers = store.meta().mcp_servers if store.exists() else []
-        ensure_pool(url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note,
-                    {name for server in servers for name in server.variables()})
-        return
-    for queue in queues:
+    for queue in turn_queues(store):
         if not store.scheduler.workers_on(queue):
             note(no_worker_hint(queue, "its turn"))
 
@@ -110,7 +129,7 @@ def serve_turns(store: TeamStore, url: str, embedded: bool, settings: Settings) 
 @fail_cleanly
 def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """List the persistent teams."""
-    conn = connect(resolve_redis_url(redis_url, settings))
+    conn = connect(attach_redis_url(redis_url, settings))
     rows, lines = [], []
     for name, created_ms in list_teams(conn):
         store = TeamStore(conn, name)
@@ -204,7 +223,7 @@ def budget_options(options: TeamOptions, **flags: int | float | None) -> TeamOpt
 @click.option("--mcp", "mcp", multiple=True, metavar="SERVER[:TOOL]",
               help="Tools of one of the team's MCP servers (repeatable): a server's name for "
                    "all its tools, or server:tool for one (see `teamctl team create --file`).")
-@with_store(wakes=True)
+@with_store(wakes=True, queue_param="queue")
 def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
                   queue: str, plan_mode: bool, tools: tuple[str, ...], mcp: tuple[str, ...],
                   store: TeamStore, settings: Settings) -> None:
@@ -222,7 +241,7 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
 
 @team_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@with_store(reconciles=True)
+@with_store(reconciles=True, reads=True)
 def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's teammates and their status."""
     store.meta()
@@ -291,7 +310,7 @@ def say_if_spent(store: TeamStore) -> None:
 @team_group.command("inbox")
 @click.argument("name", default=LEAD)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@with_store
+@with_store(reads=True)
 def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings) -> None:
     """Show NAME's unread messages (default: the lead's); never marks them read."""
     store.meta()
@@ -309,7 +328,7 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
 @click.option("--type", "type_", default=None, help="Only messages of this type.")
 @click.option("--follow", is_flag=True, help="Keep printing new messages (Ctrl-C to stop).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-@with_store
+@with_store(reads=True)
 def messages_command(member: str | None, type_: str | None, follow: bool, as_json: bool,
                      store: TeamStore, settings: Settings) -> None:
     """Print the team's message bus, read or not, in order; --follow tails it."""
@@ -367,7 +386,7 @@ def review_command(request_id: str, approve: bool | None, feedback: str, store: 
 @click.argument("request_id", required=False)
 @click.option("--pending", is_flag=True, help="Only the requests still waiting for an answer.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@with_store
+@with_store(reads=True)
 def requests_command(request_id: str | None, pending: bool, as_json: bool, store: TeamStore,
                      settings: Settings) -> None:
     """List the team's protocol requests (shutdown, plan approval), oldest first, or one."""
@@ -412,7 +431,7 @@ def task_add_command(subject: str, description: str, role: str, assignee: str,
 
 @task_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@with_store
+@with_store(reads=True)
 def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's tasks: id, status, owner (or assignee), role, subject, dependencies."""
     from teamctl.shared.teams.tasks import TeamTasks
@@ -431,7 +450,7 @@ def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> No
 @click.option("--all", "everything", is_flag=True,
               help="Every message kept in each inbox, not only the unread ones.")
 @force_option
-@with_store
+@with_store(reads=True)
 def export_command(directory: Path, everything: bool, force: bool, store: TeamStore,
                    settings: Settings) -> None:
     """Write DIR/config.json, DIR/inbox/<name>.jsonl (lead too) and DIR/requests/<id>.json."""

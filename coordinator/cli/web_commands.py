@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 from teamctl.coordinator.cli.app import fail_cleanly, force_option, redis_url_option
-from teamctl.shared.redis.choice import resolve_redis_url
+from teamctl.shared.redis.choice import attach_redis_url
 
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings
@@ -39,7 +39,7 @@ def report(run_id: str, html_path: Path, redis_url: str | None, force: bool,
 
     if html_path.exists() and not force:
         raise ConfigError(f"{html_path} exists; pass --force to overwrite it")
-    run = RunHandle.existing(connect(resolve_redis_url(redis_url, settings)), run_id)
+    run = RunHandle.existing(connect(attach_redis_url(redis_url, settings)), run_id)
     write_report(run, html_path)
     click.echo(str(html_path))
 @click.command("dashboard")
@@ -70,5 +70,5 @@ def dashboard(host: str, port: int, allow_control: bool, no_auth: bool, redis_ur
             click.echo(WEB_EXTRA_MISSING, err=True)
             sys.exit(2)
         raise
-    serve(resolve_redis_url(redis_url, settings), host=host, port=port,
+    serve(attach_redis_url(redis_url, settings), host=host, port=port,
           allow_control=allow_control, open_reads=no_auth)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from teamctl.coordinator.local_workers.on_queues import Note, ensure_pool
+from teamctl.coordinator.local_workers.on_queues import Note, ensure_pool, retire_stale_pool
 from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE
 from teamctl.coordinator.local_workers.worker_hints import StartingWorkers
 from teamctl.shared.errors import ConfigError
@@ -79,8 +79,11 @@ class WorkerPlan:
                          note: Note, starting: StartingWorkers | None = None,
                          team_variables: Iterable[str] = ()) -> int:
         """How many run-scoped workers to start, after starting (or replacing) pool workers,
-        which are added to `starting`."""
+        which are added to `starting`; with workers of its own, pool workers of another
+        environment on these queues are retired all the same (they would take its jobs)."""
         if self.count is not None:
+            if self.embedded and self.count:
+                retire_stale_pool(redis_url, queues, settings, note, team_variables)
             return self.count
         if self.embedded:
             pool = ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s,

@@ -134,6 +134,17 @@ class EmbeddedRedis:
                 self._stop_locked()  # started by an older teamctl on TCP without a password
             return self.start()
 
+    def attached_url(self) -> str | None:
+        """The URL of the server if it runs, else None; starts nothing and creates nothing
+        (for commands that only read). Only a socket server in a dir of this user's counts."""
+        try:
+            self.root.lstat()
+        except FileNotFoundError:
+            return None  # never started here (a state dir that is a file still raises)
+        checked_private_dir(self.root, tighten=True)  # its URL file is trusted only then
+        url = self.running_url()
+        return url if url is not None and url.startswith("unix://") else None
+
     def running_url(self) -> str | None:
         """The URL of a live server recorded in the state dir, if there is one."""
         if not self.url_file.exists():
