@@ -28,12 +28,7 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ModelError, RunFailed
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.journal import (
-    CLAIM_EXPIRED,
-    AppendRefused,
-    RecordedStep,
-    StepJournal,
-)
+from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
@@ -175,7 +170,8 @@ class Attempt:
 
     def _recorded_steps(self, member: Member, task: TaskState) -> list[RecordedStep]:
         """What the task's journal holds of this member's session, when the attempt before
-        this one died (its claim expired); said on the task when there is some."""
+        this one died (reclaim.lua took its expired claim back: never a release, whatever
+        its reason says); said on the task when there is some."""
         job, claim = self.job, self.claim
         keys = job.board.keys
         assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
@@ -184,8 +180,7 @@ class Attempt:
                                    job.spec.options.journal_max_bytes, job.board.scripts)
         if job.spec.options.journal_max_bytes <= 0:
             return []
-        recorded = self.journal.steps_for(member.id,
-                                          crashed=task.requeue_reason == CLAIM_EXPIRED)
+        recorded = self.journal.steps_for(member.id, crashed=task.reclaimed)
         if recorded:
             self.journal.note_replayed(len(recorded))
             self.span.event("teamctl.journal.replayed", {"teamctl.steps": len(recorded)})

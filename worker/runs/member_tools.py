@@ -39,15 +39,17 @@ from teamctl.shared.envelopes import Envelope, PeerType
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from teamctl.shared.task_records import TaskState, TaskStatus
-from teamctl.shared.text import echoed, quoted
+from teamctl.shared.text import echoed, one_line, quoted
 from teamctl.shared.tracing import NO_SPAN, Span
 from teamctl.worker.runs.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from teamctl.worker.runs.mailbox import Mailbox
 
 CURRENT_TASK = "current_task_id"
+"""The tools' context key for the task the session executes (the default taskId)."""
 PAST_BOUND = 2
 """release_counted.lua's verdict for a task already released max_task_releases times."""
-"""The tools' context key for the task the session executes (the default taskId)."""
+RELEASE_REASON_CHARS = 200
+"""The most of a member's release reason its task keeps (one printable line)."""
 
 # --- arguments (AI4J's names and aliases; the schema shows the first name) ----------------------
 
@@ -317,7 +319,7 @@ class MemberTools:
         k = board.keys
         verdict, error = board.scripts["release_counted"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
-            args=[claim.token, (reason or "").strip(), self.ctx.member_id,
+            args=[claim.token, release_reason(self.ctx.member_id, reason), self.ctx.member_id,
                   self.ctx.max_task_releases])
         if int(verdict) != PAST_BOUND:
             return int(verdict) == 1, None
@@ -393,6 +395,14 @@ class MemberTools:
             raise ToolFailed(f"unknown team member: {echoed(raw)}; use one of: "
                              f"{', '.join(self.ctx.member_ids)}")
         return member_id
+
+
+def release_reason(member_id: str, said: str | None) -> str:
+    """A member's release as its task's requeue_reason: the runtime's words, quoting the
+    member's reason (printable, on one line, bounded), so nobody mistakes it for the runtime's
+    own (the journal is replayed only on reclaim.lua's flag, whatever a reason says)."""
+    text = one_line(said, RELEASE_REASON_CHARS)
+    return f'released by {member_id}: "{text}"' if text else f"released by {member_id}"
 
 
 def _check_handoff(claim: Claim, to: str) -> None:
