@@ -699,9 +699,9 @@ def test_stdio_server_results_and_failures_reach_the_model(
     assert json.loads(stats) == {"documents": 42, "terms": 7}
     assert error_of(loud)["errorType"] == "McpToolError"
     cut = error_of(loud)["error"]
-    assert re.fullmatch(r"[^\n]{0,300}\n\[truncated: the error has 2000\d\d characters; the "
-                        r"first 300 are shown\]", cut), cut[-200:]
-    assert len(loud) < 700
+    assert re.fullmatch(r"[^\n]{50,300}\n\[truncated: the error has 2000\d\d characters; the "
+                        r"first \d+ are shown\]", cut), cut[-200:]
+    assert len(loud) <= 300
     assert error_of(hung) == {"errorType": "McpTimeout", "tool": "index__hang",
                               "callId": error_of(hung)["callId"],
                               "error": "MCP server 'index' did not answer hang within 4s "

@@ -190,7 +190,8 @@ class Attempt:
         """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
         the member's Python tools (one that will not import here fails the attempt)."""
         job = self.job
-        toolbox = Toolbox(trace=self.span)
+        toolbox = Toolbox(trace=self.span,
+                          max_result_chars=job.spec.options.tool_result_max_chars)
         add_workspace_tools(toolbox, Workspace(self._workspace_root(member)), member.tools)
         if job.spec.options.enable_member_team_tools:
             self.mailbox = Mailbox(job.bus, member.id, self.claim, trace=self.span)
@@ -198,7 +199,8 @@ class Attempt:
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox,
-                max_task_releases=job.spec.options.max_task_releases, trace=self.span))
+                max_task_releases=job.spec.options.max_task_releases,
+                result_max_chars=job.spec.options.tool_result_max_chars, trace=self.span))
         add_python_tools(toolbox, member.tools, self._tool_context(member),
                          job.spec.options.tool_result_max_chars,
                          timeout_s=job.spec.options.tool_wait_s)
