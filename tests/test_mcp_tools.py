@@ -259,7 +259,8 @@ def test_a_secret_header_never_follows_a_redirect_to_another_origin(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A 307 to another loopback port is not followed with the `env:` header: the call is a
     tool error naming the server and the other origin never gets the key; a redirect within
-    the server's origin is still followed, the header with it."""
+    the server's origin is still followed, the header with it. A server whose every request
+    goes elsewhere fails the task, saying so."""
     monkeypatch.setenv("DOCS_KEY", "k-s3cret")
     model = llm.script(f"m1-{run_id}", [
         ToolCalls([("docs__moved", {}), ("docs__api_key", {})]), "done"])
@@ -268,6 +269,9 @@ def test_a_secret_header_never_follows_a_redirect_to_another_origin(
                          headers={"X-Api-Key": "env:DOCS_KEY"})
         store_run(conn, run_id, llm, model, tmp_path / "ws", [docs], ["docs"])
         assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+        away = docs.model_copy(update={"url": url.replace("/mcp", "/away/mcp")})
+        store_run(conn, f"{run_id}-b", llm, "unused", tmp_path / "ws2", [away], ["docs"])
+        assert execute_task(conn, f"{run_id}-b", "task_1") == "task_1: failed"
 
     moved, api_key = tool_results(llm.requests[f"m1-{run_id}"][1])
     assert [headers.get("x-api-key") for headers in catcher.received if
@@ -277,6 +281,9 @@ def test_a_secret_header_never_follows_a_redirect_to_another_origin(
     assert "MCP server 'docs'" in error["error"], error
     assert "another origin" in error["error"], error
     assert api_key == "x-api-key=k-s3cret"
+    failed = TaskBoard(conn, RunKeys(f"{run_id}-b")).get("task_1")
+    assert failed.error.startswith(
+        f"MCP server 'docs' redirected its start to {catcher.url}, another origin than its url")
 
 
 def test_the_guard_refuses_another_origin_even_where_the_sdk_would_follow(

@@ -1,6 +1,7 @@
 """The HTTP MCP server of http_server.py behind redirects, for the tests (no tests here): a call
-of `moved` is answered with a 307 to another origin (TARGET, another loopback port), and every
-request to /old/mcp with a 307 to /mcp (the same origin). `api_key` reports the X-Api-Key header
+of `moved` is answered with a 307 to another origin (TARGET, another loopback port), every
+request to /old/mcp with a 307 to /mcp (the same origin), and every request to /away/mcp with a
+307 to TARGET. `api_key` reports the X-Api-Key header
 the call carried. Usage: python -m tests.mcp_fixture.redirect_server PORT TARGET"""
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ class Redirecting:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if scope["path"] == "/old/mcp":
-            await _redirect(send, "/mcp")
+        if scope["path"] in ("/old/mcp", "/away/mcp"):
+            await _redirect(send, "/mcp" if scope["path"] == "/old/mcp" else self.target)
             return
         received = []
         body = b""
