@@ -12,7 +12,9 @@ Keys (all from the space's KeySpace):
   as its attempt (task id and claim token) and acknowledges once its next model call carries the
   messages, or its attempt ends with an outcome; an attempt lost before that (claim reclaimed,
   task released, worker killed) leaves the record, and the task's next attempt gets those
-  messages again, first. So a read lost with its attempt is not lost for the member.
+  messages again, first. So a read lost with its attempt is not lost for the member. A bounded
+  read (``read_unread_within``: team_read_messages answers within tool_result_max_chars) takes
+  only what fits, new messages and a record's alike; the record counts what it gave.
 - ``bus_seq``: how many messages were ever published, so trimming knows positions.
 - ``roster``, ``roster_ver``: the members, read from Redis with their version (shared/roster.py)
   and cached by it; publish and trim_bus refuse a stale version and the bus reads it again.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -64,6 +67,11 @@ BUS_MAXLEN = 100_000
 TRIM_SLACK_DIVISOR = 10
 """Trim only once the bus exceeds its cap by a tenth, so trimming costs O(1) per message."""
 READ_BATCH = 1000
+COUNT_PAGE = 1000
+"""Inbox entries read per call while counting what is left unread."""
+PAGE_MAX_CHARS = 50_000
+"""The most a bounded read carries, whatever the cap asks: its script scans no more text than
+that (a few milliseconds), and a model is not handed more mail at once anyway."""
 MAX_TYPE_CHARS = 64
 ROSTER_TRIES = 5
 """Roster reads per publish or trim: each retry follows a change made since the last read."""
@@ -78,6 +86,14 @@ def delivered_to(message: Envelope, member_id: str) -> bool:
     if message.from_ == member_id:
         return False
     return message.to in (None, "", BROADCAST, member_id)
+
+
+@dataclass(frozen=True)
+class UnreadPage:
+    """A bounded read of a member's inbox: the messages taken, and how many stay unread."""
+
+    messages: list[Envelope]
+    remaining: int
 
 
 class MessageBus:
@@ -193,6 +209,22 @@ class MessageBus:
         self._check_size(sender, BROADCAST, type_, task_id, content)
         return self._append(sender, BROADCAST, type_, task_id, content, traceparent)
 
+    def read_unread_within(self, member_id: str, task_id: str, token: str,
+                           max_chars: int) -> UnreadPage:
+        """The member's next unread messages whose views (as team_read_messages shows them:
+        sender, recipient, type, task id, content) fit `max_chars` characters as JSON (at least
+        one; at most PAGE_MAX_CHARS), each once, in order, read as the task's attempt (see
+        `read_unread`); the rest stay unread, and the page says how many."""
+        if not self.enabled or self._inboxless(member_id):
+            return UnreadPage([], 0)
+        inbox = self.keys.inbox(member_id)
+        _, entries, owed, offset = self.scripts["read_unread"](
+            keys=[inbox, self.keys.read_offsets, self.keys.bus, self.keys.unacked_reads],
+            args=[member_id, READ_BATCH, check_task_id(task_id), token,
+                  min(max(max_chars, 1), PAGE_MAX_CHARS)])
+        return UnreadPage([envelope_from_lua(entry) for entry in entries],
+                          int(owed) + entries_after(self.conn, inbox, offset or "0-0"))
+
     def read_unread(self, member_id: str, task_id: str | None = None,
                     token: str = "0") -> list[Envelope]:
         """Messages delivered to the member since its last read, each exactly once, in order.
@@ -204,22 +236,26 @@ class MessageBus:
             return []
         messages: list[Envelope] = []
         while True:
-            consumed, entries = self.scripts["read_unread"](
+            consumed, entries, _, _ = self.scripts["read_unread"](
                 keys=[self.keys.inbox(member_id), self.keys.read_offsets, self.keys.bus,
                       self.keys.unacked_reads],
-                args=[member_id, READ_BATCH, check_task_id(task_id) if task_id else "", token])
+                args=[member_id, READ_BATCH, check_task_id(task_id) if task_id else "", token,
+                      ""])
             messages.extend(envelope_from_lua(entry) for entry in entries)
             if consumed < READ_BATCH:
                 return messages
 
-    def acknowledge_reads(self, task_id: str, token: str, member_ids: list[str]) -> bool:
-        """The attempt holding `token` gave its model what it read as these members (or ended with
-        an outcome): never deliver those again. False if `token` no longer holds the task."""
+    def acknowledge_reads(self, task_id: str, token: str, member_ids: list[str], *,
+                          ended: bool = False) -> bool:
+        """The attempt holding `token` gave its model what it read as these members: never
+        deliver that again (what a bounded read left owed stays, for its next read); `ended`:
+        the task ended with an outcome, nothing stays owed. False if `token` no longer holds
+        the task."""
         if not self.enabled or not member_ids:
             return True
         return bool(self.scripts["ack_reads"](
             keys=[self.keys.unacked_reads, self.keys.task(task_id)],
-            args=[token, task_id, *member_ids]))
+            args=[token, task_id, "1" if ended else "", *member_ids]))
 
     def history_for(self, member_id: str, limit: int) -> list[Envelope]:
         """The last `limit` messages delivered to the member, read or not (all when limit <= 0)."""
@@ -396,6 +432,18 @@ def _recipients(roster: Roster, sender: str, to: str | None,
     if to == LEAD:
         return lead
     return [to] if to in roster.member_ids and to != sender else []
+
+
+def entries_after(conn: redis.Redis, stream: str, entry_id: str) -> int:
+    """How many entries of `stream` (an inbox) come after `entry_id`, read a page at a time
+    (what a bounded read says remains unread)."""
+    start, count = f"({entry_id}", 0
+    while True:
+        page = conn.xrange(stream, start, "+", count=COUNT_PAGE)
+        count += len(page)
+        if len(page) < COUNT_PAGE:
+            return count
+        start = f"({page[-1][0]}"
 
 
 def envelope_from_stream(entry_id: str, fields: dict[str, str]) -> Envelope:

@@ -114,8 +114,12 @@ class TaskState(BaseModel):
     output: HashText = None
     error: HashText = None
     requeue_reason: HashText = None
-    """Why the last claim ended without a result (release reason or "claim expired"); AI4J's
-    refresh overwrites this in detail/error, so it is kept here."""
+    """Why the last claim ended without a result, for a person ("claim expired", or who released
+    it, quoting the member's reason); AI4J's refresh overwrites this in detail/error, so it is
+    kept here. Never acted on: it may quote a model."""
+    reclaimed: bool = False
+    """The last claim was taken back because its attempt died (its heartbeat expired): set by
+    reclaim.lua alone, cleared by any other requeue; the next attempt replays the journal."""
     usage: Usage = Field(default_factory=Usage)
 
     @property

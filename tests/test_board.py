@@ -119,6 +119,14 @@ def test_recover_timed_out_claims(conn: redis.Redis, run_id: str) -> None:
     assert (t1.worker, t1.start_ms, t1.requeue_reason) == (None, 0, "claim expired")
     assert board.next_ready(5) == ["t1"]
     assert conn.smembers(board.keys.running) == set()
+    # Only the reclaim marks a crash; the next claim keeps the mark for its attempt to read,
+    # and a release (whatever its reason says) clears it.
+    assert t1.reclaimed
+    again = board.claim("t1", "m1", "host:2", TTL_S)
+    assert again is not None and state(board, "t1").reclaimed
+    assert board.release("t1", again, "claim expired") is WriteOutcome.APPLIED
+    released = state(board, "t1")
+    assert (released.requeue_reason, released.reclaimed) == ("claim expired", False)
 
 
 def test_reclaim_fails_after_max_attempts_and_blocks_dependents(

@@ -6,6 +6,9 @@ will not start, a killed job's servers, the planner's fallbacks, and the team fi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import http.server
 import json
 import os
 import re
@@ -27,7 +30,9 @@ from teamctl.coordinator.cli import main
 from teamctl.shared.agent.mcp_config import McpServer, resolved_values
 from teamctl.shared.agent.mcp_tools import (
     McpHub,
+    McpRedirectRefused,
     McpTimeouts,
+    OriginGuard,
     StderrTail,
     add_mcp_tools,
     call_result_text,
@@ -117,9 +122,17 @@ def free_port() -> int:
 @pytest.fixture
 def docs_server() -> Iterator[str]:
     """The HTTP MCP server of tests/mcp_fixture on a free port; its URL. Stopped by pid."""
+    with http_mcp_server("http_server") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def http_mcp_server(module: str, *args: str) -> Iterator[str]:
+    """`python -m tests.mcp_fixture.<module> PORT ARGS...` on a free port; its /mcp URL.
+    Stopped by pid."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "tests.mcp_fixture.http_server",
-                                str(port)], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
+    process = subprocess.Popen([sys.executable, "-m", f"tests.mcp_fixture.{module}",
+                                str(port), *args], cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
 
     def listening() -> bool:
@@ -127,7 +140,7 @@ def docs_server() -> Iterator[str]:
             return sock.connect_ex(("127.0.0.1", port)) == 0
 
     try:
-        wait_until(listening, 30, message="the docs MCP server to listen")
+        wait_until(listening, 30, message=f"the {module} MCP server to listen")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
         process.kill()
@@ -200,6 +213,98 @@ def test_headers_come_from_the_worker_environment(
     task = TaskBoard(conn, RunKeys(other)).get("task_1")
     assert task.error == ("MCP server 'docs': header Authorization reads $DOCS_TOKEN, which is "
                           "not set in this worker's environment; set it where the workers run")
+
+
+class Catcher(http.server.ThreadingHTTPServer):
+    """An HTTP server on another loopback port that records the headers of every request it
+    gets (where a redirect to another origin would lead) and answers 404."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, str]] = []
+        catcher = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def answer(self) -> None:
+                catcher.received.append({k.lower(): v for k, v in self.headers.items()})
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST = do_DELETE = answer  # noqa: N815  (http.server's naming)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/mcp"
+
+
+@pytest.fixture
+def catcher() -> Iterator[Catcher]:
+    server = Catcher()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_secret_header_never_follows_a_redirect_to_another_origin(
+        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path, catcher: Catcher,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 307 to another loopback port is not followed with the `env:` header: the call is a
+    tool error naming the server and the other origin never gets the key; a redirect within
+    the server's origin is still followed, the header with it. A server whose every request
+    goes elsewhere fails the task, saying so."""
+    monkeypatch.setenv("DOCS_KEY", "k-s3cret")
+    model = llm.script(f"m1-{run_id}", [
+        ToolCalls([("docs__moved", {}), ("docs__api_key", {})]), "done"])
+    with http_mcp_server("redirect_server", catcher.url) as url:
+        docs = McpServer(name="docs", url=url.replace("/mcp", "/old/mcp"),
+                         headers={"X-Api-Key": "env:DOCS_KEY"})
+        store_run(conn, run_id, llm, model, tmp_path / "ws", [docs], ["docs"])
+        assert execute_task(conn, run_id, "task_1") == "task_1: completed"
+        away = docs.model_copy(update={"url": url.replace("/mcp", "/away/mcp")})
+        store_run(conn, f"{run_id}-b", llm, "unused", tmp_path / "ws2", [away], ["docs"])
+        assert execute_task(conn, f"{run_id}-b", "task_1") == "task_1: failed"
+
+    moved, api_key = tool_results(llm.requests[f"m1-{run_id}"][1])
+    assert [headers.get("x-api-key") for headers in catcher.received if
+            "x-api-key" in headers] == []
+    error = error_of(moved)
+    assert error["tool"] == "docs__moved"
+    assert "MCP server 'docs'" in error["error"], error
+    assert "another origin" in error["error"], error
+    assert api_key == "x-api-key=k-s3cret"
+    failed = TaskBoard(conn, RunKeys(f"{run_id}-b")).get("task_1")
+    assert failed.error.startswith(
+        f"MCP server 'docs' redirected its start to {catcher.url}, another origin than its url")
+
+
+def test_the_guard_refuses_another_origin_even_where_the_sdk_would_follow(
+        catcher: Catcher) -> None:
+    """mcp 2.0 and 2.1 follow every redirect; the guarded client sends no request to another
+    origin, whoever asks it to follow."""
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async def post(url: str) -> None:
+        async with create_mcp_http_client(headers={"X-Api-Key": "k-s3cret"}) as client:
+            OriginGuard(McpServer(name="docs", url=url,
+                                  headers={"X-Api-Key": "env:DOCS_KEY"})).install(client)
+            await client.post(url, json={"method": "tools/call", "params": {"name": "moved"}},
+                              follow_redirects=True)
+
+    refused = pytest.raises(McpRedirectRefused, match=(
+        "MCP server 'docs' redirected a request to http://127.0.0.1:[0-9]+/mcp, another origin "
+        "than its url"))
+    with http_mcp_server("redirect_server", catcher.url) as url, refused:
+        asyncio.run(post(url))
+    assert catcher.received == []
 
 
 def test_a_server_that_will_not_start_fails_the_task_with_its_stderr(
@@ -601,9 +706,9 @@ def test_stdio_server_results_and_failures_reach_the_model(
     assert json.loads(stats) == {"documents": 42, "terms": 7}
     assert error_of(loud)["errorType"] == "McpToolError"
     cut = error_of(loud)["error"]
-    assert re.fullmatch(r"[^\n]{0,300}\n\[truncated: the error has 2000\d\d characters; the "
-                        r"first 300 are shown\]", cut), cut[-200:]
-    assert len(loud) < 700
+    assert re.fullmatch(r"[^\n]{50,300}\n\[truncated: the error has 2000\d\d characters; the "
+                        r"first \d+ are shown\]", cut), cut[-200:]
+    assert len(loud) <= 300
     assert error_of(hung) == {"errorType": "McpTimeout", "tool": "index__hang",
                               "callId": error_of(hung)["callId"],
                               "error": "MCP server 'index' did not answer hang within 4s "

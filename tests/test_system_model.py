@@ -66,6 +66,8 @@ TTL_S = 60.0
 """Claims and leases outlive the test: only the `expire` and `lose_lease` rules end them."""
 LEASE_TTL_S = 3600.0
 TEXTS = ["", "ok", "  spaced out  ", "x" * 250, "a" + "研" * 100]
+READ_CHARS = 10_000_000
+"""A member's reads are bounded (tool_result_max_chars); this bound holds all a test sends."""
 texts = st.sampled_from(TEXTS)
 Msg = tuple[str, str | None, str, str | None, str]
 """A message as (from, to, type, task_id, content), the Envelope fields the model predicts."""
@@ -740,7 +742,9 @@ class SystemMachine(RuleBasedStateMachine):
             expected = self.bus_model.read_unread(member, None, "0")
         else:
             mailbox = Mailbox(self.bus, member, Claim(attempt.task_id, attempt.token, member))
-            got = [msg(m) for m in mailbox.read()]
+            page = mailbox.read(READ_CHARS)
+            assert page.remaining == 0, "the model's messages are short: one read takes all"
+            got = [msg(m) for m in page.messages]
             expected = self.bus_model.read_unread(member, attempt.task_id, attempt.token)
         assert got == [self.bus_model.sent[i] for i in expected]
 

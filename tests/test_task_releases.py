@@ -16,6 +16,7 @@ from teamctl.shared.envelopes import SystemType
 from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
+from teamctl.worker.runs.member_tools import release_reason
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teamfile import team_file
@@ -130,3 +131,45 @@ def test_a_planned_task_released_past_max_task_releases_fails_and_blocks_its_dep
     errors = [(m["from"], m["task_id"], m["content"]) for m in out["messages"]
               if m["type"] == "task.error"]
     assert errors == [("m1", "task_1", error)]
+
+
+def test_a_release_saying_claim_expired_is_a_release_not_a_crash(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    """The reason is the member's words: the next attempt starts a fresh session (no step
+    replayed from the journal), and the task quotes the reason as the member's."""
+    requests: list[dict[str, Any]] = []
+
+    def release_once(body: dict[str, Any]) -> ToolCalls | str:
+        requests.append(body)
+        if len(requests) == 1:
+            return ToolCalls([("team_release_task", {"reason": "claim expired"})])
+        return "done"
+
+    plan = {"tasks": [{"id": "task_1", "memberId": "m1", "task": "Collect notes"}]}
+    member = f"m1-{run_id}"
+    team = team_file(tmp_path / "team.toml",
+                     {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+                      "synth": llm.script(f"synth-{run_id}", ["notes collected"])},
+                     team_id="tools",
+                     members=[{"id": "m1", "model": llm.script(member, handler=release_once)}])
+    result = CliRunner().invoke(main, [
+        "run", "Collect", "--team", str(team), "--api-base", llm.api_base,
+        "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json"])
+    assert result.exit_code == 0, result.output
+
+    # Two attempts, each with its own model call; the second began a fresh session.
+    assert len(requests) == 2
+    assert [m["role"] for m in requests[1]["messages"]] == ["system", "user"]
+    tasks = CliRunner().invoke(main, ["tasks", run_id, "--redis-url", workers, "--json"])
+    [state] = json.loads(tasks.stdout)
+    assert (state["status"], state["attempts"], state["replayed_steps"]) == ("completed", 2, 0)
+    assert (state["requeue_reason"], state["reclaimed"]) == (
+        'released by m1: "claim expired"', False)
+
+
+def test_a_member_s_release_reason_is_kept_as_its_words_on_one_printable_line() -> None:
+    assert release_reason("m1", None) == release_reason("m1", "  ") == "released by m1"
+    assert release_reason("m1", "claim\x1b]0;owned\x07 expired\n\rnow") == (
+        'released by m1: "claim expired now"')
+    long = release_reason("m2", "x" * 10_000)
+    assert long == f'released by m2: "{"x" * 200}..."'

@@ -5,6 +5,7 @@ read as AI4J's firstString. Real Redis behind the team tools."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ AI4J_TEAM_TOOLS = {  # name: (properties in order, required), AI4J's registry ta
     "team_send_message": (["toMemberId", "content", "type", "taskId"], ["toMemberId", "content"]),
     "team_broadcast": (["content", "type", "taskId"], ["content"]),
     "team_read_messages": ([], []),
-    "team_list_tasks": ([], []),
+    "team_list_tasks": (["status", "offset", "limit"], []),  # teamctl's paging, optional
     "team_claim_task": (["taskId"], ["taskId"]),
     "team_release_task": (["taskId", "reason"], ["taskId"]),
     "team_reassign_task": (["taskId", "toMemberId"], ["taskId", "toMemberId"]),
@@ -198,6 +199,8 @@ def test_many_argument_errors_are_capped_as_a_whole() -> None:
                      ToolContext(member_id="m1", workspace=Path("."), heartbeat=lambda: True),
                      1000, timeout_s=5)
     arguments = json.dumps({f"k{n}" + "x" * 150: 1 for n in range(1000)})
-    error = error_of(tools.call("search_docs", arguments))["error"]
+    result = tools.call("search_docs", arguments)
+    error = error_of(result)["error"]
     assert error.startswith("query is required; k0xxx")
-    assert error.endswith("characters; the first 20000 are shown]")
+    kept = int(re.search(r"characters; the first (\d+) are shown\]$", error).group(1))
+    assert kept > 19_000 and len(result) <= tools.max_result_chars

@@ -41,7 +41,7 @@ HELP = {
     "lease_ttl_s": "Seconds before a dead coordinator's run may be resumed.",
     "redis_outage_s": "Seconds every process rides through a Redis outage before giving up.",
     "retention_s": "Seconds an ended run's keys stay in Redis.",
-    "tool_result_max_chars": "Longest result a Python or MCP tool gives the model, in characters.",
+    "tool_result_max_chars": "Longest result any tool gives the model, in characters.",
     "tool_timeout_s": "Seconds one Python tool call may take (then a ToolTimeout result).",
     "max_task_releases": "team_release_task calls of one task before the next fails it.",
     "transcript_max_chars": "Longest transcript kept per task for the result, in characters "

@@ -115,7 +115,7 @@ class LeadAgent:
     """The lead's copy of a workspace the team keeps in Redis, when it has workspace tools."""
 
     def __post_init__(self) -> None:
-        self.toolbox = Toolbox()
+        self.toolbox = Toolbox(max_result_chars=self.store.options.tool_result_max_chars)
         self.tools = LeadTools(self.store, self.model, self.api_base, self.workspace)
         self.tools.add_to(self.toolbox)
         self.memory = LeadMemory(self.store, self.lease.owner)

@@ -33,9 +33,10 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from teamctl.shared.agent.mcp_config import (
+    ENV_PREFIX,
     McpServer,
     inside,
     offered_name,
@@ -48,6 +49,9 @@ from teamctl.shared.agent.tools import TOOL_CALL_ID, Toolbox
 from teamctl.shared.agent.workspace import new_private_home, tool_env
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.text import shorten
+
+if TYPE_CHECKING:  # the SDK's HTTP client, imported by a worker only when it starts a server
+    import httpx2
 
 log = logging.getLogger(__name__)
 STDERR_TAIL_CHARS = 2000
@@ -86,6 +90,10 @@ class McpTimeout(ToolFailed):
     """The call did not answer within mcp_call_timeout_s."""
 
 
+class McpRedirectRefused(ToolFailed):
+    """An HTTP server redirected a request to another origin: not followed."""
+
+
 class _ListTimeout(Exception):
     """The server started and handshook, but tools/list took longer than mcp_list_timeout_s."""
 
@@ -116,6 +124,62 @@ class _Running:
     pgids: list[int]
     """Process groups of a stdio server (its pid: it leads a session of its own)."""
     holder: concurrent.futures.Future[None] | None = None
+
+
+class OriginGuard:
+    """Keeps an HTTP server's requests, and so its headers (`env:` secrets among them), on the
+    origin (scheme, host, port) of its url. The SDK's client follows redirects within the
+    origin only since mcp 2.2, and every redirect before: this does not rely on either. Its
+    client follows nothing itself; a request for another origin is refused before it is sent,
+    and a redirect to one is noted (`refused`) so that the failure it causes names it."""
+
+    def __init__(self, server: McpServer) -> None:
+        import httpx2
+
+        self.server = server
+        self.origin = httpx2.URL(str(server.url)).origin
+        self.refused: str | None = None
+        """Where the last redirect to another origin pointed (shown without userinfo, query
+        or fragment), until the next call clears it."""
+
+    def install(self, client: httpx2.AsyncClient) -> None:
+        """Guard `client`: it follows no redirect itself, and checks every request it sends
+        and every response it gets."""
+        client.follow_redirects = False
+        client.event_hooks = {"request": [self._check_request],
+                              "response": [self._note_redirect]}
+
+    async def _check_request(self, request: httpx2.Request) -> None:
+        if request.url.origin != self.origin:
+            self.refused = _shown(request.url)
+            raise McpRedirectRefused(self.refusal("a request"))
+
+    async def _note_redirect(self, response: httpx2.Response) -> None:
+        if not response.has_redirect_location:
+            return
+        try:
+            target = response.request.url.join(response.headers["location"])
+            if target.origin != self.origin:
+                self.refused = _shown(target)
+        except ValueError:  # a Location that is no URL: nothing is sent there either
+            return
+
+    def refusal(self, what: str) -> str:
+        """Why `what` (a call, the start) failed: a redirect to another origin, not followed."""
+        secrets = [key for key, value in self.server.headers.items()
+                   if value.startswith(ENV_PREFIX)]
+        kept = (f" with its headers ({', '.join(secrets)} from the worker's environment)"
+                if secrets else "")
+        return (f"MCP server {self.server.name!r} redirected {what} to {self.refused}, another "
+                f"origin than its url {self.server.url!r}: teamctl sends a server's requests"
+                f"{kept} only to its url's origin, so it was not followed; if that is the "
+                "intended server, give its address as the server's url")
+
+
+def _shown(url: httpx2.URL) -> str:
+    """A URL for an error: without userinfo, query or fragment (they may carry state), and
+    bounded (a server chose it)."""
+    return shorten(str(url.copy_with(userinfo=b"", query=None, fragment=None)), DESCRIBE_CHARS)
 
 
 @dataclass(frozen=True)
@@ -189,6 +253,8 @@ class McpHub:
                                         daemon=True)
         self._thread.start()
         self._running: dict[str, _Running] = {}
+        self._guards: dict[str, OriginGuard] = {}
+        """The HTTP servers' origin guards, by server name."""
 
     def __enter__(self) -> McpHub:
         return self
@@ -239,6 +305,9 @@ class McpHub:
                 f"mcp_list_timeout_s={self.timeouts.list_s:g}", stderr))
         if isinstance(exc, ConfigError):  # no such command, a header's variable is not set
             return exc
+        guard = self._guards.get(server.name)
+        if isinstance(exc, Exception) and guard is not None and guard.refused:
+            return ConfigError(guard.refusal("its start"))
         if isinstance(exc, Exception):
             # The SDK's: a process that exited, a refused connection.
             return ConfigError(self._start_error(server, f"did not start ({_describe(exc)})",
@@ -301,6 +370,8 @@ class McpHub:
                 raise ConfigError(refused)
             headers = resolved_values(server.headers, server.name, "header")
             http = await stack.enter_async_context(create_mcp_http_client(headers=headers))
+            guard = self._guards[server.name] = OriginGuard(server)
+            guard.install(http)
             transport = streamable_http_client(str(server.url), http_client=http)
         return await stack.enter_async_context(Client(transport, cache=None))
 
@@ -308,6 +379,9 @@ class McpHub:
         """Call `tool` of a started server: its CallToolResult; McpTimeout or McpCallFailed
         when no answer came."""
         client = self._running[server].client
+        guard = self._guards.get(server)
+        if guard is not None:
+            guard.refused = None
         timeout_s = self.timeouts.call_s
         meta = ({IDEMPOTENCY_META: f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"}
                 if self.call_key_prefix else None)
@@ -318,11 +392,19 @@ class McpHub:
             return future.result(timeout=timeout_s + CALL_GRACE_S)
         except (TimeoutError, concurrent.futures.TimeoutError):
             future.cancel()
+            self._check_redirect(guard, tool)
             raise McpTimeout(f"MCP server {server!r} did not answer {tool} within "
                              f"{timeout_s:g}s (mcp_call_timeout_s)") from None
         except Exception as exc:
+            self._check_redirect(guard, tool)
             raise McpCallFailed(f"MCP server {server!r} failed on {tool}: "
                                 f"{_describe(exc)}") from exc
+
+    @staticmethod
+    def _check_redirect(guard: OriginGuard | None, tool: str) -> None:
+        """McpRedirectRefused when a redirect to another origin is why the call failed."""
+        if guard is not None and guard.refused:
+            raise McpRedirectRefused(guard.refusal(f"the call of {tool}"))
 
     def close(self) -> None:
         """Stop every server (stdio ones with their process groups), then the loop thread."""

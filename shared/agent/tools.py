@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema
+from teamctl.shared.agent.result_bounds import cut_note, cut_text, cut_to_fit
 from teamctl.shared.errors import TeamError, ToolFailed
 from teamctl.shared.text import echoed
 from teamctl.shared.tracing import NO_SPAN, Attributes, Span
@@ -46,6 +47,11 @@ TOOL_ERROR_PREFIX = "TOOL_ERROR: "
 ERROR_MAX_CHARS = 20_000
 """The longest error text a tool without a cap of its own gives the model (the team's own
 tools; an argument error): whatever a model sends, what it hears back is bounded."""
+RESULT_MAX_CHARS = 20_000
+"""A Toolbox's cap on any result by default (the options' tool_result_max_chars default)."""
+ERROR_WRAPPER_CHARS = 500
+"""Room an error text leaves within its cap for the TOOL_ERROR JSON around it (its type, and
+the tool's name and the call's id as echoed), so the whole result fits the cap."""
 
 
 class InvalidArguments(ToolFailed):
@@ -237,8 +243,9 @@ class Tool:
     parameters: str | None = None
     """A JSON schema given as is (RawArgs tools), instead of one generated from `args`."""
     max_chars: int | None = None
-    """The longest error text this tool gives the model (tool_result_max_chars for Python and
-    MCP tools, whose exceptions may carry anything); None: not capped (the team's own tools)."""
+    """The longest error result this tool gives the model (tool_result_max_chars for Python and
+    MCP tools, whose exceptions may carry anything; at most the Toolbox's cap); None:
+    ERROR_MAX_CHARS (the team's own tools)."""
 
     def schema(self) -> dict[str, Any]:
         """The tool as an OpenAI-style function schema."""
@@ -249,19 +256,22 @@ class Tool:
 
 
 class Toolbox:
-    """Named tools with their argument models; `call` never raises, it answers the model."""
+    """Named tools with their argument models; `call` never raises, it answers the model, and
+    never more than `max_result_chars` characters, whatever the tool answered."""
 
-    def __init__(self, trace: Span = NO_SPAN) -> None:
+    def __init__(self, trace: Span = NO_SPAN, max_result_chars: int = RESULT_MAX_CHARS) -> None:
         self._tools: dict[str, Tool] = {}
         self.trace = trace
         """The span each call's `execute_tool` span is a child of (an agent's invocation)."""
+        self.max_result_chars = max_result_chars
+        """The run's or team's tool_result_max_chars: every result and error is cut to it."""
 
     def add(self, name: str, description: str, args: type[ToolArgs], fn: ToolFn,
             context: Mapping[str, Any] | None = None, *, max_chars: int | None = None) -> None:
         """Register a tool: its name, description, arguments model and function (and the cap
         on its error texts)."""
         self._tools[name] = Tool(name, description, args, fn, dict(context or {}),
-                                 max_chars=max_chars)
+                                 max_chars=self._error_cap(max_chars))
 
     def add_raw(self, name: str, description: str, parameters: Mapping[str, Any],
                 fn: Callable[[dict[str, Any]], ToolResult | dict[str, Any] | str], *,
@@ -269,7 +279,12 @@ class Toolbox:
         """Register a tool whose JSON schema is given (an MCP server's): `fn` gets the model's
         arguments as a dict, unchecked here (the tool's owner validates them)."""
         self._tools[name] = Tool(name, description, RawArgs, lambda args: fn(args.raw), {},
-                                 parameters=json.dumps(parameters), max_chars=max_chars)
+                                 parameters=json.dumps(parameters),
+                                 max_chars=self._error_cap(max_chars))
+
+    def _error_cap(self, max_chars: int | None) -> int:
+        """A tool's cap on its errors, never past the Toolbox's on every result."""
+        return min(max_chars or ERROR_MAX_CHARS, self.max_result_chars)
 
     def wrap(self, name: str, fn: ToolFn) -> None:
         """Give a registered tool a new function (one wrapping its own), keeping its place,
@@ -290,16 +305,21 @@ class Toolbox:
 
     def call(self, name: str, raw_arguments: str, call_id: str = "") -> str:
         """Run a tool; unknown names, bad arguments and tool failures come back as TOOL_ERROR
-        results."""
+        results; every result within max_result_chars (a longer one is cut, saying so)."""
         if self.trace is NO_SPAN:  # tracing off: not even the attributes are built
-            return self._call(name, raw_arguments, call_id)
+            return self._bounded_call(name, raw_arguments, call_id)
         # The model wrote the name: a trace names only the tools there are.
         known = name if name in self._tools else UNKNOWN_TOOL_SPAN
         with self.trace.child(f"execute_tool {known}", tool_call_attributes(known, call_id,
                                                                            raw_arguments)) as span:
-            result = self._call(name, raw_arguments, call_id)
+            result = self._bounded_call(name, raw_arguments, call_id)
             span.set(tool_result_attributes(result))
             return result
+
+    def _bounded_call(self, name: str, raw_arguments: str, call_id: str) -> str:
+        """The one place every result passes (team, workspace, Python and MCP tools, errors):
+        a tool that forgot its own bound is cut here."""
+        return bounded_result(self._call(name, raw_arguments, call_id), self.max_result_chars)
 
     def _call(self, name: str, raw_arguments: str, call_id: str) -> str:
         tool = self._tools.get(name)
@@ -311,7 +331,7 @@ class Toolbox:
             args = self.arguments(name, raw_arguments)
         except InvalidArguments as exc:
             return tool_error(name, call_id, type(exc).__name__,
-                              capped(str(exc), ERROR_MAX_CHARS, "error"))
+                              capped(str(exc), error_room(self._error_cap(None)), "error"))
         return _run(tool, args, call_id)
 
     def arguments(self, name: str, raw_arguments: str) -> ToolArgs:
@@ -364,16 +384,38 @@ def _error_text(tool: Tool, exc: BaseException) -> str:
     """What the model is told of a tool's exception: its text (or class), capped as the tool
     says (ERROR_MAX_CHARS for the team's own tools, whose errors may quote the model)."""
     text = str(exc) or type(exc).__name__
-    return capped(text, tool.max_chars or ERROR_MAX_CHARS, "error")
+    return capped(text, error_room(tool.max_chars or ERROR_MAX_CHARS), "error")
+
+
+def error_room(max_chars: int) -> int:
+    """How long an error text may be for its TOOL_ERROR result to fit `max_chars`."""
+    return max(max_chars - ERROR_WRAPPER_CHARS, max_chars // 2)
 
 
 def capped(text: str, max_chars: int, what: str = "result") -> str:
-    """`text` cut to `max_chars`, saying so, when longer: one cap for a tool's results and its
-    errors alike, so nothing a tool says can flood the model's context."""
+    """`text` within `max_chars` characters, its note included, cut and saying so when longer:
+    one cap for a tool's results and its errors alike, so nothing a tool says can flood the
+    model's context."""
     if len(text) <= max_chars:
         return text
-    return (text[:max_chars] + f"\n[truncated: the {what} has {len(text)} characters; "
-            f"the first {max_chars} are shown]")
+    keep = max(max_chars - len(cut_note(what, len(text), max_chars)), 0)
+    return cut_text(text, keep, what)
+
+
+def bounded_result(result: str, max_chars: int) -> str:
+    """A tool's answer within `max_chars`: as it is when it fits; a TOOL_ERROR with its error
+    text cut (still JSON); anything else cut as text. Each cut says so."""
+    if len(result) <= max_chars:
+        return result
+    if result.startswith(TOOL_ERROR_PREFIX):
+        with contextlib.suppress(ValueError, TypeError):
+            payload = json.loads(result[len(TOOL_ERROR_PREFIX):])
+            if isinstance(payload, dict) and isinstance(payload.get("error"), str):
+                error = cut_to_fit(payload, ["error"], max_chars - len(TOOL_ERROR_PREFIX))
+                text = TOOL_ERROR_PREFIX + json.dumps(error, ensure_ascii=False)
+                if len(text) <= max_chars:
+                    return text
+    return capped(result, max_chars)
 
 
 def argument_errors(exc: ValidationError) -> str:

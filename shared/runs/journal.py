@@ -16,8 +16,6 @@ from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 
-CLAIM_EXPIRED = "claim expired"
-"""The requeue reason reclaim.lua gives a task whose attempt died: the one case replayed."""
 PAGE_ENTRIES = 100
 """Entries per LRANGE: a long journal is read in pages, never in one long command."""
 
@@ -63,7 +61,8 @@ class StepJournal:
 
     def steps_for(self, member_id: str, *, crashed: bool) -> list[RecordedStep]:
         """The recorded steps of `member_id`'s session, in order, when the attempt before this
-        one died (`crashed`: its claim expired). Else the journal is dropped: a released task
+        one died (`crashed`: reclaim.lua took its expired claim back, TaskState.reclaimed).
+        Else the journal is dropped: a released task
         starts over by choice, and a handed-off one is another member's session."""
         if not crashed:  # nothing to read: only to drop, if there is one
             if self.conn.exists(self.keys.journal(self.task_id)):

@@ -13,14 +13,14 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from teamctl.shared.agent.result_bounds import cut_to_fit
+from teamctl.shared.bus import entries_after
 from teamctl.shared.envelopes import Envelope
 
 if TYPE_CHECKING:  # the store imports agent modules; the batch only reads through it
     from teamctl.shared.teams.options import TeamOptions
     from teamctl.shared.teams.team_store import TeamStore
 
-COUNT_PAGE = 1000
-"""Inbox entries read per call while counting what is left unread."""
 WRAPPER_CHARS = 200
 """Room kept beside the messages for the block's tags or the read_inbox answer's other keys."""
 
@@ -87,38 +87,14 @@ def unread_batch(store: TeamStore, member: str,
         size = len(_dumped(line)) + 1
         if used + size > budget:
             if not lines:
-                lines.append(_cut_line(line, budget))
+                lines.append(cut_to_fit(line, ["content"], budget, {"content": "message"}))
             break
         lines.append(line)
         used += size
     offset = peeked_last if len(lines) == len(messages) else str(lines[-1]["id"])
     # Nothing peeked means nothing unread; otherwise count what lies past the batch.
-    return InboxBatch(lines, offset, _unread_after(store, member, offset) if offset else 0)
-
-
-def _cut_line(line: dict[str, Any], budget: int) -> dict[str, Any]:
-    """One message's line with its content cut so the line fits `budget` characters."""
-    content = str(line["content"])
-    keep = len(content)
-    while keep > 0:
-        keep = max(0, keep - (len(_dumped(line)) - budget) - 100)
-        line = {**line, "content": content[:keep] + f"\n[truncated: the message has "
-                f"{len(content)} characters; the first {keep} are shown]"}
-        if len(_dumped(line)) <= budget:
-            break
-    return line
-
-
-def _unread_after(store: TeamStore, member: str, offset: str) -> int:
-    """How many inbox entries come after `offset`, read a page at a time."""
-    inbox = store.keys.inbox(member)
-    start, count = f"({offset}", 0
-    while True:
-        page = store.conn.xrange(inbox, start, "+", count=COUNT_PAGE)
-        count += len(page)
-        if len(page) < COUNT_PAGE:
-            return count
-        start = f"({page[-1][0]}"
+    return InboxBatch(lines, offset, entries_after(store.conn, store.keys.inbox(member), offset)
+                      if offset else 0)
 
 
 def _dumped(line: dict[str, Any]) -> str:

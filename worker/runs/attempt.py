@@ -28,12 +28,7 @@ from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ModelError, RunFailed
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.journal import (
-    CLAIM_EXPIRED,
-    AppendRefused,
-    RecordedStep,
-    StepJournal,
-)
+from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
@@ -175,7 +170,8 @@ class Attempt:
 
     def _recorded_steps(self, member: Member, task: TaskState) -> list[RecordedStep]:
         """What the task's journal holds of this member's session, when the attempt before
-        this one died (its claim expired); said on the task when there is some."""
+        this one died (reclaim.lua took its expired claim back: never a release, whatever
+        its reason says); said on the task when there is some."""
         job, claim = self.job, self.claim
         keys = job.board.keys
         assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
@@ -184,8 +180,7 @@ class Attempt:
                                    job.spec.options.journal_max_bytes, job.board.scripts)
         if job.spec.options.journal_max_bytes <= 0:
             return []
-        recorded = self.journal.steps_for(member.id,
-                                          crashed=task.requeue_reason == CLAIM_EXPIRED)
+        recorded = self.journal.steps_for(member.id, crashed=task.reclaimed)
         if recorded:
             self.journal.note_replayed(len(recorded))
             self.span.event("teamctl.journal.replayed", {"teamctl.steps": len(recorded)})
@@ -195,7 +190,8 @@ class Attempt:
         """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
         the member's Python tools (one that will not import here fails the attempt)."""
         job = self.job
-        toolbox = Toolbox(trace=self.span)
+        toolbox = Toolbox(trace=self.span,
+                          max_result_chars=job.spec.options.tool_result_max_chars)
         add_workspace_tools(toolbox, Workspace(self._workspace_root(member)), member.tools)
         if job.spec.options.enable_member_team_tools:
             self.mailbox = Mailbox(job.bus, member.id, self.claim, trace=self.span)
@@ -203,7 +199,8 @@ class Attempt:
                 board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
                 member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
                 heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox,
-                max_task_releases=job.spec.options.max_task_releases, trace=self.span))
+                max_task_releases=job.spec.options.max_task_releases,
+                result_max_chars=job.spec.options.tool_result_max_chars, trace=self.span))
         add_python_tools(toolbox, member.tools, self._tool_context(member),
                          job.spec.options.tool_result_max_chars,
                          timeout_s=job.spec.options.tool_wait_s)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from teamctl.shared.bus import MessageBus
-from teamctl.shared.envelopes import Envelope
+from teamctl.shared.bus import MessageBus, UnreadPage
 from teamctl.shared.tracing import NO_SPAN, Span
 from teamctl.worker.runs.claims import Claim
 
@@ -27,14 +26,17 @@ class Mailbox:
     trace: Span = NO_SPAN
     """The session's span, linked to each message's sender's."""
 
-    def read(self) -> list[Envelope]:
-        """New messages (and any an earlier attempt of the task read and lost), each once."""
-        messages = self.bus.read_unread(self.member_id, self.claim.task_id, self.claim.token)
-        self.unacknowledged = self.unacknowledged or bool(messages)
-        for message in messages:
+    def read(self, max_chars: int) -> UnreadPage:
+        """New messages (and any an earlier attempt of the task read and lost), each once, as
+        many as fit `max_chars` characters as views (at least one); the page says how many
+        stay unread for the next read."""
+        page = self.bus.read_unread_within(self.member_id, self.claim.task_id, self.claim.token,
+                                           max_chars)
+        self.unacknowledged = self.unacknowledged or bool(page.messages)
+        for message in page.messages:
             self.trace.link(message.traceparent, {"teamctl.message_id": message.id,
                                                   "teamctl.from": message.from_})
-        return messages
+        return page
 
     def acknowledge(self) -> bool:
         """The next model call carries what was read: never deliver it again. False if the claim
@@ -47,4 +49,5 @@ class Mailbox:
     def settle(self) -> None:
         """The task ends with an outcome: no read of it is owed to any member any more."""
         self.unacknowledged = False
-        self.bus.acknowledge_reads(self.claim.task_id, self.claim.token, self.bus.member_ids)
+        self.bus.acknowledge_reads(self.claim.task_id, self.claim.token, self.bus.member_ids,
+                                   ended=True)

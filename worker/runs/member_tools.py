@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field
+from teamctl.shared.agent.result_bounds import cut_to_fit, fitting, json_chars
 from teamctl.shared.agent.tools import (
+    RESULT_MAX_CHARS,
     ActionResult,
     Fallback,
     NoArgs,
@@ -34,20 +36,25 @@ from teamctl.shared.agent.tools import (
     either_case,
 )
 from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.board_pages import PAGE_DEFAULT, PAGE_MAX, page_ids, status_filter
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import Envelope, PeerType
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.ids import BROADCAST, RESERVED_MEMBER_IDS, normalize_id
 from teamctl.shared.task_records import TaskState, TaskStatus
-from teamctl.shared.text import echoed, quoted
+from teamctl.shared.text import echoed, one_line, quoted
 from teamctl.shared.tracing import NO_SPAN, Span
 from teamctl.worker.runs.claims import MAX_HANDOFFS, Claim, ClaimEnd, Claims
 from teamctl.worker.runs.mailbox import Mailbox
 
 CURRENT_TASK = "current_task_id"
+"""The tools' context key for the task the session executes (the default taskId)."""
 PAST_BOUND = 2
 """release_counted.lua's verdict for a task already released max_task_releases times."""
-"""The tools' context key for the task the session executes (the default taskId)."""
+RELEASE_REASON_CHARS = 200
+"""The most of a member's release reason its task keeps (one printable line)."""
+WRAPPER_CHARS = 400
+"""Room kept for a listing's other keys (action, counts, the note) beside its items."""
 
 # --- arguments (AI4J's names and aliases; the schema shows the first name) ----------------------
 
@@ -93,6 +100,18 @@ class ReleaseArgs(TaskArgs):
                                  description="Why you release it.")
 
 
+class ListTasksArgs(ToolArgs):
+    """team_list_tasks: which page of the board (each a described string, as AI4J's schema
+    has them)."""
+
+    status: OptionalText = Field(None, description="Only tasks of this status: pending, ready, "
+                                 "in_progress, completed, failed or blocked.")
+    offset: OptionalText = Field(None, description="How many matching tasks to skip (default "
+                                 "0; the answer's nextOffset continues).")
+    limit: OptionalText = Field(None, description=f"Tasks to show, at most {PAGE_MAX} (default "
+                                f"{PAGE_DEFAULT}).")
+
+
 class ReassignArgs(TaskArgs):
     """team_reassign_task."""
 
@@ -135,11 +154,14 @@ class MessageView(ToolResult):
 
 
 class MessagesRead(TeamResult):
-    """team_read_messages: `messages` only when there are some."""
+    """team_read_messages: `messages` only when there are some; `remaining` and `note` only
+    when more wait unread than fit one answer."""
 
     count: int
     has_new_messages: bool
     messages: list[MessageView] | None = None
+    remaining: int | None = None
+    note: str | None = None
 
 
 class TaskView(ToolResult):
@@ -174,9 +196,16 @@ class TaskView(ToolResult):
 
 
 class TaskList(TeamResult):
-    """team_list_tasks: every task, outputs included."""
+    """team_list_tasks: one page of tasks in plan order, outputs included, with how many match
+    and remain after it."""
 
     tasks: list[TaskView]
+    status: str | None = None
+    total: int
+    offset: int
+    remaining: int
+    next_offset: int | None = None
+    note: str | None = None
 
 
 class TaskChanged(TeamResult):
@@ -208,6 +237,9 @@ class MemberToolContext:
     """This session's reads of the member's inbox (acknowledged by the attempt)."""
     max_task_releases: int = 3
     """The run's bound on team_release_task per task (RunOptions.max_task_releases)."""
+    result_max_chars: int = RESULT_MAX_CHARS
+    """The run's tool_result_max_chars: what team_read_messages and team_list_tasks answer at
+    once fits it, and they say what remains."""
     trace: Span = NO_SPAN
     """The session's span: messages sent carry it, for their receivers' links."""
 
@@ -234,10 +266,11 @@ class MemberTools:
             ("team_broadcast", "Broadcast a message to the whole team. The type defaults to "
              "peer.broadcast.", BroadcastArgs, self.broadcast),
             ("team_read_messages", "Check your mailbox for messages sent to you since your last "
-             "read (direct and broadcast). Call it during long tasks.", NoArgs,
-             self.read_messages),
-            ("team_list_tasks", "List the current shared task states, with the outputs of "
-             "completed tasks.", NoArgs, self.list_tasks),
+             "read (direct and broadcast), as many as fit one answer; it says how many more "
+             "wait. Call it during long tasks.", NoArgs, self.read_messages),
+            ("team_list_tasks", "List one page of the shared task states (optional status, "
+             "offset, limit), with the outputs of completed tasks; says how many match and "
+             "remain.", ListTasksArgs, self.list_tasks),
             ("team_claim_task", "Claim a ready task; you run it after your current task.",
              TaskArgs, self.claim_task),
             ("team_release_task", "Release a task you hold back to the queue (your current "
@@ -271,17 +304,55 @@ class MemberTools:
                            member_id=self.ctx.member_id, task_id=task_id, reason=_bus_off(sent))
 
     def read_messages(self, args: NoArgs) -> MessagesRead:
-        """team_read_messages: what arrived since the member's last read, once each (the attempt
-        acknowledges them when its next model call carries this result)."""
-        messages = self.ctx.mailbox.read()
-        return MessagesRead(action="team_read_messages", ok=True, member_id=self.ctx.member_id,
-                            count=len(messages), has_new_messages=bool(messages),
-                            messages=[MessageView.of(m) for m in messages] or None)
+        """team_read_messages: what arrived since the member's last read, once each, as many as
+        fit tool_result_max_chars (a first message longer than that alone is cut, saying so);
+        the rest stay unread for the next call. The attempt acknowledges them when its next
+        model call carries this result."""
+        room = self._room()
+        page = self.ctx.mailbox.read(room)
+        views = [MessageView.of(m).model_dump(mode="json", by_alias=True)
+                 for m in page.messages]
+        if views and json_chars(views) > room:
+            # The script's sizes bound the views' from above, so only a first message alone is
+            # too long; a share each keeps any other case within the room, losing no message.
+            share = room // len(views)
+            views = [cut_to_fit(view, ["content"], share, {"content": "message"})
+                     for view in views]
+        more = page.remaining or None
+        return MessagesRead(
+            action="team_read_messages", ok=True, member_id=self.ctx.member_id,
+            count=len(views), has_new_messages=bool(views),
+            messages=[MessageView.model_validate(v) for v in views] or None, remaining=more,
+            note=f"{more} more unread messages: call team_read_messages again to read them"
+            if more else None)
 
-    def list_tasks(self, args: NoArgs) -> TaskList:
-        """team_list_tasks: every task's state, outputs included."""
-        return TaskList(action="team_list_tasks", ok=True, member_id=self.ctx.member_id,
-                        tasks=[TaskView.of(t) for t in self.ctx.board.snapshot()])
+    def list_tasks(self, args: ListTasksArgs) -> TaskList:
+        """team_list_tasks: one page of the board in plan order, outputs included, as many tasks
+        as fit tool_result_max_chars (a first task longer than that alone has its texts cut,
+        saying so), with how many match and remain."""
+        status = status_filter(args.status)
+        offset = _whole_number(args.offset, "offset", 0, None) or 0
+        limit = _whole_number(args.limit, "limit", 1, PAGE_MAX) or PAGE_DEFAULT
+        board = self.ctx.board
+        ids, total = page_ids(board.conn, board.keys, status, offset, limit)
+        room = self._room()
+        views = fitting([TaskView.of(t).model_dump(mode="json", by_alias=True)
+                         for t in board.get_many(ids)], room)
+        cut = bool(views) and json_chars(views) > room
+        if cut:
+            views = [cut_to_fit(views[0], ["task", "context", "output", "error"], room)]
+        remaining = max(total - offset - len(views), 0)
+        return TaskList(
+            action="team_list_tasks", ok=True, member_id=self.ctx.member_id,
+            tasks=[TaskView.model_validate(v) for v in views], status=status, total=total,
+            offset=offset, remaining=remaining,
+            next_offset=offset + len(views) if remaining else None,
+            note=_page_note(remaining, offset + len(views), cut))
+
+    def _room(self) -> int:
+        """What a listing's items may fill: the cap less its other keys."""
+        cap = self.ctx.result_max_chars
+        return max(cap - WRAPPER_CHARS, cap // 2)
 
     # --- task claims --------------------------------------------------------------------------
 
@@ -317,7 +388,7 @@ class MemberTools:
         k = board.keys
         verdict, error = board.scripts["release_counted"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
-            args=[claim.token, (reason or "").strip(), self.ctx.member_id,
+            args=[claim.token, release_reason(self.ctx.member_id, reason), self.ctx.member_id,
                   self.ctx.max_task_releases])
         if int(verdict) != PAST_BOUND:
             return int(verdict) == 1, None
@@ -393,6 +464,39 @@ class MemberTools:
             raise ToolFailed(f"unknown team member: {echoed(raw)}; use one of: "
                              f"{', '.join(self.ctx.member_ids)}")
         return member_id
+
+
+def _whole_number(raw: str | None, name: str, least: int, most: int | None) -> int | None:
+    """A paging argument given as text (None when left out); ToolFailed saying the range."""
+    if raw is None:
+        return None
+    bound = f"from {least} to {most}" if most is not None else f"{least} or more"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ToolFailed(f"{name} {echoed(raw)} is not a whole number; give {bound}") from None
+    if value < least or (most is not None and value > most):
+        raise ToolFailed(f"{name} {value} is out of range; give {bound}")
+    return value
+
+
+def _page_note(remaining: int, next_offset: int, cut: bool) -> str | None:
+    """What a page of team_list_tasks says of what it left out."""
+    parts = []
+    if cut:
+        parts.append("this task's texts were cut to fit tool_result_max_chars")
+    if remaining:
+        parts.append(f"{remaining} more tasks: call team_list_tasks with offset={next_offset} "
+                     "for the next page")
+    return "; ".join(parts) or None
+
+
+def release_reason(member_id: str, said: str | None) -> str:
+    """A member's release as its task's requeue_reason: the runtime's words, quoting the
+    member's reason (printable, on one line, bounded), so nobody mistakes it for the runtime's
+    own (the journal is replayed only on reclaim.lua's flag, whatever a reason says)."""
+    text = one_line(said, RELEASE_REASON_CHARS)
+    return f'released by {member_id}: "{text}"' if text else f"released by {member_id}"
 
 
 def _check_handoff(claim: Claim, to: str) -> None:

@@ -14,7 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from teamctl.shared.agent.tools import NoArgs, OptionalText, Text, ToolArgs, Toolbox
+from teamctl.shared.agent.tools import (
+    RESULT_MAX_CHARS,
+    NoArgs,
+    OptionalText,
+    Text,
+    ToolArgs,
+    Toolbox,
+)
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.task_pages import (
     GET_TASK_DESCRIPTION,
@@ -109,8 +116,10 @@ class MateTools:
         finally:
             self.store = own
 
-    def toolbox(self) -> Toolbox:
-        box = Toolbox()
+    def toolbox(self, max_result_chars: int = RESULT_MAX_CHARS) -> Toolbox:
+        """The team tools, in a Toolbox that cuts any result to `max_result_chars` (the team's
+        tool_result_max_chars)."""
+        box = Toolbox(max_result_chars=max_result_chars)
         box.add("send_message", "Send a message to one teammate, or to lead.", SendArgs,
                 self.send_message)
         box.add("broadcast", "Send a message to every other teammate and the lead.",

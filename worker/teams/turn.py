@@ -165,7 +165,7 @@ class Turn:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost. Its MCP
         servers run for the whole job and stop with it."""
         self.tools = tools = MateTools(self.store, self.mate.name, self.token)
-        self.toolbox = toolbox = tools.toolbox()
+        self.toolbox = toolbox = tools.toolbox(self.store.options.tool_result_max_chars)
         with contextlib.ExitStack() as stack:
             mirror = open_mirror(self.store, self.mate, self.token)
             root = mirror.root if mirror else None

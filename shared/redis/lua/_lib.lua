@@ -218,13 +218,15 @@ end
 
 -- End a claim without a result: no live token, no holder, times reset (AI4J release/timeout),
 -- then back to ready or pending by the dependencies still open. A team task's claim has no
--- heartbeat key (hb_key nil): its teammate's turn holds it.
+-- heartbeat key (hb_key nil): its teammate's turn holds it. `reclaimed` is cleared: only
+-- reclaim.lua sets it (the attempt died), whatever `reason` says, since a reason may quote a
+-- model.
 local function requeue(task_key, ready_key, running_key, counts_key, hb_key, reason, now)
   redis.call('SREM', running_key, redis.call('HGET', task_key, 'task_id'))
   if hb_key then redis.call('DEL', hb_key) end
   redis.call('HSET', task_key, 'token', 0, 'claimed_by', '', 'worker', '', 'start_ms', 0,
     'last_heartbeat_ms', 0, 'end_ms', 0, 'duration_ms', 0, 'output', '', 'updated_ms', now,
-    'requeue_reason', reason)
+    'requeue_reason', reason, 'reclaimed', 0)
   if tonumber(redis.call('HGET', task_key, 'deps_left')) <= 0 then
     make_ready(task_key, ready_key, counts_key)
   else

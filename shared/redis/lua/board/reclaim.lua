@@ -1,5 +1,7 @@
--- reclaim: take back every given claim whose heartbeat key is gone: ready again, or failed
--- "claim expired after N attempts" once N reaches max attempts (its dependents are blocked).
+-- reclaim: take back every given claim whose heartbeat key is gone: ready again (`reclaimed`
+-- set: the attempt died, so the next one replays the task's journal; no other script sets it),
+-- or failed "claim expired after N attempts" once N reaches max attempts (its dependents are
+-- blocked).
 -- With a forced reason, fail every given in-progress claim, alive or not, with that reason: a
 -- stopped run gives up on members that outlasted its grace period (their tokens die with it).
 -- KEYS[1] ready zset, KEYS[2] running set, KEYS[3] counts hash, KEYS[4] events stream,
@@ -40,6 +42,7 @@ for g = 4, #ARGV do
       task_event(KEYS[4], task_key, 'failed', 0)
     else
       requeue(task_key, KEYS[1], KEYS[2], KEYS[3], hb_key, 'claim expired', now)
+      redis.call('HSET', task_key, 'reclaimed', 1)
       task_event(KEYS[4], task_key, 'reclaimed', 0)
     end
     table.insert(reclaimed, tid)

@@ -1,13 +1,25 @@
 -- ack_reads: an attempt's model has been given what it read (or the attempt ended with an
--- outcome), so drop the attempt's records of unacknowledged reads: nothing in them is delivered
--- again. Fenced: only while ARGV[1] is the task's live claim, so a stale attempt cannot
--- acknowledge what the next attempt of the task must get again.
+-- outcome), so drop from the attempt's records of unacknowledged reads what it was given: nothing
+-- of that is delivered again. Messages a bounded read left in a record (past its `given`) stay
+-- owed, for the attempt's next read. Fenced: only while ARGV[1] is the task's live claim, so a
+-- stale attempt cannot acknowledge what the next attempt of the task must get again.
 -- KEYS[1] unacknowledged reads hash, KEYS[2] task hash.
--- ARGV[1] token, ARGV[2] task id, ARGV[3..] the members whose record for the task to drop.
+-- ARGV[1] token, ARGV[2] task id, ARGV[3] '1' to drop the records whole (the task ended with an
+-- outcome: nothing is owed to it any more), ARGV[4..] the members whose record for the task.
 -- Returns 1 acknowledged, 0 refused (the token is not the task's live claim).
 local current = redis.call('HMGET', KEYS[2], 'token', 'status')
 if current[1] ~= ARGV[1] or current[2] ~= 'in_progress' then return 0 end
-for i = 3, #ARGV do
-  redis.call('HDEL', KEYS[1], ARGV[i] .. ':' .. ARGV[2])
+for i = 4, #ARGV do
+  local field = ARGV[i] .. ':' .. ARGV[2]
+  local raw = redis.call('HGET', KEYS[1], field)
+  local record = raw and cjson.decode(raw)
+  if record and ARGV[3] ~= '1' and record.given and record.given < #record.ids then
+    local owed = {}
+    for n = record.given + 1, #record.ids do owed[#owed + 1] = record.ids[n] end
+    record.ids, record.given = owed, 0
+    redis.call('HSET', KEYS[1], field, cjson.encode(record))
+  elseif raw then
+    redis.call('HDEL', KEYS[1], field)
+  end
 end
 return 1
