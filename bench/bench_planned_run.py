@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -34,15 +35,26 @@ from bench.bench_worker import wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
-TASKS = 5000
-WIDTH = 1000
-"""Tasks per layer: task i depends on tasks i - WIDTH and i - WIDTH + 1 of the layer before."""
-WORKERS = 8
 GOAL_CLI_S = 1.0
 RUN_TIMEOUT_S = 1800.0
 RUN_ID = "planned"
 LOG_DIR = Path(__file__).resolve().parent / "logs"
 """The run's own log is kept here (the report's logs folder): its temporary folder is not."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    tasks: int
+    width: int
+    """Tasks per layer: task i depends on tasks i - width and i - width + 1 of the layer
+    before."""
+    workers: int
+
+
+FULL = Sizes(tasks=5000, width=1000, workers=8)
+SMOKE = Sizes(tasks=20, width=10, workers=1)
 
 
 def wide_dag(tasks: int, width: int) -> list[dict[str, object]]:
@@ -245,16 +257,17 @@ def run(tasks: int, width: int, workers: int) -> list[BenchFigure]:
     return rows
 
 
-def figures() -> list[BenchFigure]:
-    """The report's section (scripts/bench): the default sizes."""
-    return run(TASKS, WIDTH, WORKERS)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    sizes = SMOKE if smoke else FULL
+    return run(sizes.tasks, sizes.width, sizes.workers)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=TASKS)
-    parser.add_argument("--width", type=int, default=WIDTH)
-    parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--tasks", type=int, default=FULL.tasks)
+    parser.add_argument("--width", type=int, default=FULL.width)
+    parser.add_argument("--workers", type=int, default=FULL.workers)
     args = parser.parse_args(argv)
     return print_figures(run(args.tasks, args.width, args.workers))
 
