@@ -48,10 +48,12 @@ class Sizes:
     workers: int
     alone_runs: int
     """Runs timed alone, one after the other (their median is the baseline)."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(runs=50, tasks=20, workers=8, alone_runs=3)
-SMOKE = Sizes(runs=2, tasks=2, workers=1, alone_runs=1)
+SMOKE = Sizes(runs=2, tasks=2, workers=1, alone_runs=1, fork_workers=True)
 
 
 def write_team(path: Path, llm: ScriptedLLM, tasks: int, options: dict[str, int]) -> Path:
@@ -109,7 +111,7 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-concurrent-") as tmp_dir, \
                 throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, workers, Path(tmp_dir)):
+                worker_fleet(url, workers, Path(tmp_dir), forked=sizes.fork_workers):
             tmp = Path(tmp_dir)
             conn = redis.Redis.from_url(url, decode_responses=True)
             team = write_team(tmp / "team.toml", llm, tasks, {

@@ -52,10 +52,12 @@ class Sizes:
     workers: int
     quiet_s: float
     wakes: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(mates=1000, workers=4, quiet_s=60.0, wakes=20)
-SMOKE = Sizes(mates=3, workers=1, quiet_s=1.0, wakes=2)
+SMOKE = Sizes(mates=3, workers=1, quiet_s=1.0, wakes=2, fork_workers=True)
 
 
 class Activity:
@@ -137,7 +139,7 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp, \
                 throwaway_redis(Path(tmp)) as url, \
-                worker_fleet(url, workers, Path(tmp)) as fleet:
+                worker_fleet(url, workers, Path(tmp), forked=sizes.fork_workers) as fleet:
             conn = redis.Redis.from_url(url, decode_responses=True)
             activity = Activity(url, [p.pid for p in fleet], llm)
             without = activity.over(quiet_s)

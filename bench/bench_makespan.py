@@ -44,10 +44,12 @@ class Sizes:
     """Preloaded workers, and the run's max_concurrency."""
     latency_s: tuple[float, float]
     """Each task's scripted model latency is drawn from this range."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(tasks=40, workers=4, latency_s=(0.2, 1.0))
-SMOKE = Sizes(tasks=5, workers=1, latency_s=(0.01, 0.05))
+SMOKE = Sizes(tasks=5, workers=1, latency_s=(0.01, 0.05), fork_workers=True)
 
 
 def random_dag(seed: int, sizes: Sizes) -> tuple[list[dict[str, object]], dict[str, float]]:
@@ -121,7 +123,7 @@ def collect(sizes: Sizes) -> dict[str, float]:
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                worker_fleet(url, sizes.workers, Path(tmp_dir)):
+                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
             tmp = Path(tmp_dir)
             spans = {mode: makespan_s(llm, url, tmp, mode, tasks, latency, sizes.workers)
                      for mode in ("eager", "barrier")}

@@ -50,10 +50,12 @@ class Sizes:
     jobs: int
     """Paced run_task jobs of each kind (an MCP attempt takes about a second)."""
     in_process_rounds: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(jobs=10, in_process_rounds=5)
-SMOKE = Sizes(jobs=1, in_process_rounds=1)
+SMOKE = Sizes(jobs=1, in_process_rounds=1, fork_workers=True)
 
 
 def make_run(conn: redis.Redis, run_id: str, model: str, api_base: str, workspace: Path,
@@ -115,7 +117,8 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     model = llm.script("bench-mcp-member", ["done"], repeat_last=True)
     try:
         with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs, \
-                worker(worker_command(url, [QUEUE]), Path(logs) / "worker.log", url):
+                worker(worker_command(url, [QUEUE]), Path(logs) / "worker.log", url,
+                       forked=sizes.fork_workers):
             without = paced_run_task_ms(url, llm, model, with_mcp=False, jobs=sizes.jobs)
             with_mcp = paced_run_task_ms(url, llm, model, with_mcp=True, jobs=sizes.jobs)
     finally:

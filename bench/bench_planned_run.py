@@ -51,10 +51,12 @@ class Sizes:
     """Tasks per layer: task i depends on tasks i - width and i - width + 1 of the layer
     before."""
     workers: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(tasks=5000, width=1000, workers=8)
-SMOKE = Sizes(tasks=20, width=10, workers=1)
+SMOKE = Sizes(tasks=20, width=10, workers=1, fork_workers=True)
 
 
 def wide_dag(tasks: int, width: int) -> list[dict[str, object]]:
@@ -212,20 +214,21 @@ def board_read_ms(conn: redis.Redis) -> dict[str, float]:
             "whole_script": longest[1], "whole_wall": whole_wall * 1000}
 
 
-def collect(tasks: int, width: int, workers: int) -> Measured:
+def collect(sizes: Sizes) -> Measured:
     llm = ScriptedLLM()
     llm.start()
     try:
         with tempfile.TemporaryDirectory(prefix="bench-planned-") as tmp_dir, \
                 throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, workers, Path(tmp_dir)):
-            return run_once(llm, url, Path(tmp_dir), tasks, width, workers)
+                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
+            return run_once(llm, url, Path(tmp_dir), sizes.tasks, sizes.width, sizes.workers)
     finally:
         llm.stop()
 
 
-def run(tasks: int, width: int, workers: int) -> list[BenchFigure]:
-    data = collect(tasks, width, workers)
+def run(sizes: Sizes) -> list[BenchFigure]:
+    tasks, width, workers = sizes.tasks, sizes.width, sizes.workers
+    data = collect(sizes)
     v, floor = data.values, data.values["help"]
     label = f"{tasks} tasks, {tasks // width} layers of {width}, {workers} workers"
     rows = [BenchFigure(name=f"plan to first dispatch ({label})", value=v["first_dispatch_s"],
@@ -259,8 +262,7 @@ def run(tasks: int, width: int, workers: int) -> list[BenchFigure]:
 
 def figures(smoke: bool = False) -> list[BenchFigure]:
     """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
-    sizes = SMOKE if smoke else FULL
-    return run(sizes.tasks, sizes.width, sizes.workers)
+    return run(SMOKE if smoke else FULL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=FULL.width)
     parser.add_argument("--workers", type=int, default=FULL.workers)
     args = parser.parse_args(argv)
-    return print_figures(run(args.tasks, args.width, args.workers))
+    return print_figures(run(Sizes(tasks=args.tasks, width=args.width, workers=args.workers)))
 
 
 if __name__ == "__main__":

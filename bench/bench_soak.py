@@ -52,10 +52,12 @@ class Sizes:
     tasks: int
     mates: int
     workers: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(minutes=30.0, tasks=5, mates=4, workers=4)
-SMOKE = Sizes(minutes=0.1, tasks=2, mates=1, workers=1)
+SMOKE = Sizes(minutes=0.05, tasks=2, mates=1, workers=1, fork_workers=True)
 
 
 def all_idle(conn: redis.Redis, names: list[str]) -> bool:
@@ -91,7 +93,7 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp_dir, \
                 throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, workers, Path(tmp_dir)) as fleet:
+                worker_fleet(url, workers, Path(tmp_dir), forked=sizes.fork_workers) as fleet:
             tmp = Path(tmp_dir)
             conn = redis.Redis.from_url(url, decode_responses=True)
             procs = [psutil.Process(p.pid) for p in fleet]

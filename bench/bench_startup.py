@@ -65,10 +65,13 @@ class Sizes:
     """Runs stored before `teamctl runs` is timed."""
     workers: int
     """The cold runs' `--workers`, and the preloaded workers the warm runs find."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(cold_runs=3, warm_runs=5, baseline_runs=5, verb_runs=9, stored_runs=300, workers=2)
-SMOKE = Sizes(cold_runs=1, warm_runs=1, baseline_runs=1, verb_runs=1, stored_runs=3, workers=1)
+SMOKE = Sizes(cold_runs=1, warm_runs=1, baseline_runs=1, verb_runs=1, stored_runs=3, workers=1,
+              fork_workers=True)
 
 
 def verb_names(stored_runs: int) -> dict[str, str]:
@@ -226,7 +229,7 @@ def collect(sizes: Sizes) -> dict[str, float]:
             tmp = Path(tmp_dir)
             cold = [timed_run(llm, url, tmp, f"cold{n}", workers=sizes.workers)
                     for n in range(sizes.cold_runs)]
-            with worker_fleet(url, sizes.workers, tmp) as processes:
+            with worker_fleet(url, sizes.workers, tmp, forked=sizes.fork_workers) as processes:
                 warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0)
                         for n in range(sizes.warm_runs)]
                 worker_rss = rss_mb(processes[0].pid)

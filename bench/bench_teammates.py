@@ -94,12 +94,15 @@ class Sizes:
     idle_mates: int
     idle_watch_s: float
     """The idle windows' length."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(wakes=200, mid_turns=100, claimers=8, claim_tasks=50, idle_mates=20,
              idle_watch_s=float(os.environ.get("BENCH_IDLE_S", "60")))
 """BENCH_IDLE_S shortens the idle windows while iterating on the other figures."""
-SMOKE = Sizes(wakes=3, mid_turns=2, claimers=2, claim_tasks=2, idle_mates=2, idle_watch_s=1.0)
+SMOKE = Sizes(wakes=3, mid_turns=2, claimers=2, claim_tasks=2, idle_mates=2, idle_watch_s=1.0,
+              fork_workers=True)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -256,7 +259,7 @@ def collect(sizes: Sizes) -> Collected:
     try:
         with tempfile.TemporaryDirectory() as tmp, throwaway_redis(Path(tmp)) as url, \
                 worker(worker_command(url, [QUEUE], worker_class=WORKER_CLASS),
-                       Path(tmp) / "worker.log", url):
+                       Path(tmp) / "worker.log", url, forked=sizes.fork_workers):
             conn = redis.Redis.from_url(url)
             store = TeamStore(redis.Redis.from_url(url, decode_responses=True), "bench")
             idle = llm.script("idle", ["resting"], repeat_last=True)

@@ -42,6 +42,8 @@ class Sizes:
 
     tasks: int
     workers: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
     @property
     def max_concurrency(self) -> int:
@@ -50,7 +52,7 @@ class Sizes:
 
 
 FULL = Sizes(tasks=2000, workers=8)
-SMOKE = Sizes(tasks=20, workers=1)
+SMOKE = Sizes(tasks=20, workers=1, fork_workers=True)
 
 
 def noop_jobs_per_s(url: str, tasks: int) -> float:
@@ -103,7 +105,7 @@ def collect(sizes: Sizes) -> dict[str, float]:
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                worker_fleet(url, sizes.workers, Path(tmp_dir)):
+                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
             tmp = Path(tmp_dir)
             noop = noop_jobs_per_s(url, sizes.tasks)
             tasks, cpu_s = run_tasks(llm, url, tmp, sizes)

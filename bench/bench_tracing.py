@@ -44,10 +44,12 @@ class Sizes:
     tasks: int
     """Timed tasks per round and worker (after a warm-up one)."""
     rounds: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
 FULL = Sizes(tasks=40, rounds=5)
-SMOKE = Sizes(tasks=2, rounds=1)
+SMOKE = Sizes(tasks=2, rounds=1, fork_workers=True)
 
 
 def run_tasks_ms(queue: Queue, run_id: str, tasks: range) -> float:
@@ -72,7 +74,8 @@ def collect(sizes: Sizes) -> tuple[dict[str, float], float]:
         workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         processes = [stack.enter_context(worker(
             worker_command(url, [QUEUES[label]]), logs / f"{label}.log", url,
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if label == "on" else None))
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if label == "on" else None,
+            forked=sizes.fork_workers))
             for label in QUEUES]
         wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url), "both workers")
         conn = redis.Redis.from_url(url, decode_responses=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,16 +31,24 @@ import certifi
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
-from teamctl.coordinator.local_workers.processes import stop_process, worker_command
+from teamctl.coordinator.local_workers.processes import (
+    SETTINGS_MODULE,
+    WorkerProcess,
+    start_worker,
+    stop_process,
+    worker_command,
+)
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
+from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
 from bench.figures import BenchFigure
 from tests.support.llm import ScriptedLLM
@@ -68,24 +75,41 @@ class Sizes:
     rounds: Mapping[str, int]
     """Rounds per worker, by label."""
     paced_jobs: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (see `worker`)."""
 
 
 FULL = Sizes(preloaded_tasks=60, bare_tasks=3,
              rounds={"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5}, paced_jobs=20)
 SMOKE = Sizes(preloaded_tasks=2, bare_tasks=1,
-              rounds={"preloaded": 1, "warm-fork": 1, "bare": 1, "simple": 1}, paced_jobs=2)
+              rounds={"preloaded": 1, "warm-fork": 1, "bare": 1, "simple": 1}, paced_jobs=2,
+              fork_workers=True)
+RQ_CLI = [sys.executable, "-m", "rq.cli"]
 
 
 @contextmanager
 def worker(command: list[str], log_path: Path, url: str,
-           env_extra: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """One rq worker process, stopped by its pid (SIGTERM: RQ's warm shutdown)."""
+           env_extra: dict[str, str] | None = None, *,
+           forked: bool = False) -> Iterator[WorkerProcess]:
+    """One rq worker process running `command` (`python -m rq.cli ...`), stopped by its pid
+    (SIGTERM: RQ's warm shutdown). It is executed, as the figures assume; with `forked` (the
+    smoke pass) it is forked by the fork server $TEAMCTL_WORKER_FORK_SERVER names, when it names
+    one, as `teamctl run` would: an executed worker imports litellm, ~8 s of CPU."""
+    if command[:len(RQ_CLI)] != RQ_CLI:
+        raise ValueError(f"not an rq command of this Python: {command}")
     # teamctl.worker.settings sets litellm's offline cost map itself
     env = {**os.environ, **(env_extra or {})}
+    if not forked:
+        env.pop(FORK_SERVER_ENV, None)
+    elif SETTINGS_MODULE in command:
+        # The settings module starts a worker without teamctl's classes again with them, from
+        # sys.orig_argv: in a forked worker that is the fork server's command line. Name the
+        # classes that start would, unless the command's flags do.
+        env.setdefault("RQ_CONNECTION_CLASS", WORKER_CONNECTION_CLASS)
+        env.setdefault("RQ_WORKER_CLASS", WORKER_CLASS)
     conn = redis.Redis.from_url(url)
     with log_path.open("ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=env)
+        process = start_worker(command[len(RQ_CLI):], env, log)
     try:
         wait_for_flag(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
         yield process
@@ -102,12 +126,14 @@ def registered_pids(url: str) -> set[int]:
 
 
 @contextmanager
-def worker_fleet(url: str, count: int, log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+def worker_fleet(url: str, count: int, log_dir: Path, *,
+                 forked: bool = False) -> Iterator[list[WorkerProcess]]:
     """`count` preloaded workers on QUEUE, yielded once each one is in RQ's registry (a stale
-    registration must not let a measurement start while a worker still preloads)."""
+    registration must not let a measurement start while a worker still preloads); `forked` as
+    for `worker`."""
     with ExitStack() as stack:
         processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                                log_dir / f"worker{n}.log", url))
+                                                log_dir / f"worker{n}.log", url, forked=forked))
                      for n in range(count)]
         wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url),
                       f"{count} workers")
@@ -257,7 +283,8 @@ def collect(sizes: Sizes) -> tuple[list[Row], dict[str, float]]:
             servers = [http, https] if label == HTTPS_WORKER else [http]
             # The worker trusts the HTTPS server from its start, as it would a provider's CA.
             env = {"SSL_CERT_FILE": str(ca_bundle(tls_llm))} if label == HTTPS_WORKER else None
-            with worker(command, logs / f"{label}.log", url, env) as process:
+            with worker(command, logs / f"{label}.log", url, env,
+                        forked=sizes.fork_workers) as process:
                 noop_ms, task_ms = measure(url, servers, tasks, sizes.rounds[label], label)
                 paced = (paced_ms(url, servers, label, sizes.paced_jobs) if label != "bare"
                          else None)
