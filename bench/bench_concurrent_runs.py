@@ -29,7 +29,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskState, TaskStatus
 
-from bench import slowlog
+from bench import failed, slowlog
 from bench.bench_startup import teamctl
 from bench.bench_worker import worker_fleet
 from bench.figures import BenchFigure, print_figures
@@ -82,16 +82,18 @@ def run_all(llm: ScriptedLLM, url: str, team: Path, run_ids: list[str],
             [*teamctl(), "run", "Many tasks", "--team", str(team), "--api-base", llm.api_base,
              "--redis-url", url, "--workers", "0", "--run-id", run_id],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log)))
-    failed, cpu_s = [], 0.0
+    exits, cpu_s = [], 0.0
     for run_id, log, proc in procs:
         _, wait_status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(wait_status)
         cpu_s += usage.ru_utime + usage.ru_stime
         if proc.returncode != 0:
-            failed.append(f"{run_id} exited {proc.returncode}")
+            exits.append((run_id, proc.returncode))
         log.close()
-    if failed:
-        raise RuntimeError(f"runs failed (logs in {tmp}): {failed[:5]}")
+    if exits:
+        run_id, code = exits[0]
+        raise failed(f"{len(exits)} of {len(run_ids)} runs failed, {run_id} first: it exited "
+                     f"{code}", tmp / f"{run_id}.log")
     return time.perf_counter() - started, cpu_s
 
 

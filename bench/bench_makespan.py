@@ -25,6 +25,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 
+from bench import failed
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
 from bench.bench_worker import worker_fleet
 from bench.figures import BenchFigure, print_figures
@@ -107,7 +108,7 @@ def makespan_s(llm: ScriptedLLM, url: str, tmp: Path, dispatch: str,
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                               timeout=RUN_TIMEOUT_S, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"teamctl run {tag} exited {done.returncode}: see {tmp}/{tag}.log")
+        raise failed(f"teamctl run {tag} exited {done.returncode}", tmp / f"{tag}.log")
     board = TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(tag))
     states = board.snapshot()
     if len(states) != len(tasks) or any(s.status.value != "completed" for s in states):

@@ -29,7 +29,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskStatus
 
-from bench import slowlog
+from bench import failed, slowlog
 from bench.bench_startup import teamctl
 from bench.bench_worker import wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
@@ -38,8 +38,6 @@ from tests.support.llm import ScriptedLLM
 GOAL_CLI_S = 1.0
 RUN_TIMEOUT_S = 1800.0
 RUN_ID = "planned"
-LOG_DIR = Path(__file__).resolve().parent / "logs"
-"""The run's own log is kept here (the report's logs folder): its temporary folder is not."""
 
 
 @dataclass(frozen=True)
@@ -100,11 +98,11 @@ def cli_s(url: str, *args: str) -> tuple[float, float]:
 
 
 def wait_running(proc: subprocess.Popen[bytes], predicate: Callable[[], object],
-                 what: str) -> None:
+                 what: str, log_path: Path) -> None:
     """Wait for `predicate`, failing at once if the run ended first."""
     wait_for_flag(lambda: predicate() or proc.poll() is not None, what)
     if not predicate():
-        raise RuntimeError(f"teamctl run exited {proc.returncode} before {what}")
+        raise failed(f"teamctl run exited {proc.returncode} before {what}", log_path)
 
 
 def board_progress(conn: redis.Redis) -> dict[TaskStatus, int]:
@@ -143,14 +141,14 @@ def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
                              "--run-id", RUN_ID],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
-        wait_running(proc, lambda: llm.prompts("plan"), "the planner's request")
+        wait_running(proc, lambda: llm.prompts("plan"), "the planner's request", tmp / "run.log")
         planned_ms = redis_ms(conn)
         wait_running(proc, lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) > 0,
-                     "a first task")
+                     "a first task", tmp / "run.log")
         out.values["first_dispatch_s"] = (first_claim_ms(conn) - planned_ms) / 1000
         out.slow["plan and dispatch"] = slowlog.slowest(conn)
         wait_running(proc, lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) >= tasks // 2,
-                     "half the tasks")
+                     "half the tasks", tmp / "run.log")
         out.values["status_mid_s"], out.values["status_mid_cpu_s"] = cli_s(url, "status", RUN_ID)
         out.slow["status mid-run"] = slowlog.slowest(conn)
         out.values["tasks_mid_s"], out.values["tasks_mid_cpu_s"] = cli_s(url, "tasks", RUN_ID)
@@ -162,11 +160,8 @@ def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
             proc.kill()
             proc.wait()
         log.close()
-        LOG_DIR.mkdir(exist_ok=True)
-        (LOG_DIR / "planned_run.run.log").write_bytes((tmp / "run.log").read_bytes())
     if proc.returncode != 0:
-        raise RuntimeError(f"teamctl run exited {proc.returncode}: see "
-                           f"{LOG_DIR / 'planned_run.run.log'}")
+        raise failed(f"teamctl run exited {proc.returncode}", tmp / "run.log")
     out.slow["the rest of the run"] = slowlog.slowest(conn)
     out.values["cpu_s"] = usage.ru_utime + usage.ru_stime
     counts = board_progress(conn)

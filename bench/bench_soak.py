@@ -30,7 +30,7 @@ from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
-from bench import slowlog
+from bench import failed, slowlog
 from bench.bench_concurrent_runs import write_team
 from bench.bench_startup import teamctl
 from bench.bench_worker import QUEUE, wait_for_flag, worker_fleet
@@ -81,7 +81,7 @@ def cycle(llm: ScriptedLLM, url: str, team: Path, run_id: str, store: TeamStore,
         for name in names:
             store.send("lead", name, f"Anything new for {run_id}?")
         if proc.wait(timeout=RUN_TIMEOUT_S) != 0:
-            raise RuntimeError(f"run {run_id} exited {proc.returncode}: see {log_dir}/run.log")
+            raise failed(f"run {run_id} exited {proc.returncode}", log_dir / "run.log")
     wait_for_flag(lambda: all_idle(store.conn, names), "the teammates idle")
 
 

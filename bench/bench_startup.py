@@ -39,6 +39,7 @@ from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.team_file import load_team_file
 
+from bench import failed
 from bench.bench_worker import registered_pids, rss_mb, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
@@ -115,7 +116,7 @@ def timed_run(llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int) -> 
                               timeout=RUN_TIMEOUT_S, check=False)
         ended = time.monotonic()
     if done.returncode != 0:
-        raise RuntimeError(f"teamctl run {tag} exited {done.returncode}: see {tmp}/{tag}.log")
+        raise failed(f"teamctl run {tag} exited {done.returncode}", tmp / f"{tag}.log")
     return llm.request_times[planner][0] - started, ended - started
 
 

@@ -27,6 +27,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 
+from bench import failed
 from bench.bench_startup import teamctl
 from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
@@ -89,7 +90,7 @@ def run_tasks(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes) -> tuple[floa
                               timeout=RUN_TIMEOUT_S, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
-        raise RuntimeError(f"teamctl run exited {done.returncode}: see {tmp}/run.log")
+        raise failed(f"teamctl run exited {done.returncode}", tmp / "run.log")
     states = TaskBoard(redis.Redis.from_url(url, decode_responses=True),
                        RunKeys("throughput")).snapshot()
     if sum(s.status.value == "completed" for s in states) != sizes.tasks:

@@ -50,6 +50,7 @@ from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
 from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
+from bench import failed
 from bench.figures import BenchFigure
 from tests.support.llm import ScriptedLLM
 
@@ -111,7 +112,10 @@ def worker(command: list[str], log_path: Path, url: str,
     with log_path.open("ab") as log:
         process = start_worker(command[len(RQ_CLI):], env, log)
     try:
-        wait_for_flag(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
+        try:
+            wait_for_flag(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
+        except TimeoutError as exc:
+            raise failed(f"{exc}: {' '.join(command[len(RQ_CLI):])}", log_path) from exc
         yield process
     finally:
         stop_process(process, timeout_s=30)
