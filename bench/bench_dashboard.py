@@ -253,8 +253,12 @@ def main() -> None:
     parser.add_argument("--idle-s", type=float, default=FULL.idle_s,
                         help="quiet window (the keep-alive XREAD comes once a minute)")
     args = parser.parse_args()
-    print_figures(run(replace(FULL, runs=args.runs, few=min(FULL.few, args.runs),
-                              changes=args.changes, idle_s=args.idle_s)))
+    try:
+        sizes = replace(FULL, runs=args.runs, few=min(FULL.few, args.runs),
+                        changes=args.changes, idle_s=args.idle_s)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print_figures(run(sizes))
 
 
 if __name__ == "__main__":
