@@ -12,6 +12,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import partial
 
 import redis
@@ -23,11 +24,22 @@ from teamctl.shared.task_records import TaskSpec
 from bench import private_redis
 from bench.figures import BenchFigure
 
-CYCLE_TASKS = 2000
-EVALSHA_CALLS = 5000
-DRAIN_SIZES = (200, 2000)
 BATCH = 50
 TTL_S = 30.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each figure does: FULL for the report, SMOKE to show the benchmark runs."""
+
+    cycle_tasks: int
+    evalsha_calls: int
+    drain_sizes: tuple[int, int]
+    repeats: int
+
+
+FULL = Sizes(cycle_tasks=2000, evalsha_calls=5000, drain_sizes=(200, 2000), repeats=5)
+SMOKE = Sizes(cycle_tasks=20, evalsha_calls=50, drain_sizes=(10, 100), repeats=1)
 
 
 def layered_plan(size: int) -> list[TaskSpec]:
@@ -37,28 +49,29 @@ def layered_plan(size: int) -> list[TaskSpec]:
             for i in range(size)]
 
 
-def bare_evalsha_us(conn: redis.Redis) -> float:
-    """Microseconds for one EVALSHA round trip of `return 1`."""
+def bare_evalsha_us(conn: redis.Redis, calls: int) -> float:
+    """Microseconds for one EVALSHA round trip of `return 1`, over `calls` calls."""
     script = conn.register_script("return 1")
     script()
     started = time.perf_counter()
-    for _ in range(EVALSHA_CALLS):
+    for _ in range(calls):
         script()
-    return (time.perf_counter() - started) / EVALSHA_CALLS * 1e6
+    return (time.perf_counter() - started) / calls * 1e6
 
 
-def cycle_us(conn: redis.Redis, scripts: Scripts) -> float:
-    """Microseconds per task for claim + heartbeat + complete on independent ready tasks."""
+def cycle_us(conn: redis.Redis, scripts: Scripts, tasks: int) -> float:
+    """Microseconds per task for claim + heartbeat + complete on `tasks` independent ready
+    tasks."""
     board = TaskBoard(conn, RunKeys(f"b-{uuid.uuid4().hex[:8]}"), scripts)
-    board.create([TaskSpec(id=f"t{i}", member_id="m1", task="x") for i in range(CYCLE_TASKS)])
+    board.create([TaskSpec(id=f"t{i}", member_id="m1", task="x") for i in range(tasks)])
     started = time.perf_counter()
-    for i in range(CYCLE_TASKS):
+    for i in range(tasks):
         task_id = f"t{i}"
         token = board.claim(task_id, "m1", "bench:1", TTL_S)
         assert token is not None
         board.heartbeat(task_id, token, TTL_S)
         board.complete(task_id, token, "ok", 1)
-    return (time.perf_counter() - started) / CYCLE_TASKS * 1e6
+    return (time.perf_counter() - started) / tasks * 1e6
 
 
 def create_and_drain_ms(conn: redis.Redis, scripts: Scripts, size: int) -> float:
@@ -95,26 +108,29 @@ def medians(runs: list[tuple[float, float]]) -> tuple[float, float]:
     return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
 
 
-def collect(repeats: int = 5) -> dict[str, tuple[float, float]]:
-    """Median (wall, server CPU) of each figure over `repeats` interleaved runs."""
+def collect(sizes: Sizes) -> dict[str, tuple[float, float]]:
+    """Median (wall, server CPU) of each figure over `sizes.repeats` interleaved runs."""
     with private_redis() as conn:
         scripts = Scripts(conn)
         runs: dict[str, list[tuple[float, float]]] = {}
         # Interleaved repeats: load from other processes on a small machine hits every figure.
-        for _ in range(repeats):
-            runs.setdefault("evalsha", []).append(measured(conn, lambda: bare_evalsha_us(conn)))
-            runs.setdefault("cycle", []).append(measured(conn, lambda: cycle_us(conn, scripts)))
-            for n in DRAIN_SIZES:
+        for _ in range(sizes.repeats):
+            runs.setdefault("evalsha", []).append(
+                measured(conn, lambda: bare_evalsha_us(conn, sizes.evalsha_calls)))
+            runs.setdefault("cycle", []).append(
+                measured(conn, lambda: cycle_us(conn, scripts, sizes.cycle_tasks)))
+            for n in sizes.drain_sizes:
                 runs.setdefault(f"drain{n}", []).append(
                     measured(conn, partial(create_and_drain_ms, conn, scripts, n)))
     return {name: medians(values) for name, values in runs.items()}
 
 
-def figures() -> list[BenchFigure]:
+def figures(smoke: bool = False) -> list[BenchFigure]:
     """The report's rows: the claim cycle against bare EVALSHA, drain cost against linear."""
-    data = collect()
+    sizes = SMOKE if smoke else FULL
+    data = collect(sizes)
     evalsha, cycle = data["evalsha"][0], data["cycle"][0]
-    small, large = DRAIN_SIZES
+    small, large = sizes.drain_sizes
     wall_ratio = data[f"drain{large}"][0] / data[f"drain{small}"][0]
     server_ratio = data[f"drain{large}"][1] / data[f"drain{small}"][1]
     rows = [BenchFigure(name="claim + heartbeat + complete per task", value=cycle, unit="us",
@@ -122,7 +138,7 @@ def figures() -> list[BenchFigure]:
                         note="3 round trips")]
     rows += [BenchFigure(name=f"create + drain {n} tasks", value=data[f"drain{n}"][0], unit="ms",
                          note=f"{data[f'drain{n}'][0] / n * 1000:.0f} us/task")
-             for n in DRAIN_SIZES]
+             for n in sizes.drain_sizes]
     linear = large / small
     rows.append(BenchFigure(name=f"drain {large}/{small}, wall", value=wall_ratio, unit="x",
                             baseline=linear, baseline_name="linear",
@@ -135,25 +151,27 @@ def figures() -> list[BenchFigure]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median shown)")
+    parser.add_argument("--repeats", type=int, default=FULL.repeats,
+                        help="runs per figure (median shown)")
     args = parser.parse_args()
-    report(collect(args.repeats))
+    sizes = replace(FULL, repeats=args.repeats)
+    report(collect(sizes), sizes)
 
 
-def report(figures: dict[str, tuple[float, float]]) -> None:
+def report(figures: dict[str, tuple[float, float]], sizes: Sizes) -> None:
     """Print the figures; "server" is redis-server CPU time, per call, per task or per drain."""
     evalsha, evalsha_server = figures["evalsha"]
     cycle, cycle_server = figures["cycle"]
     print(f"bare EVALSHA round trip:          {evalsha:8.1f} us   "
-          f"(server {evalsha_server / EVALSHA_CALLS:5.1f} us)")
+          f"(server {evalsha_server / sizes.evalsha_calls:5.1f} us)")
     print(f"claim+heartbeat+complete / task:  {cycle:8.1f} us   "
-          f"(server {cycle_server / CYCLE_TASKS:5.1f} us) = {cycle / evalsha:.2f} x EVALSHA, "
+          f"(server {cycle_server / sizes.cycle_tasks:5.1f} us) = {cycle / evalsha:.2f} x EVALSHA, "
           "3 round trips")
-    for n in DRAIN_SIZES:
+    for n in sizes.drain_sizes:
         wall_ms, server = figures[f"drain{n}"]
         print(f"create + drain {n:>5} tasks:       {wall_ms:8.1f} ms   "
               f"(server {server / 1000:6.1f} ms; {wall_ms / n * 1000:.0f} us/task)")
-    small, large = DRAIN_SIZES
+    small, large = sizes.drain_sizes
     wall_ratio = figures[f"drain{large}"][0] / figures[f"drain{small}"][0]
     server_ratio = figures[f"drain{large}"][1] / figures[f"drain{small}"][1]
     print(f"drain ratio {large}/{small}:  wall {wall_ratio:.2f} x, server {server_ratio:.2f} x  "

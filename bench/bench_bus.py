@@ -10,6 +10,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -21,13 +22,24 @@ from bench import private_redis
 from bench.figures import BenchFigure
 
 MEMBERS = ["reader", "writer", "other"]
-SIZES = (100, 100_000)
-READS = 2000
-PUBLISHES = 5000
-ROUNDS = 3
 FILL_PIPELINE = 1000
 RATIO_GOAL = 1.5
 STARTUP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each figure does: FULL for the report, SMOKE to show the benchmark runs."""
+
+    bus_sizes: tuple[int, int]
+    """Messages on the bus for the small and the large read."""
+    reads: int
+    publishes: int
+    rounds: int
+
+
+FULL = Sizes(bus_sizes=(100, 100_000), reads=2000, publishes=5000, rounds=3)
+SMOKE = Sizes(bus_sizes=(10, 100), reads=20, publishes=50, rounds=1)
 
 
 def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
@@ -58,10 +70,10 @@ def fill(bus: MessageBus, count: int) -> None:
     bus.read_unread("other")
 
 
-def read_latencies_ms(bus: MessageBus) -> list[float]:
-    """One new message, then one timed read_unread, READS times."""
+def read_latencies_ms(bus: MessageBus, reads: int) -> list[float]:
+    """One new message, then one timed read_unread, `reads` times."""
     latencies = []
-    for n in range(READS):
+    for n in range(reads):
         bus.send("writer", "reader", None, None, f"new {n}")
         started = time.perf_counter()
         got = bus.read_unread("reader")
@@ -70,29 +82,29 @@ def read_latencies_ms(bus: MessageBus) -> list[float]:
     return latencies
 
 
-def rates_per_s(actions: dict[str, Callable[[int], object]]) -> dict[str, float]:
-    """Best of ROUNDS timings of PUBLISHES sequential calls, rounds interleaved so that load from
-    other processes on the machine hits every contender alike."""
+def rates_per_s(actions: dict[str, Callable[[int], object]], sizes: Sizes) -> dict[str, float]:
+    """Best of `sizes.rounds` timings of `sizes.publishes` sequential calls, rounds interleaved
+    so that load from other processes on the machine hits every contender alike."""
     best = dict.fromkeys(actions, float("inf"))
-    for _ in range(ROUNDS):
+    for _ in range(sizes.rounds):
         for name, action in actions.items():
             started = time.perf_counter()
-            for n in range(PUBLISHES):
+            for n in range(sizes.publishes):
                 action(n)
             best[name] = min(best[name], time.perf_counter() - started)
-    return {name: PUBLISHES / seconds for name, seconds in best.items()}
+    return {name: sizes.publishes / seconds for name, seconds in best.items()}
 
 
-def bench_reads(conn: redis.Redis) -> list[float]:
+def bench_reads(conn: redis.Redis, sizes: Sizes) -> list[float]:
     """Median read_unread ms at each bus size (printed as it goes)."""
-    print(f"read_unread with one new message, {READS} reads:")
+    print(f"read_unread with one new message, {sizes.reads} reads:")
     medians = []
-    for size in SIZES:
+    for size in sizes.bus_sizes:
         # The cap keeps the bus at its size while the reads add messages: trimming runs inside
         # publish (untimed), as it would in a long run whose members keep up.
         bus = roster_bus(conn, f"bench-read-{size}", MEMBERS, bus_maxlen=size)
         fill(bus, size)
-        latencies = read_latencies_ms(bus)
+        latencies = read_latencies_ms(bus, sizes.reads)
         medians.append(statistics.median(latencies))
         p95 = statistics.quantiles(latencies, n=20)[-1]
         print(f"  {conn.xlen(bus.keys.bus):>7} messages on the bus: median {medians[-1]:.3f} ms, "
@@ -103,11 +115,13 @@ def bench_reads(conn: redis.Redis) -> list[float]:
     return medians
 
 
-def bench_publish(conn: redis.Redis) -> dict[str, float]:
+def bench_publish(conn: redis.Redis, sizes: Sizes) -> dict[str, float]:
     """Messages per second of each publish path and of raw XADD (printed as it goes)."""
-    print(f"publish, {PUBLISHES} sequential messages on one connection (best of {ROUNDS}):")
+    print(f"publish, {sizes.publishes} sequential messages on one connection "
+          f"(best of {sizes.rounds}):")
     raw_key = RunKeys("bench-raw").bus
-    bus = roster_bus(conn, "bench-publish", MEMBERS, bus_maxlen=10 * PUBLISHES * ROUNDS)
+    bus = roster_bus(conn, "bench-publish", MEMBERS,
+                     bus_maxlen=10 * sizes.publishes * sizes.rounds)
 
     def raw(n: int) -> None:
         conn.xadd(raw_key, {"from": "writer", "to": "reader", "type": "peer.message",
@@ -117,23 +131,24 @@ def bench_publish(conn: redis.Redis) -> dict[str, float]:
         "raw redis-py XADD": raw,
         "bus.send (1 inbox)": lambda n: bus.send("writer", "reader", None, None, f"m {n}"),
         "bus.broadcast (2 inboxes)": lambda n: bus.broadcast("writer", None, None, f"m {n}"),
-    })
+    }, sizes)
     raw_rate = rates["raw redis-py XADD"]
     for name, rate in rates.items():
         print(f"  {name + ':':<28} {rate:>8,.0f} msg/s ({rate / raw_rate:.2f} of raw)")
     return rates
 
 
-def collect() -> tuple[list[float], dict[str, float]]:
+def collect(sizes: Sizes) -> tuple[list[float], dict[str, float]]:
     """(read medians per bus size, publish rates), printing each as it is measured."""
     with private_redis() as conn:
-        return bench_reads(conn), bench_publish(conn)
+        return bench_reads(conn, sizes), bench_publish(conn, sizes)
 
 
-def figures() -> list[BenchFigure]:
+def figures(smoke: bool = False) -> list[BenchFigure]:
     """The report's rows: a read on a full bus against one on a small bus; publish against XADD."""
-    medians, rates = collect()
-    small, large = SIZES
+    sizes = SMOKE if smoke else FULL
+    medians, rates = collect(sizes)
+    small, large = sizes.bus_sizes
     ratio = medians[-1] / medians[0]
     rows = [BenchFigure(name=f"read_unread, {large:,} messages on the bus", value=medians[-1],
                         unit="ms", baseline=medians[0],
@@ -146,7 +161,7 @@ def figures() -> list[BenchFigure]:
 
 
 def main() -> int:
-    medians, _ = collect()
+    medians, _ = collect(FULL)
     return 0 if medians[-1] / medians[0] <= RATIO_GOAL else 1
 
 

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -28,18 +29,31 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskState, TaskStatus
 
-from bench import slowlog
+from bench import failed, slowlog
 from bench.bench_startup import teamctl
 from bench.bench_worker import worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
-RUNS = 50
-TASKS = 20
-WORKERS = 8
 RUN_TIMEOUT_S = 1800.0
 MEMBER = "member"
-ALONE_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    runs: int
+    tasks: int
+    workers: int
+    alone_runs: int
+    """Runs timed alone, one after the other (their median is the baseline)."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
+
+
+FULL = Sizes(runs=50, tasks=20, workers=8, alone_runs=3)
+SMOKE = Sizes(runs=2, tasks=2, workers=1, alone_runs=1, fork_workers=True)
 
 
 def write_team(path: Path, llm: ScriptedLLM, tasks: int, options: dict[str, int]) -> Path:
@@ -68,16 +82,18 @@ def run_all(llm: ScriptedLLM, url: str, team: Path, run_ids: list[str],
             [*teamctl(), "run", "Many tasks", "--team", str(team), "--api-base", llm.api_base,
              "--redis-url", url, "--workers", "0", "--run-id", run_id],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log)))
-    failed, cpu_s = [], 0.0
+    exits, cpu_s = [], 0.0
     for run_id, log, proc in procs:
         _, wait_status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(wait_status)
         cpu_s += usage.ru_utime + usage.ru_stime
         if proc.returncode != 0:
-            failed.append(f"{run_id} exited {proc.returncode}")
+            exits.append((run_id, proc.returncode))
         log.close()
-    if failed:
-        raise RuntimeError(f"runs failed (logs in {tmp}): {failed[:5]}")
+    if exits:
+        run_id, code = exits[0]
+        raise failed(f"{len(exits)} of {len(run_ids)} runs failed, {run_id} first: it exited "
+                     f"{code}", tmp / f"{run_id}.log")
     return time.perf_counter() - started, cpu_s
 
 
@@ -90,20 +106,21 @@ def tasks_per_s(states: list[TaskState]) -> float:
     return len(states) / span_s
 
 
-def run(runs: int, tasks: int, workers: int) -> list[BenchFigure]:
+def run(sizes: Sizes) -> list[BenchFigure]:
+    runs, tasks, workers = sizes.runs, sizes.tasks, sizes.workers
     llm = ScriptedLLM()
     llm.start()
     try:
         with tempfile.TemporaryDirectory(prefix="bench-concurrent-") as tmp_dir, \
                 throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, workers, Path(tmp_dir)):
+                worker_fleet(url, workers, Path(tmp_dir), forked=sizes.fork_workers):
             tmp = Path(tmp_dir)
             conn = redis.Redis.from_url(url, decode_responses=True)
             team = write_team(tmp / "team.toml", llm, tasks, {
                 "max_concurrency": 2 * workers, "max_rounds": 1000,
                 "dependency_output_chars": 0})
             # One run alone is short and noisy on a shared machine: the median of a few.
-            alone_ids = [f"alone{n}" for n in range(ALONE_RUNS)]
+            alone_ids = [f"alone{n}" for n in range(sizes.alone_runs)]
             timed = sorted(run_all(llm, url, team, [run_id], tmp) for run_id in alone_ids)
             alone_s, alone_cpu_s = timed[len(timed) // 2]
             alone = boards(conn, [alone_ids[0]])
@@ -127,7 +144,7 @@ def run(runs: int, tasks: int, workers: int) -> list[BenchFigure]:
                     note="first task start to last task end"),
         BenchFigure(name="wall, all runs at once", value=together_s, unit="s",
                     baseline=runs * alone_s, baseline_name=f"{runs} x one run alone (median of "
-                    f"{ALONE_RUNS})", goal="ratio <= 1", met=together_s <= runs * alone_s,
+                    f"{sizes.alone_runs})", goal="ratio <= 1", met=together_s <= runs * alone_s,
                     note="`teamctl run` start to the last exit"),
         BenchFigure(name="CPU of the `teamctl run` processes, all runs", value=together_cpu_s,
                     unit="s", baseline=runs * alone_cpu_s,
@@ -145,18 +162,19 @@ def run(runs: int, tasks: int, workers: int) -> list[BenchFigure]:
     ]
 
 
-def figures() -> list[BenchFigure]:
-    """The report's section (scripts/bench): the default sizes."""
-    return run(RUNS, TASKS, WORKERS)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    return run(SMOKE if smoke else FULL)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=RUNS)
-    parser.add_argument("--tasks", type=int, default=TASKS)
-    parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--runs", type=int, default=FULL.runs)
+    parser.add_argument("--tasks", type=int, default=FULL.tasks)
+    parser.add_argument("--workers", type=int, default=FULL.workers)
     args = parser.parse_args(argv)
-    return print_figures(run(args.runs, args.tasks, args.workers))
+    return print_figures(run(Sizes(runs=args.runs, tasks=args.tasks, workers=args.workers,
+                                   alone_runs=FULL.alone_runs)))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import httpx
@@ -40,6 +40,31 @@ from teamctl.shared.team_file import Member
 from bench.figures import BenchFigure, print_figures
 
 SETTLE_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    runs: int
+    """Live runs, one page open on each."""
+    few: int
+    """The pages open for the per-change baseline."""
+    changes: int
+    """Board changes per measure."""
+    idle_s: float
+    """The quiet window (the keep-alive XREAD comes once a minute)."""
+
+    def __post_init__(self) -> None:
+        # Changes alternate claim and release per board: an even number on each leaves every
+        # board free for the next measure.
+        if self.changes % (2 * self.runs) or self.changes % (2 * self.few):
+            raise ValueError(f"changes ({self.changes}) must be a multiple of twice the runs "
+                             f"({self.runs}) and of twice the few pages ({self.few})")
+
+
+FULL = Sizes(runs=50, few=10, changes=400, idle_s=65.0)
+SMOKE = Sizes(runs=3, few=2, changes=12, idle_s=1.0)
 
 
 def live_run(conn: redis.Redis, run_id: str) -> TaskBoard:
@@ -68,7 +93,10 @@ def commands(conn: redis.Redis) -> int:
 def change(board: TaskBoard, token: str | None) -> str | None:
     """One board change: claim `t0` if free, else release it (each writes one event)."""
     if token is None:
-        return board.claim("t0", "m1", "bench:1", 3600)
+        claimed = board.claim("t0", "m1", "bench:1", 3600)
+        if claimed is None:
+            raise RuntimeError(f"{board.keys.name}: t0 was not free to claim")
+        return claimed
     board.release("t0", token, "bench")
     return None
 
@@ -172,17 +200,19 @@ def per_change(conn: redis.Redis, boards: list[TaskBoard], changes: int,
     return (commands(conn) - before) / changes
 
 
-def figures(runs: int = 50, changes: int = 400, idle_s: float = 65.0) -> list[BenchFigure]:
+def run(sizes: Sizes) -> list[BenchFigure]:
+    """Commands per change with no page, `sizes.few` pages and every page; idle commands/s."""
+    runs, few_pages, changes, idle_s = sizes.runs, sizes.few, sizes.changes, sizes.idle_s
     with throwaway_redis() as url:
         conn = redis.Redis.from_url(url, decode_responses=True)
         boards = [live_run(conn, f"bench-{i:03d}") for i in range(runs)]
         own = per_change(conn, boards, changes, None)
         with dashboard(url) as base:
-            few = Pages(base, [b.keys.name for b in boards[:10]])
+            few = Pages(base, [b.keys.name for b in boards[:few_pages]])
             with few.open():
-                wait_for(lambda: blocked(conn) == 10, "10 pages to block")
-                with_few = per_change(conn, boards[:10], changes, few)
-            wait_for(lambda: blocked(conn) == 0, "the 10 pages to close")
+                wait_for(lambda: blocked(conn) == few_pages, f"{few_pages} pages to block")
+                with_few = per_change(conn, boards[:few_pages], changes, few)
+            wait_for(lambda: blocked(conn) == 0, f"the {few_pages} pages to close")
             pages = Pages(base, [b.keys.name for b in boards])
             with pages.open():
                 wait_for(lambda: blocked(conn) == runs, f"{runs} pages to block")
@@ -203,22 +233,34 @@ def figures(runs: int = 50, changes: int = 400, idle_s: float = 65.0) -> list[Be
                     value=added_all, unit="cmd", baseline=own,
                     baseline_name="the board's own commands per change, no page open",
                     note="its page's XREAD with the entry, the XREAD that drains, HGET status"),
-        BenchFigure(name=f"commands added per board change, {runs} pages against 10",
+        BenchFigure(name=f"commands added per board change, {runs} pages against {few_pages}",
                     value=added_all, unit="cmd", baseline=added_few,
-                    baseline_name="the same with 10 pages open",
+                    baseline_name=f"the same with {few_pages} pages open",
                     goal="ratio <= 1.2 (cost by event, not by page)",
                     met=added_all <= 1.2 * added_few),
     ]
 
 
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    return run(SMOKE if smoke else FULL)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=50, help="live runs, one page open on each")
-    parser.add_argument("--changes", type=int, default=400, help="board changes per measure")
-    parser.add_argument("--idle-s", type=float, default=65.0,
+    parser.add_argument("--runs", type=int, default=FULL.runs,
+                        help="live runs, one page open on each")
+    parser.add_argument("--changes", type=int, default=FULL.changes,
+                        help="board changes per measure")
+    parser.add_argument("--idle-s", type=float, default=FULL.idle_s,
                         help="quiet window (the keep-alive XREAD comes once a minute)")
     args = parser.parse_args()
-    print_figures(figures(args.runs, args.changes, args.idle_s))
+    try:
+        sizes = replace(FULL, runs=args.runs, few=min(FULL.few, args.runs),
+                        changes=args.changes, idle_s=args.idle_s)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print_figures(run(sizes))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import redis
 from teamctl.shared.board import TaskBoard
@@ -25,11 +26,22 @@ from teamctl.shared.task_records import TaskSpec
 
 from bench.figures import BenchFigure, print_figures
 
-CLAIMS = 2000
 TTL_S = 30.0
 WAIT_TIMEOUT_MS = 1000
 EPOCH_CALL = "fencing_token(KEYS[5])"
 BARE_CALL = "redis.call('INCR', KEYS[5])"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each figure does: FULL for the report, SMOKE to show the benchmark runs."""
+
+    claims: int
+    repeats: int
+
+
+FULL = Sizes(claims=2000, repeats=5)
+SMOKE = Sizes(claims=20, repeats=1)
 
 
 class BareCounterScripts(Scripts):
@@ -47,19 +59,20 @@ class BareCounterScripts(Scripts):
         return script
 
 
-def claims_us(conn: redis.Redis, scripts: Scripts, after: Callable[[], object]) -> float:
-    """Microseconds per claim of independent ready tasks, `after` run after each one."""
+def claims_us(conn: redis.Redis, scripts: Scripts, after: Callable[[], object],
+              claims: int) -> float:
+    """Microseconds per claim of `claims` independent ready tasks, `after` run after each one."""
     board = TaskBoard(conn, RunKeys(f"f-{uuid.uuid4().hex[:8]}"), scripts)
-    board.create([TaskSpec(id=f"t{i}", member_id="m1", task="x") for i in range(CLAIMS)])
+    board.create([TaskSpec(id=f"t{i}", member_id="m1", task="x") for i in range(claims)])
     started = time.perf_counter()
-    for i in range(CLAIMS):
+    for i in range(claims):
         assert board.claim(f"t{i}", "m1", "bench:1", TTL_S) is not None
         after()
-    return (time.perf_counter() - started) / CLAIMS * 1e6
+    return (time.perf_counter() - started) / claims * 1e6
 
 
-def collect(repeats: int = 5) -> dict[str, float]:
-    """Median microseconds per claim for each way, over `repeats` interleaved runs."""
+def collect(sizes: Sizes) -> dict[str, float]:
+    """Median microseconds per claim for each way, over `sizes.repeats` interleaved runs."""
     with throwaway_redis() as primary_url, throwaway_redis() as replica_url:
         conn = redis.Redis.from_url(primary_url, decode_responses=True)
         replica = redis.Redis.from_url(replica_url, decode_responses=True)
@@ -78,16 +91,23 @@ def collect(repeats: int = 5) -> dict[str, float]:
             assert conn.wait(1, WAIT_TIMEOUT_MS) == 1, "the replica did not acknowledge"
 
         runs: dict[str, list[float]] = {}
-        for _ in range(repeats):
-            runs.setdefault("bare", []).append(claims_us(conn, bare, nothing))
-            runs.setdefault("epoch", []).append(claims_us(conn, epoch, nothing))
-            runs.setdefault("wait", []).append(claims_us(conn, bare, wait_for_replica))
+        for _ in range(sizes.repeats):
+            runs.setdefault("bare", []).append(claims_us(conn, bare, nothing, sizes.claims))
+            runs.setdefault("epoch", []).append(claims_us(conn, epoch, nothing, sizes.claims))
+            runs.setdefault("wait", []).append(
+                claims_us(conn, bare, wait_for_replica, sizes.claims))
         replica.replicaof("no", "one")
     return {name: statistics.median(values) for name, values in runs.items()}
 
 
-def figures(repeats: int = 5) -> list[BenchFigure]:
-    data = collect(repeats)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    return run(SMOKE if smoke else FULL)
+
+
+def run(sizes: Sizes) -> list[BenchFigure]:
+    """The board's claim and a claim followed by WAIT, each against the bare counter's."""
+    data = collect(sizes)
     base = "claim, bare counter token"
     return [
         BenchFigure(name="claim, token with epoch (the board's)", value=data["epoch"], unit="us",
@@ -101,9 +121,10 @@ def figures(repeats: int = 5) -> list[BenchFigure]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="runs per figure (median shown)")
+    parser.add_argument("--repeats", type=int, default=FULL.repeats,
+                        help="runs per figure (median shown)")
     args = parser.parse_args()
-    print_figures(figures(args.repeats))
+    print_figures(run(replace(FULL, repeats=args.repeats)))
 
 
 if __name__ == "__main__":

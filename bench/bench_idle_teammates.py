@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -37,14 +38,26 @@ from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
-MATES = 1000
-WORKERS = 4
-QUIET_S = 60.0
-WAKES = 20
 GOAL_WAKE_RATIO = 2.0
 TEAM = "idle"
 MODEL = "mate"
 SETTLE_TIMEOUT_S = 900.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    mates: int
+    workers: int
+    quiet_s: float
+    wakes: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
+
+
+FULL = Sizes(mates=1000, workers=4, quiet_s=60.0, wakes=20)
+SMOKE = Sizes(mates=3, workers=1, quiet_s=1.0, wakes=2, fork_workers=True)
 
 
 class Activity:
@@ -118,14 +131,15 @@ def noop_start_s(queue: Queue) -> float:
     return begun.timestamp() - started
 
 
-def run(mates: int, workers: int, quiet_s: float) -> list[BenchFigure]:
+def run(sizes: Sizes) -> list[BenchFigure]:
+    mates, workers, quiet_s, wakes_count = sizes.mates, sizes.workers, sizes.quiet_s, sizes.wakes
     llm = ScriptedLLM()
     llm.start()
     llm.script(MODEL, ["ok"], repeat_last=True)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp, \
                 throwaway_redis(Path(tmp)) as url, \
-                worker_fleet(url, workers, Path(tmp)) as fleet:
+                worker_fleet(url, workers, Path(tmp), forked=sizes.fork_workers) as fleet:
             conn = redis.Redis.from_url(url, decode_responses=True)
             activity = Activity(url, [p.pid for p in fleet], llm)
             without = activity.over(quiet_s)
@@ -139,9 +153,9 @@ def run(mates: int, workers: int, quiet_s: float) -> list[BenchFigure]:
             quiet_worst = slowlog.slowest(conn)
             queue = Queue(QUEUE, connection=redis.Redis.from_url(url))
             wakes, noops = [], []
-            for n in range(WAKES):  # interleaved: load from elsewhere hits both alike
+            for n in range(wakes_count):  # interleaved: load from elsewhere hits both alike
                 noops.append(noop_start_s(queue))
-                wakes.append(wake_s(store, llm, names[n * len(names) // WAKES]))
+                wakes.append(wake_s(store, llm, names[n * len(names) // wakes_count]))
             wake_worst = slowlog.slowest(conn)
     finally:
         llm.stop()
@@ -161,7 +175,7 @@ def run(mates: int, workers: int, quiet_s: float) -> list[BenchFigure]:
                             value=wake * 1000, unit="ms", baseline=noop * 1000,
                             baseline_name="no-op RQ job, enqueue -> start",
                             goal=f"ratio <= {GOAL_WAKE_RATIO}",
-                            met=wake <= GOAL_WAKE_RATIO * noop, note=f"{WAKES} wakes"))
+                            met=wake <= GOAL_WAKE_RATIO * noop, note=f"{wakes_count} wakes"))
     rows.append(BenchFigure(name="spawn to all idle", value=settle_s, unit="s",
                             note=f"{mates} first turns"))
     for scenario, worst in (("quiet window", quiet_worst), ("wakes", wake_worst)):
@@ -171,18 +185,19 @@ def run(mates: int, workers: int, quiet_s: float) -> list[BenchFigure]:
     return rows
 
 
-def figures() -> list[BenchFigure]:
-    """The report's section (scripts/bench): the default sizes."""
-    return run(MATES, WORKERS, QUIET_S)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    return run(SMOKE if smoke else FULL)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mates", type=int, default=MATES)
-    parser.add_argument("--workers", type=int, default=WORKERS)
-    parser.add_argument("--quiet-s", type=float, default=QUIET_S)
+    parser.add_argument("--mates", type=int, default=FULL.mates)
+    parser.add_argument("--workers", type=int, default=FULL.workers)
+    parser.add_argument("--quiet-s", type=float, default=FULL.quiet_s)
     args = parser.parse_args(argv)
-    return print_figures(run(args.mates, args.workers, args.quiet_s))
+    return print_figures(run(Sizes(mates=args.mates, workers=args.workers,
+                                   quiet_s=args.quiet_s, wakes=FULL.wakes)))
 
 
 if __name__ == "__main__":

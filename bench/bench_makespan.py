@@ -17,6 +17,7 @@ import random
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -24,66 +25,82 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 
+from bench import failed
 from bench.bench_startup import RUN_TIMEOUT_S, teamctl
 from bench.bench_worker import worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
-TASKS = 40
-WORKERS = 4
 SEED = 13
-LATENCY_S = (0.2, 1.0)
 MAX_DEPS = 3
 GOAL_RATIO = 1.10
 
 
-def random_dag(seed: int) -> tuple[list[dict[str, object]], dict[str, float]]:
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    tasks: int
+    workers: int
+    """Preloaded workers, and the run's max_concurrency."""
+    latency_s: tuple[float, float]
+    """Each task's scripted model latency is drawn from this range."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
+
+
+FULL = Sizes(tasks=40, workers=4, latency_s=(0.2, 1.0))
+SMOKE = Sizes(tasks=5, workers=1, latency_s=(0.01, 0.05), fork_workers=True)
+
+
+def random_dag(seed: int, sizes: Sizes) -> tuple[list[dict[str, object]], dict[str, float]]:
     """Plan tasks (each on its own member, so each has its own scripted latency) and latencies:
     task i depends on up to MAX_DEPS earlier tasks."""
     rng = random.Random(seed)
     tasks: list[dict[str, object]] = []
     latency: dict[str, float] = {}
-    for i in range(TASKS):
+    for i in range(sizes.tasks):
         deps = sorted(rng.sample(range(i), rng.randint(0, min(i, MAX_DEPS)))) if i else []
         tasks.append({"id": f"t{i}", "memberId": f"m{i}", "task": f"step {i}",
                       "dependsOn": [f"t{d}" for d in deps]})
-        latency[f"t{i}"] = round(rng.uniform(*LATENCY_S), 3)
+        latency[f"t{i}"] = round(rng.uniform(*sizes.latency_s), 3)
     return tasks, latency
 
 
-def lower_bound_s(tasks: list[dict[str, object]], latency: dict[str, float]) -> tuple[float, float]:
-    """(critical path, total work / WORKERS) in seconds."""
+def lower_bound_s(tasks: list[dict[str, object]], latency: dict[str, float],
+                  workers: int) -> tuple[float, float]:
+    """(critical path, total work / `workers`) in seconds."""
     finish: dict[str, float] = {}
     for task in tasks:  # plan order is a topological order
         deps = task["dependsOn"]
         assert isinstance(deps, list)
         finish[str(task["id"])] = max((finish[d] for d in deps), default=0.0) + latency[
             str(task["id"])]
-    return max(finish.values()), sum(latency.values()) / WORKERS
+    return max(finish.values()), sum(latency.values()) / workers
 
 
 def write_team(path: Path, llm: ScriptedLLM, tag: str, dispatch: str,
-               tasks: list[dict[str, object]], latency: dict[str, float]) -> Path:
-    """A team of TASKS members, member i's model answering after task i's latency."""
+               tasks: list[dict[str, object]], latency: dict[str, float], workers: int) -> Path:
+    """A team of a member per task, member i's model answering after task i's latency."""
     planner = llm.script(f"plan-{tag}", [json.dumps({"tasks": tasks})])
     synth = llm.script(f"synth-{tag}", ["the answer"])
     lines = ['team_id = "bench"', f'planner = {{ model = "{planner}" }}',
              f'synthesizer = {{ model = "{synth}" }}']
-    for i in range(TASKS):
+    for i in range(len(tasks)):
         model = llm.script(f"m{i}-{tag}", ["done"], repeat_last=True,
                            latency_s=latency[f"t{i}"])
         lines += ["[[members]]", f'id = "m{i}"', f'model = "{model}"']
-    lines += ["[options]", f'dispatch = "{dispatch}"', f"max_concurrency = {WORKERS}",
+    lines += ["[options]", f'dispatch = "{dispatch}"', f"max_concurrency = {workers}",
               "max_rounds = 1000"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 def makespan_s(llm: ScriptedLLM, url: str, tmp: Path, dispatch: str,
-               tasks: list[dict[str, object]], latency: dict[str, float]) -> float:
+               tasks: list[dict[str, object]], latency: dict[str, float], workers: int) -> float:
     """First task start to last task end of one run, read from the board."""
     tag = f"makespan-{dispatch}"
-    team = write_team(tmp / f"{tag}.toml", llm, tag, dispatch, tasks, latency)
+    team = write_team(tmp / f"{tag}.toml", llm, tag, dispatch, tasks, latency, workers)
     with (tmp / f"{tag}.log").open("wb") as log:
         done = subprocess.run([*teamctl(), "run", "Do the steps", "--team", str(team),
                                "--api-base", llm.api_base, "--redis-url", url,
@@ -91,37 +108,39 @@ def makespan_s(llm: ScriptedLLM, url: str, tmp: Path, dispatch: str,
                               stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                               timeout=RUN_TIMEOUT_S, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"teamctl run {tag} exited {done.returncode}: see {tmp}/{tag}.log")
+        raise failed(f"teamctl run {tag} exited {done.returncode}", tmp / f"{tag}.log")
     board = TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(tag))
     states = board.snapshot()
-    if len(states) != TASKS or any(s.status.value != "completed" for s in states):
+    if len(states) != len(tasks) or any(s.status.value != "completed" for s in states):
         raise RuntimeError(f"{tag}: not every task completed")
     return (max(s.end_ms for s in states) - min(s.start_ms for s in states)) / 1000
 
 
-def collect() -> dict[str, float]:
+def collect(sizes: Sizes) -> dict[str, float]:
     """Both modes' makespans and the two lower bounds, in seconds."""
-    tasks, latency = random_dag(SEED)
-    critical, work = lower_bound_s(tasks, latency)
+    tasks, latency = random_dag(SEED, sizes)
+    critical, work = lower_bound_s(tasks, latency, sizes.workers)
     llm = ScriptedLLM()
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                worker_fleet(url, WORKERS, Path(tmp_dir)):
+                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
             tmp = Path(tmp_dir)
-            spans = {mode: makespan_s(llm, url, tmp, mode, tasks, latency)
+            spans = {mode: makespan_s(llm, url, tmp, mode, tasks, latency, sizes.workers)
                      for mode in ("eager", "barrier")}
     finally:
         llm.stop()
     return {**spans, "critical": critical, "work": work}
 
 
-def figures() -> list[BenchFigure]:
-    """The report's rows: each mode's makespan over the lower bound."""
-    data = collect()
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's rows: each mode's makespan over the lower bound (the default sizes, or the
+    smoke pass's)."""
+    sizes = SMOKE if smoke else FULL
+    data = collect(sizes)
     bound = max(data["critical"], data["work"])
     note = (f"seed {SEED}; critical path {data['critical']:.2f} s, "
-            f"work/{WORKERS} {data['work']:.2f} s")
+            f"work/{sizes.workers} {data['work']:.2f} s")
     return [BenchFigure(name=f"makespan, {mode} dispatch", value=data[mode], unit="s",
                         baseline=bound, baseline_name="lower bound",
                         goal=f"ratio <= {GOAL_RATIO}" if mode == "eager" else "",

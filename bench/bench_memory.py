@@ -32,6 +32,8 @@ from bench.bench_team_board import idle_team
 from bench.figures import BenchFigure, print_figures
 
 COUNT = 5000
+SMOKE_COUNT = 50
+"""The smoke pass's count: enough to show the benchmark runs, not to measure it."""
 PLAN_TASKS = 500
 MAX_TEAMMATES = 1000
 """A team's max_teammates: the teammates' figure stops there."""
@@ -98,9 +100,9 @@ def run(count: int) -> list[BenchFigure]:
     ]
 
 
-def figures() -> list[BenchFigure]:
-    """The report's section (scripts/bench): the default size."""
-    return run(COUNT)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default size, or the smoke pass's."""
+    return run(SMOKE_COUNT if smoke else COUNT)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -28,21 +29,32 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskStatus
 
-from bench import slowlog
+from bench import failed, slowlog
 from bench.bench_startup import teamctl
 from bench.bench_worker import wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
-TASKS = 5000
-WIDTH = 1000
-"""Tasks per layer: task i depends on tasks i - WIDTH and i - WIDTH + 1 of the layer before."""
-WORKERS = 8
 GOAL_CLI_S = 1.0
 RUN_TIMEOUT_S = 1800.0
 RUN_ID = "planned"
-LOG_DIR = Path(__file__).resolve().parent / "logs"
-"""The run's own log is kept here (the report's logs folder): its temporary folder is not."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    tasks: int
+    width: int
+    """Tasks per layer: task i depends on tasks i - width and i - width + 1 of the layer
+    before."""
+    workers: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
+
+
+FULL = Sizes(tasks=5000, width=1000, workers=8)
+SMOKE = Sizes(tasks=20, width=10, workers=1, fork_workers=True)
 
 
 def wide_dag(tasks: int, width: int) -> list[dict[str, object]]:
@@ -86,11 +98,11 @@ def cli_s(url: str, *args: str) -> tuple[float, float]:
 
 
 def wait_running(proc: subprocess.Popen[bytes], predicate: Callable[[], object],
-                 what: str) -> None:
+                 what: str, log_path: Path) -> None:
     """Wait for `predicate`, failing at once if the run ended first."""
     wait_for_flag(lambda: predicate() or proc.poll() is not None, what)
     if not predicate():
-        raise RuntimeError(f"teamctl run exited {proc.returncode} before {what}")
+        raise failed(f"teamctl run exited {proc.returncode} before {what}", log_path)
 
 
 def board_progress(conn: redis.Redis) -> dict[TaskStatus, int]:
@@ -129,14 +141,14 @@ def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
                              "--run-id", RUN_ID],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     try:
-        wait_running(proc, lambda: llm.prompts("plan"), "the planner's request")
+        wait_running(proc, lambda: llm.prompts("plan"), "the planner's request", tmp / "run.log")
         planned_ms = redis_ms(conn)
         wait_running(proc, lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) > 0,
-                     "a first task")
+                     "a first task", tmp / "run.log")
         out.values["first_dispatch_s"] = (first_claim_ms(conn) - planned_ms) / 1000
         out.slow["plan and dispatch"] = slowlog.slowest(conn)
         wait_running(proc, lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) >= tasks // 2,
-                     "half the tasks")
+                     "half the tasks", tmp / "run.log")
         out.values["status_mid_s"], out.values["status_mid_cpu_s"] = cli_s(url, "status", RUN_ID)
         out.slow["status mid-run"] = slowlog.slowest(conn)
         out.values["tasks_mid_s"], out.values["tasks_mid_cpu_s"] = cli_s(url, "tasks", RUN_ID)
@@ -148,11 +160,8 @@ def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
             proc.kill()
             proc.wait()
         log.close()
-        LOG_DIR.mkdir(exist_ok=True)
-        (LOG_DIR / "planned_run.run.log").write_bytes((tmp / "run.log").read_bytes())
     if proc.returncode != 0:
-        raise RuntimeError(f"teamctl run exited {proc.returncode}: see "
-                           f"{LOG_DIR / 'planned_run.run.log'}")
+        raise failed(f"teamctl run exited {proc.returncode}", tmp / "run.log")
     out.slow["the rest of the run"] = slowlog.slowest(conn)
     out.values["cpu_s"] = usage.ru_utime + usage.ru_stime
     counts = board_progress(conn)
@@ -200,20 +209,21 @@ def board_read_ms(conn: redis.Redis) -> dict[str, float]:
             "whole_script": longest[1], "whole_wall": whole_wall * 1000}
 
 
-def collect(tasks: int, width: int, workers: int) -> Measured:
+def collect(sizes: Sizes) -> Measured:
     llm = ScriptedLLM()
     llm.start()
     try:
         with tempfile.TemporaryDirectory(prefix="bench-planned-") as tmp_dir, \
                 throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, workers, Path(tmp_dir)):
-            return run_once(llm, url, Path(tmp_dir), tasks, width, workers)
+                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
+            return run_once(llm, url, Path(tmp_dir), sizes.tasks, sizes.width, sizes.workers)
     finally:
         llm.stop()
 
 
-def run(tasks: int, width: int, workers: int) -> list[BenchFigure]:
-    data = collect(tasks, width, workers)
+def run(sizes: Sizes) -> list[BenchFigure]:
+    tasks, width, workers = sizes.tasks, sizes.width, sizes.workers
+    data = collect(sizes)
     v, floor = data.values, data.values["help"]
     label = f"{tasks} tasks, {tasks // width} layers of {width}, {workers} workers"
     rows = [BenchFigure(name=f"plan to first dispatch ({label})", value=v["first_dispatch_s"],
@@ -245,18 +255,18 @@ def run(tasks: int, width: int, workers: int) -> list[BenchFigure]:
     return rows
 
 
-def figures() -> list[BenchFigure]:
-    """The report's section (scripts/bench): the default sizes."""
-    return run(TASKS, WIDTH, WORKERS)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    return run(SMOKE if smoke else FULL)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=TASKS)
-    parser.add_argument("--width", type=int, default=WIDTH)
-    parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--tasks", type=int, default=FULL.tasks)
+    parser.add_argument("--width", type=int, default=FULL.width)
+    parser.add_argument("--workers", type=int, default=FULL.workers)
     args = parser.parse_args(argv)
-    return print_figures(run(args.tasks, args.width, args.workers))
+    return print_figures(run(Sizes(tasks=args.tasks, width=args.width, workers=args.workers)))
 
 
 if __name__ == "__main__":

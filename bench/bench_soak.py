@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -29,22 +30,34 @@ from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
 
-from bench import slowlog
+from bench import failed, slowlog
 from bench.bench_concurrent_runs import write_team
 from bench.bench_startup import teamctl
 from bench.bench_worker import QUEUE, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
-MINUTES = 30.0
 WARM_UP_S = 60.0
 RETENTION_S = 30
-TASKS = 5
-MATES = 4
-WORKERS = 4
 GOAL_GROWTH = 0.10
 TEAM = "soak"
 RUN_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    minutes: float
+    tasks: int
+    mates: int
+    workers: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
+
+
+FULL = Sizes(minutes=30.0, tasks=5, mates=4, workers=4)
+SMOKE = Sizes(minutes=0.05, tasks=2, mates=1, workers=1, fork_workers=True)
 
 
 def all_idle(conn: redis.Redis, names: list[str]) -> bool:
@@ -68,18 +81,19 @@ def cycle(llm: ScriptedLLM, url: str, team: Path, run_id: str, store: TeamStore,
         for name in names:
             store.send("lead", name, f"Anything new for {run_id}?")
         if proc.wait(timeout=RUN_TIMEOUT_S) != 0:
-            raise RuntimeError(f"run {run_id} exited {proc.returncode}: see {log_dir}/run.log")
+            raise failed(f"run {run_id} exited {proc.returncode}", log_dir / "run.log")
     wait_for_flag(lambda: all_idle(store.conn, names), "the teammates idle")
 
 
-def run(minutes: float, tasks: int, mates: int, workers: int) -> list[BenchFigure]:
+def run(sizes: Sizes) -> list[BenchFigure]:
+    minutes, tasks, mates, workers = sizes.minutes, sizes.tasks, sizes.mates, sizes.workers
     llm = ScriptedLLM()
     llm.start()
     mate_model = llm.script("mate", ["ok"], repeat_last=True)
     try:
         with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp_dir, \
                 throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, workers, Path(tmp_dir)) as fleet:
+                worker_fleet(url, workers, Path(tmp_dir), forked=sizes.fork_workers) as fleet:
             tmp = Path(tmp_dir)
             conn = redis.Redis.from_url(url, decode_responses=True)
             procs = [psutil.Process(p.pid) for p in fleet]
@@ -128,19 +142,20 @@ def run(minutes: float, tasks: int, mates: int, workers: int) -> list[BenchFigur
     return rows
 
 
-def figures() -> list[BenchFigure]:
-    """The report's section (scripts/bench): the default length."""
-    return run(MINUTES, TASKS, MATES, WORKERS)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default length, or the smoke pass's."""
+    return run(SMOKE if smoke else FULL)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--minutes", type=float, default=MINUTES)
-    parser.add_argument("--tasks", type=int, default=TASKS)
-    parser.add_argument("--mates", type=int, default=MATES)
-    parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--minutes", type=float, default=FULL.minutes)
+    parser.add_argument("--tasks", type=int, default=FULL.tasks)
+    parser.add_argument("--mates", type=int, default=FULL.mates)
+    parser.add_argument("--workers", type=int, default=FULL.workers)
     args = parser.parse_args(argv)
-    return print_figures(run(args.minutes, args.tasks, args.mates, args.workers))
+    return print_figures(run(Sizes(minutes=args.minutes, tasks=args.tasks, mates=args.mates,
+                                   workers=args.workers)))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -38,26 +39,47 @@ from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.team_file import load_team_file
 
+from bench import failed
 from bench.bench_worker import registered_pids, rss_mb, wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
-COLD_RUNS = 3
-WARM_RUNS = 5
-BASELINE_RUNS = 5
 RUN_TIMEOUT_S = 180.0
 PLAN = {"tasks": [{"id": "first", "memberId": "m1", "task": "Collect facts"},
                   {"id": "second", "memberId": "m2", "task": "Write it up",
                    "dependsOn": ["first"]}]}
 GOALS_S = {"cold request": 5.0, "warm request": 0.5, "warm run": 1.5}
 """The start-up goals: planner's request <= 5 s cold, <= 0.5 s warm; a whole warm run <= 1.5 s."""
-VERB_RUNS = 9
-STORED_RUNS = 300
 VERB_GOAL_RATIO = 1.5
 """Each short verb answers within 1.5x the start of `rq --help`, measured in the same run."""
-VERBS = {"help": "`teamctl --help`", "status": "`teamctl status RUN` (a finished run)",
-         "runs": f"`teamctl runs` ({STORED_RUNS} runs stored)",
-         "task add": "`teamctl team task add` (embedded Redis, pool running)"}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    cold_runs: int
+    warm_runs: int
+    baseline_runs: int
+    verb_runs: int
+    stored_runs: int
+    """Runs stored before `teamctl runs` is timed."""
+    workers: int
+    """The cold runs' `--workers`, and the preloaded workers the warm runs find."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
+
+
+FULL = Sizes(cold_runs=3, warm_runs=5, baseline_runs=5, verb_runs=9, stored_runs=300, workers=2)
+SMOKE = Sizes(cold_runs=1, warm_runs=1, baseline_runs=1, verb_runs=1, stored_runs=3, workers=1,
+              fork_workers=True)
+
+
+def verb_names(stored_runs: int) -> dict[str, str]:
+    """Each short verb's key -> its name in the report."""
+    return {"help": "`teamctl --help`", "status": "`teamctl status RUN` (a finished run)",
+            "runs": f"`teamctl runs` ({stored_runs} runs stored)",
+            "task add": "`teamctl team task add` (embedded Redis, pool running)"}
 
 
 def teamctl() -> list[str]:
@@ -94,14 +116,14 @@ def timed_run(llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int) -> 
                               timeout=RUN_TIMEOUT_S, check=False)
         ended = time.monotonic()
     if done.returncode != 0:
-        raise RuntimeError(f"teamctl run {tag} exited {done.returncode}: see {tmp}/{tag}.log")
+        raise failed(f"teamctl run {tag} exited {done.returncode}", tmp / f"{tag}.log")
     return llm.request_times[planner][0] - started, ended - started
 
 
-def start_s(command: list[str]) -> float:
-    """Median wall seconds of a command that starts and exits at once."""
+def start_s(command: list[str], runs: int) -> float:
+    """Median wall seconds of a command that starts and exits at once, over `runs` starts."""
     times = []
-    for _ in range(BASELINE_RUNS):
+    for _ in range(runs):
         started = time.monotonic()
         subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         times.append(time.monotonic() - started)
@@ -132,10 +154,10 @@ def store_runs(url: str, count: int, tmp: Path) -> None:
                                        "cost_usd": 0.001})
 
 
-def verb_seconds(url: str, finished_run: str, tmp: Path) -> dict[str, float]:
+def verb_seconds(url: str, finished_run: str, tmp: Path, sizes: Sizes) -> dict[str, float]:
     """Median wall seconds of each short verb and of `rq --help`, timed in rounds of one start
     each, so a busy moment of the machine weighs on the verbs and the baseline alike."""
-    store_runs(url, STORED_RUNS, tmp)
+    store_runs(url, sizes.stored_runs, tmp)
     env = verb_env()
     with embedded_team(tmp / "embedded") as embedded_env:
         commands = {
@@ -147,7 +169,7 @@ def verb_seconds(url: str, finished_run: str, tmp: Path) -> dict[str, float]:
         for command, command_env in commands.values():  # untimed: writes missing .pyc files
             _start(command, command_env)
         times: dict[str, list[float]] = {name: [] for name in commands}
-        for _ in range(VERB_RUNS):
+        for _ in range(sizes.verb_runs):
             for name, (command, command_env) in commands.items():
                 times[name].append(_start(command, command_env))
     return {name: statistics.median(values) for name, values in times.items()}
@@ -199,52 +221,58 @@ def coordinator_rss_mb(llm: ScriptedLLM, url: str, tmp: Path) -> float:
         stop_process(process, timeout_s=30)
 
 
-def collect() -> dict[str, float]:
+def collect(sizes: Sizes) -> dict[str, float]:
     """Every figure, in seconds or MiB; runs interleave nothing (each is alone on the machine)."""
     llm = ScriptedLLM()
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url:
             tmp = Path(tmp_dir)
-            cold = [timed_run(llm, url, tmp, f"cold{n}", workers=2) for n in range(COLD_RUNS)]
-            with worker_fleet(url, 2, tmp) as processes:
-                warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0) for n in range(WARM_RUNS)]
+            cold = [timed_run(llm, url, tmp, f"cold{n}", workers=sizes.workers)
+                    for n in range(sizes.cold_runs)]
+            with worker_fleet(url, sizes.workers, tmp, forked=sizes.fork_workers) as processes:
+                warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0)
+                        for n in range(sizes.warm_runs)]
                 worker_rss = rss_mb(processes[0].pid)
                 coordinator_rss = coordinator_rss_mb(llm, url, tmp)
-            verbs = verb_seconds(url, "warm0", tmp)
+            verbs = verb_seconds(url, "warm0", tmp, sizes)
     finally:
         llm.stop()
     return {"cold request": statistics.median(c[0] for c in cold),
             "cold run": statistics.median(c[1] for c in cold),
             "warm request": statistics.median(w[0] for w in warm),
             "warm run": statistics.median(w[1] for w in warm),
-            "rq --help": start_s([sys.executable, "-m", "rq.cli", "--help"]),
-            "python -c pass": start_s([sys.executable, "-c", "pass"]),
+            "rq --help": start_s([sys.executable, "-m", "rq.cli", "--help"],
+                                 sizes.baseline_runs),
+            "python -c pass": start_s([sys.executable, "-c", "pass"], sizes.baseline_runs),
             "coordinator rss": coordinator_rss, "worker rss": worker_rss,
             **{f"verb {key}": value for key, value in verbs.items()}}
 
 
-def verb_figures(data: dict[str, float]) -> list[BenchFigure]:
+def verb_figures(data: dict[str, float], sizes: Sizes) -> list[BenchFigure]:
     """Each short verb against `rq --help` timed beside it (both with bytecode caching on)."""
     rq_help = data["verb rq --help"]
     return [BenchFigure(name=name, value=data[f"verb {key}"], unit="s", baseline=rq_help,
                         baseline_name="`rq --help`", goal=f"ratio <= {VERB_GOAL_RATIO}",
                         met=data[f"verb {key}"] <= VERB_GOAL_RATIO * rq_help,
-                        note=f"median of {VERB_RUNS}")
-            for key, name in VERBS.items()]
+                        note=f"median of {sizes.verb_runs}")
+            for key, name in verb_names(sizes.stored_runs).items()]
 
 
-def figures() -> list[BenchFigure]:
-    """The report's rows: each start-up figure against `rq --help`; RSS against each other."""
-    data = collect()
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's rows: each start-up figure against `rq --help`; RSS against each other (the
+    default sizes, or the smoke pass's)."""
+    sizes = SMOKE if smoke else FULL
+    data = collect(sizes)
     rq_help = data["rq --help"]
+    cold = f"cold (--workers {sizes.workers})"
     rows = []
-    for key, name, runs in (("cold request", "run -> planner's request, cold (--workers 2)",
-                             COLD_RUNS),
+    for key, name, runs in (("cold request", f"run -> planner's request, {cold}",
+                             sizes.cold_runs),
                             ("warm request", "run -> planner's request, workers running",
-                             WARM_RUNS),
-                            ("cold run", "whole 2-task run, cold (--workers 2)", COLD_RUNS),
-                            ("warm run", "whole 2-task run, workers running", WARM_RUNS)):
+                             sizes.warm_runs),
+                            ("cold run", f"whole 2-task run, {cold}", sizes.cold_runs),
+                            ("warm run", "whole 2-task run, workers running", sizes.warm_runs)):
         goal = GOALS_S.get(key)
         rows.append(BenchFigure(name=name, value=data[key], unit="s", baseline=rq_help,
                                 baseline_name="`rq --help`",
@@ -258,16 +286,16 @@ def figures() -> list[BenchFigure]:
                             baseline=data["worker rss"],
                             baseline_name="idle preloaded worker"))
     rows.append(BenchFigure(name="RSS of an idle preloaded worker", value=data["worker rss"],
-                            unit="MiB", note=f"after {WARM_RUNS} warm runs"))
-    return rows + verb_figures(data)
+                            unit="MiB", note=f"after {sizes.warm_runs} warm runs"))
+    return rows + verb_figures(data, sizes)
 
 
 def verbs_only() -> list[BenchFigure]:
     """The short verbs alone (`--verbs`): `status` reads one of the stored runs instead of a
     run the team made."""
     with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url:
-        verbs = verb_seconds(url, "stored0", Path(tmp_dir))
-    return verb_figures({f"verb {key}": value for key, value in verbs.items()})
+        verbs = verb_seconds(url, "stored0", Path(tmp_dir), FULL)
+    return verb_figures({f"verb {key}": value for key, value in verbs.items()}, FULL)
 
 
 def main() -> int:

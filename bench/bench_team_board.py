@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -39,6 +40,19 @@ SLOW_US = 5000
 TEAM = "bench"
 QUEUE = "nobody"
 """The teammates' queue, which no worker serves: their first turns wait there for ever."""
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    tasks: int
+    mates: int
+    handouts: int
+
+
+FULL = Sizes(tasks=10_000, mates=100, handouts=200)
+SMOKE = Sizes(tasks=50, mates=3, handouts=5)
 
 
 def idle_team(conn: redis.Redis, mates: int, room: int) -> TeamStore:
@@ -171,16 +185,17 @@ def run(tasks: int, mates: int, handouts: int) -> list[BenchFigure]:
     ]
 
 
-def figures() -> list[BenchFigure]:
-    """The report's section (scripts/bench): the default sizes."""
-    return run(10_000, 100, 200)
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    sizes = SMOKE if smoke else FULL
+    return run(sizes.tasks, sizes.mates, sizes.handouts)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=10_000)
-    parser.add_argument("--mates", type=int, default=100)
-    parser.add_argument("--handouts", type=int, default=200)
+    parser.add_argument("--tasks", type=int, default=FULL.tasks)
+    parser.add_argument("--mates", type=int, default=FULL.mates)
+    parser.add_argument("--handouts", type=int, default=FULL.handouts)
     args = parser.parse_args(argv)
     return print_figures(run(args.tasks, args.mates, args.handouts))
 

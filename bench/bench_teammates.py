@@ -74,20 +74,35 @@ class MidTurnModel:
         self.store.send("lead", self.name, f"mid {self.turns}")
         return ToolCalls([("list_teammates", {})])
 
-WAKES = 200
 WAKE_GAP_S = float(os.environ.get("BENCH_WAKE_GAP_S", "0"))
 """Pause between a teammate going idle and the next send (0: at once, the worst case for a worker
 that prepares its next job's process while idle)."""
 WORKER_CLASS = os.environ.get("BENCH_WORKER_CLASS")
 """An RQ worker class to measure instead of the default one (`-w`)."""
-MID_TURNS = 100
-CLAIMERS = 8
-CLAIM_TASKS = 50
-IDLE_MATES = 20
-IDLE_WATCH_S = float(os.environ.get("BENCH_IDLE_S", "60"))
-"""The idle windows' length; BENCH_IDLE_S shortens it while iterating on the other figures."""
 GOAL_IDLE_CPU_RATIO = 1.1
 GOAL_P50_MS, GOAL_P95_MS, GOAL_RATIO = 50.0, 100.0, 2.0
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    wakes: int
+    mid_turns: int
+    claimers: int
+    claim_tasks: int
+    idle_mates: int
+    idle_watch_s: float
+    """The idle windows' length."""
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
+
+
+FULL = Sizes(wakes=200, mid_turns=100, claimers=8, claim_tasks=50, idle_mates=20,
+             idle_watch_s=float(os.environ.get("BENCH_IDLE_S", "60")))
+"""BENCH_IDLE_S shortens the idle windows while iterating on the other figures."""
+SMOKE = Sizes(wakes=3, mid_turns=2, claimers=2, claim_tasks=2, idle_mates=2, idle_watch_s=1.0,
+              fork_workers=True)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -95,10 +110,11 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def wake_latencies_ms(store: TeamStore, llm: ScriptedLLM, model: str, name: str) -> list[float]:
+def wake_latencies_ms(store: TeamStore, llm: ScriptedLLM, model: str, name: str,
+                      wakes: int) -> list[float]:
     """Per wake: the lead's send until the teammate's model request arrives (same clock)."""
     latencies = []
-    for index in range(WAKES):
+    for index in range(wakes):
         wait_for_flag(lambda: store.get(name).status is MateStatus.IDLE, f"{name} to be idle")
         time.sleep(WAKE_GAP_S)  # pacing, not synchronization: a lead that replies later
         seen = len(llm.request_times[model.removeprefix('openai/')])
@@ -125,7 +141,7 @@ def noop_latencies_ms(conn: redis.Redis, count: int) -> list[float]:
     return latencies
 
 
-def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM) -> tuple[int, int]:
+def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM, turns: int) -> tuple[int, int]:
     """(delivered, turns): messages sent during a turn's model call that its next call saw."""
     model = MidTurnModel(TeamStore(redis.Redis.from_url(_url(store), decode_responses=True),
                                    store.team), "carol")
@@ -134,7 +150,7 @@ def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM) -> tuple[int, int]:
                 api_base=llm.api_base, queue=QUEUE)
     while True:
         wait_for_flag(lambda: store.get("carol").status is MateStatus.IDLE, "carol to be idle")
-        if model.turns >= MID_TURNS:
+        if model.turns >= turns:
             return model.delivered, model.turns
         # The mid-turn message of the last turn was handled by a turn of its own: the next
         # turn starts from the lead's send.
@@ -157,17 +173,18 @@ class Claimer:
         return "ok"
 
 
-def auto_claim(store: TeamStore, llm: ScriptedLLM) -> tuple[list[float], list[float], int]:
+def auto_claim(store: TeamStore, llm: ScriptedLLM,
+               sizes: Sizes) -> tuple[list[float], list[float], int]:
     """Per task: add -> claimed (ms), add -> the claimer's first request (ms); and how many
     tasks started other than exactly one teammate's turn."""
-    models = {f"claim{n}": Claimer() for n in range(CLAIMERS)}
+    models = {f"claim{n}": Claimer() for n in range(sizes.claimers)}
     for name, model in models.items():
         store.spawn(name, role="claimer", prompt="Wait for tasks.",
                     model=llm.script(f"{name}", handler=model), api_base=llm.api_base,
                     queue=QUEUE)
     tasks = TeamTasks(store)
     to_claim, to_request, not_one = [], [], 0
-    for index in range(CLAIM_TASKS):
+    for index in range(sizes.claim_tasks):
         wait_for_flag(lambda: all(store.get(n).status is MateStatus.IDLE for n in models), "idle")
         before = {name: len(model.arrivals) for name, model in models.items()}
         added_s = time.monotonic()
@@ -187,14 +204,14 @@ def _url(store: TeamStore) -> str:
     return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs.get('db', 0)}"
 
 
-def watch(conn: redis.Redis, llm: ScriptedLLM, model: str) -> Window:
-    """Jobs, model requests, script calls and worker CPU over IDLE_WATCH_S of nothing to do."""
+def watch(conn: redis.Redis, llm: ScriptedLLM, model: str, seconds: float) -> Window:
+    """Jobs, model requests, script calls and worker CPU over `seconds` of nothing to do."""
     queue = Queue(QUEUE, connection=conn)
     pids = [w.pid for w in Worker.all(connection=conn) if w.pid is not None]
     before = Window(queue.finished_job_registry.count + queue.count,
                     len(llm.request_times.get(model.removeprefix("openai/"), [])),
                     _script_calls(conn), sum(_cpu_s(pid) for pid in pids))
-    time.sleep(IDLE_WATCH_S)  # the measurement window itself: nothing should happen in it
+    time.sleep(seconds)  # the measurement window itself: nothing should happen in it
     return Window(queue.finished_job_registry.count + queue.count - before.jobs,
                   len(llm.request_times.get(model.removeprefix("openai/"), [])) - before.requests,
                   _script_calls(conn) - before.script_calls,
@@ -216,9 +233,10 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str) -> Window:
-    """The idle window with IDLE_MATES idle teammates."""
-    for n in range(IDLE_MATES):
+def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str,
+              sizes: Sizes) -> Window:
+    """The idle window with `sizes.idle_mates` idle teammates."""
+    for n in range(sizes.idle_mates):
         store.spawn(f"idle{n}", role="idle", prompt="Rest.", model=model,
                     api_base=llm.api_base, queue=QUEUE)
     wait_for_flag(lambda: all(m.status is MateStatus.IDLE for m in store.mates()),
@@ -227,33 +245,33 @@ def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str)
     # A turn ends (idle) just before its job does: let the last jobs finish first.
     wait_for_flag(lambda: queue.count == 0 and queue.started_job_registry.count == 0,
                   "jobs to finish")
-    return watch(conn, llm, model)
+    return watch(conn, llm, model, sizes.idle_watch_s)
 
 
 Collected = tuple[list[float], list[float], tuple[int, int],
                   tuple[list[float], list[float], int], Window, Window]
 
 
-def collect() -> Collected:
+def collect(sizes: Sizes) -> Collected:
     """Wake and no-op latencies, mid-turn delivery, auto-claim, and the two idle windows."""
     llm = ScriptedLLM()
     llm.start()
     try:
         with tempfile.TemporaryDirectory() as tmp, throwaway_redis(Path(tmp)) as url, \
                 worker(worker_command(url, [QUEUE], worker_class=WORKER_CLASS),
-                       Path(tmp) / "worker.log", url):
+                       Path(tmp) / "worker.log", url, forked=sizes.fork_workers):
             conn = redis.Redis.from_url(url)
             store = TeamStore(redis.Redis.from_url(url, decode_responses=True), "bench")
             idle = llm.script("idle", ["resting"], repeat_last=True)
-            no_team = watch(conn, llm, idle)
+            no_team = watch(conn, llm, idle, sizes.idle_watch_s)
             model = llm.script("bob", ["ok"], repeat_last=True)
             store.spawn("bob", role="bench", prompt="Answer ok.", model=model,
                         api_base=llm.api_base, queue=QUEUE)
-            wakes = wake_latencies_ms(store, llm, model, "bob")
-            noops = noop_latencies_ms(conn, WAKES)
-            delivered, turns = mid_turn_delivery(store, llm)
-            claims = auto_claim(store, llm)
-            idle_window = idle_cost(store, conn, llm, idle)
+            wakes = wake_latencies_ms(store, llm, model, "bob", sizes.wakes)
+            noops = noop_latencies_ms(conn, sizes.wakes)
+            delivered, turns = mid_turn_delivery(store, llm, sizes.mid_turns)
+            claims = auto_claim(store, llm, sizes)
+            idle_window = idle_cost(store, conn, llm, idle, sizes)
     finally:
         llm.stop()
     return wakes, noops, (delivered, turns), claims, no_team, idle_window
@@ -268,10 +286,11 @@ def cpu_ratio(idle: Window, no_team: Window) -> float:
     return idle.worker_cpu_s / max(no_team.worker_cpu_s, tick_s)
 
 
-def figures() -> list[BenchFigure]:
+def figures(smoke: bool = False) -> list[BenchFigure]:
     """The report's rows: wake latency against a no-op job, mid-turn delivery, auto-claim, and
-    the idle windows."""
-    wakes, noops, (delivered, turns), (_, to_request, not_one), no_team, idle = collect()
+    the idle windows (the default sizes, or the smoke pass's)."""
+    sizes = SMOKE if smoke else FULL
+    wakes, noops, (delivered, turns), (_, to_request, not_one), no_team, idle = collect(sizes)
     p50, p95, base = statistics.median(wakes), percentile(wakes, 0.95), statistics.median(noops)
     claim_p50 = statistics.median(to_request)
     ratio = cpu_ratio(idle, no_team)
@@ -281,7 +300,7 @@ def figures() -> list[BenchFigure]:
                     baseline=base, baseline_name="no-op RQ job enqueue -> start p50",
                     goal=f"<= {GOAL_P50_MS:.0f} ms and <= {GOAL_RATIO:.0f}x",
                     met=p50 <= GOAL_P50_MS and p50 <= GOAL_RATIO * base,
-                    note=f"{WAKES} wakes"),
+                    note=f"{sizes.wakes} wakes"),
         BenchFigure(name="teammate wake p95", value=p95, unit="ms",
                     baseline=percentile(noops, 0.95), baseline_name="no-op RQ job p95",
                     goal=f"<= {GOAL_P95_MS:.0f} ms", met=p95 <= GOAL_P95_MS),
@@ -290,28 +309,29 @@ def figures() -> list[BenchFigure]:
         BenchFigure(name="auto-claim: add -> claimer's model request p50", value=claim_p50,
                     unit="ms", baseline=p50, baseline_name="teammate wake p50",
                     goal="<= wake p50", met=claim_p50 <= p50,
-                    note=f"{CLAIM_TASKS} tasks, {CLAIMERS} idle teammates"),
+                    note=f"{sizes.claim_tasks} tasks, {sizes.claimers} idle teammates"),
         BenchFigure(name="auto-claim: tasks not started by exactly one turn", value=not_one,
                     unit="tasks", goal="0", met=not_one == 0),
-        BenchFigure(name=f"idle: jobs + model requests + script calls, {IDLE_MATES} teammates",
-                    value=idle_events, unit="events", goal="0", met=idle_events == 0,
-                    note=f"{IDLE_WATCH_S:.0f} s window"),
-        BenchFigure(name=f"idle: worker CPU, {IDLE_MATES} idle teammates", value=idle.worker_cpu_s,
-                    unit="s", baseline=no_team.worker_cpu_s, baseline_name="same window, no team",
-                    goal=f"<= {GOAL_IDLE_CPU_RATIO}x", met=ratio <= GOAL_IDLE_CPU_RATIO,
-                    note=f"{IDLE_WATCH_S:.0f} s window"),
+        BenchFigure(name=f"idle: jobs + model requests + script calls, {sizes.idle_mates} "
+                    "teammates", value=idle_events, unit="events", goal="0",
+                    met=idle_events == 0, note=f"{sizes.idle_watch_s:.0f} s window"),
+        BenchFigure(name=f"idle: worker CPU, {sizes.idle_mates} idle teammates",
+                    value=idle.worker_cpu_s, unit="s", baseline=no_team.worker_cpu_s,
+                    baseline_name="same window, no team", goal=f"<= {GOAL_IDLE_CPU_RATIO}x",
+                    met=ratio <= GOAL_IDLE_CPU_RATIO, note=f"{sizes.idle_watch_s:.0f} s window"),
     ]
 
 
 def main() -> int:
-    return report(*collect())
+    return report(*collect(FULL), FULL)
 
 
 def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int],
-           claims: tuple[list[float], list[float], int], no_team: Window, idle: Window) -> int:
+           claims: tuple[list[float], list[float], int], no_team: Window, idle: Window,
+           sizes: Sizes) -> int:
     p50, p95 = statistics.median(wakes), percentile(wakes, 0.95)
     base = statistics.median(noops)
-    print(f"wake latency, {WAKES} sends to an idle teammate (send -> its model request):")
+    print(f"wake latency, {sizes.wakes} sends to an idle teammate (send -> its model request):")
     print(f"  teammate wake: p50 {p50:7.1f} ms  p95 {p95:7.1f} ms")
     print(f"  no-op RQ job:  p50 {base:7.1f} ms  p95 {percentile(noops, 0.95):7.1f} ms"
           " (enqueue -> start, same worker)")
@@ -324,14 +344,16 @@ def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int],
     verdicts["mid-turn delivery 100 %"] = delivered == turns
     to_claim, to_request, not_one = claims
     claim_p50 = statistics.median(to_request)
-    print(f"auto-claim, {CLAIM_TASKS} tasks added one at a time to {CLAIMERS} idle teammates: "
+    print(f"auto-claim, {sizes.claim_tasks} tasks added one at a time to {sizes.claimers} idle "
+          "teammates: "
           f"add -> claimed p50 {statistics.median(to_claim):.1f} ms; add -> claimer's model "
           f"request p50 {claim_p50:.1f} ms p95 {percentile(to_request, 0.95):.1f} ms; "
           f"tasks not started by exactly one turn: {not_one}")
     verdicts[f"auto-claim p50 <= wake p50 ({claim_p50:.1f} vs {p50:.1f} ms)"] = claim_p50 <= p50
     verdicts["auto-claim: one turn per task"] = not_one == 0
     ratio = cpu_ratio(idle, no_team)
-    print(f"idle cost, {IDLE_MATES} idle teammates for {IDLE_WATCH_S:.0f} s: {idle.jobs} jobs, "
+    print(f"idle cost, {sizes.idle_mates} idle teammates for {sizes.idle_watch_s:.0f} s: "
+          f"{idle.jobs} jobs, "
           f"{idle.requests} model requests, {idle.script_calls} script calls (goal 0, 0, 0); "
           f"worker CPU {idle.worker_cpu_s:.2f} s vs {no_team.worker_cpu_s:.2f} s with no team "
           f"({ratio:.2f}x, goal <= {GOAL_IDLE_CPU_RATIO}x)")

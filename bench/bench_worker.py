@@ -19,40 +19,45 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import certifi
 import redis
 from rq import Queue
 from rq.job import Job, JobStatus
-from teamctl.coordinator.local_workers.processes import stop_process, worker_command
+from teamctl.coordinator.local_workers.processes import (
+    SETTINGS_MODULE,
+    WorkerProcess,
+    start_worker,
+    stop_process,
+    worker_command,
+)
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
+from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
+from bench import failed
 from bench.figures import BenchFigure
 from tests.support.llm import ScriptedLLM
 
 QUEUE = "members"
-PRELOADED_TASKS = 60
-BARE_TASKS = 3
-ROUNDS = {"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5}
 WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
 """The experimental worker class that forks and warms each job's process ahead (not the default:
 see worker/warm_fork.py)."""
-PACED_JOBS = 20
 PACE_S = 0.1
 """Paced jobs: one at a time, each enqueued this long after the last finished (an idle worker)."""
 RATIO_GOAL = 1.5
@@ -61,18 +66,56 @@ NOOP_JOB = "os.getpid"
 """The baseline job: already imported in every worker, so it measures RQ's own per-job cost."""
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """How much the benchmark does: FULL for the report, SMOKE to show it runs."""
+
+    preloaded_tasks: int
+    """Queued tasks per round on a preloaded worker (every worker but the bare one)."""
+    bare_tasks: int
+    rounds: Mapping[str, int]
+    """Rounds per worker, by label."""
+    paced_jobs: int
+    fork_workers: bool = False
+    """Fork the workers from a fork server, when one is named (see `worker`)."""
+
+
+FULL = Sizes(preloaded_tasks=60, bare_tasks=3,
+             rounds={"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5}, paced_jobs=20)
+SMOKE = Sizes(preloaded_tasks=2, bare_tasks=1,
+              rounds={"preloaded": 1, "warm-fork": 1, "bare": 1, "simple": 1}, paced_jobs=2,
+              fork_workers=True)
+RQ_CLI = [sys.executable, "-m", "rq.cli"]
+
+
 @contextmanager
 def worker(command: list[str], log_path: Path, url: str,
-           env_extra: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """One rq worker process, stopped by its pid (SIGTERM: RQ's warm shutdown)."""
+           env_extra: dict[str, str] | None = None, *,
+           forked: bool = False) -> Iterator[WorkerProcess]:
+    """One rq worker process running `command` (`python -m rq.cli ...`), stopped by its pid
+    (SIGTERM: RQ's warm shutdown). It is executed, as the figures assume; with `forked` (the
+    smoke pass) it is forked by the fork server $TEAMCTL_WORKER_FORK_SERVER names, when it names
+    one, as `teamctl run` would: an executed worker imports litellm, ~8 s of CPU."""
+    if command[:len(RQ_CLI)] != RQ_CLI:
+        raise ValueError(f"not an rq command of this Python: {command}")
     # teamctl.worker.settings sets litellm's offline cost map itself
     env = {**os.environ, **(env_extra or {})}
+    if not forked:
+        env.pop(FORK_SERVER_ENV, None)
+    elif SETTINGS_MODULE in command:
+        # The settings module starts a worker without teamctl's classes again with them, from
+        # sys.orig_argv: in a forked worker that is the fork server's command line. Name the
+        # classes that start would, unless the command's flags do.
+        env.setdefault("RQ_CONNECTION_CLASS", WORKER_CONNECTION_CLASS)
+        env.setdefault("RQ_WORKER_CLASS", WORKER_CLASS)
     conn = redis.Redis.from_url(url)
     with log_path.open("ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=env)
+        process = start_worker(command[len(RQ_CLI):], env, log)
     try:
-        wait_for_flag(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
+        try:
+            wait_for_flag(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
+        except TimeoutError as exc:
+            raise failed(f"{exc}: {' '.join(command[len(RQ_CLI):])}", log_path) from exc
         yield process
     finally:
         stop_process(process, timeout_s=30)
@@ -87,12 +130,14 @@ def registered_pids(url: str) -> set[int]:
 
 
 @contextmanager
-def worker_fleet(url: str, count: int, log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+def worker_fleet(url: str, count: int, log_dir: Path, *,
+                 forked: bool = False) -> Iterator[list[WorkerProcess]]:
     """`count` preloaded workers on QUEUE, yielded once each one is in RQ's registry (a stale
-    registration must not let a measurement start while a worker still preloads)."""
+    registration must not let a measurement start while a worker still preloads); `forked` as
+    for `worker`."""
     with ExitStack() as stack:
         processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                                log_dir / f"worker{n}.log", url))
+                                                log_dir / f"worker{n}.log", url, forked=forked))
                      for n in range(count)]
         wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url),
                       f"{count} workers")
@@ -140,7 +185,8 @@ Served = tuple[ScriptedLLM, str]
 """A scripted model server and the litellm model string scripted on it."""
 
 
-def measure(url: str, servers: list[Served], tasks: int, label: str) -> tuple[float, list[float]]:
+def measure(url: str, servers: list[Served], tasks: int, rounds: int,
+            label: str) -> tuple[float, list[float]]:
     """Median per-task ms of no-op jobs and of run_task jobs against each server, on the worker
     now running; each round times them all, one after the other, so they share its conditions."""
     rq_conn = redis.Redis.from_url(url)
@@ -151,7 +197,7 @@ def measure(url: str, servers: list[Served], tasks: int, label: str) -> tuple[fl
     with tempfile.TemporaryDirectory() as workspace:
         # A warm-up of each kind, so worker start-up is not counted.
         per_task_ms(queue, [(NOOP_JOB, ())])
-        for round_no in range(ROUNDS[label]):
+        for round_no in range(rounds):
             run_ids = [f"bench-{label}-{round_no}-{n}-{os.getpid()}" for n in range(len(servers))]
             for run_id, (llm, model) in zip(run_ids, servers, strict=True):
                 make_run(conn, run_id, model, llm.api_base, tasks + 1, Path(workspace))
@@ -169,19 +215,21 @@ def measure(url: str, servers: list[Served], tasks: int, label: str) -> tuple[fl
     return statistics.median(noop), [statistics.median(times) for times in team]
 
 
-def paced_ms(url: str, servers: list[Served], label: str) -> tuple[float, list[float]]:
-    """Median enqueue-to-finished ms of no-op and of run_task jobs (against each server) sent one
-    at a time, PACE_S after the last one finished: what a job costs a worker that was idle."""
+def paced_ms(url: str, servers: list[Served], label: str,
+             jobs: int) -> tuple[float, list[float]]:
+    """Median enqueue-to-finished ms of `jobs` no-op and as many run_task jobs (against each
+    server) sent one at a time, PACE_S after the last one finished: what a job costs a worker
+    that was idle."""
     rq_conn = redis.Redis.from_url(url)
     conn = redis.Redis.from_url(url, decode_responses=True)
     queue = Queue(QUEUE, connection=rq_conn)
     run_ids = [f"bench-{label}-paced-{n}-{os.getpid()}" for n in range(len(servers))]
     with tempfile.TemporaryDirectory() as workspace:
         for run_id, (llm, model) in zip(run_ids, servers, strict=True):
-            make_run(conn, run_id, model, llm.api_base, PACED_JOBS, Path(workspace))
+            make_run(conn, run_id, model, llm.api_base, jobs, Path(workspace))
         noop: list[float] = []
         team: list[list[float]] = [[] for _ in servers]
-        for n in range(PACED_JOBS):
+        for n in range(jobs):
             time.sleep(PACE_S)  # pacing, not synchronization: the worker sits idle meanwhile
             noop.append(per_task_ms(queue, [(NOOP_JOB, ())]))
             for run_id, times in zip(run_ids, team, strict=True):
@@ -215,7 +263,7 @@ def ca_bundle(llm: ScriptedLLM) -> Path:
     return bundle
 
 
-def collect() -> tuple[list[Row], dict[str, float]]:
+def collect(sizes: Sizes) -> tuple[list[Row], dict[str, float]]:
     """Each worker's row (see Row) and each idle worker's RSS in MiB after its jobs ran."""
     with ExitStack() as stack:
         llm, tls_llm = ScriptedLLM(), ScriptedLLM(tls=True)
@@ -226,22 +274,24 @@ def collect() -> tuple[list[Row], dict[str, float]]:
         https: Served = (tls_llm, tls_llm.script("bench-member", ["done"], repeat_last=True))
         url = stack.enter_context(throwaway_redis())
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        runs = (("preloaded", worker_command(url, [QUEUE]), PRELOADED_TASKS),
+        runs = (("preloaded", worker_command(url, [QUEUE]), sizes.preloaded_tasks),
                 ("warm-fork", worker_command(url, [QUEUE], worker_class=WARM_FORK),
-                 PRELOADED_TASKS),
+                 sizes.preloaded_tasks),
                 ("bare", [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE],
-                 BARE_TASKS),
+                 sizes.bare_tasks),
                 ("simple", worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker"),
-                 PRELOADED_TASKS))
+                 sizes.preloaded_tasks))
         rows: list[Row] = []
         rss: dict[str, float] = {}
         for label, command, tasks in runs:
             servers = [http, https] if label == HTTPS_WORKER else [http]
             # The worker trusts the HTTPS server from its start, as it would a provider's CA.
             env = {"SSL_CERT_FILE": str(ca_bundle(tls_llm))} if label == HTTPS_WORKER else None
-            with worker(command, logs / f"{label}.log", url, env) as process:
-                noop_ms, task_ms = measure(url, servers, tasks, label)
-                paced = paced_ms(url, servers, label) if label != "bare" else None
+            with worker(command, logs / f"{label}.log", url, env,
+                        forked=sizes.fork_workers) as process:
+                noop_ms, task_ms = measure(url, servers, tasks, sizes.rounds[label], label)
+                paced = (paced_ms(url, servers, label, sizes.paced_jobs) if label != "bare"
+                         else None)
                 rss[label] = rss_mb(process.pid)
             over_https = ((task_ms[1], paced[1][1] if paced else None)
                           if label == HTTPS_WORKER else None)
@@ -250,9 +300,10 @@ def collect() -> tuple[list[Row], dict[str, float]]:
     return rows, rss
 
 
-def figures() -> list[BenchFigure]:
-    """The report's rows: run_task against a no-op job on each worker, queued and paced; RSS."""
-    rows, rss = collect()
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's rows: run_task against a no-op job on each worker, queued and paced; RSS (the
+    default sizes, or the smoke pass's)."""
+    rows, rss = collect(SMOKE if smoke else FULL)
     out = []
     for label, _command, tasks, noop_ms, task_ms, paced, over_https in rows:
         goal = label == "preloaded"
@@ -297,18 +348,19 @@ def https_figures(label: str, tasks: int, noop_ms: float, task_ms: float,
 
 
 def main() -> int:
-    rows, rss = collect()
-    report(rows)
+    rows, rss = collect(FULL)
+    report(rows, FULL)
     print("idle worker RSS: " + ", ".join(f"{label} {mb:.0f} MiB" for label, mb in rss.items()))
     return 0
 
 
-def report(rows: list[Row]) -> int:
+def report(rows: list[Row], sizes: Sizes) -> int:
     print("per-task time, one rq worker, median of "
-          f"{' / '.join(f'{n} {k}' for k, n in ROUNDS.items())} rounds "
+          f"{' / '.join(f'{n} {k}' for k, n in sizes.rounds.items())} rounds "
           "(zero-latency scripted model over HTTP through litellm, and over HTTPS on the "
           f"{HTTPS_WORKER} worker); queued: jobs enqueued at once, "
-          f"paced: {PACED_JOBS} jobs one at a time, each {PACE_S:.1f} s after the last finished")
+          f"paced: {sizes.paced_jobs} jobs one at a time, each {PACE_S:.1f} s after the last "
+          "finished")
     print(f"{'worker':15} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}"
           f" {'paced no-op ms':>15} {'paced run_task ms':>18} {'ratio':>6}")
     for label, _command, tasks, noop_ms, task_ms, paced, _https in rows:

@@ -15,6 +15,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import redis
@@ -28,29 +29,41 @@ from teamctl.shared.workspace_files import WorkspaceFiles
 from bench import private_redis
 from bench.figures import BenchFigure, print_figures
 
-CALLS = 200
-OTHER_FILES = (0, 500)
 FILE_BYTES = 2000
 
 
-def write_calls_us(tools: Toolbox) -> float:
+@dataclass(frozen=True)
+class Sizes:
+    """How much each figure does: FULL for the report, SMOKE to show the benchmark runs."""
+
+    calls: int
+    other_files: tuple[int, int]
+    """Files beside the written ones, in the small and the large workspace."""
+    repeats: int
+
+
+FULL = Sizes(calls=200, other_files=(0, 500), repeats=3)
+SMOKE = Sizes(calls=5, other_files=(0, 5), repeats=1)
+
+
+def write_calls_us(tools: Toolbox, calls: int) -> float:
     """Microseconds per write_file call (a 2 KB file, one of 20 paths in turn)."""
     started = time.perf_counter()
-    for i in range(CALLS):
+    for i in range(calls):
         result = tools.call("write_file", json.dumps({"path": f"out/f{i % 20}.txt",
                                                       "content": f"{i}" + "x" * FILE_BYTES}))
         assert '"ok": true' in result, result
-    return (time.perf_counter() - started) / CALLS * 1e6
+    return (time.perf_counter() - started) / calls * 1e6
 
 
-def local_us(others: int) -> float:
+def local_us(others: int, calls: int) -> float:
     root = Path(tempfile.mkdtemp(prefix="bench-ws-"))
     try:
         for i in range(others):
             (root / f"other{i}.txt").write_bytes(b"y" * FILE_BYTES)
         tools = Toolbox()
         add_workspace_tools(tools, Workspace(root), ["write_file"])
-        return write_calls_us(tools)
+        return write_calls_us(tools, calls)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -63,13 +76,13 @@ def seeded(conn: redis.Redis, others: int) -> WorkspaceFiles:
     return files
 
 
-def mirrored_us(files: WorkspaceFiles) -> float:
+def mirrored_us(files: WorkspaceFiles, calls: int) -> float:
     mirror = WorkspaceMirror.open(files)
     try:
         tools = Toolbox()
         add_workspace_tools(tools, Workspace(mirror.root), ["write_file"])
         mirror.guard(tools, tools.names)
-        return write_calls_us(tools)
+        return write_calls_us(tools, calls)
     finally:
         mirror.close()
 
@@ -83,38 +96,44 @@ def open_ms(files: WorkspaceFiles) -> float:
     return elapsed * 1000
 
 
-def collect(repeats: int = 3) -> dict[str, float]:
-    """Median of each figure over `repeats` interleaved runs."""
+def collect(sizes: Sizes) -> dict[str, float]:
+    """Median of each figure over `sizes.repeats` interleaved runs."""
     runs: dict[str, list[float]] = {}
     with private_redis() as conn:
-        for _ in range(repeats):
-            for n in OTHER_FILES:
-                runs.setdefault(f"local{n}", []).append(local_us(n))
+        for _ in range(sizes.repeats):
+            for n in sizes.other_files:
+                runs.setdefault(f"local{n}", []).append(local_us(n, sizes.calls))
                 files = seeded(conn, n)
-                runs.setdefault(f"redis{n}", []).append(mirrored_us(files))
+                runs.setdefault(f"redis{n}", []).append(mirrored_us(files, sizes.calls))
                 runs.setdefault(f"open{n}", []).append(open_ms(files))
     return {name: statistics.median(values) for name, values in runs.items()}
 
 
-def figures(repeats: int = 3) -> list[BenchFigure]:
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    return run(SMOKE if smoke else FULL)
+
+
+def run(sizes: Sizes) -> list[BenchFigure]:
     """Per-call cost in Redis against local, at each workspace size; the fetch at start."""
-    data = collect(repeats)
+    data = collect(sizes)
     rows = [BenchFigure(name=f"write_file, workspace in Redis, {n} other files",
                         value=data[f"redis{n}"], unit="us", baseline=data[f"local{n}"],
                         baseline_name="same call, local workspace",
                         note="pull + push around the call")
-            for n in OTHER_FILES]
+            for n in sizes.other_files]
     rows += [BenchFigure(name=f"fetch a workspace of {n} files ({FILE_BYTES} B each)",
                          value=data[f"open{n}"], unit="ms",
                          note="once per attempt or teammate turn job")
-             for n in OTHER_FILES]
+             for n in sizes.other_files]
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="runs per figure (median shown)")
-    print_figures(figures(parser.parse_args().repeats))
+    parser.add_argument("--repeats", type=int, default=FULL.repeats,
+                        help="runs per figure (median shown)")
+    print_figures(run(replace(FULL, repeats=parser.parse_args().repeats)))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """The benchmark report: runs every benchmark's `figures()`, writes bench/results.md and prints it.
 
-Run: .venv/bin/python -m bench.report [--only board,bus] [--output bench/results.md]
-Each benchmark's own output goes to bench/logs/<name>.log; a benchmark that fails is reported as
-such and the others still run.
+Run: .venv/bin/python -m bench.report [--only board,bus] [--output bench/results.md] [--smoke]
+Each benchmark's own output goes to bench/logs/<name>.log (or --log-dir); a benchmark that fails
+is reported as such, the others still run, and the exit code is 1. --smoke runs every benchmark
+once at a tiny size (`figures(smoke=True)`), to show each runs end to end and renders its table,
+and writes bench/logs/smoke.md: its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
+from typing import Protocol
 
 from teamctl.shared.redis.embedded import redis_server_binary
 
@@ -54,6 +56,15 @@ BENCHES = {
     "soak": "Soak, compressed (30 min of short runs and teammate turns, 4 workers)",
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
+SMOKE_NOTE = ("Smoke pass (`--smoke`): every benchmark once at a tiny size, to show that it runs "
+              "end to end and renders its table. The figures are not the benchmarks' and say "
+              "nothing about the goals.")
+
+
+class Figures(Protocol):
+    """A benchmark module's `figures`: its rows, at the full size or at the smoke pass's."""
+
+    def __call__(self, smoke: bool = False) -> list[BenchFigure]: ...
 
 
 def machine() -> dict[str, str]:
@@ -69,15 +80,15 @@ def machine() -> dict[str, str]:
             "OS": f"{platform.system()} {platform.release()}"}
 
 
-def run_section(name: str, title: str, log_dir: Path) -> BenchSection:
+def run_section(name: str, title: str, log_dir: Path, smoke: bool = False) -> BenchSection:
     """One benchmark's figures, its own printing sent to a log; an error becomes the section's."""
     started = time.monotonic()
     log_path = log_dir / f"{name}.log"
     with log_path.open("w") as log, contextlib.redirect_stdout(log):
         try:
             module = importlib.import_module(f"bench.bench_{name}")
-            measure: Callable[[], list[BenchFigure]] = module.figures
-            section = BenchSection(title=title, figures=measure())
+            measure: Figures = module.figures
+            section = BenchSection(title=title, figures=measure(smoke=smoke))
         except Exception as exc:  # noqa: BLE001 - the report goes on and says what failed
             traceback.print_exc(file=log)
             section = BenchSection(title=title, error=f"{type(exc).__name__}: {exc}")
@@ -97,12 +108,14 @@ def _number(value: float | None) -> str:
 
 
 def render(info: dict[str, str], sections: list[BenchSection], command: str,
-           total_s: float) -> str:
+           total_s: float, smoke: bool = False) -> str:
     """The report as markdown: machine, then one table per benchmark."""
     lines = ["# Benchmark results", "",
              f"Produced by `{command}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
-             f"in {total_s / 60:.1f} min. Every baseline was measured in the same run.", "",
-             "| machine | |", "|---|---|"]
+             f"in {total_s / 60:.1f} min. Every baseline was measured in the same run.", ""]
+    if smoke:
+        lines += [SMOKE_NOTE, ""]
+    lines += ["| machine | |", "|---|---|"]
     lines += [f"| {key} | {value} |" for key, value in info.items()]
     for section in sections:
         lines += ["", f"## {section.title}", ""]
@@ -126,7 +139,13 @@ def render(info: dict[str, str], sections: list[BenchSection], command: str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="comma-separated benchmarks (default: all)")
-    parser.add_argument("--output", type=Path, default=BENCH_DIR / "results.md")
+    parser.add_argument("--output", type=Path,
+                        help="the report (default: bench/results.md, with --smoke "
+                             "bench/logs/smoke.md)")
+    parser.add_argument("--log-dir", type=Path, default=BENCH_DIR / "logs",
+                        help="each benchmark's own output, <name>.log (default: bench/logs)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="each benchmark once at a tiny size: shows it runs, not its figures")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or list(BENCHES)
     unknown = set(names) - set(BENCHES)
@@ -134,17 +153,22 @@ def main() -> int:
         print(f"unknown benchmark(s) {sorted(unknown)}: choose from {list(BENCHES)}",
               file=sys.stderr)
         return 2
-    log_dir = BENCH_DIR / "logs"
-    log_dir.mkdir(exist_ok=True)
+    log_dir: Path = args.log_dir
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # A smoke pass never overwrites the measured results.
+    output: Path = args.output or (BENCH_DIR / "logs" / "smoke.md" if args.smoke
+                                   else BENCH_DIR / "results.md")
     started = time.monotonic()
     info = machine()
     sections = []
     for name in names:
         print(f"== {name} ...", file=sys.stderr, flush=True)
-        sections.append(run_section(name, BENCHES[name], log_dir))
-    command = "scripts/bench" + (f" --only {args.only}" if args.only else "")
-    text = render(info, sections, command, time.monotonic() - started)
-    args.output.write_text(text)
+        sections.append(run_section(name, BENCHES[name], log_dir, args.smoke))
+    command = ("scripts/bench" + (" --smoke" if args.smoke else "")
+               + (f" --only {args.only}" if args.only else ""))
+    text = render(info, sections, command, time.monotonic() - started, args.smoke)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text)
     print(text)
     return 1 if any(s.error for s in sections) else 0
 

@@ -13,7 +13,7 @@ import heapq
 import sys
 from collections.abc import Callable
 
-from bench.bench_makespan import SEED, WORKERS, lower_bound_s, random_dag
+from bench.bench_makespan import FULL, SEED, lower_bound_s, random_dag
 
 OVERHEADS_S = (0.0, 0.02, 0.05, 0.09)
 """Per-task overheads to simulate; 0.09 s is about what a task cost beyond its model latency
@@ -23,8 +23,8 @@ Priority = Callable[[int], tuple[float, int]]
 
 def simulate_s(deps: list[list[int]], latency: list[float], priority: Priority,
                overhead_s: float) -> float:
-    """Makespan of list scheduling on WORKERS: whenever a worker is free, the ready task
-    with the lowest priority key starts and takes its latency plus `overhead_s`."""
+    """Makespan of list scheduling on the benchmark's workers: whenever a worker is free, the
+    ready task with the lowest priority key starts and takes its latency plus `overhead_s`."""
     children: list[list[int]] = [[] for _ in deps]
     for task, parents in enumerate(deps):
         for parent in parents:
@@ -35,7 +35,7 @@ def simulate_s(deps: list[list[int]], latency: list[float], priority: Priority,
     now = 0.0
     while ready or running:
         ready.sort(key=priority)
-        while ready and len(running) < WORKERS:
+        while ready and len(running) < FULL.workers:
             task = ready.pop(0)
             heapq.heappush(running, (now + latency[task] + overhead_s, task))
         now, done = heapq.heappop(running)
@@ -65,8 +65,8 @@ def _depends_on(task: dict[str, object]) -> list[str]:
 
 
 def main() -> int:
-    tasks, latency_by_id = random_dag(SEED)
-    bound = max(lower_bound_s(tasks, latency_by_id))
+    tasks, latency_by_id = random_dag(SEED, FULL)
+    bound = max(lower_bound_s(tasks, latency_by_id, FULL.workers))
     deps = [[int(d[1:]) for d in _depends_on(task)] for task in tasks]
     latency = [latency_by_id[f"t{n}"] for n in range(len(tasks))]
     by_count = chain_below(deps, lambda _: 1.0)
@@ -76,7 +76,7 @@ def main() -> int:
         "critical path (task count)": lambda n: (-by_count[n], n),
         "critical path (latency)": lambda n: (-by_latency[n], n),
     }
-    print(f"seed {SEED}, {len(tasks)} tasks on {WORKERS} workers, lower bound {bound:.2f} s")
+    print(f"seed {SEED}, {len(tasks)} tasks on {FULL.workers} workers, lower bound {bound:.2f} s")
     print("| order | " + " | ".join(f"{o * 1000:.0f} ms/task" for o in OVERHEADS_S) + " |")
     print("|---|" + "---|" * len(OVERHEADS_S))
     for name, priority in orders.items():
