@@ -22,7 +22,8 @@ from rq import Queue, Worker
 from rq.job import Job
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.errors import ConfigError, InfraError
-from teamctl.shared.worker_fork import FORK_SERVER_ENV, ForkedWorker, read_all
+from teamctl.shared.worker_fork import FORK_SERVER_ENV, ForkedWorker, read_all, spawn
+from teamctl.worker.rq_bootstrap import WORKER_CLASS
 
 from tests.support.waiting import wait_until
 
@@ -88,6 +89,26 @@ def test_a_forked_worker_serves_with_the_environment_and_directory_it_was_given(
     assert worker.poll() == 0  # RQ's warm shutdown, reported by the server that reaped it
     (log,) = (tmp_path / "logs").glob("*.log")
     assert f"Listening on {name}" in log.read_text()
+
+
+def test_a_forked_worker_without_teamctls_classes_starts_itself_again_as_rq(
+        redis_server: str, worker_fork_server: str, tmp_path: Path) -> None:
+    """`rq worker -c teamctl.worker.settings` names no worker class: the worker executes itself
+    again with teamctl's, from the command it was asked to run, not the fork server's."""
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if k != FORK_SERVER_ENV}
+    with (tmp_path / "worker.log").open("wb") as log:
+        worker = spawn(worker_fork_server, ["worker", "-c", "teamctl.worker.settings", "-u",
+                                            redis_server, name], env, log.fileno())
+    try:
+        queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+        wait_until(lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)}, 120,
+                   message="the worker started again to register")
+        assert run_job(queue, "os.getenv", "RQ_WORKER_CLASS") == WORKER_CLASS
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
+    assert "Listening on" in (tmp_path / "worker.log").read_text()
 
 
 def test_a_killed_forked_worker_reports_the_signal_and_the_socket_is_private(

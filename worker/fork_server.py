@@ -170,6 +170,9 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         os.environ.clear()
         os.environ.update(request.env)
         sys.argv = ["rq", *request.argv]
+        # What `python -m rq.cli` would have started with: a command that lacks teamctl's
+        # classes starts itself again from it (rq_bootstrap), not from the server's command.
+        sys.orig_argv = [sys.executable, "-m", "rq.cli", *request.argv]
         sys.path[0] = request.cwd  # what `python -m` puts first: the directory it started in
         from rq.cli.cli import main
         main()
