@@ -115,12 +115,11 @@ def _run_and_print(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list
                             settings=settings)
     except KeyboardInterrupt:
         return _cancel_interrupted(redis_url, spec, reporter)
-    answer_shown = as_json or has_answer(result)
     if as_json:
         click.echo(result_json(result))
-    elif answer_shown:
+    elif has_answer(result):
         click.echo(printable(result.output))
-    for line in ending_lines(result, answer_shown and not as_json):
+    for line in ending_lines(result, as_json):
         reporter.note(line)
     return exit_code_for(result)
 
