@@ -53,6 +53,8 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ConfigError as exc:
             click.echo(f"teamctl: {advice.spell(printable(str(exc)))}", err=True)
             sys.exit(exc.exit_code)
+        advice = for_this_shell(kwargs.get("redis_url"), settings)  # knows REDIS_URL now
+        keep_for_this_command(advice)
         try:
             with redis_errors_as_infra():
                 return fn(*args, settings=settings, **kwargs)

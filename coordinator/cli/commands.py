@@ -13,7 +13,8 @@ from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.runs.run_control import cancel_run, decide_plan
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.redis.connection import connect, redacted
+from teamctl.shared.redis.connection import connect
+from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_config import ModelSource, RunSpec
