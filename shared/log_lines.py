@@ -20,6 +20,8 @@ WORKER_FORMAT = "%(asctime)s %(message)s"
 WORKER_DATE_FORMAT = "%H:%M:%S"
 """A worker's log lines look like RQ's own (its defaults), which now go through the same
 handler."""
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+"""litellm's loggers, which bring a stderr handler of their own (and still propagate)."""
 
 
 class PrintableFormatter(logging.Formatter):
@@ -56,3 +58,16 @@ def log_to_stderr(fmt: str, datefmt: str | None = None) -> None:
     handler = StderrHandler()
     handler.setFormatter(PrintableFormatter(fmt, datefmt))
     root.addHandler(handler)
+
+
+def adopt_loggers(names: tuple[str, ...]) -> None:
+    """Once this process logs through StderrHandler, take the stream handlers off the loggers
+    `names` (a library's that brings its own): their records then reach StderrHandler alone,
+    printable and once, instead of raw and again."""
+    if not any(isinstance(h, StderrHandler) for h in logging.getLogger().handlers):
+        return  # the embedding program's logging: its business
+    for name in names:
+        logger = logging.getLogger(name)
+        for handler in [h for h in logger.handlers if isinstance(h, logging.StreamHandler)]:
+            logger.removeHandler(handler)
+        logger.propagate = True
