@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,8 +22,10 @@ import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
+from teamctl.shared.agent.llm import load_litellm
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import KeySpace, RunKeys
+from teamctl.shared.log_lines import LITELLM_LOGGERS, PrintableFormatter, StderrHandler
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
@@ -237,3 +240,23 @@ def test_no_model_text_acts_on_the_terminal_through_the_leads_log(
     assert_quoted_in_log(led.stderr, FOLDER)
     assert (f"teamctl: workspace file {FOLDER!r} not materialized: {FOLDER!r} is a directory"
             in led.stderr.splitlines())
+
+
+def test_litellms_records_reach_the_printable_log_lines_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """litellm brings a stderr handler of its own: in a process that logs through teamctl's
+    (the CLI, a worker), loading litellm takes it off, so its records are printable and once."""
+    root = logging.getLogger()
+    handler = StderrHandler()
+    handler.setFormatter(PrintableFormatter("%(name)s: %(message)s"))
+    root.addHandler(handler)  # as log_to_stderr does where nothing else handles the root
+    try:
+        load_litellm()
+        logging.getLogger("LiteLLM").warning("the provider said %s", HOSTILE)
+    finally:
+        root.removeHandler(handler)
+
+    assert capsys.readouterr().err == f"LiteLLM: the provider said {SHOWN}\n"
+    for name in LITELLM_LOGGERS:
+        assert [h for h in logging.getLogger(name).handlers
+                if isinstance(h, logging.StreamHandler)] == [], name
