@@ -14,16 +14,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from teamctl.coordinator.advice import teamctl_prog
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import TEAMCTL
-from tests.support.llm import HttpError, ScriptedLLM
+from tests.support.llm import Held, HttpError, ScriptedLLM
 from tests.support.replies import member_answer, script_run, task_id_of
 from tests.support.teamfile import team_file
 from tests.support.waiting import wait_until
+from tests.support.workers import wait_for_idle_queue
 
 TOOL = "mypkg.tools:search_docs"
 TWO_TASKS = [{"id": "a", "memberId": "m1", "task": "A"},
@@ -31,6 +33,8 @@ TWO_TASKS = [{"id": "a", "memberId": "m1", "task": "A"},
 IN_WORKERS = ("in the environment of the workers (workers make every model call and read it "
               "when they start)")
 SUMMARY = r"\d+\.\ds, {tokens} tokens, unpriced"
+AS_JSON = pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+"""The ending lines of `teamctl run`, and of `teamctl run --json` (the answer is in the JSON)."""
 
 
 def teamctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -39,9 +43,16 @@ def teamctl(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
                           cwd=cwd, stdin=subprocess.DEVNULL)
 
 
-def run_args(llm: ScriptedLLM, redis_url: str, run_id: str, team: Path) -> list[str]:
+def run_args(llm: ScriptedLLM, redis_url: str, run_id: str, team: Path,
+             as_json: bool = False) -> list[str]:
     return ["run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
-            "--redis-url", redis_url, "--workers", "0", "--run-id", run_id]
+            "--redis-url", redis_url, "--workers", "0", "--run-id", run_id,
+            *(["--json"] if as_json else [])]
+
+
+def answer_out(done: subprocess.CompletedProcess[str], as_json: bool) -> str | None:
+    """What stdout holds of the answer: the text printed, or the JSON's `output`."""
+    return json.loads(done.stdout)["output"] if as_json else done.stdout
 
 
 def spelled(command: str, redis_url: str) -> str:
@@ -132,17 +143,18 @@ def test_a_tool_the_coordinator_cannot_import_is_refused_before_the_run_is_store
     assert llm.requests[f"planner-{run_id}"] == []
 
 
+@AS_JSON
 def test_refused_credentials_fail_the_task_in_one_line_and_no_answer_is_printed(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool) -> None:
     """A 401 fails the task at once with a line naming the key; nothing completed: no answer."""
     models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
                         member=[HttpError(401, "Incorrect API key provided")])
     team = team_file(tmp_path / "t.toml", models)
 
-    done = teamctl(*run_args(llm, workers, run_id, team))
+    done = teamctl(*run_args(llm, workers, run_id, team, as_json))
 
     assert done.returncode == 1, done.stderr
-    assert done.stdout == ""
+    assert answer_out(done, as_json) == ("final answer" if as_json else "")
     assert llm.authorizations[f"member-{run_id}"] == ["Bearer teamctl-no-key"]  # no key set
     task_error = (f"model {models['member']}: missing credentials (the server answered 401: "
                   f"Incorrect API key provided): set OPENAI_API_KEY {IN_WORKERS}")
@@ -152,7 +164,7 @@ def test_refused_credentials_fail_the_task_in_one_line_and_no_answer_is_printed(
     assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
                         + SUMMARY.format(tokens=36), summary), summary
     assert why == [f"teamctl: task a (m1) failed after 1 attempt(s): {task_error}",
-                   no_answer(run_id, workers)]
+                   no_answer(run_id, workers, as_json)]
 
     status = teamctl("status", run_id, "--redis-url", workers)
 
@@ -166,14 +178,16 @@ def test_refused_credentials_fail_the_task_in_one_line_and_no_answer_is_printed(
         f"{cost}  {task_error}"), row), row
 
 
-def no_answer(run_id: str, redis_url: str) -> str:
+def no_answer(run_id: str, redis_url: str, as_json: bool) -> str:
     """The line that says stdout holds no answer, and where the synthesizer's text is."""
-    return (f"teamctl: no task completed, so there is no answer "
-            f"(`{spelled(f'status {run_id} --json', redis_url)}` has the synthesizer's text)")
+    where = ("the JSON's output is the synthesizer's text" if as_json else
+             f"`{spelled(f'status {run_id} --json', redis_url)}` has the synthesizer's text")
+    return f"teamctl: no task completed, so there is no answer ({where})"
 
 
+@AS_JSON
 def test_a_failed_task_and_the_task_it_blocked_each_get_a_line_and_the_answer_is_partial(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool) -> None:
     """A 400 (not retried) fails a, which blocks b; c completes, so the answer is partial."""
     def refuse_a(body: dict[str, Any]) -> str | HttpError:
         if task_id_of(body) == "a":
@@ -183,10 +197,11 @@ def test_a_failed_task_and_the_task_it_blocked_each_get_a_line_and_the_answer_is
     plan = [*TWO_TASKS, {"id": "c", "memberId": "m3", "task": "C"}]
     models = script_run(llm, run_id, plan, member=refuse_a)
 
-    done = teamctl(*run_args(llm, workers, run_id, team_file(tmp_path / "t.toml", models)))
+    done = teamctl(*run_args(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
+                             as_json))
 
     assert done.returncode == 1, done.stderr
-    assert done.stdout == "final answer\n"
+    assert answer_out(done, as_json) == ("final answer" if as_json else "final answer\n")
     start, summary, *why = done.stderr.splitlines()
     assert start == f"teamctl: run {run_id} on {workers}"
     assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 2 tasks ran, "
@@ -195,44 +210,47 @@ def test_a_failed_task_and_the_task_it_blocked_each_get_a_line_and_the_answer_is
         f"teamctl: task a (m1) failed after 1 attempt(s): model {models['member']} failed: "
         "litellm.BadRequestError: OpenAIException - context window exceeded",
         "teamctl: task b (m2) blocked: dependency failed",
-        "teamctl: the answer above is partial: 1 of 3 tasks completed"]
+        "teamctl: the JSON's output is a partial answer: 1 of 3 tasks completed" if as_json
+        else "teamctl: the answer above is partial: 1 of 3 tasks completed"]
     assert len(llm.requests[f"member-{run_id}"]) == 2  # a once, c once: a 400 is not retried
 
 
+@AS_JSON
 def test_a_task_that_never_ran_is_not_counted_as_run(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool) -> None:
     """A task for an unknown member fails at dispatch (fail_on_unknown_member): it never ran."""
     plan = [{"id": "a", "memberId": "Ghost", "task": "A"},
             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
     models = script_run(llm, run_id, plan)
 
-    done = teamctl(*run_args(llm, workers, run_id, team_file(tmp_path / "t.toml", models)),
-                   "--fail-on-unknown-member")
+    done = teamctl(*run_args(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
+                             as_json), "--fail-on-unknown-member")
 
     assert done.returncode == 1, done.stderr
-    assert done.stdout == ""
+    assert answer_out(done, as_json) == ("final answer" if as_json else "")
     start, summary, *why = done.stderr.splitlines()
     assert start == f"teamctl: run {run_id} on {workers}"
     assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 0 tasks ran, "
                         + SUMMARY.format(tokens=36), summary), summary
     assert why == ["teamctl: task a (Ghost) failed before it ran: unknown team member: Ghost",
                    "teamctl: task b (m2) blocked: dependency failed",
-                   no_answer(run_id, workers)]
+                   no_answer(run_id, workers, as_json)]
     assert llm.requests[f"member-{run_id}"] == []
 
 
+@AS_JSON
 def test_a_run_stopped_before_its_synthesis_says_why_and_that_there_is_no_answer(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool) -> None:
     """A spent token budget blocks what never ran and ends the run with no synthesis."""
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
     models = script_run(llm, run_id, plan, synth=None)
     team = team_file(tmp_path / "t.toml", models)
 
-    done = teamctl(*run_args(llm, workers, run_id, team), "--max-tokens", "30",
+    done = teamctl(*run_args(llm, workers, run_id, team, as_json), "--max-tokens", "30",
                    "--no-parallel-dispatch")
 
     assert done.returncode == 1, done.stderr
-    assert done.stdout == ""
+    assert answer_out(done, as_json) == (None if as_json else "")
     start, summary, *why = done.stderr.splitlines()
     assert start == f"teamctl: run {run_id} on {workers}"
     assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
@@ -242,7 +260,82 @@ def test_a_run_stopped_before_its_synthesis_says_why_and_that_there_is_no_answer
                    f"teamctl: task c (m1) blocked: {spent}",
                    f"teamctl: run error: {spent}",
                    "teamctl: no answer: the run ended before its synthesis (1 of 3 tasks "
-                   f"completed; `{spelled(f'status {run_id}', workers)}` shows their outputs)"]
+                   "completed; " + ("the JSON's member_results hold their outputs)" if as_json
+                                    else f"`{spelled(f'status {run_id}', workers)}` shows "
+                                    "their outputs)")]
+
+
+@AS_JSON
+def test_a_completed_run_ends_with_its_summary_alone(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool) -> None:
+    models = script_run(llm, run_id, TWO_TASKS)
+
+    done = teamctl(*run_args(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
+                             as_json))
+
+    assert done.returncode == 0, done.stderr
+    assert answer_out(done, as_json) == ("final answer" if as_json else "final answer\n")
+    start, summary = done.stderr.splitlines()
+    assert start == f"teamctl: run {run_id} on {workers}"
+    assert re.fullmatch(rf"teamctl: run {run_id} completed in 2 rounds, 2 tasks ran, "
+                        + SUMMARY.format(tokens=72), summary), summary
+
+
+@AS_JSON
+def test_a_cancelled_run_says_it_was_cancelled_and_that_there_is_no_answer(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool,
+        group_reaper: list[subprocess.Popen[bytes]]) -> None:  # noqa: F811  (the fixture)
+    """Cancelled while its plan awaits approval: no task ran, nothing was synthesized."""
+    models = script_run(llm, run_id, TWO_TASKS, synth=None)
+    team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
+    run = subprocess.Popen([*TEAMCTL, *run_args(llm, workers, run_id, team, as_json)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    group_reaper.append(run)
+    store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+    wait_until(lambda: store.exists() and store.state().status == "awaiting_approval", 90,
+               message="the plan to await approval")
+
+    cancel = teamctl("cancel", run_id, "--redis-url", workers)
+
+    assert cancel.returncode == 0, cancel.stderr
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 1, err
+    assert (json.loads(out)["output"] if as_json else out.decode()) == (None if as_json else "")
+    _start, waits, summary, *why = err.decode().splitlines()
+    assert waits.startswith("teamctl: plan awaits approval: "), err
+    assert re.fullmatch(rf"teamctl: run {run_id} cancelled in 0 rounds, 0 tasks ran, "
+                        + SUMMARY.format(tokens=18), summary), summary
+    assert why == ["teamctl: task a (m1) blocked: cancelled",
+                   "teamctl: task b (m2) blocked: cancelled",
+                   "teamctl: no answer: the run was cancelled before its synthesis, and no task "
+                   "completed"]
+
+
+@AS_JSON
+def test_a_run_past_its_timeout_says_so_and_that_there_is_no_answer(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool) -> None:
+    """The member is still in its model call at the timeout: after the grace period its task
+    fails with the run's reason, and the run ends without synthesis."""
+    held = Held("too late")
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
+                        member=[held], synth=None)
+    team = team_file(tmp_path / "t.toml", models, options={"heartbeat_ttl_s": 1.0})
+    try:
+        done = teamctl(*run_args(llm, workers, run_id, team, as_json), "--timeout-s", "5")
+    finally:
+        held.release.set()
+
+    assert done.returncode == 1, done.stderr
+    assert answer_out(done, as_json) == (None if as_json else "")
+    _start, summary, *why = done.stderr.splitlines()
+    assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
+                        + SUMMARY.format(tokens=18), summary), summary
+    assert why == ["teamctl: task a (m1) failed after 1 attempt(s): run timed out after 5s",
+                   "teamctl: run error: run timed out after 5s",
+                   "teamctl: no answer: the run ended before its synthesis, and no task "
+                   "completed"]
+    wait_for_idle_queue(workers, "members")  # the member's late reply is done with
 
 
 def test_a_plan_awaiting_approval_shows_its_plan_and_the_commands_that_decide_it(

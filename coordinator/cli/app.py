@@ -53,6 +53,8 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ConfigError as exc:
             click.echo(f"teamctl: {advice.spell(printable(str(exc)))}", err=True)
             sys.exit(exc.exit_code)
+        advice = for_this_shell(kwargs.get("redis_url"), settings)  # knows REDIS_URL now
+        keep_for_this_command(advice)
         try:
             with redis_errors_as_infra():
                 return fn(*args, settings=settings, **kwargs)
@@ -173,8 +175,11 @@ class LazyGroup(click.Group):
         """Run the command line; at exit, the objects that exist then are frozen first, so the
         interpreter's last collection skips them: it walked every object the imports made
         (pydantic's models above all), ~40 ms of a 0.2 s verb, for memory the OS reclaims."""
+        from teamctl.shared.log_lines import CLI_FORMAT, log_to_stderr
+
         atexit.unregister(gc.freeze)  # once per process, however often main runs (tests)
         atexit.register(gc.freeze)
+        log_to_stderr(CLI_FORMAT)  # a log record a model wrote in cannot act on the terminal
         return super().main(*args, **kwargs)
 
 

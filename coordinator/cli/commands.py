@@ -13,7 +13,8 @@ from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.runs.run_control import cancel_run, decide_plan
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.redis.connection import connect, redacted
+from teamctl.shared.redis.connection import connect
+from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_config import ModelSource, RunSpec
@@ -115,12 +116,11 @@ def _run_and_print(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list
                             settings=settings)
     except KeyboardInterrupt:
         return _cancel_interrupted(redis_url, spec, reporter)
-    answer_shown = as_json or has_answer(result)
     if as_json:
         click.echo(result_json(result))
-    elif answer_shown:
+    elif has_answer(result):
         click.echo(printable(result.output))
-    for line in ending_lines(result, answer_shown and not as_json):
+    for line in ending_lines(result, as_json):
         reporter.note(line)
     return exit_code_for(result)
 

@@ -60,14 +60,15 @@ def failure_lines(result: RunResult) -> list[str]:
         else:
             lines.append(f"task {state.task_id}{where} blocked: "
                          f"{one_line(state.error, ERROR_CHARS) or 'a task it depends on failed'}")
-    if result.error:
+    if result.error and result.status is not RunStatus.CANCELLED:  # the last line says so
         lines.append(f"run error: {one_line(result.error, ERROR_CHARS)}")
     return lines
 
 
-def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
+def ending_lines(result: RunResult, as_json: bool) -> list[str]:
     """What `teamctl run` adds on stderr after the run ends: the summary, then why it did not
-    complete, and whether stdout holds an answer."""
+    complete, and whether stdout holds an answer (the text printed above it, or with `as_json`
+    the JSON's `output`) and how much of one."""
     ran = sum(s.attempts > 0 for s in result.task_states)  # claimed at least once
     lines = [f"run {result.run_id} {result.status} in {counted(result.rounds, 'round')}, "
              f"{counted(ran, 'task')} ran, {duration_text(result.total_duration_ms)}, "
@@ -75,18 +76,26 @@ def ending_lines(result: RunResult, answer_shown: bool) -> list[str]:
     if result.status is RunStatus.COMPLETED:
         return lines
     lines += failure_lines(result)
+    return lines + [_answer_line(result, as_json)]
+
+
+def _answer_line(result: RunResult, as_json: bool) -> str:
+    """Whether a run that did not complete left an answer, and where what there is lies."""
     done = sum(s.status is TaskStatus.COMPLETED for s in result.task_states)
-    if answer_shown:
-        lines.append(f"the answer above is partial: {done} of {len(result.task_states)} tasks "
-                     "completed")
-    elif result.output:
-        lines.append(f"no task completed, so there is no answer (`teamctl status "
-                     f"{result.run_id} --json` has the synthesizer's text)")
-    elif done:
-        lines.append(f"no answer: the run ended before its synthesis ({done} of "
-                     f"{len(result.task_states)} tasks completed; `teamctl status "
-                     f"{result.run_id}` shows their outputs)")
-    return lines
+    of_tasks = f"{done} of {len(result.task_states)} tasks completed"
+    if has_answer(result):
+        return (f"the JSON's output is a partial answer: {of_tasks}" if as_json
+                else f"the answer above is partial: {of_tasks}")
+    if result.output:  # synthesized from failures alone
+        where = ("the JSON's output is the synthesizer's text" if as_json else
+                 f"`teamctl status {result.run_id} --json` has the synthesizer's text")
+        return f"no task completed, so there is no answer ({where})"
+    how = ("was cancelled" if result.status is RunStatus.CANCELLED else "ended")
+    if not done:
+        return f"no answer: the run {how} before its synthesis, and no task completed"
+    where = ("the JSON's member_results hold their outputs" if as_json else
+             f"`teamctl status {result.run_id}` shows their outputs")
+    return f"no answer: the run {how} before its synthesis ({of_tasks}; {where})"
 
 
 def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
 from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
 from teamctl.shared.errors import CredentialsError, ModelError
+from teamctl.shared.log_lines import LITELLM_LOGGERS, adopt_loggers
 from teamctl.shared.text import one_line
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def load_litellm() -> Any:
             *litellm.custom_provider_map, {"provider": PROVIDER, "custom_handler": make_provider()}
         ]
     litellm.suppress_debug_info = True
+    adopt_loggers(LITELLM_LOGGERS)  # its records through this process's printable log lines
     return litellm
 
 

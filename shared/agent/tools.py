@@ -365,7 +365,7 @@ def _run(tool: Tool, args: ToolArgs, call_id: str) -> str:
     except Exception as exc:  # a tool bug must not fail the task: the model hears about it
         text = _error_text(tool, exc)
         # The capped text and the frames, not log.exception: a message may be megabytes.
-        log.error("tool %s raised %s: %s\n%s", tool.name, type(exc).__name__, text,
+        log.error("tool %s raised %s: %r\n%s", tool.name, type(exc).__name__, text,
                   "".join(traceback.format_tb(exc.__traceback__)).rstrip())
         return tool_error(tool.name, call_id, type(exc).__name__, text)
     finally:

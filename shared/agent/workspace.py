@@ -448,7 +448,7 @@ def _regular_file_mode(raw_path: str, dir_fd: int, name: str) -> int | None:
     except FileNotFoundError:
         return None
     if stat.S_ISDIR(info.st_mode):
-        raise ToolFailed(f"{echoed(raw_path)} is a directory")
+        raise ToolFailed(f"{echoed(raw_path)!r} is a directory")
     return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
 
 

@@ -265,7 +265,7 @@ class WorkspaceMirror:
             else:
                 self.workspace.write_bytes(path, data)
         except ToolFailed as exc:  # e.g. a local symlink or file in the way of its directory
-            log.warning("workspace file %s not materialized: %s", flat(echoed(path)), exc)
+            log.warning("workspace file %r not materialized: %s", echoed(path), exc)
             self._synced[path] = _Synced(version, None, None)
             return False
         written = self._local_stat(path)

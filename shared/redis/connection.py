@@ -30,6 +30,12 @@ from redis.sentinel import (
     SentinelManagedSSLConnection,
 )
 from teamctl.shared.errors import ConfigError, InfraError
+from teamctl.shared.redis.url_secrets import (
+    PERCENT_ENCODING,
+    misplaced_userinfo,
+    redacted,
+    scrubbed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,6 @@ SENTINEL_SCHEMES = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
 SENTINEL_PORT = 26379
 SENTINEL_OPTIONS = ("sentinel_username", "sentinel_password")
 """Query options of a Sentinel URL meant for the sentinels, not the primary."""
-SECRET_OPTIONS = frozenset({"password", "sentinel_password"})
 EVICTING_POLICIES_OK = frozenset({"noeviction"})
 """The maxmemory-policy under which Redis never drops teamctl's keys (it refuses writes instead,
 which teamctl reports)."""
@@ -217,6 +222,10 @@ def client_from_url(url: str, **kwargs: Any) -> redis.Redis:
 
 def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S) -> redis.Redis:
     """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
+    if misplaced_userinfo(url):  # refused before a parser reads part of the password as a host
+        raise ConfigError(f"invalid Redis URL {redacted(url)!r}: its user or password holds /, "
+                          f"? or #, which end the host part of a URL; percent-encode them "
+                          f"({PERCENT_ENCODING})")
     try:
         # No retries for the first contact: a server that is not there is a setup problem, not
         # an outage to wait out. The outage policy applies from the first reply on.
@@ -225,14 +234,15 @@ def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S
             socket_timeout=SOCKET_TIMEOUT_S, health_check_interval=30,
             retry=Retry(ExponentialWithJitterBackoff(), retries=0), driver_info=_driver_info())
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {redacted(url)!r}: {exc}; use redis://HOST:PORT/DB "
-                          "or redis+sentinel://HOST:PORT,HOST:PORT/SERVICE") from exc
+        raise ConfigError(f"invalid Redis URL {redacted(url)!r}: {scrubbed(str(exc), url)}; use "
+                          "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT,HOST:PORT/SERVICE"
+                          ) from None
     try:
         conn.ping()
     except redis.RedisError as exc:
         raise InfraError(
-            f"cannot reach Redis at {redacted(url)}: {exc}. Start it, or unset REDIS_URL to use "
-            "the embedded one"
+            f"cannot reach Redis at {redacted(url)}: {scrubbed(str(exc), url)}. Start it, or "
+            "unset REDIS_URL to use the embedded one"
         ) from exc
     _check_version(conn, url)
     if not isinstance(conn.connection_pool, SentinelConnectionPool):
@@ -303,21 +313,6 @@ def warn_if_evicting(conn: redis.Redis) -> None:
         log.warning("Redis maxmemory-policy is %s: it may evict teamctl's keys (claims, "
                     "heartbeats, tasks) when memory runs short. Set maxmemory-policy noeviction "
                     "(writes are then refused with an error instead)", policy)
-
-
-def redacted(url: str) -> str:
-    """The URL with its password masked, for messages and logs (the embedded server's URL
-    carries one)."""
-    parts = urlsplit(url)
-    netloc, query = parts.netloc, parts.query
-    if parts.password is not None:
-        netloc = f"{parts.username or ''}:***@{netloc.rsplit('@', 1)[1]}"
-    if "password=" in query:
-        query = urlencode([(k, "***" if k in SECRET_OPTIONS else v) for k, v in parse_qsl(query)],
-                          safe="*")
-    if (netloc, query) == (parts.netloc, parts.query):
-        return url
-    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
 
 
 def _driver_info() -> DriverInfo:

@@ -1,0 +1,74 @@
+"""A Redis URL's secrets kept out of every line teamctl prints or logs: the user info (the
+embedded server's URL carries a generated password, yours may too) and a `password=` in the
+query, masked whatever they hold and whether or not the URL parses. Light to import: the CLI's
+advice spells commands with it before any connection exists."""
+
+from __future__ import annotations
+
+import re
+
+MASK = "***"
+QUERY_PASSWORD = re.compile(r"[?&;][^?&;=#]*password=", re.IGNORECASE)
+"""`password=` or `sentinel_password=` (any option ending in it) in the query."""
+ENDS_AUTHORITY = "/?#"
+"""Characters that end a URL's host part: unencoded in a password, they hide its end."""
+URL_BLANKS = str.maketrans("", "", "\t\r\n")
+"""What Python's URL parser drops from anywhere in a URL before it reads it."""
+PERCENT_ENCODING = "/ as %2F, ? as %3F, # as %23, @ as %40, : as %3A, % as %25"
+"""How a user or password spells the characters a URL gives a meaning."""
+
+
+def redacted(url: str) -> str:
+    """`url` with its user info and any query password masked, for messages and logs; never
+    raises. The user info is everything between `://` and the last `@` (a password may hold
+    `@`, `/`, `?`, `#`, `:` or anything else) and becomes `***` whole (a lone user may be a
+    password too), or `:***` when its user is empty; a query password is masked to the end of
+    the URL (an unencoded `&`, `#` or `@` in it must not show its tail either)."""
+    prefix, rest = _scheme(url)
+    at, secret_from = _secrets(rest)
+    if at >= 0 and secret_from <= at:  # a query password before the last `@`: all is masked
+        return prefix + MASK
+    user = ((":" if rest.startswith(":") else "") + MASK + "@") if at >= 0 else ""
+    tail = MASK if secret_from < len(rest) else ""
+    return prefix + user + rest[at + 1:secret_from] + tail
+
+
+def scrubbed(text: str, url: str) -> str:
+    """`text` (a parser's or a driver's error about `url`) without the URL's secrets: a parser
+    may quote the part of the URL that holds them (Python's urlsplit quotes the whole host part
+    when NFKC normalization would change it)."""
+    _prefix, rest = _scheme(url)
+    at, secret_from = _secrets(rest)
+    secrets = [rest[:max(at, 0)], rest[secret_from:]]
+    # Also as a parser reads them: Python's urlsplit drops tabs and line ends anywhere.
+    secrets += [secret.translate(URL_BLANKS) for secret in secrets]
+    for secret in sorted(filter(None, secrets), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
+def has_secret(url: str) -> bool:
+    """Whether `redacted` masks anything in `url`."""
+    return redacted(url) != url
+
+
+def misplaced_userinfo(url: str) -> bool:
+    """Whether a `/`, `?` or `#` before the URL's last `@` ends its host part early: a parser
+    then reads part of the password as the host, port or path (a base64 password often holds
+    `/`), and would connect somewhere else, or quote the password in its error."""
+    _prefix, rest = _scheme(url)
+    at, _secret_from = _secrets(rest)
+    return any(c in rest[:max(at, 0)] for c in ENDS_AUTHORITY)
+
+
+def _scheme(url: str) -> tuple[str, str]:
+    """The scheme with its `://` (empty without one), and the rest."""
+    scheme, sep, rest = url.partition("://")
+    return (scheme + sep, rest) if sep else ("", url)
+
+
+def _secrets(rest: str) -> tuple[int, int]:
+    """Where the user info ends in `rest` (its last `@`; -1: none), and where a query
+    password's value starts (len(rest): none)."""
+    query = QUERY_PASSWORD.search(rest)
+    return rest.rfind("@"), query.end() if query else len(rest)
