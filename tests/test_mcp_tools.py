@@ -370,6 +370,12 @@ def test_a_server_slower_than_its_start_timeout_fails_the_task(
          "environment but url 'http://docs.example/mcp' is neither https nor loopback "
          "(127.0.0.1, ::1, localhost), so it would cross the network in clear; use an https "
          "URL"),
+    # A password in a server's url never shows in the line that refuses it.
+    ([{"name": "docs", "url": "http://bot:Xk9/Qz@docs.example/mcp",
+       "headers": {"A": "env:DOCS_TOKEN"}}],
+     [], "environment but url 'http://***@docs.example/mcp' is neither https nor loopback"),
+    ([{"name": "docs", "url": "ftp://bot:s3cret@docs.example/mcp"}],
+     [], "url 'ftp://***@docs.example/mcp': give the server's http(s) endpoint"),
 ])
 def test_team_file_mcp_errors_exit_2(redis_url: str, tmp_path: Path,
                                      servers: list[dict[str, Any]], mcp: list[str],
@@ -379,6 +385,7 @@ def test_team_file_mcp_errors_exit_2(redis_url: str, tmp_path: Path,
     result = CliRunner().invoke(main, ["run", "x", "--team", str(team), "--redis-url", redis_url,
                                        "--workers", "0"])
     assert_config_error(result, says)
+    assert "s3cret" not in result.output and "Xk9" not in result.output
     assert redis.Redis.from_url(redis_url).keys("*") == []
 
 

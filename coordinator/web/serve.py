@@ -47,7 +47,10 @@ def serve(redis_url: str, *, host: str, port: int, allow_control: bool,
                                      allow_control=allow_control, open_reads=open_reads,
                                      cookie_name=f"{COOKIE_NAME}_{bound_port}",
                                      loopback_only=is_loopback_host(host)))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+    # log_config=None: uvicorn's records go to the CLI's printable handler, not to handlers
+    # of its own that would write a request's decoded path raw.
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", log_config=None,
+                                            lifespan="on",
                                             # live pages never end by themselves
                                             timeout_graceful_shutdown=2))
     server.run(sockets=[sock])

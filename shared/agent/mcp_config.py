@@ -23,6 +23,7 @@ from pydantic import (
 )
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.hosts import is_loopback_host
+from teamctl.shared.redis.url_secrets import redacted
 
 SEPARATOR = "__"
 """Between the server's name and the tool's in the name the model sees (`git__git_log`)."""
@@ -114,7 +115,7 @@ class McpServer(BaseModel):
         if url is not None:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"url {url!r}: give the server's http(s) endpoint, e.g. "
+                raise ValueError(f"url {redacted(url)!r}: give the server's http(s) endpoint, e.g. "
                                  "http://127.0.0.1:8765/mcp")
         return url
 
@@ -142,8 +143,9 @@ class McpServer(BaseModel):
         if exposed is None:
             return None
         return (f"MCP server {self.name!r}: headers.{exposed} reads the worker's environment "
-                f"but url {self.url!r} is neither https nor loopback (127.0.0.1, ::1, "
-                "localhost), so it would cross the network in clear; use an https URL")
+                f"but url {redacted(self.url or '')!r} is neither https nor loopback "
+                "(127.0.0.1, ::1, localhost), so it would cross the network in clear; use an "
+                "https URL")
 
     def exposed_header(self) -> str | None:
         """A header carrying an `env:` value to a URL that is neither https nor loopback."""

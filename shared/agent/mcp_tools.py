@@ -48,6 +48,7 @@ from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.agent.tools import TOOL_CALL_ID, Toolbox
 from teamctl.shared.agent.workspace import new_private_home, tool_env
 from teamctl.shared.errors import ConfigError, ToolFailed
+from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.text import shorten
 
 if TYPE_CHECKING:  # the SDK's HTTP client, imported by a worker only when it starts a server
@@ -170,8 +171,9 @@ class OriginGuard:
                    if value.startswith(ENV_PREFIX)]
         kept = (f" with its headers ({', '.join(secrets)} from the worker's environment)"
                 if secrets else "")
+        url = redacted(str(self.server.url))
         return (f"MCP server {self.server.name!r} redirected {what} to {self.refused}, another "
-                f"origin than its url {self.server.url!r}: teamctl sends a server's requests"
+                f"origin than its url {url!r}: teamctl sends a server's requests"
                 f"{kept} only to its url's origin, so it was not followed; if that is the "
                 "intended server, give its address as the server's url")
 
@@ -315,7 +317,8 @@ class McpHub:
         return exc
 
     def _start_error(self, server: McpServer, what: str, stderr: StderrTail) -> str:
-        where = f"`{' '.join(server.command)}`" if server.command else server.url
+        where = (f"`{' '.join(server.command)}`" if server.command
+                 else redacted(str(server.url)))
         tail = stderr.tail()
         return (f"MCP server {server.name!r} ({where}) {what}"
                 + (f"; its stderr ends:\n{tail}" if tail else ""))
