@@ -14,7 +14,6 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import redis
-from teamctl.shared.hosts import is_loopback_host
 from teamctl.shared.keys import KeySpace
 from teamctl.shared.redis.connection import outage_of, same_server
 from teamctl.shared.redis.scripts import Scripts
@@ -70,25 +69,20 @@ class FileEntry:
 
 
 def choose_store(setting: WorkspaceSetting, redis_url: str) -> WorkspaceStore:
-    """The store a new run or team uses: the setting, or for `auto` the directory when the Redis
-    is reachable from this host only (a unix socket, as the embedded server's, or a loopback
-    address), since then every worker shares this host's disk."""
+    """The store a new run or team uses: the setting, or for `auto` the directory only when no
+    other host can reach the Redis at all (a unix socket, as the embedded server's). A TCP
+    URL, loopback included, says how this host reaches the Redis, not who else does: a worker
+    elsewhere may reach it by another address, so its files go to Redis."""
     if setting != "auto":
         return setting
-    return "local" if _this_host_only(redis_url) else "redis"
+    return "local" if _unix_socket(redis_url) else "redis"
 
 
-def _this_host_only(redis_url: str) -> bool:
+def _unix_socket(redis_url: str) -> bool:
     try:
-        parts = urlsplit(redis_url)
-        host = parts.hostname
+        return urlsplit(redis_url).scheme == "unix"
     except ValueError:
         return False
-    if parts.scheme == "unix":
-        return True
-    if parts.scheme not in ("redis", "rediss") or not host:
-        return False
-    return is_loopback_host(host)
 
 
 class WorkspaceFiles:
