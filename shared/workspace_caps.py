@@ -5,10 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from teamctl.shared.errors import ConfigError
+
 WorkspaceStore = Literal["local", "redis"]
 """Where a workspace's files live: a directory on one host, or the Redis every worker reaches."""
 WorkspaceSetting = Literal["auto", "local", "redis"]
-"""TEAMCTL_WORKSPACE_STORE: `auto` is `local` when only this host can reach the Redis."""
+"""TEAMCTL_WORKSPACE_STORE: `auto` is `local` only when no other host can reach the Redis (a
+unix socket), else `redis`."""
 
 DEFAULT_FILE_MAX_BYTES = 1 << 20
 MAX_FILE_MAX_BYTES = 64 << 20
@@ -22,3 +25,20 @@ class FileCaps:
 
     file_max_bytes: int = DEFAULT_FILE_MAX_BYTES
     workspace_max_bytes: int = DEFAULT_WORKSPACE_MAX_BYTES
+
+
+class WorkspaceElsewhere(ConfigError):
+    """A worker on one host was handed work on a local workspace that lives on another."""
+
+
+def check_workspace_host(owner: str, created_on: str | None, here: str,
+                         who: str = "worker") -> None:
+    """WorkspaceElsewhere unless this host (`here`) is the one that created `owner`'s local
+    workspace (`created_on`; None: stored before hosts were recorded). `who` is this process,
+    as the line names it."""
+    if created_on is None or created_on == here:
+        return
+    raise WorkspaceElsewhere(
+        f"{owner} keeps its files in a directory on host {created_on}, and this {who} is on "
+        f"host {here}: refused, or its files would split; runs and teams created with "
+        "TEAMCTL_WORKSPACE_STORE=redis share files across hosts")

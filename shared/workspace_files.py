@@ -1,9 +1,10 @@
 """A workspace kept in Redis, for members on hosts that share no disk: each file under the space's
 keys with a version, saved by fenced, version-checked writes within caps, read in pages.
 
-A run's (or a team's) workspace is either a directory on the coordinator's host (`local`) or
+A run's (or a team's) workspace is either a directory on the host that created it (`local`) or
 these keys (`redis`); workers materialize the latter into a directory of their own for an
-attempt or turn (shared/agent/workspace_mirror.py)."""
+attempt or turn (shared/agent/workspace_mirror.py), and refuse work on a local one created on
+another host (workspace_caps.check_workspace_host)."""
 
 from __future__ import annotations
 
