@@ -155,14 +155,22 @@ class KeySpace(ABC):
 
     @property
     def file_versions(self) -> str:
-        """Hash: workspace path -> version of its last save; a deleted file keeps its version,
-        so a writer that saw the file before the delete is refused like any other stale one."""
+        """Hash: workspace path -> version of its last save; a deleted file keeps its version
+        for a while (`file_deletions`), so a writer that saw the file before the delete is
+        refused naming the delete."""
         return f"{self.base}:file_versions"
 
     @property
+    def file_deletions(self) -> str:
+        """Sorted set: deleted workspace paths scored by when they were deleted (ms), the index
+        that drops their `file_versions` records in bounded batches once they are old."""
+        return f"{self.base}:file_deletions"
+
+    @property
     def files_info(self) -> str:
-        """Hash: `bytes` (the content stored in `files`) and `rev` (saves ever made), so a
-        mirror that saw the current rev knows it has nothing to fetch."""
+        """Hash: `bytes` (what the workspace keeps: content, paths and a record's cost per
+        path), `rev` (saves ever made, so a mirror that saw the current rev knows it has nothing
+        to fetch) and `floor` (the highest version of a dropped record: none is used again)."""
         return f"{self.base}:files_info"
 
     def all_patterns(self) -> str:

@@ -58,9 +58,10 @@ class Settings(BaseModel):
     it exits; runs bound their own calls by their redis_outage_s option."""
     workspace_store: Literal["auto", "local", "redis"] = Field(
         "auto", validation_alias="TEAMCTL_WORKSPACE_STORE")
-    """Where a new run's or team's workspace files live: `local`, a directory on this host;
-    `redis`, in Redis, for workers on hosts that share no disk; `auto`, local when only this
-    host can reach the Redis (the embedded one, a loopback address), else redis."""
+    """Where a new run's or team's workspace files live: `local`, a directory on this host
+    (workers on other hosts refuse its tasks and turns); `redis`, in Redis, for workers on hosts
+    that share no disk; `auto`, local only when no other host can reach the Redis at all (a unix
+    socket, as the embedded server's), else redis: every TCP URL, loopback included."""
     otlp_endpoint: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     """Where OpenTelemetry data goes (OTLP/HTTP); set, it turns tracing on (shared/tracing.py)."""
     otlp_traces_endpoint: str | None = Field(None,

@@ -1,9 +1,10 @@
 """A workspace kept in Redis, for members on hosts that share no disk: each file under the space's
 keys with a version, saved by fenced, version-checked writes within caps, read in pages.
 
-A run's (or a team's) workspace is either a directory on the coordinator's host (`local`) or
+A run's (or a team's) workspace is either a directory on the host that created it (`local`) or
 these keys (`redis`); workers materialize the latter into a directory of their own for an
-attempt or turn (shared/agent/workspace_mirror.py)."""
+attempt or turn (shared/agent/workspace_mirror.py), and refuse work on a local one created on
+another host (workspace_caps.check_workspace_host)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import redis
-from teamctl.shared.hosts import is_loopback_host
 from teamctl.shared.keys import KeySpace
 from teamctl.shared.redis.connection import outage_of, same_server
 from teamctl.shared.redis.scripts import Scripts
-from teamctl.shared.workspace_caps import FileCaps, WorkspaceSetting, WorkspaceStore
+from teamctl.shared.workspace_caps import (
+    PATH_RECORD_BYTES,
+    FileCaps,
+    WorkspaceSetting,
+    WorkspaceStore,
+)
 
 PAGE_FILES = 100
 """Files per HSCAN page and per HMGET: a big workspace never costs Redis one long command."""
@@ -26,6 +31,15 @@ PAGE_BLOBS = 8
 """Contents per MGET: a reply of a few files (1 MiB each by default), never a whole workspace."""
 UNADOPTED_BLOB_TTL_MS = 3_600_000
 """How long content written for a save that never ran (its writer died) is kept."""
+DELETED_KEEP_MS = 600_000
+"""How long a deleted path's version record is kept: a writer races on a file between the pull
+before a tool call and the push after it, and within this it is refused naming the delete (a
+mirror pulls the delete like any other change). Ten minutes is five times the longest default
+tool call (Python tools' 120 s; bash and MCP calls 60 s). Past it the record goes, and nothing
+depends on it: a writer that saw the file is still refused (no version is used twice), one that
+saw none may create it, and a mirror takes a file whose record is gone as deleted."""
+PRUNE_BATCH = 100
+"""Deleted records dropped per script call (file_prune.lua): a bounded walk of the index."""
 
 
 class SaveVerdict(StrEnum):
@@ -34,6 +48,7 @@ class SaveVerdict(StrEnum):
     SAVED = "saved"
     CONFLICT = "conflict"
     FILE_TOO_BIG = "file_too_big"
+    TOO_MANY_FILES = "too_many_files"
     WORKSPACE_FULL = "workspace_full"
     EXPIRED = "expired"
     STALE = "stale"
@@ -70,32 +85,27 @@ class FileEntry:
 
 
 def choose_store(setting: WorkspaceSetting, redis_url: str) -> WorkspaceStore:
-    """The store a new run or team uses: the setting, or for `auto` the directory when the Redis
-    is reachable from this host only (a unix socket, as the embedded server's, or a loopback
-    address), since then every worker shares this host's disk."""
+    """The store a new run or team uses: the setting, or for `auto` the directory only when no
+    other host can reach the Redis at all (a unix socket, as the embedded server's). A TCP
+    URL, loopback included, says how this host reaches the Redis, not who else does: a worker
+    elsewhere may reach it by another address, so its files go to Redis."""
     if setting != "auto":
         return setting
-    return "local" if _this_host_only(redis_url) else "redis"
+    return "local" if _unix_socket(redis_url) else "redis"
 
 
-def _this_host_only(redis_url: str) -> bool:
+def _unix_socket(redis_url: str) -> bool:
     try:
-        parts = urlsplit(redis_url)
-        host = parts.hostname
+        return urlsplit(redis_url).scheme == "unix"
     except ValueError:
         return False
-    if parts.scheme == "unix":
-        return True
-    if parts.scheme not in ("redis", "rediss") or not host:
-        return False
-    return is_loopback_host(host)
 
 
 class WorkspaceFiles:
     """The files of one space's workspace in Redis (bytes in, bytes out)."""
 
     def __init__(self, conn: redis.Redis, keys: KeySpace, caps: FileCaps | None = None,
-                 fence: Fence | None = None) -> None:
+                 fence: Fence | None = None, deleted_keep_ms: int = DELETED_KEEP_MS) -> None:
         # Contents are bytes: a decoding client would mangle any file that is not UTF-8. The
         # client of its own keeps the retry policy of `conn` (a run's redis_outage_s).
         self._own = bool(conn.connection_pool.connection_kwargs.get("decode_responses"))
@@ -104,6 +114,7 @@ class WorkspaceFiles:
         self.keys = keys
         self.caps = caps or FileCaps()
         self.fence = fence
+        self.deleted_keep_ms = deleted_keep_ms
         self.scripts = Scripts(self.conn)
 
     def close(self) -> None:
@@ -116,7 +127,7 @@ class WorkspaceFiles:
         return int(self.conn.hget(self.keys.files_info, "rev") or 0)
 
     def versions(self) -> dict[str, int]:
-        """Every path's version, deleted files' included (HSCAN, in pages)."""
+        """Every path's version, recently deleted files' included (HSCAN, in pages)."""
         return {_path(raw): int(version)
                 for raw, version in self.conn.hscan_iter(self.keys.file_versions,
                                                          count=PAGE_FILES)}
@@ -161,14 +172,42 @@ class WorkspaceFiles:
         return entries
 
     def save(self, path: str, seen_version: int, content: bytes | None) -> SaveOutcome:
-        """Save `content` at `path` (None deletes it) if its version is still `seen_version`.
+        """Save `content` at `path` (None deletes it) if its version is still `seen_version`
+        (0: the writer saw no file there, and there still is none).
 
         The content goes first, by a plain SET under a new blob key with a TTL (Redis reads it
         as it arrives, never stalled by one big write); file_save.lua then adopts it or, when
-        refused, deletes it."""
-        keys, fence = self.keys, self.fence
+        refused, deletes it. A save refused for the workspace's bytes while deleted paths' records
+        count toward them drops those records and is tried once more; deleted records past their
+        keep go a batch per save."""
         if content is not None and len(content) > self.caps.file_max_bytes:
             return SaveOutcome(SaveVerdict.FILE_TOO_BIG, seen_version, -1)  # never sent
+        outcome, old, deleted = self._save_once(path, seen_version, content)
+        if outcome.verdict is SaveVerdict.WORKSPACE_FULL and deleted:
+            self.drop_deleted(keep_ms=0)
+            outcome, old, _ = self._save_once(path, seen_version, content)
+        if old:
+            self.drop_deleted(self.deleted_keep_ms, batches=1)
+        return outcome
+
+    def drop_deleted(self, keep_ms: int, batches: int | None = None) -> int:
+        """Drop the records of paths deleted at least `keep_ms` ago, PRUNE_BATCH per script
+        call, for at most `batches` calls (None: until none is left); how many went."""
+        keys, dropped, calls = self.keys, 0, 0
+        while batches is None or calls < batches:
+            gone, left = self.scripts["file_prune"](
+                keys=[keys.files, keys.file_versions, keys.files_info, keys.file_deletions],
+                args=[keep_ms, PRUNE_BATCH, PATH_RECORD_BYTES])
+            dropped, calls = dropped + int(gone), calls + 1
+            if not int(left):
+                break
+        return dropped
+
+    def _save_once(self, path: str, seen_version: int,
+                   content: bytes | None) -> tuple[SaveOutcome, int, int]:
+        """One save through file_save.lua; with it, how many deleted records are past their
+        keep and how many there are."""
+        keys, fence, caps = self.keys, self.fence, self.caps
         new_blob = secrets.token_hex(16)
         old_blob = self._blob_ids([path])[0] or ""
         if content is not None:
@@ -176,11 +215,14 @@ class WorkspaceFiles:
         reply = self.scripts["file_save"](
             keys=[keys.files, keys.file_versions, keys.files_info,
                   fence.key if fence else keys.files_info, keys.file_blob(new_blob),
-                  keys.file_blob(old_blob) if old_blob else keys.files_info],
+                  keys.file_blob(old_blob) if old_blob else keys.files_info,
+                  keys.file_deletions],
             args=[_raw(path), seen_version, "delete" if content is None else "put", new_blob,
-                  old_blob, self.caps.file_max_bytes, self.caps.workspace_max_bytes,
-                  fence.kind if fence else "none", fence.token if fence else ""])
-        return SaveOutcome(SaveVerdict(reply[0].decode()), int(reply[1]), int(reply[2]))
+                  old_blob, caps.file_max_bytes, caps.workspace_max_bytes,
+                  caps.workspace_max_files, fence.kind if fence else "none",
+                  fence.token if fence else "", PATH_RECORD_BYTES, self.deleted_keep_ms])
+        outcome = SaveOutcome(SaveVerdict(reply[0].decode()), int(reply[1]), int(reply[2]))
+        return outcome, int(reply[3]), int(reply[4])
 
     def _blob_ids(self, paths: list[str]) -> list[str | None]:
         """The blob id each path's content is under (None: no file)."""

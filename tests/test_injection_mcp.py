@@ -71,11 +71,13 @@ def real_server(path: Path) -> Path:
 
 
 def test_a_member_rewriting_the_server_script_in_the_workspace_does_not_change_what_runs(
-        llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The audit's repro: `command = ["./bin/serve"]` with a secret in its `env`, and a copy of
     the script, executable, in the workspace. A member with write_file rewrites that copy; its
     next task starts the server again, from the team file's directory: the real server
     answers, the rewritten script never ran, and the secret went nowhere."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     team_dir = tmp_path / "team"
     real_server(team_dir / "bin" / "serve")
     workspace = state_dir() / "workspaces" / run_id
@@ -184,11 +186,13 @@ def git_payload(out: Path) -> str:
 
 
 def test_git_config_planted_in_the_workspace_runs_nothing_in_git_servers_or_bash(
-        llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A member with write_file tries `.git/config` (refused) and `~/.gitconfig` (the workspace
     is no longer HOME, so it is just a file); a bash member plants the same config in
     `.git/config` anyway and runs `git status`; then the git MCP server (its `env:` holds the
     marker) runs `git status`: the payload never runs, in bash nor in the server."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     workspace = state_dir() / "workspaces" / run_id
     git_repository(workspace)
     out = workspace.resolve()

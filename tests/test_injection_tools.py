@@ -151,9 +151,11 @@ def test_bash_is_stopped_by_its_limits(
 
 def test_write_file_over_a_program_leaves_it_not_executable(
         llm: ScriptedLLM, marked_workers: MarkedWorkers, conn0: redis.Redis, run_id: str,
-        tmp_path: Path) -> None:
+        tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A member with write_file only replaces a 0755 script in the workspace (as a server
     command might name): the new content is there, but it is 0644, and so is a new file."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     workspace = tmp_path / "state" / "workspaces" / run_id
     (workspace / "bin").mkdir(parents=True)
     script = workspace / "bin" / "serve"

@@ -224,9 +224,11 @@ def run_from_the_other_host(two_hosts: TwoHosts, host: RedisHost, llm: ScriptedL
 
 
 def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
-        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The journal is in Redis, not on the dead worker's host: a worker in another network
     namespace records steps 1-4 and dies in the 5th; this host's worker replays them."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")  # its members are on two hosts
     member = EightSteps(tmp_path / "tool-runs.log")
     with redis_host(two_hosts, llm) as host:
         board = TaskBoard(host.conn, RunKeys(run_id))
@@ -256,10 +258,12 @@ def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
 
 
 def test_an_attempt_cut_off_and_back_cannot_add_to_the_journal(
-        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker in the other namespace is cut off while its 5th call is out; this host's
     worker replays and finishes; the link returns and the cut-off attempt gets its reply: its
     append is refused, and the journal holds exactly what the two live attempts recorded."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")  # its members are on two hosts
     member = EightSteps(tmp_path / "tool-runs.log", server_free=True)
     with redis_host(two_hosts, llm) as host:
         conn, board = host.conn, TaskBoard(host.conn, RunKeys(run_id))

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from teamctl.coordinator.advice import for_this_shell
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
@@ -46,9 +47,11 @@ def tool_messages(store: TeamStore, name: str) -> list[str]:
 
 
 def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Offered as git__* after its other tools, with the server's schema; the call's result is
     in its memory and its next model request; the server is gone once the turn ended."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     workspace = create_team(workers, team, tmp_path, [GIT])
     model = llm.script(f"gitmate-{team}", [
         ToolCalls([("git__git_log", {"repo_path": ".", "max_count": 5})]), "read the log"])
@@ -76,9 +79,11 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
 
 
 def test_in_plan_mode_only_the_tools_a_server_marks_read_only_run_before_approval(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """mcp-server-git marks git_log read-only and git_add not: before the lead approves a plan,
     the log runs and the add answers with the plan-mode refusal, staging nothing."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     workspace = create_team(workers, team, tmp_path, [GIT])
     (workspace / "draft.txt").write_text("draft\n")
     model = llm.script(f"planner-{team}", [
@@ -144,7 +149,9 @@ def test_spawn_with_mcp_entries_the_team_lacks_exits_2_and_writes_nothing(
 
 
 def test_the_lead_is_told_the_team_s_servers_and_spawns_with_mcp(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     alice = llm.script(f"alice-{team}", ["nothing to do"])
     create_team(workers, team, tmp_path, [GIT], grantable_mcp=["git"], grantable_models=[alice])
     spawn_alice = ToolCalls([("spawn_teammate", {"name": "alice", "role": "historian",

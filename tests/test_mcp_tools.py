@@ -68,10 +68,12 @@ def workspace_of(run_id: str) -> Path:
 
 
 def test_mcp_server_git_in_a_planned_run(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A real server from the package index, started in the run's workspace: its tools are
     offered as git__* with its schema, the call's result reaches the member's next model
     request, the dispatch input and the planner name the tools, and the server is stopped."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     git_repository(workspace_of(run_id))
     models = script_run(llm, run_id, [{"memberId": "m1", "task": "Read the history"}], member=[
         ToolCalls([("git__git_log", {"repo_path": ".", "max_count": 5})]), "read it"])

@@ -161,6 +161,7 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "mcp_call_timeout_s": (["--mcp-call-timeout-s", "90"], 90.0),
     "workspace_file_max_bytes": (["--workspace-file-max-bytes", "4096"], 4096),
     "workspace_max_bytes": (["--workspace-max-bytes", "8192"], 8192),
+    "workspace_max_files": (["--workspace-max-files", "50"], 50),
     "journal_max_bytes": (["--journal-max-bytes", "5000"], 5000),
 }
 

@@ -50,9 +50,11 @@ TOOLS = ["read_file", f"{FIXTURE}:search_docs", f"{FIXTURE}:fetch_ticket", f"{FI
 
 
 def test_python_tools_in_a_planned_run(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Every kind of function runs on a real worker; bad arguments and exceptions go back to
     the model as TOOL_ERROR results in its next request, and the task completes."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     models = script_run(llm, run_id, [{"memberId": "m1", "task": "Use the tools"}], member=[
         ToolCalls([("search_docs", {"query": "redis", "limit": 2}),
                    ("search_docs", {"query": "redis", "limit": "many"}),
@@ -242,10 +244,12 @@ def test_team_file_accepts_python_tools(tmp_path: Path) -> None:
 
 
 def test_a_teammate_spawned_with_python_tools_calls_them(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """`team spawn --tool module:function`: offered after the team and workspace tools, called
     in its turn with a context whose heartbeat refreshes the turn lease; a bad argument is a
     TOOL_ERROR result in its memory."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     model = llm.script(f"py-{team}", [
         ToolCalls([("search_docs", {"query": "lease"}), ("search_docs", {"query": []}),
                    ("where_am_i", {"note": "mate"})]),

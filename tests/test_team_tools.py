@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.tools import Toolbox
@@ -63,7 +64,10 @@ def offered(llm: ScriptedLLM, model: str) -> list[list[str]]:
 
 
 def test_plan_mode_refuses_write_file_until_approval_even_after_a_rejection(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
+
     def write(content: str) -> ToolCalls:
         return ToolCalls([("write_file", {"path": "notes/plan.md", "content": content})])
 
@@ -127,7 +131,9 @@ class ApprovedMidTurn:
 
 
 def test_an_approval_in_the_middle_of_a_turn_opens_the_gate_at_once(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     held = ApprovedMidTurn()
     model = llm.script(f"pat-{team}", handler=held)
     store = TeamStore(wconn, team)

@@ -17,8 +17,9 @@ from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, team_workspace
-from teamctl.shared.workspace_caps import FileCaps
+from teamctl.shared.workspace_caps import PATH_RECORD_BYTES, FileCaps
 from teamctl.shared.workspace_files import (
+    DELETED_KEEP_MS,
     SaveVerdict,
     WorkspaceFiles,
     choose_store,
@@ -37,8 +38,8 @@ from tests.support.waiting import wait_until
 
 @pytest.fixture
 def files(conn: redis.Redis, run_id: str) -> WorkspaceFiles:
-    return WorkspaceFiles(conn, RunKeys(run_id), FileCaps(file_max_bytes=100,
-                                                          workspace_max_bytes=250))
+    return WorkspaceFiles(conn, RunKeys(run_id), FileCaps(
+        file_max_bytes=100, workspace_max_bytes=4 * PATH_RECORD_BYTES))
 
 
 def test_the_later_of_two_writers_who_saw_one_version_is_refused(files: WorkspaceFiles) -> None:
@@ -135,15 +136,17 @@ def test_what_programs_run_from_stays_on_its_host(conn: redis.Redis, run_id: str
 
 @pytest.mark.parametrize(("setting", "url", "store"), [
     ("auto", "unix:///tmp/teamctl/redis.sock?db=0", "local"),
-    ("auto", "redis://127.0.0.1:6379/0", "local"),
-    ("auto", "redis://localhost:6379/0", "local"),
-    ("auto", "redis://[::1]:6379/0", "local"),
+    # A loopback URL says how this host reaches Redis, not that no other host does.
+    ("auto", "redis://127.0.0.1:6379/0", "redis"),
+    ("auto", "redis://localhost:6379/0", "redis"),
+    ("auto", "redis://[::1]:6379/0", "redis"),
     ("auto", "redis://redis:6379/0", "redis"),
     ("auto", "rediss://10.0.0.5:6380/0", "redis"),
+    ("auto", "redis://[::1", "redis"),
     ("local", "redis://redis:6379/0", "local"),
     ("redis", "redis://127.0.0.1:6379/0", "redis"),
 ])
-def test_auto_keeps_files_on_disk_only_when_one_host_reaches_redis(
+def test_auto_keeps_files_on_disk_only_when_no_other_host_reaches_redis(
         setting: str, url: str, store: str) -> None:
     assert choose_store(setting, url) == store  # type: ignore[arg-type]
 
@@ -231,8 +234,9 @@ def test_content_whose_upload_expired_is_not_adopted(conn: redis.Redis, run_id: 
     files = WorkspaceFiles(conn, keys)
     reply = files.scripts["file_save"](
         keys=[keys.files, keys.file_versions, keys.files_info, keys.files_info,
-              keys.file_blob("0" * 32), keys.files_info],
-        args=[b"f", 0, "put", "0" * 32, "", 100, 1000, "none", ""])
+              keys.file_blob("0" * 32), keys.files_info, keys.file_deletions],
+        args=[b"f", 0, "put", "0" * 32, "", 100, 10_000, 10, "none", "", PATH_RECORD_BYTES,
+              DELETED_KEEP_MS])
     assert reply[0] == b"expired"
     assert files.versions() == {}
 

@@ -53,6 +53,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     from teamctl.coordinator.teams.lead import LeadAgent
     from teamctl.coordinator.teams.repl import LeadRepl, Watcher, show_step
     from teamctl.shared.agent.llm import ModelClient
+    from teamctl.shared.hosts import this_host
     from teamctl.shared.lease import LeadLease
     from teamctl.shared.runs.run_config import checked_api_base, pick_model
     from teamctl.shared.teams.teammates import team_workspace
@@ -63,7 +64,9 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     url = resolve_redis_url(redis_url, settings)
     store = TeamStore(connect(url), team or settings.team,
                       workspace_store=choose_store(settings.workspace_store, url))
-    options = store.create().options
+    meta = store.create()
+    meta.check_host(store.team, this_host(), "lead")  # its tools and spawns use the directory
+    options = meta.options
     chosen, source = pick_model(model, None, settings)
     base = checked_api_base(api_base, settings)
     lease = LeadLease(store.conn, store.keys, options.heartbeat_ttl_s)

@@ -51,7 +51,9 @@ HELP = {
     "mcp_call_timeout_s": "Seconds one MCP tool call may take (else a TOOL_ERROR result).",
     "workspace_file_max_bytes": "Largest file a workspace kept in Redis holds, in bytes (a "
                                 "larger save is a tool error).",
-    "workspace_max_bytes": "Largest total of a workspace kept in Redis, in bytes.",
+    "workspace_max_bytes": "Most bytes a workspace kept in Redis holds there (content, paths "
+                           "and 512 bytes a path).",
+    "workspace_max_files": "Most files a workspace kept in Redis holds.",
     "journal_max_bytes": "Largest step journal kept per task, in bytes (0: none).",
 }
 

@@ -28,6 +28,7 @@ from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.hosts import this_host
 from teamctl.shared.redis.choice import attach_redis_url, is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
@@ -232,6 +233,8 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base
 
     chosen, _source = pick_model(model, None, settings)
     load_mate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
+    if (tools or mcp) and store.exists():  # it records this host's directory as its workspace
+        store.meta().check_host(store.team, this_host(), "command")
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
                        api_base=checked_api_base(api_base, settings), queue=queue,
                        plan_mode=plan_mode, tools=tools, mcp=mcp,

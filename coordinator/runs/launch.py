@@ -13,6 +13,7 @@ from teamctl.coordinator.local_workers.on_queues import Note, ensure_pool, retir
 from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE
 from teamctl.coordinator.local_workers.worker_hints import StartingWorkers
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.private_files import private_dir
 from teamctl.shared.redis.connection import connect, set_outage
 from teamctl.shared.worker_registry import listening_workers
 
@@ -57,6 +58,9 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
     check_tracing(settings)  # traces asked for without the extra: exit 2 before any write
     models, model_source = choose_models(team, model, api_base, settings)
+    # Where a local workspace and the workers' logs go: one that will not do is a config
+    # error before the run is stored, whichever store it uses.
+    private_dir(settings.state_dir)
     url = redis_url()
     conn = connect(url)
     request = RunRequest(objective=objective, team=team, models=models,

@@ -26,6 +26,7 @@ from teamctl.coordinator.runs.tool_check import ToolsDoNotImport, WorkerToolChec
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
+from teamctl.shared.hosts import this_host
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.private_files import private_dir
@@ -74,7 +75,8 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
                    models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
                    hooks=request.team.hooks, planner_queue=request.team.planner.queue,
                    synthesizer_queue=request.team.synthesizer_queue(),
-                   workspace_store=request.workspace_store)
+                   workspace_store=request.workspace_store,
+                   workspace_host=this_host() if request.workspace_store == "local" else None)
     RunStore(conn, RunKeys(run_id)).create(spec)  # no scripts: the driving handle loads them
     return spec
 

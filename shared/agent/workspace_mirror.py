@@ -29,6 +29,7 @@ from teamctl.shared.agent.tools import Toolbox, ToolFn, capped
 from teamctl.shared.agent.workspace import UNWRITABLE_NAMES, Workspace
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.text import echoed, flat
+from teamctl.shared.workspace_caps import PATH_RECORD_BYTES
 from teamctl.shared.workspace_files import SaveOutcome, SaveVerdict, WorkspaceFiles
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,8 @@ RACY_NS = 100_000_000
 its stat (size, mtime, inode), which a same-size rewrite within one timestamp tick keeps."""
 RESULT_IN_ERROR_CHARS = 4000
 """How much of a tool's result an unsaved-change error repeats (bash output, say)."""
+PROBLEMS_SHOWN = 20
+"""Files an unsaved-change error names one by one; the rest are counted."""
 
 
 class WorkspaceNotSaved(ToolFailed):
@@ -74,6 +77,8 @@ class WorkspaceMirror:
         self._reported: dict[str, tuple[str, tuple[int, int, int] | None]] = {}
         """What was last said about a file that could not be saved, for the file as it was."""
         self._rev = -1
+        self._files_full = False
+        """Set once this push was refused a new file for the workspace's file count."""
         self.fence_lost = False
         """Set once a save was refused because the claim or turn was lost: nothing more is
         saved (the caller stops on its own check)."""
@@ -104,11 +109,18 @@ class WorkspaceMirror:
         versions = self.files.versions()
         changed = [path for path, version in versions.items()
                    if self._synced.get(path, NONE).version != version and syncable(path)]
-        found, deleted = self.files.fetch(changed)
+        # A file this copy holds whose record is gone was deleted, its record dropped since.
+        vanished = [path for path, synced in self._synced.items()
+                    if synced.digest is not None and path not in versions]
+        found, deleted = self.files.fetch(changed + vanished)
         for path in changed:
             if (path in found or path in deleted) and not self._changed_here(path):
                 self._take(path, versions[path], found.get(path))
-        if len(found) + len(deleted) == len(changed):  # else a save raced the read: again
+        for path in vanished:
+            if path in deleted and not self._changed_here(path):
+                self._take(path, 0, None)
+        settled = len(found) + len(deleted) == len(changed) + len(vanished)
+        if settled and not any(path in found for path in vanished):  # else a save raced: again
             self._rev = rev
 
     def push(self) -> list[str]:
@@ -118,12 +130,23 @@ class WorkspaceMirror:
         local = dict(self._local_files())
         tracked = {path for path, synced in self._synced.items() if synced.digest is not None}
         problems: list[str] = []
+        unsent = 0
         for path in sorted(local.keys() | tracked):
+            synced = self._synced.get(path, NONE)
+            if self._files_full and path not in tracked and local[path] != synced.local:
+                # Refused as the one before it was, without a round trip each (a loop of `touch`
+                # may have made a million); tried again once it changes.
+                self._synced[path] = _Synced(synced.version, None, local[path])
+                unsent += 1
+                continue
             problem = self._push_one(path, local.get(path))
             if problem:
                 problems.append(problem)
             if self.fence_lost:
                 break
+        if unsent:
+            problems.append(f"{unsent} more new file(s) were not saved: {self._files_cap()}")
+        self._files_full = False
         return problems
 
     def guard(self, toolbox: Toolbox, names: Iterable[str]) -> None:
@@ -165,7 +188,9 @@ class WorkspaceMirror:
         if _digest(data) == synced.digest:
             self._synced[path] = _Synced(synced.version, synced.digest, self._trust(path, local))
             return None
-        outcome = self.files.save(path, synced.version, data)
+        # A copy that saw no file there says so (0): it may create one while there is none.
+        seen = synced.version if synced.digest is not None else 0
+        outcome = self.files.save(path, seen, data)
         return self._settle(path, synced, local, data, outcome)
 
     def _unsaveable(self, path: str, local: Stat | None) -> str | None:
@@ -202,15 +227,23 @@ class WorkspaceMirror:
                 return f"{shown} was not saved: its upload expired; it is tried again next time"
             case SaveVerdict.FILE_TOO_BIG:
                 problem = self._too_big(len(data or b""))
+            case SaveVerdict.TOO_MANY_FILES:
+                self._files_full = True
+                problem = self._files_cap()
             case SaveVerdict.WORKSPACE_FULL:
                 limit = self.files.caps.workspace_max_bytes
                 problem = (f"the shared workspace would pass its {limit} bytes (option "
-                           "workspace_max_bytes); delete files it no longer needs")
+                           "workspace_max_bytes; a file counts its content, twice its path and "
+                           f"{PATH_RECORD_BYTES} bytes); delete files it no longer needs")
             case _:
                 assert_never(outcome.verdict)
         # Remembered as seen: not tried again until it changes again.
         self._synced[path] = _Synced(synced.version, synced.digest, local)
         return f"{shown} was not saved: {problem}"
+
+    def _files_cap(self) -> str:
+        return (f"the shared workspace holds {self.files.caps.workspace_max_files} files, its "
+                "limit (option workspace_max_files); delete files it no longer needs")
 
     def _too_big(self, size_bytes: int) -> str:
         return (f"it is {size_bytes} bytes and a shared file may hold "
@@ -346,7 +379,10 @@ def _digest(data: bytes | None) -> str | None:
 
 
 def _joined(problems: list[str]) -> str:
-    return "; ".join(problems)
+    """The problems in one line, the first PROBLEMS_SHOWN of them."""
+    shown = "; ".join(problems[:PROBLEMS_SHOWN])
+    left = len(problems) - PROBLEMS_SHOWN
+    return shown + (f"; and {left} more file(s) were not saved" if left > 0 else "")
 
 
 def _result_text(result: object) -> str:

@@ -10,8 +10,10 @@ from teamctl.shared.runs.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
 from teamctl.shared.workspace_caps import (
     DEFAULT_FILE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_BYTES,
+    DEFAULT_WORKSPACE_MAX_FILES,
     MAX_FILE_MAX_BYTES,
     MAX_WORKSPACE_MAX_BYTES,
+    MAX_WORKSPACE_MAX_FILES,
     FileCaps,
 )
 
@@ -142,8 +144,14 @@ class RunOptions(BaseModel):
     refused with a tool error. A local workspace has no such cap."""
     workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1,
                                      le=MAX_WORKSPACE_MAX_BYTES)
-    """Largest total of the files a workspace kept in Redis holds; a save that would pass it
-    is refused with a tool error."""
+    """Most bytes a workspace kept in Redis holds there: each file's content, its path twice
+    and PATH_RECORD_BYTES (512) for Redis's records of it; a deleted path's twice and
+    512 until its record goes (10 minutes, or at once when a save needs the room). A save
+    that would pass it is refused with a tool error naming it."""
+    workspace_max_files: int = Field(DEFAULT_WORKSPACE_MAX_FILES, ge=1,
+                                     le=MAX_WORKSPACE_MAX_FILES)
+    """Most files a workspace kept in Redis holds; a save that would add one more is refused
+    with a tool error naming it."""
 
     @model_validator(mode="before")
     @classmethod
@@ -157,7 +165,8 @@ class RunOptions(BaseModel):
     @property
     def file_caps(self) -> FileCaps:
         """The caps of the workspace when it is kept in Redis."""
-        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes)
+        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes,
+                        self.workspace_max_files)
 
     @property
     def tool_wait_s(self) -> float:

@@ -121,6 +121,10 @@ class RunSpec(BaseModel):
     created_ms: int
     workspace_store: WorkspaceStore = "local"
     """Where the members' files live: `workspace_dir`, or Redis (materialized per attempt)."""
+    workspace_host: str | None = None
+    """The host that created a `local` workspace (shared/hosts.py this_host): a worker on
+    another host refuses the run's tasks (None: kept in Redis, or a run stored before hosts
+    were recorded)."""
     hooks: list[str] = Field(default_factory=list)
     planner_queue: str = "members"
     synthesizer_queue: str = "members"

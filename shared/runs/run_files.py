@@ -31,7 +31,7 @@ class RunFiles:
         """Where the files are, for people."""
         if self.files is not None:
             return f"Redis (keys {self.files.keys.files})"
-        return f"{self.spec.workspace_dir} on the host that ran the run's coordinator"
+        return f"{self.spec.workspace_dir} on {self._host}"
 
     @property
     def here(self) -> bool:
@@ -76,10 +76,16 @@ class RunFiles:
     def _root(self) -> Path:
         root = Path(self.spec.workspace_dir)
         if not root.is_dir():
-            raise ConfigError(f"run {self.spec.run_id}'s workspace is a directory on the host "
-                              f"that ran its coordinator ({root}), not found here; run this "
-                              "there, or keep workspaces in Redis (TEAMCTL_WORKSPACE_STORE=redis)")
+            raise ConfigError(f"run {self.spec.run_id}'s workspace is a directory on "
+                              f"{self._host} ({root}), not found here; run this there, or keep "
+                              "workspaces in Redis (TEAMCTL_WORKSPACE_STORE=redis)")
         return root
+
+    @property
+    def _host(self) -> str:
+        """The host that holds a local workspace, as people read it."""
+        host = self.spec.workspace_host
+        return f"host {host}" if host else "the host that created the run"
 
     def _local_files(self) -> Iterator[tuple[str, int]]:
         """Regular files under the run's directory (symlinks are not followed)."""

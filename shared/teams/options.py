@@ -8,8 +8,10 @@ from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_pyt
 from teamctl.shared.workspace_caps import (
     DEFAULT_FILE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_BYTES,
+    DEFAULT_WORKSPACE_MAX_FILES,
     MAX_FILE_MAX_BYTES,
     MAX_WORKSPACE_MAX_BYTES,
+    MAX_WORKSPACE_MAX_FILES,
     FileCaps,
 )
 
@@ -69,8 +71,14 @@ class TeamOptions(BaseModel):
     refused with a tool error. A local workspace has no such cap."""
     workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1,
                                      le=MAX_WORKSPACE_MAX_BYTES)
-    """Largest total of the files a workspace kept in Redis holds; a save that would pass it
-    is refused with a tool error."""
+    """Most bytes a workspace kept in Redis holds there: each file's content, its path twice
+    and PATH_RECORD_BYTES (512) for Redis's records of it; a deleted path's twice and
+    512 until its record goes (10 minutes, or at once when a save needs the room). A save
+    that would pass it is refused with a tool error naming it."""
+    workspace_max_files: int = Field(DEFAULT_WORKSPACE_MAX_FILES, ge=1,
+                                     le=MAX_WORKSPACE_MAX_FILES)
+    """Most files a workspace kept in Redis holds; a save that would add one more is refused
+    with a tool error naming it."""
     lead_tools: list[str] = Field(default_factory=list)
     """Workspace tools the lead agent (`teamctl lead`) gets in the team's workspace; `bash` only
     if listed."""
@@ -107,7 +115,8 @@ class TeamOptions(BaseModel):
     @property
     def file_caps(self) -> FileCaps:
         """The caps of the workspace when it is kept in Redis."""
-        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes)
+        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes,
+                        self.workspace_max_files)
 
     @model_validator(mode="after")
     def _lead_inbox_fits_bus(self) -> TeamOptions:

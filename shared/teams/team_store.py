@@ -19,6 +19,7 @@ import redis
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError, TeamError
+from teamctl.shared.hosts import this_host
 from teamctl.shared.ids import check_queue
 from teamctl.shared.keys import TEAMS_INDEX
 from teamctl.shared.redis.scripts import WriteGuard
@@ -61,8 +62,10 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
                    mcp_servers: Iterable[McpServer] = ()) -> bool:
         """Write the team's meta record; False (nothing written) if the team exists. ConfigError
         (nothing written) when what the lead may grant is not there (TeamMeta.check_grants)."""
+        local = self.workspace_store == "local"
         meta = TeamMeta(options=options or TeamOptions(), mcp_servers=list(mcp_servers),
-                        created_ms=now_ms(), workspace_store=self.workspace_store)
+                        created_ms=now_ms(), workspace_store=self.workspace_store,
+                        workspace_host=this_host() if local else None)
         meta.check_grants()
         if not self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
             return False

@@ -112,11 +112,14 @@ def answers(conn: redis.Redis) -> bool:
 class RedisHost:
     """Redis in namespace `a`, on the veth address for the other host (`remote_url`) and on a
     unix socket for this machine's processes (`local_url`: unix sockets are not bound to a
-    network namespace); the scripted model reachable from namespace `b` through a forwarder on
-    its loopback. `processes` are stopped, last first, when the context ends."""
+    network namespace), which also reach it on their loopback (`loopback_url`, a forwarder to
+    the socket: the Redis host's processes that name 127.0.0.1); the scripted model reachable
+    from namespace `b` through a forwarder on its loopback. `processes` are stopped, last first,
+    when the context ends."""
 
     local_url: str
     remote_url: str
+    loopback_url: str
     conn: redis.Redis
     processes: list[subprocess.Popen[bytes]]
 
@@ -130,6 +133,7 @@ def redis_host(hosts: TwoHosts, llm: ScriptedLLM) -> Iterator[RedisHost]:
     llm_port = int(llm.api_base.rsplit(":", 1)[1].split("/")[0])
     processes: list[subprocess.Popen[bytes]] = []
     llm_bridge = TcpProxy("127.0.0.1", llm_port, listen_path=llm_sock).start()
+    loopback = TcpProxy(f"unix:{redis_sock}")
     try:
         processes.append(hosts.exec(hosts.a, [
             redis_server_binary(), "--bind", hosts.a_addr, "--port", str(REDIS_PORT),
@@ -138,12 +142,16 @@ def redis_host(hosts: TwoHosts, llm: ScriptedLLM) -> Iterator[RedisHost]:
         local_url = f"unix://{redis_sock}?db=0"
         conn = redis.Redis.from_url(local_url, decode_responses=True)
         wait_until(lambda: redis_sock.exists() and answers(conn), 30, message="Redis in ns a")
+        loopback.start()
         processes.append(hosts.exec(hosts.b, [
             sys.executable, "-m", "tests.support.faults", str(llm_port), llm_sock],
             cwd=str(Path(__file__).parent.parent.parent), stdout=subprocess.DEVNULL))
-        yield RedisHost(local_url, f"redis://{hosts.a_addr}:{REDIS_PORT}/0", conn, processes)
+        yield RedisHost(local_url, f"redis://{hosts.a_addr}:{REDIS_PORT}/0", loopback.url(),
+                        conn, processes)
     finally:
         for process in reversed(processes):
             stop_session(process)
+        if loopback.port:
+            loopback.stop()
         llm_bridge.stop()
         shutil.rmtree(sock_dir, ignore_errors=True)

@@ -27,6 +27,7 @@ from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ModelError, RunFailed
+from teamctl.shared.hosts import this_host
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
 from teamctl.shared.runs.mcp_cache import McpToolCache
@@ -36,6 +37,7 @@ from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member
 from teamctl.shared.tracing import NO_SPAN, NO_TRACING, Attributes, Span, Tracing
+from teamctl.shared.workspace_caps import check_workspace_host
 from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims, HandedOff
 from teamctl.worker.runs.heartbeat import Heartbeat
@@ -212,10 +214,14 @@ class Attempt:
         return toolbox
 
     def _workspace_root(self, member: Member) -> Path:
-        """Where the member's tools work: the run's directory, or for a workspace kept in Redis
-        a private copy fetched now (only for a member with tools: nobody else reads files)."""
+        """Where the member's tools work: the run's directory (WorkspaceElsewhere when it is on
+        another host), or for a workspace kept in Redis a private copy fetched now (only for a
+        member with tools: nobody else reads files)."""
         spec, claim = self.job.spec, self.claim
-        if spec.workspace_store == "local" or not (member.tools or member.mcp_servers):
+        if not (member.tools or member.mcp_servers):
+            return Path(spec.workspace_dir)
+        if spec.workspace_store == "local":
+            check_workspace_host(f"run {spec.run_id}", spec.workspace_host, this_host())
             return Path(spec.workspace_dir)
         if self.mirror is None:
             keys = RunKeys(spec.run_id)

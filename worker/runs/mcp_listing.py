@@ -14,6 +14,7 @@ import redis
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.hosts import this_host
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache
@@ -47,9 +48,9 @@ def execute_mcp_listing(conn: redis.Redis, run_id: str, servers: list[str], work
 
 @contextmanager
 def _listing_dir(spec: RunSpec) -> Iterator[Path]:
-    """Where the servers start to be listed: the run's directory, or for a workspace kept in
-    Redis an empty one of their own (listing reads no file, and this host may hold none)."""
-    if spec.workspace_store == "local":
+    """Where the servers start to be listed: the run's directory on the host that holds it, or
+    an empty one of their own (listing reads no file, and this host may hold none)."""
+    if spec.workspace_store == "local" and spec.workspace_host in (None, this_host()):
         yield Path(spec.workspace_dir)
         return
     with tempfile.TemporaryDirectory(prefix="teamctl-listing-") as root:

@@ -31,6 +31,7 @@ from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
+from teamctl.shared.hosts import this_host
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import Teammate, team_workspace
@@ -62,6 +63,13 @@ def ensure_workspace(mate: Teammate, team: str, state_dir: Path) -> Path:
     except OSError as exc:
         log.warning("workspace of %s not created: %s", mate.name, exc)
     return root
+
+
+def check_mate_host(store: TeamStore, mate: Teammate) -> None:
+    """WorkspaceElsewhere when the teammate has tools that use the team's workspace and it is a
+    directory another host created: its turn would work on files the others never see."""
+    if mate.tools or mate.mcp:
+        store.meta().check_host(store.team, this_host())
 
 
 def open_mirror(store: TeamStore, mate: Teammate, token: str) -> WorkspaceMirror | None:

@@ -56,6 +56,7 @@ from teamctl.worker.teams.teammate_workspace import (
     add_mate_mcp_tools,
     add_mate_python_tools,
     add_mate_workspace,
+    check_mate_host,
     mcp_hub,
     open_mirror,
 )
@@ -171,8 +172,9 @@ class Turn:
             root = mirror.root if mirror else None
             if mirror:  # removed after the MCP servers (later callbacks run first) stop
                 stack.callback(mirror.close)
-            add_mate_workspace(toolbox, self.store, self.mate, self.state_dir, root)
             try:
+                check_mate_host(self.store, self.mate)
+                add_mate_workspace(toolbox, self.store, self.mate, self.state_dir, root)
                 add_mate_python_tools(toolbox, self.store, self.mate, self.state_dir,
                                       self.lease.heartbeat, root)
                 if self.mate.mcp:

@@ -2,26 +2,40 @@
 -- writer saw the file's current version, within the workspace's caps, and while the writer's claim
 -- or turn holds. Two writers that saw the same version cannot both save: the second is refused
 -- (conflict) and keeps its copy to redo its change on the new version, so no write is lost silently.
+-- A writer that saw no file (seen 0) may create it while the path holds no file, whatever its
+-- deleted record says; one that saw a version must find that version. A path's first version is
+-- one past `floor` (the highest version of a dropped deleted record), so no version is ever reused.
 -- The content itself was SET beforehand, with a TTL, under a blob key of its own: this script only
 -- moves pointers, so it costs the same for a 64 MiB file as for an empty one.
+-- What the workspace keeps is counted in the info hash's `bytes`: per file its content, its path
+-- twice (a field of `files` and of `file_versions`) and ARGV[11] bytes of Redis's own records; per
+-- deleted path, its path twice (`file_versions` and `file_deletions`) and ARGV[11] bytes.
 -- KEYS[1] files hash (path -> blob id), KEYS[2] versions hash (path -> version),
--- KEYS[3] info hash (bytes, rev), KEYS[4] the writer's fence: a task hash ('task': its token
--- field, while in_progress) or a turn key ('turn': its value); KEYS[5] the new content's blob key
--- (a put; refused, it is deleted), KEYS[6] the blob key of the content the writer replaces.
--- ARGV[1] path, ARGV[2] the version the writer saw (0: none), ARGV[3] 'put' or 'delete',
--- ARGV[4] the new blob's id, ARGV[5] the replaced blob's id ('' when there is none),
--- ARGV[6] largest file (bytes), ARGV[7] largest workspace (bytes), ARGV[8] fence kind ('task',
--- 'turn' or 'none'), ARGV[9] fence token.
--- Returns {verdict, version, rev}: 'saved' (the new version), 'conflict' (the current version),
--- 'file_too_big' / 'workspace_full' (the current version), 'expired' (the new content's key is
--- gone: its TTL ran out before this call), 'stale' (0: the fence is lost); rev is
--- the workspace's after the call (a writer whose last known rev is one less saw every save).
+-- KEYS[3] info hash (bytes, rev, floor), KEYS[4] the writer's fence: a task hash ('task': its
+-- token field, while in_progress) or a turn key ('turn': its value); KEYS[5] the new content's
+-- blob key (a put; refused, it is deleted), KEYS[6] the blob key of the content the writer
+-- replaces, KEYS[7] the deletions index (sorted set: deleted path -> when, ms).
+-- ARGV[1] path, ARGV[2] the version the writer saw (0: it saw no file), ARGV[3] 'put' or
+-- 'delete', ARGV[4] the new blob's id, ARGV[5] the replaced blob's id ('' when there is none),
+-- ARGV[6] largest file (bytes), ARGV[7] largest workspace (bytes), ARGV[8] most files,
+-- ARGV[9] fence kind ('task', 'turn' or 'none'), ARGV[10] fence token, ARGV[11] the bytes
+-- counted per path besides the path itself, ARGV[12] how long a deleted path's record is kept (ms).
+-- Returns {verdict, version, rev, old, deleted}: verdict 'saved' (the new version), 'conflict'
+-- (the current version), 'file_too_big' / 'too_many_files' / 'workspace_full' (the current
+-- version), 'expired' (the new content's key is gone: its TTL ran out before this call), 'stale'
+-- (0: the fence is lost); rev is the workspace's after the call (a writer whose last known rev is
+-- one less saw every save); old and deleted count the deleted records past their keep and in all,
+-- for the caller to drop (file_prune.lua).
 local path, seen, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local function answer(verdict, version, rev)
+  local old = redis.call('ZCOUNT', KEYS[7], '-inf', now_ms() - tonumber(ARGV[12]))
+  return {verdict, version, rev, old, redis.call('ZCARD', KEYS[7])}
+end
 local function refused(verdict, version, rev)
   if op == 'put' then redis.call('DEL', KEYS[5]) end
-  return {verdict, version, rev}
+  return answer(verdict, version, rev)
 end
-local fence, token = ARGV[8], ARGV[9]
+local fence, token = ARGV[9], ARGV[10]
 if fence == 'task' then
   local current = redis.call('HMGET', KEYS[4], 'token', 'status')
   if current[1] ~= token or token == '0' or current[2] ~= 'in_progress' then
@@ -30,29 +44,47 @@ if fence == 'task' then
 elseif fence == 'turn' then
   if redis.call('GET', KEYS[4]) ~= token then return refused('stale', 0, 0) end
 end
-local version = tonumber(redis.call('HGET', KEYS[2], path) or '0')
-local rev = tonumber(redis.call('HGET', KEYS[3], 'rev') or '0')
-if version ~= seen or (redis.call('HGET', KEYS[1], path) or '') ~= ARGV[5] then
+local recorded = redis.call('HGET', KEYS[2], path)
+local version = tonumber(recorded or '0')
+local info = redis.call('HMGET', KEYS[3], 'rev', 'bytes', 'floor')
+local rev, kept, floor = tonumber(info[1] or '0'), tonumber(info[2] or '0'), tonumber(info[3] or '0')
+local current = redis.call('HGET', KEYS[1], path) or ''
+-- The blob the caller read beforehand must still be the file's; then what the writer saw.
+if current ~= ARGV[5] or (seen == 0 and current ~= '') or (seen ~= 0 and version ~= seen) then
   return refused('conflict', version, rev)
 end
-if op == 'put' and redis.call('EXISTS', KEYS[5]) == 0 then return {'expired', version, rev} end
-local old_bytes = 0
-if ARGV[5] ~= '' then old_bytes = redis.call('STRLEN', KEYS[6]) end
+if op == 'delete' and current == '' then return answer('saved', version, rev) end  -- no file
+if op == 'put' and redis.call('EXISTS', KEYS[5]) == 0 then return answer('expired', version, rev) end
+local path_bytes = 2 * #path + tonumber(ARGV[11])
+local old_cost = 0
+if current ~= '' then
+  old_cost = redis.call('STRLEN', KEYS[6]) + path_bytes
+elseif recorded and redis.call('ZSCORE', KEYS[7], path) then
+  old_cost = path_bytes
+end
 local new_bytes = 0
 if op == 'put' then new_bytes = redis.call('STRLEN', KEYS[5]) end
 if new_bytes > tonumber(ARGV[6]) then return refused('file_too_big', version, rev) end
-local total = tonumber(redis.call('HGET', KEYS[3], 'bytes') or '0') - old_bytes + new_bytes
-if new_bytes > old_bytes and total > tonumber(ARGV[7]) then
+if current == '' and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[8]) then
+  return refused('too_many_files', version, rev)
+end
+local new_cost = new_bytes + path_bytes  -- a put's file, or a delete's record
+local total = math.max(kept - old_cost + new_cost, 0)
+if new_cost > old_cost and total > tonumber(ARGV[7]) then
   return refused('workspace_full', version, rev)
 end
+local next_version = (recorded and version or floor) + 1
+redis.call('HSET', KEYS[2], path, next_version)
 if op == 'put' then
   redis.call('PERSIST', KEYS[5])
   inherit_ttl(KEYS[5], KEYS[2])
   redis.call('HSET', KEYS[1], path, ARGV[4])
+  redis.call('ZREM', KEYS[7], path)
 else
   redis.call('HDEL', KEYS[1], path)
+  redis.call('ZADD', KEYS[7], now_ms(), path)
+  inherit_ttl(KEYS[7], KEYS[2])
 end
 if ARGV[5] ~= '' then redis.call('DEL', KEYS[6]) end
-redis.call('HSET', KEYS[2], path, version + 1)
 redis.call('HSET', KEYS[3], 'bytes', total, 'rev', rev + 1)
-return {'saved', version + 1, rev + 1}
+return answer('saved', next_version, rev + 1)

@@ -1,0 +1,27 @@
+-- file_prune: drop the records of up to ARGV[2] deleted paths of a workspace kept in Redis, the
+-- longest deleted first, among those deleted at least ARGV[1] ms ago (0: any). It walks the
+-- deletions index from its oldest end and stops after the batch, never the whole hash. A dropped
+-- path's version raises `floor`, past which every new path starts (file_save.lua), so a writer
+-- that saw the old file is still refused; its bytes leave the workspace's count.
+-- KEYS[1] files hash (path -> blob id), KEYS[2] versions hash (path -> version),
+-- KEYS[3] info hash (bytes, floor), KEYS[4] the deletions index (sorted set: path -> when, ms).
+-- ARGV[1] how long a deleted path's record is kept (ms), ARGV[2] most records dropped,
+-- ARGV[3] the bytes counted per path besides the path itself (file_save.lua's ARGV[11]).
+-- Returns {dropped, left}: records dropped, and records past their keep still in the index.
+local cutoff = now_ms() - tonumber(ARGV[1])
+local paths = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[2]))
+if #paths == 0 then return {0, 0} end
+local info = redis.call('HMGET', KEYS[3], 'bytes', 'floor')
+local kept, floor = tonumber(info[1] or '0'), tonumber(info[2] or '0')
+local record = tonumber(ARGV[3])
+for _, path in ipairs(paths) do
+  -- A put takes its path out of the index; a path that holds a file is not deleted anyway.
+  if redis.call('HEXISTS', KEYS[1], path) == 0 then
+    floor = math.max(floor, tonumber(redis.call('HGET', KEYS[2], path) or '0'))
+    redis.call('HDEL', KEYS[2], path)
+    kept = kept - (2 * #path + record)
+  end
+  redis.call('ZREM', KEYS[4], path)
+end
+redis.call('HSET', KEYS[3], 'bytes', math.max(kept, 0), 'floor', floor)
+return {#paths, redis.call('ZCOUNT', KEYS[4], '-inf', cutoff)}
