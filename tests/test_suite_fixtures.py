@@ -12,6 +12,7 @@ from rq import Queue, Worker
 from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.parent_watch import PARENT_PID_ENV
 
+from tests.support.waiting import wait_until
 from tests.support.workers import ENV_PREFIXES, start_clean
 
 USER_SETTINGS = {"OPENAI_API_KEY": "sk-from-the-developers-shell",
@@ -38,7 +39,11 @@ def test_start_clean_leaves_the_shells_settings_out_of_the_workers(
     group = LocalWorkers(redis_url, ["nothing-queued"], 1, tmp_path / "logs")
     start_clean(group)
     try:
-        environ = environ_of(group.processes[0].pid)
+        pid = group.processes[0].pid
+        # Until it execs, the child shows the environment it was forked with, not its own.
+        wait_until(lambda: b"rq.cli" in Path(f"/proc/{pid}/cmdline").read_bytes(), 30,
+                   message="the worker to exec")
+        environ = environ_of(pid)
     finally:
         group.stop()
     assert settings_in(environ) == set()

@@ -173,18 +173,21 @@ class TeamBoardMachine(RuleBasedStateMachine):
                                           self.store.get(n).status is MateStatus.WORKING]))
         self.take_turn_of(name)
 
-    @precondition(lambda self: bool(self.tokens))
-    @rule(data=st.data())
-    def claim(self, data: st.DataObject) -> None:
+    def turn_holder(self, data: st.DataObject) -> tuple[str, str, bool]:
+        """A teammate holding a turn, and mostly its turn's token; sometimes a revoked one."""
         name = data.draw(st.sampled_from(sorted(self.tokens)), label="teammate")
         stale = data.draw(st.integers(0, 5), label="stale token") == 0
-        tid = self.pick_task(data, TaskStatus.READY) if self.board else None
-        if tid is None:
-            return
+        return name, DEAD_TOKEN if stale else self.tokens[name], stale
+
+    @precondition(lambda self: bool(self.tokens) and bool(self.board))
+    @rule(data=st.data())
+    def claim(self, data: st.DataObject) -> None:
+        name, token, stale = self.turn_holder(data)
+        tid = self.pick_task(data, TaskStatus.READY)
         allowed = (not stale and self.board[tid].status is TaskStatus.READY
                    and fits(self.planned[tid], name))
         try:
-            self.tasks.claim(name, DEAD_TOKEN if stale else self.tokens[name], tid)
+            self.tasks.claim(name, token, tid)
         except StaleTurn:
             assert stale
         except TaskRefused:
@@ -197,14 +200,11 @@ class TeamBoardMachine(RuleBasedStateMachine):
             assert (self.board[tid].status, self.board[tid].claimed_by) == (
                 TaskStatus.IN_PROGRESS, name)
 
-    @precondition(lambda self: bool(self.tokens))
+    @precondition(lambda self: bool(self.tokens) and bool(self.board))
     @rule(data=st.data())
     def complete(self, data: st.DataObject) -> None:
-        name = data.draw(st.sampled_from(sorted(self.tokens)), label="teammate")
-        stale = data.draw(st.integers(0, 5), label="stale token") == 0
-        tid = self.pick_task(data, TaskStatus.IN_PROGRESS) if self.board else None
-        if tid is None:
-            return
+        name, token, stale = self.turn_holder(data)
+        tid = self.pick_task(data, TaskStatus.IN_PROGRESS)
         task = self.board[tid]
         allowed = (not stale and task.status is TaskStatus.IN_PROGRESS
                    and task.claimed_by == name)
@@ -213,8 +213,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
                    and self.open_deps(d) == [tid]}
         output = f"output of {tid} by {name} #{uuid.uuid4().hex[:6]}"
         try:
-            ready, _ = self.tasks.complete(name, DEAD_TOKEN if stale else self.tokens[name],
-                                           tid, output)
+            ready, _ = self.tasks.complete(name, token, tid, output)
         except StaleTurn:
             assert stale
         except TaskRefused:

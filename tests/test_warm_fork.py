@@ -89,9 +89,11 @@ def test_the_process_kept_for_the_next_job_goes_with_the_worker(
         name = f"q-{uuid.uuid4().hex[:8]}"
         queue = Queue(name, connection=redis.Redis.from_url(redis_server))
         with warm_fork_worker(redis_server, name, tmp_path / f"{how}.log") as worker:
-            run_all(queue, ["os.getpid"])
-            wait_until(lambda worker=worker: len(children(worker.pid)) == 1, 30,
-                       message="one process kept ready for the next job")
+            (job_pid,) = run_all(queue, ["os.getpid"])
+            # Until the job's own process has gone, it is a child too: the spare is the other.
+            wait_until(lambda worker=worker, job_pid=job_pid: len(
+                children(worker.pid) - {job_pid}) == 1 and job_pid not in children(worker.pid),
+                30, message="one process kept ready for the next job")
             (spare,) = children(worker.pid)
             if how == "killed":
                 os.kill(worker.pid, signal.SIGKILL)

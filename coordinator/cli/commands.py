@@ -175,8 +175,6 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
                    f"attempts={s.attempts}{replayed} {one_line(s.error, 500)}".rstrip())
 
 
-
-
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
     decide_plan(RunHandle.existing(connect(redis_url), run_id), approved, reason)
@@ -192,10 +190,6 @@ def cancel_command(redis_url: str, run_id: str) -> None:
         click.echo(f"run {run_id} cancelled")
     else:
         click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
-
-
-
-
 
 
 def export_command(redis_url: str, run_id: str, directory: Path, force: bool) -> None:

@@ -63,8 +63,11 @@ def cancel_run(run: RunHandle) -> bool:
     if not lease.try_acquire():
         return False
     try:
-        if store.state().finished:  # its coordinator finished it just before we took the lease
-            raise ConfigError(f"run {run.run_id} has already finished ({store.state().status})")
+        status = store.state().status
+        if status is RunStatus.CANCELLED:  # its coordinator obeyed, then let the lease go
+            return False
+        if status.finished:  # its coordinator finished it just before we took the lease
+            raise ConfigError(f"run {run.run_id} has already finished ({status})")
         _end_cancelled(run)
     finally:
         lease.release()
