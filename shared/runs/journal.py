@@ -62,8 +62,8 @@ class StepJournal:
     def steps_for(self, member_id: str, *, crashed: bool) -> list[RecordedStep]:
         """The recorded steps of `member_id`'s session, in order, when the attempt before this
         one died (`crashed`: reclaim.lua took its expired claim back, TaskState.reclaimed).
-        Else the journal is dropped: a released task
-        starts over by choice, and a handed-off one is another member's session."""
+        Else the journal is dropped: a released task starts over by choice, and a handed-off
+        one is another member's session."""
         if not crashed:  # nothing to read: only to drop, if there is one
             if self.conn.exists(self.keys.journal(self.task_id)):
                 self._run("reset")
