@@ -48,7 +48,8 @@ BENCHES = {
     "team_board": ("Team board at scale (10,000 tasks beside 100 idle teammates, then 400 "
                    "hand-outs; private redis-server)"),
     "planned_run": "Planned run at scale (5,000-task wide DAG, 8 workers)",
-    "memory": "Redis memory per planned task, bus message and idle teammate (private redis-server)",
+    "memory": ("Redis memory per planned task, bus message and idle teammate, and of a flooded "
+               "workspace (private redis-server)"),
     "idle_teammates": "1,000 idle teammates (4 workers, 60 s quiet window)",
     "concurrent_runs": "50 concurrent planned runs (20 tasks each, one Redis, 8 workers)",
     "dashboard": ("`teamctl dashboard`: Redis commands it adds with 50 live run pages open "
