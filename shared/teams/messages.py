@@ -3,7 +3,7 @@ that leave mail unread, and the team's event stream."""
 
 from __future__ import annotations
 
-from teamctl.shared.bus import LEAD, envelope_from_lua
+from teamctl.shared.bus import LEAD, entries_after, envelope_from_lua
 from teamctl.shared.envelopes import Envelope, SystemType
 from teamctl.shared.ids import BROADCAST
 from teamctl.shared.redis.connection import block_ms
@@ -16,8 +16,6 @@ PEEK_BATCH = 1000
 """Unread messages shown or injected at once (the rest come with the next model call)."""
 PEEK_PAGE = 32
 """Message bodies one team_peek script copies (each up to max_message_bytes)."""
-COUNT_PAGE = 1000
-"""Inbox ids one round trip counts."""
 
 
 class TeamMessages(TeamBase):
@@ -90,13 +88,7 @@ class TeamMessages(TeamBase):
     def unread_count(self, member: str) -> int:
         """How many messages wait unread in the member's inbox (ids only: no body is read)."""
         after = self.conn.hget(self.keys.read_offsets, member) or "0-0"
-        count = 0
-        while True:
-            ids = self.conn.xrange(self.keys.inbox(member), f"({after}", "+", count=COUNT_PAGE)
-            count += len(ids)
-            if len(ids) < COUNT_PAGE:
-                return count
-            after = ids[-1][0]
+        return entries_after(self.conn, self.keys.inbox(member), after)
 
     def kept(self, member: str) -> list[Envelope]:
         """Every message still in the member's inbox, read or not, in order (for export)."""
