@@ -19,7 +19,7 @@ from teamctl.coordinator.cli.app import (
     redis_url_option,
     workers_option,
 )
-from teamctl.coordinator.cli.team_commands import team_option
+from teamctl.coordinator.cli.team_commands import mcp_variables, renew_pool, team_option
 from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
@@ -106,18 +106,13 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
     from teamctl.shared.teams.teammates import DEFAULT_QUEUE
 
     queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
-    variables = {name for server in store.meta().mcp_servers for name in server.variables()}
     if embedded and not workers:
-        from teamctl.coordinator.local_workers.on_queues import ensure_pool
-        from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
-
-        ensure_pool(url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note,
-                    variables)
+        renew_pool(store, url, settings, queues)
         return
     if embedded:
         from teamctl.coordinator.local_workers.on_queues import retire_stale_pool
 
-        retire_stale_pool(url, queues, settings, note, variables)
+        retire_stale_pool(url, queues, settings, note, mcp_variables(store))
     if workers:
         stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
         return

@@ -80,7 +80,7 @@ def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
                           workspace_store=choose_store(settings.workspace_store, url))
         embedded = is_embedded(redis_url, settings)
         if wakes and embedded:
-            renew_pool(store, url, settings, [kwargs[queue_param]] if queue_param else [])
+            renew_for_verb(store, url, settings, [kwargs[queue_param]] if queue_param else [])
         if wakes or reconciles:
             store.scheduler.reconcile()
         result = fn(*args, store=store, settings=settings, **kwargs)
@@ -97,22 +97,34 @@ def turn_queues(store: TeamStore) -> list[str]:
     return sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
 
 
-def renew_pool(store: TeamStore, url: str, settings: Settings, more_queues: list[str]) -> None:
-    """The local pool on the team's queues (and `more_queues`), started or renewed for this
-    environment, its new workers registered: a turn enqueued next never runs on a worker
-    started without this command's keys."""
-    from teamctl.coordinator.local_workers.on_queues import ensure_pool
-    from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
+def renew_for_verb(store: TeamStore, url: str, settings: Settings,
+                   more_queues: list[str]) -> None:
+    """The local pool renewed on the team's turn queues and `more_queues` (spawn's --queue)
+    before a verb wakes a teammate; none for a team that does not exist (the verb says so)."""
     from teamctl.shared.ids import check_queue
 
     for queue in more_queues:
         check_queue(queue)  # a bad name is exit 2 before any worker starts on it
-    if not store.exists() and not more_queues:
-        return  # no such team (only spawn creates one): the verb says so, with no pool started
+    if store.exists() or more_queues:  # only spawn creates a team
+        renew_pool(store, url, settings, sorted({*turn_queues(store), *more_queues}))
+
+
+def renew_pool(store: TeamStore, url: str, settings: Settings, queues: list[str]) -> None:
+    """The local pool on `queues`, started or renewed for this environment (the team's MCP
+    variables count), its new workers registered: a turn enqueued next never runs on a worker
+    started without this command's keys."""
+    from teamctl.coordinator.local_workers.on_queues import ensure_pool
+    from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
+
+    ensure_pool(url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note,
+                mcp_variables(store))
+
+
+def mcp_variables(store: TeamStore) -> set[str]:
+    """The environment variables the team's MCP servers read (they set a worker's
+    environment apart as the provider keys do)."""
     servers = store.meta().mcp_servers if store.exists() else []
-    ensure_pool(url, sorted({*turn_queues(store), *more_queues}), DEFAULT_POOL_SIZE,
-                DEFAULT_IDLE_EXIT_S, settings, note,
-                {name for server in servers for name in server.variables()})
+    return {name for server in servers for name in server.variables()}
 
 
 def say_unserved(store: TeamStore) -> None:
