@@ -50,6 +50,22 @@ def run_args(llm: ScriptedLLM, redis_url: str, run_id: str, team: Path,
             *(["--json"] if as_json else [])]
 
 
+def awaiting_approval(llm: ScriptedLLM, redis_url: str, run_id: str, team_path: Path,
+                      models: dict[str, str], reaper: list[subprocess.Popen[bytes]],
+                      as_json: bool = False) -> subprocess.Popen[bytes]:
+    """`teamctl run` of a team whose plan needs approval (in `reaper`, stopped after the test),
+    once the plan awaits it (no terminal: it waits for `teamctl approve` or a cancel)."""
+    team = team_file(team_path, models, options={"require_plan_approval": True})
+    run = subprocess.Popen([*TEAMCTL, *run_args(llm, redis_url, run_id, team, as_json)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, start_new_session=True)
+    reaper.append(run)
+    store = RunStore(redis.Redis.from_url(redis_url, decode_responses=True), RunKeys(run_id))
+    wait_until(lambda: store.exists() and store.state().status == "awaiting_approval", 90,
+               message="the plan to await approval")
+    return run
+
+
 def answer_out(done: subprocess.CompletedProcess[str], as_json: bool) -> str | None:
     """What stdout holds of the answer: the text printed, or the JSON's `output`."""
     return json.loads(done.stdout)["output"] if as_json else done.stdout
@@ -287,14 +303,8 @@ def test_a_cancelled_run_says_it_was_cancelled_and_that_there_is_no_answer(
         group_reaper: list[subprocess.Popen[bytes]]) -> None:  # noqa: F811  (the fixture)
     """Cancelled while its plan awaits approval: no task ran, nothing was synthesized."""
     models = script_run(llm, run_id, TWO_TASKS, synth=None)
-    team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
-    run = subprocess.Popen([*TEAMCTL, *run_args(llm, workers, run_id, team, as_json)],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, start_new_session=True)
-    group_reaper.append(run)
-    store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
-    wait_until(lambda: store.exists() and store.state().status == "awaiting_approval", 90,
-               message="the plan to await approval")
+    run = awaiting_approval(llm, workers, run_id, tmp_path / "t.toml", models, group_reaper,
+                            as_json)
 
     cancel = teamctl("cancel", run_id, "--redis-url", workers)
 
@@ -343,14 +353,7 @@ def test_a_plan_awaiting_approval_shows_its_plan_and_the_commands_that_decide_it
         group_reaper: list[subprocess.Popen[bytes]]) -> None:  # noqa: F811  (the fixture)
     """`status` shows the plan and commands that work pasted into this shell, on this Redis."""
     models = script_run(llm, run_id, TWO_TASKS)
-    team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
-    run = subprocess.Popen([*TEAMCTL, *run_args(llm, workers, run_id, team)],
-                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, start_new_session=True)
-    group_reaper.append(run)
-    store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
-    wait_until(lambda: store.exists() and store.state().status == "awaiting_approval", 90,
-               message="the plan to await approval")
+    run = awaiting_approval(llm, workers, run_id, tmp_path / "t.toml", models, group_reaper)
 
     status = teamctl("status", run_id, "--redis-url", workers)
 

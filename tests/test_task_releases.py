@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.task_records import TaskStatus
@@ -31,6 +31,20 @@ CALLS_PER_HOLD = 2
 def calls(llm: ScriptedLLM, name: str) -> int:
     """The model calls the scripted model `name` answered."""
     return len(llm.requests[name])
+
+
+def run_one_member(llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path,
+                   plan: dict[str, Any], member: Any, *flags: str) -> Result:
+    """`teamctl run --json` of a one-member team (m1, answered by the handler `member`) on the
+    session's workers, with `flags`."""
+    team = team_file(tmp_path / "team.toml",
+                     {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+                      "synth": llm.script(f"synth-{run_id}", ["the synthesis"])},
+                     team_id="tools",
+                     members=[{"id": "m1", "model": llm.script(f"m1-{run_id}", handler=member)}])
+    return CliRunner().invoke(main, [
+        "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
+        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json", *flags])
 
 
 def test_a_task_two_teammates_never_finish_fails_after_max_task_releases(
@@ -111,15 +125,8 @@ def test_a_planned_task_released_past_max_task_releases_fails_and_blocks_its_dep
         return ToolCalls([("team_release_task", {"taskId": "task_1", "reason": "not mine"})])
 
     member = f"m1-{run_id}"
-    team = team_file(tmp_path / "team.toml",
-                     {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
-                      "synth": llm.script(f"synth-{run_id}", ["nothing shipped"])},
-                     team_id="tools",
-                     members=[{"id": "m1", "model": llm.script(member, handler=release)}])
-    result = CliRunner().invoke(main, [
-        "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json",
-        "--max-task-releases", "2"])
+    result = run_one_member(llm, workers, run_id, tmp_path, PLAN, release,
+                            "--max-task-releases", "2")
     out = json.loads(result.stdout)
     states = {s["task_id"]: s for s in out["task_states"]}
     error = "released 2 times (max_task_releases), given up in turn by m1, m1, m1"
@@ -146,15 +153,7 @@ def test_a_release_saying_claim_expired_is_a_release_not_a_crash(
         return "done"
 
     plan = {"tasks": [{"id": "task_1", "memberId": "m1", "task": "Collect notes"}]}
-    member = f"m1-{run_id}"
-    team = team_file(tmp_path / "team.toml",
-                     {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
-                      "synth": llm.script(f"synth-{run_id}", ["notes collected"])},
-                     team_id="tools",
-                     members=[{"id": "m1", "model": llm.script(member, handler=release_once)}])
-    result = CliRunner().invoke(main, [
-        "run", "Collect", "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json"])
+    result = run_one_member(llm, workers, run_id, tmp_path, plan, release_once)
     assert result.exit_code == 0, result.output
 
     # Two attempts, each with its own model call; the second began a fresh session.
