@@ -3,10 +3,12 @@
     TeamError
     ├── ConfigError        the user's input or configuration (exit 2)
     ├── ModelError         the model misbehaved or its provider failed
-    │   └── CredentialsError   the provider's credentials are missing or were rejected
+    │   ├── CredentialsError   the provider's credentials are missing or were rejected
+    │   └── ModelUnavailable   this model cannot answer now: a fallback model may
     ├── InfraError         Redis, workers or the machine
     │   └── UnreadableRecord   a record in Redis does not parse (one run, not all)
     ├── RunFailed          a run ended without success (exit 1)
+    │   ├── BudgetSpent    the budget cannot cover the next call: the run or team pauses
     │   └── Interrupted    the process driving it was asked to stop (Ctrl-C, a timeout)
     └── NothingToShow      a command that only reads found no embedded Redis running (exit 0)
 
@@ -40,6 +42,22 @@ class CredentialsError(ModelError):
     it, so it is never retried; the message names the variable to set."""
 
 
+class ModelUnavailable(ModelError):
+    """A model that cannot answer now, for a reason a fallback model may not share: its
+    retries were spent on 429s, 5xx or timeouts, the request exceeds its context window, its
+    provider refused the content, or its account is paused past the caller's wait limit."""
+
+    def __init__(self, message: str, *, model: str, reason: str) -> None:
+        super().__init__(message)
+        self.model = model
+        self.reason = reason
+        """One of UNAVAILABLE_REASONS."""
+
+
+UNAVAILABLE_REASONS = ("retries_spent", "context_window", "content_policy", "paused")
+"""Why a model was unavailable (ModelUnavailable.reason)."""
+
+
 class InfraError(TeamError):
     """Redis, RQ or a local process is unavailable or misbehaving."""
 
@@ -67,6 +85,11 @@ def unreadable(what: str, exc: Exception) -> UnreadableRecord:
 
 class RunFailed(TeamError):
     """A run could not finish (planner error, rejected plan, lease lost)."""
+
+
+class BudgetSpent(RunFailed):
+    """The budget of a run or team cannot cover the next model call (its worst case was not
+    reserved): the call is not made, and the run or team pauses until the budget is raised."""
 
 
 class Interrupted(RunFailed):

@@ -17,7 +17,7 @@ from typing import Any
 
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
 from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
-from teamctl.shared.errors import CredentialsError, ModelError
+from teamctl.shared.errors import CredentialsError, ModelError, ModelUnavailable
 from teamctl.shared.log_lines import LITELLM_LOGGERS, adopt_loggers
 from teamctl.shared.text import one_line
 
@@ -192,9 +192,14 @@ class ModelClient:
 
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None,
-                 api_base: str | None = None) -> ModelReply:
-        """One model turn; retries 429, 5xx and timeouts, then raises ModelError
-        (CredentialsError at once when the provider's credentials are missing or rejected)."""
+                 api_base: str | None = None, wait_limit_s: float | None = None) -> ModelReply:
+        """One model turn; retries 429, 5xx and timeouts, then raises ModelUnavailable (as at
+        once for a context-window or content-policy refusal), other refusals ModelError
+        (CredentialsError at once when the provider's credentials are missing or rejected).
+
+        `wait_limit_s`: how long this call may wait for its provider's account before it
+        raises ModelUnavailable("paused") instead (a caller with a fallback model sets it).
+        """
         litellm = load_litellm()
         kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": self.timeout_s,
                                   "num_retries": 0, "max_retries": 0}
@@ -209,15 +214,24 @@ class ModelClient:
                 kwargs["api_key"] = NO_KEY
         for attempt in range(self.max_retries + 1):
             try:
-                return _reply(litellm, litellm.completion(**kwargs))
+                return _reply(litellm, litellm.completion(**kwargs)).model_copy(
+                    update={"model": model})
             except Exception as exc:  # litellm raises many exception types; classify below
                 # No retry can fix credentials: only the environment of a restarted worker can.
                 bad_credentials = credentials_error(litellm, model, exc, self.keys_in,
                                                     sent_no_key=kwargs.get("api_key") == NO_KEY)
                 if bad_credentials is not None:
                     raise bad_credentials from exc
-                if attempt >= self.max_retries or not _retryable(exc):
+                refusal = _refusal(litellm, exc)
+                if refusal is not None:
+                    raise ModelUnavailable(f"model {model} refused the request ({refusal}): "
+                                           f"{_describe(exc)}", model=model,
+                                           reason=refusal) from exc
+                if not _retryable(exc):
                     raise ModelError(f"model {model} failed: {_describe(exc)}") from exc
+                if attempt >= self.max_retries:
+                    raise ModelUnavailable(f"model {model} failed: {_describe(exc)}",
+                                           model=model, reason="retries_spent") from exc
                 delay_s = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
                 delay_s *= 0.5 + random.random() / 2
                 # A provider that says when to come back is believed, within reason.
@@ -303,6 +317,16 @@ def _provider_text(exc: Exception, names: tuple[str, ...]) -> str:
         if len(value) >= 4:  # a shorter "key" would only mangle the text
             text = text.replace(value, f"<{name}>")
     return one_line(text, PROVIDER_TEXT_CHARS) or type(exc).__name__
+
+
+def _refusal(litellm: Any, exc: Exception) -> str | None:
+    """"context_window" or "content_policy" when the provider refused the request for a reason
+    another model may not share (litellm maps each provider's wording to these classes)."""
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return "context_window"
+    if isinstance(exc, litellm.ContentPolicyViolationError):
+        return "content_policy"
+    return None
 
 
 def _retryable(exc: Exception) -> bool:

@@ -44,5 +44,8 @@ class ModelReply(BaseModel):
     content: str | None = None
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
+    model: str | None = None
+    """The model string that was called and answered (a fallback's, when the primary could
+    not): what transcripts, status, events and per-model usage name."""
     response_model: str | None = Field(None, exclude=True)
     """The model that answered, as the provider names it (for traces; not kept with a reply)."""
