@@ -23,9 +23,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -120,3 +122,54 @@ def _stop(katan: Katan) -> None:
         except subprocess.TimeoutExpired:
             os.kill(katan.process.pid, signal.SIGKILL)
             katan.process.wait(STOP_TIMEOUT_S)
+
+
+LIMIT_HEADERS = {
+    "retry-after": "2", "retry-after-ms": "1500",
+    "x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "99",
+    "x-ratelimit-reset-requests": "1s", "x-ratelimit-limit-tokens": "1000",
+    "x-ratelimit-remaining-tokens": "900", "x-ratelimit-reset-tokens": "6m0s",
+    "anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "49",
+    "anthropic-ratelimit-requests-reset": "2026-12-06T07:00:00Z",
+    "anthropic-ratelimit-tokens-limit": "8000", "anthropic-ratelimit-tokens-remaining": "7000",
+}
+"""Every rate-limit header a family's provider may send (OpenAI's and Azure's x-ratelimit-*,
+Anthropic's anthropic-ratelimit-*, Retry-After and retry-after-ms): llm-katan sends none."""
+
+
+@contextmanager
+def with_limit_headers(target: str) -> Iterator[str]:
+    """A loopback proxy in front of llm-katan at `target` that adds LIMIT_HEADERS to each of its
+    replies, success or failure; yields its base URL. Stopped (and its thread joined) after."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _forwarding_to(target))
+    thread = threading.Thread(target=server.serve_forever, name="limit-headers", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(STOP_TIMEOUT_S)
+
+
+def _forwarding_to(target: str) -> type[BaseHTTPRequestHandler]:
+    """A handler class that forwards each POST to `target` and adds LIMIT_HEADERS."""
+
+    class Forward(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802  (http.server's naming)
+            body = self.rfile.read(int(self.headers.get("content-length") or 0))
+            headers = {k: v for k, v in self.headers.items()
+                       if k.lower() not in ("host", "content-length")}
+            answer = httpx.post(target + self.path, content=body, headers=headers, timeout=30)
+            self.send_response(answer.status_code)
+            self.send_header("content-type", "application/json")
+            for name, value in LIMIT_HEADERS.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(answer.content)))
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        def log_message(self, *args: object) -> None:
+            """Quiet: llm-katan logs each request already."""
+
+    return Forward
