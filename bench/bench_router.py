@@ -136,23 +136,36 @@ def shared_rpm(llm: ScriptedLLM, rpm: int, calls: int) -> list[BenchFigure]:
     ]
 
 
+FULL_CALLS, FULL_RPM = 300, 20
+SMOKE_CALLS, SMOKE_RPM = 10, 4
+
+
+def figures(smoke: bool = False) -> list[BenchFigure]:
+    """The report's section (scripts/bench): the default sizes, or the smoke pass's."""
+    return run(SMOKE_CALLS if smoke else FULL_CALLS, SMOKE_RPM if smoke else FULL_RPM)
+
+
+def run(calls: int, rpm: int) -> list[BenchFigure]:
+    """Both measurements against one scripted server, started here and stopped after."""
+    llm = ScriptedLLM()
+    llm.start()
+    try:
+        return overhead(llm, calls) + shared_rpm(llm, rpm, rpm)
+    finally:
+        llm.stop()
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--rpm", type=int, default=20)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=FULL_CALLS)
+    parser.add_argument("--rpm", type=int, default=FULL_RPM)
     parser.add_argument("--child", nargs=5, metavar=("REDIS", "BASE", "MODEL", "RPM", "CALLS"))
     args = parser.parse_args()
     if args.child:
         url, base, model, rpm, calls = args.child
         child(url, base, model, int(rpm), int(calls))
         return 0
-    llm = ScriptedLLM()
-    llm.start()
-    try:
-        rows = overhead(llm, args.calls) + shared_rpm(llm, args.rpm, args.rpm)
-    finally:
-        llm.stop()
-    return print_figures(rows)
+    return print_figures(run(args.calls, args.rpm))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ BENCHES = {
     "dashboard": ("`teamctl dashboard`: Redis commands it adds with 50 live run pages open "
                   "(private redis-server)"),
     "soak": "Soak, compressed (30 min of short runs and teammate turns, 4 workers)",
+    "router": ("litellm's Router: per-call cost beside litellm.completion, and one rpm limit "
+               "across two processes on one Redis (scripted server, private redis-server)"),
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
 SMOKE_NOTE = ("Smoke pass (`--smoke`): every benchmark once at a tiny size, to show that it runs "
