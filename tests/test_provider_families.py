@@ -178,7 +178,7 @@ def test_504_past_the_first_request_spends_the_retries(tmp_path: Path, name: str
 def test_503_while_another_call_holds_the_only_slot(tmp_path: Path, name: str) -> None:
     """`--max-inflight 1`: a second call while a slow first one is in flight gets 503, is
     retried, and is answered once the first is done."""
-    with llm_katan(tmp_path, "--max-inflight", "1", "--latency-ms", "1500") as server:
+    with llm_katan(tmp_path, "--max-inflight", "1", "--latency-ms", "3000") as server:
         model = MODELS[name]
         first = threading.Thread(target=client().complete, args=(
             model, [{"role": "user", "content": "slow"}]), kwargs={"api_base": server.url})
@@ -192,7 +192,7 @@ def test_503_while_another_call_holds_the_only_slot(tmp_path: Path, name: str) -
         assert raised.value.reason == "retries_spent"
         assert "service overloaded" in str(raised.value)
         # With retries that outlast the first call, the same call is answered.
-        patient = ModelClient(provider_keys=(), timeout_s=30, max_retries=8,
+        patient = ModelClient(provider_keys=(), timeout_s=30, max_retries=12,
                               backoff_base_s=0.25, backoff_max_s=1.0)
         answer = patient.complete(model, [{"role": "user", "content": "later"}],
                                   api_base=server.url)
