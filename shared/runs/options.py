@@ -18,6 +18,14 @@ from teamctl.shared.workspace_caps import (
 )
 
 DEFAULT_MAX_ROUNDS = 64
+DEFAULT_FALLBACK_AFTER_S = 10.0
+"""A provider's pause after a 429 is mostly seconds (a per-second or per-minute bucket
+refilling): waiting that out keeps the primary model; a longer pause (a spent quota, an
+outage) costs more than the fallback's answer, so the call moves on."""
+DEFAULT_FALLBACK_COOLDOWN_S = 30.0
+"""Long enough that a primary down for minutes costs its full retries about once per half
+minute per model, not on every call; short enough that a run is back on it soon after it
+recovers."""
 
 
 MAX_DURATION_S = 7 * 24 * 3600
@@ -104,6 +112,12 @@ class RunOptions(BaseModel):
     model_max_retries: int = Field(3, ge=0, le=100)
     """Retries of a model call that failed for a passing reason (a timeout, a rate limit, a 5xx
     answer), with backoff."""
+    fallback_after_s: float = Field(DEFAULT_FALLBACK_AFTER_S, ge=0, le=MAX_DURATION_S)
+    """How long a call with a fallback model left waits for its model's paused provider
+    account (after a 429) before it moves on to the next model."""
+    fallback_cooldown_s: float = Field(DEFAULT_FALLBACK_COOLDOWN_S, ge=0, le=MAX_DURATION_S)
+    """After a model's retries were spent, how long calls that have another model skip it
+    (shared by every worker, per model and API base); then one call probes it again."""
     max_message_bytes: int = Field(65536, ge=1, le=16 * 1024 * 1024)
     """Largest message on the bus, every field counted; a larger one is refused (a tool error
     for a member, exit 2 for `teamctl send`)."""
