@@ -8,6 +8,14 @@ from pydantic import AfterValidator
 
 MODEL_NAME_MAX_CHARS = 200
 """Longest model string teamctl takes (litellm's are far shorter)."""
+DEFAULT_FALLBACK_AFTER_S = 10.0
+"""A provider's pause after a 429 is mostly seconds (a per-second or per-minute bucket
+refilling): waiting that out keeps the primary model; a longer pause (a spent quota, an
+outage) costs more than the fallback's answer, so the call moves on."""
+DEFAULT_FALLBACK_COOLDOWN_S = 30.0
+"""Long enough that a primary down for minutes costs its full retries about once per half
+minute per model, not on every call; short enough that a run is back on it soon after it
+recovers."""
 MAX_FALLBACKS = 8
 """Most fallback models one role lists: each is tried in turn, so more only adds waiting."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from teamctl.shared.agent.model_names import DEFAULT_FALLBACK_AFTER_S, DEFAULT_FALLBACK_COOLDOWN_S
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
 from teamctl.shared.workspace_caps import (
@@ -18,14 +19,6 @@ from teamctl.shared.workspace_caps import (
 )
 
 DEFAULT_MAX_ROUNDS = 64
-DEFAULT_FALLBACK_AFTER_S = 10.0
-"""A provider's pause after a 429 is mostly seconds (a per-second or per-minute bucket
-refilling): waiting that out keeps the primary model; a longer pause (a spent quota, an
-outage) costs more than the fallback's answer, so the call moves on."""
-DEFAULT_FALLBACK_COOLDOWN_S = 30.0
-"""Long enough that a primary down for minutes costs its full retries about once per half
-minute per model, not on every call; short enough that a run is back on it soon after it
-recovers."""
 
 
 MAX_DURATION_S = 7 * 24 * 3600

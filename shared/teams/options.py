@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from teamctl.shared.agent.mcp_config import check_entries, split_entry
-from teamctl.shared.agent.model_names import Fallbacks
+from teamctl.shared.agent.model_names import (
+    DEFAULT_FALLBACK_AFTER_S,
+    DEFAULT_FALLBACK_COOLDOWN_S,
+    Fallbacks,
+)
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
-from teamctl.shared.runs.options import DEFAULT_FALLBACK_AFTER_S, DEFAULT_FALLBACK_COOLDOWN_S
 from teamctl.shared.workspace_caps import (
     DEFAULT_FILE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_BYTES,
