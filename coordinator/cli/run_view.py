@@ -151,8 +151,9 @@ def answered_text(model: str | None, fallback_from: str | None) -> str:
 
 
 def model_usage_lines(result: RunResult) -> list[str]:
-    """Usage per model, when more than one model answered the run's calls."""
-    if len(result.usage_by_model) < 2:
+    """Usage per model, once a fallback answered some call (roles' own models differing is
+    the usual case, not worth the lines)."""
+    if not any(share.fallback_calls for share in result.usage_by_model.values()):
         return []
     return ["usage by model:"] + [
         f"  {model}: {usage_text(share.usage)}, {counted(share.calls, 'call')}"
