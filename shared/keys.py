@@ -177,7 +177,7 @@ class KeySpace(ABC):
     def model_usage(self) -> str:
         """Hash: usage per model that answered (`MODEL prompt_tokens`, `MODEL completion_tokens`,
         `MODEL cost_usd`, `MODEL calls`, `MODEL fallback_calls`, `MODEL unpriced`): the
-        breakdown of `usage` (shared/agent/fallbacks.py ModelLedger)."""
+        breakdown of `usage` (shared/agent/model_usage.py; written by fallbacks.py ModelLedger)."""
         return f"{self.base}:usage:models"
 
     def all_patterns(self) -> str:

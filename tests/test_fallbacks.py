@@ -20,9 +20,9 @@ from teamctl.shared.agent.fallbacks import (
     FallbackCaller,
     FallbackNote,
     ModelLedger,
-    usage_by_model,
 )
 from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.errors import ConfigError, ModelError, ModelUnavailable
 from teamctl.shared.keys import RunKeys, TeamKeys, model_cooldown
 from teamctl.shared.runs.run_config import choose_models
@@ -192,6 +192,9 @@ def test_a_teammate_turn_falls_back(workers: str, wconn: redis.Redis, llm: Scrip
     assert [fields["detail"] for _, fields in events if fields.get("status") == FALLBACK_STATUS
             ] == [f"answered by fallback {backup} after {primary} (context_window)"]
     assert usage_by_model(wconn, TeamKeys(team))[backup].fallback_calls == 1
+    listed = CliRunner().invoke(main, ["teams", "--json", "--redis-url", workers])
+    [row] = [row for row in json.loads(listed.stdout) if row["team"] == team]
+    assert row["usage_by_model"][backup]["fallback_calls"] == 1
 
 
 def test_the_lead_grants_only_fallbacks_it_was_granted(conn: redis.Redis, team: str,
@@ -249,3 +252,10 @@ def test_a_bad_fallback_flag_exits_2_with_one_line(tmp_path: Path) -> None:
     assert result.output.strip() == ("teamctl: --fallback-model: model 'a,b': a model string "
                                      "has no spaces or commas (e.g. "
                                      "anthropic/claude-3-5-haiku-latest)")
+
+
+def test_the_python_api_checks_fallbacks_as_a_team_file() -> None:
+    from teamctl import Team
+
+    with pytest.raises(ConfigError, match="Team\\(...\\): fallbacks: Value error, model 'a b'"):
+        Team(fallbacks=["a b"])

@@ -26,6 +26,7 @@ from teamctl.coordinator.cli.app import (
 )
 from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.teams.team_lines import request_line, task_line
+from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.hosts import this_host
@@ -154,7 +155,9 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
                      "completion_tokens": usage.completion_tokens,
                      "cost_usd": usage.cost_usd, "unpriced": usage.unpriced,
                      "max_tokens": options.max_tokens, "max_cost_usd": options.max_cost_usd,
-                     "budget_exceeded": usage.budget_exceeded})
+                     "budget_exceeded": usage.budget_exceeded,
+                     "usage_by_model": {model: share.model_dump() for model, share
+                                        in usage_by_model(conn, store.keys).items()}})
         lines.append(team_line(rows[-1], usage))
     if as_json:
         click.echo(json.dumps(rows, indent=2))

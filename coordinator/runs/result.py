@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from teamctl.shared.agent.fallbacks import usage_by_model
+from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.handle import RunHandle

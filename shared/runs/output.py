@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Discriminator, Field, TypeAdapter
-from teamctl.shared.agent.fallbacks import ModelUsage
+from teamctl.shared.agent.model_usage import ModelUsage
 from teamctl.shared.agent.replies import ModelReply, Usage
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.runs.run_records import RunStatus
