@@ -186,12 +186,16 @@ def test_a_teammate_turn_falls_back(workers: str, wconn: redis.Redis, llm: Scrip
                  "--fallback-model", backup).exit_code == 0
 
     wait_until(lambda: store.get("ann").status is MateStatus.IDLE, message="ann's turn")
-    assert store.get("ann").fallbacks == [backup] and store.get("ann").last_error is None
+    ann = store.get("ann")
+    assert ann.fallbacks == [backup] and ann.last_error is None
+    assert (ann.answered_model, ann.fallback_from) == (backup, primary)
     assert store.memory("ann")[-1]["content"] == "done on the backup"
     events = wconn.xrange(TeamKeys(team).events)
     assert [fields["detail"] for _, fields in events if fields.get("status") == FALLBACK_STATUS
             ] == [f"answered by fallback {backup} after {primary} (context_window)"]
     assert usage_by_model(wconn, TeamKeys(team))[backup].fallback_calls == 1
+    shown = CliRunner().invoke(main, ["team", "list", "-t", team, "--redis-url", workers])
+    assert f"done (last call answered by fallback {backup})" in shown.output
     listed = CliRunner().invoke(main, ["teams", "--json", "--redis-url", workers])
     [row] = [row for row in json.loads(listed.stdout) if row["team"] == team]
     assert row["usage_by_model"][backup]["fallback_calls"] == 1

@@ -39,6 +39,7 @@ from teamctl.shared.teams.team_store import TeamStore, list_teams
 from teamctl.shared.teams.teammates import (
     DEFAULT_QUEUE,
     MateStatus,
+    Teammate,
     load_mate_python_tools,
     team_workspace,
 )
@@ -277,9 +278,16 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
         click.echo(f"no teammates in team {store.team} yet", err=sys.stderr.isatty())
         return
     rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
-             one_line(mate.idle_reason, 80)) for mate in mates]
+             one_line(mate.idle_reason, 80) + fallback_note(mate)) for mate in mates]
     for line in table_lines(("name", "status", "role", "detail"), rows):
         click.echo(line)
+
+
+def fallback_note(mate: Teammate) -> str:
+    """What `team list` adds when a fallback model answered the teammate's last call."""
+    if not mate.fallback_from:
+        return ""
+    return f" (last call answered by fallback {mate.answered_model})"
 
 
 @team_group.command("send")

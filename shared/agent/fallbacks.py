@@ -73,13 +73,16 @@ class Cooldowns:
 
 
 class ModelLedger:
-    """Usage per answering model of one run or team (its `model_usage` hash), and on a task
-    (`task_key`) the model that answered its last call and the primary it fell back from."""
+    """Usage per answering model of one run or team (its `model_usage` hash), and on a record
+    (a task's hash, a teammate's) the model that answered its last call, in `answered_field`,
+    and the primary it fell back from (`fallback_from`, '' when the primary answered)."""
 
-    def __init__(self, conn: redis.Redis, keys: KeySpace, task_key: str | None = None) -> None:
+    def __init__(self, conn: redis.Redis, keys: KeySpace, task_key: str | None = None,
+                 answered_field: str = "model") -> None:
         self.conn = conn
         self.keys = keys
         self.task_key = task_key
+        self.answered_field = answered_field
 
     def record(self, reply: ModelReply, primary: str) -> None:
         """Add one answered call's usage under the model that answered it."""
@@ -96,7 +99,7 @@ class ModelLedger:
             pipe.hset(hash_key, f"{model} unpriced", 1)
         if self.task_key:
             pipe.hset(self.task_key, mapping={
-                "model": model, "fallback_from": primary if model != primary else ""})
+                self.answered_field: model, "fallback_from": primary if model != primary else ""})
         pipe.execute()
 
 

@@ -12,6 +12,7 @@ from teamctl.shared.agent.fallbacks import (
     ModelLedger,
     WaitingClient,
 )
+from teamctl.shared.bus import LEAD
 from teamctl.shared.teams.team_store import TeamStore
 
 EVENTS_MAXLEN = 10_000
@@ -32,6 +33,10 @@ def team_caller(store: TeamStore, client: WaitingClient, who: str,
                                             "detail": note.text()},
                         maxlen=EVENTS_MAXLEN, approximate=True)
 
+    # A teammate's record names the model that answered its last call (its `model` field is
+    # the one it was given); the lead has no record of that kind.
+    record = store.keys.mate(who) if who != LEAD else None
     return FallbackCaller(client, fallbacks, options.fallback_after_s,
                           Cooldowns(store.conn, options.fallback_cooldown_s),
-                          ModelLedger(store.conn, store.keys), on_fallback=fell_back)
+                          ModelLedger(store.conn, store.keys, record, "answered_model"),
+                          on_fallback=fell_back)

@@ -115,6 +115,10 @@ class Teammate(BaseModel):
     then its Python tools (`module:function`)."""
     fallbacks: HashCsv = Field(default_factory=list)
     """Models its calls try in order when its own cannot answer (comma-separated)."""
+    answered_model: HashText = None
+    """The model that answered its last model call (shared/agent/fallbacks.py)."""
+    fallback_from: HashText = None
+    """Its own model, when a fallback answered that call; None when its own did."""
     mcp: HashCsv = Field(default_factory=list)
     """Its MCP entries: a server of the team's `mcp_servers` ('git', every tool) or one tool
     ('git:git_log')."""

@@ -46,6 +46,7 @@ redis.call('HSET', KEYS[1], 'name', ARGV[1], 'role', ARGV[2], 'prompt', ARGV[3],
   'model', ARGV[4], 'api_base', ARGV[5], 'queue', ARGV[6], 'status', 'working',
   'turn_token', '', 'attempts', 0, 'last_seen_ms', now, 'idle_reason', '', 'last_error', '',
   'worker', '', 'shutdown_request', '', 'plan_state', ARGV[9], 'plan_request', '',
-  'tools', ARGV[10], 'workspace', ARGV[11], 'mcp', ARGV[12], 'fallbacks', ARGV[13])
+  'tools', ARGV[10], 'workspace', ARGV[11], 'mcp', ARGV[12], 'fallbacks', ARGV[13],
+  'answered_model', '', 'fallback_from', '')
 mate_event(KEYS[5], ARGV[1], 'working', 'spawned')
 return 'ok'
