@@ -263,3 +263,43 @@ def test_the_python_api_checks_fallbacks_as_a_team_file() -> None:
 
     with pytest.raises(ConfigError, match="Team\\(...\\): fallbacks: Value error, model 'a b'"):
         Team(fallbacks=["a b"])
+
+
+class WaitRecorder(ModelClient):
+    """ModelClient, noting the wait limit each call was given (what the limiter honours)."""
+
+    def __init__(self) -> None:
+        super().__init__(provider_keys=(), max_retries=0)
+        self.limits: list[tuple[str, float | None]] = []
+
+    def complete(self, model: str, messages: list[dict[str, Any]], *,
+                 tools: list[dict[str, Any]] | None = None, api_base: str | None = None,
+                 wait_limit_s: float | None = None) -> Any:
+        self.limits.append((model, wait_limit_s))
+        return super().complete(model, messages, tools=tools, api_base=api_base,
+                                wait_limit_s=wait_limit_s)
+
+
+def test_only_a_model_with_another_after_it_waits_at_most_fallback_after_s(
+        llm: ScriptedLLM, run_id: str) -> None:
+    primary = llm.script(f"primary-{run_id}", [HttpError(503)])
+    backup = llm.script(f"backup-{run_id}", ["answered"])
+    client = WaitRecorder()
+    fallbacks = FallbackCaller(client, [backup], 2.5)
+    assert ask(fallbacks, primary, llm) == backup
+    # The last model may wait for its account as long as the call may: nothing comes after it.
+    assert client.limits == [(primary, 2.5), (backup, None)]
+
+
+def test_the_lead_falls_back(redis_url: str, conn: redis.Redis, llm: ScriptedLLM,
+                             team: str) -> None:
+    primary = llm.script(f"lead-{team}", [CONTENT_POLICY])
+    backup = llm.script(f"lead-backup-{team}", ["noted"])
+    result = CliRunner().invoke(main, [
+        "lead", "-t", team, "--redis-url", redis_url, "--workers", "0", "--model", primary,
+        "--api-base", llm.api_base, "--fallback-model", backup, "-m", "Hello."])
+    assert result.exit_code == 0, result.output
+    assert "noted" in result.output
+    events = conn.xrange(TeamKeys(team).events)
+    assert [(f["mate"], f["detail"]) for _, f in events if f.get("status") == FALLBACK_STATUS
+            ] == [("lead", f"answered by fallback {backup} after {primary} (content_policy)")]
