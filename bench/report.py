@@ -54,6 +54,8 @@ BENCHES = {
     "concurrent_runs": "50 concurrent planned runs (20 tasks each, one Redis, 8 workers)",
     "dashboard": ("`teamctl dashboard`: Redis commands it adds with 50 live run pages open "
                   "(private redis-server)"),
+    "fallback": ("Fallback models (the primary answers 503 for a minute, then recovers; "
+                 "litellm over HTTP, private redis-server)"),
     "soak": "Soak, compressed (30 min of short runs and teammate turns, 4 workers)",
     "router": ("litellm's Router: per-call cost beside litellm.completion, and one rpm limit "
                "across two processes on one Redis (scripted server, private redis-server)"),

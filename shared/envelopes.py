@@ -39,6 +39,9 @@ class SystemType(StrEnum):
     PLAN_APPROVED = "plan.approved"
     PLAN_REJECTED = "plan.rejected"
     HOOK_ERROR = "hook.error"
+    MODEL_FALLBACK = "model.fallback"
+    """From `system` to lead in a run: a member's model call was answered by a fallback model
+    (which, and why each model before it was passed over)."""
     INBOX_SUMMARY = "inbox.summary"
     """To a team's lead from `system`: the oldest unread notices past lead_inbox_max_messages,
     folded into one (counts by type, the teammates and tasks named; lead_inbox_fold.lua)."""

@@ -173,6 +173,13 @@ class KeySpace(ABC):
         to fetch) and `floor` (the highest version of a dropped record: none is used again)."""
         return f"{self.base}:files_info"
 
+    @property
+    def model_usage(self) -> str:
+        """Hash: usage per model that answered (`MODEL prompt_tokens`, `MODEL completion_tokens`,
+        `MODEL cost_usd`, `MODEL calls`, `MODEL fallback_calls`, `MODEL unpriced`): the
+        breakdown of `usage` (shared/agent/model_usage.py; written by fallbacks.py ModelLedger)."""
+        return f"{self.base}:usage:models"
+
     def all_patterns(self) -> str:
         """A SCAN pattern matching every key of the space."""
         return f"{self.base}:*"
@@ -393,3 +400,11 @@ class TeamKeys(KeySpace):
         """String: set once every task of the team has its ready lane (teams created before
         lanes existed are indexed on their first hand-out)."""
         return f"{self.base}:ready:indexed"
+
+
+def model_cooldown(model: str, api_base: str | None) -> str:
+    """String with TTL (fallback_cooldown_s): a model whose retries were just spent at this API
+    base, which calls that have a fallback skip until it expires (every run and team alike: it
+    is the provider that is down). A digest: model strings and URLs are free text."""
+    digest = hashlib.sha256(f"{model}\0{api_base or ''}".encode()).hexdigest()[:32]
+    return f"{PREFIX}:fallback:cooldown:{digest}"

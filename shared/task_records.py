@@ -121,6 +121,10 @@ class TaskState(BaseModel):
     """The last claim was taken back because its attempt died (its heartbeat expired): set by
     reclaim.lua alone, cleared by any other requeue; the next attempt replays the journal."""
     usage: Usage = Field(default_factory=Usage)
+    model: HashText = None
+    """The model that answered the task's last model call (shared/agent/fallbacks.py)."""
+    fallback_from: HashText = None
+    """The member's own model when a fallback answered that call; None when it answered."""
 
     @property
     def terminal(self) -> bool:

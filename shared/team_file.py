@@ -26,6 +26,7 @@ from teamctl.shared.agent.mcp_config import (
     resolved_command,
     servers_for,
 )
+from teamctl.shared.agent.model_names import Fallbacks
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, clash, is_python_tool
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import QUEUE_RULE, RESERVED_MEMBER_IDS, is_safe_id, normalize_id
@@ -53,6 +54,9 @@ class Member(BaseModel):
     name: str | None = None
     description: str | None = None
     model: str | None = None
+    fallbacks: Fallbacks | None = None
+    """Models tried in order when this member's own cannot answer (None: the team's
+    `fallbacks`; [] none)."""
     tools: list[str] = Field(default_factory=list)
     mcp: list[str] = Field(default_factory=list)
     """MCP servers (`git`: all their tools) or single tools (`git:git_log`) this member has."""
@@ -108,6 +112,9 @@ class RoleModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
+    fallbacks: Fallbacks | None = None
+    """Models tried in order when the role's own cannot answer (None: the team's
+    `fallbacks`, or for the synthesizer without a model of its own the planner's)."""
     queue: QueueName = "members"
 
 
@@ -125,6 +132,9 @@ class TeamFile(BaseModel):
 
     team_id: str = "default"
     model: str | None = None
+    fallbacks: Fallbacks = Field(default_factory=list)
+    """Models every role tries in order when its own cannot answer (a role's own
+    `fallbacks` replace them)."""
     planner: RoleModel = Field(default_factory=RoleModel)
     synthesizer: RoleModel = Field(default_factory=RoleModel)
     members: list[Member] = Field(default_factory=lambda: list(DEFAULT_MEMBERS), min_length=1)

@@ -56,11 +56,13 @@ class Team:
                  model: str | None = None, planner_model: str | None = None,
                  synthesizer_model: str | None = None,
                  options: RunOptions | dict[str, Any] | None = None,
-                 hooks: Sequence[str] = (), mcp_servers: Sequence[McpServer] = ()) -> None:
+                 hooks: Sequence[str] = (), mcp_servers: Sequence[McpServer] = (),
+                 fallbacks: Sequence[str] = ()) -> None:
         refuse_removed_options(options, "Team(...)", "drop it from options")
         try:
             self._file = TeamFile(
-                team_id=team_id, model=model, planner=RoleModel(model=planner_model),
+                team_id=team_id, model=model, fallbacks=list(fallbacks),
+                planner=RoleModel(model=planner_model),
                 synthesizer=RoleModel(model=synthesizer_model),
                 members=list(members) if members is not None else list(DEFAULT_MEMBERS),
                 options=options if options is not None else RunOptions(), hooks=list(hooks),

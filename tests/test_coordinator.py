@@ -67,14 +67,15 @@ def test_plan_delegate_synthesize_with_auto_ids(
                       RunOptions().retention_s, started_at)
     assert set(out) == {"team_id", "run_id", "objective", "status", "plan", "member_results",
                         "task_states", "messages", "rounds", "output", "error", "synthesis",
-                        "total_duration_ms", "usage"}
+                        "total_duration_ms", "usage", "usage_by_model"}
     assert out["error"] is None
     # The synthesizer's raw response beside its text, and each member's transcript.
     assert out["synthesis"] == {"content": "final answer", "tool_calls": [],
-                                "usage": out["synthesis"]["usage"]}
+                                "usage": out["synthesis"]["usage"], "model": models["synth"]}
     assert out["synthesis"]["usage"]["prompt_tokens"] == 11
     first = out["member_results"][0]["transcript"]
     assert [m["role"] for m in first] == ["system", "user", "assistant"]  # no tool calls
+    assert first[2]["model"] == models["member"]  # the stored transcript names who answered
     assert "Task ID: task_1" in first[1]["content"]
     assert first[2]["content"] == "output of task_1"
 

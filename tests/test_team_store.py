@@ -131,7 +131,7 @@ def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(
     stale = store.scripts["team_spawn"](
         keys=[keys.mate("alice"), keys.memory("alice"), keys.roster, keys.roster_ver,
               keys.events, keys.mate_requests("alice"), keys.request(first.id)],
-        args=["alice", "r", "p", "m", "", NOBODY, 3, "{}", "", "", "", "", first.id])
+        args=["alice", "r", "p", "m", "", NOBODY, 3, "{}", "", "", "", "", "", first.id])
     assert stale == "retry" and store.conn.hgetall(keys.mate("alice")) == before
     assert {store.request(first.id).status, store.request(second.id).status} == {"pending"}
     spawn(store, "alice")

@@ -117,7 +117,8 @@ def test_a_run_keeps_each_member_s_tool_calls_capped_at_transcript_max_chars(
     assert left_out == 2 + 2 * TOOL_ROUNDS + 1 - (len(transcript) - 1)
     assert transcript[2]["content"].endswith(f"(transcript_max_chars={CAP})")
     tail = transcript[3:]
-    assert tail[-1] == {"role": "assistant", "content": "output of a"}
+    # The stored transcript names the model that answered each step, beside the messages.
+    assert tail[-1] == {"role": "assistant", "content": "output of a", "model": models["member"]}
     calls = [m for m in tail if m.get("tool_calls")]
     results = [m for m in tail if m["role"] == "tool"]
     assert calls and results and "team_list_tasks" in json.dumps(calls)

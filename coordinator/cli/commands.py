@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,8 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
                 api_base: str | None, redis_url: Callable[[], str], workers: int | None,
                 run_id: str | None, as_json: bool, approve_plan: bool,
                 option_flags: dict[str, Any], settings: Settings, embedded: bool = False,
-                idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
+                idle_exit_s: int = DEFAULT_IDLE_EXIT_S,
+                fallback_models: Sequence[str] = ()) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
@@ -70,7 +71,7 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     team = load_team_file(team_path)
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
     started = launch(team, objective, model=model, api_base=api_base, redis_url=redis_url,
-                     run_id=run_id, settings=settings)
+                     run_id=run_id, settings=settings, fallback_models=fallback_models)
     say_if_offline(started.model_source)
     click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
@@ -171,8 +172,10 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
         return
     for s in states:
         replayed = f" replayed={s.replayed_steps}" if s.replayed_steps else ""
+        # The answering model only when it was a fallback: the usual case stays short.
+        model = f" model={s.model} (fallback for {s.fallback_from})" if s.fallback_from else ""
         click.echo(f"{s.task_id:24} {s.status.value:12} {s.claimed_by or '-':16} "
-                   f"attempts={s.attempts}{replayed} {one_line(s.error, 500)}".rstrip())
+                   f"attempts={s.attempts}{replayed}{model} {one_line(s.error, 500)}".rstrip())
 
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:

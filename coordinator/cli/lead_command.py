@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 @click.option("--model", default=None,
               help="The lead's model, and its teammates' default (default: $TEAMCTL_MODEL, "
                    "else offline).")
+@click.option("--fallback-model", "fallback_models", multiple=True, metavar="M",
+              help="A model the lead tries when its own cannot answer (repeatable, in order; "
+                   "default: the team's [teammates] fallbacks); its teammates' default too.")
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @workers_option
 @click.option("--new", "start_over", is_flag=True,
@@ -45,7 +48,8 @@ if TYPE_CHECKING:
 @team_option
 @redis_url_option
 @fail_cleanly
-def lead_command(model: str | None, api_base: str | None, workers: int, start_over: bool,
+def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: str | None,
+                 workers: int, start_over: bool,
                  message: str | None, until_idle: bool, team: str | None, redis_url: str | None,
                  settings: Settings) -> None:
     """Drive the team's lead agent: a line is a message, /help lists the slash commands."""
@@ -55,7 +59,11 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     from teamctl.shared.agent.llm import ModelClient
     from teamctl.shared.hosts import this_host
     from teamctl.shared.lease import LeadLease
-    from teamctl.shared.runs.run_config import checked_api_base, pick_model
+    from teamctl.shared.runs.run_config import (
+        checked_api_base,
+        checked_fallback_flags,
+        pick_model,
+    )
     from teamctl.shared.teams.teammates import team_workspace
     from teamctl.shared.tracing import CLI_SERVICE, tracing_from_settings
     from teamctl.shared.workspace_files import choose_store
@@ -69,6 +77,8 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     options = meta.options
     chosen, source = pick_model(model, None, settings)
     base = checked_api_base(api_base, settings)
+    fallbacks = checked_fallback_flags(fallback_models)
+    fallbacks = [m for m in (options.fallbacks if fallbacks is None else fallbacks) if m != chosen]
     lease = LeadLease(store.conn, store.keys, options.heartbeat_ttl_s)
     with ExitStack() as stack:
         stack.callback(tracing.close)  # last: after the lead's last turn
@@ -82,7 +92,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
                              keys_in="this `teamctl lead` (it makes the lead's model calls)")
         agent = LeadAgent(store, lease, client, chosen, base,
                           team_workspace(settings.state_dir, store.team), on_step=show_step,
-                          tracing=tracing)
+                          tracing=tracing, fallbacks=fallbacks)
         stack.callback(agent.close)
         if start_over:
             agent.memory.start_over()

@@ -35,6 +35,10 @@ HELP = {
     "timeout_s": "Seconds this coordinator drives the run before stopping it.",
     "model_timeout_s": "Seconds per model call.",
     "model_max_retries": "Retries of a model call on 429, 5xx and timeouts.",
+    "fallback_after_s": "Seconds a call waits for its model's paused provider account before "
+                        "moving on to a fallback model.",
+    "fallback_cooldown_s": "Seconds calls skip a model whose retries were spent (when they "
+                           "have a fallback).",
     "max_message_bytes": "Largest message a member may send, in bytes (every field counts).",
     "dependency_output_chars": "Characters of each dependency's output given to a member.",
     "bus_max_messages": "Messages a run's bus keeps (never dropping unread ones).",

@@ -113,6 +113,7 @@ def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:
                   advice.spell(f"it waits for `teamctl approve {result.run_id}` or "
                                f"`teamctl reject {result.run_id} --reason TEXT`")]
     lines += _task_lines(result)
+    lines += model_usage_lines(result)
     if has_answer(result):
         lines += ["answer:", printable(result.output or "")]
     return lines
@@ -123,12 +124,38 @@ def _task_lines(result: RunResult) -> list[str]:
         return []
     usage = {m.task_id: m.usage for m in result.member_results}
     members = task_members(result)
+    # The answering model is a column only when some task's last call fell back.
+    models = any(state.fallback_from for state in result.task_states)
     rows = []
     for state in result.task_states:
         spent = usage.get(state.task_id)
-        rows.append((state.task_id, members.get(state.task_id, "-"),
-                     state.status.value, str(state.attempts),
-                     duration_text(state.duration_ms) if state.duration_ms else "-",
-                     usage_text(spent) if spent else "-",
-                     one_line(state.error, ERROR_CHARS) if state.error else ""))
-    return table_lines(("task", "member", "status", "attempts", "time", "cost", "error"), rows)
+        row = [state.task_id, members.get(state.task_id, "-"),
+               state.status.value, str(state.attempts),
+               duration_text(state.duration_ms) if state.duration_ms else "-",
+               usage_text(spent) if spent else "-",
+               one_line(state.error, ERROR_CHARS) if state.error else ""]
+        if models:
+            row.insert(6, answered_text(state.model, state.fallback_from))
+        rows.append(tuple(row))
+    header = ["task", "member", "status", "attempts", "time", "cost", "error"]
+    if models:
+        header.insert(6, "model")
+    return table_lines(tuple(header), rows)
+
+
+def answered_text(model: str | None, fallback_from: str | None) -> str:
+    """Which model answered a task's last call, and the one it fell back from."""
+    if not model:
+        return "-"
+    return f"{model} (fallback for {fallback_from})" if fallback_from else model
+
+
+def model_usage_lines(result: RunResult) -> list[str]:
+    """Usage per model, once a fallback answered some call (roles' own models differing is
+    the usual case, not worth the lines)."""
+    if not any(share.fallback_calls for share in result.usage_by_model.values()):
+        return []
+    return ["usage by model:"] + [
+        f"  {model}: {usage_text(share.usage)}, {counted(share.calls, 'call')}"
+        + (f" ({share.fallback_calls} as a fallback)" if share.fallback_calls else "")
+        for model, share in result.usage_by_model.items()]

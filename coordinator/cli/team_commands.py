@@ -26,6 +26,7 @@ from teamctl.coordinator.cli.app import (
 )
 from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.teams.team_lines import request_line, task_line
+from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.hosts import this_host
@@ -38,6 +39,7 @@ from teamctl.shared.teams.team_store import TeamStore, list_teams
 from teamctl.shared.teams.teammates import (
     DEFAULT_QUEUE,
     MateStatus,
+    Teammate,
     load_mate_python_tools,
     team_workspace,
 )
@@ -154,7 +156,9 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
                      "completion_tokens": usage.completion_tokens,
                      "cost_usd": usage.cost_usd, "unpriced": usage.unpriced,
                      "max_tokens": options.max_tokens, "max_cost_usd": options.max_cost_usd,
-                     "budget_exceeded": usage.budget_exceeded})
+                     "budget_exceeded": usage.budget_exceeded,
+                     "usage_by_model": {model: share.model_dump() for model, share
+                                        in usage_by_model(conn, store.keys).items()}})
         lines.append(team_line(rows[-1], usage))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -225,6 +229,9 @@ def budget_options(options: TeamOptions, **flags: int | float | None) -> TeamOpt
 @click.option("--role", required=True, help="The teammate's role.")
 @click.option("--prompt", required=True, help="What the teammate should do first.")
 @click.option("--model", default=None, help="Its model (default: $TEAMCTL_MODEL, else offline).")
+@click.option("--fallback-model", "fallback_models", multiple=True, metavar="M",
+              help="A model it tries when its own cannot answer (repeatable, in order; "
+                   "default: the team's [teammates] fallbacks).")
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue of its turns.")
 @click.option("--plan-mode", is_flag=True,
@@ -237,20 +244,23 @@ def budget_options(options: TeamOptions, **flags: int | float | None) -> TeamOpt
               help="Tools of one of the team's MCP servers (repeatable): a server's name for "
                    "all its tools, or server:tool for one (see `teamctl team create --file`).")
 @with_store(wakes=True, queue_param="queue")
-def spawn_command(name: str, role: str, prompt: str, model: str | None, api_base: str | None,
+def spawn_command(name: str, role: str, prompt: str, model: str | None,
+                  fallback_models: tuple[str, ...], api_base: str | None,
                   queue: str, plan_mode: bool, tools: tuple[str, ...], mcp: tuple[str, ...],
                   store: TeamStore, settings: Settings) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
     from teamctl.shared.runs.run_config import checked_api_base, pick_model
 
     chosen, _source = pick_model(model, None, settings)
+    fallbacks = list(fallback_models) or (store.options.fallbacks if store.exists() else [])
     load_mate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     if (tools or mcp) and store.exists():  # it records this host's directory as its workspace
         store.meta().check_host(store.team, this_host(), "command")
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
                        api_base=checked_api_base(api_base, settings), queue=queue,
                        plan_mode=plan_mode, tools=tools, mcp=mcp,
-                       workspace=team_workspace(settings.state_dir, store.team))
+                       workspace=team_workspace(settings.state_dir, store.team),
+                       fallbacks=[m for m in fallbacks if m != chosen])
     click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
 
 
@@ -268,9 +278,16 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
         click.echo(f"no teammates in team {store.team} yet", err=sys.stderr.isatty())
         return
     rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
-             one_line(mate.idle_reason, 80)) for mate in mates]
+             one_line(mate.idle_reason, 80) + fallback_note(mate)) for mate in mates]
     for line in table_lines(("name", "status", "role", "detail"), rows):
         click.echo(line)
+
+
+def fallback_note(mate: Teammate) -> str:
+    """What `team list` adds when a fallback model answered the teammate's last call."""
+    if not mate.fallback_from:
+        return ""
+    return f" (last call answered by fallback {mate.answered_model})"
 
 
 @team_group.command("send")

@@ -4,7 +4,7 @@ team, store the run, start the workers it needs, drive it to its end."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,7 +40,8 @@ class Launch:
 
 
 def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str | None,
-           redis_url: Callable[[], str], run_id: str | None, settings: Settings) -> Launch:
+           redis_url: Callable[[], str], run_id: str | None, settings: Settings,
+           fallback_models: Sequence[str] = ()) -> Launch:
     """Check everything that can be checked, then store the run. `redis_url` is called only
     once the input is valid: a config error starts no server and writes nothing."""
     from teamctl.coordinator.runs.hooks import load_hooks
@@ -57,7 +58,7 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     team.check_mcp_commands(settings.state_dir)
     hooks = load_hooks(team.hooks)  # a bad hook is a config error before anything is written
     check_tracing(settings)  # traces asked for without the extra: exit 2 before any write
-    models, model_source = choose_models(team, model, api_base, settings)
+    models, model_source = choose_models(team, model, api_base, settings, fallback_models)
     # Where a local workspace and the workers' logs go: one that will not do is a config
     # error before the run is stored, whichever store it uses.
     private_dir(settings.state_dir)

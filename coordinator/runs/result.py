@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.handle import RunHandle
@@ -38,7 +39,8 @@ def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
         task_id=state.task_id, member_id=member.id if member else state.member_id,
         member_name=member.display_name if member else None, task=state.task,
         task_status=state.status, output=state.output, error=state.error,
-        duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage)
+        duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage,
+        model=state.model, fallback_from=state.fallback_from)
 
 
 def ended_member_result(run: RunHandle, state: TaskState) -> MemberResult:
@@ -55,7 +57,8 @@ def task_state_view(state: TaskState) -> TaskStateView:
         task_id=state.task_id, status=state.status, claimed_by=state.claimed_by,
         phase=state.phase, detail=state.detail, percent=state.percent,
         heartbeat_count=state.heartbeat_count, attempts=state.attempts, output=state.output,
-        error=state.error, duration_ms=state.duration_ms)
+        error=state.error, duration_ms=state.duration_ms, model=state.model,
+        fallback_from=state.fallback_from)
 
 
 def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
@@ -74,7 +77,8 @@ def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
         task_states=[task_state_view(s) for s in states],
         messages=run.bus.messages() if full else [],
         rounds=state.rounds, output=state.output, error=state.error, synthesis=_synthesis(run),
-        total_duration_ms=ended_ms - state.started_ms, usage=store.usage())
+        total_duration_ms=ended_ms - state.started_ms, usage=store.usage(),
+        usage_by_model=usage_by_model(run.conn, run.keys))
 
 
 def _synthesis(run: RunHandle) -> ModelReply | None:

@@ -199,7 +199,8 @@ class Coordinator:
         self.ctx.hooks.call("before_plan", spec.objective, spec.members, spec.options)
         mcp_tools = McpListingWait(self.ctx).member_tools(spec.members, self.deadline)
         request = planner_request(models.planner, models.api_base, spec.objective, spec.members,
-                                  mcp_tools)
+                                  mcp_tools).model_copy(
+                                      update={"fallbacks": models.planner_fallbacks})
         try:
             reply = self.model.complete(ModelCall("planner", spec.planner_queue, request),
                                         self.deadline)
@@ -265,7 +266,9 @@ class Coordinator:
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
         plan = ctx.run.store.state().plan or Plan()
         request = synthesizer_request(models.synthesizer, models.api_base, self.spec.objective,
-                                      plan, member_results(self.spec, states), not_run)
+                                      plan, member_results(self.spec, states), not_run
+                                      ).model_copy(
+                                          update={"fallbacks": models.synthesizer_fallbacks})
         call = ModelCall("synthesizer", self.spec.synthesizer_queue, request)
         # Tasks may end just before the deadline: a worker gets one model timeout to take it.
         begin_by = max(self.deadline, time.monotonic() + self.spec.options.model_timeout_s)

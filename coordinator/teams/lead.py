@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from teamctl.shared.errors import RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.teams.inbox import unread_batch
+from teamctl.shared.teams.team_fallbacks import team_caller
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.tracing import NO_TRACING, Span, Tracing
 from teamctl.shared.workspace_files import Fence, WorkspaceFiles
@@ -102,6 +103,9 @@ class LeadAgent:
     on_step: StepHook | None = None
     tracing: Tracing = NO_TRACING
     """Each of the lead's turns is a trace of its own, linked to the mail it answers."""
+    fallbacks: Sequence[str] = ()
+    """The lead's fallback models (`--fallback-model`, else the team's `fallbacks`), and
+    the default ones of the teammates it spawns."""
     toolbox: Toolbox = field(init=False)
     tools: LeadTools = field(init=False)
     memory: LeadMemory = field(init=False)
@@ -116,7 +120,8 @@ class LeadAgent:
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox(max_result_chars=self.store.options.tool_result_max_chars)
-        self.tools = LeadTools(self.store, self.model, self.api_base, self.workspace)
+        self.tools = LeadTools(self.store, self.model, self.api_base, self.workspace,
+                               fallbacks=self.fallbacks)
         self.tools.add_to(self.toolbox)
         self.memory = LeadMemory(self.store, self.lease.owner)
         tools = self.store.options.lead_tools
@@ -153,7 +158,8 @@ class LeadAgent:
         self.text, self.dropped = text.strip(), 0
         max_steps = self.store.options.turn_max_steps
         with self._start_span() as span:
-            end = AgentLoop(client=TracedModel(self.client, span), model=self.model,
+            caller = team_caller(self.store, self.client, LEAD, self.fallbacks)
+            end = AgentLoop(client=TracedModel(caller, span), model=self.model,
                             api_base=self.api_base, toolbox=self.toolbox, max_steps=max_steps,
                             policy=self).run(messages)
         if end.answer is not None:

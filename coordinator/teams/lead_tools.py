@@ -10,6 +10,7 @@ table lists as grantable: a person's `teamctl team spawn` is not limited so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,9 @@ class SpawnArgs(ToolArgs):
     """What it should do first (its first message)."""
     model: OptionalText = None
     """Its model (default: the lead's; another only if the team lists it as grantable)."""
+    fallbacks: list[str] | None = None
+    """Models it tries in order when its own cannot answer, among the models you may grant
+    (default: your own fallbacks; [] for none)."""
     plan_mode: bool = False
     """true: it must have a plan approved (review_plan) before it changes anything."""
     tools: list[str] = []
@@ -114,9 +118,11 @@ class LeadTools:
     share the team's `workspace` directory."""
 
     def __init__(self, store: TeamStore, model: str, api_base: str | None, workspace: Path,
-                 queue: str = DEFAULT_QUEUE) -> None:
+                 queue: str = DEFAULT_QUEUE, fallbacks: Sequence[str] = ()) -> None:
         self.store = store
         self.model = model
+        self.fallbacks = list(fallbacks)
+        """The lead's own fallback models: granted to it, so it may grant them."""
         self.api_base = api_base
         self.workspace = workspace
         self.queue = queue
@@ -132,7 +138,8 @@ class LeadTools:
         """Register the team tools on `box`, in the order the model sees them."""
         box.add("spawn_teammate", "Start a teammate (or restart an idle or shut-down one with a "
                 "new role and prompt); its first turn starts at once. "
-                + grants_text(self.options(), self.model), SpawnArgs, self.spawn_teammate)
+                + grants_text(self.options(), self.model, self.fallbacks), SpawnArgs,
+                self.spawn_teammate)
         box.add("list_teammates", "List the teammates: role, status (working, idle, shutdown), "
                 "and why each last went idle.", NoArgs, self.list_teammates)
         box.add("send_message", "Send a message to one teammate (waking it if idle).", SendArgs,
@@ -153,18 +160,22 @@ class LeadTools:
         box.add("get_task", GET_TASK_DESCRIPTION, GetTaskArgs, self.get_task)
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
-        check_grants(self.options(), self.model, args)
+        check_grants(self.options(), self.model, args, self.fallbacks)
         load_mate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
         # A re-spawn keeps what a person chose: the queue (which workers, and so which secrets,
         # serve it) and plan mode (an approval gate the lead cannot lift).
         known = self.store.get(args.name) if args.name in self.store.names() else None
+        model = args.model or self.model
+        fallbacks = self.fallbacks if args.fallbacks is None else args.fallbacks
         mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
-                                model=args.model or self.model, api_base=self.api_base,
+                                model=model, api_base=self.api_base,
+                                fallbacks=[name for name in fallbacks if name != model],
                                 queue=known.queue if known else self.queue,
                                 plan_mode=args.plan_mode or bool(known and known.plan_state),
                                 tools=args.tools, mcp=args.mcp, workspace=self.workspace)
         return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
-                "status": mate.status.value, "model": mate.model, "tools": mate.tools,
+                "status": mate.status.value, "model": mate.model,
+                "fallbacks": mate.fallbacks, "tools": mate.tools,
                 "mcp": mate.mcp, "plan_mode": bool(mate.plan_state)}
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
@@ -213,17 +224,22 @@ class LeadTools:
         return get_task(self.store, args, self.options())
 
 
-def grants_text(options: TeamOptions, lead_model: str) -> str:
+def grants_text(options: TeamOptions, lead_model: str, lead_fallbacks: Sequence[str] = ()) -> str:
     """What the lead may give a teammate, as its spawn_teammate description says it."""
     models = ", ".join(dict.fromkeys([lead_model, *options.grantable_models]))
-    return (f"Tools you may grant: {', '.join(options.grantable_tools) or '(none)'}; MCP "
+    text = (f"Tools you may grant: {', '.join(options.grantable_tools) or '(none)'}; MCP "
             f"entries: {', '.join(options.grantable_mcp) or '(none)'}; models: {models}.")
+    extra = [name for name in lead_fallbacks if name not in (lead_model,
+                                                             *options.grantable_models)]
+    return text + (f" Fallback models also: {', '.join(extra)}." if extra else "")
 
 
-def check_grants(options: TeamOptions, lead_model: str, args: SpawnArgs) -> None:
-    """NotGrantable naming what is allowed unless every tool, MCP entry and the model asked
-    for is one the team's `[teammates]` table lets the lead grant (a re-spawn too: the record
-    then holds only these)."""
+def check_grants(options: TeamOptions, lead_model: str, args: SpawnArgs,
+                 lead_fallbacks: Sequence[str] = ()) -> None:
+    """NotGrantable naming what is allowed unless every tool, MCP entry, the model and each
+    fallback model asked for is one the team's `[teammates]` table lets the lead grant (a
+    fallback may also be one of the lead's own); a re-spawn too: the record then holds only
+    these."""
     tools = [tool for tool in args.tools if tool not in options.grantable_tools]
     if tools:
         raise NotGrantable(f"tool {quoted(tools[0])} is not yours to grant; tools you may "
@@ -239,3 +255,9 @@ def check_grants(options: TeamOptions, lead_model: str, args: SpawnArgs) -> None
         raise NotGrantable(f"model {quoted(args.model)} is not yours to grant; models you may "
                            f"give a teammate: {allowed} (a person lists more in the team "
                            "file's [teammates] grantable_models)")
+    grantable = list(dict.fromkeys([lead_model, *options.grantable_models, *lead_fallbacks]))
+    refused = [name for name in args.fallbacks or () if name not in grantable]
+    if refused:
+        raise NotGrantable(f"fallback model {quoted(refused[0])} is not yours to grant; models "
+                           f"you may give a teammate as fallbacks: {', '.join(grantable)} (a "
+                           "person lists more in the team file's [teammates] grantable_models)")

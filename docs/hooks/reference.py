@@ -230,6 +230,24 @@ def index_rows(module: Any) -> Iterator[tuple[str, str]]:
                 yield value, inspect.cleandoc(str(after.value.value))
 
 
+SHARED_KEY_SAMPLES = {"model": "MODEL", "api_base": "API_BASE"}
+"""Sample arguments of the keys shared by every run and team (their digest is shown)."""
+
+
+def shared_key_rows(module: Any) -> Iterator[tuple[str, str]]:
+    """(key pattern, docstring) for every module-level function of `module` that builds a key
+    shared by every run and team (a digest of its arguments ends it)."""
+    for name, function in vars(module).items():
+        if name.startswith("_") or not inspect.isfunction(function) \
+                or function.__module__ != module.__name__ or not function.__doc__:
+            continue
+        params = list(inspect.signature(function).parameters)
+        value = function(*(SHARED_KEY_SAMPLES[p] for p in params))
+        if isinstance(value, str) and value.startswith("teamctl:"):
+            prefix = value.rpartition(":")[0]
+            yield f"{prefix}:<digest>", inspect.cleandoc(function.__doc__)
+
+
 def redis_keys_page() -> str:
     from teamctl.shared.keys import KeySpace, RunKeys, TeamKeys
 
@@ -246,6 +264,8 @@ def redis_keys_page() -> str:
              "cluster slot, so each Lua script touches one slot.", ""]
     lines += ["## Indexes", "", "| key | what |", "|---|---|"]
     lines += [f"| `{key}` | {_cell(doc)} |" for key, doc in index_rows(keys_module)]
+    lines += ["", "## Shared by every run and team", "", "| key | what |", "|---|---|"]
+    lines += [f"| `{key}` | {_cell(doc)} |" for key, doc in shared_key_rows(keys_module)]
     lines.append("")
     for title, space, owner in sections:
         lines += [f"## {title}", "", "| key | what |", "|---|---|"]

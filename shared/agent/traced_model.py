@@ -34,7 +34,7 @@ class TracedModel:
             return self.inner.complete(model, messages, tools=tools, api_base=api_base)
         with self.span.child(f"chat {model}", request_attributes(model, messages, tools)) as chat:
             reply = self.inner.complete(model, messages, tools=tools, api_base=api_base)
-            chat.set(reply_attributes(reply))
+            chat.set(reply_attributes(reply, model))
             return reply
 
 
@@ -46,10 +46,13 @@ def request_attributes(model: str, messages: list[Message],
             "teamctl.request.messages": len(messages), "teamctl.request.tools": len(tools or ())}
 
 
-def reply_attributes(reply: ModelReply) -> Attributes:
-    """What a chat span says of the reply: tokens, cost, the answering model, tool calls."""
+def reply_attributes(reply: ModelReply, requested: str | None = None) -> Attributes:
+    """What a chat span says of the reply: tokens, cost, the answering model (the model string
+    called, and whether it was a fallback of the `requested` one), tool calls."""
     usage = reply.usage
+    fallback = None if requested is None or reply.model is None else reply.model != requested
     return {"gen_ai.response.model": (reply.response_model or "")[:RESPONSE_MODEL_CHARS] or None,
+            "teamctl.model.answered": reply.model, "teamctl.model.fallback": fallback,
             "gen_ai.usage.input_tokens": usage.prompt_tokens,
             "gen_ai.usage.output_tokens": usage.completion_tokens,
             "teamctl.cost_usd": None if usage.unpriced else usage.cost_usd,

@@ -24,6 +24,8 @@ class ModelCallRequest(BaseModel):
     model: str
     api_base: str | None = None
     messages: list[dict[str, Any]] = Field(default_factory=list)
+    fallbacks: list[str] = Field(default_factory=list)
+    """Models tried in order when `model` cannot answer (the role's fallbacks)."""
 
 
 class ModelCallOutcome(BaseModel):

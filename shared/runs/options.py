@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from teamctl.shared.agent.model_names import DEFAULT_FALLBACK_AFTER_S, DEFAULT_FALLBACK_COOLDOWN_S
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
 from teamctl.shared.workspace_caps import (
@@ -104,6 +105,12 @@ class RunOptions(BaseModel):
     model_max_retries: int = Field(3, ge=0, le=100)
     """Retries of a model call that failed for a passing reason (a timeout, a rate limit, a 5xx
     answer), with backoff."""
+    fallback_after_s: float = Field(DEFAULT_FALLBACK_AFTER_S, ge=0, le=MAX_DURATION_S)
+    """How long a call with a fallback model left waits for its model's paused provider
+    account (after a 429) before it moves on to the next model."""
+    fallback_cooldown_s: float = Field(DEFAULT_FALLBACK_COOLDOWN_S, ge=0, le=MAX_DURATION_S)
+    """After a model's retries were spent, how long calls that have another model skip it
+    (shared by every worker, per model and API base); then one call probes it again."""
     max_message_bytes: int = Field(65536, ge=1, le=16 * 1024 * 1024)
     """Largest message on the bus, every field counted; a larger one is refused (a tool error
     for a member, exit 2 for `teamctl send`)."""

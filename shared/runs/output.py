@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Discriminator, TypeAdapter
+from pydantic import BaseModel, Discriminator, Field, TypeAdapter
+from teamctl.shared.agent.model_usage import ModelUsage
 from teamctl.shared.agent.replies import ModelReply, Usage
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.runs.run_records import RunStatus
@@ -66,6 +67,10 @@ class MemberResult(BaseModel):
     duration_ms: int
     attempts: int
     usage: Usage
+    model: str | None = None
+    """The model that answered the task's last model call."""
+    fallback_from: str | None = None
+    """The member's own model, when a fallback answered that call."""
     transcript: list[dict[str, Any]] | None = None
     """The member's raw session (messages and tool results) of the attempt that ended the
     task, capped at `transcript_max_chars`; None where none was kept."""
@@ -85,6 +90,10 @@ class TaskStateView(BaseModel):
     output: str | None
     error: str | None
     duration_ms: int
+    model: str | None = None
+    """The model that answered the task's last model call."""
+    fallback_from: str | None = None
+    """The member's own model, when a fallback answered that call."""
 
 
 class RunResult(BaseModel):
@@ -118,3 +127,5 @@ class RunResult(BaseModel):
     total_duration_ms: int
     usage: Usage
     """Tokens and cost of every model call of the run (planner, members, synthesizer)."""
+    usage_by_model: dict[str, ModelUsage] = Field(default_factory=dict)
+    """`usage` per model that answered (a fallback's calls counted as `fallback_calls` too)."""

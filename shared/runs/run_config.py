@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
+from teamctl.shared.agent.model_names import checked_fallbacks
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import normalize_id
@@ -43,11 +45,23 @@ class ModelChoice(BaseModel):
     member_override: str | None = None
     """`--model`: every member uses it, whatever the team file says."""
     api_base: str | None = None
+    planner_fallbacks: list[str] = Field(default_factory=list)
+    synthesizer_fallbacks: list[str] = Field(default_factory=list)
+    member_fallbacks: list[str] = Field(default_factory=list)
+    """The team-wide fallbacks (a member's own replace them)."""
+    fallback_override: list[str] | None = None
+    """`--fallback-model`: every role tries these, whatever the team file says."""
 
     def for_member(self, member: Member) -> str:
         """`--model` > the member's own model > the team-wide default: choose_models' order,
         finished in the worker, which reads the member from the run's stored spec."""
         return self.member_override or member.model or self.member_default
+
+    def fallbacks_for_member(self, member: Member) -> list[str]:
+        """`--fallback-model` > the member's own fallbacks > the team-wide ones: as for_member."""
+        if self.fallback_override is not None:
+            return self.fallback_override
+        return self.member_fallbacks if member.fallbacks is None else member.fallbacks
 
 
 class ModelSource(StrEnum):
@@ -75,10 +89,17 @@ def pick_model(flag: str | None, team_file: str | None,
 
 
 def choose_models(team: TeamFile, model_flag: str | None, api_base_flag: str | None,
-                  settings: Settings) -> tuple[ModelChoice, ModelSource]:
-    """Every role's model and the API base, and where the team-wide default came from (the
-    CLI says so on stderr when that is the offline model)."""
+                  settings: Settings, fallback_flags: Sequence[str] = ()
+                  ) -> tuple[ModelChoice, ModelSource]:
+    """Every role's model and fallbacks and the API base, and where the team-wide default came
+    from (the CLI says so on stderr when that is the offline model)."""
     default, source = pick_model(model_flag, team.model, settings)
+    override = checked_fallback_flags(fallback_flags)
+    planner_fallbacks = team.fallbacks if team.planner.fallbacks is None \
+        else team.planner.fallbacks
+    synthesizer_fallbacks = team.synthesizer.fallbacks
+    if synthesizer_fallbacks is None:  # as its model: the planner's when it has none of its own
+        synthesizer_fallbacks = team.fallbacks if team.synthesizer.model else planner_fallbacks
     choice = ModelChoice(
         planner=pick_model(model_flag, team.planner.model or team.model, settings)[0],
         # As AI4J: a synthesizer without a model of its own uses the planner's.
@@ -86,8 +107,21 @@ def choose_models(team: TeamFile, model_flag: str | None, api_base_flag: str | N
                                or team.model, settings)[0],
         member_default=default,
         member_override=model_flag,
-        api_base=checked_api_base(api_base_flag, settings))
+        api_base=checked_api_base(api_base_flag, settings),
+        planner_fallbacks=planner_fallbacks if override is None else override,
+        synthesizer_fallbacks=synthesizer_fallbacks if override is None else override,
+        member_fallbacks=team.fallbacks, fallback_override=override)
     return choice, source
+
+
+def checked_fallback_flags(flags: Sequence[str]) -> list[str] | None:
+    """`--fallback-model` values (None when none was given); ConfigError for a bad one."""
+    if not flags:
+        return None
+    try:
+        return checked_fallbacks(list(flags))
+    except ValueError as exc:
+        raise ConfigError(f"--fallback-model: {exc}") from None
 
 
 def checked_api_base(flag: str | None, settings: Settings) -> str | None:

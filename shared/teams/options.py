@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from teamctl.shared.agent.mcp_config import check_entries, split_entry
+from teamctl.shared.agent.model_names import (
+    DEFAULT_FALLBACK_AFTER_S,
+    DEFAULT_FALLBACK_COOLDOWN_S,
+    Fallbacks,
+)
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.workspace_caps import (
     DEFAULT_FILE_MAX_BYTES,
@@ -46,6 +51,14 @@ class TeamOptions(BaseModel):
     """How long one model call may take before it is retried or fails."""
     model_max_retries: int = Field(3, ge=0, le=10)
     """Retries of a model call that failed for a passing reason, with backoff."""
+    fallbacks: Fallbacks = Field(default_factory=list)
+    """Models the lead (`teamctl lead`) tries in order when its own cannot answer, and the
+    default fallbacks of the teammates it spawns on its own model."""
+    fallback_after_s: float = Field(DEFAULT_FALLBACK_AFTER_S, ge=0, le=86400)
+    """How long a call with a fallback model left waits for its model's paused provider
+    account before it moves on to the next model."""
+    fallback_cooldown_s: float = Field(DEFAULT_FALLBACK_COOLDOWN_S, ge=0, le=86400)
+    """After a model's retries were spent, how long calls that have another model skip it."""
     memory_max_messages: int = Field(400, ge=4, le=100_000)
     """Past this, a checkpoint drops the oldest whole exchanges of a teammate's (and the lead's)
     memory."""

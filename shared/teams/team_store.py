@@ -34,6 +34,7 @@ from teamctl.shared.teams.teammates import (
     TeamMeta,
     check_mate_name,
     check_tools,
+    checked_mate_fallbacks,
 )
 from teamctl.shared.teams.turns import TeamTurns
 
@@ -95,12 +96,14 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
 
     def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
               queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
-              mcp: Iterable[str] = (), workspace: Path | None = None) -> Teammate:
+              mcp: Iterable[str] = (), workspace: Path | None = None,
+              fallbacks: Iterable[str] = ()) -> Teammate:
         """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
         plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
         `tools` are workspace tools and Python tools (ConfigError for others) working in
         `workspace` (team_workspace; None: the worker's own state dir); `mcp` names servers
-        of the team's `mcp_servers`, or tools of them (ConfigError otherwise)."""
+        of the team's `mcp_servers`, or tools of them (ConfigError otherwise); `fallbacks` are
+        the models its calls try when its own cannot answer (checked model strings)."""
         check_mate_name(name)
         check_queue(queue)
         chosen = check_tools(tools)
@@ -114,7 +117,7 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
         first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
         args = [name, role, prompt, model, api_base or "", queue, self.options.max_teammates,
                 first, "required" if plan_mode else "", ",".join(chosen), str(workspace or ""),
-                ",".join(entries)]
+                ",".join(entries), ",".join(checked_mate_fallbacks(fallbacks))]
         verdict = self._spawn_current(name, args)
         if verdict == "working":
             raise MateBusy(f"{name} is working; wait for idle or shut it down")

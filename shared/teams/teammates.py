@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
+from teamctl.shared.agent.model_names import checked_fallbacks
 from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS, check_entry, is_python_tool
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name
@@ -112,6 +113,12 @@ class Teammate(BaseModel):
     tools: HashCsv = Field(default_factory=list)
     """The workspace tools given at spawn (comma-separated in the hash), `bash` only if listed;
     then its Python tools (`module:function`)."""
+    fallbacks: HashCsv = Field(default_factory=list)
+    """Models its calls try in order when its own cannot answer (comma-separated)."""
+    answered_model: HashText = None
+    """The model that answered its last model call (shared/agent/fallbacks.py)."""
+    fallback_from: HashText = None
+    """Its own model, when a fallback answered that call; None when its own did."""
     mcp: HashCsv = Field(default_factory=list)
     """Its MCP entries: a server of the team's `mcp_servers` ('git', every tool) or one tool
     ('git:git_log')."""
@@ -259,3 +266,11 @@ def team_workspace(state_dir: Path, team: str) -> Path:
     return state_dir / "teams" / check_team_name(team) / "workspace"
 
 
+
+
+def checked_mate_fallbacks(models: Iterable[str]) -> list[str]:
+    """A teammate's fallback models, deduplicated; ConfigError naming a bad one."""
+    try:
+        return checked_fallbacks(list(models))
+    except ValueError as exc:
+        raise ConfigError(f"fallback models: {exc}") from None

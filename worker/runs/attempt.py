@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_message
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
@@ -95,6 +96,9 @@ class Attempt:
         """The model calls, answered from the journal while it has the step."""
         self.span: Span = NO_SPAN
         """This attempt's `invoke_agent` span."""
+        self.step_models: list[str | None] = []
+        """The model that answered each step's call, kept beside the transcript (a chat
+        message sent back to a provider carries no key it does not know)."""
 
     def run(self) -> str:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -164,11 +168,28 @@ class Attempt:
         options = self.job.spec.options
         self.toolbox = self._toolbox(member)
         # Traced inside the replay: a step answered from the journal makes no model call.
-        self.replay = ReplayingClient(TracedModel(self.job.client, self.span),
+        self.replay = ReplayingClient(TracedModel(self._fallback_caller(member), self.span),
                                       self._recorded_steps(member, task))
         return AgentLoop(client=self.replay, model=self.job.spec.models.for_member(member),
                          api_base=self.job.spec.models.api_base, toolbox=self.toolbox,
                          max_steps=options.member_max_steps, policy=self)
+
+    def _fallback_caller(self, member: Member) -> FallbackCaller:
+        """The member's model, then its fallbacks; each answer's usage under its model."""
+        job, options = self.job, self.job.spec.options
+        keys = RunKeys(job.spec.run_id)
+        return FallbackCaller(
+            job.client, job.spec.models.fallbacks_for_member(member), options.fallback_after_s,
+            Cooldowns(job.conn, options.fallback_cooldown_s),
+            ModelLedger(job.conn, keys, keys.task(self.claim.task_id)),
+            on_fallback=self._fell_back)
+
+    def _fell_back(self, note: FallbackNote) -> None:
+        """A fallback answered: the run's lead (`teamctl events`) and the trace are told."""
+        self.span.event("teamctl.model.fallback", {
+            "teamctl.model.primary": note.primary, "teamctl.model.answered": note.answered})
+        self.job.bus.publish("system", "lead", SystemType.MODEL_FALLBACK, self.claim.task_id,
+                             note.text())
 
     def _recorded_steps(self, member: Member, task: TaskState) -> list[RecordedStep]:
         """What the task's journal holds of this member's session, when the attempt before
@@ -260,6 +281,7 @@ class Attempt:
 
     def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
         assert self.replay and self.journal and self.member  # set with the loop
+        self.step_models.append(reply.model)
         if self.replay.replaying:  # paid and charged by the attempt that recorded it
             return
         charge = self.job.budget.charge(reply.usage, self.claim.task_id)
@@ -368,12 +390,26 @@ class Attempt:
         """The session's messages as stored with the outcome: a replayed session ends with a
         note saying how many of its steps came from the journal (not sent to the model)."""
         replayed = len(self.replay.recorded) if self.replay else 0
-        if self.transcript is None or not replayed:
-            return self.transcript
-        return [*self.transcript, {"role": "system", "content": (
+        if self.transcript is None:
+            return None
+        kept = with_models(self.transcript, self.step_models)
+        if not replayed:
+            return kept
+        return [*kept, {"role": "system", "content": (
             f"[teamctl] this attempt replayed its first {replayed} step(s) from the task's "
             "journal (recorded by the attempt before it, which died): those model calls and "
             "tool calls were not made again")}]
 
     def _elapsed_ms(self) -> int:
         return int((time.monotonic() - self.claim.started_s) * 1000)
+
+
+def with_models(transcript: list[Message], models: list[str | None]) -> list[Message]:
+    """Copies of the transcript's assistant messages with the `model` that answered each (in
+    order), for the stored transcript only: the session's own messages stay as sent."""
+    answered = iter(models)
+    kept = []
+    for message in transcript:
+        model = next(answered, None) if message.get("role") == "assistant" else None
+        kept.append({**message, "model": model} if model else message)
+    return kept

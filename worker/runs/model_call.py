@@ -7,8 +7,10 @@ import logging
 from dataclasses import dataclass
 
 import redis
+from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ModelError
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
@@ -46,9 +48,9 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
         "teamctl.call": call, "teamctl.attempt": attempt, "teamctl.worker": worker})
     # Beating stops once the coordinator gave up on this attempt (refresh answers False).
     with span, KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
-        outcome = _ask(request, options, provider_keys, worker)
+        outcome = _ask(request, _caller(run, call, request, provider_keys), worker)
         if outcome.reply is not None:
-            span.set(reply_attributes(outcome.reply))
+            span.set(reply_attributes(outcome.reply, request.model))
         else:
             span.fail("ModelError")
     if not calls.finish(call, attempt, outcome):
@@ -56,13 +58,27 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
     return f"{call} attempt {attempt}: {'failed' if outcome.error else 'answered'}"
 
 
-def _ask(request: ModelCallRequest, options: RunOptions,
-         provider_keys: frozenset[str] | tuple[str, ...], worker: str) -> ModelCallOutcome:
-    """One model call with the run's timeout and retries; any failure becomes the outcome."""
+def _caller(run: RunHandle, call: str, request: ModelCallRequest,
+            provider_keys: frozenset[str] | tuple[str, ...]) -> FallbackCaller:
+    """The role's model, then its fallbacks, with the run's timeout and retries; a fallback's
+    answer is an event on the run's bus, and each answer's usage is kept under its model."""
+    options: RunOptions = run.spec.options
     client = ModelClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
                          max_retries=options.model_max_retries)
+
+    def fell_back(note: FallbackNote) -> None:
+        run.bus.publish("system", "lead", SystemType.MODEL_FALLBACK, None,
+                        f"{call}: {note.text()}")
+
+    return FallbackCaller(client, request.fallbacks, options.fallback_after_s,
+                          Cooldowns(run.conn, options.fallback_cooldown_s),
+                          ModelLedger(run.conn, run.keys), on_fallback=fell_back)
+
+
+def _ask(request: ModelCallRequest, caller: FallbackCaller, worker: str) -> ModelCallOutcome:
+    """One model call with its fallbacks; any failure becomes the outcome."""
     try:
-        reply = client.complete(request.model, request.messages, api_base=request.api_base)
+        reply = caller.complete(request.model, request.messages, api_base=request.api_base)
     except ModelError as exc:
         return ModelCallOutcome(error=str(exc), worker=worker)
     except Exception as exc:  # a bug here must reach the run's error, not only a worker log

@@ -37,6 +37,7 @@ from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
+from teamctl.shared.teams.team_fallbacks import team_caller
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import IdleReason, Teammate
 from teamctl.shared.text import shorten
@@ -294,7 +295,8 @@ class Turn:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
-        loop = AgentLoop(client=TracedModel(self.client, self.span), model=self.mate.model,
+        caller = team_caller(self.store, self.client, self.mate.name, self.mate.fallbacks)
+        loop = AgentLoop(client=TracedModel(caller, self.span), model=self.mate.model,
                          api_base=self.mate.api_base,
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
                          policy=self)
