@@ -112,6 +112,10 @@ def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:
         lines += [printable(plan_table(result.plan)),
                   advice.spell(f"it waits for `teamctl approve {result.run_id}` or "
                                f"`teamctl reject {result.run_id} --reason TEXT`")]
+    if result.status is RunStatus.AWAITING_BUDGET:
+        lines.append(advice.spell(f"paused, its budget spent: `teamctl budget {result.run_id} "
+                                  "--add-usd 1` (or --add-tokens N) resumes it, "
+                                  f"`teamctl cancel {result.run_id}` ends it"))
     lines += _task_lines(result)
     if has_answer(result):
         lines += ["answer:", printable(result.output or "")]
