@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.runs.run_control import cancel_run, decide_plan, parse_top_up, raise_budget
+from teamctl.coordinator.runs.run_control import (
+    cancel_run,
+    decide_plan,
+    parse_top_up,
+    raise_budget,
+    resume_hint,
+)
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.redis.url_secrets import redacted
@@ -155,7 +161,7 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
         click.echo(result_json(result))
     else:
         advice = current_advice()
-        for line in status_lines(result, advice):
+        for line in status_lines(result, advice, resume_hint(run)):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
             click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume {run_id}` "

@@ -9,6 +9,7 @@ from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE
 from teamctl.coordinator.runs.remote_model import WAKE_EVERY_S
 from teamctl.coordinator.runs.result import ended_member_result
+from teamctl.coordinator.runs.run_control import resume_hint
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import EventKind, TaskState, TaskStatus
@@ -153,9 +154,7 @@ class RoundLoop:
         self.ctx.reporter.phase(RunStatus.AWAITING_BUDGET)
         self.trace.event("teamctl.run.awaiting_budget")
         run.bus.publish("system", "lead", SystemType.RUN_AWAITING_BUDGET, None, spent)
-        flag = "--add-usd 1" if self.options.max_cost_usd is not None else "--add-tokens 10000"
-        self.ctx.reporter.note(f"run {run_id} paused ({spent}): `teamctl budget {run_id} {flag}` "
-                               f"resumes it, `teamctl cancel {run_id}` ends it")
+        self.ctx.reporter.note(f"run {run_id} paused ({spent}): {resume_hint(run)}")
 
     def _resume(self, state: LoopState) -> None:
         """Back to running once the budget was raised; the tasks given back are dispatched."""
