@@ -52,6 +52,9 @@ class SystemType(StrEnum):
     """To lead from `system`: a teammate's turn kept failing and it was set idle."""
     TEAMMATE_SHUTDOWN = "teammate.shutdown"
     """To lead from `system`: a teammate was shut down."""
+    TEAM_BUDGET_ADDED = "team.budget_added"
+    """To lead from `system`: `teamctl team budget` raised the team's budget; teammates with
+    unread mail or ready tasks take turns again."""
     TEAM_BUDGET_EXCEEDED = "team.budget_exceeded"
     """To lead from `system`: the model call that spent the team's budget was charged
     (TeamStore.charge); sent once."""
