@@ -11,8 +11,10 @@ import subprocess
 from pathlib import Path
 
 import redis
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCalls
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskStatus
 
@@ -157,3 +159,43 @@ def test_bad_budget_input_exits_2_with_one_line(workers: str, run_id: str) -> No
         done = teamctl("budget", run_id, *args, "--redis-url", workers)
         assert done.returncode == 2, done
         assert len(done.stderr.splitlines()) == 1 and says in done.stderr, done.stderr
+
+
+def test_a_planner_call_the_budget_cannot_cover_pauses_the_run_until_a_top_up(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        group_reaper: list[subprocess.Popen[bytes]]) -> None:
+    """The worker's side of the coordinator's call protocol is played here (nobody serves the
+    planner's queue): its first attempt comes back `budget_spent`, as a worker writes it on
+    BudgetSpent from the call's reservation; the run pauses, and after the top-up asks again."""
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    calls, store = ModelCalls(conn, RunKeys(run_id)), RunStore(conn, RunKeys(run_id))
+    models = {"planner": "openai/unused-planner", "member": "openai/unused-member",
+              "synth": "openai/unused-synth"}
+    team = team_file(tmp_path / "t.toml", models, queue="nobody-plays-it",
+                     options={"max_cost_usd": 0.5, "require_plan_approval": True})
+    run = start_run(llm, workers, run_id, team, tmp_path / "run.err", group_reaper)
+
+    def answer(outcome: ModelCallOutcome) -> None:
+        wait_until(lambda: calls.view("planner").attempt and calls.view("planner").outcome is None,
+                   60, message="a planner attempt to answer")
+        attempt = calls.view("planner").attempt
+        assert calls.begin("planner", attempt, "test:1", 30.0) is not None
+        assert calls.finish("planner", attempt, outcome)
+
+    spent = "budget exceeded: the call's worst case $0.6 is not covered by $0.5"
+    answer(ModelCallOutcome(error=spent, worker="test:1", budget_spent=True))
+    line = paused_line(tmp_path / "run.err")
+    assert (line["why"], store.state().status) == (spent, "awaiting_budget")
+    assert "--add-usd 1" in line["resume"]
+    resumed = teamctl("budget", run_id, "--add-usd", "1", "--redis-url", workers)
+    assert resumed.returncode == 0, resumed.stderr
+    wait_until(lambda: store.state().status == "planning", 60, message="planning again")
+    answer(ModelCallOutcome(reply=ModelReply(content=json.dumps(ONE_TASK)), worker="test:1"))
+
+    # Planned on the second attempt; its plan awaits approval (no member runs): cancel it.
+    wait_until(lambda: store.state().status == "awaiting_approval", 60,
+               message="the plan made after the top-up")
+    assert calls.view("planner").attempt == 2  # asked again, once
+    assert teamctl("cancel", run_id, "--redis-url", workers).returncode == 0
+    run.communicate(timeout=120)
+    assert store.state().status == "cancelled"
