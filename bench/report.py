@@ -54,6 +54,8 @@ BENCHES = {
     "concurrent_runs": "50 concurrent planned runs (20 tasks each, one Redis, 8 workers)",
     "dashboard": ("`teamctl dashboard`: Redis commands it adds with 50 live run pages open "
                   "(private redis-server)"),
+    "budget": ("A budget that cannot overshoot (8 workers, max_cost_usd for 30 calls, "
+               "priced scripted calls)"),
     "soak": "Soak, compressed (30 min of short runs and teammate turns, 4 workers)",
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
