@@ -302,7 +302,8 @@ class Turn:
             end = loop.run(messages)
         except BudgetSpent as exc:  # the call's reservation: the budget cannot cover it
             self.spent = str(exc) or "budget spent"
-            self.store.budget.mark_spent(self.spent)  # every teammate and the lead pause too
+            if not self.store.budget_exceeded():  # every teammate and the lead pause too
+                self.store.budget.mark_spent(self.spent)
             self.span.event("teamctl.budget.exceeded")
             return IdleReason.BUDGET, ""
         last_text = end.reply.content or "" if end.reply else ""
