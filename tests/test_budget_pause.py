@@ -199,3 +199,26 @@ def test_a_planner_call_the_budget_cannot_cover_pauses_the_run_until_a_top_up(
     assert teamctl("cancel", run_id, "--redis-url", workers).returncode == 0
     run.communicate(timeout=120)
     assert store.state().status == "cancelled"
+
+
+def test_a_budget_spent_by_the_last_task_pauses_before_the_synthesis(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        group_reaper: list[subprocess.Popen[bytes]]) -> None:
+    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(ONE_TASK)]),
+              "member": llm.script(f"member-{run_id}", ["done a"]),
+              "synth": llm.script(f"synth-{run_id}", ["final answer"])}
+    team = team_file(tmp_path / "t.toml", models, options={"max_tokens": 2 * TOKENS_PER_CALL})
+    run = start_run(llm, workers, run_id, team, tmp_path / "run.err", group_reaper)
+    line = paused_line(tmp_path / "run.err")
+    board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+    a = board.get("a")
+    assert a is not None and a.status is TaskStatus.COMPLETED
+    assert llm.requests[f"synth-{run_id}"] == []  # no synthesis on a spent budget
+
+    raised = subprocess.run(shlex.split(line["resume"]), capture_output=True, text=True,
+                            timeout=120, stdin=subprocess.DEVNULL)
+
+    assert raised.returncode == 0, raised.stderr
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 0, stderr
+    assert json.loads(stdout)["output"] == "final answer"
