@@ -56,6 +56,8 @@ BENCHES = {
                   "(private redis-server)"),
     "fallback": ("Fallback models (the primary answers 503 for a minute, then recovers; "
                  "litellm over HTTP, private redis-server)"),
+    "budget": ("A budget that cannot overshoot (8 workers, max_cost_usd for 30 calls, "
+               "priced scripted calls)"),
     "soak": "Soak, compressed (30 min of short runs and teammate turns, 4 workers)",
     "router": ("litellm's Router: per-call cost beside litellm.completion, and one rpm limit "
                "across two processes on one Redis (scripted server, private redis-server)"),

@@ -213,6 +213,14 @@ class TaskBoard:
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
             args=[token, (reason or "").strip()]))
 
+    def release_for_budget(self, task_id: str, token: str, reason: str) -> WriteOutcome:
+        """Give a claim back because the budget cannot cover its next call: not counted as an
+        attempt or a release, and its journal kept for the next attempt to replay."""
+        k = self.keys
+        return _outcome(self.scripts["release_budget"](
+            keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
+            args=[token, reason]))
+
     def reassign(self, task_id: str, token: str, to_member_id: str) -> WriteOutcome:
         """Hand the claim to another member; the token stays valid (its worker keeps running)."""
         task_id = resolve_task_id(task_id) or ""

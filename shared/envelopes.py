@@ -36,6 +36,10 @@ class SystemType(StrEnum):
     RUN_CANCELLED = "run.cancelled"
     RUN_WARNING = "run.warning"
     RUN_BUDGET_EXCEEDED = "run.budget_exceeded"
+    RUN_AWAITING_BUDGET = "run.awaiting_budget"
+    """From `system` to lead: the run paused, its budget spent; sent once per pause."""
+    RUN_BUDGET_ADDED = "run.budget_added"
+    """From `system` to lead: `teamctl budget` raised the budget and the paused run resumed."""
     PLAN_APPROVED = "plan.approved"
     PLAN_REJECTED = "plan.rejected"
     HOOK_ERROR = "hook.error"
@@ -51,6 +55,9 @@ class SystemType(StrEnum):
     """To lead from `system`: a teammate's turn kept failing and it was set idle."""
     TEAMMATE_SHUTDOWN = "teammate.shutdown"
     """To lead from `system`: a teammate was shut down."""
+    TEAM_BUDGET_ADDED = "team.budget_added"
+    """To lead from `system`: `teamctl team budget` raised the team's budget; teammates with
+    unread mail or ready tasks take turns again."""
     TEAM_BUDGET_EXCEEDED = "team.budget_exceeded"
     """To lead from `system`: the model call that spent the team's budget was charged
     (TeamStore.charge); sent once."""

@@ -44,6 +44,8 @@ class EventKind(StrEnum):
     """A wake-up (no task id): somebody asked the run to stop (`run.` + Wake.STOP)."""
     RUN_APPROVAL = "run.approval"
     """A wake-up (no task id): the plan was approved or rejected (`run.` + Wake.APPROVAL)."""
+    RUN_BUDGET = "run.budget"
+    """A wake-up (no task id): the budget was raised (`run.` + Wake.BUDGET)."""
     RUN_END = "run.end"
     """A wake-up (no task id): the run ended (run_finish.lua), for whoever waits for it."""
 
@@ -118,8 +120,9 @@ class TaskState(BaseModel):
     it, quoting the member's reason); AI4J's refresh overwrites this in detail/error, so it is
     kept here. Never acted on: it may quote a model."""
     reclaimed: bool = False
-    """The last claim was taken back because its attempt died (its heartbeat expired): set by
-    reclaim.lua alone, cleared by any other requeue; the next attempt replays the journal."""
+    """The last claim was taken back before its attempt could end it: its attempt died (its
+    heartbeat expired: reclaim.lua) or the budget could not cover its next call
+    (release_budget.lua); cleared by any other requeue. The next attempt replays the journal."""
     usage: Usage = Field(default_factory=Usage)
     model: HashText = None
     """The model that answered the task's last model call (shared/agent/fallbacks.py)."""

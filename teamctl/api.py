@@ -179,6 +179,18 @@ class Run:
             cancel_run(RunHandle(self._conn, self.run_id, spec=self._handle.spec,
                                  lease_owner=lease_owner()))
 
+    def add_budget(self, *, usd: float = 0.0, tokens: int = 0) -> None:
+        """Raise the run's budget as `teamctl budget --add-usd/--add-tokens` does: a run
+        paused awaiting_budget resumes (ConfigError for a finished run, a limit it does not
+        have, or an amount that is not positive)."""
+        from teamctl.coordinator.runs.run_control import parse_top_up, raise_budget
+
+        added = parse_top_up(str(tokens) if tokens else None, str(usd) if usd else None)
+        if added == (0, 0.0):
+            raise ConfigError("add_budget needs usd or tokens above 0")
+        with redis_errors_as_infra():
+            raise_budget(self._handle, *added)
+
     def wait(self, timeout: float | None = None) -> RunResult:
         """Block until the run ended and return its result, whether it completed, failed or
         was cancelled (`status` and `error` say which); TimeoutError after `timeout` s. The

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,13 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.scripts import Scripts, sources
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.store import RunStore
 
 from tests.support.cli import errors, run_cli
 from tests.support.llm import HttpError, ScriptedLLM
 from tests.support.replies import member_answer, script_run, task_id_of
 from tests.support.teamfile import team_file
-from tests.support.waiting import assert_ttl_as_set
+from tests.support.waiting import assert_ttl_as_set, wait_until
 
 CYCLE = "unresolved dependencies or cyclic plan"
 
@@ -305,19 +307,32 @@ def test_first_member_error_stops_the_run_without_synthesis(
     assert failed and failed[0]["content"].startswith("team member failed: m1 -> ")
 
 
-def test_spent_token_budget_stops_dispatch_without_synthesis(
+def test_spent_token_budget_pauses_dispatch_and_a_cancel_ends_the_run(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
     models = script_run(llm, run_id, plan, synth=None)
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    store = RunStore(conn, RunKeys(run_id))
     # The planner spends 18 tokens and the first member call 18 more: past 30 after task a.
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
-                     "--max-tokens", "30", "--no-parallel-dispatch")
+    done: list[Any] = []
+    thread = threading.Thread(target=lambda: done.append(run_cli(
+        llm, workers, run_id, team_file(tmp_path / "t.toml", models), "--max-tokens", "30",
+        "--no-parallel-dispatch")), daemon=True)
+    thread.start()
+    wait_until(lambda: store.exists() and store.state().status == "awaiting_budget", 60,
+               message="the run to pause on its budget")
+    assert {t.task_id: t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()} == {
+        "a": "completed", "b": "ready", "c": "ready"}  # nothing dispatched while paused
 
+    store.request_stop("cancelled")
+    thread.join(60)
+
+    [result] = done
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
-    reason = "budget exceeded: 36 tokens used, max_tokens is 30"
-    assert (out["status"], out["output"]) == ("failed", None)
+    assert (out["status"], out["output"]) == ("cancelled", None)
     assert statuses(out) == {"a": "completed", "b": "blocked", "c": "blocked"}
-    assert errors(out)["b"] == errors(out)["c"] == reason
-    assert [m["content"] for m in out["messages"] if m["type"] == "run.failed"] == [reason]
+    assert errors(out)["b"] == errors(out)["c"] == "cancelled"
+    paused = [m["content"] for m in out["messages"] if m["type"] == "run.awaiting_budget"]
+    assert paused == ["budget exceeded: 36 tokens used, max_tokens is 30"]
     assert llm.prompts(f"synth-{run_id}") == []

@@ -5,14 +5,22 @@ budget by at most one call per member in flight are checked with litellm's own p
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
+import redis
+from click.testing import Result
 from teamctl.shared.agent.llm import load_litellm
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskStatus
 
 from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teamfile import team_file
+from tests.support.waiting import wait_until
 
 PRICED = "gpt-4o-mini"
 PROMPT_TOKENS, COMPLETION_TOKENS = 11, 7
@@ -36,13 +44,25 @@ def test_a_priced_model_is_charged_and_the_budget_overshoots_by_at_most_one_call
                         latency_s=0.2)
     models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
               "member": f"openai/{PRICED}",
-              "synth": llm.script(f"synth-{run_id}", [])}  # a spent budget: no synthesis
+              "synth": llm.script(f"synth-{run_id}", [])}  # paused, then cancelled: no synthesis
     assert member == models["member"]
     budget_usd = 3.5 * call_cost_usd
     team = team_file(tmp_path / "team.toml", models, options={
         "max_cost_usd": budget_usd, "max_concurrency": 2, "member_max_steps": 1000})
 
-    result = run_cli(llm, workers, run_id, team)
+    store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+    done: list[Result] = []
+    thread = threading.Thread(target=lambda: done.append(run_cli(llm, workers, run_id, team)),
+                              daemon=True)
+    thread.start()
+    # Spent, it pauses once both members gave their tasks back; cancelled then, it ends.
+    board = TaskBoard(store.conn, RunKeys(run_id))
+    wait_until(lambda: store.exists() and store.state().status == "awaiting_budget"
+               and board.counts().get(TaskStatus.READY, 0) == 2, 60,
+               message="the run to pause with both tasks given back")
+    store.request_stop("cancelled")
+    thread.join(60)
+    [result] = done
 
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
@@ -51,8 +71,9 @@ def test_a_priced_model_is_charged_and_the_budget_overshoots_by_at_most_one_call
     assert not any(r["usage"]["unpriced"] for r in out["member_results"])  # the planner's is
     # It stops once spent, overshooting by at most one call for each of the 2 members in flight.
     assert budget_usd <= out["usage"]["cost_usd"] <= budget_usd + 2 * call_cost_usd
-    assert calls in (4, 5, 6) and out["status"] == "failed"
+    assert calls in (4, 5, 6) and out["status"] == "cancelled"
     assert out["output"] is None  # no synthesis on a spent budget
     assert [m["type"] for m in out["messages"]].count("run.budget_exceeded") == 1
-    per_task = sum(r["usage"]["cost_usd"] for r in out["member_results"])
+    # Every call is charged to its task too, whatever became of the attempt that made it.
+    per_task = sum(t.usage.cost_usd for t in board.snapshot())
     assert per_task == pytest.approx(out["usage"]["cost_usd"])

@@ -254,31 +254,50 @@ def test_a_task_that_never_ran_is_not_counted_as_run(
     assert llm.requests[f"member-{run_id}"] == []
 
 
-@AS_JSON
-def test_a_run_stopped_before_its_synthesis_says_why_and_that_there_is_no_answer(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, as_json: bool) -> None:
-    """A spent token budget blocks what never ran and ends the run with no synthesis."""
+def test_a_run_paused_on_its_budget_says_how_to_resume_or_end_it(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
+        group_reaper: list[subprocess.Popen[bytes]]) -> None:  # noqa: F811  (the fixture)
+    """A spent token budget pauses the run after task a: `run` and `status` say so once, with
+    commands that work pasted; cancelled then, what never ran is blocked."""
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
     models = script_run(llm, run_id, plan, synth=None)
     team = team_file(tmp_path / "t.toml", models)
-
-    done = teamctl(*run_args(llm, workers, run_id, team, as_json), "--max-tokens", "30",
-                   "--no-parallel-dispatch")
-
-    assert done.returncode == 1, done.stderr
-    assert answer_out(done, as_json) == (None if as_json else "")
-    start, summary, *why = done.stderr.splitlines()
-    assert start == f"teamctl: run {run_id} on {workers}"
-    assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
-                        + SUMMARY.format(tokens=36), summary), summary
+    run = subprocess.Popen([*TEAMCTL, *run_args(llm, workers, run_id, team), "--max-tokens",
+                            "30", "--no-parallel-dispatch"], stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    group_reaper.append(run)
+    store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+    wait_until(lambda: store.exists() and store.state().status == "awaiting_budget", 90,
+               message="the run to pause on its budget")
     spent = "budget exceeded: 36 tokens used, max_tokens is 30"  # planner's 18 + a's 18
-    assert why == [f"teamctl: task b (m1) blocked: {spent}",
-                   f"teamctl: task c (m1) blocked: {spent}",
-                   f"teamctl: run error: {spent}",
-                   "teamctl: no answer: the run ended before its synthesis (1 of 3 tasks "
-                   "completed; " + ("the JSON's member_results hold their outputs)" if as_json
-                                    else f"`{spelled(f'status {run_id}', workers)}` shows "
-                                    "their outputs)")]
+
+    status = teamctl("status", run_id, "--redis-url", workers)
+
+    assert status.returncode == 0, status.stderr
+    header, _objective, paused, *tasks = status.stdout.splitlines()
+    assert header.startswith(f"{run_id}: awaiting_budget; rounds 1; "), header
+    resume = spelled(f"budget {run_id} --add-tokens 10000", workers)
+    assert paused == (f"paused, its budget spent: `{resume}` resumes it, "
+                      f"`{spelled(f'cancel {run_id}', workers)}` ends it")
+    assert [t.split()[:3] for t in tasks[1:]] == [["a", "m1", "completed"], ["b", "m1", "ready"],
+                                                   ["c", "m1", "ready"]]
+    cancel = teamctl("cancel", run_id, "--redis-url", workers)
+    assert cancel.returncode == 0, cancel.stderr
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 1 and out.decode() == "", err
+    start, pause_line, summary, *why = err.decode().splitlines()
+    assert start == f"teamctl: run {run_id} on {workers}"
+    assert pause_line == (f"teamctl: run {run_id} paused ({spent}): "
+                          f"`{spelled(f'budget {run_id} --add-tokens 10000', workers)}` "
+                          f"resumes it, `{spelled(f'cancel {run_id}', workers)}` ends it")
+    assert re.fullmatch(rf"teamctl: run {run_id} cancelled in 1 round, 1 task ran, "
+                        + SUMMARY.format(tokens=36), summary), summary
+    assert why == ["teamctl: task b (m1) blocked: cancelled",
+                   "teamctl: task c (m1) blocked: cancelled",
+                   "teamctl: no answer: the run was cancelled before its synthesis (1 of 3 "
+                   f"tasks completed; `{spelled(f'status {run_id}', workers)}` shows their "
+                   "outputs)"]
 
 
 @AS_JSON

@@ -77,7 +77,8 @@ def test_the_call_that_spends_the_budget_ends_its_turn_and_nothing_wakes_after_i
     [told] = store.notices(SystemType.TEAM_BUDGET_EXCEEDED)
     assert (told.from_, told.to) == ("system", LEAD)
     assert told.content == (f"{SPENT}: no teammate or lead starts another model call and "
-                            "messages wake no one (`teamctl teams` shows the team's usage)")
+                            "messages wake no one until "
+                            f"`teamctl team budget --add-tokens 10000 -t {team}` raises it")
     assert told.id in [m.id for m in store.peek(LEAD)[1]]
 
     # Mail is delivered but wakes no one, and says why.
@@ -115,6 +116,42 @@ def test_the_call_that_spends_the_budget_ends_its_turn_and_nothing_wakes_after_i
         "unpriced": True, "max_tokens": 30, "max_cost_usd": None, "budget_exceeded": SPENT}
 
 
+def test_a_top_up_wakes_the_teammate_the_spent_budget_left_with_mail(
+        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    assert cli("team", "create", "--max-tokens", "30", *base(workers, team)).exit_code == 0
+    store = TeamStore(wconn, team)
+    model = llm.script(f"alice-{team}", ["ready", "looked", "on it again"])
+    assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
+    wait_until(lambda: settled(store, "alice", workers), message="alice's first turn")
+    assert cli("team", "send", "alice", "look around", *base(workers, team)).exit_code == 0
+    wait_until(lambda: settled(store, "alice", workers)
+               and store.get("alice").idle_reason == IdleReason.BUDGET,
+               message="alice's budget-spending turn")
+    assert cli("team", "send", "alice", "one more thing", *base(workers, team)).exit_code == 0
+    assert store.get("alice").status is MateStatus.IDLE  # the mail waits
+    for args, says in ((["--add-tokens", "-3"], "--add-tokens '-3': give a whole number"),
+                       (["--add-usd", "2"], f"team {team} has no max_cost_usd")):
+        refused = cli("team", "budget", *args, *base(workers, team))
+        assert refused.exit_code == 2 and refused.stderr.count("\n") == 1, refused.output
+        assert says in refused.stderr
+    shown = cli("team", "budget", *base(workers, team))
+    assert shown.stdout.splitlines() == ["tokens: 36 used of 30 (max_tokens 30 + 0 added)",
+                                         f"spent: {SPENT}"]
+
+    raised = cli("team", "budget", "--add-tokens", "100", *base(workers, team))
+
+    assert raised.exit_code == 0, raised.output
+    assert raised.stdout.splitlines() == [f"budget of team {team} raised; woke 1 teammate(s)",
+                                          "tokens: 36 used of 130 (max_tokens 30 + 100 added)",
+                                          "the budget lasts"]
+    wait_until(lambda: settled(store, "alice", workers) and not store.peek("alice")[1],
+               message="alice's turn on the mail that waited")
+    assert (store.get("alice").idle_reason, store.budget_exceeded()) == (IdleReason.DONE, None)
+    assert len(llm.requests[f"alice-{team}"]) == 3
+    assert [m.type for m in store.notices(SystemType.TEAM_BUDGET_ADDED)] == [
+        SystemType.TEAM_BUDGET_ADDED]
+
+
 def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_call(
         redis_url: str, conn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
     assert cli("team", "create", "--max-cost-usd", "0.5",
@@ -141,7 +178,7 @@ def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_c
     assert store.memory("alice") == [{"role": "user", "content": "You are alice. Start."}]
     assert [m.content for m in store.notices(SystemType.TEAM_BUDGET_EXCEEDED)] == [
         f"{charge.exceeded}: no teammate or lead starts another model call and messages wake "
-        "no one (`teamctl teams` shows the team's usage)"]
+        f"no one until `teamctl team budget --add-usd 1 -t {team}` raises it"]
     assert store.usage().prompt_tokens == 10
     listed = cli("teams", "--redis-url", redis_url)
     assert listed.stdout == (f"{team}\t1 teammates\t0 working\t10 tokens\t$0.7500 "
@@ -164,7 +201,8 @@ def test_the_leads_calls_count_and_past_the_budget_it_makes_none(
     assert second.exit_code == 1
     assert second.stderr.splitlines()[-1].startswith(
         f"teamctl: team {team}: {SPENT}; the lead makes no model call (no teammate takes "
-        "another turn; `")
+        "another turn until `")
+    assert f" team budget --add-tokens 10000 -t {team} " in second.stderr  # spelled to paste
     assert len(llm.requests[f"lead-{team}"]) == 2
     assert [m.type for m in store.peek(LEAD)[1]] == [SystemType.TEAM_BUDGET_EXCEEDED]
     # In the REPL a refused turn says why and the slash commands still answer.

@@ -282,29 +282,35 @@ def test_a_teammate_turn_is_a_trace_linked_to_the_message_that_woke_it(
     assert [c.parent_id for c in chats] == [answering.span_id]
 
 
-def test_a_budget_stop_is_an_event_of_the_attempt_and_of_the_run(
+def test_a_budget_pause_is_an_event_of_the_attempt_and_of_the_run(
         llm: ScriptedLLM, redis_server: str, run_id: str, queue: str, receiver: OtlpReceiver,
         traced_workers: LocalWorkers, tmp_path: Path) -> None:
     plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Keep busy"}]}
     models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
               "member": llm.script(f"member-{run_id}", [BUSY], repeat_last=True),
               "synth": llm.script(f"synth-{run_id}", [])}
-    # The planner's call alone (18 tokens) spends it: the member's first step is its last.
+    # The planner's call (18 tokens) and the member's first (18 more) spend it: that step is
+    # the attempt's last, then it gives the task back and the run pauses.
     team = team_file(tmp_path / "team.toml", models, queue=queue,
-                     members=[{"id": "m1", "queue": queue}],
-                     options={"max_tokens": 20, "continue_on_member_error": True})
+                     members=[{"id": "m1", "queue": queue}], options={"max_tokens": 20})
+    store = RunStore(redis.Redis.from_url(redis_server, decode_responses=True), RunKeys(run_id))
+    done: list[Result] = []
+    thread = threading.Thread(target=lambda: done.append(
+        traced_run(llm, redis_server, run_id, team, receiver)), daemon=True)
+    thread.start()
+    wait_until(lambda: store.exists() and store.state().status == "awaiting_budget", 60,
+               message="the run to pause on its budget")
+    store.request_stop("cancelled")
+    thread.join(60)
 
-    result = traced_run(llm, redis_server, run_id, team, receiver)
-
-    assert result.exit_code != 0
-    assert json.loads(result.stdout)["status"] == "failed"
+    [result] = done
+    assert json.loads(result.stdout)["status"] == "cancelled"
     [attempt] = receiver.wait_for("invoke_agent m1", where=in_run(run_id))
     assert "teamctl.budget.exceeded" in attempt.event_names()
-    assert attempt.attributes["teamctl.outcome"] == "failed"
-    # A failed task is a failed span (status ERROR), though the attempt raised nothing.
-    assert (attempt.status_code, attempt.attributes["error.type"]) == (2, "TaskFailed")
+    assert attempt.attributes["teamctl.outcome"] == "awaiting budget"
+    assert attempt.status_code != 2  # given back for later: not a failure
     workflow = one(of_run(receiver, attempt.trace_id), "invoke_workflow")
-    assert "teamctl.budget.exceeded" in workflow.event_names()
+    assert "teamctl.run.awaiting_budget" in workflow.event_names()
 
 
 def test_a_cancel_is_an_event_of_the_attempt_and_of_the_run(

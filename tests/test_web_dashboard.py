@@ -12,6 +12,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
+from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.run_records import RunStatus
@@ -178,6 +179,34 @@ def test_control_refuses_without_the_token_and_works_with_it(
     cancel = controlled.post(f"/runs/{run_id}/cancel", data={"token": TOKEN})
     assert cancel.status_code == 303
     assert RunStore(conn, RunKeys(run_id)).cancelled()
+
+
+def test_a_paused_run_offers_to_add_budget_and_the_control_needs_the_token(
+        conn: redis.Redis, run_id: str, controlled: httpx.Client) -> None:
+    run = start_run(conn, run_id, max_cost_usd=0.5)
+    run.store.set_status(RunStatus.AWAITING_BUDGET)
+    budget = Budget(conn, RunKeys(run_id), max_tokens=None, max_cost_usd=0.5)
+    budget.mark_spent("budget exceeded: $0.5 spent, max_cost_usd is 0.5")
+    page = controlled.get(f"/runs/{run_id}").text
+    assert "awaiting_budget" in page and "paused: the run's budget is spent" in page
+    assert f'action="/runs/{run_id}/budget"' in page and 'name="add_usd"' in page
+    assert 'name="add_tokens"' not in page  # no token limit to add to
+    add = f"/runs/{run_id}/budget"
+    assert controlled.post(add, data={"add_usd": "2"}).status_code == 403
+    assert controlled.post(add, data={"add_usd": "2", "token": "nope"}).status_code == 403
+    for bad, says in (({"add_usd": "-2"}, "--add-usd '-2'"), ({}, "give add_usd or add_tokens"),
+                      ({"add_tokens": "100"}, "has no max_tokens")):
+        refused = controlled.post(add, data=bad | {"token": TOKEN})
+        assert refused.status_code == 409 and says in refused.text, refused.text
+    assert budget.state().added_usd == 0 and budget.exceeded()
+
+    added = controlled.post(add, data={"add_usd": "2", "token": TOKEN})
+
+    assert added.status_code == 303 and added.headers["location"].endswith("note=budget-raised")
+    state = budget.state()
+    assert (state.added_usd, state.exceeded) == (2.0, None)
+    woken = conn.xrevrange(RunKeys(run_id).events, count=1)[0][1]
+    assert woken["status"] == "run.budget"  # the coordinator is woken to resume
 
 
 def test_dashboard_without_the_web_extra_says_how_to_install_it(
@@ -404,6 +433,28 @@ def test_team_control_sends_and_reviews_plans_only_with_the_token(
                            ).status_code == 303
     sent = [m for m in store.bus.messages() if m.from_ == LEAD and m.content == "hi"]
     assert [m.to for m in sent] == ["alice"]
+
+
+def test_team_control_adds_to_a_spent_team_budget_only_with_the_token(
+        conn: redis.Redis, controlled: httpx.Client) -> None:
+    from teamctl.shared.agent.replies import Usage
+    from teamctl.shared.teams.options import TeamOptions
+    from teamctl.shared.teams.team_store import TeamStore
+
+    store = TeamStore(conn, "spent")
+    store.create(TeamOptions(max_tokens=30))
+    assert store.charge(Usage(prompt_tokens=40)).exceeded
+    page = controlled.get("/teams/spent").text
+    assert "budget spent: teammates take no turn until it is raised" in page
+    assert 'action="/teams/spent/budget"' in page and 'name="add_usd"' not in page
+    add = "/teams/spent/budget"
+    assert controlled.post(add, data={"add_tokens": "100"}).status_code == 403
+    assert controlled.post(add, data={"add_tokens": "x", "token": TOKEN}).status_code == 409
+
+    added = controlled.post(add, data={"add_tokens": "100", "token": TOKEN})
+
+    assert added.status_code == 303
+    assert (store.budget.state().added_tokens, store.budget_exceeded()) == (100, None)
 
 
 def test_on_loopback_only_loopback_host_names_are_answered(dashboard: httpx.Client) -> None:

@@ -190,23 +190,28 @@ def test_model_500_forever_fails_the_task_with_the_provider_text(
     assert ("m1", "lead", "task.error") in messages(conn, run_id)
 
 
-def test_budget_stops_new_model_calls_once_spent(
+def test_budget_stops_new_model_calls_once_spent_and_gives_the_tasks_back(
         conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
     model = llm.script(f"m1-{run_id}", [ToolCalls([("team_list_tasks", {})])], repeat_last=True)
     make_run(conn, run_id, models={"m1": model}, tasks=[one_task(), one_task(task_id="task_2")],
              workspace=tmp_path / "ws", api_base=llm.api_base, max_tokens=30)
+    spent = "budget exceeded: 36 tokens used, max_tokens is 30"
 
     # 18 tokens per call: the second call crosses 30, so no third call starts.
-    assert execute_task(conn, run_id, "task_1") == "task_1: failed"
+    assert execute_task(conn, run_id, "task_1") == f"task_1: awaiting budget: {spent}"
     assert len(llm.requests[f"m1-{run_id}"]) == 2
     board = TaskBoard(conn, RunKeys(run_id))
-    assert board.get("task_1").error == "budget exceeded: 36 tokens used, max_tokens is 30"
-    # A task started later fails before its first model call.
-    assert execute_task(conn, run_id, "task_2") == "task_2: failed"
+    first = board.get("task_1")
+    # Given back for after a top-up: not failed, the attempt not counted, its steps journaled.
+    assert (first.status, first.attempts, first.error) == (TaskStatus.READY, 0, None)
+    assert (first.requeue_reason, first.reclaimed) == (spent, True)
+    assert conn.llen(RunKeys(run_id).journal("task_1")) == 4  # two replies, two tool results
+    # A task started later is given back before its first model call.
+    assert execute_task(conn, run_id, "task_2") == f"task_2: awaiting budget: {spent}"
     assert len(llm.requests[f"m1-{run_id}"]) == 2
-    assert board.get("task_2").error.startswith("budget exceeded")
+    assert board.get("task_2").status is TaskStatus.READY
     assert RunStore(conn, RunKeys(run_id)).usage().prompt_tokens == 22
-    assert conn.hget(RunKeys(run_id).usage, "budget_exceeded").startswith("budget exceeded")
+    assert conn.hget(RunKeys(run_id).usage, "budget_exceeded") == spent
     # The run reports it once, when the limit is crossed.
     assert [m for m in messages(conn, run_id) if m[2] == "run.budget_exceeded"] == [
         ("system", "lead", "run.budget_exceeded")]

@@ -231,6 +231,22 @@ def resume(run_id: str, redis_url: str | None, workers: int | None, idle_exit_s:
 
 @main.command()
 @click.argument("run_id")
+@click.option("--add-usd", metavar="USD", default=None,
+              help="Dollars to add to the run's max_cost_usd (more than 0).")
+@click.option("--add-tokens", metavar="N", default=None,
+              help="Tokens to add to the run's max_tokens (a whole number above 0).")
+@redis_url_option
+@fail_cleanly
+def budget(run_id: str, add_usd: str | None, add_tokens: str | None, redis_url: str | None,
+           settings: Settings) -> None:
+    """Raise RUN_ID's budget (a run paused awaiting_budget resumes), or show it."""
+    from teamctl.coordinator.cli.commands import budget_command
+
+    budget_command(resolve_redis_url(redis_url, settings), run_id, add_tokens, add_usd)
+
+
+@main.command()
+@click.argument("run_id")
 @redis_url_option
 @fail_cleanly
 def cancel(run_id: str, redis_url: str | None, settings: Settings) -> None:

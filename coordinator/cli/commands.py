@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 import click
 from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.runs.run_control import cancel_run, decide_plan
+from teamctl.coordinator.runs.run_control import (
+    cancel_run,
+    decide_plan,
+    parse_top_up,
+    raise_budget,
+    resume_hint,
+)
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.redis.url_secrets import redacted
@@ -156,7 +162,7 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
         click.echo(result_json(result))
     else:
         advice = current_advice()
-        for line in status_lines(result, advice):
+        for line in status_lines(result, advice, resume_hint(run)):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
             click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume {run_id}` "
@@ -182,6 +188,21 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
     decide_plan(RunHandle.existing(connect(redis_url), run_id), approved, reason)
     click.echo(f"plan of run {run_id} {'approved' if approved else 'rejected'}")
+
+
+def budget_command(redis_url: str, run_id: str, add_tokens: str | None,
+                   add_usd: str | None) -> None:
+    """`teamctl budget`: raise a live run's budget (a paused run resumes), or show it."""
+    tokens, usd = parse_top_up(add_tokens, add_usd)
+    run = RunHandle.existing(connect(redis_url), run_id)
+    if tokens or usd:
+        state = raise_budget(run, tokens, usd)
+        click.echo(f"budget of run {run_id} raised"
+                   + ("" if state.exceeded else "; it goes on"))
+    else:
+        state = run.budget.state()
+    for line in state.lines():
+        click.echo(line)
 
 
 def cancel_command(redis_url: str, run_id: str) -> None:

@@ -98,10 +98,12 @@ def _answer_line(result: RunResult, as_json: bool) -> str:
     return f"no answer: the run {how} before its synthesis ({of_tasks}; {where})"
 
 
-def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:
+def status_lines(result: RunResult, advice: Advice | None = None,
+                 paused_hint: str | None = None) -> list[str]:
     """`teamctl status RUN`: the run, its error, each task (status, attempts, duration, cost,
-    error), its plan while it awaits approval, and its answer. The commands it suggests are
-    spelled by `advice` (as this shell reaches teamctl, with the --redis-url it was given)."""
+    error), its plan while it awaits approval, the commands that resume it while it awaits
+    budget (`paused_hint`), and its answer. The commands it suggests are spelled by `advice`
+    (as this shell reaches teamctl, with the --redis-url it was given)."""
     advice = advice or Advice()
     lines = [f"{result.run_id}: {result.status}; rounds {result.rounds}; "
              f"{duration_text(result.total_duration_ms)}; {usage_text(result.usage)}",
@@ -112,6 +114,8 @@ def status_lines(result: RunResult, advice: Advice | None = None) -> list[str]:
         lines += [printable(plan_table(result.plan)),
                   advice.spell(f"it waits for `teamctl approve {result.run_id}` or "
                                f"`teamctl reject {result.run_id} --reason TEXT`")]
+    if result.status is RunStatus.AWAITING_BUDGET and paused_hint:
+        lines.append(advice.spell(f"paused, its budget spent: {paused_hint}"))
     lines += _task_lines(result)
     lines += model_usage_lines(result)
     if has_answer(result):

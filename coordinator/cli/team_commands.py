@@ -368,6 +368,29 @@ def messages_command(member: str | None, type_: str | None, follow: bool, as_jso
     team_messages(store, member=member, type_=type_, follow=follow, as_json=as_json)
 
 
+@team_group.command("budget")
+@click.option("--add-usd", metavar="USD", default=None,
+              help="Dollars to add to the team's max_cost_usd (more than 0).")
+@click.option("--add-tokens", metavar="N", default=None,
+              help="Tokens to add to the team's max_tokens (a whole number above 0).")
+@with_store(wakes=True)
+def budget_command(add_usd: str | None, add_tokens: str | None, store: TeamStore,
+                   settings: Settings) -> None:
+    """Raise the team's budget (teammates it left idle take turns again), or show it."""
+    from teamctl.coordinator.runs.run_control import parse_top_up
+
+    tokens, usd = parse_top_up(add_tokens, add_usd)
+    store.meta()
+    if tokens or usd:
+        state, woken = store.raise_budget(tokens, usd)
+        click.echo(f"budget of team {store.team} raised"
+                   + ("" if state.exceeded else f"; woke {len(woken)} teammate(s)"))
+    else:
+        state = store.budget.state()
+    for line in state.lines():
+        click.echo(line)
+
+
 @team_group.command("shutdown")
 @click.argument("name")
 @click.option("--reason", default="", help="Why, for the teammate.")

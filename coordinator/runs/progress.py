@@ -16,7 +16,8 @@ from teamctl.shared.text import flat, printable
 STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
                 TaskStatus.BLOCKED: "yellow", TaskStatus.IN_PROGRESS: "cyan"}
 PHASE_TEXT = {RunStatus.PLANNING: "planning", RunStatus.AWAITING_APPROVAL: "waiting for approval",
-              RunStatus.RUNNING: "dispatching", RunStatus.SYNTHESIZING: "synthesizing"}
+              RunStatus.RUNNING: "dispatching", RunStatus.SYNTHESIZING: "synthesizing",
+              RunStatus.AWAITING_BUDGET: "paused: budget spent"}
 """The table's title for each phase of a run (an ended run shows its status as it is)."""
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from teamctl.coordinator.runs.context import RunContext
 from teamctl.shared.agent.replies import ModelReply
-from teamctl.shared.errors import InfraError, ModelError
+from teamctl.shared.errors import BudgetSpent, InfraError, ModelError
 from teamctl.shared.redis.connection import block_ms
 from teamctl.shared.runs.model_calls import CallView, ModelCallRequest, ModelCalls
 
@@ -54,7 +54,8 @@ class RemoteModel:
         """The reply to `call`. A worker must begin it by the monotonic time `begin_by`; once
         one has, the wait lasts while it beats (its own model timeout bounds the call).
 
-        A model error the worker met raises ModelError; no worker in time, or a job that failed
+        A model error the worker met raises ModelError (BudgetSpent when the run's budget could
+        not cover the call); no worker in time, or a job that failed
         on its worker, raises NoReply; a cancel raises CallCancelled; a lost lease raises
         RunFailed. A call whose worker died is started again, up to `max_attempts` times."""
         self._job_id = None
@@ -88,10 +89,12 @@ class RemoteModel:
 
     def _adopt_or_start(self, call: ModelCall) -> int:
         """The current attempt when it asks the same and is answered or still alive (a resumed
-        coordinator), else a new one."""
+        coordinator), else a new one (also after a call the budget could not cover: asked again
+        once it was raised)."""
         view = self.calls.view(call.name)
         same = view.request == call.request.model_dump_json()
-        if same and (view.outcome is not None or (view.began and view.beating)):
+        answered = view.outcome is not None and not view.outcome.budget_spent
+        if same and (answered or (view.began and view.beating)):
             self._attempt = view.attempt
             return view.attempt
         return self._enqueue(call)
@@ -147,6 +150,8 @@ def _reply_of(call: ModelCall, view: CallView) -> ModelReply:
     """The reply of an answered call; ModelError with the worker's reason when it failed."""
     outcome = view.outcome
     assert outcome is not None
+    if outcome.budget_spent:
+        raise BudgetSpent(outcome.error or "budget spent")
     if outcome.reply is None:
         raise ModelError(outcome.error or f"the {call.name} call failed without a reason")
     return outcome.reply

@@ -9,6 +9,7 @@ from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE
 from teamctl.coordinator.runs.remote_model import WAKE_EVERY_S
 from teamctl.coordinator.runs.result import ended_member_result
+from teamctl.coordinator.runs.run_control import resume_hint
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import EventKind, TaskState, TaskStatus
@@ -52,6 +53,8 @@ class LoopState:
     """Tasks dispatched in the current round that have not ended. In eager mode a refill joins
     the open round; a new round starts only once it is empty (as AI4J counts waves)."""
     stop: Stop | None = None
+    paused: str | None = None
+    """Why dispatch waits for `teamctl budget` (the run is awaiting_budget), or None."""
 
 
 class RoundLoop:
@@ -78,11 +81,15 @@ class RoundLoop:
             self.round_span = NO_SPAN
 
     def _run(self, state: LoopState) -> LoopState:
-        while self.board.has_work_remaining():
+        # A budget spent by the last tasks pauses the run before its synthesis, too.
+        while self.board.has_work_remaining() or self._paused_at_end(state):
             self.ctx.run.lease.check()
             if self._stopping(state):
                 if self._drained(state):
                     break
+            elif self._paused(state):  # nothing is dispatched; in-flight tasks give theirs back
+                self._reclaim_expired()
+                self._forget_ended_jobs(state)
             else:
                 self._reclaim_expired()
                 self._forget_ended_jobs(state)
@@ -96,10 +103,6 @@ class RoundLoop:
             # The cancel landed as the last tasks ended (members stop on it, too).
             state.stop = Stop(RunStatus.CANCELLED, CANCELLED, CANCELLED, time.monotonic())
             self.trace.event("teamctl.run.cancelled")
-        elif state.stop is None and self.budget is not None and (spent := self.budget.exceeded()):
-            # The last tasks spent the budget and ended before the loop looked: no synthesis.
-            state.stop = Stop(RunStatus.FAILED, spent, spent, time.monotonic())
-            self.trace.event("teamctl.budget.exceeded")
         return state
 
     def _show_progress(self) -> None:
@@ -111,7 +114,7 @@ class RoundLoop:
         self._read_events(state, block=False)
 
     def _stopping(self, state: LoopState) -> bool:
-        """Notice a cancel, the timeout or a spent budget; True once dispatch must stop."""
+        """Notice a cancel or the timeout; True once dispatch must stop."""
         if state.stop is None and not self.options.continue_on_member_error:
             self._stop_if_failed(state)  # also after a resume: the failure event may be old
         if state.stop is None:
@@ -125,11 +128,44 @@ class RoundLoop:
                 state.stop = Stop(status, reason, reason, time.monotonic() + grace_s)
                 self.trace.event("teamctl.run.cancelled" if reason == CANCELLED
                                  else "teamctl.run.stopped")
-            elif self.budget is not None and (spent := self.budget.exceeded()):
-                # Members refuse further model calls themselves; in-flight tasks end on their own.
-                state.stop = Stop(RunStatus.FAILED, spent, spent, self.deadline)
-                self.trace.event("teamctl.budget.exceeded")
         return state.stop is not None
+
+    def _paused_at_end(self, state: LoopState) -> bool:
+        """No work is left but the budget is spent: wait for a top-up before the synthesis."""
+        return state.stop is None and self._paused(state)
+
+    def _paused(self, state: LoopState) -> bool:
+        """Whether dispatch waits for a top-up: pause once the budget is spent (members give
+        their claims back before their next call), resume once `teamctl budget` raised it."""
+        if self.budget is None:
+            return False
+        spent = self.budget.exceeded()
+        if spent and state.paused is None:
+            self._pause(state, spent)
+        elif not spent and state.paused is not None:
+            self._resume(state)
+        return state.paused is not None
+
+    def _pause(self, state: LoopState, spent: str) -> None:
+        """awaiting_budget, said once: the event, the lead's notice, the line with the commands."""
+        run, run_id = self.ctx.run, self.ctx.run.spec.run_id
+        state.paused = spent
+        run.store.set_status(RunStatus.AWAITING_BUDGET)
+        self.ctx.reporter.phase(RunStatus.AWAITING_BUDGET)
+        self.trace.event("teamctl.run.awaiting_budget")
+        run.bus.publish("system", "lead", SystemType.RUN_AWAITING_BUDGET, None, spent)
+        self.ctx.reporter.note(f"run {run_id} paused ({spent}): {resume_hint(run)}")
+
+    def _resume(self, state: LoopState) -> None:
+        """Back to running once the budget was raised; the tasks given back are dispatched."""
+        run, run_id = self.ctx.run, self.ctx.run.spec.run_id
+        state.paused = None
+        run.store.set_status(RunStatus.RUNNING)
+        self.ctx.reporter.phase(RunStatus.RUNNING)
+        self.trace.event("teamctl.run.resumed")
+        run.bus.publish("system", "lead", SystemType.RUN_BUDGET_ADDED, None,
+                        "the budget was raised: the run goes on")
+        self.ctx.reporter.note(f"run {run_id} resumed: its budget was raised")
 
     def _stop_if_failed(self, state: LoopState) -> None:
         if self.board.counts().get(TaskStatus.FAILED, 0) == 0:

@@ -18,14 +18,22 @@ import redis
 from teamctl.coordinator.runs.approval import ApprovalMode, decide_plan
 from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.mcp_listing import McpListingWait
-from teamctl.coordinator.runs.remote_model import CallCancelled, ModelCall, NoReply, RemoteModel
+from teamctl.coordinator.runs.remote_model import (
+    WAKE_EVERY_S,
+    CallCancelled,
+    ModelCall,
+    NoReply,
+    RemoteModel,
+)
 from teamctl.coordinator.runs.result import build_result, member_results
 from teamctl.coordinator.runs.roles import plan_from_reply, planner_request, synthesizer_request
 from teamctl.coordinator.runs.rounds import CANCELLED, LoopState, RoundLoop
+from teamctl.coordinator.runs.run_control import resume_hint
 from teamctl.coordinator.runs.tool_check import ToolsDoNotImport, WorkerToolCheck
+from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import ConfigError, InfraError, ModelError, RunFailed
+from teamctl.shared.errors import BudgetSpent, ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.hosts import this_host
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
@@ -202,14 +210,46 @@ class Coordinator:
                                   mcp_tools).model_copy(
                                       update={"fallbacks": models.planner_fallbacks})
         try:
-            reply = self.model.complete(ModelCall("planner", spec.planner_queue, request),
-                                        self.deadline)
+            reply = self._complete_within_budget(
+                ModelCall("planner", spec.planner_queue, request), self.deadline)
         except (ModelError, NoReply) as exc:  # nothing was written yet: record why it failed
             self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
                              error=f"planner failed: {exc}"))
             raise RunFailed(f"planner failed: {exc}") from exc
         self.ctx.run.store.add_usage(reply.usage)
         return plan_from_reply(reply.content or "", spec.objective, spec.members, spec.options)
+
+    def _complete_within_budget(self, call: ModelCall, begin_by: float) -> ModelReply:
+        """The planner's or synthesizer's call; one the budget cannot cover pauses the run
+        (awaiting_budget) until `teamctl budget` raises it, then is asked again. CallCancelled
+        for a cancel meanwhile, NoReply once the run's time is out."""
+        while True:
+            try:
+                return self.model.complete(call, begin_by)
+            except BudgetSpent as exc:
+                self._await_budget(call, str(exc))
+
+    def _await_budget(self, call: ModelCall, spent: str) -> None:
+        """Paused until the budget lasts again; back to the status the run had."""
+        store, run_id = self.ctx.run.store, self.spec.run_id
+        was = store.state().status
+        self.ctx.run.budget.mark_spent(spent)
+        self._set_status(RunStatus.AWAITING_BUDGET)
+        self.trace.event("teamctl.run.awaiting_budget")
+        self.ctx.run.bus.publish("system", "lead", SystemType.RUN_AWAITING_BUDGET, None, spent)
+        self.ctx.reporter.note(f"run {run_id} paused ({spent}): {resume_hint(self.ctx.run)}")
+        while self.ctx.run.budget.exceeded():
+            if self._should_stop_waiting():
+                raise CallCancelled(call.name)
+            if time.monotonic() >= self.deadline:
+                raise NoReply(f"the run timed out after {self.spec.options.timeout_s:g}s "
+                              "waiting for its budget to be raised")
+            store.wait_for_wake(WAKE_EVERY_S)
+        self._set_status(was)
+        self.trace.event("teamctl.run.resumed")
+        self.ctx.run.bus.publish("system", "lead", SystemType.RUN_BUDGET_ADDED, None,
+                                 "the budget was raised: the run goes on")
+        self.ctx.reporter.note(f"run {run_id} resumed: its budget was raised")
 
     def _plan_approved(self, plan: Plan) -> bool:
         """True to dispatch; a rejected plan fails the run, a cancel during the wait ends it."""
@@ -274,7 +314,7 @@ class Coordinator:
         begin_by = max(self.deadline, time.monotonic() + self.spec.options.model_timeout_s)
         try:
             with self.trace.child("synthesize") as span, ctx.dispatcher.under(span):
-                reply = self.model.complete(call, begin_by)
+                reply = self._complete_within_budget(call, begin_by)
         except (ModelError, NoReply) as exc:  # the board stays; the run records why it failed
             self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
                              error=f"synthesizer failed: {exc}"))

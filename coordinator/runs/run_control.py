@@ -1,15 +1,18 @@
 """Steering a live run from outside it: a person's message to its members, the decision on a plan
-waiting for approval, and a cancel that ends the run here when no coordinator drives it. The
-CLI's `send`, `approve`, `reject` and `cancel`, the dashboard's controls and the Python API
-share these."""
+waiting for approval, a raised budget, and a cancel that ends the run here when no coordinator
+drives it. The CLI's `send`, `approve`, `reject`, `budget` and `cancel`, the dashboard's controls
+and the Python API share these."""
 
 from __future__ import annotations
 
+import math
+
+from teamctl.shared.budget import BudgetState
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.runs.run_records import RunStatus, Wake
 
 
 def live_run(run: RunHandle) -> RunHandle:
@@ -89,3 +92,49 @@ def _end_cancelled(run: RunHandle) -> None:
                         announce=SystemType.RUN_CANCELLED if announce else None,
                         announce_text="cancelled"))
     expire_run(store.conn, spec.run_id, spec.options.retention_s)
+
+
+def parse_top_up(add_tokens: str | None, add_usd: str | None) -> tuple[int, float]:
+    """`--add-tokens` and `--add-usd` as numbers: positive, finite, tokens whole; ConfigError
+    (one line) otherwise."""
+    tokens, usd = 0, 0.0
+    if add_tokens is not None:
+        try:
+            tokens = int(add_tokens)
+        except ValueError:
+            tokens = 0
+        if tokens <= 0:
+            raise ConfigError(f"--add-tokens {add_tokens!r}: give a whole number above 0")
+    if add_usd is not None:
+        try:
+            usd = float(add_usd)
+        except ValueError:
+            usd = 0.0
+        if not math.isfinite(usd) or usd <= 0:
+            raise ConfigError(f"--add-usd {add_usd!r}: give an amount in dollars above 0")
+    return tokens, usd
+
+
+def raise_budget(run: RunHandle, tokens: int, usd: float) -> BudgetState:
+    """Add to a live run's budget and wake its coordinator (a paused run resumes); the budget
+    after. ConfigError for a finished run, or a limit the run does not have."""
+    run = live_run(run)
+    options = run.spec.options
+    if tokens and options.max_tokens is None:
+        raise ConfigError(f"run {run.run_id} has no max_tokens: its tokens are not limited, so "
+                          "there is nothing to add to (--add-usd raises max_cost_usd)")
+    if usd and options.max_cost_usd is None:
+        raise ConfigError(f"run {run.run_id} has no max_cost_usd: its cost is not limited, so "
+                          "there is nothing to add to (--add-tokens raises max_tokens)")
+    state = run.budget.top_up(tokens, usd)
+    run.store.wake(Wake.BUDGET)
+    return state
+
+
+
+def resume_hint(run: RunHandle) -> str:
+    """The commands that resume a run paused on its budget, or end it (for `run`, `status`):
+    the flag is one of the limits it has, so the command works pasted."""
+    flag = "--add-usd 1" if run.spec.options.max_cost_usd is not None else "--add-tokens 10000"
+    return (f"`teamctl budget {run.run_id} {flag}` resumes it, "
+            f"`teamctl cancel {run.run_id}` ends it")

@@ -31,7 +31,7 @@ from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.bus import LEAD
-from teamctl.shared.errors import RunFailed
+from teamctl.shared.errors import BudgetSpent, RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.teams.inbox import unread_batch
@@ -159,9 +159,14 @@ class LeadAgent:
         max_steps = self.store.options.turn_max_steps
         with self._start_span() as span:
             caller = team_caller(self.store, self.client, LEAD, self.fallbacks)
-            end = AgentLoop(client=TracedModel(caller, span), model=self.model,
-                            api_base=self.api_base, toolbox=self.toolbox, max_steps=max_steps,
-                            policy=self).run(messages)
+            try:
+                end = AgentLoop(client=TracedModel(caller, span), model=self.model,
+                                api_base=self.api_base, toolbox=self.toolbox,
+                                max_steps=max_steps, policy=self).run(messages)
+            except BudgetSpent as exc:
+                if not self.store.budget_exceeded():  # the call's reservation refused it:
+                    self.store.budget.mark_spent(str(exc) or "budget spent")  # all pause
+                raise
         if end.answer is not None:
             return end.answer
         if end.stop == NOTHING_SAID:

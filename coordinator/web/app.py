@@ -1,8 +1,8 @@
 """`teamctl dashboard`'s ASGI app (Starlette): the runs, a run, the teams and a team as HTML
 read from Redis, their live changes as server-sent events, and (with --allow-control only) the
-CLI's own cancel, approve/reject and send. Every request needs the token printed at start (see
-`access`), reads too unless they are opened; every control needs it itself. Importing this
-module imports Starlette: only the dashboard command does."""
+CLI's own cancel, approve/reject, budget and send. Every request needs the token printed at
+start (see `access`), reads too unless they are opened; every control needs it itself.
+Importing this module imports Starlette: only the dashboard command does."""
 
 from __future__ import annotations
 
@@ -31,7 +31,13 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from teamctl.coordinator.runs.run_control import cancel_run, decide_plan, send_message
+from teamctl.coordinator.runs.run_control import (
+    cancel_run,
+    decide_plan,
+    parse_top_up,
+    raise_budget,
+    send_message,
+)
 from teamctl.coordinator.web import sse
 from teamctl.coordinator.web.access import COOKIE_NAME, TOKEN_HEADER, Access, ReadGate, same_secret
 from teamctl.coordinator.web.render import render, run_values
@@ -422,6 +428,25 @@ def do_send(run: RunHandle, form: dict[str, str]) -> str:
     return "sent"
 
 
+def top_up(form: dict[str, str]) -> tuple[int, float]:
+    """The form's add_tokens / add_usd (blank: none), checked as `teamctl budget` checks them;
+    at least one."""
+    tokens, usd = parse_top_up(form.get("add_tokens") or None, form.get("add_usd") or None)
+    if not (tokens or usd):
+        raise ConfigError("give add_usd or add_tokens: the amount to add to the budget")
+    return tokens, usd
+
+
+def do_budget(run: RunHandle, form: dict[str, str]) -> str:
+    raise_budget(run, *top_up(form))
+    return "budget-raised"
+
+
+def do_team_budget(store: TeamStore, form: dict[str, str]) -> str:
+    store.raise_budget(*top_up(form))
+    return "budget-raised"
+
+
 def do_team_send(store: TeamStore, form: dict[str, str]) -> str:
     store.send(LEAD, form.get("to", ""), form.get("text", ""))
     return "sent"
@@ -435,5 +460,6 @@ def do_team_review(store: TeamStore, form: dict[str, str]) -> str:
 
 
 CONTROLS: dict[str, ControlAction] = {"cancel": do_cancel, "approve": do_approve,
-                                      "reject": do_reject, "send": do_send}
-TEAM_CONTROLS: dict[str, TeamAction] = {"send": do_team_send, "review": do_team_review}
+                                      "reject": do_reject, "send": do_send, "budget": do_budget}
+TEAM_CONTROLS: dict[str, TeamAction] = {"send": do_team_send, "review": do_team_review,
+                                        "budget": do_team_budget}

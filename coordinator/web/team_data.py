@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from teamctl.coordinator.web.run_data import MESSAGES_SHOWN
+from teamctl.shared.budget import BudgetState
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.teams.tasks import TeamTask, TeamTasks
@@ -33,6 +34,8 @@ class TeamView:
     messages: list[Envelope]
     last_event_id: str
     last_message_id: str
+    budget: BudgetState | None = None
+    """The team's budget when it has one (the page offers to add to it)."""
 
 
 LEAD_INBOX_SHOWN = 50
@@ -56,4 +59,5 @@ def load_team_view(store: TeamStore) -> TeamView:
                     lead_inbox=lead_inbox, requests=store.requests(pending_only=True),
                     tasks=TeamTasks(store).snapshot(), messages=messages,
                     last_event_id=last[0][0] if last else "0-0",
-                    last_message_id=messages[-1].id if messages else "0-0")
+                    last_message_id=messages[-1].id if messages else "0-0",
+                    budget=store.budget.state() if store.budget.limited else None)

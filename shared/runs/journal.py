@@ -1,6 +1,7 @@
 """A task's step journal: each model reply of a member's session (with its usage) and each tool
-result, recorded while the claim holds, so the task's next attempt after a crash replays them
-instead of paying for the calls and running the tools again.
+result, recorded while the claim holds, so the task's next attempt after a crash (or after a
+pause on a spent budget) replays them instead of paying for the calls and running the tools
+again.
 
 What can repeat: the one step in flight when the attempt died (its model call, and any of its
 tool calls that had not finished). Everything recorded is replayed, never made again."""
@@ -61,7 +62,8 @@ class StepJournal:
 
     def steps_for(self, member_id: str, *, crashed: bool) -> list[RecordedStep]:
         """The recorded steps of `member_id`'s session, in order, when the attempt before this
-        one died (`crashed`: reclaim.lua took its expired claim back, TaskState.reclaimed).
+        one died or gave the task back on a spent budget (`crashed`: TaskState.reclaimed, set
+        by reclaim.lua and release_budget.lua).
         Else the journal is dropped: a released task starts over by choice, and a handed-off
         one is another member's session."""
         if not crashed:  # nothing to read: only to drop, if there is one

@@ -34,6 +34,8 @@ class ModelCallOutcome(BaseModel):
     reply: ModelReply | None = None
     error: str | None = None
     worker: str = ""
+    budget_spent: bool = False
+    """The call was not made: the run's budget cannot cover it (BudgetSpent); the run pauses."""
 
 
 @dataclass(frozen=True)

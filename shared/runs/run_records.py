@@ -9,11 +9,13 @@ from pydantic import BaseModel, Field
 
 
 class RunStatus(StrEnum):
-    """A run's lifecycle: the first four drive it, the last three end it."""
+    """A run's lifecycle: the first five drive it, the last three end it."""
 
     PLANNING = "planning"
     AWAITING_APPROVAL = "awaiting_approval"
     RUNNING = "running"
+    AWAITING_BUDGET = "awaiting_budget"
+    """Paused: its budget cannot cover the next model call; `teamctl budget` resumes it."""
     SYNTHESIZING = "synthesizing"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -29,6 +31,7 @@ class Wake(StrEnum):
 
     STOP = "stop"
     APPROVAL = "approval"
+    BUDGET = "budget"
 
 
 class Approval(StrEnum):

@@ -111,8 +111,8 @@ class TeamBase:
         if charge.crossed and charge.exceeded:
             self.bus.publish("system", LEAD, SystemType.TEAM_BUDGET_EXCEEDED, None,
                              f"{charge.exceeded}: no teammate or lead starts another model "
-                             "call and messages wake no one (`teamctl teams` shows the "
-                             "team's usage)")
+                             "call and messages wake no one until "
+                             f"{self.top_up_command()} raises it")
         return charge
 
     def refuse_past_budget(self, refused: str) -> None:
@@ -121,7 +121,12 @@ class TeamBase:
         reason = self.budget_exceeded() if self.exists() else None
         if reason:
             raise BudgetSpent(f"team {self.team}: {reason}; {refused} (no teammate takes "
-                              "another turn; `teamctl teams` shows the usage)")
+                              f"another turn until {self.top_up_command()} raises it)")
+
+    def top_up_command(self) -> str:
+        """The command that raises this team's budget, with a flag for a limit it has."""
+        flag = "--add-usd 1" if self.options.max_cost_usd is not None else "--add-tokens 10000"
+        return f"`teamctl team budget {flag} -t {self.team}`"
 
     def plan_state(self, name: str) -> str | None:
         """The teammate's plan_state as stored now (None without plan mode): tools read it

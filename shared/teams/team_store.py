@@ -17,7 +17,10 @@ from typing import Any
 
 import redis
 from teamctl.shared.agent.mcp_config import McpServer
+from teamctl.shared.budget import BudgetState
+from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
+from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.hosts import this_host
 from teamctl.shared.ids import check_queue
@@ -26,7 +29,7 @@ from teamctl.shared.redis.scripts import WriteGuard
 from teamctl.shared.teams.messages import TeamMessages
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.requests import TeamRequests
-from teamctl.shared.teams.tasks import SNAPSHOT_RETRIES
+from teamctl.shared.teams.tasks import SNAPSHOT_RETRIES, TeamTasks
 from teamctl.shared.teams.team_base import MateBusy
 from teamctl.shared.teams.teammates import (
     MateStatus,
@@ -72,6 +75,28 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
             return False
         self.conn.zadd(TEAMS_INDEX, {self.team: meta.created_ms}, nx=True)
         return True
+
+    def raise_budget(self, tokens: int, usd: float) -> tuple[BudgetState, list[str]]:
+        """Add to the team's budget (ConfigError for a limit it does not have) and, once it
+        lasts again, wake the teammates its spent budget left idle: each with unread mail,
+        and those ready tasks go to. The budget after, and who was woken."""
+        options = self.meta().options
+        if tokens and options.max_tokens is None:
+            raise ConfigError(f"team {self.team} has no max_tokens: its tokens are not "
+                              "limited, so there is nothing to add to (--add-usd raises "
+                              "max_cost_usd)")
+        if usd and options.max_cost_usd is None:
+            raise ConfigError(f"team {self.team} has no max_cost_usd: its cost is not limited, "
+                              "so there is nothing to add to (--add-tokens raises max_tokens)")
+        state = self.budget.top_up(tokens, usd)
+        if state.exceeded:
+            return state, []
+        self.bus.publish("system", LEAD, SystemType.TEAM_BUDGET_ADDED, None,
+                         "the team's budget was raised: teammates take turns again")
+        woken = TeamTasks(self).wake()
+        woken += [name for name in self.names()
+                  if name not in woken and self.peek(name, limit=1)[1] and self.wake(name)]
+        return state, woken
 
     def delete(self, *, force: bool = False) -> int:
         """Remove every key of the team and its index entry; returns keys removed. Refused

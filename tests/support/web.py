@@ -53,12 +53,13 @@ class DrivenRun:
 
 
 def start_run(conn: redis.Redis, run_id: str, *, heartbeat_ttl_s: float = 30.0,
-              tasks: list[TaskSpec] | None = None) -> DrivenRun:
+              tasks: list[TaskSpec] | None = None,
+              max_cost_usd: float | None = None) -> DrivenRun:
     """A running run of members m1, m2 with tasks `a` and `b` (b depends on a), or `tasks`,
-    no workers."""
+    no workers; a cost budget if given."""
     spec = RunSpec(run_id=run_id, team_id="t", objective=f"Objective {HOSTILE}",
                    members=[Member(id="m1"), Member(id="m2")],
-                   options=RunOptions(heartbeat_ttl_s=heartbeat_ttl_s),
+                   options=RunOptions(heartbeat_ttl_s=heartbeat_ttl_s, max_cost_usd=max_cost_usd),
                    models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
                    workspace_dir="/tmp", created_ms=now_ms())
     keys = RunKeys(run_id)

@@ -27,7 +27,7 @@ from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import ModelError, RunFailed
+from teamctl.shared.errors import BudgetSpent, ModelError, RunFailed
 from teamctl.shared.hosts import this_host
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
@@ -151,6 +151,8 @@ class Attempt:
             to = claim.handed_to or member.id
             job.claims.run_again_as(claim, to)
             return f"handed off to {to}"
+        except BudgetSpent as exc:  # the pre-check's, or the model call's reservation's
+            return self._pause_for_budget(str(exc) or "budget spent")
         except (AttemptAbandoned, AppendRefused) as exc:
             # A refused journal append is a stale write: the task was reclaimed meanwhile.
             self.span.event("teamctl.write.refused" if isinstance(exc, AppendRefused)
@@ -292,8 +294,9 @@ class Attempt:
                                  self.claim.task_id, charge.exceeded)
 
     def run_tools(self, reply: ModelReply) -> list[Message]:
-        # The claim may have been lost during a long call: a stale attempt runs no tools.
-        self._check_continue()
+        # The claim may have been lost during a long call: a stale attempt runs no tools. The
+        # tools of a reply that spent the budget still run: it is paid for, and journaled.
+        self._check_continue(budget=False)
         assert self.replay and self.journal and self.member  # set with the loop
         results = []
         for call in reply.tool_calls:
@@ -319,8 +322,9 @@ class Attempt:
         if not claim.live:
             raise AttemptAbandoned(f"claim {claim.end.value if claim.end else 'ended'}")
 
-    def _check_continue(self) -> None:
-        """Before each model call: still our claim, run not cancelled, budget left."""
+    def _check_continue(self, *, budget: bool = True) -> None:
+        """Before each model call: still our claim, run not cancelled, budget left (else
+        BudgetSpent: the claim goes back for after a top-up)."""
         self._check_claim()
         claim = self.claim
         # A synchronous refresh, not just the thread's flag: a reclaimed task must not get one
@@ -331,10 +335,9 @@ class Attempt:
         if self.job.store.cancelled():
             self.span.event("teamctl.run.cancelled")
             raise RunFailed("run cancelled")
-        reason = self.job.budget.exceeded()
+        reason = self.job.budget.exceeded() if budget else None
         if reason:
-            self.span.event("teamctl.budget.exceeded")
-            raise RunFailed(reason)
+            raise BudgetSpent(reason)
         # The call about to be made carries every tool result so far, messages read included.
         if self.mailbox and not self.mailbox.acknowledge():
             raise AttemptAbandoned("claim lost: the task was reclaimed")
@@ -354,6 +357,21 @@ class Attempt:
         return build_dispatch_input(member=member, task=task, objective=job.spec.objective,
                                     options=options, dependencies=dependencies, history=history,
                                     mcp_tools=mcp_tools)
+
+    def _pause_for_budget(self, reason: str) -> str:
+        """The budget cannot cover the next call: give the claim back for after a top-up (not
+        an attempt, not a release), keeping the journal so the steps paid for are replayed."""
+        job, claim = self.job, self.claim
+        self.span.event("teamctl.budget.exceeded")
+        job.budget.mark_spent(reason)  # the coordinator pauses on it, even if totals do not say
+        if not job.claims.end(claim, ClaimEnd.RELEASED):
+            return "abandoned: the claim had already ended"
+        if self.mirror:  # files a background command wrote, while the claim still holds
+            self.mirror.push()
+        outcome = job.board.release_for_budget(claim.task_id, claim.token, reason)
+        if outcome is not WriteOutcome.APPLIED:
+            return f"abandoned: {outcome.value}"
+        return f"awaiting budget: {reason}"
 
     def _complete(self, member: Member, output: str) -> str:
         return self._write_outcome(self.job.board.complete, member, output,

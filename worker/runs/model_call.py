@@ -11,7 +11,7 @@ from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNo
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import ModelError
+from teamctl.shared.errors import BudgetSpent, ModelError
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
@@ -81,6 +81,8 @@ def _ask(request: ModelCallRequest, caller: FallbackCaller, worker: str) -> Mode
         reply = caller.complete(request.model, request.messages, api_base=request.api_base)
     except ModelError as exc:
         return ModelCallOutcome(error=str(exc), worker=worker)
+    except BudgetSpent as exc:  # the call's reservation: the run pauses, then asks again
+        return ModelCallOutcome(error=str(exc), worker=worker, budget_spent=True)
     except Exception as exc:  # a bug here must reach the run's error, not only a worker log
         log.exception("model call failed")
         return ModelCallOutcome(error=f"{type(exc).__name__}: {exc}", worker=worker)

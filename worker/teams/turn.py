@@ -34,7 +34,7 @@ from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.traced_model import TracedModel
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import ConfigError
+from teamctl.shared.errors import BudgetSpent, ConfigError
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_fallbacks import team_caller
@@ -300,7 +300,14 @@ class Turn:
                          api_base=self.mate.api_base,
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
                          policy=self)
-        end = loop.run(messages)
+        try:
+            end = loop.run(messages)
+        except BudgetSpent as exc:  # the call's reservation: the budget cannot cover it
+            self.spent = str(exc) or "budget spent"
+            if not self.store.budget_exceeded():  # every teammate and the lead pause too
+                self.store.budget.mark_spent(self.spent)
+            self.span.event("teamctl.budget.exceeded")
+            return IdleReason.BUDGET, ""
         last_text = end.reply.content or "" if end.reply else ""
         if end.answer is not None or end.stop == IdleReason.DONE:
             # An answer, or a step that called idle or whose call spent the budget.

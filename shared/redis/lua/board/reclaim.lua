@@ -1,5 +1,6 @@
 -- reclaim: take back every given claim whose heartbeat key is gone: ready again (`reclaimed`
--- set: the attempt died, so the next one replays the task's journal; no other script sets it),
+-- set: the attempt died, so the next one replays the task's journal; only release_budget.lua
+-- sets it too),
 -- or failed "claim expired after N attempts" once N reaches max attempts (its dependents are
 -- blocked).
 -- With a forced reason, fail every given in-progress claim, alive or not, with that reason: a
