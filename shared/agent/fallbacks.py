@@ -24,6 +24,8 @@ from teamctl.shared.keys import KeySpace, model_cooldown
 
 COOLDOWN_REASON = "cooldown"
 """Why a model was skipped without a call: its retries were spent by a recent call."""
+
+
 class WaitingClient(Protocol):
     """What makes one model's call: ModelClient, whose wait for a paused account is bounded."""
 
