@@ -200,6 +200,8 @@ def create_command(team_file: Path | None, max_tokens: int | None, max_cost_usd:
     team = load_team_file(team_file)
     team.check_mcp_commands(settings.state_dir)
     options = budget_options(team.teammates, max_tokens=max_tokens, max_cost_usd=max_cost_usd)
+    if team.limits:  # the file's [limits] table applies to the team's calls too
+        options = options.model_copy(update={"limits": {**team.limits, **options.limits}})
     if not store.create_new(options, team.mcp_servers):
         raise RequestRefused(f"team {store.team} exists; its options are kept (`teamctl team "
                              "delete` it first to change them)")

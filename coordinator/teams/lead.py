@@ -34,6 +34,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
+from teamctl.shared.provider_limits import CallScope
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.tracing import NO_TRACING, Span, Tracing
@@ -153,7 +154,10 @@ class LeadAgent:
         self.text, self.dropped = text.strip(), 0
         max_steps = self.store.options.turn_max_steps
         with self._start_span() as span:
-            end = AgentLoop(client=TracedModel(self.client, span), model=self.model,
+            client = self.client.scoped(CallScope(budget=self.store.budget,
+                                                  stop=self.lease.check,
+                                                  on_charge=self.store.charged))
+            end = AgentLoop(client=TracedModel(client, span), model=self.model,
                             api_base=self.api_base, toolbox=self.toolbox, max_steps=max_steps,
                             policy=self).run(messages)
         if end.answer is not None:
@@ -195,7 +199,7 @@ class LeadAgent:
         return [{"role": "user", "content": "\n\n".join(parts)}] if parts else []
 
     def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
-        self.store.charge(reply.usage)  # the lead's calls count against the team's budget
+        # The lead's calls count against the team's budget: charged when their slot settled.
         self.lease.check()
 
     def run_tools(self, reply: ModelReply) -> list[Message]:

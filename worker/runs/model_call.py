@@ -10,10 +10,13 @@ import redis
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
 from teamctl.shared.errors import ModelError
+from teamctl.shared.limits_config import merged
+from teamctl.shared.provider_limits import ProviderLimits
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.settings import load_settings
 from teamctl.shared.tracing import NO_TRACING, Tracing
 from teamctl.worker.keepalive import KeepAlive
 
@@ -46,7 +49,8 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
         "teamctl.call": call, "teamctl.attempt": attempt, "teamctl.worker": worker})
     # Beating stops once the coordinator gave up on this attempt (refresh answers False).
     with span, KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
-        outcome = _ask(request, options, provider_keys, worker)
+        limits = ProviderLimits(conn, merged(run.spec.limits, load_settings().model_limits))
+        outcome = _ask(request, options, provider_keys, worker, limits)
         if outcome.reply is not None:
             span.set(reply_attributes(outcome.reply))
         else:
@@ -57,10 +61,12 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
 
 
 def _ask(request: ModelCallRequest, options: RunOptions,
-         provider_keys: frozenset[str] | tuple[str, ...], worker: str) -> ModelCallOutcome:
+         provider_keys: frozenset[str] | tuple[str, ...], worker: str,
+         limits: ProviderLimits) -> ModelCallOutcome:
     """One model call with the run's timeout and retries; any failure becomes the outcome."""
+    # Rate-limited with every other caller of the account; the coordinator charges the usage.
     client = ModelClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
-                         max_retries=options.model_max_retries)
+                         max_retries=options.model_max_retries, limits=limits)
     try:
         reply = client.complete(request.model, request.messages, api_base=request.api_base)
     except ModelError as exc:

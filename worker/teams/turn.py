@@ -33,8 +33,11 @@ from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.limits_config import merged
+from teamctl.shared.provider_limits import CallScope, ProviderLimits
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
@@ -92,7 +95,9 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
         return f"skipped: {verdict}"
     options = store.options
     client = ModelClient(provider_keys=settings.provider_keys,
-                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
+                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
+                         limits=ProviderLimits(conn, merged(options.limits,
+                                                            settings.model_limits)))
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
         outcome = Turn(store, store.get(name), token, client, lease,
                        state_dir=settings.state_dir, tracing=tracing).run()
@@ -294,7 +299,11 @@ class Turn:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
-        loop = AgentLoop(client=TracedModel(self.client, self.span), model=self.mate.model,
+        # Each call waits for its provider's slot (the lease beats meanwhile) and is charged
+        # to the team's budget when it settles.
+        client = self.client.scoped(CallScope(budget=self.store.budget, stop=self.lease.check,
+                                              on_charge=self._charged))
+        loop = AgentLoop(client=TracedModel(client, self.span), model=self.mate.model,
                          api_base=self.mate.api_base,
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
                          policy=self)
@@ -326,11 +335,15 @@ class Turn:
         return [{"role": "user", "content": batch.block()}] if batch.lines else []
 
     def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
-        # Charged before anything else: the call was paid for, whatever becomes of the turn.
-        self.spent = self.store.charge(reply.usage).exceeded
+        # Charged already (the settle of its slot): the call was paid for, whatever becomes of
+        # the turn.
         self.lease.check()
         # The inbox block, the reply and the inbox offset, in one checkpoint before any tool.
         self._commit(self.offset, sent)
+
+    def _charged(self, charge: Charge) -> None:
+        """After each call was charged: whether it spent the budget (the lead told once)."""
+        self.spent = self.store.charged(charge).exceeded
 
     def run_tools(self, reply: ModelReply) -> list[Message]:
         # The calls of the reply that spent the budget still run: they are paid for, and left
