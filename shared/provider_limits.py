@@ -137,10 +137,12 @@ class ProviderLimits:
         ticket = Ticket(keys, keys.bucket(_digest(model)), model,
                         prompt + EXPECTED_OUTPUT_TOKENS, configured=configured)
         while True:
-            verdict, wait_ms, detail = self._run_take(ticket, budget, worst_tokens, worst_usd,
-                                                      wait_limit_s)
+            verdict, wait_ms, detail, first = self._run_take(ticket, budget, worst_tokens,
+                                                             worst_usd, wait_limit_s)
             if verdict == "spent":
-                raise BudgetSpent(str(detail))
+                if scope.on_charge is not None:  # told once, as a call that crossed it was
+                    scope.on_charge(Charge(exceeded=detail, crossed=first))
+                raise BudgetSpent(detail)
             if verdict == "far":
                 raise ModelUnavailable(f"model {model}: paused or rate-limited for "
                                        f"{int(wait_ms) / 1000:.1f}s more, past the wait limit "
@@ -158,19 +160,19 @@ class ProviderLimits:
             self.settle(ticket, scope, answered=None)
 
     def _run_take(self, ticket: Ticket, budget: Budget | None, worst_tokens: int,
-                  worst_usd: float, wait_limit_s: float | None) -> tuple[str, int, str]:
+                  worst_usd: float, wait_limit_s: float | None) -> tuple[str, int, str, bool]:
         keys = [ticket.keys.account, ticket.bucket]
         if budget is not None:
             keys += [budget.keys.usage, budget.keys.reservations]
         limit = ticket.configured
-        verdict, wait_ms, detail = self._script("limits_take")(keys=keys, args=[
+        verdict, wait_ms, detail, first = self._script("limits_take")(keys=keys, args=[
             ticket.model, limit.rpm or "", limit.tpm or "", ticket.counted_tokens,
             "" if wait_limit_s is None else int(wait_limit_s * 1000), BUCKET_TTL_MS,
             uuid.uuid4().hex, worst_tokens, repr(float(worst_usd)),
             _or_blank(budget.max_tokens if budget else None),
             _or_blank(budget.max_cost_usd if budget else None), RESERVATION_TTL_MS,
             TRIM_PER_CALL])
-        return str(verdict), int(wait_ms), str(detail)
+        return str(verdict), int(wait_ms), str(detail), bool(int(first))
 
     def settle(self, ticket: Ticket, scope: CallScope, *, answered: Any | None,
                learned: Learned | None = None, pause: str = "") -> int:

@@ -31,7 +31,7 @@ from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.bus import LEAD
-from teamctl.shared.errors import RunFailed
+from teamctl.shared.errors import BudgetSpent, RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.provider_limits import CallScope
@@ -157,9 +157,13 @@ class LeadAgent:
             client = self.client.scoped(CallScope(budget=self.store.budget,
                                                   stop=self.lease.check,
                                                   on_charge=self.store.charged))
-            end = AgentLoop(client=TracedModel(client, span), model=self.model,
-                            api_base=self.api_base, toolbox=self.toolbox, max_steps=max_steps,
-                            policy=self).run(messages)
+            try:
+                end = AgentLoop(client=TracedModel(client, span), model=self.model,
+                                api_base=self.api_base, toolbox=self.toolbox,
+                                max_steps=max_steps, policy=self).run(messages)
+            except BudgetSpent:  # the call's worst case was not covered: it was not made
+                self.store.refuse_past_budget("the lead makes no model call")
+                raise
         if end.answer is not None:
             return end.answer
         if end.stop == NOTHING_SAID:

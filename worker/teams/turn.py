@@ -35,7 +35,7 @@ from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.traced_model import TracedModel
 from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import ConfigError
+from teamctl.shared.errors import BudgetSpent, ConfigError
 from teamctl.shared.limits_config import merged
 from teamctl.shared.provider_limits import CallScope, ProviderLimits
 from teamctl.shared.settings import Settings, load_settings
@@ -205,6 +205,9 @@ class Turn:
                 except TurnRevoked:
                     span.event("teamctl.turn.revoked")
                     return "revoked"
+                except BudgetSpent:  # the next call's worst case was not covered: not made
+                    span.event("teamctl.budget.exceeded")
+                    verdict = self._end(IdleReason.BUDGET, "")
                 except Exception as exc:  # the model or a bug: the teammate idles with the error
                     log.exception("turn of %s failed", self.mate.name)
                     error = shorten(str(exc) or type(exc).__name__, 500)

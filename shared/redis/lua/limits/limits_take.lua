@@ -11,7 +11,7 @@
 -- ARGV[6] bucket ttl ms, ARGV[7] reservation id, ARGV[8] worst-case tokens, ARGV[9] worst-case
 -- usd, ARGV[10] max tokens ('' none), ARGV[11] max usd ('' none), ARGV[12] reservation ttl ms
 -- (past the slot), ARGV[13] how many expired reservations to trim at most.
--- Returns {verdict, wait ms, detail}: 'ok' (detail: the reservation member or ''), 'far' (the
+-- Returns {verdict, wait ms, detail, 1 if this refusal spent the budget first else 0}: 'ok' (detail: the reservation member or ''), 'far' (the
 -- slot is past the wait limit: nothing taken), 'wait' (others' reservations hold the budget
 -- the call needs: nothing taken), 'spent' (detail: why the budget cannot cover the call, also
 -- kept in the usage hash's budget_exceeded field when it is the first reason).
@@ -67,10 +67,12 @@ end
 if KEYS[3] then
   local refusal = budget_refusal()
   if refusal and refusal[1] == 'spent' then
-    -- Said once on the totals, as a charge that crosses a limit does: no new call starts.
-    redis.call('HSETNX', KEYS[3], 'budget_exceeded', refusal[2])
+    -- Kept on the totals, as a charge that crosses a limit keeps it: no new call starts, and
+    -- the first refusal is told (1) as the crossing call was.
+    local first = redis.call('HSETNX', KEYS[3], 'budget_exceeded', refusal[2])
+    return {'spent', 0, redis.call('HGET', KEYS[3], 'budget_exceeded'), first}
   end
-  if refusal then return {refusal[1], 0, refusal[2]} end
+  if refusal then return {refusal[1], 0, refusal[2], 0} end
 end
 
 local slot = now
@@ -91,7 +93,7 @@ if tpm then
   tok_ms = 60000 / tpm
   slot = math.max(slot, number(b[4]) - 1000)  -- one second's worth of tokens
 end
-if ARGV[5] ~= '' and slot - now > tonumber(ARGV[5]) then return {'far', slot - now, ''} end
+if ARGV[5] ~= '' and slot - now > tonumber(ARGV[5]) then return {'far', slot - now, '', 0} end
 if rpm or tpm then
   local fields = {'model', ARGV[1]}
   if rpm then
@@ -112,4 +114,4 @@ if KEYS[3] then
   redis.call('HINCRBY', KEYS[3], 'reserved_tokens', ARGV[8])
   redis.call('HINCRBYFLOAT', KEYS[3], 'reserved_usd', ARGV[9])
 end
-return {'ok', math.floor(slot - now), member}
+return {'ok', math.floor(slot - now), member, 0}
