@@ -121,10 +121,22 @@ class TaskState(BaseModel):
     """The last claim was taken back because its attempt died (its heartbeat expired): set by
     reclaim.lua alone, cleared by any other requeue; the next attempt replays the journal."""
     usage: Usage = Field(default_factory=Usage)
+    waiting_model: HashText = None
+    """The model whose provider slot or pause the attempt's call waits for (none: not waiting),
+    written by the attempt itself, fenced by its claim."""
+    waiting_until_ms: HashInt = 0
+    waiting_since_ms: HashInt = 0
 
     @property
     def terminal(self) -> bool:
         return self.status.terminal
+
+    def waiting_text(self, now_ms: int) -> str:
+        """"waiting for openai/gpt-4o-mini: 3.2 s" (the time left), or "" when not waiting."""
+        if not self.waiting_model or self.status.terminal:
+            return ""
+        left_s = max(0, self.waiting_until_ms - now_ms) / 1000
+        return f"waiting for {self.waiting_model}: {left_s:.1f} s"
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Self:

@@ -5,6 +5,7 @@ HTTP to the scripted server, real RQ workers where a run's task is involved."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,7 @@ from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import Member
 
 from tests.support.llm import Headed, HttpError, ScriptedLLM
+from tests.support.teams import cli
 from tests.support.waiting import wait_until
 from tests.support.workers import workers_on_own_queue
 
@@ -160,6 +162,8 @@ def test_one_429_pauses_every_worker_of_the_account_and_the_wait_keeps_the_claim
         # The second worker waits for the account too, and says so on its task.
         wait_until(lambda: conn.hget(RunKeys(run_id).task("b"), "waiting_model") == model, 30,
                    message="task b to show its wait")
+        listed = cli("tasks", run_id, "--redis-url", redis_url).stdout
+        assert re.search(rf"^b .* waiting for {re.escape(model)}: \d+\.\d s$", listed, re.M)
         wait_until(lambda: all(t and t.status == TaskStatus.COMPLETED
                                for t in board.get_many(["a", "b"])), 60,
                    message="both tasks to complete")

@@ -7,6 +7,7 @@ from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.runs.approval import plan_table
 from teamctl.shared.agent.replies import Usage
+from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import TaskStatus
@@ -124,11 +125,14 @@ def _task_lines(result: RunResult) -> list[str]:
     usage = {m.task_id: m.usage for m in result.member_results}
     members = task_members(result)
     rows = []
+    now = now_ms()
     for state in result.task_states:
         spent = usage.get(state.task_id)
+        # A call held back by its provider's limit says so where an error would show.
+        note = state.waiting_text(now) or (one_line(state.error, ERROR_CHARS)
+                                           if state.error else "")
         rows.append((state.task_id, members.get(state.task_id, "-"),
                      state.status.value, str(state.attempts),
                      duration_text(state.duration_ms) if state.duration_ms else "-",
-                     usage_text(spent) if spent else "-",
-                     one_line(state.error, ERROR_CHARS) if state.error else ""))
+                     usage_text(spent) if spent else "-", note))
     return table_lines(("task", "member", "status", "attempts", "time", "cost", "error"), rows)
