@@ -82,6 +82,14 @@ USAGE_FIELD_PREFIX = "usage_"
 """A task hash keeps its Usage as usage_prompt_tokens, usage_cost_usd, ... (budget_charge.lua)."""
 
 
+def waiting_text(model: str | None, until_ms: int, now_ms: int, status: TaskStatus) -> str:
+    """What a task's call waits for, with the time left: "waiting for MODEL: 3.2 s" ("" when
+    it waits for nothing, or the task has ended)."""
+    if not model or status.terminal:
+        return ""
+    return f"waiting for {model}: {max(0, until_ms - now_ms) / 1000:.1f} s"
+
+
 class TaskState(BaseModel):
     """A task as stored on the board (one Redis hash)."""
 
@@ -133,10 +141,7 @@ class TaskState(BaseModel):
 
     def waiting_text(self, now_ms: int) -> str:
         """"waiting for openai/gpt-4o-mini: 3.2 s" (the time left), or "" when not waiting."""
-        if not self.waiting_model or self.status.terminal:
-            return ""
-        left_s = max(0, self.waiting_until_ms - now_ms) / 1000
-        return f"waiting for {self.waiting_model}: {left_s:.1f} s"
+        return waiting_text(self.waiting_model, self.waiting_until_ms, now_ms, self.status)
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Self:

@@ -10,7 +10,7 @@ from teamctl.shared.agent.replies import Usage
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_records import RunStatus
-from teamctl.shared.task_records import TaskStatus
+from teamctl.shared.task_records import TaskStatus, waiting_text
 from teamctl.shared.text import duration_text, one_line, printable
 
 ERROR_CHARS = 500
@@ -129,8 +129,8 @@ def _task_lines(result: RunResult) -> list[str]:
     for state in result.task_states:
         spent = usage.get(state.task_id)
         # A call held back by its provider's limit says so where an error would show.
-        note = state.waiting_text(now) or (one_line(state.error, ERROR_CHARS)
-                                           if state.error else "")
+        note = waiting_text(state.waiting_model, state.waiting_until_ms, now, state.status) or (
+            one_line(state.error, ERROR_CHARS) if state.error else "")
         rows.append((state.task_id, members.get(state.task_id, "-"),
                      state.status.value, str(state.attempts),
                      duration_text(state.duration_ms) if state.duration_ms else "-",

@@ -55,7 +55,8 @@ def task_state_view(state: TaskState) -> TaskStateView:
         task_id=state.task_id, status=state.status, claimed_by=state.claimed_by,
         phase=state.phase, detail=state.detail, percent=state.percent,
         heartbeat_count=state.heartbeat_count, attempts=state.attempts, output=state.output,
-        error=state.error, duration_ms=state.duration_ms)
+        error=state.error, duration_ms=state.duration_ms, waiting_model=state.waiting_model,
+        waiting_until_ms=state.waiting_until_ms)
 
 
 def build_result(run: RunHandle, *, full: bool = True) -> RunResult:

@@ -85,6 +85,10 @@ class TaskStateView(BaseModel):
     output: str | None
     error: str | None
     duration_ms: int
+    waiting_model: str | None = None
+    """The model whose provider limit holds the task's call back now (None: not waiting)."""
+    waiting_until_ms: int = 0
+    """Until when (epoch ms) it waits, as its caller last knew."""
 
 
 class RunResult(BaseModel):
