@@ -31,13 +31,19 @@ def _lowest(a: int | None, b: int | None) -> int | None:
     return min(a, b) if a is not None and b is not None else a if a is not None else b
 
 
-LIMITS_FORMAT = "MODEL=rpm:N,tpm:N[;MODEL=...], e.g. openai/gpt-4o-mini=rpm:500,tpm:200000"
+LIMITS_FORMAT = ("MODEL=rpm:N,tpm:N[;MODEL=...], e.g. openai/gpt-4o-mini=rpm:500,tpm:200000, "
+                 "or off")
+LIMITER_OFF = "off"
+"""TEAMCTL_LIMITS=off: calls take no shared slot and a 429 pauses only its caller (each
+worker backs off alone, as before the limiter; budgets are still reserved). For comparisons."""
 
 
 def parse_limits(text: str, source: str = "TEAMCTL_LIMITS") -> dict[str, ModelLimit]:
     """TEAMCTL_LIMITS: `MODEL=rpm:N,tpm:N` entries split by `;` (a model string may hold ':'
     and '/', never '=' or ';'); ConfigError (exit 2) saying how to fix."""
     limits: dict[str, ModelLimit] = {}
+    if text.strip().lower() == LIMITER_OFF:
+        return limits
     for entry in filter(None, (part.strip() for part in text.split(";"))):
         model, sep, values = entry.rpartition("=")
         try:

@@ -31,8 +31,9 @@ from teamctl.shared.budget import Budget, Charge
 from teamctl.shared.errors import BudgetSpent, ModelUnavailable
 from teamctl.shared.keys import LIMITS_SALT, LimitKeys
 from teamctl.shared.limit_headers import Learned
-from teamctl.shared.limits_config import ModelLimit
+from teamctl.shared.limits_config import ModelLimit, merged
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
+from teamctl.shared.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ class ProviderLimits:
     conn: redis.Redis
     configured: Mapping[str, ModelLimit] = field(default_factory=dict)
     scripts: Scripts | GuardedScripts | None = None
+    rates: bool = True
+    """False (TEAMCTL_LIMITS=off): no shared slots or pauses; budgets are still reserved."""
     _salt: bytes | None = field(default=None, init=False)
     _prices: dict[str, tuple[int, float, float]] = field(default_factory=dict, init=False)
 
@@ -136,6 +139,8 @@ class ProviderLimits:
         worst_tokens, worst_usd = self._worst_case(litellm, model, prompt) if budget else (0, 0.)
         ticket = Ticket(keys, keys.bucket(_digest(model)), model,
                         prompt + EXPECTED_OUTPUT_TOKENS, configured=configured)
+        if not self.rates and budget is None:
+            return ticket  # nothing to wait for, nothing to reserve
         while True:
             verdict, wait_ms, detail, first = self._run_take(ticket, budget, worst_tokens,
                                                              worst_usd, wait_limit_s)
@@ -171,7 +176,7 @@ class ProviderLimits:
             uuid.uuid4().hex, worst_tokens, repr(float(worst_usd)),
             _or_blank(budget.max_tokens if budget else None),
             _or_blank(budget.max_cost_usd if budget else None), RESERVATION_TTL_MS,
-            TRIM_PER_CALL])
+            TRIM_PER_CALL, "1" if self.rates else "0"])
         return str(verdict), int(wait_ms), str(detail), bool(int(first))
 
     def settle(self, ticket: Ticket, scope: CallScope, *, answered: Any | None,
@@ -238,6 +243,15 @@ class ProviderLimits:
     def _script(self, name: str) -> Any:
         assert self.scripts is not None  # set in __post_init__
         return self.scripts[name]
+
+
+def worker_limits(conn: redis.Redis, configured: Mapping[str, ModelLimit],
+                  settings: Settings | None) -> ProviderLimits:
+    """A worker's gate: the run's or team's limits and TEAMCTL_LIMITS (the lowest of each), or
+    no shared slots when TEAMCTL_LIMITS=off."""
+    own = settings.model_limits if settings else {}
+    return ProviderLimits(conn, merged(configured, own),
+                          rates=settings.shared_limits if settings else True)
 
 
 def estimate_prompt_tokens(request: Mapping[str, Any]) -> int:

@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.limits_config import LIMITS_FORMAT, ModelLimit, parse_limits
+from teamctl.shared.limits_config import LIMITER_OFF, LIMITS_FORMAT, ModelLimit, parse_limits
 from teamctl.shared.text import shorten
 
 PROVIDER_KEY_SUFFIX = "_API_KEY"
@@ -100,6 +100,11 @@ class Settings(BaseModel):
             except ConfigError as exc:
                 raise ValueError(f"write {LIMITS_FORMAT}") from exc
         return text
+
+    @property
+    def shared_limits(self) -> bool:
+        """Whether calls wait for shared provider slots (TEAMCTL_LIMITS=off: they do not)."""
+        return (self.limits or "").strip().lower() != LIMITER_OFF
 
     @property
     def model_limits(self) -> dict[str, ModelLimit]:

@@ -55,8 +55,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
     from teamctl.shared.agent.llm import ModelClient
     from teamctl.shared.hosts import this_host
     from teamctl.shared.lease import LeadLease
-    from teamctl.shared.limits_config import merged
-    from teamctl.shared.provider_limits import ProviderLimits
+    from teamctl.shared.provider_limits import worker_limits
     from teamctl.shared.runs.run_config import checked_api_base, pick_model
     from teamctl.shared.teams.teammates import team_workspace
     from teamctl.shared.tracing import CLI_SERVICE, tracing_from_settings
@@ -82,8 +81,7 @@ def lead_command(model: str | None, api_base: str | None, workers: int, start_ov
                              timeout_s=options.model_timeout_s,
                              max_retries=options.model_max_retries,
                              keys_in="this `teamctl lead` (it makes the lead's model calls)",
-                             limits=ProviderLimits(store.conn, merged(options.limits,
-                                                                      settings.model_limits)))
+                             limits=worker_limits(store.conn, options.limits, settings))
         agent = LeadAgent(store, lease, client, chosen, base,
                           team_workspace(settings.state_dir, store.team), on_step=show_step,
                           tracing=tracing)

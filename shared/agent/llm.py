@@ -255,13 +255,15 @@ class ModelClient:
                 if attempt >= self.max_retries:
                     raise ModelUnavailable(f"model {model} failed: {_describe(exc)}",
                                            model=model, reason="retries_spent") from exc
-                self._back_off(model, exc, attempt, gated=ticket is not None)
+                self._back_off(model, exc, attempt,
+                               gated=ticket is not None and bool(self.limits and
+                                                                 self.limits.rates))
                 attempt += 1
                 continue
             reply = _reply(litellm, response).model_copy(update={"model": model})
             if ticket is not None and self.limits is not None:
-                self.limits.settle(ticket, self.scope, answered=reply.usage,
-                                   learned=learned_from(response_headers(response)))
+                learned = learned_from(response_headers(response)) if self.limits.rates else None
+                self.limits.settle(ticket, self.scope, answered=reply.usage, learned=learned)
             return reply
 
     def _back_off(self, model: str, exc: Exception, attempt: int, *, gated: bool) -> None:
@@ -290,6 +292,9 @@ class ModelClient:
         """Settle a failed attempt: what its headers say, and a 429 pauses the account for
         every worker. True when the provider named the time to come back."""
         if ticket is None or self.limits is None:
+            return False
+        if not self.limits.rates:  # the limiter is off: the reservation only comes back
+            self.limits.settle(ticket, self.scope, answered=None)
             return False
         headers = error_headers(exc)
         learned = learned_from(headers)

@@ -10,8 +10,7 @@ import redis
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
 from teamctl.shared.errors import ModelError
-from teamctl.shared.limits_config import merged
-from teamctl.shared.provider_limits import ProviderLimits
+from teamctl.shared.provider_limits import ProviderLimits, worker_limits
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
@@ -49,7 +48,7 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
         "teamctl.call": call, "teamctl.attempt": attempt, "teamctl.worker": worker})
     # Beating stops once the coordinator gave up on this attempt (refresh answers False).
     with span, KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
-        limits = ProviderLimits(conn, merged(run.spec.limits, load_settings().model_limits))
+        limits = worker_limits(conn, run.spec.limits, load_settings())
         outcome = _ask(request, options, provider_keys, worker, limits)
         if outcome.reply is not None:
             span.set(reply_attributes(outcome.reply))

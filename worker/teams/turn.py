@@ -36,8 +36,7 @@ from teamctl.shared.agent.traced_model import TracedModel
 from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError
-from teamctl.shared.limits_config import merged
-from teamctl.shared.provider_limits import CallScope, ProviderLimits
+from teamctl.shared.provider_limits import CallScope, worker_limits
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
@@ -96,8 +95,7 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
     options = store.options
     client = ModelClient(provider_keys=settings.provider_keys,
                          timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
-                         limits=ProviderLimits(conn, merged(options.limits,
-                                                            settings.model_limits)))
+                         limits=worker_limits(conn, options.limits, settings))
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
         outcome = Turn(store, store.get(name), token, client, lease,
                        state_dir=settings.state_dir, tracing=tracing).run()

@@ -10,7 +10,8 @@
 -- ('' none), ARGV[4] tokens the call counts against TPM, ARGV[5] wait limit ms ('' none),
 -- ARGV[6] bucket ttl ms, ARGV[7] reservation id, ARGV[8] worst-case tokens, ARGV[9] worst-case
 -- usd, ARGV[10] max tokens ('' none), ARGV[11] max usd ('' none), ARGV[12] reservation ttl ms
--- (past the slot), ARGV[13] how many expired reservations to trim at most.
+-- (past the slot), ARGV[13] how many expired reservations to trim at most, ARGV[14] '0' to take
+-- no rate slot (the limiter is off: the budget's reservation only).
 -- Returns {verdict, wait ms, detail, 1 if this refusal spent the budget first else 0}: 'ok' (detail: the reservation member or ''), 'far' (the
 -- slot is past the wait limit: nothing taken), 'wait' (others' reservations hold the budget
 -- the call needs: nothing taken), 'spent' (detail: why the budget cannot cover the call, also
@@ -73,6 +74,14 @@ if KEYS[3] then
     return {'spent', 0, redis.call('HGET', KEYS[3], 'budget_exceeded'), first}
   end
   if refusal then return {refusal[1], 0, refusal[2], 0} end
+end
+
+if ARGV[14] == '0' then
+  local member = ARGV[7] .. ':' .. ARGV[8] .. ':' .. ARGV[9]
+  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[12]), member)
+  redis.call('HINCRBY', KEYS[3], 'reserved_tokens', ARGV[8])
+  redis.call('HINCRBYFLOAT', KEYS[3], 'reserved_usd', ARGV[9])
+  return {'ok', 0, member, 0}
 end
 
 local slot = now
