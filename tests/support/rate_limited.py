@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,8 @@ class RateLimitedProvider:
     tpm: float | None = None
     headers: frozenset[str] = frozenset({"retry-after"})
     reply: str | ToolCalls = "done"
+    answer: Callable[[dict[str, Any]], Reply] | None = None
+    """What a served request gets, from its body (None: `reply`)."""
     served: int = 0
     refused: int = 0
     served_times: list[float] = field(default_factory=list)
@@ -55,7 +58,9 @@ class RateLimitedProvider:
                 self._tokens -= REQUEST_TOKENS
             self.served += 1
             self.served_times.append(now)
-            return Headed(self.reply, self._limit_headers())
+            served = self.answer(body) if self.answer else self.reply
+            assert isinstance(served, str | ToolCalls | HttpError)
+            return Headed(served, self._limit_headers())
         self.refused += 1
         wait_s = max((1 - self._requests) / self.rps, 0.0)
         if self.tpm and not tokens_ok:
