@@ -158,7 +158,11 @@ class ProviderLimits:
             ticket.reservation = str(detail)
             if int(wait_ms) <= 0:
                 return ticket
-            self._wait(scope, model, int(wait_ms) / 1000)
+            try:
+                self._wait(scope, model, int(wait_ms) / 1000)
+            except BaseException:  # stopped: the reservation goes back to the budget now
+                self.settle(ticket, scope, answered=None)
+                raise
             # A 429 met meanwhile paused every caller of the account: take a slot after it.
             if int(self._script("limits_paused")(keys=[keys.account, ticket.bucket])) <= 0:
                 return ticket

@@ -31,6 +31,7 @@ from teamctl.shared.provider_limits import (
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.settings import load_settings
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import Member
 
@@ -251,3 +252,14 @@ def test_reservations_keep_racing_callers_within_the_budget(
     assert len(spent) == 8 and 1 <= calls <= 6
     assert int(usage["prompt_tokens"]) + int(usage["completion_tokens"]) == calls * CALL_TOKENS
     assert int(usage["reserved_tokens"]) == 0 and conn.zcard(RunKeys(run_id).reservations) == 0
+
+
+def test_a_worker_with_an_unreadable_limits_setting_says_how_to_write_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEAMCTL_LIMITS", "openai/gpt-4o-mini:500")
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    assert refused.value.exit_code == 2 and "\n" not in str(refused.value)
+    assert "TEAMCTL_LIMITS=" in str(refused.value) and "MODEL=rpm:N,tpm:N" in str(refused.value)
+    monkeypatch.setenv("TEAMCTL_LIMITS", "off")
+    assert load_settings().shared_limits is False
