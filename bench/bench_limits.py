@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskState, TaskStatus
 
 from bench.bench_startup import teamctl
-from bench.bench_worker import QUEUE, registered_pids, wait_for_flag, worker, worker_command
+from bench.bench_worker import QUEUE, registered_pids, wait_for_flag, worker
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 from tests.support.rate_limited import RateLimitedProvider
