@@ -34,9 +34,11 @@ from teamctl.shared.runs.store import RunStore
 from teamctl.shared.settings import load_settings
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import Member
+from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.teams.teammates import MateStatus
 
 from tests.support.llm import Headed, HttpError, ScriptedLLM
-from tests.support.teams import cli
+from tests.support.teams import cli, spawn
 from tests.support.waiting import wait_until
 from tests.support.workers import workers_on_own_queue
 
@@ -263,3 +265,21 @@ def test_a_worker_with_an_unreadable_limits_setting_says_how_to_write_it(
     assert "TEAMCTL_LIMITS=" in str(refused.value) and "MODEL=rpm:N,tpm:N" in str(refused.value)
     monkeypatch.setenv("TEAMCTL_LIMITS", "off")
     assert load_settings().shared_limits is False
+
+
+def test_a_teammate_waiting_for_its_provider_says_so_on_its_record(
+        llm: ScriptedLLM, workers: str, wconn: redis.Redis, team: str) -> None:
+    model = llm.script(f"mate-{team}", [HttpError(429, "busy", retry_after_s=3), "ready"])
+    assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
+    store = TeamStore(wconn, team)
+    wait_until(lambda: store.get("alice").waiting_model == model, 30,
+               message="alice's turn to show its wait")
+    listed = cli("team", "list", "-t", team, "--redis-url", workers).stdout
+    assert re.search(rf"^alice\s+working\s+.*waiting for {re.escape(model)}: \d+\.\d s$",
+                     listed, re.M), listed
+    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 30,
+               message="alice's turn to end")
+    alice = store.get("alice")
+    assert alice.waiting_model is None and alice.last_error is None
+    refused_at, served_at = llm.request_times[f"mate-{team}"]
+    assert served_at - refused_at >= 2.9

@@ -36,7 +36,8 @@ from teamctl.shared.agent.traced_model import TracedModel
 from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError
-from teamctl.shared.provider_limits import CallScope, worker_limits
+from teamctl.shared.provider_limits import CallScope, Waiting, worker_limits
+from teamctl.shared.redis.scripts import GuardedScripts
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_store import TeamStore
@@ -303,6 +304,7 @@ class Turn:
         # Each call waits for its provider's slot (the lease beats meanwhile) and is charged
         # to the team's budget when it settles.
         client = self.client.scoped(CallScope(budget=self.store.budget, stop=self.lease.check,
+                                              waiting=self._show_waiting,
                                               on_charge=self._charged))
         loop = AgentLoop(client=TracedModel(client, self.span), model=self.mate.model,
                          api_base=self.mate.api_base,
@@ -341,6 +343,16 @@ class Turn:
         self.lease.check()
         # The inbox block, the reply and the inbox offset, in one checkpoint before any tool.
         self._commit(self.offset, sent)
+
+    def _show_waiting(self, waiting: Waiting | None) -> None:
+        """Say on the teammate's record what its call waits for (fenced by the turn's token),
+        or clear it."""
+        scripts = self.store.scripts  # run plainly: a wait is no write of a tool call's
+        plain = scripts.scripts if isinstance(scripts, GuardedScripts) else scripts
+        plain["mate_waiting"](
+            keys=[self.store.keys.mate(self.mate.name)],
+            args=[self.token, waiting.model if waiting else "",
+                  waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
 
     def _charged(self, charge: Charge) -> None:
         """After each call was charged: whether it spent the budget (the lead told once)."""
