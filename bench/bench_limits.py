@@ -35,7 +35,7 @@ from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskState, TaskStatus
 
 from bench.bench_startup import teamctl
-from bench.bench_worker import QUEUE, registered_pids, wait_for_flag, worker
+from bench.bench_worker import registered_pids, wait_for_flag, worker
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 from tests.support.rate_limited import RateLimitedProvider
@@ -43,6 +43,8 @@ from tests.support.rate_limited import RateLimitedProvider
 REFUSED_GOAL = 0.05
 GOODPUT_GOAL = 0.9
 OVERHEAD_GOAL = 1.03
+MODES = {"on": {}, "off": {"TEAMCTL_LIMITS": "off"}}
+"""The limiter on (no setting: limits learned) and off, each fleet's extra environment."""
 
 
 @dataclass(frozen=True)
@@ -55,38 +57,41 @@ class Sizes:
     workers: int
     free_tasks: int
     rounds: int = 2
-    """Overhead passes per fleet, alternated (the median is kept)."""
+    """Overhead runs per fleet, alternated between the fleets (the median is kept)."""
     fork_workers: bool = False
 
 
-FULL = Sizes(rps=4.0, runs=3, tasks=40, workers=8, free_tasks=200)
+FULL = Sizes(rps=4.0, runs=3, tasks=40, workers=8, free_tasks=200, rounds=3)
 SMOKE = Sizes(rps=20.0, runs=1, tasks=4, workers=2, free_tasks=4, rounds=1, fork_workers=True)
 
 
 @contextmanager
-def fleet(url: str, count: int, log_dir: Path, env: dict[str, str],
+def fleet(url: str, count: int, queue: str, log_dir: Path, env: dict[str, str],
           forked: bool) -> Iterator[None]:
-    """`count` preloaded workers with `env` added, registered before it yields."""
+    """`count` preloaded workers on `queue` with `env` added, registered before it yields."""
     with ExitStack() as stack:
-        processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
+        processes = [stack.enter_context(worker(worker_command(url, [queue]),
                                                 log_dir / f"worker{n}.log", url, env,
                                                 forked=forked))
                      for n in range(count)]
         wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url),
-                      f"{count} workers")
+                      f"{count} workers on {queue}")
         yield
 
 
 def write_team(path: Path, llm: ScriptedLLM, tag: str, member: str, tasks: int,
-               workers: int) -> Path:
-    """A one-member team whose planner plans `tasks` independent tasks for model `member`."""
+               workers: int, queue: str) -> Path:
+    """A one-member team on `queue` whose planner plans `tasks` independent tasks for model
+    `member`."""
     plan = {"tasks": [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"}
                       for n in range(tasks)]}
+    planner = llm.script(f"plan-{tag}", [json.dumps(plan)], repeat_last=True)
+    synth = llm.script(f"synth-{tag}", ["final"], repeat_last=True)
     path.write_text("\n".join([
-        f'planner = {{ model = "{llm.script(f"plan-{tag}", [json.dumps(plan)], repeat_last=True)}" }}',  # noqa: E501
-        f'synthesizer = {{ model = "{llm.script(f"synth-{tag}", ["final"], repeat_last=True)}" }}',
-        f'model = "openai/{member}"', "[[members]]", 'id = "m1"', "[options]",
-        f"max_concurrency = {2 * workers}", "max_rounds = 1000",
+        f'planner = {{ model = "{planner}", queue = "{queue}" }}',
+        f'synthesizer = {{ model = "{synth}", queue = "{queue}" }}',
+        f'model = "openai/{member}"', "[[members]]", 'id = "m1"', f'queue = "{queue}"',
+        "[options]", f"max_concurrency = {2 * workers}", "max_rounds = 1000",
         "dependency_output_chars = 0"]) + "\n")
     return path
 
@@ -117,13 +122,15 @@ class Goodput:
     planned: int
 
 
-def goodput(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str) -> Goodput:
+def goodput(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str,
+            queue: str) -> Goodput:
     """The runs against a fresh rate-limited member model; what the provider saw."""
     provider = RateLimitedProvider(rps=sizes.rps, burst=sizes.rps,
                                    headers=frozenset({"retry-after", "openai"}))
     member = f"limited-{tag}"
     llm.script(member, handler=provider.handler)
-    team = write_team(tmp / f"team-{tag}.toml", llm, tag, member, sizes.tasks, sizes.workers)
+    team = write_team(tmp / f"team-{tag}.toml", llm, tag, member, sizes.tasks, sizes.workers,
+                      queue)
     run_ids = [f"{tag}{n}" for n in range(sizes.runs)]
     run_all(llm, url, team, run_ids, tmp)
     states = boards(redis.Redis.from_url(url, decode_responses=True), run_ids)
@@ -136,13 +143,14 @@ def goodput(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str) -> Go
                    planned=sizes.runs * sizes.tasks)
 
 
-def per_task_ms(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str) -> float:
+def per_task_ms(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str,
+                queue: str) -> float:
     """One run of zero-latency tasks on an unlimited model: ms per task, first start to last
     end on the board."""
     member = f"free-{tag}"
     llm.script(member, ["done"], repeat_last=True)
     team = write_team(tmp / f"team-{tag}.toml", llm, tag, member, sizes.free_tasks,
-                      sizes.workers)
+                      sizes.workers, queue)
     run_all(llm, url, team, [tag], tmp)
     states = boards(redis.Redis.from_url(url, decode_responses=True), [tag])
     span_ms = max(s.end_ms for s in states) - min(s.start_ms for s in states)
@@ -158,14 +166,19 @@ def run(sizes: Sizes) -> list[BenchFigure]:
         with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp_dir, \
                 throwaway_redis(Path(tmp_dir)) as url:
             tmp = Path(tmp_dir)
-            for mode, env in (("on", {}), ("off", {"TEAMCTL_LIMITS": "off"})):
-                logs = tmp / mode
-                logs.mkdir()
-                with fleet(url, sizes.workers, logs, env, sizes.fork_workers):
-                    results[mode] = goodput(llm, url, tmp, sizes, f"good{mode}")
-                    for n in range(sizes.rounds):
+            with ExitStack() as fleets:
+                # Both fleets at once, each on its own queue, so the overhead passes alternate
+                # (a loaded machine's drift falls on both alike).
+                for mode, env in MODES.items():
+                    (tmp / mode).mkdir()
+                    fleets.enter_context(fleet(url, sizes.workers, f"lim-{mode}", tmp / mode,
+                                               env, sizes.fork_workers))
+                for mode in MODES:
+                    results[mode] = goodput(llm, url, tmp, sizes, f"good{mode}", f"lim-{mode}")
+                for n in range(sizes.rounds):
+                    for mode in MODES:
                         overhead[mode].append(per_task_ms(llm, url, tmp, sizes,
-                                                          f"free{mode}{n}"))
+                                                          f"free{mode}{n}", f"lim-{mode}"))
     finally:
         llm.stop()
     on, off = results["on"], results["off"]
