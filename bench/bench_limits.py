@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--free-tasks", type=int, default=FULL.free_tasks)
     args = parser.parse_args(argv)
     return print_figures(run(Sizes(rps=args.rps, runs=args.runs, tasks=args.tasks,
-                                   workers=args.workers, free_tasks=args.free_tasks)))
+                                   workers=args.workers, free_tasks=args.free_tasks,
+                                   rounds=FULL.rounds)))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,8 @@ RETRYABLE_STATUS = {408, 409, 429}
 """Besides every 5xx (Anthropic's 529 "overloaded" included)."""
 RETRY_AFTER_MAX_S = 60.0
 """The longest a Retry-After header may make teamctl wait before retrying a model call."""
+SHORTEST_PAUSE_MS = 100
+"""The least a 429 pauses its account for, whatever time the provider named."""
 NO_KEY = "teamctl-no-key"
 """The key sent to a local server when its provider's variable is not set (the client insists
 on one): a 401 or 403 to it means the key is missing, not wrong."""
@@ -304,7 +306,9 @@ class ModelClient:
             named = learned.retry_after_s is not None or learned.model_pause_s is not None
             wait_s = learned.retry_after_s if learned.retry_after_s is not None else (
                 learned.model_pause_s)
-            pause = "backoff" if wait_s is None else str(max(1, int(wait_s * 1000)))
+            # A named time of 0 still pauses a little: no fleet hammers a refusing provider.
+            pause = "backoff" if wait_s is None else str(max(SHORTEST_PAUSE_MS,
+                                                              int(wait_s * 1000)))
         self.limits.settle(ticket, self.scope, answered=None, learned=learned, pause=pause)
         return named
 
