@@ -128,7 +128,8 @@ class ProviderLimits:
         """The HMAC key shared by every worker, made once (SET NX) by the first that asks."""
         if self._salt is None:
             self.conn.set(LIMITS_SALT, secrets.token_hex(32), nx=True)
-            self._salt = str(self.conn.get(LIMITS_SALT)).encode()
+            salt = self.conn.get(LIMITS_SALT)
+            self._salt = salt if isinstance(salt, bytes) else str(salt).encode()
         return self._salt
 
     def take(self, litellm: Any, keys: LimitKeys, model: str, request: Mapping[str, Any],
