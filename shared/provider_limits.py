@@ -55,9 +55,9 @@ BUDGET_POLL_S = 0.05
 """How often a call waits for others' reservations to settle when they hold its budget."""
 STOP_POLL_S = 0.5
 """How often a waiting call asks its caller whether to stop (cancel, lost claim)."""
-LEARNED_SHARE = 0.95
-"""The share of a provider's announced limit the slots use: a request reaches the provider a
-few milliseconds after its slot, and one that arrives early is refused by its bucket."""
+LIMIT_SHARE = 0.95
+"""The share of the lowest known limit the slots use: a request reaches the provider some
+milliseconds after its slot, not always the same, and one that arrives early is refused."""
 SHOWN_WAIT_S = 0.25
 """Waits at least this long are recorded for `teamctl status` and the dashboard."""
 
@@ -184,7 +184,7 @@ class ProviderLimits:
             uuid.uuid4().hex, worst_tokens, repr(float(worst_usd)),
             _or_blank(budget.max_tokens if budget else None),
             _or_blank(budget.max_cost_usd if budget else None), RESERVATION_TTL_MS,
-            TRIM_PER_CALL, "1" if self.rates else "0", LEARNED_SHARE])
+            TRIM_PER_CALL, "1" if self.rates else "0", LIMIT_SHARE])
         return str(verdict), int(wait_ms), str(detail), bool(int(first))
 
     def settle(self, ticket: Ticket, scope: CallScope, *, answered: Any | None,
@@ -209,7 +209,7 @@ class ProviderLimits:
             _or_blank(learned.tpm),
             "" if learned.model_pause_s is None else int(learned.model_pause_s * 1000),
             pause, BUCKET_TTL_MS, LONGEST_BACKOFF_MS, _or_blank(ticket.configured.tpm),
-            "1" if usage else "0", ticket.model, LEARNED_SHARE])
+            "1" if usage else "0", ticket.model, LIMIT_SHARE])
         if usage is not None and budget is not None and scope.on_charge is not None:
             scope.on_charge(Charge(exceeded=exceeded or None, crossed=bool(int(crossed))))
         return int(paused_ms)

@@ -12,7 +12,7 @@
 -- ARGV[12] ms the account is paused for ('' none, 'backoff': a 429 that named no time: 1 s,
 -- doubling up to ARGV[14] while they keep coming), ARGV[13] bucket ttl ms, ARGV[14] longest
 -- backoff ms, ARGV[15] configured tpm ('' none), ARGV[16] '1' if the call was answered (charged),
--- ARGV[17] the model string (shown), ARGV[18] the share of a learned limit the take used.
+-- ARGV[17] the model string (shown), ARGV[18] the share of the lowest limit the take used.
 -- Returns {exceeded reason or '', 1 if this call crossed a limit else 0, account pause ms}.
 local now = now_ms()
 local ttl = tonumber(ARGV[13])
@@ -27,9 +27,9 @@ if ARGV[11] ~= '' then
 end
 -- The tokens really used move the TPM bucket's arrival time by what the estimate missed.
 local b = redis.call('HMGET', KEYS[2], 'tpm', 'tat_tok')
-local learned_tpm = tonumber(ARGV[10]) or tonumber(b[1])
-local tpm = learned_tpm and learned_tpm * tonumber(ARGV[18])
+local tpm = tonumber(ARGV[10]) or tonumber(b[1])
 if tonumber(ARGV[15]) and (not tpm or tonumber(ARGV[15]) < tpm) then tpm = tonumber(ARGV[15]) end
+if tpm then tpm = tpm * tonumber(ARGV[18]) end
 if tpm and tpm > 0 and b[2] then
   local used = number(ARGV[3]) + number(ARGV[4])
   local tat = tonumber(b[2]) + (used - tonumber(ARGV[2])) * 60000 / tpm

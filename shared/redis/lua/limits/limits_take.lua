@@ -11,8 +11,8 @@
 -- ARGV[6] bucket ttl ms, ARGV[7] reservation id, ARGV[8] worst-case tokens, ARGV[9] worst-case
 -- usd, ARGV[10] max tokens ('' none), ARGV[11] max usd ('' none), ARGV[12] reservation ttl ms
 -- (past the slot), ARGV[13] how many expired reservations to trim at most, ARGV[14] '0' to take
--- no rate slot (the limiter is off: the budget's reservation only), ARGV[15] the share of a
--- learned limit used (a request reaches the provider a little after its slot).
+-- no rate slot (the limiter is off: the budget's reservation only), ARGV[15] the share of the
+-- lowest known limit the slots use (a request reaches the provider a little after its slot).
 -- Returns {verdict, wait ms, detail, 1 if this refusal spent the budget first else 0}: 'ok' (detail: the reservation member or ''), 'far' (the
 -- slot is past the wait limit: nothing taken), 'wait' (others' reservations hold the budget
 -- the call needs: nothing taken), 'spent' (detail: why the budget cannot cover the call, also
@@ -90,8 +90,9 @@ local account_pause = tonumber(redis.call('HGET', KEYS[1], 'paused_until'))
 if account_pause and account_pause > slot then slot = account_pause end
 local b = redis.call('HMGET', KEYS[2], 'rpm', 'tpm', 'tat_req', 'tat_tok', 'paused_until')
 local share = tonumber(ARGV[15])
-local rpm = lowest(ARGV[2], b[1] and tonumber(b[1]) * share)
-local tpm = lowest(ARGV[3], b[2] and tonumber(b[2]) * share)
+local rpm, tpm = lowest(ARGV[2], b[1]), lowest(ARGV[3], b[2])
+if rpm then rpm = rpm * share end
+if tpm then tpm = tpm * share end
 local model_pause = tonumber(b[5])
 if model_pause and model_pause > slot then slot = model_pause end
 local req_ms, tok_ms
