@@ -61,7 +61,7 @@ class Sizes:
     fork_workers: bool = False
 
 
-FULL = Sizes(rps=4.0, runs=3, tasks=40, workers=8, free_tasks=200, rounds=3)
+FULL = Sizes(rps=4.0, runs=3, tasks=40, workers=8, free_tasks=200, rounds=5)
 SMOKE = Sizes(rps=20.0, runs=1, tasks=4, workers=2, free_tasks=4, rounds=1, fork_workers=True)
 
 

@@ -113,22 +113,23 @@ class ProviderLimits:
     def __post_init__(self) -> None:
         self.scripts = self.scripts or Scripts(self.conn)
 
-    def keys_for(self, litellm: Any, model: str, api_base: str | None,
+    def keys_for(self, provider: str, api_base: str | None,
                  key_vars: tuple[str, ...]) -> LimitKeys:
-        """The account `model` is called on: a keyed digest of its provider, the values of its
-        key variables and api_base ("" for the provider's default). Never the key itself."""
-        from teamctl.shared.agent.llm import provider_name
-
+        """The account a call goes to: a keyed digest of its provider (as litellm routes the
+        model), the values of its key variables and api_base ("" for the provider's default).
+        Never the key itself."""
         secret = "\0".join(os.environ.get(name, "") for name in key_vars)
-        text = "\n".join([provider_name(litellm, model), secret, api_base or ""])
+        text = "\n".join([provider, secret, api_base or ""])
         return LimitKeys(hmac.new(self._account_salt(), text.encode(), hashlib.sha256)
                          .hexdigest()[:32])
 
     def _account_salt(self) -> bytes:
         """The HMAC key shared by every worker, made once (SET NX) by the first that asks."""
         if self._salt is None:
-            self.conn.set(LIMITS_SALT, secrets.token_hex(32), nx=True)
             salt = self.conn.get(LIMITS_SALT)
+            if salt is None:  # the first worker ever: one random key, whoever sets it first
+                self.conn.set(LIMITS_SALT, secrets.token_hex(32), nx=True)
+                salt = self.conn.get(LIMITS_SALT)
             self._salt = salt if isinstance(salt, bytes) else str(salt).encode()
         return self._salt
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 from rq import Queue
-from teamctl.shared.agent.llm import ModelClient, load_litellm
+from teamctl.shared.agent.llm import ModelClient, load_litellm, provider_name
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.budget import Budget
 from teamctl.shared.clock import now_ms
@@ -55,7 +55,7 @@ def client(conn: redis.Redis, **limits: ModelLimit) -> ModelClient:
 
 def account(conn: redis.Redis, model: str, api_base: str) -> LimitKeys:
     """The keys of the account a worker without provider keys calls `model` on."""
-    return ProviderLimits(conn).keys_for(load_litellm(), model, api_base, ())
+    return ProviderLimits(conn).keys_for(provider_name(load_litellm(), model), api_base, ())
 
 
 def test_limits_format_and_headers_parse_as_providers_send_them() -> None:

@@ -287,7 +287,7 @@ class ModelClient:
         if self.limits is None or model.startswith(PROVIDER):
             return None
         key_vars = () if kwargs.get("api_key") == NO_KEY else credential_vars(litellm, model)
-        keys = self.limits.keys_for(litellm, model, kwargs.get("api_base"), key_vars)
+        keys = self.limits.keys_for(_provider(litellm, model), kwargs.get("api_base"), key_vars)
         return self.limits.take(litellm, keys, model, kwargs, self.scope, wait_limit_s)
 
     def _settle_refusal(self, ticket: Ticket | None, exc: Exception) -> bool:
