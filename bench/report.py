@@ -52,6 +52,8 @@ BENCHES = {
                "workspace (private redis-server)"),
     "idle_teammates": "1,000 idle teammates (4 workers, 60 s quiet window)",
     "concurrent_runs": "50 concurrent planned runs (20 tasks each, one Redis, 8 workers)",
+    "limits": ("Provider limits shared by the fleet: goodput against a 4 req/s provider (3 runs "
+               "of 40 tasks, 8 workers) and the cost when no limit applies"),
     "dashboard": ("`teamctl dashboard`: Redis commands it adds with 50 live run pages open "
                   "(private redis-server)"),
     "fallback": ("Fallback models (the primary answers 503 for a minute, then recovers; "

@@ -34,6 +34,36 @@ TEAMS_INDEX = f"{PREFIX}:teams"
 """Sorted set of team names scored by creation time (ms); the `teamctl teams` listing."""
 
 
+LIMITS_SALT = f"{PREFIX}:limits:salt"
+"""String: the random key of the digests that name provider accounts, shared by every worker
+(set once, never expires: a new one would split every account's buckets)."""
+DIGEST_HEX = re.compile(r"[0-9a-f]{16,64}")
+"""A provider account's or a model string's digest in a key."""
+
+
+@dataclass(frozen=True)
+class LimitKeys:
+    """The keys of one provider account's limits, under its digest's hash tag (one slot)."""
+
+    account_digest: str
+
+    def __post_init__(self) -> None:
+        if not DIGEST_HEX.fullmatch(self.account_digest):
+            raise ValueError(f"not an account digest: {self.account_digest!r}")
+
+    @property
+    def account(self) -> str:
+        """Hash with TTL: the account's pause (paused_until ms, backoff_ms) after a 429."""
+        return f"{PREFIX}:limits:{{{self.account_digest}}}:account"
+
+    def bucket(self, model_digest: str) -> str:
+        """Hash with TTL: one model's RPM/TPM bucket on the account (the model string, learned
+        rpm and tpm, arrival times tat_req and tat_tok, paused_until ms)."""
+        if not DIGEST_HEX.fullmatch(model_digest):
+            raise ValueError(f"not a model digest: {model_digest!r}")
+        return f"{PREFIX}:limits:{{{self.account_digest}}}:model:{model_digest}"
+
+
 class KeySpace(ABC):
     """The keys a task board and a message bus use, all under ``teamctl:KIND:{NAME}``; a
     subclass says what kind of space it is and its name."""
@@ -77,6 +107,12 @@ class KeySpace(ABC):
     def counts(self) -> str:
         """Hash: number of tasks per status."""
         return f"{self.base}:counts"
+
+    @property
+    def reservations(self) -> str:
+        """Sorted set: the budget reservations of model calls in flight (`id:tokens:usd`),
+        scored by when they expire (epoch ms), so a dead worker's comes back to the budget."""
+        return f"{self.base}:reservations"
 
     @property
     def tokens(self) -> str:

@@ -14,8 +14,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.limits_config import LIMITER_OFF, LIMITS_FORMAT, ModelLimit, parse_limits
 from teamctl.shared.text import shorten
 
 PROVIDER_KEY_SUFFIX = "_API_KEY"
@@ -76,9 +84,32 @@ class Settings(BaseModel):
     that it is set, else bounds exports by shared/tracing.py's EXPORT_TIMEOUT_S)."""
     otel_service_name: str | None = Field(None, validation_alias="OTEL_SERVICE_NAME")
     """The service the spans of this process name; each kind of process has its default."""
+    limits: str | None = Field(None, validation_alias="TEAMCTL_LIMITS")
+    """Provider limits this worker knows of, `MODEL=rpm:N,tpm:N;...` (shared/limits_config.py):
+    the lowest of these, the team file's and what providers announce applies."""
     provider_keys: frozenset[str] = frozenset()
     """The names (never the values) of the `*_API_KEY` variables that are set: litellm reads
     the keys itself, teamctl only needs to know which providers have one."""
+
+    @field_validator("limits")
+    @classmethod
+    def _limits_parse(cls, text: str | None) -> str | None:
+        if text is not None:
+            try:
+                parse_limits(text)
+            except ConfigError as exc:
+                raise ValueError(f"write {LIMITS_FORMAT}") from exc
+        return text
+
+    @property
+    def shared_limits(self) -> bool:
+        """Whether calls wait for shared provider slots (TEAMCTL_LIMITS=off: they do not)."""
+        return (self.limits or "").strip().lower() != LIMITER_OFF
+
+    @property
+    def model_limits(self) -> dict[str, ModelLimit]:
+        """TEAMCTL_LIMITS parsed (checked when the settings were loaded)."""
+        return parse_limits(self.limits) if self.limits else {}
 
     @property
     def traces_wanted(self) -> bool:

@@ -84,6 +84,14 @@ USAGE_FIELD_PREFIX = "usage_"
 """A task hash keeps its Usage as usage_prompt_tokens, usage_cost_usd, ... (budget_charge.lua)."""
 
 
+def waiting_text(model: str | None, until_ms: int, now_ms: int, status: TaskStatus) -> str:
+    """What a task's call waits for, with the time left: "waiting for MODEL: 3.2 s" ("" when
+    it waits for nothing, or the task has ended)."""
+    if not model or status.terminal:
+        return ""
+    return f"waiting for {model}: {max(0, until_ms - now_ms) / 1000:.1f} s"
+
+
 class TaskState(BaseModel):
     """A task as stored on the board (one Redis hash)."""
 
@@ -128,10 +136,19 @@ class TaskState(BaseModel):
     """The model that answered the task's last model call (shared/agent/fallbacks.py)."""
     fallback_from: HashText = None
     """The member's own model when a fallback answered that call; None when it answered."""
+    waiting_model: HashText = None
+    """The model whose provider slot or pause the attempt's call waits for (none: not waiting),
+    written by the attempt itself, fenced by its claim."""
+    waiting_until_ms: HashInt = 0
+    waiting_since_ms: HashInt = 0
 
     @property
     def terminal(self) -> bool:
         return self.status.terminal
+
+    def waiting_text(self, now_ms: int) -> str:
+        """"waiting for openai/gpt-4o-mini: 3.2 s" (the time left), or "" when not waiting."""
+        return waiting_text(self.waiting_model, self.waiting_until_ms, now_ms, self.status)
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Self:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from pathlib import Path
@@ -313,7 +314,8 @@ def test_spent_token_budget_pauses_dispatch_and_a_cancel_ends_the_run(
     models = script_run(llm, run_id, plan, synth=None)
     conn = redis.Redis.from_url(workers, decode_responses=True)
     store = RunStore(conn, RunKeys(run_id))
-    # The planner spends 18 tokens and the first member call 18 more: past 30 after task a.
+    # The planner spends 18 tokens; the first member call's worst case (its prompt and 4096
+    # output tokens) is not covered by the 12 left: it is not made, and the run pauses.
     done: list[Any] = []
     thread = threading.Thread(target=lambda: done.append(run_cli(
         llm, workers, run_id, team_file(tmp_path / "t.toml", models), "--max-tokens", "30",
@@ -321,8 +323,9 @@ def test_spent_token_budget_pauses_dispatch_and_a_cancel_ends_the_run(
     thread.start()
     wait_until(lambda: store.exists() and store.state().status == "awaiting_budget", 60,
                message="the run to pause on its budget")
-    assert {t.task_id: t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()} == {
-        "a": "completed", "b": "ready", "c": "ready"}  # nothing dispatched while paused
+    board = {t.task_id: t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()}
+    assert board["a"] == "ready"  # given back, not failed
+    assert llm.requests[f"member-{run_id}"] == []
 
     store.request_stop("cancelled")
     thread.join(60)
@@ -331,8 +334,9 @@ def test_spent_token_budget_pauses_dispatch_and_a_cancel_ends_the_run(
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
     assert (out["status"], out["output"]) == ("cancelled", None)
-    assert statuses(out) == {"a": "completed", "b": "blocked", "c": "blocked"}
-    assert errors(out)["b"] == errors(out)["c"] == "cancelled"
+    assert set(statuses(out).values()) <= {"blocked", "cancelled", "ready", "pending"}
     paused = [m["content"] for m in out["messages"] if m["type"] == "run.awaiting_budget"]
-    assert paused == ["budget exceeded: 36 tokens used, max_tokens is 30"]
+    assert len(paused) == 1 and re.fullmatch(
+        r"budget exceeded: 18 tokens used, the next call may take \d+, max_tokens is 30",
+        paused[0]), paused
     assert llm.prompts(f"synth-{run_id}") == []

@@ -13,7 +13,7 @@ from types import ModuleType
 import click
 import pytest
 from teamctl.coordinator.cli.app import main
-from teamctl.shared.keys import KeySpace, RunKeys, TeamKeys
+from teamctl.shared.keys import KeySpace, LimitKeys, RunKeys, TeamKeys
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.teams.options import TeamOptions
@@ -78,7 +78,9 @@ def test_every_redis_key_is_in_the_keys_reference(reference: ModuleType) -> None
     page = reference.redis_keys_page()
     run, team = RunKeys("runid0"), TeamKeys("teamname")
     expected = 0
-    for space, owner in ((run, KeySpace), (run, RunKeys), (team, TeamKeys)):
+    limits = LimitKeys("a" * 32)
+    for space, owner in ((run, KeySpace), (run, RunKeys), (team, TeamKeys),
+                         (limits, LimitKeys)):
         for name, member in vars(owner).items():
             target = member.fget if isinstance(member, property) else member
             if name.startswith("_") or name in reference.NOT_KEYS or not callable(target):
@@ -87,7 +89,7 @@ def test_every_redis_key_is_in_the_keys_reference(reference: ModuleType) -> None
                     and getattr(space, name).startswith("teamctl"):
                 expected += 1
                 shown = getattr(space, name).replace("runid0", "<run>").replace(
-                    "teamname", "<team>")
+                    "teamname", "<team>").replace("a" * 32, "<account>")
                 assert f"`{shown}`" in page, f"{owner.__name__}.{name} is not in the reference"
             elif not isinstance(member, property):
                 expected += 1

@@ -13,6 +13,7 @@ from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
+from teamctl.shared.provider_limits import worker_limits
 from teamctl.shared.redis.connection import client_from_url, same_server, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
@@ -117,8 +118,10 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
         return "skipped: not ready (already claimed or finished)"
     claims = Claims()
     claims.add(Claim(task_id, token, member.id))
+    limits = worker_limits(conn, spec.limits, settings)
     client = ModelClient(provider_keys=settings.provider_keys if settings else (),
-                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
+                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
+                         limits=limits)
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
         job = JobContext(conn=conn, spec=spec, board=board, bus=run.bus, store=run.store,
                          budget=run.budget, client=client, claims=claims, beat=beat,

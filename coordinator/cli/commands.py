@@ -18,6 +18,7 @@ from teamctl.coordinator.runs.run_control import (
     raise_budget,
     resume_hint,
 )
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.redis.url_secrets import redacted
@@ -176,12 +177,15 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
         return
+    now = now_ms()
     for s in states:
         replayed = f" replayed={s.replayed_steps}" if s.replayed_steps else ""
         # The answering model only when it was a fallback: the usual case stays short.
         model = f" model={s.model} (fallback for {s.fallback_from})" if s.fallback_from else ""
+        waiting = s.waiting_text(now)  # a provider's limit holds its call back
         click.echo(f"{s.task_id:24} {s.status.value:12} {s.claimed_by or '-':16} "
-                   f"attempts={s.attempts}{replayed}{model} {one_line(s.error, 500)}".rstrip())
+                   f"attempts={s.attempts}{replayed}{model} "
+                   f"{waiting or one_line(s.error, 500)}".rstrip())
 
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:

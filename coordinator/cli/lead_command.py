@@ -59,6 +59,7 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
     from teamctl.shared.agent.llm import ModelClient
     from teamctl.shared.hosts import this_host
     from teamctl.shared.lease import LeadLease
+    from teamctl.shared.provider_limits import worker_limits
     from teamctl.shared.runs.run_config import (
         checked_api_base,
         checked_fallback_flags,
@@ -89,7 +90,8 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
         client = ModelClient(provider_keys=settings.provider_keys,
                              timeout_s=options.model_timeout_s,
                              max_retries=options.model_max_retries,
-                             keys_in="this `teamctl lead` (it makes the lead's model calls)")
+                             keys_in="this `teamctl lead` (it makes the lead's model calls)",
+                             limits=worker_limits(store.conn, options.limits, settings))
         agent = LeadAgent(store, lease, client, chosen, base,
                           team_workspace(settings.state_dir, store.team), on_step=show_step,
                           tracing=tracing, fallbacks=fallbacks)

@@ -7,9 +7,10 @@ from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.runs.approval import plan_table
 from teamctl.shared.agent.replies import Usage
+from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_records import RunStatus
-from teamctl.shared.task_records import TaskStatus
+from teamctl.shared.task_records import TaskStatus, waiting_text
 from teamctl.shared.text import duration_text, one_line, printable
 
 ERROR_CHARS = 500
@@ -131,13 +132,17 @@ def _task_lines(result: RunResult) -> list[str]:
     # The answering model is a column only when some task's last call fell back.
     models = any(state.fallback_from for state in result.task_states)
     rows = []
+    now = now_ms()
     for state in result.task_states:
         spent = usage.get(state.task_id)
+        # A call held back by its provider's limit says so where an error would show.
+        note = waiting_text(state.waiting_model, state.waiting_until_ms, now, state.status) or (
+            one_line(state.error, ERROR_CHARS) if state.error else "")
         row = [state.task_id, members.get(state.task_id, "-"),
                state.status.value, str(state.attempts),
                duration_text(state.duration_ms) if state.duration_ms else "-",
                usage_text(spent) if spent else "-",
-               one_line(state.error, ERROR_CHARS) if state.error else ""]
+               note]
         if models:
             row.insert(6, answered_text(state.model, state.fallback_from))
         rows.append(tuple(row))

@@ -28,11 +28,13 @@ from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.bus import LEAD
+from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.hosts import this_host
 from teamctl.shared.redis.choice import attach_redis_url, is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
+from teamctl.shared.task_records import TaskStatus, waiting_text
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_base import RequestRefused
 from teamctl.shared.teams.team_store import TeamStore, list_teams
@@ -204,6 +206,8 @@ def create_command(team_file: Path | None, max_tokens: int | None, max_cost_usd:
     team = load_team_file(team_file)
     team.check_mcp_commands(settings.state_dir)
     options = budget_options(team.teammates, max_tokens=max_tokens, max_cost_usd=max_cost_usd)
+    if team.limits:  # the file's [limits] table applies to the team's calls too
+        options = options.model_copy(update={"limits": {**team.limits, **options.limits}})
     if not store.create_new(options, team.mcp_servers):
         raise RequestRefused(f"team {store.team} exists; its options are kept (`teamctl team "
                              "delete` it first to change them)")
@@ -277,8 +281,12 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     if not mates:
         click.echo(f"no teammates in team {store.team} yet", err=sys.stderr.isatty())
         return
+    now = now_ms()
     rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
-             one_line(mate.idle_reason, 80) + fallback_note(mate)) for mate in mates]
+             (waiting_text(mate.waiting_model, mate.waiting_until_ms, now,
+                           TaskStatus.IN_PROGRESS)
+              if mate.status is MateStatus.WORKING else one_line(mate.idle_reason, 80))
+             + fallback_note(mate)) for mate in mates]
     for line in table_lines(("name", "status", "role", "detail"), rows):
         click.echo(line)
 

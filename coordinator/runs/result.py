@@ -58,7 +58,8 @@ def task_state_view(state: TaskState) -> TaskStateView:
         phase=state.phase, detail=state.detail, percent=state.percent,
         heartbeat_count=state.heartbeat_count, attempts=state.attempts, output=state.output,
         error=state.error, duration_ms=state.duration_ms, model=state.model,
-        fallback_from=state.fallback_from)
+        fallback_from=state.fallback_from, waiting_model=state.waiting_model,
+        waiting_until_ms=state.waiting_until_ms)
 
 
 def build_result(run: RunHandle, *, full: bool = True) -> RunResult:

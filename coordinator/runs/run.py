@@ -83,6 +83,7 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
                    models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
                    hooks=request.team.hooks, planner_queue=request.team.planner.queue,
                    synthesizer_queue=request.team.synthesizer_queue(),
+                   limits=request.team.limits,
                    workspace_store=request.workspace_store,
                    workspace_host=this_host() if request.workspace_store == "local" else None)
     RunStore(conn, RunKeys(run_id)).create(spec)  # no scripts: the driving handle loads them

@@ -34,6 +34,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import BudgetSpent, RunFailed
 from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
+from teamctl.shared.provider_limits import CallScope
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_fallbacks import team_caller
 from teamctl.shared.teams.team_store import TeamStore
@@ -158,14 +159,18 @@ class LeadAgent:
         self.text, self.dropped = text.strip(), 0
         max_steps = self.store.options.turn_max_steps
         with self._start_span() as span:
-            caller = team_caller(self.store, self.client, LEAD, self.fallbacks)
+            client = self.client.scoped(CallScope(budget=self.store.budget,
+                                                  stop=self.lease.check,
+                                                  on_charge=self.store.charged))
+            caller = team_caller(self.store, client, LEAD, self.fallbacks)
             try:
                 end = AgentLoop(client=TracedModel(caller, span), model=self.model,
                                 api_base=self.api_base, toolbox=self.toolbox,
                                 max_steps=max_steps, policy=self).run(messages)
-            except BudgetSpent as exc:
-                if not self.store.budget_exceeded():  # the call's reservation refused it:
-                    self.store.budget.mark_spent(str(exc) or "budget spent")  # all pause
+            except BudgetSpent as exc:  # the call's worst case was not covered: not made
+                if not self.store.budget_exceeded():  # so every teammate and the lead pause
+                    self.store.budget.mark_spent(str(exc) or "budget spent")
+                self.store.refuse_past_budget("the lead makes no model call")
                 raise
         if end.answer is not None:
             return end.answer
@@ -206,7 +211,7 @@ class LeadAgent:
         return [{"role": "user", "content": "\n\n".join(parts)}] if parts else []
 
     def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
-        self.store.charge(reply.usage)  # the lead's calls count against the team's budget
+        # The lead's calls count against the team's budget: charged when their slot settled.
         self.lease.check()
 
     def run_tools(self, reply: ModelReply) -> list[Message]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 from teamctl.shared.agent.replies import Usage
+from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_config import RunSpec
@@ -68,6 +69,11 @@ class RunView:
     detailed: list[TaskState] = field(default_factory=list)
     """The tasks whose details the page shows, in plan order: every task, or on a live page
     the TASKS_DETAILED that matter most now (see `most_relevant`)."""
+
+    @functools.cached_property
+    def now_ms(self) -> int:
+        """When the page was built: what a waiting call's time left counts from."""
+        return now_ms()
 
     def attempts_of(self, task_id: str) -> list[Attempt]:
         return self.attempts_by_task.get(task_id, [])

@@ -193,12 +193,13 @@ def result_page() -> str:
 
 PLACEHOLDERS = {"run_id": "runid0", "team": "teamname", "task_id": "taskid0",
                 "member_id": "memberid0", "name": "mateid0", "request_id": "req_000000000000",
-                "call": "planner", "role": "ROLE", "blob_id": "0" * 32}
+                "call": "planner", "role": "ROLE", "blob_id": "0" * 32, "model_digest": "1" * 24}
 """Valid sample arguments, shown as <placeholders> once the key is built."""
 NOT_KEYS = frozenset({"base", "all_patterns"})
 """Members that build a prefix or a SCAN pattern, not a key."""
 SHOWN = {"runid0": "<run>", "teamname": "<team>", "taskid0": "<task>", "memberid0": "<member>",
-         "mateid0": "<teammate>", "req_000000000000": "<request>", "0" * 32: "<blob>"}
+         "mateid0": "<teammate>", "req_000000000000": "<request>", "0" * 32: "<blob>",
+         "a" * 32: "<account>", "1" * 24: "<model>"}
 
 
 def key_rows(space: Any, owner: type) -> Iterator[tuple[str, str]]:
@@ -249,13 +250,15 @@ def shared_key_rows(module: Any) -> Iterator[tuple[str, str]]:
 
 
 def redis_keys_page() -> str:
-    from teamctl.shared.keys import KeySpace, RunKeys, TeamKeys
+    from teamctl.shared.keys import KeySpace, LimitKeys, RunKeys, TeamKeys
 
     run, team = RunKeys("runid0"), TeamKeys("teamname")
-    sections = [("Every key space (a run's; a team's start `teamctl:team:{<team>}`)", run,
-                 KeySpace),
-                ("A planned run's keys", run, RunKeys),
-                ("A persistent team's keys", team, TeamKeys)]
+    sections: list[tuple[str, Any, type]] = [
+        ("Every key space (a run's; a team's start `teamctl:team:{<team>}`)", run, KeySpace),
+        ("A planned run's keys", run, RunKeys),
+        ("A persistent team's keys", team, TeamKeys),
+        ("A provider account's limits (`<account>`: a keyed digest of the provider, its key and "
+         "api_base; `<model>`: the model string's digest)", LimitKeys("a" * 32), LimitKeys)]
     import teamctl.shared.keys as keys_module
 
     lines = ["# Redis keys", "",

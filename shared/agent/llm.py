@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import http.server
 import json
 import logging
@@ -13,13 +14,18 @@ import socket
 import threading
 import time
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
 from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
 from teamctl.shared.errors import CredentialsError, ModelError, ModelUnavailable
+from teamctl.shared.limit_headers import error_headers, learned_from, response_headers
 from teamctl.shared.log_lines import LITELLM_LOGGERS, adopt_loggers
+from teamctl.shared.provider_limits import CallScope
 from teamctl.shared.text import one_line
+
+if TYPE_CHECKING:
+    from teamctl.shared.provider_limits import ProviderLimits, Ticket
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +36,8 @@ RETRYABLE_STATUS = {408, 409, 429}
 """Besides every 5xx (Anthropic's 529 "overloaded" included)."""
 RETRY_AFTER_MAX_S = 60.0
 """The longest a Retry-After header may make teamctl wait before retrying a model call."""
+SHORTEST_PAUSE_MS = 100
+"""The least a 429 pauses its account for, whatever time the provider named."""
 NO_KEY = "teamctl-no-key"
 """The key sent to a local server when its provider's variable is not set (the client insists
 on one): a 401 or 403 to it means the key is missing, not wrong."""
@@ -180,7 +188,8 @@ class ModelClient:
 
     def __init__(self, *, provider_keys: Collection[str], timeout_s: float = 120.0,
                  max_retries: int = 3, backoff_base_s: float = 0.5,
-                 backoff_max_s: float = 8.0, keys_in: str = KEYS_IN_WORKERS) -> None:
+                 backoff_max_s: float = 8.0, keys_in: str = KEYS_IN_WORKERS,
+                 limits: ProviderLimits | None = None, scope: CallScope | None = None) -> None:
         self.provider_keys = frozenset(provider_keys)
         """Which `*_API_KEY` variables are set (Settings.provider_keys): names, not values."""
         self.keys_in = keys_in
@@ -189,6 +198,16 @@ class ModelClient:
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
+        self.limits = limits
+        """The gate shared by every worker (None: calls wait for no one and charge nothing)."""
+        self.scope = scope or CallScope()
+        """Who pays for this client's calls and how its waits end."""
+
+    def scoped(self, scope: CallScope) -> ModelClient:
+        """This client for one caller: its budget, its task, its stop, where its waits show."""
+        client = copy.copy(self)
+        client.scope = scope
+        return client
 
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None,
@@ -212,11 +231,13 @@ class ModelClient:
             # must not leave an openai/ model on a local server without one.
             if provider_key_var(litellm, model) not in self.provider_keys:
                 kwargs["api_key"] = NO_KEY
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while True:
+            ticket = self._take(litellm, model, kwargs, wait_limit_s)
             try:
-                return _reply(litellm, litellm.completion(**kwargs)).model_copy(
-                    update={"model": model})
+                response = litellm.completion(**kwargs)
             except Exception as exc:  # litellm raises many exception types; classify below
+                named = self._settle_refusal(ticket, exc)
                 # No retry can fix credentials: only the environment of a restarted worker can.
                 bad_credentials = credentials_error(litellm, model, exc, self.keys_in,
                                                     sent_no_key=kwargs.get("api_key") == NO_KEY)
@@ -229,17 +250,67 @@ class ModelClient:
                                            reason=refusal) from exc
                 if not _retryable(exc):
                     raise ModelError(f"model {model} failed: {_describe(exc)}") from exc
+                if named:  # the account waits as the provider said: not a retry spent
+                    log.warning("model %s: %s; every caller of its account waits", model,
+                                _describe(exc))
+                    continue
                 if attempt >= self.max_retries:
                     raise ModelUnavailable(f"model {model} failed: {_describe(exc)}",
                                            model=model, reason="retries_spent") from exc
-                delay_s = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
-                delay_s *= 0.5 + random.random() / 2
-                # A provider that says when to come back is believed, within reason.
-                delay_s = max(delay_s, min(_retry_after_s(exc) or 0.0, RETRY_AFTER_MAX_S))
-                log.warning("model %s: %s; retry %d in %.2fs", model, _describe(exc),
-                            attempt + 1, delay_s)
-                time.sleep(delay_s)
-        raise AssertionError("unreachable")
+                self._back_off(model, exc, attempt,
+                               gated=ticket is not None and bool(self.limits and
+                                                                 self.limits.rates))
+                attempt += 1
+                continue
+            reply = _reply(litellm, response).model_copy(update={"model": model})
+            if ticket is not None and self.limits is not None:
+                learned = learned_from(response_headers(response)) if self.limits.rates else None
+                self.limits.settle(ticket, self.scope, answered=reply.usage, learned=learned)
+            return reply
+
+    def _back_off(self, model: str, exc: Exception, attempt: int, *, gated: bool) -> None:
+        """Sleep before retry `attempt` + 1: exponential with jitter, or what the provider
+        named (ungated: a gated 429 already paused the account, its take waits)."""
+        delay_s = min(self.backoff_max_s, self.backoff_base_s * 2**attempt)
+        delay_s *= 0.5 + random.random() / 2
+        if not gated:  # a provider that says when to come back is believed, within reason
+            delay_s = max(delay_s, min(_retry_after_s(exc) or 0.0, RETRY_AFTER_MAX_S))
+        elif getattr(exc, "status_code", None) == 429:
+            delay_s = 0.0  # the account's pause (1 s, doubling) is the backoff
+        log.warning("model %s: %s; retry %d in %.2fs", model, _describe(exc), attempt + 1,
+                    delay_s)
+        time.sleep(delay_s)
+
+    def _take(self, litellm: Any, model: str, kwargs: dict[str, Any],
+              wait_limit_s: float | None) -> Ticket | None:
+        """This attempt's slot on its provider's account (None: no gate, offline model)."""
+        if self.limits is None or model.startswith(PROVIDER):
+            return None
+        key_vars = () if kwargs.get("api_key") == NO_KEY else credential_vars(litellm, model)
+        keys = self.limits.keys_for(_provider(litellm, model), kwargs.get("api_base"), key_vars)
+        return self.limits.take(litellm, keys, model, kwargs, self.scope, wait_limit_s)
+
+    def _settle_refusal(self, ticket: Ticket | None, exc: Exception) -> bool:
+        """Settle a failed attempt: what its headers say, and a 429 pauses the account for
+        every worker. True when the provider named the time to come back."""
+        if ticket is None or self.limits is None:
+            return False
+        if not self.limits.rates:  # the limiter is off: the reservation only comes back
+            self.limits.settle(ticket, self.scope, answered=None)
+            return False
+        headers = error_headers(exc)
+        learned = learned_from(headers)
+        pause = ""
+        named = False
+        if getattr(exc, "status_code", None) == 429:
+            named = learned.retry_after_s is not None or learned.model_pause_s is not None
+            wait_s = learned.retry_after_s if learned.retry_after_s is not None else (
+                learned.model_pause_s)
+            # A named time of 0 still pauses a little: no fleet hammers a refusing provider.
+            pause = "backoff" if wait_s is None else str(max(SHORTEST_PAUSE_MS,
+                                                              int(wait_s * 1000)))
+        self.limits.settle(ticket, self.scope, answered=None, learned=learned, pause=pause)
+        return named
 
 
 def _retry_after_s(exc: Exception) -> float | None:
@@ -260,6 +331,11 @@ def credential_vars(litellm: Any, model: str) -> tuple[str, ...]:
     """The environment variables litellm reads the credentials of `model`'s provider from."""
     provider = _provider(litellm, model)
     return CREDENTIAL_VARS.get(provider, (f"{provider.upper()}_API_KEY",))
+
+
+def provider_name(litellm: Any, model: str) -> str:
+    """`model`'s provider as litellm routes it (an account's digest names it)."""
+    return _provider(litellm, model)
 
 
 def _provider(litellm: Any, model: str) -> str:

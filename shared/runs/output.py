@@ -94,6 +94,10 @@ class TaskStateView(BaseModel):
     """The model that answered the task's last model call."""
     fallback_from: str | None = None
     """The member's own model, when a fallback answered that call."""
+    waiting_model: str | None = None
+    """The model whose provider limit holds the task's call back now (None: not waiting)."""
+    waiting_until_ms: int = 0
+    """Until when (epoch ms) it waits, as its caller last knew."""
 
 
 class RunResult(BaseModel):

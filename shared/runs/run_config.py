@@ -12,6 +12,7 @@ from teamctl.shared.agent.model_names import checked_fallbacks
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import normalize_id
+from teamctl.shared.limits_config import ModelLimit
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.team_file import Member, TeamFile
 from teamctl.shared.text import quoted
@@ -163,6 +164,8 @@ class RunSpec(BaseModel):
     planner_queue: str = "members"
     synthesizer_queue: str = "members"
     """Where the planner's and the synthesizer's model calls run (workers hold the keys)."""
+    limits: dict[str, ModelLimit] = Field(default_factory=dict)
+    """The team file's provider limits per model string (workers add TEAMCTL_LIMITS)."""
 
     @property
     def queues(self) -> list[str]:

@@ -10,6 +10,7 @@ from teamctl.shared.agent.model_names import (
     Fallbacks,
 )
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
+from teamctl.shared.limits_config import ModelLimit
 from teamctl.shared.workspace_caps import (
     DEFAULT_FILE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_BYTES,
@@ -34,6 +35,9 @@ class TeamOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    limits: dict[str, ModelLimit] = Field(default_factory=dict)
+    """The team file's provider limits per model string (its `[limits]` table, copied here
+    when the team is created from the file)."""
     max_teammates: int = Field(32, ge=1, le=1000)
     """Most teammates the team holds; a spawn past it is refused."""
     max_turn_attempts: int = Field(3, ge=1, le=100)

@@ -107,7 +107,11 @@ class TeamBase:
     def charge(self, usage: Usage) -> Charge:
         """Add one model call's usage to the team's totals and check its limits, atomically;
         the call that spent the budget tells the lead (one `team.budget_exceeded` notice)."""
-        charge = self.budget.charge(usage)
+        return self.charged(self.budget.charge(usage))
+
+    def charged(self, charge: Charge) -> Charge:
+        """After a call was charged (by the settle of its provider slot, or `charge`): the
+        call that spent the budget tells the lead (one `team.budget_exceeded` notice)."""
         if charge.crossed and charge.exceeded:
             self.bus.publish("system", LEAD, SystemType.TEAM_BUDGET_EXCEEDED, None,
                              f"{charge.exceeded}: no teammate or lead starts another model "

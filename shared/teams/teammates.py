@@ -136,6 +136,10 @@ class Teammate(BaseModel):
     job_id: HashText = None
     """The RQ job of its last enqueued turn until a turn begins (reconcile leaves a turn whose
     job still waits in its queue alone: waiting for a worker is no crash)."""
+    waiting_model: HashText = None
+    """The model whose provider slot or pause the turn's call waits for (none: not waiting)."""
+    waiting_since_ms: HashInt = 0
+    waiting_until_ms: HashInt = 0
     shutdown_request: HashText = None
     """The shutdown request it approved: its turn ends shut down (turn_end.lua)."""
     plan_state: HashText = None

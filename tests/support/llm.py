@@ -47,6 +47,14 @@ class HttpError:
 
 
 @dataclass
+class Headed:
+    """A reply sent with extra HTTP headers: a provider's rate-limit headers."""
+
+    reply: str | ToolCalls | HttpError
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class Slow:
     """A reply the server takes `latency_s` to send (on top of its script's latency)."""
 
@@ -88,7 +96,7 @@ class Stall:
     has to end the call."""
 
 
-Reply = str | ToolCalls | HttpError | Slow | Held | Reset | Stall
+Reply = str | ToolCalls | HttpError | Slow | Held | Reset | Stall | Headed
 STALL_LIMIT_S = 120.0
 """A stalled reply gives up on its own after this long, so no server thread outlives a test."""
 HOLD_LIMIT_S = 300.0
@@ -241,6 +249,7 @@ class ScriptedLLM:
                     reply = reply.reply
                 if isinstance(reply, Held):
                     reply = state.hold(reply)
+                extra, reply = _headers_of(reply)
                 # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
                 time.sleep(delay_s)
                 if isinstance(reply, Reset | Stall):
@@ -253,6 +262,8 @@ class ScriptedLLM:
                 self.send_header("Content-Length", str(len(data)))
                 if isinstance(reply, HttpError) and reply.retry_after_s is not None:
                     self.send_header("Retry-After", f"{reply.retry_after_s:g}")
+                for name, value in extra.items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -329,6 +340,13 @@ def self_signed_cert(cert: Path, key: Path) -> None:
          "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
          "-addext", "extendedKeyUsage=serverAuth"],
         check=True, capture_output=True, timeout=30)
+
+
+def _headers_of(reply: Reply) -> tuple[dict[str, str], Reply]:
+    """A Headed reply's extra headers and the reply itself (others: none)."""
+    if isinstance(reply, Headed):
+        return reply.headers, reply.reply
+    return {}, reply
 
 
 def _last_user_text(body: dict[str, Any]) -> str:

@@ -24,12 +24,13 @@ from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.board import TaskBoard, WriteOutcome
-from teamctl.shared.budget import Budget
+from teamctl.shared.budget import Budget, Charge
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError, RunFailed
 from teamctl.shared.hosts import this_host
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.provider_limits import CallScope, Waiting
 from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
@@ -169,19 +170,24 @@ class Attempt:
     def _loop(self, member: Member, task: TaskState) -> AgentLoop:
         options = self.job.spec.options
         self.toolbox = self._toolbox(member)
-        # Traced inside the replay: a step answered from the journal makes no model call.
-        self.replay = ReplayingClient(TracedModel(self._fallback_caller(member), self.span),
+        # Traced inside the replay: a step answered from the journal makes no model call (so
+        # it waits for no slot and is not charged again).
+        client = self.job.client.scoped(CallScope(
+            budget=self.job.budget, task_key=self.job.board.keys.task(self.claim.task_id),
+            stop=self._stop_waiting, waiting=self._show_waiting, on_charge=self._charged))
+        self.replay = ReplayingClient(TracedModel(self._fallback_caller(member, client),
+                                                  self.span),
                                       self._recorded_steps(member, task))
         return AgentLoop(client=self.replay, model=self.job.spec.models.for_member(member),
                          api_base=self.job.spec.models.api_base, toolbox=self.toolbox,
                          max_steps=options.member_max_steps, policy=self)
 
-    def _fallback_caller(self, member: Member) -> FallbackCaller:
+    def _fallback_caller(self, member: Member, client: ModelClient) -> FallbackCaller:
         """The member's model, then its fallbacks; each answer's usage under its model."""
         job, options = self.job, self.job.spec.options
         keys = RunKeys(job.spec.run_id)
         return FallbackCaller(
-            job.client, job.spec.models.fallbacks_for_member(member), options.fallback_after_s,
+            client, job.spec.models.fallbacks_for_member(member), options.fallback_after_s,
             Cooldowns(job.conn, options.fallback_cooldown_s),
             ModelLedger(job.conn, keys, keys.task(self.claim.task_id)),
             on_fallback=self._fell_back)
@@ -286,12 +292,32 @@ class Attempt:
         self.step_models.append(reply.model)
         if self.replay.replaying:  # paid and charged by the attempt that recorded it
             return
-        charge = self.job.budget.charge(reply.usage, self.claim.task_id)
+        # Charged already, by the settle of the call's slot (ModelClient's gate).
         self.journal.record_reply(self.member.id, self.replay.step, reply)
+
+    def _charged(self, charge: Charge) -> None:
+        """After each call was charged: the call that crossed a limit tells the lead."""
         if charge.crossed and charge.exceeded:
             # Once per run: the lead (and `teamctl messages`) learn why members stop.
             self.job.bus.publish("system", "lead", SystemType.RUN_BUDGET_EXCEEDED,
                                  self.claim.task_id, charge.exceeded)
+
+    def _stop_waiting(self) -> None:
+        """While a call waits for its provider's slot: stop once the claim is lost or the run
+        cancelled (its timeout cancels it too); the beat keeps the claim meanwhile."""
+        self._check_claim()
+        if not self.job.beat.refresh(self.claim):
+            raise AttemptAbandoned("claim lost: the task was reclaimed")
+        if self.job.store.cancelled():
+            raise RunFailed("run cancelled")
+
+    def _show_waiting(self, waiting: Waiting | None) -> None:
+        """Say on the task what its call waits for (fenced by the claim's token), or clear it."""
+        claim = self.claim
+        self.job.board.scripts["task_waiting"](
+            keys=[self.job.board.keys.task(claim.task_id)],
+            args=[str(claim.token), waiting.model if waiting else "",
+                  waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
 
     def run_tools(self, reply: ModelReply) -> list[Message]:
         # The claim may have been lost during a long call: a stale attempt runs no tools. The

@@ -12,10 +12,12 @@ from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError
+from teamctl.shared.provider_limits import ProviderLimits, worker_limits
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.settings import load_settings
 from teamctl.shared.tracing import NO_TRACING, Tracing
 from teamctl.worker.keepalive import KeepAlive
 
@@ -48,7 +50,8 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
         "teamctl.call": call, "teamctl.attempt": attempt, "teamctl.worker": worker})
     # Beating stops once the coordinator gave up on this attempt (refresh answers False).
     with span, KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
-        outcome = _ask(request, _caller(run, call, request, provider_keys), worker)
+        limits = worker_limits(conn, run.spec.limits, load_settings())
+        outcome = _ask(request, _caller(run, call, request, provider_keys, limits), worker)
         if outcome.reply is not None:
             span.set(reply_attributes(outcome.reply, request.model))
         else:
@@ -59,12 +62,14 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
 
 
 def _caller(run: RunHandle, call: str, request: ModelCallRequest,
-            provider_keys: frozenset[str] | tuple[str, ...]) -> FallbackCaller:
+            provider_keys: frozenset[str] | tuple[str, ...],
+            limits: ProviderLimits) -> FallbackCaller:
     """The role's model, then its fallbacks, with the run's timeout and retries; a fallback's
-    answer is an event on the run's bus, and each answer's usage is kept under its model."""
+    answer is an event on the run's bus, and each answer's usage is kept under its model.
+    Rate-limited with every other caller of the account; the coordinator charges the usage."""
     options: RunOptions = run.spec.options
     client = ModelClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
-                         max_retries=options.model_max_retries)
+                         max_retries=options.model_max_retries, limits=limits)
 
     def fell_back(note: FallbackNote) -> None:
         run.bus.publish("system", "lead", SystemType.MODEL_FALLBACK, None,

@@ -33,8 +33,11 @@ from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError
+from teamctl.shared.provider_limits import CallScope, Waiting, worker_limits
+from teamctl.shared.redis.scripts import GuardedScripts
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_fallbacks import team_caller
@@ -93,7 +96,8 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
         return f"skipped: {verdict}"
     options = store.options
     client = ModelClient(provider_keys=settings.provider_keys,
-                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries)
+                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
+                         limits=worker_limits(conn, options.limits, settings))
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
         outcome = Turn(store, store.get(name), token, client, lease,
                        state_dir=settings.state_dir, tracing=tracing).run()
@@ -201,6 +205,9 @@ class Turn:
                 except TurnRevoked:
                     span.event("teamctl.turn.revoked")
                     return "revoked"
+                except BudgetSpent:  # the next call's worst case was not covered: not made
+                    span.event("teamctl.budget.exceeded")
+                    verdict = self._end(IdleReason.BUDGET, "")
                 except Exception as exc:  # the model or a bug: the teammate idles with the error
                     log.exception("turn of %s failed", self.mate.name)
                     error = shorten(str(exc) or type(exc).__name__, 500)
@@ -295,7 +302,12 @@ class Turn:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
-        caller = team_caller(self.store, self.client, self.mate.name, self.mate.fallbacks)
+        # Each call waits for its provider's slot (the lease beats meanwhile) and is charged
+        # to the team's budget when it settles.
+        client = self.client.scoped(CallScope(budget=self.store.budget, stop=self.lease.check,
+                                              waiting=self._show_waiting,
+                                              on_charge=self._charged))
+        caller = team_caller(self.store, client, self.mate.name, self.mate.fallbacks)
         loop = AgentLoop(client=TracedModel(caller, self.span), model=self.mate.model,
                          api_base=self.mate.api_base,
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
@@ -335,11 +347,25 @@ class Turn:
         return [{"role": "user", "content": batch.block()}] if batch.lines else []
 
     def on_reply(self, reply: ModelReply, sent: list[Message]) -> None:
-        # Charged before anything else: the call was paid for, whatever becomes of the turn.
-        self.spent = self.store.charge(reply.usage).exceeded
+        # Charged already (the settle of its slot): the call was paid for, whatever becomes of
+        # the turn.
         self.lease.check()
         # The inbox block, the reply and the inbox offset, in one checkpoint before any tool.
         self._commit(self.offset, sent)
+
+    def _show_waiting(self, waiting: Waiting | None) -> None:
+        """Say on the teammate's record what its call waits for (fenced by the turn's token),
+        or clear it."""
+        scripts = self.store.scripts  # run plainly: a wait is no write of a tool call's
+        plain = scripts.scripts if isinstance(scripts, GuardedScripts) else scripts
+        plain["mate_waiting"](
+            keys=[self.store.keys.mate(self.mate.name)],
+            args=[self.token, waiting.model if waiting else "",
+                  waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
+
+    def _charged(self, charge: Charge) -> None:
+        """After each call was charged: whether it spent the budget (the lead told once)."""
+        self.spent = self.store.charged(charge).exceeded
 
     def run_tools(self, reply: ModelReply) -> list[Message]:
         # The calls of the reply that spent the budget still run: they are paid for, and left
