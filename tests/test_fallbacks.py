@@ -270,12 +270,12 @@ class WaitRecorder(ModelClient):
 
     def __init__(self) -> None:
         super().__init__(provider_keys=(), max_retries=0)
-        self.limits: list[tuple[str, float | None]] = []
+        self.wait_limits: list[tuple[str, float | None]] = []
 
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None, api_base: str | None = None,
                  wait_limit_s: float | None = None) -> Any:
-        self.limits.append((model, wait_limit_s))
+        self.wait_limits.append((model, wait_limit_s))
         return super().complete(model, messages, tools=tools, api_base=api_base,
                                 wait_limit_s=wait_limit_s)
 
@@ -288,7 +288,7 @@ def test_only_a_model_with_another_after_it_waits_at_most_fallback_after_s(
     fallbacks = FallbackCaller(client, [backup], 2.5)
     assert ask(fallbacks, primary, llm) == backup
     # The last model may wait for its account as long as the call may: nothing comes after it.
-    assert client.limits == [(primary, 2.5), (backup, None)]
+    assert client.wait_limits == [(primary, 2.5), (backup, None)]
 
 
 def test_the_lead_falls_back(redis_url: str, conn: redis.Redis, llm: ScriptedLLM,

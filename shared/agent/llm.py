@@ -18,8 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
 from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
-from teamctl.shared.errors import CredentialsError, ModelError, ModelUnavailable
-from teamctl.shared.limit_headers import error_headers, learned_from, response_headers
+from teamctl.shared.errors import ConfigError, CredentialsError, ModelError, ModelUnavailable
+from teamctl.shared.limit_headers import (
+    error_headers,
+    learned_from,
+    response_headers,
+    retry_after_s,
+)
 from teamctl.shared.log_lines import LITELLM_LOGGERS, adopt_loggers
 from teamctl.shared.provider_limits import CallScope
 from teamctl.shared.text import one_line
@@ -62,6 +67,8 @@ MISSING_CREDENTIALS = re.compile(
 LITELLM_PREFIX = re.compile(r"^(?:litellm\.)?\w*(?:Error|Exception)(?: \w+Error)?\s*[:-]\s*")
 """One of the class names litellm puts before a provider's words ("litellm.AuthenticationError:
 AuthenticationError: OpenAIException - ...")."""
+MISSING_SDK = "Google Cloud SDK not found"
+"""How litellm says google-auth (vertex_ai/'s credentials) is not installed."""
 PROVIDER_TEXT_CHARS = 160
 """How much of a provider's refusal a credentials error quotes: enough for its reason."""
 
@@ -228,8 +235,11 @@ class ModelClient:
             kwargs["api_base"] = api_base
             # Local OpenAI-compatible servers rarely need a key, but the client insists on one.
             # Only this model's provider's key counts: an ANTHROPIC_API_KEY in the environment
-            # must not leave an openai/ model on a local server without one.
-            if provider_key_var(litellm, model) not in self.provider_keys:
+            # must not leave an openai/ model on a local server without one. Providers whose
+            # credentials are not one key (AWS's, Google's) sign with their own: a placeholder
+            # key would replace that signature with a bearer token, when they are set.
+            if (provider_key_var(litellm, model) not in self.provider_keys
+                    and not _signs_itself(litellm, model)):
                 kwargs["api_key"] = NO_KEY
         attempt = 0
         while True:
@@ -243,6 +253,10 @@ class ModelClient:
                                                     sent_no_key=kwargs.get("api_key") == NO_KEY)
                 if bad_credentials is not None:
                     raise bad_credentials from exc
+                if MISSING_SDK in str(exc):  # no retry installs a package
+                    raise ConfigError(f"model {model}: litellm needs the google-auth package for"
+                                      " this provider: install it where the workers run "
+                                      "(pip install google-auth)") from exc
                 refusal = _refusal(litellm, exc)
                 if refusal is not None:
                     raise ModelUnavailable(f"model {model} refused the request ({refusal}): "
@@ -314,12 +328,9 @@ class ModelClient:
 
 
 def _retry_after_s(exc: Exception) -> float | None:
-    """The seconds a 429/503 reply's Retry-After header asks for (None: not given, or a date)."""
-    headers = getattr(getattr(exc, "response", None), "headers", None)
-    try:
-        return max(0.0, float(headers.get("retry-after"))) if headers else None
-    except (TypeError, ValueError):
-        return None
+    """The seconds a 429/503 reply's Retry-After (or retry-after-ms) header asks for, wherever
+    litellm put this provider's headers (None: not given)."""
+    return retry_after_s(error_headers(exc))
 
 
 def provider_key_var(litellm: Any, model: str) -> str:
@@ -336,6 +347,13 @@ def credential_vars(litellm: Any, model: str) -> tuple[str, ...]:
 def provider_name(litellm: Any, model: str) -> str:
     """`model`'s provider as litellm routes it (an account's digest names it)."""
     return _provider(litellm, model)
+
+
+def _signs_itself(litellm: Any, model: str) -> bool:
+    """Whether `model`'s provider has credentials other than one key (AWS's, Google's) and
+    they are set here: litellm signs its requests with them."""
+    names = CREDENTIAL_VARS.get(_provider(litellm, model), ())
+    return bool(names) and all(os.environ.get(name, "").strip() for name in names)
 
 
 def _provider(litellm: Any, model: str) -> str:
