@@ -1,11 +1,11 @@
 """Budgets (`max_tokens`, `max_cost_usd`) of a run or a persistent team, kept in Redis so every
 worker sees one total.
 
-Before each model call a member (or teammate, or the team's lead) asks `exceeded()`; after it,
-`charge()` adds the call's usage and checks the limits in one Lua script, so the call that crosses
-a limit is known exactly once (the reason is recorded in the usage hash). A call's cost is only
-known after it returns, so a budget can be overshot by at most one call per caller in flight; no
-new call starts once a limit is reached.
+Before each model call the provider limits' take (limits_take.lua) reserves the call's worst
+case (prompt estimate + the model's maximum output, priced) against these limits, so callers in
+flight together never promise more than the budget holds; the settle charges the real usage and
+records, exactly once, the call that crossed a limit. The planner's and synthesizer's usage is
+charged after the call with `charge()` (not reserved: a run needs both, and waits on neither).
 
 A spent budget pauses the run or team (it never fails it): `top_up` adds to the limits (the
 usage hash's added_tokens / added_usd, which the call reservation adds to the configured max too)
@@ -14,12 +14,18 @@ and clears the recorded reason, and the callers go on.
 
 from __future__ import annotations
 
+import math
+
 import redis
 from pydantic import BaseModel, field_validator
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.redis.hash_fields import HashInt, HashText
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
+
+MIN_TOP_UP_TOKENS = 10_000
+TOKENS_STEP = 1_000
+"""A suggested token top-up is a round number of this many."""
 
 
 class UsageTotals(Usage):
@@ -31,8 +37,12 @@ class UsageTotals(Usage):
     """Tokens added to max_tokens by `teamctl budget --add-tokens` (every top-up, summed)."""
     added_usd: float = 0.0
     """Dollars added to max_cost_usd by `teamctl budget --add-usd` (every top-up, summed)."""
+    next_tokens: HashInt = 0
+    """The worst case in tokens of the latest call the reservation was asked for."""
+    next_usd: float = 0.0
+    """The worst case in dollars of that call."""
 
-    @field_validator("added_usd", mode="before")
+    @field_validator("added_usd", "next_usd", mode="before")
     @classmethod
     def _blank_is_zero(cls, value: object) -> object:
         return 0.0 if value == "" else value
@@ -118,6 +128,19 @@ class Budget:
                            added_tokens=totals.added_tokens, added_usd=totals.added_usd,
                            tokens=totals.prompt_tokens + totals.completion_tokens,
                            cost_usd=totals.cost_usd, exceeded=self._exceeded(totals))
+
+    def top_up_flag(self) -> str:
+        """The `teamctl budget` flag that lets the next call start: for a limit this budget
+        has, what the latest call's worst case needs past what is left, rounded up (at least
+        10,000 tokens or $1, so a pasted top-up is not spent again by the next call)."""
+        totals = UsageTotals.model_validate(self.conn.hgetall(self.keys.usage))
+        if self.max_cost_usd is not None:
+            left_usd = self.max_cost_usd + totals.added_usd - totals.cost_usd
+            return f"--add-usd {max(1, math.ceil(totals.next_usd - left_usd)):d}"
+        left = ((self.max_tokens or 0) + totals.added_tokens - totals.prompt_tokens
+                - totals.completion_tokens)
+        need = math.ceil((totals.next_tokens - left) / TOKENS_STEP) * TOKENS_STEP
+        return f"--add-tokens {max(MIN_TOP_UP_TOKENS, need)}"
 
     def mark_spent(self, reason: str) -> bool:
         """Record that the budget cannot cover a call (BudgetSpent from the model call, when

@@ -256,6 +256,25 @@ def test_reservations_keep_racing_callers_within_the_budget(
     assert int(usage["reserved_tokens"]) == 0 and conn.zcard(RunKeys(run_id).reservations) == 0
 
 
+def test_the_suggested_top_up_covers_the_next_calls_worst_case(
+        llm: ScriptedLLM, redis_url: str, run_id: str) -> None:
+    model = llm.script("topup-lim", ["done"])
+    long_prompt = [{"role": "user", "content": "word " * 12_000}]  # 15,000 tokens estimated
+    conn = redis.Redis.from_url(redis_url, decode_responses=True)
+    budget = Budget(conn, RunKeys(run_id), max_tokens=100, max_cost_usd=None)
+    gated = client(conn).scoped(CallScope(budget=budget))
+    with pytest.raises(BudgetSpent, match="the next call may take 19097, max_tokens is 100"):
+        gated.complete(model, long_prompt, api_base=llm.api_base)
+    assert llm.requests["topup-lim"] == []
+
+    flag = budget.top_up_flag()
+
+    assert flag == "--add-tokens 19000"  # the worst case past the 100 left, rounded up
+    budget.top_up(tokens=int(flag.split()[1]))
+    assert gated.complete(model, long_prompt, api_base=llm.api_base).content == "done"
+    assert budget.exceeded() is None
+
+
 def test_a_worker_with_an_unreadable_limits_setting_says_how_to_write_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAMCTL_LIMITS", "openai/gpt-4o-mini:500")

@@ -134,7 +134,8 @@ def raise_budget(run: RunHandle, tokens: int, usd: float) -> BudgetState:
 
 def resume_hint(run: RunHandle) -> str:
     """The commands that resume a run paused on its budget, or end it (for `run`, `status`):
-    the flag is one of the limits it has, so the command works pasted."""
-    flag = "--add-usd 1" if run.spec.options.max_cost_usd is not None else "--add-tokens 10000"
+    the flag is one of the limits it has, with enough for the next call, so the command works
+    pasted."""
+    flag = run.budget.top_up_flag()
     return (f"`teamctl budget {run.run_id} {flag}` resumes it, "
             f"`teamctl cancel {run.run_id}` ends it")

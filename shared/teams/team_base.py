@@ -129,8 +129,7 @@ class TeamBase:
 
     def top_up_command(self) -> str:
         """The command that raises this team's budget, with a flag for a limit it has."""
-        flag = "--add-usd 1" if self.options.max_cost_usd is not None else "--add-tokens 10000"
-        return f"`teamctl team budget {flag} -t {self.team}`"
+        return f"`teamctl team budget {self.budget.top_up_flag()} -t {self.team}`"
 
     def plan_state(self, name: str) -> str | None:
         """The teammate's plan_state as stored now (None without plan mode): tools read it

@@ -13,10 +13,12 @@
 -- (past the slot), ARGV[13] how many expired reservations to trim at most, ARGV[14] '0' to take
 -- no rate slot (the limiter is off: the budget's reservation only), ARGV[15] the share of the
 -- lowest known limit the slots use (a request reaches the provider a little after its slot).
--- Returns {verdict, wait ms, detail, 1 if this refusal spent the budget first else 0}: 'ok' (detail: the reservation member or ''), 'far' (the
--- slot is past the wait limit: nothing taken), 'wait' (others' reservations hold the budget
--- the call needs: nothing taken), 'spent' (detail: why the budget cannot cover the call, also
--- kept in the usage hash's budget_exceeded field when it is the first reason).
+-- Returns {verdict, wait ms, detail, 1 if this refusal spent the budget first else 0}: 'ok'
+-- (detail: the reservation member or ''), 'far' (the slot is past the wait limit: nothing
+-- taken), 'wait' (others' reservations hold the budget the call needs: nothing taken), 'spent'
+-- (detail: why the budget cannot cover the call, also kept in the usage hash's budget_exceeded
+-- field when it is the first reason). The usage hash keeps the latest call's worst case
+-- (next_tokens, next_usd): what a top-up must cover.
 local now = now_ms()
 
 local function lowest(a, b)
@@ -67,6 +69,7 @@ local function budget_refusal()
 end
 
 if KEYS[3] then
+  redis.call('HSET', KEYS[3], 'next_tokens', ARGV[8], 'next_usd', ARGV[9])
   local refusal = budget_refusal()
   if refusal and refusal[1] == 'spent' then
     -- Kept on the totals, as a charge that crosses a limit keeps it: no new call starts, and
