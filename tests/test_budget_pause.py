@@ -19,13 +19,22 @@ from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskStatus
 
 from tests.support.cli import TEAMCTL
-from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls, Used
 from tests.support.teamfile import team_file
 from tests.support.waiting import wait_until
 
 ONE_TASK = [{"id": "a", "memberId": "m1", "task": "A"}]
 TOKENS_PER_CALL = 18
-"""What every scripted reply reports as its usage (11 prompt + 7 completion)."""
+"""What a scripted reply reports as its usage (11 prompt + 7 completion), unless `Used`."""
+MAX_TOKENS = 10_000
+"""The runs' budget: it covers the planner and one member call's worst case (its prompt and
+the 4,096 tokens of output an unknown model may write), not two."""
+
+
+def spending(reply: str | ToolCalls) -> Used:
+    """A member reply whose reported usage brings the run, after the planner's call, to
+    exactly MAX_TOKENS: the provider counted more than the reservation's estimate."""
+    return Used(reply, MAX_TOKENS - TOKENS_PER_CALL - 7, 7)
 PAUSED_LINE = re.compile(r"teamctl: run \S+ paused \((?P<why>[^)]*)\): `(?P<resume>[^`]*)` "
                          r"resumes it, `(?P<cancel>[^`]*)` ends it")
 
@@ -69,12 +78,12 @@ def paused_run(llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path,
     """A one-task run whose member's first call spends max_tokens (the planner's call and one
     member step), paused with task a given back; the run, its pause line and its member model.
     With `synth` empty the run is to end without another call."""
-    first = ToolCalls([("team_list_tasks", {})])
+    first = spending(ToolCalls([("team_list_tasks", {})]))
     models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(ONE_TASK)]),
               "member": llm.script(f"member-{run_id}", [first, "done a"] if synth else [first]),
               "synth": llm.script(f"synth-{run_id}", synth)}
     team = team_file(tmp_path / "t.toml", models,
-                     options={"max_tokens": 2 * TOKENS_PER_CALL, "heartbeat_ttl_s": 2.0})
+                     options={"max_tokens": MAX_TOKENS, "heartbeat_ttl_s": 2.0})
     stderr = tmp_path / "run.err"
     run = start_run(llm, redis_url, run_id, team, stderr, reaper)
     line = paused_line(stderr)
@@ -98,15 +107,17 @@ def test_a_spent_budget_pauses_the_run_and_a_top_up_resumes_it_without_paying_tw
     assert a is not None
     # Given back for later: not failed, not an attempt, not a release; its step journaled.
     assert (a.attempts, a.error, a.reclaimed) == (0, None, True)
-    assert a.requeue_reason == line["why"] == "budget exceeded: 36 tokens used, max_tokens is 36"
+    assert a.requeue_reason == line["why"] == (
+        f"budget exceeded: {MAX_TOKENS} tokens used, max_tokens is {MAX_TOKENS}")
     assert len(llm.requests[member]) == 1
     shown = teamctl("budget", run_id, "--redis-url", workers)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.splitlines() == [
-        "tokens: 36 used of 36 (max_tokens 36 + 0 added)", f"spent: {line['why']}"]
-    assert "--add-tokens" in line["resume"]
+        f"tokens: {MAX_TOKENS} used of {MAX_TOKENS} (max_tokens {MAX_TOKENS} + 0 added)",
+        f"spent: {line['why']}"]
+    assert "--add-tokens 10000" in line["resume"]  # enough for the next call's worst case
 
-    # The command the run printed, pasted (with more tokens than it suggests: any amount works).
+    # The command the run printed, pasted.
     resume = subprocess.run(shlex.split(line["resume"]), capture_output=True, text=True,
                             timeout=120, stdin=subprocess.DEVNULL)
 
@@ -123,7 +134,7 @@ def test_a_spent_budget_pauses_the_run_and_a_top_up_resumes_it_without_paying_tw
     # Step 1 was paid once and replayed from the journal; only step 2 was asked for after.
     assert len(llm.requests[member]) == 2
     assert out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"] == (
-        4 * TOKENS_PER_CALL)  # planner, two member steps, synthesizer
+        MAX_TOKENS + 2 * TOKENS_PER_CALL)  # planner and step 1, then step 2 and synthesizer
     types = [m["type"] for m in out["messages"]]
     assert types.count("run.awaiting_budget") == 1 and types.count("run.budget_added") == 1
     assert f"teamctl: run {run_id} resumed: its budget was raised" in (
@@ -205,9 +216,9 @@ def test_a_budget_spent_by_the_last_task_pauses_before_the_synthesis(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
         group_reaper: list[subprocess.Popen[bytes]]) -> None:
     models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(ONE_TASK)]),
-              "member": llm.script(f"member-{run_id}", ["done a"]),
+              "member": llm.script(f"member-{run_id}", [spending("done a")]),
               "synth": llm.script(f"synth-{run_id}", ["final answer"])}
-    team = team_file(tmp_path / "t.toml", models, options={"max_tokens": 2 * TOKENS_PER_CALL})
+    team = team_file(tmp_path / "t.toml", models, options={"max_tokens": MAX_TOKENS})
     run = start_run(llm, workers, run_id, team, tmp_path / "run.err", group_reaper)
     line = paused_line(tmp_path / "run.err")
     board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))

@@ -55,6 +55,16 @@ class Headed:
 
 
 @dataclass
+class Used:
+    """A reply that reports this usage instead of the usual 11 prompt + 7 completion tokens:
+    a provider counting more than the caller estimated."""
+
+    reply: str | ToolCalls
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass
 class Slow:
     """A reply the server takes `latency_s` to send (on top of its script's latency)."""
 
@@ -96,7 +106,7 @@ class Stall:
     has to end the call."""
 
 
-Reply = str | ToolCalls | HttpError | Slow | Held | Reset | Stall | Headed
+Reply = str | ToolCalls | HttpError | Slow | Held | Reset | Stall | Headed | Used
 STALL_LIMIT_S = 120.0
 """A stalled reply gives up on its own after this long, so no server thread outlives a test."""
 HOLD_LIMIT_S = 300.0
@@ -250,12 +260,15 @@ class ScriptedLLM:
                 if isinstance(reply, Held):
                     reply = state.hold(reply)
                 extra, reply = _headers_of(reply)
+                usage = (reply.prompt_tokens, reply.completion_tokens) if isinstance(
+                    reply, Used) else (11, 7)
+                reply = reply.reply if isinstance(reply, Used) else reply
                 # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
                 time.sleep(delay_s)
                 if isinstance(reply, Reset | Stall):
                     self._break(reply)
                     return
-                status, payload = _render(reply, body.get("model", ""))
+                status, payload = _render(reply, body.get("model", ""), usage)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -357,7 +370,8 @@ def _last_user_text(body: dict[str, Any]) -> str:
     return content
 
 
-def _render(reply: Reply, model: str) -> tuple[int, dict[str, Any]]:
+def _render(reply: Reply, model: str,
+            usage: tuple[int, int] = (11, 7)) -> tuple[int, dict[str, Any]]:
     if isinstance(reply, HttpError):
         return reply.status, {"error": {"message": reply.message, "type": "scripted",
                                         "code": str(reply.status)}}
@@ -377,5 +391,6 @@ def _render(reply: Reply, model: str) -> tuple[int, dict[str, Any]]:
         "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+                  "total_tokens": sum(usage)},
     }
