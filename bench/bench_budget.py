@@ -1,7 +1,9 @@
 """A budget that cannot overshoot: one planned run of `--tasks` tasks on `--workers` preloaded
 workers, every member step a priced call (gpt-4o-mini at litellm's local prices, served by the
 scripted model with some latency, so every worker has a call in flight), and a `max_cost_usd`
-that covers `--calls` such calls. The run pauses (awaiting_budget) once the budget cannot cover
+that covers `--calls` such calls. Each reply reports an output near the model's maximum, so a
+call costs about the worst case the reservation holds for it and the budget is spent by calls,
+not by reservations alone. The run pauses (awaiting_budget) once the budget cannot cover
 another call; the benchmark then reads what was spent and cancels it.
 
 Figures: the spend at the end against the budget (goal: not above it) and the priced calls made
@@ -34,11 +36,11 @@ from bench import failed
 from bench.bench_startup import teamctl
 from bench.bench_worker import wait_for_flag, worker_fleet
 from bench.figures import BenchFigure, print_figures
-from tests.support.llm import ScriptedLLM, ToolCalls
+from tests.support.llm import ScriptedLLM, ToolCalls, Used
 
 PRICED = "gpt-4o-mini"
-PROMPT_TOKENS, COMPLETION_TOKENS = 11, 7
-"""What every scripted reply reports as its usage."""
+PROMPT_TOKENS, COMPLETION_TOKENS = 11, 16_000
+"""What every scripted reply reports as its usage (gpt-4o-mini writes 16,384 at most)."""
 CALL_LATENCY_S = 0.2
 """Each member call's latency: long enough for every worker to have one in flight."""
 RUN_ID = "bench-budget"
@@ -71,8 +73,8 @@ def write_team(path: Path, llm: ScriptedLLM, tasks: int, budget_usd: float,
     """A one-member team whose `tasks` independent tasks keep calling a tool, a priced call a
     step, until the budget stops them."""
     plan = [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"} for n in range(tasks)]
-    member = llm.script(PRICED, [ToolCalls([("team_list_tasks", {})])], repeat_last=True,
-                        latency_s=CALL_LATENCY_S)
+    step = Used(ToolCalls([("team_list_tasks", {})]), PROMPT_TOKENS, COMPLETION_TOKENS)
+    member = llm.script(PRICED, [step], repeat_last=True, latency_s=CALL_LATENCY_S)
     path.write_text("\n".join([
         f'planner = {{ model = "{llm.script("plan", [json.dumps(plan)])}" }}',
         f'synthesizer = {{ model = "{llm.script("synth", [], repeat_last=True)}" }}',
