@@ -163,6 +163,8 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "workspace_max_bytes": (["--workspace-max-bytes", "8192"], 8192),
     "workspace_max_files": (["--workspace-max-files", "50"], 50),
     "journal_max_bytes": (["--journal-max-bytes", "5000"], 5000),
+    "fallback_after_s": (["--fallback-after-s", "2.5"], 2.5),
+    "fallback_cooldown_s": (["--fallback-cooldown-s", "60"], 60.0),
 }
 
 
