@@ -240,7 +240,7 @@ def test_cancel_without_a_coordinator_revokes_a_dead_workers_claim(
 
     assert result.exit_code == 0, result.output
     assert {s.task_id: (s.status.value, s.error) for s in board.snapshot()} == {
-        "a": ("failed", "cancelled"), "b": ("blocked", "dependency failed")}
+        "a": ("failed", "cancelled"), "b": ("blocked", "cancelled")}
     late = board.complete("a", token, "late output", 5, announce_as="researcher")
     assert late is WriteOutcome.STALE
     a = board.get("a")

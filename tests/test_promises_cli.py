@@ -93,7 +93,8 @@ def test_ctrl_c_cancels_the_run_it_started_and_exits_130_naming_it(
     assert (state.status, state.error) == ("cancelled", "cancelled")
     assert not conn.exists(RunKeys(run_id).lease)
     board = TaskBoard(conn, RunKeys(run_id))
-    assert (board.get("b").status, board.get("b").attempts) == ("blocked", 0)
+    b = board.get("b")
+    assert (b.status, b.error, b.attempts) == ("blocked", "cancelled", 0)  # as `cancel` says
     assert board.get("a").status == "failed"  # its claim revoked: a late write is refused
     # The run's worker finishes the job in hand and exits by itself.
     wait_until(lambda: not conn.smembers(f"rq:workers:{queue}"), 60,

@@ -63,6 +63,9 @@ def cancel_run(run: RunHandle) -> bool:
     run = live_run(run)
     store, lease = run.store, run.lease
     store.request_stop("cancelled")
+    # Blocked now, before a member in flight fails its task: what never ran says "cancelled",
+    # not "dependency failed", whoever ends the run and whatever ends first.
+    run.board.block_stalled("cancelled")
     if not lease.try_acquire():
         return False
     try:
@@ -86,8 +89,8 @@ def _end_cancelled(run: RunHandle) -> None:
     board, store, spec = run.board, run.store, run.spec
     announce = spec.options.enable_message_bus
     board.reclaim_expired(spec.options.max_attempts, announce_failures=announce)
+    board.block_stalled("cancelled")  # first: the failures below must not block them otherwise
     board.fail_in_progress("cancelled", announce_failures=announce)
-    board.block_stalled("cancelled")
     store.finish(RunEnd(RunStatus.CANCELLED, spec.options.retention_s, error="cancelled",
                         announce=SystemType.RUN_CANCELLED if announce else None,
                         announce_text="cancelled"))
