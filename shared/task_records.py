@@ -25,7 +25,16 @@ class TaskStatus(StrEnum):
     def terminal(self) -> bool:
         return self in (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED)
 
+    def shown(self, plan_awaits_approval: bool) -> str:
+        """The status as people read it: while the plan awaits approval nothing is dispatched,
+        so a ready or pending task is only `planned`."""
+        if plan_awaits_approval and self in (TaskStatus.READY, TaskStatus.PENDING):
+            return PLANNED
+        return self.value
 
+
+PLANNED = "planned"
+"""What `status`, `tasks` and the dashboard call a task of a plan awaiting approval."""
 
 
 class EventKind(StrEnum):

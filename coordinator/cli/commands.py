@@ -173,17 +173,19 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
 
 def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
     """`teamctl tasks`: the run's board in plan order."""
-    states = RunHandle.existing(connect(redis_url), run_id).board.snapshot()
+    run = RunHandle.existing(connect(redis_url), run_id)
+    states = run.board.snapshot()
     if as_json:
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
         return
     now = now_ms()
+    awaiting = run.store.state().status is RunStatus.AWAITING_APPROVAL
     for s in states:
         replayed = f" replayed={s.replayed_steps}" if s.replayed_steps else ""
         # The answering model only when it was a fallback: the usual case stays short.
         model = f" model={s.model} (fallback for {s.fallback_from})" if s.fallback_from else ""
         waiting = s.waiting_text(now)  # a provider's limit holds its call back
-        click.echo(f"{s.task_id:24} {s.status.value:12} {s.claimed_by or '-':16} "
+        click.echo(f"{s.task_id:24} {s.status.shown(awaiting):12} {s.claimed_by or '-':16} "
                    f"attempts={s.attempts}{replayed}{model} "
                    f"{waiting or one_line(s.error, 500)}".rstrip())
 

@@ -139,7 +139,8 @@ def _task_lines(result: RunResult) -> list[str]:
         note = waiting_text(state.waiting_model, state.waiting_until_ms, now, state.status) or (
             one_line(state.error, ERROR_CHARS) if state.error else "")
         row = [state.task_id, members.get(state.task_id, "-"),
-               state.status.value, str(state.attempts),
+               state.status.shown(result.status is RunStatus.AWAITING_APPROVAL),
+               str(state.attempts),
                duration_text(state.duration_ms) if state.duration_ms else "-",
                usage_text(spent) if spent else "-",
                note]

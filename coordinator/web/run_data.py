@@ -14,6 +14,7 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_config import RunSpec
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunState, parse_usage
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import EventKind, TaskEvent, TaskState, TaskStatus
@@ -86,11 +87,16 @@ class RunView:
             grouped.setdefault(attempt.task_id, []).append(attempt)
         return grouped
 
+    def task_status(self, task: TaskState) -> str:
+        """A task's status as the page shows it (`planned` while the plan awaits approval)."""
+        return task.status.shown(self.state.status is RunStatus.AWAITING_APPROVAL)
+
     def counts(self) -> dict[str, int]:
         """Tasks by status, as the runs page shows them."""
         counts: dict[str, int] = {}
         for task in self.tasks:
-            counts[task.status.value] = counts.get(task.status.value, 0) + 1
+            shown = self.task_status(task)
+            counts[shown] = counts.get(shown, 0) + 1
         return counts
 
 
