@@ -162,8 +162,8 @@ class Lease(FencedLease):
 
     def held_message(self, holder: str, ttl_ms: int) -> str:
         return (f"run {self.run_id} is driven by {holder} (lease expires in {ttl_ms / 1000:.1f}s "
-                f"unless renewed); wait for it to finish, or `teamctl resume {self.run_id}` "
-                "once it is gone")
+                f"unless renewed); wait for it to finish, or `teamctl resume {self.run_id} "
+                "--wait` takes over once it is gone")
 
 
 class LeadLease(FencedLease):

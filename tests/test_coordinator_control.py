@@ -10,6 +10,7 @@ from pathlib import Path
 
 import redis
 from click.testing import CliRunner, Result
+from teamctl.coordinator.advice import teamctl_prog
 from teamctl.coordinator.cli import main
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
@@ -17,7 +18,7 @@ from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskStatus
 
 from tests.support.cli import TEAMCTL, run_cli
-from tests.support.llm import ScriptedLLM
+from tests.support.llm import Held, ScriptedLLM
 from tests.support.replies import busy_until, script_run
 from tests.support.teamfile import team_file
 from tests.support.waiting import wait_until
@@ -67,6 +68,44 @@ def test_cancel_from_another_process(
     # A member's own task.error may land after the coordinator's last word: no order assumed.
     assert [m["content"] for m in out["messages"] if m["type"] == "run.cancelled"] == [
         "cancelled"]
+
+
+def test_cancel_says_it_waits_for_the_call_in_hand_and_wait_returns_at_the_end(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+    held = Held("done a")
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
+                        member=[held], synth=None)
+    team = team_file(tmp_path / "t.toml", models, options={"member_max_steps": 100_000})
+    thread, results = in_thread(lambda: run_cli(llm, workers, run_id, team))
+    wait_until(lambda: len(llm.requests[f"member-{run_id}"]) == 1, 60,
+               message="the member's model call on task a")
+
+    asked = teamctl("cancel", run_id, "--redis-url", workers)
+    waiting = subprocess.Popen([*TEAMCTL, "cancel", run_id, "--wait", "--redis-url", workers],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               stdin=subprocess.DEVNULL)
+    try:
+        first = waiting.stdout.readline() if waiting.stdout else ""
+        assert store.state().status == "running"  # --wait has said its line, not returned
+        held.release.set()
+        stdout, stderr = waiting.communicate(timeout=120)
+    finally:
+        held.release.set()
+        if waiting.poll() is None:
+            waiting.kill()
+    thread.join(timeout=60)
+
+    requested = (f"cancel requested: the coordinator of run {run_id} is stopping it; its "
+                 "members stop after the model or tool call in hand (1 task in progress)")
+    assert asked.returncode == 0, asked.stderr
+    assert asked.stdout.splitlines() == [
+        f"{requested} (`{teamctl_prog()} cancel {run_id} --wait --redis-url {workers}` waits "
+        "for the end)"]
+    assert waiting.returncode == 0, stderr
+    assert [first.rstrip("\n"), *stdout.splitlines()] == [requested, f"run {run_id} cancelled"]
+    assert store.state().status == "cancelled"
+    assert results[0].exit_code == 1
 
 
 def test_plan_rejected_from_another_shell_fails_the_run(

@@ -29,7 +29,7 @@ from tests.support.waiting import wait_until
 @pytest.mark.realistic
 def test_sigkill_coordinator_then_resume_completes_without_rerunning(
         llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    lease_ttl_s = scaled(15, floor_s=1.0)
+    lease_ttl_s = scaled(15, floor_s=5.0)  # outlives the start of `teamctl resume --wait`
     conn = redis.Redis.from_url(workers, decode_responses=True)
     board = TaskBoard(conn, RunKeys(run_id))
     release_b = threading.Event()
@@ -52,16 +52,28 @@ def test_sigkill_coordinator_then_resume_completes_without_rerunning(
     finally:
         os.kill(coordinator.pid, signal.SIGKILL)
         coordinator.wait(timeout=30)
-    release_b.set()  # the in-flight task finishes while no coordinator is alive
-    wait_until(lambda: board.get("b").status is TaskStatus.COMPLETED, 30, message="b completed")
-    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 10 + lease_ttl_s,
-               message="lease expiry")
+    # Pasted at once, while the dead coordinator's lease lives on: --wait waits it out.
+    err = tmp_path / "resume.err"
+    with err.open("wb") as err_file:
+        resumed = subprocess.Popen([*TEAMCTL, "resume", run_id, "--redis-url", workers,
+                                    "--workers", "0", "--json", "--wait"],
+                                   stdout=subprocess.PIPE, stderr=err_file,
+                                   stdin=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "waiting for the lease to expire" in err.read_text(), 60,
+                   message="`resume --wait` to say it waits for the lease")
+        assert conn.exists(RunKeys(run_id).lease)
+        release_b.set()  # the in-flight task finishes while no coordinator is alive
+        wait_until(lambda: board.get("b").status is TaskStatus.COMPLETED, 30,
+                   message="b completed")
+        stdout, _ = resumed.communicate(timeout=60 + lease_ttl_s)
+    finally:
+        if resumed.poll() is None:
+            resumed.kill()
+            resumed.wait(30)
 
-    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
-                                        "--workers", "0", "--json"])
-
-    assert resumed.exit_code == 0, resumed.output
-    out = json.loads(resumed.stdout)
+    assert resumed.returncode == 0, err.read_text()
+    out = json.loads(stdout)
     assert (out["status"], out["output"], out["rounds"]) == ("completed", "final answer", 2)
     assert [(s["task_id"], s["status"], s["attempts"]) for s in out["task_states"]] == [
         ("a", "completed", 1), ("b", "completed", 1)]

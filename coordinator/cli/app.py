@@ -217,16 +217,19 @@ approve_plan_option = click.option(
 @idle_exit_option
 @json_option
 @approve_plan_option
+@click.option("--wait", is_flag=True,
+              help="If the dead coordinator's lease has not expired yet, wait it out "
+                   "(at most its TTL) instead of exiting 2.")
 @fail_cleanly
 def resume(run_id: str, redis_url: str | None, workers: int | None, idle_exit_s: int,
-           as_json: bool, approve_plan: bool, settings: Settings) -> None:
+           as_json: bool, approve_plan: bool, wait: bool, settings: Settings) -> None:
     """Take over RUN_ID after its coordinator died; completed tasks are never re-run."""
     from teamctl.coordinator.cli.commands import resume_command
 
     sys.exit(resume_command(redis_url=resolve_redis_url(redis_url, settings), run_id=run_id,
                             workers=workers, as_json=as_json, approve_plan=approve_plan,
                             settings=settings, embedded=is_embedded(redis_url, settings),
-                            idle_exit_s=idle_exit_s))
+                            idle_exit_s=idle_exit_s, wait=wait))
 
 
 @main.command()
@@ -248,12 +251,15 @@ def budget(run_id: str, add_usd: str | None, add_tokens: str | None, redis_url: 
 @main.command()
 @click.argument("run_id")
 @redis_url_option
+@click.option("--wait", is_flag=True,
+              help="Return once the run has ended, not when the stop is asked for (members "
+                   "finish the model or tool call in hand first).")
 @fail_cleanly
-def cancel(run_id: str, redis_url: str | None, settings: Settings) -> None:
+def cancel(run_id: str, redis_url: str | None, wait: bool, settings: Settings) -> None:
     """Stop RUN_ID: no more dispatch, members stop, what never ran is blocked "cancelled"."""
     from teamctl.coordinator.cli.commands import cancel_command
 
-    cancel_command(resolve_redis_url(redis_url, settings), run_id)
+    cancel_command(resolve_redis_url(redis_url, settings), run_id, wait=wait)
 
 
 @main.command()

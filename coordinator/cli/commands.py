@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_config import ModelSource, RunSpec
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.settings import Settings
+from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.team_file import load_team_file
 from teamctl.shared.text import one_line, printable
 
@@ -89,14 +91,17 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 
 def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json: bool,
                    approve_plan: bool, settings: Settings, embedded: bool = False,
-                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S) -> int:
-    """`teamctl resume`: take over a run whose coordinator's lease expired; the exit code."""
+                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S, wait: bool = False) -> int:
+    """`teamctl resume`: take over a run whose coordinator's lease expired (with `wait`: once
+    it expires); the exit code."""
     from teamctl.coordinator.runs.hooks import load_hooks
     from teamctl.coordinator.runs.launch import WorkerPlan
 
     conn = connect(redis_url)
     run = RunHandle.existing(conn, run_id)
     spec = run.spec
+    if wait:
+        _wait_out_lease(run)
     if run.store.state().finished:
         raise ConfigError(f"run {run_id} has already finished; `teamctl status {run_id}` "
                           "shows its result")
@@ -105,6 +110,22 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
     return _run_and_print(conn, redis_url, spec, load_hooks(spec.hooks),
                           workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
                           approve_plan=approve_plan, settings=settings)
+
+
+def _wait_out_lease(run: RunHandle) -> None:
+    """Until the run's lease is free: a coordinator that died leaves it for at most its TTL
+    (a live one renews it, and the wait goes on until that one ends or dies)."""
+    from teamctl.coordinator.runs.run_follow import wait_for_end
+
+    said = False
+    while (ttl_ms := int(run.conn.pttl(run.keys.lease))) > 0 or ttl_ms == -1:
+        if not said:
+            click.echo(f"teamctl: run {run.run_id} is still leased to its coordinator; "
+                       f"waiting for the lease to expire (in {max(ttl_ms, 0) / 1000:.1f}s "
+                       "unless renewed)", err=True)
+            said = True
+        if wait_for_end(run, time.monotonic() + max(ttl_ms, 100) / 1000):
+            return  # it ended meanwhile: the caller says so
 
 
 def _run_and_print(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
@@ -211,15 +232,26 @@ def budget_command(redis_url: str, run_id: str, add_tokens: str | None,
         click.echo(line)
 
 
-def cancel_command(redis_url: str, run_id: str) -> None:
-    """Signal the run's coordinator and members; with no live coordinator, end the run here."""
+def cancel_command(redis_url: str, run_id: str, *, wait: bool = False) -> None:
+    """Signal the run's coordinator and members; with no live coordinator, end the run here.
+    With `wait`, return once the run has ended."""
+    from teamctl.coordinator.cli.run_view import counted
+    from teamctl.coordinator.runs.run_follow import wait_for_end
     from teamctl.shared.lease import lease_owner
 
     run = RunHandle.existing(connect(redis_url), run_id, lease_owner=lease_owner())
     if cancel_run(run):
         click.echo(f"run {run_id} cancelled")
-    else:
-        click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
+        return
+    busy = run.board.counts().get(TaskStatus.IN_PROGRESS, 0)
+    in_hand = (f"; its members stop after the model or tool call in hand ({counted(busy, 'task')}"
+               " in progress)" if busy else "")
+    then = "" if wait else f" (`teamctl cancel {run_id} --wait` waits for the end)"
+    click.echo(current_advice().spell(
+        f"cancel requested: the coordinator of run {run_id} is stopping it{in_hand}{then}"))
+    if wait:
+        wait_for_end(run, None)
+        click.echo(f"run {run_id} {run.store.state().status}")
 
 
 def export_command(redis_url: str, run_id: str, directory: Path, force: bool) -> None:
