@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -317,3 +318,22 @@ def test_each_example_runs_on_the_embedded_defaults(example: str, tmp_path: Path
     # Each example exits non-zero unless its run completed, and says how it ended.
     assert done.returncode == 0, done.stdout + done.stderr
     assert "status: completed" in done.stdout.splitlines(), done.stdout
+
+
+def test_the_api_warns_when_it_starts_or_replaces_pool_workers(tmp_path: Path) -> None:
+    """Pool workers outlive the call: a script with no logging set-up still hears of them."""
+    example = str(EXAMPLES / "run_a_team.py")
+    try:
+        first = subprocess.run([sys.executable, example], capture_output=True, text=True,
+                               timeout=240, cwd=tmp_path)
+        other = {**os.environ, "PYTHONPATH": str(tmp_path / "elsewhere")}
+        second = subprocess.run([sys.executable, example], capture_output=True, text=True,
+                                timeout=240, cwd=tmp_path, env=other)
+    finally:
+        EmbeddedRedis(tmp_path / "state" / "redis").stop()
+
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "started 2 local pool worker(s) on members;" in first.stderr, first.stderr
+    assert "replacing 2 local pool worker(s) on members started with another PYTHONPATH" in (
+        second.stderr), second.stderr
+

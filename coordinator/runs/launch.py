@@ -122,7 +122,8 @@ def run_to_end(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[obj
     outage_s = spec.options.redis_outage_s
     set_outage(conn, outage_s)
     starting = StartingWorkers()
-    run_scoped = workers.run_scoped_count(redis_url, spec.queues, settings, reporter.note,
+    # Pool workers outlive this call: a library caller is warned, not only told at info.
+    run_scoped = workers.run_scoped_count(redis_url, spec.queues, settings, reporter.warn,
                                           starting, spec.mcp_variables())
     tracing = tracing_from_settings(settings, COORDINATOR_SERVICE)
     try:

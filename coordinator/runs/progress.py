@@ -56,6 +56,14 @@ class Reporter:
         else:
             click.echo(f"teamctl: {text}", err=True)
 
+    def warn(self, text: str) -> None:
+        """A note the caller must not miss (worker processes started or replaced outside
+        it): on stderr as any note, or a warning record, which Python shows without set-up."""
+        if self.log is not None:
+            self.log.warning("%s", printable(self.advice.spell(text)))
+        else:
+            self.note(text)
+
     def tick(self, states: list[TaskState]) -> None:
         """Redraw the table from the board's current states."""
         self._states = states
