@@ -299,11 +299,26 @@ def test_a_teammate_spawned_with_a_key_only_the_spawn_has_runs_with_it(
     assert len(pool_pids(state)) == 2 and not pool_pids(state) & keyless
 
 
+def test_a_lead_reuses_the_idle_pool_and_starts_no_worker_of_its_own(
+        state: Path, llm: ScriptedLLM) -> None:
+    assert teamctl("workers", "start", "-n", "2").returncode == 0
+    warm = pool_pids(state)
+    lead = llm.script(f"lead-{uuid.uuid4().hex[:8]}", ["nothing to do"])
+
+    led = teamctl("lead", "--model", lead, "--api-base", llm.api_base, "-m", "Status?")
+
+    assert led.returncode == 0, led.stderr
+    assert led.stdout.splitlines()[-1] == "nothing to do"
+    assert pool_pids(state) == warm and len(warm) == 2  # the same two, none replaced
+    assert "local worker" not in led.stderr, led.stderr  # nothing started, stopped or replaced
+
+
 @pytest.mark.parametrize("own_workers", ["0", "2"])
 def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
         state: Path, llm: ScriptedLLM, tmp_path: Path, own_workers: str) -> None:
-    """`--workers 0`: the pool serves the turns, renewed first; `--workers 2`: the lead's own
-    workers serve them, and the pool's of another environment are retired first."""
+    """`--workers 0` (as the default): the pool serves the turns, renewed first; `--workers
+    2`: the lead's own workers serve them, said when they start and stop, and the pool's of
+    another environment are retired first."""
     assert teamctl("workers", "start", "-n", "2").returncode == 0
     keyless = pool_pids(state)
     suffix = uuid.uuid4().hex[:8]
@@ -334,3 +349,7 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     verb = "replacing" if own_workers == "0" else "retiring"
     assert f"teamctl: {verb} 2 local pool worker(s) on members started with another " \
            "OPENAI_API_KEY" in led.stderr, led.stderr
+    own = ["teamctl: started 2 local worker(s) for this lead on members; they stop when it exits",
+           "teamctl: stopping this lead's 2 local worker(s) (each finishes the turn in hand)"]
+    assert [line for line in led.stderr.splitlines() if "for this lead" in line
+            or "this lead's" in line] == (own if own_workers == "2" else [])

@@ -14,11 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 from teamctl.coordinator.advice import note, spelled
-from teamctl.coordinator.cli.app import (
-    fail_cleanly,
-    redis_url_option,
-    workers_option,
-)
+from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option
 from teamctl.coordinator.cli.team_commands import mcp_variables, renew_pool, team_option
 from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
@@ -37,7 +33,11 @@ if TYPE_CHECKING:
               help="A model the lead tries when its own cannot answer (repeatable, in order; "
                    "default: the team's [teammates] fallbacks); its teammates' default too.")
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
-@workers_option
+@click.option("--workers", type=click.IntRange(min=0), default=None,
+              help="Start N local workers for this lead only, stopped when it exits. Default "
+                   "(and 0) on the embedded Redis: reuse or start the local pool, as the team "
+                   "verbs do. Default on another Redis: start 2 when no worker listens on the "
+                   "team's queues; 0 there starts none.")
 @click.option("--new", "start_over", is_flag=True,
               help="Forget the lead's conversation and start over (unread mail stays unread).")
 @click.option("-m", "--message", default=None,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 @redis_url_option
 @fail_cleanly
 def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: str | None,
-                 workers: int, start_over: bool,
+                 workers: int | None, start_over: bool,
                  message: str | None, until_idle: bool, team: str | None, redis_url: str | None,
                  settings: Settings) -> None:
     """Drive the team's lead agent: a line is a message, /help lists the slash commands."""
@@ -107,32 +107,49 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
             sys.exit(130)
 
 
-def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int,
+def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int | None,
                   settings: Settings, *, embedded: bool = False) -> None:
-    """`workers` local workers on every queue the team uses (stopped with `stack`); with none,
-    the local pool on the embedded defaults (as the `team` verbs have it), else a warning for
-    each queue no worker listens on (turns there would wait). On the embedded defaults, pool
-    workers of another environment on those queues are gone before the lead's first turn: a
-    turn never runs without the keys this command has."""
-    from teamctl.coordinator.local_workers.processes import LocalWorkers
+    """By default (or 0) the local pool on the embedded defaults (as the `team` verbs have
+    it), and on another Redis 2 workers of the lead's own when none listens; `workers` of its
+    own on every queue the team uses (stopped with `stack`); with 0 on another Redis, a warning
+    for each queue no worker listens on (turns there would wait). On the embedded defaults,
+    pool workers of another environment on those queues are gone before the lead's first turn:
+    a turn never runs without the keys this command has."""
+    from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE
     from teamctl.shared.teams.teammates import DEFAULT_QUEUE
 
     queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
     if embedded and not workers:
         renew_pool(store, url, settings, queues)
         return
+    if workers is None:
+        served = all(store.scheduler.workers_on(queue) for queue in queues)
+        workers = 0 if served else DEFAULT_POOL_SIZE
     if embedded:
         from teamctl.coordinator.local_workers.on_queues import retire_stale_pool
 
         retire_stale_pool(url, queues, settings, note, mcp_variables(store))
     if workers:
-        stack.enter_context(LocalWorkers(url, queues, workers, settings.state_dir / "logs"))
+        own_workers(stack, url, queues, workers, settings)
         return
     from teamctl.coordinator.local_workers.worker_hints import no_worker_hint
 
     for queue in queues:
         if not store.scheduler.workers_on(queue):
             note(no_worker_hint(queue, 'each turn there'))
+
+
+def own_workers(stack: ExitStack, url: str, queues: list[str], count: int,
+                settings: Settings) -> None:
+    """`count` workers of the lead's own on `queues`, said when they start and when they stop
+    (a warm stop: each finishes the turn in hand, which may take a while)."""
+    from teamctl.coordinator.local_workers.processes import LocalWorkers
+
+    stack.enter_context(LocalWorkers(url, queues, count, settings.state_dir / "logs"))
+    note(f"started {count} local worker(s) for this lead on {', '.join(queues)}; they stop "
+         "when it exits")
+    stack.callback(note, f"stopping this lead's {count} local worker(s) (each finishes the "
+                         "turn in hand)")
 
 
 def converse(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:
