@@ -85,6 +85,11 @@ class CallScope:
     on_charge: Callable[[Charge], object] | None = None
     """Told each settled call's budget state (the call that crossed a limit, once)."""
 
+    @property
+    def limited(self) -> bool:
+        """Whether the calls have a budget to keep (a limit is set)."""
+        return _limited(self.budget)
+
 
 @dataclass
 class Ticket:
@@ -140,7 +145,7 @@ class ProviderLimits:
         BudgetSpent when the budget cannot cover the call, the scope's error when it stops."""
         configured = self.configured.get(model, ModelLimit())
         prompt = estimate_prompt_tokens(request)
-        budget = scope.budget if _limited(scope.budget) else None
+        budget = scope.budget if scope.limited else None
         worst_tokens, worst_usd = self._worst_case(litellm, model, prompt) if budget else (0, 0.)
         ticket = Ticket(keys, keys.bucket(_digest(model)), model,
                         prompt + EXPECTED_OUTPUT_TOKENS, configured=configured)

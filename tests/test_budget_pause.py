@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import redis
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
@@ -233,3 +234,32 @@ def test_a_budget_spent_by_the_last_task_pauses_before_the_synthesis(
     stdout, stderr = run.communicate(timeout=120)
     assert run.returncode == 0, stderr
     assert json.loads(stdout)["output"] == "final answer"
+
+
+def test_the_offline_model_keeps_a_budget_and_the_printed_top_up_resumes_it(
+        workers: str, run_id: str, tmp_path: Path,
+        group_reaper: list[subprocess.Popen[bytes]]) -> None:
+    """No provider to share, but a budget all the same: its calls are reserved too."""
+    err = tmp_path / "run.err"
+    with err.open("wb") as err_file:
+        run = subprocess.Popen([*TEAMCTL, "run", "Write a haiku", "--model", OFFLINE_MODEL,
+                                "--max-tokens", "400", "--redis-url", workers, "--workers",
+                                "0", "--run-id", run_id, "--json"],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=err_file, start_new_session=True)
+    group_reaper.append(run)
+    line = paused_line(err)
+    assert re.fullmatch(r"budget exceeded: \d+ tokens used, the next call may take \d+, "
+                        r"max_tokens is 400", line["why"]), line["why"]
+    assert line["resume"].endswith(f"budget {run_id} --add-tokens 10000 --redis-url {workers}")
+
+    resumed = subprocess.run(shlex.split(line["resume"]), capture_output=True, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+
+    assert resumed.returncode == 0, resumed.stderr
+    stdout, _ = run.communicate(timeout=120)
+    assert run.returncode == 0, err.read_text()
+    out = json.loads(stdout)
+    assert out["status"] == "completed"
+    assert out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"] <= 10_400
+

@@ -297,11 +297,18 @@ class ModelClient:
 
     def _take(self, litellm: Any, model: str, kwargs: dict[str, Any],
               wait_limit_s: float | None) -> Ticket | None:
-        """This attempt's slot on its provider's account (None: no gate, offline model)."""
-        if self.limits is None or model.startswith(PROVIDER):
+        """This attempt's slot on its provider's account and its budget reservation (None: no
+        gate; the offline model has no provider to share, only a budget to keep)."""
+        if self.limits is None:
             return None
-        key_vars = () if kwargs.get("api_key") == NO_KEY else credential_vars(litellm, model)
-        keys = self.limits.keys_for(_provider(litellm, model), kwargs.get("api_base"), key_vars)
+        if model.startswith(PROVIDER):
+            if not self.scope.limited:
+                return None
+            keys = self.limits.keys_for(PROVIDER, None, ())
+        else:
+            key_vars = () if kwargs.get("api_key") == NO_KEY else credential_vars(litellm, model)
+            keys = self.limits.keys_for(_provider(litellm, model), kwargs.get("api_base"),
+                                        key_vars)
         return self.limits.take(litellm, keys, model, kwargs, self.scope, wait_limit_s)
 
     def _settle_refusal(self, ticket: Ticket | None, exc: Exception) -> bool:
