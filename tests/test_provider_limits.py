@@ -10,6 +10,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -204,26 +205,42 @@ def test_slots_are_first_come_first_served_between_runs_sharing_an_account(
         llm: ScriptedLLM, redis_url: str) -> None:
     model = llm.script("fifo-lim", ["done"], repeat_last=True)
     order: list[str] = []
+    slots = 0
     lock = threading.Lock()
 
-    def call(who: str, delay_s: float) -> None:
-        time.sleep(delay_s)  # when this caller asks, not a synchronization
+    class CountedLimits(ProviderLimits):
+        """The workers' limiter, counting the slots handed out (when its Lua call returns)."""
+
+        def _run_take(self, *args: Any) -> tuple[str, int, str, bool]:
+            nonlocal slots
+            verdict = super()._run_take(*args)
+            with lock:
+                slots += 1
+            return verdict
+
+    def call(who: str) -> None:
         conn = redis.Redis.from_url(redis_url, decode_responses=True)
-        client(conn, **{model: ModelLimit(rpm=240)}).complete(model, MESSAGES,
-                                                               api_base=llm.api_base)
+        limits = CountedLimits(conn, {model: ModelLimit(rpm=240)})
+        ModelClient(provider_keys=(), timeout_s=10, max_retries=1, limits=limits).complete(
+            model, MESSAGES, api_base=llm.api_base)
         with lock:
             order.append(who)
 
-    # Run A asks for 16 slots at once, run B for one a moment later, then A for 8 more.
-    callers = [threading.Thread(target=call, args=("A", 0.0)) for _ in range(16)]
-    callers.append(threading.Thread(target=call, args=("B", 0.3)))
-    callers += [threading.Thread(target=call, args=("A2", 0.6)) for _ in range(8)]
-    for thread in callers:
-        thread.start()
+    def ask(who: str, count: int, slots_after: int) -> list[threading.Thread]:
+        """`count` callers of run `who`, returned once all of them hold their slots."""
+        callers = [threading.Thread(target=call, args=(who,)) for _ in range(count)]
+        for thread in callers:
+            thread.start()
+        wait_until(lambda: slots >= slots_after, 60, message=f"{who}'s slots")
+        return callers
+
+    # Run A asks for 16 slots at once, run B for one after them, then A for 8 more.
+    callers = ask("A", 16, 16) + ask("B", 1, 17) + ask("A2", 8, 25)
     for thread in callers:
         thread.join(60)
     # 4/s with a burst of 4: B waits behind A's 16 only, never behind what A asked after it.
     assert order.index("B") < order.index("A2") and len(order) == 25
+    assert order.index("B") >= 4  # it did wait: A's burst went first
 
 
 def test_reservations_keep_racing_callers_within_the_budget(
