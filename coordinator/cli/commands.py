@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.advice import current as current_advice
+from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.runs.run_control import (
     cancel_run,
@@ -94,15 +95,14 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
     from teamctl.coordinator.runs.hooks import load_hooks
     from teamctl.coordinator.runs.launch import WorkerPlan
 
-    conn = connect(redis_url)
-    run = RunHandle.existing(conn, run_id)
-    spec = run.spec
+    run = existing_run(redis_url, run_id)
+    run_id, spec = run.run_id, run.spec
     if run.store.state().finished:
         raise ConfigError(f"run {run_id} has already finished; `teamctl status {run_id}` "
                           "shows its result")
     run.lease.check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
-    return _run_and_print(conn, redis_url, spec, load_hooks(spec.hooks),
+    return _run_and_print(run.conn, redis_url, spec, load_hooks(spec.hooks),
                           workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
                           approve_plan=approve_plan, settings=settings)
 
@@ -151,13 +151,13 @@ def _cancel_interrupted(redis_url: str, spec: RunSpec, reporter: Reporter) -> in
     return INTERRUPTED_EXIT_CODE
 
 
-def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
+def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
     """`teamctl status`: the run as a person reads it (answer, errors, tasks, cost), or the
     full result JSON rebuilt from Redis; the commands it suggests are spelled for this shell."""
     from teamctl.coordinator.cli.run_view import status_lines
     from teamctl.coordinator.runs.result import build_result, result_json
 
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     result = build_result(run, full=as_json)
     if as_json:
         click.echo(result_json(result))
@@ -166,14 +166,14 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
         for line in status_lines(result, advice, resume_hint(run)):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
-            click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume {run_id}` "
-                                    "continues it"))
+            click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume "
+                                    f"{run.run_id}` continues it"))
     return exit_code_for(result) if result.status.finished else 0
 
 
-def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
+def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
     """`teamctl tasks`: the run's board in plan order."""
-    states = RunHandle.existing(connect(redis_url), run_id).board.snapshot()
+    states = existing_run(redis_url, run_id).board.snapshot()
     if as_json:
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
         return
@@ -190,18 +190,19 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
-    decide_plan(RunHandle.existing(connect(redis_url), run_id), approved, reason)
-    click.echo(f"plan of run {run_id} {'approved' if approved else 'rejected'}")
+    run = existing_run(redis_url, run_id)
+    decide_plan(run, approved, reason)
+    click.echo(f"plan of run {run.run_id} {'approved' if approved else 'rejected'}")
 
 
 def budget_command(redis_url: str, run_id: str, add_tokens: str | None,
                    add_usd: str | None) -> None:
     """`teamctl budget`: raise a live run's budget (a paused run resumes), or show it."""
     tokens, usd = parse_top_up(add_tokens, add_usd)
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     if tokens or usd:
         state = raise_budget(run, tokens, usd)
-        click.echo(f"budget of run {run_id} raised"
+        click.echo(f"budget of run {run.run_id} raised"
                    + ("" if state.exceeded else "; it goes on"))
     else:
         state = run.budget.state()
@@ -213,17 +214,17 @@ def cancel_command(redis_url: str, run_id: str) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here."""
     from teamctl.shared.lease import lease_owner
 
-    run = RunHandle.existing(connect(redis_url), run_id, lease_owner=lease_owner())
+    run = existing_run(redis_url, run_id, lease_owner=lease_owner())
     if cancel_run(run):
-        click.echo(f"run {run_id} cancelled")
+        click.echo(f"run {run.run_id} cancelled")
     else:
-        click.echo(f"cancel requested: the coordinator of run {run_id} is stopping it")
+        click.echo(f"cancel requested: the coordinator of run {run.run_id} is stopping it")
 
 
 def export_command(redis_url: str, run_id: str, directory: Path, force: bool) -> None:
     """`teamctl export`: write the run as AI4J files and print their paths."""
     from teamctl.coordinator.cli.export import export_run
 
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     for path in export_run(run, directory, force=force):
         click.echo(str(path))
