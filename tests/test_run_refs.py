@@ -1,9 +1,15 @@
 """Runs named without their ids: `last` and `last~N` wherever a run is taken, the read-only verbs
-defaulting to the last run and saying so on stderr."""
+defaulting to the last run and saying so on stderr, and `run` printing its id atop stdout on a
+terminal (never into a pipe, never with --json)."""
 
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,10 +19,14 @@ from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli import main
 from teamctl.shared.keys import RUNS_INDEX, RunKeys
 
-from tests.support.cli import assert_config_error
+from tests.support.cli import TEAMCTL, assert_config_error
+from tests.support.llm import ScriptedLLM
+from tests.support.replies import script_run
 from tests.support.runs import two_task_run
+from tests.support.teamfile import team_file
 
 START_MS = 1_790_000_000_000
+RUN_DEADLINE_S = 120
 BOARD = ["a                        ready        -                attempts=0",
          "b                        pending      -                attempts=0"]
 """`teamctl tasks` of a run two_task_run stored."""
@@ -210,3 +220,71 @@ def test_run_refuses_the_id_last(redis_url: str, tmp_path: Path) -> None:
     assert result.stderr == ("teamctl: run id 'last' is reserved: `last` names the most recent "
                              "run; pass another --run-id\n")
     assert redis.Redis.from_url(redis_url).zcard(RUNS_INDEX) == 0
+
+
+# --- `run` on a terminal and into a pipe ------------------------------------------------------
+
+
+def run_args(llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path) -> list[str]:
+    """`teamctl run` of a one-task plan on the shared workers (scripted for `run_id`)."""
+    models = script_run(llm, run_id, {"tasks": [{"id": "a", "memberId": "m1", "task": "A"}]})
+    return [*TEAMCTL, "run", "Ship it", "--team", str(team_file(tmp_path / f"{run_id}.toml",
+                                                               models)),
+            "--api-base", llm.api_base, "--redis-url", redis_url, "--workers", "0",
+            "--run-id", run_id]
+
+
+def on_a_terminal(args: list[str]) -> tuple[int, str, str]:
+    """`args` run with stdout on a pseudo-terminal (stdin and stderr not): exit code, what the
+    terminal showed (its CR LF made LF again) and stderr."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=follower,
+                               stderr=subprocess.PIPE, text=True)
+    os.close(follower)
+    shown = b""
+    deadline = time.monotonic() + RUN_DEADLINE_S
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the process, the terminal's last holder, has exited
+                break
+            if not chunk:
+                break
+            shown += chunk
+        _, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    return process.returncode, shown.decode().replace("\r\n", "\n"), stderr
+
+
+def test_run_puts_its_id_atop_a_terminal_and_status_then_reads_it(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    code, shown, stderr = on_a_terminal(run_args(llm, workers, run_id, tmp_path))
+    assert code == 0, stderr
+    assert shown == f"{run_id}\nfinal answer\n"
+
+    status = teamctl(workers, "status")
+    assert (status.exit_code, status.stderr) == (0, f"teamctl: run {run_id} (the last run)\n")
+    assert status.stdout.startswith(f"{run_id}: completed; rounds 1; ")
+    assert status.stdout.endswith("answer:\nfinal answer\n")
+
+
+def test_run_keeps_a_pipe_and_json_as_they_were(llm: ScriptedLLM, workers: str, run_id: str,
+                                                tmp_path: Path) -> None:
+    piped_id, json_id = f"{run_id}-pipe", f"{run_id}-json"
+    piped = subprocess.run(run_args(llm, workers, piped_id, tmp_path), stdin=subprocess.DEVNULL,
+                           capture_output=True, text=True, timeout=RUN_DEADLINE_S)
+    assert (piped.returncode, piped.stdout) == (0, "final answer\n"), piped.stderr
+    assert piped.stderr.splitlines()[0].startswith(f"teamctl: run {piped_id} on ")
+
+    code, shown, stderr = on_a_terminal([*run_args(llm, workers, json_id, tmp_path), "--json"])
+    assert code == 0, stderr
+    result = json.loads(shown)  # the object alone: it carries the id
+    assert (result["run_id"], result["output"]) == (json_id, "final answer")

@@ -82,6 +82,10 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
                      run_id=run_id, settings=settings, fallback_models=fallback_models)
     say_if_offline(started.model_source)
     click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
+    # On a person's terminal the id to copy heads stdout; a pipe gets the answer alone, as
+    # before, and --json's object carries the id.
+    if not as_json and sys.stdout.isatty():
+        click.echo(started.spec.run_id)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
     return _run_and_print(started.conn, started.redis_url, started.spec, started.hooks,
                           workers=plan, as_json=as_json, approve_plan=approve_plan,
