@@ -79,6 +79,16 @@ class Plan(BaseModel):
     tasks: list[TaskSpec] = Field(default_factory=list)
     raw_plan_text: str = ""
     fallback: bool = False
+    fallback_reason: str | None = None
+    """Why the planner's reply was not a plan, in a few words, when the run fell back."""
+
+    def fallback_line(self) -> str | None:
+        """The one line that says the run fell back to one task per member, and why; None
+        for a plan the planner made."""
+        if not self.fallback:
+            return None
+        why = f" ({self.fallback_reason})" if self.fallback_reason else ""
+        return f"the planner's reply was not a plan{why}; fell back to one task per member"
 
 
 

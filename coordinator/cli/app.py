@@ -131,9 +131,10 @@ LAZY_COMMANDS = {
                         "Drive the team's lead agent: a line is a message, /help lists the "
                         "slash commands."),
     "report": LazyCommand("teamctl.coordinator.cli.web_commands", "report",
-                          "Write RUN_ID as one self-contained HTML file to attach to a ticket: "
-                          "its plan as a graph, a timeline of every attempt by worker, the bus "
-                          "and each task's input, output and transcript."),
+                          "Write RUN_ID (default: the last run) as one self-contained HTML "
+                          "file to attach to a ticket: its plan as a graph, a timeline of every "
+                          "attempt by worker, the bus and each task's input, output and "
+                          "transcript."),
     "run": LazyCommand("teamctl.coordinator.cli.run_verb", "run",
                        "Plan OBJECTIVE, run the team, print the synthesized answer."),
     "team": LazyCommand("teamctl.coordinator.cli.team_commands", "team_group",
@@ -187,7 +188,10 @@ class LazyGroup(click.Group):
 @click.version_option(package_name="teamctl", prog_name="teamctl",
                       message="%(prog)s %(version)s")
 def main() -> None:
-    """teamctl: run teams of LLM agents on Redis and RQ."""
+    """teamctl: run teams of LLM agents on Redis and RQ.
+
+    Wherever a command takes a RUN_ID, `last` names the most recent run `teamctl runs` lists
+    and `last~N` the Nth run before it."""
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
@@ -302,28 +306,30 @@ def export(run_id: str, directory: Path, redis_url: str | None, force: bool,
 
 
 @main.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 @fail_cleanly
-def status(run_id: str, redis_url: str | None, as_json: bool, settings: Settings) -> None:
-    """Show a run's status (the same result JSON as `run --json`)."""
+def status(run_id: str | None, redis_url: str | None, as_json: bool, settings: Settings) -> None:
+    """Show a run's status (the same result JSON as `run --json`); without RUN_ID, the last
+    run's."""
     from teamctl.coordinator.cli.commands import status_command
 
     sys.exit(status_command(attach_redis_url(redis_url, settings), run_id, as_json))
 
 
 @main.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True,
               help="Print the task states as JSON (with --follow: one JSON object per line).")
 @click.option("--follow", is_flag=True,
               help="Print the board, then every task state change until the run ends.")
 @fail_cleanly
-def tasks(run_id: str, redis_url: str | None, as_json: bool, follow: bool,
+def tasks(run_id: str | None, redis_url: str | None, as_json: bool, follow: bool,
           settings: Settings) -> None:
-    """List a run's tasks and their states (--follow: and their changes as they happen)."""
+    """List a run's tasks and their states (--follow: and their changes as they happen);
+    without RUN_ID, the last run's."""
     url = attach_redis_url(redis_url, settings)
     if follow:
         from teamctl.coordinator.cli.live_view import follow_tasks_command
@@ -336,13 +342,14 @@ def tasks(run_id: str, redis_url: str | None, as_json: bool, follow: bool,
 
 
 @main.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True,
               help="One JSON object per line, with `kind` \"task\" or \"message\".")
 @fail_cleanly
-def events(run_id: str, redis_url: str | None, as_json: bool, settings: Settings) -> None:
-    """Print a run's task state changes and messages in order, from its start until it ends."""
+def events(run_id: str | None, redis_url: str | None, as_json: bool, settings: Settings) -> None:
+    """Print a run's task state changes and messages in order, from its start until it ends;
+    without RUN_ID, the last run's."""
     from teamctl.coordinator.cli.live_view import events_command
 
     events_command(attach_redis_url(redis_url, settings), run_id, as_json)
@@ -430,42 +437,49 @@ def redis_stop(settings: Settings) -> None:
 
 
 @main.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @click.argument("path", required=False)
 @redis_url_option
 @fail_cleanly
-def files(run_id: str, path: str | None, redis_url: str | None, settings: Settings) -> None:
-    """List a run's workspace files, or print the one at PATH (kept in Redis or on disk)."""
+def files(run_id: str | None, path: str | None, redis_url: str | None,
+          settings: Settings) -> None:
+    """List a run's workspace files, or print the one at PATH (kept in Redis or on disk);
+    without RUN_ID, the last run's (a PATH needs a RUN_ID before it: `files last PATH`)."""
     from teamctl.coordinator.cli.files_view import files_command
 
     files_command(attach_redis_url(redis_url, settings), run_id, path)
 
 
 @main.command()
-@click.argument("run_id")
-@click.argument("task_id")
+@click.argument("ids", nargs=-1, metavar="[RUN_ID] TASK_ID")
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message, whole.")
 @fail_cleanly
-def transcript(run_id: str, task_id: str, redis_url: str | None, as_json: bool,
+def transcript(ids: tuple[str, ...], redis_url: str | None, as_json: bool,
                settings: Settings) -> None:
-    """Show what TASK_ID's member sent its model and got back: its tool calls and results."""
+    """Show what TASK_ID's member sent its model and got back: its tool calls and results.
+    With TASK_ID alone, the task of the last run."""
     from teamctl.coordinator.cli.transcript_view import transcript_command
+    from teamctl.shared.errors import ConfigError
 
+    if len(ids) not in (1, 2):  # one argument is the task: a run alone names no transcript
+        raise ConfigError(f"transcript takes TASK_ID (a task of the last run) or RUN_ID TASK_ID, "
+                          f"not {len(ids)} arguments")
+    run_id, task_id = (None, ids[0]) if len(ids) == 1 else ids
     transcript_command(attach_redis_url(redis_url, settings), run_id, task_id, as_json)
 
 
 @main.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @redis_url_option
 @click.option("--member", default=None, help="Only messages visible to this member.")
 @click.option("--type", "type_", default=None, help="Only messages of this type.")
 @click.option("--follow", is_flag=True, help="Keep printing new messages until the run ends.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @fail_cleanly
-def messages(run_id: str, redis_url: str | None, member: str | None, type_: str | None,
+def messages(run_id: str | None, redis_url: str | None, member: str | None, type_: str | None,
              follow: bool, as_json: bool, settings: Settings) -> None:
-    """Show a run's messages."""
+    """Show a run's messages; without RUN_ID, the last run's."""
     from teamctl.coordinator.cli.messages_view import messages_command
 
     messages_command(attach_redis_url(redis_url, settings), run_id, member=member, type_=type_,

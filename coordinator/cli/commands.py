@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.advice import current as current_advice
+from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.runs.run_control import (
     cancel_run,
@@ -83,6 +84,10 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
                      run_id=run_id, settings=settings, fallback_models=fallback_models)
     say_if_offline(started.model_source)
     click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
+    # On a person's terminal the id to copy heads stdout; a pipe gets the answer alone, as
+    # before, and --json's object carries the id.
+    if not as_json and sys.stdout.isatty():
+        click.echo(started.spec.run_id)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
     return _run_and_print(started.conn, started.redis_url, started.spec, started.hooks,
                           workers=plan, as_json=as_json, approve_plan=approve_plan,
@@ -97,9 +102,8 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
     from teamctl.coordinator.runs.hooks import load_hooks
     from teamctl.coordinator.runs.launch import WorkerPlan
 
-    conn = connect(redis_url)
-    run = RunHandle.existing(conn, run_id)
-    spec = run.spec
+    run = existing_run(redis_url, run_id)
+    run_id, spec = run.run_id, run.spec
     if wait:
         _wait_out_lease(run)
     if run.store.state().finished:
@@ -107,7 +111,7 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
                           "shows its result")
     run.lease.check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
-    return _run_and_print(conn, redis_url, spec, load_hooks(spec.hooks),
+    return _run_and_print(run.conn, redis_url, spec, load_hooks(spec.hooks),
                           workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
                           approve_plan=approve_plan, settings=settings)
 
@@ -172,13 +176,13 @@ def _cancel_interrupted(redis_url: str, spec: RunSpec, reporter: Reporter) -> in
     return INTERRUPTED_EXIT_CODE
 
 
-def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
+def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
     """`teamctl status`: the run as a person reads it (answer, errors, tasks, cost), or the
     full result JSON rebuilt from Redis; the commands it suggests are spelled for this shell."""
     from teamctl.coordinator.cli.run_view import status_lines
     from teamctl.coordinator.runs.result import build_result, result_json
 
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     result = build_result(run, full=as_json)
     if as_json:
         click.echo(result_json(result))
@@ -187,14 +191,14 @@ def status_command(redis_url: str, run_id: str, as_json: bool) -> int:
         for line in status_lines(result, advice, resume_hint(run)):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
-            click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume {run_id}` "
-                                    "continues it"))
+            click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume "
+                                    f"{run.run_id}` continues it"))
     return exit_code_for(result) if result.status.finished else 0
 
 
-def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
+def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
     """`teamctl tasks`: the run's board in plan order."""
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     states = run.board.snapshot()
     if as_json:
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
@@ -213,18 +217,19 @@ def tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
-    decide_plan(RunHandle.existing(connect(redis_url), run_id), approved, reason)
-    click.echo(f"plan of run {run_id} {'approved' if approved else 'rejected'}")
+    run = existing_run(redis_url, run_id)
+    decide_plan(run, approved, reason)
+    click.echo(f"plan of run {run.run_id} {'approved' if approved else 'rejected'}")
 
 
 def budget_command(redis_url: str, run_id: str, add_tokens: str | None,
                    add_usd: str | None) -> None:
     """`teamctl budget`: raise a live run's budget (a paused run resumes), or show it."""
     tokens, usd = parse_top_up(add_tokens, add_usd)
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     if tokens or usd:
         state = raise_budget(run, tokens, usd)
-        click.echo(f"budget of run {run_id} raised"
+        click.echo(f"budget of run {run.run_id} raised"
                    + ("" if state.exceeded else "; it goes on"))
     else:
         state = run.budget.state()
@@ -239,10 +244,11 @@ def cancel_command(redis_url: str, run_id: str, *, wait: bool = False) -> None:
     from teamctl.coordinator.runs.run_follow import wait_for_end
     from teamctl.shared.lease import lease_owner
 
-    run = RunHandle.existing(connect(redis_url), run_id, lease_owner=lease_owner())
+    run = existing_run(redis_url, run_id, lease_owner=lease_owner())
     if cancel_run(run):
-        click.echo(f"run {run_id} cancelled")
+        click.echo(f"run {run.run_id} cancelled")
         return
+    run_id = run.run_id
     busy = run.board.counts().get(TaskStatus.IN_PROGRESS, 0)
     in_hand = (f"; its members stop after the model or tool call in hand ({counted(busy, 'task')}"
                " in progress)" if busy else "")
@@ -258,6 +264,6 @@ def export_command(redis_url: str, run_id: str, directory: Path, force: bool) ->
     """`teamctl export`: write the run as AI4J files and print their paths."""
     from teamctl.coordinator.cli.export import export_run
 
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     for path in export_run(run, directory, force=force):
         click.echo(str(path))

@@ -8,15 +8,14 @@ from __future__ import annotations
 import sys
 
 import click
-from teamctl.shared.redis.connection import connect
-from teamctl.shared.runs.handle import RunHandle
+from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.shared.runs.run_files import RunFiles
 from teamctl.shared.text import flat, printable
 
 
-def files_command(redis_url: str, run_id: str, path: str | None) -> None:
+def files_command(redis_url: str, run_id: str | None, path: str | None) -> None:
     """List the run's files (path, bytes, version), or print the one at `path`."""
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     files = RunFiles(run.conn, run.spec)
     if path is not None:
         show(files.read(path))

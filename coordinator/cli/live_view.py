@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 from teamctl.coordinator.cli.messages_view import follow, formatted
+from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.coordinator.runs.run_control import send_message
 from teamctl.coordinator.runs.run_follow import (
     MergedTail,
@@ -19,8 +20,6 @@ from teamctl.coordinator.runs.run_follow import (
     run_events,
     task_event,
 )
-from teamctl.shared.redis.connection import connect
-from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.output import MessageEvent, TaskChange
 from teamctl.shared.task_records import TaskEvent, TaskState
 from teamctl.shared.text import flat
@@ -30,7 +29,7 @@ from teamctl.shared.text import flat
 
 def send_command(redis_url: str, run_id: str, to: str, text: str) -> None:
     """`teamctl send`: a person's message, as `lead`, to one member of a live run or to all."""
-    click.echo(send_message(RunHandle.existing(connect(redis_url), run_id), to, text))
+    click.echo(send_message(existing_run(redis_url, run_id), to, text))
 
 
 
@@ -70,11 +69,11 @@ def change_line(change: TaskChange, as_json: bool) -> str:
 
 
 
-def follow_tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
+def follow_tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
     """`teamctl tasks --follow`: the board as it stands, then every task change until the run
     ends. The stream position is taken before the board is read, so a change made meanwhile is
     printed (perhaps twice), never missed."""
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     after_id = last_entry_id(run.conn, run.keys.events)
     for state in run.board.snapshot():
         click.echo(change_line(as_is(state), as_json))
@@ -88,11 +87,11 @@ def follow_tasks_command(redis_url: str, run_id: str, as_json: bool) -> None:
     follow(tail, emit, lambda: run_ended(run.store))
 
 
-def events_command(redis_url: str, run_id: str, as_json: bool) -> None:
+def events_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
     """`teamctl events`: task changes and bus messages in one order, from the run's start until
     it ends."""
     try:
-        for event in run_events(RunHandle.existing(connect(redis_url), run_id)):
+        for event in run_events(existing_run(redis_url, run_id)):
             if isinstance(event, MessageEvent):
                 click.echo(event.model_dump_json(by_alias=True) if as_json else
                            formatted(event.message, False))

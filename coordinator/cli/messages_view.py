@@ -7,13 +7,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 import click
+from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.coordinator.runs.run_follow import START, BusTail, Tail, run_ended, tailed
 from teamctl.shared.bus import LEAD, MessageBus, delivered_to
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
-from teamctl.shared.redis.connection import connect
-from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.text import flat, printable
 
 if TYPE_CHECKING:
@@ -23,10 +22,10 @@ Emit = Callable[[Envelope], None]
 T = TypeVar("T")
 
 
-def messages_command(redis_url: str, run_id: str, *, member: str | None, type_: str | None,
+def messages_command(redis_url: str, run_id: str | None, *, member: str | None, type_: str | None,
                      follow: bool, as_json: bool) -> None:
     """Print the run's messages (those delivered to `member`, of type `type_`), then follow."""
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     bus = run.bus
     recipient = None if member is None else _check_member(member, bus.member_ids)
 

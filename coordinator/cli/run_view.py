@@ -44,6 +44,13 @@ def task_members(result: RunResult) -> dict[str, str]:
             if (who := ran.get(s.task_id) or s.claimed_by or planned.get(s.task_id))}
 
 
+def fallback_lines(result: RunResult) -> list[str]:
+    """The line that says the planner's reply was not a plan, when the run fell back to one
+    task per member (its tasks look planned otherwise)."""
+    line = result.plan.fallback_line()
+    return [] if line is None else [one_line(line, ERROR_CHARS)]
+
+
 def failure_lines(result: RunResult) -> list[str]:
     """Each failed or blocked task with its reason, and the run's own error: one line each."""
     members = task_members(result)
@@ -73,7 +80,7 @@ def ending_lines(result: RunResult, as_json: bool) -> list[str]:
     ran = sum(s.attempts > 0 for s in result.task_states)  # claimed at least once
     lines = [f"run {result.run_id} {result.status} in {counted(result.rounds, 'round')}, "
              f"{counted(ran, 'task')} ran, {duration_text(result.total_duration_ms)}, "
-             f"{usage_text(result.usage)}"]
+             f"{usage_text(result.usage)}"] + fallback_lines(result)
     if result.status is RunStatus.COMPLETED:
         return lines
     lines += failure_lines(result)
@@ -111,6 +118,7 @@ def status_lines(result: RunResult, advice: Advice | None = None,
              f"objective: {one_line(result.objective, ERROR_CHARS)}"]
     if result.error:
         lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
+    lines += fallback_lines(result)
     if result.status is RunStatus.AWAITING_APPROVAL:
         lines += [printable(plan_table(result.plan)),
                   advice.spell(f"it waits for `teamctl approve {result.run_id}` or "

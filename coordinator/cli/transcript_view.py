@@ -10,10 +10,9 @@ import json
 from typing import Any
 
 import click
+from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_task_id
-from teamctl.shared.redis.connection import connect
-from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.text import one_line
 
@@ -21,13 +20,14 @@ LINE_CHARS = 300
 """How much of one message a line shows (--json prints them whole)."""
 
 
-def transcript_command(redis_url: str, run_id: str, task_id: str, as_json: bool) -> None:
+def transcript_command(redis_url: str, run_id: str | None, task_id: str,
+                       as_json: bool) -> None:
     """Print the task's transcript (the last attempt's), or say why there is none."""
-    run = RunHandle.existing(connect(redis_url), run_id)
+    run = existing_run(redis_url, run_id)
     task_id = check_task_id(task_id)
     if run.board.get(task_id) is None:  # one task's hash, not the whole board
-        raise ConfigError(f"run {run_id} has no task {task_id}; `teamctl tasks {run_id}` "
-                          "lists its tasks")
+        raise ConfigError(f"run {run.run_id} has no task {task_id}; `teamctl tasks "
+                          f"{run.run_id}` lists its tasks")
     kept = Transcripts(run.conn, run.keys, run.scripts).load_many([task_id]).get(task_id)
     if kept is None:
         click.echo(f"{task_id}: no transcript (its session has not started, or was never kept)")

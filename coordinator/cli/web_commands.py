@@ -20,26 +20,25 @@ WEB_EXTRA_MISSING = "pip install 'teamctl[web]'"
 
 
 @click.command("report")
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @click.option("--html", "html_path", type=click.Path(path_type=Path), required=True,
               help="The HTML file to write: one self-contained page (no script, nothing "
                    "fetched) with the plan, the timeline and every task.")
 @redis_url_option
 @force_option
 @fail_cleanly
-def report(run_id: str, html_path: Path, redis_url: str | None, force: bool,
+def report(run_id: str | None, html_path: Path, redis_url: str | None, force: bool,
            settings: Settings) -> None:
-    """Write RUN_ID as one self-contained HTML file to attach to a ticket: its plan as a graph,
-    a timeline of every attempt by worker, the bus and each task's input, output and
-    transcript."""
+    """Write RUN_ID (default: the last run) as one self-contained HTML file to attach to a
+    ticket: its plan as a graph, a timeline of every attempt by worker, the bus and each task's
+    input, output and transcript."""
+    from teamctl.coordinator.cli.named_run import existing_run
     from teamctl.coordinator.web.report import write_report
     from teamctl.shared.errors import ConfigError
-    from teamctl.shared.redis.connection import connect
-    from teamctl.shared.runs.handle import RunHandle
 
     if html_path.exists() and not force:
         raise ConfigError(f"{html_path} exists; pass --force to overwrite it")
-    run = RunHandle.existing(connect(attach_redis_url(redis_url, settings)), run_id)
+    run = existing_run(attach_redis_url(redis_url, settings), run_id)
     write_report(run, html_path)
     click.echo(str(html_path))
 @click.command("dashboard")

@@ -47,11 +47,14 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     from teamctl.coordinator.runs.hooks import load_hooks
     from teamctl.coordinator.runs.run import RunRequest, create_run
     from teamctl.shared.runs.run_config import choose_models
+    from teamctl.shared.runs.run_refs import check_new_run_id
     from teamctl.shared.tracing import check_tracing
     from teamctl.shared.workspace_files import choose_store
 
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")
+    if run_id is not None:
+        check_new_run_id(run_id)  # a bad --run-id starts no server
     team.check_python_tools()  # the team's Python tools import here, or exit 2 before any write
     # A team file's commands are absolute already; a team given in code resolves here.
     team = team.resolve_mcp_commands(Path.cwd())

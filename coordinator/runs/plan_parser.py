@@ -85,6 +85,21 @@ def _task(item: dict[str, Any]) -> RawTask | None:
                    context=_string(item, "context"), depends_on=[*_dependencies(item)])
 
 
+def why_no_tasks(text: str | None) -> str:
+    """Why `parse_tasks` found no task in the planner's text, in a few words of our own (the
+    text itself is model output: none of it is quoted)."""
+    if not text or not text.strip():
+        return "it was empty"
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return "no JSON in it"
+    try:
+        json.JSONDecoder().raw_decode(text, min(starts))
+    except json.JSONDecodeError as exc:
+        return f"its JSON does not parse: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    return "no task with a text in its JSON"
+
+
 def first_json_value(text: str) -> Any:
     """The JSON value that starts at the first { or [ in `text` (the first fragment wins, as in
     AI4J); None when it does not parse."""

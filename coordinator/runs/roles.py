@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 
 from teamctl.coordinator.runs.plan import RawTask, normalize_tasks
-from teamctl.coordinator.runs.plan_parser import parse_tasks
+from teamctl.coordinator.runs.plan_parser import parse_tasks, why_no_tasks
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.runs.mcp_cache import OfferedTool
 from teamctl.shared.runs.model_calls import ModelCallRequest
@@ -39,10 +39,10 @@ def plan_from_reply(raw_text: str, objective: str, members: list[Member],
                     options: RunOptions) -> Plan:
     """Parse and normalize the planner's reply, falling back as the options say."""
     raw_tasks = parse_tasks(raw_text)
-    fallback = False
-    if not raw_tasks and options.broadcast_on_planner_failure:
-        raw_tasks, fallback = fallback_tasks(objective, members), True
-    return Plan(tasks=normalize_tasks(raw_tasks), raw_plan_text=raw_text, fallback=fallback)
+    if raw_tasks or not options.broadcast_on_planner_failure:
+        return Plan(tasks=normalize_tasks(raw_tasks), raw_plan_text=raw_text)
+    return Plan(tasks=normalize_tasks(fallback_tasks(objective, members)),
+                raw_plan_text=raw_text, fallback=True, fallback_reason=why_no_tasks(raw_text))
 
 
 def fallback_tasks(objective: str, members: list[Member]) -> list[RawTask]:

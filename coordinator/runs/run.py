@@ -35,13 +35,13 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError, InfraError, ModelError, RunFailed
 from teamctl.shared.hosts import this_host
-from teamctl.shared.ids import check_run_id
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.runs.output import RunResult, SynthesisResult
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.run_records import RunStatus
+from teamctl.shared.runs.run_refs import check_new_run_id
 from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.task_records import Plan, TaskStatus
 from teamctl.shared.team_file import TeamFile
@@ -74,7 +74,7 @@ def new_run_id() -> str:
 
 def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
     """Store the run's spec in Redis; workers read everything they need from it."""
-    run_id = check_run_id(request.run_id or new_run_id())
+    run_id = check_new_run_id(request.run_id or new_run_id())
     workspace = request.workspace_root / run_id
     if request.workspace_store == "local":
         private_dir(workspace)  # it will hold what the members write: theirs and yours only

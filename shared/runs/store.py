@@ -12,6 +12,7 @@ from pydantic import BaseModel, BeforeValidator
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, RunFailed, UnreadableRecord, unreadable
+from teamctl.shared.ids import is_safe_id
 from teamctl.shared.keys import RUNS_INDEX, RUNS_STARTED, RunKeys
 from teamctl.shared.redis.connection import block_ms, blocking_client
 from teamctl.shared.redis.hash_fields import BLANK_IS_NONE, HashInt, HashText
@@ -23,6 +24,8 @@ from teamctl.shared.task_records import Plan
 
 RUNS_STARTED_KEPT = 1000
 """Entries the runs-started stream keeps: a reader only needs those since its page loaded."""
+RECENT_PAGE = 50
+"""Index entries `recent_runs` reads at a time."""
 WAKE_TASK_ID = ""
 """Events with an empty task id are wake-ups for the coordinator (cancel, approval), not board
 changes."""
@@ -228,6 +231,28 @@ class RunStore:
 def list_runs(conn: redis.Redis, limit: int = 50) -> list[str]:
     """The most recent run ids, newest first."""
     return list(conn.zrevrange(RUNS_INDEX, 0, limit - 1))
+
+
+def recent_runs(conn: redis.Redis, count: int) -> list[str]:
+    """The `count` most recent runs `teamctl runs` lists, newest first: the index read newest
+    first in pages, skipping the runs whose keys expired (the index outlives them) without
+    removing them, so a verb that only reads writes nothing."""
+    found: list[str] = []
+    page = max(count, RECENT_PAGE)
+    start = 0
+    while len(found) < count:
+        run_ids = conn.zrevrange(RUNS_INDEX, start, start + page - 1)
+        if not run_ids:
+            break
+        # An id no run could have (added by hand) has no keys to check: `runs` lists it.
+        safe = [r for r in run_ids if is_safe_id(r)]
+        pipe = conn.pipeline(transaction=False)
+        for run_id in safe:
+            pipe.exists(RunKeys(run_id).spec)
+        stored = {r for r, exists in zip(safe, pipe.execute(), strict=True) if exists}
+        found += [r for r in run_ids if r in stored or not is_safe_id(r)]
+        start += page
+    return found[:count]
 
 
 def parse_spec(run_id: str, raw: str) -> RunSpec:
