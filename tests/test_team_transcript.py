@@ -1,7 +1,9 @@
-"""`teamctl team transcript`: a teammate's conversation turn by turn (what it was given, its
-replies, its tool calls and their results), printed safe for a terminal, one turn at a time, or
-as JSON; the lead's own conversation; the errors; turns whose first messages the memory caps
-dropped. Real Redis, the session's real workers, the scripted model server through litellm."""
+"""`teamctl team transcript` and the dashboard's transcript pages: a teammate's conversation
+turn by turn (what it was given, its replies, its tool calls and their results), printed safe for
+a terminal, one turn at a time, or as JSON, and paged by turn, escaped; the lead's own
+conversation; the errors; turns whose first messages the memory caps dropped. Real Redis, the
+session's real workers, the scripted model server through litellm, the dashboard under real
+uvicorn."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import json
 import time
 from typing import Any
 
+import markupsafe
 import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import SystemType
@@ -21,12 +24,13 @@ from teamctl.shared.text import duration_text
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import base_args, cli, lead_args, spawn
 from tests.support.waiting import wait_until
+from tests.support.web import HOSTILE, served, signed_in
 
 TURN_S = 60
 SAID = "telling the lead\n\x1b[31mred\x1b]0;title\x07 and \ttabbed"
 """A reply over two lines, with a colour, a window title and a tab in it: model text that must
 reach no terminal as it is."""
-ARGUMENTS = {"to": "lead", "content": "hi lead"}
+ARGUMENTS = {"to": "lead", "content": f"hi lead {HOSTILE}"}
 
 
 def marks(conn: redis.Redis, key: str) -> list[dict[str, Any]]:
@@ -220,3 +224,37 @@ def test_turns_whose_first_messages_left_memory_say_so_and_keep_their_numbers(
     assert cli("team", "transcript", "alice", "--turn", "4",
                *base_args(redis_url, team)).stdout.splitlines()[0].endswith(
         "  no end recorded")
+
+
+def test_the_team_page_links_each_transcript_and_pages_it_by_turn(
+        workers: str, llm: ScriptedLLM, team: str) -> None:
+    store = alice_with_two_turns(workers, llm, team)
+    with served(workers) as base, signed_in(base) as client:
+        page = client.get(f"/teams/{team}")
+        assert page.status_code == 200
+        link = f"/teams/{team}/members/alice/transcript"
+        assert f'href="{link}"' in page.text
+        assert f'href="/teams/{team}/members/lead/transcript"' in page.text
+
+        first = client.get(link, params={"turn": "1"})
+        assert first.status_code == 200
+        assert "<b>call send_message</b>" in first.text
+        assert str(markupsafe.escape(json.dumps(ARGUMENTS))) in first.text
+        assert HOSTILE not in first.text
+        result = next(m for m in store.memory("alice") if m["role"] == "tool")["content"]
+        assert f"<b>result send_message</b>\n<pre>{markupsafe.escape(result)}</pre>" in \
+            first.text
+        assert "checked b" not in first.text and 'rel="next" href="?turn=2"' in first.text
+
+        last = client.get(link)  # the last turn by default
+        assert last.status_code == 200
+        assert "<pre>checked b</pre>" in last.text and "send_message" not in last.text
+        assert 'rel="prev" href="?turn=1"' in last.text
+
+        missing = client.get(link, params={"turn": "7"})
+        assert (missing.status_code, missing.text) == (
+            404, f"alice of team {team} has no turn 7 in its memory; its turns: 1-2")
+        assert client.get(f"/teams/{team}/members/bob/transcript").status_code == 404
+        lead = client.get(f"/teams/{team}/members/lead/transcript")
+        assert lead.status_code == 200 and "No conversation in memory yet." in lead.text
+    store.delete()
