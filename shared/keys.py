@@ -360,8 +360,16 @@ class TeamKeys(KeySpace):
     @property
     def lead_memory_size(self) -> str:
         """Hash: the lead's memory size (chars: characters of its messages' JSON, last_user:
-        index of its last user message), kept by its checkpoints so none walks the memory."""
+        index of its last user message), kept by its checkpoints so none walks the memory; and
+        its place in its turns (seq: messages committed since the memory began, turns: turns
+        begun since, epoch: how often `--new` began it again)."""
         return f"{self.base}:lead:memory_size"
+
+    @property
+    def lead_turns(self) -> str:
+        """Stream: the lead's turns as they begin and end (shared/teams/transcripts.py), so its
+        memory reads turn by turn."""
+        return f"{self.base}:lead:turns"
 
     @property
     def lead_inbox(self) -> str:
@@ -386,6 +394,11 @@ class TeamKeys(KeySpace):
     def memory(self, name: str) -> str:
         """List: the teammate's chat messages (JSON), appended by turn checkpoints."""
         return f"{self.base}:memory:{check_member_id(name)}"
+
+    def turns(self, name: str) -> str:
+        """Stream: the teammate's turns as they begin and end (shared/teams/transcripts.py), so
+        its memory reads turn by turn."""
+        return f"{self.base}:turns:{check_member_id(name)}"
 
     def mate_requests(self, name: str) -> str:
         """Set: the ids of the protocol requests opened in the teammate's current life (to it or

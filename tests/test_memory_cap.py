@@ -235,7 +235,8 @@ def test_the_leads_memory_and_requests_stay_under_the_character_cap(
         assert LeadMemory(store, lease.owner).commit("", [user("again")], reset=True) == 0
         assert agent.memory.load() == [user("again")]
         assert conn.hgetall(keys.lead_memory_size) == {
-            "chars": str(chars([user("again")])), "last_user": "0"}
+            "chars": str(chars([user("again")])), "last_user": "0", "seq": "1", "turns": "0",
+            "epoch": "1"}
 
 
 def injected_reports(memory: list[dict[str, Any]]) -> list[str]:

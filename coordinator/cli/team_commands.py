@@ -376,6 +376,23 @@ def messages_command(member: str | None, type_: str | None, follow: bool, as_jso
     team_messages(store, member=member, type_=type_, follow=follow, as_json=as_json)
 
 
+@team_group.command("transcript")
+@click.argument("name")
+@click.option("--turn", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Only turn N (a turn memory does not hold: exit 2, naming those it holds).")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object: the turns with their entries, nothing cut.")
+@with_store(reads=True)
+def transcript_command(name: str, turn: int | None, as_json: bool, store: TeamStore,
+                       settings: Settings) -> None:
+    """Print NAME's conversation (`lead`: the lead's) turn by turn, as its memory holds it: a
+    line per turn (its number, start time, how it ended), then under it a line per inbox
+    message it was given, model reply, tool call with its arguments, and tool result, each cut
+    to 300 characters with control characters removed; further lines indented."""
+    from teamctl.coordinator.cli.team_transcript import print_transcript
+    print_transcript(store, name, turn=turn, as_json=as_json)
+
+
 @team_group.command("budget")
 @click.option("--add-usd", metavar="USD", default=None,
               help="Dollars to add to the team's max_cost_usd (more than 0).")

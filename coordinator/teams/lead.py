@@ -6,7 +6,9 @@ appended to that step's user message as one `<inbox>` block; the step's messages
 past that mail are then committed together by one Lua script fenced by the lead lease. So a lead
 killed mid-step, restarted once its lease expired, sees exactly the mail it never committed, and
 continues the conversation it had. Tool calls run before their step is committed: a tool whose
-step was lost with the lead may have acted (a spawn, a message) without the memory knowing.
+step was lost with the lead may have acted (a spawn, a message) without the memory knowing. Each
+turn that calls the model marks, fenced by the lease, where it begins and how it ends, so the
+memory reads turn by turn (`teamctl team transcript lead`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,12 @@ from teamctl.shared.lease import LeadLease
 from teamctl.shared.private_files import private_dir
 from teamctl.shared.provider_limits import CallScope
 from teamctl.shared.teams.inbox import unread_batch
+from teamctl.shared.teams.team_base import BudgetSpent as TeamBudgetSpent
 from teamctl.shared.teams.team_fallbacks import team_caller
 from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.teams.teammates import IdleReason
+from teamctl.shared.teams.transcripts import mark_turn
+from teamctl.shared.text import shorten
 from teamctl.shared.tracing import NO_TRACING, Span, Tracing
 from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 
@@ -76,6 +82,12 @@ class LeadMemory:
             raise RunFailed(f"the lead of team {self.store.team} lost its lease (another lead "
                             "took over); this one stops without writing")
         return dropped
+
+    def mark(self, kind: str, detail: str) -> bool:
+        """Record that a lead turn begins (`detail`: who runs it) or ends (`detail`: how), for
+        its transcript, fenced by the lease; False when another lead holds it now (nothing
+        written)."""
+        return mark_turn(self.store, LEAD, self.owner, kind, detail) is not None
 
     def start_over(self) -> None:
         """Forget the conversation (`--new`); unread mail stays unread, read mail stays read."""
@@ -118,6 +130,8 @@ class LeadAgent:
     """Messages the memory caps dropped at the last commit, to drop from the conversation."""
     mirror: WorkspaceMirror | None = field(default=None, init=False)
     """The lead's copy of a workspace the team keeps in Redis, when it has workspace tools."""
+    began: bool = field(default=False, init=False)
+    """The current turn's begin is marked (it made a model call), its end not yet."""
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox(max_result_chars=self.store.options.tool_result_max_chars)
@@ -168,10 +182,15 @@ class LeadAgent:
                                 api_base=self.api_base, toolbox=self.toolbox,
                                 max_steps=max_steps, policy=self).run(messages)
             except BudgetSpent as exc:  # the call's worst case was not covered: not made
+                self._end_turn(IdleReason.BUDGET)
                 if not self.store.budget_exceeded():  # so every teammate and the lead pause
                     self.store.budget.mark_spent(str(exc) or "budget spent")
                 self.store.refuse_past_budget("the lead makes no model call")
                 raise
+            except BaseException as exc:  # a model error, an interrupt: the REPL goes on
+                self._end_turn(ended_by(exc))
+                raise
+        self._end_turn(IdleReason.DONE if end.answer is not None else IdleReason.STEP_LIMIT)
         if end.answer is not None:
             return end.answer
         if end.stop == NOTHING_SAID:
@@ -193,6 +212,20 @@ class LeadAgent:
         self.toolbox.trace = self.tools.trace = span
         return span
 
+    def _begin_turn(self) -> None:
+        """Mark the turn's begin (its first model call follows); RunFailed once another lead
+        holds the lease."""
+        if not self.memory.mark("begin", f"{socket.gethostname()}:{os.getpid()}"):
+            raise RunFailed(f"the lead of team {self.store.team} lost its lease (another lead "
+                            "took over); this one stops without writing")
+        self.began = True
+
+    def _end_turn(self, reason: str) -> None:
+        """Mark how a turn that began ends (a lost lease writes nothing)."""
+        if self.began:
+            self.began = False
+            self.memory.mark("end", str(reason))
+
     # --- the agent loop's policy -------------------------------------------------------------
 
     def prepare(self, step: int, messages: list[Message]) -> list[Message] | Stop:
@@ -207,6 +240,8 @@ class LeadAgent:
         if step == 1 and not parts:
             return Stop(NOTHING_SAID)
         self.store.refuse_past_budget("the lead makes no model call")
+        if step == 1:
+            self._begin_turn()
         # The mail joins the person's message: no invented exchange around it.
         return [{"role": "user", "content": "\n\n".join(parts)}] if parts else []
 
@@ -227,3 +262,12 @@ class LeadAgent:
         return render("teamctl.coordinator.teams", "lead_system.md", team=self.store.team,
                       tools=self.toolbox.names,
                       mcp_servers=[server.name for server in self.store.meta().mcp_servers])
+
+
+def ended_by(exc: BaseException) -> str:
+    """How a failed lead turn ended, as a teammate's failed turn says it."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, TeamBudgetSpent):  # refused before a later step's call
+        return IdleReason.BUDGET
+    return f"error: {shorten(str(exc) or type(exc).__name__, 120)}"

@@ -55,6 +55,7 @@ from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.teams.team_store import TeamStore, list_teams
+from teamctl.shared.teams.transcripts import load_transcript
 
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
@@ -133,6 +134,7 @@ def create_app(config: DashboardConfig) -> Starlette:
         Route("/teams/{team}", page(deps, team_page)),
         Route("/teams/{team}/body", page(deps, team_body)),
         Route("/teams/{team}/stream", stream(deps, team_stream)),
+        Route("/teams/{team}/members/{name}/transcript", page(deps, member_transcript_page)),
         Mount("/static", StaticFiles(directory=str(files("teamctl.coordinator.web")
                                                    .joinpath("static")))),
     ]
@@ -336,6 +338,22 @@ def team_page(d: Deps, request: Request) -> Response:
 def team_body(d: Deps, request: Request) -> Response:
     view = load_team_view(team_store(d, request))
     return html(render("_team_body.html", team=view, now_ms=now_ms()))
+
+
+def member_transcript_page(d: Deps, request: Request) -> Response:
+    """A teammate's or the lead's transcript, a turn a page (`?turn=N`; the last by default,
+    0 for memory's messages from before any recorded turn)."""
+    transcript = load_transcript(team_store(d, request), request.path_params["name"])
+    wanted = request.query_params.get("turn")
+    at = len(transcript.turns) - 1  # -1: nothing in memory yet
+    if wanted is not None:
+        number = int(wanted)  # a ValueError is the caller's 404, as a bad id is
+        found = [i for i, t in enumerate(transcript.turns) if (t.turn or 0) == number]
+        if not found:
+            transcript.only(number)  # ConfigError: a one-line 404 naming the turns it holds
+        at = found[0]
+    return html(render("member_transcript.html", standalone=False,
+                       control=d.config.allow_control, transcript=transcript, at=at))
 
 
 async def team_stream(d: Deps, request: Request) -> Response:

@@ -9,7 +9,9 @@ any tool runs, then the tool results, while each tool call's team writes are rec
 outcome in the scripts that make them. So a turn killed mid-step reruns from its last checkpoint
 (team_reconcile.lua): every message enters memory exactly once, and a reply's tool calls run
 again with their team writes replayed, not repeated. The turn ends through `turn_end.lua`,
-which either goes on (mail arrived) or sets the teammate idle and tells the lead.
+which either goes on (mail arrived) or sets the teammate idle and tells the lead. Each turn also
+marks, token-checked, where it begins and how it ends, so its memory reads turn by turn
+(`teamctl team transcript`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_fallbacks import team_caller
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import IdleReason, Teammate
+from teamctl.shared.teams.transcripts import mark_turn
 from teamctl.shared.text import shorten
 from teamctl.shared.tracing import (
     NO_SPAN,
@@ -188,6 +191,7 @@ class Turn:
                     add_mate_mcp_tools(toolbox, self.store, self.mate, hub)
             except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
                 error = shorten(str(exc), 500)
+                self._mark("begin", worker_name())  # a turn that ends before its first call
                 return self._end(f"error: {shorten(error, 120)}", "", error=error)
             if mirror:  # every tool but the team's own may change files: each call syncs
                 mirror.guard(toolbox, [name for name in toolbox.names
@@ -200,6 +204,8 @@ class Turn:
         while True:
             with self._start_span() as span:
                 try:
+                    if not self._mark("begin", worker_name()):
+                        raise TurnRevoked(f"the turn of {self.mate.name} was revoked")
                     reason, answer = self._steps()
                     verdict = self._end(reason, answer)
                 except TurnRevoked:
@@ -263,9 +269,15 @@ class Turn:
         notice = f"{self.mate.name} is idle ({reason})"
         if answer.strip():
             notice += ": " + shorten(answer, self.store.options.last_answer_chars)
+        self._mark("end", str(reason))  # refused for a revoked turn, as end_turn is next
         return self.store.end_turn(self.mate.name, self.token, reason, notice,
                                    force=bool(error), error=error,
                                    budget=reason == IdleReason.BUDGET)
+
+    def _mark(self, kind: str, detail: str) -> bool:
+        """Record that the turn begins or ends (for its transcript), fenced by its token; False
+        once the token lost the lease (nothing written)."""
+        return mark_turn(self.store, self.mate.name, self.token, kind, detail) is not None
 
     def _over_budget(self) -> bool:
         """Whether the team's budget is spent: checked before every model call."""

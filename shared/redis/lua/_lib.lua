@@ -89,9 +89,16 @@ end
 
 -- Append ARGV[first_arg..] to a memory list, then drop its oldest whole exchanges past
 -- `max_messages` messages or `max_chars` characters; returns how many messages were dropped.
+-- The size record's `seq` counts the messages ever appended since the memory began (a memory
+-- older than the count starts it at its length), so a turn's first message keeps its number
+-- while the caps drop older ones (shared/teams/transcripts.py).
 local function remember(list_key, size_key, prefix, first_arg, max_messages, max_chars)
   local size = memory_size(list_key, size_key, prefix)
   local length = redis.call('LLEN', list_key)
+  if not redis.call('HGET', size_key, prefix .. 'seq') then
+    redis.call('HSET', size_key, prefix .. 'seq', length)
+  end
+  redis.call('HINCRBY', size_key, prefix .. 'seq', #ARGV - first_arg + 1)
   for i = first_arg, #ARGV do
     redis.call('RPUSH', list_key, ARGV[i])
     size.chars = size.chars + text_chars(ARGV[i])

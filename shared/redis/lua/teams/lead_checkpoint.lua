@@ -5,7 +5,7 @@
 -- is kept, so mail already handled is not replayed into the new conversation. Past the memory
 -- caps (messages, characters) the oldest whole exchanges go, as in turn_checkpoint.lua.
 -- KEYS[1] the lead lease, KEYS[2] the lead's memory list, KEYS[3] the read offsets hash, KEYS[4]
--- the memory's size record (hash: chars, last_user).
+-- the memory's size record (hash: chars, last_user, seq, turns, epoch).
 -- ARGV[1] the lease owner, ARGV[2] '1' to clear the memory first, ARGV[3] inbox id to advance
 -- to ('' = none injected), ARGV[4] memory cap (messages), ARGV[5] memory cap (characters of the
 -- messages' JSON), ARGV[6..] the step's chat messages (JSON), in order.
@@ -14,7 +14,9 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if ARGV[2] == '1' then
   redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[4], 'chars', 0, 'last_user', -1)
+  -- A new conversation: its turns count from 1 again, in a new epoch (transcripts.py).
+  redis.call('HSET', KEYS[4], 'chars', 0, 'last_user', -1, 'seq', 0, 'turns', 0)
+  redis.call('HINCRBY', KEYS[4], 'epoch', 1)
 end
 local dropped = remember(KEYS[2], KEYS[4], '', 6, tonumber(ARGV[4]), tonumber(ARGV[5]))
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'lead', ARGV[3]) end

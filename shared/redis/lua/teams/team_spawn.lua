@@ -39,8 +39,10 @@ end
 redis.call('DEL', KEYS[6])
 redis.call('DEL', KEYS[2])
 redis.call('RPUSH', KEYS[2], ARGV[8])
--- The new memory's size record is counted afresh by its first checkpoint (turn_checkpoint.lua).
+-- The new memory's size record is counted afresh by its first checkpoint (turn_checkpoint.lua);
+-- its message count and its turns start again with it (the prompt is its first message).
 redis.call('HDEL', KEYS[1], 'memory_chars', 'memory_last_user')
+redis.call('HSET', KEYS[1], 'memory_seq', 1, 'turns', 0)
 redis.call('HINCRBY', KEYS[1], 'epoch', 1)
 redis.call('HSET', KEYS[1], 'name', ARGV[1], 'role', ARGV[2], 'prompt', ARGV[3],
   'model', ARGV[4], 'api_base', ARGV[5], 'queue', ARGV[6], 'status', 'working',
