@@ -394,8 +394,8 @@ def test_a_plan_awaiting_approval_shows_its_plan_and_the_commands_that_decide_it
         "  b -> m2 after a: B",
         f"it waits for `{approve}` or `{reject}`",
         "task  member  status   attempts  time  cost  error",
-        "a     m1      ready    0         -     -",
-        "b     m2      pending  0         -     -"]
+        "a     m1      planned  0         -     -",
+        "b     m2      planned  0         -     -"]
 
     hint = re.findall(r"`([^`]*)`", lines[4])[0]  # pasted as printed, into bash
     approved = subprocess.run(["bash", "-c", hint], capture_output=True, text=True, timeout=60,

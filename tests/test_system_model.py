@@ -691,11 +691,13 @@ class SystemMachine(RuleBasedStateMachine):
         """`teamctl cancel`: stop requested; with no live coordinator it ends the run itself."""
         cancel_command(self.redis_url, self.run_id)
         self.run.stop = self.run.stop or CANCELLED
+        # What never ran is blocked at once, before a member in flight fails its task.
+        self.model.block_stalled(CANCELLED)
         if self.run.holder is not None:
             return  # its coordinator stops the run (drain, end_run_as_coordinator)
         self.model.reclaim(self.spec.options.max_attempts)
-        self.model.fail_in_progress(CANCELLED)
         self.model.block_stalled(CANCELLED)
+        self.model.fail_in_progress(CANCELLED)
         self.flush_outbox()
         self.end_run(RunStatus.CANCELLED, "run.cancelled", CANCELLED)
 
