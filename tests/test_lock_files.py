@@ -1,6 +1,7 @@
 """The lock files (requirements/, written by scripts/lock) against pyproject.toml, read offline:
-every declared requirement pinned within its bounds, every pin hashed, the image's pins the same
-as the dev ones, and nothing of this machine's pip configuration written into them."""
+every declared requirement pinned within its bounds (the runtime lock's with the dashboard's
+extra), every pin hashed, the runtime pins the same as the dev ones, and nothing of this machine's
+pip configuration written into them."""
 
 from __future__ import annotations
 
@@ -14,29 +15,10 @@ from packaging.requirements import Requirement
 from packaging.utils import NormalizedName, canonicalize_name
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parent.parent
-RUNTIME = ROOT / "requirements" / "runtime.txt"
-DEV = ROOT / "requirements" / "dev.txt"
+from tests.support.locks import DEV, ROOT, RUNTIME, logical_lines, pins
+
 WITHDRAWN_LITELLM = [Version("1.82.7"), Version("1.82.8")]
 """Malicious uploads, withdrawn from PyPI: never pinned, and excluded by pyproject's bounds."""
-
-
-def logical_lines(path: Path) -> list[str]:
-    """The lock's requirement lines, each with its continuation lines joined, comments dropped."""
-    text = re.sub(r"\\\n", " ", path.read_text(encoding="utf-8"))
-    lines = (line.split(" #", 1)[0].strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
-
-
-def pins(path: Path) -> dict[NormalizedName, Version]:
-    """Each pinned package's version."""
-    found = {}
-    for line in logical_lines(path):
-        requirement = Requirement(line.split(" --hash=", 1)[0])
-        (spec,) = requirement.specifier
-        assert spec.operator == "==", f"{path.name}: {line[:80]!r} is not a pin"
-        found[canonicalize_name(requirement.name)] = Version(spec.version)
-    return found
 
 
 def declared(*extras: str) -> list[Requirement]:
@@ -74,7 +56,8 @@ def unpinned(requirements: list[Requirement], pinned: dict[NormalizedName, Versi
     return problems
 
 
-@pytest.mark.parametrize(("lock", "extras"), [(RUNTIME, ()), (DEV, ("test", "docs"))],
+@pytest.mark.parametrize(("lock", "extras"),
+                         [(RUNTIME, ("web",)), (DEV, ("test", "docs", "web"))],
                          ids=["runtime", "dev"])
 def test_every_declared_requirement_is_pinned_within_its_bounds(
         lock: Path, extras: tuple[str, ...]) -> None:
@@ -95,7 +78,9 @@ def test_no_withdrawn_litellm(lock: Path) -> None:
     assert not any(litellm.specifier.contains(v) for v in WITHDRAWN_LITELLM)
 
 
-def test_the_image_pins_are_the_dev_pins() -> None:
+def test_the_runtime_pins_are_the_dev_pins() -> None:
+    """The image, a .venv of scripts/install and one of scripts/setup run the same versions, and
+    scripts/setup only adds to a .venv that scripts/install made."""
     runtime, dev = pins(RUNTIME), pins(DEV)
     assert {name: (version, dev.get(name)) for name, version in runtime.items()
             if dev.get(name) != version} == {}
@@ -109,7 +94,14 @@ def test_no_local_index_or_path_in_the_lock(lock: Path) -> None:
     assert not re.search(r"file://|/opt/|^--(extra-)?index-url|^--find-links", text, re.MULTILINE)
 
 
-def test_setup_installs_the_dev_lock_with_hashes() -> None:
-    setup = (ROOT / "scripts" / "setup").read_text(encoding="utf-8")
-    assert "--require-hashes -r requirements/dev.txt" in setup
-    assert "--no-deps" in setup
+def test_install_puts_the_runtime_lock_with_hashes_and_setup_the_dev_one() -> None:
+    """scripts/demo installs what a user runs (the runtime lock, the dashboard's extra in it),
+    scripts/setup the developer's set, both through scripts/install."""
+    scripts = ROOT / "scripts"
+    install = (scripts / "install").read_text(encoding="utf-8")
+    assert "lock=${1:-requirements/runtime.txt}" in install
+    assert '--require-hashes -r "$lock"' in install
+    assert "--no-deps" in install
+    assert "\nscripts/install requirements/dev.txt\n" in (scripts / "setup").read_text(
+        encoding="utf-8")
+    assert "\nscripts/install\n" in (scripts / "demo").read_text(encoding="utf-8")
