@@ -62,6 +62,12 @@ def echoed(text: str, limit: int = ECHO_CHARS) -> str:
     return f"{text[:limit]}...[{len(text)} characters]"
 
 
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`1 round`, `2 rounds` (`plural` for a noun that does not just take an s): every count a
+    person reads agrees with its noun."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
 def duration_text(duration_ms: int) -> str:
     """12.3s, 4m05s or 2h03m: short enough for a column, exact enough to compare runs."""
     seconds = max(0, duration_ms) / 1000

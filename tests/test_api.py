@@ -333,7 +333,7 @@ def test_the_api_warns_when_it_starts_or_replaces_pool_workers(tmp_path: Path) -
         EmbeddedRedis(tmp_path / "state" / "redis").stop()
 
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    assert "started 2 local pool worker(s) on members;" in first.stderr, first.stderr
-    assert "replacing 2 local pool worker(s) on members started with another PYTHONPATH" in (
+    assert "started 2 local pool workers on members;" in first.stderr, first.stderr
+    assert "replacing 2 local pool workers on members started with another PYTHONPATH" in (
         second.stderr), second.stderr
 

@@ -179,7 +179,7 @@ def test_refused_credentials_fail_the_task_in_one_line_and_no_answer_is_printed(
     # Planner and synthesizer: 18 tokens each; the refused call spent none.
     assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
                         + SUMMARY.format(tokens=36), summary), summary
-    assert why == [f"teamctl: task a (m1) failed after 1 attempt(s): {task_error}",
+    assert why == [f"teamctl: task a (m1) failed after 1 attempt: {task_error}",
                    no_answer(run_id, workers, as_json)]
 
     status = teamctl("status", run_id, "--redis-url", workers)
@@ -223,7 +223,7 @@ def test_a_failed_task_and_the_task_it_blocked_each_get_a_line_and_the_answer_is
     assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 2 tasks ran, "
                         + SUMMARY.format(tokens=54), summary), summary
     assert why == [
-        f"teamctl: task a (m1) failed after 1 attempt(s): model {models['member']} failed: "
+        f"teamctl: task a (m1) failed after 1 attempt: model {models['member']} failed: "
         "litellm.BadRequestError: OpenAIException - context window exceeded",
         "teamctl: task b (m2) blocked: dependency failed",
         "teamctl: the JSON's output is a partial answer: 1 of 3 tasks completed" if as_json
@@ -365,7 +365,7 @@ def test_a_run_past_its_timeout_says_so_and_that_there_is_no_answer(
     _start, summary, *why = done.stderr.splitlines()
     assert re.fullmatch(rf"teamctl: run {run_id} failed in 1 round, 1 task ran, "
                         + SUMMARY.format(tokens=18), summary), summary
-    assert why == ["teamctl: task a (m1) failed after 1 attempt(s): run timed out after 5s",
+    assert why == ["teamctl: task a (m1) failed after 1 attempt: run timed out after 5s",
                    "teamctl: run error: run timed out after 5s",
                    "teamctl: no answer: the run ended before its synthesis, and no task "
                    "completed"]

@@ -92,7 +92,7 @@ def test_no_model_text_acts_on_the_terminal_in_the_run_views(
     assert ran.exit_code != 0, ran.output  # m2 failed: a partial answer
     assert_printable(ran)
     assert ran.stdout == f"answer {SHOWN}\n"
-    assert "task check (m2) failed after 1 attempt(s): " in ran.stderr
+    assert "task check (m2) failed after 1 attempt: " in ran.stderr
     views = {verb: CliRunner().invoke(main, [verb, run_id, "--redis-url", url])
              for verb in ("status", "tasks", "messages", "events")}
     views["tasks --follow"] = CliRunner().invoke(

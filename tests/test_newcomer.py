@@ -83,7 +83,7 @@ def test_a_newcomers_first_runs_and_every_hint_as_printed(
     assert keyed.returncode == 0, keyed.stderr
     assert keyed.stdout == "the answer\n"
     assert llm.authorizations["newcomer-model"] == [f"Bearer {KEY}"] * 3
-    assert "replacing 2 local pool worker(s) on members started with another OPENAI_API_KEY" \
+    assert "replacing 2 local pool workers on members started with another OPENAI_API_KEY" \
         in keyed.stderr
     hints += advice(keyed.stderr)
 
@@ -114,7 +114,7 @@ def assert_hints_work_as_printed(env: dict[str, str], hints: list[str],
     stop = [h for h in hints if h.endswith("workers stop")]
     assert stop, hints
     stopped = bash(env, stop[0])
-    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped 2 pool worker(s)")
+    assert stopped.returncode == 0 and stopped.stdout.startswith("stopped 2 pool workers")
 
     # No worker at all now: the run says so, and how to start one.
     model = llm.script("waiting-model", ['{"tasks": [{"id": "a", "memberId": "researcher", '
@@ -140,7 +140,7 @@ def assert_hints_work_as_printed(env: dict[str, str], hints: list[str],
         worker.wait(30)
     started = bash(env, background)
     assert started.returncode == 0 and "2 started" in started.stdout, started.stderr
-    assert bash(env, stop[0]).stdout.startswith("stopped 2 pool worker(s)")
+    assert bash(env, stop[0]).stdout.startswith("stopped 2 pool workers")
 
 
 def bash(env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:

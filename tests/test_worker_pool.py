@@ -28,7 +28,7 @@ from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.waiting import wait_until
 from tests.support.workers import exited
 
-STARTED_LINE = "local pool worker(s) on members"
+STARTED_LINE = "2 local pool workers on members"
 SPAWNER_KEY = "sk-test-only-the-spawner-has-it-0123"
 
 
@@ -116,7 +116,7 @@ def test_a_killed_pool_worker_is_replaced_on_the_next_run(state: Path) -> None:
     wait_until(lambda: exited(victim), 10, message="the killed worker to die")
 
     done = run_offline()
-    assert "started 1 local pool worker(s)" in done.stderr, done.stderr
+    assert "started 1 local pool worker on" in done.stderr, done.stderr
     now = pool_pids(state)
     assert len(now) == 2 and victim not in now and pids - {victim} <= now
     # The killed worker lingers in RQ's registry until its key expires; it is not listed.
@@ -155,7 +155,7 @@ def test_workers_errors_are_one_line_with_their_exit_code(state: Path) -> None:
 
 
 def replaced_line(changed: str) -> str:
-    return (f"teamctl: replacing 2 local pool worker(s) on members started with another {changed} "
+    return (f"teamctl: replacing 2 local pool workers on members started with another {changed} "
             "(each finishes the job in hand) with workers of this environment")
 
 
@@ -200,7 +200,7 @@ def test_redis_stop_stops_the_pool_that_serves_it(state: Path) -> None:
     stopped = teamctl("redis", "stop")
 
     assert stopped.returncode == 0
-    assert stopped.stdout.splitlines() == ["stopped 1 pool worker(s)", "stopped"]
+    assert stopped.stdout.splitlines() == ["stopped 1 pool worker", "stopped"]
     assert exited(pid) and pool_pids(state) == set()
 
 
@@ -347,9 +347,9 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     assert (mate["status"], mate["last_error"]) == ("idle", None)
     assert all(exited(pid) for pid in keyless)
     verb = "replacing" if own_workers == "0" else "retiring"
-    assert f"teamctl: {verb} 2 local pool worker(s) on members started with another " \
+    assert f"teamctl: {verb} 2 local pool workers on members started with another " \
            "OPENAI_API_KEY" in led.stderr, led.stderr
-    own = ["teamctl: started 2 local worker(s) for this lead on members; they stop when it exits",
-           "teamctl: stopping this lead's 2 local worker(s) (each finishes the turn in hand)"]
+    own = ["teamctl: started 2 local workers for this lead on members; they stop when it exits",
+           "teamctl: stopping this lead's 2 local workers (each finishes the turn in hand)"]
     assert [line for line in led.stderr.splitlines() if "for this lead" in line
             or "this lead's" in line] == (own if own_workers == "2" else [])

@@ -231,7 +231,7 @@ def test_a_wait_on_several_queues_gives_each_hint_once(redis_url: str, tmp_path:
             assert [hint.check(queue) for queue in ("lonely", "slow")] == [True, False]
 
         assert notes == [no_worker_hint("lonely", "the run"),
-                         "waiting for 1 worker(s) to start on queue slow (a worker preloads "
+                         "waiting for 1 worker to start on queue slow (a worker preloads "
                          "for 10-30 s)"]
     finally:
         still_starting.kill()

@@ -31,7 +31,7 @@ from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.settings import Settings
 from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.team_file import load_team_file
-from teamctl.shared.text import one_line, printable
+from teamctl.shared.text import counted, one_line, printable
 
 if TYPE_CHECKING:
     import redis
@@ -240,7 +240,6 @@ def budget_command(redis_url: str, run_id: str, add_tokens: str | None,
 def cancel_command(redis_url: str, run_id: str, *, wait: bool = False) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here.
     With `wait`, return once the run has ended."""
-    from teamctl.coordinator.cli.run_view import counted
     from teamctl.coordinator.runs.run_follow import wait_for_end
     from teamctl.shared.lease import lease_owner
 

@@ -20,6 +20,7 @@ from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.text import counted
 
 if TYPE_CHECKING:
     from teamctl.coordinator.teams.repl import LeadRepl
@@ -146,10 +147,9 @@ def own_workers(stack: ExitStack, url: str, queues: list[str], count: int,
     from teamctl.coordinator.local_workers.processes import LocalWorkers
 
     stack.enter_context(LocalWorkers(url, queues, count, settings.state_dir / "logs"))
-    note(f"started {count} local worker(s) for this lead on {', '.join(queues)}; they stop "
-         "when it exits")
-    stack.callback(note, f"stopping this lead's {count} local worker(s) (each finishes the "
-                         "turn in hand)")
+    workers = counted(count, "local worker")
+    note(f"started {workers} for this lead on {', '.join(queues)}; they stop when it exits")
+    stack.callback(note, f"stopping this lead's {workers} (each finishes the turn in hand)")
 
 
 def converse(repl: LeadRepl, message: str | None, until_idle: bool, what: str) -> None:

@@ -11,7 +11,7 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import TaskStatus, waiting_text
-from teamctl.shared.text import duration_text, one_line, printable
+from teamctl.shared.text import counted, duration_text, one_line, printable
 
 ERROR_CHARS = 500
 """How much of one error a summary line shows (`status --json` has it whole)."""
@@ -28,11 +28,6 @@ def has_answer(result: RunResult) -> bool:
 def usage_text(usage: Usage) -> str:
     """Tokens and cost, as a person reads them."""
     return f"{usage.prompt_tokens + usage.completion_tokens:,} tokens, {usage.cost_text()}"
-
-
-def counted(count: int, noun: str) -> str:
-    """`1 round`, `2 rounds`."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def task_members(result: RunResult) -> dict[str, str]:
@@ -62,7 +57,8 @@ def failure_lines(result: RunResult) -> list[str]:
         where = f" ({who})" if who else ""
         if state.status is TaskStatus.FAILED:
             # A task failed at dispatch (an unknown member) never ran: no attempt to count.
-            how = f"after {state.attempts} attempt(s)" if state.attempts else "before it ran"
+            how = (f"after {counted(state.attempts, 'attempt')}" if state.attempts
+                   else "before it ran")
             lines.append(f"task {state.task_id}{where} failed {how}: "
                          f"{one_line(state.error, ERROR_CHARS) or 'no reason kept'}")
         else:

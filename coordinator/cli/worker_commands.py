@@ -17,7 +17,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
 from teamctl.shared.teams.teammates import DEFAULT_QUEUE
-from teamctl.shared.text import one_line
+from teamctl.shared.text import counted, one_line
 
 if TYPE_CHECKING:
     from teamctl.coordinator.local_workers.pool import PoolWorker
@@ -120,5 +120,5 @@ def stop_pool_command(settings: Settings, redis_url: str | None = None) -> None:
     with pool.locked():
         stopped = pool.stop(redis_url=redis_url)
     if stopped or redis_url is None:
-        click.echo(f"stopped {len(stopped)} pool worker(s)" if stopped
+        click.echo(f"stopped {counted(len(stopped), 'pool worker')}" if stopped
                    else "no pool workers running")

@@ -15,6 +15,7 @@ from teamctl.coordinator.local_workers.processes import STOP_TIMEOUT_S
 from teamctl.coordinator.local_workers.worker_hints import START_GRACE_S, StartedWorker
 from teamctl.shared.errors import InfraError
 from teamctl.shared.redis.connection import connect
+from teamctl.shared.text import counted
 from teamctl.shared.worker_registry import listening_workers, registered_here
 
 if TYPE_CHECKING:
@@ -63,9 +64,9 @@ def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
             started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ,
                                  digests)
     if started and not explicit:
-        note(f"started {len(started)} local pool worker(s) on {', '.join(queues)}; they serve "
-             f"later runs and exit after {idle_exit_s} s idle (`teamctl workers stop` stops "
-             "them)")
+        note(f"started {counted(len(started), 'local pool worker')} on {', '.join(queues)}; "
+             f"they serve later runs and exit after {idle_exit_s} s idle (`teamctl workers "
+             "stop` stops them)")
     # Replacing: the new workers are awaited too (a fresh pool's can only be of this one).
     hand_over(redis_url, queues, retired, started if retired else [])
     return PoolOnQueues(live, started)
@@ -125,9 +126,10 @@ def hand_over(redis_url: str, queues: list[str], retired: list[PoolWorker],
             break
         if time.monotonic() >= deadline:
             pids = " ".join(str(w.pid) for w in still)
-            raise InfraError(f"pool worker(s) {pids}, started with another environment, still "
-                             f"listen {retire_wait_s:g} s after they were asked to stop; "
-                             "`teamctl workers stop` stops the pool by pid, then try again")
+            raise InfraError(f"{counted(len(still), 'pool worker')} started with another "
+                             f"environment (pids {pids}) still listening {retire_wait_s:g} s "
+                             "after being asked to stop; `teamctl workers stop` stops the pool "
+                             "by pid, then try again")
         time.sleep(HAND_OVER_POLL_S)  # other processes: nothing to block on
     deadline = time.monotonic() + start_wait_s
     while time.monotonic() < deadline:  # past it, the hints say what holds the queue up
@@ -157,10 +159,10 @@ def _replacing(count: int, queues: list[str], recorded: list[dict[str, str]],
                                           if len(changed) > 4 else "")
         why = f"with another {shown}"
     if not replaced:
-        return (f"retiring {count} local pool worker(s) on {', '.join(queues)} started {why} "
-                "(each finishes the job in hand)")
-    return (f"replacing {count} local pool worker(s) on {', '.join(queues)} started {why} "
-            "(each finishes the job in hand) with workers of this environment")
+        return (f"retiring {counted(count, 'local pool worker')} on {', '.join(queues)} "
+                f"started {why} (each finishes the job in hand)")
+    return (f"replacing {counted(count, 'local pool worker')} on {', '.join(queues)} "
+            f"started {why} (each finishes the job in hand) with workers of this environment")
 
 
 def local_pool(settings: Settings) -> WorkerPool:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import redis
 from teamctl.shared.processes import same_process_alive
+from teamctl.shared.text import counted
 from teamctl.shared.worker_registry import listening_workers
 
 START_GRACE_S = 120.0
@@ -70,8 +71,8 @@ class NoWorkerHint:
         if alive and starting_for_s < START_GRACE_S:
             if queue not in self.said_waiting:
                 self.said_waiting.add(queue)
-                self.note(f"waiting for {len(alive)} worker(s) to start on queue {queue} (a "
-                          "worker preloads for 10-30 s)")
+                self.note(f"waiting for {counted(len(alive), 'worker')} to start on queue "
+                          f"{queue} (a worker preloads for 10-30 s)")
             return False
         self.note(no_worker_hint(queue, self.waiter, started, alive))
         self.settled.add(queue)
@@ -83,10 +84,11 @@ def no_worker_hint(queue: str, waiter: str, started: list[StartedWorker] | None 
     """The hint: what went wrong with workers started here, and how to start one."""
     started, alive = started or [], alive or []
     if started and not alive:
-        cause = (f"the {len(started)} worker(s) started for queue {queue} exited "
+        cause = (f"the {counted(len(started), 'worker')} started for queue {queue} exited "
                  f"(see {started[0].log}); ")
     elif alive:
-        cause = (f"the {len(alive)} worker(s) started for queue {queue} have not registered "
+        cause = (f"the {counted(len(alive), 'worker')} started for queue {queue} "
+                 f"{'has' if len(alive) == 1 else 'have'} not registered "
                  f"in {START_GRACE_S:g} s (see {alive[0].log}); ")
     else:
         cause = ""

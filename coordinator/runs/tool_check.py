@@ -72,7 +72,8 @@ class WorkerToolCheck:
                 break
             self._check_still_wanted()
             if time.monotonic() >= deadline:
-                self.ctx.reporter.note(f"no worker checked the Python tools of queue(s) "
+                self.ctx.reporter.note("no worker checked the Python tools of "
+                                       f"{'queue' if len(pending) == 1 else 'queues'} "
                                        f"{', '.join(pending)} in time; their tasks import them")
                 break
             if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
