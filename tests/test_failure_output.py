@@ -133,7 +133,7 @@ def test_a_tool_the_workers_cannot_import_fails_the_run_before_any_model_call(
 
     assert status.returncode == 1, status.stderr
     header, objective, error_line = status.stdout.splitlines()
-    assert re.fullmatch(rf"{run_id}: failed; rounds 0; \d+\.\ds; 0 tokens, \$0\.0000", header)
+    assert re.fullmatch(rf"{run_id}: failed; rounds 0; \d+\.\ds; 0 tokens, unpriced", header)
     assert (objective, error_line) == ("objective: Ship it", f"error: {error}")
 
 
@@ -188,7 +188,7 @@ def test_refused_credentials_fail_the_task_in_one_line_and_no_answer_is_printed(
     header, objective, table_head, row = status.stdout.splitlines()
     assert re.fullmatch(rf"{run_id}: failed; rounds 1; \d+\.\ds; 36 tokens, unpriced", header)
     assert objective == "objective: Ship it"
-    cost = "0 tokens, $0.0000"  # the refused call spent nothing
+    cost = "0 tokens, unpriced"  # the refused call spent nothing, and no call was priced
     assert table_head == f"task  member  status  attempts  time  {'cost':{len(cost)}}  error"
     assert re.fullmatch(r"a     m1      failed  1         \d\.\ds  " + re.escape(
         f"{cost}  {task_error}"), row), row

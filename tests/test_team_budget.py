@@ -233,8 +233,8 @@ def test_team_create_takes_the_budget_from_the_teammates_table_or_its_flags(
     options = TeamStore(conn, other).options
     assert (options.max_tokens, options.max_cost_usd) == (50, 2.5)
     assert cli("teams", "--redis-url", redis_url).stdout.splitlines() == [
-        f"{team}\t0 teammates\t0 working\t0 tokens (max 1,000)\t$0.0000 (max $2.5)",
-        f"{other}\t0 teammates\t0 working\t0 tokens (max 50)\t$0.0000 (max $2.5)"]
+        f"{team}\t0 teammates\t0 working\t0 tokens (max 1,000)\tunpriced (max $2.5)",
+        f"{other}\t0 teammates\t0 working\t0 tokens (max 50)\tunpriced (max $2.5)"]
 
     for flags, message in (
             (["--max-tokens", "0"], "--max-tokens: Input should be greater than or equal to 1"),

@@ -206,7 +206,7 @@ def test_respawning_a_working_teammate_exits_1_and_unknown_ones_exit_2(
         "name   status   role        detail",
         "alice  working  alice-role"]
     assert cli("teams", "--redis-url", redis_url).stdout == (
-        f"{team}\t1 teammates\t1 working\t0 tokens\t$0.0000\n")
+        f"{team}\t1 teammates\t1 working\t0 tokens\tunpriced\n")
     refused = cli("team", "delete", *base)
     assert refused.exit_code == 1 and "working" in refused.output
     assert cli("team", "delete", "--force", *base).exit_code == 0

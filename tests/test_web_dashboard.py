@@ -4,6 +4,7 @@ stream and its resume with Last-Event-ID, the control endpoints and their token.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
+from teamctl.shared.agent.replies import Usage
 from teamctl.shared.budget import Budget
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
@@ -23,7 +25,9 @@ from tests.support.web import (
     TOKEN,
     chain,
     dashboard_command,
+    finish_run,
     finished_run,
+    reclaim_first_attempt,
     served,
     signed_in,
     start_run,
@@ -92,6 +96,30 @@ def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
     assert dashboard.get(f"/runs/{run_id}/tasks/zz/transcript").status_code == 404
     filtered = dashboard.get(f"/runs/{run_id}?member=m1&type=task.result")
     assert "peer.message" not in filtered.text.split('id="bus"')[1].split("</table>")[0]
+
+
+def test_the_run_page_says_tokens_and_cost_as_the_cli_does(
+        conn: redis.Redis, redis_url: str, run_id: str, dashboard: httpx.Client) -> None:
+    """One text for tokens and one for cost, on the page and in `teamctl status` alike: task
+    `a` made a priced call, `b` none (no figure: `unpriced`, not $0.0000)."""
+    run = start_run(conn, run_id)
+    budget = Budget(conn, RunKeys(run_id), max_tokens=None, max_cost_usd=None)
+    budget.charge(Usage(prompt_tokens=2011, completion_tokens=444, cost_usd=0.0123), "a")
+    finish_run(conn, run, reclaim_first_attempt(conn, run))
+    page = dashboard.get(f"/runs/{run_id}").text
+    # The run's row, then task a's; task b's.
+    assert page.count("<th>tokens</th><td>2,455 tokens</td><th>cost</th><td>$0.0123</td>") == 2
+    assert page.count("<th>tokens</th><td>0 tokens</td><th>cost</th><td>unpriced</td>") == 1
+
+    status = CliRunner().invoke(main, ["status", run_id, "--redis-url", redis_url])
+    assert status.exit_code == 0, status.output
+    lines = status.stdout.splitlines()
+    assert re.fullmatch(rf"{run_id}: completed; rounds 0; \d+\.\ds; 2,455 tokens, \$0\.0123",
+                        lines[0]), lines[0]
+    assert lines[2:5] == [
+        "task  member  status     attempts  time  cost                   error",
+        "a     m1      completed  2         0.0s  2,455 tokens, $0.0123",
+        "b     m2      completed  1         0.0s  0 tokens, unpriced"]
 
 
 def test_a_chain_of_ten_thousand_tasks_listed_dependents_first_renders(

@@ -27,7 +27,7 @@ def has_answer(result: RunResult) -> bool:
 
 def usage_text(usage: Usage) -> str:
     """Tokens and cost, as a person reads them."""
-    return f"{usage.prompt_tokens + usage.completion_tokens:,} tokens, {usage.cost_text()}"
+    return f"{usage.tokens_text()}, {usage.cost_text()}"
 
 
 def task_members(result: RunResult) -> dict[str, str]:

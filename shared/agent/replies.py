@@ -4,6 +4,7 @@ alike: its text, its tool calls and their usage."""
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
+from teamctl.shared.text import counted
 
 
 class Usage(BaseModel):
@@ -14,10 +15,21 @@ class Usage(BaseModel):
     cost_usd: float = 0.0
     unpriced: bool = False
 
+    @property
+    def tokens(self) -> int:
+        """Prompt and completion tokens together."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def tokens_text(self) -> str:
+        """`2,455 tokens`: how the CLI and the dashboard alike say the tokens used."""
+        return counted(self.tokens, "token")
+
     def cost_text(self) -> str:
-        """The cost in dollars; `unpriced` when no call had a known price, and a `+` when some
-        did not (the figure is then a lower bound)."""
-        if self.unpriced and not self.cost_usd:
+        """The cost in dollars, `+` after it when some call had no known price (the figure is
+        then a lower bound); `unpriced` when no priced call was made: none had a known price,
+        or none used a token (a run whose calls all failed), so there is no figure to give."""
+        priced = self.cost_usd > 0 or (self.tokens > 0 and not self.unpriced)
+        if not priced:
             return "unpriced"
         return f"${self.cost_usd:.4f}{'+' if self.unpriced else ''}"
 
