@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 
 SHORT_CHARS = 240
 TERMINAL_ESCAPE = re.compile(
@@ -60,6 +61,22 @@ def echoed(text: str, limit: int = ECHO_CHARS) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}...[{len(text)} characters]"
+
+
+def clock_text(at_ms: int, now_ms: int) -> str:
+    """When something happened, in local time: `14:03:07` today, `2026-01-31 14:03:07` on
+    another day (the one form every line that starts with a time uses)."""
+    at = time.localtime(at_ms / 1000)
+    if time.localtime(now_ms / 1000)[:3] == at[:3]:
+        return time.strftime("%H:%M:%S", at)
+    return time.strftime("%Y-%m-%d %H:%M:%S", at)
+
+
+def indented(text: str, indent: str = "    ") -> str:
+    """Text of several lines under the line it starts on: each further line indented, blank
+    ones left empty, tabs expanded (the text must be printable already)."""
+    first, *more = text.expandtabs(4).rstrip().split("\n")
+    return "\n".join([first.rstrip(), *((indent + line).rstrip() for line in more)])
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:

@@ -269,7 +269,8 @@ class Run:
         from teamctl.coordinator.runs.run_control import send_message
 
         with redis_errors_as_infra():
-            return send_message(self._handle, to, text)
+            message = send_message(self._handle, to, text)
+        return message.id if message else ""
 
     async def await_result(self, timeout: float | None = None) -> RunResult:
         """`wait` for asyncio code."""

@@ -22,7 +22,7 @@ from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.task_records import EventKind, TaskEvent, TaskSpec
 
-from tests.support.cli import TEAMCTL
+from tests.support.cli import TEAMCTL, shown_at
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.replies import member_answer, script_run, task_id_of
 from tests.support.runs import store_run
@@ -102,8 +102,7 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
 
         sent = invoke(workers, "send", run_id, "--to", "m1", NOTE)
 
-        assert sent.exit_code == 0, sent.output
-        message_id = sent.stdout.strip()
+        assert (sent.exit_code, sent.stdout) == (0, "sent to m1\n"), sent.output
         assert told.wait(RUN_DEADLINE_S), "m1's model never saw the message"
         assert run.wait(RUN_DEADLINE_S) == 0, run.stderr.read() if run.stderr else ""
         outputs = [f.communicate(timeout=30) for f in followers]
@@ -129,7 +128,7 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
     task_events, message_ids = stream_history(conn, run_id)
     messages = [m.message for m in live if isinstance(m, MessageEvent)]
     assert [m.id for m in messages] == message_ids
-    sent_line = next(m for m in messages if m.id == message_id)
+    [sent_line] = [m for m in messages if m.from_ == "lead"]
     assert isinstance(sent_line, PeerMessage)
     assert (sent_line.from_, sent_line.to, sent_line.type, sent_line.content) == (
         "lead", "m1", "peer.message", NOTE)
@@ -200,12 +199,13 @@ def test_send_to_everyone_reaches_every_inbox(conn: redis.Redis, redis_url: str,
                                               run_id: str) -> None:
     store_run(conn, run_id)
     sent = invoke(redis_url, "send", run_id, "--to", "*", NOTE)
-    assert sent.exit_code == 0, sent.output
+    assert (sent.exit_code, sent.stdout) == (0, "sent to every member\n"), sent.output
     bus = MessageBus(conn, RunKeys(run_id))
+    [broadcast] = bus.messages()
     for member in MEMBERS:
         [message] = bus.read_unread(member)
         assert (message.id, message.from_, message.to, message.type, message.content) == (
-            sent.stdout.strip(), "lead", "*", "peer.broadcast", NOTE)
+            broadcast.id, "lead", "*", "peer.broadcast", NOTE)
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -271,7 +271,20 @@ def test_followers_of_a_finished_run_print_its_history_and_exit(
                                              .stdout.splitlines()[0])
     assert lines[5]["message"]["from"] == "m1"
     assert lines[5]["message"]["content"] == "almost there"
-    assert len(plain.stdout.splitlines()) == len(lines)
+    # The plain lines: each the local time of its change or message, then what happened.
+    merged = [json.loads(line) for line in events.stdout.splitlines()]
+    assert plain.stdout.splitlines() == [
+        f"{shown_at(line['at_ms'])} [task {line['status']}] {line['task_id']} "
+        f"{line['member_id'] or '-'} attempts={line['attempts']}" if line["kind"] == "task" else
+        f"{shown_at(line['message']['created_at'])} [{line['message']['type']}]"
+        + (f" ({line['message']['task_id']})" if line["message"]["task_id"] else "")
+        + f" {line['message']['from']} -> {line['message']['to'] or '(everyone)'}: "
+          f"{line['message']['content']}" for line in merged]
+    claimed = next(line for line in merged if line.get("status") == "in_progress")
+    said = next(line["message"] for line in merged if line["kind"] == "message")
+    assert f"{shown_at(claimed['at_ms'])} [task in_progress] a m1 attempts=1" in plain.stdout
+    assert (f"{shown_at(said['created_at'])} [peer.message] (a) m1 -> m2: almost there\n"
+            in plain.stdout)
     # tasks --follow prints the board as it stands (nothing changes after it: it returns).
     assert [(t["task_id"], t["status"], t["id"]) for t in map(json.loads,
             tasks.stdout.splitlines())] == [("a", "completed", None), ("b", "blocked", None)]

@@ -21,6 +21,7 @@ from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.team_file import Member
 
+from tests.support.cli import shown_at
 from tests.support.runs import coordinator_store
 from tests.support.waiting import wait_until
 
@@ -61,26 +62,27 @@ def test_lists_every_message_in_order(conn: redis.Redis, redis_url: str, run_id:
     converse(store_run(conn, run_id)[1])
     result = messages(redis_url, run_id)
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
-    assert [line.split(" ", 1)[1] for line in lines] == [
-        "[task.assigned] (t1) system -> m1: Collect facts",
-        "[peer.message] (t1) m1 -> m2: need your numbers",
-        "[peer.broadcast] m2 -> *: numbers are in",
-        "[task.result] (t1) m1 -> lead: facts"]
+    at = [shown_at(m.created_at) for m in MessageBus(conn, RunKeys(run_id)).messages()]
+    assert result.output.splitlines() == [
+        f"{at[0]} [task.assigned] (t1) system -> m1: Collect facts",
+        f"{at[1]} [peer.message] (t1) m1 -> m2: need your numbers",
+        f"{at[2]} [peer.broadcast] m2 -> *: numbers are in",
+        f"{at[3]} [task.result] (t1) m1 -> lead: facts"]
 
 
 def test_a_members_escape_sequences_never_reach_the_terminal(
         conn: redis.Redis, redis_url: str, run_id: str) -> None:
     """A member writes the content: a colour, a bell or a title change must not act on the
-    terminal that lists it; its lines stay lines."""
+    terminal that lists it; its lines stay lines, indented under the first."""
     _, bus = store_run(conn, run_id)
     sent = bus.send("m1", "m2", None, None, "\x1b[31mred\x1b[0m\x07 and \x1b]0;owned\x07\nnext")
 
     result = messages(redis_url, run_id)
 
     assert result.exit_code == 0, result.output
+    assert sent is not None
     assert result.output.splitlines() == [
-        f"{sent.id} [peer.message] m1 -> m2: red  and ", "next"]
+        f"{shown_at(sent.created_at)} [peer.message] m1 -> m2: red  and", "    next"]
 
 
 def test_filters_by_member_and_type_and_prints_json(conn: redis.Redis, redis_url: str,

@@ -130,7 +130,7 @@ def test_a_top_up_wakes_the_teammate_the_spent_budget_left_with_mail(
 
     assert raised.exit_code == 0, raised.output
     assert raised.stdout.splitlines() == [
-        f"budget of team {team} raised; woke 1 teammate(s)",
+        f"budget of team {team} raised; woke 1 teammate",
         "tokens: 0 used of 10030 (max_tokens 30 + 10000 added)", "the budget lasts"]
     wait_until(lambda: settled(store, "alice", workers) and not store.peek("alice")[1],
                message="alice's turn on the mail that waited")

@@ -12,6 +12,7 @@ from pathlib import Path
 import redis
 from teamctl.shared.teams.team_store import TeamStore
 
+from tests.support.cli import shown_at
 from tests.support.teams import cli
 
 
@@ -37,7 +38,9 @@ def test_messages_lists_the_bus_and_filters_by_member_and_type(
         ("lead", "alice", "to alice"), ("alice", "bob", "to bob"), ("lead", "*", "to all")]
 
     bob = cli("team", "messages", "-t", team, "--redis-url", redis_url, "--member", "bob")
-    assert [line.rsplit(": ", 1)[1] for line in bob.output.splitlines()] == ["to bob", "to all"]
+    at = [shown_at(m["created_at"]) for m in lines]
+    assert bob.output.splitlines() == [f"{at[1]} [peer.message] alice -> bob: to bob",
+                                       f"{at[2]} [peer.broadcast] lead -> *: to all"]
     broadcasts = cli("team", "messages", "-t", team, "--redis-url", redis_url,
                      "--type", "peer.broadcast")
     assert [line.rsplit(": ", 1)[1] for line in broadcasts.output.splitlines()] == ["to all"]

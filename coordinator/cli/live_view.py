@@ -8,7 +8,7 @@ and, for `events`, its `bus` stream too, in one XREAD BLOCK, through the tailing
 from __future__ import annotations
 
 import click
-from teamctl.coordinator.cli.messages_view import follow, formatted
+from teamctl.coordinator.cli.messages_view import follow, formatted, sent_line
 from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.coordinator.runs.run_control import send_message
 from teamctl.coordinator.runs.run_follow import (
@@ -20,16 +20,18 @@ from teamctl.coordinator.runs.run_follow import (
     run_events,
     task_event,
 )
+from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.output import MessageEvent, TaskChange
 from teamctl.shared.task_records import TaskEvent, TaskState
-from teamctl.shared.text import flat
+from teamctl.shared.text import clock_text, flat
 
 # --- send ---------------------------------------------------------------------------------------
 
 
 def send_command(redis_url: str, run_id: str, to: str, text: str) -> None:
     """`teamctl send`: a person's message, as `lead`, to one member of a live run or to all."""
-    click.echo(send_message(existing_run(redis_url, run_id), to, text))
+    message = send_message(existing_run(redis_url, run_id), to, text)
+    click.echo(sent_line(message.to or to if message else to))
 
 
 
@@ -97,8 +99,9 @@ def events_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
                            formatted(event.message, False))
             else:
                 click.echo(event.model_dump_json() if as_json else
-                           f"{event.id} [task {event.status.value}] {flat(event.task_id)} "
-                           f"{flat(event.member_id) or '-'} attempts={event.attempts}")
+                           f"{clock_text(event.at_ms, now_ms())} [task {event.status.value}] "
+                           f"{flat(event.task_id)} {flat(event.member_id) or '-'} "
+                           f"attempts={event.attempts}")
     except KeyboardInterrupt:
         return
 

@@ -8,12 +8,20 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 from teamctl.coordinator.cli.named_run import existing_run
-from teamctl.coordinator.runs.run_follow import START, BusTail, Tail, run_ended, tailed
+from teamctl.coordinator.runs.run_follow import (
+    START,
+    BusTail,
+    Tail,
+    entry_ms,
+    run_ended,
+    tailed,
+)
 from teamctl.shared.bus import LEAD, MessageBus, delivered_to
+from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import RESERVED_MEMBER_IDS
-from teamctl.shared.text import flat, printable
+from teamctl.shared.text import clock_text, flat, indented, printable
 
 if TYPE_CHECKING:
     from teamctl.shared.teams.team_store import TeamStore
@@ -85,15 +93,29 @@ def selected(message: Envelope, member: str | None, type_: str | None) -> bool:
     return member is None or delivered_to(message, member)
 
 
-def formatted(message: Envelope, as_json: bool) -> str:
+def formatted(message: Envelope, as_json: bool, now: int | None = None) -> str:
+    """One message as `messages`, `team messages` and `events` print it: when it was sent (local
+    time), [type], (task), from -> to, then its content, whose further lines are indented under
+    the first; with `as_json`, the message whole (its stream id included)."""
     if as_json:
         return message.model_dump_json(by_alias=True)
     task = f" ({flat(message.task_id)})" if message.task_id else ""
     to = flat(message.to) or "(everyone)"
     # Members write the message: nothing in it may act on the terminal, and only its content
     # may span lines.
-    return f"{flat(message.id)} [{flat(message.type)}]{task} {flat(message.from_)} -> {to}: " \
-           f"{printable(message.content)}"
+    return indented(f"{clock_text(sent_ms(message), now or now_ms())} [{flat(message.type)}]"
+                    f"{task} {flat(message.from_)} -> {to}: {printable(message.content)}")
+
+
+def sent_ms(message: Envelope) -> int:
+    """When the message was sent (epoch ms): its created_at, else its stream entry's time."""
+    return message.created_at or entry_ms(message.id)
+
+
+def sent_line(to: str, woke: bool = False) -> str:
+    """What `send` and `team send` say once the message is on the bus (`--json` of `messages`
+    has its id)."""
+    return f"sent to {'every member' if to == '*' else flat(to)}" + (" (woke it)" if woke else "")
 
 
 def team_messages(store: TeamStore, *, member: str | None, type_: str | None, follow: bool,

@@ -24,6 +24,7 @@ from teamctl.coordinator.cli.app import (
     force_option,
     redis_url_option,
 )
+from teamctl.coordinator.cli.messages_view import sent_line
 from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.teams.team_lines import request_line, task_line
 from teamctl.shared.agent.model_usage import usage_by_model
@@ -45,7 +46,7 @@ from teamctl.shared.teams.teammates import (
     load_mate_python_tools,
     team_workspace,
 )
-from teamctl.shared.text import flat, one_line
+from teamctl.shared.text import counted, flat, one_line
 from teamctl.shared.tracing import CLI_SERVICE, Span, tracing_from_settings
 from teamctl.shared.workspace_files import choose_store
 
@@ -310,7 +311,7 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
     store.meta()
     with lead_span(settings, "send_message", store) as span:
         message, woke = store.send(LEAD, name, text, type_=type_, traceparent=span.traceparent)
-    click.echo(f"sent {message.id} to {name}" + (" (woke it)" if woke else ""))
+    click.echo(sent_line(message.to or name, woke))
     say_if_spent(store)
 
 
@@ -321,8 +322,8 @@ def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
     """Send TEXT from the lead to every teammate (waking the idle ones)."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
-        message, woke = store.broadcast(LEAD, text, traceparent=span.traceparent)
-    click.echo(f"sent {message.id} to {len(store.names())} teammates; woke {len(woke)}")
+        _, woke = store.broadcast(LEAD, text, traceparent=span.traceparent)
+    click.echo(f"sent to {counted(len(store.names()), 'teammate')}; woke {len(woke)}")
     say_if_spent(store)
 
 
@@ -409,7 +410,7 @@ def budget_command(add_usd: str | None, add_tokens: str | None, store: TeamStore
     if tokens or usd:
         state, woken = store.raise_budget(tokens, usd)
         click.echo(f"budget of team {store.team} raised"
-                   + ("" if state.exceeded else f"; woke {len(woken)} teammate(s)"))
+                   + ("" if state.exceeded else f"; woke {counted(len(woken), 'teammate')}"))
     else:
         state = store.budget.state()
     for line in state.lines():
@@ -457,8 +458,8 @@ def review_command(request_id: str, approve: bool | None, feedback: str, store: 
     if approve is None:
         raise ConfigError("say --approve or --reject")
     store.meta()
-    message_id, woke = store.review_plan(request_id, approve, feedback)
-    click.echo(f"{'approved' if approve else 'rejected'} {request_id} ({message_id})"
+    _, woke = store.review_plan(request_id, approve, feedback)
+    click.echo(f"{'approved' if approve else 'rejected'} {request_id}"
                + (" (woke the teammate)" if woke else ""))
 
 

@@ -9,7 +9,7 @@ import math
 
 from teamctl.shared.budget import BudgetState
 from teamctl.shared.bus import LEAD
-from teamctl.shared.envelopes import SystemType
+from teamctl.shared.envelopes import Envelope, SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_records import RunStatus, Wake
@@ -23,8 +23,8 @@ def live_run(run: RunHandle) -> RunHandle:
     return run
 
 
-def send_message(run: RunHandle, to: str, text: str) -> str:
-    """Send `text` as `lead` to member `to` (or `*`) of a live run; the message id. ConfigError
+def send_message(run: RunHandle, to: str, text: str) -> Envelope | None:
+    """Send `text` as `lead` to member `to` (or `*`) of a live run; the message. ConfigError
     for a finished run, a run without a bus, an empty or oversized text, an unknown member."""
     run_id = run.run_id
     state = run.store.state()
@@ -38,8 +38,7 @@ def send_message(run: RunHandle, to: str, text: str) -> str:
         raise ConfigError("the message is empty: pass the text to send")
     # The bus checks the recipient against the run's roster and the size against
     # max_message_bytes, each a one-line ConfigError naming the members or the limit.
-    message = run.bus.send(LEAD, to, None, None, text)
-    return message.id if message else ""
+    return run.bus.send(LEAD, to, None, None, text)
 
 
 def decide_plan(run: RunHandle, approved: bool, reason: str | None) -> None:

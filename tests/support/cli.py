@@ -9,6 +9,8 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
+from teamctl.shared.clock import now_ms
+from teamctl.shared.text import clock_text
 
 from tests.support.llm import ScriptedLLM
 
@@ -37,3 +39,7 @@ def assert_config_error(result: Result, says: str) -> None:
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert says in result.stderr and "Traceback" not in result.stderr
 
+
+def shown_at(at_ms: int) -> str:
+    """How a line of `messages`, `team messages` or `events` shows a time (local, as now)."""
+    return clock_text(at_ms, now_ms())
