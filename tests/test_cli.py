@@ -33,7 +33,7 @@ from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.team_file import load_team_file
 
-from tests.support.cli import TEAMCTL
+from tests.support.cli import TEAMCTL, on_a_terminal
 from tests.support.runs import coordinator_store, roster_bus, two_task_run
 
 
@@ -417,14 +417,12 @@ def test_one_unreadable_run_never_breaks_the_others(
 
     runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
     assert runs.exit_code == 0, runs.output
-    header, *lines = runs.stdout.splitlines()
-    assert header == "run     started              duration  status      cost     objective"
-    rows = {line.split()[0]: line for line in lines}
+    rows = {line.split("\t")[0]: line for line in runs.stdout.splitlines()}  # piped: no header
     assert list(rows) == ["good-2", "bad", "good-1"]  # newest first
-    assert rows["bad"].startswith("bad     -                    -         unreadable  -        "
-                                  "run bad is unreadable: ") and says in rows["bad"]
-    assert re.fullmatch(r"good-1  \d{4}-\d\d-\d\d \d\d:\d\d:\d\d  \d+\.\ds +  planning    "
-                        r"\$0\.0000  Objective X", rows["good-1"]), rows["good-1"]
+    assert rows["bad"].startswith("bad\t-\t-\tunreadable\t-\trun bad is unreadable: ")
+    assert says in rows["bad"] and rows["bad"].count("\t") == 5
+    assert re.fullmatch(r"good-1\t\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\t\d+\.\ds\tplanning\t"
+                        r"unpriced\tObjective X", rows["good-1"]), rows["good-1"]
     as_json = json.loads(runner.invoke(main, ["runs", "--redis-url", redis_url, "--json"]).stdout)
     assert {r["run_id"]: r["status"] for r in as_json} == {
         "good-2": "planning", "bad": "unreadable", "good-1": "planning"}
@@ -459,12 +457,10 @@ def test_an_unreadable_task_or_run_id_is_one_line_too(
         assert len(result.stderr.splitlines()) == 1
     runs = runner.invoke(main, ["runs", "--redis-url", redis_url])
     assert runs.exit_code == 0
-    assert sorted((line.split()[0], line.split()[3] if "unreadable" in line else line.split()[4])
-                  for line in runs.stdout.splitlines()[1:]) == [
+    assert sorted(tuple(line.split("\t")[0:4:3]) for line in runs.stdout.splitlines()) == [
         ("'bad\\nid'", "unreadable"), ("bad", "planning"), ("good", "planning")]
     assert runs.stdout.splitlines()[-1] == (  # its score is the oldest
-        "'bad\\nid'  -                    -         unreadable  -        invalid run id "
-        "'bad\\nid' in the runs index")
+        "'bad\\nid'\t-\t-\tunreadable\t-\tinvalid run id 'bad\\nid' in the runs index")
 
 
 def test_bad_paths_are_one_line_config_errors_for_every_verb(
@@ -539,15 +535,21 @@ def test_runs_is_a_table_of_the_newest_runs_with_start_duration_status_and_cost(
     _stored_run(conn, "newest", "Write it up", tmp_path, start + 2000, start + 2000 + 7_380_000,
                 {"cost_usd": 1.5})
 
-    table = runner.invoke(main, ["runs", "--redis-url", redis_url])
+    code, table, _ = on_a_terminal([*TEAMCTL, "runs", "--redis-url", redis_url])
+    piped = runner.invoke(main, ["runs", "--redis-url", redis_url])
 
-    assert table.exit_code == 0, table.output
-    assert table.stdout.splitlines() == [
+    assert code == 0, table
+    assert table.splitlines() == [
         "run     started              duration  status     cost      objective",
         f"newest  {_local(start + 2000)}  2h03m     completed  $1.5000   Write it up",
         f"middle  {_local(start + 1000)}  4m05s     completed  $0.0123+  Plan a party "
         + "x" * 47 + "...",
         f"oldest  {_local(start)}  12.3s     completed  unpriced  Short"]
+    assert (piped.exit_code, piped.stdout.splitlines()) == (0, [  # for a script: no header
+        f"newest\t{_local(start + 2000)}\t2h03m\tcompleted\t$1.5000\tWrite it up",
+        f"middle\t{_local(start + 1000)}\t4m05s\tcompleted\t$0.0123+\tPlan a party "
+        + "x" * 47 + "...",
+        f"oldest\t{_local(start)}\t12.3s\tcompleted\tunpriced\tShort"])
     newest = runner.invoke(main, ["runs", "--redis-url", redis_url, "--limit", "1", "--json"])
     assert json.loads(newest.stdout) == [
         {"run_id": "newest", "status": "completed", "rounds": 1, "objective": "Write it up",

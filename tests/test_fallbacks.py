@@ -118,7 +118,9 @@ def test_a_run_falls_back_on_503_and_returns_to_the_primary(
     assert f"{backup} (fallback for {primary})" in status.output
     assert "usage by model:" in status.output
     tasks = CliRunner().invoke(main, ["tasks", run_id, "--redis-url", workers])
-    assert f"model={backup} (fallback for {primary})" in tasks.output
+    assert tasks.stdout.splitlines() == [
+        f"a\tcompleted\tm1\t1\tmodel {backup} (fallback for {primary})",
+        "b\tcompleted\tm1\t1\t-"]
 
 
 @pytest.mark.parametrize(("refusal", "reason"), [(CONTEXT_WINDOW, "context_window"),

@@ -154,7 +154,7 @@ def test_no_model_text_acts_on_the_terminal_in_the_team_views(
     for verb, shown in views.items():
         assert shown.exit_code == 0, (verb, shown.output)
         assert_printable(shown)
-    assert f"eve -> lead\tpeer.message\t{ONE_LINE}" in views["inbox"].stdout
+    assert f"\teve\tlead\tpeer.message\t{ONE_LINE}\n" in views["inbox"].stdout
     assert f"eve -> lead: {SHOWN}" in views["messages"].stdout
     assert f"Write {ONE_LINE}" in views["task list"].stdout
     assert f"Write {ONE_LINE}" in views["repl"].stdout

@@ -268,7 +268,7 @@ def test_slash_commands_show_the_team_without_a_model_call(
     out = shown.stdout
     assert "alice\tresearcher\tworking\tstalled\t-\t1 unread" in out
     assert "alice -> lead\tpeer.message\ta question for the lead" in out
-    assert f"{record.id}\tshutdown\tlead -> alice\tpending\twrapping up" in out
+    assert f"{record.id}\tshutdown\tlead\talice\tpending\twrapping up" in out
     assert "(no tasks)" in out and "/requests" in out
     assert "unknown command /bogus; /help lists them" in shown.stderr
     assert llm.requests[f"lead-{team}"] == []
@@ -374,8 +374,8 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     restarted = typed(*lead_args(workers, team, lead, llm.api_base),
                       lines="/requests\n\n/quit\n")
     assert restarted.exit_code == 0, restarted.output
-    assert f"{pending.id}\tshutdown\tlead -> bob\tapproved" in restarted.stdout
-    assert f"{plan.id}\tplan_approval\talice -> lead\tpending" in restarted.stdout
+    assert f"{pending.id}\tshutdown\tlead\tbob\tapproved" in restarted.stdout
+    assert f"{plan.id}\tplan_approval\talice\tlead\tpending" in restarted.stdout
     assert "bob is gone, alice has her plan approved" in restarted.stdout
     assert script.calls == 4
 

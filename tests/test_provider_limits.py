@@ -167,7 +167,8 @@ def test_one_429_pauses_every_worker_of_the_account_and_the_wait_keeps_the_claim
         wait_until(lambda: conn.hget(RunKeys(run_id).task("b"), "waiting_model") == model, 30,
                    message="task b to show its wait")
         listed = cli("tasks", run_id, "--redis-url", redis_url).stdout
-        assert re.search(rf"^b .* waiting for {re.escape(model)}: \d+\.\d s$", listed, re.M)
+        assert re.search(rf"^b\tin_progress\t\S+\t1\twaiting for {re.escape(model)}: \d+\.\d s$",
+                         listed, re.M), listed
         wait_until(lambda: all(t and t.status == TaskStatus.COMPLETED
                                for t in board.get_many(["a", "b"])), 60,
                    message="both tasks to complete")

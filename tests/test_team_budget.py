@@ -170,8 +170,7 @@ def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_c
         f"no one until `teamctl team budget --add-usd 1 -t {team}` raises it"]
     assert store.usage().prompt_tokens == 10
     listed = cli("teams", "--redis-url", redis_url)
-    assert listed.stdout == (f"{team}\t1 teammates\t0 working\t10 tokens\t$0.7500 "
-                             "(max $0.5)\tbudget spent\n")
+    assert listed.stdout == f"{team}\t1\t0\t10 tokens\t$0.7500 (max $0.5)\tspent\n"
 
 
 def test_a_lead_call_the_budget_cannot_cover_is_not_made_and_the_lead_says_why(
@@ -233,8 +232,8 @@ def test_team_create_takes_the_budget_from_the_teammates_table_or_its_flags(
     options = TeamStore(conn, other).options
     assert (options.max_tokens, options.max_cost_usd) == (50, 2.5)
     assert cli("teams", "--redis-url", redis_url).stdout.splitlines() == [
-        f"{team}\t0 teammates\t0 working\t0 tokens (max 1,000)\tunpriced (max $2.5)",
-        f"{other}\t0 teammates\t0 working\t0 tokens (max 50)\tunpriced (max $2.5)"]
+        f"{team}\t0\t0\t0 tokens (max 1,000)\tunpriced (max $2.5)\t-",
+        f"{other}\t0\t0\t0 tokens (max 50)\tunpriced (max $2.5)\t-"]
 
     for flags, message in (
             (["--max-tokens", "0"], "--max-tokens: Input should be greater than or equal to 1"),

@@ -440,6 +440,6 @@ def test_task_add_and_list_exit_codes(redis_url: str, store: TeamStore) -> None:
     shown = cli("team", "task", "list", *base)
     assert shown.exit_code == 0
     assert shown.output.splitlines() == ["task_1\tready\t-\tdev\t-\tPlan the week",
-                                         "task_2\tpending\t-\t-\tafter task_1\tThen this"]
+                                         "task_2\tpending\t-\t-\ttask_1\tThen this"]
     with pytest.raises(ConfigError):
         TeamTasks(store).add("x", assignee="lead")

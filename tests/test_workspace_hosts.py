@@ -107,7 +107,7 @@ def test_members_on_two_hosts_share_one_workspace_through_redis_by_default(
             listed = subprocess.run([*TEAMCTL, "files", run_id, "--redis-url", url],
                                     capture_output=True, text=True, timeout=60)
             assert listed.returncode == 0, listed.stderr
-            assert listed.stdout.split() == ["18", "v2", REPORT]
+            assert listed.stdout == f"18\t2\t{REPORT}\n"  # bytes, version, path
             shown = subprocess.run([*TEAMCTL, "files", run_id, REPORT, "--redis-url", url],
                                    capture_output=True, timeout=60)
             assert shown.stdout == b"final from host b\n"

@@ -191,7 +191,10 @@ def main() -> None:
     """teamctl: run teams of LLM agents on Redis and RQ.
 
     Wherever a command takes a RUN_ID, `last` names the most recent run `teamctl runs` lists
-    and `last~N` the Nth run before it."""
+    and `last~N` the Nth run before it.
+
+    A listing (`runs`, `tasks`, `files`, `teams`, `team list`, ...) prints its rows under a
+    header on a terminal; into a pipe or a file, one tab-separated line per row, no header."""
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
@@ -311,8 +314,10 @@ def export(run_id: str, directory: Path, redis_url: str | None, force: bool,
 @click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 @fail_cleanly
 def status(run_id: str | None, redis_url: str | None, as_json: bool, settings: Settings) -> None:
-    """Show a run's status (the same result JSON as `run --json`); without RUN_ID, the last
-    run's."""
+    """Show a run as a person reads it (default: the last run): status, rounds, time, tokens
+    and cost, its error, its tasks (columns: task, member, status, attempts, time, cost, error;
+    a model column before error once a fallback answered a call) and its answer. --json prints
+    the result JSON instead, the object `run --json` prints."""
     from teamctl.coordinator.cli.commands import status_command
 
     sys.exit(status_command(attach_redis_url(redis_url, settings), run_id, as_json))
@@ -328,8 +333,9 @@ def status(run_id: str | None, redis_url: str | None, as_json: bool, settings: S
 @fail_cleanly
 def tasks(run_id: str | None, redis_url: str | None, as_json: bool, follow: bool,
           settings: Settings) -> None:
-    """List a run's tasks and their states (--follow: and their changes as they happen);
-    without RUN_ID, the last run's."""
+    """List a run's tasks (default: the last run's), in plan order (columns: task, status,
+    member, attempts, detail); --follow then prints their changes as they happen, a line each:
+    task, status, member, attempts=N."""
     url = attach_redis_url(redis_url, settings)
     if follow:
         from teamctl.coordinator.cli.live_view import follow_tasks_command
@@ -376,7 +382,8 @@ def send(run_id: str, text: str, to: str, redis_url: str | None, settings: Setti
               help="How many runs to list, newest first.")
 @fail_cleanly
 def runs(redis_url: str | None, as_json: bool, limit: int, settings: Settings) -> None:
-    """List recent runs."""
+    """List recent runs, newest first (columns: run, started, duration, status, cost,
+    objective)."""
     from teamctl.coordinator.cli.runs_view import runs_command
     from teamctl.shared.errors import ConfigError
 
@@ -443,8 +450,9 @@ def redis_stop(settings: Settings) -> None:
 @fail_cleanly
 def files(run_id: str | None, path: str | None, redis_url: str | None,
           settings: Settings) -> None:
-    """List a run's workspace files, or print the one at PATH (kept in Redis or on disk);
-    without RUN_ID, the last run's (a PATH needs a RUN_ID before it: `files last PATH`)."""
+    """List a run's workspace files (columns: bytes, version, path; version `-` for a workspace
+    on disk, which keeps none), or print the one at PATH (kept in Redis or on disk); without
+    RUN_ID, the last run's (a PATH needs a RUN_ID before it: `files last PATH`)."""
     from teamctl.coordinator.cli.files_view import files_command
 
     files_command(attach_redis_url(redis_url, settings), run_id, path)
@@ -493,7 +501,8 @@ def messages(run_id: str | None, redis_url: str | None, member: str | None, type
 @fail_cleanly
 def workers(ctx: click.Context, redis_url: str | None, as_json: bool,
             settings: Settings) -> None:
-    """List the workers on each queue (RQ's registry); `start` and `stop` manage the local pool."""
+    """List the workers on each queue (RQ's registry; columns: queue, worker, state, job, pool);
+    `start` and `stop` manage the local pool."""
     if ctx.invoked_subcommand is not None:
         return
     from teamctl.coordinator.cli.worker_commands import list_workers_command

@@ -29,7 +29,7 @@ from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_config import ModelSource, RunSpec
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.settings import Settings
-from teamctl.shared.task_records import TaskStatus
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import load_team_file
 from teamctl.shared.text import counted, one_line, printable
 
@@ -196,8 +196,13 @@ def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
     return exit_code_for(result) if result.status.finished else 0
 
 
+TASKS_HEADER = ("task", "status", "member", "attempts", "detail")
+
+
 def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
     """`teamctl tasks`: the run's board in plan order."""
+    from teamctl.coordinator.cli.table import print_listing
+
     run = existing_run(redis_url, run_id)
     states = run.board.snapshot()
     if as_json:
@@ -205,14 +210,22 @@ def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
         return
     now = now_ms()
     awaiting = run.store.state().status is RunStatus.AWAITING_APPROVAL
-    for s in states:
-        replayed = f" replayed={s.replayed_steps}" if s.replayed_steps else ""
-        # The answering model only when it was a fallback: the usual case stays short.
-        model = f" model={s.model} (fallback for {s.fallback_from})" if s.fallback_from else ""
-        waiting = s.waiting_text(now)  # a provider's limit holds its call back
-        click.echo(f"{s.task_id:24} {s.status.shown(awaiting):12} {s.claimed_by or '-':16} "
-                   f"attempts={s.attempts}{replayed}{model} "
-                   f"{waiting or one_line(s.error, 500)}".rstrip())
+    print_listing(TASKS_HEADER, [(s.task_id, s.status.shown(awaiting), s.claimed_by or "-",
+                                  str(s.attempts), _task_detail(s, now)) for s in states])
+
+
+def _task_detail(state: TaskState, now: int) -> str:
+    """What else a person needs of a task: the steps it replayed, the model that answered when
+    it was a fallback (the usual case stays short), and why its call waits or why it failed."""
+    from teamctl.coordinator.cli.run_view import answered_text
+
+    parts = []
+    if state.replayed_steps:
+        parts.append(f"replayed {counted(state.replayed_steps, 'step')}")
+    if state.fallback_from:
+        parts.append(f"model {answered_text(state.model, state.fallback_from)}")
+    why = state.waiting_text(now) or one_line(state.error, 500)  # a provider's limit waits
+    return "; ".join([*parts, why] if why else parts) or "-"
 
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:

@@ -9,22 +9,25 @@ import sys
 
 import click
 from teamctl.coordinator.cli.named_run import existing_run
+from teamctl.coordinator.cli.table import print_listing
 from teamctl.shared.runs.run_files import RunFiles
-from teamctl.shared.text import flat, printable
+from teamctl.shared.text import counted, flat, printable
+
+HEADER = ("bytes", "version", "path")
 
 
 def files_command(redis_url: str, run_id: str | None, path: str | None) -> None:
-    """List the run's files (path, bytes, version), or print the one at `path`."""
+    """List the run's files (bytes, version, path), or print the one at `path`."""
     run = existing_run(redis_url, run_id)
     files = RunFiles(run.conn, run.spec)
     if path is not None:
         show(files.read(path))
         return
     entries = files.listing()
-    click.echo(f"{len(entries)} files in {flat(files.where)}", err=True)
-    for entry in entries:
-        version = str(entry.version) if entry.version else "-"
-        click.echo(f"{entry.size_bytes:>10}  v{version:<5} {flat(entry.path)}")
+    click.echo(f"{counted(len(entries), 'file')} in {flat(files.where)}", err=True)
+    # A workspace on disk keeps no versions: its column says `-`.
+    print_listing(HEADER, [(str(entry.size_bytes), str(entry.version) if entry.version else "-",
+                            entry.path) for entry in entries])
 
 
 def show(data: bytes) -> None:

@@ -6,12 +6,11 @@ bus, no result object, so the verb stays fast with hundreds of runs in Redis."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 import click
-from teamctl.coordinator.cli.table import table_lines
+from teamctl.coordinator.cli.table import print_listing
 from teamctl.shared.clock import now_ms
 from teamctl.shared.ids import is_safe_id
 from teamctl.shared.redis.connection import connect
@@ -39,11 +38,7 @@ def runs_command(redis_url: str, as_json: bool, limit: int) -> None:
     if as_json:
         click.echo(json.dumps([_row(run) for run in runs], indent=2))
         return
-    if not runs:
-        click.echo("no runs yet", err=sys.stderr.isatty())
-        return
-    for line in table_lines(HEADER, [_cells(run) for run in runs]):
-        click.echo(line)
+    print_listing(HEADER, [_cells(run) for run in runs], empty="no runs yet")
 
 
 def _summaries(conn: redis.Redis, run_ids: list[str]) -> list[RunSummary]:

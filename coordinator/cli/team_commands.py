@@ -24,9 +24,14 @@ from teamctl.coordinator.cli.app import (
     force_option,
     redis_url_option,
 )
-from teamctl.coordinator.cli.messages_view import sent_line
-from teamctl.coordinator.cli.table import table_lines
-from teamctl.coordinator.teams.team_lines import request_line, task_line
+from teamctl.coordinator.cli.messages_view import sent_line, sent_ms
+from teamctl.coordinator.cli.table import print_listing
+from teamctl.coordinator.teams.team_lines import (
+    REQUEST_HEADER,
+    TASK_HEADER,
+    request_cells,
+    task_cells,
+)
 from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
@@ -46,7 +51,7 @@ from teamctl.shared.teams.teammates import (
     load_mate_python_tools,
     team_workspace,
 )
-from teamctl.shared.text import counted, flat, one_line
+from teamctl.shared.text import clock_text, counted, one_line
 from teamctl.shared.tracing import CLI_SERVICE, Span, tracing_from_settings
 from teamctl.shared.workspace_files import choose_store
 
@@ -146,15 +151,20 @@ def say_unserved(store: TeamStore) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @fail_cleanly
 def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> None:
-    """List the persistent teams."""
+    """List the persistent teams.
+
+    Each row (columns: team, teammates, working, tokens, cost, budget) says how many teammates
+    it has and how many work, the tokens and cost of its model calls with its limits, and
+    budget `spent` once its budget is."""
     conn = connect(attach_redis_url(redis_url, settings))
-    rows, lines = [], []
+    rows: list[dict[str, Any]] = []
+    cells = []
     for name, created_ms in list_teams(conn):
         store = TeamStore(conn, name)
         mates, options, usage = store.mates(), store.options, store.usage()
         rows.append({"team": name, "created_ms": created_ms, "teammates": len(mates),
                      "working": sum(m.status == "working" for m in mates),
-                     "tokens": usage.prompt_tokens + usage.completion_tokens,
+                     "tokens": usage.tokens,
                      "prompt_tokens": usage.prompt_tokens,
                      "completion_tokens": usage.completion_tokens,
                      "cost_usd": usage.cost_usd, "unpriced": usage.unpriced,
@@ -162,25 +172,25 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
                      "budget_exceeded": usage.budget_exceeded,
                      "usage_by_model": {model: share.model_dump() for model, share
                                         in usage_by_model(conn, store.keys).items()}})
-        lines.append(team_line(rows[-1], usage))
+        cells.append(team_cells(rows[-1], usage))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    if not rows:  # as `runs`: on stderr when it is a terminal, so scripts read nothing
-        click.echo("no teams yet", err=sys.stderr.isatty())
-    for line in lines:
-        click.echo(line)
+    print_listing(TEAMS_HEADER, cells, empty="no teams yet")
 
 
-def team_line(row: dict[str, Any], usage: Usage) -> str:
+TEAMS_HEADER = ("team", "teammates", "working", "tokens", "cost", "budget")
+
+
+def team_cells(row: dict[str, Any], usage: Usage) -> tuple[str, ...]:
     """One team of `teamctl teams`: teammates, working, tokens and cost (with their limits),
-    and `budget spent` once it is."""
-    tokens = f"{row['tokens']:,} tokens" + (
+    and `spent` once its budget is."""
+    tokens = usage.tokens_text() + (
         f" (max {row['max_tokens']:,})" if row["max_tokens"] is not None else "")
     cost = usage.cost_text() + (
         f" (max ${row['max_cost_usd']:g})" if row["max_cost_usd"] is not None else "")
-    return (f"{row['team']}\t{row['teammates']} teammates\t{row['working']} working\t{tokens}"
-            f"\t{cost}" + ("\tbudget spent" if row["budget_exceeded"] else ""))
+    return (row["team"], str(row["teammates"]), str(row["working"]), tokens, cost,
+            "spent" if row["budget_exceeded"] else "-")
 
 
 @click.group("team")
@@ -273,14 +283,12 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None,
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @with_store(reconciles=True, reads=True)
 def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
-    """List the team's teammates and their status."""
+    """List the team's teammates (columns: name, status, role, detail: what a working one's
+    call waits for, why an idle one stopped, the fallback that answered its last call)."""
     store.meta()
     mates = store.mates()
     if as_json:
         click.echo(json.dumps([m.model_dump(mode="json") for m in mates], indent=2))
-        return
-    if not mates:
-        click.echo(f"no teammates in team {store.team} yet", err=sys.stderr.isatty())
         return
     now = now_ms()
     rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
@@ -288,8 +296,10 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
                            TaskStatus.IN_PROGRESS)
               if mate.status is MateStatus.WORKING else one_line(mate.idle_reason, 80))
              + fallback_note(mate)) for mate in mates]
-    for line in table_lines(("name", "status", "role", "detail"), rows):
-        click.echo(line)
+    print_listing(MATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
+
+
+MATES_HEADER = ("name", "status", "role", "detail")
 
 
 def fallback_note(mate: Teammate) -> str:
@@ -353,15 +363,20 @@ def say_if_spent(store: TeamStore) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @with_store(reads=True)
 def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings) -> None:
-    """Show NAME's unread messages (default: the lead's); never marks them read."""
+    """Show NAME's unread messages (default: the lead's), oldest first (columns: time, from, to,
+    type, content; the content cut to 200 characters); never marks them read."""
     store.meta()
     _, messages = store.peek(name)
-    for message in messages:
-        if as_json:
+    if as_json:
+        for message in messages:
             click.echo(message.model_dump_json(by_alias=True))
-        else:
-            click.echo(f"{message.id}\t{flat(message.from_)} -> {flat(message.to or '*')}\t"
-                       f"{flat(message.type)}\t{one_line(message.content, 200)}")
+        return
+    now = now_ms()
+    print_listing(INBOX_HEADER, [(clock_text(sent_ms(m), now), m.from_, m.to or "*", m.type,
+                                  one_line(m.content, 200)) for m in messages])
+
+
+INBOX_HEADER = ("time", "from", "to", "type", "content")
 
 
 @team_group.command("messages")
@@ -470,7 +485,9 @@ def review_command(request_id: str, approve: bool | None, feedback: str, store: 
 @with_store(reads=True)
 def requests_command(request_id: str | None, pending: bool, as_json: bool, store: TeamStore,
                      settings: Settings) -> None:
-    """List the team's protocol requests (shutdown, plan approval), oldest first, or one."""
+    """List the team's protocol requests (shutdown, plan approval), oldest first, or one
+    (columns: request, kind, from, to, status, detail: the response once answered, else the
+    payload)."""
     store.meta()
     records = ([store.request(request_id)] if request_id
                else store.requests(pending_only=pending))
@@ -478,8 +495,7 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
         click.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in records],
                               indent=2))
         return
-    for record in records:
-        click.echo(request_line(record))
+    print_listing(REQUEST_HEADER, [request_cells(record) for record in records])
 
 
 @team_group.group("task")
@@ -514,7 +530,8 @@ def task_add_command(subject: str, description: str, role: str, assignee: str,
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @with_store(reads=True)
 def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
-    """List the team's tasks: id, status, owner (or assignee), role, subject, dependencies."""
+    """List the team's tasks (columns: task, status, owner, role, after, subject; owner is
+    `for NAME` while the task is only assigned, after the tasks it waits on)."""
     from teamctl.shared.teams.tasks import TeamTasks
 
     store.meta()
@@ -522,8 +539,7 @@ def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> No
     if as_json:
         click.echo(json.dumps([t.view() for t in tasks], indent=2))
         return
-    for t in tasks:
-        click.echo(task_line(t))
+    print_listing(TASK_HEADER, [task_cells(t) for t in tasks])
 
 
 @team_group.command("export")

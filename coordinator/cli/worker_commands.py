@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 from teamctl.coordinator.advice import note
-from teamctl.coordinator.cli.table import table_lines
+from teamctl.coordinator.cli.table import print_listing
 from teamctl.coordinator.local_workers.on_queues import local_pool
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import connect
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from teamctl.coordinator.local_workers.pool import PoolWorker
 
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+HEADER = ("queue", "worker", "state", "job", "pool")
 
 
 def list_workers_command(redis_url: str, as_json: bool, settings: Settings) -> None:
@@ -38,12 +39,8 @@ def list_workers_command(redis_url: str, as_json: bool, settings: Settings) -> N
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    if not rows:
-        click.echo("no workers", err=True)
-        return
     cells = sorted((queue, *_worker_cells(row, pool)) for row in rows for queue in row["queues"])
-    for line in table_lines(("queue", "worker", "state", "job", "pool"), cells):
-        click.echo(line)
+    print_listing(HEADER, cells, empty="no workers")
 
 
 def _worker_row(worker: Any, pool: dict[int, PoolWorker]) -> dict[str, Any]:

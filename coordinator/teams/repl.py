@@ -20,7 +20,7 @@ from typing import Any
 import click
 import redis
 from teamctl.coordinator.teams.lead import LeadAgent
-from teamctl.coordinator.teams.team_lines import request_line, task_line
+from teamctl.coordinator.teams.team_lines import request_cells, task_cells
 from teamctl.shared.bus import LEAD, delivered_to
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
@@ -30,7 +30,7 @@ from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_base import BudgetSpent
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import MateStatus, Teammate
-from teamctl.shared.text import flat, one_line, printable
+from teamctl.shared.text import clock_text, flat, one_line, printable
 
 HELP = """\
 A line is a message to the lead agent; its unread inbox joins it. An empty line runs a turn on
@@ -62,9 +62,12 @@ def for_lead(message: Envelope) -> bool:
 
 
 def describe(message: Envelope) -> str:
-    """One line for a person: who, what type, request id, the content shortened."""
+    """One line for a person: when it was sent (as `teamctl messages` shows it, not its stream
+    id), who, what type, request id, the content shortened."""
     request_id = getattr(message, "request_id", None)
-    return (f"{flat(message.id)}\t{flat(message.from_)} -> {flat(message.to) or '*'}"
+    sent_ms = message.created_at or int(message.id.partition("-")[0] or 0)
+    return (f"{clock_text(sent_ms, now_ms())}\t{flat(message.from_)} -> "
+            f"{flat(message.to) or '*'}"
             f"\t{flat(message.type)}" + (f" ({flat(request_id)})" if request_id else "")
             + f"\t{one_line(message.content, 200)}")
 
@@ -223,14 +226,14 @@ class LeadRepl:
         if not tasks:
             click.echo("(no tasks)")
         for task in tasks:
-            click.echo(printable(task_line(task)))
+            click.echo("\t".join(flat(cell) for cell in task_cells(task)))
 
     def show_requests(self) -> None:
         records = self.store.requests()
         if not records:
             click.echo("(no requests)")
         for record in records:
-            click.echo(printable(request_line(record)))
+            click.echo("\t".join(flat(cell) for cell in request_cells(record)))
 
 
 def show_step(step: list[dict[str, Any]]) -> None:

@@ -3,7 +3,12 @@ click's runner, and what its output and exit say."""
 
 from __future__ import annotations
 
+import os
+import pty
+import select
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -43,3 +48,33 @@ def assert_config_error(result: Result, says: str) -> None:
 def shown_at(at_ms: int) -> str:
     """How a line of `messages`, `team messages` or `events` shows a time (local, as now)."""
     return clock_text(at_ms, now_ms())
+
+
+def on_a_terminal(args: list[str], deadline_s: float = 120) -> tuple[int, str, str]:
+    """`args` run with stdout on a pseudo-terminal (stdin and stderr not): exit code, what the
+    terminal showed (its CR LF made LF again) and stderr."""
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=follower,
+                               stderr=subprocess.PIPE, text=True)
+    os.close(follower)
+    shown = b""
+    deadline = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the process, the terminal's last holder, has exited
+                break
+            if not chunk:
+                break
+            shown += chunk
+        _, stderr = process.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+    return process.returncode, shown.decode().replace("\r\n", "\n"), stderr
