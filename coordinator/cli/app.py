@@ -107,6 +107,9 @@ def user_path_error(exc: OSError, paths: list[tuple[Path, str]]) -> ConfigError 
 
 redis_url_option = click.option("--redis-url", default=None,
                                 help="Redis to use (default: $REDIS_URL, else embedded).")
+MODEL_DEFAULT = ("$TEAMCTL_MODEL, else the small default model of the first provider whose API "
+                 "key is set, else the built-in offline model")
+"""Where a model comes from when no flag names one (shared/runs/run_config.py pick_model)."""
 
 
 @dataclass(frozen=True)
@@ -354,8 +357,10 @@ def tasks(run_id: str | None, redis_url: str | None, as_json: bool, follow: bool
               help="One JSON object per line, with `kind` \"task\" or \"message\".")
 @fail_cleanly
 def events(run_id: str | None, redis_url: str | None, as_json: bool, settings: Settings) -> None:
-    """Print a run's task state changes and messages in order, from its start until it ends;
-    without RUN_ID, the last run's."""
+    """Print a run's task state changes and messages in order, from its start until it ends
+    (default: the last run's), a line each starting with its local time (HH:MM:SS, with the
+    date before it when not today): `[task STATUS] TASK MEMBER attempts=N`, or a message as
+    `messages` prints it."""
     from teamctl.coordinator.cli.live_view import events_command
 
     events_command(attach_redis_url(redis_url, settings), run_id, as_json)
@@ -369,7 +374,7 @@ def events(run_id: str | None, redis_url: str | None, as_json: bool, settings: S
 @fail_cleanly
 def send(run_id: str, text: str, to: str, redis_url: str | None, settings: Settings) -> None:
     """Send TEXT, as the lead, to a member of a live run (it reads it with team_read_messages,
-    or in its next task's input); prints the message id."""
+    or in its next task's input); says `sent to MEMBER` (`messages --json` has its id)."""
     from teamctl.coordinator.cli.live_view import send_command
 
     send_command(resolve_redis_url(redis_url, settings), run_id, to, text)
@@ -487,7 +492,9 @@ def transcript(ids: tuple[str, ...], redis_url: str | None, as_json: bool,
 @fail_cleanly
 def messages(run_id: str | None, redis_url: str | None, member: str | None, type_: str | None,
              follow: bool, as_json: bool, settings: Settings) -> None:
-    """Show a run's messages; without RUN_ID, the last run's."""
+    """Show a run's messages (default: the last run's), a line each: its local time (HH:MM:SS,
+    with the date before it when not today), [type], (task), from -> to: content, the
+    content's further lines indented under it."""
     from teamctl.coordinator.cli.messages_view import messages_command
 
     messages_command(attach_redis_url(redis_url, settings), run_id, member=member, type_=type_,

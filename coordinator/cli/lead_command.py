@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 from teamctl.coordinator.advice import note, spelled
-from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option
+from teamctl.coordinator.cli.app import MODEL_DEFAULT, fail_cleanly, redis_url_option
 from teamctl.coordinator.cli.team_commands import mcp_variables, renew_pool, team_option
 from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 
 @click.command("lead")
 @click.option("--model", default=None,
-              help="The lead's model, and its teammates' default (default: $TEAMCTL_MODEL, "
-                   "else offline).")
+              help=f"The lead's model, and its teammates' default (default: {MODEL_DEFAULT}).")
 @click.option("--fallback-model", "fallback_models", multiple=True, metavar="M",
               help="A model the lead tries when its own cannot answer (repeatable, in order; "
                    "default: the team's [teammates] fallbacks); its teammates' default too.")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.cli.app import (
+    MODEL_DEFAULT,
     approve_plan_option,
     fail_cleanly,
     idle_exit_option,
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
 @click.argument("objective")
 @click.option("--team", "team_path", type=click.Path(path_type=Path), default=None,
               help="Team file (.toml, .yaml or .json).")
-@click.option("--model", default=None, help="Model for every role (default: $TEAMCTL_MODEL).")
+@click.option("--model", default=None,
+              help="Model for every role, over the team file's (default: the team file's "
+                   f"models, else {MODEL_DEFAULT}).")
 @click.option("--fallback-model", "fallback_models", multiple=True,
               help="A model every role tries when its own cannot answer (repeat for more, "
                    "tried in order; replaces the team file's fallbacks).")

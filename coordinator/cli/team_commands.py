@@ -20,6 +20,7 @@ import click
 from pydantic import ValidationError
 from teamctl.coordinator.advice import note, spelled
 from teamctl.coordinator.cli.app import (
+    MODEL_DEFAULT,
     fail_cleanly,
     force_option,
     redis_url_option,
@@ -243,7 +244,7 @@ def budget_options(options: TeamOptions, **flags: int | float | None) -> TeamOpt
 @click.argument("name")
 @click.option("--role", required=True, help="The teammate's role.")
 @click.option("--prompt", required=True, help="What the teammate should do first.")
-@click.option("--model", default=None, help="Its model (default: $TEAMCTL_MODEL, else offline).")
+@click.option("--model", default=None, help=f"Its model (default: {MODEL_DEFAULT}).")
 @click.option("--fallback-model", "fallback_models", multiple=True, metavar="M",
               help="A model it tries when its own cannot answer (repeatable, in order; "
                    "default: the team's [teammates] fallbacks).")
@@ -317,7 +318,8 @@ def fallback_note(mate: Teammate) -> str:
 @with_store(wakes=True)
 def send_command(name: str, text: str, type_: str | None, store: TeamStore,
                  settings: Settings) -> None:
-    """Send TEXT from the lead to teammate NAME (waking it if idle)."""
+    """Send TEXT from the lead to teammate NAME (waking it if idle); says `sent to NAME`, and
+    `(woke it)` when it did (`team messages --json` has the message's id)."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
         message, woke = store.send(LEAD, name, text, type_=type_, traceparent=span.traceparent)
@@ -329,7 +331,8 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
 @click.argument("text")
 @with_store(wakes=True)
 def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
-    """Send TEXT from the lead to every teammate (waking the idle ones)."""
+    """Send TEXT from the lead to every teammate (waking the idle ones); says to how many, and
+    how many it woke."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
         _, woke = store.broadcast(LEAD, text, traceparent=span.traceparent)
@@ -387,7 +390,8 @@ INBOX_HEADER = ("time", "from", "to", "type", "content")
 @with_store(reads=True)
 def messages_command(member: str | None, type_: str | None, follow: bool, as_json: bool,
                      store: TeamStore, settings: Settings) -> None:
-    """Print the team's message bus, read or not, in order; --follow tails it."""
+    """Print the team's message bus, read or not, in order, a line each as `teamctl messages`
+    prints it (its local time first); --follow tails it."""
     from teamctl.coordinator.cli.messages_view import team_messages
     team_messages(store, member=member, type_=type_, follow=follow, as_json=as_json)
 
