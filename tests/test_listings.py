@@ -47,6 +47,8 @@ class Stored:
 def stored(conn: redis.Redis, redis_url: str, team: str, tmp_path: Path) -> Iterator[Stored]:
     two_task_run(conn, RUN, tmp_path)
     conn.zadd(RUNS_INDEX, {RUN: 1})
+    # Ended, so its duration stays put between two listings.
+    assert CliRunner().invoke(main, ["cancel", RUN, "--redis-url", redis_url]).exit_code == 0
     (tmp_path / RUN / "notes.md").write_text("# Notes\n")
     store = TeamStore(conn, team)
     store.create(TeamOptions(max_tokens=1000))
@@ -140,8 +142,8 @@ def test_the_team_listings_print_these_rows(stored: Stored) -> None:
 
 def test_the_run_listings_print_these_rows(stored: Stored, tmp_path: Path) -> None:
     assert terminal(stored, ["tasks", RUN]) == [
-        "task  status   member  attempts  detail", "a     ready    -       0         -",
-        "b     pending  -       0         -"]
+        "task  status   member  attempts  detail", "a     blocked  -       0         cancelled",
+        "b     blocked  -       0         cancelled"]
     assert terminal(stored, ["files", RUN]) == ["bytes  version  path", "8      -        notes.md"]
     assert piped(stored, ["files", RUN]) == ["8\t-\tnotes.md"]
     files = CliRunner().invoke(main, ["files", RUN, "--redis-url", stored.redis_url])
@@ -153,8 +155,10 @@ def test_the_run_listings_print_these_rows(stored: Stored, tmp_path: Path) -> No
 
 
 def test_the_status_table_has_the_columns_its_help_names(stored: Stored) -> None:
-    lines = piped(stored, ["status", RUN])  # status is a report: its table keeps its header
-    [header] = [line for line in lines if line.startswith("task ")]
+    # status is a report, not a listing: its table keeps its header in a pipe too.
+    status = CliRunner().invoke(main, ["status", RUN, "--redis-url", stored.redis_url])
+    assert status.exit_code == 1, status.output  # a cancelled run
+    [header] = [line for line in status.stdout.splitlines() if line.startswith("task ")]
     assert header_cells(header) == help_columns(["status"])
 
 
