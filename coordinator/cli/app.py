@@ -503,7 +503,8 @@ def messages(run_id: str | None, redis_url: str | None, member: str | None, type
 
 @main.group(invoke_without_command=True)
 @redis_url_option
-@json_option
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the workers as JSON, one object per worker (not per queue).")
 @click.pass_context
 @fail_cleanly
 def workers(ctx: click.Context, redis_url: str | None, as_json: bool,

@@ -568,5 +568,5 @@ def export_command(directory: Path, everything: bool, force: bool, store: TeamSt
 def delete_command(force: bool, store: TeamStore, settings: Settings) -> None:
     """Delete the team: every teammate, message and memory."""
     removed = store.delete(force=force)
-    click.echo(f"deleted team {store.team} ({removed} keys)")
+    click.echo(f"deleted team {store.team} ({counted(removed, 'key')})")
 

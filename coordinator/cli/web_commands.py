@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from teamctl.coordinator.cli.app import fail_cleanly, force_option, redis_url_option
+from teamctl.coordinator.cli.app import fail_cleanly, redis_url_option
 from teamctl.shared.redis.choice import attach_redis_url
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ WEB_EXTRA_MISSING = "pip install 'teamctl[web]'"
               help="The HTML file to write: one self-contained page (no script, nothing "
                    "fetched) with the plan, the timeline and every task.")
 @redis_url_option
-@force_option
+@click.option("--force", is_flag=True, help="Overwrite the HTML file if it exists.")
 @fail_cleanly
 def report(run_id: str | None, html_path: Path, redis_url: str | None, force: bool,
            settings: Settings) -> None:
