@@ -31,7 +31,7 @@ from teamctl.shared.text import clock_text, flat
 def send_command(redis_url: str, run_id: str, to: str, text: str) -> None:
     """`teamctl send`: a person's message, as `lead`, to one member of a live run or to all."""
     message = send_message(existing_run(redis_url, run_id), to, text)
-    click.echo(sent_line(message.to or to if message else to))
+    click.echo(sent_line((message.to or to) if message else to))
 
 
 

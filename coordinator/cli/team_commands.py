@@ -59,6 +59,10 @@ from teamctl.shared.workspace_files import choose_store
 if TYPE_CHECKING:
     from teamctl.shared.agent.replies import Usage
 
+TEAMS_HEADER = ("team", "teammates", "working", "tokens", "cost", "budget")
+MATES_HEADER = ("name", "status", "role", "detail")
+INBOX_HEADER = ("time", "from", "to", "type", "content")
+
 
 def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("-t", "--team", "team", default=None,
@@ -180,9 +184,6 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
     print_listing(TEAMS_HEADER, cells, empty="no teams yet")
 
 
-TEAMS_HEADER = ("team", "teammates", "working", "tokens", "cost", "budget")
-
-
 def team_cells(row: dict[str, Any], usage: Usage) -> tuple[str, ...]:
     """One team of `teamctl teams`: teammates, working, tokens and cost (with their limits),
     and `spent` once its budget is."""
@@ -300,9 +301,6 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     print_listing(MATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
 
 
-MATES_HEADER = ("name", "status", "role", "detail")
-
-
 def fallback_note(mate: Teammate) -> str:
     """What `team list` adds when a fallback model answered the teammate's last call."""
     if not mate.fallback_from:
@@ -377,9 +375,6 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
     now = now_ms()
     print_listing(INBOX_HEADER, [(clock_text(sent_ms(m), now), m.from_, m.to or "*", m.type,
                                   one_line(m.content, 200)) for m in messages])
-
-
-INBOX_HEADER = ("time", "from", "to", "type", "content")
 
 
 @team_group.command("messages")
