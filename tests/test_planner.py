@@ -66,3 +66,17 @@ def test_unparseable_plan_without_fallback_runs_no_task_and_still_synthesizes(
     assert (out["rounds"], out["plan"]["tasks"], out["plan"]["fallback"]) == (0, [], False)
     assert out["output"] == "nothing to merge"
     assert "Member outputs:\n(none)" in llm.prompts(f"synth-{run_id}")[0]
+
+
+def test_a_planner_model_with_no_known_provider_fails_the_run_in_one_line(
+        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    team = team_file(tmp_path / "t.toml", {"planner": "teamctl/offline", "synth": "x/y",
+                                           "member": "x/y"})
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "teamctl: planner failed: model teamctl/offline: litellm knows no provider by that "
+        "name; write it as PROVIDER/MODEL (openai/gpt-4o-mini, "
+        "anthropic/claude-3-5-haiku-latest, ...) or teamctl-offline/default for the offline "
+        "model")

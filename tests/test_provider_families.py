@@ -233,6 +233,15 @@ def test_vertex_ai_needs_google_auth_in_the_worker(katan: Katan) -> None:
     assert katan.requests().get("vertexai", 0) == before
 
 
+def test_a_model_string_naming_no_known_provider_is_a_one_line_config_error() -> None:
+    with pytest.raises(ConfigError) as refused:
+        client().complete("teamctl/offline", [{"role": "user", "content": "hi"}])
+    assert str(refused.value) == (
+        "model teamctl/offline: litellm knows no provider by that name; write it as "
+        "PROVIDER/MODEL (openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, ...) or "
+        "teamctl-offline/default for the offline model")
+
+
 def test_bedrock_signs_with_the_aws_credentials_of_the_environment(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDKATANTEST")

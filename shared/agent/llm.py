@@ -69,6 +69,8 @@ LITELLM_PREFIX = re.compile(r"^(?:litellm\.)?\w*(?:Error|Exception)(?: \w+Error)
 AuthenticationError: OpenAIException - ...")."""
 MISSING_SDK = "Google Cloud SDK not found"
 """How litellm says google-auth (vertex_ai/'s credentials) is not installed."""
+NO_PROVIDER = "LLM Provider NOT provided"
+"""How litellm says a model string names no provider it knows."""
 PROVIDER_TEXT_CHARS = 160
 """How much of a provider's refusal a credentials error quotes: enough for its reason."""
 
@@ -253,6 +255,11 @@ class ModelClient:
                                                     sent_no_key=kwargs.get("api_key") == NO_KEY)
                 if bad_credentials is not None:
                     raise bad_credentials from exc
+                if NO_PROVIDER in str(exc):  # a misspelt model string: no retry mends it
+                    raise ConfigError(f"model {model}: litellm knows no provider by that name; "
+                                      "write it as PROVIDER/MODEL (openai/gpt-4o-mini, "
+                                      "anthropic/claude-3-5-haiku-latest, ...) or "
+                                      f"{PROVIDER}/default for the offline model") from exc
                 if MISSING_SDK in str(exc):  # no retry installs a package
                     raise ConfigError(f"model {model}: litellm needs the google-auth package for"
                                       " this provider: install it where the workers run "

@@ -11,7 +11,7 @@ from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNo
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import BudgetSpent, ModelError
+from teamctl.shared.errors import BudgetSpent, ConfigError, ModelError
 from teamctl.shared.provider_limits import ProviderLimits, worker_limits
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
@@ -84,7 +84,7 @@ def _ask(request: ModelCallRequest, caller: FallbackCaller, worker: str) -> Mode
     """One model call with its fallbacks; any failure becomes the outcome."""
     try:
         reply = caller.complete(request.model, request.messages, api_base=request.api_base)
-    except ModelError as exc:
+    except (ModelError, ConfigError) as exc:  # a model string or a setting to mend: its line
         return ModelCallOutcome(error=str(exc), worker=worker)
     except BudgetSpent as exc:  # the call's reservation: the run pauses, then asks again
         return ModelCallOutcome(error=str(exc), worker=worker, budget_spent=True)
