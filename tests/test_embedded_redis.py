@@ -439,4 +439,5 @@ def test_reading_verbs_start_no_server_and_say_there_is_nothing_to_show(
     assert started.stdout == "started\n" and listening_on(server.socket_path)
     assert runner.invoke(main, ["redis", "start"]).stdout == "already running\n"
     listed = runner.invoke(main, ["teams"])  # the data kept on disk, attached to
-    assert listed.exit_code == 0 and listed.stdout.startswith("default\t0 teammates")
+    assert listed.exit_code == 0 and listed.stdout.startswith("default\t0\t0\t0 tokens\t"), (
+        listed.stdout)
