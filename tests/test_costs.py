@@ -81,3 +81,22 @@ def test_a_priced_model_is_charged_and_the_budget_is_never_overshot(
     # Every call is charged to its task too, whatever became of the attempt that made it.
     per_task = sum(t.usage.cost_usd for t in board.snapshot())
     assert per_task == pytest.approx(out["usage"]["cost_usd"])
+
+
+def test_an_offline_run_counts_its_members_calls(llm: ScriptedLLM, workers: str, run_id: str,
+                                                 tmp_path: Path) -> None:
+    """The offline model has no provider account, but its usage is the run's all the same."""
+    from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+
+    team = team_file(tmp_path / "t.toml", {"planner": OFFLINE_MODEL, "synth": OFFLINE_MODEL,
+                                           "member": OFFLINE_MODEL})
+    result = run_cli(llm, workers, run_id, team)
+
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    tasks = TaskBoard(redis.Redis.from_url(workers, decode_responses=True),
+                      RunKeys(run_id)).snapshot()
+    assert tasks and all(t.usage.prompt_tokens > 0 for t in tasks)
+    members = sum(t.usage.prompt_tokens + t.usage.completion_tokens for t in tasks)
+    total = out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"]
+    assert total > members > 0  # the planner's and synthesizer's calls come on top

@@ -305,11 +305,12 @@ class ModelClient:
     def _take(self, litellm: Any, model: str, kwargs: dict[str, Any],
               wait_limit_s: float | None) -> Ticket | None:
         """This attempt's slot on its provider's account and its budget reservation (None: no
-        gate; the offline model has no provider to share, only a budget to keep)."""
+        gate; the offline model has no provider to share, only a run's or team's usage and
+        budget to keep)."""
         if self.limits is None:
             return None
         if model.startswith(PROVIDER):
-            if not self.scope.limited:
+            if self.scope.budget is None:
                 return None
             keys = self.limits.keys_for(PROVIDER, None, ())
         else:
