@@ -79,6 +79,8 @@ ROSTER_TRIES = 5
 _TYPE = re.compile(rf"[A-Za-z][A-Za-z0-9_.-]{{0,{MAX_TYPE_CHARS - 1}}}")  # used with fullmatch
 _MEMBER_ID = re.compile(r"[a-z0-9_-]{1,128}")
 LEAD = "lead"
+SYSTEM = "system"
+"""The sender of the runtime's own messages."""
 
 
 def delivered_to(message: Envelope, member_id: str) -> bool:
@@ -159,6 +161,11 @@ class MessageBus:
         """
         _check_shape(sender, to, type_, task_id, content)
         return self._append(sender, to, type_, task_id, content)
+
+    def tell_lead(self, type_: SystemType | str, task_id: str | None,
+                  content: str) -> Envelope | None:
+        """A runtime notice to the lead (budget, plan decision, fallback, warning)."""
+        return self.publish(SYSTEM, LEAD, type_, task_id, content)
 
     def _append(self, sender: str, to: str | None, type_: str, task_id: str | None,
                 content: str, traceparent: str | None = None) -> Envelope | None:

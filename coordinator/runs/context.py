@@ -42,7 +42,7 @@ def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks:
 
     def report_hook_error(point: str, text: str) -> None:
         reporter.note(f"hook failed: {text}")
-        run.bus.publish("system", "lead", HOOK_ERROR_TYPE, None, text)
+        run.bus.tell_lead(HOOK_ERROR_TYPE, None, text)
 
     return RunContext(run=run, dispatcher=Dispatcher(rq_conn, spec),
                       hooks=HookRunner(hooks, report_hook_error), reporter=reporter,

@@ -153,7 +153,7 @@ class RoundLoop:
         run.store.set_status(RunStatus.AWAITING_BUDGET)
         self.ctx.reporter.phase(RunStatus.AWAITING_BUDGET)
         self.trace.event("teamctl.run.awaiting_budget")
-        run.bus.publish("system", "lead", SystemType.RUN_AWAITING_BUDGET, None, spent)
+        run.bus.tell_lead(SystemType.RUN_AWAITING_BUDGET, None, spent)
         self.ctx.reporter.note(f"run {run_id} paused ({spent}): {resume_hint(run)}")
 
     def _resume(self, state: LoopState) -> None:
@@ -163,7 +163,7 @@ class RoundLoop:
         run.store.set_status(RunStatus.RUNNING)
         self.ctx.reporter.phase(RunStatus.RUNNING)
         self.trace.event("teamctl.run.resumed")
-        run.bus.publish("system", "lead", SystemType.RUN_BUDGET_ADDED, None,
+        run.bus.tell_lead(SystemType.RUN_BUDGET_ADDED, None,
                         "the budget was raised: the run goes on")
         self.ctx.reporter.note(f"run {run_id} resumed: its budget was raised")
 
@@ -286,7 +286,7 @@ class RoundLoop:
             self.board.fail(task_id, None, f"unknown team member: {task.member_id}")
             return None
         if spec.resolve_member(task.member_id) is None:
-            self.ctx.run.bus.publish("system", "lead", SystemType.RUN_WARNING, task_id,
+            self.ctx.run.bus.tell_lead(SystemType.RUN_WARNING, task_id,
                                  f"unknown team member {task.member_id!r}: routed to {member.id}")
         return self.ctx.dispatcher.enqueue(task_id, member.queue)
 

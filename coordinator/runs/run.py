@@ -237,7 +237,7 @@ class Coordinator:
         self.ctx.run.budget.mark_spent(spent)
         self._set_status(RunStatus.AWAITING_BUDGET)
         self.trace.event("teamctl.run.awaiting_budget")
-        self.ctx.run.bus.publish("system", "lead", SystemType.RUN_AWAITING_BUDGET, None, spent)
+        self.ctx.run.bus.tell_lead(SystemType.RUN_AWAITING_BUDGET, None, spent)
         self.ctx.reporter.note(f"run {run_id} paused ({spent}): {resume_hint(self.ctx.run)}")
         while self.ctx.run.budget.exceeded():
             if self._should_stop_waiting():
@@ -248,7 +248,7 @@ class Coordinator:
             store.wait_for_wake(WAKE_EVERY_S)
         self._set_status(was)
         self.trace.event("teamctl.run.resumed")
-        self.ctx.run.bus.publish("system", "lead", SystemType.RUN_BUDGET_ADDED, None,
+        self.ctx.run.bus.tell_lead(SystemType.RUN_BUDGET_ADDED, None,
                                  "the budget was raised: the run goes on")
         self.ctx.reporter.note(f"run {run_id} resumed: its budget was raised")
 
@@ -263,14 +263,14 @@ class Coordinator:
                                should_stop=self._should_stop_waiting,
                                phase=self.ctx.reporter.phase)
         if decision.approved:
-            self.ctx.run.bus.publish("system", "lead", SystemType.PLAN_APPROVED, None,
+            self.ctx.run.bus.tell_lead(SystemType.PLAN_APPROVED, None,
                                  decision.reason or "")
             return True
         if decision.cancelled:
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
             return False
         reason = f"plan rejected{': ' + decision.reason if decision.reason else ''}"
-        self.ctx.run.bus.publish("system", "lead", SystemType.PLAN_REJECTED, None, reason)
+        self.ctx.run.bus.tell_lead(SystemType.PLAN_REJECTED, None, reason)
         self._end_without_synthesis(RunStatus.FAILED, reason)
         raise RunFailed(reason)
 

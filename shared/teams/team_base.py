@@ -8,7 +8,7 @@ from functools import cached_property
 import redis
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.budget import Budget, Charge, UsageTotals
-from teamctl.shared.bus import LEAD, MessageBus
+from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, TeamError, unreadable
 from teamctl.shared.keys import TeamKeys
@@ -113,7 +113,7 @@ class TeamBase:
         """After a call was charged (by the settle of its provider slot, or `charge`): the
         call that spent the budget tells the lead (one `team.budget_exceeded` notice)."""
         if charge.crossed and charge.exceeded:
-            self.bus.publish("system", LEAD, SystemType.TEAM_BUDGET_EXCEEDED, None,
+            self.bus.tell_lead(SystemType.TEAM_BUDGET_EXCEEDED, None,
                              f"{charge.exceeded}: no teammate or lead starts another model "
                              "call and messages wake no one until "
                              f"{self.top_up_command()} raises it")

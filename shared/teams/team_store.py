@@ -18,7 +18,6 @@ from typing import Any
 import redis
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.budget import BudgetState
-from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, TeamError
@@ -91,7 +90,7 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
         state = self.budget.top_up(tokens, usd)
         if state.exceeded:
             return state, []
-        self.bus.publish("system", LEAD, SystemType.TEAM_BUDGET_ADDED, None,
+        self.bus.tell_lead(SystemType.TEAM_BUDGET_ADDED, None,
                          "the team's budget was raised: teammates take turns again")
         woken = TeamTasks(self).wake()
         woken += [name for name in self.names()

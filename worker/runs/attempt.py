@@ -25,7 +25,7 @@ from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.budget import Budget, Charge
-from teamctl.shared.bus import MessageBus
+from teamctl.shared.bus import SYSTEM, MessageBus
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError, RunFailed
 from teamctl.shared.hosts import this_host
@@ -109,7 +109,7 @@ class Attempt:
             job.spec.member_for(task.member_id) if task else None)
         if task is None or member is None:
             return "skipped: task or member vanished"
-        job.bus.publish("system", member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
+        job.bus.publish(SYSTEM, member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
         self.span = job.tracing.start(f"invoke_agent {member.id}", parent=job.traceparent,
                                       attributes=self._span_attributes(member, task))
         try:
@@ -196,7 +196,7 @@ class Attempt:
         """A fallback answered: the run's lead (`teamctl events`) and the trace are told."""
         self.span.event("teamctl.model.fallback", {
             "teamctl.model.primary": note.primary, "teamctl.model.answered": note.answered})
-        self.job.bus.publish("system", "lead", SystemType.MODEL_FALLBACK, self.claim.task_id,
+        self.job.bus.tell_lead(SystemType.MODEL_FALLBACK, self.claim.task_id,
                              note.text())
 
     def _recorded_steps(self, member: Member, task: TaskState) -> list[RecordedStep]:
@@ -299,7 +299,7 @@ class Attempt:
         """After each call was charged: the call that crossed a limit tells the lead."""
         if charge.crossed and charge.exceeded:
             # Once per run: the lead (and `teamctl messages`) learn why members stop.
-            self.job.bus.publish("system", "lead", SystemType.RUN_BUDGET_EXCEEDED,
+            self.job.bus.tell_lead(SystemType.RUN_BUDGET_EXCEEDED,
                                  self.claim.task_id, charge.exceeded)
 
     def _stop_waiting(self) -> None:

@@ -72,7 +72,7 @@ def _caller(run: RunHandle, call: str, request: ModelCallRequest,
                          max_retries=options.model_max_retries, limits=limits)
 
     def fell_back(note: FallbackNote) -> None:
-        run.bus.publish("system", "lead", SystemType.MODEL_FALLBACK, None,
+        run.bus.tell_lead(SystemType.MODEL_FALLBACK, None,
                         f"{call}: {note.text()}")
 
     return FallbackCaller(client, request.fallbacks, options.fallback_after_s,
