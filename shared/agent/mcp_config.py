@@ -30,7 +30,7 @@ SEPARATOR = "__"
 SERVER_NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*(_[A-Za-z0-9-]+)*", re.ASCII)
 """Letters, digits, '-' and single '_' (never '__', the separator), starting with a letter."""
 MAX_SERVER_NAME_CHARS = 32
-TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}", re.ASCII)
+MCP_TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}", re.ASCII)
 """A tool's name as the MCP specification allows it (what an entry `server:tool` may name)."""
 ENV_PREFIX = "env:"
 """A header or env value `env:NAME` is read from the worker's environment."""
@@ -171,7 +171,7 @@ def check_entries(entries: Iterable[str]) -> list[str]:
     for entry in entries:
         server, tool = split_entry(entry)
         if not SERVER_NAME.fullmatch(server) or (tool is not None
-                                                 and not TOOL_NAME.fullmatch(tool)):
+                                                 and not MCP_TOOL_NAME.fullmatch(tool)):
             raise ValueError(f"mcp entry {entry!r}: write a server's name ('git') for all its "
                              "tools, or 'server:tool' ('git:git_log') for one")
     return entries
