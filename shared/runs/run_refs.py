@@ -9,7 +9,7 @@ import redis
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_run_id
 from teamctl.shared.runs.store import recent_runs
-from teamctl.shared.text import quoted
+from teamctl.shared.text import counted, quoted
 
 LAST = "last"
 """The reference to the last run; `last~N` counts back from it."""
@@ -60,9 +60,9 @@ def resolve_run(conn: redis.Redis, given: str | None) -> NamedRun:
     if not found:
         raise ConfigError("no runs recorded yet: `teamctl run OBJECTIVE` starts one")
     if len(found) <= back:
-        recorded = "only 1 run is recorded" if len(found) == 1 else \
-            f"only {len(found)} runs are recorded"
-        raise ConfigError(f"no run {LAST}{BACK}{back}: {recorded} (`teamctl runs` lists them)")
+        verb = "is" if len(found) == 1 else "are"
+        raise ConfigError(f"no run {LAST}{BACK}{back}: only {counted(len(found), 'run')} {verb} "
+                          "recorded (`teamctl runs` lists them)")
     return NamedRun(check_run_id(found[back]), back)
 
 
