@@ -132,7 +132,7 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
             if outcomes and abandoned_tool_calls():
                 outcomes.append(f"{claim.task_id}: {hand_back(board, claims, claim)}")
                 continue
-            outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run()}")
+            outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run().text()}")
     return "; ".join(outcomes)
 
 

@@ -36,21 +36,18 @@ from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
-from teamctl.shared.task_records import TaskState, TaskStatus
+from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
 from teamctl.shared.tracing import NO_SPAN, NO_TRACING, Attributes, Span, Tracing
 from teamctl.shared.workspace_caps import check_workspace_host
 from teamctl.shared.workspace_files import Fence, WorkspaceFiles
+from teamctl.worker.runs.attempt_outcome import AttemptEnd, AttemptOutcome
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims, HandedOff
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mailbox import Mailbox
 from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
 from teamctl.worker.runs.replay import ReplayingClient
 from teamctl.worker.runs.task_prompt import build_dispatch_input
-
-FAILED_OUTCOMES = {"failed": "TaskFailed", "abandoned": "AttemptAbandoned",
-                   "stale": "StaleWrite"}
-"""An attempt's outcomes that mark its span failed, and the error type each records."""
 
 
 @dataclass
@@ -101,24 +98,23 @@ class Attempt:
         """The model that answered each step's call, kept beside the transcript (a chat
         message sent back to a provider carries no key it does not know)."""
 
-    def run(self) -> str:
+    def run(self) -> AttemptOutcome:
         """Run the claim's task in a fresh member session and write its outcome."""
         job, claim = self.job, self.claim
         task = job.board.get(claim.task_id)
         member = job.spec.member(claim.member_id) or (
             job.spec.member_for(task.member_id) if task else None)
         if task is None or member is None:
-            return "skipped: task or member vanished"
+            return AttemptOutcome(AttemptEnd.SKIPPED, "task or member vanished")
         job.bus.publish(SYSTEM, member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
         self.span = job.tracing.start(f"invoke_agent {member.id}", parent=job.traceparent,
                                       attributes=self._span_attributes(member, task))
         try:
             with self.span:
                 outcome = self._run(member, task)
-                ended = outcome.partition(":")[0]
-                self.span.set({"teamctl.outcome": ended})
-                if ended in FAILED_OUTCOMES:  # an outcome, not an exception: say it failed
-                    self.span.fail(FAILED_OUTCOMES[ended])
+                self.span.set({"teamctl.outcome": outcome.span_outcome})
+                if outcome.span_error:  # an outcome, not an exception: say it failed
+                    self.span.fail(outcome.span_error)
                 return outcome
         finally:
             if self.mcp:
@@ -135,7 +131,7 @@ class Attempt:
                 "teamctl.worker": job.worker, "host.name": socket.gethostname(),
                 "process.pid": os.getpid()}
 
-    def _run(self, member: Member, task: TaskState) -> str:
+    def _run(self, member: Member, task: TaskState) -> AttemptOutcome:
         job, claim = self.job, self.claim
         try:
             loop = self._loop(member, task)
@@ -151,18 +147,18 @@ class Attempt:
                 self.mailbox.acknowledge()
             to = claim.handed_to or member.id
             job.claims.run_again_as(claim, to)
-            return f"handed off to {to}"
+            return AttemptOutcome(AttemptEnd.HANDED_OFF, to)
         except BudgetSpent as exc:  # the pre-check's, or the model call's reservation's
             return self._pause_for_budget(str(exc) or "budget spent")
         except (AttemptAbandoned, AppendRefused) as exc:
             # A refused journal append is a stale write: the task was reclaimed meanwhile.
             self.span.event("teamctl.write.refused" if isinstance(exc, AppendRefused)
                             else "teamctl.attempt.abandoned")
-            return f"abandoned: {exc}"
+            return AttemptOutcome(AttemptEnd.ABANDONED, str(exc))
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # Past redis_outage_s: the claim expires and the task is reclaimed; fencing refuses
             # anything this attempt might still try to write.
-            return f"abandoned: Redis unreachable ({exc})"
+            return AttemptOutcome(AttemptEnd.ABANDONED, f"Redis unreachable ({exc})")
         except Exception as exc:  # any member failure becomes the task's error
             return self._fail(member, str(exc) or type(exc).__name__)
         return self._complete(member, end.answer)
@@ -384,30 +380,30 @@ class Attempt:
                                     options=options, dependencies=dependencies, history=history,
                                     mcp_tools=mcp_tools)
 
-    def _pause_for_budget(self, reason: str) -> str:
+    def _pause_for_budget(self, reason: str) -> AttemptOutcome:
         """The budget cannot cover the next call: give the claim back for after a top-up (not
         an attempt, not a release), keeping the journal so the steps paid for are replayed."""
         job, claim = self.job, self.claim
         self.span.event("teamctl.budget.exceeded")
         job.budget.mark_spent(reason)  # the coordinator pauses on it, even if totals do not say
         if not job.claims.end(claim, ClaimEnd.RELEASED):
-            return "abandoned: the claim had already ended"
+            return AttemptOutcome(AttemptEnd.ABANDONED, "the claim had already ended")
         if self.mirror:  # files a background command wrote, while the claim still holds
             self.mirror.push()
         outcome = job.board.release_for_budget(claim.task_id, claim.token, reason)
         if outcome is not WriteOutcome.APPLIED:
-            return f"abandoned: {outcome.value}"
-        return f"awaiting budget: {reason}"
+            return AttemptOutcome(AttemptEnd.ABANDONED, outcome.value)
+        return AttemptOutcome(AttemptEnd.AWAITING_BUDGET, reason)
 
-    def _complete(self, member: Member, output: str) -> str:
+    def _complete(self, member: Member, output: str) -> AttemptOutcome:
         return self._write_outcome(self.job.board.complete, member, output,
-                                   TaskStatus.COMPLETED)
+                                   AttemptEnd.COMPLETED)
 
-    def _fail(self, member: Member, error: str) -> str:
-        return self._write_outcome(self.job.board.fail, member, error, TaskStatus.FAILED)
+    def _fail(self, member: Member, error: str) -> AttemptOutcome:
+        return self._write_outcome(self.job.board.fail, member, error, AttemptEnd.FAILED)
 
     def _write_outcome(self, write: Callable[..., WriteOutcome], member: Member, text: str,
-                       done: TaskStatus) -> str:
+                       done: AttemptEnd) -> AttemptOutcome:
         """Write the output or error with the claim's token; the member announces it to lead
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
@@ -427,8 +423,8 @@ class Attempt:
                         announce_as=announcer)
         if outcome is not WriteOutcome.APPLIED:
             self.span.event("teamctl.write.refused", {"teamctl.outcome": outcome.value})
-            return "stale: the claim was reclaimed; nothing was written"
-        return done.value
+            return AttemptOutcome(AttemptEnd.STALE, "the claim was reclaimed; nothing was written")
+        return AttemptOutcome(done)
 
     def _kept_transcript(self) -> list[Message] | None:
         """The session's messages as stored with the outcome: a replayed session ends with a
