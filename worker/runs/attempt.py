@@ -6,28 +6,20 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import redis
 from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_message
-from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.prompts import render
-from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.replies import ModelReply
-from teamctl.shared.agent.tool_names import RESERVED_PREFIX
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.traced_model import TracedModel
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.board import WriteOutcome
 from teamctl.shared.budget import Charge
 from teamctl.shared.bus import SYSTEM
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError, RunFailed
-from teamctl.shared.hosts import this_host
 from teamctl.shared.provider_limits import CallScope, Waiting
 from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
 from teamctl.shared.runs.mcp_cache import McpToolCache
@@ -35,13 +27,10 @@ from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
 from teamctl.shared.tracing import NO_SPAN, Attributes, Span
-from teamctl.shared.workspace_caps import check_workspace_host
-from teamctl.shared.workspace_files import Fence, WorkspaceFiles
 from teamctl.worker.runs.attempt_outcome import AttemptEnd, AttemptOutcome
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, HandedOff
 from teamctl.worker.runs.job_context import JobContext
-from teamctl.worker.runs.mailbox import Mailbox
-from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
+from teamctl.worker.runs.member_toolbox import MemberToolbox
 from teamctl.worker.runs.replay import ReplayingClient
 from teamctl.worker.runs.task_prompt import build_dispatch_input
 
@@ -54,16 +43,13 @@ class Attempt:
     def __init__(self, job: JobContext, claim: Claim) -> None:
         self.job = job
         self.claim = claim
-        self.mailbox: Mailbox | None = None
-        """This session's reads of its member's inbox, when it has the team tools."""
         self.transcript: list[Message] | None = None
         """The session's messages once it started (they go with the outcome, an error's too)."""
-        self.mcp: McpHub | None = None
-        """This session's MCP servers, when its member has some; stopped when it ends."""
+        self.tools = MemberToolbox(job, claim)
+        """What the member's tools hold open (inbox reads, workspace copy, MCP servers); closed
+        when the session ends."""
         self.toolbox = Toolbox()
         """The member's tools, built when its session starts."""
-        self.mirror: WorkspaceMirror | None = None
-        """This session's copy of a workspace kept in Redis, when its member has tools."""
         self.member: Member | None = None
         self.journal: StepJournal | None = None
         """The task's step journal, written with this attempt's token."""
@@ -95,10 +81,7 @@ class Attempt:
                     self.span.fail(outcome.span_error)
                 return outcome
         finally:
-            if self.mcp:
-                self.mcp.close()
-            if self.mirror:  # after the MCP servers, which work in it
-                self.mirror.close()
+            self.tools.close()
 
     def _span_attributes(self, member: Member, task: TaskState) -> Attributes:
         """Who runs what, where: ids and names only."""
@@ -121,8 +104,9 @@ class Attempt:
             if end.answer is None:
                 raise ModelError(f"member exceeded {loop.max_steps} steps")
         except HandedOff:
-            if self.mailbox:  # this member's session is over: what it read is not owed again
-                self.mailbox.acknowledge()
+            # This member's session is over: what it read is not owed again.
+            if self.tools.mailbox:
+                self.tools.mailbox.acknowledge()
             to = claim.handed_to or member.id
             job.claims.run_again_as(claim, to)
             return AttemptOutcome(AttemptEnd.HANDED_OFF, to)
@@ -143,7 +127,7 @@ class Attempt:
 
     def _loop(self, member: Member, task: TaskState) -> AgentLoop:
         run = self.job.run
-        self.toolbox = self._toolbox(member)
+        self.toolbox = self.tools.build(member, self.span)
         # Traced inside the replay: a step answered from the journal makes no model call (so
         # it waits for no slot and is not charged again).
         client = self.job.client.scoped(CallScope(
@@ -188,69 +172,6 @@ class Attempt:
             self.journal.note_replayed(len(recorded))
             self.span.event("teamctl.journal.replayed", {"teamctl.steps": len(recorded)})
         return recorded
-
-    def _toolbox(self, member: Member) -> Toolbox:
-        """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
-        the member's Python tools (one that will not import here fails the attempt)."""
-        job, run = self.job, self.job.run
-        options = run.spec.options
-        toolbox = Toolbox(trace=self.span, max_result_chars=options.tool_result_max_chars)
-        add_workspace_tools(toolbox, Workspace(self._workspace_root(member)), member.tools)
-        if options.enable_member_team_tools:
-            self.mailbox = Mailbox(run.bus, member.id, self.claim, trace=self.span)
-            add_member_tools(toolbox, MemberToolContext(
-                board=run.board, bus=run.bus, member_ids=[m.id for m in run.spec.members],
-                member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
-                heartbeat_ttl_s=options.heartbeat_ttl_s, mailbox=self.mailbox,
-                max_task_releases=options.max_task_releases,
-                result_max_chars=options.tool_result_max_chars, trace=self.span))
-        add_python_tools(toolbox, member.tools, self._tool_context(member),
-                         options.tool_result_max_chars, timeout_s=options.tool_wait_s)
-        if member.mcp_servers:
-            self._add_mcp_tools(toolbox, member)
-        if self.mirror:  # every tool but the team's may change files: each call syncs them
-            self.mirror.guard(toolbox, [name for name in toolbox.names
-                                        if not name.startswith(RESERVED_PREFIX)])
-        return toolbox
-
-    def _workspace_root(self, member: Member) -> Path:
-        """Where the member's tools work: the run's directory (WorkspaceElsewhere when it is on
-        another host), or for a workspace kept in Redis a private copy fetched now (only for a
-        member with tools: nobody else reads files)."""
-        run, claim = self.job.run, self.claim
-        spec = run.spec
-        if not (member.tools or member.mcp_servers):
-            return Path(spec.workspace_dir)
-        if spec.workspace_store == "local":
-            check_workspace_host(f"run {spec.run_id}", spec.workspace_host, this_host())
-            return Path(spec.workspace_dir)
-        if self.mirror is None:
-            self.mirror = WorkspaceMirror.open(WorkspaceFiles(
-                run.conn, run.keys, spec.options.file_caps,
-                Fence("task", run.keys.task(claim.task_id), str(claim.token))))
-        return self.mirror.root
-
-    def _add_mcp_tools(self, toolbox: Toolbox, member: Member) -> None:
-        """Start the member's MCP servers in the run's workspace and offer their tools; the run
-        caches each server's list for dispatch inputs. One that will not start fails the task."""
-        run = self.job.run
-        options = run.spec.options
-        self.mcp = McpHub(self._workspace_root(member), McpTimeouts(
-            options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s),
-            call_key_prefix=f"{run.run_id}:{self.claim.task_id}")
-        cache = McpToolCache(run.conn, run.keys, run.scripts)
-        for server in member.mcp_servers:
-            tools = self.mcp.start(server)
-            cache.remember(server.name, [tool.as_json() for tool in tools])
-            add_mcp_tools(toolbox, self.mcp, server, tools, member.mcp,
-                          options.tool_result_max_chars)
-
-    def _tool_context(self, member: Member) -> ToolContext:
-        """What this attempt's Python tools may know; their heartbeat refreshes its claim."""
-        job, claim = self.job, self.claim
-        return ToolContext(member_id=member.id, workspace=self._workspace_root(member),
-                           heartbeat=lambda: job.beat.refresh(claim), run_id=job.run.run_id,
-                           task_id=claim.task_id, team_id=job.run.spec.team_id)
 
     # --- the agent loop's policy -------------------------------------------------------------
 
@@ -336,7 +257,7 @@ class Attempt:
         if reason:
             raise BudgetSpent(reason)
         # The call about to be made carries every tool result so far, messages read included.
-        if self.mailbox and not self.mailbox.acknowledge():
+        if self.tools.mailbox and not self.tools.mailbox.acknowledge():
             raise AttemptAbandoned("claim lost: the task was reclaimed")
 
     def _dispatch_input(self, member: Member, task: TaskState) -> str:
@@ -364,8 +285,8 @@ class Attempt:
         run.budget.mark_spent(reason)  # the coordinator pauses on it, even if totals do not say
         if not job.claims.end(claim, ClaimEnd.RELEASED):
             return AttemptOutcome(AttemptEnd.ABANDONED, "the claim had already ended")
-        if self.mirror:  # files a background command wrote, while the claim still holds
-            self.mirror.push()
+        if self.tools.mirror:  # files a background command wrote, while the claim still holds
+            self.tools.mirror.push()
         outcome = run.board.release_for_budget(claim.task_id, claim.token, reason)
         if outcome is not WriteOutcome.APPLIED:
             return AttemptOutcome(AttemptEnd.ABANDONED, outcome.value)
@@ -384,11 +305,13 @@ class Attempt:
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
         run = job.run
-        if self.mirror:  # what a background command wrote since the last tool call, while
-            self.mirror.push()  # the claim still holds (after the outcome it would not)
+        # What a background command wrote since the last tool call, pushed while the claim
+        # still holds (after the outcome it would not).
+        if self.tools.mirror:
+            self.tools.mirror.push()
         job.claims.end(claim, ClaimEnd.FINISHED)
-        if self.mailbox:  # fenced by the token: a stale attempt settles nothing
-            self.mailbox.settle()
+        if self.tools.mailbox:  # fenced by the token: a stale attempt settles nothing
+            self.tools.mailbox.settle()
         # Fenced too: a stale attempt's transcript is refused.
         Transcripts(run.conn, run.keys, run.scripts).save(
             claim.task_id, claim.token, self._kept_transcript(),
