@@ -127,7 +127,7 @@ def test_a_chain_of_ten_thousand_tasks_listed_dependents_first_renders(
     """The whole graph, drawn without recursion; the details of the tasks that matter now
     (the one ready, then those changed last), not of ten thousand, which a browser would take
     many seconds to build after every change."""
-    from teamctl.coordinator.web.run_data import TASKS_DETAILED
+    from teamctl.coordinator.web.run_page_data import TASKS_DETAILED
 
     start_run(conn, run_id, tasks=chain(10_000))
     for path in (f"/runs/{run_id}", f"/runs/{run_id}/body"):

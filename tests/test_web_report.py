@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.web import svg_dag
-from teamctl.coordinator.web.run_data import load_run_view
+from teamctl.coordinator.web.run_page_data import load_run_view
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.task_records import TaskState
 

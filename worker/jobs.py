@@ -25,9 +25,10 @@ from teamctl.shared.tracing import (
     tracing_from_settings,
 )
 from teamctl.worker.process_privacy import keep_environment_private
-from teamctl.worker.runs.attempt import Attempt, JobContext
+from teamctl.worker.runs.attempt import Attempt
 from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
 from teamctl.worker.runs.heartbeat import Heartbeat
+from teamctl.worker.runs.job_context import JobContext
 from teamctl.worker.runs.mcp_listing import execute_mcp_listing
 from teamctl.worker.runs.model_call import CallTrace, execute_model_call
 
@@ -123,16 +124,14 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
                          timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
                          limits=limits)
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
-        job = JobContext(conn=conn, spec=spec, board=board, bus=run.bus, store=run.store,
-                         budget=run.budget, client=client, claims=claims, beat=beat,
-                         worker=worker_name(), tracing=tracing,
-                         traceparent=traceparent or run_traceparent(run, tracing))
+        job = JobContext(run=run, client=client, claims=claims, beat=beat, worker=worker_name(),
+                         tracing=tracing, traceparent=traceparent or run_traceparent(run, tracing))
         outcomes: list[str] = []
         while (claim := claims.next_to_run()) is not None:
             if outcomes and abandoned_tool_calls():
                 outcomes.append(f"{claim.task_id}: {hand_back(board, claims, claim)}")
                 continue
-            outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run()}")
+            outcomes.append(f"{claim.task_id}: {Attempt(job, claim).run().text()}")
     return "; ".join(outcomes)
 
 

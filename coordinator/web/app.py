@@ -41,8 +41,8 @@ from teamctl.coordinator.runs.run_control import (
 from teamctl.coordinator.web import sse
 from teamctl.coordinator.web.access import COOKIE_NAME, TOKEN_HEADER, Access, ReadGate, same_secret
 from teamctl.coordinator.web.render import render, run_values
-from teamctl.coordinator.web.run_data import MESSAGES_SHOWN, TASKS_DETAILED, load_run_view
-from teamctl.coordinator.web.runs_data import RUNS_SHOWN, live_rows, run_rows, runs_started_id
+from teamctl.coordinator.web.run_page_data import MESSAGES_SHOWN, TASKS_DETAILED, load_run_view
+from teamctl.coordinator.web.runs_list_data import RUNS_SHOWN, live_rows, run_rows, runs_started_id
 from teamctl.coordinator.web.team_data import load_team_view
 from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms

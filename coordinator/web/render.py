@@ -12,7 +12,7 @@ from typing import Any
 
 import jinja2
 from teamctl.coordinator.web import svg_dag, timeline
-from teamctl.coordinator.web.run_data import RunView
+from teamctl.coordinator.web.run_page_data import RunView
 from teamctl.shared.text import duration_text
 
 STATIC = "static"

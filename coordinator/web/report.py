@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from teamctl.coordinator.web.render import report_html
-from teamctl.coordinator.web.run_data import load_run_view
+from teamctl.coordinator.web.run_page_data import load_run_view
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.handle import RunHandle
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from teamctl.coordinator.web.run_data import MESSAGES_SHOWN
+from teamctl.coordinator.web.run_page_data import MESSAGES_SHOWN
 from teamctl.shared.budget import BudgetState
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import Envelope

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from teamctl.coordinator.web.run_data import Attempt
+from teamctl.coordinator.web.run_page_data import AttemptRow
 
 WIDTH_PX = 900
 LABEL_PX = 150
@@ -28,7 +28,7 @@ class Bar:
     x: float
     y: float
     width: float
-    attempt: Attempt
+    attempt: AttemptRow
 
     @property
     def label(self) -> str:
@@ -65,7 +65,7 @@ class Timeline:
     ticks: list[Tick]
 
 
-def lay_out(attempts: list[Attempt], start_ms: int, now_ms: int) -> Timeline:
+def lay_out(attempts: list[AttemptRow], start_ms: int, now_ms: int) -> Timeline:
     """The attempts on lanes by worker, time running from `start_ms` (the run's start) to the
     last end seen (or `now_ms` while an attempt runs)."""
     workers = sorted({a.worker for a in attempts})

@@ -6,70 +6,33 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 
 import redis
 from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
 from teamctl.shared.agent.llm import ModelClient
 from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_message
-from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.prompts import render
-from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.replies import ModelReply
-from teamctl.shared.agent.tool_names import RESERVED_PREFIX
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.traced_model import TracedModel
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
-from teamctl.shared.board import TaskBoard, WriteOutcome
-from teamctl.shared.budget import Budget, Charge
-from teamctl.shared.bus import SYSTEM, MessageBus
+from teamctl.shared.board import WriteOutcome
+from teamctl.shared.budget import Charge
+from teamctl.shared.bus import SYSTEM
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError, RunFailed
-from teamctl.shared.hosts import this_host
-from teamctl.shared.keys import RunKeys
 from teamctl.shared.provider_limits import CallScope, Waiting
 from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
 from teamctl.shared.runs.mcp_cache import McpToolCache
-from teamctl.shared.runs.run_config import RunSpec
-from teamctl.shared.runs.store import RunStore
 from teamctl.shared.runs.transcripts import Transcripts
-from teamctl.shared.task_records import TaskState, TaskStatus
+from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
-from teamctl.shared.tracing import NO_SPAN, NO_TRACING, Attributes, Span, Tracing
-from teamctl.shared.workspace_caps import check_workspace_host
-from teamctl.shared.workspace_files import Fence, WorkspaceFiles
-from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims, HandedOff
-from teamctl.worker.runs.heartbeat import Heartbeat
-from teamctl.worker.runs.mailbox import Mailbox
-from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
+from teamctl.shared.tracing import NO_SPAN, Attributes, Span
+from teamctl.worker.runs.attempt_outcome import AttemptEnd, AttemptOutcome
+from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, HandedOff
+from teamctl.worker.runs.job_context import JobContext
+from teamctl.worker.runs.member_toolbox import MemberToolbox
 from teamctl.worker.runs.replay import ReplayingClient
 from teamctl.worker.runs.task_prompt import build_dispatch_input
-
-FAILED_OUTCOMES = {"failed": "TaskFailed", "abandoned": "AttemptAbandoned",
-                   "stale": "StaleWrite"}
-"""An attempt's outcomes that mark its span failed, and the error type each records."""
-
-
-@dataclass
-class JobContext:
-    """Everything a job's sessions share: the run, its stores, and this job's claims."""
-
-    conn: redis.Redis
-    spec: RunSpec
-    board: TaskBoard
-    bus: MessageBus
-    store: RunStore
-    budget: Budget
-    client: ModelClient
-    claims: Claims
-    beat: Heartbeat
-    worker: str
-    tracing: Tracing = NO_TRACING
-    traceparent: str | None = None
-    """The span the attempts' spans go under: the round that dispatched the task, or the run."""
 
 
 class Attempt:
@@ -80,16 +43,13 @@ class Attempt:
     def __init__(self, job: JobContext, claim: Claim) -> None:
         self.job = job
         self.claim = claim
-        self.mailbox: Mailbox | None = None
-        """This session's reads of its member's inbox, when it has the team tools."""
         self.transcript: list[Message] | None = None
         """The session's messages once it started (they go with the outcome, an error's too)."""
-        self.mcp: McpHub | None = None
-        """This session's MCP servers, when its member has some; stopped when it ends."""
+        self.tools = MemberToolbox(job, claim)
+        """What the member's tools hold open (inbox reads, workspace copy, MCP servers); closed
+        when the session ends."""
         self.toolbox = Toolbox()
         """The member's tools, built when its session starts."""
-        self.mirror: WorkspaceMirror | None = None
-        """This session's copy of a workspace kept in Redis, when its member has tools."""
         self.member: Member | None = None
         self.journal: StepJournal | None = None
         """The task's step journal, written with this attempt's token."""
@@ -101,41 +61,38 @@ class Attempt:
         """The model that answered each step's call, kept beside the transcript (a chat
         message sent back to a provider carries no key it does not know)."""
 
-    def run(self) -> str:
+    def run(self) -> AttemptOutcome:
         """Run the claim's task in a fresh member session and write its outcome."""
         job, claim = self.job, self.claim
-        task = job.board.get(claim.task_id)
-        member = job.spec.member(claim.member_id) or (
-            job.spec.member_for(task.member_id) if task else None)
+        run = job.run
+        task = run.board.get(claim.task_id)
+        member = run.spec.member(claim.member_id) or (
+            run.spec.member_for(task.member_id) if task else None)
         if task is None or member is None:
-            return "skipped: task or member vanished"
-        job.bus.publish(SYSTEM, member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
+            return AttemptOutcome(AttemptEnd.SKIPPED, "task or member vanished")
+        run.bus.publish(SYSTEM, member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
         self.span = job.tracing.start(f"invoke_agent {member.id}", parent=job.traceparent,
                                       attributes=self._span_attributes(member, task))
         try:
             with self.span:
                 outcome = self._run(member, task)
-                ended = outcome.partition(":")[0]
-                self.span.set({"teamctl.outcome": ended})
-                if ended in FAILED_OUTCOMES:  # an outcome, not an exception: say it failed
-                    self.span.fail(FAILED_OUTCOMES[ended])
+                self.span.set({"teamctl.outcome": outcome.span_outcome})
+                if outcome.span_error:  # an outcome, not an exception: say it failed
+                    self.span.fail(outcome.span_error)
                 return outcome
         finally:
-            if self.mcp:
-                self.mcp.close()
-            if self.mirror:  # after the MCP servers, which work in it
-                self.mirror.close()
+            self.tools.close()
 
     def _span_attributes(self, member: Member, task: TaskState) -> Attributes:
         """Who runs what, where: ids and names only."""
         job, claim = self.job, self.claim
         return {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": member.id,
-                "teamctl.run_id": job.spec.run_id, "teamctl.task_id": claim.task_id,
+                "teamctl.run_id": job.run.run_id, "teamctl.task_id": claim.task_id,
                 "teamctl.member": member.id, "teamctl.attempt": task.attempts,
                 "teamctl.worker": job.worker, "host.name": socket.gethostname(),
                 "process.pid": os.getpid()}
 
-    def _run(self, member: Member, task: TaskState) -> str:
+    def _run(self, member: Member, task: TaskState) -> AttemptOutcome:
         job, claim = self.job, self.claim
         try:
             loop = self._loop(member, task)
@@ -147,139 +104,74 @@ class Attempt:
             if end.answer is None:
                 raise ModelError(f"member exceeded {loop.max_steps} steps")
         except HandedOff:
-            if self.mailbox:  # this member's session is over: what it read is not owed again
-                self.mailbox.acknowledge()
+            # This member's session is over: what it read is not owed again.
+            if self.tools.mailbox:
+                self.tools.mailbox.acknowledge()
             to = claim.handed_to or member.id
             job.claims.run_again_as(claim, to)
-            return f"handed off to {to}"
+            return AttemptOutcome(AttemptEnd.HANDED_OFF, to)
         except BudgetSpent as exc:  # the pre-check's, or the model call's reservation's
             return self._pause_for_budget(str(exc) or "budget spent")
         except (AttemptAbandoned, AppendRefused) as exc:
             # A refused journal append is a stale write: the task was reclaimed meanwhile.
             self.span.event("teamctl.write.refused" if isinstance(exc, AppendRefused)
                             else "teamctl.attempt.abandoned")
-            return f"abandoned: {exc}"
+            return AttemptOutcome(AttemptEnd.ABANDONED, str(exc))
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # Past redis_outage_s: the claim expires and the task is reclaimed; fencing refuses
             # anything this attempt might still try to write.
-            return f"abandoned: Redis unreachable ({exc})"
+            return AttemptOutcome(AttemptEnd.ABANDONED, f"Redis unreachable ({exc})")
         except Exception as exc:  # any member failure becomes the task's error
             return self._fail(member, str(exc) or type(exc).__name__)
         return self._complete(member, end.answer)
 
     def _loop(self, member: Member, task: TaskState) -> AgentLoop:
-        options = self.job.spec.options
-        self.toolbox = self._toolbox(member)
+        run = self.job.run
+        self.toolbox = self.tools.build(member, self.span)
         # Traced inside the replay: a step answered from the journal makes no model call (so
         # it waits for no slot and is not charged again).
         client = self.job.client.scoped(CallScope(
-            budget=self.job.budget, task_key=self.job.board.keys.task(self.claim.task_id),
+            budget=run.budget, task_key=run.keys.task(self.claim.task_id),
             stop=self._stop_waiting, waiting=self._show_waiting, on_charge=self._charged))
         self.replay = ReplayingClient(TracedModel(self._fallback_caller(member, client),
                                                   self.span),
                                       self._recorded_steps(member, task))
-        return AgentLoop(client=self.replay, model=self.job.spec.models.for_member(member),
-                         api_base=self.job.spec.models.api_base, toolbox=self.toolbox,
-                         max_steps=options.member_max_steps, policy=self)
+        return AgentLoop(client=self.replay, model=run.spec.models.for_member(member),
+                         api_base=run.spec.models.api_base, toolbox=self.toolbox,
+                         max_steps=run.spec.options.member_max_steps, policy=self)
 
     def _fallback_caller(self, member: Member, client: ModelClient) -> FallbackCaller:
         """The member's model, then its fallbacks; each answer's usage under its model."""
-        job, options = self.job, self.job.spec.options
-        keys = RunKeys(job.spec.run_id)
+        run = self.job.run
+        options = run.spec.options
         return FallbackCaller(
-            client, job.spec.models.fallbacks_for_member(member), options.fallback_after_s,
-            Cooldowns(job.conn, options.fallback_cooldown_s),
-            ModelLedger(job.conn, keys, keys.task(self.claim.task_id)),
+            client, run.spec.models.fallbacks_for_member(member), options.fallback_after_s,
+            Cooldowns(run.conn, options.fallback_cooldown_s),
+            ModelLedger(run.conn, run.keys, run.keys.task(self.claim.task_id)),
             on_fallback=self._fell_back)
 
     def _fell_back(self, note: FallbackNote) -> None:
         """A fallback answered: the run's lead (`teamctl events`) and the trace are told."""
         self.span.event("teamctl.model.fallback", {
             "teamctl.model.primary": note.primary, "teamctl.model.answered": note.answered})
-        self.job.bus.tell_lead(SystemType.MODEL_FALLBACK, self.claim.task_id,
-                             note.text())
+        self.job.run.bus.tell_lead(SystemType.MODEL_FALLBACK, self.claim.task_id,
+                                   note.text())
 
     def _recorded_steps(self, member: Member, task: TaskState) -> list[RecordedStep]:
         """What the task's journal holds of this member's session, when the attempt before
         this one died (reclaim.lua took its expired claim back: never a release, whatever
         its reason says); said on the task when there is some."""
-        job, claim = self.job, self.claim
-        keys = job.board.keys
-        assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
+        run, claim = self.job.run, self.claim
         self.member = member
-        self.journal = StepJournal(job.conn, keys, claim.task_id, str(claim.token),
-                                   job.spec.options.journal_max_bytes, job.board.scripts)
-        if job.spec.options.journal_max_bytes <= 0:
+        self.journal = StepJournal(run.conn, run.keys, claim.task_id, str(claim.token),
+                                   run.spec.options.journal_max_bytes, run.scripts)
+        if run.spec.options.journal_max_bytes <= 0:
             return []
         recorded = self.journal.steps_for(member.id, crashed=task.reclaimed)
         if recorded:
             self.journal.note_replayed(len(recorded))
             self.span.event("teamctl.journal.replayed", {"teamctl.steps": len(recorded)})
         return recorded
-
-    def _toolbox(self, member: Member) -> Toolbox:
-        """Workspace tools first, then the team tools (AI4J's order), as the run allows, then
-        the member's Python tools (one that will not import here fails the attempt)."""
-        job = self.job
-        toolbox = Toolbox(trace=self.span,
-                          max_result_chars=job.spec.options.tool_result_max_chars)
-        add_workspace_tools(toolbox, Workspace(self._workspace_root(member)), member.tools)
-        if job.spec.options.enable_member_team_tools:
-            self.mailbox = Mailbox(job.bus, member.id, self.claim, trace=self.span)
-            add_member_tools(toolbox, MemberToolContext(
-                board=job.board, bus=job.bus, member_ids=[m.id for m in job.spec.members],
-                member_id=member.id, claim=self.claim, claims=job.claims, worker=job.worker,
-                heartbeat_ttl_s=job.spec.options.heartbeat_ttl_s, mailbox=self.mailbox,
-                max_task_releases=job.spec.options.max_task_releases,
-                result_max_chars=job.spec.options.tool_result_max_chars, trace=self.span))
-        add_python_tools(toolbox, member.tools, self._tool_context(member),
-                         job.spec.options.tool_result_max_chars,
-                         timeout_s=job.spec.options.tool_wait_s)
-        if member.mcp_servers:
-            self._add_mcp_tools(toolbox, member)
-        if self.mirror:  # every tool but the team's may change files: each call syncs them
-            self.mirror.guard(toolbox, [name for name in toolbox.names
-                                        if not name.startswith(RESERVED_PREFIX)])
-        return toolbox
-
-    def _workspace_root(self, member: Member) -> Path:
-        """Where the member's tools work: the run's directory (WorkspaceElsewhere when it is on
-        another host), or for a workspace kept in Redis a private copy fetched now (only for a
-        member with tools: nobody else reads files)."""
-        spec, claim = self.job.spec, self.claim
-        if not (member.tools or member.mcp_servers):
-            return Path(spec.workspace_dir)
-        if spec.workspace_store == "local":
-            check_workspace_host(f"run {spec.run_id}", spec.workspace_host, this_host())
-            return Path(spec.workspace_dir)
-        if self.mirror is None:
-            keys = RunKeys(spec.run_id)
-            self.mirror = WorkspaceMirror.open(WorkspaceFiles(
-                self.job.conn, keys, spec.options.file_caps,
-                Fence("task", keys.task(claim.task_id), str(claim.token))))
-        return self.mirror.root
-
-    def _add_mcp_tools(self, toolbox: Toolbox, member: Member) -> None:
-        """Start the member's MCP servers in the run's workspace and offer their tools; the run
-        caches each server's list for dispatch inputs. One that will not start fails the task."""
-        options = self.job.spec.options
-        self.mcp = McpHub(self._workspace_root(member), McpTimeouts(
-            options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s),
-            call_key_prefix=f"{self.job.spec.run_id}:{self.claim.task_id}")
-        cache = McpToolCache(self.job.conn, RunKeys(self.job.spec.run_id),
-                             self.job.board.scripts)
-        for server in member.mcp_servers:
-            tools = self.mcp.start(server)
-            cache.remember(server.name, [tool.as_json() for tool in tools])
-            add_mcp_tools(toolbox, self.mcp, server, tools, member.mcp,
-                          options.tool_result_max_chars)
-
-    def _tool_context(self, member: Member) -> ToolContext:
-        """What this attempt's Python tools may know; their heartbeat refreshes its claim."""
-        job, claim = self.job, self.claim
-        return ToolContext(member_id=member.id, workspace=self._workspace_root(member),
-                           heartbeat=lambda: job.beat.refresh(claim), run_id=job.spec.run_id,
-                           task_id=claim.task_id, team_id=job.spec.team_id)
 
     # --- the agent loop's policy -------------------------------------------------------------
 
@@ -299,8 +191,8 @@ class Attempt:
         """After each call was charged: the call that crossed a limit tells the lead."""
         if charge.crossed and charge.exceeded:
             # Once per run: the lead (and `teamctl messages`) learn why members stop.
-            self.job.bus.tell_lead(SystemType.RUN_BUDGET_EXCEEDED,
-                                 self.claim.task_id, charge.exceeded)
+            self.job.run.bus.tell_lead(SystemType.RUN_BUDGET_EXCEEDED,
+                                       self.claim.task_id, charge.exceeded)
 
     def _stop_waiting(self) -> None:
         """While a call waits for its provider's slot: stop once the claim is lost or the run
@@ -308,14 +200,14 @@ class Attempt:
         self._check_claim()
         if not self.job.beat.refresh(self.claim):
             raise AttemptAbandoned("claim lost: the task was reclaimed")
-        if self.job.store.cancelled():
+        if self.job.run.store.cancelled():
             raise RunFailed("run cancelled")
 
     def _show_waiting(self, waiting: Waiting | None) -> None:
         """Say on the task what its call waits for (fenced by the claim's token), or clear it."""
-        claim = self.claim
-        self.job.board.scripts["task_waiting"](
-            keys=[self.job.board.keys.task(claim.task_id)],
+        run, claim = self.job.run, self.claim
+        run.scripts["task_waiting"](
+            keys=[run.keys.task(claim.task_id)],
             args=[str(claim.token), waiting.model if waiting else "",
                   waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
 
@@ -358,77 +250,79 @@ class Attempt:
         if not self.job.beat.refresh(claim):
             self.span.event("teamctl.claim.lost")
             raise AttemptAbandoned("claim lost: the task was reclaimed")
-        if self.job.store.cancelled():
+        if self.job.run.store.cancelled():
             self.span.event("teamctl.run.cancelled")
             raise RunFailed("run cancelled")
-        reason = self.job.budget.exceeded() if budget else None
+        reason = self.job.run.budget.exceeded() if budget else None
         if reason:
             raise BudgetSpent(reason)
         # The call about to be made carries every tool result so far, messages read included.
-        if self.mailbox and not self.mailbox.acknowledge():
+        if self.tools.mailbox and not self.tools.mailbox.acknowledge():
             raise AttemptAbandoned("claim lost: the task was reclaimed")
 
     def _dispatch_input(self, member: Member, task: TaskState) -> str:
-        job = self.job
-        options = job.spec.options
-        dependencies = job.board.get_many(task.depends_on)
-        history = job.bus.history_for(member.id, options.message_history_limit)
+        run = self.job.run
+        options = run.spec.options
+        dependencies = run.board.get_many(task.depends_on)
+        history = run.bus.history_for(member.id, options.message_history_limit)
         for message in history:
             self.span.link(message.traceparent, {"teamctl.message_id": message.id,
                                                  "teamctl.from": message.from_})
         mcp_tools = []
         if member.mcp_servers:
-            cache = McpToolCache(job.conn, RunKeys(job.spec.run_id), job.board.scripts)
+            cache = McpToolCache(run.conn, run.keys, run.scripts)
             mcp_tools = cache.member_tools(member.mcp, [s.name for s in member.mcp_servers])
-        return build_dispatch_input(member=member, task=task, objective=job.spec.objective,
+        return build_dispatch_input(member=member, task=task, objective=run.spec.objective,
                                     options=options, dependencies=dependencies, history=history,
                                     mcp_tools=mcp_tools)
 
-    def _pause_for_budget(self, reason: str) -> str:
+    def _pause_for_budget(self, reason: str) -> AttemptOutcome:
         """The budget cannot cover the next call: give the claim back for after a top-up (not
         an attempt, not a release), keeping the journal so the steps paid for are replayed."""
         job, claim = self.job, self.claim
+        run = job.run
         self.span.event("teamctl.budget.exceeded")
-        job.budget.mark_spent(reason)  # the coordinator pauses on it, even if totals do not say
+        run.budget.mark_spent(reason)  # the coordinator pauses on it, even if totals do not say
         if not job.claims.end(claim, ClaimEnd.RELEASED):
-            return "abandoned: the claim had already ended"
-        if self.mirror:  # files a background command wrote, while the claim still holds
-            self.mirror.push()
-        outcome = job.board.release_for_budget(claim.task_id, claim.token, reason)
+            return AttemptOutcome(AttemptEnd.ABANDONED, "the claim had already ended")
+        if self.tools.mirror:  # files a background command wrote, while the claim still holds
+            self.tools.mirror.push()
+        outcome = run.board.release_for_budget(claim.task_id, claim.token, reason)
         if outcome is not WriteOutcome.APPLIED:
-            return f"abandoned: {outcome.value}"
-        return f"awaiting budget: {reason}"
+            return AttemptOutcome(AttemptEnd.ABANDONED, outcome.value)
+        return AttemptOutcome(AttemptEnd.AWAITING_BUDGET, reason)
 
-    def _complete(self, member: Member, output: str) -> str:
-        return self._write_outcome(self.job.board.complete, member, output,
-                                   TaskStatus.COMPLETED)
+    def _complete(self, member: Member, output: str) -> AttemptOutcome:
+        return self._write_outcome(self.job.run.board.complete, member, output,
+                                   AttemptEnd.COMPLETED)
 
-    def _fail(self, member: Member, error: str) -> str:
-        return self._write_outcome(self.job.board.fail, member, error, TaskStatus.FAILED)
+    def _fail(self, member: Member, error: str) -> AttemptOutcome:
+        return self._write_outcome(self.job.run.board.fail, member, error, AttemptEnd.FAILED)
 
     def _write_outcome(self, write: Callable[..., WriteOutcome], member: Member, text: str,
-                       done: TaskStatus) -> str:
+                       done: AttemptEnd) -> AttemptOutcome:
         """Write the output or error with the claim's token; the member announces it to lead
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
-        if self.mirror:  # what a background command wrote since the last tool call, while
-            self.mirror.push()  # the claim still holds (after the outcome it would not)
+        run = job.run
+        # What a background command wrote since the last tool call, pushed while the claim
+        # still holds (after the outcome it would not).
+        if self.tools.mirror:
+            self.tools.mirror.push()
         job.claims.end(claim, ClaimEnd.FINISHED)
-        if self.mailbox:  # fenced by the token: a stale attempt settles nothing
-            self.mailbox.settle()
+        if self.tools.mailbox:  # fenced by the token: a stale attempt settles nothing
+            self.tools.mailbox.settle()
         # Fenced too: a stale attempt's transcript is refused.
-        keys = job.board.keys
-        assert isinstance(keys, RunKeys)  # a run's job: its board is the run's
-        Transcripts(job.conn, keys, job.board.scripts).save(
+        Transcripts(run.conn, run.keys, run.scripts).save(
             claim.task_id, claim.token, self._kept_transcript(),
-            job.spec.options.transcript_max_chars)
-        announcer = member.id if job.bus.enabled else None
+            run.spec.options.transcript_max_chars)
+        announcer = member.id if run.bus.enabled else None
         outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
                         announce_as=announcer)
         if outcome is not WriteOutcome.APPLIED:
             self.span.event("teamctl.write.refused", {"teamctl.outcome": outcome.value})
-            return "stale: the claim was reclaimed; nothing was written"
-        return done.value
+            return AttemptOutcome(AttemptEnd.STALE, "the claim was reclaimed; nothing was written")
+        return AttemptOutcome(done)
 
     def _kept_transcript(self) -> list[Message] | None:
         """The session's messages as stored with the outcome: a replayed session ends with a

@@ -34,9 +34,10 @@ ATTEMPT_ENDS = {EventKind.COMPLETED: "completed", EventKind.FAILED: "failed",
 
 
 @dataclass
-class Attempt:
-    """One claim of a task, from the `in_progress` entry that opened it to the change that
-    ended it (`end_ms` None while it runs, or when the stream no longer says)."""
+class AttemptRow:
+    """One attempt as a row of the run's page: a claim of a task, from the `in_progress` entry
+    that opened it to the change that ended it (`end_ms` None while it runs, or when the
+    stream no longer says)."""
 
     task_id: str
     number: int
@@ -61,7 +62,7 @@ class RunView:
     state: RunState
     usage: Usage
     tasks: list[TaskState]
-    attempts: list[Attempt]
+    attempts: list[AttemptRow]
     messages: list[Envelope]
     transcripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     last_event_id: str = "0-0"
@@ -76,13 +77,13 @@ class RunView:
         """When the page was built: what a waiting call's time left counts from."""
         return now_ms()
 
-    def attempts_of(self, task_id: str) -> list[Attempt]:
+    def attempts_of(self, task_id: str) -> list[AttemptRow]:
         return self.attempts_by_task.get(task_id, [])
 
     @functools.cached_property
-    def attempts_by_task(self) -> dict[str, list[Attempt]]:
+    def attempts_by_task(self) -> dict[str, list[AttemptRow]]:
         """The attempts grouped by task once: the page asks for each of thousands of tasks."""
-        grouped: dict[str, list[Attempt]] = {}
+        grouped: dict[str, list[AttemptRow]] = {}
         for attempt in self.attempts:
             grouped.setdefault(attempt.task_id, []).append(attempt)
         return grouped
@@ -152,19 +153,19 @@ def entry_ms(entry_id: str) -> int:
 
 
 def attempts_from(events: list[TaskEvent], tasks: list[TaskState],
-                  finished: bool) -> list[Attempt]:
+                  finished: bool) -> list[AttemptRow]:
     """The attempts the events tell: each `in_progress` opens one on its task (its worker
     named by the entry), the next completed/failed/released/reclaimed ends it. An attempt
     still open when the run has finished ended unseen (its end left the stream)."""
-    open_by_task: dict[str, Attempt] = {}
-    attempts: list[Attempt] = []
+    open_by_task: dict[str, AttemptRow] = {}
+    attempts: list[AttemptRow] = []
     for event in events:
         if not event.task_id:
             continue
         if event.status is EventKind.IN_PROGRESS:
-            attempt = Attempt(task_id=event.task_id, number=event.attempts,
-                              member_id=event.member_id, worker=event.worker or "unknown",
-                              token=event.token, start_ms=entry_ms(event.id))
+            attempt = AttemptRow(task_id=event.task_id, number=event.attempts,
+                                 member_id=event.member_id, worker=event.worker or "unknown",
+                                 token=event.token, start_ms=entry_ms(event.id))
             open_by_task[event.task_id] = attempt
             attempts.append(attempt)
         elif event.status in ATTEMPT_ENDS and event.task_id in open_by_task:
