@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE
-from teamctl.coordinator.runs.remote_model import WAKE_EVERY_S
 from teamctl.coordinator.runs.result import ended_member_result
 from teamctl.coordinator.runs.run_control import resume_hint
+from teamctl.coordinator.runs.worker_wait import WAKE_EVERY_S
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import EventKind, TaskState, TaskStatus
