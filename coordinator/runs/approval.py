@@ -49,9 +49,9 @@ def plan_table(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def decide_plan(store: RunStore, plan: Plan, mode: ApprovalMode, *,
-                notify: Callable[[str], None], should_stop: Callable[[], bool],
-                phase: Callable[[RunStatus], None] = lambda status: None) -> Decision:
+def obtain_plan_decision(store: RunStore, plan: Plan, mode: ApprovalMode, *,
+                         notify: Callable[[str], None], should_stop: Callable[[], bool],
+                         phase: Callable[[RunStatus], None] = lambda status: None) -> Decision:
     """Return the recorded decision, making or awaiting it first if there is none yet; `phase`
     is told when the run starts waiting for it."""
     recorded = _recorded(store)

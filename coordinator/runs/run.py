@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.runs.approval import ApprovalMode, decide_plan
+from teamctl.coordinator.runs.approval import ApprovalMode, obtain_plan_decision
 from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.mcp_listing import McpListingWait
 from teamctl.coordinator.runs.remote_model import ModelCall, NoReply, RemoteModel
@@ -253,10 +253,10 @@ class Coordinator:
             return True
         if self.approval is ApprovalMode.PROMPT:
             self.ctx.reporter.close()  # the prompt needs the lines the live table redraws
-        decision = decide_plan(self.ctx.run.store, plan, self.approval,
-                               notify=self.ctx.reporter.note,
-                               should_stop=self._should_stop_waiting,
-                               phase=self.ctx.reporter.phase)
+        decision = obtain_plan_decision(self.ctx.run.store, plan, self.approval,
+                                        notify=self.ctx.reporter.note,
+                                        should_stop=self._should_stop_waiting,
+                                        phase=self.ctx.reporter.phase)
         if decision.approved:
             self.ctx.run.bus.tell_lead(SystemType.PLAN_APPROVED, None,
                                  decision.reason or "")
