@@ -7,7 +7,7 @@ import io
 import pytest
 import redis
 from rich.console import Console
-from teamctl.coordinator.runs.approval import ApprovalMode, decide_plan
+from teamctl.coordinator.runs.approval import ApprovalMode, obtain_plan_decision
 from teamctl.coordinator.runs.progress import _table
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.store import RunStore
@@ -36,8 +36,8 @@ def test_terminal_prompt_records_the_decision(
     two_task_run(conn, run_id, tmp_path, require_plan_approval=True)
     monkeypatch.setattr("sys.stdin", io.StringIO(answer))
     plan = Plan(tasks=[TaskSpec(id="a", member_id="m1", task="Do A")])
-    decision = decide_plan(RunStore(conn, RunKeys(run_id)), plan, ApprovalMode.PROMPT,
-                           notify=print, should_stop=lambda: False)
+    decision = obtain_plan_decision(RunStore(conn, RunKeys(run_id)), plan, ApprovalMode.PROMPT,
+                                    notify=print, should_stop=lambda: False)
     assert decision.approved is (expected[0] == "approved")
     state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.approval, state.approval_reason) == expected

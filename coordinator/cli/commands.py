@@ -15,9 +15,9 @@ from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
 from teamctl.coordinator.runs.run_control import (
     cancel_run,
-    decide_plan,
     parse_top_up,
     raise_budget,
+    record_plan_decision,
     resume_hint,
 )
 from teamctl.shared.clock import now_ms
@@ -231,7 +231,7 @@ def _task_detail(state: TaskState, now: int) -> str:
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
     run = existing_run(redis_url, run_id)
-    decide_plan(run, approved, reason)
+    record_plan_decision(run, approved, reason)
     click.echo(f"plan of run {run.run_id} {'approved' if approved else 'rejected'}")
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import click
+from teamctl.coordinator.runs.worker_wait import WAKE_EVERY_S
 from teamctl.shared.runs.run_records import Approval, RunStatus
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import Plan
@@ -14,8 +15,6 @@ from teamctl.shared.text import one_line
 
 PLAN_TEXT_CHARS = 100_000
 """A task's text in the plan a person approves: on one line, but not cut short where it matters."""
-WAKE_EVERY_S = 1.0
-"""How often the Redis wait re-checks for a cancel or a lost lease while nobody decides."""
 
 
 class ApprovalMode(Enum):
@@ -50,9 +49,9 @@ def plan_table(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def decide_plan(store: RunStore, plan: Plan, mode: ApprovalMode, *,
-                notify: Callable[[str], None], should_stop: Callable[[], bool],
-                phase: Callable[[RunStatus], None] = lambda status: None) -> Decision:
+def obtain_plan_decision(store: RunStore, plan: Plan, mode: ApprovalMode, *,
+                         notify: Callable[[str], None], should_stop: Callable[[], bool],
+                         phase: Callable[[RunStatus], None] = lambda status: None) -> Decision:
     """Return the recorded decision, making or awaiting it first if there is none yet; `phase`
     is told when the run starts waiting for it."""
     recorded = _recorded(store)

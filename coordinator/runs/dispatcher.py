@@ -17,7 +17,8 @@ JOB_TIMEOUT_MARGIN_S = 60
 FAILURE_TTL_S = 86_400
 TOOL_CHECK_RESULT_TTL_S = 3_600
 """Long enough for a coordinator (or the one resuming it) to read the tool check's report."""
-ENDED = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED})
+ENDED_JOB_STATUSES = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED,
+                                JobStatus.CANCELED})
 
 
 class Dispatcher:
@@ -103,7 +104,7 @@ def _has_ended(status: bytes | None, started_at: bytes | None, created_at: bytes
     if created_at is None:
         return True  # every job hash has created_at: this one is gone
     state = status.decode() if status else None
-    if state in ENDED:
+    if state in ENDED_JOB_STATUSES:
         return True
     if state != JobStatus.STARTED or not started_at:
         return False

@@ -13,8 +13,7 @@ from __future__ import annotations
 import time
 
 from teamctl.coordinator.runs.context import RunContext
-from teamctl.coordinator.runs.remote_model import NO_WORKER_HINT_AFTER_S, WAKE_EVERY_S
-from teamctl.shared.redis.connection import block_ms
+from teamctl.coordinator.runs.worker_wait import WorkerWait
 from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
 from teamctl.shared.team_file import Member
 from teamctl.shared.text import shorten
@@ -73,22 +72,18 @@ class McpListingWait:
         """The jobs' notes once every server has one, every job ended (one that failed or
         vanished before noting leaves nothing more to wait for: then True), or at the deadline
         or a cancel."""
-        started, hinted, hint = time.monotonic(), False, self.ctx.no_worker_hint()
+        wait = WorkerWait(self.ctx, deadline)
         while True:
             listings = self.cache.listings()
-            left_s = deadline - time.monotonic()
-            if all(s in listings for s in servers) or left_s <= 0 \
-                    or self.ctx.run.store.cancelled():
+            # A cancel ends this wait quietly: the planner's call, next, ends the run.
+            if all(s in listings for s in servers) or wait.timed_out() or wait.cancelled():
                 return listings, False
             # A started job lists for at most the budget: only a stuck one is older.
             if len(self.ctx.dispatcher.ended(jobs, stale_after_s=budget_s)) == len(jobs):
                 return self.cache.listings(), True  # with notes written just before the end
-            self.ctx.run.lease.check()
-            if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
-                hinted = all([hint.check(queue) for queue in queues])
-            self.ctx.run.store.blocking_conn.blpop(
-                [self.ctx.run.keys.mcp_listed],
-                timeout=block_ms(min(WAKE_EVERY_S, left_s) * 1000) / 1000)
+            wait.check_lease()
+            wait.hint_if_unserved(queues)
+            wait.sleep(self.ctx.run.keys.mcp_listed, stop_at_deadline=True)
 
     def _note_fallback(self, unlisted: list[str], listings: dict[str, McpListing],
                        budget_s: float, jobs_ended: bool) -> None:

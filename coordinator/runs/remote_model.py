@@ -6,23 +6,13 @@ The coordinator needs no provider key and never imports litellm; what it waits o
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from teamctl.coordinator.runs.context import RunContext
+from teamctl.coordinator.runs.worker_wait import WaitCancelled, WorkerWait
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.errors import BudgetSpent, InfraError, ModelError
-from teamctl.shared.redis.connection import block_ms
 from teamctl.shared.runs.model_calls import CallView, ModelCallRequest, ModelCalls
-
-WAKE_EVERY_S = 1.0
-"""How often the wait re-checks its worker, the lease, a cancel and the deadline."""
-NO_WORKER_HINT_AFTER_S = 3.0
-"""How long a call may wait unbegun before stderr says whether any worker listens."""
-
-
-class CallCancelled(Exception):
-    """The run was cancelled while the coordinator waited for a model call."""
 
 
 class NoReply(InfraError):
@@ -44,7 +34,6 @@ class RemoteModel:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.calls = ModelCalls(ctx.run.conn, ctx.run.keys, ctx.run.scripts)
-        self.blocking_conn = ctx.run.store.blocking_conn
         self._job_id: str | None = None
         """The job of the current attempt, when this coordinator enqueued it."""
         self._attempt = 0
@@ -56,13 +45,13 @@ class RemoteModel:
 
         A model error the worker met raises ModelError (BudgetSpent when the run's budget could
         not cover the call); no worker in time, or a job that failed
-        on its worker, raises NoReply; a cancel raises CallCancelled; a lost lease raises
+        on its worker, raises NoReply; a cancel raises WaitCancelled; a lost lease raises
         RunFailed. A call whose worker died is started again, up to `max_attempts` times."""
         self._job_id = None
         attempt = self._adopt_or_start(call)
         try:
             return self._await(call, attempt, begin_by)
-        except (CallCancelled, NoReply):
+        except (WaitCancelled, NoReply):
             # Fence the attempt: a job still queued for it (no worker yet) must not make a paid
             # call for a run that stopped waiting.
             self.calls.start(call.name, call.request, replacing=self._attempt)
@@ -71,21 +60,20 @@ class RemoteModel:
     def _await(self, call: ModelCall, attempt: int, begin_by: float) -> ModelReply:
         """Wait for the outcome of `attempt`, replacing it when its worker is gone."""
         self._attempt = attempt
-        started_at, hinted, hint = time.monotonic(), False, self.ctx.no_worker_hint()
+        wait = WorkerWait(self.ctx, begin_by)  # the deadline holds until a worker begins
         while True:
             view = self.calls.view(call.name)
             if view.attempt == self._attempt and view.outcome is not None:
-                self.ctx.run.lease.check()  # a coordinator that lost its lease uses nothing
+                wait.check_lease()  # a coordinator that lost its lease uses nothing
                 return _reply_of(call, view)
-            self._check_still_wanted(call, view, begin_by)
+            self._check_still_wanted(call, view, wait)
             lost = self._lost(call, view)
             if lost is not None and self._retry(call, lost):
-                started_at, hinted = time.monotonic(), False
-            elif not view.began and not hinted \
-                    and time.monotonic() - started_at > NO_WORKER_HINT_AFTER_S:
-                hinted = hint.check(call.queue)
-            self.blocking_conn.blpop([self.ctx.run.keys.model_call_done],
-                                     timeout=block_ms(WAKE_EVERY_S * 1000) / 1000)
+                wait.restart_hint()
+            elif not view.began:
+                wait.hint_if_unserved([call.queue])
+            # Not cut at the deadline: a call a worker began is waited for past it.
+            wait.sleep(self.ctx.run.keys.model_call_done, stop_at_deadline=False)
 
     def _adopt_or_start(self, call: ModelCall) -> int:
         """The current attempt when it asks the same and is answered or still alive (a resumed
@@ -135,12 +123,10 @@ class RemoteModel:
         self.ctx.reporter.note(f"the worker making the {call.name} call {reason}; asking another")
         return True
 
-    def _check_still_wanted(self, call: ModelCall, view: CallView, begin_by: float) -> None:
+    def _check_still_wanted(self, call: ModelCall, view: CallView, wait: WorkerWait) -> None:
         """Stop waiting on a lost lease, a cancel, or a call no worker began in time."""
-        self.ctx.run.lease.check()
-        if self.ctx.run.store.cancelled():
-            raise CallCancelled(call.name)
-        if not view.began and time.monotonic() >= begin_by:
+        wait.check_still_wanted(call.name)
+        if not view.began and wait.timed_out():
             raise NoReply(f"no worker took the {call.name} call in time (the run's timeout_s="
                           f"{self.ctx.run.spec.options.timeout_s:g}); is a worker listening on "
                           f"queue {call.queue}? (`teamctl workers` lists them)")

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.hooks import HOOK_ERROR_TYPE
-from teamctl.coordinator.runs.remote_model import WAKE_EVERY_S
 from teamctl.coordinator.runs.result import ended_member_result
 from teamctl.coordinator.runs.run_control import resume_hint
+from teamctl.coordinator.runs.worker_wait import WAKE_EVERY_S
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import EventKind, TaskState, TaskStatus
@@ -23,14 +23,14 @@ CONSUMED = frozenset({EventKind.IN_PROGRESS, EventKind.COMPLETED, EventKind.FAIL
                       EventKind.BLOCKED})
 """Events after which a queued job has nothing left to do (its task was claimed or ended).
 Not reclaimed/released/reassigned: those can be read after the task was enqueued again."""
-ENDED = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED})
+ENDED_TASK_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED})
 ENDED_EVENTS = frozenset({EventKind.COMPLETED, EventKind.FAILED, EventKind.BLOCKED})
 STOP_GRACE_TTLS = 3
 """After a cancel or timeout, wait this many heartbeat TTLs for in-flight claims to end."""
 
 
 @dataclass(frozen=True)
-class Stop:
+class RunStop:
     """Why dispatch stopped early: the run's final status and error, and the blocked reason."""
 
     status: RunStatus
@@ -52,7 +52,7 @@ class LoopState:
     open_round: set[str] = field(default_factory=set)
     """Tasks dispatched in the current round that have not ended. In eager mode a refill joins
     the open round; a new round starts only once it is empty (as AI4J counts waves)."""
-    stop: Stop | None = None
+    stop: RunStop | None = None
     paused: str | None = None
     """Why dispatch waits for `teamctl budget` (the run is awaiting_budget), or None."""
 
@@ -101,7 +101,7 @@ class RoundLoop:
         self._show_progress()
         if state.stop is None and self.ctx.run.store.stop_reason() == CANCELLED:
             # The cancel landed as the last tasks ended (members stop on it, too).
-            state.stop = Stop(RunStatus.CANCELLED, CANCELLED, CANCELLED, time.monotonic())
+            state.stop = RunStop(RunStatus.CANCELLED, CANCELLED, CANCELLED, time.monotonic())
             self.trace.event("teamctl.run.cancelled")
         return state
 
@@ -125,7 +125,7 @@ class RoundLoop:
             if reason is not None:
                 grace_s = STOP_GRACE_TTLS * self.options.heartbeat_ttl_s
                 status = RunStatus.CANCELLED if reason == CANCELLED else RunStatus.FAILED
-                state.stop = Stop(status, reason, reason, time.monotonic() + grace_s)
+                state.stop = RunStop(status, reason, reason, time.monotonic() + grace_s)
                 self.trace.event("teamctl.run.cancelled" if reason == CANCELLED
                                  else "teamctl.run.stopped")
         return state.stop is not None
@@ -173,12 +173,12 @@ class RoundLoop:
         failed = next(t for t in self.board.snapshot() if t.status is TaskStatus.FAILED)
         state.stop = self._member_failure_stop(failed)
 
-    def _member_failure_stop(self, failed: TaskState | None) -> Stop:
+    def _member_failure_stop(self, failed: TaskState | None) -> RunStop:
         """continue_on_member_error is off and a task failed: the run fails without synthesis."""
         who = (failed.claimed_by or failed.member_id) if failed else "?"
         reason = (failed.error if failed else None) or "unknown error"
         error = f"team member failed: {who} -> {reason}"
-        return Stop(RunStatus.FAILED, error, STOPPED_REASON, self.deadline)
+        return RunStop(RunStatus.FAILED, error, STOPPED_REASON, self.deadline)
 
     def _drained(self, state: LoopState) -> bool:
         """Block what never ran; True once nothing is in flight (or the grace period is over)."""
@@ -272,7 +272,7 @@ class RoundLoop:
             for task_id in ids:
                 pipe.hget(self.board.keys.task(task_id), "status")
             state.open_round = {t for t, s in zip(ids, pipe.execute(), strict=True)
-                                if s not in ENDED}
+                                if s not in ENDED_TASK_STATUSES}
         return bool(state.open_round)
 
     def _dispatch(self, task_id: str) -> str | None:

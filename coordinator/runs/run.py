@@ -15,21 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from teamctl.coordinator.runs.approval import ApprovalMode, decide_plan
+from teamctl.coordinator.runs.approval import ApprovalMode, obtain_plan_decision
 from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.mcp_listing import McpListingWait
-from teamctl.coordinator.runs.remote_model import (
-    WAKE_EVERY_S,
-    CallCancelled,
-    ModelCall,
-    NoReply,
-    RemoteModel,
-)
+from teamctl.coordinator.runs.remote_model import ModelCall, NoReply, RemoteModel
 from teamctl.coordinator.runs.result import build_result, member_results
 from teamctl.coordinator.runs.roles import plan_from_reply, planner_request, synthesizer_request
 from teamctl.coordinator.runs.rounds import CANCELLED, LoopState, RoundLoop
 from teamctl.coordinator.runs.run_control import resume_hint
 from teamctl.coordinator.runs.tool_check import ToolsDoNotImport, WorkerToolCheck
+from teamctl.coordinator.runs.worker_wait import WAKE_EVERY_S, WaitCancelled
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
@@ -168,7 +163,7 @@ class Coordinator:
                 loop = RoundLoop(self.ctx, self.deadline, self.trace)
                 state = loop.run(self._loop_state())
                 self._finish(state)
-        except CallCancelled:  # cancelled while a worker made the planner's or synthesizer's call
+        except WaitCancelled:  # cancelled while the run waited on a worker or its budget
             self.ctx.run.lease.check()
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
         if loop is not None and state is not None:
@@ -222,7 +217,7 @@ class Coordinator:
 
     def _complete_within_budget(self, call: ModelCall, begin_by: float) -> ModelReply:
         """The planner's or synthesizer's call; one the budget cannot cover pauses the run
-        (awaiting_budget) until `teamctl budget` raises it, then is asked again. CallCancelled
+        (awaiting_budget) until `teamctl budget` raises it, then is asked again. WaitCancelled
         for a cancel meanwhile, NoReply once the run's time is out."""
         while True:
             try:
@@ -241,7 +236,7 @@ class Coordinator:
         self.ctx.reporter.note(f"run {run_id} paused ({spent}): {resume_hint(self.ctx.run)}")
         while self.ctx.run.budget.exceeded():
             if self._should_stop_waiting():
-                raise CallCancelled(call.name)
+                raise WaitCancelled(call.name)
             if time.monotonic() >= self.deadline:
                 raise NoReply(f"the run timed out after {self.spec.options.timeout_s:g}s "
                               "waiting for its budget to be raised")
@@ -258,10 +253,10 @@ class Coordinator:
             return True
         if self.approval is ApprovalMode.PROMPT:
             self.ctx.reporter.close()  # the prompt needs the lines the live table redraws
-        decision = decide_plan(self.ctx.run.store, plan, self.approval,
-                               notify=self.ctx.reporter.note,
-                               should_stop=self._should_stop_waiting,
-                               phase=self.ctx.reporter.phase)
+        decision = obtain_plan_decision(self.ctx.run.store, plan, self.approval,
+                                        notify=self.ctx.reporter.note,
+                                        should_stop=self._should_stop_waiting,
+                                        phase=self.ctx.reporter.phase)
         if decision.approved:
             self.ctx.run.bus.tell_lead(SystemType.PLAN_APPROVED, None,
                                  decision.reason or "")

@@ -41,7 +41,7 @@ def send_message(run: RunHandle, to: str, text: str) -> Envelope | None:
     return run.bus.send(LEAD, to, None, None, text)
 
 
-def decide_plan(run: RunHandle, approved: bool, reason: str | None) -> None:
+def record_plan_decision(run: RunHandle, approved: bool, reason: str | None) -> None:
     """Record the decision on the plan the run waits on, once. ConfigError for a finished run,
     one that does not ask for approval, one with no plan yet, or a plan already decided."""
     run = live_run(run)

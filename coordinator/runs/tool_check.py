@@ -6,17 +6,12 @@ RQ keeps its report; a failure ends the run before any model call, as a configur
 
 from __future__ import annotations
 
-import time
 from typing import cast
 
 from rq.job import Job
 from rq.results import Result
 from teamctl.coordinator.runs.context import RunContext
-from teamctl.coordinator.runs.remote_model import (
-    NO_WORKER_HINT_AFTER_S,
-    WAKE_EVERY_S,
-    CallCancelled,
-)
+from teamctl.coordinator.runs.worker_wait import WAKE_EVERY_S, WorkerWait
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.run_records import ToolImportReport
 from teamctl.shared.team_file import Member
@@ -57,7 +52,7 @@ class WorkerToolCheck:
         """The reports of the jobs that answer before `deadline`, a cancel or their end."""
         reports: dict[str, ToolImportReport] = {}
         pending = dict(jobs)
-        started, hinted, hint = time.monotonic(), False, self.ctx.no_worker_hint()
+        wait = WorkerWait(self.ctx, deadline)
         while pending:
             for queue, job_id in list(pending.items()):
                 first = queue == next(iter(pending))  # block on one job, poll the others
@@ -70,14 +65,13 @@ class WorkerToolCheck:
                         reports[queue] = report
             if not pending:
                 break
-            self._check_still_wanted()
-            if time.monotonic() >= deadline:
+            wait.check_still_wanted("tool check")
+            if wait.timed_out():
                 self.ctx.reporter.note("no worker checked the Python tools of "
                                        f"{'queue' if len(pending) == 1 else 'queues'} "
                                        f"{', '.join(pending)} in time; their tasks import them")
                 break
-            if not hinted and time.monotonic() - started > NO_WORKER_HINT_AFTER_S:
-                hinted = all([hint.check(queue) for queue in pending])
+            wait.hint_if_unserved(list(pending))
         return reports
 
     def _report(self, queue: str, result: Result) -> ToolImportReport | None:
@@ -89,8 +83,3 @@ class WorkerToolCheck:
         self.ctx.reporter.note(f"the Python tool check on queue {queue} failed on its worker "
                                f"({one_line(reason, FAILURE_CHARS)}); its tasks import them")
         return None
-
-    def _check_still_wanted(self) -> None:
-        self.ctx.run.lease.check()
-        if self.ctx.run.store.cancelled():
-            raise CallCancelled("tool check")

@@ -33,9 +33,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from teamctl.coordinator.runs.run_control import (
     cancel_run,
-    decide_plan,
     parse_top_up,
     raise_budget,
+    record_plan_decision,
     send_message,
 )
 from teamctl.coordinator.web import sse
@@ -432,12 +432,12 @@ def do_cancel(run: RunHandle, form: dict[str, str]) -> str:
 
 
 def do_approve(run: RunHandle, form: dict[str, str]) -> str:
-    decide_plan(run, True, None)
+    record_plan_decision(run, True, None)
     return "approved"
 
 
 def do_reject(run: RunHandle, form: dict[str, str]) -> str:
-    decide_plan(run, False, form.get("reason") or None)
+    record_plan_decision(run, False, form.get("reason") or None)
     return "rejected"
 
 
