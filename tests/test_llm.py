@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from teamctl.shared.agent.litellm_warmup import warm_up
 from teamctl.shared.agent.llm import (
     ModelClient,
     credential_vars,
     credentials_error,
     load_litellm,
-    warm_up,
 )
 from teamctl.shared.errors import CredentialsError, ModelError
 
