@@ -13,7 +13,8 @@ from teamctl.coordinator.runs.context import RunContext
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.errors import BudgetSpent, InfraError, ModelError
 from teamctl.shared.redis.connection import block_ms
-from teamctl.shared.runs.model_calls import CallView, ModelCallRequest, ModelCalls
+from teamctl.shared.runs.model_call_records import CallView, ModelCallRequest
+from teamctl.shared.runs.model_call_records import ModelCallRecords as ModelCalls
 
 WAKE_EVERY_S = 1.0
 """How often the wait re-checks its worker, the lease, a cancel and the deadline."""

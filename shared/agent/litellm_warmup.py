@@ -15,7 +15,7 @@ import socket
 import threading
 from typing import Any
 
-from teamctl.shared.agent.llm import ModelClient, describe_error
+from teamctl.shared.agent.llm import LitellmClient, describe_error
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class _InlineExecutor:
 
 
 def _warm_success_path(litellm: Any) -> None:
-    """One tool-calling completion through ModelClient against a one-shot loopback server: the
+    """One tool-calling completion through LitellmClient against a one-shot loopback server: the
     request, the reply's parsing and cost lookup (an unpriced model, as local ones are) and
     litellm's success logging, run inline; the server's thread ends before this returns."""
     server = http.server.HTTPServer(("127.0.0.1", 0), _CannedReply)
@@ -114,7 +114,7 @@ def _warm_success_path(litellm: Any) -> None:
         tool = {"type": "function", "function": {"name": "f", "description": "warm up",
                                                  "parameters": {"type": "object",
                                                                 "properties": {}}}}
-        ModelClient(provider_keys=(), timeout_s=5, max_retries=0).complete(
+        LitellmClient(provider_keys=(), timeout_s=5, max_retries=0).complete(
             "openai/teamctl-warm-up", [{"role": "user", "content": "warm up"}], tools=[tool],
             api_base=f"http://127.0.0.1:{server.server_port}/v1")
     finally:

@@ -84,7 +84,7 @@ def load_litellm() -> Any:
     return litellm
 
 
-class ModelClient:
+class LitellmClient:
     """Calls models through litellm with teamctl's own bounded retry and backoff."""
 
     def __init__(self, *, provider_keys: Collection[str], timeout_s: float = 120.0,
@@ -104,7 +104,7 @@ class ModelClient:
         self.scope = scope or CallScope()
         """Who pays for this client's calls and how its waits end."""
 
-    def scoped(self, scope: CallScope) -> ModelClient:
+    def scoped(self, scope: CallScope) -> LitellmClient:
         """This client for one caller: its budget, its task, its stop, where its waits show."""
         client = copy.copy(self)
         client.scope = scope

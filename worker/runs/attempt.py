@@ -11,15 +11,16 @@ from pathlib import Path
 
 import redis
 from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
-from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_message
+from teamctl.shared.agent.llm import LitellmClient as ModelClient
+from teamctl.shared.agent.loop import AgentLoop, Stop, tool_message
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
+from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import RESERVED_PREFIX
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.agent.tracing_caller import TracingCaller as TracedModel
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -45,7 +46,7 @@ from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, Claims
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.mailbox import Mailbox
 from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools
-from teamctl.worker.runs.replay import ReplayingClient
+from teamctl.worker.runs.replaying_caller import ReplayingCaller as ReplayingClient
 from teamctl.worker.runs.task_prompt import build_dispatch_input
 
 FAILED_OUTCOMES = {"failed": "TaskFailed", "abandoned": "AttemptAbandoned",
