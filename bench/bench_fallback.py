@@ -25,7 +25,7 @@ from typing import Any
 
 import redis
 from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.model_names import DEFAULT_FALLBACK_COOLDOWN_S
 
 from bench import private_redis
@@ -109,7 +109,7 @@ def collect(sizes: Sizes) -> dict[str, float]:
 
 def _measure(conn: redis.Redis, llm: ScriptedLLM, outage: Outage, primary: str, backup: str,
              sizes: Sizes) -> dict[str, float]:
-    client = ModelClient(provider_keys=())  # teamctl's defaults: 3 retries, 0.5 s doubling
+    client = LitellmClient(provider_keys=())  # teamctl's defaults: 3 retries, 0.5 s doubling
 
     def asker(cooldown_s: float) -> Callable[[], str | None]:
         caller = FallbackCaller(client, [backup], 10.0, Cooldowns(conn, cooldown_s))

@@ -85,13 +85,8 @@ def main() -> int:
 
 def report(http_base: str, https_base: str, parent_calls: str | None) -> None:
     """Warm up as teamctl.worker.settings does, then time each probe in forked processes."""
-    from teamctl.shared.agent.llm import (
-        ModelClient,
-        _InlineExecutor,
-        _warm_success_path,
-        load_litellm,
-        warm_up,
-    )
+    from teamctl.shared.agent.litellm_warmup import _InlineExecutor, _warm_success_path, warm_up
+    from teamctl.shared.agent.llm import LitellmClient, load_litellm
 
     litellm = load_litellm()  # first: it keeps litellm from fetching its cost map at import
     from litellm.llms.custom_httpx import http_handler
@@ -99,7 +94,7 @@ def report(http_base: str, https_base: str, parent_calls: str | None) -> None:
     warm_up(litellm)
 
     def call(base: str) -> Probe:
-        return lambda: ModelClient(provider_keys=(), max_retries=0).complete(
+        return lambda: LitellmClient(provider_keys=(), max_retries=0).complete(
             "openai/probe", [{"role": "user", "content": "probe"}], tools=[TOOL], api_base=base)
 
     def context_built_in_job() -> None:

@@ -15,7 +15,7 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCalls
+from teamctl.shared.runs.model_call_records import ModelCallOutcome, ModelCallRecords
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskStatus
 
@@ -180,7 +180,7 @@ def test_a_planner_call_the_budget_cannot_cover_pauses_the_run_until_a_top_up(
     planner's queue): its first attempt comes back `budget_spent`, as a worker writes it on
     BudgetSpent from the call's reservation; the run pauses, and after the top-up asks again."""
     conn = redis.Redis.from_url(workers, decode_responses=True)
-    calls, store = ModelCalls(conn, RunKeys(run_id)), RunStore(conn, RunKeys(run_id))
+    calls, store = ModelCallRecords(conn, RunKeys(run_id)), RunStore(conn, RunKeys(run_id))
     models = {"planner": "openai/unused-planner", "member": "openai/unused-member",
               "synth": "openai/unused-synth"}
     team = team_file(tmp_path / "t.toml", models, queue="nobody-plays-it",

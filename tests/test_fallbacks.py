@@ -21,7 +21,7 @@ from teamctl.shared.agent.fallbacks import (
     FallbackNote,
     ModelLedger,
 )
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.errors import ConfigError, ModelError, ModelUnavailable
 from teamctl.shared.keys import RunKeys, TeamKeys, model_cooldown
@@ -62,7 +62,7 @@ def failing_first(count: int, failure: HttpError,
 def caller(conn: redis.Redis, fallbacks: list[str], *, retries: int = 1,
            cooldown_s: float = 0.0, notes: list[FallbackNote] | None = None,
            keys: RunKeys | None = None) -> FallbackCaller:
-    client = ModelClient(provider_keys=(), max_retries=retries, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys=(), max_retries=retries, backoff_base_s=0.01)
     return FallbackCaller(client, fallbacks, 1.0, Cooldowns(conn, cooldown_s),
                           ModelLedger(conn, keys) if keys else None,
                           on_fallback=None if notes is None else notes.append)
@@ -267,8 +267,8 @@ def test_the_python_api_checks_fallbacks_as_a_team_file() -> None:
         Team(fallbacks=["a b"])
 
 
-class WaitRecorder(ModelClient):
-    """ModelClient, noting the wait limit each call was given (what the limiter honours)."""
+class WaitRecorder(LitellmClient):
+    """LitellmClient, noting the wait limit each call was given (what the limiter honours)."""
 
     def __init__(self) -> None:
         super().__init__(provider_keys=(), max_retries=0)

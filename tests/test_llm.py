@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from teamctl.shared.agent.litellm_warmup import warm_up
 from teamctl.shared.agent.llm import (
-    ModelClient,
+    LitellmClient,
     credential_vars,
     credentials_error,
     load_litellm,
-    warm_up,
 )
 from teamctl.shared.errors import CredentialsError, ModelError
 
@@ -45,7 +45,7 @@ def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", handler=slow_then_limited_then_fine)
     # The scripted server answers one request at a time: the backoff outlasts the slow reply.
     # One spare retry, in case a loaded machine makes a retry also wait out the slow reply.
-    client = ModelClient(provider_keys=(), timeout_s=0.4, max_retries=3, backoff_base_s=0.3)
+    client = LitellmClient(provider_keys=(), timeout_s=0.4, max_retries=3, backoff_base_s=0.3)
 
     reply = client.complete(model, HI, api_base=llm.api_base)
 
@@ -57,7 +57,7 @@ def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
 def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
         llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [HttpError(429, "slow down", retry_after_s=1.5), "fine"])
-    client = ModelClient(provider_keys=(), max_retries=2, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys=(), max_retries=2, backoff_base_s=0.01)
 
     reply = client.complete(model, HI, api_base=llm.api_base)
 
@@ -68,7 +68,7 @@ def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
 def test_a_reset_connection_and_a_stalled_reply_are_retried(
         llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [Reset(), Stall(), "fine"])
-    client = ModelClient(provider_keys=(), timeout_s=1.0, max_retries=2, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys=(), timeout_s=1.0, max_retries=2, backoff_base_s=0.01)
 
     reply = client.complete(model, HI, api_base=llm.api_base)
 
@@ -77,7 +77,7 @@ def test_a_reset_connection_and_a_stalled_reply_are_retried(
 
 def test_a_400_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [HttpError(400, "bad request 91c")])  # a retry: exhausted
-    client = ModelClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(ModelError, match="bad request 91c"):
         client.complete(model, HI, api_base=llm.api_base)
@@ -88,7 +88,7 @@ def test_a_network_failure_names_its_cause_and_an_error_reply_does_not_repeat_it
         llm: ScriptedLLM, run_id: str) -> None:
     """litellm says only "Connection error." for a refused connection (or certificate); the
     cause is what tells a user what to fix. An HTTP error reply already says what went wrong."""
-    client = ModelClient(provider_keys=(), max_retries=0)
+    client = LitellmClient(provider_keys=(), max_retries=0)
     with socket.socket() as closed:  # bound, never listening: the connection is refused
         closed.bind(("127.0.0.1", 0))
         with pytest.raises(ModelError, match="Connection refused"):
@@ -112,7 +112,7 @@ def test_a_rejected_key_is_not_retried_and_the_error_names_its_variable_not_its_
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     model = llm.script(f"m-{run_id}", [HttpError(401, f"Incorrect API key provided: {KEY}.\n"
                                                       "You can find your API key online.")])
-    client = ModelClient(provider_keys={"OPENAI_API_KEY"}, max_retries=3, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys={"OPENAI_API_KEY"}, max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(CredentialsError) as failed:
         client.complete(model, HI, api_base=llm.api_base)
@@ -128,7 +128,7 @@ def test_a_403_is_not_retried_and_its_reason_reaches_the_error_on_one_line(
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     reason = "Project has no access to \x1b[31mgpt-x\x1b[0m\r\nin this region"
     model = llm.script(f"m-{run_id}", [HttpError(403, reason)])
-    client = ModelClient(provider_keys={"OPENAI_API_KEY"}, max_retries=3, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys={"OPENAI_API_KEY"}, max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(CredentialsError) as failed:
         client.complete(model, HI, api_base=llm.api_base)
@@ -143,7 +143,7 @@ def test_a_401_to_a_request_sent_without_a_key_says_the_key_is_missing(
         llm: ScriptedLLM, run_id: str) -> None:
     """With an API base and no key set, teamctl sends a placeholder: a refusal means no key."""
     model = llm.script(f"m-{run_id}", [HttpError(401, "You didn't provide an API key.")])
-    client = ModelClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(CredentialsError) as failed:
         client.complete(model, HI, api_base=llm.api_base)
@@ -160,7 +160,7 @@ def test_a_500_saying_credentials_are_missing_is_not_retried(
     model = llm.script(f"m-{run_id}", [HttpError(500, (
         "Missing credentials. Please pass an `api_key`, `workload_identity`, `admin_api_key`, "
         "or set the `OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable."))])
-    client = ModelClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(CredentialsError) as failed:
         client.complete(model, HI, api_base=llm.api_base)
@@ -190,7 +190,7 @@ def test_a_missing_key_fails_at_once_without_a_request(
 
     monkeypatch.setattr(socket, "getaddrinfo", no_network)
     monkeypatch.setattr(socket.socket, "connect", no_network)
-    client = ModelClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
+    client = LitellmClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(CredentialsError) as failed:
         client.complete(model, HI)

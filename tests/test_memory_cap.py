@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 from teamctl.coordinator.teams.lead import LeadAgent, LeadMemory
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import TeamKeys
 from teamctl.shared.lease import LeadLease
@@ -221,7 +221,7 @@ def test_the_leads_memory_and_requests_stay_under_the_character_cap(
     lead_model = llm.script(f"lead-{team}", handler=model)
     keys = TeamKeys(team)
     with LeadLease(conn, keys, 30) as lease:
-        agent = LeadAgent(store, lease, ModelClient(provider_keys=()), lead_model, llm.api_base,
+        agent = LeadAgent(store, lease, LitellmClient(provider_keys=()), lead_model, llm.api_base,
                           tmp_path / "ws")
         assert agent.turn("Read the reports.") == "all read"
         memory = agent.memory.load()

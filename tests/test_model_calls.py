@@ -21,7 +21,11 @@ from teamctl.coordinator.cli import main
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
+from teamctl.shared.runs.model_call_records import (
+    ModelCallOutcome,
+    ModelCallRecords,
+    ModelCallRequest,
+)
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunStore
 
@@ -80,7 +84,7 @@ def two_workers(redis_server: str, queue: str, tmp_path: Path) -> Iterator[Local
 
 
 def test_a_superseded_attempt_can_neither_begin_beat_nor_answer(conn: redis.Redis) -> None:
-    calls = ModelCalls(conn, RunKeys("r1"))
+    calls = ModelCallRecords(conn, RunKeys("r1"))
     request = ModelCallRequest(model="m", messages=[{"role": "user", "content": "plan"}])
     first = calls.start("planner", request)
     assert calls.begin("planner", first, "host:1", 5) == request
@@ -170,7 +174,7 @@ def test_a_cancel_while_the_planner_call_waits_ends_the_run_cancelled(
     assert (result["status"], result["plan"]["tasks"]) == (RunStatus.CANCELLED, [])
     assert llm.requests[f"plan-{run_id}"] == []
     # The queued job's attempt was fenced: a worker that comes up later makes no paid call.
-    assert ModelCalls(redis.Redis.from_url(workers), RunKeys(run_id)).begin(
+    assert ModelCallRecords(redis.Redis.from_url(workers), RunKeys(run_id)).begin(
         "planner", 1, "host:1", 5) is None
 
 
@@ -210,7 +214,7 @@ def test_a_resumed_coordinator_adopts_the_planner_call_in_flight(
     team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue="members",
                      planner=[plan], options={"lease_ttl_s": lease_ttl_s})
     planner_calls = llm.requests[f"plan-{run_id}"]
-    calls = ModelCalls(redis.Redis.from_url(workers), RunKeys(run_id))
+    calls = ModelCallRecords(redis.Redis.from_url(workers), RunKeys(run_id))
     conn = redis.Redis.from_url(workers, decode_responses=True)
     first = start_run(llm, workers, run_id, team, tmp_path / "first-stderr")
     try:

@@ -16,7 +16,7 @@ import pytest
 import redis
 from click.testing import Result
 from teamctl.coordinator.runs.rounds import STOP_GRACE_TTLS
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.errors import ModelError
@@ -143,8 +143,8 @@ def test_model_retry_backoff_doubles_up_to_its_cap_then_gives_up(
     failures: list[Any] = [HttpError(429), HttpError(500), HttpError(503), HttpError(529),
                            HttpError(502), HttpError(504), HttpError(429)]
     model = llm.script(f"m-{run_id}", failures)  # one more call would find it exhausted
-    client = ModelClient(provider_keys=(), max_retries=6, backoff_base_s=0.2,
-                         backoff_max_s=0.6)
+    client = LitellmClient(provider_keys=(), max_retries=6, backoff_base_s=0.2,
+                           backoff_max_s=0.6)
 
     with pytest.raises(ModelError, match="scripted failure"):
         client.complete(model, [{"role": "user", "content": "hi"}], api_base=llm.api_base)
@@ -171,5 +171,5 @@ def test_model_max_retries_bounds_the_runs_retries_with_the_default_backoff(
     assert "planner failed" in result.stderr.strip().splitlines()[-1]
     times = llm.request_times[f"plan-{run_id}"]
     assert len(times) == 3
-    first, second = gaps_s(times)  # ModelClient's defaults: 0.5 s doubling, jitter 0.5-1.0
+    first, second = gaps_s(times)  # LitellmClient's defaults: 0.5 s doubling, jitter 0.5-1.0
     assert 0.25 <= first <= 0.5 + SLACK_S and 0.5 <= second <= 1.0 + SLACK_S, (first, second)

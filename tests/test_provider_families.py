@@ -1,6 +1,6 @@
 """Each provider family a user names, through litellm against llm-katan's own API of that family:
 a model turn with and without a tool call, a planned run and a persistent teammate's turn on
-real workers, and its 429/503/504/timeout simulation against ModelClient's retry rule."""
+real workers, and its 429/503/504/timeout simulation against LitellmClient's retry rule."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from teamctl.coordinator.cli import main
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.errors import ConfigError, ModelUnavailable
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
@@ -61,10 +61,10 @@ def katan_answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Katan]:
         yield server
 
 
-def client(max_retries: int = 0, timeout_s: float = 30.0) -> ModelClient:
-    """A ModelClient as a worker with no provider keys builds it: immediate retries."""
-    return ModelClient(provider_keys=(), timeout_s=timeout_s, max_retries=max_retries,
-                       backoff_base_s=0.01, backoff_max_s=0.02)
+def client(max_retries: int = 0, timeout_s: float = 30.0) -> LitellmClient:
+    """A LitellmClient as a worker with no provider keys builds it: immediate retries."""
+    return LitellmClient(provider_keys=(), timeout_s=timeout_s, max_retries=max_retries,
+                         backoff_base_s=0.01, backoff_max_s=0.02)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -192,8 +192,8 @@ def test_503_while_another_call_holds_the_only_slot(tmp_path: Path, name: str) -
         assert raised.value.reason == "retries_spent"
         assert "service overloaded" in str(raised.value)
         # With retries that outlast the first call, the same call is answered.
-        patient = ModelClient(provider_keys=(), timeout_s=30, max_retries=12,
-                              backoff_base_s=0.25, backoff_max_s=1.0)
+        patient = LitellmClient(provider_keys=(), timeout_s=30, max_retries=12,
+                                backoff_base_s=0.25, backoff_max_s=1.0)
         answer = patient.complete(model, [{"role": "user", "content": "later"}],
                                   api_base=server.url)
         assert answer.content is None or "later" in answer.content

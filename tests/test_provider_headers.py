@@ -56,7 +56,7 @@ def spend_first_request(katan: Katan) -> None:
 
 
 def call(model: str, base: str) -> Any:
-    """litellm.completion as ModelClient makes it (no retries), with each family's api_base.
+    """litellm.completion as LitellmClient makes it (no retries), with each family's api_base.
     Gemini's key goes in Authorization: llm-katan does not read x-goog-api-key."""
     path = {"openai": "/v1", "gemini": "/v1beta"}.get(model.split("/")[0], "")
     extra = {"authorization": "Bearer k"} if model.startswith("gemini/") else None

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis
 from rq import Queue
-from teamctl.shared.agent.llm import ModelClient, load_litellm, provider_name
+from teamctl.shared.agent.llm import LitellmClient, load_litellm, provider_name
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.budget import Budget
 from teamctl.shared.clock import now_ms
@@ -48,10 +48,10 @@ CALL_TOKENS = 18
 """What each scripted reply reports: 11 prompt and 7 completion tokens."""
 
 
-def client(conn: redis.Redis, **limits: ModelLimit) -> ModelClient:
+def client(conn: redis.Redis, **limits: ModelLimit) -> LitellmClient:
     """A gated client as a worker builds one, with `limits` configured per model."""
-    return ModelClient(provider_keys=(), timeout_s=10, max_retries=1, backoff_base_s=0.01,
-                       limits=ProviderLimits(conn, dict(limits)))
+    return LitellmClient(provider_keys=(), timeout_s=10, max_retries=1, backoff_base_s=0.01,
+                         limits=ProviderLimits(conn, dict(limits)))
 
 
 def account(conn: redis.Redis, model: str, api_base: str) -> LimitKeys:
@@ -222,7 +222,7 @@ def test_slots_are_first_come_first_served_between_runs_sharing_an_account(
     def call(who: str) -> None:
         conn = redis.Redis.from_url(redis_url, decode_responses=True)
         limits = CountedLimits(conn, {model: ModelLimit(rpm=240)})
-        ModelClient(provider_keys=(), timeout_s=10, max_retries=1, limits=limits).complete(
+        LitellmClient(provider_keys=(), timeout_s=10, max_retries=1, limits=limits).complete(
             model, MESSAGES, api_base=llm.api_base)
         with lock:
             order.append(who)

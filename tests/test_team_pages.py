@@ -16,7 +16,7 @@ import pytest
 import redis
 from teamctl.coordinator.teams.lead import LeadAgent
 from teamctl.coordinator.teams.lead_tools import LeadTools
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import SystemType
@@ -236,7 +236,7 @@ def test_the_leads_inbox_reaches_its_model_in_batches(conn: redis.Redis, team: s
     look = ToolCalls([("list_teammates", {})])
     model = llm.script(f"lead-{team}", [look, look, "all read"])
     with LeadLease(conn, store.keys, ttl_s=30) as lease:
-        agent = LeadAgent(store, lease, ModelClient(provider_keys=()), model, llm.api_base,
+        agent = LeadAgent(store, lease, LitellmClient(provider_keys=()), model, llm.api_base,
                           tmp_path)
         assert agent.turn("Read your mail.") == "all read"
     sent = llm.requests[f"lead-{team}"]

@@ -18,7 +18,7 @@ import redis
 from rq import Queue
 from rq.job import Job
 from teamctl.coordinator.local_workers.processes import worker_command
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.task_records import TaskSpec, TaskState, TaskStatus
@@ -117,7 +117,7 @@ def https_call_counting_ca_loads(model: str, api_base: str) -> dict[str, Any]:
 
     ssl.SSLContext.load_verify_locations = counted  # type: ignore[method-assign]
     try:
-        reply = ModelClient(provider_keys=(), max_retries=0).complete(
+        reply = LitellmClient(provider_keys=(), max_retries=0).complete(
             model, [{"role": "user", "content": "hello"}], api_base=api_base)
     finally:
         ssl.SSLContext.load_verify_locations = load_verify_locations  # type: ignore[method-assign]

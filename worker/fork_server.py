@@ -45,7 +45,8 @@ def preload() -> None:
     import teamctl.worker.jobs  # noqa: F401
     import teamctl.worker.rq_bootstrap  # noqa: F401
     import teamctl.worker.teams.turn  # noqa: F401
-    from teamctl.shared.agent.llm import load_litellm, warm_up
+    from teamctl.shared.agent.litellm_warmup import warm_up
+    from teamctl.shared.agent.llm import load_litellm
     from teamctl.shared.agent.mcp_tools import preload_sdk
 
     warm_up(load_litellm())

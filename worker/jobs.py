@@ -8,7 +8,7 @@ import os
 import socket
 
 import redis
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
@@ -27,10 +27,10 @@ from teamctl.shared.tracing import (
 from teamctl.worker.process_privacy import keep_environment_private
 from teamctl.worker.runs.attempt import Attempt
 from teamctl.worker.runs.claims import Claim, ClaimEnd, Claims
+from teamctl.worker.runs.coordinator_call import CallTrace, execute_model_call
 from teamctl.worker.runs.heartbeat import Heartbeat
 from teamctl.worker.runs.job_context import JobContext
 from teamctl.worker.runs.mcp_listing import execute_mcp_listing
-from teamctl.worker.runs.model_call import CallTrace, execute_model_call
 
 log = logging.getLogger(__name__)
 PRELOAD_MARKER = "TEAMCTL_PRELOADED"
@@ -120,9 +120,9 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
     claims = Claims()
     claims.add(Claim(task_id, token, member.id))
     limits = worker_limits(conn, spec.limits, settings)
-    client = ModelClient(provider_keys=settings.provider_keys if settings else (),
-                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
-                         limits=limits)
+    client = LitellmClient(provider_keys=settings.provider_keys if settings else (),
+                           timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
+                           limits=limits)
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
         job = JobContext(run=run, client=client, claims=claims, beat=beat, worker=worker_name(),
                          tracing=tracing, traceparent=traceparent or run_traceparent(run, tracing))

@@ -44,7 +44,8 @@ REDIS_URL = rq_redis_url(_settings)
 
 import teamctl.worker.jobs  # noqa: E402  (after the re-exec above: it imports litellm's helpers)
 import teamctl.worker.teams.turn  # noqa: E402, F401  (turn jobs import it in every fork otherwise)
-from teamctl.shared.agent.llm import load_litellm, warm_up  # noqa: E402
+from teamctl.shared.agent.litellm_warmup import warm_up  # noqa: E402
+from teamctl.shared.agent.llm import load_litellm  # noqa: E402
 from teamctl.shared.agent.mcp_tools import preload_sdk  # noqa: E402
 from teamctl.shared.agent.prompts import precompile  # noqa: E402
 from teamctl.shared.agent.tools import precompute_schemas  # noqa: E402

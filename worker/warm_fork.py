@@ -183,7 +183,8 @@ def warm_horse() -> None:
     """Take the pages a job's first model call writes, if this worker preloaded litellm."""
     if "litellm" not in sys.modules:  # not preloaded: importing it here would cost seconds
         return
-    from teamctl.shared.agent.llm import load_litellm, warm_forked_job
+    from teamctl.shared.agent.litellm_warmup import warm_forked_job
+    from teamctl.shared.agent.llm import load_litellm
 
     warm_forked_job(load_litellm())
 

@@ -56,7 +56,7 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
     from teamctl.coordinator.cli.commands import say_if_offline
     from teamctl.coordinator.teams.lead import LeadAgent
     from teamctl.coordinator.teams.repl import LeadRepl, Watcher, show_step
-    from teamctl.shared.agent.llm import ModelClient
+    from teamctl.shared.agent.llm import LitellmClient
     from teamctl.shared.hosts import this_host
     from teamctl.shared.lease import LeadLease
     from teamctl.shared.provider_limits import worker_limits
@@ -87,11 +87,11 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
         say_if_offline(source)
         start_workers(stack, store, url, workers, settings,
                       embedded=is_embedded(redis_url, settings))
-        client = ModelClient(provider_keys=settings.provider_keys,
-                             timeout_s=options.model_timeout_s,
-                             max_retries=options.model_max_retries,
-                             keys_in="this `teamctl lead` (it makes the lead's model calls)",
-                             limits=worker_limits(store.conn, options.limits, settings))
+        client = LitellmClient(provider_keys=settings.provider_keys,
+                               timeout_s=options.model_timeout_s,
+                               max_retries=options.model_max_retries,
+                               keys_in="this `teamctl lead` (it makes the lead's model calls)",
+                               limits=worker_limits(store.conn, options.limits, settings))
         agent = LeadAgent(store, lease, client, chosen, base,
                           team_workspace(settings.state_dir, store.team), on_step=show_step,
                           tracing=tracing, fallbacks=fallbacks)

@@ -1,7 +1,8 @@
 """The coordinator's model calls, made by workers: enqueue an attempt, wait for its outcome.
 
-The coordinator needs no provider key and never imports litellm; what it waits on is in Redis
-(shared/runs/model_calls.py), so a resumed coordinator picks up a call its predecessor started.
+The coordinator needs no provider key and never imports litellm. What it waits on is in Redis
+(shared/runs/model_call_records.py), so a resumed coordinator picks up a call its predecessor
+started.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.worker_wait import WaitCancelled, WorkerWait
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.errors import BudgetSpent, InfraError, ModelError
-from teamctl.shared.runs.model_calls import CallView, ModelCallRequest, ModelCalls
+from teamctl.shared.runs.model_call_records import CallView, ModelCallRecords, ModelCallRequest
 
 
 class NoReply(InfraError):
@@ -33,7 +34,7 @@ class RemoteModel:
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
-        self.calls = ModelCalls(ctx.run.conn, ctx.run.keys, ctx.run.scripts)
+        self.calls = ModelCallRecords(ctx.run.conn, ctx.run.keys, ctx.run.scripts)
         self._job_id: str | None = None
         """The job of the current attempt, when this coordinator enqueued it."""
         self._attempt = 0

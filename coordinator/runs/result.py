@@ -9,7 +9,7 @@ from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.model_calls import ModelCalls
+from teamctl.shared.runs.model_call_records import ModelCallRecords
 from teamctl.shared.runs.output import MemberResult, RunResult, TaskStateView
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.transcripts import Transcripts
@@ -84,7 +84,7 @@ def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
 
 def _synthesis(run: RunHandle) -> ModelReply | None:
     """The synthesizer's reply, once the run's output is written from it."""
-    outcome = ModelCalls(run.conn, run.keys, run.scripts).view("synthesizer").outcome
+    outcome = ModelCallRecords(run.conn, run.keys, run.scripts).view("synthesizer").outcome
     return outcome.reply if outcome is not None else None
 
 

@@ -12,7 +12,7 @@ from teamctl.coordinator.runs.plan import RawTask, normalize_tasks
 from teamctl.coordinator.runs.plan_parser import parse_tasks, why_no_tasks
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.runs.mcp_cache import OfferedTool
-from teamctl.shared.runs.model_calls import ModelCallRequest
+from teamctl.shared.runs.model_call_records import ModelCallRequest
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.output import MemberResult
 from teamctl.shared.task_records import Plan, TaskState

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from teamctl.coordinator.teams.lead_tools import LeadTools
-from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_results
+from teamctl.shared.agent.llm import LitellmClient
+from teamctl.shared.agent.loop import AgentLoop, Stop, tool_results
+from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
@@ -109,7 +110,7 @@ class LeadAgent:
 
     store: TeamStore
     lease: LeadLease
-    client: ModelClient
+    client: LitellmClient
     model: str
     api_base: str | None
     workspace: Path
@@ -178,7 +179,7 @@ class LeadAgent:
                                                   on_charge=self.store.charged))
             caller = team_caller(self.store, client, LEAD, self.fallbacks)
             try:
-                end = AgentLoop(client=TracedModel(caller, span), model=self.model,
+                end = AgentLoop(client=TracingCaller(caller, span), model=self.model,
                                 api_base=self.api_base, toolbox=self.toolbox,
                                 max_steps=max_steps, policy=self).run(messages)
             except BudgetSpent as exc:  # the call's worst case was not covered: not made

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import redis
 from pydantic import BaseModel, Field
-from teamctl.shared.agent.loop import Message
+from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import ttl_ms
 from teamctl.shared.errors import ModelUnavailable
@@ -27,7 +27,7 @@ COOLDOWN_REASON = "cooldown"
 
 
 class WaitingClient(Protocol):
-    """What makes one model's call: ModelClient, whose wait for a paused account is bounded."""
+    """What makes one model's call: LitellmClient, whose wait for a paused account is bounded."""
 
     def complete(self, model: str, messages: list[dict[str, Any]], *,
                  tools: list[dict[str, Any]] | None = None, api_base: str | None = None,

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import http.server
-import json
 import logging
 import os
 import random
 import re
-import socket
-import threading
 import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
@@ -89,110 +84,7 @@ def load_litellm() -> Any:
     return litellm
 
 
-_WARM_UP_REPLY = {
-    "id": "warm-up", "object": "chat.completion", "created": 0, "model": "warm-up",
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": "warm",  # text too: its parsing compiles a regex
-        "tool_calls": [{"id": "c", "type": "function",
-                        "function": {"name": "f", "arguments": "{}"}}]}}],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}
-
-
-def warm_up(litellm: Any) -> None:
-    """Pay litellm's first-call costs once, in a preloading parent, not in every forked job.
-
-    litellm and the openai SDK import ~100 modules and build pydantic schemas lazily on the first
-    call (~400 ms), and their first successful call pays ~20 ms more (response parsing, cost
-    lookup, logging payload). A call to a refused loopback port walks the error path; one call
-    to a one-shot loopback server walks the success path. No thread is left running, so forking
-    stays safe.
-    """
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))  # bound but never listening: the connect is refused at once
-        port = closed.getsockname()[1]
-        with contextlib.suppress(Exception):  # expected: connection refused
-            litellm.completion(model="openai/teamctl-warm-up",
-                               messages=[{"role": "user", "content": "warm up"}],
-                               api_base=f"http://127.0.0.1:{port}/v1", api_key="warm-up",
-                               timeout=5, num_retries=0, max_retries=0)
-    from openai.types.chat import ChatCompletion
-
-    try:  # what the SDK itself runs on a reply (a private helper, hence the fallback)
-        from openai._models import construct_type
-
-        construct_type(value=_WARM_UP_REPLY, type_=ChatCompletion)
-    except ImportError:
-        ChatCompletion.model_validate(_WARM_UP_REPLY)
-    try:
-        _warm_success_path(litellm)
-    except Exception as exc:  # a warm-up only: jobs then pay these costs themselves
-        log.warning("litellm warm-up of a successful call failed: %s", _describe(exc))
-    # Calls that count tokens (the offline model's, among others) load tiktoken's encoding
-    # lazily: ~0.6 s in every forked job otherwise. Loading it starts no thread. A private
-    # helper, hence the guard: without it, jobs only pay that time again.
-    with contextlib.suppress(Exception):
-        litellm.main._get_encoding()
-    if threading.active_count() > 1:
-        log.warning("litellm warm-up left %d threads running; forked jobs may inherit held locks",
-                    threading.active_count() - 1)
-
-
-def warm_forked_job(litellm: Any) -> None:
-    """In a process forked from a warmed-up parent, before its job: one successful call, which
-    takes the copies of the parent's pages that the job's first model call would otherwise pay
-    for (copy-on-write), while nothing waits on it."""
-    _warm_success_path(litellm)
-
-
-class _CannedReply(http.server.BaseHTTPRequestHandler):
-    """Answers one chat completion with _WARM_UP_REPLY (HTTP/1.0: the connection then closes)."""
-
-    def do_POST(self) -> None:  # noqa: N802  (http.server's naming)
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        body = json.dumps(_WARM_UP_REPLY).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        """Quiet: the warm-up is not worth a log line."""
-
-
-class _InlineExecutor:
-    """Runs what litellm submits for logging at once: its success logging is warmed up too,
-    and no logging thread is left in the parent."""
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        return fn(*args, **kwargs)
-
-
-def _warm_success_path(litellm: Any) -> None:
-    """One tool-calling completion through ModelClient against a one-shot loopback server: the
-    request, the reply's parsing and cost lookup (an unpriced model, as local ones are) and
-    litellm's success logging, run inline; the server's thread ends before this returns."""
-    server = http.server.HTTPServer(("127.0.0.1", 0), _CannedReply)
-    server.timeout = 5  # handle_request gives up if the call never comes
-    thread = threading.Thread(target=server.handle_request, name="teamctl-warm-up", daemon=True)
-    utils, executor = litellm.utils, litellm.utils.executor
-    thread.start()
-    try:
-        utils.executor = _InlineExecutor()
-        tool = {"type": "function", "function": {"name": "f", "description": "warm up",
-                                                 "parameters": {"type": "object",
-                                                                "properties": {}}}}
-        ModelClient(provider_keys=(), timeout_s=5, max_retries=0).complete(
-            "openai/teamctl-warm-up", [{"role": "user", "content": "warm up"}], tools=[tool],
-            api_base=f"http://127.0.0.1:{server.server_port}/v1")
-    finally:
-        utils.executor = executor
-        thread.join(timeout=server.timeout + 1)
-        server.server_close()
-
-
-class ModelClient:
+class LitellmClient:
     """Calls models through litellm with teamctl's own bounded retry and backoff."""
 
     def __init__(self, *, provider_keys: Collection[str], timeout_s: float = 120.0,
@@ -212,7 +104,7 @@ class ModelClient:
         self.scope = scope or CallScope()
         """Who pays for this client's calls and how its waits end."""
 
-    def scoped(self, scope: CallScope) -> ModelClient:
+    def scoped(self, scope: CallScope) -> LitellmClient:
         """This client for one caller: its budget, its task, its stop, where its waits show."""
         client = copy.copy(self)
         client.scope = scope
@@ -267,16 +159,16 @@ class ModelClient:
                 refusal = _refusal(litellm, exc)
                 if refusal is not None:
                     raise ModelUnavailable(f"model {model} refused the request ({refusal}): "
-                                           f"{_describe(exc)}", model=model,
+                                           f"{describe_error(exc)}", model=model,
                                            reason=refusal) from exc
                 if not _retryable(exc):
-                    raise ModelError(f"model {model} failed: {_describe(exc)}") from exc
+                    raise ModelError(f"model {model} failed: {describe_error(exc)}") from exc
                 if named:  # the account waits as the provider said: not a retry spent
                     log.warning("model %s: %s; every caller of its account waits", model,
-                                _describe(exc))
+                                describe_error(exc))
                     continue
                 if attempt >= self.max_retries:
-                    raise ModelUnavailable(f"model {model} failed: {_describe(exc)}",
+                    raise ModelUnavailable(f"model {model} failed: {describe_error(exc)}",
                                            model=model, reason="retries_spent") from exc
                 self._back_off(model, exc, attempt,
                                gated=ticket is not None and bool(self.limits and
@@ -298,7 +190,7 @@ class ModelClient:
             delay_s = max(delay_s, min(_retry_after_s(exc) or 0.0, RETRY_AFTER_MAX_S))
         elif getattr(exc, "status_code", None) == 429:
             delay_s = 0.0  # the account's pause (1 s, doubling) is the backoff
-        log.warning("model %s: %s; retry %d in %.2fs", model, _describe(exc), attempt + 1,
+        log.warning("model %s: %s; retry %d in %.2fs", model, describe_error(exc), attempt + 1,
                     delay_s)
         time.sleep(delay_s)
 
@@ -445,7 +337,7 @@ def _retryable(exc: Exception) -> bool:
     return "timeout" in type(exc).__name__.lower()
 
 
-def _describe(exc: Exception) -> str:
+def describe_error(exc: Exception) -> str:
     """The error's text, with its root cause's when that is a network or TLS failure: litellm
     reports a refused certificate or connection only as "Connection error."."""
     text = str(exc).strip() or type(exc).__name__

@@ -10,22 +10,11 @@ teammate's are guarded for replay). So a fix to the loop lands in all three.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from teamctl.shared.agent.model_caller import Message, ModelCaller
 from teamctl.shared.agent.replies import ModelReply, ToolCall
 from teamctl.shared.agent.tools import Toolbox
-
-Message = dict[str, Any]
-"""A chat message as the model's API takes it."""
-
-
-class ModelCaller(Protocol):
-    """What makes a step's model call: a ModelClient, or one that answers from a journal first."""
-
-    def complete(self, model: str, messages: list[Message], *,
-                 tools: list[dict[str, Any]] | None = None,
-                 api_base: str | None = None) -> ModelReply:
-        ...
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ from collections.abc import Callable
 
 import redis
 from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
-from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import AgentLoop, Message, Stop, tool_message
+from teamctl.shared.agent.llm import LitellmClient
+from teamctl.shared.agent.loop import AgentLoop, Stop, tool_message
+from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.board import WriteOutcome
 from teamctl.shared.budget import Charge
 from teamctl.shared.bus import SYSTEM
@@ -31,7 +32,7 @@ from teamctl.worker.runs.attempt_outcome import AttemptEnd, AttemptOutcome
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, HandedOff
 from teamctl.worker.runs.job_context import JobContext
 from teamctl.worker.runs.member_toolbox import MemberToolbox
-from teamctl.worker.runs.replay import ReplayingClient
+from teamctl.worker.runs.replaying_caller import ReplayingCaller
 from teamctl.worker.runs.task_prompt import build_dispatch_input
 
 
@@ -53,7 +54,7 @@ class Attempt:
         self.member: Member | None = None
         self.journal: StepJournal | None = None
         """The task's step journal, written with this attempt's token."""
-        self.replay: ReplayingClient | None = None
+        self.replay: ReplayingCaller | None = None
         """The model calls, answered from the journal while it has the step."""
         self.span: Span = NO_SPAN
         """This attempt's `invoke_agent` span."""
@@ -133,14 +134,14 @@ class Attempt:
         client = self.job.client.scoped(CallScope(
             budget=run.budget, task_key=run.keys.task(self.claim.task_id),
             stop=self._stop_waiting, waiting=self._show_waiting, on_charge=self._charged))
-        self.replay = ReplayingClient(TracedModel(self._fallback_caller(member, client),
+        self.replay = ReplayingCaller(TracingCaller(self._fallback_caller(member, client),
                                                   self.span),
                                       self._recorded_steps(member, task))
         return AgentLoop(client=self.replay, model=run.spec.models.for_member(member),
                          api_base=run.spec.models.api_base, toolbox=self.toolbox,
                          max_steps=run.spec.options.member_max_steps, policy=self)
 
-    def _fallback_caller(self, member: Member, client: ModelClient) -> FallbackCaller:
+    def _fallback_caller(self, member: Member, client: LitellmClient) -> FallbackCaller:
         """The member's model, then its fallbacks; each answer's usage under its model."""
         run = self.job.run
         options = run.spec.options
@@ -184,7 +185,7 @@ class Attempt:
         self.step_models.append(reply.model)
         if self.replay.replaying:  # paid and charged by the attempt that recorded it
             return
-        # Charged already, by the settle of the call's slot (ModelClient's gate).
+        # Charged already, by the settle of the call's slot (LitellmClient's gate).
         self.journal.record_reply(self.member.id, self.replay.step, reply)
 
     def _charged(self, charge: Charge) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from teamctl.shared.agent.llm import ModelClient
+from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.tracing import NO_TRACING, Tracing
 from teamctl.worker.runs.claims import Claims
@@ -17,7 +17,7 @@ class JobContext:
     on one connection), the model client, and this job's claims and their heartbeat."""
 
     run: RunHandle
-    client: ModelClient
+    client: LitellmClient
     claims: Claims
     beat: Heartbeat
     worker: str

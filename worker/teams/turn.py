@@ -27,14 +27,15 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.loop import AgentLoop, Message, Stop, assistant_message
+from teamctl.shared.agent.llm import LitellmClient
+from teamctl.shared.agent.loop import AgentLoop, Stop, assistant_message
+from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.traced_model import TracedModel
+from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError
@@ -98,9 +99,9 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
     if verdict != "ok":
         return f"skipped: {verdict}"
     options = store.options
-    client = ModelClient(provider_keys=settings.provider_keys,
-                         timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
-                         limits=worker_limits(conn, options.limits, settings))
+    client = LitellmClient(provider_keys=settings.provider_keys,
+                           timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
+                           limits=worker_limits(conn, options.limits, settings))
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
         outcome = Turn(store, store.get(name), token, client, lease,
                        state_dir=settings.state_dir, tracing=tracing).run()
@@ -149,7 +150,7 @@ class Turn:
     store: TeamStore
     mate: Teammate
     token: str
-    client: ModelClient
+    client: LitellmClient
     lease: TurnLease
     state_dir: Path
     """This worker's state dir: the workspace of a teammate spawned without one."""
@@ -320,7 +321,7 @@ class Turn:
                                               waiting=self._show_waiting,
                                               on_charge=self._charged))
         caller = team_caller(self.store, client, self.mate.name, self.mate.fallbacks)
-        loop = AgentLoop(client=TracedModel(caller, self.span), model=self.mate.model,
+        loop = AgentLoop(client=TracingCaller(caller, self.span), model=self.mate.model,
                          api_base=self.mate.api_base,
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
                          policy=self)

@@ -50,7 +50,7 @@ class CallView:
     outcome: ModelCallOutcome | None
 
 
-class ModelCalls:
+class ModelCallRecords:
     """The model call records of one run, for the coordinator and the workers alike."""
 
     def __init__(self, conn: redis.Redis, keys: RunKeys, scripts: Scripts | None = None) -> None:

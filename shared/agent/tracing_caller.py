@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from teamctl.shared.agent.loop import Message, ModelCaller
+from teamctl.shared.agent.model_caller import Message, ModelCaller
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.tracing import NO_SPAN, Attributes, Span
 
@@ -21,7 +21,7 @@ RESPONSE_MODEL_CHARS = 200
 
 
 @dataclass
-class TracedModel:
+class TracingCaller:
     """Wraps the caller that makes real model calls; `span` is the agent's invocation."""
 
     inner: ModelCaller

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from teamctl.shared.agent.loop import Message, ModelCaller
+from teamctl.shared.agent.model_caller import Message, ModelCaller
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.runs.journal import RecordedStep
 
 
-class ReplayingClient:
+class ReplayingCaller:
     """Step n's reply is the journal's n-th while it has one; then the live client's."""
 
     def __init__(self, live: ModelCaller, recorded: list[RecordedStep]) -> None:

@@ -8,14 +8,18 @@ from dataclasses import dataclass
 
 import redis
 from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
-from teamctl.shared.agent.llm import ModelClient
-from teamctl.shared.agent.traced_model import reply_attributes, request_attributes
+from teamctl.shared.agent.llm import LitellmClient
+from teamctl.shared.agent.tracing_caller import reply_attributes, request_attributes
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError, ModelError
 from teamctl.shared.provider_limits import ProviderLimits, worker_limits
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.model_calls import ModelCallOutcome, ModelCallRequest, ModelCalls
+from teamctl.shared.runs.model_call_records import (
+    ModelCallOutcome,
+    ModelCallRecords,
+    ModelCallRequest,
+)
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.settings import load_settings
 from teamctl.shared.tracing import NO_TRACING, Tracing
@@ -40,7 +44,7 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
     run = RunHandle(conn, run_id)
     options = run.spec.options
     set_outage(conn, options.redis_outage_s)
-    calls = ModelCalls(conn, run.keys)
+    calls = ModelCallRecords(conn, run.keys)
     request = calls.begin(call, attempt, worker, options.heartbeat_ttl_s)
     if request is None:
         return f"skipped: {call} attempt {attempt} is no longer current"
@@ -68,8 +72,8 @@ def _caller(run: RunHandle, call: str, request: ModelCallRequest,
     answer is an event on the run's bus, and each answer's usage is kept under its model.
     Rate-limited with every other caller of the account; the coordinator charges the usage."""
     options: RunOptions = run.spec.options
-    client = ModelClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
-                         max_retries=options.model_max_retries, limits=limits)
+    client = LitellmClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
+                           max_retries=options.model_max_retries, limits=limits)
 
     def fell_back(note: FallbackNote) -> None:
         run.bus.tell_lead(SystemType.MODEL_FALLBACK, None,
