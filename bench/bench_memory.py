@@ -50,7 +50,7 @@ WORKSPACE_FILES = 3000
 WORKSPACE_PATH_BYTES = 3000
 WORKSPACE_SLACK_BYTES = 2048
 """Redis's own cost of a workspace's four structures (files, versions, deletions, info), which the
-cap does not count (tests/test_workspace_caps.py allows the same)."""
+cap does not count (tests/tools/test_workspace_caps.py allows the same)."""
 MESSAGE_TEXT = ("Status: the parser is done, tests pass; next I take the exporter. "
                 "Ping me if blocked.")[:100].ljust(100, ".")
 

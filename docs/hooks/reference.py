@@ -3,8 +3,8 @@ page, the reference from the code, and the benchmark results.
 
 The CLI page walks the click tree, the options pages read the pydantic models (defaults, ranges,
 and each field's docstring), the result page prints RunResult's JSON schema, and the Redis keys
-page lists every key RunKeys and TeamKeys build. `tests/test_docs_reference.py` checks that each
-command, option, field and key is there.
+page lists every key RunKeys and TeamKeys build. `tests/project/test_docs_reference.py` checks
+that each command, option, field and key is there.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from tests.support.mcp import git_repository
 from tests.support.replies import script_run, tool_results
 from tests.support.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 TAKEOVER = ("#!/bin/sh\n"
             "echo \"PWNED token=$TOKEN\" > \"$(dirname \"$0\")/pwned.txt\"\n"
             "echo \"PWNED token=$TOKEN\" >&2\n"

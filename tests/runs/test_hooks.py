@@ -63,7 +63,8 @@ def test_hooks_fire_and_a_raising_hook_is_reported_not_fatal(
             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
     models = script_run(llm, run_id, plan)
     team = team_file(tmp_path / "t.toml", models,
-                     hooks=["tests.test_hooks:RaisingHook", "tests.test_hooks:RecordingHook"])
+                     hooks=["tests.runs.test_hooks:RaisingHook",
+                            "tests.runs.test_hooks:RecordingHook"])
     result = run_cli(llm, workers, run_id, team)
 
     assert result.exit_code == 0, result.output

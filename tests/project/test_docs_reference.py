@@ -18,7 +18,7 @@ from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.teams.options import TeamOptions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,7 @@ from tests.support.replies import error_of, script_run, tool_names, tool_results
 from tests.support.teamfile import team_file
 from tests.support.waiting import wait_until
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def workspace_of(run_id: str) -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"teamctl.coordinator": "coordinator", "teamctl.worker": "worker",
             "teamctl.shared": "shared", "teamctl": "teamctl"}
 

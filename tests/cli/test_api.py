@@ -48,7 +48,7 @@ from tests.support.waiting import wait_until
 
 PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
         {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
-EXAMPLES = Path(__file__).parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def scripted_team(llm: ScriptedLLM, run_id: str, member: object = member_answer, *,

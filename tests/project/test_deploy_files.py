@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY_DOC = ROOT / "docs" / "guides" / "deploy.md"
 TEAMCTL_SERVICES = ("worker", "coordinator")
 """The services that run the teamctl image."""

@@ -1,5 +1,6 @@
-"""The suite's own layout: shared helpers live in tests/support, so no test module (nor the
-benchmarks) imports a test module or conftest, and the teamctl command is defined once."""
+"""The suite's own layout: test modules sit in one folder per concern, shared helpers live in
+tests/support, so no test module (nor the benchmarks) imports a test module or conftest, and the
+teamctl command is defined once."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 SUPPORT = TESTS / "support"
 
@@ -17,7 +18,7 @@ def test_module(name: str) -> bool:
     """`name` (dotted, from the repository root) is a test module or conftest."""
     parts = name.split(".")
     return len(parts) >= 2 and parts[0] == "tests" and (
-        parts[1] == "conftest" or parts[1].startswith("test_"))
+        parts[-1] == "conftest" or parts[-1].startswith("test_"))
 
 
 test_module.__test__ = False  # a predicate that pytest would otherwise collect by its name
@@ -61,6 +62,19 @@ def sources() -> list[Path]:
     return sorted([*TESTS.rglob("*.py"), *(ROOT / "bench").rglob("*.py")])
 
 
+CONCERNS = {"cli", "faults", "injection", "models", "project", "runs", "teams", "tools", "web",
+            "workers"}
+"""The folders test modules sit in, one per concern (docs/contributing/testing.md says which)."""
+
+
+def test_every_test_module_sits_in_a_concern_folder() -> None:
+    misplaced = sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py")
+                       if len(path.relative_to(TESTS).parts) != 2
+                       or path.relative_to(TESTS).parts[0] not in CONCERNS)
+    assert misplaced == [], "move each into the folder of its concern: " + ", ".join(misplaced)
+    assert {path.parent.name for path in TESTS.glob("*/test_*.py")} == CONCERNS
+
+
 def test_no_module_imports_a_test_module_or_conftest() -> None:
     offenders = [f"{path.relative_to(ROOT)}:{line} imports {name}"
                  for path in sources()
@@ -78,15 +92,17 @@ def test_the_teamctl_command_is_defined_once_in_support() -> None:
 
 
 @pytest.mark.parametrize(("source", "package", "expected"), [
-    ("from tests.test_cli import x\n", "tests", [(1, "tests.test_cli")]),
+    ("from tests.cli.test_cli import x\n", "tests", [(1, "tests.cli.test_cli")]),
     ("import tests.conftest\n", "bench", [(1, "tests.conftest")]),
     ("\nfrom tests import conftest, support\n", "tests", [(2, "tests.conftest")]),
-    ("from .test_lead import typed\n", "tests", [(1, "tests.test_lead")]),
+    ("from .test_lead import typed\n", "tests.teams", [(1, "tests.teams.test_lead")]),
     ("from .. import test_lead\n", "tests.support", [(1, "tests.test_lead")]),
-    ("def f():\n    from tests.test_api import g\n", "tests", [(2, "tests.test_api")]),
+    ("def f():\n    from tests.cli.test_api import g\n", "tests", [(2, "tests.cli.test_api")]),
     ("from tests.support.cli import TEAMCTL\nimport tests.pytools_fixture.tools\n", "tests", []),
+    ("from tests.runs.test_board import x\n", "tests.teams", [(1, "tests.runs.test_board")]),
 ], ids=["from-test-module", "import-conftest", "conftest-from-package", "relative",
-        "relative-from-support", "inside-a-function", "support-and-data-packages"])
+        "relative-from-support", "inside-a-function", "support-and-data-packages",
+        "from-a-concern-folder"])
 def test_the_import_check_finds_what_it_should(source: str, package: str,
                                                 expected: list[tuple[int, str]]) -> None:
     assert imported_test_modules(source, package) == expected

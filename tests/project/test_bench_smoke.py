@@ -17,7 +17,7 @@ import pytest
 
 from bench.report import BENCHES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH_DIR = ROOT / "bench"
 DEADLINE_S = 300.0
 """One benchmark's smoke run takes 1-10 s here with the fork server, a minute without it."""

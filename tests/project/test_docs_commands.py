@@ -30,7 +30,7 @@ import pytest
 
 from tests.support.waiting import wait_until
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MARKER = re.compile(r"^<!-- runnable\b.*-->$")
 PRINTED_FILE = re.compile(r"^<!-- the file (\S+) of the checkout\b.*-->$")
 RUN_STARTED = re.compile(r"teamctl: run (\S+) on ")
