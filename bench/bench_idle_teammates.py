@@ -112,7 +112,7 @@ def wake_s(store: TeamStore, llm: ScriptedLLM, name: str) -> float:
     """A message to an idle teammate until its turn's first model request; then it idles."""
     seen = len(llm.request_times[MODEL])
     started = time.monotonic()
-    _, woke = store.send("lead", name, "Anything new?")
+    _, woke = store.messages.send("lead", name, "Anything new?")
     if not woke:
         raise RuntimeError(f"{name} was not woken")
     wait_for_flag(lambda: len(llm.request_times[MODEL]) > seen, f"{name}'s turn")

@@ -79,7 +79,7 @@ def cycle(llm: ScriptedLLM, url: str, team: Path, run_id: str, store: TeamStore,
                                  "--workers", "0", "--run-id", run_id],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         for name in names:
-            store.send("lead", name, f"Anything new for {run_id}?")
+            store.messages.send("lead", name, f"Anything new for {run_id}?")
         if proc.wait(timeout=RUN_TIMEOUT_S) != 0:
             raise failed(f"run {run_id} exited {proc.returncode}", log_dir / "run.log")
     wait_for_flag(lambda: all_idle(store.conn, names), "the teammates idle")

@@ -117,15 +117,15 @@ def turn_end_handouts(store: TeamStore, count: int) -> list[float]:
     name = "qa0"
     times = []
     for _ in range(count):
-        verdict, token = store.begin_turn(name, "bench:1")
+        verdict, token = store.turns.begin_turn(name, "bench:1")
         assert verdict == "ok", verdict
-        last_id, _ = store.peek(name)
-        store.checkpoint(name, token, last_id, [])
+        last_id, _ = store.messages.peek(name)
+        store.turns.checkpoint(name, token, last_id, [])
         held = next(t for t in store.conn.smembers(TeamKeys(TEAM).running)
                     if tasks.get(t).owner == name)
         tasks.complete(name, token, held, "checked")
         started = time.perf_counter()
-        verdict = store.end_turn(name, token, "done", f"{name} is idle")
+        verdict = store.turns.end_turn(name, token, "done", f"{name} is idle")
         times.append(time.perf_counter() - started)
         assert verdict == "continue", verdict
         store.conn.delete(TeamKeys(TEAM).turn(name))  # the next begin takes a fresh lease

@@ -71,7 +71,7 @@ class MidTurnModel:
             self.delivered += any(marker in str(m.get("content")) for m in body["messages"])
             return "done"
         self.turns += 1
-        self.store.send("lead", self.name, f"mid {self.turns}")
+        self.store.messages.send("lead", self.name, f"mid {self.turns}")
         return ToolCalls([("list_teammates", {})])
 
 WAKE_GAP_S = float(os.environ.get("BENCH_WAKE_GAP_S", "0"))
@@ -119,7 +119,7 @@ def wake_latencies_ms(store: TeamStore, llm: ScriptedLLM, model: str, name: str,
         time.sleep(WAKE_GAP_S)  # pacing, not synchronization: a lead that replies later
         seen = len(llm.request_times[model.removeprefix('openai/')])
         sent_s = time.monotonic()
-        store.send("lead", name, f"wake {index}")
+        store.messages.send("lead", name, f"wake {index}")
         wait_for_flag(lambda seen=seen: len(llm.request_times[model.removeprefix('openai/')])
                       > seen, "the teammate's model request")
         latencies.append((llm.request_times[model.removeprefix('openai/')][seen] - sent_s) * 1000)
@@ -154,7 +154,7 @@ def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM, turns: int) -> tuple[i
             return model.delivered, model.turns
         # The mid-turn message of the last turn was handled by a turn of its own: the next
         # turn starts from the lead's send.
-        store.send("lead", "carol", "go")
+        store.messages.send("lead", "carol", "go")
 
 
 class Claimer:

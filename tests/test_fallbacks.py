@@ -191,7 +191,7 @@ def test_a_teammate_turn_falls_back(workers: str, wconn: redis.Redis, llm: Scrip
     ann = store.get("ann")
     assert ann.fallbacks == [backup] and ann.last_error is None
     assert (ann.answered_model, ann.fallback_from) == (backup, primary)
-    assert store.memory("ann")[-1]["content"] == "done on the backup"
+    assert store.turns.memory("ann")[-1]["content"] == "done on the backup"
     events = wconn.xrange(TeamKeys(team).events)
     assert [fields["detail"] for _, fields in events if fields.get("status") == FALLBACK_STATUS
             ] == [f"answered by fallback {backup} after {primary} (context_window)"]

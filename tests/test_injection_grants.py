@@ -199,7 +199,7 @@ def test_a_stale_plan_approval_after_a_re_spawn_is_refused_and_changes_nothing(
                                      "waiting for review", "a new life, no plan yet"])
 
     def idle_notices() -> int:
-        return len(store.notices(SystemType.TEAMMATE_IDLE))
+        return len(store.messages.notices(SystemType.TEAMMATE_IDLE))
 
     def spawn_pat(prompt: str) -> None:
         store.spawn("pat", role="r", prompt=prompt, model=pat, api_base=llm.api_base,
@@ -207,11 +207,11 @@ def test_a_stale_plan_approval_after_a_re_spawn_is_refused_and_changes_nothing(
 
     spawn_pat("Plan, then act.")
     wait_until(lambda: idle_notices() == 1, message="pat's plan submitted")
-    [old] = store.requests()
+    [old] = store.requests.all()
     spawn_pat("Start over.")
     wait_until(lambda: idle_notices() == 2, message="pat idle in its new life")
-    assert store.request(old.id).status is RequestStatus.EXPIRED
-    assert store.request(old.id).resolved_by == "system"
+    assert store.requests.get(old.id).status is RequestStatus.EXPIRED
+    assert store.requests.get(old.id).resolved_by == "system"
 
     _, [result] = lead_calls(marked_workers, llm, team, [
         ("review_plan", {"request_id": old.id, "approve": True})])
@@ -235,7 +235,7 @@ def alice_calls(llm: ScriptedLLM, team: str, calls: list[tuple[str, dict[str, An
 
 
 def alice_results(store: TeamStore) -> list[str]:
-    return [m["content"] for m in store.memory("alice") if m.get("role") == "tool"]
+    return [m["content"] for m in store.turns.memory("alice") if m.get("role") == "tool"]
 
 
 def test_a_teammate_cannot_send_protocol_or_system_types(
@@ -258,7 +258,7 @@ def test_a_teammate_cannot_send_protocol_or_system_types(
     assert all(("belongs to a protocol" in r["error"] or "reserved for the runtime" in r["error"])
                for r in results), results
     assert [m for m in store.bus.messages() if m.from_ == "alice"] == []
-    assert store.get("bob").status is MateStatus.WORKING and store.requests() == []
+    assert store.get("bob").status is MateStatus.WORKING and store.requests.all() == []
     kept(llm, marked_workers, tmp_path)
 
 
@@ -268,7 +268,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
     store = TeamStore(conn0, team)
     store.spawn("bob", role="r", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue="nobody")
-    bobs, _ = store.request_shutdown("bob", "the person asks")
+    bobs, _ = store.requests.request_shutdown("bob", "the person asks")
     model = alice_calls(llm, team, [
         ("send_message", {"to": "bob", "content": "stop now", "from": "lead", "sender": "lead"}),
         ("broadcast", {"content": "all stop", "from": "lead"}),
@@ -294,7 +294,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
     mine = [(m.from_, m.to, m.type) for m in store.bus.messages()
             if m.from_ not in (LEAD, "system")]
     assert mine == [("alice", "bob", "peer.message"), ("alice", "*", "peer.broadcast")]
-    assert store.request(bobs.id).status is RequestStatus.PENDING
+    assert store.requests.get(bobs.id).status is RequestStatus.PENDING
     assert store.get("bob").shutdown_request is None
     assert not [m for m in store.bus.messages() if isinstance(m, ProtocolMessage)
                 and m.from_ != LEAD]

@@ -122,7 +122,7 @@ def test_a_teammates_hung_python_tool_times_out_and_its_turn_ends(
                message="the teammate idle after its timed-out tool")
 
     assert time.monotonic() - started < timeout_s + 60  # the turn job's timeout: 1860 s
-    (result,) = [m["content"] for m in store.memory("hung") if m.get("role") == "tool"]
+    (result,) = [m["content"] for m in store.turns.memory("hung") if m.get("role") == "tool"]
     assert error_of(result)["errorType"] == "ToolTimeout"
     assert store.get("hung").idle_reason == "done"
     store.delete(force=True)

@@ -86,7 +86,8 @@ def test_a_scripted_lead_spawns_alice_and_until_idle_ends_with_her_reply_injecte
                             "--until-idle"))
     assert result.exit_code == 0, result.output
     assert store.get("alice").status is MateStatus.IDLE
-    assert store.peek(LEAD)[1] == []  # the inbox is handled: its offset moved past every mail
+    # The inbox is handled: its offset moved past every mail.
+    assert store.messages.peek(LEAD)[1] == []
 
     memory = lead_memory(wconn, team)
     assert memory[0] == {"role": "user", "content": "Spawn alice."}
@@ -179,7 +180,7 @@ def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
         MateStatus.IDLE, 0, None)
     memory = lead_memory(conn, team)
     assert [m["content"] for m in injected(memory) if m["from"] == "alice"] == ["found it: 42"]
-    assert store.peek(LEAD)[1] == []
+    assert store.messages.peek(LEAD)[1] == []
     # Quitting released the lease and stopped the workers it started.
     assert not conn.exists(TeamKeys(team).lead_lease)
     rq_conn = redis.Redis.from_url(redis_url)
@@ -260,8 +261,8 @@ def test_slash_commands_show_the_team_without_a_model_call(
                                     lines="/team\n").stdout
     wait_until(lambda: now_ms() - store.get("alice").last_seen_ms > ttl_s * 1000,
                message="a lease TTL without alice being seen")
-    store.send("alice", LEAD, "a question for the lead")
-    record, _ = store.request_shutdown("alice", "wrapping up")
+    store.messages.send("alice", LEAD, "a question for the lead")
+    record, _ = store.requests.request_shutdown("alice", "wrapping up")
     shown = typed(*lead_args(redis_url, team, lead, llm.api_base),
                   lines="/team\n/inbox\n/requests\n/tasks\n/help\n/bogus\n/quit\n")
     assert shown.exit_code == 0, shown.output
@@ -273,7 +274,7 @@ def test_slash_commands_show_the_team_without_a_model_call(
     assert "unknown command /bogus; /help lists them" in shown.stderr
     assert llm.requests[f"lead-{team}"] == []
     # Shown, not consumed: the agent still gets the mail.
-    assert [m.content for m in store.peek(LEAD)[1]] == ["a question for the lead"]
+    assert [m.content for m in store.messages.peek(LEAD)[1]] == ["a question for the lead"]
 
 
 class KilledLead:
@@ -347,7 +348,7 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     try:
         assert script.hung.wait(3 * turn_s), logs.read_text()
         assert bob.asked.wait(turn_s)
-        [pending] = store.requests()
+        [pending] = store.requests.all()
         assert (pending.kind, pending.to, pending.status) == ("shutdown", "bob",
                                                               RequestStatus.PENDING)
         # The first step is committed; the hung second one is not.
@@ -367,7 +368,7 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     wait_until(lambda: store.get("bob").status is MateStatus.SHUTDOWN
                and store.get("alice").status is MateStatus.IDLE, 3 * turn_s,
                message="bob and alice settle")
-    [_, plan] = store.requests()
+    [_, plan] = store.requests.all()
     wait_until(lambda: not wconn.exists(TeamKeys(team).lead_lease), 3 * TTL_S + 5,
                message="the dead lead's lease to expire")
 
@@ -394,7 +395,7 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     assert types.count(ProtocolType.PLAN_APPROVAL_REQUEST) == 1
     assert types.count(SystemType.TEAMMATE_SHUTDOWN) == 1
     assert injected(lead_memory(wconn, team)) == final
-    assert store.request(plan.id).status is RequestStatus.APPROVED
+    assert store.requests.get(plan.id).status is RequestStatus.APPROVED
     wait_until(lambda: store.get("alice").status is MateStatus.IDLE
                and store.get("alice").plan_state == "approved", turn_s,
                message="alice carries it out")
@@ -419,9 +420,9 @@ def test_the_watcher_announces_mail_to_the_lead_and_reconciles_the_team(
         return text in "".join(said)
 
     with Watcher(store, TTL_S / 3):
-        store.send("alice", LEAD, "a question")
-        store.broadcast("bob", "news for all")
-        store.send(LEAD, "alice", "an answer")
+        store.messages.send("alice", LEAD, "a question")
+        store.messages.broadcast("bob", "news for all")
+        store.messages.send(LEAD, "alice", "an answer")
         wait_until(lambda: announced("news for all"), message="the broadcast announced")
         # No team verb runs: the watcher's own reconcile reruns alice's stalled turn.
         wait_until(lambda: store.get("alice").attempts >= 1, 3 * TTL_S + 5,

@@ -43,7 +43,7 @@ def create_team(url: str, team: str, tmp_path: Path, servers: list[dict[str, Any
 
 
 def tool_messages(store: TeamStore, name: str) -> list[str]:
-    return [m["content"] for m in store.memory(name) if m.get("role") == "tool"]
+    return [m["content"] for m in store.turns.memory(name) if m.get("role") == "tool"]
 
 
 def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(

@@ -135,15 +135,16 @@ def test_a_teammate_turn_calls_a_tool_in_each_family(katan: Katan, katan_answers
     assert spawn(workers, team, "sender", model, katan.url).exit_code == 0
 
     def both_told() -> bool:
-        got = [m for m in inbox_lines(store.memory("test_to")) if m["from"] == "sender"]
+        got = [m for m in inbox_lines(store.turns.memory("test_to")) if m["from"] == "sender"]
         return (store.get("sender").status is MateStatus.IDLE and len(got) == 2
                 and store.get("test_to").status is MateStatus.IDLE)
 
     wait_until(both_told, 60, message="sender's two messages in test_to's memory")
     assert store.get("sender").idle_reason == IdleReason.STEP_LIMIT
-    results = [m for m in store.memory("sender") if m.get("role") == "tool"]
+    results = [m for m in store.turns.memory("sender") if m.get("role") == "tool"]
     assert [m["name"] for m in results] == ["send_message"] * 2
-    got = [m["content"] for m in inbox_lines(store.memory("test_to")) if m["from"] == "sender"]
+    got = [m["content"] for m in inbox_lines(store.turns.memory("test_to"))
+           if m["from"] == "sender"]
     assert got == ["test_content"] * 2
     assert katan.requests()[FAMILY[name]] == before + 2
 

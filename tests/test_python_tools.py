@@ -263,7 +263,8 @@ def test_a_teammate_spawned_with_python_tools_calls_them(
 
     assert tool_names(llm.requests[f"py-{team}"][0])[-3:] == ["read_file", "search_docs",
                                                                 "where_am_i"]
-    found, bad, context = [m["content"] for m in store.memory("py") if m.get("role") == "tool"]
+    found, bad, context = [m["content"] for m in store.turns.memory("py")
+                           if m.get("role") == "tool"]
     assert json.loads(found)["hits"] == ["exact:lease:0", "exact:lease:1", "exact:lease:2"]
     assert error_of(bad)["error"] == "query: Input should be a valid string"
     assert json.loads(context) == {

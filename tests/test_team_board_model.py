@@ -153,13 +153,13 @@ class TeamBoardMachine(RuleBasedStateMachine):
     def send(self, data: st.DataObject) -> None:
         """The lead writes to an idle teammate, which wakes it."""
         name = data.draw(st.sampled_from(self.idle()), label="teammate")
-        assert self.store.send("lead", name, "any news?")[1]
+        assert self.store.messages.send("lead", name, "any news?")[1]
         self.observe()
 
     # --- the teammates' turns -------------------------------------------------------------------
 
     def take_turn_of(self, name: str) -> None:
-        verdict, token = self.store.begin_turn(name, f"machine:{name}")
+        verdict, token = self.store.turns.begin_turn(name, f"machine:{name}")
         assert verdict == "ok", (name, verdict)
         self.tokens[name] = token
 
@@ -233,13 +233,13 @@ class TeamBoardMachine(RuleBasedStateMachine):
         """The turn reads its inbox (the model saw it), then ends, or fails."""
         name = data.draw(st.sampled_from(sorted(self.tokens)), label="teammate")
         token = self.tokens[name]
-        last_id, _ = self.store.peek(name)
-        assert self.store.checkpoint(name, token, last_id, [])
+        last_id, _ = self.store.messages.peek(name)
+        assert self.store.turns.checkpoint(name, token, last_id, [])
         if failed:
-            verdict = self.store.end_turn(name, token, "error: boom", f"{name} failed",
-                                          force=True, error="boom")
+            verdict = self.store.turns.end_turn(name, token, "error: boom", f"{name} failed",
+                                                force=True, error="boom")
         else:
-            verdict = self.store.end_turn(name, token, "done", f"{name} idle")
+            verdict = self.store.turns.end_turn(name, token, "done", f"{name} idle")
         assert verdict in ("idle", "continue"), verdict
         if verdict == "idle":
             del self.tokens[name]
@@ -268,7 +268,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
         assert done == set(self.outputs)
         if not self.planned:
             return
-        results = [m.task_id for m in self.store.notices(SystemType.TASK_RESULT)]
+        results = [m.task_id for m in self.store.messages.notices(SystemType.TASK_RESULT)]
         assert Counter(results) == Counter(list(self.outputs))
 
     @invariant()

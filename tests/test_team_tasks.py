@@ -64,16 +64,17 @@ class Slowpoke:
 def idle_turns(store: TeamStore, name: str) -> int:
     """How many turns of `name` ended idle (one teammate.idle notice each)."""
     return sum(m.content.startswith(f"{name} is idle") for m in
-               store.notices(SystemType.TEAMMATE_IDLE))
+               store.messages.notices(SystemType.TEAMMATE_IDLE))
 
 
 def task_events(store: TeamStore, task_id: str) -> list[EventKind]:
-    return [EventKind(e.status) for e in store.events(count=10_000) if e.task_id == task_id]
+    return [EventKind(e.status) for e in store.messages.events(count=10_000)
+            if e.task_id == task_id]
 
 
 def tool_results(store: TeamStore, name: str, tool: str) -> list[str]:
     """The contents of the tool results `name`'s memory holds for calls of `tool`."""
-    memory = store.memory(name)
+    memory = store.turns.memory(name)
     calls = {call["id"]: call["function"]["name"] for m in memory
              for call in m.get("tool_calls") or []}
     return [m["content"] for m in memory
@@ -106,11 +107,11 @@ def test_five_idle_teammates_and_one_ready_task_make_one_claim_and_one_turn(
     assert len(llm.requests[f"crew-{team}"]) == 7
     turns = {name: idle_turns(store, name) for name in names}
     assert sorted(turns.values()) == [1, 1, 1, 1, 2] and turns[done.claimed_by] == 2
-    [assigned] = [line for line in inbox_lines(store.memory(done.claimed_by))
+    [assigned] = [line for line in inbox_lines(store.turns.memory(done.claimed_by))
                   if line["type"] == SystemType.TASK_ASSIGNED]
     assert "task_1" in assigned["content"] and "Write the report\nTwo pages." in \
         assigned["content"]
-    results = [m for m in store.peek("lead")[1] if m.type == SystemType.TASK_RESULT]
+    results = [m for m in store.messages.peek("lead")[1] if m.type == SystemType.TASK_RESULT]
     assert [(m.from_, m.task_id, m.content) for m in results] == [
         (done.claimed_by, "task_1", "did task_1")]
     # The board's own reader lists team tasks.
@@ -181,7 +182,7 @@ def test_a_task_held_through_a_reminder_goes_back_to_the_board_and_to_the_next_t
     assert released.released_from == "r" and released.claimed_by is None
     # One turn for the claim, one reminder turn, then the release: r is not given it again.
     assert len(llm.requests[f"r-{team}"]) == 3
-    reminders = [line for line in inbox_lines(store.memory("r"))
+    reminders = [line for line in inbox_lines(store.turns.memory("r"))
                  if line["type"] == SystemType.TASK_REMINDER]
     assert len(reminders) == 1 and "You still hold task_1" in reminders[0]["content"]
     # A teammate spawned now takes it at the end of its first turn.
@@ -223,7 +224,7 @@ def test_a_forced_shutdown_gives_the_task_to_an_idle_teammate_and_the_late_turn_
     assert (done.claimed_by, done.output, done.attempts) == ("k", "did task_1", 2)
     assert done.requeue_reason == "h was shut down (forced)"
     assert store.get("h").status is MateStatus.SHUTDOWN
-    assert "late answer" not in json.dumps(store.memory("h"))
+    assert "late answer" not in json.dumps(store.turns.memory("h"))
 
 
 # --- the store, driven by hand ----------------------------------------------------------------
@@ -240,15 +241,15 @@ def start(store: TeamStore, name: str, role: str = "dev", *, plan_mode: bool = F
     """Spawn `name` on a queue nobody serves and take its turn; returns the turn's token."""
     store.spawn(name, role=role, prompt="start", model="m", api_base=None, queue=NOBODY,
                 plan_mode=plan_mode)
-    verdict, token = store.begin_turn(name, "test:1")
+    verdict, token = store.turns.begin_turn(name, "test:1")
     assert verdict == "ok"
     return token
 
 
 def read_inbox(store: TeamStore, name: str, token: str) -> list[Any]:
     """What the turn injects next, committed as a step would."""
-    last_id, messages = store.peek(name)
-    assert store.checkpoint(name, token, last_id, [])
+    last_id, messages = store.messages.peek(name)
+    assert store.turns.checkpoint(name, token, last_id, [])
     return messages
 
 
@@ -258,12 +259,12 @@ def test_a_turn_end_claims_the_lowest_numbered_eligible_task(store: TeamStore) -
     for number in range(1, 11):
         tasks.add(f"job {number}", role="dev" if number in (2, 10) else "ops")
     assert [t.status for t in tasks.snapshot()] == [TaskStatus.READY] * 10  # alice is working
-    assert store.end_turn("alice", token, "done", "n") == "continue"
+    assert store.turns.end_turn("alice", token, "done", "n") == "continue"
     [assigned] = read_inbox(store, "alice", token)
     assert (assigned.type, assigned.task_id) == (SystemType.TASK_ASSIGNED, "task_2")
     assert tasks.get("task_2").claimed_by == "alice"
     tasks.complete("alice", token, "task_2", "two done")
-    assert store.end_turn("alice", token, "done", "n") == "continue"
+    assert store.turns.end_turn("alice", token, "done", "n") == "continue"
     [assigned] = read_inbox(store, "alice", token)
     assert assigned.task_id == "task_10" and tasks.get("task_10").owner == "alice"
 
@@ -274,19 +275,19 @@ def test_one_reminder_then_the_release_wakes_an_idle_teammate(store: TeamStore) 
     bob = start(store, "bob")
     tasks.add("anyone")
     tasks.claim("alice", token, "task_1")
-    assert store.end_turn("bob", bob, "done", "bob idle") == "idle"  # nothing ready for bob
-    assert store.end_turn("alice", token, "done", "n") == "continue"
+    assert store.turns.end_turn("bob", bob, "done", "bob idle") == "idle"  # nothing ready for bob
+    assert store.turns.end_turn("alice", token, "done", "n") == "continue"
     [reminder] = read_inbox(store, "alice", token)
     assert reminder.type == SystemType.TASK_REMINDER
     assert reminder.content.startswith("You still hold task_1.")
-    assert store.end_turn("alice", token, "done", "alice idle") == "idle"
+    assert store.turns.end_turn("alice", token, "done", "alice idle") == "idle"
     # Released with the reason, then handed to idle bob (never back to alice), bob woken.
     handed = tasks.get("task_1")
     assert (handed.status, handed.owner, handed.requeue_reason, handed.released_from) == (
         TaskStatus.IN_PROGRESS, "bob", "alice ended two turns without completing it", "alice")
     assert store.get("bob").status is MateStatus.WORKING
     assert store.get("alice").status is MateStatus.IDLE
-    assert [m.type for m in store.peek("bob")[1]] == [SystemType.TASK_ASSIGNED]
+    assert [m.type for m in store.messages.peek("bob")[1]] == [SystemType.TASK_ASSIGNED]
 
 
 def test_an_approved_shutdown_and_a_failed_turn_release_their_tasks(store: TeamStore) -> None:
@@ -294,15 +295,16 @@ def test_an_approved_shutdown_and_a_failed_turn_release_their_tasks(store: TeamS
     token = start(store, "alice")
     tasks.add("first")
     tasks.claim("alice", token, "task_1")
-    record, _ = store.request_shutdown("alice")
-    store.respond_shutdown("alice", record.id, True)
-    assert store.end_turn("alice", token, "done", "n") == "shutdown"
+    record, _ = store.requests.request_shutdown("alice")
+    store.requests.respond_shutdown("alice", record.id, True)
+    assert store.turns.end_turn("alice", token, "done", "n") == "shutdown"
     first = tasks.get("task_1")
     assert (first.status, first.requeue_reason, first.owner) == (
         TaskStatus.READY, "alice shut down", None)
     carol = start(store, "carol")
     tasks.claim("carol", carol, "task_1")
-    assert store.end_turn("carol", carol, "error: boom", "n", force=True, error="boom") == "idle"
+    assert store.turns.end_turn("carol", carol, "error: boom", "n", force=True,
+                                error="boom") == "idle"
     # Back on the board at once, and not handed back to carol (its next turn may fail too).
     again = tasks.get("task_1")
     assert (again.status, again.requeue_reason, again.released_from) == (
@@ -347,12 +349,12 @@ def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
         assert refused.startswith("TOOL_ERROR: ") and "submit_plan" in refused
     assert tasks.get("task_1").status is TaskStatus.READY
     # Nor does a turn end hand it a task while the gate is closed.
-    assert store.end_turn("pat", token, "done", "pat idle") == "idle"
+    assert store.turns.end_turn("pat", token, "done", "pat idle") == "idle"
     assert tasks.get("task_1").status is TaskStatus.READY
-    assert store.send("lead", "pat", "go on")[1]  # woken
-    assert store.begin_turn("pat", "test:2")[0] == "ok"
-    request = store.submit_plan("pat", "build it carefully")
-    store.review_plan(request.id, True)
+    assert store.messages.send("lead", "pat", "go on")[1]  # woken
+    assert store.turns.begin_turn("pat", "test:2")[0] == "ok"
+    request = store.requests.submit_plan("pat", "build it carefully")
+    store.requests.review_plan(request.id, True)
     box = MateTools(store, "pat").toolbox()
     claimed = json.loads(box.call("claim_task", json.dumps({"task_id": "Task 1"})))
     assert claimed == {"action": "claim_task", "ok": True, "task_id": "task_1",

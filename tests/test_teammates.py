@@ -48,7 +48,7 @@ def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(
     assert spawn(workers, team, "alice", alice, llm.api_base).exit_code == 0
 
     def settled() -> bool:
-        idle = store.notices(SystemType.TEAMMATE_IDLE)
+        idle = store.messages.notices(SystemType.TEAMMATE_IDLE)
         return len(idle) == 3 and all(m.status is MateStatus.IDLE for m in store.mates())
 
     wait_until(settled, message="alice and bob idle after bob's answer")
@@ -64,7 +64,7 @@ def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(
     assert any("sent it" in m["content"] for m in idle)
     # The inbox is shown, never consumed.
     assert cli("team", "inbox", "--json", "-t", team, "--redis-url", workers).output == shown
-    assert [m["content"] for m in inbox_lines(store.memory("bob"))] == ["hi bob"]
+    assert [m["content"] for m in inbox_lines(store.turns.memory("bob"))] == ["hi bob"]
     assert len(llm.requests[f"bob-{team}"]) == 3
 
 
@@ -72,7 +72,7 @@ def send_batch(url: str, team: str, sender: str, count: int) -> None:
     """A separate process: `count` numbered messages from `sender` to bob."""
     store = TeamStore(redis.Redis.from_url(url, decode_responses=True), team)
     for index in range(count):
-        store.send(sender, "bob", f"{sender}:{index}")
+        store.messages.send(sender, "bob", f"{sender}:{index}")
 
 
 def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
@@ -99,7 +99,7 @@ def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
         assert process.exitcode == 0
     held.release.set()
     wait_until(lambda: status_of(store, "bob") is MateStatus.IDLE, message="bob idle")
-    got = [m["content"] for m in inbox_lines(store.memory("bob"))]
+    got = [m["content"] for m in inbox_lines(store.turns.memory("bob"))]
     assert len(got) == SENDERS * MESSAGES_PER_SENDER == len(set(got))
     for sender in senders:
         assert [c for c in got if c.startswith(f"{sender}:")] == [
@@ -107,7 +107,7 @@ def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
     # Mail to a working teammate woke nothing: one turn, one continue, two model calls.
     assert held.calls == 2
     assert Queue("members", connection=redis.Redis.from_url(workers)).count == 0
-    assert store.peek("bob")[1] == []
+    assert store.messages.peek("bob")[1] == []
 
 
 def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: ScriptedLLM,
@@ -146,7 +146,7 @@ def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Re
     assert result.exit_code == 0, result.output
     assert "teamctl-offline" in result.output
     wait_until(lambda: status_of(store, "scout") is MateStatus.IDLE, message="scout idle")
-    [notice] = store.notices(SystemType.TEAMMATE_IDLE)
+    [notice] = store.messages.notices(SystemType.TEAMMATE_IDLE)
     assert notice.content.startswith("scout is idle (done): [scout] scout: noted")
     assert cli("teams", "--json", "--redis-url", workers).exit_code == 0
     assert team in cli("teams", "--redis-url", workers).output
@@ -162,13 +162,14 @@ def test_a_failing_model_idles_the_teammate_with_the_error(
     mate = store.get("alice")
     assert mate.idle_reason and mate.idle_reason.startswith("error: ")
     assert mate.last_error and "bad request from the provider" in mate.last_error
-    [notice] = store.notices(SystemType.TEAMMATE_IDLE)
+    [notice] = store.messages.notices(SystemType.TEAMMATE_IDLE)
     assert notice.content.startswith("alice is idle (error: ")
     # The next message wakes it again, and the error is cleared by a good turn.
     llm.script(f"broken-{team}", ["better now"])
     assert cli("team", "send", "alice", "try again", "-t", team, "--redis-url",
                workers).exit_code == 0
-    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 2, message="second turn")
+    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2,
+               message="second turn")
     assert store.get("alice").last_error is None
 
 

@@ -44,14 +44,14 @@ def test_alice_and_bob_converse_at_the_defaults_with_slow_models(
     wait_until(lambda: store.get("bob").status is MateStatus.IDLE, turn_s,
                message="bob's first turn")
     assert spawn(workers, team, "alice", alice, llm.api_base).exit_code == 0
-    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 3
+    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 3
                and all(m.status is MateStatus.IDLE for m in store.mates()), 3 * turn_s,
                message="alice and bob idle after bob's answer")
 
     # No turn was taken for stalled: the slow calls never let a turn lease lapse.
     assert [(m.name, m.attempts, m.last_error) for m in store.mates()] == [
         ("bob", 0, None), ("alice", 0, None)]
-    assert [m["content"] for m in inbox_lines(store.memory("bob"))] == ["hi bob"]
+    assert [m["content"] for m in inbox_lines(store.turns.memory("bob"))] == ["hi bob"]
     assert len(llm.requests[f"bob-{team}"]) == 3 and len(llm.requests[f"alice-{team}"]) == 2
     store.delete()
 
@@ -96,6 +96,6 @@ def test_the_task_board_hands_out_by_role_and_at_turn_ends_with_slow_models(
                message="both idle again")
     assert [(m.name, m.attempts, m.last_error) for m in store.mates()] == [
         ("dev", 0, None), ("qa", 0, None)]
-    assert sorted(m.task_id for m in store.notices(SystemType.TASK_RESULT)) == [
+    assert sorted(m.task_id for m in store.messages.notices(SystemType.TASK_RESULT)) == [
         "task_1", "task_2", "task_3"]
     store.delete()

@@ -320,7 +320,8 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
     `(woke it)` when it did (`team messages --json` has the message's id)."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
-        message, woke = store.send(LEAD, name, text, type_=type_, traceparent=span.traceparent)
+        message, woke = store.messages.send(LEAD, name, text, type_=type_,
+                                            traceparent=span.traceparent)
     click.echo(sent_line(message.to or name, woke))
     say_if_spent(store)
 
@@ -333,7 +334,7 @@ def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
     how many it woke."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
-        _, woke = store.broadcast(LEAD, text, traceparent=span.traceparent)
+        _, woke = store.messages.broadcast(LEAD, text, traceparent=span.traceparent)
     click.echo(f"sent to {counted(len(store.names()), 'teammate')}; woke {len(woke)}")
     say_if_spent(store)
 
@@ -367,7 +368,7 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
     """Show NAME's unread messages (default: the lead's), oldest first (columns: time, from, to,
     type, content; the content cut to 200 characters); never marks them read."""
     store.meta()
-    _, messages = store.peek(name)
+    _, messages = store.messages.peek(name)
     if as_json:
         for message in messages:
             click.echo(message.model_dump_json(by_alias=True))
@@ -444,14 +445,14 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
     """Ask teammate NAME to shut down (it answers with respond_shutdown), or --force it."""
     store.meta()
     if force:
-        store.force_shutdown(name)
+        store.requests.force_shutdown(name)
         click.echo(f"{name} is shut down (forced)")
         return
-    record, woke = store.request_shutdown(name, reason)
+    record, woke = store.requests.request_shutdown(name, reason)
     click.echo(f"asked {name} to shut down: request {record.id}" + (" (woke it)" if woke else ""))
     if wait_s is None:
         return
-    outcome = store.wait_request(record.id, wait_s)
+    outcome = store.requests.wait(record.id, wait_s)
     if outcome is None:
         click.echo(spelled(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team "
                            "requests`"), err=True)
@@ -472,7 +473,7 @@ def review_command(request_id: str, approve: bool | None, feedback: str, store: 
     if approve is None:
         raise ConfigError("say --approve or --reject")
     store.meta()
-    _, woke = store.review_plan(request_id, approve, feedback)
+    _, woke = store.requests.review_plan(request_id, approve, feedback)
     click.echo(f"{'approved' if approve else 'rejected'} {request_id}"
                + (" (woke the teammate)" if woke else ""))
 
@@ -488,8 +489,8 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
     (columns: request, kind, from, to, status, detail: the response once answered, else the
     payload)."""
     store.meta()
-    records = ([store.request(request_id)] if request_id
-               else store.requests(pending_only=pending))
+    records = ([store.requests.get(request_id)] if request_id
+               else store.requests.all(pending_only=pending))
     if as_json:
         click.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in records],
                               indent=2))

@@ -38,10 +38,11 @@ def export_team(store: TeamStore, root: Path, *, everything: bool,
                           for m in mates]}
     files = [(root / "config.json", json.dumps(config, indent=2) + "\n")]
     for member in [*(m.name for m in mates), LEAD]:
-        messages = store.kept(member) if everything else store.peek(member, UNREAD_ALL)[1]
+        messages = (store.messages.kept(member) if everything
+                    else store.messages.peek(member, UNREAD_ALL)[1])
         lines = "".join(json.dumps(inbox_line(m), ensure_ascii=False) + "\n" for m in messages)
         files.append((root / "inbox" / f"{member}.jsonl", lines))
-    for request in store.requests():
+    for request in store.requests.all():
         files.append((root / "requests" / f"{request.id}.json",
                       request.model_dump_json(by_alias=True, indent=2) + "\n"))
     return write_files(files, force=force)

@@ -185,14 +185,14 @@ class LeadTools:
             for m in self.store.mates()]}
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.send(LEAD, args.to, args.content,
-                                        traceparent=self.trace.traceparent)
+        message, woke = self.store.messages.send(LEAD, args.to, args.content,
+                                                 traceparent=self.trace.traceparent)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
 
     def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
-        message, woke = self.store.broadcast(LEAD, args.content,
-                                             traceparent=self.trace.traceparent)
+        message, woke = self.store.messages.broadcast(LEAD, args.content,
+                                                      traceparent=self.trace.traceparent)
         return {"action": "broadcast", "ok": True, "id": message.id,
                 "recipients": len(self.store.names()), "woke": woke}
 
@@ -200,13 +200,13 @@ class LeadTools:
         return unread_batch(self.store, LEAD, self.options()).answer()
 
     def request_shutdown(self, args: ShutdownArgs) -> dict[str, Any]:
-        record, woke = self.store.request_shutdown(args.name, args.reason or "")
+        record, woke = self.store.requests.request_shutdown(args.name, args.reason or "")
         return {"action": "request_shutdown", "ok": True, "request_id": record.id,
                 "to": record.to, "status": record.status.value, "woke": woke}
 
     def review_plan(self, args: ReviewArgs) -> dict[str, Any]:
-        message_id, woke = self.store.review_plan(args.request_id, args.approve,
-                                                  args.feedback or "")
+        message_id, woke = self.store.requests.review_plan(args.request_id, args.approve,
+                                                           args.feedback or "")
         return {"action": "review_plan", "ok": True, "request_id": args.request_id,
                 "approve": args.approve, "id": message_id, "woke": woke}
 

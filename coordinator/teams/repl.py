@@ -169,7 +169,7 @@ class LeadRepl:
             # Statuses before the inbox: turn_end.lua sets a teammate idle and mails its notice
             # in one step, so a notice of the last teammate to settle is seen below.
             settled = all(m.status in SETTLED for m in self.store.mates())
-            if self.store.peek(LEAD, limit=1)[1]:
+            if self.store.messages.peek(LEAD, limit=1)[1]:
                 self.turn("")
                 continue
             if settled:
@@ -196,7 +196,7 @@ class LeadRepl:
         if not mates:
             click.echo("(no teammates yet)")
         for mate in mates:
-            unread = self.store.unread_count(mate.name)
+            unread = self.store.messages.unread_count(mate.name)
             click.echo(f"{mate.name}\t{flat(mate.role)}\t{mate.status.value}"
                        f"\t{'stalled' if self.stalled(mate) else '-'}"
                        f"\t{tasks.get(mate.name, '-')}"
@@ -214,7 +214,7 @@ class LeadRepl:
                 and not self.store.conn.exists(self.store.keys.turn(mate.name)))
 
     def show_inbox(self) -> None:
-        messages = self.store.peek(LEAD)[1]
+        messages = self.store.messages.peek(LEAD)[1]
         if not messages:
             click.echo("(no unread messages)")
         for message in messages:
@@ -229,7 +229,7 @@ class LeadRepl:
             click.echo("\t".join(flat(cell) for cell in task_cells(task)))
 
     def show_requests(self) -> None:
-        records = self.store.requests()
+        records = self.store.requests.all()
         if not records:
             click.echo("(no requests)")
         for record in records:

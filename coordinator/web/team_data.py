@@ -52,11 +52,11 @@ def load_team_view(store: TeamStore) -> TeamView:
     for mate in mates:
         pipe.exists(store.keys.turn(mate.name))
     live = pipe.execute()
-    rows = [MateRow(mate, bool(turn), store.unread_count(mate.name))
+    rows = [MateRow(mate, bool(turn), store.messages.unread_count(mate.name))
             for mate, turn in zip(mates, live, strict=True)]
-    _, lead_inbox = store.peek(LEAD, LEAD_INBOX_SHOWN)
-    return TeamView(team=store.team, mates=rows, lead_unread=store.unread_count(LEAD),
-                    lead_inbox=lead_inbox, requests=store.requests(pending_only=True),
+    _, lead_inbox = store.messages.peek(LEAD, LEAD_INBOX_SHOWN)
+    return TeamView(team=store.team, mates=rows, lead_unread=store.messages.unread_count(LEAD),
+                    lead_inbox=lead_inbox, requests=store.requests.all(pending_only=True),
                     tasks=TeamTasks(store).snapshot(), messages=messages,
                     last_event_id=last[0][0] if last else "0-0",
                     last_message_id=messages[-1].id if messages else "0-0",

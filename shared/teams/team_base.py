@@ -42,13 +42,16 @@ class TeamBase:
 
     def __init__(self, conn: redis.Redis, team: str, *,
                  scripts: Scripts | GuardedScripts | None = None,
-                 workspace_store: WorkspaceStore = "local") -> None:
+                 workspace_store: WorkspaceStore = "local",
+                 options: TeamOptions | None = None) -> None:
         self.conn = conn
         self.keys = TeamKeys(team)
         self.scripts = scripts or Scripts(conn)
         self.workspace_store: WorkspaceStore = workspace_store
         """Where the workspace of a team this store creates keeps its files (an existing
         team's meta says where its own are)."""
+        if options is not None:
+            self.options = options  # fills the cached property: the meta is not read again
 
     @property
     def team(self) -> str:
@@ -70,6 +73,7 @@ class TeamBase:
 
     @cached_property
     def options(self) -> TeamOptions:
+        """The team's options, read from its meta once."""
         return self.meta().options
 
     @cached_property

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from teamctl.shared.teams.messages import TeamMessages
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.requests import TeamRequests
 from teamctl.shared.teams.tasks import SNAPSHOT_RETRIES, TeamTasks
-from teamctl.shared.teams.team_base import MateBusy
+from teamctl.shared.teams.team_base import MateBusy, TeamBase
 from teamctl.shared.teams.teammates import (
     MateStatus,
     Teammate,
@@ -43,18 +44,32 @@ from teamctl.shared.teams.turns import TeamTurns
 DELETE_BATCH = 500
 
 
-class TeamStore(TeamMessages, TeamRequests, TeamTurns):
-    """One team's records in Redis: its parts in one object, as the CLI, the lead and a turn use
-    them, and the team's own lifecycle."""
+class TeamStore(TeamBase):
+    """One team's records in Redis, as the CLI, the lead and a turn use them: the records every
+    part shares, the parts (messages, protocol requests, turns), and the team's own lifecycle."""
+
+    @cached_property
+    def messages(self) -> TeamMessages:
+        """Sends and broadcasts that wake their recipients, inbox reads and the event stream."""
+        return TeamMessages(self)
+
+    @cached_property
+    def requests(self) -> TeamRequests:
+        """Shutdown and plan requests: opened, answered, read and waited on."""
+        return TeamRequests(self)
+
+    @cached_property
+    def turns(self) -> TeamTurns:
+        """A turn's lease, memory, checkpoints and end, written by the worker that runs it."""
+        return TeamTurns(self)
 
     def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
         """This store with every script call of one tool call of `name`'s turn guarded: refused
         once the token lost the lease, and run once, so a rerun replays it."""
         guard = WriteGuard(turn_key=self.keys.turn(name), effects_key=self.keys.effects(name),
                            token=token, call_key=call_key)
-        clone = TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard))
-        clone.__dict__["options"] = self.options  # cached_property: no second read of meta
-        return clone
+        return TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard),
+                         options=self.options)
 
     def create(self, options: TeamOptions | None = None) -> TeamMeta:
         """The team's meta record, written now unless the team exists (then it is kept)."""
@@ -94,7 +109,8 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
                          "the team's budget was raised: teammates take turns again")
         woken = TeamTasks(self).wake()
         woken += [name for name in self.names()
-                  if name not in woken and self.peek(name, limit=1)[1] and self.wake(name)]
+                  if name not in woken and self.messages.peek(name, limit=1)[1]
+                  and self.messages.wake(name)]
         return state, woken
 
     def delete(self, *, force: bool = False) -> int:

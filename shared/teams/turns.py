@@ -12,21 +12,28 @@ from teamctl.shared.teams.tasks import LANE_HEAD, SNAPSHOT_RETRIES, TeamTasks, u
 from teamctl.shared.teams.team_base import TeamBase
 
 
-class TeamTurns(TeamBase):
-    """The store's turn part: every write is token-checked, so a revoked turn changes nothing."""
+class TeamTurns:
+    """The store's turn part, on the records every part shares (`store`): every write is
+    token-checked, so a revoked turn changes nothing."""
+
+    def __init__(self, store: TeamBase) -> None:
+        self.store = store
+        self.conn = store.conn
+        self.keys = store.keys
+        self.scripts = store.scripts
 
     def begin_turn(self, name: str, worker: str) -> tuple[str, str]:
         """('ok', token) with the turn lease taken; ('busy'|'skip', '') otherwise."""
         verdict, token = self.scripts["turn_begin"](
             keys=[self.keys.mate(name), self.keys.turn(name), self.keys.tokens],
-            args=[int(self.options.heartbeat_ttl_s * 1000), worker])
+            args=[int(self.store.options.heartbeat_ttl_s * 1000), worker])
         return verdict, token
 
     def refresh_turn(self, name: str, token: str) -> bool:
         """Extend the turn lease; False once the token no longer holds it."""
         return bool(self.scripts["turn_heartbeat"](
             keys=[self.keys.turn(name), self.keys.mate(name)],
-            args=[token, int(self.options.heartbeat_ttl_s * 1000)]))
+            args=[token, int(self.store.options.heartbeat_ttl_s * 1000)]))
 
     def hand_over(self, name: str, token: str) -> bool:
         """Give a working teammate's next turn to a fresh job (this one ran long); False for a
@@ -35,7 +42,7 @@ class TeamTurns(TeamBase):
                 keys=[self.keys.turn(name), self.keys.mate(name), self.keys.events],
                 args=[token, name]):
             return False
-        self.scheduler.enqueue_turn(self.get(name))
+        self.store.scheduler.enqueue_turn(self.store.get(name))
         return True
 
     def memory(self, name: str) -> list[dict[str, Any]]:
@@ -57,8 +64,8 @@ class TeamTurns(TeamBase):
         dropped = int(self.scripts["turn_checkpoint"](
             keys=[self.keys.turn(name), self.keys.memory(name), self.keys.read_offsets,
                   self.keys.mate(name), self.keys.effects(name)],
-            args=[token, name, offset_id, self.options.memory_max_messages,
-                  self.options.memory_max_chars,
+            args=[token, name, offset_id, self.store.options.memory_max_messages,
+                  self.store.options.memory_max_chars,
                   *(json.dumps(m, ensure_ascii=False) for m in messages)]))
         return None if dropped < 0 else dropped
 
@@ -69,7 +76,7 @@ class TeamTurns(TeamBase):
         team's spent budget stopped (its tasks go back uncounted against their releases).
         Tasks the end released go to idle teammates."""
         mode = "budget" if budget else "1" if force else "0"
-        tasks = TeamTasks(self)
+        tasks = TeamTasks(self.store)
         tasks.index_lanes()
         role = self.conn.hget(self.keys.mate(name), "role")
         depth = LANE_HEAD
@@ -91,7 +98,7 @@ class TeamTurns(TeamBase):
             if verdict != "more":
                 break
             depth *= 4  # the lanes' first tasks were all ones it may not take back: read deeper
-        self.lead_inbox.keep_bounds()
+        self.store.lead_inbox.keep_bounds()
         if int(released):
             tasks.wake()
         return str(verdict)

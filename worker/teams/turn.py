@@ -95,7 +95,7 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
     while no person runs a `team` verb)."""
     store = TeamStore(conn, team)
     settings = settings or load_settings()  # its state dir holds workspaces not spawner-chosen
-    verdict, token = store.begin_turn(name, worker_name())
+    verdict, token = store.turns.begin_turn(name, worker_name())
     if verdict != "ok":
         return f"skipped: {verdict}"
     options = store.options
@@ -123,7 +123,7 @@ class TurnLease(KeepAlive):
         """Refresh the lease now (a Python tool's long work); False once it was lost."""
         if self.revoked.is_set():
             return False
-        if not self.store.refresh_turn(self.name, self.token):
+        if not self.store.turns.refresh_turn(self.name, self.token):
             self.revoked.set()
         return not self.revoked.is_set()
 
@@ -134,7 +134,7 @@ class TurnLease(KeepAlive):
 
     def _refresh(self) -> bool:
         """One refresh from the keep-alive thread; False (revoked) once it is refused."""
-        if not self.store.refresh_turn(self.name, self.token):
+        if not self.store.turns.refresh_turn(self.name, self.token):
             self.revoked.set()
             return False
         return True
@@ -227,7 +227,7 @@ class Turn:
             # tool's abandoned call: a fresh job runs it (this work-horse exits, the call with it).
             if self._elapsed_s() > self.store.options.turn_timeout_s / 2 or \
                     abandoned_tool_calls():
-                return "handed over" if self.store.hand_over(self.mate.name, self.token) \
+                return "handed over" if self.store.turns.hand_over(self.mate.name, self.token) \
                     else "revoked"
             self.tools.idle_requested.clear()
 
@@ -236,8 +236,8 @@ class Turn:
         the turn's model and tool calls go under it."""
         links: list[str | None] = []
         if self.tracing.on:
-            _, unread = self.store.peek(self.mate.name,
-                                        limit=self.store.options.inbox_batch_messages)
+            _, unread = self.store.messages.peek(self.mate.name,
+                                                 limit=self.store.options.inbox_batch_messages)
             links = [message.traceparent for message in unread]
             links += self._task_traceparents([
                 m.task_id for m in unread if m.type == SystemType.TASK_ASSIGNED and m.task_id])
@@ -271,9 +271,9 @@ class Turn:
         if answer.strip():
             notice += ": " + shorten(answer, self.store.options.last_answer_chars)
         self._mark("end", str(reason))  # refused for a revoked turn, as end_turn is next
-        return self.store.end_turn(self.mate.name, self.token, reason, notice,
-                                   force=bool(error), error=error,
-                                   budget=reason == IdleReason.BUDGET)
+        return self.store.turns.end_turn(self.mate.name, self.token, reason, notice,
+                                         force=bool(error), error=error,
+                                         budget=reason == IdleReason.BUDGET)
 
     def _mark(self, kind: str, detail: str) -> bool:
         """Record that the turn begins or ends (for its transcript), fenced by its token; False
@@ -292,7 +292,7 @@ class Turn:
 
     def _steps(self) -> tuple[str, str]:
         """Model steps, each checkpointed; returns the idle reason and the last answer."""
-        memory = self.store.memory(self.mate.name)
+        memory = self.store.turns.memory(self.mate.name)
         self.dropped = 0
         mate = self.store.get(self.mate.name)  # one read for its plan state and shutdown request
         messages = [{"role": "system", "content": self._system_prompt(mate.plan_state)}, *memory]
@@ -310,7 +310,7 @@ class Turn:
         if mate.shutdown_request:
             # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
             return IdleReason.DONE, answer or ""
-        if answer is not None and not self.store.peek(
+        if answer is not None and not self.store.messages.peek(
                 self.mate.name, limit=self.store.options.inbox_batch_messages)[1]:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
@@ -409,7 +409,7 @@ class Turn:
 
     def _commit(self, offset: str, step: list[dict[str, Any]]) -> None:
         """Checkpoint `step` (and the inbox offset); TurnRevoked when the token lost the lease."""
-        dropped = self.store.commit_step(self.mate.name, self.token, offset, step)
+        dropped = self.store.turns.commit_step(self.mate.name, self.token, offset, step)
         if dropped is None:
             raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
         self.dropped += dropped
