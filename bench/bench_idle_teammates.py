@@ -31,7 +31,7 @@ from teamctl.shared.keys import TeamKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from bench import slowlog
 from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker_fleet
@@ -90,8 +90,8 @@ class Activity:
 def idle_count(conn: redis.Redis, names: list[str]) -> int:
     pipe = conn.pipeline(transaction=False)
     for name in names:
-        pipe.hget(TeamKeys(TEAM).mate(name), "status")
-    return sum(status == MateStatus.IDLE.value for status in pipe.execute())
+        pipe.hget(TeamKeys(TEAM).teammate(name), "status")
+    return sum(status == TeammateStatus.IDLE.value for status in pipe.execute())
 
 
 def spawn_all(store: TeamStore, llm: ScriptedLLM, mates: int) -> list[str]:

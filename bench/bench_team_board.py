@@ -31,7 +31,7 @@ from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from bench.figures import BenchFigure, print_figures
 
@@ -64,8 +64,8 @@ def idle_team(conn: redis.Redis, mates: int, room: int) -> TeamStore:
         name = f"dev{index}"
         store.spawn(name, role="dev", prompt="Wait.", model="offline", api_base=None,
                     queue=QUEUE)
-        conn.hset(TeamKeys(TEAM).mate(name), mapping={
-            "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": index})
+        conn.hset(TeamKeys(TEAM).teammate(name), mapping={
+            "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": index})
     return store
 
 
@@ -101,8 +101,8 @@ def wake_handouts(store: TeamStore, count: int) -> list[float]:
         name = f"qa{index}"
         store.spawn(name, role="qa", prompt="Check.", model="offline", api_base=None,
                     queue=QUEUE)
-        store.conn.hset(TeamKeys(TEAM).mate(name), mapping={
-            "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": 0})
+        store.conn.hset(TeamKeys(TEAM).teammate(name), mapping={
+            "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": 0})
         started = time.perf_counter()
         woken = tasks.wake()
         times.append(time.perf_counter() - started)

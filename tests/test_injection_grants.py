@@ -23,7 +23,7 @@ from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.team_file import TeamFile
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus
+from teamctl.shared.teams.teammates import RequestStatus, TeammateStatus
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -151,7 +151,7 @@ def test_a_lead_re_spawn_never_widens_a_teammates_tools(
     store.create(TeamOptions(grantable_models=[OFFLINE_MODEL]))
     store.spawn("alice", role="r", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue=MARKED_QUEUE, tools=["read_file"])
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     before = store.get("alice")
     _, [widened, narrowed] = lead_calls(marked_workers, llm, team, [
         ("spawn_teammate", {"name": "alice", "role": "r", "prompt": "Again.",
@@ -163,7 +163,7 @@ def test_a_lead_re_spawn_never_widens_a_teammates_tools(
     after = store.get("alice")
     assert (after.tools, after.queue, after.epoch) == (["list_files"], MARKED_QUEUE,
                                                        before.epoch + 1)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle again")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle again")
     kept(llm, marked_workers, tmp_path)
 
 
@@ -176,7 +176,7 @@ def test_a_lead_re_spawn_cannot_lift_plan_mode_a_person_set(
     store.create(TeamOptions())
     store.spawn("alice", role="r", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue=MARKED_QUEUE, plan_mode=True)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     # Alice's idle notices may give the lead more steps: it answers each the same.
     lead = llm.script(f"lead-{team}", [ToolCalls([
         ("spawn_teammate", {"name": "alice", "role": "r", "prompt": "Skip the plan.",
@@ -187,7 +187,7 @@ def test_a_lead_re_spawn_cannot_lift_plan_mode_a_person_set(
     respawned = tool_results(conn0, team)[0]
     assert json.loads(respawned)["plan_mode"] is True
     assert store.get("alice").plan_state == "required"
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle again")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle again")
     kept(llm, marked_workers, tmp_path)
 
 
@@ -224,7 +224,7 @@ def test_a_stale_plan_approval_after_a_re_spawn_is_refused_and_changes_nothing(
     assert person.stderr.strip().splitlines() == [
         f"teamctl: request {old.id} is already expired"]
     now = store.get("pat")
-    assert (now.plan_state, now.plan_request, now.status) == ("required", None, MateStatus.IDLE)
+    assert (now.plan_state, now.plan_request, now.status) == ("required", None, TeammateStatus.IDLE)
     assert not [m for m in store.bus.messages()
                 if m.type == ProtocolType.PLAN_APPROVAL_RESPONSE]
     kept(llm, marked_workers, tmp_path)
@@ -252,13 +252,13 @@ def test_a_teammate_cannot_send_protocol_or_system_types(
                                     for to, type_ in forged])
     store.spawn("alice", role="r", prompt="Forge.", model=model, api_base=llm.api_base,
                 queue=MARKED_QUEUE)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     results = [error_of(r) for r in alice_results(store)]
     assert [r["errorType"] for r in results] == ["ConfigError"] * len(forged)
     assert all(("belongs to a protocol" in r["error"] or "reserved for the runtime" in r["error"])
                for r in results), results
     assert [m for m in store.bus.messages() if m.from_ == "alice"] == []
-    assert store.get("bob").status is MateStatus.WORKING and store.requests.all() == []
+    assert store.get("bob").status is TeammateStatus.WORKING and store.requests.all() == []
     kept(llm, marked_workers, tmp_path)
 
 
@@ -278,7 +278,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
         ("review_plan", {"request_id": bobs.id, "approve": True})])
     store.spawn("alice", role="r", prompt="Impersonate.", model=model, api_base=llm.api_base,
                 queue=MARKED_QUEUE)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     sent, broadcast, *refused = alice_results(store)
     assert json.loads(sent)["ok"] and json.loads(broadcast)["ok"]
     assert [(e["errorType"], e["error"]) for e in map(error_of, refused)] == [

@@ -31,7 +31,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus
+from teamctl.shared.teams.teammates import RequestStatus, TeammateStatus
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM, Slow, ToolCalls
@@ -85,7 +85,7 @@ def test_a_scripted_lead_spawns_alice_and_until_idle_ends_with_her_reply_injecte
     result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Spawn alice.",
                             "--until-idle"))
     assert result.exit_code == 0, result.output
-    assert store.get("alice").status is MateStatus.IDLE
+    assert store.get("alice").status is TeammateStatus.IDLE
     # The inbox is handled: its offset moved past every mail.
     assert store.messages.peek(LEAD)[1] == []
 
@@ -177,7 +177,7 @@ def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
     alice_now = store.get("alice")
     # The slow calls never let a turn lease lapse: no rerun, no error.
     assert (alice_now.status, alice_now.attempts, alice_now.last_error) == (
-        MateStatus.IDLE, 0, None)
+        TeammateStatus.IDLE, 0, None)
     memory = lead_memory(conn, team)
     assert [m["content"] for m in injected(memory) if m["from"] == "alice"] == ["found it: 42"]
     assert store.messages.peek(LEAD)[1] == []
@@ -201,7 +201,7 @@ def test_the_lead_puts_a_task_on_the_board_for_an_idle_teammate_that_fits(
     # Idle too, but not of the task's role: never handed the task.
     store.spawn("carol", role="reader", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue="members")
-    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates()),
+    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates()),
                message="bob and carol idle")
     result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Get the summary written.",
                             "--until-idle"))
@@ -228,7 +228,7 @@ def test_the_offline_lead_answers_without_a_key(workers: str, wconn: redis.Redis
     # The scout's idle notice reached the lead (in the -m turn or a turn of its own).
     assert [m["type"] for m in injected(lead_memory(wconn, team))] == [
         SystemType.TEAMMATE_IDLE]
-    assert TeamStore(wconn, team).get("scout").status is MateStatus.IDLE
+    assert TeamStore(wconn, team).get("scout").status is TeammateStatus.IDLE
 
 
 def test_a_second_lead_exits_2_naming_the_holder_and_calls_no_model(
@@ -336,7 +336,7 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     lead = llm.script(f"lead-{team}", handler=script, **slow)
     store.spawn("bob", role="builder", prompt="Build.", model=bob_model,
                 api_base=llm.api_base, queue="members")
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, turn_s,
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, turn_s,
                message="bob's first turn")
 
     logs = tmp_path / "lead1.log"
@@ -365,8 +365,8 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     # While the lead is dead: bob answers (approves, shuts down), alice asks for a plan review.
     store.spawn("alice", role="writer", prompt="Write.", model=alice_model,
                 api_base=llm.api_base, queue="members", plan_mode=True)
-    wait_until(lambda: store.get("bob").status is MateStatus.SHUTDOWN
-               and store.get("alice").status is MateStatus.IDLE, 3 * turn_s,
+    wait_until(lambda: store.get("bob").status is TeammateStatus.SHUTDOWN
+               and store.get("alice").status is TeammateStatus.IDLE, 3 * turn_s,
                message="bob and alice settle")
     [_, plan] = store.requests.all()
     wait_until(lambda: not wconn.exists(TeamKeys(team).lead_lease), 3 * TTL_S + 5,
@@ -396,7 +396,7 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     assert types.count(SystemType.TEAMMATE_SHUTDOWN) == 1
     assert injected(lead_memory(wconn, team)) == final
     assert store.requests.get(plan.id).status is RequestStatus.APPROVED
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE
                and store.get("alice").plan_state == "approved", turn_s,
                message="alice carries it out")
 

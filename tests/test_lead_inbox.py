@@ -21,7 +21,7 @@ from teamctl.shared.teams.inbox import InboxBatch, unread_batch
 from teamctl.shared.teams.lead_inbox import LeadMailboxFull
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import TeammateTools
 
 from tests.support.slowlog import (
     NOISE_CEILING_MS,
@@ -213,7 +213,7 @@ def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(
     # The teammate's model gets it as a tool error, and the turn goes on.
     store.messages.wake("alice")
     assert store.turns.begin_turn("alice", "test:1")[0] == "ok"
-    answer = MateTools(store, "alice").toolbox().call(
+    answer = TeammateTools(store, "alice").toolbox().call(
         "send_message", json.dumps({"to": "lead", "content": "again"}), "c1")
     assert answer.startswith("TOOL_ERROR: ")
     error = json.loads(answer.removeprefix("TOOL_ERROR: "))

@@ -17,7 +17,7 @@ import redis
 from teamctl.coordinator.advice import for_this_shell
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, team_workspace
+from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 
 from tests.support.cli import assert_config_error
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -62,7 +62,7 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
 
     assert result.exit_code == 0, result.output
     assert store.get("gitmate").mcp == ["git:git_log", "git:git_status"]
-    wait_until(lambda: store.get("gitmate").status is MateStatus.IDLE, message="gitmate idle")
+    wait_until(lambda: store.get("gitmate").status is TeammateStatus.IDLE, message="gitmate idle")
     first, second = llm.requests[f"gitmate-{team}"]
     assert tool_names(first)[-3:] == ["read_file", "git__git_status", "git__git_log"]
     schema = next(t["function"] for t in first["tools"]
@@ -94,7 +94,7 @@ def test_in_plan_mode_only_the_tools_a_server_marks_read_only_run_before_approva
 
     assert spawn(workers, team, "careful", model, llm.api_base, "--plan-mode",
                  "--mcp", "git").exit_code == 0
-    wait_until(lambda: store.get("careful").status is MateStatus.IDLE, message="careful idle")
+    wait_until(lambda: store.get("careful").status is TeammateStatus.IDLE, message="careful idle")
 
     # The gate wraps git_add in place: the model still gets the server's own schema for it.
     schemas = {t["function"]["name"]: t["function"]["parameters"]
@@ -121,7 +121,7 @@ def test_a_server_that_will_not_start_idles_the_teammate_with_its_stderr(
     store = TeamStore(wconn, team)
 
     assert spawn(workers, team, "indexer", OFFLINE_MODEL, None, "--mcp", "index").exit_code == 0
-    wait_until(lambda: store.get("indexer").status is MateStatus.IDLE, message="indexer idle")
+    wait_until(lambda: store.get("indexer").status is TeammateStatus.IDLE, message="indexer idle")
 
     mate = store.get("indexer")
     assert mate.idle_reason.startswith("error: MCP server 'index' (")

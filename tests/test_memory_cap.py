@@ -20,7 +20,7 @@ from teamctl.shared.lease import LeadLease
 from teamctl.shared.redis.scripts import sources
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.slowlog import within_the_rule
@@ -59,7 +59,7 @@ def stored_chars(conn: redis.Redis, key: str) -> int:
 
 
 def recorded_chars(conn: redis.Redis, store: TeamStore, name: str) -> int:
-    return int(conn.hget(store.keys.mate(name), "memory_chars") or -1)
+    return int(conn.hget(store.keys.teammate(name), "memory_chars") or -1)
 
 
 def request_chars(body: dict[str, Any]) -> int:
@@ -113,7 +113,7 @@ def test_memory_past_its_character_cap_loses_the_oldest_whole_exchanges(
 def test_a_memory_without_a_size_record_is_counted_once_and_a_respawn_starts_afresh(
         conn: redis.Redis, team: str) -> None:
     store, token = working_alice(conn, team, TeamOptions(memory_max_chars=1000))
-    key, mate = store.keys.memory("alice"), store.keys.mate("alice")
+    key, mate = store.keys.memory("alice"), store.keys.teammate("alice")
     assert conn.hget(mate, "memory_chars") is None  # a fresh spawn: counted at its checkpoint
     assert store.turns.checkpoint("alice", token, "", [user("m1 é"), said("a1")])
     conn.hdel(mate, "memory_chars", "memory_last_user")  # as a memory from before the record
@@ -184,7 +184,7 @@ def test_a_teammate_with_large_tool_results_keeps_its_memory_under_the_cap(
     alice = llm.script(f"alice-{store.team}", handler=model)
     store.spawn("alice", role="dev", prompt="Work.", model=alice, api_base=llm.api_base,
                 queue="members", tools=[f"{FIXTURE}:long_text"])
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 60,
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, 60,
                message="alice never went idle")
     assert calls == steps + 1 and store.get("alice").idle_reason == "done"
     memory = store.turns.memory("alice")

@@ -60,7 +60,7 @@ def test_a_task_two_teammates_never_finish_fails_after_max_task_releases(
     assert first_turns == 2
     # The one idle longest takes it first: whichever first turn ended first (the workers may
     # run the two at once).
-    seen = {m.name: m.last_seen_ms for m in store.mates()}
+    seen = {m.name: m.last_seen_ms for m in store.teammates()}
     first, second = sorted(("a", "b"), key=lambda name: (seen[name], name))
     task_id = add(workers, team, "Fix the build")
     after = add(workers, team, "Ship it", "--after", task_id)

@@ -38,7 +38,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import StaleTurn, TaskRefused, TeamTask, TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 NOBODY = "nobody"
 """The queue the teammates' turns go to: no worker serves it, the machine plays the turns."""
@@ -89,7 +89,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
     # --- helpers --------------------------------------------------------------------------------
 
     def spawned(self) -> list[str]:
-        return [name for name in MATES if self.conn.exists(self.store.keys.mate(name))]
+        return [name for name in MATES if self.conn.exists(self.store.keys.teammate(name))]
 
     def observe(self) -> None:
         """Read the board back; every task that went in progress without an explicit claim was
@@ -146,7 +146,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
         self.observe()
 
     def idle(self) -> list[str]:
-        return [n for n in self.spawned() if self.store.get(n).status is MateStatus.IDLE]
+        return [n for n in self.spawned() if self.store.get(n).status is TeammateStatus.IDLE]
 
     @precondition(lambda self: bool(self.idle()))
     @rule(data=st.data())
@@ -164,13 +164,13 @@ class TeamBoardMachine(RuleBasedStateMachine):
         self.tokens[name] = token
 
     @precondition(lambda self: any(n not in self.tokens and
-                                   self.store.get(n).status is MateStatus.WORKING
+                                   self.store.get(n).status is TeammateStatus.WORKING
                                    for n in self.spawned()))
     @rule(data=st.data())
     def take_turn(self, data: st.DataObject) -> None:
         """A worker takes the turn a hand-out or a message enqueued."""
         name = data.draw(st.sampled_from([n for n in self.spawned() if n not in self.tokens and
-                                          self.store.get(n).status is MateStatus.WORKING]))
+                                          self.store.get(n).status is TeammateStatus.WORKING]))
         self.take_turn_of(name)
 
     def turn_holder(self, data: st.DataObject) -> tuple[str, str, bool]:
@@ -298,7 +298,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
             if task.status is TaskStatus.IN_PROGRESS:
                 holder = task.claimed_by or ""
                 assert holder in self.spawned(), (tid, holder)
-                assert self.store.get(holder).status is MateStatus.WORKING, (tid, holder)
+                assert self.store.get(holder).status is TeammateStatus.WORKING, (tid, holder)
 
     def teardown(self) -> None:
         """Drop the team's keys, so every example scans a small database."""

@@ -24,7 +24,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import IdleReason, MateStatus
+from teamctl.shared.teams.teammates import IdleReason, TeammateStatus
 from teamctl.worker.teams.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM
@@ -44,7 +44,7 @@ def base(url: str, team: str) -> tuple[str, ...]:
 
 
 def settled(store: TeamStore, name: str, url: str) -> bool:
-    return store.get(name).status is MateStatus.IDLE and workers_idle(url)
+    return store.get(name).status is TeammateStatus.IDLE and workers_idle(url)
 
 
 def test_a_call_the_budget_cannot_cover_is_not_made_and_nothing_wakes_after_it(
@@ -84,7 +84,7 @@ def test_a_call_the_budget_cannot_cover_is_not_made_and_nothing_wakes_after_it(
     assert everyone.exit_code == 0 and everyone.stdout.endswith("; woke 0\n")
     assert [m.content for m in store.messages.peek("alice")[1]][-2:] == ["one more thing",
                                                                          "all hands"]
-    assert store.get("alice").status is MateStatus.IDLE
+    assert store.get("alice").status is TeammateStatus.IDLE
     assert Queue("members", connection=redis.Redis.from_url(workers)).count == 0
     # Nothing that would start a turn goes through; nothing was written.
     for what, refused in (
@@ -117,7 +117,7 @@ def test_a_top_up_wakes_the_teammate_the_spent_budget_left_with_mail(
     spent = store.budget_exceeded()
     assert spent is not None and llm.requests[f"alice-{team}"] == []
     assert cli("team", "send", "alice", "one more thing", *base(workers, team)).exit_code == 0
-    assert store.get("alice").status is MateStatus.IDLE  # the mail waits
+    assert store.get("alice").status is TeammateStatus.IDLE  # the mail waits
     for args, says in ((["--add-tokens", "-3"], "--add-tokens '-3': give a whole number"),
                        (["--add-usd", "2"], f"team {team} has no max_cost_usd")):
         refused = cli("team", "budget", *args, *base(workers, team))
@@ -151,7 +151,7 @@ def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_c
     # Nobody serves this queue: the first turn waits there, the teammate working.
     assert spawn(redis_url, team, "alice", model, llm.api_base, "--queue",
                  "nobody").exit_code == 0
-    assert store.get("alice").status is MateStatus.WORKING
+    assert store.get("alice").status is TeammateStatus.WORKING
     # Working: its turn reads it.
     assert store.messages.send(LEAD, "alice", "are you there?")[1] is False
     charge = store.charge(Usage(prompt_tokens=5, cost_usd=0.75))
@@ -163,7 +163,7 @@ def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_c
     assert execute_turn(conn, team, "alice") == "idle"
     assert [m.content for m in store.messages.peek("alice")[1]] == ["are you there?"]
     alice = store.get("alice")
-    assert (alice.status, alice.idle_reason) == (MateStatus.IDLE, IdleReason.BUDGET)
+    assert (alice.status, alice.idle_reason) == (TeammateStatus.IDLE, IdleReason.BUDGET)
     assert alice.last_error == charge.exceeded
     assert llm.requests[f"idle-{team}"] == []
     assert store.turns.memory("alice") == [{"role": "user", "content": "You are alice. Start."}]
@@ -276,6 +276,6 @@ def test_past_the_budget_no_task_is_handed_out_and_a_held_one_goes_back_uncounte
     task = tasks.get("task_1")
     assert (task.status, task.releases, task.released_from, task.requeue_reason) == (
         TaskStatus.READY, 0, None, f"alice stopped: {SPENT_40}")
-    conn.hset(store.keys.mate("bob"), mapping={"status": "idle", "job_id": ""})
+    conn.hset(store.keys.teammate("bob"), mapping={"status": "idle", "job_id": ""})
     assert tasks.wake() == []
     assert tasks.get("task_1").status is TaskStatus.READY

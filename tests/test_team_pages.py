@@ -25,8 +25,8 @@ from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_tools import TeammateTools
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, inbox_lines, spawn
@@ -76,7 +76,7 @@ def toolboxes(store: TeamStore, tmp_path: Path) -> dict[str, Toolbox]:
     """The teammate's toolbox (alice's) and the lead's, on the same team."""
     lead = Toolbox()
     LeadTools(store, "m", None, tmp_path).add_to(lead)
-    return {"alice": MateTools(store, "alice").toolbox(), "lead": lead}
+    return {"alice": TeammateTools(store, "alice").toolbox(), "lead": lead}
 
 
 def called(box: Toolbox, tool: str, **args: Any) -> tuple[dict[str, Any], int]:
@@ -157,7 +157,7 @@ def test_read_inbox_answers_a_batch_and_says_how_many_remain(conn: redis.Redis,
     assert verdict == "ok"
     for index in range(200):
         store.messages.send(LEAD, "bob", f"note {index}")
-    box = MateTools(store, "bob").toolbox()
+    box = TeammateTools(store, "bob").toolbox()
     answer, size = called(box, "read_inbox")
     assert size <= CAP
     assert [m["content"] for m in answer["messages"]] == [f"note {i}" for i in range(50)]
@@ -184,7 +184,7 @@ def test_read_inbox_keeps_within_tool_result_max_chars(conn: redis.Redis, team: 
     store.messages.send(LEAD, "bob", "x" * 60_000)
     for index in range(9):
         store.messages.send(LEAD, "bob", f"{index}:" + "y" * 2000)
-    box = MateTools(store, "bob").toolbox()
+    box = TeammateTools(store, "bob").toolbox()
     answer, size = called(box, "read_inbox")
     assert size <= 5000 and answer["remaining"] == 9
     [cut] = answer["messages"]
@@ -216,7 +216,7 @@ def test_a_turn_injects_its_inbox_in_batches(workers: str, wconn: redis.Redis,
     for index in range(100):
         store.messages.send(LEAD, "bob", f"m{index}")
     held.release.set()
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE
                and not store.messages.peek("bob")[1], 60, message="bob idle with his inbox read")
     memory = store.turns.memory("bob")
     blocks = [m for m in memory if str(m.get("content")).startswith("<inbox>")]

@@ -12,7 +12,7 @@ from teamctl.shared.envelopes import ProtocolMessage, ProtocolType, SystemType
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.teams.team_base import RequestRefused
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestKind, RequestStatus
+from teamctl.shared.teams.teammates import RequestKind, RequestStatus, TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import cli, spawn
@@ -87,7 +87,7 @@ def test_plan_reviews_with_misused_ids_are_refused(redis_url: str, conn: redis.R
     assert store.requests.get(plan.id).status is RequestStatus.PENDING
     assert store.requests.get(shutdown.id).status is RequestStatus.PENDING
     assert store.get("pat").plan_state == "pending" and store.get("sam").status \
-        is MateStatus.WORKING
+        is TeammateStatus.WORKING
 
 
 def idle_now(store: TeamStore, name: str) -> None:
@@ -121,13 +121,13 @@ def test_a_re_spawn_expires_the_pending_plan_and_an_old_lifes_request_is_refused
     # A record an older version left pending (no set lists it, no epoch) is refused as stale.
     new = store.requests.submit_plan("pat", "v2")
     conn.hset(store.keys.request(old.id), mapping={"status": "pending", "epoch": "0"})
-    before = (conn.hgetall(store.keys.mate("pat")), conn.xlen(store.keys.bus))
+    before = (conn.hgetall(store.keys.teammate("pat")), conn.xlen(store.keys.bus))
     with pytest.raises(RequestRefused) as stale:
         store.requests.review_plan(old.id, True)
     assert str(stale.value) == (
         f"request {old.id} is not pat's current plan_approval request (pat was re-spawned since "
         f"it was made, or its current one is {new.id}); nothing changed")
-    assert (conn.hgetall(store.keys.mate("pat")), conn.xlen(store.keys.bus)) == before
+    assert (conn.hgetall(store.keys.teammate("pat")), conn.xlen(store.keys.bus)) == before
     assert store.requests.get(new.id).status is RequestStatus.PENDING
     store.requests.review_plan(new.id, True)
     assert store.get("pat").plan_state == "approved"

@@ -17,7 +17,7 @@ from teamctl.shared.teams.messages import PEEK_PAGE
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import LANE_HEAD, TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.slowlog import slow_scripts_ms, slowlog_at_the_rule, within_the_rule
 
@@ -29,8 +29,8 @@ def idle(store: TeamStore, name: str, role: str, seen_ms: int) -> None:
     """Spawn a teammate whose first turn waits on a queue nobody serves, then set it idle as a
     turn end leaves it (seen at `seen_ms`: the one idle longest takes a task first)."""
     store.spawn(name, role=role, prompt="Wait.", model="m", api_base=None, queue=NOBODY)
-    store.conn.hset(store.keys.mate(name), mapping={
-        "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms})
+    store.conn.hset(store.keys.teammate(name), mapping={
+        "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms})
 
 
 def new_board(conn: redis.Redis, team: str) -> tuple[TeamStore, TeamTasks]:

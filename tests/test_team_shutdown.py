@@ -16,7 +16,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_base import RequestRefused
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus
+from teamctl.shared.teams.teammates import RequestStatus, TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, cli, spawn
@@ -65,7 +65,7 @@ def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
     store = TeamStore(wconn, team)
     base = ("-t", team, "--redis-url", workers)
     assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     asked = cli("team", "shutdown", "alice", "--reason", "wrapping up", "--wait", "30", *base)
     assert asked.exit_code == 0, asked.output
     [record] = store.requests.all()
@@ -74,7 +74,7 @@ def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
             record.resolved_by) == ("shutdown", "lead", "alice", RequestStatus.APPROVED,
                                     "wrapping up", "alice")
     assert record.created_ms <= record.resolved_ms <= record.deadline_ms
-    assert store.get("alice").status is MateStatus.SHUTDOWN
+    assert store.get("alice").status is TeammateStatus.SHUTDOWN
     [response] = lead_protocol(store)
     assert (response.type, response.request_id, response.approve) == (
         ProtocolType.SHUTDOWN_RESPONSE, record.id, True)
@@ -89,7 +89,7 @@ def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
     again = cli("team", "shutdown", "alice", *base)
     assert again.exit_code == 1 and "already shut down" in again.output
     wait_until(lambda: workers_idle(workers), message="the turn's job to finish")
-    assert store.get("alice").status is MateStatus.SHUTDOWN and answers.calls == 2
+    assert store.get("alice").status is TeammateStatus.SHUTDOWN and answers.calls == 2
     listed = json.loads(cli("team", "requests", "--json", *base).output)
     assert [(r["id"], r["status"]) for r in listed] == [(record.id, "approved")]
     assert cli("team", "requests", "--pending", "--json", *base).output.strip() == "[]"
@@ -102,7 +102,7 @@ def test_a_rejected_shutdown_lets_the_teammate_go_on(
     store = TeamStore(wconn, team)
     base = ("-t", team, "--redis-url", workers)
     assert spawn(workers, team, "bob", model, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob idle")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob idle")
     asked = cli("team", "shutdown", "bob", "--wait", "30", *base)
     assert asked.exit_code == 0, asked.output
     [record] = store.requests.all()
@@ -113,7 +113,7 @@ def test_a_rejected_shutdown_lets_the_teammate_go_on(
     # It answered, then went on within the same turn and ended idle, not shut down.
     wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2,
                message="bob idle")
-    assert store.get("bob").status is MateStatus.IDLE
+    assert store.get("bob").status is TeammateStatus.IDLE
     assert store.messages.notices(SystemType.TEAMMATE_SHUTDOWN) == []
     assert answers.calls == 3
     assert cli("team", "send", "bob", "next job", *base).exit_code == 0
@@ -143,7 +143,7 @@ def test_an_unanswered_shutdown_expires_and_force_revokes_the_live_turn(
         assert expired.resolved_by == "system" and expired.resolved_ms > expired.deadline_ms
         forced = cli("team", "shutdown", "carol", "--force", *base)
         assert forced.exit_code == 0, forced.output
-        assert store.get("carol").status is MateStatus.SHUTDOWN
+        assert store.get("carol").status is TeammateStatus.SHUTDOWN
         # The revoked turn's late writes are refused.
         assert not store.turns.checkpoint("carol", token, "", [{"role": "user", "content": "late"}])
         assert store.turns.end_turn("carol", token, "done", "late") == "stale"
@@ -151,7 +151,7 @@ def test_an_unanswered_shutdown_expires_and_force_revokes_the_live_turn(
         held.release.set()
     wait_until(lambda: workers_idle(workers), message="the revoked turn's job to finish")
     mate = store.get("carol")
-    assert mate.status is MateStatus.SHUTDOWN and not mate.turn_token
+    assert mate.status is TeammateStatus.SHUTDOWN and not mate.turn_token
     assert all(m.get("content") != "late answer" for m in store.turns.memory("carol"))
     [notice] = store.messages.notices(SystemType.TEAMMATE_SHUTDOWN)
     assert notice.content == "carol shut down (forced by the lead)"
@@ -170,8 +170,8 @@ def test_a_teammate_cannot_send_a_shutdown_request(
         ToolCalls([("send_message", {"to": "bob", "content": "stop now",
                                      "type": "shutdown_request"})]), "gave up"])
     assert spawn(workers, team, "eve", model, llm.api_base).exit_code == 0
-    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates())
-               and len(store.mates()) == 2, message="eve and bob idle")
+    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates())
+               and len(store.teammates()) == 2, message="eve and bob idle")
     [result] = [m for m in store.turns.memory("eve") if m.get("role") == "tool"]
     assert "belongs to a protocol" in result["content"]
     assert "'peer.message'" in result["content"]
@@ -226,14 +226,14 @@ def test_an_approved_turn_ends_shut_down_with_mail_unread_and_a_respawn_gets_the
     # Unread mail would continue the turn; an approved shutdown ends it instead.
     assert store.turns.end_turn("dave", token, "done", "dave is idle") == "shutdown"
     mate = store.get("dave")
-    assert mate.status is MateStatus.SHUTDOWN and mate.shutdown_request == record.id
+    assert mate.status is TeammateStatus.SHUTDOWN and mate.shutdown_request == record.id
     assert store.turns.begin_turn("dave", "test:2") == ("skip", "")
     unread = [m.content for m in store.messages.peek("dave")[1]]
     assert unread[-1] == "one more thing"
     # Spawned again, it works afresh with the mail that waited.
     assert spawn(redis_url, team, "dave", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
     mate = store.get("dave")
-    assert mate.status is MateStatus.WORKING and mate.shutdown_request is None
+    assert mate.status is TeammateStatus.WORKING and mate.shutdown_request is None
     assert [m.content for m in store.messages.peek("dave")[1]] == unread
 
 
@@ -246,17 +246,17 @@ def test_a_re_spawn_expires_a_pending_shutdown_request_and_its_answer_is_refused
     assert verdict == "ok" and store.turns.end_turn("sam", token, "done", "", force=True) == "idle"
     assert spawn(redis_url, team, "sam", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
     assert store.requests.get(old.id).status is RequestStatus.EXPIRED
-    assert conn.smembers(store.keys.mate_requests("sam")) == set()
+    assert conn.smembers(store.keys.teammate_requests("sam")) == set()
     with pytest.raises(RequestRefused, match=f"request {old.id} is already expired"):
         store.requests.respond_shutdown("sam", old.id, True)
     # Pending, yet of an earlier life (an older version's record): refused, nothing written.
     conn.hset(store.keys.request(old.id), mapping={"status": "pending", "epoch": "1"})
-    before = (conn.hgetall(store.keys.mate("sam")), conn.xlen(store.keys.bus))
+    before = (conn.hgetall(store.keys.teammate("sam")), conn.xlen(store.keys.bus))
     with pytest.raises(RequestRefused, match=(
             f"request {old.id} is not sam's current shutdown request \\(sam was re-spawned "
             "since it was made, or it has none pending\\); nothing changed")):
         store.requests.respond_shutdown("sam", old.id, True)
-    assert (conn.hgetall(store.keys.mate("sam")), conn.xlen(store.keys.bus)) == before
+    assert (conn.hgetall(store.keys.teammate("sam")), conn.xlen(store.keys.bus)) == before
     assert store.get("sam").shutdown_request is None
     # Past its deadline as well: it ends expired, as any overdue request does.
     conn.hset(store.keys.request(old.id), "deadline_ms", 1)

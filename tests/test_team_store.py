@@ -20,9 +20,9 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.roster import write_roster
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.team_base import MateBusy
+from teamctl.shared.teams.team_base import TeammateBusy
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.teams import cli
 from tests.support.waiting import wait_until
@@ -73,7 +73,7 @@ def test_turn_end_goes_on_while_mail_is_unread_then_idles_with_one_notice(
     assert store.turns.end_turn("alice", token, "done", "alice is idle (done): ok") == "idle"
     assert store.turns.end_turn("alice", token, "done", "again") == "stale"
     mate = store.get("alice")
-    assert (mate.status, mate.idle_reason, mate.turn_token) == (MateStatus.IDLE, "done", None)
+    assert (mate.status, mate.idle_reason, mate.turn_token) == (TeammateStatus.IDLE, "done", None)
     assert [m.content for m in store.messages.notices(SystemType.TEAMMATE_IDLE)] == [
         "alice is idle (done): ok"]
     assert [m.to for m in store.messages.peek("lead")[1]] == ["lead"]
@@ -90,7 +90,7 @@ def test_mail_wakes_an_idle_teammate_once_and_a_shut_down_one_never(
     assert store.messages.send("lead", "alice", "wake up")[1] is True
     assert store.messages.send("lead", "alice", "and again")[1] is False
     assert turns_queued(store) == queued + 1
-    conn.hset(store.keys.mate("bob"), "status", MateStatus.SHUTDOWN)
+    conn.hset(store.keys.teammate("bob"), "status", TeammateStatus.SHUTDOWN)
     _, woke = store.messages.broadcast("lead", "everyone")
     assert woke == []  # alice is working already, bob is shut down
     assert [m.content for m in store.messages.peek("bob")[1]] == ["everyone"]  # the mail waits
@@ -98,14 +98,14 @@ def test_mail_wakes_an_idle_teammate_once_and_a_shut_down_one_never(
 
 def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> None:
     spawn(store, "alice")
-    with pytest.raises(MateBusy, match="alice is working; wait for idle or shut it down"):
+    with pytest.raises(TeammateBusy, match="alice is working; wait for idle or shut it down"):
         spawn(store, "alice")
     _, token = store.turns.begin_turn("alice", "host:1")
     store.messages.send("lead", "alice", "kept")
     store.turns.end_turn("alice", token, "error: x", "n", force=True, error="x")
     store.spawn("alice", role="new", prompt="again", model="m", api_base=None, queue=NOBODY)
     mate = store.get("alice")
-    assert (mate.role, mate.status, mate.last_error) == ("new", MateStatus.WORKING, None)
+    assert (mate.role, mate.status, mate.last_error) == ("new", TeammateStatus.WORKING, None)
     assert store.turns.memory("alice") == [{"role": "user", "content": "again"}]
     assert [m.content for m in store.messages.peek("alice")[1]] == ["kept"]  # unread mail survives
     spawn(store, "bob")
@@ -127,12 +127,12 @@ def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(
     _, token = store.turns.begin_turn("alice", "host:1")
     store.turns.end_turn("alice", token, "done", "n", force=True)
     keys = store.keys
-    before = store.conn.hgetall(keys.mate("alice"))
+    before = store.conn.hgetall(keys.teammate("alice"))
     stale = store.scripts["team_spawn"](
-        keys=[keys.mate("alice"), keys.memory("alice"), keys.roster, keys.roster_ver,
-              keys.events, keys.mate_requests("alice"), keys.request(first.id)],
+        keys=[keys.teammate("alice"), keys.memory("alice"), keys.roster, keys.roster_ver,
+              keys.events, keys.teammate_requests("alice"), keys.request(first.id)],
         args=["alice", "r", "p", "m", "", NOBODY, 3, "{}", "", "", "", "", "", first.id])
-    assert stale == "retry" and store.conn.hgetall(keys.mate("alice")) == before
+    assert stale == "retry" and store.conn.hgetall(keys.teammate("alice")) == before
     assert {store.requests.get(first.id).status,
             store.requests.get(second.id).status} == {"pending"}
     spawn(store, "alice")
@@ -173,7 +173,7 @@ def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(
     def given_up() -> bool:
         lose_turn_job(store, "alice")
         store.scheduler.reconcile()
-        return store.get("alice").status is MateStatus.IDLE
+        return store.get("alice").status is TeammateStatus.IDLE
 
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
     mate = store.get("alice")
@@ -192,10 +192,10 @@ def test_workers_reconcile_a_team_at_most_once_per_lease_ttl(conn: redis.Redis) 
     spawn(store, "alice")
     lose_turn_job(store, "alice")
     stale_ms = now_ms() - 10_000  # unseen for two TTLs, without waiting for them
-    conn.hset(store.keys.mate("alice"), "last_seen_ms", stale_ms)
+    conn.hset(store.keys.teammate("alice"), "last_seen_ms", stale_ms)
     assert store.scheduler.reconcile_at_most_every_ttl() == ["alice"]
     lose_turn_job(store, "alice")
-    conn.hset(store.keys.mate("alice"), "last_seen_ms", stale_ms)
+    conn.hset(store.keys.teammate("alice"), "last_seen_ms", stale_ms)
     assert store.scheduler.reconcile_at_most_every_ttl() == []  # another worker's, within a TTL
     assert store.get("alice").attempts == 1
     assert 0 < conn.pttl(store.keys.reconciled) <= 5000

@@ -22,8 +22,8 @@ from teamctl.shared.task_records import EventKind, TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import StaleTurn, TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_tools import TeammateTools
 from teamctl.worker.teams.teammate_workspace import gate_plan
 
 from tests.support.llm import Held, ScriptedLLM
@@ -157,7 +157,7 @@ def test_completing_a_dependency_readies_its_dependent_for_an_idle_teammate(
     write = add(workers, team, "Write it up", "--after", research)
     assert task(store, write).status is TaskStatus.PENDING
     assert task(store, write).depends_on == [research]
-    assert store.get("b").status is MateStatus.IDLE  # nothing ready for b yet
+    assert store.get("b").status is TeammateStatus.IDLE  # nothing ready for b yet
     hold.set()
     wait_until(lambda: task(store, write).status is TaskStatus.COMPLETED and all_idle(store, 2)
                and workers_idle(workers), message="the dependent task done")
@@ -223,7 +223,7 @@ def test_a_forced_shutdown_gives_the_task_to_an_idle_teammate_and_the_late_turn_
     done = task(store, task_id)
     assert (done.claimed_by, done.output, done.attempts) == ("k", "did task_1", 2)
     assert done.requeue_reason == "h was shut down (forced)"
-    assert store.get("h").status is MateStatus.SHUTDOWN
+    assert store.get("h").status is TeammateStatus.SHUTDOWN
     assert "late answer" not in json.dumps(store.turns.memory("h"))
 
 
@@ -285,8 +285,8 @@ def test_one_reminder_then_the_release_wakes_an_idle_teammate(store: TeamStore) 
     handed = tasks.get("task_1")
     assert (handed.status, handed.owner, handed.requeue_reason, handed.released_from) == (
         TaskStatus.IN_PROGRESS, "bob", "alice ended two turns without completing it", "alice")
-    assert store.get("bob").status is MateStatus.WORKING
-    assert store.get("alice").status is MateStatus.IDLE
+    assert store.get("bob").status is TeammateStatus.WORKING
+    assert store.get("alice").status is TeammateStatus.IDLE
     assert [m.type for m in store.messages.peek("bob")[1]] == [SystemType.TASK_ASSIGNED]
 
 
@@ -309,7 +309,7 @@ def test_an_approved_shutdown_and_a_failed_turn_release_their_tasks(store: TeamS
     again = tasks.get("task_1")
     assert (again.status, again.requeue_reason, again.released_from) == (
         TaskStatus.READY, "carol's turn failed: boom", "carol")
-    assert store.get("carol").status is MateStatus.IDLE
+    assert store.get("carol").status is TeammateStatus.IDLE
 
 
 def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Redis,
@@ -328,7 +328,7 @@ def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Re
         if job_id and Job.exists(job_id, connection=rq_conn):  # each rerun's job is lost too
             Job.fetch(job_id, connection=rq_conn).delete()
         store.scheduler.reconcile()
-        return store.get("alice").status is MateStatus.IDLE
+        return store.get("alice").status is TeammateStatus.IDLE
 
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
     lost = tasks.get("task_1")
@@ -341,7 +341,7 @@ def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
     tasks = TeamTasks(store)
     token = start(store, "pat", plan_mode=True)
     tasks.add("build it")
-    box = MateTools(store, "pat").toolbox()
+    box = TeammateTools(store, "pat").toolbox()
     gate_plan(box, lambda: store.plan_state("pat"))  # as the turn does in plan mode
     for tool, args in (("claim_task", {"task_id": "task_1"}),
                        ("complete_task", {"task_id": "task_1", "result": "x"})):
@@ -355,7 +355,7 @@ def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
     assert store.turns.begin_turn("pat", "test:2")[0] == "ok"
     request = store.requests.submit_plan("pat", "build it carefully")
     store.requests.review_plan(request.id, True)
-    box = MateTools(store, "pat").toolbox()
+    box = TeammateTools(store, "pat").toolbox()
     claimed = json.loads(box.call("claim_task", json.dumps({"task_id": "Task 1"})))
     assert claimed == {"action": "claim_task", "ok": True, "task_id": "task_1",
                        "subject": "build it", "description": ""}
@@ -375,7 +375,7 @@ def test_a_team_task_waiting_on_two_is_ready_only_once_both_are_completed(
     assert tasks.complete("alice", alice, "task_1", "one") == ([], [])
     # One of its two dependencies done: still pending, refused by claim_task, not handed out.
     assert tasks.get("task_3").status is TaskStatus.PENDING
-    box = MateTools(store, "alice").toolbox()
+    box = TeammateTools(store, "alice").toolbox()
     refused = box.call("claim_task", json.dumps({"task_id": "task_3"}))
     assert refused.startswith("TOOL_ERROR: ")
     assert "task_3 is pending: it waits for task_2" in refused
@@ -398,7 +398,7 @@ def test_task_tools_refuse_what_the_board_does_not_allow(store: TeamStore) -> No
     tasks.add("second", after=["task_1"])
     tasks.add("ops only", role="ops")
     tasks.add("bob only", assignee="bob")
-    box = MateTools(store, "alice").toolbox()
+    box = TeammateTools(store, "alice").toolbox()
 
     def error(tool: str, **args: str) -> str:
         reply = box.call(tool, json.dumps(args))

@@ -20,8 +20,8 @@ from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_workspace import add_mate_workspace
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_workspace import add_teammate_workspace
 
 from tests.support.llm import Reply, ScriptedLLM, ToolCalls
 from tests.support.teams import cli, inbox_lines, spawn
@@ -144,7 +144,7 @@ def test_an_approval_in_the_middle_of_a_turn_opens_the_gate_at_once(
     _, woke = store.requests.review_plan(plan.id, True)
     assert not woke  # pat is still in its turn
     held.release.set()
-    wait_until(lambda: store.get("pat").status is MateStatus.IDLE, message="pat idle")
+    wait_until(lambda: store.get("pat").status is TeammateStatus.IDLE, message="pat idle")
     assert json.loads(tool_results(store, "pat")[-1])["ok"] is True
     assert (tmp_path / "state" / "teams" / team / "workspace" / "done.txt").read_text() == "done"
     assert idle_notices(store) == 1
@@ -193,7 +193,7 @@ def test_the_plan_gate_covers_edit_file_and_bash_but_not_reading(
     boxes = {}
     for name in ("pat", "sam"):
         boxes[name] = Toolbox()
-        add_mate_workspace(boxes[name], store, store.get(name), tmp_path / "unused")
+        add_teammate_workspace(boxes[name], store, store.get(name), tmp_path / "unused")
     assert boxes["pat"].names == boxes["sam"].names == [
         "read_file", "write_file", "edit_file", "bash"]
     workspace = tmp_path / "state" / "teams" / team / "workspace"
@@ -243,7 +243,7 @@ def test_four_sender_processes_mid_turn_each_message_once_in_order(
     for sender in senders:
         assert sender.wait(120) == 0
     busy.done.set()
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, 60, message="bob idle")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, 60, message="bob idle")
     got = [m["content"] for m in inbox_lines(store.turns.memory("bob"))]
     assert len(got) == SENDERS * MESSAGES_PER_SENDER == len(set(got))
     for tag in tags:
@@ -263,7 +263,7 @@ def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_over
     store = TeamStore(wconn, team)
     store.create(TeamOptions(memory_max_messages=100_000))
     assert spawn(workers, team, "bob", model, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob's first turn")
     times = llm.request_times[f"bob-{team}"]
     sent, rounds = 0, 0
     while sent < TURN_END_SENDS:
@@ -278,7 +278,7 @@ def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_over
         rounds += 1
         # Each burst is answered by a later call: in the same job or a woken one.
         wait_until(lambda seen=seen: len(times) > seen, message="bob's next model call")
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE
                and not store.messages.peek("bob")[1], message="bob idle with nothing unread")
     got = [m["content"] for m in inbox_lines(store.turns.memory("bob"))]
     assert got == [f"m{i}" for i in range(TURN_END_SENDS)]

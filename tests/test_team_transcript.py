@@ -17,7 +17,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 from teamctl.shared.teams.transcripts import mark_turn
 from teamctl.shared.text import duration_text
 
@@ -61,12 +61,12 @@ def alice_with_two_turns(workers: str, llm: ScriptedLLM, team: str) -> TeamStore
         "checked b"])
     store = TeamStore(redis.Redis.from_url(workers, decode_responses=True), team)
     assert spawn(workers, team, "alice", alice, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, TURN_S,
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, TURN_S,
                message="alice's first turn")
     sent = cli("team", "send", "alice", "check b", *base_args(workers, team))
     assert sent.exit_code == 0, sent.output
     wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2
-               and store.get("alice").status is MateStatus.IDLE, TURN_S,
+               and store.get("alice").status is TeammateStatus.IDLE, TURN_S,
                message="alice's second turn")
     return store
 

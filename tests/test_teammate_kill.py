@@ -17,7 +17,7 @@ import redis
 from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines, spawn
@@ -97,7 +97,7 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     assert wait_until(lambda: store.scheduler.reconcile(), 2 * TTL_S + 15,
                       message="reconcile to rerun alice") == [
         "alice"]
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 60, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, 60, message="alice idle")
 
     memory = store.turns.memory("alice")
     assert memory[:len(memory_before)] == memory_before  # the rerun resumed from the checkpoint

@@ -17,8 +17,8 @@ from teamctl.shared.redis.scripts import TurnRevokedError
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_tools import TeammateTools
 from teamctl.worker.teams.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM
@@ -52,7 +52,7 @@ def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
             "function": {"name": tool, "arguments": json.dumps(arguments)}}
     assert store.turns.checkpoint("alice", token, "", [
         {"role": "assistant", "content": None, "tool_calls": [call]}])
-    tools = MateTools(store, "alice", token)
+    tools = TeammateTools(store, "alice", token)
     with tools.writing_through(store.guarded("alice", token, "0:call_1")):
         result = tools.toolbox().call(tool, call["function"]["arguments"], "call_1")
     return store, token, result
@@ -82,7 +82,7 @@ def test_a_send_made_before_the_crash_is_replayed_not_repeated(
     assert json.loads(first)["id"] == greetings[0].id
     assert memory[-1]["content"] == "all sent"
     assert len(llm.requests[store.get("alice").model.split("/", 1)[1]]) == 1
-    assert store.get("alice").status is MateStatus.IDLE
+    assert store.get("alice").status is TeammateStatus.IDLE
     assert not conn.exists(store.keys.effects("alice"))  # the checkpoint cleared the record
 
 
@@ -100,7 +100,7 @@ def test_a_submitted_plan_is_replayed_with_its_request(redis_server: str,
             "function": {"name": "submit_plan", "arguments": json.dumps({"plan": "1. write"})}}
     assert store.turns.checkpoint("alice", token, "", [
         {"role": "assistant", "content": None, "tool_calls": [call]}])
-    tools = MateTools(store, "alice")
+    tools = TeammateTools(store, "alice")
     with tools.writing_through(store.guarded("alice", token, "0:call_9")):
         first = json.loads(tools.toolbox().call("submit_plan", call["function"]["arguments"],
                                                 "call_9"))

@@ -47,9 +47,9 @@ from teamctl.shared.teams.team_base import RequestRefused
 from teamctl.shared.teams.team_store import TeamStore, list_teams
 from teamctl.shared.teams.teammates import (
     DEFAULT_QUEUE,
-    MateStatus,
     Teammate,
-    load_mate_python_tools,
+    TeammateStatus,
+    load_teammate_python_tools,
     team_workspace,
 )
 from teamctl.shared.text import clock_text, counted, one_line
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from teamctl.shared.agent.replies import Usage
 
 TEAMS_HEADER = ("team", "teammates", "working", "tokens", "cost", "budget")
-MATES_HEADER = ("name", "status", "role", "detail")
+TEAMMATES_HEADER = ("name", "status", "role", "detail")
 INBOX_HEADER = ("time", "from", "to", "type", "content")
 
 
@@ -108,7 +108,7 @@ def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
 
 def turn_queues(store: TeamStore) -> list[str]:
     """The queues of the team's live teammates' turns (the default one for a team without)."""
-    mates = [m for m in store.mates() if m.status is not MateStatus.SHUTDOWN]
+    mates = [m for m in store.teammates() if m.status is not TeammateStatus.SHUTDOWN]
     return sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
 
 
@@ -166,7 +166,7 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
     cells = []
     for name, created_ms in list_teams(conn):
         store = TeamStore(conn, name)
-        mates, options, usage = store.mates(), store.options, store.usage()
+        mates, options, usage = store.teammates(), store.options, store.usage()
         rows.append({"team": name, "created_ms": created_ms, "teammates": len(mates),
                      "working": sum(m.status == "working" for m in mates),
                      "tokens": usage.tokens,
@@ -270,7 +270,7 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None,
 
     chosen, _source = pick_model(model, None, settings)
     fallbacks = list(fallback_models) or (store.options.fallbacks if store.exists() else [])
-    load_mate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
+    load_teammate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     if (tools or mcp) and store.exists():  # it records this host's directory as its workspace
         store.meta().check_host(store.team, this_host(), "command")
     mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
@@ -288,7 +288,7 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's teammates (columns: name, status, role, detail: what a working one's
     call waits for, why an idle one stopped, the fallback that answered its last call)."""
     store.meta()
-    mates = store.mates()
+    mates = store.teammates()
     if as_json:
         click.echo(json.dumps([m.model_dump(mode="json") for m in mates], indent=2))
         return
@@ -296,9 +296,9 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
              (waiting_text(mate.waiting_model, mate.waiting_until_ms, now,
                            TaskStatus.IN_PROGRESS)
-              if mate.status is MateStatus.WORKING else one_line(mate.idle_reason, 80))
+              if mate.status is TeammateStatus.WORKING else one_line(mate.idle_reason, 80))
              + fallback_note(mate)) for mate in mates]
-    print_listing(MATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
+    print_listing(TEAMMATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
 
 
 def fallback_note(mate: Teammate) -> str:

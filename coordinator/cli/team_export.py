@@ -32,7 +32,7 @@ def export_team(store: TeamStore, root: Path, *, everything: bool,
                 force: bool = False) -> list[Path]:
     """Write the team's files under `root` (unread mail, or all mail kept; refusing to
     overwrite a file unless `force`); returns the paths."""
-    mates = store.mates()
+    mates = store.teammates()
     config = {"team_name": store.team,
               "members": [{"name": m.name, "role": m.role, "status": m.status.value}
                           for m in mates]}

@@ -29,7 +29,7 @@ from teamctl.shared.teams.task_pages import (
 )
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import DEFAULT_QUEUE, load_mate_python_tools
+from teamctl.shared.teams.teammates import DEFAULT_QUEUE, load_teammate_python_tools
 from teamctl.shared.text import quoted
 from teamctl.shared.tracing import NO_SPAN, Span
 
@@ -161,7 +161,7 @@ class LeadTools:
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
         check_grants(self.options(), self.model, args, self.fallbacks)
-        load_mate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
+        load_teammate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
         # A re-spawn keeps what a person chose: the queue (which workers, and so which secrets,
         # serve it) and plan mode (an approval gate the lead cannot lift).
         known = self.store.get(args.name) if args.name in self.store.names() else None
@@ -182,7 +182,7 @@ class LeadTools:
         return {"action": "list_teammates", "ok": True, "teammates": [
             {"name": m.name, "role": m.role, "status": m.status.value,
              "idle_reason": m.idle_reason, "last_error": m.last_error}
-            for m in self.store.mates()]}
+            for m in self.store.teammates()]}
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
         message, woke = self.store.messages.send(LEAD, args.to, args.content,

@@ -29,7 +29,7 @@ from teamctl.shared.redis.connection import block_ms
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_base import BudgetSpent
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, Teammate
+from teamctl.shared.teams.teammates import Teammate, TeammateStatus
 from teamctl.shared.text import clock_text, flat, one_line, printable
 
 HELP = """\
@@ -41,7 +41,7 @@ the inbox alone. Slash commands (no model call):
   /requests  shutdown and plan requests, oldest first
   /help      this text
   /quit      leave the lead (teammates keep running; `teamctl lead` continues later)"""
-SETTLED = (MateStatus.IDLE, MateStatus.SHUTDOWN)
+SETTLED = (TeammateStatus.IDLE, TeammateStatus.SHUTDOWN)
 """Statuses `--until-idle` waits for: nothing runs, and only a message wakes the teammate."""
 
 
@@ -168,7 +168,7 @@ class LeadRepl:
             after = {key: stream_end(self.store, key) for key in watched}
             # Statuses before the inbox: turn_end.lua sets a teammate idle and mails its notice
             # in one step, so a notice of the last teammate to settle is seen below.
-            settled = all(m.status in SETTLED for m in self.store.mates())
+            settled = all(m.status in SETTLED for m in self.store.teammates())
             if self.store.messages.peek(LEAD, limit=1)[1]:
                 self.turn("")
                 continue
@@ -192,7 +192,7 @@ class LeadRepl:
 
     def show_team(self) -> None:
         tasks = {t.owner: t.task_id for t in TeamTasks(self.store).snapshot() if t.owner}
-        mates = self.store.mates()
+        mates = self.store.teammates()
         if not mates:
             click.echo("(no teammates yet)")
         for mate in mates:
@@ -207,7 +207,7 @@ class LeadRepl:
         """Working without a live turn, and either unseen for a lease TTL (the next reconcile
         reruns it) or already waiting for such a rerun (attempts > 0). A first turn waiting in
         its queue is not stalled."""
-        if mate.status is not MateStatus.WORKING:
+        if mate.status is not TeammateStatus.WORKING:
             return False
         ttl_ms = int(self.store.options.heartbeat_ttl_s * 1000)
         return ((mate.attempts > 0 or now_ms() - mate.last_seen_ms >= ttl_ms)

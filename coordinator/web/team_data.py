@@ -16,7 +16,7 @@ from teamctl.shared.teams.teammates import Teammate, TeamRequest
 
 
 @dataclass(frozen=True)
-class MateRow:
+class TeammateRow:
     mate: Teammate
     turn_live: bool
     """Its turn lease is held: a worker is running its turn now."""
@@ -26,7 +26,7 @@ class MateRow:
 @dataclass(frozen=True)
 class TeamView:
     team: str
-    mates: list[MateRow]
+    mates: list[TeammateRow]
     lead_unread: int
     lead_inbox: list[Envelope]
     requests: list[TeamRequest]
@@ -47,12 +47,12 @@ def load_team_view(store: TeamStore) -> TeamView:
     # The streams first: a change made while the rest is read then still reaches the page.
     last = store.conn.xrevrange(store.keys.events, count=1)
     messages = store.bus.latest(MESSAGES_SHOWN)
-    mates = store.mates()
+    mates = store.teammates()
     pipe = store.conn.pipeline(transaction=False)
     for mate in mates:
         pipe.exists(store.keys.turn(mate.name))
     live = pipe.execute()
-    rows = [MateRow(mate, bool(turn), store.messages.unread_count(mate.name))
+    rows = [TeammateRow(mate, bool(turn), store.messages.unread_count(mate.name))
             for mate, turn in zip(mates, live, strict=True)]
     _, lead_inbox = store.messages.peek(LEAD, LEAD_INBOX_SHOWN)
     return TeamView(team=store.team, mates=rows, lead_unread=store.messages.unread_count(LEAD),

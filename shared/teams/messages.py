@@ -63,7 +63,7 @@ class TeamMessages:
 
     def _wake_within_budget(self, name: str) -> bool:
         """wake() once the caller knows the budget lasts."""
-        queue = self.scripts["team_wake"](keys=[self.keys.mate(name), self.keys.events],
+        queue = self.scripts["team_wake"](keys=[self.keys.teammate(name), self.keys.events],
                                           args=[name])
         if not queue:
             return False

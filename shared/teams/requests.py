@@ -11,9 +11,9 @@ from teamctl.shared.ids import check_request_id
 from teamctl.shared.teams.tasks import TeamTasks, until_current
 from teamctl.shared.teams.team_base import RequestRefused, TeamBase
 from teamctl.shared.teams.teammates import (
-    MateStatus,
     RequestKind,
     RequestStatus,
+    TeammateStatus,
     TeamRequest,
     new_request_id,
 )
@@ -41,8 +41,8 @@ class TeamRequests:
                    f"with respond_shutdown(request_id={request_id!r}, approve=true|false).")
         verdict, woke, _ = self.scripts["request_open"](
             keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
-                  self.keys.bus_seq, self.keys.inbox(name), self.keys.mate(name),
-                  self.keys.events, self.keys.mate_requests(name)],
+                  self.keys.bus_seq, self.keys.inbox(name), self.keys.teammate(name),
+                  self.keys.events, self.keys.teammate_requests(name)],
             args=[request_id, RequestKind.SHUTDOWN, LEAD, name, reason,
                   int(self.store.options.shutdown_deadline_s * 1000), ProtocolType.SHUTDOWN_REQUEST,
                   content])
@@ -65,8 +65,8 @@ class TeamRequests:
                    f"{request_id}" + (f": {reason}" if reason else ""))
         verdict, detail, _ = self.scripts["request_resolve"](
             keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD), self.keys.mate(name), self.keys.events,
-                  self.keys.mate_requests(name)],
+                  self.keys.inbox(LEAD), self.keys.teammate(name), self.keys.events,
+                  self.keys.teammate_requests(name)],
             args=[request_id, RequestKind.SHUTDOWN, name, "1" if approve else "0", reason,
                   ProtocolType.SHUTDOWN_RESPONSE, content, name])
         _raise_refusal(request_id, verdict, detail, RequestKind.SHUTDOWN, name, name)
@@ -85,8 +85,8 @@ class TeamRequests:
                    f"`teamctl team review {request_id} --approve|--reject`:\n{plan}")
         verdict, detail = self.scripts["plan_submit"](
             keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
-                  self.keys.bus_seq, self.keys.inbox(LEAD), self.keys.mate(name), last,
-                  self.keys.events, self.keys.mate_requests(name)],
+                  self.keys.bus_seq, self.keys.inbox(LEAD), self.keys.teammate(name), last,
+                  self.keys.events, self.keys.teammate_requests(name)],
             args=[request_id, name, plan, int(self.store.options.plan_deadline_s * 1000),
                   ProtocolType.PLAN_APPROVAL_REQUEST, content])
         if verdict == "pending":
@@ -111,8 +111,8 @@ class TeamRequests:
                    + ("" if approve else ". Revise it and submit_plan again."))
         verdict, detail, woke = self.scripts["request_resolve"](
             keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(requester), self.keys.mate(requester), self.keys.events,
-                  self.keys.mate_requests(requester)],
+                  self.keys.inbox(requester), self.keys.teammate(requester), self.keys.events,
+                  self.keys.teammate_requests(requester)],
             args=[request_id, RequestKind.PLAN_APPROVAL, LEAD, "1" if approve else "0",
                   feedback, ProtocolType.PLAN_APPROVAL_RESPONSE, content, requester])
         _raise_refusal(request_id, verdict, detail, RequestKind.PLAN_APPROVAL, LEAD, requester)
@@ -163,7 +163,7 @@ class TeamRequests:
         if record.status is RequestStatus.PENDING:
             return False
         if record.status is RequestStatus.APPROVED and record.kind is RequestKind.SHUTDOWN:
-            return self.store.get(record.to).status is MateStatus.SHUTDOWN
+            return self.store.get(record.to).status is TeammateStatus.SHUTDOWN
         return True
 
     def force_shutdown(self, name: str) -> None:
@@ -173,7 +173,7 @@ class TeamRequests:
         self.store.get(name)
         tasks = TeamTasks(self.store)
         verdict, released = until_current(lambda: self.scripts["team_shutdown"](
-            keys=[self.keys.mate(name), self.keys.turn(name), self.keys.bus, self.keys.bus_seq,
+            keys=[self.keys.teammate(name), self.keys.turn(name), self.keys.bus, self.keys.bus_seq,
                   self.keys.inbox(LEAD), *tasks.board_keys(), *tasks.running_keys()],
             args=[f"{name} shut down (forced by the lead)", name]))
         if verdict == "shutdown":

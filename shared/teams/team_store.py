@@ -30,14 +30,14 @@ from teamctl.shared.teams.messages import TeamMessages
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.requests import TeamRequests
 from teamctl.shared.teams.tasks import SNAPSHOT_RETRIES, TeamTasks
-from teamctl.shared.teams.team_base import MateBusy, TeamBase
+from teamctl.shared.teams.team_base import TeamBase, TeammateBusy
 from teamctl.shared.teams.teammates import (
-    MateStatus,
     Teammate,
+    TeammateStatus,
     TeamMeta,
-    check_mate_name,
+    check_teammate_name,
     check_tools,
-    checked_mate_fallbacks,
+    checked_teammate_fallbacks,
 )
 from teamctl.shared.teams.turns import TeamTurns
 
@@ -115,13 +115,14 @@ class TeamStore(TeamBase):
 
     def delete(self, *, force: bool = False) -> int:
         """Remove every key of the team and its index entry; returns keys removed. Refused
-        (MateBusy) while a teammate works, unless `force` (its turn's writes are then refused)."""
+        (TeammateBusy) while a teammate works, unless `force` (its turn's writes are then
+        refused)."""
         self.meta()
-        working = [m.name for m in self.mates() if m.status is MateStatus.WORKING]
+        working = [m.name for m in self.teammates() if m.status is TeammateStatus.WORKING]
         if working and not force:
-            raise MateBusy(f"{', '.join(working)} of team {self.team} "
-                           f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
-                           "use --force")
+            raise TeammateBusy(f"{', '.join(working)} of team {self.team} "
+                               f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
+                               "use --force")
         removed = 0
         batch: list[str] = []
         for key in self.conn.scan_iter(match=self.keys.all_patterns(), count=DELETE_BATCH):
@@ -138,13 +139,13 @@ class TeamStore(TeamBase):
               queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
               mcp: Iterable[str] = (), workspace: Path | None = None,
               fallbacks: Iterable[str] = ()) -> Teammate:
-        """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
+        """(Re)start a teammate and enqueue its first turn; TeammateBusy while it is working. In
         plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
         `tools` are workspace tools and Python tools (ConfigError for others) working in
         `workspace` (team_workspace; None: the worker's own state dir); `mcp` names servers
         of the team's `mcp_servers`, or tools of them (ConfigError otherwise); `fallbacks` are
         the models its calls try when its own cannot answer (checked model strings)."""
-        check_mate_name(name)
+        check_teammate_name(name)
         check_queue(queue)
         chosen = check_tools(tools)
         if not prompt.strip():
@@ -157,10 +158,10 @@ class TeamStore(TeamBase):
         first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
         args = [name, role, prompt, model, api_base or "", queue, self.options.max_teammates,
                 first, "required" if plan_mode else "", ",".join(chosen), str(workspace or ""),
-                ",".join(entries), ",".join(checked_mate_fallbacks(fallbacks))]
+                ",".join(entries), ",".join(checked_teammate_fallbacks(fallbacks))]
         verdict = self._spawn_current(name, args)
         if verdict == "working":
-            raise MateBusy(f"{name} is working; wait for idle or shut it down")
+            raise TeammateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":
             raise ConfigError(f"team {self.team} has {self.options.max_teammates} teammates, "
                               "its limit (max_teammates); delete the team or use another")
@@ -172,10 +173,10 @@ class TeamStore(TeamBase):
         """Run team_spawn with the teammate's requests as they stand (its re-spawn expires the
         pending ones), again while it answers 'retry' (a request opened in between)."""
         for _ in range(SNAPSHOT_RETRIES):
-            ids = sorted(self.conn.smembers(self.keys.mate_requests(name)))
+            ids = sorted(self.conn.smembers(self.keys.teammate_requests(name)))
             verdict = self.scripts["team_spawn"](
-                keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
-                      self.keys.roster_ver, self.keys.events, self.keys.mate_requests(name),
+                keys=[self.keys.teammate(name), self.keys.memory(name), self.keys.roster,
+                      self.keys.roster_ver, self.keys.events, self.keys.teammate_requests(name),
                       *(self.keys.request(request_id) for request_id in ids)],
                 args=[*args, *ids])
             if verdict != "retry":

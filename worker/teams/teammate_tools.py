@@ -88,7 +88,7 @@ class CompleteTaskArgs(ToolArgs):
     """What you produced (the lead receives it)."""
 
 
-class MateTools:
+class TeammateTools:
     """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle.
     Plan mode gates claim_task and complete_task (worker/teams/teammate_workspace.py gate_plan).
     Task claims and completions carry the turn's token (`token`, else the one turn_begin
@@ -164,7 +164,7 @@ class MateTools:
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True,
                 "teammates": [{"name": m.name, "role": m.role, "status": m.status.value}
-                              for m in self.store.mates()]}
+                              for m in self.store.teammates()]}
 
     def respond_shutdown(self, args: RespondShutdownArgs) -> dict[str, Any]:
         """Resolve the request; an approval also ends the turn after this step."""

@@ -65,7 +65,7 @@ def ensure_workspace(mate: Teammate, team: str, state_dir: Path) -> Path:
     return root
 
 
-def check_mate_host(store: TeamStore, mate: Teammate) -> None:
+def check_teammate_host(store: TeamStore, mate: Teammate) -> None:
     """WorkspaceElsewhere when the teammate has tools that use the team's workspace and it is a
     directory another host created: its turn would work on files the others never see."""
     if mate.tools or mate.mcp:
@@ -82,8 +82,8 @@ def open_mirror(store: TeamStore, mate: Teammate, token: str) -> WorkspaceMirror
                                                Fence("turn", keys.turn(mate.name), token)))
 
 
-def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                       state_dir: Path, root: Path | None = None) -> None:
+def add_teammate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
+                           state_dir: Path, root: Path | None = None) -> None:
     """Add the teammate's workspace tools, then gate what plan mode forbids; `root` is the
     turn's copy of a workspace kept in Redis (None: the team's directory)."""
     if any(not is_python_tool(tool) for tool in mate.tools):
@@ -93,9 +93,9 @@ def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
         gate_plan(toolbox, lambda: store.plan_state(mate.name))
 
 
-def add_mate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                          state_dir: Path, heartbeat: Callable[[], bool],
-                          root: Path | None = None) -> None:
+def add_teammate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
+                              state_dir: Path, heartbeat: Callable[[], bool],
+                              root: Path | None = None) -> None:
     """Add the teammate's Python tools after the others (not plan-gated: what they change is
     theirs to say); ConfigError when one will not import on this worker or its name is taken.
     Their heartbeat refreshes the turn lease."""
@@ -115,8 +115,8 @@ def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path,
         call_key_prefix=f"{store.team}:{mate.name}")
 
 
-def add_mate_mcp_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                       hub: McpHub) -> None:
+def add_teammate_mcp_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
+                           hub: McpHub) -> None:
     """Start the teammate's MCP servers and offer the tools its entries allow, last; in plan
     mode, those their server does not mark read-only are gated. ConfigError when a server
     will not start or list its tools (the turn ends idle with that error)."""

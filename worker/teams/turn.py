@@ -33,7 +33,7 @@ from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.agent.replies import ModelReply
-from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
+from teamctl.shared.agent.tool_names import TEAMMATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.budget import Charge
@@ -59,12 +59,12 @@ from teamctl.shared.tracing import (
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.keepalive import KeepAlive
 from teamctl.worker.process_privacy import keep_environment_private
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import TeammateTools
 from teamctl.worker.teams.teammate_workspace import (
-    add_mate_mcp_tools,
-    add_mate_python_tools,
-    add_mate_workspace,
-    check_mate_host,
+    add_teammate_mcp_tools,
+    add_teammate_python_tools,
+    add_teammate_workspace,
+    check_teammate_host,
     mcp_hub,
     open_mirror,
 )
@@ -166,7 +166,7 @@ class Turn:
     spent: str | None = field(default=None, init=False)
     """Why the team's budget is spent, once a charge or a check found it so (it stays spent:
     a team's limits never change)."""
-    tools: MateTools = field(init=False)
+    tools: TeammateTools = field(init=False)
     toolbox: Toolbox = field(init=False)
     offset: str = field(default="", init=False)
     """The inbox offset past the mail injected into the current step."""
@@ -174,7 +174,7 @@ class Turn:
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost. Its MCP
         servers run for the whole job and stop with it."""
-        self.tools = tools = MateTools(self.store, self.mate.name, self.token)
+        self.tools = tools = TeammateTools(self.store, self.mate.name, self.token)
         self.toolbox = toolbox = tools.toolbox(self.store.options.tool_result_max_chars)
         with contextlib.ExitStack() as stack:
             mirror = open_mirror(self.store, self.mate, self.token)
@@ -182,21 +182,21 @@ class Turn:
             if mirror:  # removed after the MCP servers (later callbacks run first) stop
                 stack.callback(mirror.close)
             try:
-                check_mate_host(self.store, self.mate)
-                add_mate_workspace(toolbox, self.store, self.mate, self.state_dir, root)
-                add_mate_python_tools(toolbox, self.store, self.mate, self.state_dir,
-                                      self.lease.heartbeat, root)
+                check_teammate_host(self.store, self.mate)
+                add_teammate_workspace(toolbox, self.store, self.mate, self.state_dir, root)
+                add_teammate_python_tools(toolbox, self.store, self.mate, self.state_dir,
+                                          self.lease.heartbeat, root)
                 if self.mate.mcp:
                     hub = stack.enter_context(mcp_hub(self.store, self.mate, self.state_dir,
                                                       root))
-                    add_mate_mcp_tools(toolbox, self.store, self.mate, hub)
+                    add_teammate_mcp_tools(toolbox, self.store, self.mate, hub)
             except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
                 error = shorten(str(exc), 500)
                 self._mark("begin", worker_name())  # a turn that ends before its first call
                 return self._end(f"error: {shorten(error, 120)}", "", error=error)
             if mirror:  # every tool but the team's own may change files: each call syncs
                 mirror.guard(toolbox, [name for name in toolbox.names
-                                       if name not in MATE_TOOLS])
+                                       if name not in TEAMMATE_TOOLS])
             self.tool_names = toolbox.names
             return self._turns()
 
@@ -372,7 +372,7 @@ class Turn:
         scripts = self.store.scripts  # run plainly: a wait is no write of a tool call's
         plain = scripts.scripts if isinstance(scripts, GuardedScripts) else scripts
         plain["mate_waiting"](
-            keys=[self.store.keys.mate(self.mate.name)],
+            keys=[self.store.keys.teammate(self.mate.name)],
             args=[self.token, waiting.model if waiting else "",
                   waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
 
