@@ -100,14 +100,14 @@ def test_without_a_lead_notices_fold_and_the_bus_stays_within_its_cap(
     assert len(summaries) == 1 and summaries[0].from_ == "system"
     match = SUMMARY.fullmatch(summaries[0].content)
     assert match, summaries[0].content
-    folded, idle_folded, mates = match.groups()
+    folded, idle_folded, teammates = match.groups()
     idle_shown = [idle_label(m) for m in unread if m.type == SystemType.TEAMMATE_IDLE]
     produced = 2 * rounds + 1
     assert int(folded) == int(idle_folded) == produced - len(idle_shown)
     # The newest notices stay, in order; the folded ones are the oldest.
     newest = [f"round {n}" for n in range(rounds) for _ in (0, 1)][-len(idle_shown):]
     assert idle_shown == newest and len(unread) <= INBOX_CAP
-    counts = dict(part.split(" ") for part in mates.split(", "))
+    counts = dict(part.split(" ") for part in teammates.split(", "))
     alice_shown = sum(m.content.startswith("alice") for m in unread
                       if m.type == SystemType.TEAMMATE_IDLE)
     assert counts == {"alice": str(rounds - alice_shown),

@@ -72,8 +72,8 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
     (history,) = tool_messages(store, "gitmate")
     assert "Message: Add the release notes" in history and "Author: Tess" in history
     assert second["messages"][-1]["content"] == history
-    mate = store.get("gitmate")
-    assert (mate.idle_reason, mate.last_error) == ("done", None)
+    teammate = store.get("gitmate")
+    assert (teammate.idle_reason, teammate.last_error) == ("done", None)
     wait_until(lambda: processes_in(workspace.resolve()) == [], 20,
                message="the git server to stop with the turn job")
 
@@ -123,10 +123,10 @@ def test_a_server_that_will_not_start_idles_the_teammate_with_its_stderr(
     assert spawn(workers, team, "indexer", OFFLINE_MODEL, None, "--mcp", "index").exit_code == 0
     wait_until(lambda: store.get("indexer").status is TeammateStatus.IDLE, message="indexer idle")
 
-    mate = store.get("indexer")
-    assert mate.idle_reason.startswith("error: MCP server 'index' (")
-    assert "did not start (" in mate.last_error
-    assert mate.last_error.endswith("its stderr ends:\nindex: cannot open /no/such/index.db")
+    teammate = store.get("indexer")
+    assert teammate.idle_reason.startswith("error: MCP server 'index' (")
+    assert "did not start (" in teammate.last_error
+    assert teammate.last_error.endswith("its stderr ends:\nindex: cannot open /no/such/index.db")
     assert processes_in(workspace.resolve()) == []
 
 

@@ -113,17 +113,17 @@ def test_memory_past_its_character_cap_loses_the_oldest_whole_exchanges(
 def test_a_memory_without_a_size_record_is_counted_once_and_a_respawn_starts_afresh(
         conn: redis.Redis, team: str) -> None:
     store, token = working_alice(conn, team, TeamOptions(memory_max_chars=1000))
-    key, mate = store.keys.memory("alice"), store.keys.teammate("alice")
-    assert conn.hget(mate, "memory_chars") is None  # a fresh spawn: counted at its checkpoint
+    key, teammate = store.keys.memory("alice"), store.keys.teammate("alice")
+    assert conn.hget(teammate, "memory_chars") is None  # a fresh spawn: counted at its checkpoint
     assert store.turns.checkpoint("alice", token, "", [user("m1 é"), said("a1")])
-    conn.hdel(mate, "memory_chars", "memory_last_user")  # as a memory from before the record
+    conn.hdel(teammate, "memory_chars", "memory_last_user")  # as a memory from before the record
     assert store.turns.commit_step("alice", token, "", [user("m2"), said("x" * 900)]) == 3
     assert store.turns.memory("alice") == [user("m2"), said("x" * 900)]
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key)
     store.requests.force_shutdown("alice")
     store.spawn("alice", role="dev", prompt="again", model="m", api_base=None,
                 queue=f"nobody-{team}")
-    assert conn.hget(mate, "memory_chars") is None
+    assert conn.hget(teammate, "memory_chars") is None
     _, token = store.turns.begin_turn("alice", "test:1")
     assert store.turns.checkpoint("alice", token, "", [said("hi")])
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) == chars(

@@ -150,8 +150,8 @@ def test_an_unanswered_shutdown_expires_and_force_revokes_the_live_turn(
     finally:
         held.release.set()
     wait_until(lambda: workers_idle(workers), message="the revoked turn's job to finish")
-    mate = store.get("carol")
-    assert mate.status is TeammateStatus.SHUTDOWN and not mate.turn_token
+    teammate = store.get("carol")
+    assert teammate.status is TeammateStatus.SHUTDOWN and not teammate.turn_token
     assert all(m.get("content") != "late answer" for m in store.turns.memory("carol"))
     [notice] = store.messages.notices(SystemType.TEAMMATE_SHUTDOWN)
     assert notice.content == "carol shut down (forced by the lead)"
@@ -225,15 +225,15 @@ def test_an_approved_turn_ends_shut_down_with_mail_unread_and_a_respawn_gets_the
     store.messages.send("lead", "dave", "one more thing")
     # Unread mail would continue the turn; an approved shutdown ends it instead.
     assert store.turns.end_turn("dave", token, "done", "dave is idle") == "shutdown"
-    mate = store.get("dave")
-    assert mate.status is TeammateStatus.SHUTDOWN and mate.shutdown_request == record.id
+    teammate = store.get("dave")
+    assert teammate.status is TeammateStatus.SHUTDOWN and teammate.shutdown_request == record.id
     assert store.turns.begin_turn("dave", "test:2") == ("skip", "")
     unread = [m.content for m in store.messages.peek("dave")[1]]
     assert unread[-1] == "one more thing"
     # Spawned again, it works afresh with the mail that waited.
     assert spawn(redis_url, team, "dave", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
-    mate = store.get("dave")
-    assert mate.status is TeammateStatus.WORKING and mate.shutdown_request is None
+    teammate = store.get("dave")
+    assert teammate.status is TeammateStatus.WORKING and teammate.shutdown_request is None
     assert [m.content for m in store.messages.peek("dave")[1]] == unread
 
 

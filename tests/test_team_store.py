@@ -72,8 +72,9 @@ def test_turn_end_goes_on_while_mail_is_unread_then_idles_with_one_notice(
     assert store.messages.peek("alice") == ("", [])
     assert store.turns.end_turn("alice", token, "done", "alice is idle (done): ok") == "idle"
     assert store.turns.end_turn("alice", token, "done", "again") == "stale"
-    mate = store.get("alice")
-    assert (mate.status, mate.idle_reason, mate.turn_token) == (TeammateStatus.IDLE, "done", None)
+    teammate = store.get("alice")
+    assert (teammate.status, teammate.idle_reason, teammate.turn_token) == (
+        TeammateStatus.IDLE, "done", None)
     assert [m.content for m in store.messages.notices(SystemType.TEAMMATE_IDLE)] == [
         "alice is idle (done): ok"]
     assert [m.to for m in store.messages.peek("lead")[1]] == ["lead"]
@@ -104,8 +105,9 @@ def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> No
     store.messages.send("lead", "alice", "kept")
     store.turns.end_turn("alice", token, "error: x", "n", force=True, error="x")
     store.spawn("alice", role="new", prompt="again", model="m", api_base=None, queue=NOBODY)
-    mate = store.get("alice")
-    assert (mate.role, mate.status, mate.last_error) == ("new", TeammateStatus.WORKING, None)
+    teammate = store.get("alice")
+    assert (teammate.role, teammate.status, teammate.last_error) == (
+        "new", TeammateStatus.WORKING, None)
     assert store.turns.memory("alice") == [{"role": "user", "content": "again"}]
     assert [m.content for m in store.messages.peek("alice")[1]] == ["kept"]  # unread mail survives
     spawn(store, "bob")
@@ -176,9 +178,9 @@ def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(
         return store.get("alice").status is TeammateStatus.IDLE
 
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
-    mate = store.get("alice")
-    assert mate.last_error and "3 times" in mate.last_error
-    assert mate.idle_reason and mate.idle_reason.startswith("error: ")
+    teammate = store.get("alice")
+    assert teammate.last_error and "3 times" in teammate.last_error
+    assert teammate.idle_reason and teammate.idle_reason.startswith("error: ")
     [notice] = store.messages.notices(SystemType.TEAMMATE_ERROR)
     assert notice.to == "lead" and notice.content.startswith("alice is idle after an error")
     assert store.scheduler.reconcile() == []

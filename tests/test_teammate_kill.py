@@ -109,10 +109,10 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     sent = [m for m in store.messages.kept("lead")
             if m.from_ == "alice" and m.type == "peer.message"]
     assert [m.content for m in sent] == ["step one done"]
-    mate = store.get("alice")
-    assert (mate.idle_reason, mate.attempts, mate.last_error) == ("done", 0, None)
+    teammate = store.get("alice")
+    assert (teammate.idle_reason, teammate.attempts, teammate.last_error) == ("done", 0, None)
     # The dead turn's writes are refused and change nothing.
-    assert dead_token and dead_token != mate.turn_token
+    assert dead_token and dead_token != teammate.turn_token
     assert not store.turns.checkpoint("alice", dead_token, "",
                                       [{"role": "user", "content": "stale"}])
     assert store.turns.end_turn("alice", dead_token, "done", "stale") == "stale"

@@ -159,9 +159,9 @@ def test_a_failing_model_idles_the_teammate_with_the_error(
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
     wait_until(lambda: status_of(store, "alice") is TeammateStatus.IDLE, message="alice idle")
-    mate = store.get("alice")
-    assert mate.idle_reason and mate.idle_reason.startswith("error: ")
-    assert mate.last_error and "bad request from the provider" in mate.last_error
+    teammate = store.get("alice")
+    assert teammate.idle_reason and teammate.idle_reason.startswith("error: ")
+    assert teammate.last_error and "bad request from the provider" in teammate.last_error
     [notice] = store.messages.notices(SystemType.TEAMMATE_IDLE)
     assert notice.content.startswith("alice is idle (error: ")
     # The next message wakes it again, and the error is cleared by a good turn.

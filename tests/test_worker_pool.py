@@ -241,8 +241,8 @@ def test_team_spawn_on_the_embedded_defaults_starts_the_pool_for_its_turn(state:
     assert len(pool_pids(state)) == 2
 
     def alice_idle() -> bool:
-        mates = json.loads(teamctl("team", "list", "--json").stdout)
-        return [(m["name"], m["status"]) for m in mates] == [("alice", "idle")]
+        teammates = json.loads(teamctl("team", "list", "--json").stdout)
+        return [(m["name"], m["status"]) for m in teammates] == [("alice", "idle")]
 
     wait_until(alice_idle, 120, interval_s=1, message="alice's first turn on the pool")
     sent = teamctl("team", "send", "alice", "And goodbye")
@@ -263,8 +263,8 @@ def test_workers_outside_the_pool_have_no_pool_environment(workers: str) -> None
 def listed_teammates(**env: str) -> list[dict[str, object]]:
     listed = teamctl("team", "list", "--json", **env)
     assert listed.returncode == 0, listed.stderr
-    mates: list[dict[str, object]] = json.loads(listed.stdout)
-    return mates
+    teammates: list[dict[str, object]] = json.loads(listed.stdout)
+    return teammates
 
 
 def settled_turn(name: str) -> bool:
@@ -342,8 +342,8 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     assert led.returncode == 0, led.stderr
     assert llm.authorizations[f"alice-{suffix}"] == [f"Bearer {SPAWNER_KEY}"]
     assert set(llm.authorizations[f"lead-{suffix}"]) == {f"Bearer {SPAWNER_KEY}"}
-    (mate,) = listed_teammates()
-    assert (mate["status"], mate["last_error"]) == ("idle", None)
+    (teammate,) = listed_teammates()
+    assert (teammate["status"], teammate["last_error"]) == ("idle", None)
     assert all(exited(pid) for pid in keyless)
     verb = "replacing" if own_workers == "0" else "retiring"
     assert f"teamctl: {verb} 2 local pool workers on members started with another " \

@@ -108,8 +108,8 @@ def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
 
 def turn_queues(store: TeamStore) -> list[str]:
     """The queues of the team's live teammates' turns (the default one for a team without)."""
-    mates = [m for m in store.teammates() if m.status is not TeammateStatus.SHUTDOWN]
-    return sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
+    teammates = [m for m in store.teammates() if m.status is not TeammateStatus.SHUTDOWN]
+    return sorted({m.queue for m in teammates} or {DEFAULT_QUEUE})
 
 
 def renew_for_verb(store: TeamStore, url: str, settings: Settings,
@@ -166,9 +166,9 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
     cells = []
     for name, created_ms in list_teams(conn):
         store = TeamStore(conn, name)
-        mates, options, usage = store.teammates(), store.options, store.usage()
-        rows.append({"team": name, "created_ms": created_ms, "teammates": len(mates),
-                     "working": sum(m.status == "working" for m in mates),
+        teammates, options, usage = store.teammates(), store.options, store.usage()
+        rows.append({"team": name, "created_ms": created_ms, "teammates": len(teammates),
+                     "working": sum(m.status == "working" for m in teammates),
                      "tokens": usage.tokens,
                      "prompt_tokens": usage.prompt_tokens,
                      "completion_tokens": usage.completion_tokens,
@@ -273,12 +273,13 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None,
     load_teammate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     if (tools or mcp) and store.exists():  # it records this host's directory as its workspace
         store.meta().check_host(store.team, this_host(), "command")
-    mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
-                       api_base=checked_api_base(api_base, settings), queue=queue,
-                       plan_mode=plan_mode, tools=tools, mcp=mcp,
-                       workspace=team_workspace(settings.state_dir, store.team),
-                       fallbacks=[m for m in fallbacks if m != chosen])
-    click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
+    teammate = store.spawn(name, role=role, prompt=prompt, model=chosen,
+                           api_base=checked_api_base(api_base, settings), queue=queue,
+                           plan_mode=plan_mode, tools=tools, mcp=mcp,
+                           workspace=team_workspace(settings.state_dir, store.team),
+                           fallbacks=[m for m in fallbacks if m != chosen])
+    click.echo(f"{teammate.name} is {teammate.status.value} in team {store.team} "
+               f"(model {teammate.model})")
 
 
 @team_group.command("list")
@@ -288,24 +289,24 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's teammates (columns: name, status, role, detail: what a working one's
     call waits for, why an idle one stopped, the fallback that answered its last call)."""
     store.meta()
-    mates = store.teammates()
+    teammates = store.teammates()
     if as_json:
-        click.echo(json.dumps([m.model_dump(mode="json") for m in mates], indent=2))
+        click.echo(json.dumps([m.model_dump(mode="json") for m in teammates], indent=2))
         return
     now = now_ms()
-    rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
-             (waiting_text(mate.waiting_model, mate.waiting_until_ms, now,
+    rows = [(teammate.name, teammate.status.value, one_line(teammate.role, 40),
+             (waiting_text(teammate.waiting_model, teammate.waiting_until_ms, now,
                            TaskStatus.IN_PROGRESS)
-              if mate.status is TeammateStatus.WORKING else one_line(mate.idle_reason, 80))
-             + fallback_note(mate)) for mate in mates]
+              if teammate.status is TeammateStatus.WORKING else one_line(teammate.idle_reason, 80))
+             + fallback_note(teammate)) for teammate in teammates]
     print_listing(TEAMMATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
 
 
-def fallback_note(mate: Teammate) -> str:
+def fallback_note(teammate: Teammate) -> str:
     """What `team list` adds when a fallback model answered the teammate's last call."""
-    if not mate.fallback_from:
+    if not teammate.fallback_from:
         return ""
-    return f" (last call answered by fallback {mate.answered_model})"
+    return f" (last call answered by fallback {teammate.answered_model})"
 
 
 @team_group.command("send")

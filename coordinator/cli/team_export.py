@@ -32,12 +32,12 @@ def export_team(store: TeamStore, root: Path, *, everything: bool,
                 force: bool = False) -> list[Path]:
     """Write the team's files under `root` (unread mail, or all mail kept; refusing to
     overwrite a file unless `force`); returns the paths."""
-    mates = store.teammates()
+    teammates = store.teammates()
     config = {"team_name": store.team,
               "members": [{"name": m.name, "role": m.role, "status": m.status.value}
-                          for m in mates]}
+                          for m in teammates]}
     files = [(root / "config.json", json.dumps(config, indent=2) + "\n")]
-    for member in [*(m.name for m in mates), LEAD]:
+    for member in [*(m.name for m in teammates), LEAD]:
         messages = (store.messages.kept(member) if everything
                     else store.messages.peek(member, UNREAD_ALL)[1])
         lines = "".join(json.dumps(inbox_line(m), ensure_ascii=False) + "\n" for m in messages)

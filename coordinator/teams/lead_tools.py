@@ -167,16 +167,16 @@ class LeadTools:
         known = self.store.get(args.name) if args.name in self.store.names() else None
         model = args.model or self.model
         fallbacks = self.fallbacks if args.fallbacks is None else args.fallbacks
-        mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
-                                model=model, api_base=self.api_base,
-                                fallbacks=[name for name in fallbacks if name != model],
-                                queue=known.queue if known else self.queue,
-                                plan_mode=args.plan_mode or bool(known and known.plan_state),
-                                tools=args.tools, mcp=args.mcp, workspace=self.workspace)
-        return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
-                "status": mate.status.value, "model": mate.model,
-                "fallbacks": mate.fallbacks, "tools": mate.tools,
-                "mcp": mate.mcp, "plan_mode": bool(mate.plan_state)}
+        teammate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
+                                    model=model, api_base=self.api_base,
+                                    fallbacks=[name for name in fallbacks if name != model],
+                                    queue=known.queue if known else self.queue,
+                                    plan_mode=args.plan_mode or bool(known and known.plan_state),
+                                    tools=args.tools, mcp=args.mcp, workspace=self.workspace)
+        return {"action": "spawn_teammate", "ok": True, "name": teammate.name,
+                "role": teammate.role, "status": teammate.status.value, "model": teammate.model,
+                "fallbacks": teammate.fallbacks, "tools": teammate.tools,
+                "mcp": teammate.mcp, "plan_mode": bool(teammate.plan_state)}
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True, "teammates": [

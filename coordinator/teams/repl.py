@@ -192,26 +192,26 @@ class LeadRepl:
 
     def show_team(self) -> None:
         tasks = {t.owner: t.task_id for t in TeamTasks(self.store).snapshot() if t.owner}
-        mates = self.store.teammates()
-        if not mates:
+        teammates = self.store.teammates()
+        if not teammates:
             click.echo("(no teammates yet)")
-        for mate in mates:
-            unread = self.store.messages.unread_count(mate.name)
-            click.echo(f"{mate.name}\t{flat(mate.role)}\t{mate.status.value}"
-                       f"\t{'stalled' if self.stalled(mate) else '-'}"
-                       f"\t{tasks.get(mate.name, '-')}"
-                       f"\t{unread} unread" + (f"\t{one_line(mate.idle_reason, 60)}"
-                                               if mate.idle_reason else ""))
+        for teammate in teammates:
+            unread = self.store.messages.unread_count(teammate.name)
+            click.echo(f"{teammate.name}\t{flat(teammate.role)}\t{teammate.status.value}"
+                       f"\t{'stalled' if self.stalled(teammate) else '-'}"
+                       f"\t{tasks.get(teammate.name, '-')}"
+                       f"\t{unread} unread" + (f"\t{one_line(teammate.idle_reason, 60)}"
+                                               if teammate.idle_reason else ""))
 
-    def stalled(self, mate: Teammate) -> bool:
+    def stalled(self, teammate: Teammate) -> bool:
         """Working without a live turn, and either unseen for a lease TTL (the next reconcile
         reruns it) or already waiting for such a rerun (attempts > 0). A first turn waiting in
         its queue is not stalled."""
-        if mate.status is not TeammateStatus.WORKING:
+        if teammate.status is not TeammateStatus.WORKING:
             return False
         ttl_ms = int(self.store.options.heartbeat_ttl_s * 1000)
-        return ((mate.attempts > 0 or now_ms() - mate.last_seen_ms >= ttl_ms)
-                and not self.store.conn.exists(self.store.keys.turn(mate.name)))
+        return ((teammate.attempts > 0 or now_ms() - teammate.last_seen_ms >= ttl_ms)
+                and not self.store.conn.exists(self.store.keys.turn(teammate.name)))
 
     def show_inbox(self) -> None:
         messages = self.store.messages.peek(LEAD)[1]

@@ -78,9 +78,9 @@ class TeamRequests:
         RequestRefused when it is not in plan mode, already approved, or has one pending."""
         if not plan.strip():
             raise ConfigError("the plan is empty; say what you will do, step by step")
-        mate = self.store.get(name)
+        teammate = self.store.get(name)
         request_id = new_request_id()
-        last = self.keys.request(mate.plan_request or request_id)
+        last = self.keys.request(teammate.plan_request or request_id)
         content = (f"{name} asks you to approve a plan ({request_id}); review it with "
                    f"`teamctl team review {request_id} --approve|--reject`:\n{plan}")
         verdict, detail = self.scripts["plan_submit"](
@@ -184,7 +184,7 @@ class TeamRequests:
 
 
 def _raise_refusal(request_id: str, verdict: str, detail: str, kind: RequestKind,
-                   responder: str, mate: str) -> None:
+                   responder: str, teammate: str) -> None:
     """The exception for a refused resolve (nothing was written), or nothing for 'ok'."""
     if verdict == "ok":
         return
@@ -197,7 +197,7 @@ def _raise_refusal(request_id: str, verdict: str, detail: str, kind: RequestKind
                           "only its addressee answers it")
     if verdict == "stale":
         current = f"its current one is {detail}" if detail else "it has none pending"
-        raise RequestRefused(f"request {request_id} is not {mate}'s current {kind} request "
-                             f"({mate} was re-spawned since it was made, or {current}); "
+        raise RequestRefused(f"request {request_id} is not {teammate}'s current {kind} request "
+                             f"({teammate} was re-spawned since it was made, or {current}); "
                              "nothing changed")
     raise RequestRefused(f"request {request_id} is already {detail}")

@@ -51,10 +51,10 @@ class TurnScheduler:
         """RQ needs a client that does not decode responses."""
         return same_server(self.conn, decode=False)
 
-    def enqueue_turn(self, mate: Teammate) -> None:
-        """One turn job on the teammate's queue, carrying only ids; its id goes on the mate
-        hash, so reconcile can tell a turn still waiting for a worker from a lost one."""
-        self.enqueue(mate.name, mate.queue)
+    def enqueue_turn(self, teammate: Teammate) -> None:
+        """One turn job on the teammate's queue, carrying only ids; its id goes on the
+        teammate's hash, so reconcile can tell a turn still waiting for a worker from a lost one."""
+        self.enqueue(teammate.name, teammate.queue)
 
     def enqueue(self, name: str, queue: str) -> None:
         """enqueue_turn for a caller that already knows the queue (a script named it)."""

@@ -67,7 +67,7 @@ def until_current(run: Callable[[], list[Any]]) -> list[Any]:
 class Enqueues(Protocol):
     """What the board needs of the team's turn scheduler."""
 
-    def enqueue_turn(self, mate: Teammate) -> None: ...
+    def enqueue_turn(self, teammate: Teammate) -> None: ...
 
 
 class Store(Protocol):

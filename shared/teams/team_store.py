@@ -165,9 +165,9 @@ class TeamStore(TeamBase):
         if verdict == "full":
             raise ConfigError(f"team {self.team} has {self.options.max_teammates} teammates, "
                               "its limit (max_teammates); delete the team or use another")
-        mate = self.get(name)
-        self.scheduler.enqueue_turn(mate)
-        return mate
+        teammate = self.get(name)
+        self.scheduler.enqueue_turn(teammate)
+        return teammate
 
     def _spawn_current(self, name: str, args: list[Any]) -> str:
         """Run team_spawn with the teammate's requests as they stand (its re-spawn expires the

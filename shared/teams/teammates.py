@@ -1,6 +1,6 @@
 """Persistent teammates' records: a team's options and one teammate's state, parsed by model.
 
-A teammate is data in Redis (`TeamKeys.mate`), played turn by turn by any worker: with no
+A teammate is data in Redis (`TeamKeys.teammate`), played turn by turn by any worker: with no
 process of its own, it outlives any worker and any host. These models are what crosses the
 process boundary between the CLI, which spawns and messages teammates, and the RQ job that runs
 a turn.
@@ -173,6 +173,8 @@ class TeamEvent(BaseModel):
     status: str
     task_id: str = ""
     mate: str = ""
+    """The teammate it is about: the stream's field is named like the `mate:` keys, and keeps
+    that name so existing teams' streams still read."""
     request: str = ""
     detail: str = ""
     """Why: spawned, woken, rerun N, a task id, the idle reason; a request's kind and party."""

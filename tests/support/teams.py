@@ -64,8 +64,8 @@ def task(store: TeamStore, task_id: str) -> TeamTask:
 
 def all_idle(store: TeamStore, count: int) -> bool:
     """The team has `count` teammates and every one is idle."""
-    mates = store.teammates()
-    return len(mates) == count and all(m.status is TeammateStatus.IDLE for m in mates)
+    teammates = store.teammates()
+    return len(teammates) == count and all(m.status is TeammateStatus.IDLE for m in teammates)
 
 
 def inbox_lines(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
