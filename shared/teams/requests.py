@@ -35,7 +35,7 @@ class TeamRequests:
         BudgetSpent once the team's budget is spent: no turn could answer it."""
         self.store.get(name)
         self.store.refuse_past_budget(f"no shutdown request was sent to {name} (`teamctl team "
-                                f"shutdown {name} --force` shuts it down without a turn)")
+                                      f"shutdown {name} --force` shuts it down without a turn)")
         request_id = new_request_id()
         content = (f"The lead asks you to shut down{': ' + reason if reason else '.'} Answer "
                    f"with respond_shutdown(request_id={request_id!r}, approve=true|false).")
