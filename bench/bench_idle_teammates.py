@@ -31,7 +31,7 @@ from teamctl.shared.keys import TeamKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from bench import slowlog
 from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker_fleet
@@ -90,8 +90,8 @@ class Activity:
 def idle_count(conn: redis.Redis, names: list[str]) -> int:
     pipe = conn.pipeline(transaction=False)
     for name in names:
-        pipe.hget(TeamKeys(TEAM).mate(name), "status")
-    return sum(status == MateStatus.IDLE.value for status in pipe.execute())
+        pipe.hget(TeamKeys(TEAM).teammate(name), "status")
+    return sum(status == TeammateStatus.IDLE.value for status in pipe.execute())
 
 
 def spawn_all(store: TeamStore, llm: ScriptedLLM, mates: int) -> list[str]:
@@ -112,7 +112,7 @@ def wake_s(store: TeamStore, llm: ScriptedLLM, name: str) -> float:
     """A message to an idle teammate until its turn's first model request; then it idles."""
     seen = len(llm.request_times[MODEL])
     started = time.monotonic()
-    _, woke = store.send("lead", name, "Anything new?")
+    _, woke = store.messages.send("lead", name, "Anything new?")
     if not woke:
         raise RuntimeError(f"{name} was not woken")
     wait_for_flag(lambda: len(llm.request_times[MODEL]) > seen, f"{name}'s turn")

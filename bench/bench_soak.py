@@ -28,7 +28,7 @@ from teamctl.shared.keys import TeamKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from bench import failed, slowlog
 from bench.bench_concurrent_runs import write_team
@@ -61,7 +61,7 @@ SMOKE = Sizes(minutes=0.05, tasks=2, mates=1, workers=1, fork_workers=True)
 
 
 def all_idle(conn: redis.Redis, names: list[str]) -> bool:
-    return all(conn.hget(TeamKeys(TEAM).mate(name), "status") == MateStatus.IDLE.value
+    return all(conn.hget(TeamKeys(TEAM).teammate(name), "status") == TeammateStatus.IDLE.value
                for name in names)
 
 
@@ -79,7 +79,7 @@ def cycle(llm: ScriptedLLM, url: str, team: Path, run_id: str, store: TeamStore,
                                  "--workers", "0", "--run-id", run_id],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         for name in names:
-            store.send("lead", name, f"Anything new for {run_id}?")
+            store.messages.send("lead", name, f"Anything new for {run_id}?")
         if proc.wait(timeout=RUN_TIMEOUT_S) != 0:
             raise failed(f"run {run_id} exited {proc.returncode}", log_dir / "run.log")
     wait_for_flag(lambda: all_idle(store.conn, names), "the teammates idle")

@@ -31,7 +31,7 @@ from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from bench.figures import BenchFigure, print_figures
 
@@ -64,8 +64,8 @@ def idle_team(conn: redis.Redis, mates: int, room: int) -> TeamStore:
         name = f"dev{index}"
         store.spawn(name, role="dev", prompt="Wait.", model="offline", api_base=None,
                     queue=QUEUE)
-        conn.hset(TeamKeys(TEAM).mate(name), mapping={
-            "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": index})
+        conn.hset(TeamKeys(TEAM).teammate(name), mapping={
+            "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": index})
     return store
 
 
@@ -101,8 +101,8 @@ def wake_handouts(store: TeamStore, count: int) -> list[float]:
         name = f"qa{index}"
         store.spawn(name, role="qa", prompt="Check.", model="offline", api_base=None,
                     queue=QUEUE)
-        store.conn.hset(TeamKeys(TEAM).mate(name), mapping={
-            "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": 0})
+        store.conn.hset(TeamKeys(TEAM).teammate(name), mapping={
+            "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": 0})
         started = time.perf_counter()
         woken = tasks.wake()
         times.append(time.perf_counter() - started)
@@ -117,15 +117,15 @@ def turn_end_handouts(store: TeamStore, count: int) -> list[float]:
     name = "qa0"
     times = []
     for _ in range(count):
-        verdict, token = store.begin_turn(name, "bench:1")
+        verdict, token = store.turns.begin_turn(name, "bench:1")
         assert verdict == "ok", verdict
-        last_id, _ = store.peek(name)
-        store.checkpoint(name, token, last_id, [])
+        last_id, _ = store.messages.peek(name)
+        store.turns.checkpoint(name, token, last_id, [])
         held = next(t for t in store.conn.smembers(TeamKeys(TEAM).running)
                     if tasks.get(t).owner == name)
         tasks.complete(name, token, held, "checked")
         started = time.perf_counter()
-        verdict = store.end_turn(name, token, "done", f"{name} is idle")
+        verdict = store.turns.end_turn(name, token, "done", f"{name} is idle")
         times.append(time.perf_counter() - started)
         assert verdict == "continue", verdict
         store.conn.delete(TeamKeys(TEAM).turn(name))  # the next begin takes a fresh lease

@@ -37,7 +37,7 @@ from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from bench.bench_worker import NOOP_JOB, QUEUE, wait_for_flag, worker
 from bench.figures import BenchFigure
@@ -71,7 +71,7 @@ class MidTurnModel:
             self.delivered += any(marker in str(m.get("content")) for m in body["messages"])
             return "done"
         self.turns += 1
-        self.store.send("lead", self.name, f"mid {self.turns}")
+        self.store.messages.send("lead", self.name, f"mid {self.turns}")
         return ToolCalls([("list_teammates", {})])
 
 WAKE_GAP_S = float(os.environ.get("BENCH_WAKE_GAP_S", "0"))
@@ -115,11 +115,11 @@ def wake_latencies_ms(store: TeamStore, llm: ScriptedLLM, model: str, name: str,
     """Per wake: the lead's send until the teammate's model request arrives (same clock)."""
     latencies = []
     for index in range(wakes):
-        wait_for_flag(lambda: store.get(name).status is MateStatus.IDLE, f"{name} to be idle")
+        wait_for_flag(lambda: store.get(name).status is TeammateStatus.IDLE, f"{name} to be idle")
         time.sleep(WAKE_GAP_S)  # pacing, not synchronization: a lead that replies later
         seen = len(llm.request_times[model.removeprefix('openai/')])
         sent_s = time.monotonic()
-        store.send("lead", name, f"wake {index}")
+        store.messages.send("lead", name, f"wake {index}")
         wait_for_flag(lambda seen=seen: len(llm.request_times[model.removeprefix('openai/')])
                       > seen, "the teammate's model request")
         latencies.append((llm.request_times[model.removeprefix('openai/')][seen] - sent_s) * 1000)
@@ -149,12 +149,12 @@ def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM, turns: int) -> tuple[i
     store.spawn("carol", role="bench", prompt="Check the team, then answer.", model=name,
                 api_base=llm.api_base, queue=QUEUE)
     while True:
-        wait_for_flag(lambda: store.get("carol").status is MateStatus.IDLE, "carol to be idle")
+        wait_for_flag(lambda: store.get("carol").status is TeammateStatus.IDLE, "carol to be idle")
         if model.turns >= turns:
             return model.delivered, model.turns
         # The mid-turn message of the last turn was handled by a turn of its own: the next
         # turn starts from the lead's send.
-        store.send("lead", "carol", "go")
+        store.messages.send("lead", "carol", "go")
 
 
 class Claimer:
@@ -185,7 +185,8 @@ def auto_claim(store: TeamStore, llm: ScriptedLLM,
     tasks = TeamTasks(store)
     to_claim, to_request, not_one = [], [], 0
     for index in range(sizes.claim_tasks):
-        wait_for_flag(lambda: all(store.get(n).status is MateStatus.IDLE for n in models), "idle")
+        wait_for_flag(lambda: all(store.get(n).status is TeammateStatus.IDLE for n in models),
+                      "idle")
         before = {name: len(model.arrivals) for name, model in models.items()}
         added_s = time.monotonic()
         task, woke = tasks.add(f"task {index}", role="claimer")
@@ -239,7 +240,7 @@ def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str,
     for n in range(sizes.idle_mates):
         store.spawn(f"idle{n}", role="idle", prompt="Rest.", model=model,
                     api_base=llm.api_base, queue=QUEUE)
-    wait_for_flag(lambda: all(m.status is MateStatus.IDLE for m in store.mates()),
+    wait_for_flag(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates()),
                   "every mate idle")
     queue = Queue(QUEUE, connection=conn)
     # A turn ends (idle) just before its job does: let the last jobs finish first.

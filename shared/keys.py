@@ -378,7 +378,7 @@ class TeamKeys(KeySpace):
         the bus was compacted around the lead's unread mail."""
         return f"{self.base}:lead:inbox"
 
-    def mate(self, name: str) -> str:
+    def teammate(self, name: str) -> str:
         """Hash: one teammate's record (Teammate in shared/teams/teammates.py)."""
         return f"{self.base}:mate:{check_member_id(name)}"
 
@@ -400,7 +400,7 @@ class TeamKeys(KeySpace):
         its memory reads turn by turn."""
         return f"{self.base}:turns:{check_member_id(name)}"
 
-    def mate_requests(self, name: str) -> str:
+    def teammate_requests(self, name: str) -> str:
         """Set: the ids of the protocol requests opened in the teammate's current life (to it or
         from it), so its re-spawn expires those still pending."""
         return f"{self.base}:mate_requests:{check_member_id(name)}"

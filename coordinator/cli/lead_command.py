@@ -118,7 +118,7 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int | N
     from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE
     from teamctl.shared.teams.teammates import DEFAULT_QUEUE
 
-    queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.mates())})
+    queues = sorted({DEFAULT_QUEUE, *(m.queue for m in store.teammates())})
     if embedded and not workers:
         renew_pool(store, url, settings, queues)
         return

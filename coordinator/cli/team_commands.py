@@ -47,9 +47,9 @@ from teamctl.shared.teams.team_base import RequestRefused
 from teamctl.shared.teams.team_store import TeamStore, list_teams
 from teamctl.shared.teams.teammates import (
     DEFAULT_QUEUE,
-    MateStatus,
     Teammate,
-    load_mate_python_tools,
+    TeammateStatus,
+    load_teammate_python_tools,
     team_workspace,
 )
 from teamctl.shared.text import clock_text, counted, one_line
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from teamctl.shared.agent.replies import Usage
 
 TEAMS_HEADER = ("team", "teammates", "working", "tokens", "cost", "budget")
-MATES_HEADER = ("name", "status", "role", "detail")
+TEAMMATES_HEADER = ("name", "status", "role", "detail")
 INBOX_HEADER = ("time", "from", "to", "type", "content")
 
 
@@ -108,8 +108,8 @@ def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
 
 def turn_queues(store: TeamStore) -> list[str]:
     """The queues of the team's live teammates' turns (the default one for a team without)."""
-    mates = [m for m in store.mates() if m.status is not MateStatus.SHUTDOWN]
-    return sorted({m.queue for m in mates} or {DEFAULT_QUEUE})
+    teammates = [m for m in store.teammates() if m.status is not TeammateStatus.SHUTDOWN]
+    return sorted({m.queue for m in teammates} or {DEFAULT_QUEUE})
 
 
 def renew_for_verb(store: TeamStore, url: str, settings: Settings,
@@ -166,9 +166,9 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
     cells = []
     for name, created_ms in list_teams(conn):
         store = TeamStore(conn, name)
-        mates, options, usage = store.mates(), store.options, store.usage()
-        rows.append({"team": name, "created_ms": created_ms, "teammates": len(mates),
-                     "working": sum(m.status == "working" for m in mates),
+        teammates, options, usage = store.teammates(), store.options, store.usage()
+        rows.append({"team": name, "created_ms": created_ms, "teammates": len(teammates),
+                     "working": sum(m.status == "working" for m in teammates),
                      "tokens": usage.tokens,
                      "prompt_tokens": usage.prompt_tokens,
                      "completion_tokens": usage.completion_tokens,
@@ -270,15 +270,16 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None,
 
     chosen, _source = pick_model(model, None, settings)
     fallbacks = list(fallback_models) or (store.options.fallbacks if store.exists() else [])
-    load_mate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
+    load_teammate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     if (tools or mcp) and store.exists():  # it records this host's directory as its workspace
         store.meta().check_host(store.team, this_host(), "command")
-    mate = store.spawn(name, role=role, prompt=prompt, model=chosen,
-                       api_base=checked_api_base(api_base, settings), queue=queue,
-                       plan_mode=plan_mode, tools=tools, mcp=mcp,
-                       workspace=team_workspace(settings.state_dir, store.team),
-                       fallbacks=[m for m in fallbacks if m != chosen])
-    click.echo(f"{mate.name} is {mate.status.value} in team {store.team} (model {mate.model})")
+    teammate = store.spawn(name, role=role, prompt=prompt, model=chosen,
+                           api_base=checked_api_base(api_base, settings), queue=queue,
+                           plan_mode=plan_mode, tools=tools, mcp=mcp,
+                           workspace=team_workspace(settings.state_dir, store.team),
+                           fallbacks=[m for m in fallbacks if m != chosen])
+    click.echo(f"{teammate.name} is {teammate.status.value} in team {store.team} "
+               f"(model {teammate.model})")
 
 
 @team_group.command("list")
@@ -288,24 +289,24 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's teammates (columns: name, status, role, detail: what a working one's
     call waits for, why an idle one stopped, the fallback that answered its last call)."""
     store.meta()
-    mates = store.mates()
+    teammates = store.teammates()
     if as_json:
-        click.echo(json.dumps([m.model_dump(mode="json") for m in mates], indent=2))
+        click.echo(json.dumps([m.model_dump(mode="json") for m in teammates], indent=2))
         return
     now = now_ms()
-    rows = [(mate.name, mate.status.value, one_line(mate.role, 40),
-             (waiting_text(mate.waiting_model, mate.waiting_until_ms, now,
+    rows = [(teammate.name, teammate.status.value, one_line(teammate.role, 40),
+             (waiting_text(teammate.waiting_model, teammate.waiting_until_ms, now,
                            TaskStatus.IN_PROGRESS)
-              if mate.status is MateStatus.WORKING else one_line(mate.idle_reason, 80))
-             + fallback_note(mate)) for mate in mates]
-    print_listing(MATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
+              if teammate.status is TeammateStatus.WORKING else one_line(teammate.idle_reason, 80))
+             + fallback_note(teammate)) for teammate in teammates]
+    print_listing(TEAMMATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
 
 
-def fallback_note(mate: Teammate) -> str:
+def fallback_note(teammate: Teammate) -> str:
     """What `team list` adds when a fallback model answered the teammate's last call."""
-    if not mate.fallback_from:
+    if not teammate.fallback_from:
         return ""
-    return f" (last call answered by fallback {mate.answered_model})"
+    return f" (last call answered by fallback {teammate.answered_model})"
 
 
 @team_group.command("send")
@@ -320,7 +321,8 @@ def send_command(name: str, text: str, type_: str | None, store: TeamStore,
     `(woke it)` when it did (`team messages --json` has the message's id)."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
-        message, woke = store.send(LEAD, name, text, type_=type_, traceparent=span.traceparent)
+        message, woke = store.messages.send(LEAD, name, text, type_=type_,
+                                            traceparent=span.traceparent)
     click.echo(sent_line(message.to or name, woke))
     say_if_spent(store)
 
@@ -333,7 +335,7 @@ def broadcast_command(text: str, store: TeamStore, settings: Settings) -> None:
     how many it woke."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
-        _, woke = store.broadcast(LEAD, text, traceparent=span.traceparent)
+        _, woke = store.messages.broadcast(LEAD, text, traceparent=span.traceparent)
     click.echo(f"sent to {counted(len(store.names()), 'teammate')}; woke {len(woke)}")
     say_if_spent(store)
 
@@ -367,7 +369,7 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
     """Show NAME's unread messages (default: the lead's), oldest first (columns: time, from, to,
     type, content; the content cut to 200 characters); never marks them read."""
     store.meta()
-    _, messages = store.peek(name)
+    _, messages = store.messages.peek(name)
     if as_json:
         for message in messages:
             click.echo(message.model_dump_json(by_alias=True))
@@ -444,14 +446,14 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
     """Ask teammate NAME to shut down (it answers with respond_shutdown), or --force it."""
     store.meta()
     if force:
-        store.force_shutdown(name)
+        store.requests.force_shutdown(name)
         click.echo(f"{name} is shut down (forced)")
         return
-    record, woke = store.request_shutdown(name, reason)
+    record, woke = store.requests.request_shutdown(name, reason)
     click.echo(f"asked {name} to shut down: request {record.id}" + (" (woke it)" if woke else ""))
     if wait_s is None:
         return
-    outcome = store.wait_request(record.id, wait_s)
+    outcome = store.requests.wait(record.id, wait_s)
     if outcome is None:
         click.echo(spelled(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team "
                            "requests`"), err=True)
@@ -472,7 +474,7 @@ def review_command(request_id: str, approve: bool | None, feedback: str, store: 
     if approve is None:
         raise ConfigError("say --approve or --reject")
     store.meta()
-    _, woke = store.review_plan(request_id, approve, feedback)
+    _, woke = store.requests.review_plan(request_id, approve, feedback)
     click.echo(f"{'approved' if approve else 'rejected'} {request_id}"
                + (" (woke the teammate)" if woke else ""))
 
@@ -488,8 +490,8 @@ def requests_command(request_id: str | None, pending: bool, as_json: bool, store
     (columns: request, kind, from, to, status, detail: the response once answered, else the
     payload)."""
     store.meta()
-    records = ([store.request(request_id)] if request_id
-               else store.requests(pending_only=pending))
+    records = ([store.requests.get(request_id)] if request_id
+               else store.requests.all(pending_only=pending))
     if as_json:
         click.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in records],
                               indent=2))

@@ -32,16 +32,17 @@ def export_team(store: TeamStore, root: Path, *, everything: bool,
                 force: bool = False) -> list[Path]:
     """Write the team's files under `root` (unread mail, or all mail kept; refusing to
     overwrite a file unless `force`); returns the paths."""
-    mates = store.mates()
+    teammates = store.teammates()
     config = {"team_name": store.team,
               "members": [{"name": m.name, "role": m.role, "status": m.status.value}
-                          for m in mates]}
+                          for m in teammates]}
     files = [(root / "config.json", json.dumps(config, indent=2) + "\n")]
-    for member in [*(m.name for m in mates), LEAD]:
-        messages = store.kept(member) if everything else store.peek(member, UNREAD_ALL)[1]
+    for member in [*(m.name for m in teammates), LEAD]:
+        messages = (store.messages.kept(member) if everything
+                    else store.messages.peek(member, UNREAD_ALL)[1])
         lines = "".join(json.dumps(inbox_line(m), ensure_ascii=False) + "\n" for m in messages)
         files.append((root / "inbox" / f"{member}.jsonl", lines))
-    for request in store.requests():
+    for request in store.requests.all():
         files.append((root / "requests" / f"{request.id}.json",
                       request.model_dump_json(by_alias=True, indent=2) + "\n"))
     return write_files(files, force=force)

@@ -204,7 +204,8 @@ class LeadAgent:
         what they send go under it."""
         links: list[str | None] = []
         if self.tracing.on:
-            _, unread = self.store.peek(LEAD, limit=self.store.options.inbox_batch_messages)
+            _, unread = self.store.messages.peek(
+                LEAD, limit=self.store.options.inbox_batch_messages)
             links = [message.traceparent for message in unread]
         span = self.tracing.start("invoke_agent lead", links=links, attributes={
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": LEAD,

@@ -29,7 +29,7 @@ from teamctl.shared.teams.task_pages import (
 )
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import DEFAULT_QUEUE, load_mate_python_tools
+from teamctl.shared.teams.teammates import DEFAULT_QUEUE, load_teammate_python_tools
 from teamctl.shared.text import quoted
 from teamctl.shared.tracing import NO_SPAN, Span
 
@@ -161,38 +161,38 @@ class LeadTools:
 
     def spawn_teammate(self, args: SpawnArgs) -> dict[str, Any]:
         check_grants(self.options(), self.model, args, self.fallbacks)
-        load_mate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
+        load_teammate_python_tools(args.tools)  # as `team spawn`: a refusal is the model's error
         # A re-spawn keeps what a person chose: the queue (which workers, and so which secrets,
         # serve it) and plan mode (an approval gate the lead cannot lift).
         known = self.store.get(args.name) if args.name in self.store.names() else None
         model = args.model or self.model
         fallbacks = self.fallbacks if args.fallbacks is None else args.fallbacks
-        mate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
-                                model=model, api_base=self.api_base,
-                                fallbacks=[name for name in fallbacks if name != model],
-                                queue=known.queue if known else self.queue,
-                                plan_mode=args.plan_mode or bool(known and known.plan_state),
-                                tools=args.tools, mcp=args.mcp, workspace=self.workspace)
-        return {"action": "spawn_teammate", "ok": True, "name": mate.name, "role": mate.role,
-                "status": mate.status.value, "model": mate.model,
-                "fallbacks": mate.fallbacks, "tools": mate.tools,
-                "mcp": mate.mcp, "plan_mode": bool(mate.plan_state)}
+        teammate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
+                                    model=model, api_base=self.api_base,
+                                    fallbacks=[name for name in fallbacks if name != model],
+                                    queue=known.queue if known else self.queue,
+                                    plan_mode=args.plan_mode or bool(known and known.plan_state),
+                                    tools=args.tools, mcp=args.mcp, workspace=self.workspace)
+        return {"action": "spawn_teammate", "ok": True, "name": teammate.name,
+                "role": teammate.role, "status": teammate.status.value, "model": teammate.model,
+                "fallbacks": teammate.fallbacks, "tools": teammate.tools,
+                "mcp": teammate.mcp, "plan_mode": bool(teammate.plan_state)}
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True, "teammates": [
             {"name": m.name, "role": m.role, "status": m.status.value,
              "idle_reason": m.idle_reason, "last_error": m.last_error}
-            for m in self.store.mates()]}
+            for m in self.store.teammates()]}
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.send(LEAD, args.to, args.content,
-                                        traceparent=self.trace.traceparent)
+        message, woke = self.store.messages.send(LEAD, args.to, args.content,
+                                                 traceparent=self.trace.traceparent)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
 
     def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
-        message, woke = self.store.broadcast(LEAD, args.content,
-                                             traceparent=self.trace.traceparent)
+        message, woke = self.store.messages.broadcast(LEAD, args.content,
+                                                      traceparent=self.trace.traceparent)
         return {"action": "broadcast", "ok": True, "id": message.id,
                 "recipients": len(self.store.names()), "woke": woke}
 
@@ -200,13 +200,13 @@ class LeadTools:
         return unread_batch(self.store, LEAD, self.options()).answer()
 
     def request_shutdown(self, args: ShutdownArgs) -> dict[str, Any]:
-        record, woke = self.store.request_shutdown(args.name, args.reason or "")
+        record, woke = self.store.requests.request_shutdown(args.name, args.reason or "")
         return {"action": "request_shutdown", "ok": True, "request_id": record.id,
                 "to": record.to, "status": record.status.value, "woke": woke}
 
     def review_plan(self, args: ReviewArgs) -> dict[str, Any]:
-        message_id, woke = self.store.review_plan(args.request_id, args.approve,
-                                                  args.feedback or "")
+        message_id, woke = self.store.requests.review_plan(args.request_id, args.approve,
+                                                           args.feedback or "")
         return {"action": "review_plan", "ok": True, "request_id": args.request_id,
                 "approve": args.approve, "id": message_id, "woke": woke}
 

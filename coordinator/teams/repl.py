@@ -29,7 +29,7 @@ from teamctl.shared.redis.connection import block_ms
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_base import BudgetSpent
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, Teammate
+from teamctl.shared.teams.teammates import Teammate, TeammateStatus
 from teamctl.shared.text import clock_text, flat, one_line, printable
 
 HELP = """\
@@ -41,7 +41,7 @@ the inbox alone. Slash commands (no model call):
   /requests  shutdown and plan requests, oldest first
   /help      this text
   /quit      leave the lead (teammates keep running; `teamctl lead` continues later)"""
-SETTLED = (MateStatus.IDLE, MateStatus.SHUTDOWN)
+SETTLED = (TeammateStatus.IDLE, TeammateStatus.SHUTDOWN)
 """Statuses `--until-idle` waits for: nothing runs, and only a message wakes the teammate."""
 
 
@@ -168,8 +168,8 @@ class LeadRepl:
             after = {key: stream_end(self.store, key) for key in watched}
             # Statuses before the inbox: turn_end.lua sets a teammate idle and mails its notice
             # in one step, so a notice of the last teammate to settle is seen below.
-            settled = all(m.status in SETTLED for m in self.store.mates())
-            if self.store.peek(LEAD, limit=1)[1]:
+            settled = all(m.status in SETTLED for m in self.store.teammates())
+            if self.store.messages.peek(LEAD, limit=1)[1]:
                 self.turn("")
                 continue
             if settled:
@@ -192,29 +192,29 @@ class LeadRepl:
 
     def show_team(self) -> None:
         tasks = {t.owner: t.task_id for t in TeamTasks(self.store).snapshot() if t.owner}
-        mates = self.store.mates()
-        if not mates:
+        teammates = self.store.teammates()
+        if not teammates:
             click.echo("(no teammates yet)")
-        for mate in mates:
-            unread = self.store.unread_count(mate.name)
-            click.echo(f"{mate.name}\t{flat(mate.role)}\t{mate.status.value}"
-                       f"\t{'stalled' if self.stalled(mate) else '-'}"
-                       f"\t{tasks.get(mate.name, '-')}"
-                       f"\t{unread} unread" + (f"\t{one_line(mate.idle_reason, 60)}"
-                                               if mate.idle_reason else ""))
+        for teammate in teammates:
+            unread = self.store.messages.unread_count(teammate.name)
+            click.echo(f"{teammate.name}\t{flat(teammate.role)}\t{teammate.status.value}"
+                       f"\t{'stalled' if self.stalled(teammate) else '-'}"
+                       f"\t{tasks.get(teammate.name, '-')}"
+                       f"\t{unread} unread" + (f"\t{one_line(teammate.idle_reason, 60)}"
+                                               if teammate.idle_reason else ""))
 
-    def stalled(self, mate: Teammate) -> bool:
+    def stalled(self, teammate: Teammate) -> bool:
         """Working without a live turn, and either unseen for a lease TTL (the next reconcile
         reruns it) or already waiting for such a rerun (attempts > 0). A first turn waiting in
         its queue is not stalled."""
-        if mate.status is not MateStatus.WORKING:
+        if teammate.status is not TeammateStatus.WORKING:
             return False
         ttl_ms = int(self.store.options.heartbeat_ttl_s * 1000)
-        return ((mate.attempts > 0 or now_ms() - mate.last_seen_ms >= ttl_ms)
-                and not self.store.conn.exists(self.store.keys.turn(mate.name)))
+        return ((teammate.attempts > 0 or now_ms() - teammate.last_seen_ms >= ttl_ms)
+                and not self.store.conn.exists(self.store.keys.turn(teammate.name)))
 
     def show_inbox(self) -> None:
-        messages = self.store.peek(LEAD)[1]
+        messages = self.store.messages.peek(LEAD)[1]
         if not messages:
             click.echo("(no unread messages)")
         for message in messages:
@@ -229,7 +229,7 @@ class LeadRepl:
             click.echo("\t".join(flat(cell) for cell in task_cells(task)))
 
     def show_requests(self) -> None:
-        records = self.store.requests()
+        records = self.store.requests.all()
         if not records:
             click.echo("(no requests)")
         for record in records:

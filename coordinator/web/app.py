@@ -466,14 +466,14 @@ def do_team_budget(store: TeamStore, form: dict[str, str]) -> str:
 
 
 def do_team_send(store: TeamStore, form: dict[str, str]) -> str:
-    store.send(LEAD, form.get("to", ""), form.get("text", ""))
+    store.messages.send(LEAD, form.get("to", ""), form.get("text", ""))
     return "sent"
 
 
 def do_team_review(store: TeamStore, form: dict[str, str]) -> str:
     approve = form.get("decision") == "approve"
-    store.review_plan(check_request_id(form.get("request_id", "")), approve,
-                      form.get("feedback", ""))
+    store.requests.review_plan(check_request_id(form.get("request_id", "")), approve,
+                               form.get("feedback", ""))
     return "approved" if approve else "rejected"
 
 

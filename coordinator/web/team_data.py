@@ -16,8 +16,8 @@ from teamctl.shared.teams.teammates import Teammate, TeamRequest
 
 
 @dataclass(frozen=True)
-class MateRow:
-    mate: Teammate
+class TeammateRow:
+    teammate: Teammate
     turn_live: bool
     """Its turn lease is held: a worker is running its turn now."""
     unread: int
@@ -26,7 +26,7 @@ class MateRow:
 @dataclass(frozen=True)
 class TeamView:
     team: str
-    mates: list[MateRow]
+    teammates: list[TeammateRow]
     lead_unread: int
     lead_inbox: list[Envelope]
     requests: list[TeamRequest]
@@ -47,16 +47,16 @@ def load_team_view(store: TeamStore) -> TeamView:
     # The streams first: a change made while the rest is read then still reaches the page.
     last = store.conn.xrevrange(store.keys.events, count=1)
     messages = store.bus.latest(MESSAGES_SHOWN)
-    mates = store.mates()
+    teammates = store.teammates()
     pipe = store.conn.pipeline(transaction=False)
-    for mate in mates:
-        pipe.exists(store.keys.turn(mate.name))
+    for teammate in teammates:
+        pipe.exists(store.keys.turn(teammate.name))
     live = pipe.execute()
-    rows = [MateRow(mate, bool(turn), store.unread_count(mate.name))
-            for mate, turn in zip(mates, live, strict=True)]
-    _, lead_inbox = store.peek(LEAD, LEAD_INBOX_SHOWN)
-    return TeamView(team=store.team, mates=rows, lead_unread=store.unread_count(LEAD),
-                    lead_inbox=lead_inbox, requests=store.requests(pending_only=True),
+    rows = [TeammateRow(teammate, bool(turn), store.messages.unread_count(teammate.name))
+            for teammate, turn in zip(teammates, live, strict=True)]
+    _, lead_inbox = store.messages.peek(LEAD, LEAD_INBOX_SHOWN)
+    return TeamView(team=store.team, teammates=rows, lead_unread=store.messages.unread_count(LEAD),
+                    lead_inbox=lead_inbox, requests=store.requests.all(pending_only=True),
                     tasks=TeamTasks(store).snapshot(), messages=messages,
                     last_event_id=last[0][0] if last else "0-0",
                     last_message_id=messages[-1].id if messages else "0-0",

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from teamctl.shared.agent.tool_names import MATE_TOOLS, RESERVED_PREFIX, WORKSPACE_TOOLS
+from teamctl.shared.agent.tool_names import RESERVED_PREFIX, TEAMMATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.text import one_line
 
 Message = dict[str, Any]
@@ -133,7 +133,7 @@ class Conversation:
         with arguments made from its schema."""
         return [Call(name, example_args(schema)) for name, schema in self.schemas.items()
                 if not name.startswith(RESERVED_PREFIX) and name not in WORKSPACE_TOOLS
-                and name not in MATE_TOOLS]
+                and name not in TEAMMATE_TOOLS]
 
 
 def example_args(schema: dict[str, Any]) -> dict[str, Any]:

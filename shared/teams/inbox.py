@@ -77,7 +77,8 @@ def unread_batch(store: TeamStore, member: str,
     in at most tool_result_max_chars characters (a first message longer than that alone is cut,
     saying so), with how many stay unread after them. `options`: the team's, by default."""
     options = options or store.options
-    peeked_last, messages = store.peek(member, limit=options.inbox_batch_messages, seen=True)
+    peeked_last, messages = store.messages.peek(member, limit=options.inbox_batch_messages,
+                                                seen=True)
     budget = max(options.tool_result_max_chars - WRAPPER_CHARS,
                  options.tool_result_max_chars // 2)
     lines: list[dict[str, Any]] = []

@@ -20,7 +20,7 @@ from teamctl.shared.ids import check_queue
 from teamctl.shared.redis.connection import same_server
 from teamctl.shared.teams.lead_inbox import LeadInbox
 from teamctl.shared.teams.tasks import Store, TeamTasks, until_current
-from teamctl.shared.teams.teammates import TURN_FUNCTION, MateStatus, Teammate
+from teamctl.shared.teams.teammates import TURN_FUNCTION, Teammate, TeammateStatus
 from teamctl.shared.worker_registry import listening_workers
 
 TURN_RESULT_TTL_S = 60
@@ -51,10 +51,10 @@ class TurnScheduler:
         """RQ needs a client that does not decode responses."""
         return same_server(self.conn, decode=False)
 
-    def enqueue_turn(self, mate: Teammate) -> None:
-        """One turn job on the teammate's queue, carrying only ids; its id goes on the mate
-        hash, so reconcile can tell a turn still waiting for a worker from a lost one."""
-        self.enqueue(mate.name, mate.queue)
+    def enqueue_turn(self, teammate: Teammate) -> None:
+        """One turn job on the teammate's queue, carrying only ids; its id goes on the
+        teammate's hash, so reconcile can tell a turn still waiting for a worker from a lost one."""
+        self.enqueue(teammate.name, teammate.queue)
 
     def enqueue(self, name: str, queue: str) -> None:
         """enqueue_turn for a caller that already knows the queue (a script named it)."""
@@ -64,7 +64,7 @@ class TurnScheduler:
             TURN_FUNCTION, self.store.team, name, job_timeout=self.store.options.job_timeout_s,
             description=f"turn of {name} in team {self.store.team}",
             result_ttl=TURN_RESULT_TTL_S, failure_ttl=24 * 3600)
-        self.conn.hset(self.keys.mate(name), "job_id", job.id)
+        self.conn.hset(self.keys.teammate(name), "job_id", job.id)
 
     def workers_on(self, queue: str) -> bool:
         """Whether a live worker listens on `queue` (RQ's registry): without one, turns wait."""
@@ -93,7 +93,7 @@ class TurnScheduler:
         names = [name for name in working if name not in queued]
         if not names:
             return []
-        pairs = [key for name in names for key in (self.keys.mate(name), self.keys.turn(name))]
+        pairs = [key for name in names for key in (self.keys.teammate(name), self.keys.turn(name))]
         options = store.options
         tasks = TeamTasks(store)
         _, rerun, released = until_current(lambda: store.scripts["team_reconcile"](
@@ -111,9 +111,9 @@ class TurnScheduler:
         """The working teammates among `names`, with their turn job's id ('' for none)."""
         pipe = self.conn.pipeline(transaction=False)
         for name in names:
-            pipe.hmget(self.keys.mate(name), "status", "job_id")
+            pipe.hmget(self.keys.teammate(name), "status", "job_id")
         return {name: job_id or "" for name, (status, job_id)
-                in zip(names, pipe.execute(), strict=True) if status == MateStatus.WORKING}
+                in zip(names, pipe.execute(), strict=True) if status == TeammateStatus.WORKING}
 
     def _queued_turns(self, working: dict[str, str]) -> set[str]:
         """The working teammates whose turn job still waits in its queue (not started, so no

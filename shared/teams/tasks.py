@@ -30,7 +30,7 @@ from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.teammates import Teammate, check_mate_name
+from teamctl.shared.teams.teammates import Teammate, check_teammate_name
 from teamctl.shared.text import shorten
 
 TASK_PREFIX = "task_"
@@ -67,7 +67,7 @@ def until_current(run: Callable[[], list[Any]]) -> list[Any]:
 class Enqueues(Protocol):
     """What the board needs of the team's turn scheduler."""
 
-    def enqueue_turn(self, mate: Teammate) -> None: ...
+    def enqueue_turn(self, teammate: Teammate) -> None: ...
 
 
 class Store(Protocol):
@@ -180,7 +180,7 @@ class TeamTasks:
             raise ConfigError(f"the task's subject and description exceed {limit} bytes "
                               "(max_message_bytes); shorten them")
         if assignee:
-            self.store.get(check_mate_name(assignee))
+            self.store.get(check_teammate_name(assignee))
         deps = list(dict.fromkeys(task_id_of(d) for d in after))
         lane = self.lane(role, assignee)
         for _ in range(MAX_RETRIES):
@@ -239,7 +239,7 @@ class TeamTasks:
         """The teammate's turn claims a ready task it may take; TaskRefused says why not."""
         task = self.get(task_id)
         verdict, detail = self.scripts["team_task_claim"](
-            keys=[self.keys.turn(name), self.keys.mate(name), self.keys.task(task.task_id),
+            keys=[self.keys.turn(name), self.keys.teammate(name), self.keys.task(task.task_id),
                   self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
                   self.keys.events],
             args=[token, name])
@@ -328,7 +328,7 @@ class TeamTasks:
             if not pairs:
                 break
             triples = [key for name, task_id in pairs
-                       for key in (self.keys.mate(name), self.keys.inbox(name),
+                       for key in (self.keys.teammate(name), self.keys.inbox(name),
                                    self.keys.task(task_id))]
             reply = self.scripts["wake_for_tasks"](
                 keys=[self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
@@ -348,7 +348,7 @@ class TeamTasks:
         if not self.conn.zcard(self.keys.ready):
             return []
         self.index_lanes()
-        idle = self._idle_mates()
+        idle = self._idle_teammates()
         if not idle:
             return []
         takers: dict[str, list[str]] = {}
@@ -364,13 +364,13 @@ class TeamTasks:
                 depth[lane] *= 4
         return pairs
 
-    def _idle_mates(self) -> list[tuple[str, str | None]]:
+    def _idle_teammates(self) -> list[tuple[str, str | None]]:
         """The idle teammates free to take a task (not waiting for a plan's approval), with
         their roles, the one idle longest first."""
         names = self.store.names()
         pipe = self.conn.pipeline(transaction=False)
         for name in names:
-            pipe.hmget(self.keys.mate(name), "status", "role", "plan_state", "last_seen_ms")
+            pipe.hmget(self.keys.teammate(name), "status", "role", "plan_state", "last_seen_ms")
         idle = [(int(seen or 0), name, role)
                 for name, (status, role, plan, seen) in zip(names, pipe.execute(), strict=True)
                 if status == "idle" and plan in (None, "", "approved")]

@@ -19,13 +19,13 @@ from teamctl.shared.teams.scheduler import TurnScheduler
 from teamctl.shared.teams.teammates import (
     Teammate,
     TeamMeta,
-    check_mate_name,
+    check_teammate_name,
 )
 from teamctl.shared.text import quoted
 from teamctl.shared.workspace_caps import WorkspaceStore
 
 
-class MateBusy(TeamError):
+class TeammateBusy(TeamError):
     """Refused by a teammate's state (it is working): exit 1, try again later."""
 
 
@@ -42,13 +42,16 @@ class TeamBase:
 
     def __init__(self, conn: redis.Redis, team: str, *,
                  scripts: Scripts | GuardedScripts | None = None,
-                 workspace_store: WorkspaceStore = "local") -> None:
+                 workspace_store: WorkspaceStore = "local",
+                 options: TeamOptions | None = None) -> None:
         self.conn = conn
         self.keys = TeamKeys(team)
         self.scripts = scripts or Scripts(conn)
         self.workspace_store: WorkspaceStore = workspace_store
         """Where the workspace of a team this store creates keeps its files (an existing
         team's meta says where its own are)."""
+        if options is not None:
+            self.options = options  # fills the cached property: the meta is not read again
 
     @property
     def team(self) -> str:
@@ -70,6 +73,7 @@ class TeamBase:
 
     @cached_property
     def options(self) -> TeamOptions:
+        """The team's options, read from its meta once."""
         return self.meta().options
 
     @cached_property
@@ -134,24 +138,24 @@ class TeamBase:
     def plan_state(self, name: str) -> str | None:
         """The teammate's plan_state as stored now (None without plan mode): tools read it
         fresh at each call, since the lead may approve in the middle of a turn."""
-        return self.conn.hget(self.keys.mate(name), "plan_state") or None
+        return self.conn.hget(self.keys.teammate(name), "plan_state") or None
 
     def names(self) -> list[str]:
         """The teammates on the roster, in join order."""
         return list(self.conn.zrange(self.keys.roster, 0, -1))
 
-    def mates(self) -> list[Teammate]:
+    def teammates(self) -> list[Teammate]:
         """Every teammate's record, in join order."""
         pipe = self.conn.pipeline(transaction=False)
         names = self.names()
         for name in names:
-            pipe.hgetall(self.keys.mate(name))
+            pipe.hgetall(self.keys.teammate(name))
         return [Teammate.from_hash(self.team, fields) for fields in pipe.execute() if fields]
 
     def get(self, name: str) -> Teammate:
         """One teammate's record; ConfigError for a bad name or one not in the team."""
-        check_mate_name(name)
-        fields = self.conn.hgetall(self.keys.mate(name))
+        check_teammate_name(name)
+        fields = self.conn.hgetall(self.keys.teammate(name))
         if not fields:
             known = ", ".join(self.names()) or "(none)"
             raise ConfigError(f"unknown teammate {quoted(name)} in team {self.team}; "

@@ -35,7 +35,7 @@ def team_caller(store: TeamStore, client: WaitingClient, who: str,
 
     # A teammate's record names the model that answered its last call (its `model` field is
     # the one it was given); the lead has no record of that kind.
-    record = store.keys.mate(who) if who != LEAD else None
+    record = store.keys.teammate(who) if who != LEAD else None
     return FallbackCaller(client, fallbacks, options.fallback_after_s,
                           Cooldowns(store.conn, options.fallback_cooldown_s),
                           ModelLedger(store.conn, store.keys, record, "answered_model"),

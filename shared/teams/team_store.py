@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -29,32 +30,46 @@ from teamctl.shared.teams.messages import TeamMessages
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.requests import TeamRequests
 from teamctl.shared.teams.tasks import SNAPSHOT_RETRIES, TeamTasks
-from teamctl.shared.teams.team_base import MateBusy
+from teamctl.shared.teams.team_base import TeamBase, TeammateBusy
 from teamctl.shared.teams.teammates import (
-    MateStatus,
     Teammate,
+    TeammateStatus,
     TeamMeta,
-    check_mate_name,
+    check_teammate_name,
     check_tools,
-    checked_mate_fallbacks,
+    checked_teammate_fallbacks,
 )
 from teamctl.shared.teams.turns import TeamTurns
 
 DELETE_BATCH = 500
 
 
-class TeamStore(TeamMessages, TeamRequests, TeamTurns):
-    """One team's records in Redis: its parts in one object, as the CLI, the lead and a turn use
-    them, and the team's own lifecycle."""
+class TeamStore(TeamBase):
+    """One team's records in Redis, as the CLI, the lead and a turn use them: the records every
+    part shares, the parts (messages, protocol requests, turns), and the team's own lifecycle."""
+
+    @cached_property
+    def messages(self) -> TeamMessages:
+        """Sends and broadcasts that wake their recipients, inbox reads and the event stream."""
+        return TeamMessages(self)
+
+    @cached_property
+    def requests(self) -> TeamRequests:
+        """Shutdown and plan requests: opened, answered, read and waited on."""
+        return TeamRequests(self)
+
+    @cached_property
+    def turns(self) -> TeamTurns:
+        """A turn's lease, memory, checkpoints and end, written by the worker that runs it."""
+        return TeamTurns(self)
 
     def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
         """This store with every script call of one tool call of `name`'s turn guarded: refused
         once the token lost the lease, and run once, so a rerun replays it."""
         guard = WriteGuard(turn_key=self.keys.turn(name), effects_key=self.keys.effects(name),
                            token=token, call_key=call_key)
-        clone = TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard))
-        clone.__dict__["options"] = self.options  # cached_property: no second read of meta
-        return clone
+        return TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard),
+                         options=self.options)
 
     def create(self, options: TeamOptions | None = None) -> TeamMeta:
         """The team's meta record, written now unless the team exists (then it is kept)."""
@@ -94,18 +109,20 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
                          "the team's budget was raised: teammates take turns again")
         woken = TeamTasks(self).wake()
         woken += [name for name in self.names()
-                  if name not in woken and self.peek(name, limit=1)[1] and self.wake(name)]
+                  if name not in woken and self.messages.peek(name, limit=1)[1]
+                  and self.messages.wake(name)]
         return state, woken
 
     def delete(self, *, force: bool = False) -> int:
         """Remove every key of the team and its index entry; returns keys removed. Refused
-        (MateBusy) while a teammate works, unless `force` (its turn's writes are then refused)."""
+        (TeammateBusy) while a teammate works, unless `force` (its turn's writes are then
+        refused)."""
         self.meta()
-        working = [m.name for m in self.mates() if m.status is MateStatus.WORKING]
+        working = [m.name for m in self.teammates() if m.status is TeammateStatus.WORKING]
         if working and not force:
-            raise MateBusy(f"{', '.join(working)} of team {self.team} "
-                           f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
-                           "use --force")
+            raise TeammateBusy(f"{', '.join(working)} of team {self.team} "
+                               f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
+                               "use --force")
         removed = 0
         batch: list[str] = []
         for key in self.conn.scan_iter(match=self.keys.all_patterns(), count=DELETE_BATCH):
@@ -122,13 +139,13 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
               queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
               mcp: Iterable[str] = (), workspace: Path | None = None,
               fallbacks: Iterable[str] = ()) -> Teammate:
-        """(Re)start a teammate and enqueue its first turn; MateBusy while it is working. In
+        """(Re)start a teammate and enqueue its first turn; TeammateBusy while it is working. In
         plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
         `tools` are workspace tools and Python tools (ConfigError for others) working in
         `workspace` (team_workspace; None: the worker's own state dir); `mcp` names servers
         of the team's `mcp_servers`, or tools of them (ConfigError otherwise); `fallbacks` are
         the models its calls try when its own cannot answer (checked model strings)."""
-        check_mate_name(name)
+        check_teammate_name(name)
         check_queue(queue)
         chosen = check_tools(tools)
         if not prompt.strip():
@@ -141,25 +158,25 @@ class TeamStore(TeamMessages, TeamRequests, TeamTurns):
         first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
         args = [name, role, prompt, model, api_base or "", queue, self.options.max_teammates,
                 first, "required" if plan_mode else "", ",".join(chosen), str(workspace or ""),
-                ",".join(entries), ",".join(checked_mate_fallbacks(fallbacks))]
+                ",".join(entries), ",".join(checked_teammate_fallbacks(fallbacks))]
         verdict = self._spawn_current(name, args)
         if verdict == "working":
-            raise MateBusy(f"{name} is working; wait for idle or shut it down")
+            raise TeammateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":
             raise ConfigError(f"team {self.team} has {self.options.max_teammates} teammates, "
                               "its limit (max_teammates); delete the team or use another")
-        mate = self.get(name)
-        self.scheduler.enqueue_turn(mate)
-        return mate
+        teammate = self.get(name)
+        self.scheduler.enqueue_turn(teammate)
+        return teammate
 
     def _spawn_current(self, name: str, args: list[Any]) -> str:
         """Run team_spawn with the teammate's requests as they stand (its re-spawn expires the
         pending ones), again while it answers 'retry' (a request opened in between)."""
         for _ in range(SNAPSHOT_RETRIES):
-            ids = sorted(self.conn.smembers(self.keys.mate_requests(name)))
+            ids = sorted(self.conn.smembers(self.keys.teammate_requests(name)))
             verdict = self.scripts["team_spawn"](
-                keys=[self.keys.mate(name), self.keys.memory(name), self.keys.roster,
-                      self.keys.roster_ver, self.keys.events, self.keys.mate_requests(name),
+                keys=[self.keys.teammate(name), self.keys.memory(name), self.keys.roster,
+                      self.keys.roster_ver, self.keys.events, self.keys.teammate_requests(name),
                       *(self.keys.request(request_id) for request_id in ids)],
                 args=[*args, *ids])
             if verdict != "retry":

@@ -1,6 +1,6 @@
 """Persistent teammates' records: a team's options and one teammate's state, parsed by model.
 
-A teammate is data in Redis (`TeamKeys.mate`), played turn by turn by any worker: with no
+A teammate is data in Redis (`TeamKeys.teammate`), played turn by turn by any worker: with no
 process of its own, it outlives any worker and any host. These models are what crosses the
 process boundary between the CLI, which spawns and messages teammates, and the RQ job that runs
 a turn.
@@ -16,7 +16,12 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
 from teamctl.shared.agent.model_names import checked_fallbacks
-from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS, check_entry, is_python_tool
+from teamctl.shared.agent.tool_names import (
+    TEAMMATE_TOOLS,
+    WORKSPACE_TOOLS,
+    check_entry,
+    is_python_tool,
+)
 from teamctl.shared.errors import ConfigError, unreadable
 from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name
 from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
@@ -30,7 +35,7 @@ TURN_FUNCTION = "teamctl.worker.teams.turn.run_turn"
 """What a turn job runs, enqueued by name so the CLI never imports the worker package."""
 
 
-class MateStatus(StrEnum):
+class TeammateStatus(StrEnum):
     """A teammate's lifecycle; liveness (its turn lease) is separate."""
 
     WORKING = "working"
@@ -95,7 +100,7 @@ class TeamMeta(BaseModel):
         python = [tool for tool in self.options.grantable_tools if is_python_tool(tool)]
         if python:
             try:
-                load_mate_python_tools(python)
+                load_teammate_python_tools(python)
             except ConfigError as exc:
                 raise ConfigError(f"[teammates] grantable_tools: {exc}") from None
 
@@ -106,7 +111,7 @@ class Teammate(BaseModel):
     name: str
     role: str = ""
     prompt: str = ""
-    status: MateStatus
+    status: TeammateStatus
     model: str
     api_base: HashText = None
     queue: str = DEFAULT_QUEUE
@@ -168,6 +173,8 @@ class TeamEvent(BaseModel):
     status: str
     task_id: str = ""
     mate: str = ""
+    """The teammate it is about: the stream's field is named like the `mate:` keys, and keeps
+    that name so existing teams' streams still read."""
     request: str = ""
     detail: str = ""
     """Why: spawned, woken, rerun N, a task id, the idle reason; a request's kind and party."""
@@ -229,7 +236,7 @@ def new_request_id() -> str:
     return "req_" + secrets.token_hex(6)
 
 
-def check_mate_name(name: str) -> str:
+def check_teammate_name(name: str) -> str:
     """A teammate name unchanged, or ConfigError (bad shape, or `lead`/`system`)."""
     check_team_name(name, "teammate name")
     if name in RESERVED_MEMBER_IDS:
@@ -256,12 +263,12 @@ def check_tools(tools: Iterable[str]) -> list[str]:
     return [tool for tool in WORKSPACE_TOOLS if tool in chosen] + python
 
 
-def load_mate_python_tools(tools: Iterable[str]) -> None:
+def load_teammate_python_tools(tools: Iterable[str]) -> None:
     """Import a teammate's Python tools where it is spawned: ConfigError for one that will not
     load, or whose name a teammate or workspace tool has (its turns would only end idle)."""
     from teamctl.shared.agent.python_tools import load_member_tools
 
-    load_member_tools(tools, MATE_TOOLS + WORKSPACE_TOOLS)
+    load_member_tools(tools, TEAMMATE_TOOLS + WORKSPACE_TOOLS)
 
 
 def team_workspace(state_dir: Path, team: str) -> Path:
@@ -272,7 +279,7 @@ def team_workspace(state_dir: Path, team: str) -> Path:
 
 
 
-def checked_mate_fallbacks(models: Iterable[str]) -> list[str]:
+def checked_teammate_fallbacks(models: Iterable[str]) -> list[str]:
     """A teammate's fallback models, deduplicated; ConfigError naming a bad one."""
     try:
         return checked_fallbacks(list(models))

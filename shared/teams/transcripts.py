@@ -44,7 +44,7 @@ def memory_keys(keys: TeamKeys, member: str) -> MemoryKeys:
     if member == LEAD:
         return MemoryKeys(keys.lead_lease, keys.lead_memory, keys.lead_memory_size, "",
                           keys.lead_turns)
-    return MemoryKeys(keys.turn(member), keys.memory(member), keys.mate(member), "memory_",
+    return MemoryKeys(keys.turn(member), keys.memory(member), keys.teammate(member), "memory_",
                       keys.turns(member))
 
 

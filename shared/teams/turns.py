@@ -12,30 +12,37 @@ from teamctl.shared.teams.tasks import LANE_HEAD, SNAPSHOT_RETRIES, TeamTasks, u
 from teamctl.shared.teams.team_base import TeamBase
 
 
-class TeamTurns(TeamBase):
-    """The store's turn part: every write is token-checked, so a revoked turn changes nothing."""
+class TeamTurns:
+    """The store's turn part, on the records every part shares (`store`): every write is
+    token-checked, so a revoked turn changes nothing."""
+
+    def __init__(self, store: TeamBase) -> None:
+        self.store = store
+        self.conn = store.conn
+        self.keys = store.keys
+        self.scripts = store.scripts
 
     def begin_turn(self, name: str, worker: str) -> tuple[str, str]:
         """('ok', token) with the turn lease taken; ('busy'|'skip', '') otherwise."""
         verdict, token = self.scripts["turn_begin"](
-            keys=[self.keys.mate(name), self.keys.turn(name), self.keys.tokens],
-            args=[int(self.options.heartbeat_ttl_s * 1000), worker])
+            keys=[self.keys.teammate(name), self.keys.turn(name), self.keys.tokens],
+            args=[int(self.store.options.heartbeat_ttl_s * 1000), worker])
         return verdict, token
 
     def refresh_turn(self, name: str, token: str) -> bool:
         """Extend the turn lease; False once the token no longer holds it."""
         return bool(self.scripts["turn_heartbeat"](
-            keys=[self.keys.turn(name), self.keys.mate(name)],
-            args=[token, int(self.options.heartbeat_ttl_s * 1000)]))
+            keys=[self.keys.turn(name), self.keys.teammate(name)],
+            args=[token, int(self.store.options.heartbeat_ttl_s * 1000)]))
 
     def hand_over(self, name: str, token: str) -> bool:
         """Give a working teammate's next turn to a fresh job (this one ran long); False for a
         revoked turn (nothing changes)."""
         if not self.scripts["turn_handover"](
-                keys=[self.keys.turn(name), self.keys.mate(name), self.keys.events],
+                keys=[self.keys.turn(name), self.keys.teammate(name), self.keys.events],
                 args=[token, name]):
             return False
-        self.scheduler.enqueue_turn(self.get(name))
+        self.store.scheduler.enqueue_turn(self.store.get(name))
         return True
 
     def memory(self, name: str) -> list[dict[str, Any]]:
@@ -56,9 +63,9 @@ class TeamTurns(TeamBase):
         written) for a revoked turn."""
         dropped = int(self.scripts["turn_checkpoint"](
             keys=[self.keys.turn(name), self.keys.memory(name), self.keys.read_offsets,
-                  self.keys.mate(name), self.keys.effects(name)],
-            args=[token, name, offset_id, self.options.memory_max_messages,
-                  self.options.memory_max_chars,
+                  self.keys.teammate(name), self.keys.effects(name)],
+            args=[token, name, offset_id, self.store.options.memory_max_messages,
+                  self.store.options.memory_max_chars,
                   *(json.dumps(m, ensure_ascii=False) for m in messages)]))
         return None if dropped < 0 else dropped
 
@@ -69,16 +76,16 @@ class TeamTurns(TeamBase):
         team's spent budget stopped (its tasks go back uncounted against their releases).
         Tasks the end released go to idle teammates."""
         mode = "budget" if budget else "1" if force else "0"
-        tasks = TeamTasks(self)
+        tasks = TeamTasks(self.store)
         tasks.index_lanes()
-        role = self.conn.hget(self.keys.mate(name), "role")
+        role = self.conn.hget(self.keys.teammate(name), "role")
         depth = LANE_HEAD
 
         def end() -> list[Any]:
             running = tasks.running_keys()
             lanes, depths, candidates = tasks.end_candidates(name, role, depth)
             ended: list[Any] = self.scripts["turn_end"](
-                keys=[self.keys.turn(name), self.keys.mate(name), self.keys.inbox(name),
+                keys=[self.keys.turn(name), self.keys.teammate(name), self.keys.inbox(name),
                       self.keys.read_offsets, self.keys.bus, self.keys.bus_seq,
                       self.keys.inbox(LEAD), *tasks.board_keys(), *running, *lanes,
                       *candidates],
@@ -91,7 +98,7 @@ class TeamTurns(TeamBase):
             if verdict != "more":
                 break
             depth *= 4  # the lanes' first tasks were all ones it may not take back: read deeper
-        self.lead_inbox.keep_bounds()
+        self.store.lead_inbox.keep_bounds()
         if int(released):
             tasks.wake()
         return str(verdict)

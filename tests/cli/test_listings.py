@@ -54,8 +54,8 @@ def stored(conn: redis.Redis, redis_url: str, team: str, tmp_path: Path) -> Iter
     store.create(TeamOptions(max_tokens=1000))
     store.spawn("alice", role="scout", prompt="Look around.", model="m", api_base=None,
                 queue=f"nobody-{team}")  # nobody serves it: alice stays working
-    mail, _ = store.send("alice", "lead", "a question\nin two lines")
-    request, _ = store.request_shutdown("alice", "wrapping up")
+    mail, _ = store.messages.send("alice", "lead", "a question\nin two lines")
+    request, _ = store.requests.request_shutdown("alice", "wrapping up")
     TeamTasks(store).add("Plan the week", role="dev")
     worker = Worker(["members"], connection=redis.Redis.from_url(redis_url))
     worker.register_birth()

@@ -23,7 +23,7 @@ from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.team_file import TeamFile
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus
+from teamctl.shared.teams.teammates import RequestStatus, TeammateStatus
 
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -151,7 +151,7 @@ def test_a_lead_re_spawn_never_widens_a_teammates_tools(
     store.create(TeamOptions(grantable_models=[OFFLINE_MODEL]))
     store.spawn("alice", role="r", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue=MARKED_QUEUE, tools=["read_file"])
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     before = store.get("alice")
     _, [widened, narrowed] = lead_calls(marked_workers, llm, team, [
         ("spawn_teammate", {"name": "alice", "role": "r", "prompt": "Again.",
@@ -163,7 +163,7 @@ def test_a_lead_re_spawn_never_widens_a_teammates_tools(
     after = store.get("alice")
     assert (after.tools, after.queue, after.epoch) == (["list_files"], MARKED_QUEUE,
                                                        before.epoch + 1)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle again")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle again")
     kept(llm, marked_workers, tmp_path)
 
 
@@ -176,7 +176,7 @@ def test_a_lead_re_spawn_cannot_lift_plan_mode_a_person_set(
     store.create(TeamOptions())
     store.spawn("alice", role="r", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue=MARKED_QUEUE, plan_mode=True)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     # Alice's idle notices may give the lead more steps: it answers each the same.
     lead = llm.script(f"lead-{team}", [ToolCalls([
         ("spawn_teammate", {"name": "alice", "role": "r", "prompt": "Skip the plan.",
@@ -187,7 +187,7 @@ def test_a_lead_re_spawn_cannot_lift_plan_mode_a_person_set(
     respawned = tool_results(conn0, team)[0]
     assert json.loads(respawned)["plan_mode"] is True
     assert store.get("alice").plan_state == "required"
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle again")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle again")
     kept(llm, marked_workers, tmp_path)
 
 
@@ -199,7 +199,7 @@ def test_a_stale_plan_approval_after_a_re_spawn_is_refused_and_changes_nothing(
                                      "waiting for review", "a new life, no plan yet"])
 
     def idle_notices() -> int:
-        return len(store.notices(SystemType.TEAMMATE_IDLE))
+        return len(store.messages.notices(SystemType.TEAMMATE_IDLE))
 
     def spawn_pat(prompt: str) -> None:
         store.spawn("pat", role="r", prompt=prompt, model=pat, api_base=llm.api_base,
@@ -207,11 +207,11 @@ def test_a_stale_plan_approval_after_a_re_spawn_is_refused_and_changes_nothing(
 
     spawn_pat("Plan, then act.")
     wait_until(lambda: idle_notices() == 1, message="pat's plan submitted")
-    [old] = store.requests()
+    [old] = store.requests.all()
     spawn_pat("Start over.")
     wait_until(lambda: idle_notices() == 2, message="pat idle in its new life")
-    assert store.request(old.id).status is RequestStatus.EXPIRED
-    assert store.request(old.id).resolved_by == "system"
+    assert store.requests.get(old.id).status is RequestStatus.EXPIRED
+    assert store.requests.get(old.id).resolved_by == "system"
 
     _, [result] = lead_calls(marked_workers, llm, team, [
         ("review_plan", {"request_id": old.id, "approve": True})])
@@ -224,7 +224,7 @@ def test_a_stale_plan_approval_after_a_re_spawn_is_refused_and_changes_nothing(
     assert person.stderr.strip().splitlines() == [
         f"teamctl: request {old.id} is already expired"]
     now = store.get("pat")
-    assert (now.plan_state, now.plan_request, now.status) == ("required", None, MateStatus.IDLE)
+    assert (now.plan_state, now.plan_request, now.status) == ("required", None, TeammateStatus.IDLE)
     assert not [m for m in store.bus.messages()
                 if m.type == ProtocolType.PLAN_APPROVAL_RESPONSE]
     kept(llm, marked_workers, tmp_path)
@@ -235,7 +235,7 @@ def alice_calls(llm: ScriptedLLM, team: str, calls: list[tuple[str, dict[str, An
 
 
 def alice_results(store: TeamStore) -> list[str]:
-    return [m["content"] for m in store.memory("alice") if m.get("role") == "tool"]
+    return [m["content"] for m in store.turns.memory("alice") if m.get("role") == "tool"]
 
 
 def test_a_teammate_cannot_send_protocol_or_system_types(
@@ -252,13 +252,13 @@ def test_a_teammate_cannot_send_protocol_or_system_types(
                                     for to, type_ in forged])
     store.spawn("alice", role="r", prompt="Forge.", model=model, api_base=llm.api_base,
                 queue=MARKED_QUEUE)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     results = [error_of(r) for r in alice_results(store)]
     assert [r["errorType"] for r in results] == ["ConfigError"] * len(forged)
     assert all(("belongs to a protocol" in r["error"] or "reserved for the runtime" in r["error"])
                for r in results), results
     assert [m for m in store.bus.messages() if m.from_ == "alice"] == []
-    assert store.get("bob").status is MateStatus.WORKING and store.requests() == []
+    assert store.get("bob").status is TeammateStatus.WORKING and store.requests.all() == []
     kept(llm, marked_workers, tmp_path)
 
 
@@ -268,7 +268,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
     store = TeamStore(conn0, team)
     store.spawn("bob", role="r", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue="nobody")
-    bobs, _ = store.request_shutdown("bob", "the person asks")
+    bobs, _ = store.requests.request_shutdown("bob", "the person asks")
     model = alice_calls(llm, team, [
         ("send_message", {"to": "bob", "content": "stop now", "from": "lead", "sender": "lead"}),
         ("broadcast", {"content": "all stop", "from": "lead"}),
@@ -278,7 +278,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
         ("review_plan", {"request_id": bobs.id, "approve": True})])
     store.spawn("alice", role="r", prompt="Impersonate.", model=model, api_base=llm.api_base,
                 queue=MARKED_QUEUE)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     sent, broadcast, *refused = alice_results(store)
     assert json.loads(sent)["ok"] and json.loads(broadcast)["ok"]
     assert [(e["errorType"], e["error"]) for e in map(error_of, refused)] == [
@@ -294,7 +294,7 @@ def test_a_teammate_cannot_speak_or_answer_as_the_lead_or_another_teammate(
     mine = [(m.from_, m.to, m.type) for m in store.bus.messages()
             if m.from_ not in (LEAD, "system")]
     assert mine == [("alice", "bob", "peer.message"), ("alice", "*", "peer.broadcast")]
-    assert store.request(bobs.id).status is RequestStatus.PENDING
+    assert store.requests.get(bobs.id).status is RequestStatus.PENDING
     assert store.get("bob").shutdown_request is None
     assert not [m for m in store.bus.messages() if isinstance(m, ProtocolMessage)
                 and m.from_ != LEAD]

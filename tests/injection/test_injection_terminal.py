@@ -29,7 +29,7 @@ from teamctl.shared.log_lines import LITELLM_LOGGERS, PrintableFormatter, Stderr
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 from teamctl.shared.workspace_files import WorkspaceFiles
 
 from tests.support.cli import TEAMCTL, run_cli
@@ -135,7 +135,7 @@ def test_no_model_text_acts_on_the_terminal_in_the_team_views(
     store = TeamStore(conn, team)
     store.spawn("eve", role="scout", prompt="Report.", model=eve, api_base=llm.api_base,
                 queue=MARKED_QUEUE)
-    wait_until(lambda: store.get("eve").status is MateStatus.IDLE, 60, message="eve idle")
+    wait_until(lambda: store.get("eve").status is TeammateStatus.IDLE, 60, message="eve idle")
     shown_mail = cli("team", "inbox", LEAD, "-t", team, "--redis-url", url)
 
     led = cli("lead", "-t", team, "--redis-url", url, "--workers", "0", "--model", lead,

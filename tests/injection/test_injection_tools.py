@@ -18,7 +18,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 from teamctl.shared.text import ECHO_CHARS
 from teamctl.worker.jobs import HANDED_BACK_REASON
 
@@ -118,11 +118,11 @@ def test_a_teammates_hung_python_tool_times_out_and_its_turn_ends(
     started = time.monotonic()
     assert spawn(marked_workers.redis_url, team, "hung", model, llm.api_base, "--queue",
                  MARKED_QUEUE, "--tool", HANG).exit_code == 0
-    wait_until(lambda: store.get("hung").status is MateStatus.IDLE, timeout_s + 60,
+    wait_until(lambda: store.get("hung").status is TeammateStatus.IDLE, timeout_s + 60,
                message="the teammate idle after its timed-out tool")
 
     assert time.monotonic() - started < timeout_s + 60  # the turn job's timeout: 1860 s
-    (result,) = [m["content"] for m in store.memory("hung") if m.get("role") == "tool"]
+    (result,) = [m["content"] for m in store.turns.memory("hung") if m.get("role") == "tool"]
     assert error_of(result)["errorType"] == "ToolTimeout"
     assert store.get("hung").idle_reason == "done"
     store.delete(force=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from teamctl.shared.private_files import private_dir, private_opener
-from teamctl.shared.teams.teammates import MateStatus, Teammate, team_workspace
+from teamctl.shared.teams.teammates import Teammate, TeammateStatus, team_workspace
 from teamctl.worker.teams.teammate_workspace import ensure_workspace
 
 NOBODY_UID = 65534
@@ -75,7 +75,7 @@ def test_private_opener_does_not_follow_a_symlink(tmp_path: Path) -> None:
 
 def test_a_teammates_workspace_is_made_private_with_the_state_dir(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    mate = Teammate(name="alice", status=MateStatus.IDLE, model="m")
-    root = ensure_workspace(mate, "core", state)
+    teammate = Teammate(name="alice", status=TeammateStatus.IDLE, model="m")
+    root = ensure_workspace(teammate, "core", state)
     assert root == team_workspace(state, "core") and root.is_dir()
     assert all(mode(p) == 0o700 for p in (root, root.parent, root.parent.parent, state))

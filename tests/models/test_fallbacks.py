@@ -31,7 +31,7 @@ from teamctl.shared.team_file import load_team_file
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_fallbacks import FALLBACK_STATUS
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import HttpError, ScriptedLLM
 from tests.support.replies import member_answer
@@ -187,11 +187,11 @@ def test_a_teammate_turn_falls_back(workers: str, wconn: redis.Redis, llm: Scrip
     assert spawn(workers, team, "ann", primary, llm.api_base,
                  "--fallback-model", backup).exit_code == 0
 
-    wait_until(lambda: store.get("ann").status is MateStatus.IDLE, message="ann's turn")
+    wait_until(lambda: store.get("ann").status is TeammateStatus.IDLE, message="ann's turn")
     ann = store.get("ann")
     assert ann.fallbacks == [backup] and ann.last_error is None
     assert (ann.answered_model, ann.fallback_from) == (backup, primary)
-    assert store.memory("ann")[-1]["content"] == "done on the backup"
+    assert store.turns.memory("ann")[-1]["content"] == "done on the backup"
     events = wconn.xrange(TeamKeys(team).events)
     assert [fields["detail"] for _, fields in events if fields.get("status") == FALLBACK_STATUS
             ] == [f"answered by fallback {backup} after {primary} (context_window)"]

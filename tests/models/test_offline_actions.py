@@ -19,10 +19,10 @@ TEXT = {"type": "string"}
 LEAD_TOOLS = [tool("list_teammates"), tool("spawn_teammate", name=TEXT, role=TEXT, prompt=TEXT),
               tool("create_task", subject=TEXT), tool("request_shutdown", name=TEXT),
               tool("send_message", to=TEXT, content=TEXT)]
-MATE_TOOLS = [tool("send_message", to=TEXT, content=TEXT),
-              tool("complete_task", task_id=TEXT, result=TEXT),
-              tool("respond_shutdown", request_id=TEXT, approve={"type": "boolean"}),
-              tool("submit_plan", plan=TEXT)]
+TEAMMATE_TOOLS = [tool("send_message", to=TEXT, content=TEXT),
+                  tool("complete_task", task_id=TEXT, result=TEXT),
+                  tool("respond_shutdown", request_id=TEXT, approve={"type": "boolean"}),
+                  tool("submit_plan", plan=TEXT)]
 
 
 def answered(messages: list[dict[str, Any]], reply: Act,
@@ -77,30 +77,30 @@ def test_a_teammate_tries_each_move_once_even_when_it_fails() -> None:
     messages = [{"role": "system", "content": f"{TEAMMATE_MARK}.\nName: al\nRole: dev\n"
                                               "Plan mode: off"},
                 {"role": "user", "content": f"<inbox>\n{inbox}\n</inbox>"}]
-    first = act("default", messages, MATE_TOOLS)
+    first = act("default", messages, TEAMMATE_TOOLS)
     assert [(c.name, c.args) for c in first.calls] == [
         ("complete_task", {"task_id": "task_4", "result": "[dev] al: did task_4."}),
         ("send_message", {"to": "lead", "content": "[dev] al: got 2-0: Status?"})]
     messages = answered(messages, first, [{"ok": False}, {"ok": True}])
-    second = act("default", messages, MATE_TOOLS)  # the shutdown last: it ends the turn
+    second = act("default", messages, TEAMMATE_TOOLS)  # the shutdown last: it ends the turn
     assert [(c.name, c.args["request_id"]) for c in second.calls] == [
         ("respond_shutdown", "req_1")]
     messages = answered(messages, second, [{"ok": True}])
-    assert act("default", messages, MATE_TOOLS).text.startswith("[dev] al: noted")
+    assert act("default", messages, TEAMMATE_TOOLS).text.startswith("[dev] al: noted")
 
 
 def test_in_plan_mode_a_teammate_submits_one_plan_and_waits() -> None:
     messages = [{"role": "system", "content": f"{TEAMMATE_MARK}.\nName: al\nRole: dev\n"
                                               "Plan mode: on: before changing anything"},
                 {"role": "user", "content": "Start."}]
-    first = act("default", messages, MATE_TOOLS)
+    first = act("default", messages, TEAMMATE_TOOLS)
     assert [c.name for c in first.calls] == ["submit_plan"]
     messages = answered(messages, first, [{"ok": True}])
-    assert act("default", messages, MATE_TOOLS).calls == []
+    assert act("default", messages, TEAMMATE_TOOLS).calls == []
     # The next turn, still unanswered: no second plan (the store would refuse it).
     messages += [{"role": "assistant", "content": "waiting"},
                  {"role": "user", "content": "<inbox>\n{\"id\": \"4-0\"}\n</inbox>"}]
-    assert act("default", messages, MATE_TOOLS).calls == []
+    assert act("default", messages, TEAMMATE_TOOLS).calls == []
 
 
 def test_a_role_is_read_after_who_when_no_as_names_one() -> None:
@@ -156,7 +156,7 @@ def test_a_teammate_completes_exactly_the_tasks_it_holds() -> None:
                         "name": "complete_task",
                         "arguments": '{"task_id": "task_10", "result": "r"}'}}]},
                 {"role": "tool", "tool_call_id": "x", "content": "not json"}]
-    [call] = act("default", messages, MATE_TOOLS).calls
+    [call] = act("default", messages, TEAMMATE_TOOLS).calls
     assert (call.name, call.args["task_id"]) == ("complete_task", "task_1")
 
 
@@ -167,7 +167,7 @@ def test_malformed_calls_in_memory_neither_crash_nor_repeat_ids() -> None:
                 {"role": "assistant", "content": None, "tool_calls": [
                     {"id": "offline_7"}, {"id": "y", "function": {"name": "x", "arguments": "[1]"}},
                     {"id": "z", "function": {"name": "x", "arguments": {"a": 1}}}]}]
-    reply = act("default", messages, [*MATE_TOOLS, tool("lookup", q=TEXT)])
+    reply = act("default", messages, [*TEAMMATE_TOOLS, tool("lookup", q=TEXT)])
     assert [c.name for c in reply.calls] == ["lookup"]
     [made] = tool_calls(reply, messages)
     assert made["id"] == "offline_8"

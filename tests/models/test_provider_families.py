@@ -18,7 +18,7 @@ from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.errors import ConfigError, ModelUnavailable
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import IdleReason, MateStatus
+from teamctl.shared.teams.teammates import IdleReason, TeammateStatus
 
 from tests.support.katan import FAMILIES, Katan, llm_katan
 from tests.support.teamfile import team_file
@@ -129,21 +129,22 @@ def test_a_teammate_turn_calls_a_tool_in_each_family(katan: Katan, katan_answers
     store = TeamStore(wconn, team)
     store.create(TeamOptions(turn_max_steps=2))
     assert spawn(workers, team, "test_to", model, katan_answers.url).exit_code == 0
-    wait_until(lambda: store.get("test_to").status is MateStatus.IDLE, 60,
+    wait_until(lambda: store.get("test_to").status is TeammateStatus.IDLE, 60,
                message="test_to's first turn")
     before = katan.requests().get(FAMILY[name], 0)
     assert spawn(workers, team, "sender", model, katan.url).exit_code == 0
 
     def both_told() -> bool:
-        got = [m for m in inbox_lines(store.memory("test_to")) if m["from"] == "sender"]
-        return (store.get("sender").status is MateStatus.IDLE and len(got) == 2
-                and store.get("test_to").status is MateStatus.IDLE)
+        got = [m for m in inbox_lines(store.turns.memory("test_to")) if m["from"] == "sender"]
+        return (store.get("sender").status is TeammateStatus.IDLE and len(got) == 2
+                and store.get("test_to").status is TeammateStatus.IDLE)
 
     wait_until(both_told, 60, message="sender's two messages in test_to's memory")
     assert store.get("sender").idle_reason == IdleReason.STEP_LIMIT
-    results = [m for m in store.memory("sender") if m.get("role") == "tool"]
+    results = [m for m in store.turns.memory("sender") if m.get("role") == "tool"]
     assert [m["name"] for m in results] == ["send_message"] * 2
-    got = [m["content"] for m in inbox_lines(store.memory("test_to")) if m["from"] == "sender"]
+    got = [m["content"] for m in inbox_lines(store.turns.memory("test_to"))
+           if m["from"] == "sender"]
     assert got == ["test_content"] * 2
     assert katan.requests()[FAMILY[name]] == before + 2
 

@@ -36,7 +36,7 @@ from teamctl.shared.settings import load_settings
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import Member
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import Headed, HttpError, ScriptedLLM
 from tests.support.teams import cli, spawn
@@ -314,7 +314,7 @@ def test_a_teammate_waiting_for_its_provider_says_so_on_its_record(
     listed = cli("team", "list", "-t", team, "--redis-url", workers).stdout
     assert re.search(rf"^alice\s+working\s+.*waiting for {re.escape(model)}: \d+\.\d s$",
                      listed, re.M), listed
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 30,
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, 30,
                message="alice's turn to end")
     alice = store.get("alice")
     assert alice.waiting_model is None and alice.last_error is None

@@ -34,7 +34,7 @@ from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.cli import TEAMCTL, assert_config_error
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -256,11 +256,11 @@ def test_a_teammate_turn_is_a_trace_linked_to_the_message_that_woke_it(
         ToolCalls([("send_message", {"to": "bob", "content": "hi bob"})]), "sent it"])
     store = TeamStore(redis.Redis.from_url(redis_server, decode_responses=True), team)
     assert spawn(redis_server, team, "bob", bob, llm.api_base, "--queue", queue).exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob's first turn")
     assert spawn(redis_server, team, "alice", alice, llm.api_base,
                  "--queue", queue).exit_code == 0
     wait_until(lambda: len(llm.requests[f"bob-{team}"]) == 2
-               and store.get("bob").status is MateStatus.IDLE, message="bob's answer")
+               and store.get("bob").status is TeammateStatus.IDLE, message="bob's answer")
 
     def turns(name: str) -> list[ReceivedSpan]:
         return [s for s in receiver.named(f"invoke_agent {name}")
@@ -509,7 +509,7 @@ def test_a_turn_woken_by_a_task_links_to_the_span_that_added_it(
     bob = llm.script(f"bob-{team}", ["ready", "on it"], repeat_last=True)
     store = TeamStore(redis.Redis.from_url(redis_server, decode_responses=True), team)
     assert spawn(redis_server, team, "bob", bob, llm.api_base, "--queue", queue).exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob's first turn")
 
     added = CliRunner().invoke(main, ["team", "task", "add", "Write the summary", "--assignee",
                                       "bob", "-t", team, "--redis-url", redis_server],
@@ -536,7 +536,7 @@ def test_the_lead_turn_is_a_trace_and_the_turn_it_wakes_links_to_it(
         repeat_last=True)
     store = TeamStore(redis.Redis.from_url(redis_server, decode_responses=True), team)
     assert spawn(redis_server, team, "bob", bob, llm.api_base, "--queue", queue).exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob's first turn")
 
     result = CliRunner().invoke(main, [
         "lead", "-t", team, "--redis-url", redis_server, "--workers", "0", "--model", lead,

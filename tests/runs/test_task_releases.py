@@ -60,7 +60,7 @@ def test_a_task_two_teammates_never_finish_fails_after_max_task_releases(
     assert first_turns == 2
     # The one idle longest takes it first: whichever first turn ended first (the workers may
     # run the two at once).
-    seen = {m.name: m.last_seen_ms for m in store.mates()}
+    seen = {m.name: m.last_seen_ms for m in store.teammates()}
     first, second = sorted(("a", "b"), key=lambda name: (seen[name], name))
     task_id = add(workers, team, "Fix the build")
     after = add(workers, team, "Ship it", "--after", task_id)
@@ -74,11 +74,11 @@ def test_a_task_two_teammates_never_finish_fails_after_max_task_releases(
                             f"{first}, {second}, {first}, {second}")
     assert failed.owner is None and failed.attempts == 4
     assert task(store, after).status is TaskStatus.PENDING
-    notices = store.notices(SystemType.TASK_FAILED)
+    notices = store.messages.notices(SystemType.TASK_FAILED)
     assert [(m.from_, m.task_id, m.content) for m in notices] == [
         ("system", task_id, f"{task_id} failed: {failed.error}; the tasks after it ({after}) "
                             "stay pending")]
-    assert len(store.notices(SystemType.TASK_RELEASED)) == 3
+    assert len(store.messages.notices(SystemType.TASK_RELEASED)) == 3
     bounded = first_turns + 4 * CALLS_PER_HOLD
     assert calls(llm, stubborn) == bounded
     # More work for the team runs to its end; neither stubborn teammate is called again.
@@ -90,7 +90,7 @@ def test_a_task_two_teammates_never_finish_fails_after_max_task_releases(
                and workers_idle(workers), message="c to finish its task")
     assert calls(llm, stubborn) == bounded
     assert task(store, task_id).status is TaskStatus.FAILED
-    assert len(store.notices(SystemType.TASK_FAILED)) == 1
+    assert len(store.messages.notices(SystemType.TASK_FAILED)) == 1
 
 
 def test_team_create_takes_max_task_releases_from_the_teammates_table_within_its_range(

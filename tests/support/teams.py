@@ -12,7 +12,7 @@ from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.teams.tasks import TeamTask, TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import ToolCalls
 
@@ -64,8 +64,8 @@ def task(store: TeamStore, task_id: str) -> TeamTask:
 
 def all_idle(store: TeamStore, count: int) -> bool:
     """The team has `count` teammates and every one is idle."""
-    mates = store.mates()
-    return len(mates) == count and all(m.status is MateStatus.IDLE for m in mates)
+    teammates = store.teammates()
+    return len(teammates) == count and all(m.status is TeammateStatus.IDLE for m in teammates)
 
 
 def inbox_lines(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:

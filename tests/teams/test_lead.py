@@ -31,7 +31,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus
+from teamctl.shared.teams.teammates import RequestStatus, TeammateStatus
 
 from tests.support.cli import TEAMCTL
 from tests.support.llm import ScriptedLLM, Slow, ToolCalls
@@ -85,8 +85,9 @@ def test_a_scripted_lead_spawns_alice_and_until_idle_ends_with_her_reply_injecte
     result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Spawn alice.",
                             "--until-idle"))
     assert result.exit_code == 0, result.output
-    assert store.get("alice").status is MateStatus.IDLE
-    assert store.peek(LEAD)[1] == []  # the inbox is handled: its offset moved past every mail
+    assert store.get("alice").status is TeammateStatus.IDLE
+    # The inbox is handled: its offset moved past every mail.
+    assert store.messages.peek(LEAD)[1] == []
 
     memory = lead_memory(wconn, team)
     assert memory[0] == {"role": "user", "content": "Spawn alice."}
@@ -176,10 +177,10 @@ def test_the_lead_at_the_defaults_with_slow_models_and_its_own_workers(
     alice_now = store.get("alice")
     # The slow calls never let a turn lease lapse: no rerun, no error.
     assert (alice_now.status, alice_now.attempts, alice_now.last_error) == (
-        MateStatus.IDLE, 0, None)
+        TeammateStatus.IDLE, 0, None)
     memory = lead_memory(conn, team)
     assert [m["content"] for m in injected(memory) if m["from"] == "alice"] == ["found it: 42"]
-    assert store.peek(LEAD)[1] == []
+    assert store.messages.peek(LEAD)[1] == []
     # Quitting released the lease and stopped the workers it started.
     assert not conn.exists(TeamKeys(team).lead_lease)
     rq_conn = redis.Redis.from_url(redis_url)
@@ -200,7 +201,7 @@ def test_the_lead_puts_a_task_on_the_board_for_an_idle_teammate_that_fits(
     # Idle too, but not of the task's role: never handed the task.
     store.spawn("carol", role="reader", prompt="Start.", model=OFFLINE_MODEL, api_base=None,
                 queue="members")
-    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates()),
+    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates()),
                message="bob and carol idle")
     result = cli(*lead_args(workers, team, lead, llm.api_base, "-m", "Get the summary written.",
                             "--until-idle"))
@@ -227,7 +228,7 @@ def test_the_offline_lead_answers_without_a_key(workers: str, wconn: redis.Redis
     # The scout's idle notice reached the lead (in the -m turn or a turn of its own).
     assert [m["type"] for m in injected(lead_memory(wconn, team))] == [
         SystemType.TEAMMATE_IDLE]
-    assert TeamStore(wconn, team).get("scout").status is MateStatus.IDLE
+    assert TeamStore(wconn, team).get("scout").status is TeammateStatus.IDLE
 
 
 def test_a_second_lead_exits_2_naming_the_holder_and_calls_no_model(
@@ -260,8 +261,8 @@ def test_slash_commands_show_the_team_without_a_model_call(
                                     lines="/team\n").stdout
     wait_until(lambda: now_ms() - store.get("alice").last_seen_ms > ttl_s * 1000,
                message="a lease TTL without alice being seen")
-    store.send("alice", LEAD, "a question for the lead")
-    record, _ = store.request_shutdown("alice", "wrapping up")
+    store.messages.send("alice", LEAD, "a question for the lead")
+    record, _ = store.requests.request_shutdown("alice", "wrapping up")
     shown = typed(*lead_args(redis_url, team, lead, llm.api_base),
                   lines="/team\n/inbox\n/requests\n/tasks\n/help\n/bogus\n/quit\n")
     assert shown.exit_code == 0, shown.output
@@ -273,7 +274,7 @@ def test_slash_commands_show_the_team_without_a_model_call(
     assert "unknown command /bogus; /help lists them" in shown.stderr
     assert llm.requests[f"lead-{team}"] == []
     # Shown, not consumed: the agent still gets the mail.
-    assert [m.content for m in store.peek(LEAD)[1]] == ["a question for the lead"]
+    assert [m.content for m in store.messages.peek(LEAD)[1]] == ["a question for the lead"]
 
 
 class KilledLead:
@@ -335,7 +336,7 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     lead = llm.script(f"lead-{team}", handler=script, **slow)
     store.spawn("bob", role="builder", prompt="Build.", model=bob_model,
                 api_base=llm.api_base, queue="members")
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, turn_s,
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, turn_s,
                message="bob's first turn")
 
     logs = tmp_path / "lead1.log"
@@ -347,7 +348,7 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     try:
         assert script.hung.wait(3 * turn_s), logs.read_text()
         assert bob.asked.wait(turn_s)
-        [pending] = store.requests()
+        [pending] = store.requests.all()
         assert (pending.kind, pending.to, pending.status) == ("shutdown", "bob",
                                                               RequestStatus.PENDING)
         # The first step is committed; the hung second one is not.
@@ -364,10 +365,10 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     # While the lead is dead: bob answers (approves, shuts down), alice asks for a plan review.
     store.spawn("alice", role="writer", prompt="Write.", model=alice_model,
                 api_base=llm.api_base, queue="members", plan_mode=True)
-    wait_until(lambda: store.get("bob").status is MateStatus.SHUTDOWN
-               and store.get("alice").status is MateStatus.IDLE, 3 * turn_s,
+    wait_until(lambda: store.get("bob").status is TeammateStatus.SHUTDOWN
+               and store.get("alice").status is TeammateStatus.IDLE, 3 * turn_s,
                message="bob and alice settle")
-    [_, plan] = store.requests()
+    [_, plan] = store.requests.all()
     wait_until(lambda: not wconn.exists(TeamKeys(team).lead_lease), 3 * TTL_S + 5,
                message="the dead lead's lease to expire")
 
@@ -394,8 +395,8 @@ def test_a_killed_lead_restarts_where_it_stopped_with_each_response_injected_onc
     assert types.count(ProtocolType.PLAN_APPROVAL_REQUEST) == 1
     assert types.count(SystemType.TEAMMATE_SHUTDOWN) == 1
     assert injected(lead_memory(wconn, team)) == final
-    assert store.request(plan.id).status is RequestStatus.APPROVED
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE
+    assert store.requests.get(plan.id).status is RequestStatus.APPROVED
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE
                and store.get("alice").plan_state == "approved", turn_s,
                message="alice carries it out")
 
@@ -419,9 +420,9 @@ def test_the_watcher_announces_mail_to_the_lead_and_reconciles_the_team(
         return text in "".join(said)
 
     with Watcher(store, TTL_S / 3):
-        store.send("alice", LEAD, "a question")
-        store.broadcast("bob", "news for all")
-        store.send(LEAD, "alice", "an answer")
+        store.messages.send("alice", LEAD, "a question")
+        store.messages.broadcast("bob", "news for all")
+        store.messages.send(LEAD, "alice", "an answer")
         wait_until(lambda: announced("news for all"), message="the broadcast announced")
         # No team verb runs: the watcher's own reconcile reruns alice's stalled turn.
         wait_until(lambda: store.get("alice").attempts >= 1, 3 * TTL_S + 5,

@@ -21,7 +21,7 @@ from teamctl.shared.teams.inbox import InboxBatch, unread_batch
 from teamctl.shared.teams.lead_inbox import LeadMailboxFull
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import TeammateTools
 
 from tests.support.slowlog import (
     NOISE_CEILING_MS,
@@ -53,13 +53,13 @@ def team(conn: redis.Redis, **options: int) -> TeamStore:
 def turn(store: TeamStore, name: str, label: str) -> None:
     """One turn of `name`, woken by the lead's message: it reads the message and goes idle, so
     the lead gets one teammate.idle notice naming `label`."""
-    store.send(LEAD, name, f"work on {label}")
-    verdict, token = store.begin_turn(name, "test:1")
+    store.messages.send(LEAD, name, f"work on {label}")
+    verdict, token = store.turns.begin_turn(name, "test:1")
     assert verdict == "ok"
-    last_id, mail = store.peek(name)
+    last_id, mail = store.messages.peek(name)
     assert [m.content for m in mail][-1] == f"work on {label}"
-    assert store.checkpoint(name, token, last_id, [{"role": "user", "content": "read"}])
-    assert store.end_turn(name, token, "done", f"{name} is idle (done): {label}") == "idle"
+    assert store.turns.checkpoint(name, token, last_id, [{"role": "user", "content": "read"}])
+    assert store.turns.end_turn(name, token, "done", f"{name} is idle (done): {label}") == "idle"
 
 
 def idle_label(message: Envelope) -> str:
@@ -74,23 +74,23 @@ def kept_kinds(messages: list[Envelope]) -> list[tuple[str, str]]:
 def test_without_a_lead_notices_fold_and_the_bus_stays_within_its_cap(
         conn: redis.Redis) -> None:
     store = team(conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP)
-    store.send("alice", LEAD, "peer 0: the schema is ready")
-    request, _ = store.request_shutdown("bob", "end of day")
-    _, token = store.begin_turn("bob", "test:1")
-    store.respond_shutdown("bob", request.id, False, "still busy")
-    last_id, _ = store.peek("bob")
-    assert store.checkpoint("bob", token, last_id, [{"role": "user", "content": "read"}])
-    assert store.end_turn("bob", token, "done", "bob is idle (done): round -1") == "idle"
+    store.messages.send("alice", LEAD, "peer 0: the schema is ready")
+    request, _ = store.requests.request_shutdown("bob", "end of day")
+    _, token = store.turns.begin_turn("bob", "test:1")
+    store.requests.respond_shutdown("bob", request.id, False, "still busy")
+    last_id, _ = store.messages.peek("bob")
+    assert store.turns.checkpoint("bob", token, last_id, [{"role": "user", "content": "read"}])
+    assert store.turns.end_turn("bob", token, "done", "bob is idle (done): round -1") == "idle"
     rounds = 30
     for n in range(rounds):
         for name in ("alice", "bob"):
             turn(store, name, f"round {n}")
         if n % 10 == 9:
-            store.send("alice", LEAD, f"peer {n // 10 + 1}")
+            store.messages.send("alice", LEAD, f"peer {n // 10 + 1}")
         assert conn.xlen(store.keys.bus) <= BUS_CAP + BUS_CAP // 10
-        assert len(store.peek(LEAD)[1]) <= INBOX_CAP
+        assert len(store.messages.peek(LEAD)[1]) <= INBOX_CAP
 
-    unread = store.peek(LEAD)[1]
+    unread = store.messages.peek(LEAD)[1]
     assert kept_kinds(unread) == [
         ("peer.message", "peer 0: the schema is ready"),
         (ProtocolType.SHUTDOWN_RESPONSE, "bob rejects shutdown request "
@@ -100,14 +100,14 @@ def test_without_a_lead_notices_fold_and_the_bus_stays_within_its_cap(
     assert len(summaries) == 1 and summaries[0].from_ == "system"
     match = SUMMARY.fullmatch(summaries[0].content)
     assert match, summaries[0].content
-    folded, idle_folded, mates = match.groups()
+    folded, idle_folded, teammates = match.groups()
     idle_shown = [idle_label(m) for m in unread if m.type == SystemType.TEAMMATE_IDLE]
     produced = 2 * rounds + 1
     assert int(folded) == int(idle_folded) == produced - len(idle_shown)
     # The newest notices stay, in order; the folded ones are the oldest.
     newest = [f"round {n}" for n in range(rounds) for _ in (0, 1)][-len(idle_shown):]
     assert idle_shown == newest and len(unread) <= INBOX_CAP
-    counts = dict(part.split(" ") for part in mates.split(", "))
+    counts = dict(part.split(" ") for part in teammates.split(", "))
     alice_shown = sum(m.content.startswith("alice") for m in unread
                       if m.type == SystemType.TEAMMATE_IDLE)
     assert counts == {"alice": str(rounds - alice_shown),
@@ -136,7 +136,7 @@ def test_a_lead_reading_meanwhile_gets_each_message_once_and_no_folded_one(
                 turn(store, name, f"round {rounds}")
             rounds += 1
         if step % 5 == 0:
-            store.send("bob", LEAD, f"peer at step {step}")
+            store.messages.send("bob", LEAD, f"peer at step {step}")
         read(batch)
     while batch.lines:  # the lead drains what is left
         batch = unread_batch(store, LEAD)
@@ -187,7 +187,7 @@ def test_a_lead_reading_in_another_thread_gets_each_message_once(conn: redis.Red
             for name in ("alice", "bob"):
                 turn(store, name, f"round {n}")
             if n % 20 == 0:
-                store.send("alice", LEAD, f"peer {n}")
+                store.messages.send("alice", LEAD, f"peer {n}")
     finally:
         stop.set()
         reader.join(30)
@@ -201,34 +201,34 @@ def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(
         conn: redis.Redis) -> None:
     store = team(conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP)
     for n in range(INBOX_CAP):
-        store.send("alice", LEAD, f"note {n}")
+        store.messages.send("alice", LEAD, f"note {n}")
     with pytest.raises(LeadMailboxFull) as refused:
-        store.send("alice", LEAD, "one more")
+        store.messages.send("alice", LEAD, "one more")
     assert str(refused.value) == (
         "the lead has 10 unread messages, its bound (lead_inbox_max_messages 10), and none of "
         "them can be folded; alice's message was not sent. Wait for the lead to read its mail, "
         "or put what you wanted to say in a task result or a message to a teammate")
     with pytest.raises(LeadMailboxFull):
-        store.broadcast("bob", "to everyone")
+        store.messages.broadcast("bob", "to everyone")
     # The teammate's model gets it as a tool error, and the turn goes on.
-    store.wake("alice")
-    assert store.begin_turn("alice", "test:1")[0] == "ok"
-    answer = MateTools(store, "alice").toolbox().call(
+    store.messages.wake("alice")
+    assert store.turns.begin_turn("alice", "test:1")[0] == "ok"
+    answer = TeammateTools(store, "alice").toolbox().call(
         "send_message", json.dumps({"to": "lead", "content": "again"}), "c1")
     assert answer.startswith("TOOL_ERROR: ")
     error = json.loads(answer.removeprefix("TOOL_ERROR: "))
     assert (error["errorType"], error["error"]) == ("LeadMailboxFull", str(refused.value))
     # A protocol answer is never refused: its request bounds it.
-    request, _ = store.request_shutdown("bob")
-    store.respond_shutdown("bob", request.id, True)
-    unread = store.peek(LEAD)[1]
+    request, _ = store.requests.request_shutdown("bob")
+    store.requests.respond_shutdown("bob", request.id, True)
+    unread = store.messages.peek(LEAD)[1]
     assert [m.content for m in unread][:INBOX_CAP] == [f"note {n}" for n in range(INBOX_CAP)]
     assert [m.type for m in unread][INBOX_CAP:] == [ProtocolType.SHUTDOWN_RESPONSE]
     # Once the lead has read, teammates may write again.
-    last_id, _ = store.peek(LEAD)
+    last_id, _ = store.messages.peek(LEAD)
     conn.hset(store.keys.read_offsets, LEAD, last_id)
-    store.send("alice", LEAD, "after the lead read")
-    assert [m.content for m in store.peek(LEAD)[1]] == ["after the lead read"]
+    store.messages.send("alice", LEAD, "after the lead read")
+    assert [m.content for m in store.messages.peek(LEAD)[1]] == ["after the lead read"]
 
 
 def big_backlog(conn: redis.Redis) -> TeamStore:
@@ -268,7 +268,7 @@ def test_folding_and_compacting_10000_messages_runs_in_bounded_script_calls(
     store, outcome = stores[-1], outcomes[-1]
     assert outcome is not None and outcome.unread <= 1000 and outcome.folded >= 4000
     assert conn.xlen(store.keys.bus) == outcome.bus_length <= 2000
-    unread = store.peek(LEAD)[1]
+    unread = store.messages.peek(LEAD)[1]
     assert unread[0].content == "an old peer message the lead keeps"
     assert [m.type for m in unread].count(SystemType.INBOX_SUMMARY) == 1
     assert unread[-1].type == SystemType.INBOX_SUMMARY

@@ -17,7 +17,7 @@ import redis
 from teamctl.coordinator.advice import for_this_shell
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, team_workspace
+from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 
 from tests.support.cli import assert_config_error
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -43,7 +43,7 @@ def create_team(url: str, team: str, tmp_path: Path, servers: list[dict[str, Any
 
 
 def tool_messages(store: TeamStore, name: str) -> list[str]:
-    return [m["content"] for m in store.memory(name) if m.get("role") == "tool"]
+    return [m["content"] for m in store.turns.memory(name) if m.get("role") == "tool"]
 
 
 def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
@@ -62,7 +62,7 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
 
     assert result.exit_code == 0, result.output
     assert store.get("gitmate").mcp == ["git:git_log", "git:git_status"]
-    wait_until(lambda: store.get("gitmate").status is MateStatus.IDLE, message="gitmate idle")
+    wait_until(lambda: store.get("gitmate").status is TeammateStatus.IDLE, message="gitmate idle")
     first, second = llm.requests[f"gitmate-{team}"]
     assert tool_names(first)[-3:] == ["read_file", "git__git_status", "git__git_log"]
     schema = next(t["function"] for t in first["tools"]
@@ -72,8 +72,8 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
     (history,) = tool_messages(store, "gitmate")
     assert "Message: Add the release notes" in history and "Author: Tess" in history
     assert second["messages"][-1]["content"] == history
-    mate = store.get("gitmate")
-    assert (mate.idle_reason, mate.last_error) == ("done", None)
+    teammate = store.get("gitmate")
+    assert (teammate.idle_reason, teammate.last_error) == ("done", None)
     wait_until(lambda: processes_in(workspace.resolve()) == [], 20,
                message="the git server to stop with the turn job")
 
@@ -94,7 +94,7 @@ def test_in_plan_mode_only_the_tools_a_server_marks_read_only_run_before_approva
 
     assert spawn(workers, team, "careful", model, llm.api_base, "--plan-mode",
                  "--mcp", "git").exit_code == 0
-    wait_until(lambda: store.get("careful").status is MateStatus.IDLE, message="careful idle")
+    wait_until(lambda: store.get("careful").status is TeammateStatus.IDLE, message="careful idle")
 
     # The gate wraps git_add in place: the model still gets the server's own schema for it.
     schemas = {t["function"]["name"]: t["function"]["parameters"]
@@ -121,12 +121,12 @@ def test_a_server_that_will_not_start_idles_the_teammate_with_its_stderr(
     store = TeamStore(wconn, team)
 
     assert spawn(workers, team, "indexer", OFFLINE_MODEL, None, "--mcp", "index").exit_code == 0
-    wait_until(lambda: store.get("indexer").status is MateStatus.IDLE, message="indexer idle")
+    wait_until(lambda: store.get("indexer").status is TeammateStatus.IDLE, message="indexer idle")
 
-    mate = store.get("indexer")
-    assert mate.idle_reason.startswith("error: MCP server 'index' (")
-    assert "did not start (" in mate.last_error
-    assert mate.last_error.endswith("its stderr ends:\nindex: cannot open /no/such/index.db")
+    teammate = store.get("indexer")
+    assert teammate.idle_reason.startswith("error: MCP server 'index' (")
+    assert "did not start (" in teammate.last_error
+    assert teammate.last_error.endswith("its stderr ends:\nindex: cannot open /no/such/index.db")
     assert processes_in(workspace.resolve()) == []
 
 

@@ -20,7 +20,7 @@ from teamctl.shared.lease import LeadLease
 from teamctl.shared.redis.scripts import sources
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.slowlog import within_the_rule
@@ -59,7 +59,7 @@ def stored_chars(conn: redis.Redis, key: str) -> int:
 
 
 def recorded_chars(conn: redis.Redis, store: TeamStore, name: str) -> int:
-    return int(conn.hget(store.keys.mate(name), "memory_chars") or -1)
+    return int(conn.hget(store.keys.teammate(name), "memory_chars") or -1)
 
 
 def request_chars(body: dict[str, Any]) -> int:
@@ -81,7 +81,7 @@ def working_alice(conn: redis.Redis, team: str, options: TeamOptions) -> tuple[T
     store = TeamStore(conn, team)
     store.create(options)
     store.spawn("alice", role="dev", prompt="p", model="m", api_base=None, queue=f"nobody-{team}")
-    verdict, token = store.begin_turn("alice", "test:1")
+    verdict, token = store.turns.begin_turn("alice", "test:1")
     assert verdict == "ok"
     return store, token
 
@@ -91,21 +91,21 @@ def test_memory_past_its_character_cap_loses_the_oldest_whole_exchanges(
     store, token = working_alice(conn, team, TeamOptions(memory_max_chars=1000))
     key = store.keys.memory("alice")
     big = "x" * 400
-    assert store.commit_step("alice", token, "", [CALL, result(big)]) == 0
+    assert store.turns.commit_step("alice", token, "", [CALL, result(big)]) == 0
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) == chars(
         [user("p"), CALL, result(big)])
     # Over 1,000 characters: the spawn prompt's exchange goes whole, with its call and result.
-    assert store.commit_step("alice", token, "", [user("m1"), said(big)]) == 3
-    assert store.memory("alice") == [user("m1"), said(big)]
+    assert store.turns.commit_step("alice", token, "", [user("m1"), said(big)]) == 3
+    assert store.turns.memory("alice") == [user("m1"), said(big)]
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key)
     # The newest exchange alone is over the cap: it stays whole.
-    assert store.commit_step("alice", token, "", [CALL, result(big), said("a2")]) == 0
-    assert store.memory("alice") == [user("m1"), said(big), CALL, result(big), said("a2")]
+    assert store.turns.commit_step("alice", token, "", [CALL, result(big), said("a2")]) == 0
+    assert store.turns.memory("alice") == [user("m1"), said(big), CALL, result(big), said("a2")]
     assert stored_chars(conn, key) > 1000
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key)
     # Characters, not bytes: "ü" and "🙂" count one each, as for the model.
-    assert store.commit_step("alice", token, "", [user("m2 ü🙂"), said("a3")]) == 5
-    assert store.memory("alice") == [user("m2 ü🙂"), said("a3")]
+    assert store.turns.commit_step("alice", token, "", [user("m2 ü🙂"), said("a3")]) == 5
+    assert store.turns.memory("alice") == [user("m2 ü🙂"), said("a3")]
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) == chars(
         [user("m2 ü🙂"), said("a3")])
 
@@ -113,19 +113,19 @@ def test_memory_past_its_character_cap_loses_the_oldest_whole_exchanges(
 def test_a_memory_without_a_size_record_is_counted_once_and_a_respawn_starts_afresh(
         conn: redis.Redis, team: str) -> None:
     store, token = working_alice(conn, team, TeamOptions(memory_max_chars=1000))
-    key, mate = store.keys.memory("alice"), store.keys.mate("alice")
-    assert conn.hget(mate, "memory_chars") is None  # a fresh spawn: counted at its checkpoint
-    assert store.checkpoint("alice", token, "", [user("m1 é"), said("a1")])
-    conn.hdel(mate, "memory_chars", "memory_last_user")  # as a memory from before the record
-    assert store.commit_step("alice", token, "", [user("m2"), said("x" * 900)]) == 3
-    assert store.memory("alice") == [user("m2"), said("x" * 900)]
+    key, teammate = store.keys.memory("alice"), store.keys.teammate("alice")
+    assert conn.hget(teammate, "memory_chars") is None  # a fresh spawn: counted at its checkpoint
+    assert store.turns.checkpoint("alice", token, "", [user("m1 é"), said("a1")])
+    conn.hdel(teammate, "memory_chars", "memory_last_user")  # as a memory from before the record
+    assert store.turns.commit_step("alice", token, "", [user("m2"), said("x" * 900)]) == 3
+    assert store.turns.memory("alice") == [user("m2"), said("x" * 900)]
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key)
-    store.force_shutdown("alice")
+    store.requests.force_shutdown("alice")
     store.spawn("alice", role="dev", prompt="again", model="m", api_base=None,
                 queue=f"nobody-{team}")
-    assert conn.hget(mate, "memory_chars") is None
-    _, token = store.begin_turn("alice", "test:1")
-    assert store.checkpoint("alice", token, "", [said("hi")])
+    assert conn.hget(teammate, "memory_chars") is None
+    _, token = store.turns.begin_turn("alice", "test:1")
+    assert store.turns.checkpoint("alice", token, "", [said("hi")])
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) == chars(
         [user("again"), said("hi")])
 
@@ -146,13 +146,13 @@ def test_a_checkpoint_on_a_large_memory_never_walks_it(conn: redis.Redis, team: 
     conn.config_set("slowlog-log-slower-than", 5000)
     try:
         conn.slowlog_reset()
-        store.checkpoint("alice", token, "", [user("first"), said("counted")])
+        store.turns.checkpoint("alice", token, "", [user("first"), said("counted")])
         walks = [e for e in conn.slowlog_get(128) if sha in str(e.get("command"))]
         assert walks, "the one count of the whole memory should take over 5 ms"
         conn.slowlog_reset()
         for n in range(100):
-            assert store.commit_step("alice", token, "", [user(f"new {n} " + "n" * 480),
-                                                          said("b" * 480)]) == 2
+            assert store.turns.commit_step("alice", token, "", [user(f"new {n} " + "n" * 480),
+                                                                said("b" * 480)]) == 2
         slow = [e["duration"] / 1000 for e in conn.slowlog_get(128)
                 if sha in str(e.get("command"))]
         # A walk on each of the 100 would show on most of them; a loaded host, on a few.
@@ -160,7 +160,7 @@ def test_a_checkpoint_on_a_large_memory_never_walks_it(conn: redis.Redis, team: 
     finally:
         conn.config_set("slowlog-log-slower-than", threshold)
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) <= cap
-    assert store.memory("alice")[-1] == said("b" * 480)
+    assert store.turns.memory("alice")[-1] == said("b" * 480)
 
 
 def test_a_teammate_with_large_tool_results_keeps_its_memory_under_the_cap(
@@ -178,16 +178,16 @@ def test_a_teammate_with_large_tool_results_keeps_its_memory_under_the_cap(
         calls += 1
         if calls > steps:
             return "done"
-        store.send(LEAD, "alice", f"note {calls}")
+        store.messages.send(LEAD, "alice", f"note {calls}")
         return ToolCalls([("long_text", {"chars": 2500})])
 
     alice = llm.script(f"alice-{store.team}", handler=model)
     store.spawn("alice", role="dev", prompt="Work.", model=alice, api_base=llm.api_base,
                 queue="members", tools=[f"{FIXTURE}:long_text"])
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 60,
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, 60,
                message="alice never went idle")
     assert calls == steps + 1 and store.get("alice").idle_reason == "done"
-    memory = store.memory("alice")
+    memory = store.turns.memory("alice")
     key = store.keys.memory("alice")
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key)
     assert cap - EXCHANGE_CHARS < stored_chars(conn, key) <= cap  # only what had to go went
@@ -215,7 +215,7 @@ def test_the_leads_memory_and_requests_stay_under_the_character_cap(
         calls += 1
         if calls > steps:
             return "all read"
-        store.send("alice", LEAD, f"report {calls} " + "r" * 1500)
+        store.messages.send("alice", LEAD, f"report {calls} " + "r" * 1500)
         return ToolCalls([("list_teammates", {})])
 
     lead_model = llm.script(f"lead-{team}", handler=model)

@@ -17,7 +17,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.teams import add, base_args, cli, spawn, task
 from tests.support.waiting import wait_until
@@ -79,7 +79,7 @@ def test_an_offline_teammate_does_its_task_answers_the_lead_and_agrees_to_shut_d
         workers: str, wconn: redis.Redis, team: str) -> None:
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "scout", OFFLINE_MODEL, None).exit_code == 0
-    wait_until(lambda: store.get("scout").status is MateStatus.IDLE, message="scout idle")
+    wait_until(lambda: store.get("scout").status is TeammateStatus.IDLE, message="scout idle")
 
     task_id = add(workers, team, "Draft the intro")
     wait_until(lambda: task(store, task_id).status is TaskStatus.COMPLETED, 60,
@@ -98,7 +98,7 @@ def test_an_offline_teammate_does_its_task_answers_the_lead_and_agrees_to_shut_d
     # No --force: the teammate approves the request itself.
     stopped = cli("team", "shutdown", "scout", "--wait", "60", *base_args(workers, team))
     assert stopped.exit_code == 0, stopped.output
-    assert store.get("scout").status is MateStatus.SHUTDOWN
+    assert store.get("scout").status is TeammateStatus.SHUTDOWN
 
 
 def test_an_offline_teammate_in_plan_mode_does_its_task_once_the_plan_is_approved(
@@ -113,7 +113,7 @@ def test_an_offline_teammate_in_plan_mode_does_its_task_once_the_plan_is_approve
     wait_until(lambda: len(pending()) == 1, 60, message="pat's plan request")
     [request] = pending()
     assert (request["kind"], request["from"]) == ("plan_approval", "pat")
-    wait_until(lambda: store.get("pat").status is MateStatus.IDLE, message="pat idle")
+    wait_until(lambda: store.get("pat").status is TeammateStatus.IDLE, message="pat idle")
     task_id = add(workers, team, "Rename the module")
     assert task(store, task_id).status is TaskStatus.READY
 
@@ -141,5 +141,5 @@ def test_the_offline_lead_spawns_the_named_teammate_gives_it_a_task_and_shuts_it
                "Please shut down carol.")
     assert stop.exit_code == 0, stop.output
     assert stop.stdout.splitlines()[0] == f"[lead of {team}] asked carol to shut down."
-    wait_until(lambda: store.get("carol").status is MateStatus.SHUTDOWN, 60,
+    wait_until(lambda: store.get("carol").status is TeammateStatus.SHUTDOWN, 60,
                message="carol shut down after approving")

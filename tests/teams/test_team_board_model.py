@@ -38,7 +38,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import StaleTurn, TaskRefused, TeamTask, TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 NOBODY = "nobody"
 """The queue the teammates' turns go to: no worker serves it, the machine plays the turns."""
@@ -89,7 +89,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
     # --- helpers --------------------------------------------------------------------------------
 
     def spawned(self) -> list[str]:
-        return [name for name in MATES if self.conn.exists(self.store.keys.mate(name))]
+        return [name for name in MATES if self.conn.exists(self.store.keys.teammate(name))]
 
     def observe(self) -> None:
         """Read the board back; every task that went in progress without an explicit claim was
@@ -146,31 +146,31 @@ class TeamBoardMachine(RuleBasedStateMachine):
         self.observe()
 
     def idle(self) -> list[str]:
-        return [n for n in self.spawned() if self.store.get(n).status is MateStatus.IDLE]
+        return [n for n in self.spawned() if self.store.get(n).status is TeammateStatus.IDLE]
 
     @precondition(lambda self: bool(self.idle()))
     @rule(data=st.data())
     def send(self, data: st.DataObject) -> None:
         """The lead writes to an idle teammate, which wakes it."""
         name = data.draw(st.sampled_from(self.idle()), label="teammate")
-        assert self.store.send("lead", name, "any news?")[1]
+        assert self.store.messages.send("lead", name, "any news?")[1]
         self.observe()
 
     # --- the teammates' turns -------------------------------------------------------------------
 
     def take_turn_of(self, name: str) -> None:
-        verdict, token = self.store.begin_turn(name, f"machine:{name}")
+        verdict, token = self.store.turns.begin_turn(name, f"machine:{name}")
         assert verdict == "ok", (name, verdict)
         self.tokens[name] = token
 
     @precondition(lambda self: any(n not in self.tokens and
-                                   self.store.get(n).status is MateStatus.WORKING
+                                   self.store.get(n).status is TeammateStatus.WORKING
                                    for n in self.spawned()))
     @rule(data=st.data())
     def take_turn(self, data: st.DataObject) -> None:
         """A worker takes the turn a hand-out or a message enqueued."""
         name = data.draw(st.sampled_from([n for n in self.spawned() if n not in self.tokens and
-                                          self.store.get(n).status is MateStatus.WORKING]))
+                                          self.store.get(n).status is TeammateStatus.WORKING]))
         self.take_turn_of(name)
 
     def turn_holder(self, data: st.DataObject) -> tuple[str, str, bool]:
@@ -233,13 +233,13 @@ class TeamBoardMachine(RuleBasedStateMachine):
         """The turn reads its inbox (the model saw it), then ends, or fails."""
         name = data.draw(st.sampled_from(sorted(self.tokens)), label="teammate")
         token = self.tokens[name]
-        last_id, _ = self.store.peek(name)
-        assert self.store.checkpoint(name, token, last_id, [])
+        last_id, _ = self.store.messages.peek(name)
+        assert self.store.turns.checkpoint(name, token, last_id, [])
         if failed:
-            verdict = self.store.end_turn(name, token, "error: boom", f"{name} failed",
-                                          force=True, error="boom")
+            verdict = self.store.turns.end_turn(name, token, "error: boom", f"{name} failed",
+                                                force=True, error="boom")
         else:
-            verdict = self.store.end_turn(name, token, "done", f"{name} idle")
+            verdict = self.store.turns.end_turn(name, token, "done", f"{name} idle")
         assert verdict in ("idle", "continue"), verdict
         if verdict == "idle":
             del self.tokens[name]
@@ -268,7 +268,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
         assert done == set(self.outputs)
         if not self.planned:
             return
-        results = [m.task_id for m in self.store.notices(SystemType.TASK_RESULT)]
+        results = [m.task_id for m in self.store.messages.notices(SystemType.TASK_RESULT)]
         assert Counter(results) == Counter(list(self.outputs))
 
     @invariant()
@@ -298,7 +298,7 @@ class TeamBoardMachine(RuleBasedStateMachine):
             if task.status is TaskStatus.IN_PROGRESS:
                 holder = task.claimed_by or ""
                 assert holder in self.spawned(), (tid, holder)
-                assert self.store.get(holder).status is MateStatus.WORKING, (tid, holder)
+                assert self.store.get(holder).status is TeammateStatus.WORKING, (tid, holder)
 
     def teardown(self) -> None:
         """Drop the team's keys, so every example scans a small database."""

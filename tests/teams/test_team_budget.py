@@ -24,7 +24,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import IdleReason, MateStatus
+from teamctl.shared.teams.teammates import IdleReason, TeammateStatus
 from teamctl.worker.teams.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM
@@ -44,7 +44,7 @@ def base(url: str, team: str) -> tuple[str, ...]:
 
 
 def settled(store: TeamStore, name: str, url: str) -> bool:
-    return store.get(name).status is MateStatus.IDLE and workers_idle(url)
+    return store.get(name).status is TeammateStatus.IDLE and workers_idle(url)
 
 
 def test_a_call_the_budget_cannot_cover_is_not_made_and_nothing_wakes_after_it(
@@ -56,7 +56,7 @@ def test_a_call_the_budget_cannot_cover_is_not_made_and_nothing_wakes_after_it(
     # does not know): 30 tokens cover none, so no call is made at all.
     model = llm.script(f"alice-{team}", [])
     assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
-    wait_until(lambda: settled(store, "alice", workers) and store.notices(
+    wait_until(lambda: settled(store, "alice", workers) and store.messages.notices(
         SystemType.TEAMMATE_IDLE), message="alice's refused turn")
     spent = store.budget_exceeded()
     assert spent is not None and re.fullmatch(
@@ -67,12 +67,12 @@ def test_a_call_the_budget_cannot_cover_is_not_made_and_nothing_wakes_after_it(
     usage = store.usage()
     assert (usage.prompt_tokens, usage.completion_tokens) == (0, 0)
     assert usage.budget_exceeded == spent
-    [told] = store.notices(SystemType.TEAM_BUDGET_EXCEEDED)
+    [told] = store.messages.notices(SystemType.TEAM_BUDGET_EXCEEDED)
     assert (told.from_, told.to) == ("system", LEAD)
     assert told.content == (f"{spent}: no teammate or lead starts another model call and "
                             "messages wake no one until "
                             f"`teamctl team budget --add-tokens 10000 -t {team}` raises it")
-    assert told.id in [m.id for m in store.peek(LEAD)[1]]
+    assert told.id in [m.id for m in store.messages.peek(LEAD)[1]]
 
     # Mail is delivered but wakes no one, and says why.
     again = cli("team", "send", "alice", "one more thing", *base(workers, team))
@@ -82,8 +82,9 @@ def test_a_call_the_budget_cannot_cover_is_not_made_and_nothing_wakes_after_it(
         f"teamctl: team {team}: {spent}; the message waits unread and wakes no one")
     everyone = cli("team", "broadcast", "all hands", *base(workers, team))
     assert everyone.exit_code == 0 and everyone.stdout.endswith("; woke 0\n")
-    assert [m.content for m in store.peek("alice")[1]][-2:] == ["one more thing", "all hands"]
-    assert store.get("alice").status is MateStatus.IDLE
+    assert [m.content for m in store.messages.peek("alice")[1]][-2:] == ["one more thing",
+                                                                         "all hands"]
+    assert store.get("alice").status is TeammateStatus.IDLE
     assert Queue("members", connection=redis.Redis.from_url(workers)).count == 0
     # Nothing that would start a turn goes through; nothing was written.
     for what, refused in (
@@ -93,9 +94,9 @@ def test_a_call_the_budget_cannot_cover_is_not_made_and_nothing_wakes_after_it(
         assert refused.exit_code == 1
         assert refused.stderr.count("\n") == 1
         assert refused.stderr.startswith(f"teamctl: team {team}: {spent}; {what}")
-    assert store.names() == ["alice"] and store.requests() == []
+    assert store.names() == ["alice"] and store.requests.all() == []
     assert llm.requests[f"alice-{team}"] == []
-    assert len(store.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
+    assert len(store.messages.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
 
     [row] = [r for r in json.loads(cli("teams", "--json", "--redis-url", workers).stdout)
              if r["team"] == team]
@@ -116,7 +117,7 @@ def test_a_top_up_wakes_the_teammate_the_spent_budget_left_with_mail(
     spent = store.budget_exceeded()
     assert spent is not None and llm.requests[f"alice-{team}"] == []
     assert cli("team", "send", "alice", "one more thing", *base(workers, team)).exit_code == 0
-    assert store.get("alice").status is MateStatus.IDLE  # the mail waits
+    assert store.get("alice").status is TeammateStatus.IDLE  # the mail waits
     for args, says in ((["--add-tokens", "-3"], "--add-tokens '-3': give a whole number"),
                        (["--add-usd", "2"], f"team {team} has no max_cost_usd")):
         refused = cli("team", "budget", *args, *base(workers, team))
@@ -132,12 +133,12 @@ def test_a_top_up_wakes_the_teammate_the_spent_budget_left_with_mail(
     assert raised.stdout.splitlines() == [
         f"budget of team {team} raised; woke 1 teammate",
         "tokens: 0 used of 10030 (max_tokens 30 + 10000 added)", "the budget lasts"]
-    wait_until(lambda: settled(store, "alice", workers) and not store.peek("alice")[1],
+    wait_until(lambda: settled(store, "alice", workers) and not store.messages.peek("alice")[1],
                message="alice's turn on the mail that waited")
     assert (store.get("alice").idle_reason, store.budget_exceeded()) == (IdleReason.DONE, None)
     assert len(llm.requests[f"alice-{team}"]) == 1
     assert store.usage().prompt_tokens > 0
-    assert [m.type for m in store.notices(SystemType.TEAM_BUDGET_ADDED)] == [
+    assert [m.type for m in store.messages.notices(SystemType.TEAM_BUDGET_ADDED)] == [
         SystemType.TEAM_BUDGET_ADDED]
 
 
@@ -150,8 +151,9 @@ def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_c
     # Nobody serves this queue: the first turn waits there, the teammate working.
     assert spawn(redis_url, team, "alice", model, llm.api_base, "--queue",
                  "nobody").exit_code == 0
-    assert store.get("alice").status is MateStatus.WORKING
-    assert store.send(LEAD, "alice", "are you there?")[1] is False  # working: its turn reads it
+    assert store.get("alice").status is TeammateStatus.WORKING
+    # Working: its turn reads it.
+    assert store.messages.send(LEAD, "alice", "are you there?")[1] is False
     charge = store.charge(Usage(prompt_tokens=5, cost_usd=0.75))
     assert charge.crossed and charge.exceeded == (
         "budget exceeded: $0.75 spent, max_cost_usd is 0.5")
@@ -159,13 +161,13 @@ def test_a_turn_queued_before_the_budget_was_spent_ends_budget_without_a_model_c
 
     # Unread mail does not keep a turn going past the budget: it waits.
     assert execute_turn(conn, team, "alice") == "idle"
-    assert [m.content for m in store.peek("alice")[1]] == ["are you there?"]
+    assert [m.content for m in store.messages.peek("alice")[1]] == ["are you there?"]
     alice = store.get("alice")
-    assert (alice.status, alice.idle_reason) == (MateStatus.IDLE, IdleReason.BUDGET)
+    assert (alice.status, alice.idle_reason) == (TeammateStatus.IDLE, IdleReason.BUDGET)
     assert alice.last_error == charge.exceeded
     assert llm.requests[f"idle-{team}"] == []
-    assert store.memory("alice") == [{"role": "user", "content": "You are alice. Start."}]
-    assert [m.content for m in store.notices(SystemType.TEAM_BUDGET_EXCEEDED)] == [
+    assert store.turns.memory("alice") == [{"role": "user", "content": "You are alice. Start."}]
+    assert [m.content for m in store.messages.notices(SystemType.TEAM_BUDGET_EXCEEDED)] == [
         f"{charge.exceeded}: no teammate or lead starts another model call and messages wake "
         f"no one until `teamctl team budget --add-usd 1 -t {team}` raises it"]
     assert store.usage().prompt_tokens == 10
@@ -187,14 +189,14 @@ def test_a_lead_call_the_budget_cannot_cover_is_not_made_and_the_lead_says_why(
         f"teamctl: team {team}: {spent}; the lead makes no model call (no teammate takes "
         "another turn until `")
     assert f" team budget --add-tokens 10000 -t {team} " in first.stderr  # spelled to paste
-    assert [m.type for m in store.peek(LEAD)[1]] == [SystemType.TEAM_BUDGET_EXCEEDED]
+    assert [m.type for m in store.messages.peek(LEAD)[1]] == [SystemType.TEAM_BUDGET_EXCEEDED]
     # In the REPL a refused turn says why and the slash commands still answer.
     repl = typed(*lead_args(workers, team, lead, llm.api_base), lines="\n/inbox\n")
     assert repl.exit_code == 0
     assert f"teamctl: team {team}: {spent}; the lead makes no model call" in repl.stderr
     assert f"system -> lead\t{SystemType.TEAM_BUDGET_EXCEEDED}\t{spent}" in repl.stdout
     assert llm.requests[f"lead-{team}"] == []
-    assert len(store.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
+    assert len(store.messages.notices(SystemType.TEAM_BUDGET_EXCEEDED)) == 1
 
 
 def test_concurrent_calls_cross_the_budget_once_and_every_one_is_counted(
@@ -215,7 +217,7 @@ def test_concurrent_calls_cross_the_budget_once_and_every_one_is_counted(
     assert sorted(c.exceeded or "" for c in charges) == ["", "", "", "", *[reason] * 16]
     store = TeamStore(conn, team)
     assert store.usage().prompt_tokens == 10 * CHARGERS
-    [told] = store.notices(SystemType.TEAM_BUDGET_EXCEEDED)
+    [told] = store.messages.notices(SystemType.TEAM_BUDGET_EXCEEDED)
     assert told.content.startswith(f"{reason}: no teammate or lead starts another model call")
 
 
@@ -261,7 +263,7 @@ def test_past_the_budget_no_task_is_handed_out_and_a_held_one_goes_back_uncounte
     for name in ("alice", "bob"):
         store.spawn(name, role="dev", prompt="p", model="m", api_base=None,
                     queue=f"nobody-{team}")
-    verdict, token = store.begin_turn("alice", "test:1")
+    verdict, token = store.turns.begin_turn("alice", "test:1")
     assert verdict == "ok"
     tasks = TeamTasks(store)
     tasks.add("held when the budget ran out")
@@ -269,11 +271,11 @@ def test_past_the_budget_no_task_is_handed_out_and_a_held_one_goes_back_uncounte
     assert store.charge(Usage(prompt_tokens=20, completion_tokens=20)).crossed
     # Her turn ends `budget`: the task goes back, not counted against its releases, not kept
     # from her; and no idle teammate is handed it (bob's turn could make no model call).
-    assert store.end_turn("alice", token, "budget", "alice is idle (budget)",
-                          error=SPENT_40, budget=True) == "idle"
+    assert store.turns.end_turn("alice", token, "budget", "alice is idle (budget)",
+                                error=SPENT_40, budget=True) == "idle"
     task = tasks.get("task_1")
     assert (task.status, task.releases, task.released_from, task.requeue_reason) == (
         TaskStatus.READY, 0, None, f"alice stopped: {SPENT_40}")
-    conn.hset(store.keys.mate("bob"), mapping={"status": "idle", "job_id": ""})
+    conn.hset(store.keys.teammate("bob"), mapping={"status": "idle", "job_id": ""})
     assert tasks.wake() == []
     assert tasks.get("task_1").status is TaskStatus.READY

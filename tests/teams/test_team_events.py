@@ -16,7 +16,7 @@ from tests.support.waiting import wait_until
 
 def changes(store: TeamStore, after_id: str = "0-0") -> list[tuple[str, str, str, str]]:
     return [(e.kind, e.mate or e.request or e.task_id, e.status, e.detail)
-            for e in store.events(after_id)]
+            for e in store.messages.events(after_id)]
 
 
 def test_lifecycle_and_request_changes_land_on_events_in_order(
@@ -24,14 +24,14 @@ def test_lifecycle_and_request_changes_land_on_events_in_order(
     store = TeamStore(conn, team)
     store.create()
     store.spawn("alice", role="r", prompt="p", model="m", api_base=None, queue=f"nobody-{team}")
-    _, token = store.begin_turn("alice", "test:1")
-    assert store.end_turn("alice", token, "done", "alice is idle") == "idle"
-    store.send("lead", "alice", "wake up")
-    _, token = store.begin_turn("alice", "test:2")
-    request, woke = store.request_shutdown("alice", "done for today")
+    _, token = store.turns.begin_turn("alice", "test:1")
+    assert store.turns.end_turn("alice", token, "done", "alice is idle") == "idle"
+    store.messages.send("lead", "alice", "wake up")
+    _, token = store.turns.begin_turn("alice", "test:2")
+    request, woke = store.requests.request_shutdown("alice", "done for today")
     assert not woke  # she is working: the request waits for her next step
-    store.respond_shutdown("alice", request.id, True)
-    assert store.end_turn("alice", token, "done", "alice is idle") == "shutdown"
+    store.requests.respond_shutdown("alice", request.id, True)
+    assert store.turns.end_turn("alice", token, "done", "alice is idle") == "shutdown"
 
     assert changes(store) == [
         ("mate", "alice", "working", "spawned"),
@@ -49,13 +49,13 @@ def test_an_unreviewed_plan_expires_on_events_when_next_read(conn: redis.Redis,
     store.create(TeamOptions(plan_deadline_s=0.05))
     store.spawn("bob", role="r", prompt="p", model="m", api_base=None, queue=f"nobody-{team}",
                 plan_mode=True)
-    request = store.submit_plan("bob", "1. think")
-    last = store.events()[-1].id
+    request = store.requests.submit_plan("bob", "1. think")
+    last = store.messages.events()[-1].id
     # Reading the records applies the deadline (nothing polls for it).
-    wait_until(lambda: store.requests()[0].status is RequestStatus.EXPIRED, 5,
+    wait_until(lambda: store.requests.all()[0].status is RequestStatus.EXPIRED, 5,
                message="the plan request to expire")
     assert changes(store, last) == [("request", request.id, "expired", "plan_approval")]
-    store.requests()
+    store.requests.all()
     assert changes(store, last) == [("request", request.id, "expired", "plan_approval")]
 
 
@@ -64,7 +64,7 @@ def test_a_watcher_blocked_on_events_wakes_on_a_spawn(conn: redis.Redis, team: s
     store.create()
     seen: list[str] = []
     watcher = threading.Thread(
-        target=lambda: seen.extend(e.mate for e in store.events(wait_ms=20_000)))
+        target=lambda: seen.extend(e.mate for e in store.messages.events(wait_ms=20_000)))
     watcher.start()  # a new team has no events yet: the watcher blocks until the spawn's
     store.spawn("carol", role="r", prompt="p", model="m", api_base=None,
                 queue=f"nobody-{team}")

@@ -27,9 +27,9 @@ def quiet_team(conn: redis.Redis, team: str) -> TeamStore:
 def test_messages_lists_the_bus_and_filters_by_member_and_type(
         redis_url: str, conn: redis.Redis, team: str) -> None:
     store = quiet_team(conn, team)
-    store.send("lead", "alice", "to alice")
-    store.send("alice", "bob", "to bob")
-    store.broadcast("lead", "to all")
+    store.messages.send("lead", "alice", "to alice")
+    store.messages.send("alice", "bob", "to bob")
+    store.messages.broadcast("lead", "to all")
 
     every = cli("team", "messages", "-t", team, "--redis-url", redis_url, "--json")
     assert every.exit_code == 0
@@ -54,14 +54,14 @@ def test_messages_lists_the_bus_and_filters_by_member_and_type(
 def test_follow_prints_new_messages_until_the_team_is_deleted(
         redis_url: str, conn: redis.Redis, team: str) -> None:
     store = quiet_team(conn, team)
-    store.send("lead", "alice", "before")
+    store.messages.send("lead", "alice", "before")
     teamctl = str(Path(sys.executable).with_name("teamctl"))
     follower = subprocess.Popen([teamctl, "team", "messages", "-t", team, "--redis-url",
                                  redis_url, "--follow"], stdout=subprocess.PIPE, text=True)
     try:
         assert follower.stdout is not None
         assert follower.stdout.readline().endswith(": before\n")
-        store.send("lead", "bob", "during")
+        store.messages.send("lead", "bob", "during")
         assert follower.stdout.readline().endswith(": during\n")
         # Deleting the team (its turns never ran, so they are "working") ends the follow.
         store.delete(force=True)

@@ -25,8 +25,8 @@ from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_tools import TeammateTools
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, inbox_lines, spawn
@@ -61,7 +61,7 @@ def board(conn: redis.Redis, team: str) -> tuple[str, str]:
     store = TeamStore(conn, team)
     store.create(TeamOptions())
     store.spawn("alice", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
-    verdict, token = store.begin_turn("alice", "test:1")
+    verdict, token = store.turns.begin_turn("alice", "test:1")
     assert verdict == "ok"
     add_tasks(store, TASKS)
     tasks = TeamTasks(store)
@@ -76,7 +76,7 @@ def toolboxes(store: TeamStore, tmp_path: Path) -> dict[str, Toolbox]:
     """The teammate's toolbox (alice's) and the lead's, on the same team."""
     lead = Toolbox()
     LeadTools(store, "m", None, tmp_path).add_to(lead)
-    return {"alice": MateTools(store, "alice").toolbox(), "lead": lead}
+    return {"alice": TeammateTools(store, "alice").toolbox(), "lead": lead}
 
 
 def called(box: Toolbox, tool: str, **args: Any) -> tuple[dict[str, Any], int]:
@@ -153,11 +153,11 @@ def test_read_inbox_answers_a_batch_and_says_how_many_remain(conn: redis.Redis,
     store = TeamStore(conn, team)
     store.create(TeamOptions())
     store.spawn("bob", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
-    verdict, token = store.begin_turn("bob", "test:1")
+    verdict, token = store.turns.begin_turn("bob", "test:1")
     assert verdict == "ok"
     for index in range(200):
-        store.send(LEAD, "bob", f"note {index}")
-    box = MateTools(store, "bob").toolbox()
+        store.messages.send(LEAD, "bob", f"note {index}")
+    box = TeammateTools(store, "bob").toolbox()
     answer, size = called(box, "read_inbox")
     assert size <= CAP
     assert [m["content"] for m in answer["messages"]] == [f"note {i}" for i in range(50)]
@@ -169,7 +169,7 @@ def test_read_inbox_answers_a_batch_and_says_how_many_remain(conn: redis.Redis,
         assert [line["content"] for line in batch.lines] == [
             f"note {i}" for i in range(start, start + 50)]
         assert batch.remaining == 150 - start
-        assert store.checkpoint("bob", token, batch.offset, [])
+        assert store.turns.checkpoint("bob", token, batch.offset, [])
     final, _ = called(box, "read_inbox")
     assert (final["messages"], final["remaining"]) == ([], 0) and "note" not in final
 
@@ -179,19 +179,19 @@ def test_read_inbox_keeps_within_tool_result_max_chars(conn: redis.Redis, team: 
     store = TeamStore(conn, team)
     store.create(TeamOptions(tool_result_max_chars=5000))
     store.spawn("bob", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
-    verdict, token = store.begin_turn("bob", "test:1")
+    verdict, token = store.turns.begin_turn("bob", "test:1")
     assert verdict == "ok"
-    store.send(LEAD, "bob", "x" * 60_000)
+    store.messages.send(LEAD, "bob", "x" * 60_000)
     for index in range(9):
-        store.send(LEAD, "bob", f"{index}:" + "y" * 2000)
-    box = MateTools(store, "bob").toolbox()
+        store.messages.send(LEAD, "bob", f"{index}:" + "y" * 2000)
+    box = TeammateTools(store, "bob").toolbox()
     answer, size = called(box, "read_inbox")
     assert size <= 5000 and answer["remaining"] == 9
     [cut] = answer["messages"]
     assert cut["content"].startswith("xxxx") and "[truncated: the message has 60000 characters" \
         in cut["content"]
     batch = unread_batch(store, "bob")
-    assert store.checkpoint("bob", token, batch.offset, [])
+    assert store.turns.checkpoint("bob", token, batch.offset, [])
     answer, size = called(box, "read_inbox")
     assert size <= 5000
     assert [m["content"][:2] for m in answer["messages"]] == ["0:", "1:"]
@@ -200,7 +200,7 @@ def test_read_inbox_keeps_within_tool_result_max_chars(conn: redis.Redis, team: 
     lead = Toolbox()
     LeadTools(store, "m", None, tmp_path).add_to(lead)
     for index in range(60):
-        store.send("bob", LEAD, f"to lead {index}")
+        store.messages.send("bob", LEAD, f"to lead {index}")
     answer, size = called(lead, "read_inbox")
     assert size <= 5000 and len(answer["messages"]) == 50 and answer["remaining"] == 10
 
@@ -214,16 +214,16 @@ def test_a_turn_injects_its_inbox_in_batches(workers: str, wconn: redis.Redis,
     assert spawn(workers, team, "bob", model, llm.api_base).exit_code == 0
     assert held.entered.wait(30)
     for index in range(100):
-        store.send(LEAD, "bob", f"m{index}")
+        store.messages.send(LEAD, "bob", f"m{index}")
     held.release.set()
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE
-               and not store.peek("bob")[1], 60, message="bob idle with his inbox read")
-    memory = store.memory("bob")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE
+               and not store.messages.peek("bob")[1], 60, message="bob idle with his inbox read")
+    memory = store.turns.memory("bob")
     blocks = [m for m in memory if str(m.get("content")).startswith("<inbox>")]
     assert len(blocks) == 5
     assert all(len(b["content"].splitlines()) == 22 for b in blocks)  # tags + 20 messages
     assert [line["content"] for line in inbox_lines(memory)] == [f"m{i}" for i in range(100)]
-    assert len(store.notices(SystemType.TEAMMATE_IDLE)) >= 1
+    assert len(store.messages.notices(SystemType.TEAMMATE_IDLE)) >= 1
 
 
 def test_the_leads_inbox_reaches_its_model_in_batches(conn: redis.Redis, team: str,
@@ -232,7 +232,7 @@ def test_the_leads_inbox_reaches_its_model_in_batches(conn: redis.Redis, team: s
     store.create(TeamOptions(inbox_batch_messages=20))
     store.spawn("bob", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
     for index in range(50):
-        store.send("bob", LEAD, f"m{index}")
+        store.messages.send("bob", LEAD, f"m{index}")
     look = ToolCalls([("list_teammates", {})])
     model = llm.script(f"lead-{team}", [look, look, "all read"])
     with LeadLease(conn, store.keys, ttl_s=30) as lease:
@@ -242,4 +242,4 @@ def test_the_leads_inbox_reaches_its_model_in_batches(conn: redis.Redis, team: s
     sent = llm.requests[f"lead-{team}"]
     assert [len(_INBOX.findall(body["messages"][-1]["content"])[0].splitlines())
             for body in sent] == [20, 20, 10]
-    assert not store.peek(LEAD)[1]
+    assert not store.messages.peek(LEAD)[1]

@@ -17,7 +17,7 @@ from teamctl.shared.teams.messages import PEEK_PAGE
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import LANE_HEAD, TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.slowlog import slow_scripts_ms, slowlog_at_the_rule, within_the_rule
 
@@ -29,8 +29,8 @@ def idle(store: TeamStore, name: str, role: str, seen_ms: int) -> None:
     """Spawn a teammate whose first turn waits on a queue nobody serves, then set it idle as a
     turn end leaves it (seen at `seen_ms`: the one idle longest takes a task first)."""
     store.spawn(name, role=role, prompt="Wait.", model="m", api_base=None, queue=NOBODY)
-    store.conn.hset(store.keys.mate(name), mapping={
-        "status": MateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms})
+    store.conn.hset(store.keys.teammate(name), mapping={
+        "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms})
 
 
 def new_board(conn: redis.Redis, team: str) -> tuple[TeamStore, TeamTasks]:
@@ -42,10 +42,10 @@ def new_board(conn: redis.Redis, team: str) -> tuple[TeamStore, TeamTasks]:
 
 def turn(store: TeamStore, name: str) -> str:
     """Begin the teammate's turn and read its inbox as the turn's first step would; its token."""
-    verdict, token = store.begin_turn(name, "test:1")
+    verdict, token = store.turns.begin_turn(name, "test:1")
     assert verdict == "ok"
-    last_id, _ = store.peek(name)
-    assert store.checkpoint(name, token, last_id, [])
+    last_id, _ = store.messages.peek(name)
+    assert store.turns.checkpoint(name, token, last_id, [])
     return token
 
 
@@ -79,7 +79,7 @@ def test_2000_ready_tasks_beside_idle_teammates_never_block_redis(
     # qa0's turn completes its task; its end hands it the lowest ready one, task_3.
     token = turn(store, "qa0")
     tasks.complete("qa0", token, "task_1", "checked")
-    assert store.end_turn("qa0", token, "done", "qa0 is idle") == "continue"
+    assert store.turns.end_turn("qa0", token, "done", "qa0 is idle") == "continue"
     assert tasks.get("task_3").owner == "qa0"
     assert conn.zrange(store.keys.ready_role("qa"), 0, 0) == ["task_4"]
 
@@ -106,7 +106,7 @@ def test_a_lane_is_read_deeper_past_tasks_released_from_the_taker(
     # At her turn end the next one she may take lies as deep: her end reads the lane deeper.
     token = turn(store, "alice")
     tasks.complete("alice", token, f"task_{given_up + 1}", "checked")
-    assert store.end_turn("alice", token, "done", "alice is idle") == "continue"
+    assert store.turns.end_turn("alice", token, "done", "alice is idle") == "continue"
     assert tasks.get(f"task_{given_up + 2}").owner == "alice"
     assert tasks.get("task_1").status.value == "ready"
 
@@ -142,7 +142,7 @@ def test_a_lane_entry_a_task_left_behind_is_dropped_not_handed_out(
     # is dropped by the next script that reads it, and the turn end takes task_2.
     lane = store.keys.ready_role("qa")
     conn.zadd(lane, {"task_1": 0})
-    assert store.end_turn("carol", token, "done", "carol is idle") == "continue"
+    assert store.turns.end_turn("carol", token, "done", "carol is idle") == "continue"
     assert tasks.get("task_2").owner == "carol"
     assert conn.zrange(lane, 0, -1) == []
 
@@ -167,17 +167,19 @@ def test_a_long_unread_inbox_is_peeked_a_page_per_script_and_counted_without_bod
     store = TeamStore(conn, team)
     store.create(TeamOptions())
     store.spawn("dora", role="dev", prompt="p", model="m", api_base=None, queue=NOBODY)
-    sent = [store.send(LEAD, "dora", f"note {n}")[0].id for n in range(1, 2 * PEEK_PAGE + 6)]
-    last_id, messages = store.peek("dora")
+    sent = [store.messages.send(LEAD, "dora", f"note {n}")[0].id
+            for n in range(1, 2 * PEEK_PAGE + 6)]
+    last_id, messages = store.messages.peek("dora")
     assert [m.content for m in messages] == [f"note {n}" for n in range(1, 2 * PEEK_PAGE + 6)]
     assert [m.id for m in messages] == sent
-    assert store.unread_count("dora") == len(sent)
-    _, first = store.peek("dora", limit=PEEK_PAGE + 1)
+    assert store.messages.unread_count("dora") == len(sent)
+    _, first = store.messages.peek("dora", limit=PEEK_PAGE + 1)
     assert [m.content for m in first] == [f"note {n}" for n in range(1, PEEK_PAGE + 2)]
     # Reading moves the offset: the next peek and the count start after it.
-    verdict, token = store.begin_turn("dora", "test:1")
+    verdict, token = store.turns.begin_turn("dora", "test:1")
     assert verdict == "ok"
-    assert store.checkpoint("dora", token, store.peek("dora", limit=PEEK_PAGE)[0], [])
-    assert store.unread_count("dora") == len(sent) - PEEK_PAGE
-    assert store.peek("dora", limit=1)[1][0].content == f"note {PEEK_PAGE + 1}"
+    first_page_id = store.messages.peek("dora", limit=PEEK_PAGE)[0]
+    assert store.turns.checkpoint("dora", token, first_page_id, [])
+    assert store.messages.unread_count("dora") == len(sent) - PEEK_PAGE
+    assert store.messages.peek("dora", limit=1)[1][0].content == f"note {PEEK_PAGE + 1}"
     assert last_id == sent[-1]  # an inbox entry has its message's bus id

@@ -16,7 +16,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_base import RequestRefused
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, RequestStatus
+from teamctl.shared.teams.teammates import RequestStatus, TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, cli, spawn
@@ -55,7 +55,7 @@ class Answers:
 
 
 def lead_protocol(store: TeamStore) -> list[ProtocolMessage]:
-    return [m for m in store.peek("lead")[1] if isinstance(m, ProtocolMessage)]
+    return [m for m in store.messages.peek("lead")[1] if isinstance(m, ProtocolMessage)]
 
 
 def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
@@ -65,31 +65,31 @@ def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
     store = TeamStore(wconn, team)
     base = ("-t", team, "--redis-url", workers)
     assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     asked = cli("team", "shutdown", "alice", "--reason", "wrapping up", "--wait", "30", *base)
     assert asked.exit_code == 0, asked.output
-    [record] = store.requests()
+    [record] = store.requests.all()
     assert f"request {record.id} approved: ok by me" in asked.output
     assert (record.kind, record.from_, record.to, record.status, record.payload,
             record.resolved_by) == ("shutdown", "lead", "alice", RequestStatus.APPROVED,
                                     "wrapping up", "alice")
     assert record.created_ms <= record.resolved_ms <= record.deadline_ms
-    assert store.get("alice").status is MateStatus.SHUTDOWN
+    assert store.get("alice").status is TeammateStatus.SHUTDOWN
     [response] = lead_protocol(store)
     assert (response.type, response.request_id, response.approve) == (
         ProtocolType.SHUTDOWN_RESPONSE, record.id, True)
-    [notice] = store.notices(SystemType.TEAMMATE_SHUTDOWN)
+    [notice] = store.messages.notices(SystemType.TEAMMATE_SHUTDOWN)
     assert notice.content == f"alice shut down (request {record.id} approved)"
     # The turn ended after the approving step: no further model call.
     assert answers.calls == 2
     # Mail to a shut-down teammate waits unread and wakes nothing; asking again is refused.
     sent = cli("team", "send", "alice", "are you there?", *base)
     assert sent.exit_code == 0 and "woke" not in sent.output
-    assert [m.content for m in store.peek("alice")[1]] == ["are you there?"]
+    assert [m.content for m in store.messages.peek("alice")[1]] == ["are you there?"]
     again = cli("team", "shutdown", "alice", *base)
     assert again.exit_code == 1 and "already shut down" in again.output
     wait_until(lambda: workers_idle(workers), message="the turn's job to finish")
-    assert store.get("alice").status is MateStatus.SHUTDOWN and answers.calls == 2
+    assert store.get("alice").status is TeammateStatus.SHUTDOWN and answers.calls == 2
     listed = json.loads(cli("team", "requests", "--json", *base).output)
     assert [(r["id"], r["status"]) for r in listed] == [(record.id, "approved")]
     assert cli("team", "requests", "--pending", "--json", *base).output.strip() == "[]"
@@ -102,21 +102,23 @@ def test_a_rejected_shutdown_lets_the_teammate_go_on(
     store = TeamStore(wconn, team)
     base = ("-t", team, "--redis-url", workers)
     assert spawn(workers, team, "bob", model, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob idle")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob idle")
     asked = cli("team", "shutdown", "bob", "--wait", "30", *base)
     assert asked.exit_code == 0, asked.output
-    [record] = store.requests()
+    [record] = store.requests.all()
     assert record.status is RequestStatus.REJECTED and record.resolved_by == "bob"
     assert f"request {record.id} rejected" in asked.output
     [response] = lead_protocol(store)
     assert (response.request_id, response.approve) == (record.id, False)
     # It answered, then went on within the same turn and ended idle, not shut down.
-    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 2, message="bob idle")
-    assert store.get("bob").status is MateStatus.IDLE
-    assert store.notices(SystemType.TEAMMATE_SHUTDOWN) == []
+    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2,
+               message="bob idle")
+    assert store.get("bob").status is TeammateStatus.IDLE
+    assert store.messages.notices(SystemType.TEAMMATE_SHUTDOWN) == []
     assert answers.calls == 3
     assert cli("team", "send", "bob", "next job", *base).exit_code == 0
-    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 3, message="bob woke")
+    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 3,
+               message="bob woke")
     assert answers.calls == 4
 
 
@@ -134,29 +136,29 @@ def test_an_unanswered_shutdown_expires_and_force_revokes_the_live_turn(
         assert token
         ran_out = cli("team", "shutdown", "carol", "--wait", "0.2", *base)
         assert ran_out.exit_code == 1, ran_out.output
-        [record] = store.requests(pending_only=True)
+        [record] = store.requests.all(pending_only=True)
         # Nobody answers: the record expires at its deadline, found by reading it (no timer).
-        expired = store.wait_request(record.id, 30)
+        expired = store.requests.wait(record.id, 30)
         assert expired is not None and expired.status is RequestStatus.EXPIRED
         assert expired.resolved_by == "system" and expired.resolved_ms > expired.deadline_ms
         forced = cli("team", "shutdown", "carol", "--force", *base)
         assert forced.exit_code == 0, forced.output
-        assert store.get("carol").status is MateStatus.SHUTDOWN
+        assert store.get("carol").status is TeammateStatus.SHUTDOWN
         # The revoked turn's late writes are refused.
-        assert not store.checkpoint("carol", token, "", [{"role": "user", "content": "late"}])
-        assert store.end_turn("carol", token, "done", "late") == "stale"
+        assert not store.turns.checkpoint("carol", token, "", [{"role": "user", "content": "late"}])
+        assert store.turns.end_turn("carol", token, "done", "late") == "stale"
     finally:
         held.release.set()
     wait_until(lambda: workers_idle(workers), message="the revoked turn's job to finish")
-    mate = store.get("carol")
-    assert mate.status is MateStatus.SHUTDOWN and not mate.turn_token
-    assert all(m.get("content") != "late answer" for m in store.memory("carol"))
-    [notice] = store.notices(SystemType.TEAMMATE_SHUTDOWN)
+    teammate = store.get("carol")
+    assert teammate.status is TeammateStatus.SHUTDOWN and not teammate.turn_token
+    assert all(m.get("content") != "late answer" for m in store.turns.memory("carol"))
+    [notice] = store.messages.notices(SystemType.TEAMMATE_SHUTDOWN)
     assert notice.content == "carol shut down (forced by the lead)"
-    assert store.notices(SystemType.TEAMMATE_IDLE) == []
+    assert store.messages.notices(SystemType.TEAMMATE_IDLE) == []
     # Resolving the expired record is refused as resolved (exit 1 class), changing nothing.
     with pytest.raises(RequestRefused, match="already expired"):
-        store.respond_shutdown("carol", record.id, True)
+        store.requests.respond_shutdown("carol", record.id, True)
     assert cli("team", "shutdown", "carol", "--force", *base).exit_code == 1
 
 
@@ -168,13 +170,13 @@ def test_a_teammate_cannot_send_a_shutdown_request(
         ToolCalls([("send_message", {"to": "bob", "content": "stop now",
                                      "type": "shutdown_request"})]), "gave up"])
     assert spawn(workers, team, "eve", model, llm.api_base).exit_code == 0
-    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates())
-               and len(store.mates()) == 2, message="eve and bob idle")
-    [result] = [m for m in store.memory("eve") if m.get("role") == "tool"]
+    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates())
+               and len(store.teammates()) == 2, message="eve and bob idle")
+    [result] = [m for m in store.turns.memory("eve") if m.get("role") == "tool"]
     assert "belongs to a protocol" in result["content"]
     assert "'peer.message'" in result["content"]
     assert all(m.type != ProtocolType.SHUTDOWN_REQUEST for m in store.bus.messages())
-    assert store.requests() == []
+    assert store.requests.all() == []
 
 
 def test_misused_request_ids_are_refused_and_change_nothing(
@@ -183,23 +185,23 @@ def test_misused_request_ids_are_refused_and_change_nothing(
     base = ("-t", team, "--redis-url", redis_url)
     for name in ("alice", "bob"):  # nobody serves this queue: both stay working
         assert spawn(redis_url, team, name, OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
-    record, woke = store.request_shutdown("alice", "done for today")
+    record, woke = store.requests.request_shutdown("alice", "done for today")
     assert not woke  # a working teammate sees it before its turn ends
-    [request] = [m for m in store.peek("alice")[1] if isinstance(m, ProtocolMessage)]
+    [request] = [m for m in store.messages.peek("alice")[1] if isinstance(m, ProtocolMessage)]
     assert (request.type, request.request_id, request.approve) == (
         ProtocolType.SHUTDOWN_REQUEST, record.id, None)
     before = conn.hgetall(store.keys.request(record.id))
     with pytest.raises(ConfigError, match="unknown request req_000000000000"):
-        store.respond_shutdown("alice", "req_000000000000", True)
+        store.requests.respond_shutdown("alice", "req_000000000000", True)
     with pytest.raises(ConfigError, match="invalid request id"):
-        store.respond_shutdown("alice", "../x", True)
+        store.requests.respond_shutdown("alice", "../x", True)
     with pytest.raises(ConfigError, match="addressed to alice, not bob"):
-        store.respond_shutdown("bob", record.id, True)
+        store.requests.respond_shutdown("bob", record.id, True)
     assert conn.hgetall(store.keys.request(record.id)) == before
-    store.respond_shutdown("alice", record.id, False, "not yet")
+    store.requests.respond_shutdown("alice", record.id, False, "not yet")
     resolved = conn.hgetall(store.keys.request(record.id))
     with pytest.raises(RequestRefused, match="already rejected") as refused:
-        store.respond_shutdown("alice", record.id, True)
+        store.requests.respond_shutdown("alice", record.id, True)
     assert refused.value.exit_code == 1
     assert conn.hgetall(store.keys.request(record.id)) == resolved
     assert store.get("alice").shutdown_request is None
@@ -216,52 +218,52 @@ def test_an_approved_turn_ends_shut_down_with_mail_unread_and_a_respawn_gets_the
     store = TeamStore(conn, team)
     # Nobody serves this queue: the test plays the turn through the store, as a worker would.
     assert spawn(redis_url, team, "dave", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
-    verdict, token = store.begin_turn("dave", "test:1")
+    verdict, token = store.turns.begin_turn("dave", "test:1")
     assert verdict == "ok"
-    record, _ = store.request_shutdown("dave")
-    store.respond_shutdown("dave", record.id, True)
-    store.send("lead", "dave", "one more thing")
+    record, _ = store.requests.request_shutdown("dave")
+    store.requests.respond_shutdown("dave", record.id, True)
+    store.messages.send("lead", "dave", "one more thing")
     # Unread mail would continue the turn; an approved shutdown ends it instead.
-    assert store.end_turn("dave", token, "done", "dave is idle") == "shutdown"
-    mate = store.get("dave")
-    assert mate.status is MateStatus.SHUTDOWN and mate.shutdown_request == record.id
-    assert store.begin_turn("dave", "test:2") == ("skip", "")
-    unread = [m.content for m in store.peek("dave")[1]]
+    assert store.turns.end_turn("dave", token, "done", "dave is idle") == "shutdown"
+    teammate = store.get("dave")
+    assert teammate.status is TeammateStatus.SHUTDOWN and teammate.shutdown_request == record.id
+    assert store.turns.begin_turn("dave", "test:2") == ("skip", "")
+    unread = [m.content for m in store.messages.peek("dave")[1]]
     assert unread[-1] == "one more thing"
     # Spawned again, it works afresh with the mail that waited.
     assert spawn(redis_url, team, "dave", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
-    mate = store.get("dave")
-    assert mate.status is MateStatus.WORKING and mate.shutdown_request is None
-    assert [m.content for m in store.peek("dave")[1]] == unread
+    teammate = store.get("dave")
+    assert teammate.status is TeammateStatus.WORKING and teammate.shutdown_request is None
+    assert [m.content for m in store.messages.peek("dave")[1]] == unread
 
 
 def test_a_re_spawn_expires_a_pending_shutdown_request_and_its_answer_is_refused(
         redis_url: str, conn: redis.Redis, team: str) -> None:
     store = TeamStore(conn, team)
     assert spawn(redis_url, team, "sam", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
-    old, _ = store.request_shutdown("sam", "wrap up")
-    verdict, token = store.begin_turn("sam", "test:1")
-    assert verdict == "ok" and store.end_turn("sam", token, "done", "", force=True) == "idle"
+    old, _ = store.requests.request_shutdown("sam", "wrap up")
+    verdict, token = store.turns.begin_turn("sam", "test:1")
+    assert verdict == "ok" and store.turns.end_turn("sam", token, "done", "", force=True) == "idle"
     assert spawn(redis_url, team, "sam", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
-    assert store.request(old.id).status is RequestStatus.EXPIRED
-    assert conn.smembers(store.keys.mate_requests("sam")) == set()
+    assert store.requests.get(old.id).status is RequestStatus.EXPIRED
+    assert conn.smembers(store.keys.teammate_requests("sam")) == set()
     with pytest.raises(RequestRefused, match=f"request {old.id} is already expired"):
-        store.respond_shutdown("sam", old.id, True)
+        store.requests.respond_shutdown("sam", old.id, True)
     # Pending, yet of an earlier life (an older version's record): refused, nothing written.
     conn.hset(store.keys.request(old.id), mapping={"status": "pending", "epoch": "1"})
-    before = (conn.hgetall(store.keys.mate("sam")), conn.xlen(store.keys.bus))
+    before = (conn.hgetall(store.keys.teammate("sam")), conn.xlen(store.keys.bus))
     with pytest.raises(RequestRefused, match=(
             f"request {old.id} is not sam's current shutdown request \\(sam was re-spawned "
             "since it was made, or it has none pending\\); nothing changed")):
-        store.respond_shutdown("sam", old.id, True)
-    assert (conn.hgetall(store.keys.mate("sam")), conn.xlen(store.keys.bus)) == before
+        store.requests.respond_shutdown("sam", old.id, True)
+    assert (conn.hgetall(store.keys.teammate("sam")), conn.xlen(store.keys.bus)) == before
     assert store.get("sam").shutdown_request is None
     # Past its deadline as well: it ends expired, as any overdue request does.
     conn.hset(store.keys.request(old.id), "deadline_ms", 1)
     with pytest.raises(RequestRefused, match=f"request {old.id} is already expired"):
-        store.respond_shutdown("sam", old.id, True)
-    assert store.request(old.id).status is RequestStatus.EXPIRED
-    current, _ = store.request_shutdown("sam")
-    assert store.request(current.id).epoch == 2
-    store.respond_shutdown("sam", current.id, True)
+        store.requests.respond_shutdown("sam", old.id, True)
+    assert store.requests.get(old.id).status is RequestStatus.EXPIRED
+    current, _ = store.requests.request_shutdown("sam")
+    assert store.requests.get(current.id).epoch == 2
+    store.requests.respond_shutdown("sam", current.id, True)
     assert store.get("sam").shutdown_request == current.id

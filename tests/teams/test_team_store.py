@@ -20,9 +20,9 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.roster import write_roster
 from teamctl.shared.teams.options import TeamOptions
-from teamctl.shared.teams.team_base import MateBusy
+from teamctl.shared.teams.team_base import TeammateBusy
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.teams import cli
 from tests.support.waiting import wait_until
@@ -48,35 +48,36 @@ def turns_queued(store: TeamStore) -> int:
 def test_a_turn_holds_its_lease_and_only_its_token_writes(store: TeamStore) -> None:
     spawn(store, "alice")
     assert turns_queued(store) == 1
-    verdict, token = store.begin_turn("alice", "host:1")
+    verdict, token = store.turns.begin_turn("alice", "host:1")
     assert verdict == "ok" and store.get("alice").turn_token == token
-    assert store.begin_turn("alice", "host:2") == ("busy", "")
-    assert not store.checkpoint("alice", "999", "", [{"role": "user", "content": "x"}])
-    assert store.memory("alice") == [{"role": "user", "content": "alice, start"}]
+    assert store.turns.begin_turn("alice", "host:2") == ("busy", "")
+    assert not store.turns.checkpoint("alice", "999", "", [{"role": "user", "content": "x"}])
+    assert store.turns.memory("alice") == [{"role": "user", "content": "alice, start"}]
     step = [{"role": "assistant", "content": "hi"}]
-    assert store.checkpoint("alice", token, "", step)
-    assert store.memory("alice")[-1] == step[0]
-    assert store.refresh_turn("alice", token) and not store.refresh_turn("alice", "999")
+    assert store.turns.checkpoint("alice", token, "", step)
+    assert store.turns.memory("alice")[-1] == step[0]
+    assert store.turns.refresh_turn("alice", token) and not store.turns.refresh_turn("alice", "999")
 
 
 def test_turn_end_goes_on_while_mail_is_unread_then_idles_with_one_notice(
         store: TeamStore) -> None:
     spawn(store, "alice")
-    _, token = store.begin_turn("alice", "host:1")
-    message, woke = store.send("lead", "alice", "more work")
+    _, token = store.turns.begin_turn("alice", "host:1")
+    message, woke = store.messages.send("lead", "alice", "more work")
     assert not woke  # working: its turn sees the mail before it ends
-    assert store.end_turn("alice", token, "done", "n") == "continue"
-    last_id, unread = store.peek("alice")
+    assert store.turns.end_turn("alice", token, "done", "n") == "continue"
+    last_id, unread = store.messages.peek("alice")
     assert [m.content for m in unread] == ["more work"] and last_id == message.id
-    assert store.checkpoint("alice", token, last_id, [{"role": "user", "content": "seen"}])
-    assert store.peek("alice") == ("", [])
-    assert store.end_turn("alice", token, "done", "alice is idle (done): ok") == "idle"
-    assert store.end_turn("alice", token, "done", "again") == "stale"
-    mate = store.get("alice")
-    assert (mate.status, mate.idle_reason, mate.turn_token) == (MateStatus.IDLE, "done", None)
-    assert [m.content for m in store.notices(SystemType.TEAMMATE_IDLE)] == [
+    assert store.turns.checkpoint("alice", token, last_id, [{"role": "user", "content": "seen"}])
+    assert store.messages.peek("alice") == ("", [])
+    assert store.turns.end_turn("alice", token, "done", "alice is idle (done): ok") == "idle"
+    assert store.turns.end_turn("alice", token, "done", "again") == "stale"
+    teammate = store.get("alice")
+    assert (teammate.status, teammate.idle_reason, teammate.turn_token) == (
+        TeammateStatus.IDLE, "done", None)
+    assert [m.content for m in store.messages.notices(SystemType.TEAMMATE_IDLE)] == [
         "alice is idle (done): ok"]
-    assert [m.to for m in store.peek("lead")[1]] == ["lead"]
+    assert [m.to for m in store.messages.peek("lead")[1]] == ["lead"]
 
 
 def test_mail_wakes_an_idle_teammate_once_and_a_shut_down_one_never(
@@ -84,30 +85,31 @@ def test_mail_wakes_an_idle_teammate_once_and_a_shut_down_one_never(
     spawn(store, "alice")
     spawn(store, "bob")
     for name in ("alice", "bob"):
-        _, token = store.begin_turn(name, "host:1")
-        assert store.end_turn(name, token, "done", f"{name} idle") == "idle"
+        _, token = store.turns.begin_turn(name, "host:1")
+        assert store.turns.end_turn(name, token, "done", f"{name} idle") == "idle"
     queued = turns_queued(store)
-    assert store.send("lead", "alice", "wake up")[1] is True
-    assert store.send("lead", "alice", "and again")[1] is False
+    assert store.messages.send("lead", "alice", "wake up")[1] is True
+    assert store.messages.send("lead", "alice", "and again")[1] is False
     assert turns_queued(store) == queued + 1
-    conn.hset(store.keys.mate("bob"), "status", MateStatus.SHUTDOWN)
-    _, woke = store.broadcast("lead", "everyone")
+    conn.hset(store.keys.teammate("bob"), "status", TeammateStatus.SHUTDOWN)
+    _, woke = store.messages.broadcast("lead", "everyone")
     assert woke == []  # alice is working already, bob is shut down
-    assert [m.content for m in store.peek("bob")[1]] == ["everyone"]  # the mail waits
+    assert [m.content for m in store.messages.peek("bob")[1]] == ["everyone"]  # the mail waits
 
 
 def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> None:
     spawn(store, "alice")
-    with pytest.raises(MateBusy, match="alice is working; wait for idle or shut it down"):
+    with pytest.raises(TeammateBusy, match="alice is working; wait for idle or shut it down"):
         spawn(store, "alice")
-    _, token = store.begin_turn("alice", "host:1")
-    store.send("lead", "alice", "kept")
-    store.end_turn("alice", token, "error: x", "n", force=True, error="x")
+    _, token = store.turns.begin_turn("alice", "host:1")
+    store.messages.send("lead", "alice", "kept")
+    store.turns.end_turn("alice", token, "error: x", "n", force=True, error="x")
     store.spawn("alice", role="new", prompt="again", model="m", api_base=None, queue=NOBODY)
-    mate = store.get("alice")
-    assert (mate.role, mate.status, mate.last_error) == ("new", MateStatus.WORKING, None)
-    assert store.memory("alice") == [{"role": "user", "content": "again"}]
-    assert [m.content for m in store.peek("alice")[1]] == ["kept"]  # unread mail survives
+    teammate = store.get("alice")
+    assert (teammate.role, teammate.status, teammate.last_error) == (
+        "new", TeammateStatus.WORKING, None)
+    assert store.turns.memory("alice") == [{"role": "user", "content": "again"}]
+    assert [m.content for m in store.messages.peek("alice")[1]] == ["kept"]  # unread mail survives
     spawn(store, "bob")
     spawn(store, "carol")
     with pytest.raises(ConfigError, match="max_teammates"):
@@ -120,22 +122,24 @@ def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(
     """team_spawn writes nothing while the requests it was given are not the teammate's set
     (one opened after the read), so no pending request of the old life survives a re-spawn."""
     spawn(store, "alice")
-    first, _ = store.request_shutdown("alice")
-    _, token = store.begin_turn("alice", "host:1")
-    store.end_turn("alice", token, "done", "n", force=True)
-    second, _ = store.request_shutdown("alice")  # wakes alice: end that turn too
-    _, token = store.begin_turn("alice", "host:1")
-    store.end_turn("alice", token, "done", "n", force=True)
+    first, _ = store.requests.request_shutdown("alice")
+    _, token = store.turns.begin_turn("alice", "host:1")
+    store.turns.end_turn("alice", token, "done", "n", force=True)
+    second, _ = store.requests.request_shutdown("alice")  # wakes alice: end that turn too
+    _, token = store.turns.begin_turn("alice", "host:1")
+    store.turns.end_turn("alice", token, "done", "n", force=True)
     keys = store.keys
-    before = store.conn.hgetall(keys.mate("alice"))
+    before = store.conn.hgetall(keys.teammate("alice"))
     stale = store.scripts["team_spawn"](
-        keys=[keys.mate("alice"), keys.memory("alice"), keys.roster, keys.roster_ver,
-              keys.events, keys.mate_requests("alice"), keys.request(first.id)],
+        keys=[keys.teammate("alice"), keys.memory("alice"), keys.roster, keys.roster_ver,
+              keys.events, keys.teammate_requests("alice"), keys.request(first.id)],
         args=["alice", "r", "p", "m", "", NOBODY, 3, "{}", "", "", "", "", "", first.id])
-    assert stale == "retry" and store.conn.hgetall(keys.mate("alice")) == before
-    assert {store.request(first.id).status, store.request(second.id).status} == {"pending"}
+    assert stale == "retry" and store.conn.hgetall(keys.teammate("alice")) == before
+    assert {store.requests.get(first.id).status,
+            store.requests.get(second.id).status} == {"pending"}
     spawn(store, "alice")
-    assert {store.request(first.id).status, store.request(second.id).status} == {"expired"}
+    assert {store.requests.get(first.id).status,
+            store.requests.get(second.id).status} == {"expired"}
     assert store.get("alice").epoch == 2
 
 
@@ -171,13 +175,13 @@ def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(
     def given_up() -> bool:
         lose_turn_job(store, "alice")
         store.scheduler.reconcile()
-        return store.get("alice").status is MateStatus.IDLE
+        return store.get("alice").status is TeammateStatus.IDLE
 
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
-    mate = store.get("alice")
-    assert mate.last_error and "3 times" in mate.last_error
-    assert mate.idle_reason and mate.idle_reason.startswith("error: ")
-    [notice] = store.notices(SystemType.TEAMMATE_ERROR)
+    teammate = store.get("alice")
+    assert teammate.last_error and "3 times" in teammate.last_error
+    assert teammate.idle_reason and teammate.idle_reason.startswith("error: ")
+    [notice] = store.messages.notices(SystemType.TEAMMATE_ERROR)
     assert notice.to == "lead" and notice.content.startswith("alice is idle after an error")
     assert store.scheduler.reconcile() == []
 
@@ -190,10 +194,10 @@ def test_workers_reconcile_a_team_at_most_once_per_lease_ttl(conn: redis.Redis) 
     spawn(store, "alice")
     lose_turn_job(store, "alice")
     stale_ms = now_ms() - 10_000  # unseen for two TTLs, without waiting for them
-    conn.hset(store.keys.mate("alice"), "last_seen_ms", stale_ms)
+    conn.hset(store.keys.teammate("alice"), "last_seen_ms", stale_ms)
     assert store.scheduler.reconcile_at_most_every_ttl() == ["alice"]
     lose_turn_job(store, "alice")
-    conn.hset(store.keys.mate("alice"), "last_seen_ms", stale_ms)
+    conn.hset(store.keys.teammate("alice"), "last_seen_ms", stale_ms)
     assert store.scheduler.reconcile_at_most_every_ttl() == []  # another worker's, within a TTL
     assert store.get("alice").attempts == 1
     assert 0 < conn.pttl(store.keys.reconciled) <= 5000
@@ -203,21 +207,21 @@ def test_workers_reconcile_a_team_at_most_once_per_lease_ttl(conn: redis.Redis) 
 
 def test_a_live_turn_is_never_reconciled(store: TeamStore) -> None:
     spawn(store, "alice")
-    _, token = store.begin_turn("alice", "host:1")
+    _, token = store.turns.begin_turn("alice", "host:1")
     assert store.scheduler.reconcile() == []
-    assert store.refresh_turn("alice", token)
+    assert store.turns.refresh_turn("alice", token)
     assert store.scheduler.reconcile() == []
 
 
 def test_lead_has_an_inbox_on_a_team_bus_only(conn: redis.Redis, store: TeamStore) -> None:
     spawn(store, "alice")
     spawn(store, "bob")
-    store.send("alice", "lead", "to the lead")
-    store.broadcast("alice", "to all")
-    assert [m.content for m in store.peek("lead")[1]] == ["to the lead", "to all"]
-    assert [m.content for m in store.peek("bob")[1]] == ["to all"]
+    store.messages.send("alice", "lead", "to the lead")
+    store.messages.broadcast("alice", "to all")
+    assert [m.content for m in store.messages.peek("lead")[1]] == ["to the lead", "to all"]
+    assert [m.content for m in store.messages.peek("bob")[1]] == ["to all"]
     with pytest.raises(ConfigError):
-        store.send("lead", "lead", "to myself")
+        store.messages.send("lead", "lead", "to myself")
     run = MessageBus(conn, RunKeys("r1"))
     write_roster(conn, RunKeys("r1"), ["m1"])
     with pytest.raises(ConfigError, match="cannot receive peer messages"):
@@ -241,7 +245,7 @@ def test_memory_past_its_cap_loses_the_oldest_whole_exchanges(conn: redis.Redis)
     store = TeamStore(conn, f"t{uuid.uuid4().hex[:8]}")
     store.create(TeamOptions(memory_max_messages=4))
     spawn(store, "alice")
-    _, token = store.begin_turn("alice", "host:1")
+    _, token = store.turns.begin_turn("alice", "host:1")
     call = {"role": "assistant", "content": None, "tool_calls": [{
         "id": "c1", "type": "function",
         "function": {"name": "list_teammates", "arguments": "{}"}}]}
@@ -253,15 +257,15 @@ def test_memory_past_its_cap_loses_the_oldest_whole_exchanges(conn: redis.Redis)
     def said(text: str) -> dict[str, str]:
         return {"role": "assistant", "content": text}
 
-    assert store.checkpoint("alice", token, "", [call, result])
-    assert store.checkpoint("alice", token, "", [user("m1"), said("a1")])
+    assert store.turns.checkpoint("alice", token, "", [call, result])
+    assert store.turns.checkpoint("alice", token, "", [user("m1"), said("a1")])
     # Over the cap (5 > 4): the spawn prompt's exchange goes whole, with its tool call and result.
-    assert store.memory("alice") == [user("m1"), said("a1")]
-    assert store.checkpoint("alice", token, "", [call, result, said("a2")])
+    assert store.turns.memory("alice") == [user("m1"), said("a1")]
+    assert store.turns.checkpoint("alice", token, "", [call, result, said("a2")])
     # No user message to cut before within the last 4: nothing is cut mid-exchange.
-    assert store.memory("alice") == [user("m1"), said("a1"), call, result, said("a2")]
-    assert store.checkpoint("alice", token, "", [user("m2"), said("a3")])
-    assert store.memory("alice") == [user("m2"), said("a3")]
+    assert store.turns.memory("alice") == [user("m1"), said("a1"), call, result, said("a2")]
+    assert store.turns.checkpoint("alice", token, "", [user("m2"), said("a3")])
+    assert store.turns.memory("alice") == [user("m2"), said("a3")]
 
 
 def test_trimming_a_team_bus_keeps_the_leads_unread_mail(conn: redis.Redis,
@@ -271,7 +275,8 @@ def test_trimming_a_team_bus_keeps_the_leads_unread_mail(conn: redis.Redis,
     for n in range(20):
         bus.send("alice", "lead", None, None, f"to the lead {n}")
     bus.trim()
-    assert [m.content for m in store.peek("lead")[1]] == [f"to the lead {n}" for n in range(20)]
+    assert [m.content for m in store.messages.peek("lead")[1]] == [f"to the lead {n}"
+                                                                    for n in range(20)]
     assert len(bus.messages()) == 20
 
 
@@ -279,11 +284,11 @@ def test_export_writes_config_inboxes_and_requests(conn: redis.Redis, redis_url:
                                                     store: TeamStore, tmp_path: Path) -> None:
     spawn(store, "alice")
     spawn(store, "bob")
-    store.send("alice", "lead", "hi lead")
-    hello, _ = store.send("lead", "bob", "hi bob")
-    request, _ = store.request_shutdown("bob", "done for today")
-    _, token = store.begin_turn("bob", "host:1")
-    assert store.checkpoint("bob", token, hello.id, [{"role": "user", "content": "hi bob"}])
+    store.messages.send("alice", "lead", "hi lead")
+    hello, _ = store.messages.send("lead", "bob", "hi bob")
+    request, _ = store.requests.request_shutdown("bob", "done for today")
+    _, token = store.turns.begin_turn("bob", "host:1")
+    assert store.turns.checkpoint("bob", token, hello.id, [{"role": "user", "content": "hi bob"}])
 
     def export(directory: Path, *extra: str) -> dict[str, list[dict[str, Any]]]:
         done = cli("team", "export", str(directory), *extra, "-t", store.team,

@@ -22,8 +22,8 @@ from teamctl.shared.task_records import EventKind, TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import StaleTurn, TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_tools import TeammateTools
 from teamctl.worker.teams.teammate_workspace import gate_plan
 
 from tests.support.llm import Held, ScriptedLLM
@@ -64,16 +64,17 @@ class Slowpoke:
 def idle_turns(store: TeamStore, name: str) -> int:
     """How many turns of `name` ended idle (one teammate.idle notice each)."""
     return sum(m.content.startswith(f"{name} is idle") for m in
-               store.notices(SystemType.TEAMMATE_IDLE))
+               store.messages.notices(SystemType.TEAMMATE_IDLE))
 
 
 def task_events(store: TeamStore, task_id: str) -> list[EventKind]:
-    return [EventKind(e.status) for e in store.events(count=10_000) if e.task_id == task_id]
+    return [EventKind(e.status) for e in store.messages.events(count=10_000)
+            if e.task_id == task_id]
 
 
 def tool_results(store: TeamStore, name: str, tool: str) -> list[str]:
     """The contents of the tool results `name`'s memory holds for calls of `tool`."""
-    memory = store.memory(name)
+    memory = store.turns.memory(name)
     calls = {call["id"]: call["function"]["name"] for m in memory
              for call in m.get("tool_calls") or []}
     return [m["content"] for m in memory
@@ -106,11 +107,11 @@ def test_five_idle_teammates_and_one_ready_task_make_one_claim_and_one_turn(
     assert len(llm.requests[f"crew-{team}"]) == 7
     turns = {name: idle_turns(store, name) for name in names}
     assert sorted(turns.values()) == [1, 1, 1, 1, 2] and turns[done.claimed_by] == 2
-    [assigned] = [line for line in inbox_lines(store.memory(done.claimed_by))
+    [assigned] = [line for line in inbox_lines(store.turns.memory(done.claimed_by))
                   if line["type"] == SystemType.TASK_ASSIGNED]
     assert "task_1" in assigned["content"] and "Write the report\nTwo pages." in \
         assigned["content"]
-    results = [m for m in store.peek("lead")[1] if m.type == SystemType.TASK_RESULT]
+    results = [m for m in store.messages.peek("lead")[1] if m.type == SystemType.TASK_RESULT]
     assert [(m.from_, m.task_id, m.content) for m in results] == [
         (done.claimed_by, "task_1", "did task_1")]
     # The board's own reader lists team tasks.
@@ -156,7 +157,7 @@ def test_completing_a_dependency_readies_its_dependent_for_an_idle_teammate(
     write = add(workers, team, "Write it up", "--after", research)
     assert task(store, write).status is TaskStatus.PENDING
     assert task(store, write).depends_on == [research]
-    assert store.get("b").status is MateStatus.IDLE  # nothing ready for b yet
+    assert store.get("b").status is TeammateStatus.IDLE  # nothing ready for b yet
     hold.set()
     wait_until(lambda: task(store, write).status is TaskStatus.COMPLETED and all_idle(store, 2)
                and workers_idle(workers), message="the dependent task done")
@@ -181,7 +182,7 @@ def test_a_task_held_through_a_reminder_goes_back_to_the_board_and_to_the_next_t
     assert released.released_from == "r" and released.claimed_by is None
     # One turn for the claim, one reminder turn, then the release: r is not given it again.
     assert len(llm.requests[f"r-{team}"]) == 3
-    reminders = [line for line in inbox_lines(store.memory("r"))
+    reminders = [line for line in inbox_lines(store.turns.memory("r"))
                  if line["type"] == SystemType.TASK_REMINDER]
     assert len(reminders) == 1 and "You still hold task_1" in reminders[0]["content"]
     # A teammate spawned now takes it at the end of its first turn.
@@ -222,8 +223,8 @@ def test_a_forced_shutdown_gives_the_task_to_an_idle_teammate_and_the_late_turn_
     done = task(store, task_id)
     assert (done.claimed_by, done.output, done.attempts) == ("k", "did task_1", 2)
     assert done.requeue_reason == "h was shut down (forced)"
-    assert store.get("h").status is MateStatus.SHUTDOWN
-    assert "late answer" not in json.dumps(store.memory("h"))
+    assert store.get("h").status is TeammateStatus.SHUTDOWN
+    assert "late answer" not in json.dumps(store.turns.memory("h"))
 
 
 # --- the store, driven by hand ----------------------------------------------------------------
@@ -240,15 +241,15 @@ def start(store: TeamStore, name: str, role: str = "dev", *, plan_mode: bool = F
     """Spawn `name` on a queue nobody serves and take its turn; returns the turn's token."""
     store.spawn(name, role=role, prompt="start", model="m", api_base=None, queue=NOBODY,
                 plan_mode=plan_mode)
-    verdict, token = store.begin_turn(name, "test:1")
+    verdict, token = store.turns.begin_turn(name, "test:1")
     assert verdict == "ok"
     return token
 
 
 def read_inbox(store: TeamStore, name: str, token: str) -> list[Any]:
     """What the turn injects next, committed as a step would."""
-    last_id, messages = store.peek(name)
-    assert store.checkpoint(name, token, last_id, [])
+    last_id, messages = store.messages.peek(name)
+    assert store.turns.checkpoint(name, token, last_id, [])
     return messages
 
 
@@ -258,12 +259,12 @@ def test_a_turn_end_claims_the_lowest_numbered_eligible_task(store: TeamStore) -
     for number in range(1, 11):
         tasks.add(f"job {number}", role="dev" if number in (2, 10) else "ops")
     assert [t.status for t in tasks.snapshot()] == [TaskStatus.READY] * 10  # alice is working
-    assert store.end_turn("alice", token, "done", "n") == "continue"
+    assert store.turns.end_turn("alice", token, "done", "n") == "continue"
     [assigned] = read_inbox(store, "alice", token)
     assert (assigned.type, assigned.task_id) == (SystemType.TASK_ASSIGNED, "task_2")
     assert tasks.get("task_2").claimed_by == "alice"
     tasks.complete("alice", token, "task_2", "two done")
-    assert store.end_turn("alice", token, "done", "n") == "continue"
+    assert store.turns.end_turn("alice", token, "done", "n") == "continue"
     [assigned] = read_inbox(store, "alice", token)
     assert assigned.task_id == "task_10" and tasks.get("task_10").owner == "alice"
 
@@ -274,19 +275,19 @@ def test_one_reminder_then_the_release_wakes_an_idle_teammate(store: TeamStore) 
     bob = start(store, "bob")
     tasks.add("anyone")
     tasks.claim("alice", token, "task_1")
-    assert store.end_turn("bob", bob, "done", "bob idle") == "idle"  # nothing ready for bob
-    assert store.end_turn("alice", token, "done", "n") == "continue"
+    assert store.turns.end_turn("bob", bob, "done", "bob idle") == "idle"  # nothing ready for bob
+    assert store.turns.end_turn("alice", token, "done", "n") == "continue"
     [reminder] = read_inbox(store, "alice", token)
     assert reminder.type == SystemType.TASK_REMINDER
     assert reminder.content.startswith("You still hold task_1.")
-    assert store.end_turn("alice", token, "done", "alice idle") == "idle"
+    assert store.turns.end_turn("alice", token, "done", "alice idle") == "idle"
     # Released with the reason, then handed to idle bob (never back to alice), bob woken.
     handed = tasks.get("task_1")
     assert (handed.status, handed.owner, handed.requeue_reason, handed.released_from) == (
         TaskStatus.IN_PROGRESS, "bob", "alice ended two turns without completing it", "alice")
-    assert store.get("bob").status is MateStatus.WORKING
-    assert store.get("alice").status is MateStatus.IDLE
-    assert [m.type for m in store.peek("bob")[1]] == [SystemType.TASK_ASSIGNED]
+    assert store.get("bob").status is TeammateStatus.WORKING
+    assert store.get("alice").status is TeammateStatus.IDLE
+    assert [m.type for m in store.messages.peek("bob")[1]] == [SystemType.TASK_ASSIGNED]
 
 
 def test_an_approved_shutdown_and_a_failed_turn_release_their_tasks(store: TeamStore) -> None:
@@ -294,20 +295,21 @@ def test_an_approved_shutdown_and_a_failed_turn_release_their_tasks(store: TeamS
     token = start(store, "alice")
     tasks.add("first")
     tasks.claim("alice", token, "task_1")
-    record, _ = store.request_shutdown("alice")
-    store.respond_shutdown("alice", record.id, True)
-    assert store.end_turn("alice", token, "done", "n") == "shutdown"
+    record, _ = store.requests.request_shutdown("alice")
+    store.requests.respond_shutdown("alice", record.id, True)
+    assert store.turns.end_turn("alice", token, "done", "n") == "shutdown"
     first = tasks.get("task_1")
     assert (first.status, first.requeue_reason, first.owner) == (
         TaskStatus.READY, "alice shut down", None)
     carol = start(store, "carol")
     tasks.claim("carol", carol, "task_1")
-    assert store.end_turn("carol", carol, "error: boom", "n", force=True, error="boom") == "idle"
+    assert store.turns.end_turn("carol", carol, "error: boom", "n", force=True,
+                                error="boom") == "idle"
     # Back on the board at once, and not handed back to carol (its next turn may fail too).
     again = tasks.get("task_1")
     assert (again.status, again.requeue_reason, again.released_from) == (
         TaskStatus.READY, "carol's turn failed: boom", "carol")
-    assert store.get("carol").status is MateStatus.IDLE
+    assert store.get("carol").status is TeammateStatus.IDLE
 
 
 def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Redis,
@@ -326,7 +328,7 @@ def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Re
         if job_id and Job.exists(job_id, connection=rq_conn):  # each rerun's job is lost too
             Job.fetch(job_id, connection=rq_conn).delete()
         store.scheduler.reconcile()
-        return store.get("alice").status is MateStatus.IDLE
+        return store.get("alice").status is TeammateStatus.IDLE
 
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
     lost = tasks.get("task_1")
@@ -339,7 +341,7 @@ def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
     tasks = TeamTasks(store)
     token = start(store, "pat", plan_mode=True)
     tasks.add("build it")
-    box = MateTools(store, "pat").toolbox()
+    box = TeammateTools(store, "pat").toolbox()
     gate_plan(box, lambda: store.plan_state("pat"))  # as the turn does in plan mode
     for tool, args in (("claim_task", {"task_id": "task_1"}),
                        ("complete_task", {"task_id": "task_1", "result": "x"})):
@@ -347,13 +349,13 @@ def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
         assert refused.startswith("TOOL_ERROR: ") and "submit_plan" in refused
     assert tasks.get("task_1").status is TaskStatus.READY
     # Nor does a turn end hand it a task while the gate is closed.
-    assert store.end_turn("pat", token, "done", "pat idle") == "idle"
+    assert store.turns.end_turn("pat", token, "done", "pat idle") == "idle"
     assert tasks.get("task_1").status is TaskStatus.READY
-    assert store.send("lead", "pat", "go on")[1]  # woken
-    assert store.begin_turn("pat", "test:2")[0] == "ok"
-    request = store.submit_plan("pat", "build it carefully")
-    store.review_plan(request.id, True)
-    box = MateTools(store, "pat").toolbox()
+    assert store.messages.send("lead", "pat", "go on")[1]  # woken
+    assert store.turns.begin_turn("pat", "test:2")[0] == "ok"
+    request = store.requests.submit_plan("pat", "build it carefully")
+    store.requests.review_plan(request.id, True)
+    box = TeammateTools(store, "pat").toolbox()
     claimed = json.loads(box.call("claim_task", json.dumps({"task_id": "Task 1"})))
     assert claimed == {"action": "claim_task", "ok": True, "task_id": "task_1",
                        "subject": "build it", "description": ""}
@@ -373,7 +375,7 @@ def test_a_team_task_waiting_on_two_is_ready_only_once_both_are_completed(
     assert tasks.complete("alice", alice, "task_1", "one") == ([], [])
     # One of its two dependencies done: still pending, refused by claim_task, not handed out.
     assert tasks.get("task_3").status is TaskStatus.PENDING
-    box = MateTools(store, "alice").toolbox()
+    box = TeammateTools(store, "alice").toolbox()
     refused = box.call("claim_task", json.dumps({"task_id": "task_3"}))
     assert refused.startswith("TOOL_ERROR: ")
     assert "task_3 is pending: it waits for task_2" in refused
@@ -396,7 +398,7 @@ def test_task_tools_refuse_what_the_board_does_not_allow(store: TeamStore) -> No
     tasks.add("second", after=["task_1"])
     tasks.add("ops only", role="ops")
     tasks.add("bob only", assignee="bob")
-    box = MateTools(store, "alice").toolbox()
+    box = TeammateTools(store, "alice").toolbox()
 
     def error(tool: str, **args: str) -> str:
         reply = box.call(tool, json.dumps(args))

@@ -20,8 +20,8 @@ from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_workspace import add_mate_workspace
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_workspace import add_teammate_workspace
 
 from tests.support.llm import Reply, ScriptedLLM, ToolCalls
 from tests.support.teams import cli, inbox_lines, spawn
@@ -37,7 +37,7 @@ from teamctl.shared.teams.team_store import TeamStore
 url, team, tag, count = sys.argv[1:5]
 store = TeamStore(redis.Redis.from_url(url, decode_responses=True), team)
 for index in range(int(count)):
-    store.send("lead", "bob", f"{tag}:{index}")
+    store.messages.send("lead", "bob", f"{tag}:{index}")
 """
 TURN_END_SENDS = 500
 TURN_END_LATENCY_S = 0.03
@@ -49,12 +49,12 @@ BURST_SIZES = (1, 2, 3)
 
 
 def idle_notices(store: TeamStore) -> int:
-    return len(store.notices(SystemType.TEAMMATE_IDLE))
+    return len(store.messages.notices(SystemType.TEAMMATE_IDLE))
 
 
 def tool_results(store: TeamStore, name: str) -> list[str]:
     """The content of every tool result in the teammate's memory, in order."""
-    return [m["content"] for m in store.memory(name) if m.get("role") == "tool"]
+    return [m["content"] for m in store.turns.memory(name) if m.get("role") == "tool"]
 
 
 def offered(llm: ScriptedLLM, model: str) -> list[list[str]]:
@@ -93,14 +93,14 @@ def test_plan_mode_refuses_write_file_until_approval_even_after_a_rejection(
         assert "plan_approval_response" in error["error"]
     assert "call submit_plan" in refused[0] and "waiting for the lead's review" in refused[2]
     assert not target.exists()
-    [first] = store.requests()
+    [first] = store.requests.all()
     assert cli("team", "review", first.id, "--reject", "--feedback", "add a title",
                *base).exit_code == 0
     wait_until(lambda: idle_notices(store) == 2, message="pat's revised plan")
     after_rejection = tool_results(store, "pat")[3]
     assert after_rejection.startswith("TOOL_ERROR: ") and "call submit_plan" in after_rejection
     assert not target.exists()
-    [_, second] = store.requests()
+    [_, second] = store.requests.all()
     assert cli("team", "review", second.id, "--approve", *base).exit_code == 0
     wait_until(lambda: idle_notices(store) == 3, message="pat carrying out its plan")
     written = json.loads(tool_results(store, "pat")[-1])
@@ -140,11 +140,11 @@ def test_an_approval_in_the_middle_of_a_turn_opens_the_gate_at_once(
     assert spawn(workers, team, "pat", model, llm.api_base, "--plan-mode", "--tool",
                  "write_file").exit_code == 0
     assert held.entered.wait(60)
-    [plan] = store.requests()
-    _, woke = store.review_plan(plan.id, True)
+    [plan] = store.requests.all()
+    _, woke = store.requests.review_plan(plan.id, True)
     assert not woke  # pat is still in its turn
     held.release.set()
-    wait_until(lambda: store.get("pat").status is MateStatus.IDLE, message="pat idle")
+    wait_until(lambda: store.get("pat").status is TeammateStatus.IDLE, message="pat idle")
     assert json.loads(tool_results(store, "pat")[-1])["ok"] is True
     assert (tmp_path / "state" / "teams" / team / "workspace" / "done.txt").read_text() == "done"
     assert idle_notices(store) == 1
@@ -193,7 +193,7 @@ def test_the_plan_gate_covers_edit_file_and_bash_but_not_reading(
     boxes = {}
     for name in ("pat", "sam"):
         boxes[name] = Toolbox()
-        add_mate_workspace(boxes[name], store, store.get(name), tmp_path / "unused")
+        add_teammate_workspace(boxes[name], store, store.get(name), tmp_path / "unused")
     assert boxes["pat"].names == boxes["sam"].names == [
         "read_file", "write_file", "edit_file", "bash"]
     workspace = tmp_path / "state" / "teams" / team / "workspace"
@@ -206,9 +206,9 @@ def test_the_plan_gate_covers_edit_file_and_bash_but_not_reading(
         assert refused.startswith("TOOL_ERROR: ") and '"PlanNotApproved"' in refused, refused
     assert json.loads(boxes["pat"].call("read_file", '{"path": "a.txt"}'))["content"] == "one"
     assert not (workspace / "log.txt").exists()
-    plan = store.submit_plan("pat", "edit a.txt")
+    plan = store.requests.submit_plan("pat", "edit a.txt")
     assert "waiting for the lead's review" in boxes["pat"].call("bash", bash)
-    store.review_plan(plan.id, True)
+    store.requests.review_plan(plan.id, True)
     # The same toolbox, built before the approval: the gate reads plan_state at each call.
     assert json.loads(boxes["pat"].call("edit_file", edit))["ok"]
     assert json.loads(boxes["pat"].call("bash", bash))["exitCode"] == 0
@@ -243,17 +243,17 @@ def test_four_sender_processes_mid_turn_each_message_once_in_order(
     for sender in senders:
         assert sender.wait(120) == 0
     busy.done.set()
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, 60, message="bob idle")
-    got = [m["content"] for m in inbox_lines(store.memory("bob"))]
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, 60, message="bob idle")
+    got = [m["content"] for m in inbox_lines(store.turns.memory("bob"))]
     assert len(got) == SENDERS * MESSAGES_PER_SENDER == len(set(got))
     for tag in tags:
         assert [c for c in got if c.startswith(f"{tag}:")] == [
             f"{tag}:{i}" for i in range(MESSAGES_PER_SENDER)]
     # All of it arrived mid-turn: one turn, fed over several steps, woken by none of the sends.
     assert idle_notices(store) == 1
-    blocks = [m for m in store.memory("bob") if str(m.get("content")).startswith("<inbox>")]
+    blocks = [m for m in store.turns.memory("bob") if str(m.get("content")).startswith("<inbox>")]
     assert len(blocks) >= 2
-    assert store.peek("bob")[1] == []
+    assert store.messages.peek("bob")[1] == []
 
 
 def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_overlap(
@@ -263,7 +263,7 @@ def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_over
     store = TeamStore(wconn, team)
     store.create(TeamOptions(memory_max_messages=100_000))
     assert spawn(workers, team, "bob", model, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's first turn")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob's first turn")
     times = llm.request_times[f"bob-{team}"]
     sent, rounds = 0, 0
     while sent < TURN_END_SENDS:
@@ -273,14 +273,14 @@ def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_over
         aim = times[-1] + TURN_END_LATENCY_S + SEND_OFFSETS_S[rounds % len(SEND_OFFSETS_S)]
         time.sleep(max(0.0, aim - time.monotonic()))  # timing the stimulus, not waiting on it
         for _ in range(min(BURST_SIZES[rounds % len(BURST_SIZES)], TURN_END_SENDS - sent)):
-            store.send("lead", "bob", f"m{sent}")
+            store.messages.send("lead", "bob", f"m{sent}")
             sent += 1
         rounds += 1
         # Each burst is answered by a later call: in the same job or a woken one.
         wait_until(lambda seen=seen: len(times) > seen, message="bob's next model call")
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE and not store.peek("bob")[1],
-               message="bob idle with nothing unread")
-    got = [m["content"] for m in inbox_lines(store.memory("bob"))]
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE
+               and not store.messages.peek("bob")[1], message="bob idle with nothing unread")
+    got = [m["content"] for m in inbox_lines(store.turns.memory("bob"))]
     assert got == [f"m{i}" for i in range(TURN_END_SENDS)]
     # Never two model calls in flight: each takes the script's latency, so each arrives at least
     # that long after the one before, and each sees the whole conversation before it.

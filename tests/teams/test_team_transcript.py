@@ -17,7 +17,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 from teamctl.shared.teams.transcripts import mark_turn
 from teamctl.shared.text import duration_text
 
@@ -61,12 +61,12 @@ def alice_with_two_turns(workers: str, llm: ScriptedLLM, team: str) -> TeamStore
         "checked b"])
     store = TeamStore(redis.Redis.from_url(workers, decode_responses=True), team)
     assert spawn(workers, team, "alice", alice, llm.api_base).exit_code == 0
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, TURN_S,
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, TURN_S,
                message="alice's first turn")
     sent = cli("team", "send", "alice", "check b", *base_args(workers, team))
     assert sent.exit_code == 0, sent.output
-    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 2
-               and store.get("alice").status is MateStatus.IDLE, TURN_S,
+    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2
+               and store.get("alice").status is TeammateStatus.IDLE, TURN_S,
                message="alice's second turn")
     return store
 
@@ -75,7 +75,7 @@ def test_a_teammates_turns_print_line_by_line_one_at_a_time_or_as_json(
         workers: str, llm: ScriptedLLM, team: str) -> None:
     store = alice_with_two_turns(workers, llm, team)
     conn, key = store.conn, store.keys.turns("alice")
-    result = next(m for m in store.memory("alice") if m["role"] == "tool")["content"]
+    result = next(m for m in store.turns.memory("alice") if m["role"] == "tool")["content"]
     assert json.loads(result)["action"] == "send_message" and len(result) < 300
     first = [header(conn, key, 1),
              "  user: You are alice. Start.",
@@ -187,13 +187,13 @@ def test_turns_whose_first_messages_left_memory_say_so_and_keep_their_numbers(
     store.create(TeamOptions(memory_max_messages=4))
     store.spawn("alice", role="dev", prompt="start", model="m", api_base=None,
                 queue="transcript-nobody")
-    verdict, token = store.begin_turn("alice", "test:1")
+    verdict, token = store.turns.begin_turn("alice", "test:1")
     assert verdict == "ok"
 
     def turn(number: int, *messages: dict[str, Any]) -> None:
         assert mark_turn(store, "alice", token, "begin", "test:1") == number
         for message in messages:
-            assert store.checkpoint("alice", token, "", [message]) is True
+            assert store.turns.checkpoint("alice", token, "", [message]) is True
         assert mark_turn(store, "alice", token, "end", "done") == number
 
     def said(role: str, *texts: str) -> list[dict[str, Any]]:
@@ -204,7 +204,7 @@ def test_turns_whose_first_messages_left_memory_say_so_and_keep_their_numbers(
          *said("assistant", "b"))
     turn(3, *said("user", "c?"), *said("assistant", "c"))
     # The caps dropped turn 1 whole and turn 2's first exchange: the rest keeps its numbers.
-    assert [m["content"] for m in store.memory("alice")] == ["b?", "b", "c?", "c"]
+    assert [m["content"] for m in store.turns.memory("alice")] == ["b?", "b", "c?", "c"]
     shown = cli("team", "transcript", "alice", *base_args(redis_url, team))
     key = store.keys.turns("alice")
     assert (shown.exit_code, shown.stdout.splitlines()) == (0, [
@@ -241,7 +241,7 @@ def test_the_team_page_links_each_transcript_and_pages_it_by_turn(
         assert "<b>call send_message</b>" in first.text
         assert str(markupsafe.escape(json.dumps(ARGUMENTS))) in first.text
         assert HOSTILE not in first.text
-        result = next(m for m in store.memory("alice") if m["role"] == "tool")["content"]
+        result = next(m for m in store.turns.memory("alice") if m["role"] == "tool")["content"]
         assert f"<b>result send_message</b>\n<pre>{markupsafe.escape(result)}</pre>" in \
             first.text
         assert "checked b" not in first.text and 'rel="next" href="?turn=2"' in first.text

@@ -17,7 +17,7 @@ import redis
 from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines, spawn
@@ -83,35 +83,37 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     alice = llm.script(f"alice-{team}", handler=model, latency_s=scaled(7), latency_seed=3)
     assert spawn(redis_server, team, "alice", alice, llm.api_base, "--queue", queue).exit_code == 0
     assert model.second.wait(60)
-    store.send("lead", "alice", "m1")  # injected nowhere yet: the hung step 2 predates it
+    store.messages.send("lead", "alice", "m1")  # injected nowhere yet: the hung step 2 predates it
     dead_token = store.get("alice").turn_token
-    memory_before = store.memory("alice")
+    memory_before = store.turns.memory("alice")
     horse, parent = holder_pids(store, "alice")
     assert parent in [p.pid for p in own_workers.processes if p.poll() is None]
     os.kill(parent, signal.SIGKILL)
     os.kill(horse, signal.SIGKILL)
     model.release.set()
-    store.send("lead", "alice", "m2")
+    store.messages.send("lead", "alice", "m2")
     # No turn lease once the TTL passes: reconcile enqueues the rerun (exactly once).
     # (The lease lapses a TTL after its last refresh; reconcile also wants a TTL unseen.)
     assert wait_until(lambda: store.scheduler.reconcile(), 2 * TTL_S + 15,
                       message="reconcile to rerun alice") == [
         "alice"]
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, 60, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, 60, message="alice idle")
 
-    memory = store.memory("alice")
+    memory = store.turns.memory("alice")
     assert memory[:len(memory_before)] == memory_before  # the rerun resumed from the checkpoint
     assert [m["content"] for m in inbox_lines(memory)] == ["m1", "m2"]
     assert [m["role"] for m in memory] == ["user", "assistant", "tool", "user", "assistant"]
     assert memory[-1]["content"] == "recovered"
     assert model.calls == 3
     # The send committed before the kill is not repeated by the rerun.
-    sent = [m for m in store.kept("lead") if m.from_ == "alice" and m.type == "peer.message"]
+    sent = [m for m in store.messages.kept("lead")
+            if m.from_ == "alice" and m.type == "peer.message"]
     assert [m.content for m in sent] == ["step one done"]
-    mate = store.get("alice")
-    assert (mate.idle_reason, mate.attempts, mate.last_error) == ("done", 0, None)
+    teammate = store.get("alice")
+    assert (teammate.idle_reason, teammate.attempts, teammate.last_error) == ("done", 0, None)
     # The dead turn's writes are refused and change nothing.
-    assert dead_token and dead_token != mate.turn_token
-    assert not store.checkpoint("alice", dead_token, "", [{"role": "user", "content": "stale"}])
-    assert store.end_turn("alice", dead_token, "done", "stale") == "stale"
-    assert store.memory("alice") == memory
+    assert dead_token and dead_token != teammate.turn_token
+    assert not store.turns.checkpoint("alice", dead_token, "",
+                                      [{"role": "user", "content": "stale"}])
+    assert store.turns.end_turn("alice", dead_token, "done", "stale") == "stale"
+    assert store.turns.memory("alice") == memory

@@ -19,7 +19,7 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, cli, inbox_lines, spawn
@@ -29,7 +29,7 @@ SENDERS = 4
 MESSAGES_PER_SENDER = 25
 
 
-def status_of(store: TeamStore, name: str) -> MateStatus:
+def status_of(store: TeamStore, name: str) -> TeammateStatus:
     return store.get(name).status
 
 
@@ -44,12 +44,12 @@ def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "bob", bob, llm.api_base).exit_code == 0
     # Bob's first turn ends before alice exists, so his wake-up turn is the one that answers.
-    wait_until(lambda: status_of(store, "bob") is MateStatus.IDLE, message="bob's first turn")
+    wait_until(lambda: status_of(store, "bob") is TeammateStatus.IDLE, message="bob's first turn")
     assert spawn(workers, team, "alice", alice, llm.api_base).exit_code == 0
 
     def settled() -> bool:
-        idle = store.notices(SystemType.TEAMMATE_IDLE)
-        return len(idle) == 3 and all(m.status is MateStatus.IDLE for m in store.mates())
+        idle = store.messages.notices(SystemType.TEAMMATE_IDLE)
+        return len(idle) == 3 and all(m.status is TeammateStatus.IDLE for m in store.teammates())
 
     wait_until(settled, message="alice and bob idle after bob's answer")
     listed = json.loads(cli("team", "list", "--json", "-t", team, "--redis-url", workers).output)
@@ -64,7 +64,7 @@ def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(
     assert any("sent it" in m["content"] for m in idle)
     # The inbox is shown, never consumed.
     assert cli("team", "inbox", "--json", "-t", team, "--redis-url", workers).output == shown
-    assert [m["content"] for m in inbox_lines(store.memory("bob"))] == ["hi bob"]
+    assert [m["content"] for m in inbox_lines(store.turns.memory("bob"))] == ["hi bob"]
     assert len(llm.requests[f"bob-{team}"]) == 3
 
 
@@ -72,7 +72,7 @@ def send_batch(url: str, team: str, sender: str, count: int) -> None:
     """A separate process: `count` numbered messages from `sender` to bob."""
     store = TeamStore(redis.Redis.from_url(url, decode_responses=True), team)
     for index in range(count):
-        store.send(sender, "bob", f"{sender}:{index}")
+        store.messages.send(sender, "bob", f"{sender}:{index}")
 
 
 def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
@@ -83,7 +83,7 @@ def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
     senders = [f"s{i}" for i in range(SENDERS)]
     for sender in senders:  # the offline model: one short turn each, then idle
         assert spawn(workers, team, sender, OFFLINE_MODEL, None).exit_code == 0
-    wait_until(lambda: all(status_of(store, s) is MateStatus.IDLE for s in senders),
+    wait_until(lambda: all(status_of(store, s) is TeammateStatus.IDLE for s in senders),
                message="the senders idle")
     held = HeldFirstCall("first answer", "read them all")
     bob = llm.script(f"bob-{team}", handler=held)
@@ -98,8 +98,8 @@ def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
         process.join(120)
         assert process.exitcode == 0
     held.release.set()
-    wait_until(lambda: status_of(store, "bob") is MateStatus.IDLE, message="bob idle")
-    got = [m["content"] for m in inbox_lines(store.memory("bob"))]
+    wait_until(lambda: status_of(store, "bob") is TeammateStatus.IDLE, message="bob idle")
+    got = [m["content"] for m in inbox_lines(store.turns.memory("bob"))]
     assert len(got) == SENDERS * MESSAGES_PER_SENDER == len(set(got))
     for sender in senders:
         assert [c for c in got if c.startswith(f"{sender}:")] == [
@@ -107,7 +107,7 @@ def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
     # Mail to a working teammate woke nothing: one turn, one continue, two model calls.
     assert held.calls == 2
     assert Queue("members", connection=redis.Redis.from_url(workers)).count == 0
-    assert store.peek("bob")[1] == []
+    assert store.messages.peek("bob")[1] == []
 
 
 def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: ScriptedLLM,
@@ -117,8 +117,8 @@ def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: 
     names = [f"m{i}" for i in range(10)]
     for name in names:
         assert spawn(workers, team, name, model, llm.api_base).exit_code == 0
-    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates())
-               and len(store.mates()) == 10, 60, message="ten idle teammates")
+    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates())
+               and len(store.teammates()) == 10, 60, message="ten idle teammates")
     queue = Queue("members", connection=redis.Redis.from_url(workers))
 
     def workers_idle() -> bool:
@@ -126,7 +126,7 @@ def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: 
 
     # The last turn's job still reconciles and reports to RQ after its teammate went idle.
     wait_until(workers_idle, 30, message="the last turn's job to finish")
-    seen = {m.name: m.last_seen_ms for m in store.mates()}
+    seen = {m.name: m.last_seen_ms for m in store.teammates()}
     assert len(llm.requests[f"idle-{team}"]) == 10
     # An observation window: nothing may happen in it, so there is no condition to wait for.
     deadline = time.monotonic() + 3.0
@@ -134,7 +134,7 @@ def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: 
         assert workers_idle()
         assert len(llm.requests[f"idle-{team}"]) == 10
         time.sleep(0.1)
-    assert {m.name: m.last_seen_ms for m in store.mates()} == seen
+    assert {m.name: m.last_seen_ms for m in store.teammates()} == seen
     assert store.scheduler.reconcile() == []
 
 
@@ -145,8 +145,8 @@ def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Re
                  "--prompt", "Look around.")
     assert result.exit_code == 0, result.output
     assert "teamctl-offline" in result.output
-    wait_until(lambda: status_of(store, "scout") is MateStatus.IDLE, message="scout idle")
-    [notice] = store.notices(SystemType.TEAMMATE_IDLE)
+    wait_until(lambda: status_of(store, "scout") is TeammateStatus.IDLE, message="scout idle")
+    [notice] = store.messages.notices(SystemType.TEAMMATE_IDLE)
     assert notice.content.startswith("scout is idle (done): [scout] scout: noted")
     assert cli("teams", "--json", "--redis-url", workers).exit_code == 0
     assert team in cli("teams", "--redis-url", workers).output
@@ -158,17 +158,18 @@ def test_a_failing_model_idles_the_teammate_with_the_error(
     model = llm.script(f"broken-{team}", [HttpError(400, "bad request from the provider")])
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
-    wait_until(lambda: status_of(store, "alice") is MateStatus.IDLE, message="alice idle")
-    mate = store.get("alice")
-    assert mate.idle_reason and mate.idle_reason.startswith("error: ")
-    assert mate.last_error and "bad request from the provider" in mate.last_error
-    [notice] = store.notices(SystemType.TEAMMATE_IDLE)
+    wait_until(lambda: status_of(store, "alice") is TeammateStatus.IDLE, message="alice idle")
+    teammate = store.get("alice")
+    assert teammate.idle_reason and teammate.idle_reason.startswith("error: ")
+    assert teammate.last_error and "bad request from the provider" in teammate.last_error
+    [notice] = store.messages.notices(SystemType.TEAMMATE_IDLE)
     assert notice.content.startswith("alice is idle (error: ")
     # The next message wakes it again, and the error is cleared by a good turn.
     llm.script(f"broken-{team}", ["better now"])
     assert cli("team", "send", "alice", "try again", "-t", team, "--redis-url",
                workers).exit_code == 0
-    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 2, message="second turn")
+    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2,
+               message="second turn")
     assert store.get("alice").last_error is None
 
 
@@ -224,7 +225,7 @@ def test_spawn_says_when_no_worker_listens_on_the_queue(workers: str, team: str)
     hint = for_this_shell(workers).spell(no_worker_hint(queue, "its turn"))
     assert waiting.stderr == f"teamctl: {hint}\n"
     store = TeamStore(redis.Redis.from_url(workers, decode_responses=True), team)
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice idle")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice idle")
     store.delete(force=True)
 
 

@@ -16,7 +16,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import inbox_lines, spawn
@@ -41,17 +41,17 @@ def test_alice_and_bob_converse_at_the_defaults_with_slow_models(
 
     assert spawn(workers, team, "bob", bob, llm.api_base).exit_code == 0
     assert store.options == TeamOptions()  # the first spawn made the team at the defaults
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, turn_s,
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, turn_s,
                message="bob's first turn")
     assert spawn(workers, team, "alice", alice, llm.api_base).exit_code == 0
-    wait_until(lambda: len(store.notices(SystemType.TEAMMATE_IDLE)) == 3
-               and all(m.status is MateStatus.IDLE for m in store.mates()), 3 * turn_s,
+    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 3
+               and all(m.status is TeammateStatus.IDLE for m in store.teammates()), 3 * turn_s,
                message="alice and bob idle after bob's answer")
 
     # No turn was taken for stalled: the slow calls never let a turn lease lapse.
-    assert [(m.name, m.attempts, m.last_error) for m in store.mates()] == [
+    assert [(m.name, m.attempts, m.last_error) for m in store.teammates()] == [
         ("bob", 0, None), ("alice", 0, None)]
-    assert [m["content"] for m in inbox_lines(store.memory("bob"))] == ["hi bob"]
+    assert [m["content"] for m in inbox_lines(store.turns.memory("bob"))] == ["hi bob"]
     assert len(llm.requests[f"bob-{team}"]) == 3 and len(llm.requests[f"alice-{team}"]) == 2
     store.delete()
 
@@ -79,8 +79,8 @@ def test_the_task_board_hands_out_by_role_and_at_turn_ends_with_slow_models(
     for name in ("dev", "qa"):
         model = llm.script(f"{name}-{team}", handler=doer, **slow)
         assert spawn(workers, team, name, model, llm.api_base).exit_code == 0
-    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates())
-               and len(store.mates()) == 2, 2 * turn_s, message="both first turns")
+    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates())
+               and len(store.teammates()) == 2, 2 * turn_s, message="both first turns")
 
     tasks = TeamTasks(store)
     first, _ = tasks.add("build it", role="dev-role")
@@ -92,10 +92,10 @@ def test_the_task_board_hands_out_by_role_and_at_turn_ends_with_slow_models(
     assert [(t.task_id, t.claimed_by, t.output, t.attempts) for t in tasks.snapshot()] == [
         ("task_1", "dev", "did task_1", 1), ("task_2", "qa", "did task_2", 1),
         ("task_3", "dev", "did task_3", 1)]
-    wait_until(lambda: all(m.status is MateStatus.IDLE for m in store.mates()), 2 * turn_s,
+    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates()), 2 * turn_s,
                message="both idle again")
-    assert [(m.name, m.attempts, m.last_error) for m in store.mates()] == [
+    assert [(m.name, m.attempts, m.last_error) for m in store.teammates()] == [
         ("dev", 0, None), ("qa", 0, None)]
-    assert sorted(m.task_id for m in store.notices(SystemType.TASK_RESULT)) == [
+    assert sorted(m.task_id for m in store.messages.notices(SystemType.TASK_RESULT)) == [
         "task_1", "task_2", "task_3"]
     store.delete()

@@ -13,7 +13,7 @@ from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teams import HeldFirstCall, inbox_lines
@@ -25,7 +25,7 @@ def working_alice(conn: redis.Redis, team: str) -> tuple[TeamStore, str]:
     store = TeamStore(conn, team)
     store.create()
     store.spawn("alice", role="dev", prompt="p", model="m", api_base=None, queue=f"nobody-{team}")
-    verdict, token = store.begin_turn("alice", "test:1")
+    verdict, token = store.turns.begin_turn("alice", "test:1")
     assert verdict == "ok"
     return store, token
 
@@ -38,14 +38,14 @@ def test_a_turn_end_given_a_stale_ready_list_retries_and_claims_the_new_task(
     keys = store.keys
     lanes = tasks.lanes_of("alice", store.get("alice").role)
     stale = store.scripts["turn_end"](
-        keys=[keys.turn("alice"), keys.mate("alice"), keys.inbox("alice"), keys.read_offsets,
+        keys=[keys.turn("alice"), keys.teammate("alice"), keys.inbox("alice"), keys.read_offsets,
               keys.bus, keys.bus_seq, keys.inbox(LEAD), *tasks.board_keys(), *lanes],
         args=[token, "alice", "done", "alice is idle", "0", "", 0, len(lanes),
               *[8] * len(lanes)])  # the lanes' heads read before the add: no candidate
     assert stale == ["retry", 0]
-    assert store.get("alice").status is MateStatus.WORKING  # nothing changed
+    assert store.get("alice").status is TeammateStatus.WORKING  # nothing changed
     # Read fresh, the same end claims the task for her and the turn goes on.
-    assert store.end_turn("alice", token, "done", "alice is idle") == "continue"
+    assert store.turns.end_turn("alice", token, "done", "alice is idle") == "continue"
     assert tasks.get("task_1").owner == "alice"
 
 
@@ -57,13 +57,13 @@ def test_a_forced_shutdown_given_a_stale_running_list_retries_and_releases_the_t
     tasks.claim("alice", token, "task_1")
     keys = store.keys
     stale = store.scripts["team_shutdown"](
-        keys=[keys.mate("alice"), keys.turn("alice"), keys.bus, keys.bus_seq, keys.inbox(LEAD),
+        keys=[keys.teammate("alice"), keys.turn("alice"), keys.bus, keys.bus_seq, keys.inbox(LEAD),
               *tasks.board_keys()],  # the claim is missing
         args=["alice shut down", "alice"])
     assert stale == ["retry", 0]
-    assert store.get("alice").status is MateStatus.WORKING
-    store.force_shutdown("alice")
-    assert store.get("alice").status is MateStatus.SHUTDOWN
+    assert store.get("alice").status is TeammateStatus.WORKING
+    store.requests.force_shutdown("alice")
+    assert store.get("alice").status is TeammateStatus.SHUTDOWN
     assert tasks.get("task_1").status is TaskStatus.READY
 
 
@@ -78,14 +78,15 @@ def test_a_long_running_job_hands_the_next_turn_to_a_fresh_job(
     store.spawn("bob", role="r", prompt="Start.", model=bob, api_base=llm.api_base,
                 queue="members")
     assert model.entered.wait(30)
-    store.send(LEAD, "bob", "more work")  # unread as the first turn ends: another turn is due
+    # Unread as the first turn ends: another turn is due.
+    store.messages.send(LEAD, "bob", "more work")
     model.release.set()
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE and model.calls == 2, 30,
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE and model.calls == 2, 30,
                message="bob's second turn, on a fresh job")
-    details = [(e.status, e.detail) for e in store.events() if e.mate == "bob"]
+    details = [(e.status, e.detail) for e in store.messages.events() if e.mate == "bob"]
     assert ("working", "handed over") in details
-    assert [m["content"] for m in inbox_lines(store.memory("bob"))] == ["more work"]
-    assert store.memory("bob")[-1]["content"] == "second answer"
+    assert [m["content"] for m in inbox_lines(store.turns.memory("bob"))] == ["more work"]
+    assert store.turns.memory("bob")[-1]["content"] == "second answer"
 
 
 def test_a_turn_stops_before_a_model_call_past_turn_timeout_s(
@@ -97,7 +98,7 @@ def test_a_turn_stops_before_a_model_call_past_turn_timeout_s(
                       repeat_last=True, latency_s=0.6)
     store.spawn("busy", role="r", prompt="Keep checking.", model=busy, api_base=llm.api_base,
                 queue="members")
-    wait_until(lambda: store.get("busy").status is MateStatus.IDLE, 30, message="busy to stop")
+    wait_until(lambda: store.get("busy").status is TeammateStatus.IDLE, 30, message="busy to stop")
     assert store.get("busy").idle_reason == "time_limit"
     # Each call takes 0.6 s or more: past 1 s after one or two of them, no further call.
     assert 1 <= len(llm.requests[busy.removeprefix("openai/")]) <= 2

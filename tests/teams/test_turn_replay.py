@@ -17,8 +17,8 @@ from teamctl.shared.redis.scripts import TurnRevokedError
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.shared.teams.teammates import TeammateStatus
+from teamctl.worker.teams.teammate_tools import TeammateTools
 from teamctl.worker.teams.turn import execute_turn
 
 from tests.support.llm import ScriptedLLM
@@ -42,7 +42,7 @@ def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
     # A queue nobody serves: this test plays the turns itself.
     store.spawn("alice", role="writer", prompt="Greet the lead.", model=model,
                 api_base=llm.api_base, queue=f"nobody-{team}")
-    verdict, token = store.begin_turn("alice", "test:1")
+    verdict, token = store.turns.begin_turn("alice", "test:1")
     assert verdict == "ok"
     if prepare is not None:
         prepare(store, token)
@@ -50,9 +50,9 @@ def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
         arguments = arguments(store)
     call = {"id": "call_1", "type": "function",
             "function": {"name": tool, "arguments": json.dumps(arguments)}}
-    assert store.checkpoint("alice", token, "", [
+    assert store.turns.checkpoint("alice", token, "", [
         {"role": "assistant", "content": None, "tool_calls": [call]}])
-    tools = MateTools(store, "alice", token)
+    tools = TeammateTools(store, "alice", token)
     with tools.writing_through(store.guarded("alice", token, "0:call_1")):
         result = tools.toolbox().call(tool, call["function"]["arguments"], "call_1")
     return store, token, result
@@ -73,16 +73,16 @@ def test_a_send_made_before_the_crash_is_replayed_not_repeated(
     assert json.loads(first)["ok"] is True
     assert rerun(store) == "idle"
 
-    greetings = [m for m in store.kept(LEAD) if m.type == "peer.message"]
+    greetings = [m for m in store.messages.kept(LEAD) if m.type == "peer.message"]
     assert [(m.from_, m.content) for m in greetings] == [("alice", "hello")]
-    memory = store.memory("alice")
+    memory = store.turns.memory("alice")
     assert [m["role"] for m in memory] == ["user", "assistant", "tool", "assistant"]
     # The rerun's tool result is the first call's outcome (same message id), recorded once.
     assert json.loads(memory[2]["content"]) == json.loads(first)
     assert json.loads(first)["id"] == greetings[0].id
     assert memory[-1]["content"] == "all sent"
     assert len(llm.requests[store.get("alice").model.split("/", 1)[1]]) == 1
-    assert store.get("alice").status is MateStatus.IDLE
+    assert store.get("alice").status is TeammateStatus.IDLE
     assert not conn.exists(store.keys.effects("alice"))  # the checkpoint cleared the record
 
 
@@ -95,30 +95,30 @@ def test_a_submitted_plan_is_replayed_with_its_request(redis_server: str,
     model = llm.script(f"alice-{team}", ["waiting for review"])
     store.spawn("alice", role="writer", prompt="Plan first.", model=model,
                 api_base=llm.api_base, queue=f"nobody-{team}", plan_mode=True)
-    _, token = store.begin_turn("alice", "test:1")
+    _, token = store.turns.begin_turn("alice", "test:1")
     call = {"id": "call_9", "type": "function",
             "function": {"name": "submit_plan", "arguments": json.dumps({"plan": "1. write"})}}
-    assert store.checkpoint("alice", token, "", [
+    assert store.turns.checkpoint("alice", token, "", [
         {"role": "assistant", "content": None, "tool_calls": [call]}])
-    tools = MateTools(store, "alice")
+    tools = TeammateTools(store, "alice")
     with tools.writing_through(store.guarded("alice", token, "0:call_9")):
         first = json.loads(tools.toolbox().call("submit_plan", call["function"]["arguments"],
                                                 "call_9"))
     assert first["ok"] is True
     assert rerun(store) == "idle"
 
-    assert [r.id for r in store.requests()] == [first["request_id"]]
-    assert json.loads(store.memory("alice")[2]["content"]) == first
+    assert [r.id for r in store.requests.all()] == [first["request_id"]]
+    assert json.loads(store.turns.memory("alice")[2]["content"]) == first
 
 
 def test_a_revoked_turn_cannot_write_through_its_guard(redis_server: str,
                                                        llm: ScriptedLLM) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     store, token, _ = crashed_turn(conn, llm, "list_teammates", {}, [])
-    store.force_shutdown("alice")
+    store.requests.force_shutdown("alice")
     before = store.bus.messages()
     with pytest.raises(TurnRevokedError):
-        store.guarded("alice", token, "1:call_2").send("alice", LEAD, "late")
+        store.guarded("alice", token, "1:call_2").messages.send("alice", LEAD, "late")
     assert store.bus.messages() == before
 
 
@@ -137,11 +137,11 @@ def holding_a_task(store: TeamStore, token: str) -> None:
 
 
 def asked_to_shut_down(store: TeamStore, _token: str) -> None:
-    store.request_shutdown("alice", "the day is over")
+    store.requests.request_shutdown("alice", "the day is over")
 
 
 def lead_mail(store: TeamStore, type_: str) -> list[str]:
-    return [m.content for m in store.kept(LEAD) if m.type == type_]
+    return [m.content for m in store.messages.kept(LEAD) if m.type == type_]
 
 
 @pytest.mark.parametrize(("tool", "arguments", "prepare", "replies", "written"), [
@@ -152,7 +152,7 @@ def lead_mail(store: TeamStore, type_: str) -> list[str]:
      lambda store: [TeamTasks(store).get("task_1").attempts]),
     ("complete_task", {"task_id": "task_1", "result": "done it"}, holding_a_task, 1,
      lambda store: lead_mail(store, "task.result")),
-    ("respond_shutdown", lambda store: {"request_id": store.requests()[0].id, "approve": True},
+    ("respond_shutdown", lambda store: {"request_id": store.requests.all()[0].id, "approve": True},
      asked_to_shut_down, 0, lambda store: lead_mail(store, "shutdown_response")),
 ], ids=["broadcast", "claim_task", "complete_task", "respond_shutdown"])
 def test_each_team_write_of_a_killed_step_happens_once(
@@ -166,4 +166,4 @@ def test_each_team_write_of_a_killed_step_happens_once(
     assert len(before) == 1
     rerun(store)
     assert written(store) == before  # the rerun's call replayed the write, not repeated it
-    assert json.loads(store.memory("alice")[2]["content"]) == json.loads(first)
+    assert json.loads(store.turns.memory("alice")[2]["content"]) == json.loads(first)

@@ -29,9 +29,9 @@ from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import load_team_file
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MATE_TOOLS, MateStatus
+from teamctl.shared.teams.teammates import TEAMMATE_TOOLS, TeammateStatus
 from teamctl.worker.jobs import execute_task
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import TeammateTools
 
 from teamctl.tools import ToolContext
 from tests.pytools_fixture import tools as TOOLS_MODULE
@@ -259,11 +259,12 @@ def test_a_teammate_spawned_with_python_tools_calls_them(
                  "--tool", "read_file", "--tool", f"{FIXTURE}:where_am_i").exit_code == 0
     assert store.get("py").tools == ["read_file", f"{FIXTURE}:search_docs",
                                      f"{FIXTURE}:where_am_i"]
-    wait_until(lambda: store.get("py").status is MateStatus.IDLE, message="py idle")
+    wait_until(lambda: store.get("py").status is TeammateStatus.IDLE, message="py idle")
 
     assert tool_names(llm.requests[f"py-{team}"][0])[-3:] == ["read_file", "search_docs",
                                                                 "where_am_i"]
-    found, bad, context = [m["content"] for m in store.memory("py") if m.get("role") == "tool"]
+    found, bad, context = [m["content"] for m in store.turns.memory("py")
+                           if m.get("role") == "tool"]
     assert json.loads(found)["hits"] == ["exact:lease:0", "exact:lease:1", "exact:lease:2"]
     assert error_of(bad)["error"] == "query: Input should be a valid string"
     assert json.loads(context) == {
@@ -306,8 +307,10 @@ def test_the_leads_spawn_teammate_refuses_it_as_a_tool_error(
 
 def test_the_static_teammate_tool_names_are_the_ones_a_turn_offers(
         conn: redis.Redis, team: str) -> None:
-    """MATE_TOOLS (what spawn checks against) lists exactly the tools MateTools registers."""
-    assert MateTools(TeamStore(conn, team), "x", token="").toolbox().names == list(MATE_TOOLS)
+    """TEAMMATE_TOOLS (what spawn checks against) lists exactly the tools TeammateTools
+    registers."""
+    tools = TeammateTools(TeamStore(conn, team), "x", token="")
+    assert tools.toolbox().names == list(TEAMMATE_TOOLS)
 
 
 def test_spawn_with_an_unimportable_python_tool_exits_2(

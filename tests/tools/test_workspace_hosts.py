@@ -26,7 +26,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus
+from teamctl.shared.teams.teammates import TeammateStatus
 from teamctl.shared.workspace_files import WorkspaceFiles
 
 from tests.support.cli import TEAMCTL, run_cli
@@ -166,7 +166,7 @@ def test_a_local_workspace_is_refused_by_a_worker_on_another_host(
             assert spawn(url, team, "mate", mate, llm.api_base, "--queue", "remote", "--tool",
                          "write_file").exit_code == 0
             store = TeamStore(redis.Redis.from_url(url, decode_responses=True), team)
-            wait_until(lambda: store.get("mate").status is MateStatus.IDLE, 60,
+            wait_until(lambda: store.get("mate").status is TeammateStatus.IDLE, 60,
                        message="the teammate's refused turn")
             assert refused_hosts(f"team {team}", store.get("mate").last_error or "") == (
                 here_host, there)

@@ -16,7 +16,7 @@ from teamctl.shared.agent.workspace_mirror import WorkspaceMirror, syncable
 from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import MateStatus, team_workspace
+from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 from teamctl.shared.workspace_caps import PATH_RECORD_BYTES, FileCaps
 from teamctl.shared.workspace_files import (
     DELETED_KEEP_MS,
@@ -175,10 +175,10 @@ def test_teammates_share_a_workspace_kept_in_redis(
                                   "newText": "alice and bob"})]), "edited"])
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "alice", alice, llm.api_base, "--tool", "write_file").exit_code == 0
-    wait_until(lambda: store.get("alice").status is MateStatus.IDLE, message="alice's turn")
+    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice's turn")
     assert spawn(workers, team, "bob", bob, llm.api_base, "--tool", "read_file", "--tool",
                  "edit_file").exit_code == 0
-    wait_until(lambda: store.get("bob").status is MateStatus.IDLE, message="bob's turn")
+    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob's turn")
     assert store.meta().workspace_store == "redis"
     assert "from alice" in llm.requests[f"bob-{team}"][1]["messages"][-1]["content"]
     files = WorkspaceFiles(wconn, store.keys)

@@ -262,16 +262,17 @@ def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
     # Its turns wait on a queue no worker serves: the page shows the records as they stand.
     store.spawn("alice", role="researcher", prompt="Research", model="m", api_base=None,
                 queue="web-nobody", plan_mode=True)
-    store.submit_plan("alice", f"plan {HOSTILE}")
-    store.send("alice", LEAD, f"note {HOSTILE}")
+    store.requests.submit_plan("alice", f"plan {HOSTILE}")
+    store.messages.send("alice", LEAD, f"note {HOSTILE}")
     task_id = TeamTasks(store).add("Collect facts")[0].task_id
     teams = dashboard.get("/teams")
     assert teams.status_code == 200 and 'href="/teams/webteam"' in teams.text
     page = dashboard.get("/teams/webteam")
     assert page.status_code == 200
     assert 'data-mate="alice"' in page.text and "researcher" in page.text
-    assert f"Lead's inbox ({store.unread_count(LEAD)} unread)" in page.text
-    assert store.unread_count(LEAD) >= 1 and f"note {markupsafe.escape(HOSTILE)}" in page.text
+    assert f"Lead's inbox ({store.messages.unread_count(LEAD)} unread)" in page.text
+    assert store.messages.unread_count(LEAD) >= 1
+    assert f"note {markupsafe.escape(HOSTILE)}" in page.text
     requests = page.text.split('id="requests"')[1].split("</table>")[0]
     assert "plan" in requests and str(markupsafe.escape(HOSTILE)) in requests
     assert task_id in page.text and "Collect facts" in page.text
@@ -442,16 +443,16 @@ def test_team_control_sends_and_reviews_plans_only_with_the_token(
     store = TeamStore(conn, "steered")
     store.spawn("alice", role="writer", prompt="Write", model="m", api_base=None,
                 queue="web-nobody", plan_mode=True)
-    request = store.submit_plan("alice", "my plan")
+    request = store.requests.submit_plan("alice", "my plan")
     page = controlled.get("/teams/steered").text
     assert f'name="request_id" value="{request.id}"' in page
     review = "/teams/steered/review"
     decision = {"request_id": request.id, "decision": "approve"}
     assert controlled.post(review, data=decision).status_code == 403
     assert controlled.post(review, data=decision | {"token": "nope"}).status_code == 403
-    assert store.request(request.id).status is RequestStatus.PENDING
+    assert store.requests.get(request.id).status is RequestStatus.PENDING
     assert controlled.post(review, data=decision | {"token": TOKEN}).status_code == 303
-    assert store.request(request.id).status is RequestStatus.APPROVED
+    assert store.requests.get(request.id).status is RequestStatus.APPROVED
     again = controlled.post(review, data=decision | {"token": TOKEN})
     assert again.status_code == 409  # the store's own refusal, one line
 

@@ -241,8 +241,8 @@ def test_team_spawn_on_the_embedded_defaults_starts_the_pool_for_its_turn(state:
     assert len(pool_pids(state)) == 2
 
     def alice_idle() -> bool:
-        mates = json.loads(teamctl("team", "list", "--json").stdout)
-        return [(m["name"], m["status"]) for m in mates] == [("alice", "idle")]
+        teammates = json.loads(teamctl("team", "list", "--json").stdout)
+        return [(m["name"], m["status"]) for m in teammates] == [("alice", "idle")]
 
     wait_until(alice_idle, 120, interval_s=1, message="alice's first turn on the pool")
     sent = teamctl("team", "send", "alice", "And goodbye")
@@ -260,16 +260,17 @@ def test_workers_outside_the_pool_have_no_pool_environment(workers: str) -> None
         re.fullmatch(r"(members|marked)\t\S+:\d+\t\w+\t\S+\t-", line) for line in lines), lines
 
 
-def listed_mates(**env: str) -> list[dict[str, object]]:
+def listed_teammates(**env: str) -> list[dict[str, object]]:
     listed = teamctl("team", "list", "--json", **env)
     assert listed.returncode == 0, listed.stderr
-    mates: list[dict[str, object]] = json.loads(listed.stdout)
-    return mates
+    teammates: list[dict[str, object]] = json.loads(listed.stdout)
+    return teammates
 
 
 def settled_turn(name: str) -> bool:
     """Whether `name`'s turn is over: idle or shut down, with or without an error."""
-    return [m["status"] for m in listed_mates() if m["name"] == name] in (["idle"], ["shutdown"])
+    statuses = [m["status"] for m in listed_teammates() if m["name"] == name]
+    return statuses in (["idle"], ["shutdown"])
 
 
 @pytest.mark.parametrize("pool", ["warm without the key", "none"])
@@ -287,7 +288,7 @@ def test_a_teammate_spawned_with_a_key_only_the_spawn_has_runs_with_it(
     assert spawned.returncode == 0, spawned.stderr
     assert spawned.stdout.startswith("hal is working in team default")
     wait_until(lambda: settled_turn("hal"), 120, interval_s=0.5, message="hal's first turn")
-    (hal,) = listed_mates()
+    (hal,) = listed_teammates()
     assert (hal["status"], hal["idle_reason"], hal["last_error"]) == ("idle", "done", None)
     assert llm.authorizations[scripted] == [f"Bearer {SPAWNER_KEY}"]
     assert "credentials" not in spawned.stderr
@@ -341,8 +342,8 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     assert led.returncode == 0, led.stderr
     assert llm.authorizations[f"alice-{suffix}"] == [f"Bearer {SPAWNER_KEY}"]
     assert set(llm.authorizations[f"lead-{suffix}"]) == {f"Bearer {SPAWNER_KEY}"}
-    (mate,) = listed_mates()
-    assert (mate["status"], mate["last_error"]) == ("idle", None)
+    (teammate,) = listed_teammates()
+    assert (teammate["status"], teammate["last_error"]) == ("idle", None)
     assert all(exited(pid) for pid in keyless)
     verb = "replacing" if own_workers == "0" else "retiring"
     assert f"teamctl: {verb} 2 local pool workers on members started with another " \

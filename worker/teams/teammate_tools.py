@@ -88,7 +88,7 @@ class CompleteTaskArgs(ToolArgs):
     """What you produced (the lead receives it)."""
 
 
-class MateTools:
+class TeammateTools:
     """The team tools of one teammate's turn; `idle_requested` is set once the model calls idle.
     Plan mode gates claim_task and complete_task (worker/teams/teammate_workspace.py gate_plan).
     Task claims and completions carry the turn's token (`token`, else the one turn_begin
@@ -145,14 +145,15 @@ class MateTools:
         return box
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.send(self.name, args.to, args.content,
-                                        type_=args.type, traceparent=self.trace.traceparent)
+        message, woke = self.store.messages.send(self.name, args.to, args.content,
+                                                 type_=args.type,
+                                                 traceparent=self.trace.traceparent)
         return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
                 "woke": woke}
 
     def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
-        message, woke = self.store.broadcast(self.name, args.content,
-                                             traceparent=self.trace.traceparent)
+        message, woke = self.store.messages.broadcast(self.name, args.content,
+                                                      traceparent=self.trace.traceparent)
         return {"action": "broadcast", "ok": True, "id": message.id,
                 "recipients": len([n for n in self.store.names() if n != self.name]) + 1,
                 "woke": woke}
@@ -163,19 +164,19 @@ class MateTools:
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
         return {"action": "list_teammates", "ok": True,
                 "teammates": [{"name": m.name, "role": m.role, "status": m.status.value}
-                              for m in self.store.mates()]}
+                              for m in self.store.teammates()]}
 
     def respond_shutdown(self, args: RespondShutdownArgs) -> dict[str, Any]:
         """Resolve the request; an approval also ends the turn after this step."""
-        message_id = self.store.respond_shutdown(self.name, args.request_id, args.approve,
-                                                 args.reason or "")
+        message_id = self.store.requests.respond_shutdown(self.name, args.request_id,
+                                                          args.approve, args.reason or "")
         if args.approve:
             self.idle_requested.set()
         return {"action": "respond_shutdown", "ok": True, "request_id": args.request_id,
                 "approve": args.approve, "id": message_id}
 
     def submit_plan(self, args: SubmitPlanArgs) -> dict[str, Any]:
-        record = self.store.submit_plan(self.name, args.plan)
+        record = self.store.requests.submit_plan(self.name, args.plan)
         return {"action": "submit_plan", "ok": True, "request_id": record.id,
                 "status": record.status.value}
 

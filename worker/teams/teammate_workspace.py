@@ -2,7 +2,7 @@
 gate on the tools that change things.
 
 The workspace is one directory per team, shared by its teammates: the spawner records it on the
-mate hash (`team_workspace` under its state dir); a teammate spawned without one uses the
+teammate's hash (`team_workspace` under its state dir); a teammate spawned without one uses the
 worker's state dir. A team that keeps its workspace in Redis (for workers on hosts that share no
 disk) gets a copy of it per turn job instead (shared/agent/workspace_mirror.py). Its stdio MCP
 servers start there, for one turn job, and stop with it.
@@ -48,87 +48,87 @@ class PlanNotApproved(ToolFailed):
     """A gated tool called in plan mode before the lead approved the plan."""
 
 
-def workspace_root(mate: Teammate, team: str, state_dir: Path) -> Path:
+def workspace_root(teammate: Teammate, team: str, state_dir: Path) -> Path:
     """Where the teammate's workspace tools work: the directory its spawner recorded, else the
     team's directory under this worker's state dir."""
-    return Path(mate.workspace) if mate.workspace else team_workspace(state_dir, team)
+    return Path(teammate.workspace) if teammate.workspace else team_workspace(state_dir, team)
 
 
-def ensure_workspace(mate: Teammate, team: str, state_dir: Path) -> Path:
+def ensure_workspace(teammate: Teammate, team: str, state_dir: Path) -> Path:
     """The teammate's workspace root, created if missing (logged if it cannot be: its tools
     then fail with errors the model can report)."""
-    root = workspace_root(mate, team, state_dir)
+    root = workspace_root(teammate, team, state_dir)
     try:
         private_dir(root)
     except OSError as exc:
-        log.warning("workspace of %s not created: %s", mate.name, exc)
+        log.warning("workspace of %s not created: %s", teammate.name, exc)
     return root
 
 
-def check_mate_host(store: TeamStore, mate: Teammate) -> None:
+def check_teammate_host(store: TeamStore, teammate: Teammate) -> None:
     """WorkspaceElsewhere when the teammate has tools that use the team's workspace and it is a
     directory another host created: its turn would work on files the others never see."""
-    if mate.tools or mate.mcp:
+    if teammate.tools or teammate.mcp:
         store.meta().check_host(store.team, this_host())
 
 
-def open_mirror(store: TeamStore, mate: Teammate, token: str) -> WorkspaceMirror | None:
+def open_mirror(store: TeamStore, teammate: Teammate, token: str) -> WorkspaceMirror | None:
     """The turn's copy of the team's workspace when the team keeps it in Redis and the
     teammate has tools that use it (its saves fenced by the turn's lease); else None."""
-    if store.meta().workspace_store != "redis" or not (mate.tools or mate.mcp):
+    if store.meta().workspace_store != "redis" or not (teammate.tools or teammate.mcp):
         return None
     keys = store.keys
     return WorkspaceMirror.open(WorkspaceFiles(store.conn, keys, store.options.file_caps,
-                                               Fence("turn", keys.turn(mate.name), token)))
+                                               Fence("turn", keys.turn(teammate.name), token)))
 
 
-def add_mate_workspace(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                       state_dir: Path, root: Path | None = None) -> None:
+def add_teammate_workspace(toolbox: Toolbox, store: TeamStore, teammate: Teammate,
+                           state_dir: Path, root: Path | None = None) -> None:
     """Add the teammate's workspace tools, then gate what plan mode forbids; `root` is the
     turn's copy of a workspace kept in Redis (None: the team's directory)."""
-    if any(not is_python_tool(tool) for tool in mate.tools):
-        root = root or ensure_workspace(mate, store.team, state_dir)
-        add_workspace_tools(toolbox, Workspace(root), mate.tools)
-    if mate.plan_state is not None:  # plan mode is set at spawn only: without it, no gate
-        gate_plan(toolbox, lambda: store.plan_state(mate.name))
+    if any(not is_python_tool(tool) for tool in teammate.tools):
+        root = root or ensure_workspace(teammate, store.team, state_dir)
+        add_workspace_tools(toolbox, Workspace(root), teammate.tools)
+    if teammate.plan_state is not None:  # plan mode is set at spawn only: without it, no gate
+        gate_plan(toolbox, lambda: store.plan_state(teammate.name))
 
 
-def add_mate_python_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                          state_dir: Path, heartbeat: Callable[[], bool],
-                          root: Path | None = None) -> None:
+def add_teammate_python_tools(toolbox: Toolbox, store: TeamStore, teammate: Teammate,
+                              state_dir: Path, heartbeat: Callable[[], bool],
+                              root: Path | None = None) -> None:
     """Add the teammate's Python tools after the others (not plan-gated: what they change is
     theirs to say); ConfigError when one will not import on this worker or its name is taken.
     Their heartbeat refreshes the turn lease."""
-    context = ToolContext(member_id=mate.name,
-                          workspace=root or workspace_root(mate, store.team, state_dir),
+    context = ToolContext(member_id=teammate.name,
+                          workspace=root or workspace_root(teammate, store.team, state_dir),
                           heartbeat=heartbeat, team_id=store.team)
-    add_python_tools(toolbox, mate.tools, context, store.options.tool_result_max_chars,
+    add_python_tools(toolbox, teammate.tools, context, store.options.tool_result_max_chars,
                      timeout_s=store.options.tool_wait_s)
 
 
-def mcp_hub(store: TeamStore, mate: Teammate, state_dir: Path,
+def mcp_hub(store: TeamStore, teammate: Teammate, state_dir: Path,
             root: Path | None = None) -> McpHub:
     """An MCP hub for the teammate's turn: stdio servers start in its workspace."""
     options = store.options
-    return McpHub(root or ensure_workspace(mate, store.team, state_dir), McpTimeouts(
+    return McpHub(root or ensure_workspace(teammate, store.team, state_dir), McpTimeouts(
         options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s),
-        call_key_prefix=f"{store.team}:{mate.name}")
+        call_key_prefix=f"{store.team}:{teammate.name}")
 
 
-def add_mate_mcp_tools(toolbox: Toolbox, store: TeamStore, mate: Teammate,
-                       hub: McpHub) -> None:
+def add_teammate_mcp_tools(toolbox: Toolbox, store: TeamStore, teammate: Teammate,
+                           hub: McpHub) -> None:
     """Start the teammate's MCP servers and offer the tools its entries allow, last; in plan
     mode, those their server does not mark read-only are gated. ConfigError when a server
     will not start or list its tools (the turn ends idle with that error)."""
     changing = []
-    for server in store.meta().mcp_servers_for(mate.mcp):
+    for server in store.meta().mcp_servers_for(teammate.mcp):
         listed = hub.start(server)
-        added = add_mcp_tools(toolbox, hub, server, listed, mate.mcp,
+        added = add_mcp_tools(toolbox, hub, server, listed, teammate.mcp,
                               store.options.tool_result_max_chars)
         read_only = {offered_name(server.name, tool.name) for tool in listed if tool.read_only}
         changing += [name for name in added if name not in read_only]
-    if mate.plan_state is not None:
-        gate_plan(toolbox, lambda: store.plan_state(mate.name), changing)
+    if teammate.plan_state is not None:
+        gate_plan(toolbox, lambda: store.plan_state(teammate.name), changing)
 
 
 def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None],

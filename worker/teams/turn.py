@@ -33,7 +33,7 @@ from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.agent.replies import ModelReply
-from teamctl.shared.agent.tool_names import MATE_TOOLS, WORKSPACE_TOOLS
+from teamctl.shared.agent.tool_names import TEAMMATE_TOOLS, WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.budget import Charge
@@ -59,12 +59,12 @@ from teamctl.shared.tracing import (
 from teamctl.worker.jobs import job_connection, worker_name
 from teamctl.worker.keepalive import KeepAlive
 from teamctl.worker.process_privacy import keep_environment_private
-from teamctl.worker.teams.teammate_tools import MateTools
+from teamctl.worker.teams.teammate_tools import TeammateTools
 from teamctl.worker.teams.teammate_workspace import (
-    add_mate_mcp_tools,
-    add_mate_python_tools,
-    add_mate_workspace,
-    check_mate_host,
+    add_teammate_mcp_tools,
+    add_teammate_python_tools,
+    add_teammate_workspace,
+    check_teammate_host,
     mcp_hub,
     open_mirror,
 )
@@ -95,7 +95,7 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
     while no person runs a `team` verb)."""
     store = TeamStore(conn, team)
     settings = settings or load_settings()  # its state dir holds workspaces not spawner-chosen
-    verdict, token = store.begin_turn(name, worker_name())
+    verdict, token = store.turns.begin_turn(name, worker_name())
     if verdict != "ok":
         return f"skipped: {verdict}"
     options = store.options
@@ -123,7 +123,7 @@ class TurnLease(KeepAlive):
         """Refresh the lease now (a Python tool's long work); False once it was lost."""
         if self.revoked.is_set():
             return False
-        if not self.store.refresh_turn(self.name, self.token):
+        if not self.store.turns.refresh_turn(self.name, self.token):
             self.revoked.set()
         return not self.revoked.is_set()
 
@@ -134,7 +134,7 @@ class TurnLease(KeepAlive):
 
     def _refresh(self) -> bool:
         """One refresh from the keep-alive thread; False (revoked) once it is refused."""
-        if not self.store.refresh_turn(self.name, self.token):
+        if not self.store.turns.refresh_turn(self.name, self.token):
             self.revoked.set()
             return False
         return True
@@ -148,7 +148,7 @@ class Turn:
     before its tools run and again after them."""
 
     store: TeamStore
-    mate: Teammate
+    teammate: Teammate
     token: str
     client: LitellmClient
     lease: TurnLease
@@ -166,7 +166,7 @@ class Turn:
     spent: str | None = field(default=None, init=False)
     """Why the team's budget is spent, once a charge or a check found it so (it stays spent:
     a team's limits never change)."""
-    tools: MateTools = field(init=False)
+    tools: TeammateTools = field(init=False)
     toolbox: Toolbox = field(init=False)
     offset: str = field(default="", init=False)
     """The inbox offset past the mail injected into the current step."""
@@ -174,29 +174,29 @@ class Turn:
     def run(self) -> str:
         """Steps until the teammate goes idle; 'revoked' when the lease was lost. Its MCP
         servers run for the whole job and stop with it."""
-        self.tools = tools = MateTools(self.store, self.mate.name, self.token)
+        self.tools = tools = TeammateTools(self.store, self.teammate.name, self.token)
         self.toolbox = toolbox = tools.toolbox(self.store.options.tool_result_max_chars)
         with contextlib.ExitStack() as stack:
-            mirror = open_mirror(self.store, self.mate, self.token)
+            mirror = open_mirror(self.store, self.teammate, self.token)
             root = mirror.root if mirror else None
             if mirror:  # removed after the MCP servers (later callbacks run first) stop
                 stack.callback(mirror.close)
             try:
-                check_mate_host(self.store, self.mate)
-                add_mate_workspace(toolbox, self.store, self.mate, self.state_dir, root)
-                add_mate_python_tools(toolbox, self.store, self.mate, self.state_dir,
-                                      self.lease.heartbeat, root)
-                if self.mate.mcp:
-                    hub = stack.enter_context(mcp_hub(self.store, self.mate, self.state_dir,
+                check_teammate_host(self.store, self.teammate)
+                add_teammate_workspace(toolbox, self.store, self.teammate, self.state_dir, root)
+                add_teammate_python_tools(toolbox, self.store, self.teammate, self.state_dir,
+                                          self.lease.heartbeat, root)
+                if self.teammate.mcp:
+                    hub = stack.enter_context(mcp_hub(self.store, self.teammate, self.state_dir,
                                                       root))
-                    add_mate_mcp_tools(toolbox, self.store, self.mate, hub)
+                    add_teammate_mcp_tools(toolbox, self.store, self.teammate, hub)
             except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
                 error = shorten(str(exc), 500)
                 self._mark("begin", worker_name())  # a turn that ends before its first call
                 return self._end(f"error: {shorten(error, 120)}", "", error=error)
             if mirror:  # every tool but the team's own may change files: each call syncs
                 mirror.guard(toolbox, [name for name in toolbox.names
-                                       if name not in MATE_TOOLS])
+                                       if name not in TEAMMATE_TOOLS])
             self.tool_names = toolbox.names
             return self._turns()
 
@@ -206,7 +206,7 @@ class Turn:
             with self._start_span() as span:
                 try:
                     if not self._mark("begin", worker_name()):
-                        raise TurnRevoked(f"the turn of {self.mate.name} was revoked")
+                        raise TurnRevoked(f"the turn of {self.teammate.name} was revoked")
                     reason, answer = self._steps()
                     verdict = self._end(reason, answer)
                 except TurnRevoked:
@@ -216,7 +216,7 @@ class Turn:
                     span.event("teamctl.budget.exceeded")
                     verdict = self._end(IdleReason.BUDGET, "")
                 except Exception as exc:  # the model or a bug: the teammate idles with the error
-                    log.exception("turn of %s failed", self.mate.name)
+                    log.exception("turn of %s failed", self.teammate.name)
                     error = shorten(str(exc) or type(exc).__name__, 500)
                     verdict = self._end(f"error: {shorten(error, 120)}", "", error=error)
                     span.fail(type(exc).__name__)
@@ -227,7 +227,7 @@ class Turn:
             # tool's abandoned call: a fresh job runs it (this work-horse exits, the call with it).
             if self._elapsed_s() > self.store.options.turn_timeout_s / 2 or \
                     abandoned_tool_calls():
-                return "handed over" if self.store.hand_over(self.mate.name, self.token) \
+                return "handed over" if self.store.turns.hand_over(self.teammate.name, self.token) \
                     else "revoked"
             self.tools.idle_requested.clear()
 
@@ -236,14 +236,15 @@ class Turn:
         the turn's model and tool calls go under it."""
         links: list[str | None] = []
         if self.tracing.on:
-            _, unread = self.store.peek(self.mate.name,
-                                        limit=self.store.options.inbox_batch_messages)
+            _, unread = self.store.messages.peek(self.teammate.name,
+                                                 limit=self.store.options.inbox_batch_messages)
             links = [message.traceparent for message in unread]
             links += self._task_traceparents([
                 m.task_id for m in unread if m.type == SystemType.TASK_ASSIGNED and m.task_id])
-        self.span = self.tracing.start(f"invoke_agent {self.mate.name}", links=links, attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": self.mate.name,
-            "teamctl.team": self.store.team, "teamctl.member": self.mate.name,
+        name = self.teammate.name
+        self.span = self.tracing.start(f"invoke_agent {name}", links=links, attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+            "teamctl.team": self.store.team, "teamctl.member": name,
             "teamctl.worker": worker_name(), "host.name": socket.gethostname(),
             "process.pid": os.getpid()})
         self.toolbox.trace = self.tools.trace = self.span
@@ -267,18 +268,18 @@ class Turn:
         and a task claimed for it would wait on a teammate that makes no model call."""
         if reason == IdleReason.BUDGET:
             error = error or self.spent or "budget exceeded"
-        notice = f"{self.mate.name} is idle ({reason})"
+        notice = f"{self.teammate.name} is idle ({reason})"
         if answer.strip():
             notice += ": " + shorten(answer, self.store.options.last_answer_chars)
         self._mark("end", str(reason))  # refused for a revoked turn, as end_turn is next
-        return self.store.end_turn(self.mate.name, self.token, reason, notice,
-                                   force=bool(error), error=error,
-                                   budget=reason == IdleReason.BUDGET)
+        return self.store.turns.end_turn(self.teammate.name, self.token, reason, notice,
+                                         force=bool(error), error=error,
+                                         budget=reason == IdleReason.BUDGET)
 
     def _mark(self, kind: str, detail: str) -> bool:
         """Record that the turn begins or ends (for its transcript), fenced by its token; False
         once the token lost the lease (nothing written)."""
-        return mark_turn(self.store, self.mate.name, self.token, kind, detail) is not None
+        return mark_turn(self.store, self.teammate.name, self.token, kind, detail) is not None
 
     def _over_budget(self) -> bool:
         """Whether the team's budget is spent: checked before every model call."""
@@ -292,26 +293,29 @@ class Turn:
 
     def _steps(self) -> tuple[str, str]:
         """Model steps, each checkpointed; returns the idle reason and the last answer."""
-        memory = self.store.memory(self.mate.name)
+        memory = self.store.turns.memory(self.teammate.name)
         self.dropped = 0
-        mate = self.store.get(self.mate.name)  # one read for its plan state and shutdown request
-        messages = [{"role": "system", "content": self._system_prompt(mate.plan_state)}, *memory]
+        # One read for its plan state and shutdown request.
+        teammate = self.store.get(self.teammate.name)
+        system = {"role": "system", "content": self._system_prompt(teammate.plan_state)}
+        messages = [system, *memory]
         if pending_calls(memory):
             # Killed between a reply and its tool results: run them (recorded team writes
             # replay, so none repeats), then carry on as the killed turn would have.
             messages.extend(self._run_calls(pending_calls(memory)))
             if self.tools.idle_requested.is_set():
                 return IdleReason.DONE, str(memory[-1].get("content") or "")
-            mate = self.store.get(self.mate.name)  # those calls may have approved a shutdown
+            # Those calls may have approved a shutdown.
+            teammate = self.store.get(self.teammate.name)
         elif _ended_by_idle(memory):
             # Killed after committing a step that called idle: the turn had ended.
             return IdleReason.DONE, ""
         answer = _last_answer(memory)
-        if mate.shutdown_request:
+        if teammate.shutdown_request:
             # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
             return IdleReason.DONE, answer or ""
-        if answer is not None and not self.store.peek(
-                self.mate.name, limit=self.store.options.inbox_batch_messages)[1]:
+        if answer is not None and not self.store.messages.peek(
+                self.teammate.name, limit=self.store.options.inbox_batch_messages)[1]:
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
@@ -320,9 +324,9 @@ class Turn:
         client = self.client.scoped(CallScope(budget=self.store.budget, stop=self.lease.check,
                                               waiting=self._show_waiting,
                                               on_charge=self._charged))
-        caller = team_caller(self.store, client, self.mate.name, self.mate.fallbacks)
-        loop = AgentLoop(client=TracingCaller(caller, self.span), model=self.mate.model,
-                         api_base=self.mate.api_base,
+        caller = team_caller(self.store, client, self.teammate.name, self.teammate.fallbacks)
+        loop = AgentLoop(client=TracingCaller(caller, self.span), model=self.teammate.model,
+                         api_base=self.teammate.api_base,
                          toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
                          policy=self)
         try:
@@ -355,7 +359,7 @@ class Turn:
         self.lease.check()
         # A bounded batch (inbox_batch_messages, tool_result_max_chars): the rest stays unread
         # for the next step, or keeps the turn going once this one ends.
-        batch = unread_batch(self.store, self.mate.name)
+        batch = unread_batch(self.store, self.teammate.name)
         self.offset = batch.offset
         return [{"role": "user", "content": batch.block()}] if batch.lines else []
 
@@ -372,7 +376,7 @@ class Turn:
         scripts = self.store.scripts  # run plainly: a wait is no write of a tool call's
         plain = scripts.scripts if isinstance(scripts, GuardedScripts) else scripts
         plain["mate_waiting"](
-            keys=[self.store.keys.mate(self.mate.name)],
+            keys=[self.store.keys.teammate(self.teammate.name)],
             args=[self.token, waiting.model if waiting else "",
                   waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
 
@@ -396,12 +400,12 @@ class Turn:
         results = []
         for index, call in enumerate(calls):
             self.lease.check()
-            guarded = self.store.guarded(self.mate.name, self.token, f"{index}:{call['id']}")
+            guarded = self.store.guarded(self.teammate.name, self.token, f"{index}:{call['id']}")
             with self.tools.writing_through(guarded):
                 content = self.toolbox.call(call["function"]["name"],
                                             call["function"]["arguments"], call["id"])
             if guarded.scripts.revoked:  # a write was refused: stop before the next tool runs
-                raise TurnRevoked(f"the turn of {self.mate.name} was revoked")
+                raise TurnRevoked(f"the turn of {self.teammate.name} was revoked")
             results.append({"role": "tool", "tool_call_id": call["id"],
                             "name": call["function"]["name"], "content": content})
         self._commit("", results)
@@ -409,18 +413,18 @@ class Turn:
 
     def _commit(self, offset: str, step: list[dict[str, Any]]) -> None:
         """Checkpoint `step` (and the inbox offset); TurnRevoked when the token lost the lease."""
-        dropped = self.store.commit_step(self.mate.name, self.token, offset, step)
+        dropped = self.store.turns.commit_step(self.teammate.name, self.token, offset, step)
         if dropped is None:
-            raise TurnRevoked(f"the checkpoint of {self.mate.name} was refused")
+            raise TurnRevoked(f"the checkpoint of {self.teammate.name} was refused")
         self.dropped += dropped
 
     def _system_prompt(self, plan_state: str | None) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
-        return render("teamctl.worker.teams", "teammate_system.md", name=self.mate.name,
-                      team=self.store.team, role=self.mate.role or "teammate",
+        return render("teamctl.worker.teams", "teammate_system.md", name=self.teammate.name,
+                      team=self.store.team, role=self.teammate.role or "teammate",
                       plan_mode=_plan_mode_note(plan_state),
                       tools=", ".join(self.tool_names),
-                      workspace=any(tool in WORKSPACE_TOOLS for tool in self.mate.tools))
+                      workspace=any(tool in WORKSPACE_TOOLS for tool in self.teammate.tools))
 
 
 def _plan_mode_note(plan_state: str | None) -> str:
