@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from rq import Queue, Worker
 from teamctl.coordinator.local_workers.pool import WorkerPool
@@ -41,8 +41,10 @@ _db_numbers = itertools.cycle(range(1, 16))
 # One example database in the checkout for every run and both tiers, named rather than left to
 # Hypothesis: its built-in `ci` profile (taken whenever $CI is set) keeps no database and ignores
 # the printed seed, so a failure found in CI could not be replayed from what the log shows.
+# Slow generation is not a failure: a 2-core host running both tiers at once once took 1.3 s to
+# draw two plans, and the health check failed a test whose examples all passed.
 settings.register_profile(
-    "teamctl", print_blob=True,
+    "teamctl", print_blob=True, suppress_health_check=[HealthCheck.too_slow],
     database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parent.parent
                                            / ".hypothesis" / "examples"))
 settings.load_profile("teamctl")
