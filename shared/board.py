@@ -143,7 +143,7 @@ class TaskBoard:
 
     def claim(self, task_id: str, member_id: str, worker: str, ttl_s: float) -> str | None:
         """Claim a ready task; returns the fencing token (N@EPOCH: see fencing_token in
-        _lib.lua), or None if it was not ready."""
+        _lib/core.lua), or None if it was not ready."""
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
             return None
@@ -492,7 +492,8 @@ def _settled(tasks: list[TaskSpec]) -> tuple[dict[str, str], dict[str, dict[str,
 
 
 def _status_fields(status: str, blocker: tuple[str, str] | None) -> dict[str, object]:
-    """The fields make_ready, make_pending and block (shared/redis/lua/_lib.lua) set at creation."""
+    """The fields make_ready, make_pending and block (shared/redis/lua/_lib/tasks.lua) set at
+    creation."""
     if status == "ready":
         return {"phase": "ready", "detail": "Ready for dispatch.", "error": "", "percent": 5}
     if status == "pending":

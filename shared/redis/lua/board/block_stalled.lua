@@ -2,6 +2,8 @@
 -- In-progress and terminal tasks are left alone, as in AI4J.
 -- KEYS[1] ready zset, KEYS[2] counts hash, KEYS[3] events stream, KEYS[4..] every task hash.
 -- ARGV[1] reason. Returns the number of tasks blocked.
+-- uses: core, tasks
+-- access: write
 local now = now_ms()
 local n = 0
 for i = 4, #KEYS do

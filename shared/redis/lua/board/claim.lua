@@ -4,6 +4,8 @@
 -- ARGV[1] member id ('' = the task's member), ARGV[2] worker (host:pid), ARGV[3] heartbeat ttl ms.
 -- Returns {token, dependents csv} (the caller needs the dependents to complete), or
 -- {0, ''} when the task is not ready.
+-- uses: core, tasks
+-- access: write
 if redis.call('HGET', KEYS[1], 'status') ~= 'ready' then return {0, ''} end
 local now = now_ms()
 local member = ARGV[1]

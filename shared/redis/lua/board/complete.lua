@@ -7,6 +7,8 @@
 -- ARGV[5] who announces the task.result message to lead ('' = no message), ARGV[6] its content.
 -- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
 -- -2 the claim already ended, 0 no such task.
+-- uses: core, tasks, messages
+-- access: write
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 local now = now_ms()

@@ -4,6 +4,8 @@
 -- KEYS[5..] one task hash per plan task, in plan order.
 -- ARGV[i] (i = 1..#tasks): the task as JSON {task_id, member_id, task, context, depends_on[]}.
 -- Returns the number of tasks created, or an error if the board already exists.
+-- uses: core, tasks
+-- access: write
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
 local now = now_ms()
 local pos_of, tasks, dependents, blocked = {}, {}, {}, {}

@@ -4,6 +4,8 @@
 -- ARGV[1] n, how many tasks; ARGV[2] r, how many are ready; ARGV[3..n+2] the task ids in plan
 -- order; then r (plan position, id) pairs, the ready tasks; then (status, count) pairs.
 -- Returns n, or an error if the board already exists.
+-- uses: tasks
+-- access: write
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
 local n, r = tonumber(ARGV[1]), tonumber(ARGV[2])
 local CHUNK = 1000  -- unpack() of a few thousand values at once overflows Lua's C stack

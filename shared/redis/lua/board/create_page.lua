@@ -6,6 +6,8 @@
 -- ARGV[i] (i = 1..#page): the task as JSON {fields: {name: value}, status}, status one of
 -- ready, pending, blocked (blocked tasks also get end_ms now, as create.lua's block does).
 -- Returns how many hashes were written, or an error if the board already exists.
+-- uses: core
+-- access: write
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
 local now = now_ms()
 for i = 1, #ARGV do

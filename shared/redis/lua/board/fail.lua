@@ -8,6 +8,8 @@
 -- ARGV[5] who announces the task.error message to lead ('' = no message), ARGV[6] its content.
 -- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
 -- -2 conflict (already ended, or a tokenless fail of a claimed task), 0 no such task.
+-- uses: core, tasks, messages
+-- access: write
 local verdict
 if ARGV[1] == '' then
   local status = redis.call('HGET', KEYS[1], 'status')

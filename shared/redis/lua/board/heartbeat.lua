@@ -5,6 +5,8 @@
 -- ('' = the claimer).
 -- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
 -- 0 no such task.
+-- uses: core, tasks
+-- access: write
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 local now = now_ms()

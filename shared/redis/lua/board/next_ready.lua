@@ -1,6 +1,7 @@
 -- next_ready: the first n ready task ids in plan order (AI4J nextReadyTasks; n <= 0 means 1).
 -- KEYS[1] ready zset. ARGV[1] n.
 -- Returns the task ids.
+-- access: read
 local n = tonumber(ARGV[1])
 if n <= 0 then n = 1 end
 return redis.call('ZRANGE', KEYS[1], 0, n - 1)

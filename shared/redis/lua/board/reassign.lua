@@ -4,6 +4,8 @@
 -- ARGV[1] token, ARGV[2] the member taking over.
 -- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
 -- 0 no such task.
+-- uses: core, tasks
+-- access: write
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 local now = now_ms()

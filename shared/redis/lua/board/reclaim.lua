@@ -12,6 +12,8 @@
 -- ARGV[3] forced failure reason ('' = reclaim expired claims only),
 -- ARGV[4..] the closure size of each group, in order.
 -- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
+-- uses: core, tasks, messages
+-- access: write
 local now = now_ms()
 local reclaimed = {}
 local at = 7

@@ -8,6 +8,8 @@
 -- ARGV[1] token, ARGV[2] reason (the budget's words).
 -- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
 -- 0 no such task.
+-- uses: core, tasks
+-- access: write
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now_ms())

@@ -8,6 +8,8 @@
 -- in Python: never one the runtime acts on), ARGV[3] the releasing member, ARGV[4] max releases.
 -- Returns {verdict, error}: 1 released, 2 past the bound (error: what to fail it with),
 -- -1 stale token (counted in stale_writes), -2 the claim already ended, 0 no such task.
+-- uses: core, tasks, releases
+-- access: write
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return {verdict, ''} end
 if note_release(KEYS[1], ARGV[3], ARGV[4]) then

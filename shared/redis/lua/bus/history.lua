@@ -2,6 +2,7 @@
 -- KEYS[1] the member's inbox stream, KEYS[2] bus stream.
 -- ARGV[1] how many (0 or less: all).
 -- Returns bus entries as XRANGE returns them; messages trimmed from the bus are left out.
+-- access: read
 local limit = tonumber(ARGV[1])
 local refs
 if limit > 0 then

@@ -8,6 +8,8 @@
 -- {'', 0, 0} without publishing when the roster has changed since (the caller reads it again).
 -- An inbox entry reuses the message's id and holds one field, seq (the message's position on the
 -- bus), so offsets, trimming and history all speak bus ids and the content is stored once.
+-- uses: core, messages
+-- access: write
 if tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[6]) then
   return {'', 0, 0}
 end

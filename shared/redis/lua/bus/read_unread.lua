@@ -17,6 +17,7 @@
 -- (deleted by hand) is skipped.
 -- A record is JSON: {token, ids (bus ids, in order), seq (bus position of the first, for trim),
 -- given (how many of ids the token's attempt was given; absent: all)}.
+-- access: write
 
 local VIEW_CHARS = 80
 -- The characters a message's view takes beside its fields' text: its keys, quotes, separators.

@@ -8,6 +8,7 @@
 -- ARGV[3..] the member ids, in the order of their inboxes in KEYS.
 -- Returns the number of messages removed from the bus, or -1 without trimming when the roster
 -- has changed since (a member missing from the list could lose an unread message).
+-- access: write
 if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[2]) then return -1 end
 local keep = tonumber(ARGV[1])
 local last_seq = tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -10,6 +10,7 @@
 -- Returns {total tokens, total cost usd as a string, exceeded reason or '', 1 if this call is the
 -- one that crossed a limit else 0}. The crossing call records the reason in the hash field
 -- 'budget_exceeded'; later calls keep it.
+-- access: write
 redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[2])
 local cost = redis.call('HINCRBYFLOAT', KEYS[1], 'cost_usd', ARGV[3])

@@ -14,6 +14,8 @@
 -- backoff ms, ARGV[15] configured tpm ('' none), ARGV[16] '1' if the call was answered (charged),
 -- ARGV[17] the model string (shown), ARGV[18] the share of the lowest limit the take used.
 -- Returns {exceeded reason or '', 1 if this call crossed a limit else 0, account pause ms}.
+-- uses: core
+-- access: write
 local now = now_ms()
 local ttl = tonumber(ARGV[13])
 

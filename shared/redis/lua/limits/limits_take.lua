@@ -19,6 +19,8 @@
 -- (detail: why the budget cannot cover the call, also kept in the usage hash's budget_exceeded
 -- field when it is the first reason). The usage hash keeps the latest call's worst case
 -- (next_tokens, next_usd): what a top-up must cover.
+-- uses: core
+-- access: write
 local now = now_ms()
 
 local function lowest(a, b)

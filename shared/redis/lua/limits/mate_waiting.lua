@@ -4,6 +4,7 @@
 -- ARGV[1] the turn's token, ARGV[2] the model ('' clears), ARGV[3] since (epoch ms),
 -- ARGV[4] until (epoch ms).
 -- Returns 1 when written, 0 when the token no longer holds the teammate.
+-- access: write
 if redis.call('HGET', KEYS[1], 'turn_token') ~= ARGV[1] then return 0 end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')

@@ -4,6 +4,8 @@
 -- ARGV[1] the claim token, ARGV[2] the model ('' clears), ARGV[3] since (epoch ms),
 -- ARGV[4] until (epoch ms).
 -- Returns 1 when written, 0 when the token no longer holds the task.
+-- uses: tasks
+-- access: write
 if check_token(KEYS[1], ARGV[1]) ~= APPLIED then return 0 end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')

@@ -7,6 +7,8 @@
 -- The journal's size is kept on the task (journal_bytes), so no call walks the list.
 -- Returns 1 done, 0 refused (stale token, claim ended), -1 full (the entry was not added: the
 -- journal keeps its prefix, and replay stops there).
+-- uses: core
+-- access: write
 local current = redis.call('HMGET', KEYS[1], 'token', 'status', 'journal_bytes')
 if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
 local op = ARGV[2]

@@ -3,6 +3,8 @@
 -- KEYS[1] the run's mcp_tools hash, KEYS[2] the run's spec key (whose TTL it takes).
 -- ARGV[1] server name, ARGV[2] its tools (JSON list).
 -- Returns 1 kept, 0 another worker's list was there first.
+-- uses: core
+-- access: write
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 inherit_ttl(KEYS[1], KEYS[2])
 return 1

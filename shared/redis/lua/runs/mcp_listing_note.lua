@@ -5,6 +5,8 @@
 -- spec key (whose TTL they take).
 -- ARGV[1] server name, ARGV[2] the outcome (JSON McpListing).
 -- Returns 1.
+-- uses: core
+-- access: write
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('LPUSH', KEYS[2], ARGV[1])
 redis.call('LTRIM', KEYS[2], 0, 99)  -- a wake-up is only a nudge: the hash is the record

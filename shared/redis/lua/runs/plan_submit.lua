@@ -11,6 +11,8 @@
 -- Returns {verdict, detail}: 'ok' (detail: the request id, so a replayed call names it),
 -- 'not_required' (not in plan mode, or already approved; detail: plan_state) or 'pending'
 -- (detail: the pending request's id); only 'ok' writes anything.
+-- uses: core, events, messages
+-- access: write
 local state = redis.call('HGET', KEYS[6], 'plan_state') or ''
 if state ~= 'required' and state ~= 'pending' then return {'not_required', state} end
 local now = now_ms()

@@ -8,6 +8,8 @@
 -- ARGV[7] completion tokens, ARGV[8] cost usd, ARGV[9] '1' if unpriced, ARGV[10] message type
 -- to announce to lead ('' none), ARGV[11] its content, ARGV[12] retention ms.
 -- Returns 1 if the run was ended, 0 if the lease is not ours, -1 if the run had already ended.
+-- uses: core, runs, tasks, messages
+-- access: write
 if RUN_ENDED[redis.call('HGET', KEYS[2], 'status') or ''] then return -1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local now = now_ms()

@@ -2,6 +2,8 @@
 -- by the coordinator lease, so a coordinator that lost its lease never rewinds a run.
 -- KEYS[1] lease, KEYS[2] state hash. ARGV[1] lease owner, ARGV[2] status.
 -- Returns 1 if set, 0 if the lease is not ours, -1 if the run had already ended.
+-- uses: runs
+-- access: write
 if RUN_ENDED[redis.call('HGET', KEYS[2], 'status') or ''] then return -1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[2], 'status', ARGV[2])

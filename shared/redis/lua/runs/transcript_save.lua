@@ -5,6 +5,8 @@
 -- ARGV[1] token, ARGV[2] transcript JSON ('' = this attempt has none: an earlier attempt's is
 -- removed, so it never sits beside this attempt's outcome).
 -- Returns 1 applied, 0 refused (stale token, claim ended, or no such task).
+-- uses: core
+-- access: write
 local current = redis.call('HMGET', KEYS[1], 'token', 'status')
 if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
 if ARGV[2] == '' then

@@ -11,6 +11,8 @@
 -- messages' JSON), ARGV[6..] the step's chat messages (JSON), in order.
 -- Returns how many of memory's oldest messages the caps dropped (0 or more) when committed, -1
 -- when the owner no longer holds the lease (nothing changes).
+-- uses: memory
+-- access: write
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if ARGV[2] == '1' then
   redis.call('DEL', KEYS[2])

@@ -16,6 +16,8 @@
 -- prefixes of the foldable (system) types.
 -- Returns {unread (counted up to the record's mark), notices folded, bus length, 1 when the
 -- count or the fold hit its batch and the caller should call again, else 0}.
+-- uses: core, messages, streams
+-- access: upkeep
 local max_unread, target = tonumber(ARGV[1]), tonumber(ARGV[2])
 local walk_cap, fold_cap, names_cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
 local fold_above = max_unread - tonumber(ARGV[7])

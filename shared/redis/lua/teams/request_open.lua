@@ -9,6 +9,8 @@
 -- Returns {verdict, woke, message id}: 'ok' (woke 1: the caller enqueues the addressee's turn),
 -- 'unknown' (no such teammate), 'shutdown' (it is shut down) or 'exists' (id taken); only 'ok'
 -- writes anything.
+-- uses: core, events, messages
+-- access: write
 local status = redis.call('HGET', KEYS[6], 'status')
 if not status then return {'unknown', 0, ''} end
 if status == 'shutdown' then return {'shutdown', 0, ''} end

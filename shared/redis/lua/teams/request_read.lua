@@ -2,6 +2,8 @@
 -- (expiry needs no timer: whoever reads or resolves the record applies it).
 -- KEYS[1] the request hash, KEYS[2] the team's events stream.
 -- Returns the record as HGETALL does (empty when there is no such request).
+-- uses: core, events
+-- access: read
 local f = redis.call('HMGET', KEYS[1], 'status', 'deadline_ms')
 if f[1] == 'pending' then
   local now = now_ms()

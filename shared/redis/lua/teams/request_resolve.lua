@@ -16,6 +16,8 @@
 -- addressee), 'resolved' (detail: its status) or 'stale' (detail: a plan's teammate's current
 -- plan request, '' for none or for a shutdown request). Only 'ok' writes, except that a pending
 -- record past its deadline is first marked expired (a stale one too, so listings show it ended).
+-- uses: core, events, messages
+-- access: write
 local f = redis.call('HMGET', KEYS[1], 'kind', 'to', 'status', 'deadline_ms', 'from', 'epoch')
 if not f[1] then return {'unknown', '', 0} end
 if f[1] ~= ARGV[2] then return {'wrong_kind', f[1], 0} end

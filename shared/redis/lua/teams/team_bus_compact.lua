@@ -15,6 +15,8 @@
 -- Returns {messages deleted, bus length after, 1 if `compacted_to` moved else 0}, or {-1, 0, 0}
 -- without a change when the roster has changed since (a member missing from the list could
 -- lose an unread message).
+-- uses: streams
+-- access: upkeep
 if tonumber(redis.call('GET', KEYS[4]) or '0') ~= tonumber(ARGV[2]) then return {-1, 0, 0} end
 local keep = tonumber(ARGV[1])
 local length = redis.call('XLEN', KEYS[1])

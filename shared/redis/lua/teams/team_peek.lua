@@ -8,6 +8,8 @@
 -- starts after it (or after the offset, if the member has read further since).
 -- Returns {last inbox id peeked ('' = none), bus entries as XRANGE returns them}; a message gone
 -- from the bus is skipped, but its id still counts as peeked.
+-- uses: streams
+-- access: read
 local offset = redis.call('HGET', KEYS[2], ARGV[1]) or '0-0'
 if ARGV[3] and ARGV[3] ~= '' then offset = stream_id_max(offset, ARGV[3]) end
 local refs = redis.call('XRANGE', KEYS[1], '(' .. offset, '+', 'COUNT', ARGV[2])

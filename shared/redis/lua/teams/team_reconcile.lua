@@ -11,6 +11,8 @@
 -- caller read them; nothing changed); the names whose turn the caller enqueues again (attempts
 -- bumped, seen now, so the next reconcile waits for that job before counting another attempt);
 -- how many tasks went back to the board (the caller wakes teammates for them).
+-- uses: core, team, events, messages
+-- access: write
 local now = now_ms()
 local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local board = 4 + 2 * (#ARGV - 2)

@@ -10,6 +10,8 @@
 -- caller wakes teammates for them), 'unknown' (no such teammate), 'shutdown' (already shut
 -- down; nothing changes) or 'retry' (the running tasks changed since the caller read them: a
 -- claim landed meanwhile; nothing changes, read again).
+-- uses: core, team, events, messages
+-- access: write
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'unknown', 0} end
 if status == 'shutdown' then return {'shutdown', 0} end

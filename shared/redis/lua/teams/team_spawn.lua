@@ -14,6 +14,8 @@
 -- 'full' (the roster holds max teammates already) or 'retry' (the requests set changed since
 -- the caller read it: read it again); only 'ok' writes. The unread inbox is kept: a re-spawned
 -- teammate still gets the mail sent to it while it was idle or shut down.
+-- uses: core, events
+-- access: write
 if redis.call('HGET', KEYS[1], 'status') == 'working' then return 'working' end
 if redis.call('SCARD', KEYS[6]) ~= #ARGV - 13 then return 'retry' end
 for i = 14, #ARGV do

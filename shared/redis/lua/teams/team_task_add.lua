@@ -10,6 +10,8 @@
 -- ARGV[8..] the dependency ids, in the order of KEYS[8..].
 -- Returns {'ok', status} (ready or pending), {'retry', ''} (task_seq moved: read it again) or
 -- {'unknown', id} (no such dependency); only 'ok' writes.
+-- uses: core, tasks
+-- access: write
 if (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return {'retry', ''} end
 for i = 8, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then return {'unknown', ARGV[i]} end

@@ -5,6 +5,8 @@
 -- Returns {verdict, detail}: 'ok'; 'stale' (the turn was revoked); 'unknown' (no such task);
 -- 'held' (detail: its holder); 'not_ready' (detail: its status); 'reserved' (detail: the
 -- assignee); 'role' (detail: the task's role). Only 'ok' writes.
+-- uses: core, team
+-- access: write
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', ''} end
 local f = redis.call('HMGET', KEYS[3], 'status', 'claimed_by', 'member_id', 'role')
 if not f[1] then return {'unknown', ''} end

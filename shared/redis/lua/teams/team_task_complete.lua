@@ -9,6 +9,8 @@
 -- Returns {verdict, detail, ...}: {'ok', '', ready ids...}; 'stale' (the turn was revoked);
 -- 'unknown' (no such task); 'not_yours' (detail: status, then the holder); 'retry' (a task was
 -- added after this one since the caller read its dependents). Only 'ok' writes.
+-- uses: core, tasks, messages
+-- access: write
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', ''} end
 local f = redis.call('HMGET', KEYS[2], 'status', 'claimed_by', 'start_ms', 'token', 'task_id',
   'dependents')

@@ -4,6 +4,8 @@
 -- Returns its queue when it was idle (the caller enqueues one turn there), else 0: a working teammate's turn
 -- sees the mail before it ends (turn_end checks the inbox in the same serialized step), and a
 -- shut-down one keeps the mail unread and wakes for nothing.
+-- uses: core, events
+-- access: write
 if redis.call('HGET', KEYS[1], 'status') ~= 'idle' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'working', 'idle_reason', '', 'attempts', 0,
   'last_seen_ms', now_ms())

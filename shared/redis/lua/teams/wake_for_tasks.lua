@@ -12,6 +12,8 @@
 -- ARGV[1..] the teammates' names, in the order of the triples.
 -- Returns {skipped, teammate, task id, ...}: how many pairs failed their check, then each claim
 -- made.
+-- uses: core, tasks, team, events, messages
+-- access: write
 local now = now_ms()
 local woken, out, skipped = {}, {0}, 0
 for i = 1, #ARGV do

@@ -3,6 +3,8 @@
 -- ARGV[1] lease TTL ms, ARGV[2] the worker (host:pid, recorded for people and tests).
 -- Returns {'ok', token} with the lease set to the new token; {'busy', ''} while another turn
 -- holds the lease; {'skip', ''} when the teammate is not working (a duplicate or late job).
+-- uses: core
+-- access: write
 if redis.call('HGET', KEYS[1], 'status') ~= 'working' then return {'skip', ''} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', ''} end
 local token = fencing_token(KEYS[3])

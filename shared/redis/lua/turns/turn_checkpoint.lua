@@ -12,6 +12,8 @@
 -- ARGV[6..] the step's chat messages (JSON), in order.
 -- Returns how many of memory's oldest messages the caps dropped (0 or more) when committed, -1
 -- when the token no longer holds the turn (nothing changes).
+-- uses: core, memory
+-- access: write
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local dropped = remember(KEYS[2], KEYS[4], 'memory_', 6, tonumber(ARGV[4]), tonumber(ARGV[5]))

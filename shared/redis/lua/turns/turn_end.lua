@@ -26,6 +26,8 @@
 -- read them: read again; nothing changed) or 'more' (no candidate fits it and a lane holds
 -- more than the caller read: read deeper; nothing changed); released: how many tasks went
 -- back to the board (the caller wakes teammates).
+-- uses: core, releases, team, events, messages
+-- access: write
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', 0} end
 local name = ARGV[2]
 local last_held = 12 + tonumber(ARGV[7])

@@ -4,6 +4,8 @@
 -- KEYS[1] the turn key, KEYS[2] the mate hash, KEYS[3] the team's events stream.
 -- ARGV[1] token, ARGV[2] teammate name.
 -- Returns 1 when handed over, 0 when the token no longer holds the turn (nothing changes).
+-- uses: core, events
+-- access: write
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'turn_token', '', 'last_seen_ms', now_ms())

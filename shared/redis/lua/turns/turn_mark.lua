@@ -12,6 +12,7 @@
 -- or `--new` begins another), at (the messages committed since the memory began; a memory older
 -- than that count has its length), detail.
 -- Returns the turn's number, -1 when the token no longer holds the fence (nothing written).
+-- access: write
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local turn
 if ARGV[3] == 'begin' then

@@ -8,6 +8,8 @@
 -- ARGV[1] how long a deleted path's record is kept (ms), ARGV[2] most records dropped,
 -- ARGV[3] the bytes counted per path besides the path itself (file_save.lua's ARGV[11]).
 -- Returns {dropped, left}: records dropped, and records past their keep still in the index.
+-- uses: core
+-- access: write
 local cutoff = now_ms() - tonumber(ARGV[1])
 local paths = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[2]))
 if #paths == 0 then return {0, 0} end

@@ -26,6 +26,8 @@
 -- (0: the fence is lost); rev is the workspace's after the call (a writer whose last known rev is
 -- one less saw every save); old and deleted count the deleted records past their keep and in all,
 -- for the caller to drop (file_prune.lua).
+-- uses: core
+-- access: write
 local path, seen, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local function answer(verdict, version, rev)
   local old = redis.call('ZCOUNT', KEYS[7], '-inf', now_ms() - tonumber(ARGV[12]))
