@@ -129,7 +129,7 @@ def library() -> dict[str, str]:
 
 
 @functools.cache
-def _texts() -> dict[str, str]:
+def script_texts() -> dict[str, str]:
     """Every script's own text by name, read once per process (they never change while it
     runs); the library and the guard are not scripts."""
     return {name: text for name, text in _lua_files(_root()).items() if not name.startswith("_")}
@@ -138,7 +138,7 @@ def _texts() -> dict[str, str]:
 @functools.cache
 def headers() -> dict[str, ScriptHeader]:
     """Every script's header by name."""
-    return {name: parse_header(name, text) for name, text in _texts().items()}
+    return {name: parse_header(name, text) for name, text in script_texts().items()}
 
 
 def _prelude(uses: Sequence[str]) -> str:
@@ -165,14 +165,14 @@ def _prelude(uses: Sequence[str]) -> str:
 def sources() -> dict[str, str]:
     """Every script's text by name (without .lua), the library files its header uses
     prepended."""
-    return {name: _prelude(headers()[name].uses) + text for name, text in _texts().items()}
+    return {name: _prelude(headers()[name].uses) + text for name, text in script_texts().items()}
 
 
 @functools.cache
 def guarded_source(name: str) -> str:
     """The script `name` wrapped by _guarded.lua: token-checked, run once per call key."""
     guard = _root().joinpath(GUARD).read_text(encoding="utf-8")
-    return _prelude(headers()[name].uses) + guard.replace(GUARD_BODY, _texts()[name])
+    return _prelude(headers()[name].uses) + guard.replace(GUARD_BODY, script_texts()[name])
 
 
 class TurnRevokedError(RuntimeError):
@@ -194,8 +194,10 @@ class Scripts:
         script = self._scripts.get(name)
         if script is None:
             script = self._scripts[name] = self.conn.register_script(sources()[name])
+        header = headers()[name]
 
         def call(keys: Sequence[str] = (), args: Sequence[Any] = (), **options: Any) -> Any:
+            header.check(keys, args)
             return script(keys=keys, args=args, **options)
 
         return call
@@ -250,6 +252,7 @@ class GuardedScripts:
     def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
         if headers()[name].access != "write":
             return self.scripts[name](keys=keys, args=args)
+        headers()[name].check(keys, args)
         # The n-th call of a script in one tool call: a replay makes the same calls in the
         # same order, since each next call depends only on the outcomes it is given back.
         n = self._calls.get(name, 0)

@@ -4,6 +4,8 @@
 -- ARGV[1] reason. Returns the number of tasks blocked.
 -- uses: core, tasks
 -- access: write
+-- KEYS: ready_key, counts_key, events_key, task_keys...
+-- ARGV: reason
 local now = now_ms()
 local n = 0
 for i = 4, #KEYS do

@@ -6,6 +6,8 @@
 -- {0, ''} when the task is not ready.
 -- uses: core, tasks
 -- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, tokens_key, heartbeat_key, events_key
+-- ARGV: member, worker, heartbeat_ttl_ms
 if redis.call('HGET', KEYS[1], 'status') ~= 'ready' then return {0, ''} end
 local now = now_ms()
 local member = ARGV[1]

@@ -9,6 +9,9 @@
 -- -2 the claim already ended, 0 no such task.
 -- uses: core, tasks, messages
 -- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, bus_key,
+--   bus_seq_key, dependent_keys...
+-- ARGV: token, output, duration_ms, detail, announcer, announcement
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 local now = now_ms()

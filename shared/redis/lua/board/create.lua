@@ -6,6 +6,8 @@
 -- Returns the number of tasks created, or an error if the board already exists.
 -- uses: core, tasks
 -- access: write
+-- KEYS: order_key, ready_key, counts_key, events_key, task_keys...
+-- ARGV: tasks...
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
 local now = now_ms()
 local pos_of, tasks, dependents, blocked = {}, {}, {}, {}

@@ -6,6 +6,8 @@
 -- Returns n, or an error if the board already exists.
 -- uses: tasks
 -- access: write
+-- KEYS: order_key, ready_key, counts_key, events_key
+-- ARGV: task_count, ready_count, page...
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
 local n, r = tonumber(ARGV[1]), tonumber(ARGV[2])
 local CHUNK = 1000  -- unpack() of a few thousand values at once overflows Lua's C stack

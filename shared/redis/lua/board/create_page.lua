@@ -8,6 +8,8 @@
 -- Returns how many hashes were written, or an error if the board already exists.
 -- uses: core
 -- access: write
+-- KEYS: order_key, task_keys...
+-- ARGV: tasks...
 if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
 local now = now_ms()
 for i = 1, #ARGV do

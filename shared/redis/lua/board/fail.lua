@@ -10,6 +10,9 @@
 -- -2 conflict (already ended, or a tokenless fail of a claimed task), 0 no such task.
 -- uses: core, tasks, messages
 -- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, bus_key,
+--   bus_seq_key, closure_keys...
+-- ARGV: token, error_text, duration_ms, detail, announcer, announcement
 local verdict
 if ARGV[1] == '' then
   local status = redis.call('HGET', KEYS[1], 'status')

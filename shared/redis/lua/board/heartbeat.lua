@@ -7,6 +7,8 @@
 -- 0 no such task.
 -- uses: core, tasks
 -- access: write
+-- KEYS: task_key, heartbeat_key
+-- ARGV: token, heartbeat_ttl_ms, counted, member
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 local now = now_ms()

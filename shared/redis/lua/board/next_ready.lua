@@ -2,6 +2,8 @@
 -- KEYS[1] ready zset. ARGV[1] n.
 -- Returns the task ids.
 -- access: read
+-- KEYS: ready_key
+-- ARGV: n
 local n = tonumber(ARGV[1])
 if n <= 0 then n = 1 end
 return redis.call('ZRANGE', KEYS[1], 0, n - 1)

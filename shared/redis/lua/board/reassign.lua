@@ -6,6 +6,8 @@
 -- 0 no such task.
 -- uses: core, tasks
 -- access: write
+-- KEYS: task_key, heartbeat_key, events_key
+-- ARGV: token, member
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 local now = now_ms()

@@ -14,6 +14,8 @@
 -- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
 -- uses: core, tasks, messages
 -- access: write
+-- KEYS: ready_key, running_key, counts_key, events_key, bus_key, bus_seq_key, groups...
+-- ARGV: max_attempts, announce, forced_reason, closure_sizes...
 local now = now_ms()
 local reclaimed = {}
 local at = 7

@@ -7,6 +7,8 @@
 -- 0 no such task.
 -- uses: core, tasks
 -- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
+-- ARGV: token, reason
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 local reason = ARGV[2]

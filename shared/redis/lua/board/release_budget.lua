@@ -10,6 +10,8 @@
 -- 0 no such task.
 -- uses: core, tasks
 -- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
+-- ARGV: token, reason
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return verdict end
 requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now_ms())

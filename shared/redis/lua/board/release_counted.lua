@@ -10,6 +10,8 @@
 -- -1 stale token (counted in stale_writes), -2 the claim already ended, 0 no such task.
 -- uses: core, tasks, releases
 -- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
+-- ARGV: token, reason, member, max_releases
 local verdict = check_token(KEYS[1], ARGV[1])
 if verdict ~= APPLIED then return {verdict, ''} end
 if note_release(KEYS[1], ARGV[3], ARGV[4]) then

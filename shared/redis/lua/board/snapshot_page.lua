@@ -7,6 +7,8 @@
 -- Returns {last events entry id ('' when none), tasks read, then one flat HGETALL reply per task
 -- read (empty for a task that does not exist)}.
 -- access: read
+-- KEYS: events_key, task_keys...
+-- ARGV: max_bytes
 local budget = tonumber(ARGV[1])
 local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local out = {last[1] and last[1][1] or '', 0}

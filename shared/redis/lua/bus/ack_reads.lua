@@ -8,6 +8,8 @@
 -- outcome: nothing is owed to it any more), ARGV[4..] the members whose record for the task.
 -- Returns 1 acknowledged, 0 refused (the token is not the task's live claim).
 -- access: write
+-- KEYS: unacked_key, task_key
+-- ARGV: token, task_id, drop_whole, members...
 local current = redis.call('HMGET', KEYS[2], 'token', 'status')
 if current[1] ~= ARGV[1] or current[2] ~= 'in_progress' then return 0 end
 for i = 4, #ARGV do

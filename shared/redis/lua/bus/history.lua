@@ -3,6 +3,8 @@
 -- ARGV[1] how many (0 or less: all).
 -- Returns bus entries as XRANGE returns them; messages trimmed from the bus are left out.
 -- access: read
+-- KEYS: inbox_key, bus_key
+-- ARGV: count
 local limit = tonumber(ARGV[1])
 local refs
 if limit > 0 then

@@ -10,6 +10,8 @@
 -- bus), so offsets, trimming and history all speak bus ids and the content is stored once.
 -- uses: core, messages
 -- access: write
+-- KEYS: bus_key, bus_seq_key, roster_version_key, inbox_keys...
+-- ARGV: sender, addressee, mtype, task_id, content, roster_version, traceparent
 if tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[6]) then
   return {'', 0, 0}
 end

@@ -18,6 +18,8 @@
 -- A record is JSON: {token, ids (bus ids, in order), seq (bus position of the first, for trim),
 -- given (how many of ids the token's attempt was given; absent: all)}.
 -- access: write
+-- KEYS: inbox_key, offsets_key, bus_key, unacked_key
+-- ARGV: member, max_messages, task_id, token, view_budget
 
 local VIEW_CHARS = 80
 -- The characters a message's view takes beside its fields' text: its keys, quotes, separators.

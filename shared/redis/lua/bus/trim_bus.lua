@@ -9,6 +9,8 @@
 -- Returns the number of messages removed from the bus, or -1 without trimming when the roster
 -- has changed since (a member missing from the list could lose an unread message).
 -- access: write
+-- KEYS: bus_key, bus_seq_key, offsets_key, unacked_key, roster_version_key, inbox_keys...
+-- ARGV: keep, roster_version, members...
 if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[2]) then return -1 end
 local keep = tonumber(ARGV[1])
 local last_seq = tonumber(redis.call('GET', KEYS[2]) or '0')

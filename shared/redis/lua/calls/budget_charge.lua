@@ -11,6 +11,8 @@
 -- one that crossed a limit else 0}. The crossing call records the reason in the hash field
 -- 'budget_exceeded'; later calls keep it.
 -- access: write
+-- KEYS: usage_key, task_key?
+-- ARGV: prompt_tokens, completion_tokens, cost_usd, unpriced, max_tokens, max_cost_usd
 redis.call('HINCRBY', KEYS[1], 'prompt_tokens', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'completion_tokens', ARGV[2])
 local cost = redis.call('HINCRBYFLOAT', KEYS[1], 'cost_usd', ARGV[3])

@@ -6,6 +6,8 @@
 -- ARGV[1] tokens to add (an integer >= 0), ARGV[2] dollars to add (>= 0).
 -- Returns {added tokens in all, added dollars in all as a string}.
 -- access: write
+-- KEYS: usage_key
+-- ARGV: add_tokens, add_usd
 local tokens = redis.call('HINCRBY', KEYS[1], 'added_tokens', ARGV[1])
 local usd = redis.call('HINCRBYFLOAT', KEYS[1], 'added_usd', ARGV[2])
 redis.call('HDEL', KEYS[1], 'budget_exceeded')

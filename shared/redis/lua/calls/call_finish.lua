@@ -4,6 +4,8 @@
 -- ARGV[1] attempt, ARGV[2] outcome JSON.
 -- Returns 1 when recorded, 0 when refused.
 -- access: write
+-- KEYS: call_key, beat_key, done_key
+-- ARGV: attempt, outcome
 local fields = redis.call('HMGET', KEYS[1], 'attempt', 'began', 'outcome')
 if fields[1] ~= ARGV[1] or fields[2] ~= ARGV[1] or fields[3] then return 0 end
 redis.call('HSET', KEYS[1], 'outcome', ARGV[2])

@@ -6,6 +6,8 @@
 -- ARGV[1] request JSON, ARGV[2] the attempt the caller saw as current ('' = whatever it is).
 -- Returns the new attempt number, or 0 when the compare-and-set refused.
 -- access: write
+-- KEYS: call_key, beat_key
+-- ARGV: request, seen_attempt
 if ARGV[2] ~= '' then
   local fields = redis.call('HMGET', KEYS[1], 'attempt', 'outcome')
   if (fields[1] or '0') ~= ARGV[2] or fields[2] then return 0 end

@@ -4,6 +4,8 @@
 -- Returns the ms left of the later pause, 0 when neither is paused.
 -- uses: core
 -- access: write
+-- KEYS: account_key, bucket_key
+-- ARGV: none
 local now = now_ms()
 local until_ms = math.max(tonumber(redis.call('HGET', KEYS[1], 'paused_until')) or 0,
                           tonumber(redis.call('HGET', KEYS[2], 'paused_until')) or 0)

@@ -16,6 +16,10 @@
 -- Returns {exceeded reason or '', 1 if this call crossed a limit else 0, account pause ms}.
 -- uses: core
 -- access: write
+-- KEYS: account_key, bucket_key, usage_key?, reservations_key?, task_key?
+-- ARGV: reservation, counted_tokens, prompt_tokens, completion_tokens, cost_usd, unpriced,
+--   max_tokens, max_usd, learned_rpm, learned_tpm, quota_out_ms, paused_ms, bucket_ttl_ms,
+--   longest_backoff_ms, configured_tpm, answered, model, share
 local now = now_ms()
 local ttl = tonumber(ARGV[13])
 

@@ -21,6 +21,10 @@
 -- (next_tokens, next_usd): what a top-up must cover.
 -- uses: core
 -- access: write
+-- KEYS: account_key, bucket_key, usage_key?, reservations_key?
+-- ARGV: model, configured_rpm, configured_tpm, counted_tokens, wait_limit_ms, bucket_ttl_ms,
+--   reservation, worst_tokens, worst_usd, max_tokens, max_usd, reservation_ttl_ms, trim_max,
+--   take_slot, share
 local now = now_ms()
 
 local function lowest(a, b)

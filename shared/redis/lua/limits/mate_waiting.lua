@@ -5,6 +5,8 @@
 -- ARGV[4] until (epoch ms).
 -- Returns 1 when written, 0 when the token no longer holds the teammate.
 -- access: write
+-- KEYS: mate_key
+-- ARGV: token, model, since_ms, until_ms
 if redis.call('HGET', KEYS[1], 'turn_token') ~= ARGV[1] then return 0 end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')

@@ -6,6 +6,8 @@
 -- Returns 1 when written, 0 when the token no longer holds the task.
 -- uses: tasks
 -- access: write
+-- KEYS: task_key
+-- ARGV: token, model, since_ms, until_ms
 if check_token(KEYS[1], ARGV[1]) ~= APPLIED then return 0 end
 if ARGV[2] == '' then
   redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')

@@ -9,6 +9,8 @@
 -- journal keeps its prefix, and replay stops there).
 -- uses: core
 -- access: write
+-- KEYS: task_key, journal_key
+-- ARGV: token, op, value?, cap_bytes?
 local current = redis.call('HMGET', KEYS[1], 'token', 'status', 'journal_bytes')
 if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
 local op = ARGV[2]

@@ -5,6 +5,8 @@
 -- Returns 1 kept, 0 another worker's list was there first.
 -- uses: core
 -- access: write
+-- KEYS: tools_key, spec_key
+-- ARGV: server, tools
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
 inherit_ttl(KEYS[1], KEYS[2])
 return 1

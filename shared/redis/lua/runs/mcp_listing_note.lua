@@ -7,6 +7,8 @@
 -- Returns 1.
 -- uses: core
 -- access: write
+-- KEYS: listing_key, listed_key, spec_key
+-- ARGV: server, outcome
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 redis.call('LPUSH', KEYS[2], ARGV[1])
 redis.call('LTRIM', KEYS[2], 0, 99)  -- a wake-up is only a nudge: the hash is the record

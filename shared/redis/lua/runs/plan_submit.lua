@@ -13,6 +13,9 @@
 -- (detail: the pending request's id); only 'ok' writes anything.
 -- uses: core, events, messages
 -- access: write
+-- KEYS: request_key, requests_key, bus_key, bus_seq_key, lead_inbox_key, mate_key, last_plan_key,
+--   events_key, mate_requests_key
+-- ARGV: request_id, name, plan, review_ms, envelope_type, envelope
 local state = redis.call('HGET', KEYS[6], 'plan_state') or ''
 if state ~= 'required' and state ~= 'pending' then return {'not_required', state} end
 local now = now_ms()

@@ -10,6 +10,9 @@
 -- Returns 1 if the run was ended, 0 if the lease is not ours, -1 if the run had already ended.
 -- uses: core, runs, tasks, messages
 -- access: write
+-- KEYS: lease_key, state_key, usage_key, bus_key, bus_seq_key, events_key
+-- ARGV: owner, status, output, has_output, error, prompt_tokens, completion_tokens, cost_usd,
+--   unpriced, announce_type, announcement, retention_ms
 if RUN_ENDED[redis.call('HGET', KEYS[2], 'status') or ''] then return -1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 local now = now_ms()

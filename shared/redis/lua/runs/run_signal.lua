@@ -5,6 +5,8 @@
 -- ARGV[1] stop reason ('' = wake only; the first reason given is kept), ARGV[2] what ('stop',
 -- 'approval'), ARGV[3] the wake-up's task id ('': not a task change).
 -- access: write
+-- KEYS: state_key, cancel_key, events_key, approval_key
+-- ARGV: reason, what, task_id
 if ARGV[1] ~= '' then redis.call('SET', KEYS[2], ARGV[1], 'NX') end
 redis.call('XADD', KEYS[3], '*', 'task_id', ARGV[3], 'status', 'run.' .. ARGV[2], 'token', '0')
 redis.call('RPUSH', KEYS[4], ARGV[2])

@@ -4,6 +4,8 @@
 -- Returns 1 if set, 0 if the lease is not ours, -1 if the run had already ended.
 -- uses: runs
 -- access: write
+-- KEYS: lease_key, state_key
+-- ARGV: owner, status
 if RUN_ENDED[redis.call('HGET', KEYS[2], 'status') or ''] then return -1 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[2], 'status', ARGV[2])

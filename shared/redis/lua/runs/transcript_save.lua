@@ -7,6 +7,8 @@
 -- Returns 1 applied, 0 refused (stale token, claim ended, or no such task).
 -- uses: core
 -- access: write
+-- KEYS: task_key, transcript_key
+-- ARGV: token, transcript
 local current = redis.call('HMGET', KEYS[1], 'token', 'status')
 if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
 if ARGV[2] == '' then

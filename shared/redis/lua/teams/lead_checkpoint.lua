@@ -13,6 +13,8 @@
 -- when the owner no longer holds the lease (nothing changes).
 -- uses: memory
 -- access: write
+-- KEYS: lease_key, memory_key, offsets_key, size_key
+-- ARGV: owner, clear, inbox_id, max_messages, max_chars, messages...
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 if ARGV[2] == '1' then
   redis.call('DEL', KEYS[2])

@@ -18,6 +18,9 @@
 -- count or the fold hit its batch and the caller should call again, else 0}.
 -- uses: core, messages, streams
 -- access: upkeep
+-- KEYS: bus_key, bus_seq_key, inbox_key, offsets_key, record_key
+-- ARGV: max_unread, fold_to, walk_max, notices_max, summary_type, names_max, room,
+--   system_prefixes...
 local max_unread, target = tonumber(ARGV[1]), tonumber(ARGV[2])
 local walk_cap, fold_cap, names_cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
 local fold_above = max_unread - tonumber(ARGV[7])

@@ -11,6 +11,9 @@
 -- writes anything.
 -- uses: core, events, messages
 -- access: write
+-- KEYS: request_key, requests_key, bus_key, bus_seq_key, inbox_key, mate_key, events_key,
+--   mate_requests_key
+-- ARGV: request_id, kind, sender, addressee, payload, answer_ms, envelope_type, envelope
 local status = redis.call('HGET', KEYS[6], 'status')
 if not status then return {'unknown', 0, ''} end
 if status == 'shutdown' then return {'shutdown', 0, ''} end

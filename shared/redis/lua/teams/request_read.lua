@@ -4,6 +4,8 @@
 -- Returns the record as HGETALL does (empty when there is no such request).
 -- uses: core, events
 -- access: read
+-- KEYS: request_key, events_key
+-- ARGV: none
 local f = redis.call('HMGET', KEYS[1], 'status', 'deadline_ms')
 if f[1] == 'pending' then
   local now = now_ms()

@@ -18,6 +18,8 @@
 -- record past its deadline is first marked expired (a stale one too, so listings show it ended).
 -- uses: core, events, messages
 -- access: write
+-- KEYS: request_key, bus_key, bus_seq_key, inbox_key, mate_key, events_key, mate_requests_key
+-- ARGV: request_id, kind, responder, approve, response, envelope_type, envelope, name
 local f = redis.call('HMGET', KEYS[1], 'kind', 'to', 'status', 'deadline_ms', 'from', 'epoch')
 if not f[1] then return {'unknown', '', 0} end
 if f[1] ~= ARGV[2] then return {'wrong_kind', f[1], 0} end

@@ -17,6 +17,8 @@
 -- lose an unread message).
 -- uses: streams
 -- access: upkeep
+-- KEYS: bus_key, offsets_key, unacked_key, roster_version_key, lead_record_key, inbox_keys...
+-- ARGV: keep, roster_version, work_units, members...
 if tonumber(redis.call('GET', KEYS[4]) or '0') ~= tonumber(ARGV[2]) then return {-1, 0, 0} end
 local keep = tonumber(ARGV[1])
 local length = redis.call('XLEN', KEYS[1])

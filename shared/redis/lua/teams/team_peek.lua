@@ -10,6 +10,8 @@
 -- from the bus is skipped, but its id still counts as peeked.
 -- uses: streams
 -- access: read
+-- KEYS: inbox_key, offsets_key, bus_key, lead_record_key?
+-- ARGV: member, max_messages, after_id?
 local offset = redis.call('HGET', KEYS[2], ARGV[1]) or '0-0'
 if ARGV[3] and ARGV[3] ~= '' then offset = stream_id_max(offset, ARGV[3]) end
 local refs = redis.call('XRANGE', KEYS[1], '(' .. offset, '+', 'COUNT', ARGV[2])

@@ -13,6 +13,8 @@
 -- how many tasks went back to the board (the caller wakes teammates for them).
 -- uses: core, team, events, messages
 -- access: write
+-- KEYS: bus_key, bus_seq_key, lead_inbox_key, mate_and_board_keys...
+-- ARGV: stale_ms, max_attempts, names...
 local now = now_ms()
 local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
 local board = 4 + 2 * (#ARGV - 2)

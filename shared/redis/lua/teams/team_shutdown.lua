@@ -12,6 +12,9 @@
 -- claim landed meanwhile; nothing changes, read again).
 -- uses: core, team, events, messages
 -- access: write
+-- KEYS: mate_key, turn_key, bus_key, bus_seq_key, lead_inbox_key, ready_key, running_key,
+--   counts_key, tokens_key, events_key, held_keys...
+-- ARGV: notice, name
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'unknown', 0} end
 if status == 'shutdown' then return {'shutdown', 0} end

@@ -16,6 +16,10 @@
 -- teammate still gets the mail sent to it while it was idle or shut down.
 -- uses: core, events
 -- access: write
+-- KEYS: mate_key, memory_key, roster_key, roster_version_key, events_key, mate_requests_key,
+--   request_keys...
+-- ARGV: name, role, prompt, model, api_base, queue, max_teammates, first_message, plan_state,
+--   workspace_tools, workspace_dir, mcp, fallbacks, request_ids...
 if redis.call('HGET', KEYS[1], 'status') == 'working' then return 'working' end
 if redis.call('SCARD', KEYS[6]) ~= #ARGV - 13 then return 'retry' end
 for i = 14, #ARGV do

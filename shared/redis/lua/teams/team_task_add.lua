@@ -12,6 +12,9 @@
 -- {'unknown', id} (no such dependency); only 'ok' writes.
 -- uses: core, tasks
 -- access: write
+-- KEYS: seq_key, order_key, ready_key, counts_key, events_key, task_key, lane_key,
+--   dependency_keys...
+-- ARGV: seq, task_id, subject, description, role, assignee, max_releases, dependency_ids...
 if (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] then return {'retry', ''} end
 for i = 8, #KEYS do
   if redis.call('EXISTS', KEYS[i]) == 0 then return {'unknown', ARGV[i]} end

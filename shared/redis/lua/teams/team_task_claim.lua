@@ -7,6 +7,8 @@
 -- assignee); 'role' (detail: the task's role). Only 'ok' writes.
 -- uses: core, team
 -- access: write
+-- KEYS: turn_key, mate_key, task_key, ready_key, running_key, counts_key, tokens_key, events_key
+-- ARGV: token, name
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', ''} end
 local f = redis.call('HMGET', KEYS[3], 'status', 'claimed_by', 'member_id', 'role')
 if not f[1] then return {'unknown', ''} end

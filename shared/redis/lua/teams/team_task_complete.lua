@@ -11,6 +11,9 @@
 -- added after this one since the caller read its dependents). Only 'ok' writes.
 -- uses: core, tasks, messages
 -- access: write
+-- KEYS: turn_key, task_key, ready_key, running_key, counts_key, events_key, bus_key, bus_seq_key,
+--   lead_inbox_key, dependent_keys...
+-- ARGV: token, name, result, detail, dependents_csv
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', ''} end
 local f = redis.call('HMGET', KEYS[2], 'status', 'claimed_by', 'start_ms', 'token', 'task_id',
   'dependents')

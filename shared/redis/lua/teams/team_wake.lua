@@ -6,6 +6,8 @@
 -- shut-down one keeps the mail unread and wakes for nothing.
 -- uses: core, events
 -- access: write
+-- KEYS: mate_key, events_key
+-- ARGV: name
 if redis.call('HGET', KEYS[1], 'status') ~= 'idle' then return 0 end
 redis.call('HSET', KEYS[1], 'status', 'working', 'idle_reason', '', 'attempts', 0,
   'last_seen_ms', now_ms())

@@ -14,6 +14,9 @@
 -- made.
 -- uses: core, tasks, team, events, messages
 -- access: write
+-- KEYS: ready_key, running_key, counts_key, tokens_key, events_key, bus_key, bus_seq_key,
+--   triple_keys...
+-- ARGV: names...
 local now = now_ms()
 local woken, out, skipped = {}, {0}, 0
 for i = 1, #ARGV do

@@ -5,6 +5,8 @@
 -- holds the lease; {'skip', ''} when the teammate is not working (a duplicate or late job).
 -- uses: core
 -- access: write
+-- KEYS: mate_key, turn_key, tokens_key
+-- ARGV: lease_ttl_ms, worker
 if redis.call('HGET', KEYS[1], 'status') ~= 'working' then return {'skip', ''} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'busy', ''} end
 local token = fencing_token(KEYS[3])

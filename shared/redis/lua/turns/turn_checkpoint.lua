@@ -14,6 +14,8 @@
 -- when the token no longer holds the turn (nothing changes).
 -- uses: core, memory
 -- access: write
+-- KEYS: turn_key, memory_key, offsets_key, mate_key, effects_key
+-- ARGV: token, name, inbox_id, max_messages, max_chars, messages...
 
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local dropped = remember(KEYS[2], KEYS[4], 'memory_', 6, tonumber(ARGV[4]), tonumber(ARGV[5]))

@@ -28,6 +28,10 @@
 -- back to the board (the caller wakes teammates).
 -- uses: core, releases, team, events, messages
 -- access: write
+-- KEYS: turn_key, mate_key, inbox_key, offsets_key, bus_key, bus_seq_key, lead_inbox_key,
+--   ready_key, running_key, counts_key, tokens_key, events_key, task_keys...
+-- ARGV: token, name, idle_reason, notice, ending, last_error, held_count, lane_count,
+--   lane_depths...
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', 0} end
 local name = ARGV[2]
 local last_held = 12 + tonumber(ARGV[7])

@@ -6,6 +6,8 @@
 -- Returns 1 when handed over, 0 when the token no longer holds the turn (nothing changes).
 -- uses: core, events
 -- access: write
+-- KEYS: turn_key, mate_key, events_key
+-- ARGV: token, name
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[2], 'turn_token', '', 'last_seen_ms', now_ms())

@@ -13,6 +13,8 @@
 -- than that count has its length), detail.
 -- Returns the turn's number, -1 when the token no longer holds the fence (nothing written).
 -- access: write
+-- KEYS: fence_key, memory_key, size_key, turns_key
+-- ARGV: token, prefix, kind, detail, max_entries
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
 local turn
 if ARGV[3] == 'begin' then

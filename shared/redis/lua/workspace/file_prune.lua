@@ -10,6 +10,8 @@
 -- Returns {dropped, left}: records dropped, and records past their keep still in the index.
 -- uses: core
 -- access: write
+-- KEYS: files_key, versions_key, info_key, deletions_key
+-- ARGV: keep_ms, max_dropped, record_bytes
 local cutoff = now_ms() - tonumber(ARGV[1])
 local paths = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[2]))
 if #paths == 0 then return {0, 0} end

@@ -28,6 +28,9 @@
 -- for the caller to drop (file_prune.lua).
 -- uses: core
 -- access: write
+-- KEYS: files_key, versions_key, info_key, fence_key, blob_key, old_blob_key, deletions_key
+-- ARGV: path, seen, op, blob_id, old_blob_id, max_file_bytes, max_workspace_bytes, max_files,
+--   fence, token, record_bytes, keep_ms
 local path, seen, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local function answer(verdict, version, rev)
   local old = redis.call('ZCOUNT', KEYS[7], '-inf', now_ms() - tonumber(ARGV[12]))
