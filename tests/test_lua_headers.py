@@ -88,6 +88,25 @@ def test_a_library_file_uses_exactly_the_files_it_calls(name: str) -> None:
     assert set(parse_header(name, text).uses) == used_libraries(text, own=name)
 
 
+@pytest.mark.parametrize("name", sorted(script_texts()))
+def test_a_script_binds_its_keys_and_argv_to_named_locals(name: str) -> None:
+    """KEYS[n] and ARGV[n] are read once each, at the top, into the locals the header names (a
+    tail into `<name>_from`, its first index); the body uses the names."""
+    header, text = headers()[name], code_only(script_texts()[name])
+    for table, names in (("KEYS", header.keys), ("ARGV", header.args)):
+        for position, item in enumerate(names, start=1):
+            local = item.rstrip("?")
+            if local.endswith("..."):
+                local = local.removesuffix("...") + "_from"
+                bound = rf"\b{local}\s*=\s*{position}\b"
+            else:
+                bound = rf"local [\w, ]*\b{local}\b[\w, ]*=[^\n]*\b{table}\[{position}\]"
+            assert re.search(bound, text), f"{name}.lua binds no {table}[{position}] to {local}"
+        indexed = re.findall(rf"{table}\[\d+\]", text)
+        assert len(indexed) == len([n for n in names if not n.endswith("...")]), (
+            f"{name}.lua reads {table} by number in its body: {indexed}")
+
+
 def call_sites() -> list[tuple[str, int, str, ast.Call]]:
     """(file, line, script, call) for every call of a script in the package."""
     found = []

@@ -27,3 +27,11 @@ local function inherit_ttl(key, task_key)
   local ttl = redis.call('PTTL', task_key)
   if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
 end
+
+-- KEYS[first..] as a list, for a variable-length tail of keys handed on to a helper. A loop,
+-- not unpack(): unpack of a few thousand values overflows Lua's C stack.
+local function keys_from(first)
+  local keys = {}
+  for i = first, #KEYS do keys[#keys + 1] = KEYS[i] end
+  return keys
+end

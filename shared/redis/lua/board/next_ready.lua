@@ -4,6 +4,8 @@
 -- access: read
 -- KEYS: ready_key
 -- ARGV: n
-local n = tonumber(ARGV[1])
+local ready_key = KEYS[1]
+local n = ARGV[1]
+local n = tonumber(n)
 if n <= 0 then n = 1 end
-return redis.call('ZRANGE', KEYS[1], 0, n - 1)
+return redis.call('ZRANGE', ready_key, 0, n - 1)

@@ -8,14 +8,16 @@
 -- access: write
 -- KEYS: task_key, heartbeat_key, events_key
 -- ARGV: token, member
-local verdict = check_token(KEYS[1], ARGV[1])
+local task_key, heartbeat_key, events_key = KEYS[1], KEYS[2], KEYS[3]
+local token, member = ARGV[1], ARGV[2]
+local verdict = check_token(task_key, token)
 if verdict ~= APPLIED then return verdict end
 local now = now_ms()
-local from = redis.call('HGET', KEYS[1], 'claimed_by')
+local from = redis.call('HGET', task_key, 'claimed_by')
 if from == '' then from = 'member' end
-redis.call('HSET', KEYS[1], 'claimed_by', ARGV[2], 'last_heartbeat_ms', now, 'updated_ms', now,
-  'phase', 'reassigned', 'detail', 'Reassigned from ' .. from .. ' to ' .. ARGV[2] .. '.')
+redis.call('HSET', task_key, 'claimed_by', member, 'last_heartbeat_ms', now, 'updated_ms', now,
+  'phase', 'reassigned', 'detail', 'Reassigned from ' .. from .. ' to ' .. member .. '.')
 -- AI4J counts a reassignment as a sign of life: renew the heartbeat key with the claim's ttl.
-redis.call('SET', KEYS[2], ARGV[1], 'PX', redis.call('HGET', KEYS[1], 'heartbeat_ttl_ms'))
-task_event(KEYS[3], KEYS[1], 'reassigned', ARGV[1])
+redis.call('SET', heartbeat_key, token, 'PX', redis.call('HGET', task_key, 'heartbeat_ttl_ms'))
+task_event(events_key, task_key, 'reassigned', token)
 return APPLIED

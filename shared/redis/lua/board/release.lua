@@ -9,10 +9,12 @@
 -- access: write
 -- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
 -- ARGV: token, reason
-local verdict = check_token(KEYS[1], ARGV[1])
+local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local heartbeat_key, events_key = KEYS[5], KEYS[6]
+local token, reason = ARGV[1], ARGV[2]
+local verdict = check_token(task_key, token)
 if verdict ~= APPLIED then return verdict end
-local reason = ARGV[2]
 if reason == '' then reason = 'Released back to queue.' end
-requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], reason, now_ms())
-task_event(KEYS[6], KEYS[1], 'released', ARGV[1])
+requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
+task_event(events_key, task_key, 'released', token)
 return APPLIED

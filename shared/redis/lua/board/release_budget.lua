@@ -12,11 +12,14 @@
 -- access: write
 -- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
 -- ARGV: token, reason
-local verdict = check_token(KEYS[1], ARGV[1])
+local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local heartbeat_key, events_key = KEYS[5], KEYS[6]
+local token, reason = ARGV[1], ARGV[2]
+local verdict = check_token(task_key, token)
 if verdict ~= APPLIED then return verdict end
-requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now_ms())
-local attempts = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0') or 0
-if attempts > 0 then redis.call('HSET', KEYS[1], 'attempts', attempts - 1) end
-redis.call('HSET', KEYS[1], 'reclaimed', 1, 'phase', 'awaiting budget', 'detail', ARGV[2])
-task_event(KEYS[6], KEYS[1], 'released', ARGV[1])
+requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
+local attempts = tonumber(redis.call('HGET', task_key, 'attempts') or '0') or 0
+if attempts > 0 then redis.call('HSET', task_key, 'attempts', attempts - 1) end
+redis.call('HSET', task_key, 'reclaimed', 1, 'phase', 'awaiting budget', 'detail', reason)
+task_event(events_key, task_key, 'released', token)
 return APPLIED

@@ -12,11 +12,14 @@
 -- access: write
 -- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
 -- ARGV: token, reason, member, max_releases
-local verdict = check_token(KEYS[1], ARGV[1])
+local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local heartbeat_key, events_key = KEYS[5], KEYS[6]
+local token, reason, member, max_releases = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local verdict = check_token(task_key, token)
 if verdict ~= APPLIED then return {verdict, ''} end
-if note_release(KEYS[1], ARGV[3], ARGV[4]) then
-  return {2, releases_error(KEYS[1], 'max_task_releases')}
+if note_release(task_key, member, max_releases) then
+  return {2, releases_error(task_key, 'max_task_releases')}
 end
-requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now_ms())
-task_event(KEYS[6], KEYS[1], 'released', ARGV[1])
+requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
+task_event(events_key, task_key, 'released', token)
 return {APPLIED, ''}

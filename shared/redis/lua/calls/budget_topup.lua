@@ -8,7 +8,9 @@
 -- access: write
 -- KEYS: usage_key
 -- ARGV: add_tokens, add_usd
-local tokens = redis.call('HINCRBY', KEYS[1], 'added_tokens', ARGV[1])
-local usd = redis.call('HINCRBYFLOAT', KEYS[1], 'added_usd', ARGV[2])
-redis.call('HDEL', KEYS[1], 'budget_exceeded')
+local usage_key = KEYS[1]
+local add_tokens, add_usd = ARGV[1], ARGV[2]
+local tokens = redis.call('HINCRBY', usage_key, 'added_tokens', add_tokens)
+local usd = redis.call('HINCRBYFLOAT', usage_key, 'added_usd', add_usd)
+redis.call('HDEL', usage_key, 'budget_exceeded')
 return {tokens, tostring(usd)}

@@ -5,7 +5,9 @@
 -- access: write
 -- KEYS: call_key, beat_key
 -- ARGV: attempt, beat_ttl_ms
-local fields = redis.call('HMGET', KEYS[1], 'attempt', 'began', 'outcome')
-if fields[1] ~= ARGV[1] or fields[2] ~= ARGV[1] or fields[3] then return 0 end
-redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+local call_key, beat_key = KEYS[1], KEYS[2]
+local attempt, beat_ttl_ms = ARGV[1], ARGV[2]
+local fields = redis.call('HMGET', call_key, 'attempt', 'began', 'outcome')
+if fields[1] ~= attempt or fields[2] ~= attempt or fields[3] then return 0 end
+redis.call('SET', beat_key, attempt, 'PX', beat_ttl_ms)
 return 1

@@ -6,12 +6,14 @@
 -- access: write
 -- KEYS: call_key, beat_key, done_key
 -- ARGV: attempt, outcome
-local fields = redis.call('HMGET', KEYS[1], 'attempt', 'began', 'outcome')
-if fields[1] ~= ARGV[1] or fields[2] ~= ARGV[1] or fields[3] then return 0 end
-redis.call('HSET', KEYS[1], 'outcome', ARGV[2])
-redis.call('DEL', KEYS[2])
-redis.call('RPUSH', KEYS[3], ARGV[1])
+local call_key, beat_key, done_key = KEYS[1], KEYS[2], KEYS[3]
+local attempt, outcome = ARGV[1], ARGV[2]
+local fields = redis.call('HMGET', call_key, 'attempt', 'began', 'outcome')
+if fields[1] ~= attempt or fields[2] ~= attempt or fields[3] then return 0 end
+redis.call('HSET', call_key, 'outcome', outcome)
+redis.call('DEL', beat_key)
+redis.call('RPUSH', done_key, attempt)
 -- Only wake-ups (the coordinator re-reads the hash every second anyway): a short life, so a
 -- late answer after the run's keys were given their expiry leaves nothing behind for good.
-redis.call('PEXPIRE', KEYS[3], 60000)
+redis.call('PEXPIRE', done_key, 60000)
 return 1

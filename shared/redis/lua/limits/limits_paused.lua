@@ -6,7 +6,8 @@
 -- access: write
 -- KEYS: account_key, bucket_key
 -- ARGV: none
+local account_key, bucket_key = KEYS[1], KEYS[2]
 local now = now_ms()
-local until_ms = math.max(tonumber(redis.call('HGET', KEYS[1], 'paused_until')) or 0,
-                          tonumber(redis.call('HGET', KEYS[2], 'paused_until')) or 0)
+local until_ms = math.max(tonumber(redis.call('HGET', account_key, 'paused_until')) or 0,
+                          tonumber(redis.call('HGET', bucket_key, 'paused_until')) or 0)
 return math.max(0, math.floor(until_ms - now))

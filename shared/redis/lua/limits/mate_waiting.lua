@@ -7,11 +7,13 @@
 -- access: write
 -- KEYS: mate_key
 -- ARGV: token, model, since_ms, until_ms
-if redis.call('HGET', KEYS[1], 'turn_token') ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
+local mate_key = KEYS[1]
+local token, model, since_ms, until_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('HGET', mate_key, 'turn_token') ~= token then return 0 end
+if model == '' then
+  redis.call('HDEL', mate_key, 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
 else
-  redis.call('HSET', KEYS[1], 'waiting_model', ARGV[2], 'waiting_since_ms', ARGV[3],
-             'waiting_until_ms', ARGV[4])
+  redis.call('HSET', mate_key, 'waiting_model', model, 'waiting_since_ms', since_ms,
+             'waiting_until_ms', until_ms)
 end
 return 1

@@ -8,11 +8,13 @@
 -- access: write
 -- KEYS: task_key
 -- ARGV: token, model, since_ms, until_ms
-if check_token(KEYS[1], ARGV[1]) ~= APPLIED then return 0 end
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
+local task_key = KEYS[1]
+local token, model, since_ms, until_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if check_token(task_key, token) ~= APPLIED then return 0 end
+if model == '' then
+  redis.call('HDEL', task_key, 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
 else
-  redis.call('HSET', KEYS[1], 'waiting_model', ARGV[2], 'waiting_since_ms', ARGV[3],
-             'waiting_until_ms', ARGV[4])
+  redis.call('HSET', task_key, 'waiting_model', model, 'waiting_since_ms', since_ms,
+             'waiting_until_ms', until_ms)
 end
 return 1

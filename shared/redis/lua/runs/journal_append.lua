@@ -11,21 +11,22 @@
 -- access: write
 -- KEYS: task_key, journal_key
 -- ARGV: token, op, value?, cap_bytes?
-local current = redis.call('HMGET', KEYS[1], 'token', 'status', 'journal_bytes')
-if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
-local op = ARGV[2]
+local task_key, journal_key = KEYS[1], KEYS[2]
+local token, op, value, cap_bytes = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local current = redis.call('HMGET', task_key, 'token', 'status', 'journal_bytes')
+if current[1] ~= token or token == '0' or current[2] ~= 'in_progress' then return 0 end
 if op == 'reset' then
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[1], 'journal_bytes', 0, 'replayed_steps', 0)
+  redis.call('DEL', journal_key)
+  redis.call('HSET', task_key, 'journal_bytes', 0, 'replayed_steps', 0)
   return 1
 end
 if op == 'replayed' then
-  redis.call('HSET', KEYS[1], 'replayed_steps', ARGV[3])
+  redis.call('HSET', task_key, 'replayed_steps', value)
   return 1
 end
-local chars = tonumber(current[3] or '0') + #ARGV[3]
-if chars > tonumber(ARGV[4]) then return -1 end
-redis.call('RPUSH', KEYS[2], ARGV[3])
-redis.call('HSET', KEYS[1], 'journal_bytes', chars)
-inherit_ttl(KEYS[2], KEYS[1])
+local chars = tonumber(current[3] or '0') + #value
+if chars > tonumber(cap_bytes) then return -1 end
+redis.call('RPUSH', journal_key, value)
+redis.call('HSET', task_key, 'journal_bytes', chars)
+inherit_ttl(journal_key, task_key)
 return 1

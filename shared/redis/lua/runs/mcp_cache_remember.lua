@@ -7,6 +7,8 @@
 -- access: write
 -- KEYS: tools_key, spec_key
 -- ARGV: server, tools
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-inherit_ttl(KEYS[1], KEYS[2])
+local tools_key, spec_key = KEYS[1], KEYS[2]
+local server, tools = ARGV[1], ARGV[2]
+if redis.call('HSETNX', tools_key, server, tools) == 0 then return 0 end
+inherit_ttl(tools_key, spec_key)
 return 1

@@ -6,7 +6,9 @@
 -- access: write
 -- KEYS: lease_key, state_key
 -- ARGV: owner, status
-if RUN_ENDED[redis.call('HGET', KEYS[2], 'status') or ''] then return -1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[2], 'status', ARGV[2])
+local lease_key, state_key = KEYS[1], KEYS[2]
+local owner, status = ARGV[1], ARGV[2]
+if RUN_ENDED[redis.call('HGET', state_key, 'status') or ''] then return -1 end
+if redis.call('GET', lease_key) ~= owner then return 0 end
+redis.call('HSET', state_key, 'status', status)
 return 1

@@ -9,12 +9,14 @@
 -- access: write
 -- KEYS: task_key, transcript_key
 -- ARGV: token, transcript
-local current = redis.call('HMGET', KEYS[1], 'token', 'status')
-if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
-if ARGV[2] == '' then
-  redis.call('DEL', KEYS[2])
+local task_key, transcript_key = KEYS[1], KEYS[2]
+local token, transcript = ARGV[1], ARGV[2]
+local current = redis.call('HMGET', task_key, 'token', 'status')
+if current[1] ~= token or token == '0' or current[2] ~= 'in_progress' then return 0 end
+if transcript == '' then
+  redis.call('DEL', transcript_key)
   return 1
 end
-redis.call('SET', KEYS[2], ARGV[2])
-inherit_ttl(KEYS[2], KEYS[1])
+redis.call('SET', transcript_key, transcript)
+inherit_ttl(transcript_key, task_key)
 return 1

@@ -7,6 +7,7 @@
 -- access: write
 -- KEYS: task_and_lane_keys...
 -- ARGV: none
+local task_and_lane_keys_from = 1  -- KEYS[task_and_lane_keys_from..]
 local n = #KEYS / 2
 local laned = 0
 for i = 1, n do

@@ -8,8 +8,10 @@
 -- access: write
 -- KEYS: mate_key, events_key
 -- ARGV: name
-if redis.call('HGET', KEYS[1], 'status') ~= 'idle' then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'working', 'idle_reason', '', 'attempts', 0,
+local mate_key, events_key = KEYS[1], KEYS[2]
+local name = ARGV[1]
+if redis.call('HGET', mate_key, 'status') ~= 'idle' then return 0 end
+redis.call('HSET', mate_key, 'status', 'working', 'idle_reason', '', 'attempts', 0,
   'last_seen_ms', now_ms())
-mate_event(KEYS[2], ARGV[1], 'working', 'woken')
-return redis.call('HGET', KEYS[1], 'queue')
+mate_event(events_key, name, 'working', 'woken')
+return redis.call('HGET', mate_key, 'queue')

@@ -8,8 +8,10 @@
 -- access: write
 -- KEYS: turn_key, mate_key, events_key
 -- ARGV: token, name
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[2], 'turn_token', '', 'last_seen_ms', now_ms())
-mate_event(KEYS[3], ARGV[2], 'working', 'handed over')
+local turn_key, mate_key, events_key = KEYS[1], KEYS[2], KEYS[3]
+local token, name = ARGV[1], ARGV[2]
+if redis.call('GET', turn_key) ~= token then return 0 end
+redis.call('DEL', turn_key)
+redis.call('HSET', mate_key, 'turn_token', '', 'last_seen_ms', now_ms())
+mate_event(events_key, name, 'working', 'handed over')
 return 1

@@ -5,7 +5,9 @@
 -- access: write
 -- KEYS: turn_key, mate_key
 -- ARGV: token, lease_ttl_ms
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-redis.call('HSET', KEYS[2], 'last_seen_ms', now_ms())
+local turn_key, mate_key = KEYS[1], KEYS[2]
+local token, lease_ttl_ms = ARGV[1], ARGV[2]
+if redis.call('GET', turn_key) ~= token then return 0 end
+redis.call('PEXPIRE', turn_key, lease_ttl_ms)
+redis.call('HSET', mate_key, 'last_seen_ms', now_ms())
 return 1
