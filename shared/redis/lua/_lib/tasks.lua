@@ -2,8 +2,9 @@
 -- hashes hold flat string fields; shared/board.py lists them.
 -- uses: core
 
--- Verdicts of a token-checked write, mapped to WriteOutcome in shared/board.py.
-local APPLIED, STALE, CONFLICT, MISSING = 1, -1, -2, 0
+-- Verdicts of a token-checked write, mapped to WriteOutcome in shared/board.py: words, as every
+-- script answers, so MONITOR and SLOWLOG read them as they are.
+local OK, STALE, CONFLICT, UNKNOWN = 'ok', 'stale', 'conflict', 'unknown'
 
 local function set_status(task_key, counts_key, new_status)
   local old = redis.call('HGET', task_key, 'status')
@@ -41,13 +42,13 @@ end
 -- the live token of a task that already ended is a conflict (its holder writing twice).
 local function check_token(task_key, token)
   local current = redis.call('HMGET', task_key, 'token', 'status')
-  if not current[2] then return MISSING end
+  if not current[2] then return UNKNOWN end
   if current[1] ~= token or token == '0' then
     redis.call('HINCRBY', task_key, 'stale_writes', 1)
     return STALE
   end
   if current[2] ~= 'in_progress' then return CONFLICT end
-  return APPLIED
+  return OK
 end
 
 -- A team task's ready lane (shared/keys.py ready_for/ready_role/ready_open): the key its hash

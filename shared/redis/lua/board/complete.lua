@@ -5,8 +5,8 @@
 -- ARGV[1] token, ARGV[2] output, ARGV[3] duration ms,
 -- ARGV[4] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes),
 -- ARGV[5] who announces the task.result message to lead ('' = no message), ARGV[6] its content.
--- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
--- -2 the claim already ended, 0 no such task.
+-- Returns 'ok' (applied), 'stale' (a stale token, counted in stale_writes, nothing else
+-- changes), 'conflict' (the claim already ended) or 'unknown' (no such task).
 -- uses: core, tasks, messages
 -- access: write
 -- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, bus_key,
@@ -18,7 +18,7 @@ local dependent_keys_from = 9  -- KEYS[dependent_keys_from..]
 local token, output, duration_ms, detail, announcer = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local announcement = ARGV[6]
 local verdict = check_token(task_key, token)
-if verdict ~= APPLIED then return verdict end
+if verdict ~= OK then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', task_key, 'task_id')
 set_status(task_key, counts_key, 'completed')
@@ -38,4 +38,4 @@ if announcer ~= '' then
     now)
 end
 task_event(events_key, task_key, 'completed', token)
-return APPLIED
+return OK

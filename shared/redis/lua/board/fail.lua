@@ -6,8 +6,9 @@
 -- ARGV[2] error, ARGV[3] duration ms,
 -- ARGV[4] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes),
 -- ARGV[5] who announces the task.error message to lead ('' = no message), ARGV[6] its content.
--- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
--- -2 conflict (already ended, or a tokenless fail of a claimed task), 0 no such task.
+-- Returns 'ok' (applied), 'stale' (a stale token, counted in stale_writes, nothing else
+-- changes), 'conflict' (already ended, or a tokenless fail of a claimed task) or 'unknown' (no
+-- such task).
 -- uses: core, tasks, messages
 -- access: write
 -- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, bus_key,
@@ -21,13 +22,13 @@ local announcer, announcement = ARGV[5], ARGV[6]
 local verdict
 if token == '' then
   local status = redis.call('HGET', task_key, 'status')
-  if not status then verdict = MISSING
-  elseif status == 'pending' or status == 'ready' then verdict = APPLIED
+  if not status then verdict = UNKNOWN
+  elseif status == 'pending' or status == 'ready' then verdict = OK
   else verdict = CONFLICT end
 else
   verdict = check_token(task_key, token)
 end
-if verdict ~= APPLIED then return verdict end
+if verdict ~= OK then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', task_key, 'task_id')
 set_status(task_key, counts_key, 'failed')
@@ -42,4 +43,4 @@ if announcer ~= '' then
   publish_message(bus_key, bus_seq_key, {}, announcer, 'lead', 'task.error', tid, announcement, now)
 end
 task_event(events_key, task_key, 'failed', token)
-return APPLIED
+return OK

@@ -3,8 +3,8 @@
 -- ARGV[1] token, ARGV[2] heartbeat ttl ms, ARGV[3] '1' to count it (a visible AI4J heartbeat,
 -- phase "heartbeat") or '0' for the worker's silent keep-alive, ARGV[4] member id for the detail
 -- ('' = the claimer).
--- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
--- 0 no such task.
+-- Returns 'ok' (applied), 'stale' (a stale token, counted in stale_writes), 'conflict' (the
+-- claim already ended) or 'unknown' (no such task).
 -- uses: core, tasks
 -- access: write
 -- KEYS: task_key, heartbeat_key
@@ -12,7 +12,7 @@
 local task_key, heartbeat_key = KEYS[1], KEYS[2]
 local token, heartbeat_ttl_ms, counted, member = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local verdict = check_token(task_key, token)
-if verdict ~= APPLIED then return verdict end
+if verdict ~= OK then return verdict end
 local now = now_ms()
 redis.call('SET', heartbeat_key, token, 'PX', heartbeat_ttl_ms)
 redis.call('HSET', task_key, 'last_heartbeat_ms', now, 'heartbeat_ttl_ms', heartbeat_ttl_ms)
@@ -25,4 +25,4 @@ if counted == '1' then
     'updated_ms', now)
   raise_percent(task_key, 15)
 end
-return APPLIED
+return OK

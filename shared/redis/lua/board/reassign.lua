@@ -2,8 +2,8 @@
 -- valid: the worker holding it keeps executing on the new member's behalf.
 -- KEYS[1] task hash, KEYS[2] heartbeat key, KEYS[3] events stream.
 -- ARGV[1] token, ARGV[2] the member taking over.
--- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
--- 0 no such task.
+-- Returns 'ok' (applied), 'stale' (a stale token, counted in stale_writes), 'conflict' (the
+-- claim already ended) or 'unknown' (no such task).
 -- uses: core, tasks
 -- access: write
 -- KEYS: task_key, heartbeat_key, events_key
@@ -11,7 +11,7 @@
 local task_key, heartbeat_key, events_key = KEYS[1], KEYS[2], KEYS[3]
 local token, member = ARGV[1], ARGV[2]
 local verdict = check_token(task_key, token)
-if verdict ~= APPLIED then return verdict end
+if verdict ~= OK then return verdict end
 local now = now_ms()
 local from = redis.call('HGET', task_key, 'claimed_by')
 if from == '' then from = 'member' end
@@ -20,4 +20,4 @@ redis.call('HSET', task_key, 'claimed_by', member, 'last_heartbeat_ms', now, 'up
 -- AI4J counts a reassignment as a sign of life: renew the heartbeat key with the claim's ttl.
 redis.call('SET', heartbeat_key, token, 'PX', redis.call('HGET', task_key, 'heartbeat_ttl_ms'))
 task_event(events_key, task_key, 'reassigned', token)
-return APPLIED
+return OK

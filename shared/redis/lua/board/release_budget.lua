@@ -6,8 +6,8 @@
 -- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
 -- KEYS[5] heartbeat key, KEYS[6] events stream.
 -- ARGV[1] token, ARGV[2] reason (the budget's words).
--- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
--- 0 no such task.
+-- Returns 'ok' (applied), 'stale' (a stale token, counted in stale_writes), 'conflict' (the
+-- claim already ended) or 'unknown' (no such task).
 -- uses: core, tasks
 -- access: write
 -- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
@@ -16,10 +16,10 @@ local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], 
 local heartbeat_key, events_key = KEYS[5], KEYS[6]
 local token, reason = ARGV[1], ARGV[2]
 local verdict = check_token(task_key, token)
-if verdict ~= APPLIED then return verdict end
+if verdict ~= OK then return verdict end
 requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
 local attempts = tonumber(redis.call('HGET', task_key, 'attempts') or '0') or 0
 if attempts > 0 then redis.call('HSET', task_key, 'attempts', attempts - 1) end
 redis.call('HSET', task_key, 'reclaimed', 1, 'phase', 'awaiting budget', 'detail', reason)
 task_event(events_key, task_key, 'released', token)
-return APPLIED
+return OK

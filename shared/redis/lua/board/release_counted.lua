@@ -6,8 +6,9 @@
 -- KEYS[5] heartbeat key, KEYS[6] events stream.
 -- ARGV[1] token, ARGV[2] reason (the runtime's words, quoting the member's printable-checked
 -- in Python: never one the runtime acts on), ARGV[3] the releasing member, ARGV[4] max releases.
--- Returns {verdict, error}: 1 released, 2 past the bound (error: what to fail it with),
--- -1 stale token (counted in stale_writes), -2 the claim already ended, 0 no such task.
+-- Returns {verdict, error}: 'ok' (released), 'past_bound' (error: what to fail it with),
+-- 'stale' (a stale token, counted in stale_writes), 'conflict' (the claim already ended) or
+-- 'unknown' (no such task).
 -- uses: core, tasks, releases
 -- access: write
 -- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
@@ -16,10 +17,10 @@ local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], 
 local heartbeat_key, events_key = KEYS[5], KEYS[6]
 local token, reason, member, max_releases = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local verdict = check_token(task_key, token)
-if verdict ~= APPLIED then return {verdict, ''} end
+if verdict ~= OK then return {verdict, ''} end
 if note_release(task_key, member, max_releases) then
-  return {2, releases_error(task_key, 'max_task_releases')}
+  return {'past_bound', releases_error(task_key, 'max_task_releases')}
 end
 requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
 task_event(events_key, task_key, 'released', token)
-return {APPLIED, ''}
+return {OK, ''}

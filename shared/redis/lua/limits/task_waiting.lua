@@ -3,18 +3,18 @@
 -- KEYS[1] the task hash.
 -- ARGV[1] the claim token, ARGV[2] the model ('' clears), ARGV[3] since (epoch ms),
 -- ARGV[4] until (epoch ms).
--- Returns 1 when written, 0 when the token no longer holds the task.
+-- Returns 'ok' when written, 'stale' when the token no longer holds the task.
 -- uses: tasks
 -- access: write
 -- KEYS: task_key
 -- ARGV: token, model, since_ms, until_ms
 local task_key = KEYS[1]
 local token, model, since_ms, until_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if check_token(task_key, token) ~= APPLIED then return 0 end
+if check_token(task_key, token) ~= OK then return 'stale' end
 if model == '' then
   redis.call('HDEL', task_key, 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
 else
   redis.call('HSET', task_key, 'waiting_model', model, 'waiting_since_ms', since_ms,
              'waiting_until_ms', until_ms)
 end
-return 1
+return 'ok'
