@@ -7,7 +7,8 @@
 -- ARGV[4] '1' if ARGV[3] is an output, ARGV[5] error ('' none), ARGV[6] prompt tokens,
 -- ARGV[7] completion tokens, ARGV[8] cost usd, ARGV[9] '1' if unpriced, ARGV[10] message type
 -- to announce to lead ('' none), ARGV[11] its content, ARGV[12] retention ms.
--- Returns 1 if the run was ended, 0 if the lease is not ours, -1 if the run had already ended.
+-- Returns 'ok' if the run was ended, 'stale' if the lease is not ours, 'ended' if the run had already
+-- ended.
 -- uses: core, runs, tasks, messages
 -- access: write
 -- KEYS: lease_key, state_key, usage_key, bus_key, bus_seq_key, events_key
@@ -18,8 +19,8 @@ local bus_seq_key, events_key = KEYS[5], KEYS[6]
 local owner, status, output, has_output, error = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local prompt_tokens, completion_tokens, cost_usd, unpriced = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local announce_type, announcement, retention_ms = ARGV[10], ARGV[11], ARGV[12]
-if RUN_ENDED[redis.call('HGET', state_key, 'status') or ''] then return -1 end
-if redis.call('GET', lease_key) ~= owner then return 0 end
+if RUN_ENDED[redis.call('HGET', state_key, 'status') or ''] then return 'ended' end
+if redis.call('GET', lease_key) ~= owner then return 'stale' end
 local now = now_ms()
 redis.call('HSET', state_key, 'status', status, 'ended_ms', now)
 if has_output == '1' then redis.call('HSET', state_key, 'output', output) end
@@ -34,4 +35,4 @@ end
 event(events_key, '', 'run.end', 0)
 -- The bus first: keys a late message creates inherit its TTL (shared/runs/retention.py does the rest).
 for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], retention_ms) end
-return 1
+return 'ok'
