@@ -124,3 +124,32 @@ local function requeue(task_key, ready_key, running_key, counts_key, hb_key, rea
     make_pending(task_key, counts_key)
   end
 end
+
+-- The end of a release: the claim ends without a result (requeue) and the stream says
+-- 'released' with the token given back (0 for a release the runtime makes).
+local function release_claim(task_key, ready_key, running_key, counts_key, hb_key, events_key,
+                             token, reason, now)
+  requeue(task_key, ready_key, running_key, counts_key, hb_key, reason, now)
+  task_event(events_key, task_key, 'released', token)
+end
+
+-- Mark a held task completed with its output, out of the running set, and wake its dependents:
+-- each of `dependent_keys` whose last open dependency this was becomes ready. The caller checked
+-- the claim, and announces the result and writes the task event. Returns the ids made ready.
+local function complete_task(task_key, ready_key, running_key, counts_key, dependent_keys,
+                             output, detail, duration_ms, now)
+  set_status(task_key, counts_key, 'completed')
+  redis.call('HSET', task_key, 'phase', 'completed', 'detail', detail, 'percent', 100,
+    'output', output, 'error', '', 'duration_ms', duration_ms, 'end_ms', now,
+    'last_heartbeat_ms', now, 'updated_ms', now)
+  redis.call('SREM', running_key, redis.call('HGET', task_key, 'task_id'))
+  local ready = {}
+  for _, dependent_key in ipairs(dependent_keys) do
+    local left = redis.call('HINCRBY', dependent_key, 'deps_left', -1)
+    if left <= 0 and redis.call('HGET', dependent_key, 'status') == 'pending' then
+      make_ready(dependent_key, ready_key, counts_key)
+      ready[#ready + 1] = redis.call('HGET', dependent_key, 'task_id')
+    end
+  end
+  return ready
+end

@@ -43,9 +43,8 @@ end
 
 -- Give a teammate's task back to the board (ready again, or pending) with the reason.
 local function team_release(task_key, ready_key, running_key, counts_key, events_key, reason, now)
-  requeue(task_key, ready_key, running_key, counts_key, nil, reason, now)
+  release_claim(task_key, ready_key, running_key, counts_key, nil, events_key, 0, reason, now)
   redis.call('HSET', task_key, 'reminded', '0')
-  task_event(events_key, task_key, 'released', 0)
 end
 
 -- Whether KEYS[first..last] still name exactly the tasks of the running set. The caller read

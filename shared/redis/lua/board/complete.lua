@@ -21,18 +21,9 @@ local verdict = check_token(task_key, token)
 if verdict ~= OK then return verdict end
 local now = now_ms()
 local tid = redis.call('HGET', task_key, 'task_id')
-set_status(task_key, counts_key, 'completed')
-redis.call('HSET', task_key, 'phase', 'completed', 'detail', detail, 'percent', 100,
-  'output', output, 'error', '', 'duration_ms', duration_ms, 'end_ms', now,
-  'last_heartbeat_ms', now, 'updated_ms', now)
-redis.call('SREM', running_key, tid)
+complete_task(task_key, ready_key, running_key, counts_key, keys_from(dependent_keys_from),
+  output, detail, duration_ms, now)
 redis.call('DEL', heartbeat_key)
-for i = dependent_keys_from, #KEYS do
-  local left = redis.call('HINCRBY', KEYS[i], 'deps_left', -1)
-  if left <= 0 and redis.call('HGET', KEYS[i], 'status') == 'pending' then
-    make_ready(KEYS[i], ready_key, counts_key)
-  end
-end
 if announcer ~= '' then
   publish_message(bus_key, bus_seq_key, {}, announcer, 'lead', 'task.result', tid, announcement,
     now)

@@ -15,6 +15,6 @@ local token, reason = ARGV[1], ARGV[2]
 local verdict = check_token(task_key, token)
 if verdict ~= OK then return verdict end
 if reason == '' then reason = 'Released back to queue.' end
-requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
-task_event(events_key, task_key, 'released', token)
+release_claim(task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, token,
+  reason, now_ms())
 return OK

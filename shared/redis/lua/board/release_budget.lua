@@ -17,9 +17,10 @@ local heartbeat_key, events_key = KEYS[5], KEYS[6]
 local token, reason = ARGV[1], ARGV[2]
 local verdict = check_token(task_key, token)
 if verdict ~= OK then return verdict end
-requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
 local attempts = tonumber(redis.call('HGET', task_key, 'attempts') or '0') or 0
 if attempts > 0 then redis.call('HSET', task_key, 'attempts', attempts - 1) end
+release_claim(task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, token,
+  reason, now_ms())
+-- After the release, which clears `reclaimed` and sets the requeue's phase.
 redis.call('HSET', task_key, 'reclaimed', 1, 'phase', 'awaiting budget', 'detail', reason)
-task_event(events_key, task_key, 'released', token)
 return OK

@@ -21,6 +21,6 @@ if verdict ~= OK then return {verdict, ''} end
 if note_release(task_key, member, max_releases) then
   return {'past_bound', releases_error(task_key, 'max_task_releases')}
 end
-requeue(task_key, ready_key, running_key, counts_key, heartbeat_key, reason, now_ms())
-task_event(events_key, task_key, 'released', token)
+release_claim(task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, token,
+  reason, now_ms())
 return {OK, ''}

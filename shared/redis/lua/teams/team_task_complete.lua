@@ -27,20 +27,11 @@ if f[1] ~= 'in_progress' or f[2] ~= name then return {'not_yours', f[1], f[2] or
 if (f[6] or '') ~= dependents_csv then return {'retry', ''} end
 local now = now_ms()
 local tid = f[5]
-set_status(task_key, counts_key, 'completed')
-redis.call('HSET', task_key, 'phase', 'completed', 'detail', detail, 'percent', 100,
-  'output', result, 'error', '', 'duration_ms', now - tonumber(f[3] or now), 'end_ms', now,
-  'last_heartbeat_ms', now, 'updated_ms', now)
-redis.call('SREM', running_key, tid)
-local out = {'ok', ''}
-for i = dependent_keys_from, #KEYS do
-  local left = redis.call('HINCRBY', KEYS[i], 'deps_left', -1)
-  if left <= 0 and redis.call('HGET', KEYS[i], 'status') == 'pending' then
-    make_ready(KEYS[i], ready_key, counts_key)
-    out[#out + 1] = redis.call('HGET', KEYS[i], 'task_id')
-  end
-end
+local ready = complete_task(task_key, ready_key, running_key, counts_key,
+  keys_from(dependent_keys_from), result, detail, now - tonumber(f[3] or now), now)
 publish_message(bus_key, bus_seq_key, {lead_inbox_key}, name, 'lead', 'task.result', tid, result,
   now)
 task_event(events_key, task_key, 'completed', f[4])
+local out = {'ok', ''}
+for _, tid_ready in ipairs(ready) do out[#out + 1] = tid_ready end
 return out
