@@ -32,6 +32,9 @@
 --   ready_key, running_key, counts_key, tokens_key, events_key, task_keys...
 -- ARGV: token, name, idle_reason, notice, ending, last_error, held_count, lane_count,
 --   lane_depths...
+-- Every key comes in KEYS, though all share the team's hash tag: built from one prefix here,
+-- key names would be spelled in Lua as well as in shared/keys.py, and a cluster client routes a
+-- script by the keys it declares.
 local turn_key, mate_key, inbox_key, offsets_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local bus_key, bus_seq_key, lead_inbox_key, ready_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local running_key, counts_key, tokens_key, events_key = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
