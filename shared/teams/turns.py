@@ -24,16 +24,17 @@ class TeamTurns(TeamBase):
 
     def refresh_turn(self, name: str, token: str) -> bool:
         """Extend the turn lease; False once the token no longer holds it."""
-        return bool(self.scripts["turn_heartbeat"](
+        verdict: str = self.scripts["turn_heartbeat"](
             keys=[self.keys.turn(name), self.keys.mate(name)],
-            args=[token, int(self.options.heartbeat_ttl_s * 1000)]))
+            args=[token, int(self.options.heartbeat_ttl_s * 1000)])
+        return verdict == "ok"
 
     def hand_over(self, name: str, token: str) -> bool:
         """Give a working teammate's next turn to a fresh job (this one ran long); False for a
         revoked turn (nothing changes)."""
-        if not self.scripts["turn_handover"](
+        if self.scripts["turn_handover"](
                 keys=[self.keys.turn(name), self.keys.mate(name), self.keys.events],
-                args=[token, name]):
+                args=[token, name]) != "ok":
             return False
         self.scheduler.enqueue_turn(self.get(name))
         return True

@@ -6,7 +6,7 @@
 -- KEYS[1] unacknowledged reads hash, KEYS[2] task hash.
 -- ARGV[1] token, ARGV[2] task id, ARGV[3] '1' to drop the records whole (the task ended with an
 -- outcome: nothing is owed to it any more), ARGV[4..] the members whose record for the task.
--- Returns 1 acknowledged, 0 refused (the token is not the task's live claim).
+-- Returns 'ok' (acknowledged) or 'stale' (refused: the token is not the task's live claim).
 -- access: write
 -- KEYS: unacked_key, task_key
 -- ARGV: token, task_id, drop_whole, members...
@@ -14,7 +14,7 @@ local unacked_key, task_key = KEYS[1], KEYS[2]
 local token, task_id, drop_whole = ARGV[1], ARGV[2], ARGV[3]
 local members_from = 4  -- ARGV[members_from..]
 local current = redis.call('HMGET', task_key, 'token', 'status')
-if current[1] ~= token or current[2] ~= 'in_progress' then return 0 end
+if current[1] ~= token or current[2] ~= 'in_progress' then return 'stale' end
 for i = members_from, #ARGV do
   local field = ARGV[i] .. ':' .. task_id
   local raw = redis.call('HGET', unacked_key, field)
@@ -28,4 +28,4 @@ for i = members_from, #ARGV do
     redis.call('HDEL', unacked_key, field)
   end
 end
-return 1
+return 'ok'

@@ -4,7 +4,7 @@
 -- KEYS[1] the run's mcp_listing hash, KEYS[2] its mcp_listed wake-up list, KEYS[3] the run's
 -- spec key (whose TTL they take).
 -- ARGV[1] server name, ARGV[2] the outcome (JSON McpListing).
--- Returns 1.
+-- Returns 'ok'.
 -- uses: core
 -- access: write
 -- KEYS: listing_key, listed_key, spec_key
@@ -16,4 +16,4 @@ redis.call('LPUSH', listed_key, server)
 redis.call('LTRIM', listed_key, 0, 99)  -- a wake-up is only a nudge: the hash is the record
 inherit_ttl(listing_key, spec_key)
 inherit_ttl(listed_key, spec_key)
-return 1
+return 'ok'

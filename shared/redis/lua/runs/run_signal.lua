@@ -18,4 +18,4 @@ if ttl > 0 then
     if redis.call('PTTL', KEYS[i]) == -1 then redis.call('PEXPIRE', KEYS[i], ttl) end
   end
 end
-return 1
+return 'ok'
