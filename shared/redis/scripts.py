@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis
 from redis.commands.core import Script
@@ -89,7 +89,7 @@ def parse_header(name: str, text: str) -> ScriptHeader:
     access = tags.get("access", "write")
     if access not in ACCESSES:
         raise RuntimeError(f"{name}.lua: access must be one of {', '.join(ACCESSES)}")
-    return ScriptHeader(name=name, uses=_names(tags.get("uses", "")), access=access,  # type: ignore[arg-type]
+    return ScriptHeader(name=name, uses=_names(tags.get("uses", "")), access=cast(Access, access),
                         keys=_names(tags.get("KEYS", "")), args=_names(tags.get("ARGV", "")))
 
 
