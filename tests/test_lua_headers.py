@@ -19,8 +19,8 @@ from teamctl.shared.redis.scripts import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-CALLERS = ("shared", "coordinator", "worker", "teamctl")
-"""Where scripts are called (the package's folders; the CLI is the teamctl folder)."""
+CALLERS = ("shared", "coordinator", "worker", "teamctl", "bench")
+"""Where scripts are called: the package's folders, and the benchmarks."""
 NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 DEFINED = re.compile(r"^local (?:function )?([A-Za-z_][\w]*(?:, *[A-Za-z_]\w*)*)", re.MULTILINE)
 

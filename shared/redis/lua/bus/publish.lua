@@ -11,7 +11,7 @@
 -- uses: core, messages
 -- access: write
 -- KEYS: bus_key, bus_seq_key, roster_version_key, inbox_keys...
--- ARGV: sender, addressee, mtype, task_id, content, roster_version, traceparent
+-- ARGV: sender, addressee, mtype, task_id, content, roster_version, traceparent?
 local bus_key, bus_seq_key, roster_version_key = KEYS[1], KEYS[2], KEYS[3]
 local inbox_keys_from = 4  -- KEYS[inbox_keys_from..]
 local sender, addressee, mtype, task_id, content = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
