@@ -1,15 +1,16 @@
 """The Lua scripts in shared/redis/lua: read once per process, registered once per connection.
 
-Scripts sit in one folder per concern (board, bus, calls, runs, teams, turns, workspace) and are
-named by file alone, so a name is unique across folders. Their shared helpers sit in `_lib/`,
-one file per concern; a script's header names the ones it uses (`-- uses: tasks, messages`) and
-only those are prepended to it. `_guarded.lua` wraps a script for a turn's exactly-once writes.
+Scripts sit in one folder per concern (board, bus, calls, limits, runs, teams, turns, workspace)
+and are named by file alone, so a name is unique across folders. Their shared helpers sit in
+`_lib/`, one file per concern; a script's header names the ones it uses (`-- uses: tasks,
+messages`) and only those are prepended to it. `_guarded.lua` wraps a script for a turn's
+exactly-once writes.
 
 Every script's header also says how a guarded store runs it (`-- access: read|upkeep|write`) and
-names its KEYS and ARGV in order (`-- KEYS: task, ready, dependents...`): a name ending in `?`
-may be left off, one ending in `...` stands for any number, both only at the end. Every call is
-checked against those counts (a mismatch is a bug at the call site, raised before Redis runs
-it)."""
+names its KEYS and ARGV in order (`-- KEYS: task_key, ready_key, dependent_keys...`), the locals
+it binds them to at its top: a name ending in `?` may be left off, one ending in `...` stands for
+any number (bound as `<name>_from`, its first index), both only at the end. Every call is checked
+against those counts (a mismatch is a bug at the call site, raised before Redis runs it)."""
 
 from __future__ import annotations
 
