@@ -28,8 +28,8 @@ from bench.figures import BenchFigure, print_figures
 
 TTL_S = 30.0
 WAIT_TIMEOUT_MS = 1000
-EPOCH_CALL = "fencing_token(KEYS[5])"
-BARE_CALL = "redis.call('INCR', KEYS[5])"
+EPOCH_CALL = "fencing_token(tokens_key)"
+BARE_CALL = "redis.call('INCR', tokens_key)"
 
 
 @dataclass(frozen=True)

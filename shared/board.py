@@ -32,7 +32,6 @@ from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.task_records import TaskEvent, TaskSpec, TaskState, TaskStatus
 from teamctl.shared.text import quoted, shorten
 
-STALE = -1
 MAX_TASK_ID_CHARS = 128
 SNAPSHOT_PAGE_TASKS = 32
 SNAPSHOT_PAGE_BYTES = 64 * 1024
@@ -57,8 +56,9 @@ class WriteOutcome(Enum):
     """No such task on this board."""
 
 
-_CODES = {1: WriteOutcome.APPLIED, STALE: WriteOutcome.STALE, -2: WriteOutcome.CONFLICT,
-          0: WriteOutcome.NOT_FOUND}
+_VERDICTS = {"ok": WriteOutcome.APPLIED, "stale": WriteOutcome.STALE,
+             "conflict": WriteOutcome.CONFLICT, "unknown": WriteOutcome.NOT_FOUND}
+"""The verdicts of the board's token-checked scripts (check_token in _lib/tasks.lua)."""
 
 STATUS_COUNTS: TypeAdapter[dict[TaskStatus, int]] = TypeAdapter(dict[TaskStatus, int])
 """The counts hash: status -> number of tasks in it."""
@@ -143,7 +143,7 @@ class TaskBoard:
 
     def claim(self, task_id: str, member_id: str, worker: str, ttl_s: float) -> str | None:
         """Claim a ready task; returns the fencing token (N@EPOCH: see fencing_token in
-        _lib.lua), or None if it was not ready."""
+        _lib/core.lua), or None if it was not ready."""
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
             return None
@@ -163,7 +163,7 @@ class TaskBoard:
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
             return WriteOutcome.NOT_FOUND
-        return _outcome(self.scripts["heartbeat"](
+        return write_outcome(self.scripts["heartbeat"](
             keys=[self.keys.task(task_id), self.keys.heartbeat(task_id)],
             args=[token, ttl_ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
 
@@ -179,7 +179,7 @@ class TaskBoard:
             return WriteOutcome.NOT_FOUND
         k = self.keys
         dependents = [k.task(d) for d in self._direct_dependents(task_id)]
-        return _outcome(self.scripts["complete"](
+        return write_outcome(self.scripts["complete"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   k.bus, k.bus_seq, *dependents],
             args=[token, output, duration_ms, shorten(output) or "Task completed.",
@@ -196,7 +196,7 @@ class TaskBoard:
             return WriteOutcome.NOT_FOUND
         k = self.keys
         closure = [k.task(d) for d in self._dependents_closure(task_id)]
-        return _outcome(self.scripts["fail"](
+        return write_outcome(self.scripts["fail"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
                   k.bus, k.bus_seq, *closure],
             args=["" if token is None else token, error, duration_ms,
@@ -209,7 +209,7 @@ class TaskBoard:
         if not task_id:
             return WriteOutcome.NOT_FOUND
         k = self.keys
-        return _outcome(self.scripts["release"](
+        return write_outcome(self.scripts["release"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
             args=[token, (reason or "").strip()]))
 
@@ -217,7 +217,7 @@ class TaskBoard:
         """Give a claim back because the budget cannot cover its next call: not counted as an
         attempt or a release, and its journal kept for the next attempt to replay."""
         k = self.keys
-        return _outcome(self.scripts["release_budget"](
+        return write_outcome(self.scripts["release_budget"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
             args=[token, reason]))
 
@@ -230,7 +230,7 @@ class TaskBoard:
         if not task_id:
             return WriteOutcome.NOT_FOUND
         k = self.keys
-        return _outcome(self.scripts["reassign"](
+        return write_outcome(self.scripts["reassign"](
             keys=[k.task(task_id), k.heartbeat(task_id), k.events], args=[token, to_member_id]))
 
     def block_stalled(self, reason: str) -> int:
@@ -492,7 +492,8 @@ def _settled(tasks: list[TaskSpec]) -> tuple[dict[str, str], dict[str, dict[str,
 
 
 def _status_fields(status: str, blocker: tuple[str, str] | None) -> dict[str, object]:
-    """The fields make_ready, make_pending and block (shared/redis/lua/_lib.lua) set at creation."""
+    """The fields make_ready, make_pending and block (shared/redis/lua/_lib/tasks.lua) set at
+    creation."""
     if status == "ready":
         return {"phase": "ready", "detail": "Ready for dispatch.", "error": "", "percent": 5}
     if status == "pending":
@@ -506,5 +507,6 @@ def _announcement(sender: str | None, content: str) -> list[str]:
     return [sender or "", content]
 
 
-def _outcome(code: int | str) -> WriteOutcome:
-    return _CODES[int(code)]
+def write_outcome(verdict: str) -> WriteOutcome:
+    """The outcome a token-checked script's verdict names."""
+    return _VERDICTS[verdict]

@@ -260,9 +260,10 @@ class MessageBus:
         the task."""
         if not self.enabled or not member_ids:
             return True
-        return bool(self.scripts["ack_reads"](
+        verdict: str = self.scripts["ack_reads"](
             keys=[self.keys.unacked_reads, self.keys.task(task_id)],
-            args=[token, task_id, "1" if ended else "", *member_ids]))
+            args=[token, task_id, "1" if ended else "", *member_ids])
+        return verdict == "ok"
 
     def history_for(self, member_id: str, limit: int) -> list[Envelope]:
         """The last `limit` messages delivered to the member, read or not (all when limit <= 0)."""

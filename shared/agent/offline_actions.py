@@ -29,7 +29,7 @@ Message = dict[str, Any]
 _INBOX = re.compile(r"<inbox>\n(.*?)\n</inbox>", re.S)
 _HELD = re.compile(r"\bYou (?:now|still) hold (task_\d+(?:, task_\d+)*)")
 """How a task.assigned or task.reminder message names the tasks held (their subjects may name
-other tasks): the texts of team_task_text in _lib.lua and of turn_end.lua."""
+other tasks): the texts of team_task_text in _lib/team.lua and of turn_end.lua."""
 _NAME = r"[a-z][a-z0-9_-]{0,31}"
 # A name in a list: not a keyword, and followed by a separator, "as", "who" or the end.
 _LISTED = (rf"(?!(?:who|as|and)\b){_NAME}"

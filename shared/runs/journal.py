@@ -17,6 +17,8 @@ from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 
+STALE, FULL = "stale", "full"
+"""journal_append.lua's verdicts for a lost claim and a journal at its cap (else 'ok')."""
 PAGE_ENTRIES = 100
 """Entries per LRANGE: a long journal is read in pages, never in one long command."""
 
@@ -102,18 +104,18 @@ class StepJournal:
             return
         verdict = self._call("append", entry.model_dump_json(exclude_defaults=True),
                              str(self.max_bytes))
-        self.lost = verdict == 0
-        self.full = verdict < 0
+        self.lost = verdict == STALE
+        self.full = verdict == FULL
 
-    def _run(self, op: str, *args: str) -> int:
+    def _run(self, op: str, *args: str) -> str:
         """A journal change the attempt cannot go on without (AppendRefused: claim lost)."""
         verdict = self._call(op, *args)
-        if verdict == 0:
+        if verdict == STALE:
             raise AppendRefused(f"claim lost: the task {self.task_id} was reclaimed")
         return verdict
 
-    def _call(self, op: str, *args: str) -> int:
-        return int(self.scripts["journal_append"](
+    def _call(self, op: str, *args: str) -> str:
+        return str(self.scripts["journal_append"](
             keys=[self.keys.task(self.task_id), self.keys.journal(self.task_id)],
             args=[self.token, op, *args]))
 

@@ -86,16 +86,18 @@ class ModelCallRecords:
 
     def beat(self, call: str, attempt: int, ttl_s: float) -> bool:
         """Keep a begun attempt alive; False once it was superseded or answered."""
-        return bool(self.scripts["call_beat"](
+        verdict: str = self.scripts["call_beat"](
             keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
-            args=[attempt, ttl_ms(ttl_s)]))
+            args=[attempt, ttl_ms(ttl_s)])
+        return verdict == "ok"
 
     def finish(self, call: str, attempt: int, outcome: ModelCallOutcome) -> bool:
         """Record the outcome of a begun attempt and wake the coordinator; False if refused."""
-        return bool(self.scripts["call_finish"](
+        verdict: str = self.scripts["call_finish"](
             keys=[self.keys.model_call(call), self.keys.model_call_beat(call),
                   self.keys.model_call_done],
-            args=[attempt, outcome.model_dump_json()]))
+            args=[attempt, outcome.model_dump_json()])
+        return verdict == "ok"
 
 
 

@@ -163,12 +163,13 @@ class RunStore:
                             "change its status")
         return self.lease_owner
 
-    def _check_fenced(self, verdict: int) -> None:
-        if int(verdict) == 0:
+    def _check_fenced(self, verdict: str) -> None:
+        """Raise unless run_status.lua or run_finish.lua wrote ('ok')."""
+        if verdict == "stale":
             raise RunFailed(f"lost the lease on run {self.run_id} (cut off from Redis longer "
                             "than lease_ttl_s, or another coordinator took over); this one "
                             "stops without writing")
-        if int(verdict) < 0:
+        if verdict == "ended":
             raise RunFailed(f"run {self.run_id} was already ended by another coordinator; "
                             f"`teamctl status {self.run_id}` shows its result")
 

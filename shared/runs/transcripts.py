@@ -35,7 +35,7 @@ class Transcripts:
                                                       ensure_ascii=False)
         saved: bool = self.scripts["transcript_save"](
             keys=[self.keys.task(task_id), self.keys.transcript(task_id)],
-            args=[token, text]) == 1
+            args=[token, text]) == "ok"
         return saved
 
     def load_many(self, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:

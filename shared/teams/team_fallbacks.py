@@ -16,7 +16,7 @@ from teamctl.shared.bus import LEAD
 from teamctl.shared.teams.team_store import TeamStore
 
 EVENTS_MAXLEN = 10_000
-"""As the scripts cap the team's events stream (_lib.lua mate_event)."""
+"""As the scripts cap the team's events stream (mate_event in shared/redis/lua/_lib/events.lua)."""
 FALLBACK_STATUS = "fallback"
 """The status of a `mate` event saying a fallback model answered one of its calls."""
 

@@ -31,16 +31,17 @@ class TeamTurns:
 
     def refresh_turn(self, name: str, token: str) -> bool:
         """Extend the turn lease; False once the token no longer holds it."""
-        return bool(self.scripts["turn_heartbeat"](
+        verdict: str = self.scripts["turn_heartbeat"](
             keys=[self.keys.turn(name), self.keys.teammate(name)],
-            args=[token, int(self.store.options.heartbeat_ttl_s * 1000)]))
+            args=[token, int(self.store.options.heartbeat_ttl_s * 1000)])
+        return verdict == "ok"
 
     def hand_over(self, name: str, token: str) -> bool:
         """Give a working teammate's next turn to a fresh job (this one ran long); False for a
         revoked turn (nothing changes)."""
-        if not self.scripts["turn_handover"](
+        if self.scripts["turn_handover"](
                 keys=[self.keys.turn(name), self.keys.teammate(name), self.keys.events],
-                args=[token, name]):
+                args=[token, name]) != "ok":
             return False
         self.store.scheduler.enqueue_turn(self.store.get(name))
         return True

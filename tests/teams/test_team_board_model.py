@@ -59,7 +59,7 @@ class PlannedTask:
 
 
 def fits(plan: PlannedTask, name: str) -> bool:
-    """Whether teammate `name` may take the task (team_task_fits in _lib.lua, for a claim)."""
+    """Whether teammate `name` may take the task (team_task_fits in _lib/team.lua, for a claim)."""
     if plan.assignee:
         return plan.assignee == name
     return not plan.role or plan.role.lower() == MATES[name].lower()

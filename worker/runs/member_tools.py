@@ -35,7 +35,7 @@ from teamctl.shared.agent.tools import (
     ToolResult,
     either_case,
 )
-from teamctl.shared.board import TaskBoard, WriteOutcome
+from teamctl.shared.board import TaskBoard, WriteOutcome, write_outcome
 from teamctl.shared.board_pages import PAGE_DEFAULT, PAGE_MAX, page_ids, status_filter
 from teamctl.shared.bus import MessageBus
 from teamctl.shared.envelopes import Envelope, PeerType
@@ -49,7 +49,7 @@ from teamctl.worker.runs.mailbox import Mailbox
 
 CURRENT_TASK = "current_task_id"
 """The tools' context key for the task the session executes (the default taskId)."""
-PAST_BOUND = 2
+PAST_BOUND = "past_bound"
 """release_counted.lua's verdict for a task already released max_task_releases times."""
 RELEASE_REASON_CHARS = 200
 """The most of a member's release reason its task keeps (one printable line)."""
@@ -390,8 +390,8 @@ class MemberTools:
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
             args=[claim.token, release_reason(self.ctx.member_id, reason), self.ctx.member_id,
                   self.ctx.max_task_releases])
-        if int(verdict) != PAST_BOUND:
-            return int(verdict) == 1, None
+        if verdict != PAST_BOUND:
+            return write_outcome(verdict) is WriteOutcome.APPLIED, None
         failed = board.fail(task_id, claim.token, error, announce_as=self.ctx.member_id)
         return failed is WriteOutcome.APPLIED, error
 

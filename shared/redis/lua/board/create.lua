@@ -4,10 +4,17 @@
 -- KEYS[5..] one task hash per plan task, in plan order.
 -- ARGV[i] (i = 1..#tasks): the task as JSON {task_id, member_id, task, context, depends_on[]}.
 -- Returns the number of tasks created, or an error if the board already exists.
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
+-- uses: core, tasks
+-- access: write
+-- KEYS: order_key, ready_key, counts_key, events_key, task_keys...
+-- ARGV: tasks...
+local order_key, ready_key, counts_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local task_keys_from = 5  -- KEYS[task_keys_from..]
+local tasks_from = 1  -- ARGV[tasks_from..]
+if redis.call('EXISTS', order_key) == 1 then return redis.error_reply('board already exists') end
 local now = now_ms()
 local pos_of, tasks, dependents, blocked = {}, {}, {}, {}
-for i = 1, #ARGV do
+for i = tasks_from, #ARGV do
   local t = cjson.decode(ARGV[i])
   if type(t.depends_on) ~= 'table' then t.depends_on = {} end
   tasks[i] = t
@@ -32,7 +39,7 @@ end
 
 for i, t in ipairs(tasks) do
   local key = KEYS[4 + i]
-  redis.call('RPUSH', KEYS[1], t.task_id)
+  redis.call('RPUSH', order_key, t.task_id)
   redis.call('HSET', key, 'task_id', t.task_id, 'member_id', t.member_id or '',
     'task', t.task or '', 'context', t.context or '', 'depends_on', table.concat(t.depends_on, ','),
     'dependents', table.concat(dependents[t.task_id] or {}, ','), 'pos', i,
@@ -42,11 +49,11 @@ for i, t in ipairs(tasks) do
   local detail, error_text = first_blocker(t)
   if detail then
     blocked[t.task_id] = true
-    block(key, KEYS[2], KEYS[3], nil, detail, error_text, now)
+    block(key, ready_key, counts_key, nil, detail, error_text, now)
   elseif #t.depends_on == 0 then
-    make_ready(key, KEYS[2], KEYS[3])
+    make_ready(key, ready_key, counts_key)
   else
-    make_pending(key, KEYS[3])
+    make_pending(key, counts_key)
   end
 end
 
@@ -58,10 +65,11 @@ while #queue > 0 do
   for _, dep_id in ipairs(dependents[tid] or {}) do
     local key = KEYS[4 + pos_of[dep_id]]
     if redis.call('HGET', key, 'status') == 'pending' then
-      block(key, KEYS[2], KEYS[3], nil, 'Blocked: dependency failed.', 'dependency failed', now)
+      block(key, ready_key, counts_key, nil, 'Blocked: dependency failed.', 'dependency failed',
+        now)
       table.insert(queue, dep_id)
     end
   end
 end
-event(KEYS[4], '', 'created', 0)
+event(events_key, '', 'created', 0)
 return #tasks

@@ -4,18 +4,25 @@
 -- ARGV[1] n, how many tasks; ARGV[2] r, how many are ready; ARGV[3..n+2] the task ids in plan
 -- order; then r (plan position, id) pairs, the ready tasks; then (status, count) pairs.
 -- Returns n, or an error if the board already exists.
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
-local n, r = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- uses: tasks
+-- access: write
+-- KEYS: order_key, ready_key, counts_key, events_key
+-- ARGV: task_count, ready_count, page...
+local order_key, ready_key, counts_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local task_count, ready_count = ARGV[1], ARGV[2]
+local page_from = 3  -- ARGV[page_from..]
+if redis.call('EXISTS', order_key) == 1 then return redis.error_reply('board already exists') end
+local n, r = tonumber(task_count), tonumber(ready_count)
 local CHUNK = 1000  -- unpack() of a few thousand values at once overflows Lua's C stack
 local function in_chunks(command, key, first, last, step)
   for from = first, last, CHUNK * step do
     redis.call(command, key, unpack(ARGV, from, math.min(from + CHUNK * step - 1, last)))
   end
 end
-in_chunks('RPUSH', KEYS[1], 3, n + 2, 1)
-if r > 0 then in_chunks('ZADD', KEYS[2], n + 3, n + 2 + 2 * r, 2) end
+in_chunks('RPUSH', order_key, 3, n + 2, 1)
+if r > 0 then in_chunks('ZADD', ready_key, n + 3, n + 2 + 2 * r, 2) end
 for j = n + 3 + 2 * r, #ARGV, 2 do
-  redis.call('HINCRBY', KEYS[3], ARGV[j], tonumber(ARGV[j + 1]))
+  redis.call('HINCRBY', counts_key, ARGV[j], tonumber(ARGV[j + 1]))
 end
-event(KEYS[4], '', 'created', 0)
+event(events_key, '', 'created', 0)
 return n

@@ -6,9 +6,16 @@
 -- ARGV[i] (i = 1..#page): the task as JSON {fields: {name: value}, status}, status one of
 -- ready, pending, blocked (blocked tasks also get end_ms now, as create.lua's block does).
 -- Returns how many hashes were written, or an error if the board already exists.
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.error_reply('board already exists') end
+-- uses: core
+-- access: write
+-- KEYS: order_key, task_keys...
+-- ARGV: tasks...
+local order_key = KEYS[1]
+local task_keys_from = 2  -- KEYS[task_keys_from..]
+local tasks_from = 1  -- ARGV[tasks_from..]
+if redis.call('EXISTS', order_key) == 1 then return redis.error_reply('board already exists') end
 local now = now_ms()
-for i = 1, #ARGV do
+for i = tasks_from, #ARGV do
   local t = cjson.decode(ARGV[i])
   local key = KEYS[1 + i]
   redis.call('DEL', key)  -- a page left by a create that stopped half way

@@ -6,31 +6,41 @@
 -- ARGV[2] error, ARGV[3] duration ms,
 -- ARGV[4] detail (the output or error shortened in Python: Lua would cut UTF-8 bytes),
 -- ARGV[5] who announces the task.error message to lead ('' = no message), ARGV[6] its content.
--- Returns 1 applied, -1 stale token (counted in stale_writes, nothing else changes),
--- -2 conflict (already ended, or a tokenless fail of a claimed task), 0 no such task.
+-- Returns 'ok' (applied), 'stale' (a stale token, counted in stale_writes, nothing else
+-- changes), 'conflict' (already ended, or a tokenless fail of a claimed task) or 'unknown' (no
+-- such task).
+-- uses: core, tasks, messages
+-- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, bus_key,
+--   bus_seq_key, closure_keys...
+-- ARGV: token, error_text, duration_ms, detail, announcer, announcement
+local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local heartbeat_key, events_key, bus_key, bus_seq_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local closure_keys_from = 9  -- KEYS[closure_keys_from..]
+local token, error_text, duration_ms, detail = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local announcer, announcement = ARGV[5], ARGV[6]
 local verdict
-if ARGV[1] == '' then
-  local status = redis.call('HGET', KEYS[1], 'status')
-  if not status then verdict = MISSING
-  elseif status == 'pending' or status == 'ready' then verdict = APPLIED
+if token == '' then
+  local status = redis.call('HGET', task_key, 'status')
+  if not status then verdict = UNKNOWN
+  elseif status == 'pending' or status == 'ready' then verdict = OK
   else verdict = CONFLICT end
 else
-  verdict = check_token(KEYS[1], ARGV[1])
+  verdict = check_token(task_key, token)
 end
-if verdict ~= APPLIED then return verdict end
+if verdict ~= OK then return verdict end
 local now = now_ms()
-local tid = redis.call('HGET', KEYS[1], 'task_id')
-set_status(KEYS[1], KEYS[4], 'failed')
-local detail = ARGV[4]
-redis.call('HSET', KEYS[1], 'phase', 'failed', 'detail', detail, 'percent', 100,
-  'error', ARGV[2], 'duration_ms', ARGV[3], 'end_ms', now, 'last_heartbeat_ms', now,
+local tid = redis.call('HGET', task_key, 'task_id')
+set_status(task_key, counts_key, 'failed')
+redis.call('HSET', task_key, 'phase', 'failed', 'detail', detail, 'percent', 100,
+  'error', error_text, 'duration_ms', duration_ms, 'end_ms', now, 'last_heartbeat_ms', now,
   'updated_ms', now)
-redis.call('ZREM', KEYS[2], tid)
-redis.call('SREM', KEYS[3], tid)
-redis.call('DEL', KEYS[5])
-block_dependents(9, #KEYS, KEYS[2], KEYS[4], KEYS[6], now)
-if ARGV[5] ~= '' then
-  publish_message(KEYS[7], KEYS[8], 1, 0, ARGV[5], 'lead', 'task.error', tid, ARGV[6], now)
+redis.call('ZREM', ready_key, tid)
+redis.call('SREM', running_key, tid)
+redis.call('DEL', heartbeat_key)
+block_dependents(closure_keys_from, #KEYS, ready_key, counts_key, events_key, now)
+if announcer ~= '' then
+  publish_message(bus_key, bus_seq_key, {}, announcer, 'lead', 'task.error', tid, announcement, now)
 end
-task_event(KEYS[6], KEYS[1], 'failed', ARGV[1])
-return APPLIED
+task_event(events_key, task_key, 'failed', token)
+return OK

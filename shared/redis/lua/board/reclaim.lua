@@ -12,39 +12,48 @@
 -- ARGV[3] forced failure reason ('' = reclaim expired claims only),
 -- ARGV[4..] the closure size of each group, in order.
 -- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
+-- uses: core, tasks, messages
+-- access: write
+-- KEYS: ready_key, running_key, counts_key, events_key, bus_key, bus_seq_key, groups...
+-- ARGV: max_attempts, announce, forced_reason, closure_sizes...
+local ready_key, running_key, counts_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local bus_key, bus_seq_key = KEYS[5], KEYS[6]
+local groups_from = 7  -- KEYS[groups_from..]
+local max_attempts, announce, forced_reason = ARGV[1], ARGV[2], ARGV[3]
+local closure_sizes_from = 4  -- ARGV[closure_sizes_from..]
 local now = now_ms()
 local reclaimed = {}
-local at = 7
-for g = 4, #ARGV do
+local at = groups_from
+for g = closure_sizes_from, #ARGV do
   local task_key, hb_key = KEYS[at], KEYS[at + 1]
   local closure_first, closure_last = at + 2, at + 1 + tonumber(ARGV[g])
   at = closure_last + 1
   if redis.call('HGET', task_key, 'status') == 'in_progress'
-     and (ARGV[3] ~= '' or redis.call('EXISTS', hb_key) == 0) then
+     and (forced_reason ~= '' or redis.call('EXISTS', hb_key) == 0) then
     local tid = redis.call('HGET', task_key, 'task_id')
     local attempts = tonumber(redis.call('HGET', task_key, 'attempts'))
-    if ARGV[3] ~= '' or attempts >= tonumber(ARGV[1]) then
-      local reason, why = ARGV[3], ARGV[3]
+    if forced_reason ~= '' or attempts >= tonumber(max_attempts) then
+      local reason, why = forced_reason, forced_reason
       if reason == '' then
         reason, why = 'claim expired after ' .. attempts .. ' attempts', 'claim expired'
       end
-      set_status(task_key, KEYS[3], 'failed')
-      redis.call('SREM', KEYS[2], tid)
+      set_status(task_key, counts_key, 'failed')
+      redis.call('SREM', running_key, tid)
       redis.call('DEL', hb_key)
       redis.call('HSET', task_key, 'token', 0, 'phase', 'failed', 'detail', reason,
         'error', reason, 'percent', 100, 'end_ms', now, 'updated_ms', now,
         'requeue_reason', why)
-      block_dependents(closure_first, closure_last, KEYS[1], KEYS[3], KEYS[4], now)
-      if ARGV[2] == '1' then
+      block_dependents(closure_first, closure_last, ready_key, counts_key, events_key, now)
+      if announce == '1' then
         local holder = redis.call('HGET', task_key, 'claimed_by')
         if not holder or holder == '' then holder = 'system' end
-        publish_message(KEYS[5], KEYS[6], 1, 0, holder, 'lead', 'task.error', tid, reason, now)
+        publish_message(bus_key, bus_seq_key, {}, holder, 'lead', 'task.error', tid, reason, now)
       end
-      task_event(KEYS[4], task_key, 'failed', 0)
+      task_event(events_key, task_key, 'failed', 0)
     else
-      requeue(task_key, KEYS[1], KEYS[2], KEYS[3], hb_key, 'claim expired', now)
+      requeue(task_key, ready_key, running_key, counts_key, hb_key, 'claim expired', now)
       redis.call('HSET', task_key, 'reclaimed', 1)
-      task_event(KEYS[4], task_key, 'reclaimed', 0)
+      task_event(events_key, task_key, 'reclaimed', 0)
     end
     table.insert(reclaimed, tid)
   end

@@ -3,12 +3,18 @@
 -- KEYS[1] task hash, KEYS[2] ready zset, KEYS[3] running set, KEYS[4] counts hash,
 -- KEYS[5] heartbeat key, KEYS[6] events stream.
 -- ARGV[1] token, ARGV[2] reason ('' = none).
--- Returns 1 applied, -1 stale token (counted in stale_writes), -2 the claim already ended,
--- 0 no such task.
-local verdict = check_token(KEYS[1], ARGV[1])
-if verdict ~= APPLIED then return verdict end
-local reason = ARGV[2]
+-- Returns 'ok' (applied), 'stale' (a stale token, counted in stale_writes), 'conflict' (the
+-- claim already ended) or 'unknown' (no such task).
+-- uses: core, tasks
+-- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
+-- ARGV: token, reason
+local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local heartbeat_key, events_key = KEYS[5], KEYS[6]
+local token, reason = ARGV[1], ARGV[2]
+local verdict = check_token(task_key, token)
+if verdict ~= OK then return verdict end
 if reason == '' then reason = 'Released back to queue.' end
-requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], reason, now_ms())
-task_event(KEYS[6], KEYS[1], 'released', ARGV[1])
-return APPLIED
+release_claim(task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, token,
+  reason, now_ms())
+return OK

@@ -6,13 +6,21 @@
 -- KEYS[5] heartbeat key, KEYS[6] events stream.
 -- ARGV[1] token, ARGV[2] reason (the runtime's words, quoting the member's printable-checked
 -- in Python: never one the runtime acts on), ARGV[3] the releasing member, ARGV[4] max releases.
--- Returns {verdict, error}: 1 released, 2 past the bound (error: what to fail it with),
--- -1 stale token (counted in stale_writes), -2 the claim already ended, 0 no such task.
-local verdict = check_token(KEYS[1], ARGV[1])
-if verdict ~= APPLIED then return {verdict, ''} end
-if note_release(KEYS[1], ARGV[3], ARGV[4]) then
-  return {2, releases_error(KEYS[1], 'max_task_releases')}
+-- Returns {verdict, error}: 'ok' (released), 'past_bound' (error: what to fail it with),
+-- 'stale' (a stale token, counted in stale_writes), 'conflict' (the claim already ended) or
+-- 'unknown' (no such task).
+-- uses: core, tasks, releases
+-- access: write
+-- KEYS: task_key, ready_key, running_key, counts_key, heartbeat_key, events_key
+-- ARGV: token, reason, member, max_releases
+local task_key, ready_key, running_key, counts_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local heartbeat_key, events_key = KEYS[5], KEYS[6]
+local token, reason, member, max_releases = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local verdict = check_token(task_key, token)
+if verdict ~= OK then return {verdict, ''} end
+if note_release(task_key, member, max_releases) then
+  return {'past_bound', releases_error(task_key, 'max_task_releases')}
 end
-requeue(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], now_ms())
-task_event(KEYS[6], KEYS[1], 'released', ARGV[1])
-return {APPLIED, ''}
+release_claim(task_key, ready_key, running_key, counts_key, heartbeat_key, events_key, token,
+  reason, now_ms())
+return {OK, ''}

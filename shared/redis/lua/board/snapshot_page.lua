@@ -6,11 +6,17 @@
 -- (at least one task is read).
 -- Returns {last events entry id ('' when none), tasks read, then one flat HGETALL reply per task
 -- read (empty for a task that does not exist)}.
-local budget = tonumber(ARGV[1])
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+-- access: read
+-- KEYS: events_key, task_keys...
+-- ARGV: max_bytes
+local events_key = KEYS[1]
+local task_keys_from = 2  -- KEYS[task_keys_from..]
+local max_bytes = ARGV[1]
+local budget = tonumber(max_bytes)
+local last = redis.call('XREVRANGE', events_key, '+', '-', 'COUNT', 1)
 local out = {last[1] and last[1][1] or '', 0}
 local used = 0
-for i = 2, #KEYS do
+for i = task_keys_from, #KEYS do
   if i > 2 and used >= budget then break end
   local flat = redis.call('HGETALL', KEYS[i])
   for j = 2, #flat, 2 do used = used + #flat[j] end

@@ -8,12 +8,20 @@
 -- {'', 0, 0} without publishing when the roster has changed since (the caller reads it again).
 -- An inbox entry reuses the message's id and holds one field, seq (the message's position on the
 -- bus), so offsets, trimming and history all speak bus ids and the content is stored once.
-if tonumber(redis.call('GET', KEYS[3]) or '0') ~= tonumber(ARGV[6]) then
+-- uses: core, messages
+-- access: write
+-- KEYS: bus_key, bus_seq_key, roster_version_key, inbox_keys...
+-- ARGV: sender, addressee, mtype, task_id, content, roster_version, traceparent?
+local bus_key, bus_seq_key, roster_version_key = KEYS[1], KEYS[2], KEYS[3]
+local inbox_keys_from = 4  -- KEYS[inbox_keys_from..]
+local sender, addressee, mtype, task_id, content = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local roster_version, traceparent = ARGV[6], ARGV[7]
+if tonumber(redis.call('GET', roster_version_key) or '0') ~= tonumber(roster_version) then
   return {'', 0, 0}
 end
 local now = now_ms()
 local extra = {}
-if ARGV[7] and ARGV[7] ~= '' then extra = {'traceparent', ARGV[7]} end
-local id = publish_message(KEYS[1], KEYS[2], 4, #KEYS,
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], now, extra)
-return {id, redis.call('XLEN', KEYS[1]), now}
+if traceparent and traceparent ~= '' then extra = {'traceparent', traceparent} end
+local id = publish_message(bus_key, bus_seq_key, keys_from(inbox_keys_from),
+  sender, addressee, mtype, task_id, content, now, extra)
+return {id, redis.call('XLEN', bus_key), now}

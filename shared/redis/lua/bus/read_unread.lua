@@ -17,6 +17,12 @@
 -- (deleted by hand) is skipped.
 -- A record is JSON: {token, ids (bus ids, in order), seq (bus position of the first, for trim),
 -- given (how many of ids the token's attempt was given; absent: all)}.
+-- access: write
+-- KEYS: inbox_key, offsets_key, bus_key, unacked_key
+-- ARGV: member, max_messages, task_id, token, view_budget
+local inbox_key, offsets_key, bus_key, unacked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local member, max_messages, task_id, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local view_budget = ARGV[5]
 
 local VIEW_CHARS = 80
 -- The characters a message's view takes beside its fields' text: its keys, quotes, separators.
@@ -45,7 +51,7 @@ local function view_chars(flat, room)
   return size
 end
 
-local budget = tonumber(ARGV[5])
+local budget = tonumber(view_budget)
 local used, taken_count = 0, 0
 -- Whether a bus entry's view still fits the budget (the first always does); counts it if so.
 local function fits(entry)
@@ -58,27 +64,27 @@ end
 
 -- The bus entry of message `id`, or nil when it left the bus.
 local function bus_entry(id)
-  local entry = redis.call('XRANGE', KEYS[3], id, id)
+  local entry = redis.call('XRANGE', bus_key, id, id)
   if #entry > 0 then return entry[1] end
   return nil
 end
 
 -- A hash a first read creates after the run ended gets the bus's expiry (shared/runs/retention.py).
 local function expire_with_bus(key)
-  local ttl = redis.call('PTTL', KEYS[3])
+  local ttl = redis.call('PTTL', bus_key)
   if ttl > 0 and redis.call('PTTL', key) == -1 then redis.call('PEXPIRE', key, ttl) end
 end
 
-local field = ARGV[1] .. ':' .. ARGV[3]
+local field = member .. ':' .. task_id
 local record, recorded = nil, false
-if ARGV[3] ~= '' then
-  local raw = redis.call('HGET', KEYS[4], field)
+if task_id ~= '' then
+  local raw = redis.call('HGET', unacked_key, field)
   if raw then record, recorded = cjson.decode(raw), true end
 end
 local messages = {}
 local full = false
 if record then
-  if record.token ~= ARGV[4] then record.token, record.given = ARGV[4], 0 end
+  if record.token ~= token then record.token, record.given = token, 0 end
   record.given = record.given or #record.ids
   while record.given < #record.ids do
     local entry = bus_entry(record.ids[record.given + 1])
@@ -90,10 +96,10 @@ if record then
   end
 end
 
-local offset = redis.call('HGET', KEYS[2], ARGV[1])
+local offset = redis.call('HGET', offsets_key, member)
 local consumed = 0
 if not full then
-  local refs = redis.call('XRANGE', KEYS[1], '(' .. (offset or '0-0'), '+', 'COUNT', ARGV[2])
+  local refs = redis.call('XRANGE', inbox_key, '(' .. (offset or '0-0'), '+', 'COUNT', max_messages)
   local taken = {}
   for _, ref in ipairs(refs) do
     local entry = bus_entry(ref[1])
@@ -105,19 +111,19 @@ if not full then
   end
   consumed = #taken
   if consumed > 0 then
-    redis.call('HSET', KEYS[2], ARGV[1], taken[consumed])
-    if not offset then expire_with_bus(KEYS[2]) end
+    redis.call('HSET', offsets_key, member, taken[consumed])
+    if not offset then expire_with_bus(offsets_key) end
     offset = taken[consumed]
-    if ARGV[3] ~= '' then
-      record = record or {token = ARGV[4], ids = {}, seq = tonumber(refs[1][2][2]), given = 0}
+    if task_id ~= '' then
+      record = record or {token = token, ids = {}, seq = tonumber(refs[1][2][2]), given = 0}
       for _, id in ipairs(taken) do record.ids[#record.ids + 1] = id end
       record.given = #record.ids
     end
   end
 end
 if record then
-  redis.call('HSET', KEYS[4], field, cjson.encode(record))
-  if not recorded then expire_with_bus(KEYS[4]) end
+  redis.call('HSET', unacked_key, field, cjson.encode(record))
+  if not recorded then expire_with_bus(unacked_key) end
 end
 local owed = 0
 if record then owed = #record.ids - record.given end

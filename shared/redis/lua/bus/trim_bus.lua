@@ -8,9 +8,18 @@
 -- ARGV[3..] the member ids, in the order of their inboxes in KEYS.
 -- Returns the number of messages removed from the bus, or -1 without trimming when the roster
 -- has changed since (a member missing from the list could lose an unread message).
-if tonumber(redis.call('GET', KEYS[5]) or '0') ~= tonumber(ARGV[2]) then return -1 end
-local keep = tonumber(ARGV[1])
-local last_seq = tonumber(redis.call('GET', KEYS[2]) or '0')
+-- access: write
+-- KEYS: bus_key, bus_seq_key, offsets_key, unacked_key, roster_version_key, inbox_keys...
+-- ARGV: keep, roster_version, members...
+local bus_key, bus_seq_key, offsets_key, unacked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local roster_version_key = KEYS[5]
+local inbox_keys_from = 6  -- KEYS[inbox_keys_from..]
+local keep, roster_version = ARGV[1], ARGV[2]
+local members_from = 3  -- ARGV[members_from..]
+if tonumber(redis.call('GET',
+  roster_version_key) or '0') ~= tonumber(roster_version) then return -1 end
+local keep = tonumber(keep)
+local last_seq = tonumber(redis.call('GET', bus_seq_key) or '0')
 
 -- The oldest message some member has not read (its first inbox entry after its offset) or some
 -- attempt has not acknowledged: nothing from it onwards may go. Inbox entries and records carry
@@ -21,27 +30,27 @@ local function lower_floor(id, seq)
     floor_id, floor_seq = id, seq
   end
 end
-for i = 6, #KEYS do
-  local offset = redis.call('HGET', KEYS[3], ARGV[i - 3]) or '0-0'
+for i = inbox_keys_from, #KEYS do
+  local offset = redis.call('HGET', offsets_key, ARGV[i - 3]) or '0-0'
   local first = redis.call('XRANGE', KEYS[i], '(' .. offset, '+', 'COUNT', 1)
   if #first > 0 then
     lower_floor(first[1][1], tonumber(first[1][2][2]))
   end
 end
-for _, raw in ipairs(redis.call('HVALS', KEYS[4])) do
+for _, raw in ipairs(redis.call('HVALS', unacked_key)) do
   local record = cjson.decode(raw)
   lower_floor(record.ids[1], record.seq)
 end
 
 local removed
 if floor_seq ~= nil and last_seq - floor_seq + 1 > keep then
-  removed = redis.call('XTRIM', KEYS[1], 'MINID', floor_id)
+  removed = redis.call('XTRIM', bus_key, 'MINID', floor_id)
 else
-  removed = redis.call('XTRIM', KEYS[1], 'MAXLEN', keep)
+  removed = redis.call('XTRIM', bus_key, 'MAXLEN', keep)
 end
 
-local head = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)
-for i = 6, #KEYS do
+local head = redis.call('XRANGE', bus_key, '-', '+', 'COUNT', 1)
+for i = inbox_keys_from, #KEYS do
   if #head > 0 then
     redis.call('XTRIM', KEYS[i], 'MINID', head[1][1])
   else

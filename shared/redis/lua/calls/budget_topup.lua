@@ -5,7 +5,12 @@
 -- by budget_charge.lua, Budget.exceeded and the call reservation).
 -- ARGV[1] tokens to add (an integer >= 0), ARGV[2] dollars to add (>= 0).
 -- Returns {added tokens in all, added dollars in all as a string}.
-local tokens = redis.call('HINCRBY', KEYS[1], 'added_tokens', ARGV[1])
-local usd = redis.call('HINCRBYFLOAT', KEYS[1], 'added_usd', ARGV[2])
-redis.call('HDEL', KEYS[1], 'budget_exceeded')
+-- access: write
+-- KEYS: usage_key
+-- ARGV: add_tokens, add_usd
+local usage_key = KEYS[1]
+local add_tokens, add_usd = ARGV[1], ARGV[2]
+local tokens = redis.call('HINCRBY', usage_key, 'added_tokens', add_tokens)
+local usd = redis.call('HINCRBYFLOAT', usage_key, 'added_usd', add_usd)
+redis.call('HDEL', usage_key, 'budget_exceeded')
 return {tokens, tostring(usd)}

@@ -5,12 +5,17 @@
 -- KEYS[1] call hash, KEYS[2] call beat key.
 -- ARGV[1] request JSON, ARGV[2] the attempt the caller saw as current ('' = whatever it is).
 -- Returns the new attempt number, or 0 when the compare-and-set refused.
-if ARGV[2] ~= '' then
-  local fields = redis.call('HMGET', KEYS[1], 'attempt', 'outcome')
-  if (fields[1] or '0') ~= ARGV[2] or fields[2] then return 0 end
+-- access: write
+-- KEYS: call_key, beat_key
+-- ARGV: request, seen_attempt
+local call_key, beat_key = KEYS[1], KEYS[2]
+local request, seen_attempt = ARGV[1], ARGV[2]
+if seen_attempt ~= '' then
+  local fields = redis.call('HMGET', call_key, 'attempt', 'outcome')
+  if (fields[1] or '0') ~= seen_attempt or fields[2] then return 0 end
 end
-local attempt = redis.call('HINCRBY', KEYS[1], 'attempt', 1)
-redis.call('HSET', KEYS[1], 'request', ARGV[1])
-redis.call('HDEL', KEYS[1], 'began', 'worker', 'outcome')
-redis.call('DEL', KEYS[2])
+local attempt = redis.call('HINCRBY', call_key, 'attempt', 1)
+redis.call('HSET', call_key, 'request', request)
+redis.call('HDEL', call_key, 'began', 'worker', 'outcome')
+redis.call('DEL', beat_key)
 return attempt

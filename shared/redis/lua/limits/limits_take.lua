@@ -19,6 +19,17 @@
 -- (detail: why the budget cannot cover the call, also kept in the usage hash's budget_exceeded
 -- field when it is the first reason). The usage hash keeps the latest call's worst case
 -- (next_tokens, next_usd): what a top-up must cover.
+-- uses: core
+-- access: write
+-- KEYS: account_key, bucket_key, usage_key?, reservations_key?
+-- ARGV: model, configured_rpm, configured_tpm, counted_tokens, wait_limit_ms, bucket_ttl_ms,
+--   reservation, worst_tokens, worst_usd, max_tokens, max_usd, reservation_ttl_ms, trim_max,
+--   take_slot, share
+local account_key, bucket_key, usage_key, reservations_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local model, configured_rpm, configured_tpm, counted_tokens = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local wait_limit_ms, bucket_ttl_ms, reservation, worst_tokens = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local worst_usd, max_tokens, max_usd, reservation_ttl_ms = ARGV[9], ARGV[10], ARGV[11], ARGV[12]
+local trim_max, take_slot, share = ARGV[13], ARGV[14], ARGV[15]
 local now = now_ms()
 
 local function lowest(a, b)
@@ -31,10 +42,10 @@ end
 
 -- Give back what an expired reservation held (its worker died before settling).
 local function release(member)
-  if redis.call('ZREM', KEYS[4], member) == 1 then
+  if redis.call('ZREM', reservations_key, member) == 1 then
     local _, tokens, usd = string.match(member, '^(.-):([%d.]+):([%d.eE+-]+)$')
-    redis.call('HINCRBY', KEYS[3], 'reserved_tokens', -tonumber(tokens))
-    redis.call('HINCRBYFLOAT', KEYS[3], 'reserved_usd', -tonumber(usd))
+    redis.call('HINCRBY', usage_key, 'reserved_tokens', -tonumber(tokens))
+    redis.call('HINCRBYFLOAT', usage_key, 'reserved_usd', -tonumber(usd))
   end
 end
 
@@ -42,58 +53,58 @@ local function number(value) return tonumber(value) or 0 end
 
 -- The budget: nil when it covers the worst case, else {'wait' | 'spent', reason}.
 local function budget_refusal()
-  for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0,
-                                     tonumber(ARGV[13]))) do
+  for _, member in ipairs(redis.call('ZRANGEBYSCORE', reservations_key, '-inf', now, 'LIMIT', 0,
+                                     tonumber(trim_max))) do
     release(member)
   end
-  local u = redis.call('HMGET', KEYS[3], 'prompt_tokens', 'completion_tokens', 'cost_usd',
+  local u = redis.call('HMGET', usage_key, 'prompt_tokens', 'completion_tokens', 'cost_usd',
                        'reserved_tokens', 'reserved_usd', 'added_tokens', 'added_usd')
   local reserved = number(u[4]) > 0 or number(u[5]) > 1e-12
-  if ARGV[10] ~= '' then
-    local max, used = tonumber(ARGV[10]) + number(u[6]), number(u[1]) + number(u[2])
-    if used >= max or (not reserved and used + tonumber(ARGV[8]) > max) then
+  if max_tokens ~= '' then
+    local max, used = tonumber(max_tokens) + number(u[6]), number(u[1]) + number(u[2])
+    if used >= max or (not reserved and used + tonumber(worst_tokens) > max) then
       return {'spent', 'budget exceeded: ' .. used .. ' tokens used, the next call may take '
-        .. ARGV[8] .. ', max_tokens is ' .. max}
+        .. worst_tokens .. ', max_tokens is ' .. max}
     end
-    if used + number(u[4]) + tonumber(ARGV[8]) > max then return {'wait', ''} end
+    if used + number(u[4]) + tonumber(worst_tokens) > max then return {'wait', ''} end
   end
-  if ARGV[11] ~= '' then
-    local max, used = tonumber(ARGV[11]) + number(u[7]), number(u[3])
-    if used >= max or (not reserved and used + tonumber(ARGV[9]) > max) then
+  if max_usd ~= '' then
+    local max, used = tonumber(max_usd) + number(u[7]), number(u[3])
+    if used >= max or (not reserved and used + tonumber(worst_usd) > max) then
       return {'spent', 'budget exceeded: $' .. used .. ' spent, the next call may cost $'
-        .. ARGV[9] .. ', max_cost_usd is ' .. max}
+        .. worst_usd .. ', max_cost_usd is ' .. max}
     end
-    if used + number(u[5]) + tonumber(ARGV[9]) > max then return {'wait', ''} end
+    if used + number(u[5]) + tonumber(worst_usd) > max then return {'wait', ''} end
   end
   return nil
 end
 
-if KEYS[3] then
-  redis.call('HSET', KEYS[3], 'next_tokens', ARGV[8], 'next_usd', ARGV[9])
+if usage_key then
+  redis.call('HSET', usage_key, 'next_tokens', worst_tokens, 'next_usd', worst_usd)
   local refusal = budget_refusal()
   if refusal and refusal[1] == 'spent' then
     -- Kept on the totals, as a charge that crosses a limit keeps it: no new call starts, and
     -- the first refusal is told (1) as the crossing call was.
-    local first = redis.call('HSETNX', KEYS[3], 'budget_exceeded', refusal[2])
-    return {'spent', 0, redis.call('HGET', KEYS[3], 'budget_exceeded'), first}
+    local first = redis.call('HSETNX', usage_key, 'budget_exceeded', refusal[2])
+    return {'spent', 0, redis.call('HGET', usage_key, 'budget_exceeded'), first}
   end
   if refusal then return {refusal[1], 0, refusal[2], 0} end
 end
 
-if ARGV[14] == '0' then
-  local member = ARGV[7] .. ':' .. ARGV[8] .. ':' .. ARGV[9]
-  redis.call('ZADD', KEYS[4], now + tonumber(ARGV[12]), member)
-  redis.call('HINCRBY', KEYS[3], 'reserved_tokens', ARGV[8])
-  redis.call('HINCRBYFLOAT', KEYS[3], 'reserved_usd', ARGV[9])
+if take_slot == '0' then
+  local member = reservation .. ':' .. worst_tokens .. ':' .. worst_usd
+  redis.call('ZADD', reservations_key, now + tonumber(reservation_ttl_ms), member)
+  redis.call('HINCRBY', usage_key, 'reserved_tokens', worst_tokens)
+  redis.call('HINCRBYFLOAT', usage_key, 'reserved_usd', worst_usd)
   return {'ok', 0, member, 0}
 end
 
 local slot = now
-local account_pause = tonumber(redis.call('HGET', KEYS[1], 'paused_until'))
+local account_pause = tonumber(redis.call('HGET', account_key, 'paused_until'))
 if account_pause and account_pause > slot then slot = account_pause end
-local b = redis.call('HMGET', KEYS[2], 'rpm', 'tpm', 'tat_req', 'tat_tok', 'paused_until')
-local share = tonumber(ARGV[15])
-local rpm, tpm = lowest(ARGV[2], b[1]), lowest(ARGV[3], b[2])
+local b = redis.call('HMGET', bucket_key, 'rpm', 'tpm', 'tat_req', 'tat_tok', 'paused_until')
+local share = tonumber(share)
+local rpm, tpm = lowest(configured_rpm, b[1]), lowest(configured_tpm, b[2])
 if rpm then rpm = rpm * share end
 if tpm then tpm = tpm * share end
 local model_pause = tonumber(b[5])
@@ -109,25 +120,26 @@ if tpm then
   tok_ms = 60000 / tpm
   slot = math.max(slot, number(b[4]) - 1000)  -- one second's worth of tokens
 end
-if ARGV[5] ~= '' and slot - now > tonumber(ARGV[5]) then return {'far', slot - now, '', 0} end
+if wait_limit_ms ~= '' and slot - now > tonumber(wait_limit_ms) then return {'far', slot - now, '',
+  0} end
 if rpm or tpm then
-  local fields = {'model', ARGV[1]}
+  local fields = {'model', model}
   if rpm then
     table.insert(fields, 'tat_req')
     table.insert(fields, tostring(math.max(number(b[3]), slot) + req_ms))
   end
   if tpm then
     table.insert(fields, 'tat_tok')
-    table.insert(fields, tostring(math.max(number(b[4]), slot) + tonumber(ARGV[4]) * tok_ms))
+    table.insert(fields, tostring(math.max(number(b[4]), slot) + tonumber(counted_tokens) * tok_ms))
   end
-  redis.call('HSET', KEYS[2], unpack(fields))
-  redis.call('PEXPIRE', KEYS[2], math.floor(slot - now + tonumber(ARGV[6])))
+  redis.call('HSET', bucket_key, unpack(fields))
+  redis.call('PEXPIRE', bucket_key, math.floor(slot - now + tonumber(bucket_ttl_ms)))
 end
 local member = ''
-if KEYS[3] then
-  member = ARGV[7] .. ':' .. ARGV[8] .. ':' .. ARGV[9]
-  redis.call('ZADD', KEYS[4], slot + tonumber(ARGV[12]), member)
-  redis.call('HINCRBY', KEYS[3], 'reserved_tokens', ARGV[8])
-  redis.call('HINCRBYFLOAT', KEYS[3], 'reserved_usd', ARGV[9])
+if usage_key then
+  member = reservation .. ':' .. worst_tokens .. ':' .. worst_usd
+  redis.call('ZADD', reservations_key, slot + tonumber(reservation_ttl_ms), member)
+  redis.call('HINCRBY', usage_key, 'reserved_tokens', worst_tokens)
+  redis.call('HINCRBYFLOAT', usage_key, 'reserved_usd', worst_usd)
 end
 return {'ok', math.floor(slot - now), member, 0}

@@ -3,12 +3,17 @@
 -- KEYS[1] the teammate's hash.
 -- ARGV[1] the turn's token, ARGV[2] the model ('' clears), ARGV[3] since (epoch ms),
 -- ARGV[4] until (epoch ms).
--- Returns 1 when written, 0 when the token no longer holds the teammate.
-if redis.call('HGET', KEYS[1], 'turn_token') ~= ARGV[1] then return 0 end
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
+-- Returns 'ok' when written, 'stale' when the token no longer holds the teammate.
+-- access: write
+-- KEYS: mate_key
+-- ARGV: token, model, since_ms, until_ms
+local mate_key = KEYS[1]
+local token, model, since_ms, until_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('HGET', mate_key, 'turn_token') ~= token then return 'stale' end
+if model == '' then
+  redis.call('HDEL', mate_key, 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
 else
-  redis.call('HSET', KEYS[1], 'waiting_model', ARGV[2], 'waiting_since_ms', ARGV[3],
-             'waiting_until_ms', ARGV[4])
+  redis.call('HSET', mate_key, 'waiting_model', model, 'waiting_since_ms', since_ms,
+             'waiting_until_ms', until_ms)
 end
-return 1
+return 'ok'

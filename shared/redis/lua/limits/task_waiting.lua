@@ -3,12 +3,18 @@
 -- KEYS[1] the task hash.
 -- ARGV[1] the claim token, ARGV[2] the model ('' clears), ARGV[3] since (epoch ms),
 -- ARGV[4] until (epoch ms).
--- Returns 1 when written, 0 when the token no longer holds the task.
-if check_token(KEYS[1], ARGV[1]) ~= APPLIED then return 0 end
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
+-- Returns 'ok' when written, 'stale' when the token no longer holds the task.
+-- uses: tasks
+-- access: write
+-- KEYS: task_key
+-- ARGV: token, model, since_ms, until_ms
+local task_key = KEYS[1]
+local token, model, since_ms, until_ms = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if check_token(task_key, token) ~= OK then return 'stale' end
+if model == '' then
+  redis.call('HDEL', task_key, 'waiting_model', 'waiting_since_ms', 'waiting_until_ms')
 else
-  redis.call('HSET', KEYS[1], 'waiting_model', ARGV[2], 'waiting_since_ms', ARGV[3],
-             'waiting_until_ms', ARGV[4])
+  redis.call('HSET', task_key, 'waiting_model', model, 'waiting_since_ms', since_ms,
+             'waiting_until_ms', until_ms)
 end
-return 1
+return 'ok'

@@ -5,23 +5,28 @@
 -- bytes), 'reset' (drop the journal: it was another member's session), or 'replayed'
 -- (ARGV[3] how many steps this attempt replayed, kept on the task as replayed_steps).
 -- The journal's size is kept on the task (journal_bytes), so no call walks the list.
--- Returns 1 done, 0 refused (stale token, claim ended), -1 full (the entry was not added: the
--- journal keeps its prefix, and replay stops there).
-local current = redis.call('HMGET', KEYS[1], 'token', 'status', 'journal_bytes')
-if current[1] ~= ARGV[1] or ARGV[1] == '0' or current[2] ~= 'in_progress' then return 0 end
-local op = ARGV[2]
+-- Returns 'ok' (done), 'stale' (refused: a stale token, or the claim ended) or 'full' (the entry
+-- was not added: the journal keeps its prefix, and replay stops there).
+-- uses: core
+-- access: write
+-- KEYS: task_key, journal_key
+-- ARGV: token, op, value?, cap_bytes?
+local task_key, journal_key = KEYS[1], KEYS[2]
+local token, op, value, cap_bytes = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local current = redis.call('HMGET', task_key, 'token', 'status', 'journal_bytes')
+if current[1] ~= token or token == '0' or current[2] ~= 'in_progress' then return 'stale' end
 if op == 'reset' then
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[1], 'journal_bytes', 0, 'replayed_steps', 0)
-  return 1
+  redis.call('DEL', journal_key)
+  redis.call('HSET', task_key, 'journal_bytes', 0, 'replayed_steps', 0)
+  return 'ok'
 end
 if op == 'replayed' then
-  redis.call('HSET', KEYS[1], 'replayed_steps', ARGV[3])
-  return 1
+  redis.call('HSET', task_key, 'replayed_steps', value)
+  return 'ok'
 end
-local chars = tonumber(current[3] or '0') + #ARGV[3]
-if chars > tonumber(ARGV[4]) then return -1 end
-redis.call('RPUSH', KEYS[2], ARGV[3])
-redis.call('HSET', KEYS[1], 'journal_bytes', chars)
-inherit_ttl(KEYS[2], KEYS[1])
-return 1
+local chars = tonumber(current[3] or '0') + #value
+if chars > tonumber(cap_bytes) then return 'full' end
+redis.call('RPUSH', journal_key, value)
+redis.call('HSET', task_key, 'journal_bytes', chars)
+inherit_ttl(journal_key, task_key)
+return 'ok'

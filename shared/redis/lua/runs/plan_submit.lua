@@ -11,21 +11,32 @@
 -- Returns {verdict, detail}: 'ok' (detail: the request id, so a replayed call names it),
 -- 'not_required' (not in plan mode, or already approved; detail: plan_state) or 'pending'
 -- (detail: the pending request's id); only 'ok' writes anything.
-local state = redis.call('HGET', KEYS[6], 'plan_state') or ''
+-- uses: core, events, messages
+-- access: write
+-- KEYS: request_key, requests_key, bus_key, bus_seq_key, lead_inbox_key, mate_key, last_plan_key,
+--   events_key, mate_requests_key
+-- ARGV: request_id, name, plan, review_ms, envelope_type, envelope
+local request_key, requests_key, bus_key, bus_seq_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lead_inbox_key, mate_key, last_plan_key, events_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local mate_requests_key = KEYS[9]
+local request_id, name, plan, review_ms, envelope_type = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local envelope = ARGV[6]
+local state = redis.call('HGET', mate_key, 'plan_state') or ''
 if state ~= 'required' and state ~= 'pending' then return {'not_required', state} end
 local now = now_ms()
 if state == 'pending' then
-  local last = redis.call('HMGET', KEYS[7], 'id', 'status', 'deadline_ms')
+  local last = redis.call('HMGET', last_plan_key, 'id', 'status', 'deadline_ms')
   if last[2] == 'pending' and now <= tonumber(last[3]) then return {'pending', last[1]} end
 end
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'kind', 'plan_approval', 'from', ARGV[2],
-  'to', 'lead', 'status', 'pending', 'payload', ARGV[3], 'response', '', 'created_ms', now,
-  'deadline_ms', now + tonumber(ARGV[4]), 'resolved_ms', 0, 'resolved_by', '',
-  'epoch', redis.call('HGET', KEYS[6], 'epoch') or '0')
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('SADD', KEYS[9], ARGV[1])
-redis.call('HSET', KEYS[6], 'plan_state', 'pending', 'plan_request', ARGV[1])
-publish_message(KEYS[3], KEYS[4], 5, 5, ARGV[2], 'lead', ARGV[5], '', ARGV[6], now,
-  {'request_id', ARGV[1]})
-request_event(KEYS[8], ARGV[1], 'pending', 'plan_approval ' .. ARGV[2])
-return {'ok', ARGV[1]}
+redis.call('HSET', request_key, 'id', request_id, 'kind', 'plan_approval', 'from', name,
+  'to', 'lead', 'status', 'pending', 'payload', plan, 'response', '', 'created_ms', now,
+  'deadline_ms', now + tonumber(review_ms), 'resolved_ms', 0, 'resolved_by', '',
+  'epoch', redis.call('HGET', mate_key, 'epoch') or '0')
+redis.call('ZADD', requests_key, now, request_id)
+redis.call('SADD', mate_requests_key, request_id)
+redis.call('HSET', mate_key, 'plan_state', 'pending', 'plan_request', request_id)
+publish_message(bus_key, bus_seq_key, {lead_inbox_key}, name, 'lead', envelope_type, '', envelope,
+  now,
+  {'request_id', request_id})
+request_event(events_key, request_id, 'pending', 'plan_approval ' .. name)
+return {'ok', request_id}

@@ -7,21 +7,32 @@
 -- ARGV[4] '1' if ARGV[3] is an output, ARGV[5] error ('' none), ARGV[6] prompt tokens,
 -- ARGV[7] completion tokens, ARGV[8] cost usd, ARGV[9] '1' if unpriced, ARGV[10] message type
 -- to announce to lead ('' none), ARGV[11] its content, ARGV[12] retention ms.
--- Returns 1 if the run was ended, 0 if the lease is not ours, -1 if the run had already ended.
-if RUN_ENDED[redis.call('HGET', KEYS[2], 'status') or ''] then return -1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+-- Returns 'ok' if the run was ended, 'stale' if the lease is not ours, 'ended' if the run had already
+-- ended.
+-- uses: core, runs, tasks, messages
+-- access: write
+-- KEYS: lease_key, state_key, usage_key, bus_key, bus_seq_key, events_key
+-- ARGV: owner, status, output, has_output, error, prompt_tokens, completion_tokens, cost_usd,
+--   unpriced, announce_type, announcement, retention_ms
+local lease_key, state_key, usage_key, bus_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local bus_seq_key, events_key = KEYS[5], KEYS[6]
+local owner, status, output, has_output, error = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local prompt_tokens, completion_tokens, cost_usd, unpriced = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local announce_type, announcement, retention_ms = ARGV[10], ARGV[11], ARGV[12]
+if RUN_ENDED[redis.call('HGET', state_key, 'status') or ''] then return 'ended' end
+if redis.call('GET', lease_key) ~= owner then return 'stale' end
 local now = now_ms()
-redis.call('HSET', KEYS[2], 'status', ARGV[2], 'ended_ms', now)
-if ARGV[4] == '1' then redis.call('HSET', KEYS[2], 'output', ARGV[3]) end
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[2], 'error', ARGV[5]) end
-redis.call('HINCRBY', KEYS[3], 'prompt_tokens', ARGV[6])
-redis.call('HINCRBY', KEYS[3], 'completion_tokens', ARGV[7])
-redis.call('HINCRBYFLOAT', KEYS[3], 'cost_usd', ARGV[8])
-if ARGV[9] == '1' then redis.call('HSET', KEYS[3], 'unpriced', 1) end
-if ARGV[10] ~= '' then
-  publish_message(KEYS[4], KEYS[5], 1, 0, 'system', 'lead', ARGV[10], '', ARGV[11], now)
+redis.call('HSET', state_key, 'status', status, 'ended_ms', now)
+if has_output == '1' then redis.call('HSET', state_key, 'output', output) end
+if error ~= '' then redis.call('HSET', state_key, 'error', error) end
+redis.call('HINCRBY', usage_key, 'prompt_tokens', prompt_tokens)
+redis.call('HINCRBY', usage_key, 'completion_tokens', completion_tokens)
+redis.call('HINCRBYFLOAT', usage_key, 'cost_usd', cost_usd)
+if unpriced == '1' then redis.call('HSET', usage_key, 'unpriced', 1) end
+if announce_type ~= '' then
+  publish_message(bus_key, bus_seq_key, {}, 'system', 'lead', announce_type, '', announcement, now)
 end
-event(KEYS[6], '', 'run.end', 0)
+event(events_key, '', 'run.end', 0)
 -- The bus first: keys a late message creates inherit its TTL (shared/runs/retention.py does the rest).
-for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[12]) end
-return 1
+for i = 2, 4 do redis.call('PEXPIRE', KEYS[i], retention_ms) end
+return 'ok'

@@ -11,13 +11,21 @@
 -- messages' JSON), ARGV[6..] the step's chat messages (JSON), in order.
 -- Returns how many of memory's oldest messages the caps dropped (0 or more) when committed, -1
 -- when the owner no longer holds the lease (nothing changes).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-if ARGV[2] == '1' then
-  redis.call('DEL', KEYS[2])
+-- uses: memory
+-- access: write
+-- KEYS: lease_key, memory_key, offsets_key, size_key
+-- ARGV: owner, clear, inbox_id, max_messages, max_chars, messages...
+local lease_key, memory_key, offsets_key, size_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local owner, clear, inbox_id, max_messages, max_chars = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local messages_from = 6  -- ARGV[messages_from..]
+if redis.call('GET', lease_key) ~= owner then return -1 end
+if clear == '1' then
+  redis.call('DEL', memory_key)
   -- A new conversation: its turns count from 1 again, in a new epoch (transcripts.py).
-  redis.call('HSET', KEYS[4], 'chars', 0, 'last_user', -1, 'seq', 0, 'turns', 0)
-  redis.call('HINCRBY', KEYS[4], 'epoch', 1)
+  redis.call('HSET', size_key, 'chars', 0, 'last_user', -1, 'seq', 0, 'turns', 0)
+  redis.call('HINCRBY', size_key, 'epoch', 1)
 end
-local dropped = remember(KEYS[2], KEYS[4], '', 6, tonumber(ARGV[4]), tonumber(ARGV[5]))
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], 'lead', ARGV[3]) end
+local dropped = remember(memory_key, size_key, '', messages_from, tonumber(max_messages),
+  tonumber(max_chars))
+if inbox_id ~= '' then redis.call('HSET', offsets_key, 'lead', inbox_id) end
 return dropped

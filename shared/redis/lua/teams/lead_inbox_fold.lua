@@ -16,11 +16,21 @@
 -- prefixes of the foldable (system) types.
 -- Returns {unread (counted up to the record's mark), notices folded, bus length, 1 when the
 -- count or the fold hit its batch and the caller should call again, else 0}.
-local max_unread, target = tonumber(ARGV[1]), tonumber(ARGV[2])
-local walk_cap, fold_cap, names_cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[6])
-local fold_above = max_unread - tonumber(ARGV[7])
-local offset = redis.call('HGET', KEYS[4], 'lead') or '0-0'
-local r = redis.call('HMGET', KEYS[5], 'mark', 'unread', 'counted_from', 'seen', 'kept_to',
+-- uses: core, messages, streams
+-- access: upkeep
+-- KEYS: bus_key, bus_seq_key, inbox_key, offsets_key, record_key
+-- ARGV: max_unread, fold_to, walk_max, notices_max, summary_type, names_max, room,
+--   system_prefixes...
+local bus_key, bus_seq_key, inbox_key, offsets_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local record_key = KEYS[5]
+local max_unread, fold_to, walk_max, notices_max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local summary_type, names_max, room = ARGV[5], ARGV[6], ARGV[7]
+local system_prefixes_from = 8  -- ARGV[system_prefixes_from..]
+local max_unread, target = tonumber(max_unread), tonumber(fold_to)
+local walk_cap, fold_cap, names_cap = tonumber(walk_max), tonumber(notices_max), tonumber(names_max)
+local fold_above = max_unread - tonumber(room)
+local offset = redis.call('HGET', offsets_key, 'lead') or '0-0'
+local r = redis.call('HMGET', record_key, 'mark', 'unread', 'counted_from', 'seen', 'kept_to',
   'summary_id', 'summary')
 
 -- Count: unread = inbox entries in (offset, mark]. While the lead has not read since the last
@@ -28,24 +38,24 @@ local r = redis.call('HMGET', KEYS[5], 'mark', 'unread', 'counted_from', 'seen',
 local from, unread = offset, 0
 if r[1] and r[3] == offset then from, unread = r[1], tonumber(r[2]) end
 -- Counting past the bound by a full batch tells all a fold needs: no more (but a batch, for
--- what lies past kept mail), and at most ARGV[3] entries a call (a long count goes on in the
+-- what lies past kept mail), and at most walk_max entries a call (a long count goes on in the
 -- caller's next call, from the mark).
 local limit = math.min(walk_cap, math.max(fold_cap, fold_above + fold_cap + 1 - unread))
-local refs = redis.call('XRANGE', KEYS[3], '(' .. from, '+', 'COUNT', limit)
+local refs = redis.call('XRANGE', inbox_key, '(' .. from, '+', 'COUNT', limit)
 unread = unread + #refs
 local mark = from
 if #refs > 0 then mark = refs[#refs][1] end
 local counted_all = #refs < limit
 
 local function save(extra)
-  redis.call('HSET', KEYS[5], 'mark', mark, 'unread', unread, 'counted_from', offset,
+  redis.call('HSET', record_key, 'mark', mark, 'unread', unread, 'counted_from', offset,
     unpack(extra or {}))
 end
 if unread <= fold_above then
   save()
   local counting = 0
   if not counted_all then counting = 1 end
-  return {unread, 0, redis.call('XLEN', KEYS[1]), counting}
+  return {unread, 0, redis.call('XLEN', bus_key), counting}
 end
 
 local seen = stream_id_max(offset, r[4] or '0-0')
@@ -58,8 +68,8 @@ else
 end
 
 local function foldable(fields)
-  if fields.to ~= 'lead' or fields.type == ARGV[5] then return false end
-  for i = 8, #ARGV do
+  if fields.to ~= 'lead' or fields.type == summary_type then return false end
+  for i = system_prefixes_from, #ARGV do
     if string.sub(fields.type or '', 1, #ARGV[i]) == ARGV[i] then return true end
   end
   return false
@@ -72,7 +82,7 @@ local function tally(list, key)
   return false
 end
 
--- Count `key` in a summary's list of names, which names at most ARGV[6] (the rest counted in
+-- Count `key` in a summary's list of names, which names at most names_max (the rest counted in
 -- summary[more]).
 local function name(list, more, key)
   if tally(list, key) then return end
@@ -110,16 +120,16 @@ local kept_to = r[5] or '0-0'
 local folded = 0
 local walked = {}
 if stream_id_after(mark, start) then
-  walked = redis.call('XRANGE', KEYS[3], '(' .. start, mark, 'COUNT', walk_cap)
+  walked = redis.call('XRANGE', inbox_key, '(' .. start, mark, 'COUNT', walk_cap)
 end
 for _, ref in ipairs(walked) do
   local id = ref[1]
   if id == summary_id then
     kept_to = id
   else
-    local entry = redis.call('XRANGE', KEYS[1], id, id)
+    local entry = redis.call('XRANGE', bus_key, id, id)
     if #entry == 0 then  -- its message left the bus (deleted by hand): nothing to deliver
-      redis.call('XDEL', KEYS[3], id)
+      redis.call('XDEL', inbox_key, id)
       unread = unread - 1
     else
       local fields = entry_fields(entry[1][2])
@@ -127,8 +137,8 @@ for _, ref in ipairs(walked) do
         kept_to = id  -- everything before it is kept or folded: no walk needs it again
       elseif folded < want then
         note(fields)
-        redis.call('XDEL', KEYS[3], id)
-        redis.call('XDEL', KEYS[1], id)
+        redis.call('XDEL', inbox_key, id)
+        redis.call('XDEL', bus_key, id)
         folded = folded + 1
         unread = unread - 1
       else
@@ -144,12 +154,12 @@ if not counted_all or (unread > fold_above and (folded >= fold_cap or #walked >=
 end
 if folded == 0 then
   save({'kept_to', kept_to})
-  return {unread, 0, redis.call('XLEN', KEYS[1]), more}
+  return {unread, 0, redis.call('XLEN', bus_key), more}
 end
 
 if summary_id ~= '' then
-  redis.call('XDEL', KEYS[3], summary_id)
-  redis.call('XDEL', KEYS[1], summary_id)
+  redis.call('XDEL', inbox_key, summary_id)
+  redis.call('XDEL', bus_key, summary_id)
   if counted_summary then unread = unread - 1 end
 end
 
@@ -170,7 +180,8 @@ if #summary.tasks > 0 then
   text = text .. ' Tasks: ' .. listed(summary.tasks, summary.tasks_more) .. '.'
 end
 text = text .. ' See list_tasks, get_task and list_teammates for where things stand now.'
-local new_id = publish_message(KEYS[1], KEYS[2], 3, 3, 'system', 'lead', ARGV[5], '', text,
+local new_id = publish_message(bus_key, bus_seq_key, {inbox_key}, 'system', 'lead', summary_type,
+  '', text,
   now_ms())
 if counted_all then
   mark = new_id
@@ -179,4 +190,4 @@ end
 save({'kept_to', kept_to, 'summary_id', new_id, 'summary', cjson.encode(summary)})
 if unread <= fold_above then more = 0 end
 if not counted_all then more = 1 end  -- mail past the mark is not counted yet
-return {unread, folded, redis.call('XLEN', KEYS[1]), more}
+return {unread, folded, redis.call('XLEN', bus_key), more}

@@ -9,25 +9,35 @@
 -- Returns {verdict, woke, message id}: 'ok' (woke 1: the caller enqueues the addressee's turn),
 -- 'unknown' (no such teammate), 'shutdown' (it is shut down) or 'exists' (id taken); only 'ok'
 -- writes anything.
-local status = redis.call('HGET', KEYS[6], 'status')
+-- uses: core, events, messages
+-- access: write
+-- KEYS: request_key, requests_key, bus_key, bus_seq_key, inbox_key, mate_key, events_key,
+--   mate_requests_key
+-- ARGV: request_id, kind, sender, addressee, payload, answer_ms, envelope_type, envelope
+local request_key, requests_key, bus_key, bus_seq_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local inbox_key, mate_key, events_key, mate_requests_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local request_id, kind, sender, addressee, payload = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local answer_ms, envelope_type, envelope = ARGV[6], ARGV[7], ARGV[8]
+local status = redis.call('HGET', mate_key, 'status')
 if not status then return {'unknown', 0, ''} end
 if status == 'shutdown' then return {'shutdown', 0, ''} end
-if redis.call('EXISTS', KEYS[1]) == 1 then return {'exists', 0, ''} end
+if redis.call('EXISTS', request_key) == 1 then return {'exists', 0, ''} end
 local now = now_ms()
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'kind', ARGV[2], 'from', ARGV[3], 'to', ARGV[4],
-  'status', 'pending', 'payload', ARGV[5], 'response', '', 'created_ms', now,
-  'deadline_ms', now + tonumber(ARGV[6]), 'resolved_ms', 0, 'resolved_by', '',
-  'epoch', redis.call('HGET', KEYS[6], 'epoch') or '0')
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-redis.call('SADD', KEYS[8], ARGV[1])
-local id = publish_message(KEYS[3], KEYS[4], 5, 5, ARGV[3], ARGV[4], ARGV[7], '', ARGV[8], now,
-  {'request_id', ARGV[1]})
+redis.call('HSET', request_key, 'id', request_id, 'kind', kind, 'from', sender, 'to', addressee,
+  'status', 'pending', 'payload', payload, 'response', '', 'created_ms', now,
+  'deadline_ms', now + tonumber(answer_ms), 'resolved_ms', 0, 'resolved_by', '',
+  'epoch', redis.call('HGET', mate_key, 'epoch') or '0')
+redis.call('ZADD', requests_key, now, request_id)
+redis.call('SADD', mate_requests_key, request_id)
+local id = publish_message(bus_key, bus_seq_key, {inbox_key}, sender, addressee, envelope_type, '',
+  envelope, now,
+  {'request_id', request_id})
 local woke = 0
 if status == 'idle' then
-  redis.call('HSET', KEYS[6], 'status', 'working', 'idle_reason', '', 'attempts', 0,
+  redis.call('HSET', mate_key, 'status', 'working', 'idle_reason', '', 'attempts', 0,
     'last_seen_ms', now)
-  mate_event(KEYS[7], ARGV[4], 'working', ARGV[1])
+  mate_event(events_key, addressee, 'working', request_id)
   woke = 1
 end
-request_event(KEYS[7], ARGV[1], 'pending', ARGV[2] .. ' ' .. ARGV[4])
+request_event(events_key, request_id, 'pending', kind .. ' ' .. addressee)
 return {'ok', woke, id}

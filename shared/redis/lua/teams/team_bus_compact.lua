@@ -15,19 +15,29 @@
 -- Returns {messages deleted, bus length after, 1 if `compacted_to` moved else 0}, or {-1, 0, 0}
 -- without a change when the roster has changed since (a member missing from the list could
 -- lose an unread message).
-if tonumber(redis.call('GET', KEYS[4]) or '0') ~= tonumber(ARGV[2]) then return {-1, 0, 0} end
-local keep = tonumber(ARGV[1])
-local length = redis.call('XLEN', KEYS[1])
+-- uses: streams
+-- access: upkeep
+-- KEYS: bus_key, offsets_key, unacked_key, roster_version_key, lead_record_key, inbox_keys...
+-- ARGV: keep, roster_version, work_units, members...
+local bus_key, offsets_key, unacked_key, roster_version_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lead_record_key = KEYS[5]
+local inbox_keys_from = 6  -- KEYS[inbox_keys_from..]
+local keep, roster_version, work_units = ARGV[1], ARGV[2], ARGV[3]
+local members_from = 4  -- ARGV[members_from..]
+if tonumber(redis.call('GET',
+  roster_version_key) or '0') ~= tonumber(roster_version) then return {-1, 0, 0} end
+local keep = tonumber(keep)
+local length = redis.call('XLEN', bus_key)
 -- What an attempt read but has not acknowledged may be delivered again: not compacted around.
-if length <= keep or redis.call('HLEN', KEYS[3]) > 0 then return {0, length, 0} end
+if length <= keep or redis.call('HLEN', unacked_key) > 0 then return {0, length, 0} end
 
 local inbox_of, offset_of = {}, {}
 local readers = {}
-for i = 4, #ARGV do
+for i = members_from, #ARGV do
   inbox_of[ARGV[i]] = KEYS[i + 2]
   readers[#readers + 1] = ARGV[i]
 end
-local offsets = redis.call('HMGET', KEYS[2], unpack(readers))
+local offsets = redis.call('HMGET', offsets_key, unpack(readers))
 -- The lowest teammate offset: a broadcast after it may be unread by a teammate.
 local oldest_mate = nil
 for i, member in ipairs(readers) do
@@ -38,10 +48,10 @@ for i, member in ipairs(readers) do
   end
 end
 
-local start = redis.call('HGET', KEYS[5], 'compacted_to') or '0-0'
+local start = redis.call('HGET', lead_record_key, 'compacted_to') or '0-0'
 local cursor = start
-local budget = tonumber(ARGV[3])
-local entries = redis.call('XRANGE', KEYS[1], '(' .. cursor, '+', 'COUNT', budget)
+local budget = tonumber(work_units)
+local entries = redis.call('XRANGE', bus_key, '(' .. cursor, '+', 'COUNT', budget)
 local removed, advance = 0, true
 for _, entry in ipairs(entries) do
   if length - removed <= keep or budget <= 0 then break end
@@ -63,14 +73,14 @@ for _, entry in ipairs(entries) do
     advance = false
   elseif not for_lead then
     if #inboxes > budget then break end  -- a broadcast too big for what is left: next call
-    redis.call('XDEL', KEYS[1], id)
+    redis.call('XDEL', bus_key, id)
     for _, member in ipairs(inboxes) do redis.call('XDEL', inbox_of[member], id) end
     budget = budget - #inboxes
     removed = removed + 1
   end
   if advance then cursor = id end
 end
-redis.call('HSET', KEYS[5], 'compacted_to', cursor)
+redis.call('HSET', lead_record_key, 'compacted_to', cursor)
 local moved = 0
 if cursor ~= start then moved = 1 end
 return {removed, length - removed, moved}

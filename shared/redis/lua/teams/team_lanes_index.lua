@@ -4,6 +4,10 @@
 -- ready meanwhile is never left out of its lane.
 -- KEYS[1..n] task hashes, KEYS[n+1..2n] their lanes, in the same order.
 -- Returns how many tasks got a lane.
+-- access: write
+-- KEYS: task_and_lane_keys...
+-- ARGV: none
+local task_and_lane_keys_from = 1  -- KEYS[task_and_lane_keys_from..]
 local n = #KEYS / 2
 local laned = 0
 for i = 1, n do

@@ -11,13 +11,26 @@
 -- caller read them; nothing changed); the names whose turn the caller enqueues again (attempts
 -- bumped, seen now, so the next reconcile waits for that job before counting another attempt);
 -- how many tasks went back to the board (the caller wakes teammates for them).
+-- uses: core, team, events, messages
+-- access: write
+-- KEYS: bus_key, bus_seq_key, lead_inbox_key, mate_and_board_keys...
+-- ARGV: stale_ms, max_attempts, names...
+local bus_key, bus_seq_key, lead_inbox_key = KEYS[1], KEYS[2], KEYS[3]
+local mate_and_board_keys_from = 4  -- KEYS[mate_and_board_keys_from..]
+local stale_ms, max_attempts = ARGV[1], ARGV[2]
+local names_from = 3  -- ARGV[names_from..]
 local now = now_ms()
-local stale_ms, max_attempts = tonumber(ARGV[1]), tonumber(ARGV[2])
-local board = 4 + 2 * (#ARGV - 2)
+local stale_ms, max_attempts = tonumber(stale_ms), tonumber(max_attempts)
+-- After the pairs (one per name) come the board's keys, then the in-progress task hashes.
+local board = mate_and_board_keys_from + 2 * (#ARGV - names_from + 1)
+local ready_key, running_key, counts_key = KEYS[board], KEYS[board + 1], KEYS[board + 2]
+local events_key = KEYS[board + 4]
+local held_keys_from = board + 5
 local rerun, released = {}, 0
-if not snapshot_current(KEYS[board + 1], board + 5, #KEYS) then return {'retry', {}, 0} end
-for i = 3, #ARGV do
-  local mate, turn = KEYS[4 + (i - 3) * 2], KEYS[5 + (i - 3) * 2]
+if not snapshot_current(running_key, held_keys_from, #KEYS) then return {'retry', {}, 0} end
+for i = names_from, #ARGV do
+  local pair = mate_and_board_keys_from + (i - names_from) * 2
+  local mate, turn = KEYS[pair], KEYS[pair + 1]
   local fields = redis.call('HMGET', mate, 'status', 'last_seen_ms', 'attempts',
     'shutdown_request')
   if fields[1] == 'working' and redis.call('EXISTS', turn) == 0
@@ -30,18 +43,19 @@ for i = 3, #ARGV do
       if (fields[4] or '') ~= '' then ending = 'shutdown' end
       redis.call('HSET', mate, 'status', ending, 'idle_reason', 'error: ' .. err,
         'last_error', err, 'turn_token', '', 'attempts', 0, 'last_seen_ms', now)
-      for _, task_key in ipairs(team_held(board + 5, #KEYS, ARGV[i])) do
-        team_release(task_key, KEYS[board], KEYS[board + 1], KEYS[board + 2], KEYS[board + 4],
+      for _, task_key in ipairs(team_held(held_keys_from, #KEYS, ARGV[i])) do
+        team_release(task_key, ready_key, running_key, counts_key, events_key,
           ARGV[i] .. "'s turn was lost " .. max_attempts .. ' times', now)
         redis.call('HSET', task_key, 'released_from', ARGV[i])
         released = released + 1
       end
-      publish_message(KEYS[1], KEYS[2], 3, 3, 'system', 'lead', 'teammate.error', '',
+      publish_message(bus_key, bus_seq_key, {lead_inbox_key}, 'system', 'lead', 'teammate.error',
+        '',
         ARGV[i] .. ' is ' .. ending .. ' after an error: ' .. err, now)
-      mate_event(KEYS[board + 4], ARGV[i], ending, 'error: ' .. err)
+      mate_event(events_key, ARGV[i], ending, 'error: ' .. err)
     else
       redis.call('HSET', mate, 'attempts', attempts, 'last_seen_ms', now)
-      mate_event(KEYS[board + 4], ARGV[i], 'working', 'rerun ' .. attempts)
+      mate_event(events_key, ARGV[i], 'working', 'rerun ' .. attempts)
       rerun[#rerun + 1] = ARGV[i]
     end
   end

@@ -10,19 +10,31 @@
 -- caller wakes teammates for them), 'unknown' (no such teammate), 'shutdown' (already shut
 -- down; nothing changes) or 'retry' (the running tasks changed since the caller read them: a
 -- claim landed meanwhile; nothing changes, read again).
-local status = redis.call('HGET', KEYS[1], 'status')
+-- uses: core, team, events, messages
+-- access: write
+-- KEYS: mate_key, turn_key, bus_key, bus_seq_key, lead_inbox_key, ready_key, running_key,
+--   counts_key, tokens_key, events_key, held_keys...
+-- ARGV: notice, name
+local mate_key, turn_key, bus_key, bus_seq_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lead_inbox_key, ready_key, running_key, counts_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local tokens_key, events_key = KEYS[9], KEYS[10]
+local held_keys_from = 11  -- KEYS[held_keys_from..]
+local notice, name = ARGV[1], ARGV[2]
+local status = redis.call('HGET', mate_key, 'status')
 if not status then return {'unknown', 0} end
 if status == 'shutdown' then return {'shutdown', 0} end
-if not snapshot_current(KEYS[7], 11, #KEYS) then return {'retry', 0} end
+if not snapshot_current(running_key, held_keys_from, #KEYS) then return {'retry', 0} end
 local now = now_ms()
-redis.call('DEL', KEYS[2])
-local held = team_held(11, #KEYS, ARGV[2])
+redis.call('DEL', turn_key)
+local held = team_held(held_keys_from, #KEYS, name)
 for _, task_key in ipairs(held) do
-  team_release(task_key, KEYS[6], KEYS[7], KEYS[8], KEYS[10], ARGV[2] .. ' was shut down (forced)',
+  team_release(task_key, ready_key, running_key, counts_key, events_key,
+    name .. ' was shut down (forced)',
     now)
 end
-redis.call('HSET', KEYS[1], 'status', 'shutdown', 'turn_token', '', 'idle_reason', '',
+redis.call('HSET', mate_key, 'status', 'shutdown', 'turn_token', '', 'idle_reason', '',
   'attempts', 0, 'last_seen_ms', now)
-publish_message(KEYS[3], KEYS[4], 5, 5, 'system', 'lead', 'teammate.shutdown', '', ARGV[1], now)
-mate_event(KEYS[10], ARGV[2], 'shutdown', 'forced')
+publish_message(bus_key, bus_seq_key, {lead_inbox_key}, 'system', 'lead', 'teammate.shutdown', '',
+  notice, now)
+mate_event(events_key, name, 'shutdown', 'forced')
 return {'ok', #held}

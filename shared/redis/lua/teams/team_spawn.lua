@@ -14,41 +14,54 @@
 -- 'full' (the roster holds max teammates already) or 'retry' (the requests set changed since
 -- the caller read it: read it again); only 'ok' writes. The unread inbox is kept: a re-spawned
 -- teammate still gets the mail sent to it while it was idle or shut down.
-if redis.call('HGET', KEYS[1], 'status') == 'working' then return 'working' end
-if redis.call('SCARD', KEYS[6]) ~= #ARGV - 13 then return 'retry' end
-for i = 14, #ARGV do
-  if redis.call('SISMEMBER', KEYS[6], ARGV[i]) == 0 then return 'retry' end
+-- uses: core, events
+-- access: write
+-- KEYS: mate_key, memory_key, roster_key, roster_version_key, events_key, mate_requests_key,
+--   request_keys...
+-- ARGV: name, role, prompt, model, api_base, queue, max_teammates, first_message, plan_state,
+--   workspace_tools, workspace_dir, mcp, fallbacks, request_ids...
+local mate_key, memory_key, roster_key, roster_version_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local events_key, mate_requests_key = KEYS[5], KEYS[6]
+local request_keys_from = 7  -- KEYS[request_keys_from..]
+local name, role, prompt, model, api_base = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local queue, max_teammates, first_message, plan_state = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local workspace_tools, workspace_dir, mcp, fallbacks = ARGV[10], ARGV[11], ARGV[12], ARGV[13]
+local request_ids_from = 14  -- ARGV[request_ids_from..]
+if redis.call('HGET', mate_key, 'status') == 'working' then return 'working' end
+if redis.call('SCARD', mate_requests_key) ~= #ARGV - request_ids_from + 1 then return 'retry' end
+for i = request_ids_from, #ARGV do
+  if redis.call('SISMEMBER', mate_requests_key, ARGV[i]) == 0 then return 'retry' end
 end
 local now = now_ms()
-if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
-  if redis.call('ZCARD', KEYS[3]) >= tonumber(ARGV[7]) then return 'full' end
-  local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+if not redis.call('ZSCORE', roster_key, name) then
+  if redis.call('ZCARD', roster_key) >= tonumber(max_teammates) then return 'full' end
+  local last = redis.call('ZRANGE', roster_key, -1, -1, 'WITHSCORES')
   local position = 0
   if #last > 0 then position = tonumber(last[2]) + 1 end
-  redis.call('ZADD', KEYS[3], position, ARGV[1])
-  redis.call('INCR', KEYS[4])
-  redis.call('HSET', KEYS[1], 'created_ms', now)
+  redis.call('ZADD', roster_key, position, name)
+  redis.call('INCR', roster_version_key)
+  redis.call('HSET', mate_key, 'created_ms', now)
 end
-for i = 7, #KEYS do
+for i = request_keys_from, #KEYS do
   if redis.call('HGET', KEYS[i], 'status') == 'pending' then
     redis.call('HSET', KEYS[i], 'status', 'expired', 'resolved_ms', now, 'resolved_by', 'system')
-    request_event(KEYS[5], ARGV[i + 7], 'expired',
-      redis.call('HGET', KEYS[i], 'kind') .. ' ' .. ARGV[1] .. ' re-spawned')
+    request_event(events_key, ARGV[i + 7], 'expired',
+      redis.call('HGET', KEYS[i], 'kind') .. ' ' .. name .. ' re-spawned')
   end
 end
-redis.call('DEL', KEYS[6])
-redis.call('DEL', KEYS[2])
-redis.call('RPUSH', KEYS[2], ARGV[8])
+redis.call('DEL', mate_requests_key)
+redis.call('DEL', memory_key)
+redis.call('RPUSH', memory_key, first_message)
 -- The new memory's size record is counted afresh by its first checkpoint (turn_checkpoint.lua);
 -- its message count and its turns start again with it (the prompt is its first message).
-redis.call('HDEL', KEYS[1], 'memory_chars', 'memory_last_user')
-redis.call('HSET', KEYS[1], 'memory_seq', 1, 'turns', 0)
-redis.call('HINCRBY', KEYS[1], 'epoch', 1)
-redis.call('HSET', KEYS[1], 'name', ARGV[1], 'role', ARGV[2], 'prompt', ARGV[3],
-  'model', ARGV[4], 'api_base', ARGV[5], 'queue', ARGV[6], 'status', 'working',
+redis.call('HDEL', mate_key, 'memory_chars', 'memory_last_user')
+redis.call('HSET', mate_key, 'memory_seq', 1, 'turns', 0)
+redis.call('HINCRBY', mate_key, 'epoch', 1)
+redis.call('HSET', mate_key, 'name', name, 'role', role, 'prompt', prompt,
+  'model', model, 'api_base', api_base, 'queue', queue, 'status', 'working',
   'turn_token', '', 'attempts', 0, 'last_seen_ms', now, 'idle_reason', '', 'last_error', '',
-  'worker', '', 'shutdown_request', '', 'plan_state', ARGV[9], 'plan_request', '',
-  'tools', ARGV[10], 'workspace', ARGV[11], 'mcp', ARGV[12], 'fallbacks', ARGV[13],
+  'worker', '', 'shutdown_request', '', 'plan_state', plan_state, 'plan_request', '',
+  'tools', workspace_tools, 'workspace', workspace_dir, 'mcp', mcp, 'fallbacks', fallbacks,
   'answered_model', '', 'fallback_from', '')
-mate_event(KEYS[5], ARGV[1], 'working', 'spawned')
+mate_event(events_key, name, 'working', 'spawned')
 return 'ok'

@@ -5,14 +5,21 @@
 -- Returns {verdict, detail}: 'ok'; 'stale' (the turn was revoked); 'unknown' (no such task);
 -- 'held' (detail: its holder); 'not_ready' (detail: its status); 'reserved' (detail: the
 -- assignee); 'role' (detail: the task's role). Only 'ok' writes.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', ''} end
-local f = redis.call('HMGET', KEYS[3], 'status', 'claimed_by', 'member_id', 'role')
+-- uses: core, team
+-- access: write
+-- KEYS: turn_key, mate_key, task_key, ready_key, running_key, counts_key, tokens_key, events_key
+-- ARGV: token, name
+local turn_key, mate_key, task_key, ready_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local running_key, counts_key, tokens_key, events_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local token, name = ARGV[1], ARGV[2]
+if redis.call('GET', turn_key) ~= token then return {'stale', ''} end
+local f = redis.call('HMGET', task_key, 'status', 'claimed_by', 'member_id', 'role')
 if not f[1] then return {'unknown', ''} end
 if f[1] == 'in_progress' then return {'held', f[2]} end
 if f[1] ~= 'ready' then return {'not_ready', f[1]} end
-if f[3] ~= '' and f[3] ~= ARGV[2] then return {'reserved', f[3]} end
-if not team_task_fits(KEYS[3], ARGV[2], redis.call('HGET', KEYS[2], 'role'), false) then
+if f[3] ~= '' and f[3] ~= name then return {'reserved', f[3]} end
+if not team_task_fits(task_key, name, redis.call('HGET', mate_key, 'role'), false) then
   return {'role', f[4]}
 end
-team_claim(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], ARGV[2], now_ms())
+team_claim(task_key, ready_key, running_key, counts_key, tokens_key, events_key, name, now_ms())
 return {'ok', ''}

@@ -9,27 +9,29 @@
 -- Returns {verdict, detail, ...}: {'ok', '', ready ids...}; 'stale' (the turn was revoked);
 -- 'unknown' (no such task); 'not_yours' (detail: status, then the holder); 'retry' (a task was
 -- added after this one since the caller read its dependents). Only 'ok' writes.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', ''} end
-local f = redis.call('HMGET', KEYS[2], 'status', 'claimed_by', 'start_ms', 'token', 'task_id',
+-- uses: core, tasks, messages
+-- access: write
+-- KEYS: turn_key, task_key, ready_key, running_key, counts_key, events_key, bus_key, bus_seq_key,
+--   lead_inbox_key, dependent_keys...
+-- ARGV: token, name, result, detail, dependents_csv
+local turn_key, task_key, ready_key, running_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local counts_key, events_key, bus_key, bus_seq_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local lead_inbox_key = KEYS[9]
+local dependent_keys_from = 10  -- KEYS[dependent_keys_from..]
+local token, name, result, detail, dependents_csv = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if redis.call('GET', turn_key) ~= token then return {'stale', ''} end
+local f = redis.call('HMGET', task_key, 'status', 'claimed_by', 'start_ms', 'token', 'task_id',
   'dependents')
 if not f[1] then return {'unknown', ''} end
-if f[1] ~= 'in_progress' or f[2] ~= ARGV[2] then return {'not_yours', f[1], f[2] or ''} end
-if (f[6] or '') ~= ARGV[5] then return {'retry', ''} end
+if f[1] ~= 'in_progress' or f[2] ~= name then return {'not_yours', f[1], f[2] or ''} end
+if (f[6] or '') ~= dependents_csv then return {'retry', ''} end
 local now = now_ms()
 local tid = f[5]
-set_status(KEYS[2], KEYS[5], 'completed')
-redis.call('HSET', KEYS[2], 'phase', 'completed', 'detail', ARGV[4], 'percent', 100,
-  'output', ARGV[3], 'error', '', 'duration_ms', now - tonumber(f[3] or now), 'end_ms', now,
-  'last_heartbeat_ms', now, 'updated_ms', now)
-redis.call('SREM', KEYS[4], tid)
+local ready = complete_task(task_key, ready_key, running_key, counts_key,
+  keys_from(dependent_keys_from), result, detail, now - tonumber(f[3] or now), now)
+publish_message(bus_key, bus_seq_key, {lead_inbox_key}, name, 'lead', 'task.result', tid, result,
+  now)
+task_event(events_key, task_key, 'completed', f[4])
 local out = {'ok', ''}
-for i = 10, #KEYS do
-  local left = redis.call('HINCRBY', KEYS[i], 'deps_left', -1)
-  if left <= 0 and redis.call('HGET', KEYS[i], 'status') == 'pending' then
-    make_ready(KEYS[i], KEYS[3], KEYS[5])
-    out[#out + 1] = redis.call('HGET', KEYS[i], 'task_id')
-  end
-end
-publish_message(KEYS[7], KEYS[8], 9, 9, ARGV[2], 'lead', 'task.result', tid, ARGV[3], now)
-task_event(KEYS[6], KEYS[2], 'completed', f[4])
+for _, tid_ready in ipairs(ready) do out[#out + 1] = tid_ready end
 return out

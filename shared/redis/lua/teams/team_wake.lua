@@ -4,8 +4,14 @@
 -- Returns its queue when it was idle (the caller enqueues one turn there), else 0: a working teammate's turn
 -- sees the mail before it ends (turn_end checks the inbox in the same serialized step), and a
 -- shut-down one keeps the mail unread and wakes for nothing.
-if redis.call('HGET', KEYS[1], 'status') ~= 'idle' then return 0 end
-redis.call('HSET', KEYS[1], 'status', 'working', 'idle_reason', '', 'attempts', 0,
+-- uses: core, events
+-- access: write
+-- KEYS: mate_key, events_key
+-- ARGV: name
+local mate_key, events_key = KEYS[1], KEYS[2]
+local name = ARGV[1]
+if redis.call('HGET', mate_key, 'status') ~= 'idle' then return 0 end
+redis.call('HSET', mate_key, 'status', 'working', 'idle_reason', '', 'attempts', 0,
   'last_seen_ms', now_ms())
-mate_event(KEYS[2], ARGV[1], 'working', 'woken')
-return redis.call('HGET', KEYS[1], 'queue')
+mate_event(events_key, name, 'working', 'woken')
+return redis.call('HGET', mate_key, 'queue')

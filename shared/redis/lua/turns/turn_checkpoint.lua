@@ -12,10 +12,19 @@
 -- ARGV[6..] the step's chat messages (JSON), in order.
 -- Returns how many of memory's oldest messages the caps dropped (0 or more) when committed, -1
 -- when the token no longer holds the turn (nothing changes).
+-- uses: core, memory
+-- access: write
+-- KEYS: turn_key, memory_key, offsets_key, mate_key, effects_key
+-- ARGV: token, name, inbox_id, max_messages, max_chars, messages...
+local turn_key, memory_key, offsets_key, mate_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local effects_key = KEYS[5]
+local token, name, inbox_id, max_messages, max_chars = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local messages_from = 6  -- ARGV[messages_from..]
 
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
-local dropped = remember(KEYS[2], KEYS[4], 'memory_', 6, tonumber(ARGV[4]), tonumber(ARGV[5]))
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[2], ARGV[3]) end
-redis.call('DEL', KEYS[5])
-redis.call('HSET', KEYS[4], 'last_seen_ms', now_ms())
+if redis.call('GET', turn_key) ~= token then return -1 end
+local dropped = remember(memory_key, mate_key, 'memory_', messages_from, tonumber(max_messages),
+  tonumber(max_chars))
+if inbox_id ~= '' then redis.call('HSET', offsets_key, name, inbox_id) end
+redis.call('DEL', effects_key)
+redis.call('HSET', mate_key, 'last_seen_ms', now_ms())
 return dropped

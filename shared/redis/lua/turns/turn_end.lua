@@ -26,23 +26,38 @@
 -- read them: read again; nothing changed) or 'more' (no candidate fits it and a lane holds
 -- more than the caller read: read deeper; nothing changed); released: how many tasks went
 -- back to the board (the caller wakes teammates).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {'stale', 0} end
-local name = ARGV[2]
-local last_held = 12 + tonumber(ARGV[7])
-local last_lane = last_held + tonumber(ARGV[8])
-if not snapshot_current(KEYS[9], 13, last_held) then return {'retry', 0} end
-local deeper = lane_heads_current(last_held + 1, last_lane, 9, last_lane + 1)
+-- uses: core, releases, team, events, messages
+-- access: write
+-- KEYS: turn_key, mate_key, inbox_key, offsets_key, bus_key, bus_seq_key, lead_inbox_key,
+--   ready_key, running_key, counts_key, tokens_key, events_key, task_keys...
+-- ARGV: token, name, idle_reason, notice, ending, last_error, held_count, lane_count,
+--   lane_depths...
+-- Every key comes in KEYS, though all share the team's hash tag: built from one prefix here,
+-- key names would be spelled in Lua as well as in shared/keys.py, and a cluster client routes a
+-- script by the keys it declares.
+local turn_key, mate_key, inbox_key, offsets_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local bus_key, bus_seq_key, lead_inbox_key, ready_key = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local running_key, counts_key, tokens_key, events_key = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local task_keys_from = 13  -- KEYS[task_keys_from..]
+local token, name, idle_reason, notice, ending = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local last_error, held_count, lane_count = ARGV[6], ARGV[7], ARGV[8]
+local lane_depths_from = 9  -- ARGV[lane_depths_from..]
+if redis.call('GET', turn_key) ~= token then return {'stale', 0} end
+local last_held = task_keys_from - 1 + tonumber(held_count)
+local last_lane = last_held + tonumber(lane_count)
+if not snapshot_current(running_key, task_keys_from, last_held) then return {'retry', 0} end
+local deeper = lane_heads_current(last_held + 1, last_lane, lane_depths_from, last_lane + 1)
 if deeper == nil then return {'retry', 0} end
-local held = team_held(13, last_held, name)
-local approved = redis.call('HGET', KEYS[2], 'shutdown_request') or ''
+local held = team_held(task_keys_from, last_held, name)
+local approved = redis.call('HGET', mate_key, 'shutdown_request') or ''
 local now = now_ms()
 local released = 0
 
 -- The first candidate it may take (reads only: releases below touch only its held tasks, which
 -- are no candidates). None, with a lane longer than what was read: the caller reads deeper.
 local pick = nil
-if approved == '' and ARGV[5] == '0' and not plan_gated(KEYS[2]) then
-  local role = redis.call('HGET', KEYS[2], 'role')
+if approved == '' and ending == '0' and not plan_gated(mate_key) then
+  local role = redis.call('HGET', mate_key, 'role')
   for i = last_lane + 1, #KEYS do
     if team_task_fits(KEYS[i], name, role, true) then pick = KEYS[i] break end
   end
@@ -56,11 +71,11 @@ local function release_all(reason, mark)
   local back, failed = {}, {}
   for _, task_key in ipairs(held) do
     if mark and note_release(task_key, name, redis.call('HGET', task_key, 'max_releases')) then
-      fail_held(task_key, KEYS[8], KEYS[9], KEYS[10], KEYS[12],
+      fail_held(task_key, ready_key, running_key, counts_key, events_key,
         releases_error(task_key, 'max_task_releases'), now)
       failed[#failed + 1] = task_key
     else
-      team_release(task_key, KEYS[8], KEYS[9], KEYS[10], KEYS[12], reason, now)
+      team_release(task_key, ready_key, running_key, counts_key, events_key, reason, now)
       if mark then redis.call('HSET', task_key, 'released_from', name) end
       back[#back + 1] = task_key
     end
@@ -76,24 +91,25 @@ local function release_all(reason, mark)
       if #after > 10 then named = named .. ' and ' .. (#after - 10) .. ' more' end
       note = note .. '; the tasks after it (' .. named .. ') stay pending'
     end
-    publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'task.failed', f[1], note, now)
+    publish_message(bus_key, bus_seq_key, {lead_inbox_key}, 'system', 'lead', 'task.failed', f[1],
+      note, now)
   end
   return back
 end
 
 if approved ~= '' then
   released = #release_all(name .. ' shut down', false)
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[2], 'status', 'shutdown', 'idle_reason', '', 'turn_token', '',
-    'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
-  publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.shutdown', '',
+  redis.call('DEL', turn_key)
+  redis.call('HSET', mate_key, 'status', 'shutdown', 'idle_reason', '', 'turn_token', '',
+    'attempts', 0, 'last_seen_ms', now, 'last_error', last_error)
+  publish_message(bus_key, bus_seq_key, {lead_inbox_key}, 'system', 'lead', 'teammate.shutdown', '',
     name .. ' shut down (request ' .. approved .. ' approved)', now)
-  mate_event(KEYS[12], name, 'shutdown', approved)
+  mate_event(events_key, name, 'shutdown', approved)
   return {'shutdown', released}
 end
-if ARGV[5] == '0' then
-  local offset = redis.call('HGET', KEYS[4], name) or '0-0'
-  if #redis.call('XRANGE', KEYS[3], '(' .. offset, '+', 'COUNT', 1) > 0 then
+if ending == '0' then
+  local offset = redis.call('HGET', offsets_key, name) or '0-0'
+  if #redis.call('XRANGE', inbox_key, '(' .. offset, '+', 'COUNT', 1) > 0 then
     return {'continue', 0}
   end
   local unreminded = {}
@@ -104,7 +120,8 @@ if ARGV[5] == '0' then
   end
   if #unreminded > 0 then
     for _, task_key in ipairs(held) do redis.call('HSET', task_key, 'reminded', '1') end
-    publish_message(KEYS[5], KEYS[6], 3, 3, 'system', name, 'task.reminder', unreminded[1],
+    publish_message(bus_key, bus_seq_key, {inbox_key}, 'system', name, 'task.reminder',
+      unreminded[1],
       'You still hold ' .. table.concat(unreminded, ', ') .. '. Finish it and call '
       .. 'complete_task(task_id, result), or say why you cannot: if your turn ends again '
       .. 'without that, it goes back to the team task board.', now)
@@ -120,22 +137,25 @@ if ARGV[5] == '0' then
       note = note .. '; it is reserved for ' .. name .. ', so only ' .. name .. ' or a new '
         .. 'assignee takes it'
     end
-    publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'task.released', f[1], note, now)
+    publish_message(bus_key, bus_seq_key, {lead_inbox_key}, 'system', 'lead', 'task.released',
+      f[1], note, now)
   end
   if pick then
-    local tid = team_claim(pick, KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], name, now)
-    publish_message(KEYS[5], KEYS[6], 3, 3, 'system', name, 'task.assigned', tid,
+    local tid = team_claim(pick, ready_key, running_key, counts_key, tokens_key, events_key, name,
+      now)
+    publish_message(bus_key, bus_seq_key, {inbox_key}, 'system', name, 'task.assigned', tid,
       team_task_text(pick), now)
     return {'continue', released}
   end
-elseif ARGV[5] == 'budget' then
-  released = #release_all(name .. ' stopped: ' .. ARGV[6], false)
+elseif ending == 'budget' then
+  released = #release_all(name .. ' stopped: ' .. last_error, false)
 else
-  released = #release_all(name .. "'s turn failed: " .. ARGV[6], true)
+  released = #release_all(name .. "'s turn failed: " .. last_error, true)
 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[2], 'status', 'idle', 'idle_reason', ARGV[3], 'turn_token', '',
-  'attempts', 0, 'last_seen_ms', now, 'last_error', ARGV[6])
-publish_message(KEYS[5], KEYS[6], 7, 7, 'system', 'lead', 'teammate.idle', '', ARGV[4], now)
-mate_event(KEYS[12], name, 'idle', ARGV[3])
+redis.call('DEL', turn_key)
+redis.call('HSET', mate_key, 'status', 'idle', 'idle_reason', idle_reason, 'turn_token', '',
+  'attempts', 0, 'last_seen_ms', now, 'last_error', last_error)
+publish_message(bus_key, bus_seq_key, {lead_inbox_key}, 'system', 'lead', 'teammate.idle', '',
+  notice, now)
+mate_event(events_key, name, 'idle', idle_reason)
 return {'idle', released}

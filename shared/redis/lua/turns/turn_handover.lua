@@ -3,9 +3,16 @@
 -- the caller enqueues the next turn, which reconcile leaves alone while it waits in its queue.
 -- KEYS[1] the turn key, KEYS[2] the mate hash, KEYS[3] the team's events stream.
 -- ARGV[1] token, ARGV[2] teammate name.
--- Returns 1 when handed over, 0 when the token no longer holds the turn (nothing changes).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[2], 'turn_token', '', 'last_seen_ms', now_ms())
-mate_event(KEYS[3], ARGV[2], 'working', 'handed over')
-return 1
+-- Returns 'ok' when handed over, 'stale' when the token no longer holds the turn (nothing
+-- changes).
+-- uses: core, events
+-- access: write
+-- KEYS: turn_key, mate_key, events_key
+-- ARGV: token, name
+local turn_key, mate_key, events_key = KEYS[1], KEYS[2], KEYS[3]
+local token, name = ARGV[1], ARGV[2]
+if redis.call('GET', turn_key) ~= token then return 'stale' end
+redis.call('DEL', turn_key)
+redis.call('HSET', mate_key, 'turn_token', '', 'last_seen_ms', now_ms())
+mate_event(events_key, name, 'working', 'handed over')
+return 'ok'

@@ -12,16 +12,21 @@
 -- or `--new` begins another), at (the messages committed since the memory began; a memory older
 -- than that count has its length), detail.
 -- Returns the turn's number, -1 when the token no longer holds the fence (nothing written).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return -1 end
+-- access: write
+-- KEYS: fence_key, memory_key, size_key, turns_key
+-- ARGV: token, prefix, kind, detail, max_entries
+local fence_key, memory_key, size_key, turns_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, prefix, kind, detail, max_entries = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+if redis.call('GET', fence_key) ~= token then return -1 end
 local turn
-if ARGV[3] == 'begin' then
-  turn = redis.call('HINCRBY', KEYS[3], 'turns', 1)
+if kind == 'begin' then
+  turn = redis.call('HINCRBY', size_key, 'turns', 1)
 else
-  turn = tonumber(redis.call('HGET', KEYS[3], 'turns') or '0')
+  turn = tonumber(redis.call('HGET', size_key, 'turns') or '0')
 end
-local f = redis.call('HMGET', KEYS[3], ARGV[2] .. 'seq', 'epoch')
+local f = redis.call('HMGET', size_key, prefix .. 'seq', 'epoch')
 local at = f[1]
-if not at then at = redis.call('LLEN', KEYS[2]) end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'kind', ARGV[3], 'turn', turn,
-  'epoch', f[2] or '0', 'at', at, 'detail', ARGV[4])
+if not at then at = redis.call('LLEN', memory_key) end
+redis.call('XADD', turns_key, 'MAXLEN', '~', max_entries, '*', 'kind', kind, 'turn', turn,
+  'epoch', f[2] or '0', 'at', at, 'detail', detail)
 return turn

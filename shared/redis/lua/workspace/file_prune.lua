@@ -8,20 +8,27 @@
 -- ARGV[1] how long a deleted path's record is kept (ms), ARGV[2] most records dropped,
 -- ARGV[3] the bytes counted per path besides the path itself (file_save.lua's ARGV[11]).
 -- Returns {dropped, left}: records dropped, and records past their keep still in the index.
-local cutoff = now_ms() - tonumber(ARGV[1])
-local paths = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', cutoff, 'LIMIT', 0, tonumber(ARGV[2]))
+-- uses: core
+-- access: write
+-- KEYS: files_key, versions_key, info_key, deletions_key
+-- ARGV: keep_ms, max_dropped, record_bytes
+local files_key, versions_key, info_key, deletions_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local keep_ms, max_dropped, record_bytes = ARGV[1], ARGV[2], ARGV[3]
+local cutoff = now_ms() - tonumber(keep_ms)
+local paths = redis.call('ZRANGEBYSCORE', deletions_key, '-inf', cutoff, 'LIMIT', 0,
+  tonumber(max_dropped))
 if #paths == 0 then return {0, 0} end
-local info = redis.call('HMGET', KEYS[3], 'bytes', 'floor')
+local info = redis.call('HMGET', info_key, 'bytes', 'floor')
 local kept, floor = tonumber(info[1] or '0'), tonumber(info[2] or '0')
-local record = tonumber(ARGV[3])
+local record = tonumber(record_bytes)
 for _, path in ipairs(paths) do
   -- A put takes its path out of the index; a path that holds a file is not deleted anyway.
-  if redis.call('HEXISTS', KEYS[1], path) == 0 then
-    floor = math.max(floor, tonumber(redis.call('HGET', KEYS[2], path) or '0'))
-    redis.call('HDEL', KEYS[2], path)
+  if redis.call('HEXISTS', files_key, path) == 0 then
+    floor = math.max(floor, tonumber(redis.call('HGET', versions_key, path) or '0'))
+    redis.call('HDEL', versions_key, path)
     kept = kept - (2 * #path + record)
   end
-  redis.call('ZREM', KEYS[4], path)
+  redis.call('ZREM', deletions_key, path)
 end
-redis.call('HSET', KEYS[3], 'bytes', math.max(kept, 0), 'floor', floor)
-return {#paths, redis.call('ZCOUNT', KEYS[4], '-inf', cutoff)}
+redis.call('HSET', info_key, 'bytes', math.max(kept, 0), 'floor', floor)
+return {#paths, redis.call('ZCOUNT', deletions_key, '-inf', cutoff)}

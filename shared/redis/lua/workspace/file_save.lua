@@ -26,65 +26,76 @@
 -- (0: the fence is lost); rev is the workspace's after the call (a writer whose last known rev is
 -- one less saw every save); old and deleted count the deleted records past their keep and in all,
 -- for the caller to drop (file_prune.lua).
-local path, seen, op = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- uses: core
+-- access: write
+-- KEYS: files_key, versions_key, info_key, fence_key, blob_key, old_blob_key, deletions_key
+-- ARGV: path, seen, op, blob_id, old_blob_id, max_file_bytes, max_workspace_bytes, max_files,
+--   fence, token, record_bytes, keep_ms
+local files_key, versions_key, info_key, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local blob_key, old_blob_key, deletions_key = KEYS[5], KEYS[6], KEYS[7]
+local path, seen, op, blob_id, old_blob_id = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local max_file_bytes, max_workspace_bytes, max_files, fence = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
+local token, record_bytes, keep_ms = ARGV[10], ARGV[11], ARGV[12]
+local path, seen, op = path, tonumber(seen), op
 local function answer(verdict, version, rev)
-  local old = redis.call('ZCOUNT', KEYS[7], '-inf', now_ms() - tonumber(ARGV[12]))
-  return {verdict, version, rev, old, redis.call('ZCARD', KEYS[7])}
+  local old = redis.call('ZCOUNT', deletions_key, '-inf', now_ms() - tonumber(keep_ms))
+  return {verdict, version, rev, old, redis.call('ZCARD', deletions_key)}
 end
 local function refused(verdict, version, rev)
-  if op == 'put' then redis.call('DEL', KEYS[5]) end
+  if op == 'put' then redis.call('DEL', blob_key) end
   return answer(verdict, version, rev)
 end
-local fence, token = ARGV[9], ARGV[10]
+local fence, token = fence, token
 if fence == 'task' then
-  local current = redis.call('HMGET', KEYS[4], 'token', 'status')
+  local current = redis.call('HMGET', fence_key, 'token', 'status')
   if current[1] ~= token or token == '0' or current[2] ~= 'in_progress' then
     return refused('stale', 0, 0)
   end
 elseif fence == 'turn' then
-  if redis.call('GET', KEYS[4]) ~= token then return refused('stale', 0, 0) end
+  if redis.call('GET', fence_key) ~= token then return refused('stale', 0, 0) end
 end
-local recorded = redis.call('HGET', KEYS[2], path)
+local recorded = redis.call('HGET', versions_key, path)
 local version = tonumber(recorded or '0')
-local info = redis.call('HMGET', KEYS[3], 'rev', 'bytes', 'floor')
+local info = redis.call('HMGET', info_key, 'rev', 'bytes', 'floor')
 local rev, kept, floor = tonumber(info[1] or '0'), tonumber(info[2] or '0'), tonumber(info[3] or '0')
-local current = redis.call('HGET', KEYS[1], path) or ''
+local current = redis.call('HGET', files_key, path) or ''
 -- The blob the caller read beforehand must still be the file's; then what the writer saw.
-if current ~= ARGV[5] or (seen == 0 and current ~= '') or (seen ~= 0 and version ~= seen) then
+if current ~= old_blob_id or (seen == 0 and current ~= '') or (seen ~= 0 and version ~= seen) then
   return refused('conflict', version, rev)
 end
 if op == 'delete' and current == '' then return answer('saved', version, rev) end  -- no file
-if op == 'put' and redis.call('EXISTS', KEYS[5]) == 0 then return answer('expired', version, rev) end
-local path_bytes = 2 * #path + tonumber(ARGV[11])
+if op == 'put' and redis.call('EXISTS', blob_key) == 0 then return answer('expired', version,
+  rev) end
+local path_bytes = 2 * #path + tonumber(record_bytes)
 local old_cost = 0
 if current ~= '' then
-  old_cost = redis.call('STRLEN', KEYS[6]) + path_bytes
-elseif recorded and redis.call('ZSCORE', KEYS[7], path) then
+  old_cost = redis.call('STRLEN', old_blob_key) + path_bytes
+elseif recorded and redis.call('ZSCORE', deletions_key, path) then
   old_cost = path_bytes
 end
 local new_bytes = 0
-if op == 'put' then new_bytes = redis.call('STRLEN', KEYS[5]) end
-if new_bytes > tonumber(ARGV[6]) then return refused('file_too_big', version, rev) end
-if current == '' and redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[8]) then
+if op == 'put' then new_bytes = redis.call('STRLEN', blob_key) end
+if new_bytes > tonumber(max_file_bytes) then return refused('file_too_big', version, rev) end
+if current == '' and redis.call('HLEN', files_key) >= tonumber(max_files) then
   return refused('too_many_files', version, rev)
 end
 local new_cost = new_bytes + path_bytes  -- a put's file, or a delete's record
 local total = math.max(kept - old_cost + new_cost, 0)
-if new_cost > old_cost and total > tonumber(ARGV[7]) then
+if new_cost > old_cost and total > tonumber(max_workspace_bytes) then
   return refused('workspace_full', version, rev)
 end
 local next_version = (recorded and version or floor) + 1
-redis.call('HSET', KEYS[2], path, next_version)
+redis.call('HSET', versions_key, path, next_version)
 if op == 'put' then
-  redis.call('PERSIST', KEYS[5])
-  inherit_ttl(KEYS[5], KEYS[2])
-  redis.call('HSET', KEYS[1], path, ARGV[4])
-  redis.call('ZREM', KEYS[7], path)
+  redis.call('PERSIST', blob_key)
+  inherit_ttl(blob_key, versions_key)
+  redis.call('HSET', files_key, path, blob_id)
+  redis.call('ZREM', deletions_key, path)
 else
-  redis.call('HDEL', KEYS[1], path)
-  redis.call('ZADD', KEYS[7], now_ms(), path)
-  inherit_ttl(KEYS[7], KEYS[2])
+  redis.call('HDEL', files_key, path)
+  redis.call('ZADD', deletions_key, now_ms(), path)
+  inherit_ttl(deletions_key, versions_key)
 end
-if ARGV[5] ~= '' then redis.call('DEL', KEYS[6]) end
-redis.call('HSET', KEYS[3], 'bytes', total, 'rev', rev + 1)
+if old_blob_id ~= '' then redis.call('DEL', old_blob_key) end
+redis.call('HSET', info_key, 'bytes', total, 'rev', rev + 1)
 return answer('saved', next_version, rev + 1)
