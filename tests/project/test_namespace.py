@@ -27,7 +27,10 @@ def user_project(root: Path, queue: str) -> Path:
     (root / "coordinator.py").write_text(TRAP.format(name="coordinator.py"))
     (root / "shared").mkdir()
     (root / "shared" / "__init__.py").write_text(TRAP.format(name="shared/"))
-    (root / "team.toml").write_text(f'[[members]]\nid = "m1"\nqueue = "{queue}"\n')
+    # Every job of the run goes to `queue`, so only the worker this test starts can take them.
+    (root / "team.toml").write_text(f'[[members]]\nid = "m1"\nqueue = "{queue}"\n'
+                                    f'[planner]\nqueue = "{queue}"\n'
+                                    f'[synthesizer]\nqueue = "{queue}"\n')
     return root
 
 
