@@ -32,8 +32,8 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.roster import write_roster
 from teamctl.shared.task_records import TaskSpec
-from teamctl.shared.workspace_caps import FileCaps
-from teamctl.shared.workspace_files import SaveVerdict, WorkspaceFiles
+from teamctl.shared.workspace.caps import FileCaps
+from teamctl.shared.workspace.redis_files import SaveVerdict, WorkspaceFiles
 
 from bench.bench_team_board import idle_team
 from bench.figures import BenchFigure, print_figures

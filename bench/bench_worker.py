@@ -1,15 +1,15 @@
-"""Worker benchmark: per-task overhead of `teamctl.worker.jobs.run_task` (claim, dispatch input,
-one call to a zero-latency scripted model through litellm, fenced complete, result message) against
-a bare RQ no-op job on the same worker, measured in the same run, on the documented worker
-(RQ's forking worker preloaded by `-c teamctl.worker.settings`); then both again on the
-experimental `-w teamctl.worker.warm_fork.WarmForkWorker` (forks and warms each job's process
-ahead), on a bare `rq worker members` (no preload) to show what the preload saves, and on a
-preloaded SimpleWorker (no fork per job). Queued jobs show throughput; paced ones, sent one at a
-time to an idle worker, show what a job costs when the worker had time to prepare for it.
-The documented worker also runs each round's tasks against the same scripted model served over
-HTTPS (a self-signed certificate made for the run, trusted through SSL_CERT_FILE with verification
-on, in a bundle with certifi's CAs as a provider's client would load): every forked job opens its
-own TLS connection, so it pays a handshake per task.
+"""Worker benchmark: per-task overhead of `teamctl.worker.jobs.run_task` (claim, dispatch input, one
+call to a zero-latency scripted model through litellm, fenced complete, result message) against a
+bare RQ no-op job on the same worker, measured in the same run, on the documented worker (RQ's
+forking worker preloaded by `-c teamctl.worker.settings`); then both again on the experimental `-w
+teamctl.worker.experimental.warm_fork.WarmForkWorker` (forks and warms each job's process ahead), on
+a bare `rq worker members` (no preload) to show what the preload saves, and on a preloaded
+SimpleWorker (no fork per job). Queued jobs show throughput; paced ones, sent one at a time to an
+idle worker, show what a job costs when the worker had time to prepare for it. The documented worker
+also runs each round's tasks against the same scripted model served over HTTPS (a self-signed
+certificate made for the run, trusted through SSL_CERT_FILE with verification on, in a bundle with
+certifi's CAs as a provider's client would load): every forked job opens its own TLS connection, so
+it pays a handshake per task.
 
 Run: .venv/bin/python -m bench.bench_worker
 It starts its own redis-server, model server and workers, and stops each by its pid.
@@ -41,6 +41,7 @@ from teamctl.coordinator.local_workers.processes import (
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.clock import now_ms
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV
 from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.options import RunOptions
@@ -48,16 +49,15 @@ from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
-from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
 from bench import failed
 from bench.figures import BenchFigure
 from tests.support.llm import ScriptedLLM
 
 QUEUE = "members"
-WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
+WARM_FORK = "teamctl.worker.experimental.warm_fork.WarmForkWorker"
 """The experimental worker class that forks and warms each job's process ahead (not the default:
-see worker/warm_fork.py)."""
+see worker/experimental/warm_fork.py)."""
 PACE_S = 0.1
 """Paced jobs: one at a time, each enqueued this long after the last finished (an idle worker)."""
 RATIO_GOAL = 1.5

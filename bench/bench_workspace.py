@@ -20,11 +20,11 @@ from pathlib import Path
 
 import redis
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.workspace_files import WorkspaceFiles
+from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.mirror import WorkspaceMirror
+from teamctl.shared.workspace.redis_files import WorkspaceFiles
+from teamctl.shared.workspace.tools import add_workspace_tools
 
 from bench import private_redis
 from bench.figures import BenchFigure, print_figures

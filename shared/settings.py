@@ -3,7 +3,7 @@
 The CLI builds it once per command and the RQ job entry point once per job; everything below
 them receives it (or the one field it needs) as an argument, and nothing else reads the
 environment for configuration. Process plumbing stays where it is: the parent-pid watch
-(shared/parent_watch.py), the worker's preload marker (worker/jobs.py), RQ's own `RQ_*`
+(shared/process/parent_watch.py), the worker's preload marker (worker/jobs.py), RQ's own `RQ_*`
 variables and litellm's cost-map switch (shared/agent/llm.py).
 """
 
@@ -23,7 +23,12 @@ from pydantic import (
     model_validator,
 )
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.limits_config import LIMITER_OFF, LIMITS_FORMAT, ModelLimit, parse_limits
+from teamctl.shared.providers.limits_config import (
+    LIMITER_OFF,
+    LIMITS_FORMAT,
+    ModelLimit,
+    parse_limits,
+)
 from teamctl.shared.text import shorten
 
 PROVIDER_KEY_SUFFIX = "_API_KEY"
@@ -85,8 +90,9 @@ class Settings(BaseModel):
     otel_service_name: str | None = Field(None, validation_alias="OTEL_SERVICE_NAME")
     """The service the spans of this process name; each kind of process has its default."""
     limits: str | None = Field(None, validation_alias="TEAMCTL_LIMITS")
-    """Provider limits this worker knows of, `MODEL=rpm:N,tpm:N;...` (shared/limits_config.py):
-    the lowest of these, the team file's and what providers announce applies."""
+    """Provider limits this worker knows of, `MODEL=rpm:N,tpm:N;...`
+    (shared/providers/limits_config.py): the lowest of these, the team file's and what providers
+    announce applies."""
     provider_keys: frozenset[str] = frozenset()
     """The names (never the values) of the `*_API_KEY` variables that are set: litellm reads
     the keys itself, teamctl only needs to know which providers have one."""

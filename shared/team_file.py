@@ -30,7 +30,7 @@ from teamctl.shared.agent.model_names import Fallbacks
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, clash, is_python_tool
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import QUEUE_RULE, RESERVED_MEMBER_IDS, is_safe_id, normalize_id
-from teamctl.shared.limits_config import ModelLimit
+from teamctl.shared.providers.limits_config import ModelLimit
 from teamctl.shared.runs.options import RunOptions, refuse_removed_options
 from teamctl.shared.teams.options import TeamOptions
 
@@ -147,7 +147,7 @@ class TeamFile(BaseModel):
     """Options of a persistent team made from this file (`teamctl team create --file`)."""
     limits: dict[str, ModelLimit] = Field(default_factory=dict)
     """Provider limits per model string (`[limits."openai/gpt-4o-mini"] rpm = 500`), for every
-    worker that calls the model for this run or team (shared/limits_config.py)."""
+    worker that calls the model for this run or team (shared/providers/limits_config.py)."""
 
     @field_validator("team_id")
     @classmethod

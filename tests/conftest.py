@@ -19,8 +19,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from rq import Queue, Worker
 from teamctl.coordinator.local_workers.pool import WorkerPool
 from teamctl.coordinator.local_workers.processes import LocalWorkers
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV
 from teamctl.shared.redis.embedded import throwaway_redis
-from teamctl.shared.worker_fork import FORK_SERVER_ENV
 
 from tests.support.hosts import TwoHosts, network_namespaces
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, marked_env

@@ -13,10 +13,10 @@ import socket
 import sys
 
 from teamctl.shared.errors import TeamError
+from teamctl.shared.process.worker_registry import dead_here
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import load_settings
 from teamctl.shared.teams.teammates import DEFAULT_QUEUE
-from teamctl.shared.worker_registry import dead_here
 
 OUTAGE_S = 2.0
 """How long a query retries through a lost connection: a health check is rerun, not waited out."""

@@ -12,8 +12,8 @@ from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
-from teamctl.shared.provider_limits import worker_limits
+from teamctl.shared.process.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
+from teamctl.shared.providers.limits import worker_limits
 from teamctl.shared.redis.connection import client_from_url, same_server, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings

@@ -1,28 +1,28 @@
 """RQ settings module that makes an `rq worker` a complete teamctl worker, and preloads it.
 
 `RQ_CONFIG=teamctl.worker.settings rq worker` (or `teamctl worker`) is all a worker needs: before
-the preload, this module gives RQ teamctl's worker and connection classes (worker/rq_bootstrap.py:
-a Redis restart or failover is ridden out for redis_outage_s, then the worker exits) and the Redis
-teamctl uses (REDIS_URL, else the embedded server of this user and TEAMCTL_STATE_DIR); with no
-queue named it serves `members`. A worker started by a `teamctl run` that is already gone exits
-before its preload, and one whose run goes later stops after its job (shared/parent_watch.py).
-Every log record, RQ's own included, goes to stderr through one handler that makes the line
-printable (shared/log_lines.py).
+the preload, this module gives RQ teamctl's worker and connection classes (worker/rq_bootstrap.py: a
+Redis restart or failover is ridden out for redis_outage_s, then the worker exits) and the Redis
+teamctl uses (REDIS_URL, else the embedded server of this user and TEAMCTL_STATE_DIR); with no queue
+named it serves `members`. A worker started by a `teamctl run` that is already gone exits before its
+preload, and one whose run goes later stops after its job (shared/process/parent_watch.py). Every
+log record, RQ's own included, goes to stderr through one handler that makes the line printable
+(shared/process/log_lines.py).
 
 RQ's forking worker imports job modules inside every forked child; importing litellm here, in the
 parent, means each child inherits it instead of paying a ~3 s import per task. The warm-up also
-moves litellm's lazy first-call work (~400 ms, its success path included) into the parent, and
-the prompt templates, tool schemas and Lua sources are prepared here once, and the MCP SDK's
-client is imported (its sessions are per attempt: see shared/agent/mcp_tools.py). An experimental
-worker class, `-w teamctl.worker.warm_fork.WarmForkWorker`, also forks each job's process ahead
-(warm_fork.py).
+moves litellm's lazy first-call work (~400 ms, its success path included) into the parent, and the
+prompt templates, tool schemas and Lua sources are prepared here once, and the MCP SDK's client is
+imported (its sessions are per attempt: see shared/agent/mcp_tools.py). An experimental worker
+class, `-w teamctl.worker.experimental.warm_fork.WarmForkWorker`, also forks each job's process
+ahead (warm_fork.py).
 """
 
 import gc
 import os
 
-from teamctl.shared.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
-from teamctl.shared.parent_watch import exit_if_parent_gone, watch_parent
+from teamctl.shared.process.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
+from teamctl.shared.process.parent_watch import exit_if_parent_gone, watch_parent
 from teamctl.shared.redis.connection import OutageTolerantRedis
 from teamctl.shared.settings import load_settings
 from teamctl.worker.process_privacy import keep_environment_private

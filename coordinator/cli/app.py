@@ -179,7 +179,7 @@ class LazyGroup(click.Group):
         """Run the command line; at exit, the objects that exist then are frozen first, so the
         interpreter's last collection skips them: it walked every object the imports made
         (pydantic's models above all), ~40 ms of a 0.2 s verb, for memory the OS reclaims."""
-        from teamctl.shared.log_lines import CLI_FORMAT, log_to_stderr
+        from teamctl.shared.process.log_lines import CLI_FORMAT, log_to_stderr
 
         atexit.unregister(gc.freeze)  # once per process, however often main runs (tests)
         atexit.register(gc.freeze)

@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from teamctl.shared.agent.workspace_mirror import syncable
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_files import RunFiles
 from teamctl.shared.task_records import TaskState
+from teamctl.shared.workspace.mirror import syncable
 
 
 class Ai4jTask(BaseModel):

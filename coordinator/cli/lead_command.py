@@ -57,9 +57,9 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
     from teamctl.coordinator.teams.lead import LeadAgent
     from teamctl.coordinator.teams.repl import LeadRepl, Watcher, show_step
     from teamctl.shared.agent.llm import LitellmClient
-    from teamctl.shared.hosts import this_host
     from teamctl.shared.lease import LeadLease
-    from teamctl.shared.provider_limits import worker_limits
+    from teamctl.shared.process.hosts import this_host
+    from teamctl.shared.providers.limits import worker_limits
     from teamctl.shared.runs.run_config import (
         checked_api_base,
         checked_fallback_flags,
@@ -67,7 +67,7 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
     )
     from teamctl.shared.teams.teammates import team_workspace
     from teamctl.shared.tracing import CLI_SERVICE, tracing_from_settings
-    from teamctl.shared.workspace_files import choose_store
+    from teamctl.shared.workspace.redis_files import choose_store
 
     tracing = tracing_from_settings(settings, CLI_SERVICE)  # a config error before any write
     url = resolve_redis_url(redis_url, settings)

@@ -37,7 +37,7 @@ from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.bus import LEAD
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.hosts import this_host
+from teamctl.shared.process.hosts import this_host
 from teamctl.shared.redis.choice import attach_redis_url, is_embedded, resolve_redis_url
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.settings import Settings
@@ -54,7 +54,7 @@ from teamctl.shared.teams.teammates import (
 )
 from teamctl.shared.text import clock_text, counted, one_line
 from teamctl.shared.tracing import CLI_SERVICE, Span, tracing_from_settings
-from teamctl.shared.workspace_files import choose_store
+from teamctl.shared.workspace.redis_files import choose_store
 
 if TYPE_CHECKING:
     from teamctl.shared.agent.replies import Usage

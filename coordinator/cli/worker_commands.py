@@ -30,7 +30,7 @@ def list_workers_command(redis_url: str, as_json: bool, settings: Settings) -> N
     """Every registered worker (host, pid, state, current job, queues, and the local pool's
     environment it belongs to, if any); the table has one row per queue a worker serves."""
     from rq import Worker
-    from teamctl.shared.worker_registry import dead_here
+    from teamctl.shared.process.worker_registry import dead_here
 
     pool = {w.pid: w for w in local_pool(settings).live()}
     registered = Worker.all(connection=connect(redis_url, decode=False))

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from teamctl.shared.private_files import write_private
+from teamctl.shared.process.private_files import write_private
 
 WORKING_DIRECTORY = "working directory"
 """The entry for the directory a worker starts in: RQ puts it first on sys.path (Python tools)."""

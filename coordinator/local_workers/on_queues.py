@@ -14,9 +14,9 @@ from teamctl.coordinator.local_workers.pool import PoolWorker, WorkerPool, redis
 from teamctl.coordinator.local_workers.processes import STOP_TIMEOUT_S
 from teamctl.coordinator.local_workers.worker_hints import START_GRACE_S, StartedWorker
 from teamctl.shared.errors import InfraError
+from teamctl.shared.process.worker_registry import listening_workers, registered_here
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.text import counted
-from teamctl.shared.worker_registry import listening_workers, registered_here
 
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings

@@ -16,17 +16,17 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from teamctl.coordinator.local_workers.processes import STOP_TIMEOUT_S, start_worker, worker_env
-from teamctl.shared.parent_watch import PARENT_PID_ENV
-from teamctl.shared.private_files import (
+from teamctl.shared.process.parent_watch import PARENT_PID_ENV
+from teamctl.shared.process.pids import (
+    executable,
+    process_start_ticks,
+    still_running,
+)
+from teamctl.shared.process.private_files import (
     checked_private_dir,
     private_dir,
     private_opener,
     write_private,
-)
-from teamctl.shared.processes import (
-    executable,
-    process_start_ticks,
-    still_running,
 )
 
 DEFAULT_POOL_SIZE = 2

@@ -16,11 +16,11 @@ from typing import IO, Protocol
 
 from teamctl.coordinator.local_workers.worker_hints import StartedWorker
 from teamctl.shared.errors import Interrupted
-from teamctl.shared.parent_watch import PARENT_PID_ENV
-from teamctl.shared.private_files import private_dir, private_opener
-from teamctl.shared.processes import process_start_ticks
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, spawn
+from teamctl.shared.process.parent_watch import PARENT_PID_ENV
+from teamctl.shared.process.pids import process_start_ticks
+from teamctl.shared.process.private_files import private_dir, private_opener
 from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
-from teamctl.shared.worker_fork import FORK_SERVER_ENV, spawn
 
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0
@@ -79,7 +79,7 @@ class WorkerProcess(Protocol):
 def start_worker(rq_args: list[str], env: dict[str, str], log_file: IO[bytes], *,
                  new_session: bool = False) -> WorkerProcess:
     """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the fork server the
-    environment names (worker/fork_server.py), else executed."""
+    environment names (worker/for_the_suite/fork_server.py), else executed."""
     socket_path = env.get(FORK_SERVER_ENV)
     if socket_path:
         return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import redis
-from teamctl.shared.processes import same_process_alive
+from teamctl.shared.process.pids import same_process_alive
+from teamctl.shared.process.worker_registry import listening_workers
 from teamctl.shared.text import counted
-from teamctl.shared.worker_registry import listening_workers
 
 START_GRACE_S = 120.0
 """How long workers this command started may take to register before the plain hint: a cold

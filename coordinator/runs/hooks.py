@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 from teamctl.shared.envelopes import Envelope, SystemType
 from teamctl.shared.errors import ConfigError
+from teamctl.shared.process.user_code import import_user_module
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.output import MemberResult, SynthesisResult
 from teamctl.shared.task_records import Plan, TaskState
 from teamctl.shared.team_file import Member
-from teamctl.shared.user_code import import_user_module
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from teamctl.coordinator.local_workers.on_queues import Note, ensure_pool, retir
 from teamctl.coordinator.local_workers.pool import DEFAULT_POOL_SIZE
 from teamctl.coordinator.local_workers.worker_hints import StartingWorkers
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.private_files import private_dir
+from teamctl.shared.process.private_files import private_dir
+from teamctl.shared.process.worker_registry import listening_workers
 from teamctl.shared.redis.connection import connect, set_outage
-from teamctl.shared.worker_registry import listening_workers
 
 if TYPE_CHECKING:
     import redis
@@ -49,7 +49,7 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     from teamctl.shared.runs.run_config import choose_models
     from teamctl.shared.runs.run_refs import check_new_run_id
     from teamctl.shared.tracing import check_tracing
-    from teamctl.shared.workspace_files import choose_store
+    from teamctl.shared.workspace.redis_files import choose_store
 
     if not objective.strip():
         raise ConfigError("the objective is empty: pass what the team should do")

@@ -29,9 +29,9 @@ from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError, InfraError, ModelError, RunFailed
-from teamctl.shared.hosts import this_host
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.private_files import private_dir
+from teamctl.shared.process.hosts import this_host
+from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.runs.output import RunResult, SynthesisResult
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
@@ -42,7 +42,7 @@ from teamctl.shared.task_records import Plan, TaskStatus
 from teamctl.shared.team_file import TeamFile
 from teamctl.shared.text import shorten
 from teamctl.shared.tracing import NO_SPAN, Span
-from teamctl.shared.workspace_caps import WorkspaceStore
+from teamctl.shared.workspace.caps import WorkspaceStore
 
 ENDING_NOTICE = {RunStatus.COMPLETED: SystemType.RUN_COMPLETE,
                  RunStatus.FAILED: SystemType.RUN_FAILED,

@@ -30,14 +30,11 @@ from teamctl.shared.agent.prompts import render
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.agent.tools import Toolbox
 from teamctl.shared.agent.tracing_caller import TracingCaller
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.bus import LEAD
 from teamctl.shared.errors import BudgetSpent, RunFailed
 from teamctl.shared.lease import LeadLease
-from teamctl.shared.private_files import private_dir
-from teamctl.shared.provider_limits import CallScope
+from teamctl.shared.process.private_files import private_dir
+from teamctl.shared.providers.limits import CallScope
 from teamctl.shared.teams.inbox import unread_batch
 from teamctl.shared.teams.team_base import BudgetSpent as TeamBudgetSpent
 from teamctl.shared.teams.team_fallbacks import team_caller
@@ -46,7 +43,10 @@ from teamctl.shared.teams.teammates import IdleReason
 from teamctl.shared.teams.transcripts import mark_turn
 from teamctl.shared.text import shorten
 from teamctl.shared.tracing import NO_TRACING, Span, Tracing
-from teamctl.shared.workspace_files import Fence, WorkspaceFiles
+from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.mirror import WorkspaceMirror
+from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
+from teamctl.shared.workspace.tools import add_workspace_tools
 
 log = logging.getLogger(__name__)
 

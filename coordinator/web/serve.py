@@ -12,7 +12,7 @@ import uvicorn
 from teamctl.coordinator.web.access import COOKIE_NAME, TOKEN_PARAM
 from teamctl.coordinator.web.app import DashboardConfig, create_app
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.hosts import is_loopback_host
+from teamctl.shared.process.hosts import is_loopback_host
 from teamctl.shared.redis.connection import SentinelURL, connect
 
 

@@ -1,1 +1,1 @@
-"""One agent's parts, usable in any process: model client, agent loop, tools, workspace, prompts."""
+"""One agent's parts, usable in any process: model client, agent loop, tools, prompts."""

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
 from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
 from teamctl.shared.errors import ConfigError, CredentialsError, ModelError, ModelUnavailable
-from teamctl.shared.limit_headers import (
+from teamctl.shared.process.log_lines import LITELLM_LOGGERS, adopt_loggers
+from teamctl.shared.providers.limit_headers import (
     error_headers,
     learned_from,
     response_headers,
     retry_after_s,
 )
-from teamctl.shared.log_lines import LITELLM_LOGGERS, adopt_loggers
-from teamctl.shared.provider_limits import CallScope
+from teamctl.shared.providers.limits import CallScope
 from teamctl.shared.text import one_line
 
 if TYPE_CHECKING:
-    from teamctl.shared.provider_limits import ProviderLimits, Ticket
+    from teamctl.shared.providers.limits import ProviderLimits, Ticket
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.hosts import is_loopback_host
+from teamctl.shared.process.hosts import is_loopback_host
 from teamctl.shared.redis.url_secrets import redacted
 
 SEPARATOR = "__"

@@ -46,10 +46,10 @@ from teamctl.shared.agent.mcp_config import (
 from teamctl.shared.agent.python_tools import result_text
 from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.agent.tools import TOOL_CALL_ID, Toolbox
-from teamctl.shared.agent.workspace import new_private_home, tool_env
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.text import shorten
+from teamctl.shared.workspace.directory import new_private_home, tool_env
 
 if TYPE_CHECKING:  # the SDK's HTTP client, imported by a worker only when it starts a server
     import httpx2

@@ -43,7 +43,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from teamctl.shared.agent.tool_names import check_entry, clash, is_python_tool
 from teamctl.shared.agent.tools import TOOL_CALL_ID, ToolArgs, Toolbox, capped
 from teamctl.shared.errors import ConfigError, ToolFailed, ToolTimeout
-from teamctl.shared.user_code import import_user_module, where_imports_come_from
+from teamctl.shared.process.user_code import import_user_module, where_imports_come_from
 
 
 @dataclass(frozen=True)

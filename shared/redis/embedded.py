@@ -27,8 +27,7 @@ import redis
 from pydantic import BaseModel, ConfigDict
 from redis.connection import parse_url
 from teamctl.shared.errors import InfraError
-from teamctl.shared.private_files import checked_private_dir, private_opener, write_private
-from teamctl.shared.processes import (
+from teamctl.shared.process.pids import (
     command_name,
     executable,
     pid_alive,
@@ -37,6 +36,7 @@ from teamctl.shared.processes import (
     same_process_alive,
     working_dir,
 )
+from teamctl.shared.process.private_files import checked_private_dir, private_opener, write_private
 
 STARTUP_TIMEOUT_S = 10.0
 SOCKET_PATH_MAX_BYTES = 107

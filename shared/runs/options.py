@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from teamctl.shared.agent.model_names import DEFAULT_FALLBACK_AFTER_S, DEFAULT_FALLBACK_COOLDOWN_S
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.retention import DEFAULT_RETENTION_S, MAX_RETENTION_S
-from teamctl.shared.workspace_caps import (
+from teamctl.shared.workspace.caps import (
     DEFAULT_FILE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_FILES,

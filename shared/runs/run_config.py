@@ -12,11 +12,11 @@ from teamctl.shared.agent.model_names import checked_fallbacks
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import normalize_id
-from teamctl.shared.limits_config import ModelLimit
+from teamctl.shared.providers.limits_config import ModelLimit
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.team_file import Member, TeamFile
 from teamctl.shared.text import quoted
-from teamctl.shared.workspace_caps import WorkspaceStore
+from teamctl.shared.workspace.caps import WorkspaceStore
 
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings
@@ -157,7 +157,7 @@ class RunSpec(BaseModel):
     workspace_store: WorkspaceStore = "local"
     """Where the members' files live: `workspace_dir`, or Redis (materialized per attempt)."""
     workspace_host: str | None = None
-    """The host that created a `local` workspace (shared/hosts.py this_host): a worker on
+    """The host that created a `local` workspace (shared/process/hosts.py this_host): a worker on
     another host refuses the run's tasks (None: kept in Redis, or a run stored before hosts
     were recorded)."""
     hooks: list[str] = Field(default_factory=list)

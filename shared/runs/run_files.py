@@ -9,13 +9,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import syncable
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.text import flat
-from teamctl.shared.workspace_files import PAGE_FILES, FileEntry, WorkspaceFiles
+from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.mirror import syncable
+from teamctl.shared.workspace.redis_files import PAGE_FILES, FileEntry, WorkspaceFiles
 
 
 class RunFiles:

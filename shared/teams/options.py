@@ -10,8 +10,8 @@ from teamctl.shared.agent.model_names import (
     Fallbacks,
 )
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS, check_entry, is_python_tool
-from teamctl.shared.limits_config import ModelLimit
-from teamctl.shared.workspace_caps import (
+from teamctl.shared.providers.limits_config import ModelLimit
+from teamctl.shared.workspace.caps import (
     DEFAULT_FILE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_BYTES,
     DEFAULT_WORKSPACE_MAX_FILES,

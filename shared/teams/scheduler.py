@@ -17,11 +17,11 @@ from typing import Protocol
 import redis
 from teamctl.shared.bus import LEAD
 from teamctl.shared.ids import check_queue
+from teamctl.shared.process.worker_registry import listening_workers
 from teamctl.shared.redis.connection import same_server
 from teamctl.shared.teams.lead_inbox import LeadInbox
 from teamctl.shared.teams.tasks import Store, TeamTasks, until_current
 from teamctl.shared.teams.teammates import TURN_FUNCTION, Teammate, TeammateStatus
-from teamctl.shared.worker_registry import listening_workers
 
 TURN_RESULT_TTL_S = 60
 """How long a finished turn's RQ job and result stay (for `rq info`): the teammate's record is

@@ -22,7 +22,7 @@ from teamctl.shared.teams.teammates import (
     check_teammate_name,
 )
 from teamctl.shared.text import quoted
-from teamctl.shared.workspace_caps import WorkspaceStore
+from teamctl.shared.workspace.caps import WorkspaceStore
 
 
 class TeammateBusy(TeamError):

@@ -22,9 +22,9 @@ from teamctl.shared.budget import BudgetState
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import ConfigError, TeamError
-from teamctl.shared.hosts import this_host
 from teamctl.shared.ids import check_queue
 from teamctl.shared.keys import TEAMS_INDEX
+from teamctl.shared.process.hosts import this_host
 from teamctl.shared.redis.scripts import WriteGuard
 from teamctl.shared.teams.messages import TeamMessages
 from teamctl.shared.teams.options import TeamOptions

@@ -27,7 +27,7 @@ from teamctl.shared.ids import RESERVED_MEMBER_IDS, check_team_name
 from teamctl.shared.redis.hash_fields import HashCsv, HashInt, HashText
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.text import quoted
-from teamctl.shared.workspace_caps import WorkspaceStore, check_workspace_host
+from teamctl.shared.workspace.caps import WorkspaceStore, check_workspace_host
 
 DEFAULT_TEAM = "default"
 DEFAULT_QUEUE = "members"
@@ -69,13 +69,13 @@ class TeamMeta(BaseModel):
     """Where the teammates' workspace files live: the spawner's team directory, or Redis
     (copied into each turn job), chosen when the team is created (TEAMCTL_WORKSPACE_STORE)."""
     workspace_host: str | None = None
-    """The host that created a `local` workspace (shared/hosts.py this_host): turns, spawns and
-    the lead on another host are refused (None: kept in Redis, or a team created before hosts
+    """The host that created a `local` workspace (shared/process/hosts.py this_host): turns, spawns
+    and the lead on another host are refused (None: kept in Redis, or a team created before hosts
     were recorded)."""
 
     def check_host(self, team: str, here: str, who: str = "worker") -> None:
         """WorkspaceElsewhere when the team keeps its files in a directory another host created
-        (`here` is this process's host: shared/hosts.py this_host)."""
+        (`here` is this process's host: shared/process/hosts.py this_host)."""
         if self.workspace_store == "local":
             check_workspace_host(f"team {team}", self.workspace_host, here, who)
 

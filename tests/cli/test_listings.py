@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from rq import Worker
 from rq.worker import WorkerStatus
 from teamctl.coordinator.cli import main
-from teamctl.shared.hosts import this_host
 from teamctl.shared.keys import RUNS_INDEX
+from teamctl.shared.process.hosts import this_host
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import TeamTasks
 from teamctl.shared.teams.team_store import TeamStore

@@ -25,12 +25,12 @@ from teamctl.coordinator.cli import main
 from teamctl.shared.agent.llm import load_litellm
 from teamctl.shared.bus import LEAD
 from teamctl.shared.keys import KeySpace, RunKeys
-from teamctl.shared.log_lines import LITELLM_LOGGERS, PrintableFormatter, StderrHandler
+from teamctl.shared.process.log_lines import LITELLM_LOGGERS, PrintableFormatter, StderrHandler
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus
-from teamctl.shared.workspace_files import WorkspaceFiles
+from teamctl.shared.workspace.redis_files import WorkspaceFiles
 
 from tests.support.cli import TEAMCTL, run_cli
 from tests.support.injection import MARKED_QUEUE, MarkedWorkers, assert_marker_kept

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from teamctl.shared.private_files import private_dir, private_opener
+from teamctl.shared.process.private_files import private_dir, private_opener
 from teamctl.shared.teams.teammates import Teammate, TeammateStatus, team_workspace
 from teamctl.worker.teams.teammate_workspace import ensure_workspace
 

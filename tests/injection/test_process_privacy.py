@@ -74,7 +74,7 @@ def test_a_workers_job_runs_in_a_private_process(
 
 
 POOL_CHECK = ("import sys\n"
-              "from teamctl.shared.processes import process_start_ticks, still_running\n"
+              "from teamctl.shared.process.pids import process_start_ticks, still_running\n"
               "pid = int(sys.argv[1])\n"
               "print(still_running(pid, process_start_ticks(pid), sys.executable),\n"
               "      still_running(pid, process_start_ticks(pid) - 1, sys.executable))\n")

@@ -21,14 +21,14 @@ from teamctl.shared.budget import Budget
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import BudgetSpent, ConfigError, ModelUnavailable
 from teamctl.shared.keys import LimitKeys, RunKeys
-from teamctl.shared.limit_headers import learned_from, retry_after_s
-from teamctl.shared.limits_config import ModelLimit, parse_limits
-from teamctl.shared.provider_limits import (
+from teamctl.shared.providers.limit_headers import learned_from, retry_after_s
+from teamctl.shared.providers.limits import (
     WORST_OUTPUT_TOKENS,
     CallScope,
     ProviderLimits,
     estimate_prompt_tokens,
 )
+from teamctl.shared.providers.limits_config import ModelLimit, parse_limits
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore

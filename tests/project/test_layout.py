@@ -8,6 +8,7 @@ other, and there are no cycles."""
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,13 @@ def test_only_the_dashboard_imports_its_server() -> None:
                        if imports_of(p, "starlette") | imports_of(p, "uvicorn")
                        and str(p.relative_to(ROOT)) not in WEB_SERVER_MODULES)
     assert offenders == []
+
+
+def test_every_package_folder_is_installed() -> None:
+    """A folder added under the package must be listed in pyproject.toml, or a non-editable
+    install (the image, `scripts/demo`) leaves it out."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+                 ["tool"]["setuptools"]["packages"])
+    folders = {module_name(init) for top in PACKAGES.values()
+               for init in (ROOT / top).rglob("__init__.py")}
+    assert sorted(folders - listed) == []

@@ -10,7 +10,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.local_workers.processes import LocalWorkers
-from teamctl.shared.parent_watch import PARENT_PID_ENV
+from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 
 from tests.support.waiting import wait_until
 from tests.support.workers import ENV_PREFIXES, start_clean

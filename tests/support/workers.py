@@ -16,8 +16,8 @@ import redis
 from rq import Queue, Worker
 from rq.registry import FailedJobRegistry
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
-from teamctl.shared.processes import pid_alive
-from teamctl.shared.worker_fork import FORK_SERVER_ENV
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV
+from teamctl.shared.process.pids import pid_alive
 
 from tests.support.waiting import wait_until
 
@@ -143,13 +143,13 @@ def keep_trail(config: pytest.Config, fixture: str, trail: SharedWorkerTrail) ->
 
 @contextmanager
 def fork_server(directory: Path) -> Iterator[str]:
-    """A preloaded fork server for the session's workers (worker/fork_server.py), started under
-    a clean environment and stopped by pid; yields its socket."""
+    """A preloaded fork server for the session's workers (worker/for_the_suite/fork_server.py),
+    started under a clean environment and stopped by pid; yields its socket."""
     socket_path = directory / "fork.sock"
     env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIXES)}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     with (directory / "fork-server.log").open("ab") as log:
-        server = subprocess.Popen([sys.executable, "-m", "teamctl.worker.fork_server",
+        server = subprocess.Popen([sys.executable, "-m", "teamctl.worker.for_the_suite.fork_server",
                                    str(socket_path)], stdout=log, stderr=subprocess.STDOUT,
                                   stdin=subprocess.DEVNULL, env=env)
     try:

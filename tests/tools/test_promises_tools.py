@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from teamctl.shared.agent.workspace import Workspace
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.task_records import TaskSpec
+from teamctl.shared.workspace.directory import Workspace
 from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import ScriptedLLM, ToolCalls

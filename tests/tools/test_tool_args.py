@@ -14,11 +14,11 @@ from pydantic.alias_generators import to_snake
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tool_names import WORKSPACE_TOOLS
 from teamctl.shared.agent.tools import InvalidArguments, Toolbox, precompute_schemas
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.text import ECHO_CHARS
+from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.tools import add_workspace_tools
 from teamctl.worker.runs.claims import Claim, Claims
 from teamctl.worker.runs.mailbox import Mailbox
 from teamctl.worker.runs.member_tools import MemberToolContext, add_member_tools

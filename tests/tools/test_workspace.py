@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 import redis
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.workspace import (
+from teamctl.shared.errors import ToolFailed
+from teamctl.shared.task_records import TaskSpec
+from teamctl.shared.workspace.directory import (
     BASH_ADDRESS_SPACE_BYTES,
     BASH_FILE_SIZE_BYTES,
     BASH_MORE_PROCESSES,
@@ -29,9 +31,7 @@ from teamctl.shared.agent.workspace import (
     _limits_script,
     _user_task_count,
 )
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
-from teamctl.shared.errors import ToolFailed
-from teamctl.shared.task_records import TaskSpec
+from teamctl.shared.workspace.tools import add_workspace_tools
 from teamctl.worker.jobs import execute_task
 
 from tests.support.llm import ScriptedLLM, ToolCalls

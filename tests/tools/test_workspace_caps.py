@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import redis
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
 from teamctl.shared.keys import KeySpace, RunKeys
-from teamctl.shared.workspace_caps import PATH_RECORD_BYTES, FileCaps
-from teamctl.shared.workspace_files import PRUNE_BATCH, SaveVerdict, WorkspaceFiles
+from teamctl.shared.workspace.caps import PATH_RECORD_BYTES, FileCaps
+from teamctl.shared.workspace.mirror import WorkspaceMirror
+from teamctl.shared.workspace.redis_files import PRUNE_BATCH, SaveVerdict, WorkspaceFiles
 
 from tests.support.cli import run_cli
 from tests.support.llm import ScriptedLLM, ToolCalls

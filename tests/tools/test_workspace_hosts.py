@@ -21,13 +21,13 @@ import pytest
 import redis
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process, worker_command
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.hosts import this_host
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.process.hosts import this_host
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.task_records import TaskStatus
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus
-from teamctl.shared.workspace_files import WorkspaceFiles
+from teamctl.shared.workspace.redis_files import WorkspaceFiles
 
 from tests.support.cli import TEAMCTL, run_cli
 from tests.support.hosts import TwoHosts, redis_host

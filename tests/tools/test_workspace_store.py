@@ -11,19 +11,19 @@ from pathlib import Path
 import pytest
 import redis
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror, syncable
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
-from teamctl.shared.workspace_caps import PATH_RECORD_BYTES, FileCaps
-from teamctl.shared.workspace_files import (
+from teamctl.shared.workspace.caps import PATH_RECORD_BYTES, FileCaps
+from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.mirror import WorkspaceMirror, syncable
+from teamctl.shared.workspace.redis_files import (
     DELETED_KEEP_MS,
     SaveVerdict,
     WorkspaceFiles,
     choose_store,
 )
+from teamctl.shared.workspace.tools import add_workspace_tools
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.slowlog import (

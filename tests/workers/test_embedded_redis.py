@@ -29,7 +29,7 @@ from teamctl.shared.agent.offline_model import MODEL
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import InfraError
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.processes import (
+from teamctl.shared.process.pids import (
     executable,
     pid_alive,
     process_start_ticks,

@@ -22,7 +22,7 @@ from rq import Queue, Worker
 from rq.job import Job
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.errors import ConfigError, InfraError
-from teamctl.shared.worker_fork import FORK_SERVER_ENV, ForkedWorker, read_all, spawn
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, ForkedWorker, read_all, spawn
 from teamctl.worker.rq_bootstrap import WORKER_CLASS
 
 from tests.support.waiting import wait_until
@@ -146,7 +146,8 @@ def test_a_missing_server_is_an_infra_error_that_says_how_to_fix_it(
     group = LocalWorkers(redis_server, ["members"], 1, tmp_path / "logs")
     with pytest.raises(InfraError) as raised:
         group.start()
-    assert f"{sys.executable} -m teamctl.worker.fork_server {gone}" in str(raised.value)
+    started_as = f"{sys.executable} -m teamctl.worker.for_the_suite.fork_server {gone}"
+    assert started_as in str(raised.value)
     assert f"unset {FORK_SERVER_ENV}" in str(raised.value)
     assert group.processes == []
 

@@ -14,8 +14,8 @@ import pytest
 import redis
 from teamctl.coordinator.local_workers.processes import stop_process
 from teamctl.shared.keys import RunKeys
-from teamctl.shared.parent_watch import PARENT_PID_ENV, watch_parent
-from teamctl.shared.processes import pid_alive
+from teamctl.shared.process.parent_watch import PARENT_PID_ENV, watch_parent
+from teamctl.shared.process.pids import pid_alive
 from teamctl.shared.runs.store import RunStore
 
 from tests.support.waiting import wait_until

@@ -20,7 +20,7 @@ import pytest
 from teamctl.coordinator.local_workers.pool import PoolWorker, WorkerPool
 from teamctl.coordinator.runs.launch import WorkerPlan
 from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
-from teamctl.shared.processes import executable, process_start_ticks
+from teamctl.shared.process.pids import executable, process_start_ticks
 from teamctl.shared.redis.embedded import EmbeddedRedis, free_port
 from teamctl.shared.settings import load_settings
 

@@ -24,7 +24,7 @@ from teamctl.coordinator.local_workers.worker_hints import (
     StartingWorkers,
     no_worker_hint,
 )
-from teamctl.shared.parent_watch import PARENT_PID_ENV
+from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.redis.embedded import EmbeddedRedis
 from teamctl.worker.rq_worker import TeamctlWorker
@@ -116,7 +116,7 @@ def test_rq_config_alone_finds_the_embedded_redis_with_teamctls_classes(
 def test_a_class_the_person_chose_is_kept(
         state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
     url = EmbeddedRedis(state / "redis").ensure()
-    chosen = "teamctl.worker.warm_fork.WarmForkWorker"
+    chosen = "teamctl.worker.experimental.warm_fork.WarmForkWorker"
     worker = start_worker(only_rq_config(state, RQ_WORKER_CLASS=chosen), tmp_path / "w.log",
                           started)
 

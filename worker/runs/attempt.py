@@ -21,7 +21,7 @@ from teamctl.shared.budget import Charge
 from teamctl.shared.bus import SYSTEM
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError, RunFailed
-from teamctl.shared.provider_limits import CallScope, Waiting
+from teamctl.shared.providers.limits import CallScope, Waiting
 from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.transcripts import Transcripts

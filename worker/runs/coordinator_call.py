@@ -12,7 +12,7 @@ from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.tracing_caller import reply_attributes, request_attributes
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError, ModelError
-from teamctl.shared.provider_limits import ProviderLimits, worker_limits
+from teamctl.shared.providers.limits import ProviderLimits, worker_limits
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.model_call_records import (

@@ -14,7 +14,7 @@ import redis
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.hosts import this_host
+from teamctl.shared.process.hosts import this_host
 from teamctl.shared.redis.connection import set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache

@@ -14,15 +14,15 @@ from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tool_names import RESERVED_PREFIX
 from teamctl.shared.agent.tools import Toolbox
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
-from teamctl.shared.hosts import this_host
+from teamctl.shared.process.hosts import this_host
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.team_file import Member
 from teamctl.shared.tracing import Span
-from teamctl.shared.workspace_caps import check_workspace_host
-from teamctl.shared.workspace_files import Fence, WorkspaceFiles
+from teamctl.shared.workspace.caps import check_workspace_host
+from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.mirror import WorkspaceMirror
+from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
+from teamctl.shared.workspace.tools import add_workspace_tools
 from teamctl.worker.runs.claims import Claim
 from teamctl.worker.runs.job_context import JobContext
 from teamctl.worker.runs.mailbox import Mailbox

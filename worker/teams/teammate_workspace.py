@@ -4,7 +4,7 @@ gate on the tools that change things.
 The workspace is one directory per team, shared by its teammates: the spawner records it on the
 teammate's hash (`team_workspace` under its state dir); a teammate spawned without one uses the
 worker's state dir. A team that keeps its workspace in Redis (for workers on hosts that share no
-disk) gets a copy of it per turn job instead (shared/agent/workspace_mirror.py). Its stdio MCP
+disk) gets a copy of it per turn job instead (shared/workspace/mirror.py). Its stdio MCP
 servers start there, for one turn job, and stop with it.
 These tools act outside Redis, so a turn rerun after a crash may repeat them (team tools commit
 inside the checkpoint and do not).
@@ -27,15 +27,15 @@ from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tool_names import is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox
-from teamctl.shared.agent.workspace import Workspace
-from teamctl.shared.agent.workspace_mirror import WorkspaceMirror
-from teamctl.shared.agent.workspace_tools import add_workspace_tools
 from teamctl.shared.errors import ToolFailed
-from teamctl.shared.hosts import this_host
-from teamctl.shared.private_files import private_dir
+from teamctl.shared.process.hosts import this_host
+from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import Teammate, team_workspace
-from teamctl.shared.workspace_files import Fence, WorkspaceFiles
+from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.mirror import WorkspaceMirror
+from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
+from teamctl.shared.workspace.tools import add_workspace_tools
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError
-from teamctl.shared.provider_limits import CallScope, Waiting, worker_limits
+from teamctl.shared.providers.limits import CallScope, Waiting, worker_limits
 from teamctl.shared.redis.scripts import GuardedScripts
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch

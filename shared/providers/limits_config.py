@@ -1,7 +1,7 @@
 """Configured provider limits: the team file's `[limits]` table and TEAMCTL_LIMITS.
 
 Per model string, requests and tokens per minute; the effective limit of a model is the lowest
-of these and what its provider announced (shared/limit_headers.py).
+of these and what its provider announced (shared/providers/limit_headers.py).
 """
 
 from __future__ import annotations

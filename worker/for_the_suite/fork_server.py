@@ -3,11 +3,11 @@ short-lived workers (the test suite starts about sixty) pays litellm's import on
 
 Opt-in: when `TEAMCTL_WORKER_FORK_SERVER` names the Unix socket of a running server (owned by this
 user), `teamctl run --workers N` and the local worker pool ask it for their workers instead of
-executing `python -m rq.cli worker` (shared/worker_fork.py). A forked worker runs the same RQ
-command line with the environment, working directory and log file it was given; it differs from
-an executed one in what /proc shows (its command line and initial environment are the server's)
-and in its parent (the server), so the watch that stops a run's workers after a `kill -9` of the
-run does not apply. Start one with `python -m teamctl.worker.fork_server SOCKET`.
+executing `python -m rq.cli worker` (shared/process/fork_server_client.py). A forked worker runs the
+same RQ command line with the environment, working directory and log file it was given; it differs
+from an executed one in what /proc shows (its command line and initial environment are the server's)
+and in its parent (the server), so the watch that stops a run's workers after a `kill -9` of the run
+does not apply. Start one with `python -m teamctl.worker.for_the_suite.fork_server SOCKET`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 
 from pydantic import ValidationError
-from teamctl.shared.worker_fork import (
+from teamctl.shared.process.fork_server_client import (
     REQUEST,
     RefusedReply,
     SpawnReply,

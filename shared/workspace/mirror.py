@@ -26,11 +26,11 @@ from typing import Any, assert_never
 
 from pydantic import BaseModel
 from teamctl.shared.agent.tools import Toolbox, ToolFn, capped
-from teamctl.shared.agent.workspace import UNWRITABLE_NAMES, Workspace
 from teamctl.shared.errors import ToolFailed
 from teamctl.shared.text import echoed, flat
-from teamctl.shared.workspace_caps import PATH_RECORD_BYTES
-from teamctl.shared.workspace_files import SaveOutcome, SaveVerdict, WorkspaceFiles
+from teamctl.shared.workspace.caps import PATH_RECORD_BYTES
+from teamctl.shared.workspace.directory import UNWRITABLE_NAMES, Workspace
+from teamctl.shared.workspace.redis_files import SaveOutcome, SaveVerdict, WorkspaceFiles
 
 log = logging.getLogger(__name__)
 

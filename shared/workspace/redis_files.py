@@ -3,7 +3,7 @@ keys with a version, saved by fenced, version-checked writes within caps, read i
 
 A run's (or a team's) workspace is either a directory on the host that created it (`local`) or
 these keys (`redis`); workers materialize the latter into a directory of their own for an
-attempt or turn (shared/agent/workspace_mirror.py), and refuse work on a local one created on
+attempt or turn (shared/workspace/mirror.py), and refuse work on a local one created on
 another host (workspace_caps.check_workspace_host)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import redis
 from teamctl.shared.keys import KeySpace
 from teamctl.shared.redis.connection import outage_of, same_server
 from teamctl.shared.redis.scripts import Scripts
-from teamctl.shared.workspace_caps import (
+from teamctl.shared.workspace.caps import (
     PATH_RECORD_BYTES,
     FileCaps,
     WorkspaceSetting,

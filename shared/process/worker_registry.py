@@ -6,7 +6,7 @@ import socket
 from typing import Any
 
 import redis
-from teamctl.shared.processes import pid_alive
+from teamctl.shared.process.pids import pid_alive
 
 
 def listening_workers(conn: redis.Redis, queues: list[str]) -> bool:

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Mapping
 
-from teamctl.shared.processes import pid_alive
+from teamctl.shared.process.pids import pid_alive
 
 PARENT_PID_ENV = "TEAMCTL_PARENT_PID"
 """Set by LocalWorkers on the workers it starts: the pid of the run that owns them."""

@@ -15,7 +15,7 @@ from teamctl.shared.agent.tools import (
     Toolbox,
     either_case,
 )
-from teamctl.shared.agent.workspace import EDIT_LIMIT_BYTES, Workspace
+from teamctl.shared.workspace.directory import EDIT_LIMIT_BYTES, Workspace
 
 
 def _must_be_text(value: Any) -> Any:

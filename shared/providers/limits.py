@@ -30,8 +30,8 @@ from pydantic import BaseModel
 from teamctl.shared.budget import Budget, Charge
 from teamctl.shared.errors import BudgetSpent, ModelUnavailable
 from teamctl.shared.keys import LIMITS_SALT, LimitKeys
-from teamctl.shared.limit_headers import Learned
-from teamctl.shared.limits_config import ModelLimit, merged
+from teamctl.shared.providers.limit_headers import Learned
+from teamctl.shared.providers.limits_config import ModelLimit, merged
 from teamctl.shared.redis.scripts import GuardedScripts, Scripts
 from teamctl.shared.settings import Settings
 
