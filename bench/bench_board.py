@@ -44,9 +44,15 @@ SMOKE = Sizes(cycle_tasks=20, evalsha_calls=50, drain_sizes=(10, 100), repeats=1
 
 def layered_plan(size: int) -> list[TaskSpec]:
     """Task i depends on i-1 and i//2: every completion wakes dependents through the index."""
-    return [TaskSpec(id=f"t{i}", member_id="m1", task="x",
-                     depends_on=sorted({f"t{i - 1}", f"t{i // 2}"}) if i else [])
-            for i in range(size)]
+    return [
+        TaskSpec(
+            id=f"t{i}",
+            member_id="m1",
+            task="x",
+            depends_on=sorted({f"t{i - 1}", f"t{i // 2}"}) if i else [],
+        )
+        for i in range(size)
+    ]
 
 
 def bare_evalsha_us(conn: redis.Redis, calls: int) -> float:
@@ -116,12 +122,15 @@ def collect(sizes: Sizes) -> dict[str, tuple[float, float]]:
         # Interleaved repeats: load from other processes on a small machine hits every figure.
         for _ in range(sizes.repeats):
             runs.setdefault("evalsha", []).append(
-                measured(conn, lambda: bare_evalsha_us(conn, sizes.evalsha_calls)))
+                measured(conn, lambda: bare_evalsha_us(conn, sizes.evalsha_calls))
+            )
             runs.setdefault("cycle", []).append(
-                measured(conn, lambda: cycle_us(conn, scripts, sizes.cycle_tasks)))
+                measured(conn, lambda: cycle_us(conn, scripts, sizes.cycle_tasks))
+            )
             for n in sizes.drain_sizes:
                 runs.setdefault(f"drain{n}", []).append(
-                    measured(conn, partial(create_and_drain_ms, conn, scripts, n)))
+                    measured(conn, partial(create_and_drain_ms, conn, scripts, n))
+                )
     return {name: medians(values) for name, values in runs.items()}
 
 
@@ -133,26 +142,54 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     small, large = sizes.drain_sizes
     wall_ratio = data[f"drain{large}"][0] / data[f"drain{small}"][0]
     server_ratio = data[f"drain{large}"][1] / data[f"drain{small}"][1]
-    rows = [BenchFigure(name="claim + heartbeat + complete per task", value=cycle, unit="us",
-                        baseline=evalsha, baseline_name="bare EVALSHA round trip",
-                        note="3 round trips")]
-    rows += [BenchFigure(name=f"create + drain {n} tasks", value=data[f"drain{n}"][0], unit="ms",
-                         note=f"{data[f'drain{n}'][0] / n * 1000:.0f} us/task")
-             for n in sizes.drain_sizes]
+    rows = [
+        BenchFigure(
+            name="claim + heartbeat + complete per task",
+            value=cycle,
+            unit="us",
+            baseline=evalsha,
+            baseline_name="bare EVALSHA round trip",
+            note="3 round trips",
+        )
+    ]
+    rows += [
+        BenchFigure(
+            name=f"create + drain {n} tasks",
+            value=data[f"drain{n}"][0],
+            unit="ms",
+            note=f"{data[f'drain{n}'][0] / n * 1000:.0f} us/task",
+        )
+        for n in sizes.drain_sizes
+    ]
     linear = large / small
-    rows.append(BenchFigure(name=f"drain {large}/{small}, wall", value=wall_ratio, unit="x",
-                            baseline=linear, baseline_name="linear",
-                            goal=f"<= {2 * linear:.0f}x (a rescan per operation ~100x)",
-                            met=wall_ratio <= 2 * linear))
-    rows.append(BenchFigure(name=f"drain {large}/{small}, redis-server CPU", value=server_ratio,
-                            unit="x", baseline=linear, baseline_name="linear"))
+    rows.append(
+        BenchFigure(
+            name=f"drain {large}/{small}, wall",
+            value=wall_ratio,
+            unit="x",
+            baseline=linear,
+            baseline_name="linear",
+            goal=f"<= {2 * linear:.0f}x (a rescan per operation ~100x)",
+            met=wall_ratio <= 2 * linear,
+        )
+    )
+    rows.append(
+        BenchFigure(
+            name=f"drain {large}/{small}, redis-server CPU",
+            value=server_ratio,
+            unit="x",
+            baseline=linear,
+            baseline_name="linear",
+        )
+    )
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=FULL.repeats,
-                        help="runs per figure (median shown)")
+    parser.add_argument(
+        "--repeats", type=int, default=FULL.repeats, help="runs per figure (median shown)"
+    )
     args = parser.parse_args()
     sizes = replace(FULL, repeats=args.repeats)
     report(collect(sizes), sizes)
@@ -162,20 +199,29 @@ def report(figures: dict[str, tuple[float, float]], sizes: Sizes) -> None:
     """Print the figures; "server" is redis-server CPU time, per call, per task or per drain."""
     evalsha, evalsha_server = figures["evalsha"]
     cycle, cycle_server = figures["cycle"]
-    print(f"bare EVALSHA round trip:          {evalsha:8.1f} us   "
-          f"(server {evalsha_server / sizes.evalsha_calls:5.1f} us)")
-    print(f"claim+heartbeat+complete / task:  {cycle:8.1f} us   "
-          f"(server {cycle_server / sizes.cycle_tasks:5.1f} us) = {cycle / evalsha:.2f} x EVALSHA, "
-          "3 round trips")
+    print(
+        f"bare EVALSHA round trip:          {evalsha:8.1f} us   "
+        f"(server {evalsha_server / sizes.evalsha_calls:5.1f} us)"
+    )
+    print(
+        f"claim+heartbeat+complete / task:  {cycle:8.1f} us   "
+        f"(server {cycle_server / sizes.cycle_tasks:5.1f} us) = {cycle / evalsha:.2f} x EVALSHA, "
+        "3 round trips"
+    )
     for n in sizes.drain_sizes:
         wall_ms, server = figures[f"drain{n}"]
-        print(f"create + drain {n:>5} tasks:       {wall_ms:8.1f} ms   "
-              f"(server {server / 1000:6.1f} ms; {wall_ms / n * 1000:.0f} us/task)")
+        print(
+            f"create + drain {n:>5} tasks:       {wall_ms:8.1f} ms   "
+            f"(server {server / 1000:6.1f} ms; {wall_ms / n * 1000:.0f} us/task)"
+        )
     small, large = sizes.drain_sizes
     wall_ratio = figures[f"drain{large}"][0] / figures[f"drain{small}"][0]
     server_ratio = figures[f"drain{large}"][1] / figures[f"drain{small}"][1]
-    print(f"drain ratio {large}/{small}:  wall {wall_ratio:.2f} x, server {server_ratio:.2f} x  "
-          f"(linear = {large / small:.0f} x; a rescan per operation would be ~100 x)")
+    print(
+        f"drain ratio {large}/{small}:  wall {wall_ratio:.2f} x, server {server_ratio:.2f} x  "
+        f"(linear = {large / small:.0f} x; a rescan per operation would be ~100 x)"
+    )
+
 
 if __name__ == "__main__":
     main()

@@ -64,24 +64,35 @@ SMOKE = Sizes(workers=1, calls=3, tasks=2, fork_workers=True)
 def call_cost_usd() -> float:
     """What one scripted call to the priced model costs at litellm's local prices."""
     price = load_litellm().model_cost[PRICED]
-    return float(PROMPT_TOKENS * price["input_cost_per_token"]
-                 + COMPLETION_TOKENS * price["output_cost_per_token"])
+    return float(
+        PROMPT_TOKENS * price["input_cost_per_token"]
+        + COMPLETION_TOKENS * price["output_cost_per_token"]
+    )
 
 
-def write_team(path: Path, llm: ScriptedLLM, tasks: int, budget_usd: float,
-               workers: int) -> Path:
+def write_team(path: Path, llm: ScriptedLLM, tasks: int, budget_usd: float, workers: int) -> Path:
     """A one-member team whose `tasks` independent tasks keep calling a tool, a priced call a
     step, until the budget stops them."""
     plan = [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"} for n in range(tasks)]
     step = Used(ToolCalls([("team_list_tasks", {})]), PROMPT_TOKENS, COMPLETION_TOKENS)
     member = llm.script(PRICED, [step], repeat_last=True, latency_s=CALL_LATENCY_S)
-    path.write_text("\n".join([
-        f'planner = {{ model = "{llm.script("plan", [json.dumps(plan)])}" }}',
-        f'synthesizer = {{ model = "{llm.script("synth", [], repeat_last=True)}" }}',
-        f'model = "{member}"',
-        "[[members]]", 'id = "m1"',
-        "[options]", f"max_cost_usd = {budget_usd!r}", f"max_concurrency = {workers}",
-        "member_max_steps = 100000", "max_rounds = 1000"]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{llm.script("plan", [json.dumps(plan)])}" }}',
+                f'synthesizer = {{ model = "{llm.script("synth", [], repeat_last=True)}" }}',
+                f'model = "{member}"',
+                "[[members]]",
+                'id = "m1"',
+                "[options]",
+                f"max_cost_usd = {budget_usd!r}",
+                f"max_concurrency = {workers}",
+                "member_max_steps = 100000",
+                "max_rounds = 1000",
+            ]
+        )
+        + "\n"
+    )
     return path
 
 
@@ -91,18 +102,41 @@ def spend_until_paused(llm: ScriptedLLM, url: str, team: Path, tmp: Path) -> flo
     store = RunStore(redis.Redis.from_url(url, decode_responses=True), RunKeys(RUN_ID))
     with log_path.open("wb") as log:
         run = subprocess.Popen(
-            [*teamctl(), "run", "Spend it", "--team", str(team), "--api-base", llm.api_base,
-             "--redis-url", url, "--workers", "0", "--run-id", RUN_ID],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            [
+                *teamctl(),
+                "run",
+                "Spend it",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                RUN_ID,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
         try:
-            wait_for_flag(lambda: store.exists() and store.state().status == "awaiting_budget",
-                          "the run to pause on its budget")
+            wait_for_flag(
+                lambda: store.exists() and store.state().status == "awaiting_budget",
+                "the run to pause on its budget",
+            )
             # Paused: every member gives its task back at its next call; wait for those.
-            wait_for_flag(lambda: store.conn.scard(RunKeys(RUN_ID).running) == 0,
-                          "every claim given back")
+            wait_for_flag(
+                lambda: store.conn.scard(RunKeys(RUN_ID).running) == 0, "every claim given back"
+            )
             cost = store.usage().cost_usd
-            subprocess.run([*teamctl(), "cancel", RUN_ID, "--redis-url", url], check=True,
-                           capture_output=True, timeout=60)
+            subprocess.run(
+                [*teamctl(), "cancel", RUN_ID, "--redis-url", url],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
             if run.wait(timeout=120) != 1:
                 raise failed("the cancelled run did not exit 1", log_path)
         finally:
@@ -118,9 +152,11 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     llm = ScriptedLLM()
     llm.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp_dir, \
-                throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-budget-") as tmp_dir,
+            throwaway_redis(Path(tmp_dir)) as url,
+            worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers),
+        ):
             tmp = Path(tmp_dir)
             team = write_team(tmp / "team.toml", llm, sizes.tasks, budget_usd, sizes.workers)
             started = time.perf_counter()
@@ -131,17 +167,27 @@ def run(sizes: Sizes) -> list[BenchFigure]:
         llm.stop()
     label = f"{sizes.workers} workers, max_cost_usd for {sizes.calls} calls"
     return [
-        BenchFigure(name=f"spend at the end ({label})", value=spent_usd * 1e6, unit="micro-USD",
-                    baseline=budget_usd * 1e6, baseline_name="max_cost_usd",
-                    goal="<= budget", met=spent_usd <= budget_usd * (1 + 1e-9),
-                    note="needs the call reservation; without it up to one call per worker "
-                    "in flight over"),
-        BenchFigure(name="priced calls made", value=calls, unit="calls",
-                    baseline=sizes.calls, baseline_name="calls the budget covers",
-                    goal="<= covered", met=calls <= sizes.calls,
-                    note=f"{CALL_LATENCY_S:g} s a call; the run paused, then was cancelled"),
-        BenchFigure(name="wall, start to pause and cancel", value=wall_s, unit="s",
-                    note="context"),
+        BenchFigure(
+            name=f"spend at the end ({label})",
+            value=spent_usd * 1e6,
+            unit="micro-USD",
+            baseline=budget_usd * 1e6,
+            baseline_name="max_cost_usd",
+            goal="<= budget",
+            met=spent_usd <= budget_usd * (1 + 1e-9),
+            note="needs the call reservation; without it up to one call per worker in flight over",
+        ),
+        BenchFigure(
+            name="priced calls made",
+            value=calls,
+            unit="calls",
+            baseline=sizes.calls,
+            baseline_name="calls the budget covers",
+            goal="<= covered",
+            met=calls <= sizes.calls,
+            note=f"{CALL_LATENCY_S:g} s a call; the run paused, then was cancelled",
+        ),
+        BenchFigure(name="wall, start to pause and cancel", value=wall_s, unit="s", note="context"),
     ]
 
 

@@ -42,8 +42,7 @@ FULL = Sizes(bus_sizes=(100, 100_000), reads=2000, publishes=5000, rounds=3)
 SMOKE = Sizes(bus_sizes=(10, 100), reads=20, publishes=50, rounds=1)
 
 
-def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
-               **options: Any) -> MessageBus:
+def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str], **options: Any) -> MessageBus:
     """A bus of a run with no spec, its roster written first (as creating a run writes it)."""
     keys = RunKeys(run_id)
     write_roster(conn, keys, member_ids)
@@ -59,10 +58,11 @@ def fill(bus: MessageBus, count: int) -> None:
     for n in range(count):
         to = ("reader", "other", "*")[n % 3]
         inboxes = [bus.keys.inbox(m) for m in recipients[to]]
-        bus.scripts["publish"](keys=[bus.keys.bus, bus.keys.bus_seq, bus.keys.roster_ver,
-                                     *inboxes],
-                               args=["writer", to, "peer.message", "", f"filler {n}", version],
-                               client=pipe)
+        bus.scripts["publish"](
+            keys=[bus.keys.bus, bus.keys.bus_seq, bus.keys.roster_ver, *inboxes],
+            args=["writer", to, "peer.message", "", f"filler {n}", version],
+            client=pipe,
+        )
         if len(pipe) >= FILL_PIPELINE:
             pipe.execute()
     pipe.execute()
@@ -107,8 +107,10 @@ def bench_reads(conn: redis.Redis, sizes: Sizes) -> list[float]:
         latencies = read_latencies_ms(bus, sizes.reads)
         medians.append(statistics.median(latencies))
         p95 = statistics.quantiles(latencies, n=20)[-1]
-        print(f"  {conn.xlen(bus.keys.bus):>7} messages on the bus: median {medians[-1]:.3f} ms, "
-              f"p95 {p95:.3f} ms")
+        print(
+            f"  {conn.xlen(bus.keys.bus):>7} messages on the bus: median {medians[-1]:.3f} ms, "
+            f"p95 {p95:.3f} ms"
+        )
     ratio = medians[-1] / medians[0]
     verdict = "ok" if ratio <= RATIO_GOAL else "MISSED"
     print(f"  ratio {ratio:.2f} (goal <= {RATIO_GOAL}): {verdict}")
@@ -117,21 +119,34 @@ def bench_reads(conn: redis.Redis, sizes: Sizes) -> list[float]:
 
 def bench_publish(conn: redis.Redis, sizes: Sizes) -> dict[str, float]:
     """Messages per second of each publish path and of raw XADD (printed as it goes)."""
-    print(f"publish, {sizes.publishes} sequential messages on one connection "
-          f"(best of {sizes.rounds}):")
+    print(
+        f"publish, {sizes.publishes} sequential messages on one connection "
+        f"(best of {sizes.rounds}):"
+    )
     raw_key = RunKeys("bench-raw").bus
-    bus = roster_bus(conn, "bench-publish", MEMBERS,
-                     bus_maxlen=10 * sizes.publishes * sizes.rounds)
+    bus = roster_bus(conn, "bench-publish", MEMBERS, bus_maxlen=10 * sizes.publishes * sizes.rounds)
 
     def raw(n: int) -> None:
-        conn.xadd(raw_key, {"from": "writer", "to": "reader", "type": "peer.message",
-                            "task_id": "", "content": f"m {n}", "created_at": 0})
+        conn.xadd(
+            raw_key,
+            {
+                "from": "writer",
+                "to": "reader",
+                "type": "peer.message",
+                "task_id": "",
+                "content": f"m {n}",
+                "created_at": 0,
+            },
+        )
 
-    rates = rates_per_s({
-        "raw redis-py XADD": raw,
-        "bus.send (1 inbox)": lambda n: bus.send("writer", "reader", None, None, f"m {n}"),
-        "bus.broadcast (2 inboxes)": lambda n: bus.broadcast("writer", None, None, f"m {n}"),
-    }, sizes)
+    rates = rates_per_s(
+        {
+            "raw redis-py XADD": raw,
+            "bus.send (1 inbox)": lambda n: bus.send("writer", "reader", None, None, f"m {n}"),
+            "bus.broadcast (2 inboxes)": lambda n: bus.broadcast("writer", None, None, f"m {n}"),
+        },
+        sizes,
+    )
     raw_rate = rates["raw redis-py XADD"]
     for name, rate in rates.items():
         print(f"  {name + ':':<28} {rate:>8,.0f} msg/s ({rate / raw_rate:.2f} of raw)")
@@ -150,13 +165,24 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     medians, rates = collect(sizes)
     small, large = sizes.bus_sizes
     ratio = medians[-1] / medians[0]
-    rows = [BenchFigure(name=f"read_unread, {large:,} messages on the bus", value=medians[-1],
-                        unit="ms", baseline=medians[0],
-                        baseline_name=f"same with {small} messages",
-                        goal=f"ratio <= {RATIO_GOAL}", met=ratio <= RATIO_GOAL)]
+    rows = [
+        BenchFigure(
+            name=f"read_unread, {large:,} messages on the bus",
+            value=medians[-1],
+            unit="ms",
+            baseline=medians[0],
+            baseline_name=f"same with {small} messages",
+            goal=f"ratio <= {RATIO_GOAL}",
+            met=ratio <= RATIO_GOAL,
+        )
+    ]
     raw = rates.pop("raw redis-py XADD")
-    rows += [BenchFigure(name=name, value=rate, unit="msg/s", baseline=raw,
-                         baseline_name="raw redis-py XADD") for name, rate in rates.items()]
+    rows += [
+        BenchFigure(
+            name=name, value=rate, unit="msg/s", baseline=raw, baseline_name="raw redis-py XADD"
+        )
+        for name, rate in rates.items()
+    ]
     return rows
 
 

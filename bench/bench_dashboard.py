@@ -59,8 +59,10 @@ class Sizes:
         # Changes alternate claim and release per board: an even number on each leaves every
         # board free for the next measure.
         if self.changes % (2 * self.runs) or self.changes % (2 * self.few):
-            raise ValueError(f"changes ({self.changes}) must be a multiple of twice the runs "
-                             f"({self.runs}) and of twice the few pages ({self.few})")
+            raise ValueError(
+                f"changes ({self.changes}) must be a multiple of twice the runs "
+                f"({self.runs}) and of twice the few pages ({self.few})"
+            )
 
 
 FULL = Sizes(runs=50, few=10, changes=400, idle_s=65.0)
@@ -69,10 +71,16 @@ SMOKE = Sizes(runs=3, few=2, changes=12, idle_s=1.0)
 
 def live_run(conn: redis.Redis, run_id: str) -> TaskBoard:
     """A running run (its lease held, as a coordinator would) with one ready task `t0`."""
-    spec = RunSpec(run_id=run_id, team_id="t", objective="bench", members=[Member(id="m1")],
-                   options=RunOptions(),
-                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
-                   workspace_dir="/tmp", created_ms=now_ms())
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="t",
+        objective="bench",
+        members=[Member(id="m1")],
+        options=RunOptions(),
+        models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+        workspace_dir="/tmp",
+        created_ms=now_ms(),
+    )
     keys = RunKeys(run_id)
     RunStore(conn, keys).create(spec)
     lease = Lease(conn, keys, ttl_s=3600)
@@ -130,8 +138,9 @@ class Pages:
                     self.frames += 1
 
     async def main(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(timeout=None,
-                                     limits=httpx.Limits(max_connections=1000)) as client:
+        async with httpx.AsyncClient(
+            timeout=None, limits=httpx.Limits(max_connections=1000)
+        ) as client:
             tasks = [asyncio.create_task(self.follow(client, r)) for r in self.run_ids]
             await stop.wait()
             for task in tasks:
@@ -141,8 +150,9 @@ class Pages:
     @contextmanager
     def open(self) -> Iterator[Pages]:
         stop = asyncio.Event()
-        thread = threading.Thread(target=self.loop.run_until_complete, args=(self.main(stop),),
-                                  daemon=True)
+        thread = threading.Thread(
+            target=self.loop.run_until_complete, args=(self.main(stop),), daemon=True
+        )
         thread.start()
         try:
             yield self
@@ -174,8 +184,9 @@ def dashboard(redis_url: str) -> Iterator[str]:
         port = probe.getsockname()[1]
     # Reads open (--no-auth): the pages' streams are what is measured, not signing in.
     config = DashboardConfig(redis_url=redis_url, token="bench", open_reads=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=port,
-                                           log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(config), host="127.0.0.1", port=port, log_level="warning")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, "uvicorn to start")
@@ -186,14 +197,14 @@ def dashboard(redis_url: str) -> Iterator[str]:
         thread.join(30)
 
 
-def per_change(conn: redis.Redis, boards: list[TaskBoard], changes: int,
-               pages: Pages | None) -> float:
+def per_change(
+    conn: redis.Redis, boards: list[TaskBoard], changes: int, pages: Pages | None
+) -> float:
     """Commands per board change, all counted (the board's own and any page's)."""
     first = pages.frames if pages else 0
 
     def settled(i: int) -> bool:
-        return pages is None or (pages.frames - first > i
-                                 and blocked(conn) == len(pages.run_ids))
+        return pages is None or (pages.frames - first > i and blocked(conn) == len(pages.run_ids))
 
     before = commands(conn)
     drive(boards, changes, settled)
@@ -223,21 +234,33 @@ def run(sizes: Sizes) -> list[BenchFigure]:
         conn.close()
     added_few, added_all = with_few - own, with_all - own
     return [
-        BenchFigure(name=f"commands/s added while idle, {runs} live run pages open",
-                    value=idle, unit="cmd/s", baseline=runs / 60, baseline_name=(
-                        f"one keep-alive XREAD a minute per page ({runs}/60)"),
-                    goal="<= 1.2x baseline (no polling)", met=idle <= 1.2 * runs / 60,
-                    note=f"{idle_s:.0f} s window"),
-        BenchFigure(name=f"commands added per board change, {runs} pages open (each change "
-                    "alone)",
-                    value=added_all, unit="cmd", baseline=own,
-                    baseline_name="the board's own commands per change, no page open",
-                    note="its page's XREAD with the entry, the XREAD that drains, HGET status"),
-        BenchFigure(name=f"commands added per board change, {runs} pages against {few_pages}",
-                    value=added_all, unit="cmd", baseline=added_few,
-                    baseline_name=f"the same with {few_pages} pages open",
-                    goal="ratio <= 1.2 (cost by event, not by page)",
-                    met=added_all <= 1.2 * added_few),
+        BenchFigure(
+            name=f"commands/s added while idle, {runs} live run pages open",
+            value=idle,
+            unit="cmd/s",
+            baseline=runs / 60,
+            baseline_name=(f"one keep-alive XREAD a minute per page ({runs}/60)"),
+            goal="<= 1.2x baseline (no polling)",
+            met=idle <= 1.2 * runs / 60,
+            note=f"{idle_s:.0f} s window",
+        ),
+        BenchFigure(
+            name=f"commands added per board change, {runs} pages open (each change alone)",
+            value=added_all,
+            unit="cmd",
+            baseline=own,
+            baseline_name="the board's own commands per change, no page open",
+            note="its page's XREAD with the entry, the XREAD that drains, HGET status",
+        ),
+        BenchFigure(
+            name=f"commands added per board change, {runs} pages against {few_pages}",
+            value=added_all,
+            unit="cmd",
+            baseline=added_few,
+            baseline_name=f"the same with {few_pages} pages open",
+            goal="ratio <= 1.2 (cost by event, not by page)",
+            met=added_all <= 1.2 * added_few,
+        ),
     ]
 
 
@@ -248,16 +271,27 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=FULL.runs,
-                        help="live runs, one page open on each")
-    parser.add_argument("--changes", type=int, default=FULL.changes,
-                        help="board changes per measure")
-    parser.add_argument("--idle-s", type=float, default=FULL.idle_s,
-                        help="quiet window (the keep-alive XREAD comes once a minute)")
+    parser.add_argument(
+        "--runs", type=int, default=FULL.runs, help="live runs, one page open on each"
+    )
+    parser.add_argument(
+        "--changes", type=int, default=FULL.changes, help="board changes per measure"
+    )
+    parser.add_argument(
+        "--idle-s",
+        type=float,
+        default=FULL.idle_s,
+        help="quiet window (the keep-alive XREAD comes once a minute)",
+    )
     args = parser.parse_args()
     try:
-        sizes = replace(FULL, runs=args.runs, few=min(FULL.few, args.runs),
-                        changes=args.changes, idle_s=args.idle_s)
+        sizes = replace(
+            FULL,
+            runs=args.runs,
+            few=min(FULL.few, args.runs),
+            changes=args.changes,
+            idle_s=args.idle_s,
+        )
     except ValueError as exc:
         parser.error(str(exc))
     print_figures(run(sizes))

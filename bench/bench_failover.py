@@ -55,12 +55,14 @@ class BareCounterScripts(Scripts):
             source = sources()["claim"]
             assert EPOCH_CALL in source, "claim.lua no longer issues tokens as this bench knows"
             script = self._scripts["bare-claim"] = self.conn.register_script(
-                source.replace(EPOCH_CALL, BARE_CALL))
+                source.replace(EPOCH_CALL, BARE_CALL)
+            )
         return script
 
 
-def claims_us(conn: redis.Redis, scripts: Scripts, after: Callable[[], object],
-              claims: int) -> float:
+def claims_us(
+    conn: redis.Redis, scripts: Scripts, after: Callable[[], object], claims: int
+) -> float:
     """Microseconds per claim of `claims` independent ready tasks, `after` run after each one."""
     board = TaskBoard(conn, RunKeys(f"f-{uuid.uuid4().hex[:8]}"), scripts)
     board.create([TaskSpec(id=f"t{i}", member_id="m1", task="x") for i in range(claims)])
@@ -95,7 +97,8 @@ def collect(sizes: Sizes) -> dict[str, float]:
             runs.setdefault("bare", []).append(claims_us(conn, bare, nothing, sizes.claims))
             runs.setdefault("epoch", []).append(claims_us(conn, epoch, nothing, sizes.claims))
             runs.setdefault("wait", []).append(
-                claims_us(conn, bare, wait_for_replica, sizes.claims))
+                claims_us(conn, bare, wait_for_replica, sizes.claims)
+            )
         replica.replicaof("no", "one")
     return {name: statistics.median(values) for name, values in runs.items()}
 
@@ -110,19 +113,32 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     data = collect(sizes)
     base = "claim, bare counter token"
     return [
-        BenchFigure(name="claim, token with epoch (the board's)", value=data["epoch"], unit="us",
-                    baseline=data["bare"], baseline_name=base, goal="<= 1.25x",
-                    met=data["epoch"] <= 1.25 * data["bare"], note="two INFO calls in Lua"),
-        BenchFigure(name="claim, then WAIT 1 for the replica", value=data["wait"], unit="us",
-                    baseline=data["bare"], baseline_name=base,
-                    note="one more round trip, plus the replica's acknowledgement"),
+        BenchFigure(
+            name="claim, token with epoch (the board's)",
+            value=data["epoch"],
+            unit="us",
+            baseline=data["bare"],
+            baseline_name=base,
+            goal="<= 1.25x",
+            met=data["epoch"] <= 1.25 * data["bare"],
+            note="two INFO calls in Lua",
+        ),
+        BenchFigure(
+            name="claim, then WAIT 1 for the replica",
+            value=data["wait"],
+            unit="us",
+            baseline=data["bare"],
+            baseline_name=base,
+            note="one more round trip, plus the replica's acknowledgement",
+        ),
     ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=FULL.repeats,
-                        help="runs per figure (median shown)")
+    parser.add_argument(
+        "--repeats", type=int, default=FULL.repeats, help="runs per figure (median shown)"
+    )
     args = parser.parse_args()
     print_figures(run(replace(FULL, repeats=args.repeats)))
 

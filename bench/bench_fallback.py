@@ -50,8 +50,13 @@ class Sizes:
     """Calls after the primary recovered (the first back on it ends the figure)."""
 
 
-FULL = Sizes(outage_s=60.0, cooldown_s=DEFAULT_FALLBACK_COOLDOWN_S, healthy_calls=50,
-             uncooled_calls=8, after_calls=5)
+FULL = Sizes(
+    outage_s=60.0,
+    cooldown_s=DEFAULT_FALLBACK_COOLDOWN_S,
+    healthy_calls=50,
+    uncooled_calls=8,
+    after_calls=5,
+)
 SMOKE = Sizes(outage_s=2.0, cooldown_s=0.5, healthy_calls=5, uncooled_calls=1, after_calls=2)
 
 
@@ -99,22 +104,27 @@ def collect(sizes: Sizes) -> dict[str, float]:
     outage = Outage()
     try:
         primary = llm.script("primary", handler=outage, latency_s=REPLY_LATENCY_S)
-        backup = llm.script("backup", ["from the backup"], repeat_last=True,
-                            latency_s=REPLY_LATENCY_S)
+        backup = llm.script(
+            "backup", ["from the backup"], repeat_last=True, latency_s=REPLY_LATENCY_S
+        )
         with private_redis() as conn:
             return _measure(conn, llm, outage, primary, backup, sizes)
     finally:
         llm.stop()
 
 
-def _measure(conn: redis.Redis, llm: ScriptedLLM, outage: Outage, primary: str, backup: str,
-             sizes: Sizes) -> dict[str, float]:
+def _measure(
+    conn: redis.Redis, llm: ScriptedLLM, outage: Outage, primary: str, backup: str, sizes: Sizes
+) -> dict[str, float]:
     client = LitellmClient(provider_keys=())  # teamctl's defaults: 3 retries, 0.5 s doubling
 
     def asker(cooldown_s: float) -> Callable[[], str | None]:
         caller = FallbackCaller(client, [backup], 10.0, Cooldowns(conn, cooldown_s))
-        return lambda: caller.complete(primary, [{"role": "user", "content": "hi"}],
-                                       api_base=llm.api_base).model
+        return lambda: (
+            caller.complete(
+                primary, [{"role": "user", "content": "hi"}], api_base=llm.api_base
+            ).model
+        )
 
     cooled, uncooled = asker(sizes.cooldown_s), asker(0.0)
     for _ in range(WARM_UP_CALLS):  # litellm's import and first calls are not the figure's
@@ -157,23 +167,41 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     base = "a call to the healthy primary"
     back_goal = sizes.cooldown_s + 10.0
     return [
-        BenchFigure(name=f"calls answered during a {sizes.outage_s:g} s outage", unit="%",
-                    value=100 * data["answered"] / data["calls"], goal="100 %",
-                    met=data["answered"] == data["calls"],
-                    note=f"{data['calls']:g} calls, {data['by_fallback']:g} by the fallback"),
-        BenchFigure(name="extra latency per call during the outage, with the cooldown",
-                    value=data["during_s"] * 1000 - healthy_ms, unit="ms", baseline=healthy_ms,
-                    baseline_name=base,
-                    note=(f"median call {data['during_median_s'] * 1000:.0f} ms; "
-                          f"{data['probes']:g} calls probed the primary and paid its retries "
-                          f"(cooldown {sizes.cooldown_s:g} s)")),
-        BenchFigure(name="extra latency per call during the outage, without the cooldown",
-                    value=data["uncooled_s"] * 1000 - healthy_ms, unit="ms", baseline=healthy_ms,
-                    baseline_name=base,
-                    note="fallback_cooldown_s 0: every call pays the primary's 3 retries"),
-        BenchFigure(name="back on the primary after it recovered", value=data["back_after_s"],
-                    unit="s", goal=f"<= {back_goal:g} s (cooldown + a probe)",
-                    met=data["back_after_s"] <= back_goal),
+        BenchFigure(
+            name=f"calls answered during a {sizes.outage_s:g} s outage",
+            unit="%",
+            value=100 * data["answered"] / data["calls"],
+            goal="100 %",
+            met=data["answered"] == data["calls"],
+            note=f"{data['calls']:g} calls, {data['by_fallback']:g} by the fallback",
+        ),
+        BenchFigure(
+            name="extra latency per call during the outage, with the cooldown",
+            value=data["during_s"] * 1000 - healthy_ms,
+            unit="ms",
+            baseline=healthy_ms,
+            baseline_name=base,
+            note=(
+                f"median call {data['during_median_s'] * 1000:.0f} ms; "
+                f"{data['probes']:g} calls probed the primary and paid its retries "
+                f"(cooldown {sizes.cooldown_s:g} s)"
+            ),
+        ),
+        BenchFigure(
+            name="extra latency per call during the outage, without the cooldown",
+            value=data["uncooled_s"] * 1000 - healthy_ms,
+            unit="ms",
+            baseline=healthy_ms,
+            baseline_name=base,
+            note="fallback_cooldown_s 0: every call pays the primary's 3 retries",
+        ),
+        BenchFigure(
+            name="back on the primary after it recovered",
+            value=data["back_after_s"],
+            unit="s",
+            goal=f"<= {back_goal:g} s (cooldown + a probe)",
+            met=data["back_after_s"] <= back_goal,
+        ),
     ]
 
 

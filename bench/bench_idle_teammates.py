@@ -73,11 +73,14 @@ class Activity:
         stats = self.conn.info("commandstats")
         workers = Worker.all(connection=self.rq_conn)
         cpu = sum(sum(p.cpu_times()[:4]) for p in self.procs)
-        return {"jobs": sum(w.successful_job_count + w.failed_job_count for w in workers),
-                "model calls": len(self.llm.requests.get(MODEL, [])),
-                "script calls": sum(stats.get(f"cmdstat_{c}", {}).get("calls", 0)
-                                    for c in ("eval", "evalsha")),
-                "worker CPU": cpu}
+        return {
+            "jobs": sum(w.successful_job_count + w.failed_job_count for w in workers),
+            "model calls": len(self.llm.requests.get(MODEL, [])),
+            "script calls": sum(
+                stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("eval", "evalsha")
+            ),
+            "worker CPU": cpu,
+        }
 
     def over(self, seconds: float) -> dict[str, float]:
         """How far each counter moved in `seconds` of waiting (the window being measured)."""
@@ -98,8 +101,14 @@ def spawn_all(store: TeamStore, llm: ScriptedLLM, mates: int) -> list[str]:
     """Spawn every teammate and wait until each has ended its first turn."""
     names = [f"mate{n}" for n in range(mates)]
     for name in names:
-        store.spawn(name, role="dev", prompt="Say ok.", model=f"openai/{MODEL}",
-                    api_base=llm.api_base, queue=QUEUE)
+        store.spawn(
+            name,
+            role="dev",
+            prompt="Say ok.",
+            model=f"openai/{MODEL}",
+            api_base=llm.api_base,
+            queue=QUEUE,
+        )
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
     while idle_count(store.conn, names) < mates:
         if time.monotonic() > deadline:
@@ -137,9 +146,11 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     llm.start()
     llm.script(MODEL, ["ok"], repeat_last=True)
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp, \
-                throwaway_redis(Path(tmp)) as url, \
-                worker_fleet(url, workers, Path(tmp), forked=sizes.fork_workers) as fleet:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp,
+            throwaway_redis(Path(tmp)) as url,
+            worker_fleet(url, workers, Path(tmp), forked=sizes.fork_workers) as fleet,
+        ):
             conn = redis.Redis.from_url(url, decode_responses=True)
             activity = Activity(url, [p.pid for p in fleet], llm)
             without = activity.over(quiet_s)
@@ -160,28 +171,57 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     finally:
         llm.stop()
     label = f"{mates} idle teammates, {workers} workers, {quiet_s:.0f} s"
-    rows = [BenchFigure(name=f"{what} ({label})" if what == "jobs" else what,
-                        value=idle[what], unit=unit, baseline=without[what],
-                        baseline_name="same workers, no team", goal="0", met=idle[what] == 0)
-            for what, unit in (("jobs", "jobs"), ("model calls", "calls"),
-                               ("script calls", "calls"))]
-    rows.append(BenchFigure(name="worker CPU", value=idle["worker CPU"], unit="s",
-                            baseline=without["worker CPU"], baseline_name="same workers, no team",
-                            goal="no more than with no team (idle RQ upkeep)",
-                            met=idle["worker CPU"] <= max(without["worker CPU"] * 1.1, 0.05),
-                            note=f"{workers} workers and their work horses"))
+    rows = [
+        BenchFigure(
+            name=f"{what} ({label})" if what == "jobs" else what,
+            value=idle[what],
+            unit=unit,
+            baseline=without[what],
+            baseline_name="same workers, no team",
+            goal="0",
+            met=idle[what] == 0,
+        )
+        for what, unit in (("jobs", "jobs"), ("model calls", "calls"), ("script calls", "calls"))
+    ]
+    rows.append(
+        BenchFigure(
+            name="worker CPU",
+            value=idle["worker CPU"],
+            unit="s",
+            baseline=without["worker CPU"],
+            baseline_name="same workers, no team",
+            goal="no more than with no team (idle RQ upkeep)",
+            met=idle["worker CPU"] <= max(without["worker CPU"] * 1.1, 0.05),
+            note=f"{workers} workers and their work horses",
+        )
+    )
     wake, noop = statistics.median(wakes), statistics.median(noops)
-    rows.append(BenchFigure(name="wake p50: message to an idle teammate -> its model request",
-                            value=wake * 1000, unit="ms", baseline=noop * 1000,
-                            baseline_name="no-op RQ job, enqueue -> start",
-                            goal=f"ratio <= {GOAL_WAKE_RATIO}",
-                            met=wake <= GOAL_WAKE_RATIO * noop, note=f"{wakes_count} wakes"))
-    rows.append(BenchFigure(name="spawn to all idle", value=settle_s, unit="s",
-                            note=f"{mates} first turns"))
+    rows.append(
+        BenchFigure(
+            name="wake p50: message to an idle teammate -> its model request",
+            value=wake * 1000,
+            unit="ms",
+            baseline=noop * 1000,
+            baseline_name="no-op RQ job, enqueue -> start",
+            goal=f"ratio <= {GOAL_WAKE_RATIO}",
+            met=wake <= GOAL_WAKE_RATIO * noop,
+            note=f"{wakes_count} wakes",
+        )
+    )
+    rows.append(
+        BenchFigure(name="spawn to all idle", value=settle_s, unit="s", note=f"{mates} first turns")
+    )
     for scenario, worst in (("quiet window", quiet_worst), ("wakes", wake_worst)):
-        rows.append(BenchFigure(name=f"slowest script, {scenario} (SLOWLOG)", value=worst.ms,
-                                unit="ms", goal="<= 5 ms", met=worst.ms <= slowlog.SLOW_US / 1000,
-                                note=worst.note()))
+        rows.append(
+            BenchFigure(
+                name=f"slowest script, {scenario} (SLOWLOG)",
+                value=worst.ms,
+                unit="ms",
+                goal="<= 5 ms",
+                met=worst.ms <= slowlog.SLOW_US / 1000,
+                note=worst.note(),
+            )
+        )
     return rows
 
 
@@ -196,8 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=FULL.workers)
     parser.add_argument("--quiet-s", type=float, default=FULL.quiet_s)
     args = parser.parse_args(argv)
-    return print_figures(run(Sizes(mates=args.mates, workers=args.workers,
-                                   quiet_s=args.quiet_s, wakes=FULL.wakes)))
+    return print_figures(
+        run(Sizes(mates=args.mates, workers=args.workers, quiet_s=args.quiet_s, wakes=FULL.wakes))
+    )
 
 
 if __name__ == "__main__":

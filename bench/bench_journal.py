@@ -22,9 +22,11 @@ from teamctl.shared.runs.journal import StepJournal
 from bench import bench_board, private_redis
 from bench.figures import BenchFigure, print_figures
 
-REPLY = ModelReply(content="thinking it through " * 10,
-                   tool_calls=[ToolCall(id="call_0", name="search", arguments='{"q": "x"}')],
-                   usage=Usage(prompt_tokens=1200, completion_tokens=80, cost_usd=0.001))
+REPLY = ModelReply(
+    content="thinking it through " * 10,
+    tool_calls=[ToolCall(id="call_0", name="search", arguments='{"q": "x"}')],
+    usage=Usage(prompt_tokens=1200, completion_tokens=80, cost_usd=0.001),
+)
 RESULT = "a tool result of a few hundred characters " * 8
 
 
@@ -43,8 +45,7 @@ SMOKE = Sizes(steps=5, repeats=1, evalsha_calls=bench_board.SMOKE.evalsha_calls)
 
 def fresh_journal(conn: redis.Redis) -> StepJournal:
     keys = RunKeys(f"j-{uuid.uuid4().hex[:8]}")
-    conn.hset(keys.task("t1"), mapping={"task_id": "t1", "token": "1@e",
-                                        "status": "in_progress"})
+    conn.hset(keys.task("t1"), mapping={"task_id": "t1", "token": "1@e", "status": "in_progress"})
     return StepJournal(conn, keys, "t1", "1@e", 100_000_000)
 
 
@@ -82,22 +83,34 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     with private_redis() as conn:
         for _ in range(sizes.repeats):
             runs.setdefault("evalsha", []).append(
-                bench_board.bare_evalsha_us(conn, sizes.evalsha_calls))
+                bench_board.bare_evalsha_us(conn, sizes.evalsha_calls)
+            )
             runs.setdefault("record", []).append(record_us(conn, sizes.steps))
             runs.setdefault("replay", []).append(replay_ms(conn, sizes.steps))
     data = {name: statistics.median(values) for name, values in runs.items()}
-    return [BenchFigure(name="record one step (reply + one tool result)", value=data["record"],
-                        unit="us", baseline=data["evalsha"],
-                        baseline_name="bare EVALSHA round trip",
-                        note="2 fenced appends; a model call takes seconds"),
-            BenchFigure(name=f"read back a {sizes.steps}-step journal", value=data["replay"],
-                        unit="ms", note="once, when the attempt after a crash starts")]
+    return [
+        BenchFigure(
+            name="record one step (reply + one tool result)",
+            value=data["record"],
+            unit="us",
+            baseline=data["evalsha"],
+            baseline_name="bare EVALSHA round trip",
+            note="2 fenced appends; a model call takes seconds",
+        ),
+        BenchFigure(
+            name=f"read back a {sizes.steps}-step journal",
+            value=data["replay"],
+            unit="ms",
+            note="once, when the attempt after a crash starts",
+        ),
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=FULL.repeats,
-                        help="runs per figure (median shown)")
+    parser.add_argument(
+        "--repeats", type=int, default=FULL.repeats, help="runs per figure (median shown)"
+    )
     print_figures(run(replace(FULL, repeats=parser.parse_args().repeats)))
 
 

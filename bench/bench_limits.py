@@ -66,33 +66,55 @@ SMOKE = Sizes(rps=20.0, runs=1, tasks=4, workers=2, free_tasks=4, rounds=1, fork
 
 
 @contextmanager
-def fleet(url: str, count: int, queue: str, log_dir: Path, env: dict[str, str],
-          forked: bool) -> Iterator[None]:
+def fleet(
+    url: str, count: int, queue: str, log_dir: Path, env: dict[str, str], forked: bool
+) -> Iterator[None]:
     """`count` preloaded workers on `queue` with `env` added, registered before it yields."""
     with ExitStack() as stack:
-        processes = [stack.enter_context(worker(worker_command(url, [queue]),
-                                                log_dir / f"worker{n}.log", url, env,
-                                                forked=forked))
-                     for n in range(count)]
-        wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url),
-                      f"{count} workers on {queue}")
+        processes = [
+            stack.enter_context(
+                worker(
+                    worker_command(url, [queue]),
+                    log_dir / f"worker{n}.log",
+                    url,
+                    env,
+                    forked=forked,
+                )
+            )
+            for n in range(count)
+        ]
+        wait_for_flag(
+            lambda: {p.pid for p in processes} <= registered_pids(url),
+            f"{count} workers on {queue}",
+        )
         yield
 
 
-def write_team(path: Path, llm: ScriptedLLM, tag: str, member: str, tasks: int,
-               workers: int, queue: str) -> Path:
+def write_team(
+    path: Path, llm: ScriptedLLM, tag: str, member: str, tasks: int, workers: int, queue: str
+) -> Path:
     """A one-member team on `queue` whose planner plans `tasks` independent tasks for model
     `member`."""
-    plan = {"tasks": [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"}
-                      for n in range(tasks)]}
+    plan = {"tasks": [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"} for n in range(tasks)]}
     planner = llm.script(f"plan-{tag}", [json.dumps(plan)], repeat_last=True)
     synth = llm.script(f"synth-{tag}", ["final"], repeat_last=True)
-    path.write_text("\n".join([
-        f'planner = {{ model = "{planner}", queue = "{queue}" }}',
-        f'synthesizer = {{ model = "{synth}", queue = "{queue}" }}',
-        f'model = "openai/{member}"', "[[members]]", 'id = "m1"', f'queue = "{queue}"',
-        "[options]", f"max_concurrency = {2 * workers}", "max_rounds = 1000",
-        "dependency_output_chars = 0"]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{planner}", queue = "{queue}" }}',
+                f'synthesizer = {{ model = "{synth}", queue = "{queue}" }}',
+                f'model = "openai/{member}"',
+                "[[members]]",
+                'id = "m1"',
+                f'queue = "{queue}"',
+                "[options]",
+                f"max_concurrency = {2 * workers}",
+                "max_rounds = 1000",
+                "dependency_output_chars = 0",
+            ]
+        )
+        + "\n"
+    )
     return path
 
 
@@ -100,11 +122,29 @@ def run_all(llm: ScriptedLLM, url: str, team: Path, run_ids: list[str], tmp: Pat
     """Start every run at once; wall seconds until the last exits (a failed run is a figure,
     not an error: without the limiter, tasks may fail once their retries run out)."""
     started = time.perf_counter()
-    procs = [subprocess.Popen(
-        [*teamctl(), "run", "Many tasks", "--team", str(team), "--api-base", llm.api_base,
-         "--redis-url", url, "--workers", "0", "--run-id", run_id],
-        stdin=subprocess.DEVNULL, stdout=(tmp / f"{run_id}.log").open("wb"),
-        stderr=subprocess.STDOUT) for run_id in run_ids]
+    procs = [
+        subprocess.Popen(
+            [
+                *teamctl(),
+                "run",
+                "Many tasks",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                run_id,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=(tmp / f"{run_id}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        for run_id in run_ids
+    ]
     for proc in procs:
         proc.wait(timeout=1800)
     return time.perf_counter() - started
@@ -122,35 +162,36 @@ class Goodput:
     planned: int
 
 
-def goodput(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str,
-            queue: str) -> Goodput:
+def goodput(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str, queue: str) -> Goodput:
     """The runs against a fresh rate-limited member model; what the provider saw."""
-    provider = RateLimitedProvider(rps=sizes.rps, burst=sizes.rps,
-                                   headers=frozenset({"retry-after", "openai"}))
+    provider = RateLimitedProvider(
+        rps=sizes.rps, burst=sizes.rps, headers=frozenset({"retry-after", "openai"})
+    )
     member = f"limited-{tag}"
     llm.script(member, handler=provider.handler)
-    team = write_team(tmp / f"team-{tag}.toml", llm, tag, member, sizes.tasks, sizes.workers,
-                      queue)
+    team = write_team(tmp / f"team-{tag}.toml", llm, tag, member, sizes.tasks, sizes.workers, queue)
     run_ids = [f"{tag}{n}" for n in range(sizes.runs)]
     run_all(llm, url, team, run_ids, tmp)
     states = boards(redis.Redis.from_url(url, decode_responses=True), run_ids)
     times = provider.served_times
     span_s = times[-1] - times[0] if len(times) > 1 else 0.0
     total = provider.served + provider.refused
-    return Goodput(served_per_s=(len(times) - 1) / span_s if span_s else 0.0,
-                   refused_share=provider.refused / total if total else 0.0,
-                   completed=sum(s.status is TaskStatus.COMPLETED for s in states),
-                   planned=sizes.runs * sizes.tasks)
+    return Goodput(
+        served_per_s=(len(times) - 1) / span_s if span_s else 0.0,
+        refused_share=provider.refused / total if total else 0.0,
+        completed=sum(s.status is TaskStatus.COMPLETED for s in states),
+        planned=sizes.runs * sizes.tasks,
+    )
 
 
-def per_task_ms(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str,
-                queue: str) -> float:
+def per_task_ms(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes, tag: str, queue: str) -> float:
     """One run of zero-latency tasks on an unlimited model: ms per task, first start to last
     end on the board."""
     member = f"free-{tag}"
     llm.script(member, ["done"], repeat_last=True)
-    team = write_team(tmp / f"team-{tag}.toml", llm, tag, member, sizes.free_tasks,
-                      sizes.workers, queue)
+    team = write_team(
+        tmp / f"team-{tag}.toml", llm, tag, member, sizes.free_tasks, sizes.workers, queue
+    )
     run_all(llm, url, team, [tag], tmp)
     states = boards(redis.Redis.from_url(url, decode_responses=True), [tag])
     span_ms = max(s.end_ms for s in states) - min(s.start_ms for s in states)
@@ -163,46 +204,84 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     results: dict[str, Goodput] = {}
     overhead: dict[str, list[float]] = {"on": [], "off": []}
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp_dir, \
-                throwaway_redis(Path(tmp_dir)) as url:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-limits-") as tmp_dir,
+            throwaway_redis(Path(tmp_dir)) as url,
+        ):
             tmp = Path(tmp_dir)
             with ExitStack() as fleets:
                 # Both fleets at once, each on its own queue, so the overhead passes alternate
                 # (a loaded machine's drift falls on both alike).
                 for mode, env in MODES.items():
                     (tmp / mode).mkdir()
-                    fleets.enter_context(fleet(url, sizes.workers, f"lim-{mode}", tmp / mode,
-                                               env, sizes.fork_workers))
+                    fleets.enter_context(
+                        fleet(
+                            url, sizes.workers, f"lim-{mode}", tmp / mode, env, sizes.fork_workers
+                        )
+                    )
                 for mode in MODES:
                     results[mode] = goodput(llm, url, tmp, sizes, f"good{mode}", f"lim-{mode}")
                 for n in range(sizes.rounds):
                     for mode in MODES:
-                        overhead[mode].append(per_task_ms(llm, url, tmp, sizes,
-                                                          f"free{mode}{n}", f"lim-{mode}"))
+                        overhead[mode].append(
+                            per_task_ms(llm, url, tmp, sizes, f"free{mode}{n}", f"lim-{mode}")
+                        )
     finally:
         llm.stop()
     on, off = results["on"], results["off"]
     with_ms, without_ms = _median(overhead["on"]), _median(overhead["off"])
-    label = (f"{sizes.runs} runs x {sizes.tasks} tasks, {sizes.workers} workers, provider "
-             f"{sizes.rps:g} req/s")
+    label = (
+        f"{sizes.runs} runs x {sizes.tasks} tasks, {sizes.workers} workers, provider "
+        f"{sizes.rps:g} req/s"
+    )
     return [
-        BenchFigure(name=f"served req/s, limiter on ({label})", value=on.served_per_s,
-                    unit="req/s", baseline=sizes.rps, baseline_name="R",
-                    goal=f">= {GOODPUT_GOAL} R", met=on.served_per_s >= GOODPUT_GOAL * sizes.rps,
-                    note="first to last served member request"),
-        BenchFigure(name="refused (429), limiter on", value=100 * on.refused_share, unit="%",
-                    baseline=100 * off.refused_share, baseline_name="limiter off",
-                    goal=f"<= {100 * REFUSED_GOAL:g} %", met=on.refused_share <= REFUSED_GOAL),
-        BenchFigure(name="tasks completed, limiter on", value=on.completed, unit="tasks",
-                    baseline=off.completed, baseline_name="limiter off", goal="all",
-                    met=on.completed == on.planned, note=f"{on.planned} planned"),
-        BenchFigure(name="served req/s, limiter off", value=off.served_per_s, unit="req/s",
-                    baseline=sizes.rps, baseline_name="R",
-                    note="each worker backs off alone"),
-        BenchFigure(name=f"time per task, no limit ({sizes.free_tasks} tasks)", value=with_ms,
-                    unit="ms", baseline=without_ms, baseline_name="limiter off",
-                    goal=f"ratio <= {OVERHEAD_GOAL}", met=with_ms <= OVERHEAD_GOAL * without_ms,
-                    note=f"median of {sizes.rounds} runs each, first start to last end"),
+        BenchFigure(
+            name=f"served req/s, limiter on ({label})",
+            value=on.served_per_s,
+            unit="req/s",
+            baseline=sizes.rps,
+            baseline_name="R",
+            goal=f">= {GOODPUT_GOAL} R",
+            met=on.served_per_s >= GOODPUT_GOAL * sizes.rps,
+            note="first to last served member request",
+        ),
+        BenchFigure(
+            name="refused (429), limiter on",
+            value=100 * on.refused_share,
+            unit="%",
+            baseline=100 * off.refused_share,
+            baseline_name="limiter off",
+            goal=f"<= {100 * REFUSED_GOAL:g} %",
+            met=on.refused_share <= REFUSED_GOAL,
+        ),
+        BenchFigure(
+            name="tasks completed, limiter on",
+            value=on.completed,
+            unit="tasks",
+            baseline=off.completed,
+            baseline_name="limiter off",
+            goal="all",
+            met=on.completed == on.planned,
+            note=f"{on.planned} planned",
+        ),
+        BenchFigure(
+            name="served req/s, limiter off",
+            value=off.served_per_s,
+            unit="req/s",
+            baseline=sizes.rps,
+            baseline_name="R",
+            note="each worker backs off alone",
+        ),
+        BenchFigure(
+            name=f"time per task, no limit ({sizes.free_tasks} tasks)",
+            value=with_ms,
+            unit="ms",
+            baseline=without_ms,
+            baseline_name="limiter off",
+            goal=f"ratio <= {OVERHEAD_GOAL}",
+            met=with_ms <= OVERHEAD_GOAL * without_ms,
+            note=f"median of {sizes.rounds} runs each, first start to last end",
+        ),
     ]
 
 
@@ -224,9 +303,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=FULL.workers)
     parser.add_argument("--free-tasks", type=int, default=FULL.free_tasks)
     args = parser.parse_args(argv)
-    return print_figures(run(Sizes(rps=args.rps, runs=args.runs, tasks=args.tasks,
-                                   workers=args.workers, free_tasks=args.free_tasks,
-                                   rounds=FULL.rounds)))
+    return print_figures(
+        run(
+            Sizes(
+                rps=args.rps,
+                runs=args.runs,
+                tasks=args.tasks,
+                workers=args.workers,
+                free_tasks=args.free_tasks,
+                rounds=FULL.rounds,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -61,52 +61,97 @@ def random_dag(seed: int, sizes: Sizes) -> tuple[list[dict[str, object]], dict[s
     latency: dict[str, float] = {}
     for i in range(sizes.tasks):
         deps = sorted(rng.sample(range(i), rng.randint(0, min(i, MAX_DEPS)))) if i else []
-        tasks.append({"id": f"t{i}", "memberId": f"m{i}", "task": f"step {i}",
-                      "dependsOn": [f"t{d}" for d in deps]})
+        tasks.append(
+            {
+                "id": f"t{i}",
+                "memberId": f"m{i}",
+                "task": f"step {i}",
+                "dependsOn": [f"t{d}" for d in deps],
+            }
+        )
         latency[f"t{i}"] = round(rng.uniform(*sizes.latency_s), 3)
     return tasks, latency
 
 
-def lower_bound_s(tasks: list[dict[str, object]], latency: dict[str, float],
-                  workers: int) -> tuple[float, float]:
+def lower_bound_s(
+    tasks: list[dict[str, object]], latency: dict[str, float], workers: int
+) -> tuple[float, float]:
     """(critical path, total work / `workers`) in seconds."""
     finish: dict[str, float] = {}
     for task in tasks:  # plan order is a topological order
         deps = task["dependsOn"]
         assert isinstance(deps, list)
-        finish[str(task["id"])] = max((finish[d] for d in deps), default=0.0) + latency[
-            str(task["id"])]
+        finish[str(task["id"])] = (
+            max((finish[d] for d in deps), default=0.0) + latency[str(task["id"])]
+        )
     return max(finish.values()), sum(latency.values()) / workers
 
 
-def write_team(path: Path, llm: ScriptedLLM, tag: str, dispatch: str,
-               tasks: list[dict[str, object]], latency: dict[str, float], workers: int) -> Path:
+def write_team(
+    path: Path,
+    llm: ScriptedLLM,
+    tag: str,
+    dispatch: str,
+    tasks: list[dict[str, object]],
+    latency: dict[str, float],
+    workers: int,
+) -> Path:
     """A team of a member per task, member i's model answering after task i's latency."""
     planner = llm.script(f"plan-{tag}", [json.dumps({"tasks": tasks})])
     synth = llm.script(f"synth-{tag}", ["the answer"])
-    lines = ['team_id = "bench"', f'planner = {{ model = "{planner}" }}',
-             f'synthesizer = {{ model = "{synth}" }}']
+    lines = [
+        'team_id = "bench"',
+        f'planner = {{ model = "{planner}" }}',
+        f'synthesizer = {{ model = "{synth}" }}',
+    ]
     for i in range(len(tasks)):
-        model = llm.script(f"m{i}-{tag}", ["done"], repeat_last=True,
-                           latency_s=latency[f"t{i}"])
+        model = llm.script(f"m{i}-{tag}", ["done"], repeat_last=True, latency_s=latency[f"t{i}"])
         lines += ["[[members]]", f'id = "m{i}"', f'model = "{model}"']
-    lines += ["[options]", f'dispatch = "{dispatch}"', f"max_concurrency = {workers}",
-              "max_rounds = 1000"]
+    lines += [
+        "[options]",
+        f'dispatch = "{dispatch}"',
+        f"max_concurrency = {workers}",
+        "max_rounds = 1000",
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def makespan_s(llm: ScriptedLLM, url: str, tmp: Path, dispatch: str,
-               tasks: list[dict[str, object]], latency: dict[str, float], workers: int) -> float:
+def makespan_s(
+    llm: ScriptedLLM,
+    url: str,
+    tmp: Path,
+    dispatch: str,
+    tasks: list[dict[str, object]],
+    latency: dict[str, float],
+    workers: int,
+) -> float:
     """First task start to last task end of one run, read from the board."""
     tag = f"makespan-{dispatch}"
     team = write_team(tmp / f"{tag}.toml", llm, tag, dispatch, tasks, latency, workers)
     with (tmp / f"{tag}.log").open("wb") as log:
-        done = subprocess.run([*teamctl(), "run", "Do the steps", "--team", str(team),
-                               "--api-base", llm.api_base, "--redis-url", url,
-                               "--workers", "0", "--run-id", tag],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                              timeout=RUN_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [
+                *teamctl(),
+                "run",
+                "Do the steps",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                tag,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
     if done.returncode != 0:
         raise failed(f"teamctl run {tag} exited {done.returncode}", tmp / f"{tag}.log")
     board = TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(tag))
@@ -123,11 +168,16 @@ def collect(sizes: Sizes) -> dict[str, float]:
     llm = ScriptedLLM()
     llm.start()
     try:
-        with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
+        with (
+            tempfile.TemporaryDirectory() as tmp_dir,
+            throwaway_redis() as url,
+            worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers),
+        ):
             tmp = Path(tmp_dir)
-            spans = {mode: makespan_s(llm, url, tmp, mode, tasks, latency, sizes.workers)
-                     for mode in ("eager", "barrier")}
+            spans = {
+                mode: makespan_s(llm, url, tmp, mode, tasks, latency, sizes.workers)
+                for mode in ("eager", "barrier")
+            }
     finally:
         llm.stop()
     return {**spans, "critical": critical, "work": work}
@@ -139,14 +189,23 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     sizes = SMOKE if smoke else FULL
     data = collect(sizes)
     bound = max(data["critical"], data["work"])
-    note = (f"seed {SEED}; critical path {data['critical']:.2f} s, "
-            f"work/{sizes.workers} {data['work']:.2f} s")
-    return [BenchFigure(name=f"makespan, {mode} dispatch", value=data[mode], unit="s",
-                        baseline=bound, baseline_name="lower bound",
-                        goal=f"ratio <= {GOAL_RATIO}" if mode == "eager" else "",
-                        met=data[mode] / bound <= GOAL_RATIO if mode == "eager" else None,
-                        note=note)
-            for mode in ("eager", "barrier")]
+    note = (
+        f"seed {SEED}; critical path {data['critical']:.2f} s, "
+        f"work/{sizes.workers} {data['work']:.2f} s"
+    )
+    return [
+        BenchFigure(
+            name=f"makespan, {mode} dispatch",
+            value=data[mode],
+            unit="s",
+            baseline=bound,
+            baseline_name="lower bound",
+            goal=f"ratio <= {GOAL_RATIO}" if mode == "eager" else "",
+            met=data[mode] / bound <= GOAL_RATIO if mode == "eager" else None,
+            note=note,
+        )
+        for mode in ("eager", "barrier")
+    ]
 
 
 def main() -> int:

@@ -58,24 +58,44 @@ FULL = Sizes(jobs=10, in_process_rounds=5)
 SMOKE = Sizes(jobs=1, in_process_rounds=1, fork_workers=True)
 
 
-def make_run(conn: redis.Redis, run_id: str, model: str, api_base: str, workspace: Path,
-             with_mcp: bool, jobs: int) -> None:
+def make_run(
+    conn: redis.Redis,
+    run_id: str,
+    model: str,
+    api_base: str,
+    workspace: Path,
+    with_mcp: bool,
+    jobs: int,
+) -> None:
     """A run of `jobs` tasks and a warm-up one for one member, with mcp-server-time or without
     MCP."""
-    member = Member(id="m1", model=model, mcp=["time"] if with_mcp else [],
-                    mcp_servers=[TIME_SERVER] if with_mcp else [])
-    spec = RunSpec(run_id=run_id, team_id="bench", objective="benchmark MCP",
-                   members=[member], options=RunOptions(),
-                   models=ModelChoice(planner=model, synthesizer=model, member_default=model,
-                                      api_base=api_base),
-                   workspace_dir=str(workspace), created_ms=now_ms())
+    member = Member(
+        id="m1",
+        model=model,
+        mcp=["time"] if with_mcp else [],
+        mcp_servers=[TIME_SERVER] if with_mcp else [],
+    )
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="bench",
+        objective="benchmark MCP",
+        members=[member],
+        options=RunOptions(),
+        models=ModelChoice(
+            planner=model, synthesizer=model, member_default=model, api_base=api_base
+        ),
+        workspace_dir=str(workspace),
+        created_ms=now_ms(),
+    )
     RunStore(conn, RunKeys(run_id)).create(spec)
     TaskBoard(conn, RunKeys(run_id)).create(
-        [TaskSpec(id=f"t{n}", member_id="m1", task=f"task {n}") for n in range(jobs + 1)])
+        [TaskSpec(id=f"t{n}", member_id="m1", task=f"task {n}") for n in range(jobs + 1)]
+    )
 
 
-def paced_run_task_ms(url: str, llm: ScriptedLLM, model: str, with_mcp: bool,
-                      jobs: int) -> list[float]:
+def paced_run_task_ms(
+    url: str, llm: ScriptedLLM, model: str, with_mcp: bool, jobs: int
+) -> list[float]:
     """Enqueue-to-finished ms of each paced run_task job (after one unmeasured warm-up job)."""
     conn = redis.Redis.from_url(url, decode_responses=True)
     queue = Queue(QUEUE, connection=redis.Redis.from_url(url))
@@ -116,9 +136,16 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     llm.start()
     model = llm.script("bench-mcp-member", ["done"], repeat_last=True)
     try:
-        with throwaway_redis() as url, tempfile.TemporaryDirectory() as logs, \
-                worker(worker_command(url, [QUEUE]), Path(logs) / "worker.log", url,
-                       forked=sizes.fork_workers):
+        with (
+            throwaway_redis() as url,
+            tempfile.TemporaryDirectory() as logs,
+            worker(
+                worker_command(url, [QUEUE]),
+                Path(logs) / "worker.log",
+                url,
+                forked=sizes.fork_workers,
+            ),
+        ):
             without = paced_run_task_ms(url, llm, model, with_mcp=False, jobs=sizes.jobs)
             with_mcp = paced_run_task_ms(url, llm, model, with_mcp=True, jobs=sizes.jobs)
     finally:
@@ -126,17 +153,32 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     start_ms, close_ms = in_process_ms(sizes.in_process_rounds)
     base, mcp = statistics.median(without), statistics.median(with_mcp)
     return [
-        BenchFigure(name="run_task, member with mcp-server-time", value=mcp, unit="ms",
-                    baseline=base, baseline_name="run_task, member without MCP",
-                    note=f"median of {sizes.jobs} paced jobs each, preloaded forking worker"),
-        BenchFigure(name="added per attempt by one stdio MCP server", value=mcp - base,
-                    unit="ms", note="start, handshake, tools/list, stop"),
-        BenchFigure(name="McpHub.start of mcp-server-time (spawn, handshake, list)",
-                    value=start_ms, unit="ms",
-                    note=f"in-process, median of {sizes.in_process_rounds}"),
-        BenchFigure(name="McpHub.close of mcp-server-time (stop its process group)",
-                    value=close_ms, unit="ms",
-                    note=f"in-process, median of {sizes.in_process_rounds}"),
+        BenchFigure(
+            name="run_task, member with mcp-server-time",
+            value=mcp,
+            unit="ms",
+            baseline=base,
+            baseline_name="run_task, member without MCP",
+            note=f"median of {sizes.jobs} paced jobs each, preloaded forking worker",
+        ),
+        BenchFigure(
+            name="added per attempt by one stdio MCP server",
+            value=mcp - base,
+            unit="ms",
+            note="start, handshake, tools/list, stop",
+        ),
+        BenchFigure(
+            name="McpHub.start of mcp-server-time (spawn, handshake, list)",
+            value=start_ms,
+            unit="ms",
+            note=f"in-process, median of {sizes.in_process_rounds}",
+        ),
+        BenchFigure(
+            name="McpHub.close of mcp-server-time (stop its process group)",
+            value=close_ms,
+            unit="ms",
+            note=f"in-process, median of {sizes.in_process_rounds}",
+        ),
     ]
 
 

@@ -51,8 +51,9 @@ WORKSPACE_PATH_BYTES = 3000
 WORKSPACE_SLACK_BYTES = 2048
 """Redis's own cost of a workspace's four structures (files, versions, deletions, info), which the
 cap does not count (tests/tools/test_workspace_caps.py allows the same)."""
-MESSAGE_TEXT = ("Status: the parser is done, tests pass; next I take the exporter. "
-                "Ping me if blocked.")[:100].ljust(100, ".")
+MESSAGE_TEXT = (
+    "Status: the parser is done, tests pass; next I take the exporter. Ping me if blocked."
+)[:100].ljust(100, ".")
 
 
 def used_bytes(conn: redis.Redis) -> int:
@@ -64,7 +65,8 @@ def add_tasks(conn: redis.Redis, count: int) -> None:
     for plan in range(0, count, PLAN_TASKS):
         size = min(PLAN_TASKS, count - plan)
         TaskBoard(conn, RunKeys(f"mem-{plan}")).create(
-            [TaskSpec(id=f"t{i}", member_id="m1", task=TASK_TEXT) for i in range(size)])
+            [TaskSpec(id=f"t{i}", member_id="m1", task=TASK_TEXT) for i in range(size)]
+        )
 
 
 def add_messages(conn: redis.Redis, count: int) -> None:
@@ -73,8 +75,7 @@ def add_messages(conn: redis.Redis, count: int) -> None:
     write_roster(conn, keys, ["alice", "bob"])
     bus = MessageBus(conn, keys)
     for n in range(count):
-        bus.send("alice" if n % 2 else "bob", "bob" if n % 2 else "alice", None, None,
-                 MESSAGE_TEXT)
+        bus.send("alice" if n % 2 else "bob", "bob" if n % 2 else "alice", None, None, MESSAGE_TEXT)
 
 
 def add_teammates(conn: redis.Redis, count: int) -> None:
@@ -82,7 +83,7 @@ def add_teammates(conn: redis.Redis, count: int) -> None:
     idle_team(conn, count, room=0)  # the caller keeps count within a team's max_teammates
     doomed = list(conn.scan_iter("rq:*", count=1000))
     for at in range(0, len(doomed), 500):
-        conn.delete(*doomed[at:at + 500])
+        conn.delete(*doomed[at : at + 500])
 
 
 def per_item(conn: redis.Redis, add: Callable[[redis.Redis, int], None], count: int) -> float:
@@ -96,10 +97,16 @@ def per_item(conn: redis.Redis, add: Callable[[redis.Redis, int], None], count: 
 def workspace_held(conn: redis.Redis) -> int:
     """What Redis holds for the flooded workspace: MEMORY USAGE of each of its keys."""
     keys = RunKeys("mem-workspace")
-    names = [keys.files, keys.file_versions, keys.file_deletions, keys.files_info,
-             *conn.scan_iter(match=f"{keys.base}:blob:*", count=1000)]
-    return sum(int(conn.execute_command("MEMORY", "USAGE", name, "SAMPLES", "0") or 0)
-               for name in names)
+    names = [
+        keys.files,
+        keys.file_versions,
+        keys.file_deletions,
+        keys.files_info,
+        *conn.scan_iter(match=f"{keys.base}:blob:*", count=1000),
+    ]
+    return sum(
+        int(conn.execute_command("MEMORY", "USAGE", name, "SAMPLES", "0") or 0) for name in names
+    )
 
 
 def flood_workspace(conn: redis.Redis, files: int, cap_bytes: int) -> tuple[int, int, int]:
@@ -107,8 +114,7 @@ def flood_workspace(conn: redis.Redis, files: int, cap_bytes: int) -> tuple[int,
     `cap_bytes`, then each saved one deleted: (saved, bytes held after the saves, bytes held
     after the deletes)."""
     conn.flushall()
-    store = WorkspaceFiles(conn, RunKeys("mem-workspace"),
-                           FileCaps(workspace_max_bytes=cap_bytes))
+    store = WorkspaceFiles(conn, RunKeys("mem-workspace"), FileCaps(workspace_max_bytes=cap_bytes))
     saved: dict[str, int] = {}
     for n in range(files):
         path = f"{n:05d}/" + "p" * (WORKSPACE_PATH_BYTES - 6)
@@ -126,38 +132,74 @@ def workspace_figures(conn: redis.Redis, files: int, cap_bytes: int) -> list[Ben
     saved, held, left = flood_workspace(conn, files, cap_bytes)
     bound = cap_bytes + WORKSPACE_SLACK_BYTES
     goal = f"<= cap + {WORKSPACE_SLACK_BYTES:,} B"
-    note = (f"{files} empty files with {WORKSPACE_PATH_BYTES}-byte paths offered, {saved} "
-            "saved; MEMORY USAGE of the workspace's keys")
+    note = (
+        f"{files} empty files with {WORKSPACE_PATH_BYTES}-byte paths offered, {saved} "
+        "saved; MEMORY USAGE of the workspace's keys"
+    )
     return [
-        BenchFigure(name=f"Redis memory of a flooded workspace capped at {cap_bytes:,} B",
-                    value=held, unit="B", baseline=cap_bytes, baseline_name="workspace_max_bytes",
-                    goal=goal, met=held <= bound, note=note),
-        BenchFigure(name=f"... capped at {cap_bytes:,} B, after deleting every file saved",
-                    value=left, unit="B", baseline=cap_bytes,
-                    baseline_name="workspace_max_bytes", goal=goal, met=left <= bound,
-                    note="deleted paths' records count until they are dropped"),
+        BenchFigure(
+            name=f"Redis memory of a flooded workspace capped at {cap_bytes:,} B",
+            value=held,
+            unit="B",
+            baseline=cap_bytes,
+            baseline_name="workspace_max_bytes",
+            goal=goal,
+            met=held <= bound,
+            note=note,
+        ),
+        BenchFigure(
+            name=f"... capped at {cap_bytes:,} B, after deleting every file saved",
+            value=left,
+            unit="B",
+            baseline=cap_bytes,
+            baseline_name="workspace_max_bytes",
+            goal=goal,
+            met=left <= bound,
+            note="deleted paths' records count until they are dropped",
+        ),
     ]
 
 
 def run(count: int, workspace_files: int) -> list[BenchFigure]:
-    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp, \
-            throwaway_redis(Path(tmp)) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp,
+        throwaway_redis(Path(tmp)) as url,
+    ):
         conn = redis.Redis.from_url(url, decode_responses=True)
         empty = used_bytes(conn)
         task = per_item(conn, add_tasks, count)
         message = per_item(conn, add_messages, count)
         mates = min(count, MAX_TEAMMATES)
         mate = per_item(conn, add_teammates, mates)
-        workspace = [row for cap in WORKSPACE_CAPS_BYTES
-                     for row in workspace_figures(conn, workspace_files, cap)]
+        workspace = [
+            row
+            for cap in WORKSPACE_CAPS_BYTES
+            for row in workspace_figures(conn, workspace_files, cap)
+        ]
     note = f"{count} of them; empty server {empty / 1024 / 1024:.2f} MiB"
     return [
-        BenchFigure(name="Redis memory per planned task", value=task, unit="B",
-                    baseline=len(TASK_TEXT), baseline_name="its task text", note=note),
-        BenchFigure(name="Redis memory per bus message", value=message, unit="B",
-                    baseline=len(MESSAGE_TEXT), baseline_name="its text", note=note),
-        BenchFigure(name="Redis memory per idle teammate", value=mate, unit="B",
-                    note=f"{mates} of them in one team; first turn's prompt 5 characters"),
+        BenchFigure(
+            name="Redis memory per planned task",
+            value=task,
+            unit="B",
+            baseline=len(TASK_TEXT),
+            baseline_name="its task text",
+            note=note,
+        ),
+        BenchFigure(
+            name="Redis memory per bus message",
+            value=message,
+            unit="B",
+            baseline=len(MESSAGE_TEXT),
+            baseline_name="its text",
+            note=note,
+        ),
+        BenchFigure(
+            name="Redis memory per idle teammate",
+            value=mate,
+            unit="B",
+            note=f"{mates} of them in one team; first turn's prompt 5 characters",
+        ),
         *workspace,
     ]
 

@@ -66,15 +66,23 @@ def wide_dag(tasks: int, width: int) -> list[dict[str, object]]:
     return plan
 
 
-def write_team(path: Path, llm: ScriptedLLM, plan: list[dict[str, object]],
-               workers: int) -> Path:
-    path.write_text("\n".join([
-        f'planner = {{ model = "{llm.script("plan", [json.dumps({"tasks": plan})])}" }}',
-        f'synthesizer = {{ model = "{llm.script("synth", ["final"])}" }}',
-        f'model = "{llm.script("member", ["done"], repeat_last=True)}"',
-        "[[members]]", 'id = "m1"',
-        "[options]", f"max_concurrency = {2 * workers}", "max_rounds = 10000",
-        "dependency_output_chars = 0"]) + "\n")
+def write_team(path: Path, llm: ScriptedLLM, plan: list[dict[str, object]], workers: int) -> Path:
+    path.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{llm.script("plan", [json.dumps({"tasks": plan})])}" }}',
+                f'synthesizer = {{ model = "{llm.script("synth", ["final"])}" }}',
+                f'model = "{llm.script("member", ["done"], repeat_last=True)}"',
+                "[[members]]",
+                'id = "m1"',
+                "[options]",
+                f"max_concurrency = {2 * workers}",
+                "max_rounds = 10000",
+                "dependency_output_chars = 0",
+            ]
+        )
+        + "\n"
+    )
     return path
 
 
@@ -82,23 +90,27 @@ def cli_s(url: str, *args: str) -> tuple[float, float]:
     """(wall, CPU) seconds of one real `teamctl` command against the benchmark's Redis (CPU
     tells its own cost apart from waiting for a core on a loaded machine)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([*teamctl(), *args, *(["--redis-url", url] if args[0] != "--help"
-                                                   else [])],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*teamctl(), *args, *(["--redis-url", url] if args[0] != "--help" else [])],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stderr is not None
     err = proc.stderr.read()
     _, wait_status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(wait_status)
     elapsed = time.perf_counter() - started
     if proc.returncode not in (0, 1):
-        raise RuntimeError(f"teamctl {' '.join(args)} exited {proc.returncode}: "
-                           f"{err.decode()[-500:]}")
+        raise RuntimeError(
+            f"teamctl {' '.join(args)} exited {proc.returncode}: {err.decode()[-500:]}"
+        )
     return elapsed, usage.ru_utime + usage.ru_stime
 
 
-def wait_running(proc: subprocess.Popen[bytes], predicate: Callable[[], object],
-                 what: str, log_path: Path) -> None:
+def wait_running(
+    proc: subprocess.Popen[bytes], predicate: Callable[[], object], what: str, log_path: Path
+) -> None:
     """Wait for `predicate`, failing at once if the run ended first."""
     wait_for_flag(lambda: predicate() or proc.poll() is not None, what)
     if not predicate():
@@ -128,27 +140,52 @@ class Measured:
         self.slow: dict[str, slowlog.Slowest] = {}
 
 
-def run_once(llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int,
-             workers: int) -> Measured:
+def run_once(
+    llm: ScriptedLLM, url: str, tmp: Path, tasks: int, width: int, workers: int
+) -> Measured:
     out = Measured()
     conn = redis.Redis.from_url(url, decode_responses=True)
     team = write_team(tmp / "team.toml", llm, wide_dag(tasks, width), workers)
     out.values["help"] = min(cli_s(url, "--help")[0] for _ in range(3))
     slowlog.watch(conn)
     log = (tmp / "run.log").open("wb")
-    proc = subprocess.Popen([*teamctl(), "run", "A wide plan", "--team", str(team),
-                             "--api-base", llm.api_base, "--redis-url", url, "--workers", "0",
-                             "--run-id", RUN_ID],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        [
+            *teamctl(),
+            "run",
+            "A wide plan",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            url,
+            "--workers",
+            "0",
+            "--run-id",
+            RUN_ID,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
     try:
         wait_running(proc, lambda: llm.prompts("plan"), "the planner's request", tmp / "run.log")
         planned_ms = redis_ms(conn)
-        wait_running(proc, lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) > 0,
-                     "a first task", tmp / "run.log")
+        wait_running(
+            proc,
+            lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) > 0,
+            "a first task",
+            tmp / "run.log",
+        )
         out.values["first_dispatch_s"] = (first_claim_ms(conn) - planned_ms) / 1000
         out.slow["plan and dispatch"] = slowlog.slowest(conn)
-        wait_running(proc, lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) >= tasks // 2,
-                     "half the tasks", tmp / "run.log")
+        wait_running(
+            proc,
+            lambda: board_progress(conn).get(TaskStatus.COMPLETED, 0) >= tasks // 2,
+            "half the tasks",
+            tmp / "run.log",
+        )
         out.values["status_mid_s"], out.values["status_mid_cpu_s"] = cli_s(url, "status", RUN_ID)
         out.slow["status mid-run"] = slowlog.slowest(conn)
         out.values["tasks_mid_s"], out.values["tasks_mid_cpu_s"] = cli_s(url, "tasks", RUN_ID)
@@ -203,19 +240,28 @@ def board_read_ms(conn: redis.Redis) -> dict[str, float]:
         whole = conn.slowlog_get(slowlog.ENTRIES)
     finally:
         slowlog.watch(conn)
-    longest = [max((e["duration"] for e in entries if str(e["command"]).find("EVALSHA") >= 0),
-                   default=0) / 1000 for entries in (paged, whole)]
-    return {"paged_script": longest[0], "paged_wall": paged_wall * 1000,
-            "whole_script": longest[1], "whole_wall": whole_wall * 1000}
+    longest = [
+        max((e["duration"] for e in entries if str(e["command"]).find("EVALSHA") >= 0), default=0)
+        / 1000
+        for entries in (paged, whole)
+    ]
+    return {
+        "paged_script": longest[0],
+        "paged_wall": paged_wall * 1000,
+        "whole_script": longest[1],
+        "whole_wall": whole_wall * 1000,
+    }
 
 
 def collect(sizes: Sizes) -> Measured:
     llm = ScriptedLLM()
     llm.start()
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-planned-") as tmp_dir, \
-                throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-planned-") as tmp_dir,
+            throwaway_redis(Path(tmp_dir)) as url,
+            worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers),
+        ):
             return run_once(llm, url, Path(tmp_dir), sizes.tasks, sizes.width, sizes.workers)
     finally:
         llm.stop()
@@ -226,32 +272,71 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     data = collect(sizes)
     v, floor = data.values, data.values["help"]
     label = f"{tasks} tasks, {tasks // width} layers of {width}, {workers} workers"
-    rows = [BenchFigure(name=f"plan to first dispatch ({label})", value=v["first_dispatch_s"],
-                        unit="s", note="planner's reply to the first claim")]
-    for key, what in (("status_mid_s", "`teamctl status`, mid-run"),
-                      ("tasks_mid_s", "`teamctl tasks`, mid-run"),
-                      ("status_end_s", "`teamctl status`, run ended"),
-                      ("tasks_end_s", "`teamctl tasks`, run ended")):
-        rows.append(BenchFigure(name=what, value=v[key], unit="s", baseline=floor,
-                                baseline_name="`teamctl --help`", goal=f"< {GOAL_CLI_S:.0f} s",
-                                met=v[key] < GOAL_CLI_S,
-                                note=f"{v[key.replace('_s', '_cpu_s')]:.2f} s CPU"))
-    rows += [BenchFigure(name="board read: longest script call (paged snapshot)",
-                         value=v["paged_script"], unit="ms", baseline=v["whole_script"],
-                         baseline_name="one snapshot.lua over every task", goal="<= 5 ms",
-                         met=v["paged_script"] <= slowlog.SLOW_US / 1000,
-                         note="SLOWLOG at threshold 0, the ended board"),
-             BenchFigure(name="board read: whole snapshot, wall", value=v["paged_wall"],
-                         unit="ms", baseline=v["whole_wall"],
-                         baseline_name="one snapshot.lua call, parse excluded",
-                         note="pages of 32 tasks, parsed")]
-    rows.append(BenchFigure(name="coordinator CPU per task", value=v["cpu_s"] / tasks * 1000,
-                            unit="ms", note="whole `teamctl run`, planning and synthesis "
-                            "included"))
+    rows = [
+        BenchFigure(
+            name=f"plan to first dispatch ({label})",
+            value=v["first_dispatch_s"],
+            unit="s",
+            note="planner's reply to the first claim",
+        )
+    ]
+    for key, what in (
+        ("status_mid_s", "`teamctl status`, mid-run"),
+        ("tasks_mid_s", "`teamctl tasks`, mid-run"),
+        ("status_end_s", "`teamctl status`, run ended"),
+        ("tasks_end_s", "`teamctl tasks`, run ended"),
+    ):
+        rows.append(
+            BenchFigure(
+                name=what,
+                value=v[key],
+                unit="s",
+                baseline=floor,
+                baseline_name="`teamctl --help`",
+                goal=f"< {GOAL_CLI_S:.0f} s",
+                met=v[key] < GOAL_CLI_S,
+                note=f"{v[key.replace('_s', '_cpu_s')]:.2f} s CPU",
+            )
+        )
+    rows += [
+        BenchFigure(
+            name="board read: longest script call (paged snapshot)",
+            value=v["paged_script"],
+            unit="ms",
+            baseline=v["whole_script"],
+            baseline_name="one snapshot.lua over every task",
+            goal="<= 5 ms",
+            met=v["paged_script"] <= slowlog.SLOW_US / 1000,
+            note="SLOWLOG at threshold 0, the ended board",
+        ),
+        BenchFigure(
+            name="board read: whole snapshot, wall",
+            value=v["paged_wall"],
+            unit="ms",
+            baseline=v["whole_wall"],
+            baseline_name="one snapshot.lua call, parse excluded",
+            note="pages of 32 tasks, parsed",
+        ),
+    ]
+    rows.append(
+        BenchFigure(
+            name="coordinator CPU per task",
+            value=v["cpu_s"] / tasks * 1000,
+            unit="ms",
+            note="whole `teamctl run`, planning and synthesis included",
+        )
+    )
     for scenario, worst in data.slow.items():
-        rows.append(BenchFigure(name=f"slowest script, {scenario} (SLOWLOG)", value=worst.ms,
-                                unit="ms", goal="<= 5 ms", met=worst.ms <= slowlog.SLOW_US / 1000,
-                                note=worst.note()))
+        rows.append(
+            BenchFigure(
+                name=f"slowest script, {scenario} (SLOWLOG)",
+                value=worst.ms,
+                unit="ms",
+                goal="<= 5 ms",
+                met=worst.ms <= slowlog.SLOW_US / 1000,
+                note=worst.note(),
+            )
+        )
     return rows
 
 

@@ -85,18 +85,43 @@ def one_kill(llm: ScriptedLLM, url: str, tmp: Path, n: int) -> tuple[float | Non
     run_id = f"reclaim{n}"
     member = FirstCallHangs()
     team = tmp / f"{run_id}.toml"
-    team.write_text("\n".join([
-        f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(PLAN)])}" }}',
-        f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}" }}',
-        "[[members]]", 'id = "m1"', f'model = "{llm.script(f"m1-{run_id}", handler=member)}"',
-        "[options]", f"heartbeat_ttl_s = {TTL_S}"]) + "\n")
+    team.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(PLAN)])}" }}',
+                f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}" }}',
+                "[[members]]",
+                'id = "m1"',
+                f'model = "{llm.script(f"m1-{run_id}", handler=member)}"',
+                "[options]",
+                f"heartbeat_ttl_s = {TTL_S}",
+            ]
+        )
+        + "\n"
+    )
     conn = redis.Redis.from_url(url, decode_responses=True)
     board = TaskBoard(conn, RunKeys(run_id))
     with (tmp / f"{run_id}.log").open("wb") as log:
-        run = subprocess.Popen([*teamctl(), "run", "Survive a crash", "--team", str(team),
-                                "--api-base", llm.api_base, "--redis-url", url, "--workers",
-                                "0", "--run-id", run_id],
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        run = subprocess.Popen(
+            [
+                *teamctl(),
+                "run",
+                "Survive a crash",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                run_id,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
     try:
         wait_for_flag(lambda: member.calls >= 1, "the first model call")
         horse, parent = holder_pids(board)
@@ -108,8 +133,11 @@ def one_kill(llm: ScriptedLLM, url: str, tmp: Path, n: int) -> tuple[float | Non
     run.wait(RUN_TIMEOUT_S)
     task = board.get("work")
     assert task is not None, "the run's one task is on its board"
-    completed = sum(1 for _id, f in conn.xrange(board.keys.events)
-                    if f.get("task_id") == "work" and f.get("status") == "completed")
+    completed = sum(
+        1
+        for _id, f in conn.xrange(board.keys.events)
+        if f.get("task_id") == "work" and f.get("status") == "completed"
+    )
     if task.status.value != "completed":
         return None, completed
     return (task.end_ms - killed_ms) / 1000, completed
@@ -137,14 +165,23 @@ def collect(sizes: Sizes) -> tuple[list[float | None], list[int]]:
     times: list[float | None] = []
     events: list[int] = []
     try:
-        with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                ExitStack() as stack:
+        with (
+            tempfile.TemporaryDirectory() as tmp_dir,
+            throwaway_redis() as url,
+            ExitStack() as stack,
+        ):
             tmp = Path(tmp_dir)
             rq_conn = redis.Redis.from_url(url)
 
             def start_worker(n: int) -> None:
-                stack.enter_context(worker(worker_command(url, [QUEUE]), tmp / f"w{n}.log", url,
-                                           forked=sizes.fork_workers))
+                stack.enter_context(
+                    worker(
+                        worker_command(url, [QUEUE]),
+                        tmp / f"w{n}.log",
+                        url,
+                        forked=sizes.fork_workers,
+                    )
+                )
 
             for n in range(2):
                 start_worker(n)
@@ -170,16 +207,33 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     doubles = sum(1 for e in events if e > 1)
     rows = []
     if done:
-        rows += [BenchFigure(name="SIGKILL mid-task -> completed by another worker, median",
-                             value=statistics.median(done), unit="s", baseline=TTL_S,
-                             baseline_name="heartbeat_ttl_s", goal=f"<= {GOAL_S:.0f} s",
-                             met=statistics.median(done) <= GOAL_S, note=f"{sizes.kills} kills"),
-                 BenchFigure(name="SIGKILL mid-task -> completed, worst", value=max(done),
-                             unit="s", baseline=TTL_S, baseline_name="heartbeat_ttl_s",
-                             goal=f"<= {GOAL_S:.0f} s", met=max(done) <= GOAL_S)]
-    rows += [BenchFigure(name="tasks lost", value=lost, unit="tasks", goal="0", met=lost == 0),
-             BenchFigure(name="double completions", value=doubles, unit="tasks", goal="0",
-                         met=doubles == 0)]
+        rows += [
+            BenchFigure(
+                name="SIGKILL mid-task -> completed by another worker, median",
+                value=statistics.median(done),
+                unit="s",
+                baseline=TTL_S,
+                baseline_name="heartbeat_ttl_s",
+                goal=f"<= {GOAL_S:.0f} s",
+                met=statistics.median(done) <= GOAL_S,
+                note=f"{sizes.kills} kills",
+            ),
+            BenchFigure(
+                name="SIGKILL mid-task -> completed, worst",
+                value=max(done),
+                unit="s",
+                baseline=TTL_S,
+                baseline_name="heartbeat_ttl_s",
+                goal=f"<= {GOAL_S:.0f} s",
+                met=max(done) <= GOAL_S,
+            ),
+        ]
+    rows += [
+        BenchFigure(name="tasks lost", value=lost, unit="tasks", goal="0", met=lost == 0),
+        BenchFigure(
+            name="double completions", value=doubles, unit="tasks", goal="0", met=doubles == 0
+        ),
+    ]
     return rows
 
 

@@ -56,8 +56,14 @@ def overhead(llm: ScriptedLLM, calls: int) -> list[BenchFigure]:
     router = litellm.Router(model_list=deployment(model, llm.api_base, None), num_retries=0)
 
     def direct() -> None:
-        litellm.completion(model=model, messages=MESSAGES, api_base=llm.api_base, api_key="k",
-                           num_retries=0, max_retries=0)
+        litellm.completion(
+            model=model,
+            messages=MESSAGES,
+            api_base=llm.api_base,
+            api_key="k",
+            num_retries=0,
+            max_retries=0,
+        )
 
     def routed() -> None:
         router.completion(model=GROUP, messages=MESSAGES)
@@ -68,16 +74,27 @@ def overhead(llm: ScriptedLLM, calls: int) -> list[BenchFigure]:
     for _ in range(ROUNDS):
         bare.append(per_call_ms(direct, calls // ROUNDS))
         via.append(per_call_ms(routed, calls // ROUNDS))
-    return [BenchFigure(name="Router.completion per call", value=statistics.median(via),
-                        unit="ms", baseline=statistics.median(bare),
-                        baseline_name="litellm.completion", note=f"{calls} calls each")]
+    return [
+        BenchFigure(
+            name="Router.completion per call",
+            value=statistics.median(via),
+            unit="ms",
+            baseline=statistics.median(bare),
+            baseline_name="litellm.completion",
+            note=f"{calls} calls each",
+        )
+    ]
 
 
 def child(redis_url: str, api_base: str, model: str, rpm: int, calls: int) -> None:
     """One Router process: `calls` calls, printing one JSON line of what each got."""
     litellm = load_litellm()
-    router = litellm.Router(model_list=deployment(model, api_base, rpm), redis_url=redis_url,
-                            routing_strategy="usage-based-routing-v2", num_retries=0)
+    router = litellm.Router(
+        model_list=deployment(model, api_base, rpm),
+        redis_url=redis_url,
+        routing_strategy="usage-based-routing-v2",
+        num_retries=0,
+    )
     served, refused, refused_ms, errors = 0, 0, [], set()
     for _ in range(calls):
         start = time.perf_counter()
@@ -88,23 +105,47 @@ def child(redis_url: str, api_base: str, model: str, rpm: int, calls: int) -> No
             refused += 1
             refused_ms.append((time.perf_counter() - start) * 1000)
             errors.add(type(exc).__name__)
-    print(json.dumps({"served": served, "refused": refused, "errors": sorted(errors),
-                      "refused_ms": statistics.median(refused_ms) if refused_ms else 0.0}))
+    print(
+        json.dumps(
+            {
+                "served": served,
+                "refused": refused,
+                "errors": sorted(errors),
+                "refused_ms": statistics.median(refused_ms) if refused_ms else 0.0,
+            }
+        )
+    )
 
 
-def routers(url: str, llm: ScriptedLLM, model: str, rpm: int, calls: int,
-            together: bool) -> list[dict[str, Any]]:
+def routers(
+    url: str, llm: ScriptedLLM, model: str, rpm: int, calls: int, together: bool
+) -> list[dict[str, Any]]:
     """What each of two Router processes got: started together, or the second after the first."""
-    command = [sys.executable, "-m", "bench.bench_router", "--child", url, llm.api_base,
-               model, str(rpm), str(calls)]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.bench_router",
+        "--child",
+        url,
+        llm.api_base,
+        model,
+        str(rpm),
+        str(calls),
+    ]
     if not together:
-        return [json.loads(subprocess.run(command, capture_output=True, text=True, timeout=300,
-                                          check=True).stdout.strip().splitlines()[-1])
-                for _ in range(2)]
-    children = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
-                                 env={**os.environ}) for _ in range(2)]
-    return [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1])
-            for p in children]
+        return [
+            json.loads(
+                subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+                .stdout.strip()
+                .splitlines()[-1]
+            )
+            for _ in range(2)
+        ]
+    children = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ})
+        for _ in range(2)
+    ]
+    return [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in children]
 
 
 def shared_rpm(llm: ScriptedLLM, rpm: int, calls: int) -> list[BenchFigure]:
@@ -113,26 +154,40 @@ def shared_rpm(llm: ScriptedLLM, rpm: int, calls: int) -> list[BenchFigure]:
     after = llm.script("router-after", ["ok"], repeat_last=True)
     with throwaway_redis() as url:
         firsts = routers(url, llm, after, rpm, calls, together=False)
-    rows = [BenchFigure(name="two Routers on one Redis, one after the other: requests served",
-                        value=len(llm.requests[after.split("/", 1)[1]]), unit="requests",
-                        baseline=rpm, baseline_name="the rpm limit",
-                        note=f"served {[o['served'] for o in firsts]}")]
+    rows = [
+        BenchFigure(
+            name="two Routers on one Redis, one after the other: requests served",
+            value=len(llm.requests[after.split("/", 1)[1]]),
+            unit="requests",
+            baseline=rpm,
+            baseline_name="the rpm limit",
+            note=f"served {[o['served'] for o in firsts]}",
+        )
+    ]
     model = llm.script("router-shared", ["ok"], repeat_last=True)
     with throwaway_redis() as url:
         outs = routers(url, llm, model, rpm, calls, together=True)
     served_by_server = len(llm.requests[model.split("/", 1)[1]])
     refused = sum(o["refused"] for o in outs)
     return rows + [
-        BenchFigure(name="two Routers on one Redis at once: requests the provider got",
-                    value=served_by_server, unit="requests", baseline=rpm,
-                    baseline_name="the rpm limit", goal="<= the limit",
-                    met=served_by_server <= rpm,
-                    note=f"{2 * calls} calls, served {[o['served'] for o in outs]}"),
-        BenchFigure(name="two Routers on one Redis at once: calls refused past the limit",
-                    value=refused, unit="calls",
-                    note=f"{sorted({e for o in outs for e in o['errors']})} at once, no wait "
-                         "for the next minute: median "
-                         f"{max(o['refused_ms'] for o in outs):.1f} ms"),
+        BenchFigure(
+            name="two Routers on one Redis at once: requests the provider got",
+            value=served_by_server,
+            unit="requests",
+            baseline=rpm,
+            baseline_name="the rpm limit",
+            goal="<= the limit",
+            met=served_by_server <= rpm,
+            note=f"{2 * calls} calls, served {[o['served'] for o in outs]}",
+        ),
+        BenchFigure(
+            name="two Routers on one Redis at once: calls refused past the limit",
+            value=refused,
+            unit="calls",
+            note=f"{sorted({e for o in outs for e in o['errors']})} at once, no wait "
+            "for the next minute: median "
+            f"{max(o['refused_ms'] for o in outs):.1f} ms",
+        ),
     ]
 
 

@@ -61,8 +61,10 @@ SMOKE = Sizes(minutes=0.05, tasks=2, mates=1, workers=1, fork_workers=True)
 
 
 def all_idle(conn: redis.Redis, names: list[str]) -> bool:
-    return all(conn.hget(TeamKeys(TEAM).teammate(name), "status") == TeammateStatus.IDLE.value
-               for name in names)
+    return all(
+        conn.hget(TeamKeys(TEAM).teammate(name), "status") == TeammateStatus.IDLE.value
+        for name in names
+    )
 
 
 def sample(conn: redis.Redis, workers: list[psutil.Process]) -> tuple[int, int]:
@@ -70,14 +72,37 @@ def sample(conn: redis.Redis, workers: list[psutil.Process]) -> tuple[int, int]:
     return (int(conn.info("memory")["used_memory"]), sum(p.memory_info().rss for p in workers))
 
 
-def cycle(llm: ScriptedLLM, url: str, team: Path, run_id: str, store: TeamStore,
-          names: list[str], log_dir: Path) -> None:
+def cycle(
+    llm: ScriptedLLM,
+    url: str,
+    team: Path,
+    run_id: str,
+    store: TeamStore,
+    names: list[str],
+    log_dir: Path,
+) -> None:
     """One short run while every teammate takes a turn; returns once all of it ended."""
     with (log_dir / "run.log").open("ab") as log:
-        proc = subprocess.Popen([*teamctl(), "run", "Short run", "--team", str(team),
-                                 "--api-base", llm.api_base, "--redis-url", url,
-                                 "--workers", "0", "--run-id", run_id],
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            [
+                *teamctl(),
+                "run",
+                "Short run",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                run_id,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
         for name in names:
             store.messages.send("lead", name, f"Anything new for {run_id}?")
         if proc.wait(timeout=RUN_TIMEOUT_S) != 0:
@@ -91,20 +116,32 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     llm.start()
     mate_model = llm.script("mate", ["ok"], repeat_last=True)
     try:
-        with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp_dir, \
-                throwaway_redis(Path(tmp_dir)) as url, \
-                worker_fleet(url, workers, Path(tmp_dir), forked=sizes.fork_workers) as fleet:
+        with (
+            tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp_dir,
+            throwaway_redis(Path(tmp_dir)) as url,
+            worker_fleet(url, workers, Path(tmp_dir), forked=sizes.fork_workers) as fleet,
+        ):
             tmp = Path(tmp_dir)
             conn = redis.Redis.from_url(url, decode_responses=True)
             procs = [psutil.Process(p.pid) for p in fleet]
-            team = write_team(tmp / "team.toml", llm, tasks,
-                              {"max_concurrency": tasks, "retention_s": RETENTION_S})
+            team = write_team(
+                tmp / "team.toml",
+                llm,
+                tasks,
+                {"max_concurrency": tasks, "retention_s": RETENTION_S},
+            )
             store = TeamStore(conn, TEAM)
             store.create(TeamOptions(max_teammates=max(mates, 1)))
             names = [f"mate{n}" for n in range(mates)]
             for name in names:
-                store.spawn(name, role="dev", prompt="Say ok.", model=mate_model,
-                            api_base=llm.api_base, queue=QUEUE)
+                store.spawn(
+                    name,
+                    role="dev",
+                    prompt="Say ok.",
+                    model=mate_model,
+                    api_base=llm.api_base,
+                    queue=QUEUE,
+                )
             wait_for_flag(lambda: all_idle(conn, names), "the teammates idle")
             slowlog.watch(conn)
             started = time.monotonic()
@@ -127,18 +164,37 @@ def run(sizes: Sizes) -> list[BenchFigure]:
     rows = []
     for index, what in ((0, "Redis used_memory"), (1, f"RSS of the {workers} workers")):
         growth = last[index] / first[index] - 1
-        rows.append(BenchFigure(name=f"{what}, end ({minutes:g} min soak)",
-                                value=last[index] / 1024 / 1024, unit="MiB",
-                                baseline=first[index] / 1024 / 1024,
-                                baseline_name=f"after {warm_up_s:.0f} s warm-up",
-                                goal=f"within {GOAL_GROWTH:.0%}",
-                                met=abs(growth) <= GOAL_GROWTH, note=f"{growth:+.1%}"))
-    rows.append(BenchFigure(name="cycles (a run and a turn per teammate)", value=cycles,
-                            unit="cycles", note=f"{cycles * tasks} tasks, {turns} teammate model "
-                            f"calls, {mates} teammates; every run completed"))
-    rows.append(BenchFigure(name="slowest script, whole soak (SLOWLOG)", value=worst.ms,
-                            unit="ms", goal="<= 5 ms", met=worst.ms <= slowlog.SLOW_US / 1000,
-                            note=worst.note()))
+        rows.append(
+            BenchFigure(
+                name=f"{what}, end ({minutes:g} min soak)",
+                value=last[index] / 1024 / 1024,
+                unit="MiB",
+                baseline=first[index] / 1024 / 1024,
+                baseline_name=f"after {warm_up_s:.0f} s warm-up",
+                goal=f"within {GOAL_GROWTH:.0%}",
+                met=abs(growth) <= GOAL_GROWTH,
+                note=f"{growth:+.1%}",
+            )
+        )
+    rows.append(
+        BenchFigure(
+            name="cycles (a run and a turn per teammate)",
+            value=cycles,
+            unit="cycles",
+            note=f"{cycles * tasks} tasks, {turns} teammate model "
+            f"calls, {mates} teammates; every run completed",
+        )
+    )
+    rows.append(
+        BenchFigure(
+            name="slowest script, whole soak (SLOWLOG)",
+            value=worst.ms,
+            unit="ms",
+            goal="<= 5 ms",
+            met=worst.ms <= slowlog.SLOW_US / 1000,
+            note=worst.note(),
+        )
+    )
     return rows
 
 
@@ -154,8 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mates", type=int, default=FULL.mates)
     parser.add_argument("--workers", type=int, default=FULL.workers)
     args = parser.parse_args(argv)
-    return print_figures(run(Sizes(minutes=args.minutes, tasks=args.tasks, mates=args.mates,
-                                   workers=args.workers)))
+    return print_figures(
+        run(Sizes(minutes=args.minutes, tasks=args.tasks, mates=args.mates, workers=args.workers))
+    )
 
 
 if __name__ == "__main__":

@@ -45,9 +45,12 @@ from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
 RUN_TIMEOUT_S = 180.0
-PLAN = {"tasks": [{"id": "first", "memberId": "m1", "task": "Collect facts"},
-                  {"id": "second", "memberId": "m2", "task": "Write it up",
-                   "dependsOn": ["first"]}]}
+PLAN = {
+    "tasks": [
+        {"id": "first", "memberId": "m1", "task": "Collect facts"},
+        {"id": "second", "memberId": "m2", "task": "Write it up", "dependsOn": ["first"]},
+    ]
+}
 GOALS_S = {"cold request": 5.0, "warm request": 0.5, "warm run": 1.5}
 """The start-up goals: planner's request <= 5 s cold, <= 0.5 s warm; a whole warm run <= 1.5 s."""
 VERB_GOAL_RATIO = 1.5
@@ -71,15 +74,25 @@ class Sizes:
 
 
 FULL = Sizes(cold_runs=3, warm_runs=5, baseline_runs=5, verb_runs=9, stored_runs=300, workers=2)
-SMOKE = Sizes(cold_runs=1, warm_runs=1, baseline_runs=1, verb_runs=1, stored_runs=3, workers=1,
-              fork_workers=True)
+SMOKE = Sizes(
+    cold_runs=1,
+    warm_runs=1,
+    baseline_runs=1,
+    verb_runs=1,
+    stored_runs=3,
+    workers=1,
+    fork_workers=True,
+)
 
 
 def verb_names(stored_runs: int) -> dict[str, str]:
     """Each short verb's key -> its name in the report."""
-    return {"help": "`teamctl --help`", "status": "`teamctl status RUN` (a finished run)",
-            "runs": f"`teamctl runs` ({stored_runs} runs stored)",
-            "task add": "`teamctl team task add` (embedded Redis, pool running)"}
+    return {
+        "help": "`teamctl --help`",
+        "status": "`teamctl status RUN` (a finished run)",
+        "runs": f"`teamctl runs` ({stored_runs} runs stored)",
+        "task add": "`teamctl team task add` (embedded Redis, pool running)",
+    }
 
 
 def teamctl() -> list[str]:
@@ -95,9 +108,16 @@ def write_team(path: Path, llm: ScriptedLLM, tag: str, approval: bool = False) -
     planner = llm.script(f"plan-{tag}", [json.dumps(PLAN)], repeat_last=True)
     member = llm.script(f"member-{tag}", ["done"], repeat_last=True)
     synth = llm.script(f"synth-{tag}", ["the answer"], repeat_last=True)
-    lines = ['team_id = "bench"', f'model = "{member}"', f'planner = {{ model = "{planner}" }}',
-             f'synthesizer = {{ model = "{synth}" }}',
-             "[[members]]", 'id = "m1"', "[[members]]", 'id = "m2"']
+    lines = [
+        'team_id = "bench"',
+        f'model = "{member}"',
+        f'planner = {{ model = "{planner}" }}',
+        f'synthesizer = {{ model = "{synth}" }}',
+        "[[members]]",
+        'id = "m1"',
+        "[[members]]",
+        'id = "m2"',
+    ]
     if approval:
         lines += ["[options]", "require_plan_approval = true"]
     path.write_text("\n".join(lines) + "\n")
@@ -109,11 +129,28 @@ def timed_run(llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int) -> 
     team, planner = write_team(tmp / f"{tag}.toml", llm, tag)
     with (tmp / f"{tag}.log").open("wb") as log:
         started = time.monotonic()
-        done = subprocess.run([*teamctl(), "run", "Ship it", "--team", str(team),
-                               "--api-base", llm.api_base, "--redis-url", url,
-                               "--workers", str(workers), "--run-id", tag],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                              timeout=RUN_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [
+                *teamctl(),
+                "run",
+                "Ship it",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                str(workers),
+                "--run-id",
+                tag,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
         ended = time.monotonic()
     if done.returncode != 0:
         raise failed(f"teamctl run {tag} exited {done.returncode}", tmp / f"{tag}.log")
@@ -134,8 +171,7 @@ def verb_env(**extra: str) -> dict[str, str]:
     """The environment the short verbs and their baseline run in: a user's, so Python caches
     bytecode (with PYTHONDONTWRITEBYTECODE every start would recompile teamctl's sources, while
     rq's come compiled at install)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONDONTWRITEBYTECODE", "REDIS_URL")}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "REDIS_URL")}
     return {**env, **extra}
 
 
@@ -145,13 +181,24 @@ def store_runs(url: str, count: int, tmp: Path) -> None:
     team = load_team_file(None)
     models = ModelChoice(planner="p", synthesizer="s", member_default="m")
     for n in range(count):
-        spec = create_run(conn, RunRequest(objective=f"Objective {n}", team=team, models=models,
-                                           workspace_root=tmp / "stored", run_id=f"stored{n}"))
+        spec = create_run(
+            conn,
+            RunRequest(
+                objective=f"Objective {n}",
+                team=team,
+                models=models,
+                workspace_root=tmp / "stored",
+                run_id=f"stored{n}",
+            ),
+        )
         keys = RunKeys(spec.run_id)
-        conn.hset(keys.state, mapping={"status": "completed", "rounds": 1,
-                                       "ended_ms": spec.created_ms + 1500})
-        conn.hset(keys.usage, mapping={"prompt_tokens": 10, "completion_tokens": 5,
-                                       "cost_usd": 0.001})
+        conn.hset(
+            keys.state,
+            mapping={"status": "completed", "rounds": 1, "ended_ms": spec.created_ms + 1500},
+        )
+        conn.hset(
+            keys.usage, mapping={"prompt_tokens": 10, "completion_tokens": 5, "cost_usd": 0.001}
+        )
 
 
 def verb_seconds(url: str, finished_run: str, tmp: Path, sizes: Sizes) -> dict[str, float]:
@@ -165,7 +212,8 @@ def verb_seconds(url: str, finished_run: str, tmp: Path, sizes: Sizes) -> dict[s
             "help": ([*teamctl(), "--help"], env),
             "status": ([*teamctl(), "status", finished_run, "--redis-url", url], env),
             "runs": ([*teamctl(), "runs", "--redis-url", url], env),
-            "task add": ([*teamctl(), "team", "task", "add", "one more"], embedded_env)}
+            "task add": ([*teamctl(), "team", "task", "add", "one more"], embedded_env),
+        }
         for command, command_env in commands.values():  # untimed: writes missing .pyc files
             _start(command, command_env)
         times: dict[str, list[float]] = {name: [] for name in commands}
@@ -178,8 +226,9 @@ def verb_seconds(url: str, finished_run: str, tmp: Path, sizes: Sizes) -> dict[s
 def _start(command: list[str], env: dict[str, str]) -> float:
     """Wall seconds of one command that starts and exits at once."""
     started = time.monotonic()
-    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True,
-                   env=env)
+    subprocess.run(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env
+    )
     return time.monotonic() - started
 
 
@@ -190,10 +239,20 @@ def embedded_team(state: Path) -> Iterator[dict[str, str]]:
     are stopped by pid after."""
     env = verb_env(TEAMCTL_STATE_DIR=str(state))
     try:
-        subprocess.run([*teamctl(), "team", "create"], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        subprocess.run([*teamctl(), "team", "task", "add", "warm up"], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [*teamctl(), "team", "create"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        subprocess.run(
+            [*teamctl(), "team", "task", "add", "warm up"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         url = EmbeddedRedis(state / "redis").ensure()
         pool = {w.pid for w in WorkerPool(state / "pool", state / "logs").live()}
         wait_for_flag(lambda: pool and pool <= registered_pids(url), "the local pool to register")
@@ -209,13 +268,31 @@ def coordinator_rss_mb(llm: ScriptedLLM, url: str, tmp: Path) -> float:
     conn = redis.Redis.from_url(url, decode_responses=True)
     store = RunStore(conn, RunKeys("rss"))
     with (tmp / "rss.log").open("wb") as log:
-        process = subprocess.Popen([*teamctl(), "run", "Ship it", "--team", str(team),
-                                    "--api-base", llm.api_base, "--redis-url", url,
-                                    "--workers", "0", "--run-id", "rss"],
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        process = subprocess.Popen(
+            [
+                *teamctl(),
+                "run",
+                "Ship it",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                "rss",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
     try:
-        wait_for_flag(lambda: store.exists() and store.state().status == "awaiting_approval",
-                      "the run to wait for approval")
+        wait_for_flag(
+            lambda: store.exists() and store.state().status == "awaiting_approval",
+            "the run to wait for approval",
+        )
         return rss_mb(process.pid)
     finally:
         stop_process(process, timeout_s=30)
@@ -228,35 +305,48 @@ def collect(sizes: Sizes) -> dict[str, float]:
     try:
         with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url:
             tmp = Path(tmp_dir)
-            cold = [timed_run(llm, url, tmp, f"cold{n}", workers=sizes.workers)
-                    for n in range(sizes.cold_runs)]
+            cold = [
+                timed_run(llm, url, tmp, f"cold{n}", workers=sizes.workers)
+                for n in range(sizes.cold_runs)
+            ]
             with worker_fleet(url, sizes.workers, tmp, forked=sizes.fork_workers) as processes:
-                warm = [timed_run(llm, url, tmp, f"warm{n}", workers=0)
-                        for n in range(sizes.warm_runs)]
+                warm = [
+                    timed_run(llm, url, tmp, f"warm{n}", workers=0) for n in range(sizes.warm_runs)
+                ]
                 worker_rss = rss_mb(processes[0].pid)
                 coordinator_rss = coordinator_rss_mb(llm, url, tmp)
             verbs = verb_seconds(url, "warm0", tmp, sizes)
     finally:
         llm.stop()
-    return {"cold request": statistics.median(c[0] for c in cold),
-            "cold run": statistics.median(c[1] for c in cold),
-            "warm request": statistics.median(w[0] for w in warm),
-            "warm run": statistics.median(w[1] for w in warm),
-            "rq --help": start_s([sys.executable, "-m", "rq.cli", "--help"],
-                                 sizes.baseline_runs),
-            "python -c pass": start_s([sys.executable, "-c", "pass"], sizes.baseline_runs),
-            "coordinator rss": coordinator_rss, "worker rss": worker_rss,
-            **{f"verb {key}": value for key, value in verbs.items()}}
+    return {
+        "cold request": statistics.median(c[0] for c in cold),
+        "cold run": statistics.median(c[1] for c in cold),
+        "warm request": statistics.median(w[0] for w in warm),
+        "warm run": statistics.median(w[1] for w in warm),
+        "rq --help": start_s([sys.executable, "-m", "rq.cli", "--help"], sizes.baseline_runs),
+        "python -c pass": start_s([sys.executable, "-c", "pass"], sizes.baseline_runs),
+        "coordinator rss": coordinator_rss,
+        "worker rss": worker_rss,
+        **{f"verb {key}": value for key, value in verbs.items()},
+    }
 
 
 def verb_figures(data: dict[str, float], sizes: Sizes) -> list[BenchFigure]:
     """Each short verb against `rq --help` timed beside it (both with bytecode caching on)."""
     rq_help = data["verb rq --help"]
-    return [BenchFigure(name=name, value=data[f"verb {key}"], unit="s", baseline=rq_help,
-                        baseline_name="`rq --help`", goal=f"ratio <= {VERB_GOAL_RATIO}",
-                        met=data[f"verb {key}"] <= VERB_GOAL_RATIO * rq_help,
-                        note=f"median of {sizes.verb_runs}")
-            for key, name in verb_names(sizes.stored_runs).items()]
+    return [
+        BenchFigure(
+            name=name,
+            value=data[f"verb {key}"],
+            unit="s",
+            baseline=rq_help,
+            baseline_name="`rq --help`",
+            goal=f"ratio <= {VERB_GOAL_RATIO}",
+            met=data[f"verb {key}"] <= VERB_GOAL_RATIO * rq_help,
+            note=f"median of {sizes.verb_runs}",
+        )
+        for key, name in verb_names(sizes.stored_runs).items()
+    ]
 
 
 def figures(smoke: bool = False) -> list[BenchFigure]:
@@ -267,26 +357,51 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     rq_help = data["rq --help"]
     cold = f"cold (--workers {sizes.workers})"
     rows = []
-    for key, name, runs in (("cold request", f"run -> planner's request, {cold}",
-                             sizes.cold_runs),
-                            ("warm request", "run -> planner's request, workers running",
-                             sizes.warm_runs),
-                            ("cold run", f"whole 2-task run, {cold}", sizes.cold_runs),
-                            ("warm run", "whole 2-task run, workers running", sizes.warm_runs)):
+    for key, name, runs in (
+        ("cold request", f"run -> planner's request, {cold}", sizes.cold_runs),
+        ("warm request", "run -> planner's request, workers running", sizes.warm_runs),
+        ("cold run", f"whole 2-task run, {cold}", sizes.cold_runs),
+        ("warm run", "whole 2-task run, workers running", sizes.warm_runs),
+    ):
         goal = GOALS_S.get(key)
-        rows.append(BenchFigure(name=name, value=data[key], unit="s", baseline=rq_help,
-                                baseline_name="`rq --help`",
-                                goal=f"<= {goal} s" if goal else "",
-                                met=data[key] <= goal if goal else None,
-                                note=f"median of {runs}"))
-    rows.append(BenchFigure(name="`python -c pass`", value=data["python -c pass"], unit="s",
-                            baseline=rq_help, baseline_name="`rq --help`"))
-    rows.append(BenchFigure(name="RSS of `teamctl run` waiting for plan approval",
-                            value=data["coordinator rss"], unit="MiB",
-                            baseline=data["worker rss"],
-                            baseline_name="idle preloaded worker"))
-    rows.append(BenchFigure(name="RSS of an idle preloaded worker", value=data["worker rss"],
-                            unit="MiB", note=f"after {sizes.warm_runs} warm runs"))
+        rows.append(
+            BenchFigure(
+                name=name,
+                value=data[key],
+                unit="s",
+                baseline=rq_help,
+                baseline_name="`rq --help`",
+                goal=f"<= {goal} s" if goal else "",
+                met=data[key] <= goal if goal else None,
+                note=f"median of {runs}",
+            )
+        )
+    rows.append(
+        BenchFigure(
+            name="`python -c pass`",
+            value=data["python -c pass"],
+            unit="s",
+            baseline=rq_help,
+            baseline_name="`rq --help`",
+        )
+    )
+    rows.append(
+        BenchFigure(
+            name="RSS of `teamctl run` waiting for plan approval",
+            value=data["coordinator rss"],
+            unit="MiB",
+            baseline=data["worker rss"],
+            baseline_name="idle preloaded worker",
+        )
+    )
+    rows.append(
+        BenchFigure(
+            name="RSS of an idle preloaded worker",
+            value=data["worker rss"],
+            unit="MiB",
+            note=f"after {sizes.warm_runs} warm runs",
+        )
+    )
     return rows + verb_figures(data, sizes)
 
 

@@ -62,10 +62,11 @@ def idle_team(conn: redis.Redis, mates: int, room: int) -> TeamStore:
     store.create(TeamOptions(max_teammates=min(mates + room, 1000)))
     for index in range(mates):
         name = f"dev{index}"
-        store.spawn(name, role="dev", prompt="Wait.", model="offline", api_base=None,
-                    queue=QUEUE)
-        conn.hset(TeamKeys(TEAM).teammate(name), mapping={
-            "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": index})
+        store.spawn(name, role="dev", prompt="Wait.", model="offline", api_base=None, queue=QUEUE)
+        conn.hset(
+            TeamKeys(TEAM).teammate(name),
+            mapping={"status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": index},
+        )
     return store
 
 
@@ -99,10 +100,11 @@ def wake_handouts(store: TeamStore, count: int) -> list[float]:
     times = []
     for index in range(count):
         name = f"qa{index}"
-        store.spawn(name, role="qa", prompt="Check.", model="offline", api_base=None,
-                    queue=QUEUE)
-        store.conn.hset(TeamKeys(TEAM).teammate(name), mapping={
-            "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": 0})
+        store.spawn(name, role="qa", prompt="Check.", model="offline", api_base=None, queue=QUEUE)
+        store.conn.hset(
+            TeamKeys(TEAM).teammate(name),
+            mapping={"status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": 0},
+        )
         started = time.perf_counter()
         woken = tasks.wake()
         times.append(time.perf_counter() - started)
@@ -121,8 +123,9 @@ def turn_end_handouts(store: TeamStore, count: int) -> list[float]:
         assert verdict == "ok", verdict
         last_id, _ = store.messages.peek(name)
         store.turns.checkpoint(name, token, last_id, [])
-        held = next(t for t in store.conn.smembers(TeamKeys(TEAM).running)
-                    if tasks.get(t).owner == name)
+        held = next(
+            t for t in store.conn.smembers(TeamKeys(TEAM).running) if tasks.get(t).owner == name
+        )
         tasks.complete(name, token, held, "checked")
         started = time.perf_counter()
         verdict = store.turns.end_turn(name, token, "done", f"{name} is idle")
@@ -144,13 +147,18 @@ def slowest_script_ms(conn: redis.Redis) -> tuple[float, str]:
 
 
 def p(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] \
-        if len(values) > 1 else values[0]
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+        if len(values) > 1
+        else values[0]
+    )
 
 
 def run(tasks: int, mates: int, handouts: int) -> list[BenchFigure]:
-    with tempfile.TemporaryDirectory(prefix="bench-team-board-") as tmp, \
-            throwaway_redis(Path(tmp)) as url:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-team-board-") as tmp,
+        throwaway_redis(Path(tmp)) as url,
+    ):
         conn = redis.Redis.from_url(url, decode_responses=True)
         conn.config_set("slowlog-log-slower-than", SLOW_US)
         store = idle_team(conn, mates, handouts)
@@ -167,8 +175,13 @@ def run(tasks: int, mates: int, handouts: int) -> list[BenchFigure]:
     label = f"{tasks} qa tasks beside {mates} idle dev teammates"
 
     def figure(name: str, seconds: list[float], q: float) -> BenchFigure:
-        return BenchFigure(name=name, value=p(seconds, q) * 1000, unit="ms",
-                           baseline=base_p50_ms, baseline_name="no-op script p50")
+        return BenchFigure(
+            name=name,
+            value=p(seconds, q) * 1000,
+            unit="ms",
+            baseline=base_p50_ms,
+            baseline_name="no-op script p50",
+        )
 
     return [
         figure(f"task add p50, first {tenth} ({label})", first, 50),
@@ -179,9 +192,14 @@ def run(tasks: int, mates: int, handouts: int) -> list[BenchFigure]:
         figure("hand-out by wake-up p99", woken, 99),
         figure(f"hand-out at a turn end p50 ({handouts}, complete then end)", ends, 50),
         figure("hand-out at a turn end p99", ends, 99),
-        BenchFigure(name="slowest script (SLOWLOG)", value=worst_ms, unit="ms",
-                    goal="<= 5 ms", met=worst_ms <= SLOW_US / 1000,
-                    note=f"{worst_name}; {slow} commands over 5 ms"),
+        BenchFigure(
+            name="slowest script (SLOWLOG)",
+            value=worst_ms,
+            unit="ms",
+            goal="<= 5 ms",
+            met=worst_ms <= SLOW_US / 1000,
+            note=f"{worst_name}; {slow} commands over 5 ms",
+        ),
     ]
 
 

@@ -74,6 +74,7 @@ class MidTurnModel:
         self.store.messages.send("lead", self.name, f"mid {self.turns}")
         return ToolCalls([("list_teammates", {})])
 
+
 WAKE_GAP_S = float(os.environ.get("BENCH_WAKE_GAP_S", "0"))
 """Pause between a teammate going idle and the next send (0: at once, the worst case for a worker
 that prepares its next job's process while idle)."""
@@ -98,11 +99,24 @@ class Sizes:
     """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
-FULL = Sizes(wakes=200, mid_turns=100, claimers=8, claim_tasks=50, idle_mates=20,
-             idle_watch_s=float(os.environ.get("BENCH_IDLE_S", "60")))
+FULL = Sizes(
+    wakes=200,
+    mid_turns=100,
+    claimers=8,
+    claim_tasks=50,
+    idle_mates=20,
+    idle_watch_s=float(os.environ.get("BENCH_IDLE_S", "60")),
+)
 """BENCH_IDLE_S shortens the idle windows while iterating on the other figures."""
-SMOKE = Sizes(wakes=3, mid_turns=2, claimers=2, claim_tasks=2, idle_mates=2, idle_watch_s=1.0,
-              fork_workers=True)
+SMOKE = Sizes(
+    wakes=3,
+    mid_turns=2,
+    claimers=2,
+    claim_tasks=2,
+    idle_mates=2,
+    idle_watch_s=1.0,
+    fork_workers=True,
+)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -110,19 +124,22 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def wake_latencies_ms(store: TeamStore, llm: ScriptedLLM, model: str, name: str,
-                      wakes: int) -> list[float]:
+def wake_latencies_ms(
+    store: TeamStore, llm: ScriptedLLM, model: str, name: str, wakes: int
+) -> list[float]:
     """Per wake: the lead's send until the teammate's model request arrives (same clock)."""
     latencies = []
     for index in range(wakes):
         wait_for_flag(lambda: store.get(name).status is TeammateStatus.IDLE, f"{name} to be idle")
         time.sleep(WAKE_GAP_S)  # pacing, not synchronization: a lead that replies later
-        seen = len(llm.request_times[model.removeprefix('openai/')])
+        seen = len(llm.request_times[model.removeprefix("openai/")])
         sent_s = time.monotonic()
         store.messages.send("lead", name, f"wake {index}")
-        wait_for_flag(lambda seen=seen: len(llm.request_times[model.removeprefix('openai/')])
-                      > seen, "the teammate's model request")
-        latencies.append((llm.request_times[model.removeprefix('openai/')][seen] - sent_s) * 1000)
+        wait_for_flag(
+            lambda seen=seen: len(llm.request_times[model.removeprefix("openai/")]) > seen,
+            "the teammate's model request",
+        )
+        latencies.append((llm.request_times[model.removeprefix("openai/")][seen] - sent_s) * 1000)
     return latencies
 
 
@@ -143,11 +160,18 @@ def noop_latencies_ms(conn: redis.Redis, count: int) -> list[float]:
 
 def mid_turn_delivery(store: TeamStore, llm: ScriptedLLM, turns: int) -> tuple[int, int]:
     """(delivered, turns): messages sent during a turn's model call that its next call saw."""
-    model = MidTurnModel(TeamStore(redis.Redis.from_url(_url(store), decode_responses=True),
-                                   store.team), "carol")
+    model = MidTurnModel(
+        TeamStore(redis.Redis.from_url(_url(store), decode_responses=True), store.team), "carol"
+    )
     name = llm.script("carol", handler=model)
-    store.spawn("carol", role="bench", prompt="Check the team, then answer.", model=name,
-                api_base=llm.api_base, queue=QUEUE)
+    store.spawn(
+        "carol",
+        role="bench",
+        prompt="Check the team, then answer.",
+        model=name,
+        api_base=llm.api_base,
+        queue=QUEUE,
+    )
     while True:
         wait_for_flag(lambda: store.get("carol").status is TeammateStatus.IDLE, "carol to be idle")
         if model.turns >= turns:
@@ -173,26 +197,34 @@ class Claimer:
         return "ok"
 
 
-def auto_claim(store: TeamStore, llm: ScriptedLLM,
-               sizes: Sizes) -> tuple[list[float], list[float], int]:
+def auto_claim(
+    store: TeamStore, llm: ScriptedLLM, sizes: Sizes
+) -> tuple[list[float], list[float], int]:
     """Per task: add -> claimed (ms), add -> the claimer's first request (ms); and how many
     tasks started other than exactly one teammate's turn."""
     models = {f"claim{n}": Claimer() for n in range(sizes.claimers)}
     for name, model in models.items():
-        store.spawn(name, role="claimer", prompt="Wait for tasks.",
-                    model=llm.script(f"{name}", handler=model), api_base=llm.api_base,
-                    queue=QUEUE)
+        store.spawn(
+            name,
+            role="claimer",
+            prompt="Wait for tasks.",
+            model=llm.script(f"{name}", handler=model),
+            api_base=llm.api_base,
+            queue=QUEUE,
+        )
     tasks = TeamTasks(store)
     to_claim, to_request, not_one = [], [], 0
     for index in range(sizes.claim_tasks):
-        wait_for_flag(lambda: all(store.get(n).status is TeammateStatus.IDLE for n in models),
-                      "idle")
+        wait_for_flag(
+            lambda: all(store.get(n).status is TeammateStatus.IDLE for n in models), "idle"
+        )
         before = {name: len(model.arrivals) for name, model in models.items()}
         added_s = time.monotonic()
         task, woke = tasks.add(f"task {index}", role="claimer")
         to_claim.append((time.monotonic() - added_s) * 1000)
-        wait_for_flag(lambda tid=task.task_id: tasks.get(tid).status is TaskStatus.COMPLETED,
-                      "the task")
+        wait_for_flag(
+            lambda tid=task.task_id: tasks.get(tid).status is TaskStatus.COMPLETED, "the task"
+        )
         started = [n for n, m in models.items() if len(m.arrivals) > before[n]]
         not_one += started != woke or len(started) != 1
         if started:
@@ -209,14 +241,19 @@ def watch(conn: redis.Redis, llm: ScriptedLLM, model: str, seconds: float) -> Wi
     """Jobs, model requests, script calls and worker CPU over `seconds` of nothing to do."""
     queue = Queue(QUEUE, connection=conn)
     pids = [w.pid for w in Worker.all(connection=conn) if w.pid is not None]
-    before = Window(queue.finished_job_registry.count + queue.count,
-                    len(llm.request_times.get(model.removeprefix("openai/"), [])),
-                    _script_calls(conn), sum(_cpu_s(pid) for pid in pids))
+    before = Window(
+        queue.finished_job_registry.count + queue.count,
+        len(llm.request_times.get(model.removeprefix("openai/"), [])),
+        _script_calls(conn),
+        sum(_cpu_s(pid) for pid in pids),
+    )
     time.sleep(seconds)  # the measurement window itself: nothing should happen in it
-    return Window(queue.finished_job_registry.count + queue.count - before.jobs,
-                  len(llm.request_times.get(model.removeprefix("openai/"), [])) - before.requests,
-                  _script_calls(conn) - before.script_calls,
-                  sum(_cpu_s(pid) for pid in pids) - before.worker_cpu_s)
+    return Window(
+        queue.finished_job_registry.count + queue.count - before.jobs,
+        len(llm.request_times.get(model.removeprefix("openai/"), [])) - before.requests,
+        _script_calls(conn) - before.script_calls,
+        sum(_cpu_s(pid) for pid in pids) - before.worker_cpu_s,
+    )
 
 
 def _script_calls(conn: redis.Redis) -> int:
@@ -234,23 +271,28 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def idle_cost(store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str,
-              sizes: Sizes) -> Window:
+def idle_cost(
+    store: TeamStore, conn: redis.Redis, llm: ScriptedLLM, model: str, sizes: Sizes
+) -> Window:
     """The idle window with `sizes.idle_mates` idle teammates."""
     for n in range(sizes.idle_mates):
-        store.spawn(f"idle{n}", role="idle", prompt="Rest.", model=model,
-                    api_base=llm.api_base, queue=QUEUE)
-    wait_for_flag(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates()),
-                  "every mate idle")
+        store.spawn(
+            f"idle{n}", role="idle", prompt="Rest.", model=model, api_base=llm.api_base, queue=QUEUE
+        )
+    wait_for_flag(
+        lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates()), "every mate idle"
+    )
     queue = Queue(QUEUE, connection=conn)
     # A turn ends (idle) just before its job does: let the last jobs finish first.
-    wait_for_flag(lambda: queue.count == 0 and queue.started_job_registry.count == 0,
-                  "jobs to finish")
+    wait_for_flag(
+        lambda: queue.count == 0 and queue.started_job_registry.count == 0, "jobs to finish"
+    )
     return watch(conn, llm, model, sizes.idle_watch_s)
 
 
-Collected = tuple[list[float], list[float], tuple[int, int],
-                  tuple[list[float], list[float], int], Window, Window]
+Collected = tuple[
+    list[float], list[float], tuple[int, int], tuple[list[float], list[float], int], Window, Window
+]
 
 
 def collect(sizes: Sizes) -> Collected:
@@ -258,16 +300,29 @@ def collect(sizes: Sizes) -> Collected:
     llm = ScriptedLLM()
     llm.start()
     try:
-        with tempfile.TemporaryDirectory() as tmp, throwaway_redis(Path(tmp)) as url, \
-                worker(worker_command(url, [QUEUE], worker_class=WORKER_CLASS),
-                       Path(tmp) / "worker.log", url, forked=sizes.fork_workers):
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            throwaway_redis(Path(tmp)) as url,
+            worker(
+                worker_command(url, [QUEUE], worker_class=WORKER_CLASS),
+                Path(tmp) / "worker.log",
+                url,
+                forked=sizes.fork_workers,
+            ),
+        ):
             conn = redis.Redis.from_url(url)
             store = TeamStore(redis.Redis.from_url(url, decode_responses=True), "bench")
             idle = llm.script("idle", ["resting"], repeat_last=True)
             no_team = watch(conn, llm, idle, sizes.idle_watch_s)
             model = llm.script("bob", ["ok"], repeat_last=True)
-            store.spawn("bob", role="bench", prompt="Answer ok.", model=model,
-                        api_base=llm.api_base, queue=QUEUE)
+            store.spawn(
+                "bob",
+                role="bench",
+                prompt="Answer ok.",
+                model=model,
+                api_base=llm.api_base,
+                queue=QUEUE,
+            )
             wakes = wake_latencies_ms(store, llm, model, "bob", sizes.wakes)
             noops = noop_latencies_ms(conn, sizes.wakes)
             delivered, turns = mid_turn_delivery(store, llm, sizes.mid_turns)
@@ -297,29 +352,68 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     ratio = cpu_ratio(idle, no_team)
     idle_events = idle.jobs + idle.requests + idle.script_calls
     return [
-        BenchFigure(name="teammate wake p50 (send -> model request)", value=p50, unit="ms",
-                    baseline=base, baseline_name="no-op RQ job enqueue -> start p50",
-                    goal=f"<= {GOAL_P50_MS:.0f} ms and <= {GOAL_RATIO:.0f}x",
-                    met=p50 <= GOAL_P50_MS and p50 <= GOAL_RATIO * base,
-                    note=f"{sizes.wakes} wakes"),
-        BenchFigure(name="teammate wake p95", value=p95, unit="ms",
-                    baseline=percentile(noops, 0.95), baseline_name="no-op RQ job p95",
-                    goal=f"<= {GOAL_P95_MS:.0f} ms", met=p95 <= GOAL_P95_MS),
-        BenchFigure(name="mid-turn delivery", value=100 * delivered / turns, unit="%",
-                    goal="100 %", met=delivered == turns, note=f"{delivered}/{turns}"),
-        BenchFigure(name="auto-claim: add -> claimer's model request p50", value=claim_p50,
-                    unit="ms", baseline=p50, baseline_name="teammate wake p50",
-                    goal="<= wake p50", met=claim_p50 <= p50,
-                    note=f"{sizes.claim_tasks} tasks, {sizes.claimers} idle teammates"),
-        BenchFigure(name="auto-claim: tasks not started by exactly one turn", value=not_one,
-                    unit="tasks", goal="0", met=not_one == 0),
-        BenchFigure(name=f"idle: jobs + model requests + script calls, {sizes.idle_mates} "
-                    "teammates", value=idle_events, unit="events", goal="0",
-                    met=idle_events == 0, note=f"{sizes.idle_watch_s:.0f} s window"),
-        BenchFigure(name=f"idle: worker CPU, {sizes.idle_mates} idle teammates",
-                    value=idle.worker_cpu_s, unit="s", baseline=no_team.worker_cpu_s,
-                    baseline_name="same window, no team", goal=f"<= {GOAL_IDLE_CPU_RATIO}x",
-                    met=ratio <= GOAL_IDLE_CPU_RATIO, note=f"{sizes.idle_watch_s:.0f} s window"),
+        BenchFigure(
+            name="teammate wake p50 (send -> model request)",
+            value=p50,
+            unit="ms",
+            baseline=base,
+            baseline_name="no-op RQ job enqueue -> start p50",
+            goal=f"<= {GOAL_P50_MS:.0f} ms and <= {GOAL_RATIO:.0f}x",
+            met=p50 <= GOAL_P50_MS and p50 <= GOAL_RATIO * base,
+            note=f"{sizes.wakes} wakes",
+        ),
+        BenchFigure(
+            name="teammate wake p95",
+            value=p95,
+            unit="ms",
+            baseline=percentile(noops, 0.95),
+            baseline_name="no-op RQ job p95",
+            goal=f"<= {GOAL_P95_MS:.0f} ms",
+            met=p95 <= GOAL_P95_MS,
+        ),
+        BenchFigure(
+            name="mid-turn delivery",
+            value=100 * delivered / turns,
+            unit="%",
+            goal="100 %",
+            met=delivered == turns,
+            note=f"{delivered}/{turns}",
+        ),
+        BenchFigure(
+            name="auto-claim: add -> claimer's model request p50",
+            value=claim_p50,
+            unit="ms",
+            baseline=p50,
+            baseline_name="teammate wake p50",
+            goal="<= wake p50",
+            met=claim_p50 <= p50,
+            note=f"{sizes.claim_tasks} tasks, {sizes.claimers} idle teammates",
+        ),
+        BenchFigure(
+            name="auto-claim: tasks not started by exactly one turn",
+            value=not_one,
+            unit="tasks",
+            goal="0",
+            met=not_one == 0,
+        ),
+        BenchFigure(
+            name=f"idle: jobs + model requests + script calls, {sizes.idle_mates} teammates",
+            value=idle_events,
+            unit="events",
+            goal="0",
+            met=idle_events == 0,
+            note=f"{sizes.idle_watch_s:.0f} s window",
+        ),
+        BenchFigure(
+            name=f"idle: worker CPU, {sizes.idle_mates} idle teammates",
+            value=idle.worker_cpu_s,
+            unit="s",
+            baseline=no_team.worker_cpu_s,
+            baseline_name="same window, no team",
+            goal=f"<= {GOAL_IDLE_CPU_RATIO}x",
+            met=ratio <= GOAL_IDLE_CPU_RATIO,
+            note=f"{sizes.idle_watch_s:.0f} s window",
+        ),
     ]
 
 
@@ -327,44 +421,64 @@ def main() -> int:
     return report(*collect(FULL), FULL)
 
 
-def report(wakes: list[float], noops: list[float], mid_turn: tuple[int, int],
-           claims: tuple[list[float], list[float], int], no_team: Window, idle: Window,
-           sizes: Sizes) -> int:
+def report(
+    wakes: list[float],
+    noops: list[float],
+    mid_turn: tuple[int, int],
+    claims: tuple[list[float], list[float], int],
+    no_team: Window,
+    idle: Window,
+    sizes: Sizes,
+) -> int:
     p50, p95 = statistics.median(wakes), percentile(wakes, 0.95)
     base = statistics.median(noops)
     print(f"wake latency, {sizes.wakes} sends to an idle teammate (send -> its model request):")
     print(f"  teammate wake: p50 {p50:7.1f} ms  p95 {p95:7.1f} ms")
-    print(f"  no-op RQ job:  p50 {base:7.1f} ms  p95 {percentile(noops, 0.95):7.1f} ms"
-          " (enqueue -> start, same worker)")
-    verdicts = {f"p50 <= {GOAL_P50_MS:.0f} ms": p50 <= GOAL_P50_MS,
-                f"p95 <= {GOAL_P95_MS:.0f} ms": p95 <= GOAL_P95_MS,
-                f"p50 <= {GOAL_RATIO:.0f}x baseline ({p50 / base:.2f}x)": p50 <= GOAL_RATIO * base}
+    print(
+        f"  no-op RQ job:  p50 {base:7.1f} ms  p95 {percentile(noops, 0.95):7.1f} ms"
+        " (enqueue -> start, same worker)"
+    )
+    verdicts = {
+        f"p50 <= {GOAL_P50_MS:.0f} ms": p50 <= GOAL_P50_MS,
+        f"p95 <= {GOAL_P95_MS:.0f} ms": p95 <= GOAL_P95_MS,
+        f"p50 <= {GOAL_RATIO:.0f}x baseline ({p50 / base:.2f}x)": p50 <= GOAL_RATIO * base,
+    }
     delivered, turns = mid_turn
-    print(f"mid-turn delivery: {delivered}/{turns} messages sent during a model call were in "
-          "the turn's next model request (goal 100 %)")
+    print(
+        f"mid-turn delivery: {delivered}/{turns} messages sent during a model call were in "
+        "the turn's next model request (goal 100 %)"
+    )
     verdicts["mid-turn delivery 100 %"] = delivered == turns
     to_claim, to_request, not_one = claims
     claim_p50 = statistics.median(to_request)
-    print(f"auto-claim, {sizes.claim_tasks} tasks added one at a time to {sizes.claimers} idle "
-          "teammates: "
-          f"add -> claimed p50 {statistics.median(to_claim):.1f} ms; add -> claimer's model "
-          f"request p50 {claim_p50:.1f} ms p95 {percentile(to_request, 0.95):.1f} ms; "
-          f"tasks not started by exactly one turn: {not_one}")
+    print(
+        f"auto-claim, {sizes.claim_tasks} tasks added one at a time to {sizes.claimers} idle "
+        "teammates: "
+        f"add -> claimed p50 {statistics.median(to_claim):.1f} ms; add -> claimer's model "
+        f"request p50 {claim_p50:.1f} ms p95 {percentile(to_request, 0.95):.1f} ms; "
+        f"tasks not started by exactly one turn: {not_one}"
+    )
     verdicts[f"auto-claim p50 <= wake p50 ({claim_p50:.1f} vs {p50:.1f} ms)"] = claim_p50 <= p50
     verdicts["auto-claim: one turn per task"] = not_one == 0
     ratio = cpu_ratio(idle, no_team)
-    print(f"idle cost, {sizes.idle_mates} idle teammates for {sizes.idle_watch_s:.0f} s: "
-          f"{idle.jobs} jobs, "
-          f"{idle.requests} model requests, {idle.script_calls} script calls (goal 0, 0, 0); "
-          f"worker CPU {idle.worker_cpu_s:.2f} s vs {no_team.worker_cpu_s:.2f} s with no team "
-          f"({ratio:.2f}x, goal <= {GOAL_IDLE_CPU_RATIO}x)")
+    print(
+        f"idle cost, {sizes.idle_mates} idle teammates for {sizes.idle_watch_s:.0f} s: "
+        f"{idle.jobs} jobs, "
+        f"{idle.requests} model requests, {idle.script_calls} script calls (goal 0, 0, 0); "
+        f"worker CPU {idle.worker_cpu_s:.2f} s vs {no_team.worker_cpu_s:.2f} s with no team "
+        f"({ratio:.2f}x, goal <= {GOAL_IDLE_CPU_RATIO}x)"
+    )
     verdicts["idle: 0 jobs, 0 requests, 0 script calls"] = (
-        idle.jobs == 0 and idle.requests == 0 and idle.script_calls == 0)
+        idle.jobs == 0 and idle.requests == 0 and idle.script_calls == 0
+    )
     verdicts[f"idle worker CPU <= {GOAL_IDLE_CPU_RATIO}x"] = ratio <= GOAL_IDLE_CPU_RATIO
     for goal, met in verdicts.items():
         print(f"  {goal}: {'ok' if met else 'MISSED'}")
-    hard = ("mid-turn delivery 100 %", "idle: 0 jobs, 0 requests, 0 script calls",
-            "auto-claim: one turn per task")
+    hard = (
+        "mid-turn delivery 100 %",
+        "idle: 0 jobs, 0 requests, 0 script calls",
+        "auto-claim: one turn per task",
+    )
     return 0 if all(verdicts[goal] for goal in hard) else 1
 
 

@@ -61,38 +61,73 @@ def noop_jobs_per_s(url: str, tasks: int) -> float:
     finished."""
     queue = Queue(QUEUE, connection=redis.Redis.from_url(url))
     started = time.perf_counter()
-    jobs = queue.enqueue_many([Queue.prepare_data(NOOP_JOB, result_ttl=600)
-                               for _ in range(tasks)])
+    jobs = queue.enqueue_many([Queue.prepare_data(NOOP_JOB, result_ttl=600) for _ in range(tasks)])
     last = jobs[-1]
-    wait_for_flag(lambda: queue.count == 0 and last.get_status(refresh=True) == JobStatus.FINISHED
-          and queue.started_job_registry.count == 0, "the no-op jobs")
+    wait_for_flag(
+        lambda: (
+            queue.count == 0
+            and last.get_status(refresh=True) == JobStatus.FINISHED
+            and queue.started_job_registry.count == 0
+        ),
+        "the no-op jobs",
+    )
     return tasks / (time.perf_counter() - started)
 
 
 def run_tasks(llm: ScriptedLLM, url: str, tmp: Path, sizes: Sizes) -> tuple[float, float]:
     """(tasks/s, coordinator CPU seconds) of one run of `sizes.tasks` independent tasks."""
-    plan = {"tasks": [{"id": f"t{n}", "memberId": "m1", "task": f"task {n}"}
-                      for n in range(sizes.tasks)]}
+    plan = {
+        "tasks": [
+            {"id": f"t{n}", "memberId": "m1", "task": f"task {n}"} for n in range(sizes.tasks)
+        ]
+    }
     team = tmp / "team.toml"
-    team.write_text("\n".join([
-        f'planner = {{ model = "{llm.script("plan", [json.dumps(plan)])}" }}',
-        f'synthesizer = {{ model = "{llm.script("synth", ["final"])}" }}',
-        f'model = "{llm.script("member", ["done"], repeat_last=True)}"',
-        "[[members]]", 'id = "m1"',
-        "[options]", f"max_concurrency = {sizes.max_concurrency}", "max_rounds = 10000",
-        "dependency_output_chars = 0"]) + "\n")
+    team.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{llm.script("plan", [json.dumps(plan)])}" }}',
+                f'synthesizer = {{ model = "{llm.script("synth", ["final"])}" }}',
+                f'model = "{llm.script("member", ["done"], repeat_last=True)}"',
+                "[[members]]",
+                'id = "m1"',
+                "[options]",
+                f"max_concurrency = {sizes.max_concurrency}",
+                "max_rounds = 10000",
+                "dependency_output_chars = 0",
+            ]
+        )
+        + "\n"
+    )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with (tmp / "run.log").open("wb") as log:
-        done = subprocess.run([*teamctl(), "run", "Many tasks", "--team", str(team),
-                               "--api-base", llm.api_base, "--redis-url", url, "--workers", "0",
-                               "--run-id", "throughput"],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                              timeout=RUN_TIMEOUT_S, check=False)
+        done = subprocess.run(
+            [
+                *teamctl(),
+                "run",
+                "Many tasks",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                "throughput",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+        )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise failed(f"teamctl run exited {done.returncode}", tmp / "run.log")
-    states = TaskBoard(redis.Redis.from_url(url, decode_responses=True),
-                       RunKeys("throughput")).snapshot()
+    states = TaskBoard(
+        redis.Redis.from_url(url, decode_responses=True), RunKeys("throughput")
+    ).snapshot()
     if sum(s.status.value == "completed" for s in states) != sizes.tasks:
         raise RuntimeError("not every task completed")
     span_s = (max(s.end_ms for s in states) - min(s.start_ms for s in states)) / 1000
@@ -105,8 +140,11 @@ def collect(sizes: Sizes) -> dict[str, float]:
     llm = ScriptedLLM()
     llm.start()
     try:
-        with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url, \
-                worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers):
+        with (
+            tempfile.TemporaryDirectory() as tmp_dir,
+            throwaway_redis() as url,
+            worker_fleet(url, sizes.workers, Path(tmp_dir), forked=sizes.fork_workers),
+        ):
             tmp = Path(tmp_dir)
             noop = noop_jobs_per_s(url, sizes.tasks)
             tasks, cpu_s = run_tasks(llm, url, tmp, sizes)
@@ -121,14 +159,24 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     sizes = SMOKE if smoke else FULL
     data = collect(sizes)
     ratio = data["tasks"] / data["noop"]
-    return [BenchFigure(name=f"{sizes.tasks} independent tasks on {sizes.workers} workers",
-                        value=data["tasks"], unit="tasks/s", baseline=data["noop"],
-                        baseline_name=f"{sizes.tasks} bare RQ no-op jobs, same workers",
-                        goal=f"ratio >= {GOAL_RATIO}", met=ratio >= GOAL_RATIO,
-                        note=f"max_concurrency {sizes.max_concurrency}"),
-            BenchFigure(name="coordinator CPU per task", value=data["cpu"] / sizes.tasks * 1000,
-                        unit="ms", note="whole `teamctl run` process, planning and synthesis "
-                        "included")]
+    return [
+        BenchFigure(
+            name=f"{sizes.tasks} independent tasks on {sizes.workers} workers",
+            value=data["tasks"],
+            unit="tasks/s",
+            baseline=data["noop"],
+            baseline_name=f"{sizes.tasks} bare RQ no-op jobs, same workers",
+            goal=f"ratio >= {GOAL_RATIO}",
+            met=ratio >= GOAL_RATIO,
+            note=f"max_concurrency {sizes.max_concurrency}",
+        ),
+        BenchFigure(
+            name="coordinator CPU per task",
+            value=data["cpu"] / sizes.tasks * 1000,
+            unit="ms",
+            note="whole `teamctl run` process, planning and synthesis included",
+        ),
+    ]
 
 
 def main() -> int:

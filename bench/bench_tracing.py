@@ -55,8 +55,11 @@ SMOKE = Sizes(tasks=2, rounds=1, fork_workers=True)
 def run_tasks_ms(queue: Queue, run_id: str, tasks: range) -> float:
     """Per-task ms of the run's tasks `tasks`, enqueued at once with a traceparent in each meta,
     on the queue's one worker."""
-    return per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}")) for n in tasks],
-                       meta={TRACEPARENT_META: PARENT})
+    return per_task_ms(
+        queue,
+        [("teamctl.worker.jobs.run_task", (run_id, f"t{n}")) for n in tasks],
+        meta={TRACEPARENT_META: PARENT},
+    )
 
 
 def collect(sizes: Sizes) -> tuple[dict[str, float], float]:
@@ -72,11 +75,18 @@ def collect(sizes: Sizes) -> tuple[dict[str, float], float]:
         url = stack.enter_context(throwaway_redis())
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        processes = [stack.enter_context(worker(
-            worker_command(url, [QUEUES[label]]), logs / f"{label}.log", url,
-            {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if label == "on" else None,
-            forked=sizes.fork_workers))
-            for label in QUEUES]
+        processes = [
+            stack.enter_context(
+                worker(
+                    worker_command(url, [QUEUES[label]]),
+                    logs / f"{label}.log",
+                    url,
+                    {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint} if label == "on" else None,
+                    forked=sizes.fork_workers,
+                )
+            )
+            for label in QUEUES
+        ]
         wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url), "both workers")
         conn = redis.Redis.from_url(url, decode_responses=True)
         rq_conn = redis.Redis.from_url(url)
@@ -95,8 +105,9 @@ def collect(sizes: Sizes) -> tuple[dict[str, float], float]:
                     raise RuntimeError(f"{label}: tasks not all completed: {done}")
         traced_tasks = sizes.rounds * (sizes.tasks + 1)
         spans = len(receiver.snapshot())
-    return {label: statistics.median(values) for label, values in times.items()}, \
-        spans / traced_tasks
+    return {
+        label: statistics.median(values) for label, values in times.items()
+    }, spans / traced_tasks
 
 
 def figures(smoke: bool = False) -> list[BenchFigure]:
@@ -105,14 +116,25 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     sizes = SMOKE if smoke else FULL
     medians, spans_per_task = collect(sizes)
     ratio = medians["on"] / medians["off"]
-    return [BenchFigure(
-        name="run_task, queued, tracing on (OTLP/HTTP to a loopback receiver)",
-        value=medians["on"], unit="ms", baseline=medians["off"],
-        baseline_name="run_task, tracing off, same rounds", goal=f"ratio <= {RATIO_GOAL}",
-        met=ratio <= RATIO_GOAL,
-        note=f"{sizes.rounds} rounds of {sizes.tasks} tasks; {spans_per_task:.1f} spans per task"),
-        BenchFigure(name="tracing's cost per task", value=medians["on"] - medians["off"],
-                    unit="ms", note="a provider and exporter per forked job, flushed at its end")]
+    return [
+        BenchFigure(
+            name="run_task, queued, tracing on (OTLP/HTTP to a loopback receiver)",
+            value=medians["on"],
+            unit="ms",
+            baseline=medians["off"],
+            baseline_name="run_task, tracing off, same rounds",
+            goal=f"ratio <= {RATIO_GOAL}",
+            met=ratio <= RATIO_GOAL,
+            note=f"{sizes.rounds} rounds of {sizes.tasks} tasks; {spans_per_task:.1f} spans per "
+            f"task",
+        ),
+        BenchFigure(
+            name="tracing's cost per task",
+            value=medians["on"] - medians["off"],
+            unit="ms",
+            note="a provider and exporter per forked job, flushed at its end",
+        ),
+    ]
 
 
 def main() -> int:

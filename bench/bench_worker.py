@@ -80,23 +80,36 @@ class Sizes:
     """Fork the workers from a fork server, when one is named (see `worker`)."""
 
 
-FULL = Sizes(preloaded_tasks=60, bare_tasks=3,
-             rounds={"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5}, paced_jobs=20)
-SMOKE = Sizes(preloaded_tasks=2, bare_tasks=1,
-              rounds={"preloaded": 1, "warm-fork": 1, "bare": 1, "simple": 1}, paced_jobs=2,
-              fork_workers=True)
+FULL = Sizes(
+    preloaded_tasks=60,
+    bare_tasks=3,
+    rounds={"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5},
+    paced_jobs=20,
+)
+SMOKE = Sizes(
+    preloaded_tasks=2,
+    bare_tasks=1,
+    rounds={"preloaded": 1, "warm-fork": 1, "bare": 1, "simple": 1},
+    paced_jobs=2,
+    fork_workers=True,
+)
 RQ_CLI = [sys.executable, "-m", "rq.cli"]
 
 
 @contextmanager
-def worker(command: list[str], log_path: Path, url: str,
-           env_extra: dict[str, str] | None = None, *,
-           forked: bool = False) -> Iterator[WorkerProcess]:
+def worker(
+    command: list[str],
+    log_path: Path,
+    url: str,
+    env_extra: dict[str, str] | None = None,
+    *,
+    forked: bool = False,
+) -> Iterator[WorkerProcess]:
     """One rq worker process running `command` (`python -m rq.cli ...`), stopped by its pid
     (SIGTERM: RQ's warm shutdown). It is executed, as the figures assume; with `forked` (the
     smoke pass) it is forked by the fork server $TEAMCTL_WORKER_FORK_SERVER names, when it names
     one, as `teamctl run` would: an executed worker imports litellm, ~8 s of CPU."""
-    if command[:len(RQ_CLI)] != RQ_CLI:
+    if command[: len(RQ_CLI)] != RQ_CLI:
         raise ValueError(f"not an rq command of this Python: {command}")
     # teamctl.worker.settings sets litellm's offline cost map itself
     env = {**os.environ, **(env_extra or {})}
@@ -110,12 +123,12 @@ def worker(command: list[str], log_path: Path, url: str,
         env.setdefault("RQ_WORKER_CLASS", WORKER_CLASS)
     conn = redis.Redis.from_url(url)
     with log_path.open("ab") as log:
-        process = start_worker(command[len(RQ_CLI):], env, log)
+        process = start_worker(command[len(RQ_CLI) :], env, log)
     try:
         try:
             wait_for_flag(lambda: conn.scard("rq:workers") >= 1, "the worker to register")
         except TimeoutError as exc:
-            raise failed(f"{exc}: {' '.join(command[len(RQ_CLI):])}", log_path) from exc
+            raise failed(f"{exc}: {' '.join(command[len(RQ_CLI) :])}", log_path) from exc
         yield process
     finally:
         stop_process(process, timeout_s=30)
@@ -125,22 +138,26 @@ def worker(command: list[str], log_path: Path, url: str,
 def registered_pids(url: str) -> set[int]:
     """Pids of the workers in RQ's registry (a worker registers once its preload is done)."""
     conn = redis.Redis.from_url(url, decode_responses=True)
-    return {int(pid) for key in conn.smembers("rq:workers")
-            if (pid := conn.hget(key, "pid"))}
+    return {int(pid) for key in conn.smembers("rq:workers") if (pid := conn.hget(key, "pid"))}
 
 
 @contextmanager
-def worker_fleet(url: str, count: int, log_dir: Path, *,
-                 forked: bool = False) -> Iterator[list[WorkerProcess]]:
+def worker_fleet(
+    url: str, count: int, log_dir: Path, *, forked: bool = False
+) -> Iterator[list[WorkerProcess]]:
     """`count` preloaded workers on QUEUE, yielded once each one is in RQ's registry (a stale
     registration must not let a measurement start while a worker still preloads); `forked` as
     for `worker`."""
     with ExitStack() as stack:
-        processes = [stack.enter_context(worker(worker_command(url, [QUEUE]),
-                                                log_dir / f"worker{n}.log", url, forked=forked))
-                     for n in range(count)]
-        wait_for_flag(lambda: {p.pid for p in processes} <= registered_pids(url),
-                      f"{count} workers")
+        processes = [
+            stack.enter_context(
+                worker(worker_command(url, [QUEUE]), log_dir / f"worker{n}.log", url, forked=forked)
+            )
+            for n in range(count)
+        ]
+        wait_for_flag(
+            lambda: {p.pid for p in processes} <= registered_pids(url), f"{count} workers"
+        )
         yield processes
 
 
@@ -152,28 +169,41 @@ def wait_for_flag(predicate: object, what: str) -> None:
         time.sleep(0.005)  # polling a finished flag; nothing to block on
 
 
-def make_run(conn: redis.Redis, run_id: str, model: str, api_base: str, tasks: int,
-             workspace: Path) -> None:
-    spec = RunSpec(run_id=run_id, team_id="bench", objective="benchmark the worker",
-                   members=[Member(id="m1", model=model)], options=RunOptions(),
-                   models=ModelChoice(planner=model, synthesizer=model, member_default=model,
-                                      api_base=api_base),
-                   workspace_dir=str(workspace), created_ms=now_ms())
+def make_run(
+    conn: redis.Redis, run_id: str, model: str, api_base: str, tasks: int, workspace: Path
+) -> None:
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="bench",
+        objective="benchmark the worker",
+        members=[Member(id="m1", model=model)],
+        options=RunOptions(),
+        models=ModelChoice(
+            planner=model, synthesizer=model, member_default=model, api_base=api_base
+        ),
+        workspace_dir=str(workspace),
+        created_ms=now_ms(),
+    )
     RunStore(conn, RunKeys(run_id)).create(spec)
     TaskBoard(conn, RunKeys(run_id)).create(
-        [TaskSpec(id=f"t{n}", member_id="m1", task=f"task {n}") for n in range(tasks)])
+        [TaskSpec(id=f"t{n}", member_id="m1", task=f"task {n}") for n in range(tasks)]
+    )
 
 
-def per_task_ms(queue: Queue, jobs: list[tuple[str, tuple[str, ...]]],
-                meta: dict[str, str] | None = None) -> float:
+def per_task_ms(
+    queue: Queue, jobs: list[tuple[str, tuple[str, ...]]], meta: dict[str, str] | None = None
+) -> float:
     """Enqueue the jobs at once (each with `meta`) and time until the last one (FIFO, one
     worker) finished."""
     started = time.perf_counter()
-    enqueued = [queue.enqueue(fn, *args, job_timeout=600, result_ttl=600, meta=meta)
-                for fn, args in jobs]
+    enqueued = [
+        queue.enqueue(fn, *args, job_timeout=600, result_ttl=600, meta=meta) for fn, args in jobs
+    ]
     last = enqueued[-1]
-    wait_for_flag(lambda: last.get_status(refresh=True) in (JobStatus.FINISHED,
-                                                           JobStatus.FAILED), "the last job")
+    wait_for_flag(
+        lambda: last.get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.FAILED),
+        "the last job",
+    )
     elapsed_ms = (time.perf_counter() - started) * 1000
     statuses = {Job.fetch(j.id, connection=queue.connection).get_status() for j in enqueued}
     if statuses != {JobStatus.FINISHED}:
@@ -185,8 +215,9 @@ Served = tuple[ScriptedLLM, str]
 """A scripted model server and the litellm model string scripted on it."""
 
 
-def measure(url: str, servers: list[Served], tasks: int, rounds: int,
-            label: str) -> tuple[float, list[float]]:
+def measure(
+    url: str, servers: list[Served], tasks: int, rounds: int, label: str
+) -> tuple[float, list[float]]:
     """Median per-task ms of no-op jobs and of run_task jobs against each server, on the worker
     now running; each round times them all, one after the other, so they share its conditions."""
     rq_conn = redis.Redis.from_url(url)
@@ -206,8 +237,15 @@ def measure(url: str, servers: list[Served], tasks: int, rounds: int,
             # Servers take turns going first, so neither always runs right after the no-op jobs.
             turns = list(zip(run_ids, team, strict=True))
             for run_id, times in turns if round_no % 2 == 0 else reversed(turns):
-                times.append(per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))
-                                                 for n in range(1, tasks + 1)]))
+                times.append(
+                    per_task_ms(
+                        queue,
+                        [
+                            ("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))
+                            for n in range(1, tasks + 1)
+                        ],
+                    )
+                )
             for run_id in run_ids:
                 done = [t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()]
                 if done.count("completed") != tasks + 1:
@@ -215,8 +253,7 @@ def measure(url: str, servers: list[Served], tasks: int, rounds: int,
     return statistics.median(noop), [statistics.median(times) for times in team]
 
 
-def paced_ms(url: str, servers: list[Served], label: str,
-             jobs: int) -> tuple[float, list[float]]:
+def paced_ms(url: str, servers: list[Served], label: str, jobs: int) -> tuple[float, list[float]]:
     """Median enqueue-to-finished ms of `jobs` no-op and as many run_task jobs (against each
     server) sent one at a time, PACE_S after the last one finished: what a job costs a worker
     that was idle."""
@@ -234,8 +271,9 @@ def paced_ms(url: str, servers: list[Served], label: str,
             noop.append(per_task_ms(queue, [(NOOP_JOB, ())]))
             for run_id, times in zip(run_ids, team, strict=True):
                 time.sleep(PACE_S)
-                times.append(per_task_ms(queue,
-                                         [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))]))
+                times.append(
+                    per_task_ms(queue, [("teamctl.worker.jobs.run_task", (run_id, f"t{n}"))])
+                )
     return statistics.median(noop), [statistics.median(times) for times in team]
 
 
@@ -247,8 +285,9 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
-Row = tuple[str, list[str], int, float, float, tuple[float, float] | None,
-            tuple[float, float | None] | None]
+Row = tuple[
+    str, list[str], int, float, float, tuple[float, float] | None, tuple[float, float | None] | None
+]
 """label, command, tasks, no-op ms, run_task ms, paced (no-op, run_task) ms or None, and for
 the worker also timed over HTTPS, run_task's (queued, paced) ms against the HTTPS server."""
 HTTPS_WORKER = "preloaded"
@@ -274,29 +313,50 @@ def collect(sizes: Sizes) -> tuple[list[Row], dict[str, float]]:
         https: Served = (tls_llm, tls_llm.script("bench-member", ["done"], repeat_last=True))
         url = stack.enter_context(throwaway_redis())
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        runs = (("preloaded", worker_command(url, [QUEUE]), sizes.preloaded_tasks),
-                ("warm-fork", worker_command(url, [QUEUE], worker_class=WARM_FORK),
-                 sizes.preloaded_tasks),
-                ("bare", [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE],
-                 sizes.bare_tasks),
-                ("simple", worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker"),
-                 sizes.preloaded_tasks))
+        runs = (
+            ("preloaded", worker_command(url, [QUEUE]), sizes.preloaded_tasks),
+            (
+                "warm-fork",
+                worker_command(url, [QUEUE], worker_class=WARM_FORK),
+                sizes.preloaded_tasks,
+            ),
+            (
+                "bare",
+                [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE],
+                sizes.bare_tasks,
+            ),
+            (
+                "simple",
+                worker_command(url, [QUEUE], worker_class="rq.worker.SimpleWorker"),
+                sizes.preloaded_tasks,
+            ),
+        )
         rows: list[Row] = []
         rss: dict[str, float] = {}
         for label, command, tasks in runs:
             servers = [http, https] if label == HTTPS_WORKER else [http]
             # The worker trusts the HTTPS server from its start, as it would a provider's CA.
             env = {"SSL_CERT_FILE": str(ca_bundle(tls_llm))} if label == HTTPS_WORKER else None
-            with worker(command, logs / f"{label}.log", url, env,
-                        forked=sizes.fork_workers) as process:
+            with worker(
+                command, logs / f"{label}.log", url, env, forked=sizes.fork_workers
+            ) as process:
                 noop_ms, task_ms = measure(url, servers, tasks, sizes.rounds[label], label)
-                paced = (paced_ms(url, servers, label, sizes.paced_jobs) if label != "bare"
-                         else None)
+                paced = paced_ms(url, servers, label, sizes.paced_jobs) if label != "bare" else None
                 rss[label] = rss_mb(process.pid)
-            over_https = ((task_ms[1], paced[1][1] if paced else None)
-                          if label == HTTPS_WORKER else None)
-            rows.append((label, command, tasks, noop_ms, task_ms[0],
-                         (paced[0], paced[1][0]) if paced else None, over_https))
+            over_https = (
+                (task_ms[1], paced[1][1] if paced else None) if label == HTTPS_WORKER else None
+            )
+            rows.append(
+                (
+                    label,
+                    command,
+                    tasks,
+                    noop_ms,
+                    task_ms[0],
+                    (paced[0], paced[1][0]) if paced else None,
+                    over_https,
+                )
+            )
     return rows, rss
 
 
@@ -307,43 +367,90 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     out = []
     for label, _command, tasks, noop_ms, task_ms, paced, over_https in rows:
         goal = label == "preloaded"
-        out.append(BenchFigure(
-            name=f"run_task, queued, {label} worker", value=task_ms, unit="ms",
-            baseline=noop_ms, baseline_name="no-op RQ job, same worker",
-            goal=f"ratio <= {RATIO_GOAL}" if goal else "",
-            met=task_ms / noop_ms <= RATIO_GOAL if goal else None, note=f"{tasks} tasks"))
+        out.append(
+            BenchFigure(
+                name=f"run_task, queued, {label} worker",
+                value=task_ms,
+                unit="ms",
+                baseline=noop_ms,
+                baseline_name="no-op RQ job, same worker",
+                goal=f"ratio <= {RATIO_GOAL}" if goal else "",
+                met=task_ms / noop_ms <= RATIO_GOAL if goal else None,
+                note=f"{tasks} tasks",
+            )
+        )
         if paced:
-            out.append(BenchFigure(name=f"run_task, paced, {label} worker", value=paced[1],
-                                   unit="ms", baseline=paced[0],
-                                   baseline_name="paced no-op RQ job, same worker"))
+            out.append(
+                BenchFigure(
+                    name=f"run_task, paced, {label} worker",
+                    value=paced[1],
+                    unit="ms",
+                    baseline=paced[0],
+                    baseline_name="paced no-op RQ job, same worker",
+                )
+            )
         if over_https:
             out += https_figures(label, tasks, noop_ms, task_ms, paced, over_https)
     for label, mb in rss.items():
-        out.append(BenchFigure(name=f"RSS of an idle {label} worker", value=mb, unit="MiB",
-                               baseline=rss.get("bare"), baseline_name="bare `rq worker`",
-                               note="after its jobs ran"))
+        out.append(
+            BenchFigure(
+                name=f"RSS of an idle {label} worker",
+                value=mb,
+                unit="MiB",
+                baseline=rss.get("bare"),
+                baseline_name="bare `rq worker`",
+                note="after its jobs ran",
+            )
+        )
     return out
 
 
-def https_figures(label: str, tasks: int, noop_ms: float, task_ms: float,
-                  paced: tuple[float, float] | None,
-                  over_https: tuple[float, float | None]) -> list[BenchFigure]:
+def https_figures(
+    label: str,
+    tasks: int,
+    noop_ms: float,
+    task_ms: float,
+    paced: tuple[float, float] | None,
+    over_https: tuple[float, float | None],
+) -> list[BenchFigure]:
     """run_task against the HTTPS server, beside the same worker's no-op job and its run_task
     over HTTP, from the same rounds: what a TLS handshake per forked job adds."""
     note = "verified self-signed cert, loopback; a handshake per job"
-    out = [BenchFigure(name=f"run_task over HTTPS, queued, {label} worker", value=over_https[0],
-                       unit="ms", baseline=noop_ms, baseline_name="no-op RQ job, same worker",
-                       note=f"{tasks} tasks; {note}"),
-           BenchFigure(name=f"HTTPS vs HTTP: run_task, queued, {label} worker",
-                       value=over_https[0], unit="ms", baseline=task_ms,
-                       baseline_name="run_task over HTTP, same rounds")]
+    out = [
+        BenchFigure(
+            name=f"run_task over HTTPS, queued, {label} worker",
+            value=over_https[0],
+            unit="ms",
+            baseline=noop_ms,
+            baseline_name="no-op RQ job, same worker",
+            note=f"{tasks} tasks; {note}",
+        ),
+        BenchFigure(
+            name=f"HTTPS vs HTTP: run_task, queued, {label} worker",
+            value=over_https[0],
+            unit="ms",
+            baseline=task_ms,
+            baseline_name="run_task over HTTP, same rounds",
+        ),
+    ]
     if paced and over_https[1] is not None:
-        out += [BenchFigure(name=f"run_task over HTTPS, paced, {label} worker",
-                            value=over_https[1], unit="ms", baseline=paced[0],
-                            baseline_name="paced no-op RQ job, same worker", note=note),
-                BenchFigure(name=f"HTTPS vs HTTP: run_task, paced, {label} worker",
-                            value=over_https[1], unit="ms", baseline=paced[1],
-                            baseline_name="paced run_task over HTTP, same rounds")]
+        out += [
+            BenchFigure(
+                name=f"run_task over HTTPS, paced, {label} worker",
+                value=over_https[1],
+                unit="ms",
+                baseline=paced[0],
+                baseline_name="paced no-op RQ job, same worker",
+                note=note,
+            ),
+            BenchFigure(
+                name=f"HTTPS vs HTTP: run_task, paced, {label} worker",
+                value=over_https[1],
+                unit="ms",
+                baseline=paced[1],
+                baseline_name="paced run_task over HTTP, same rounds",
+            ),
+        ]
     return out
 
 
@@ -355,19 +462,26 @@ def main() -> int:
 
 
 def report(rows: list[Row], sizes: Sizes) -> int:
-    print("per-task time, one rq worker, median of "
-          f"{' / '.join(f'{n} {k}' for k, n in sizes.rounds.items())} rounds "
-          "(zero-latency scripted model over HTTP through litellm, and over HTTPS on the "
-          f"{HTTPS_WORKER} worker); queued: jobs enqueued at once, "
-          f"paced: {sizes.paced_jobs} jobs one at a time, each {PACE_S:.1f} s after the last "
-          "finished")
-    print(f"{'worker':15} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}"
-          f" {'paced no-op ms':>15} {'paced run_task ms':>18} {'ratio':>6}")
+    print(
+        "per-task time, one rq worker, median of "
+        f"{' / '.join(f'{n} {k}' for k, n in sizes.rounds.items())} rounds "
+        "(zero-latency scripted model over HTTP through litellm, and over HTTPS on the "
+        f"{HTTPS_WORKER} worker); queued: jobs enqueued at once, "
+        f"paced: {sizes.paced_jobs} jobs one at a time, each {PACE_S:.1f} s after the last "
+        "finished"
+    )
+    print(
+        f"{'worker':15} {'tasks':>5} {'no-op job ms':>13} {'run_task ms':>12} {'ratio':>6}"
+        f" {'paced no-op ms':>15} {'paced run_task ms':>18} {'ratio':>6}"
+    )
     for label, _command, tasks, noop_ms, task_ms, paced, _https in rows:
-        paced_cols = (f" {paced[0]:15.1f} {paced[1]:18.1f} {paced[1] / paced[0]:6.2f}"
-                      if paced else "")
-        print(f"{label:15} {tasks:5d} {noop_ms:13.1f} {task_ms:12.1f} {task_ms / noop_ms:6.2f}"
-              + paced_cols)
+        paced_cols = (
+            f" {paced[0]:15.1f} {paced[1]:18.1f} {paced[1] / paced[0]:6.2f}" if paced else ""
+        )
+        print(
+            f"{label:15} {tasks:5d} {noop_ms:13.1f} {task_ms:12.1f} {task_ms / noop_ms:6.2f}"
+            + paced_cols
+        )
     by_label = {row[0]: row for row in rows}
     for label, row in by_label.items():
         print(f"{label + ':':15} {' '.join(row[1][1:])}")
@@ -376,25 +490,38 @@ def report(rows: list[Row], sizes: Sizes) -> int:
     _, _, _, simple_noop, simple_task, _, _ = by_label["simple"]
     bare_task = by_label["bare"][4]
     ratio = pre_task / pre_noop
-    print(f"run_task overhead vs a no-op job on the preloaded worker: {ratio:.2f}x "
-          f"(goal <= {RATIO_GOAL}x): {'OK' if ratio <= RATIO_GOAL else 'MISSED'}; "
-          f"{fork_task / fork_noop:.2f}x on WarmForkWorker")
+    print(
+        f"run_task overhead vs a no-op job on the preloaded worker: {ratio:.2f}x "
+        f"(goal <= {RATIO_GOAL}x): {'OK' if ratio <= RATIO_GOAL else 'MISSED'}; "
+        f"{fork_task / fork_noop:.2f}x on WarmForkWorker"
+    )
     if pre_paced and fork_paced:
-        print(f"paced (an idle worker): run_task {pre_paced[1]:.1f} ms on the preloaded worker "
-              f"({pre_paced[1] / pre_paced[0]:.2f}x its no-op job) vs {fork_paced[1]:.1f} ms on "
-              f"WarmForkWorker ({fork_paced[1] / fork_paced[0]:.2f}x)")
-    print(f"run_task adds {pre_task - pre_noop:.1f} ms per task on the preloaded worker, "
-          f"{fork_task - fork_noop:.1f} ms on WarmForkWorker, "
-          f"{simple_task - simple_noop:.1f} ms on SimpleWorker (no fork: litellm's first-call "
-          "costs are paid once per process)")
+        print(
+            f"paced (an idle worker): run_task {pre_paced[1]:.1f} ms on the preloaded worker "
+            f"({pre_paced[1] / pre_paced[0]:.2f}x its no-op job) vs {fork_paced[1]:.1f} ms on "
+            f"WarmForkWorker ({fork_paced[1] / fork_paced[0]:.2f}x)"
+        )
+    print(
+        f"run_task adds {pre_task - pre_noop:.1f} ms per task on the preloaded worker, "
+        f"{fork_task - fork_noop:.1f} ms on WarmForkWorker, "
+        f"{simple_task - simple_noop:.1f} ms on SimpleWorker (no fork: litellm's first-call "
+        "costs are paid once per process)"
+    )
     if pre_https:
-        print(f"HTTPS (a TLS handshake per forked job): run_task {pre_https[0]:.1f} ms "
-              f"({pre_https[0] / pre_noop:.2f}x the no-op job) vs {pre_task:.1f} ms over HTTP, "
-              f"{pre_https[0] - pre_task:+.1f} ms per task"
-              + (f"; paced {pre_https[1]:.1f} vs {pre_paced[1]:.1f} ms"
-                 if pre_https[1] is not None and pre_paced else ""))
-    print(f"preload saves {bare_task - pre_task:.0f} ms per task "
-          f"({bare_task / pre_task:.0f}x faster than a bare `rq worker {QUEUE}`)")
+        print(
+            f"HTTPS (a TLS handshake per forked job): run_task {pre_https[0]:.1f} ms "
+            f"({pre_https[0] / pre_noop:.2f}x the no-op job) vs {pre_task:.1f} ms over HTTP, "
+            f"{pre_https[0] - pre_task:+.1f} ms per task"
+            + (
+                f"; paced {pre_https[1]:.1f} vs {pre_paced[1]:.1f} ms"
+                if pre_https[1] is not None and pre_paced
+                else ""
+            )
+        )
+    print(
+        f"preload saves {bare_task - pre_task:.0f} ms per task "
+        f"({bare_task / pre_task:.0f}x faster than a bare `rq worker {QUEUE}`)"
+    )
     return 0
 
 

@@ -50,8 +50,10 @@ def write_calls_us(tools: Toolbox, calls: int) -> float:
     """Microseconds per write_file call (a 2 KB file, one of 20 paths in turn)."""
     started = time.perf_counter()
     for i in range(calls):
-        result = tools.call("write_file", json.dumps({"path": f"out/f{i % 20}.txt",
-                                                      "content": f"{i}" + "x" * FILE_BYTES}))
+        result = tools.call(
+            "write_file",
+            json.dumps({"path": f"out/f{i % 20}.txt", "content": f"{i}" + "x" * FILE_BYTES}),
+        )
         assert '"ok": true' in result, result
     return (time.perf_counter() - started) / calls * 1e6
 
@@ -117,22 +119,34 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
 def run(sizes: Sizes) -> list[BenchFigure]:
     """Per-call cost in Redis against local, at each workspace size; the fetch at start."""
     data = collect(sizes)
-    rows = [BenchFigure(name=f"write_file, workspace in Redis, {n} other files",
-                        value=data[f"redis{n}"], unit="us", baseline=data[f"local{n}"],
-                        baseline_name="same call, local workspace",
-                        note="pull + push around the call")
-            for n in sizes.other_files]
-    rows += [BenchFigure(name=f"fetch a workspace of {n} files ({FILE_BYTES} B each)",
-                         value=data[f"open{n}"], unit="ms",
-                         note="once per attempt or teammate turn job")
-             for n in sizes.other_files]
+    rows = [
+        BenchFigure(
+            name=f"write_file, workspace in Redis, {n} other files",
+            value=data[f"redis{n}"],
+            unit="us",
+            baseline=data[f"local{n}"],
+            baseline_name="same call, local workspace",
+            note="pull + push around the call",
+        )
+        for n in sizes.other_files
+    ]
+    rows += [
+        BenchFigure(
+            name=f"fetch a workspace of {n} files ({FILE_BYTES} B each)",
+            value=data[f"open{n}"],
+            unit="ms",
+            note="once per attempt or teammate turn job",
+        )
+        for n in sizes.other_files
+    ]
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=FULL.repeats,
-                        help="runs per figure (median shown)")
+    parser.add_argument(
+        "--repeats", type=int, default=FULL.repeats, help="runs per figure (median shown)"
+    )
     print_figures(run(replace(FULL, repeats=parser.parse_args().repeats)))
 
 

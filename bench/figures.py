@@ -28,8 +28,11 @@ class BenchFigure(BaseModel):
 def print_figures(rows: list[BenchFigure]) -> int:
     """A module's figures on stdout, one per line (`python -m bench.bench_X`); exit code 0."""
     for row in rows:
-        base = (f" (baseline {row.baseline:.2f} {row.unit}, {row.baseline_name})"
-                if row.baseline is not None else "")
+        base = (
+            f" (baseline {row.baseline:.2f} {row.unit}, {row.baseline_name})"
+            if row.baseline is not None
+            else ""
+        )
         ratio = f", ratio {row.ratio:.2f}" if row.ratio is not None else ""
         goal = f"; goal {row.goal}: {'ok' if row.met else 'MISSED'}" if row.goal else ""
         note = f" [{row.note}]" if row.note else ""

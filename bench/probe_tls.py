@@ -27,8 +27,14 @@ from urllib.parse import urlsplit
 import certifi
 
 CALLS = 50
-TOOL = {"type": "function", "function": {"name": "f", "description": "probe",
-                                         "parameters": {"type": "object", "properties": {}}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "f",
+        "description": "probe",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
 SERVE = """
 import sys
 from tests.support.llm import ScriptedLLM
@@ -69,8 +75,13 @@ def main() -> int:
     parser.add_argument("--parent-calls", choices=["https", "http", "warm-up"])
     args = parser.parse_args()
     root = Path(__file__).resolve().parent.parent
-    server = subprocess.Popen([sys.executable, "-c", SERVE], cwd=root, text=True,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVE],
+        cwd=root,
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert server.stdout is not None
         http_base, https_base, ca_file = server.stdout.readline().split()
@@ -95,7 +106,8 @@ def report(http_base: str, https_base: str, parent_calls: str | None) -> None:
 
     def call(base: str) -> Probe:
         return lambda: LitellmClient(provider_keys=(), max_retries=0).complete(
-            "openai/probe", [{"role": "user", "content": "probe"}], tools=[TOOL], api_base=base)
+            "openai/probe", [{"role": "user", "content": "probe"}], tools=[TOOL], api_base=base
+        )
 
     def context_built_in_job() -> None:
         http_handler._ssl_context_cache.clear()
@@ -105,8 +117,10 @@ def report(http_base: str, https_base: str, parent_calls: str | None) -> None:
         address = urlsplit(https_base)
         context = http_handler.get_ssl_configuration()
         assert isinstance(context, ssl.SSLContext), "litellm verifies with a context of its own"
-        with socket.create_connection((address.hostname, address.port)) as raw, \
-                context.wrap_socket(raw, server_hostname=address.hostname):
+        with (
+            socket.create_connection((address.hostname, address.port)) as raw,
+            context.wrap_socket(raw, server_hostname=address.hostname),
+        ):
             pass
 
     if parent_calls == "warm-up":
@@ -122,19 +136,23 @@ def report(http_base: str, https_base: str, parent_calls: str | None) -> None:
     import gc
 
     gc.freeze()
-    probes = {"HTTP call": call(http_base), "HTTPS call": call(https_base),
-              "HTTPS call, context built in the job": context_built_in_job,
-              "TLS handshake alone": handshake}
+    probes = {
+        "HTTP call": call(http_base),
+        "HTTPS call": call(https_base),
+        "HTTPS call, context built in the job": context_built_in_job,
+        "TLS handshake alone": handshake,
+    }
     times: dict[str, list[tuple[float, int]]] = {name: [] for name in probes}
     for _ in range(CALLS):  # interleaved, so drift on a shared machine hits each alike
         for name, probe in probes.items():
             times[name].append(forked(probe))
     made = f" that made 2 more {parent_calls} calls" if parent_calls else ""
-    print(f"forked from a warmed-up parent{made}, "
-          f"median of {CALLS}:")
+    print(f"forked from a warmed-up parent{made}, median of {CALLS}:")
     for name, samples in times.items():
-        print(f"  {name:38} {statistics.median(s[0] for s in samples):6.1f} ms "
-              f"{statistics.median(s[1] for s in samples):6.0f} minor faults")
+        print(
+            f"  {name:38} {statistics.median(s[0] for s in samples):6.1f} ms "
+            f"{statistics.median(s[1] for s in samples):6.0f} minor faults"
+        )
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ on a preloaded forking worker in bench_worker (queued run_task minus zero model 
 Priority = Callable[[int], tuple[float, int]]
 
 
-def simulate_s(deps: list[list[int]], latency: list[float], priority: Priority,
-               overhead_s: float) -> float:
+def simulate_s(
+    deps: list[list[int]], latency: list[float], priority: Priority, overhead_s: float
+) -> float:
     """Makespan of list scheduling on the benchmark's workers: whenever a worker is free, the
     ready task with the lowest priority key starts and takes its latency plus `overhead_s`."""
     children: list[list[int]] = [[] for _ in deps]

@@ -26,8 +26,9 @@ class Slowest(BaseModel):
 
     def note(self) -> str:
         """What the report says beside the worst: which script, how many went over, by whom."""
-        top = ", ".join(f"{name} {n}" for name, n in
-                        sorted(self.by_name.items(), key=lambda item: -item[1])[:4])
+        top = ", ".join(
+            f"{name} {n}" for name, n in sorted(self.by_name.items(), key=lambda item: -item[1])[:4]
+        )
         return f"{self.name}; {self.over} commands over 5 ms" + (f" ({top})" if top else "")
 
 
@@ -59,6 +60,9 @@ def slowest(conn: redis.Redis) -> Slowest:
         return Slowest()
     names = _script_names()
     worst = max(entries, key=lambda e: e["duration"])
-    return Slowest(ms=worst["duration"] / 1000, name=_name(worst["command"], names),
-                   over=len(entries),
-                   by_name=Counter(_name(e["command"], names) for e in entries))
+    return Slowest(
+        ms=worst["duration"] / 1000,
+        name=_name(worst["command"], names),
+        over=len(entries),
+        by_name=Counter(_name(e["command"], names) for e in entries),
+    )

@@ -63,8 +63,14 @@ class Advice:
 def for_this_shell(redis_url: str | None = None, settings: Settings | None = None) -> Advice:
     """Advice for the shell that started this process (and the --redis-url it was given; with
     `settings`, left out of the commands when they reach that Redis without it)."""
-    return Advice(teamctl_prog(), redis_url, redis_url is not None and settings is not None
-                  and has_secret(redis_url) and reaches_by_default(redis_url, settings))
+    return Advice(
+        teamctl_prog(),
+        redis_url,
+        redis_url is not None
+        and settings is not None
+        and has_secret(redis_url)
+        and reaches_by_default(redis_url, settings),
+    )
 
 
 def reaches_by_default(redis_url: str, settings: Settings) -> bool:

@@ -1,6 +1,6 @@
 """Start a run without blocking, watch its events as they happen, then take its result.
 
-    .venv/bin/python examples/watch_a_run.py
+.venv/bin/python examples/watch_a_run.py
 """
 
 import sys

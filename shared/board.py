@@ -56,8 +56,12 @@ class WriteOutcome(Enum):
     """No such task on this board."""
 
 
-_VERDICTS = {"ok": WriteOutcome.APPLIED, "stale": WriteOutcome.STALE,
-             "conflict": WriteOutcome.CONFLICT, "unknown": WriteOutcome.NOT_FOUND}
+_VERDICTS = {
+    "ok": WriteOutcome.APPLIED,
+    "stale": WriteOutcome.STALE,
+    "conflict": WriteOutcome.CONFLICT,
+    "unknown": WriteOutcome.NOT_FOUND,
+}
 """The verdicts of the board's token-checked scripts (check_token in _lib/tasks.lua)."""
 
 STATUS_COUNTS: TypeAdapter[dict[TaskStatus, int]] = TypeAdapter(dict[TaskStatus, int])
@@ -90,8 +94,9 @@ class TaskBoard:
     """The board of one key space (a run's). Each method is one Lua script in shared/redis/lua/board
     (reads: one command)."""
 
-    def __init__(self, conn: redis.Redis, keys: KeySpace,
-                 scripts: Scripts | GuardedScripts | None = None) -> None:
+    def __init__(
+        self, conn: redis.Redis, keys: KeySpace, scripts: Scripts | GuardedScripts | None = None
+    ) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts or Scripts(conn)
@@ -109,13 +114,23 @@ class TaskBoard:
             return self._create_in_pages(tasks)
         k = self.keys
         payload = [
-            json.dumps({"task_id": t.id, "member_id": t.member_id or "", "task": t.task,
-                        "context": t.context or "", "depends_on": t.depends_on})
+            json.dumps(
+                {
+                    "task_id": t.id,
+                    "member_id": t.member_id or "",
+                    "task": t.task,
+                    "context": t.context or "",
+                    "depends_on": t.depends_on,
+                }
+            )
             for t in tasks
         ]
-        created = int(self.scripts["create"](
-            keys=[k.order, k.ready, k.counts, k.events, *(k.task(t.id) for t in tasks)],
-            args=payload))
+        created = int(
+            self.scripts["create"](
+                keys=[k.order, k.ready, k.counts, k.events, *(k.task(t.id) for t in tasks)],
+                args=payload,
+            )
+        )
         self._ids = [t.id for t in tasks]
         return created
 
@@ -125,19 +140,29 @@ class TaskBoard:
         k = self.keys
         statuses, fields = _settled(tasks)
         for at in range(0, len(tasks), CREATE_PAGE_TASKS):
-            page = tasks[at:at + CREATE_PAGE_TASKS]
+            page = tasks[at : at + CREATE_PAGE_TASKS]
             self.scripts["create_page"](
                 keys=[k.order, *(k.task(t.id) for t in page)],
-                args=[json.dumps({"fields": fields[t.id], "status": statuses[t.id]})
-                      for t in page])
-        ready = [(str(pos), t.id) for pos, t in enumerate(tasks, 1)
-                 if statuses[t.id] == TaskStatus.READY.value]
+                args=[json.dumps({"fields": fields[t.id], "status": statuses[t.id]}) for t in page],
+            )
+        ready = [
+            (str(pos), t.id)
+            for pos, t in enumerate(tasks, 1)
+            if statuses[t.id] == TaskStatus.READY.value
+        ]
         counts = Counter(statuses.values())
-        created = int(self.scripts["create_commit"](
-            keys=[k.order, k.ready, k.counts, k.events],
-            args=[len(tasks), len(ready), *(t.id for t in tasks),
-                  *(v for pair in ready for v in pair),
-                  *(v for pair in counts.items() for v in (pair[0], str(pair[1])))]))
+        created = int(
+            self.scripts["create_commit"](
+                keys=[k.order, k.ready, k.counts, k.events],
+                args=[
+                    len(tasks),
+                    len(ready),
+                    *(t.id for t in tasks),
+                    *(v for pair in ready for v in pair),
+                    *(v for pair in counts.items() for v in (pair[0], str(pair[1]))),
+                ],
+            )
+        )
         self._ids = [t.id for t in tasks]
         return created
 
@@ -149,26 +174,51 @@ class TaskBoard:
             return None
         k = self.keys
         token, dependents = self.scripts["claim"](
-            keys=[k.task(task_id), k.ready, k.running, k.counts, k.tokens, k.heartbeat(task_id),
-                  k.events],
-            args=[member_id.strip(), worker, ttl_ms(ttl_s)])
+            keys=[
+                k.task(task_id),
+                k.ready,
+                k.running,
+                k.counts,
+                k.tokens,
+                k.heartbeat(task_id),
+                k.events,
+            ],
+            args=[member_id.strip(), worker, ttl_ms(ttl_s)],
+        )
         if token == 0:
             return None
         self._dependents[task_id] = _csv(dependents)
         return str(token)
 
-    def heartbeat(self, task_id: str, token: str, ttl_s: float, *, visible: bool = False,
-                  member_id: str | None = None) -> WriteOutcome:
+    def heartbeat(
+        self,
+        task_id: str,
+        token: str,
+        ttl_s: float,
+        *,
+        visible: bool = False,
+        member_id: str | None = None,
+    ) -> WriteOutcome:
         """Extend the claim; `visible` counts it as an AI4J heartbeat (phase "heartbeat")."""
         task_id = resolve_task_id(task_id) or ""
         if not task_id:
             return WriteOutcome.NOT_FOUND
-        return write_outcome(self.scripts["heartbeat"](
-            keys=[self.keys.task(task_id), self.keys.heartbeat(task_id)],
-            args=[token, ttl_ms(ttl_s), "1" if visible else "0", (member_id or "").strip()]))
+        return write_outcome(
+            self.scripts["heartbeat"](
+                keys=[self.keys.task(task_id), self.keys.heartbeat(task_id)],
+                args=[token, ttl_ms(ttl_s), "1" if visible else "0", (member_id or "").strip()],
+            )
+        )
 
-    def complete(self, task_id: str, token: str, output: str, duration_ms: int, *,
-                 announce_as: str | None = None) -> WriteOutcome:
+    def complete(
+        self,
+        task_id: str,
+        token: str,
+        output: str,
+        duration_ms: int,
+        *,
+        announce_as: str | None = None,
+    ) -> WriteOutcome:
         """Record the output if `token` still holds the claim; dependents may become ready.
 
         With `announce_as` (the member's id), the task.result message to lead is published in
@@ -179,14 +229,38 @@ class TaskBoard:
             return WriteOutcome.NOT_FOUND
         k = self.keys
         dependents = [k.task(d) for d in self._direct_dependents(task_id)]
-        return write_outcome(self.scripts["complete"](
-            keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
-                  k.bus, k.bus_seq, *dependents],
-            args=[token, output, duration_ms, shorten(output) or "Task completed.",
-                  *_announcement(announce_as, shorten(output))]))
+        return write_outcome(
+            self.scripts["complete"](
+                keys=[
+                    k.task(task_id),
+                    k.ready,
+                    k.running,
+                    k.counts,
+                    k.heartbeat(task_id),
+                    k.events,
+                    k.bus,
+                    k.bus_seq,
+                    *dependents,
+                ],
+                args=[
+                    token,
+                    output,
+                    duration_ms,
+                    shorten(output) or "Task completed.",
+                    *_announcement(announce_as, shorten(output)),
+                ],
+            )
+        )
 
-    def fail(self, task_id: str, token: str | None, error: str, duration_ms: int = 0, *,
-             announce_as: str | None = None) -> WriteOutcome:
+    def fail(
+        self,
+        task_id: str,
+        token: str | None,
+        error: str,
+        duration_ms: int = 0,
+        *,
+        announce_as: str | None = None,
+    ) -> WriteOutcome:
         """Fail a task (token None: the coordinator fails an unclaimed one); block dependents.
 
         With `announce_as`, the task.error message (the full error) is published atomically too.
@@ -196,12 +270,28 @@ class TaskBoard:
             return WriteOutcome.NOT_FOUND
         k = self.keys
         closure = [k.task(d) for d in self._dependents_closure(task_id)]
-        return write_outcome(self.scripts["fail"](
-            keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events,
-                  k.bus, k.bus_seq, *closure],
-            args=["" if token is None else token, error, duration_ms,
-                  shorten(error) or "Task failed.",
-                  *_announcement(announce_as, error)]))
+        return write_outcome(
+            self.scripts["fail"](
+                keys=[
+                    k.task(task_id),
+                    k.ready,
+                    k.running,
+                    k.counts,
+                    k.heartbeat(task_id),
+                    k.events,
+                    k.bus,
+                    k.bus_seq,
+                    *closure,
+                ],
+                args=[
+                    "" if token is None else token,
+                    error,
+                    duration_ms,
+                    shorten(error) or "Task failed.",
+                    *_announcement(announce_as, error),
+                ],
+            )
+        )
 
     def release(self, task_id: str, token: str, reason: str | None = None) -> WriteOutcome:
         """Give a claim back: ready (or pending) again, and `token` is revoked for good."""
@@ -209,17 +299,37 @@ class TaskBoard:
         if not task_id:
             return WriteOutcome.NOT_FOUND
         k = self.keys
-        return write_outcome(self.scripts["release"](
-            keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
-            args=[token, (reason or "").strip()]))
+        return write_outcome(
+            self.scripts["release"](
+                keys=[
+                    k.task(task_id),
+                    k.ready,
+                    k.running,
+                    k.counts,
+                    k.heartbeat(task_id),
+                    k.events,
+                ],
+                args=[token, (reason or "").strip()],
+            )
+        )
 
     def release_for_budget(self, task_id: str, token: str, reason: str) -> WriteOutcome:
         """Give a claim back because the budget cannot cover its next call: not counted as an
         attempt or a release, and its journal kept for the next attempt to replay."""
         k = self.keys
-        return write_outcome(self.scripts["release_budget"](
-            keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
-            args=[token, reason]))
+        return write_outcome(
+            self.scripts["release_budget"](
+                keys=[
+                    k.task(task_id),
+                    k.ready,
+                    k.running,
+                    k.counts,
+                    k.heartbeat(task_id),
+                    k.events,
+                ],
+                args=[token, reason],
+            )
+        )
 
     def reassign(self, task_id: str, token: str, to_member_id: str) -> WriteOutcome:
         """Hand the claim to another member; the token stays valid (its worker keeps running)."""
@@ -230,8 +340,11 @@ class TaskBoard:
         if not task_id:
             return WriteOutcome.NOT_FOUND
         k = self.keys
-        return write_outcome(self.scripts["reassign"](
-            keys=[k.task(task_id), k.heartbeat(task_id), k.events], args=[token, to_member_id]))
+        return write_outcome(
+            self.scripts["reassign"](
+                keys=[k.task(task_id), k.heartbeat(task_id), k.events], args=[token, to_member_id]
+            )
+        )
 
     def block_stalled(self, reason: str) -> int:
         """Block every pending or ready task with `reason`; returns how many were blocked."""
@@ -239,8 +352,11 @@ class TaskBoard:
         task_keys = [k.task(t) for t in self.task_ids()]
         if not task_keys:
             return 0
-        return int(self.scripts["block_stalled"](
-            keys=[k.ready, k.counts, k.events, *task_keys], args=[reason]))
+        return int(
+            self.scripts["block_stalled"](
+                keys=[k.ready, k.counts, k.events, *task_keys], args=[reason]
+            )
+        )
 
     def reclaim_expired(self, max_attempts: int, *, announce_failures: bool = False) -> list[str]:
         """Reclaim in-progress tasks whose heartbeat key is gone; returns their ids.
@@ -256,8 +372,9 @@ class TaskBoard:
         running = sorted(self.conn.smembers(self.keys.running))
         return self._reclaim(running, 1, announce_failures, reason or "stopped")
 
-    def _reclaim(self, task_ids: list[str], max_attempts: int, announce_failures: bool,
-                 forced_reason: str) -> list[str]:
+    def _reclaim(
+        self, task_ids: list[str], max_attempts: int, announce_failures: bool, forced_reason: str
+    ) -> list[str]:
         if not task_ids:
             return []
         k = self.keys
@@ -268,8 +385,9 @@ class TaskBoard:
             keys += [k.task(task_id), k.heartbeat(task_id), *(k.task(d) for d in closure)]
             sizes.append(len(closure))
         announce = "1" if announce_failures else ""
-        return list(self.scripts["reclaim"](
-            keys=keys, args=[max_attempts, announce, forced_reason, *sizes]))
+        return list(
+            self.scripts["reclaim"](keys=keys, args=[max_attempts, announce, forced_reason, *sizes])
+        )
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -282,11 +400,15 @@ class TaskBoard:
         """Task state changes after `after_id`, in order; waits up to `wait_ms` (capped at
         MAX_BLOCK_MS) for the first (None: do not wait)."""
         streams = {self.keys.events: after_id}
-        reply = (self.conn.xread(streams, count=count) if wait_ms is None else
-                 self.blocking_conn.xread(streams, count=count, block=block_ms(wait_ms)))
+        reply = (
+            self.conn.xread(streams, count=count)
+            if wait_ms is None
+            else self.blocking_conn.xread(streams, count=count, block=block_ms(wait_ms))
+        )
         entries = reply[0][1] if reply else []
-        return [TaskEvent.model_validate({"id": entry_id, **fields})
-                for entry_id, fields in entries]
+        return [
+            TaskEvent.model_validate({"id": entry_id, **fields}) for entry_id, fields in entries
+        ]
 
     def next_ready(self, n: int) -> list[str]:
         """The first `n` ready task ids in plan order (n <= 0 means 1, as AI4J)."""
@@ -340,26 +462,28 @@ class TaskBoard:
             since, until, reread = until, later, wanted if one_call else set()
         return [raw[t] for t in ids if raw.get(t)]
 
-    def _read_pages(self, task_ids: list[str],
-                    ) -> tuple[dict[str, dict[str, str]], str, str, bool]:
+    def _read_pages(
+        self,
+        task_ids: list[str],
+    ) -> tuple[dict[str, dict[str, str]], str, str, bool]:
         """The hashes of `task_ids` by id; the events stream's last id at the first page and at
         the last; whether one script call read them all."""
         raw: dict[str, dict[str, str]] = {}
         marks: list[str] = []
         at = 0
         while at < len(task_ids):
-            page = task_ids[at:at + SNAPSHOT_PAGE_TASKS]
+            page = task_ids[at : at + SNAPSHOT_PAGE_TASKS]
             reply = self.scripts["snapshot_page"](
                 keys=[self.keys.events, *(self.keys.task(t) for t in page)],
-                args=[SNAPSHOT_PAGE_BYTES])
+                args=[SNAPSHOT_PAGE_BYTES],
+            )
             marks.append(str(reply[0]))
             read = int(reply[1])
             raw.update(zip(page[:read], (_pairs(flat) for flat in reply[2:]), strict=True))
             at += read
         return raw, marks[0], marks[-1], len(marks) == 1
 
-    def _touched_between(self, since: str, until: str,
-                         raw: dict[str, dict[str, str]]) -> set[str]:
+    def _touched_between(self, since: str, until: str, raw: dict[str, dict[str, str]]) -> set[str]:
         """Tasks a transition touched after mark `since` up to `until`: each event's task and
         its direct dependents (a completion readies them without an event of their own); every
         task when there were more events than one stream read returns."""
@@ -367,8 +491,7 @@ class TaskBoard:
             return set()
         limit = len(raw) + SNAPSHOT_PAGE_TASKS
         # Inclusive of `since` (an exclusive range needs Redis 6.2), which is dropped here.
-        entries = self.conn.xrange(self.keys.events, min=since or "-", max=until,
-                                   count=limit + 1)
+        entries = self.conn.xrange(self.keys.events, min=since or "-", max=until, count=limit + 1)
         entries = [(entry_id, fields) for entry_id, fields in entries if entry_id != since]
         if len(entries) >= limit:
             return set(self.task_ids())
@@ -383,8 +506,10 @@ class TaskBoard:
     def has_work_remaining(self) -> bool:
         """True while any task is pending, ready or in progress (AI4J hasWorkRemaining)."""
         counts = self.counts()
-        return any(counts.get(s, 0) > 0 for s in
-                   (TaskStatus.PENDING, TaskStatus.READY, TaskStatus.IN_PROGRESS))
+        return any(
+            counts.get(s, 0) > 0
+            for s in (TaskStatus.PENDING, TaskStatus.READY, TaskStatus.IN_PROGRESS)
+        )
 
     # --- dependency index ---------------------------------------------------------------------
 
@@ -393,8 +518,9 @@ class TaskBoard:
         try:
             state = TaskState.from_hash(raw)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise unreadable(f"{self.keys.label} is unreadable: task "
-                             f"{quoted(raw.get('task_id'))}", exc) from exc
+            raise unreadable(
+                f"{self.keys.label} is unreadable: task {quoted(raw.get('task_id'))}", exc
+            ) from exc
         self._dependents[state.task_id] = state.dependents
         return state
 
@@ -436,8 +562,6 @@ class TaskBoard:
         return [t for t, alive in zip(running, pipe.execute(), strict=True) if not alive]
 
 
-
-
 def _check_plan_ids(tasks: list[TaskSpec]) -> None:
     """A plan reaching the board is normalized: unique ids, dependency ids safe for the csv."""
     seen: set[str] = set()
@@ -470,8 +594,9 @@ def _settled(tasks: list[TaskSpec]) -> tuple[dict[str, str], dict[str, dict[str,
             if dep not in known or dep in blocked:
                 blocked[task.id] = MISSING_DEPENDENCY if dep not in known else DEPENDENCY_FAILED
                 break
-        status[task.id] = ("blocked" if task.id in blocked else
-                           "pending" if task.depends_on else "ready")
+        status[task.id] = (
+            "blocked" if task.id in blocked else "pending" if task.depends_on else "ready"
+        )
     queue = list(blocked)
     while queue:
         for dep_id in dependents.get(queue.pop(), []):
@@ -481,13 +606,26 @@ def _settled(tasks: list[TaskSpec]) -> tuple[dict[str, str], dict[str, dict[str,
     fields: dict[str, dict[str, object]] = {}
     for pos, task in enumerate(tasks, 1):
         fields[task.id] = {
-            "task_id": task.id, "member_id": task.member_id or "", "task": task.task,
-            "context": task.context or "", "depends_on": ",".join(task.depends_on),
-            "dependents": ",".join(dependents.get(task.id, [])), "pos": pos,
-            "deps_left": len(task.depends_on), "percent": 0, "heartbeat_count": 0,
-            "attempts": 0, "token": 0, "stale_writes": 0, "claimed_by": "", "worker": "",
-            "output": "", "error": "", "requeue_reason": "",
-            **_status_fields(status[task.id], blocked.get(task.id))}
+            "task_id": task.id,
+            "member_id": task.member_id or "",
+            "task": task.task,
+            "context": task.context or "",
+            "depends_on": ",".join(task.depends_on),
+            "dependents": ",".join(dependents.get(task.id, [])),
+            "pos": pos,
+            "deps_left": len(task.depends_on),
+            "percent": 0,
+            "heartbeat_count": 0,
+            "attempts": 0,
+            "token": 0,
+            "stale_writes": 0,
+            "claimed_by": "",
+            "worker": "",
+            "output": "",
+            "error": "",
+            "requeue_reason": "",
+            **_status_fields(status[task.id], blocked.get(task.id)),
+        }
     return status, fields
 
 

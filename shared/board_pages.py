@@ -41,12 +41,14 @@ def status_filter(raw: str | None) -> str | None:
     wanted = raw.strip().lower().replace("-", "_").replace(" ", "_")
     if wanted in {s.value for s in TaskStatus}:
         return wanted
-    raise ToolFailed(f"unknown status {shorten(raw, 40)!r}; use one of "
-                     f"{', '.join(s.value for s in TaskStatus)}")
+    raise ToolFailed(
+        f"unknown status {shorten(raw, 40)!r}; use one of {', '.join(s.value for s in TaskStatus)}"
+    )
 
 
-def page_ids(conn: redis.Redis, keys: KeySpace, status: str | None, offset: int,
-             limit: int) -> tuple[list[str], int]:
+def page_ids(
+    conn: redis.Redis, keys: KeySpace, status: str | None, offset: int, limit: int
+) -> tuple[list[str], int]:
     """The ids of one page of tasks (of `status`, or all) in plan order, and how many match."""
     end = offset + limit - 1
     if status is None:
@@ -55,7 +57,7 @@ def page_ids(conn: redis.Redis, keys: KeySpace, status: str | None, offset: int,
         return list(conn.zrange(keys.ready, offset, end)), int(conn.zcard(keys.ready))
     if status == TaskStatus.IN_PROGRESS:  # a task per working member at most: small
         running = _in_plan_order(conn, keys, list(conn.smembers(keys.running)))
-        return running[offset:end + 1], len(running)
+        return running[offset : end + 1], len(running)
     return _scanned_ids(conn, keys, status, offset, limit)
 
 
@@ -67,8 +69,9 @@ def _in_plan_order(conn: redis.Redis, keys: KeySpace, ids: list[str]) -> list[st
     return [task_id for _, task_id in sorted(zip(positions, ids, strict=True))]
 
 
-def _scanned_ids(conn: redis.Redis, keys: KeySpace, status: str, offset: int,
-                 limit: int) -> tuple[list[str], int]:
+def _scanned_ids(
+    conn: redis.Redis, keys: KeySpace, status: str, offset: int, limit: int
+) -> tuple[list[str], int]:
     """A page of a status without its own index: statuses read a chunk of ids at a time."""
     total = int(conn.hget(keys.counts, status) or 0)
     found: list[str] = []

@@ -64,12 +64,16 @@ class BudgetState(BaseModel):
         """One line per limit, then the state."""
         lines = []
         if self.max_tokens is not None:
-            lines.append(f"tokens: {self.tokens} used of {self.max_tokens + self.added_tokens} "
-                         f"(max_tokens {self.max_tokens} + {self.added_tokens} added)")
+            lines.append(
+                f"tokens: {self.tokens} used of {self.max_tokens + self.added_tokens} "
+                f"(max_tokens {self.max_tokens} + {self.added_tokens} added)"
+            )
         if self.max_cost_usd is not None:
-            lines.append(f"cost: ${self.cost_usd:.4f} spent of "
-                         f"${self.max_cost_usd + self.added_usd:.4f} (max_cost_usd "
-                         f"{self.max_cost_usd:g} + {self.added_usd:g} added)")
+            lines.append(
+                f"cost: ${self.cost_usd:.4f} spent of "
+                f"${self.max_cost_usd + self.added_usd:.4f} (max_cost_usd "
+                f"{self.max_cost_usd:g} + {self.added_usd:g} added)"
+            )
         if not lines:
             lines.append("no budget: neither max_tokens nor max_cost_usd is set")
         lines.append(f"spent: {self.exceeded}" if self.exceeded else "the budget lasts")
@@ -88,9 +92,15 @@ class Charge(BaseModel):
 class Budget:
     """The token and cost limits of one run or team, checked against its usage totals."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys | TeamKeys, *, max_tokens: int | None,
-                 max_cost_usd: float | None,
-                 scripts: Scripts | GuardedScripts | None = None) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: RunKeys | TeamKeys,
+        *,
+        max_tokens: int | None,
+        max_cost_usd: float | None,
+        scripts: Scripts | GuardedScripts | None = None,
+    ) -> None:
         self.conn = conn
         self.keys = keys
         self.max_tokens = max_tokens
@@ -108,12 +118,15 @@ class Budget:
         cost_usd = totals.cost_usd
         # Planner and synthesizer usage is added without a budget check; it still counts.
         if self.max_tokens is not None and tokens >= self.max_tokens + totals.added_tokens:
-            return (f"budget exceeded: {tokens} tokens used, max_tokens is {self.max_tokens}"
-                    + _added(totals.added_tokens))
-        if (self.max_cost_usd is not None
-                and cost_usd >= self.max_cost_usd + totals.added_usd):
-            return (f"budget exceeded: ${cost_usd:g} spent, max_cost_usd is "
-                    f"{self.max_cost_usd:g}" + _added(totals.added_usd))
+            return (
+                f"budget exceeded: {tokens} tokens used, max_tokens is {self.max_tokens}"
+                + _added(totals.added_tokens)
+            )
+        if self.max_cost_usd is not None and cost_usd >= self.max_cost_usd + totals.added_usd:
+            return (
+                f"budget exceeded: ${cost_usd:g} spent, max_cost_usd is "
+                f"{self.max_cost_usd:g}" + _added(totals.added_usd)
+            )
         return None
 
     @property
@@ -124,10 +137,15 @@ class Budget:
     def state(self) -> BudgetState:
         """The limits, the top-ups, the totals and whether the budget is spent."""
         totals = UsageTotals.model_validate(self.conn.hgetall(self.keys.usage))
-        return BudgetState(max_tokens=self.max_tokens, max_cost_usd=self.max_cost_usd,
-                           added_tokens=totals.added_tokens, added_usd=totals.added_usd,
-                           tokens=totals.prompt_tokens + totals.completion_tokens,
-                           cost_usd=totals.cost_usd, exceeded=self._exceeded(totals))
+        return BudgetState(
+            max_tokens=self.max_tokens,
+            max_cost_usd=self.max_cost_usd,
+            added_tokens=totals.added_tokens,
+            added_usd=totals.added_usd,
+            tokens=totals.prompt_tokens + totals.completion_tokens,
+            cost_usd=totals.cost_usd,
+            exceeded=self._exceeded(totals),
+        )
 
     def top_up_flag(self) -> str:
         """The `teamctl budget` flag that lets the next call start: for a limit this budget
@@ -137,8 +155,12 @@ class Budget:
         if self.max_cost_usd is not None:
             left_usd = self.max_cost_usd + totals.added_usd - totals.cost_usd
             return f"--add-usd {max(1, math.ceil(totals.next_usd - left_usd)):d}"
-        left = ((self.max_tokens or 0) + totals.added_tokens - totals.prompt_tokens
-                - totals.completion_tokens)
+        left = (
+            (self.max_tokens or 0)
+            + totals.added_tokens
+            - totals.prompt_tokens
+            - totals.completion_tokens
+        )
         need = math.ceil((totals.next_tokens - left) / TOKENS_STEP) * TOKENS_STEP
         return f"--add-tokens {max(MIN_TOP_UP_TOKENS, need)}"
 
@@ -159,10 +181,15 @@ class Budget:
         task_keys = [self.keys.task(task_id)] if task_id else []
         _tokens, _cost, reason, crossed = self.scripts["budget_charge"](
             keys=[self.keys.usage, *task_keys],
-            args=[usage.prompt_tokens, usage.completion_tokens, repr(float(usage.cost_usd)),
-                  "1" if usage.unpriced else "0",
-                  "" if self.max_tokens is None else self.max_tokens,
-                  "" if self.max_cost_usd is None else repr(float(self.max_cost_usd))])
+            args=[
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                repr(float(usage.cost_usd)),
+                "1" if usage.unpriced else "0",
+                "" if self.max_tokens is None else self.max_tokens,
+                "" if self.max_cost_usd is None else repr(float(self.max_cost_usd)),
+            ],
+        )
         return Charge(exceeded=reason or None, crossed=bool(int(crossed)))
 
 

@@ -101,9 +101,16 @@ class UnreadPage:
 class MessageBus:
     """Publishing and reading the messages of one key space, for the members on its roster."""
 
-    def __init__(self, conn: redis.Redis, keys: KeySpace, *, enabled: bool = True,
-                 max_message_bytes: int = 65536, bus_maxlen: int = BUS_MAXLEN,
-                 scripts: Scripts | GuardedScripts | None = None) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: KeySpace,
+        *,
+        enabled: bool = True,
+        max_message_bytes: int = 65536,
+        bus_maxlen: int = BUS_MAXLEN,
+        scripts: Scripts | GuardedScripts | None = None,
+    ) -> None:
         if bus_maxlen < 1:
             raise ConfigError(f"bus_maxlen is {bus_maxlen}; keep at least 1 message")
         self.conn = conn
@@ -143,16 +150,24 @@ class MessageBus:
             if result is not None:
                 return result
             self.refresh_roster()
-        raise InfraError(f"the roster of {self.keys.label} changed {ROSTER_TRIES} times in a "
-                         "row while the bus was publishing or trimming by it; try again")
+        raise InfraError(
+            f"the roster of {self.keys.label} changed {ROSTER_TRIES} times in a "
+            "row while the bus was publishing or trimming by it; try again"
+        )
 
     @cached_property
     def blocking_conn(self) -> redis.Redis:
         """Connections of their own for XREAD BLOCK, with a socket timeout that outlasts it."""
         return blocking_client(self.conn)
 
-    def publish(self, sender: str, to: str | None, type_: SystemType | str, task_id: str | None,
-                content: str) -> Envelope | None:
+    def publish(
+        self,
+        sender: str,
+        to: str | None,
+        type_: SystemType | str,
+        task_id: str | None,
+        content: str,
+    ) -> Envelope | None:
         """Append a runtime message (a SystemType; no recipient or type checks beyond shape);
         None when the bus is off. Members publish through `send` and `broadcast` only.
 
@@ -162,38 +177,74 @@ class MessageBus:
         _check_shape(sender, to, type_, task_id, content)
         return self._append(sender, to, type_, task_id, content)
 
-    def tell_lead(self, type_: SystemType | str, task_id: str | None,
-                  content: str) -> Envelope | None:
+    def tell_lead(
+        self, type_: SystemType | str, task_id: str | None, content: str
+    ) -> Envelope | None:
         """A runtime notice to the lead (budget, plan decision, fallback, warning)."""
         return self.publish(SYSTEM, LEAD, type_, task_id, content)
 
-    def _append(self, sender: str, to: str | None, type_: str, task_id: str | None,
-                content: str, traceparent: str | None = None) -> Envelope | None:
+    def _append(
+        self,
+        sender: str,
+        to: str | None,
+        type_: str,
+        task_id: str | None,
+        content: str,
+        traceparent: str | None = None,
+    ) -> Envelope | None:
         """Publish a message whose fields were checked; None when the bus is off."""
         if not self.enabled:
             return None
 
         def publish(roster: Roster) -> tuple[str, int, int] | None:
-            inboxes = [self.keys.inbox(m) for m in _recipients(roster, sender, to,
-                                                                self.keys.lead_has_inbox)]
+            inboxes = [
+                self.keys.inbox(m)
+                for m in _recipients(roster, sender, to, self.keys.lead_has_inbox)
+            ]
             entry_id, length, created_at = self.scripts["publish"](
                 keys=[self.keys.bus, self.keys.bus_seq, self.keys.roster_ver, *inboxes],
-                args=[sender, to or "", type_, task_id or "", content, roster.version,
-                      traceparent or ""])
+                args=[
+                    sender,
+                    to or "",
+                    type_,
+                    task_id or "",
+                    content,
+                    roster.version,
+                    traceparent or "",
+                ],
+            )
             return (entry_id, int(length), created_at) if entry_id else None
 
         entry_id, length, created_at = self._on_current_roster(publish)
         # Trimming protects the roster's inboxes; a space whose roster was never written has
         # none to protect its members' unread messages by, so it is never trimmed.
-        if (self.roster().member_ids
-                and length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR):
+        if (
+            self.roster().member_ids
+            and length > self.bus_maxlen + self.bus_maxlen // TRIM_SLACK_DIVISOR
+        ):
             self.trim()
-        return ENVELOPES.validate_python({
-            "id": entry_id, "from": sender, "to": to, "type": type_, "task_id": task_id,
-            "content": content, "created_at": created_at, "traceparent": traceparent})
+        return ENVELOPES.validate_python(
+            {
+                "id": entry_id,
+                "from": sender,
+                "to": to,
+                "type": type_,
+                "task_id": task_id,
+                "content": content,
+                "created_at": created_at,
+                "traceparent": traceparent,
+            }
+        )
 
-    def send(self, sender: str, to: str, type_: str | None, task_id: str | None,
-             content: str, traceparent: str | None = None) -> Envelope | None:
+    def send(
+        self,
+        sender: str,
+        to: str,
+        type_: str | None,
+        task_id: str | None,
+        content: str,
+        traceparent: str | None = None,
+    ) -> Envelope | None:
         """A peer message to one member (or to everyone with '*'); ConfigError says what is wrong
         (system types included: only the runtime publishes those).
 
@@ -208,16 +259,23 @@ class MessageBus:
         self._check_size(sender, recipient, type_, task_id, content)
         return self._append(sender, recipient, type_, task_id, content, traceparent)
 
-    def broadcast(self, sender: str, type_: str | None, task_id: str | None,
-                  content: str, traceparent: str | None = None) -> Envelope | None:
+    def broadcast(
+        self,
+        sender: str,
+        type_: str | None,
+        task_id: str | None,
+        content: str,
+        traceparent: str | None = None,
+    ) -> Envelope | None:
         """A peer message to every other member; a None type means `peer.broadcast`."""
         self._check_sender(sender)
         type_ = _check_peer_type(PeerType.BROADCAST if type_ is None else type_)
         self._check_size(sender, BROADCAST, type_, task_id, content)
         return self._append(sender, BROADCAST, type_, task_id, content, traceparent)
 
-    def read_unread_within(self, member_id: str, task_id: str, token: str,
-                           max_chars: int) -> UnreadPage:
+    def read_unread_within(
+        self, member_id: str, task_id: str, token: str, max_chars: int
+    ) -> UnreadPage:
         """The member's next unread messages whose views (as team_read_messages shows them:
         sender, recipient, type, task id, content) fit `max_chars` characters as JSON (at least
         one; at most PAGE_MAX_CHARS), each once, in order, read as the task's attempt (see
@@ -227,13 +285,22 @@ class MessageBus:
         inbox = self.keys.inbox(member_id)
         _, entries, owed, offset = self.scripts["read_unread"](
             keys=[inbox, self.keys.read_offsets, self.keys.bus, self.keys.unacked_reads],
-            args=[member_id, READ_BATCH, check_task_id(task_id), token,
-                  min(max(max_chars, 1), PAGE_MAX_CHARS)])
-        return UnreadPage([envelope_from_lua(entry) for entry in entries],
-                          int(owed) + entries_after(self.conn, inbox, offset or "0-0"))
+            args=[
+                member_id,
+                READ_BATCH,
+                check_task_id(task_id),
+                token,
+                min(max(max_chars, 1), PAGE_MAX_CHARS),
+            ],
+        )
+        return UnreadPage(
+            [envelope_from_lua(entry) for entry in entries],
+            int(owed) + entries_after(self.conn, inbox, offset or "0-0"),
+        )
 
-    def read_unread(self, member_id: str, task_id: str | None = None,
-                    token: str = "0") -> list[Envelope]:
+    def read_unread(
+        self, member_id: str, task_id: str | None = None, token: str = "0"
+    ) -> list[Envelope]:
         """Messages delivered to the member since its last read, each exactly once, in order.
 
         Read as a task's attempt (`task_id` and its claim `token`), they stay owed to that task
@@ -244,16 +311,21 @@ class MessageBus:
         messages: list[Envelope] = []
         while True:
             consumed, entries, _, _ = self.scripts["read_unread"](
-                keys=[self.keys.inbox(member_id), self.keys.read_offsets, self.keys.bus,
-                      self.keys.unacked_reads],
-                args=[member_id, READ_BATCH, check_task_id(task_id) if task_id else "", token,
-                      ""])
+                keys=[
+                    self.keys.inbox(member_id),
+                    self.keys.read_offsets,
+                    self.keys.bus,
+                    self.keys.unacked_reads,
+                ],
+                args=[member_id, READ_BATCH, check_task_id(task_id) if task_id else "", token, ""],
+            )
             messages.extend(envelope_from_lua(entry) for entry in entries)
             if consumed < READ_BATCH:
                 return messages
 
-    def acknowledge_reads(self, task_id: str, token: str, member_ids: list[str], *,
-                          ended: bool = False) -> bool:
+    def acknowledge_reads(
+        self, task_id: str, token: str, member_ids: list[str], *, ended: bool = False
+    ) -> bool:
         """The attempt holding `token` gave its model what it read as these members: never
         deliver that again (what a bounded read left owed stays, for its next read); `ended`:
         the task ended with an outcome, nothing stays owed. False if `token` no longer holds
@@ -262,7 +334,8 @@ class MessageBus:
             return True
         verdict: str = self.scripts["ack_reads"](
             keys=[self.keys.unacked_reads, self.keys.task(task_id)],
-            args=[token, task_id, "1" if ended else "", *member_ids])
+            args=[token, task_id, "1" if ended else "", *member_ids],
+        )
         return verdict == "ok"
 
     def history_for(self, member_id: str, limit: int) -> list[Envelope]:
@@ -270,30 +343,40 @@ class MessageBus:
         if not self.enabled or self._inboxless(member_id):
             return []
         entries = self.scripts["history"](
-            keys=[self.keys.inbox(member_id), self.keys.bus], args=[max(limit, 0)])
+            keys=[self.keys.inbox(member_id), self.keys.bus], args=[max(limit, 0)]
+        )
         return [envelope_from_lua(entry) for entry in entries]
 
     def messages(self) -> list[Envelope]:
         """Every message of the run still on the bus, in order."""
         if not self.enabled:
             return []
-        return [envelope_from_stream(eid, fields)
-                for eid, fields in self.conn.xrange(self.keys.bus)]
+        return [
+            envelope_from_stream(eid, fields) for eid, fields in self.conn.xrange(self.keys.bus)
+        ]
 
     def latest(self, count: int) -> list[Envelope]:
         """The last `count` messages on the bus, in order (one bounded read, for a page)."""
         if not self.enabled:
             return []
-        return [envelope_from_stream(eid, fields)
-                for eid, fields in reversed(self.conn.xrevrange(self.keys.bus, count=count))]
+        return [
+            envelope_from_stream(eid, fields)
+            for eid, fields in reversed(self.conn.xrevrange(self.keys.bus, count=count))
+        ]
 
     def tail(self, after_id: str, block_ms: int | None) -> list[Envelope]:
         """Messages after `after_id`, waiting up to `block_ms` for one (None: no wait)."""
         streams = {self.keys.bus: after_id}
-        reply = (self.conn.xread(streams, count=READ_BATCH) if block_ms is None else
-                 self.blocking_conn.xread(streams, count=READ_BATCH, block=capped_ms(block_ms)))
-        return [envelope_from_stream(eid, fields)
-                for _, entries in reply or [] for eid, fields in entries]
+        reply = (
+            self.conn.xread(streams, count=READ_BATCH)
+            if block_ms is None
+            else self.blocking_conn.xread(streams, count=READ_BATCH, block=capped_ms(block_ms))
+        )
+        return [
+            envelope_from_stream(eid, fields)
+            for _, entries in reply or []
+            for eid, fields in entries
+        ]
 
     def trim(self) -> int:
         """Cut the bus back to `bus_maxlen` messages, keeping every unread one; returns removed."""
@@ -301,11 +384,19 @@ class MessageBus:
         def trim(roster: Roster) -> int | None:
             # A team's lead has an inbox too: its unread mail is protected like a member's.
             readers = [*roster.member_ids, *([LEAD] if self.keys.lead_has_inbox else [])]
-            removed = int(self.scripts["trim_bus"](
-                keys=[self.keys.bus, self.keys.bus_seq, self.keys.read_offsets,
-                      self.keys.unacked_reads, self.keys.roster_ver,
-                      *(self.keys.inbox(m) for m in readers)],
-                args=[self.bus_maxlen, roster.version, *readers]))
+            removed = int(
+                self.scripts["trim_bus"](
+                    keys=[
+                        self.keys.bus,
+                        self.keys.bus_seq,
+                        self.keys.read_offsets,
+                        self.keys.unacked_reads,
+                        self.keys.roster_ver,
+                        *(self.keys.inbox(m) for m in readers),
+                    ],
+                    args=[self.bus_maxlen, roster.version, *readers],
+                )
+            )
             return removed if removed >= 0 else None
 
         return self._on_current_roster(trim)
@@ -316,14 +407,20 @@ class MessageBus:
         `bus_maxlen` remain; `work` bus entries walked and inbox entries deleted per call (at
         least one broadcast's), at most `rounds` calls, its progress in `record_key`
         (team_bus_compact.lua). Returns the bus's length after."""
+
         def compact(roster: Roster) -> tuple[int, bool] | None:
             readers = [*roster.member_ids, LEAD]
             removed, length, moved = self.scripts["team_bus_compact"](
-                keys=[self.keys.bus, self.keys.read_offsets, self.keys.unacked_reads,
-                      self.keys.roster_ver, record_key,
-                      *(self.keys.inbox(m) for m in readers)],
-                args=[self.bus_maxlen, roster.version, max(work, len(readers) + 1),
-                      *readers])
+                keys=[
+                    self.keys.bus,
+                    self.keys.read_offsets,
+                    self.keys.unacked_reads,
+                    self.keys.roster_ver,
+                    record_key,
+                    *(self.keys.inbox(m) for m in readers),
+                ],
+                args=[self.bus_maxlen, roster.version, max(work, len(readers) + 1), *readers],
+            )
             return (int(length), bool(int(removed) or int(moved))) if int(removed) >= 0 else None
 
         length = int(self.conn.xlen(self.keys.bus))
@@ -343,8 +440,10 @@ class MessageBus:
             return True
         members = self._roster_with(member_id).member_ids
         if member_id not in members:
-            raise ConfigError(f"{member_id!r} is not a member of this {self.keys.kind}; "
-                              f"members: {', '.join(members)}")
+            raise ConfigError(
+                f"{member_id!r} is not a member of this {self.keys.kind}; "
+                f"members: {', '.join(members)}"
+            )
         return False
 
     def _check_sender(self, sender: str) -> None:
@@ -352,9 +451,11 @@ class MessageBus:
             return
         members = self._roster_with(sender).member_ids
         if sender not in members:
-            raise ConfigError(f"unknown sender {quoted(sender)}: messages come from a member of "
-                              f"this {self.keys.kind} ({', '.join(members)}), 'lead' or "
-                              "'system'")
+            raise ConfigError(
+                f"unknown sender {quoted(sender)}: messages come from a member of "
+                f"this {self.keys.kind} ({', '.join(members)}), 'lead' or "
+                "'system'"
+            )
 
     def _check_recipient(self, sender: str, to: str) -> str:
         """The recipient's member id, or ConfigError naming who may be messaged."""
@@ -362,8 +463,9 @@ class MessageBus:
         members = self._roster_with(candidate).member_ids
         allowed = f"send to one of: {', '.join(members)}, or '*' for every member"
         if not _MEMBER_ID.fullmatch(candidate):
-            raise ConfigError(f"invalid recipient {quoted(to)}: member ids use a-z, 0-9, '_' "
-                              f"and '-'; {allowed}")
+            raise ConfigError(
+                f"invalid recipient {quoted(to)}: member ids use a-z, 0-9, '_' and '-'; {allowed}"
+            )
         if candidate == LEAD and self.keys.lead_has_inbox and sender != LEAD:
             return candidate
         if candidate in RESERVED_MEMBER_IDS:
@@ -374,26 +476,31 @@ class MessageBus:
             raise ConfigError(f"{sender!r} cannot send a message to itself; {allowed}")
         return candidate
 
-    def _check_size(self, sender: str, to: str, type_: str, task_id: str | None,
-                    content: str) -> None:
+    def _check_size(
+        self, sender: str, to: str, type_: str, task_id: str | None, content: str
+    ) -> None:
         """A peer message, every field counted, within max_message_bytes (shapes checked first,
         so an oversized id is named as such)."""
         _check_shape(sender, to, type_, task_id, content)
-        size = sum(len(field.encode("utf-8")) for field in (sender, to, type_, task_id or "",
-                                                             content))
+        size = sum(
+            len(field.encode("utf-8")) for field in (sender, to, type_, task_id or "", content)
+        )
         if size > self.max_message_bytes:
             raise ConfigError(
                 f"message is {size} bytes (content {len(content.encode('utf-8'))}, the rest "
                 f"sender, recipient, type and task id); the limit is {self.max_message_bytes} "
-                "bytes: send a shorter message")
+                "bytes: send a shorter message"
+            )
 
 
-def _check_shape(sender: str, to: str | None, type_: str, task_id: str | None,
-                 content: str) -> None:
+def _check_shape(
+    sender: str, to: str | None, type_: str, task_id: str | None, content: str
+) -> None:
     """Every field of a message well-formed and bounded; ConfigError names the first bad one."""
     if not isinstance(sender, str) or not _MEMBER_ID.fullmatch(sender):
-        raise ConfigError(f"invalid sender {quoted(sender)}: senders are member ids, 'lead' or "
-                          "'system'")
+        raise ConfigError(
+            f"invalid sender {quoted(sender)}: senders are member ids, 'lead' or 'system'"
+        )
     if to not in (None, "", BROADCAST) and not (isinstance(to, str) and _MEMBER_ID.fullmatch(to)):
         raise ConfigError(f"invalid recipient {quoted(to)}: a member id, 'lead' or '*'")
     _check_type_shape(type_)
@@ -407,7 +514,8 @@ def _check_type_shape(type_: str) -> None:
     if not isinstance(type_, str) or not _TYPE.fullmatch(type_):
         raise ConfigError(
             f"invalid message type {quoted(type_)}: use up to {MAX_TYPE_CHARS} letters, digits, "
-            f"'.', '_' or '-', starting with a letter (default {PeerType.MESSAGE.value!r})")
+            f"'.', '_' or '-', starting with a letter (default {PeerType.MESSAGE.value!r})"
+        )
 
 
 def _check_peer_type(type_: str) -> str:
@@ -419,19 +527,22 @@ def _check_peer_type(type_: str) -> str:
             f"message type {type_!r} belongs to a protocol: only its tools send it (the lead's "
             "`teamctl team shutdown`, a teammate's respond_shutdown); valid types for a message: "
             f"{', '.join(repr(t.value) for t in PeerType)} or a type of your own outside "
-            f"{', '.join(t.value for t in ProtocolType)} and {', '.join(SYSTEM_NAMESPACES)}")
+            f"{', '.join(t.value for t in ProtocolType)} and {', '.join(SYSTEM_NAMESPACES)}"
+        )
     if type_.lower().startswith(SYSTEM_NAMESPACES):
         peer_types = ", ".join(repr(t.value) for t in PeerType)
         raise ConfigError(
             f"message type {type_!r} is reserved for the runtime (system types: "
             f"{', '.join(t.value for t in SystemType)}, and every type starting "
             f"{', '.join(SYSTEM_NAMESPACES)}); members send {peer_types} or a type of their own "
-            "outside those namespaces, such as 'peer.ask'")
+            "outside those namespaces, such as 'peer.ask'"
+        )
     return type_
 
 
-def _recipients(roster: Roster, sender: str, to: str | None,
-                lead_has_inbox: bool = False) -> list[str]:
+def _recipients(
+    roster: Roster, sender: str, to: str | None, lead_has_inbox: bool = False
+) -> list[str]:
     """The inboxes that get the message (the rule `delivered_to` states); in a space where the
     lead has an inbox (a team), mail to `lead` and a teammate's broadcast land there too."""
     lead = [LEAD] if lead_has_inbox and sender != LEAD else []

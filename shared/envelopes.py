@@ -134,8 +134,10 @@ class ProtocolMessage(EnvelopeBase):
     """On a response: whether the request was approved (None on a request)."""
 
 
-_KIND_OF_TYPE: dict[str, EnvelopeKind] = {**dict.fromkeys(SystemType, EnvelopeKind.SYSTEM),
-                                          **dict.fromkeys(ProtocolType, EnvelopeKind.PROTOCOL)}
+_KIND_OF_TYPE: dict[str, EnvelopeKind] = {
+    **dict.fromkeys(SystemType, EnvelopeKind.SYSTEM),
+    **dict.fromkeys(ProtocolType, EnvelopeKind.PROTOCOL),
+}
 """Types with a variant of their own; every other type is a peer message."""
 
 
@@ -151,7 +153,8 @@ Envelope = Annotated[
     Annotated[SystemNotice, Tag(EnvelopeKind.SYSTEM)]
     | Annotated[PeerMessage, Tag(EnvelopeKind.PEER)]
     | Annotated[ProtocolMessage, Tag(EnvelopeKind.PROTOCOL)],
-    Discriminator(envelope_kind)]
+    Discriminator(envelope_kind),
+]
 """One message on a bus: a union discriminated on `type`; parse with ENVELOPES."""
 
 

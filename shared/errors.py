@@ -21,6 +21,8 @@ from pydantic import ValidationError
 from teamctl.shared.text import shorten
 
 REASON_CHARS = 200
+
+
 class TeamError(Exception):
     """Base of every error teamctl raises on purpose."""
 
@@ -79,8 +81,9 @@ def unreadable(what: str, exc: Exception) -> UnreadableRecord:
         reason = f"{where}: {first['msg']}" if where else first["msg"]
     else:
         reason = str(exc) or type(exc).__name__
-    return UnreadableRecord(f"{what} in Redis does not parse "
-                            f"({shorten(' '.join(reason.split()), REASON_CHARS)})")
+    return UnreadableRecord(
+        f"{what} in Redis does not parse ({shorten(' '.join(reason.split()), REASON_CHARS)})"
+    )
 
 
 class RunFailed(TeamError):

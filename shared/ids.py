@@ -68,24 +68,29 @@ def check_task_id(task_id: str) -> str:
 def check_member_id(member_id: str) -> str:
     """Return a normalized member id unchanged, or raise ConfigError."""
     if not isinstance(member_id, str) or not _SAFE_TASK_ID.fullmatch(member_id):
-        raise ConfigError(f"invalid member id {quoted(member_id)}: member ids match "
-                          "[a-z0-9_-]{1,128}")
+        raise ConfigError(
+            f"invalid member id {quoted(member_id)}: member ids match [a-z0-9_-]{{1,128}}"
+        )
     return member_id
 
 
 def check_team_name(name: str, what: str = "team name") -> str:
     """Return a team (or teammate) name unchanged, or raise ConfigError saying what it may be."""
     if not isinstance(name, str) or not _TEAM_NAME.fullmatch(name):
-        raise ConfigError(f"invalid {what} {quoted(name)}: use 1-32 of a-z, 0-9, '_' or '-', "
-                          "starting with a letter")
+        raise ConfigError(
+            f"invalid {what} {quoted(name)}: use 1-32 of a-z, 0-9, '_' or '-', "
+            "starting with a letter"
+        )
     return name
 
 
 def check_request_id(request_id: str) -> str:
     """Return a protocol request id (`req_` and 12 hex digits) unchanged, or raise ConfigError."""
     if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
-        raise ConfigError(f"invalid request id {quoted(request_id)}: request ids are 'req_' "
-                          "and 12 hex digits (see `teamctl team requests`)")
+        raise ConfigError(
+            f"invalid request id {quoted(request_id)}: request ids are 'req_' "
+            "and 12 hex digits (see `teamctl team requests`)"
+        )
     return request_id
 
 
@@ -96,6 +101,7 @@ MODEL_CALLS = frozenset({"planner", "synthesizer"})
 def check_call_name(call: str) -> str:
     """Return a coordinator model call's name unchanged, or raise ConfigError."""
     if call not in MODEL_CALLS:
-        raise ConfigError(f"invalid model call {quoted(call)}: use one of "
-                          f"{', '.join(sorted(MODEL_CALLS))}")
+        raise ConfigError(
+            f"invalid model call {quoted(call)}: use one of {', '.join(sorted(MODEL_CALLS))}"
+        )
     return call

@@ -37,8 +37,16 @@ class FencedLease:
     renewal was sent, `check` treats the lease as lost until a renewal succeeds again (it takes
     the lease back if nobody else did). The writes that matter are fenced in Redis anyway."""
 
-    def __init__(self, conn: redis.Redis, key: str, what: str, ttl_s: float, *,
-                 holder: str = "process", owner: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        key: str,
+        what: str,
+        ttl_s: float,
+        *,
+        holder: str = "process",
+        owner: str | None = None,
+    ) -> None:
         self.conn = conn
         self.what = what
         self.holder = holder
@@ -75,8 +83,10 @@ class FencedLease:
 
     def held_message(self, holder: str, ttl_ms: int) -> str:
         """What a second would-be holder is told (one line, how to go on)."""
-        return (f"{self.what} is held by {holder} (lease expires in {ttl_ms / 1000:.1f}s unless "
-                "renewed)")
+        return (
+            f"{self.what} is held by {holder} (lease expires in {ttl_ms / 1000:.1f}s unless "
+            "renewed)"
+        )
 
     def acquire(self) -> None:
         """Take the lease or refuse, naming the live holder."""
@@ -85,8 +95,9 @@ class FencedLease:
             raise ConfigError(f"{self.what} is held by another {self.holder}")
         self._stop.clear()
         # Daemon: a SIGKILLed holder simply stops renewing and the lease expires.
-        self._thread = threading.Thread(target=self._renew_forever, daemon=True,
-                                        name=f"lease-{self.key}")
+        self._thread = threading.Thread(
+            target=self._renew_forever, daemon=True, name=f"lease-{self.key}"
+        )
         self._thread.start()
 
     def check(self) -> None:
@@ -96,11 +107,14 @@ class FencedLease:
         if self.interrupt.is_set():
             raise Interrupted(f"the {self.holder} of {self.what} was interrupted")
         if self.lost.is_set():
-            raise RunFailed(f"lost the lease on {self.what} to another {self.holder}; this one "
-                            "stops")
+            raise RunFailed(
+                f"lost the lease on {self.what} to another {self.holder}; this one stops"
+            )
         if time.monotonic() >= self._valid_until_s and not self._renew():
-            raise RunFailed(f"lost the lease on {self.what} to another {self.holder} while cut "
-                            "off from Redis; this one stops")
+            raise RunFailed(
+                f"lost the lease on {self.what} to another {self.holder} while cut "
+                "off from Redis; this one stops"
+            )
 
     def abandon(self) -> None:
         """Stop renewing without a word to Redis (it is unreachable): the lease expires."""
@@ -154,29 +168,42 @@ class FencedLease:
 class Lease(FencedLease):
     """The coordinator's lease on a run: one coordinator drives it."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys, ttl_s: float, *,
-                 owner: str | None = None) -> None:
-        super().__init__(conn, keys.lease, f"run {keys.run_id}", ttl_s, holder="coordinator",
-                         owner=owner)
+    def __init__(
+        self, conn: redis.Redis, keys: RunKeys, ttl_s: float, *, owner: str | None = None
+    ) -> None:
+        super().__init__(
+            conn, keys.lease, f"run {keys.run_id}", ttl_s, holder="coordinator", owner=owner
+        )
         self.run_id = keys.run_id
 
     def held_message(self, holder: str, ttl_ms: int) -> str:
-        return (f"run {self.run_id} is driven by {holder} (lease expires in {ttl_ms / 1000:.1f}s "
-                f"unless renewed); wait for it to finish, or `teamctl resume {self.run_id} "
-                "--wait` takes over once it is gone")
+        return (
+            f"run {self.run_id} is driven by {holder} (lease expires in {ttl_ms / 1000:.1f}s "
+            f"unless renewed); wait for it to finish, or `teamctl resume {self.run_id} "
+            "--wait` takes over once it is gone"
+        )
 
 
 class LeadLease(FencedLease):
     """The lead's lease on a persistent team (`lead:lease`): one `teamctl lead` at a time; its
     owner fences the lead's memory checkpoints."""
 
-    def __init__(self, conn: redis.Redis, keys: TeamKeys, ttl_s: float, *,
-                 owner: str | None = None) -> None:
-        super().__init__(conn, keys.lead_lease, f"the lead of team {keys.team}", ttl_s,
-                         holder="lead", owner=owner)
+    def __init__(
+        self, conn: redis.Redis, keys: TeamKeys, ttl_s: float, *, owner: str | None = None
+    ) -> None:
+        super().__init__(
+            conn,
+            keys.lead_lease,
+            f"the lead of team {keys.team}",
+            ttl_s,
+            holder="lead",
+            owner=owner,
+        )
         self.team = keys.team
 
     def held_message(self, holder: str, ttl_ms: int) -> str:
-        return (f"team {self.team} is led by {holder} (lease expires in "
-                f"{ttl_ms / 1000:.1f}s unless renewed); quit that lead first, or wait for the "
-                "lease to expire if it died")
+        return (
+            f"team {self.team} is led by {holder} (lease expires in "
+            f"{ttl_ms / 1000:.1f}s unless renewed); quit that lead first, or wait for the "
+            "lease to expire if it died"
+        )

@@ -62,23 +62,27 @@ class Settings(BaseModel):
     xdg_state_home: Path | None = Field(None, validation_alias="XDG_STATE_HOME")
     state_dir: Path = Field(
         default_factory=lambda data: default_state_dir(data["xdg_state_home"]),
-        validation_alias="TEAMCTL_STATE_DIR")
+        validation_alias="TEAMCTL_STATE_DIR",
+    )
     """Where the embedded Redis, workspaces and worker logs live; in `model_fields_set` only
     when TEAMCTL_STATE_DIR named it."""
-    worker_outage_s: float = Field(60.0, gt=0, le=604_800, allow_inf_nan=False,
-                                   validation_alias="TEAMCTL_REDIS_OUTAGE_S")
+    worker_outage_s: float = Field(
+        60.0, gt=0, le=604_800, allow_inf_nan=False, validation_alias="TEAMCTL_REDIS_OUTAGE_S"
+    )
     """How long a worker rides out a Redis it cannot reach (RQ's own client included) before
     it exits; runs bound their own calls by their redis_outage_s option."""
     workspace_store: Literal["auto", "local", "redis"] = Field(
-        "auto", validation_alias="TEAMCTL_WORKSPACE_STORE")
+        "auto", validation_alias="TEAMCTL_WORKSPACE_STORE"
+    )
     """Where a new run's or team's workspace files live: `local`, a directory on this host
     (workers on other hosts refuse its tasks and turns); `redis`, in Redis, for workers on hosts
     that share no disk; `auto`, local only when no other host can reach the Redis at all (a unix
     socket, as the embedded server's), else redis: every TCP URL, loopback included."""
     otlp_endpoint: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     """Where OpenTelemetry data goes (OTLP/HTTP); set, it turns tracing on (shared/tracing.py)."""
-    otlp_traces_endpoint: str | None = Field(None,
-                                             validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    otlp_traces_endpoint: str | None = Field(
+        None, validation_alias="OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
     """Where traces go, over OTEL_EXPORTER_OTLP_ENDPOINT; set, it turns tracing on too."""
     otel_sdk_disabled: str | None = Field(None, validation_alias="OTEL_SDK_DISABLED")
     """`true` turns tracing off whatever the endpoints say (OpenTelemetry's own switch)."""
@@ -137,13 +141,17 @@ class Settings(BaseModel):
         """Under the arguments: each field's variable (by its exact name) when set and not
         empty, and the names of the provider keys that are set."""
         given = dict(data) if isinstance(data, Mapping) else {}
-        names = {info.validation_alias for info in cls.model_fields.values()
-                 if isinstance(info.validation_alias, str)}
-        found: dict[str, Any] = {name: os.environ[name] for name in names
-                                 if os.environ.get(name)}
+        names = {
+            info.validation_alias
+            for info in cls.model_fields.values()
+            if isinstance(info.validation_alias, str)
+        }
+        found: dict[str, Any] = {name: os.environ[name] for name in names if os.environ.get(name)}
         found["provider_keys"] = frozenset(
-            name for name, value in os.environ.items()
-            if name.endswith(PROVIDER_KEY_SUFFIX) and value)
+            name
+            for name, value in os.environ.items()
+            if name.endswith(PROVIDER_KEY_SUFFIX) and value
+        )
         return {**found, **given}
 
 
@@ -161,5 +169,7 @@ def settings_error(exc: ValidationError) -> ConfigError:
     first = exc.errors()[0]
     name = ".".join(str(part) for part in first["loc"])
     value = shorten(str(first.get("input")), VALUE_CHARS)
-    return ConfigError(f"{name}={value!r} in the environment: {first['msg']}; "
-                       f"set {name} to a valid value or unset it")
+    return ConfigError(
+        f"{name}={value!r} in the environment: {first['msg']}; "
+        f"set {name} to a valid value or unset it"
+    )

@@ -59,10 +59,6 @@ class EventKind(StrEnum):
     """A wake-up (no task id): the run ended (run_finish.lua), for whoever waits for it."""
 
 
-
-
-
-
 class TaskSpec(BaseModel):
     """One normalized plan task."""
 
@@ -89,14 +85,6 @@ class Plan(BaseModel):
             return None
         why = f" ({self.fallback_reason})" if self.fallback_reason else ""
         return f"the planner's reply was not a plan{why}; fell back to one task per member"
-
-
-
-
-
-
-
-
 
 
 USAGE_FIELD_PREFIX = "usage_"
@@ -166,15 +154,18 @@ class TaskState(BaseModel):
         return self.status.terminal
 
     def waiting_text(self, now_ms: int) -> str:
-        """"waiting for openai/gpt-4o-mini: 3.2 s" (the time left), or "" when not waiting."""
+        """ "waiting for openai/gpt-4o-mini: 3.2 s" (the time left), or "" when not waiting."""
         return waiting_text(self.waiting_model, self.waiting_until_ms, now_ms, self.status)
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> Self:
         """A task hash as a TaskState (its usage_* fields as `usage`); ValidationError if a field
         does not parse."""
-        usage = {name.removeprefix(USAGE_FIELD_PREFIX): value for name, value in fields.items()
-                 if name.startswith(USAGE_FIELD_PREFIX)}
+        usage = {
+            name.removeprefix(USAGE_FIELD_PREFIX): value
+            for name, value in fields.items()
+            if name.startswith(USAGE_FIELD_PREFIX)
+        }
         return cls.model_validate({**fields, "usage": usage})
 
 
@@ -197,43 +188,3 @@ class TaskEvent(BaseModel):
 
 
 # --- the bus ------------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-

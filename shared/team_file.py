@@ -92,8 +92,10 @@ class Member(BaseModel):
             elif tool.startswith("team_"):
                 raise ValueError(f"tool {tool!r}: names starting with 'team_' are reserved")
             elif tool not in WORKSPACE_TOOLS:
-                raise ValueError(f"unknown tool {tool!r}; available: {', '.join(WORKSPACE_TOOLS)}"
-                                 ", or a Python function as 'package.module:function'")
+                raise ValueError(
+                    f"unknown tool {tool!r}; available: {', '.join(WORKSPACE_TOOLS)}"
+                    ", or a Python function as 'package.module:function'"
+                )
         return tools
 
     @field_validator("mcp")
@@ -194,9 +196,12 @@ class TeamFile(BaseModel):
         if servers == self.mcp_servers:
             return self
         by_name = {server.name: server for server in servers}
-        members = [member.model_copy(update={
-            "mcp_servers": [by_name[server.name] for server in member.mcp_servers]})
-            for member in self.members]
+        members = [
+            member.model_copy(
+                update={"mcp_servers": [by_name[server.name] for server in member.mcp_servers]}
+            )
+            for member in self.members
+        ]
         return self.model_copy(update={"mcp_servers": servers, "members": members})
 
     def check_mcp_commands(self, state_dir: Path) -> None:
@@ -209,7 +214,8 @@ class TeamFile(BaseModel):
                     f"mcp_servers.{index}.command: MCP server {server.name!r} would run "
                     f"{command}, inside teamctl's state dir {state_dir}, where the agents' "
                     "workspaces are and members write files; install the server outside it "
-                    "and name that path")
+                    "and name that path"
+                )
 
     @field_validator("mcp_servers")
     @classmethod
@@ -230,15 +236,19 @@ class TeamFile(BaseModel):
             except ValueError as exc:
                 raise ValueError(f"member {member.id}: {exc}") from None
             if "mcp_servers" in member.model_fields_set and member.mcp_servers != servers:
-                raise ValueError(f"member {member.id}: configure servers in [[mcp_servers]] "
-                                 "and name them in the member's mcp, not mcp_servers")
+                raise ValueError(
+                    f"member {member.id}: configure servers in [[mcp_servers]] "
+                    "and name them in the member's mcp, not mcp_servers"
+                )
             # A copy: a Member given in code (the Python API) must not change under its caller.
             self.members[index] = member.model_copy(update={"mcp_servers": servers})
             for tool in member.tools:
                 function = tool.partition(":")[2]
                 if any(function.startswith(s.name + SEPARATOR) for s in servers):
-                    raise ValueError(f"member {member.id}: tool {tool!r} would clash with the "
-                                     "MCP server's tools (named 'server__tool'); rename it")
+                    raise ValueError(
+                        f"member {member.id}: tool {tool!r} would clash with the "
+                        "MCP server's tools (named 'server__tool'); rename it"
+                    )
         return self
 
     @field_validator("members")
@@ -259,8 +269,11 @@ def load_team_file(path: Path | None) -> TeamFile:
     if path is None:
         return TeamFile()
     raw = _read_structured(path)
-    refuse_removed_options(raw.get("options") if isinstance(raw, dict) else None,
-                           f"team file {path}", "delete it from the team file")
+    refuse_removed_options(
+        raw.get("options") if isinstance(raw, dict) else None,
+        f"team file {path}",
+        "delete it from the team file",
+    )
     try:
         team = TeamFile.model_validate(raw)
     except ValidationError as exc:
@@ -274,8 +287,10 @@ def team_error(exc: ValidationError, source: str) -> ConfigError:
     where = ".".join(str(part) for part in first["loc"]) or "(top level)"
     message = first["msg"]
     if first["type"] == "extra_forbidden":
-        message = ("unknown field; check its spelling (`teamctl run --help` lists the run "
-                   "options, docs/guides/planned-runs.md the team file fields)")
+        message = (
+            "unknown field; check its spelling (`teamctl run --help` lists the run "
+            "options, docs/guides/planned-runs.md the team file fields)"
+        )
     return ConfigError(f"{source}: {where}: {message}")
 
 
@@ -285,8 +300,9 @@ def _read_structured(path: Path) -> object:
     except OSError as exc:
         raise ConfigError(f"cannot read team file {path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"team file {path} is not UTF-8 text (byte {exc.start}); "
-                          "save it as UTF-8") from exc
+        raise ConfigError(
+            f"team file {path} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
+        ) from exc
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":
@@ -316,5 +332,3 @@ def _load_yaml(text: str) -> Any:
         raise _InvalidYaml(f"{exc.problem or exc.context}{where}") from exc
     except yaml.YAMLError as exc:
         raise _InvalidYaml(" ".join(str(exc).split())) from exc
-
-

@@ -9,7 +9,8 @@ SHORT_CHARS = 240
 TERMINAL_ESCAPE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, erasing
     r"|\x1b[\]PX^_][^\x07\x1b\n]*(?:\x07|\x1b\\)?"  # OSC, DCS, ...: titles, clipboard (52)
-    r"|\x1b[ -/]*[0-~]")  # the rest: a reset (ESC c), a charset switch, a keypad mode
+    r"|\x1b[ -/]*[0-~]"
+)  # the rest: a reset (ESC c), a charset switch, a keypad mode
 """A terminal's escape sequence: dropped whole, not left half-shown; a string sequence (OSC and
 its kin) up to its terminator, or to the end of its line when it has none."""
 

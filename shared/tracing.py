@@ -37,8 +37,10 @@ CLI_SERVICE = "teamctl-cli"
 """The services spans name when OTEL_SERVICE_NAME does not."""
 OTEL_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
 """What the `otel` extra installs, found without importing it."""
-MISSING_EXTRA = ("{var} asks for traces but OpenTelemetry is not installed: pip install "
-                 "'teamctl[otel]' or unset {var}")
+MISSING_EXTRA = (
+    "{var} asks for traces but OpenTelemetry is not installed: pip install "
+    "'teamctl[otel]' or unset {var}"
+)
 
 
 class Span(Protocol):
@@ -47,8 +49,9 @@ class Span(Protocol):
     @property
     def traceparent(self) -> str | None: ...
 
-    def child(self, name: str, attributes: Attributes | None = None,
-              links: Iterable[str | None] = ()) -> Span:
+    def child(
+        self, name: str, attributes: Attributes | None = None, links: Iterable[str | None] = ()
+    ) -> Span:
         """A span under this one, started now; `links` are traceparents it is linked to."""
         ...
 
@@ -75,8 +78,12 @@ class Span(Protocol):
 
     def __enter__(self) -> Span: ...
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 tb: TracebackType | None) -> None: ...
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 
 class Tracing(Protocol):
@@ -85,8 +92,14 @@ class Tracing(Protocol):
     @property
     def on(self) -> bool: ...
 
-    def start(self, name: str, *, parent: str | None = None, attributes: Attributes | None = None,
-              links: Iterable[str | None] = ()) -> Span:
+    def start(
+        self,
+        name: str,
+        *,
+        parent: str | None = None,
+        attributes: Attributes | None = None,
+        links: Iterable[str | None] = (),
+    ) -> Span:
         """A span under `parent` (a traceparent; None: a new trace)."""
         ...
 
@@ -100,8 +113,9 @@ class NoSpan:
 
     traceparent: str | None = None
 
-    def child(self, name: str, attributes: Attributes | None = None,
-              links: Iterable[str | None] = ()) -> NoSpan:
+    def child(
+        self, name: str, attributes: Attributes | None = None, links: Iterable[str | None] = ()
+    ) -> NoSpan:
         return self
 
     def set(self, attributes: Attributes) -> None:
@@ -122,8 +136,12 @@ class NoSpan:
     def __enter__(self) -> NoSpan:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         """Nothing to end."""
 
 
@@ -132,8 +150,14 @@ class NoTracing:
 
     on = False
 
-    def start(self, name: str, *, parent: str | None = None, attributes: Attributes | None = None,
-              links: Iterable[str | None] = ()) -> NoSpan:
+    def start(
+        self,
+        name: str,
+        *,
+        parent: str | None = None,
+        attributes: Attributes | None = None,
+        links: Iterable[str | None] = (),
+    ) -> NoSpan:
         return NO_SPAN
 
     def close(self, timeout_ms: int = FLUSH_TIMEOUT_MS) -> None:
@@ -171,18 +195,25 @@ def tracing_from_settings(settings: Settings, service_name: str) -> Tracing:
         from teamctl.shared.tracing_otel import OtelTracing
     except ImportError as exc:
         raise _missing_extra(settings) from exc
-    return OtelTracing(settings.otel_service_name or service_name,
-                       export_timeout_s=None if settings.otlp_timeout else EXPORT_TIMEOUT_S)
+    return OtelTracing(
+        settings.otel_service_name or service_name,
+        export_timeout_s=None if settings.otlp_timeout else EXPORT_TIMEOUT_S,
+    )
 
 
 def _check_exporter(settings: Settings) -> None:
     exporter = (settings.otel_traces_exporter or "otlp").strip().lower()
     if exporter != "otlp":
-        raise ConfigError(f"OTEL_TRACES_EXPORTER={exporter!r}: teamctl exports traces over "
-                          "OTLP/HTTP only; set it to otlp or none")
+        raise ConfigError(
+            f"OTEL_TRACES_EXPORTER={exporter!r}: teamctl exports traces over "
+            "OTLP/HTTP only; set it to otlp or none"
+        )
 
 
 def _missing_extra(settings: Settings) -> ConfigError:
-    var = ("OTEL_EXPORTER_OTLP_ENDPOINT" if settings.otlp_endpoint
-           else "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    var = (
+        "OTEL_EXPORTER_OTLP_ENDPOINT"
+        if settings.otlp_endpoint
+        else "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+    )
     return ConfigError(MISSING_EXTRA.format(var=var))

@@ -42,10 +42,12 @@ class OtelSpan:
     def traceparent(self) -> str | None:
         return traceparent_of(self._span.get_span_context())
 
-    def child(self, name: str, attributes: Attributes | None = None,
-              links: Iterable[str | None] = ()) -> OtelSpan:
-        return start_span(self._tracer, name, trace.set_span_in_context(self._span),
-                          attributes, links)
+    def child(
+        self, name: str, attributes: Attributes | None = None, links: Iterable[str | None] = ()
+    ) -> OtelSpan:
+        return start_span(
+            self._tracer, name, trace.set_span_in_context(self._span), attributes, links
+        )
 
     def set(self, attributes: Attributes) -> None:
         self._span.set_attributes(kept(attributes))
@@ -71,8 +73,12 @@ class OtelSpan:
     def __enter__(self) -> OtelSpan:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.end(error)
 
 
@@ -82,8 +88,13 @@ class OtelTracing:
     on = True
 
     def __init__(self, service_name: str, export_timeout_s: float | None = None) -> None:
-        resource = Resource.create({"service.name": service_name, "host.name": socket.gethostname(),
-                                    "process.pid": os.getpid()})
+        resource = Resource.create(
+            {
+                "service.name": service_name,
+                "host.name": socket.gethostname(),
+                "process.pid": os.getpid(),
+            }
+        )
         self._provider = TracerProvider(resource=resource)  # sampler: OTEL_TRACES_SAMPLER
         # The batch processor's flush blocks until its export ends, retries included: the
         # export's timeout is what bounds a job's end when the collector does not answer.
@@ -91,8 +102,14 @@ class OtelTracing:
         self._provider.add_span_processor(BatchSpanProcessor(exporter))
         self._tracer = self._provider.get_tracer(INSTRUMENTATION)
 
-    def start(self, name: str, *, parent: str | None = None, attributes: Attributes | None = None,
-              links: Iterable[str | None] = ()) -> OtelSpan:
+    def start(
+        self,
+        name: str,
+        *,
+        parent: str | None = None,
+        attributes: Attributes | None = None,
+        links: Iterable[str | None] = (),
+    ) -> OtelSpan:
         context = None
         parent_context = span_context(parent)
         if parent_context is not None:
@@ -105,12 +122,16 @@ class OtelTracing:
         self._provider.shutdown()
 
 
-def start_span(tracer: trace.Tracer, name: str, context: Context, attributes: Attributes | None,
-               links: Iterable[str | None]) -> OtelSpan:
+def start_span(
+    tracer: trace.Tracer,
+    name: str,
+    context: Context,
+    attributes: Attributes | None,
+    links: Iterable[str | None],
+) -> OtelSpan:
     """A span started in `context`, linked to the spans `links` name."""
     linked = [Link(c) for c in map(span_context, links) if c is not None]
-    span = tracer.start_span(name, context=context, attributes=kept(attributes or {}),
-                             links=linked)
+    span = tracer.start_span(name, context=context, attributes=kept(attributes or {}), links=linked)
     return OtelSpan(tracer, span)
 
 

@@ -52,21 +52,32 @@ lease at least every second)."""
 class Team:
     """A team as a team file describes it (members, models, options, hooks)."""
 
-    def __init__(self, members: Sequence[Member] | None = None, *, team_id: str = "default",
-                 model: str | None = None, planner_model: str | None = None,
-                 synthesizer_model: str | None = None,
-                 options: RunOptions | dict[str, Any] | None = None,
-                 hooks: Sequence[str] = (), mcp_servers: Sequence[McpServer] = (),
-                 fallbacks: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        members: Sequence[Member] | None = None,
+        *,
+        team_id: str = "default",
+        model: str | None = None,
+        planner_model: str | None = None,
+        synthesizer_model: str | None = None,
+        options: RunOptions | dict[str, Any] | None = None,
+        hooks: Sequence[str] = (),
+        mcp_servers: Sequence[McpServer] = (),
+        fallbacks: Sequence[str] = (),
+    ) -> None:
         refuse_removed_options(options, "Team(...)", "drop it from options")
         try:
             self._file = TeamFile(
-                team_id=team_id, model=model, fallbacks=list(fallbacks),
+                team_id=team_id,
+                model=model,
+                fallbacks=list(fallbacks),
                 planner=RoleModel(model=planner_model),
                 synthesizer=RoleModel(model=synthesizer_model),
                 members=list(members) if members is not None else list(DEFAULT_MEMBERS),
-                options=options if options is not None else RunOptions(), hooks=list(hooks),
-                mcp_servers=list(mcp_servers))
+                options=options if options is not None else RunOptions(),
+                hooks=list(hooks),
+                mcp_servers=list(mcp_servers),
+            )
         except ValidationError as exc:  # the project's error, as for a team file
             raise team_error(exc, "Team(...)") from exc
 
@@ -77,22 +88,37 @@ class Team:
         team._file = load_team_file(Path(path))
         return team
 
-    def run(self, objective: str, *, redis_url: str | None = None, workers: int | None = None,
-            model: str | None = None, api_base: str | None = None, run_id: str | None = None,
-            timeout: float | None = None) -> RunResult:
+    def run(
+        self,
+        objective: str,
+        *,
+        redis_url: str | None = None,
+        workers: int | None = None,
+        model: str | None = None,
+        api_base: str | None = None,
+        run_id: str | None = None,
+        timeout: float | None = None,
+    ) -> RunResult:
         """Run the team on `objective` to its end and return the result (`teamctl run`).
 
         As `teamctl run` on Ctrl-C, a KeyboardInterrupt here, or `timeout` s passing, stops
         the coordinator and cancels the run (the run-scoped workers stop after the job in
         hand), then raises; `start` returns a Run whose `wait` leaves the run going instead."""
-        run = self.start(objective, redis_url=redis_url, workers=workers, model=model,
-                         api_base=api_base, run_id=run_id)
+        run = self.start(
+            objective,
+            redis_url=redis_url,
+            workers=workers,
+            model=model,
+            api_base=api_base,
+            run_id=run_id,
+        )
         try:
             return run.wait(timeout)
         except TimeoutError:
             run._stop_here()
-            raise TimeoutError(f"run {run.run_id} did not end within {timeout} s; it was "
-                               "cancelled") from None
+            raise TimeoutError(
+                f"run {run.run_id} did not end within {timeout} s; it was cancelled"
+            ) from None
         except KeyboardInterrupt:
             run._stop_here()
             raise
@@ -101,27 +127,52 @@ class Team:
         """`run` for asyncio code: the blocking parts run on a thread."""
         return await asyncio.to_thread(self.run, objective, **kwargs)
 
-    def start(self, objective: str, *, redis_url: str | None = None,
-              workers: int | None = None, model: str | None = None,
-              api_base: str | None = None, run_id: str | None = None) -> Run:
+    def start(
+        self,
+        objective: str,
+        *,
+        redis_url: str | None = None,
+        workers: int | None = None,
+        model: str | None = None,
+        api_base: str | None = None,
+        run_id: str | None = None,
+    ) -> Run:
         """Store the run and drive it on a thread; returns its handle at once. The team is
         checked first: a ConfigError here means nothing was written."""
         settings = load_settings()
         # Called by launch only once the team checked out: bad input starts no embedded server.
-        started = launch(self._file, objective, model=model, api_base=api_base,
-                         redis_url=lambda: resolve_redis_url(redis_url, settings),
-                         run_id=run_id, settings=settings)
+        started = launch(
+            self._file,
+            objective,
+            model=model,
+            api_base=api_base,
+            redis_url=lambda: resolve_redis_url(redis_url, settings),
+            run_id=run_id,
+            settings=settings,
+        )
         if started.model_source is ModelSource.OFFLINE:
-            log.warning("no model configured and no provider key set; using the built-in "
-                        "offline model (pass model= or set TEAMCTL_MODEL for a real one)")
-        plan = WorkerPlan(workers, embedded=is_embedded(redis_url, settings),
-                          idle_exit_s=DEFAULT_IDLE_EXIT_S)
+            log.warning(
+                "no model configured and no provider key set; using the built-in "
+                "offline model (pass model= or set TEAMCTL_MODEL for a real one)"
+            )
+        plan = WorkerPlan(
+            workers, embedded=is_embedded(redis_url, settings), idle_exit_s=DEFAULT_IDLE_EXIT_S
+        )
         url = started.redis_url
         handle = Run(started.spec.run_id, url)
-        handle._drive_in_thread(lambda: run_to_end(
-            started.conn, url, started.spec, started.hooks, workers=plan,
-            approval=ApprovalMode.WAIT, reporter=Reporter.to_log(log), settings=settings,
-            interrupt=handle._interrupt))
+        handle._drive_in_thread(
+            lambda: run_to_end(
+                started.conn,
+                url,
+                started.spec,
+                started.hooks,
+                workers=plan,
+                approval=ApprovalMode.WAIT,
+                reporter=Reporter.to_log(log),
+                settings=settings,
+                interrupt=handle._interrupt,
+            )
+        )
         return handle
 
 
@@ -176,8 +227,11 @@ class Run:
         from teamctl.shared.lease import lease_owner
 
         with redis_errors_as_infra():
-            cancel_run(RunHandle(self._conn, self.run_id, spec=self._handle.spec,
-                                 lease_owner=lease_owner()))
+            cancel_run(
+                RunHandle(
+                    self._conn, self.run_id, spec=self._handle.spec, lease_owner=lease_owner()
+                )
+            )
 
     def add_budget(self, *, usd: float = 0.0, tokens: int = 0) -> None:
         """Raise the run's budget as `teamctl budget --add-usd/--add-tokens` does: a run
@@ -238,8 +292,7 @@ class Run:
         from teamctl.coordinator.runs.run_follow import run_events
 
         with redis_errors_as_infra():
-            yield from run_events(self._handle,
-                                  also_ended=lambda: stop() or self._driver_gone())
+            yield from run_events(self._handle, also_ended=lambda: stop() or self._driver_gone())
         if self._thread is not None and not stop():
             self._raise_if_not_ended()  # the coordinator here stopped without ending the run
 
@@ -283,8 +336,9 @@ class Run:
             except BaseException as exc:  # kept for wait(), which raises it in the caller
                 self._error = exc
 
-        self._thread = threading.Thread(target=target, name=f"teamctl-run-{self.run_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=target, name=f"teamctl-run-{self.run_id}", daemon=True
+        )
         self._thread.start()
 
 

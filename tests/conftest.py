@@ -44,9 +44,13 @@ _db_numbers = itertools.cycle(range(1, 16))
 # Slow generation is not a failure: a 2-core host running both tiers at once once took 1.3 s to
 # draw two plans, and the health check failed a test whose examples all passed.
 settings.register_profile(
-    "teamctl", print_blob=True, suppress_health_check=[HealthCheck.too_slow],
-    database=DirectoryBasedExampleDatabase(Path(__file__).resolve().parent.parent
-                                           / ".hypothesis" / "examples"))
+    "teamctl",
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=DirectoryBasedExampleDatabase(
+        Path(__file__).resolve().parent.parent / ".hypothesis" / "examples"
+    ),
+)
 settings.load_profile("teamctl")
 
 
@@ -55,8 +59,10 @@ def worker_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
     """Workers the tests start, directly or through `teamctl run`, are forked from one preloaded
     process instead of each importing litellm (~8 s of CPU here, about sixty times a run); a test
     marked `exec_workers` executes the documented command instead."""
-    with fork_server(tmp_path_factory.mktemp("fork-server")) as socket_path, \
-            pytest.MonkeyPatch.context() as patch:
+    with (
+        fork_server(tmp_path_factory.mktemp("fork-server")) as socket_path,
+        pytest.MonkeyPatch.context() as patch,
+    ):
         patch.setenv(FORK_SERVER_ENV, socket_path)
         yield socket_path
 
@@ -90,8 +96,9 @@ def conn(redis_url: str) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(autouse=True)
-def clean_environ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                  request: pytest.FixtureRequest) -> Iterator[None]:
+def clean_environ(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[None]:
     """No user configuration leaks in; each test gets its own state dir, and the local worker
     pool a `teamctl run` on the embedded defaults may start there is stopped by pid after it."""
     for name in list(os.environ):
@@ -127,12 +134,14 @@ def scripts_used_as_written(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     problems = server.end_test()
     assert not problems, "the scripted model server was not used as scripted: " + "; ".join(
-        problems)
+        problems
+    )
 
 
 @pytest.fixture(scope="session")
-def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
-            pytestconfig: pytest.Config) -> Iterator[str]:
+def workers(
+    redis_server: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[str]:
     """Two real, preloaded `rq worker` processes on queue `members`, shared by the session."""
     logs = tmp_path_factory.mktemp("worker-logs")
     group = LocalWorkers(redis_server, ["members"], 2, logs)
@@ -141,16 +150,19 @@ def workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
     pids = {p.pid for p in group.processes}
     client = redis.Redis.from_url(redis_server)
     # These two, by pid: a registry entry of a worker that died lingers until its TTL.
-    wait_until(lambda: pids <= {w.pid for w in Worker.all(queue=Queue("members",
-                                                                      connection=client))},
-               60, message="our 2 rq workers to register on members")
+    wait_until(
+        lambda: pids <= {w.pid for w in Worker.all(queue=Queue("members", connection=client))},
+        60,
+        message="our 2 rq workers to register on members",
+    )
     yield redis_server
     group.stop()
 
 
 @pytest.fixture(scope="session")
-def marked_workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
-                   pytestconfig: pytest.Config) -> Iterator[MarkedWorkers]:
+def marked_workers(
+    redis_server: str, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[MarkedWorkers]:
     """Two real `rq worker` processes on queue `marked` (db 0) whose environment holds the
     injection suite's marker secret (tests/support/injection.py)."""
     logs = tmp_path_factory.mktemp("marked-worker-logs")
@@ -165,9 +177,11 @@ def marked_workers(redis_server: str, tmp_path_factory: pytest.TempPathFactory,
     keep_trail(pytestconfig, "marked_workers", SharedWorkerTrail(redis_server, MARKED_QUEUE, logs))
     pids = {p.pid for p in group.processes}
     client = redis.Redis.from_url(redis_server)
-    wait_until(lambda: pids <= {w.pid for w in Worker.all(queue=Queue(MARKED_QUEUE,
-                                                                      connection=client))},
-               60, message="the marked rq workers to register on marked")
+    wait_until(
+        lambda: pids <= {w.pid for w in Worker.all(queue=Queue(MARKED_QUEUE, connection=client))},
+        60,
+        message="the marked rq workers to register on marked",
+    )
     yield MarkedWorkers(redis_server, logs)
     group.stop()
 
@@ -195,9 +209,10 @@ def shared_workers_left_clean(request: pytest.FixtureRequest) -> Iterator[None]:
     if expected is None:
         assert not news, "a shared worker failed during the test:\n" + "\n".join(news)
     else:
-        assert news, ("marked worker_failures_expected, but no job failed and no worker logged "
-                      "a traceback: drop the mark")
-
+        assert news, (
+            "marked worker_failures_expected, but no job failed and no worker logged "
+            "a traceback: drop the mark"
+        )
 
 
 @pytest.fixture

@@ -29,9 +29,14 @@ def queues_without_worker(redis_url: str, queues: list[str]) -> list[str]:
     conn = connect(redis_url, decode=False, outage_s=OUTAGE_S)
     try:
         here = socket.gethostname()
-        return [name for name in queues
-                if not any(w.hostname == here and not dead_here(w)
-                           for w in Worker.all(queue=Queue(name, connection=conn)))]
+        return [
+            name
+            for name in queues
+            if not any(
+                w.hostname == here and not dead_here(w)
+                for w in Worker.all(queue=Queue(name, connection=conn))
+            )
+        ]
     finally:
         conn.close()
 
@@ -46,8 +51,9 @@ def check(queues: list[str]) -> str | None:
     except TeamError as exc:
         return str(exc)
     if missing:
-        return (f"no live worker of host {socket.gethostname()} is registered on "
-                f"{', '.join(missing)}")
+        return (
+            f"no live worker of host {socket.gethostname()} is registered on {', '.join(missing)}"
+        )
     return None
 
 

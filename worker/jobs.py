@@ -43,8 +43,14 @@ def run_task(run_id: str, task_id: str) -> str:
     settings = load_settings()
     tracing = tracing_from_settings(settings, WORKER_SERVICE)
     try:
-        return execute_task(job_connection(settings), run_id, task_id, settings=settings,
-                            tracing=tracing, traceparent=job_traceparent())
+        return execute_task(
+            job_connection(settings),
+            run_id,
+            task_id,
+            settings=settings,
+            tracing=tracing,
+            traceparent=job_traceparent(),
+        )
     finally:  # a forked job ends in os._exit: its spans go now or never
         tracing.close()
 
@@ -56,9 +62,15 @@ def run_model_call(run_id: str, call: str, attempt: int) -> str:
     settings = load_settings()
     tracing = tracing_from_settings(settings, WORKER_SERVICE)
     try:
-        return execute_model_call(job_connection(settings), run_id, call, attempt,
-                                  provider_keys=settings.provider_keys, worker=worker_name(),
-                                  trace=CallTrace(tracing, job_traceparent()))
+        return execute_model_call(
+            job_connection(settings),
+            run_id,
+            call,
+            attempt,
+            provider_keys=settings.provider_keys,
+            worker=worker_name(),
+            trace=CallTrace(tracing, job_traceparent()),
+        )
     finally:  # a forked job ends in os._exit: its spans go now or never
         tracing.close()
 
@@ -98,9 +110,15 @@ def job_connection(settings: Settings) -> redis.Redis:
     return same_server(job.connection, decode=True) if job else conn_from_settings(settings)
 
 
-def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
-                 settings: Settings | None = None, tracing: Tracing = NO_TRACING,
-                 traceparent: str | None = None) -> str:
+def execute_task(
+    conn: redis.Redis,
+    run_id: str,
+    task_id: str,
+    *,
+    settings: Settings | None = None,
+    tracing: Tracing = NO_TRACING,
+    traceparent: str | None = None,
+) -> str:
     """The job body without RQ: claim, run the member (and any task it claims), write outcomes.
 
     Without `settings` the process environment is not consulted: no provider key is known.
@@ -120,12 +138,22 @@ def execute_task(conn: redis.Redis, run_id: str, task_id: str, *,
     claims = Claims()
     claims.add(Claim(task_id, token, member.id))
     limits = worker_limits(conn, spec.limits, settings)
-    client = LitellmClient(provider_keys=settings.provider_keys if settings else (),
-                           timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
-                           limits=limits)
+    client = LitellmClient(
+        provider_keys=settings.provider_keys if settings else (),
+        timeout_s=options.model_timeout_s,
+        max_retries=options.model_max_retries,
+        limits=limits,
+    )
     with Heartbeat(board, claims, options.heartbeat_ttl_s) as beat:
-        job = JobContext(run=run, client=client, claims=claims, beat=beat, worker=worker_name(),
-                         tracing=tracing, traceparent=traceparent or run_traceparent(run, tracing))
+        job = JobContext(
+            run=run,
+            client=client,
+            claims=claims,
+            beat=beat,
+            worker=worker_name(),
+            tracing=tracing,
+            traceparent=traceparent or run_traceparent(run, tracing),
+        )
         outcomes: list[str] = []
         while (claim := claims.next_to_run()) is not None:
             if outcomes and abandoned_tool_calls():
@@ -140,8 +168,9 @@ def run_traceparent(run: RunHandle, tracing: Tracing) -> str | None:
     return run.store.state().traceparent if tracing.on else None
 
 
-HANDED_BACK_REASON = ("its job still runs a Python tool call abandoned after tool_timeout_s; a "
-                      "fresh job runs it")
+HANDED_BACK_REASON = (
+    "its job still runs a Python tool call abandoned after tool_timeout_s; a fresh job runs it"
+)
 
 
 def hand_back(board: TaskBoard, claims: Claims, claim: Claim) -> str:
@@ -181,6 +210,8 @@ def _bare_worker_setup() -> None:
     if os.environ.get(PRELOAD_MARKER) != "1":
         # A bare `rq worker`: the settings module did not set up its printable log lines.
         log_to_stderr(WORKER_FORMAT, WORKER_DATE_FORMAT)
-        log.warning("worker not preloaded: each task re-imports litellm (~3 s). Start workers "
-                    "with `teamctl worker members` (the same as "
-                    "`RQ_CONFIG=teamctl.worker.settings rq worker members`).")
+        log.warning(
+            "worker not preloaded: each task re-imports litellm (~3 s). Start workers "
+            "with `teamctl worker members` (the same as "
+            "`RQ_CONFIG=teamctl.worker.settings rq worker members`)."
+        )

@@ -42,8 +42,11 @@ def missing_classes(context: Any) -> dict[str, str]:
 
     ours = {"connection_class": WORKER_CONNECTION_CLASS, "worker_class": WORKER_CLASS}
     wanted = ["connection_class"] + (["worker_class"] if context.info_name == "worker" else [])
-    return {CLASS_VARIABLES[name]: ours[name] for name in wanted
-            if context.get_parameter_source(name) is ParameterSource.DEFAULT}
+    return {
+        CLASS_VARIABLES[name]: ours[name]
+        for name in wanted
+        if context.get_parameter_source(name) is ParameterSource.DEFAULT
+    }
 
 
 def complete_rq_command(environ: Mapping[str, str]) -> None:

@@ -89,9 +89,12 @@ class TeamctlWorker(Worker):
             if isinstance(exc, redis.ResponseError) and not read_only_refusal(exc):
                 raise
             if self.outage.failed(_retry_window_s(self.connection)):
-                self.log.error("Worker %s: Redis %s for %g s (TEAMCTL_REDIS_OUTAGE_S); exiting",
-                               self.name, "read-only" if isinstance(exc, redis.ResponseError)
-                               else "unreachable", self.outage.limit_s)
+                self.log.error(
+                    "Worker %s: Redis %s for %g s (TEAMCTL_REDIS_OUTAGE_S); exiting",
+                    self.name,
+                    "read-only" if isinstance(exc, redis.ResponseError) else "unreachable",
+                    self.outage.limit_s,
+                )
                 raise StopRequested() from None
             if retried_by_rq and isinstance(exc, redis.ResponseError):
                 # RQ's dequeue loop retries only connection errors: one it retries, then.
@@ -112,12 +115,10 @@ class TeamctlWorker(Worker):
         try:
             super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            self.log.warning("Worker %s: could not record its stop in Redis (%s)", self.name,
-                             exc)
+            self.log.warning("Worker %s: could not record its stop in Redis (%s)", self.name, exc)
 
 
 def _retry_window_s(conn: redis.Redis) -> float:
     """How long a command of `conn` retries before failing (0 for redis-py's count-based
     retry, which gives up within seconds)."""
     return outage_of(conn, default_s=0.0)
-

@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from teamctl.shared.errors import ConfigError
     from teamctl.shared.settings import Settings
 
-PATH_PARAMETERS = {"team_path": "--team {root} must name a file teamctl can read",
-                   "directory": "DIRECTORY {root} must be a directory teamctl can write"}
+PATH_PARAMETERS = {
+    "team_path": "--team {root} must name a file teamctl can read",
+    "directory": "DIRECTORY {root} must be a directory teamctl can write",
+}
 """The click parameters that are paths the user gave, and what to fix when one fails."""
 
 
@@ -77,13 +79,18 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
 def user_paths(kwargs: dict[str, Any], settings: Settings) -> list[tuple[Path, str]]:
     """The paths this command was given (flags, arguments, the state directory), each with
     what the user should fix."""
-    paths = [(Path(kwargs[name]), fix.format(root=kwargs[name]))
-             for name, fix in PATH_PARAMETERS.items() if kwargs.get(name)]
+    paths = [
+        (Path(kwargs[name]), fix.format(root=kwargs[name]))
+        for name, fix in PATH_PARAMETERS.items()
+        if kwargs.get(name)
+    ]
     root = settings.state_dir
-    fix = (f"TEAMCTL_STATE_DIR={root} must be a directory teamctl can write"
-           if settings.state_dir_from_env else
-           f"the state directory {root} must be a directory teamctl can write (or set "
-           "TEAMCTL_STATE_DIR to one)")
+    fix = (
+        f"TEAMCTL_STATE_DIR={root} must be a directory teamctl can write"
+        if settings.state_dir_from_env
+        else f"the state directory {root} must be a directory teamctl can write (or set "
+        "TEAMCTL_STATE_DIR to one)"
+    )
     return [*paths, (root, fix)]
 
 
@@ -93,8 +100,9 @@ def user_path_error(exc: OSError, paths: list[tuple[Path, str]]) -> ConfigError 
     directory)."""
     from teamctl.shared.errors import ConfigError
 
-    deepest_first = sorted(paths, key=lambda item: len(Path(os.path.abspath(item[0])).parts),
-                           reverse=True)
+    deepest_first = sorted(
+        paths, key=lambda item: len(Path(os.path.abspath(item[0])).parts), reverse=True
+    )
     for name in (exc.filename, exc.filename2):
         if name is None or isinstance(name, int):
             continue
@@ -105,10 +113,13 @@ def user_path_error(exc: OSError, paths: list[tuple[Path, str]]) -> ConfigError 
     return None
 
 
-redis_url_option = click.option("--redis-url", default=None,
-                                help="Redis to use (default: $REDIS_URL, else embedded).")
-MODEL_DEFAULT = ("$TEAMCTL_MODEL, else the small default model of the first provider whose API "
-                 "key is set, else the built-in offline model")
+redis_url_option = click.option(
+    "--redis-url", default=None, help="Redis to use (default: $REDIS_URL, else embedded)."
+)
+MODEL_DEFAULT = (
+    "$TEAMCTL_MODEL, else the small default model of the first provider whose API "
+    "key is set, else the built-in offline model"
+)
 """Where a model comes from when no flag names one (shared/runs/run_config.py pick_model)."""
 
 
@@ -127,23 +138,38 @@ class LazyCommand:
 
 
 LAZY_COMMANDS = {
-    "dashboard": LazyCommand("teamctl.coordinator.cli.web_commands", "dashboard",
-                             "Serve a live web view of runs and teams (read-only unless "
-                             "--allow-control); needs `pip install 'teamctl[web]'`."),
-    "lead": LazyCommand("teamctl.coordinator.cli.lead_command", "lead_command",
-                        "Drive the team's lead agent: a line is a message, /help lists the "
-                        "slash commands."),
-    "report": LazyCommand("teamctl.coordinator.cli.web_commands", "report",
-                          "Write RUN_ID (default: the last run) as one self-contained HTML "
-                          "file to attach to a ticket: its plan as a graph, a timeline of every "
-                          "attempt by worker, the bus and each task's input, output and "
-                          "transcript."),
-    "run": LazyCommand("teamctl.coordinator.cli.run_verb", "run",
-                       "Plan OBJECTIVE, run the team, print the synthesized answer."),
-    "team": LazyCommand("teamctl.coordinator.cli.team_commands", "team_group",
-                        "Persistent teammates: spawn them, message them, watch them go idle."),
-    "teams": LazyCommand("teamctl.coordinator.cli.team_commands", "teams_command",
-                         "List the persistent teams."),
+    "dashboard": LazyCommand(
+        "teamctl.coordinator.cli.web_commands",
+        "dashboard",
+        "Serve a live web view of runs and teams (read-only unless "
+        "--allow-control); needs `pip install 'teamctl[web]'`.",
+    ),
+    "lead": LazyCommand(
+        "teamctl.coordinator.cli.lead_command",
+        "lead_command",
+        "Drive the team's lead agent: a line is a message, /help lists the slash commands.",
+    ),
+    "report": LazyCommand(
+        "teamctl.coordinator.cli.web_commands",
+        "report",
+        "Write RUN_ID (default: the last run) as one self-contained HTML "
+        "file to attach to a ticket: its plan as a graph, a timeline of every "
+        "attempt by worker, the bus and each task's input, output and "
+        "transcript.",
+    ),
+    "run": LazyCommand(
+        "teamctl.coordinator.cli.run_verb",
+        "run",
+        "Plan OBJECTIVE, run the team, print the synthesized answer.",
+    ),
+    "team": LazyCommand(
+        "teamctl.coordinator.cli.team_commands",
+        "team_group",
+        "Persistent teammates: spawn them, message them, watch them go idle.",
+    ),
+    "teams": LazyCommand(
+        "teamctl.coordinator.cli.team_commands", "teams_command", "List the persistent teams."
+    ),
 }
 """The verbs whose modules are costly to import (pydantic models, RQ): loaded when they run."""
 
@@ -188,8 +214,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, lazy=LAZY_COMMANDS)
-@click.version_option(package_name="teamctl", prog_name="teamctl",
-                      message="%(prog)s %(version)s")
+@click.version_option(package_name="teamctl", prog_name="teamctl", message="%(prog)s %(version)s")
 def main() -> None:
     """teamctl: run teams of LLM agents on Redis and RQ.
 
@@ -202,22 +227,37 @@ def main() -> None:
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
 workers_option = click.option(
-    "--workers", type=click.IntRange(min=0), default=2, show_default=True,
+    "--workers",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
     help="Local workers to start; 0 uses workers you started yourself (on the embedded "
-         "defaults, the local pool).")
+    "defaults, the local pool).",
+)
 run_workers_option = click.option(
-    "--workers", type=click.IntRange(min=0), default=None,
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
     help="Start N workers for this run only (0: none). Default: on the embedded Redis, reuse or "
-         "start the local pool (2 workers); on another Redis, start 2 for this run only when "
-         "no worker listens on the run's queues.")
+    "start the local pool (2 workers); on another Redis, start 2 for this run only when "
+    "no worker listens on the run's queues.",
+)
 idle_exit_option = click.option(
-    "--idle-exit", "idle_exit_s", type=click.IntRange(min=1), default=600, show_default=True,
-    help="Seconds a pool worker this command starts stays without a job before it exits.")
-force_option = click.option("--force", is_flag=True,
-                            help="Overwrite the files this export writes if they exist.")
+    "--idle-exit",
+    "idle_exit_s",
+    type=click.IntRange(min=1),
+    default=600,
+    show_default=True,
+    help="Seconds a pool worker this command starts stays without a job before it exits.",
+)
+force_option = click.option(
+    "--force", is_flag=True, help="Overwrite the files this export writes if they exist."
+)
 approve_plan_option = click.option(
-    "--approve-plan", is_flag=True,
-    help="Approve the plan without asking (with require_plan_approval).")
+    "--approve-plan",
+    is_flag=True,
+    help="Approve the plan without asking (with require_plan_approval).",
+)
 
 
 @main.command()
@@ -227,31 +267,64 @@ approve_plan_option = click.option(
 @idle_exit_option
 @json_option
 @approve_plan_option
-@click.option("--wait", is_flag=True,
-              help="If the dead coordinator's lease has not expired yet, wait it out "
-                   "(at most its TTL) instead of exiting 2.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If the dead coordinator's lease has not expired yet, wait it out "
+    "(at most its TTL) instead of exiting 2.",
+)
 @fail_cleanly
-def resume(run_id: str, redis_url: str | None, workers: int | None, idle_exit_s: int,
-           as_json: bool, approve_plan: bool, wait: bool, settings: Settings) -> None:
+def resume(
+    run_id: str,
+    redis_url: str | None,
+    workers: int | None,
+    idle_exit_s: int,
+    as_json: bool,
+    approve_plan: bool,
+    wait: bool,
+    settings: Settings,
+) -> None:
     """Take over RUN_ID after its coordinator died; completed tasks are never re-run."""
     from teamctl.coordinator.cli.commands import resume_command
 
-    sys.exit(resume_command(redis_url=resolve_redis_url(redis_url, settings), run_id=run_id,
-                            workers=workers, as_json=as_json, approve_plan=approve_plan,
-                            settings=settings, embedded=is_embedded(redis_url, settings),
-                            idle_exit_s=idle_exit_s, wait=wait))
+    sys.exit(
+        resume_command(
+            redis_url=resolve_redis_url(redis_url, settings),
+            run_id=run_id,
+            workers=workers,
+            as_json=as_json,
+            approve_plan=approve_plan,
+            settings=settings,
+            embedded=is_embedded(redis_url, settings),
+            idle_exit_s=idle_exit_s,
+            wait=wait,
+        )
+    )
 
 
 @main.command()
 @click.argument("run_id")
-@click.option("--add-usd", metavar="USD", default=None,
-              help="Dollars to add to the run's max_cost_usd (more than 0).")
-@click.option("--add-tokens", metavar="N", default=None,
-              help="Tokens to add to the run's max_tokens (a whole number above 0).")
+@click.option(
+    "--add-usd",
+    metavar="USD",
+    default=None,
+    help="Dollars to add to the run's max_cost_usd (more than 0).",
+)
+@click.option(
+    "--add-tokens",
+    metavar="N",
+    default=None,
+    help="Tokens to add to the run's max_tokens (a whole number above 0).",
+)
 @redis_url_option
 @fail_cleanly
-def budget(run_id: str, add_usd: str | None, add_tokens: str | None, redis_url: str | None,
-           settings: Settings) -> None:
+def budget(
+    run_id: str,
+    add_usd: str | None,
+    add_tokens: str | None,
+    redis_url: str | None,
+    settings: Settings,
+) -> None:
     """Raise RUN_ID's budget (a run paused awaiting_budget resumes), or show it."""
     from teamctl.coordinator.cli.commands import budget_command
 
@@ -261,9 +334,12 @@ def budget(run_id: str, add_usd: str | None, add_tokens: str | None, redis_url: 
 @main.command()
 @click.argument("run_id")
 @redis_url_option
-@click.option("--wait", is_flag=True,
-              help="Return once the run has ended, not when the stop is asked for (members "
-                   "finish the model or tool call in hand first).")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Return once the run has ended, not when the stop is asked for (members "
+    "finish the model or tool call in hand first).",
+)
 @fail_cleanly
 def cancel(run_id: str, redis_url: str | None, wait: bool, settings: Settings) -> None:
     """Stop RUN_ID: no more dispatch, members stop, what never ran is blocked "cancelled"."""
@@ -288,8 +364,7 @@ def approve(run_id: str, redis_url: str | None, settings: Settings) -> None:
 @redis_url_option
 @click.option("--reason", default=None, help="Why, recorded on the run.")
 @fail_cleanly
-def reject(run_id: str, redis_url: str | None, reason: str | None,
-           settings: Settings) -> None:
+def reject(run_id: str, redis_url: str | None, reason: str | None, settings: Settings) -> None:
     """Reject the plan RUN_ID is waiting on; the run fails with "plan rejected"."""
     from teamctl.coordinator.cli.commands import decide_command
 
@@ -302,8 +377,9 @@ def reject(run_id: str, redis_url: str | None, reason: str | None,
 @redis_url_option
 @force_option
 @fail_cleanly
-def export(run_id: str, directory: Path, redis_url: str | None, force: bool,
-           settings: Settings) -> None:
+def export(
+    run_id: str, directory: Path, redis_url: str | None, force: bool, settings: Settings
+) -> None:
     """Write RUN_ID as AI4J files: DIRECTORY/state/<team>.json, DIRECTORY/mailbox/<team>.jsonl,
     and its workspace's files under DIRECTORY/workspace/."""
     from teamctl.coordinator.cli.commands import export_command
@@ -329,13 +405,21 @@ def status(run_id: str | None, redis_url: str | None, as_json: bool, settings: S
 @main.command()
 @click.argument("run_id", required=False)
 @redis_url_option
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the task states as JSON (with --follow: one JSON object per line).")
-@click.option("--follow", is_flag=True,
-              help="Print the board, then every task state change until the run ends.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the task states as JSON (with --follow: one JSON object per line).",
+)
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Print the board, then every task state change until the run ends.",
+)
 @fail_cleanly
-def tasks(run_id: str | None, redis_url: str | None, as_json: bool, follow: bool,
-          settings: Settings) -> None:
+def tasks(
+    run_id: str | None, redis_url: str | None, as_json: bool, follow: bool, settings: Settings
+) -> None:
     """List a run's tasks (default: the last run's), in plan order (columns: task, status,
     member, attempts, detail); --follow then prints their changes as they happen, a line each:
     task, status, member, attempts=N."""
@@ -353,8 +437,12 @@ def tasks(run_id: str | None, redis_url: str | None, as_json: bool, follow: bool
 @main.command()
 @click.argument("run_id", required=False)
 @redis_url_option
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per line, with `kind` \"task\" or \"message\".")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help='One JSON object per line, with `kind` "task" or "message".',
+)
 @fail_cleanly
 def events(run_id: str | None, redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """Print a run's task state changes and messages in order, from its start until it ends
@@ -383,8 +471,14 @@ def send(run_id: str, text: str, to: str, redis_url: str | None, settings: Setti
 @main.command()
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--limit", type=int, default=20, show_default=True, metavar="N",
-              help="How many runs to list, newest first.")
+@click.option(
+    "--limit",
+    type=int,
+    default=20,
+    show_default=True,
+    metavar="N",
+    help="How many runs to list, newest first.",
+)
 @fail_cleanly
 def runs(redis_url: str | None, as_json: bool, limit: int, settings: Settings) -> None:
     """List recent runs, newest first (columns: run, started, duration, status, cost,
@@ -442,8 +536,10 @@ def redis_stop(settings: Settings) -> None:
         stop_pool_command(settings, url)
     result = server.stop()
     if result.stale_pid is not None:
-        click.echo(f"not running (removed {server.pid_file}: pid {result.stale_pid} is not the "
-                   "redis-server teamctl started, and was not signalled)")
+        click.echo(
+            f"not running (removed {server.pid_file}: pid {result.stale_pid} is not the "
+            "redis-server teamctl started, and was not signalled)"
+        )
     else:
         click.echo("stopped" if result.stopped else "not running")
 
@@ -453,8 +549,7 @@ def redis_stop(settings: Settings) -> None:
 @click.argument("path", required=False)
 @redis_url_option
 @fail_cleanly
-def files(run_id: str | None, path: str | None, redis_url: str | None,
-          settings: Settings) -> None:
+def files(run_id: str | None, path: str | None, redis_url: str | None, settings: Settings) -> None:
     """List a run's workspace files (columns: bytes, version, path; version `-` for a workspace
     on disk, which keeps none), or print the one at PATH (kept in Redis or on disk); without
     RUN_ID, the last run's (a PATH needs a RUN_ID before it: `files last PATH`)."""
@@ -468,16 +563,19 @@ def files(run_id: str | None, path: str | None, redis_url: str | None,
 @redis_url_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message, whole.")
 @fail_cleanly
-def transcript(ids: tuple[str, ...], redis_url: str | None, as_json: bool,
-               settings: Settings) -> None:
+def transcript(
+    ids: tuple[str, ...], redis_url: str | None, as_json: bool, settings: Settings
+) -> None:
     """Show what TASK_ID's member sent its model and got back: its tool calls and results.
     With TASK_ID alone, the task of the last run."""
     from teamctl.coordinator.cli.transcript_view import transcript_command
     from teamctl.shared.errors import ConfigError
 
     if len(ids) not in (1, 2):  # one argument is the task: a run alone names no transcript
-        raise ConfigError(f"transcript takes TASK_ID (a task of the last run) or RUN_ID TASK_ID, "
-                          f"not {len(ids)} arguments")
+        raise ConfigError(
+            f"transcript takes TASK_ID (a task of the last run) or RUN_ID TASK_ID, "
+            f"not {len(ids)} arguments"
+        )
     run_id, task_id = (None, ids[0]) if len(ids) == 1 else ids
     transcript_command(attach_redis_url(redis_url, settings), run_id, task_id, as_json)
 
@@ -490,25 +588,41 @@ def transcript(ids: tuple[str, ...], redis_url: str | None, as_json: bool,
 @click.option("--follow", is_flag=True, help="Keep printing new messages until the run ends.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @fail_cleanly
-def messages(run_id: str | None, redis_url: str | None, member: str | None, type_: str | None,
-             follow: bool, as_json: bool, settings: Settings) -> None:
+def messages(
+    run_id: str | None,
+    redis_url: str | None,
+    member: str | None,
+    type_: str | None,
+    follow: bool,
+    as_json: bool,
+    settings: Settings,
+) -> None:
     """Show a run's messages (default: the last run's), a line each: its local time (HH:MM:SS,
     with the date before it when not today), [type], (task), from -> to: content, the
     content's further lines indented under it."""
     from teamctl.coordinator.cli.messages_view import messages_command
 
-    messages_command(attach_redis_url(redis_url, settings), run_id, member=member, type_=type_,
-                     follow=follow, as_json=as_json)
+    messages_command(
+        attach_redis_url(redis_url, settings),
+        run_id,
+        member=member,
+        type_=type_,
+        follow=follow,
+        as_json=as_json,
+    )
 
 
 @main.group(invoke_without_command=True)
 @redis_url_option
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the workers as JSON, one object per worker (not per queue).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the workers as JSON, one object per worker (not per queue).",
+)
 @click.pass_context
 @fail_cleanly
-def workers(ctx: click.Context, redis_url: str | None, as_json: bool,
-            settings: Settings) -> None:
+def workers(ctx: click.Context, redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """List the workers on each queue (RQ's registry; columns: queue, worker, state, job, pool);
     `start` and `stop` manage the local pool."""
     if ctx.invoked_subcommand is not None:
@@ -522,11 +636,21 @@ def workers(ctx: click.Context, redis_url: str | None, as_json: bool,
 @click.argument("queues", nargs=-1)
 @redis_url_option
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
-@click.option("--idle-exit", "idle_exit_s", type=click.IntRange(min=1), default=None,
-              help="Exit after S seconds without a job (default: never).")
+@click.option(
+    "--idle-exit",
+    "idle_exit_s",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Exit after S seconds without a job (default: never).",
+)
 @fail_cleanly
-def worker(queues: tuple[str, ...], redis_url: str | None, burst: bool,
-           idle_exit_s: int | None, settings: Settings) -> None:
+def worker(
+    queues: tuple[str, ...],
+    redis_url: str | None,
+    burst: bool,
+    idle_exit_s: int | None,
+    settings: Settings,
+) -> None:
     """Run one preloaded worker in the foreground on QUEUES (default: members), as
     `RQ_CONFIG=teamctl.worker.settings rq worker QUEUES` does; start more to scale, on any
     host that reaches the same Redis."""
@@ -534,27 +658,37 @@ def worker(queues: tuple[str, ...], redis_url: str | None, burst: bool,
     from teamctl.shared.tracing import check_tracing
 
     check_tracing(settings)  # one line now, not a traceback from the worker's preload
-    foreground_worker_command(resolve_redis_url(redis_url, settings), list(queues), burst,
-                              idle_exit_s)
+    foreground_worker_command(
+        resolve_redis_url(redis_url, settings), list(queues), burst, idle_exit_s
+    )
 
 
 @workers.command("start")
-@click.option("-n", "count", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Pool workers to have running on these queues.")
-@click.option("--queue", "queues", multiple=True, help="Queue to serve (repeatable; default: "
-              "members).")
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1),
+    default=2,
+    show_default=True,
+    help="Pool workers to have running on these queues.",
+)
+@click.option(
+    "--queue", "queues", multiple=True, help="Queue to serve (repeatable; default: members)."
+)
 @idle_exit_option
 @redis_url_option
 @fail_cleanly
-def workers_start(count: int, queues: tuple[str, ...], idle_exit_s: int, redis_url: str | None,
-                  settings: Settings) -> None:
+def workers_start(
+    count: int, queues: tuple[str, ...], idle_exit_s: int, redis_url: str | None, settings: Settings
+) -> None:
     """Start local pool workers (up to N live on these queues) that outlive this command."""
     from teamctl.coordinator.cli.worker_commands import start_pool_command
     from teamctl.shared.tracing import check_tracing
 
     check_tracing(settings)  # one line now, not a log of every pool worker's failed preload
-    start_pool_command(lambda: resolve_redis_url(redis_url, settings), list(queues), count,
-                       idle_exit_s, settings)
+    start_pool_command(
+        lambda: resolve_redis_url(redis_url, settings), list(queues), count, idle_exit_s, settings
+    )
 
 
 @workers.command("stop")

@@ -51,8 +51,11 @@ def exit_code_for(result: RunResult) -> int:
 def say_if_offline(source: ModelSource) -> None:
     """The offline model is a fallback the user may not expect: say so on stderr."""
     if source is ModelSource.OFFLINE:
-        click.echo("teamctl: no model configured and no provider key set; using the built-in "
-                   "offline model (set TEAMCTL_MODEL or --model for a real one)", err=True)
+        click.echo(
+            "teamctl: no model configured and no provider key set; using the built-in "
+            "offline model (set TEAMCTL_MODEL or --model for a real one)",
+            err=True,
+        )
 
 
 def approval_mode(approve_plan: bool) -> ApprovalMode:
@@ -66,12 +69,23 @@ def approval_mode(approve_plan: bool) -> ApprovalMode:
     return ApprovalMode.WAIT
 
 
-def run_command(*, objective: str, team_path: Path | None, model: str | None,
-                api_base: str | None, redis_url: Callable[[], str], workers: int | None,
-                run_id: str | None, as_json: bool, approve_plan: bool,
-                option_flags: dict[str, Any], settings: Settings, embedded: bool = False,
-                idle_exit_s: int = DEFAULT_IDLE_EXIT_S,
-                fallback_models: Sequence[str] = ()) -> int:
+def run_command(
+    *,
+    objective: str,
+    team_path: Path | None,
+    model: str | None,
+    api_base: str | None,
+    redis_url: Callable[[], str],
+    workers: int | None,
+    run_id: str | None,
+    as_json: bool,
+    approve_plan: bool,
+    option_flags: dict[str, Any],
+    settings: Settings,
+    embedded: bool = False,
+    idle_exit_s: int = DEFAULT_IDLE_EXIT_S,
+    fallback_models: Sequence[str] = (),
+) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
@@ -80,8 +94,16 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
 
     team = load_team_file(team_path)
     team = team.model_copy(update={"options": merge_options(team.options, option_flags)})
-    started = launch(team, objective, model=model, api_base=api_base, redis_url=redis_url,
-                     run_id=run_id, settings=settings, fallback_models=fallback_models)
+    started = launch(
+        team,
+        objective,
+        model=model,
+        api_base=api_base,
+        redis_url=redis_url,
+        run_id=run_id,
+        settings=settings,
+        fallback_models=fallback_models,
+    )
     say_if_offline(started.model_source)
     click.echo(f"teamctl: run {started.spec.run_id} on {redacted(started.redis_url)}", err=True)
     # On a person's terminal the id to copy heads stdout; a pipe gets the answer alone, as
@@ -89,14 +111,30 @@ def run_command(*, objective: str, team_path: Path | None, model: str | None,
     if not as_json and sys.stdout.isatty():
         click.echo(started.spec.run_id)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
-    return _run_and_print(started.conn, started.redis_url, started.spec, started.hooks,
-                          workers=plan, as_json=as_json, approve_plan=approve_plan,
-                          settings=settings)
+    return _run_and_print(
+        started.conn,
+        started.redis_url,
+        started.spec,
+        started.hooks,
+        workers=plan,
+        as_json=as_json,
+        approve_plan=approve_plan,
+        settings=settings,
+    )
 
 
-def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json: bool,
-                   approve_plan: bool, settings: Settings, embedded: bool = False,
-                   idle_exit_s: int = DEFAULT_IDLE_EXIT_S, wait: bool = False) -> int:
+def resume_command(
+    *,
+    redis_url: str,
+    run_id: str,
+    workers: int | None,
+    as_json: bool,
+    approve_plan: bool,
+    settings: Settings,
+    embedded: bool = False,
+    idle_exit_s: int = DEFAULT_IDLE_EXIT_S,
+    wait: bool = False,
+) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired (with `wait`: once
     it expires); the exit code."""
     from teamctl.coordinator.runs.hooks import load_hooks
@@ -107,13 +145,21 @@ def resume_command(*, redis_url: str, run_id: str, workers: int | None, as_json:
     if wait:
         _wait_out_lease(run)
     if run.store.state().finished:
-        raise ConfigError(f"run {run_id} has already finished; `teamctl status {run_id}` "
-                          "shows its result")
+        raise ConfigError(
+            f"run {run_id} has already finished; `teamctl status {run_id}` shows its result"
+        )
     run.lease.check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
-    return _run_and_print(run.conn, redis_url, spec, load_hooks(spec.hooks),
-                          workers=WorkerPlan(workers, embedded, idle_exit_s), as_json=as_json,
-                          approve_plan=approve_plan, settings=settings)
+    return _run_and_print(
+        run.conn,
+        redis_url,
+        spec,
+        load_hooks(spec.hooks),
+        workers=WorkerPlan(workers, embedded, idle_exit_s),
+        as_json=as_json,
+        approve_plan=approve_plan,
+        settings=settings,
+    )
 
 
 def _wait_out_lease(run: RunHandle) -> None:
@@ -124,17 +170,28 @@ def _wait_out_lease(run: RunHandle) -> None:
     said = False
     while (ttl_ms := int(run.conn.pttl(run.keys.lease))) > 0 or ttl_ms == -1:
         if not said:
-            click.echo(f"teamctl: run {run.run_id} is still leased to its coordinator; "
-                       f"waiting for the lease to expire (in {max(ttl_ms, 0) / 1000:.1f}s "
-                       "unless renewed)", err=True)
+            click.echo(
+                f"teamctl: run {run.run_id} is still leased to its coordinator; "
+                f"waiting for the lease to expire (in {max(ttl_ms, 0) / 1000:.1f}s "
+                "unless renewed)",
+                err=True,
+            )
             said = True
         if wait_for_end(run, time.monotonic() + max(ttl_ms, 100) / 1000):
             return  # it ended meanwhile: the caller says so
 
 
-def _run_and_print(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
-                   workers: WorkerPlan, as_json: bool, approve_plan: bool,
-                   settings: Settings) -> int:
+def _run_and_print(
+    conn: redis.Redis,
+    redis_url: str,
+    spec: RunSpec,
+    hooks: list[object],
+    *,
+    workers: WorkerPlan,
+    as_json: bool,
+    approve_plan: bool,
+    settings: Settings,
+) -> int:
     """Drive the run to its end with the workers it needs, print the result; Ctrl-C cancels
     the run (as `teamctl cancel`) and exits 130 at once."""
     from teamctl.coordinator.cli.run_view import ending_lines, has_answer
@@ -144,9 +201,16 @@ def _run_and_print(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list
 
     reporter = Reporter.for_stderr(current_advice())
     try:
-        result = run_to_end(conn, redis_url, spec, hooks, workers=workers,
-                            approval=approval_mode(approve_plan), reporter=reporter,
-                            settings=settings)
+        result = run_to_end(
+            conn,
+            redis_url,
+            spec,
+            hooks,
+            workers=workers,
+            approval=approval_mode(approve_plan),
+            reporter=reporter,
+            settings=settings,
+        )
     except KeyboardInterrupt:
         return _cancel_interrupted(redis_url, spec, reporter)
     if as_json:
@@ -167,12 +231,15 @@ def _cancel_interrupted(redis_url: str, spec: RunSpec, reporter: Reporter) -> in
     try:
         cancel_run(run)
     except ConfigError:  # it ended just before the Ctrl-C
-        reporter.note(f"interrupted; run {run_id} had already ended (`teamctl status "
-                      f"{run_id}` shows it)")
+        reporter.note(
+            f"interrupted; run {run_id} had already ended (`teamctl status {run_id}` shows it)"
+        )
     else:
-        reporter.note(f"interrupted; run {run_id} cancelled: nothing more is dispatched and "
-                      f"its members stop at their next model call (`teamctl status {run_id}` "
-                      "shows what it did)")
+        reporter.note(
+            f"interrupted; run {run_id} cancelled: nothing more is dispatched and "
+            f"its members stop at their next model call (`teamctl status {run_id}` "
+            "shows what it did)"
+        )
     return INTERRUPTED_EXIT_CODE
 
 
@@ -191,8 +258,11 @@ def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
         for line in status_lines(result, advice, resume_hint(run)):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
-            click.echo(advice.spell(f"no coordinator is driving it: `teamctl resume "
-                                    f"{run.run_id}` continues it"))
+            click.echo(
+                advice.spell(
+                    f"no coordinator is driving it: `teamctl resume {run.run_id}` continues it"
+                )
+            )
     return exit_code_for(result) if result.status.finished else 0
 
 
@@ -210,8 +280,19 @@ def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
         return
     now = now_ms()
     awaiting = run.store.state().status is RunStatus.AWAITING_APPROVAL
-    print_listing(TASKS_HEADER, [(s.task_id, s.status.shown(awaiting), s.claimed_by or "-",
-                                  str(s.attempts), _task_detail(s, now)) for s in states])
+    print_listing(
+        TASKS_HEADER,
+        [
+            (
+                s.task_id,
+                s.status.shown(awaiting),
+                s.claimed_by or "-",
+                str(s.attempts),
+                _task_detail(s, now),
+            )
+            for s in states
+        ],
+    )
 
 
 def _task_detail(state: TaskState, now: int) -> str:
@@ -235,15 +316,17 @@ def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | No
     click.echo(f"plan of run {run.run_id} {'approved' if approved else 'rejected'}")
 
 
-def budget_command(redis_url: str, run_id: str, add_tokens: str | None,
-                   add_usd: str | None) -> None:
+def budget_command(
+    redis_url: str, run_id: str, add_tokens: str | None, add_usd: str | None
+) -> None:
     """`teamctl budget`: raise a live run's budget (a paused run resumes), or show it."""
     tokens, usd = parse_top_up(add_tokens, add_usd)
     run = existing_run(redis_url, run_id)
     if tokens or usd:
         state = raise_budget(run, tokens, usd)
-        click.echo(f"budget of run {run.run_id} raised"
-                   + ("" if state.exceeded else "; it goes on"))
+        click.echo(
+            f"budget of run {run.run_id} raised" + ("" if state.exceeded else "; it goes on")
+        )
     else:
         state = run.budget.state()
     for line in state.lines():
@@ -262,11 +345,18 @@ def cancel_command(redis_url: str, run_id: str, *, wait: bool = False) -> None:
         return
     run_id = run.run_id
     busy = run.board.counts().get(TaskStatus.IN_PROGRESS, 0)
-    in_hand = (f"; its members stop after the model or tool call in hand ({counted(busy, 'task')}"
-               " in progress)" if busy else "")
+    in_hand = (
+        f"; its members stop after the model or tool call in hand ({counted(busy, 'task')}"
+        " in progress)"
+        if busy
+        else ""
+    )
     then = "" if wait else f" (`teamctl cancel {run_id} --wait` waits for the end)"
-    click.echo(current_advice().spell(
-        f"cancel requested: the coordinator of run {run_id} is stopping it{in_hand}{then}"))
+    click.echo(
+        current_advice().spell(
+            f"cancel requested: the coordinator of run {run_id} is stopping it{in_hand}{then}"
+        )
+    )
     if wait:
         wait_for_end(run, None)
         click.echo(f"run {run_id} {run.store.state().status}")

@@ -87,19 +87,38 @@ class Ai4jState(BaseModel):
 
 
 def _task_state(s: TaskState) -> Ai4jTaskState:
-    task = Ai4jTask(id=s.task_id, memberId=s.member_id, task=s.task, context=s.context,
-                    dependsOn=s.depends_on)
+    task = Ai4jTask(
+        id=s.task_id, memberId=s.member_id, task=s.task, context=s.context, dependsOn=s.depends_on
+    )
     return Ai4jTaskState(
-        taskId=s.task_id, task=task, status=s.status.value.upper(), claimedBy=s.claimed_by,
-        startTime=s.start_ms, endTime=s.end_ms, durationMillis=s.duration_ms,
-        lastHeartbeatTime=s.last_heartbeat_ms, phase=s.phase, detail=s.detail,
-        percent=s.percent, updatedAtEpochMs=s.updated_ms, heartbeatCount=s.heartbeat_count,
-        output=s.output, error=s.error)
+        taskId=s.task_id,
+        task=task,
+        status=s.status.value.upper(),
+        claimedBy=s.claimed_by,
+        startTime=s.start_ms,
+        endTime=s.end_ms,
+        durationMillis=s.duration_ms,
+        lastHeartbeatTime=s.last_heartbeat_ms,
+        phase=s.phase,
+        detail=s.detail,
+        percent=s.percent,
+        updatedAtEpochMs=s.updated_ms,
+        heartbeatCount=s.heartbeat_count,
+        output=s.output,
+        error=s.error,
+    )
 
 
 def _message(m: Envelope) -> Ai4jMessage:
-    return Ai4jMessage(id=m.id, fromMemberId=m.from_, toMemberId=m.to, type=m.type,
-                       taskId=m.task_id, content=m.content, createdAt=m.created_at)
+    return Ai4jMessage(
+        id=m.id,
+        fromMemberId=m.from_,
+        toMemberId=m.to,
+        type=m.type,
+        taskId=m.task_id,
+        content=m.content,
+        createdAt=m.created_at,
+    )
 
 
 def export_run(run: RunHandle, root: Path, *, force: bool = False) -> list[Path]:
@@ -108,22 +127,39 @@ def export_run(run: RunHandle, root: Path, *, force: bool = False) -> list[Path]
     spec, state = run.spec, run.store.state()
     messages = [_message(m) for m in run.bus.messages()]
     snapshot = Ai4jState(
-        teamId=spec.team_id, objective=spec.objective,
-        members=[Ai4jMember(id=m.id, name=m.display_name, description=m.description)
-                 for m in spec.members],
+        teamId=spec.team_id,
+        objective=spec.objective,
+        members=[
+            Ai4jMember(id=m.id, name=m.display_name, description=m.description)
+            for m in spec.members
+        ],
         taskStates=[_task_state(s) for s in run.board.snapshot()],
-        messages=messages, lastOutput=state.output, lastRounds=state.rounds,
-        lastRunStartedAt=state.started_ms, lastRunCompletedAt=state.ended_ms,
-        runActive=not state.finished)
+        messages=messages,
+        lastOutput=state.output,
+        lastRounds=state.rounds,
+        lastRunStartedAt=state.started_ms,
+        lastRunCompletedAt=state.ended_ms,
+        runActive=not state.finished,
+    )
     files = RunFiles(run.conn, spec)
     # Only paths that stay under workspace/ (files.everything() yields no other; checked again
     # here because these paths come from Redis and name files to write).
-    workspace = [(root / "workspace" / path, data) for path, data in files.everything()
-                 if syncable(path)] if files.here else []
-    return write_files([
-        (root / "state" / f"{spec.team_id}.json", snapshot.model_dump_json(indent=2)),
-        (root / "mailbox" / f"{spec.team_id}.jsonl",
-         "".join(m.model_dump_json() + "\n" for m in messages)), *workspace], force=force)
+    workspace = (
+        [(root / "workspace" / path, data) for path, data in files.everything() if syncable(path)]
+        if files.here
+        else []
+    )
+    return write_files(
+        [
+            (root / "state" / f"{spec.team_id}.json", snapshot.model_dump_json(indent=2)),
+            (
+                root / "mailbox" / f"{spec.team_id}.jsonl",
+                "".join(m.model_dump_json() + "\n" for m in messages),
+            ),
+            *workspace,
+        ],
+        force=force,
+    )
 
 
 def write_files(files: Sequence[tuple[Path, str | bytes]], *, force: bool) -> list[Path]:

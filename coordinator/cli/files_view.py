@@ -26,8 +26,13 @@ def files_command(redis_url: str, run_id: str | None, path: str | None) -> None:
     entries = files.listing()
     click.echo(f"{counted(len(entries), 'file')} in {flat(files.where)}", err=True)
     # A workspace on disk keeps no versions: its column says `-`.
-    print_listing(HEADER, [(str(entry.size_bytes), str(entry.version) if entry.version else "-",
-                            entry.path) for entry in entries])
+    print_listing(
+        HEADER,
+        [
+            (str(entry.size_bytes), str(entry.version) if entry.version else "-", entry.path)
+            for entry in entries
+        ],
+    )
 
 
 def show(data: bytes) -> None:

@@ -27,31 +27,62 @@ if TYPE_CHECKING:
 
 
 @click.command("lead")
-@click.option("--model", default=None,
-              help=f"The lead's model, and its teammates' default (default: {MODEL_DEFAULT}).")
-@click.option("--fallback-model", "fallback_models", multiple=True, metavar="M",
-              help="A model the lead tries when its own cannot answer (repeatable, in order; "
-                   "default: the team's [teammates] fallbacks); its teammates' default too.")
+@click.option(
+    "--model",
+    default=None,
+    help=f"The lead's model, and its teammates' default (default: {MODEL_DEFAULT}).",
+)
+@click.option(
+    "--fallback-model",
+    "fallback_models",
+    multiple=True,
+    metavar="M",
+    help="A model the lead tries when its own cannot answer (repeatable, in order; "
+    "default: the team's [teammates] fallbacks); its teammates' default too.",
+)
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
-@click.option("--workers", type=click.IntRange(min=0), default=None,
-              help="Start N local workers for this lead only, stopped when it exits. Default "
-                   "(and 0) on the embedded Redis: reuse or start the local pool, as the team "
-                   "verbs do. Default on another Redis: start 2 when no worker listens on the "
-                   "team's queues; 0 there starts none.")
-@click.option("--new", "start_over", is_flag=True,
-              help="Forget the lead's conversation and start over (unread mail stays unread).")
-@click.option("-m", "--message", default=None,
-              help="Run one turn on TEXT without a terminal, then exit (or --until-idle).")
-@click.option("--until-idle", is_flag=True,
-              help="Then wait until every teammate is idle or shut down and the lead's inbox "
-                   "is handled, running a turn on each new mail.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Start N local workers for this lead only, stopped when it exits. Default "
+    "(and 0) on the embedded Redis: reuse or start the local pool, as the team "
+    "verbs do. Default on another Redis: start 2 when no worker listens on the "
+    "team's queues; 0 there starts none.",
+)
+@click.option(
+    "--new",
+    "start_over",
+    is_flag=True,
+    help="Forget the lead's conversation and start over (unread mail stays unread).",
+)
+@click.option(
+    "-m",
+    "--message",
+    default=None,
+    help="Run one turn on TEXT without a terminal, then exit (or --until-idle).",
+)
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Then wait until every teammate is idle or shut down and the lead's inbox "
+    "is handled, running a turn on each new mail.",
+)
 @team_option
 @redis_url_option
 @fail_cleanly
-def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: str | None,
-                 workers: int | None, start_over: bool,
-                 message: str | None, until_idle: bool, team: str | None, redis_url: str | None,
-                 settings: Settings) -> None:
+def lead_command(
+    model: str | None,
+    fallback_models: tuple[str, ...],
+    api_base: str | None,
+    workers: int | None,
+    start_over: bool,
+    message: str | None,
+    until_idle: bool,
+    team: str | None,
+    redis_url: str | None,
+    settings: Settings,
+) -> None:
     """Drive the team's lead agent: a line is a message, /help lists the slash commands."""
     from teamctl.coordinator.cli.commands import say_if_offline
     from teamctl.coordinator.teams.lead import LeadAgent
@@ -71,8 +102,11 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
 
     tracing = tracing_from_settings(settings, CLI_SERVICE)  # a config error before any write
     url = resolve_redis_url(redis_url, settings)
-    store = TeamStore(connect(url), team or settings.team,
-                      workspace_store=choose_store(settings.workspace_store, url))
+    store = TeamStore(
+        connect(url),
+        team or settings.team,
+        workspace_store=choose_store(settings.workspace_store, url),
+    )
     meta = store.create()
     meta.check_host(store.team, this_host(), "lead")  # its tools and spawns use the directory
     options = meta.options
@@ -85,16 +119,27 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
         stack.callback(tracing.close)  # last: after the lead's last turn
         stack.enter_context(lease)  # before the workers: a second lead is refused at once
         say_if_offline(source)
-        start_workers(stack, store, url, workers, settings,
-                      embedded=is_embedded(redis_url, settings))
-        client = LitellmClient(provider_keys=settings.provider_keys,
-                               timeout_s=options.model_timeout_s,
-                               max_retries=options.model_max_retries,
-                               keys_in="this `teamctl lead` (it makes the lead's model calls)",
-                               limits=worker_limits(store.conn, options.limits, settings))
-        agent = LeadAgent(store, lease, client, chosen, base,
-                          team_workspace(settings.state_dir, store.team), on_step=show_step,
-                          tracing=tracing, fallbacks=fallbacks)
+        start_workers(
+            stack, store, url, workers, settings, embedded=is_embedded(redis_url, settings)
+        )
+        client = LitellmClient(
+            provider_keys=settings.provider_keys,
+            timeout_s=options.model_timeout_s,
+            max_retries=options.model_max_retries,
+            keys_in="this `teamctl lead` (it makes the lead's model calls)",
+            limits=worker_limits(store.conn, options.limits, settings),
+        )
+        agent = LeadAgent(
+            store,
+            lease,
+            client,
+            chosen,
+            base,
+            team_workspace(settings.state_dir, store.team),
+            on_step=show_step,
+            tracing=tracing,
+            fallbacks=fallbacks,
+        )
         stack.callback(agent.close)
         if start_over:
             agent.memory.start_over()
@@ -102,13 +147,25 @@ def lead_command(model: str | None, fallback_models: tuple[str, ...], api_base: 
         try:
             converse(LeadRepl(agent), message, until_idle, f"team {store.team} (model {chosen})")
         except KeyboardInterrupt:
-            click.echo(spelled("teamctl: interrupted; the teammates keep running, and `teamctl "
-                               "lead` continues the conversation"), err=True)
+            click.echo(
+                spelled(
+                    "teamctl: interrupted; the teammates keep running, and `teamctl "
+                    "lead` continues the conversation"
+                ),
+                err=True,
+            )
             sys.exit(130)
 
 
-def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int | None,
-                  settings: Settings, *, embedded: bool = False) -> None:
+def start_workers(
+    stack: ExitStack,
+    store: TeamStore,
+    url: str,
+    workers: int | None,
+    settings: Settings,
+    *,
+    embedded: bool = False,
+) -> None:
     """By default (or 0) the local pool on the embedded defaults (as the `team` verbs have
     it), and on another Redis 2 workers of the lead's own when none listens; `workers` of its
     own on every queue the team uses (stopped with `stack`); with 0 on another Redis, a warning
@@ -136,11 +193,12 @@ def start_workers(stack: ExitStack, store: TeamStore, url: str, workers: int | N
 
     for queue in queues:
         if not store.scheduler.workers_on(queue):
-            note(no_worker_hint(queue, 'each turn there'))
+            note(no_worker_hint(queue, "each turn there"))
 
 
-def own_workers(stack: ExitStack, url: str, queues: list[str], count: int,
-                settings: Settings) -> None:
+def own_workers(
+    stack: ExitStack, url: str, queues: list[str], count: int, settings: Settings
+) -> None:
     """`count` workers of the lead's own on `queues`, said when they start and when they stop
     (a warm stop: each finishes the turn in hand, which may take a while)."""
     from teamctl.coordinator.local_workers.processes import LocalWorkers

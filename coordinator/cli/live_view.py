@@ -34,41 +34,27 @@ def send_command(redis_url: str, run_id: str, to: str, text: str) -> None:
     click.echo(sent_line((message.to or to) if message else to))
 
 
-
-
 # --- following ----------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def as_is(state: TaskState) -> TaskChange:
     """A task as the board stands now (a line printed before following)."""
-    return TaskChange(task_id=state.task_id, status=state.status,
-                      member_id=state.claimed_by or state.member_id, attempts=state.attempts,
-                      at_ms=state.updated_ms)
+    return TaskChange(
+        task_id=state.task_id,
+        status=state.status,
+        member_id=state.claimed_by or state.member_id,
+        attempts=state.attempts,
+        at_ms=state.updated_ms,
+    )
 
 
 def change_line(change: TaskChange, as_json: bool) -> str:
     if as_json:
         return change.model_dump_json()
-    return (f"{flat(change.task_id):24} {change.status.value:12} "
-            f"{flat(change.member_id) or '-':16} attempts={change.attempts}")
-
-
-
-
+    return (
+        f"{flat(change.task_id):24} {change.status.value:12} "
+        f"{flat(change.member_id) or '-':16} attempts={change.attempts}"
+    )
 
 
 def follow_tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
@@ -95,16 +81,18 @@ def events_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
     try:
         for event in run_events(existing_run(redis_url, run_id)):
             if isinstance(event, MessageEvent):
-                click.echo(event.model_dump_json(by_alias=True) if as_json else
-                           formatted(event.message, False))
+                click.echo(
+                    event.model_dump_json(by_alias=True)
+                    if as_json
+                    else formatted(event.message, False)
+                )
             else:
-                click.echo(event.model_dump_json() if as_json else
-                           f"{clock_text(event.at_ms, now_ms())} [task {event.status.value}] "
-                           f"{flat(event.task_id)} {flat(event.member_id) or '-'} "
-                           f"attempts={event.attempts}")
+                click.echo(
+                    event.model_dump_json()
+                    if as_json
+                    else f"{clock_text(event.at_ms, now_ms())} [task {event.status.value}] "
+                    f"{flat(event.task_id)} {flat(event.member_id) or '-'} "
+                    f"attempts={event.attempts}"
+                )
     except KeyboardInterrupt:
         return
-
-
-
-

@@ -30,8 +30,15 @@ Emit = Callable[[Envelope], None]
 T = TypeVar("T")
 
 
-def messages_command(redis_url: str, run_id: str | None, *, member: str | None, type_: str | None,
-                     follow: bool, as_json: bool) -> None:
+def messages_command(
+    redis_url: str,
+    run_id: str | None,
+    *,
+    member: str | None,
+    type_: str | None,
+    follow: bool,
+    as_json: bool,
+) -> None:
     """Print the run's messages (those delivered to `member`, of type `type_`), then follow."""
     run = existing_run(redis_url, run_id)
     bus = run.bus
@@ -55,10 +62,6 @@ def print_bus(bus: MessageBus, emit: Emit) -> str:
     return last_id
 
 
-
-
-
-
 def follow(tail: Tail[T], emit: Callable[[T], None], has_ended: Callable[[], bool]) -> None:
     """Emit what `tail` yields until the run ends or Ctrl-C: the one tailing loop of
     `messages --follow`, `team messages --follow`, `tasks --follow` and `events`."""
@@ -69,21 +72,18 @@ def follow(tail: Tail[T], emit: Callable[[T], None], has_ended: Callable[[], boo
         return
 
 
-
-
 def follow_bus(bus: MessageBus, after_id: str, emit: Emit, has_ended: Callable[[], bool]) -> None:
     """Tail the bus until `has_ended` (then drain it) or Ctrl-C."""
     follow(BusTail(bus, after_id), emit, has_ended)
-
-
 
 
 def _check_member(raw: str, member_ids: list[str]) -> str:
     """The member id (case and spaces ignored, nothing else rewritten), or ConfigError."""
     member = raw.strip().lower()
     if member not in member_ids and member not in RESERVED_MEMBER_IDS:
-        raise ConfigError(f"--member {raw!r} is not in this run; use one of: "
-                          f"{', '.join(member_ids)}, lead")
+        raise ConfigError(
+            f"--member {raw!r} is not in this run; use one of: {', '.join(member_ids)}, lead"
+        )
     return member
 
 
@@ -103,8 +103,10 @@ def formatted(message: Envelope, as_json: bool, now: int | None = None) -> str:
     to = flat(message.to) or "(everyone)"
     # Members write the message: nothing in it may act on the terminal, and only its content
     # may span lines.
-    return indented(f"{clock_text(sent_ms(message), now or now_ms())} [{flat(message.type)}]"
-                    f"{task} {flat(message.from_)} -> {to}: {printable(message.content)}")
+    return indented(
+        f"{clock_text(sent_ms(message), now or now_ms())} [{flat(message.type)}]"
+        f"{task} {flat(message.from_)} -> {to}: {printable(message.content)}"
+    )
 
 
 def sent_ms(message: Envelope) -> int:
@@ -118,8 +120,9 @@ def sent_line(to: str, woke: bool = False) -> str:
     return f"sent to {'every member' if to == '*' else flat(to)}" + (" (woke it)" if woke else "")
 
 
-def team_messages(store: TeamStore, *, member: str | None, type_: str | None, follow: bool,
-                  as_json: bool) -> None:
+def team_messages(
+    store: TeamStore, *, member: str | None, type_: str | None, follow: bool, as_json: bool
+) -> None:
     """Print the team's messages (those delivered to `member`, of type `type_`), then follow."""
     store.meta()  # an unknown team is a ConfigError naming how to create it
     recipient = None

@@ -9,8 +9,7 @@ from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_refs import resolve_run
 
 
-def existing_run(redis_url: str, given: str | None, *,
-                 lease_owner: str | None = None) -> RunHandle:
+def existing_run(redis_url: str, given: str | None, *, lease_owner: str | None = None) -> RunHandle:
     """The handle of the run `given` names, which must exist (ConfigError otherwise)."""
     conn = connect(redis_url)
     named = resolve_run(conn, given)

@@ -36,9 +36,9 @@ HELP = {
     "model_timeout_s": "Seconds per model call.",
     "model_max_retries": "Retries of a model call on 429, 5xx and timeouts.",
     "fallback_after_s": "Seconds a call waits for its model's paused provider account before "
-                        "moving on to a fallback model.",
+    "moving on to a fallback model.",
     "fallback_cooldown_s": "Seconds calls skip a model whose retries were spent (when they "
-                           "have a fallback).",
+    "have a fallback).",
     "max_message_bytes": "Largest message a member may send, in bytes (every field counts).",
     "dependency_output_chars": "Characters of each dependency's output given to a member.",
     "bus_max_messages": "Messages a run's bus keeps (never dropping unread ones).",
@@ -49,14 +49,14 @@ HELP = {
     "tool_timeout_s": "Seconds one Python tool call may take (then a ToolTimeout result).",
     "max_task_releases": "team_release_task calls of one task before the next fails it.",
     "transcript_max_chars": "Longest transcript kept per task for the result, in characters "
-                            "(0: none).",
+    "(0: none).",
     "mcp_start_timeout_s": "Seconds an MCP server may take to start (else the task fails).",
     "mcp_list_timeout_s": "Seconds listing an MCP server's tools may take (else the task fails).",
     "mcp_call_timeout_s": "Seconds one MCP tool call may take (else a TOOL_ERROR result).",
     "workspace_file_max_bytes": "Largest file a workspace kept in Redis holds, in bytes (a "
-                                "larger save is a tool error).",
+    "larger save is a tool error).",
     "workspace_max_bytes": "Most bytes a workspace kept in Redis holds there (content, paths "
-                           "and 512 bytes a path).",
+    "and 512 bytes a path).",
     "workspace_max_files": "Most files a workspace kept in Redis holds.",
     "journal_max_bytes": "Largest step journal kept per task, in bytes (0: none).",
 }
@@ -77,8 +77,12 @@ def _click_type(annotation: Any) -> Any:
 def _bounds(metadata: list[Any]) -> str:
     """A field's range as help text ("more than 0, at most 604800"), from its constraints."""
     words = {"gt": "more than", "ge": "at least", "lt": "less than", "le": "at most"}
-    parts = [f"{word} {getattr(c, attr)}" for c in metadata for attr, word in words.items()
-             if getattr(c, attr, None) is not None]
+    parts = [
+        f"{word} {getattr(c, attr)}"
+        for c in metadata
+        for attr, word in words.items()
+        if getattr(c, attr, None) is not None
+    ]
     return "; " + ", ".join(parts) if parts else ""
 
 
@@ -91,8 +95,9 @@ def run_option_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
             decl = f"{flag}/--no-{flag[2:]}"
             fn = click.option(decl, name, default=None, help=help_text)(fn)
         else:
-            fn = click.option(flag, name, type=_click_type(info.annotation), default=None,
-                              help=help_text)(fn)
+            fn = click.option(
+                flag, name, type=_click_type(info.annotation), default=None, help=help_text
+            )(fn)
     return fn
 
 

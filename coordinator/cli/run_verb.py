@@ -27,14 +27,26 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("objective")
-@click.option("--team", "team_path", type=click.Path(path_type=Path), default=None,
-              help="Team file (.toml, .yaml or .json).")
-@click.option("--model", default=None,
-              help="Model for every role, over the team file's (default: the team file's "
-                   f"models, else {MODEL_DEFAULT}).")
-@click.option("--fallback-model", "fallback_models", multiple=True,
-              help="A model every role tries when its own cannot answer (repeat for more, "
-                   "tried in order; replaces the team file's fallbacks).")
+@click.option(
+    "--team",
+    "team_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Team file (.toml, .yaml or .json).",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Model for every role, over the team file's (default: the team file's "
+    f"models, else {MODEL_DEFAULT}).",
+)
+@click.option(
+    "--fallback-model",
+    "fallback_models",
+    multiple=True,
+    help="A model every role tries when its own cannot answer (repeat for more, "
+    "tried in order; replaces the team file's fallbacks).",
+)
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @redis_url_option
 @run_workers_option
@@ -44,10 +56,21 @@ if TYPE_CHECKING:
 @approve_plan_option
 @run_option_flags
 @fail_cleanly
-def run(objective: str, team_path: Path | None, model: str | None,
-        fallback_models: tuple[str, ...], api_base: str | None, redis_url: str | None,
-        workers: int | None, idle_exit_s: int, run_id: str | None, as_json: bool,
-        approve_plan: bool, settings: Settings, **option_flags: Any) -> None:
+def run(
+    objective: str,
+    team_path: Path | None,
+    model: str | None,
+    fallback_models: tuple[str, ...],
+    api_base: str | None,
+    redis_url: str | None,
+    workers: int | None,
+    idle_exit_s: int,
+    run_id: str | None,
+    as_json: bool,
+    approve_plan: bool,
+    settings: Settings,
+    **option_flags: Any,
+) -> None:
     """Plan OBJECTIVE, run the team, print the synthesized answer.
 
     Every run option of the team file is also a flag here; a flag overrides the file.
@@ -56,10 +79,20 @@ def run(objective: str, team_path: Path | None, model: str | None,
     """
     from teamctl.coordinator.cli.commands import run_command
 
-    code = run_command(objective=objective, team_path=team_path, model=model,
-                       fallback_models=fallback_models, api_base=api_base,
-                       redis_url=lambda: resolve_redis_url(redis_url, settings), workers=workers,
-                       run_id=run_id, as_json=as_json, approve_plan=approve_plan,
-                       option_flags=option_flags, settings=settings,
-                       embedded=is_embedded(redis_url, settings), idle_exit_s=idle_exit_s)
+    code = run_command(
+        objective=objective,
+        team_path=team_path,
+        model=model,
+        fallback_models=fallback_models,
+        api_base=api_base,
+        redis_url=lambda: resolve_redis_url(redis_url, settings),
+        workers=workers,
+        run_id=run_id,
+        as_json=as_json,
+        approve_plan=approve_plan,
+        option_flags=option_flags,
+        settings=settings,
+        embedded=is_embedded(redis_url, settings),
+        idle_exit_s=idle_exit_s,
+    )
     sys.exit(code)

@@ -35,8 +35,11 @@ def task_members(result: RunResult) -> dict[str, str]:
     plan gave it (a blocked task never ran, yet a person wants to know whose it was)."""
     planned = {t.id: t.member_id for t in result.plan.tasks if t.member_id}
     ran = {m.task_id: m.member_id for m in result.member_results if m.member_id}
-    return {s.task_id: who for s in result.task_states
-            if (who := ran.get(s.task_id) or s.claimed_by or planned.get(s.task_id))}
+    return {
+        s.task_id: who
+        for s in result.task_states
+        if (who := ran.get(s.task_id) or s.claimed_by or planned.get(s.task_id))
+    }
 
 
 def fallback_lines(result: RunResult) -> list[str]:
@@ -57,13 +60,18 @@ def failure_lines(result: RunResult) -> list[str]:
         where = f" ({who})" if who else ""
         if state.status is TaskStatus.FAILED:
             # A task failed at dispatch (an unknown member) never ran: no attempt to count.
-            how = (f"after {counted(state.attempts, 'attempt')}" if state.attempts
-                   else "before it ran")
-            lines.append(f"task {state.task_id}{where} failed {how}: "
-                         f"{one_line(state.error, ERROR_CHARS) or 'no reason kept'}")
+            how = (
+                f"after {counted(state.attempts, 'attempt')}" if state.attempts else "before it ran"
+            )
+            lines.append(
+                f"task {state.task_id}{where} failed {how}: "
+                f"{one_line(state.error, ERROR_CHARS) or 'no reason kept'}"
+            )
         else:
-            lines.append(f"task {state.task_id}{where} blocked: "
-                         f"{one_line(state.error, ERROR_CHARS) or 'a task it depends on failed'}")
+            lines.append(
+                f"task {state.task_id}{where} blocked: "
+                f"{one_line(state.error, ERROR_CHARS) or 'a task it depends on failed'}"
+            )
     if result.error and result.status is not RunStatus.CANCELLED:  # the last line says so
         lines.append(f"run error: {one_line(result.error, ERROR_CHARS)}")
     return lines
@@ -74,9 +82,11 @@ def ending_lines(result: RunResult, as_json: bool) -> list[str]:
     complete, and whether stdout holds an answer (the text printed above it, or with `as_json`
     the JSON's `output`) and how much of one."""
     ran = sum(s.attempts > 0 for s in result.task_states)  # claimed at least once
-    lines = [f"run {result.run_id} {result.status} in {counted(result.rounds, 'round')}, "
-             f"{counted(ran, 'task')} ran, {duration_text(result.total_duration_ms)}, "
-             f"{usage_text(result.usage)}"] + fallback_lines(result)
+    lines = [
+        f"run {result.run_id} {result.status} in {counted(result.rounds, 'round')}, "
+        f"{counted(ran, 'task')} ran, {duration_text(result.total_duration_ms)}, "
+        f"{usage_text(result.usage)}"
+    ] + fallback_lines(result)
     if result.status is RunStatus.COMPLETED:
         return lines
     lines += failure_lines(result)
@@ -88,37 +98,53 @@ def _answer_line(result: RunResult, as_json: bool) -> str:
     done = sum(s.status is TaskStatus.COMPLETED for s in result.task_states)
     of_tasks = f"{done} of {len(result.task_states)} tasks completed"
     if has_answer(result):
-        return (f"the JSON's output is a partial answer: {of_tasks}" if as_json
-                else f"the answer above is partial: {of_tasks}")
+        return (
+            f"the JSON's output is a partial answer: {of_tasks}"
+            if as_json
+            else f"the answer above is partial: {of_tasks}"
+        )
     if result.output:  # synthesized from failures alone
-        where = ("the JSON's output is the synthesizer's text" if as_json else
-                 f"`teamctl status {result.run_id} --json` has the synthesizer's text")
+        where = (
+            "the JSON's output is the synthesizer's text"
+            if as_json
+            else f"`teamctl status {result.run_id} --json` has the synthesizer's text"
+        )
         return f"no task completed, so there is no answer ({where})"
-    how = ("was cancelled" if result.status is RunStatus.CANCELLED else "ended")
+    how = "was cancelled" if result.status is RunStatus.CANCELLED else "ended"
     if not done:
         return f"no answer: the run {how} before its synthesis, and no task completed"
-    where = ("the JSON's member_results hold their outputs" if as_json else
-             f"`teamctl status {result.run_id}` shows their outputs")
+    where = (
+        "the JSON's member_results hold their outputs"
+        if as_json
+        else f"`teamctl status {result.run_id}` shows their outputs"
+    )
     return f"no answer: the run {how} before its synthesis ({of_tasks}; {where})"
 
 
-def status_lines(result: RunResult, advice: Advice | None = None,
-                 paused_hint: str | None = None) -> list[str]:
+def status_lines(
+    result: RunResult, advice: Advice | None = None, paused_hint: str | None = None
+) -> list[str]:
     """`teamctl status RUN`: the run, its error, each task (status, attempts, duration, cost,
     error), its plan while it awaits approval, the commands that resume it while it awaits
     budget (`paused_hint`), and its answer. The commands it suggests are spelled by `advice`
     (as this shell reaches teamctl, with the --redis-url it was given)."""
     advice = advice or Advice()
-    lines = [f"{result.run_id}: {result.status}; rounds {result.rounds}; "
-             f"{duration_text(result.total_duration_ms)}; {usage_text(result.usage)}",
-             f"objective: {one_line(result.objective, ERROR_CHARS)}"]
+    lines = [
+        f"{result.run_id}: {result.status}; rounds {result.rounds}; "
+        f"{duration_text(result.total_duration_ms)}; {usage_text(result.usage)}",
+        f"objective: {one_line(result.objective, ERROR_CHARS)}",
+    ]
     if result.error:
         lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
     lines += fallback_lines(result)
     if result.status is RunStatus.AWAITING_APPROVAL:
-        lines += [printable(plan_table(result.plan)),
-                  advice.spell(f"it waits for `teamctl approve {result.run_id}` or "
-                               f"`teamctl reject {result.run_id} --reason TEXT`")]
+        lines += [
+            printable(plan_table(result.plan)),
+            advice.spell(
+                f"it waits for `teamctl approve {result.run_id}` or "
+                f"`teamctl reject {result.run_id} --reason TEXT`"
+            ),
+        ]
     if result.status is RunStatus.AWAITING_BUDGET and paused_hint:
         lines.append(advice.spell(f"paused, its budget spent: {paused_hint}"))
     lines += _task_lines(result)
@@ -141,13 +167,17 @@ def _task_lines(result: RunResult) -> list[str]:
         spent = usage.get(state.task_id)
         # A call held back by its provider's limit says so where an error would show.
         note = waiting_text(state.waiting_model, state.waiting_until_ms, now, state.status) or (
-            one_line(state.error, ERROR_CHARS) if state.error else "")
-        row = [state.task_id, members.get(state.task_id, "-"),
-               state.status.shown(result.status is RunStatus.AWAITING_APPROVAL),
-               str(state.attempts),
-               duration_text(state.duration_ms) if state.duration_ms else "-",
-               usage_text(spent) if spent else "-",
-               note]
+            one_line(state.error, ERROR_CHARS) if state.error else ""
+        )
+        row = [
+            state.task_id,
+            members.get(state.task_id, "-"),
+            state.status.shown(result.status is RunStatus.AWAITING_APPROVAL),
+            str(state.attempts),
+            duration_text(state.duration_ms) if state.duration_ms else "-",
+            usage_text(spent) if spent else "-",
+            note,
+        ]
         if models:
             row.insert(6, answered_text(state.model, state.fallback_from))
         rows.append(tuple(row))
@@ -172,4 +202,5 @@ def model_usage_lines(result: RunResult) -> list[str]:
     return ["usage by model:"] + [
         f"  {model}: {usage_text(share.usage)}, {counted(share.calls, 'call')}"
         + (f" ({share.fallback_calls} as a fallback)" if share.fallback_calls else "")
-        for model, share in result.usage_by_model.items()]
+        for model, share in result.usage_by_model.items()
+    ]

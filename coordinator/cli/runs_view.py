@@ -44,22 +44,39 @@ def runs_command(redis_url: str, as_json: bool, limit: int) -> None:
 def _summaries(conn: redis.Redis, run_ids: list[str]) -> list[RunSummary]:
     """The runs in index order; an id no run could have (added by hand) is an unreadable one."""
     read = {s.run_id: s for s in run_summaries(conn, [r for r in run_ids if is_safe_id(r)])}
-    return [read[r] if is_safe_id(r) else
-            RunSummary(r, error=f"invalid run id {quoted(r)} in the runs index")
-            for r in run_ids if r in read or not is_safe_id(r)]
+    return [
+        read[r]
+        if is_safe_id(r)
+        else RunSummary(r, error=f"invalid run id {quoted(r)} in the runs index")
+        for r in run_ids
+        if r in read or not is_safe_id(r)
+    ]
 
 
 def _row(run: RunSummary) -> dict[str, Any]:
     """One run as `runs --json` prints it; an unreadable one says why in `error`."""
     records = _records(run)
     if records is None:
-        return {"run_id": run.run_id, "status": "unreadable", "rounds": None,
-                "objective": None, "started_ms": None, "duration_ms": None, "cost_usd": None,
-                "error": run.error}
+        return {
+            "run_id": run.run_id,
+            "status": "unreadable",
+            "rounds": None,
+            "objective": None,
+            "started_ms": None,
+            "duration_ms": None,
+            "cost_usd": None,
+            "error": run.error,
+        }
     spec, state, usage = records
-    return {"run_id": run.run_id, "status": state.status, "rounds": state.rounds,
-            "objective": spec.objective, "started_ms": state.started_ms,
-            "duration_ms": _duration_ms(state), "cost_usd": usage.cost_usd}
+    return {
+        "run_id": run.run_id,
+        "status": state.status,
+        "rounds": state.rounds,
+        "objective": spec.objective,
+        "started_ms": state.started_ms,
+        "duration_ms": _duration_ms(state),
+        "cost_usd": usage.cost_usd,
+    }
 
 
 def _cells(run: RunSummary) -> tuple[str, ...]:
@@ -71,8 +88,14 @@ def _cells(run: RunSummary) -> tuple[str, ...]:
         return (run_id, "-", "-", "unreadable", "-", one_line(run.error, ERROR_CHARS))
     spec, state, usage = records
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.started_ms / 1000))
-    return (run_id, started, duration_text(_duration_ms(state)), str(state.status),
-            usage.cost_text(), one_line(spec.objective, OBJECTIVE_CHARS))
+    return (
+        run_id,
+        started,
+        duration_text(_duration_ms(state)),
+        str(state.status),
+        usage.cost_text(),
+        one_line(spec.objective, OBJECTIVE_CHARS),
+    )
 
 
 def _records(run: RunSummary) -> tuple[RunSpec, RunState, Usage] | None:

@@ -17,12 +17,19 @@ def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[st
     blanks; each cell is made printable on one line (a model may have written it)."""
     every = [tuple(header), *(tuple(flat(cell) for cell in row) for row in rows)]
     widths = [max(len(row[i]) for row in every) for i in range(len(header) - 1)]
-    return [("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
-             + "  " + row[-1]).rstrip() for row in every]
+    return [
+        (
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+            + "  "
+            + row[-1]
+        ).rstrip()
+        for row in every
+    ]
 
 
-def listing_lines(header: Sequence[str], rows: Sequence[Sequence[str]],
-                  on_terminal: bool) -> list[str]:
+def listing_lines(
+    header: Sequence[str], rows: Sequence[Sequence[str]], on_terminal: bool
+) -> list[str]:
     """A listing as it is printed: the table with its header for a person at a terminal, the
     rows alone for a script, their cells joined by tabs. Either way each cell is on one line
     with no tab (a model may have written it), and `-` when empty, so no column goes missing."""
@@ -30,8 +37,9 @@ def listing_lines(header: Sequence[str], rows: Sequence[Sequence[str]],
     return table_lines(header, cells) if on_terminal else ["\t".join(row) for row in cells]
 
 
-def print_listing(header: Sequence[str], rows: Sequence[Sequence[str]],
-                  empty: str | None = None) -> None:
+def print_listing(
+    header: Sequence[str], rows: Sequence[Sequence[str]], empty: str | None = None
+) -> None:
     """Print a listing on stdout, the one place that asks whether stdout is a terminal. With no
     rows, `empty` (if any) instead: on stderr when that is a terminal, so a script reading
     stdout gets nothing, else on stdout."""

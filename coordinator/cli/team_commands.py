@@ -65,13 +65,23 @@ INBOX_HEADER = ("time", "from", "to", "type", "content")
 
 
 def team_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("-t", "--team", "team", default=None,
-                        help="Team name (default: $TEAMCTL_TEAM, else 'default').")(fn)
+    return click.option(
+        "-t",
+        "--team",
+        "team",
+        default=None,
+        help="Team name (default: $TEAMCTL_TEAM, else 'default').",
+    )(fn)
 
 
-def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
-               reconciles: bool = False, reads: bool = False,
-               queue_param: str | None = None) -> Callable[..., Any]:
+def with_store(
+    fn: Callable[..., Any] | None = None,
+    *,
+    wakes: bool = False,
+    reconciles: bool = False,
+    reads: bool = False,
+    queue_param: str | None = None,
+) -> Callable[..., Any]:
     """Resolve --team and --redis-url into the team's store (passed as `store`); a verb that
     only `reads` attaches to the embedded Redis if it runs and starts nothing. A verb that
     `wakes` teammates first sees that workers of this environment serve their turns (on the
@@ -81,18 +91,23 @@ def with_store(fn: Callable[..., Any] | None = None, *, wakes: bool = False,
     `reconciles` (a listing shows who is working) does; elsewhere it says afterwards when no
     worker listens."""
     if fn is None:
-        return lambda inner: with_store(inner, wakes=wakes, reconciles=reconciles, reads=reads,
-                                        queue_param=queue_param)
+        return lambda inner: with_store(
+            inner, wakes=wakes, reconciles=reconciles, reads=reads, queue_param=queue_param
+        )
 
     @redis_url_option
     @team_option
     @fail_cleanly
     @wraps(fn)
-    def wrapper(*args: Any, team: str | None, redis_url: str | None, settings: Settings,
-                **kwargs: Any) -> Any:
+    def wrapper(
+        *args: Any, team: str | None, redis_url: str | None, settings: Settings, **kwargs: Any
+    ) -> Any:
         url = (attach_redis_url if reads else resolve_redis_url)(redis_url, settings)
-        store = TeamStore(connect(url), team or settings.team,
-                          workspace_store=choose_store(settings.workspace_store, url))
+        store = TeamStore(
+            connect(url),
+            team or settings.team,
+            workspace_store=choose_store(settings.workspace_store, url),
+        )
         embedded = is_embedded(redis_url, settings)
         if wakes and embedded:
             renew_for_verb(store, url, settings, [kwargs[queue_param]] if queue_param else [])
@@ -112,8 +127,7 @@ def turn_queues(store: TeamStore) -> list[str]:
     return sorted({m.queue for m in teammates} or {DEFAULT_QUEUE})
 
 
-def renew_for_verb(store: TeamStore, url: str, settings: Settings,
-                   more_queues: list[str]) -> None:
+def renew_for_verb(store: TeamStore, url: str, settings: Settings, more_queues: list[str]) -> None:
     """The local pool renewed on the team's turn queues and `more_queues` (spawn's --queue)
     before a verb wakes a teammate; none for a team that does not exist (the verb says so)."""
     from teamctl.shared.ids import check_queue
@@ -131,8 +145,9 @@ def renew_pool(store: TeamStore, url: str, settings: Settings, queues: list[str]
     from teamctl.coordinator.local_workers.on_queues import ensure_pool
     from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S, DEFAULT_POOL_SIZE
 
-    ensure_pool(url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note,
-                mcp_variables(store))
+    ensure_pool(
+        url, queues, DEFAULT_POOL_SIZE, DEFAULT_IDLE_EXIT_S, settings, note, mcp_variables(store)
+    )
 
 
 def mcp_variables(store: TeamStore) -> set[str]:
@@ -167,16 +182,26 @@ def teams_command(redis_url: str | None, as_json: bool, settings: Settings) -> N
     for name, created_ms in list_teams(conn):
         store = TeamStore(conn, name)
         teammates, options, usage = store.teammates(), store.options, store.usage()
-        rows.append({"team": name, "created_ms": created_ms, "teammates": len(teammates),
-                     "working": sum(m.status == "working" for m in teammates),
-                     "tokens": usage.tokens,
-                     "prompt_tokens": usage.prompt_tokens,
-                     "completion_tokens": usage.completion_tokens,
-                     "cost_usd": usage.cost_usd, "unpriced": usage.unpriced,
-                     "max_tokens": options.max_tokens, "max_cost_usd": options.max_cost_usd,
-                     "budget_exceeded": usage.budget_exceeded,
-                     "usage_by_model": {model: share.model_dump() for model, share
-                                        in usage_by_model(conn, store.keys).items()}})
+        rows.append(
+            {
+                "team": name,
+                "created_ms": created_ms,
+                "teammates": len(teammates),
+                "working": sum(m.status == "working" for m in teammates),
+                "tokens": usage.tokens,
+                "prompt_tokens": usage.prompt_tokens,
+                "completion_tokens": usage.completion_tokens,
+                "cost_usd": usage.cost_usd,
+                "unpriced": usage.unpriced,
+                "max_tokens": options.max_tokens,
+                "max_cost_usd": options.max_cost_usd,
+                "budget_exceeded": usage.budget_exceeded,
+                "usage_by_model": {
+                    model: share.model_dump()
+                    for model, share in usage_by_model(conn, store.keys).items()
+                },
+            }
+        )
         cells.append(team_cells(rows[-1], usage))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -188,11 +213,19 @@ def team_cells(row: dict[str, Any], usage: Usage) -> tuple[str, ...]:
     """One team of `teamctl teams`: teammates, working, tokens and cost (with their limits),
     and `spent` once its budget is."""
     tokens = usage.tokens_text() + (
-        f" (max {row['max_tokens']:,})" if row["max_tokens"] is not None else "")
+        f" (max {row['max_tokens']:,})" if row["max_tokens"] is not None else ""
+    )
     cost = usage.cost_text() + (
-        f" (max ${row['max_cost_usd']:g})" if row["max_cost_usd"] is not None else "")
-    return (row["team"], str(row["teammates"]), str(row["working"]), tokens, cost,
-            "spent" if row["budget_exceeded"] else "-")
+        f" (max ${row['max_cost_usd']:g})" if row["max_cost_usd"] is not None else ""
+    )
+    return (
+        row["team"],
+        str(row["teammates"]),
+        str(row["working"]),
+        tokens,
+        cost,
+        "spent" if row["budget_exceeded"] else "-",
+    )
 
 
 @click.group("team")
@@ -201,17 +234,34 @@ def team_group() -> None:
 
 
 @team_group.command("create")
-@click.option("--file", "team_file", type=click.Path(dir_okay=False, path_type=Path),
-              default=None, help="Team file whose [teammates] table sets the options.")
-@click.option("--max-tokens", type=int, default=None,
-              help="Team-wide token budget: every teammate's and the lead's model calls "
-                   "(overrides the file's; at least 1).")
-@click.option("--max-cost-usd", type=float, default=None,
-              help="Team-wide cost budget in USD (overrides the file's; more than 0, at most "
-                   "1000000).")
+@click.option(
+    "--file",
+    "team_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Team file whose [teammates] table sets the options.",
+)
+@click.option(
+    "--max-tokens",
+    type=int,
+    default=None,
+    help="Team-wide token budget: every teammate's and the lead's model calls "
+    "(overrides the file's; at least 1).",
+)
+@click.option(
+    "--max-cost-usd",
+    type=float,
+    default=None,
+    help="Team-wide cost budget in USD (overrides the file's; more than 0, at most 1000000).",
+)
 @with_store
-def create_command(team_file: Path | None, max_tokens: int | None, max_cost_usd: float | None,
-                   store: TeamStore, settings: Settings) -> None:
+def create_command(
+    team_file: Path | None,
+    max_tokens: int | None,
+    max_cost_usd: float | None,
+    store: TeamStore,
+    settings: Settings,
+) -> None:
     """Create the team with its options and MCP servers (else the first spawn creates it with
     defaults and no MCP servers)."""
     from teamctl.shared.team_file import load_team_file
@@ -222,8 +272,10 @@ def create_command(team_file: Path | None, max_tokens: int | None, max_cost_usd:
     if team.limits:  # the file's [limits] table applies to the team's calls too
         options = options.model_copy(update={"limits": {**team.limits, **options.limits}})
     if not store.create_new(options, team.mcp_servers):
-        raise RequestRefused(f"team {store.team} exists; its options are kept (`teamctl team "
-                             "delete` it first to change them)")
+        raise RequestRefused(
+            f"team {store.team} exists; its options are kept (`teamctl team "
+            "delete` it first to change them)"
+        )
     click.echo(f"created team {store.team}")
 
 
@@ -246,25 +298,53 @@ def budget_options(options: TeamOptions, **flags: int | float | None) -> TeamOpt
 @click.option("--role", required=True, help="The teammate's role.")
 @click.option("--prompt", required=True, help="What the teammate should do first.")
 @click.option("--model", default=None, help=f"Its model (default: {MODEL_DEFAULT}).")
-@click.option("--fallback-model", "fallback_models", multiple=True, metavar="M",
-              help="A model it tries when its own cannot answer (repeatable, in order; "
-                   "default: the team's [teammates] fallbacks).")
+@click.option(
+    "--fallback-model",
+    "fallback_models",
+    multiple=True,
+    metavar="M",
+    help="A model it tries when its own cannot answer (repeatable, in order; "
+    "default: the team's [teammates] fallbacks).",
+)
 @click.option("--api-base", default=None, help="OpenAI-compatible endpoint ($TEAMCTL_API_BASE).")
 @click.option("--queue", default=DEFAULT_QUEUE, show_default=True, help="RQ queue of its turns.")
-@click.option("--plan-mode", is_flag=True,
-              help="It submits a plan for the lead's approval (`team review`) first.")
-@click.option("--tool", "tools", multiple=True, metavar="T",
-              help="A workspace tool it may use (repeatable): read_file, write_file, edit_file, "
-                   "list_files, bash (bash only if listed); or a Python function as "
-                   "package.module:function.")
-@click.option("--mcp", "mcp", multiple=True, metavar="SERVER[:TOOL]",
-              help="Tools of one of the team's MCP servers (repeatable): a server's name for "
-                   "all its tools, or server:tool for one (see `teamctl team create --file`).")
+@click.option(
+    "--plan-mode",
+    is_flag=True,
+    help="It submits a plan for the lead's approval (`team review`) first.",
+)
+@click.option(
+    "--tool",
+    "tools",
+    multiple=True,
+    metavar="T",
+    help="A workspace tool it may use (repeatable): read_file, write_file, edit_file, "
+    "list_files, bash (bash only if listed); or a Python function as "
+    "package.module:function.",
+)
+@click.option(
+    "--mcp",
+    "mcp",
+    multiple=True,
+    metavar="SERVER[:TOOL]",
+    help="Tools of one of the team's MCP servers (repeatable): a server's name for "
+    "all its tools, or server:tool for one (see `teamctl team create --file`).",
+)
 @with_store(wakes=True, queue_param="queue")
-def spawn_command(name: str, role: str, prompt: str, model: str | None,
-                  fallback_models: tuple[str, ...], api_base: str | None,
-                  queue: str, plan_mode: bool, tools: tuple[str, ...], mcp: tuple[str, ...],
-                  store: TeamStore, settings: Settings) -> None:
+def spawn_command(
+    name: str,
+    role: str,
+    prompt: str,
+    model: str | None,
+    fallback_models: tuple[str, ...],
+    api_base: str | None,
+    queue: str,
+    plan_mode: bool,
+    tools: tuple[str, ...],
+    mcp: tuple[str, ...],
+    store: TeamStore,
+    settings: Settings,
+) -> None:
     """Spawn NAME (or restart an idle one with a new role and prompt) and start its turn."""
     from teamctl.shared.runs.run_config import checked_api_base, pick_model
 
@@ -273,13 +353,22 @@ def spawn_command(name: str, role: str, prompt: str, model: str | None,
     load_teammate_python_tools(tools)  # a Python tool imports here too, or exit 2 before the spawn
     if (tools or mcp) and store.exists():  # it records this host's directory as its workspace
         store.meta().check_host(store.team, this_host(), "command")
-    teammate = store.spawn(name, role=role, prompt=prompt, model=chosen,
-                           api_base=checked_api_base(api_base, settings), queue=queue,
-                           plan_mode=plan_mode, tools=tools, mcp=mcp,
-                           workspace=team_workspace(settings.state_dir, store.team),
-                           fallbacks=[m for m in fallbacks if m != chosen])
-    click.echo(f"{teammate.name} is {teammate.status.value} in team {store.team} "
-               f"(model {teammate.model})")
+    teammate = store.spawn(
+        name,
+        role=role,
+        prompt=prompt,
+        model=chosen,
+        api_base=checked_api_base(api_base, settings),
+        queue=queue,
+        plan_mode=plan_mode,
+        tools=tools,
+        mcp=mcp,
+        workspace=team_workspace(settings.state_dir, store.team),
+        fallbacks=[m for m in fallbacks if m != chosen],
+    )
+    click.echo(
+        f"{teammate.name} is {teammate.status.value} in team {store.team} (model {teammate.model})"
+    )
 
 
 @team_group.command("list")
@@ -294,11 +383,22 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
         click.echo(json.dumps([m.model_dump(mode="json") for m in teammates], indent=2))
         return
     now = now_ms()
-    rows = [(teammate.name, teammate.status.value, one_line(teammate.role, 40),
-             (waiting_text(teammate.waiting_model, teammate.waiting_until_ms, now,
-                           TaskStatus.IN_PROGRESS)
-              if teammate.status is TeammateStatus.WORKING else one_line(teammate.idle_reason, 80))
-             + fallback_note(teammate)) for teammate in teammates]
+    rows = [
+        (
+            teammate.name,
+            teammate.status.value,
+            one_line(teammate.role, 40),
+            (
+                waiting_text(
+                    teammate.waiting_model, teammate.waiting_until_ms, now, TaskStatus.IN_PROGRESS
+                )
+                if teammate.status is TeammateStatus.WORKING
+                else one_line(teammate.idle_reason, 80)
+            )
+            + fallback_note(teammate),
+        )
+        for teammate in teammates
+    ]
     print_listing(TEAMMATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
 
 
@@ -312,17 +412,23 @@ def fallback_note(teammate: Teammate) -> str:
 @team_group.command("send")
 @click.argument("name")
 @click.argument("text")
-@click.option("--type", "type_", default=None,
-              help="Message type (default peer.message; protocol types are refused).")
+@click.option(
+    "--type",
+    "type_",
+    default=None,
+    help="Message type (default peer.message; protocol types are refused).",
+)
 @with_store(wakes=True)
-def send_command(name: str, text: str, type_: str | None, store: TeamStore,
-                 settings: Settings) -> None:
+def send_command(
+    name: str, text: str, type_: str | None, store: TeamStore, settings: Settings
+) -> None:
     """Send TEXT from the lead to teammate NAME (waking it if idle); says `sent to NAME`, and
     `(woke it)` when it did (`team messages --json` has the message's id)."""
     store.meta()
     with lead_span(settings, "send_message", store) as span:
-        message, woke = store.messages.send(LEAD, name, text, type_=type_,
-                                            traceparent=span.traceparent)
+        message, woke = store.messages.send(
+            LEAD, name, text, type_=type_, traceparent=span.traceparent
+        )
     click.echo(sent_line(message.to or name, woke))
     say_if_spent(store)
 
@@ -346,8 +452,9 @@ def lead_span(settings: Settings, name: str, store: TeamStore) -> Iterator[Span]
     OTEL variables ask for traces: the turns it wakes link to it."""
     tracing = tracing_from_settings(settings, CLI_SERVICE)
     try:
-        with tracing.start(name, attributes={"teamctl.team": store.team,
-                                             "teamctl.member": LEAD}) as span:
+        with tracing.start(
+            name, attributes={"teamctl.team": store.team, "teamctl.member": LEAD}
+        ) as span:
             yield span
     finally:
         tracing.close()
@@ -357,8 +464,10 @@ def say_if_spent(store: TeamStore) -> None:
     """Past the team's budget mail is delivered but wakes no one: say so on stderr."""
     reason = store.budget_exceeded()
     if reason:
-        note(f"team {store.team}: {reason}; the message waits unread and wakes no one "
-             "(`teamctl teams` shows the usage)")
+        note(
+            f"team {store.team}: {reason}; the message waits unread and wakes no one "
+            "(`teamctl teams` shows the usage)"
+        )
 
 
 @team_group.command("inbox")
@@ -375,8 +484,13 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
             click.echo(message.model_dump_json(by_alias=True))
         return
     now = now_ms()
-    print_listing(INBOX_HEADER, [(clock_text(sent_ms(m), now), m.from_, m.to or "*", m.type,
-                                  one_line(m.content, 200)) for m in messages])
+    print_listing(
+        INBOX_HEADER,
+        [
+            (clock_text(sent_ms(m), now), m.from_, m.to or "*", m.type, one_line(m.content, 200))
+            for m in messages
+        ],
+    )
 
 
 @team_group.command("messages")
@@ -385,39 +499,66 @@ def inbox_command(name: str, as_json: bool, store: TeamStore, settings: Settings
 @click.option("--follow", is_flag=True, help="Keep printing new messages (Ctrl-C to stop).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @with_store(reads=True)
-def messages_command(member: str | None, type_: str | None, follow: bool, as_json: bool,
-                     store: TeamStore, settings: Settings) -> None:
+def messages_command(
+    member: str | None,
+    type_: str | None,
+    follow: bool,
+    as_json: bool,
+    store: TeamStore,
+    settings: Settings,
+) -> None:
     """Print the team's message bus, read or not, in order, a line each as `teamctl messages`
     prints it (its local time first); --follow tails it."""
     from teamctl.coordinator.cli.messages_view import team_messages
+
     team_messages(store, member=member, type_=type_, follow=follow, as_json=as_json)
 
 
 @team_group.command("transcript")
 @click.argument("name")
-@click.option("--turn", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Only turn N (a turn memory does not hold: exit 2, naming those it holds).")
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON object: the turns with their entries, nothing cut.")
+@click.option(
+    "--turn",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Only turn N (a turn memory does not hold: exit 2, naming those it holds).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="One JSON object: the turns with their entries, nothing cut.",
+)
 @with_store(reads=True)
-def transcript_command(name: str, turn: int | None, as_json: bool, store: TeamStore,
-                       settings: Settings) -> None:
+def transcript_command(
+    name: str, turn: int | None, as_json: bool, store: TeamStore, settings: Settings
+) -> None:
     """Print NAME's conversation (`lead`: the lead's) turn by turn, as its memory holds it: a
     line per turn (its number, start time, how it ended), then under it a line per inbox
     message it was given, model reply, tool call with its arguments, and tool result, each cut
     to 300 characters with control characters removed; further lines indented."""
     from teamctl.coordinator.cli.team_transcript import print_transcript
+
     print_transcript(store, name, turn=turn, as_json=as_json)
 
 
 @team_group.command("budget")
-@click.option("--add-usd", metavar="USD", default=None,
-              help="Dollars to add to the team's max_cost_usd (more than 0).")
-@click.option("--add-tokens", metavar="N", default=None,
-              help="Tokens to add to the team's max_tokens (a whole number above 0).")
+@click.option(
+    "--add-usd",
+    metavar="USD",
+    default=None,
+    help="Dollars to add to the team's max_cost_usd (more than 0).",
+)
+@click.option(
+    "--add-tokens",
+    metavar="N",
+    default=None,
+    help="Tokens to add to the team's max_tokens (a whole number above 0).",
+)
 @with_store(wakes=True)
-def budget_command(add_usd: str | None, add_tokens: str | None, store: TeamStore,
-                   settings: Settings) -> None:
+def budget_command(
+    add_usd: str | None, add_tokens: str | None, store: TeamStore, settings: Settings
+) -> None:
     """Raise the team's budget (teammates it left idle take turns again), or show it."""
     from teamctl.coordinator.runs.run_control import parse_top_up
 
@@ -425,8 +566,10 @@ def budget_command(add_usd: str | None, add_tokens: str | None, store: TeamStore
     store.meta()
     if tokens or usd:
         state, woken = store.raise_budget(tokens, usd)
-        click.echo(f"budget of team {store.team} raised"
-                   + ("" if state.exceeded else f"; woke {counted(len(woken), 'teammate')}"))
+        click.echo(
+            f"budget of team {store.team} raised"
+            + ("" if state.exceeded else f"; woke {counted(len(woken), 'teammate')}")
+        )
     else:
         state = store.budget.state()
     for line in state.lines():
@@ -436,13 +579,20 @@ def budget_command(add_usd: str | None, add_tokens: str | None, store: TeamStore
 @team_group.command("shutdown")
 @click.argument("name")
 @click.option("--reason", default="", help="Why, for the teammate.")
-@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=None,
-              help="Wait up to S seconds for the answer (exit 1 if it does not come).")
-@click.option("--force", is_flag=True,
-              help="Shut it down now: its turn is revoked, no answer asked.")
+@click.option(
+    "--wait",
+    "wait_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Wait up to S seconds for the answer (exit 1 if it does not come).",
+)
+@click.option(
+    "--force", is_flag=True, help="Shut it down now: its turn is revoked, no answer asked."
+)
 @with_store(wakes=True)
-def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
-                     store: TeamStore, settings: Settings) -> None:
+def shutdown_command(
+    name: str, reason: str, wait_s: float | None, force: bool, store: TeamStore, settings: Settings
+) -> None:
     """Ask teammate NAME to shut down (it answers with respond_shutdown), or --force it."""
     store.meta()
     if force:
@@ -455,28 +605,39 @@ def shutdown_command(name: str, reason: str, wait_s: float | None, force: bool,
         return
     outcome = store.requests.wait(record.id, wait_s)
     if outcome is None:
-        click.echo(spelled(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team "
-                           "requests`"), err=True)
+        click.echo(
+            spelled(f"no outcome for {record.id} within {wait_s:g}s; see `teamctl team requests`"),
+            err=True,
+        )
         sys.exit(1)
-    click.echo(f"request {record.id} {outcome.status.value}"
-               + (f": {one_line(outcome.response, 500)}" if outcome.response else ""))
+    click.echo(
+        f"request {record.id} {outcome.status.value}"
+        + (f": {one_line(outcome.response, 500)}" if outcome.response else "")
+    )
 
 
 @team_group.command("review")
 @click.argument("request_id")
-@click.option("--approve/--reject", "approve", default=None,
-              help="Approve the plan, or reject it (the teammate revises and resubmits).")
+@click.option(
+    "--approve/--reject",
+    "approve",
+    default=None,
+    help="Approve the plan, or reject it (the teammate revises and resubmits).",
+)
 @click.option("--feedback", default="", help="What to keep or change, for the teammate.")
 @with_store(wakes=True)
-def review_command(request_id: str, approve: bool | None, feedback: str, store: TeamStore,
-                   settings: Settings) -> None:
+def review_command(
+    request_id: str, approve: bool | None, feedback: str, store: TeamStore, settings: Settings
+) -> None:
     """Approve or reject a teammate's plan request REQUEST_ID (waking the teammate)."""
     if approve is None:
         raise ConfigError("say --approve or --reject")
     store.meta()
     _, woke = store.requests.review_plan(request_id, approve, feedback)
-    click.echo(f"{'approved' if approve else 'rejected'} {request_id}"
-               + (" (woke the teammate)" if woke else ""))
+    click.echo(
+        f"{'approved' if approve else 'rejected'} {request_id}"
+        + (" (woke the teammate)" if woke else "")
+    )
 
 
 @team_group.command("requests")
@@ -484,17 +645,20 @@ def review_command(request_id: str, approve: bool | None, feedback: str, store: 
 @click.option("--pending", is_flag=True, help="Only the requests still waiting for an answer.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @with_store(reads=True)
-def requests_command(request_id: str | None, pending: bool, as_json: bool, store: TeamStore,
-                     settings: Settings) -> None:
+def requests_command(
+    request_id: str | None, pending: bool, as_json: bool, store: TeamStore, settings: Settings
+) -> None:
     """List the team's protocol requests (shutdown, plan approval), oldest first, or one
     (columns: request, kind, from, to, status, detail: the response once answered, else the
     payload)."""
     store.meta()
-    records = ([store.requests.get(request_id)] if request_id
-               else store.requests.all(pending_only=pending))
+    records = (
+        [store.requests.get(request_id)] if request_id else store.requests.all(pending_only=pending)
+    )
     if as_json:
-        click.echo(json.dumps([r.model_dump(mode="json", by_alias=True) for r in records],
-                              indent=2))
+        click.echo(
+            json.dumps([r.model_dump(mode="json", by_alias=True) for r in records], indent=2)
+        )
         return
     print_listing(REQUEST_HEADER, [request_cells(record) for record in records])
 
@@ -509,19 +673,36 @@ def task_group() -> None:
 @click.option("--description", default="", help="What exactly is to be done.")
 @click.option("--role", default="", help="Only a teammate of this role takes it.")
 @click.option("--assignee", default="", help="Reserve it for this teammate.")
-@click.option("--after", "after", multiple=True, metavar="ID",
-              help="A task that must complete first (repeatable).")
+@click.option(
+    "--after",
+    "after",
+    multiple=True,
+    metavar="ID",
+    help="A task that must complete first (repeatable).",
+)
 @with_store(wakes=True)
-def task_add_command(subject: str, description: str, role: str, assignee: str,
-                     after: tuple[str, ...], store: TeamStore, settings: Settings) -> None:
+def task_add_command(
+    subject: str,
+    description: str,
+    role: str,
+    assignee: str,
+    after: tuple[str, ...],
+    store: TeamStore,
+    settings: Settings,
+) -> None:
     """Add a task (prints its id); a ready one goes to one idle teammate that fits."""
     from teamctl.shared.teams.tasks import TeamTasks
 
     store.meta()
     with lead_span(settings, "create_task", store) as span:
-        task, woken = TeamTasks(store).add(subject, description=description, role=role,
-                                           assignee=assignee, after=after,
-                                           traceparent=span.traceparent)
+        task, woken = TeamTasks(store).add(
+            subject,
+            description=description,
+            role=role,
+            assignee=assignee,
+            after=after,
+            traceparent=span.traceparent,
+        )
     click.echo(task.task_id)
     if woken:
         click.echo(f"{task.task_id} is {task.status.value}; woke {', '.join(woken)}", err=True)
@@ -545,12 +726,17 @@ def task_list_command(as_json: bool, store: TeamStore, settings: Settings) -> No
 
 @team_group.command("export")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--all", "everything", is_flag=True,
-              help="Every message kept in each inbox, not only the unread ones.")
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Every message kept in each inbox, not only the unread ones.",
+)
 @force_option
 @with_store(reads=True)
-def export_command(directory: Path, everything: bool, force: bool, store: TeamStore,
-                   settings: Settings) -> None:
+def export_command(
+    directory: Path, everything: bool, force: bool, store: TeamStore, settings: Settings
+) -> None:
     """Write DIR/config.json, DIR/inbox/<name>.jsonl (lead too) and DIR/requests/<id>.json."""
     from teamctl.coordinator.cli.team_export import export_team
 
@@ -566,4 +752,3 @@ def delete_command(force: bool, store: TeamStore, settings: Settings) -> None:
     """Delete the team: every teammate, message and memory."""
     removed = store.delete(force=force)
     click.echo(f"deleted team {store.team} ({counted(removed, 'key')})")
-

@@ -25,8 +25,7 @@ MORE_INDENT = "    "
 """An entry's lines sit under its turn's header; an entry's further lines under its first."""
 
 
-def print_transcript(store: TeamStore, member: str, *, turn: int | None,
-                     as_json: bool) -> None:
+def print_transcript(store: TeamStore, member: str, *, turn: int | None, as_json: bool) -> None:
     """Print the member's transcript (one turn with `turn`), as lines or as one JSON object."""
     transcript = load_transcript(store, member)
     if turn is not None:
@@ -55,11 +54,17 @@ def turn_header(turn: TranscriptTurn) -> str:
     before any recorded turn."""
     if turn.turn is None:
         return "before the recorded turns"
-    started = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(turn.started_ms / 1000))
-               if turn.started_ms else "-")
+    started = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(turn.started_ms / 1000))
+        if turn.started_ms
+        else "-"
+    )
     if turn.ended is not None:
-        took = (f" after {duration_text(turn.ended_ms - turn.started_ms)}"
-                if turn.ended_ms and turn.started_ms else "")
+        took = (
+            f" after {duration_text(turn.ended_ms - turn.started_ms)}"
+            if turn.ended_ms and turn.started_ms
+            else ""
+        )
         how = f"ended {one_line(turn.ended, LINE_CHARS)}{took}"
     else:
         how = "running" if turn.running else "no end recorded"
@@ -72,13 +77,16 @@ def entry_lines(entry: TranscriptEntry) -> list[str]:
     name = flat(entry.name or "?")
     if entry.kind is EntryKind.CALL:  # as `teamctl transcript` shows a call: name(arguments)
         return [f"{ENTRY_INDENT}call {one_line(f'{name}({entry.text})', LINE_CHARS)}"]
-    label = {EntryKind.USER: "user", EntryKind.REPLY: "reply",
-             EntryKind.RESULT: f"result {name}",
-             EntryKind.INBOX: f"inbox from {flat(entry.sender or '?')} "
-                              f"({flat(entry.type or '?')})"}[entry.kind]
+    label = {
+        EntryKind.USER: "user",
+        EntryKind.REPLY: "reply",
+        EntryKind.RESULT: f"result {name}",
+        EntryKind.INBOX: f"inbox from {flat(entry.sender or '?')} ({flat(entry.type or '?')})",
+    }[entry.kind]
     first, *more = text_lines(entry.text) or [""]
-    return ([f"{ENTRY_INDENT}{label}: {first}".rstrip()]
-            + [f"{ENTRY_INDENT}{MORE_INDENT}{line}" for line in more])
+    return [f"{ENTRY_INDENT}{label}: {first}".rstrip()] + [
+        f"{ENTRY_INDENT}{MORE_INDENT}{line}" for line in more
+    ]
 
 
 def text_lines(text: str) -> list[str]:

@@ -20,14 +20,14 @@ LINE_CHARS = 300
 """How much of one message a line shows (--json prints them whole)."""
 
 
-def transcript_command(redis_url: str, run_id: str | None, task_id: str,
-                       as_json: bool) -> None:
+def transcript_command(redis_url: str, run_id: str | None, task_id: str, as_json: bool) -> None:
     """Print the task's transcript (the last attempt's), or say why there is none."""
     run = existing_run(redis_url, run_id)
     task_id = check_task_id(task_id)
     if run.board.get(task_id) is None:  # one task's hash, not the whole board
-        raise ConfigError(f"run {run.run_id} has no task {task_id}; `teamctl tasks "
-                          f"{run.run_id}` lists its tasks")
+        raise ConfigError(
+            f"run {run.run_id} has no task {task_id}; `teamctl tasks {run.run_id}` lists its tasks"
+        )
     kept = Transcripts(run.conn, run.keys, run.scripts).load_many([task_id]).get(task_id)
     if kept is None:
         click.echo(f"{task_id}: no transcript (its session has not started, or was never kept)")
@@ -43,8 +43,11 @@ def message_line(message: dict[str, Any]) -> str:
     if role == "tool":
         name = one_line(str(message.get("name") or message.get("tool_call_id") or ""), 80)
         return f"tool {name}: {text}"
-    calls = [call.get("function") or {} for call in message.get("tool_calls") or []
-             if isinstance(call, dict)]
+    calls = [
+        call.get("function") or {}
+        for call in message.get("tool_calls") or []
+        if isinstance(call, dict)
+    ]
     if not calls:
         return f"{role}: {text}"
     called = "; ".join(f"{f.get('name', '?')}({f.get('arguments', '')})" for f in calls)

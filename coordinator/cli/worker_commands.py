@@ -49,19 +49,28 @@ def _worker_row(worker: Any, pool: dict[int, PoolWorker]) -> dict[str, Any]:
     import socket
 
     ours = pool.get(worker.pid) if worker.hostname == socket.gethostname() else None
-    return {"name": worker.name, "host": worker.hostname, "pid": worker.pid,
-            "state": _text(worker.get_state()), "current_job": worker.get_current_job_id(),
-            "queues": worker.queue_names(), "pool": ours is not None,
-            "pool_env": ours.env_key if ours else None}
+    return {
+        "name": worker.name,
+        "host": worker.hostname,
+        "pid": worker.pid,
+        "state": _text(worker.get_state()),
+        "current_job": worker.get_current_job_id(),
+        "queues": worker.queue_names(),
+        "pool": ours is not None,
+        "pool_env": ours.env_key if ours else None,
+    }
 
 
 def _worker_cells(row: dict[str, Any], pool: dict[int, PoolWorker]) -> tuple[str, ...]:
     """Worker, state, job and pool as the table shows them: the pool column names the
     environment (workers started together share it; `retiring`: being replaced), or `-`."""
     retiring = row["pool"] and pool[row["pid"]].retiring
-    return (one_line(f"{row['host']}:{row['pid']}"), one_line(row["state"]),
-            one_line(row["current_job"] or "-"),
-            (row["pool_env"] or "-") + (" retiring" if retiring else ""))
+    return (
+        one_line(f"{row['host']}:{row['pid']}"),
+        one_line(row["state"]),
+        one_line(row["current_job"] or "-"),
+        (row["pool_env"] or "-") + (" retiring" if retiring else ""),
+    )
 
 
 def _text(value: Any) -> str:
@@ -74,12 +83,14 @@ def check_queue_names(queues: list[str], given_as: str) -> None:
     """ConfigError (exit 2) for a queue name RQ or a shell would trip on."""
     bad = [q for q in queues if not QUEUE_NAME.match(q)]
     if bad:
-        raise ConfigError(f"{given_as} {bad[0]!r} is not a queue name: use letters, digits "
-                          "and _.:-")
+        raise ConfigError(
+            f"{given_as} {bad[0]!r} is not a queue name: use letters, digits and _.:-"
+        )
 
 
-def foreground_worker_command(redis_url: str, queues: list[str], burst: bool,
-                              idle_exit_s: int | None) -> NoReturn:
+def foreground_worker_command(
+    redis_url: str, queues: list[str], burst: bool, idle_exit_s: int | None
+) -> NoReturn:
     """`teamctl worker`: become the documented worker, `rq worker QUEUE...` with teamctl's
     settings, classes and Redis (exec: signals, logs and exit code are RQ's own)."""
     from teamctl.coordinator.local_workers.processes import worker_env
@@ -87,14 +98,26 @@ def foreground_worker_command(redis_url: str, queues: list[str], burst: bool,
     queues = queues or [DEFAULT_QUEUE]
     check_queue_names(queues, "QUEUE")
     connect(redis_url).close()  # Redis down is one line and exit 1, not RQ's traceback
-    argv = [sys.executable, "-m", "rq.cli", "worker", *(["--burst"] if burst else []),
-            *(["--max-idle-time", str(idle_exit_s)] if idle_exit_s else []), *queues]
+    argv = [
+        sys.executable,
+        "-m",
+        "rq.cli",
+        "worker",
+        *(["--burst"] if burst else []),
+        *(["--max-idle-time", str(idle_exit_s)] if idle_exit_s else []),
+        *queues,
+    ]
     sys.stdout.flush()
     os.execve(sys.executable, argv, worker_env(os.environ, redis_url))
 
 
-def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: int,
-                       idle_exit_s: int, settings: Settings) -> None:
+def start_pool_command(
+    redis_url: Callable[[], str],
+    queues: list[str],
+    count: int,
+    idle_exit_s: int,
+    settings: Settings,
+) -> None:
     """`teamctl workers start`: top the pool up to `count` live workers on `queues`, replacing
     those started with another environment (as `teamctl run` does)."""
     from teamctl.coordinator.local_workers.on_queues import ensure_pool
@@ -106,8 +129,10 @@ def start_pool_command(redis_url: Callable[[], str], queues: list[str], count: i
 
     pool = ensure_pool(url, queues, count, idle_exit_s, settings, note, explicit=True)
     pids = " ".join(str(w.pid) for w in [*pool.kept, *pool.started])
-    click.echo(f"pool on {', '.join(queues)}: {len(pool.kept)} running, {len(pool.started)} "
-               f"started (pids {pids})")
+    click.echo(
+        f"pool on {', '.join(queues)}: {len(pool.kept)} running, {len(pool.started)} "
+        f"started (pids {pids})"
+    )
 
 
 def stop_pool_command(settings: Settings, redis_url: str | None = None) -> None:
@@ -117,5 +142,8 @@ def stop_pool_command(settings: Settings, redis_url: str | None = None) -> None:
     with pool.locked():
         stopped = pool.stop(redis_url=redis_url)
     if stopped or redis_url is None:
-        click.echo(f"stopped {counted(len(stopped), 'pool worker')}" if stopped
-                   else "no pool workers running")
+        click.echo(
+            f"stopped {counted(len(stopped), 'pool worker')}"
+            if stopped
+            else "no pool workers running"
+        )

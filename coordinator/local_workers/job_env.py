@@ -23,20 +23,59 @@ WORKING_DIRECTORY = "working directory"
 """The entry for the directory a worker starts in: RQ puts it first on sys.path (Python tools)."""
 INSTALLED_TEAMCTL = "teamctl install"
 """The entry for the interpreter and the teamctl code a worker runs."""
-TRACKED_PREFIXES = ("TEAMCTL_", "LITELLM_", "OPENAI_", "ANTHROPIC_", "AZURE_", "AWS_", "VERTEX",
-                    "GOOGLE_", "GEMINI_", "MISTRAL_", "GROQ_", "DEEPSEEK_", "OPENROUTER_",
-                    "COHERE_", "TOGETHER", "FIREWORKS", "HUGGINGFACE", "HF_", "OLLAMA_",
-                    "XAI_", "PERPLEXITY", "DATABRICKS_", "WATSONX_", "BEDROCK_", "NVIDIA_NIM",
-                    "RQ_", "OTEL_")
+TRACKED_PREFIXES = (
+    "TEAMCTL_",
+    "LITELLM_",
+    "OPENAI_",
+    "ANTHROPIC_",
+    "AZURE_",
+    "AWS_",
+    "VERTEX",
+    "GOOGLE_",
+    "GEMINI_",
+    "MISTRAL_",
+    "GROQ_",
+    "DEEPSEEK_",
+    "OPENROUTER_",
+    "COHERE_",
+    "TOGETHER",
+    "FIREWORKS",
+    "HUGGINGFACE",
+    "HF_",
+    "OLLAMA_",
+    "XAI_",
+    "PERPLEXITY",
+    "DATABRICKS_",
+    "WATSONX_",
+    "BEDROCK_",
+    "NVIDIA_NIM",
+    "RQ_",
+    "OTEL_",
+)
 """Families of variables litellm (or teamctl, or RQ, or OpenTelemetry) reads: provider keys,
 bases, regions, where traces go."""
 TRACKED_SUFFIXES = ("_API_KEY", "_API_BASE", "_BASE_URL", "_API_VERSION", "_API_TOKEN")
-TRACKED_NAMES = frozenset({
-    "PYTHONPATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "SSL_VERIFY",
-    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy",
-    "all_proxy", "no_proxy", "REDIS_URL"})
-PLUMBING = frozenset({"TEAMCTL_PARENT_PID", "TEAMCTL_PRELOADED", "RQ_REDIS_URL", "RQ_CONFIG",
-                      "RQ_CONNECTION_CLASS"})
+TRACKED_NAMES = frozenset(
+    {
+        "PYTHONPATH",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "SSL_VERIFY",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "no_proxy",
+        "REDIS_URL",
+    }
+)
+PLUMBING = frozenset(
+    {"TEAMCTL_PARENT_PID", "TEAMCTL_PRELOADED", "RQ_REDIS_URL", "RQ_CONFIG", "RQ_CONNECTION_CLASS"}
+)
 """Variables teamctl sets on the workers it starts itself: never a difference."""
 SALT_BYTES = 32
 
@@ -46,12 +85,16 @@ def tracked(name: str) -> bool:
     own, the import path, TLS and proxy settings)."""
     if name in PLUMBING:
         return False
-    return (name in TRACKED_NAMES or name.startswith(TRACKED_PREFIXES)
-            or name.endswith(TRACKED_SUFFIXES))
+    return (
+        name in TRACKED_NAMES
+        or name.startswith(TRACKED_PREFIXES)
+        or name.endswith(TRACKED_SUFFIXES)
+    )
 
 
-def job_variables(environ: Mapping[str, str], recorded: Iterable[str],
-                  also: Iterable[str] = ()) -> set[str]:
+def job_variables(
+    environ: Mapping[str, str], recorded: Iterable[str], also: Iterable[str] = ()
+) -> set[str]:
     """The entries a run compares: tracked variables set now or when the worker started, the
     names its team references (`also`: MCP `env:` entries), the directory and the install."""
     names = {name for name in (*environ, *recorded) if tracked(name)}
@@ -66,8 +109,11 @@ class EnvDigests:
 
     def of(self, environ: Mapping[str, str], cwd: str) -> dict[str, str]:
         """Every variable's digest, and the working directory's and the install's."""
-        digests = {name: self._digest(name, value) for name, value in environ.items()
-                   if name not in PLUMBING}
+        digests = {
+            name: self._digest(name, value)
+            for name, value in environ.items()
+            if name not in PLUMBING
+        }
         digests[WORKING_DIRECTORY] = self._digest(WORKING_DIRECTORY, cwd)
         digests[INSTALLED_TEAMCTL] = self._digest(INSTALLED_TEAMCTL, installed_teamctl())
         return digests
@@ -77,8 +123,9 @@ class EnvDigests:
         return hmac.new(self.salt, message, hashlib.sha256).hexdigest()[:16]
 
 
-def differences(now: Mapping[str, str], recorded: Mapping[str, str],
-                names: Iterable[str]) -> list[str]:
+def differences(
+    now: Mapping[str, str], recorded: Mapping[str, str], names: Iterable[str]
+) -> list[str]:
     """Which of `names` differ between two digest maps (one set, the other not, counts)."""
     return sorted(name for name in names if now.get(name) != recorded.get(name))
 

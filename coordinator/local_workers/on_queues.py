@@ -35,13 +35,23 @@ class PoolOnQueues:
 
     def as_started(self) -> list[StartedWorker]:
         """Every one of them, for hints that wait while they register."""
-        return [StartedWorker(w.pid, w.start_ticks, tuple(w.queues), w.log)
-                for w in [*self.kept, *self.started]]
+        return [
+            StartedWorker(w.pid, w.start_ticks, tuple(w.queues), w.log)
+            for w in [*self.kept, *self.started]
+        ]
 
 
-def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
-                settings: Settings, note: Note, team_variables: Iterable[str] = (), *,
-                explicit: bool = False) -> PoolOnQueues:
+def ensure_pool(
+    redis_url: str,
+    queues: list[str],
+    size: int,
+    idle_exit_s: int,
+    settings: Settings,
+    note: Note,
+    team_variables: Iterable[str] = (),
+    *,
+    explicit: bool = False,
+) -> PoolOnQueues:
     """Top the local pool up to `size` live workers on `queues` with this process's
     environment: workers started with another one (a provider key, PYTHONPATH, the working
     directory, the teamctl install, a variable in `team_variables`) are replaced, and said
@@ -52,28 +62,39 @@ def ensure_pool(redis_url: str, queues: list[str], size: int, idle_exit_s: int,
     pool = local_pool(settings)
     digests = pool.env_digests(os.environ, os.getcwd())
     with pool.locked():
-        on_queues, retired = _retire_stale(pool, redis_url, queues, digests, team_variables,
-                                           note)
+        on_queues, retired = _retire_stale(pool, redis_url, queues, digests, team_variables, note)
         live = [w for w in on_queues if set(queues) <= set(w.queues)]
         if len(live) >= size:
             started: list[PoolWorker] = []
-        elif not live and not retired and not explicit \
-                and listening_workers(connect(redis_url, decode=False), queues):
+        elif (
+            not live
+            and not retired
+            and not explicit
+            and listening_workers(connect(redis_url, decode=False), queues)
+        ):
             return PoolOnQueues([], [])  # the user's own workers serve these queues
         else:
-            started = pool.start(redis_url, queues, size - len(live), idle_exit_s, os.environ,
-                                 digests)
+            started = pool.start(
+                redis_url, queues, size - len(live), idle_exit_s, os.environ, digests
+            )
     if started and not explicit:
-        note(f"started {counted(len(started), 'local pool worker')} on {', '.join(queues)}; "
-             f"they serve later runs and exit after {idle_exit_s} s idle (`teamctl workers "
-             "stop` stops them)")
+        note(
+            f"started {counted(len(started), 'local pool worker')} on {', '.join(queues)}; "
+            f"they serve later runs and exit after {idle_exit_s} s idle (`teamctl workers "
+            "stop` stops them)"
+        )
     # Replacing: the new workers are awaited too (a fresh pool's can only be of this one).
     hand_over(redis_url, queues, retired, started if retired else [])
     return PoolOnQueues(live, started)
 
 
-def retire_stale_pool(redis_url: str, queues: list[str], settings: Settings, note: Note,
-                      team_variables: Iterable[str] = ()) -> None:
+def retire_stale_pool(
+    redis_url: str,
+    queues: list[str],
+    settings: Settings,
+    note: Note,
+    team_variables: Iterable[str] = (),
+) -> None:
     """Retire the pool workers on `queues` started with another environment, starting none
     (for a command with workers of its own, or none by request): returns once they take no
     more jobs."""
@@ -82,35 +103,63 @@ def retire_stale_pool(redis_url: str, queues: list[str], settings: Settings, not
         return  # no pool: nothing to read, and no state dir to create for it
     digests = pool.env_digests(os.environ, os.getcwd())
     with pool.locked():
-        _, retired = _retire_stale(pool, redis_url, queues, digests, team_variables, note,
-                                   replaced=False)
+        _, retired = _retire_stale(
+            pool, redis_url, queues, digests, team_variables, note, replaced=False
+        )
     hand_over(redis_url, queues, retired, [])
 
 
-def _retire_stale(pool: WorkerPool, redis_url: str, queues: list[str], digests: dict[str, str],
-                  team_variables: Iterable[str], note: Note, *, replaced: bool = True
-                  ) -> tuple[list[PoolWorker], list[PoolWorker]]:
+def _retire_stale(
+    pool: WorkerPool,
+    redis_url: str,
+    queues: list[str],
+    digests: dict[str, str],
+    team_variables: Iterable[str],
+    note: Note,
+    *,
+    replaced: bool = True,
+) -> tuple[list[PoolWorker], list[PoolWorker]]:
     """Under the pool's lock: retire (and say so) the live pool workers of this Redis that
     listen on any of `queues` with another environment than `digests`; returns those kept
     and those retired. One on only some of the queues counts too: a job on the queue it
     shares would run in its environment."""
     redis_id = redis_identity(redis_url)
-    on_queues = [w for w in pool.live() if w.redis_id == redis_id and not w.retiring
-                 and set(queues) & set(w.queues)]
-    stale = {w.pid: changed for w in on_queues
-             if (changed := differences(digests, w.env, job_variables(
-                 os.environ, w.env, team_variables)))}
+    on_queues = [
+        w
+        for w in pool.live()
+        if w.redis_id == redis_id and not w.retiring and set(queues) & set(w.queues)
+    ]
+    stale = {
+        w.pid: changed
+        for w in on_queues
+        if (
+            changed := differences(digests, w.env, job_variables(os.environ, w.env, team_variables))
+        )
+    }
     retired = [w for w in on_queues if w.pid in stale]
     if retired:
         pool.retire(retired)
-        note(_replacing(len(retired), sorted({q for w in retired for q in w.queues}),
-                        [w.env for w in retired], next(iter(stale.values())), replaced))
+        note(
+            _replacing(
+                len(retired),
+                sorted({q for w in retired for q in w.queues}),
+                [w.env for w in retired],
+                next(iter(stale.values())),
+                replaced,
+            )
+        )
     return [w for w in on_queues if w.pid not in stale], retired
 
 
-def hand_over(redis_url: str, queues: list[str], retired: list[PoolWorker],
-              started: list[PoolWorker], *, retire_wait_s: float = STOP_TIMEOUT_S,
-              start_wait_s: float = START_GRACE_S) -> None:
+def hand_over(
+    redis_url: str,
+    queues: list[str],
+    retired: list[PoolWorker],
+    started: list[PoolWorker],
+    *,
+    retire_wait_s: float = STOP_TIMEOUT_S,
+    start_wait_s: float = START_GRACE_S,
+) -> None:
     """Wait until each `retired` worker takes no more jobs (gone, or its warm shutdown in
     RQ's registry: it finishes the job in hand only), then until each `started` one
     registered on `queues` or died; InfraError if a retired one still listens after
@@ -126,10 +175,12 @@ def hand_over(redis_url: str, queues: list[str], retired: list[PoolWorker],
             break
         if time.monotonic() >= deadline:
             pids = " ".join(str(w.pid) for w in still)
-            raise InfraError(f"{counted(len(still), 'pool worker')} started with another "
-                             f"environment (pids {pids}) still listening {retire_wait_s:g} s "
-                             "after being asked to stop; `teamctl workers stop` stops the pool "
-                             "by pid, then try again")
+            raise InfraError(
+                f"{counted(len(still), 'pool worker')} started with another "
+                f"environment (pids {pids}) still listening {retire_wait_s:g} s "
+                "after being asked to stop; `teamctl workers stop` stops the pool "
+                "by pid, then try again"
+            )
         time.sleep(HAND_OVER_POLL_S)  # other processes: nothing to block on
     deadline = time.monotonic() + start_wait_s
     while time.monotonic() < deadline:  # past it, the hints say what holds the queue up
@@ -148,21 +199,31 @@ def _still_listening(worker: PoolWorker, registered: dict[int, Any]) -> bool:
     return seen is None or seen.shutdown_requested_date is None
 
 
-def _replacing(count: int, queues: list[str], recorded: list[dict[str, str]],
-               changed: list[str], replaced: bool) -> str:
+def _replacing(
+    count: int,
+    queues: list[str],
+    recorded: list[dict[str, str]],
+    changed: list[str],
+    replaced: bool,
+) -> str:
     """The one line that says pool workers are replaced (or only retired), and what differs
     (names only)."""
     if not all(recorded):
         why = "by an older teamctl"
     else:
-        shown = ", ".join(changed[:4]) + (f" and {len(changed) - 4} more"
-                                          if len(changed) > 4 else "")
+        shown = ", ".join(changed[:4]) + (
+            f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+        )
         why = f"with another {shown}"
     if not replaced:
-        return (f"retiring {counted(count, 'local pool worker')} on {', '.join(queues)} "
-                f"started {why} (each finishes the job in hand)")
-    return (f"replacing {counted(count, 'local pool worker')} on {', '.join(queues)} "
-            f"started {why} (each finishes the job in hand) with workers of this environment")
+        return (
+            f"retiring {counted(count, 'local pool worker')} on {', '.join(queues)} "
+            f"started {why} (each finishes the job in hand)"
+        )
+    return (
+        f"replacing {counted(count, 'local pool worker')} on {', '.join(queues)} "
+        f"started {why} (each finishes the job in hand) with workers of this environment"
+    )
 
 
 def local_pool(settings: Settings) -> WorkerPool:

@@ -66,8 +66,7 @@ class PoolWorker:
 
     def serves(self, redis_id: str, queues: list[str]) -> bool:
         """Whether it listens on every one of `queues` of this Redis, and is not retiring."""
-        return (self.redis_id == redis_id and set(queues) <= set(self.queues)
-                and not self.retiring)
+        return self.redis_id == redis_id and set(queues) <= set(self.queues) and not self.retiring
 
 
 def redis_identity(redis_url: str) -> str:
@@ -109,16 +108,24 @@ class WorkerPool:
         known = set(PoolWorker.__dataclass_fields__)
         return [PoolWorker(**{k: v for k, v in row.items() if k in known}) for row in rows]
 
-    def live(self, redis_url: str | None = None, queues: list[str] | None = None
-             ) -> list[PoolWorker]:
+    def live(
+        self, redis_url: str | None = None, queues: list[str] | None = None
+    ) -> list[PoolWorker]:
         """The recorded workers still running; only those serving `queues` of `redis_url`."""
         alive = [w for w in self.members() if w.alive()]
         if redis_url is None:
             return alive
         return [w for w in alive if w.serves(redis_identity(redis_url), queues or [])]
 
-    def start(self, redis_url: str, queues: list[str], count: int, idle_exit_s: int,
-              environ: Mapping[str, str], digests: dict[str, str]) -> list[PoolWorker]:
+    def start(
+        self,
+        redis_url: str,
+        queues: list[str],
+        count: int,
+        idle_exit_s: int,
+        environ: Mapping[str, str],
+        digests: dict[str, str],
+    ) -> list[PoolWorker]:
         """Start `count` detached preloaded workers in this process's working directory, with
         `environ` (whose digests are `digests`), and record them with the live ones."""
         private_dir(self.log_dir)
@@ -130,13 +137,23 @@ class WorkerPool:
             log_path = self.log_dir / f"pool-{stamp}-{os.getpid()}-{index}.log"
             with open(log_path, "ab", opener=private_opener) as log_file:
                 process = start_worker(  # its own session: a Ctrl-C in the shell spares it
-                    ["worker", "--max-idle-time", str(idle_exit_s), *queues], env, log_file,
-                    new_session=True)
+                    ["worker", "--max-idle-time", str(idle_exit_s), *queues],
+                    env,
+                    log_file,
+                    new_session=True,
+                )
             program = executable(process.pid)  # Popen returns once the exec is done
-            started.append(PoolWorker(process.pid, process_start_ticks(process.pid),
-                                      redis_identity(redis_url), list(queues), digests,
-                                      str(log_path),
-                                      program=None if program is None else str(program)))
+            started.append(
+                PoolWorker(
+                    process.pid,
+                    process_start_ticks(process.pid),
+                    redis_identity(redis_url),
+                    list(queues),
+                    digests,
+                    str(log_path),
+                    program=None if program is None else str(program),
+                )
+            )
         self._write([*self.live(), *started])
         return started
 
@@ -153,8 +170,9 @@ class WorkerPool:
         shutdown), SIGKILL those still there after `timeout_s`, forget them; the pids that were
         running."""
         everyone = self.live()
-        running = [w for w in everyone
-                   if redis_url is None or w.redis_id == redis_identity(redis_url)]
+        running = [
+            w for w in everyone if redis_url is None or w.redis_id == redis_identity(redis_url)
+        ]
         for worker in running:
             _signal(worker.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s

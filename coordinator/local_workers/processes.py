@@ -37,20 +37,36 @@ def worker_env(environ: Mapping[str, str], redis_url: str | None) -> dict[str, s
     settings module, teamctl's worker and client classes and its URL from these variables (a
     worker class the person chose in RQ_WORKER_CLASS is kept). Without `redis_url` the settings
     module finds the Redis teamctl uses."""
-    env = {**environ, "RQ_CONFIG": SETTINGS_MODULE,
-           "RQ_CONNECTION_CLASS": WORKER_CONNECTION_CLASS,
-           "RQ_WORKER_CLASS": environ.get("RQ_WORKER_CLASS") or WORKER_CLASS}
+    env = {
+        **environ,
+        "RQ_CONFIG": SETTINGS_MODULE,
+        "RQ_CONNECTION_CLASS": WORKER_CONNECTION_CLASS,
+        "RQ_WORKER_CLASS": environ.get("RQ_WORKER_CLASS") or WORKER_CLASS,
+    }
     if redis_url:
         env[URL_ENV] = redis_url
     return env
 
 
-def worker_command(redis_url: str | None, queues: list[str], *, worker_class: str | None = None,
-                   name: str | None = None) -> list[str]:
+def worker_command(
+    redis_url: str | None,
+    queues: list[str],
+    *,
+    worker_class: str | None = None,
+    name: str | None = None,
+) -> list[str]:
     """The explicit form of the documented worker command (flags instead of RQ_* variables), for
     a host whose environment we do not control; without `redis_url` it reads $RQ_REDIS_URL."""
-    command = [sys.executable, "-m", "rq.cli", "worker", "-c", SETTINGS_MODULE,
-               "--connection-class", WORKER_CONNECTION_CLASS]
+    command = [
+        sys.executable,
+        "-m",
+        "rq.cli",
+        "worker",
+        "-c",
+        SETTINGS_MODULE,
+        "--connection-class",
+        WORKER_CONNECTION_CLASS,
+    ]
     if redis_url:
         command += ["-u", redis_url]
     if worker_class:
@@ -76,16 +92,22 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
-def start_worker(rq_args: list[str], env: dict[str, str], log_file: IO[bytes], *,
-                 new_session: bool = False) -> WorkerProcess:
+def start_worker(
+    rq_args: list[str], env: dict[str, str], log_file: IO[bytes], *, new_session: bool = False
+) -> WorkerProcess:
     """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the fork server the
     environment names (worker/for_the_suite/fork_server.py), else executed."""
     socket_path = env.get(FORK_SERVER_ENV)
     if socket_path:
         return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)
-    return subprocess.Popen([sys.executable, "-m", "rq.cli", *rq_args], stdout=log_file,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            start_new_session=new_session)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rq.cli", *rq_args],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=new_session,
+    )
 
 
 class LocalWorkers:
@@ -124,9 +146,12 @@ class LocalWorkers:
 
     def started(self) -> list[StartedWorker]:
         """The workers started, for hints that say they are starting."""
-        return [StartedWorker(p.pid, process_start_ticks(p.pid),
-                              tuple(self.queues), str(self._log_path(index)))
-                for index, p in enumerate(self.processes)]
+        return [
+            StartedWorker(
+                p.pid, process_start_ticks(p.pid), tuple(self.queues), str(self._log_path(index))
+            )
+            for index, p in enumerate(self.processes)
+        ]
 
     def _log_path(self, index: int) -> Path:
         return self.log_dir / f"worker-{os.getpid()}-{index}.log"

@@ -45,8 +45,13 @@ class StartingWorkers:
 class NoWorkerHint:
     """What to say, once, when a queue's jobs wait and nobody may be listening."""
 
-    def __init__(self, rq_conn: redis.Redis, starting: StartingWorkers,
-                 note: Callable[[str], None], waiter: str) -> None:
+    def __init__(
+        self,
+        rq_conn: redis.Redis,
+        starting: StartingWorkers,
+        note: Callable[[str], None],
+        waiter: str,
+    ) -> None:
         self.rq_conn = rq_conn
         self.starting = starting
         self.note = note
@@ -71,27 +76,39 @@ class NoWorkerHint:
         if alive and starting_for_s < START_GRACE_S:
             if queue not in self.said_waiting:
                 self.said_waiting.add(queue)
-                self.note(f"waiting for {counted(len(alive), 'worker')} to start on queue "
-                          f"{queue} (a worker preloads for 10-30 s)")
+                self.note(
+                    f"waiting for {counted(len(alive), 'worker')} to start on queue "
+                    f"{queue} (a worker preloads for 10-30 s)"
+                )
             return False
         self.note(no_worker_hint(queue, self.waiter, started, alive))
         self.settled.add(queue)
         return True
 
 
-def no_worker_hint(queue: str, waiter: str, started: list[StartedWorker] | None = None,
-                   alive: list[StartedWorker] | None = None) -> str:
+def no_worker_hint(
+    queue: str,
+    waiter: str,
+    started: list[StartedWorker] | None = None,
+    alive: list[StartedWorker] | None = None,
+) -> str:
     """The hint: what went wrong with workers started here, and how to start one."""
     started, alive = started or [], alive or []
     if started and not alive:
-        cause = (f"the {counted(len(started), 'worker')} started for queue {queue} exited "
-                 f"(see {started[0].log}); ")
+        cause = (
+            f"the {counted(len(started), 'worker')} started for queue {queue} exited "
+            f"(see {started[0].log}); "
+        )
     elif alive:
-        cause = (f"the {counted(len(alive), 'worker')} started for queue {queue} "
-                 f"{'has' if len(alive) == 1 else 'have'} not registered "
-                 f"in {START_GRACE_S:g} s (see {alive[0].log}); ")
+        cause = (
+            f"the {counted(len(alive), 'worker')} started for queue {queue} "
+            f"{'has' if len(alive) == 1 else 'have'} not registered "
+            f"in {START_GRACE_S:g} s (see {alive[0].log}); "
+        )
     else:
         cause = ""
-    return (f"{cause}no worker listens on queue {queue}; {waiter} waits until one does: "
-            f"`teamctl worker {queue}` here or on any host that reaches this Redis "
-            f"(or `teamctl workers start --queue {queue}` for background ones)")
+    return (
+        f"{cause}no worker listens on queue {queue}; {waiter} waits until one does: "
+        f"`teamctl worker {queue}` here or on any host that reaches this Redis "
+        f"(or `teamctl workers start --queue {queue}` for background ones)"
+    )

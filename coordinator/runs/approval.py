@@ -49,9 +49,15 @@ def plan_table(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def obtain_plan_decision(store: RunStore, plan: Plan, mode: ApprovalMode, *,
-                         notify: Callable[[str], None], should_stop: Callable[[], bool],
-                         phase: Callable[[RunStatus], None] = lambda status: None) -> Decision:
+def obtain_plan_decision(
+    store: RunStore,
+    plan: Plan,
+    mode: ApprovalMode,
+    *,
+    notify: Callable[[str], None],
+    should_stop: Callable[[], bool],
+    phase: Callable[[RunStatus], None] = lambda status: None,
+) -> Decision:
     """Return the recorded decision, making or awaiting it first if there is none yet; `phase`
     is told when the run starts waiting for it."""
     recorded = _recorded(store)
@@ -77,13 +83,19 @@ def _recorded(store: RunStore) -> Decision | None:
     return Decision(approved=state.approval is Approval.APPROVED, reason=state.approval_reason)
 
 
-def _wait(store: RunStore, notify: Callable[[str], None], should_stop: Callable[[], bool],
-          phase: Callable[[RunStatus], None]) -> Decision:
+def _wait(
+    store: RunStore,
+    notify: Callable[[str], None],
+    should_stop: Callable[[], bool],
+    phase: Callable[[RunStatus], None],
+) -> Decision:
     run_id = store.run_id
     store.set_status(RunStatus.AWAITING_APPROVAL)
     phase(RunStatus.AWAITING_APPROVAL)
-    notify(f"plan awaits approval: `teamctl approve {run_id}` or "
-           f"`teamctl reject {run_id} --reason TEXT` (`teamctl status {run_id}` shows it)")
+    notify(
+        f"plan awaits approval: `teamctl approve {run_id}` or "
+        f"`teamctl reject {run_id} --reason TEXT` (`teamctl status {run_id}` shows it)"
+    )
     while True:
         recorded = _recorded(store)
         if recorded is not None:

@@ -30,13 +30,18 @@ class RunContext:
 
     def no_worker_hint(self) -> NoWorkerHint:
         """A hint for a wait on the run's queues, aware of the workers started here."""
-        return NoWorkerHint(self.dispatcher.rq_conn, self.starting, self.reporter.note,
-                            "the run")
+        return NoWorkerHint(self.dispatcher.rq_conn, self.starting, self.reporter.note, "the run")
 
 
-def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks: list[object],
-                  reporter: Reporter, starting: StartingWorkers | None = None,
-                  tracing: Tracing = NO_TRACING) -> RunContext:
+def build_context(
+    conn: redis.Redis,
+    rq_conn: redis.Redis,
+    spec: RunSpec,
+    hooks: list[object],
+    reporter: Reporter,
+    starting: StartingWorkers | None = None,
+    tracing: Tracing = NO_TRACING,
+) -> RunContext:
     """Wire the run's handle, dispatcher and hooks around one connection."""
     run = RunHandle.driving(conn, spec)
 
@@ -44,6 +49,11 @@ def build_context(conn: redis.Redis, rq_conn: redis.Redis, spec: RunSpec, hooks:
         reporter.note(f"hook failed: {text}")
         run.bus.tell_lead(HOOK_ERROR_TYPE, None, text)
 
-    return RunContext(run=run, dispatcher=Dispatcher(rq_conn, spec),
-                      hooks=HookRunner(hooks, report_hook_error), reporter=reporter,
-                      starting=starting or StartingWorkers(), tracing=tracing)
+    return RunContext(
+        run=run,
+        dispatcher=Dispatcher(rq_conn, spec),
+        hooks=HookRunner(hooks, report_hook_error),
+        reporter=reporter,
+        starting=starting or StartingWorkers(),
+        tracing=tracing,
+    )

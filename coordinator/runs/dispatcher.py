@@ -17,8 +17,9 @@ JOB_TIMEOUT_MARGIN_S = 60
 FAILURE_TTL_S = 86_400
 TOOL_CHECK_RESULT_TTL_S = 3_600
 """Long enough for a coordinator (or the one resuming it) to read the tool check's report."""
-ENDED_JOB_STATUSES = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED,
-                                JobStatus.CANCELED})
+ENDED_JOB_STATUSES = frozenset(
+    {JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED}
+)
 
 
 class Dispatcher:
@@ -56,20 +57,28 @@ class Dispatcher:
     def enqueue_tool_check(self, queue_name: str) -> str:
         """Queue the job that imports the Python tools of the members on `queue_name`; its
         result (a ToolImportReport) is kept by RQ for TOOL_CHECK_RESULT_TTL_S."""
-        return self._enqueue(queue_name, "teamctl.worker.jobs.run_tool_check", queue_name,
-                             result_ttl=TOOL_CHECK_RESULT_TTL_S)
+        return self._enqueue(
+            queue_name,
+            "teamctl.worker.jobs.run_tool_check",
+            queue_name,
+            result_ttl=TOOL_CHECK_RESULT_TTL_S,
+        )
 
-    def _enqueue(self, queue_name: str, function: str, *args: object,
-                 result_ttl: int = 0) -> str:
+    def _enqueue(self, queue_name: str, function: str, *args: object, result_ttl: int = 0) -> str:
         queue = self._queues.get(queue_name)
         if queue is None:
             queue = self._queues[queue_name] = Queue(queue_name, connection=self.rq_conn)
         # RQ's default job_timeout (180 s) is far too short for agent tasks; results live in
         # the run's keys, so RQ need not keep them (but for the tool check's report).
-        job = queue.enqueue(function, self.spec.run_id, *args,
-                            job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
-                            result_ttl=result_ttl, failure_ttl=FAILURE_TTL_S,
-                            meta={TRACEPARENT_META: self.traceparent} if self.traceparent else None)
+        job = queue.enqueue(
+            function,
+            self.spec.run_id,
+            *args,
+            job_timeout=int(self.spec.options.timeout_s) + JOB_TIMEOUT_MARGIN_S,
+            result_ttl=result_ttl,
+            failure_ttl=FAILURE_TTL_S,
+            meta={TRACEPARENT_META: self.traceparent} if self.traceparent else None,
+        )
         return job.id
 
     def ended(self, job_ids: list[str], stale_after_s: float) -> set[str]:
@@ -85,8 +94,11 @@ class Dispatcher:
         for job_id in job_ids:
             pipe.hmget(Job.key_for(job_id), "status", "started_at", "created_at")
         now = datetime.now(UTC)
-        return {job_id for job_id, fields in zip(job_ids, pipe.execute(), strict=True)
-                if _has_ended(*fields, now=now, stale_after_s=stale_after_s)}
+        return {
+            job_id
+            for job_id, fields in zip(job_ids, pipe.execute(), strict=True)
+            if _has_ended(*fields, now=now, stale_after_s=stale_after_s)
+        }
 
     def failure(self, job_id: str) -> str | None:
         """The last line of a failed job's exception (RQ keeps failed jobs FAILURE_TTL_S);
@@ -98,8 +110,14 @@ class Dispatcher:
         return text.splitlines()[-1] if text else "failed without a traceback"
 
 
-def _has_ended(status: bytes | None, started_at: bytes | None, created_at: bytes | None, *,
-               now: datetime, stale_after_s: float) -> bool:
+def _has_ended(
+    status: bytes | None,
+    started_at: bytes | None,
+    created_at: bytes | None,
+    *,
+    now: datetime,
+    stale_after_s: float,
+) -> bool:
     """A job hash's fields say it ended, vanished (no hash), or started too long ago."""
     if created_at is None:
         return True  # every job hash has created_at: this one is gone

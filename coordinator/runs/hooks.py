@@ -43,8 +43,9 @@ class TeamHook:
     def on_message(self, message: Envelope) -> None:
         """For every message on the run's bus (hook.error messages excepted)."""
 
-    def on_task_state_changed(self, objective: str, state: TaskState, member: Member | None,
-                              detail: str | None) -> None:
+    def on_task_state_changed(
+        self, objective: str, state: TaskState, member: Member | None, detail: str | None
+    ) -> None:
         """For every change of a task's status on the board."""
 
     def after_synthesis(self, objective: str, result: SynthesisResult) -> None:
@@ -61,8 +62,10 @@ def load_hooks(paths: list[str]) -> list[object]:
             cls = getattr(import_user_module(module_name.strip()), attr.strip())
             hooks.append(cls())
         except Exception as exc:  # import errors, missing attributes, constructor failures
-            raise ConfigError(f"hooks[{index}] {path!r}: cannot load it ({exc}); write "
-                              "'package.module:ClassName' for a class importable here") from exc
+            raise ConfigError(
+                f"hooks[{index}] {path!r}: cannot load it ({exc}); write "
+                "'package.module:ClassName' for a class importable here"
+            ) from exc
     return hooks
 
 

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from teamctl.shared.team_file import TeamFile
 
 
-
 @dataclass(frozen=True)
 class Launch:
     """A stored run, ready to be driven: its connection, spec and loaded hooks."""
@@ -39,9 +38,17 @@ class Launch:
     model_source: ModelSource
 
 
-def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str | None,
-           redis_url: Callable[[], str], run_id: str | None, settings: Settings,
-           fallback_models: Sequence[str] = ()) -> Launch:
+def launch(
+    team: TeamFile,
+    objective: str,
+    *,
+    model: str | None,
+    api_base: str | None,
+    redis_url: Callable[[], str],
+    run_id: str | None,
+    settings: Settings,
+    fallback_models: Sequence[str] = (),
+) -> Launch:
     """Check everything that can be checked, then store the run. `redis_url` is called only
     once the input is valid: a config error starts no server and writes nothing."""
     from teamctl.coordinator.runs.hooks import load_hooks
@@ -67,9 +74,14 @@ def launch(team: TeamFile, objective: str, *, model: str | None, api_base: str |
     private_dir(settings.state_dir)
     url = redis_url()
     conn = connect(url)
-    request = RunRequest(objective=objective, team=team, models=models,
-                         workspace_root=settings.state_dir / "workspaces", run_id=run_id,
-                         workspace_store=choose_store(settings.workspace_store, url))
+    request = RunRequest(
+        objective=objective,
+        team=team,
+        models=models,
+        workspace_root=settings.state_dir / "workspaces",
+        run_id=run_id,
+        workspace_store=choose_store(settings.workspace_store, url),
+    )
     return Launch(conn, url, create_run(conn, request), hooks, model_source)
 
 
@@ -83,9 +95,15 @@ class WorkerPlan:
     embedded: bool
     idle_exit_s: int
 
-    def run_scoped_count(self, redis_url: str, queues: list[str], settings: Settings,
-                         note: Note, starting: StartingWorkers | None = None,
-                         team_variables: Iterable[str] = ()) -> int:
+    def run_scoped_count(
+        self,
+        redis_url: str,
+        queues: list[str],
+        settings: Settings,
+        note: Note,
+        starting: StartingWorkers | None = None,
+        team_variables: Iterable[str] = (),
+    ) -> int:
         """How many run-scoped workers to start, after starting (or replacing) pool workers,
         which are added to `starting`; with workers of its own, pool workers of another
         environment on these queues are retired all the same (they would take its jobs)."""
@@ -94,26 +112,35 @@ class WorkerPlan:
                 retire_stale_pool(redis_url, queues, settings, note, team_variables)
             return self.count
         if self.embedded:
-            pool = ensure_pool(redis_url, queues, DEFAULT_POOL_SIZE, self.idle_exit_s,
-                               settings, note, team_variables)
+            pool = ensure_pool(
+                redis_url,
+                queues,
+                DEFAULT_POOL_SIZE,
+                self.idle_exit_s,
+                settings,
+                note,
+                team_variables,
+            )
             if starting is not None:  # those started earlier may still be preloading too
                 starting.workers.extend(pool.as_started())
             return 0
-        return 0 if listening_workers(connect(redis_url, decode=False), queues) \
-            else DEFAULT_POOL_SIZE
+        return (
+            0 if listening_workers(connect(redis_url, decode=False), queues) else DEFAULT_POOL_SIZE
+        )
 
 
-
-
-
-
-
-
-
-
-def run_to_end(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[object], *,
-          workers: WorkerPlan, approval: ApprovalMode, reporter: Reporter,
-          settings: Settings, interrupt: threading.Event | None = None) -> RunResult:
+def run_to_end(
+    conn: redis.Redis,
+    redis_url: str,
+    spec: RunSpec,
+    hooks: list[object],
+    *,
+    workers: WorkerPlan,
+    approval: ApprovalMode,
+    reporter: Reporter,
+    settings: Settings,
+    interrupt: threading.Event | None = None,
+) -> RunResult:
     """Start the workers the run needs, drive it to its end as its coordinator, stop them.
     Setting `interrupt` (from another thread) makes the coordinator stop at its next check with
     Interrupted, leaving the run as it is for the caller to cancel."""
@@ -126,14 +153,22 @@ def run_to_end(conn: redis.Redis, redis_url: str, spec: RunSpec, hooks: list[obj
     set_outage(conn, outage_s)
     starting = StartingWorkers()
     # Pool workers outlive this call: a library caller is warned, not only told at info.
-    run_scoped = workers.run_scoped_count(redis_url, spec.queues, settings, reporter.warn,
-                                          starting, spec.mcp_variables())
+    run_scoped = workers.run_scoped_count(
+        redis_url, spec.queues, settings, reporter.warn, starting, spec.mcp_variables()
+    )
     tracing = tracing_from_settings(settings, COORDINATOR_SERVICE)
     try:
         with LocalWorkers(redis_url, spec.queues, run_scoped, settings.state_dir / "logs") as local:
             starting.workers.extend(local.started())
-            ctx = build_context(conn, connect(redis_url, decode=False, outage_s=outage_s), spec,
-                                hooks, reporter, starting, tracing)
+            ctx = build_context(
+                conn,
+                connect(redis_url, decode=False, outage_s=outage_s),
+                spec,
+                hooks,
+                reporter,
+                starting,
+                tracing,
+            )
             if interrupt is not None:
                 ctx.run.lease.interrupt = interrupt
             return Coordinator(ctx, approval).run()

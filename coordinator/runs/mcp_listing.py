@@ -29,25 +29,30 @@ class McpListingWait:
         self.ctx = ctx
         self.cache = McpToolCache(ctx.run.conn, ctx.run.keys, ctx.run.scripts)
 
-    def member_tools(self, members: list[Member], run_deadline: float
-                     ) -> dict[str, list[OfferedTool]]:
+    def member_tools(
+        self, members: list[Member], run_deadline: float
+    ) -> dict[str, list[OfferedTool]]:
         """Each member's real MCP tools by member id, for the members all of whose servers
         are listed (listing them first if needed); the others are left to their entries."""
         wanted = _servers_by_queue(members)
         if not wanted:
             return {}
         lists = self.cache.lists()
-        missing = {queue: [name for name in names if name not in lists]
-                   for queue, names in wanted.items()}
+        missing = {
+            queue: [name for name in names if name not in lists] for queue, names in wanted.items()
+        }
         missing = {queue: names for queue, names in missing.items() if names}
         if missing:
             lists = self._list(missing, run_deadline)
-        return {m.id: offered_tools(lists, m.mcp, [s.name for s in m.mcp_servers])
-                for m in members
-                if m.mcp_servers and all(s.name in lists for s in m.mcp_servers)}
+        return {
+            m.id: offered_tools(lists, m.mcp, [s.name for s in m.mcp_servers])
+            for m in members
+            if m.mcp_servers and all(s.name in lists for s in m.mcp_servers)
+        }
 
-    def _list(self, missing: dict[str, list[str]], run_deadline: float
-              ) -> dict[str, list[dict[str, object]]]:
+    def _list(
+        self, missing: dict[str, list[str]], run_deadline: float
+    ) -> dict[str, list[dict[str, object]]]:
         """Enqueue the listing jobs, wait for their notes, say what falls back; the lists."""
         options = self.ctx.run.spec.options
         budget_s = options.mcp_start_timeout_s + options.mcp_list_timeout_s
@@ -58,17 +63,25 @@ class McpListingWait:
         pipe.hdel(self.ctx.run.keys.mcp_listing, *servers)
         pipe.delete(self.ctx.run.keys.mcp_listed)
         pipe.execute()
-        jobs = [self.ctx.dispatcher.enqueue_mcp_listing(names, queue)
-                for queue, names in missing.items()]
-        listings, jobs_ended = self._await(servers, list(missing), jobs, budget_s,
-                                           min(run_deadline, time.monotonic() + budget_s))
+        jobs = [
+            self.ctx.dispatcher.enqueue_mcp_listing(names, queue)
+            for queue, names in missing.items()
+        ]
+        listings, jobs_ended = self._await(
+            servers, list(missing), jobs, budget_s, min(run_deadline, time.monotonic() + budget_s)
+        )
         lists = self.cache.lists()
-        self._note_fallback([s for s in servers if s not in lists], listings, budget_s,
-                            jobs_ended)
+        self._note_fallback([s for s in servers if s not in lists], listings, budget_s, jobs_ended)
         return lists
 
-    def _await(self, servers: list[str], queues: list[str], jobs: list[str], budget_s: float,
-               deadline: float) -> tuple[dict[str, McpListing], bool]:
+    def _await(
+        self,
+        servers: list[str],
+        queues: list[str],
+        jobs: list[str],
+        budget_s: float,
+        deadline: float,
+    ) -> tuple[dict[str, McpListing], bool]:
         """The jobs' notes once every server has one, every job ended (one that failed or
         vanished before noting leaves nothing more to wait for: then True), or at the deadline
         or a cancel."""
@@ -85,8 +98,13 @@ class McpListingWait:
             wait.hint_if_unserved(queues)
             wait.sleep(self.ctx.run.keys.mcp_listed, stop_at_deadline=True)
 
-    def _note_fallback(self, unlisted: list[str], listings: dict[str, McpListing],
-                       budget_s: float, jobs_ended: bool) -> None:
+    def _note_fallback(
+        self,
+        unlisted: list[str],
+        listings: dict[str, McpListing],
+        budget_s: float,
+        jobs_ended: bool,
+    ) -> None:
         """One stderr line naming the servers the planner sees only as configured, and why."""
         if not unlisted:
             return
@@ -94,16 +112,20 @@ class McpListingWait:
         for name in unlisted:
             listing = listings.get(name)
             if listing is None and jobs_ended:
-                reasons.append(f"{name}: its listing job ended without listing it (the "
-                               "worker's log says why)")
+                reasons.append(
+                    f"{name}: its listing job ended without listing it (the worker's log says why)"
+                )
             elif listing is None:
-                reasons.append(f"{name}: not listed within mcp_start_timeout_s + "
-                               f"mcp_list_timeout_s = {budget_s:g}s")
+                reasons.append(
+                    f"{name}: not listed within mcp_start_timeout_s + "
+                    f"mcp_list_timeout_s = {budget_s:g}s"
+                )
             else:
                 first_line = (listing.error or "not listed").strip().split("\n", 1)[0]
                 reasons.append(f"{name}: {shorten(first_line, REASON_CHARS)}")
-        self.ctx.reporter.note("the planner sees the configured MCP entries, not the tools, of "
-                               + "; ".join(reasons))
+        self.ctx.reporter.note(
+            "the planner sees the configured MCP entries, not the tools, of " + "; ".join(reasons)
+        )
 
 
 def _servers_by_queue(members: list[Member]) -> dict[str, list[str]]:

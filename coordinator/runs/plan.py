@@ -43,8 +43,15 @@ def normalize_tasks(raw_tasks: list[RawTask]) -> list[TaskSpec]:
             seq += 1
         used.add(task_id)
         deps = normalize_dependencies(raw.depends_on)
-        tasks.append(TaskSpec(id=task_id, member_id=raw.member_id, task=raw.task,
-                              context=raw.context, depends_on=deps))
+        tasks.append(
+            TaskSpec(
+                id=task_id,
+                member_id=raw.member_id,
+                task=raw.task,
+                context=raw.context,
+                depends_on=deps,
+            )
+        )
     return tasks
 
 

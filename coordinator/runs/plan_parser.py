@@ -81,8 +81,13 @@ def _task(item: dict[str, Any]) -> RawTask | None:
     text = _string(item, "task")
     if text is None:
         return None
-    return RawTask(id=_string(item, "id"), member_id=_string(item, "member_id"), task=text,
-                   context=_string(item, "context"), depends_on=[*_dependencies(item)])
+    return RawTask(
+        id=_string(item, "id"),
+        member_id=_string(item, "member_id"),
+        task=text,
+        context=_string(item, "context"),
+        depends_on=[*_dependencies(item)],
+    )
 
 
 def why_no_tasks(text: str | None) -> str:

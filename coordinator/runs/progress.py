@@ -13,11 +13,19 @@ from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.text import flat, printable
 
-STATUS_STYLE = {TaskStatus.COMPLETED: "green", TaskStatus.FAILED: "red",
-                TaskStatus.BLOCKED: "yellow", TaskStatus.IN_PROGRESS: "cyan"}
-PHASE_TEXT = {RunStatus.PLANNING: "planning", RunStatus.AWAITING_APPROVAL: "waiting for approval",
-              RunStatus.RUNNING: "dispatching", RunStatus.SYNTHESIZING: "synthesizing",
-              RunStatus.AWAITING_BUDGET: "paused: budget spent"}
+STATUS_STYLE = {
+    TaskStatus.COMPLETED: "green",
+    TaskStatus.FAILED: "red",
+    TaskStatus.BLOCKED: "yellow",
+    TaskStatus.IN_PROGRESS: "cyan",
+}
+PHASE_TEXT = {
+    RunStatus.PLANNING: "planning",
+    RunStatus.AWAITING_APPROVAL: "waiting for approval",
+    RunStatus.RUNNING: "dispatching",
+    RunStatus.SYNTHESIZING: "synthesizing",
+    RunStatus.AWAITING_BUDGET: "paused: budget spent",
+}
 """The table's title for each phase of a run (an ended run shows its status as it is)."""
 
 
@@ -25,8 +33,9 @@ class Reporter:
     """Progress for a person; `live` draws a table (task, member, status, attempts, elapsed)
     titled with the run's phase."""
 
-    def __init__(self, live: bool, log: logging.Logger | None = None,
-                 advice: Advice | None = None) -> None:
+    def __init__(
+        self, live: bool, log: logging.Logger | None = None, advice: Advice | None = None
+    ) -> None:
         self.live = live
         self.log = log
         """Where notes go instead of stderr (the Python API: the caller's logging)."""
@@ -104,8 +113,11 @@ def _table(states: list[TaskState], phase: RunStatus | None = None) -> Any:
         elapsed = f"{(end_ms - state.start_ms) / 1000:.1f}s" if state.start_ms else "-"
         style = STATUS_STYLE.get(state.status, "")
         # Text, not a str: rich would read a [style] in it as markup.
-        table.add_row(Text(flat(state.task_id)),
-                      Text(flat(state.claimed_by or state.member_id) or "-"),
-                      f"[{style}]{state.status.value}[/]" if style else state.status.value,
-                      str(state.attempts), elapsed)
+        table.add_row(
+            Text(flat(state.task_id)),
+            Text(flat(state.claimed_by or state.member_id) or "-"),
+            f"[{style}]{state.status.value}[/]" if style else state.status.value,
+            str(state.attempts),
+            elapsed,
+        )
     return table

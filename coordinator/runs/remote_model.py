@@ -107,7 +107,8 @@ class RemoteModel:
             return None if view.beating else "stopped beating"
         dispatcher = self.ctx.dispatcher
         if self._job_id is None or not dispatcher.ended(
-                [self._job_id], stale_after_s=self.ctx.run.spec.options.heartbeat_ttl_s):
+            [self._job_id], stale_after_s=self.ctx.run.spec.options.heartbeat_ttl_s
+        ):
             return None
         failure = dispatcher.failure(self._job_id)
         if failure is not None:
@@ -117,8 +118,10 @@ class RemoteModel:
     def _retry(self, call: ModelCall, reason: str) -> bool:
         """Ask another worker; False when the attempt was answered meanwhile (kept)."""
         if self._attempt >= self.ctx.run.spec.options.max_attempts:
-            raise NoReply(f"the worker making the {call.name} call {reason}, "
-                          f"{self._attempt} times (max_attempts)")
+            raise NoReply(
+                f"the worker making the {call.name} call {reason}, "
+                f"{self._attempt} times (max_attempts)"
+            )
         if not self._enqueue(call, replacing=self._attempt):
             return False
         self.ctx.reporter.note(f"the worker making the {call.name} call {reason}; asking another")
@@ -128,9 +131,11 @@ class RemoteModel:
         """Stop waiting on a lost lease, a cancel, or a call no worker began in time."""
         wait.check_still_wanted(call.name)
         if not view.began and wait.timed_out():
-            raise NoReply(f"no worker took the {call.name} call in time (the run's timeout_s="
-                          f"{self.ctx.run.spec.options.timeout_s:g}); is a worker listening on "
-                          f"queue {call.queue}? (`teamctl workers` lists them)")
+            raise NoReply(
+                f"no worker took the {call.name} call in time (the run's timeout_s="
+                f"{self.ctx.run.spec.options.timeout_s:g}); is a worker listening on "
+                f"queue {call.queue}? (`teamctl workers` lists them)"
+            )
 
 
 def _reply_of(call: ModelCall, view: CallView) -> ModelReply:

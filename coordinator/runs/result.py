@@ -16,18 +16,25 @@ from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import Plan, TaskState, TaskStatus
 
 
-def member_results(spec: RunSpec, states: list[TaskState],
-                   transcripts: Mapping[str, list[dict[str, Any]]] | None = None,
-                   ) -> list[MemberResult]:
+def member_results(
+    spec: RunSpec,
+    states: list[TaskState],
+    transcripts: Mapping[str, list[dict[str, Any]]] | None = None,
+) -> list[MemberResult]:
     """Executed tasks (completed or failed) in dispatch order, as AI4J: by when their (last)
     claim started; a task failed at dispatch (unknown member) counts from its failure; ties in
     plan order. With `transcripts`, each carries its member's transcript."""
-    ran = [(position, s) for position, s in enumerate(states)
-           if s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)]
+    ran = [
+        (position, s)
+        for position, s in enumerate(states)
+        if s.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+    ]
     ran.sort(key=lambda item: (item[1].start_ms or item[1].end_ms, item[0]))
     kept = transcripts or {}
-    return [member_result(spec, s).model_copy(update={"transcript": kept.get(s.task_id)})
-            for _, s in ran]
+    return [
+        member_result(spec, s).model_copy(update={"transcript": kept.get(s.task_id)})
+        for _, s in ran
+    ]
 
 
 def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
@@ -36,30 +43,47 @@ def member_result(spec: RunSpec, state: TaskState) -> MemberResult:
     if member is None and state.claimed_by is None:
         member = spec.member_for(state.member_id)
     return MemberResult(
-        task_id=state.task_id, member_id=member.id if member else state.member_id,
-        member_name=member.display_name if member else None, task=state.task,
-        task_status=state.status, output=state.output, error=state.error,
-        duration_ms=state.duration_ms, attempts=state.attempts, usage=state.usage,
-        model=state.model, fallback_from=state.fallback_from)
+        task_id=state.task_id,
+        member_id=member.id if member else state.member_id,
+        member_name=member.display_name if member else None,
+        task=state.task,
+        task_status=state.status,
+        output=state.output,
+        error=state.error,
+        duration_ms=state.duration_ms,
+        attempts=state.attempts,
+        usage=state.usage,
+        model=state.model,
+        fallback_from=state.fallback_from,
+    )
 
 
 def ended_member_result(run: RunHandle, state: TaskState) -> MemberResult:
     """One ended task as a member result with its stored transcript (what `after_task` hooks
     receive: the same as the task's entry in the run's result)."""
     kept = Transcripts(run.conn, run.keys, run.scripts).load_many([state.task_id])
-    return member_result(run.spec, state).model_copy(
-        update={"transcript": kept.get(state.task_id)})
+    return member_result(run.spec, state).model_copy(update={"transcript": kept.get(state.task_id)})
 
 
 def task_state_view(state: TaskState) -> TaskStateView:
     """A task as the result JSON's task_states shows it."""
     return TaskStateView(
-        task_id=state.task_id, status=state.status, claimed_by=state.claimed_by,
-        phase=state.phase, detail=state.detail, percent=state.percent,
-        heartbeat_count=state.heartbeat_count, attempts=state.attempts, output=state.output,
-        error=state.error, duration_ms=state.duration_ms, model=state.model,
-        fallback_from=state.fallback_from, waiting_model=state.waiting_model,
-        waiting_until_ms=state.waiting_until_ms)
+        task_id=state.task_id,
+        status=state.status,
+        claimed_by=state.claimed_by,
+        phase=state.phase,
+        detail=state.detail,
+        percent=state.percent,
+        heartbeat_count=state.heartbeat_count,
+        attempts=state.attempts,
+        output=state.output,
+        error=state.error,
+        duration_ms=state.duration_ms,
+        model=state.model,
+        fallback_from=state.fallback_from,
+        waiting_model=state.waiting_model,
+        waiting_until_ms=state.waiting_until_ms,
+    )
 
 
 def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
@@ -70,16 +94,28 @@ def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
     state = store.state()
     states = run.board.snapshot()
     ended_ms = state.ended_ms or now_ms()
-    transcripts = Transcripts(run.conn, run.keys, run.scripts).load_many(
-        [s.task_id for s in states]) if full else {}
+    transcripts = (
+        Transcripts(run.conn, run.keys, run.scripts).load_many([s.task_id for s in states])
+        if full
+        else {}
+    )
     return RunResult(
-        team_id=spec.team_id, run_id=run_id, objective=spec.objective, status=state.status,
-        plan=state.plan or Plan(), member_results=member_results(spec, states, transcripts),
+        team_id=spec.team_id,
+        run_id=run_id,
+        objective=spec.objective,
+        status=state.status,
+        plan=state.plan or Plan(),
+        member_results=member_results(spec, states, transcripts),
         task_states=[task_state_view(s) for s in states],
         messages=run.bus.messages() if full else [],
-        rounds=state.rounds, output=state.output, error=state.error, synthesis=_synthesis(run),
-        total_duration_ms=ended_ms - state.started_ms, usage=store.usage(),
-        usage_by_model=usage_by_model(run.conn, run.keys))
+        rounds=state.rounds,
+        output=state.output,
+        error=state.error,
+        synthesis=_synthesis(run),
+        total_duration_ms=ended_ms - state.started_ms,
+        usage=store.usage(),
+        usage_by_model=usage_by_model(run.conn, run.keys),
+    )
 
 
 def _synthesis(run: RunHandle) -> ModelReply | None:

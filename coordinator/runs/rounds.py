@@ -19,8 +19,9 @@ CYCLE_REASON = "unresolved dependencies or cyclic plan"
 STOPPED_REASON = "not run: the run stopped after a member failure"
 CANCELLED = "cancelled"
 EVENT_BATCH = 100
-CONSUMED = frozenset({EventKind.IN_PROGRESS, EventKind.COMPLETED, EventKind.FAILED,
-                      EventKind.BLOCKED})
+CONSUMED = frozenset(
+    {EventKind.IN_PROGRESS, EventKind.COMPLETED, EventKind.FAILED, EventKind.BLOCKED}
+)
 """Events after which a queued job has nothing left to do (its task was claimed or ended).
 Not reclaimed/released/reassigned: those can be read after the task was enqueued again."""
 ENDED_TASK_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.BLOCKED})
@@ -69,8 +70,11 @@ class RoundLoop:
         self.board = ctx.run.board
         self.options = ctx.run.spec.options
         self.deadline = deadline
-        self.budget = (ctx.run.budget if self.options.max_tokens is not None
-                       or self.options.max_cost_usd is not None else None)
+        self.budget = (
+            ctx.run.budget
+            if self.options.max_tokens is not None or self.options.max_cost_usd is not None
+            else None
+        )
 
     def run(self, state: LoopState) -> LoopState:
         """Loop until the board has no work left, nothing can run, or the run is stopped."""
@@ -126,8 +130,9 @@ class RoundLoop:
                 grace_s = STOP_GRACE_TTLS * self.options.heartbeat_ttl_s
                 status = RunStatus.CANCELLED if reason == CANCELLED else RunStatus.FAILED
                 state.stop = RunStop(status, reason, reason, time.monotonic() + grace_s)
-                self.trace.event("teamctl.run.cancelled" if reason == CANCELLED
-                                 else "teamctl.run.stopped")
+                self.trace.event(
+                    "teamctl.run.cancelled" if reason == CANCELLED else "teamctl.run.stopped"
+                )
         return state.stop is not None
 
     def _paused_at_end(self, state: LoopState) -> bool:
@@ -163,8 +168,9 @@ class RoundLoop:
         run.store.set_status(RunStatus.RUNNING)
         self.ctx.reporter.phase(RunStatus.RUNNING)
         self.trace.event("teamctl.run.resumed")
-        run.bus.tell_lead(SystemType.RUN_BUDGET_ADDED, None,
-                        "the budget was raised: the run goes on")
+        run.bus.tell_lead(
+            SystemType.RUN_BUDGET_ADDED, None, "the budget was raised: the run goes on"
+        )
         self.ctx.reporter.note(f"run {run_id} resumed: its budget was raised")
 
     def _stop_if_failed(self, state: LoopState) -> None:
@@ -191,16 +197,19 @@ class RoundLoop:
             return False
         # Members still busy past the grace period (one long model call) are given up on, so the
         # run ends with no task left in progress; their late writes are refused.
-        self.board.fail_in_progress(state.stop.block_reason,
-                                    announce_failures=self.ctx.run.bus.enabled)
+        self.board.fail_in_progress(
+            state.stop.block_reason, announce_failures=self.ctx.run.bus.enabled
+        )
         return True
 
     def _reclaim_expired(self) -> None:
-        reclaimed = self.board.reclaim_expired(self.options.max_attempts,
-                                               announce_failures=self.ctx.run.bus.enabled)
+        reclaimed = self.board.reclaim_expired(
+            self.options.max_attempts, announce_failures=self.ctx.run.bus.enabled
+        )
         for task_id in reclaimed:  # its worker stopped beating: died, hung or cut off
             (self.round_span if self.round_span is not NO_SPAN else self.trace).event(
-                "teamctl.task.reclaimed", {"teamctl.task_id": task_id})
+                "teamctl.task.reclaimed", {"teamctl.task_id": task_id}
+            )
 
     def _rounds_exhausted(self, state: LoopState) -> bool:
         if state.rounds < self.options.round_limit() or self._in_flight(state):
@@ -223,8 +232,9 @@ class RoundLoop:
     def _forget_ended_jobs(self, state: LoopState) -> None:
         """A job that ended without claiming its task (it failed, or its worker died before the
         claim) no longer counts as in flight, so its task is dispatched again."""
-        ended = self.ctx.dispatcher.ended(list(state.queued.values()),
-                                          stale_after_s=self.options.heartbeat_ttl_s)
+        ended = self.ctx.dispatcher.ended(
+            list(state.queued.values()), stale_after_s=self.options.heartbeat_ttl_s
+        )
         state.queued = {t: job for t, job in state.queued.items() if job not in ended}
 
     def _in_flight(self, state: LoopState) -> int:
@@ -241,8 +251,9 @@ class RoundLoop:
         new_round = not self._round_still_open(state)
         if new_round and state.rounds >= self.options.round_limit():
             return 0
-        ready = [t for t in self.board.next_ready(capacity + len(state.queued))
-                 if t not in state.queued][:capacity]
+        ready = [
+            t for t in self.board.next_ready(capacity + len(state.queued)) if t not in state.queued
+        ][:capacity]
         if not ready:
             return 0
         if new_round:
@@ -271,8 +282,9 @@ class RoundLoop:
             ids = sorted(state.open_round)
             for task_id in ids:
                 pipe.hget(self.board.keys.task(task_id), "status")
-            state.open_round = {t for t, s in zip(ids, pipe.execute(), strict=True)
-                                if s not in ENDED_TASK_STATUSES}
+            state.open_round = {
+                t for t, s in zip(ids, pipe.execute(), strict=True) if s not in ENDED_TASK_STATUSES
+            }
         return bool(state.open_round)
 
     def _dispatch(self, task_id: str) -> str | None:
@@ -286,19 +298,30 @@ class RoundLoop:
             self.board.fail(task_id, None, f"unknown team member: {task.member_id}")
             return None
         if spec.resolve_member(task.member_id) is None:
-            self.ctx.run.bus.tell_lead(SystemType.RUN_WARNING, task_id,
-                                 f"unknown team member {task.member_id!r}: routed to {member.id}")
+            self.ctx.run.bus.tell_lead(
+                SystemType.RUN_WARNING,
+                task_id,
+                f"unknown team member {task.member_id!r}: routed to {member.id}",
+            )
         return self.ctx.dispatcher.enqueue(task_id, member.queue)
 
     def _read_events(self, state: LoopState, *, block: bool) -> None:
         """Block on the events stream (no polling); wake at least every ttl/3 to reclaim, and
         every WAKE_EVERY_S for an interrupt from this process (Team.run's timeout), which no
         event announces."""
-        timeout_s = max(0.05, min(self.options.heartbeat_ttl_s / 3, self.options.lease_ttl_s / 3,
-                                  WAKE_EVERY_S, self.deadline - time.monotonic()))
+        timeout_s = max(
+            0.05,
+            min(
+                self.options.heartbeat_ttl_s / 3,
+                self.options.lease_ttl_s / 3,
+                WAKE_EVERY_S,
+                self.deadline - time.monotonic(),
+            ),
+        )
         while True:
-            events = self.board.read_events(state.events_from, EVENT_BATCH,
-                                            int(timeout_s * 1000) if block else None)
+            events = self.board.read_events(
+                state.events_from, EVENT_BATCH, int(timeout_s * 1000) if block else None
+            )
             for event in events:
                 state.events_from = event.id
                 self._on_event(state, event.task_id, event.status)
@@ -322,8 +345,11 @@ class RoundLoop:
             state.open_round.discard(task_id)
         if not task_id:
             return  # a wake-up (cancel, approval), not a task change
-        if (status is EventKind.FAILED and not self.options.continue_on_member_error
-                and not state.stop):
+        if (
+            status is EventKind.FAILED
+            and not self.options.continue_on_member_error
+            and not state.stop
+        ):
             state.stop = self._member_failure_stop(self.board.get(task_id))
         if self.ctx.hooks:
             self._fire_task_hooks(task_id, status)

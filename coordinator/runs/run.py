@@ -44,9 +44,11 @@ from teamctl.shared.text import shorten
 from teamctl.shared.tracing import NO_SPAN, Span
 from teamctl.shared.workspace.caps import WorkspaceStore
 
-ENDING_NOTICE = {RunStatus.COMPLETED: SystemType.RUN_COMPLETE,
-                 RunStatus.FAILED: SystemType.RUN_FAILED,
-                 RunStatus.CANCELLED: SystemType.RUN_CANCELLED}
+ENDING_NOTICE = {
+    RunStatus.COMPLETED: SystemType.RUN_COMPLETE,
+    RunStatus.FAILED: SystemType.RUN_FAILED,
+    RunStatus.CANCELLED: SystemType.RUN_CANCELLED,
+}
 """The notice announcing that a run ended with a status."""
 
 
@@ -73,14 +75,22 @@ def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
     workspace = request.workspace_root / run_id
     if request.workspace_store == "local":
         private_dir(workspace)  # it will hold what the members write: theirs and yours only
-    spec = RunSpec(run_id=run_id, team_id=request.team.team_id, objective=request.objective,
-                   members=request.team.members, options=request.team.options,
-                   models=request.models, workspace_dir=str(workspace), created_ms=now_ms(),
-                   hooks=request.team.hooks, planner_queue=request.team.planner.queue,
-                   synthesizer_queue=request.team.synthesizer_queue(),
-                   limits=request.team.limits,
-                   workspace_store=request.workspace_store,
-                   workspace_host=this_host() if request.workspace_store == "local" else None)
+    spec = RunSpec(
+        run_id=run_id,
+        team_id=request.team.team_id,
+        objective=request.objective,
+        members=request.team.members,
+        options=request.team.options,
+        models=request.models,
+        workspace_dir=str(workspace),
+        created_ms=now_ms(),
+        hooks=request.team.hooks,
+        planner_queue=request.team.planner.queue,
+        synthesizer_queue=request.team.synthesizer_queue(),
+        limits=request.team.limits,
+        workspace_store=request.workspace_store,
+        workspace_host=this_host() if request.workspace_store == "local" else None,
+    )
     RunStore(conn, RunKeys(run_id)).create(spec)  # no scripts: the driving handle loads them
     return spec
 
@@ -122,19 +132,29 @@ class Coordinator:
         if not tracing.on:
             return NO_SPAN
         stored = store.state().traceparent
-        span = tracing.start("invoke_workflow", parent=stored, attributes={
-            "gen_ai.operation.name": "invoke_workflow", "teamctl.run_id": self.spec.run_id,
-            "teamctl.team_id": self.spec.team_id, "teamctl.resumed": stored is not None,
-            "host.name": socket.gethostname(), "process.pid": os.getpid()})
+        span = tracing.start(
+            "invoke_workflow",
+            parent=stored,
+            attributes={
+                "gen_ai.operation.name": "invoke_workflow",
+                "teamctl.run_id": self.spec.run_id,
+                "teamctl.team_id": self.spec.team_id,
+                "teamctl.resumed": stored is not None,
+                "host.name": socket.gethostname(),
+                "process.pid": os.getpid(),
+            },
+        )
         if stored is None and span.traceparent:
             store.keep_traceparent(span.traceparent)
         return span
 
     def _outage_error(self, exc: Exception) -> InfraError:
         run_id, outage_s = self.spec.run_id, self.spec.options.redis_outage_s
-        return InfraError(f"Redis was unreachable for more than redis_outage_s={outage_s:g}s "
-                          f"({exc}); run {run_id} is left as it was: `teamctl resume {run_id}` "
-                          "once Redis is back")
+        return InfraError(
+            f"Redis was unreachable for more than redis_outage_s={outage_s:g}s "
+            f"({exc}); run {run_id} is left as it was: `teamctl resume {run_id}` "
+            "once Redis is back"
+        )
 
     def _end(self, end: RunEnd) -> None:
         """Write the run's end, fenced by the lease; RunFailed if this coordinator lost it."""
@@ -151,8 +171,10 @@ class Coordinator:
         """The run's phases under the lease: plan once, approval, rounds, synthesis."""
         stored = self.ctx.run.store.state()
         if stored.finished:
-            raise ConfigError(f"run {self.spec.run_id} has already finished; "
-                              f"`teamctl status {self.spec.run_id}` shows its result")
+            raise ConfigError(
+                f"run {self.spec.run_id} has already finished; "
+                f"`teamctl status {self.spec.run_id}` shows its result"
+            )
         self.ctx.reporter.phase(stored.status)  # planning, or where a resumed run stands
         self.deadline = time.monotonic() + self.spec.options.timeout_s
         loop, state = None, None
@@ -202,15 +224,19 @@ class Coordinator:
         spec, models = self.spec, self.spec.models
         self.ctx.hooks.call("before_plan", spec.objective, spec.members, spec.options)
         mcp_tools = McpListingWait(self.ctx).member_tools(spec.members, self.deadline)
-        request = planner_request(models.planner, models.api_base, spec.objective, spec.members,
-                                  mcp_tools).model_copy(
-                                      update={"fallbacks": models.planner_fallbacks})
+        request = planner_request(
+            models.planner, models.api_base, spec.objective, spec.members, mcp_tools
+        ).model_copy(update={"fallbacks": models.planner_fallbacks})
         try:
             reply = self._complete_within_budget(
-                ModelCall("planner", spec.planner_queue, request), self.deadline)
+                ModelCall("planner", spec.planner_queue, request), self.deadline
+            )
         except (ModelError, NoReply) as exc:  # nothing was written yet: record why it failed
-            self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
-                             error=f"planner failed: {exc}"))
+            self._end(
+                RunEnd(
+                    RunStatus.FAILED, self.spec.options.retention_s, error=f"planner failed: {exc}"
+                )
+            )
             raise RunFailed(f"planner failed: {exc}") from exc
         self.ctx.run.store.add_usage(reply.usage)
         return plan_from_reply(reply.content or "", spec.objective, spec.members, spec.options)
@@ -238,13 +264,16 @@ class Coordinator:
             if self._should_stop_waiting():
                 raise WaitCancelled(call.name)
             if time.monotonic() >= self.deadline:
-                raise NoReply(f"the run timed out after {self.spec.options.timeout_s:g}s "
-                              "waiting for its budget to be raised")
+                raise NoReply(
+                    f"the run timed out after {self.spec.options.timeout_s:g}s "
+                    "waiting for its budget to be raised"
+                )
             store.wait_for_wake(WAKE_EVERY_S)
         self._set_status(was)
         self.trace.event("teamctl.run.resumed")
-        self.ctx.run.bus.tell_lead(SystemType.RUN_BUDGET_ADDED, None,
-                                 "the budget was raised: the run goes on")
+        self.ctx.run.bus.tell_lead(
+            SystemType.RUN_BUDGET_ADDED, None, "the budget was raised: the run goes on"
+        )
         self.ctx.reporter.note(f"run {run_id} resumed: its budget was raised")
 
     def _plan_approved(self, plan: Plan) -> bool:
@@ -253,13 +282,16 @@ class Coordinator:
             return True
         if self.approval is ApprovalMode.PROMPT:
             self.ctx.reporter.close()  # the prompt needs the lines the live table redraws
-        decision = obtain_plan_decision(self.ctx.run.store, plan, self.approval,
-                                        notify=self.ctx.reporter.note,
-                                        should_stop=self._should_stop_waiting,
-                                        phase=self.ctx.reporter.phase)
+        decision = obtain_plan_decision(
+            self.ctx.run.store,
+            plan,
+            self.approval,
+            notify=self.ctx.reporter.note,
+            should_stop=self._should_stop_waiting,
+            phase=self.ctx.reporter.phase,
+        )
         if decision.approved:
-            self.ctx.run.bus.tell_lead(SystemType.PLAN_APPROVED, None,
-                                 decision.reason or "")
+            self.ctx.run.bus.tell_lead(SystemType.PLAN_APPROVED, None, decision.reason or "")
             return True
         if decision.cancelled:
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
@@ -278,9 +310,11 @@ class Coordinator:
         conn, keys = self.ctx.run.conn, self.ctx.run.store.keys
         last_event = conn.xrevrange(keys.events, count=1)
         last_message = conn.xrevrange(keys.bus, count=1)
-        return LoopState(rounds=self.ctx.run.store.state().rounds,
-                         events_from=last_event[0][0] if last_event else "0-0",
-                         bus_from=last_message[0][0] if last_message else "0-0")
+        return LoopState(
+            rounds=self.ctx.run.store.state().rounds,
+            events_from=last_event[0][0] if last_event else "0-0",
+            bus_from=last_message[0][0] if last_message else "0-0",
+        )
 
     def _finish(self, state: LoopState) -> None:
         self.ctx.run.lease.check()  # a coordinator that lost its lease must not write the end
@@ -291,9 +325,15 @@ class Coordinator:
 
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.run.board.block_stalled(error)
-        self._end(RunEnd(status, self.spec.options.retention_s, error=error,
-                         announce=ENDING_NOTICE[status] if self.ctx.run.bus.enabled else None,
-                         announce_text=error))
+        self._end(
+            RunEnd(
+                status,
+                self.spec.options.retention_s,
+                error=error,
+                announce=ENDING_NOTICE[status] if self.ctx.run.bus.enabled else None,
+                announce_text=error,
+            )
+        )
 
     def _synthesize(self) -> None:
         ctx, models = self.ctx, self.spec.models
@@ -301,10 +341,14 @@ class Coordinator:
         states = ctx.run.board.snapshot()
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
         plan = ctx.run.store.state().plan or Plan()
-        request = synthesizer_request(models.synthesizer, models.api_base, self.spec.objective,
-                                      plan, member_results(self.spec, states), not_run
-                                      ).model_copy(
-                                          update={"fallbacks": models.synthesizer_fallbacks})
+        request = synthesizer_request(
+            models.synthesizer,
+            models.api_base,
+            self.spec.objective,
+            plan,
+            member_results(self.spec, states),
+            not_run,
+        ).model_copy(update={"fallbacks": models.synthesizer_fallbacks})
         call = ModelCall("synthesizer", self.spec.synthesizer_queue, request)
         # Tasks may end just before the deadline: a worker gets one model timeout to take it.
         begin_by = max(self.deadline, time.monotonic() + self.spec.options.model_timeout_s)
@@ -312,16 +356,28 @@ class Coordinator:
             with self.trace.child("synthesize") as span, ctx.dispatcher.under(span):
                 reply = self._complete_within_budget(call, begin_by)
         except (ModelError, NoReply) as exc:  # the board stays; the run records why it failed
-            self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s,
-                             error=f"synthesizer failed: {exc}"))
+            self._end(
+                RunEnd(
+                    RunStatus.FAILED,
+                    self.spec.options.retention_s,
+                    error=f"synthesizer failed: {exc}",
+                )
+            )
             raise RunFailed(f"synthesizer failed: {exc}") from exc
         output = reply.content or ""
-        ctx.hooks.call("after_synthesis", self.spec.objective,
-                       SynthesisResult(output=output, response=reply))
+        ctx.hooks.call(
+            "after_synthesis", self.spec.objective, SynthesisResult(output=output, response=reply)
+        )
         all_done = all(s.status == TaskStatus.COMPLETED for s in states)
         # One fenced step: a coordinator that lost its lease meanwhile writes neither the
         # output, nor the synthesis's usage, nor a second run.complete.
-        self._end(RunEnd(RunStatus.COMPLETED if all_done else RunStatus.FAILED,
-                         self.spec.options.retention_s, output=output, usage=reply.usage,
-                         announce=SystemType.RUN_COMPLETE if ctx.run.bus.enabled else None,
-                         announce_text=shorten(output)))
+        self._end(
+            RunEnd(
+                RunStatus.COMPLETED if all_done else RunStatus.FAILED,
+                self.spec.options.retention_s,
+                output=output,
+                usage=reply.usage,
+                announce=SystemType.RUN_COMPLETE if ctx.run.bus.enabled else None,
+                announce_text=shorten(output),
+            )
+        )

@@ -29,11 +29,15 @@ def send_message(run: RunHandle, to: str, text: str) -> Envelope | None:
     run_id = run.run_id
     state = run.store.state()
     if state.finished:
-        raise ConfigError(f"run {run_id} has already finished ({state.status}): no member will "
-                          f"read a message now; `teamctl status {run_id}` shows its result")
+        raise ConfigError(
+            f"run {run_id} has already finished ({state.status}): no member will "
+            f"read a message now; `teamctl status {run_id}` shows its result"
+        )
     if not run.spec.options.enable_message_bus:
-        raise ConfigError(f"run {run_id} has its message bus off (enable_message_bus = false): "
-                          "its members cannot receive messages")
+        raise ConfigError(
+            f"run {run_id} has its message bus off (enable_message_bus = false): "
+            "its members cannot receive messages"
+        )
     if not text.strip():
         raise ConfigError("the message is empty: pass the text to send")
     # The bus checks the recipient against the run's roster and the size against
@@ -47,11 +51,14 @@ def record_plan_decision(run: RunHandle, approved: bool, reason: str | None) -> 
     run = live_run(run)
     store, run_id = run.store, run.run_id
     if not run.spec.options.require_plan_approval:
-        raise ConfigError(f"run {run_id} does not ask for plan approval "
-                          "(require_plan_approval is off)")
+        raise ConfigError(
+            f"run {run_id} does not ask for plan approval (require_plan_approval is off)"
+        )
     if store.state().status is RunStatus.PLANNING:  # nobody may approve a plan nobody has seen
-        raise ConfigError(f"run {run_id} has no plan yet; approve once `teamctl status {run_id}` "
-                          "says awaiting_approval")
+        raise ConfigError(
+            f"run {run_id} has no plan yet; approve once `teamctl status {run_id}` "
+            "says awaiting_approval"
+        )
     if not store.record_approval(approved, reason):
         raise ConfigError(f"the plan of run {run_id} was already {store.state().approval}")
 
@@ -90,9 +97,15 @@ def _end_cancelled(run: RunHandle) -> None:
     board.reclaim_expired(spec.options.max_attempts, announce_failures=announce)
     board.block_stalled("cancelled")  # first: the failures below must not block them otherwise
     board.fail_in_progress("cancelled", announce_failures=announce)
-    store.finish(RunEnd(RunStatus.CANCELLED, spec.options.retention_s, error="cancelled",
-                        announce=SystemType.RUN_CANCELLED if announce else None,
-                        announce_text="cancelled"))
+    store.finish(
+        RunEnd(
+            RunStatus.CANCELLED,
+            spec.options.retention_s,
+            error="cancelled",
+            announce=SystemType.RUN_CANCELLED if announce else None,
+            announce_text="cancelled",
+        )
+    )
     expire_run(store.conn, spec.run_id, spec.options.retention_s)
 
 
@@ -123,15 +136,18 @@ def raise_budget(run: RunHandle, tokens: int, usd: float) -> BudgetState:
     run = live_run(run)
     options = run.spec.options
     if tokens and options.max_tokens is None:
-        raise ConfigError(f"run {run.run_id} has no max_tokens: its tokens are not limited, so "
-                          "there is nothing to add to (--add-usd raises max_cost_usd)")
+        raise ConfigError(
+            f"run {run.run_id} has no max_tokens: its tokens are not limited, so "
+            "there is nothing to add to (--add-usd raises max_cost_usd)"
+        )
     if usd and options.max_cost_usd is None:
-        raise ConfigError(f"run {run.run_id} has no max_cost_usd: its cost is not limited, so "
-                          "there is nothing to add to (--add-tokens raises max_tokens)")
+        raise ConfigError(
+            f"run {run.run_id} has no max_cost_usd: its cost is not limited, so "
+            "there is nothing to add to (--add-tokens raises max_tokens)"
+        )
     state = run.budget.top_up(tokens, usd)
     run.store.wake(Wake.BUDGET)
     return state
-
 
 
 def resume_hint(run: RunHandle) -> str:
@@ -139,5 +155,4 @@ def resume_hint(run: RunHandle) -> str:
     the flag is one of the limits it has, with enough for the next call, so the command works
     pasted."""
     flag = run.budget.top_up_flag()
-    return (f"`teamctl budget {run.run_id} {flag}` resumes it, "
-            f"`teamctl cancel {run.run_id}` ends it")
+    return f"`teamctl budget {run.run_id} {flag}` resumes it, `teamctl cancel {run.run_id}` ends it"

@@ -39,8 +39,6 @@ class Tail(Protocol[T]):
 
 
 @dataclass
-
-
 class BusTail:
     """The bus after `after_id`, as a Tail."""
 
@@ -88,8 +86,6 @@ def _order(entry_id: str, rank: int) -> tuple[int, int, int]:
 
 
 @dataclass
-
-
 class Stream:
     """One stream of a MergedTail: its key, where reading resumes, how to parse an entry."""
 
@@ -99,8 +95,6 @@ class Stream:
 
 
 @dataclass
-
-
 class MergedTail:
     """Several streams of one server read with one XREAD and merged in time order (a Tail)."""
 
@@ -127,20 +121,30 @@ class MergedTail:
         # was written before it, so this read sees it; one of this millisecond or later may
         # still be joined by an entry of another stream that must go before it (a live follow
         # only: the drain after the end takes everything).
-        settled_ms = _server_ms(self.conn) if wait_ms is not None and len(self.streams) > 1 \
-            else None
-        reply = (self.conn.xread(positions, count=self.batch) if wait_ms is None else
-                 self.blocking_conn.xread(positions, count=self.batch, block=block_ms(wait_ms)))
+        settled_ms = (
+            _server_ms(self.conn) if wait_ms is not None and len(self.streams) > 1 else None
+        )
+        reply = (
+            self.conn.xread(positions, count=self.batch)
+            if wait_ms is None
+            else self.blocking_conn.xread(positions, count=self.batch, block=block_ms(wait_ms))
+        )
         read = {key: entries for key, entries in reply or []}
         ranked = [(rank, s, read.get(s.key, [])) for rank, s in enumerate(self.streams)]
-        full = [_order(entries[-1][0], rank) for rank, _, entries in ranked
-                if len(entries) >= self.batch]
+        full = [
+            _order(entries[-1][0], rank)
+            for rank, _, entries in ranked
+            if len(entries) >= self.batch
+        ]
         if settled_ms is not None:
             full.append((settled_ms, -1, 0))  # later entries wait for the next read (at once)
         cutoff = min(full) if full else None
         merged: list[tuple[tuple[int, int, int], Stream, str, dict[str, str]]] = [
-            (_order(eid, rank), stream, eid, fields) for rank, stream, entries in ranked
-            for eid, fields in entries if cutoff is None or _order(eid, rank) <= cutoff]
+            (_order(eid, rank), stream, eid, fields)
+            for rank, stream, entries in ranked
+            for eid, fields in entries
+            if cutoff is None or _order(eid, rank) <= cutoff
+        ]
         merged.sort(key=lambda item: item[0])
         for _, stream, eid, _ in merged:
             stream.after_id = eid
@@ -158,8 +162,6 @@ def task_event(entry_id: str, fields: dict[str, str]) -> TaskEvent:
 
 
 @dataclass
-
-
 class TaskChanges:
     """Turns events-stream entries into TaskChange lines: a plan's `created` (no task id) into
     one line per task on the board, run.* wake-ups into none."""
@@ -169,13 +171,29 @@ class TaskChanges:
     def of(self, event: TaskEvent) -> list[TaskChange]:
         at_ms = entry_ms(event.id)
         if event.status is EventKind.CREATED and not event.task_id:
-            return [TaskChange(id=event.id, task_id=t.task_id, status=EventKind.CREATED,
-                               member_id=t.member_id, attempts=0, at_ms=at_ms)
-                    for t in self.board.snapshot()]
+            return [
+                TaskChange(
+                    id=event.id,
+                    task_id=t.task_id,
+                    status=EventKind.CREATED,
+                    member_id=t.member_id,
+                    attempts=0,
+                    at_ms=at_ms,
+                )
+                for t in self.board.snapshot()
+            ]
         if not event.task_id:
             return []  # run.stop / .approval / .end: a wake-up, not a task change
-        return [TaskChange(id=event.id, task_id=event.task_id, status=event.status,
-                           member_id=event.member_id, attempts=event.attempts, at_ms=at_ms)]
+        return [
+            TaskChange(
+                id=event.id,
+                task_id=event.task_id,
+                status=event.status,
+                member_id=event.member_id,
+                attempts=event.attempts,
+                at_ms=at_ms,
+            )
+        ]
 
 
 def last_entry_id(conn: redis.Redis, key: str) -> str:
@@ -195,13 +213,15 @@ def wait_for_end(run: RunHandle, deadline: float | None) -> bool:
             wait_ms = MAX_BLOCK_MS if deadline is None else (deadline - time.monotonic()) * 1000
             if wait_ms <= 0:
                 return False
-            reply = reader.xread({run.keys.events: after_id}, count=READ_BATCH,
-                                 block=block_ms(min(wait_ms, MAX_BLOCK_MS)))
+            reply = reader.xread(
+                {run.keys.events: after_id},
+                count=READ_BATCH,
+                block=block_ms(min(wait_ms, MAX_BLOCK_MS)),
+            )
             end_seen = False
             for _, entries in reply or []:
                 after_id = entries[-1][0]
-                end_seen = end_seen or any(f.get("status") == EventKind.RUN_END
-                                           for _, f in entries)
+                end_seen = end_seen or any(f.get("status") == EventKind.RUN_END for _, f in entries)
             # The whole state is read again only when the run may have ended: its end entry, or
             # a quiet block (a run that expired writes none), not on each of its task changes.
             if end_seen or not reply:
@@ -211,14 +231,21 @@ def wait_for_end(run: RunHandle, deadline: float | None) -> bool:
         reader.connection_pool.disconnect()
 
 
-def run_events(run: RunHandle, also_ended: Callable[[], bool] = lambda: False,
-               ) -> Iterator[TaskChange | MessageEvent]:
+def run_events(
+    run: RunHandle,
+    also_ended: Callable[[], bool] = lambda: False,
+) -> Iterator[TaskChange | MessageEvent]:
     """The run's task changes and bus messages in one order, from its start until it ends (or
     `also_ended` says nothing more will come)."""
     changes = TaskChanges(run.board)
-    tail = MergedTail(run.conn, [Stream(run.keys.events, START, task_event),
-                                 Stream(run.keys.bus, START, envelope_from_stream)],
-                      name=events_reader_name(run.run_id))
+    tail = MergedTail(
+        run.conn,
+        [
+            Stream(run.keys.events, START, task_event),
+            Stream(run.keys.bus, START, envelope_from_stream),
+        ],
+        name=events_reader_name(run.run_id),
+    )
     try:
         for item in tailed(tail, lambda: also_ended() or run_ended(run.store)):
             if isinstance(item, TaskEvent):

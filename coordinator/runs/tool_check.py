@@ -45,8 +45,11 @@ class WorkerToolCheck:
             return []
         jobs = {queue: self.ctx.dispatcher.enqueue_tool_check(queue) for queue in queues}
         reports = self._await(jobs, deadline)
-        return [f"{report.worker} (queue {queue}): {one_line(failure, FAILURE_CHARS)}"
-                for queue, report in reports.items() for failure in report.failures]
+        return [
+            f"{report.worker} (queue {queue}): {one_line(failure, FAILURE_CHARS)}"
+            for queue, report in reports.items()
+            for failure in report.failures
+        ]
 
     def _await(self, jobs: dict[str, str], deadline: float) -> dict[str, ToolImportReport]:
         """The reports of the jobs that answer before `deadline`, a cancel or their end."""
@@ -56,8 +59,10 @@ class WorkerToolCheck:
         while pending:
             for queue, job_id in list(pending.items()):
                 first = queue == next(iter(pending))  # block on one job, poll the others
-                result = Result.fetch_latest(Job(job_id, connection=self.ctx.dispatcher.rq_conn),
-                                             timeout=int(WAKE_EVERY_S) if first else 0)
+                result = Result.fetch_latest(
+                    Job(job_id, connection=self.ctx.dispatcher.rq_conn),
+                    timeout=int(WAKE_EVERY_S) if first else 0,
+                )
                 if result is not None:
                     del pending[queue]
                     report = self._report(queue, result)
@@ -67,9 +72,11 @@ class WorkerToolCheck:
                 break
             wait.check_still_wanted("tool check")
             if wait.timed_out():
-                self.ctx.reporter.note("no worker checked the Python tools of "
-                                       f"{'queue' if len(pending) == 1 else 'queues'} "
-                                       f"{', '.join(pending)} in time; their tasks import them")
+                self.ctx.reporter.note(
+                    "no worker checked the Python tools of "
+                    f"{'queue' if len(pending) == 1 else 'queues'} "
+                    f"{', '.join(pending)} in time; their tasks import them"
+                )
                 break
             wait.hint_if_unserved(list(pending))
         return reports
@@ -80,6 +87,8 @@ class WorkerToolCheck:
             # rq types return_value as Optional[Any]: the job returns its report's JSON text.
             return ToolImportReport.model_validate_json(cast(str, result.return_value))
         reason = (result.exc_string or "no reason kept").strip().splitlines()[-1]
-        self.ctx.reporter.note(f"the Python tool check on queue {queue} failed on its worker "
-                               f"({one_line(reason, FAILURE_CHARS)}); its tasks import them")
+        self.ctx.reporter.note(
+            f"the Python tool check on queue {queue} failed on its worker "
+            f"({one_line(reason, FAILURE_CHARS)}); its tasks import them"
+        )
         return None

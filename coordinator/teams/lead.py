@@ -63,25 +63,35 @@ class LeadMemory:
 
     def load(self) -> list[dict[str, Any]]:
         """The conversation so far, oldest first."""
-        return [json.loads(raw)
-                for raw in self.store.conn.lrange(self.store.keys.lead_memory, 0, -1)]
+        return [
+            json.loads(raw) for raw in self.store.conn.lrange(self.store.keys.lead_memory, 0, -1)
+        ]
 
-    def commit(self, offset_id: str, messages: list[dict[str, Any]], *,
-               reset: bool = False) -> int:
+    def commit(self, offset_id: str, messages: list[dict[str, Any]], *, reset: bool = False) -> int:
         """Append a step's messages and move the inbox offset to `offset_id` ('' keeps it), in
         one call fenced by the lease (`reset` clears the memory first); returns how many of
         memory's oldest messages the caps (memory_max_messages, memory_max_chars) dropped.
         RunFailed when another lead holds the lease now (nothing was written)."""
         keys = self.store.keys
         options = self.store.options
-        dropped = int(self.store.scripts["lead_checkpoint"](
-            keys=[keys.lead_lease, keys.lead_memory, keys.read_offsets, keys.lead_memory_size],
-            args=[self.owner, "1" if reset else "", offset_id, options.memory_max_messages,
-                  options.memory_max_chars,
-                  *(json.dumps(m, ensure_ascii=False) for m in messages)]))
+        dropped = int(
+            self.store.scripts["lead_checkpoint"](
+                keys=[keys.lead_lease, keys.lead_memory, keys.read_offsets, keys.lead_memory_size],
+                args=[
+                    self.owner,
+                    "1" if reset else "",
+                    offset_id,
+                    options.memory_max_messages,
+                    options.memory_max_chars,
+                    *(json.dumps(m, ensure_ascii=False) for m in messages),
+                ],
+            )
+        )
         if dropped < 0:
-            raise RunFailed(f"the lead of team {self.store.team} lost its lease (another lead "
-                            "took over); this one stops without writing")
+            raise RunFailed(
+                f"the lead of team {self.store.team} lost its lease (another lead "
+                "took over); this one stops without writing"
+            )
         return dropped
 
     def mark(self, kind: str, detail: str) -> bool:
@@ -136,8 +146,9 @@ class LeadAgent:
 
     def __post_init__(self) -> None:
         self.toolbox = Toolbox(max_result_chars=self.store.options.tool_result_max_chars)
-        self.tools = LeadTools(self.store, self.model, self.api_base, self.workspace,
-                               fallbacks=self.fallbacks)
+        self.tools = LeadTools(
+            self.store, self.model, self.api_base, self.workspace, fallbacks=self.fallbacks
+        )
         self.tools.add_to(self.toolbox)
         self.memory = LeadMemory(self.store, self.lease.owner)
         tools = self.store.options.lead_tools
@@ -151,9 +162,14 @@ class LeadAgent:
         workspace the team keeps in Redis (its saves fenced by the lead's lease)."""
         store = self.store
         if store.meta().workspace_store == "redis":
-            self.mirror = WorkspaceMirror.open(WorkspaceFiles(
-                store.conn, store.keys, store.options.file_caps,
-                Fence("turn", store.keys.lead_lease, self.lease.owner)))
+            self.mirror = WorkspaceMirror.open(
+                WorkspaceFiles(
+                    store.conn,
+                    store.keys,
+                    store.options.file_caps,
+                    Fence("turn", store.keys.lead_lease, self.lease.owner),
+                )
+            )
             return self.mirror.root
         try:
             private_dir(self.workspace)
@@ -174,14 +190,21 @@ class LeadAgent:
         self.text, self.dropped = text.strip(), 0
         max_steps = self.store.options.turn_max_steps
         with self._start_span() as span:
-            client = self.client.scoped(CallScope(budget=self.store.budget,
-                                                  stop=self.lease.check,
-                                                  on_charge=self.store.charged))
+            client = self.client.scoped(
+                CallScope(
+                    budget=self.store.budget, stop=self.lease.check, on_charge=self.store.charged
+                )
+            )
             caller = team_caller(self.store, client, LEAD, self.fallbacks)
             try:
-                end = AgentLoop(client=TracingCaller(caller, span), model=self.model,
-                                api_base=self.api_base, toolbox=self.toolbox,
-                                max_steps=max_steps, policy=self).run(messages)
+                end = AgentLoop(
+                    client=TracingCaller(caller, span),
+                    model=self.model,
+                    api_base=self.api_base,
+                    toolbox=self.toolbox,
+                    max_steps=max_steps,
+                    policy=self,
+                ).run(messages)
             except BudgetSpent as exc:  # the call's worst case was not covered: not made
                 self._end_turn(IdleReason.BUDGET)
                 if not self.store.budget_exceeded():  # so every teammate and the lead pause
@@ -196,8 +219,9 @@ class LeadAgent:
             return end.answer
         if end.stop == NOTHING_SAID:
             return None
-        return (f"(the lead stopped after {max_steps} steps (turn_max_steps); send a message "
-                "to go on)")
+        return (
+            f"(the lead stopped after {max_steps} steps (turn_max_steps); send a message to go on)"
+        )
 
     def _start_span(self) -> Span:
         """The turn's span, linked to the spans that sent its unread mail; the tools' calls and
@@ -205,12 +229,21 @@ class LeadAgent:
         links: list[str | None] = []
         if self.tracing.on:
             _, unread = self.store.messages.peek(
-                LEAD, limit=self.store.options.inbox_batch_messages)
+                LEAD, limit=self.store.options.inbox_batch_messages
+            )
             links = [message.traceparent for message in unread]
-        span = self.tracing.start("invoke_agent lead", links=links, attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": LEAD,
-            "teamctl.team": self.store.team, "teamctl.member": LEAD,
-            "host.name": socket.gethostname(), "process.pid": os.getpid()})
+        span = self.tracing.start(
+            "invoke_agent lead",
+            links=links,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": LEAD,
+                "teamctl.team": self.store.team,
+                "teamctl.member": LEAD,
+                "host.name": socket.gethostname(),
+                "process.pid": os.getpid(),
+            },
+        )
         self.toolbox.trace = self.tools.trace = span
         return span
 
@@ -218,8 +251,10 @@ class LeadAgent:
         """Mark the turn's begin (its first model call follows); RunFailed once another lead
         holds the lease."""
         if not self.memory.mark("begin", f"{socket.gethostname()}:{os.getpid()}"):
-            raise RunFailed(f"the lead of team {self.store.team} lost its lease (another lead "
-                            "took over); this one stops without writing")
+            raise RunFailed(
+                f"the lead of team {self.store.team} lost its lease (another lead "
+                "took over); this one stops without writing"
+            )
         self.began = True
 
     def _end_turn(self, reason: str) -> None:
@@ -231,7 +266,7 @@ class LeadAgent:
     # --- the agent loop's policy -------------------------------------------------------------
 
     def prepare(self, step: int, messages: list[Message]) -> list[Message] | Stop:
-        del messages[1:1 + self.dropped]  # what memory dropped leaves the next request too
+        del messages[1 : 1 + self.dropped]  # what memory dropped leaves the next request too
         self.dropped = 0
         self.lease.check()
         batch = unread_batch(self.store, LEAD)  # bounded: the rest waits for the next step
@@ -261,9 +296,13 @@ class LeadAgent:
         return None
 
     def system_prompt(self) -> str:
-        return render("teamctl.coordinator.teams", "lead_system.md", team=self.store.team,
-                      tools=self.toolbox.names,
-                      mcp_servers=[server.name for server in self.store.meta().mcp_servers])
+        return render(
+            "teamctl.coordinator.teams",
+            "lead_system.md",
+            team=self.store.team,
+            tools=self.toolbox.names,
+            mcp_servers=[server.name for server in self.store.meta().mcp_servers],
+        )
 
 
 def ended_by(exc: BaseException) -> str:

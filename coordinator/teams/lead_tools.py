@@ -117,8 +117,15 @@ class LeadTools:
     """The lead's team tools on one team; teammates it spawns default to the lead's model and
     share the team's `workspace` directory."""
 
-    def __init__(self, store: TeamStore, model: str, api_base: str | None, workspace: Path,
-                 queue: str = DEFAULT_QUEUE, fallbacks: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        store: TeamStore,
+        model: str,
+        api_base: str | None,
+        workspace: Path,
+        queue: str = DEFAULT_QUEUE,
+        fallbacks: Sequence[str] = (),
+    ) -> None:
         self.store = store
         self.model = model
         self.fallbacks = list(fallbacks)
@@ -136,26 +143,59 @@ class LeadTools:
 
     def add_to(self, box: Toolbox) -> None:
         """Register the team tools on `box`, in the order the model sees them."""
-        box.add("spawn_teammate", "Start a teammate (or restart an idle or shut-down one with a "
-                "new role and prompt); its first turn starts at once. "
-                + grants_text(self.options(), self.model, self.fallbacks), SpawnArgs,
-                self.spawn_teammate)
-        box.add("list_teammates", "List the teammates: role, status (working, idle, shutdown), "
-                "and why each last went idle.", NoArgs, self.list_teammates)
-        box.add("send_message", "Send a message to one teammate (waking it if idle).", SendArgs,
-                self.send_message)
-        box.add("broadcast", "Send a message to every teammate (waking the idle ones).",
-                BroadcastArgs, self.broadcast)
-        box.add("read_inbox", "Show your first unread messages (up to the team's batch; they "
-                "also reach you before your next step, once) and how many more remain.", NoArgs,
-                self.read_inbox)
-        box.add("request_shutdown", "Ask a teammate to shut down; it answers with a "
-                "shutdown_response in your inbox.", ShutdownArgs, self.request_shutdown)
-        box.add("review_plan", "Approve or reject a teammate's plan_approval_request.",
-                ReviewArgs, self.review_plan)
-        box.add("create_task", "Add a task to the team task board; once ready (its 'after' "
-                "tasks completed) an idle teammate that fits claims it.", CreateTaskArgs,
-                self.create_task)
+        box.add(
+            "spawn_teammate",
+            "Start a teammate (or restart an idle or shut-down one with a "
+            "new role and prompt); its first turn starts at once. "
+            + grants_text(self.options(), self.model, self.fallbacks),
+            SpawnArgs,
+            self.spawn_teammate,
+        )
+        box.add(
+            "list_teammates",
+            "List the teammates: role, status (working, idle, shutdown), "
+            "and why each last went idle.",
+            NoArgs,
+            self.list_teammates,
+        )
+        box.add(
+            "send_message",
+            "Send a message to one teammate (waking it if idle).",
+            SendArgs,
+            self.send_message,
+        )
+        box.add(
+            "broadcast",
+            "Send a message to every teammate (waking the idle ones).",
+            BroadcastArgs,
+            self.broadcast,
+        )
+        box.add(
+            "read_inbox",
+            "Show your first unread messages (up to the team's batch; they "
+            "also reach you before your next step, once) and how many more remain.",
+            NoArgs,
+            self.read_inbox,
+        )
+        box.add(
+            "request_shutdown",
+            "Ask a teammate to shut down; it answers with a shutdown_response in your inbox.",
+            ShutdownArgs,
+            self.request_shutdown,
+        )
+        box.add(
+            "review_plan",
+            "Approve or reject a teammate's plan_approval_request.",
+            ReviewArgs,
+            self.review_plan,
+        )
+        box.add(
+            "create_task",
+            "Add a task to the team task board; once ready (its 'after' "
+            "tasks completed) an idle teammate that fits claims it.",
+            CreateTaskArgs,
+            self.create_task,
+        )
         box.add("list_tasks", LIST_TASKS_DESCRIPTION, ListTasksArgs, self.list_tasks)
         box.add("get_task", GET_TASK_DESCRIPTION, GetTaskArgs, self.get_task)
 
@@ -167,55 +207,116 @@ class LeadTools:
         known = self.store.get(args.name) if args.name in self.store.names() else None
         model = args.model or self.model
         fallbacks = self.fallbacks if args.fallbacks is None else args.fallbacks
-        teammate = self.store.spawn(args.name, role=args.role, prompt=args.prompt,
-                                    model=model, api_base=self.api_base,
-                                    fallbacks=[name for name in fallbacks if name != model],
-                                    queue=known.queue if known else self.queue,
-                                    plan_mode=args.plan_mode or bool(known and known.plan_state),
-                                    tools=args.tools, mcp=args.mcp, workspace=self.workspace)
-        return {"action": "spawn_teammate", "ok": True, "name": teammate.name,
-                "role": teammate.role, "status": teammate.status.value, "model": teammate.model,
-                "fallbacks": teammate.fallbacks, "tools": teammate.tools,
-                "mcp": teammate.mcp, "plan_mode": bool(teammate.plan_state)}
+        teammate = self.store.spawn(
+            args.name,
+            role=args.role,
+            prompt=args.prompt,
+            model=model,
+            api_base=self.api_base,
+            fallbacks=[name for name in fallbacks if name != model],
+            queue=known.queue if known else self.queue,
+            plan_mode=args.plan_mode or bool(known and known.plan_state),
+            tools=args.tools,
+            mcp=args.mcp,
+            workspace=self.workspace,
+        )
+        return {
+            "action": "spawn_teammate",
+            "ok": True,
+            "name": teammate.name,
+            "role": teammate.role,
+            "status": teammate.status.value,
+            "model": teammate.model,
+            "fallbacks": teammate.fallbacks,
+            "tools": teammate.tools,
+            "mcp": teammate.mcp,
+            "plan_mode": bool(teammate.plan_state),
+        }
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
-        return {"action": "list_teammates", "ok": True, "teammates": [
-            {"name": m.name, "role": m.role, "status": m.status.value,
-             "idle_reason": m.idle_reason, "last_error": m.last_error}
-            for m in self.store.teammates()]}
+        return {
+            "action": "list_teammates",
+            "ok": True,
+            "teammates": [
+                {
+                    "name": m.name,
+                    "role": m.role,
+                    "status": m.status.value,
+                    "idle_reason": m.idle_reason,
+                    "last_error": m.last_error,
+                }
+                for m in self.store.teammates()
+            ],
+        }
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.messages.send(LEAD, args.to, args.content,
-                                                 traceparent=self.trace.traceparent)
-        return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
-                "woke": woke}
+        message, woke = self.store.messages.send(
+            LEAD, args.to, args.content, traceparent=self.trace.traceparent
+        )
+        return {
+            "action": "send_message",
+            "ok": True,
+            "id": message.id,
+            "to": message.to,
+            "woke": woke,
+        }
 
     def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
-        message, woke = self.store.messages.broadcast(LEAD, args.content,
-                                                      traceparent=self.trace.traceparent)
-        return {"action": "broadcast", "ok": True, "id": message.id,
-                "recipients": len(self.store.names()), "woke": woke}
+        message, woke = self.store.messages.broadcast(
+            LEAD, args.content, traceparent=self.trace.traceparent
+        )
+        return {
+            "action": "broadcast",
+            "ok": True,
+            "id": message.id,
+            "recipients": len(self.store.names()),
+            "woke": woke,
+        }
 
     def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
         return unread_batch(self.store, LEAD, self.options()).answer()
 
     def request_shutdown(self, args: ShutdownArgs) -> dict[str, Any]:
         record, woke = self.store.requests.request_shutdown(args.name, args.reason or "")
-        return {"action": "request_shutdown", "ok": True, "request_id": record.id,
-                "to": record.to, "status": record.status.value, "woke": woke}
+        return {
+            "action": "request_shutdown",
+            "ok": True,
+            "request_id": record.id,
+            "to": record.to,
+            "status": record.status.value,
+            "woke": woke,
+        }
 
     def review_plan(self, args: ReviewArgs) -> dict[str, Any]:
-        message_id, woke = self.store.requests.review_plan(args.request_id, args.approve,
-                                                           args.feedback or "")
-        return {"action": "review_plan", "ok": True, "request_id": args.request_id,
-                "approve": args.approve, "id": message_id, "woke": woke}
+        message_id, woke = self.store.requests.review_plan(
+            args.request_id, args.approve, args.feedback or ""
+        )
+        return {
+            "action": "review_plan",
+            "ok": True,
+            "request_id": args.request_id,
+            "approve": args.approve,
+            "id": message_id,
+            "woke": woke,
+        }
 
     def create_task(self, args: CreateTaskArgs) -> dict[str, Any]:
         task, woken = TeamTasks(self.store).add(
-            args.subject, description=args.description or "", role=args.role or "",
-            assignee=args.assignee or "", after=args.after, traceparent=self.trace.traceparent)
-        return {"action": "create_task", "ok": True, "task_id": task.task_id,
-                "status": task.status.value, "owner": task.owner, "woke": woken}
+            args.subject,
+            description=args.description or "",
+            role=args.role or "",
+            assignee=args.assignee or "",
+            after=args.after,
+            traceparent=self.trace.traceparent,
+        )
+        return {
+            "action": "create_task",
+            "ok": True,
+            "task_id": task.task_id,
+            "status": task.status.value,
+            "owner": task.owner,
+            "woke": woken,
+        }
 
     def list_tasks(self, args: ListTasksArgs) -> dict[str, Any]:
         return list_tasks(self.store, args, self.options())
@@ -227,37 +328,47 @@ class LeadTools:
 def grants_text(options: TeamOptions, lead_model: str, lead_fallbacks: Sequence[str] = ()) -> str:
     """What the lead may give a teammate, as its spawn_teammate description says it."""
     models = ", ".join(dict.fromkeys([lead_model, *options.grantable_models]))
-    text = (f"Tools you may grant: {', '.join(options.grantable_tools) or '(none)'}; MCP "
-            f"entries: {', '.join(options.grantable_mcp) or '(none)'}; models: {models}.")
-    extra = [name for name in lead_fallbacks if name not in (lead_model,
-                                                             *options.grantable_models)]
+    text = (
+        f"Tools you may grant: {', '.join(options.grantable_tools) or '(none)'}; MCP "
+        f"entries: {', '.join(options.grantable_mcp) or '(none)'}; models: {models}."
+    )
+    extra = [name for name in lead_fallbacks if name not in (lead_model, *options.grantable_models)]
     return text + (f" Fallback models also: {', '.join(extra)}." if extra else "")
 
 
-def check_grants(options: TeamOptions, lead_model: str, args: SpawnArgs,
-                 lead_fallbacks: Sequence[str] = ()) -> None:
+def check_grants(
+    options: TeamOptions, lead_model: str, args: SpawnArgs, lead_fallbacks: Sequence[str] = ()
+) -> None:
     """NotGrantable naming what is allowed unless every tool, MCP entry, the model and each
     fallback model asked for is one the team's `[teammates]` table lets the lead grant (a
     fallback may also be one of the lead's own); a re-spawn too: the record then holds only
     these."""
     tools = [tool for tool in args.tools if tool not in options.grantable_tools]
     if tools:
-        raise NotGrantable(f"tool {quoted(tools[0])} is not yours to grant; tools you may "
-                           f"grant: {', '.join(options.grantable_tools) or '(none)'} (a person "
-                           "lists more in the team file's [teammates] grantable_tools)")
+        raise NotGrantable(
+            f"tool {quoted(tools[0])} is not yours to grant; tools you may "
+            f"grant: {', '.join(options.grantable_tools) or '(none)'} (a person "
+            "lists more in the team file's [teammates] grantable_tools)"
+        )
     entries = [entry for entry in args.mcp if not options.may_grant_mcp(entry)]
     if entries:
-        raise NotGrantable(f"mcp entry {quoted(entries[0])} is not yours to grant; MCP entries "
-                           f"you may grant: {', '.join(options.grantable_mcp) or '(none)'} (a "
-                           "person lists them in the team file's [teammates] grantable_mcp)")
+        raise NotGrantable(
+            f"mcp entry {quoted(entries[0])} is not yours to grant; MCP entries "
+            f"you may grant: {', '.join(options.grantable_mcp) or '(none)'} (a "
+            "person lists them in the team file's [teammates] grantable_mcp)"
+        )
     if args.model and args.model != lead_model and args.model not in options.grantable_models:
         allowed = ", ".join(dict.fromkeys([lead_model, *options.grantable_models]))
-        raise NotGrantable(f"model {quoted(args.model)} is not yours to grant; models you may "
-                           f"give a teammate: {allowed} (a person lists more in the team "
-                           "file's [teammates] grantable_models)")
+        raise NotGrantable(
+            f"model {quoted(args.model)} is not yours to grant; models you may "
+            f"give a teammate: {allowed} (a person lists more in the team "
+            "file's [teammates] grantable_models)"
+        )
     grantable = list(dict.fromkeys([lead_model, *options.grantable_models, *lead_fallbacks]))
     refused = [name for name in args.fallbacks or () if name not in grantable]
     if refused:
-        raise NotGrantable(f"fallback model {quoted(refused[0])} is not yours to grant; models "
-                           f"you may give a teammate as fallbacks: {', '.join(grantable)} (a "
-                           "person lists more in the team file's [teammates] grantable_models)")
+        raise NotGrantable(
+            f"fallback model {quoted(refused[0])} is not yours to grant; models "
+            f"you may give a teammate as fallbacks: {', '.join(grantable)} (a "
+            "person lists more in the team file's [teammates] grantable_models)"
+        )

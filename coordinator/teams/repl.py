@@ -66,10 +66,13 @@ def describe(message: Envelope) -> str:
     id), who, what type, request id, the content shortened."""
     request_id = getattr(message, "request_id", None)
     sent_ms = message.created_at or int(message.id.partition("-")[0] or 0)
-    return (f"{clock_text(sent_ms, now_ms())}\t{flat(message.from_)} -> "
-            f"{flat(message.to) or '*'}"
-            f"\t{flat(message.type)}" + (f" ({flat(request_id)})" if request_id else "")
-            + f"\t{one_line(message.content, 200)}")
+    return (
+        f"{clock_text(sent_ms, now_ms())}\t{flat(message.from_)} -> "
+        f"{flat(message.to) or '*'}"
+        f"\t{flat(message.type)}"
+        + (f" ({flat(request_id)})" if request_id else "")
+        + f"\t{one_line(message.content, 200)}"
+    )
 
 
 class Watcher:
@@ -122,8 +125,12 @@ class LeadRepl:
         self.agent = agent
         self.store = agent.store
         self.commands: dict[str, Callable[[], None]] = {
-            "/team": self.show_team, "/inbox": self.show_inbox, "/tasks": self.show_tasks,
-            "/requests": self.show_requests, "/help": lambda: click.echo(HELP)}
+            "/team": self.show_team,
+            "/inbox": self.show_inbox,
+            "/tasks": self.show_tasks,
+            "/requests": self.show_requests,
+            "/help": lambda: click.echo(HELP),
+        }
 
     # --- turns -------------------------------------------------------------------------------
 
@@ -147,8 +154,9 @@ class LeadRepl:
             try:
                 self.turn(line)
             except ModelError as exc:
-                click.echo(f"teamctl: {flat(str(exc))}; the unread mail waits for the next turn",
-                           err=True)
+                click.echo(
+                    f"teamctl: {flat(str(exc))}; the unread mail waits for the next turn", err=True
+                )
             except BudgetSpent as exc:  # the slash commands still answer
                 click.echo(f"teamctl: {flat(str(exc))}", err=True)
             except KeyboardInterrupt:
@@ -197,11 +205,13 @@ class LeadRepl:
             click.echo("(no teammates yet)")
         for teammate in teammates:
             unread = self.store.messages.unread_count(teammate.name)
-            click.echo(f"{teammate.name}\t{flat(teammate.role)}\t{teammate.status.value}"
-                       f"\t{'stalled' if self.stalled(teammate) else '-'}"
-                       f"\t{tasks.get(teammate.name, '-')}"
-                       f"\t{unread} unread" + (f"\t{one_line(teammate.idle_reason, 60)}"
-                                               if teammate.idle_reason else ""))
+            click.echo(
+                f"{teammate.name}\t{flat(teammate.role)}\t{teammate.status.value}"
+                f"\t{'stalled' if self.stalled(teammate) else '-'}"
+                f"\t{tasks.get(teammate.name, '-')}"
+                f"\t{unread} unread"
+                + (f"\t{one_line(teammate.idle_reason, 60)}" if teammate.idle_reason else "")
+            )
 
     def stalled(self, teammate: Teammate) -> bool:
         """Working without a live turn, and either unseen for a lease TTL (the next reconcile
@@ -210,8 +220,9 @@ class LeadRepl:
         if teammate.status is not TeammateStatus.WORKING:
             return False
         ttl_ms = int(self.store.options.heartbeat_ttl_s * 1000)
-        return ((teammate.attempts > 0 or now_ms() - teammate.last_seen_ms >= ttl_ms)
-                and not self.store.conn.exists(self.store.keys.turn(teammate.name)))
+        return (
+            teammate.attempts > 0 or now_ms() - teammate.last_seen_ms >= ttl_ms
+        ) and not self.store.conn.exists(self.store.keys.turn(teammate.name))
 
     def show_inbox(self) -> None:
         messages = self.store.messages.peek(LEAD)[1]
@@ -242,8 +253,11 @@ def show_step(step: list[dict[str, Any]]) -> None:
         if message.get("role") != "tool":
             continue
         content = str(message.get("content") or "")
-        outcome = "error: " + one_line(_error_text(content), 160) if content.startswith(
-            "TOOL_ERROR") else "ok"
+        outcome = (
+            "error: " + one_line(_error_text(content), 160)
+            if content.startswith("TOOL_ERROR")
+            else "ok"
+        )
         click.echo(f"teamctl lead: {flat(str(message.get('name')))}: {outcome}", err=True)
 
 

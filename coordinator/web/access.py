@@ -17,8 +17,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 TOKEN_HEADER = "x-teamctl-token"
 TOKEN_PARAM = "token"
 COOKIE_NAME = "teamctl_dashboard"
-NOT_SIGNED_IN = ("this dashboard needs its token: open the URL `teamctl dashboard` printed "
-                 "when it started (it ends in ?token=...)\n")
+NOT_SIGNED_IN = (
+    "this dashboard needs its token: open the URL `teamctl dashboard` printed "
+    "when it started (it ends in ?token=...)\n"
+)
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,9 @@ def token_ok(access: Access, given: str | None) -> bool:
 def signed_in(access: Access, request: Request) -> bool:
     """The request carries the cookie the printed URL set, or the token in its header (a
     script's reads)."""
-    return (same_secret(request.cookies.get(access.cookie_name), access.session)
-            or token_ok(access, request.headers.get(TOKEN_HEADER)))
+    return same_secret(request.cookies.get(access.cookie_name), access.session) or token_ok(
+        access, request.headers.get(TOKEN_HEADER)
+    )
 
 
 def trade_token(access: Access, request: Request) -> Response:
@@ -63,17 +66,21 @@ def trade_token(access: Access, request: Request) -> Response:
     if not right and not access.open_reads:
         return refused()
     url = request.url.remove_query_params(TOKEN_PARAM)
-    response = RedirectResponse(url.path + (f"?{url.query}" if url.query else ""),
-                                status_code=303, headers={"Cache-Control": "no-store"})
+    response = RedirectResponse(
+        url.path + (f"?{url.query}" if url.query else ""),
+        status_code=303,
+        headers={"Cache-Control": "no-store"},
+    )
     if right:
-        response.headers.append("set-cookie", f"{access.cookie_name}={access.session}; "
-                                              "Path=/; HttpOnly; SameSite=Strict")
+        response.headers.append(
+            "set-cookie",
+            f"{access.cookie_name}={access.session}; Path=/; HttpOnly; SameSite=Strict",
+        )
     return response
 
 
 def refused() -> Response:
-    return PlainTextResponse(NOT_SIGNED_IN, status_code=401,
-                             headers={"Cache-Control": "no-store"})
+    return PlainTextResponse(NOT_SIGNED_IN, status_code=401, headers={"Cache-Control": "no-store"})
 
 
 class ReadGate:

@@ -59,11 +59,14 @@ from teamctl.shared.teams.transcripts import load_transcript
 
 LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-SECURITY_HEADERS = {"Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-                                               "style-src 'self'; script-src 'self'; "
-                                               "frame-ancestors 'none'; form-action 'self'; "
-                                               "base-uri 'none'",
-                    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
+    "style-src 'self'; script-src 'self'; "
+    "frame-ancestors 'none'; form-action 'self'; "
+    "base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 """On every answer: a page runs no inline script, loads nothing from elsewhere and cannot be
 framed by another site (its control forms clicked through), whatever its text says."""
 MAX_STREAMS = 64
@@ -109,9 +112,12 @@ def create_app(config: DashboardConfig) -> Starlette:
         # Its reads outlast the longest XREAD BLOCK of a stream (redis-py's own timeout would
         # cut an idle page's read short).
         aconn = redis.asyncio.Redis.from_url(
-            config.redis_url, decode_responses=True,
+            config.redis_url,
+            decode_responses=True,
             socket_timeout=config.idle_block_ms / 1000 + SOCKET_TIMEOUT_S,
-            socket_connect_timeout=SOCKET_TIMEOUT_S, max_connections=MAX_STREAMS + 8)
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            max_connections=MAX_STREAMS + 8,
+        )
         holder["deps"] = Deps(config, conn, aconn)
         try:
             yield
@@ -135,21 +141,35 @@ def create_app(config: DashboardConfig) -> Starlette:
         Route("/teams/{team}/body", page(deps, team_body)),
         Route("/teams/{team}/stream", stream(deps, team_stream)),
         Route("/teams/{team}/members/{name}/transcript", page(deps, member_transcript_page)),
-        Mount("/static", StaticFiles(directory=str(files("teamctl.coordinator.web")
-                                                   .joinpath("static")))),
+        Mount(
+            "/static",
+            StaticFiles(directory=str(files("teamctl.coordinator.web").joinpath("static"))),
+        ),
     ]
     if config.allow_control:
-        routes += [Route(f"/runs/{{run_id}}/{action}", control(deps, handler), methods=["POST"])
-                   for action, handler in CONTROLS.items()]
-        routes += [Route(f"/teams/{{team}}/{action}", team_control(deps, handler),
-                         methods=["POST"]) for action, handler in TEAM_CONTROLS.items()]
+        routes += [
+            Route(f"/runs/{{run_id}}/{action}", control(deps, handler), methods=["POST"])
+            for action, handler in CONTROLS.items()
+        ]
+        routes += [
+            Route(f"/teams/{{team}}/{action}", team_control(deps, handler), methods=["POST"])
+            for action, handler in TEAM_CONTROLS.items()
+        ]
     middleware = [Middleware(SecurityHeaders)]
     if config.loopback_only:
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_NAMES))
     # A secret of its own for the cookie, made at each start and never printed.
-    middleware.append(Middleware(ReadGate, access=Access(
-        token=config.token, session=secrets.token_urlsafe(32), cookie_name=config.cookie_name,
-        open_reads=config.open_reads)))
+    middleware.append(
+        Middleware(
+            ReadGate,
+            access=Access(
+                token=config.token,
+                session=secrets.token_urlsafe(32),
+                cookie_name=config.cookie_name,
+                open_reads=config.open_reads,
+            ),
+        )
+    )
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 
@@ -193,13 +213,17 @@ def page(deps: Callable[[], Deps], handler: Handler) -> Callable[[Request], Resp
 StreamHandler = Callable[[Deps, Request], Awaitable[Response]]
 
 
-def stream(deps: Callable[[], Deps], handler: StreamHandler,
-           ) -> Callable[[Request], Awaitable[Response]]:
+def stream(
+    deps: Callable[[], Deps],
+    handler: StreamHandler,
+) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         d = deps()
         if d.open_streams >= MAX_STREAMS:
-            return PlainTextResponse(f"{MAX_STREAMS} live pages are open already: close some, "
-                                     "then reload", status_code=503)
+            return PlainTextResponse(
+                f"{MAX_STREAMS} live pages are open already: close some, then reload",
+                status_code=503,
+            )
         try:
             return await handler(d, request)
         except (ConfigError, ValueError) as exc:
@@ -221,13 +245,18 @@ def runs_values(d: Deps) -> dict[str, Any]:
     started_id = runs_started_id(d.conn)
     rows = run_rows(d.conn)
     live = live_rows(rows)
-    return {"rows": rows, "now_ms": now_ms(), "live_ids": ",".join(r.summary.run_id for r in live),
-            "cursor": sse.SEPARATOR.join([started_id, *(r.last_event_id for r in live)])}
+    return {
+        "rows": rows,
+        "now_ms": now_ms(),
+        "live_ids": ",".join(r.summary.run_id for r in live),
+        "cursor": sse.SEPARATOR.join([started_id, *(r.last_event_id for r in live)]),
+    }
 
 
 def runs_page(d: Deps, request: Request) -> Response:
-    return html(render("runs.html", standalone=False, control=d.config.allow_control,
-                       **runs_values(d)))
+    return html(
+        render("runs.html", standalone=False, control=d.config.allow_control, **runs_values(d))
+    )
 
 
 def runs_body(d: Deps, request: Request) -> Response:
@@ -239,8 +268,10 @@ async def runs_stream(d: Deps, request: Request) -> Response:
     at most the page's count)."""
     ids = [check_run_id(r) for r in request.query_params.get("runs", "").split(",") if r]
     ids = ids[:RUNS_SHOWN]
-    sources = [sse.Source(RUNS_STARTED, "run", ""),
-               *(sse.Source(RunKeys(r).events, "task", r) for r in ids)]
+    sources = [
+        sse.Source(RUNS_STARTED, "run", ""),
+        *(sse.Source(RunKeys(r).events, "task", r) for r in ids),
+    ]
     cursor = start_cursor(request, len(sources))
     return sse_response(d, sse.follow(d.aconn, sources, cursor, None, d.config.idle_block_ms))
 
@@ -248,9 +279,11 @@ async def runs_stream(d: Deps, request: Request) -> Response:
 def start_cursor(request: Request, count: int) -> list[str]:
     """Where a stream starts: Last-Event-ID (a reconnect), else the page's own position
     (`after`), else the streams' start."""
-    return (sse.parse_cursor(request.headers.get("last-event-id"), count)
-            or sse.parse_cursor(request.query_params.get("after"), count)
-            or ["0-0"] * count)
+    return (
+        sse.parse_cursor(request.headers.get("last-event-id"), count)
+        or sse.parse_cursor(request.query_params.get("after"), count)
+        or ["0-0"] * count
+    )
 
 
 def sse_response(d: Deps, frames: AsyncIterator[str]) -> StreamingResponse:
@@ -275,24 +308,42 @@ def run_handle(d: Deps, request: Request) -> RunHandle:
 
 
 def filters(request: Request) -> dict[str, str | None]:
-    return {"member": request.query_params.get("member") or None,
-            "type_": request.query_params.get("type") or None}
+    return {
+        "member": request.query_params.get("member") or None,
+        "type_": request.query_params.get("type") or None,
+    }
 
 
 def run_page(d: Deps, request: Request) -> Response:
     # Transcripts on a page of their own: the body is read again after every change.
-    view = load_run_view(run_handle(d, request), with_transcripts=False,
-                         messages_shown=MESSAGES_SHOWN, tasks_detailed=TASKS_DETAILED)
-    return html(render("run.html", standalone=False, control=d.config.allow_control,
-                       note=request.query_params.get("note"), **filters(request),
-                       **run_values(view, now_ms())))
+    view = load_run_view(
+        run_handle(d, request),
+        with_transcripts=False,
+        messages_shown=MESSAGES_SHOWN,
+        tasks_detailed=TASKS_DETAILED,
+    )
+    return html(
+        render(
+            "run.html",
+            standalone=False,
+            control=d.config.allow_control,
+            note=request.query_params.get("note"),
+            **filters(request),
+            **run_values(view, now_ms()),
+        )
+    )
 
 
 def run_body(d: Deps, request: Request) -> Response:
-    view = load_run_view(run_handle(d, request), with_transcripts=False,
-                         messages_shown=MESSAGES_SHOWN, tasks_detailed=TASKS_DETAILED)
-    return html(render("_run_body.html", standalone=False, **filters(request),
-                       **run_values(view, now_ms())))
+    view = load_run_view(
+        run_handle(d, request),
+        with_transcripts=False,
+        messages_shown=MESSAGES_SHOWN,
+        tasks_detailed=TASKS_DETAILED,
+    )
+    return html(
+        render("_run_body.html", standalone=False, **filters(request), **run_values(view, now_ms()))
+    )
 
 
 def transcript_page(d: Deps, request: Request) -> Response:
@@ -301,8 +352,16 @@ def transcript_page(d: Deps, request: Request) -> Response:
     if run.board.get(task_id) is None:
         raise ConfigError(f"run {run.run_id} has no task {task_id}")
     kept = Transcripts(run.conn, run.keys, run.scripts).load_many([task_id])
-    return html(render("transcript.html", standalone=False, control=d.config.allow_control,
-                       run_id=run.run_id, task_id=task_id, transcript=kept.get(task_id)))
+    return html(
+        render(
+            "transcript.html",
+            standalone=False,
+            control=d.config.allow_control,
+            run_id=run.run_id,
+            task_id=task_id,
+            transcript=kept.get(task_id),
+        )
+    )
 
 
 async def run_stream(d: Deps, request: Request) -> Response:
@@ -321,8 +380,11 @@ async def run_stream(d: Deps, request: Request) -> Response:
 
 
 def teams_page(d: Deps, request: Request) -> Response:
-    return html(render("teams.html", standalone=False, control=d.config.allow_control,
-                       teams=list_teams(d.conn)))
+    return html(
+        render(
+            "teams.html", standalone=False, control=d.config.allow_control, teams=list_teams(d.conn)
+        )
+    )
 
 
 def team_store(d: Deps, request: Request) -> TeamStore:
@@ -331,8 +393,16 @@ def team_store(d: Deps, request: Request) -> TeamStore:
 
 def team_page(d: Deps, request: Request) -> Response:
     view = load_team_view(team_store(d, request))
-    return html(render("team.html", standalone=False, control=d.config.allow_control, team=view,
-                       note=request.query_params.get("note"), now_ms=now_ms()))
+    return html(
+        render(
+            "team.html",
+            standalone=False,
+            control=d.config.allow_control,
+            team=view,
+            note=request.query_params.get("note"),
+            now_ms=now_ms(),
+        )
+    )
 
 
 def team_body(d: Deps, request: Request) -> Response:
@@ -352,8 +422,15 @@ def member_transcript_page(d: Deps, request: Request) -> Response:
         if not found:
             transcript.only(number)  # ConfigError: a one-line 404 naming the turns it holds
         at = found[0]
-    return html(render("member_transcript.html", standalone=False,
-                       control=d.config.allow_control, transcript=transcript, at=at))
+    return html(
+        render(
+            "member_transcript.html",
+            standalone=False,
+            control=d.config.allow_control,
+            transcript=transcript,
+            at=at,
+        )
+    )
 
 
 async def team_stream(d: Deps, request: Request) -> Response:
@@ -363,13 +440,17 @@ async def team_stream(d: Deps, request: Request) -> Response:
     return follow_space(d, request, keys, None)
 
 
-def follow_space(d: Deps, request: Request, keys: KeySpace,
-                 ended: Callable[[], Awaitable[bool]] | None) -> StreamingResponse:
+def follow_space(
+    d: Deps, request: Request, keys: KeySpace, ended: Callable[[], Awaitable[bool]] | None
+) -> StreamingResponse:
     """A run's or a team's page stream: its task changes and its bus, from the page's cursor."""
-    sources = [sse.Source(keys.events, "task", keys.name),
-               sse.Source(keys.bus, "message", keys.name)]
-    return sse_response(d, sse.follow(d.aconn, sources, start_cursor(request, 2), ended,
-                                      d.config.idle_block_ms))
+    sources = [
+        sse.Source(keys.events, "task", keys.name),
+        sse.Source(keys.bus, "message", keys.name),
+    ]
+    return sse_response(
+        d, sse.follow(d.aconn, sources, start_cursor(request, 2), ended, d.config.idle_block_ms)
+    )
 
 
 # --- control (--allow-control) -----------------------------------------------------------------
@@ -389,8 +470,7 @@ def guarded(deps: Callable[[], Deps], steer: Steer) -> Callable[[Request], Await
     async def endpoint(request: Request) -> Response:
         d = deps()
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        if not same_secret(request.headers.get(TOKEN_HEADER) or form.get("token"),
-                           d.config.token):
+        if not same_secret(request.headers.get(TOKEN_HEADER) or form.get("token"), d.config.token):
             return PlainTextResponse("a valid control token is required", status_code=403)
         try:
             back = await run_in_threadpool(steer, d, request, form)
@@ -401,8 +481,10 @@ def guarded(deps: Callable[[], Deps], steer: Steer) -> Callable[[Request], Await
     return endpoint
 
 
-def control(deps: Callable[[], Deps], action: ControlAction,
-            ) -> Callable[[Request], Awaitable[Response]]:
+def control(
+    deps: Callable[[], Deps],
+    action: ControlAction,
+) -> Callable[[Request], Awaitable[Response]]:
     """A run's control: its handle (holding a lease owner, as `teamctl cancel` does)."""
 
     def steer(d: Deps, request: Request, form: dict[str, str]) -> str:
@@ -413,8 +495,10 @@ def control(deps: Callable[[], Deps], action: ControlAction,
     return guarded(deps, steer)
 
 
-def team_control(deps: Callable[[], Deps], action: TeamAction,
-                 ) -> Callable[[Request], Awaitable[Response]]:
+def team_control(
+    deps: Callable[[], Deps],
+    action: TeamAction,
+) -> Callable[[Request], Awaitable[Response]]:
     """A team's control: its store, reconciled first as the `team` verbs that wake teammates
     do (mail to a teammate whose worker died reruns its turn)."""
 
@@ -472,12 +556,21 @@ def do_team_send(store: TeamStore, form: dict[str, str]) -> str:
 
 def do_team_review(store: TeamStore, form: dict[str, str]) -> str:
     approve = form.get("decision") == "approve"
-    store.requests.review_plan(check_request_id(form.get("request_id", "")), approve,
-                               form.get("feedback", ""))
+    store.requests.review_plan(
+        check_request_id(form.get("request_id", "")), approve, form.get("feedback", "")
+    )
     return "approved" if approve else "rejected"
 
 
-CONTROLS: dict[str, ControlAction] = {"cancel": do_cancel, "approve": do_approve,
-                                      "reject": do_reject, "send": do_send, "budget": do_budget}
-TEAM_CONTROLS: dict[str, TeamAction] = {"send": do_team_send, "review": do_team_review,
-                                        "budget": do_team_budget}
+CONTROLS: dict[str, ControlAction] = {
+    "cancel": do_cancel,
+    "approve": do_approve,
+    "reject": do_reject,
+    "send": do_send,
+    "budget": do_budget,
+}
+TEAM_CONTROLS: dict[str, TeamAction] = {
+    "send": do_team_send,
+    "review": do_team_review,
+    "budget": do_team_budget,
+}

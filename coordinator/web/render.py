@@ -22,8 +22,11 @@ STATIC = "static"
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("teamctl.coordinator.web", "templates"),
-        undefined=jinja2.StrictUndefined, autoescape=True,
-        trim_blocks=True, lstrip_blocks=True)
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(when=when, duration=duration, as_text=as_text)
     return env
 
@@ -39,18 +42,28 @@ def render(template: str, /, **values: Any) -> str:
 
 def run_values(view: RunView, now_ms: int) -> dict[str, Any]:
     """What the run templates draw: the view, its DAG and its timeline."""
-    return {"view": view, "dag": svg_dag.lay_out(view.tasks),
-            # A run that ended stops its timeline there: an attempt whose end left the stream
-            # is drawn to the run's end, not stretched to today.
-            "timeline": timeline.lay_out(view.attempts, view.state.started_ms,
-                                         view.state.ended_ms or now_ms),
-            "now_ms": now_ms}
+    return {
+        "view": view,
+        "dag": svg_dag.lay_out(view.tasks),
+        # A run that ended stops its timeline there: an attempt whose end left the stream
+        # is drawn to the run's end, not stretched to today.
+        "timeline": timeline.lay_out(
+            view.attempts, view.state.started_ms, view.state.ended_ms or now_ms
+        ),
+        "now_ms": now_ms,
+    }
 
 
 def report_html(view: RunView, now_ms: int) -> str:
     """The run as one self-contained file: inline CSS and SVG, no script, nothing fetched."""
-    return render("report.html", standalone=True, css=static_text("style.css"),
-                  member=None, type_=None, **run_values(view, now_ms))
+    return render(
+        "report.html",
+        standalone=True,
+        css=static_text("style.css"),
+        member=None,
+        type_=None,
+        **run_values(view, now_ms),
+    )
 
 
 def when(ms: int | None) -> str:

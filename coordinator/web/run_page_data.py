@@ -28,8 +28,12 @@ browser builds it again, after every change, and ten thousand tasks' details tak
 many seconds (the graph and the counts still show every task; the report has every detail)."""
 EVENTS_PAGE = 1000
 """Entries per XRANGE while the events stream is read (it keeps about 10000)."""
-ATTEMPT_ENDS = {EventKind.COMPLETED: "completed", EventKind.FAILED: "failed",
-                EventKind.RELEASED: "released", EventKind.RECLAIMED: "reclaimed"}
+ATTEMPT_ENDS = {
+    EventKind.COMPLETED: "completed",
+    EventKind.FAILED: "failed",
+    EventKind.RELEASED: "released",
+    EventKind.RECLAIMED: "reclaimed",
+}
 """The task changes that end the attempt in progress, and the outcome each gives it."""
 
 
@@ -101,9 +105,13 @@ class RunView:
         return counts
 
 
-def load_run_view(run: RunHandle, *, with_transcripts: bool = True,
-                  messages_shown: int | None = None,
-                  tasks_detailed: int | None = None) -> RunView:
+def load_run_view(
+    run: RunHandle,
+    *,
+    with_transcripts: bool = True,
+    messages_shown: int | None = None,
+    tasks_detailed: int | None = None,
+) -> RunView:
     """Read the run (ConfigError if there is none) into a RunView: every bus message, or the
     last `messages_shown`; every task's details, or `tasks_detailed` tasks'."""
     spec = run.spec
@@ -114,14 +122,24 @@ def load_run_view(run: RunHandle, *, with_transcripts: bool = True,
     state = run.store.state()
     usage = parse_usage(run.run_id, run.conn.hgetall(run.keys.usage))
     tasks = run.board.snapshot()
-    transcripts = (Transcripts(run.conn, run.keys, run.scripts).load_many(
-        [t.task_id for t in tasks]) if with_transcripts else {})
-    return RunView(run_id=run.run_id, spec=spec, state=state, usage=usage, tasks=tasks,
-                   attempts=attempts_from(events, tasks, state.finished),
-                   messages=messages, transcripts=transcripts,
-                   last_event_id=events[-1].id if events else "0-0",
-                   last_message_id=messages[-1].id if messages else "0-0",
-                   detailed=most_relevant(tasks, tasks_detailed))
+    transcripts = (
+        Transcripts(run.conn, run.keys, run.scripts).load_many([t.task_id for t in tasks])
+        if with_transcripts
+        else {}
+    )
+    return RunView(
+        run_id=run.run_id,
+        spec=spec,
+        state=state,
+        usage=usage,
+        tasks=tasks,
+        attempts=attempts_from(events, tasks, state.finished),
+        messages=messages,
+        transcripts=transcripts,
+        last_event_id=events[-1].id if events else "0-0",
+        last_message_id=messages[-1].id if messages else "0-0",
+        detailed=most_relevant(tasks, tasks_detailed),
+    )
 
 
 def most_relevant(tasks: list[TaskState], limit: int | None) -> list[TaskState]:
@@ -130,8 +148,10 @@ def most_relevant(tasks: list[TaskState], limit: int | None) -> list[TaskState]:
     just ended is what a watcher looks for)."""
     if limit is None or len(tasks) <= limit:
         return tasks
-    ranked = sorted(range(len(tasks)), key=lambda i: (
-        tasks[i].status is TaskStatus.PENDING, -tasks[i].updated_ms, i))
+    ranked = sorted(
+        range(len(tasks)),
+        key=lambda i: (tasks[i].status is TaskStatus.PENDING, -tasks[i].updated_ms, i),
+    )
     return [tasks[i] for i in sorted(ranked[:limit])]
 
 
@@ -152,8 +172,9 @@ def entry_ms(entry_id: str) -> int:
     return int(entry_id.partition("-")[0])
 
 
-def attempts_from(events: list[TaskEvent], tasks: list[TaskState],
-                  finished: bool) -> list[AttemptRow]:
+def attempts_from(
+    events: list[TaskEvent], tasks: list[TaskState], finished: bool
+) -> list[AttemptRow]:
     """The attempts the events tell: each `in_progress` opens one on its task (its worker
     named by the entry), the next completed/failed/released/reclaimed ends it. An attempt
     still open when the run has finished ended unseen (its end left the stream)."""
@@ -163,9 +184,14 @@ def attempts_from(events: list[TaskEvent], tasks: list[TaskState],
         if not event.task_id:
             continue
         if event.status is EventKind.IN_PROGRESS:
-            attempt = AttemptRow(task_id=event.task_id, number=event.attempts,
-                                 member_id=event.member_id, worker=event.worker or "unknown",
-                                 token=event.token, start_ms=entry_ms(event.id))
+            attempt = AttemptRow(
+                task_id=event.task_id,
+                number=event.attempts,
+                member_id=event.member_id,
+                worker=event.worker or "unknown",
+                token=event.token,
+                start_ms=entry_ms(event.id),
+            )
             open_by_task[event.task_id] = attempt
             attempts.append(attempt)
         elif event.status in ATTEMPT_ENDS and event.task_id in open_by_task:

@@ -34,14 +34,19 @@ def run_rows(conn: redis.Redis, limit: int = RUNS_SHOWN) -> list[RunRow]:
     pipe = conn.pipeline(transaction=False)
     for run_id in run_ids:
         pipe.xrevrange(RunKeys(run_id).events, count=1)
-    last_ids = {run_id: last[0][0] if last else "0-0"
-                for run_id, last in zip(run_ids, pipe.execute(), strict=True)}
+    last_ids = {
+        run_id: last[0][0] if last else "0-0"
+        for run_id, last in zip(run_ids, pipe.execute(), strict=True)
+    }
     summaries = run_summaries(conn, run_ids)
     for summary in summaries:
         pipe.hgetall(RunKeys(summary.run_id).counts)
-    return [RunRow(summary, {k: int(v) for k, v in counts.items() if int(v) > 0},
-                   last_ids[summary.run_id])
-            for summary, counts in zip(summaries, pipe.execute(), strict=True)]
+    return [
+        RunRow(
+            summary, {k: int(v) for k, v in counts.items() if int(v) > 0}, last_ids[summary.run_id]
+        )
+        for summary, counts in zip(summaries, pipe.execute(), strict=True)
+    ]
 
 
 def live_rows(rows: list[RunRow]) -> list[RunRow]:

@@ -62,17 +62,32 @@ def payload(source: Source, entry_id: str, fields: dict[str, str]) -> dict[str, 
     if source.kind == "run":
         return {"owner": fields.get("run_id", ""), "id": entry_id}
     if source.kind == "task":
-        return {"owner": source.owner, "id": entry_id, "task_id": fields.get("task_id", ""),
-                "status": fields.get("status", ""), "member_id": fields.get("member_id", ""),
-                "worker": fields.get("worker", ""), "mate": fields.get("mate", "")}
-    return {"owner": source.owner, "id": entry_id, "from": fields.get("from", ""),
-            "to": fields.get("to", ""), "type": fields.get("type", ""),
-            "task_id": fields.get("task_id", "")}
+        return {
+            "owner": source.owner,
+            "id": entry_id,
+            "task_id": fields.get("task_id", ""),
+            "status": fields.get("status", ""),
+            "member_id": fields.get("member_id", ""),
+            "worker": fields.get("worker", ""),
+            "mate": fields.get("mate", ""),
+        }
+    return {
+        "owner": source.owner,
+        "id": entry_id,
+        "from": fields.get("from", ""),
+        "to": fields.get("to", ""),
+        "type": fields.get("type", ""),
+        "task_id": fields.get("task_id", ""),
+    }
 
 
-async def follow(conn: Any, sources: list[Source], cursor: list[str],
-                 ended: Callable[[], Awaitable[bool]] | None = None,
-                 idle_block_ms: int = IDLE_BLOCK_MS) -> AsyncIterator[str]:
+async def follow(
+    conn: Any,
+    sources: list[Source],
+    cursor: list[str],
+    ended: Callable[[], Awaitable[bool]] | None = None,
+    idle_block_ms: int = IDLE_BLOCK_MS,
+) -> AsyncIterator[str]:
     """SSE frames for every entry after `cursor` on `sources` (a redis.asyncio client `conn`),
     merged in time order. With `ended` (a run's own page) the run's end, its `run.end` entry or
     `ended()` once nothing is left to read, sends an `end` event and stops; without it (the runs
@@ -96,8 +111,10 @@ async def follow(conn: Any, sources: list[Source], cursor: list[str],
                 yield ": idle\n\n"
             block = idle_block_ms
             continue
-        entries = sorted(((eid, fields, key) for key, items in reply for eid, fields in items),
-                         key=lambda e: _order(e[0], by_key[e[2]][0]))
+        entries = sorted(
+            ((eid, fields, key) for key, items in reply for eid, fields in items),
+            key=lambda e: _order(e[0], by_key[e[2]][0]),
+        )
         finished = False
         for entry_id, fields, key in entries:
             position[key] = entry_id

@@ -97,21 +97,32 @@ def lay_out(tasks: list[TaskState]) -> Dag:
     nodes: dict[str, Node] = {}
     for task in tasks:
         column, row = place[task.task_id]
-        nodes[task.task_id] = Node(x=MARGIN + (column % BAND_COLUMNS) * (NODE_W + GAP_X),
-                                   y=tops[column // BAND_COLUMNS] + row * (NODE_H + GAP_Y),
-                                   task=task)
+        nodes[task.task_id] = Node(
+            x=MARGIN + (column % BAND_COLUMNS) * (NODE_W + GAP_X),
+            y=tops[column // BAND_COLUMNS] + row * (NODE_H + GAP_Y),
+            task=task,
+        )
     edges = []
     for task in tasks:
         band = place[task.task_id][0] // BAND_COLUMNS
         for dep in task.depends_on:
             if dep in nodes:
                 dep_band = place[dep][0] // BAND_COLUMNS
-                edges.append(edge(nodes[dep], nodes[task.task_id],
-                                  None if dep_band == band else tops[dep_band + 1] - GAP_X // 2))
+                edges.append(
+                    edge(
+                        nodes[dep],
+                        nodes[task.task_id],
+                        None if dep_band == band else tops[dep_band + 1] - GAP_X // 2,
+                    )
+                )
     shown = min(columns, BAND_COLUMNS)
     wraps = GAP_X // 2 if columns > BAND_COLUMNS else 0  # the last column's edges turn down
-    return Dag(width=2 * MARGIN + shown * NODE_W + (shown - 1) * GAP_X + wraps,
-               height=tops[-1] - GAP_X + MARGIN, nodes=list(nodes.values()), edges=edges)
+    return Dag(
+        width=2 * MARGIN + shown * NODE_W + (shown - 1) * GAP_X + wraps,
+        height=tops[-1] - GAP_X + MARGIN,
+        nodes=list(nodes.values()),
+        edges=edges,
+    )
 
 
 def band_tops(rows: dict[int, int], columns: int) -> list[int]:
@@ -131,8 +142,7 @@ def edge(source: Node, target: Node, gap_y: int | None = None) -> Edge:
     and drops onto the task from above, so it crosses no box on the way."""
     x1, y1 = source.x + NODE_W, source.y + NODE_H // 2
     if gap_y is not None:
-        path = (f"M{x1},{y1} H{x1 + GAP_X // 2} V{gap_y} H{target.x + NODE_W // 2} "
-                f"V{target.y}")
+        path = f"M{x1},{y1} H{x1 + GAP_X // 2} V{gap_y} H{target.x + NODE_W // 2} V{target.y}"
     else:
         x2, y2 = target.x, target.y + NODE_H // 2
         middle = (x1 + x2) // 2

@@ -52,12 +52,20 @@ def load_team_view(store: TeamStore) -> TeamView:
     for teammate in teammates:
         pipe.exists(store.keys.turn(teammate.name))
     live = pipe.execute()
-    rows = [TeammateRow(teammate, bool(turn), store.messages.unread_count(teammate.name))
-            for teammate, turn in zip(teammates, live, strict=True)]
+    rows = [
+        TeammateRow(teammate, bool(turn), store.messages.unread_count(teammate.name))
+        for teammate, turn in zip(teammates, live, strict=True)
+    ]
     _, lead_inbox = store.messages.peek(LEAD, LEAD_INBOX_SHOWN)
-    return TeamView(team=store.team, teammates=rows, lead_unread=store.messages.unread_count(LEAD),
-                    lead_inbox=lead_inbox, requests=store.requests.all(pending_only=True),
-                    tasks=TeamTasks(store).snapshot(), messages=messages,
-                    last_event_id=last[0][0] if last else "0-0",
-                    last_message_id=messages[-1].id if messages else "0-0",
-                    budget=store.budget.state() if store.budget.limited else None)
+    return TeamView(
+        team=store.team,
+        teammates=rows,
+        lead_unread=store.messages.unread_count(LEAD),
+        lead_inbox=lead_inbox,
+        requests=store.requests.all(pending_only=True),
+        tasks=TeamTasks(store).snapshot(),
+        messages=messages,
+        last_event_id=last[0][0] if last else "0-0",
+        last_message_id=messages[-1].id if messages else "0-0",
+        budget=store.budget.state() if store.budget.limited else None,
+    )

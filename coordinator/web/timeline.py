@@ -77,15 +77,29 @@ def lay_out(attempts: list[AttemptRow], start_ms: int, now_ms: int) -> Timeline:
     for attempt in attempts:
         x = LABEL_PX + (attempt.start_ms - first) * scale
         width = max(MIN_BAR_PX, ((attempt.end_ms or now_ms) - attempt.start_ms) * scale)
-        bars.append(Bar(x=round(x, 1), y=lane_y[attempt.worker] + (LANE_PX - BAR_PX) / 2,
-                        width=round(width, 1), attempt=attempt))
-    return Timeline(width=WIDTH_PX, height=AXIS_PX + max(1, len(workers)) * LANE_PX + 4,
-                    lanes=[Lane(w, lane_y[w]) for w in workers], bars=bars,
-                    ticks=ticks(first, last, scale))
+        bars.append(
+            Bar(
+                x=round(x, 1),
+                y=lane_y[attempt.worker] + (LANE_PX - BAR_PX) / 2,
+                width=round(width, 1),
+                attempt=attempt,
+            )
+        )
+    return Timeline(
+        width=WIDTH_PX,
+        height=AXIS_PX + max(1, len(workers)) * LANE_PX + 4,
+        lanes=[Lane(w, lane_y[w]) for w in workers],
+        bars=bars,
+        ticks=ticks(first, last, scale),
+    )
 
 
 def ticks(first_ms: int, last_ms: int, scale: float, count: int = 5) -> list[Tick]:
     """A few time marks along the axis, in seconds since the start."""
     span = last_ms - first_ms
-    return [Tick(x=round(LABEL_PX + i * span / count * scale, 1),
-                 label=f"{i * span / count / 1000:.1f}s") for i in range(count + 1)]
+    return [
+        Tick(
+            x=round(LABEL_PX + i * span / count * scale, 1), label=f"{i * span / count / 1000:.1f}s"
+        )
+        for i in range(count + 1)
+    ]

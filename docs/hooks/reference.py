@@ -52,8 +52,9 @@ def home_page() -> str:
 # --- the CLI ---------------------------------------------------------------------------------
 
 
-def commands(group: click.Command, path: tuple[str, ...] = ()) -> Iterator[
-        tuple[tuple[str, ...], click.Command]]:
+def commands(
+    group: click.Command, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     """Every command of the click tree under `group`, with its path of names, groups included."""
     yield path, group
     if isinstance(group, click.Group):
@@ -71,8 +72,12 @@ def cli_root() -> click.Command:
 
 
 def cli_page() -> str:
-    lines = ["# CLI reference", "",
-             "Every `teamctl` command and option, read from the CLI itself at each docs build.", ""]
+    lines = [
+        "# CLI reference",
+        "",
+        "Every `teamctl` command and option, read from the CLI itself at each docs build.",
+        "",
+    ]
     for path, command in commands(cli_root()):
         if not path:
             continue
@@ -96,8 +101,14 @@ def _params(command: click.Command) -> list[str]:
     for option in options:
         flags = ", ".join(f"`{flag}`" for flag in [*option.opts, *option.secondary_opts])
         default = option.default
-        shown = "" if default is None or type(default).__name__ == "Sentinel" \
-            or option.is_flag and not default else f"`{default}`"
+        shown = (
+            ""
+            if default is None
+            or type(default).__name__ == "Sentinel"
+            or option.is_flag
+            and not default
+            else f"`{default}`"
+        )
         rows.append(f"| {flags} | {shown} | {_cell(option.help or '')} |")
     return [*rows, ""]
 
@@ -112,26 +123,40 @@ def _cell(text: str) -> str:
 def run_options_page() -> str:
     from teamctl.shared.runs.options import RunOptions
 
-    return options_page("Run options", RunOptions,
-                        "A planned run's options: the team file's `[options]` table, or "
-                        "`teamctl run --OPTION` flags.")
+    return options_page(
+        "Run options",
+        RunOptions,
+        "A planned run's options: the team file's `[options]` table, or "
+        "`teamctl run --OPTION` flags.",
+    )
 
 
 def team_options_page() -> str:
     from teamctl.shared.teams.options import TeamOptions
 
-    return options_page("Team options", TeamOptions,
-                        "A persistent team's options: the team file's `[teammates]` table, "
-                        "given to `teamctl team create --file`.")
+    return options_page(
+        "Team options",
+        TeamOptions,
+        "A persistent team's options: the team file's `[teammates]` table, "
+        "given to `teamctl team create --file`.",
+    )
 
 
 def options_page(title: str, model: type[BaseModel], intro: str) -> str:
     docs = field_docs(model)
-    lines = [f"# {title}", "", intro + " Read from the settings model at each docs build.", "",
-             "| option | type | default | range | what |", "|---|---|---|---|---|"]
+    lines = [
+        f"# {title}",
+        "",
+        intro + " Read from the settings model at each docs build.",
+        "",
+        "| option | type | default | range | what |",
+        "|---|---|---|---|---|",
+    ]
     for name, info in model.model_fields.items():
-        lines.append(f"| `{name}` | {_type(info)} | {_default(info)} | {_range(info)} | "
-                     f"{_cell(docs.get(name, info.description or ''))} |")
+        lines.append(
+            f"| `{name}` | {_type(info)} | {_default(info)} | {_range(info)} | "
+            f"{_cell(docs.get(name, info.description or ''))} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -141,9 +166,13 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs = {}
     for field, after in zip(body, body[1:], strict=False):
-        if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name) \
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) \
-                and isinstance(after.value.value, str):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
             docs[field.target.id] = inspect.cleandoc(after.value.value)
     return docs
 
@@ -162,8 +191,13 @@ def _default(info: FieldInfo) -> str:
 def _range(info: FieldInfo) -> str:
     bounds = []
     for item in info.metadata:
-        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"),
-                           ("max_length", "at most")):
+        for attr, sign in (
+            ("ge", ">="),
+            ("gt", ">"),
+            ("le", "<="),
+            ("lt", "<"),
+            ("max_length", "at most"),
+        ):
             value = getattr(item, attr, None)
             if value is not None:
                 bounds.append(f"{sign} {value:,}" if isinstance(value, int) else f"{sign} {value}")
@@ -178,11 +212,16 @@ def result_page() -> str:
 
     schema = json.dumps(RunResult.model_json_schema(), indent=2)
     docs = field_docs(RunResult)
-    lines = ["# The result JSON", "",
-             "What `teamctl run --json` and `teamctl status RUN --json` print, and what the "
-             "Python API's `Run.result()` returns as a `RunResult`. Generated from the pydantic "
-             "model at each docs build.", "",
-             "| field | type | what |", "|---|---|---|"]
+    lines = [
+        "# The result JSON",
+        "",
+        "What `teamctl run --json` and `teamctl status RUN --json` print, and what the "
+        "Python API's `Run.result()` returns as a `RunResult`. Generated from the pydantic "
+        "model at each docs build.",
+        "",
+        "| field | type | what |",
+        "|---|---|---|",
+    ]
     for name, info in RunResult.model_fields.items():
         lines.append(f"| `{name}` | {_type(info)} | {_cell(docs.get(name, ''))} |")
     lines += ["", "## JSON schema", "", "```json", schema, "```"]
@@ -191,23 +230,39 @@ def result_page() -> str:
 
 # --- Redis keys ------------------------------------------------------------------------------
 
-PLACEHOLDERS = {"run_id": "runid0", "team": "teamname", "task_id": "taskid0",
-                "member_id": "memberid0", "name": "mateid0", "request_id": "req_000000000000",
-                "call": "planner", "role": "ROLE", "blob_id": "0" * 32, "model_digest": "1" * 24}
+PLACEHOLDERS = {
+    "run_id": "runid0",
+    "team": "teamname",
+    "task_id": "taskid0",
+    "member_id": "memberid0",
+    "name": "mateid0",
+    "request_id": "req_000000000000",
+    "call": "planner",
+    "role": "ROLE",
+    "blob_id": "0" * 32,
+    "model_digest": "1" * 24,
+}
 """Valid sample arguments, shown as <placeholders> once the key is built."""
 NOT_KEYS = frozenset({"base", "all_patterns"})
 """Members that build a prefix or a SCAN pattern, not a key."""
-SHOWN = {"runid0": "<run>", "teamname": "<team>", "taskid0": "<task>", "memberid0": "<member>",
-         "mateid0": "<teammate>", "req_000000000000": "<request>", "0" * 32: "<blob>",
-         "a" * 32: "<account>", "1" * 24: "<model>"}
+SHOWN = {
+    "runid0": "<run>",
+    "teamname": "<team>",
+    "taskid0": "<task>",
+    "memberid0": "<member>",
+    "mateid0": "<teammate>",
+    "req_000000000000": "<request>",
+    "0" * 32: "<blob>",
+    "a" * 32: "<account>",
+    "1" * 24: "<model>",
+}
 
 
 def key_rows(space: Any, owner: type) -> Iterator[tuple[str, str]]:
     """(key pattern, docstring) for every key `owner` builds, in definition order."""
     for name, member in vars(owner).items():
         target = member.fget if isinstance(member, property) else member
-        if name.startswith("_") or name in NOT_KEYS or not callable(target) \
-                or not target.__doc__:
+        if name.startswith("_") or name in NOT_KEYS or not callable(target) or not target.__doc__:
             continue
         params = list(inspect.signature(target).parameters)[1:]
         value = getattr(space, name)
@@ -224,8 +279,12 @@ def index_rows(module: Any) -> Iterator[tuple[str, str]]:
     """(key, docstring) for every module-level key of `module` (a constant with a docstring)."""
     body = ast.parse(inspect.getsource(module)).body
     for node, after in zip(body, body[1:], strict=False):
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) \
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+        ):
             value = getattr(module, node.targets[0].id)
             if isinstance(value, str) and value.startswith("teamctl:"):
                 yield value, inspect.cleandoc(str(after.value.value))
@@ -239,8 +298,12 @@ def shared_key_rows(module: Any) -> Iterator[tuple[str, str]]:
     """(key pattern, docstring) for every module-level function of `module` that builds a key
     shared by every run and team (a digest of its arguments ends it)."""
     for name, function in vars(module).items():
-        if name.startswith("_") or not inspect.isfunction(function) \
-                or function.__module__ != module.__name__ or not function.__doc__:
+        if (
+            name.startswith("_")
+            or not inspect.isfunction(function)
+            or function.__module__ != module.__name__
+            or not function.__doc__
+        ):
             continue
         params = list(inspect.signature(function).parameters)
         value = function(*(SHARED_KEY_SAMPLES[p] for p in params))
@@ -257,14 +320,23 @@ def redis_keys_page() -> str:
         ("Every key space (a run's; a team's start `teamctl:team:{<team>}`)", run, KeySpace),
         ("A planned run's keys", run, RunKeys),
         ("A persistent team's keys", team, TeamKeys),
-        ("A provider account's limits (`<account>`: a keyed digest of the provider, its key and "
-         "api_base; `<model>`: the model string's digest)", LimitKeys("a" * 32), LimitKeys)]
+        (
+            "A provider account's limits (`<account>`: a keyed digest of the provider, its key and "
+            "api_base; `<model>`: the model string's digest)",
+            LimitKeys("a" * 32),
+            LimitKeys,
+        ),
+    ]
     import teamctl.shared.keys as keys_module
 
-    lines = ["# Redis keys", "",
-             "Every key teamctl writes, built in `shared/keys.py` and listed from it at each docs "
-             "build. The `{...}` part is the hash tag: a run's or a team's keys share one "
-             "cluster slot, so each Lua script touches one slot.", ""]
+    lines = [
+        "# Redis keys",
+        "",
+        "Every key teamctl writes, built in `shared/keys.py` and listed from it at each docs "
+        "build. The `{...}` part is the hash tag: a run's or a team's keys share one "
+        "cluster slot, so each Lua script touches one slot.",
+        "",
+    ]
     lines += ["## Indexes", "", "| key | what |", "|---|---|"]
     lines += [f"| `{key}` | {_cell(doc)} |" for key, doc in index_rows(keys_module)]
     lines += ["", "## Shared by every run and team", "", "| key | what |", "|---|---|"]
@@ -284,7 +356,9 @@ def performance_page() -> str:
     """bench/results.md, as `scripts/bench` last wrote it, under a line on how to read it."""
     results = (ROOT / "bench" / "results.md").read_text(encoding="utf-8")
     body = results.split("\n", 1)[1]  # its own title replaced by the page's
-    return ("# Performance\n\nWhat `scripts/bench` measured last (it rewrites `bench/results.md`). "
-            "Every figure has a baseline measured in the same run on the same machine; the ratio "
-            "is the figure over that baseline, and a goal, where there is one, says what the "
-            "figure is held to.\n" + body)
+    return (
+        "# Performance\n\nWhat `scripts/bench` measured last (it rewrites `bench/results.md`). "
+        "Every figure has a baseline measured in the same run on the same machine; the ratio "
+        "is the figure over that baseline, and a goal, where there is one, says what the "
+        "figure is held to.\n" + body
+    )

@@ -19,8 +19,7 @@ class Audit(TeamHook):
         audit("plan", tasks=[task.id for task in plan.tasks])
 
     def after_task(self, objective: str, result: MemberResult) -> None:
-        audit("task", task=result.task_id, member=result.member_id,
-              status=result.task_status.value)
+        audit("task", task=result.task_id, member=result.member_id, status=result.task_status.value)
 
     def after_synthesis(self, objective: str, result: SynthesisResult) -> None:
         audit("answer", chars=len(result.output))

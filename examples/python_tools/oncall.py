@@ -7,8 +7,13 @@ from __future__ import annotations
 from typing import Literal
 
 Weekday = Literal["monday", "tuesday", "wednesday", "thursday", "friday"]
-ROTA: dict[str, str] = {"monday": "ana", "tuesday": "bo", "wednesday": "cy", "thursday": "di",
-                        "friday": "ed"}
+ROTA: dict[str, str] = {
+    "monday": "ana",
+    "tuesday": "bo",
+    "wednesday": "cy",
+    "thursday": "di",
+    "friday": "ed",
+}
 
 
 def who_is_on_call(day: Weekday) -> str:

@@ -29,10 +29,15 @@ COOLDOWN_REASON = "cooldown"
 class WaitingClient(Protocol):
     """What makes one model's call: LitellmClient, whose wait for a paused account is bounded."""
 
-    def complete(self, model: str, messages: list[dict[str, Any]], *,
-                 tools: list[dict[str, Any]] | None = None, api_base: str | None = None,
-                 wait_limit_s: float | None = None) -> ModelReply:
-        ...
+    def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        api_base: str | None = None,
+        wait_limit_s: float | None = None,
+    ) -> ModelReply: ...
 
 
 class Passed(BaseModel):
@@ -79,8 +84,13 @@ class ModelLedger:
     (a task's hash, a teammate's) the model that answered its last call, in `answered_field`,
     and the primary it fell back from (`fallback_from`, '' when the primary answered)."""
 
-    def __init__(self, conn: redis.Redis, keys: KeySpace, task_key: str | None = None,
-                 answered_field: str = "model") -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: KeySpace,
+        task_key: str | None = None,
+        answered_field: str = "model",
+    ) -> None:
         self.conn = conn
         self.keys = keys
         self.task_key = task_key
@@ -100,8 +110,13 @@ class ModelLedger:
         if usage.unpriced:
             pipe.hset(hash_key, f"{model} unpriced", 1)
         if self.task_key:
-            pipe.hset(self.task_key, mapping={
-                self.answered_field: model, "fallback_from": primary if model != primary else ""})
+            pipe.hset(
+                self.task_key,
+                mapping={
+                    self.answered_field: model,
+                    "fallback_from": primary if model != primary else "",
+                },
+            )
         pipe.execute()
 
 
@@ -118,9 +133,14 @@ class FallbackCaller:
     on_fallback: Callable[[FallbackNote], None] | None = None
     """Told of every call a fallback answered (an event, a span's attribute)."""
 
-    def complete(self, model: str, messages: list[Message], *,
-                 tools: list[dict[str, Any]] | None = None,
-                 api_base: str | None = None) -> ModelReply:
+    def complete(
+        self,
+        model: str,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        api_base: str | None = None,
+    ) -> ModelReply:
         """The first answer of `model` and its fallbacks, in order; the last one's error when
         none answers; any other ModelError at once (bad request, credentials)."""
         chain = list(dict.fromkeys([model, *self.fallbacks]))
@@ -132,8 +152,12 @@ class FallbackCaller:
                 continue
             try:
                 reply = self.client.complete(
-                    name, messages, tools=tools, api_base=api_base,
-                    wait_limit_s=None if last else self.fallback_after_s)
+                    name,
+                    messages,
+                    tools=tools,
+                    api_base=api_base,
+                    wait_limit_s=None if last else self.fallback_after_s,
+                )
             except ModelUnavailable as exc:
                 if last:
                     raise
@@ -144,8 +168,9 @@ class FallbackCaller:
             return self._answered(model, name, reply, passed)
         raise AssertionError("unreachable: the last model either answers or raises")
 
-    def _answered(self, primary: str, name: str, reply: ModelReply,
-                  passed: list[Passed]) -> ModelReply:
+    def _answered(
+        self, primary: str, name: str, reply: ModelReply, passed: list[Passed]
+    ) -> ModelReply:
         """The reply, named for the model that gave it, recorded and announced."""
         reply = reply if reply.model else reply.model_copy(update={"model": name})
         if self.ledger is not None:

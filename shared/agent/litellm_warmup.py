@@ -21,11 +21,23 @@ log = logging.getLogger(__name__)
 
 
 _WARM_UP_REPLY = {
-    "id": "warm-up", "object": "chat.completion", "created": 0, "model": "warm-up",
-    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-        "role": "assistant", "content": "warm",  # text too: its parsing compiles a regex
-        "tool_calls": [{"id": "c", "type": "function",
-                        "function": {"name": "f", "arguments": "{}"}}]}}],
+    "id": "warm-up",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "warm-up",
+    "choices": [
+        {
+            "index": 0,
+            "finish_reason": "tool_calls",
+            "message": {
+                "role": "assistant",
+                "content": "warm",  # text too: its parsing compiles a regex
+                "tool_calls": [
+                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                ],
+            },
+        }
+    ],
     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
 }
 
@@ -43,10 +55,15 @@ def warm_up(litellm: Any) -> None:
         closed.bind(("127.0.0.1", 0))  # bound but never listening: the connect is refused at once
         port = closed.getsockname()[1]
         with contextlib.suppress(Exception):  # expected: connection refused
-            litellm.completion(model="openai/teamctl-warm-up",
-                               messages=[{"role": "user", "content": "warm up"}],
-                               api_base=f"http://127.0.0.1:{port}/v1", api_key="warm-up",
-                               timeout=5, num_retries=0, max_retries=0)
+            litellm.completion(
+                model="openai/teamctl-warm-up",
+                messages=[{"role": "user", "content": "warm up"}],
+                api_base=f"http://127.0.0.1:{port}/v1",
+                api_key="warm-up",
+                timeout=5,
+                num_retries=0,
+                max_retries=0,
+            )
     from openai.types.chat import ChatCompletion
 
     try:  # what the SDK itself runs on a reply (a private helper, hence the fallback)
@@ -65,8 +82,10 @@ def warm_up(litellm: Any) -> None:
     with contextlib.suppress(Exception):
         litellm.main._get_encoding()
     if threading.active_count() > 1:
-        log.warning("litellm warm-up left %d threads running; forked jobs may inherit held locks",
-                    threading.active_count() - 1)
+        log.warning(
+            "litellm warm-up left %d threads running; forked jobs may inherit held locks",
+            threading.active_count() - 1,
+        )
 
 
 def warm_forked_job(litellm: Any) -> None:
@@ -111,12 +130,20 @@ def _warm_success_path(litellm: Any) -> None:
     thread.start()
     try:
         utils.executor = _InlineExecutor()
-        tool = {"type": "function", "function": {"name": "f", "description": "warm up",
-                                                 "parameters": {"type": "object",
-                                                                "properties": {}}}}
+        tool = {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "description": "warm up",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
         LitellmClient(provider_keys=(), timeout_s=5, max_retries=0).complete(
-            "openai/teamctl-warm-up", [{"role": "user", "content": "warm up"}], tools=[tool],
-            api_base=f"http://127.0.0.1:{server.server_port}/v1")
+            "openai/teamctl-warm-up",
+            [{"role": "user", "content": "warm up"}],
+            tools=[tool],
+            api_base=f"http://127.0.0.1:{server.server_port}/v1",
+        )
     finally:
         utils.executor = executor
         thread.join(timeout=server.timeout + 1)

@@ -56,7 +56,8 @@ MISSING_CREDENTIALS = re.compile(
     r"|api_key client option must be set"  # older openai SDKs
     r"|unable to locate credentials"  # botocore: bedrock, sagemaker
     r"|default credentials were not found",  # google-auth: vertex_ai
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 """How litellm and the SDKs under it say that no credentials were found. Reported with status
 500 by some (the openai SDK's, through litellm), so only their text tells them apart."""
 LITELLM_PREFIX = re.compile(r"^(?:litellm\.)?\w*(?:Error|Exception)(?: \w+Error)?\s*[:-]\s*")
@@ -77,7 +78,8 @@ def load_litellm() -> Any:
 
     if not any(item["provider"] == PROVIDER for item in litellm.custom_provider_map):
         litellm.custom_provider_map = [
-            *litellm.custom_provider_map, {"provider": PROVIDER, "custom_handler": make_provider()}
+            *litellm.custom_provider_map,
+            {"provider": PROVIDER, "custom_handler": make_provider()},
         ]
     litellm.suppress_debug_info = True
     adopt_loggers(LITELLM_LOGGERS)  # its records through this process's printable log lines
@@ -87,10 +89,18 @@ def load_litellm() -> Any:
 class LitellmClient:
     """Calls models through litellm with teamctl's own bounded retry and backoff."""
 
-    def __init__(self, *, provider_keys: Collection[str], timeout_s: float = 120.0,
-                 max_retries: int = 3, backoff_base_s: float = 0.5,
-                 backoff_max_s: float = 8.0, keys_in: str = KEYS_IN_WORKERS,
-                 limits: ProviderLimits | None = None, scope: CallScope | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        provider_keys: Collection[str],
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 8.0,
+        keys_in: str = KEYS_IN_WORKERS,
+        limits: ProviderLimits | None = None,
+        scope: CallScope | None = None,
+    ) -> None:
         self.provider_keys = frozenset(provider_keys)
         """Which `*_API_KEY` variables are set (Settings.provider_keys): names, not values."""
         self.keys_in = keys_in
@@ -110,9 +120,15 @@ class LitellmClient:
         client.scope = scope
         return client
 
-    def complete(self, model: str, messages: list[dict[str, Any]], *,
-                 tools: list[dict[str, Any]] | None = None,
-                 api_base: str | None = None, wait_limit_s: float | None = None) -> ModelReply:
+    def complete(
+        self,
+        model: str,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        api_base: str | None = None,
+        wait_limit_s: float | None = None,
+    ) -> ModelReply:
         """One model turn; retries 429, 5xx and timeouts, then raises ModelUnavailable (as at
         once for a context-window or content-policy refusal), other refusals ModelError
         (CredentialsError at once when the provider's credentials are missing or rejected).
@@ -121,8 +137,13 @@ class LitellmClient:
         raises ModelUnavailable("paused") instead (a caller with a fallback model sets it).
         """
         litellm = load_litellm()
-        kwargs: dict[str, Any] = {"model": model, "messages": messages, "timeout": self.timeout_s,
-                                  "num_retries": 0, "max_retries": 0}
+        kwargs: dict[str, Any] = {
+            "model": model,
+            "messages": messages,
+            "timeout": self.timeout_s,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
         if tools:
             kwargs["tools"] = tools
         if api_base and not model.startswith(PROVIDER):
@@ -132,8 +153,9 @@ class LitellmClient:
             # must not leave an openai/ model on a local server without one. Providers whose
             # credentials are not one key (AWS's, Google's) sign with their own: a placeholder
             # key would replace that signature with a bearer token, when they are set.
-            if (provider_key_var(litellm, model) not in self.provider_keys
-                    and not _signs_itself(litellm, model)):
+            if provider_key_var(litellm, model) not in self.provider_keys and not _signs_itself(
+                litellm, model
+            ):
                 kwargs["api_key"] = NO_KEY
         attempt = 0
         while True:
@@ -143,36 +165,52 @@ class LitellmClient:
             except Exception as exc:  # litellm raises many exception types; classify below
                 named = self._settle_refusal(ticket, exc)
                 # No retry can fix credentials: only the environment of a restarted worker can.
-                bad_credentials = credentials_error(litellm, model, exc, self.keys_in,
-                                                    sent_no_key=kwargs.get("api_key") == NO_KEY)
+                bad_credentials = credentials_error(
+                    litellm, model, exc, self.keys_in, sent_no_key=kwargs.get("api_key") == NO_KEY
+                )
                 if bad_credentials is not None:
                     raise bad_credentials from exc
                 if NO_PROVIDER in str(exc):  # a misspelt model string: no retry mends it
-                    raise ConfigError(f"model {model}: litellm knows no provider by that name; "
-                                      "write it as PROVIDER/MODEL (openai/gpt-4o-mini, "
-                                      "anthropic/claude-3-5-haiku-latest, ...) or "
-                                      f"{PROVIDER}/default for the offline model") from exc
+                    raise ConfigError(
+                        f"model {model}: litellm knows no provider by that name; "
+                        "write it as PROVIDER/MODEL (openai/gpt-4o-mini, "
+                        "anthropic/claude-3-5-haiku-latest, ...) or "
+                        f"{PROVIDER}/default for the offline model"
+                    ) from exc
                 if MISSING_SDK in str(exc):  # no retry installs a package
-                    raise ConfigError(f"model {model}: litellm needs the google-auth package for"
-                                      " this provider: install it where the workers run "
-                                      "(pip install google-auth)") from exc
+                    raise ConfigError(
+                        f"model {model}: litellm needs the google-auth package for"
+                        " this provider: install it where the workers run "
+                        "(pip install google-auth)"
+                    ) from exc
                 refusal = _refusal(litellm, exc)
                 if refusal is not None:
-                    raise ModelUnavailable(f"model {model} refused the request ({refusal}): "
-                                           f"{describe_error(exc)}", model=model,
-                                           reason=refusal) from exc
+                    raise ModelUnavailable(
+                        f"model {model} refused the request ({refusal}): {describe_error(exc)}",
+                        model=model,
+                        reason=refusal,
+                    ) from exc
                 if not _retryable(exc):
                     raise ModelError(f"model {model} failed: {describe_error(exc)}") from exc
                 if named:  # the account waits as the provider said: not a retry spent
-                    log.warning("model %s: %s; every caller of its account waits", model,
-                                describe_error(exc))
+                    log.warning(
+                        "model %s: %s; every caller of its account waits",
+                        model,
+                        describe_error(exc),
+                    )
                     continue
                 if attempt >= self.max_retries:
-                    raise ModelUnavailable(f"model {model} failed: {describe_error(exc)}",
-                                           model=model, reason="retries_spent") from exc
-                self._back_off(model, exc, attempt,
-                               gated=ticket is not None and bool(self.limits and
-                                                                 self.limits.rates))
+                    raise ModelUnavailable(
+                        f"model {model} failed: {describe_error(exc)}",
+                        model=model,
+                        reason="retries_spent",
+                    ) from exc
+                self._back_off(
+                    model,
+                    exc,
+                    attempt,
+                    gated=ticket is not None and bool(self.limits and self.limits.rates),
+                )
                 attempt += 1
                 continue
             reply = _reply(litellm, response).model_copy(update={"model": model})
@@ -190,12 +228,14 @@ class LitellmClient:
             delay_s = max(delay_s, min(_retry_after_s(exc) or 0.0, RETRY_AFTER_MAX_S))
         elif getattr(exc, "status_code", None) == 429:
             delay_s = 0.0  # the account's pause (1 s, doubling) is the backoff
-        log.warning("model %s: %s; retry %d in %.2fs", model, describe_error(exc), attempt + 1,
-                    delay_s)
+        log.warning(
+            "model %s: %s; retry %d in %.2fs", model, describe_error(exc), attempt + 1, delay_s
+        )
         time.sleep(delay_s)
 
-    def _take(self, litellm: Any, model: str, kwargs: dict[str, Any],
-              wait_limit_s: float | None) -> Ticket | None:
+    def _take(
+        self, litellm: Any, model: str, kwargs: dict[str, Any], wait_limit_s: float | None
+    ) -> Ticket | None:
         """This attempt's slot on its provider's account and its budget reservation (None: no
         gate; the offline model has no provider to share, only a run's or team's usage and
         budget to keep)."""
@@ -207,8 +247,7 @@ class LitellmClient:
             keys = self.limits.keys_for(PROVIDER, None, ())
         else:
             key_vars = () if kwargs.get("api_key") == NO_KEY else credential_vars(litellm, model)
-            keys = self.limits.keys_for(_provider(litellm, model), kwargs.get("api_base"),
-                                        key_vars)
+            keys = self.limits.keys_for(_provider(litellm, model), kwargs.get("api_base"), key_vars)
         return self.limits.take(litellm, keys, model, kwargs, self.scope, wait_limit_s)
 
     def _settle_refusal(self, ticket: Ticket | None, exc: Exception) -> bool:
@@ -225,11 +264,13 @@ class LitellmClient:
         named = False
         if getattr(exc, "status_code", None) == 429:
             named = learned.retry_after_s is not None or learned.model_pause_s is not None
-            wait_s = learned.retry_after_s if learned.retry_after_s is not None else (
-                learned.model_pause_s)
+            wait_s = (
+                learned.retry_after_s
+                if learned.retry_after_s is not None
+                else (learned.model_pause_s)
+            )
             # A named time of 0 still pauses a little: no fleet hammers a refusing provider.
-            pause = "backoff" if wait_s is None else str(max(SHORTEST_PAUSE_MS,
-                                                              int(wait_s * 1000)))
+            pause = "backoff" if wait_s is None else str(max(SHORTEST_PAUSE_MS, int(wait_s * 1000)))
         self.limits.settle(ticket, self.scope, answered=None, learned=learned, pause=pause)
         return named
 
@@ -271,8 +312,14 @@ def _provider(litellm: Any, model: str) -> str:
         return model.split("/", 1)[0] if "/" in model else "openai"
 
 
-def credentials_error(litellm: Any, model: str, exc: Exception, keys_in: str = KEYS_IN_WORKERS,
-                      *, sent_no_key: bool = False) -> CredentialsError | None:
+def credentials_error(
+    litellm: Any,
+    model: str,
+    exc: Exception,
+    keys_in: str = KEYS_IN_WORKERS,
+    *,
+    sent_no_key: bool = False,
+) -> CredentialsError | None:
     """A one-line CredentialsError naming the variables to set when `exc` says the provider's
     credentials are missing or were rejected (401, 403), else None.
 
@@ -289,22 +336,29 @@ def credentials_error(litellm: Any, model: str, exc: Exception, keys_in: str = K
     wanted = " and ".join(names)
     where = keys_in.format(it="them" if len(names) > 1 else "it")
     if missing:
-        return CredentialsError(f"model {model}: missing credentials: set {wanted} in the "
-                                f"environment of {where}")
+        return CredentialsError(
+            f"model {model}: missing credentials: set {wanted} in the environment of {where}"
+        )
     answer = f"{403 if denied else 401}: {_provider_text(exc, names)}"
     # Some providers' requests go out without a key when none is set (mistral, groq, ...).
     # Table credentials are left out: AWS and Google have other sources (profiles, roles).
     key_unset = names[0].endswith("_API_KEY") and not os.environ.get(names[0], "").strip()
     if sent_no_key or key_unset:
-        return CredentialsError(f"model {model}: missing credentials (the server answered "
-                                f"{answer}): set {wanted} in the environment of {where}")
+        return CredentialsError(
+            f"model {model}: missing credentials (the server answered "
+            f"{answer}): set {wanted} in the environment of {where}"
+        )
     if denied:  # known, but not allowed this model or operation
-        return CredentialsError(f"model {model}: the provider denied {wanted} access ({answer}):"
-                                f" set credentials allowed to use this model in the environment"
-                                f" of {where}")
+        return CredentialsError(
+            f"model {model}: the provider denied {wanted} access ({answer}):"
+            f" set credentials allowed to use this model in the environment"
+            f" of {where}"
+        )
     valid = "valid ones" if len(names) > 1 else "a valid key"
-    return CredentialsError(f"model {model}: the provider rejected {wanted} ({answer}): set "
-                            f"{valid} in the environment of {where}")
+    return CredentialsError(
+        f"model {model}: the provider rejected {wanted} ({answer}): set "
+        f"{valid} in the environment of {where}"
+    )
 
 
 def _provider_text(exc: Exception, names: tuple[str, ...]) -> str:
@@ -321,7 +375,7 @@ def _provider_text(exc: Exception, names: tuple[str, ...]) -> str:
 
 
 def _refusal(litellm: Any, exc: Exception) -> str | None:
-    """"context_window" or "content_policy" when the provider refused the request for a reason
+    """ "context_window" or "content_policy" when the provider refused the request for a reason
     another model may not share (litellm maps each provider's wording to these classes)."""
     if isinstance(exc, litellm.ContextWindowExceededError):
         return "context_window"
@@ -361,12 +415,19 @@ def _root_cause(exc: BaseException) -> BaseException:
 
 def _reply(litellm: Any, response: Any) -> ModelReply:
     message = response.choices[0].message
-    calls = [ToolCall(id=c.id or f"call_{i}", name=c.function.name or "",
-                      arguments=c.function.arguments or "")
-             for i, c in enumerate(getattr(message, "tool_calls", None) or [])]
+    calls = [
+        ToolCall(
+            id=c.id or f"call_{i}", name=c.function.name or "", arguments=c.function.arguments or ""
+        )
+        for i, c in enumerate(getattr(message, "tool_calls", None) or [])
+    ]
     model = getattr(response, "model", None)
-    return ModelReply(content=message.content, tool_calls=calls, usage=_usage(litellm, response),
-                      response_model=model if isinstance(model, str) else None)
+    return ModelReply(
+        content=message.content,
+        tool_calls=calls,
+        usage=_usage(litellm, response),
+        response_model=model if isinstance(model, str) else None,
+    )
 
 
 def _usage(litellm: Any, response: Any) -> Usage:
@@ -383,4 +444,3 @@ def _usage(litellm: Any, response: Any) -> Usage:
         cost_usd=float(cost or 0.0),
         unpriced=cost is None,
     )
-

@@ -78,9 +78,12 @@ class AgentLoop:
             if isinstance(sent, Stop):
                 end.stop = sent.reason
                 return end
-            reply = self.client.complete(self.model, messages + sent,
-                                         tools=self.toolbox.schemas() or None,
-                                         api_base=self.api_base)
+            reply = self.client.complete(
+                self.model,
+                messages + sent,
+                tools=self.toolbox.schemas() or None,
+                api_base=self.api_base,
+            )
             end.reply = reply
             sent.append(assistant_message(reply))
             self.policy.on_reply(reply, sent)
@@ -102,16 +105,19 @@ def assistant_message(reply: ModelReply) -> Message:
     empty list is refused by some providers)."""
     message: Message = {"role": "assistant", "content": reply.content}
     if reply.tool_calls:
-        message["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in reply.tool_calls]
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.tool_calls
+        ]
     return message
 
 
 def tool_results(toolbox: Toolbox, reply: ModelReply) -> list[Message]:
     """The reply's tool calls run, each result as a `tool` message (errors included)."""
-    return [tool_message(call, toolbox.call(call.name, call.arguments, call.id))
-            for call in reply.tool_calls]
+    return [
+        tool_message(call, toolbox.call(call.name, call.arguments, call.id))
+        for call in reply.tool_calls
+    ]
 
 
 def tool_message(call: ToolCall, content: str) -> Message:

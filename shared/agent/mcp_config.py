@@ -50,17 +50,18 @@ def teamctl_secret(name: str) -> bool:
 def secret_refusal(where: str, name: str) -> str:
     """Why `where` (a value, or a server's field) may not read variable `name`, teamctl's own:
     said the same by the team file's check and the worker's."""
-    return (f"{where}: ${name} is teamctl's own (its Redis and settings) and never goes to an "
-            "MCP server; give the server a variable of its own")
+    return (
+        f"{where}: ${name} is teamctl's own (its Redis and settings) and never goes to an "
+        "MCP server; give the server a variable of its own"
+    )
 
 
 def _env_ref(value: str) -> str:
     """A header or env value: `env:NAME` must name a variable that is not teamctl's own."""
     if value.startswith(ENV_PREFIX):
-        name = value[len(ENV_PREFIX):]
+        name = value[len(ENV_PREFIX) :]
         if not ENV_NAME.fullmatch(name):
-            raise ValueError(f"{value!r}: write 'env:NAME' with NAME an environment variable "
-                             "name")
+            raise ValueError(f"{value!r}: write 'env:NAME' with NAME an environment variable name")
         if teamctl_secret(name):
             raise ValueError(secret_refusal(repr(value), name))
     return value
@@ -94,19 +95,25 @@ class McpServer(BaseModel):
 
     def variables(self) -> set[str]:
         """The worker's environment variables this server reads (its `env:NAME` values)."""
-        return {value[len(ENV_PREFIX):] for value in (*self.headers.values(),
-                                                      *self.env.values())
-                if value.startswith(ENV_PREFIX)}
+        return {
+            value[len(ENV_PREFIX) :]
+            for value in (*self.headers.values(), *self.env.values())
+            if value.startswith(ENV_PREFIX)
+        }
 
     @field_validator("name")
     @classmethod
     def _safe_name(cls, name: str) -> str:
         if len(name) > MAX_SERVER_NAME_CHARS or not SERVER_NAME.fullmatch(name):
-            raise ValueError(f"MCP server name {name!r}: use up to {MAX_SERVER_NAME_CHARS} "
-                             "letters, digits, '-' or single '_', starting with a letter")
+            raise ValueError(
+                f"MCP server name {name!r}: use up to {MAX_SERVER_NAME_CHARS} "
+                "letters, digits, '-' or single '_', starting with a letter"
+            )
         if name == "team" or name.startswith("team_"):
-            raise ValueError(f"MCP server name {name!r}: names starting with 'team' would "
-                             "give tools the team tools' 'team_' prefix; choose another")
+            raise ValueError(
+                f"MCP server name {name!r}: names starting with 'team' would "
+                "give tools the team tools' 'team_' prefix; choose another"
+            )
         return name
 
     @field_validator("url")
@@ -115,21 +122,28 @@ class McpServer(BaseModel):
         if url is not None:
             parts = urlsplit(url)
             if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"url {redacted(url)!r}: give the server's http(s) endpoint, e.g. "
-                                 "http://127.0.0.1:8765/mcp")
+                raise ValueError(
+                    f"url {redacted(url)!r}: give the server's http(s) endpoint, e.g. "
+                    "http://127.0.0.1:8765/mcp"
+                )
         return url
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServer:
         if (self.command is None) == (self.url is None):
-            raise ValueError(f"MCP server {self.name!r}: give exactly one of command (stdio) "
-                             "or url (streamable HTTP)")
+            raise ValueError(
+                f"MCP server {self.name!r}: give exactly one of command (stdio) "
+                "or url (streamable HTTP)"
+            )
         if self.url and self.env:
-            raise ValueError(f"MCP server {self.name!r}: env is for a command's process; an "
-                             "HTTP server takes headers")
+            raise ValueError(
+                f"MCP server {self.name!r}: env is for a command's process; an "
+                "HTTP server takes headers"
+            )
         if self.command and self.headers:
-            raise ValueError(f"MCP server {self.name!r}: headers are for an HTTP server; a "
-                             "command takes env")
+            raise ValueError(
+                f"MCP server {self.name!r}: headers are for an HTTP server; a command takes env"
+            )
         refused = self.clear_header_refusal()
         if refused:
             raise ValueError(refused)
@@ -142,17 +156,20 @@ class McpServer(BaseModel):
         exposed = self.exposed_header()
         if exposed is None:
             return None
-        return (f"MCP server {self.name!r}: headers.{exposed} reads the worker's environment "
-                f"but url {redacted(self.url or '')!r} is neither https nor loopback "
-                "(127.0.0.1, ::1, localhost), so it would cross the network in clear; use an "
-                "https URL")
+        return (
+            f"MCP server {self.name!r}: headers.{exposed} reads the worker's environment "
+            f"but url {redacted(self.url or '')!r} is neither https nor loopback "
+            "(127.0.0.1, ::1, localhost), so it would cross the network in clear; use an "
+            "https URL"
+        )
 
     def exposed_header(self) -> str | None:
         """A header carrying an `env:` value to a URL that is neither https nor loopback."""
         if self.url is None or private_destination(self.url):
             return None
-        return next((key for key, value in self.headers.items()
-                     if value.startswith(ENV_PREFIX)), None)
+        return next(
+            (key for key, value in self.headers.items() if value.startswith(ENV_PREFIX)), None
+        )
 
     @property
     def transport(self) -> str:
@@ -170,10 +187,13 @@ def check_entries(entries: Iterable[str]) -> list[str]:
     entries = list(entries)
     for entry in entries:
         server, tool = split_entry(entry)
-        if not SERVER_NAME.fullmatch(server) or (tool is not None
-                                                 and not MCP_TOOL_NAME.fullmatch(tool)):
-            raise ValueError(f"mcp entry {entry!r}: write a server's name ('git') for all its "
-                             "tools, or 'server:tool' ('git:git_log') for one")
+        if not SERVER_NAME.fullmatch(server) or (
+            tool is not None and not MCP_TOOL_NAME.fullmatch(tool)
+        ):
+            raise ValueError(
+                f"mcp entry {entry!r}: write a server's name ('git') for all its "
+                "tools, or 'server:tool' ('git:git_log') for one"
+            )
     return entries
 
 
@@ -186,8 +206,10 @@ def servers_for(entries: Iterable[str], servers: Iterable[McpServer]) -> list[Mc
         name, _ = split_entry(entry)
         if name not in by_name:
             known = ", ".join(by_name) or "none is configured"
-            raise ValueError(f"mcp entry {entry!r} names no [[mcp_servers]] entry ({known}); "
-                             "add the server or fix the name")
+            raise ValueError(
+                f"mcp entry {entry!r} names no [[mcp_servers]] entry ({known}); "
+                "add the server or fix the name"
+            )
         wanted.append(name)
     return [server for name, server in by_name.items() if name in wanted]
 
@@ -209,8 +231,9 @@ def offered_name(server: str, tool: str) -> str:
     return f"{server}{SEPARATOR}{tool}"
 
 
-def resolved_values(values: Mapping[str, str], server: str, what: str,
-                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def resolved_values(
+    values: Mapping[str, str], server: str, what: str, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """`headers` or `env` with each `env:NAME` replaced by the worker's variable; ConfigError
     (the task's error) naming a variable that is not set, or one of teamctl's own (checked
     again here: any host that reaches Redis can write a run's spec)."""
@@ -218,14 +241,17 @@ def resolved_values(values: Mapping[str, str], server: str, what: str,
     resolved = {}
     for key, value in values.items():
         if value.startswith(ENV_PREFIX):
-            name = value[len(ENV_PREFIX):]
+            name = value[len(ENV_PREFIX) :]
             if teamctl_secret(name):
-                raise ConfigError(secret_refusal(f"MCP server {server!r}: {what} {key} = "
-                                                 f"{value!r}", name))
+                raise ConfigError(
+                    secret_refusal(f"MCP server {server!r}: {what} {key} = {value!r}", name)
+                )
             if name not in environ:
-                raise ConfigError(f"MCP server {server!r}: {what} {key} reads ${name}, which "
-                                  "is not set in this worker's environment; set it where the "
-                                  "workers run")
+                raise ConfigError(
+                    f"MCP server {server!r}: {what} {key} reads ${name}, which "
+                    "is not set in this worker's environment; set it where the "
+                    "workers run"
+                )
             value = environ[name]
         resolved[key] = value
     return resolved
@@ -246,6 +272,11 @@ def inside(path: str | Path, directory: str | Path) -> bool:
     """Whether `path` lies in `directory`, as written or once symlinks are followed."""
     written = Path(os.path.normpath(os.path.abspath(path)))
     real = Path(os.path.realpath(path))
-    return any(candidate.is_relative_to(root) for candidate in (written, real)
-               for root in (Path(os.path.normpath(os.path.abspath(directory))),
-                            Path(os.path.realpath(directory))))
+    return any(
+        candidate.is_relative_to(root)
+        for candidate in (written, real)
+        for root in (
+            Path(os.path.normpath(os.path.abspath(directory))),
+            Path(os.path.realpath(directory)),
+        )
+    )

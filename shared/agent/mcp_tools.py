@@ -74,8 +74,6 @@ def preload_sdk() -> None:
     """Import the SDK's client now (~0.8 s), e.g. in a preloading RQ worker parent, so that the
     forked jobs inherit it; importing starts no thread and opens nothing, so it is fork-safe.
     Sessions and their event loop stay per attempt."""
-    import mcp.client.stdio
-    import mcp.client.streamable_http
     import mcp.shared._httpx_utils  # noqa: F401
 
 
@@ -110,8 +108,11 @@ class ListedTool:
     """The server says the tool changes nothing (its readOnlyHint annotation)."""
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
-                "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
 
 
 @dataclass
@@ -147,8 +148,7 @@ class OriginGuard:
         """Guard `client`: it follows no redirect itself, and checks every request it sends
         and every response it gets."""
         client.follow_redirects = False
-        client.event_hooks = {"request": [self._check_request],
-                              "response": [self._note_redirect]}
+        client.event_hooks = {"request": [self._check_request], "response": [self._note_redirect]}
 
     async def _check_request(self, request: httpx2.Request) -> None:
         if request.url.origin != self.origin:
@@ -167,15 +167,21 @@ class OriginGuard:
 
     def refusal(self, what: str) -> str:
         """Why `what` (a call, the start) failed: a redirect to another origin, not followed."""
-        secrets = [key for key, value in self.server.headers.items()
-                   if value.startswith(ENV_PREFIX)]
-        kept = (f" with its headers ({', '.join(secrets)} from the worker's environment)"
-                if secrets else "")
+        secrets = [
+            key for key, value in self.server.headers.items() if value.startswith(ENV_PREFIX)
+        ]
+        kept = (
+            f" with its headers ({', '.join(secrets)} from the worker's environment)"
+            if secrets
+            else ""
+        )
         url = redacted(str(self.server.url))
-        return (f"MCP server {self.server.name!r} redirected {what} to {self.refused}, another "
-                f"origin than its url {url!r}: teamctl sends a server's requests"
-                f"{kept} only to its url's origin, so it was not followed; if that is the "
-                "intended server, give its address as the server's url")
+        return (
+            f"MCP server {self.server.name!r} redirected {what} to {self.refused}, another "
+            f"origin than its url {url!r}: teamctl sends a server's requests"
+            f"{kept} only to its url's origin, so it was not followed; if that is the "
+            "intended server, give its address as the server's url"
+        )
 
 
 def _shown(url: httpx2.URL) -> str:
@@ -204,8 +210,9 @@ class StderrTail:
         self._keep_bytes = keep_bytes
         self._kept = bytearray()
         self._lock = threading.Lock()
-        self._reader = threading.Thread(target=self._drain, args=(read_fd,),
-                                        name="mcp-stderr", daemon=True)
+        self._reader = threading.Thread(
+            target=self._drain, args=(read_fd,), name="mcp-stderr", daemon=True
+        )
         self._reader.start()
 
     def _drain(self, read_fd: int) -> None:
@@ -214,7 +221,7 @@ class StderrTail:
             while chunk := os.read(read_fd, 65536):
                 with self._lock:
                     self._kept += chunk
-                    del self._kept[:-self._keep_bytes]
+                    del self._kept[: -self._keep_bytes]
         finally:
             os.close(read_fd)
 
@@ -251,8 +258,7 @@ class McpHub:
         self.home = new_private_home(workspace)
         """HOME of the stdio servers (0700, outside the workspace), removed by `close`."""
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
         self._thread.start()
         self._running: dict[str, _Running] = {}
         self._guards: dict[str, OriginGuard] = {}
@@ -274,11 +280,13 @@ class McpHub:
             ready: concurrent.futures.Future[_Running] = concurrent.futures.Future()
             ended = threading.Event()
             holder = asyncio.run_coroutine_threadsafe(
-                self._hold(server, stderr.writer, ready, ended), self._loop)
+                self._hold(server, stderr.writer, ready, ended), self._loop
+            )
             try:
                 # The holder's own timeouts answer first; this only bounds a stuck shutdown.
-                running = ready.result(timeout=self.timeouts.start_s + self.timeouts.list_s
-                                       + CLOSE_TIMEOUT_S)
+                running = ready.result(
+                    timeout=self.timeouts.start_s + self.timeouts.list_s + CLOSE_TIMEOUT_S
+                )
             except BaseException as exc:
                 # Whatever ended the wait (the server's failure, our timeout, Ctrl-C), the
                 # holder is cancelled and unwinds, stopping the server: none is left behind.
@@ -292,19 +300,30 @@ class McpHub:
         self._running[server.name] = running
         return running.tools
 
-    def _start_failure(self, server: McpServer, exc: BaseException,
-                       stderr: StderrTail) -> BaseException:
+    def _start_failure(
+        self, server: McpServer, exc: BaseException, stderr: StderrTail
+    ) -> BaseException:
         """What `start` raises for `exc`: a ConfigError saying why the server did not start,
         or `exc` itself when it is no error of the server's (Ctrl-C, SystemExit)."""
         if isinstance(_leaf(exc), _ListTimeout):  # raised inside the SDK's task group
-            return ConfigError(self._start_error(
-                server, f"answered the handshake but did not list its tools within "
-                f"mcp_list_timeout_s={self.timeouts.list_s:g}", stderr))
+            return ConfigError(
+                self._start_error(
+                    server,
+                    f"answered the handshake but did not list its tools within "
+                    f"mcp_list_timeout_s={self.timeouts.list_s:g}",
+                    stderr,
+                )
+            )
         if isinstance(exc, (TimeoutError, concurrent.futures.TimeoutError)):
-            return ConfigError(self._start_error(
-                server, f"did not start and list its tools within "
-                f"mcp_start_timeout_s={self.timeouts.start_s:g} and "
-                f"mcp_list_timeout_s={self.timeouts.list_s:g}", stderr))
+            return ConfigError(
+                self._start_error(
+                    server,
+                    f"did not start and list its tools within "
+                    f"mcp_start_timeout_s={self.timeouts.start_s:g} and "
+                    f"mcp_list_timeout_s={self.timeouts.list_s:g}",
+                    stderr,
+                )
+            )
         if isinstance(exc, ConfigError):  # no such command, a header's variable is not set
             return exc
         guard = self._guards.get(server.name)
@@ -312,19 +331,25 @@ class McpHub:
             return ConfigError(guard.refusal("its start"))
         if isinstance(exc, Exception):
             # The SDK's: a process that exited, a refused connection.
-            return ConfigError(self._start_error(server, f"did not start ({_describe(exc)})",
-                                                 stderr))
+            return ConfigError(
+                self._start_error(server, f"did not start ({_describe(exc)})", stderr)
+            )
         return exc
 
     def _start_error(self, server: McpServer, what: str, stderr: StderrTail) -> str:
-        where = (f"`{' '.join(server.command)}`" if server.command
-                 else redacted(str(server.url)))
+        where = f"`{' '.join(server.command)}`" if server.command else redacted(str(server.url))
         tail = stderr.tail()
-        return (f"MCP server {server.name!r} ({where}) {what}"
-                + (f"; its stderr ends:\n{tail}" if tail else ""))
+        return f"MCP server {server.name!r} ({where}) {what}" + (
+            f"; its stderr ends:\n{tail}" if tail else ""
+        )
 
-    async def _hold(self, server: McpServer, stderr: TextIO,
-                    ready: concurrent.futures.Future[_Running], ended: threading.Event) -> None:
+    async def _hold(
+        self,
+        server: McpServer,
+        stderr: TextIO,
+        ready: concurrent.futures.Future[_Running],
+        ended: threading.Event,
+    ) -> None:
         """Enter the server's client, list its tools, hand them over, and hold the session
         until told to stop (entering and leaving in this one task, as anyio requires); `ended`
         once the session is left, its server stopped."""
@@ -333,8 +358,9 @@ class McpHub:
         finally:
             ended.set()
 
-    async def _hold_session(self, server: McpServer, stderr: TextIO,
-                            ready: concurrent.futures.Future[_Running]) -> None:
+    async def _hold_session(
+        self, server: McpServer, stderr: TextIO, ready: concurrent.futures.Future[_Running]
+    ) -> None:
         pgids: list[int] = []
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -354,19 +380,20 @@ class McpHub:
             if not ready.done():
                 ready.set_exception(exc)
             else:
-                log.warning("MCP server %s: closing its session failed: %s", server.name,
-                            _describe(exc))
+                log.warning(
+                    "MCP server %s: closing its session failed: %s", server.name, _describe(exc)
+                )
 
-    async def _connect(self, stack: contextlib.AsyncExitStack, server: McpServer,
-                       stderr: TextIO, pgids: list[int]) -> Any:
+    async def _connect(
+        self, stack: contextlib.AsyncExitStack, server: McpServer, stderr: TextIO, pgids: list[int]
+    ) -> Any:
         """The SDK's Client for `server`, entered on `stack` (which will leave it)."""
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         if server.command:
-            transport: Any = _stdio_transport(server, self.workspace, self.home, stderr,
-                                              pgids)
+            transport: Any = _stdio_transport(server, self.workspace, self.home, stderr, pgids)
         else:
             refused = server.clear_header_refusal()
             if refused:  # checked when the team was loaded; any host may write a spec
@@ -386,22 +413,28 @@ class McpHub:
         if guard is not None:
             guard.refused = None
         timeout_s = self.timeouts.call_s
-        meta = ({IDEMPOTENCY_META: f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"}
-                if self.call_key_prefix else None)
+        meta = (
+            {IDEMPOTENCY_META: f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"}
+            if self.call_key_prefix
+            else None
+        )
         future = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(client.call_tool(tool, arguments, meta=meta),
-                             timeout_s), self._loop)
+            asyncio.wait_for(client.call_tool(tool, arguments, meta=meta), timeout_s), self._loop
+        )
         try:
             return future.result(timeout=timeout_s + CALL_GRACE_S)
         except (TimeoutError, concurrent.futures.TimeoutError):
             future.cancel()
             self._check_redirect(guard, tool)
-            raise McpTimeout(f"MCP server {server!r} did not answer {tool} within "
-                             f"{timeout_s:g}s (mcp_call_timeout_s)") from None
+            raise McpTimeout(
+                f"MCP server {server!r} did not answer {tool} within "
+                f"{timeout_s:g}s (mcp_call_timeout_s)"
+            ) from None
         except Exception as exc:
             self._check_redirect(guard, tool)
-            raise McpCallFailed(f"MCP server {server!r} failed on {tool}: "
-                                f"{_describe(exc)}") from exc
+            raise McpCallFailed(
+                f"MCP server {server!r} failed on {tool}: {_describe(exc)}"
+            ) from exc
 
     @staticmethod
     def _check_redirect(guard: OriginGuard | None, tool: str) -> None:
@@ -432,17 +465,24 @@ async def _list_all(client: Any) -> list[ListedTool]:
     cursor = None
     while True:
         page = await client.list_tools(cursor=cursor)
-        tools += [ListedTool(t.name, t.description or "", dict(t.input_schema),
-                             bool(t.annotations and t.annotations.read_only_hint))
-                  for t in page.tools]
+        tools += [
+            ListedTool(
+                t.name,
+                t.description or "",
+                dict(t.input_schema),
+                bool(t.annotations and t.annotations.read_only_hint),
+            )
+            for t in page.tools
+        ]
         cursor = page.next_cursor
         if not cursor:
             return tools
 
 
 @contextlib.asynccontextmanager
-async def _stdio_transport(server: McpServer, workspace: Path, home: Path, stderr: TextIO,
-                           pgids: list[int]) -> Any:
+async def _stdio_transport(
+    server: McpServer, workspace: Path, home: Path, stderr: TextIO, pgids: list[int]
+) -> Any:
     """The SDK's stdio transport for `server` in the workspace, noting the process group the
     server leads (the SDK starts it in a session of its own) so that it can be killed."""
     from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -453,14 +493,19 @@ async def _stdio_transport(server: McpServer, workspace: Path, home: Path, stder
         command=sys.executable,
         args=[*DIE_WITH_PARENT, str(os.getpid()), executable, *command[1:]],
         cwd=str(workspace),
-        env=_minimal_env(home) | resolved_values(server.env, server.name, "env"))
+        env=_minimal_env(home) | resolved_values(server.env, server.name, "env"),
+    )
     before = _session_children()
     async with stdio_client(params, errlog=stderr) as streams:
         pgids += sorted(_session_children() - before)
         yield streams
 
 
-DIE_WITH_PARENT = ("-I", "-S", "-c", """
+DIE_WITH_PARENT = (
+    "-I",
+    "-S",
+    "-c",
+    """
 import os, signal, sys
 try:  # a Python built without ctypes, or no prctl (not Linux): the server runs unguarded
     import ctypes
@@ -472,7 +517,8 @@ if prctl is not None:
     if os.getppid() != int(sys.argv[1]):
         os._exit(1)  # the job died before the signal was armed
 os.execv(sys.argv[2], sys.argv[2:])
-""")
+""",
+)
 """What a stdio server is started through: it arms the parent-death signal (SIGKILL once the
 job's MCP loop thread, its parent, is gone: a SIGKILLed job cannot stop its servers, which run
 in a session of their own), then execs the server, which keeps it (`python -I -S`: ~25 ms)."""
@@ -484,26 +530,35 @@ def _executable(server: str, command: str, workspace: Path) -> str:
     (a server installed in the worker's virtualenv, since the server gets a minimal PATH).
     Never the workspace's: members write files there, and the server gets `env:` secrets."""
     if "/" in command and not os.path.isabs(command):
-        raise ConfigError(f"MCP server {server!r}: command {command!r} is a relative path, "
-                          "which workers never look up in the workspace; give it in a team "
-                          "file (relative to the file's directory) or as an absolute path")
+        raise ConfigError(
+            f"MCP server {server!r}: command {command!r} is a relative path, "
+            "which workers never look up in the workspace; give it in a team "
+            "file (relative to the file's directory) or as an absolute path"
+        )
     if "/" in command:
         found = shutil.which(command)
         if not found:
-            raise ConfigError(f"MCP server {server!r}: command {command!r} is not an executable "
-                              "file on this worker; install it at that path on every worker "
-                              "host and check its x bit")
+            raise ConfigError(
+                f"MCP server {server!r}: command {command!r} is not an executable "
+                "file on this worker; install it at that path on every worker "
+                "host and check its x bit"
+            )
     else:
-        found = (shutil.which(command)
-                 or shutil.which(command, path=str(Path(sys.executable).parent)))
+        found = shutil.which(command) or shutil.which(
+            command, path=str(Path(sys.executable).parent)
+        )
         if not found:
-            raise ConfigError(f"MCP server {server!r}: command {command!r} is not on this "
-                              "worker's PATH; install it where the workers run")
+            raise ConfigError(
+                f"MCP server {server!r}: command {command!r} is not on this "
+                "worker's PATH; install it where the workers run"
+            )
     found = os.path.abspath(found)  # a relative PATH entry: the worker's directory, as checked
     if inside(found, workspace):
-        raise ConfigError(f"MCP server {server!r}: command {command!r} is {found}, inside the "
-                          "workspace, where members write files; install the server outside "
-                          "it and name that path")
+        raise ConfigError(
+            f"MCP server {server!r}: command {command!r} is {found}, inside the "
+            "workspace, where members write files; install the server outside "
+            "it and name that path"
+        )
     return found
 
 
@@ -575,8 +630,14 @@ def call_result_text(result: Any, max_chars: int) -> str:
     return result_text(text, max_chars)
 
 
-def add_mcp_tools(toolbox: Toolbox, hub: McpHub, server: McpServer, tools: list[ListedTool],
-                  entries: Iterable[str], max_chars: int) -> list[str]:
+def add_mcp_tools(
+    toolbox: Toolbox,
+    hub: McpHub,
+    server: McpServer,
+    tools: list[ListedTool],
+    entries: Iterable[str],
+    max_chars: int,
+) -> list[str]:
     """Offer the tools of a started server that the member's entries allow, as
     `<server>__<tool>` with the server's schema; the names added. ConfigError when a name is
     taken or an entry names a tool the server does not have; a tool whose name no provider
@@ -589,15 +650,25 @@ def add_mcp_tools(toolbox: Toolbox, hub: McpHub, server: McpServer, tools: list[
             continue
         name = offered_name(server.name, tool.name)
         if not TOOL_NAME.fullmatch(name):
-            log.warning("MCP tool %s of %s left out: %r is not a valid function name",
-                        tool.name, server.name, name)
+            log.warning(
+                "MCP tool %s of %s left out: %r is not a valid function name",
+                tool.name,
+                server.name,
+                name,
+            )
             continue
         if name in toolbox.names:
-            raise ConfigError(f"MCP tool {name!r} clashes with another tool of this member; "
-                              "rename the server or the other tool")
-        toolbox.add_raw(name, tool.description or f"{tool.name} of MCP server {server.name}.",
-                        _parameters(tool.input_schema),
-                        _bound(hub, server.name, tool.name, max_chars), max_chars=max_chars)
+            raise ConfigError(
+                f"MCP tool {name!r} clashes with another tool of this member; "
+                "rename the server or the other tool"
+            )
+        toolbox.add_raw(
+            name,
+            tool.description or f"{tool.name} of MCP server {server.name}.",
+            _parameters(tool.input_schema),
+            _bound(hub, server.name, tool.name, max_chars),
+            max_chars=max_chars,
+        )
         added.append(name)
     return added
 
@@ -612,7 +683,8 @@ def _check_filter(server: str, allowed: set[str] | None, tools: list[ListedTool]
             f"MCP server {server!r} has no tool {', '.join(map(repr, missing))} (mcp entry "
             f"{', '.join(f'{server}:{name}' for name in missing)}); its tools: "
             f"{shorten(', '.join(listed), DESCRIBE_CHARS) or 'none'}; fix the member's mcp "
-            "entry")
+            "entry"
+        )
 
 
 def _parameters(schema: dict[str, Any]) -> dict[str, Any]:

@@ -18,7 +18,11 @@ Message = dict[str, Any]
 class ModelCaller(Protocol):
     """Something that answers one model call with a reply."""
 
-    def complete(self, model: str, messages: list[Message], *,
-                 tools: list[dict[str, Any]] | None = None,
-                 api_base: str | None = None) -> ModelReply:
-        ...
+    def complete(
+        self,
+        model: str,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        api_base: str | None = None,
+    ) -> ModelReply: ...

@@ -25,11 +25,14 @@ def checked_model_name(name: str) -> str:
     whitespace and commas (a teammate's fallbacks are stored comma-separated, and per-model usage
     fields are `MODEL METRIC`)."""
     if not name.strip() or len(name) > MODEL_NAME_MAX_CHARS:
-        raise ValueError(f"a model is a non-empty name of at most {MODEL_NAME_MAX_CHARS} "
-                         "characters")
+        raise ValueError(
+            f"a model is a non-empty name of at most {MODEL_NAME_MAX_CHARS} characters"
+        )
     if any(char.isspace() or char == "," for char in name):
-        raise ValueError(f"model {name!r}: a model string has no spaces or commas (e.g. "
-                         "anthropic/claude-3-5-haiku-latest)")
+        raise ValueError(
+            f"model {name!r}: a model string has no spaces or commas (e.g. "
+            "anthropic/claude-3-5-haiku-latest)"
+        )
     return name
 
 

@@ -11,8 +11,14 @@ from pydantic import BaseModel
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.keys import KeySpace
 
-MODEL_METRICS = ("prompt_tokens", "completion_tokens", "cost_usd", "calls", "fallback_calls",
-                 "unpriced")
+MODEL_METRICS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "calls",
+    "fallback_calls",
+    "unpriced",
+)
 """The fields of one model in a `model_usage` hash (`MODEL METRIC`)."""
 
 
@@ -29,8 +35,12 @@ class ModelUsage(BaseModel):
 
     @property
     def usage(self) -> Usage:
-        return Usage(prompt_tokens=self.prompt_tokens, completion_tokens=self.completion_tokens,
-                     cost_usd=self.cost_usd, unpriced=self.unpriced)
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cost_usd=self.cost_usd,
+            unpriced=self.unpriced,
+        )
 
 
 def usage_by_model(conn: redis.Redis, keys: KeySpace) -> dict[str, ModelUsage]:

@@ -35,8 +35,10 @@ _SECTION = r"^{title}:\n(.*?)(?:\n\n|\Z)"
 _INBOX_ID = '"id": '
 TEAMMATE_MARK = "You are a persistent teammate"
 """Starts a teammate turn's system prompt (worker/teams/turn.py)."""
-PLACEHOLDER_NOTE = ("(Written by teamctl's built-in offline demo model, which only shows the "
-                    "run's shape: set a provider key or --model for a real answer.)")
+PLACEHOLDER_NOTE = (
+    "(Written by teamctl's built-in offline demo model, which only shows the "
+    "run's shape: set a provider key or --model for a real answer.)"
+)
 """Ends every synthesized answer, so nobody takes the demo's for a real one."""
 LEAD_MARK = "You are the lead agent of a persistent team"
 """Starts the lead agent's system prompt (coordinator/teams/prompts/lead_system.md)."""
@@ -67,8 +69,14 @@ def _plan(prompt: str) -> str:
     for index, (member_id, _name, expertise) in enumerate(members, start=1):
         focus = expertise.strip() or "the objective"
         earlier = [t["id"] for t in tasks] if index == len(members) and index > 1 else []
-        tasks.append({"id": f"{member_id}_part", "memberId": member_id,
-                      "task": f"Cover {focus} for: {objective}", "dependsOn": earlier})
+        tasks.append(
+            {
+                "id": f"{member_id}_part",
+                "memberId": member_id,
+                "task": f"Cover {focus} for: {objective}",
+                "dependsOn": earlier,
+            }
+        )
     return json.dumps({"tasks": tasks})
 
 
@@ -77,8 +85,10 @@ def _member(prompt: str) -> str:
     role = re.search(r"^Team member role: (.*)$", prompt, re.M)
     task = _section(prompt, "Assigned task").splitlines()
     summary = task[0][:160] if task else "the task"
-    return (f"[{role.group(1) if role else 'member'}] {task_id.group(1) if task_id else 'task'}: "
-            f"notes on {summary!r} (offline demo model).")
+    return (
+        f"[{role.group(1) if role else 'member'}] {task_id.group(1) if task_id else 'task'}: "
+        f"notes on {summary!r} (offline demo model)."
+    )
 
 
 def _teammate_header(prompt: str) -> str:
@@ -100,8 +110,9 @@ def _lead_header(prompt: str) -> str:
 def _lead(prompt: str) -> str:
     """The lead's final answer when it did nothing: a short acknowledgement of the last request."""
     # The last line a person wrote (inbox blocks are tags and JSON lines).
-    said = [line for line in prompt.splitlines() if line.strip()
-            and not line.startswith(("<", "{"))]
+    said = [
+        line for line in prompt.splitlines() if line.strip() and not line.startswith(("<", "{"))
+    ]
     summary = said[-1][:120] if said else "the inbox"
     seen = prompt.count(_INBOX_ID)
     return f"{_lead_header(prompt)} noted {summary!r} ({seen} inbox messages seen)."
@@ -150,10 +161,18 @@ def make_provider() -> Any:
             completion_tokens = max(1, len(reply.text or json.dumps(message)) // 4)
             return litellm.ModelResponse(
                 model=f"{PROVIDER}/{kwargs.get('model') or 'default'}",
-                choices=[{"index": 0, "finish_reason": "tool_calls" if reply.calls else "stop",
-                          "message": message}],
-                usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                       "total_tokens": prompt_tokens + completion_tokens},
+                choices=[
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls" if reply.calls else "stop",
+                        "message": message,
+                    }
+                ],
+                usage={
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
             )
 
     return OfflineModel()

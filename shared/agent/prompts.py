@@ -17,7 +17,11 @@ def _environment(package: str) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader(package, "prompts"),
         undefined=jinja2.StrictUndefined,  # a missing variable is an error, never ""
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, autoescape=False)
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+        autoescape=False,
+    )
     env.filters["shorten"] = shorten
     return env
 

@@ -68,8 +68,9 @@ class ToolContext:
         """`run:task:tool_call_id` (`team:member:tool_call_id` for a teammate) of the call being
         served. The same when a crash makes its step run again from its recorded reply: a tool
         with effects outside teamctl can skip work it already did under this key."""
-        return ":".join((self.run_id or self.team_id or "", self.task_id or self.member_id,
-                         TOOL_CALL_ID.get()))
+        return ":".join(
+            (self.run_id or self.team_id or "", self.task_id or self.member_id, TOOL_CALL_ID.get())
+        )
 
 
 class PythonToolArgs(ToolArgs):
@@ -102,8 +103,9 @@ class PythonTool:
         summary, _ = split_docstring(inspect.getdoc(self.fn) or "")
         return summary or f"Calls {self.entry}."
 
-    def call(self, args: PythonToolArgs, context: ToolContext,
-             timeout_s: float | None = None) -> Any:
+    def call(
+        self, args: PythonToolArgs, context: ToolContext, timeout_s: float | None = None
+    ) -> Any:
         """Call the function with validated arguments (and the context); await a coroutine,
         cancelling it after `timeout_s` (ToolTimeout) when one is given."""
         values = {param: getattr(args, field) for field, param in self.params.items()}
@@ -125,18 +127,23 @@ def load_tool(entry: str) -> PythonTool:
     try:
         module = import_user_module(module_name)
     except Exception as exc:  # not installed, or its import raised
-        raise ConfigError(f"tool {entry!r}: cannot import {module_name} ({exc}) from "
-                          f"{where_imports_come_from()}; install it, or start teamctl and the "
-                          "workers where it imports (their directory, PYTHONPATH)") from exc
+        raise ConfigError(
+            f"tool {entry!r}: cannot import {module_name} ({exc}) from "
+            f"{where_imports_come_from()}; install it, or start teamctl and the "
+            "workers where it imports (their directory, PYTHONPATH)"
+        ) from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
-        raise ConfigError(f"tool {entry!r}: {module_name} has no function {attr}; check the "
-                          "name after the colon")
+        raise ConfigError(
+            f"tool {entry!r}: {module_name} has no function {attr}; check the name after the colon"
+        )
     try:
         return _from_signature(entry, fn)
     except (TypeError, ValueError, NameError, PydanticSchemaGenerationError) as exc:
-        raise ConfigError(f"tool {entry!r}: its signature cannot become a tool schema ({exc}); "
-                          "use type-hinted keyword parameters") from exc
+        raise ConfigError(
+            f"tool {entry!r}: its signature cannot become a tool schema ({exc}); "
+            "use type-hinted keyword parameters"
+        ) from exc
 
 
 ARGS_HEADINGS = ("Args:", "Arguments:", "Parameters:")
@@ -152,7 +159,7 @@ def split_docstring(doc: str) -> tuple[str, dict[str, str]]:
         return doc.strip(), {}
     described: dict[str, str] = {}
     current, indent = None, None
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip():
             continue
         depth = len(line) - len(line.lstrip())
@@ -191,14 +198,21 @@ def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
         field = f"arg_{index}"
         # A description in the annotation (Annotated[str, Field(description=...)]) wins; an
         # explicit None here would erase it.
-        extra: dict[str, Any] = {"description": described[param.name]} \
-            if param.name in described and not _has_description(hint) else {}
+        extra: dict[str, Any] = (
+            {"description": described[param.name]}
+            if param.name in described and not _has_description(hint)
+            else {}
+        )
         fields[field] = (hint, Field(default, alias=param.name, **extra))
         params[field] = param.name
         if param.kind is param.POSITIONAL_ONLY:
             positional.append(param.name)
-    args = create_model(f"{getattr(fn, '__name__', 'tool')}_args", __base__=PythonToolArgs,
-                        __doc__=f"The arguments of {entry}.", **fields)
+    args = create_model(
+        f"{getattr(fn, '__name__', 'tool')}_args",
+        __base__=PythonToolArgs,
+        __doc__=f"The arguments of {entry}.",
+        **fields,
+    )
     args.model_json_schema()  # an argument type pydantic cannot describe fails here, not later
     return PythonTool(entry, fn, args, params, tuple(positional), context_param)
 
@@ -206,7 +220,8 @@ def _from_signature(entry: str, fn: Callable[..., Any]) -> PythonTool:
 def _has_description(hint: Any) -> bool:
     """Whether an Annotated hint carries a Field with a description."""
     return typing.get_origin(hint) is typing.Annotated and any(
-        isinstance(meta, FieldInfo) and meta.description for meta in hint.__metadata__)
+        isinstance(meta, FieldInfo) and meta.description for meta in hint.__metadata__
+    )
 
 
 def _is_context(hint: Any) -> bool:
@@ -243,9 +258,11 @@ async def _within(awaitable: Any, timeout_s: float, name: str) -> Any:
 
 
 def _timed_out(name: str, timeout_s: float) -> ToolTimeout:
-    return ToolTimeout(f"{name} did not return within {timeout_s:g}s (the team's "
-                       "tool_timeout_s) and was abandoned; its result will not arrive. Go on "
-                       "without it, or call it with less work")
+    return ToolTimeout(
+        f"{name} did not return within {timeout_s:g}s (the team's "
+        "tool_timeout_s) and was abandoned; its result will not arrive. Go on "
+        "without it, or call it with less work"
+    )
 
 
 def result_text(result: Any, max_chars: int) -> str:
@@ -257,8 +274,9 @@ def result_text(result: Any, max_chars: int) -> str:
         try:
             text = json.dumps(to_jsonable_python(result), ensure_ascii=False)
         except PydanticSerializationError as exc:
-            raise ToolFailed(f"the tool returned {type(result).__name__}, which is not "
-                             f"JSON-serializable ({exc})") from exc
+            raise ToolFailed(
+                f"the tool returned {type(result).__name__}, which is not JSON-serializable ({exc})"
+            ) from exc
     return capped(text, max_chars)
 
 
@@ -273,21 +291,34 @@ def load_member_tools(entries: Iterable[str], taken: Iterable[str] = ()) -> list
         tool = load_tool(entry)
         reason = clash(tool.name, names)
         if reason:
-            raise ConfigError(f"tool {entry!r} is named {tool.name!r}, but {reason}; rename the "
-                              "function (its __name__ is the tool's name)")
+            raise ConfigError(
+                f"tool {entry!r} is named {tool.name!r}, but {reason}; rename the "
+                "function (its __name__ is the tool's name)"
+            )
         names.add(tool.name)
         tools.append(tool)
     return tools
 
 
-def add_python_tools(toolbox: Toolbox, entries: Iterable[str], context: ToolContext,
-                     max_chars: int, *, timeout_s: float) -> None:
+def add_python_tools(
+    toolbox: Toolbox,
+    entries: Iterable[str],
+    context: ToolContext,
+    max_chars: int,
+    *,
+    timeout_s: float,
+) -> None:
     """Import the Python tools among `entries` and add them to the toolbox after what it has,
     each call bounded by `timeout_s`; ConfigError (the attempt's error) when one will not load
     here or its name is taken."""
     for tool in load_member_tools(entries, toolbox.names):
-        toolbox.add(tool.name, tool.description, tool.args,
-                    BoundedCall(tool, context, max_chars, timeout_s), max_chars=max_chars)
+        toolbox.add(
+            tool.name,
+            tool.description,
+            tool.args,
+            BoundedCall(tool, context, max_chars, timeout_s),
+            max_chars=max_chars,
+        )
 
 
 ABANDONED_PREFIX = "teamctl-abandoned-tool-"
@@ -296,16 +327,20 @@ ABANDONED_PREFIX = "teamctl-abandoned-tool-"
 
 def abandoned_tool_calls() -> list[str]:
     """The tools whose abandoned calls still run in this process (their threads end with it)."""
-    return [thread.name.removeprefix(ABANDONED_PREFIX) for thread in threading.enumerate()
-            if thread.name.startswith(ABANDONED_PREFIX)]
+    return [
+        thread.name.removeprefix(ABANDONED_PREFIX)
+        for thread in threading.enumerate()
+        if thread.name.startswith(ABANDONED_PREFIX)
+    ]
 
 
 class BoundedCall:
     """One Python tool as the toolbox calls it: in a daemon thread, waited for at most
     `timeout_s`, then abandoned with a ToolTimeout error (see the module's docstring)."""
 
-    def __init__(self, tool: PythonTool, context: ToolContext, max_chars: int,
-                 timeout_s: float) -> None:
+    def __init__(
+        self, tool: PythonTool, context: ToolContext, max_chars: int, timeout_s: float
+    ) -> None:
         self.tool = tool
         self.context = context
         self.max_chars = max_chars
@@ -316,8 +351,10 @@ class BoundedCall:
         name = self.tool.name
         if self._abandoned is not None and self._abandoned.is_alive():
             # Another call would likely hang on what the first one holds, and add a thread.
-            raise ToolTimeout(f"{name} timed out earlier and that call still runs; it cannot "
-                              "be called again in this session")
+            raise ToolTimeout(
+                f"{name} timed out earlier and that call still runs; it cannot "
+                "be called again in this session"
+            )
         expired = threading.Event()
         future, thread = self._start(args, expired)
         done, _ = concurrent.futures.wait([future], timeout=self.timeout_s)
@@ -328,31 +365,38 @@ class BoundedCall:
         self._abandoned = thread
         raise _timed_out(name, self.timeout_s)
 
-    def _start(self, args: PythonToolArgs,
-               expired: threading.Event) -> tuple[concurrent.futures.Future[str],
-                                                  threading.Thread]:
+    def _start(
+        self, args: PythonToolArgs, expired: threading.Event
+    ) -> tuple[concurrent.futures.Future[str], threading.Thread]:
         """Start the call in a daemon thread (with this thread's context variables), its
         heartbeat cut off once `expired` is set; its future and its thread."""
-        context = dataclasses.replace(self.context,
-                                      heartbeat=_until_set(expired, self.context.heartbeat))
+        context = dataclasses.replace(
+            self.context, heartbeat=_until_set(expired, self.context.heartbeat)
+        )
         future: concurrent.futures.Future[str] = concurrent.futures.Future()
-        thread = threading.Thread(target=contextvars.copy_context().run,
-                                  args=(self._run, future, args, context),
-                                  name=f"teamctl-tool-{self.tool.name}", daemon=True)
+        thread = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(self._run, future, args, context),
+            name=f"teamctl-tool-{self.tool.name}",
+            daemon=True,
+        )
         thread.start()
         return future, thread
 
-    def _run(self, future: concurrent.futures.Future[str], args: PythonToolArgs,
-             context: ToolContext) -> None:
+    def _run(
+        self, future: concurrent.futures.Future[str], args: PythonToolArgs, context: ToolContext
+    ) -> None:
         try:
-            future.set_result(result_text(self.tool.call(args, context, self.timeout_s),
-                                          self.max_chars))
+            future.set_result(
+                result_text(self.tool.call(args, context, self.timeout_s), self.max_chars)
+            )
         except BaseException as exc:  # SystemExit too: raised where the call was made
             future.set_exception(exc)
 
 
 def _until_set(expired: threading.Event, heartbeat: Callable[[], bool]) -> Callable[[], bool]:
     """`heartbeat`, answering False without refreshing anything once `expired` is set."""
+
     def guarded() -> bool:
         return not expired.is_set() and heartbeat()
 

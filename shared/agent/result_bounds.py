@@ -47,8 +47,9 @@ def fitting(views: list[dict[str, Any]], room: int) -> list[dict[str, Any]]:
     return kept
 
 
-def cut_texts(texts: dict[str, str], room: int,
-              names: Mapping[str, str] | None = None) -> dict[str, str]:
+def cut_texts(
+    texts: dict[str, str], room: int, names: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The texts within `room` characters together: the shorter kept whole where they fit, the
     longer cut to what is left, each cut saying how long it was (calling a text by its key,
     or by its name in `names`)."""
@@ -59,14 +60,18 @@ def cut_texts(texts: dict[str, str], room: int,
     for key, text in sorted(texts.items(), key=lambda item: len(item[1])):
         share = left // count
         count -= 1
-        out[key] = text if len(text) <= share else cut_text(
-            text, share - CUT_NOTE_CHARS, (names or {}).get(key, key))
+        out[key] = (
+            text
+            if len(text) <= share
+            else cut_text(text, share - CUT_NOTE_CHARS, (names or {}).get(key, key))
+        )
         left -= len(out[key])
     return out
 
 
-def cut_to_fit(item: dict[str, Any], keys: list[str], budget: int,
-               names: Mapping[str, str] | None = None) -> dict[str, Any]:
+def cut_to_fit(
+    item: dict[str, Any], keys: list[str], budget: int, names: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """`item` with its texts under `keys` cut (saying so, as cut_texts) until its JSON fits
     `budget` characters; as it is when it fits already. Nothing else of it is cut."""
     texts = {key: str(item[key]) for key in keys if item.get(key)}

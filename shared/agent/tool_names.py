@@ -11,8 +11,19 @@ from collections.abc import Iterable
 
 WORKSPACE_TOOLS = ("read_file", "write_file", "edit_file", "list_files", "bash")
 """Every workspace tool, in the order a toolbox lists them; `bash` only when enabled."""
-TEAMMATE_TOOLS = ("send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
-                  "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle")
+TEAMMATE_TOOLS = (
+    "send_message",
+    "broadcast",
+    "read_inbox",
+    "list_teammates",
+    "respond_shutdown",
+    "submit_plan",
+    "list_tasks",
+    "get_task",
+    "claim_task",
+    "complete_task",
+    "idle",
+)
 """A teammate's own tools (worker/teams/teammate_tools.py registers them), known here so that a
 spawn refuses a Python tool named like one before any turn runs, and the offline model tells
 them from a teammate's Python and MCP tools."""
@@ -31,8 +42,10 @@ def is_python_tool(entry: str) -> bool:
 def check_entry(entry: str) -> str:
     """The entry unchanged if shaped `dotted.module:function`, else ValueError saying how."""
     if not ENTRY_PATTERN.fullmatch(entry):
-        raise ValueError(f"tool {entry!r}: write a Python tool as 'package.module:function' "
-                         "(a dotted module path, a colon, a function name)")
+        raise ValueError(
+            f"tool {entry!r}: write a Python tool as 'package.module:function' "
+            "(a dotted module path, a colon, a function name)"
+        )
     return entry
 
 

@@ -123,8 +123,9 @@ def _read_first_string(data: dict[str, Any], aliases: list[str]) -> None:
             data[alias] = text
 
 
-def _fill_in(data: dict[str, Any], alias: str, fallback: Fallback,
-             context: Mapping[str, Any]) -> None:
+def _fill_in(
+    data: dict[str, Any], alias: str, fallback: Fallback, context: Mapping[str, Any]
+) -> None:
     value = fallback.value if fallback.context_key is None else context.get(fallback.context_key)
     if value is not None:  # no value to fall back on: the argument is reported missing
         data[alias] = value
@@ -209,8 +210,11 @@ def parameters_schema(args: type[ToolArgs]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=256)  # ~0.2 ms a model, per model call otherwise
 def _parameters_json(args: type[ToolArgs]) -> str:
     generated = args.model_json_schema(by_alias=True, schema_generator=_ToolSchema)
-    schema = {"type": "object", "properties": generated.get("properties", {}),
-              "required": generated.get("required", [])}
+    schema = {
+        "type": "object",
+        "properties": generated.get("properties", {}),
+        "required": generated.get("required", []),
+    }
     if "$defs" in generated:  # nested models (Python tools' arguments) refer to them
         schema["$defs"] = generated["$defs"]
     return json.dumps(schema)
@@ -249,10 +253,17 @@ class Tool:
 
     def schema(self) -> dict[str, Any]:
         """The tool as an OpenAI-style function schema."""
-        parameters = json.loads(self.parameters) if self.parameters else \
-            parameters_schema(self.args)
-        return {"type": "function", "function": {
-            "name": self.name, "description": self.description, "parameters": parameters}}
+        parameters = (
+            json.loads(self.parameters) if self.parameters else parameters_schema(self.args)
+        )
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+            },
+        }
 
 
 class Toolbox:
@@ -266,21 +277,42 @@ class Toolbox:
         self.max_result_chars = max_result_chars
         """The run's or team's tool_result_max_chars: every result and error is cut to it."""
 
-    def add(self, name: str, description: str, args: type[ToolArgs], fn: ToolFn,
-            context: Mapping[str, Any] | None = None, *, max_chars: int | None = None) -> None:
+    def add(
+        self,
+        name: str,
+        description: str,
+        args: type[ToolArgs],
+        fn: ToolFn,
+        context: Mapping[str, Any] | None = None,
+        *,
+        max_chars: int | None = None,
+    ) -> None:
         """Register a tool: its name, description, arguments model and function (and the cap
         on its error texts)."""
-        self._tools[name] = Tool(name, description, args, fn, dict(context or {}),
-                                 max_chars=self._error_cap(max_chars))
+        self._tools[name] = Tool(
+            name, description, args, fn, dict(context or {}), max_chars=self._error_cap(max_chars)
+        )
 
-    def add_raw(self, name: str, description: str, parameters: Mapping[str, Any],
-                fn: Callable[[dict[str, Any]], ToolResult | dict[str, Any] | str], *,
-                max_chars: int | None = None) -> None:
+    def add_raw(
+        self,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any],
+        fn: Callable[[dict[str, Any]], ToolResult | dict[str, Any] | str],
+        *,
+        max_chars: int | None = None,
+    ) -> None:
         """Register a tool whose JSON schema is given (an MCP server's): `fn` gets the model's
         arguments as a dict, unchecked here (the tool's owner validates them)."""
-        self._tools[name] = Tool(name, description, RawArgs, lambda args: fn(args.raw), {},
-                                 parameters=json.dumps(parameters),
-                                 max_chars=self._error_cap(max_chars))
+        self._tools[name] = Tool(
+            name,
+            description,
+            RawArgs,
+            lambda args: fn(args.raw),
+            {},
+            parameters=json.dumps(parameters),
+            max_chars=self._error_cap(max_chars),
+        )
 
     def _error_cap(self, max_chars: int | None) -> int:
         """A tool's cap on its errors, never past the Toolbox's on every result."""
@@ -310,8 +342,9 @@ class Toolbox:
             return self._bounded_call(name, raw_arguments, call_id)
         # The model wrote the name: a trace names only the tools there are.
         known = name if name in self._tools else UNKNOWN_TOOL_SPAN
-        with self.trace.child(f"execute_tool {known}", tool_call_attributes(known, call_id,
-                                                                           raw_arguments)) as span:
+        with self.trace.child(
+            f"execute_tool {known}", tool_call_attributes(known, call_id, raw_arguments)
+        ) as span:
             result = self._bounded_call(name, raw_arguments, call_id)
             span.set(tool_result_attributes(result))
             return result
@@ -324,14 +357,22 @@ class Toolbox:
     def _call(self, name: str, raw_arguments: str, call_id: str) -> str:
         tool = self._tools.get(name)
         if tool is None:
-            return tool_error(name, call_id, "UnknownTool",
-                              f"Unknown tool '{echoed(name)}'. Available tools: "
-                              f"{', '.join(self.names) or '(none)'}")
+            return tool_error(
+                name,
+                call_id,
+                "UnknownTool",
+                f"Unknown tool '{echoed(name)}'. Available tools: "
+                f"{', '.join(self.names) or '(none)'}",
+            )
         try:
             args = self.arguments(name, raw_arguments)
         except InvalidArguments as exc:
-            return tool_error(name, call_id, type(exc).__name__,
-                              capped(str(exc), error_room(self._error_cap(None)), "error"))
+            return tool_error(
+                name,
+                call_id,
+                type(exc).__name__,
+                capped(str(exc), error_room(self._error_cap(None)), "error"),
+            )
         return _run(tool, args, call_id)
 
     def arguments(self, name: str, raw_arguments: str) -> ToolArgs:
@@ -341,11 +382,13 @@ class Toolbox:
         try:
             arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
         except json.JSONDecodeError as exc:
-            raise InvalidArguments(f"invalid tool arguments (not JSON: {exc.msg}): "
-                                   f"{echoed(raw_arguments)}") from exc
+            raise InvalidArguments(
+                f"invalid tool arguments (not JSON: {exc.msg}): {echoed(raw_arguments)}"
+            ) from exc
         if not isinstance(arguments, dict):
-            raise InvalidArguments(f"invalid tool arguments (expected a JSON object): "
-                                   f"{echoed(raw_arguments)}")
+            raise InvalidArguments(
+                f"invalid tool arguments (expected a JSON object): {echoed(raw_arguments)}"
+            )
         try:
             return tool.args.model_validate(arguments, context=tool.context)
         except ValidationError as exc:
@@ -365,8 +408,13 @@ def _run(tool: Tool, args: ToolArgs, call_id: str) -> str:
     except Exception as exc:  # a tool bug must not fail the task: the model hears about it
         text = _error_text(tool, exc)
         # The capped text and the frames, not log.exception: a message may be megabytes.
-        log.error("tool %s raised %s: %r\n%s", tool.name, type(exc).__name__, text,
-                  "".join(traceback.format_tb(exc.__traceback__)).rstrip())
+        log.error(
+            "tool %s raised %s: %r\n%s",
+            tool.name,
+            type(exc).__name__,
+            text,
+            "".join(traceback.format_tb(exc.__traceback__)).rstrip(),
+        )
         return tool_error(tool.name, call_id, type(exc).__name__, text)
     finally:
         TOOL_CALL_ID.reset(calling)
@@ -409,7 +457,7 @@ def bounded_result(result: str, max_chars: int) -> str:
         return result
     if result.startswith(TOOL_ERROR_PREFIX):
         with contextlib.suppress(ValueError, TypeError):
-            payload = json.loads(result[len(TOOL_ERROR_PREFIX):])
+            payload = json.loads(result[len(TOOL_ERROR_PREFIX) :])
             if isinstance(payload, dict) and isinstance(payload.get("error"), str):
                 error = cut_to_fit(payload, ["error"], max_chars - len(TOOL_ERROR_PREFIX))
                 text = TOOL_ERROR_PREFIX + json.dumps(error, ensure_ascii=False)
@@ -436,13 +484,17 @@ def _argument_error(error: Mapping[str, Any]) -> str:
 
 def tool_call_attributes(name: str, call_id: str, raw_arguments: str) -> Attributes:
     """An execute_tool span's GenAI attributes: names, ids and sizes, never the arguments."""
-    return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": call_id[:SPAN_ID_CHARS] or None,
-            "teamctl.tool.arguments_bytes": len(raw_arguments.encode())}
+    return {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": name,
+        "gen_ai.tool.call.id": call_id[:SPAN_ID_CHARS] or None,
+        "teamctl.tool.arguments_bytes": len(raw_arguments.encode()),
+    }
 
 
 ERROR_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 """What a tool error's type looks like (ValueError, TIMEOUT, ...)."""
+
 
 def tool_result_attributes(result: str) -> Attributes:
     """What an execute_tool span says of the result: its size, and the error's type if any.
@@ -452,7 +504,7 @@ def tool_result_attributes(result: str) -> Attributes:
     error_type = None
     if result.startswith(TOOL_ERROR_PREFIX):
         with contextlib.suppress(ValueError, AttributeError):
-            found = json.loads(result[len(TOOL_ERROR_PREFIX):]).get("errorType")
+            found = json.loads(result[len(TOOL_ERROR_PREFIX) :]).get("errorType")
             error_type = found if isinstance(found, str) and ERROR_TYPE.fullmatch(found) else None
     return {"teamctl.tool.result_chars": len(result), "error.type": error_type}
 
@@ -461,6 +513,11 @@ def tool_error(tool: str, call_id: str, error_type: str, message: str) -> str:
     """AI4J's tool error text: `TOOL_ERROR: {"errorType", "error", "tool", "callId"}`."""
     # The tool's name and the call's id come from the model's reply too (an unknown tool's).
     return TOOL_ERROR_PREFIX + json.dumps(
-        {"errorType": error_type, "error": message, "tool": echoed(tool),
-         "callId": echoed(call_id)},
-        ensure_ascii=False)
+        {
+            "errorType": error_type,
+            "error": message,
+            "tool": echoed(tool),
+            "callId": echoed(call_id),
+        },
+        ensure_ascii=False,
+    )

@@ -27,9 +27,14 @@ class TracingCaller:
     inner: ModelCaller
     span: Span
 
-    def complete(self, model: str, messages: list[Message], *,
-                 tools: list[dict[str, Any]] | None = None,
-                 api_base: str | None = None) -> ModelReply:
+    def complete(
+        self,
+        model: str,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        api_base: str | None = None,
+    ) -> ModelReply:
         if self.span is NO_SPAN:  # tracing off: not even the attributes are built
             return self.inner.complete(model, messages, tools=tools, api_base=api_base)
         with self.span.child(f"chat {model}", request_attributes(model, messages, tools)) as chat:
@@ -38,12 +43,17 @@ class TracingCaller:
             return reply
 
 
-def request_attributes(model: str, messages: list[Message],
-                       tools: list[dict[str, Any]] | None) -> Attributes:
+def request_attributes(
+    model: str, messages: list[Message], tools: list[dict[str, Any]] | None
+) -> Attributes:
     """What a chat span says of the request: the model, its provider, and counts."""
-    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
-            "gen_ai.provider.name": provider_name(model),
-            "teamctl.request.messages": len(messages), "teamctl.request.tools": len(tools or ())}
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "gen_ai.provider.name": provider_name(model),
+        "teamctl.request.messages": len(messages),
+        "teamctl.request.tools": len(tools or ()),
+    }
 
 
 def reply_attributes(reply: ModelReply, requested: str | None = None) -> Attributes:
@@ -51,12 +61,15 @@ def reply_attributes(reply: ModelReply, requested: str | None = None) -> Attribu
     called, and whether it was a fallback of the `requested` one), tool calls."""
     usage = reply.usage
     fallback = None if requested is None or reply.model is None else reply.model != requested
-    return {"gen_ai.response.model": (reply.response_model or "")[:RESPONSE_MODEL_CHARS] or None,
-            "teamctl.model.answered": reply.model, "teamctl.model.fallback": fallback,
-            "gen_ai.usage.input_tokens": usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": usage.completion_tokens,
-            "teamctl.cost_usd": None if usage.unpriced else usage.cost_usd,
-            "teamctl.response.tool_calls": len(reply.tool_calls)}
+    return {
+        "gen_ai.response.model": (reply.response_model or "")[:RESPONSE_MODEL_CHARS] or None,
+        "teamctl.model.answered": reply.model,
+        "teamctl.model.fallback": fallback,
+        "gen_ai.usage.input_tokens": usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": usage.completion_tokens,
+        "teamctl.cost_usd": None if usage.unpriced else usage.cost_usd,
+        "teamctl.response.tool_calls": len(reply.tool_calls),
+    }
 
 
 def provider_name(model: str) -> str | None:

@@ -28,10 +28,12 @@ from teamctl.shared.errors import ConfigError, InfraError
 FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
 """The socket of a fork server this user runs; unset, workers are executed as usual."""
 POLL_INTERVAL_S = 0.05
-NOT_OURS_FIX = ("start your own server with "
-                "`python -m teamctl.worker.for_the_suite.fork_server SOCKET` in a "
-                f"directory only you can write and point {FORK_SERVER_ENV} at it, or unset "
-                f"{FORK_SERVER_ENV} to start workers as separate programs")
+NOT_OURS_FIX = (
+    "start your own server with "
+    "`python -m teamctl.worker.for_the_suite.fork_server SOCKET` in a "
+    f"directory only you can write and point {FORK_SERVER_ENV} at it, or unset "
+    f"{FORK_SERVER_ENV} to start workers as separate programs"
+)
 """What to do when the socket named is not this user's own."""
 
 
@@ -54,7 +56,8 @@ class StatusRequest(BaseModel):
 
 
 REQUEST: TypeAdapter[SpawnRequest | StatusRequest] = TypeAdapter(
-    Annotated[SpawnRequest | StatusRequest, Field(discriminator="op")])
+    Annotated[SpawnRequest | StatusRequest, Field(discriminator="op")]
+)
 
 
 class SpawnReply(BaseModel):
@@ -107,8 +110,14 @@ class ForkedWorker:
         self.send_signal(signal.SIGKILL)
 
 
-def spawn(socket_path: str, argv: list[str], env: Mapping[str, str], log_fd: int, *,
-          new_session: bool = False) -> ForkedWorker:
+def spawn(
+    socket_path: str,
+    argv: list[str],
+    env: Mapping[str, str],
+    log_fd: int,
+    *,
+    new_session: bool = False,
+) -> ForkedWorker:
     """Have the server fork a worker running `rq <argv>`, writing to `log_fd`."""
     request = SpawnRequest(argv=argv, env=dict(env), cwd=os.getcwd(), new_session=new_session)
     reply = _ask(socket_path, request.model_dump_json(), fds=[log_fd])
@@ -131,7 +140,8 @@ def _ask(socket_path: str, request: str, fds: list[int] | None = None) -> bytes:
             f"no worker fork server answers at {socket_path} ({exc.strerror or exc}): start one "
             f"with `{sys.executable} -m teamctl.worker.for_the_suite.fork_server {socket_path}`, "
             "or unset "
-            f"{FORK_SERVER_ENV} to start workers as separate programs") from exc
+            f"{FORK_SERVER_ENV} to start workers as separate programs"
+        ) from exc
     if reply.startswith(b'{"refused"'):
         refused = RefusedReply.model_validate_json(reply).refused
         raise InfraError(f"the worker fork server at {socket_path} refused: {refused}")
@@ -162,16 +172,19 @@ def _check_server(client: socket.socket, socket_path: str) -> None:
     pids this process signals."""
     uid = peer_uid(client)
     if uid != os.getuid():
-        raise ConfigError(f"{FORK_SERVER_ENV}={socket_path}: the process listening there runs as "
-                          f"uid {uid}, not as you (uid {os.getuid()}), and was sent nothing; "
-                          f"{NOT_OURS_FIX}")
+        raise ConfigError(
+            f"{FORK_SERVER_ENV}={socket_path}: the process listening there runs as "
+            f"uid {uid}, not as you (uid {os.getuid()}), and was sent nothing; "
+            f"{NOT_OURS_FIX}"
+        )
 
 
 def peer_uid(connection: socket.socket) -> int:
     """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED)."""
     ucred = struct.Struct("3i")
     _pid, uid, _gid = ucred.unpack(
-        connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, ucred.size))
+        connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, ucred.size)
+    )
     return int(uid)
 
 

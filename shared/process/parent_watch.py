@@ -42,20 +42,27 @@ def parent_gone(environ: Mapping[str, str]) -> bool:
 def exit_if_parent_gone(environ: Mapping[str, str]) -> None:
     """Exit now when the run that started this worker is gone: it must not take a job."""
     if parent_gone(environ):
-        log.warning("the teamctl run that started this worker (pid %s) is gone; exiting",
-                    environ.get(PARENT_PID_ENV))
+        log.warning(
+            "the teamctl run that started this worker (pid %s) is gone; exiting",
+            environ.get(PARENT_PID_ENV),
+        )
         sys.exit(0)
 
 
-def watch_parent(environ: Mapping[str, str],
-                 interval_s: float = POLL_INTERVAL_S) -> threading.Thread | None:
+def watch_parent(
+    environ: Mapping[str, str], interval_s: float = POLL_INTERVAL_S
+) -> threading.Thread | None:
     """Start the watch if this process was started by a run; None for a worker started by hand
     (or one that inherited the variable from a live process that is not its parent)."""
     parent = _parent_pid(environ)
     if parent is None or (parent != os.getppid() and pid_alive(parent)):
         return None
-    thread = threading.Thread(target=_stop_when_orphaned, args=(parent, interval_s),
-                              name="teamctl-parent-watch", daemon=True)
+    thread = threading.Thread(
+        target=_stop_when_orphaned,
+        args=(parent, interval_s),
+        name="teamctl-parent-watch",
+        daemon=True,
+    )
     thread.start()
     return thread
 
@@ -64,6 +71,8 @@ def _stop_when_orphaned(parent_pid: int, interval_s: float) -> None:
     tick = threading.Event()
     while os.getppid() == parent_pid:
         tick.wait(interval_s)
-    log.warning("the teamctl run that started this worker (pid %d) is gone; "
-                "stopping after the current job", parent_pid)
+    log.warning(
+        "the teamctl run that started this worker (pid %d) is gone; stopping after the current job",
+        parent_pid,
+    )
     os.kill(os.getpid(), signal.SIGTERM)

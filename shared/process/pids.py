@@ -29,7 +29,7 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and ")"
+    fields = text[text.rindex(")") + 2 :].split()  # the command name may hold spaces and ")"
     return fields[0], int(fields[19])
 
 
@@ -74,7 +74,8 @@ def still_running(pid: int, start_ticks: int | None, program: str | None) -> boo
     only where /proc shows it, since a worker hides it from its own user (not dumpable:
     worker/process_privacy.py), and pid and start time identify a process already."""
     return same_process_alive(pid, start_ticks) and (
-        executable(pid) is None or runs_program(pid, program))
+        executable(pid) is None or runs_program(pid, program)
+    )
 
 
 def working_dir(pid: int) -> Path | None:

@@ -32,12 +32,16 @@ def checked_private_dir(path: Path, *, tighten: bool) -> Path:
         path.mkdir(mode=DIR_MODE)
     info = path.lstat()
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-        raise InfraError(f"{path} is not a directory owned by you; remove it or set "
-                         "TEAMCTL_STATE_DIR to a directory of your own")
+        raise InfraError(
+            f"{path} is not a directory owned by you; remove it or set "
+            "TEAMCTL_STATE_DIR to a directory of your own"
+        )
     if stat.S_IMODE(info.st_mode) & 0o077:
         if not tighten:
-            raise InfraError(f"{path} is open to other users (mode "
-                             f"{stat.S_IMODE(info.st_mode):o}); remove it so teamctl recreates it")
+            raise InfraError(
+                f"{path} is open to other users (mode "
+                f"{stat.S_IMODE(info.st_mode):o}); remove it so teamctl recreates it"
+            )
         path.chmod(DIR_MODE)
     return path
 
@@ -47,8 +51,11 @@ def narrow(path: Path, mode: int = DIR_MODE) -> None:
     is left: chmod would follow it)."""
     with suppress(FileNotFoundError):
         info = path.lstat()
-        if (info.st_uid == os.getuid() and not stat.S_ISLNK(info.st_mode)
-                and stat.S_IMODE(info.st_mode) & 0o077):
+        if (
+            info.st_uid == os.getuid()
+            and not stat.S_ISLNK(info.st_mode)
+            and stat.S_IMODE(info.st_mode) & 0o077
+        ):
             path.chmod(stat.S_IMODE(info.st_mode) & mode)
 
 

@@ -41,8 +41,9 @@ class Learned(BaseModel):
     @property
     def any(self) -> bool:
         """Whether the headers said anything of limits."""
-        return any(v is not None for v in (self.rpm, self.tpm, self.model_pause_s,
-                                           self.retry_after_s))
+        return any(
+            v is not None for v in (self.rpm, self.tpm, self.model_pause_s, self.retry_after_s)
+        )
 
 
 def response_headers(response: Any) -> dict[str, str]:
@@ -51,16 +52,21 @@ def response_headers(response: Any) -> dict[str, str]:
     raw = hidden.get("additional_headers") if isinstance(hidden, dict) else None
     if not isinstance(raw, Mapping):
         return {}
-    prefixed = {k.lower()[len(PROVIDER_PREFIX):]: str(v) for k, v in raw.items()
-                if k.lower().startswith(PROVIDER_PREFIX)}
+    prefixed = {
+        k.lower()[len(PROVIDER_PREFIX) :]: str(v)
+        for k, v in raw.items()
+        if k.lower().startswith(PROVIDER_PREFIX)
+    }
     return prefixed or {k.lower(): str(v) for k, v in raw.items()}
 
 
 def error_headers(exc: BaseException) -> dict[str, str]:
     """An error's provider headers, wherever litellm put them for this provider."""
     found: dict[str, str] = {}
-    for source in (getattr(exc, "litellm_response_headers", None),
-                   getattr(getattr(exc, "response", None), "headers", None)):
+    for source in (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    ):
         try:
             found.update({str(k).lower(): str(v) for k, v in (source or {}).items()})
         except (AttributeError, TypeError):  # a mock response or an odd type: nothing said
@@ -71,16 +77,26 @@ def error_headers(exc: BaseException) -> dict[str, str]:
 def learned_from(headers: Mapping[str, str], now_s: float | None = None) -> Learned:
     """The limits and pauses `headers` announce (lower-case names)."""
     now_s = time.time() if now_s is None else now_s
-    rpm = _integer(headers.get("x-ratelimit-limit-requests")
-                   or headers.get("anthropic-ratelimit-requests-limit"))
-    tpm = _integer(headers.get("x-ratelimit-limit-tokens")
-                   or headers.get("anthropic-ratelimit-tokens-limit")
-                   or headers.get("anthropic-ratelimit-input-tokens-limit"))
-    pauses = [_reset_s(headers, kind, now_s) for kind in ("requests", "tokens", "input-tokens",
-                                                          "output-tokens")]
+    rpm = _integer(
+        headers.get("x-ratelimit-limit-requests")
+        or headers.get("anthropic-ratelimit-requests-limit")
+    )
+    tpm = _integer(
+        headers.get("x-ratelimit-limit-tokens")
+        or headers.get("anthropic-ratelimit-tokens-limit")
+        or headers.get("anthropic-ratelimit-input-tokens-limit")
+    )
+    pauses = [
+        _reset_s(headers, kind, now_s)
+        for kind in ("requests", "tokens", "input-tokens", "output-tokens")
+    ]
     known = [p for p in pauses if p is not None]
-    return Learned(rpm=rpm, tpm=tpm, model_pause_s=max(known) if known else None,
-                   retry_after_s=retry_after_s(headers, now_s))
+    return Learned(
+        rpm=rpm,
+        tpm=tpm,
+        model_pause_s=max(known) if known else None,
+        retry_after_s=retry_after_s(headers, now_s),
+    )
 
 
 def retry_after_s(headers: Mapping[str, str], now_s: float | None = None) -> float | None:
@@ -109,8 +125,9 @@ def _reset_s(headers: Mapping[str, str], kind: str, now_s: float) -> float | Non
         return _bounded(_duration_s(headers.get(f"x-ratelimit-reset-{kind}", "")) or 1.0)
     left = headers.get(f"anthropic-ratelimit-{kind}-remaining")
     if left is not None and _integer(left) == 0:
-        return _bounded(_rfc3339_s(headers.get(f"anthropic-ratelimit-{kind}-reset", ""),
-                                   now_s) or 1.0)
+        return _bounded(
+            _rfc3339_s(headers.get(f"anthropic-ratelimit-{kind}-reset", ""), now_s) or 1.0
+        )
     return None
 
 

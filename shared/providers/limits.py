@@ -118,15 +118,15 @@ class ProviderLimits:
     def __post_init__(self) -> None:
         self.scripts = self.scripts or Scripts(self.conn)
 
-    def keys_for(self, provider: str, api_base: str | None,
-                 key_vars: tuple[str, ...]) -> LimitKeys:
+    def keys_for(self, provider: str, api_base: str | None, key_vars: tuple[str, ...]) -> LimitKeys:
         """The account a call goes to: a keyed digest of its provider (as litellm routes the
         model), the values of its key variables and api_base ("" for the provider's default).
         Never the key itself."""
         secret = "\0".join(os.environ.get(name, "") for name in key_vars)
         text = "\n".join([provider, secret, api_base or ""])
-        return LimitKeys(hmac.new(self._account_salt(), text.encode(), hashlib.sha256)
-                         .hexdigest()[:32])
+        return LimitKeys(
+            hmac.new(self._account_salt(), text.encode(), hashlib.sha256).hexdigest()[:32]
+        )
 
     def _account_salt(self) -> bytes:
         """The HMAC key shared by every worker, made once (SET NX) by the first that asks."""
@@ -138,30 +138,47 @@ class ProviderLimits:
             self._salt = salt if isinstance(salt, bytes) else str(salt).encode()
         return self._salt
 
-    def take(self, litellm: Any, keys: LimitKeys, model: str, request: Mapping[str, Any],
-             scope: CallScope, wait_limit_s: float | None) -> Ticket:
+    def take(
+        self,
+        litellm: Any,
+        keys: LimitKeys,
+        model: str,
+        request: Mapping[str, Any],
+        scope: CallScope,
+        wait_limit_s: float | None,
+    ) -> Ticket:
         """Wait for `model`'s slot on its account (and the budget's reservation); the ticket
         the settle takes. ModelUnavailable("paused") when the slot is past `wait_limit_s`,
         BudgetSpent when the budget cannot cover the call, the scope's error when it stops."""
         configured = self.configured.get(model, ModelLimit())
         prompt = estimate_prompt_tokens(request)
         budget = scope.budget if scope.limited else None
-        worst_tokens, worst_usd = self._worst_case(litellm, model, prompt) if budget else (0, 0.)
-        ticket = Ticket(keys, keys.bucket(_digest(model)), model,
-                        prompt + EXPECTED_OUTPUT_TOKENS, configured=configured)
+        worst_tokens, worst_usd = self._worst_case(litellm, model, prompt) if budget else (0, 0.0)
+        ticket = Ticket(
+            keys,
+            keys.bucket(_digest(model)),
+            model,
+            prompt + EXPECTED_OUTPUT_TOKENS,
+            configured=configured,
+        )
         if not self.rates and budget is None:
             return ticket  # nothing to wait for, nothing to reserve
         while True:
-            verdict, wait_ms, detail, first = self._run_take(ticket, budget, worst_tokens,
-                                                             worst_usd, wait_limit_s)
+            verdict, wait_ms, detail, first = self._run_take(
+                ticket, budget, worst_tokens, worst_usd, wait_limit_s
+            )
             if verdict == "spent":
                 if scope.on_charge is not None:  # told once, as a call that crossed it was
                     scope.on_charge(Charge(exceeded=detail, crossed=first))
                 raise BudgetSpent(detail)
             if verdict == "far":
-                raise ModelUnavailable(f"model {model}: paused or rate-limited for "
-                                       f"{int(wait_ms) / 1000:.1f}s more, past the wait limit "
-                                       f"of {wait_limit_s:g}s", model=model, reason="paused")
+                raise ModelUnavailable(
+                    f"model {model}: paused or rate-limited for "
+                    f"{int(wait_ms) / 1000:.1f}s more, past the wait limit "
+                    f"of {wait_limit_s:g}s",
+                    model=model,
+                    reason="paused",
+                )
             if verdict == "wait":  # others' reservations hold the budget: until they settle
                 self._wait(scope, model, BUDGET_POLL_S)
                 continue
@@ -178,23 +195,49 @@ class ProviderLimits:
                 return ticket
             self.settle(ticket, scope, answered=None)
 
-    def _run_take(self, ticket: Ticket, budget: Budget | None, worst_tokens: int,
-                  worst_usd: float, wait_limit_s: float | None) -> tuple[str, int, str, bool]:
+    def _run_take(
+        self,
+        ticket: Ticket,
+        budget: Budget | None,
+        worst_tokens: int,
+        worst_usd: float,
+        wait_limit_s: float | None,
+    ) -> tuple[str, int, str, bool]:
         keys = [ticket.keys.account, ticket.bucket]
         if budget is not None:
             keys += [budget.keys.usage, budget.keys.reservations]
         limit = ticket.configured
-        verdict, wait_ms, detail, first = self._script("limits_take")(keys=keys, args=[
-            ticket.model, limit.rpm or "", limit.tpm or "", ticket.counted_tokens,
-            "" if wait_limit_s is None else int(wait_limit_s * 1000), BUCKET_TTL_MS,
-            uuid.uuid4().hex, worst_tokens, repr(float(worst_usd)),
-            _or_blank(budget.max_tokens if budget else None),
-            _or_blank(budget.max_cost_usd if budget else None), RESERVATION_TTL_MS,
-            TRIM_PER_CALL, "1" if self.rates else "0", LIMIT_SHARE])
+        verdict, wait_ms, detail, first = self._script("limits_take")(
+            keys=keys,
+            args=[
+                ticket.model,
+                limit.rpm or "",
+                limit.tpm or "",
+                ticket.counted_tokens,
+                "" if wait_limit_s is None else int(wait_limit_s * 1000),
+                BUCKET_TTL_MS,
+                uuid.uuid4().hex,
+                worst_tokens,
+                repr(float(worst_usd)),
+                _or_blank(budget.max_tokens if budget else None),
+                _or_blank(budget.max_cost_usd if budget else None),
+                RESERVATION_TTL_MS,
+                TRIM_PER_CALL,
+                "1" if self.rates else "0",
+                LIMIT_SHARE,
+            ],
+        )
         return str(verdict), int(wait_ms), str(detail), bool(int(first))
 
-    def settle(self, ticket: Ticket, scope: CallScope, *, answered: Any | None,
-               learned: Learned | None = None, pause: str = "") -> int:
+    def settle(
+        self,
+        ticket: Ticket,
+        scope: CallScope,
+        *,
+        answered: Any | None,
+        learned: Learned | None = None,
+        pause: str = "",
+    ) -> int:
         """Give back or charge one attempt: `answered` is the reply's Usage (None: no reply, or
         a slot given up); `pause` the account's pause in ms ("backoff": a 429 with no time).
         The ms the account was paused for."""
@@ -206,16 +249,29 @@ class ProviderLimits:
             if scope.task_key:
                 keys.append(scope.task_key)
         usage = answered
-        exceeded, crossed, paused_ms = self._script("limits_settle")(keys=keys, args=[
-            ticket.reservation, ticket.counted_tokens,
-            usage.prompt_tokens if usage else 0, usage.completion_tokens if usage else 0,
-            repr(float(usage.cost_usd)) if usage else "0", "1" if usage and usage.unpriced
-            else "0", _or_blank(budget.max_tokens if budget else None),
-            _or_blank(budget.max_cost_usd if budget else None), _or_blank(learned.rpm),
-            _or_blank(learned.tpm),
-            "" if learned.model_pause_s is None else int(learned.model_pause_s * 1000),
-            pause, BUCKET_TTL_MS, LONGEST_BACKOFF_MS, _or_blank(ticket.configured.tpm),
-            "1" if usage else "0", ticket.model, LIMIT_SHARE])
+        exceeded, crossed, paused_ms = self._script("limits_settle")(
+            keys=keys,
+            args=[
+                ticket.reservation,
+                ticket.counted_tokens,
+                usage.prompt_tokens if usage else 0,
+                usage.completion_tokens if usage else 0,
+                repr(float(usage.cost_usd)) if usage else "0",
+                "1" if usage and usage.unpriced else "0",
+                _or_blank(budget.max_tokens if budget else None),
+                _or_blank(budget.max_cost_usd if budget else None),
+                _or_blank(learned.rpm),
+                _or_blank(learned.tpm),
+                "" if learned.model_pause_s is None else int(learned.model_pause_s * 1000),
+                pause,
+                BUCKET_TTL_MS,
+                LONGEST_BACKOFF_MS,
+                _or_blank(ticket.configured.tpm),
+                "1" if usage else "0",
+                ticket.model,
+                LIMIT_SHARE,
+            ],
+        )
         if usage is not None and budget is not None and scope.on_charge is not None:
             scope.on_charge(Charge(exceeded=exceeded or None, crossed=bool(int(crossed))))
         return int(paused_ms)
@@ -227,8 +283,9 @@ class ProviderLimits:
         shown = scope.waiting is not None and seconds >= SHOWN_WAIT_S
         if shown and scope.waiting:
             now_ms = int(time.time() * 1000)
-            scope.waiting(Waiting(model=model, since_ms=now_ms,
-                                  until_ms=now_ms + int(seconds * 1000)))
+            scope.waiting(
+                Waiting(model=model, since_ms=now_ms, until_ms=now_ms + int(seconds * 1000))
+            )
         try:
             while (left := deadline - time.monotonic()) > 0:
                 scope.stop()
@@ -247,9 +304,11 @@ class ProviderLimits:
                 info = litellm.get_model_info(model)
             except Exception:  # a model litellm does not know: unpriced, default output
                 info = {}
-            known = (int(info.get("max_output_tokens") or WORST_OUTPUT_TOKENS),
-                     float(info.get("input_cost_per_token") or 0.0),
-                     float(info.get("output_cost_per_token") or 0.0))
+            known = (
+                int(info.get("max_output_tokens") or WORST_OUTPUT_TOKENS),
+                float(info.get("input_cost_per_token") or 0.0),
+                float(info.get("output_cost_per_token") or 0.0),
+            )
             self._prices[model] = known
         output, input_price, output_price = known
         return prompt + output, prompt * input_price + output * output_price
@@ -259,13 +318,15 @@ class ProviderLimits:
         return self.scripts[name]
 
 
-def worker_limits(conn: redis.Redis, configured: Mapping[str, ModelLimit],
-                  settings: Settings | None) -> ProviderLimits:
+def worker_limits(
+    conn: redis.Redis, configured: Mapping[str, ModelLimit], settings: Settings | None
+) -> ProviderLimits:
     """A worker's gate: the run's or team's limits and TEAMCTL_LIMITS (the lowest of each), or
     no shared slots when TEAMCTL_LIMITS=off."""
     own = settings.model_limits if settings else {}
-    return ProviderLimits(conn, merged(configured, own),
-                          rates=settings.shared_limits if settings else True)
+    return ProviderLimits(
+        conn, merged(configured, own), rates=settings.shared_limits if settings else True
+    )
 
 
 def estimate_prompt_tokens(request: Mapping[str, Any]) -> int:
@@ -277,8 +338,9 @@ def estimate_prompt_tokens(request: Mapping[str, Any]) -> int:
         if isinstance(content, str):
             chars += len(content)
         elif isinstance(content, list):
-            chars += sum(len(str(part.get("text", ""))) for part in content
-                         if isinstance(part, Mapping))
+            chars += sum(
+                len(str(part.get("text", ""))) for part in content if isinstance(part, Mapping)
+            )
         for call in (message.get("tool_calls") or ()) if isinstance(message, Mapping) else ():
             chars += len(str(call))
     tools = request.get("tools")
@@ -288,8 +350,7 @@ def estimate_prompt_tokens(request: Mapping[str, Any]) -> int:
 
 
 def _limited(budget: Budget | None) -> bool:
-    return budget is not None and (budget.max_tokens is not None
-                                   or budget.max_cost_usd is not None)
+    return budget is not None and (budget.max_tokens is not None or budget.max_cost_usd is not None)
 
 
 def _digest(model: str) -> str:

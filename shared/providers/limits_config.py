@@ -31,8 +31,7 @@ def _lowest(a: int | None, b: int | None) -> int | None:
     return min(a, b) if a is not None and b is not None else a if a is not None else b
 
 
-LIMITS_FORMAT = ("MODEL=rpm:N,tpm:N[;MODEL=...], e.g. openai/gpt-4o-mini=rpm:500,tpm:200000, "
-                 "or off")
+LIMITS_FORMAT = "MODEL=rpm:N,tpm:N[;MODEL=...], e.g. openai/gpt-4o-mini=rpm:500,tpm:200000, or off"
 LIMITER_OFF = "off"
 """TEAMCTL_LIMITS=off: calls take no shared slot and a 429 pauses only its caller (each
 worker backs off alone, as before the limiter; budgets are still reserved). For comparisons."""
@@ -55,8 +54,9 @@ def parse_limits(text: str, source: str = "TEAMCTL_LIMITS") -> dict[str, ModelLi
                 raise ValueError("only rpm and tpm")
             limits[model.strip()] = ModelLimit.model_validate(fields)
         except (ValueError, ValidationError):
-            raise ConfigError(f"{source}: {entry!r} is not a limit; write {LIMITS_FORMAT}, "
-                              "or unset it") from None
+            raise ConfigError(
+                f"{source}: {entry!r} is not a limit; write {LIMITS_FORMAT}, or unset it"
+            ) from None
     return limits
 
 

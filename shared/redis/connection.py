@@ -65,8 +65,9 @@ class OutageRetry(Retry):  # type: ignore[misc]  # redis is Any to mypy: see pyp
     bounded by time rather than by count, so every caller gives up after the same outage."""
 
     def __init__(self, outage_s: float) -> None:
-        super().__init__(ExponentialWithJitterBackoff(cap=BACKOFF_CAP_S, base=BACKOFF_BASE_S),
-                         retries=-1)
+        super().__init__(
+            ExponentialWithJitterBackoff(cap=BACKOFF_CAP_S, base=BACKOFF_BASE_S), retries=-1
+        )
         # A write refused by a read-only server is retried too (on a new connection: the
         # failure callback disconnects): a primary demoted in a failover behind a name that
         # then moves to the new one (a managed endpoint) heals within the outage, like a
@@ -74,9 +75,13 @@ class OutageRetry(Retry):  # type: ignore[misc]  # redis is Any to mypy: see pyp
         self.update_supported_errors([redis.ResponseError])
         self.outage_s = outage_s
 
-    def call_with_retry(self, do: Callable[[], Any], fail: Callable[..., Any],
-                        is_retryable: Callable[[Exception], bool] | None = None,
-                        with_failure_count: bool = False) -> Any:
+    def call_with_retry(
+        self,
+        do: Callable[[], Any],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> Any:
         """Retry `do` until it succeeds or the outage has lasted `outage_s`."""
         give_up_at = time.monotonic() + self.outage_s
 
@@ -149,19 +154,24 @@ class SentinelURL:
         sentinels = [_host_port(h) for h in hosts.split(",") if h.strip()]
         segments = [s for s in path.split("/") if s]
         if not sentinels or not segments or len(segments) > 2:
-            raise ValueError("a Sentinel URL names its sentinels and service: "
-                             "redis+sentinel://HOST[:PORT],HOST[:PORT]/SERVICE[/DB]")
+            raise ValueError(
+                "a Sentinel URL names its sentinels and service: "
+                "redis+sentinel://HOST[:PORT],HOST[:PORT]/SERVICE[/DB]"
+            )
         options = parse_qsl(query, keep_blank_values=True)
         own = [(k, v) for k, v in options if k not in SENTINEL_OPTIONS]
-        sentinel_kwargs: dict[str, Any] = {"socket_timeout": SOCKET_TIMEOUT_S,
-                                           "socket_connect_timeout": SOCKET_TIMEOUT_S}
+        sentinel_kwargs: dict[str, Any] = {
+            "socket_timeout": SOCKET_TIMEOUT_S,
+            "socket_connect_timeout": SOCKET_TIMEOUT_S,
+        }
         for key, value in options:
             if key in SENTINEL_OPTIONS:
                 sentinel_kwargs[key.removeprefix("sentinel_")] = value
         # redis-py parses the rest (credentials, db, query options) as for one server.
-        primary = parse_url(f"{primary_scheme}://{userinfo + '@' if userinfo else ''}primary"
-                            f"/{segments[1] if len(segments) > 1 else 0}"
-                            + (f"?{urlencode(own)}" if own else ""))
+        primary = parse_url(
+            f"{primary_scheme}://{userinfo + '@' if userinfo else ''}primary"
+            f"/{segments[1] if len(segments) > 1 else 0}" + (f"?{urlencode(own)}" if own else "")
+        )
         primary.pop("host", None)
         if primary.pop("connection_class", None) is SSLConnection:
             primary["ssl"] = True  # SentinelConnectionPool picks its TLS connection class
@@ -173,11 +183,14 @@ class SentinelURL:
         kwargs = {**self.primary_kwargs, **kwargs}
         # One try per sentinel: discovery moves on to the next one, and a connection to the
         # primary retries the whole discovery under its own (outage) retry.
-        sentinel_kwargs = {**self.sentinel_kwargs,
-                           "retry": Retry(ExponentialWithJitterBackoff(), retries=0)}
+        sentinel_kwargs = {
+            **self.sentinel_kwargs,
+            "retry": Retry(ExponentialWithJitterBackoff(), retries=0),
+        }
         manager = Sentinel(self.sentinels, sentinel_kwargs=sentinel_kwargs)
-        kwargs["connection_class"] = (PrimarySSLConnection if kwargs.pop("ssl", False)
-                                      else PrimaryConnection)
+        kwargs["connection_class"] = (
+            PrimarySSLConnection if kwargs.pop("ssl", False) else PrimaryConnection
+        )
         return cast(ClientT, manager.master_for(self.service, redis_class=cls, **kwargs))
 
 
@@ -223,20 +236,28 @@ def client_from_url(url: str, **kwargs: Any) -> redis.Redis:
 def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S) -> redis.Redis:
     """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
     if misplaced_userinfo(url):  # refused before a parser reads part of the password as a host
-        raise ConfigError(f"invalid Redis URL {redacted(url)!r}: its user or password holds /, "
-                          f"? or #, which end the host part of a URL; percent-encode them "
-                          f"({PERCENT_ENCODING})")
+        raise ConfigError(
+            f"invalid Redis URL {redacted(url)!r}: its user or password holds /, "
+            f"? or #, which end the host part of a URL; percent-encode them "
+            f"({PERCENT_ENCODING})"
+        )
     try:
         # No retries for the first contact: a server that is not there is a setup problem, not
         # an outage to wait out. The outage policy applies from the first reply on.
         conn = client_from_url(
-            url, decode_responses=decode, socket_connect_timeout=SOCKET_TIMEOUT_S,
-            socket_timeout=SOCKET_TIMEOUT_S, health_check_interval=30,
-            retry=Retry(ExponentialWithJitterBackoff(), retries=0), driver_info=_driver_info())
+            url,
+            decode_responses=decode,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            health_check_interval=30,
+            retry=Retry(ExponentialWithJitterBackoff(), retries=0),
+            driver_info=_driver_info(),
+        )
     except ValueError as exc:
-        raise ConfigError(f"invalid Redis URL {redacted(url)!r}: {scrubbed(str(exc), url)}; use "
-                          "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT,HOST:PORT/SERVICE"
-                          ) from None
+        raise ConfigError(
+            f"invalid Redis URL {redacted(url)!r}: {scrubbed(str(exc), url)}; use "
+            "redis://HOST:PORT/DB or redis+sentinel://HOST:PORT,HOST:PORT/SERVICE"
+        ) from None
     try:
         conn.ping()
     except redis.RedisError as exc:
@@ -268,7 +289,8 @@ def read_only_refusal(error: Exception) -> bool:
     """A write refused by a read-only replica (READONLY), raised as such or, from a Lua script
     on Redis 6.2, inside the script's error ("... -READONLY You can't write ...")."""
     return isinstance(error, redis.ReadOnlyError) or (
-        isinstance(error, redis.ResponseError) and _has_code(str(error), "READONLY"))
+        isinstance(error, redis.ResponseError) and _has_code(str(error), "READONLY")
+    )
 
 
 def refusal_message(error: redis.ResponseError) -> str:
@@ -276,17 +298,23 @@ def refusal_message(error: redis.ResponseError) -> str:
     replica, out of memory, a failing disk), what is wrong and what to do."""
     text = str(error)
     if read_only_refusal(error):
-        return ("Redis refused a write: REDIS_URL points at a read-only replica (or a primary "
-                "demoted by a failover). Point it at the primary, or use a redis+sentinel:// URL "
-                f"so teamctl follows failovers ({text})")
+        return (
+            "Redis refused a write: REDIS_URL points at a read-only replica (or a primary "
+            "demoted by a failover). Point it at the primary, or use a redis+sentinel:// URL "
+            f"so teamctl follows failovers ({text})"
+        )
     if isinstance(error, redis.OutOfMemoryError) or _has_code(text, "OOM"):
-        return ("Redis is out of memory: used memory is over maxmemory and maxmemory-policy "
-                "noeviction refuses writes. Raise maxmemory or free memory (finished runs' keys "
-                f"expire after their retention) ({text})")
+        return (
+            "Redis is out of memory: used memory is over maxmemory and maxmemory-policy "
+            "noeviction refuses writes. Raise maxmemory or free memory (finished runs' keys "
+            f"expire after their retention) ({text})"
+        )
     if _has_code(text, "MISCONF"):
-        return ("Redis refuses writes: it cannot save its RDB snapshot to disk. Fix its data "
-                "dir (space, permissions; see its log), or set stop-writes-on-bgsave-error no "
-                f"if you accept the risk ({text})")
+        return (
+            "Redis refuses writes: it cannot save its RDB snapshot to disk. Fix its data "
+            "dir (space, permissions; see its log), or set stop-writes-on-bgsave-error no "
+            f"if you accept the risk ({text})"
+        )
     return f"Redis refused a command: {text}"
 
 
@@ -310,9 +338,12 @@ def warn_if_evicting(conn: redis.Redis) -> None:
     policy = str(memory.get("maxmemory_policy", "noeviction"))
     if int(memory.get("maxmemory", 0) or 0) > 0 and policy not in EVICTING_POLICIES_OK:
         _eviction_warned = True
-        log.warning("Redis maxmemory-policy is %s: it may evict teamctl's keys (claims, "
-                    "heartbeats, tasks) when memory runs short. Set maxmemory-policy noeviction "
-                    "(writes are then refused with an error instead)", policy)
+        log.warning(
+            "Redis maxmemory-policy is %s: it may evict teamctl's keys (claims, "
+            "heartbeats, tasks) when memory runs short. Set maxmemory-policy noeviction "
+            "(writes are then refused with an error instead)",
+            policy,
+        )
 
 
 def _driver_info() -> DriverInfo:
@@ -325,34 +356,53 @@ def _check_version(conn: redis.Redis, url: str) -> None:
     version = str(conn.info("server").get("redis_version", "0"))
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
     if parts < MIN_REDIS_VERSION:
-        raise ConfigError(f"Redis at {redacted(url)} is version {version}; teamctl needs 6.2 or "
-                          "newer (or unset REDIS_URL to use the embedded one)")
+        raise ConfigError(
+            f"Redis at {redacted(url)} is version {version}; teamctl needs 6.2 or "
+            "newer (or unset REDIS_URL to use the embedded one)"
+        )
 
 
 def _check_primary(conn: redis.Redis, url: str) -> None:
     """A URL naming a replica is a setup mistake: every write would be refused."""
     if conn.info("replication").get("role") == "slave":
-        raise ConfigError(f"Redis at {redacted(url)} is a read-only replica; point REDIS_URL at "
-                          "the primary, or use a redis+sentinel:// URL")
+        raise ConfigError(
+            f"Redis at {redacted(url)} is a read-only replica; point REDIS_URL at "
+            "the primary, or use a redis+sentinel:// URL"
+        )
 
 
-def same_server(conn: redis.Redis, *, decode: bool, outage_s: float = DEFAULT_OUTAGE_S,
-                socket_timeout_s: float = SOCKET_TIMEOUT_S) -> redis.Redis:
+def same_server(
+    conn: redis.Redis,
+    *,
+    decode: bool,
+    outage_s: float = DEFAULT_OUTAGE_S,
+    socket_timeout_s: float = SOCKET_TIMEOUT_S,
+) -> redis.Redis:
     """A second client to the server `conn` talks to, with our retry policy and timeouts (and,
     through Sentinel, to whichever server is the primary when it connects)."""
     pool = conn.connection_pool
     kwargs = dict(pool.connection_kwargs)
-    kwargs.update(decode_responses=decode, retry=OutageRetry(outage_s),
-                  socket_timeout=socket_timeout_s,
-                  socket_connect_timeout=min(socket_timeout_s, SOCKET_TIMEOUT_S))
+    kwargs.update(
+        decode_responses=decode,
+        retry=OutageRetry(outage_s),
+        socket_timeout=socket_timeout_s,
+        socket_connect_timeout=min(socket_timeout_s, SOCKET_TIMEOUT_S),
+    )
     kwargs.setdefault("driver_info", _driver_info())
     if isinstance(pool, SentinelConnectionPool):
         kwargs.pop("connection_pool", None)  # the old pool's proxy: the new pool makes its own
-        return redis.Redis(connection_pool=SentinelConnectionPool(
-            pool.service_name, pool.sentinel_manager, is_master=pool.is_master,
-            connection_class=pool.connection_class, **kwargs))
-    return redis.Redis(connection_pool=redis.ConnectionPool(
-        connection_class=pool.connection_class, **kwargs))
+        return redis.Redis(
+            connection_pool=SentinelConnectionPool(
+                pool.service_name,
+                pool.sentinel_manager,
+                is_master=pool.is_master,
+                connection_class=pool.connection_class,
+                **kwargs,
+            )
+        )
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    )
 
 
 def outage_of(conn: redis.Redis, default_s: float = DEFAULT_OUTAGE_S) -> float:
@@ -365,10 +415,12 @@ def outage_of(conn: redis.Redis, default_s: float = DEFAULT_OUTAGE_S) -> float:
 def blocking_client(conn: redis.Redis, name: str | None = None) -> redis.Redis:
     """A client for blocking reads of at most MAX_BLOCK_MS, on its own connections; `name`
     labels them in CLIENT LIST (who is following what)."""
-    client = same_server(conn, decode=bool(conn.connection_pool.connection_kwargs.get(
-                             "decode_responses")),
-                         outage_s=outage_of(conn),
-                         socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S)
+    client = same_server(
+        conn,
+        decode=bool(conn.connection_pool.connection_kwargs.get("decode_responses")),
+        outage_s=outage_of(conn),
+        socket_timeout_s=MAX_BLOCK_MS / 1000 + SOCKET_TIMEOUT_S,
+    )
     if name is not None:
         client.connection_pool.connection_kwargs["client_name"] = name
     return client

@@ -162,9 +162,13 @@ class EmbeddedRedis:
         password = self._password()
         url = f"unix://:{password}@{quote(str(sock))}?db=0"
         done = subprocess.run(  # config on stdin: the password must not show in `ps`
-            [redis_server_binary(), "-"], input=self._config(sock, password),
-            capture_output=True, text=True, timeout=STARTUP_TIMEOUT_S,
-            umask=0o077)  # its pid file, log and data: 0600 like every file of the state dir
+            [redis_server_binary(), "-"],
+            input=self._config(sock, password),
+            capture_output=True,
+            text=True,
+            timeout=STARTUP_TIMEOUT_S,
+            umask=0o077,
+        )  # its pid file, log and data: 0600 like every file of the state dir
         if done.returncode != 0:
             raise InfraError(f"redis-server did not start: {done.stderr.strip() or done.stdout}")
         self._wait_until_up(url, sock)
@@ -200,10 +204,12 @@ class EmbeddedRedis:
             self._forget_process()
             return StopResult(stopped=False, stale_pid=pid)
         if found is Found.UNVERIFIED:
-            raise InfraError(f"pid {pid} in {self.pid_file} started when the redis-server teamctl "
-                             f"started did, but runs {executable(pid) or 'a program /proc hides'}, "
-                             f"not the one in {self.process_file}; it was left running and "
-                             "recorded: check it, and stop it by its pid if it is the server")
+            raise InfraError(
+                f"pid {pid} in {self.pid_file} started when the redis-server teamctl "
+                f"started did, but runs {executable(pid) or 'a program /proc hides'}, "
+                f"not the one in {self.process_file}; it was left running and "
+                "recorded: check it, and stop it by its pid if it is the server"
+            )
         self._terminate(pid)
         return StopResult(stopped=True)
 
@@ -217,8 +223,10 @@ class EmbeddedRedis:
         while time.monotonic() < deadline and same_process_alive(pid, ticks):
             time.sleep(0.05)  # a daemon: not our child, there is no wait() on it
         if same_process_alive(pid, ticks):
-            raise InfraError(f"redis-server (pid {pid}) is still shutting down after "
-                             f"{STARTUP_TIMEOUT_S:g} s; run `teamctl redis stop` again")
+            raise InfraError(
+                f"redis-server (pid {pid}) is still shutting down after "
+                f"{STARTUP_TIMEOUT_S:g} s; run `teamctl redis stop` again"
+            )
         self._forget_process()
         self.url_file.unlink(missing_ok=True)
 
@@ -238,8 +246,10 @@ class EmbeddedRedis:
         """Create the socket's private dir when it is not `root`; the socket path."""
         sock = self.socket_path
         if len(os.fsencode(sock)) > SOCKET_PATH_MAX_BYTES:
-            raise InfraError(f"the socket path {sock} is too long for a unix socket; set "
-                             "TMPDIR or TEAMCTL_STATE_DIR to a shorter directory")
+            raise InfraError(
+                f"the socket path {sock} is too long for a unix socket; set "
+                "TMPDIR or TEAMCTL_STATE_DIR to a shorter directory"
+            )
         if sock.parent != self.root:
             checked_private_dir(sock.parent.parent, tighten=False)
             checked_private_dir(sock.parent, tighten=False)
@@ -249,10 +259,15 @@ class EmbeddedRedis:
         """redis.conf for a socket-only, password-protected, appendonly server."""
         lines = [
             "port 0",  # no TCP listener at all
-            f"unixsocket {_quoted(sock)}", "unixsocketperm 700",
+            f"unixsocket {_quoted(sock)}",
+            "unixsocketperm 700",
             f"requirepass {password}",
-            f"dir {_quoted(self.root)}", "appendonly yes", 'save ""', "daemonize yes",
-            f"pidfile {_quoted(self.pid_file)}", f"logfile {_quoted(self.log_file)}",
+            f"dir {_quoted(self.root)}",
+            "appendonly yes",
+            'save ""',
+            "daemonize yes",
+            f"pidfile {_quoted(self.pid_file)}",
+            f"logfile {_quoted(self.log_file)}",
         ]
         return "\n".join(lines) + "\n"
 
@@ -278,8 +293,11 @@ class EmbeddedRedis:
         if pid is None:
             return
         program = executable(pid)
-        record = ServerProcess(pid=pid, start_ticks=process_start_ticks(pid),
-                               executable=None if program is None else str(program))
+        record = ServerProcess(
+            pid=pid,
+            start_ticks=process_start_ticks(pid),
+            executable=None if program is None else str(program),
+        )
         write_private(self.process_file, record.model_dump_json() + "\n")
 
     def _recorded_process(self) -> ServerProcess | None:
@@ -301,8 +319,11 @@ class EmbeddedRedis:
         record = self._recorded_process()
         if record is None:
             here = working_dir(pid)
-            ours = (command_name(pid) == "redis-server" and here is not None
-                    and here == self.root.resolve())
+            ours = (
+                command_name(pid) == "redis-server"
+                and here is not None
+                and here == self.root.resolve()
+            )
             return Found.SERVER if ours else Found.STRANGER
         if record.pid != pid:
             return Found.STRANGER
@@ -371,9 +392,22 @@ def throwaway_redis(data_dir: Path | None = None) -> Iterator[str]:
     with tempfile.TemporaryDirectory() as scratch:
         port = free_port()
         process = subprocess.Popen(
-            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-             "--dir", str(data_dir or scratch), "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                redis_server_binary(),
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(data_dir or scratch),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         url = f"redis://127.0.0.1:{port}/0"
         try:
             deadline = time.monotonic() + STARTUP_TIMEOUT_S

@@ -55,8 +55,10 @@ class ScriptHeader:
             least, most = _counts(names)
             if given < least or (most is not None and given > most):
                 wanted = f"{least}" if most == least else f"{least}..{most or ''}"
-                raise ScriptCallError(f"{self.name}.lua takes {wanted} {what} "
-                                      f"({', '.join(names) or 'none'}), the call passed {given}")
+                raise ScriptCallError(
+                    f"{self.name}.lua takes {wanted} {what} "
+                    f"({', '.join(names) or 'none'}), the call passed {given}"
+                )
 
 
 class ScriptCallError(TypeError):
@@ -90,8 +92,13 @@ def parse_header(name: str, text: str) -> ScriptHeader:
     access = tags.get("access", "write")
     if access not in ACCESSES:
         raise RuntimeError(f"{name}.lua: access must be one of {', '.join(ACCESSES)}")
-    return ScriptHeader(name=name, uses=_names(tags.get("uses", "")), access=cast(Access, access),
-                        keys=_names(tags.get("KEYS", "")), args=_names(tags.get("ARGV", "")))
+    return ScriptHeader(
+        name=name,
+        uses=_names(tags.get("uses", "")),
+        access=cast(Access, access),
+        keys=_names(tags.get("KEYS", "")),
+        args=_names(tags.get("ARGV", "")),
+    )
 
 
 def _names(listed: str) -> tuple[str, ...]:
@@ -244,6 +251,7 @@ class GuardedScripts:
     def __getitem__(self, name: str) -> Any:
         def call(keys: Sequence[str] = (), args: Sequence[Any] = ()) -> Any:
             return self._call(name, list(keys), list(args))
+
         return call
 
     def guarded(self, guard: WriteGuard) -> GuardedScripts:
@@ -262,7 +270,8 @@ class GuardedScripts:
         try:
             return self.scripts.guarded_script(name)(
                 keys=[*keys, self.guard.turn_key, self.guard.effects_key],
-                args=[*args, self.guard.token, call_key])
+                args=[*args, self.guard.token, call_key],
+            )
         except redis.ResponseError as exc:
             if str(exc).startswith(REVOKED):
                 self.revoked = True

@@ -30,7 +30,7 @@ def redacted(url: str) -> str:
         return prefix + MASK
     user = ((":" if rest.startswith(":") else "") + MASK + "@") if at >= 0 else ""
     tail = MASK if secret_from < len(rest) else ""
-    return prefix + user + rest[at + 1:secret_from] + tail
+    return prefix + user + rest[at + 1 : secret_from] + tail
 
 
 def scrubbed(text: str, url: str) -> str:
@@ -39,7 +39,7 @@ def scrubbed(text: str, url: str) -> str:
     when NFKC normalization would change it)."""
     _prefix, rest = _scheme(url)
     at, secret_from = _secrets(rest)
-    secrets = [rest[:max(at, 0)], rest[secret_from:]]
+    secrets = [rest[: max(at, 0)], rest[secret_from:]]
     # Also as a parser reads them: Python's urlsplit drops tabs and line ends anywhere.
     secrets += [secret.translate(URL_BLANKS) for secret in secrets]
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
@@ -58,7 +58,7 @@ def misplaced_userinfo(url: str) -> bool:
     `/`), and would connect somewhere else, or quote the password in its error."""
     _prefix, rest = _scheme(url)
     at, _secret_from = _secrets(rest)
-    return any(c in rest[:max(at, 0)] for c in ENDS_AUTHORITY)
+    return any(c in rest[: max(at, 0)] for c in ENDS_AUTHORITY)
 
 
 def _scheme(url: str) -> tuple[str, str]:

@@ -24,8 +24,14 @@ class RunHandle:
     """A run's parts on `conn`. With a `lease_owner` the handle can take the run's lease and
     its store writes the run's status as that owner; without one it reads and signals only."""
 
-    def __init__(self, conn: redis.Redis, run_id: str, *, spec: RunSpec | None = None,
-                 lease_owner: str | None = None) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        run_id: str,
+        *,
+        spec: RunSpec | None = None,
+        lease_owner: str | None = None,
+    ) -> None:
         self.conn = conn
         self.keys = RunKeys(run_id)
         self.run_id = self.keys.run_id
@@ -39,8 +45,9 @@ class RunHandle:
         return cls(conn, spec.run_id, spec=spec, lease_owner=lease_owner())
 
     @classmethod
-    def existing(cls, conn: redis.Redis, run_id: str, *,
-                 lease_owner: str | None = None) -> RunHandle:
+    def existing(
+        cls, conn: redis.Redis, run_id: str, *, lease_owner: str | None = None
+    ) -> RunHandle:
         """The handle of a run that must exist: its spec is read now, and ConfigError naming
         `teamctl runs` says so if there is no such run."""
         run = cls(conn, run_id, lease_owner=lease_owner)
@@ -71,19 +78,28 @@ class RunHandle:
     def bus(self) -> MessageBus:
         """The run's bus, configured from its options: every publisher agrees on the cap."""
         options = self.spec.options
-        return MessageBus(self.conn, self.keys, enabled=options.enable_message_bus,
-                          max_message_bytes=options.max_message_bytes,
-                          bus_maxlen=options.bus_max_messages, scripts=self.scripts)
+        return MessageBus(
+            self.conn,
+            self.keys,
+            enabled=options.enable_message_bus,
+            max_message_bytes=options.max_message_bytes,
+            bus_maxlen=options.bus_max_messages,
+            scripts=self.scripts,
+        )
 
     @cached_property
     def budget(self) -> Budget:
         """The run's token and cost limits, from its options."""
         options = self.spec.options
-        return Budget(self.conn, self.keys, max_tokens=options.max_tokens,
-                      max_cost_usd=options.max_cost_usd, scripts=self.scripts)
+        return Budget(
+            self.conn,
+            self.keys,
+            max_tokens=options.max_tokens,
+            max_cost_usd=options.max_cost_usd,
+            scripts=self.scripts,
+        )
 
     @cached_property
     def lease(self) -> Lease:
         """The coordinator lease, held as this handle's owner (a fresh one if it has none)."""
-        return Lease(self.conn, self.keys, self.spec.options.lease_ttl_s,
-                     owner=self.lease_owner)
+        return Lease(self.conn, self.keys, self.spec.options.lease_ttl_s, owner=self.lease_owner)

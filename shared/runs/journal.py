@@ -49,8 +49,15 @@ class AppendRefused(RuntimeError):
 class StepJournal:
     """The journal of one task, written with one claim's token."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys, task_id: str, token: str,
-                 max_bytes: int, scripts: Scripts | GuardedScripts | None = None) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: RunKeys,
+        task_id: str,
+        token: str,
+        max_bytes: int,
+        scripts: Scripts | GuardedScripts | None = None,
+    ) -> None:
         self.conn = conn
         self.keys = keys
         self.task_id = task_id
@@ -90,8 +97,11 @@ class StepJournal:
 
     def record_result(self, member_id: str, step: int, call_id: str, content: str) -> None:
         """Record one tool call's result as it completes."""
-        self._append(JournalEntry(kind="tool", member_id=member_id, step=step, call_id=call_id,
-                                  content=content))
+        self._append(
+            JournalEntry(
+                kind="tool", member_id=member_id, step=step, call_id=call_id, content=content
+            )
+        )
 
     def note_replayed(self, steps: int) -> None:
         """Say on the task how many steps this attempt replayed (`teamctl tasks` shows it)."""
@@ -102,8 +112,9 @@ class StepJournal:
         attempt's own claim checks (which count the stale write) stop it."""
         if self.full or self.lost or self.max_bytes <= 0:
             return
-        verdict = self._call("append", entry.model_dump_json(exclude_defaults=True),
-                             str(self.max_bytes))
+        verdict = self._call(
+            "append", entry.model_dump_json(exclude_defaults=True), str(self.max_bytes)
+        )
         self.lost = verdict == STALE
         self.full = verdict == FULL
 
@@ -115,9 +126,12 @@ class StepJournal:
         return verdict
 
     def _call(self, op: str, *args: str) -> str:
-        return str(self.scripts["journal_append"](
-            keys=[self.keys.task(self.task_id), self.keys.journal(self.task_id)],
-            args=[self.token, op, *args]))
+        return str(
+            self.scripts["journal_append"](
+                keys=[self.keys.task(self.task_id), self.keys.journal(self.task_id)],
+                args=[self.token, op, *args],
+            )
+        )
 
     def _entries(self) -> list[JournalEntry]:
         key = self.keys.journal(self.task_id)

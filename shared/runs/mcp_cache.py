@@ -41,21 +41,23 @@ class OfferedTool:
 class McpToolCache:
     """Tool lists per server of one run."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys,
-                 scripts: Scripts | GuardedScripts) -> None:
+    def __init__(self, conn: redis.Redis, keys: RunKeys, scripts: Scripts | GuardedScripts) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts
 
     def remember(self, server: str, tools: Iterable[Mapping[str, Any]]) -> None:
         """Keep `server`'s list unless a worker already did (the first listing wins)."""
-        self.scripts["mcp_cache_remember"](keys=[self.keys.mcp_tools, self.keys.spec],
-                                           args=[server, json.dumps(list(tools))])
+        self.scripts["mcp_cache_remember"](
+            keys=[self.keys.mcp_tools, self.keys.spec], args=[server, json.dumps(list(tools))]
+        )
 
     def lists(self) -> dict[str, list[dict[str, Any]]]:
         """Every cached list, by server name."""
-        return {server: json.loads(raw)
-                for server, raw in self.conn.hgetall(self.keys.mcp_tools).items()}
+        return {
+            server: json.loads(raw)
+            for server, raw in self.conn.hgetall(self.keys.mcp_tools).items()
+        }
 
     def member_tools(self, entries: list[str], servers: Iterable[str]) -> list[str]:
         """The names a member's MCP tools are offered under, from the cached lists of its
@@ -66,16 +68,20 @@ class McpToolCache:
         """Record the listing job's outcome for `server` and wake the coordinator."""
         self.scripts["mcp_listing_note"](
             keys=[self.keys.mcp_listing, self.keys.mcp_listed, self.keys.spec],
-            args=[server, listing.model_dump_json()])
+            args=[server, listing.model_dump_json()],
+        )
 
     def listings(self) -> dict[str, McpListing]:
         """The listing job's outcomes so far, by server name."""
-        return {server: McpListing.model_validate_json(raw)
-                for server, raw in self.conn.hgetall(self.keys.mcp_listing).items()}
+        return {
+            server: McpListing.model_validate_json(raw)
+            for server, raw in self.conn.hgetall(self.keys.mcp_listing).items()
+        }
 
 
-def offered_tools(lists: Mapping[str, list[dict[str, Any]]], entries: list[str],
-                  servers: Iterable[str]) -> list[OfferedTool]:
+def offered_tools(
+    lists: Mapping[str, list[dict[str, Any]]], entries: list[str], servers: Iterable[str]
+) -> list[OfferedTool]:
     """A member's MCP tools as offered (`server__tool`, in each server's order), from the cached
     `lists` of its servers, as the worker's toolbox filters them (entries, valid names)."""
     offered = []

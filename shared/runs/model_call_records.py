@@ -61,9 +61,12 @@ class ModelCallRecords:
     def start(self, call: str, request: ModelCallRequest, *, replacing: int | None = None) -> int:
         """A new attempt with this request; its number. With `replacing`, only if that attempt
         is still current and unanswered; 0 (nothing changed) otherwise."""
-        return int(self.scripts["call_start"](
-            keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
-            args=[request.model_dump_json(), "" if replacing is None else replacing]))
+        return int(
+            self.scripts["call_start"](
+                keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
+                args=[request.model_dump_json(), "" if replacing is None else replacing],
+            )
+        )
 
     def view(self, call: str) -> CallView:
         """The call as it is now, read in one transaction (an outcome and the end of its beat
@@ -73,33 +76,40 @@ class ModelCallRecords:
         pipe.exists(self.keys.model_call_beat(call))
         (attempt, request, began, outcome), beating = pipe.execute()
         return CallView(
-            attempt=int(attempt or 0), request=_text(request),
-            began=began is not None and began == attempt, beating=bool(beating),
-            outcome=ModelCallOutcome.model_validate_json(outcome) if outcome else None)
+            attempt=int(attempt or 0),
+            request=_text(request),
+            began=began is not None and began == attempt,
+            beating=bool(beating),
+            outcome=ModelCallOutcome.model_validate_json(outcome) if outcome else None,
+        )
 
     def begin(self, call: str, attempt: int, worker: str, ttl_s: float) -> ModelCallRequest | None:
         """Take `attempt` (a worker); None when it is no longer current or already taken."""
         raw = self.scripts["call_begin"](
             keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
-            args=[attempt, worker, ttl_ms(ttl_s)])
+            args=[attempt, worker, ttl_ms(ttl_s)],
+        )
         return ModelCallRequest.model_validate_json(raw) if raw else None
 
     def beat(self, call: str, attempt: int, ttl_s: float) -> bool:
         """Keep a begun attempt alive; False once it was superseded or answered."""
         verdict: str = self.scripts["call_beat"](
             keys=[self.keys.model_call(call), self.keys.model_call_beat(call)],
-            args=[attempt, ttl_ms(ttl_s)])
+            args=[attempt, ttl_ms(ttl_s)],
+        )
         return verdict == "ok"
 
     def finish(self, call: str, attempt: int, outcome: ModelCallOutcome) -> bool:
         """Record the outcome of a begun attempt and wake the coordinator; False if refused."""
         verdict: str = self.scripts["call_finish"](
-            keys=[self.keys.model_call(call), self.keys.model_call_beat(call),
-                  self.keys.model_call_done],
-            args=[attempt, outcome.model_dump_json()])
+            keys=[
+                self.keys.model_call(call),
+                self.keys.model_call_beat(call),
+                self.keys.model_call_done,
+            ],
+            args=[attempt, outcome.model_dump_json()],
+        )
         return verdict == "ok"
-
-
 
 
 def _text(value: Any) -> str | None:

@@ -27,9 +27,9 @@ deadlines and Redis expiries (milliseconds) far from overflow."""
 
 
 REMOVED_OPTIONS = {
-    "allow_dynamic_member_registration":
-        "removed: a run's roster is fixed once it starts (members cannot be added to a live run; "
-        "docs/guides/planned-runs.md, Run options)",
+    "allow_dynamic_member_registration": "removed: a run's roster is fixed once it starts "
+    "(members cannot be added to a live run; "
+    "docs/guides/planned-runs.md, Run options)",
 }
 """Options that no longer exist, with why: a team names them as a ConfigError
 (refuse_removed_options), a stored spec that has one still loads (RunOptions._forget_removed)."""
@@ -149,14 +149,12 @@ class RunOptions(BaseModel):
     workspace_file_max_bytes: int = Field(DEFAULT_FILE_MAX_BYTES, ge=1, le=MAX_FILE_MAX_BYTES)
     """Largest file a workspace kept in Redis holds (TEAMCTL_WORKSPACE_STORE); a larger save is
     refused with a tool error. A local workspace has no such cap."""
-    workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1,
-                                     le=MAX_WORKSPACE_MAX_BYTES)
+    workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1, le=MAX_WORKSPACE_MAX_BYTES)
     """Most bytes a workspace kept in Redis holds there: each file's content, its path twice
     and PATH_RECORD_BYTES (512) for Redis's records of it; a deleted path's twice and
     512 until its record goes (10 minutes, or at once when a save needs the room). A save
     that would pass it is refused with a tool error naming it."""
-    workspace_max_files: int = Field(DEFAULT_WORKSPACE_MAX_FILES, ge=1,
-                                     le=MAX_WORKSPACE_MAX_FILES)
+    workspace_max_files: int = Field(DEFAULT_WORKSPACE_MAX_FILES, ge=1, le=MAX_WORKSPACE_MAX_FILES)
     """Most files a workspace kept in Redis holds; a save that would add one more is refused
     with a tool error naming it."""
 
@@ -172,8 +170,9 @@ class RunOptions(BaseModel):
     @property
     def file_caps(self) -> FileCaps:
         """The caps of the workspace when it is kept in Redis."""
-        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes,
-                        self.workspace_max_files)
+        return FileCaps(
+            self.workspace_file_max_bytes, self.workspace_max_bytes, self.workspace_max_files
+        )
 
     @property
     def tool_wait_s(self) -> float:

@@ -22,8 +22,10 @@ def expire_run(conn: redis.Redis, run_id: str, retention_s: int) -> int:
     (publish.lua). Keys that already expire sooner (a claim's heartbeat) keep their own TTL.
     """
     if not 1 <= retention_s <= MAX_RETENTION_S:
-        raise ConfigError(f"retention is {retention_s}s; keep an ended run at least 1 second "
-                          f"and at most {MAX_RETENTION_S} seconds (a year)")
+        raise ConfigError(
+            f"retention is {retention_s}s; keep an ended run at least 1 second "
+            f"and at most {MAX_RETENTION_S} seconds (a year)"
+        )
     keys = RunKeys(run_id)
     conn.expire(keys.bus, int(retention_s))
     names = list(conn.scan_iter(match=keys.all_patterns(), count=SCAN_BATCH))

@@ -21,8 +21,15 @@ from teamctl.shared.workspace.caps import WorkspaceStore
 if TYPE_CHECKING:
     from teamctl.shared.settings import Settings
 
-PROVIDER_KEY_VARS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY",
-                     "GROQ_API_KEY", "DEEPSEEK_API_KEY", "OPENROUTER_API_KEY")
+PROVIDER_KEY_VARS = (
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "GEMINI_API_KEY",
+    "MISTRAL_API_KEY",
+    "GROQ_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "OPENROUTER_API_KEY",
+)
 """The provider keys that pick a default model, first set wins."""
 
 
@@ -75,12 +82,16 @@ class ModelSource(StrEnum):
     OFFLINE = "offline model"
 
 
-def pick_model(flag: str | None, team_file: str | None,
-               settings: Settings) -> tuple[str, ModelSource]:
+def pick_model(
+    flag: str | None, team_file: str | None, settings: Settings
+) -> tuple[str, ModelSource]:
     """The one precedence for any role: --model > the team file > TEAMCTL_MODEL > the small
     default of the first provider with a key set > the built-in offline model."""
-    for model, source in ((flag, ModelSource.FLAG), (team_file, ModelSource.TEAM_FILE),
-                          (settings.model, ModelSource.ENVIRONMENT)):
+    for model, source in (
+        (flag, ModelSource.FLAG),
+        (team_file, ModelSource.TEAM_FILE),
+        (settings.model, ModelSource.ENVIRONMENT),
+    ):
         if model:
             return model, source
     for var in PROVIDER_KEY_VARS:
@@ -89,29 +100,35 @@ def pick_model(flag: str | None, team_file: str | None,
     return OFFLINE_MODEL, ModelSource.OFFLINE
 
 
-def choose_models(team: TeamFile, model_flag: str | None, api_base_flag: str | None,
-                  settings: Settings, fallback_flags: Sequence[str] = ()
-                  ) -> tuple[ModelChoice, ModelSource]:
+def choose_models(
+    team: TeamFile,
+    model_flag: str | None,
+    api_base_flag: str | None,
+    settings: Settings,
+    fallback_flags: Sequence[str] = (),
+) -> tuple[ModelChoice, ModelSource]:
     """Every role's model and fallbacks and the API base, and where the team-wide default came
     from (the CLI says so on stderr when that is the offline model)."""
     default, source = pick_model(model_flag, team.model, settings)
     override = checked_fallback_flags(fallback_flags)
-    planner_fallbacks = team.fallbacks if team.planner.fallbacks is None \
-        else team.planner.fallbacks
+    planner_fallbacks = team.fallbacks if team.planner.fallbacks is None else team.planner.fallbacks
     synthesizer_fallbacks = team.synthesizer.fallbacks
     if synthesizer_fallbacks is None:  # as its model: the planner's when it has none of its own
         synthesizer_fallbacks = team.fallbacks if team.synthesizer.model else planner_fallbacks
     choice = ModelChoice(
         planner=pick_model(model_flag, team.planner.model or team.model, settings)[0],
         # As AI4J: a synthesizer without a model of its own uses the planner's.
-        synthesizer=pick_model(model_flag, team.synthesizer.model or team.planner.model
-                               or team.model, settings)[0],
+        synthesizer=pick_model(
+            model_flag, team.synthesizer.model or team.planner.model or team.model, settings
+        )[0],
         member_default=default,
         member_override=model_flag,
         api_base=checked_api_base(api_base_flag, settings),
         planner_fallbacks=planner_fallbacks if override is None else override,
         synthesizer_fallbacks=synthesizer_fallbacks if override is None else override,
-        member_fallbacks=team.fallbacks, fallback_override=override)
+        member_fallbacks=team.fallbacks,
+        fallback_override=override,
+    )
     return choice, source
 
 
@@ -137,8 +154,10 @@ def checked_api_base(flag: str | None, settings: Settings) -> str | None:
     except ValueError:  # e.g. an unclosed IPv6 bracket
         valid = False
     if not valid:
-        raise ConfigError(f"{where} {quoted(value)} is not an http(s) URL; give the server's "
-                          "base URL, e.g. http://127.0.0.1:8000/v1")
+        raise ConfigError(
+            f"{where} {quoted(value)} is not an http(s) URL; give the server's "
+            "base URL, e.g. http://127.0.0.1:8000/v1"
+        )
     return value
 
 
@@ -170,13 +189,15 @@ class RunSpec(BaseModel):
     @property
     def queues(self) -> list[str]:
         """Every queue the run's jobs go to: the members', the planner's, the synthesizer's."""
-        return sorted({m.queue for m in self.members} | {self.planner_queue,
-                                                          self.synthesizer_queue})
+        return sorted(
+            {m.queue for m in self.members} | {self.planner_queue, self.synthesizer_queue}
+        )
 
     def mcp_variables(self) -> set[str]:
         """The worker environment variables the members' MCP servers read."""
-        return {name for m in self.members for server in m.mcp_servers
-                for name in server.variables()}
+        return {
+            name for m in self.members for server in m.mcp_servers for name in server.variables()
+        }
 
     def member(self, member_id: str | None) -> Member | None:
         """The member with exactly this (normalized) id."""

@@ -23,8 +23,9 @@ class RunFiles:
 
     def __init__(self, conn: redis.Redis, spec: RunSpec) -> None:
         self.spec = spec
-        self.files = (WorkspaceFiles(conn, RunKeys(spec.run_id))
-                      if spec.workspace_store == "redis" else None)
+        self.files = (
+            WorkspaceFiles(conn, RunKeys(spec.run_id)) if spec.workspace_store == "redis" else None
+        )
 
     @property
     def where(self) -> str:
@@ -46,8 +47,10 @@ class RunFiles:
 
     def read(self, path: str) -> bytes:
         """One file's content; ConfigError naming how to list them when there is none."""
-        missing = ConfigError(f"run {self.spec.run_id} has no file {flat(path)!r} in its "
-                              f"workspace; `teamctl files {self.spec.run_id}` lists them")
+        missing = ConfigError(
+            f"run {self.spec.run_id} has no file {flat(path)!r} in its "
+            f"workspace; `teamctl files {self.spec.run_id}` lists them"
+        )
         if not syncable(path):
             raise missing
         if self.files is not None:
@@ -64,7 +67,7 @@ class RunFiles:
         """Every file with its content, a page at a time; only paths `read` would take."""
         paths = [entry.path for entry in self.listing() if syncable(entry.path)]
         for at in range(0, len(paths), PAGE_FILES):
-            page = paths[at:at + PAGE_FILES]
+            page = paths[at : at + PAGE_FILES]
             if self.files is not None:
                 yield from self.files.contents(page).items()
                 continue
@@ -76,9 +79,11 @@ class RunFiles:
     def _root(self) -> Path:
         root = Path(self.spec.workspace_dir)
         if not root.is_dir():
-            raise ConfigError(f"run {self.spec.run_id}'s workspace is a directory on "
-                              f"{self._host} ({root}), not found here; run this there, or keep "
-                              "workspaces in Redis (TEAMCTL_WORKSPACE_STORE=redis)")
+            raise ConfigError(
+                f"run {self.spec.run_id}'s workspace is a directory on "
+                f"{self._host} ({root}), not found here; run this there, or keep "
+                "workspaces in Redis (TEAMCTL_WORKSPACE_STORE=redis)"
+            )
         return root
 
     @property

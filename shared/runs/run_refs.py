@@ -31,8 +31,9 @@ class NamedRun:
             return None
         if self.back == 0:
             return f"run {self.run_id} (the last run)"
-        before = "the run before the last" if self.back == 1 else \
-            f"{self.back} runs before the last"
+        before = (
+            "the run before the last" if self.back == 1 else f"{self.back} runs before the last"
+        )
         return f"run {self.run_id} ({LAST}{BACK}{self.back}, {before})"
 
 
@@ -43,10 +44,12 @@ def runs_back(given: str) -> int | None:
         return 0
     if not given.startswith(LAST + BACK):
         return None
-    count = given[len(LAST + BACK):]
+    count = given[len(LAST + BACK) :]
     if not (count.isascii() and count.isdigit()) or int(count) < 1:
-        raise ConfigError(f"invalid run reference {quoted(given)}: use `{LAST}` for the last run "
-                          f"or `{LAST}{BACK}N`, N 1 or more, for the Nth run before it")
+        raise ConfigError(
+            f"invalid run reference {quoted(given)}: use `{LAST}` for the last run "
+            f"or `{LAST}{BACK}N`, N 1 or more, for the Nth run before it"
+        )
     return int(count)
 
 
@@ -61,14 +64,18 @@ def resolve_run(conn: redis.Redis, given: str | None) -> NamedRun:
         raise ConfigError("no runs recorded yet: `teamctl run OBJECTIVE` starts one")
     if len(found) <= back:
         verb = "is" if len(found) == 1 else "are"
-        raise ConfigError(f"no run {LAST}{BACK}{back}: only {counted(len(found), 'run')} {verb} "
-                          "recorded (`teamctl runs` lists them)")
+        raise ConfigError(
+            f"no run {LAST}{BACK}{back}: only {counted(len(found), 'run')} {verb} "
+            "recorded (`teamctl runs` lists them)"
+        )
     return NamedRun(check_run_id(found[back]), back)
 
 
 def check_new_run_id(run_id: str) -> str:
     """A new run's id, checked as every run id is, and not `last`, which names another run."""
     if run_id == LAST:
-        raise ConfigError(f"run id {quoted(run_id)} is reserved: `{LAST}` names the most "
-                          "recent run; pass another --run-id")
+        raise ConfigError(
+            f"run id {quoted(run_id)} is reserved: `{LAST}` names the most "
+            "recent run; pass another --run-id"
+        )
     return check_run_id(run_id)

@@ -77,14 +77,17 @@ class RunState(BaseModel):
         return self.status.finished
 
 
-
-
 class RunStore:
     """Reads and writes one run's spec and state; status writes are fenced by the coordinator
     lease `lease_owner` holds, so only the coordinator driving the run moves it."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys, lease_owner: str | None = None,
-                 scripts: Scripts | None = None) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: RunKeys,
+        lease_owner: str | None = None,
+        scripts: Scripts | None = None,
+    ) -> None:
         self.conn = conn
         self.run_id = keys.run_id
         self.keys = keys
@@ -97,13 +100,14 @@ class RunStore:
         if not self.conn.set(self.keys.spec, spec.model_dump_json(), nx=True):
             raise ConfigError(f"run {spec.run_id} already exists; pass another --run-id")
         pipe = self.conn.pipeline(transaction=True)
-        pipe.hset(self.keys.state, mapping={"status": RunStatus.PLANNING, "rounds": 0,
-                                            "started_ms": spec.created_ms})
+        pipe.hset(
+            self.keys.state,
+            mapping={"status": RunStatus.PLANNING, "rounds": 0, "started_ms": spec.created_ms},
+        )
         # A run's roster never changes; it is kept the way a team's is, so one bus serves both.
         queue_roster(pipe, self.keys, [m.id for m in spec.members])
         pipe.zadd(RUNS_INDEX, {spec.run_id: spec.created_ms})
-        pipe.xadd(RUNS_STARTED, {"run_id": spec.run_id}, maxlen=RUNS_STARTED_KEPT,
-                  approximate=True)
+        pipe.xadd(RUNS_STARTED, {"run_id": spec.run_id}, maxlen=RUNS_STARTED_KEPT, approximate=True)
         pipe.execute()
 
     def exists(self) -> bool:
@@ -123,8 +127,11 @@ class RunStore:
 
     def set_status(self, status: RunStatus) -> None:
         """Move the run to a status that does not end it; RunFailed if the lease is not ours."""
-        self._check_fenced(self.scripts["run_status"](
-            keys=[self.keys.lease, self.keys.state], args=[self._owner(), status]))
+        self._check_fenced(
+            self.scripts["run_status"](
+                keys=[self.keys.lease, self.keys.state], args=[self._owner(), status]
+            )
+        )
 
     def save_plan(self, plan: Plan) -> None:
         """Store the normalized plan (made once; resume reuses it)."""
@@ -144,13 +151,32 @@ class RunStore:
         """End the run in one step fenced by the lease (state, usage, announcement, expiry of
         the first keys); RunFailed if the lease is not ours or the run already ended."""
         usage = end.usage or Usage()
-        self._check_fenced(self.scripts["run_finish"](
-            keys=[self.keys.lease, self.keys.state, self.keys.usage, self.keys.bus,
-                  self.keys.bus_seq, self.keys.events],
-            args=[self._owner(), end.status, end.output or "", int(end.output is not None),
-                  end.error or "", usage.prompt_tokens, usage.completion_tokens,
-                  repr(float(usage.cost_usd)), int(usage.unpriced), end.announce or "",
-                  end.announce_text, max(1, int(end.retention_s * 1000))]))
+        self._check_fenced(
+            self.scripts["run_finish"](
+                keys=[
+                    self.keys.lease,
+                    self.keys.state,
+                    self.keys.usage,
+                    self.keys.bus,
+                    self.keys.bus_seq,
+                    self.keys.events,
+                ],
+                args=[
+                    self._owner(),
+                    end.status,
+                    end.output or "",
+                    int(end.output is not None),
+                    end.error or "",
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    repr(float(usage.cost_usd)),
+                    int(usage.unpriced),
+                    end.announce or "",
+                    end.announce_text,
+                    max(1, int(end.retention_s * 1000)),
+                ],
+            )
+        )
 
     @cached_property
     def scripts(self) -> Scripts:
@@ -159,19 +185,24 @@ class RunStore:
 
     def _owner(self) -> str:
         if self.lease_owner is None:
-            raise RunFailed(f"run {self.run_id}: only the coordinator holding its lease may "
-                            "change its status")
+            raise RunFailed(
+                f"run {self.run_id}: only the coordinator holding its lease may change its status"
+            )
         return self.lease_owner
 
     def _check_fenced(self, verdict: str) -> None:
         """Raise unless run_status.lua or run_finish.lua wrote ('ok')."""
         if verdict == "stale":
-            raise RunFailed(f"lost the lease on run {self.run_id} (cut off from Redis longer "
-                            "than lease_ttl_s, or another coordinator took over); this one "
-                            "stops without writing")
+            raise RunFailed(
+                f"lost the lease on run {self.run_id} (cut off from Redis longer "
+                "than lease_ttl_s, or another coordinator took over); this one "
+                "stops without writing"
+            )
         if verdict == "ended":
-            raise RunFailed(f"run {self.run_id} was already ended by another coordinator; "
-                            f"`teamctl status {self.run_id}` shows its result")
+            raise RunFailed(
+                f"run {self.run_id} was already ended by another coordinator; "
+                f"`teamctl status {self.run_id}` shows its result"
+            )
 
     def add_usage(self, usage: Usage) -> None:
         """Add a model call's usage to the run totals (atomic increments)."""
@@ -216,8 +247,9 @@ class RunStore:
 
     def _signal(self, stop_reason: str, what: Wake) -> None:
         k = self.keys
-        self.scripts["run_signal"](keys=[k.state, k.cancel, k.events, k.approval],
-                                   args=[stop_reason, what, WAKE_TASK_ID])
+        self.scripts["run_signal"](
+            keys=[k.state, k.cancel, k.events, k.approval], args=[stop_reason, what, WAKE_TASK_ID]
+        )
 
     def wait_for_wake(self, timeout_s: float) -> None:
         """Block until `wake` is called or the timeout passes (the approval wait)."""
@@ -304,12 +336,18 @@ def run_summaries(conn: redis.Redis, run_ids: list[str]) -> list[RunSummary]:
     replies = pipe.execute()
     summaries = []
     for index, run_id in enumerate(run_ids):
-        raw_spec, state, usage = replies[3 * index:3 * index + 3]
+        raw_spec, state, usage = replies[3 * index : 3 * index + 3]
         if raw_spec is None:
             continue
         try:
-            summaries.append(RunSummary(run_id, parse_spec(run_id, raw_spec),
-                                        parse_state(run_id, state), parse_usage(run_id, usage)))
+            summaries.append(
+                RunSummary(
+                    run_id,
+                    parse_spec(run_id, raw_spec),
+                    parse_state(run_id, state),
+                    parse_usage(run_id, usage),
+                )
+            )
         except UnreadableRecord as exc:
             summaries.append(RunSummary(run_id, error=str(exc)))
     return summaries

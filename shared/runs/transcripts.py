@@ -19,23 +19,29 @@ HEAD_MESSAGES = 2
 class Transcripts:
     """The transcripts of one run's tasks."""
 
-    def __init__(self, conn: redis.Redis, keys: RunKeys,
-                 scripts: Scripts | GuardedScripts | None = None) -> None:
+    def __init__(
+        self, conn: redis.Redis, keys: RunKeys, scripts: Scripts | GuardedScripts | None = None
+    ) -> None:
         self.conn = conn
         self.keys = keys
         self.scripts = scripts or Scripts(conn)
 
-    def save(self, task_id: str, token: str, messages: list[dict[str, Any]] | None,
-             max_chars: int) -> bool:
+    def save(
+        self, task_id: str, token: str, messages: list[dict[str, Any]] | None, max_chars: int
+    ) -> bool:
         """Keep `messages` (capped) as the task's transcript, or none for an attempt that never
         started its session (an earlier attempt's is removed); False if the claim was lost."""
         if max_chars <= 0:
             return True
-        text = "" if messages is None else json.dumps(capped(messages, max_chars),
-                                                      ensure_ascii=False)
-        saved: bool = self.scripts["transcript_save"](
-            keys=[self.keys.task(task_id), self.keys.transcript(task_id)],
-            args=[token, text]) == "ok"
+        text = (
+            "" if messages is None else json.dumps(capped(messages, max_chars), ensure_ascii=False)
+        )
+        saved: bool = (
+            self.scripts["transcript_save"](
+                keys=[self.keys.task(task_id), self.keys.transcript(task_id)], args=[token, text]
+            )
+            == "ok"
+        )
         return saved
 
     def load_many(self, task_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -45,10 +51,11 @@ class Transcripts:
         # In pages, pipelined: one MGET of a big run's transcripts would block Redis for long.
         pipe = self.conn.pipeline(transaction=False)
         for at in range(0, len(task_ids), LOAD_PAGE_KEYS):
-            pipe.mget([self.keys.transcript(t) for t in task_ids[at:at + LOAD_PAGE_KEYS]])
+            pipe.mget([self.keys.transcript(t) for t in task_ids[at : at + LOAD_PAGE_KEYS]])
         texts = [text for page in pipe.execute() for text in page]
-        return {task_id: json.loads(text) for task_id, text in zip(task_ids, texts, strict=True)
-                if text}
+        return {
+            task_id: json.loads(text) for task_id, text in zip(task_ids, texts, strict=True) if text
+        }
 
 
 def capped(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any]]:
@@ -77,8 +84,10 @@ def capped(messages: list[dict[str, Any]], max_chars: int) -> list[dict[str, Any
 
 
 def _note(left_out: int, max_chars: int) -> dict[str, Any]:
-    return {"role": "teamctl",
-            "content": f"{left_out} messages left out (transcript_max_chars={max_chars})"}
+    return {
+        "role": "teamctl",
+        "content": f"{left_out} messages left out (transcript_max_chars={max_chars})",
+    }
 
 
 def _json_len(messages: list[dict[str, Any]]) -> int:

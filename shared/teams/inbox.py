@@ -43,11 +43,17 @@ class InboxBatch:
 
     def answer(self) -> dict[str, Any]:
         """The batch as the read_inbox tool answers it (a peek: nothing is marked read)."""
-        result: dict[str, Any] = {"action": "read_inbox", "ok": True, "messages": self.lines,
-                                  "remaining": self.remaining}
+        result: dict[str, Any] = {
+            "action": "read_inbox",
+            "ok": True,
+            "messages": self.lines,
+            "remaining": self.remaining,
+        }
         if self.remaining:
-            result["note"] = (f"{self.remaining} more unread; they reach you in <inbox> blocks "
-                              "before your next steps")
+            result["note"] = (
+                f"{self.remaining} more unread; they reach you in <inbox> blocks "
+                "before your next steps"
+            )
         return result
 
 
@@ -63,24 +69,27 @@ def lines_block(lines: list[dict[str, Any]]) -> str:
 
 def inbox_line(message: Envelope) -> dict[str, Any]:
     """What the model sees of one message; protocol messages add their request_id."""
-    line = {"id": message.id, "from": message.from_, "type": message.type,
-            "content": message.content}
+    line = {
+        "id": message.id,
+        "from": message.from_,
+        "type": message.type,
+        "content": message.content,
+    }
     request_id = getattr(message, "request_id", None)
     if request_id:
         line["request_id"] = request_id
     return line
 
 
-def unread_batch(store: TeamStore, member: str,
-                 options: TeamOptions | None = None) -> InboxBatch:
+def unread_batch(store: TeamStore, member: str, options: TeamOptions | None = None) -> InboxBatch:
     """The member's next unread messages, left unread: at most the team's inbox_batch_messages,
     in at most tool_result_max_chars characters (a first message longer than that alone is cut,
     saying so), with how many stay unread after them. `options`: the team's, by default."""
     options = options or store.options
-    peeked_last, messages = store.messages.peek(member, limit=options.inbox_batch_messages,
-                                                seen=True)
-    budget = max(options.tool_result_max_chars - WRAPPER_CHARS,
-                 options.tool_result_max_chars // 2)
+    peeked_last, messages = store.messages.peek(
+        member, limit=options.inbox_batch_messages, seen=True
+    )
+    budget = max(options.tool_result_max_chars - WRAPPER_CHARS, options.tool_result_max_chars // 2)
     lines: list[dict[str, Any]] = []
     used = 0
     for message in messages:
@@ -94,8 +103,9 @@ def unread_batch(store: TeamStore, member: str,
         used += size
     offset = peeked_last if len(lines) == len(messages) else str(lines[-1]["id"])
     # Nothing peeked means nothing unread; otherwise count what lies past the batch.
-    return InboxBatch(lines, offset, entries_after(store.conn, store.keys.inbox(member), offset)
-                      if offset else 0)
+    return InboxBatch(
+        lines, offset, entries_after(store.conn, store.keys.inbox(member), offset) if offset else 0
+    )
 
 
 def _dumped(line: dict[str, Any]) -> str:

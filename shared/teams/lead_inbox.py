@@ -74,10 +74,18 @@ class LeadInbox:
         folded = 0
         for _ in range(MAX_ROUNDS):
             unread, count, length, more = self.scripts["lead_inbox_fold"](
-                keys=[keys.bus, keys.bus_seq, keys.inbox(LEAD), keys.read_offsets,
-                      keys.lead_inbox],
-                args=[most, target, FOLD_WALK, FOLD_BATCH, SystemType.INBOX_SUMMARY,
-                      SUMMARY_NAMES, room, *SYSTEM_NAMESPACES])
+                keys=[keys.bus, keys.bus_seq, keys.inbox(LEAD), keys.read_offsets, keys.lead_inbox],
+                args=[
+                    most,
+                    target,
+                    FOLD_WALK,
+                    FOLD_BATCH,
+                    SystemType.INBOX_SUMMARY,
+                    SUMMARY_NAMES,
+                    room,
+                    *SYSTEM_NAMESPACES,
+                ],
+            )
             folded += int(count)
             if not int(more):
                 break
@@ -98,8 +106,9 @@ class LeadInbox:
         cap = self.options.bus_max_messages
         if outcome.bus_length > cap + cap // TRIM_SLACK_DIVISOR:
             self.bus.trim()
-            length = self.bus.compact(record_key=self.keys.lead_inbox, work=COMPACT_WORK,
-                                      rounds=MAX_ROUNDS)
+            length = self.bus.compact(
+                record_key=self.keys.lead_inbox, work=COMPACT_WORK, rounds=MAX_ROUNDS
+            )
             outcome = FoldOutcome(outcome.unread, outcome.folded, length)
         return outcome
 
@@ -113,5 +122,5 @@ class LeadInbox:
                 f"the lead has {outcome.unread} unread messages, its bound "
                 f"(lead_inbox_max_messages {most}), and none of them can be folded; {sender}'s "
                 "message was not sent. Wait for the lead to read its mail, or put what you "
-                "wanted to say in a task result or a message to a teammate")
-
+                "wanted to say in a task result or a message to a teammate"
+            )

@@ -27,8 +27,14 @@ class TeamMessages:
         self.keys = store.keys
         self.scripts = store.scripts
 
-    def send(self, sender: str, to: str, content: str, type_: str | None = None,
-             traceparent: str | None = None) -> tuple[Envelope, bool]:
+    def send(
+        self,
+        sender: str,
+        to: str,
+        content: str,
+        type_: str | None = None,
+        traceparent: str | None = None,
+    ) -> tuple[Envelope, bool]:
         """A message from `sender` (a teammate or `lead`) to a teammate or `lead`, published and
         its recipient woken; returns the message and whether a turn was enqueued. A protocol
         type is refused (ConfigError listing the valid types): only its tools send it.
@@ -42,8 +48,9 @@ class TeamMessages:
         self.store.lead_inbox.keep_bounds()
         return message, (to != LEAD and self.wake(to))
 
-    def broadcast(self, sender: str, content: str,
-                  traceparent: str | None = None) -> tuple[Envelope, list[str]]:
+    def broadcast(
+        self, sender: str, content: str, traceparent: str | None = None
+    ) -> tuple[Envelope, list[str]]:
         """A message to every teammate but the sender (and to the lead, from a teammate);
         returns it and the teammates it woke."""
         if sender != LEAD:
@@ -53,8 +60,9 @@ class TeamMessages:
         self.store.lead_inbox.keep_bounds()
         if self.store.budget_exceeded():  # asked once, not once per teammate
             return message, []
-        return message, [name for name in self.store.names()
-                         if name != sender and self._wake_within_budget(name)]
+        return message, [
+            name for name in self.store.names() if name != sender and self._wake_within_budget(name)
+        ]
 
     def wake(self, name: str) -> bool:
         """Flip an idle teammate to working and enqueue its turn; False when it needs none, or
@@ -63,15 +71,17 @@ class TeamMessages:
 
     def _wake_within_budget(self, name: str) -> bool:
         """wake() once the caller knows the budget lasts."""
-        queue = self.scripts["team_wake"](keys=[self.keys.teammate(name), self.keys.events],
-                                          args=[name])
+        queue = self.scripts["team_wake"](
+            keys=[self.keys.teammate(name), self.keys.events], args=[name]
+        )
         if not queue:
             return False
         self.store.scheduler.enqueue(name, str(queue))  # the script named it: no read of the record
         return True
 
-    def peek(self, member: str, limit: int = PEEK_BATCH, *,
-             seen: bool = False) -> tuple[str, list[Envelope]]:
+    def peek(
+        self, member: str, limit: int = PEEK_BATCH, *, seen: bool = False
+    ) -> tuple[str, list[Envelope]]:
         """The member's first `limit` unread messages, left unread; with the last inbox id they
         cover. Read PEEK_PAGE at a time (a script copies at most that many bodies). `seen`:
         they go to a model, so the lead's are never folded from now on."""
@@ -83,7 +93,8 @@ class TeamMessages:
             page = min(limit, PEEK_PAGE)
             page_last, entries = self.scripts["team_peek"](
                 keys=[self.keys.inbox(member), self.keys.read_offsets, self.keys.bus, *record],
-                args=[member, page, last_id])
+                args=[member, page, last_id],
+            )
             if not page_last:
                 break
             last_id = page_last
@@ -103,16 +114,21 @@ class TeamMessages:
         ids = {entry_id for entry_id, _ in self.conn.xrange(self.keys.inbox(member))}
         return [m for m in self.store.bus.messages() if m.id in ids]
 
-    def events(self, after_id: str = "0-0", *, wait_ms: int | None = None,
-               count: int = PEEK_BATCH) -> list[TeamEvent]:
+    def events(
+        self, after_id: str = "0-0", *, wait_ms: int | None = None, count: int = PEEK_BATCH
+    ) -> list[TeamEvent]:
         """Task, teammate and request changes after `after_id`, in order; waits up to `wait_ms`
         for the first (None: do not wait), so watchers block instead of polling."""
         streams = {self.keys.events: after_id}
-        reply = (self.conn.xread(streams, count=count) if wait_ms is None else
-                 self.store.bus.blocking_conn.xread(streams, count=count, block=block_ms(wait_ms)))
+        reply = (
+            self.conn.xread(streams, count=count)
+            if wait_ms is None
+            else self.store.bus.blocking_conn.xread(streams, count=count, block=block_ms(wait_ms))
+        )
         entries = reply[0][1] if reply else []
-        return [TeamEvent.model_validate({"id": entry_id, **fields})
-                for entry_id, fields in entries]
+        return [
+            TeamEvent.model_validate({"id": entry_id, **fields}) for entry_id, fields in entries
+        ]
 
     def notices(self, type_: SystemType) -> list[Envelope]:
         """Every message of that system type still on the bus (tests and the lead's views)."""

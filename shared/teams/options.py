@@ -86,21 +86,20 @@ class TeamOptions(BaseModel):
     workspace_file_max_bytes: int = Field(DEFAULT_FILE_MAX_BYTES, ge=1, le=MAX_FILE_MAX_BYTES)
     """Largest file a workspace kept in Redis holds (TEAMCTL_WORKSPACE_STORE); a larger save is
     refused with a tool error. A local workspace has no such cap."""
-    workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1,
-                                     le=MAX_WORKSPACE_MAX_BYTES)
+    workspace_max_bytes: int = Field(DEFAULT_WORKSPACE_MAX_BYTES, ge=1, le=MAX_WORKSPACE_MAX_BYTES)
     """Most bytes a workspace kept in Redis holds there: each file's content, its path twice
     and PATH_RECORD_BYTES (512) for Redis's records of it; a deleted path's twice and
     512 until its record goes (10 minutes, or at once when a save needs the room). A save
     that would pass it is refused with a tool error naming it."""
-    workspace_max_files: int = Field(DEFAULT_WORKSPACE_MAX_FILES, ge=1,
-                                     le=MAX_WORKSPACE_MAX_FILES)
+    workspace_max_files: int = Field(DEFAULT_WORKSPACE_MAX_FILES, ge=1, le=MAX_WORKSPACE_MAX_FILES)
     """Most files a workspace kept in Redis holds; a save that would add one more is refused
     with a tool error naming it."""
     lead_tools: list[str] = Field(default_factory=list)
     """Workspace tools the lead agent (`teamctl lead`) gets in the team's workspace; `bash` only
     if listed."""
-    grantable_tools: list[str] = Field(default_factory=lambda: list(GRANTABLE_BY_DEFAULT),
-                                       max_length=MAX_GRANTS)
+    grantable_tools: list[str] = Field(
+        default_factory=lambda: list(GRANTABLE_BY_DEFAULT), max_length=MAX_GRANTS
+    )
     """The tools the lead's spawn_teammate may give a teammate: workspace tools (`bash` only if
     listed) and Python tools (`package.module:function`, imported when the team is created)."""
     grantable_mcp: list[str] = Field(default_factory=list, max_length=MAX_GRANTS)
@@ -132,8 +131,9 @@ class TeamOptions(BaseModel):
     @property
     def file_caps(self) -> FileCaps:
         """The caps of the workspace when it is kept in Redis."""
-        return FileCaps(self.workspace_file_max_bytes, self.workspace_max_bytes,
-                        self.workspace_max_files)
+        return FileCaps(
+            self.workspace_file_max_bytes, self.workspace_max_bytes, self.workspace_max_files
+        )
 
     @model_validator(mode="after")
     def _lead_inbox_fits_bus(self) -> TeamOptions:
@@ -141,7 +141,8 @@ class TeamOptions(BaseModel):
             raise ValueError(
                 f"lead_inbox_max_messages ({self.lead_inbox_max_messages}) must be at most half "
                 f"of bus_max_messages ({self.bus_max_messages}), so the lead's unread mail fits "
-                "on the bus beside the teammates'; lower it or raise bus_max_messages")
+                "on the bus beside the teammates'; lower it or raise bus_max_messages"
+            )
         return self
 
     @field_validator("lead_tools")
@@ -149,8 +150,9 @@ class TeamOptions(BaseModel):
     def _known_tools(cls, tools: list[str]) -> list[str]:
         unknown = [tool for tool in tools if tool not in WORKSPACE_TOOLS]
         if unknown:
-            raise ValueError(f"unknown tool {unknown[0]!r}; available: "
-                             f"{', '.join(WORKSPACE_TOOLS)}")
+            raise ValueError(
+                f"unknown tool {unknown[0]!r}; available: {', '.join(WORKSPACE_TOOLS)}"
+            )
         return tools
 
     @field_validator("grantable_tools")
@@ -160,9 +162,11 @@ class TeamOptions(BaseModel):
             if is_python_tool(tool):
                 check_entry(tool)
             elif tool not in WORKSPACE_TOOLS:
-                raise ValueError(f"unknown tool {tool!r}; list workspace tools "
-                                 f"({', '.join(WORKSPACE_TOOLS)}) or Python tools as "
-                                 "'package.module:function'")
+                raise ValueError(
+                    f"unknown tool {tool!r}; list workspace tools "
+                    f"({', '.join(WORKSPACE_TOOLS)}) or Python tools as "
+                    "'package.module:function'"
+                )
         return list(dict.fromkeys(tools))
 
     @field_validator("grantable_mcp")

@@ -34,18 +34,37 @@ class TeamRequests:
         and its wake-up, in one script; returns the record and whether a turn was enqueued.
         BudgetSpent once the team's budget is spent: no turn could answer it."""
         self.store.get(name)
-        self.store.refuse_past_budget(f"no shutdown request was sent to {name} (`teamctl team "
-                                      f"shutdown {name} --force` shuts it down without a turn)")
+        self.store.refuse_past_budget(
+            f"no shutdown request was sent to {name} (`teamctl team "
+            f"shutdown {name} --force` shuts it down without a turn)"
+        )
         request_id = new_request_id()
-        content = (f"The lead asks you to shut down{': ' + reason if reason else '.'} Answer "
-                   f"with respond_shutdown(request_id={request_id!r}, approve=true|false).")
+        content = (
+            f"The lead asks you to shut down{': ' + reason if reason else '.'} Answer "
+            f"with respond_shutdown(request_id={request_id!r}, approve=true|false)."
+        )
         verdict, woke, _ = self.scripts["request_open"](
-            keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
-                  self.keys.bus_seq, self.keys.inbox(name), self.keys.teammate(name),
-                  self.keys.events, self.keys.teammate_requests(name)],
-            args=[request_id, RequestKind.SHUTDOWN, LEAD, name, reason,
-                  int(self.store.options.shutdown_deadline_s * 1000), ProtocolType.SHUTDOWN_REQUEST,
-                  content])
+            keys=[
+                self.keys.request(request_id),
+                self.keys.requests,
+                self.keys.bus,
+                self.keys.bus_seq,
+                self.keys.inbox(name),
+                self.keys.teammate(name),
+                self.keys.events,
+                self.keys.teammate_requests(name),
+            ],
+            args=[
+                request_id,
+                RequestKind.SHUTDOWN,
+                LEAD,
+                name,
+                reason,
+                int(self.store.options.shutdown_deadline_s * 1000),
+                ProtocolType.SHUTDOWN_REQUEST,
+                content,
+            ],
+        )
         if verdict == "shutdown":
             raise RequestRefused(f"{name} is already shut down")
         if verdict != "ok":
@@ -55,20 +74,35 @@ class TeamRequests:
             self.store.scheduler.enqueue_turn(self.store.get(name))
         return self.get(request_id), bool(woke)
 
-    def respond_shutdown(self, name: str, request_id: str, approve: bool,
-                         reason: str = "") -> str:
+    def respond_shutdown(self, name: str, request_id: str, approve: bool, reason: str = "") -> str:
         """`name` answers a shutdown request addressed to it; returns the response's message
         id. Refused, changing nothing: an unknown id, another kind or addressee (ConfigError),
         a resolved or expired request (RequestRefused)."""
         check_request_id(request_id)
-        content = (f"{name} {'approves' if approve else 'rejects'} shutdown request "
-                   f"{request_id}" + (f": {reason}" if reason else ""))
+        content = f"{name} {'approves' if approve else 'rejects'} shutdown request {request_id}" + (
+            f": {reason}" if reason else ""
+        )
         verdict, detail, _ = self.scripts["request_resolve"](
-            keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD), self.keys.teammate(name), self.keys.events,
-                  self.keys.teammate_requests(name)],
-            args=[request_id, RequestKind.SHUTDOWN, name, "1" if approve else "0", reason,
-                  ProtocolType.SHUTDOWN_RESPONSE, content, name])
+            keys=[
+                self.keys.request(request_id),
+                self.keys.bus,
+                self.keys.bus_seq,
+                self.keys.inbox(LEAD),
+                self.keys.teammate(name),
+                self.keys.events,
+                self.keys.teammate_requests(name),
+            ],
+            args=[
+                request_id,
+                RequestKind.SHUTDOWN,
+                name,
+                "1" if approve else "0",
+                reason,
+                ProtocolType.SHUTDOWN_RESPONSE,
+                content,
+                name,
+            ],
+        )
         _raise_refusal(request_id, verdict, detail, RequestKind.SHUTDOWN, name, name)
         self.store.lead_inbox.keep_bounds()
         return str(detail)
@@ -81,40 +115,77 @@ class TeamRequests:
         teammate = self.store.get(name)
         request_id = new_request_id()
         last = self.keys.request(teammate.plan_request or request_id)
-        content = (f"{name} asks you to approve a plan ({request_id}); review it with "
-                   f"`teamctl team review {request_id} --approve|--reject`:\n{plan}")
+        content = (
+            f"{name} asks you to approve a plan ({request_id}); review it with "
+            f"`teamctl team review {request_id} --approve|--reject`:\n{plan}"
+        )
         verdict, detail = self.scripts["plan_submit"](
-            keys=[self.keys.request(request_id), self.keys.requests, self.keys.bus,
-                  self.keys.bus_seq, self.keys.inbox(LEAD), self.keys.teammate(name), last,
-                  self.keys.events, self.keys.teammate_requests(name)],
-            args=[request_id, name, plan, int(self.store.options.plan_deadline_s * 1000),
-                  ProtocolType.PLAN_APPROVAL_REQUEST, content])
+            keys=[
+                self.keys.request(request_id),
+                self.keys.requests,
+                self.keys.bus,
+                self.keys.bus_seq,
+                self.keys.inbox(LEAD),
+                self.keys.teammate(name),
+                last,
+                self.keys.events,
+                self.keys.teammate_requests(name),
+            ],
+            args=[
+                request_id,
+                name,
+                plan,
+                int(self.store.options.plan_deadline_s * 1000),
+                ProtocolType.PLAN_APPROVAL_REQUEST,
+                content,
+            ],
+        )
         if verdict == "pending":
-            raise RequestRefused(f"plan request {detail} is still pending; wait for the lead's "
-                                 "plan_approval_response")
+            raise RequestRefused(
+                f"plan request {detail} is still pending; wait for the lead's "
+                "plan_approval_response"
+            )
         if verdict == "not_required":
-            raise RequestRefused(f"{name} is not waiting for a plan approval (plan mode "
-                                 f"{detail or 'off'}); go ahead without one")
+            raise RequestRefused(
+                f"{name} is not waiting for a plan approval (plan mode "
+                f"{detail or 'off'}); go ahead without one"
+            )
         self.store.lead_inbox.keep_bounds()
         return self.get(detail)  # a replayed call names the request it first opened
 
-    def review_plan(self, request_id: str, approve: bool,
-                    feedback: str = "") -> tuple[str, bool]:
+    def review_plan(self, request_id: str, approve: bool, feedback: str = "") -> tuple[str, bool]:
         """The lead approves or rejects a plan request: the record, a plan_approval_response to
         the teammate and its wake-up, in one script; returns the message id and whether a turn
         was enqueued. Refusals as for respond_shutdown (a rejection keeps the gate), and
         BudgetSpent once the team's budget is spent (no turn could act on it)."""
         requester = self.get(request_id).from_
         self.store.refuse_past_budget(f"plan request {request_id} stays pending")
-        content = (f"The lead {'approves' if approve else 'rejects'} your plan {request_id}"
-                   + (f": {feedback}" if feedback else "")
-                   + ("" if approve else ". Revise it and submit_plan again."))
+        content = (
+            f"The lead {'approves' if approve else 'rejects'} your plan {request_id}"
+            + (f": {feedback}" if feedback else "")
+            + ("" if approve else ". Revise it and submit_plan again.")
+        )
         verdict, detail, woke = self.scripts["request_resolve"](
-            keys=[self.keys.request(request_id), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(requester), self.keys.teammate(requester), self.keys.events,
-                  self.keys.teammate_requests(requester)],
-            args=[request_id, RequestKind.PLAN_APPROVAL, LEAD, "1" if approve else "0",
-                  feedback, ProtocolType.PLAN_APPROVAL_RESPONSE, content, requester])
+            keys=[
+                self.keys.request(request_id),
+                self.keys.bus,
+                self.keys.bus_seq,
+                self.keys.inbox(requester),
+                self.keys.teammate(requester),
+                self.keys.events,
+                self.keys.teammate_requests(requester),
+            ],
+            args=[
+                request_id,
+                RequestKind.PLAN_APPROVAL,
+                LEAD,
+                "1" if approve else "0",
+                feedback,
+                ProtocolType.PLAN_APPROVAL_RESPONSE,
+                content,
+                requester,
+            ],
+        )
         _raise_refusal(request_id, verdict, detail, RequestKind.PLAN_APPROVAL, LEAD, requester)
         self.store.lead_inbox.keep_bounds()
         if woke:
@@ -125,11 +196,12 @@ class TeamRequests:
         """One request's record, expired first if it is pending past its deadline; ConfigError
         for an unknown id."""
         check_request_id(request_id)
-        flat = self.scripts["request_read"](keys=[self.keys.request(request_id),
-                                                  self.keys.events])
+        flat = self.scripts["request_read"](keys=[self.keys.request(request_id), self.keys.events])
         if not flat:
-            raise ConfigError(f"unknown request {request_id} in team {self.store.team}; "
-                              "see `teamctl team requests`")
+            raise ConfigError(
+                f"unknown request {request_id} in team {self.store.team}; "
+                "see `teamctl team requests`"
+            )
         fields = dict(zip(flat[0::2], flat[1::2], strict=True))
         return TeamRequest.from_hash(self.store.team, fields)
 
@@ -172,10 +244,20 @@ class TeamRequests:
         when it is already shut down."""
         self.store.get(name)
         tasks = TeamTasks(self.store)
-        verdict, released = until_current(lambda: self.scripts["team_shutdown"](
-            keys=[self.keys.teammate(name), self.keys.turn(name), self.keys.bus, self.keys.bus_seq,
-                  self.keys.inbox(LEAD), *tasks.board_keys(), *tasks.running_keys()],
-            args=[f"{name} shut down (forced by the lead)", name]))
+        verdict, released = until_current(
+            lambda: self.scripts["team_shutdown"](
+                keys=[
+                    self.keys.teammate(name),
+                    self.keys.turn(name),
+                    self.keys.bus,
+                    self.keys.bus_seq,
+                    self.keys.inbox(LEAD),
+                    *tasks.board_keys(),
+                    *tasks.running_keys(),
+                ],
+                args=[f"{name} shut down (forced by the lead)", name],
+            )
+        )
         if verdict == "shutdown":
             raise RequestRefused(f"{name} is already shut down")
         self.store.lead_inbox.keep_bounds()
@@ -183,8 +265,9 @@ class TeamRequests:
             tasks.wake()
 
 
-def _raise_refusal(request_id: str, verdict: str, detail: str, kind: RequestKind,
-                   responder: str, teammate: str) -> None:
+def _raise_refusal(
+    request_id: str, verdict: str, detail: str, kind: RequestKind, responder: str, teammate: str
+) -> None:
     """The exception for a refused resolve (nothing was written), or nothing for 'ok'."""
     if verdict == "ok":
         return
@@ -193,11 +276,15 @@ def _raise_refusal(request_id: str, verdict: str, detail: str, kind: RequestKind
     if verdict == "wrong_kind":
         raise ConfigError(f"request {request_id} is a {detail} request, not a {kind} request")
     if verdict == "wrong_responder":
-        raise ConfigError(f"request {request_id} is addressed to {detail}, not {responder}; "
-                          "only its addressee answers it")
+        raise ConfigError(
+            f"request {request_id} is addressed to {detail}, not {responder}; "
+            "only its addressee answers it"
+        )
     if verdict == "stale":
         current = f"its current one is {detail}" if detail else "it has none pending"
-        raise RequestRefused(f"request {request_id} is not {teammate}'s current {kind} request "
-                             f"({teammate} was re-spawned since it was made, or {current}); "
-                             "nothing changed")
+        raise RequestRefused(
+            f"request {request_id} is not {teammate}'s current {kind} request "
+            f"({teammate} was re-spawned since it was made, or {current}); "
+            "nothing changed"
+        )
     raise RequestRefused(f"request {request_id} is already {detail}")

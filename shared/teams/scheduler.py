@@ -61,9 +61,14 @@ class TurnScheduler:
         from rq import Queue  # here: RQ is slow to import, and most team verbs wake nobody
 
         job = Queue(queue, connection=self.rq_conn).enqueue(
-            TURN_FUNCTION, self.store.team, name, job_timeout=self.store.options.job_timeout_s,
+            TURN_FUNCTION,
+            self.store.team,
+            name,
+            job_timeout=self.store.options.job_timeout_s,
             description=f"turn of {name} in team {self.store.team}",
-            result_ttl=TURN_RESULT_TTL_S, failure_ttl=24 * 3600)
+            result_ttl=TURN_RESULT_TTL_S,
+            failure_ttl=24 * 3600,
+        )
         self.conn.hset(self.keys.teammate(name), "job_id", job.id)
 
     def workers_on(self, queue: str) -> bool:
@@ -96,10 +101,19 @@ class TurnScheduler:
         pairs = [key for name in names for key in (self.keys.teammate(name), self.keys.turn(name))]
         options = store.options
         tasks = TeamTasks(store)
-        _, rerun, released = until_current(lambda: store.scripts["team_reconcile"](
-            keys=[self.keys.bus, self.keys.bus_seq, self.keys.inbox(LEAD), *pairs,
-                  *tasks.board_keys(), *tasks.running_keys()],
-            args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names]))
+        _, rerun, released = until_current(
+            lambda: store.scripts["team_reconcile"](
+                keys=[
+                    self.keys.bus,
+                    self.keys.bus_seq,
+                    self.keys.inbox(LEAD),
+                    *pairs,
+                    *tasks.board_keys(),
+                    *tasks.running_keys(),
+                ],
+                args=[int(options.heartbeat_ttl_s * 1000), options.max_turn_attempts, *names],
+            )
+        )
         store.lead_inbox.keep_bounds()
         if int(released):
             tasks.wake()
@@ -112,8 +126,11 @@ class TurnScheduler:
         pipe = self.conn.pipeline(transaction=False)
         for name in names:
             pipe.hmget(self.keys.teammate(name), "status", "job_id")
-        return {name: job_id or "" for name, (status, job_id)
-                in zip(names, pipe.execute(), strict=True) if status == TeammateStatus.WORKING}
+        return {
+            name: job_id or ""
+            for name, (status, job_id) in zip(names, pipe.execute(), strict=True)
+            if status == TeammateStatus.WORKING
+        }
 
     def _queued_turns(self, working: dict[str, str]) -> set[str]:
         """The working teammates whose turn job still waits in its queue (not started, so no
@@ -125,5 +142,8 @@ class TurnScheduler:
 
         fetched = Job.fetch_many(list(jobs.values()), connection=self.rq_conn)
         waiting = {JobStatus.QUEUED, JobStatus.DEFERRED, JobStatus.SCHEDULED}
-        return {name for name, job in zip(jobs, fetched, strict=True)
-                if job is not None and job.get_status(refresh=False) in waiting}
+        return {
+            name
+            for name, job in zip(jobs, fetched, strict=True)
+            if job is not None and job.get_status(refresh=False) in waiting
+        }

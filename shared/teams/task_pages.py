@@ -18,8 +18,14 @@ from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.tasks import Store, TeamTask, TeamTasks
 from teamctl.shared.text import shorten
 
-__all__ = ["GET_TASK_DESCRIPTION", "LIST_TASKS_DESCRIPTION", "GetTaskArgs", "ListTasksArgs",
-           "get_task", "list_tasks"]
+__all__ = [
+    "GET_TASK_DESCRIPTION",
+    "LIST_TASKS_DESCRIPTION",
+    "GetTaskArgs",
+    "ListTasksArgs",
+    "get_task",
+    "list_tasks",
+]
 
 LISTED_CHARS = 200
 """How much of a task's subject, description, result and release reason a listing shows."""
@@ -39,9 +45,9 @@ class GetTaskArgs(ToolArgs):
 LIST_TASKS_DESCRIPTION = (
     "List one page of the team task board (optional status, offset, limit): id, status, "
     "subject, role, assignee, owner, dependencies (after), result, long texts shortened; says "
-    "how many match and remain.")
-GET_TASK_DESCRIPTION = ("Show one task of the team task board whole (its description and "
-                        "result).")
+    "how many match and remain."
+)
+GET_TASK_DESCRIPTION = "Show one task of the team task board whole (its description and result)."
 """The two tools' descriptions, the same for a teammate and the lead."""
 
 
@@ -55,14 +61,22 @@ def list_tasks(store: Store, args: ListTasksArgs, options: TeamOptions) -> dict[
     views = [listed(task) for task in read_tasks(tasks, ids)]
     views = fitting(views, options.tool_result_max_chars - WRAPPER_CHARS)
     remaining = max(total - offset - len(views), 0)
-    result: dict[str, Any] = {"action": "list_tasks", "ok": True, "status": status,
-                              "total": total, "offset": offset, "returned": len(views),
-                              "remaining": remaining,
-                              "next_offset": offset + len(views) if remaining else None,
-                              "tasks": views}
+    result: dict[str, Any] = {
+        "action": "list_tasks",
+        "ok": True,
+        "status": status,
+        "total": total,
+        "offset": offset,
+        "returned": len(views),
+        "remaining": remaining,
+        "next_offset": offset + len(views) if remaining else None,
+        "tasks": views,
+    }
     if any([view.pop("_cut", False) for view in views]):  # a list: every view loses the mark
-        result["note"] = (f"texts longer than {LISTED_CHARS} characters are shortened ('...'); "
-                          "get_task(task_id) shows one task whole")
+        result["note"] = (
+            f"texts longer than {LISTED_CHARS} characters are shortened ('...'); "
+            "get_task(task_id) shows one task whole"
+        )
     return result
 
 
@@ -70,9 +84,15 @@ def get_task(store: Store, args: GetTaskArgs, options: TeamOptions) -> dict[str,
     """One task whole, its subject, description and result cut (saying so) only to keep the
     answer within tool_result_max_chars."""
     view = TeamTasks(store).get(args.task_id).view()
-    return {"action": "get_task", "ok": True, "task": cut_to_fit(
-        view, ["subject", "description", "result"],
-        options.tool_result_max_chars - WRAPPER_CHARS)}
+    return {
+        "action": "get_task",
+        "ok": True,
+        "task": cut_to_fit(
+            view,
+            ["subject", "description", "result"],
+            options.tool_result_max_chars - WRAPPER_CHARS,
+        ),
+    }
 
 
 def read_tasks(tasks: TeamTasks, ids: list[str]) -> list[TeamTask]:
@@ -97,5 +117,3 @@ def listed(task: TeamTask) -> dict[str, Any]:
         view["after"], view["after_count"], cut = after[:LISTED_AFTER], len(after), True
     view["_cut"] = cut
     return view
-
-

@@ -132,11 +132,20 @@ class TeamTask(TaskState):
 
     def view(self) -> dict[str, Any]:
         """What listings show of the task (`team task list --json`, the list_tasks tool)."""
-        return {"id": self.task_id, "status": self.status.value, "subject": self.subject,
-                "description": self.description, "role": self.role,
-                "assignee": self.assignee, "owner": self.owner, "after": self.depends_on,
-                "result": self.output, "released_reason": self.requeue_reason,
-                "releases": self.releases, "error": self.error}
+        return {
+            "id": self.task_id,
+            "status": self.status.value,
+            "subject": self.subject,
+            "description": self.description,
+            "role": self.role,
+            "assignee": self.assignee,
+            "owner": self.owner,
+            "after": self.depends_on,
+            "result": self.output,
+            "released_reason": self.requeue_reason,
+            "releases": self.releases,
+            "error": self.error,
+        }
 
 
 def task_id_of(raw: str) -> str:
@@ -144,10 +153,14 @@ def task_id_of(raw: str) -> str:
     when it cannot name a team task."""
     text = (raw or "").strip()
     resolved = resolve_task_id(TASK_PREFIX + text if text.isdigit() else text)
-    if not resolved or not resolved.startswith(TASK_PREFIX) \
-            or not resolved.removeprefix(TASK_PREFIX).isdigit():
-        raise ConfigError(f"invalid task id {text!r}: team task ids are task_<n> "
-                          "(see `teamctl team task list`)")
+    if (
+        not resolved
+        or not resolved.startswith(TASK_PREFIX)
+        or not resolved.removeprefix(TASK_PREFIX).isdigit()
+    ):
+        raise ConfigError(
+            f"invalid task id {text!r}: team task ids are task_<n> (see `teamctl team task list`)"
+        )
     return resolved
 
 
@@ -166,9 +179,16 @@ class TeamTasks:
 
     # --- the lead's side ------------------------------------------------------------------------
 
-    def add(self, subject: str, *, description: str = "", role: str = "",
-            assignee: str = "", after: Sequence[str] = (),
-            traceparent: str | None = None) -> tuple[TeamTask, list[str]]:
+    def add(
+        self,
+        subject: str,
+        *,
+        description: str = "",
+        role: str = "",
+        assignee: str = "",
+        after: Sequence[str] = (),
+        traceparent: str | None = None,
+    ) -> tuple[TeamTask, list[str]]:
         """Add task_<n>; returns it (re-read: it may already be claimed) and the teammates woken
         for ready tasks. ConfigError for an empty subject, text over max_message_bytes, an
         unknown assignee or an unknown --after id (nothing is written)."""
@@ -177,8 +197,10 @@ class TeamTasks:
             raise ConfigError("the task subject is empty; say what is to be done")
         limit = self.store.options.max_message_bytes
         if len((subject + description).encode()) > limit:
-            raise ConfigError(f"the task's subject and description exceed {limit} bytes "
-                              "(max_message_bytes); shorten them")
+            raise ConfigError(
+                f"the task's subject and description exceed {limit} bytes "
+                "(max_message_bytes); shorten them"
+            )
         if assignee:
             self.store.get(check_teammate_name(assignee))
         deps = list(dict.fromkeys(task_id_of(d) for d in after))
@@ -187,21 +209,35 @@ class TeamTasks:
             seq = self.conn.get(self.keys.task_seq) or "0"
             task_id = f"{TASK_PREFIX}{int(seq) + 1}"
             verdict, detail = self.scripts["team_task_add"](
-                keys=[self.keys.task_seq, self.keys.order, self.keys.ready, self.keys.counts,
-                      self.keys.events, self.keys.task(task_id), lane,
-                      *(self.keys.task(d) for d in deps)],
-                args=[seq, task_id, subject, description, role, assignee,
-                      self.store.options.max_task_releases, *deps])
+                keys=[
+                    self.keys.task_seq,
+                    self.keys.order,
+                    self.keys.ready,
+                    self.keys.counts,
+                    self.keys.events,
+                    self.keys.task(task_id),
+                    lane,
+                    *(self.keys.task(d) for d in deps),
+                ],
+                args=[
+                    seq,
+                    task_id,
+                    subject,
+                    description,
+                    role,
+                    assignee,
+                    self.store.options.max_task_releases,
+                    *deps,
+                ],
+            )
             if verdict == "unknown":
-                raise ConfigError(f"unknown task {detail} in --after; see `teamctl team task "
-                                  "list`")
+                raise ConfigError(f"unknown task {detail} in --after; see `teamctl team task list`")
             if verdict == "ok":
                 if traceparent:  # the adder's span, read by the turns it wakes (before them)
                     self.conn.hset(self.keys.task(task_id), "traceparent", traceparent)
                 woken = self.wake()
                 return self.get(task_id), woken
-        raise TeamError(f"task not added: {MAX_RETRIES} concurrent adds won the race; "
-                        "try again")
+        raise TeamError(f"task not added: {MAX_RETRIES} concurrent adds won the race; try again")
 
     def lane(self, role: str, assignee: str) -> str:
         """The ready lane of a task: its assignee's, else its role's, else the open one."""
@@ -211,8 +247,11 @@ class TeamTasks:
 
     def lanes_of(self, name: str, role: str | None) -> list[str]:
         """The lanes teammate `name` of `role` draws tasks from."""
-        return [self.keys.ready_for(name), *([self.keys.ready_role(role)] if role else []),
-                self.keys.ready_open]
+        return [
+            self.keys.ready_for(name),
+            *([self.keys.ready_role(role)] if role else []),
+            self.keys.ready_open,
+        ]
 
     def snapshot(self) -> list[TeamTask]:
         """Every task in number order, as the board stood at one instant, read a page per
@@ -229,8 +268,10 @@ class TeamTasks:
         task_id = task_id_of(task_id)
         raw = self.conn.hgetall(self.keys.task(task_id))
         if not raw:
-            raise ConfigError(f"unknown task {task_id} in team {self.store.team}; see "
-                              "`teamctl team task list` (or list_tasks)")
+            raise ConfigError(
+                f"unknown task {task_id} in team {self.store.team}; see "
+                "`teamctl team task list` (or list_tasks)"
+            )
         return TeamTask.from_hash(raw)
 
     # --- a teammate's turn ----------------------------------------------------------------------
@@ -239,16 +280,23 @@ class TeamTasks:
         """The teammate's turn claims a ready task it may take; TaskRefused says why not."""
         task = self.get(task_id)
         verdict, detail = self.scripts["team_task_claim"](
-            keys=[self.keys.turn(name), self.keys.teammate(name), self.keys.task(task.task_id),
-                  self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
-                  self.keys.events],
-            args=[token, name])
+            keys=[
+                self.keys.turn(name),
+                self.keys.teammate(name),
+                self.keys.task(task.task_id),
+                self.keys.ready,
+                self.keys.running,
+                self.keys.counts,
+                self.keys.tokens,
+                self.keys.events,
+            ],
+            args=[token, name],
+        )
         if verdict != "ok":
             raise self._claim_refusal(task, name, verdict, detail)
         return self.get(task.task_id)
 
-    def _claim_refusal(self, task: TeamTask, name: str, verdict: str,
-                       detail: str) -> TeamError:
+    def _claim_refusal(self, task: TeamTask, name: str, verdict: str, detail: str) -> TeamError:
         tid = task.task_id
         if verdict == "stale":
             return StaleTurn(f"the turn of {name} was revoked; {tid} was not claimed")
@@ -256,8 +304,10 @@ class TeamTasks:
             return TaskRefused(f"{tid} is already held by {'you' if detail == name else detail}")
         if verdict == "not_ready":
             if detail == TaskStatus.PENDING:
-                return TaskRefused(f"{tid} is pending: it waits for "
-                                   f"{', '.join(self._open_deps(task)) or 'its dependencies'}")
+                return TaskRefused(
+                    f"{tid} is pending: it waits for "
+                    f"{', '.join(self._open_deps(task)) or 'its dependencies'}"
+                )
             return TaskRefused(f"{tid} is {detail}; only ready tasks can be claimed")
         if verdict == "reserved":
             return TaskRefused(f"{tid} is reserved for {detail}")
@@ -271,26 +321,41 @@ class TeamTasks:
         for dep in task.depends_on:
             pipe.hget(self.keys.task(dep), "status")
         status = dict(zip(task.depends_on, pipe.execute(), strict=True))
-        return [d + (" (failed)" if status[d] == TaskStatus.FAILED else "")
-                for d in task.depends_on if status[d] != TaskStatus.COMPLETED]
+        return [
+            d + (" (failed)" if status[d] == TaskStatus.FAILED else "")
+            for d in task.depends_on
+            if status[d] != TaskStatus.COMPLETED
+        ]
 
-    def complete(self, name: str, token: str, task_id: str,
-                 result: str) -> tuple[list[str], list[str]]:
+    def complete(
+        self, name: str, token: str, task_id: str, result: str
+    ) -> tuple[list[str], list[str]]:
         """The teammate's turn completes a task it holds, with its result (also sent to the
         lead as task.result); returns the tasks that became ready and the teammates woken."""
         task = self.get(task_id)
         limit = self.store.options.max_message_bytes
         if len(result.encode()) > limit:
-            raise ConfigError(f"the result exceeds {limit} bytes (max_message_bytes); shorten "
-                              "it, or put it in a file and name the file")
+            raise ConfigError(
+                f"the result exceeds {limit} bytes (max_message_bytes); shorten "
+                "it, or put it in a file and name the file"
+            )
         for _ in range(MAX_RETRIES):
             dependents = self.conn.hget(self.keys.task(task.task_id), "dependents") or ""
             reply = self.scripts["team_task_complete"](
-                keys=[self.keys.turn(name), self.keys.task(task.task_id), self.keys.ready,
-                      self.keys.running, self.keys.counts, self.keys.events, self.keys.bus,
-                      self.keys.bus_seq, self.keys.inbox(LEAD),
-                      *(self.keys.task(d) for d in dependents.split(",") if d)],
-                args=[token, name, result, shorten(result) or "Task completed.", dependents])
+                keys=[
+                    self.keys.turn(name),
+                    self.keys.task(task.task_id),
+                    self.keys.ready,
+                    self.keys.running,
+                    self.keys.counts,
+                    self.keys.events,
+                    self.keys.bus,
+                    self.keys.bus_seq,
+                    self.keys.inbox(LEAD),
+                    *(self.keys.task(d) for d in dependents.split(",") if d),
+                ],
+                args=[token, name, result, shorten(result) or "Task completed.", dependents],
+            )
             verdict = reply[0]
             if verdict == "ok":
                 ready = list(reply[2:])
@@ -327,13 +392,28 @@ class TeamTasks:
             pairs = [] if fruitless == FRUITLESS_ROUNDS else self._handout_pairs()
             if not pairs:
                 break
-            triples = [key for name, task_id in pairs
-                       for key in (self.keys.teammate(name), self.keys.inbox(name),
-                                   self.keys.task(task_id))]
+            triples = [
+                key
+                for name, task_id in pairs
+                for key in (
+                    self.keys.teammate(name),
+                    self.keys.inbox(name),
+                    self.keys.task(task_id),
+                )
+            ]
             reply = self.scripts["wake_for_tasks"](
-                keys=[self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
-                      self.keys.events, self.keys.bus, self.keys.bus_seq, *triples],
-                args=[name for name, _ in pairs])
+                keys=[
+                    self.keys.ready,
+                    self.keys.running,
+                    self.keys.counts,
+                    self.keys.tokens,
+                    self.keys.events,
+                    self.keys.bus,
+                    self.keys.bus_seq,
+                    *triples,
+                ],
+                args=[name for name, _ in pairs],
+            )
             woken += reply[1::2]
             if not int(reply[0]) and len(pairs) < HANDOUT_BATCH:
                 break  # every proposal held and none was left out: nothing more to hand out
@@ -371,13 +451,16 @@ class TeamTasks:
         pipe = self.conn.pipeline(transaction=False)
         for name in names:
             pipe.hmget(self.keys.teammate(name), "status", "role", "plan_state", "last_seen_ms")
-        idle = [(int(seen or 0), name, role)
-                for name, (status, role, plan, seen) in zip(names, pipe.execute(), strict=True)
-                if status == "idle" and plan in (None, "", "approved")]
+        idle = [
+            (int(seen or 0), name, role)
+            for name, (status, role, plan, seen) in zip(names, pipe.execute(), strict=True)
+            if status == "idle" and plan in (None, "", "approved")
+        ]
         return [(name, role) for _, name, role in sorted(idle, key=lambda row: row[0])]
 
-    def _match(self, takers: dict[str, list[str]],
-               depth: dict[str, int]) -> tuple[list[tuple[str, str]], list[str]]:
+    def _match(
+        self, takers: dict[str, list[str]], depth: dict[str, int]
+    ) -> tuple[list[tuple[str, str]], list[str]]:
         """Pair the lanes' first tasks with their takers, tasks in number order; also the lanes
         read too shallow (a taker left over while tasks it may not take filled what was read
         and the lane holds more)."""
@@ -386,8 +469,9 @@ class TeamTasks:
         for lane in lanes:
             pipe.zrange(lane, 0, depth[lane] - 1, withscores=True)
         heads = {lane: rows for lane, rows in zip(lanes, pipe.execute(), strict=True)}
-        candidates = sorted((score, task_id, lane) for lane, rows in heads.items()
-                            for task_id, score in rows)
+        candidates = sorted(
+            (score, task_id, lane) for lane, rows in heads.items() for task_id, score in rows
+        )
         pipe = self.conn.pipeline(transaction=False)
         for _, task_id, _ in candidates:
             pipe.hget(self.keys.task(task_id), "released_from")
@@ -395,8 +479,7 @@ class TeamTasks:
         pairs: list[tuple[str, str]] = []
         passed_over: set[str] = set()
         for (_, task_id, lane), released_from in zip(candidates, pipe.execute(), strict=True):
-            name = next((n for n in takers[lane] if n not in taken and n != released_from),
-                        None)
+            name = next((n for n in takers[lane] if n not in taken and n != released_from), None)
             if name is None:
                 if released_from in takers[lane] and released_from not in taken:
                     passed_over.add(lane)
@@ -405,12 +488,16 @@ class TeamTasks:
             pairs.append((name, task_id))
             if len(pairs) == HANDOUT_BATCH:
                 return pairs, []
-        short = [lane for lane in passed_over if len(heads[lane]) == depth[lane]
-                 and any(n not in taken for n in takers[lane])]
+        short = [
+            lane
+            for lane in passed_over
+            if len(heads[lane]) == depth[lane] and any(n not in taken for n in takers[lane])
+        ]
         return pairs, short
 
-    def end_candidates(self, name: str, role: str | None,
-                       depth: int) -> tuple[list[str], list[int], list[str]]:
+    def end_candidates(
+        self, name: str, role: str | None, depth: int
+    ) -> tuple[list[str], list[int], list[str]]:
         """What turn_end.lua takes to find a teammate's next task: its lanes, how many of each
         lane's first tasks were read (`depth`), and those tasks' hashes in number order."""
         lanes = self.lanes_of(name, role)
@@ -427,7 +514,7 @@ class TeamTasks:
             return
         ids = self.conn.lrange(self.keys.order, 0, -1)
         for start in range(0, len(ids), INDEX_CHUNK):
-            chunk = ids[start:start + INDEX_CHUNK]
+            chunk = ids[start : start + INDEX_CHUNK]
             pipe = self.conn.pipeline(transaction=False)
             for task_id in chunk:
                 pipe.hmget(self.keys.task(task_id), "role", "member_id")
@@ -437,10 +524,16 @@ class TeamTasks:
 
     def board_keys(self) -> list[str]:
         """The board keys turn_end.lua and team_shutdown.lua take after their own."""
-        return [self.keys.ready, self.keys.running, self.keys.counts, self.keys.tokens,
-                self.keys.events]
+        return [
+            self.keys.ready,
+            self.keys.running,
+            self.keys.counts,
+            self.keys.tokens,
+            self.keys.events,
+        ]
 
     def running_keys(self) -> list[str]:
         """The hashes of every task in progress (the scripts keep those of one teammate)."""
-        return [self.keys.task(t) for t in sorted(self.conn.smembers(self.keys.running),
-                                                  key=_number)]
+        return [
+            self.keys.task(t) for t in sorted(self.conn.smembers(self.keys.running), key=_number)
+        ]

@@ -40,10 +40,15 @@ class BudgetSpent(TeamError):
 class TeamBase:
     """One team's records in Redis (`conn` decodes responses): what the store's parts share."""
 
-    def __init__(self, conn: redis.Redis, team: str, *,
-                 scripts: Scripts | GuardedScripts | None = None,
-                 workspace_store: WorkspaceStore = "local",
-                 options: TeamOptions | None = None) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        team: str,
+        *,
+        scripts: Scripts | GuardedScripts | None = None,
+        workspace_store: WorkspaceStore = "local",
+        options: TeamOptions | None = None,
+    ) -> None:
         self.conn = conn
         self.keys = TeamKeys(team)
         self.scripts = scripts or Scripts(conn)
@@ -64,8 +69,10 @@ class TeamBase:
         """The team's meta record; ConfigError when there is no such team."""
         raw = self.conn.get(self.keys.meta)
         if raw is None:
-            raise ConfigError(f"no team {self.team!r}; spawn a teammate to create it "
-                              "(`teamctl team spawn NAME -t TEAM ...`) or see `teamctl teams`")
+            raise ConfigError(
+                f"no team {self.team!r}; spawn a teammate to create it "
+                "(`teamctl team spawn NAME -t TEAM ...`) or see `teamctl teams`"
+            )
         try:
             return TeamMeta.model_validate_json(raw)
         except ValueError as exc:
@@ -78,13 +85,23 @@ class TeamBase:
 
     @cached_property
     def budget(self) -> Budget:
-        return Budget(self.conn, self.keys, max_tokens=self.options.max_tokens,
-                      max_cost_usd=self.options.max_cost_usd, scripts=self.scripts)
+        return Budget(
+            self.conn,
+            self.keys,
+            max_tokens=self.options.max_tokens,
+            max_cost_usd=self.options.max_cost_usd,
+            scripts=self.scripts,
+        )
 
     @cached_property
     def bus(self) -> MessageBus:
-        return MessageBus(self.conn, self.keys, max_message_bytes=self.options.max_message_bytes,
-                          bus_maxlen=self.options.bus_max_messages, scripts=self.scripts)
+        return MessageBus(
+            self.conn,
+            self.keys,
+            max_message_bytes=self.options.max_message_bytes,
+            bus_maxlen=self.options.bus_max_messages,
+            scripts=self.scripts,
+        )
 
     @cached_property
     def scheduler(self) -> TurnScheduler:
@@ -117,10 +134,13 @@ class TeamBase:
         """After a call was charged (by the settle of its provider slot, or `charge`): the
         call that spent the budget tells the lead (one `team.budget_exceeded` notice)."""
         if charge.crossed and charge.exceeded:
-            self.bus.tell_lead(SystemType.TEAM_BUDGET_EXCEEDED, None,
-                             f"{charge.exceeded}: no teammate or lead starts another model "
-                             "call and messages wake no one until "
-                             f"{self.top_up_command()} raises it")
+            self.bus.tell_lead(
+                SystemType.TEAM_BUDGET_EXCEEDED,
+                None,
+                f"{charge.exceeded}: no teammate or lead starts another model "
+                "call and messages wake no one until "
+                f"{self.top_up_command()} raises it",
+            )
         return charge
 
     def refuse_past_budget(self, refused: str) -> None:
@@ -128,8 +148,10 @@ class TeamBase:
         and its budget is spent."""
         reason = self.budget_exceeded() if self.exists() else None
         if reason:
-            raise BudgetSpent(f"team {self.team}: {reason}; {refused} (no teammate takes "
-                              f"another turn until {self.top_up_command()} raises it)")
+            raise BudgetSpent(
+                f"team {self.team}: {reason}; {refused} (no teammate takes "
+                f"another turn until {self.top_up_command()} raises it)"
+            )
 
     def top_up_command(self) -> str:
         """The command that raises this team's budget, with a flag for a limit it has."""
@@ -158,6 +180,7 @@ class TeamBase:
         fields = self.conn.hgetall(self.keys.teammate(name))
         if not fields:
             known = ", ".join(self.names()) or "(none)"
-            raise ConfigError(f"unknown teammate {quoted(name)} in team {self.team}; "
-                              f"teammates: {known}")
+            raise ConfigError(
+                f"unknown teammate {quoted(name)} in team {self.team}; teammates: {known}"
+            )
         return Teammate.from_hash(self.team, fields)

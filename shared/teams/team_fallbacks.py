@@ -21,22 +21,30 @@ FALLBACK_STATUS = "fallback"
 """The status of a `mate` event saying a fallback model answered one of its calls."""
 
 
-def team_caller(store: TeamStore, client: WaitingClient, who: str,
-                fallbacks: Sequence[str]) -> FallbackCaller:
+def team_caller(
+    store: TeamStore, client: WaitingClient, who: str, fallbacks: Sequence[str]
+) -> FallbackCaller:
     """`who`'s model calls (a teammate's name, or `lead`), then its `fallbacks`; a fallback's
     answer is a `mate` event (`teamctl team events`, the dashboard), not mail: the lead's inbox
     would pay tokens for every such notice."""
     options = store.options
 
     def fell_back(note: FallbackNote) -> None:
-        store.conn.xadd(store.keys.events, {"mate": who, "status": FALLBACK_STATUS,
-                                            "detail": note.text()},
-                        maxlen=EVENTS_MAXLEN, approximate=True)
+        store.conn.xadd(
+            store.keys.events,
+            {"mate": who, "status": FALLBACK_STATUS, "detail": note.text()},
+            maxlen=EVENTS_MAXLEN,
+            approximate=True,
+        )
 
     # A teammate's record names the model that answered its last call (its `model` field is
     # the one it was given); the lead has no record of that kind.
     record = store.keys.teammate(who) if who != LEAD else None
-    return FallbackCaller(client, fallbacks, options.fallback_after_s,
-                          Cooldowns(store.conn, options.fallback_cooldown_s),
-                          ModelLedger(store.conn, store.keys, record, "answered_model"),
-                          on_fallback=fell_back)
+    return FallbackCaller(
+        client,
+        fallbacks,
+        options.fallback_after_s,
+        Cooldowns(store.conn, options.fallback_cooldown_s),
+        ModelLedger(store.conn, store.keys, record, "answered_model"),
+        on_fallback=fell_back,
+    )

@@ -66,24 +66,34 @@ class TeamStore(TeamBase):
     def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
         """This store with every script call of one tool call of `name`'s turn guarded: refused
         once the token lost the lease, and run once, so a rerun replays it."""
-        guard = WriteGuard(turn_key=self.keys.turn(name), effects_key=self.keys.effects(name),
-                           token=token, call_key=call_key)
-        return TeamStore(self.conn, self.team, scripts=self.scripts.guarded(guard),
-                         options=self.options)
+        guard = WriteGuard(
+            turn_key=self.keys.turn(name),
+            effects_key=self.keys.effects(name),
+            token=token,
+            call_key=call_key,
+        )
+        return TeamStore(
+            self.conn, self.team, scripts=self.scripts.guarded(guard), options=self.options
+        )
 
     def create(self, options: TeamOptions | None = None) -> TeamMeta:
         """The team's meta record, written now unless the team exists (then it is kept)."""
         self.create_new(options)
         return self.meta()
 
-    def create_new(self, options: TeamOptions | None = None,
-                   mcp_servers: Iterable[McpServer] = ()) -> bool:
+    def create_new(
+        self, options: TeamOptions | None = None, mcp_servers: Iterable[McpServer] = ()
+    ) -> bool:
         """Write the team's meta record; False (nothing written) if the team exists. ConfigError
         (nothing written) when what the lead may grant is not there (TeamMeta.check_grants)."""
         local = self.workspace_store == "local"
-        meta = TeamMeta(options=options or TeamOptions(), mcp_servers=list(mcp_servers),
-                        created_ms=now_ms(), workspace_store=self.workspace_store,
-                        workspace_host=this_host() if local else None)
+        meta = TeamMeta(
+            options=options or TeamOptions(),
+            mcp_servers=list(mcp_servers),
+            created_ms=now_ms(),
+            workspace_store=self.workspace_store,
+            workspace_host=this_host() if local else None,
+        )
         meta.check_grants()
         if not self.conn.set(self.keys.meta, meta.model_dump_json(), nx=True):
             return False
@@ -96,21 +106,32 @@ class TeamStore(TeamBase):
         and those ready tasks go to. The budget after, and who was woken."""
         options = self.meta().options
         if tokens and options.max_tokens is None:
-            raise ConfigError(f"team {self.team} has no max_tokens: its tokens are not "
-                              "limited, so there is nothing to add to (--add-usd raises "
-                              "max_cost_usd)")
+            raise ConfigError(
+                f"team {self.team} has no max_tokens: its tokens are not "
+                "limited, so there is nothing to add to (--add-usd raises "
+                "max_cost_usd)"
+            )
         if usd and options.max_cost_usd is None:
-            raise ConfigError(f"team {self.team} has no max_cost_usd: its cost is not limited, "
-                              "so there is nothing to add to (--add-tokens raises max_tokens)")
+            raise ConfigError(
+                f"team {self.team} has no max_cost_usd: its cost is not limited, "
+                "so there is nothing to add to (--add-tokens raises max_tokens)"
+            )
         state = self.budget.top_up(tokens, usd)
         if state.exceeded:
             return state, []
-        self.bus.tell_lead(SystemType.TEAM_BUDGET_ADDED, None,
-                         "the team's budget was raised: teammates take turns again")
+        self.bus.tell_lead(
+            SystemType.TEAM_BUDGET_ADDED,
+            None,
+            "the team's budget was raised: teammates take turns again",
+        )
         woken = TeamTasks(self).wake()
-        woken += [name for name in self.names()
-                  if name not in woken and self.messages.peek(name, limit=1)[1]
-                  and self.messages.wake(name)]
+        woken += [
+            name
+            for name in self.names()
+            if name not in woken
+            and self.messages.peek(name, limit=1)[1]
+            and self.messages.wake(name)
+        ]
         return state, woken
 
     def delete(self, *, force: bool = False) -> int:
@@ -120,9 +141,11 @@ class TeamStore(TeamBase):
         self.meta()
         working = [m.name for m in self.teammates() if m.status is TeammateStatus.WORKING]
         if working and not force:
-            raise TeammateBusy(f"{', '.join(working)} of team {self.team} "
-                               f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
-                               "use --force")
+            raise TeammateBusy(
+                f"{', '.join(working)} of team {self.team} "
+                f"{'is' if len(working) == 1 else 'are'} working; wait for idle or "
+                "use --force"
+            )
         removed = 0
         batch: list[str] = []
         for key in self.conn.scan_iter(match=self.keys.all_patterns(), count=DELETE_BATCH):
@@ -135,10 +158,21 @@ class TeamStore(TeamBase):
         self.conn.zrem(TEAMS_INDEX, self.team)
         return removed
 
-    def spawn(self, name: str, *, role: str, prompt: str, model: str, api_base: str | None,
-              queue: str, plan_mode: bool = False, tools: Iterable[str] = (),
-              mcp: Iterable[str] = (), workspace: Path | None = None,
-              fallbacks: Iterable[str] = ()) -> Teammate:
+    def spawn(
+        self,
+        name: str,
+        *,
+        role: str,
+        prompt: str,
+        model: str,
+        api_base: str | None,
+        queue: str,
+        plan_mode: bool = False,
+        tools: Iterable[str] = (),
+        mcp: Iterable[str] = (),
+        workspace: Path | None = None,
+        fallbacks: Iterable[str] = (),
+    ) -> Teammate:
         """(Re)start a teammate and enqueue its first turn; TeammateBusy while it is working. In
         plan mode it must have a plan approved (submit_plan, review_plan) before gated tools.
         `tools` are workspace tools and Python tools (ConfigError for others) working in
@@ -156,15 +190,29 @@ class TeamStore(TeamBase):
             (self.meta() if self.exists() else TeamMeta()).mcp_servers_for(entries)
         self.create()
         first = json.dumps({"role": "user", "content": prompt}, ensure_ascii=False)
-        args = [name, role, prompt, model, api_base or "", queue, self.options.max_teammates,
-                first, "required" if plan_mode else "", ",".join(chosen), str(workspace or ""),
-                ",".join(entries), ",".join(checked_teammate_fallbacks(fallbacks))]
+        args = [
+            name,
+            role,
+            prompt,
+            model,
+            api_base or "",
+            queue,
+            self.options.max_teammates,
+            first,
+            "required" if plan_mode else "",
+            ",".join(chosen),
+            str(workspace or ""),
+            ",".join(entries),
+            ",".join(checked_teammate_fallbacks(fallbacks)),
+        ]
         verdict = self._spawn_current(name, args)
         if verdict == "working":
             raise TeammateBusy(f"{name} is working; wait for idle or shut it down")
         if verdict == "full":
-            raise ConfigError(f"team {self.team} has {self.options.max_teammates} teammates, "
-                              "its limit (max_teammates); delete the team or use another")
+            raise ConfigError(
+                f"team {self.team} has {self.options.max_teammates} teammates, "
+                "its limit (max_teammates); delete the team or use another"
+            )
         teammate = self.get(name)
         self.scheduler.enqueue_turn(teammate)
         return teammate
@@ -175,10 +223,17 @@ class TeamStore(TeamBase):
         for _ in range(SNAPSHOT_RETRIES):
             ids = sorted(self.conn.smembers(self.keys.teammate_requests(name)))
             verdict = self.scripts["team_spawn"](
-                keys=[self.keys.teammate(name), self.keys.memory(name), self.keys.roster,
-                      self.keys.roster_ver, self.keys.events, self.keys.teammate_requests(name),
-                      *(self.keys.request(request_id) for request_id in ids)],
-                args=[*args, *ids])
+                keys=[
+                    self.keys.teammate(name),
+                    self.keys.memory(name),
+                    self.keys.roster,
+                    self.keys.roster_ver,
+                    self.keys.events,
+                    self.keys.teammate_requests(name),
+                    *(self.keys.request(request_id) for request_id in ids),
+                ],
+                args=[*args, *ids],
+            )
             if verdict != "retry":
                 return str(verdict)
         raise TeamError(f"{name}'s requests kept changing under this spawn; try again")
@@ -186,5 +241,4 @@ class TeamStore(TeamBase):
 
 def list_teams(conn: redis.Redis) -> list[tuple[str, int]]:
     """Every team name with its creation time (ms), oldest first."""
-    return [(name, int(score)) for name, score in conn.zrange(TEAMS_INDEX, 0, -1,
-                                                              withscores=True)]
+    return [(name, int(score)) for name, score in conn.zrange(TEAMS_INDEX, 0, -1, withscores=True)]

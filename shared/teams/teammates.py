@@ -56,8 +56,6 @@ class IdleReason(StrEnum):
     model call, or after the call that spent it."""
 
 
-
-
 class TeamMeta(BaseModel):
     """The `meta` record: options, the MCP servers teammates may be given (the team file's
     `[[mcp_servers]]`), and when the team was created."""
@@ -85,9 +83,14 @@ class TeamMeta(BaseModel):
         try:
             return servers_for(check_entries(entries), self.mcp_servers)
         except ValueError as exc:
-            hint = "" if self.mcp_servers else (
-                " (create the team from a team file with [[mcp_servers]]: "
-                "`teamctl team create --file FILE`)")
+            hint = (
+                ""
+                if self.mcp_servers
+                else (
+                    " (create the team from a team file with [[mcp_servers]]: "
+                    "`teamctl team create --file FILE`)"
+                )
+            )
             raise ConfigError(f"{exc}{hint}") from None
 
     def check_grants(self) -> None:
@@ -256,9 +259,11 @@ def check_tools(tools: Iterable[str]) -> list[str]:
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
         elif tool not in WORKSPACE_TOOLS:
-            raise ConfigError(f"unknown tool {quoted(tool)}; use --tool with one of: "
-                              f"{', '.join(WORKSPACE_TOOLS)}, or a Python function as "
-                              "'package.module:function'")
+            raise ConfigError(
+                f"unknown tool {quoted(tool)}; use --tool with one of: "
+                f"{', '.join(WORKSPACE_TOOLS)}, or a Python function as "
+                "'package.module:function'"
+            )
     python = [tool for tool in dict.fromkeys(chosen) if is_python_tool(tool)]
     return [tool for tool in WORKSPACE_TOOLS if tool in chosen] + python
 
@@ -275,8 +280,6 @@ def team_workspace(state_dir: Path, team: str) -> Path:
     """The directory a team's teammates share for their workspace tools, under the state dir;
     built from the validated team name only, so no name reaches a path unchecked."""
     return state_dir / "teams" / check_team_name(team) / "workspace"
-
-
 
 
 def checked_teammate_fallbacks(models: Iterable[str]) -> list[str]:

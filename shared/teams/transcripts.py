@@ -42,10 +42,12 @@ class MemoryKeys:
 def memory_keys(keys: TeamKeys, member: str) -> MemoryKeys:
     """The keys of a teammate's conversation, or of the lead's (`member` = 'lead')."""
     if member == LEAD:
-        return MemoryKeys(keys.lead_lease, keys.lead_memory, keys.lead_memory_size, "",
-                          keys.lead_turns)
-    return MemoryKeys(keys.turn(member), keys.memory(member), keys.teammate(member), "memory_",
-                      keys.turns(member))
+        return MemoryKeys(
+            keys.lead_lease, keys.lead_memory, keys.lead_memory_size, "", keys.lead_turns
+        )
+    return MemoryKeys(
+        keys.turn(member), keys.memory(member), keys.teammate(member), "memory_", keys.turns(member)
+    )
 
 
 def mark_turn(store: TeamBase, member: str, token: str, kind: str, detail: str) -> int | None:
@@ -53,10 +55,18 @@ def mark_turn(store: TeamBase, member: str, token: str, kind: str, detail: str) 
     fenced by its `token` (the lead's: its lease owner); the turn's number, or None when the
     token no longer holds (nothing written)."""
     at = memory_keys(store.keys, member)
-    turn = int(store.scripts["turn_mark"](
-        keys=[at.fence, at.memory, at.size, at.turns],
-        args=[token, at.prefix, kind, detail,
-              TURNS_KEPT_PER_MESSAGE * store.options.memory_max_messages]))
+    turn = int(
+        store.scripts["turn_mark"](
+            keys=[at.fence, at.memory, at.size, at.turns],
+            args=[
+                token,
+                at.prefix,
+                kind,
+                detail,
+                TURNS_KEPT_PER_MESSAGE * store.options.memory_max_messages,
+            ],
+        )
+    )
     return None if turn < 0 else turn
 
 
@@ -127,8 +137,10 @@ class Transcript(BaseModel):
         chosen = [t for t in self.turns if t.turn == number]
         if not chosen:
             held = number_ranges(self.numbers()) or "none yet"
-            raise ConfigError(f"{self.member} of team {self.team} has no turn {number} in its "
-                              f"memory; its turns: {held}")
+            raise ConfigError(
+                f"{self.member} of team {self.team} has no turn {number} in its "
+                f"memory; its turns: {held}"
+            )
         return self.model_copy(update={"turns": chosen})
 
 
@@ -169,8 +181,9 @@ def load_transcript(store: TeamBase, member: str) -> Transcript:
     raw_memory, (seq, epoch), raw_marks, live = pipe.execute()
     memory = [json.loads(raw) for raw in raw_memory]
     base = max(0, (len(memory) if seq is None else int(seq)) - len(memory))
-    marks = [mark for mark in map(read_mark, raw_marks)
-             if mark is not None and mark[0] == (epoch or "0")]
+    marks = [
+        mark for mark in map(read_mark, raw_marks) if mark is not None and mark[0] == (epoch or "0")
+    ]
     turns = split_turns(memory, base, [m for _, m in marks], bool(live))
     return Transcript(team=store.team, member=member, turns=turns)
 
@@ -181,14 +194,19 @@ def read_mark(entry: tuple[str, dict[str, str]]) -> tuple[str, Mark] | None:
     entry_id, fields = entry
     try:
         return fields.get("epoch", "0"), Mark(
-            ms=int(entry_id.split("-")[0]), kind=fields["kind"], turn=int(fields["turn"]),
-            at=int(fields["at"]), detail=fields.get("detail", ""))
+            ms=int(entry_id.split("-")[0]),
+            kind=fields["kind"],
+            turn=int(fields["turn"]),
+            at=int(fields["at"]),
+            detail=fields.get("detail", ""),
+        )
     except (KeyError, ValueError):
         return None
 
 
-def split_turns(memory: list[dict[str, Any]], base: int, marks: list[Mark],
-                live: bool) -> list[TranscriptTurn]:
+def split_turns(
+    memory: list[dict[str, Any]], base: int, marks: list[Mark], live: bool
+) -> list[TranscriptTurn]:
     """Memory's messages (the first numbered `base` since the memory began) under the turns
     that committed them, oldest first; a turn that holds no message shows when it began after
     memory's first message (one that ended before a model call), not when the caps dropped it."""
@@ -197,23 +215,36 @@ def split_turns(memory: list[dict[str, Any]], base: int, marks: list[Mark],
     order = sorted(begins, key=lambda n: (begins[n].at, n))
     # A teammate's spawn prompt is committed before its first turn begins: that turn's input.
     starts = [0 if n == 1 and i == 0 else begins[n].at for i, n in enumerate(order)]
-    owners = [order[place] if place >= 0 else None
-              for place in (bisect.bisect_right(starts, base + offset) - 1
-                            for offset in range(len(memory)))]
-    turns = {n: turn_view(n, begins[n], ends.get(n), live and n == order[-1], cut=start < base)
-             for n, start in zip(order, starts, strict=True) if start >= base or n in owners}
+    owners = [
+        order[place] if place >= 0 else None
+        for place in (
+            bisect.bisect_right(starts, base + offset) - 1 for offset in range(len(memory))
+        )
+    ]
+    turns = {
+        n: turn_view(n, begins[n], ends.get(n), live and n == order[-1], cut=start < base)
+        for n, start in zip(order, starts, strict=True)
+        if start >= base or n in owners
+    }
     loose = TranscriptTurn(turn=None)  # messages from before any recorded turn
     for owner, message in zip(owners, memory, strict=True):
         (loose if owner is None else turns[owner]).entries.extend(message_entries(message))
     return ([loose] if None in owners else []) + list(turns.values())
 
 
-def turn_view(number: int, begin: Mark, end: Mark | None, last_live: bool, *,
-              cut: bool) -> TranscriptTurn:
+def turn_view(
+    number: int, begin: Mark, end: Mark | None, last_live: bool, *, cut: bool
+) -> TranscriptTurn:
     """A turn's header fields from its marks."""
-    return TranscriptTurn(turn=number, started_ms=begin.ms, worker=begin.detail or None,
-                          ended_ms=end.ms if end else None, ended=end.detail if end else None,
-                          running=end is None and last_live, cut=cut)
+    return TranscriptTurn(
+        turn=number,
+        started_ms=begin.ms,
+        worker=begin.detail or None,
+        ended_ms=end.ms if end else None,
+        ended=end.detail if end else None,
+        running=end is None and last_live,
+        cut=cut,
+    )
 
 
 def message_entries(message: dict[str, Any]) -> list[TranscriptEntry]:
@@ -221,18 +252,27 @@ def message_entries(message: dict[str, Any]) -> list[TranscriptEntry]:
     reply's text and tool calls, a tool's result."""
     role, text = message.get("role"), as_text(message.get("content"))
     if role == "tool":
-        return [TranscriptEntry(kind=EntryKind.RESULT, text=text,
-                                name=as_text(message.get("name")) or None,
-                                call_id=as_text(message.get("tool_call_id")) or None)]
+        return [
+            TranscriptEntry(
+                kind=EntryKind.RESULT,
+                text=text,
+                name=as_text(message.get("name")) or None,
+                call_id=as_text(message.get("tool_call_id")) or None,
+            )
+        ]
     if role != "assistant":
         return user_entries(text)
     entries = [TranscriptEntry(kind=EntryKind.REPLY, text=text)] if text.strip() else []
     for call in message.get("tool_calls") or []:
         function = call.get("function") or {}
-        entries.append(TranscriptEntry(kind=EntryKind.CALL,
-                                       name=as_text(function.get("name")) or "?",
-                                       call_id=as_text(call.get("id")) or None,
-                                       text=as_text(function.get("arguments"))))
+        entries.append(
+            TranscriptEntry(
+                kind=EntryKind.CALL,
+                name=as_text(function.get("name")) or "?",
+                call_id=as_text(call.get("id")) or None,
+                text=as_text(function.get("arguments")),
+            )
+        )
     return entries
 
 
@@ -251,7 +291,7 @@ def user_entries(content: str) -> list[TranscriptEntry]:
     start = content.rfind(INBOX_OPEN)
     if content.endswith(INBOX_CLOSE) and start >= 0:
         said = content[:start]
-        lines = content[start + len(INBOX_OPEN):-len(INBOX_CLOSE)].split("\n")
+        lines = content[start + len(INBOX_OPEN) : -len(INBOX_CLOSE)].split("\n")
     entries = [TranscriptEntry(kind=EntryKind.USER, text=said.strip())] if said.strip() else []
     return entries + [inbox_entry(line) for line in lines if line.strip()]
 
@@ -264,7 +304,10 @@ def inbox_entry(line: str) -> TranscriptEntry:
         fields = None
     if not isinstance(fields, dict):
         return TranscriptEntry(kind=EntryKind.INBOX, text=line)
-    return TranscriptEntry(kind=EntryKind.INBOX, text=as_text(fields.get("content")),
-                           sender=as_text(fields.get("from")) or None,
-                           type=as_text(fields.get("type")) or None,
-                           message_id=as_text(fields.get("id")) or None)
+    return TranscriptEntry(
+        kind=EntryKind.INBOX,
+        text=as_text(fields.get("content")),
+        sender=as_text(fields.get("from")) or None,
+        type=as_text(fields.get("type")) or None,
+        message_id=as_text(fields.get("id")) or None,
+    )

@@ -44,8 +44,9 @@ class WorkspaceElsewhere(ConfigError):
     """A worker on one host was handed work on a local workspace that lives on another."""
 
 
-def check_workspace_host(owner: str, created_on: str | None, here: str,
-                         who: str = "worker") -> None:
+def check_workspace_host(
+    owner: str, created_on: str | None, here: str, who: str = "worker"
+) -> None:
     """WorkspaceElsewhere unless this host (`here`) is the one that created `owner`'s local
     workspace (`created_on`; None: stored before hosts were recorded). `who` is this process,
     as the line names it."""
@@ -54,4 +55,5 @@ def check_workspace_host(owner: str, created_on: str | None, here: str,
     raise WorkspaceElsewhere(
         f"{owner} keeps its files in a directory on host {created_on}, and this {who} is on "
         f"host {here}: refused, or its files would split; runs and teams created with "
-        "TEAMCTL_WORKSPACE_STORE=redis share files across hosts")
+        "TEAMCTL_WORKSPACE_STORE=redis share files across hosts"
+    )

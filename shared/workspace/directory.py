@@ -59,8 +59,9 @@ BASH_ADDRESS_SPACE_BYTES = 4 << 30
 BASH_FILE_SIZE_BYTES = 1 << 30
 BASH_MORE_PROCESSES = 256
 # bash -c runs this, then the command in a fresh bash with the limits it set ($1: the command).
-BASH_LIMITED = 'ulimit -t {cpu_s} -v {address_space_kib} -f {file_size_kib}{processes} ' \
-               '&& exec bash -c "$1"'
+BASH_LIMITED = (
+    'ulimit -t {cpu_s} -v {address_space_kib} -f {file_size_kib}{processes} && exec bash -c "$1"'
+)
 PROC_ROOT = Path("/proc")
 # Git settings that run a command, set where they outrank a repository's own config (the
 # environment's, as `git -c`): a workspace's `.git/config` is written by whoever can write the
@@ -78,15 +79,15 @@ GIT_OVERRIDES = (
     ("core.askPass", ""),
     ("credential.helper", ""),  # empty resets the list of helpers
     ("safe.bareRepository", "explicit"),  # files at the root (HEAD, config, objects/, refs/)
-                                          # would otherwise make the workspace a bare repository
+    # would otherwise make the workspace a bare repository
 )
 # Names the file tools never write, in any component (case-insensitive): git runs hooks and
 # commands from `.git` (a directory, or a file pointing to one), npm and npx read a project's
 # `.npmrc` from their working directory, and its `node-options` runs code.
-UNWRITABLE_NAMES = {".git": "git runs hooks and commands named in a repository's .git "
-                            "(its config, its hooks)",
-                    ".npmrc": "npm and npx read a project's .npmrc, and settings such as "
-                              "node-options run code"}
+UNWRITABLE_NAMES = {
+    ".git": "git runs hooks and commands named in a repository's .git (its config, its hooks)",
+    ".npmrc": "npm and npx read a project's .npmrc, and settings such as node-options run code",
+}
 READ_CHUNK_BYTES = 65_536
 UTF8_MAX_BYTES_PER_CHAR = 4
 NEW_FILE_MODE = 0o644
@@ -118,11 +119,15 @@ class Workspace:
             target = (candidate if candidate.is_absolute() else root / candidate).resolve()
         except (ValueError, OSError, RuntimeError):
             # NUL bytes, symlink loops, over-long names: the exception text holds host paths.
-            raise ToolFailed(f"invalid path: {echoed(raw_path)!r}; use a plain path relative "
-                             "to the workspace root") from None
+            raise ToolFailed(
+                f"invalid path: {echoed(raw_path)!r}; use a plain path relative "
+                "to the workspace root"
+            ) from None
         if target != root and not target.is_relative_to(root):
-            raise ToolFailed(f"path {echoed(raw_path)!r} is outside the workspace; use a path "
-                             "relative to the workspace root")
+            raise ToolFailed(
+                f"path {echoed(raw_path)!r} is outside the workspace; use a path "
+                "relative to the workspace root"
+            )
         return target
 
     def _parts(self, raw_path: str) -> tuple[str, ...]:
@@ -159,8 +164,10 @@ class Workspace:
         text = data.decode("utf-8", errors="replace")
         if len(text) <= limit_chars and len(data) >= size_bytes:
             return text
-        return (text[:limit_chars] + f"\n[truncated: the file is {size_bytes} bytes; showing "
-                f"the first {min(len(text), limit_chars)} characters]")
+        return (
+            text[:limit_chars] + f"\n[truncated: the file is {size_bytes} bytes; showing "
+            f"the first {min(len(text), limit_chars)} characters]"
+        )
 
     def read_bytes(self, raw_path: str) -> bytes:
         """A whole regular file, confined as `read` is (a mirror's copy, an export)."""
@@ -174,9 +181,11 @@ class Workspace:
         for part in parts:
             why = UNWRITABLE_NAMES.get(part.lower())
             if why:
-                raise ToolFailed(f"path {echoed(raw_path)!r} is in or names {part}, which the "
-                                 f"workspace file tools never write: {why}; reading it is "
-                                 "allowed")
+                raise ToolFailed(
+                    f"path {echoed(raw_path)!r} is in or names {part}, which the "
+                    f"workspace file tools never write: {why}; reading it is "
+                    "allowed"
+                )
         return parts
 
     def write(self, raw_path: str, content: str) -> int:
@@ -218,8 +227,10 @@ class Workspace:
         text = self._read_for_edit(raw_path)
         count = text.count(old_text)
         if count != 1:
-            raise ToolFailed(f"oldText occurs {count} times in {echoed(raw_path)}; it must "
-                             "occur exactly once (include more surrounding text)")
+            raise ToolFailed(
+                f"oldText occurs {count} times in {echoed(raw_path)}; it must "
+                "occur exactly once (include more surrounding text)"
+            )
         return self.write(raw_path, text.replace(old_text, new_text, 1))
 
     def list(self, raw_path: str = ".", limit_entries: int = LIST_LIMIT_ENTRIES) -> list[str]:
@@ -234,14 +245,17 @@ class Workspace:
             except (FileNotFoundError, NotADirectoryError):
                 raise ToolFailed(f"no such directory: {echoed(raw_path)}") from None
             try:
-                complete = _collect(dir_fd, "".join(p + "/" for p in parts), entries,
-                                    limit_entries)
+                complete = _collect(dir_fd, "".join(p + "/" for p in parts), entries, limit_entries)
             finally:
                 os.close(dir_fd)
         return sorted(entries) + ([] if complete else [f"[truncated at {limit_entries} entries]"])
 
-    def bash(self, command: str, timeout_s: float = BASH_TIMEOUT_S,
-             limit_chars: int = BASH_OUTPUT_LIMIT_CHARS) -> dict[str, object]:
+    def bash(
+        self,
+        command: str,
+        timeout_s: float = BASH_TIMEOUT_S,
+        limit_chars: int = BASH_OUTPUT_LIMIT_CHARS,
+    ) -> dict[str, object]:
         """Run a shell command in the workspace, in a session of its own whose process group is
         killed after `timeout_s`, every process limited in CPU seconds (`timeout_s`), address
         space, file size and the user's process count (BASH_* above).
@@ -254,14 +268,20 @@ class Workspace:
         with private_home(self.real_root) as home:
             return self._bash_in(command, home, timeout_s, limit_chars)
 
-    def _bash_in(self, command: str, home: Path, timeout_s: float,
-                 limit_chars: int) -> dict[str, object]:
+    def _bash_in(
+        self, command: str, home: Path, timeout_s: float, limit_chars: int
+    ) -> dict[str, object]:
         # The shell sets its limits itself: a preexec_fn would run Python in the forked child
         # of a threaded process (the keep-alive thread), which can deadlock.
         process = subprocess.Popen(
             ["bash", "-c", _limits_script(timeout_s), "teamctl-bash", command],
-            cwd=self.real_root, env=tool_env(home), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            cwd=self.real_root,
+            env=tool_env(home),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         output = _OutputCap(limit_chars)
         try:
             exited = _read_until_exit(process, output, time.monotonic() + timeout_s)
@@ -271,10 +291,12 @@ class Workspace:
             process.stdout.close()  # type: ignore[union-attr]
         if not exited:
             text = output.text()
-            raise ToolFailed(f"command timed out after {timeout_s:g}s and was killed (commands "
-                             f"may run for at most {timeout_s:g}s; start longer jobs in the "
-                             "background with their output redirected to a file)"
-                             + (f"; output before the kill:\n{text}" if text else ""))
+            raise ToolFailed(
+                f"command timed out after {timeout_s:g}s and was killed (commands "
+                f"may run for at most {timeout_s:g}s; start longer jobs in the "
+                "background with their output redirected to a file)"
+                + (f"; output before the kill:\n{text}" if text else "")
+            )
         return {"exitCode": process.returncode, "output": output.text()}
 
     @contextmanager
@@ -305,9 +327,11 @@ class Workspace:
 
     def _read_for_edit(self, raw_path: str) -> str:
         """The whole text of a UTF-8 file of at most EDIT_LIMIT_BYTES."""
-        too_big = ToolFailed(f"{echoed(raw_path)} is too big to edit: edit_file works on files "
-                             f"up to {EDIT_LIMIT_BYTES} bytes (use bash, or write_file for the "
-                             "whole file)")
+        too_big = ToolFailed(
+            f"{echoed(raw_path)} is too big to edit: edit_file works on files "
+            f"up to {EDIT_LIMIT_BYTES} bytes (use bash, or write_file for the "
+            "whole file)"
+        )
         with self._open_regular(raw_path) as (file, size_bytes):
             if size_bytes > EDIT_LIMIT_BYTES:
                 raise too_big
@@ -318,8 +342,9 @@ class Workspace:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             # Decoding with replacement characters and writing back would corrupt the file.
-            raise ToolFailed(f"{echoed(raw_path)} is not UTF-8 text; edit_file only edits UTF-8 "
-                             "files") from None
+            raise ToolFailed(
+                f"{echoed(raw_path)} is not UTF-8 text; edit_file only edits UTF-8 files"
+            ) from None
 
 
 def tool_env(home: Path) -> dict[str, str]:
@@ -327,9 +352,15 @@ def tool_env(home: Path) -> dict[str, str]:
     REDIS_URL and provider API keys), HOME `home` (never the workspace: programs read their
     configuration there), and git's GIT_OVERRIDES with no system nor global config. GIT_PAGER,
     because `pager.<command>` outranks core.pager."""
-    env = {"PATH": BASH_PATH, "HOME": str(home), "LANG": "C.UTF-8",
-           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_PAGER": "cat",
-           "GIT_CONFIG_COUNT": str(len(GIT_OVERRIDES))}
+    env = {
+        "PATH": BASH_PATH,
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_PAGER": "cat",
+        "GIT_CONFIG_COUNT": str(len(GIT_OVERRIDES)),
+    }
     for index, (key, value) in enumerate(GIT_OVERRIDES):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
@@ -342,8 +373,10 @@ def new_private_home(workspace: Path) -> Path:
     home = Path(tempfile.mkdtemp(prefix="teamctl-home-")).resolve()
     if home.is_relative_to(workspace.resolve()):
         os.rmdir(home)
-        raise ConfigError(f"the temporary directory ({tempfile.gettempdir()}) is inside the "
-                          "workspace; set the workers' TMPDIR elsewhere")
+        raise ConfigError(
+            f"the temporary directory ({tempfile.gettempdir()}) is inside the "
+            "workspace; set the workers' TMPDIR elsewhere"
+        )
     return home
 
 
@@ -362,12 +395,15 @@ def _check_regular(raw_path: str, info: os.stat_result) -> None:
     if stat.S_ISDIR(info.st_mode):
         raise ToolFailed(f"{echoed(raw_path)} is a directory; use list_files")
     if not stat.S_ISREG(info.st_mode):
-        raise ToolFailed(f"{echoed(raw_path)} is not a regular file; only regular files can be "
-                         "read")
+        raise ToolFailed(
+            f"{echoed(raw_path)} is not a regular file; only regular files can be read"
+        )
     if info.st_nlink > 1:
         # Another name for the inode may lie outside the workspace.
-        raise ToolFailed(f"{echoed(raw_path)} has {info.st_nlink} hard links; hard-linked files "
-                         "are refused (write_file replaces it with a file of its own)")
+        raise ToolFailed(
+            f"{echoed(raw_path)} has {info.st_nlink} hard links; hard-linked files "
+            "are refused (write_file replaces it with a file of its own)"
+        )
 
 
 @contextmanager
@@ -376,8 +412,9 @@ def _os_errors(raw_path: str) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise ToolFailed(f"cannot use {echoed(raw_path)!r}: {exc.strerror or type(exc).__name__}") \
-            from None
+        raise ToolFailed(
+            f"cannot use {echoed(raw_path)!r}: {exc.strerror or type(exc).__name__}"
+        ) from None
 
 
 def _collect(dir_fd: int, prefix: str, entries: list[str], limit_entries: int) -> bool:
@@ -425,8 +462,9 @@ def _replace_file(raw_path: str, dir_fd: int, name: str, data: bytes) -> None:
     mode = _regular_file_mode(raw_path, dir_fd, name)
     temp = f".teamctl-write-{secrets.token_hex(8)}.tmp"
     # 0o644 (less under a stricter umask) and O_EXCL|O_NOFOLLOW: never an existing file.
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, NEW_FILE_MODE,
-                 dir_fd=dir_fd)
+    fd = os.open(
+        temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, NEW_FILE_MODE, dir_fd=dir_fd
+    )
     try:
         with os.fdopen(fd, "wb") as file:
             file.write(data)
@@ -464,7 +502,7 @@ class _OutputCap:
 
     def feed(self, data: bytes, final: bool = False) -> None:
         text = self._decoder.decode(data, final)
-        kept = text[:self._room_chars]
+        kept = text[: self._room_chars]
         if kept:
             self._kept.append(kept)
             self._room_chars -= len(kept)
@@ -480,8 +518,9 @@ class _OutputCap:
         return self._text
 
 
-def _read_until_exit(process: subprocess.Popen[bytes], output: _OutputCap,
-                     deadline_s: float) -> bool:
+def _read_until_exit(
+    process: subprocess.Popen[bytes], output: _OutputCap, deadline_s: float
+) -> bool:
     """Read output until bash exits (True) or the monotonic deadline passes (False)."""
     fd = process.stdout.fileno()  # type: ignore[union-attr]
     with selectors.DefaultSelector() as selector:
@@ -528,13 +567,17 @@ def _limits_script(timeout_s: float, proc_root: Path = PROC_ROOT) -> str:
     limit (raising one would fail, and the command with it); no process limit where
     `proc_root` is missing (a container without /proc), since the user's count is unknown."""
     tasks = _user_task_count(proc_root)
-    processes = ("" if tasks is None else
-                 f" -u {_within_hard(resource.RLIMIT_NPROC, tasks + BASH_MORE_PROCESSES)}")
+    processes = (
+        ""
+        if tasks is None
+        else f" -u {_within_hard(resource.RLIMIT_NPROC, tasks + BASH_MORE_PROCESSES)}"
+    )
     return BASH_LIMITED.format(
         cpu_s=_within_hard(resource.RLIMIT_CPU, max(1, math.ceil(timeout_s))),
         address_space_kib=_within_hard(resource.RLIMIT_AS, BASH_ADDRESS_SPACE_BYTES) // 1024,
         file_size_kib=_within_hard(resource.RLIMIT_FSIZE, BASH_FILE_SIZE_BYTES) // 1024,
-        processes=processes)
+        processes=processes,
+    )
 
 
 def _within_hard(limit: int, wanted: int) -> int:

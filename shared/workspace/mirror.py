@@ -107,11 +107,17 @@ class WorkspaceMirror:
         if rev == self._rev:
             return
         versions = self.files.versions()
-        changed = [path for path, version in versions.items()
-                   if self._synced.get(path, NONE).version != version and syncable(path)]
+        changed = [
+            path
+            for path, version in versions.items()
+            if self._synced.get(path, NONE).version != version and syncable(path)
+        ]
         # A file this copy holds whose record is gone was deleted, its record dropped since.
-        vanished = [path for path, synced in self._synced.items()
-                    if synced.digest is not None and path not in versions]
+        vanished = [
+            path
+            for path, synced in self._synced.items()
+            if synced.digest is not None and path not in versions
+        ]
         found, deleted = self.files.fetch(changed + vanished)
         for path in changed:
             if (path in found or path in deleted) and not self._changed_here(path):
@@ -169,9 +175,11 @@ class WorkspaceMirror:
                 raise
             problems = self.push()
             if problems:
-                raise WorkspaceNotSaved(f"the call ran (its result: {_result_text(result)}), "
-                                        f"but {_joined(problems)}")
+                raise WorkspaceNotSaved(
+                    f"the call ran (its result: {_result_text(result)}), but {_joined(problems)}"
+                )
             return result
+
         return call
 
     def _push_one(self, path: str, local: Stat | None) -> str | None:
@@ -203,14 +211,21 @@ class WorkspaceMirror:
             return self._too_big(local[0])
         return None
 
-    def _settle(self, path: str, synced: _Synced, local: Stat | None, data: bytes | None,
-                outcome: SaveOutcome) -> str | None:
+    def _settle(
+        self,
+        path: str,
+        synced: _Synced,
+        local: Stat | None,
+        data: bytes | None,
+        outcome: SaveOutcome,
+    ) -> str | None:
         """Record what a save did; the line to report when it did not save."""
         shown = flat(echoed(path))
         match outcome.verdict:
             case SaveVerdict.SAVED:
-                self._synced[path] = _Synced(outcome.version, _digest(data),
-                                             self._trust(path, local))
+                self._synced[path] = _Synced(
+                    outcome.version, _digest(data), self._trust(path, local)
+                )
                 if outcome.rev == self._rev + 1:  # nobody else saved: the pull has nothing
                     self._rev = outcome.rev
                 return None
@@ -219,10 +234,15 @@ class WorkspaceMirror:
                 return "this session no longer holds its task or turn: nothing more is saved"
             case SaveVerdict.CONFLICT:
                 taken = self._take_current(path, outcome.version)
-                where = ("which is now in the workspace" if taken else
-                         "which could not be put here (something local is in its way)")
-                return (f"{shown} was not saved: another member saved version "
-                        f"{outcome.version} first, {where}; read it and redo your change")
+                where = (
+                    "which is now in the workspace"
+                    if taken
+                    else "which could not be put here (something local is in its way)"
+                )
+                return (
+                    f"{shown} was not saved: another member saved version "
+                    f"{outcome.version} first, {where}; read it and redo your change"
+                )
             case SaveVerdict.EXPIRED:
                 return f"{shown} was not saved: its upload expired; it is tried again next time"
             case SaveVerdict.FILE_TOO_BIG:
@@ -232,9 +252,11 @@ class WorkspaceMirror:
                 problem = self._files_cap()
             case SaveVerdict.WORKSPACE_FULL:
                 limit = self.files.caps.workspace_max_bytes
-                problem = (f"the shared workspace would pass its {limit} bytes (option "
-                           "workspace_max_bytes; a file counts its content, twice its path and "
-                           f"{PATH_RECORD_BYTES} bytes); delete files it no longer needs")
+                problem = (
+                    f"the shared workspace would pass its {limit} bytes (option "
+                    "workspace_max_bytes; a file counts its content, twice its path and "
+                    f"{PATH_RECORD_BYTES} bytes); delete files it no longer needs"
+                )
             case _:
                 assert_never(outcome.verdict)
         # Remembered as seen: not tried again until it changes again.
@@ -242,12 +264,16 @@ class WorkspaceMirror:
         return f"{shown} was not saved: {problem}"
 
     def _files_cap(self) -> str:
-        return (f"the shared workspace holds {self.files.caps.workspace_max_files} files, its "
-                "limit (option workspace_max_files); delete files it no longer needs")
+        return (
+            f"the shared workspace holds {self.files.caps.workspace_max_files} files, its "
+            "limit (option workspace_max_files); delete files it no longer needs"
+        )
 
     def _too_big(self, size_bytes: int) -> str:
-        return (f"it is {size_bytes} bytes and a shared file may hold "
-                f"{self.files.caps.file_max_bytes} (option workspace_file_max_bytes)")
+        return (
+            f"it is {size_bytes} bytes and a shared file may hold "
+            f"{self.files.caps.file_max_bytes} (option workspace_file_max_bytes)"
+        )
 
     def _once(self, path: str, why: str) -> str | None:
         """`why` as a problem line, unless it was said already for the file as it is now."""
@@ -270,8 +296,10 @@ class WorkspaceMirror:
         if stat.S_ISLNK(info.st_mode):
             return "it is a symlink now, and symlinks are not copied between hosts"
         if stat.S_ISREG(info.st_mode):
-            return (f"it has {info.st_nlink} hard links, and a hard-linked file is not copied "
-                    "between hosts")
+            return (
+                f"it has {info.st_nlink} hard links, and a hard-linked file is not copied "
+                "between hosts"
+            )
         return "it is not a regular file now"
 
     def _lstat_key(self, path: str) -> tuple[int, int, int] | None:
@@ -345,8 +373,11 @@ class WorkspaceMirror:
                     info = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if (stat.S_ISREG(info.st_mode) and info.st_nlink == 1
-                        and not entry.name.startswith(TEMP_PREFIX)):
+                if (
+                    stat.S_ISREG(info.st_mode)
+                    and info.st_nlink == 1
+                    and not entry.name.startswith(TEMP_PREFIX)
+                ):
                     yield path, (info.st_size, info.st_mtime_ns, info.st_ino)
 
     def _local_stat(self, path: str) -> Stat | None:
@@ -369,9 +400,14 @@ def syncable(path: str) -> bool:
     """Whether a workspace path is copied between hosts: relative, plain components, none named
     like the names the file tools never write."""
     parts = path.split("/")
-    return (bool(path) and "\0" not in path and not path.startswith("/")
-            and all(part not in ("", ".", "..") and part.lower() not in UNWRITABLE_NAMES
-                    for part in parts))
+    return (
+        bool(path)
+        and "\0" not in path
+        and not path.startswith("/")
+        and all(
+            part not in ("", ".", "..") and part.lower() not in UNWRITABLE_NAMES for part in parts
+        )
+    )
 
 
 def _digest(data: bytes | None) -> str | None:

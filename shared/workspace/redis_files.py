@@ -104,13 +104,18 @@ def _unix_socket(redis_url: str) -> bool:
 class WorkspaceFiles:
     """The files of one space's workspace in Redis (bytes in, bytes out)."""
 
-    def __init__(self, conn: redis.Redis, keys: KeySpace, caps: FileCaps | None = None,
-                 fence: Fence | None = None, deleted_keep_ms: int = DELETED_KEEP_MS) -> None:
+    def __init__(
+        self,
+        conn: redis.Redis,
+        keys: KeySpace,
+        caps: FileCaps | None = None,
+        fence: Fence | None = None,
+        deleted_keep_ms: int = DELETED_KEEP_MS,
+    ) -> None:
         # Contents are bytes: a decoding client would mangle any file that is not UTF-8. The
         # client of its own keeps the retry policy of `conn` (a run's redis_outage_s).
         self._own = bool(conn.connection_pool.connection_kwargs.get("decode_responses"))
-        self.conn = (same_server(conn, decode=False, outage_s=outage_of(conn)) if self._own
-                     else conn)
+        self.conn = same_server(conn, decode=False, outage_s=outage_of(conn)) if self._own else conn
         self.keys = keys
         self.caps = caps or FileCaps()
         self.fence = fence
@@ -128,9 +133,10 @@ class WorkspaceFiles:
 
     def versions(self) -> dict[str, int]:
         """Every path's version, recently deleted files' included (HSCAN, in pages)."""
-        return {_path(raw): int(version)
-                for raw, version in self.conn.hscan_iter(self.keys.file_versions,
-                                                         count=PAGE_FILES)}
+        return {
+            _path(raw): int(version)
+            for raw, version in self.conn.hscan_iter(self.keys.file_versions, count=PAGE_FILES)
+        }
 
     def contents(self, paths: list[str]) -> dict[str, bytes]:
         """The content of each path that holds a file (deleted ones are left out)."""
@@ -142,17 +148,20 @@ class WorkspaceFiles:
         found: dict[str, bytes] = {}
         deleted: set[str] = set()
         for at in range(0, len(paths), PAGE_FILES):
-            page = paths[at:at + PAGE_FILES]
+            page = paths[at : at + PAGE_FILES]
             blobs = self._blob_ids(page)
             deleted.update(path for path, blob in zip(page, blobs, strict=True) if not blob)
             held = [(path, blob) for path, blob in zip(page, blobs, strict=True) if blob]
             if not held:
                 continue
             for part in range(0, len(held), PAGE_BLOBS):
-                some = held[part:part + PAGE_BLOBS]
+                some = held[part : part + PAGE_BLOBS]
                 datas = self.conn.mget([self.keys.file_blob(blob) for _, blob in some])
-                found.update((path, data) for (path, _), data in zip(some, datas, strict=True)
-                             if data is not None)
+                found.update(
+                    (path, data)
+                    for (path, _), data in zip(some, datas, strict=True)
+                    if data is not None
+                )
         return found, deleted
 
     def listing(self) -> list[FileEntry]:
@@ -161,14 +170,17 @@ class WorkspaceFiles:
         paths = sorted(versions)
         entries: list[FileEntry] = []
         for at in range(0, len(paths), PAGE_FILES):
-            page = paths[at:at + PAGE_FILES]
-            held = [(path, blob) for path, blob in zip(page, self._blob_ids(page), strict=True)
-                    if blob]
+            page = paths[at : at + PAGE_FILES]
+            held = [
+                (path, blob) for path, blob in zip(page, self._blob_ids(page), strict=True) if blob
+            ]
             pipe = self.conn.pipeline(transaction=False)
             for _, blob in held:
                 pipe.strlen(self.keys.file_blob(blob))
-            entries += [FileEntry(path, int(size), versions[path])
-                        for (path, _), size in zip(held, pipe.execute(), strict=True)]
+            entries += [
+                FileEntry(path, int(size), versions[path])
+                for (path, _), size in zip(held, pipe.execute(), strict=True)
+            ]
         return entries
 
     def save(self, path: str, seen_version: int, content: bytes | None) -> SaveOutcome:
@@ -197,14 +209,16 @@ class WorkspaceFiles:
         while batches is None or calls < batches:
             gone, left = self.scripts["file_prune"](
                 keys=[keys.files, keys.file_versions, keys.files_info, keys.file_deletions],
-                args=[keep_ms, PRUNE_BATCH, PATH_RECORD_BYTES])
+                args=[keep_ms, PRUNE_BATCH, PATH_RECORD_BYTES],
+            )
             dropped, calls = dropped + int(gone), calls + 1
             if not int(left):
                 break
         return dropped
 
-    def _save_once(self, path: str, seen_version: int,
-                   content: bytes | None) -> tuple[SaveOutcome, int, int]:
+    def _save_once(
+        self, path: str, seen_version: int, content: bytes | None
+    ) -> tuple[SaveOutcome, int, int]:
         """One save through file_save.lua; with it, how many deleted records are past their
         keep and how many there are."""
         keys, fence, caps = self.keys, self.fence, self.caps
@@ -213,14 +227,30 @@ class WorkspaceFiles:
         if content is not None:
             self.conn.set(keys.file_blob(new_blob), content, px=UNADOPTED_BLOB_TTL_MS)
         reply = self.scripts["file_save"](
-            keys=[keys.files, keys.file_versions, keys.files_info,
-                  fence.key if fence else keys.files_info, keys.file_blob(new_blob),
-                  keys.file_blob(old_blob) if old_blob else keys.files_info,
-                  keys.file_deletions],
-            args=[_raw(path), seen_version, "delete" if content is None else "put", new_blob,
-                  old_blob, caps.file_max_bytes, caps.workspace_max_bytes,
-                  caps.workspace_max_files, fence.kind if fence else "none",
-                  fence.token if fence else "", PATH_RECORD_BYTES, self.deleted_keep_ms])
+            keys=[
+                keys.files,
+                keys.file_versions,
+                keys.files_info,
+                fence.key if fence else keys.files_info,
+                keys.file_blob(new_blob),
+                keys.file_blob(old_blob) if old_blob else keys.files_info,
+                keys.file_deletions,
+            ],
+            args=[
+                _raw(path),
+                seen_version,
+                "delete" if content is None else "put",
+                new_blob,
+                old_blob,
+                caps.file_max_bytes,
+                caps.workspace_max_bytes,
+                caps.workspace_max_files,
+                fence.kind if fence else "none",
+                fence.token if fence else "",
+                PATH_RECORD_BYTES,
+                self.deleted_keep_ms,
+            ],
+        )
         outcome = SaveOutcome(SaveVerdict(reply[0].decode()), int(reply[1]), int(reply[2]))
         return outcome, int(reply[3]), int(reply[4])
 

@@ -28,8 +28,13 @@ def _must_be_text(value: Any) -> Any:
 
 FileText = Annotated[str, BeforeValidator(_must_be_text)]
 """File content, taken exactly as sent (no trimming, '' allowed)."""
-WorkspacePath = Annotated[Text, Field(validation_alias=either_case("path", "file", "filePath"),
-                                      description="A path relative to the workspace root.")]
+WorkspacePath = Annotated[
+    Text,
+    Field(
+        validation_alias=either_case("path", "file", "filePath"),
+        description="A path relative to the workspace root.",
+    ),
+]
 
 
 class PathArgs(ToolArgs):
@@ -43,33 +48,39 @@ class WriteArgs(ToolArgs):
 
     path: WorkspacePath
     content: Annotated[FileText, Fallback("")] = Field(
-        validation_alias=AliasChoices("content", "text"), description="The full file content.")
+        validation_alias=AliasChoices("content", "text"), description="The full file content."
+    )
 
 
 class EditArgs(ToolArgs):
     """edit_file: one exact replacement; newText '' when left out (a deletion)."""
 
     path: WorkspacePath
-    old_text: FileText = Field(validation_alias=either_case("oldText"),
-                               description="The exact text to replace; it must occur once.")
+    old_text: FileText = Field(
+        validation_alias=either_case("oldText"),
+        description="The exact text to replace; it must occur once.",
+    )
     new_text: Annotated[FileText, Fallback("")] = Field(
-        validation_alias=either_case("newText"),
-        description="The replacement text.")
+        validation_alias=either_case("newText"), description="The replacement text."
+    )
 
 
 class ListArgs(ToolArgs):
     """list_files: a folder, the root by default."""
 
-    path: OptionalText = Field(None, validation_alias=either_case("path", "file", "filePath"),
-                               description="A directory relative to the workspace root "
-                                           "(default: the root).")
+    path: OptionalText = Field(
+        None,
+        validation_alias=either_case("path", "file", "filePath"),
+        description="A directory relative to the workspace root (default: the root).",
+    )
 
 
 class BashArgs(ToolArgs):
     """bash: one command line."""
 
-    command: Text = Field(validation_alias=AliasChoices("command", "cmd"),
-                          description="The command line to run.")
+    command: Text = Field(
+        validation_alias=AliasChoices("command", "cmd"), description="The command line to run."
+    )
 
 
 class FileRead(ActionResult):
@@ -102,8 +113,13 @@ class BashRan(ActionResult):
 
 def add_workspace_tools(toolbox: Toolbox, workspace: Workspace, enabled: list[str]) -> None:
     """Add the enabled workspace tools, in the fixed order below; `bash` only when listed."""
-    adders = {"read_file": _read_file, "write_file": _write_file, "edit_file": _edit_file,
-              "list_files": _list_files, "bash": _bash}
+    adders = {
+        "read_file": _read_file,
+        "write_file": _write_file,
+        "edit_file": _edit_file,
+        "list_files": _list_files,
+        "bash": _bash,
+    }
     for name, add in adders.items():
         if name in enabled:
             add(toolbox, workspace)
@@ -112,11 +128,17 @@ def add_workspace_tools(toolbox: Toolbox, workspace: Workspace, enabled: list[st
 def _read_file(toolbox: Toolbox, workspace: Workspace) -> None:
     def read_file(args: PathArgs) -> FileRead:
         """read_file: a text file of the workspace (a bounded prefix)."""
-        return FileRead(action="read_file", ok=True, path=args.path,
-                        content=workspace.read(args.path))
+        return FileRead(
+            action="read_file", ok=True, path=args.path, content=workspace.read(args.path)
+        )
 
-    toolbox.add("read_file", "Read a text file from the shared workspace (long files are "
-                "truncated; hard-linked files are refused).", PathArgs, read_file)
+    toolbox.add(
+        "read_file",
+        "Read a text file from the shared workspace (long files are "
+        "truncated; hard-linked files are refused).",
+        PathArgs,
+        read_file,
+    )
 
 
 def _write_file(toolbox: Toolbox, workspace: Workspace) -> None:
@@ -125,8 +147,12 @@ def _write_file(toolbox: Toolbox, workspace: Workspace) -> None:
         written = workspace.write(args.path, args.content)
         return FileWritten(action="write_file", ok=True, path=args.path, size_bytes=written)
 
-    toolbox.add("write_file", "Create or overwrite a text file in the shared workspace "
-                "(parent directories are created).", WriteArgs, write_file)
+    toolbox.add(
+        "write_file",
+        "Create or overwrite a text file in the shared workspace (parent directories are created).",
+        WriteArgs,
+        write_file,
+    )
 
 
 def _edit_file(toolbox: Toolbox, workspace: Workspace) -> None:
@@ -135,27 +161,41 @@ def _edit_file(toolbox: Toolbox, workspace: Workspace) -> None:
         size = workspace.edit(args.path, args.old_text, args.new_text)
         return FileWritten(action="edit_file", ok=True, path=args.path, size_bytes=size)
 
-    toolbox.add("edit_file", "Replace one exact occurrence of oldText with newText in a "
-                f"UTF-8 file of at most {EDIT_LIMIT_BYTES} bytes.", EditArgs, edit_file)
+    toolbox.add(
+        "edit_file",
+        "Replace one exact occurrence of oldText with newText in a "
+        f"UTF-8 file of at most {EDIT_LIMIT_BYTES} bytes.",
+        EditArgs,
+        edit_file,
+    )
 
 
 def _list_files(toolbox: Toolbox, workspace: Workspace) -> None:
     def list_files(args: ListArgs) -> FilesListed:
         """list_files: the files under a workspace folder."""
         path = args.path or "."
-        return FilesListed(action="list_files", ok=True, path=path,
-                           entries=workspace.list(path))
+        return FilesListed(action="list_files", ok=True, path=path, entries=workspace.list(path))
 
-    toolbox.add("list_files", "List files and directories in the shared workspace (recursive).",
-                ListArgs, list_files)
+    toolbox.add(
+        "list_files",
+        "List files and directories in the shared workspace (recursive).",
+        ListArgs,
+        list_files,
+    )
 
 
 def _bash(toolbox: Toolbox, workspace: Workspace) -> None:
     def bash(args: BashArgs) -> BashRan:
         """bash: a shell command in the workspace, bounded in time and output."""
-        return BashRan.model_validate({"action": "bash", "ok": True,
-                                       **workspace.bash(args.command)})
+        return BashRan.model_validate(
+            {"action": "bash", "ok": True, **workspace.bash(args.command)}
+        )
 
-    toolbox.add("bash", "Run a bash command with the workspace as working directory "
-                "(limited in time, CPU, memory, file size and processes; long output is "
-                "truncated).", BashArgs, bash)
+    toolbox.add(
+        "bash",
+        "Run a bash command with the workspace as working directory "
+        "(limited in time, CPU, memory, file size and processes; long output is "
+        "truncated).",
+        BashArgs,
+        bash,
+    )

@@ -52,8 +52,14 @@ def stored(conn: redis.Redis, redis_url: str, team: str, tmp_path: Path) -> Iter
     (tmp_path / RUN / "notes.md").write_text("# Notes\n")
     store = TeamStore(conn, team)
     store.create(TeamOptions(max_tokens=1000))
-    store.spawn("alice", role="scout", prompt="Look around.", model="m", api_base=None,
-                queue=f"nobody-{team}")  # nobody serves it: alice stays working
+    store.spawn(
+        "alice",
+        role="scout",
+        prompt="Look around.",
+        model="m",
+        api_base=None,
+        queue=f"nobody-{team}",
+    )  # nobody serves it: alice stays working
     mail, _ = store.messages.send("alice", "lead", "a question\nin two lines")
     request, _ = store.requests.request_shutdown("alice", "wrapping up")
     TeamTasks(store).add("Plan the week", role="dev")
@@ -61,8 +67,9 @@ def stored(conn: redis.Redis, redis_url: str, team: str, tmp_path: Path) -> Iter
     worker.register_birth()
     worker.set_state(WorkerStatus.IDLE)
     try:
-        yield Stored(redis_url, team, f"{worker.hostname}:{worker.pid}", mail.created_at,
-                     request.id)
+        yield Stored(
+            redis_url, team, f"{worker.hostname}:{worker.pid}", mail.created_at, request.id
+        )
     finally:
         worker.register_death()
 
@@ -70,10 +77,17 @@ def stored(conn: redis.Redis, redis_url: str, team: str, tmp_path: Path) -> Iter
 def listing_verbs(stored: Stored) -> dict[str, list[str]]:
     """Each listing verb with its arguments."""
     team = ["-t", stored.team]
-    return {"runs": ["runs"], "tasks": ["tasks", RUN], "files": ["files", RUN],
-            "workers": ["workers"], "teams": ["teams"], "team list": ["team", "list", *team],
-            "team inbox": ["team", "inbox", *team], "team requests": ["team", "requests", *team],
-            "team task list": ["team", "task", "list", *team]}
+    return {
+        "runs": ["runs"],
+        "tasks": ["tasks", RUN],
+        "files": ["files", RUN],
+        "workers": ["workers"],
+        "teams": ["teams"],
+        "team list": ["team", "list", *team],
+        "team inbox": ["team", "inbox", *team],
+        "team requests": ["team", "requests", *team],
+        "team task list": ["team", "task", "list", *team],
+    }
 
 
 def terminal(stored: Stored, args: list[str]) -> list[str]:
@@ -117,33 +131,44 @@ def test_the_team_listings_print_these_rows(stored: Stored) -> None:
     assert terminal(stored, ["teams"]) == [
         "team" + " " * (len(team) - 2) + "teammates  working  tokens                cost      "
         "budget",
-        f"{team}  1          1        0 tokens (max 1,000)  unpriced  -"]
+        f"{team}  1          1        0 tokens (max 1,000)  unpriced  -",
+    ]
     assert piped(stored, ["teams"]) == [f"{team}\t1\t1\t0 tokens (max 1,000)\tunpriced\t-"]
     assert terminal(stored, ["team", "list", "-t", team]) == [
-        "name   status   role   detail", "alice  working  scout  -"]
+        "name   status   role   detail",
+        "alice  working  scout  -",
+    ]
     assert piped(stored, ["team", "list", "-t", team]) == ["alice\tworking\tscout\t-"]
     assert terminal(stored, ["team", "inbox", "-t", team]) == [
         "time" + " " * (len(sent) - 2) + "from   to    type          content",
-        f"{sent}  alice  lead  peer.message  a question in two lines"]
+        f"{sent}  alice  lead  peer.message  a question in two lines",
+    ]
     assert piped(stored, ["team", "inbox", "-t", team]) == [
-        f"{sent}\talice\tlead\tpeer.message\ta question in two lines"]
+        f"{sent}\talice\tlead\tpeer.message\ta question in two lines"
+    ]
     request = stored.request_id
     assert terminal(stored, ["team", "requests", "-t", team]) == [
         "request" + " " * (len(request) - 5) + "kind      from  to     status   detail",
-        f"{request}  shutdown  lead  alice  pending  wrapping up"]
+        f"{request}  shutdown  lead  alice  pending  wrapping up",
+    ]
     assert piped(stored, ["team", "requests", "-t", team]) == [
-        f"{request}\tshutdown\tlead\talice\tpending\twrapping up"]
+        f"{request}\tshutdown\tlead\talice\tpending\twrapping up"
+    ]
     assert terminal(stored, ["team", "task", "list", "-t", team]) == [
         "task    status  owner  role  after  subject",
-        "task_1  ready   -      dev   -      Plan the week"]
+        "task_1  ready   -      dev   -      Plan the week",
+    ]
     assert piped(stored, ["team", "task", "list", "-t", team]) == [
-        "task_1\tready\t-\tdev\t-\tPlan the week"]
+        "task_1\tready\t-\tdev\t-\tPlan the week"
+    ]
 
 
 def test_the_run_listings_print_these_rows(stored: Stored, tmp_path: Path) -> None:
     assert terminal(stored, ["tasks", RUN]) == [
-        "task  status   member  attempts  detail", "a     blocked  -       0         cancelled",
-        "b     blocked  -       0         cancelled"]
+        "task  status   member  attempts  detail",
+        "a     blocked  -       0         cancelled",
+        "b     blocked  -       0         cancelled",
+    ]
     assert terminal(stored, ["files", RUN]) == ["bytes  version  path", "8      -        notes.md"]
     assert piped(stored, ["files", RUN]) == ["8\t-\tnotes.md"]
     files = CliRunner().invoke(main, ["files", RUN, "--redis-url", stored.redis_url])
@@ -151,7 +176,8 @@ def test_the_run_listings_print_these_rows(stored: Stored, tmp_path: Path) -> No
     worker = stored.worker
     assert terminal(stored, ["workers"]) == [
         "queue    worker" + " " * (len(worker) - 4) + "state  job  pool",
-        f"members  {worker}  idle   -    -"]
+        f"members  {worker}  idle   -    -",
+    ]
 
 
 def test_the_status_table_has_the_columns_its_help_names(stored: Stored) -> None:
@@ -166,4 +192,5 @@ def test_the_send_verbs_say_whom_they_sent_to(stored: Stored) -> None:
     team = ["-t", stored.team]
     assert piped(stored, ["team", "send", "alice", "more", *team]) == ["sent to alice"]
     assert piped(stored, ["team", "broadcast", "all of you", *team]) == [
-        "sent to 1 teammate; woke 0"]
+        "sent to 1 teammate; woke 0"
+    ]

@@ -43,6 +43,7 @@ def invoke(redis_url: str, *args: str) -> Result:
 def reads_until_told(told: threading.Event, task_id: str) -> Any:
     """A member handler: `task_id` reads its mailbox until a request carries NOTE (then answers
     and sets `told`); other tasks answer at once."""
+
     def handler(body: dict[str, Any]) -> Any:
         if task_id_of(body) != task_id:
             return member_answer(body)
@@ -50,6 +51,7 @@ def reads_until_told(told: threading.Event, task_id: str) -> Any:
             told.set()
             return member_answer(body)
         return READ_MESSAGES
+
     return handler
 
 
@@ -61,43 +63,75 @@ def json_lines(text: str) -> list[Any]:
 def stream_history(conn: redis.Redis, run_id: str) -> tuple[list[TaskEvent], list[str]]:
     """The run's task events (run.* wake-ups left out) and its bus message ids, from Redis."""
     keys = RunKeys(run_id)
-    events = [TaskEvent.model_validate({"id": eid, **fields})
-              for eid, fields in conn.xrange(keys.events)]
+    events = [
+        TaskEvent.model_validate({"id": eid, **fields}) for eid, fields in conn.xrange(keys.events)
+    ]
     return [e for e in events if e.task_id], [eid for eid, _ in conn.xrange(keys.bus)]
 
 
 def assert_merged_in_time_order(lines: list[dict[str, Any]]) -> None:
     """Task changes and messages interleave by the time Redis gave their stream entries (ties
     within a millisecond: the task change first)."""
+
     def order(line: dict[str, Any]) -> tuple[int, int]:
         entry_id = line["id"] if line["kind"] == "task" else line["message"]["id"]
         ms = int(entry_id.partition("-")[0])
         return ms, 0 if line["kind"] == "task" else 1
+
     assert [order(line) for line in lines] == sorted(order(line) for line in lines)
 
 
 @pytest.mark.realistic
 def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     conn = redis.Redis.from_url(workers, decode_responses=True)
     told = threading.Event()
-    plan = [{"id": "a", "memberId": "m1", "task": "A"},
-            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    plan = [
+        {"id": "a", "memberId": "m1", "task": "A"},
+        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+    ]
     models = script_run(llm, run_id, plan, member=reads_until_told(told, "a"))
     team = team_file(tmp_path / "t.toml", models, options={"member_max_steps": 100_000})
-    run = subprocess.Popen([*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base",
-                            llm.api_base, "--redis-url", workers, "--workers", "0", "--run-id",
-                            run_id], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            *TEAMCTL,
+            "run",
+            "Ship it",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     followers: list[subprocess.Popen[str]] = []
     try:
         wait_until(lambda: RunStore(conn, RunKeys(run_id)).exists(), 30, message="the run")
-        followers = [subprocess.Popen([*TEAMCTL, *verb, run_id, "--redis-url", workers, "--json"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for verb in (["events"], ["tasks", "--follow"])]
+        followers = [
+            subprocess.Popen(
+                [*TEAMCTL, *verb, run_id, "--redis-url", workers, "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for verb in (["events"], ["tasks", "--follow"])
+        ]
         board = TaskBoard(conn, RunKeys(run_id))
         member_model = models["member"].removeprefix("openai/")
-        wait_until(lambda: len(llm.requests.get(member_model, [])) >= 2, RUN_DEADLINE_S,
-                   message="m1 busy reading its mailbox")
+        wait_until(
+            lambda: len(llm.requests.get(member_model, [])) >= 2,
+            RUN_DEADLINE_S,
+            message="m1 busy reading its mailbox",
+        )
         requests_before = len(llm.requests[member_model])
 
         sent = invoke(workers, "send", run_id, "--to", "m1", NOTE)
@@ -113,8 +147,11 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
                 process.wait(10)
 
     # The message reached m1's model as the result of a mailbox read made after it was sent.
-    carrying = [i for i, body in enumerate(llm.requests[member_model])
-                if task_id_of(body) == "a" and NOTE in json.dumps(body["messages"])]
+    carrying = [
+        i
+        for i, body in enumerate(llm.requests[member_model])
+        if task_id_of(body) == "a" and NOTE in json.dumps(body["messages"])
+    ]
     assert carrying and carrying[0] >= requests_before
     first = llm.requests[member_model][carrying[0]]["messages"]
     tool_results = [m for m in first if m.get("role") == "tool" and NOTE in str(m["content"])]
@@ -131,14 +168,23 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
     [sent_line] = [m for m in messages if m.from_ == "lead"]
     assert isinstance(sent_line, PeerMessage)
     assert (sent_line.from_, sent_line.to, sent_line.type, sent_line.content) == (
-        "lead", "m1", "peer.message", NOTE)
+        "lead",
+        "m1",
+        "peer.message",
+        NOTE,
+    )
     changes = [c for c in live if isinstance(c, TaskChange)]
     assert [(c.task_id, c.status) for c in changes] == [
-        ("a", EventKind.CREATED), ("b", EventKind.CREATED),
-        *((e.task_id, e.status) for e in task_events)]
+        ("a", EventKind.CREATED),
+        ("b", EventKind.CREATED),
+        *((e.task_id, e.status) for e in task_events),
+    ]
     assert [(c.task_id, c.status.value, c.member_id, c.attempts) for c in changes[2:]] == [
-        ("a", "in_progress", "m1", 1), ("a", "completed", "m1", 1),
-        ("b", "in_progress", "m2", 1), ("b", "completed", "m2", 1)]
+        ("a", "in_progress", "m1", 1),
+        ("a", "completed", "m1", 1),
+        ("b", "in_progress", "m2", 1),
+        ("b", "completed", "m2", 1),
+    ]
     assert isinstance(live[-1], MessageEvent)
     assert live[-1].message.type is SystemType.RUN_COMPLETE
     assert_merged_in_time_order([json.loads(line) for line in events_out.splitlines()])
@@ -149,16 +195,17 @@ def test_send_reaches_a_busy_member_and_the_followers_see_every_change(
     # `tasks --follow --json`: the board first, then each later change, in order.
     followed = [TaskChange.model_validate_json(line) for line in tasks_out.splitlines()]
     board_lines = [c for c in followed if c.id is None]
-    assert followed[:len(board_lines)] == board_lines
-    later = [(c.task_id, c.status) for c in followed[len(board_lines):]]
+    assert followed[: len(board_lines)] == board_lines
+    later = [(c.task_id, c.status) for c in followed[len(board_lines) :]]
     history = [(c.task_id, c.status) for c in changes]
-    assert later == history[len(history) - len(later):]
+    assert later == history[len(history) - len(later) :]
     last = {c.task_id: c.status.value for c in followed}
     assert last == {"a": "completed", "b": "completed"}
 
 
 def test_a_sent_message_is_in_the_members_next_dispatch_input(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     """m2 is sent a note while a is running; b, m2's next task, starts with it in its input."""
     sent = threading.Event()
 
@@ -167,17 +214,39 @@ def test_a_sent_message_is_in_the_members_next_dispatch_input(
             return ToolCalls([("team_list_tasks", {})])  # a runs until the note is sent
         return member_answer(body)
 
-    plan = [{"id": "a", "memberId": "m1", "task": "A"},
-            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    plan = [
+        {"id": "a", "memberId": "m1", "task": "A"},
+        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+    ]
     models = script_run(llm, run_id, plan, member=handler)
     team = team_file(tmp_path / "t.toml", models, options={"member_max_steps": 100_000})
-    run = subprocess.Popen([*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base",
-                            llm.api_base, "--redis-url", workers, "--workers", "0", "--run-id",
-                            run_id], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            *TEAMCTL,
+            "run",
+            "Ship it",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
-        wait_until(lambda: board.task_ids() and board.get("a").status.value == "in_progress",
-                   RUN_DEADLINE_S, message="task a in progress")
+        wait_until(
+            lambda: board.task_ids() and board.get("a").status.value == "in_progress",
+            RUN_DEADLINE_S,
+            message="task a in progress",
+        )
         result = invoke(workers, "send", run_id, "--to", "m2", NOTE)
         assert result.exit_code == 0, result.output
         sent.set()
@@ -195,8 +264,9 @@ def test_a_sent_message_is_in_the_members_next_dispatch_input(
     assert f"- [peer.message] lead -> m2: {NOTE}" in dispatch_input
 
 
-def test_send_to_everyone_reaches_every_inbox(conn: redis.Redis, redis_url: str,
-                                              run_id: str) -> None:
+def test_send_to_everyone_reaches_every_inbox(
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     store_run(conn, run_id)
     sent = invoke(redis_url, "send", run_id, "--to", "*", NOTE)
     assert (sent.exit_code, sent.stdout) == (0, "sent to every member\n"), sent.output
@@ -205,17 +275,26 @@ def test_send_to_everyone_reaches_every_inbox(conn: redis.Redis, redis_url: str,
     for member in MEMBERS:
         [message] = bus.read_unread(member)
         assert (message.id, message.from_, message.to, message.type, message.content) == (
-            broadcast.id, "lead", "*", "peer.broadcast", NOTE)
+            broadcast.id,
+            "lead",
+            "*",
+            "peer.broadcast",
+            NOTE,
+        )
 
 
-@pytest.mark.parametrize(("args", "says"), [
-    (["--to", "ghost", NOTE], "unknown team member 'ghost'; send to one of: m1, m2, m3"),
-    (["--to", "lead", NOTE], "send to one of: m1, m2, m3"),
-    (["--to", "m1", "  "], "the message is empty"),
-    (["--to", "m1", "x" * 200], "the limit is 100 bytes"),
-])
-def test_a_bad_message_exits_2_with_one_line(conn: redis.Redis, redis_url: str, run_id: str,
-                                             args: list[str], says: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--to", "ghost", NOTE], "unknown team member 'ghost'; send to one of: m1, m2, m3"),
+        (["--to", "lead", NOTE], "send to one of: m1, m2, m3"),
+        (["--to", "m1", "  "], "the message is empty"),
+        (["--to", "m1", "x" * 200], "the limit is 100 bytes"),
+    ],
+)
+def test_a_bad_message_exits_2_with_one_line(
+    conn: redis.Redis, redis_url: str, run_id: str, args: list[str], says: str
+) -> None:
     store_run(conn, run_id, max_message_bytes=100)
     result = invoke(redis_url, "send", run_id, *args)
     assert result.exit_code == 2 and says in result.stderr
@@ -223,8 +302,9 @@ def test_a_bad_message_exits_2_with_one_line(conn: redis.Redis, redis_url: str, 
     assert MessageBus(conn, RunKeys(run_id)).messages() == []
 
 
-def test_send_to_a_finished_or_unknown_run_exits_2(conn: redis.Redis, redis_url: str,
-                                                   run_id: str) -> None:
+def test_send_to_a_finished_or_unknown_run_exits_2(
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     store = store_run(conn, run_id)
     store.finish(RunEnd(RunStatus.COMPLETED, 3600, output="done"))
     finished = invoke(redis_url, "send", run_id, "--to", "m1", NOTE)
@@ -237,17 +317,29 @@ def test_send_to_a_finished_or_unknown_run_exits_2(conn: redis.Redis, redis_url:
 
 
 def test_followers_of_a_finished_run_print_its_history_and_exit(
-        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     store = store_run(conn, run_id)
     board, bus = TaskBoard(conn, RunKeys(run_id)), MessageBus(conn, RunKeys(run_id))
-    board.create([TaskSpec(id="a", member_id="m1", task="A"),
-                  TaskSpec(id="b", member_id="m2", task="B", depends_on=["a"])])
+    board.create(
+        [
+            TaskSpec(id="a", member_id="m1", task="A"),
+            TaskSpec(id="b", member_id="m2", task="B", depends_on=["a"]),
+        ]
+    )
     token = board.claim("a", "m1", "host:1", 30)
     bus.send("m1", "m2", None, "a", "almost there")
     board.complete("a", token, "A done", 5, announce_as="m1")
     board.block_stalled("cancelled")
-    store.finish(RunEnd(RunStatus.CANCELLED, 3600, error="cancelled", announce="run.cancelled",
-                        announce_text="cancelled"))
+    store.finish(
+        RunEnd(
+            RunStatus.CANCELLED,
+            3600,
+            error="cancelled",
+            announce="run.cancelled",
+            announce_text="cancelled",
+        )
+    )
 
     events = invoke(redis_url, "events", run_id, "--json")
     tasks = invoke(redis_url, "tasks", run_id, "--follow", "--json")
@@ -256,38 +348,53 @@ def test_followers_of_a_finished_run_print_its_history_and_exit(
     assert events.exit_code == tasks.exit_code == plain.exit_code == 0
     lines = [json.loads(line) for line in events.stdout.splitlines()]
     assert [(line["task_id"], line["status"]) for line in lines if line["kind"] == "task"] == [
-        ("a", "created"), ("b", "created"), ("a", "in_progress"), ("a", "completed"),
-        ("b", "blocked")]
+        ("a", "created"),
+        ("b", "created"),
+        ("a", "in_progress"),
+        ("a", "completed"),
+        ("b", "blocked"),
+    ]
     assert [line["message"]["type"] for line in lines if line["kind"] == "message"] == [
-        "peer.message", "task.result", "run.cancelled"]
+        "peer.message",
+        "task.result",
+        "run.cancelled",
+    ]
     assert_merged_in_time_order(lines)
     lines = [line for line in lines if line["kind"] == "task"] + [
-        line for line in lines if line["kind"] == "message"]
+        line for line in lines if line["kind"] == "message"
+    ]
     assert set(lines[2]) == {"kind", "id", "task_id", "status", "member_id", "attempts", "at_ms"}
     assert (lines[2]["member_id"], lines[2]["attempts"]) == ("m1", 1)
     # A message line is `kind` and the message as `messages --json` prints it.
     assert set(lines[5]) == {"kind", "message"}
-    assert lines[5]["message"] == json.loads(invoke(redis_url, "messages", run_id, "--json")
-                                             .stdout.splitlines()[0])
+    assert lines[5]["message"] == json.loads(
+        invoke(redis_url, "messages", run_id, "--json").stdout.splitlines()[0]
+    )
     assert lines[5]["message"]["from"] == "m1"
     assert lines[5]["message"]["content"] == "almost there"
     # The plain lines: each the local time of its change or message, then what happened.
     merged = [json.loads(line) for line in events.stdout.splitlines()]
     assert plain.stdout.splitlines() == [
         f"{shown_at(line['at_ms'])} [task {line['status']}] {line['task_id']} "
-        f"{line['member_id'] or '-'} attempts={line['attempts']}" if line["kind"] == "task" else
-        f"{shown_at(line['message']['created_at'])} [{line['message']['type']}]"
+        f"{line['member_id'] or '-'} attempts={line['attempts']}"
+        if line["kind"] == "task"
+        else f"{shown_at(line['message']['created_at'])} [{line['message']['type']}]"
         + (f" ({line['message']['task_id']})" if line["message"]["task_id"] else "")
         + f" {line['message']['from']} -> {line['message']['to'] or '(everyone)'}: "
-          f"{line['message']['content']}" for line in merged]
+        f"{line['message']['content']}"
+        for line in merged
+    ]
     claimed = next(line for line in merged if line.get("status") == "in_progress")
     said = next(line["message"] for line in merged if line["kind"] == "message")
     assert f"{shown_at(claimed['at_ms'])} [task in_progress] a m1 attempts=1" in plain.stdout
-    assert (f"{shown_at(said['created_at'])} [peer.message] (a) m1 -> m2: almost there\n"
-            in plain.stdout)
+    assert (
+        f"{shown_at(said['created_at'])} [peer.message] (a) m1 -> m2: almost there\n"
+        in plain.stdout
+    )
     # tasks --follow prints the board as it stands (nothing changes after it: it returns).
-    assert [(t["task_id"], t["status"], t["id"]) for t in map(json.loads,
-            tasks.stdout.splitlines())] == [("a", "completed", None), ("b", "blocked", None)]
+    assert [
+        (t["task_id"], t["status"], t["id"]) for t in map(json.loads, tasks.stdout.splitlines())
+    ] == [("a", "completed", None), ("b", "blocked", None)]
 
 
 def test_an_unknown_run_is_a_usage_error_for_the_followers(redis_url: str) -> None:

@@ -36,16 +36,24 @@ from tests.support.teamfile import team_file
 from tests.support.waiting import wait_until
 
 ANSI = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Z0-9]|[=>])")
-TWO_TASKS = [{"id": "a", "memberId": "m1", "task": "A"},
-             {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+TWO_TASKS = [
+    {"id": "a", "memberId": "m1", "task": "A"},
+    {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+]
 
 
 def own_queue_team(path: Path, models: dict[str, str], queue: str, **options: object) -> Path:
     """One member, m1, on a queue of its own, so only the run's own workers take its jobs."""
-    lines = [f'planner = {{ model = "{models["planner"]}" }}',
-             f'synthesizer = {{ model = "{models["synth"]}" }}',
-             "[[members]]", 'id = "m1"', f'model = "{models["member"]}"', f'queue = "{queue}"',
-             "[options]", *(f"{k} = {json.dumps(v)}" for k, v in options.items())]
+    lines = [
+        f'planner = {{ model = "{models["planner"]}" }}',
+        f'synthesizer = {{ model = "{models["synth"]}" }}',
+        "[[members]]",
+        'id = "m1"',
+        f'model = "{models["member"]}"',
+        f'queue = "{queue}"',
+        "[options]",
+        *(f"{k} = {json.dumps(v)}" for k, v in options.items()),
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -57,25 +65,50 @@ def slow_a_then_b(body: dict[str, Any]) -> str | Slow:
 
 
 def test_ctrl_c_cancels_the_run_it_started_and_exits_130_naming_it(
-        llm: ScriptedLLM, redis_server: str, run_id: str, tmp_path: Path,
-        group_reaper: list[subprocess.Popen[bytes]]) -> None:
+    llm: ScriptedLLM,
+    redis_server: str,
+    run_id: str,
+    tmp_path: Path,
+    group_reaper: list[subprocess.Popen[bytes]],
+) -> None:
     """Ctrl-C reaches the whole foreground process group: the coordinator and its workers. The
     run is cancelled as `teamctl cancel` would (not left running with no coordinator), the
     message names it by id, and the workers it started stop after the job in hand."""
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     queue = f"q-{uuid.uuid4().hex[:8]}"
-    plan = [{"id": "a", "memberId": "m1", "task": "A"},
-            {"id": "b", "memberId": "m1", "task": "B", "dependsOn": ["a"]}]
+    plan = [
+        {"id": "a", "memberId": "m1", "task": "A"},
+        {"id": "b", "memberId": "m1", "task": "B", "dependsOn": ["a"]},
+    ]
     models = script_run(llm, run_id, plan, member=slow_a_then_b, synth=None)
     team = own_queue_team(tmp_path / "t.toml", models, queue, heartbeat_ttl_s=1.0)
     run = subprocess.Popen(
-        [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
-         "--redis-url", redis_server, "--workers", "1", "--run-id", run_id],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True)
+        [
+            *TEAMCTL,
+            "run",
+            "Ship it",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            redis_server,
+            "--workers",
+            "1",
+            "--run-id",
+            run_id,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     group_reaper.append(run)
-    wait_until(lambda: len(llm.requests[f"member-{run_id}"]) == 1, 120,
-               message="the member's model call on task a")
+    wait_until(
+        lambda: len(llm.requests[f"member-{run_id}"]) == 1,
+        120,
+        message="the member's model call on task a",
+    )
 
     os.killpg(run.pid, signal.SIGINT)
     interrupted_at = time.monotonic()
@@ -88,7 +121,8 @@ def test_ctrl_c_cancels_the_run_it_started_and_exits_130_naming_it(
     assert err.decode().strip().splitlines()[-1] == (
         f"teamctl: interrupted; run {run_id} cancelled: nothing more is dispatched and its "
         f"members stop at their next model call (`{teamctl_prog()} status {run_id} "
-        f"--redis-url {redis_server}` shows what it did)")
+        f"--redis-url {redis_server}` shows what it did)"
+    )
     state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.status, state.error) == ("cancelled", "cancelled")
     assert not conn.exists(RunKeys(run_id).lease)
@@ -97,39 +131,71 @@ def test_ctrl_c_cancels_the_run_it_started_and_exits_130_naming_it(
     assert (b.status, b.error, b.attempts) == ("blocked", "cancelled", 0)  # as `cancel` says
     assert board.get("a").status == "failed"  # its claim revoked: a late write is refused
     # The run's worker finishes the job in hand and exits by itself.
-    wait_until(lambda: not conn.smembers(f"rq:workers:{queue}"), 60,
-               message="the run's worker to exit")
+    wait_until(
+        lambda: not conn.smembers(f"rq:workers:{queue}"), 60, message="the run's worker to exit"
+    )
     assert len(llm.requests[f"member-{run_id}"]) == 1  # b never ran
 
 
 def test_resume_approve_plan_approves_a_plan_left_waiting(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
-        group_reaper: list[subprocess.Popen[bytes]]) -> None:
+    llm: ScriptedLLM,
+    workers: str,
+    run_id: str,
+    tmp_path: Path,
+    group_reaper: list[subprocess.Popen[bytes]],
+) -> None:
     conn = redis.Redis.from_url(workers, decode_responses=True)
     models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}])
     team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
     run = subprocess.Popen(
-        [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
-         "--redis-url", workers, "--workers", "0", "--run-id", run_id],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        start_new_session=True)
+        [
+            *TEAMCTL,
+            "run",
+            "Ship it",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     group_reaper.append(run)
-    wait_until(lambda: RunStore(conn, RunKeys(run_id)).exists()
-               and RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval", 90,
-               message="the plan to await approval")
+    wait_until(
+        lambda: (
+            RunStore(conn, RunKeys(run_id)).exists()
+            and RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval"
+        ),
+        90,
+        message="the plan to await approval",
+    )
     run.kill()  # the coordinator dies (Ctrl-C would cancel the run): its lease runs out
     assert run.wait(timeout=60) == -signal.SIGKILL
-    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 120,
-               message="the dead coordinator's lease to expire")
+    wait_until(
+        lambda: not conn.exists(RunKeys(run_id).lease),
+        120,
+        message="the dead coordinator's lease to expire",
+    )
 
-    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
-                                        "--workers", "0", "--approve-plan", "--json"])
+    resumed = CliRunner().invoke(
+        main,
+        ["resume", run_id, "--redis-url", workers, "--workers", "0", "--approve-plan", "--json"],
+    )
 
     assert resumed.exit_code == 0, resumed.output
     out = json.loads(resumed.stdout)
     assert (out["status"], out["task_states"][0]["status"]) == ("completed", "completed")
     assert [m["content"] for m in out["messages"] if m["type"] == "plan.approved"] == [
-        "approved with --approve-plan"]
+        "approved with --approve-plan"
+    ]
     state = RunStore(conn, RunKeys(run_id)).state()
     assert (state.approval, state.approval_reason) == ("approved", "approved with --approve-plan")
     assert len(llm.prompts(f"plan-{run_id}")) == 1
@@ -157,8 +223,9 @@ def run_with_stderr_on_a_terminal(args: list[str], timeout_s: float) -> tuple[in
 
     reader = threading.Thread(target=read_all, daemon=True)
     try:
-        process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=follower, env=env)
+        process = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=follower, env=env
+        )
         os.close(follower)
         follower = -1
         reader.start()
@@ -187,16 +254,24 @@ def approve_once_it_waits(redis_url: str, run_id: str, failures: list[str]) -> N
     kept in `failures`: a thread cannot fail the test itself)."""
     store = RunStore(redis.Redis.from_url(redis_url, decode_responses=True), RunKeys(run_id))
     try:
-        wait_until(lambda: store.exists() and store.state().status == "awaiting_approval", 90,
-                   message="the plan to await approval")
-        subprocess.run([*TEAMCTL, "approve", run_id, "--redis-url", redis_url], check=True,
-                       capture_output=True, timeout=60)
+        wait_until(
+            lambda: store.exists() and store.state().status == "awaiting_approval",
+            90,
+            message="the plan to await approval",
+        )
+        subprocess.run(
+            [*TEAMCTL, "approve", run_id, "--redis-url", redis_url],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
     except (AssertionError, subprocess.SubprocessError) as exc:
         failures.append(repr(exc))
 
 
 def test_live_table_on_a_terminal_and_one_summary_line_otherwise(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     models = script_run(llm, run_id, TWO_TASKS)
     team = team_file(tmp_path / "t.toml", models, options={"require_plan_approval": True})
     failures: list[str] = []
@@ -204,8 +279,23 @@ def test_live_table_on_a_terminal_and_one_summary_line_otherwise(
     approver.start()
 
     code, out, drawn = run_with_stderr_on_a_terminal(
-        [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
-         "--redis-url", workers, "--workers", "0", "--run-id", run_id], 120)
+        [
+            *TEAMCTL,
+            "run",
+            "Ship it",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+        ],
+        120,
+    )
     approver.join(120)
 
     assert failures == [] and code == 0, (failures, drawn)
@@ -216,28 +306,57 @@ def test_live_table_on_a_terminal_and_one_summary_line_otherwise(
     assert {("a", "m1", "completed", "1"), ("b", "m2", "completed", "1")} <= finished, drawn
     assert ("b", "m2", "pending", "0", "-") in rows, drawn  # drawn live, before b ran
     # The table's title is the run's phase, from planning to its end.
-    assert {("planning",), ("waiting", "for", "approval"), ("dispatching",), ("synthesizing",),
-            ("completed",)} <= rows, drawn
+    assert {
+        ("planning",),
+        ("waiting", "for", "approval"),
+        ("dispatching",),
+        ("synthesizing",),
+        ("completed",),
+    } <= rows, drawn
 
     plain_id = run_id + "-plain"
     script_run(llm, plain_id, TWO_TASKS)
-    plain = CliRunner().invoke(main, [
-        "run", "Ship it", "--team", str(team_file(tmp_path / "p.toml", {
-            "planner": f"openai/plan-{plain_id}", "synth": f"openai/synth-{plain_id}",
-            "member": f"openai/member-{plain_id}"})),
-        "--api-base", llm.api_base, "--redis-url", workers, "--workers", "0",
-        "--run-id", plain_id])
+    plain = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "Ship it",
+            "--team",
+            str(
+                team_file(
+                    tmp_path / "p.toml",
+                    {
+                        "planner": f"openai/plan-{plain_id}",
+                        "synth": f"openai/synth-{plain_id}",
+                        "member": f"openai/member-{plain_id}",
+                    },
+                )
+            ),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            plain_id,
+        ],
+    )
 
     assert plain.exit_code == 0, plain.output
     assert plain.stdout == "final answer\n"
     first, summary = plain.stderr.splitlines()
     assert first == f"teamctl: run {plain_id} on {workers}"
-    assert re.fullmatch(rf"teamctl: run {plain_id} completed in 2 rounds, 2 tasks ran, "
-                        r"\d+\.\ds, \d+ tokens, unpriced", summary), summary
+    assert re.fullmatch(
+        rf"teamctl: run {plain_id} completed in 2 rounds, 2 tasks ran, "
+        r"\d+\.\ds, \d+ tokens, unpriced",
+        summary,
+    ), summary
 
 
 def test_plain_tasks_lists_the_board_one_task_a_line(
-        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path
+) -> None:
     two_task_run(conn, run_id, tmp_path)
     board = TaskBoard(conn, RunKeys(run_id))
     token = board.claim("a", "researcher", "host:1", 60)
@@ -246,14 +365,17 @@ def test_plain_tasks_lists_the_board_one_task_a_line(
     result = CliRunner().invoke(main, ["tasks", run_id, "--redis-url", redis_url])
 
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines() == ["a\tfailed\tresearcher\t1\tthe source was gone",
-                                          "b\tblocked\t-\t0\tdependency failed"]
+    assert result.stdout.splitlines() == [
+        "a\tfailed\tresearcher\t1\tthe source was gone",
+        "b\tblocked\t-\t0\tdependency failed",
+    ]
     missing = CliRunner().invoke(main, ["tasks", "nope", "--redis-url", redis_url])
     assert missing.exit_code == 2 and "no run nope" in missing.stderr
 
 
 def test_embedded_redis_keeps_a_run_across_stop_and_start(
-        llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     """No --redis-url and no REDIS_URL: the embedded server, appendonly from its first start."""
     runner = CliRunner()
     server = EmbeddedRedis(tmp_path / "state" / "redis")
@@ -268,10 +390,22 @@ def test_embedded_redis_keeps_a_run_across_stop_and_start(
         # An unusable plan, not broadcast: no member runs, and the run still writes its spec,
         # state, plan, messages and output (one run-scoped worker makes the model calls).
         models = script_run(llm, run_id, "no plan here", synth="kept answer")
-        ran = runner.invoke(main, ["run", "Keep me", "--team",
-                                   str(team_file(tmp_path / "t.toml", models)),
-                                   "--api-base", llm.api_base, "--workers", "1",
-                                   "--run-id", run_id, "--no-broadcast-on-planner-failure"])
+        ran = runner.invoke(
+            main,
+            [
+                "run",
+                "Keep me",
+                "--team",
+                str(team_file(tmp_path / "t.toml", models)),
+                "--api-base",
+                llm.api_base,
+                "--workers",
+                "1",
+                "--run-id",
+                run_id,
+                "--no-broadcast-on-planner-failure",
+            ],
+        )
         assert ran.exit_code == 0, ran.output
         assert f"run {run_id} on unix://:***@" in ran.stderr
 
@@ -285,7 +419,10 @@ def test_embedded_redis_keeps_a_run_across_stop_and_start(
         assert status.exit_code == 0, status.output
         out = json.loads(status.stdout)
         assert (out["status"], out["output"], out["objective"]) == (
-            "completed", "kept answer", "Keep me")
+            "completed",
+            "kept answer",
+            "Keep me",
+        )
         assert [m["type"] for m in out["messages"]][-1] == "run.complete"
     finally:
         server.stop()

@@ -20,23 +20,29 @@ from tests.support.replies import member_answer
 from tests.support.teamfile import team_file
 from tests.support.timescale import scaled, time_scale, timing_options
 
-PLAN = [{"id": "a", "memberId": "m1", "task": "A"},
-        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
-        {"id": "c", "memberId": "m3", "task": "C"}]
+PLAN = [
+    {"id": "a", "memberId": "m1", "task": "A"},
+    {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+    {"id": "c", "memberId": "m3", "task": "C"},
+]
 
 
 @pytest.mark.realistic
 def test_a_chain_of_slow_tasks_completes_at_the_default_options(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     options = timing_options()
     if time_scale() == 1:
         defaults = RunOptions()
         assert [options[k] == getattr(defaults, k) for k in options] == [True] * len(options)
-    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)], latency_s=scaled(7)),
-              # 4-12 s a call at 1x, drawn from a seeded generator: the tasks end out of step.
-              "member": llm.script(f"member-{run_id}", handler=member_answer,
-                                   latency_s=scaled(8), latency_seed=7),
-              "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=scaled(6))}
+    models = {
+        "planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)], latency_s=scaled(7)),
+        # 4-12 s a call at 1x, drawn from a seeded generator: the tasks end out of step.
+        "member": llm.script(
+            f"member-{run_id}", handler=member_answer, latency_s=scaled(8), latency_seed=7
+        ),
+        "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=scaled(6)),
+    }
     team = team_file(tmp_path / "team.toml", models, options=options)
 
     result = run_cli(llm, workers, run_id, team)
@@ -45,7 +51,8 @@ def test_a_chain_of_slow_tasks_completes_at_the_default_options(
     out = json.loads(result.stdout)
     assert out["status"] == "completed" and out["output"] == "the answer"
     assert {r["task_id"]: r["output"] for r in out["member_results"]} == {
-        t: f"output of {t}" for t in ("a", "b", "c")}
+        t: f"output of {t}" for t in ("a", "b", "c")
+    }
     assert [s["attempts"] for s in out["task_states"]] == [1, 1, 1]
     b_prompt = next(p for p in llm.prompts(f"member-{run_id}") if "Task ID: b" in p)
     assert "output of a" in b_prompt  # b ran after a, with a's output
@@ -53,7 +60,8 @@ def test_a_chain_of_slow_tasks_completes_at_the_default_options(
 
 @pytest.mark.realistic
 def test_a_provider_limit_makes_the_run_wait_for_most_of_it_and_lose_nothing(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     # 6 calls a minute at 1x (one per 10 s) against member calls of 4 s: without the limit
     # the 6 tasks would take ~12 s on 2 workers; with it ~50 s, most of it waiting.
     rpm = round(6 / time_scale())
@@ -61,9 +69,11 @@ def test_a_provider_limit_makes_the_run_wait_for_most_of_it_and_lose_nothing(
     provider = RateLimitedProvider(rps=rpm / 60, burst=max(1, rpm // 60), answer=member_answer)
     plan = [{"id": f"t{n}", "memberId": f"m{n % 3 + 1}", "task": f"T{n}"} for n in range(6)]
     member = f"member-{run_id}"
-    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)], latency_s=scaled(3)),
-              "member": llm.script(member, handler=provider.handler, latency_s=scaled(4)),
-              "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=scaled(3))}
+    models = {
+        "planner": llm.script(f"plan-{run_id}", [json.dumps(plan)], latency_s=scaled(3)),
+        "member": llm.script(member, handler=provider.handler, latency_s=scaled(4)),
+        "synth": llm.script(f"synth-{run_id}", ["the answer"], latency_s=scaled(3)),
+    }
     team = tmp_path / "team.json"
     team_file(team, models, options=timing_options())
     spec = json.loads(team.read_text())

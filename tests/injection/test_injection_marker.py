@@ -13,7 +13,8 @@ from tests.support.llm import ScriptedLLM
 
 
 def test_the_leak_check_finds_the_marker_in_redis_files_and_requests(
-        conn: redis.Redis, tmp_path: Path, llm: ScriptedLLM) -> None:
+    conn: redis.Redis, tmp_path: Path, llm: ScriptedLLM
+) -> None:
     assert_marker_kept(llm, conn, [tmp_path])
     conn.xadd("some:stream", {"body": f"x{MARKER}y"})
     with pytest.raises(AssertionError, match="Redis holds the marker"):

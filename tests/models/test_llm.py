@@ -28,8 +28,9 @@ from tests.support.teamfile import team_file
 HI = [{"role": "user", "content": "hi"}]
 KEY = "sk-test-4b1d9c0e7f"
 """A provider key the tests set: workers send it, and no error message may show it."""
-IN_WORKERS = ("in the environment of the workers (workers make every model call and read it "
-              "when they start)")
+IN_WORKERS = (
+    "in the environment of the workers (workers make every model call and read it when they start)"
+)
 
 
 def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
@@ -55,7 +56,8 @@ def test_429_and_a_timeout_are_retried(llm: ScriptedLLM, run_id: str) -> None:
 
 
 def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
-        llm: ScriptedLLM, run_id: str) -> None:
+    llm: ScriptedLLM, run_id: str
+) -> None:
     model = llm.script(f"m-{run_id}", [HttpError(429, "slow down", retry_after_s=1.5), "fine"])
     client = LitellmClient(provider_keys=(), max_retries=2, backoff_base_s=0.01)
 
@@ -65,8 +67,7 @@ def test_a_429_with_retry_after_waits_as_long_as_the_provider_asks(
     assert reply.content == "fine" and second - first >= 1.5
 
 
-def test_a_reset_connection_and_a_stalled_reply_are_retried(
-        llm: ScriptedLLM, run_id: str) -> None:
+def test_a_reset_connection_and_a_stalled_reply_are_retried(llm: ScriptedLLM, run_id: str) -> None:
     model = llm.script(f"m-{run_id}", [Reset(), Stall(), "fine"])
     client = LitellmClient(provider_keys=(), timeout_s=1.0, max_retries=2, backoff_base_s=0.01)
 
@@ -85,15 +86,17 @@ def test_a_400_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
 
 
 def test_a_network_failure_names_its_cause_and_an_error_reply_does_not_repeat_its_url(
-        llm: ScriptedLLM, run_id: str) -> None:
+    llm: ScriptedLLM, run_id: str
+) -> None:
     """litellm says only "Connection error." for a refused connection (or certificate); the
     cause is what tells a user what to fix. An HTTP error reply already says what went wrong."""
     client = LitellmClient(provider_keys=(), max_retries=0)
     with socket.socket() as closed:  # bound, never listening: the connection is refused
         closed.bind(("127.0.0.1", 0))
         with pytest.raises(ModelError, match="Connection refused"):
-            client.complete("openai/nowhere", HI,
-                            api_base=f"http://127.0.0.1:{closed.getsockname()[1]}/v1")
+            client.complete(
+                "openai/nowhere", HI, api_base=f"http://127.0.0.1:{closed.getsockname()[1]}/v1"
+            )
     model = llm.script(f"m-{run_id}", [HttpError(500, "boom 5e1")])
 
     with pytest.raises(ModelError) as failed:
@@ -108,10 +111,13 @@ def test_warm_up_starts_no_thread_so_forking_stays_safe() -> None:
 
 
 def test_a_rejected_key_is_not_retried_and_the_error_names_its_variable_not_its_value(
-        llm: ScriptedLLM, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    model = llm.script(f"m-{run_id}", [HttpError(401, f"Incorrect API key provided: {KEY}.\n"
-                                                      "You can find your API key online.")])
+    model = llm.script(
+        f"m-{run_id}",
+        [HttpError(401, f"Incorrect API key provided: {KEY}.\nYou can find your API key online.")],
+    )
     client = LitellmClient(provider_keys={"OPENAI_API_KEY"}, max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(CredentialsError) as failed:
@@ -120,11 +126,13 @@ def test_a_rejected_key_is_not_retried_and_the_error_names_its_variable_not_its_
     assert llm.authorizations[f"m-{run_id}"] == [f"Bearer {KEY}"]  # one request, with the key
     assert str(failed.value) == (
         f"model {model}: the provider rejected OPENAI_API_KEY (401: Incorrect API key provided: "
-        f"<OPENAI_API_KEY>. You can find your API key online.): set a valid key {IN_WORKERS}")
+        f"<OPENAI_API_KEY>. You can find your API key online.): set a valid key {IN_WORKERS}"
+    )
 
 
 def test_a_403_is_not_retried_and_its_reason_reaches_the_error_on_one_line(
-        llm: ScriptedLLM, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     reason = "Project has no access to \x1b[31mgpt-x\x1b[0m\r\nin this region"
     model = llm.script(f"m-{run_id}", [HttpError(403, reason)])
@@ -136,11 +144,13 @@ def test_a_403_is_not_retried_and_its_reason_reaches_the_error_on_one_line(
     assert len(llm.requests[f"m-{run_id}"]) == 1
     assert str(failed.value) == (
         f"model {model}: the provider denied OPENAI_API_KEY access (403: Project has no access "
-        f"to gpt-x in this region): set credentials allowed to use this model {IN_WORKERS}")
+        f"to gpt-x in this region): set credentials allowed to use this model {IN_WORKERS}"
+    )
 
 
 def test_a_401_to_a_request_sent_without_a_key_says_the_key_is_missing(
-        llm: ScriptedLLM, run_id: str) -> None:
+    llm: ScriptedLLM, run_id: str
+) -> None:
     """With an API base and no key set, teamctl sends a placeholder: a refusal means no key."""
     model = llm.script(f"m-{run_id}", [HttpError(401, "You didn't provide an API key.")])
     client = LitellmClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
@@ -151,15 +161,25 @@ def test_a_401_to_a_request_sent_without_a_key_says_the_key_is_missing(
     assert llm.authorizations[f"m-{run_id}"] == ["Bearer teamctl-no-key"]
     assert str(failed.value) == (
         f"model {model}: missing credentials (the server answered 401: You didn't provide an "
-        f"API key.): set OPENAI_API_KEY {IN_WORKERS}")
+        f"API key.): set OPENAI_API_KEY {IN_WORKERS}"
+    )
 
 
-def test_a_500_saying_credentials_are_missing_is_not_retried(
-        llm: ScriptedLLM, run_id: str) -> None:
+def test_a_500_saying_credentials_are_missing_is_not_retried(llm: ScriptedLLM, run_id: str) -> None:
     """The openai SDK's own "Missing credentials" reaches teamctl from litellm as a 500."""
-    model = llm.script(f"m-{run_id}", [HttpError(500, (
-        "Missing credentials. Please pass an `api_key`, `workload_identity`, `admin_api_key`, "
-        "or set the `OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable."))])
+    model = llm.script(
+        f"m-{run_id}",
+        [
+            HttpError(
+                500,
+                (
+                    "Missing credentials. Please pass an `api_key`, `workload_identity`, "
+                    "`admin_api_key`, "
+                    "or set the `OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable."
+                ),
+            )
+        ],
+    )
     client = LitellmClient(provider_keys=(), max_retries=3, backoff_base_s=0.01)
 
     with pytest.raises(CredentialsError) as failed:
@@ -167,17 +187,22 @@ def test_a_500_saying_credentials_are_missing_is_not_retried(
 
     assert len(llm.requests[f"m-{run_id}"]) == 1
     assert str(failed.value) == (
-        f"model {model}: missing credentials: set OPENAI_API_KEY {IN_WORKERS}")
+        f"model {model}: missing credentials: set OPENAI_API_KEY {IN_WORKERS}"
+    )
 
 
-@pytest.mark.parametrize(("model", "variable"), [
-    ("openai/gpt-4o-mini", "OPENAI_API_KEY"),  # the openai SDK refuses: a 500 through litellm
-    ("anthropic/claude-3-5-haiku-latest", "ANTHROPIC_API_KEY"),  # litellm refuses: a 401
-    ("gemini/gemini-1.5-flash", "GEMINI_API_KEY"),  # a 500 whose text carries a traceback
-    ("azure/gpt-4o", "AZURE_API_KEY"),
-])
+@pytest.mark.parametrize(
+    ("model", "variable"),
+    [
+        ("openai/gpt-4o-mini", "OPENAI_API_KEY"),  # the openai SDK refuses: a 500 through litellm
+        ("anthropic/claude-3-5-haiku-latest", "ANTHROPIC_API_KEY"),  # litellm refuses: a 401
+        ("gemini/gemini-1.5-flash", "GEMINI_API_KEY"),  # a 500 whose text carries a traceback
+        ("azure/gpt-4o", "AZURE_API_KEY"),
+    ],
+)
 def test_a_missing_key_fails_at_once_without_a_request(
-        model: str, variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    model: str, variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No key and no API base: litellm refuses before connecting, and teamctl does not retry."""
     litellm = load_litellm()
     calls, connections = [], []
@@ -205,25 +230,30 @@ def test_providers_without_one_api_key_name_the_credentials_litellm_reads() -> N
     assert credential_vars(litellm, "bedrock/anthropic.claude-3-haiku-20240307-v1:0") == aws
     assert credential_vars(litellm, "sagemaker/my-endpoint") == aws
     assert credential_vars(litellm, "vertex_ai/gemini-1.5-flash") == (
-        "GOOGLE_APPLICATION_CREDENTIALS",)
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    )
     assert credential_vars(litellm, "azure/my-deployment") == ("AZURE_API_KEY",)
     # What botocore says through litellm when it finds no AWS credentials (a 401).
     no_aws = litellm.AuthenticationError(
         message="BedrockException Invalid Authentication - Unable to locate credentials",
-        llm_provider="bedrock", model="anthropic.claude-3-haiku-20240307-v1:0")
+        llm_provider="bedrock",
+        model="anthropic.claude-3-haiku-20240307-v1:0",
+    )
     error = credentials_error(litellm, "bedrock/anthropic.claude-3-haiku-20240307-v1:0", no_aws)
     assert str(error) == (
         "model bedrock/anthropic.claude-3-haiku-20240307-v1:0: missing credentials: set "
         "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment of the workers (workers "
-        "make every model call and read them when they start)")
+        "make every model call and read them when they start)"
+    )
     # Providers whose requests go out without a key when none is set: their 401 means unset.
-    unauthorized = litellm.AuthenticationError(message="DeepseekException - Unauthorized",
-                                               llm_provider="deepseek", model="deepseek-chat")
+    unauthorized = litellm.AuthenticationError(
+        message="DeepseekException - Unauthorized", llm_provider="deepseek", model="deepseek-chat"
+    )
     assert str(credentials_error(litellm, "deepseek/deepseek-chat", unauthorized)) == (
         f"model deepseek/deepseek-chat: missing credentials (the server answered 401: "
-        f"Unauthorized): set DEEPSEEK_API_KEY {IN_WORKERS}")
-    overloaded = litellm.InternalServerError(message="overloaded", llm_provider="openai",
-                                             model="x")
+        f"Unauthorized): set DEEPSEEK_API_KEY {IN_WORKERS}"
+    )
+    overloaded = litellm.InternalServerError(message="overloaded", llm_provider="openai", model="x")
     assert credentials_error(litellm, "openai/x", overloaded) is None
 
 
@@ -234,22 +264,28 @@ def one_line_naming_the_key(error: str, prefix: str) -> None:
 
 
 def test_a_refused_planner_call_fails_the_run_with_the_one_line_error(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     planner = llm.script(f"plan-{run_id}", [HttpError(401, "no such key")])  # once, no retry
-    team = team_file(tmp_path / "t.toml", {"planner": planner, "synth": planner,
-                                           "member": planner})
+    team = team_file(tmp_path / "t.toml", {"planner": planner, "synth": planner, "member": planner})
 
     result = run_cli(llm, workers, run_id, team)
 
     assert result.exit_code == 1, result.output
-    one_line_naming_the_key(result.stderr.strip().splitlines()[-1].split("planner failed: ")[-1],
-                            f"model {planner}: ")
+    one_line_naming_the_key(
+        result.stderr.strip().splitlines()[-1].split("planner failed: ")[-1], f"model {planner}: "
+    )
 
 
 def test_a_refused_member_call_is_the_tasks_error(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
-                        member=[HttpError(401, "no such key")])
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    models = script_run(
+        llm,
+        run_id,
+        [{"id": "a", "memberId": "m1", "task": "A"}],
+        member=[HttpError(401, "no such key")],
+    )
 
     result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models))
 

@@ -17,8 +17,12 @@ from tests.support.katan import LIMIT_HEADERS, Katan, llm_katan, with_limit_head
 
 PROVIDER_PREFIX = "llm_provider-"
 """litellm's prefix for every header of the provider's reply, kept as sent."""
-OPENAI_NAMES = {"x-ratelimit-limit-requests", "x-ratelimit-limit-tokens",
-                "x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens"}
+OPENAI_NAMES = {
+    "x-ratelimit-limit-requests",
+    "x-ratelimit-limit-tokens",
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-remaining-tokens",
+}
 RESETS = {"x-ratelimit-reset-requests", "x-ratelimit-reset-tokens"}
 UNPREFIXED_ON_SUCCESS = {
     # litellm copies OpenAI's names unprefixed (not their resets), maps Anthropic's to them,
@@ -39,19 +43,23 @@ RESPONSE_HEADERS_EMPTY_ON_429 = {"anthropic/claude-3-5-haiku-latest", "gemini/ge
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(answering, refusing with 429) llm-katan base URLs, each behind the header proxy."""
     root = tmp_path_factory.mktemp("katan-headers")
-    with llm_katan(root / "ok") as ok, llm_katan(root / "limited", "--rate-limit-after",
-                                                 "1") as limited:
+    with (
+        llm_katan(root / "ok") as ok,
+        llm_katan(root / "limited", "--rate-limit-after", "1") as limited,
+    ):
         spend_first_request(limited)
-        with with_limit_headers(ok.url) as answering, \
-                with_limit_headers(limited.url) as refusing:
+        with with_limit_headers(ok.url) as answering, with_limit_headers(limited.url) as refusing:
             yield answering, refusing
 
 
 def spend_first_request(katan: Katan) -> None:
     """`--rate-limit-after 1` answers one request: take it, so every later one is a 429."""
-    answer = httpx.post(f"{katan.url}/v1/chat/completions", timeout=30,
-                        headers={"authorization": "Bearer k"},
-                        json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+    answer = httpx.post(
+        f"{katan.url}/v1/chat/completions",
+        timeout=30,
+        headers={"authorization": "Bearer k"},
+        json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+    )
     assert answer.status_code == 200
 
 
@@ -61,8 +69,15 @@ def call(model: str, base: str) -> Any:
     path = {"openai": "/v1", "gemini": "/v1beta"}.get(model.split("/")[0], "")
     extra = {"authorization": "Bearer k"} if model.startswith("gemini/") else None
     return load_litellm().completion(
-        model=model, messages=[{"role": "user", "content": "hi"}], api_base=base + path,
-        api_key="k", extra_headers=extra, num_retries=0, max_retries=0, timeout=30)
+        model=model,
+        messages=[{"role": "user", "content": "hi"}],
+        api_base=base + path,
+        api_key="k",
+        extra_headers=extra,
+        num_retries=0,
+        max_retries=0,
+        timeout=30,
+    )
 
 
 @pytest.mark.parametrize("model", sorted(UNPREFIXED_ON_SUCCESS))
@@ -85,8 +100,9 @@ def test_headers_of_a_429(servers: tuple[str, str], model: str) -> None:
         call(model, servers[1])
     exc = raised.value
     assert exc.status_code == 429
-    assert {k.lower(): v for k, v in exc.litellm_response_headers.items()
-            if k.lower() in LIMIT_HEADERS} == LIMIT_HEADERS
+    assert {
+        k.lower(): v for k, v in exc.litellm_response_headers.items() if k.lower() in LIMIT_HEADERS
+    } == LIMIT_HEADERS
     on_response = {k.lower() for k in exc.response.headers}
     if model in RESPONSE_HEADERS_EMPTY_ON_429:
         assert on_response & set(LIMIT_HEADERS) == set()
@@ -95,8 +111,9 @@ def test_headers_of_a_429(servers: tuple[str, str], model: str) -> None:
 
 
 @pytest.mark.parametrize("model", sorted(UNPREFIXED_ON_SUCCESS))
-def test_model_client_believes_each_familys_retry_after(servers: tuple[str, str],
-                                                        model: str) -> None:
+def test_model_client_believes_each_familys_retry_after(
+    servers: tuple[str, str], model: str
+) -> None:
     litellm = load_litellm()
     with pytest.raises(litellm.RateLimitError) as raised:
         call(model, servers[1])

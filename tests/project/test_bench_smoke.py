@@ -50,10 +50,24 @@ def run_smoke(name: str, tmp_path: Path) -> tuple[int, str, str]:
     group is killed if it outlives DEADLINE_S, so no server it started is left behind."""
     output, logs = tmp_path / "smoke.md", tmp_path / "logs"
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench.report", "--smoke", "--only", name,
-         "--output", str(output), "--log-dir", str(logs)],
-        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "bench.report",
+            "--smoke",
+            "--only",
+            name,
+            "--output",
+            str(output),
+            "--log-dir",
+            str(logs),
+        ],
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         printed, _ = process.communicate(timeout=DEADLINE_S)
     except subprocess.TimeoutExpired:
@@ -61,8 +75,10 @@ def run_smoke(name: str, tmp_path: Path) -> tuple[int, str, str]:
         printed, _ = process.communicate()
         printed += f"\n(killed after {DEADLINE_S:.0f} s)".encode()
     report = output.read_text() if output.exists() else ""
-    shown = (f"--- its output:\n{printed.decode(errors='replace')[-3000:]}\n"
-             f"--- the end of logs/{name}.log:\n{tail(logs / f'{name}.log')}")
+    shown = (
+        f"--- its output:\n{printed.decode(errors='replace')[-3000:]}\n"
+        f"--- the end of logs/{name}.log:\n{tail(logs / f'{name}.log')}"
+    )
     return process.returncode, report, shown
 
 
@@ -75,7 +91,7 @@ def test_benchmark_runs_and_renders_its_table(name: str, tmp_path: Path) -> None
     lines = section(report, BENCHES[name])
     assert lines, f"no section headed {BENCHES[name]!r} in the report:\n{report}\n{shown}"
     assert TABLE_HEADER in lines and TABLE_RULE in lines, "\n".join(lines)
-    rows = lines[lines.index(TABLE_RULE) + 1:]
+    rows = lines[lines.index(TABLE_RULE) + 1 :]
     figures = [row for row in rows if row.startswith("| ") and row.endswith(" |")]
     assert figures, f"the {name} table has no figure:\n" + "\n".join(lines)
 
@@ -85,8 +101,10 @@ def test_every_benchmark_module_is_in_the_report() -> None:
     nor in the smoke pass. The tools beside them (probe_tls, simulate_makespan) are not named
     bench_*: they print their own tables and measure nothing the report holds."""
     modules = {path.stem.removeprefix("bench_") for path in BENCH_DIR.glob("bench_*.py")}
-    assert modules == set(BENCHES), (f"not in BENCHES: {sorted(modules - set(BENCHES))}; "
-                                     f"no module: {sorted(set(BENCHES) - modules)}")
+    assert modules == set(BENCHES), (
+        f"not in BENCHES: {sorted(modules - set(BENCHES))}; "
+        f"no module: {sorted(set(BENCHES) - modules)}"
+    )
 
 
 def test_every_module_in_bench_imports() -> None:
@@ -96,8 +114,14 @@ def test_every_module_in_bench_imports() -> None:
 
 
 def test_simulate_makespan_prints_its_table() -> None:
-    done = subprocess.run([sys.executable, "-m", "bench.simulate_makespan"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.simulate_makespan"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("seed 13, 40 tasks on 4 workers, lower bound "), done.stdout
     assert "| plan order | " in done.stdout, done.stdout

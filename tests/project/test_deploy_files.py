@@ -37,7 +37,8 @@ def test_the_services_the_docs_describe(services: dict[str, dict[str, Any]]) -> 
 
 
 def test_redis_keeps_an_append_only_file_and_never_evicts(
-        services: dict[str, dict[str, Any]]) -> None:
+    services: dict[str, dict[str, Any]],
+) -> None:
     command = services["redis"]["command"]
     assert command[0] == "redis-server"
     options = dict(zip(command[1::2], command[2::2], strict=True))
@@ -48,7 +49,8 @@ def test_redis_keeps_an_append_only_file_and_never_evicts(
 
 @pytest.mark.parametrize("name", TEAMCTL_SERVICES)
 def test_teamctl_services_share_image_redis_workspace_store_and_env_file(
-        services: dict[str, dict[str, Any]], name: str) -> None:
+    services: dict[str, dict[str, Any]], name: str
+) -> None:
     service = services[name]
     assert (service["image"], service["build"]) == ("teamctl:local", ".")
     assert service["env_file"] == ".env"
@@ -59,7 +61,8 @@ def test_teamctl_services_share_image_redis_workspace_store_and_env_file(
 
 
 def test_workers_serve_members_replicated_restarted_and_health_checked(
-        services: dict[str, dict[str, Any]]) -> None:
+    services: dict[str, dict[str, Any]],
+) -> None:
     worker = services["worker"]
     assert worker["command"] == ["teamctl", "worker", "members"]
     assert worker["deploy"]["replicas"] >= 2
@@ -69,8 +72,9 @@ def test_workers_serve_members_replicated_restarted_and_health_checked(
 
 def test_the_env_file_is_an_example_and_stays_out_of_git_and_the_image() -> None:
     example = (ROOT / ".env.example").read_text(encoding="utf-8")
-    settings = dict(line.split("=", 1) for line in example.splitlines()
-                    if line and not line.startswith("#"))
+    settings = dict(
+        line.split("=", 1) for line in example.splitlines() if line and not line.startswith("#")
+    )
     assert {"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TEAMCTL_MODEL"} <= set(settings)
     assert set(settings.values()) == {""}  # an example holds no secret
     for ignore in (".gitignore", ".dockerignore"):
@@ -78,8 +82,11 @@ def test_the_env_file_is_an_example_and_stays_out_of_git_and_the_image() -> None
 
 
 def test_the_image_installs_the_hashed_lock_before_the_sources() -> None:
-    steps = [line for line in (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
-             if line and not line.startswith("#")]
+    steps = [
+        line
+        for line in (ROOT / "Dockerfile").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    ]
     lock = next(i for i, s in enumerate(steps) if "-r requirements/runtime.txt" in s)
     assert "--require-hashes" in steps[lock]
     sources = steps.index("COPY . .")
@@ -132,7 +139,8 @@ def test_the_docs_print_compose_commands() -> None:
 
 @pytest.mark.parametrize(("where", "argv"), compose_commands())
 def test_a_printed_compose_command_names_services_that_exist(
-        services: dict[str, dict[str, Any]], where: str, argv: list[str]) -> None:
+    services: dict[str, dict[str, Any]], where: str, argv: list[str]
+) -> None:
     assert argv[:2] == ["docker", "compose"]
     unknown = set(named_services(argv)) - set(services)
     assert not unknown, f"{where}: {shlex.join(argv)} names {unknown}, not in compose.yaml"
@@ -141,8 +149,11 @@ def test_a_printed_compose_command_names_services_that_exist(
 def test_a_coordinator_run_uses_the_services_workers(services: dict[str, dict[str, Any]]) -> None:
     """`teamctl run` in the coordinator starts no workers of its own: the worker service's are
     the ones with the stack's settings."""
-    runs = [argv for _, argv in compose_commands() if argv[2] == "run" and "teamctl" in argv
-            and argv[argv.index("teamctl") + 1] == "run"]
+    runs = [
+        argv
+        for _, argv in compose_commands()
+        if argv[2] == "run" and "teamctl" in argv and argv[argv.index("teamctl") + 1] == "run"
+    ]
     assert runs
     assert all(argv[argv.index("--workers") + 1] == "0" for argv in runs if "--workers" in argv)
     assert all("--workers" in argv for argv in runs)
@@ -150,8 +161,15 @@ def test_a_coordinator_run_uses_the_services_workers(services: dict[str, dict[st
 
 def test_the_deploy_guide_states_what_compose_sets() -> None:
     guide = DEPLOY_DOC.read_text(encoding="utf-8")
-    for text in ("TEAMCTL_WORKSPACE_STORE: redis", "noeviction", "restart: unless-stopped",
-                 " ".join(HEALTH_CHECK[1:]), "teamctl worker members", "FROM teamctl:local"):
+    for text in (
+        "TEAMCTL_WORKSPACE_STORE: redis",
+        "noeviction",
+        "restart: unless-stopped",
+        " ".join(HEALTH_CHECK[1:]),
+        "teamctl worker members",
+        "FROM teamctl:local",
+    ):
         assert text in guide, text
-    assert re.search(r"^\s+- .*: guides/deploy\.md$", (ROOT / "mkdocs.yml").read_text(),
-                     re.MULTILINE)
+    assert re.search(
+        r"^\s+- .*: guides/deploy\.md$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE
+    )

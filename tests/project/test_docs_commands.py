@@ -50,7 +50,7 @@ def runnable_blocks() -> list[tuple[str, list[str]]]:
             if MARKER.match(line.strip()):
                 assert lines[index + 1].startswith("```sh"), f"{path}:{index + 1}: no sh block"
                 end = lines.index("```", index + 2)
-                commands = [c for c in lines[index + 2:end] if c.strip()]
+                commands = [c for c in lines[index + 2 : end] if c.strip()]
                 blocks.append((f"{path.relative_to(ROOT)}:{index + 1}", commands))
     return blocks
 
@@ -64,8 +64,13 @@ def printed_files() -> list[tuple[str, str, list[str]]]:
             if found := PRINTED_FILE.match(line.strip()):
                 assert lines[index + 1].startswith("```"), f"{path}:{index + 1}: no block"
                 end = lines.index("```", index + 2)
-                blocks.append((f"{path.relative_to(ROOT)}:{index + 1}", found.group(1),
-                               lines[index + 2:end]))
+                blocks.append(
+                    (
+                        f"{path.relative_to(ROOT)}:{index + 1}",
+                        found.group(1),
+                        lines[index + 2 : end],
+                    )
+                )
     return blocks
 
 
@@ -121,29 +126,45 @@ def start(argv: list[str], env: dict[str, str], cwd: Path, line: str) -> Backgro
     index = len(list(cwd.glob("background-*.err")))
     stderr = cwd / f"background-{index}.err"
     with stderr.open("wb") as err, (cwd / f"background-{index}.out").open("wb") as out:
-        process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                   stderr=err, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
     return Background(line, process, stderr)
 
 
-def run_in_background(where: str, argv: list[str], env: dict[str, str], cwd: Path,
-                      line: str) -> Background:
+def run_in_background(
+    where: str, argv: list[str], env: dict[str, str], cwd: Path, line: str
+) -> Background:
     """Start a line left running; return once its run waits on a person, or it ended."""
     started = start(argv, env, cwd, line)
-    wait_until(lambda: started.process.poll() is not None or (
-        RUN_STARTED.search(started.said()) and WAITS_ON_A_PERSON.search(started.said())),
-        COMMAND_TIMEOUT_S, interval_s=0.1,
-        message=f"{where}: {line!r} to say that its run waits on a person")
+    wait_until(
+        lambda: (
+            started.process.poll() is not None
+            or (RUN_STARTED.search(started.said()) and WAITS_ON_A_PERSON.search(started.said()))
+        ),
+        COMMAND_TIMEOUT_S,
+        interval_s=0.1,
+        message=f"{where}: {line!r} to say that its run waits on a person",
+    )
     return started
 
 
-def serve_and_stop(where: str, argv: list[str], env: dict[str, str], cwd: Path,
-                   line: str) -> None:
+def serve_and_stop(where: str, argv: list[str], env: dict[str, str], cwd: Path, line: str) -> None:
     """A `teamctl dashboard` line: its printed URL answers a page, and Ctrl-C stops it (130)."""
     served = start(argv, env, cwd, line)
     try:
-        found = wait_until(lambda: served.process.poll() is not None or DASHBOARD_URL.search(
-            served.said()), 60, interval_s=0.1, message=f"{where}: {line!r} to print its URL")
+        found = wait_until(
+            lambda: served.process.poll() is not None or DASHBOARD_URL.search(served.said()),
+            60,
+            interval_s=0.1,
+            message=f"{where}: {line!r} to print its URL",
+        )
         assert isinstance(found, re.Match), f"{where}: {line!r} exited: {served.said()[-2000:]}"
         # The printed URL sets the cookie and redirects to the page, as in a browser.
         page = httpx.get(found.group(1), follow_redirects=True, timeout=30)
@@ -164,8 +185,7 @@ def checkout_view(into: Path) -> Path:
 
 
 @pytest.mark.parametrize(("where", "commands"), runnable_blocks())
-def test_a_runnable_block_runs_as_printed(where: str, commands: list[str],
-                                          tmp_path: Path) -> None:
+def test_a_runnable_block_runs_as_printed(where: str, commands: list[str], tmp_path: Path) -> None:
     teamctl = str(Path(sys.executable).with_name("teamctl"))
     cwd = checkout_view(tmp_path / "checkout")
     run_id = None
@@ -183,11 +203,18 @@ def test_a_runnable_block_runs_as_printed(where: str, commands: list[str],
                 left_running.append(run_in_background(where, argv, env, cwd, line))
                 said = left_running[-1].said()
             else:
-                done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
-                                      stdin=subprocess.DEVNULL, timeout=COMMAND_TIMEOUT_S,
-                                      env=env)
-                assert done.returncode == 0, f"{where}: {line!r} exited {done.returncode}: " \
-                                             f"{done.stderr[-2000:]}"
+                done = subprocess.run(
+                    argv,
+                    cwd=cwd,
+                    capture_output=True,
+                    text=True,
+                    stdin=subprocess.DEVNULL,
+                    timeout=COMMAND_TIMEOUT_S,
+                    env=env,
+                )
+                assert done.returncode == 0, (
+                    f"{where}: {line!r} exited {done.returncode}: {done.stderr[-2000:]}"
+                )
                 said = done.stderr
             started = RUN_STARTED.search(said)
             run_id = started.group(1) if started else run_id

@@ -23,16 +23,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def reference() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference",
-                                                  ROOT / "docs" / "hooks" / "reference.py")
+    spec = importlib.util.spec_from_file_location(
+        "docs_reference", ROOT / "docs" / "hooks" / "reference.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def click_tree(command: click.Command, path: tuple[str, ...] = ()) -> list[
-        tuple[tuple[str, ...], click.Command]]:
+def click_tree(
+    command: click.Command, path: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], click.Command]]:
     found = [(path, command)]
     if isinstance(command, click.Group):
         ctx = click.Context(command)
@@ -57,11 +59,17 @@ def test_every_command_and_option_is_in_the_cli_reference(reference: ModuleType)
                     assert f"`{flag}`" in section, f"{flag} of {' '.join(path)} is missing"
 
 
-@pytest.mark.parametrize(("page", "model"), [("run_options_page", RunOptions),
-                                             ("team_options_page", TeamOptions),
-                                             ("result_page", RunResult)])
+@pytest.mark.parametrize(
+    ("page", "model"),
+    [
+        ("run_options_page", RunOptions),
+        ("team_options_page", TeamOptions),
+        ("result_page", RunResult),
+    ],
+)
 def test_every_setting_and_result_field_is_in_its_reference(
-        reference: ModuleType, page: str, model: type) -> None:
+    reference: ModuleType, page: str, model: type
+) -> None:
     text = getattr(reference, page)()
     rows = [line for line in text.splitlines() if line.startswith("| `")]
     documented = {row.split("`")[1] for row in rows}
@@ -69,8 +77,11 @@ def test_every_setting_and_result_field_is_in_its_reference(
 
 
 def test_run_options_show_their_default_and_range(reference: ModuleType) -> None:
-    row = next(line for line in reference.run_options_page().splitlines()
-               if line.startswith("| `heartbeat_ttl_s` |"))
+    row = next(
+        line
+        for line in reference.run_options_page().splitlines()
+        if line.startswith("| `heartbeat_ttl_s` |")
+    )
     assert "`30.0`" in row and "> 0" in row and "<= 604,800" in row
 
 
@@ -79,24 +90,33 @@ def test_every_redis_key_is_in_the_keys_reference(reference: ModuleType) -> None
     run, team = RunKeys("runid0"), TeamKeys("teamname")
     expected = 0
     limits = LimitKeys("a" * 32)
-    for space, owner in ((run, KeySpace), (run, RunKeys), (team, TeamKeys),
-                         (limits, LimitKeys)):
+    for space, owner in ((run, KeySpace), (run, RunKeys), (team, TeamKeys), (limits, LimitKeys)):
         for name, member in vars(owner).items():
             target = member.fget if isinstance(member, property) else member
             if name.startswith("_") or name in reference.NOT_KEYS or not callable(target):
                 continue
-            if isinstance(member, property) and isinstance(getattr(space, name), str) \
-                    and getattr(space, name).startswith("teamctl"):
+            if (
+                isinstance(member, property)
+                and isinstance(getattr(space, name), str)
+                and getattr(space, name).startswith("teamctl")
+            ):
                 expected += 1
-                shown = getattr(space, name).replace("runid0", "<run>").replace(
-                    "teamname", "<team>").replace("a" * 32, "<account>")
+                shown = (
+                    getattr(space, name)
+                    .replace("runid0", "<run>")
+                    .replace("teamname", "<team>")
+                    .replace("a" * 32, "<account>")
+                )
                 assert f"`{shown}`" in page, f"{owner.__name__}.{name} is not in the reference"
             elif not isinstance(member, property):
                 expected += 1
     import teamctl.shared.keys as keys_module
 
-    indexes = [key for key in vars(keys_module).values()
-               if isinstance(key, str) and key.startswith("teamctl:")]
+    indexes = [
+        key
+        for key in vars(keys_module).values()
+        if isinstance(key, str) and key.startswith("teamctl:")
+    ]
     assert {"teamctl:runs", "teamctl:runs:started", "teamctl:teams"} <= set(indexes)
     for key in indexes:
         assert f"| `{key}` |" in page, f"{key} is not in the reference"
@@ -111,9 +131,14 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     mkdocs = Path(sys.executable).with_name("mkdocs")
     if not mkdocs.exists():
         pytest.fail("mkdocs is not installed: run scripts/setup (it installs the docs extra)")
-    done = subprocess.run([str(mkdocs), "build", "--strict", "--quiet", "-d", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--quiet", "-d", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "reference" / "cli" / "index.html").exists()
     assert "teamctl team spawn" in (tmp_path / "reference" / "cli" / "index.html").read_text()

@@ -14,8 +14,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = {"teamctl.coordinator": "coordinator", "teamctl.worker": "worker",
-            "teamctl.shared": "shared", "teamctl": "teamctl"}
+PACKAGES = {
+    "teamctl.coordinator": "coordinator",
+    "teamctl.worker": "worker",
+    "teamctl.shared": "shared",
+    "teamctl": "teamctl",
+}
 
 
 def module_name(path: Path) -> str:
@@ -42,15 +46,22 @@ def graph() -> dict[str, set[str]]:
     return {module_name(p): imports_of(p) for p in files}
 
 
-@pytest.mark.parametrize(("importer", "forbidden"), [
-    ("teamctl.shared", "teamctl.coordinator"),
-    ("teamctl.shared", "teamctl.worker"),
-    ("teamctl.coordinator", "teamctl.worker"),
-])
+@pytest.mark.parametrize(
+    ("importer", "forbidden"),
+    [
+        ("teamctl.shared", "teamctl.coordinator"),
+        ("teamctl.shared", "teamctl.worker"),
+        ("teamctl.coordinator", "teamctl.worker"),
+    ],
+)
 def test_layer_does_not_import(graph: dict[str, set[str]], importer: str, forbidden: str) -> None:
-    offenders = sorted(f"{module} -> {target}" for module, targets in graph.items()
-                       if module.startswith(importer + ".") or module == importer
-                       for target in targets if target.startswith(forbidden))
+    offenders = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith(importer + ".") or module == importer
+        for target in targets
+        if target.startswith(forbidden)
+    )
     assert offenders == []
 
 
@@ -60,10 +71,15 @@ CLI_IMPORTERS_ALLOWED = {"teamctl.__main__"}
 
 
 def test_nothing_outside_the_cli_imports_it(graph: dict[str, set[str]]) -> None:
-    offenders = sorted(f"{module} -> {target}" for module, targets in graph.items()
-                       if not module.startswith(CLI + ".") and module != CLI
-                       and module not in CLI_IMPORTERS_ALLOWED
-                       for target in targets if target == CLI or target.startswith(CLI + "."))
+    offenders = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not module.startswith(CLI + ".")
+        and module != CLI
+        and module not in CLI_IMPORTERS_ALLOWED
+        for target in targets
+        if target == CLI or target.startswith(CLI + ".")
+    )
     assert offenders == []
 
 
@@ -77,10 +93,12 @@ def kind_of(module: str) -> str | None:
 
 
 def test_runs_and_teams_do_not_import_each_other(graph: dict[str, set[str]]) -> None:
-    offenders = sorted(f"{module} -> {target}" for module, targets in graph.items()
-                       for target in targets
-                       if kind_of(module) and kind_of(target)
-                       and kind_of(module) != kind_of(target))
+    offenders = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if kind_of(module) and kind_of(target) and kind_of(module) != kind_of(target)
+    )
     assert offenders == []
     assert {kind_of(module) for module in graph} >= set(KINDS)  # the rule still sees both
 
@@ -113,38 +131,53 @@ other module that needs both is in the wrong place."""
 
 
 def test_nothing_but_the_cli_imports_the_web_view(graph: dict[str, set[str]]) -> None:
-    offenders = sorted(f"{module} -> {target}" for module, targets in graph.items()
-                       if not module.startswith((CLI + ".", WEB + ".")) and module != WEB
-                       for target in targets if target == WEB or target.startswith(WEB + "."))
+    offenders = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if not module.startswith((CLI + ".", WEB + ".")) and module != WEB
+        for target in targets
+        if target == WEB or target.startswith(WEB + ".")
+    )
     assert offenders == []
 
 
 def test_only_the_common_places_read_both_kinds(graph: dict[str, set[str]]) -> None:
-    both = sorted(module for module, targets in graph.items()
-                  if {kind_of(t) for t in targets} >= set(KINDS))
+    both = sorted(
+        module for module, targets in graph.items() if {kind_of(t) for t in targets} >= set(KINDS)
+    )
     assert [m for m in both if not m.startswith(BOTH_KINDS_ALLOWED)] == []
     assert any(m.startswith(WEB) for m in both)  # the rule still sees the web view
 
 
-WEB_SERVER_MODULES = {"coordinator/web/app.py", "coordinator/web/access.py",
-                      "coordinator/web/serve.py"}
+WEB_SERVER_MODULES = {
+    "coordinator/web/app.py",
+    "coordinator/web/access.py",
+    "coordinator/web/serve.py",
+}
 """The only files that import Starlette or uvicorn (the `teamctl[web]` extra): the dashboard
 command imports them when it runs, so no other verb needs the extra or pays for importing it."""
 
 
 def test_only_the_dashboard_imports_its_server() -> None:
     files = [p for top in PACKAGES.values() for p in (ROOT / top).rglob("*.py")]
-    offenders = sorted(str(p.relative_to(ROOT)) for p in files
-                       if imports_of(p, "starlette") | imports_of(p, "uvicorn")
-                       and str(p.relative_to(ROOT)) not in WEB_SERVER_MODULES)
+    offenders = sorted(
+        str(p.relative_to(ROOT))
+        for p in files
+        if imports_of(p, "starlette") | imports_of(p, "uvicorn")
+        and str(p.relative_to(ROOT)) not in WEB_SERVER_MODULES
+    )
     assert offenders == []
 
 
 def test_every_package_folder_is_installed() -> None:
     """A folder added under the package must be listed in pyproject.toml, or a non-editable
     install (the image, `scripts/demo`) leaves it out."""
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-                 ["tool"]["setuptools"]["packages"])
-    folders = {module_name(init) for top in PACKAGES.values()
-               for init in (ROOT / top).rglob("__init__.py")}
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+            "packages"
+        ]
+    )
+    folders = {
+        module_name(init) for top in PACKAGES.values() for init in (ROOT / top).rglob("__init__.py")
+    }
     assert sorted(folders - listed) == []

@@ -56,11 +56,14 @@ def unpinned(requirements: list[Requirement], pinned: dict[NormalizedName, Versi
     return problems
 
 
-@pytest.mark.parametrize(("lock", "extras"),
-                         [(RUNTIME, ("web",)), (DEV, ("test", "docs", "web"))],
-                         ids=["runtime", "dev"])
+@pytest.mark.parametrize(
+    ("lock", "extras"),
+    [(RUNTIME, ("web",)), (DEV, ("test", "docs", "web"))],
+    ids=["runtime", "dev"],
+)
 def test_every_declared_requirement_is_pinned_within_its_bounds(
-        lock: Path, extras: tuple[str, ...]) -> None:
+    lock: Path, extras: tuple[str, ...]
+) -> None:
     assert unpinned(declared(*extras), pins(lock)) == []
 
 
@@ -82,8 +85,11 @@ def test_the_runtime_pins_are_the_dev_pins() -> None:
     """The image, a .venv of scripts/install and one of scripts/setup run the same versions, and
     scripts/setup only adds to a .venv that scripts/install made."""
     runtime, dev = pins(RUNTIME), pins(DEV)
-    assert {name: (version, dev.get(name)) for name, version in runtime.items()
-            if dev.get(name) != version} == {}
+    assert {
+        name: (version, dev.get(name))
+        for name, version in runtime.items()
+        if dev.get(name) != version
+    } == {}
 
 
 @pytest.mark.parametrize("lock", [RUNTIME, DEV], ids=["runtime", "dev"])
@@ -103,5 +109,6 @@ def test_install_puts_the_runtime_lock_with_hashes_and_setup_the_dev_one() -> No
     assert '--require-hashes -r "$lock"' in install
     assert "--no-deps" in install
     assert "\nscripts/install requirements/dev.txt\n" in (scripts / "setup").read_text(
-        encoding="utf-8")
+        encoding="utf-8"
+    )
     assert "\nscripts/install\n" in (scripts / "demo").read_text(encoding="utf-8")

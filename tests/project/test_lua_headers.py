@@ -74,7 +74,8 @@ def test_a_script_header_has_its_tags(name: str) -> None:
                 assert position == len(names) - 1, f"{name}.lua: only the last may be a tail"
         optional = [i for i, item in enumerate(names) if item.endswith("?")]
         assert optional == list(range(len(names) - len(optional), len(names))), (
-            f"{name}.lua: optional names come last")
+            f"{name}.lua: optional names come last"
+        )
 
 
 @pytest.mark.parametrize("name", sorted(script_texts()))
@@ -104,7 +105,8 @@ def test_a_script_binds_its_keys_and_argv_to_named_locals(name: str) -> None:
             assert re.search(bound, text), f"{name}.lua binds no {table}[{position}] to {local}"
         indexed = re.findall(rf"{table}\[\d+\]", text)
         assert len(indexed) == len([n for n in names if not n.endswith("...")]), (
-            f"{name}.lua reads {table} by number in its body: {indexed}")
+            f"{name}.lua reads {table} by number in its body: {indexed}"
+        )
 
 
 def call_sites() -> list[tuple[str, int, str, ast.Call]]:
@@ -140,7 +142,8 @@ def passed(call: ast.Call, which: str, script: str) -> list[str]:
         if keyword.arg == which:
             value = keyword.value
             if isinstance(value, (ast.List, ast.Tuple)) and not any(
-                    isinstance(item, ast.Starred) for item in value.elts):
+                isinstance(item, ast.Starred) for item in value.elts
+            ):
                 return [""] * len(value.elts)
             header = headers()[script]
             names = header.keys if which == "keys" else header.args

@@ -28,34 +28,68 @@ def user_project(root: Path, queue: str) -> Path:
     (root / "shared").mkdir()
     (root / "shared" / "__init__.py").write_text(TRAP.format(name="shared/"))
     # Every job of the run goes to `queue`, so only the worker this test starts can take them.
-    (root / "team.toml").write_text(f'[[members]]\nid = "m1"\nqueue = "{queue}"\n'
-                                    f'[planner]\nqueue = "{queue}"\n'
-                                    f'[synthesizer]\nqueue = "{queue}"\n')
+    (root / "team.toml").write_text(
+        f'[[members]]\nid = "m1"\nqueue = "{queue}"\n'
+        f'[planner]\nqueue = "{queue}"\n'
+        f'[synthesizer]\nqueue = "{queue}"\n'
+    )
     return root
 
 
 def teamctl_run(project: Path, redis_server: str, run_id: str, workers: int) -> dict:
     done = subprocess.run(
-        [str(BIN / "teamctl"), "run", "objective", "--team", "team.toml", "--json",
-         "--redis-url", redis_server, "--workers", str(workers), "--run-id", run_id],
-        cwd=project, capture_output=True, text=True, timeout=180)
+        [
+            str(BIN / "teamctl"),
+            "run",
+            "objective",
+            "--team",
+            "team.toml",
+            "--json",
+            "--redis-url",
+            redis_server,
+            "--workers",
+            str(workers),
+            "--run-id",
+            run_id,
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 def test_run_and_the_documented_worker_work_from_a_project_with_clashing_names(
-        redis_server: str, tmp_path: Path) -> None:
+    redis_server: str, tmp_path: Path
+) -> None:
     queue = f"q-{uuid.uuid4().hex[:8]}"
     project = user_project(tmp_path / "project", queue)
     log = (tmp_path / "worker.log").open("wb")
     # The documented worker: plain `rq worker QUEUE`, configured by RQ_* variables.
-    worker = subprocess.Popen([str(BIN / "rq"), "worker", queue], cwd=project,
-                              env=worker_env(os.environ, redis_server),
-                              stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [str(BIN / "rq"), "worker", queue],
+        cwd=project,
+        env=worker_env(os.environ, redis_server),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
     try:
-        wait_until(lambda: worker.pid in {w.pid for w in Worker.all(
-            queue=Queue(queue, connection=redis.Redis.from_url(redis_server)))}, 60,
-            message="the documented worker to register")
+        wait_until(
+            lambda: (
+                worker.pid
+                in {
+                    w.pid
+                    for w in Worker.all(
+                        queue=Queue(queue, connection=redis.Redis.from_url(redis_server))
+                    )
+                }
+            ),
+            60,
+            message="the documented worker to register",
+        )
         by_hand = teamctl_run(project, redis_server, f"t-{uuid.uuid4().hex[:10]}", workers=0)
     finally:
         stop_process(worker)

@@ -39,14 +39,17 @@ def stored_spec(url: str, run_id: str) -> Any:
 
 
 def test_model_and_api_base_from_the_environment_alone(
-        llm: ScriptedLLM, workers: str, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """TEAMCTL_MODEL names every role's model, TEAMCTL_API_BASE where to reach it; no flags."""
     model = llm.script(f"env-{run_id}", handler=one_model_for_every_role)
     monkeypatch.setenv("TEAMCTL_MODEL", model)
     monkeypatch.setenv("TEAMCTL_API_BASE", llm.api_base)
 
-    result = CliRunner().invoke(main, ["run", "Ship it", "--redis-url", workers,
-                                       "--workers", "0", "--run-id", run_id, "--json"])
+    result = CliRunner().invoke(
+        main,
+        ["run", "Ship it", "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json"],
+    )
 
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -54,23 +57,31 @@ def test_model_and_api_base_from_the_environment_alone(
     assert "offline model" not in result.stderr
     models = stored_spec(workers, run_id).models
     assert (models.planner, models.synthesizer, models.member_default, models.api_base) == (
-        model, model, model, llm.api_base)
+        model,
+        model,
+        model,
+        llm.api_base,
+    )
     # Planner, the member (in a worker process) and synthesizer all reached the scripted server.
     assert len(llm.requests[f"env-{run_id}"]) == 3
 
 
 @pytest.mark.parametrize("key_var", sorted(DEFAULT_MODEL_FOR_KEY))
 def test_a_provider_key_picks_that_providers_small_default(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, key_var: str) -> None:
+    llm: ScriptedLLM,
+    workers: str,
+    run_id: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    key_var: str,
+) -> None:
     """Members with no model get the key's provider default; planner and synthesizer are
     scripted (the plan is unusable and not broadcast, so no member calls a real provider)."""
     monkeypatch.setenv(key_var, "sk-test-not-a-real-key")
     planner = llm.script(f"plan-{run_id}", ["no plan here"])
     synth = llm.script(f"synth-{run_id}", ["nothing to merge"])
     team = tmp_path / "team.toml"
-    team.write_text(f'planner = {{ model = "{planner}" }}\n'
-                    f'synthesizer = {{ model = "{synth}" }}\n')
+    team.write_text(f'planner = {{ model = "{planner}" }}\nsynthesizer = {{ model = "{synth}" }}\n')
 
     result = run_cli(llm, workers, run_id, team, "--no-broadcast-on-planner-failure")
 
@@ -78,19 +89,36 @@ def test_a_provider_key_picks_that_providers_small_default(
     assert "offline model" not in result.stderr
     models = stored_spec(workers, run_id).models
     assert (models.planner, models.synthesizer, models.member_default) == (
-        planner, synth, DEFAULT_MODEL_FOR_KEY[key_var])
+        planner,
+        synth,
+        DEFAULT_MODEL_FOR_KEY[key_var],
+    )
 
 
 def test_teamctl_model_wins_over_a_provider_key(
-        llm: ScriptedLLM, workers: str, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     # Planner first, then synthesizer: both are this one model.
     model = llm.script(f"env-{run_id}", ["no plan here", "nothing to merge"])
     monkeypatch.setenv("TEAMCTL_MODEL", model)
 
-    result = CliRunner().invoke(main, [
-        "run", "x", "--api-base", llm.api_base, "--redis-url", workers, "--workers", "0",
-        "--run-id", run_id, "--no-broadcast-on-planner-failure"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "x",
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            "--no-broadcast-on-planner-failure",
+        ],
+    )
 
     assert result.exit_code == 0, result.output
     models = stored_spec(workers, run_id).models
@@ -98,8 +126,8 @@ def test_teamctl_model_wins_over_a_provider_key(
 
 
 def test_workers_from_the_environment_is_used(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No --redis-url: $REDIS_URL is used, and no embedded server is started."""
     monkeypatch.setenv("REDIS_URL", workers)
     planner = llm.script(f"plan-{run_id}", ["no plan here"])
@@ -108,14 +136,31 @@ def test_workers_from_the_environment_is_used(
     team.write_text(f'model = "{planner}"\nsynthesizer = {{ model = "{synth}" }}\n')
     runner = CliRunner()
 
-    result = runner.invoke(main, ["run", "x", "--team", str(team), "--api-base", llm.api_base,
-                                  "--workers", "0", "--run-id", run_id,
-                                  "--no-broadcast-on-planner-failure"])
+    result = runner.invoke(
+        main,
+        [
+            "run",
+            "x",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            "--no-broadcast-on-planner-failure",
+        ],
+    )
 
     assert result.exit_code == 0, result.output
     assert f"run {run_id} on {workers}" in result.stderr
-    assert RunStore(redis.Redis.from_url(workers, decode_responses=True),
-                    RunKeys(run_id)).state().status == "completed"
+    assert (
+        RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
+        .state()
+        .status
+        == "completed"
+    )
     status = runner.invoke(main, ["status", run_id])
     assert status.stdout.startswith(f"{run_id}: completed")
     assert not (tmp_path / "state" / "redis").exists()  # the embedded server was never started
@@ -130,10 +175,11 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "broadcast_on_planner_failure": (["--no-broadcast-on-planner-failure"], False),
     "enable_message_bus": (["--no-enable-message-bus"], False),
     "include_original_objective_in_dispatch": (
-        ["--no-include-original-objective-in-dispatch"], False),
+        ["--no-include-original-objective-in-dispatch"],
+        False,
+    ),
     "include_task_context_in_dispatch": (["--no-include-task-context-in-dispatch"], False),
-    "include_message_history_in_dispatch": (
-        ["--no-include-message-history-in-dispatch"], False),
+    "include_message_history_in_dispatch": (["--no-include-message-history-in-dispatch"], False),
     "message_history_limit": (["--message-history-limit", "5"], 5),
     "require_plan_approval": (["--require-plan-approval"], True),
     "enable_member_team_tools": (["--no-enable-member-team-tools"], False),
@@ -179,16 +225,31 @@ def test_run_help_lists_every_option_as_a_flag() -> None:
 
 @pytest.mark.parametrize("name", list(RunOptions.model_fields))
 def test_each_option_given_as_a_flag_lands_in_the_stored_spec(
-        llm: ScriptedLLM, workers: str, run_id: str, name: str) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, name: str
+) -> None:
     """The planner refuses, so the run fails at once, after its spec was stored."""
     assert name in NON_DEFAULT_FLAG_VALUES, f"add a non-default flag value for option {name}"
     args, value = NON_DEFAULT_FLAG_VALUES[name]
     assert value != RunOptions.model_fields[name].default
 
-    result = CliRunner().invoke(main, [
-        "run", "x", "--model", llm.script(f"refuses-{run_id}", [HttpError(400, "no")]),
-        "--api-base", llm.api_base,
-        "--redis-url", workers, "--workers", "0", "--run-id", run_id, *args])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "x",
+            "--model",
+            llm.script(f"refuses-{run_id}", [HttpError(400, "no")]),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            *args,
+        ],
+    )
 
     assert result.exit_code == 1 and "planner failed" in result.stderr, result.output
     options = stored_spec(workers, run_id).options

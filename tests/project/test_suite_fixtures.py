@@ -15,8 +15,11 @@ from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from tests.support.waiting import wait_until
 from tests.support.workers import ENV_PREFIXES, start_clean
 
-USER_SETTINGS = {"OPENAI_API_KEY": "sk-from-the-developers-shell",
-                 "TEAMCTL_HEARTBEAT_TTL_S": "999", "REDIS_URL": "redis://elsewhere:6379/0"}
+USER_SETTINGS = {
+    "OPENAI_API_KEY": "sk-from-the-developers-shell",
+    "TEAMCTL_HEARTBEAT_TTL_S": "999",
+    "REDIS_URL": "redis://elsewhere:6379/0",
+}
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -33,7 +36,8 @@ def settings_in(environ: dict[str, str]) -> set[str]:
 
 @pytest.mark.exec_workers
 def test_start_clean_leaves_the_shells_settings_out_of_the_workers(
-        redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for name, value in USER_SETTINGS.items():
         monkeypatch.setenv(name, value)
     group = LocalWorkers(redis_url, ["nothing-queued"], 1, tmp_path / "logs")
@@ -41,8 +45,11 @@ def test_start_clean_leaves_the_shells_settings_out_of_the_workers(
     try:
         pid = group.processes[0].pid
         # Until it execs, the child shows the environment it was forked with, not its own.
-        wait_until(lambda: b"rq.cli" in Path(f"/proc/{pid}/cmdline").read_bytes(), 30,
-                   message="the worker to exec")
+        wait_until(
+            lambda: b"rq.cli" in Path(f"/proc/{pid}/cmdline").read_bytes(),
+            30,
+            message="the worker to exec",
+        )
         environ = environ_of(pid)
     finally:
         group.stop()
@@ -54,8 +61,11 @@ def test_start_clean_leaves_the_shells_settings_out_of_the_workers(
 
 def test_the_session_workers_hold_no_teamctl_or_provider_settings(workers: str) -> None:
     client = redis.Redis.from_url(workers)
-    pids = [w.pid for w in Worker.all(queue=Queue("members", connection=client))
-            if Path(f"/proc/{w.pid}").exists()]
+    pids = [
+        w.pid
+        for w in Worker.all(queue=Queue("members", connection=client))
+        if Path(f"/proc/{w.pid}").exists()
+    ]
     assert len(pids) >= 2
     for pid in pids:
         assert settings_in(environ_of(pid)) == set(), pid

@@ -25,9 +25,11 @@ class Ticket(BaseModel):
     labels: list[str]
 
 
-def search_docs(query: Annotated[str, Field(description="What to look for.")],
-                limit: Annotated[int, Field(ge=1, le=10)] = 3,
-                mode: Literal["exact", "fuzzy"] = "exact") -> dict[str, object]:
+def search_docs(
+    query: Annotated[str, Field(description="What to look for.")],
+    limit: Annotated[int, Field(ge=1, le=10)] = 3,
+    mode: Literal["exact", "fuzzy"] = "exact",
+) -> dict[str, object]:
     """Search the documentation for a query; returns up to `limit` hits."""
     return {"query": query, "hits": [f"{mode}:{query}:{n}" for n in range(limit)]}
 
@@ -55,8 +57,15 @@ async def slow_double(value: float) -> float:
 
 def where_am_i(note: str, ctx: ToolContext) -> dict[str, object]:
     """Report the call's context, refreshing the task's claim once."""
-    return {"note": note, "run": ctx.run_id, "task": ctx.task_id, "member": ctx.member_id,
-            "team": ctx.team_id, "workspace": str(ctx.workspace), "beat": ctx.heartbeat()}
+    return {
+        "note": note,
+        "run": ctx.run_id,
+        "task": ctx.task_id,
+        "member": ctx.member_id,
+        "team": ctx.team_id,
+        "workspace": str(ctx.workspace),
+        "beat": ctx.heartbeat(),
+    }
 
 
 def beat_probe(ctx: ToolContext) -> str:

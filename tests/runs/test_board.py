@@ -50,19 +50,43 @@ def test_claim_release_reassign_and_dependency_flow(conn: redis.Redis, run_id: s
     """AI4J AgentTeamTaskBoardTest.test_claim_release_reassign_and_dependency_flow."""
     board = make_board(conn, run_id, spec("collect"), spec("format", "collect", member="m2"))
     assert board.next_ready(10) == ["collect"]
-    assert view(board, "format") == (TaskStatus.PENDING, None, "pending",
-                                     "Waiting for dependencies.", 0, None)
+    assert view(board, "format") == (
+        TaskStatus.PENDING,
+        None,
+        "pending",
+        "Waiting for dependencies.",
+        0,
+        None,
+    )
 
     token = board.claim("collect", "m1", "host:1", TTL_S)
     assert token is not None
-    assert view(board, "collect") == (TaskStatus.IN_PROGRESS, "m1", "running", "Claimed by m1.",
-                                      15, None)
+    assert view(board, "collect") == (
+        TaskStatus.IN_PROGRESS,
+        "m1",
+        "running",
+        "Claimed by m1.",
+        15,
+        None,
+    )
     assert board.reassign("collect", token, "m2") is WriteOutcome.APPLIED
-    assert view(board, "collect") == (TaskStatus.IN_PROGRESS, "m2", "reassigned",
-                                      "Reassigned from m1 to m2.", 15, None)
+    assert view(board, "collect") == (
+        TaskStatus.IN_PROGRESS,
+        "m2",
+        "reassigned",
+        "Reassigned from m1 to m2.",
+        15,
+        None,
+    )
     assert board.release("collect", token, "handoff") is WriteOutcome.APPLIED
-    assert view(board, "collect") == (TaskStatus.READY, None, "ready", "Ready for dispatch.", 15,
-                                      None)
+    assert view(board, "collect") == (
+        TaskStatus.READY,
+        None,
+        "ready",
+        "Ready for dispatch.",
+        15,
+        None,
+    )
     assert state(board, "collect").requeue_reason == "handoff"
 
     token2 = board.claim("collect", "m2", "host:1", TTL_S)
@@ -70,12 +94,22 @@ def test_claim_release_reassign_and_dependency_flow(conn: redis.Redis, run_id: s
     assert board.heartbeat("collect", token2, TTL_S, visible=True) is WriteOutcome.APPLIED
     collect = state(board, "collect")
     assert (collect.phase, collect.detail, collect.heartbeat_count, collect.attempts) == (
-        "heartbeat", "Heartbeat from m2.", 1, 2)
+        "heartbeat",
+        "Heartbeat from m2.",
+        1,
+        2,
+    )
 
     assert board.complete("collect", token2, "facts", 12) is WriteOutcome.APPLIED
     assert view(board, "collect") == (TaskStatus.COMPLETED, "m2", "completed", "facts", 100, None)
-    assert view(board, "format") == (TaskStatus.READY, None, "ready", "Dependencies satisfied.", 5,
-                                     None)
+    assert view(board, "format") == (
+        TaskStatus.READY,
+        None,
+        "ready",
+        "Dependencies satisfied.",
+        5,
+        None,
+    )
     token3 = board.claim("format", "m2", "host:1", TTL_S)
     assert token3 is not None
     assert board.complete("format", token3, "final", 8) is WriteOutcome.APPLIED
@@ -87,7 +121,8 @@ def test_claim_release_reassign_and_dependency_flow(conn: redis.Redis, run_id: s
 
 
 def test_a_task_waiting_on_two_is_ready_only_once_both_are_completed(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("a"), spec("b"), spec("c", "a", "b"))
     token_a = board.claim("a", "m1", "host:1", TTL_S)
     token_b = board.claim("b", "m1", "host:1", TTL_S)
@@ -98,8 +133,7 @@ def test_a_task_waiting_on_two_is_ready_only_once_both_are_completed(
     assert board.claim("c", "m1", "host:1", TTL_S) is None
     assert board.next_ready(10) == []
     assert board.complete("b", token_b, "two", 1) is WriteOutcome.APPLIED
-    assert view(board, "c") == (TaskStatus.READY, None, "ready", "Dependencies satisfied.", 5,
-                                None)
+    assert view(board, "c") == (TaskStatus.READY, None, "ready", "Dependencies satisfied.", 5, None)
     assert board.next_ready(10) == ["c"]
     assert board.claim("c", "m1", "host:1", TTL_S) is not None
 
@@ -115,7 +149,12 @@ def test_recover_timed_out_claims(conn: redis.Redis, run_id: str) -> None:
     assert board.reclaim_expired(3) == ["t1"]
     t1 = state(board, "t1")
     assert (t1.status, t1.claimed_by, t1.phase, t1.token, t1.attempts) == (
-        TaskStatus.READY, None, "ready", "0", 1)
+        TaskStatus.READY,
+        None,
+        "ready",
+        "0",
+        1,
+    )
     assert (t1.worker, t1.start_ms, t1.requeue_reason) == (None, 0, "claim expired")
     assert board.next_ready(5) == ["t1"]
     assert conn.smembers(board.keys.running) == set()
@@ -130,7 +169,8 @@ def test_recover_timed_out_claims(conn: redis.Redis, run_id: str) -> None:
 
 
 def test_reclaim_fails_after_max_attempts_and_blocks_dependents(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("a"), spec("b", "a"), spec("c", "b"), spec("d"))
     for attempt in (1, 2):
         assert board.claim("a", "m1", "host:1", TTL_S) is not None
@@ -140,15 +180,30 @@ def test_reclaim_fails_after_max_attempts_and_blocks_dependents(
     # Only the failure is announced, as the member's task.error would have been.
     [message] = MessageBus(conn, RunKeys(run_id)).messages()
     assert (message.from_, message.to, message.type, message.task_id, message.content) == (
-        "m1", "lead", "task.error", "a", "claim expired after 2 attempts")
+        "m1",
+        "lead",
+        "task.error",
+        "a",
+        "claim expired after 2 attempts",
+    )
 
     a = state(board, "a")
     assert (a.status, a.phase, a.detail, a.error, a.percent) == (
-        TaskStatus.FAILED, "failed", "claim expired after 2 attempts",
-        "claim expired after 2 attempts", 100)
+        TaskStatus.FAILED,
+        "failed",
+        "claim expired after 2 attempts",
+        "claim expired after 2 attempts",
+        100,
+    )
     for dependent in ("b", "c"):
-        assert view(board, dependent) == (TaskStatus.BLOCKED, None, "blocked",
-                                          "Blocked: dependency failed.", 100, "dependency failed")
+        assert view(board, dependent) == (
+            TaskStatus.BLOCKED,
+            None,
+            "blocked",
+            "Blocked: dependency failed.",
+            100,
+            "dependency failed",
+        )
     assert state(board, "d").status is TaskStatus.READY
     assert board.counts()[TaskStatus.BLOCKED] == 2
 
@@ -166,7 +221,12 @@ def test_stale_holder_cannot_overwrite_the_result(conn: redis.Redis, run_id: str
     assert board.complete("t1", stale, "bad", 9) is WriteOutcome.STALE
     t1 = state(board, "t1")
     assert (t1.status, t1.output, t1.claimed_by, t1.worker, t1.stale_writes) == (
-        TaskStatus.COMPLETED, "good", "m2", "host:2", 1)
+        TaskStatus.COMPLETED,
+        "good",
+        "m2",
+        "host:2",
+        1,
+    )
     assert state(board, "t2").status is TaskStatus.READY
 
 
@@ -177,9 +237,13 @@ def test_a_revoked_token_is_refused_by_every_write(conn: redis.Redis, run_id: st
     assert board.release("t1", token) is WriteOutcome.APPLIED
     before = state(board, "t1")
 
-    outcomes = [board.heartbeat("t1", token, TTL_S), board.complete("t1", token, "x", 1),
-                board.fail("t1", token, "boom"), board.release("t1", token),
-                board.reassign("t1", token, "m2")]
+    outcomes = [
+        board.heartbeat("t1", token, TTL_S),
+        board.complete("t1", token, "x", 1),
+        board.fail("t1", token, "boom"),
+        board.release("t1", token),
+        board.reassign("t1", token, "m2"),
+    ]
     assert outcomes == [WriteOutcome.STALE] * 5
     after = state(board, "t1")
     assert after.stale_writes == 5
@@ -188,7 +252,8 @@ def test_a_revoked_token_is_refused_by_every_write(conn: redis.Redis, run_id: st
 
 
 def test_reassign_keeps_the_token_valid_and_renews_the_heartbeat(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("t1"))
     token = board.claim("t1", "m1", "host:1", TTL_S)
     assert token is not None
@@ -201,13 +266,18 @@ def test_reassign_keeps_the_token_valid_and_renews_the_heartbeat(
     assert board.complete("t1", token, "done by the original worker", 3) is WriteOutcome.APPLIED
     t1 = state(board, "t1")
     assert (t1.status, t1.claimed_by, t1.heartbeat_count, t1.stale_writes) == (
-        TaskStatus.COMPLETED, "m3", 1, 0)
+        TaskStatus.COMPLETED,
+        "m3",
+        1,
+        0,
+    )
     with pytest.raises(ValueError, match="to_member_id is required"):
         board.reassign("t1", token, "  ")
 
 
 def test_silent_heartbeat_keeps_the_claim_without_changing_the_view(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("t1"))
     token = board.claim("t1", "m1", "host:1", TTL_S)
     assert token is not None
@@ -221,7 +291,8 @@ def test_silent_heartbeat_keeps_the_claim_without_changing_the_view(
 
 
 def test_outcomes_distinguish_conflict_and_missing_from_stale(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("t1"), spec("t2"))
     token = board.claim("t1", "m1", "host:1", TTL_S)
     assert token is not None
@@ -233,8 +304,14 @@ def test_outcomes_distinguish_conflict_and_missing_from_stale(
     assert board.fail("t2", None, "unknown team member: zed") is WriteOutcome.APPLIED
     assert state(board, "t1").output == "once"
     assert state(board, "t1").stale_writes == 0
-    assert view(board, "t2") == (TaskStatus.FAILED, None, "failed", "unknown team member: zed",
-                                 100, "unknown team member: zed")
+    assert view(board, "t2") == (
+        TaskStatus.FAILED,
+        None,
+        "failed",
+        "unknown team member: zed",
+        100,
+        "unknown team member: zed",
+    )
     assert not conn.exists(board.keys.task("nope"))
 
 
@@ -258,8 +335,16 @@ def test_claim_without_member_uses_the_planned_member(conn: redis.Redis, run_id:
 
 
 def test_missing_dependency_blocks_at_creation_and_spreads(conn: redis.Redis, run_id: str) -> None:
-    board = make_board(conn, run_id, spec("a", "ghost"), spec("b", "a"), spec("c", "b"),
-                       spec("d", "a", "ghost"), spec("e", "ghost", "a"), spec("f"))
+    board = make_board(
+        conn,
+        run_id,
+        spec("a", "ghost"),
+        spec("b", "a"),
+        spec("c", "b"),
+        spec("d", "a", "ghost"),
+        spec("e", "ghost", "a"),
+        spec("f"),
+    )
     missing = ("Blocked: missing dependency.", "missing dependency")
     failed = ("Blocked: dependency failed.", "dependency failed")
     expected = {"a": missing, "b": failed, "c": failed, "d": failed, "e": missing}
@@ -270,7 +355,8 @@ def test_missing_dependency_blocks_at_creation_and_spreads(conn: redis.Redis, ru
 
 
 def test_missing_dependency_reason_follows_plan_order_as_ai4j(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     """A dependent listed before its blocked dependency sees it still pending in the first pass."""
     board = make_board(conn, run_id, spec("early", "late", "ghost"), spec("late", "ghost"))
     assert state(board, "early").error == "missing dependency"
@@ -278,23 +364,44 @@ def test_missing_dependency_reason_follows_plan_order_as_ai4j(
 
 
 def test_failed_dependency_blocks_transitively(conn: redis.Redis, run_id: str) -> None:
-    board = make_board(conn, run_id, spec("a"), spec("b", "a"), spec("c", "b"),
-                       spec("d", "a", "x"), spec("x"), spec("e", "c", "x"))
+    board = make_board(
+        conn,
+        run_id,
+        spec("a"),
+        spec("b", "a"),
+        spec("c", "b"),
+        spec("d", "a", "x"),
+        spec("x"),
+        spec("e", "c", "x"),
+    )
     token = board.claim("a", "m1", "host:1", TTL_S)
     assert token is not None
     assert board.fail("a", token, "  model exploded  ", 40) is WriteOutcome.APPLIED
     a = state(board, "a")
     assert (a.status, a.phase, a.detail, a.error, a.percent, a.duration_ms) == (
-        TaskStatus.FAILED, "failed", "model exploded", "  model exploded  ", 100, 40)
+        TaskStatus.FAILED,
+        "failed",
+        "model exploded",
+        "  model exploded  ",
+        100,
+        40,
+    )
     for task_id in ("b", "c", "d", "e"):
-        assert view(board, task_id) == (TaskStatus.BLOCKED, None, "blocked",
-                                        "Blocked: dependency failed.", 100, "dependency failed")
+        assert view(board, task_id) == (
+            TaskStatus.BLOCKED,
+            None,
+            "blocked",
+            "Blocked: dependency failed.",
+            100,
+            "dependency failed",
+        )
     assert board.next_ready(10) == ["x"]
     assert board.has_work_remaining()
 
 
 def test_cycle_is_blocked_by_block_stalled_but_in_progress_work_is_not(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("a", "b"), spec("b", "a"), spec("c"), spec("s", "s"))
     assert board.next_ready(10) == ["c"]
     token = board.claim("c", "m1", "host:1", TTL_S)
@@ -314,7 +421,8 @@ def test_max_rounds_reason_blocks_ready_and_pending(conn: redis.Redis, run_id: s
     assert board.block_stalled("max rounds exceeded: 1") == 2
     assert [(s.task_id, s.status, s.error) for s in board.snapshot()] == [
         ("a", TaskStatus.BLOCKED, "max rounds exceeded: 1"),
-        ("b", TaskStatus.BLOCKED, "max rounds exceeded: 1")]
+        ("b", TaskStatus.BLOCKED, "max rounds exceeded: 1"),
+    ]
     assert board.next_ready(10) == []
 
 
@@ -333,7 +441,8 @@ def test_release_sends_a_task_back_in_plan_order(conn: redis.Redis, run_id: str)
 
 
 def test_a_fresh_board_object_finds_dependents_without_the_cache(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     make_board(conn, run_id, spec("a"), spec("b", "a"), spec("c", "a"), spec("d", "b", "c"))
     worker_side = TaskBoard(conn, RunKeys(run_id))
     token = worker_side.claim("a", "m1", "host:1", TTL_S)
@@ -350,7 +459,8 @@ def test_a_fresh_board_object_finds_dependents_without_the_cache(
 
 
 def test_snapshot_is_in_plan_order_and_create_refuses_a_second_plan(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("z"), spec("y", "z"), spec("x"))
     assert [s.task_id for s in TaskBoard(conn, RunKeys(run_id)).snapshot()] == ["z", "y", "x"]
     with pytest.raises(redis.ResponseError, match="board already exists"):
@@ -364,10 +474,18 @@ def test_every_board_key_carries_the_run_hash_tag(conn: redis.Redis, run_id: str
     token = board.claim("a", "m1", "host:1", TTL_S)
     assert token is not None
     base = f"teamctl:run:{{{run_id}}}"
-    assert sorted(conn.keys("*")) == sorted([
-        f"{base}:order", f"{base}:running", f"{base}:counts",  # ready is empty: gone
-        f"{base}:tokens", f"{base}:events", f"{base}:task:a", f"{base}:task:b",
-        f"{base}:hb:a"])
+    assert sorted(conn.keys("*")) == sorted(
+        [
+            f"{base}:order",
+            f"{base}:running",
+            f"{base}:counts",  # ready is empty: gone
+            f"{base}:tokens",
+            f"{base}:events",
+            f"{base}:task:a",
+            f"{base}:task:b",
+            f"{base}:hb:a",
+        ]
+    )
     events = [fields for _id, fields in conn.xrange(board.keys.events)]
     assert [(e["task_id"], e["status"]) for e in events] == [("", "created"), ("a", "in_progress")]
 
@@ -382,11 +500,16 @@ def test_a_late_heartbeat_before_reclaim_keeps_the_claim(conn: redis.Redis, run_
     assert board.reclaim_expired(3) == []
     t1 = state(board, "t1")
     assert (t1.status, t1.token, t1.attempts, t1.stale_writes) == (
-        TaskStatus.IN_PROGRESS, token, 1, 0)
+        TaskStatus.IN_PROGRESS,
+        token,
+        1,
+        0,
+    )
 
 
 def test_the_reclaim_script_refuses_a_claim_whose_heartbeat_was_renewed_after_the_scan(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     """The Python scan picks expired claims, but a heartbeat may land between that scan and the
     script: the script's own check of the heartbeat key is what keeps the claim then."""
     board = make_board(conn, run_id, spec("t1"), spec("t2", "t1"))
@@ -395,14 +518,14 @@ def test_the_reclaim_script_refuses_a_claim_whose_heartbeat_was_renewed_after_th
     # The scan's candidate list, as it stood before the renewal, handed to the script as is.
     assert board._reclaim(["t1"], 1, False, "") == []
     t1 = state(board, "t1")
-    assert (t1.status, t1.token, t1.attempts, t1.error) == (TaskStatus.IN_PROGRESS, token, 1,
-                                                              None)
+    assert (t1.status, t1.token, t1.attempts, t1.error) == (TaskStatus.IN_PROGRESS, token, 1, None)
     assert state(board, "t2").status is TaskStatus.PENDING
     assert board.heartbeat("t1", token, TTL_S) is WriteOutcome.APPLIED
 
 
 def test_release_of_a_task_with_dependencies_reads_dependencies_satisfied(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("a"), spec("b", "a"))
     a_token = board.claim("a", "m1", "host:1", TTL_S)
     assert a_token is not None
@@ -411,13 +534,20 @@ def test_release_of_a_task_with_dependencies_reads_dependencies_satisfied(
     b_token = board.claim("b", "m2", "host:1", TTL_S)
     assert b_token is not None
     assert board.release("b", b_token) is WriteOutcome.APPLIED
-    assert view(board, "b") == (TaskStatus.READY, None, "ready", "Dependencies satisfied.", 15,
-                                None)
+    assert view(board, "b") == (
+        TaskStatus.READY,
+        None,
+        "ready",
+        "Dependencies satisfied.",
+        15,
+        None,
+    )
     assert board.counts() == {TaskStatus.COMPLETED: 1, TaskStatus.READY: 1}
 
 
 def test_reclaim_handles_several_expired_claims_in_one_script(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     board = make_board(conn, run_id, spec("a"), spec("b"), spec("c"), spec("d", "b"))
     tokens = {t: board.claim(t, "m1", "host:1", TTL_S) for t in ("a", "b", "c")}
     assert board.claim("b", "m1", "host:1", TTL_S) is None
@@ -428,7 +558,8 @@ def test_reclaim_handles_several_expired_claims_in_one_script(
         ("a", TaskStatus.FAILED, "claim expired after 1 attempts"),
         ("b", TaskStatus.FAILED, "claim expired after 1 attempts"),
         ("c", TaskStatus.IN_PROGRESS, None),
-        ("d", TaskStatus.BLOCKED, "dependency failed")]
+        ("d", TaskStatus.BLOCKED, "dependency failed"),
+    ]
     assert board.complete("a", tokens["a"], "late", 1) is WriteOutcome.STALE
     assert conn.smembers(board.keys.running) == {"c"}
 
@@ -465,9 +596,12 @@ def test_outcomes_are_announced_in_the_same_step_and_stale_ones_never(conn: redi
     assert board.complete("a", token_a, "again", 5, announce_as="m1") is WriteOutcome.CONFLICT
     assert board.fail("b", next_token(token_b), "late", 5, announce_as="m2") is WriteOutcome.STALE
     assert board.fail("b", token_b, "boom: " + "e" * 300, 5, announce_as="m2") is (
-        WriteOutcome.APPLIED)
+        WriteOutcome.APPLIED
+    )
     messages = MessageBus(conn, RunKeys("announce")).messages()
     assert [(m.from_, m.to, m.type, m.task_id) for m in messages] == [
-        ("m1", "lead", "task.result", "a"), ("m2", "lead", "task.error", "b")]
+        ("m1", "lead", "task.result", "a"),
+        ("m2", "lead", "task.error", "b"),
+    ]
     assert messages[0].content == long_output[:240] + "..."
     assert messages[1].content == "boom: " + "e" * 300  # task.error keeps the full error

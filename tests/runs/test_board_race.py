@@ -18,8 +18,9 @@ CLAIMERS = 8
 TASKS = 200
 
 
-def _claim_everything(redis_url: str, run_id: str, seed: int, start: Barrier,
-                      results: multiprocessing.Queue) -> None:
+def _claim_everything(
+    redis_url: str, run_id: str, seed: int, start: Barrier, results: multiprocessing.Queue
+) -> None:
     """Child process: try to claim every task, in its own random order, once the race starts."""
     conn = redis.Redis.from_url(redis_url, decode_responses=True)
     board = TaskBoard(conn, RunKeys(run_id))
@@ -35,14 +36,16 @@ def _claim_everything(redis_url: str, run_id: str, seed: int, start: Barrier,
 
 
 def test_eight_processes_claim_each_of_200_tasks_exactly_once(
-        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     board = TaskBoard(conn, RunKeys(run_id))
     board.create([TaskSpec(id=f"t{i}", member_id="m", task="x") for i in range(TASKS)])
     ctx = multiprocessing.get_context("spawn")
     start, results = ctx.Barrier(CLAIMERS), ctx.Queue()
-    claimers = [ctx.Process(target=_claim_everything,
-                            args=(redis_url, run_id, seed, start, results))
-                for seed in range(CLAIMERS)]
+    claimers = [
+        ctx.Process(target=_claim_everything, args=(redis_url, run_id, seed, start, results))
+        for seed in range(CLAIMERS)
+    ]
     try:
         for process in claimers:
             process.start()

@@ -39,9 +39,11 @@ def finish(board: TaskBoard, task_id: str, output: str) -> None:
 
 
 def test_a_big_boards_snapshot_runs_no_script_over_5_ms_and_equals_its_hashes(
-        conn: redis.Redis, run_id: str) -> None:
-    board = board_of(conn, run_id, [TaskSpec(id=f"t{i}", member_id="m1", task=f"do {i}")
-                                    for i in range(TASKS)])
+    conn: redis.Redis, run_id: str
+) -> None:
+    board = board_of(
+        conn, run_id, [TaskSpec(id=f"t{i}", member_id="m1", task=f"do {i}") for i in range(TASKS)]
+    )
     for i in range(0, TASKS, 4):  # outputs make some pages heavier than others
         finish(board, f"t{i}", f"output {i} " + "x" * 2000)
     scripts = CountedScripts(conn)
@@ -56,11 +58,14 @@ def test_a_big_boards_snapshot_runs_no_script_over_5_ms_and_equals_its_hashes(
     assert within_the_rule(slow), slow
     # The events stream's key, then at most one page of task hashes.
     assert scripts.most_keys("snapshot_page") == 1 + SNAPSHOT_PAGE_TASKS
-    one_by_one = [TaskState.from_hash(conn.hgetall(board.keys.task(f"t{i}")))
-                  for i in range(TASKS)]
+    one_by_one = [TaskState.from_hash(conn.hgetall(board.keys.task(f"t{i}"))) for i in range(TASKS)]
     assert states == one_by_one
-    assert [s.status for s in states[:4]] == [TaskStatus.COMPLETED, TaskStatus.READY,
-                                               TaskStatus.READY, TaskStatus.READY]
+    assert [s.status for s in states[:4]] == [
+        TaskStatus.COMPLETED,
+        TaskStatus.READY,
+        TaskStatus.READY,
+        TaskStatus.READY,
+    ]
 
 
 def chain_is_consistent(states: list[TaskState]) -> bool:
@@ -68,15 +73,19 @@ def chain_is_consistent(states: list[TaskState]) -> bool:
     pending ones."""
     order = [s.status for s in states]
     done = next((i for i, s in enumerate(order) if s is not TaskStatus.COMPLETED), len(order))
-    rest = order[done + 1:]
-    return (done == len(order) or order[done] in (TaskStatus.READY, TaskStatus.IN_PROGRESS)) \
-        and all(s is TaskStatus.PENDING for s in rest)
+    rest = order[done + 1 :]
+    return (
+        done == len(order) or order[done] in (TaskStatus.READY, TaskStatus.IN_PROGRESS)
+    ) and all(s is TaskStatus.PENDING for s in rest)
 
 
 def test_a_snapshot_taken_while_a_chain_runs_sees_it_at_one_instant(
-        conn: redis.Redis, run_id: str) -> None:
-    specs = [TaskSpec(id=f"t{i}", member_id="m1", task="x", depends_on=[f"t{i - 1}"] if i else [])
-             for i in range(TASKS)]
+    conn: redis.Redis, run_id: str
+) -> None:
+    specs = [
+        TaskSpec(id=f"t{i}", member_id="m1", task="x", depends_on=[f"t{i - 1}"] if i else [])
+        for i in range(TASKS)
+    ]
     board_of(conn, run_id, specs)
     stop = threading.Event()
 
@@ -107,11 +116,24 @@ def tricky_plan(size: int) -> list[TaskSpec]:
     specs = []
     for i in range(size):
         kind = i % 7
-        deps = {0: [], 1: [f"t{i - 1}"], 2: [f"t{i - 2}", f"t{i - 1}"], 3: [f"gone{i}"],
-                4: [f"t{i - 1}"], 5: [f"t{i + 1}"], 6: [f"t{i - 6}", f"t{i - 3}"]}[kind]
-        specs.append(TaskSpec(id=f"t{i}", member_id=f"m{i % 3}", task=f"do {i} — ünïcode",
-                              context="ctx" if kind == 2 else None,
-                              depends_on=[d for d in deps if d != f"t{size}"]))
+        deps = {
+            0: [],
+            1: [f"t{i - 1}"],
+            2: [f"t{i - 2}", f"t{i - 1}"],
+            3: [f"gone{i}"],
+            4: [f"t{i - 1}"],
+            5: [f"t{i + 1}"],
+            6: [f"t{i - 6}", f"t{i - 3}"],
+        }[kind]
+        specs.append(
+            TaskSpec(
+                id=f"t{i}",
+                member_id=f"m{i % 3}",
+                task=f"do {i} — ünïcode",
+                context="ctx" if kind == 2 else None,
+                depends_on=[d for d in deps if d != f"t{size}"],
+            )
+        )
     return specs
 
 
@@ -119,9 +141,18 @@ def single_call_board(conn: redis.Redis, run_id: str, specs: list[TaskSpec]) -> 
     """The board create.lua makes of the whole plan in one call (the reference)."""
     board = TaskBoard(conn, RunKeys(run_id))
     k = board.keys
-    payload = [json.dumps({"task_id": t.id, "member_id": t.member_id or "", "task": t.task,
-                           "context": t.context or "", "depends_on": t.depends_on})
-               for t in specs]
+    payload = [
+        json.dumps(
+            {
+                "task_id": t.id,
+                "member_id": t.member_id or "",
+                "task": t.task,
+                "context": t.context or "",
+                "depends_on": t.depends_on,
+            }
+        )
+        for t in specs
+    ]
     keys = [k.order, k.ready, k.counts, k.events, *(k.task(t.id) for t in specs)]
     assert board.scripts["create"](keys=keys, args=payload) == len(specs)
     return board
@@ -130,15 +161,23 @@ def single_call_board(conn: redis.Redis, run_id: str, specs: list[TaskSpec]) -> 
 def board_state(conn: redis.Redis, board: TaskBoard) -> tuple[object, ...]:
     """Everything a new board holds, creation times aside."""
     k = board.keys
-    hashes = [{f: v for f, v in conn.hgetall(k.task(t)).items()
-               if f not in ("updated_ms", "end_ms")} for t in conn.lrange(k.order, 0, -1)]
+    hashes = [
+        {f: v for f, v in conn.hgetall(k.task(t)).items() if f not in ("updated_ms", "end_ms")}
+        for t in conn.lrange(k.order, 0, -1)
+    ]
     events = [fields for _, fields in conn.xrange(k.events)]
-    return (conn.lrange(k.order, 0, -1), conn.zrange(k.ready, 0, -1, withscores=True),
-            board.counts(), hashes, events)
+    return (
+        conn.lrange(k.order, 0, -1),
+        conn.zrange(k.ready, 0, -1, withscores=True),
+        board.counts(),
+        hashes,
+        events,
+    )
 
 
 def test_a_big_plan_is_written_in_pages_as_one_call_would_write_it(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     specs = tricky_plan(3 * CREATE_PAGE_TASKS + 50)
     scripts = CountedScripts(conn)
     boards: list[TaskBoard] = []

@@ -42,12 +42,17 @@ def test_direct_and_broadcast_visibility_per_member(bus: MessageBus) -> None:
     assert bus.read_unread("lead") == []
     everything = bus.messages()
     assert [(m.from_, m.to, m.type) for m in everything] == [
-        ("system", "m1", "task.assigned"), ("m1", "m2", "peer.message"),
-        ("m2", "*", "peer.broadcast"), ("system", None, "note"), ("m1", "lead", "task.result")]
+        ("system", "m1", "task.assigned"),
+        ("m1", "m2", "peer.message"),
+        ("m2", "*", "peer.broadcast"),
+        ("system", None, "note"),
+        ("m1", "lead", "task.result"),
+    ]
     # The fan-out and the public predicate agree on who got what.
     for member in MEMBERS:
         assert [m.id for m in bus.history_for(member, 0)] == [
-            m.id for m in everything if delivered_to(m, member)]
+            m.id for m in everything if delivered_to(m, member)
+        ]
 
 
 def redis_ms(conn: redis.Redis) -> int:
@@ -56,8 +61,9 @@ def redis_ms(conn: redis.Redis) -> int:
     return seconds * 1000 + micros // 1000
 
 
-def test_a_reread_returns_nothing_and_later_messages_come_next(bus: MessageBus,
-                                                               conn: redis.Redis) -> None:
+def test_a_reread_returns_nothing_and_later_messages_come_next(
+    bus: MessageBus, conn: redis.Redis
+) -> None:
     bus.send("m1", "m2", None, None, "first")
     assert contents(bus.read_unread("m2")) == ["first"]
     assert bus.read_unread("m2") == []
@@ -69,7 +75,11 @@ def test_a_reread_returns_nothing_and_later_messages_come_next(bus: MessageBus,
     later = bus.read_unread("m2")
     assert contents(later) == ["second", "third"]
     assert (later[0].from_, later[0].to, later[0].type, later[0].task_id) == (
-        "m3", "m2", "question", "t9")
+        "m3",
+        "m2",
+        "question",
+        "t9",
+    )
     assert before_ms <= later[0].created_at <= after_ms
     assert bus.read_unread("m2") == []
 
@@ -95,17 +105,21 @@ def test_history_is_the_last_messages_delivered_read_or_not(bus: MessageBus) -> 
     assert bus.history_for("lead", 5) == []
 
 
-@pytest.mark.parametrize(("to", "says"), [
-    ("nobody", "unknown team member 'nobody'"),
-    ("lead", "'lead' cannot receive peer messages"),
-    ("system", "'system' cannot receive peer messages"),
-    ("../m2", "invalid recipient '../m2'"),
-    ("m2/../m3", "invalid recipient"),
-    ("", "invalid recipient ''"),
-    ("m1", "'m1' cannot send a message to itself"),
-])
+@pytest.mark.parametrize(
+    ("to", "says"),
+    [
+        ("nobody", "unknown team member 'nobody'"),
+        ("lead", "'lead' cannot receive peer messages"),
+        ("system", "'system' cannot receive peer messages"),
+        ("../m2", "invalid recipient '../m2'"),
+        ("m2/../m3", "invalid recipient"),
+        ("", "invalid recipient ''"),
+        ("m1", "'m1' cannot send a message to itself"),
+    ],
+)
 def test_bad_recipients_are_refused_saying_who_may_be_messaged(
-        bus: MessageBus, to: str, says: str) -> None:
+    bus: MessageBus, to: str, says: str
+) -> None:
     with pytest.raises(ConfigError) as refused:
         bus.send("m1", to, None, None, "hi")
     assert says in str(refused.value)
@@ -113,9 +127,20 @@ def test_bad_recipients_are_refused_saying_who_may_be_messaged(
     assert bus.messages() == []
 
 
-@pytest.mark.parametrize("type_", [
-    "", "  ", "peer message", "x" * 65, "1abc", "a/b", "task.assigned", "run.complete",
-    "Task.Result"])
+@pytest.mark.parametrize(
+    "type_",
+    [
+        "",
+        "  ",
+        "peer message",
+        "x" * 65,
+        "1abc",
+        "a/b",
+        "task.assigned",
+        "run.complete",
+        "Task.Result",
+    ],
+)
 def test_bad_types_are_refused(bus: MessageBus, type_: str) -> None:
     with pytest.raises(ConfigError, match="type"):
         bus.send("m1", "m2", type_, None, "hi")
@@ -149,8 +174,13 @@ def test_messages_parse_as_system_notices_or_peer_messages(bus: MessageBus) -> N
     bus.publish("system", "lead", "run.note", None, "a type this version does not know")
 
     messages = bus.messages()
-    assert [type(m) for m in messages] == [SystemNotice, SystemNotice, PeerMessage, PeerMessage,
-                                           PeerMessage]
+    assert [type(m) for m in messages] == [
+        SystemNotice,
+        SystemNotice,
+        PeerMessage,
+        PeerMessage,
+        PeerMessage,
+    ]
     assert [m.type for m in messages[:2]] == [SystemType.PLAN_APPROVED, SystemType.HOOK_ERROR]
     assert messages[1].type is SystemType.HOOK_ERROR
     # What the stream holds and what readers print stay plain text fields, named as the CLI
@@ -158,7 +188,8 @@ def test_messages_parse_as_system_notices_or_peer_messages(bus: MessageBus) -> N
     assert [m.model_dump_json() for m in messages[:3]] == [
         f'{{"id":"{m.id}","from":"{m.from_}","to":"{m.to}","type":"{m.type}",'
         f'"task_id":{json.dumps(m.task_id)},"content":"{m.content}","created_at":{m.created_at}}}'
-        for m in messages[:3]]
+        for m in messages[:3]
+    ]
     assert ENVELOPES.validate_python(messages[0].model_dump()) == messages[0]
     assert [set(m.model_dump()) & {"from", "from_"} for m in messages] == [{"from"}] * 5
 
@@ -223,18 +254,31 @@ def test_a_disabled_bus_publishes_nothing_and_reads_nothing(conn: redis.Redis, r
     assert contents(on.read_unread("m2")) == ["sent while on"]
 
 
-def test_every_bus_key_is_one_of_the_runs(bus: MessageBus, conn: redis.Redis,
-                                          run_id: str) -> None:
+def test_every_bus_key_is_one_of_the_runs(bus: MessageBus, conn: redis.Redis, run_id: str) -> None:
     bus.broadcast("m1", None, None, "hi")
     bus.read_unread("m2")
     keys = RunKeys(run_id)
-    assert sorted(conn.keys("*")) == sorted([
-        keys.bus, keys.bus_seq, keys.inbox("m2"), keys.inbox("m3"), keys.read_offsets,
-        keys.roster, keys.roster_ver])
+    assert sorted(conn.keys("*")) == sorted(
+        [
+            keys.bus,
+            keys.bus_seq,
+            keys.inbox("m2"),
+            keys.inbox("m3"),
+            keys.read_offsets,
+            keys.roster,
+            keys.roster_ver,
+        ]
+    )
     assert conn.type(keys.bus) == "stream"
     entry_id, fields = conn.xrange(keys.bus)[0]
-    assert fields == {"from": "m1", "to": "*", "type": "peer.broadcast", "task_id": "",
-                      "content": "hi", "created_at": fields["created_at"]}
+    assert fields == {
+        "from": "m1",
+        "to": "*",
+        "type": "peer.broadcast",
+        "task_id": "",
+        "content": "hi",
+        "created_at": fields["created_at"],
+    }
     assert conn.hgetall(keys.read_offsets) == {"m2": entry_id}
 
 
@@ -251,8 +295,9 @@ def test_trimming_keeps_the_cap_once_everyone_has_read(conn: redis.Redis, run_id
     assert contents(bus.history_for("m3", 3)) == ["n47", "n48", "n49"]
 
 
-def test_trimming_never_drops_a_message_someone_has_not_read(conn: redis.Redis,
-                                                            run_id: str) -> None:
+def test_trimming_never_drops_a_message_someone_has_not_read(
+    conn: redis.Redis, run_id: str
+) -> None:
     bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=20)
     bus.send("m1", "m3", None, None, "for m3, unread")
     for i in range(60):
@@ -292,7 +337,8 @@ def test_the_returned_envelope_is_what_readers_get(bus: MessageBus) -> None:
 
 
 def test_a_bus_built_without_a_member_list_trims_by_the_roster_in_redis(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     members_bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=5)
     members_bus.send("m1", "m2", None, None, "unread by m2")
     other = MessageBus(conn, RunKeys(run_id), bus_maxlen=5)
@@ -310,8 +356,7 @@ def test_a_bus_without_a_roster_in_redis_never_trims(conn: redis.Redis, run_id: 
     assert len(bus.messages()) == 20
 
 
-def test_a_bus_follows_roster_changes_without_being_rebuilt(
-        conn: redis.Redis, run_id: str) -> None:
+def test_a_bus_follows_roster_changes_without_being_rebuilt(conn: redis.Redis, run_id: str) -> None:
     bus = roster_bus(conn, run_id, ["m1", "m2"], bus_maxlen=10)
     bus.broadcast("m1", None, None, "before")
     assert bus.roster().version == 1
@@ -332,9 +377,9 @@ def test_a_bus_follows_roster_changes_without_being_rebuilt(
         bus.send("m1", "m2", None, None, "gone")
 
 
-
 def test_a_trim_on_a_stale_roster_protects_the_members_who_joined(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     stale = roster_bus(conn, run_id, ["m1", "m2"], bus_maxlen=3)
     for i in range(3):
         stale.send("m1", "m2", None, None, f"n{i}")
@@ -383,7 +428,8 @@ def reclaim(board: TaskBoard, task_id: str) -> int:
 
 
 def test_what_a_lost_attempt_read_goes_to_the_next_attempt_first(
-        bus: MessageBus, conn: redis.Redis, run_id: str) -> None:
+    bus: MessageBus, conn: redis.Redis, run_id: str
+) -> None:
     board, first = claimed_task(conn, run_id)
     bus.send("m1", "m2", None, None, "early")
     assert contents(bus.read_unread("m2", "t1", first)) == ["early"]
@@ -405,7 +451,8 @@ def test_what_a_lost_attempt_read_goes_to_the_next_attempt_first(
 
 
 def test_unacknowledged_reads_stay_with_their_task_and_member(
-        bus: MessageBus, conn: redis.Redis, run_id: str) -> None:
+    bus: MessageBus, conn: redis.Redis, run_id: str
+) -> None:
     board, token = claimed_task(conn, run_id)
     bus.broadcast("m1", None, None, "to all")
     assert contents(bus.read_unread("m2", "t1", token)) == ["to all"]
@@ -417,7 +464,8 @@ def test_unacknowledged_reads_stay_with_their_task_and_member(
 
 
 def test_trimming_keeps_what_an_attempt_read_but_did_not_acknowledge(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     bus = roster_bus(conn, run_id, MEMBERS, bus_maxlen=10)
     board, first = claimed_task(conn, run_id)
     bus.send("m1", "m2", None, None, "owed")
@@ -433,14 +481,18 @@ def test_trimming_keeps_what_an_attempt_read_but_did_not_acknowledge(
     assert contents(bus.messages()) == [f"n{i}" for i in range(20, 30)]
 
 
-@pytest.mark.parametrize(("task_id", "says"), [
-    ("t" * 300_000, "invalid task id"),
-    ("task_1\n", "invalid task id"),
-    ("../t1", "invalid task id"),
-    ("Task 1", "invalid task id"),
-])
+@pytest.mark.parametrize(
+    ("task_id", "says"),
+    [
+        ("t" * 300_000, "invalid task id"),
+        ("task_1\n", "invalid task id"),
+        ("../t1", "invalid task id"),
+        ("Task 1", "invalid task id"),
+    ],
+)
 def test_every_envelope_field_is_checked_not_only_the_content(
-        conn: redis.Redis, run_id: str, task_id: str, says: str) -> None:
+    conn: redis.Redis, run_id: str, task_id: str, says: str
+) -> None:
     bus = roster_bus(conn, run_id, MEMBERS, max_message_bytes=1000)
     with pytest.raises(ConfigError, match=says):
         bus.send("m1", "m2", None, task_id, "hi")
@@ -459,16 +511,20 @@ def test_the_whole_envelope_counts_against_the_limit(conn: redis.Redis, run_id: 
     assert len(bus.messages()) == 1
 
 
-@pytest.mark.parametrize(("sender", "to", "type_"), [
-    ("system\n", "m1", "task.assigned"),
-    ("s" * 10_000, "m1", "task.assigned"),
-    ("system", "m1\n", "task.assigned"),
-    ("system", "x" * 10_000, "task.assigned"),
-    ("system", "m1", "t" * 10_000),
-    ("system", "m1", "task assigned"),
-])
+@pytest.mark.parametrize(
+    ("sender", "to", "type_"),
+    [
+        ("system\n", "m1", "task.assigned"),
+        ("s" * 10_000, "m1", "task.assigned"),
+        ("system", "m1\n", "task.assigned"),
+        ("system", "x" * 10_000, "task.assigned"),
+        ("system", "m1", "t" * 10_000),
+        ("system", "m1", "task assigned"),
+    ],
+)
 def test_runtime_publishes_are_checked_for_shape(
-        bus: MessageBus, sender: str, to: str, type_: str) -> None:
+    bus: MessageBus, sender: str, to: str, type_: str
+) -> None:
     with pytest.raises(ConfigError):
         bus.publish(sender, to, type_, None, "hi")
     assert bus.messages() == []

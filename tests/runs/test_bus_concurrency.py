@@ -41,8 +41,9 @@ def send_all(redis_url: str, run_id: str, sender: str, start: Event) -> None:
             bus.send(sender, RECEIVERS[n % 3], None, None, content)
 
 
-def read_until_stopped(redis_url: str, run_id: str, member: str, out: str, ready: Event,
-                       stop: Event) -> None:
+def read_until_stopped(
+    redis_url: str, run_id: str, member: str, out: str, ready: Event, stop: Event
+) -> None:
     """Read repeatedly while the senders run, then once more; record every message received."""
     bus = _bus(redis_url, run_id)
     received: list[list[str]] = []
@@ -54,7 +55,8 @@ def read_until_stopped(redis_url: str, run_id: str, member: str, out: str, ready
 
 
 def test_each_member_gets_each_message_exactly_once_in_order(
-        redis_url: str, run_id: str, tmp_path: Path) -> None:
+    redis_url: str, run_id: str, tmp_path: Path
+) -> None:
     ctx = multiprocessing.get_context("fork")
     start, stop = ctx.Event(), ctx.Event()
     readers, outputs = [], {}
@@ -62,8 +64,9 @@ def test_each_member_gets_each_message_exactly_once_in_order(
         for k in range(READERS_PER_RECEIVER):
             out, ready = str(tmp_path / f"{member}-{k}.json"), ctx.Event()
             outputs.setdefault(member, []).append(out)
-            reader = ctx.Process(target=read_until_stopped,
-                                 args=(redis_url, run_id, member, out, ready, stop))
+            reader = ctx.Process(
+                target=read_until_stopped, args=(redis_url, run_id, member, out, ready, stop)
+            )
             reader.start()
             readers.append((reader, ready))
     senders = [ctx.Process(target=send_all, args=(redis_url, run_id, s, start)) for s in SENDERS]

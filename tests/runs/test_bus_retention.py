@@ -26,10 +26,16 @@ MEMBERS = ["m1", "m2", "m3"]
 
 def make_run(conn: redis.Redis, run_id: str) -> MessageBus:
     """A stored run spec plus some bus traffic, as a finished run leaves them."""
-    spec = RunSpec(run_id=run_id, team_id="t", objective="o",
-                   members=[Member(id=m) for m in MEMBERS], options=RunOptions(),
-                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
-                   workspace_dir="/tmp", created_ms=now_ms())
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="t",
+        objective="o",
+        members=[Member(id=m) for m in MEMBERS],
+        options=RunOptions(),
+        models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+        workspace_dir="/tmp",
+        created_ms=now_ms(),
+    )
     RunStore(conn, RunKeys(run_id)).create(spec)
     bus = RunHandle(conn, run_id, spec=spec).bus
     bus.send("m1", "m2", None, None, "hello")
@@ -44,8 +50,18 @@ def ttls(conn: redis.Redis, run_id: str) -> dict[str, int]:
 def made_by_make_run(run_id: str) -> list[str]:
     """The keys make_run leaves: the stored run, and the bus after one message read by m2."""
     keys = RunKeys(run_id)
-    return sorted([keys.spec, keys.state, keys.roster, keys.roster_ver, keys.bus, keys.bus_seq,
-                   keys.inbox("m2"), keys.read_offsets])
+    return sorted(
+        [
+            keys.spec,
+            keys.state,
+            keys.roster,
+            keys.roster_ver,
+            keys.bus,
+            keys.bus_seq,
+            keys.inbox("m2"),
+            keys.read_offsets,
+        ]
+    )
 
 
 def test_every_key_of_the_run_and_only_it_gets_the_retention(conn: redis.Redis) -> None:
@@ -108,11 +124,16 @@ def test_keys_that_expire_sooner_keep_their_ttl(conn: redis.Redis) -> None:
 
 
 def test_a_runs_bus_takes_its_cap_and_limits_from_the_run_options(conn: redis.Redis) -> None:
-    spec = RunSpec(run_id="capped", team_id="t", objective="o",
-                   members=[Member(id=m) for m in MEMBERS],
-                   options=RunOptions(bus_max_messages=5, max_message_bytes=10),
-                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
-                   workspace_dir="/tmp", created_ms=now_ms())
+    spec = RunSpec(
+        run_id="capped",
+        team_id="t",
+        objective="o",
+        members=[Member(id=m) for m in MEMBERS],
+        options=RunOptions(bus_max_messages=5, max_message_bytes=10),
+        models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+        workspace_dir="/tmp",
+        created_ms=now_ms(),
+    )
     RunStore(conn, RunKeys(spec.run_id)).create(spec)
     bus = RunHandle(conn, spec.run_id).bus
     for n in range(20):
@@ -123,8 +144,7 @@ def test_a_runs_bus_takes_its_cap_and_limits_from_the_run_options(conn: redis.Re
         bus.send("m1", "m2", None, None, "x" * 11)
 
 
-def test_a_release_after_the_run_ended_does_not_leave_keys_without_ttl(
-        conn: redis.Redis) -> None:
+def test_a_release_after_the_run_ended_does_not_leave_keys_without_ttl(conn: redis.Redis) -> None:
     """A worker that gives its task back after the run ended recreates `ready`: it must expire."""
     make_run(conn, "late")
     board = TaskBoard(conn, RunKeys("late"))

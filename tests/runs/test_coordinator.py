@@ -38,9 +38,12 @@ def board_of(url: str, run_id: str) -> TaskBoard:
 
 
 def test_plan_delegate_synthesize_with_auto_ids(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    plan = [{"memberId": "m1", "task": "Collect facts"},
-            {"memberId": "m2", "task": "Format them", "dependsOn": ["task_1"]}]
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    plan = [
+        {"memberId": "m1", "task": "Collect facts"},
+        {"memberId": "m2", "task": "Format them", "dependsOn": ["task_1"]},
+    ]
     models = script_run(llm, run_id, plan)
     started_at = time.monotonic()  # the run's keys get their expiry some time after this
     result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models))
@@ -48,13 +51,19 @@ def test_plan_delegate_synthesize_with_auto_ids(
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert (out["status"], out["output"], out["team_id"], out["run_id"]) == (
-        "completed", "final answer", "coord", run_id)
+        "completed",
+        "final answer",
+        "coord",
+        run_id,
+    )
     assert [t["id"] for t in out["plan"]["tasks"]] == ["task_1", "task_2"]
     assert out["plan"]["fallback"] is False and out["plan"]["raw_plan_text"] == json.dumps(plan)
-    assert [(r["task_id"], r["member_id"], r["member_name"], r["output"])
-            for r in out["member_results"]] == [
+    assert [
+        (r["task_id"], r["member_id"], r["member_name"], r["output"]) for r in out["member_results"]
+    ] == [
         ("task_1", "m1", "Member m1", "output of task_1"),
-        ("task_2", "m2", "Member m2", "output of task_2")]
+        ("task_2", "m2", "Member m2", "output of task_2"),
+    ]
     assert statuses(out) == {"task_1": "completed", "task_2": "completed"}
     assert all(s["percent"] == 100 and s["attempts"] == 1 for s in out["task_states"])
     # 2 planner/synth calls + 2 member calls, 11 prompt / 7 completion tokens each.
@@ -66,15 +75,34 @@ def test_plan_delegate_synthesize_with_auto_ids(
     status = CliRunner().invoke(main, ["status", run_id, "--redis-url", workers, "--json"])
     assert (status.exit_code, json.loads(status.stdout)) == (0, out)  # rebuilt from Redis alone
     # An ended run expires after the default retention (shared/runs/retention.py).
-    assert_ttl_as_set(redis.Redis.from_url(workers), RunKeys(run_id).spec,
-                      RunOptions().retention_s, started_at)
-    assert set(out) == {"team_id", "run_id", "objective", "status", "plan", "member_results",
-                        "task_states", "messages", "rounds", "output", "error", "synthesis",
-                        "total_duration_ms", "usage", "usage_by_model"}
+    assert_ttl_as_set(
+        redis.Redis.from_url(workers), RunKeys(run_id).spec, RunOptions().retention_s, started_at
+    )
+    assert set(out) == {
+        "team_id",
+        "run_id",
+        "objective",
+        "status",
+        "plan",
+        "member_results",
+        "task_states",
+        "messages",
+        "rounds",
+        "output",
+        "error",
+        "synthesis",
+        "total_duration_ms",
+        "usage",
+        "usage_by_model",
+    }
     assert out["error"] is None
     # The synthesizer's raw response beside its text, and each member's transcript.
-    assert out["synthesis"] == {"content": "final answer", "tool_calls": [],
-                                "usage": out["synthesis"]["usage"], "model": models["synth"]}
+    assert out["synthesis"] == {
+        "content": "final answer",
+        "tool_calls": [],
+        "usage": out["synthesis"]["usage"],
+        "model": models["synth"],
+    }
     assert out["synthesis"]["usage"]["prompt_tokens"] == 11
     first = out["member_results"][0]["transcript"]
     assert [m["role"] for m in first] == ["system", "user", "assistant"]  # no tool calls
@@ -84,7 +112,8 @@ def test_plan_delegate_synthesize_with_auto_ids(
 
 
 def test_independent_tasks_overlap_with_max_concurrency_2(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     seen: set[str] = set()
 
     def slow_first_call(body: dict[str, Any]) -> str | HttpError:
@@ -96,8 +125,12 @@ def test_independent_tasks_overlap_with_max_concurrency_2(
             return HttpError(429, "slow down")
         return member_answer(body)
 
-    plan = {"tasks": [{"id": "a", "memberId": "m1", "task": "A"},
-                      {"id": "b", "memberId": "m2", "task": "B"}]}
+    plan = {
+        "tasks": [
+            {"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B"},
+        ]
+    }
     models = script_run(llm, run_id, plan, member=slow_first_call)
     team = team_file(tmp_path / "t.toml", models, options={"max_concurrency": 2})
     result = run_cli(llm, workers, run_id, team)
@@ -110,26 +143,38 @@ def test_independent_tasks_overlap_with_max_concurrency_2(
 
 
 def test_non_json_planner_output_falls_back_to_one_task_per_member(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     models = script_run(llm, run_id, "Sorry, I would rather write prose.")
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
-                     objective="Plan a picnic")
+    result = run_cli(
+        llm, workers, run_id, team_file(tmp_path / "t.toml", models), objective="Plan a picnic"
+    )
 
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["plan"]["fallback"] is True
     assert [(t["id"], t["member_id"], t["task"], t["context"]) for t in out["plan"]["tasks"]] == [
-        ("fallback_1", "m1", "Focus on collecting facts. Objective: Plan a picnic",
-         "planner_fallback"),
+        (
+            "fallback_1",
+            "m1",
+            "Focus on collecting facts. Objective: Plan a picnic",
+            "planner_fallback",
+        ),
         ("fallback_2", "m2", "Plan a picnic", "planner_fallback"),
-        ("fallback_3", "m3", "Plan a picnic", "planner_fallback")]
+        ("fallback_3", "m3", "Plan a picnic", "planner_fallback"),
+    ]
     assert set(statuses(out).values()) == {"completed"}
 
 
 def test_chain_takes_two_rounds_and_publishes_the_messages(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    plan = {"tasks": [{"id": "a", "memberId": "m1", "task": "A"},
-                      {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]}
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    plan = {
+        "tasks": [
+            {"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+        ]
+    }
     models = script_run(llm, run_id, plan)
     result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models))
 
@@ -138,13 +183,12 @@ def test_chain_takes_two_rounds_and_publishes_the_messages(
     assert out["rounds"] == 2
     assert statuses(out) == {"a": "completed", "b": "completed"}
     types = [m["type"] for m in out["messages"]]
-    assert types == ["task.assigned", "task.result", "task.assigned", "task.result",
-                     "run.complete"]
+    assert types == ["task.assigned", "task.result", "task.assigned", "task.result", "run.complete"]
 
 
 def test_the_coordinator_loads_the_scripts_once_on_its_connection(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Store, board, bus, budget, lease and the final result share one Scripts: each script is
     registered once (the coordinator runs in this process; the workers are others)."""
     built: list[int] = []
@@ -162,25 +206,46 @@ def test_the_coordinator_loads_the_scripts_once_on_its_connection(
 
     monkeypatch.setattr(Scripts, "__init__", counted_build)
     monkeypatch.setattr(redis.Redis, "register_script", counted_register)
-    plan = {"tasks": [{"id": "a", "memberId": "m1", "task": "A"},
-                      {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]}
+    plan = {
+        "tasks": [
+            {"id": "a", "memberId": "m1", "task": "A"},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+        ]
+    }
     models = script_run(llm, run_id, plan)
     # A budget, and a plan approval (a wake-up and a message), so that every part does its bit.
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
-                     "--max-tokens", "100000", "--require-plan-approval", "--approve-plan")
+    result = run_cli(
+        llm,
+        workers,
+        run_id,
+        team_file(tmp_path / "t.toml", models),
+        "--max-tokens",
+        "100000",
+        "--require-plan-approval",
+        "--approve-plan",
+    )
 
     assert result.exit_code == 0, result.output
     assert len(built) == 1
     assert len(registered) == len(set(registered))
     assert {conn for conn, _ in registered} == set(built)
-    assert {"create", "next_ready", "publish", "run_signal", "run_status", "run_finish",
-            "snapshot_page"} <= {name for _, name in registered}
+    assert {
+        "create",
+        "next_ready",
+        "publish",
+        "run_signal",
+        "run_status",
+        "run_finish",
+        "snapshot_page",
+    } <= {name for _, name in registered}
 
 
 def test_one_model_for_planner_and_synthesizer(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    lead = llm.script(f"lead-{run_id}", [json.dumps([{"memberId": "m1", "task": "A"}]),
-                                         "lead merged output"])
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    lead = llm.script(
+        f"lead-{run_id}", [json.dumps([{"memberId": "m1", "task": "A"}]), "lead merged output"]
+    )
     member = llm.script(f"member-{run_id}", handler=member_answer)
     team = team_file(tmp_path / "t.toml", {"planner": lead, "synth": lead, "member": member})
     result = run_cli(llm, workers, run_id, team)
@@ -194,9 +259,14 @@ def test_one_model_for_planner_and_synthesizer(
 
 
 def test_cycle_blocks_both_tasks_with_zero_rounds(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    plan = {"tasks": [{"id": "a", "memberId": "m1", "task": "A", "dependsOn": ["b"]},
-                      {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]}
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    plan = {
+        "tasks": [
+            {"id": "a", "memberId": "m1", "task": "A", "dependsOn": ["b"]},
+            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+        ]
+    }
     models = script_run(llm, run_id, plan)
     result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models))
 
@@ -211,7 +281,8 @@ def test_cycle_blocks_both_tasks_with_zero_rounds(
 
 
 def test_unknown_member_runs_on_the_first_member_with_a_warning(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     models = script_run(llm, run_id, [{"id": "a", "memberId": "Ghost", "task": "A"}])
     result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models))
 
@@ -224,29 +295,36 @@ def test_unknown_member_runs_on_the_first_member_with_a_warning(
 
 
 def test_unknown_member_fails_the_task_and_blocks_dependents_when_configured(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    plan = [{"id": "a", "memberId": "Ghost", "task": "A"},
-            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    plan = [
+        {"id": "a", "memberId": "Ghost", "task": "A"},
+        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+    ]
     models = script_run(llm, run_id, plan)
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
-                     "--fail-on-unknown-member")
+    result = run_cli(
+        llm, workers, run_id, team_file(tmp_path / "t.toml", models), "--fail-on-unknown-member"
+    )
 
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
     assert statuses(out) == {"a": "failed", "b": "blocked"}
     assert errors(out) == {"a": "unknown team member: Ghost", "b": "dependency failed"}
     assert [(r["task_id"], r["member_id"], r["task_status"]) for r in out["member_results"]] == [
-        ("a", "Ghost", "failed")]
+        ("a", "Ghost", "failed")
+    ]
     assert not [m for m in out["messages"] if m["type"] == "task.assigned"]
     assert llm.prompts(f"member-{run_id}") == []
 
 
 def test_serial_dispatch_runs_three_tasks_in_three_rounds(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
     models = script_run(llm, run_id, plan)
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
-                     "--no-parallel-dispatch")
+    result = run_cli(
+        llm, workers, run_id, team_file(tmp_path / "t.toml", models), "--no-parallel-dispatch"
+    )
 
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -257,12 +335,16 @@ def test_serial_dispatch_runs_three_tasks_in_three_rounds(
 
 
 def test_max_rounds_one_blocks_the_second_task_of_a_chain(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    plan = [{"id": "a", "memberId": "m1", "task": "A"},
-            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    plan = [
+        {"id": "a", "memberId": "m1", "task": "A"},
+        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+    ]
     models = script_run(llm, run_id, plan)
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
-                     "--max-rounds", "1")
+    result = run_cli(
+        llm, workers, run_id, team_file(tmp_path / "t.toml", models), "--max-rounds", "1"
+    )
 
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
@@ -273,11 +355,13 @@ def test_max_rounds_one_blocks_the_second_task_of_a_chain(
 
 
 def test_barrier_dispatch_waits_for_the_whole_round(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
     models = script_run(llm, run_id, plan)
-    team = team_file(tmp_path / "t.toml", models, options={"dispatch": "barrier",
-                                                           "max_concurrency": 2})
+    team = team_file(
+        tmp_path / "t.toml", models, options={"dispatch": "barrier", "max_concurrency": 2}
+    )
     result = run_cli(llm, workers, run_id, team)
 
     assert result.exit_code == 0, result.output
@@ -288,14 +372,21 @@ def test_barrier_dispatch_waits_for_the_whole_round(
 
 
 def test_first_member_error_stops_the_run_without_synthesis(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     def fail_a(body: dict[str, Any]) -> str | HttpError:
         return HttpError(400, "member model refused") if task_id_of(body) == "a" else "fine"
 
     plan = [{"id": "a", "memberId": "m1", "task": "A"}, {"id": "b", "memberId": "m2", "task": "B"}]
     models = script_run(llm, run_id, plan, member=fail_a, synth=None)
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml", models),
-                     "--no-continue-on-member-error", "--no-parallel-dispatch")
+    result = run_cli(
+        llm,
+        workers,
+        run_id,
+        team_file(tmp_path / "t.toml", models),
+        "--no-continue-on-member-error",
+        "--no-parallel-dispatch",
+    )
 
     assert result.exit_code == 1, result.output
     out = json.loads(result.stdout)
@@ -309,7 +400,8 @@ def test_first_member_error_stops_the_run_without_synthesis(
 
 
 def test_spent_token_budget_pauses_dispatch_and_a_cancel_ends_the_run(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     plan = [{"id": t, "memberId": "m1", "task": t} for t in ("a", "b", "c")]
     models = script_run(llm, run_id, plan, synth=None)
     conn = redis.Redis.from_url(workers, decode_responses=True)
@@ -317,12 +409,26 @@ def test_spent_token_budget_pauses_dispatch_and_a_cancel_ends_the_run(
     # The planner spends 18 tokens; the first member call's worst case (its prompt and 4096
     # output tokens) is not covered by the 12 left: it is not made, and the run pauses.
     done: list[Any] = []
-    thread = threading.Thread(target=lambda: done.append(run_cli(
-        llm, workers, run_id, team_file(tmp_path / "t.toml", models), "--max-tokens", "30",
-        "--no-parallel-dispatch")), daemon=True)
+    thread = threading.Thread(
+        target=lambda: done.append(
+            run_cli(
+                llm,
+                workers,
+                run_id,
+                team_file(tmp_path / "t.toml", models),
+                "--max-tokens",
+                "30",
+                "--no-parallel-dispatch",
+            )
+        ),
+        daemon=True,
+    )
     thread.start()
-    wait_until(lambda: store.exists() and store.state().status == "awaiting_budget", 60,
-               message="the run to pause on its budget")
+    wait_until(
+        lambda: store.exists() and store.state().status == "awaiting_budget",
+        60,
+        message="the run to pause on its budget",
+    )
     board = {t.task_id: t.status.value for t in TaskBoard(conn, RunKeys(run_id)).snapshot()}
     assert board["a"] == "ready"  # given back, not failed
     assert llm.requests[f"member-{run_id}"] == []
@@ -337,6 +443,6 @@ def test_spent_token_budget_pauses_dispatch_and_a_cancel_ends_the_run(
     assert set(statuses(out).values()) <= {"blocked", "cancelled", "ready", "pending"}
     paused = [m["content"] for m in out["messages"] if m["type"] == "run.awaiting_budget"]
     assert len(paused) == 1 and re.fullmatch(
-        r"budget exceeded: 18 tokens used, the next call may take \d+, max_tokens is 30",
-        paused[0]), paused
+        r"budget exceeded: 18 tokens used, the next call may take \d+, max_tokens is 30", paused[0]
+    ), paused
     assert llm.prompts(f"synth-{run_id}") == []

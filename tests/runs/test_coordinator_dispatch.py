@@ -15,21 +15,26 @@ from tests.support.runs import two_task_run
 
 
 def test_a_job_that_ended_without_claiming_is_reported(
-        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path
+) -> None:
     two_task_run(conn, run_id, tmp_path, timeout_s=100)
     rq_conn = redis.Redis.from_url(redis_url)
     dispatcher = Dispatcher(rq_conn, RunStore(conn, RunKeys(run_id)).spec())
     job_id = dispatcher.enqueue("a", "nobody-listens")
     job = Job.fetch(job_id, connection=rq_conn)
     assert (job.func_name, job.args, job.timeout) == (
-        "teamctl.worker.jobs.run_task", (run_id, "a"), 160)
+        "teamctl.worker.jobs.run_task",
+        (run_id, "a"),
+        160,
+    )
     assert dispatcher.ended([job_id], stale_after_s=30) == set()
     job.cancel()
     assert dispatcher.ended([job_id, "no-such-job"], stale_after_s=30) == {job_id, "no-such-job"}
 
 
 def test_a_job_started_longer_ago_than_the_stale_bound_is_reported_and_a_fresh_one_is_not(
-        conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path
+) -> None:
     two_task_run(conn, run_id, tmp_path, timeout_s=100)
     rq_conn = redis.Redis.from_url(redis_url)
     dispatcher = Dispatcher(rq_conn, RunStore(conn, RunKeys(run_id)).spec())

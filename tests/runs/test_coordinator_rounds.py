@@ -49,17 +49,19 @@ class RecordingDispatcher:
         yield span
 
 
-def make_loop(conn: redis.Redis, tmp_path: Path, run_id: str, tasks: list[TaskSpec],
-              **options: object) -> tuple[RoundLoop, RecordingDispatcher]:
+def make_loop(
+    conn: redis.Redis, tmp_path: Path, run_id: str, tasks: list[TaskSpec], **options: object
+) -> tuple[RoundLoop, RecordingDispatcher]:
     team = TeamFile(options=RunOptions(timeout_s=60, **options))
     models = ModelChoice(planner="p", synthesizer="s", member_default="m")
-    spec = create_run(conn, RunRequest(objective="o", team=team, models=models,
-                                       workspace_root=tmp_path, run_id=run_id))
+    spec = create_run(
+        conn,
+        RunRequest(objective="o", team=team, models=models, workspace_root=tmp_path, run_id=run_id),
+    )
     run = RunHandle(conn, run_id, spec=spec)
     run.board.create(tasks)
     dispatcher = RecordingDispatcher()
-    ctx = RunContext(run=run, dispatcher=dispatcher, hooks=HookRunner([]),
-                     reporter=Reporter(False))
+    ctx = RunContext(run=run, dispatcher=dispatcher, hooks=HookRunner([]), reporter=Reporter(False))
     return RoundLoop(ctx, time.monotonic() + 60), dispatcher
 
 
@@ -95,9 +97,13 @@ def test_eager_refills_join_the_open_round(conn: redis.Redis, tmp_path: Path) ->
 
 
 def test_a_reclaimed_task_is_enqueued_again_once(conn: redis.Redis, tmp_path: Path) -> None:
-    loop, dispatcher = make_loop(conn, tmp_path, "reclaim",
-                                 [TaskSpec(id="a", member_id="researcher", task="x")],
-                                 heartbeat_ttl_s=0.3)
+    loop, dispatcher = make_loop(
+        conn,
+        tmp_path,
+        "reclaim",
+        [TaskSpec(id="a", member_id="researcher", task="x")],
+        heartbeat_ttl_s=0.3,
+    )
     worker = TaskBoard(conn, RunKeys("reclaim"))
     thread, result = run_in_thread(loop)
     wait_until(lambda: dispatcher.enqueued == ["a"], 10, message="the first dispatch")
@@ -116,14 +122,20 @@ def test_a_reclaimed_task_is_enqueued_again_once(conn: redis.Redis, tmp_path: Pa
 
 
 def test_a_member_busy_past_the_stop_grace_is_given_up_on(
-        conn: redis.Redis, tmp_path: Path) -> None:
+    conn: redis.Redis, tmp_path: Path
+) -> None:
     """Cancelled while a member is inside one long model call: after the grace period the task
     fails "cancelled" (no task is left in progress), and the member's late write is refused."""
-    loop, dispatcher = make_loop(conn, tmp_path, "stuck",
-                                 [TaskSpec(id="a", member_id="researcher", task="x"),
-                                  TaskSpec(id="b", member_id="researcher", task="y",
-                                           depends_on=["a"])],
-                                 heartbeat_ttl_s=0.2)
+    loop, dispatcher = make_loop(
+        conn,
+        tmp_path,
+        "stuck",
+        [
+            TaskSpec(id="a", member_id="researcher", task="x"),
+            TaskSpec(id="b", member_id="researcher", task="y", depends_on=["a"]),
+        ],
+        heartbeat_ttl_s=0.2,
+    )
     worker = TaskBoard(conn, RunKeys("stuck"))
     thread, result = run_in_thread(loop)
     wait_until(lambda: dispatcher.enqueued == ["a"], 10, message="the dispatch of a")
@@ -139,16 +151,22 @@ def test_a_member_busy_past_the_stop_grace_is_given_up_on(
 
 
 def test_a_task_ending_between_dispatch_and_the_in_flight_check_is_no_cycle(
-        conn: redis.Redis, tmp_path: Path) -> None:
+    conn: redis.Redis, tmp_path: Path
+) -> None:
     """Barrier mode, a -> b: while a is in flight the dispatch step takes nothing; a completes
     right after it, before the in-flight check, leaving b ready and nothing in flight. That
     pass must not call the plan stuck and block b as cyclic (it did once in CI, ceedd93); the
     next pass dispatches b."""
-    loop, dispatcher = make_loop(conn, tmp_path, "barrier-race",
-                                 [TaskSpec(id="a", member_id="researcher", task="x"),
-                                  TaskSpec(id="b", member_id="researcher", task="y",
-                                           depends_on=["a"])],
-                                 dispatch="barrier")
+    loop, dispatcher = make_loop(
+        conn,
+        tmp_path,
+        "barrier-race",
+        [
+            TaskSpec(id="a", member_id="researcher", task="x"),
+            TaskSpec(id="b", member_id="researcher", task="y", depends_on=["a"]),
+        ],
+        dispatch="barrier",
+    )
     worker = TaskBoard(conn, RunKeys("barrier-race"))
     state = LoopState()
     assert not loop._nothing_can_run(state)

@@ -19,11 +19,13 @@ from teamctl.shared.task_records import TaskStatus
 from tests.support.llm import ScriptedLLM
 from tests.support.teamfile import team_file
 
-PLAN = {"tasks": [
-    {"id": "collect", "memberId": "m1", "task": "Collect facts"},
-    {"id": "design", "memberId": "m2", "task": "Design the API"},
-    {"id": "write", "memberId": "m3", "task": "Write it up", "dependsOn": ["collect"]},
-]}
+PLAN = {
+    "tasks": [
+        {"id": "collect", "memberId": "m1", "task": "Collect facts"},
+        {"id": "design", "memberId": "m2", "task": "Design the API"},
+        {"id": "write", "memberId": "m3", "task": "Write it up", "dependsOn": ["collect"]},
+    ]
+}
 
 
 def member_answer(body: dict[str, Any]) -> str:
@@ -33,16 +35,38 @@ def member_answer(body: dict[str, Any]) -> str:
 
 
 def test_three_task_plan_runs_on_hand_started_workers(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
-              "member": llm.script(f"member-{run_id}", handler=member_answer),
-              "synth": llm.script(f"synth-{run_id}", ["the synthesized answer"])}
-    team = team_file(tmp_path / "team.toml", models, team_id="e2e",
-                     members=[{"id": m, "name": f"Member {m}"} for m in ("m1", "m2", "m3")])
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    models = {
+        "planner": llm.script(f"plan-{run_id}", [json.dumps(PLAN)]),
+        "member": llm.script(f"member-{run_id}", handler=member_answer),
+        "synth": llm.script(f"synth-{run_id}", ["the synthesized answer"]),
+    }
+    team = team_file(
+        tmp_path / "team.toml",
+        models,
+        team_id="e2e",
+        members=[{"id": m, "name": f"Member {m}"} for m in ("m1", "m2", "m3")],
+    )
 
-    result = CliRunner().invoke(main, [
-        "run", "Ship the thing", "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", workers, "--workers", "0", "--run-id", run_id, "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "Ship the thing",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            "--json",
+        ],
+    )
 
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -53,7 +77,8 @@ def test_three_task_plan_runs_on_hand_started_workers(
     outputs = {r["task_id"]: r["output"] for r in out["member_results"]}
     assert outputs == {t: f"output of {t}" for t in ("collect", "design", "write")}
     assert {s["task_id"]: s["status"] for s in out["task_states"]} == dict.fromkeys(
-        ("collect", "design", "write"), "completed")
+        ("collect", "design", "write"), "completed"
+    )
     board = TaskBoard(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
     collect, write = board.get("collect"), board.get("write")
     assert write.start_ms >= collect.end_ms
@@ -74,25 +99,34 @@ def test_offline_model_end_to_end_with_embedded_redis(tmp_path: Path) -> None:
     """The README's run command: no Redis configured, no model, no key."""
     teamctl = [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()"]
     try:
-        done = subprocess.run([*teamctl, "run", "Plan a picnic", "--workers", "1"],
-                              capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [*teamctl, "run", "Plan a picnic", "--workers", "1"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert done.returncode == 0, done.stderr
         assert "built-in offline model" in done.stderr
         assert done.stdout.startswith("Answer to: Plan a picnic")
         assert done.stdout.count("notes on") == 3
         run_id = re.search(r"run (\S+) on unix://:\*\*\*@", done.stderr).group(1)  # no password
-        status = subprocess.run([*teamctl, "status", run_id, "--json"],
-                                capture_output=True, text=True, timeout=60)
+        status = subprocess.run(
+            [*teamctl, "status", run_id, "--json"], capture_output=True, text=True, timeout=60
+        )
         assert status.returncode == 0, status.stderr
         result = json.loads(status.stdout)
         assert result["status"] == "completed"
         # Each member told the writer, whose task waits on theirs, over the bus.
-        assert sorted((m["from"], m["to"]) for m in result["messages"]
-                      if m["type"] == "peer.message") == [("analyst", "writer"),
-                                                          ("researcher", "writer")]
+        assert sorted(
+            (m["from"], m["to"]) for m in result["messages"] if m["type"] == "peer.message"
+        ) == [("analyst", "writer"), ("researcher", "writer")]
         # The same objective gives the same answer, byte for byte.
-        again = subprocess.run([*teamctl, "run", "Plan a picnic", "--workers", "1"],
-                               capture_output=True, text=True, timeout=180)
+        again = subprocess.run(
+            [*teamctl, "run", "Plan a picnic", "--workers", "1"],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert (again.returncode, again.stdout) == (0, done.stdout)
     finally:
         subprocess.run([*teamctl, "redis", "stop"], capture_output=True, timeout=60)

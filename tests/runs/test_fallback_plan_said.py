@@ -22,44 +22,71 @@ from tests.support.web import served, signed_in
 FELL_BACK = "; fell back to one task per member"
 
 
-@pytest.mark.parametrize(("reply", "reason"), [
-    ("", "it was empty"),
-    ("  \n ", "it was empty"),
-    ("Sorry, I would rather write prose.", "no JSON in it"),
-    ('Here it is: {"tasks": [{"id": "a", "task": "A"},', "its JSON does not parse: "
-     "Expecting value at line 1 column 49"),
-    ('{"tasks": [{"id": "a", "task": "A"} {"id": "b"}]}',
-     "its JSON does not parse: Expecting ',' delimiter at line 1 column 37"),
-    ('{"tasks": []}', "no task with a text in its JSON"),
-    ('[{"id": "a", "memberId": "m1"}]', "no task with a text in its JSON"),
-])
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        ("", "it was empty"),
+        ("  \n ", "it was empty"),
+        ("Sorry, I would rather write prose.", "no JSON in it"),
+        (
+            'Here it is: {"tasks": [{"id": "a", "task": "A"},',
+            "its JSON does not parse: Expecting value at line 1 column 49",
+        ),
+        (
+            '{"tasks": [{"id": "a", "task": "A"} {"id": "b"}]}',
+            "its JSON does not parse: Expecting ',' delimiter at line 1 column 37",
+        ),
+        ('{"tasks": []}', "no task with a text in its JSON"),
+        ('[{"id": "a", "memberId": "m1"}]', "no task with a text in its JSON"),
+    ],
+)
 def test_the_reason_is_a_few_words_of_ours(reply: str, reason: str) -> None:
     assert why_no_tasks(reply) == reason
 
 
-def fallback_run(llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path, reply: str,
-                 *extra: str) -> tuple[int, str, str]:
+def fallback_run(
+    llm: ScriptedLLM, redis_url: str, run_id: str, tmp_path: Path, reply: str, *extra: str
+) -> tuple[int, str, str]:
     """A run of m1..m3 on the shared workers whose planner answers `reply`; its exit code,
     stdout and stderr."""
     models = script_run(llm, run_id, reply)
-    result = CliRunner().invoke(main, [
-        "run", "Plan a picnic", "--team", str(team_file(tmp_path / "t.toml", models)),
-        "--api-base", llm.api_base, "--redis-url", redis_url, "--workers", "0",
-        "--run-id", run_id, *extra])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "Plan a picnic",
+            "--team",
+            str(team_file(tmp_path / "t.toml", models)),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            redis_url,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            *extra,
+        ],
+    )
     return result.exit_code, result.stdout, result.stderr
 
 
 def test_stderr_and_status_say_the_run_fell_back_and_why(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
-    code, stdout, stderr = fallback_run(llm, workers, run_id, tmp_path,
-                                        "Sorry, I would rather write prose.")
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    code, stdout, stderr = fallback_run(
+        llm, workers, run_id, tmp_path, "Sorry, I would rather write prose."
+    )
     said = "the planner's reply was not a plan (no JSON in it)" + FELL_BACK
 
     assert (code, stdout) == (0, "final answer\n")
     lines = stderr.splitlines()
-    summary = next(i for i, line in enumerate(lines)
-                   if line.startswith(f"teamctl: run {run_id} completed in 1 round, 3 tasks ran"))
-    assert lines[summary + 1:] == [f"teamctl: {said}"]
+    summary = next(
+        i
+        for i, line in enumerate(lines)
+        if line.startswith(f"teamctl: run {run_id} completed in 1 round, 3 tasks ran")
+    )
+    assert lines[summary + 1 :] == [f"teamctl: {said}"]
 
     status = CliRunner().invoke(main, ["status", run_id, "--redis-url", workers])
     assert status.exit_code == 0, status.output
@@ -73,19 +100,22 @@ def test_stderr_and_status_say_the_run_fell_back_and_why(
 
 
 def test_with_json_stdout_stays_the_object_and_stderr_says_it(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     code, stdout, stderr = fallback_run(llm, workers, run_id, tmp_path, '{"tasks": [}', "--json")
 
     assert code == 0, stderr
-    assert json.loads(stdout)["plan"]["fallback_reason"] == \
-        "its JSON does not parse: Expecting value at line 1 column 12"
-    assert stderr.splitlines()[-1] == ("teamctl: the planner's reply was not a plan (its JSON "
-                                       "does not parse: Expecting value at line 1 column 12)"
-                                       + FELL_BACK)
+    assert (
+        json.loads(stdout)["plan"]["fallback_reason"]
+        == "its JSON does not parse: Expecting value at line 1 column 12"
+    )
+    assert stderr.splitlines()[-1] == (
+        "teamctl: the planner's reply was not a plan (its JSON "
+        "does not parse: Expecting value at line 1 column 12)" + FELL_BACK
+    )
 
 
-def test_the_run_page_says_it(llm: ScriptedLLM, workers: str, run_id: str,
-                              tmp_path: Path) -> None:
+def test_the_run_page_says_it(llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
     code, _, stderr = fallback_run(llm, workers, run_id, tmp_path, "")
     assert code == 0, stderr
     said = "the planner's reply was not a plan (it was empty)" + FELL_BACK
@@ -94,15 +124,18 @@ def test_the_run_page_says_it(llm: ScriptedLLM, workers: str, run_id: str,
         for path in (f"/runs/{run_id}", f"/runs/{run_id}/body"):
             page = client.get(path)
             assert page.status_code == 200
-            assert f'<p class="fallback" id="plan-fallback">{markupsafe.escape(said)}</p>' \
-                in page.text
+            assert (
+                f'<p class="fallback" id="plan-fallback">{markupsafe.escape(said)}</p>' in page.text
+            )
 
 
 def test_a_planned_run_says_nothing_of_a_fallback(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     plan = {"tasks": [{"id": "a", "memberId": "m1", "task": "A"}]}
-    result = run_cli(llm, workers, run_id, team_file(tmp_path / "t.toml",
-                                                     script_run(llm, run_id, plan)))
+    result = run_cli(
+        llm, workers, run_id, team_file(tmp_path / "t.toml", script_run(llm, run_id, plan))
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["plan"]["fallback_reason"] is None
     assert "planner's reply" not in result.stderr

@@ -36,8 +36,9 @@ class RecordingHook(TeamHook):
     def on_message(self, message: Any) -> None:
         self.calls.append(("on_message", message.type))
 
-    def on_task_state_changed(self, objective: str, state: Any, member: Any,
-                              detail: str | None) -> None:
+    def on_task_state_changed(
+        self, objective: str, state: Any, member: Any, detail: str | None
+    ) -> None:
         self.calls.append(("on_task_state_changed", state.task_id))
 
     def after_synthesis(self, objective: str, result: SynthesisResult) -> None:
@@ -56,24 +57,31 @@ class RaisingHook:
 
 
 def test_hooks_fire_and_a_raising_hook_is_reported_not_fatal(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     RecordingHook.calls.clear()
     RecordingHook.transcripts.clear()
-    plan = [{"id": "a", "memberId": "m1", "task": "A"},
-            {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]}]
+    plan = [
+        {"id": "a", "memberId": "m1", "task": "A"},
+        {"id": "b", "memberId": "m2", "task": "B", "dependsOn": ["a"]},
+    ]
     models = script_run(llm, run_id, plan)
-    team = team_file(tmp_path / "t.toml", models,
-                     hooks=["tests.runs.test_hooks:RaisingHook",
-                            "tests.runs.test_hooks:RecordingHook"])
+    team = team_file(
+        tmp_path / "t.toml",
+        models,
+        hooks=["tests.runs.test_hooks:RaisingHook", "tests.runs.test_hooks:RecordingHook"],
+    )
     result = run_cli(llm, workers, run_id, team)
 
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["status"] == "completed"
     hook_errors = [m["content"] for m in out["messages"] if m["type"] == "hook.error"]
-    assert hook_errors == ["RaisingHook.before_plan raised RuntimeError: boom in before_plan",
-                           "RaisingHook.after_task raised ValueError: boom in after_task",
-                           "RaisingHook.after_task raised ValueError: boom in after_task"]
+    assert hook_errors == [
+        "RaisingHook.before_plan raised RuntimeError: boom in before_plan",
+        "RaisingHook.after_task raised ValueError: boom in after_task",
+        "RaisingHook.after_task raised ValueError: boom in after_task",
+    ]
     assert "hook failed: RaisingHook.before_plan raised RuntimeError" in result.stderr
 
     calls = RecordingHook.calls
@@ -83,7 +91,8 @@ def test_hooks_fire_and_a_raising_hook_is_reported_not_fatal(
     # A worker publishes task.result just after completing the task, so the last task's message
     # may reach the bus after run.complete: only the order of our own two calls is fixed.
     assert calls.index(("after_synthesis", "final answer")) < calls.index(
-        ("on_message", "run.complete"))
+        ("on_message", "run.complete")
+    )
     assert [d for p, d in calls if p == "before_task"] == [("a", "m1"), ("b", "m2")]
     assert [d for p, d in calls if p == "after_task"] == [("a", "completed"), ("b", "completed")]
     # after_task gets the member result as the run's result holds it, transcript included.

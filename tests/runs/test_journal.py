@@ -53,10 +53,12 @@ def queue() -> str:
 
 
 @pytest.fixture(scope="module")
-def own_workers(redis_server: str, queue: str,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
-    with workers_on_own_queue(redis_server, queue, 3,
-                              tmp_path_factory.mktemp("journal-logs")) as group:
+def own_workers(
+    redis_server: str, queue: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalWorkers]:
+    with workers_on_own_queue(
+        redis_server, queue, 3, tmp_path_factory.mktemp("journal-logs")
+    ) as group:
         yield group
 
 
@@ -87,47 +89,94 @@ class EightSteps:
         return reply
 
 
-def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp_path: Path,
-                  member: EightSteps, latency_s: float) -> tuple[threading.Thread, list[Result]]:
+def run_in_thread(
+    llm: ScriptedLLM,
+    redis_url: str,
+    run_id: str,
+    queue: str,
+    tmp_path: Path,
+    member: EightSteps,
+    latency_s: float,
+) -> tuple[threading.Thread, list[Result]]:
     plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Do the eight steps"}]}
     team = tmp_path / "team.toml"
-    team.write_text("\n".join([
-        f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(plan)])}", '
-        f'queue = "{queue}" }}',
-        f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
-        f'queue = "{queue}" }}',
-        "[[members]]", 'id = "m1"', f'queue = "{queue}"', f'tools = ["{TOOL}"]',
-        f'model = "{llm.script(f"m1-{run_id}", handler=member, latency_s=latency_s)}"',
-        "[options]", f"heartbeat_ttl_s = {TTL_S}", "enable_member_team_tools = false"]) + "\n")
+    team.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(plan)])}", '
+                f'queue = "{queue}" }}',
+                f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
+                f'queue = "{queue}" }}',
+                "[[members]]",
+                'id = "m1"',
+                f'queue = "{queue}"',
+                f'tools = ["{TOOL}"]',
+                f'model = "{llm.script(f"m1-{run_id}", handler=member, latency_s=latency_s)}"',
+                "[options]",
+                f"heartbeat_ttl_s = {TTL_S}",
+                "enable_member_team_tools = false",
+            ]
+        )
+        + "\n"
+    )
     results: list[Result] = []
-    thread = threading.Thread(target=lambda: results.append(CliRunner().invoke(main, [
-        "run", "Survive a crash", "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json"])))
+    thread = threading.Thread(
+        target=lambda: results.append(
+            CliRunner().invoke(
+                main,
+                [
+                    "run",
+                    "Survive a crash",
+                    "--team",
+                    str(team),
+                    "--api-base",
+                    llm.api_base,
+                    "--redis-url",
+                    redis_url,
+                    "--workers",
+                    "0",
+                    "--run-id",
+                    run_id,
+                    "--json",
+                ],
+            )
+        )
+    )
     thread.start()
     return thread, results
 
 
 def test_a_crash_mid_session_repeats_only_the_step_in_flight(
-        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
-        own_workers: LocalWorkers, tmp_path: Path) -> None:
+    llm: ScriptedLLM,
+    redis_server: str,
+    run_id: str,
+    queue: str,
+    own_workers: LocalWorkers,
+    tmp_path: Path,
+) -> None:
     crash_then_replay(llm, redis_server, run_id, queue, tmp_path, latency_s=0)
 
 
 @pytest.mark.realistic
 def test_a_crash_at_the_defaults_with_slow_calls_repeats_only_the_step_in_flight(
-        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
-        own_workers: LocalWorkers, tmp_path: Path) -> None:
+    llm: ScriptedLLM,
+    redis_server: str,
+    run_id: str,
+    queue: str,
+    own_workers: LocalWorkers,
+    tmp_path: Path,
+) -> None:
     crash_then_replay(llm, redis_server, run_id, queue, tmp_path, latency_s=scaled(3))
 
 
-def crash_then_replay(llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
-                      tmp_path: Path, latency_s: float) -> None:
+def crash_then_replay(
+    llm: ScriptedLLM, redis_server: str, run_id: str, queue: str, tmp_path: Path, latency_s: float
+) -> None:
     """A member of 8 steps, its worker SIGKILLed while its 5th model call is in flight."""
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     board = TaskBoard(conn, RunKeys(run_id))
     member = EightSteps(tmp_path / "tool-runs.log")
-    thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member,
-                                    latency_s)
+    thread, results = run_in_thread(llm, redis_server, run_id, queue, tmp_path, member, latency_s)
     try:
         assert member.held.wait(90 + 10 * latency_s), "the member's 5th model call"
         horse, parent = job_and_worker_pids(board.get("work").worker or "")
@@ -140,7 +189,10 @@ def crash_then_replay(llm: ScriptedLLM, redis_server: str, run_id: str, queue: s
     assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
     task = board.get("work")
     assert (task.status, task.output, task.attempts) == (
-        TaskStatus.COMPLETED, f"all {STEPS} steps done", 2)
+        TaskStatus.COMPLETED,
+        f"all {STEPS} steps done",
+        2,
+    )
     # The dead attempt's 4 recorded steps were replayed; only its 5th call was made again.
     assert member.requests == STEPS + 1
     assert task.replayed_steps == CRASH_AT - 1
@@ -148,18 +200,27 @@ def crash_then_replay(llm: ScriptedLLM, redis_server: str, run_id: str, queue: s
     assert f"replayed its first {CRASH_AT - 1} step(s)" in json.loads(note)[-1]["content"]
     # Each tool call ran once: the recorded ones were not run again.
     assert (tmp_path / "tool-runs.log").read_text().split() == [
-        str(step) for step in range(1, STEPS)]
+        str(step) for step in range(1, STEPS)
+    ]
     # Usage counts each call once: the 8 that answered (the killed one never did).
     assert task.usage.prompt_tokens == STEPS * PROMPT_TOKENS
-    results_sent = [m for m in MessageBus(conn, RunKeys(run_id)).messages()
-                    if m.type == "task.result"]
+    results_sent = [
+        m for m in MessageBus(conn, RunKeys(run_id)).messages() if m.type == "task.result"
+    ]
     assert len(results_sent) == 1
 
 
 def test_a_stale_attempt_cannot_add_to_the_journal(conn: redis.Redis, run_id: str) -> None:
     keys = RunKeys(run_id)
-    conn.hset(keys.task("t1"), mapping={"task_id": "t1", "token": "2@e", "status": "in_progress",
-                                        "requeue_reason": "claim expired"})
+    conn.hset(
+        keys.task("t1"),
+        mapping={
+            "task_id": "t1",
+            "token": "2@e",
+            "status": "in_progress",
+            "requeue_reason": "claim expired",
+        },
+    )
     live = StepJournal(conn, keys, "t1", "2@e", 10_000)
     stale = StepJournal(conn, keys, "t1", "1@e", 10_000)
     live.record_reply("m1", 1, ModelReply(content="live"))
@@ -172,7 +233,8 @@ def test_a_stale_attempt_cannot_add_to_the_journal(conn: redis.Redis, run_id: st
 
 
 def test_a_journal_is_replayed_only_after_a_crash_and_for_its_own_member(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     keys = RunKeys(run_id)
     conn.hset(keys.task("t1"), mapping={"task_id": "t1", "token": "3@e", "status": "in_progress"})
     journal = StepJournal(conn, keys, "t1", "3@e", 10_000)
@@ -199,33 +261,54 @@ def test_a_full_journal_keeps_its_prefix(conn: redis.Redis, run_id: str) -> None
 
 
 def test_a_python_tool_gets_the_calls_idempotency_key(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    model = llm.script(f"m1-{run_id}", [ToolCalls([("call_key", {}), ("call_key", {})]),
-                                        "done"])
-    make_run(conn, run_id, models={"m1": model}, api_base=llm.api_base,
-             tasks=[TaskSpec(id="task_1", member_id="m1", task="Say your keys")],
-             workspace=tmp_path / "ws", tools={"m1": ["tests.pytools_fixture.tools:call_key"]})
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
+    model = llm.script(f"m1-{run_id}", [ToolCalls([("call_key", {}), ("call_key", {})]), "done"])
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        api_base=llm.api_base,
+        tasks=[TaskSpec(id="task_1", member_id="m1", task="Say your keys")],
+        workspace=tmp_path / "ws",
+        tools={"m1": ["tests.pytools_fixture.tools:call_key"]},
+    )
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     _, answered = llm.requests[f"m1-{run_id}"]
     keys = [m["content"] for m in answered["messages"] if m["role"] == "tool"]
     assert keys == [f"{run_id}:task_1:call_0", f"{run_id}:task_1:call_1"]
 
 
-def run_from_the_other_host(two_hosts: TwoHosts, host: RedisHost, llm: ScriptedLLM,
-                            run_id: str, tmp_path: Path,
-                            member: EightSteps) -> tuple[threading.Thread, list[Result]]:
+def run_from_the_other_host(
+    two_hosts: TwoHosts,
+    host: RedisHost,
+    llm: ScriptedLLM,
+    run_id: str,
+    tmp_path: Path,
+    member: EightSteps,
+) -> tuple[threading.Thread, list[Result]]:
     """A worker on queue `work` in namespace b, then the run in a thread (no worker here yet:
     the task goes to the other host)."""
     with (tmp_path / "remote-worker.log").open("wb") as log:
-        host.processes.append(two_hosts.exec(two_hosts.b, worker_command(
-            host.remote_url, ["work"]), stdout=log, stderr=subprocess.STDOUT))
+        host.processes.append(
+            two_hosts.exec(
+                two_hosts.b,
+                worker_command(host.remote_url, ["work"]),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        )
     wait_until(lambda: host.conn.scard("rq:workers:work") == 1, 60, message="remote worker")
     return run_in_thread(llm, host.local_url, run_id, "work", tmp_path, member, 0)
 
 
 def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
-        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    two_hosts: TwoHosts,
+    llm: ScriptedLLM,
+    run_id: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The journal is in Redis, not on the dead worker's host: a worker in another network
     namespace records steps 1-4 and dies in the 5th; this host's worker replays them."""
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")  # its members are on two hosts
@@ -234,8 +317,9 @@ def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
         board = TaskBoard(host.conn, RunKeys(run_id))
         here = LocalWorkers(host.local_url, ["work"], 1, tmp_path / "logs")
         try:
-            thread, results = run_from_the_other_host(two_hosts, host, llm, run_id, tmp_path,
-                                                      member)
+            thread, results = run_from_the_other_host(
+                two_hosts, host, llm, run_id, tmp_path, member
+            )
             try:
                 assert member.held.wait(90), "the remote member's 5th model call"
                 remote_worker = board.get("work").worker or ""
@@ -250,16 +334,24 @@ def test_a_task_reclaimed_by_a_worker_on_another_host_replays_the_journal(
         finally:
             here.stop()
     assert (task.status, task.attempts, task.replayed_steps) == (
-        TaskStatus.COMPLETED, 2, CRASH_AT - 1)
+        TaskStatus.COMPLETED,
+        2,
+        CRASH_AT - 1,
+    )
     assert task.worker != remote_worker
     assert member.requests == STEPS + 1
     assert (tmp_path / "tool-runs.log").read_text().split() == [
-        str(step) for step in range(1, STEPS)]
+        str(step) for step in range(1, STEPS)
+    ]
 
 
 def test_an_attempt_cut_off_and_back_cannot_add_to_the_journal(
-        two_hosts: TwoHosts, llm: ScriptedLLM, run_id: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    two_hosts: TwoHosts,
+    llm: ScriptedLLM,
+    run_id: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The worker in the other namespace is cut off while its 5th call is out; this host's
     worker replays and finishes; the link returns and the cut-off attempt gets its reply: its
     append is refused, and the journal holds exactly what the two live attempts recorded."""
@@ -269,8 +361,9 @@ def test_an_attempt_cut_off_and_back_cannot_add_to_the_journal(
         conn, board = host.conn, TaskBoard(host.conn, RunKeys(run_id))
         here = LocalWorkers(host.local_url, ["work"], 1, tmp_path / "logs")
         try:
-            thread, results = run_from_the_other_host(two_hosts, host, llm, run_id, tmp_path,
-                                                      member)
+            thread, results = run_from_the_other_host(
+                two_hosts, host, llm, run_id, tmp_path, member
+            )
             assert member.held.wait(90), "the remote member's 5th model call"
             two_hosts.cut()
             here.start()  # this host's worker takes the task once it is reclaimed
@@ -278,17 +371,24 @@ def test_an_attempt_cut_off_and_back_cannot_add_to_the_journal(
             assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
             two_hosts.restore()
             member.release.set()  # the cut-off attempt's reply: it tries to record it
-            wait_until(lambda: board.get("work").stale_writes >= 1, 90,
-                       message="the cut-off attempt's refused write")
+            wait_until(
+                lambda: board.get("work").stale_writes >= 1,
+                90,
+                message="the cut-off attempt's refused write",
+            )
             task = board.get("work")
             journal = conn.lrange(RunKeys(run_id).journal("work"), 0, -1)
         finally:
             member.release.set()
             here.stop()
     assert (task.status, task.attempts, task.replayed_steps) == (
-        TaskStatus.COMPLETED, 2, CRASH_AT - 1)
+        TaskStatus.COMPLETED,
+        2,
+        CRASH_AT - 1,
+    )
     # Steps 1-4 (a reply and a result each) from the first attempt, 5-8 from the second (the
     # 8th has no tool): nothing from the cut-off attempt's late reply.
     assert len(journal) == 2 * (CRASH_AT - 1) + (STEPS - CRASH_AT + 1) + (STEPS - CRASH_AT)
     assert [json.loads(e)["step"] for e in journal if json.loads(e)["kind"] == "reply"] == list(
-        range(1, STEPS + 1))
+        range(1, STEPS + 1)
+    )

@@ -61,8 +61,14 @@ class Session:
 
 
 def start_run(conn: redis.Redis, run_id: str, tmp_path: Path, tasks: list[TaskSpec]) -> None:
-    make_run(conn, run_id, models={"m1": "m", "m2": "m"}, tasks=tasks,
-             workspace=tmp_path / "ws", api_base="http://127.0.0.1:9")
+    make_run(
+        conn,
+        run_id,
+        models={"m1": "m", "m2": "m"},
+        tasks=tasks,
+        workspace=tmp_path / "ws",
+        api_base="http://127.0.0.1:9",
+    )
 
 
 def session(conn: redis.Redis, run_id: str, task_id: str = "task_1") -> Session:
@@ -74,10 +80,21 @@ def session(conn: redis.Redis, run_id: str, task_id: str = "task_1") -> Session:
     claims.add(claim)
     mailbox = Mailbox(run.bus, "m1", claim)
     toolbox = Toolbox(max_result_chars=CAP)
-    add_member_tools(toolbox, MemberToolContext(
-        board=run.board, bus=run.bus, member_ids=["m1", "m2"], member_id="m1", claim=claim,
-        claims=claims, worker="test-worker", heartbeat_ttl_s=60, mailbox=mailbox,
-        result_max_chars=CAP))
+    add_member_tools(
+        toolbox,
+        MemberToolContext(
+            board=run.board,
+            bus=run.bus,
+            member_ids=["m1", "m2"],
+            member_id="m1",
+            claim=claim,
+            claims=claims,
+            worker="test-worker",
+            heartbeat_ttl_s=60,
+            mailbox=mailbox,
+            result_max_chars=CAP,
+        ),
+    )
     return Session(run.board, toolbox, mailbox, claim)
 
 
@@ -88,15 +105,17 @@ def send(conn: redis.Redis, run_id: str, count: int, chars: int) -> None:
 
 
 def test_200_messages_of_60_kb_come_one_answer_at_a_time_within_the_cap(
-        conn: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, run_id: str, tmp_path: Path
+) -> None:
     answers: list[tuple[dict[str, Any], int]] = []
 
     def measure() -> list[float]:
         """Page through the messages of a fresh run (a repeat must read them all again)."""
         fresh = f"{run_id}-{len(runs)}"
         runs.append(fresh)
-        start_run(conn, fresh, tmp_path / fresh,
-                  [TaskSpec(id="task_1", member_id="m1", task="Read")])
+        start_run(
+            conn, fresh, tmp_path / fresh, [TaskSpec(id="task_1", member_id="m1", task="Read")]
+        )
         send(conn, fresh, 200, 60_000)
         member = session(conn, fresh)
         with slowlog_at_the_rule(conn):
@@ -117,14 +136,22 @@ def test_200_messages_of_60_kb_come_one_answer_at_a_time_within_the_cap(
         left = 200 - len(seen)
         assert (answer.get("remaining"), answer.get("note")) == (
             (left, f"{left} more unread messages: call team_read_messages again to read them")
-            if left else (None, None))
+            if left
+            else (None, None)
+        )
     assert seen == [f"{index:03d}" for index in range(200)]
-    assert answer == {"action": "team_read_messages", "ok": True, "memberId": "m1", "count": 0,
-                      "hasNewMessages": False}
+    assert answer == {
+        "action": "team_read_messages",
+        "ok": True,
+        "memberId": "m1",
+        "count": 0,
+        "hasNewMessages": False,
+    }
 
 
 def test_what_a_lost_attempt_read_comes_back_in_bounded_pages(
-        conn: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, run_id: str, tmp_path: Path
+) -> None:
     """The first attempt reads three pages and is lost before its next model call: the next
     attempt gets those messages again first, a page at a time, then the rest, each once."""
     start_run(conn, run_id, tmp_path, [TaskSpec(id="task_1", member_id="m1", task="Read")])
@@ -144,18 +171,20 @@ def test_what_a_lost_attempt_read_comes_back_in_bounded_pages(
         assert size <= CAP
         if not answer["count"]:
             break
-        assert 1 < answer["count"] < 30 and answer.get("remaining", 0) == 100 - len(
-            contents) - answer["count"]
+        assert (
+            1 < answer["count"] < 30
+            and answer.get("remaining", 0) == 100 - len(contents) - answer["count"]
+        )
         contents += [m["content"] for m in answer["messages"]]
-    assert contents[:len(read_before)] == read_before
+    assert contents[: len(read_before)] == read_before
     assert contents == [f"{index:03d}:" + "x" * 1000 for index in range(100)]
 
 
 def test_team_list_tasks_pages_a_board_whose_outputs_overflow_the_cap(
-        conn: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, run_id: str, tmp_path: Path
+) -> None:
     tasks = [TaskSpec(id=f"t{n:02d}", member_id="m2", task=f"job {n}") for n in range(60)]
-    start_run(conn, run_id, tmp_path, [TaskSpec(id="task_1", member_id="m1", task="List"),
-                                       *tasks])
+    start_run(conn, run_id, tmp_path, [TaskSpec(id="task_1", member_id="m1", task="List"), *tasks])
     board = RunHandle(conn, run_id).board
     for n in range(40):  # done, with long outputs; t00's alone is longer than the cap
         token = board.claim(f"t{n:02d}", "m2", "w", 60)
@@ -174,8 +203,10 @@ def test_team_list_tasks_pages_a_board_whose_outputs_overflow_the_cap(
             assert "nextOffset" not in answer
             break
         assert answer["nextOffset"] == offset + len(answer["tasks"]) == 61 - answer["remaining"]
-        assert answer["note"].endswith(f"{answer['remaining']} more tasks: call team_list_tasks "
-                                       f"with offset={answer['nextOffset']} for the next page")
+        assert answer["note"].endswith(
+            f"{answer['remaining']} more tasks: call team_list_tasks "
+            f"with offset={answer['nextOffset']} for the next page"
+        )
         offset = answer["nextOffset"]
     assert listed == ["task_1", *(t.id for t in tasks)]
 
@@ -183,27 +214,35 @@ def test_team_list_tasks_pages_a_board_whose_outputs_overflow_the_cap(
     [big] = first["tasks"]
     assert big["output"].startswith("00:ooo") and big["output"].endswith(
         "[truncated: the output has 100003 characters; the first "
-        f"{len(big['output'].split(chr(10))[0])} are shown]")
+        f"{len(big['output'].split(chr(10))[0])} are shown]"
+    )
     assert first["note"].startswith("this task's texts were cut to fit tool_result_max_chars")
     done, _ = member.call("team_list_tasks", status="completed", offset="1", limit="5")
     assert (done["total"], [t["taskId"] for t in done["tasks"]], done["remaining"]) == (
-        40, ["t01", "t02", "t03", "t04", "t05"], 34)
-    assert "offset" in error_of(member.toolbox.call("team_list_tasks", '{"offset": "-1"}'))[
-        "error"]
+        40,
+        ["t01", "t02", "t03", "t04", "t05"],
+        34,
+    )
+    assert "offset" in error_of(member.toolbox.call("team_list_tasks", '{"offset": "-1"}'))["error"]
 
 
 def test_the_toolbox_cuts_any_result_to_its_cap() -> None:
     """A Python tool whose own cap is larger, a tool that sets none, and an error whose text is
     all escapes: each answer fits the Toolbox's cap and says it was cut."""
     box = Toolbox()
-    add_python_tools(box, [f"{FIXTURE}:long_text"],
-                     ToolContext(member_id="m1", workspace=Path("."), heartbeat=lambda: True),
-                     10_000_000, timeout_s=5)
+    add_python_tools(
+        box,
+        [f"{FIXTURE}:long_text"],
+        ToolContext(member_id="m1", workspace=Path("."), heartbeat=lambda: True),
+        10_000_000,
+        timeout_s=5,
+    )
     huge = box.call("long_text", json.dumps({"chars": 1_000_000}))
     assert len(huge) <= CAP == box.max_result_chars
     kept = len(huge.split("\n")[0])
-    assert huge.endswith(f"\n[truncated: the result has 1000000 characters; the first {kept} "
-                         "are shown]")
+    assert huge.endswith(
+        f"\n[truncated: the result has 1000000 characters; the first {kept} are shown]"
+    )
 
     def unbounded(_: NoArgs) -> dict[str, str]:
         return {"blob": "é" * 1_000_000}
@@ -219,6 +258,9 @@ def test_the_toolbox_cuts_any_result_to_its_cap() -> None:
     result = small.call("failing", "{}", "call_9")
     assert len(result) <= 5000
     error = error_of(result)
-    assert (error["errorType"], error["tool"], error["callId"]) == ("ToolFailed", "failing",
-                                                                    "call_9")
+    assert (error["errorType"], error["tool"], error["callId"]) == (
+        "ToolFailed",
+        "failing",
+        "call_9",
+    )
     assert "[truncated: the error has " in error["error"]

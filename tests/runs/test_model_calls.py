@@ -39,29 +39,59 @@ PLAN = [{"id": "a", "memberId": "m1", "task": "A"}]
 TTL_S = scaled(30, floor_s=1.5)
 
 
-def team_toml(path: Path, llm: ScriptedLLM, run_id: str, *, call_queue: str,
-              member_queue: str = "members", planner: list[Any] | None = None,
-              synth: list[Any] | None = None, options: dict[str, Any] | None = None) -> Path:
+def team_toml(
+    path: Path,
+    llm: ScriptedLLM,
+    run_id: str,
+    *,
+    call_queue: str,
+    member_queue: str = "members",
+    planner: list[Any] | None = None,
+    synth: list[Any] | None = None,
+    options: dict[str, Any] | None = None,
+) -> Path:
     """One member m1; planner and synthesizer on `call_queue`."""
-    planner_model = llm.script(f"plan-{run_id}", [json.dumps(PLAN)] if planner is None
-                               else planner)
+    planner_model = llm.script(f"plan-{run_id}", [json.dumps(PLAN)] if planner is None else planner)
     synth_model = llm.script(f"s-{run_id}", ["the answer"] if synth is None else synth)
-    lines = [f'model = "{llm.script(f"m-{run_id}", handler=member_answer)}"',
-             f'planner = {{ model = "{planner_model}", queue = "{call_queue}" }}',
-             f'synthesizer = {{ model = "{synth_model}", queue = "{call_queue}" }}',
-             "[[members]]", 'id = "m1"', f'queue = "{member_queue}"',
-             "[options]", *(f"{k} = {json.dumps(v)}" for k, v in (options or {}).items())]
+    lines = [
+        f'model = "{llm.script(f"m-{run_id}", handler=member_answer)}"',
+        f'planner = {{ model = "{planner_model}", queue = "{call_queue}" }}',
+        f'synthesizer = {{ model = "{synth_model}", queue = "{call_queue}" }}',
+        "[[members]]",
+        'id = "m1"',
+        f'queue = "{member_queue}"',
+        "[options]",
+        *(f"{k} = {json.dumps(v)}" for k, v in (options or {}).items()),
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def start_run(llm: ScriptedLLM, url: str, run_id: str, team: Path,
-              stderr: Path) -> subprocess.Popen[str]:
+def start_run(
+    llm: ScriptedLLM, url: str, run_id: str, team: Path, stderr: Path
+) -> subprocess.Popen[str]:
     with stderr.open("w") as err:
         return subprocess.Popen(
-            [*TEAMCTL, "run", "Ship it", "--team", str(team), "--api-base", llm.api_base,
-             "--redis-url", url, "--workers", "0", "--run-id", run_id, "--json"],
-            stdout=subprocess.PIPE, stderr=err, text=True)
+            [
+                *TEAMCTL,
+                "run",
+                "Ship it",
+                "--team",
+                str(team),
+                "--api-base",
+                llm.api_base,
+                "--redis-url",
+                url,
+                "--workers",
+                "0",
+                "--run-id",
+                run_id,
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
 
 
 @pytest.fixture
@@ -76,8 +106,11 @@ def two_workers(redis_server: str, queue: str, tmp_path: Path) -> Iterator[Local
     group.start()
     client = redis.Redis.from_url(redis_server)
     try:
-        wait_until(lambda: len(client.smembers(f"rq:workers:{queue}")) == 2, 60,
-                   message="2 workers on the test queue")
+        wait_until(
+            lambda: len(client.smembers(f"rq:workers:{queue}")) == 2,
+            60,
+            message="2 workers on the test queue",
+        )
         yield group
     finally:
         group.stop()
@@ -106,17 +139,32 @@ def test_a_superseded_attempt_can_neither_begin_beat_nor_answer(conn: redis.Redi
 
 
 def test_the_coordinator_imports_no_litellm_and_its_calls_run_on_workers(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue="members")
-    args = ["run", "x", "--team", str(team), "--api-base", llm.api_base, "--redis-url", workers,
-            "--workers", "0", "--run-id", run_id]
+    args = [
+        "run",
+        "x",
+        "--team",
+        str(team),
+        "--api-base",
+        llm.api_base,
+        "--redis-url",
+        workers,
+        "--workers",
+        "0",
+        "--run-id",
+        run_id,
+    ]
     probe = (
         "import sys\nfrom teamctl.coordinator.cli import main\n"
         f"try:\n    main({args!r})\n"
         "except SystemExit as exc:\n"
-        "    print('exit', exc.code, 'litellm' in sys.modules, file=sys.stderr)\n")
-    coordinator = subprocess.Popen([sys.executable, "-c", probe], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
+        "    print('exit', exc.code, 'litellm' in sys.modules, file=sys.stderr)\n"
+    )
+    coordinator = subprocess.Popen(
+        [sys.executable, "-c", probe], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     out, err = coordinator.communicate(timeout=120)
 
     assert out.strip() == "the answer", err
@@ -131,15 +179,18 @@ def test_the_coordinator_imports_no_litellm_and_its_calls_run_on_workers(
 
 
 def test_with_no_worker_on_the_planner_queue_the_run_says_so_and_waits_for_one(
-        llm: ScriptedLLM, redis_server: str, workers: str, queue: str, run_id: str,
-        tmp_path: Path) -> None:
+    llm: ScriptedLLM, redis_server: str, workers: str, queue: str, run_id: str, tmp_path: Path
+) -> None:
     team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue=queue)
     stderr = tmp_path / "stderr"
     coordinator = start_run(llm, workers, run_id, team, stderr)
     late = LocalWorkers(redis_server, [queue], 1, tmp_path / "late-logs")
     try:
-        wait_until(lambda: f"no worker listens on queue {queue}" in stderr.read_text(), 60,
-                   message="the no-worker hint")
+        wait_until(
+            lambda: f"no worker listens on queue {queue}" in stderr.read_text(),
+            60,
+            message="the no-worker hint",
+        )
         assert f"teamctl workers start --queue {queue}" in stderr.read_text()
         assert coordinator.poll() is None and llm.requests[f"plan-{run_id}"] == []
         late.start()
@@ -154,15 +205,21 @@ def test_with_no_worker_on_the_planner_queue_the_run_says_so_and_waits_for_one(
 
 
 def test_a_cancel_while_the_planner_call_waits_ends_the_run_cancelled(
-        llm: ScriptedLLM, workers: str, queue: str, run_id: str, tmp_path: Path) -> None:
-    team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue=queue, planner=[],
-                     synth=[])
+    llm: ScriptedLLM, workers: str, queue: str, run_id: str, tmp_path: Path
+) -> None:
+    team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue=queue, planner=[], synth=[])
     stderr = tmp_path / "stderr"
     coordinator = start_run(llm, workers, run_id, team, stderr)
     store = RunStore(redis.Redis.from_url(workers, decode_responses=True), RunKeys(run_id))
     try:
-        wait_until(lambda: store.exists() and redis.Redis.from_url(workers).exists(
-            RunKeys(run_id).model_call("planner")), 60, message="the planner call queued")
+        wait_until(
+            lambda: (
+                store.exists()
+                and redis.Redis.from_url(workers).exists(RunKeys(run_id).model_call("planner"))
+            ),
+            60,
+            message="the planner call queued",
+        )
         cancelled = CliRunner().invoke(main, ["cancel", run_id, "--redis-url", workers])
         assert cancelled.exit_code == 0, cancelled.output
         out, _ = coordinator.communicate(timeout=60)
@@ -174,23 +231,40 @@ def test_a_cancel_while_the_planner_call_waits_ends_the_run_cancelled(
     assert (result["status"], result["plan"]["tasks"]) == (RunStatus.CANCELLED, [])
     assert llm.requests[f"plan-{run_id}"] == []
     # The queued job's attempt was fenced: a worker that comes up later makes no paid call.
-    assert ModelCallRecords(redis.Redis.from_url(workers), RunKeys(run_id)).begin(
-        "planner", 1, "host:1", 5) is None
+    assert (
+        ModelCallRecords(redis.Redis.from_url(workers), RunKeys(run_id)).begin(
+            "planner", 1, "host:1", 5
+        )
+        is None
+    )
 
 
 def test_a_worker_killed_during_the_planner_call_is_replaced_and_the_plan_made_once(
-        llm: ScriptedLLM, redis_server: str, queue: str, run_id: str,
-        two_workers: LocalWorkers, tmp_path: Path) -> None:
+    llm: ScriptedLLM,
+    redis_server: str,
+    queue: str,
+    run_id: str,
+    two_workers: LocalWorkers,
+    tmp_path: Path,
+) -> None:
     plan = json.dumps(PLAN)  # the first answer outlasts the kill: its worker never gets it
-    team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue=queue, member_queue=queue,
-                     planner=[Slow(plan, 10), plan], options={"heartbeat_ttl_s": TTL_S})
+    team = team_toml(
+        tmp_path / "team.toml",
+        llm,
+        run_id,
+        call_queue=queue,
+        member_queue=queue,
+        planner=[Slow(plan, 10), plan],
+        options={"heartbeat_ttl_s": TTL_S},
+    )
     planner_calls = llm.requests[f"plan-{run_id}"]
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     coordinator = start_run(llm, redis_server, run_id, team, tmp_path / "stderr")
     try:
         wait_until(lambda: len(planner_calls) == 1, 60, message="the first planner call")
-        horse = int((conn.hget(RunKeys(run_id).model_call("planner"), "worker") or "")
-                    .rsplit(":", 1)[1])
+        horse = int(
+            (conn.hget(RunKeys(run_id).model_call("planner"), "worker") or "").rsplit(":", 1)[1]
+        )
         parent = int(Path(f"/proc/{horse}/stat").read_text().rsplit(")", 1)[1].split()[1])
         assert parent in [p.pid for p in two_workers.processes]
         os.kill(parent, signal.SIGKILL)
@@ -208,11 +282,18 @@ def test_a_worker_killed_during_the_planner_call_is_replaced_and_the_plan_made_o
 
 
 def test_a_resumed_coordinator_adopts_the_planner_call_in_flight(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     lease_ttl_s = scaled(15, floor_s=1.0)
     plan = Held(json.dumps(PLAN))  # answered once the resumed coordinator holds the lease
-    team = team_toml(tmp_path / "team.toml", llm, run_id, call_queue="members",
-                     planner=[plan], options={"lease_ttl_s": lease_ttl_s})
+    team = team_toml(
+        tmp_path / "team.toml",
+        llm,
+        run_id,
+        call_queue="members",
+        planner=[plan],
+        options={"lease_ttl_s": lease_ttl_s},
+    )
     planner_calls = llm.requests[f"plan-{run_id}"]
     calls = ModelCallRecords(redis.Redis.from_url(workers), RunKeys(run_id))
     conn = redis.Redis.from_url(workers, decode_responses=True)
@@ -222,13 +303,17 @@ def test_a_resumed_coordinator_adopts_the_planner_call_in_flight(
     finally:
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
-    wait_until(lambda: not conn.exists(RunKeys(run_id).lease), 10 + lease_ttl_s,
-               message="the dead coordinator's lease to expire")
+    wait_until(
+        lambda: not conn.exists(RunKeys(run_id).lease),
+        10 + lease_ttl_s,
+        message="the dead coordinator's lease to expire",
+    )
     assert calls.view("planner").outcome is None  # still in flight on its worker
 
     release_when(plan, lambda: conn.exists(RunKeys(run_id).lease))
-    resumed = CliRunner().invoke(main, ["resume", run_id, "--redis-url", workers,
-                                        "--workers", "0", "--json"])
+    resumed = CliRunner().invoke(
+        main, ["resume", run_id, "--redis-url", workers, "--workers", "0", "--json"]
+    )
 
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["status"] == "completed"

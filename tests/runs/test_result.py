@@ -10,17 +10,38 @@ from teamctl.shared.team_file import Member
 
 
 def test_member_results_follow_dispatch_order() -> None:
-    spec = RunSpec(run_id="r", team_id="t", objective="o", members=[Member(id="m1")],
-                   options=RunOptions(fail_on_unknown_member=True),
-                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
-                   workspace_dir="/tmp", created_ms=0)
+    spec = RunSpec(
+        run_id="r",
+        team_id="t",
+        objective="o",
+        members=[Member(id="m1")],
+        options=RunOptions(fail_on_unknown_member=True),
+        models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+        workspace_dir="/tmp",
+        created_ms=0,
+    )
     states = [  # plan order
-        TaskState(task_id="slow_first", status=TaskStatus.COMPLETED, claimed_by="m1",
-                  start_ms=100, end_ms=900),
-        TaskState(task_id="quick_second", status=TaskStatus.COMPLETED, claimed_by="m1",
-                  start_ms=200, end_ms=300),
-        TaskState(task_id="unknown", member_id="ghost", status=TaskStatus.FAILED,
-                  error="unknown team member: ghost", end_ms=150),
+        TaskState(
+            task_id="slow_first",
+            status=TaskStatus.COMPLETED,
+            claimed_by="m1",
+            start_ms=100,
+            end_ms=900,
+        ),
+        TaskState(
+            task_id="quick_second",
+            status=TaskStatus.COMPLETED,
+            claimed_by="m1",
+            start_ms=200,
+            end_ms=300,
+        ),
+        TaskState(
+            task_id="unknown",
+            member_id="ghost",
+            status=TaskStatus.FAILED,
+            error="unknown team member: ghost",
+            end_ms=150,
+        ),
         TaskState(task_id="never", status=TaskStatus.BLOCKED, end_ms=50),
     ]
     results = member_results(spec, states)

@@ -83,6 +83,7 @@ def msg(envelope: Envelope) -> Msg:
 
 # --- the board model ----------------------------------------------------------------------------
 
+
 @dataclass
 class ModelTask:
     """What the board should hold for one task."""
@@ -107,9 +108,21 @@ class ModelTask:
     """Whether the heartbeat key exists."""
 
     def view(self) -> tuple[object, ...]:
-        return (self.task_id, self.status, self.claimed_by, self.phase, self.detail, self.percent,
-                self.heartbeat_count, self.attempts, self.token, self.stale_writes, self.output,
-                self.error, self.requeue_reason)
+        return (
+            self.task_id,
+            self.status,
+            self.claimed_by,
+            self.phase,
+            self.detail,
+            self.percent,
+            self.heartbeat_count,
+            self.attempts,
+            self.token,
+            self.stale_writes,
+            self.output,
+            self.error,
+            self.requeue_reason,
+        )
 
     def end(self, status: TaskStatus, phase: str, detail: str, error: str | None) -> None:
         self.status, self.phase, self.detail, self.error = status, phase, detail, error
@@ -127,8 +140,10 @@ class ModelBoard:
     outbox: list[Msg] = field(default_factory=list)
 
     def create(self, plan: list[tuple[str, list[str]]]) -> None:
-        self.tasks = {tid: ModelTask(tid, deps, pos, planned_member(pos))
-                      for pos, (tid, deps) in enumerate(plan)}
+        self.tasks = {
+            tid: ModelTask(tid, deps, pos, planned_member(pos))
+            for pos, (tid, deps) in enumerate(plan)
+        }
         self.refresh()
 
     def ids(self, status: TaskStatus) -> list[str]:
@@ -143,8 +158,9 @@ class ModelBoard:
         if t.status not in (P, R):
             return False
         before = t.view()
-        blocker = next((d for d in t.deps if d not in self.tasks
-                        or self.tasks[d].status in (F, B)), None)
+        blocker = next(
+            (d for d in t.deps if d not in self.tasks or self.tasks[d].status in (F, B)), None
+        )
         if blocker is not None:
             reason = "missing dependency" if blocker not in self.tasks else "dependency failed"
             t.end(B, "blocked", f"Blocked: {reason}.", reason)
@@ -198,8 +214,9 @@ class ModelBoard:
             self.refresh()
         return outcome
 
-    def fail(self, task_id: str, token: str | None, error: str,
-             announce_as: str | None = None) -> WriteOutcome:
+    def fail(
+        self, task_id: str, token: str | None, error: str, announce_as: str | None = None
+    ) -> WriteOutcome:
         t = self.tasks[task_id]
         if token is None:
             outcome = WriteOutcome.APPLIED if t.status in (P, R) else WriteOutcome.CONFLICT
@@ -262,10 +279,11 @@ class ModelBoard:
         return len(stalled)
 
     def next_ready(self, n: int) -> list[str]:
-        return self.ids(R)[:max(n, 1)]
+        return self.ids(R)[: max(n, 1)]
 
 
 # --- the bus model ------------------------------------------------------------------------------
+
 
 @dataclass
 class Unacked:
@@ -301,7 +319,7 @@ class ModelBus:
             self.trim()
 
     def unread(self, member: str) -> list[int]:
-        return self.delivered[member][self.read[member]:]
+        return self.delivered[member][self.read[member] :]
 
     def read_unread(self, member: str, task_id: str | None, token: str) -> list[int]:
         """New messages, after what an earlier attempt of the task read and never acknowledged
@@ -335,7 +353,7 @@ class ModelBus:
         return kept[-limit:] if limit else kept
 
     def kept(self) -> list[Msg]:
-        return self.sent[self.first_kept:]
+        return self.sent[self.first_kept :]
 
 
 @dataclass
@@ -370,8 +388,11 @@ def plans(draw: st.DrawFn) -> list[tuple[str, list[str]]]:
     size = draw(st.integers(1, 7))
     plan = []
     for i in range(size):
-        deps = draw(st.lists(st.sampled_from([f"t{j}" for j in range(i)]), max_size=2,
-                             unique=True)) if i else []
+        deps = (
+            draw(st.lists(st.sampled_from([f"t{j}" for j in range(i)]), max_size=2, unique=True))
+            if i
+            else []
+        )
         twist = draw(st.sampled_from(["none"] * 6 + ["forward", "ghost"]))
         if twist == "forward":
             deps.append(draw(st.sampled_from([f"t{j}" for j in range(i, size)])))
@@ -382,12 +403,28 @@ def plans(draw: st.DrawFn) -> list[tuple[str, list[str]]]:
 
 
 def board_view(board: TaskBoard) -> list[tuple[object, ...]]:
-    return [(s.task_id, s.status, s.claimed_by, s.phase, s.detail, s.percent, s.heartbeat_count,
-             s.attempts, s.token, s.stale_writes, s.output, s.error, s.requeue_reason)
-            for s in board.snapshot()]
+    return [
+        (
+            s.task_id,
+            s.status,
+            s.claimed_by,
+            s.phase,
+            s.detail,
+            s.percent,
+            s.heartbeat_count,
+            s.attempts,
+            s.token,
+            s.stale_writes,
+            s.output,
+            s.error,
+            s.requeue_reason,
+        )
+        for s in board.snapshot()
+    ]
 
 
 # --- the machine --------------------------------------------------------------------------------
+
 
 class SystemMachine(RuleBasedStateMachine):
     """Workers, coordinators, `teamctl cancel` and bus readers on one run, in random order."""
@@ -409,16 +446,29 @@ class SystemMachine(RuleBasedStateMachine):
     @initialize(plan=plans(), cap=st.integers(1, 6), max_attempts=st.integers(1, 3))
     def start_run(self, plan: list[tuple[str, list[str]]], cap: int, max_attempts: int) -> None:
         """A coordinator creates the run, takes its lease, puts the plan on the board."""
-        team = TeamFile(members=[Member(id=m) for m in MEMBERS],
-                        options=RunOptions(bus_max_messages=cap, max_attempts=max_attempts))
+        team = TeamFile(
+            members=[Member(id=m) for m in MEMBERS],
+            options=RunOptions(bus_max_messages=cap, max_attempts=max_attempts),
+        )
         models = ModelChoice(planner="p", synthesizer="s", member_default="m")
-        self.spec = create_run(self.conn, RunRequest(
-            objective="o", team=team, models=models, workspace_root=self.workspace_root,
-            run_id=f"s-{uuid.uuid4().hex[:10]}"))
+        self.spec = create_run(
+            self.conn,
+            RunRequest(
+                objective="o",
+                team=team,
+                models=models,
+                workspace_root=self.workspace_root,
+                run_id=f"s-{uuid.uuid4().hex[:10]}",
+            ),
+        )
         self.run_id = self.spec.run_id
         self.board = TaskBoard(self.conn, RunKeys(self.run_id))
-        self.board.create([TaskSpec(id=tid, member_id=planned_member(pos), task="x",
-                                    depends_on=deps) for pos, (tid, deps) in enumerate(plan)])
+        self.board.create(
+            [
+                TaskSpec(id=tid, member_id=planned_member(pos), task="x", depends_on=deps)
+                for pos, (tid, deps) in enumerate(plan)
+            ]
+        )
         self.bus = RunHandle(self.conn, self.run_id, spec=self.spec).bus
         self.model, self.bus_model, self.run = ModelBoard(), ModelBus(cap), ModelRun()
         self.model.create(plan)
@@ -470,8 +520,9 @@ class SystemMachine(RuleBasedStateMachine):
             self.bus_model.add(message, trims=False)
         self.model.outbox.clear()
 
-    def worker_writes(self, kind: str, task_id: str, token: str, text: str,
-                      member: str) -> WriteOutcome:
+    def worker_writes(
+        self, kind: str, task_id: str, token: str, text: str, member: str
+    ) -> WriteOutcome:
         """As a worker ends an attempt: settle its reads (fenced), then one fenced outcome write
         that announces it to lead."""
         live = self.model.live(task_id, token)
@@ -523,15 +574,19 @@ class SystemMachine(RuleBasedStateMachine):
         self.model.tasks[task_id].alive = False
 
     @precondition(lambda self: self.live_claims())
-    @rule(data=st.data(), kind=st.sampled_from(["complete", "complete", "complete", "fail"]),
-          text=texts)
+    @rule(
+        data=st.data(),
+        kind=st.sampled_from(["complete", "complete", "complete", "fail"]),
+        text=texts,
+    )
     def finish(self, data: st.DataObject, kind: str, text: str) -> None:
         """A worker completes its task (or fails it, less often)."""
         task_id, token = self.fenced(data)
         self.worker_writes(kind, task_id, token, text, self.member_of(task_id))
 
-    @precondition(lambda self: any(a.token != self.model.tasks[a.task_id].token
-                                   for a in self.attempts))
+    @precondition(
+        lambda self: any(a.token != self.model.tasks[a.task_id].token for a in self.attempts)
+    )
     @rule(data=st.data(), kind=st.sampled_from(["complete", "fail"]), text=texts)
     def stale_write(self, data: st.DataObject, kind: str, text: str) -> None:
         """A worker whose claim was revoked (reclaimed, released, cancelled) writes late."""
@@ -542,8 +597,11 @@ class SystemMachine(RuleBasedStateMachine):
         assert got is WriteOutcome.STALE
         after = self.board.get(attempt.task_id)
         assert after.stale_writes == before.stale_writes + 1
-        assert (after.status, after.output, after.token) == (before.status, before.output,
-                                                             before.token)
+        assert (after.status, after.output, after.token) == (
+            before.status,
+            before.output,
+            before.token,
+        )
 
     @precondition(lambda self: self.live_claims())
     @rule(data=st.data(), text=texts)
@@ -559,8 +617,9 @@ class SystemMachine(RuleBasedStateMachine):
 
     # --- the coordinator ------------------------------------------------------------------------
 
-    @precondition(lambda self: any(t.status == IP and not t.alive
-                                   for t in self.model.tasks.values()))
+    @precondition(
+        lambda self: any(t.status == IP and not t.alive for t in self.model.tasks.values())
+    )
     @rule()
     def reclaim(self) -> None:
         max_attempts = self.spec.options.max_attempts
@@ -579,8 +638,9 @@ class SystemMachine(RuleBasedStateMachine):
     def unknown_member_tasks(self) -> list[str]:
         return [t.task_id for t in self.model.tasks.values() if t.member_id not in MEMBERS]
 
-    @precondition(lambda self: not self.model.ids(R) and not self.model.ids(IP)
-                  and self.model.ids(P))
+    @precondition(
+        lambda self: not self.model.ids(R) and not self.model.ids(IP) and self.model.ids(P)
+    )
     @rule()
     def block_cycle(self) -> None:
         """Nothing ready or in flight yet work is pending: the plan is stuck (a cycle)."""
@@ -604,8 +664,15 @@ class SystemMachine(RuleBasedStateMachine):
         self.reclaim()
         assert self.board.block_stalled(self.run.stop) == self.model.block_stalled(self.run.stop)
 
-    @precondition(lambda self: self.driving() and (self.run.stop is not None or not (
-        set(self.model.ids(P)) | set(self.model.ids(R)) | set(self.model.ids(IP)))))
+    @precondition(
+        lambda self: (
+            self.driving()
+            and (
+                self.run.stop is not None
+                or not (set(self.model.ids(P)) | set(self.model.ids(R)) | set(self.model.ids(IP)))
+            )
+        )
+    )
     @rule()
     def end_run_as_coordinator(self) -> None:
         """Stopped (past its grace period) or out of work: the coordinator ends the run under
@@ -619,15 +686,29 @@ class SystemMachine(RuleBasedStateMachine):
             assert got == self.model.fail_in_progress(reason)
             self.flush_outbox()
             status = RunStatus.CANCELLED if reason == CANCELLED else RunStatus.FAILED
-            store.finish(RunEnd(status, self.spec.options.retention_s, error=reason,
-                                announce=f"run.{status}", announce_text=reason))
+            store.finish(
+                RunEnd(
+                    status,
+                    self.spec.options.retention_s,
+                    error=reason,
+                    announce=f"run.{status}",
+                    announce_text=reason,
+                )
+            )
             self.end_run(status, f"run.{status}", reason)
         else:
             store.set_status(RunStatus.SYNTHESIZING)
             all_done = all(t.status == C for t in self.model.tasks.values())
             status = RunStatus.COMPLETED if all_done else RunStatus.FAILED
-            store.finish(RunEnd(status, self.spec.options.retention_s, output="the synthesis",
-                                announce="run.complete", announce_text="the synthesis"))
+            store.finish(
+                RunEnd(
+                    status,
+                    self.spec.options.retention_s,
+                    output="the synthesis",
+                    announce="run.complete",
+                    announce_text="the synthesis",
+                )
+            )
             self.end_run(status, "run.complete", "the synthesis")
         expire_run(self.conn, self.run_id, self.spec.options.retention_s)
         self.leases[owner].release()
@@ -663,8 +744,12 @@ class SystemMachine(RuleBasedStateMachine):
     def stale_coordinators(self) -> list[str]:
         """Coordinators whose fenced writes must be refused (they lost the lease, or hold it
         after the run ended), not yet tried since the run ended (or not)."""
-        return [o for o in self.run.owners if (o != self.run.holder or self.run.ended)
-                and (o, self.run.ended) not in self.stale_tried]
+        return [
+            o
+            for o in self.run.owners
+            if (o != self.run.holder or self.run.ended)
+            and (o, self.run.ended) not in self.stale_tried
+        ]
 
     @precondition(lambda self: self.stale_coordinators())
     @rule(data=st.data(), status=st.sampled_from([RunStatus.RUNNING, RunStatus.SYNTHESIZING]))
@@ -676,16 +761,23 @@ class SystemMachine(RuleBasedStateMachine):
         with pytest.raises(RunFailed):
             store.set_status(status)
         with pytest.raises(RunFailed):
-            store.finish(RunEnd(RunStatus.COMPLETED, self.spec.options.retention_s,
-                                output="stale synthesis", announce="run.complete",
-                                announce_text="stale synthesis"))
+            store.finish(
+                RunEnd(
+                    RunStatus.COMPLETED,
+                    self.spec.options.retention_s,
+                    output="stale synthesis",
+                    announce="run.complete",
+                    announce_text="stale synthesis",
+                )
+            )
 
     def may_stop(self) -> bool:
         """Not ended, and a couple of claims made: most runs get somewhere before they stop."""
         return not self.run.ended and len(self.attempts) >= 2
 
-    @precondition(lambda self: self.may_stop() and (self.run.stop != CANCELLED
-                                                    or self.run.holder is None))
+    @precondition(
+        lambda self: self.may_stop() and (self.run.stop != CANCELLED or self.run.holder is None)
+    )
     @rule()
     def cancel(self) -> None:
         """`teamctl cancel`: stop requested; with no live coordinator it ends the run itself."""
@@ -709,13 +801,22 @@ class SystemMachine(RuleBasedStateMachine):
         with pytest.raises(ConfigError, match="already finished"):
             cancel_command(self.redis_url, self.run_id)
         with pytest.raises(ConfigError, match="already finished"):
-            resume_command(redis_url=self.redis_url, run_id=self.run_id, workers=0,
-                           as_json=False, approve_plan=True, settings=load_settings())
+            resume_command(
+                redis_url=self.redis_url,
+                run_id=self.run_id,
+                workers=0,
+                as_json=False,
+                approve_plan=True,
+                settings=load_settings(),
+            )
 
     # --- the bus --------------------------------------------------------------------------------
 
-    @rule(kind=st.sampled_from(["send", "broadcast", "publish"]),
-          sender=st.sampled_from(MEMBERS), to=st.sampled_from([None, "lead", *MEMBERS]))
+    @rule(
+        kind=st.sampled_from(["send", "broadcast", "publish"]),
+        sender=st.sampled_from(MEMBERS),
+        to=st.sampled_from([None, "lead", *MEMBERS]),
+    )
     def publish(self, kind: str, sender: str, to: str | None) -> None:
         """A member messages a teammate or everyone; the runtime publishes to anyone."""
         content = f"n{len(self.bus_model.sent)}"
@@ -775,8 +876,9 @@ class SystemMachine(RuleBasedStateMachine):
             return
         assert board_view(self.board) == [t.view() for t in self.model.tasks.values()]
         alive = {t.task_id for t in self.model.tasks.values() if t.alive}
-        assert {t for t in self.model.tasks if self.conn.exists(self.board.keys.heartbeat(t))} \
-            == alive
+        assert {
+            t for t in self.model.tasks if self.conn.exists(self.board.keys.heartbeat(t))
+        } == alive
 
     @invariant()
     def reads_agree_with_the_model(self) -> None:
@@ -829,8 +931,11 @@ class SystemMachine(RuleBasedStateMachine):
         assert results == Counter(list(self.completed))
         for member in MEMBERS:  # nothing unread or unacknowledged has left the bus
             assert all(i >= self.bus_model.first_kept for i in self.bus_model.unread(member))
-        assert all(i >= self.bus_model.first_kept
-                   for record in self.bus_model.unacked.values() for i in record.positions)
+        assert all(
+            i >= self.bus_model.first_kept
+            for record in self.bus_model.unacked.values()
+            for i in record.positions
+        )
 
     @invariant()
     def counts_and_sets_agree_with_the_tasks(self) -> None:
@@ -878,9 +983,15 @@ class SystemMachine(RuleBasedStateMachine):
                 self.conn.delete(*names)
 
 
-def test_the_system_agrees_with_the_model(conn: redis.Redis, redis_url: str,
-                                          tmp_path: Path) -> None:
+def test_the_system_agrees_with_the_model(
+    conn: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
     run_state_machine_as_test(
         functools.partial(SystemMachine, conn, redis_url, tmp_path),
-        settings=settings(max_examples=60, stateful_step_count=40, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow]))
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

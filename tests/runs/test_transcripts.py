@@ -19,8 +19,11 @@ from tests.support.teamfile import team_file
 
 TOOL_ROUNDS = 8
 CAP = 3_000
-MESSAGES = [{"role": "system", "content": "You are m1."}, {"role": "user", "content": "Do A"},
-            {"role": "assistant", "content": "done"}]
+MESSAGES = [
+    {"role": "system", "content": "You are m1."},
+    {"role": "user", "content": "Do A"},
+    {"role": "assistant", "content": "done"},
+]
 
 
 def test_a_transcript_is_kept_only_while_the_claim_holds(conn: redis.Redis) -> None:
@@ -51,16 +54,17 @@ def test_a_long_transcript_keeps_its_head_and_latest_messages_with_a_note() -> N
     assert kept[:2] == MESSAGES[:2] and kept[-1] == steps[-1]
     assert len(json.dumps(kept)) <= 1_000  # the note counted too
     left_out = len(messages) - (len(kept) - 1)
-    assert kept[2] == {"role": "teamctl", "content": f"{left_out} messages left out "
-                                                     "(transcript_max_chars=1000)"}
-    assert kept[3:] == steps[-len(kept[3:]):]  # the latest, in order, none skipped
+    assert kept[2] == {
+        "role": "teamctl",
+        "content": f"{left_out} messages left out (transcript_max_chars=1000)",
+    }
+    assert kept[3:] == steps[-len(kept[3:]) :]  # the latest, in order, none skipped
     assert capped(MESSAGES, 10_000) == MESSAGES
 
 
 def test_a_capped_transcript_never_exceeds_the_cap() -> None:
     long_head = [{"role": "system", "content": "s" * 3000}, {"role": "user", "content": "Do A"}]
-    messages = [*long_head, *({"role": "tool", "content": f"r{i} " + "é" * 40}
-                              for i in range(30))]
+    messages = [*long_head, *({"role": "tool", "content": f"r{i} " + "é" * 40} for i in range(30))]
     for cap in (2, 60, 150, 400, 1_000, 2_500, 4_000):  # 2: "[]", the least a list takes
         kept = capped(messages, cap)
         assert len(json.dumps(kept, ensure_ascii=False)) <= cap, cap
@@ -73,7 +77,8 @@ def test_a_capped_transcript_never_exceeds_the_cap() -> None:
 
 
 def test_an_attempt_without_a_session_removes_an_earlier_attempt_s_transcript(
-        conn: redis.Redis) -> None:
+    conn: redis.Redis,
+) -> None:
     """The first attempt saved its transcript, then lost its claim; the second failed before
     its session started (an MCP server that would not start): no stale transcript is left
     beside the second attempt's error."""
@@ -94,16 +99,17 @@ def test_an_attempt_without_a_session_removes_an_earlier_attempt_s_transcript(
 
 
 def test_a_run_keeps_each_member_s_tool_calls_capped_at_transcript_max_chars(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
     """Through a run: m1 calls team_list_tasks TOOL_ROUNDS times, then answers; its member
     result's transcript keeps the head, a note and the latest exchanges within the cap."""
+
     def handler(body: dict[str, Any]) -> Any:
         if sum(m.get("role") == "tool" for m in body["messages"]) < TOOL_ROUNDS:
             return ToolCalls([("team_list_tasks", {})])
         return member_answer(body)
 
-    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}],
-                        member=handler)
+    models = script_run(llm, run_id, [{"id": "a", "memberId": "m1", "task": "A"}], member=handler)
     team = team_file(tmp_path / "t.toml", models, options={"transcript_max_chars": CAP})
     result = run_cli(llm, workers, run_id, team)
 

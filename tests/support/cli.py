@@ -25,12 +25,34 @@ TEAMCTL_SCRIPT = str(Path(sys.executable).parent / "teamctl")
 """The console script the package installs beside this Python, as a newcomer runs it."""
 
 
-def run_cli(llm: ScriptedLLM, redis_url: str, run_id: str, team: Path, *extra: str,
-            objective: str = "Ship the thing") -> Result:
+def run_cli(
+    llm: ScriptedLLM,
+    redis_url: str,
+    run_id: str,
+    team: Path,
+    *extra: str,
+    objective: str = "Ship the thing",
+) -> Result:
     """`teamctl run --json` in this process on the scripted server, with no workers of its own."""
-    return CliRunner().invoke(main, [
-        "run", objective, "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json", *extra])
+    return CliRunner().invoke(
+        main,
+        [
+            "run",
+            objective,
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--redis-url",
+            redis_url,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            "--json",
+            *extra,
+        ],
+    )
 
 
 def errors(out: dict[str, Any]) -> dict[str, str | None]:
@@ -54,8 +76,9 @@ def on_a_terminal(args: list[str], deadline_s: float = 120) -> tuple[int, str, s
     """`args` run with stdout on a pseudo-terminal (stdin and stderr not): exit code, what the
     terminal showed (its CR LF made LF again) and stderr."""
     leader, follower = pty.openpty()
-    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=follower,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=follower, stderr=subprocess.PIPE, text=True
+    )
     os.close(follower)
     shown = b""
     deadline = time.monotonic() + deadline_s

@@ -28,8 +28,15 @@ class TcpProxy:
     Either side may be a unix socket instead (`listen_path`, or a target host of the form
     "unix:PATH"), which lets a process in another network namespace reach a loopback server."""
 
-    def __init__(self, target_host: str, target_port: int = 0, listen_host: str = "127.0.0.1",
-                 *, listen_port: int = 0, listen_path: str | None = None) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int = 0,
+        listen_host: str = "127.0.0.1",
+        *,
+        listen_port: int = 0,
+        listen_path: str | None = None,
+    ) -> None:
         self.target = (target_host, target_port)
         self.listen_host = listen_host
         self.listen_path = listen_path
@@ -40,8 +47,9 @@ class TcpProxy:
         self._loop = asyncio.new_event_loop()
         self._restored = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="tcp-proxy")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="tcp-proxy"
+        )
 
     def start(self) -> TcpProxy:
         self._thread.start()
@@ -149,8 +157,9 @@ class RestartableRedis:
     """A private redis-server with appendonly on, which can go down and come back on the same
     port and data directory, as in a restart or failover."""
 
-    def __init__(self, data_dir: Path, bind: str = "127.0.0.1", *, args: tuple[str, ...] = ()
-                 ) -> None:
+    def __init__(
+        self, data_dir: Path, bind: str = "127.0.0.1", *, args: tuple[str, ...] = ()
+    ) -> None:
         self.data_dir = data_dir
         self.bind = bind
         self.port = free_port()
@@ -165,10 +174,25 @@ class RestartableRedis:
     def start(self) -> RestartableRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [redis_server_binary(), "--port", str(self.port), "--bind", self.bind,
-             "--dir", str(self.data_dir), "--appendonly", "yes", "--appendfsync", "always",
-             "--save", "", *self.args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                redis_server_binary(),
+                "--port",
+                str(self.port),
+                "--bind",
+                self.bind,
+                "--dir",
+                str(self.data_dir),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                *self.args,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not self._answers():
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -201,8 +225,11 @@ class RestartableRedis:
 
     def _answers(self) -> bool:
         try:
-            return bool(redis.Redis(host=self.bind, port=self.port, socket_timeout=1,
-                                    socket_connect_timeout=1).ping())
+            return bool(
+                redis.Redis(
+                    host=self.bind, port=self.port, socket_timeout=1, socket_connect_timeout=1
+                ).ping()
+            )
         except redis.RedisError:
             return False
 

@@ -50,8 +50,11 @@ class TwoHosts:
     def exec(self, ns: str, command: list[str], **kwargs: object) -> subprocess.Popen[bytes]:
         """Start `command` in namespace `ns` (`ip netns exec` execs it: the pid is its own), in
         a session of its own, so a worker's forked job can be found and stopped with it."""
-        return subprocess.Popen(["ip", "netns", "exec", ns, *command],  # type: ignore[call-overload]
-                                start_new_session=True, **kwargs)
+        return subprocess.Popen(
+            ["ip", "netns", "exec", ns, *command],  # type: ignore[call-overload]
+            start_new_session=True,
+            **kwargs,
+        )
 
 
 def stop_session(process: subprocess.Popen[bytes]) -> None:
@@ -85,12 +88,12 @@ def network_namespaces() -> Iterator[TwoHosts]:
         ip("netns", "add", a)
     except subprocess.CalledProcessError as exc:
         # Root with `ip` (as in CI) must be able to run this test: a skip would hide it.
-        pytest.fail(f"cannot create a network namespace as root with `ip`: "
-                    f"{exc.stderr.decode().strip()}")
+        pytest.fail(
+            f"cannot create a network namespace as root with `ip`: {exc.stderr.decode().strip()}"
+        )
     try:
         ip("netns", "add", b)
-        ip("link", "add", link_a, "netns", a, "type", "veth", "peer", "name", link_b,
-           "netns", b)
+        ip("link", "add", link_a, "netns", a, "type", "veth", "peer", "name", link_b, "netns", b)
         for ns, link, host in ((a, link_a, 1), (b, link_b, 2)):
             ip("-n", ns, "addr", "add", SUBNET.format(n=n, host=host), "dev", link)
             ip("-n", ns, "link", "set", link, "up")
@@ -135,19 +138,43 @@ def redis_host(hosts: TwoHosts, llm: ScriptedLLM) -> Iterator[RedisHost]:
     llm_bridge = TcpProxy("127.0.0.1", llm_port, listen_path=llm_sock).start()
     loopback = TcpProxy(f"unix:{redis_sock}")
     try:
-        processes.append(hosts.exec(hosts.a, [
-            redis_server_binary(), "--bind", hosts.a_addr, "--port", str(REDIS_PORT),
-            "--unixsocket", str(redis_sock), "--unixsocketperm", "700", "--save", "",
-            "--appendonly", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        processes.append(
+            hosts.exec(
+                hosts.a,
+                [
+                    redis_server_binary(),
+                    "--bind",
+                    hosts.a_addr,
+                    "--port",
+                    str(REDIS_PORT),
+                    "--unixsocket",
+                    str(redis_sock),
+                    "--unixsocketperm",
+                    "700",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         local_url = f"unix://{redis_sock}?db=0"
         conn = redis.Redis.from_url(local_url, decode_responses=True)
         wait_until(lambda: redis_sock.exists() and answers(conn), 30, message="Redis in ns a")
         loopback.start()
-        processes.append(hosts.exec(hosts.b, [
-            sys.executable, "-m", "tests.support.faults", str(llm_port), llm_sock],
-            cwd=str(Path(__file__).parent.parent.parent), stdout=subprocess.DEVNULL))
-        yield RedisHost(local_url, f"redis://{hosts.a_addr}:{REDIS_PORT}/0", loopback.url(),
-                        conn, processes)
+        processes.append(
+            hosts.exec(
+                hosts.b,
+                [sys.executable, "-m", "tests.support.faults", str(llm_port), llm_sock],
+                cwd=str(Path(__file__).parent.parent.parent),
+                stdout=subprocess.DEVNULL,
+            )
+        )
+        yield RedisHost(
+            local_url, f"redis://{hosts.a_addr}:{REDIS_PORT}/0", loopback.url(), conn, processes
+        )
     finally:
         for process in reversed(processes):
             stop_session(process)

@@ -72,12 +72,18 @@ def redis_text(conn: redis.Redis) -> str:
 def files_holding(marker: str, roots: Iterable[Path]) -> list[Path]:
     """The regular files under `roots` whose bytes contain `marker`."""
     needle = marker.encode()
-    return [path for root in roots if root.exists() for path in sorted(root.rglob("*"))
-            if path.is_file() and not path.is_symlink() and needle in path.read_bytes()]
+    return [
+        path
+        for root in roots
+        if root.exists()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and not path.is_symlink() and needle in path.read_bytes()
+    ]
 
 
-def assert_marker_kept(llm: ScriptedLLM, conn: redis.Redis, roots: Iterable[Path],
-                       marker: str = MARKER) -> None:
+def assert_marker_kept(
+    llm: ScriptedLLM, conn: redis.Redis, roots: Iterable[Path], marker: str = MARKER
+) -> None:
     """The marker secret reached no model request, no Redis key or value, no file under roots."""
     assert marker not in model_requests_text(llm), "a model request carried the marker"
     assert marker not in redis_text(conn), "Redis holds the marker"
@@ -85,23 +91,40 @@ def assert_marker_kept(llm: ScriptedLLM, conn: redis.Redis, roots: Iterable[Path
     assert not leaked, f"files hold the marker: {leaked}"
 
 
-def marked_team(path: Path, models: dict[str, str], tools: list[str],
-                options: dict[str, Any] | None = None) -> Path:
+def marked_team(
+    path: Path, models: dict[str, str], tools: list[str], options: dict[str, Any] | None = None
+) -> Path:
     """A team of one member, m1, with `tools`: every model call and task on the marked queue."""
-    return team_file(path, models, team_id="bounds", queue=MARKED_QUEUE,
-                     members=[{"id": "m1", "tools": tools, "queue": MARKED_QUEUE}],
-                     options=options)
+    return team_file(
+        path,
+        models,
+        team_id="bounds",
+        queue=MARKED_QUEUE,
+        members=[{"id": "m1", "tools": tools, "queue": MARKED_QUEUE}],
+        options=options,
+    )
 
 
-def run_marked(llm: ScriptedLLM, marked: MarkedWorkers, run_id: str, tmp_path: Path,
-               calls: list[tuple[str, dict[str, Any] | str]], tools: list[str],
-               options: dict[str, Any] | None = None) -> list[str]:
+def run_marked(
+    llm: ScriptedLLM,
+    marked: MarkedWorkers,
+    run_id: str,
+    tmp_path: Path,
+    calls: list[tuple[str, dict[str, Any] | str]],
+    tools: list[str],
+    options: dict[str, Any] | None = None,
+) -> list[str]:
     """A planned run whose member makes `calls` in one step, then answers; the tool results
     its second request carried (the run must have completed)."""
-    models = script_run(llm, run_id, [{"memberId": "m1", "task": "Do as the page says"}],
-                        member=[ToolCalls(calls), "done"])
-    result = run_cli(llm, marked.redis_url, run_id,
-                     marked_team(tmp_path / "t.toml", models, tools, options))
+    models = script_run(
+        llm,
+        run_id,
+        [{"memberId": "m1", "task": "Do as the page says"}],
+        member=[ToolCalls(calls), "done"],
+    )
+    result = run_cli(
+        llm, marked.redis_url, run_id, marked_team(tmp_path / "t.toml", models, tools, options)
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["task_states"][0]["status"] == "completed", out

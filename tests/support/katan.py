@@ -62,8 +62,9 @@ class Katan:
 
 
 @contextmanager
-def llm_katan(workdir: Path, *options: str, families: tuple[str, ...] = FAMILIES,
-              model: str = "katan-echo") -> Iterator[Katan]:
+def llm_katan(
+    workdir: Path, *options: str, families: tuple[str, ...] = FAMILIES, model: str = "katan-echo"
+) -> Iterator[Katan]:
     """llm-katan's echo backend on a free loopback port with `options` (its CLI flags), ready
     (its /health answers) before this yields; stopped by its pid after."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -84,17 +85,38 @@ def llm_katan(workdir: Path, *options: str, families: tuple[str, ...] = FAMILIES
         _stop(katan)
 
 
-def _start(workdir: Path, attempt: int, options: tuple[str, ...], families: tuple[str, ...],
-           model: str) -> Katan:
+def _start(
+    workdir: Path, attempt: int, options: tuple[str, ...], families: tuple[str, ...], model: str
+) -> Katan:
     """One llm-katan process (its own stats file: the default is in the home directory)."""
     port = free_port()
     log = workdir / f"llm-katan-{attempt}.log"
-    command = [sys.executable, "-m", "llm_katan.cli", "--model", model, "--backend", "echo",
-               "--host", "127.0.0.1", "--port", str(port), "--providers", ",".join(families),
-               "--stats-file", str(workdir / f"stats-{attempt}.json"), *options]
+    command = [
+        sys.executable,
+        "-m",
+        "llm_katan.cli",
+        "--model",
+        model,
+        "--backend",
+        "echo",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--providers",
+        ",".join(families),
+        "--stats-file",
+        str(workdir / f"stats-{attempt}.json"),
+        *options,
+    ]
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env={**os.environ})
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ},
+        )
     return Katan(url=f"http://127.0.0.1:{port}", process=process, log=log)
 
 
@@ -125,13 +147,19 @@ def _stop(katan: Katan) -> None:
 
 
 LIMIT_HEADERS = {
-    "retry-after": "2", "retry-after-ms": "1500",
-    "x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "99",
-    "x-ratelimit-reset-requests": "1s", "x-ratelimit-limit-tokens": "1000",
-    "x-ratelimit-remaining-tokens": "900", "x-ratelimit-reset-tokens": "6m0s",
-    "anthropic-ratelimit-requests-limit": "50", "anthropic-ratelimit-requests-remaining": "49",
+    "retry-after": "2",
+    "retry-after-ms": "1500",
+    "x-ratelimit-limit-requests": "100",
+    "x-ratelimit-remaining-requests": "99",
+    "x-ratelimit-reset-requests": "1s",
+    "x-ratelimit-limit-tokens": "1000",
+    "x-ratelimit-remaining-tokens": "900",
+    "x-ratelimit-reset-tokens": "6m0s",
+    "anthropic-ratelimit-requests-limit": "50",
+    "anthropic-ratelimit-requests-remaining": "49",
     "anthropic-ratelimit-requests-reset": "2026-12-06T07:00:00Z",
-    "anthropic-ratelimit-tokens-limit": "8000", "anthropic-ratelimit-tokens-remaining": "7000",
+    "anthropic-ratelimit-tokens-limit": "8000",
+    "anthropic-ratelimit-tokens-remaining": "7000",
 }
 """Every rate-limit header a family's provider may send (OpenAI's and Azure's x-ratelimit-*,
 Anthropic's anthropic-ratelimit-*, Retry-After and retry-after-ms): llm-katan sends none."""
@@ -158,8 +186,9 @@ def _forwarding_to(target: str) -> type[BaseHTTPRequestHandler]:
     class Forward(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802  (http.server's naming)
             body = self.rfile.read(int(self.headers.get("content-length") or 0))
-            headers = {k: v for k, v in self.headers.items()
-                       if k.lower() not in ("host", "content-length")}
+            headers = {
+                k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+            }
             answer = httpx.post(target + self.path, content=body, headers=headers, timeout=30)
             self.send_response(answer.status_code)
             self.send_header("content-type", "application/json")

@@ -160,14 +160,22 @@ class ScriptedLLM:
         assert self._tls_dir is not None, "ca_file exists once a tls=True server has started"
         return Path(self._tls_dir.name) / "cert.pem"
 
-    def script(self, model: str, replies: list[Reply] | None = None, *,
-               handler: Handler | None = None, repeat_last: bool = False,
-               latency_s: float = 0.0, latency_seed: int | None = None) -> str:
+    def script(
+        self,
+        model: str,
+        replies: list[Reply] | None = None,
+        *,
+        handler: Handler | None = None,
+        repeat_last: bool = False,
+        latency_s: float = 0.0,
+        latency_seed: int | None = None,
+    ) -> str:
         """Program `model`; returns the litellm model string ("openai/<model>")."""
         with self._lock:
             jitter = None if latency_seed is None else random.Random(latency_seed)
-            self._scripts[model] = _Script(list(replies or []), handler, repeat_last, latency_s,
-                                           jitter)
+            self._scripts[model] = _Script(
+                list(replies or []), handler, repeat_last, latency_s, jitter
+            )
             self.requests[model] = []
             self.request_times[model] = []
             self.authorizations[model] = []
@@ -183,9 +191,14 @@ class ScriptedLLM:
     def end_test(self) -> list[str]:
         """What went against the scripts in this test: unforeseen requests, unused replies."""
         with self._lock:
-            unused = [f"script for {m!r} has {len(s.replies)} unused replies"
-                      for m in self._made if (s := self._scripts.get(m)) is not None
-                      and s.handler is None and not s.repeat_last and s.replies]
+            unused = [
+                f"script for {m!r} has {len(s.replies)} unused replies"
+                for m in self._made
+                if (s := self._scripts.get(m)) is not None
+                and s.handler is None
+                and not s.repeat_last
+                and s.replies
+            ]
             return [*self.mistakes, *unused]
 
     def prompts(self, model: str) -> list[str]:
@@ -260,8 +273,11 @@ class ScriptedLLM:
                 if isinstance(reply, Held):
                     reply = state.hold(reply)
                 extra, reply = _headers_of(reply)
-                usage = (reply.prompt_tokens, reply.completion_tokens) if isinstance(
-                    reply, Used) else (11, 7)
+                usage = (
+                    (reply.prompt_tokens, reply.completion_tokens)
+                    if isinstance(reply, Used)
+                    else (11, 7)
+                )
                 reply = reply.reply if isinstance(reply, Used) else reply
                 # A provider's thinking time, spent outside the lock: other calls go on meanwhile.
                 time.sleep(delay_s)
@@ -296,8 +312,9 @@ class ScriptedLLM:
                     with contextlib.suppress(OSError):
                         self.connection.recv(1)
                 # SO_LINGER 0: the close sends a reset, not an orderly end of stream.
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                           struct.pack("ii", 1, 0))
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
                 self.connection.close()
                 self.close_connection = True
 
@@ -346,13 +363,36 @@ def self_signed_cert(cert: Path, key: Path) -> None:
     if openssl is None:
         raise RuntimeError("TLS mode needs the openssl command: install openssl")
     subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", str(CERT_DAYS),
-         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-addext", "basicConstraints=critical,CA:TRUE",
-         "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
-         "-addext", "extendedKeyUsage=serverAuth"],
-        check=True, capture_output=True, timeout=30)
+        [
+            openssl,
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            str(CERT_DAYS),
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,digitalSignature,keyCertSign",
+            "-addext",
+            "extendedKeyUsage=serverAuth",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
 
 
 def _headers_of(reply: Reply) -> tuple[dict[str, str], Reply]:
@@ -370,27 +410,40 @@ def _last_user_text(body: dict[str, Any]) -> str:
     return content
 
 
-def _render(reply: Reply, model: str,
-            usage: tuple[int, int] = (11, 7)) -> tuple[int, dict[str, Any]]:
+def _render(
+    reply: Reply, model: str, usage: tuple[int, int] = (11, 7)
+) -> tuple[int, dict[str, Any]]:
     if isinstance(reply, HttpError):
-        return reply.status, {"error": {"message": reply.message, "type": "scripted",
-                                        "code": str(reply.status)}}
+        return reply.status, {
+            "error": {"message": reply.message, "type": "scripted", "code": str(reply.status)}
+        }
     message: dict[str, Any] = {"role": "assistant", "content": None}
     finish = "stop"
     if isinstance(reply, ToolCalls):
         message["content"] = reply.content
         message["tool_calls"] = [
-            {"id": f"call_{i}", "type": "function",
-             "function": {"name": name,
-                          "arguments": args if isinstance(args, str) else json.dumps(args)}}
-            for i, (name, args) in enumerate(reply.calls)]
+            {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+            for i, (name, args) in enumerate(reply.calls)
+        ]
         finish = "tool_calls"
     else:
         message["content"] = reply
     return 200, {
-        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()),
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-        "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1],
-                  "total_tokens": sum(usage)},
+        "usage": {
+            "prompt_tokens": usage[0],
+            "completion_tokens": usage[1],
+            "total_tokens": sum(usage),
+        },
     }

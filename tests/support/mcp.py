@@ -27,5 +27,17 @@ def git_repository(path: Path) -> None:
     subprocess.run(["git", "init", "-q"], **run)
     (path / "notes.txt").write_text("hello\n")
     subprocess.run(["git", "add", "notes.txt"], **run)
-    subprocess.run(["git", "-c", "user.name=Tess", "-c", "user.email=t@example.com", "commit",
-                    "-q", "-m", "Add the release notes"], **run)
+    subprocess.run(
+        [
+            "git",
+            "-c",
+            "user.name=Tess",
+            "-c",
+            "user.email=t@example.com",
+            "commit",
+            "-q",
+            "-m",
+            "Add the release notes",
+        ],
+        **run,
+    )

@@ -63,8 +63,9 @@ class OtlpReceiver:
     def add(self, body: bytes) -> None:
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
-        received = [span for resource_spans in request.resource_spans
-                    for span in _spans(resource_spans)]
+        received = [
+            span for resource_spans in request.resource_spans for span in _spans(resource_spans)
+        ]
         with self.lock:
             self.posts += 1
             self.spans.extend(received)
@@ -76,8 +77,13 @@ class OtlpReceiver:
     def named(self, prefix: str) -> list[ReceivedSpan]:
         return [span for span in self.snapshot() if span.name.startswith(prefix)]
 
-    def wait_for(self, prefix: str, count: int = 1, timeout_s: float = 30,
-                 where: Callable[[ReceivedSpan], bool] = lambda span: True) -> list[ReceivedSpan]:
+    def wait_for(
+        self,
+        prefix: str,
+        count: int = 1,
+        timeout_s: float = 30,
+        where: Callable[[ReceivedSpan], bool] = lambda span: True,
+    ) -> list[ReceivedSpan]:
         """At least `count` spans whose names start with `prefix` and that match `where`,
         waiting for their export (the receiver also holds earlier tests' spans: filter in
         `where`, not after the wait, or an earlier test's span ends the wait)."""
@@ -85,8 +91,11 @@ class OtlpReceiver:
         def found() -> list[ReceivedSpan]:
             return [span for span in self.named(prefix) if where(span)]
 
-        wait_until(lambda: len(found()) >= count, timeout_s,
-                   message=f"{count} exported span(s) named {prefix}*")
+        wait_until(
+            lambda: len(found()) >= count,
+            timeout_s,
+            message=f"{count} exported span(s) named {prefix}*",
+        )
         return found()
 
     def clear(self) -> None:
@@ -99,13 +108,19 @@ def _spans(resource_spans: Any) -> Iterator[ReceivedSpan]:
     for scope_spans in resource_spans.scope_spans:
         for span in scope_spans.spans:
             yield ReceivedSpan(
-                name=span.name, trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
-                parent_id=span.parent_span_id.hex(), attributes=_attributes(span.attributes),
+                name=span.name,
+                trace_id=span.trace_id.hex(),
+                span_id=span.span_id.hex(),
+                parent_id=span.parent_span_id.hex(),
+                attributes=_attributes(span.attributes),
                 resource=resource,
                 events=[Event(e.name, _attributes(e.attributes)) for e in span.events],
-                links=[Link(link.trace_id.hex(), link.span_id.hex(),
-                            _attributes(link.attributes)) for link in span.links],
-                status_code=span.status.code)
+                links=[
+                    Link(link.trace_id.hex(), link.span_id.hex(), _attributes(link.attributes))
+                    for link in span.links
+                ],
+                status_code=span.status.code,
+            )
 
 
 def _attributes(pairs: list[KeyValue]) -> dict[str, Any]:

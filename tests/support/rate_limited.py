@@ -76,11 +76,15 @@ class RateLimitedProvider:
             return {}
         left = int(self._requests)
         reset_ms = math.ceil((1 - self._requests % 1) / self.rps * 1000)
-        headers = {"x-ratelimit-limit-requests": f"{int(self.rps * 60)}",
-                   "x-ratelimit-remaining-requests": str(left),
-                   "x-ratelimit-reset-requests": f"{reset_ms}ms"}
+        headers = {
+            "x-ratelimit-limit-requests": f"{int(self.rps * 60)}",
+            "x-ratelimit-remaining-requests": str(left),
+            "x-ratelimit-reset-requests": f"{reset_ms}ms",
+        }
         if self.tpm:
-            headers |= {"x-ratelimit-limit-tokens": f"{int(self.tpm)}",
-                        "x-ratelimit-remaining-tokens": str(max(0, int(self._tokens))),
-                        "x-ratelimit-reset-tokens": "1s"}
+            headers |= {
+                "x-ratelimit-limit-tokens": f"{int(self.tpm)}",
+                "x-ratelimit-remaining-tokens": str(max(0, int(self._tokens))),
+                "x-ratelimit-reset-tokens": "1s",
+            }
         return headers

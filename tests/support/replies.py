@@ -30,8 +30,14 @@ def member_answer(body: dict[str, Any]) -> str:
     return f"output of {task_id_of(body)}"
 
 
-def script_run(llm: ScriptedLLM, run_id: str, plan: Any, *, member: Any = member_answer,
-               synth: str | None = "final answer") -> dict[str, str]:
+def script_run(
+    llm: ScriptedLLM,
+    run_id: str,
+    plan: Any,
+    *,
+    member: Any = member_answer,
+    synth: str | None = "final answer",
+) -> dict[str, str]:
     """Program planner, member and synthesizer models for one run; returns their names.
     With `synth` None the run must end without synthesis (a call would find no reply)."""
     plan_text = plan if isinstance(plan, str) else json.dumps(plan)
@@ -45,10 +51,12 @@ def script_run(llm: ScriptedLLM, run_id: str, plan: Any, *, member: Any = member
 
 def busy_until(release: threading.Event, task_id: str) -> Callable[[dict[str, Any]], Any]:
     """A member handler: `task_id` keeps calling tools until `release` is set."""
+
     def handler(body: dict[str, Any]) -> str | ToolCalls:
         if task_id_of(body) == task_id and not release.is_set():
             return BUSY
         return member_answer(body)
+
     return handler
 
 
@@ -70,4 +78,4 @@ def tool_names(body: dict[str, Any]) -> list[str]:
 def error_of(result: str) -> dict[str, Any]:
     """A TOOL_ERROR result's JSON payload (fails on any other result)."""
     assert result.startswith("TOOL_ERROR: "), result
-    return json.loads(result[len("TOOL_ERROR: "):])
+    return json.loads(result[len("TOOL_ERROR: ") :])

@@ -21,20 +21,41 @@ from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member, load_team_file
 
 
-def make_run(conn: redis.Redis, run_id: str, *, models: dict[str, str], tasks: list[TaskSpec],
-             workspace: Path, api_base: str, tools: dict[str, list[str]] | None = None,
-             **options: Any) -> RunSpec:
+def make_run(
+    conn: redis.Redis,
+    run_id: str,
+    *,
+    models: dict[str, str],
+    tasks: list[TaskSpec],
+    workspace: Path,
+    api_base: str,
+    tools: dict[str, list[str]] | None = None,
+    **options: Any,
+) -> RunSpec:
     """Store a run spec with one member per entry of `models` and create its board."""
-    members = [Member(id=member_id, name=f"Member {member_id}", model=model,
-                      tools=(tools or {}).get(member_id, []))
-               for member_id, model in models.items()]
+    members = [
+        Member(
+            id=member_id,
+            name=f"Member {member_id}",
+            model=model,
+            tools=(tools or {}).get(member_id, []),
+        )
+        for member_id, model in models.items()
+    ]
     workspace.mkdir(parents=True, exist_ok=True)
     first = next(iter(models.values()))
-    spec = RunSpec(run_id=run_id, team_id="t", objective="Test the worker", members=members,
-                   options=RunOptions(**options),
-                   models=ModelChoice(planner=first, synthesizer=first, member_default=first,
-                                      api_base=api_base),
-                   workspace_dir=str(workspace), created_ms=now_ms())
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="t",
+        objective="Test the worker",
+        members=members,
+        options=RunOptions(**options),
+        models=ModelChoice(
+            planner=first, synthesizer=first, member_default=first, api_base=api_base
+        ),
+        workspace_dir=str(workspace),
+        created_ms=now_ms(),
+    )
     RunStore(conn, RunKeys(run_id)).create(spec)
     TaskBoard(conn, RunKeys(run_id)).create(tasks)
     return spec
@@ -44,13 +65,23 @@ def two_task_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: obje
     """A run with a two-task board and one message, as a coordinator would leave it."""
     team = load_team_file(None).model_copy(update={"options": RunOptions(**options)})
     models = ModelChoice(planner="p", synthesizer="s", member_default="m")
-    create_run(conn, RunRequest(objective="Objective X", team=team, models=models,
-                                workspace_root=tmp_path, run_id=run_id))
-    TaskBoard(conn, RunKeys(run_id)).create([
-        TaskSpec(id="a", member_id="researcher", task="A"),
-        TaskSpec(id="b", member_id="writer", task="B", depends_on=["a"])])
-    MessageBus(conn, RunKeys(run_id)).publish(
-        "system", "researcher", "task.assigned", "a", "A")
+    create_run(
+        conn,
+        RunRequest(
+            objective="Objective X",
+            team=team,
+            models=models,
+            workspace_root=tmp_path,
+            run_id=run_id,
+        ),
+    )
+    TaskBoard(conn, RunKeys(run_id)).create(
+        [
+            TaskSpec(id="a", member_id="researcher", task="A"),
+            TaskSpec(id="b", member_id="writer", task="B", depends_on=["a"]),
+        ]
+    )
+    MessageBus(conn, RunKeys(run_id)).publish("system", "researcher", "task.assigned", "a", "A")
 
 
 def coordinator_store(conn: redis.Redis, run_id: str) -> RunStore:
@@ -62,19 +93,23 @@ def coordinator_store(conn: redis.Redis, run_id: str) -> RunStore:
 
 def store_run(conn: redis.Redis, run_id: str, **options: Any) -> RunStore:
     """A running run of m1..m3 (its roster written by create) with the lease held, no workers."""
-    spec = RunSpec(run_id=run_id, team_id="t", objective="o",
-                   members=[Member(id=m) for m in ("m1", "m2", "m3")],
-                   options=RunOptions(**options),
-                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
-                   workspace_dir="/tmp", created_ms=now_ms())
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="t",
+        objective="o",
+        members=[Member(id=m) for m in ("m1", "m2", "m3")],
+        options=RunOptions(**options),
+        models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+        workspace_dir="/tmp",
+        created_ms=now_ms(),
+    )
     RunStore(conn, RunKeys(run_id)).create(spec)
     store = coordinator_store(conn, run_id)
     store.set_status("running")
     return store
 
 
-def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str],
-               **options: Any) -> MessageBus:
+def roster_bus(conn: redis.Redis, run_id: str, member_ids: list[str], **options: Any) -> MessageBus:
     """A bus of a run with no spec: its roster written first, as creating a run writes it."""
     keys = RunKeys(run_id)
     write_roster(conn, keys, member_ids)

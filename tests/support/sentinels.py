@@ -34,19 +34,35 @@ class Sentinel:
     def start(self) -> Sentinel:
         self.root.mkdir(parents=True, exist_ok=True)
         conf = self.root / "sentinel.conf"
-        conf.write_text("\n".join([
-            f"port {self.port}", "bind 127.0.0.1", f'dir "{self.root}"',
-            f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} {QUORUM}",
-            f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
-            f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
-            f"sentinel parallel-syncs {SERVICE} 1", ""]))
-        self.process = subprocess.Popen([redis_server_binary(), str(conf), "--sentinel"],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        conf.write_text(
+            "\n".join(
+                [
+                    f"port {self.port}",
+                    "bind 127.0.0.1",
+                    f'dir "{self.root}"',
+                    f"sentinel monitor {SERVICE} 127.0.0.1 {self.primary_port} {QUORUM}",
+                    f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}",
+                    f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}",
+                    f"sentinel parallel-syncs {SERVICE} 1",
+                    "",
+                ]
+            )
+        )
+        self.process = subprocess.Popen(
+            [redis_server_binary(), str(conf), "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         return self
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1,
-                           socket_connect_timeout=1, decode_responses=True)
+        return redis.Redis(
+            host="127.0.0.1",
+            port=self.port,
+            socket_timeout=1,
+            socket_connect_timeout=1,
+            decode_responses=True,
+        )
 
     def view(self) -> dict[str, Any] | None:
         """What this sentinel says of the primary (SENTINEL MASTER), None while it cannot say."""
@@ -85,18 +101,28 @@ class SentinelGroup:
             args=("--replicaof", "127.0.0.1", str(self.primary.port), "--appendonly", "no"),
         ).start()
         replica = redis.Redis(port=self.replica.port, decode_responses=True)
-        wait_until(lambda: replica.info("replication").get("master_link_status") == "up",
-                   READY_S, message="the replica to sync with the primary")
-        self.sentinels = [Sentinel(self.root / f"sentinel-{i}", self.primary.port).start()
-                          for i in range(3)]
-        wait_until(self._watching, READY_S, interval_s=0.1,
-                   message="3 sentinels to know the primary, its replica and each other")
+        wait_until(
+            lambda: replica.info("replication").get("master_link_status") == "up",
+            READY_S,
+            message="the replica to sync with the primary",
+        )
+        self.sentinels = [
+            Sentinel(self.root / f"sentinel-{i}", self.primary.port).start() for i in range(3)
+        ]
+        wait_until(
+            self._watching,
+            READY_S,
+            interval_s=0.1,
+            message="3 sentinels to know the primary, its replica and each other",
+        )
         return self
 
     def _watching(self) -> bool:
         views = [s.view() for s in self.sentinels]
-        return all(v is not None and v.get("num-slaves") == 1
-                   and v.get("num-other-sentinels") == 2 for v in views)
+        return all(
+            v is not None and v.get("num-slaves") == 1 and v.get("num-other-sentinels") == 2
+            for v in views
+        )
 
     def primary_port(self) -> int | None:
         """The port the sentinels' majority names as the primary now."""
@@ -118,9 +144,15 @@ class SentinelGroup:
     def wait_promoted(self, timeout_s: float = 60) -> None:
         assert self.replica is not None
         replica = redis.Redis(port=self.replica.port, decode_responses=True)
-        wait_until(lambda: self.primary_port() == self.replica.port  # type: ignore[union-attr]
-                   and replica.info("replication").get("role") == "master",
-                   timeout_s, interval_s=0.1, message="the sentinels to promote the replica")
+        wait_until(
+            lambda: (
+                self.primary_port() == self.replica.port  # type: ignore[union-attr]
+                and replica.info("replication").get("role") == "master"
+            ),
+            timeout_s,
+            interval_s=0.1,
+            message="the sentinels to promote the replica",
+        )
 
     def stop(self) -> None:
         for sentinel in self.sentinels:

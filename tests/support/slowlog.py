@@ -59,8 +59,9 @@ def within_the_rule(slow_ms: list[float], calls: int = 0) -> bool:
     return len(slow_ms) <= outliers and all(ms < NOISE_CEILING_MS for ms in slow_ms)
 
 
-def first_within_the_rule(measure: Callable[[], list[float]], attempts: int = 3,
-                          calls: int = 0) -> list[float]:
+def first_within_the_rule(
+    measure: Callable[[], list[float]], attempts: int = 3, calls: int = 0
+) -> list[float]:
     """The slow scripts of the first of `attempts` measurements within the rule, else of the
     last: an unpaged walk is slow on every attempt, a loaded host's outliers come and go."""
     slow = measure()

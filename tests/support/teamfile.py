@@ -17,10 +17,17 @@ MEMBERS: list[dict[str, Any]] = [
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def team_file(path: Path, models: dict[str, str], *, members: list[dict[str, Any]] = MEMBERS,
-              team_id: str = "coord", options: dict[str, Any] | None = None,
-              hooks: list[str] | None = None, mcp_servers: list[dict[str, Any]] | None = None,
-              queue: str | None = None) -> Path:
+def team_file(
+    path: Path,
+    models: dict[str, str],
+    *,
+    members: list[dict[str, Any]] = MEMBERS,
+    team_id: str = "coord",
+    options: dict[str, Any] | None = None,
+    hooks: list[str] | None = None,
+    mcp_servers: list[dict[str, Any]] | None = None,
+    queue: str | None = None,
+) -> Path:
     """Write a team of `members` to `path` and return it. `models` names the "planner" and the
     "synth" and, when it has one, the members' default ("member"); `queue` is the planner's and
     the synthesizer's."""

@@ -24,11 +24,24 @@ def cli(*args: str) -> Result:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def spawn(url: str, team: str, name: str, model: str, api_base: str | None,
-          *extra: str) -> Result:
+def spawn(url: str, team: str, name: str, model: str, api_base: str | None, *extra: str) -> Result:
     """`teamctl team spawn NAME` with a role and a prompt named after the teammate."""
-    args = ["team", "spawn", name, "-t", team, "--redis-url", url, "--role", f"{name}-role",
-            "--prompt", f"You are {name}. Start.", "--model", model, *extra]
+    args = [
+        "team",
+        "spawn",
+        name,
+        "-t",
+        team,
+        "--redis-url",
+        url,
+        "--role",
+        f"{name}-role",
+        "--prompt",
+        f"You are {name}. Start.",
+        "--model",
+        model,
+        *extra,
+    ]
     return cli(*args, *(["--api-base", api_base] if api_base else []))
 
 
@@ -37,12 +50,24 @@ def typed(*args: str, lines: str) -> Result:
     return CliRunner().invoke(main, list(args), input=lines, catch_exceptions=False)
 
 
-def lead_args(url: str, team: str, model: str, api_base: str, *extra: str,
-              own_workers: bool = False) -> list[str]:
+def lead_args(
+    url: str, team: str, model: str, api_base: str, *extra: str, own_workers: bool = False
+) -> list[str]:
     """`teamctl lead` on the scripted server; with `own_workers` at the default --workers,
     else none (the session's workers serve the tests' default database)."""
-    return ["lead", "-t", team, "--redis-url", url, *([] if own_workers else ["--workers", "0"]),
-            "--model", model, "--api-base", api_base, *extra]
+    return [
+        "lead",
+        "-t",
+        team,
+        "--redis-url",
+        url,
+        *([] if own_workers else ["--workers", "0"]),
+        "--model",
+        model,
+        "--api-base",
+        api_base,
+        *extra,
+    ]
 
 
 def base_args(url: str, team: str) -> tuple[str, ...]:
@@ -115,8 +140,7 @@ class Doer:
         self.entered.set()
         if self.hold is not None:
             self.hold.wait(60)
-        return ToolCalls([("complete_task", {"task_id": found[-1],
-                                             "result": f"did {found[-1]}"})])
+        return ToolCalls([("complete_task", {"task_id": found[-1], "result": f"did {found[-1]}"})])
 
 
 class Stubborn:

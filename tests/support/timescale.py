@@ -34,6 +34,9 @@ def scaled(seconds: float, floor_s: float = 0.0) -> float:
 def timing_options(**extra: object) -> dict[str, object]:
     """The run options that are durations, at the current scale (at 1x: the defaults)."""
     defaults = RunOptions()
-    return {"heartbeat_ttl_s": scaled(defaults.heartbeat_ttl_s, 1.0),
-            "lease_ttl_s": scaled(defaults.lease_ttl_s, 1.0),
-            "redis_outage_s": scaled(defaults.redis_outage_s, 2.0), **extra}
+    return {
+        "heartbeat_ttl_s": scaled(defaults.heartbeat_ttl_s, 1.0),
+        "lease_ttl_s": scaled(defaults.lease_ttl_s, 1.0),
+        "redis_outage_s": scaled(defaults.redis_outage_s, 2.0),
+        **extra,
+    }

@@ -9,8 +9,12 @@ from collections.abc import Callable
 import redis
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float = 30.0,
-               interval_s: float = 0.02, message: str = "condition") -> object:
+def wait_until(
+    predicate: Callable[[], object],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.02,
+    message: str = "condition",
+) -> object:
     """Poll `predicate` until it returns something truthy, or fail after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while True:

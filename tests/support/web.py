@@ -37,9 +37,11 @@ TOKEN = "s3cret-token-for-tests"
 """The token of the dashboards `served` starts."""
 HOSTILE = "<script>alert('owned')</script>"
 """What a model might write: must reach a page escaped, never as markup."""
-TRANSCRIPT = [{"role": "system", "content": "You are m1."},
-              {"role": "user", "content": "Find facts"},
-              {"role": "assistant", "content": f"the facts {HOSTILE}"}]
+TRANSCRIPT = [
+    {"role": "system", "content": "You are m1."},
+    {"role": "user", "content": "Find facts"},
+    {"role": "assistant", "content": f"the facts {HOSTILE}"},
+]
 
 
 @dataclass
@@ -52,33 +54,50 @@ class DrivenRun:
     bus: MessageBus
 
 
-def start_run(conn: redis.Redis, run_id: str, *, heartbeat_ttl_s: float = 30.0,
-              tasks: list[TaskSpec] | None = None,
-              max_cost_usd: float | None = None) -> DrivenRun:
+def start_run(
+    conn: redis.Redis,
+    run_id: str,
+    *,
+    heartbeat_ttl_s: float = 30.0,
+    tasks: list[TaskSpec] | None = None,
+    max_cost_usd: float | None = None,
+) -> DrivenRun:
     """A running run of members m1, m2 with tasks `a` and `b` (b depends on a), or `tasks`,
     no workers; a cost budget if given."""
-    spec = RunSpec(run_id=run_id, team_id="t", objective=f"Objective {HOSTILE}",
-                   members=[Member(id="m1"), Member(id="m2")],
-                   options=RunOptions(heartbeat_ttl_s=heartbeat_ttl_s, max_cost_usd=max_cost_usd),
-                   models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
-                   workspace_dir="/tmp", created_ms=now_ms())
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="t",
+        objective=f"Objective {HOSTILE}",
+        members=[Member(id="m1"), Member(id="m2")],
+        options=RunOptions(heartbeat_ttl_s=heartbeat_ttl_s, max_cost_usd=max_cost_usd),
+        models=ModelChoice(planner="p", synthesizer="s", member_default="m"),
+        workspace_dir="/tmp",
+        created_ms=now_ms(),
+    )
     keys = RunKeys(run_id)
     RunStore(conn, keys).create(spec)
     store = coordinator_store(conn, run_id)
     store.set_status(RunStatus.RUNNING)
     board = TaskBoard(conn, keys)
-    board.create(tasks or [TaskSpec(id="a", member_id="m1", task="Find facts"),
-                           TaskSpec(id="b", member_id="m2", task="Write it up",
-                                    depends_on=["a"])])
+    board.create(
+        tasks
+        or [
+            TaskSpec(id="a", member_id="m1", task="Find facts"),
+            TaskSpec(id="b", member_id="m2", task="Write it up", depends_on=["a"]),
+        ]
+    )
     return DrivenRun(run_id, board, store, MessageBus(conn, keys))
 
 
 def chain(length: int) -> list[TaskSpec]:
     """A plan that is one chain, c1 <- c2 <- ... <- cN, listed dependents-first: laying it out
     walks the whole chain from its first task."""
-    return [TaskSpec(id=f"c{i}", member_id="m1", task=f"Step {i}",
-                     depends_on=[f"c{i - 1}"] if i > 1 else [])
-            for i in range(length, 0, -1)]
+    return [
+        TaskSpec(
+            id=f"c{i}", member_id="m1", task=f"Step {i}", depends_on=[f"c{i - 1}"] if i > 1 else []
+        )
+        for i in range(length, 0, -1)
+    ]
 
 
 def expire_claim(conn: redis.Redis, board: TaskBoard, task_id: str) -> None:
@@ -128,18 +147,23 @@ def free_port() -> int:
 
 
 @contextmanager
-def served(redis_url: str, *, allow_control: bool = False,
-           open_reads: bool = False) -> Iterator[str]:
+def served(
+    redis_url: str, *, allow_control: bool = False, open_reads: bool = False
+) -> Iterator[str]:
     """The dashboard app under real uvicorn on 127.0.0.1, in a thread, its token TOKEN; yields
     its base URL. Stopped through its server handle (should_exit), and the thread joined."""
     import uvicorn
     from teamctl.coordinator.web.app import DashboardConfig, create_app
 
     port = free_port()
-    app = create_app(DashboardConfig(redis_url=redis_url, token=TOKEN,
-                                     allow_control=allow_control, open_reads=open_reads))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
+    app = create_app(
+        DashboardConfig(
+            redis_url=redis_url, token=TOKEN, allow_control=allow_control, open_reads=open_reads
+        )
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -176,8 +200,11 @@ class Printed:
 def dashboard_command(redis_url: str, *flags: str) -> Iterator[Printed]:
     """`teamctl dashboard --port 0 FLAGS` in its own process (a free port), answering once it
     has printed; stopped by its pid with SIGTERM, which it must obey."""
-    process = subprocess.Popen([*TEAMCTL, "dashboard", "--port", "0", *flags,
-                                "--redis-url", redis_url], stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*TEAMCTL, "dashboard", "--port", "0", *flags, "--redis-url", redis_url],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert process.stderr is not None
         first = process.stderr.readline()

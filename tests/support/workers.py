@@ -21,8 +21,17 @@ from teamctl.shared.process.pids import pid_alive
 
 from tests.support.waiting import wait_until
 
-ENV_PREFIXES = ("TEAMCTL_", "REDIS_URL", "OPENAI_", "ANTHROPIC_", "GEMINI_", "MISTRAL_", "GROQ_",
-                "DEEPSEEK_", "OPENROUTER_")
+ENV_PREFIXES = (
+    "TEAMCTL_",
+    "REDIS_URL",
+    "OPENAI_",
+    "ANTHROPIC_",
+    "GEMINI_",
+    "MISTRAL_",
+    "GROQ_",
+    "DEEPSEEK_",
+    "OPENROUTER_",
+)
 """The environment variables of a user's teamctl and provider settings, kept out of every test."""
 TRACEBACK = b"Traceback (most recent call last)"
 
@@ -45,17 +54,23 @@ def start_clean(group: LocalWorkers) -> None:
 
 
 @contextmanager
-def workers_on_own_queue(redis_url: str, queue: str, count: int,
-                         log_dir: Path) -> Iterator[LocalWorkers]:
+def workers_on_own_queue(
+    redis_url: str, queue: str, count: int, log_dir: Path
+) -> Iterator[LocalWorkers]:
     """`count` workers of a module's own on `queue` (so the session's workers never see its
     jobs: a module may kill or freeze them), registered before it is yielded, stopped after."""
     group = LocalWorkers(redis_url, [queue], count, log_dir)
     start_clean(group)
     try:
         client = redis.Redis.from_url(redis_url, decode_responses=True)
-        wait_until(lambda: len([k for k in client.smembers(f"rq:workers:{queue}")
-                                if client.exists(k)]) == count, 60,
-                   message=f"{count} workers on queue {queue}")
+        wait_until(
+            lambda: (
+                len([k for k in client.smembers(f"rq:workers:{queue}") if client.exists(k)])
+                == count
+            ),
+            60,
+            message=f"{count} workers on queue {queue}",
+        )
         yield group
     finally:
         group.stop()
@@ -103,33 +118,43 @@ class SharedWorkerTrail:
 
     def news(self) -> list[str]:
         """The failed jobs and worker tracebacks since the last mark, one line each."""
-        found = [f"job {job_id} is in the FailedJobRegistry of {self.queue}"
-                 for job_id in self._failed_ids() if job_id not in self.failed_seen]
+        found = [
+            f"job {job_id} is in the FailedJobRegistry of {self.queue}"
+            for job_id in self._failed_ids()
+            if job_id not in self.failed_seen
+        ]
         for path in sorted(self.log_dir.glob("*.log")):
             with path.open("rb") as log:
                 log.seek(self.log_offsets.get(path, 0))
                 text = log.read()
             if TRACEBACK in text:
                 at = text.index(TRACEBACK)
-                found.append(f"{path.name} logged a traceback: "
-                             + text[max(0, at - 300):at + 1500].decode(errors="replace"))
+                found.append(
+                    f"{path.name} logged a traceback: "
+                    + text[max(0, at - 300) : at + 1500].decode(errors="replace")
+                )
         return found
 
     def _failed_ids(self) -> list[str]:
         client = redis.Redis.from_url(self.redis_url)
         try:
-            return [job_id.decode() if isinstance(job_id, bytes) else job_id
-                    for job_id in FailedJobRegistry(self.queue, connection=client).get_job_ids()]
+            return [
+                job_id.decode() if isinstance(job_id, bytes) else job_id
+                for job_id in FailedJobRegistry(self.queue, connection=client).get_job_ids()
+            ]
         finally:
             client.close()
+
 
 def wait_for_idle_queue(redis_url: str, queue_name: str) -> None:
     """Wait until `queue_name` holds no job and none of its workers is busy."""
     client = redis.Redis.from_url(redis_url)
     queue = Queue(queue_name, connection=client)
-    wait_until(lambda: queue.count == 0 and all(
-        w.get_state() != "busy" for w in Worker.all(queue=queue)), 60,
-        message=f"the shared workers of {queue_name} to be idle with nothing queued")
+    wait_until(
+        lambda: queue.count == 0 and all(w.get_state() != "busy" for w in Worker.all(queue=queue)),
+        60,
+        message=f"the shared workers of {queue_name} to be idle with nothing queued",
+    )
     client.close()
 
 
@@ -149,12 +174,19 @@ def fork_server(directory: Path) -> Iterator[str]:
     env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIXES)}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     with (directory / "fork-server.log").open("ab") as log:
-        server = subprocess.Popen([sys.executable, "-m", "teamctl.worker.for_the_suite.fork_server",
-                                   str(socket_path)], stdout=log, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, env=env)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "teamctl.worker.for_the_suite.fork_server", str(socket_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
     try:
-        wait_until(lambda: socket_path.exists() or server.poll() is not None, 120,
-                   message="the worker fork server to listen")
+        wait_until(
+            lambda: socket_path.exists() or server.poll() is not None,
+            120,
+            message="the worker fork server to listen",
+        )
         assert server.poll() is None, (directory / "fork-server.log").read_text()
         yield str(socket_path)
     finally:

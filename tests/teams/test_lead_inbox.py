@@ -35,18 +35,19 @@ from tests.support.teams import cli
 NOBODY = "nobody"
 BUS_CAP = 40
 INBOX_CAP = 10
-SUMMARY = re.compile(r"(\d+) older notices were folded into this one to keep your unread mail "
-                     r"within lead_inbox_max_messages \(10\): teammate\.idle (\d+)\. "
-                     r"Teammates: (.*)\. See list_tasks, get_task and list_teammates for where "
-                     r"things stand now\.")
+SUMMARY = re.compile(
+    r"(\d+) older notices were folded into this one to keep your unread mail "
+    r"within lead_inbox_max_messages \(10\): teammate\.idle (\d+)\. "
+    r"Teammates: (.*)\. See list_tasks, get_task and list_teammates for where "
+    r"things stand now\."
+)
 
 
 def team(conn: redis.Redis, **options: int) -> TeamStore:
     store = TeamStore(conn, f"t{uuid.uuid4().hex[:8]}")
     store.create(TeamOptions(max_teammates=3, **options))
     for name in ("alice", "bob"):
-        store.spawn(name, role="r", prompt=f"{name}, start", model="m", api_base=None,
-                    queue=NOBODY)
+        store.spawn(name, role="r", prompt=f"{name}, start", model="m", api_base=None, queue=NOBODY)
     return store
 
 
@@ -67,12 +68,14 @@ def idle_label(message: Envelope) -> str:
 
 
 def kept_kinds(messages: list[Envelope]) -> list[tuple[str, str]]:
-    return [(m.type, m.content) for m in messages if m.type != SystemType.TEAMMATE_IDLE
-            and m.type != SystemType.INBOX_SUMMARY]
+    return [
+        (m.type, m.content)
+        for m in messages
+        if m.type != SystemType.TEAMMATE_IDLE and m.type != SystemType.INBOX_SUMMARY
+    ]
 
 
-def test_without_a_lead_notices_fold_and_the_bus_stays_within_its_cap(
-        conn: redis.Redis) -> None:
+def test_without_a_lead_notices_fold_and_the_bus_stays_within_its_cap(conn: redis.Redis) -> None:
     store = team(conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP)
     store.messages.send("alice", LEAD, "peer 0: the schema is ready")
     request, _ = store.requests.request_shutdown("bob", "end of day")
@@ -93,9 +96,11 @@ def test_without_a_lead_notices_fold_and_the_bus_stays_within_its_cap(
     unread = store.messages.peek(LEAD)[1]
     assert kept_kinds(unread) == [
         ("peer.message", "peer 0: the schema is ready"),
-        (ProtocolType.SHUTDOWN_RESPONSE, "bob rejects shutdown request "
-                                         f"{request.id}: still busy"),
-        ("peer.message", "peer 1"), ("peer.message", "peer 2"), ("peer.message", "peer 3")]
+        (ProtocolType.SHUTDOWN_RESPONSE, f"bob rejects shutdown request {request.id}: still busy"),
+        ("peer.message", "peer 1"),
+        ("peer.message", "peer 2"),
+        ("peer.message", "peer 3"),
+    ]
     summaries = [m for m in unread if m.type == SystemType.INBOX_SUMMARY]
     assert len(summaries) == 1 and summaries[0].from_ == "system"
     match = SUMMARY.fullmatch(summaries[0].content)
@@ -105,19 +110,24 @@ def test_without_a_lead_notices_fold_and_the_bus_stays_within_its_cap(
     produced = 2 * rounds + 1
     assert int(folded) == int(idle_folded) == produced - len(idle_shown)
     # The newest notices stay, in order; the folded ones are the oldest.
-    newest = [f"round {n}" for n in range(rounds) for _ in (0, 1)][-len(idle_shown):]
+    newest = [f"round {n}" for n in range(rounds) for _ in (0, 1)][-len(idle_shown) :]
     assert idle_shown == newest and len(unread) <= INBOX_CAP
     counts = dict(part.split(" ") for part in teammates.split(", "))
-    alice_shown = sum(m.content.startswith("alice") for m in unread
-                      if m.type == SystemType.TEAMMATE_IDLE)
-    assert counts == {"alice": str(rounds - alice_shown),
-                      "bob": str(rounds + 1 - (len(idle_shown) - alice_shown))}
+    alice_shown = sum(
+        m.content.startswith("alice") for m in unread if m.type == SystemType.TEAMMATE_IDLE
+    )
+    assert counts == {
+        "alice": str(rounds - alice_shown),
+        "bob": str(rounds + 1 - (len(idle_shown) - alice_shown)),
+    }
 
 
 def test_a_lead_reading_meanwhile_gets_each_message_once_and_no_folded_one(
-        conn: redis.Redis) -> None:
-    store = team(conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP,
-                 inbox_batch_messages=4)
+    conn: redis.Redis,
+) -> None:
+    store = team(
+        conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP, inbox_batch_messages=4
+    )
     owner = "lead:test"
     conn.set(store.keys.lead_lease, owner)
     memory = LeadMemory(store, owner)
@@ -145,23 +155,28 @@ def test_a_lead_reading_meanwhile_gets_each_message_once_and_no_folded_one(
     assert_each_once(delivered, 2 * rounds, [f"peer at step {step}" for step in range(0, 25, 5)])
 
 
-def assert_each_once(delivered: list[dict[str, str]], notices: int, peers: list[str], *,
-                     must_fold: bool = True) -> None:
+def assert_each_once(
+    delivered: list[dict[str, str]], notices: int, peers: list[str], *, must_fold: bool = True
+) -> None:
     """No message reached the lead twice; each of the `notices` idle notices reached it once, as
     itself or counted in one summary (so none was both); every peer message, in order."""
     assert len({line["id"] for line in delivered}) == len(delivered)
     idle = [line["content"] for line in delivered if line["type"] == SystemType.TEAMMATE_IDLE]
     assert len(set(idle)) == len(idle)
-    folded = [SUMMARY.fullmatch(line["content"]) for line in delivered
-              if line["type"] == SystemType.INBOX_SUMMARY]
+    folded = [
+        SUMMARY.fullmatch(line["content"])
+        for line in delivered
+        if line["type"] == SystemType.INBOX_SUMMARY
+    ]
     assert all(folded) and (folded or not must_fold), "the lead fell behind: some should fold"
     assert len(idle) + sum(int(m.group(1)) for m in folded if m) == notices
     assert [line["content"] for line in delivered if line["type"] == "peer.message"] == peers
 
 
 def test_a_lead_reading_in_another_thread_gets_each_message_once(conn: redis.Redis) -> None:
-    store = team(conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP,
-                 inbox_batch_messages=3)
+    store = team(
+        conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP, inbox_batch_messages=3
+    )
     owner = "lead:thread"
     conn.set(store.keys.lead_lease, owner)
     lead_store = TeamStore(conn, store.team)
@@ -193,12 +208,12 @@ def test_a_lead_reading_in_another_thread_gets_each_message_once(conn: redis.Red
         reader.join(30)
     assert not reader.is_alive()
     # How much folds depends on the two threads' pace; what reached the lead never does.
-    assert_each_once(delivered, 2 * rounds, [f"peer {n}" for n in range(0, rounds, 20)],
-                     must_fold=False)
+    assert_each_once(
+        delivered, 2 * rounds, [f"peer {n}" for n in range(0, rounds, 20)], must_fold=False
+    )
 
 
-def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(
-        conn: redis.Redis) -> None:
+def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(conn: redis.Redis) -> None:
     store = team(conn, bus_max_messages=BUS_CAP, lead_inbox_max_messages=INBOX_CAP)
     for n in range(INBOX_CAP):
         store.messages.send("alice", LEAD, f"note {n}")
@@ -207,14 +222,18 @@ def test_a_teammate_is_refused_when_the_leads_inbox_is_full_of_kept_mail(
     assert str(refused.value) == (
         "the lead has 10 unread messages, its bound (lead_inbox_max_messages 10), and none of "
         "them can be folded; alice's message was not sent. Wait for the lead to read its mail, "
-        "or put what you wanted to say in a task result or a message to a teammate")
+        "or put what you wanted to say in a task result or a message to a teammate"
+    )
     with pytest.raises(LeadMailboxFull):
         store.messages.broadcast("bob", "to everyone")
     # The teammate's model gets it as a tool error, and the turn goes on.
     store.messages.wake("alice")
     assert store.turns.begin_turn("alice", "test:1")[0] == "ok"
-    answer = TeammateTools(store, "alice").toolbox().call(
-        "send_message", json.dumps({"to": "lead", "content": "again"}), "c1")
+    answer = (
+        TeammateTools(store, "alice")
+        .toolbox()
+        .call("send_message", json.dumps({"to": "lead", "content": "again"}), "c1")
+    )
     assert answer.startswith("TOOL_ERROR: ")
     error = json.loads(answer.removeprefix("TOOL_ERROR: "))
     assert (error["errorType"], error["error"]) == ("LeadMailboxFull", str(refused.value))
@@ -248,7 +267,8 @@ def big_backlog(conn: redis.Redis) -> TeamStore:
 
 
 def test_folding_and_compacting_10000_messages_runs_in_bounded_script_calls(
-        conn: redis.Redis) -> None:
+    conn: redis.Redis,
+) -> None:
     # Each call folds or compacts a bounded slice (FOLD_WALK, COMPACT_WORK): 2-4 ms on an idle
     # 2-core host, so a loaded CI host pushes many past 5 ms, while one walk of the whole
     # backlog costs ~200 ms. The test holds every call far below that; the 5 ms figure itself
@@ -260,8 +280,9 @@ def test_folding_and_compacting_10000_messages_runs_in_bounded_script_calls(
         stores.append(big_backlog(conn))
         with slowlog_at_the_rule(conn):
             outcomes.append(stores[-1].lead_inbox.keep_bounds())
-            return slow_scripts_ms(conn, script_shas("lead_inbox_fold", "team_bus_compact",
-                                                     "trim_bus"))
+            return slow_scripts_ms(
+                conn, script_shas("lead_inbox_fold", "team_bus_compact", "trim_bus")
+            )
 
     slow = first_within_the_rule(measure)
     assert all(ms < NOISE_CEILING_MS for ms in slow), slow
@@ -276,21 +297,25 @@ def test_folding_and_compacting_10000_messages_runs_in_bounded_script_calls(
 
 
 def test_the_team_file_sets_the_bounds_and_refuses_an_inbox_bigger_than_half_the_bus(
-        conn: redis.Redis, redis_url: str, tmp_path: Path) -> None:
+    conn: redis.Redis, redis_url: str, tmp_path: Path
+) -> None:
     good = tmp_path / "good.toml"
     good.write_text("[teammates]\nbus_max_messages = 400\nlead_inbox_max_messages = 200\n")
-    created = cli("team", "create", "--file", str(good), "-t", "bounded", "--redis-url",
-                  redis_url)
+    created = cli("team", "create", "--file", str(good), "-t", "bounded", "--redis-url", redis_url)
     assert created.exit_code == 0, created.output
     options = TeamStore(conn, "bounded").options
     assert (options.bus_max_messages, options.lead_inbox_max_messages) == (400, 200)
     bad = tmp_path / "bad.toml"
     bad.write_text("[teammates]\nbus_max_messages = 400\nlead_inbox_max_messages = 201\n")
-    refused = cli("team", "create", "--file", str(bad), "-t", "unbounded", "--redis-url",
-                  redis_url)
+    refused = cli("team", "create", "--file", str(bad), "-t", "unbounded", "--redis-url", redis_url)
     assert refused.exit_code == 2 and refused.stdout == ""
-    assert refused.stderr.count("\n") == 1 and (
-        "lead_inbox_max_messages (201) must be at most half of bus_max_messages (400), so the "
-        "lead's unread mail fits on the bus beside the teammates'; lower it or raise "
-        "bus_max_messages") in refused.stderr
+    assert (
+        refused.stderr.count("\n") == 1
+        and (
+            "lead_inbox_max_messages (201) must be at most half of bus_max_messages (400), so the "
+            "lead's unread mail fits on the bus beside the teammates'; lower it or raise "
+            "bus_max_messages"
+        )
+        in refused.stderr
+    )
     assert not TeamStore(conn, "unbounded").exists()

@@ -29,8 +29,9 @@ from tests.support.waiting import wait_until
 GIT = {"name": "git", "command": ["mcp-server-git", "--repository", "."]}
 
 
-def create_team(url: str, team: str, tmp_path: Path, servers: list[dict[str, Any]],
-                **teammates: Any) -> Path:
+def create_team(
+    url: str, team: str, tmp_path: Path, servers: list[dict[str, Any]], **teammates: Any
+) -> Path:
     """`teamctl team create --file` with these MCP servers; the team's workspace, holding a
     git repository with one commit."""
     path = tmp_path / "team.json"
@@ -47,26 +48,43 @@ def tool_messages(store: TeamStore, name: str) -> list[str]:
 
 
 def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workers: str,
+    wconn: redis.Redis,
+    llm: ScriptedLLM,
+    team: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Offered as git__* after its other tools, with the server's schema; the call's result is
     in its memory and its next model request; the server is gone once the turn ended."""
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     workspace = create_team(workers, team, tmp_path, [GIT])
-    model = llm.script(f"gitmate-{team}", [
-        ToolCalls([("git__git_log", {"repo_path": ".", "max_count": 5})]), "read the log"])
+    model = llm.script(
+        f"gitmate-{team}",
+        [ToolCalls([("git__git_log", {"repo_path": ".", "max_count": 5})]), "read the log"],
+    )
     store = TeamStore(wconn, team)
 
-    result = spawn(workers, team, "gitmate", model, llm.api_base, "--tool", "read_file",
-                   "--mcp", "git:git_log", "--mcp", "git:git_status")
+    result = spawn(
+        workers,
+        team,
+        "gitmate",
+        model,
+        llm.api_base,
+        "--tool",
+        "read_file",
+        "--mcp",
+        "git:git_log",
+        "--mcp",
+        "git:git_status",
+    )
 
     assert result.exit_code == 0, result.output
     assert store.get("gitmate").mcp == ["git:git_log", "git:git_status"]
     wait_until(lambda: store.get("gitmate").status is TeammateStatus.IDLE, message="gitmate idle")
     first, second = llm.requests[f"gitmate-{team}"]
     assert tool_names(first)[-3:] == ["read_file", "git__git_status", "git__git_log"]
-    schema = next(t["function"] for t in first["tools"]
-                  if t["function"]["name"] == "git__git_log")
+    schema = next(t["function"] for t in first["tools"] if t["function"]["name"] == "git__git_log")
     assert schema["parameters"]["required"] == ["repo_path"]
     assert "git__git_status, git__git_log" in first["messages"][0]["content"]
     (history,) = tool_messages(store, "gitmate")
@@ -74,49 +92,79 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
     assert second["messages"][-1]["content"] == history
     teammate = store.get("gitmate")
     assert (teammate.idle_reason, teammate.last_error) == ("done", None)
-    wait_until(lambda: processes_in(workspace.resolve()) == [], 20,
-               message="the git server to stop with the turn job")
+    wait_until(
+        lambda: processes_in(workspace.resolve()) == [],
+        20,
+        message="the git server to stop with the turn job",
+    )
 
 
 def test_in_plan_mode_only_the_tools_a_server_marks_read_only_run_before_approval(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workers: str,
+    wconn: redis.Redis,
+    llm: ScriptedLLM,
+    team: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """mcp-server-git marks git_log read-only and git_add not: before the lead approves a plan,
     the log runs and the add answers with the plan-mode refusal, staging nothing."""
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     workspace = create_team(workers, team, tmp_path, [GIT])
     (workspace / "draft.txt").write_text("draft\n")
-    model = llm.script(f"planner-{team}", [
-        ToolCalls([("git__git_log", {"repo_path": ".", "max_count": 1}),
-                   ("git__git_add", {"repo_path": ".", "files": ["draft.txt"]})]),
-        "waiting for approval"])
+    model = llm.script(
+        f"planner-{team}",
+        [
+            ToolCalls(
+                [
+                    ("git__git_log", {"repo_path": ".", "max_count": 1}),
+                    ("git__git_add", {"repo_path": ".", "files": ["draft.txt"]}),
+                ]
+            ),
+            "waiting for approval",
+        ],
+    )
     store = TeamStore(wconn, team)
 
-    assert spawn(workers, team, "careful", model, llm.api_base, "--plan-mode",
-                 "--mcp", "git").exit_code == 0
+    assert (
+        spawn(
+            workers, team, "careful", model, llm.api_base, "--plan-mode", "--mcp", "git"
+        ).exit_code
+        == 0
+    )
     wait_until(lambda: store.get("careful").status is TeammateStatus.IDLE, message="careful idle")
 
     # The gate wraps git_add in place: the model still gets the server's own schema for it.
-    schemas = {t["function"]["name"]: t["function"]["parameters"]
-               for t in llm.requests[f"planner-{team}"][0]["tools"]}
+    schemas = {
+        t["function"]["name"]: t["function"]["parameters"]
+        for t in llm.requests[f"planner-{team}"][0]["tools"]
+    }
     assert schemas["git__git_add"]["required"] == ["repo_path", "files"]
     assert schemas["git__git_add"]["properties"]["files"]["type"] == "array"
     logged, added = tool_messages(store, "careful")
     assert "Add the release notes" in logged
     assert error_of(added)["errorType"] == "PlanNotApproved"
-    assert error_of(added)["error"].startswith("git__git_add is not allowed yet: you are in "
-                                               "plan mode")
-    status = subprocess.run(["git", "status", "--porcelain"], cwd=workspace, check=True,
-                            capture_output=True, text=True).stdout
+    assert error_of(added)["error"].startswith(
+        "git__git_add is not allowed yet: you are in plan mode"
+    )
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=workspace, check=True, capture_output=True, text=True
+    ).stdout
     assert status.strip() == "?? draft.txt"
 
 
 def test_a_server_that_will_not_start_idles_the_teammate_with_its_stderr(
-        workers: str, wconn: redis.Redis, team: str, tmp_path: Path) -> None:
-    broken = {"name": "index", "command": [
-        sys.executable, "-c",
-        "import sys; print('index: cannot open /no/such/index.db', file=sys.stderr); "
-        "sys.exit(2)"]}
+    workers: str, wconn: redis.Redis, team: str, tmp_path: Path
+) -> None:
+    broken = {
+        "name": "index",
+        "command": [
+            sys.executable,
+            "-c",
+            "import sys; print('index: cannot open /no/such/index.db', file=sys.stderr); "
+            "sys.exit(2)",
+        ],
+    }
     workspace = create_team(workers, team, tmp_path, [broken])
     store = TeamStore(wconn, team)
 
@@ -131,12 +179,18 @@ def test_a_server_that_will_not_start_idles_the_teammate_with_its_stderr(
 
 
 def test_spawn_with_mcp_entries_the_team_lacks_exits_2_and_writes_nothing(
-        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    redis_url: str, conn: redis.Redis, team: str, tmp_path: Path
+) -> None:
     bare = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--mcp", "git")
-    assert_config_error(bare, for_this_shell(redis_url).spell(
-        "mcp entry 'git' names no [[mcp_servers]] entry (none is configured); add the server or "
-        "fix the name (create the team from a team file with [[mcp_servers]]: `teamctl team "
-        "create --file FILE`)"))
+    assert_config_error(
+        bare,
+        for_this_shell(redis_url).spell(
+            "mcp entry 'git' names no [[mcp_servers]] entry (none is configured); add the server "
+            "or "
+            "fix the name (create the team from a team file with [[mcp_servers]]: `teamctl team "
+            "create --file FILE`)"
+        ),
+    )
     assert conn.keys("teamctl:team:*") == []
 
     create_team(redis_url, team, tmp_path, [GIT])
@@ -149,19 +203,50 @@ def test_spawn_with_mcp_entries_the_team_lacks_exits_2_and_writes_nothing(
 
 
 def test_the_lead_is_told_the_team_s_servers_and_spawns_with_mcp(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workers: str,
+    wconn: redis.Redis,
+    llm: ScriptedLLM,
+    team: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     alice = llm.script(f"alice-{team}", ["nothing to do"])
     create_team(workers, team, tmp_path, [GIT], grantable_mcp=["git"], grantable_models=[alice])
-    spawn_alice = ToolCalls([("spawn_teammate", {"name": "alice", "role": "historian",
-                                                  "prompt": "Go.", "model": alice,
-                                                  "mcp": ["git:git_log"]})])
-    lead = llm.script(f"lead-{team}", handler=lambda body: spawn_alice if len(
-        body["messages"]) == 2 else "noted")
+    spawn_alice = ToolCalls(
+        [
+            (
+                "spawn_teammate",
+                {
+                    "name": "alice",
+                    "role": "historian",
+                    "prompt": "Go.",
+                    "model": alice,
+                    "mcp": ["git:git_log"],
+                },
+            )
+        ]
+    )
+    lead = llm.script(
+        f"lead-{team}", handler=lambda body: spawn_alice if len(body["messages"]) == 2 else "noted"
+    )
 
-    result = cli("lead", "-t", team, "--redis-url", workers, "--workers", "0", "--model", lead,
-                 "--api-base", llm.api_base, "-m", "Spawn alice.", "--until-idle")
+    result = cli(
+        "lead",
+        "-t",
+        team,
+        "--redis-url",
+        workers,
+        "--workers",
+        "0",
+        "--model",
+        lead,
+        "--api-base",
+        llm.api_base,
+        "-m",
+        "Spawn alice.",
+        "--until-idle",
+    )
 
     assert result.exit_code == 0, result.output
     system = llm.requests[f"lead-{team}"][0]["messages"][0]["content"]

@@ -41,8 +41,13 @@ def said(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": text}
 
 
-CALL = {"role": "assistant", "content": None, "tool_calls": [{
-    "id": "c1", "type": "function", "function": {"name": "list_teammates", "arguments": "{}"}}]}
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "list_teammates", "arguments": "{}"}}
+    ],
+}
 
 
 def result(text: str) -> dict[str, Any]:
@@ -72,7 +77,7 @@ def assert_whole(memory: list[dict[str, Any]]) -> None:
     assert memory[0]["role"] == "user"
     for index, message in enumerate(memory):
         calls = message.get("tool_calls") or []
-        results = memory[index + 1:index + 1 + len(calls)]
+        results = memory[index + 1 : index + 1 + len(calls)]
         assert [r.get("tool_call_id") for r in results] == [c["id"] for c in calls]
 
 
@@ -87,13 +92,17 @@ def working_alice(conn: redis.Redis, team: str, options: TeamOptions) -> tuple[T
 
 
 def test_memory_past_its_character_cap_loses_the_oldest_whole_exchanges(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store, token = working_alice(conn, team, TeamOptions(memory_max_chars=1000))
     key = store.keys.memory("alice")
     big = "x" * 400
     assert store.turns.commit_step("alice", token, "", [CALL, result(big)]) == 0
-    assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) == chars(
-        [user("p"), CALL, result(big)])
+    assert (
+        recorded_chars(conn, store, "alice")
+        == stored_chars(conn, key)
+        == chars([user("p"), CALL, result(big)])
+    )
     # Over 1,000 characters: the spawn prompt's exchange goes whole, with its call and result.
     assert store.turns.commit_step("alice", token, "", [user("m1"), said(big)]) == 3
     assert store.turns.memory("alice") == [user("m1"), said(big)]
@@ -106,12 +115,16 @@ def test_memory_past_its_character_cap_loses_the_oldest_whole_exchanges(
     # Characters, not bytes: "ü" and "🙂" count one each, as for the model.
     assert store.turns.commit_step("alice", token, "", [user("m2 ü🙂"), said("a3")]) == 5
     assert store.turns.memory("alice") == [user("m2 ü🙂"), said("a3")]
-    assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) == chars(
-        [user("m2 ü🙂"), said("a3")])
+    assert (
+        recorded_chars(conn, store, "alice")
+        == stored_chars(conn, key)
+        == chars([user("m2 ü🙂"), said("a3")])
+    )
 
 
 def test_a_memory_without_a_size_record_is_counted_once_and_a_respawn_starts_afresh(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store, token = working_alice(conn, team, TeamOptions(memory_max_chars=1000))
     key, teammate = store.keys.memory("alice"), store.keys.teammate("alice")
     assert conn.hget(teammate, "memory_chars") is None  # a fresh spawn: counted at its checkpoint
@@ -121,21 +134,26 @@ def test_a_memory_without_a_size_record_is_counted_once_and_a_respawn_starts_afr
     assert store.turns.memory("alice") == [user("m2"), said("x" * 900)]
     assert recorded_chars(conn, store, "alice") == stored_chars(conn, key)
     store.requests.force_shutdown("alice")
-    store.spawn("alice", role="dev", prompt="again", model="m", api_base=None,
-                queue=f"nobody-{team}")
+    store.spawn(
+        "alice", role="dev", prompt="again", model="m", api_base=None, queue=f"nobody-{team}"
+    )
     assert conn.hget(teammate, "memory_chars") is None
     _, token = store.turns.begin_turn("alice", "test:1")
     assert store.turns.checkpoint("alice", token, "", [said("hi")])
-    assert recorded_chars(conn, store, "alice") == stored_chars(conn, key) == chars(
-        [user("again"), said("hi")])
+    assert (
+        recorded_chars(conn, store, "alice")
+        == stored_chars(conn, key)
+        == chars([user("again"), said("hi")])
+    )
 
 
 def test_a_checkpoint_on_a_large_memory_never_walks_it(conn: redis.Redis, team: str) -> None:
     """SLOWLOG at 5 ms: counting 10,000 messages once is seen; the later checkpoints, which
     append an exchange and drop the oldest, are not (bar a loaded host's few outliers)."""
     cap = 5_000_000
-    store, token = working_alice(conn, team, TeamOptions(memory_max_chars=cap,
-                                                         memory_max_messages=100_000))
+    store, token = working_alice(
+        conn, team, TeamOptions(memory_max_chars=cap, memory_max_messages=100_000)
+    )
     key = store.keys.memory("alice")
     pipe = conn.pipeline(transaction=False)
     for n in range(5000):
@@ -151,10 +169,13 @@ def test_a_checkpoint_on_a_large_memory_never_walks_it(conn: redis.Redis, team: 
         assert walks, "the one count of the whole memory should take over 5 ms"
         conn.slowlog_reset()
         for n in range(100):
-            assert store.turns.commit_step("alice", token, "", [user(f"new {n} " + "n" * 480),
-                                                                said("b" * 480)]) == 2
-        slow = [e["duration"] / 1000 for e in conn.slowlog_get(128)
-                if sha in str(e.get("command"))]
+            assert (
+                store.turns.commit_step(
+                    "alice", token, "", [user(f"new {n} " + "n" * 480), said("b" * 480)]
+                )
+                == 2
+            )
+        slow = [e["duration"] / 1000 for e in conn.slowlog_get(128) if sha in str(e.get("command"))]
         # A walk on each of the 100 would show on most of them; a loaded host, on a few.
         assert within_the_rule(slow, calls=100), slow
     finally:
@@ -164,7 +185,8 @@ def test_a_checkpoint_on_a_large_memory_never_walks_it(conn: redis.Redis, team: 
 
 
 def test_a_teammate_with_large_tool_results_keeps_its_memory_under_the_cap(
-        workers: str, llm: ScriptedLLM) -> None:
+    workers: str, llm: ScriptedLLM
+) -> None:
     conn = redis.Redis.from_url(workers, decode_responses=True)
     store = TeamStore(conn, f"t{time.time_ns() % 10**10}")
     cap = 20_000
@@ -182,10 +204,20 @@ def test_a_teammate_with_large_tool_results_keeps_its_memory_under_the_cap(
         return ToolCalls([("long_text", {"chars": 2500})])
 
     alice = llm.script(f"alice-{store.team}", handler=model)
-    store.spawn("alice", role="dev", prompt="Work.", model=alice, api_base=llm.api_base,
-                queue="members", tools=[f"{FIXTURE}:long_text"])
-    wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, 60,
-               message="alice never went idle")
+    store.spawn(
+        "alice",
+        role="dev",
+        prompt="Work.",
+        model=alice,
+        api_base=llm.api_base,
+        queue="members",
+        tools=[f"{FIXTURE}:long_text"],
+    )
+    wait_until(
+        lambda: store.get("alice").status is TeammateStatus.IDLE,
+        60,
+        message="alice never went idle",
+    )
     assert calls == steps + 1 and store.get("alice").idle_reason == "done"
     memory = store.turns.memory("alice")
     key = store.keys.memory("alice")
@@ -201,7 +233,8 @@ def test_a_teammate_with_large_tool_results_keeps_its_memory_under_the_cap(
 
 
 def test_the_leads_memory_and_requests_stay_under_the_character_cap(
-        conn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path
+) -> None:
     store = TeamStore(conn, team)
     cap = 8000
     store.create(TeamOptions(memory_max_chars=cap))
@@ -221,8 +254,9 @@ def test_the_leads_memory_and_requests_stay_under_the_character_cap(
     lead_model = llm.script(f"lead-{team}", handler=model)
     keys = TeamKeys(team)
     with LeadLease(conn, keys, 30) as lease:
-        agent = LeadAgent(store, lease, LitellmClient(provider_keys=()), lead_model, llm.api_base,
-                          tmp_path / "ws")
+        agent = LeadAgent(
+            store, lease, LitellmClient(provider_keys=()), lead_model, llm.api_base, tmp_path / "ws"
+        )
         assert agent.turn("Read the reports.") == "all read"
         memory = agent.memory.load()
         size = {k: int(v) for k, v in conn.hgetall(keys.lead_memory_size).items()}
@@ -235,8 +269,12 @@ def test_the_leads_memory_and_requests_stay_under_the_character_cap(
         assert LeadMemory(store, lease.owner).commit("", [user("again")], reset=True) == 0
         assert agent.memory.load() == [user("again")]
         assert conn.hgetall(keys.lead_memory_size) == {
-            "chars": str(chars([user("again")])), "last_user": "0", "seq": "1", "turns": "0",
-            "epoch": "1"}
+            "chars": str(chars([user("again")])),
+            "last_user": "0",
+            "seq": "1",
+            "turns": "0",
+            "epoch": "1",
+        }
 
 
 def injected_reports(memory: list[dict[str, Any]]) -> list[str]:

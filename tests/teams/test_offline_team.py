@@ -35,12 +35,26 @@ id = "m2"
 
 
 def test_offline_members_read_the_board_call_their_tool_and_tell_who_waits_on_them(
-        workers: str, wconn: redis.Redis, run_id: str, tmp_path: Path) -> None:
+    workers: str, wconn: redis.Redis, run_id: str, tmp_path: Path
+) -> None:
     team = tmp_path / "team.toml"
     team.write_text(TEAM_FILE)
-    result = CliRunner().invoke(main, [
-        "run", "Write a launch note", "--team", str(team), "--redis-url", workers,
-        "--workers", "0", "--run-id", run_id, "--json"])
+    result = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "Write a launch note",
+            "--team",
+            str(team),
+            "--redis-url",
+            workers,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert out["status"] == "completed"
@@ -48,10 +62,12 @@ def test_offline_members_read_the_board_call_their_tool_and_tell_who_waits_on_th
     peer = [m for m in out["messages"] if m["type"] == "peer.message"]
     assert [(m["from"], m["to"]) for m in peer] == [("m1", "m2")]
     assert peer[0]["content"].startswith("m1_part is done, which your task waits on: [m1] m1_part")
-    kept = Transcripts(wconn, RunKeys(run_id)).load_many(
-        ["m1_part", "m2_part"])
-    calls = [call["function"]["name"] for message in kept["m1_part"]
-             for call in message.get("tool_calls") or []]
+    kept = Transcripts(wconn, RunKeys(run_id)).load_many(["m1_part", "m2_part"])
+    calls = [
+        call["function"]["name"]
+        for message in kept["m1_part"]
+        for call in message.get("tool_calls") or []
+    ]
     assert calls == ["team_read_messages", "team_list_tasks", "search_docs", "team_send_message"]
     # m2 read the message with its first call.
     read = next(m for m in kept["m2_part"] if m.get("role") == "tool")
@@ -61,8 +77,10 @@ def test_offline_members_read_the_board_call_their_tool_and_tell_who_waits_on_th
     shown = cli("transcript", run_id, "m1_part", "--redis-url", workers)
     assert shown.exit_code == 0, shown.output
     lines = shown.stdout.splitlines()
-    assert lines[2] == ('assistant: calls team_read_messages({}); team_list_tasks({}); '
-                        'search_docs({"query": "offline demo"})')
+    assert lines[2] == (
+        "assistant: calls team_read_messages({}); team_list_tasks({}); "
+        'search_docs({"query": "offline demo"})'
+    )
     assert lines[-1].startswith("assistant: [m1] m1_part: notes on")
     unknown = cli("transcript", run_id, "m9_part", "--redis-url", workers)
     assert unknown.exit_code == 2
@@ -76,23 +94,32 @@ def lead_inbox(url: str, team: str) -> list[dict[str, str]]:
 
 
 def test_an_offline_teammate_does_its_task_answers_the_lead_and_agrees_to_shut_down(
-        workers: str, wconn: redis.Redis, team: str) -> None:
+    workers: str, wconn: redis.Redis, team: str
+) -> None:
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "scout", OFFLINE_MODEL, None).exit_code == 0
     wait_until(lambda: store.get("scout").status is TeammateStatus.IDLE, message="scout idle")
 
     task_id = add(workers, team, "Draft the intro")
-    wait_until(lambda: task(store, task_id).status is TaskStatus.COMPLETED, 60,
-               message="the task completed by scout")
+    wait_until(
+        lambda: task(store, task_id).status is TaskStatus.COMPLETED,
+        60,
+        message="the task completed by scout",
+    )
     done = task(store, task_id)
     assert (done.claimed_by, done.output) == ("scout", f"[scout-role] scout: did {task_id}.")
 
     assert cli("team", "send", "scout", "What is left?", *base_args(workers, team)).exit_code == 0
-    wait_until(lambda: any(m["from"] == "scout" and m["type"] == "peer.message"
-                           for m in lead_inbox(workers, team)), 60,
-               message="scout's answer to the lead")
-    [answer] = [m for m in lead_inbox(workers, team)
-                if m["from"] == "scout" and m["type"] == "peer.message"]
+    wait_until(
+        lambda: any(
+            m["from"] == "scout" and m["type"] == "peer.message" for m in lead_inbox(workers, team)
+        ),
+        60,
+        message="scout's answer to the lead",
+    )
+    [answer] = [
+        m for m in lead_inbox(workers, team) if m["from"] == "scout" and m["type"] == "peer.message"
+    ]
     assert answer["to"] == "lead" and answer["content"].endswith(": What is left?")
 
     # No --force: the teammate approves the request itself.
@@ -102,9 +129,11 @@ def test_an_offline_teammate_does_its_task_answers_the_lead_and_agrees_to_shut_d
 
 
 def test_an_offline_teammate_in_plan_mode_does_its_task_once_the_plan_is_approved(
-        workers: str, wconn: redis.Redis, team: str) -> None:
+    workers: str, wconn: redis.Redis, team: str
+) -> None:
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "pat", OFFLINE_MODEL, None, "--plan-mode").exit_code == 0
+
     def pending() -> list[dict[str, str]]:
         shown = cli("team", "requests", "--pending", "--json", *base_args(workers, team))
         return json.loads(shown.stdout)
@@ -119,27 +148,52 @@ def test_an_offline_teammate_in_plan_mode_does_its_task_once_the_plan_is_approve
 
     reviewed = cli("team", "review", request["id"], "--approve", *base_args(workers, team))
     assert reviewed.exit_code == 0, reviewed.output
-    wait_until(lambda: task(store, task_id).status is TaskStatus.COMPLETED, 60,
-               message="the task completed after the review")
+    wait_until(
+        lambda: task(store, task_id).status is TaskStatus.COMPLETED,
+        60,
+        message="the task completed after the review",
+    )
     assert task(store, task_id).output == f"[pat-role] pat: did {task_id}."
 
 
 def test_the_offline_lead_spawns_the_named_teammate_gives_it_a_task_and_shuts_it_down(
-        workers: str, wconn: redis.Redis, team: str) -> None:
+    workers: str, wconn: redis.Redis, team: str
+) -> None:
     store = TeamStore(wconn, team)
-    said = cli("lead", *base_args(workers, team), "--workers", "0", "--until-idle", "-m",
-               "Spawn a teammate called carol as a writer. tasks: draft the intro")
+    said = cli(
+        "lead",
+        *base_args(workers, team),
+        "--workers",
+        "0",
+        "--until-idle",
+        "-m",
+        "Spawn a teammate called carol as a writer. tasks: draft the intro",
+    )
     assert said.exit_code == 0, said.output
     assert said.stdout.splitlines()[0] == (
-        f"[lead of {team}] spawned carol; created task_1 (draft the intro).")
+        f"[lead of {team}] spawned carol; created task_1 (draft the intro)."
+    )
     assert store.get("carol").role == "writer"
-    wait_until(lambda: task(store, "task_1").status is TaskStatus.COMPLETED, 60,
-               message="carol's task completed")
+    wait_until(
+        lambda: task(store, "task_1").status is TaskStatus.COMPLETED,
+        60,
+        message="carol's task completed",
+    )
     assert task(store, "task_1").claimed_by == "carol"
 
-    stop = cli("lead", *base_args(workers, team), "--workers", "0", "--until-idle", "-m",
-               "Please shut down carol.")
+    stop = cli(
+        "lead",
+        *base_args(workers, team),
+        "--workers",
+        "0",
+        "--until-idle",
+        "-m",
+        "Please shut down carol.",
+    )
     assert stop.exit_code == 0, stop.output
     assert stop.stdout.splitlines()[0] == f"[lead of {team}] asked carol to shut down."
-    wait_until(lambda: store.get("carol").status is TeammateStatus.SHUTDOWN, 60,
-               message="carol shut down after approving")
+    wait_until(
+        lambda: store.get("carol").status is TeammateStatus.SHUTDOWN,
+        60,
+        message="carol shut down after approving",
+    )

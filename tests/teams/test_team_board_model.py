@@ -98,8 +98,10 @@ class TeamBoardMachine(RuleBasedStateMachine):
         for tid, task in now.items():
             before = self.board.get(tid)
             started = task.status is TaskStatus.IN_PROGRESS and (
-                before is None or before.status is not TaskStatus.IN_PROGRESS
-                or before.claimed_by != task.claimed_by)
+                before is None
+                or before.status is not TaskStatus.IN_PROGRESS
+                or before.claimed_by != task.claimed_by
+            )
             if started and tid not in self.claimed_explicitly:
                 holder = task.claimed_by or ""
                 assert holder in MATES and fits(self.planned[tid], holder), (tid, holder)
@@ -115,8 +117,9 @@ class TeamBoardMachine(RuleBasedStateMachine):
         return data.draw(st.sampled_from(ids), label="task")
 
     def open_deps(self, tid: str) -> list[str]:
-        return [d for d in self.planned[tid].deps
-                if self.board[d].status is not TaskStatus.COMPLETED]
+        return [
+            d for d in self.planned[tid].deps if self.board[d].status is not TaskStatus.COMPLETED
+        ]
 
     # --- the lead and the CLI -------------------------------------------------------------------
 
@@ -124,24 +127,33 @@ class TeamBoardMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def add_task(self, data: st.DataObject) -> None:
         existing = list(self.planned)
-        deps = data.draw(st.lists(st.sampled_from(existing), max_size=3, unique=True)
-                         if existing else st.just([]), label="after")
+        deps = data.draw(
+            st.lists(st.sampled_from(existing), max_size=3, unique=True)
+            if existing
+            else st.just([]),
+            label="after",
+        )
         assignee = data.draw(st.sampled_from(["", "", *self.spawned()]), label="assignee")
         role = data.draw(st.sampled_from(ROLES), label="role")
-        task, _ = self.tasks.add(f"job {len(existing) + 1}", role=role, assignee=assignee,
-                                 after=deps)
+        task, _ = self.tasks.add(
+            f"job {len(existing) + 1}", role=role, assignee=assignee, after=deps
+        )
         self.planned[task.task_id] = PlannedTask(deps, role, assignee)
         self.observe()
         expected = TaskStatus.PENDING if self.open_deps(task.task_id) else TaskStatus.READY
-        assert self.board[task.task_id].status in (expected, TaskStatus.IN_PROGRESS) \
-            if expected is TaskStatus.READY else self.board[task.task_id].status is expected
+        assert (
+            self.board[task.task_id].status in (expected, TaskStatus.IN_PROGRESS)
+            if expected is TaskStatus.READY
+            else self.board[task.task_id].status is expected
+        )
 
     @precondition(lambda self: len(self.spawned()) < len(MATES))
     @rule(data=st.data())
     def spawn(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from([n for n in MATES if n not in self.spawned()]))
-        self.store.spawn(name, role=MATES[name], prompt="work", model="m", api_base=None,
-                         queue=NOBODY)
+        self.store.spawn(
+            name, role=MATES[name], prompt="work", model="m", api_base=None, queue=NOBODY
+        )
         self.take_turn_of(name)
         self.observe()
 
@@ -163,14 +175,24 @@ class TeamBoardMachine(RuleBasedStateMachine):
         assert verdict == "ok", (name, verdict)
         self.tokens[name] = token
 
-    @precondition(lambda self: any(n not in self.tokens and
-                                   self.store.get(n).status is TeammateStatus.WORKING
-                                   for n in self.spawned()))
+    @precondition(
+        lambda self: any(
+            n not in self.tokens and self.store.get(n).status is TeammateStatus.WORKING
+            for n in self.spawned()
+        )
+    )
     @rule(data=st.data())
     def take_turn(self, data: st.DataObject) -> None:
         """A worker takes the turn a hand-out or a message enqueued."""
-        name = data.draw(st.sampled_from([n for n in self.spawned() if n not in self.tokens and
-                                          self.store.get(n).status is TeammateStatus.WORKING]))
+        name = data.draw(
+            st.sampled_from(
+                [
+                    n
+                    for n in self.spawned()
+                    if n not in self.tokens and self.store.get(n).status is TeammateStatus.WORKING
+                ]
+            )
+        )
         self.take_turn_of(name)
 
     def turn_holder(self, data: st.DataObject) -> tuple[str, str, bool]:
@@ -184,8 +206,11 @@ class TeamBoardMachine(RuleBasedStateMachine):
     def claim(self, data: st.DataObject) -> None:
         name, token, stale = self.turn_holder(data)
         tid = self.pick_task(data, TaskStatus.READY)
-        allowed = (not stale and self.board[tid].status is TaskStatus.READY
-                   and fits(self.planned[tid], name))
+        allowed = (
+            not stale
+            and self.board[tid].status is TaskStatus.READY
+            and fits(self.planned[tid], name)
+        )
         try:
             self.tasks.claim(name, token, tid)
         except StaleTurn:
@@ -198,7 +223,9 @@ class TeamBoardMachine(RuleBasedStateMachine):
         self.observe()
         if allowed:
             assert (self.board[tid].status, self.board[tid].claimed_by) == (
-                TaskStatus.IN_PROGRESS, name)
+                TaskStatus.IN_PROGRESS,
+                name,
+            )
 
     @precondition(lambda self: bool(self.tokens) and bool(self.board))
     @rule(data=st.data())
@@ -206,11 +233,14 @@ class TeamBoardMachine(RuleBasedStateMachine):
         name, token, stale = self.turn_holder(data)
         tid = self.pick_task(data, TaskStatus.IN_PROGRESS)
         task = self.board[tid]
-        allowed = (not stale and task.status is TaskStatus.IN_PROGRESS
-                   and task.claimed_by == name)
-        waiting = {d for d, plan in self.planned.items()
-                   if self.board[d].status is TaskStatus.PENDING and tid in plan.deps
-                   and self.open_deps(d) == [tid]}
+        allowed = not stale and task.status is TaskStatus.IN_PROGRESS and task.claimed_by == name
+        waiting = {
+            d
+            for d, plan in self.planned.items()
+            if self.board[d].status is TaskStatus.PENDING
+            and tid in plan.deps
+            and self.open_deps(d) == [tid]
+        }
         output = f"output of {tid} by {name} #{uuid.uuid4().hex[:6]}"
         try:
             ready, _ = self.tasks.complete(name, token, tid, output)
@@ -224,7 +254,8 @@ class TeamBoardMachine(RuleBasedStateMachine):
             self.outputs[tid] = output
             # Exactly the dependents whose last open dependency this was, in number order.
             assert sorted(ready) == sorted(waiting) and ready == sorted(
-                ready, key=lambda t: int(t.rsplit("_", 1)[1]))
+                ready, key=lambda t: int(t.rsplit("_", 1)[1])
+            )
         self.observe()
 
     @precondition(lambda self: bool(self.tokens))
@@ -236,8 +267,9 @@ class TeamBoardMachine(RuleBasedStateMachine):
         last_id, _ = self.store.messages.peek(name)
         assert self.store.turns.checkpoint(name, token, last_id, [])
         if failed:
-            verdict = self.store.turns.end_turn(name, token, "error: boom", f"{name} failed",
-                                                force=True, error="boom")
+            verdict = self.store.turns.end_turn(
+                name, token, "error: boom", f"{name} failed", force=True, error="boom"
+            )
         else:
             verdict = self.store.turns.end_turn(name, token, "done", f"{name} idle")
         assert verdict in ("idle", "continue"), verdict
@@ -253,8 +285,11 @@ class TeamBoardMachine(RuleBasedStateMachine):
             if task.status in (TaskStatus.FAILED, TaskStatus.BLOCKED):
                 continue
             open_deps = self.open_deps(tid)
-            assert (task.status is TaskStatus.PENDING) == bool(open_deps), (tid, task.status,
-                                                                           open_deps)
+            assert (task.status is TaskStatus.PENDING) == bool(open_deps), (
+                tid,
+                task.status,
+                open_deps,
+            )
             if task.status is TaskStatus.PENDING:
                 left = int(self.conn.hget(self.store.keys.task(tid), "deps_left") or 0)
                 assert left == len(open_deps), (tid, left, open_deps)
@@ -263,7 +298,9 @@ class TeamBoardMachine(RuleBasedStateMachine):
     def completed_outputs_never_change_and_are_announced_once(self) -> None:
         for tid, output in self.outputs.items():
             assert (self.board[tid].status, self.board[tid].output) == (
-                TaskStatus.COMPLETED, output)
+                TaskStatus.COMPLETED,
+                output,
+            )
         done = {tid for tid, task in self.board.items() if task.status is TaskStatus.COMPLETED}
         assert done == set(self.outputs)
         if not self.planned:
@@ -284,8 +321,11 @@ class TeamBoardMachine(RuleBasedStateMachine):
         assert self.conn.smembers(keys.running) == by_status.get(TaskStatus.IN_PROGRESS, set())
         counts = {k: int(v) for k, v in self.conn.hgetall(keys.counts).items() if int(v)}
         assert counts == {status.value: len(ids) for status, ids in by_status.items()}
-        lanes = [keys.ready_open, *(keys.ready_role(r) for r in ROLES if r),
-                 *(keys.ready_for(n) for n in MATES)]
+        lanes = [
+            keys.ready_open,
+            *(keys.ready_role(r) for r in ROLES if r),
+            *(keys.ready_for(n) for n in MATES),
+        ]
         in_lanes = Counter(tid for lane in lanes for tid in self.conn.zrange(lane, 0, -1))
         assert in_lanes == Counter(ready)
         for tid in ready:
@@ -309,5 +349,10 @@ class TeamBoardMachine(RuleBasedStateMachine):
 def test_the_team_board_agrees_with_the_model(conn: redis.Redis) -> None:
     run_state_machine_as_test(
         functools.partial(TeamBoardMachine, conn),
-        settings=settings(max_examples=40, stateful_step_count=40, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow]))
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=40,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

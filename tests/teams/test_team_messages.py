@@ -19,13 +19,13 @@ from tests.support.teams import cli
 def quiet_team(conn: redis.Redis, team: str) -> TeamStore:
     store = TeamStore(conn, team)
     for name in ("alice", "bob"):
-        store.spawn(name, role="r", prompt="p", model="m", api_base=None,
-                    queue=f"nobody-{team}")
+        store.spawn(name, role="r", prompt="p", model="m", api_base=None, queue=f"nobody-{team}")
     return store
 
 
 def test_messages_lists_the_bus_and_filters_by_member_and_type(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     store = quiet_team(conn, team)
     store.messages.send("lead", "alice", "to alice")
     store.messages.send("alice", "bob", "to bob")
@@ -35,14 +35,20 @@ def test_messages_lists_the_bus_and_filters_by_member_and_type(
     assert every.exit_code == 0
     lines = [json.loads(line) for line in every.output.splitlines()]
     assert [(m["from"], m["to"], m["content"]) for m in lines] == [
-        ("lead", "alice", "to alice"), ("alice", "bob", "to bob"), ("lead", "*", "to all")]
+        ("lead", "alice", "to alice"),
+        ("alice", "bob", "to bob"),
+        ("lead", "*", "to all"),
+    ]
 
     bob = cli("team", "messages", "-t", team, "--redis-url", redis_url, "--member", "bob")
     at = [shown_at(m["created_at"]) for m in lines]
-    assert bob.output.splitlines() == [f"{at[1]} [peer.message] alice -> bob: to bob",
-                                       f"{at[2]} [peer.broadcast] lead -> *: to all"]
-    broadcasts = cli("team", "messages", "-t", team, "--redis-url", redis_url,
-                     "--type", "peer.broadcast")
+    assert bob.output.splitlines() == [
+        f"{at[1]} [peer.message] alice -> bob: to bob",
+        f"{at[2]} [peer.broadcast] lead -> *: to all",
+    ]
+    broadcasts = cli(
+        "team", "messages", "-t", team, "--redis-url", redis_url, "--type", "peer.broadcast"
+    )
     assert [line.rsplit(": ", 1)[1] for line in broadcasts.output.splitlines()] == ["to all"]
 
     unknown = cli("team", "messages", "-t", team, "--redis-url", redis_url, "--member", "carol")
@@ -52,12 +58,16 @@ def test_messages_lists_the_bus_and_filters_by_member_and_type(
 
 
 def test_follow_prints_new_messages_until_the_team_is_deleted(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     store = quiet_team(conn, team)
     store.messages.send("lead", "alice", "before")
     teamctl = str(Path(sys.executable).with_name("teamctl"))
-    follower = subprocess.Popen([teamctl, "team", "messages", "-t", team, "--redis-url",
-                                 redis_url, "--follow"], stdout=subprocess.PIPE, text=True)
+    follower = subprocess.Popen(
+        [teamctl, "team", "messages", "-t", team, "--redis-url", redis_url, "--follow"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert follower.stdout is not None
         assert follower.stdout.readline().endswith(": before\n")

@@ -46,10 +46,25 @@ def add_tasks(store: TeamStore, count: int) -> None:
     for number in range(1, count + 1):
         task_id = f"task_{number}"
         verdict, _ = store.scripts["team_task_add"](
-            keys=[keys.task_seq, keys.order, keys.ready, keys.counts, keys.events,
-                  keys.task(task_id), keys.ready_open],
-            args=[str(number - 1), task_id, f"job {number}", "", "", "",
-                  store.options.max_task_releases])
+            keys=[
+                keys.task_seq,
+                keys.order,
+                keys.ready,
+                keys.counts,
+                keys.events,
+                keys.task(task_id),
+                keys.ready_open,
+            ],
+            args=[
+                str(number - 1),
+                task_id,
+                f"job {number}",
+                "",
+                "",
+                "",
+                store.options.max_task_releases,
+            ],
+        )
         assert verdict == "ok"
 
 
@@ -94,7 +109,8 @@ def error(box: Toolbox, tool: str, **args: Any) -> str:
 
 @pytest.mark.parametrize("who", ["alice", "lead"])
 def test_list_tasks_pages_3000_tasks_under_the_cap_with_the_right_totals(
-        conn: redis.Redis, board: tuple[str, str], tmp_path: Path, who: str) -> None:
+    conn: redis.Redis, board: tuple[str, str], tmp_path: Path, who: str
+) -> None:
     store = TeamStore(conn, board[0])
     box = toolboxes(store, tmp_path)[who]
     first, size = called(box, "list_tasks")
@@ -102,7 +118,11 @@ def test_list_tasks_pages_3000_tasks_under_the_cap_with_the_right_totals(
     returned = first["returned"]
     assert 1 <= returned <= 50 and len(first["tasks"]) == returned
     assert (first["total"], first["offset"], first["remaining"], first["next_offset"]) == (
-        TASKS, 0, TASKS - returned, returned)
+        TASKS,
+        0,
+        TASKS - returned,
+        returned,
+    )
     assert [t["id"] for t in first["tasks"]] == [f"task_{n}" for n in range(1, returned + 1)]
     assert first["tasks"][0]["result"] == "1:" + "r" * 198 + "..."
     assert "get_task" in first["note"]
@@ -117,7 +137,11 @@ def test_list_tasks_pages_3000_tasks_under_the_cap_with_the_right_totals(
     ready, _ = called(box, "list_tasks", status="Ready", offset=100, limit=10)
     assert [t["id"] for t in ready["tasks"]] == [f"task_{n}" for n in range(132, 142)]
     assert (ready["status"], ready["total"], ready["remaining"], ready["next_offset"]) == (
-        "ready", TASKS - BIG_RESULTS - 1, TASKS - BIG_RESULTS - 1 - 110, 110)
+        "ready",
+        TASKS - BIG_RESULTS - 1,
+        TASKS - BIG_RESULTS - 1 - 110,
+        110,
+    )
     tail, _ = called(box, "list_tasks", offset=TASKS - 2)
     assert [t["id"] for t in tail["tasks"]] == [f"task_{TASKS - 1}", f"task_{TASKS}"]
     assert (tail["remaining"], tail["next_offset"]) == (0, None)
@@ -130,26 +154,41 @@ def test_list_tasks_pages_3000_tasks_under_the_cap_with_the_right_totals(
 
 @pytest.mark.parametrize("who", ["alice", "lead"])
 def test_get_task_shows_one_task_whole_and_caps_a_long_result(
-        conn: redis.Redis, board: tuple[str, str], tmp_path: Path, who: str) -> None:
+    conn: redis.Redis, board: tuple[str, str], tmp_path: Path, who: str
+) -> None:
     store = TeamStore(conn, board[0])
     box = toolboxes(store, tmp_path)[who]
     short, _ = called(box, "get_task", task_id="Task 31")
-    assert short == {"action": "get_task", "ok": True, "task": {
-        "id": "task_31", "status": "completed", "subject": "job 31", "description": "",
-        "role": None, "assignee": None, "owner": None, "after": [], "result": "short result",
-        "released_reason": None, "releases": 0, "error": None}}
+    assert short == {
+        "action": "get_task",
+        "ok": True,
+        "task": {
+            "id": "task_31",
+            "status": "completed",
+            "subject": "job 31",
+            "description": "",
+            "role": None,
+            "assignee": None,
+            "owner": None,
+            "after": [],
+            "result": "short result",
+            "released_reason": None,
+            "releases": 0,
+            "error": None,
+        },
+    }
     long, size = called(box, "get_task", task_id="task_7")
     assert size <= CAP
     result = long["task"]["result"]
     assert result.startswith("7:rrrr") and result.endswith(
         f"[truncated: the result has {BIG_CHARS + 2} characters; the first "
-        f"{len(result.split(chr(10))[0])} are shown]")
+        f"{len(result.split(chr(10))[0])} are shown]"
+    )
     assert len(result.split("\n")[0]) > CAP // 2
     assert "unknown task task_9999" in error(box, "get_task", task_id="task_9999")
 
 
-def test_read_inbox_answers_a_batch_and_says_how_many_remain(conn: redis.Redis,
-                                                              team: str) -> None:
+def test_read_inbox_answers_a_batch_and_says_how_many_remain(conn: redis.Redis, team: str) -> None:
     store = TeamStore(conn, team)
     store.create(TeamOptions())
     store.spawn("bob", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
@@ -167,15 +206,17 @@ def test_read_inbox_answers_a_batch_and_says_how_many_remain(conn: redis.Redis,
     for start in (0, 50, 100, 150):
         batch = unread_batch(store, "bob")
         assert [line["content"] for line in batch.lines] == [
-            f"note {i}" for i in range(start, start + 50)]
+            f"note {i}" for i in range(start, start + 50)
+        ]
         assert batch.remaining == 150 - start
         assert store.turns.checkpoint("bob", token, batch.offset, [])
     final, _ = called(box, "read_inbox")
     assert (final["messages"], final["remaining"]) == ([], 0) and "note" not in final
 
 
-def test_read_inbox_keeps_within_tool_result_max_chars(conn: redis.Redis, team: str,
-                                                       tmp_path: Path) -> None:
+def test_read_inbox_keeps_within_tool_result_max_chars(
+    conn: redis.Redis, team: str, tmp_path: Path
+) -> None:
     store = TeamStore(conn, team)
     store.create(TeamOptions(tool_result_max_chars=5000))
     store.spawn("bob", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
@@ -188,8 +229,10 @@ def test_read_inbox_keeps_within_tool_result_max_chars(conn: redis.Redis, team: 
     answer, size = called(box, "read_inbox")
     assert size <= 5000 and answer["remaining"] == 9
     [cut] = answer["messages"]
-    assert cut["content"].startswith("xxxx") and "[truncated: the message has 60000 characters" \
-        in cut["content"]
+    assert (
+        cut["content"].startswith("xxxx")
+        and "[truncated: the message has 60000 characters" in cut["content"]
+    )
     batch = unread_batch(store, "bob")
     assert store.turns.checkpoint("bob", token, batch.offset, [])
     answer, size = called(box, "read_inbox")
@@ -205,8 +248,9 @@ def test_read_inbox_keeps_within_tool_result_max_chars(conn: redis.Redis, team: 
     assert size <= 5000 and len(answer["messages"]) == 50 and answer["remaining"] == 10
 
 
-def test_a_turn_injects_its_inbox_in_batches(workers: str, wconn: redis.Redis,
-                                              llm: ScriptedLLM, team: str) -> None:
+def test_a_turn_injects_its_inbox_in_batches(
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     held = HeldFirstCall("first", "ok")
     model = llm.script(f"bob-{team}", handler=held)
     store = TeamStore(wconn, team)
@@ -216,8 +260,13 @@ def test_a_turn_injects_its_inbox_in_batches(workers: str, wconn: redis.Redis,
     for index in range(100):
         store.messages.send(LEAD, "bob", f"m{index}")
     held.release.set()
-    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE
-               and not store.messages.peek("bob")[1], 60, message="bob idle with his inbox read")
+    wait_until(
+        lambda: (
+            store.get("bob").status is TeammateStatus.IDLE and not store.messages.peek("bob")[1]
+        ),
+        60,
+        message="bob idle with his inbox read",
+    )
     memory = store.turns.memory("bob")
     blocks = [m for m in memory if str(m.get("content")).startswith("<inbox>")]
     assert len(blocks) == 5
@@ -226,8 +275,9 @@ def test_a_turn_injects_its_inbox_in_batches(workers: str, wconn: redis.Redis,
     assert len(store.messages.notices(SystemType.TEAMMATE_IDLE)) >= 1
 
 
-def test_the_leads_inbox_reaches_its_model_in_batches(conn: redis.Redis, team: str,
-                                                      llm: ScriptedLLM, tmp_path: Path) -> None:
+def test_the_leads_inbox_reaches_its_model_in_batches(
+    conn: redis.Redis, team: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
     store = TeamStore(conn, team)
     store.create(TeamOptions(inbox_batch_messages=20))
     store.spawn("bob", role="dev", prompt="start", model="m", api_base=None, queue=NOBODY)
@@ -236,10 +286,12 @@ def test_the_leads_inbox_reaches_its_model_in_batches(conn: redis.Redis, team: s
     look = ToolCalls([("list_teammates", {})])
     model = llm.script(f"lead-{team}", [look, look, "all read"])
     with LeadLease(conn, store.keys, ttl_s=30) as lease:
-        agent = LeadAgent(store, lease, LitellmClient(provider_keys=()), model, llm.api_base,
-                          tmp_path)
+        agent = LeadAgent(
+            store, lease, LitellmClient(provider_keys=()), model, llm.api_base, tmp_path
+        )
         assert agent.turn("Read your mail.") == "all read"
     sent = llm.requests[f"lead-{team}"]
-    assert [len(_INBOX.findall(body["messages"][-1]["content"])[0].splitlines())
-            for body in sent] == [20, 20, 10]
+    assert [
+        len(_INBOX.findall(body["messages"][-1]["content"])[0].splitlines()) for body in sent
+    ] == [20, 20, 10]
     assert not store.messages.peek(LEAD)[1]

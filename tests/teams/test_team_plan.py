@@ -24,21 +24,36 @@ def idle_notices(store: TeamStore) -> int:
 
 
 def test_a_rejected_plan_is_revised_and_the_approved_one_opens_the_gate(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
-    model = llm.script(f"pat-{team}", [
-        ToolCalls([("submit_plan", {"plan": "v1: look around"})]), "waiting for review",
-        ToolCalls([("submit_plan", {"plan": "v2: look around, then report"})]), "waiting again",
-        "carrying it out"])
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
+    model = llm.script(
+        f"pat-{team}",
+        [
+            ToolCalls([("submit_plan", {"plan": "v1: look around"})]),
+            "waiting for review",
+            ToolCalls([("submit_plan", {"plan": "v2: look around, then report"})]),
+            "waiting again",
+            "carrying it out",
+        ],
+    )
     store = TeamStore(wconn, team)
     base = ("-t", team, "--redis-url", workers)
     assert spawn(workers, team, "pat", model, llm.api_base, "--plan-mode").exit_code == 0
     wait_until(lambda: idle_notices(store) == 1, message="pat's plan submitted")
     [first] = store.requests.all()
     assert (first.kind, first.from_, first.to, first.status, first.payload) == (
-        RequestKind.PLAN_APPROVAL, "pat", "lead", RequestStatus.PENDING, "v1: look around")
+        RequestKind.PLAN_APPROVAL,
+        "pat",
+        "lead",
+        RequestStatus.PENDING,
+        "v1: look around",
+    )
     [asked] = [m for m in store.messages.peek("lead")[1] if isinstance(m, ProtocolMessage)]
     assert (asked.type, asked.from_, asked.request_id) == (
-        ProtocolType.PLAN_APPROVAL_REQUEST, "pat", first.id)
+        ProtocolType.PLAN_APPROVAL_REQUEST,
+        "pat",
+        first.id,
+    )
     assert store.get("pat").plan_state == "pending"
     with pytest.raises(RequestRefused, match=f"plan request {first.id} is still pending"):
         store.requests.submit_plan("pat", "v1b")
@@ -50,8 +65,10 @@ def test_a_rejected_plan_is_revised_and_the_approved_one_opens_the_gate(
     again = cli("team", "review", first.id, "--approve", *base)
     assert again.exit_code == 1 and "already rejected" in again.output
     [_, second] = store.requests.all()
-    assert second.payload == "v2: look around, then report" and store.get("pat").plan_state \
-        == "pending"
+    assert (
+        second.payload == "v2: look around, then report"
+        and store.get("pat").plan_state == "pending"
+    )
     assert cli("team", "review", second.id, "--approve", *base).exit_code == 0
     wait_until(lambda: idle_notices(store) == 3, message="pat carrying out its plan")
     assert store.get("pat").plan_state == "approved"
@@ -59,20 +76,26 @@ def test_a_rejected_plan_is_revised_and_the_approved_one_opens_the_gate(
     prompts = [body["messages"][0]["content"] for body in llm.requests[f"pat-{team}"]]
     assert "Plan mode: on: before changing anything" in prompts[0]
     assert "your plan is approved" in prompts[-1]
-    responses = [line for line in store.turns.memory("pat") if "plan_approval_response" in
-                 str(line.get("content"))]
+    responses = [
+        line
+        for line in store.turns.memory("pat")
+        if "plan_approval_response" in str(line.get("content"))
+    ]
     assert len(responses) == 2
     with pytest.raises(RequestRefused, match="not waiting for a plan approval"):
         store.requests.submit_plan("pat", "v3")
 
 
-def test_plan_reviews_with_misused_ids_are_refused(redis_url: str, conn: redis.Redis,
-                                                   team: str) -> None:
+def test_plan_reviews_with_misused_ids_are_refused(
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     store = TeamStore(conn, team)
     base = ("-t", team, "--redis-url", redis_url)
     for name, extra in (("pat", ("--plan-mode",)), ("sam", ())):  # nobody serves "nobody"
-        assert spawn(redis_url, team, name, OFFLINE_MODEL, None, "--queue", "nobody",
-                     *extra).exit_code == 0
+        assert (
+            spawn(redis_url, team, name, OFFLINE_MODEL, None, "--queue", "nobody", *extra).exit_code
+            == 0
+        )
     with pytest.raises(RequestRefused, match="plan mode off"):
         store.requests.submit_plan("sam", "anything")
     plan = store.requests.submit_plan("pat", "the plan")
@@ -86,8 +109,10 @@ def test_plan_reviews_with_misused_ids_are_refused(redis_url: str, conn: redis.R
         store.requests.respond_shutdown("pat", plan.id, True)
     assert store.requests.get(plan.id).status is RequestStatus.PENDING
     assert store.requests.get(shutdown.id).status is RequestStatus.PENDING
-    assert store.get("pat").plan_state == "pending" and store.get("sam").status \
-        is TeammateStatus.WORKING
+    assert (
+        store.get("pat").plan_state == "pending"
+        and store.get("sam").status is TeammateStatus.WORKING
+    )
 
 
 def idle_now(store: TeamStore, name: str) -> None:
@@ -98,7 +123,8 @@ def idle_now(store: TeamStore, name: str) -> None:
 
 
 def test_a_re_spawn_expires_the_pending_plan_and_an_old_lifes_request_is_refused(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     """The repro: approving the plan of an earlier life must not approve the new one."""
     store = TeamStore(conn, team)
     base = ("-t", team, "--redis-url", redis_url)
@@ -109,9 +135,13 @@ def test_a_re_spawn_expires_the_pending_plan_and_an_old_lifes_request_is_refused
     idle_now(store, "pat")
     assert spawn(redis_url, team, "pat", OFFLINE_MODEL, None, *args).exit_code == 0
     assert (store.requests.get(old.id).status, store.requests.get(old.id).resolved_by) == (
-        RequestStatus.EXPIRED, "system")
+        RequestStatus.EXPIRED,
+        "system",
+    )
     assert [(e.status, e.detail) for e in store.messages.events() if e.request == old.id][-1] == (
-        "expired", "plan_approval pat re-spawned")
+        "expired",
+        "plan_approval pat re-spawned",
+    )
     refused = cli("team", "review", old.id, "--approve", *base)
     assert refused.exit_code == 1
     assert refused.stderr.strip().splitlines() == [f"teamctl: request {old.id} is already expired"]
@@ -126,7 +156,8 @@ def test_a_re_spawn_expires_the_pending_plan_and_an_old_lifes_request_is_refused
         store.requests.review_plan(old.id, True)
     assert str(stale.value) == (
         f"request {old.id} is not pat's current plan_approval request (pat was re-spawned since "
-        f"it was made, or its current one is {new.id}); nothing changed")
+        f"it was made, or its current one is {new.id}); nothing changed"
+    )
     assert (conn.hgetall(store.keys.teammate("pat")), conn.xlen(store.keys.bus)) == before
     assert store.requests.get(new.id).status is RequestStatus.PENDING
     store.requests.review_plan(new.id, True)

@@ -29,8 +29,10 @@ def idle(store: TeamStore, name: str, role: str, seen_ms: int) -> None:
     """Spawn a teammate whose first turn waits on a queue nobody serves, then set it idle as a
     turn end leaves it (seen at `seen_ms`: the one idle longest takes a task first)."""
     store.spawn(name, role=role, prompt="Wait.", model="m", api_base=None, queue=NOBODY)
-    store.conn.hset(store.keys.teammate(name), mapping={
-        "status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms})
+    store.conn.hset(
+        store.keys.teammate(name),
+        mapping={"status": TeammateStatus.IDLE.value, "job_id": "", "last_seen_ms": seen_ms},
+    )
 
 
 def new_board(conn: redis.Redis, team: str) -> tuple[TeamStore, TeamTasks]:
@@ -57,7 +59,8 @@ def slowlog(conn: redis.Redis) -> Iterator[redis.Redis]:
 
 
 def test_2000_ready_tasks_beside_idle_teammates_never_block_redis(
-        slowlog: redis.Redis, team: str) -> None:
+    slowlog: redis.Redis, team: str
+) -> None:
     conn = slowlog
     store = TeamStore(conn, team)
     store.create(TeamOptions())
@@ -91,7 +94,8 @@ def test_2000_ready_tasks_beside_idle_teammates_never_block_redis(
 
 
 def test_a_lane_is_read_deeper_past_tasks_released_from_the_taker(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store, tasks = new_board(conn, team)
     given_up = 3 * LANE_HEAD
     for number in range(1, given_up + 3):
@@ -112,7 +116,8 @@ def test_a_lane_is_read_deeper_past_tasks_released_from_the_taker(
 
 
 def test_a_board_written_before_lanes_is_indexed_on_its_first_hand_out(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store, tasks = new_board(conn, team)
     for number in range(1, 4):
         tasks.add(f"check {number}", role="qa" if number < 3 else "")
@@ -130,7 +135,8 @@ def test_a_board_written_before_lanes_is_indexed_on_its_first_hand_out(
 
 
 def test_a_lane_entry_a_task_left_behind_is_dropped_not_handed_out(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store, tasks = new_board(conn, team)
     tasks.add("first", role="qa")
     tasks.add("second", role="qa")
@@ -163,12 +169,14 @@ def test_roles_match_as_the_scripts_compare_them(conn: redis.Redis, team: str) -
 
 
 def test_a_long_unread_inbox_is_peeked_a_page_per_script_and_counted_without_bodies(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store = TeamStore(conn, team)
     store.create(TeamOptions())
     store.spawn("dora", role="dev", prompt="p", model="m", api_base=None, queue=NOBODY)
-    sent = [store.messages.send(LEAD, "dora", f"note {n}")[0].id
-            for n in range(1, 2 * PEEK_PAGE + 6)]
+    sent = [
+        store.messages.send(LEAD, "dora", f"note {n}")[0].id for n in range(1, 2 * PEEK_PAGE + 6)
+    ]
     last_id, messages = store.messages.peek("dora")
     assert [m.content for m in messages] == [f"note {n}" for n in range(1, 2 * PEEK_PAGE + 6)]
     assert [m.id for m in messages] == sent

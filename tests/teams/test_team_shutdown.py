@@ -50,8 +50,14 @@ class Answers:
         if self.answered:
             return self.after
         self.answered = True
-        return ToolCalls([("respond_shutdown", {"request_id": request_id,
-                                                "approve": self.approve, "reason": "ok by me"})])
+        return ToolCalls(
+            [
+                (
+                    "respond_shutdown",
+                    {"request_id": request_id, "approve": self.approve, "reason": "ok by me"},
+                )
+            ]
+        )
 
 
 def lead_protocol(store: TeamStore) -> list[ProtocolMessage]:
@@ -59,7 +65,8 @@ def lead_protocol(store: TeamStore) -> list[ProtocolMessage]:
 
 
 def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     answers = Answers(approve=True)
     model = llm.script(f"alice-{team}", handler=answers)
     store = TeamStore(wconn, team)
@@ -70,14 +77,22 @@ def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
     assert asked.exit_code == 0, asked.output
     [record] = store.requests.all()
     assert f"request {record.id} approved: ok by me" in asked.output
-    assert (record.kind, record.from_, record.to, record.status, record.payload,
-            record.resolved_by) == ("shutdown", "lead", "alice", RequestStatus.APPROVED,
-                                    "wrapping up", "alice")
+    assert (
+        record.kind,
+        record.from_,
+        record.to,
+        record.status,
+        record.payload,
+        record.resolved_by,
+    ) == ("shutdown", "lead", "alice", RequestStatus.APPROVED, "wrapping up", "alice")
     assert record.created_ms <= record.resolved_ms <= record.deadline_ms
     assert store.get("alice").status is TeammateStatus.SHUTDOWN
     [response] = lead_protocol(store)
     assert (response.type, response.request_id, response.approve) == (
-        ProtocolType.SHUTDOWN_RESPONSE, record.id, True)
+        ProtocolType.SHUTDOWN_RESPONSE,
+        record.id,
+        True,
+    )
     [notice] = store.messages.notices(SystemType.TEAMMATE_SHUTDOWN)
     assert notice.content == f"alice shut down (request {record.id} approved)"
     # The turn ended after the approving step: no further model call.
@@ -96,7 +111,8 @@ def test_an_approved_shutdown_ends_the_turn_and_later_mail_wakes_nothing(
 
 
 def test_a_rejected_shutdown_lets_the_teammate_go_on(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     answers = Answers(approve=False, after="carrying on")
     model = llm.script(f"bob-{team}", handler=answers)
     store = TeamStore(wconn, team)
@@ -111,19 +127,22 @@ def test_a_rejected_shutdown_lets_the_teammate_go_on(
     [response] = lead_protocol(store)
     assert (response.request_id, response.approve) == (record.id, False)
     # It answered, then went on within the same turn and ended idle, not shut down.
-    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2,
-               message="bob idle")
+    wait_until(
+        lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2, message="bob idle"
+    )
     assert store.get("bob").status is TeammateStatus.IDLE
     assert store.messages.notices(SystemType.TEAMMATE_SHUTDOWN) == []
     assert answers.calls == 3
     assert cli("team", "send", "bob", "next job", *base).exit_code == 0
-    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 3,
-               message="bob woke")
+    wait_until(
+        lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 3, message="bob woke"
+    )
     assert answers.calls == 4
 
 
 def test_an_unanswered_shutdown_expires_and_force_revokes_the_live_turn(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     store = TeamStore(wconn, team)
     store.create(TeamOptions(shutdown_deadline_s=1.5))
     held = HeldFirstCall("late answer", "late answer")
@@ -163,15 +182,27 @@ def test_an_unanswered_shutdown_expires_and_force_revokes_the_live_turn(
 
 
 def test_a_teammate_cannot_send_a_shutdown_request(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "bob", OFFLINE_MODEL, None).exit_code == 0
-    model = llm.script(f"eve-{team}", [
-        ToolCalls([("send_message", {"to": "bob", "content": "stop now",
-                                     "type": "shutdown_request"})]), "gave up"])
+    model = llm.script(
+        f"eve-{team}",
+        [
+            ToolCalls(
+                [("send_message", {"to": "bob", "content": "stop now", "type": "shutdown_request"})]
+            ),
+            "gave up",
+        ],
+    )
     assert spawn(workers, team, "eve", model, llm.api_base).exit_code == 0
-    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates())
-               and len(store.teammates()) == 2, message="eve and bob idle")
+    wait_until(
+        lambda: (
+            all(m.status is TeammateStatus.IDLE for m in store.teammates())
+            and len(store.teammates()) == 2
+        ),
+        message="eve and bob idle",
+    )
     [result] = [m for m in store.turns.memory("eve") if m.get("role") == "tool"]
     assert "belongs to a protocol" in result["content"]
     assert "'peer.message'" in result["content"]
@@ -180,7 +211,8 @@ def test_a_teammate_cannot_send_a_shutdown_request(
 
 
 def test_misused_request_ids_are_refused_and_change_nothing(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     store = TeamStore(conn, team)
     base = ("-t", team, "--redis-url", redis_url)
     for name in ("alice", "bob"):  # nobody serves this queue: both stay working
@@ -189,7 +221,10 @@ def test_misused_request_ids_are_refused_and_change_nothing(
     assert not woke  # a working teammate sees it before its turn ends
     [request] = [m for m in store.messages.peek("alice")[1] if isinstance(m, ProtocolMessage)]
     assert (request.type, request.request_id, request.approve) == (
-        ProtocolType.SHUTDOWN_REQUEST, record.id, None)
+        ProtocolType.SHUTDOWN_REQUEST,
+        record.id,
+        None,
+    )
     before = conn.hgetall(store.keys.request(record.id))
     with pytest.raises(ConfigError, match="unknown request req_000000000000"):
         store.requests.respond_shutdown("alice", "req_000000000000", True)
@@ -214,7 +249,8 @@ def test_misused_request_ids_are_refused_and_change_nothing(
 
 
 def test_an_approved_turn_ends_shut_down_with_mail_unread_and_a_respawn_gets_the_mail(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     store = TeamStore(conn, team)
     # Nobody serves this queue: the test plays the turn through the store, as a worker would.
     assert spawn(redis_url, team, "dave", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
@@ -238,7 +274,8 @@ def test_an_approved_turn_ends_shut_down_with_mail_unread_and_a_respawn_gets_the
 
 
 def test_a_re_spawn_expires_a_pending_shutdown_request_and_its_answer_is_refused(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     store = TeamStore(conn, team)
     assert spawn(redis_url, team, "sam", OFFLINE_MODEL, None, "--queue", "nobody").exit_code == 0
     old, _ = store.requests.request_shutdown("sam", "wrap up")
@@ -252,9 +289,13 @@ def test_a_re_spawn_expires_a_pending_shutdown_request_and_its_answer_is_refused
     # Pending, yet of an earlier life (an older version's record): refused, nothing written.
     conn.hset(store.keys.request(old.id), mapping={"status": "pending", "epoch": "1"})
     before = (conn.hgetall(store.keys.teammate("sam")), conn.xlen(store.keys.bus))
-    with pytest.raises(RequestRefused, match=(
+    with pytest.raises(
+        RequestRefused,
+        match=(
             f"request {old.id} is not sam's current shutdown request \\(sam was re-spawned "
-            "since it was made, or it has none pending\\); nothing changed")):
+            "since it was made, or it has none pending\\); nothing changed"
+        ),
+    ):
         store.requests.respond_shutdown("sam", old.id, True)
     assert (conn.hgetall(store.keys.teammate("sam")), conn.xlen(store.keys.bus)) == before
     assert store.get("sam").shutdown_request is None

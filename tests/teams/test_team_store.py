@@ -59,8 +59,7 @@ def test_a_turn_holds_its_lease_and_only_its_token_writes(store: TeamStore) -> N
     assert store.turns.refresh_turn("alice", token) and not store.turns.refresh_turn("alice", "999")
 
 
-def test_turn_end_goes_on_while_mail_is_unread_then_idles_with_one_notice(
-        store: TeamStore) -> None:
+def test_turn_end_goes_on_while_mail_is_unread_then_idles_with_one_notice(store: TeamStore) -> None:
     spawn(store, "alice")
     _, token = store.turns.begin_turn("alice", "host:1")
     message, woke = store.messages.send("lead", "alice", "more work")
@@ -74,14 +73,19 @@ def test_turn_end_goes_on_while_mail_is_unread_then_idles_with_one_notice(
     assert store.turns.end_turn("alice", token, "done", "again") == "stale"
     teammate = store.get("alice")
     assert (teammate.status, teammate.idle_reason, teammate.turn_token) == (
-        TeammateStatus.IDLE, "done", None)
+        TeammateStatus.IDLE,
+        "done",
+        None,
+    )
     assert [m.content for m in store.messages.notices(SystemType.TEAMMATE_IDLE)] == [
-        "alice is idle (done): ok"]
+        "alice is idle (done): ok"
+    ]
     assert [m.to for m in store.messages.peek("lead")[1]] == ["lead"]
 
 
 def test_mail_wakes_an_idle_teammate_once_and_a_shut_down_one_never(
-        store: TeamStore, conn: redis.Redis) -> None:
+    store: TeamStore, conn: redis.Redis
+) -> None:
     spawn(store, "alice")
     spawn(store, "bob")
     for name in ("alice", "bob"):
@@ -107,7 +111,10 @@ def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> No
     store.spawn("alice", role="new", prompt="again", model="m", api_base=None, queue=NOBODY)
     teammate = store.get("alice")
     assert (teammate.role, teammate.status, teammate.last_error) == (
-        "new", TeammateStatus.WORKING, None)
+        "new",
+        TeammateStatus.WORKING,
+        None,
+    )
     assert store.turns.memory("alice") == [{"role": "user", "content": "again"}]
     assert [m.content for m in store.messages.peek("alice")[1]] == ["kept"]  # unread mail survives
     spawn(store, "bob")
@@ -117,8 +124,7 @@ def test_respawn_refused_while_working_and_roster_capped(store: TeamStore) -> No
     assert store.names() == ["alice", "bob", "carol"]
 
 
-def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(
-        store: TeamStore) -> None:
+def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(store: TeamStore) -> None:
     """team_spawn writes nothing while the requests it was given are not the teammate's set
     (one opened after the read), so no pending request of the old life survives a re-spawn."""
     spawn(store, "alice")
@@ -131,15 +137,25 @@ def test_a_spawn_expires_only_requests_it_read_and_retries_on_a_newer_one(
     keys = store.keys
     before = store.conn.hgetall(keys.teammate("alice"))
     stale = store.scripts["team_spawn"](
-        keys=[keys.teammate("alice"), keys.memory("alice"), keys.roster, keys.roster_ver,
-              keys.events, keys.teammate_requests("alice"), keys.request(first.id)],
-        args=["alice", "r", "p", "m", "", NOBODY, 3, "{}", "", "", "", "", "", first.id])
+        keys=[
+            keys.teammate("alice"),
+            keys.memory("alice"),
+            keys.roster,
+            keys.roster_ver,
+            keys.events,
+            keys.teammate_requests("alice"),
+            keys.request(first.id),
+        ],
+        args=["alice", "r", "p", "m", "", NOBODY, 3, "{}", "", "", "", "", "", first.id],
+    )
     assert stale == "retry" and store.conn.hgetall(keys.teammate("alice")) == before
-    assert {store.requests.get(first.id).status,
-            store.requests.get(second.id).status} == {"pending"}
+    assert {store.requests.get(first.id).status, store.requests.get(second.id).status} == {
+        "pending"
+    }
     spawn(store, "alice")
-    assert {store.requests.get(first.id).status,
-            store.requests.get(second.id).status} == {"expired"}
+    assert {store.requests.get(first.id).status, store.requests.get(second.id).status} == {
+        "expired"
+    }
     assert store.get("alice").epoch == 2
 
 
@@ -153,16 +169,18 @@ def lose_turn_job(store: TeamStore, name: str) -> None:
 def test_reconcile_leaves_a_queued_turn_alone_however_long_it_waits(store: TeamStore) -> None:
     spawn(store, "alice")
     ttl_ms = store.options.heartbeat_ttl_s * 1000
-    wait_until(lambda: now_ms() - store.get("alice").last_seen_ms > 2 * ttl_ms, 10,
-               message="alice unseen for two lease TTLs")
+    wait_until(
+        lambda: now_ms() - store.get("alice").last_seen_ms > 2 * ttl_ms,
+        10,
+        message="alice unseen for two lease TTLs",
+    )
     # No lease, unseen for long, but its job waits for a worker: that is no crash.
     assert store.scheduler.reconcile() == []
     assert store.get("alice").attempts == 0
     assert turns_queued(store) == 1
 
 
-def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(
-        store: TeamStore) -> None:
+def test_reconcile_reruns_a_lost_turn_up_to_the_limit_then_tells_the_lead(store: TeamStore) -> None:
     spawn(store, "alice")
     queued = turns_queued(store)
     for attempt in (1, 2, 3):
@@ -246,9 +264,17 @@ def test_memory_past_its_cap_loses_the_oldest_whole_exchanges(conn: redis.Redis)
     store.create(TeamOptions(memory_max_messages=4))
     spawn(store, "alice")
     _, token = store.turns.begin_turn("alice", "host:1")
-    call = {"role": "assistant", "content": None, "tool_calls": [{
-        "id": "c1", "type": "function",
-        "function": {"name": "list_teammates", "arguments": "{}"}}]}
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "list_teammates", "arguments": "{}"},
+            }
+        ],
+    }
     result = {"role": "tool", "tool_call_id": "c1", "name": "list_teammates", "content": "[]"}
 
     def user(text: str) -> dict[str, str]:
@@ -268,20 +294,23 @@ def test_memory_past_its_cap_loses_the_oldest_whole_exchanges(conn: redis.Redis)
     assert store.turns.memory("alice") == [user("m2"), said("a3")]
 
 
-def test_trimming_a_team_bus_keeps_the_leads_unread_mail(conn: redis.Redis,
-                                                          store: TeamStore) -> None:
+def test_trimming_a_team_bus_keeps_the_leads_unread_mail(
+    conn: redis.Redis, store: TeamStore
+) -> None:
     spawn(store, "alice")
     bus = MessageBus(conn, store.keys, bus_maxlen=5)
     for n in range(20):
         bus.send("alice", "lead", None, None, f"to the lead {n}")
     bus.trim()
-    assert [m.content for m in store.messages.peek("lead")[1]] == [f"to the lead {n}"
-                                                                    for n in range(20)]
+    assert [m.content for m in store.messages.peek("lead")[1]] == [
+        f"to the lead {n}" for n in range(20)
+    ]
     assert len(bus.messages()) == 20
 
 
-def test_export_writes_config_inboxes_and_requests(conn: redis.Redis, redis_url: str,
-                                                    store: TeamStore, tmp_path: Path) -> None:
+def test_export_writes_config_inboxes_and_requests(
+    conn: redis.Redis, redis_url: str, store: TeamStore, tmp_path: Path
+) -> None:
     spawn(store, "alice")
     spawn(store, "bob")
     store.messages.send("alice", "lead", "hi lead")
@@ -291,30 +320,41 @@ def test_export_writes_config_inboxes_and_requests(conn: redis.Redis, redis_url:
     assert store.turns.checkpoint("bob", token, hello.id, [{"role": "user", "content": "hi bob"}])
 
     def export(directory: Path, *extra: str) -> dict[str, list[dict[str, Any]]]:
-        done = cli("team", "export", str(directory), *extra, "-t", store.team,
-                   "--redis-url", redis_url)
+        done = cli(
+            "team", "export", str(directory), *extra, "-t", store.team, "--redis-url", redis_url
+        )
         assert done.exit_code == 0, done.output
-        return {p.stem: [json.loads(line) for line in p.read_text().splitlines()]
-                for p in (directory / "inbox").iterdir()}
+        return {
+            p.stem: [json.loads(line) for line in p.read_text().splitlines()]
+            for p in (directory / "inbox").iterdir()
+        }
 
     unread = export(tmp_path / "unread")
     kept = export(tmp_path / "all", "--all")
     config = json.loads((tmp_path / "unread" / "config.json").read_text())
-    assert config == {"team_name": store.team, "members": [
-        {"name": "alice", "role": "r", "status": "working"},
-        {"name": "bob", "role": "r", "status": "working"}]}
+    assert config == {
+        "team_name": store.team,
+        "members": [
+            {"name": "alice", "role": "r", "status": "working"},
+            {"name": "bob", "role": "r", "status": "working"},
+        ],
+    }
     assert [(m["type"], m["from"], m["content"]) for m in unread["lead"]] == [
-        ("peer.message", "alice", "hi lead")]
+        ("peer.message", "alice", "hi lead")
+    ]
     assert [(m["type"], m.get("request_id")) for m in unread["bob"]] == [
-        ("shutdown_request", request.id)]
+        ("shutdown_request", request.id)
+    ]
     assert [m["content"] for m in kept["bob"]][0] == "hi bob" and len(kept["bob"]) == 2
     assert unread["alice"] == [] and isinstance(unread["lead"][0]["timestamp"], float)
     record = json.loads((tmp_path / "all" / "requests" / f"{request.id}.json").read_text())
     assert (record["kind"], record["status"], record["to"]) == ("shutdown", "pending", "bob")
     assert request.model_dump()["from"] == record["from"] == "lead"  # `from`, unasked
-    again = cli("team", "export", str(tmp_path / "all"), "-t", store.team,
-                "--redis-url", redis_url)
+    again = cli("team", "export", str(tmp_path / "all"), "-t", store.team, "--redis-url", redis_url)
     assert (again.exit_code, again.stdout, again.stderr) == (
-        2, "", f"teamctl: {tmp_path}/all/config.json exists; pass --force to overwrite the "
-               "export's files\n")
+        2,
+        "",
+        f"teamctl: {tmp_path}/all/config.json exists; pass --force to overwrite the "
+        "export's files\n",
+    )
     assert export(tmp_path / "all", "--force") == unread  # unread mail only, this time

@@ -63,29 +63,37 @@ class Slowpoke:
 
 def idle_turns(store: TeamStore, name: str) -> int:
     """How many turns of `name` ended idle (one teammate.idle notice each)."""
-    return sum(m.content.startswith(f"{name} is idle") for m in
-               store.messages.notices(SystemType.TEAMMATE_IDLE))
+    return sum(
+        m.content.startswith(f"{name} is idle")
+        for m in store.messages.notices(SystemType.TEAMMATE_IDLE)
+    )
 
 
 def task_events(store: TeamStore, task_id: str) -> list[EventKind]:
-    return [EventKind(e.status) for e in store.messages.events(count=10_000)
-            if e.task_id == task_id]
+    return [
+        EventKind(e.status) for e in store.messages.events(count=10_000) if e.task_id == task_id
+    ]
 
 
 def tool_results(store: TeamStore, name: str, tool: str) -> list[str]:
     """The contents of the tool results `name`'s memory holds for calls of `tool`."""
     memory = store.turns.memory(name)
-    calls = {call["id"]: call["function"]["name"] for m in memory
-             for call in m.get("tool_calls") or []}
-    return [m["content"] for m in memory
-            if m.get("role") == "tool" and calls.get(m.get("tool_call_id")) == tool]
+    calls = {
+        call["id"]: call["function"]["name"] for m in memory for call in m.get("tool_calls") or []
+    }
+    return [
+        m["content"]
+        for m in memory
+        if m.get("role") == "tool" and calls.get(m.get("tool_call_id")) == tool
+    ]
 
 
 # --- end to end, on the shared workers ---------------------------------------------------------
 
 
 def test_five_idle_teammates_and_one_ready_task_make_one_claim_and_one_turn(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     model = llm.script(f"crew-{team}", handler=Doer())
     store = TeamStore(wconn, team)
     names = [f"m{i}" for i in range(5)]
@@ -96,32 +104,48 @@ def test_five_idle_teammates_and_one_ready_task_make_one_claim_and_one_turn(
     assert len(llm.requests[f"crew-{team}"]) == 5
     task_id = add(workers, team, "Write the report", "--description", "Two pages.")
     assert task_id == "task_1"
-    wait_until(lambda: task(store, task_id).status is TaskStatus.COMPLETED and all_idle(store, 5)
-               and workers_idle(workers), message="the task done and everyone idle again")
+    wait_until(
+        lambda: (
+            task(store, task_id).status is TaskStatus.COMPLETED
+            and all_idle(store, 5)
+            and workers_idle(workers)
+        ),
+        message="the task done and everyone idle again",
+    )
     done = task(store, task_id)
     # One claim: one attempt, one in_progress event; one turn: two model calls (the claim's
     # message, then the tool result), one more idle notice, all from the claimer.
     assert done.attempts == 1 and done.output == "did task_1"
-    assert task_events(store, task_id) == [EventKind.CREATED, EventKind.IN_PROGRESS,
-                                           EventKind.COMPLETED]
+    assert task_events(store, task_id) == [
+        EventKind.CREATED,
+        EventKind.IN_PROGRESS,
+        EventKind.COMPLETED,
+    ]
     assert len(llm.requests[f"crew-{team}"]) == 7
     turns = {name: idle_turns(store, name) for name in names}
     assert sorted(turns.values()) == [1, 1, 1, 1, 2] and turns[done.claimed_by] == 2
-    [assigned] = [line for line in inbox_lines(store.turns.memory(done.claimed_by))
-                  if line["type"] == SystemType.TASK_ASSIGNED]
-    assert "task_1" in assigned["content"] and "Write the report\nTwo pages." in \
-        assigned["content"]
+    [assigned] = [
+        line
+        for line in inbox_lines(store.turns.memory(done.claimed_by))
+        if line["type"] == SystemType.TASK_ASSIGNED
+    ]
+    assert "task_1" in assigned["content"] and "Write the report\nTwo pages." in assigned["content"]
     results = [m for m in store.messages.peek("lead")[1] if m.type == SystemType.TASK_RESULT]
     assert [(m.from_, m.task_id, m.content) for m in results] == [
-        (done.claimed_by, "task_1", "did task_1")]
+        (done.claimed_by, "task_1", "did task_1")
+    ]
     # The board's own reader lists team tasks.
     [state] = TaskBoard(wconn, store.keys).snapshot()
-    assert (state.task_id, state.status, state.task) == ("task_1", TaskStatus.COMPLETED,
-                                                         "Write the report")
+    assert (state.task_id, state.status, state.task) == (
+        "task_1",
+        TaskStatus.COMPLETED,
+        "Write the report",
+    )
 
 
 def test_an_assignee_reserves_a_task_and_a_role_picks_its_teammate(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     store = TeamStore(wconn, team)
     models = {name: llm.script(f"{name}-{team}", handler=Doer()) for name in ("a", "b", "c")}
     for name, model in models.items():
@@ -130,27 +154,39 @@ def test_an_assignee_reserves_a_task_and_a_role_picks_its_teammate(
     reserved = add(workers, team, "For c only", "--assignee", "c")
     by_role = add(workers, team, "For the b role", "--role", "b-role")
     unmatched = add(workers, team, "For a role nobody has", "--role", "pilot")
-    wait_until(lambda: all(task(store, t).status is TaskStatus.COMPLETED
-                           for t in (reserved, by_role)) and all_idle(store, 3)
-               and workers_idle(workers), message="the two matching tasks done")
+    wait_until(
+        lambda: (
+            all(task(store, t).status is TaskStatus.COMPLETED for t in (reserved, by_role))
+            and all_idle(store, 3)
+            and workers_idle(workers)
+        ),
+        message="the two matching tasks done",
+    )
     assert task(store, reserved).claimed_by == "c" and task(store, by_role).claimed_by == "b"
     assert task(store, unmatched).status is TaskStatus.READY
     assert len(llm.requests[f"a-{team}"]) == 1  # a fitted neither task: never woken
     listed = json.loads(cli("team", "task", "list", "--json", *base_args(workers, team)).output)
     assert [(t["id"], t["status"], t["owner"], t["assignee"], t["role"]) for t in listed] == [
-        ("task_1", "completed", None, "c", None), ("task_2", "completed", None, None, "b-role"),
-        ("task_3", "ready", None, None, "pilot")]
+        ("task_1", "completed", None, "c", None),
+        ("task_2", "completed", None, None, "b-role"),
+        ("task_3", "ready", None, None, "pilot"),
+    ]
 
 
 def test_completing_a_dependency_readies_its_dependent_for_an_idle_teammate(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     hold = threading.Event()
     first = Doer(hold)
     store = TeamStore(wconn, team)
-    assert spawn(workers, team, "a", llm.script(f"a-{team}", handler=first),
-                 llm.api_base).exit_code == 0
-    assert spawn(workers, team, "b", llm.script(f"b-{team}", handler=Doer()),
-                 llm.api_base).exit_code == 0
+    assert (
+        spawn(workers, team, "a", llm.script(f"a-{team}", handler=first), llm.api_base).exit_code
+        == 0
+    )
+    assert (
+        spawn(workers, team, "b", llm.script(f"b-{team}", handler=Doer()), llm.api_base).exit_code
+        == 0
+    )
     wait_until(lambda: all_idle(store, 2), message="two idle teammates")
     research = add(workers, team, "Research", "--assignee", "a")
     assert first.entered.wait(60)
@@ -159,63 +195,102 @@ def test_completing_a_dependency_readies_its_dependent_for_an_idle_teammate(
     assert task(store, write).depends_on == [research]
     assert store.get("b").status is TeammateStatus.IDLE  # nothing ready for b yet
     hold.set()
-    wait_until(lambda: task(store, write).status is TaskStatus.COMPLETED and all_idle(store, 2)
-               and workers_idle(workers), message="the dependent task done")
+    wait_until(
+        lambda: (
+            task(store, write).status is TaskStatus.COMPLETED
+            and all_idle(store, 2)
+            and workers_idle(workers)
+        ),
+        message="the dependent task done",
+    )
     assert task(store, write).claimed_by == "b" and task(store, write).attempts == 1
     [completed] = tool_results(store, "a", "complete_task")
-    assert json.loads(completed) == {"action": "complete_task", "ok": True,
-                                     "task_id": research, "now_ready": [write], "woke": ["b"]}
+    assert json.loads(completed) == {
+        "action": "complete_task",
+        "ok": True,
+        "task_id": research,
+        "now_ready": [write],
+        "woke": ["b"],
+    }
 
 
 def test_a_task_held_through_a_reminder_goes_back_to_the_board_and_to_the_next_turn_end(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     store = TeamStore(wconn, team)
     stubborn = llm.script(f"r-{team}", handler=Stubborn())
     assert spawn(workers, team, "r", stubborn, llm.api_base).exit_code == 0
     wait_until(lambda: all_idle(store, 1), message="r idle")
     task_id = add(workers, team, "Fix the build")
-    wait_until(lambda: task(store, task_id).status is TaskStatus.READY
-               and task(store, task_id).attempts == 1 and all_idle(store, 1),
-               message="the task released from r")
+    wait_until(
+        lambda: (
+            task(store, task_id).status is TaskStatus.READY
+            and task(store, task_id).attempts == 1
+            and all_idle(store, 1)
+        ),
+        message="the task released from r",
+    )
     released = task(store, task_id)
     assert released.requeue_reason == "r ended two turns without completing it"
     assert released.released_from == "r" and released.claimed_by is None
     # One turn for the claim, one reminder turn, then the release: r is not given it again.
     assert len(llm.requests[f"r-{team}"]) == 3
-    reminders = [line for line in inbox_lines(store.turns.memory("r"))
-                 if line["type"] == SystemType.TASK_REMINDER]
+    reminders = [
+        line
+        for line in inbox_lines(store.turns.memory("r"))
+        if line["type"] == SystemType.TASK_REMINDER
+    ]
     assert len(reminders) == 1 and "You still hold task_1" in reminders[0]["content"]
     # A teammate spawned now takes it at the end of its first turn.
-    assert spawn(workers, team, "s", llm.script(f"s-{team}", handler=Doer()),
-                 llm.api_base).exit_code == 0
-    wait_until(lambda: task(store, task_id).status is TaskStatus.COMPLETED and all_idle(store, 2)
-               and workers_idle(workers), message="s to finish the task")
+    assert (
+        spawn(workers, team, "s", llm.script(f"s-{team}", handler=Doer()), llm.api_base).exit_code
+        == 0
+    )
+    wait_until(
+        lambda: (
+            task(store, task_id).status is TaskStatus.COMPLETED
+            and all_idle(store, 2)
+            and workers_idle(workers)
+        ),
+        message="s to finish the task",
+    )
     done = task(store, task_id)
     assert (done.claimed_by, done.attempts, done.output) == ("s", 2, "did task_1")
-    assert task_events(store, task_id) == [EventKind.CREATED, EventKind.IN_PROGRESS,
-                                           EventKind.RELEASED, EventKind.IN_PROGRESS,
-                                           EventKind.COMPLETED]
+    assert task_events(store, task_id) == [
+        EventKind.CREATED,
+        EventKind.IN_PROGRESS,
+        EventKind.RELEASED,
+        EventKind.IN_PROGRESS,
+        EventKind.COMPLETED,
+    ]
     assert idle_turns(store, "s") == 1  # the claim continued its first turn
 
 
 def test_a_forced_shutdown_gives_the_task_to_an_idle_teammate_and_the_late_turn_writes_nothing(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     store = TeamStore(wconn, team)
     held = Slowpoke()
-    assert spawn(workers, team, "h", llm.script(f"h-{team}", handler=held),
-                 llm.api_base).exit_code == 0
+    assert (
+        spawn(workers, team, "h", llm.script(f"h-{team}", handler=held), llm.api_base).exit_code
+        == 0
+    )
     wait_until(lambda: all_idle(store, 1), message="h idle")
     # k goes idle after h, so h, idle longest, gets the task.
-    assert spawn(workers, team, "k", llm.script(f"k-{team}", handler=Doer()),
-                 llm.api_base).exit_code == 0
+    assert (
+        spawn(workers, team, "k", llm.script(f"k-{team}", handler=Doer()), llm.api_base).exit_code
+        == 0
+    )
     wait_until(lambda: all_idle(store, 2), message="k idle")
     task_id = add(workers, team, "Deploy")
     assert held.entered.wait(60)
     assert task(store, task_id).claimed_by == "h"
     forced = cli("team", "shutdown", "h", "--force", *base_args(workers, team))
     assert forced.exit_code == 0, forced.output
-    wait_until(lambda: task(store, task_id).status is TaskStatus.COMPLETED,
-               message="k to take and finish the released task")
+    wait_until(
+        lambda: task(store, task_id).status is TaskStatus.COMPLETED,
+        message="k to take and finish the released task",
+    )
     # h's model call was still out: its answer comes back to a revoked turn.
     assert len(llm.requests[f"h-{team}"]) == 2
     held.release.set()
@@ -239,8 +314,9 @@ def store(conn: redis.Redis, team: str) -> TeamStore:
 
 def start(store: TeamStore, name: str, role: str = "dev", *, plan_mode: bool = False) -> str:
     """Spawn `name` on a queue nobody serves and take its turn; returns the turn's token."""
-    store.spawn(name, role=role, prompt="start", model="m", api_base=None, queue=NOBODY,
-                plan_mode=plan_mode)
+    store.spawn(
+        name, role=role, prompt="start", model="m", api_base=None, queue=NOBODY, plan_mode=plan_mode
+    )
     verdict, token = store.turns.begin_turn(name, "test:1")
     assert verdict == "ok"
     return token
@@ -284,7 +360,11 @@ def test_one_reminder_then_the_release_wakes_an_idle_teammate(store: TeamStore) 
     # Released with the reason, then handed to idle bob (never back to alice), bob woken.
     handed = tasks.get("task_1")
     assert (handed.status, handed.owner, handed.requeue_reason, handed.released_from) == (
-        TaskStatus.IN_PROGRESS, "bob", "alice ended two turns without completing it", "alice")
+        TaskStatus.IN_PROGRESS,
+        "bob",
+        "alice ended two turns without completing it",
+        "alice",
+    )
     assert store.get("bob").status is TeammateStatus.WORKING
     assert store.get("alice").status is TeammateStatus.IDLE
     assert [m.type for m in store.messages.peek("bob")[1]] == [SystemType.TASK_ASSIGNED]
@@ -300,20 +380,28 @@ def test_an_approved_shutdown_and_a_failed_turn_release_their_tasks(store: TeamS
     assert store.turns.end_turn("alice", token, "done", "n") == "shutdown"
     first = tasks.get("task_1")
     assert (first.status, first.requeue_reason, first.owner) == (
-        TaskStatus.READY, "alice shut down", None)
+        TaskStatus.READY,
+        "alice shut down",
+        None,
+    )
     carol = start(store, "carol")
     tasks.claim("carol", carol, "task_1")
-    assert store.turns.end_turn("carol", carol, "error: boom", "n", force=True,
-                                error="boom") == "idle"
+    assert (
+        store.turns.end_turn("carol", carol, "error: boom", "n", force=True, error="boom") == "idle"
+    )
     # Back on the board at once, and not handed back to carol (its next turn may fail too).
     again = tasks.get("task_1")
     assert (again.status, again.requeue_reason, again.released_from) == (
-        TaskStatus.READY, "carol's turn failed: boom", "carol")
+        TaskStatus.READY,
+        "carol's turn failed: boom",
+        "carol",
+    )
     assert store.get("carol").status is TeammateStatus.IDLE
 
 
-def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Redis,
-                                                                  team: str) -> None:
+def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(
+    conn: redis.Redis, team: str
+) -> None:
     store = TeamStore(conn, team)
     store.create(TeamOptions(heartbeat_ttl_s=0.2, max_turn_attempts=1))
     tasks = TeamTasks(store)
@@ -333,18 +421,22 @@ def test_a_teammate_whose_turn_keeps_getting_lost_loses_its_tasks(conn: redis.Re
     wait_until(given_up, 10, 0.05, "reconcile to give up on alice")
     lost = tasks.get("task_1")
     assert (lost.status, lost.requeue_reason, lost.released_from) == (
-        TaskStatus.READY, "alice's turn was lost 1 times", "alice")
+        TaskStatus.READY,
+        "alice's turn was lost 1 times",
+        "alice",
+    )
 
 
-def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
-        store: TeamStore) -> None:
+def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(store: TeamStore) -> None:
     tasks = TeamTasks(store)
     token = start(store, "pat", plan_mode=True)
     tasks.add("build it")
     box = TeammateTools(store, "pat").toolbox()
     gate_plan(box, lambda: store.plan_state("pat"))  # as the turn does in plan mode
-    for tool, args in (("claim_task", {"task_id": "task_1"}),
-                       ("complete_task", {"task_id": "task_1", "result": "x"})):
+    for tool, args in (
+        ("claim_task", {"task_id": "task_1"}),
+        ("complete_task", {"task_id": "task_1", "result": "x"}),
+    ):
         refused = box.call(tool, json.dumps(args))
         assert refused.startswith("TOOL_ERROR: ") and "submit_plan" in refused
     assert tasks.get("task_1").status is TaskStatus.READY
@@ -357,14 +449,18 @@ def test_plan_mode_gates_claim_and_complete_until_the_plan_is_approved(
     store.requests.review_plan(request.id, True)
     box = TeammateTools(store, "pat").toolbox()
     claimed = json.loads(box.call("claim_task", json.dumps({"task_id": "Task 1"})))
-    assert claimed == {"action": "claim_task", "ok": True, "task_id": "task_1",
-                       "subject": "build it", "description": ""}
+    assert claimed == {
+        "action": "claim_task",
+        "ok": True,
+        "task_id": "task_1",
+        "subject": "build it",
+        "description": "",
+    }
     done = json.loads(box.call("complete_task", json.dumps({"task_id": "1", "result": "built"})))
     assert done["ok"] and tasks.get("task_1").output == "built"
 
 
-def test_a_team_task_waiting_on_two_is_ready_only_once_both_are_completed(
-        store: TeamStore) -> None:
+def test_a_team_task_waiting_on_two_is_ready_only_once_both_are_completed(store: TeamStore) -> None:
     tasks = TeamTasks(store)
     alice, bob = start(store, "alice"), start(store, "bob")
     tasks.add("first")
@@ -412,8 +508,7 @@ def test_task_tools_refuse_what_the_board_does_not_allow(store: TeamStore) -> No
     assert "task_4 is reserved for bob" in error("claim_task", task_id="task_4")
     tasks.claim("bob", bob, "task_1")
     assert "task_1 is already held by bob" in error("claim_task", task_id="task_1")
-    assert "task_1 is held by bob, not you" in error("complete_task", task_id="task_1",
-                                                     result="x")
+    assert "task_1 is held by bob, not you" in error("complete_task", task_id="task_1", result="x")
     assert "claim_task it first" in error("complete_task", task_id="task_3", result="x")
     with pytest.raises(StaleTurn):
         tasks.complete("bob", "999", "task_1", "stale token")  # a revoked turn
@@ -421,8 +516,11 @@ def test_task_tools_refuse_what_the_board_does_not_allow(store: TeamStore) -> No
     listed = json.loads(box.call("list_tasks", "{}"))
     assert listed["action"] == "list_tasks" and listed["ok"] is True
     assert [(t["id"], t["status"], t["owner"]) for t in listed["tasks"]] == [
-        ("task_1", "in_progress", "bob"), ("task_2", "pending", None),
-        ("task_3", "ready", None), ("task_4", "ready", None)]
+        ("task_1", "in_progress", "bob"),
+        ("task_2", "pending", None),
+        ("task_3", "ready", None),
+        ("task_4", "ready", None),
+    ]
 
 
 def test_task_add_and_list_exit_codes(redis_url: str, store: TeamStore) -> None:
@@ -431,8 +529,13 @@ def test_task_add_and_list_exit_codes(redis_url: str, store: TeamStore) -> None:
     added = cli("team", "task", "add", "Plan the week", "--role", "dev", *base)
     assert added.exit_code == 0 and added.stdout == "task_1\n"
     assert cli("team", "task", "add", "Then this", "--after", "task_1", *base).stdout == "task_2\n"
-    for bad in (("--assignee", "carol"), ("--assignee", "Bad/Name"), ("--after", "task_9"),
-                ("--after", "nonsense"), ("--description", "x" * 4096)):
+    for bad in (
+        ("--assignee", "carol"),
+        ("--assignee", "Bad/Name"),
+        ("--after", "task_9"),
+        ("--after", "nonsense"),
+        ("--description", "x" * 4096),
+    ):
         refused = cli("team", "task", "add", "Nope", *bad, *base)
         assert refused.exit_code == 2, (bad, refused.output)
         assert refused.output.count("\n") == 1 and refused.output.startswith("teamctl:")
@@ -441,7 +544,9 @@ def test_task_add_and_list_exit_codes(redis_url: str, store: TeamStore) -> None:
     assert [t.task_id for t in TeamTasks(store).snapshot()] == ["task_1", "task_2"]
     shown = cli("team", "task", "list", *base)
     assert shown.exit_code == 0
-    assert shown.output.splitlines() == ["task_1\tready\t-\tdev\t-\tPlan the week",
-                                         "task_2\tpending\t-\t-\ttask_1\tThen this"]
+    assert shown.output.splitlines() == [
+        "task_1\tready\t-\tdev\t-\tPlan the week",
+        "task_2\tpending\t-\t-\ttask_1\tThen this",
+    ]
     with pytest.raises(ConfigError):
         TeamTasks(store).add("x", assignee="lead")

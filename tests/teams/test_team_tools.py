@@ -27,8 +27,19 @@ from tests.support.llm import Reply, ScriptedLLM, ToolCalls
 from tests.support.teams import cli, inbox_lines, spawn
 from tests.support.waiting import wait_until
 
-TEAM_TOOLS = ["send_message", "broadcast", "read_inbox", "list_teammates", "respond_shutdown",
-              "submit_plan", "list_tasks", "get_task", "claim_task", "complete_task", "idle"]
+TEAM_TOOLS = [
+    "send_message",
+    "broadcast",
+    "read_inbox",
+    "list_teammates",
+    "respond_shutdown",
+    "submit_plan",
+    "list_tasks",
+    "get_task",
+    "claim_task",
+    "complete_task",
+    "idle",
+]
 SENDERS = 4
 MESSAGES_PER_SENDER = 200
 SENDER_CODE = """
@@ -59,29 +70,48 @@ def tool_results(store: TeamStore, name: str) -> list[str]:
 
 def offered(llm: ScriptedLLM, model: str) -> list[list[str]]:
     """The tool names of each request the model got."""
-    return [[t["function"]["name"] for t in body.get("tools", [])]
-            for body in llm.requests[model.removeprefix("openai/")]]
+    return [
+        [t["function"]["name"] for t in body.get("tools", [])]
+        for body in llm.requests[model.removeprefix("openai/")]
+    ]
 
 
 def test_plan_mode_refuses_write_file_until_approval_even_after_a_rejection(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workers: str,
+    wconn: redis.Redis,
+    llm: ScriptedLLM,
+    team: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
 
     def write(content: str) -> ToolCalls:
         return ToolCalls([("write_file", {"path": "notes/plan.md", "content": content})])
 
-    model = llm.script(f"pat-{team}", [
-        write("too early"), ToolCalls([("submit_plan", {"plan": "v1: write notes/plan.md"})]),
-        write("still waiting"), "waiting for review",
-        write("after a rejection"), ToolCalls([("submit_plan", {"plan": "v2: with a title"})]),
-        "waiting again",
-        write("# Plan\n"), "written"])
+    model = llm.script(
+        f"pat-{team}",
+        [
+            write("too early"),
+            ToolCalls([("submit_plan", {"plan": "v1: write notes/plan.md"})]),
+            write("still waiting"),
+            "waiting for review",
+            write("after a rejection"),
+            ToolCalls([("submit_plan", {"plan": "v2: with a title"})]),
+            "waiting again",
+            write("# Plan\n"),
+            "written",
+        ],
+    )
     store = TeamStore(wconn, team)
     base = ("-t", team, "--redis-url", workers)
     workspace = tmp_path / "state" / "teams" / team / "workspace"
-    assert spawn(workers, team, "pat", model, llm.api_base, "--plan-mode", "--tool",
-                 "write_file").exit_code == 0
+    assert (
+        spawn(
+            workers, team, "pat", model, llm.api_base, "--plan-mode", "--tool", "write_file"
+        ).exit_code
+        == 0
+    )
     assert store.get("pat").workspace == str(workspace)
     target = workspace / "notes" / "plan.md"
     wait_until(lambda: idle_notices(store) == 1, message="pat's plan submitted")
@@ -94,8 +124,10 @@ def test_plan_mode_refuses_write_file_until_approval_even_after_a_rejection(
     assert "call submit_plan" in refused[0] and "waiting for the lead's review" in refused[2]
     assert not target.exists()
     [first] = store.requests.all()
-    assert cli("team", "review", first.id, "--reject", "--feedback", "add a title",
-               *base).exit_code == 0
+    assert (
+        cli("team", "review", first.id, "--reject", "--feedback", "add a title", *base).exit_code
+        == 0
+    )
     wait_until(lambda: idle_notices(store) == 2, message="pat's revised plan")
     after_rejection = tool_results(store, "pat")[3]
     assert after_rejection.startswith("TOOL_ERROR: ") and "call submit_plan" in after_rejection
@@ -105,7 +137,10 @@ def test_plan_mode_refuses_write_file_until_approval_even_after_a_rejection(
     wait_until(lambda: idle_notices(store) == 3, message="pat carrying out its plan")
     written = json.loads(tool_results(store, "pat")[-1])
     assert (written["action"], written["ok"], written["path"]) == (
-        "write_file", True, "notes/plan.md")
+        "write_file",
+        True,
+        "notes/plan.md",
+    )
     assert target.read_text() == "# Plan\n"
     prompts = [body["messages"][0]["content"] for body in llm.requests[f"pat-{team}"]]
     assert all(f"Your tools: {', '.join(TEAM_TOOLS)}, write_file" in p for p in prompts)
@@ -131,14 +166,23 @@ class ApprovedMidTurn:
 
 
 def test_an_approval_in_the_middle_of_a_turn_opens_the_gate_at_once(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workers: str,
+    wconn: redis.Redis,
+    llm: ScriptedLLM,
+    team: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     held = ApprovedMidTurn()
     model = llm.script(f"pat-{team}", handler=held)
     store = TeamStore(wconn, team)
-    assert spawn(workers, team, "pat", model, llm.api_base, "--plan-mode", "--tool",
-                 "write_file").exit_code == 0
+    assert (
+        spawn(
+            workers, team, "pat", model, llm.api_base, "--plan-mode", "--tool", "write_file"
+        ).exit_code
+        == 0
+    )
     assert held.entered.wait(60)
     [plan] = store.requests.all()
     _, woke = store.requests.review_plan(plan.id, True)
@@ -151,10 +195,14 @@ def test_an_approval_in_the_middle_of_a_turn_opens_the_gate_at_once(
 
 
 def test_spawn_offers_the_listed_workspace_tools_and_bash_only_when_listed(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     models = {name: llm.script(f"{name}-{team}", ["resting"]) for name in ("ann", "ben", "cy")}
-    extra = {"ann": ("--tool", "list_files", "--tool", "read_file", "--tool", "read_file"),
-             "ben": ("--tool", "bash"), "cy": ()}
+    extra = {
+        "ann": ("--tool", "list_files", "--tool", "read_file", "--tool", "read_file"),
+        "ben": ("--tool", "bash"),
+        "cy": (),
+    }
     store = TeamStore(wconn, team)
     for name, model in models.items():
         assert spawn(workers, team, name, model, llm.api_base, *extra[name]).exit_code == 0
@@ -163,39 +211,47 @@ def test_spawn_offers_the_listed_workspace_tools_and_bash_only_when_listed(
     assert offered(llm, models["ann"]) == [[*TEAM_TOOLS, "read_file", "list_files"]]
     assert offered(llm, models["ben"]) == [[*TEAM_TOOLS, "bash"]]
     assert offered(llm, models["cy"]) == [TEAM_TOOLS]
-    system = {name: llm.requests[f"{name}-{team}"][0]["messages"][0]["content"]
-              for name in models}
+    system = {name: llm.requests[f"{name}-{team}"][0]["messages"][0]["content"] for name in models}
     assert f"Your tools: {', '.join(TEAM_TOOLS)}, read_file, list_files\n" in system["ann"]
     assert "directory your team's teammates" in system["ann"]
     assert "directory your team's teammates" not in system["cy"]
 
 
 def test_spawn_with_an_unknown_tool_exits_2_and_writes_nothing(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     for tool in ("shell", "send_message", "../x"):
-        result = spawn(redis_url, team, "alice", OFFLINE_MODEL, None, "--tool", "read_file",
-                       "--tool", tool)
+        result = spawn(
+            redis_url, team, "alice", OFFLINE_MODEL, None, "--tool", "read_file", "--tool", tool
+        )
         assert result.exit_code == 2, result.output
         assert result.stderr.count("\n") == 1
-        assert (f"unknown tool '{tool}'; use --tool with one of: read_file, write_file, "
-                "edit_file, list_files, bash") in result.stderr
+        assert (
+            f"unknown tool '{tool}'; use --tool with one of: read_file, write_file, "
+            "edit_file, list_files, bash"
+        ) in result.stderr
     assert conn.keys("teamctl:team:*") == []
 
 
 def test_the_plan_gate_covers_edit_file_and_bash_but_not_reading(
-        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    redis_url: str, conn: redis.Redis, team: str, tmp_path: Path
+) -> None:
     store = TeamStore(conn, team)
-    tools = ("--tool", "read_file", "--tool", "write_file", "--tool", "edit_file", "--tool",
-             "bash")
+    tools = ("--tool", "read_file", "--tool", "write_file", "--tool", "edit_file", "--tool", "bash")
     for name, extra in (("pat", ("--plan-mode",)), ("sam", ())):  # nobody serves "nobody"
-        assert spawn(redis_url, team, name, OFFLINE_MODEL, None, "--queue", "nobody", *tools,
-                     *extra).exit_code == 0
+        assert (
+            spawn(
+                redis_url, team, name, OFFLINE_MODEL, None, "--queue", "nobody", *tools, *extra
+            ).exit_code
+            == 0
+        )
     boxes = {}
     for name in ("pat", "sam"):
         boxes[name] = Toolbox()
         add_teammate_workspace(boxes[name], store, store.get(name), tmp_path / "unused")
-    assert boxes["pat"].names == boxes["sam"].names == [
-        "read_file", "write_file", "edit_file", "bash"]
+    assert (
+        boxes["pat"].names == boxes["sam"].names == ["read_file", "write_file", "edit_file", "bash"]
+    )
     workspace = tmp_path / "state" / "teams" / team / "workspace"
     edit = json.dumps({"path": "a.txt", "oldText": "one", "newText": "two"})
     bash = json.dumps({"command": "echo ran >> log.txt"})
@@ -229,7 +285,8 @@ class BusyUntilDone:
 
 
 def test_four_sender_processes_mid_turn_each_message_once_in_order(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     busy = BusyUntilDone()
     model = llm.script(f"bob-{team}", handler=busy, latency_s=0.02)
     store = TeamStore(wconn, team)
@@ -238,8 +295,12 @@ def test_four_sender_processes_mid_turn_each_message_once_in_order(
     assert spawn(workers, team, "bob", model, llm.api_base).exit_code == 0
     wait_until(lambda: llm.requests[f"bob-{team}"], message="bob's turn to start")
     tags = [f"p{i}" for i in range(SENDERS)]
-    senders = [subprocess.Popen([sys.executable, "-c", SENDER_CODE, workers, team, tag,
-                                 str(MESSAGES_PER_SENDER)]) for tag in tags]
+    senders = [
+        subprocess.Popen(
+            [sys.executable, "-c", SENDER_CODE, workers, team, tag, str(MESSAGES_PER_SENDER)]
+        )
+        for tag in tags
+    ]
     for sender in senders:
         assert sender.wait(120) == 0
     busy.done.set()
@@ -248,7 +309,8 @@ def test_four_sender_processes_mid_turn_each_message_once_in_order(
     assert len(got) == SENDERS * MESSAGES_PER_SENDER == len(set(got))
     for tag in tags:
         assert [c for c in got if c.startswith(f"{tag}:")] == [
-            f"{tag}:{i}" for i in range(MESSAGES_PER_SENDER)]
+            f"{tag}:{i}" for i in range(MESSAGES_PER_SENDER)
+        ]
     # All of it arrived mid-turn: one turn, fed over several steps, woken by none of the sends.
     assert idle_notices(store) == 1
     blocks = [m for m in store.turns.memory("bob") if str(m.get("content")).startswith("<inbox>")]
@@ -257,9 +319,9 @@ def test_four_sender_processes_mid_turn_each_message_once_in_order(
 
 
 def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_overlap(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
-    model = llm.script(f"bob-{team}", ["noted"], repeat_last=True,
-                       latency_s=TURN_END_LATENCY_S)
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
+    model = llm.script(f"bob-{team}", ["noted"], repeat_last=True, latency_s=TURN_END_LATENCY_S)
     store = TeamStore(wconn, team)
     store.create(TeamOptions(memory_max_messages=100_000))
     assert spawn(workers, team, "bob", model, llm.api_base).exit_code == 0
@@ -278,8 +340,12 @@ def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_over
         rounds += 1
         # Each burst is answered by a later call: in the same job or a woken one.
         wait_until(lambda seen=seen: len(times) > seen, message="bob's next model call")
-    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE
-               and not store.messages.peek("bob")[1], message="bob idle with nothing unread")
+    wait_until(
+        lambda: (
+            store.get("bob").status is TeammateStatus.IDLE and not store.messages.peek("bob")[1]
+        ),
+        message="bob idle with nothing unread",
+    )
     got = [m["content"] for m in inbox_lines(store.turns.memory("bob"))]
     assert got == [f"m{i}" for i in range(TURN_END_SENDS)]
     # Never two model calls in flight: each takes the script's latency, so each arrives at least
@@ -288,7 +354,7 @@ def test_sends_landing_as_turns_end_are_each_processed_once_and_turns_never_over
     assert min(gaps) >= TURN_END_LATENCY_S
     bodies = [body["messages"][1:] for body in llm.requests[f"bob-{team}"]]
     for earlier, later in zip(bodies, bodies[1:], strict=False):
-        assert later[:len(earlier)] == earlier
+        assert later[: len(earlier)] == earlier
     # The bursts landed on both sides of turn ends: some turns went on in the same job (mail
     # came before the end), others were woken from idle (mail came after it).
     turns, idled = len(times), idle_notices(store)

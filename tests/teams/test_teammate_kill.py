@@ -34,10 +34,12 @@ def queue() -> str:
 
 
 @pytest.fixture(scope="module")
-def own_workers(redis_server: str, queue: str,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
-    with workers_on_own_queue(redis_server, queue, 2,
-                              tmp_path_factory.mktemp("mate-kill-logs")) as group:
+def own_workers(
+    redis_server: str, queue: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalWorkers]:
+    with workers_on_own_queue(
+        redis_server, queue, 2, tmp_path_factory.mktemp("mate-kill-logs")
+    ) as group:
         yield group
 
 
@@ -72,7 +74,8 @@ def holder_pids(store: TeamStore, name: str) -> tuple[int, int]:
 
 @pytest.mark.realistic  # at 1x: the default 30 s turn lease
 def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
-        redis_server: str, own_workers: LocalWorkers, queue: str, llm: ScriptedLLM) -> None:
+    redis_server: str, own_workers: LocalWorkers, queue: str, llm: ScriptedLLM
+) -> None:
     team = f"k{uuid.uuid4().hex[:10]}"
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     store = TeamStore(conn, team)
@@ -94,26 +97,28 @@ def test_killed_turn_reruns_from_its_checkpoint_without_loss_or_doubles(
     store.messages.send("lead", "alice", "m2")
     # No turn lease once the TTL passes: reconcile enqueues the rerun (exactly once).
     # (The lease lapses a TTL after its last refresh; reconcile also wants a TTL unseen.)
-    assert wait_until(lambda: store.scheduler.reconcile(), 2 * TTL_S + 15,
-                      message="reconcile to rerun alice") == [
-        "alice"]
+    assert wait_until(
+        lambda: store.scheduler.reconcile(), 2 * TTL_S + 15, message="reconcile to rerun alice"
+    ) == ["alice"]
     wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, 60, message="alice idle")
 
     memory = store.turns.memory("alice")
-    assert memory[:len(memory_before)] == memory_before  # the rerun resumed from the checkpoint
+    assert memory[: len(memory_before)] == memory_before  # the rerun resumed from the checkpoint
     assert [m["content"] for m in inbox_lines(memory)] == ["m1", "m2"]
     assert [m["role"] for m in memory] == ["user", "assistant", "tool", "user", "assistant"]
     assert memory[-1]["content"] == "recovered"
     assert model.calls == 3
     # The send committed before the kill is not repeated by the rerun.
-    sent = [m for m in store.messages.kept("lead")
-            if m.from_ == "alice" and m.type == "peer.message"]
+    sent = [
+        m for m in store.messages.kept("lead") if m.from_ == "alice" and m.type == "peer.message"
+    ]
     assert [m.content for m in sent] == ["step one done"]
     teammate = store.get("alice")
     assert (teammate.idle_reason, teammate.attempts, teammate.last_error) == ("done", 0, None)
     # The dead turn's writes are refused and change nothing.
     assert dead_token and dead_token != teammate.turn_token
-    assert not store.turns.checkpoint("alice", dead_token, "",
-                                      [{"role": "user", "content": "stale"}])
+    assert not store.turns.checkpoint(
+        "alice", dead_token, "", [{"role": "user", "content": "stale"}]
+    )
     assert store.turns.end_turn("alice", dead_token, "done", "stale") == "stale"
     assert store.turns.memory("alice") == memory

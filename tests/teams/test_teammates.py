@@ -34,13 +34,20 @@ def status_of(store: TeamStore, name: str) -> TeammateStatus:
 
 
 def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
-    bob = llm.script(f"bob-{team}", [
-        "ready",
-        ToolCalls([("send_message", {"to": "lead", "content": "hello lead, alice says hi"})]),
-        "done"])
-    alice = llm.script(f"alice-{team}", [
-        ToolCalls([("send_message", {"to": "bob", "content": "hi bob"})]), "sent it"])
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
+    bob = llm.script(
+        f"bob-{team}",
+        [
+            "ready",
+            ToolCalls([("send_message", {"to": "lead", "content": "hello lead, alice says hi"})]),
+            "done",
+        ],
+    )
+    alice = llm.script(
+        f"alice-{team}",
+        [ToolCalls([("send_message", {"to": "bob", "content": "hi bob"})]), "sent it"],
+    )
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "bob", bob, llm.api_base).exit_code == 0
     # Bob's first turn ends before alice exists, so his wake-up turn is the one that answers.
@@ -54,7 +61,9 @@ def test_alice_messages_bob_who_answers_the_lead_and_both_go_idle(
     wait_until(settled, message="alice and bob idle after bob's answer")
     listed = json.loads(cli("team", "list", "--json", "-t", team, "--redis-url", workers).output)
     assert {(m["name"], m["status"], m["idle_reason"]) for m in listed} == {
-        ("alice", "idle", "done"), ("bob", "idle", "done")}
+        ("alice", "idle", "done"),
+        ("bob", "idle", "done"),
+    }
     shown = cli("team", "inbox", "--json", "-t", team, "--redis-url", workers).output
     lead = [json.loads(line) for line in shown.splitlines()]
     peer = [m for m in lead if m["type"] == "peer.message"]
@@ -76,22 +85,27 @@ def send_batch(url: str, team: str, sender: str, count: int) -> None:
 
 
 def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     store = TeamStore(wconn, team)
     # A batch big enough for all of it: the mail reaches bob in one step.
     store.create(TeamOptions(inbox_batch_messages=SENDERS * MESSAGES_PER_SENDER))
     senders = [f"s{i}" for i in range(SENDERS)]
     for sender in senders:  # the offline model: one short turn each, then idle
         assert spawn(workers, team, sender, OFFLINE_MODEL, None).exit_code == 0
-    wait_until(lambda: all(status_of(store, s) is TeammateStatus.IDLE for s in senders),
-               message="the senders idle")
+    wait_until(
+        lambda: all(status_of(store, s) is TeammateStatus.IDLE for s in senders),
+        message="the senders idle",
+    )
     held = HeldFirstCall("first answer", "read them all")
     bob = llm.script(f"bob-{team}", handler=held)
     assert spawn(workers, team, "bob", bob, llm.api_base).exit_code == 0
     assert held.entered.wait(60)
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=send_batch, args=(workers, team, s, MESSAGES_PER_SENDER))
-                 for s in senders]
+    processes = [
+        context.Process(target=send_batch, args=(workers, team, s, MESSAGES_PER_SENDER))
+        for s in senders
+    ]
     for process in processes:
         process.start()
     for process in processes:
@@ -103,22 +117,30 @@ def test_mail_sent_mid_turn_by_four_processes_lands_in_memory_once_in_order(
     assert len(got) == SENDERS * MESSAGES_PER_SENDER == len(set(got))
     for sender in senders:
         assert [c for c in got if c.startswith(f"{sender}:")] == [
-            f"{sender}:{i}" for i in range(MESSAGES_PER_SENDER)]
+            f"{sender}:{i}" for i in range(MESSAGES_PER_SENDER)
+        ]
     # Mail to a working teammate woke nothing: one turn, one continue, two model calls.
     assert held.calls == 2
     assert Queue("members", connection=redis.Redis.from_url(workers)).count == 0
     assert store.messages.peek("bob")[1] == []
 
 
-def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: ScriptedLLM,
-                                         team: str) -> None:
+def test_ten_idle_teammates_cost_nothing(
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     model = llm.script(f"idle-{team}", ["resting"], repeat_last=True)
     store = TeamStore(wconn, team)
     names = [f"m{i}" for i in range(10)]
     for name in names:
         assert spawn(workers, team, name, model, llm.api_base).exit_code == 0
-    wait_until(lambda: all(m.status is TeammateStatus.IDLE for m in store.teammates())
-               and len(store.teammates()) == 10, 60, message="ten idle teammates")
+    wait_until(
+        lambda: (
+            all(m.status is TeammateStatus.IDLE for m in store.teammates())
+            and len(store.teammates()) == 10
+        ),
+        60,
+        message="ten idle teammates",
+    )
     queue = Queue("members", connection=redis.Redis.from_url(workers))
 
     def workers_idle() -> bool:
@@ -138,11 +160,23 @@ def test_ten_idle_teammates_cost_nothing(workers: str, wconn: redis.Redis, llm: 
     assert store.scheduler.reconcile() == []
 
 
-def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Redis,
-                                                   team: str) -> None:
+def test_an_offline_teammate_answers_and_goes_idle(
+    workers: str, wconn: redis.Redis, team: str
+) -> None:
     store = TeamStore(wconn, team)
-    result = cli("team", "spawn", "scout", "-t", team, "--redis-url", workers, "--role", "scout",
-                 "--prompt", "Look around.")
+    result = cli(
+        "team",
+        "spawn",
+        "scout",
+        "-t",
+        team,
+        "--redis-url",
+        workers,
+        "--role",
+        "scout",
+        "--prompt",
+        "Look around.",
+    )
     assert result.exit_code == 0, result.output
     assert "teamctl-offline" in result.output
     wait_until(lambda: status_of(store, "scout") is TeammateStatus.IDLE, message="scout idle")
@@ -154,7 +188,8 @@ def test_an_offline_teammate_answers_and_goes_idle(workers: str, wconn: redis.Re
 
 @pytest.mark.worker_failures_expected("the worker logs the failed turn with its traceback")
 def test_a_failing_model_idles_the_teammate_with_the_error(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str) -> None:
+    workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str
+) -> None:
     model = llm.script(f"broken-{team}", [HttpError(400, "bad request from the provider")])
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "alice", model, llm.api_base).exit_code == 0
@@ -166,16 +201,19 @@ def test_a_failing_model_idles_the_teammate_with_the_error(
     assert notice.content.startswith("alice is idle (error: ")
     # The next message wakes it again, and the error is cleared by a good turn.
     llm.script(f"broken-{team}", ["better now"])
-    assert cli("team", "send", "alice", "try again", "-t", team, "--redis-url",
-               workers).exit_code == 0
-    wait_until(lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2,
-               message="second turn")
+    assert (
+        cli("team", "send", "alice", "try again", "-t", team, "--redis-url", workers).exit_code == 0
+    )
+    wait_until(
+        lambda: len(store.messages.notices(SystemType.TEAMMATE_IDLE)) == 2, message="second turn"
+    )
     assert store.get("alice").last_error is None
 
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "Alice", "lead", "system", "x" * 33, "9x"])
-def test_bad_teammate_names_exit_2_and_touch_no_key(redis_url: str, conn: redis.Redis,
-                                                    name: str) -> None:
+def test_bad_teammate_names_exit_2_and_touch_no_key(
+    redis_url: str, conn: redis.Redis, name: str
+) -> None:
     result = spawn(redis_url, "crew", name, OFFLINE_MODEL, None)
     assert result.exit_code == 2, result.output
     assert result.output.count("\n") == 1 and "teamctl:" in result.output
@@ -188,7 +226,8 @@ def test_bad_team_names_exit_2(redis_url: str) -> None:
 
 
 def test_respawning_a_working_teammate_exits_1_and_unknown_ones_exit_2(
-        redis_url: str, conn: redis.Redis, team: str) -> None:
+    redis_url: str, conn: redis.Redis, team: str
+) -> None:
     TeamStore(conn, team).create(TeamOptions(max_message_bytes=64))
     # Nobody serves this queue: alice stays working.
     base = ("-t", team, "--redis-url", redis_url)
@@ -206,7 +245,8 @@ def test_respawning_a_working_teammate_exits_1_and_unknown_ones_exit_2(
     # Piped: a tab-separated row each, no header (a terminal gets one: test_listings.py).
     assert cli("team", "list", *base).stdout == "alice\tworking\talice-role\t-\n"
     assert cli("teams", "--redis-url", redis_url).stdout == (
-        f"{team}\t1\t1\t0 tokens\tunpriced\t-\n")
+        f"{team}\t1\t1\t0 tokens\tunpriced\t-\n"
+    )
     refused = cli("team", "delete", *base)
     assert refused.exit_code == 1 and "working" in refused.output
     assert cli("team", "delete", "--force", *base).exit_code == 0
@@ -230,10 +270,12 @@ def test_spawn_says_when_no_worker_listens_on_the_queue(workers: str, team: str)
 
 
 def test_team_create_takes_its_options_from_the_team_files_teammates_table(
-        redis_url: str, conn: redis.Redis, team: str, tmp_path: Path) -> None:
+    redis_url: str, conn: redis.Redis, team: str, tmp_path: Path
+) -> None:
     good = tmp_path / "team.toml"
-    good.write_text('[[members]]\nid = "m1"\n[teammates]\nmax_teammates = 2\n'
-                    "heartbeat_ttl_s = 12\n")
+    good.write_text(
+        '[[members]]\nid = "m1"\n[teammates]\nmax_teammates = 2\nheartbeat_ttl_s = 12\n'
+    )
     created = cli("team", "create", "--file", str(good), "-t", team, "--redis-url", redis_url)
     assert created.exit_code == 0, created.output
     options = TeamStore(conn, team).options
@@ -248,43 +290,61 @@ def test_team_create_takes_its_options_from_the_team_files_teammates_table(
     assert not TeamStore(conn, other).exists()
 
 
-@pytest.mark.parametrize(("teammates", "message"), [
-    ('grantable_mcp = ["gti"]',
-     "[teammates] grantable_mcp: mcp entry 'gti' names no [[mcp_servers]] entry (git); add the "
-     "server or fix the name"),
-    ('grantable_tools = ["nope.mod:search"]',
-     "[teammates] grantable_tools: tool 'nope.mod:search': cannot import nope.mod"),
-    ('grantable_tools = ["shell"]', "teammates.grantable_tools: Value error, unknown tool "
-                                    "'shell'; list workspace tools"),
-    ('grantable_models = [" "]', "teammates.grantable_models: Value error, a model is a "
-                                 "non-empty name"),
-])
+@pytest.mark.parametrize(
+    ("teammates", "message"),
+    [
+        (
+            'grantable_mcp = ["gti"]',
+            "[teammates] grantable_mcp: mcp entry 'gti' names no [[mcp_servers]] entry (git); add "
+            "the "
+            "server or fix the name",
+        ),
+        (
+            'grantable_tools = ["nope.mod:search"]',
+            "[teammates] grantable_tools: tool 'nope.mod:search': cannot import nope.mod",
+        ),
+        (
+            'grantable_tools = ["shell"]',
+            "teammates.grantable_tools: Value error, unknown tool 'shell'; list workspace tools",
+        ),
+        (
+            'grantable_models = [" "]',
+            "teammates.grantable_models: Value error, a model is a non-empty name",
+        ),
+    ],
+)
 def test_team_create_refuses_grants_that_name_nothing(
-        redis_url: str, team: str, tmp_path: Path, teammates: str, message: str) -> None:
+    redis_url: str, team: str, tmp_path: Path, teammates: str, message: str
+) -> None:
     """What the lead may grant must exist when the team is created: exit 2 naming the field,
     and no team."""
     path = tmp_path / "team.toml"
-    path.write_text('[[mcp_servers]]\nname = "git"\nurl = "http://127.0.0.1:9/mcp"\n'
-                    f"[teammates]\n{teammates}\n")
+    path.write_text(
+        f'[[mcp_servers]]\nname = "git"\nurl = "http://127.0.0.1:9/mcp"\n[teammates]\n{teammates}\n'
+    )
     refused = cli("team", "create", "--file", str(path), "-t", team, "--redis-url", redis_url)
     assert refused.exit_code == 2, refused.output
     assert message in refused.stderr
     assert not TeamStore(redis.Redis.from_url(redis_url), team).exists()
 
 
-def test_team_create_keeps_the_grants_a_person_lists(redis_url: str, conn: redis.Redis,
-                                                     team: str, tmp_path: Path) -> None:
+def test_team_create_keeps_the_grants_a_person_lists(
+    redis_url: str, conn: redis.Redis, team: str, tmp_path: Path
+) -> None:
     path = tmp_path / "team.toml"
-    path.write_text('[[mcp_servers]]\nname = "git"\nurl = "http://127.0.0.1:9/mcp"\n[teammates]\n'
-                    'grantable_tools = ["read_file", "bash", '
-                    '"tests.pytools_fixture.tools:search_docs"]\n'
-                    'grantable_mcp = ["git:git_log"]\ngrantable_models = ["gpt-x"]\n')
+    path.write_text(
+        '[[mcp_servers]]\nname = "git"\nurl = "http://127.0.0.1:9/mcp"\n[teammates]\n'
+        'grantable_tools = ["read_file", "bash", '
+        '"tests.pytools_fixture.tools:search_docs"]\n'
+        'grantable_mcp = ["git:git_log"]\ngrantable_models = ["gpt-x"]\n'
+    )
     created = cli("team", "create", "--file", str(path), "-t", team, "--redis-url", redis_url)
     assert created.exit_code == 0, created.output
     options = TeamStore(conn, team).options
     assert (options.grantable_tools, options.grantable_mcp, options.grantable_models) == (
-        ["read_file", "bash", "tests.pytools_fixture.tools:search_docs"], ["git:git_log"],
-        ["gpt-x"])
-    assert TeamOptions().grantable_tools == ["read_file", "write_file", "edit_file",
-                                             "list_files"]
+        ["read_file", "bash", "tests.pytools_fixture.tools:search_docs"],
+        ["git:git_log"],
+        ["gpt-x"],
+    )
+    assert TeamOptions().grantable_tools == ["read_file", "write_file", "edit_file", "list_files"]
     assert (TeamOptions().grantable_mcp, TeamOptions().grantable_models) == ([], [])

@@ -31,17 +31,27 @@ def working_alice(conn: redis.Redis, team: str) -> tuple[TeamStore, str]:
 
 
 def test_a_turn_end_given_a_stale_ready_list_retries_and_claims_the_new_task(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store, token = working_alice(conn, team)
     tasks = TeamTasks(store)
     tasks.add("arrived as the turn ended")  # alice works: nobody claims it now
     keys = store.keys
     lanes = tasks.lanes_of("alice", store.get("alice").role)
     stale = store.scripts["turn_end"](
-        keys=[keys.turn("alice"), keys.teammate("alice"), keys.inbox("alice"), keys.read_offsets,
-              keys.bus, keys.bus_seq, keys.inbox(LEAD), *tasks.board_keys(), *lanes],
-        args=[token, "alice", "done", "alice is idle", "0", "", 0, len(lanes),
-              *[8] * len(lanes)])  # the lanes' heads read before the add: no candidate
+        keys=[
+            keys.turn("alice"),
+            keys.teammate("alice"),
+            keys.inbox("alice"),
+            keys.read_offsets,
+            keys.bus,
+            keys.bus_seq,
+            keys.inbox(LEAD),
+            *tasks.board_keys(),
+            *lanes,
+        ],
+        args=[token, "alice", "done", "alice is idle", "0", "", 0, len(lanes), *[8] * len(lanes)],
+    )  # the lanes' heads read before the add: no candidate
     assert stale == ["retry", 0]
     assert store.get("alice").status is TeammateStatus.WORKING  # nothing changed
     # Read fresh, the same end claims the task for her and the turn goes on.
@@ -50,16 +60,24 @@ def test_a_turn_end_given_a_stale_ready_list_retries_and_claims_the_new_task(
 
 
 def test_a_forced_shutdown_given_a_stale_running_list_retries_and_releases_the_task(
-        conn: redis.Redis, team: str) -> None:
+    conn: redis.Redis, team: str
+) -> None:
     store, token = working_alice(conn, team)
     tasks = TeamTasks(store)
     tasks.add("claimed at the last moment")
     tasks.claim("alice", token, "task_1")
     keys = store.keys
     stale = store.scripts["team_shutdown"](
-        keys=[keys.teammate("alice"), keys.turn("alice"), keys.bus, keys.bus_seq, keys.inbox(LEAD),
-              *tasks.board_keys()],  # the claim is missing
-        args=["alice shut down", "alice"])
+        keys=[
+            keys.teammate("alice"),
+            keys.turn("alice"),
+            keys.bus,
+            keys.bus_seq,
+            keys.inbox(LEAD),
+            *tasks.board_keys(),
+        ],  # the claim is missing
+        args=["alice shut down", "alice"],
+    )
     assert stale == ["retry", 0]
     assert store.get("alice").status is TeammateStatus.WORKING
     store.requests.force_shutdown("alice")
@@ -68,21 +86,24 @@ def test_a_forced_shutdown_given_a_stale_running_list_retries_and_releases_the_t
 
 
 def test_a_long_running_job_hands_the_next_turn_to_a_fresh_job(
-        workers: str, llm: ScriptedLLM) -> None:
+    workers: str, llm: ScriptedLLM
+) -> None:
     conn = redis.Redis.from_url(workers, decode_responses=True)
     store = TeamStore(conn, f"t{uuid.uuid4().hex[:10]}")
     # Turns of 0.8 s or more: past half of turn_timeout_s, the job hands over.
     store.create(TeamOptions(turn_timeout_s=1.0))
     model = HeldFirstCall("first answer", "second answer")
     bob = llm.script(f"bob-{store.team}", handler=model, latency_s=0.8)
-    store.spawn("bob", role="r", prompt="Start.", model=bob, api_base=llm.api_base,
-                queue="members")
+    store.spawn("bob", role="r", prompt="Start.", model=bob, api_base=llm.api_base, queue="members")
     assert model.entered.wait(30)
     # Unread as the first turn ends: another turn is due.
     store.messages.send(LEAD, "bob", "more work")
     model.release.set()
-    wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE and model.calls == 2, 30,
-               message="bob's second turn, on a fresh job")
+    wait_until(
+        lambda: store.get("bob").status is TeammateStatus.IDLE and model.calls == 2,
+        30,
+        message="bob's second turn, on a fresh job",
+    )
     details = [(e.status, e.detail) for e in store.messages.events() if e.mate == "bob"]
     assert ("working", "handed over") in details
     assert [m["content"] for m in inbox_lines(store.turns.memory("bob"))] == ["more work"]
@@ -90,14 +111,22 @@ def test_a_long_running_job_hands_the_next_turn_to_a_fresh_job(
 
 
 def test_a_turn_stops_before_a_model_call_past_turn_timeout_s(
-        workers: str, llm: ScriptedLLM) -> None:
+    workers: str, llm: ScriptedLLM
+) -> None:
     conn = redis.Redis.from_url(workers, decode_responses=True)
     store = TeamStore(conn, f"t{uuid.uuid4().hex[:10]}")
     store.create(TeamOptions(turn_timeout_s=1.0))
-    busy = llm.script(f"busy-{store.team}", [ToolCalls([("list_teammates", {})])],
-                      repeat_last=True, latency_s=0.6)
-    store.spawn("busy", role="r", prompt="Keep checking.", model=busy, api_base=llm.api_base,
-                queue="members")
+    busy = llm.script(
+        f"busy-{store.team}", [ToolCalls([("list_teammates", {})])], repeat_last=True, latency_s=0.6
+    )
+    store.spawn(
+        "busy",
+        role="r",
+        prompt="Keep checking.",
+        model=busy,
+        api_base=llm.api_base,
+        queue="members",
+    )
     wait_until(lambda: store.get("busy").status is TeammateStatus.IDLE, 30, message="busy to stop")
     assert store.get("busy").idle_reason == "time_limit"
     # Each call takes 0.6 s or more: past 1 s after one or two of them, no further call.

@@ -27,11 +27,14 @@ from tests.support.waiting import wait_until
 TTL_S = 2.0  # long enough for the rerun to keep its lease on a busy host
 
 
-def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
-                 arguments: dict[str, Any] | Callable[[TeamStore], dict[str, Any]],
-                 replies: list[str],
-                 prepare: Callable[[TeamStore, str], None] | None = None,
-                 ) -> tuple[TeamStore, str, str]:
+def crashed_turn(
+    conn: redis.Redis,
+    llm: ScriptedLLM,
+    tool: str,
+    arguments: dict[str, Any] | Callable[[TeamStore], dict[str, Any]],
+    replies: list[str],
+    prepare: Callable[[TeamStore, str], None] | None = None,
+) -> tuple[TeamStore, str, str]:
     """Alice's turn committed a reply calling `tool`, ran that call's team write, and died
     before its result was committed; returns the store, the dead token and the tool result.
     `prepare(store, token)` sets the scene first (teammates, tasks, requests)."""
@@ -40,18 +43,28 @@ def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
     store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
     model = llm.script(f"alice-{team}", list(replies))
     # A queue nobody serves: this test plays the turns itself.
-    store.spawn("alice", role="writer", prompt="Greet the lead.", model=model,
-                api_base=llm.api_base, queue=f"nobody-{team}")
+    store.spawn(
+        "alice",
+        role="writer",
+        prompt="Greet the lead.",
+        model=model,
+        api_base=llm.api_base,
+        queue=f"nobody-{team}",
+    )
     verdict, token = store.turns.begin_turn("alice", "test:1")
     assert verdict == "ok"
     if prepare is not None:
         prepare(store, token)
     if callable(arguments):  # arguments naming what `prepare` made
         arguments = arguments(store)
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": tool, "arguments": json.dumps(arguments)}}
-    assert store.turns.checkpoint("alice", token, "", [
-        {"role": "assistant", "content": None, "tool_calls": [call]}])
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": tool, "arguments": json.dumps(arguments)},
+    }
+    assert store.turns.checkpoint(
+        "alice", token, "", [{"role": "assistant", "content": None, "tool_calls": [call]}]
+    )
     tools = TeammateTools(store, "alice", token)
     with tools.writing_through(store.guarded("alice", token, "0:call_1")):
         result = tools.toolbox().call(tool, call["function"]["arguments"], "call_1")
@@ -60,16 +73,19 @@ def crashed_turn(conn: redis.Redis, llm: ScriptedLLM, tool: str,
 
 def rerun(store: TeamStore) -> str:
     """Wait for the dead turn's lease to lapse, reconcile, and run the rerun's job body."""
-    assert wait_until(lambda: store.scheduler.reconcile(), 10 * TTL_S + 5,
-                      message="reconcile to rerun alice") == ["alice"]
+    assert wait_until(
+        lambda: store.scheduler.reconcile(), 10 * TTL_S + 5, message="reconcile to rerun alice"
+    ) == ["alice"]
     return execute_turn(store.conn, store.team, "alice")
 
 
 def test_a_send_made_before_the_crash_is_replayed_not_repeated(
-        redis_server: str, llm: ScriptedLLM) -> None:
+    redis_server: str, llm: ScriptedLLM
+) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
-    store, _, first = crashed_turn(conn, llm, "send_message", {"to": "lead", "content": "hello"},
-                                  ["all sent"])
+    store, _, first = crashed_turn(
+        conn, llm, "send_message", {"to": "lead", "content": "hello"}, ["all sent"]
+    )
     assert json.loads(first)["ok"] is True
     assert rerun(store) == "idle"
 
@@ -86,24 +102,35 @@ def test_a_send_made_before_the_crash_is_replayed_not_repeated(
     assert not conn.exists(store.keys.effects("alice"))  # the checkpoint cleared the record
 
 
-def test_a_submitted_plan_is_replayed_with_its_request(redis_server: str,
-                                                       llm: ScriptedLLM) -> None:
+def test_a_submitted_plan_is_replayed_with_its_request(redis_server: str, llm: ScriptedLLM) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     team = f"r{uuid.uuid4().hex[:10]}"
     store = TeamStore(conn, team)
     store.create(TeamOptions(heartbeat_ttl_s=TTL_S))
     model = llm.script(f"alice-{team}", ["waiting for review"])
-    store.spawn("alice", role="writer", prompt="Plan first.", model=model,
-                api_base=llm.api_base, queue=f"nobody-{team}", plan_mode=True)
+    store.spawn(
+        "alice",
+        role="writer",
+        prompt="Plan first.",
+        model=model,
+        api_base=llm.api_base,
+        queue=f"nobody-{team}",
+        plan_mode=True,
+    )
     _, token = store.turns.begin_turn("alice", "test:1")
-    call = {"id": "call_9", "type": "function",
-            "function": {"name": "submit_plan", "arguments": json.dumps({"plan": "1. write"})}}
-    assert store.turns.checkpoint("alice", token, "", [
-        {"role": "assistant", "content": None, "tool_calls": [call]}])
+    call = {
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "submit_plan", "arguments": json.dumps({"plan": "1. write"})},
+    }
+    assert store.turns.checkpoint(
+        "alice", token, "", [{"role": "assistant", "content": None, "tool_calls": [call]}]
+    )
     tools = TeammateTools(store, "alice")
     with tools.writing_through(store.guarded("alice", token, "0:call_9")):
-        first = json.loads(tools.toolbox().call("submit_plan", call["function"]["arguments"],
-                                                "call_9"))
+        first = json.loads(
+            tools.toolbox().call("submit_plan", call["function"]["arguments"], "call_9")
+        )
     assert first["ok"] is True
     assert rerun(store) == "idle"
 
@@ -111,8 +138,7 @@ def test_a_submitted_plan_is_replayed_with_its_request(redis_server: str,
     assert json.loads(store.turns.memory("alice")[2]["content"]) == first
 
 
-def test_a_revoked_turn_cannot_write_through_its_guard(redis_server: str,
-                                                       llm: ScriptedLLM) -> None:
+def test_a_revoked_turn_cannot_write_through_its_guard(redis_server: str, llm: ScriptedLLM) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     store, token, _ = crashed_turn(conn, llm, "list_teammates", {}, [])
     store.requests.force_shutdown("alice")
@@ -123,8 +149,9 @@ def test_a_revoked_turn_cannot_write_through_its_guard(redis_server: str,
 
 
 def with_bob(store: TeamStore, _token: str) -> None:
-    store.spawn("bob", role="reader", prompt="Read.", model="m", api_base=None,
-                queue=f"nobody-{store.team}")
+    store.spawn(
+        "bob", role="reader", prompt="Read.", model="m", api_base=None, queue=f"nobody-{store.team}"
+    )
 
 
 def with_a_task(store: TeamStore, _token: str) -> None:
@@ -144,21 +171,50 @@ def lead_mail(store: TeamStore, type_: str) -> list[str]:
     return [m.content for m in store.messages.kept(LEAD) if m.type == type_]
 
 
-@pytest.mark.parametrize(("tool", "arguments", "prepare", "replies", "written"), [
-    ("broadcast", {"content": "news"}, with_bob, 1,
-     lambda store: [m.content for m in store.bus.messages() if m.type == "peer.broadcast"]),
-    # Holding the task it claimed, alice gets one reminder turn after the rerun.
-    ("claim_task", {"task_id": "task_1"}, with_a_task, 2,
-     lambda store: [TeamTasks(store).get("task_1").attempts]),
-    ("complete_task", {"task_id": "task_1", "result": "done it"}, holding_a_task, 1,
-     lambda store: lead_mail(store, "task.result")),
-    ("respond_shutdown", lambda store: {"request_id": store.requests.all()[0].id, "approve": True},
-     asked_to_shut_down, 0, lambda store: lead_mail(store, "shutdown_response")),
-], ids=["broadcast", "claim_task", "complete_task", "respond_shutdown"])
+@pytest.mark.parametrize(
+    ("tool", "arguments", "prepare", "replies", "written"),
+    [
+        (
+            "broadcast",
+            {"content": "news"},
+            with_bob,
+            1,
+            lambda store: [m.content for m in store.bus.messages() if m.type == "peer.broadcast"],
+        ),
+        # Holding the task it claimed, alice gets one reminder turn after the rerun.
+        (
+            "claim_task",
+            {"task_id": "task_1"},
+            with_a_task,
+            2,
+            lambda store: [TeamTasks(store).get("task_1").attempts],
+        ),
+        (
+            "complete_task",
+            {"task_id": "task_1", "result": "done it"},
+            holding_a_task,
+            1,
+            lambda store: lead_mail(store, "task.result"),
+        ),
+        (
+            "respond_shutdown",
+            lambda store: {"request_id": store.requests.all()[0].id, "approve": True},
+            asked_to_shut_down,
+            0,
+            lambda store: lead_mail(store, "shutdown_response"),
+        ),
+    ],
+    ids=["broadcast", "claim_task", "complete_task", "respond_shutdown"],
+)
 def test_each_team_write_of_a_killed_step_happens_once(
-        redis_server: str, llm: ScriptedLLM, tool: str, arguments: Any,
-        prepare: Callable[[TeamStore, str], None], replies: int,
-        written: Callable[[TeamStore], list[Any]]) -> None:
+    redis_server: str,
+    llm: ScriptedLLM,
+    tool: str,
+    arguments: Any,
+    prepare: Callable[[TeamStore, str], None],
+    replies: int,
+    written: Callable[[TeamStore], list[Any]],
+) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     store, _, first = crashed_turn(conn, llm, tool, arguments, ["done"] * replies, prepare)
     assert json.loads(first)["ok"] is True

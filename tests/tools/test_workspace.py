@@ -52,8 +52,18 @@ def workspace(tmp_path: Path) -> Workspace:
     return Workspace(root)
 
 
-@pytest.mark.parametrize("path", ["../../etc/passwd", "/etc/passwd", "escape/passwd",
-                                  "passwd-link", "sub/../../outside.txt", "..", ""])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../etc/passwd",
+        "/etc/passwd",
+        "escape/passwd",
+        "passwd-link",
+        "sub/../../outside.txt",
+        "..",
+        "",
+    ],
+)
 def test_paths_that_leave_the_workspace_are_refused(workspace: Workspace, path: str) -> None:
     with pytest.raises(ToolFailed):
         workspace.read(path)
@@ -68,20 +78,26 @@ def test_paths_inside_the_workspace_work(workspace: Workspace) -> None:
     assert workspace.write("a/b/c.txt", "deep") == 4
     assert workspace.edit("a/b/c.txt", "deep", "deeper") == 6
     assert (workspace.root / "a/b/c.txt").read_text() == "deeper"
-    assert workspace.list(".") == ["a/", "a/b/", "a/b/c.txt", "escape/", "inside.txt",
-                                   "passwd-link"]
+    assert workspace.list(".") == [
+        "a/",
+        "a/b/",
+        "a/b/c.txt",
+        "escape/",
+        "inside.txt",
+        "passwd-link",
+    ]
     with pytest.raises(ToolFailed, match="occurs 0 times"):
         workspace.edit("a/b/c.txt", "missing", "x")
 
 
-def test_bash_runs_in_the_workspace_with_a_timeout_and_an_output_cap(
-        workspace: Workspace) -> None:
+def test_bash_runs_in_the_workspace_with_a_timeout_and_an_output_cap(workspace: Workspace) -> None:
     result = workspace.bash("pwd; echo made > made.txt")
     assert result["exitCode"] == 0
     assert result["output"].strip() == str(workspace.root.resolve())
     assert (workspace.root / "made.txt").read_text() == "made\n"
     assert workspace.bash("yes | head -c 100000", limit_chars=100)["output"] == (
-        "y\n" * 50 + "\n[output truncated: 99900 more characters]")
+        "y\n" * 50 + "\n[output truncated: 99900 more characters]"
+    )
     started = time.monotonic()
     with pytest.raises(ToolFailed, match="timed out after 0.3s"):
         workspace.bash("sleep 300", timeout_s=0.3)
@@ -91,23 +107,38 @@ def test_bash_runs_in_the_workspace_with_a_timeout_and_an_output_cap(
 
 
 def test_member_workspace_tools_write_inside_and_refuse_escapes(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "escape").symlink_to("/etc")
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("write_file", {"path": "notes/plan.md", "content": "step one"}),
-                   ("edit_file", {"path": "notes/plan.md", "oldText": "one", "newText": "two"}),
-                   ("read_file", {"path": "../../etc/passwd"}),
-                   ("read_file", {"path": "/etc/passwd"}),
-                   ("read_file", {"path": "escape/passwd"}),
-                   ("write_file", {"path": "../outside.txt", "content": "x"}),
-                   ("list_files", {}),
-                   ("bash", {"command": "cat /etc/passwd"})]),
-        "wrote the plan"])
-    make_run(conn, run_id, models={"m1": model}, workspace=root, api_base=llm.api_base,
-             tasks=[TaskSpec(id="task_1", member_id="m1", task="Write a plan")],
-             tools={"m1": ["read_file", "write_file", "edit_file", "list_files"]})
+    model = llm.script(
+        f"m1-{run_id}",
+        [
+            ToolCalls(
+                [
+                    ("write_file", {"path": "notes/plan.md", "content": "step one"}),
+                    ("edit_file", {"path": "notes/plan.md", "oldText": "one", "newText": "two"}),
+                    ("read_file", {"path": "../../etc/passwd"}),
+                    ("read_file", {"path": "/etc/passwd"}),
+                    ("read_file", {"path": "escape/passwd"}),
+                    ("write_file", {"path": "../outside.txt", "content": "x"}),
+                    ("list_files", {}),
+                    ("bash", {"command": "cat /etc/passwd"}),
+                ]
+            ),
+            "wrote the plan",
+        ],
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        workspace=root,
+        api_base=llm.api_base,
+        tasks=[TaskSpec(id="task_1", member_id="m1", task="Write a plan")],
+        tools={"m1": ["read_file", "write_file", "edit_file", "list_files"]},
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
 
@@ -125,17 +156,29 @@ def test_member_workspace_tools_write_inside_and_refuse_escapes(
 
 
 def test_bash_is_offered_when_enabled(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("bash", {"command": "echo built > out.txt && ls"})]), "ran it"])
-    make_run(conn, run_id, models={"m1": model}, workspace=tmp_path / "ws",
-             api_base=llm.api_base, tools={"m1": ["bash"]},
-             tasks=[TaskSpec(id="task_1", member_id="m1", task="Build")])
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
+    model = llm.script(
+        f"m1-{run_id}", [ToolCalls([("bash", {"command": "echo built > out.txt && ls"})]), "ran it"]
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        tools={"m1": ["bash"]},
+        tasks=[TaskSpec(id="task_1", member_id="m1", task="Build")],
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     (result,) = tool_results(llm.requests[f"m1-{run_id}"][1])
-    assert json.loads(result) == {"action": "bash", "ok": True, "exitCode": 0,
-                                  "output": "out.txt\n"}
+    assert json.loads(result) == {
+        "action": "bash",
+        "ok": True,
+        "exitCode": 0,
+        "output": "out.txt\n",
+    }
     assert (tmp_path / "ws" / "out.txt").read_text() == "built\n"
 
 
@@ -150,7 +193,8 @@ def background_pids() -> Iterator[list[int]]:
 
 
 def test_bash_does_not_see_the_worker_environment(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
     monkeypatch.setenv("REDIS_URL", "redis://secret-host:6379/0")
     output = workspace.bash("env")["output"]
@@ -174,7 +218,8 @@ def test_bash_output_is_capped_while_it_is_read(workspace: Workspace) -> None:
 
 
 def test_bash_returns_when_bash_exits_though_a_setsid_child_holds_the_output(
-        workspace: Workspace, background_pids: list[int]) -> None:
+    workspace: Workspace, background_pids: list[int]
+) -> None:
     result = workspace.bash("setsid sleep 300 & echo started $!")
     background_pids.append(int(str(result["output"]).split()[-1]))
     # bash returned while the child, holding the output pipe, still runs: it was not waited for.
@@ -183,7 +228,8 @@ def test_bash_returns_when_bash_exits_though_a_setsid_child_holds_the_output(
 
 
 def test_a_background_child_is_not_a_timeout(
-        workspace: Workspace, background_pids: list[int]) -> None:
+    workspace: Workspace, background_pids: list[int]
+) -> None:
     result = workspace.bash("sleep 300 & echo started $!", timeout_s=5)
     background_pids.append(int(str(result["output"]).split()[-1]))
     # No timeout raised, and the child still runs: bash's exit ended the call, not the child's.
@@ -191,8 +237,7 @@ def test_a_background_child_is_not_a_timeout(
     assert result["exitCode"] == 0 and str(result["output"]).startswith("started ")
 
 
-def test_a_command_that_outlives_its_timeout_is_killed_and_reported(
-        workspace: Workspace) -> None:
+def test_a_command_that_outlives_its_timeout_is_killed_and_reported(workspace: Workspace) -> None:
     started = time.monotonic()
     with pytest.raises(ToolFailed, match=r"timed out after 1s.*\nbefore the kill\n"):
         workspace.bash("echo before the kill; sleep 300", timeout_s=1)
@@ -203,13 +248,19 @@ def test_a_command_that_outlives_its_timeout_is_killed_and_reported(
 def test_bash_runs_under_resource_limits(workspace: Workspace) -> None:
     """CPU seconds (the timeout), address space, file size and processes are limited, hard
     (the command cannot raise them), and the environment is still the minimal one."""
-    result = workspace.bash("ulimit -t -v -f; ulimit -H -t -v -f; ulimit -u; "
-                            "ulimit -v 8388608 2>&1; echo $HOME", timeout_s=7.5)
-    cpu, address_kib, size_kib, *hard, processes, raise_refused, home = \
-        str(result["output"]).splitlines()
+    result = workspace.bash(
+        "ulimit -t -v -f; ulimit -H -t -v -f; ulimit -u; ulimit -v 8388608 2>&1; echo $HOME",
+        timeout_s=7.5,
+    )
+    cpu, address_kib, size_kib, *hard, processes, raise_refused, home = str(
+        result["output"]
+    ).splitlines()
     limits = [cpu, address_kib, size_kib]
-    assert [line.split()[-1] for line in limits + hard] == \
-        ["8", str(BASH_ADDRESS_SPACE_BYTES // 1024), str(BASH_FILE_SIZE_BYTES // 1024)] * 2
+    assert [line.split()[-1] for line in limits + hard] == [
+        "8",
+        str(BASH_ADDRESS_SPACE_BYTES // 1024),
+        str(BASH_FILE_SIZE_BYTES // 1024),
+    ] * 2
     assert 1 + BASH_MORE_PROCESSES <= int(processes.split()[-1]) < 10_000
     assert "cannot modify limit" in raise_refused
     assert home.startswith(tempfile.gettempdir()) and str(workspace.root) not in home
@@ -235,9 +286,14 @@ def test_bash_stops_a_fork_bomb_of_an_unprivileged_user(tmp_path: Path) -> None:
         os.chown(tmp_path, NOBODY_UID, NOBODY_UID)
         as_user = {"user": NOBODY_UID, "group": NOBODY_UID, "extra_groups": []}
     process = subprocess.Popen(  # type: ignore[call-overload]
-        ["bash", "-c", _limits_script(30), "teamctl-bash", f"dash -c '{bomb}'"], cwd=tmp_path,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-        **as_user)
+        ["bash", "-c", _limits_script(30), "teamctl-bash", f"dash -c '{bomb}'"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        **as_user,
+    )
     try:
         output, _ = process.communicate(timeout=60)
     finally:
@@ -269,7 +325,8 @@ def test_edit_file_refuses_files_above_its_size_cap(workspace: Workspace) -> Non
 
 
 def test_write_file_replaces_a_hard_link_and_leaves_the_outside_file_alone(
-        workspace: Workspace) -> None:
+    workspace: Workspace,
+) -> None:
     outside = workspace.root.parent / "outside.txt"
     outside.write_text("outside content")
     os.link(outside, workspace.root / "linked.txt")
@@ -290,7 +347,8 @@ def test_read_and_edit_refuse_hard_linked_files(workspace: Workspace) -> None:
 
 
 def test_write_file_keeps_the_mode_of_the_file_it_replaces_but_never_execute(
-        workspace: Workspace) -> None:
+    workspace: Workspace,
+) -> None:
     """An overwrite keeps read and write bits and drops execute, setuid, setgid and sticky: a
     member that may only write files cannot make one a program (an MCP server's script)."""
     script = workspace.root / "run.sh"
@@ -298,8 +356,10 @@ def test_write_file_keeps_the_mode_of_the_file_it_replaces_but_never_execute(
         script.write_text("echo old\n")
         script.chmod(before)
         workspace.write("run.sh", "echo new\n")
-        assert (oct(stat.S_IMODE(script.stat().st_mode)), script.read_text()) == \
-            (oct(after), "echo new\n")
+        assert (oct(stat.S_IMODE(script.stat().st_mode)), script.read_text()) == (
+            oct(after),
+            "echo new\n",
+        )
     script.chmod(0o755)
     workspace.edit("run.sh", "new", "edited")
     assert stat.S_IMODE(script.stat().st_mode) == 0o644 and script.read_text() == "echo edited\n"
@@ -351,20 +411,28 @@ def test_list_files_stops_at_its_limit_with_the_top_level_first(workspace: Works
     for index in range(20):
         workspace.write(f"a/{index:02d}.txt", "")
     assert workspace.list(".", limit_entries=6) == [
-        "a/", "a/00.txt", "a/01.txt", "escape/", "inside.txt", "passwd-link",
-        "[truncated at 6 entries]"]
+        "a/",
+        "a/00.txt",
+        "a/01.txt",
+        "escape/",
+        "inside.txt",
+        "passwd-link",
+        "[truncated at 6 entries]",
+    ]
     # Exactly the limit: nothing was left out, so no truncation note.
     assert workspace.list("a", limit_entries=20)[-1] == "a/19.txt"
 
 
 def test_list_files_resolves_the_root_once_not_per_entry(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     for index in range(20):
         (workspace.root / f"{index}.txt").write_text("")
     calls: list[Path] = []
     real_resolve = Path.resolve
-    monkeypatch.setattr(Path, "resolve", lambda self, *a, **k: calls.append(self)
-                        or real_resolve(self, *a, **k))
+    monkeypatch.setattr(
+        Path, "resolve", lambda self, *a, **k: calls.append(self) or real_resolve(self, *a, **k)
+    )
     assert len(workspace.list(".")) == 23
     assert calls == [workspace.root, workspace.real_root]  # the root once, then the path "."
 
@@ -438,7 +506,8 @@ def assert_outside_untouched(outside: Path, inode: int) -> None:
 
 
 def test_reads_and_writes_stay_inside_while_a_directory_is_swapped_for_a_symlink(
-        workspace: Workspace, outside: Path) -> None:
+    workspace: Workspace, outside: Path
+) -> None:
     directory = workspace.root / "d"
     directory.mkdir()
     (directory / "secret.txt").write_text("inside secret")
@@ -456,7 +525,8 @@ def test_reads_and_writes_stay_inside_while_a_directory_is_swapped_for_a_symlink
 
 
 def test_list_and_edit_stay_inside_while_a_directory_is_swapped_for_a_symlink(
-        workspace: Workspace, outside: Path) -> None:
+    workspace: Workspace, outside: Path
+) -> None:
     directory = workspace.root / "d"
     directory.mkdir()
     (directory / "secret.txt").write_text("inside secret")
@@ -473,29 +543,43 @@ def test_list_and_edit_stay_inside_while_a_directory_is_swapped_for_a_symlink(
     assert_outside_untouched(outside, inode)
 
 
-GIT_REFUSAL = ("path {path!r} is in or names {name}, which the workspace file tools never "
-               "write: git runs hooks and commands named in a repository's .git (its config, "
-               "its hooks); reading it is allowed")
-NPMRC_REFUSAL = ("path {path!r} is in or names {name}, which the workspace file tools never "
-                 "write: npm and npx read a project's .npmrc, and settings such as node-options "
-                 "run code; reading it is allowed")
+GIT_REFUSAL = (
+    "path {path!r} is in or names {name}, which the workspace file tools never "
+    "write: git runs hooks and commands named in a repository's .git (its config, "
+    "its hooks); reading it is allowed"
+)
+NPMRC_REFUSAL = (
+    "path {path!r} is in or names {name}, which the workspace file tools never "
+    "write: npm and npx read a project's .npmrc, and settings such as node-options "
+    "run code; reading it is allowed"
+)
 
 
-@pytest.mark.parametrize(("path", "name", "refusal"), [
-    (".git/config", ".git", GIT_REFUSAL), (".GIT/config", ".GIT", GIT_REFUSAL),
-    ("sub/.git", ".git", GIT_REFUSAL),  # a file: the gitdir-link form
-    (".git/hooks/pre-commit", ".git", GIT_REFUSAL), ("gitdir/config", ".git", GIT_REFUSAL),
-    (".npmrc", ".npmrc", NPMRC_REFUSAL), ("web/.NPMRC", ".NPMRC", NPMRC_REFUSAL)])
+@pytest.mark.parametrize(
+    ("path", "name", "refusal"),
+    [
+        (".git/config", ".git", GIT_REFUSAL),
+        (".GIT/config", ".GIT", GIT_REFUSAL),
+        ("sub/.git", ".git", GIT_REFUSAL),  # a file: the gitdir-link form
+        (".git/hooks/pre-commit", ".git", GIT_REFUSAL),
+        ("gitdir/config", ".git", GIT_REFUSAL),
+        (".npmrc", ".npmrc", NPMRC_REFUSAL),
+        ("web/.NPMRC", ".NPMRC", NPMRC_REFUSAL),
+    ],
+)
 def test_file_tools_never_write_git_s_directory_nor_npmrc(
-        workspace: Workspace, path: str, name: str, refusal: str) -> None:
+    workspace: Workspace, path: str, name: str, refusal: str
+) -> None:
     """Refused in any component, in any case, through a symlink too (`gitdir` -> .git), for
     write_file and edit_file; read_file and list_files still see them."""
     git_dir = workspace.root / ".git"
     (git_dir / "hooks").mkdir(parents=True)
     (git_dir / "config").write_text("[core]\n")
     (workspace.root / "gitdir").symlink_to(".git")
-    for write in (lambda: workspace.write(path, "[core]\n\tfsmonitor = evil\n"),
-                  lambda: workspace.edit(path, "[core]", "[core]\n\tfsmonitor = evil")):
+    for write in (
+        lambda: workspace.write(path, "[core]\n\tfsmonitor = evil\n"),
+        lambda: workspace.edit(path, "[core]", "[core]\n\tfsmonitor = evil"),
+    ):
         with pytest.raises(ToolFailed) as refused:
             write()
         assert str(refused.value) == refusal.format(path=path, name=name)
@@ -506,7 +590,8 @@ def test_file_tools_never_write_git_s_directory_nor_npmrc(
 
 
 def test_bash_home_is_a_private_directory_outside_the_workspace_removed_after(
-        workspace: Workspace) -> None:
+    workspace: Workspace,
+) -> None:
     result = workspace.bash("echo $HOME; stat -c %a $HOME; touch $HOME/.gitconfig && echo ok")
     home, mode, ok = str(result["output"]).splitlines()
     assert not Path(home).is_relative_to(workspace.root.resolve())
@@ -520,15 +605,17 @@ def git_repository_with(root: Path, config: str) -> None:
     subprocess.run(["git", "init", "-q"], **run)
     (root / "notes.txt").write_text("one\n")
     subprocess.run(["git", "add", "notes.txt"], **run)
-    subprocess.run(["git", "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "one"],
-                   **run)
+    subprocess.run(
+        ["git", "-c", "user.name=T", "-c", "user.email=t@x", "commit", "-qm", "one"], **run
+    )
     (root / "notes.txt").write_text("two\n")
     with (root / ".git" / "config").open("a") as file:
         file.write(config)
 
 
 def test_git_in_bash_runs_no_command_from_a_repository_s_config(
-        workspace: Workspace, tmp_path: Path) -> None:
+    workspace: Workspace, tmp_path: Path
+) -> None:
     """fsmonitor (`git status`), hooks, pager, editor, credential helper and askpass planted in
     .git/config run nothing: the environment's overrides outrank the repository's config. The
     payload would write `pwned-<key>` beside the workspace."""
@@ -537,37 +624,54 @@ def test_git_in_bash_runs_no_command_from_a_repository_s_config(
     hooks.mkdir()
     (hooks / "pre-commit").write_text(f"#!/bin/sh\ntouch {out}/pwned-hook\n")
     (hooks / "pre-commit").chmod(0o755)
-    git_repository_with(workspace.root, (
-        f'[core]\n\tfsmonitor = "touch {out}/pwned-fsmonitor; false"\n'
-        f'\thooksPath = {hooks}\n\tpager = "touch {out}/pwned-pager; cat"\n'
-        f'\teditor = "touch {out}/pwned-editor; true"\n'
-        f'\taskPass = "touch {out}/pwned-askpass"\n'
-        f'[credential]\n\thelper = "!touch {out}/pwned-credential; true"\n'
-        f'[pager]\n\tstatus = "touch {out}/pwned-pager-status; cat"\n'))
+    git_repository_with(
+        workspace.root,
+        (
+            f'[core]\n\tfsmonitor = "touch {out}/pwned-fsmonitor; false"\n'
+            f'\thooksPath = {hooks}\n\tpager = "touch {out}/pwned-pager; cat"\n'
+            f'\teditor = "touch {out}/pwned-editor; true"\n'
+            f'\taskPass = "touch {out}/pwned-askpass"\n'
+            f'[credential]\n\thelper = "!touch {out}/pwned-credential; true"\n'
+            f'[pager]\n\tstatus = "touch {out}/pwned-pager-status; cat"\n'
+        ),
+    )
 
     result = workspace.bash(
         "git status --short; script -qec 'git status --short' /dev/null; "
         "git -c user.name=T -c user.email=t@x commit -qam two; "
         "git -c user.name=T -c user.email=t@x commit --allow-empty; "
         "printf 'protocol=https\\nhost=example.com\\n\\n' | git credential fill; "
-        "echo done", timeout_s=30)
+        "echo done",
+        timeout_s=30,
+    )
 
     assert str(result["output"]).startswith(" M notes.txt\n"), result
     assert str(result["output"]).endswith("done\n"), result
     assert sorted(p.name for p in out.glob("pwned-*")) == []
-    assert subprocess.run(["git", "log", "--format=%s"], cwd=workspace.root, check=True,
-                          capture_output=True, text=True).stdout == "two\none\n"
+    assert (
+        subprocess.run(
+            ["git", "log", "--format=%s"],
+            cwd=workspace.root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        == "two\none\n"
+    )
 
 
 def test_files_at_the_root_do_not_make_the_workspace_a_bare_repository_for_git(
-        workspace: Workspace, tmp_path: Path) -> None:
+    workspace: Workspace, tmp_path: Path
+) -> None:
     """HEAD, config, objects/ and refs/ written with write_file (no `.git` in sight) would make
     git take the workspace for a bare repository and run its config's fsmonitor."""
     workspace.write("HEAD", "ref: refs/heads/main\n")
     workspace.write("objects/info/keep", "")
     workspace.write("refs/heads/keep", "")
-    workspace.write("config", f'[core]\n\tbare = false\n\tworktree = .\n'
-                              f'\tfsmonitor = "touch {tmp_path}/pwned; false"\n')
+    workspace.write(
+        "config",
+        f'[core]\n\tbare = false\n\tworktree = .\n\tfsmonitor = "touch {tmp_path}/pwned; false"\n',
+    )
 
     result = workspace.bash("git status")
 
@@ -583,8 +687,12 @@ def test_bash_runs_without_a_process_limit_where_proc_is_missing(tmp_path: Path)
     assert _user_task_count(missing) is None
     script = _limits_script(5, missing)
     assert " -u " not in script and script.startswith("ulimit -t 5 -v ")
-    ran = subprocess.run(["bash", "-c", script, "teamctl-bash", "ulimit -t; echo ran"],
-                         capture_output=True, text=True, timeout=30)
+    ran = subprocess.run(
+        ["bash", "-c", script, "teamctl-bash", "ulimit -t; echo ran"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert ran.stdout == "5\nran\n"
     fake = tmp_path / "proc"
     for pid, uid, threads in (("1", os.getuid(), 3), ("2", os.getuid() + 1, 5), ("x", 0, 9)):

@@ -33,10 +33,16 @@ KEEP_MS = 200
 
 def footprint(conn: redis.Redis, keys: KeySpace) -> int:
     """What Redis holds for the workspace: MEMORY USAGE (every element) of each of its keys."""
-    names = [keys.files, keys.file_versions, keys.file_deletions, keys.files_info,
-             *conn.scan_iter(match=f"{keys.base}:blob:*", count=1000)]
-    return sum(int(conn.execute_command("MEMORY", "USAGE", name, "SAMPLES", "0") or 0)
-               for name in names)
+    names = [
+        keys.files,
+        keys.file_versions,
+        keys.file_deletions,
+        keys.files_info,
+        *conn.scan_iter(match=f"{keys.base}:blob:*", count=1000),
+    ]
+    return sum(
+        int(conn.execute_command("MEMORY", "USAGE", name, "SAMPLES", "0") or 0) for name in names
+    )
 
 
 def counted(files: WorkspaceFiles) -> int:
@@ -51,8 +57,9 @@ def long_path(i: int, length: int = 1000) -> str:
     return f"{i:04d}/" + "p" * (length - 5)
 
 
-def test_path_names_and_records_count_toward_the_workspace_bytes(conn: redis.Redis,
-                                                                 run_id: str) -> None:
+def test_path_names_and_records_count_toward_the_workspace_bytes(
+    conn: redis.Redis, run_id: str
+) -> None:
     one = cost(long_path(0))  # an empty file: its path twice and a record
     files = WorkspaceFiles(conn, RunKeys(run_id), FileCaps(workspace_max_bytes=2 * one + 10))
     assert files.save(long_path(0), 0, b"").verdict is SaveVerdict.SAVED
@@ -79,7 +86,8 @@ def test_a_new_file_past_the_file_count_is_refused(conn: redis.Redis, run_id: st
 
 
 def test_deleted_records_go_after_their_keep_and_no_version_is_used_twice(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     files = WorkspaceFiles(conn, RunKeys(run_id), deleted_keep_ms=KEEP_MS)
     assert files.save("notes.md", 0, b"v1").verdict is SaveVerdict.SAVED
     assert files.save("notes.md", 1, None).version == 2
@@ -98,8 +106,9 @@ def test_deleted_records_go_after_their_keep_and_no_version_is_used_twice(
     assert files.contents(["notes.md"]) == {"notes.md": b"new"}
 
 
-def test_a_save_that_needs_the_room_drops_deleted_records_at_once(conn: redis.Redis,
-                                                                  run_id: str) -> None:
+def test_a_save_that_needs_the_room_drops_deleted_records_at_once(
+    conn: redis.Redis, run_id: str
+) -> None:
     caps = FileCaps(workspace_max_bytes=2 * cost(long_path(0)))
     files = WorkspaceFiles(conn, RunKeys(run_id), caps)  # the default keep: ten minutes
     for i in (0, 1):
@@ -111,8 +120,9 @@ def test_a_save_that_needs_the_room_drops_deleted_records_at_once(conn: redis.Re
     assert counted(files) == cost(long_path(2))
 
 
-def test_deleting_everything_leaves_next_to_nothing_in_redis(conn: redis.Redis,
-                                                             run_id: str) -> None:
+def test_deleting_everything_leaves_next_to_nothing_in_redis(
+    conn: redis.Redis, run_id: str
+) -> None:
     files = WorkspaceFiles(conn, RunKeys(run_id), FileCaps(workspace_max_bytes=64 << 20))
     paths = [long_path(i, 3000) for i in range(3 * PRUNE_BATCH)]
     for path in paths:
@@ -131,7 +141,8 @@ def test_deleting_everything_leaves_next_to_nothing_in_redis(conn: redis.Redis,
 
 
 def test_a_mirror_takes_a_file_whose_record_went_as_deleted_and_may_create_it_again(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     keys = RunKeys(run_id)
     other = WorkspaceFiles(conn, keys, deleted_keep_ms=KEEP_MS)
     assert other.save("kept.md", 0, b"k").verdict is SaveVerdict.SAVED
@@ -171,27 +182,37 @@ def past_keep(conn: redis.Redis, files: WorkspaceFiles) -> None:
 
 BASH_LOOP = (
     "d=$(printf 'd%.0s' $(seq 200)); x=$(printf 'x%.0s' $(seq 196)); mkdir -p $d/$d/$d && "
-    "for i in $(seq 300); do touch \"$d/$d/$d/f$(printf '%03d' $i)$x\"; done; echo made")
+    "for i in $(seq 300); do touch \"$d/$d/$d/f$(printf '%03d' $i)$x\"; done; echo made"
+)
 """300 empty files whose paths are 803 bytes long (three 200-character directories)."""
 PATH_BYTES = 3 * 201 + 200
 
 
 def test_a_bash_loop_of_files_leaves_redis_within_the_caps(
-        llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")
     max_bytes = 20 * (2 * PATH_BYTES + PATH_RECORD_BYTES) + 1000  # room for 20 of them
     models = {
-        "planner": llm.script(f"plan-{run_id}", [json.dumps(
-            [{"id": "a", "memberId": "maker", "task": "make files"}])]),
-        "maker": llm.script(f"maker-{run_id}", [
-            ToolCalls([("bash", {"command": BASH_LOOP})]),
-            ToolCalls([("bash", {"command": "rm -rf d*; echo gone"})]),
-            "done"]),
-        "synth": llm.script(f"synth-{run_id}", ["the answer"])}
-    team = team_file(tmp_path / "team.toml", models, options={
-        "workspace_max_bytes": max_bytes, "workspace_max_files": 1000},
-        members=[{"id": "maker", "model": models["maker"], "tools": ["bash"]}])
+        "planner": llm.script(
+            f"plan-{run_id}", [json.dumps([{"id": "a", "memberId": "maker", "task": "make files"}])]
+        ),
+        "maker": llm.script(
+            f"maker-{run_id}",
+            [
+                ToolCalls([("bash", {"command": BASH_LOOP})]),
+                ToolCalls([("bash", {"command": "rm -rf d*; echo gone"})]),
+                "done",
+            ],
+        ),
+        "synth": llm.script(f"synth-{run_id}", ["the answer"]),
+    }
+    team = team_file(
+        tmp_path / "team.toml",
+        models,
+        options={"workspace_max_bytes": max_bytes, "workspace_max_files": 1000},
+        members=[{"id": "maker", "model": models["maker"], "tools": ["bash"]}],
+    )
 
     result = run_cli(llm, workers, run_id, team)
 

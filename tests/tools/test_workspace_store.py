@@ -38,8 +38,11 @@ from tests.support.waiting import wait_until
 
 @pytest.fixture
 def files(conn: redis.Redis, run_id: str) -> WorkspaceFiles:
-    return WorkspaceFiles(conn, RunKeys(run_id), FileCaps(
-        file_max_bytes=100, workspace_max_bytes=4 * PATH_RECORD_BYTES))
+    return WorkspaceFiles(
+        conn,
+        RunKeys(run_id),
+        FileCaps(file_max_bytes=100, workspace_max_bytes=4 * PATH_RECORD_BYTES),
+    )
 
 
 def test_the_later_of_two_writers_who_saw_one_version_is_refused(files: WorkspaceFiles) -> None:
@@ -57,14 +60,14 @@ def test_the_later_of_two_writers_who_saw_one_version_is_refused(files: Workspac
 
 
 def test_a_save_moves_pointers_only_so_a_big_file_never_blocks_redis(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     files = WorkspaceFiles(conn, RunKeys(run_id), FileCaps(16 << 20, 64 << 20))
     with slowlog_at_the_rule(conn):
         assert files.save("big.bin", 0, b"x" * (16 << 20)).verdict is SaveVerdict.SAVED
         # Content copied through the script took 42 ms here (64 MiB: 180 ms); a pointer move
         # is ~0.1 ms, above the ceiling only if the host descheduled Redis mid-script.
-        assert all(ms < NOISE_CEILING_MS for ms in slow_scripts_ms(conn, script_shas(
-            "file_save")))
+        assert all(ms < NOISE_CEILING_MS for ms in slow_scripts_ms(conn, script_shas("file_save")))
     assert len(files.contents(["big.bin"])["big.bin"]) == 16 << 20
 
 
@@ -74,18 +77,22 @@ def test_binary_content_and_odd_names_round_trip(files: WorkspaceFiles) -> None:
     assert files.contents(["dir/ünï code.bin"]) == {"dir/ünï code.bin": data}
 
 
-def test_mirrors_share_files_and_report_a_conflicting_change(conn: redis.Redis,
-                                                             run_id: str) -> None:
+def test_mirrors_share_files_and_report_a_conflicting_change(
+    conn: redis.Redis, run_id: str
+) -> None:
     keys = RunKeys(run_id)
     alice = WorkspaceMirror.open(WorkspaceFiles(conn, keys))
     bob = WorkspaceMirror.open(WorkspaceFiles(conn, keys))
     try:
         alice_tools, bob_tools = toolbox(alice), toolbox(bob)
-        assert "\"ok\": true" in alice_tools.call("write_file", json.dumps(
-            {"path": "plan/draft.md", "content": "step 1\n"}))
+        assert '"ok": true' in alice_tools.call(
+            "write_file", json.dumps({"path": "plan/draft.md", "content": "step 1\n"})
+        )
         assert read(bob_tools, "plan/draft.md") == "step 1\n"
-        assert '"bytes"' in bob_tools.call("edit_file", json.dumps(
-            {"path": "plan/draft.md", "oldText": "step 1", "newText": "step 1 (bob)"}))
+        assert '"bytes"' in bob_tools.call(
+            "edit_file",
+            json.dumps({"path": "plan/draft.md", "oldText": "step 1", "newText": "step 1 (bob)"}),
+        )
         assert read(alice_tools, "plan/draft.md") == "step 1 (bob)\n"
         # Both change the file without seeing the other's change: the later save is refused.
         (alice.root / "plan/draft.md").write_text("alice's version\n")
@@ -105,8 +112,9 @@ def test_mirrors_share_files_and_report_a_conflicting_change(conn: redis.Redis,
     assert not alice.root.exists()
 
 
-def test_a_tool_whose_change_is_refused_answers_with_an_error(conn: redis.Redis,
-                                                              run_id: str) -> None:
+def test_a_tool_whose_change_is_refused_answers_with_an_error(
+    conn: redis.Redis, run_id: str
+) -> None:
     keys = RunKeys(run_id)
     mirror = WorkspaceMirror.open(WorkspaceFiles(conn, keys, FileCaps(file_max_bytes=10)))
     try:
@@ -134,20 +142,24 @@ def test_what_programs_run_from_stays_on_its_host(conn: redis.Redis, run_id: str
     assert not syncable("../x") and not syncable("/abs") and not syncable("a/.GIT/hooks")
 
 
-@pytest.mark.parametrize(("setting", "url", "store"), [
-    ("auto", "unix:///tmp/teamctl/redis.sock?db=0", "local"),
-    # A loopback URL says how this host reaches Redis, not that no other host does.
-    ("auto", "redis://127.0.0.1:6379/0", "redis"),
-    ("auto", "redis://localhost:6379/0", "redis"),
-    ("auto", "redis://[::1]:6379/0", "redis"),
-    ("auto", "redis://redis:6379/0", "redis"),
-    ("auto", "rediss://10.0.0.5:6380/0", "redis"),
-    ("auto", "redis://[::1", "redis"),
-    ("local", "redis://redis:6379/0", "local"),
-    ("redis", "redis://127.0.0.1:6379/0", "redis"),
-])
+@pytest.mark.parametrize(
+    ("setting", "url", "store"),
+    [
+        ("auto", "unix:///tmp/teamctl/redis.sock?db=0", "local"),
+        # A loopback URL says how this host reaches Redis, not that no other host does.
+        ("auto", "redis://127.0.0.1:6379/0", "redis"),
+        ("auto", "redis://localhost:6379/0", "redis"),
+        ("auto", "redis://[::1]:6379/0", "redis"),
+        ("auto", "redis://redis:6379/0", "redis"),
+        ("auto", "rediss://10.0.0.5:6380/0", "redis"),
+        ("auto", "redis://[::1", "redis"),
+        ("local", "redis://redis:6379/0", "local"),
+        ("redis", "redis://127.0.0.1:6379/0", "redis"),
+    ],
+)
 def test_auto_keeps_files_on_disk_only_when_no_other_host_reaches_redis(
-        setting: str, url: str, store: str) -> None:
+    setting: str, url: str, store: str
+) -> None:
     assert choose_store(setting, url) == store  # type: ignore[arg-type]
 
 
@@ -164,20 +176,42 @@ def read(tools: Toolbox, path: str) -> str:
 
 
 def test_teammates_share_a_workspace_kept_in_redis(
-        workers: str, wconn: redis.Redis, llm: ScriptedLLM, team: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    workers: str,
+    wconn: redis.Redis,
+    llm: ScriptedLLM,
+    team: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "redis")  # read by the spawns below
-    alice = llm.script(f"alice-{team}", [
-        ToolCalls([("write_file", {"path": "notes.md", "content": "from alice\n"})]), "wrote"])
-    bob = llm.script(f"bob-{team}", [
-        ToolCalls([("read_file", {"path": "notes.md"})]),
-        ToolCalls([("edit_file", {"path": "notes.md", "oldText": "alice",
-                                  "newText": "alice and bob"})]), "edited"])
+    alice = llm.script(
+        f"alice-{team}",
+        [ToolCalls([("write_file", {"path": "notes.md", "content": "from alice\n"})]), "wrote"],
+    )
+    bob = llm.script(
+        f"bob-{team}",
+        [
+            ToolCalls([("read_file", {"path": "notes.md"})]),
+            ToolCalls(
+                [
+                    (
+                        "edit_file",
+                        {"path": "notes.md", "oldText": "alice", "newText": "alice and bob"},
+                    )
+                ]
+            ),
+            "edited",
+        ],
+    )
     store = TeamStore(wconn, team)
     assert spawn(workers, team, "alice", alice, llm.api_base, "--tool", "write_file").exit_code == 0
     wait_until(lambda: store.get("alice").status is TeammateStatus.IDLE, message="alice's turn")
-    assert spawn(workers, team, "bob", bob, llm.api_base, "--tool", "read_file", "--tool",
-                 "edit_file").exit_code == 0
+    assert (
+        spawn(
+            workers, team, "bob", bob, llm.api_base, "--tool", "read_file", "--tool", "edit_file"
+        ).exit_code
+        == 0
+    )
     wait_until(lambda: store.get("bob").status is TeammateStatus.IDLE, message="bob's turn")
     assert store.meta().workspace_store == "redis"
     assert "from alice" in llm.requests[f"bob-{team}"][1]["messages"][-1]["content"]
@@ -188,7 +222,8 @@ def test_teammates_share_a_workspace_kept_in_redis(
 
 
 def test_only_a_file_really_gone_is_deleted_from_the_shared_workspace(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     keys = RunKeys(run_id)
     mirror = WorkspaceMirror.open(WorkspaceFiles(conn, keys))
     try:
@@ -204,16 +239,20 @@ def test_only_a_file_really_gone_is_deleted_from_the_shared_workspace(
             "linked.txt was not saved: it has 2 hard links, and a hard-linked file is not "
             "copied between hosts",
             "swapped.txt was not saved: it is a symlink now, and symlinks are not copied "
-            "between hosts"]
+            "between hosts",
+        ]
         assert mirror.push() == []  # said once, while the files stay as they are
         assert WorkspaceFiles(conn, keys).contents(["linked.txt", "swapped.txt", "gone.txt"]) == {
-            "linked.txt": b"linked.txt\n", "swapped.txt": b"swapped.txt\n"}
+            "linked.txt": b"linked.txt\n",
+            "swapped.txt": b"swapped.txt\n",
+        }
     finally:
         mirror.close()
 
 
 def test_a_conflicting_version_that_cannot_be_put_here_is_not_reported_again(
-        conn: redis.Redis, run_id: str) -> None:
+    conn: redis.Redis, run_id: str
+) -> None:
     keys = RunKeys(run_id)
     other = WorkspaceFiles(conn, keys)
     assert other.save("a/b.txt", 0, b"theirs v1").verdict is SaveVerdict.SAVED
@@ -233,17 +272,37 @@ def test_content_whose_upload_expired_is_not_adopted(conn: redis.Redis, run_id: 
     keys = RunKeys(run_id)
     files = WorkspaceFiles(conn, keys)
     reply = files.scripts["file_save"](
-        keys=[keys.files, keys.file_versions, keys.files_info, keys.files_info,
-              keys.file_blob("0" * 32), keys.files_info, keys.file_deletions],
-        args=[b"f", 0, "put", "0" * 32, "", 100, 10_000, 10, "none", "", PATH_RECORD_BYTES,
-              DELETED_KEEP_MS])
+        keys=[
+            keys.files,
+            keys.file_versions,
+            keys.files_info,
+            keys.files_info,
+            keys.file_blob("0" * 32),
+            keys.files_info,
+            keys.file_deletions,
+        ],
+        args=[
+            b"f",
+            0,
+            "put",
+            "0" * 32,
+            "",
+            100,
+            10_000,
+            10,
+            "none",
+            "",
+            PATH_RECORD_BYTES,
+            DELETED_KEEP_MS,
+        ],
+    )
     assert reply[0] == b"expired"
     assert files.versions() == {}
 
 
-def test_a_mirror_that_cannot_fetch_leaves_no_directory(conn: redis.Redis, run_id: str,
-                                                        tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mirror_that_cannot_fetch_leaves_no_directory(
+    conn: redis.Redis, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     files = WorkspaceFiles(conn, RunKeys(run_id))
     files.conn.hset(files.keys.files_info, "rev", "not a number")

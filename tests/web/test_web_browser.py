@@ -27,8 +27,14 @@ from tests.support.web import (
 )
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 WAIT_MS = 15_000
 
 
@@ -45,8 +51,10 @@ def page(artifacts: Path) -> Iterator[object]:
     """A fresh page of headless chromium; the test fails (never skips) without chromium."""
     executable = CHROMIUM if os.access(CHROMIUM, os.X_OK) else shutil.which("chromium")
     if executable is None:
-        pytest.fail(f"no chromium at {CHROMIUM} nor on PATH: the browser tests need it "
-                    "(scripts/setup installs Debian's chromium)")
+        pytest.fail(
+            f"no chromium at {CHROMIUM} nor on PATH: the browser tests need it "
+            "(scripts/setup installs Debian's chromium)"
+        )
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -65,7 +73,8 @@ def screenshot(page: object, artifacts: Path, name: str) -> None:
 
 
 def test_the_runs_page_lists_a_finished_run_and_its_page_one_bar_per_attempt(
-        redis_url: str, conn: redis.Redis, run_id: str, page: object, artifacts: Path) -> None:
+    redis_url: str, conn: redis.Redis, run_id: str, page: object, artifacts: Path
+) -> None:
     from playwright.sync_api import expect
 
     finished_run(conn, run_id)
@@ -93,7 +102,8 @@ def test_the_runs_page_lists_a_finished_run_and_its_page_one_bar_per_attempt(
 
 
 def test_a_change_arrives_over_sse_while_the_run_progresses(
-        redis_url: str, conn: redis.Redis, run_id: str, page: object, artifacts: Path) -> None:
+    redis_url: str, conn: redis.Redis, run_id: str, page: object, artifacts: Path
+) -> None:
     """`teamctl dashboard` as a user starts it: its pages refuse a browser until it opens the
     printed URL; then the run page's stream and its reloads, opened by the cookie, follow the
     run live."""
@@ -105,7 +115,8 @@ def test_a_change_arrives_over_sse_while_the_run_progresses(
         refused = page.goto(f"{base}/runs/{run_id}")  # type: ignore[attr-defined]
         assert refused.status == 401
         expect(page.locator("body")).to_contain_text(  # type: ignore[attr-defined]
-            "open the URL `teamctl dashboard` printed")
+            "open the URL `teamctl dashboard` printed"
+        )
         page.goto(printed.url)  # type: ignore[attr-defined]
         expect(page).to_have_url(f"{base}/")  # type: ignore[arg-type]
         [cookie] = page.context.cookies()  # type: ignore[attr-defined]
@@ -121,16 +132,19 @@ def test_a_change_arrives_over_sse_while_the_run_progresses(
         expect(log).to_contain_text("a reclaimed", timeout=WAIT_MS)
         # The page reloads its body after a change: the attempt is drawn, reclaimed.
         expect(page.locator("svg.timeline g.bar.o-reclaimed")).to_have_count(  # type: ignore[attr-defined]
-            1, timeout=WAIT_MS)
+            1, timeout=WAIT_MS
+        )
 
         token = run.board.claim("a", "m1", "hostB:202", TTL_S)
         assert token is not None
         expect(log).to_contain_text("a in_progress on hostB:202", timeout=WAIT_MS)
         expect(page.locator("svg.timeline g.bar.o-running")).to_have_count(  # type: ignore[attr-defined]
-            1, timeout=WAIT_MS)
+            1, timeout=WAIT_MS
+        )
         assert run.board.release("a", token, "handoff") is WriteOutcome.APPLIED
         finish_run(conn, run, stale)
         expect(live).to_have_text("ended", timeout=WAIT_MS)
         expect(page.locator('svg.timeline g.bar[data-task="a"]')).to_have_count(  # type: ignore[attr-defined]
-            3, timeout=WAIT_MS)
+            3, timeout=WAIT_MS
+        )
         screenshot(page, artifacts, "run-live")

@@ -49,8 +49,9 @@ def controlled(redis_url: str) -> Iterator[httpx.Client]:
         yield client
 
 
-def frames(client: httpx.Client, path: str,
-           headers: dict[str, str] | None = None) -> list[dict[str, str]]:
+def frames(
+    client: httpx.Client, path: str, headers: dict[str, str] | None = None
+) -> list[dict[str, str]]:
     """The SSE frames of a stream that ends (a finished run's), each as its fields."""
     found: list[dict[str, str]] = []
     current: dict[str, str] = {}
@@ -69,8 +70,9 @@ def frames(client: httpx.Client, path: str,
     return found
 
 
-def test_the_runs_page_lists_a_finished_run(conn: redis.Redis, run_id: str,
-                                            dashboard: httpx.Client) -> None:
+def test_the_runs_page_lists_a_finished_run(
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     finished_run(conn, run_id)
     page = dashboard.get("/")
     assert page.status_code == 200
@@ -79,8 +81,9 @@ def test_the_runs_page_lists_a_finished_run(conn: redis.Redis, run_id: str,
     assert page.headers["content-security-policy"].startswith("default-src 'self'")
 
 
-def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
-                                                dashboard: httpx.Client) -> None:
+def test_the_run_page_escapes_what_models_wrote(
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     finished_run(conn, run_id)
     page = dashboard.get(f"/runs/{run_id}")
     assert page.status_code == 200
@@ -99,7 +102,8 @@ def test_the_run_page_escapes_what_models_wrote(conn: redis.Redis, run_id: str,
 
 
 def test_the_run_page_says_tokens_and_cost_as_the_cli_does(
-        conn: redis.Redis, redis_url: str, run_id: str, dashboard: httpx.Client) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str, dashboard: httpx.Client
+) -> None:
     """One text for tokens and one for cost, on the page and in `teamctl status` alike: task
     `a` made a priced call, `b` none (no figure: `unpriced`, not $0.0000)."""
     run = start_run(conn, run_id)
@@ -114,16 +118,19 @@ def test_the_run_page_says_tokens_and_cost_as_the_cli_does(
     status = CliRunner().invoke(main, ["status", run_id, "--redis-url", redis_url])
     assert status.exit_code == 0, status.output
     lines = status.stdout.splitlines()
-    assert re.fullmatch(rf"{run_id}: completed; rounds 0; \d+\.\ds; 2,455 tokens, \$0\.0123",
-                        lines[0]), lines[0]
+    assert re.fullmatch(
+        rf"{run_id}: completed; rounds 0; \d+\.\ds; 2,455 tokens, \$0\.0123", lines[0]
+    ), lines[0]
     assert lines[2:5] == [
         "task  member  status     attempts  time  cost                   error",
         "a     m1      completed  2         0.0s  2,455 tokens, $0.0123",
-        "b     m2      completed  1         0.0s  0 tokens, unpriced"]
+        "b     m2      completed  1         0.0s  0 tokens, unpriced",
+    ]
 
 
 def test_a_chain_of_ten_thousand_tasks_listed_dependents_first_renders(
-        conn: redis.Redis, run_id: str, dashboard: httpx.Client) -> None:
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     """The whole graph, drawn without recursion; the details of the tasks that matter now
     (the one ready, then those changed last), not of ten thousand, which a browser would take
     many seconds to build after every change."""
@@ -156,30 +163,38 @@ def test_the_static_files_come_from_the_package(dashboard: httpx.Client) -> None
     assert "svg.dag" in dashboard.get("/static/style.css").text
 
 
-def test_the_stream_resumes_after_last_event_id(conn: redis.Redis, run_id: str,
-                                                dashboard: httpx.Client) -> None:
+def test_the_stream_resumes_after_last_event_id(
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     finished_run(conn, run_id)
     whole = frames(dashboard, f"/runs/{run_id}/stream")
-    kinds = [(f["event"], json.loads(f["data"]).get("status") or json.loads(f["data"]).get(
-        "type")) for f in whole]
+    kinds = [
+        (f["event"], json.loads(f["data"]).get("status") or json.loads(f["data"]).get("type"))
+        for f in whole
+    ]
     # The plan's writing is a change of the run as a whole (its graph), then the tasks move.
     assert kinds[:2] == [("state", None), ("task", "in_progress")]
     assert kinds[-1] == ("end", None)
     assert ("message", "peer.message") in kinds
-    claims = [json.loads(f["data"]) for f in whole if f["event"] == "task"
-              and json.loads(f["data"])["status"] == "in_progress"]
+    claims = [
+        json.loads(f["data"])
+        for f in whole
+        if f["event"] == "task" and json.loads(f["data"])["status"] == "in_progress"
+    ]
     assert [c["worker"] for c in claims] == ["hostA:101", "hostB:202", "hostB:202"]
     # Reconnect as a browser would, from the third event: exactly the rest comes again.
-    resumed = frames(dashboard, f"/runs/{run_id}/stream",
-                     headers={"Last-Event-ID": whole[2]["id"]})
+    resumed = frames(dashboard, f"/runs/{run_id}/stream", headers={"Last-Event-ID": whole[2]["id"]})
     assert resumed == whole[3:]
     # A Last-Event-ID that is not a cursor is ignored (the stream starts over), never sent on.
-    assert frames(dashboard, f"/runs/{run_id}/stream",
-                  headers={"Last-Event-ID": "0-0/$ FLUSHALL"}) == whole
+    assert (
+        frames(dashboard, f"/runs/{run_id}/stream", headers={"Last-Event-ID": "0-0/$ FLUSHALL"})
+        == whole
+    )
 
 
-def test_control_is_absent_unless_allowed(conn: redis.Redis, run_id: str,
-                                          dashboard: httpx.Client) -> None:
+def test_control_is_absent_unless_allowed(
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     start_run(conn, run_id)
     response = dashboard.post(f"/runs/{run_id}/cancel", data={"token": TOKEN})
     assert response.status_code in (404, 405)
@@ -187,7 +202,8 @@ def test_control_is_absent_unless_allowed(conn: redis.Redis, run_id: str,
 
 
 def test_control_refuses_without_the_token_and_works_with_it(
-        conn: redis.Redis, run_id: str, controlled: httpx.Client) -> None:
+    conn: redis.Redis, run_id: str, controlled: httpx.Client
+) -> None:
     start_run(conn, run_id)
     send = f"/runs/{run_id}/send"
     for token in (None, "", "wrong", TOKEN[:-1]):
@@ -200,8 +216,9 @@ def test_control_refuses_without_the_token_and_works_with_it(
     assert sent.status_code == 303
     [message] = MessageBus(conn, RunKeys(run_id)).messages()
     assert (message.from_, message.to, message.content) == ("lead", "m1", "hello")
-    by_header = controlled.post(send, data={"to": "nobody", "text": "x"},
-                           headers={"X-Teamctl-Token": TOKEN})
+    by_header = controlled.post(
+        send, data={"to": "nobody", "text": "x"}, headers={"X-Teamctl-Token": TOKEN}
+    )
     assert by_header.status_code == 409 and "nobody" in by_header.text  # the CLI's own error
 
     cancel = controlled.post(f"/runs/{run_id}/cancel", data={"token": TOKEN})
@@ -210,7 +227,8 @@ def test_control_refuses_without_the_token_and_works_with_it(
 
 
 def test_a_paused_run_offers_to_add_budget_and_the_control_needs_the_token(
-        conn: redis.Redis, run_id: str, controlled: httpx.Client) -> None:
+    conn: redis.Redis, run_id: str, controlled: httpx.Client
+) -> None:
     run = start_run(conn, run_id, max_cost_usd=0.5)
     run.store.set_status(RunStatus.AWAITING_BUDGET)
     budget = Budget(conn, RunKeys(run_id), max_tokens=None, max_cost_usd=0.5)
@@ -222,8 +240,11 @@ def test_a_paused_run_offers_to_add_budget_and_the_control_needs_the_token(
     add = f"/runs/{run_id}/budget"
     assert controlled.post(add, data={"add_usd": "2"}).status_code == 403
     assert controlled.post(add, data={"add_usd": "2", "token": "nope"}).status_code == 403
-    for bad, says in (({"add_usd": "-2"}, "--add-usd '-2'"), ({}, "give add_usd or add_tokens"),
-                      ({"add_tokens": "100"}, "has no max_tokens")):
+    for bad, says in (
+        ({"add_usd": "-2"}, "--add-usd '-2'"),
+        ({}, "give add_usd or add_tokens"),
+        ({"add_tokens": "100"}, "has no max_tokens"),
+    ):
         refused = controlled.post(add, data=bad | {"token": TOKEN})
         assert refused.status_code == 409 and says in refused.text, refused.text
     assert budget.state().added_usd == 0 and budget.exceeded()
@@ -238,7 +259,8 @@ def test_a_paused_run_offers_to_add_budget_and_the_control_needs_the_token(
 
 
 def test_dashboard_without_the_web_extra_says_how_to_install_it(
-        monkeypatch: pytest.MonkeyPatch, redis_url: str) -> None:
+    monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
     import sys
 
     # As if not installed: every starlette module this process imported is hidden too.
@@ -253,15 +275,23 @@ def test_dashboard_without_the_web_extra_says_how_to_install_it(
 
 
 def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
-        conn: redis.Redis, dashboard: httpx.Client) -> None:
+    conn: redis.Redis, dashboard: httpx.Client
+) -> None:
     from teamctl.shared.bus import LEAD
     from teamctl.shared.teams.tasks import TeamTasks
     from teamctl.shared.teams.team_store import TeamStore
 
     store = TeamStore(conn, "webteam")
     # Its turns wait on a queue no worker serves: the page shows the records as they stand.
-    store.spawn("alice", role="researcher", prompt="Research", model="m", api_base=None,
-                queue="web-nobody", plan_mode=True)
+    store.spawn(
+        "alice",
+        role="researcher",
+        prompt="Research",
+        model="m",
+        api_base=None,
+        queue="web-nobody",
+        plan_mode=True,
+    )
     store.requests.submit_plan("alice", f"plan {HOSTILE}")
     store.messages.send("alice", LEAD, f"note {HOSTILE}")
     task_id = TeamTasks(store).add("Collect facts")[0].task_id
@@ -281,7 +311,8 @@ def test_the_team_page_shows_roster_inboxes_requests_and_tasks(
 
 
 def test_the_dashboard_command_prints_a_url_that_carries_its_token(
-        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     """`teamctl dashboard --allow-control` in its own process: nothing answers without the
     token; the URL it prints signs a client in (its cookie opens reads, not control); the
     control token it prints is the same token, and control needs it typed."""
@@ -301,11 +332,12 @@ def test_the_dashboard_command_prints_a_url_that_carries_its_token(
             assert browser.post(cancel, data={"token": "x"}).status_code == 403
             assert not RunStore(conn, RunKeys(run_id)).cancelled()
             assert browser.post(cancel, data={"token": token}).status_code == 200  # 303, then
-            assert RunStore(conn, RunKeys(run_id)).cancelled()                     # the page
+            assert RunStore(conn, RunKeys(run_id)).cancelled()  # the page
 
 
 def test_the_dashboard_command_with_no_auth_prints_no_token_and_opens_reads(
-        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     finished_run(conn, run_id)
     with dashboard_command(redis_url, "--no-auth") as printed:
         assert printed.url == printed.base + "/" and printed.control_token is None
@@ -317,15 +349,31 @@ def test_every_read_needs_the_token(conn: redis.Redis, redis_url: str, run_id: s
     the token is, without it or with a wrong one; answered with the printed URL's cookie or
     the token in the header."""
     finished_run(conn, run_id)
-    paths = ["/", "/runs-body", f"/runs-stream?runs={run_id}", f"/runs/{run_id}",
-             f"/runs/{run_id}/body", f"/runs/{run_id}/stream",
-             f"/runs/{run_id}/tasks/a/transcript", "/teams", "/static/app.js",
-             "/static/style.css", "/runs/nosuchrun", "/no-such-route"]
-    with served(redis_url) as base, signed_in(base) as client, \
-            httpx.Client(base_url=base, timeout=10) as stranger:
+    paths = [
+        "/",
+        "/runs-body",
+        f"/runs-stream?runs={run_id}",
+        f"/runs/{run_id}",
+        f"/runs/{run_id}/body",
+        f"/runs/{run_id}/stream",
+        f"/runs/{run_id}/tasks/a/transcript",
+        "/teams",
+        "/static/app.js",
+        "/static/style.css",
+        "/runs/nosuchrun",
+        "/no-such-route",
+    ]
+    with (
+        served(redis_url) as base,
+        signed_in(base) as client,
+        httpx.Client(base_url=base, timeout=10) as stranger,
+    ):
         for path in paths:
-            for headers in ({}, {"X-Teamctl-Token": "wrong"},
-                            {"Cookie": "teamctl_dashboard=" + TOKEN}):
+            for headers in (
+                {},
+                {"X-Teamctl-Token": "wrong"},
+                {"Cookie": "teamctl_dashboard=" + TOKEN},
+            ):
                 refused = stranger.get(path, headers=headers)
                 assert refused.status_code == 401, path
                 assert "open the URL `teamctl dashboard` printed" in refused.text
@@ -339,7 +387,8 @@ def test_every_read_needs_the_token(conn: redis.Redis, redis_url: str, run_id: s
 
 
 def test_the_printed_url_sets_a_private_cookie_and_leaves_the_address(
-        conn: redis.Redis, redis_url: str, run_id: str) -> None:
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     finished_run(conn, run_id)
     with served(redis_url) as base, httpx.Client(base_url=base, timeout=10) as browser:
         answer = browser.get(f"/runs/{run_id}", params={"member": "m1", "token": TOKEN})
@@ -356,14 +405,21 @@ def test_the_printed_url_sets_a_private_cookie_and_leaves_the_address(
             assert forged.get("/").status_code == 401
 
 
-def test_no_auth_opens_reads_but_never_control(conn: redis.Redis, redis_url: str,
-                                                 run_id: str) -> None:
+def test_no_auth_opens_reads_but_never_control(
+    conn: redis.Redis, redis_url: str, run_id: str
+) -> None:
     finished_run(conn, run_id)
     live = start_run(conn, run_id + "-live")
-    with served(redis_url, allow_control=True, open_reads=True) as base, \
-            httpx.Client(base_url=base, timeout=10) as anyone:
-        for path in ("/", f"/runs/{run_id}", f"/runs/{run_id}/tasks/a/transcript",
-                     "/static/app.js"):
+    with (
+        served(redis_url, allow_control=True, open_reads=True) as base,
+        httpx.Client(base_url=base, timeout=10) as anyone,
+    ):
+        for path in (
+            "/",
+            f"/runs/{run_id}",
+            f"/runs/{run_id}/tasks/a/transcript",
+            "/static/app.js",
+        ):
             assert anyone.get(path).status_code == 200, path
         assert len(frames(anyone, f"/runs/{run_id}/stream")) > 3
         cancel = f"/runs/{live.run_id}/cancel"
@@ -375,7 +431,8 @@ def test_no_auth_opens_reads_but_never_control(conn: redis.Redis, redis_url: str
 
 
 def test_the_runs_page_streams_the_changes_of_its_live_runs(
-        conn: redis.Redis, run_id: str, dashboard: httpx.Client) -> None:
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     """The runs page follows the runs it listed live from where it read them: a claim made
     after the page was rendered comes over its stream, nothing from before it."""
     import html as html_lib
@@ -391,11 +448,16 @@ def test_the_runs_page_streams_the_changes_of_its_live_runs(
         data = next(line for line in lines if line.startswith("data: "))
     change = json.loads(data.removeprefix("data: "))
     assert (change["owner"], change["task_id"], change["status"], change["worker"]) == (
-        run_id, "a", "in_progress", "hostA:101")
+        run_id,
+        "a",
+        "in_progress",
+        "hostA:101",
+    )
 
 
 def test_the_runs_page_hears_of_a_run_started_after_it_loaded(
-        conn: redis.Redis, run_id: str, dashboard: httpx.Client) -> None:
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     """With no live run the page still follows the runs-started stream: a run created after
     the page was rendered is announced on it (the page then loads again to follow it)."""
     import html as html_lib
@@ -415,8 +477,9 @@ def test_the_runs_page_hears_of_a_run_started_after_it_loaded(
     assert run_id in html_lib.unescape(re.search(r'data-stream="([^"]+)"', again).group(1))
 
 
-def test_the_runs_page_hears_a_live_run_end(conn: redis.Redis, run_id: str,
-                                          dashboard: httpx.Client) -> None:
+def test_the_runs_page_hears_a_live_run_end(
+    conn: redis.Redis, run_id: str, dashboard: httpx.Client
+) -> None:
     """A run's end is a change of its row (status, duration, cost): the runs page's stream says
     so, and the row shows it on reload."""
     import html as html_lib
@@ -435,14 +498,22 @@ def test_the_runs_page_hears_a_live_run_end(conn: redis.Redis, run_id: str,
 
 
 def test_team_control_sends_and_reviews_plans_only_with_the_token(
-        conn: redis.Redis, controlled: httpx.Client) -> None:
+    conn: redis.Redis, controlled: httpx.Client
+) -> None:
     from teamctl.shared.bus import LEAD
     from teamctl.shared.teams.team_store import TeamStore
     from teamctl.shared.teams.teammates import RequestStatus
 
     store = TeamStore(conn, "steered")
-    store.spawn("alice", role="writer", prompt="Write", model="m", api_base=None,
-                queue="web-nobody", plan_mode=True)
+    store.spawn(
+        "alice",
+        role="writer",
+        prompt="Write",
+        model="m",
+        api_base=None,
+        queue="web-nobody",
+        plan_mode=True,
+    )
     request = store.requests.submit_plan("alice", "my plan")
     page = controlled.get("/teams/steered").text
     assert f'name="request_id" value="{request.id}"' in page
@@ -458,14 +529,16 @@ def test_team_control_sends_and_reviews_plans_only_with_the_token(
 
     send = "/teams/steered/send"
     assert controlled.post(send, data={"to": "alice", "text": "hi"}).status_code == 403
-    assert controlled.post(send, data={"to": "alice", "text": "hi", "token": TOKEN}
-                           ).status_code == 303
+    assert (
+        controlled.post(send, data={"to": "alice", "text": "hi", "token": TOKEN}).status_code == 303
+    )
     sent = [m for m in store.bus.messages() if m.from_ == LEAD and m.content == "hi"]
     assert [m.to for m in sent] == ["alice"]
 
 
 def test_team_control_adds_to_a_spent_team_budget_only_with_the_token(
-        conn: redis.Redis, controlled: httpx.Client) -> None:
+    conn: redis.Redis, controlled: httpx.Client
+) -> None:
     from teamctl.shared.agent.replies import Usage
     from teamctl.shared.teams.options import TeamOptions
     from teamctl.shared.teams.team_store import TeamStore
@@ -503,6 +576,7 @@ def test_a_port_in_use_is_a_one_line_usage_error(redis_url: str) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        result = CliRunner().invoke(main, ["dashboard", "--port", str(port),
-                                           "--redis-url", redis_url])
+        result = CliRunner().invoke(
+            main, ["dashboard", "--port", str(port), "--redis-url", redis_url]
+        )
     assert_config_error(result, f"cannot listen on 127.0.0.1:{port}")

@@ -16,6 +16,7 @@ def _ping_in_fork_without_metadata(conn: redis.Redis) -> int:
     if pid == 0:
         status = 1
         try:
+
             def refuse(name: str) -> str:
                 raise AssertionError(f"a new connection asked importlib.metadata for {name}")
 
@@ -27,7 +28,8 @@ def _ping_in_fork_without_metadata(conn: redis.Redis) -> int:
 
 
 def test_the_worker_client_class_names_its_driver_version_so_a_forked_job_asks_nothing(
-        redis_url: str) -> None:
+    redis_url: str,
+) -> None:
     conn = OutageTolerantRedis.from_url(redis_url)
     assert conn.ping()
     info = conn.connection_pool.connection_kwargs["driver_info"]
@@ -36,8 +38,11 @@ def test_the_worker_client_class_names_its_driver_version_so_a_forked_job_asks_n
 
 
 def test_teamctl_clients_name_their_driver_version_too(redis_url: str) -> None:
-    for conn in (connect(redis_url), same_server(OutageTolerantRedis.from_url(redis_url),
-                                                 decode=True)):
-        assert conn.connection_pool.connection_kwargs["driver_info"].lib_version \
-            == redis.__version__
+    for conn in (
+        connect(redis_url),
+        same_server(OutageTolerantRedis.from_url(redis_url), decode=True),
+    ):
+        assert (
+            conn.connection_pool.connection_kwargs["driver_info"].lib_version == redis.__version__
+        )
         assert _ping_in_fork_without_metadata(conn) == 0

@@ -104,9 +104,15 @@ def test_another_user_cannot_connect_even_with_the_password() -> None:
         server.ensure()
         env = {"REDISCLI_AUTH": server.password_file.read_text().strip()}
         done = subprocess.run(
-            [redis_cli_binary(), "-s", str(server.socket_path), "PING"], env=env,
-            user=NOBODY_UID, group=NOBODY_UID, extra_groups=[],
-            capture_output=True, text=True, timeout=30)
+            [redis_cli_binary(), "-s", str(server.socket_path), "PING"],
+            env=env,
+            user=NOBODY_UID,
+            group=NOBODY_UID,
+            extra_groups=[],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert "Permission denied" in done.stdout + done.stderr, done
         assert "PONG" not in done.stdout
     finally:
@@ -136,14 +142,31 @@ def test_a_crashed_server_is_restarted_with_the_same_password(server: EmbeddedRe
 
 
 def test_a_server_left_on_tcp_by_an_older_teamctl_is_moved_to_the_socket(
-        server: EmbeddedRedis) -> None:
+    server: EmbeddedRedis,
+) -> None:
     server.root.mkdir(mode=0o755)
     port = free_port()
     tcp_url = f"redis://127.0.0.1:{port}/0"
     subprocess.run(  # how teamctl started it before: loopback TCP, no password
-        [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--daemonize", "yes",
-         "--pidfile", str(server.pid_file), "--dir", str(server.root), "--save", ""],
-        check=True, capture_output=True, timeout=30)
+        [
+            redis_server_binary(),
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--daemonize",
+            "yes",
+            "--pidfile",
+            str(server.pid_file),
+            "--dir",
+            str(server.root),
+            "--save",
+            "",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     server.url_file.write_text(tcp_url + "\n")
     wait_until(lambda: server.running_url() == tcp_url, 10, message="the old server")
 
@@ -166,15 +189,17 @@ def stranger() -> Iterator[subprocess.Popen[bytes]]:
 
 @pytest.mark.parametrize("record", ["none", "reused pid", "another pid"])
 def test_stop_never_signals_a_process_a_stale_pid_file_names(
-        tmp_path: Path, stranger: subprocess.Popen[bytes], record: str) -> None:
+    tmp_path: Path, stranger: subprocess.Popen[bytes], record: str
+) -> None:
     server = EmbeddedRedis(tmp_path / "state" / "redis")
     server.root.mkdir(parents=True, mode=0o700)
     server.pid_file.write_text(f"{stranger.pid}\n")
     ticks = process_start_ticks(stranger.pid)
     assert ticks is not None
     if record == "reused pid":  # the server that had this pid started earlier, then exited
-        recorded = ServerProcess(pid=stranger.pid, start_ticks=ticks - 1,
-                                 executable=str(executable(stranger.pid)))
+        recorded = ServerProcess(
+            pid=stranger.pid, start_ticks=ticks - 1, executable=str(executable(stranger.pid))
+        )
     else:
         recorded = ServerProcess(pid=stranger.pid + 1, start_ticks=ticks, executable="/x")
     if record != "none":
@@ -183,8 +208,10 @@ def test_stop_never_signals_a_process_a_stale_pid_file_names(
     stopped = CliRunner().invoke(main, ["redis", "stop"])
 
     assert stopped.exit_code == 0, stopped.output
-    assert stopped.stdout == (f"not running (removed {server.pid_file}: pid {stranger.pid} is "
-                              "not the redis-server teamctl started, and was not signalled)\n")
+    assert stopped.stdout == (
+        f"not running (removed {server.pid_file}: pid {stranger.pid} is "
+        "not the redis-server teamctl started, and was not signalled)\n"
+    )
     assert stranger.poll() is None and pid_alive(stranger.pid)
     assert not server.pid_file.exists() and not server.process_file.exists()
     assert CliRunner().invoke(main, ["redis", "stop"]).stdout == "not running\n"
@@ -194,8 +221,11 @@ def test_the_start_records_the_server_it_stops(server: EmbeddedRedis) -> None:
     server.ensure()
     pid = int(server.pid_file.read_text())
     recorded = ServerProcess.model_validate_json(server.process_file.read_text())
-    assert recorded == ServerProcess(pid=pid, start_ticks=process_start_ticks(pid),
-                                     executable=str(Path(redis_server_binary()).resolve()))
+    assert recorded == ServerProcess(
+        pid=pid,
+        start_ticks=process_start_ticks(pid),
+        executable=str(Path(redis_server_binary()).resolve()),
+    )
     assert mode(server.process_file) == 0o600 and mode(server.pid_file) == 0o600
     assert mode(server.log_file) == 0o600
     assert server.stop() == StopResult(stopped=True)
@@ -221,7 +251,8 @@ def kill_if_running(process: ServerProcess) -> None:
 
 
 def test_a_server_whose_program_was_upgraded_away_is_still_stopped_by_its_pid(
-        cli_server: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli_server: EmbeddedRedis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     installed = tmp_path / "bin" / "redis-server"
     installed.parent.mkdir()
     shutil.copy2(redis_server_binary(), installed)
@@ -241,13 +272,15 @@ def test_a_server_whose_program_was_upgraded_away_is_still_stopped_by_its_pid(
 
     assert (stopped.exit_code, stopped.stdout) == (0, "stopped\n"), stopped.output
     assert not same_process_alive(pid, started.start_ticks)
-    assert not any(f.exists() for f in (cli_server.pid_file, cli_server.process_file,
-                                        cli_server.url_file))
+    assert not any(
+        f.exists() for f in (cli_server.pid_file, cli_server.process_file, cli_server.url_file)
+    )
     assert CliRunner().invoke(main, ["redis", "stop"]).stdout == "not running\n"
 
 
 def test_a_recorded_server_running_another_program_is_left_running_and_recorded(
-        cli_server: EmbeddedRedis) -> None:
+    cli_server: EmbeddedRedis,
+) -> None:
     url = cli_server.ensure()
     started = recorded(cli_server)
     pid = started.pid
@@ -264,19 +297,23 @@ def test_a_recorded_server_running_another_program_is_left_running_and_recorded(
         f"teamctl: pid {pid} in {cli_server.pid_file} started when the redis-server teamctl "
         f"started did, but runs {started.executable}, not the one in "
         f"{cli_server.process_file}; it was left running and recorded: check it, and stop it by "
-        "its pid if it is the server\n")
+        "its pid if it is the server\n"
+    )
     assert cli_server.process_file.read_text() == edited.model_dump_json()
 
 
 def waiting_for(lock: IO[str]) -> bool:
     """Whether some lock request waits on the file `lock` holds (/proc/locks marks it `->`)."""
     inode = os.fstat(lock.fileno()).st_ino
-    return any(line.split()[1] == "->" and line.split()[6].endswith(f":{inode}")
-               for line in Path("/proc/locks").read_text().splitlines())
+    return any(
+        line.split()[1] == "->" and line.split()[6].endswith(f":{inode}")
+        for line in Path("/proc/locks").read_text().splitlines()
+    )
 
 
 def test_a_stop_during_a_start_waits_and_stops_the_server_the_start_leaves(
-        server: EmbeddedRedis) -> None:
+    server: EmbeddedRedis,
+) -> None:
     server.ensure()
     old = recorded(server)
     results: list[StopResult] = []
@@ -287,8 +324,11 @@ def test_a_stop_during_a_start_waits_and_stops_the_server_the_start_leaves(
         wait_until(lambda: waiting_for(lock), 10, message="the stop to wait for the start lock")
         # What that start does meanwhile: the old server is gone, a new one takes its record.
         os.kill(old.pid, signal.SIGKILL)
-        wait_until(lambda: not same_process_alive(old.pid, old.start_ticks), 10,
-                   message="the old server to die")
+        wait_until(
+            lambda: not same_process_alive(old.pid, old.start_ticks),
+            10,
+            message="the old server to die",
+        )
         server.start()
         new = recorded(server)
         assert results == [] and same_process_alive(new.pid, new.start_ticks)
@@ -320,8 +360,20 @@ def test_cli_prints_url_and_stops(tmp_path: Path) -> None:
         assert url.startswith("unix://:") and redis.Redis.from_url(url).ping()
         assert runner.invoke(main, ["redis", "url"]).stdout.strip() == url
         cli = subprocess.run(
-            [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()",
-             "redis", "cli", "CONFIG", "GET", "port"], capture_output=True, text=True, timeout=30)
+            [
+                sys.executable,
+                "-c",
+                "from teamctl.coordinator.cli import main; main()",
+                "redis",
+                "cli",
+                "CONFIG",
+                "GET",
+                "port",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert cli.stdout.split() == ["port", "0"], cli.stderr
     finally:
         stopped = runner.invoke(main, ["redis", "stop"])
@@ -329,18 +381,39 @@ def test_cli_prints_url_and_stops(tmp_path: Path) -> None:
 
 
 def test_rq_worker_started_from_the_printed_url_completes_a_task(
-        server: EmbeddedRedis, run_id: str, tmp_path: Path) -> None:
+    server: EmbeddedRedis, run_id: str, tmp_path: Path
+) -> None:
     url = server.ensure()
-    make_run(redis.Redis.from_url(url, decode_responses=True), run_id, models={"m1": MODEL},
-             tasks=[TaskSpec(id="t1", member_id="m1", task="Say hello")],
-             workspace=tmp_path / "ws", api_base="http://127.0.0.1:9/v1")
+    make_run(
+        redis.Redis.from_url(url, decode_responses=True),
+        run_id,
+        models={"m1": MODEL},
+        tasks=[TaskSpec(id="t1", member_id="m1", task="Say hello")],
+        workspace=tmp_path / "ws",
+        api_base="http://127.0.0.1:9/v1",
+    )
     queue = f"q-{uuid.uuid4().hex[:8]}"
     Queue(queue, connection=redis.Redis.from_url(url)).enqueue(
-        "teamctl.worker.jobs.run_task", run_id, "t1", job_timeout=120)
+        "teamctl.worker.jobs.run_task", run_id, "t1", job_timeout=120
+    )
 
     done = subprocess.run(  # --burst: the worker exits once the queue is empty
-        [sys.executable, "-m", "rq.cli", "worker", "--burst", "-c", "teamctl.worker.settings",
-         "-u", url, queue], capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "rq.cli",
+            "worker",
+            "--burst",
+            "-c",
+            "teamctl.worker.settings",
+            "-u",
+            url,
+            queue,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
     assert done.returncode == 0, done.stderr
     task = TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(run_id)).get("t1")
@@ -349,15 +422,19 @@ def test_rq_worker_started_from_the_printed_url_completes_a_task(
 
 @pytest.mark.exec_workers
 def test_local_workers_keep_the_password_out_of_their_command_line(
-        server: EmbeddedRedis, tmp_path: Path) -> None:
+    server: EmbeddedRedis, tmp_path: Path
+) -> None:
     url = server.ensure()
     group = LocalWorkers(url, ["members"], 1, tmp_path / "logs")
     group.start()
     try:
         proc = Path(f"/proc/{group.processes[0].pid}")
         # Readable by every user; empty for a moment while the exec sets it up.
-        cmdline = str(wait_until(lambda: (proc / "cmdline").read_text(), 10,
-                                 message="the worker's command line"))
+        cmdline = str(
+            wait_until(
+                lambda: (proc / "cmdline").read_text(), 10, message="the worker's command line"
+            )
+        )
         assert "rq.cli" in cmdline and server.password_file.read_text().strip() not in cmdline
         assert f"RQ_REDIS_URL={url}\0" in (proc / "environ").read_text()  # owner only
         logs = tmp_path / "logs"
@@ -384,14 +461,31 @@ def test_errors_do_not_print_the_password() -> None:
 
 
 READING_VERBS = [
-    ["workers"], ["workers", "--json"], ["runs"], ["runs", "--json"], ["status", "r1"],
-    ["tasks", "r1"], ["tasks", "r1", "--follow"], ["events", "r1"], ["messages", "r1"],
-    ["messages", "r1", "--follow"], ["transcript", "r1", "t1"], ["files", "r1"],
-    ["files", "r1", "notes.txt"], ["export", "r1", "{out}"],
-    ["report", "r1", "--html", "{out}.html"], ["dashboard", "--port", "0"], ["teams"],
-    ["teams", "--json"], ["team", "list"],
-    ["team", "inbox"], ["team", "messages"], ["team", "requests"], ["team", "task", "list"],
-    ["team", "export", "{out}"]]
+    ["workers"],
+    ["workers", "--json"],
+    ["runs"],
+    ["runs", "--json"],
+    ["status", "r1"],
+    ["tasks", "r1"],
+    ["tasks", "r1", "--follow"],
+    ["events", "r1"],
+    ["messages", "r1"],
+    ["messages", "r1", "--follow"],
+    ["transcript", "r1", "t1"],
+    ["files", "r1"],
+    ["files", "r1", "notes.txt"],
+    ["export", "r1", "{out}"],
+    ["report", "r1", "--html", "{out}.html"],
+    ["dashboard", "--port", "0"],
+    ["teams"],
+    ["teams", "--json"],
+    ["team", "list"],
+    ["team", "inbox"],
+    ["team", "messages"],
+    ["team", "requests"],
+    ["team", "task", "list"],
+    ["team", "export", "{out}"],
+]
 """Every verb that only reads: with no embedded server running, it says so and starts none."""
 
 
@@ -412,14 +506,18 @@ def state_redis(tmp_path: Path) -> Iterator[EmbeddedRedis]:
 
 
 def test_reading_verbs_start_no_server_and_say_there_is_nothing_to_show(
-        tmp_path: Path, state_redis: EmbeddedRedis) -> None:
+    tmp_path: Path, state_redis: EmbeddedRedis
+) -> None:
     server = state_redis
     runner = CliRunner()
     fresh = runner.invoke(main, ["runs"])  # a new user: no state dir yet
     assert (fresh.exit_code, fresh.stdout) == (0, ""), fresh.output
     # One line; the command it names is spelled for this shell (this checkout's teamctl).
-    assert re.fullmatch(r"teamctl: no embedded Redis running; nothing to show "
-                        r"\(`\S*teamctl redis start` starts it\)\n", fresh.stderr), fresh.stderr
+    assert re.fullmatch(
+        r"teamctl: no embedded Redis running; nothing to show "
+        r"\(`\S*teamctl redis start` starts it\)\n",
+        fresh.stderr,
+    ), fresh.stderr
     assert not server.root.exists()
 
     created = runner.invoke(main, ["team", "create"])  # a verb that writes starts it
@@ -440,4 +538,5 @@ def test_reading_verbs_start_no_server_and_say_there_is_nothing_to_show(
     assert runner.invoke(main, ["redis", "start"]).stdout == "already running\n"
     listed = runner.invoke(main, ["teams"])  # the data kept on disk, attached to
     assert listed.exit_code == 0 and listed.stdout.startswith("default\t0\t0\t0 tokens\t"), (
-        listed.stdout)
+        listed.stdout
+    )

@@ -54,14 +54,17 @@ and prints, one line per connection, what it was sent."""
 
 def run_job(queue: Queue, function: str, *args: str) -> object:
     job = queue.enqueue(function, *args)
-    wait_until(lambda: Job.fetch(job.id, connection=queue.connection).get_status() == "finished",
-               60, message=f"{function} to finish")
+    wait_until(
+        lambda: Job.fetch(job.id, connection=queue.connection).get_status() == "finished",
+        60,
+        message=f"{function} to finish",
+    )
     return Job.fetch(job.id, connection=queue.connection).return_value()
 
 
 def test_a_forked_worker_serves_with_the_environment_and_directory_it_was_given(
-        redis_server: str, worker_fork_server: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    redis_server: str, worker_fork_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     name = f"q-{uuid.uuid4().hex[:8]}"
     project = tmp_path / "project"
     project.mkdir()
@@ -77,8 +80,11 @@ def test_a_forked_worker_serves_with_the_environment_and_directory_it_was_given(
         (worker,) = group.processes
         assert isinstance(worker, ForkedWorker)
         queue = Queue(name, connection=redis.Redis.from_url(redis_server))
-        wait_until(lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)}, 60,
-                   message="the forked worker to register")
+        wait_until(
+            lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)},
+            60,
+            message="the forked worker to register",
+        )
 
         assert run_job(queue, "os.getenv", "FORKED_WORKER_MARK") == "given"
         assert run_job(queue, "os.getcwd") == str(project)
@@ -92,18 +98,26 @@ def test_a_forked_worker_serves_with_the_environment_and_directory_it_was_given(
 
 
 def test_a_forked_worker_without_teamctls_classes_starts_itself_again_as_rq(
-        redis_server: str, worker_fork_server: str, tmp_path: Path) -> None:
+    redis_server: str, worker_fork_server: str, tmp_path: Path
+) -> None:
     """`rq worker -c teamctl.worker.settings` names no worker class: the worker executes itself
     again with teamctl's, from the command it was asked to run, not the fork server's."""
     name = f"q-{uuid.uuid4().hex[:8]}"
     env = {k: v for k, v in os.environ.items() if k != FORK_SERVER_ENV}
     with (tmp_path / "worker.log").open("wb") as log:
-        worker = spawn(worker_fork_server, ["worker", "-c", "teamctl.worker.settings", "-u",
-                                            redis_server, name], env, log.fileno())
+        worker = spawn(
+            worker_fork_server,
+            ["worker", "-c", "teamctl.worker.settings", "-u", redis_server, name],
+            env,
+            log.fileno(),
+        )
     try:
         queue = Queue(name, connection=redis.Redis.from_url(redis_server))
-        wait_until(lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)}, 120,
-                   message="the worker started again to register")
+        wait_until(
+            lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)},
+            120,
+            message="the worker started again to register",
+        )
         assert run_job(queue, "os.getenv", "RQ_WORKER_CLASS") == WORKER_CLASS
     finally:
         worker.terminate()
@@ -112,7 +126,8 @@ def test_a_forked_worker_without_teamctls_classes_starts_itself_again_as_rq(
 
 
 def test_a_killed_forked_worker_reports_the_signal_and_the_socket_is_private(
-        redis_server: str, worker_fork_server: str, tmp_path: Path) -> None:
+    redis_server: str, worker_fork_server: str, tmp_path: Path
+) -> None:
     assert stat.S_IMODE(os.stat(worker_fork_server).st_mode) == 0o600
     group = LocalWorkers(redis_server, [f"q-{uuid.uuid4().hex[:8]}"], 1, tmp_path / "logs")
     group.start()
@@ -123,9 +138,13 @@ def test_a_killed_forked_worker_reports_the_signal_and_the_socket_is_private(
 
 
 def test_a_bad_request_is_refused_and_the_server_keeps_serving(
-        redis_server: str, worker_fork_server: str, tmp_path: Path) -> None:
-    for garbage in (b"not json\n", b'{"op": "spawn", "argv": "worker"}\n',
-                    b'{"op": "spawn", "argv": [], "env": {}, "cwd": "/"}\n'):  # no log fd
+    redis_server: str, worker_fork_server: str, tmp_path: Path
+) -> None:
+    for garbage in (
+        b"not json\n",
+        b'{"op": "spawn", "argv": "worker"}\n',
+        b'{"op": "spawn", "argv": [], "env": {}, "cwd": "/"}\n',
+    ):  # no log fd
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
             client.connect(worker_fork_server)
             client.sendall(garbage)
@@ -140,7 +159,8 @@ def test_a_bad_request_is_refused_and_the_server_keeps_serving(
 
 
 def test_a_missing_server_is_an_infra_error_that_says_how_to_fix_it(
-        redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     gone = tmp_path / "gone.sock"
     monkeypatch.setenv(FORK_SERVER_ENV, str(gone))
     group = LocalWorkers(redis_server, ["members"], 1, tmp_path / "logs")
@@ -165,20 +185,32 @@ def listen_as_nobody(socket_path: Path, log: Path) -> subprocess.Popen[bytes]:
     """The stand-in listener running as nobody, bound at `socket_path`."""
     with log.open("wb") as out:
         listener = subprocess.Popen(
-            [sys.executable, "-c", LISTENER, str(socket_path), str(NOBODY_UID)], stdout=out,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    wait_until(lambda: "listening" in log.read_text() or listener.poll() is not None, 30,
-               message="the listener to bind")
+            [sys.executable, "-c", LISTENER, str(socket_path), str(NOBODY_UID)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    wait_until(
+        lambda: "listening" in log.read_text() or listener.poll() is not None,
+        30,
+        message="the listener to bind",
+    )
     assert listener.poll() is None, log.read_text()
     return listener
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to listen as another user")
-@pytest.mark.parametrize("where", ["another user's socket in my directory",
-                                   "a directory others may write", "another user's directory"])
+@pytest.mark.parametrize(
+    "where",
+    [
+        "another user's socket in my directory",
+        "a directory others may write",
+        "another user's directory",
+    ],
+)
 def test_a_socket_that_is_not_the_users_own_is_refused_and_sent_nothing(
-        redis_server: str, shared_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        where: str) -> None:
+    redis_server: str, shared_tmp: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
     theirs = shared_tmp / "theirs"
     theirs.mkdir()
     os.chown(theirs, NOBODY_UID, NOBODY_UID)
@@ -203,14 +235,19 @@ def test_a_socket_that_is_not_the_users_own_is_refused_and_sent_nothing(
         assert message.startswith(f"{FORK_SERVER_ENV}={socket_path}: ") and "\n" not in message
         if where == "another user's socket in my directory":
             assert f"runs as uid {NOBODY_UID}, not as you" in message
-            wait_until(lambda: "received" in log.read_text(), 30,
-                       message="the listener to see the connection close")
+            wait_until(
+                lambda: "received" in log.read_text(),
+                30,
+                message="the listener to see the connection close",
+            )
             expected = ["listening", "received 0 bytes and 0 descriptors"]
         else:
             assert f"its directory {theirs} " in message
-            assert ("writable by other users (mode 1777)" in message
-                    if where == "a directory others may write"
-                    else f"belongs to uid {NOBODY_UID}, not to you" in message)
+            assert (
+                "writable by other users (mode 1777)" in message
+                if where == "a directory others may write"
+                else f"belongs to uid {NOBODY_UID}, not to you" in message
+            )
             expected = ["listening"]  # not even a connection
         assert "unset " + FORK_SERVER_ENV in message
     finally:

@@ -25,29 +25,56 @@ from tests.support.workers import exited
 pytestmark = pytest.mark.exec_workers
 
 
-def start_waiting_run(redis_server: str, run_id: str, tmp_path: Path,
-                      workers: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_waiting_run(
+    redis_server: str, run_id: str, tmp_path: Path, workers: int
+) -> tuple[subprocess.Popen[bytes], str]:
     """`teamctl run` with its own worker queue, held waiting for plan approval; and that queue."""
     queue = f"q-{uuid.uuid4().hex[:8]}"
     team = tmp_path / "team.toml"
-    team.write_text(f'[[members]]\nid = "m1"\nqueue = "{queue}"\n'
-                    "[options]\nrequire_plan_approval = true\n")
+    team.write_text(
+        f'[[members]]\nid = "m1"\nqueue = "{queue}"\n[options]\nrequire_plan_approval = true\n'
+    )
     run = subprocess.Popen(
-        [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()",
-         "run", "objective", "--team", str(team), "--redis-url", redis_server,
-         "--workers", str(workers), "--run-id", run_id],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-c",
+            "from teamctl.coordinator.cli import main; main()",
+            "run",
+            "objective",
+            "--team",
+            str(team),
+            "--redis-url",
+            redis_server,
+            "--workers",
+            str(workers),
+            "--run-id",
+            run_id,
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     return run, queue
 
 
 def worker_pids(conn: redis.Redis, run_id: str, queue: str, count: int) -> list[int]:
     """Once the run waits for approval with `count` workers registered: their pids."""
-    wait_until(lambda: RunStore(conn, RunKeys(run_id)).exists()
-               and RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval", 90,
-               message="the run to wait for approval")
-    names = wait_until(lambda: len(conn.smembers(f"rq:workers:{queue}")) >= count
-                       and conn.smembers(f"rq:workers:{queue}"), 60,
-                       message="the run's workers to register")
+    wait_until(
+        lambda: (
+            RunStore(conn, RunKeys(run_id)).exists()
+            and RunStore(conn, RunKeys(run_id)).state().status == "awaiting_approval"
+        ),
+        90,
+        message="the run to wait for approval",
+    )
+    names = wait_until(
+        lambda: (
+            len(conn.smembers(f"rq:workers:{queue}")) >= count
+            and conn.smembers(f"rq:workers:{queue}")
+        ),
+        60,
+        message="the run's workers to register",
+    )
     # The registry holds worker keys (rq:worker:<name>), each a hash with the pid.
     pids = [int(conn.hget(key, "pid")) for key in names]
     assert len(pids) == count and all(pid_alive(pid) for pid in pids)
@@ -55,7 +82,8 @@ def worker_pids(conn: redis.Redis, run_id: str, queue: str, count: int) -> list[
 
 
 def test_sigterm_stops_the_run_and_its_workers(
-        redis_server: str, run_id: str, tmp_path: Path) -> None:
+    redis_server: str, run_id: str, tmp_path: Path
+) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     run, queue = start_waiting_run(redis_server, run_id, tmp_path, workers=1)
     try:
@@ -64,15 +92,17 @@ def test_sigterm_stops_the_run_and_its_workers(
         run.send_signal(signal.SIGTERM)
 
         assert run.wait(timeout=60) == 128 + signal.SIGTERM
-        wait_until(lambda: not any(pid_alive(pid) for pid in pids), 30,
-                   message="the run's workers to stop")
+        wait_until(
+            lambda: not any(pid_alive(pid) for pid in pids), 30, message="the run's workers to stop"
+        )
     finally:
         # If the test failed early: SIGTERM first, so the run's workers stop too.
         stop_process(run, timeout_s=30)
 
 
 def test_kill_9_of_the_run_stops_its_workers(
-        redis_server: str, run_id: str, tmp_path: Path) -> None:
+    redis_server: str, run_id: str, tmp_path: Path
+) -> None:
     """Nobody can clean up after a SIGKILL: the workers notice they were orphaned and stop."""
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     run, queue = start_waiting_run(redis_server, run_id, tmp_path, workers=2)
@@ -83,8 +113,9 @@ def test_kill_9_of_the_run_stops_its_workers(
         run.kill()
 
         assert run.wait(timeout=30) == -signal.SIGKILL
-        wait_until(lambda: all(exited(pid) for pid in pids), 30,
-                   message="the orphaned workers to stop")
+        wait_until(
+            lambda: all(exited(pid) for pid in pids), 30, message="the orphaned workers to stop"
+        )
         # A warm shutdown: each worker took itself out of RQ's registry on the way.
         assert conn.smembers(f"rq:workers:{queue}") == set()
     finally:

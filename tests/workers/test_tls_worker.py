@@ -44,8 +44,13 @@ def run_burst_worker(redis_server: str, queue: str, ca_file: Path | None) -> Non
     env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "SSL_VERIFY")}
     if ca_file is not None:
         env["SSL_CERT_FILE"] = str(ca_file)
-    done = subprocess.run([*worker_command(redis_server, [queue]), "--burst"],
-                          capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, env=env)
+    done = subprocess.run(
+        [*worker_command(redis_server, [queue]), "--burst"],
+        capture_output=True,
+        text=True,
+        timeout=WORKER_TIMEOUT_S,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -56,21 +61,28 @@ def tls_checked(tls_llm: ScriptedLLM) -> Iterator[None]:
     tls_llm.begin_test()
     yield
     problems = tls_llm.end_test()
-    assert not problems, "the HTTPS model server was not used as scripted: " + "; ".join(
-        problems)
+    assert not problems, "the HTTPS model server was not used as scripted: " + "; ".join(problems)
 
 
-def run_one_task(redis_server: str, tls_llm: ScriptedLLM, model: str, workspace: Path,
-                 ca_file: Path | None) -> TaskState:
+def run_one_task(
+    redis_server: str, tls_llm: ScriptedLLM, model: str, workspace: Path, ca_file: Path | None
+) -> TaskState:
     """One run_task job on a fresh queue, run by a preloaded forking worker (run_burst_worker)."""
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     run_id = f"tls-{uuid.uuid4().hex[:10]}"
-    make_run(conn, run_id, models={"m1": model},
-             tasks=[TaskSpec(id="t1", member_id="m1", task="Say hello")],
-             workspace=workspace, api_base=tls_llm.api_base, model_max_retries=0)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[TaskSpec(id="t1", member_id="m1", task="Say hello")],
+        workspace=workspace,
+        api_base=tls_llm.api_base,
+        model_max_retries=0,
+    )
     queue = f"q-{uuid.uuid4().hex[:8]}"
     Queue(queue, connection=redis.Redis.from_url(redis_server)).enqueue(
-        "teamctl.worker.jobs.run_task", run_id, "t1", job_timeout=WORKER_TIMEOUT_S)
+        "teamctl.worker.jobs.run_task", run_id, "t1", job_timeout=WORKER_TIMEOUT_S
+    )
     run_burst_worker(redis_server, queue, ca_file)
     task = TaskBoard(conn, RunKeys(run_id)).get("t1")
     assert task is not None
@@ -78,7 +90,8 @@ def run_one_task(redis_server: str, tls_llm: ScriptedLLM, model: str, workspace:
 
 
 def test_a_forked_job_completes_a_task_against_a_verified_https_model(
-        redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path) -> None:
+    redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path
+) -> None:
     model = tls_llm.script(f"tls-{uuid.uuid4().hex[:6]}", ["hello over TLS"])
 
     task = run_one_task(redis_server, tls_llm, model, tmp_path / "ws", tls_llm.ca_file)
@@ -90,7 +103,8 @@ def test_a_forked_job_completes_a_task_against_a_verified_https_model(
 
 
 def test_a_worker_that_does_not_trust_the_certificate_fails_the_task(
-        redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path) -> None:
+    redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path
+) -> None:
     """Verification is on: without the CA, the handshake fails and no request is ever sent."""
     # repeat_last: the reply is there should a request come, and none must.
     model = tls_llm.script(f"tls-{uuid.uuid4().hex[:6]}", ["never sent"], repeat_last=True)
@@ -118,14 +132,16 @@ def https_call_counting_ca_loads(model: str, api_base: str) -> dict[str, Any]:
     ssl.SSLContext.load_verify_locations = counted  # type: ignore[method-assign]
     try:
         reply = LitellmClient(provider_keys=(), max_retries=0).complete(
-            model, [{"role": "user", "content": "hello"}], api_base=api_base)
+            model, [{"role": "user", "content": "hello"}], api_base=api_base
+        )
     finally:
         ssl.SSLContext.load_verify_locations = load_verify_locations  # type: ignore[method-assign]
     return {"content": reply.content, "ca_loads": loads}
 
 
 def test_a_forked_job_uses_the_ssl_context_its_worker_built_at_warm_up(
-        redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path) -> None:
+    redis_server: str, tls_llm: ScriptedLLM, tmp_path: Path
+) -> None:
     """Loading a provider-sized CA bundle into a fresh context costs a forked job ~40 ms here;
     the worker's warm-up builds litellm's context once, keyed by the CA file, and jobs inherit
     it. A job that loads CA files again has lost that (e.g. litellm's client path changed)."""
@@ -134,7 +150,8 @@ def test_a_forked_job_uses_the_ssl_context_its_worker_built_at_warm_up(
     bundle.write_text(Path(certifi.where()).read_text() + tls_llm.ca_file.read_text())
     queue = f"q-{uuid.uuid4().hex[:8]}"
     job = Queue(queue, connection=redis.Redis.from_url(redis_server)).enqueue(
-        https_call_counting_ca_loads, model, tls_llm.api_base, job_timeout=WORKER_TIMEOUT_S)
+        https_call_counting_ca_loads, model, tls_llm.api_base, job_timeout=WORKER_TIMEOUT_S
+    )
 
     run_burst_worker(redis_server, queue, bundle)
 

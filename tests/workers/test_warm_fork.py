@@ -27,12 +27,18 @@ def warm_fork_worker(url: str, queue: str, log: Path) -> Iterator[subprocess.Pop
     """A preloaded WarmForkWorker on `queue`, registered."""
     conn = redis.Redis.from_url(url)
     with log.open("ab") as out:
-        process = subprocess.Popen(worker_command(url, [queue], worker_class=WARM_FORK),
-                                   stdout=out,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            worker_command(url, [queue], worker_class=WARM_FORK),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     try:
-        wait_until(lambda: process.pid in {w.pid for w in Worker.all(
-            queue=Queue(queue, connection=conn))}, 60, message="the worker to register")
+        wait_until(
+            lambda: process.pid in {w.pid for w in Worker.all(queue=Queue(queue, connection=conn))},
+            60,
+            message="the worker to register",
+        )
         yield process
     finally:
         stop_process(process, timeout_s=30)
@@ -62,13 +68,19 @@ def gone(pid: int) -> bool:
 def run_all(queue: Queue, functions: list[str]) -> list[int]:
     """Enqueue the jobs, wait until each finished, return their results."""
     jobs = [queue.enqueue(fn) for fn in functions]
-    wait_until(lambda: all(Job.fetch(j.id, connection=queue.connection).get_status() ==
-                           "finished" for j in jobs), 60, message="the jobs to finish")
+    wait_until(
+        lambda: all(
+            Job.fetch(j.id, connection=queue.connection).get_status() == "finished" for j in jobs
+        ),
+        60,
+        message="the jobs to finish",
+    )
     return [Job.fetch(j.id, connection=queue.connection).return_value() for j in jobs]
 
 
 def test_each_job_runs_in_a_process_of_its_own_forked_by_the_worker(
-        redis_server: str, tmp_path: Path) -> None:
+    redis_server: str, tmp_path: Path
+) -> None:
     name = f"q-{uuid.uuid4().hex[:8]}"
     queue = Queue(name, connection=redis.Redis.from_url(redis_server))
     with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
@@ -78,27 +90,37 @@ def test_each_job_runs_in_a_process_of_its_own_forked_by_the_worker(
         assert len(set(pids)) == 4 and worker.pid not in pids
         assert parents == [worker.pid, worker.pid]
         # One process waits for the next job, ready; the jobs' own processes are gone.
-        wait_until(lambda: len(children(worker.pid)) == 1, 30,
-                   message="one process kept ready for the next job")
+        wait_until(
+            lambda: len(children(worker.pid)) == 1,
+            30,
+            message="one process kept ready for the next job",
+        )
         assert not children(worker.pid) & set(pids)
 
 
 def test_the_process_kept_for_the_next_job_goes_with_the_worker(
-        redis_server: str, tmp_path: Path) -> None:
+    redis_server: str, tmp_path: Path
+) -> None:
     for how in ("stopped", "killed"):
         name = f"q-{uuid.uuid4().hex[:8]}"
         queue = Queue(name, connection=redis.Redis.from_url(redis_server))
         with warm_fork_worker(redis_server, name, tmp_path / f"{how}.log") as worker:
             (job_pid,) = run_all(queue, ["os.getpid"])
             # Until the job's own process has gone, it is a child too: the spare is the other.
-            wait_until(lambda worker=worker, job_pid=job_pid: len(
-                children(worker.pid) - {job_pid}) == 1 and job_pid not in children(worker.pid),
-                30, message="one process kept ready for the next job")
+            wait_until(
+                lambda worker=worker, job_pid=job_pid: (
+                    len(children(worker.pid) - {job_pid}) == 1
+                    and job_pid not in children(worker.pid)
+                ),
+                30,
+                message="one process kept ready for the next job",
+            )
             (spare,) = children(worker.pid)
             if how == "killed":
                 os.kill(worker.pid, signal.SIGKILL)
                 worker.wait(timeout=30)
             else:
                 stop_process(worker, timeout_s=30)
-            wait_until(lambda spare=spare: gone(spare), 30,
-                       message=f"the spare of a {how} worker to exit")
+            wait_until(
+                lambda spare=spare: gone(spare), 30, message=f"the spare of a {how} worker to exit"
+            )

@@ -43,10 +43,12 @@ def queue() -> str:
 
 
 @pytest.fixture(scope="module")
-def own_workers(redis_server: str, queue: str,
-                tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalWorkers]:
-    with workers_on_own_queue(redis_server, queue, 3,
-                              tmp_path_factory.mktemp("kill-logs")) as group:
+def own_workers(
+    redis_server: str, queue: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalWorkers]:
+    with workers_on_own_queue(
+        redis_server, queue, 3, tmp_path_factory.mktemp("kill-logs")
+    ) as group:
         yield group
 
 
@@ -71,22 +73,56 @@ class BlockingFirstCall:
         return "rescued answer"
 
 
-def run_in_thread(llm: ScriptedLLM, redis_url: str, run_id: str, queue: str, tmp_path: Path,
-                  member: BlockingFirstCall) -> tuple[threading.Thread, list[Result]]:
+def run_in_thread(
+    llm: ScriptedLLM,
+    redis_url: str,
+    run_id: str,
+    queue: str,
+    tmp_path: Path,
+    member: BlockingFirstCall,
+) -> tuple[threading.Thread, list[Result]]:
     """`teamctl run --workers 0` (the coordinator, with its reclaiming round loop) in a thread."""
     team = tmp_path / "team.toml"
-    team.write_text("\n".join([
-        f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(PLAN)])}", '
-        f'queue = "{queue}" }}',
-        f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
-        f'queue = "{queue}" }}',
-        "[[members]]", 'id = "m1"', f'queue = "{queue}"',
-        f'model = "{llm.script(f"m1-{run_id}", handler=member)}"',
-        "[options]", f"heartbeat_ttl_s = {TTL_S}"]) + "\n")
+    team.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(PLAN)])}", '
+                f'queue = "{queue}" }}',
+                f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
+                f'queue = "{queue}" }}',
+                "[[members]]",
+                'id = "m1"',
+                f'queue = "{queue}"',
+                f'model = "{llm.script(f"m1-{run_id}", handler=member)}"',
+                "[options]",
+                f"heartbeat_ttl_s = {TTL_S}",
+            ]
+        )
+        + "\n"
+    )
     results: list[Result] = []
-    thread = threading.Thread(target=lambda: results.append(CliRunner().invoke(main, [
-        "run", "Survive a crash", "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json"])))
+    thread = threading.Thread(
+        target=lambda: results.append(
+            CliRunner().invoke(
+                main,
+                [
+                    "run",
+                    "Survive a crash",
+                    "--team",
+                    str(team),
+                    "--api-base",
+                    llm.api_base,
+                    "--redis-url",
+                    redis_url,
+                    "--workers",
+                    "0",
+                    "--run-id",
+                    run_id,
+                    "--json",
+                ],
+            )
+        )
+    )
     thread.start()
     return thread, results
 
@@ -99,15 +135,23 @@ def holder_pids(board: TaskBoard) -> tuple[int, int]:
 def completions(conn: redis.Redis, board: TaskBoard, run_id: str) -> tuple[int, int]:
     """task.result messages and `completed` events for the task."""
     results = [m for m in MessageBus(conn, RunKeys(run_id)).messages() if m.type == "task.result"]
-    events = [f for _id, f in conn.xrange(board.keys.events)
-              if f.get("task_id") == "work" and f.get("status") == "completed"]
+    events = [
+        f
+        for _id, f in conn.xrange(board.keys.events)
+        if f.get("task_id") == "work" and f.get("status") == "completed"
+    ]
     return len(results), len(events)
 
 
 @pytest.mark.realistic
 def test_sigkilled_worker_task_is_reclaimed_and_completed_once_elsewhere(
-        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
-        own_workers: LocalWorkers, tmp_path: Path) -> None:
+    llm: ScriptedLLM,
+    redis_server: str,
+    run_id: str,
+    queue: str,
+    own_workers: LocalWorkers,
+    tmp_path: Path,
+) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     board = TaskBoard(conn, RunKeys(run_id))
     member = BlockingFirstCall()
@@ -124,16 +168,20 @@ def test_sigkilled_worker_task_is_reclaimed_and_completed_once_elsewhere(
 
     assert not thread.is_alive() and results[0].exit_code == 0, results[0].output
     task = board.get("work")
-    assert (task.status, task.output, task.attempts) == (
-        TaskStatus.COMPLETED, "rescued answer", 2)
+    assert (task.status, task.output, task.attempts) == (TaskStatus.COMPLETED, "rescued answer", 2)
     assert task.worker != f"{os.uname().nodename}:{horse}"
     assert completions(conn, board, run_id) == (1, 1)
     assert member.calls == 2
 
 
 def test_frozen_worker_late_write_is_refused_and_counted(
-        llm: ScriptedLLM, redis_server: str, run_id: str, queue: str,
-        own_workers: LocalWorkers, tmp_path: Path) -> None:
+    llm: ScriptedLLM,
+    redis_server: str,
+    run_id: str,
+    queue: str,
+    own_workers: LocalWorkers,
+    tmp_path: Path,
+) -> None:
     conn = redis.Redis.from_url(redis_server, decode_responses=True)
     board = TaskBoard(conn, RunKeys(run_id))
     member = BlockingFirstCall()
@@ -153,15 +201,19 @@ def test_frozen_worker_late_write_is_refused_and_counted(
         if horse:
             os.kill(horse, signal.SIGCONT)
     # The frozen job wakes up, gets its late answer and tries to complete with its old token.
-    wait_until(lambda: _state_of(redis_server, queue, parent) == "idle", 30,
-               message="the frozen worker to finish its job")
+    wait_until(
+        lambda: _state_of(redis_server, queue, parent) == "idle",
+        30,
+        message="the frozen worker to finish its job",
+    )
     task = board.get("work")
-    assert (task.status, task.output, task.attempts) == (
-        TaskStatus.COMPLETED, "rescued answer", 2)
+    assert (task.status, task.output, task.attempts) == (TaskStatus.COMPLETED, "rescued answer", 2)
     assert task.stale_writes >= 1
     assert completions(conn, board, run_id) == (1, 1)
 
 
 def _state_of(redis_url: str, queue: str, pid: int) -> str | None:
-    return next((row.get("state") for row in _workers_on(redis_url, queue)
-                 if row.get("pid") == str(pid)), None)
+    return next(
+        (row.get("state") for row in _workers_on(redis_url, queue) if row.get("pid") == str(pid)),
+        None,
+    )

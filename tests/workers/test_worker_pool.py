@@ -41,13 +41,20 @@ def state(tmp_path: Path) -> Iterator[Path]:
     EmbeddedRedis(root / "redis").stop()
 
 
-def teamctl(*args: str, timeout_s: float = 120, cwd: Path | None = None,
-            **env: str) -> subprocess.CompletedProcess[str]:
+def teamctl(
+    *args: str, timeout_s: float = 120, cwd: Path | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     """The CLI in a process of its own, as a user runs it (its pool outlives it), with `env`
     added to this environment."""
-    return subprocess.run([sys.executable, "-c", "from teamctl.coordinator.cli import main; main()",
-                           *args], capture_output=True, text=True, timeout=timeout_s,
-                          stdin=subprocess.DEVNULL, env={**os.environ, **env}, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
+        cwd=cwd,
+    )
 
 
 def mode(path: Path) -> int:
@@ -61,14 +68,14 @@ def pool_pids(state: Path) -> set[int]:
 
 def run_offline(cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """A plain `teamctl run` on the embedded defaults with the offline model; must complete."""
-    done = teamctl("run", "Plan a picnic", "--approve-plan", "--model", OFFLINE_MODEL, cwd=cwd,
-                   **env)
+    done = teamctl(
+        "run", "Plan a picnic", "--approve-plan", "--model", OFFLINE_MODEL, cwd=cwd, **env
+    )
     assert done.returncode == 0, done.stderr
     return done
 
 
-def test_run_starts_the_pool_the_next_run_reuses_it_and_workers_stop_ends_it(
-        state: Path) -> None:
+def test_run_starts_the_pool_the_next_run_reuses_it_and_workers_stop_ends_it(state: Path) -> None:
     first = run_offline()
     assert sum(STARTED_LINE in line for line in first.stderr.splitlines()) == 1, first.stderr
     # A cold start says it waits for the workers it started, never that none listens.
@@ -90,13 +97,20 @@ def test_run_starts_the_pool_the_next_run_reuses_it_and_workers_stop_ends_it(
     assert len(rows) == 2
     (env_key,) = {w.env_key for w in WorkerPool(state / "pool", state / "logs").live()}
     assert re.fullmatch("[0-9a-f]{8}", env_key)  # started together: one environment
-    assert all(row["pool"] and row["pool_env"] == env_key and row["queues"] == ["members"]
-               and row["state"] == "idle" and row["current_job"] is None and row["host"]
-               for row in rows)
+    assert all(
+        row["pool"]
+        and row["pool_env"] == env_key
+        and row["queues"] == ["members"]
+        and row["state"] == "idle"
+        and row["current_job"] is None
+        and row["host"]
+        for row in rows
+    )
     lines = teamctl("workers").stdout.splitlines()  # piped: tab-separated, no header
     assert len(lines) == 2 and all(
         re.fullmatch(rf"members\t{re.escape(rows[0]['host'])}:\d+\tidle\t-\t{env_key}", line)
-        for line in lines), lines
+        for line in lines
+    ), lines
     assert {int(line.split()[1].rpartition(":")[2]) for line in lines} == pids
 
     stopped = teamctl("workers", "stop")
@@ -130,8 +144,7 @@ def test_idle_pool_workers_exit_by_themselves(state: Path) -> None:
     assert pool_pids(state) == set()
 
 
-def test_an_external_redis_with_a_listening_worker_gets_no_run_scoped_ones(
-        workers: str) -> None:
+def test_an_external_redis_with_a_listening_worker_gets_no_run_scoped_ones(workers: str) -> None:
     settings = load_settings()
     plain_run = WorkerPlan(count=None, embedded=False, idle_exit_s=600)
     assert plain_run.run_scoped_count(workers, ["members"], settings, print) == 0
@@ -154,13 +167,16 @@ def test_workers_errors_are_one_line_with_their_exit_code(state: Path) -> None:
 
 
 def replaced_line(changed: str) -> str:
-    return (f"teamctl: replacing 2 local pool workers on members started with another {changed} "
-            "(each finishes the job in hand) with workers of this environment")
+    return (
+        f"teamctl: replacing 2 local pool workers on members started with another {changed} "
+        "(each finishes the job in hand) with workers of this environment"
+    )
 
 
 @pytest.mark.exec_workers
 def test_a_run_in_another_environment_replaces_the_pool_and_says_what_differs(
-        state: Path, tmp_path: Path) -> None:
+    state: Path, tmp_path: Path
+) -> None:
     run_offline()
     first = pool_pids(state)
 
@@ -171,18 +187,19 @@ def test_a_run_in_another_environment_replaces_the_pool_and_says_what_differs(
     assert replaced_line("OPENAI_API_KEY") in keyed.stderr.splitlines(), keyed.stderr
     second = pool_pids(state)
     assert len(second) == 2 and not second & first
-    wait_until(lambda: all(exited(pid) for pid in first), 30,
-               message="the replaced workers to stop")
+    wait_until(
+        lambda: all(exited(pid) for pid in first), 30, message="the replaced workers to stop"
+    )
     # The new workers have the new key in their environment; the record has no value of it.
     assert all("OPENAI_API_KEY=sk-newkey-0123456789" in environ_lines(pid) for pid in second)
     assert "sk-newkey" not in (state / "pool" / "workers.json").read_text()
 
     elsewhere = tmp_path / "project"
     elsewhere.mkdir()
-    moved = run_offline(cwd=elsewhere, OPENAI_API_KEY="sk-newkey-0123456789",
-                        PYTHONPATH=str(elsewhere))
-    assert replaced_line("PYTHONPATH, working directory") in moved.stderr.splitlines(), \
-        moved.stderr
+    moved = run_offline(
+        cwd=elsewhere, OPENAI_API_KEY="sk-newkey-0123456789", PYTHONPATH=str(elsewhere)
+    )
+    assert replaced_line("PYTHONPATH, working directory") in moved.stderr.splitlines(), moved.stderr
     assert not pool_pids(state) & second
 
 
@@ -205,7 +222,8 @@ def test_redis_stop_stops_the_pool_that_serves_it(state: Path) -> None:
 
 @pytest.mark.parametrize("recorded", ["its program", "its program, since removed", "another"])
 def test_stop_signals_a_recorded_worker_only_while_it_runs_the_recorded_program(
-        tmp_path: Path, recorded: str) -> None:
+    tmp_path: Path, recorded: str
+) -> None:
     installed = tmp_path / "bin" / "sleep"
     installed.parent.mkdir()
     shutil.copy2(str(shutil.which("sleep")), installed)
@@ -214,8 +232,21 @@ def test_stop_signals_a_recorded_worker_only_while_it_runs_the_recorded_program(
         program = str(installed.resolve()) if recorded != "another" else sys.executable
         pool = WorkerPool(tmp_path / "pool", tmp_path / "logs")
         pool.root.mkdir(mode=0o700)
-        pool.record.write_text(json.dumps([asdict(PoolWorker(
-            process.pid, process_start_ticks(process.pid), "r", ["members"], program=program))]))
+        pool.record.write_text(
+            json.dumps(
+                [
+                    asdict(
+                        PoolWorker(
+                            process.pid,
+                            process_start_ticks(process.pid),
+                            "r",
+                            ["members"],
+                            program=program,
+                        )
+                    )
+                ]
+            )
+        )
         if recorded == "its program, since removed":
             installed.unlink()  # an upgrade replaced the program the worker runs
 
@@ -233,8 +264,17 @@ def test_stop_signals_a_recorded_worker_only_while_it_runs_the_recorded_program(
 
 
 def test_team_spawn_on_the_embedded_defaults_starts_the_pool_for_its_turn(state: Path) -> None:
-    spawned = teamctl("team", "spawn", "alice", "--role", "helper", "--prompt", "Say hello",
-                      "--model", OFFLINE_MODEL)
+    spawned = teamctl(
+        "team",
+        "spawn",
+        "alice",
+        "--role",
+        "helper",
+        "--prompt",
+        "Say hello",
+        "--model",
+        OFFLINE_MODEL,
+    )
 
     assert spawned.returncode == 0, spawned.stderr
     assert STARTED_LINE in spawned.stderr and "no worker listens" not in spawned.stderr
@@ -257,7 +297,8 @@ def test_workers_outside_the_pool_have_no_pool_environment(workers: str) -> None
     assert rows and all(row["pool"] is False and row["pool_env"] is None for row in rows)
     lines = teamctl("workers", "--redis-url", workers).stdout.splitlines()  # piped: no header
     assert len(lines) == len(rows) and all(
-        re.fullmatch(r"(members|marked)\t\S+:\d+\t\w+\t\S+\t-", line) for line in lines), lines
+        re.fullmatch(r"(members|marked)\t\S+:\d+\t\w+\t\S+\t-", line) for line in lines
+    ), lines
 
 
 def listed_teammates(**env: str) -> list[dict[str, object]]:
@@ -275,15 +316,28 @@ def settled_turn(name: str) -> bool:
 
 @pytest.mark.parametrize("pool", ["warm without the key", "none"])
 def test_a_teammate_spawned_with_a_key_only_the_spawn_has_runs_with_it(
-        state: Path, llm: ScriptedLLM, pool: str) -> None:
+    state: Path, llm: ScriptedLLM, pool: str
+) -> None:
     if pool == "warm without the key":
         assert teamctl("workers", "start", "-n", "2").returncode == 0
     keyless = pool_pids(state)
     scripted = f"hal-{uuid.uuid4().hex[:8]}"
     model = llm.script(scripted, ["drafted it"])
 
-    spawned = teamctl("team", "spawn", "hal", "--role", "writer", "--prompt", "Draft it",
-                      "--model", model, "--api-base", llm.api_base, OPENAI_API_KEY=SPAWNER_KEY)
+    spawned = teamctl(
+        "team",
+        "spawn",
+        "hal",
+        "--role",
+        "writer",
+        "--prompt",
+        "Draft it",
+        "--model",
+        model,
+        "--api-base",
+        llm.api_base,
+        OPENAI_API_KEY=SPAWNER_KEY,
+    )
 
     assert spawned.returncode == 0, spawned.stderr
     assert spawned.stdout.startswith("hal is working in team default")
@@ -299,7 +353,8 @@ def test_a_teammate_spawned_with_a_key_only_the_spawn_has_runs_with_it(
 
 
 def test_a_lead_reuses_the_idle_pool_and_starts_no_worker_of_its_own(
-        state: Path, llm: ScriptedLLM) -> None:
+    state: Path, llm: ScriptedLLM
+) -> None:
     assert teamctl("workers", "start", "-n", "2").returncode == 0
     warm = pool_pids(state)
     lead = llm.script(f"lead-{uuid.uuid4().hex[:8]}", ["nothing to do"])
@@ -314,7 +369,8 @@ def test_a_lead_reuses_the_idle_pool_and_starts_no_worker_of_its_own(
 
 @pytest.mark.parametrize("own_workers", ["0", "2"])
 def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
-        state: Path, llm: ScriptedLLM, tmp_path: Path, own_workers: str) -> None:
+    state: Path, llm: ScriptedLLM, tmp_path: Path, own_workers: str
+) -> None:
     """`--workers 0` (as the default): the pool serves the turns, renewed first; `--workers
     2`: the lead's own workers serve them, said when they start and stop, and the pool's of
     another environment are retired first."""
@@ -327,8 +383,19 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     def lead_model(body: dict[str, object]) -> str | ToolCalls:
         calls.append(1)
         if len(calls) == 1:
-            return ToolCalls([("spawn_teammate", {"name": "alice", "role": "researcher",
-                                                  "prompt": "Find it.", "model": alice})])
+            return ToolCalls(
+                [
+                    (
+                        "spawn_teammate",
+                        {
+                            "name": "alice",
+                            "role": "researcher",
+                            "prompt": "Find it.",
+                            "model": alice,
+                        },
+                    )
+                ]
+            )
         return "noted"
 
     lead = llm.script(f"lead-{suffix}", handler=lead_model)
@@ -336,8 +403,19 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     team_file.write_text(f'[teammates]\ngrantable_models = ["{alice}"]\n')
     assert teamctl("team", "create", "--file", str(team_file)).returncode == 0
 
-    led = teamctl("lead", "--workers", own_workers, "--model", lead, "--api-base", llm.api_base,
-                  "-m", "Spawn alice.", "--until-idle", OPENAI_API_KEY=SPAWNER_KEY)
+    led = teamctl(
+        "lead",
+        "--workers",
+        own_workers,
+        "--model",
+        lead,
+        "--api-base",
+        llm.api_base,
+        "-m",
+        "Spawn alice.",
+        "--until-idle",
+        OPENAI_API_KEY=SPAWNER_KEY,
+    )
 
     assert led.returncode == 0, led.stderr
     assert llm.authorizations[f"alice-{suffix}"] == [f"Bearer {SPAWNER_KEY}"]
@@ -346,9 +424,14 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     assert (teammate["status"], teammate["last_error"]) == ("idle", None)
     assert all(exited(pid) for pid in keyless)
     verb = "replacing" if own_workers == "0" else "retiring"
-    assert f"teamctl: {verb} 2 local pool workers on members started with another " \
-           "OPENAI_API_KEY" in led.stderr, led.stderr
-    own = ["teamctl: started 2 local workers for this lead on members; they stop when it exits",
-           "teamctl: stopping this lead's 2 local workers (each finishes the turn in hand)"]
-    assert [line for line in led.stderr.splitlines() if "for this lead" in line
-            or "this lead's" in line] == (own if own_workers == "2" else [])
+    assert (
+        f"teamctl: {verb} 2 local pool workers on members started with another "
+        "OPENAI_API_KEY" in led.stderr
+    ), led.stderr
+    own = [
+        "teamctl: started 2 local workers for this lead on members; they stop when it exits",
+        "teamctl: stopping this lead's 2 local workers (each finishes the turn in hand)",
+    ]
+    assert [
+        line for line in led.stderr.splitlines() if "for this lead" in line or "this lead's" in line
+    ] == (own if own_workers == "2" else [])

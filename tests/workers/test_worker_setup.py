@@ -66,17 +66,21 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
 def only_rq_config(state: Path, **extra: str) -> dict[str, str]:
     """This environment with RQ_CONFIG as the one worker setting (no URL, no class)."""
     env = {k: v for k, v in os.environ.items() if k not in RQ_VARIABLES and k != "REDIS_URL"}
-    return {**env, "RQ_CONFIG": "teamctl.worker.settings", "TEAMCTL_STATE_DIR": str(state),
-            **extra}
+    return {**env, "RQ_CONFIG": "teamctl.worker.settings", "TEAMCTL_STATE_DIR": str(state), **extra}
 
 
-def start_worker(env: dict[str, str], log: Path, started: list[subprocess.Popen[bytes]]
-                 ) -> subprocess.Popen[bytes]:
+def start_worker(
+    env: dict[str, str], log: Path, started: list[subprocess.Popen[bytes]]
+) -> subprocess.Popen[bytes]:
     """`rq worker` with no queue named and no flag, its output in `log`."""
     with log.open("ab") as out:
-        process = subprocess.Popen([sys.executable, "-m", "rq.cli", "worker"], env=env,
-                                   stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rq.cli", "worker"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     started.append(process)
     return process
 
@@ -89,8 +93,10 @@ def registered(url: str, pid: int) -> bool:
 def listening(url: str, pid: int) -> bool:
     """The worker is past its start-up and waits on its queue (RQ marks it idle there)."""
     conn = redis.Redis.from_url(url)
-    return any(w.pid == pid and w.get_state() == "idle"
-               for w in Worker.all(queue=Queue("members", connection=conn)))
+    return any(
+        w.pid == pid and w.get_state() == "idle"
+        for w in Worker.all(queue=Queue("members", connection=conn))
+    )
 
 
 def environ_of(pid: int) -> dict[str, str]:
@@ -99,40 +105,49 @@ def environ_of(pid: int) -> dict[str, str]:
 
 
 def test_rq_config_alone_finds_the_embedded_redis_with_teamctls_classes(
-        state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
     url = EmbeddedRedis(state / "redis").ensure()
     worker = start_worker(only_rq_config(state), tmp_path / "worker.log", started)
 
-    wait_until(lambda: registered(url, worker.pid), REGISTER_S,
-               message="the worker to register on members of the embedded Redis")
+    wait_until(
+        lambda: registered(url, worker.pid),
+        REGISTER_S,
+        message="the worker to register on members of the embedded Redis",
+    )
     # The same process (same pid), started again with the two classes set.
     env = environ_of(worker.pid)
-    assert (env["RQ_CONNECTION_CLASS"], env["RQ_WORKER_CLASS"]) == (WORKER_CONNECTION_CLASS,
-                                                                    WORKER_CLASS)
+    assert (env["RQ_CONNECTION_CLASS"], env["RQ_WORKER_CLASS"]) == (
+        WORKER_CONNECTION_CLASS,
+        WORKER_CLASS,
+    )
     assert worker.poll() is None
     assert import_attribute(WORKER_CLASS) is TeamctlWorker
 
 
 def test_a_class_the_person_chose_is_kept(
-        state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
     url = EmbeddedRedis(state / "redis").ensure()
     chosen = "teamctl.worker.experimental.warm_fork.WarmForkWorker"
-    worker = start_worker(only_rq_config(state, RQ_WORKER_CLASS=chosen), tmp_path / "w.log",
-                          started)
+    worker = start_worker(
+        only_rq_config(state, RQ_WORKER_CLASS=chosen), tmp_path / "w.log", started
+    )
 
     wait_until(lambda: registered(url, worker.pid), REGISTER_S, message="the worker to register")
     env = environ_of(worker.pid)
-    assert (env["RQ_CONNECTION_CLASS"], env["RQ_WORKER_CLASS"]) == (WORKER_CONNECTION_CLASS,
-                                                                    chosen)
+    assert (env["RQ_CONNECTION_CLASS"], env["RQ_WORKER_CLASS"]) == (WORKER_CONNECTION_CLASS, chosen)
 
 
 def test_a_worker_exits_once_redis_is_gone_for_its_outage_bound(
-        state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
     url = EmbeddedRedis(state / "redis").ensure()
     outage_s = scaled(60, 2.0)
     log = tmp_path / "worker.log"
-    worker = start_worker(only_rq_config(state, TEAMCTL_REDIS_OUTAGE_S=f"{outage_s:g}"), log,
-                          started)
+    worker = start_worker(
+        only_rq_config(state, TEAMCTL_REDIS_OUTAGE_S=f"{outage_s:g}"), log, started
+    )
     # Once listening: Redis gone during start-up is a failed start (exit 1), not an outage.
     wait_until(lambda: listening(url, worker.pid), 60, message="the worker to listen")
 
@@ -145,7 +160,8 @@ def test_a_worker_exits_once_redis_is_gone_for_its_outage_bound(
 
 
 def test_sigterm_during_an_outage_stops_the_worker_promptly(
-        state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
     """At the default outage bound (60 s) a stop request must not wait it out."""
     url = EmbeddedRedis(state / "redis").ensure()
     log = tmp_path / "worker.log"
@@ -161,25 +177,32 @@ def test_sigterm_during_an_outage_stops_the_worker_promptly(
 
 
 def test_a_worker_whose_run_is_already_gone_exits_before_taking_a_job(
-        state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]) -> None:
+    state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     url = EmbeddedRedis(state / "redis").ensure()
     log = tmp_path / "worker.log"
-    worker = start_worker(only_rq_config(state, **{PARENT_PID_ENV: str(gone.pid)}), log,
-                          started)
+    worker = start_worker(only_rq_config(state, **{PARENT_PID_ENV: str(gone.pid)}), log, started)
 
     assert worker.wait(timeout=60) == 0
-    assert f"the teamctl run that started this worker (pid {gone.pid}) is gone; exiting" \
+    assert (
+        f"the teamctl run that started this worker (pid {gone.pid}) is gone; exiting"
         in log.read_text()
+    )
     assert not registered(url, worker.pid)
 
 
 @pytest.mark.realistic
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_worker_with_only_rq_config_rides_out_a_redis_restart_mid_job(
-        llm: ScriptedLLM, state: Path, tmp_path: Path, run_id: str,
-        started: list[subprocess.Popen[bytes]], signum: int) -> None:
+    llm: ScriptedLLM,
+    state: Path,
+    tmp_path: Path,
+    run_id: str,
+    started: list[subprocess.Popen[bytes]],
+    signum: int,
+) -> None:
     """At the default options, with a model call of several seconds in flight, the embedded
     Redis is stopped (SIGTERM, or SIGKILL) and started again: the worker (started with
     RQ_CONFIG alone) and the run both carry on, and the run completes."""
@@ -188,24 +211,47 @@ def test_a_worker_with_only_rq_config_rides_out_a_redis_restart_mid_job(
     worker = start_worker(only_rq_config(state), tmp_path / "worker.log", started)
     wait_until(lambda: registered(url, worker.pid), REGISTER_S, message="the worker to register")
     plan = [{"id": "a", "memberId": "m1", "task": "A"}]
-    models = {"planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
-              # Long enough at any scale to restart Redis while the call is in flight.
-              "member": llm.script(f"member-{run_id}", handler=member_answer,
-                                   latency_s=scaled(8, 4.0)),
-              "synth": llm.script(f"synth-{run_id}", ["the answer"])}
+    models = {
+        "planner": llm.script(f"plan-{run_id}", [json.dumps(plan)]),
+        # Long enough at any scale to restart Redis while the call is in flight.
+        "member": llm.script(f"member-{run_id}", handler=member_answer, latency_s=scaled(8, 4.0)),
+        "synth": llm.script(f"synth-{run_id}", ["the answer"]),
+    }
     # A heartbeat of 10 s at least: a SIGKILLed Redis loses up to 1 s of writes (appendfsync
     # everysec), which must not make a claim look expired at the fast time scale.
-    team = team_file(tmp_path / "team.toml", models,
-                     options=timing_options(heartbeat_ttl_s=scaled(30, 10.0)))
+    team = team_file(
+        tmp_path / "team.toml", models, options=timing_options(heartbeat_ttl_s=scaled(30, 10.0))
+    )
     env = {**only_rq_config(state), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("RQ_CONFIG")
     run = subprocess.Popen(
-        [sys.executable, "-m", "teamctl", "run", "Ship it", "--team", str(team),
-         "--api-base", llm.api_base, "--workers", "0", "--run-id", run_id, "--json"],
-        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "teamctl",
+            "run",
+            "Ship it",
+            "--team",
+            str(team),
+            "--api-base",
+            llm.api_base,
+            "--workers",
+            "0",
+            "--run-id",
+            run_id,
+            "--json",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     started.append(run)
-    wait_until(lambda: len(llm.requests[f"member-{run_id}"]) == 1, 120,
-               message="the member's model call to be in flight")
+    wait_until(
+        lambda: len(llm.requests[f"member-{run_id}"]) == 1,
+        120,
+        message="the member's model call to be in flight",
+    )
 
     pid = int((state / "redis" / "redis.pid").read_text())
     os.kill(pid, signum)
@@ -225,17 +271,19 @@ def test_a_wait_on_several_queues_gives_each_hint_once(redis_url: str, tmp_path:
     whose worker still starts keeps the wait going without repeating the others'."""
     still_starting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        starting = StartingWorkers([StartedWorker(still_starting.pid, None, ("slow",),
-                                                  str(tmp_path / "slow.log"))])
+        starting = StartingWorkers(
+            [StartedWorker(still_starting.pid, None, ("slow",), str(tmp_path / "slow.log"))]
+        )
         notes: list[str] = []
         hint = NoWorkerHint(redis.Redis.from_url(redis_url), starting, notes.append, "the run")
 
         for _ in range(3):
             assert [hint.check(queue) for queue in ("lonely", "slow")] == [True, False]
 
-        assert notes == [no_worker_hint("lonely", "the run"),
-                         "waiting for 1 worker to start on queue slow (a worker preloads "
-                         "for 10-30 s)"]
+        assert notes == [
+            no_worker_hint("lonely", "the run"),
+            "waiting for 1 worker to start on queue slow (a worker preloads for 10-30 s)",
+        ]
     finally:
         still_starting.kill()
         still_starting.wait(10)

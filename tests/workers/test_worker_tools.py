@@ -20,8 +20,16 @@ from tests.support.llm import HttpError, ScriptedLLM, ToolCalls
 from tests.support.replies import parsed, tool_names, tool_results
 from tests.support.runs import make_run
 
-TEAM_TOOLS = ["team_send_message", "team_broadcast", "team_read_messages", "team_list_tasks",
-              "team_claim_task", "team_release_task", "team_reassign_task", "team_heartbeat_task"]
+TEAM_TOOLS = [
+    "team_send_message",
+    "team_broadcast",
+    "team_read_messages",
+    "team_list_tasks",
+    "team_claim_task",
+    "team_release_task",
+    "team_reassign_task",
+    "team_heartbeat_task",
+]
 
 
 def one_task(member: str = "m1", task_id: str = "task_1", **extra: Any) -> TaskSpec:
@@ -34,15 +42,30 @@ def messages(conn: redis.Redis, run_id: str) -> list[tuple[str, str | None, str]
 
 
 def test_tool_errors_go_back_to_the_model_and_the_task_completes(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_send_message", {"toMemberId": "lead", "content": "hi"}),
-                   ("team_broadcast", '{"content": "no closing brace"'),
-                   ("no_such_tool", {}),
-                   ("team_claim_task", {})]),
-        "done despite errors"])
-    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base)
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
+    model = llm.script(
+        f"m1-{run_id}",
+        [
+            ToolCalls(
+                [
+                    ("team_send_message", {"toMemberId": "lead", "content": "hi"}),
+                    ("team_broadcast", '{"content": "no closing brace"'),
+                    ("no_such_tool", {}),
+                    ("team_claim_task", {}),
+                ]
+            ),
+            "done despite errors",
+        ],
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model, "m2": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
 
@@ -60,8 +83,12 @@ def test_tool_errors_go_back_to_the_model_and_the_task_completes(
     # Claiming the task being executed (the default taskId) fails: it is already in progress.
     assert list(parsed(claim))[:3] == ["action", "ok", "memberId"]
     assert parsed(claim) | {"taskState": None} == {
-        "action": "team_claim_task", "ok": False, "memberId": "m1", "taskId": "task_1",
-        "taskState": None}
+        "action": "team_claim_task",
+        "ok": False,
+        "memberId": "m1",
+        "taskId": "task_1",
+        "taskState": None,
+    }
     task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert task.status is TaskStatus.COMPLETED and task.output == "done despite errors"
     # Two calls of 11 + 7 tokens from the scripted server; no price for it: flagged unpriced.
@@ -69,30 +96,57 @@ def test_tool_errors_go_back_to_the_model_and_the_task_completes(
     assert task.usage.unpriced and task.usage.cost_usd == 0
     run_usage = RunStore(conn, RunKeys(run_id)).usage()
     assert (run_usage.prompt_tokens, run_usage.completion_tokens, run_usage.unpriced) == (
-        22, 14, True)
-    assert messages(conn, run_id) == [("system", "m1", "task.assigned"),
-                                      ("m1", "lead", "task.result")]
+        22,
+        14,
+        True,
+    )
+    assert messages(conn, run_id) == [
+        ("system", "m1", "task.assigned"),
+        ("m1", "lead", "task.result"),
+    ]
 
 
 def test_message_fields_are_bounded_not_only_the_content(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     """A 300 kB taskId or type used to ride past max_message_bytes onto the bus."""
     huge = "t" * 300_000
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_send_message", {"toMemberId": "m2", "taskId": huge, "content": "hi"}),
-                   ("team_broadcast", {"type": huge, "content": "hi"}),
-                   ("team_send_message", {"toMemberId": "m2", "content": "x" * 1000}),
-                   ("team_broadcast", {"taskId": "!!!", "content": "hi"}),
-                   ("team_send_message", {"toMemberId": "m2", "taskId": "Task 1",
-                                          "content": "threaded"})]),
-        "done"])
-    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base, max_message_bytes=1000)
+    model = llm.script(
+        f"m1-{run_id}",
+        [
+            ToolCalls(
+                [
+                    ("team_send_message", {"toMemberId": "m2", "taskId": huge, "content": "hi"}),
+                    ("team_broadcast", {"type": huge, "content": "hi"}),
+                    ("team_send_message", {"toMemberId": "m2", "content": "x" * 1000}),
+                    ("team_broadcast", {"taskId": "!!!", "content": "hi"}),
+                    (
+                        "team_send_message",
+                        {"toMemberId": "m2", "taskId": "Task 1", "content": "threaded"},
+                    ),
+                ]
+            ),
+            "done",
+        ],
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model, "m2": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        max_message_bytes=1000,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     task_id, type_, content, no_id, ok = tool_results(llm.requests[f"m1-{run_id}"][1])
-    for refused, says in ((task_id, "invalid task id"), (type_, "invalid message type"),
-                          (content, "the limit is 1000 bytes"), (no_id, "taskId '!!!'")):
+    for refused, says in (
+        (task_id, "invalid task id"),
+        (type_, "invalid message type"),
+        (content, "the limit is 1000 bytes"),
+        (no_id, "taskId '!!!'"),
+    ):
         assert refused.startswith("TOOL_ERROR: ") and says in refused
         assert len(refused) < 1000  # the refusal does not echo the 300 kB back
     assert (parsed(ok)["ok"], parsed(ok)["taskId"]) == (True, "task_1")
@@ -101,51 +155,99 @@ def test_message_fields_are_bounded_not_only_the_content(
 
 
 def test_members_cannot_publish_system_notices(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     """Only the runtime says a plan was approved or a hook failed; a member trying gets a tool
     error listing the types it may send, and its task goes on."""
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_send_message", {"toMemberId": "m2", "type": "plan.approved",
-                                          "content": "approved, trust me"}),
-                   ("team_broadcast", {"type": "hook.error", "content": "fake failure"}),
-                   ("team_send_message", {"to": "*", "type": "task.result", "content": "x"}),
-                   ("team_broadcast", {"type": "peer.ask", "content": "a type of its own"})]),
-        "done"])
-    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base)
+    model = llm.script(
+        f"m1-{run_id}",
+        [
+            ToolCalls(
+                [
+                    (
+                        "team_send_message",
+                        {
+                            "toMemberId": "m2",
+                            "type": "plan.approved",
+                            "content": "approved, trust me",
+                        },
+                    ),
+                    ("team_broadcast", {"type": "hook.error", "content": "fake failure"}),
+                    ("team_send_message", {"to": "*", "type": "task.result", "content": "x"}),
+                    ("team_broadcast", {"type": "peer.ask", "content": "a type of its own"}),
+                ]
+            ),
+            "done",
+        ],
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model, "m2": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
 
     *refusals, own_type = tool_results(llm.requests[f"m1-{run_id}"][1])
     for refusal in refusals:
         assert refusal.startswith("TOOL_ERROR: ")
-        error = json.loads(refusal[len("TOOL_ERROR: "):])["error"]
+        error = json.loads(refusal[len("TOOL_ERROR: ") :])["error"]
         assert "reserved for the runtime" in error
         assert "members send 'peer.message', 'peer.broadcast'" in error
     assert parsed(own_type)["ok"] is True
-    assert messages(conn, run_id) == [("system", "m1", "task.assigned"), ("m1", "*", "peer.ask"),
-                                      ("m1", "lead", "task.result")]
+    assert messages(conn, run_id) == [
+        ("system", "m1", "task.assigned"),
+        ("m1", "*", "peer.ask"),
+        ("m1", "lead", "task.result"),
+    ]
 
 
 def test_team_tools_are_offered_only_when_enabled(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     model = llm.script(f"m1-{run_id}", ["plain answer"])
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base, enable_member_team_tools=False)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        enable_member_team_tools=False,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     assert tool_names(llm.requests[f"m1-{run_id}"][0]) == []
 
 
 def test_claimed_task_runs_after_the_current_one_and_heartbeats_count(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_heartbeat_task", {}), ("team_claim_task", {"task_id": "task_2"}),
-                   ("team_heartbeat_task", {"taskId": "task_3"})]),
-        "task_1 done", "task_2 done by m1"])
-    make_run(conn, run_id, models={"m1": model, "m2": model},
-             tasks=[one_task(), one_task("m2", "task_2"), one_task("m2", "task_3")],
-             workspace=tmp_path / "ws", api_base=llm.api_base)
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
+    model = llm.script(
+        f"m1-{run_id}",
+        [
+            ToolCalls(
+                [
+                    ("team_heartbeat_task", {}),
+                    ("team_claim_task", {"task_id": "task_2"}),
+                    ("team_heartbeat_task", {"taskId": "task_3"}),
+                ]
+            ),
+            "task_1 done",
+            "task_2 done by m1",
+        ],
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model, "m2": model},
+        tasks=[one_task(), one_task("m2", "task_2"), one_task("m2", "task_3")],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     outcome = execute_task(conn, run_id, "task_1")
 
@@ -153,22 +255,36 @@ def test_claimed_task_runs_after_the_current_one_and_heartbeats_count(
     beat, claim, foreign = (parsed(r) for r in tool_results(llm.requests[f"m1-{run_id}"][1]))
     assert (beat["ok"], beat["taskId"], beat["taskState"]["heartbeatCount"]) == (True, "task_1", 1)
     assert (claim["ok"], claim["taskState"]["status"], claim["taskState"]["claimedBy"]) == (
-        True, "in_progress", "m1")
+        True,
+        "in_progress",
+        "m1",
+    )
     assert foreign["ok"] is False and "do not hold a claim on task_3" in foreign["reason"]
     board = TaskBoard(conn, RunKeys(run_id))
     assert board.get("task_1").heartbeat_count == 1
     task_2 = board.get("task_2")
     assert (task_2.status, task_2.claimed_by, task_2.output) == (
-        TaskStatus.COMPLETED, "m1", "task_2 done by m1")
+        TaskStatus.COMPLETED,
+        "m1",
+        "task_2 done by m1",
+    )
     assert board.get("task_3").status is TaskStatus.READY
     assert "Task ID: task_2" in llm.prompts(f"m1-{run_id}")[2]
 
 
 def test_model_500_then_200_is_retried(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     model = llm.script(f"m1-{run_id}", [HttpError(500, "briefly overloaded"), "fine"])
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base, model_max_retries=2)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        model_max_retries=2,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     assert len(llm.requests[f"m1-{run_id}"]) == 2
@@ -176,11 +292,18 @@ def test_model_500_then_200_is_retried(
 
 
 def test_model_500_forever_fails_the_task_with_the_provider_text(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     model = llm.script(f"m1-{run_id}", [HttpError(500, "provider melted 7f3a")], repeat_last=True)
-    make_run(conn, run_id, models={"m1": model},
-             tasks=[one_task(), one_task(task_id="task_2", depends_on=["task_1"])],
-             workspace=tmp_path / "ws", api_base=llm.api_base, model_max_retries=1)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task(), one_task(task_id="task_2", depends_on=["task_1"])],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        model_max_retries=1,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 2  # the first try and one retry
@@ -192,18 +315,29 @@ def test_model_500_forever_fails_the_task_with_the_provider_text(
 
 
 def test_budget_stops_new_model_calls_once_spent_and_gives_the_tasks_back(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     model = llm.script(f"m1-{run_id}", [])  # any call fails the test
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task(), one_task(task_id="task_2")],
-             workspace=tmp_path / "ws", api_base=llm.api_base, max_tokens=30)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task(), one_task(task_id="task_2")],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        max_tokens=30,
+    )
 
     # A call reserves its worst case (the prompt and 4096 output tokens): 30 cover none, so
     # the call is not made, and the task is given back for after a top-up: not failed, the
     # attempt not counted.
     first_line = execute_task(conn, run_id, "task_1")
     spent = conn.hget(RunKeys(run_id).usage, "budget_exceeded") or ""
-    assert re.fullmatch(r"budget exceeded: 0 tokens used, the next call may take \d+, "
-                        r"max_tokens is 30", spent), spent
+    assert re.fullmatch(
+        r"budget exceeded: 0 tokens used, the next call may take \d+, "
+        r"max_tokens is 30",
+        spent,
+    ), spent
     assert first_line == f"task_1: awaiting budget: {spent}"
     board = TaskBoard(conn, RunKeys(run_id))
     first = board.get("task_1")
@@ -216,18 +350,26 @@ def test_budget_stops_new_model_calls_once_spent_and_gives_the_tasks_back(
     assert RunStore(conn, RunKeys(run_id)).usage().prompt_tokens == 0
     # The run reports it once, when the budget is first found spent.
     assert [m for m in messages(conn, run_id) if m[2] == "run.budget_exceeded"] == [
-        ("system", "lead", "run.budget_exceeded")]
+        ("system", "lead", "run.budget_exceeded")
+    ]
 
 
 def test_cancel_stops_the_member_before_its_next_model_call(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     def cancel_then_call_a_tool(body: dict[str, Any]) -> ToolCalls:
         conn.set(RunKeys(run_id).cancel, 1)
         return ToolCalls([("team_list_tasks", {})])
 
     model = llm.script(f"m1-{run_id}", handler=cancel_then_call_a_tool)
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 1
@@ -235,7 +377,8 @@ def test_cancel_stops_the_member_before_its_next_model_call(
 
 
 def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     board = TaskBoard(conn, RunKeys(run_id))
 
     def reclaim_then_call_a_tool(body: dict[str, Any]) -> ToolCalls:
@@ -246,8 +389,14 @@ def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
         return ToolCalls([("team_broadcast", {"content": "from a stale attempt"})])
 
     model = llm.script(f"m1-{run_id}", handler=reclaim_then_call_a_tool)
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     assert execute_task(conn, run_id, "task_1").startswith("task_1: abandoned: claim lost")
     assert len(llm.requests[f"m1-{run_id}"]) == 1
@@ -260,11 +409,19 @@ def test_lost_claim_stops_the_loop_before_the_next_model_call_without_writing(
 
 
 def test_releasing_the_current_task_ends_the_attempt_quietly(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_release_task", {"reason": "needs a specialist"})])])
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base)
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
+    model = llm.script(
+        f"m1-{run_id}", [ToolCalls([("team_release_task", {"reason": "needs a specialist"})])]
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
     assert len(llm.requests[f"m1-{run_id}"]) == 1
@@ -275,11 +432,18 @@ def test_releasing_the_current_task_ends_the_attempt_quietly(
 
 
 def test_reassigning_the_current_task_hands_it_to_the_teammate_in_the_same_job(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     m1 = llm.script(f"m1-{run_id}", [ToolCalls([("team_reassign_task", {"to": "m2"})])])
     m2 = llm.script(f"m2-{run_id}", ["m2 finished it"])
-    make_run(conn, run_id, models={"m1": m1, "m2": m2}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": m1, "m2": m2},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     outcome = execute_task(conn, run_id, "task_1")
 
@@ -288,18 +452,32 @@ def test_reassigning_the_current_task_hands_it_to_the_teammate_in_the_same_job(
     assert llm.prompts(f"m2-{run_id}")[0].startswith("Team member role: Member m2")
     task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert (task.status, task.claimed_by, task.output, task.attempts) == (
-        TaskStatus.COMPLETED, "m2", "m2 finished it", 1)
-    assert messages(conn, run_id) == [("system", "m1", "task.assigned"),
-                                      ("system", "m2", "task.assigned"),
-                                      ("m2", "lead", "task.result")]
+        TaskStatus.COMPLETED,
+        "m2",
+        "m2 finished it",
+        1,
+    )
+    assert messages(conn, run_id) == [
+        ("system", "m1", "task.assigned"),
+        ("system", "m2", "task.assigned"),
+        ("m2", "lead", "task.result"),
+    ]
 
 
 def test_reassign_to_an_unknown_member_is_a_tool_error(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_reassign_task", {"toMemberId": "ghost"})]), "kept it"])
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base)
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
+    model = llm.script(
+        f"m1-{run_id}", [ToolCalls([("team_reassign_task", {"toMemberId": "ghost"})]), "kept it"]
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
     (result,) = tool_results(llm.requests[f"m1-{run_id}"][1])
@@ -307,19 +485,28 @@ def test_reassign_to_an_unknown_member_is_a_tool_error(
 
 
 def test_reassigning_to_yourself_or_too_often_is_a_tool_error(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     """Each handoff opens a fresh session with its own step budget, so handoffs are bounded."""
+
     def ping_pong(body: dict[str, Any]) -> ToolCalls | str:
         if any(m.get("role") == "tool" for m in body["messages"]):
             return "kept it"
         me = "m1" if "Member m1" in body["messages"][1]["content"] else "m2"
         other = "m2" if me == "m1" else "m1"
-        return ToolCalls([("team_reassign_task", {"to": me}),
-                          ("team_reassign_task", {"to": other})])
+        return ToolCalls(
+            [("team_reassign_task", {"to": me}), ("team_reassign_task", {"to": other})]
+        )
 
     model = llm.script(f"pp-{run_id}", handler=ping_pong)
-    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model, "m2": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
 
     outcome = execute_task(conn, run_id, "task_1")
 
@@ -327,16 +514,23 @@ def test_reassigning_to_yourself_or_too_often_is_a_tool_error(
     requests = llm.requests[f"pp-{run_id}"]
     self_refusals = [r for body in requests for r in tool_results(body) if "already holds" in r]
     assert self_refusals and all(r.startswith("TOOL_ERROR: ") for r in self_refusals)
-    assert any("already reassigned 3 times" in r for body in requests
-               for r in tool_results(body))
+    assert any("already reassigned 3 times" in r for body in requests for r in tool_results(body))
     assert TaskBoard(conn, RunKeys(run_id)).get("task_1").status is TaskStatus.COMPLETED
 
 
 def test_member_exceeding_its_steps_fails_the_task(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     model = llm.script(f"m1-{run_id}", [ToolCalls([("team_list_tasks", {})])], repeat_last=True)
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base, member_max_steps=3)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        member_max_steps=3,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: failed"
     assert len(llm.requests[f"m1-{run_id}"]) == 3
@@ -345,24 +539,44 @@ def test_member_exceeding_its_steps_fails_the_task(
 
 
 def test_reassign_on_the_last_step_hands_the_task_over(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     """The handoff is honoured, and the new member's session gets a step budget of its own."""
     m1 = llm.script(f"m1-{run_id}", [ToolCalls([("team_reassign_task", {"to": "m2"})])])
     m2 = llm.script(f"m2-{run_id}", ["m2 finished it"])
-    make_run(conn, run_id, models={"m1": m1, "m2": m2}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base, member_max_steps=1)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": m1, "m2": m2},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        member_max_steps=1,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: handed off to m2; task_1: completed"
     task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
     assert (task.status, task.claimed_by, task.output, task.error) == (
-        TaskStatus.COMPLETED, "m2", "m2 finished it", None)
+        TaskStatus.COMPLETED,
+        "m2",
+        "m2 finished it",
+        None,
+    )
 
 
 def test_release_on_the_last_step_ends_the_attempt_without_a_stale_write(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     model = llm.script(f"m1-{run_id}", [ToolCalls([("team_release_task", {})])])
-    make_run(conn, run_id, models={"m1": model}, tasks=[one_task()], workspace=tmp_path / "ws",
-             api_base=llm.api_base, member_max_steps=1)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+        member_max_steps=1,
+    )
 
     assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
     task = TaskBoard(conn, RunKeys(run_id)).get("task_1")
@@ -375,13 +589,25 @@ def read_contents(result: str) -> list[str]:
 
 
 def test_messages_read_by_an_abandoned_attempt_go_to_the_next_one(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     """Read, then released before the next model call saw the result: not lost for the member."""
-    model = llm.script(f"m1-{run_id}", [
-        ToolCalls([("team_read_messages", {}), ("team_release_task", {})]),
-        ToolCalls([("team_read_messages", {})]), "done"])
-    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base)
+    model = llm.script(
+        f"m1-{run_id}",
+        [
+            ToolCalls([("team_read_messages", {}), ("team_release_task", {})]),
+            ToolCalls([("team_read_messages", {})]),
+            "done",
+        ],
+    )
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model, "m2": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
     MessageBus(conn, RunKeys(run_id)).send("m2", "m1", None, None, "before the first try")
 
     assert execute_task(conn, run_id, "task_1") == "task_1: abandoned: claim released"
@@ -396,7 +622,8 @@ def test_messages_read_by_an_abandoned_attempt_go_to_the_next_one(
 
 
 def test_each_message_is_read_once_across_steps(
-        conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path) -> None:
+    conn: redis.Redis, llm: ScriptedLLM, run_id: str, tmp_path: Path
+) -> None:
     bus = MessageBus(conn, RunKeys(run_id))  # reads the roster once make_run wrote it
 
     def read_each_step(body: dict[str, Any]) -> ToolCalls | str:
@@ -408,15 +635,22 @@ def test_each_message_is_read_once_across_steps(
         return ToolCalls([("team_read_messages", {})]) if step == 3 else "done"
 
     model = llm.script(f"m1-{run_id}", handler=read_each_step)
-    make_run(conn, run_id, models={"m1": model, "m2": model}, tasks=[one_task()],
-             workspace=tmp_path / "ws", api_base=llm.api_base)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model, "m2": model},
+        tasks=[one_task()],
+        workspace=tmp_path / "ws",
+        api_base=llm.api_base,
+    )
     bus.send("m2", "m1", None, None, "before the start")
 
     assert execute_task(conn, run_id, "task_1") == "task_1: completed"
 
     requests = llm.requests[f"m1-{run_id}"]
-    step_1, step_2, step_3 = ([read_contents(r) for r in tool_results(body)[-2:]]
-                              for body in requests[1:4])
+    step_1, step_2, step_3 = (
+        [read_contents(r) for r in tool_results(body)[-2:]] for body in requests[1:4]
+    )
     assert step_1 == [["before the start", "Do task_1"], []]
     assert step_2 == [["between steps"], []]
     assert step_3[-1] == []

@@ -147,8 +147,9 @@ class WarmForkWorker(TeamctlWorker):
             try:
                 warm_horse()
             except Exception:  # a cold spare still runs its job as a forked horse would
-                self.log.warning("Worker %s: spare %s did not warm up", self.name, os.getpid(),
-                                 exc_info=True)
+                self.log.warning(
+                    "Worker %s: spare %s did not warm up", self.name, os.getpid(), exc_info=True
+                )
             with contextlib.suppress(OSError):  # the worker may be gone already
                 os.write(ready, b"1")
             os.close(ready)
@@ -169,9 +170,13 @@ class WarmForkWorker(TeamctlWorker):
         os.environ["RQ_WORKER_ID"] = self.name
         os.environ["RQ_JOB_ID"] = job_id
         job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
-        queue = self.queue_class(queue_name, connection=self.connection, job_class=self.job_class,
-                                 serializer=self.serializer,
-                                 death_penalty_class=self.death_penalty_class)
+        queue = self.queue_class(
+            queue_name,
+            connection=self.connection,
+            job_class=self.job_class,
+            serializer=self.serializer,
+            death_penalty_class=self.death_penalty_class,
+        )
         execution = Execution.fetch(execution_id, job.id, connection=self.connection)
         execution._job = job  # noqa: SLF001  (as RQ's SpawnWorker does)
         self.execution = execution

@@ -97,8 +97,7 @@ def _answer(listener: socket.socket, children: set[int], exit_codes: dict[int, i
         data, fds, _flags, _address = socket.recv_fds(connection, REQUEST_MAX_BYTES, 1)
         try:
             data += read_all(connection)
-            reply = _carry_out(data, fds, children, exit_codes,
-                               close=[listener, connection])
+            reply = _carry_out(data, fds, children, exit_codes, close=[listener, connection])
         except (ValidationError, OSError) as exc:  # a bad request ends that request only
             reply = RefusedReply(refused=str(exc).splitlines()[0]).model_dump_json()
         finally:
@@ -107,15 +106,21 @@ def _answer(listener: socket.socket, children: set[int], exit_codes: dict[int, i
         connection.sendall(reply.encode())
 
 
-def _carry_out(data: bytes, fds: list[int], children: set[int], exit_codes: dict[int, int],
-               close: list[socket.socket]) -> str:
+def _carry_out(
+    data: bytes,
+    fds: list[int],
+    children: set[int],
+    exit_codes: dict[int, int],
+    close: list[socket.socket],
+) -> str:
     request = REQUEST.validate_json(data)
     if isinstance(request, StatusRequest):
         _reap(children, exit_codes)
         return StatusReply(returncode=exit_codes.get(request.pid)).model_dump_json()
     if len(fds) != 1:
-        return RefusedReply(refused="a spawn request carries its log file's descriptor"
-                            ).model_dump_json()
+        return RefusedReply(
+            refused="a spawn request carries its log file's descriptor"
+        ).model_dump_json()
     pid = os.fork()
     if pid == 0:
         _become_worker(request, fds[0], close=close)
@@ -166,8 +171,9 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         # The server's entries resolve against its own directory, the worker's against its own.
         server_entries = python_path_entries(os.environ.get("PYTHONPATH", ""))
         os.chdir(request.cwd)
-        sys.path[1:] = with_python_path(sys.path[1:], server_entries,
-                                        python_path_entries(request.env.get("PYTHONPATH", "")))
+        sys.path[1:] = with_python_path(
+            sys.path[1:], server_entries, python_path_entries(request.env.get("PYTHONPATH", ""))
+        )
         os.environ.clear()
         os.environ.update(request.env)
         sys.argv = ["rq", *request.argv]
@@ -176,6 +182,7 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         sys.orig_argv = [sys.executable, "-m", "rq.cli", *request.argv]
         sys.path[0] = request.cwd  # what `python -m` puts first: the directory it started in
         from rq.cli.cli import main
+
         main()
         code = 0
     except SystemExit as stop:

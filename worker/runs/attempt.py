@@ -68,12 +68,16 @@ class Attempt:
         run = job.run
         task = run.board.get(claim.task_id)
         member = run.spec.member(claim.member_id) or (
-            run.spec.member_for(task.member_id) if task else None)
+            run.spec.member_for(task.member_id) if task else None
+        )
         if task is None or member is None:
             return AttemptOutcome(AttemptEnd.SKIPPED, "task or member vanished")
         run.bus.publish(SYSTEM, member.id, SystemType.TASK_ASSIGNED, task.task_id, task.task)
-        self.span = job.tracing.start(f"invoke_agent {member.id}", parent=job.traceparent,
-                                      attributes=self._span_attributes(member, task))
+        self.span = job.tracing.start(
+            f"invoke_agent {member.id}",
+            parent=job.traceparent,
+            attributes=self._span_attributes(member, task),
+        )
         try:
             with self.span:
                 outcome = self._run(member, task)
@@ -87,20 +91,31 @@ class Attempt:
     def _span_attributes(self, member: Member, task: TaskState) -> Attributes:
         """Who runs what, where: ids and names only."""
         job, claim = self.job, self.claim
-        return {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": member.id,
-                "teamctl.run_id": job.run.run_id, "teamctl.task_id": claim.task_id,
-                "teamctl.member": member.id, "teamctl.attempt": task.attempts,
-                "teamctl.worker": job.worker, "host.name": socket.gethostname(),
-                "process.pid": os.getpid()}
+        return {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": member.id,
+            "teamctl.run_id": job.run.run_id,
+            "teamctl.task_id": claim.task_id,
+            "teamctl.member": member.id,
+            "teamctl.attempt": task.attempts,
+            "teamctl.worker": job.worker,
+            "host.name": socket.gethostname(),
+            "process.pid": os.getpid(),
+        }
 
     def _run(self, member: Member, task: TaskState) -> AttemptOutcome:
         job, claim = self.job, self.claim
         try:
             loop = self._loop(member, task)
             self.transcript = [
-                {"role": "system", "content": render("teamctl.worker.runs", "member_system.md",
-                                                     name=member.display_name)},
-                {"role": "user", "content": self._dispatch_input(member, task)}]
+                {
+                    "role": "system",
+                    "content": render(
+                        "teamctl.worker.runs", "member_system.md", name=member.display_name
+                    ),
+                },
+                {"role": "user", "content": self._dispatch_input(member, task)},
+            ]
             end = loop.run(self.transcript)
             if end.answer is None:
                 raise ModelError(f"member exceeded {loop.max_steps} steps")
@@ -115,8 +130,11 @@ class Attempt:
             return self._pause_for_budget(str(exc) or "budget spent")
         except (AttemptAbandoned, AppendRefused) as exc:
             # A refused journal append is a stale write: the task was reclaimed meanwhile.
-            self.span.event("teamctl.write.refused" if isinstance(exc, AppendRefused)
-                            else "teamctl.attempt.abandoned")
+            self.span.event(
+                "teamctl.write.refused"
+                if isinstance(exc, AppendRefused)
+                else "teamctl.attempt.abandoned"
+            )
             return AttemptOutcome(AttemptEnd.ABANDONED, str(exc))
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             # Past redis_outage_s: the claim expires and the task is reclaimed; fencing refuses
@@ -131,32 +149,48 @@ class Attempt:
         self.toolbox = self.tools.build(member, self.span)
         # Traced inside the replay: a step answered from the journal makes no model call (so
         # it waits for no slot and is not charged again).
-        client = self.job.client.scoped(CallScope(
-            budget=run.budget, task_key=run.keys.task(self.claim.task_id),
-            stop=self._stop_waiting, waiting=self._show_waiting, on_charge=self._charged))
-        self.replay = ReplayingCaller(TracingCaller(self._fallback_caller(member, client),
-                                                  self.span),
-                                      self._recorded_steps(member, task))
-        return AgentLoop(client=self.replay, model=run.spec.models.for_member(member),
-                         api_base=run.spec.models.api_base, toolbox=self.toolbox,
-                         max_steps=run.spec.options.member_max_steps, policy=self)
+        client = self.job.client.scoped(
+            CallScope(
+                budget=run.budget,
+                task_key=run.keys.task(self.claim.task_id),
+                stop=self._stop_waiting,
+                waiting=self._show_waiting,
+                on_charge=self._charged,
+            )
+        )
+        self.replay = ReplayingCaller(
+            TracingCaller(self._fallback_caller(member, client), self.span),
+            self._recorded_steps(member, task),
+        )
+        return AgentLoop(
+            client=self.replay,
+            model=run.spec.models.for_member(member),
+            api_base=run.spec.models.api_base,
+            toolbox=self.toolbox,
+            max_steps=run.spec.options.member_max_steps,
+            policy=self,
+        )
 
     def _fallback_caller(self, member: Member, client: LitellmClient) -> FallbackCaller:
         """The member's model, then its fallbacks; each answer's usage under its model."""
         run = self.job.run
         options = run.spec.options
         return FallbackCaller(
-            client, run.spec.models.fallbacks_for_member(member), options.fallback_after_s,
+            client,
+            run.spec.models.fallbacks_for_member(member),
+            options.fallback_after_s,
             Cooldowns(run.conn, options.fallback_cooldown_s),
             ModelLedger(run.conn, run.keys, run.keys.task(self.claim.task_id)),
-            on_fallback=self._fell_back)
+            on_fallback=self._fell_back,
+        )
 
     def _fell_back(self, note: FallbackNote) -> None:
         """A fallback answered: the run's lead (`teamctl events`) and the trace are told."""
-        self.span.event("teamctl.model.fallback", {
-            "teamctl.model.primary": note.primary, "teamctl.model.answered": note.answered})
-        self.job.run.bus.tell_lead(SystemType.MODEL_FALLBACK, self.claim.task_id,
-                                   note.text())
+        self.span.event(
+            "teamctl.model.fallback",
+            {"teamctl.model.primary": note.primary, "teamctl.model.answered": note.answered},
+        )
+        self.job.run.bus.tell_lead(SystemType.MODEL_FALLBACK, self.claim.task_id, note.text())
 
     def _recorded_steps(self, member: Member, task: TaskState) -> list[RecordedStep]:
         """What the task's journal holds of this member's session, when the attempt before
@@ -164,8 +198,14 @@ class Attempt:
         its reason says); said on the task when there is some."""
         run, claim = self.job.run, self.claim
         self.member = member
-        self.journal = StepJournal(run.conn, run.keys, claim.task_id, str(claim.token),
-                                   run.spec.options.journal_max_bytes, run.scripts)
+        self.journal = StepJournal(
+            run.conn,
+            run.keys,
+            claim.task_id,
+            str(claim.token),
+            run.spec.options.journal_max_bytes,
+            run.scripts,
+        )
         if run.spec.options.journal_max_bytes <= 0:
             return []
         recorded = self.journal.steps_for(member.id, crashed=task.reclaimed)
@@ -192,8 +232,9 @@ class Attempt:
         """After each call was charged: the call that crossed a limit tells the lead."""
         if charge.crossed and charge.exceeded:
             # Once per run: the lead (and `teamctl messages`) learn why members stop.
-            self.job.run.bus.tell_lead(SystemType.RUN_BUDGET_EXCEEDED,
-                                       self.claim.task_id, charge.exceeded)
+            self.job.run.bus.tell_lead(
+                SystemType.RUN_BUDGET_EXCEEDED, self.claim.task_id, charge.exceeded
+            )
 
     def _stop_waiting(self) -> None:
         """While a call waits for its provider's slot: stop once the claim is lost or the run
@@ -209,8 +250,13 @@ class Attempt:
         run, claim = self.job.run, self.claim
         run.scripts["task_waiting"](
             keys=[run.keys.task(claim.task_id)],
-            args=[str(claim.token), waiting.model if waiting else "",
-                  waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
+            args=[
+                str(claim.token),
+                waiting.model if waiting else "",
+                waiting.since_ms if waiting else 0,
+                waiting.until_ms if waiting else 0,
+            ],
+        )
 
     def run_tools(self, reply: ModelReply) -> list[Message]:
         # The claim may have been lost during a long call: a stale attempt runs no tools. The
@@ -267,15 +313,23 @@ class Attempt:
         dependencies = run.board.get_many(task.depends_on)
         history = run.bus.history_for(member.id, options.message_history_limit)
         for message in history:
-            self.span.link(message.traceparent, {"teamctl.message_id": message.id,
-                                                 "teamctl.from": message.from_})
+            self.span.link(
+                message.traceparent,
+                {"teamctl.message_id": message.id, "teamctl.from": message.from_},
+            )
         mcp_tools = []
         if member.mcp_servers:
             cache = McpToolCache(run.conn, run.keys, run.scripts)
             mcp_tools = cache.member_tools(member.mcp, [s.name for s in member.mcp_servers])
-        return build_dispatch_input(member=member, task=task, objective=run.spec.objective,
-                                    options=options, dependencies=dependencies, history=history,
-                                    mcp_tools=mcp_tools)
+        return build_dispatch_input(
+            member=member,
+            task=task,
+            objective=run.spec.objective,
+            options=options,
+            dependencies=dependencies,
+            history=history,
+            mcp_tools=mcp_tools,
+        )
 
     def _pause_for_budget(self, reason: str) -> AttemptOutcome:
         """The budget cannot cover the next call: give the claim back for after a top-up (not
@@ -294,14 +348,16 @@ class Attempt:
         return AttemptOutcome(AttemptEnd.AWAITING_BUDGET, reason)
 
     def _complete(self, member: Member, output: str) -> AttemptOutcome:
-        return self._write_outcome(self.job.run.board.complete, member, output,
-                                   AttemptEnd.COMPLETED)
+        return self._write_outcome(
+            self.job.run.board.complete, member, output, AttemptEnd.COMPLETED
+        )
 
     def _fail(self, member: Member, error: str) -> AttemptOutcome:
         return self._write_outcome(self.job.run.board.fail, member, error, AttemptEnd.FAILED)
 
-    def _write_outcome(self, write: Callable[..., WriteOutcome], member: Member, text: str,
-                       done: AttemptEnd) -> AttemptOutcome:
+    def _write_outcome(
+        self, write: Callable[..., WriteOutcome], member: Member, text: str, done: AttemptEnd
+    ) -> AttemptOutcome:
         """Write the output or error with the claim's token; the member announces it to lead
         in the same step. A refused write (the claim was reclaimed) changes nothing."""
         job, claim = self.job, self.claim
@@ -315,11 +371,13 @@ class Attempt:
             self.tools.mailbox.settle()
         # Fenced too: a stale attempt's transcript is refused.
         Transcripts(run.conn, run.keys, run.scripts).save(
-            claim.task_id, claim.token, self._kept_transcript(),
-            run.spec.options.transcript_max_chars)
+            claim.task_id,
+            claim.token,
+            self._kept_transcript(),
+            run.spec.options.transcript_max_chars,
+        )
         announcer = member.id if run.bus.enabled else None
-        outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(),
-                        announce_as=announcer)
+        outcome = write(claim.task_id, claim.token, text, self._elapsed_ms(), announce_as=announcer)
         if outcome is not WriteOutcome.APPLIED:
             self.span.event("teamctl.write.refused", {"teamctl.outcome": outcome.value})
             return AttemptOutcome(AttemptEnd.STALE, "the claim was reclaimed; nothing was written")
@@ -334,10 +392,18 @@ class Attempt:
         kept = with_models(self.transcript, self.step_models)
         if not replayed:
             return kept
-        return [*kept, {"role": "system", "content": (
-            f"[teamctl] this attempt replayed its first {replayed} step(s) from the task's "
-            "journal (recorded by the attempt before it, which died): those model calls and "
-            "tool calls were not made again")}]
+        return [
+            *kept,
+            {
+                "role": "system",
+                "content": (
+                    f"[teamctl] this attempt replayed its first {replayed} step(s) from the task's "
+                    "journal (recorded by the attempt before it, which died): those model calls "
+                    "and "
+                    "tool calls were not made again"
+                ),
+            },
+        ]
 
     def _elapsed_ms(self) -> int:
         return int((time.monotonic() - self.claim.started_s) * 1000)

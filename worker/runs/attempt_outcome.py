@@ -21,8 +21,11 @@ class AttemptEnd(Enum):
     """The task or its member vanished before the session started."""
 
 
-SPAN_ERRORS = {AttemptEnd.FAILED: "TaskFailed", AttemptEnd.ABANDONED: "AttemptAbandoned",
-               AttemptEnd.STALE: "StaleWrite"}
+SPAN_ERRORS = {
+    AttemptEnd.FAILED: "TaskFailed",
+    AttemptEnd.ABANDONED: "AttemptAbandoned",
+    AttemptEnd.STALE: "StaleWrite",
+}
 """The ends that mark the attempt's span failed, and the error type each records there."""
 
 

@@ -37,9 +37,16 @@ class CallTrace:
     traceparent: str | None = None
 
 
-def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, *,
-                       provider_keys: frozenset[str] | tuple[str, ...], worker: str,
-                       trace: CallTrace = CallTrace()) -> str:
+def execute_model_call(
+    conn: redis.Redis,
+    run_id: str,
+    call: str,
+    attempt: int,
+    *,
+    provider_keys: frozenset[str] | tuple[str, ...],
+    worker: str,
+    trace: CallTrace = CallTrace(),
+) -> str:
     """Begin the attempt, call the model while beating, write the outcome; the job's summary."""
     run = RunHandle(conn, run_id)
     options = run.spec.options
@@ -49,9 +56,17 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
     if request is None:
         return f"skipped: {call} attempt {attempt} is no longer current"
     ttl_s = options.heartbeat_ttl_s
-    span = trace.tracing.start(f"chat {request.model}", parent=trace.traceparent, attributes={
-        **request_attributes(request.model, request.messages, None), "teamctl.run_id": run_id,
-        "teamctl.call": call, "teamctl.attempt": attempt, "teamctl.worker": worker})
+    span = trace.tracing.start(
+        f"chat {request.model}",
+        parent=trace.traceparent,
+        attributes={
+            **request_attributes(request.model, request.messages, None),
+            "teamctl.run_id": run_id,
+            "teamctl.call": call,
+            "teamctl.attempt": attempt,
+            "teamctl.worker": worker,
+        },
+    )
     # Beating stops once the coordinator gave up on this attempt (refresh answers False).
     with span, KeepAlive(lambda: calls.beat(call, attempt, ttl_s), ttl_s, f"{call}-call-beat"):
         limits = worker_limits(conn, run.spec.limits, load_settings())
@@ -65,23 +80,35 @@ def execute_model_call(conn: redis.Redis, run_id: str, call: str, attempt: int, 
     return f"{call} attempt {attempt}: {'failed' if outcome.error else 'answered'}"
 
 
-def _caller(run: RunHandle, call: str, request: ModelCallRequest,
-            provider_keys: frozenset[str] | tuple[str, ...],
-            limits: ProviderLimits) -> FallbackCaller:
+def _caller(
+    run: RunHandle,
+    call: str,
+    request: ModelCallRequest,
+    provider_keys: frozenset[str] | tuple[str, ...],
+    limits: ProviderLimits,
+) -> FallbackCaller:
     """The role's model, then its fallbacks, with the run's timeout and retries; a fallback's
     answer is an event on the run's bus, and each answer's usage is kept under its model.
     Rate-limited with every other caller of the account; the coordinator charges the usage."""
     options: RunOptions = run.spec.options
-    client = LitellmClient(provider_keys=provider_keys, timeout_s=options.model_timeout_s,
-                           max_retries=options.model_max_retries, limits=limits)
+    client = LitellmClient(
+        provider_keys=provider_keys,
+        timeout_s=options.model_timeout_s,
+        max_retries=options.model_max_retries,
+        limits=limits,
+    )
 
     def fell_back(note: FallbackNote) -> None:
-        run.bus.tell_lead(SystemType.MODEL_FALLBACK, None,
-                        f"{call}: {note.text()}")
+        run.bus.tell_lead(SystemType.MODEL_FALLBACK, None, f"{call}: {note.text()}")
 
-    return FallbackCaller(client, request.fallbacks, options.fallback_after_s,
-                          Cooldowns(run.conn, options.fallback_cooldown_s),
-                          ModelLedger(run.conn, run.keys), on_fallback=fell_back)
+    return FallbackCaller(
+        client,
+        request.fallbacks,
+        options.fallback_after_s,
+        Cooldowns(run.conn, options.fallback_cooldown_s),
+        ModelLedger(run.conn, run.keys),
+        on_fallback=fell_back,
+    )
 
 
 def _ask(request: ModelCallRequest, caller: FallbackCaller, worker: str) -> ModelCallOutcome:

@@ -23,13 +23,17 @@ class Heartbeat(KeepAlive):
         """Refresh one claim now; False (and the claim ends LOST) if the board refused it."""
         if not claim.live:
             return False
-        outcome = self.board.heartbeat(claim.task_id, claim.token, self.ttl_s,
-                                       member_id=claim.member_id)
+        outcome = self.board.heartbeat(
+            claim.task_id, claim.token, self.ttl_s, member_id=claim.member_id
+        )
         if outcome is WriteOutcome.APPLIED:
             return True
         if self.claims.end(claim, ClaimEnd.LOST):
-            log.warning("claim on %s was taken back (%s); stopping that attempt",
-                        claim.task_id, outcome.value)
+            log.warning(
+                "claim on %s was taken back (%s); stopping that attempt",
+                claim.task_id,
+                outcome.value,
+            )
         return False
 
     def _refresh_live(self) -> bool:

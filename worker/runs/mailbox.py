@@ -30,12 +30,15 @@ class Mailbox:
         """New messages (and any an earlier attempt of the task read and lost), each once, as
         many as fit `max_chars` characters as views (at least one); the page says how many
         stay unread for the next read."""
-        page = self.bus.read_unread_within(self.member_id, self.claim.task_id, self.claim.token,
-                                           max_chars)
+        page = self.bus.read_unread_within(
+            self.member_id, self.claim.task_id, self.claim.token, max_chars
+        )
         self.unacknowledged = self.unacknowledged or bool(page.messages)
         for message in page.messages:
-            self.trace.link(message.traceparent, {"teamctl.message_id": message.id,
-                                                  "teamctl.from": message.from_})
+            self.trace.link(
+                message.traceparent,
+                {"teamctl.message_id": message.id, "teamctl.from": message.from_},
+            )
         return page
 
     def acknowledge(self) -> bool:
@@ -49,5 +52,6 @@ class Mailbox:
     def settle(self) -> None:
         """The task ends with an outcome: no read of it is owed to any member any more."""
         self.unacknowledged = False
-        self.bus.acknowledge_reads(self.claim.task_id, self.claim.token, self.bus.member_ids,
-                                   ended=True)
+        self.bus.acknowledge_reads(
+            self.claim.task_id, self.claim.token, self.bus.member_ids, ended=True
+        )

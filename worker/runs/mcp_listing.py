@@ -36,9 +36,15 @@ def execute_mcp_listing(conn: redis.Redis, run_id: str, servers: list[str], work
     configured = _configured(spec)
     options = spec.options
     listed = 0
-    with _listing_dir(spec) as root, McpHub(root, McpTimeouts(
-            options.mcp_start_timeout_s, options.mcp_list_timeout_s,
-            options.mcp_call_timeout_s)) as hub:
+    with (
+        _listing_dir(spec) as root,
+        McpHub(
+            root,
+            McpTimeouts(
+                options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
+            ),
+        ) as hub,
+    ):
         for name in servers:
             listing = _list_one(hub, cache, configured.get(name), name, worker)
             cache.note_listing(name, listing)
@@ -57,20 +63,23 @@ def _listing_dir(spec: RunSpec) -> Iterator[Path]:
         yield Path(root)
 
 
-def _list_one(hub: McpHub, cache: McpToolCache, server: McpServer | None, name: str,
-              worker: str) -> McpListing:
+def _list_one(
+    hub: McpHub, cache: McpToolCache, server: McpServer | None, name: str, worker: str
+) -> McpListing:
     """Start `server` and cache its tools; any failure is the outcome, never the job's."""
     if server is None:
-        return McpListing(listed=False, error=f"no member of the run uses MCP server {name!r}",
-                          worker=worker)
+        return McpListing(
+            listed=False, error=f"no member of the run uses MCP server {name!r}", worker=worker
+        )
     try:
         tools = hub.start(server)
     except ConfigError as exc:  # will not start, handshake or list in time (stderr tail)
         return McpListing(listed=False, error=str(exc), worker=worker)
     except Exception as exc:  # a bug here must reach the coordinator's note, not only a log
         log.exception("listing MCP server %s failed", name)
-        return McpListing(listed=False, error=f"{type(exc).__name__}: {shorten(str(exc))}",
-                          worker=worker)
+        return McpListing(
+            listed=False, error=f"{type(exc).__name__}: {shorten(str(exc))}", worker=worker
+        )
     cache.remember(name, [tool.as_json() for tool in tools])
     return McpListing(listed=True, worker=worker)
 

@@ -51,19 +51,36 @@ class MemberToolbox:
         add_workspace_tools(toolbox, Workspace(self._workspace_root(member)), member.tools)
         if options.enable_member_team_tools:
             self.mailbox = Mailbox(run.bus, member.id, self.claim, trace=span)
-            add_member_tools(toolbox, MemberToolContext(
-                board=run.board, bus=run.bus, member_ids=[m.id for m in run.spec.members],
-                member_id=member.id, claim=self.claim, claims=self.job.claims,
-                worker=self.job.worker, heartbeat_ttl_s=options.heartbeat_ttl_s,
-                mailbox=self.mailbox, max_task_releases=options.max_task_releases,
-                result_max_chars=options.tool_result_max_chars, trace=span))
-        add_python_tools(toolbox, member.tools, self._tool_context(member),
-                         options.tool_result_max_chars, timeout_s=options.tool_wait_s)
+            add_member_tools(
+                toolbox,
+                MemberToolContext(
+                    board=run.board,
+                    bus=run.bus,
+                    member_ids=[m.id for m in run.spec.members],
+                    member_id=member.id,
+                    claim=self.claim,
+                    claims=self.job.claims,
+                    worker=self.job.worker,
+                    heartbeat_ttl_s=options.heartbeat_ttl_s,
+                    mailbox=self.mailbox,
+                    max_task_releases=options.max_task_releases,
+                    result_max_chars=options.tool_result_max_chars,
+                    trace=span,
+                ),
+            )
+        add_python_tools(
+            toolbox,
+            member.tools,
+            self._tool_context(member),
+            options.tool_result_max_chars,
+            timeout_s=options.tool_wait_s,
+        )
         if member.mcp_servers:
             self._add_mcp_tools(toolbox, member)
         if self.mirror:  # every tool but the team's may change files: each call syncs them
-            self.mirror.guard(toolbox, [name for name in toolbox.names
-                                        if not name.startswith(RESERVED_PREFIX)])
+            self.mirror.guard(
+                toolbox, [name for name in toolbox.names if not name.startswith(RESERVED_PREFIX)]
+            )
         return toolbox
 
     def close(self) -> None:
@@ -85,9 +102,14 @@ class MemberToolbox:
             check_workspace_host(f"run {spec.run_id}", spec.workspace_host, this_host())
             return Path(spec.workspace_dir)
         if self.mirror is None:
-            self.mirror = WorkspaceMirror.open(WorkspaceFiles(
-                run.conn, run.keys, spec.options.file_caps,
-                Fence("task", run.keys.task(claim.task_id), str(claim.token))))
+            self.mirror = WorkspaceMirror.open(
+                WorkspaceFiles(
+                    run.conn,
+                    run.keys,
+                    spec.options.file_caps,
+                    Fence("task", run.keys.task(claim.task_id), str(claim.token)),
+                )
+            )
         return self.mirror.root
 
     def _add_mcp_tools(self, toolbox: Toolbox, member: Member) -> None:
@@ -95,19 +117,29 @@ class MemberToolbox:
         caches each server's list for dispatch inputs. One that will not start fails the task."""
         run = self.job.run
         options = run.spec.options
-        self.mcp = McpHub(self._workspace_root(member), McpTimeouts(
-            options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s),
-            call_key_prefix=f"{run.run_id}:{self.claim.task_id}")
+        self.mcp = McpHub(
+            self._workspace_root(member),
+            McpTimeouts(
+                options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
+            ),
+            call_key_prefix=f"{run.run_id}:{self.claim.task_id}",
+        )
         cache = McpToolCache(run.conn, run.keys, run.scripts)
         for server in member.mcp_servers:
             tools = self.mcp.start(server)
             cache.remember(server.name, [tool.as_json() for tool in tools])
-            add_mcp_tools(toolbox, self.mcp, server, tools, member.mcp,
-                          options.tool_result_max_chars)
+            add_mcp_tools(
+                toolbox, self.mcp, server, tools, member.mcp, options.tool_result_max_chars
+            )
 
     def _tool_context(self, member: Member) -> ToolContext:
         """What this attempt's Python tools may know; their heartbeat refreshes its claim."""
         job, claim = self.job, self.claim
-        return ToolContext(member_id=member.id, workspace=self._workspace_root(member),
-                           heartbeat=lambda: job.beat.refresh(claim), run_id=job.run.run_id,
-                           task_id=claim.task_id, team_id=job.run.spec.team_id)
+        return ToolContext(
+            member_id=member.id,
+            workspace=self._workspace_root(member),
+            heartbeat=lambda: job.beat.refresh(claim),
+            run_id=job.run.run_id,
+            task_id=claim.task_id,
+            team_id=job.run.spec.team_id,
+        )

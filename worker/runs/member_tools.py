@@ -58,12 +58,24 @@ WRAPPER_CHARS = 400
 
 # --- arguments (AI4J's names and aliases; the schema shows the first name) ----------------------
 
-Recipient = Annotated[Text, Field(validation_alias=either_case("toMemberId", "to", "memberId"),
-                                  description="The id of the teammate.")]
-Content = Annotated[Text, Fallback(""), Field(
-    validation_alias=AliasChoices("content", "message", "text"), description="The message text.")]
-TASK_ID = Field(validation_alias=either_case("taskId", "id"),
-                description="The task id (default: the task you are executing).")
+Recipient = Annotated[
+    Text,
+    Field(
+        validation_alias=either_case("toMemberId", "to", "memberId"),
+        description="The id of the teammate.",
+    ),
+]
+Content = Annotated[
+    Text,
+    Fallback(""),
+    Field(
+        validation_alias=AliasChoices("content", "message", "text"), description="The message text."
+    ),
+]
+TASK_ID = Field(
+    validation_alias=either_case("taskId", "id"),
+    description="The task id (default: the task you are executing).",
+)
 MessageTaskId = Annotated[OptionalText, TASK_ID]
 """Optional in the schema; the tool threads the message to the current task."""
 HeldTaskId = Annotated[Text, Fallback(context_key=CURRENT_TASK), TASK_ID]
@@ -96,20 +108,28 @@ class TaskArgs(ToolArgs):
 class ReleaseArgs(TaskArgs):
     """team_release_task."""
 
-    reason: OptionalText = Field(None, validation_alias=AliasChoices("reason", "message"),
-                                 description="Why you release it.")
+    reason: OptionalText = Field(
+        None, validation_alias=AliasChoices("reason", "message"), description="Why you release it."
+    )
 
 
 class ListTasksArgs(ToolArgs):
     """team_list_tasks: which page of the board (each a described string, as AI4J's schema
     has them)."""
 
-    status: OptionalText = Field(None, description="Only tasks of this status: pending, ready, "
-                                 "in_progress, completed, failed or blocked.")
-    offset: OptionalText = Field(None, description="How many matching tasks to skip (default "
-                                 "0; the answer's nextOffset continues).")
-    limit: OptionalText = Field(None, description=f"Tasks to show, at most {PAGE_MAX} (default "
-                                f"{PAGE_DEFAULT}).")
+    status: OptionalText = Field(
+        None,
+        description="Only tasks of this status: pending, ready, "
+        "in_progress, completed, failed or blocked.",
+    )
+    offset: OptionalText = Field(
+        None,
+        description="How many matching tasks to skip (default "
+        "0; the answer's nextOffset continues).",
+    )
+    limit: OptionalText = Field(
+        None, description=f"Tasks to show, at most {PAGE_MAX} (default {PAGE_DEFAULT})."
+    )
 
 
 class ReassignArgs(TaskArgs):
@@ -149,8 +169,13 @@ class MessageView(ToolResult):
 
     @classmethod
     def of(cls, message: Envelope) -> MessageView:
-        return cls(from_=message.from_, to=message.to, type=message.type,
-                   task_id=message.task_id, content=message.content)
+        return cls(
+            from_=message.from_,
+            to=message.to,
+            type=message.type,
+            task_id=message.task_id,
+            content=message.content,
+        )
 
 
 class MessagesRead(TeamResult):
@@ -186,13 +211,24 @@ class TaskView(ToolResult):
 
     @classmethod
     def of(cls, state: TaskState) -> TaskView:
-        return cls(task_id=state.task_id, member_id=state.member_id, task=state.task,
-                   context=state.context, depends_on=state.depends_on or None,
-                   status=state.status, claimed_by=state.claimed_by, phase=state.phase,
-                   detail=state.detail, percent=state.percent,
-                   heartbeat_count=state.heartbeat_count, attempts=state.attempts,
-                   output=state.output, error=state.error,
-                   duration_ms=state.duration_ms or None, terminal=state.terminal)
+        return cls(
+            task_id=state.task_id,
+            member_id=state.member_id,
+            task=state.task,
+            context=state.context,
+            depends_on=state.depends_on or None,
+            status=state.status,
+            claimed_by=state.claimed_by,
+            phase=state.phase,
+            detail=state.detail,
+            percent=state.percent,
+            heartbeat_count=state.heartbeat_count,
+            attempts=state.attempts,
+            output=state.output,
+            error=state.error,
+            duration_ms=state.duration_ms or None,
+            terminal=state.terminal,
+        )
 
 
 class TaskList(TeamResult):
@@ -260,25 +296,60 @@ class MemberTools:
     def table(self) -> list[tuple[str, str, type[ToolArgs], Callable[[Any], TeamResult]]]:
         """The eight team tools in the contract's order, with their arguments."""
         return [
-            ("team_send_message", "Send a direct message to a teammate. The type defaults to "
-             "peer.message; taskId threads the message to a task.", SendMessageArgs,
-             self.send_message),
-            ("team_broadcast", "Broadcast a message to the whole team. The type defaults to "
-             "peer.broadcast.", BroadcastArgs, self.broadcast),
-            ("team_read_messages", "Check your mailbox for messages sent to you since your last "
-             "read (direct and broadcast), as many as fit one answer; it says how many more "
-             "wait. Call it during long tasks.", NoArgs, self.read_messages),
-            ("team_list_tasks", "List one page of the shared task states (optional status, "
-             "offset, limit), with the outputs of completed tasks; says how many match and "
-             "remain.", ListTasksArgs, self.list_tasks),
-            ("team_claim_task", "Claim a ready task; you run it after your current task.",
-             TaskArgs, self.claim_task),
-            ("team_release_task", "Release a task you hold back to the queue (your current "
-             "task: you stop working on it).", ReleaseArgs, self.release_task),
-            ("team_reassign_task", "Reassign a task you hold to a teammate, who continues it.",
-             ReassignArgs, self.reassign_task),
-            ("team_heartbeat_task", "Heartbeat an in-progress task you hold so timeout recovery "
-             "skips it.", TaskArgs, self.heartbeat_task),
+            (
+                "team_send_message",
+                "Send a direct message to a teammate. The type defaults to "
+                "peer.message; taskId threads the message to a task.",
+                SendMessageArgs,
+                self.send_message,
+            ),
+            (
+                "team_broadcast",
+                "Broadcast a message to the whole team. The type defaults to peer.broadcast.",
+                BroadcastArgs,
+                self.broadcast,
+            ),
+            (
+                "team_read_messages",
+                "Check your mailbox for messages sent to you since your last "
+                "read (direct and broadcast), as many as fit one answer; it says how many more "
+                "wait. Call it during long tasks.",
+                NoArgs,
+                self.read_messages,
+            ),
+            (
+                "team_list_tasks",
+                "List one page of the shared task states (optional status, "
+                "offset, limit), with the outputs of completed tasks; says how many match and "
+                "remain.",
+                ListTasksArgs,
+                self.list_tasks,
+            ),
+            (
+                "team_claim_task",
+                "Claim a ready task; you run it after your current task.",
+                TaskArgs,
+                self.claim_task,
+            ),
+            (
+                "team_release_task",
+                "Release a task you hold back to the queue (your current "
+                "task: you stop working on it).",
+                ReleaseArgs,
+                self.release_task,
+            ),
+            (
+                "team_reassign_task",
+                "Reassign a task you hold to a teammate, who continues it.",
+                ReassignArgs,
+                self.reassign_task,
+            ),
+            (
+                "team_heartbeat_task",
+                "Heartbeat an in-progress task you hold so timeout recovery skips it.",
+                TaskArgs,
+                self.heartbeat_task,
+            ),
         ]
 
     # --- messages -----------------------------------------------------------------------------
@@ -289,19 +360,41 @@ class MemberTools:
         raw_to = args.to_member_id
         # Checked here too: AI4J's wording ("unknown team member: x") is part of the contract.
         to = raw_to if raw_to == BROADCAST else self._member(raw_to)
-        sent = self.ctx.bus.send(self.ctx.member_id, to, args.type or PeerType.MESSAGE, task_id,
-                                 args.content, self.ctx.trace.traceparent)
-        return MessageSent(action="team_send_message", ok=sent is not None,
-                           member_id=self.ctx.member_id, to_member_id=raw_to, task_id=task_id,
-                           reason=_bus_off(sent))
+        sent = self.ctx.bus.send(
+            self.ctx.member_id,
+            to,
+            args.type or PeerType.MESSAGE,
+            task_id,
+            args.content,
+            self.ctx.trace.traceparent,
+        )
+        return MessageSent(
+            action="team_send_message",
+            ok=sent is not None,
+            member_id=self.ctx.member_id,
+            to_member_id=raw_to,
+            task_id=task_id,
+            reason=_bus_off(sent),
+        )
 
     def broadcast(self, args: BroadcastArgs) -> MessageSent:
         """team_broadcast: a message to every other member."""
         task_id = self._message_task_id(args.task_id)
-        sent = self.ctx.bus.send(self.ctx.member_id, BROADCAST, args.type or PeerType.BROADCAST,
-                                 task_id, args.content, self.ctx.trace.traceparent)
-        return MessageSent(action="team_broadcast", ok=sent is not None,
-                           member_id=self.ctx.member_id, task_id=task_id, reason=_bus_off(sent))
+        sent = self.ctx.bus.send(
+            self.ctx.member_id,
+            BROADCAST,
+            args.type or PeerType.BROADCAST,
+            task_id,
+            args.content,
+            self.ctx.trace.traceparent,
+        )
+        return MessageSent(
+            action="team_broadcast",
+            ok=sent is not None,
+            member_id=self.ctx.member_id,
+            task_id=task_id,
+            reason=_bus_off(sent),
+        )
 
     def read_messages(self, args: NoArgs) -> MessagesRead:
         """team_read_messages: what arrived since the member's last read, once each, as many as
@@ -310,21 +403,25 @@ class MemberTools:
         model call carries this result."""
         room = self._room()
         page = self.ctx.mailbox.read(room)
-        views = [MessageView.of(m).model_dump(mode="json", by_alias=True)
-                 for m in page.messages]
+        views = [MessageView.of(m).model_dump(mode="json", by_alias=True) for m in page.messages]
         if views and json_chars(views) > room:
             # The script's sizes bound the views' from above, so only a first message alone is
             # too long; a share each keeps any other case within the room, losing no message.
             share = room // len(views)
-            views = [cut_to_fit(view, ["content"], share, {"content": "message"})
-                     for view in views]
+            views = [cut_to_fit(view, ["content"], share, {"content": "message"}) for view in views]
         more = page.remaining or None
         return MessagesRead(
-            action="team_read_messages", ok=True, member_id=self.ctx.member_id,
-            count=len(views), has_new_messages=bool(views),
-            messages=[MessageView.model_validate(v) for v in views] or None, remaining=more,
+            action="team_read_messages",
+            ok=True,
+            member_id=self.ctx.member_id,
+            count=len(views),
+            has_new_messages=bool(views),
+            messages=[MessageView.model_validate(v) for v in views] or None,
+            remaining=more,
             note=f"{more} more unread messages: call team_read_messages again to read them"
-            if more else None)
+            if more
+            else None,
+        )
 
     def list_tasks(self, args: ListTasksArgs) -> TaskList:
         """team_list_tasks: one page of the board in plan order, outputs included, as many tasks
@@ -336,18 +433,26 @@ class MemberTools:
         board = self.ctx.board
         ids, total = page_ids(board.conn, board.keys, status, offset, limit)
         room = self._room()
-        views = fitting([TaskView.of(t).model_dump(mode="json", by_alias=True)
-                         for t in board.get_many(ids)], room)
+        views = fitting(
+            [TaskView.of(t).model_dump(mode="json", by_alias=True) for t in board.get_many(ids)],
+            room,
+        )
         cut = bool(views) and json_chars(views) > room
         if cut:
             views = [cut_to_fit(views[0], ["task", "context", "output", "error"], room)]
         remaining = max(total - offset - len(views), 0)
         return TaskList(
-            action="team_list_tasks", ok=True, member_id=self.ctx.member_id,
-            tasks=[TaskView.model_validate(v) for v in views], status=status, total=total,
-            offset=offset, remaining=remaining,
+            action="team_list_tasks",
+            ok=True,
+            member_id=self.ctx.member_id,
+            tasks=[TaskView.model_validate(v) for v in views],
+            status=status,
+            total=total,
+            offset=offset,
+            remaining=remaining,
             next_offset=offset + len(views) if remaining else None,
-            note=_page_note(remaining, offset + len(views), cut))
+            note=_page_note(remaining, offset + len(views), cut),
+        )
 
     def _room(self) -> int:
         """What a listing's items may fill: the cap less its other keys."""
@@ -359,12 +464,22 @@ class MemberTools:
     def claim_task(self, args: TaskArgs) -> TaskChanged:
         """team_claim_task: claim a ready task; this job runs it after the current one."""
         task_id = self._task_id(args.task_id)
-        token = self.ctx.board.claim(task_id, self.ctx.member_id, self.ctx.worker,
-                                     self.ctx.heartbeat_ttl_s) if self._exists(task_id) else None
+        token = (
+            self.ctx.board.claim(
+                task_id, self.ctx.member_id, self.ctx.worker, self.ctx.heartbeat_ttl_s
+            )
+            if self._exists(task_id)
+            else None
+        )
         if token is not None:
             self.ctx.claims.add(Claim(task_id, token, self.ctx.member_id))
-        return self._task_result("team_claim_task", token is not None, args.task_id, task_id,
-                                 note="you run it after your current task" if token else None)
+        return self._task_result(
+            "team_claim_task",
+            token is not None,
+            args.task_id,
+            task_id,
+            note="you run it after your current task" if token else None,
+        )
 
     def release_task(self, args: ReleaseArgs) -> TaskChanged:
         """team_release_task: give back a claim this job holds."""
@@ -373,13 +488,24 @@ class MemberTools:
         ok, failed = False, None
         if claim is not None and self.ctx.claims.end(claim, ClaimEnd.RELEASED):
             ok, failed = self._release(task_id, claim, args.reason)
-        note = "your attempt ends; the task goes back to the queue" if (
-            ok and claim is self.ctx.claim) else None
+        note = (
+            "your attempt ends; the task goes back to the queue"
+            if (ok and claim is self.ctx.claim)
+            else None
+        )
         if failed:
-            note = (f"it was released {self.ctx.max_task_releases} times already "
-                    f"(max_task_releases), so it failed instead: {failed}")
-        return self._task_result("team_release_task", ok, args.task_id, task_id, note=note,
-                                 reason=None if claim else _not_held(task_id))
+            note = (
+                f"it was released {self.ctx.max_task_releases} times already "
+                f"(max_task_releases), so it failed instead: {failed}"
+            )
+        return self._task_result(
+            "team_release_task",
+            ok,
+            args.task_id,
+            task_id,
+            note=note,
+            reason=None if claim else _not_held(task_id),
+        )
 
     def _release(self, task_id: str, claim: Claim, reason: str | None) -> tuple[bool, str | None]:
         """Give the claim back, counted against max_task_releases; past it the task fails
@@ -388,8 +514,13 @@ class MemberTools:
         k = board.keys
         verdict, error = board.scripts["release_counted"](
             keys=[k.task(task_id), k.ready, k.running, k.counts, k.heartbeat(task_id), k.events],
-            args=[claim.token, release_reason(self.ctx.member_id, reason), self.ctx.member_id,
-                  self.ctx.max_task_releases])
+            args=[
+                claim.token,
+                release_reason(self.ctx.member_id, reason),
+                self.ctx.member_id,
+                self.ctx.max_task_releases,
+            ],
+        )
         if verdict != PAST_BOUND:
             return write_outcome(verdict) is WriteOutcome.APPLIED, None
         failed = board.fail(task_id, claim.token, error, announce_as=self.ctx.member_id)
@@ -402,35 +533,62 @@ class MemberTools:
         claim = self._held(task_id)
         if claim is not None:
             _check_handoff(claim, to)
-        ok = claim is not None and self.ctx.board.reassign(
-            task_id, claim.token, to) is WriteOutcome.APPLIED
+        ok = (
+            claim is not None
+            and self.ctx.board.reassign(task_id, claim.token, to) is WriteOutcome.APPLIED
+        )
         if ok and claim is not None:  # ok implies a claim; said again for the type checker
             claim.handoffs += 1
         if ok and claim is self.ctx.claim:
             claim.handed_to = to
         elif ok and claim is not None:
             claim.member_id = to
-        return self._task_result("team_reassign_task", ok, args.task_id, task_id,
-                                 to_member_id=args.to_member_id,
-                                 reason=None if claim else _not_held(task_id))
+        return self._task_result(
+            "team_reassign_task",
+            ok,
+            args.task_id,
+            task_id,
+            to_member_id=args.to_member_id,
+            reason=None if claim else _not_held(task_id),
+        )
 
     def heartbeat_task(self, args: TaskArgs) -> TaskChanged:
         """team_heartbeat_task: a visible heartbeat on a claim this job holds."""
         task_id = self._task_id(args.task_id)
         claim = self._held(task_id)
-        ok = claim is not None and self.ctx.board.heartbeat(
-            task_id, claim.token, self.ctx.heartbeat_ttl_s, visible=True,
-            member_id=self.ctx.member_id) is WriteOutcome.APPLIED
-        return self._task_result("team_heartbeat_task", ok, args.task_id, task_id,
-                                 reason=None if claim else _not_held(task_id))
+        ok = (
+            claim is not None
+            and self.ctx.board.heartbeat(
+                task_id,
+                claim.token,
+                self.ctx.heartbeat_ttl_s,
+                visible=True,
+                member_id=self.ctx.member_id,
+            )
+            is WriteOutcome.APPLIED
+        )
+        return self._task_result(
+            "team_heartbeat_task",
+            ok,
+            args.task_id,
+            task_id,
+            reason=None if claim else _not_held(task_id),
+        )
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _task_result(self, action: str, ok: bool, raw: str, task_id: str,
-                     **extra: str | None) -> TaskChanged:
+    def _task_result(
+        self, action: str, ok: bool, raw: str, task_id: str, **extra: str | None
+    ) -> TaskChanged:
         state = self.ctx.board.get(task_id) if self._exists(task_id) else None
-        return TaskChanged(action=action, ok=ok, member_id=self.ctx.member_id, task_id=raw,
-                           task_state=TaskView.of(state) if state else None, **extra)
+        return TaskChanged(
+            action=action,
+            ok=ok,
+            member_id=self.ctx.member_id,
+            task_id=raw,
+            task_state=TaskView.of(state) if state else None,
+            **extra,
+        )
 
     def _message_task_id(self, raw: str | None) -> str:
         """The task a message threads to, normalized like board ids (the bus refuses other
@@ -439,8 +597,10 @@ class MemberTools:
             return self.ctx.claim.task_id
         task_id = normalize_id(raw)
         if task_id is None:
-            raise ToolFailed(f"taskId {quoted(raw)} names no task; use a task id such as "
-                             f"{self.ctx.claim.task_id}, or leave it out")
+            raise ToolFailed(
+                f"taskId {quoted(raw)} names no task; use a task id such as "
+                f"{self.ctx.claim.task_id}, or leave it out"
+            )
         return task_id
 
     def _task_id(self, raw: str) -> str:
@@ -459,10 +619,14 @@ class MemberTools:
 
     def _member(self, raw: str) -> str:
         member_id = normalize_id(raw)
-        if member_id is None or member_id in RESERVED_MEMBER_IDS or (
-                member_id not in self.ctx.member_ids):
-            raise ToolFailed(f"unknown team member: {echoed(raw)}; use one of: "
-                             f"{', '.join(self.ctx.member_ids)}")
+        if (
+            member_id is None
+            or member_id in RESERVED_MEMBER_IDS
+            or (member_id not in self.ctx.member_ids)
+        ):
+            raise ToolFailed(
+                f"unknown team member: {echoed(raw)}; use one of: {', '.join(self.ctx.member_ids)}"
+            )
         return member_id
 
 
@@ -486,8 +650,10 @@ def _page_note(remaining: int, next_offset: int, cut: bool) -> str | None:
     if cut:
         parts.append("this task's texts were cut to fit tool_result_max_chars")
     if remaining:
-        parts.append(f"{remaining} more tasks: call team_list_tasks with offset={next_offset} "
-                     "for the next page")
+        parts.append(
+            f"{remaining} more tasks: call team_list_tasks with offset={next_offset} "
+            "for the next page"
+        )
     return "; ".join(parts) or None
 
 
@@ -503,8 +669,9 @@ def _check_handoff(claim: Claim, to: str) -> None:
     if to == claim.member_id:
         raise ToolFailed(f"{to} already holds {claim.task_id}; reassign it to another member")
     if claim.handoffs >= MAX_HANDOFFS:
-        raise ToolFailed(f"{claim.task_id} was already reassigned {MAX_HANDOFFS} times; "
-                         "finish it or release it")
+        raise ToolFailed(
+            f"{claim.task_id} was already reassigned {MAX_HANDOFFS} times; finish it or release it"
+        )
 
 
 def _bus_off(sent: Envelope | None) -> str | None:

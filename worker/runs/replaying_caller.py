@@ -25,9 +25,14 @@ class ReplayingCaller:
         """Whether the last reply came from the journal (its usage was charged already)."""
         return 0 < self.step <= len(self.recorded)
 
-    def complete(self, model: str, messages: list[Message], *,
-                 tools: list[dict[str, Any]] | None = None,
-                 api_base: str | None = None) -> ModelReply:
+    def complete(
+        self,
+        model: str,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        api_base: str | None = None,
+    ) -> ModelReply:
         self.step += 1
         if self.replaying:
             return self.recorded[self.step - 1].reply

@@ -120,65 +120,122 @@ class TeammateTools:
         """The team tools, in a Toolbox that cuts any result to `max_result_chars` (the team's
         tool_result_max_chars)."""
         box = Toolbox(max_result_chars=max_result_chars)
-        box.add("send_message", "Send a message to one teammate, or to lead.", SendArgs,
-                self.send_message)
-        box.add("broadcast", "Send a message to every other teammate and the lead.",
-                BroadcastArgs, self.broadcast)
-        box.add("read_inbox", "Show the first unread messages (up to the team's batch; they "
-                "also reach you before your next step) and how many more remain.", NoArgs,
-                self.read_inbox)
-        box.add("list_teammates", "List the team's teammates, roles and statuses.", NoArgs,
-                self.list_teammates)
-        box.add("respond_shutdown", "Answer the lead's shutdown_request: approve to shut down "
-                "after this step, reject to keep working.", RespondShutdownArgs,
-                self.respond_shutdown)
-        box.add("submit_plan", "In plan mode: ask the lead to approve your plan (one pending at "
-                "a time); the answer arrives as a plan_approval_response.", SubmitPlanArgs,
-                self.submit_plan)
+        box.add(
+            "send_message",
+            "Send a message to one teammate, or to lead.",
+            SendArgs,
+            self.send_message,
+        )
+        box.add(
+            "broadcast",
+            "Send a message to every other teammate and the lead.",
+            BroadcastArgs,
+            self.broadcast,
+        )
+        box.add(
+            "read_inbox",
+            "Show the first unread messages (up to the team's batch; they "
+            "also reach you before your next step) and how many more remain.",
+            NoArgs,
+            self.read_inbox,
+        )
+        box.add(
+            "list_teammates",
+            "List the team's teammates, roles and statuses.",
+            NoArgs,
+            self.list_teammates,
+        )
+        box.add(
+            "respond_shutdown",
+            "Answer the lead's shutdown_request: approve to shut down "
+            "after this step, reject to keep working.",
+            RespondShutdownArgs,
+            self.respond_shutdown,
+        )
+        box.add(
+            "submit_plan",
+            "In plan mode: ask the lead to approve your plan (one pending at "
+            "a time); the answer arrives as a plan_approval_response.",
+            SubmitPlanArgs,
+            self.submit_plan,
+        )
         box.add("list_tasks", LIST_TASKS_DESCRIPTION, ListTasksArgs, self.list_tasks)
         box.add("get_task", GET_TASK_DESCRIPTION, GetTaskArgs, self.get_task)
-        box.add("claim_task", "Take a ready task from the team task board (yours to finish with "
-                "complete_task).", TaskIdArgs, self.claim_task)
-        box.add("complete_task", "Finish a task you hold with its result; tasks waiting for it "
-                "may become ready.", CompleteTaskArgs, self.complete_task)
+        box.add(
+            "claim_task",
+            "Take a ready task from the team task board (yours to finish with complete_task).",
+            TaskIdArgs,
+            self.claim_task,
+        )
+        box.add(
+            "complete_task",
+            "Finish a task you hold with its result; tasks waiting for it may become ready.",
+            CompleteTaskArgs,
+            self.complete_task,
+        )
         box.add("idle", "End your turn and wait for the next message.", NoArgs, self.idle)
         return box
 
     def send_message(self, args: SendArgs) -> dict[str, Any]:
-        message, woke = self.store.messages.send(self.name, args.to, args.content,
-                                                 type_=args.type,
-                                                 traceparent=self.trace.traceparent)
-        return {"action": "send_message", "ok": True, "id": message.id, "to": message.to,
-                "woke": woke}
+        message, woke = self.store.messages.send(
+            self.name, args.to, args.content, type_=args.type, traceparent=self.trace.traceparent
+        )
+        return {
+            "action": "send_message",
+            "ok": True,
+            "id": message.id,
+            "to": message.to,
+            "woke": woke,
+        }
 
     def broadcast(self, args: BroadcastArgs) -> dict[str, Any]:
-        message, woke = self.store.messages.broadcast(self.name, args.content,
-                                                      traceparent=self.trace.traceparent)
-        return {"action": "broadcast", "ok": True, "id": message.id,
-                "recipients": len([n for n in self.store.names() if n != self.name]) + 1,
-                "woke": woke}
+        message, woke = self.store.messages.broadcast(
+            self.name, args.content, traceparent=self.trace.traceparent
+        )
+        return {
+            "action": "broadcast",
+            "ok": True,
+            "id": message.id,
+            "recipients": len([n for n in self.store.names() if n != self.name]) + 1,
+            "woke": woke,
+        }
 
     def read_inbox(self, _args: NoArgs) -> dict[str, Any]:
         return unread_batch(self.store, self.name).answer()
 
     def list_teammates(self, _args: NoArgs) -> dict[str, Any]:
-        return {"action": "list_teammates", "ok": True,
-                "teammates": [{"name": m.name, "role": m.role, "status": m.status.value}
-                              for m in self.store.teammates()]}
+        return {
+            "action": "list_teammates",
+            "ok": True,
+            "teammates": [
+                {"name": m.name, "role": m.role, "status": m.status.value}
+                for m in self.store.teammates()
+            ],
+        }
 
     def respond_shutdown(self, args: RespondShutdownArgs) -> dict[str, Any]:
         """Resolve the request; an approval also ends the turn after this step."""
-        message_id = self.store.requests.respond_shutdown(self.name, args.request_id,
-                                                          args.approve, args.reason or "")
+        message_id = self.store.requests.respond_shutdown(
+            self.name, args.request_id, args.approve, args.reason or ""
+        )
         if args.approve:
             self.idle_requested.set()
-        return {"action": "respond_shutdown", "ok": True, "request_id": args.request_id,
-                "approve": args.approve, "id": message_id}
+        return {
+            "action": "respond_shutdown",
+            "ok": True,
+            "request_id": args.request_id,
+            "approve": args.approve,
+            "id": message_id,
+        }
 
     def submit_plan(self, args: SubmitPlanArgs) -> dict[str, Any]:
         record = self.store.requests.submit_plan(self.name, args.plan)
-        return {"action": "submit_plan", "ok": True, "request_id": record.id,
-                "status": record.status.value}
+        return {
+            "action": "submit_plan",
+            "ok": True,
+            "request_id": record.id,
+            "status": record.status.value,
+        }
 
     def list_tasks(self, args: ListTasksArgs) -> dict[str, Any]:
         return list_tasks(self.store, args, self.store.options)
@@ -188,14 +245,24 @@ class TeammateTools:
 
     def claim_task(self, args: TaskIdArgs) -> dict[str, Any]:
         task = self.tasks.claim(self.name, self.token, args.task_id)
-        return {"action": "claim_task", "ok": True, "task_id": task.task_id,
-                "subject": task.subject, "description": task.description}
+        return {
+            "action": "claim_task",
+            "ok": True,
+            "task_id": task.task_id,
+            "subject": task.subject,
+            "description": task.description,
+        }
 
     def complete_task(self, args: CompleteTaskArgs) -> dict[str, Any]:
         task_id = task_id_of(args.task_id)
         ready, woke = self.tasks.complete(self.name, self.token, task_id, args.result)
-        return {"action": "complete_task", "ok": True, "task_id": task_id, "now_ready": ready,
-                "woke": woke}
+        return {
+            "action": "complete_task",
+            "ok": True,
+            "task_id": task_id,
+            "now_ready": ready,
+            "woke": woke,
+        }
 
     def idle(self, _args: NoArgs) -> dict[str, Any]:
         self.idle_requested.set()

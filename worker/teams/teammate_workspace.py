@@ -78,12 +78,23 @@ def open_mirror(store: TeamStore, teammate: Teammate, token: str) -> WorkspaceMi
     if store.meta().workspace_store != "redis" or not (teammate.tools or teammate.mcp):
         return None
     keys = store.keys
-    return WorkspaceMirror.open(WorkspaceFiles(store.conn, keys, store.options.file_caps,
-                                               Fence("turn", keys.turn(teammate.name), token)))
+    return WorkspaceMirror.open(
+        WorkspaceFiles(
+            store.conn,
+            keys,
+            store.options.file_caps,
+            Fence("turn", keys.turn(teammate.name), token),
+        )
+    )
 
 
-def add_teammate_workspace(toolbox: Toolbox, store: TeamStore, teammate: Teammate,
-                           state_dir: Path, root: Path | None = None) -> None:
+def add_teammate_workspace(
+    toolbox: Toolbox,
+    store: TeamStore,
+    teammate: Teammate,
+    state_dir: Path,
+    root: Path | None = None,
+) -> None:
     """Add the teammate's workspace tools, then gate what plan mode forbids; `root` is the
     turn's copy of a workspace kept in Redis (None: the team's directory)."""
     if any(not is_python_tool(tool) for tool in teammate.tools):
@@ -93,46 +104,67 @@ def add_teammate_workspace(toolbox: Toolbox, store: TeamStore, teammate: Teammat
         gate_plan(toolbox, lambda: store.plan_state(teammate.name))
 
 
-def add_teammate_python_tools(toolbox: Toolbox, store: TeamStore, teammate: Teammate,
-                              state_dir: Path, heartbeat: Callable[[], bool],
-                              root: Path | None = None) -> None:
+def add_teammate_python_tools(
+    toolbox: Toolbox,
+    store: TeamStore,
+    teammate: Teammate,
+    state_dir: Path,
+    heartbeat: Callable[[], bool],
+    root: Path | None = None,
+) -> None:
     """Add the teammate's Python tools after the others (not plan-gated: what they change is
     theirs to say); ConfigError when one will not import on this worker or its name is taken.
     Their heartbeat refreshes the turn lease."""
-    context = ToolContext(member_id=teammate.name,
-                          workspace=root or workspace_root(teammate, store.team, state_dir),
-                          heartbeat=heartbeat, team_id=store.team)
-    add_python_tools(toolbox, teammate.tools, context, store.options.tool_result_max_chars,
-                     timeout_s=store.options.tool_wait_s)
+    context = ToolContext(
+        member_id=teammate.name,
+        workspace=root or workspace_root(teammate, store.team, state_dir),
+        heartbeat=heartbeat,
+        team_id=store.team,
+    )
+    add_python_tools(
+        toolbox,
+        teammate.tools,
+        context,
+        store.options.tool_result_max_chars,
+        timeout_s=store.options.tool_wait_s,
+    )
 
 
-def mcp_hub(store: TeamStore, teammate: Teammate, state_dir: Path,
-            root: Path | None = None) -> McpHub:
+def mcp_hub(
+    store: TeamStore, teammate: Teammate, state_dir: Path, root: Path | None = None
+) -> McpHub:
     """An MCP hub for the teammate's turn: stdio servers start in its workspace."""
     options = store.options
-    return McpHub(root or ensure_workspace(teammate, store.team, state_dir), McpTimeouts(
-        options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s),
-        call_key_prefix=f"{store.team}:{teammate.name}")
+    return McpHub(
+        root or ensure_workspace(teammate, store.team, state_dir),
+        McpTimeouts(
+            options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
+        ),
+        call_key_prefix=f"{store.team}:{teammate.name}",
+    )
 
 
-def add_teammate_mcp_tools(toolbox: Toolbox, store: TeamStore, teammate: Teammate,
-                           hub: McpHub) -> None:
+def add_teammate_mcp_tools(
+    toolbox: Toolbox, store: TeamStore, teammate: Teammate, hub: McpHub
+) -> None:
     """Start the teammate's MCP servers and offer the tools its entries allow, last; in plan
     mode, those their server does not mark read-only are gated. ConfigError when a server
     will not start or list its tools (the turn ends idle with that error)."""
     changing = []
     for server in store.meta().mcp_servers_for(teammate.mcp):
         listed = hub.start(server)
-        added = add_mcp_tools(toolbox, hub, server, listed, teammate.mcp,
-                              store.options.tool_result_max_chars)
+        added = add_mcp_tools(
+            toolbox, hub, server, listed, teammate.mcp, store.options.tool_result_max_chars
+        )
         read_only = {offered_name(server.name, tool.name) for tool in listed if tool.read_only}
         changing += [name for name in added if name not in read_only]
     if teammate.plan_state is not None:
         gate_plan(toolbox, lambda: store.plan_state(teammate.name), changing)
 
 
-def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None],
-              names: Iterable[str] = PLAN_GATED) -> None:
+def gate_plan(
+    toolbox: Toolbox, plan_state: Callable[[], str | None], names: Iterable[str] = PLAN_GATED
+) -> None:
     """Wrap each of `names` the toolbox has so it first checks `plan_state()`."""
     for name in names:
         tool = toolbox.get(name)
@@ -141,8 +173,9 @@ def gate_plan(toolbox: Toolbox, plan_state: Callable[[], str | None],
             toolbox.wrap(tool.name, _gated(tool.name, tool.fn, plan_state))
 
 
-def _gated(name: str, fn: Callable[[Any], Any],
-           plan_state: Callable[[], str | None]) -> Callable[[ToolArgs], Any]:
+def _gated(
+    name: str, fn: Callable[[Any], Any], plan_state: Callable[[], str | None]
+) -> Callable[[ToolArgs], Any]:
     def gated(args: ToolArgs) -> Any:
         state = plan_state()
         if state is not None and state != APPROVED:
@@ -155,9 +188,13 @@ def _gated(name: str, fn: Callable[[Any], Any],
 def plan_refusal(tool: str, state: str) -> str:
     """What a gated tool answers before approval: why, and what to do next."""
     if state == "pending":
-        return (f"{tool} is not allowed yet: you are in plan mode and your plan is waiting for "
-                "the lead's review; wait for the lead's plan_approval_response (end your turn, "
-                "its answer wakes you)")
-    return (f"{tool} is not allowed yet: you are in plan mode and have no approved plan; call "
-            "submit_plan with your plan, then wait for the lead's plan_approval_response "
-            "(a rejection says what to revise)")
+        return (
+            f"{tool} is not allowed yet: you are in plan mode and your plan is waiting for "
+            "the lead's review; wait for the lead's plan_approval_response (end your turn, "
+            "its answer wakes you)"
+        )
+    return (
+        f"{tool} is not allowed yet: you are in plan mode and have no approved plan; call "
+        "submit_plan with your plan, then wait for the lead's plan_approval_response "
+        "(a rejection says what to revise)"
+    )

@@ -82,14 +82,21 @@ def run_turn(team: str, name: str) -> str:
     settings = load_settings()
     tracing = tracing_from_settings(settings, WORKER_SERVICE)
     try:
-        return execute_turn(job_connection(settings), team, name, settings=settings,
-                            tracing=tracing)
+        return execute_turn(
+            job_connection(settings), team, name, settings=settings, tracing=tracing
+        )
     finally:  # a forked job ends in os._exit: its spans go now or never
         tracing.close()
 
 
-def execute_turn(conn: redis.Redis, team: str, name: str, *,
-                 settings: Settings | None = None, tracing: Tracing = NO_TRACING) -> str:
+def execute_turn(
+    conn: redis.Redis,
+    team: str,
+    name: str,
+    *,
+    settings: Settings | None = None,
+    tracing: Tracing = NO_TRACING,
+) -> str:
     """The job body without RQ: take the lease, run steps until the turn ends, then reconcile
     the team if none of its workers did for a lease TTL (a dead worker's turn is rerun even
     while no person runs a `team` verb)."""
@@ -99,12 +106,22 @@ def execute_turn(conn: redis.Redis, team: str, name: str, *,
     if verdict != "ok":
         return f"skipped: {verdict}"
     options = store.options
-    client = LitellmClient(provider_keys=settings.provider_keys,
-                           timeout_s=options.model_timeout_s, max_retries=options.model_max_retries,
-                           limits=worker_limits(conn, options.limits, settings))
+    client = LitellmClient(
+        provider_keys=settings.provider_keys,
+        timeout_s=options.model_timeout_s,
+        max_retries=options.model_max_retries,
+        limits=worker_limits(conn, options.limits, settings),
+    )
     with TurnLease(store, name, token, options.heartbeat_ttl_s) as lease:
-        outcome = Turn(store, store.get(name), token, client, lease,
-                       state_dir=settings.state_dir, tracing=tracing).run()
+        outcome = Turn(
+            store,
+            store.get(name),
+            token,
+            client,
+            lease,
+            state_dir=settings.state_dir,
+            tracing=tracing,
+        ).run()
     store.scheduler.reconcile_at_most_every_ttl()
     return outcome
 
@@ -184,19 +201,22 @@ class Turn:
             try:
                 check_teammate_host(self.store, self.teammate)
                 add_teammate_workspace(toolbox, self.store, self.teammate, self.state_dir, root)
-                add_teammate_python_tools(toolbox, self.store, self.teammate, self.state_dir,
-                                          self.lease.heartbeat, root)
+                add_teammate_python_tools(
+                    toolbox, self.store, self.teammate, self.state_dir, self.lease.heartbeat, root
+                )
                 if self.teammate.mcp:
-                    hub = stack.enter_context(mcp_hub(self.store, self.teammate, self.state_dir,
-                                                      root))
+                    hub = stack.enter_context(
+                        mcp_hub(self.store, self.teammate, self.state_dir, root)
+                    )
                     add_teammate_mcp_tools(toolbox, self.store, self.teammate, hub)
             except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
                 error = shorten(str(exc), 500)
                 self._mark("begin", worker_name())  # a turn that ends before its first call
                 return self._end(f"error: {shorten(error, 120)}", "", error=error)
             if mirror:  # every tool but the team's own may change files: each call syncs
-                mirror.guard(toolbox, [name for name in toolbox.names
-                                       if name not in TEAMMATE_TOOLS])
+                mirror.guard(
+                    toolbox, [name for name in toolbox.names if name not in TEAMMATE_TOOLS]
+                )
             self.tool_names = toolbox.names
             return self._turns()
 
@@ -225,10 +245,12 @@ class Turn:
                 return verdict
             # Another turn might outlast the job's timeout, or share this process with a Python
             # tool's abandoned call: a fresh job runs it (this work-horse exits, the call with it).
-            if self._elapsed_s() > self.store.options.turn_timeout_s / 2 or \
-                    abandoned_tool_calls():
-                return "handed over" if self.store.turns.hand_over(self.teammate.name, self.token) \
+            if self._elapsed_s() > self.store.options.turn_timeout_s / 2 or abandoned_tool_calls():
+                return (
+                    "handed over"
+                    if self.store.turns.hand_over(self.teammate.name, self.token)
                     else "revoked"
+                )
             self.tools.idle_requested.clear()
 
     def _start_span(self) -> Span:
@@ -236,17 +258,27 @@ class Turn:
         the turn's model and tool calls go under it."""
         links: list[str | None] = []
         if self.tracing.on:
-            _, unread = self.store.messages.peek(self.teammate.name,
-                                                 limit=self.store.options.inbox_batch_messages)
+            _, unread = self.store.messages.peek(
+                self.teammate.name, limit=self.store.options.inbox_batch_messages
+            )
             links = [message.traceparent for message in unread]
-            links += self._task_traceparents([
-                m.task_id for m in unread if m.type == SystemType.TASK_ASSIGNED and m.task_id])
+            links += self._task_traceparents(
+                [m.task_id for m in unread if m.type == SystemType.TASK_ASSIGNED and m.task_id]
+            )
         name = self.teammate.name
-        self.span = self.tracing.start(f"invoke_agent {name}", links=links, attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
-            "teamctl.team": self.store.team, "teamctl.member": name,
-            "teamctl.worker": worker_name(), "host.name": socket.gethostname(),
-            "process.pid": os.getpid()})
+        self.span = self.tracing.start(
+            f"invoke_agent {name}",
+            links=links,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": name,
+                "teamctl.team": self.store.team,
+                "teamctl.member": name,
+                "teamctl.worker": worker_name(),
+                "host.name": socket.gethostname(),
+                "process.pid": os.getpid(),
+            },
+        )
         self.toolbox.trace = self.tools.trace = self.span
         return self.span
 
@@ -272,9 +304,15 @@ class Turn:
         if answer.strip():
             notice += ": " + shorten(answer, self.store.options.last_answer_chars)
         self._mark("end", str(reason))  # refused for a revoked turn, as end_turn is next
-        return self.store.turns.end_turn(self.teammate.name, self.token, reason, notice,
-                                         force=bool(error), error=error,
-                                         budget=reason == IdleReason.BUDGET)
+        return self.store.turns.end_turn(
+            self.teammate.name,
+            self.token,
+            reason,
+            notice,
+            force=bool(error),
+            error=error,
+            budget=reason == IdleReason.BUDGET,
+        )
 
     def _mark(self, kind: str, detail: str) -> bool:
         """Record that the turn begins or ends (for its transcript), fenced by its token; False
@@ -314,21 +352,34 @@ class Turn:
         if teammate.shutdown_request:
             # A rerun after it approved its shutdown: end now, shut down (turn_end.lua).
             return IdleReason.DONE, answer or ""
-        if answer is not None and not self.store.messages.peek(
-                self.teammate.name, limit=self.store.options.inbox_batch_messages)[1]:
+        if (
+            answer is not None
+            and not self.store.messages.peek(
+                self.teammate.name, limit=self.store.options.inbox_batch_messages
+            )[1]
+        ):
             # A rerun of a turn whose final answer was committed: nothing new to answer.
             # (Otherwise the first model step peeks the inbox itself.)
             return IdleReason.DONE, answer
         # Each call waits for its provider's slot (the lease beats meanwhile) and is charged
         # to the team's budget when it settles.
-        client = self.client.scoped(CallScope(budget=self.store.budget, stop=self.lease.check,
-                                              waiting=self._show_waiting,
-                                              on_charge=self._charged))
+        client = self.client.scoped(
+            CallScope(
+                budget=self.store.budget,
+                stop=self.lease.check,
+                waiting=self._show_waiting,
+                on_charge=self._charged,
+            )
+        )
         caller = team_caller(self.store, client, self.teammate.name, self.teammate.fallbacks)
-        loop = AgentLoop(client=TracingCaller(caller, self.span), model=self.teammate.model,
-                         api_base=self.teammate.api_base,
-                         toolbox=self.toolbox, max_steps=self.store.options.turn_max_steps,
-                         policy=self)
+        loop = AgentLoop(
+            client=TracingCaller(caller, self.span),
+            model=self.teammate.model,
+            api_base=self.teammate.api_base,
+            toolbox=self.toolbox,
+            max_steps=self.store.options.turn_max_steps,
+            policy=self,
+        )
         try:
             end = loop.run(messages)
         except BudgetSpent as exc:  # the call's reservation: the budget cannot cover it
@@ -354,7 +405,7 @@ class Turn:
             self.span.event("teamctl.budget.exceeded")
             return Stop(IdleReason.BUDGET)
         # What the memory caps dropped leaves the conversation sent too.
-        del messages[1:1 + self.dropped]
+        del messages[1 : 1 + self.dropped]
         self.dropped = 0
         self.lease.check()
         # A bounded batch (inbox_batch_messages, tool_result_max_chars): the rest stays unread
@@ -377,8 +428,13 @@ class Turn:
         plain = scripts.scripts if isinstance(scripts, GuardedScripts) else scripts
         plain["mate_waiting"](
             keys=[self.store.keys.teammate(self.teammate.name)],
-            args=[self.token, waiting.model if waiting else "",
-                  waiting.since_ms if waiting else 0, waiting.until_ms if waiting else 0])
+            args=[
+                self.token,
+                waiting.model if waiting else "",
+                waiting.since_ms if waiting else 0,
+                waiting.until_ms if waiting else 0,
+            ],
+        )
 
     def _charged(self, charge: Charge) -> None:
         """After each call was charged: whether it spent the budget (the lead told once)."""
@@ -402,12 +458,19 @@ class Turn:
             self.lease.check()
             guarded = self.store.guarded(self.teammate.name, self.token, f"{index}:{call['id']}")
             with self.tools.writing_through(guarded):
-                content = self.toolbox.call(call["function"]["name"],
-                                            call["function"]["arguments"], call["id"])
+                content = self.toolbox.call(
+                    call["function"]["name"], call["function"]["arguments"], call["id"]
+                )
             if guarded.scripts.revoked:  # a write was refused: stop before the next tool runs
                 raise TurnRevoked(f"the turn of {self.teammate.name} was revoked")
-            results.append({"role": "tool", "tool_call_id": call["id"],
-                            "name": call["function"]["name"], "content": content})
+            results.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "name": call["function"]["name"],
+                    "content": content,
+                }
+            )
         self._commit("", results)
         return results
 
@@ -420,11 +483,16 @@ class Turn:
 
     def _system_prompt(self, plan_state: str | None) -> str:
         # The spawn prompt is memory's first message; identity is restated every turn.
-        return render("teamctl.worker.teams", "teammate_system.md", name=self.teammate.name,
-                      team=self.store.team, role=self.teammate.role or "teammate",
-                      plan_mode=_plan_mode_note(plan_state),
-                      tools=", ".join(self.tool_names),
-                      workspace=any(tool in WORKSPACE_TOOLS for tool in self.teammate.tools))
+        return render(
+            "teamctl.worker.teams",
+            "teammate_system.md",
+            name=self.teammate.name,
+            team=self.store.team,
+            role=self.teammate.role or "teammate",
+            plan_mode=_plan_mode_note(plan_state),
+            tools=", ".join(self.tool_names),
+            workspace=any(tool in WORKSPACE_TOOLS for tool in self.teammate.tools),
+        )
 
 
 def _plan_mode_note(plan_state: str | None) -> str:
@@ -433,8 +501,10 @@ def _plan_mode_note(plan_state: str | None) -> str:
         return "off"
     if plan_state == "approved":
         return "on, and your plan is approved: carry it out"
-    return ("on: before changing anything, submit_plan and wait for the lead's "
-            "plan_approval_response (a rejection says what to revise)")
+    return (
+        "on: before changing anything, submit_plan and wait for the lead's "
+        "plan_approval_response (a rejection says what to revise)"
+    )
 
 
 def pending_calls(memory: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -451,7 +521,8 @@ def _ended_by_idle(memory: list[dict[str, Any]]) -> bool:
         if message.get("role") != "tool":
             calls = message.get("tool_calls") or []
             return message.get("role") == "assistant" and any(
-                call["function"]["name"] == "idle" for call in calls)
+                call["function"]["name"] == "idle" for call in calls
+            )
     return False
 
 
@@ -460,4 +531,3 @@ def _last_answer(memory: list[dict[str, Any]]) -> str | None:
     if memory and memory[-1].get("role") == "assistant" and not memory[-1].get("tool_calls"):
         return str(memory[-1].get("content") or "")
     return None
-
