@@ -87,9 +87,12 @@ def launch(
 
 @dataclass(frozen=True)
 class WorkerPlan:
-    """Which workers a run starts: `count` given explicitly means that many run-scoped ones;
-    else the warm pool on the embedded defaults, or run-scoped ones on an external Redis only
-    when nobody listens on the run's queues."""
+    """Which workers a run starts.
+
+    A `count` given explicitly starts that many run-scoped workers. Without one, a run on the
+    embedded defaults uses the warm pool, and a run on an external Redis starts run-scoped
+    workers only when no worker listens on its queues.
+    """
 
     count: int | None
     embedded: bool
@@ -104,9 +107,12 @@ class WorkerPlan:
         starting: StartingWorkers | None = None,
         team_variables: Iterable[str] = (),
     ) -> int:
-        """How many run-scoped workers to start, after starting (or replacing) pool workers,
-        which are added to `starting`; with workers of its own, pool workers of another
-        environment on these queues are retired all the same (they would take its jobs)."""
+        """How many run-scoped workers to start.
+
+        Pool workers it starts or replaces first are added to `starting`. A run with workers of
+        its own still retires pool workers of another environment on its queues, since they
+        would take its jobs.
+        """
         if self.count is not None:
             if self.embedded and self.count:
                 retire_stale_pool(redis_url, queues, settings, note, team_variables)
