@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import re
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,7 +98,7 @@ def _params(command: click.Command) -> list[str]:
     options = [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
     if not options:
         return []
-    rows = ["| option | default | what |", "|---|---|---|"]
+    table = Table(["option", "default", "what"])
     for option in options:
         flags = ", ".join(f"`{flag}`" for flag in [*option.opts, *option.secondary_opts])
         default = option.default
@@ -109,12 +110,49 @@ def _params(command: click.Command) -> list[str]:
             and not default
             else f"`{default}`"
         )
-        rows.append(f"| {flags} | {shown} | {_cell(option.help or '')} |")
-    return [*rows, ""]
+        table.add([flags, shown], flags, option.help or "")
+    return [*table.lines(), ""]
 
 
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
+
+
+CELL_MAX_CHARS = 200
+"""A longer description keeps its first sentence in the table; the whole of it follows the
+table, so no row has to be read across several screens."""
+SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)(?<!\bvs)\.\s")
+
+
+class Table:
+    """A reference table whose last column describes each row, kept short."""
+
+    def __init__(self, header: list[str]) -> None:
+        self.header = header
+        self.rows: list[str] = []
+        self.in_full: list[str] = []
+
+    def add(self, cells: list[str], name: str, what: str) -> None:
+        """A row of `cells` and `what`; a long `what` is listed in full, by `name`, below."""
+        text = " ".join(what.split())
+        if len(text) > CELL_MAX_CHARS:
+            self.in_full.append(f"- {name}: {text}")
+            text = _first_sentence(text) + " (in full below the table)"
+        self.rows.append("| " + " | ".join([*cells, _cell(text)]) + " |")
+
+    def lines(self) -> list[str]:
+        head = ["| " + " | ".join(self.header) + " |", "|" + "---|" * len(self.header)]
+        notes = ["", "In full:", "", *self.in_full] if self.in_full else []
+        return [*head, *self.rows, *notes]
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of `text`, or its first words when that sentence is long too."""
+    end = SENTENCE_END.search(text)
+    first = text[: end.start() + 1] if end else text
+    if len(first) <= CELL_MAX_CHARS - 45:
+        return first
+    return text[: text.rfind(" ", 0, CELL_MAX_CHARS - 45)] + " ..."
 
 
 # --- run and team options ----------------------------------------------------------------------
@@ -149,15 +187,12 @@ def options_page(title: str, model: type[BaseModel], intro: str) -> str:
         "",
         intro + " Read from the settings model at each docs build.",
         "",
-        "| option | type | default | range | what |",
-        "|---|---|---|---|---|",
     ]
+    table = Table(["option", "type", "default", "range", "what"])
     for name, info in model.model_fields.items():
-        lines.append(
-            f"| `{name}` | {_type(info)} | {_default(info)} | {_range(info)} | "
-            f"{_cell(docs.get(name, info.description or ''))} |"
-        )
-    return "\n".join(lines) + "\n"
+        cells = [f"`{name}`", _type(info), _default(info), _range(info)]
+        table.add(cells, f"`{name}`", docs.get(name, info.description or ""))
+    return "\n".join([*lines, *table.lines()]) + "\n"
 
 
 def field_docs(model: type[BaseModel]) -> dict[str, str]:
@@ -219,12 +254,11 @@ def result_page() -> str:
         "Python API's `Run.result()` returns as a `RunResult`. Generated from the pydantic "
         "model at each docs build.",
         "",
-        "| field | type | what |",
-        "|---|---|---|",
     ]
+    table = Table(["field", "type", "what"])
     for name, info in RunResult.model_fields.items():
-        lines.append(f"| `{name}` | {_type(info)} | {_cell(docs.get(name, ''))} |")
-    lines += ["", "## JSON schema", "", "```json", schema, "```"]
+        table.add([f"`{name}`", _type(info)], f"`{name}`", docs.get(name, ""))
+    lines += [*table.lines(), "", "## JSON schema", "", "```json", schema, "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -337,16 +371,19 @@ def redis_keys_page() -> str:
         "cluster slot, so each Lua script touches one slot.",
         "",
     ]
-    lines += ["## Indexes", "", "| key | what |", "|---|---|"]
-    lines += [f"| `{key}` | {_cell(doc)} |" for key, doc in index_rows(keys_module)]
-    lines += ["", "## Shared by every run and team", "", "| key | what |", "|---|---|"]
-    lines += [f"| `{key}` | {_cell(doc)} |" for key, doc in shared_key_rows(keys_module)]
+    lines += ["## Indexes", "", *_key_table(index_rows(keys_module)), ""]
+    lines += ["## Shared by every run and team", "", *_key_table(shared_key_rows(keys_module))]
     lines.append("")
     for title, space, owner in sections:
-        lines += [f"## {title}", "", "| key | what |", "|---|---|"]
-        lines += [f"| `{key}` | {_cell(doc)} |" for key, doc in key_rows(space, owner)]
-        lines.append("")
+        lines += [f"## {title}", "", *_key_table(key_rows(space, owner)), ""]
     return "\n".join(lines)
+
+
+def _key_table(rows: Iterator[tuple[str, str]]) -> list[str]:
+    table = Table(["key", "what"])
+    for key, doc in rows:
+        table.add([f"`{key}`"], f"`{key}`", doc)
+    return table.lines()
 
 
 # --- performance -----------------------------------------------------------------------------
