@@ -15,7 +15,7 @@ moves litellm's lazy first-call work (~400 ms, its success path included) into t
 prompt templates, tool schemas and Lua sources are prepared here once, and the MCP SDK's client is
 imported (its sessions are per attempt: see shared/agent/mcp_tools.py). An experimental worker
 class, `-w teamctl.worker.experimental.warm_fork.WarmForkWorker`, also forks each job's process
-ahead (warm_fork.py).
+ahead (worker/experimental/warm_fork.py).
 """
 
 import gc

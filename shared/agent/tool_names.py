@@ -1,8 +1,8 @@
 """How tools are named: the workspace tools and the `module:function` form of a Python tool.
 
-Reading a team file, a run's spec or a teammate checks these names; the tool machinery
-(tools.py, python_tools.py, workspace_tools.py: argument models, JSON schemas) stays unimported
-until a tool is built, so the CLI's short verbs do not pay for it."""
+Reading a team file, a run's spec or a teammate checks these names. The tool machinery (the
+argument models and JSON schemas in tools.py, python_tools.py and shared/workspace/tools.py) stays
+unimported until a tool is built, so the CLI's short verbs do not pay for it."""
 
 from __future__ import annotations
 
