@@ -203,6 +203,11 @@ class RunStore:
                 f"run {self.run_id} was already ended by another coordinator; "
                 f"`teamctl status {self.run_id}` shows its result"
             )
+        if verdict != "ok":  # a script of another teamctl version: do not take it as written
+            raise RunFailed(
+                f"run {self.run_id}: Redis answered {verdict!r} to a status write; "
+                "run every coordinator and worker on the same teamctl version"
+            )
 
     def add_usage(self, usage: Usage) -> None:
         """Add a model call's usage to the run totals (atomic increments)."""

@@ -12,11 +12,11 @@
 -- uses: core, runs, tasks, messages
 -- access: write
 -- KEYS: lease_key, state_key, usage_key, bus_key, bus_seq_key, events_key
--- ARGV: owner, status, output, has_output, error, prompt_tokens, completion_tokens, cost_usd,
+-- ARGV: owner, status, output, has_output, error_text, prompt_tokens, completion_tokens, cost_usd,
 --   unpriced, announce_type, announcement, retention_ms
 local lease_key, state_key, usage_key, bus_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local bus_seq_key, events_key = KEYS[5], KEYS[6]
-local owner, status, output, has_output, error = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local owner, status, output, has_output, error_text = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local prompt_tokens, completion_tokens, cost_usd, unpriced = ARGV[6], ARGV[7], ARGV[8], ARGV[9]
 local announce_type, announcement, retention_ms = ARGV[10], ARGV[11], ARGV[12]
 if RUN_ENDED[redis.call('HGET', state_key, 'status') or ''] then return 'ended' end
@@ -24,7 +24,7 @@ if redis.call('GET', lease_key) ~= owner then return 'stale' end
 local now = now_ms()
 redis.call('HSET', state_key, 'status', status, 'ended_ms', now)
 if has_output == '1' then redis.call('HSET', state_key, 'output', output) end
-if error ~= '' then redis.call('HSET', state_key, 'error', error) end
+if error_text ~= '' then redis.call('HSET', state_key, 'error', error_text) end
 redis.call('HINCRBY', usage_key, 'prompt_tokens', prompt_tokens)
 redis.call('HINCRBY', usage_key, 'completion_tokens', completion_tokens)
 redis.call('HINCRBYFLOAT', usage_key, 'cost_usd', cost_usd)
