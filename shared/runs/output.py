@@ -133,3 +133,67 @@ class RunResult(BaseModel):
     """Tokens and cost of every model call of the run (planner, members, synthesizer)."""
     usage_by_model: dict[str, ModelUsage] = Field(default_factory=dict)
     """`usage` per model that answered (a fallback's calls counted as `fallback_calls` too)."""
+
+
+class DiffRun(BaseModel):
+    """One of the two runs `teamctl diff` compares, as it stood when read."""
+
+    run_id: str
+    status: RunStatus
+    objective: str
+    usage: Usage
+    """Every model call of the run (planner, members, synthesizer)."""
+
+    @property
+    def in_progress(self) -> bool:
+        return not self.status.finished
+
+
+class DiffTask(BaseModel):
+    """A task as one run of a diff holds it: its plan entry, its status, output and usage."""
+
+    member_id: str | None
+    task: str
+    depends_on: list[str]
+    status: TaskStatus
+    output: str | None
+    usage: Usage
+
+
+class TaskDiff(BaseModel):
+    """One task id across the two runs: absent from one (added or removed), or in both."""
+
+    task_id: str
+    a: DiffTask | None
+    """The task in run A; None when only run B has it (added)."""
+    b: DiffTask | None
+    """The task in run B; None when only run A has it (removed)."""
+    changed: list[str] = Field(default_factory=list)
+    """The plan fields that differ (`member`, `task`, `depends_on`), for a task in both."""
+    same_output: bool | None = None
+    """Whether both outputs are the same text; None unless both runs have an output for it."""
+    output_diff: list[str] = Field(default_factory=list)
+    """The unified diff of A's output to B's, a line each, whole (empty when the same)."""
+    tokens_delta: int = 0
+    """B's tokens minus A's (a side without the task counts 0)."""
+    cost_delta_usd: float = 0.0
+
+
+class RunDiff(BaseModel):
+    """What `teamctl diff RUN_A RUN_B --json` prints: two runs' objectives, plans, outputs and
+    usage side by side."""
+
+    a: DiffRun
+    b: DiffRun
+    same_objective: bool
+    tasks: list[TaskDiff]
+    """Run A's tasks in its plan order, then those only run B has, in its order."""
+    added: list[str]
+    """Tasks only run B has."""
+    removed: list[str]
+    """Tasks only run A has."""
+    changed: list[str]
+    """Tasks in both whose plan entry (member, task text, dependencies) differs."""
+    tokens_delta: int
+    """B's total tokens minus A's."""
+    cost_delta_usd: float
