@@ -403,6 +403,21 @@ def status(run_id: str | None, redis_url: str | None, as_json: bool, settings: S
 
 
 @main.command()
+@click.argument("run_a")
+@click.argument("run_b")
+@redis_url_option
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
+@fail_cleanly
+def diff(run_a: str, run_b: str, redis_url: str | None, as_json: bool, settings: Settings) -> None:
+    """Compare two runs (either may still be running): the objective, the plan (tasks added,
+    removed, changed), each shared task's output (the same, or a unified diff), and tokens and
+    cost per task and in total, with B's difference from A."""
+    from teamctl.coordinator.cli.diff_view import diff_command
+
+    diff_command(attach_redis_url(redis_url, settings), run_a, run_b, as_json)
+
+
+@main.command()
 @click.argument("run_id", required=False)
 @redis_url_option
 @click.option(

@@ -30,6 +30,7 @@ def make_run(
     workspace: Path,
     api_base: str,
     tools: dict[str, list[str]] | None = None,
+    objective: str = "Test the worker",
     **options: Any,
 ) -> RunSpec:
     """Store a run spec with one member per entry of `models` and create its board."""
@@ -47,7 +48,7 @@ def make_run(
     spec = RunSpec(
         run_id=run_id,
         team_id="t",
-        objective="Test the worker",
+        objective=objective,
         members=members,
         options=RunOptions(**options),
         models=ModelChoice(
