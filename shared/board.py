@@ -231,17 +231,7 @@ class TaskBoard:
         dependents = [k.task(d) for d in self._direct_dependents(task_id)]
         return write_outcome(
             self.scripts["complete"](
-                keys=[
-                    k.task(task_id),
-                    k.ready,
-                    k.running,
-                    k.counts,
-                    k.heartbeat(task_id),
-                    k.events,
-                    k.bus,
-                    k.bus_seq,
-                    *dependents,
-                ],
+                keys=[*self._ending_keys(task_id), *dependents],
                 args=[
                     token,
                     output,
@@ -272,17 +262,7 @@ class TaskBoard:
         closure = [k.task(d) for d in self._dependents_closure(task_id)]
         return write_outcome(
             self.scripts["fail"](
-                keys=[
-                    k.task(task_id),
-                    k.ready,
-                    k.running,
-                    k.counts,
-                    k.heartbeat(task_id),
-                    k.events,
-                    k.bus,
-                    k.bus_seq,
-                    *closure,
-                ],
+                keys=[*self._ending_keys(task_id), *closure],
                 args=[
                     "" if token is None else token,
                     error,
@@ -292,6 +272,21 @@ class TaskBoard:
                 ],
             )
         )
+
+    def _ending_keys(self, task_id: str) -> list[str]:
+        """The keys complete.lua and fail.lua take first, in their headers' order: the task, the
+        board's sets and counts, its heartbeat, and the streams the outcome is announced on."""
+        k = self.keys
+        return [
+            k.task(task_id),
+            k.ready,
+            k.running,
+            k.counts,
+            k.heartbeat(task_id),
+            k.events,
+            k.bus,
+            k.bus_seq,
+        ]
 
     def release(self, task_id: str, token: str, reason: str | None = None) -> WriteOutcome:
         """Give a claim back: ready (or pending) again, and `token` is revoked for good."""

@@ -83,15 +83,7 @@ class TeamRequests:
             f": {reason}" if reason else ""
         )
         verdict, detail, _ = self.scripts["request_resolve"](
-            keys=[
-                self.keys.request(request_id),
-                self.keys.bus,
-                self.keys.bus_seq,
-                self.keys.inbox(LEAD),
-                self.keys.teammate(name),
-                self.keys.events,
-                self.keys.teammate_requests(name),
-            ],
+            keys=self._resolve_keys(request_id, answer_to=LEAD, teammate=name),
             args=[
                 request_id,
                 RequestKind.SHUTDOWN,
@@ -166,15 +158,7 @@ class TeamRequests:
             + ("" if approve else ". Revise it and submit_plan again.")
         )
         verdict, detail, woke = self.scripts["request_resolve"](
-            keys=[
-                self.keys.request(request_id),
-                self.keys.bus,
-                self.keys.bus_seq,
-                self.keys.inbox(requester),
-                self.keys.teammate(requester),
-                self.keys.events,
-                self.keys.teammate_requests(requester),
-            ],
+            keys=self._resolve_keys(request_id, answer_to=requester, teammate=requester),
             args=[
                 request_id,
                 RequestKind.PLAN_APPROVAL,
@@ -191,6 +175,20 @@ class TeamRequests:
         if woke:
             self.store.scheduler.enqueue_turn(self.store.get(requester))
         return str(detail), bool(woke)
+
+    def _resolve_keys(self, request_id: str, *, answer_to: str, teammate: str) -> list[str]:
+        """request_resolve.lua's keys: the request, the bus, the inbox the answer goes to, and
+        the teammate whose record and open requests the answer changes."""
+        k = self.keys
+        return [
+            k.request(request_id),
+            k.bus,
+            k.bus_seq,
+            k.inbox(answer_to),
+            k.teammate(teammate),
+            k.events,
+            k.teammate_requests(teammate),
+        ]
 
     def get(self, request_id: str) -> TeamRequest:
         """One request's record, expired first if it is pending past its deadline; ConfigError
