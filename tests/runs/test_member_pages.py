@@ -8,6 +8,7 @@ a huge error) to the cap. Real Redis; the member's toolbox is driven as an attem
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,11 +109,11 @@ def test_200_messages_of_60_kb_come_one_answer_at_a_time_within_the_cap(
     conn: redis.Redis, run_id: str, tmp_path: Path
 ) -> None:
     answers: list[tuple[dict[str, Any], int]] = []
+    fresh_ids = (f"{run_id}-{n}" for n in itertools.count())
 
     def measure() -> list[float]:
         """Page through the messages of a fresh run (a repeat must read them all again)."""
-        fresh = f"{run_id}-{len(runs)}"
-        runs.append(fresh)
+        fresh = next(fresh_ids)
         start_run(
             conn, fresh, tmp_path / fresh, [TaskSpec(id="task_1", member_id="m1", task="Read")]
         )
@@ -122,7 +123,6 @@ def test_200_messages_of_60_kb_come_one_answer_at_a_time_within_the_cap(
             answers[:] = [member.read() for _ in range(201)]
             return slow_scripts_ms(conn, script_shas("read_unread", "ack_reads"))
 
-    runs: list[str] = []
     slow = first_within_the_rule(measure, calls=402)
     assert within_the_rule(slow, calls=402), slow
     seen = []
