@@ -9,7 +9,8 @@
     │   └── UnreadableRecord   a record in Redis does not parse (one run, not all)
     ├── RunFailed          a run ended without success (exit 1)
     │   ├── BudgetSpent    the budget cannot cover the next call: the run or team pauses
-    │   └── Interrupted    the process driving it was asked to stop (Ctrl-C, a timeout)
+    │   ├── Interrupted    the process driving it was asked to stop (Ctrl-C, a timeout)
+    │   └── ReplayDiverged a replay's current code took a path its recorded run did not
     └── NothingToShow      a command that only reads found no embedded Redis running (exit 0)
 
 ToolFailed is separate: it is turned into a tool result for the model, never raised out of a worker.
@@ -93,6 +94,11 @@ class RunFailed(TeamError):
 class BudgetSpent(RunFailed):
     """The budget of a run or team cannot cover the next model call (its worst case was not
     reserved): the call is not made, and the run or team pauses until the budget is raised."""
+
+
+class ReplayDiverged(RunFailed):
+    """A replayed run asked for what its recorded run never did (a model call past the recorded
+    steps, a tool that is gone, another plan): it stops there, since a replay pays for nothing."""
 
 
 class Interrupted(RunFailed):

@@ -280,6 +280,17 @@ class RunKeys(KeySpace):
         steps already paid for instead of making them again."""
         return f"{self.base}:journal:{check_task_id(task_id)}"
 
+    @property
+    def reuse(self) -> str:
+        """Hash: task id -> JSON TaskReuse, what each task of a replayed or forked run takes from
+        its source run (its output, or the first steps of its journal)."""
+        return f"{self.base}:reuse"
+
+    @property
+    def forks(self) -> str:
+        """Set: the runs replayed or forked from this one (the run page links them)."""
+        return f"{self.base}:forks"
+
     def model_call(self, call: str) -> str:
         """Hash: the coordinator's model call `call` (planner, synthesizer), run as a job: its
         request, attempt, the attempt a worker began, and the outcome."""

@@ -122,7 +122,10 @@ class TaskState(BaseModel):
     stale_writes: HashInt = 0
     replayed_steps: HashInt = 0
     """Steps (model replies and their tool results) the latest attempt took from the task's
-    journal instead of making them again."""
+    journal instead of making them again (a kept task of a fork: the steps its source made)."""
+    journal_cut: bool = False
+    """An entry did not fit journal_max_bytes: the journal holds a prefix of the session (a fork
+    pays for the rest again)."""
     start_ms: HashInt = 0
     end_ms: HashInt = 0
     updated_ms: HashInt = 0

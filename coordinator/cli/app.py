@@ -149,6 +149,17 @@ LAZY_COMMANDS = {
         "lead_command",
         "Drive the team's lead agent: a line is a message, /help lists the slash commands.",
     ),
+    "fork": LazyCommand(
+        "teamctl.coordinator.cli.lineage_commands",
+        "fork",
+        "A new run from RUN_ID's records at a fork point, with changes: only what depends on "
+        "the point is paid for again.",
+    ),
+    "replay": LazyCommand(
+        "teamctl.coordinator.cli.lineage_commands",
+        "replay",
+        "Run RUN_ID again from its records, with no model call and no tool run.",
+    ),
     "report": LazyCommand(
         "teamctl.coordinator.cli.web_commands",
         "report",

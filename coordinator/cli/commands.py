@@ -111,7 +111,7 @@ def run_command(
     if not as_json and sys.stdout.isatty():
         click.echo(started.spec.run_id)
     plan = WorkerPlan(workers, embedded, idle_exit_s)
-    return _run_and_print(
+    return run_and_print(
         started.conn,
         started.redis_url,
         started.spec,
@@ -150,7 +150,7 @@ def resume_command(
         )
     run.lease.check_free()
     click.echo(f"teamctl: resuming run {run_id} on {redacted(redis_url)}", err=True)
-    return _run_and_print(
+    return run_and_print(
         run.conn,
         redis_url,
         spec,
@@ -181,7 +181,7 @@ def _wait_out_lease(run: RunHandle) -> None:
             return  # it ended meanwhile: the caller says so
 
 
-def _run_and_print(
+def run_and_print(
     conn: redis.Redis,
     redis_url: str,
     spec: RunSpec,

@@ -66,7 +66,9 @@ def diff_lines(diff: RunDiff) -> list[str]:
 
 def _run_line(name: str, run: DiffRun) -> str:
     live = " (in progress: compared as it stands)" if run.in_progress else ""
-    return f"run {name}: {run.run_id}, {run.status}{live}; {usage_text(run.usage)}"
+    lineage = f" ({run.lineage})" if run.lineage else ""
+    reused = f"; {counted(run.reused_calls, 'model call')} reused" if run.reused_calls else ""
+    return f"run {name}: {run.run_id}{lineage}, {run.status}{live}; {usage_text(run.usage)}{reused}"
 
 
 def _objective_lines(diff: RunDiff) -> list[str]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import socket
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import redis
 from teamctl.coordinator.runs.approval import ApprovalMode, obtain_plan_decision
 from teamctl.coordinator.runs.context import RunContext
+from teamctl.coordinator.runs.fork import plan_difference, seed_journals
 from teamctl.coordinator.runs.mcp_listing import McpListingWait
 from teamctl.coordinator.runs.remote_model import ModelCall, NoReply, RemoteModel
 from teamctl.coordinator.runs.result import build_result, member_results
@@ -25,18 +26,28 @@ from teamctl.coordinator.runs.rounds import CANCELLED, LoopState, RoundLoop
 from teamctl.coordinator.runs.run_control import resume_hint
 from teamctl.coordinator.runs.tool_check import ToolsDoNotImport, WorkerToolCheck
 from teamctl.coordinator.runs.worker_wait import WAKE_EVERY_S, WaitCancelled
-from teamctl.shared.agent.replies import ModelReply
+from teamctl.shared.agent.replies import ModelReply, Usage
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import BudgetSpent, ConfigError, InfraError, ModelError, RunFailed
+from teamctl.shared.errors import (
+    BudgetSpent,
+    ConfigError,
+    InfraError,
+    ModelError,
+    ReplayDiverged,
+    RunFailed,
+)
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.process.private_files import private_dir
+from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.lineage import LineageRecords
+from teamctl.shared.runs.model_call_records import ModelCallRecords, ModelCallRequest
 from teamctl.shared.runs.output import RunResult, SynthesisResult
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.run_records import RunStatus
-from teamctl.shared.runs.run_refs import check_new_run_id
+from teamctl.shared.runs.run_refs import check_new_run_id, new_run_id
 from teamctl.shared.runs.store import RunEnd, RunStore
 from teamctl.shared.task_records import Plan, TaskStatus
 from teamctl.shared.team_file import TeamFile
@@ -62,11 +73,6 @@ class RunRequest:
     workspace_root: Path
     run_id: str | None = None
     workspace_store: WorkspaceStore = "local"
-
-
-def new_run_id() -> str:
-    """A sortable, unique run id: creation time plus a random suffix."""
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 def create_run(conn: redis.Redis, request: RunRequest) -> RunSpec:
@@ -200,12 +206,13 @@ class Coordinator:
         if plan is None:
             with self.trace.child("plan") as span, self.ctx.dispatcher.under(span):
                 self._check_tools_on_workers()
-                plan = self._make_plan()
+                plan = self._reused_plan() or self._make_plan()
                 span.set({"teamctl.tasks": len(plan.tasks)})
             store.save_plan(plan)
         if plan.tasks and not board.task_ids():
             board.create(plan.tasks)
             planned_now = True
+        seed_journals(self.ctx.run)  # a replay's or fork's, once its tasks exist
         if planned_now:
             self.ctx.hooks.call("after_plan", self.spec.objective, plan)
         return plan
@@ -240,6 +247,34 @@ class Coordinator:
             raise RunFailed(f"planner failed: {exc}") from exc
         self.ctx.run.store.add_usage(reply.usage)
         return plan_from_reply(reply.content or "", spec.objective, spec.members, spec.options)
+
+    def _reused_plan(self) -> Plan | None:
+        """A replay's or fork's plan: its source's. A replay's is what the current code makes of
+        the planner's recorded reply, and must be the recorded plan (else it diverged)."""
+        lineage = self.spec.lineage
+        if lineage is None or not lineage.reuses_plan:
+            return None
+        source = RunHandle(self.ctx.run.conn, lineage.source_run)
+        recorded = source.store.state().plan
+        reply = ModelCallRecords(source.conn, source.keys).view("planner").outcome
+        if reply is not None and reply.reply is not None:
+            LineageRecords(self.ctx.run.conn, self.ctx.run.keys).count_reused_call()
+        if recorded is None:
+            self._diverge("diverged at plan: the recorded run has no plan")
+        if lineage.kind == "fork" or reply is None or reply.reply is None:
+            return recorded
+        spec = self.spec
+        plan = plan_from_reply(
+            reply.reply.content or "", spec.objective, spec.members, spec.options
+        )
+        if plan != recorded:
+            self._diverge(f"diverged at plan: {plan_difference(recorded, plan)}")
+        return plan
+
+    def _diverge(self, why: str) -> NoReturn:
+        """A replay asked for what its source never did: the run fails, saying where and why."""
+        self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s, error=why))
+        raise ReplayDiverged(why)
 
     def _complete_within_budget(self, call: ModelCall, begin_by: float) -> ModelReply:
         """The planner's or synthesizer's call; one the budget cannot cover pauses the run
@@ -280,6 +315,8 @@ class Coordinator:
         """True to dispatch; a rejected plan fails the run, a cancel during the wait ends it."""
         if not self.spec.options.require_plan_approval:
             return True
+        if self.spec.lineage is not None and self.spec.lineage.reuses_plan:
+            return True  # approved, if it had to be, in the run it comes from
         if self.approval is ApprovalMode.PROMPT:
             self.ctx.reporter.close()  # the prompt needs the lines the live table redraws
         decision = obtain_plan_decision(
@@ -323,6 +360,24 @@ class Coordinator:
         else:
             self._synthesize()
 
+    def _reused_synthesis(self, request: ModelCallRequest) -> ModelReply | None:
+        """A replay's synthesis: the recorded reply, when the current code asks the same."""
+        lineage = self.spec.lineage
+        if lineage is None or lineage.kind != "replay":
+            return None
+        source = RunHandle(self.ctx.run.conn, lineage.source_run)
+        view = ModelCallRecords(source.conn, source.keys).view("synthesizer")
+        if view.outcome is None or view.outcome.reply is None or view.request is None:
+            self._diverge("diverged at synthesis: the recorded run made no synthesis")
+        asked = ModelCallRequest.model_validate_json(view.request)
+        if asked.messages != request.messages:
+            self._diverge(
+                "diverged at synthesis: the synthesizer's prompt is not the recorded one "
+                "(a task's output or the synthesis prompt changed)"
+            )
+        LineageRecords(self.ctx.run.conn, self.ctx.run.keys).count_reused_call()
+        return view.outcome.reply
+
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:
         self.ctx.run.board.block_stalled(error)
         self._end(
@@ -354,7 +409,8 @@ class Coordinator:
         begin_by = max(self.deadline, time.monotonic() + self.spec.options.model_timeout_s)
         try:
             with self.trace.child("synthesize") as span, ctx.dispatcher.under(span):
-                reply = self._complete_within_budget(call, begin_by)
+                reused = self._reused_synthesis(request)
+                reply = reused or self._complete_within_budget(call, begin_by)
         except (ModelError, NoReply) as exc:  # the board stays; the run records why it failed
             self._end(
                 RunEnd(
@@ -376,7 +432,7 @@ class Coordinator:
                 RunStatus.COMPLETED if all_done else RunStatus.FAILED,
                 self.spec.options.retention_s,
                 output=output,
-                usage=reply.usage,
+                usage=Usage() if reused else reply.usage,  # a reused reply was paid before
                 announce=SystemType.RUN_COMPLETE if ctx.run.bus.enabled else None,
                 announce_text=shorten(output),
             )

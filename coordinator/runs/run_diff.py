@@ -7,6 +7,7 @@ import difflib
 
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.lineage import LineageRecords
 from teamctl.shared.runs.output import DiffRun, DiffTask, RunDiff, TaskDiff
 from teamctl.shared.task_records import TaskState
 
@@ -32,13 +33,17 @@ def diff_runs(run_a: RunHandle, run_b: RunHandle) -> RunDiff:
 
 def _read(run: RunHandle) -> tuple[DiffRun, dict[str, DiffTask]]:
     """A run's own facts and its tasks by id, in plan order (the board keeps every task)."""
+    states = run.board.snapshot()
     side = DiffRun(
         run_id=run.run_id,
         status=run.store.state().status,
         objective=run.spec.objective,
         usage=run.store.usage(),
+        lineage=run.spec.lineage.text() if run.spec.lineage else None,
+        reused_calls=sum(s.replayed_steps for s in states)
+        + LineageRecords(run.conn, run.keys).reused_calls(),
     )
-    return side, {s.task_id: _task(s) for s in run.board.snapshot()}
+    return side, {s.task_id: _task(s) for s in states}
 
 
 def _task(state: TaskState) -> DiffTask:

@@ -134,12 +134,22 @@ class StepJournal:
         )
 
     def _entries(self) -> list[JournalEntry]:
-        key = self.keys.journal(self.task_id)
-        entries: list[JournalEntry] = []
-        start = 0
-        while True:
-            page = self.conn.lrange(key, start, start + PAGE_ENTRIES - 1)
-            entries += [JournalEntry.model_validate_json(raw) for raw in page]
-            if len(page) < PAGE_ENTRIES:
-                return entries
-            start += PAGE_ENTRIES
+        return journal_entries(self.conn, self.keys, self.task_id)
+
+
+def journal_entries(conn: redis.Redis, keys: RunKeys, task_id: str) -> list[JournalEntry]:
+    """A task's journal as it stands, read in pages (any run's: a fork reads its source's)."""
+    key = keys.journal(task_id)
+    entries: list[JournalEntry] = []
+    start = 0
+    while True:
+        page = conn.lrange(key, start, start + PAGE_ENTRIES - 1)
+        entries += [JournalEntry.model_validate_json(raw) for raw in page]
+        if len(page) < PAGE_ENTRIES:
+            return entries
+        start += PAGE_ENTRIES
+
+
+def step_count(entries: list[JournalEntry]) -> int:
+    """How many model replies (steps) the entries record."""
+    return sum(entry.kind == "reply" for entry in entries)

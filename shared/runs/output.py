@@ -143,6 +143,11 @@ class DiffRun(BaseModel):
     objective: str
     usage: Usage
     """Every model call of the run (planner, members, synthesizer)."""
+    lineage: str | None = None
+    """`replay of R` or `forked from R at t2`, for a run made from another's records."""
+    reused_calls: int = 0
+    """Model calls taken from records instead of made: a replay's or fork's, and steps a
+    crashed attempt's successor replayed."""
 
     @property
     def in_progress(self) -> bool:

@@ -13,6 +13,7 @@ from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import normalize_id
 from teamctl.shared.providers.limits_config import ModelLimit
+from teamctl.shared.runs.lineage import Lineage
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.team_file import Member, TeamFile
 from teamctl.shared.text import quoted
@@ -185,6 +186,8 @@ class RunSpec(BaseModel):
     """Where the planner's and the synthesizer's model calls run (workers hold the keys)."""
     limits: dict[str, ModelLimit] = Field(default_factory=dict)
     """The team file's provider limits per model string (workers add TEAMCTL_LIMITS)."""
+    lineage: Lineage | None = None
+    """The run this one replays or forks (what each task reuses is in its reuse hash)."""
 
     @property
     def queues(self) -> list[str]:

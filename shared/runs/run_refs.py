@@ -3,6 +3,8 @@ lists, `last~N` the one N runs before it. Every verb that takes a run resolves i
 
 from __future__ import annotations
 
+import time
+import uuid
 from dataclasses import dataclass
 
 import redis
@@ -69,6 +71,11 @@ def resolve_run(conn: redis.Redis, given: str | None) -> NamedRun:
             "recorded (`teamctl runs` lists them)"
         )
     return NamedRun(check_run_id(found[back]), back)
+
+
+def new_run_id() -> str:
+    """A sortable, unique run id: creation time plus a random suffix."""
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 
 
 def check_new_run_id(run_id: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import time
@@ -13,16 +15,18 @@ from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.loop import AgentLoop, Stop, tool_message
 from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
-from teamctl.shared.agent.replies import ModelReply
-from teamctl.shared.agent.tools import Toolbox
+from teamctl.shared.agent.replies import ModelReply, ToolCall
+from teamctl.shared.agent.tools import TOOL_ERROR_PREFIX, Toolbox
 from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.board import WriteOutcome
 from teamctl.shared.budget import Charge
 from teamctl.shared.bus import SYSTEM
 from teamctl.shared.envelopes import SystemType
-from teamctl.shared.errors import BudgetSpent, ModelError, RunFailed
+from teamctl.shared.errors import BudgetSpent, ModelError, ReplayDiverged, RunFailed
+from teamctl.shared.keys import RunKeys
 from teamctl.shared.providers.limits import CallScope, Waiting
 from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
+from teamctl.shared.runs.lineage import LineageRecords, TaskReuse
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState
@@ -61,6 +65,8 @@ class Attempt:
         self.step_models: list[str | None] = []
         """The model that answered each step's call, kept beside the transcript (a chat
         message sent back to a provider carries no key it does not know)."""
+        self.reuse: TaskReuse | None = None
+        """What the task takes from the run it was replayed or forked from (None: nothing)."""
 
     def run(self) -> AttemptOutcome:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -105,6 +111,10 @@ class Attempt:
 
     def _run(self, member: Member, task: TaskState) -> AttemptOutcome:
         job, claim = self.job, self.claim
+        if job.run.spec.lineage is not None:
+            self.reuse = LineageRecords(job.run.conn, job.run.keys).reuse_for(claim.task_id)
+            if self.reuse is not None and self.reuse.output is not None:
+                return self._keep_output(member, self.reuse.output)
         try:
             loop = self._loop(member, task)
             self.transcript = [
@@ -128,6 +138,9 @@ class Attempt:
             return AttemptOutcome(AttemptEnd.HANDED_OFF, to)
         except BudgetSpent as exc:  # the pre-check's, or the model call's reservation's
             return self._pause_for_budget(str(exc) or "budget spent")
+        except ReplayDiverged as exc:  # the whole replay stops here, saying where and why
+            job.run.store.request_stop(str(exc))
+            return self._fail(member, str(exc))
         except (AttemptAbandoned, AppendRefused) as exc:
             # A refused journal append is a stale write: the task was reclaimed meanwhile.
             self.span.event(
@@ -161,6 +174,8 @@ class Attempt:
         self.replay = ReplayingCaller(
             TracingCaller(self._fallback_caller(member, client), self.span),
             self._recorded_steps(member, task),
+            task_id=self.claim.task_id,
+            reuse=self.reuse,
         )
         return AgentLoop(
             client=self.replay,
@@ -208,7 +223,9 @@ class Attempt:
         )
         if run.spec.options.journal_max_bytes <= 0:
             return []
-        recorded = self.journal.steps_for(member.id, crashed=task.reclaimed)
+        # A replayed or forked task's journal holds its source's steps from the start.
+        seeded = self.reuse is not None and (self.reuse.steps > 0 or self.reuse.strict)
+        recorded = self.journal.steps_for(member.id, crashed=task.reclaimed or seeded)
         if recorded:
             self.journal.note_replayed(len(recorded))
             self.span.event("teamctl.journal.replayed", {"teamctl.steps": len(recorded)})
@@ -266,11 +283,26 @@ class Attempt:
         results = []
         for call in reply.tool_calls:
             content = self.replay.recorded_result(call.id)
+            if self.replay.replaying and self.replay.from_source:
+                content = self._source_result(call, content)
             if content is None:  # not finished before: run it now, and record its result
                 content = self.toolbox.call(call.name, call.arguments, call.id)
                 self.journal.record_result(self.member.id, self.replay.step, call.id, content)
             results.append(tool_message(call, content))
         return results
+
+    def _source_result(self, call: ToolCall, recorded: str | None) -> str:
+        """A tool result of a step taken from the source run: never executed again. A replay
+        stops where the current code could not have made the call, or the result is missing."""
+        assert self.replay is not None
+        strict = self.replay.reuse is not None and self.replay.reuse.strict
+        if strict and call.name not in self.toolbox.names and not _unknown_then(recorded):
+            raise self.replay.diverged(f"the tool {call.name!r} it called is gone")
+        if recorded is not None:
+            return recorded
+        if strict:
+            raise self.replay.diverged(f"the recorded run has no result of its {call.name} call")
+        return unrecorded_result(call.name)
 
     def end_step(self, reply: ModelReply, sent: list[Message]) -> Stop | None:
         # After the tools, so a handoff or release made on the last step still ends the
@@ -347,6 +379,19 @@ class Attempt:
             return AttemptOutcome(AttemptEnd.ABANDONED, outcome.value)
         return AttemptOutcome(AttemptEnd.AWAITING_BUDGET, reason)
 
+    def _keep_output(self, member: Member, output: str) -> AttemptOutcome:
+        """A fork's task that does not depend on the fork point: its source's output and
+        transcript, with no session (its recorded steps count as reused)."""
+        run, source = self.job.run, self.job.run.spec.lineage
+        assert source is not None
+        kept = Transcripts(run.conn, RunKeys(source.source_run)).load_many([self.claim.task_id])
+        self.transcript = kept.get(self.claim.task_id)
+        steps = sum(m.get("role") == "assistant" for m in self.transcript or [])
+        StepJournal(
+            run.conn, run.keys, self.claim.task_id, str(self.claim.token), 0, run.scripts
+        ).note_replayed(steps)
+        return self._complete(member, output)
+
     def _complete(self, member: Member, output: str) -> AttemptOutcome:
         return self._write_outcome(
             self.job.run.board.complete, member, output, AttemptEnd.COMPLETED
@@ -418,3 +463,23 @@ def with_models(transcript: list[Message], models: list[str | None]) -> list[Mes
         model = next(answered, None) if message.get("role") == "assistant" else None
         kept.append({**message, "model": model} if model else message)
     return kept
+
+
+def _unknown_then(recorded: str | None) -> bool:
+    """Whether the recorded result says the tool did not exist then either."""
+    if recorded is None or not recorded.startswith(TOOL_ERROR_PREFIX):
+        return False
+    with contextlib.suppress(ValueError, AttributeError):
+        return bool(
+            json.loads(recorded[len(TOOL_ERROR_PREFIX) :]).get("errorType") == "UnknownTool"
+        )
+    return False
+
+
+def unrecorded_result(tool: str) -> str:
+    """What the model is told for a source step's tool call that left no result: it is never
+    run again, and may or may not have taken effect in the source run."""
+    return (
+        f"[teamctl] in doubt: the run this one was made from started this call of {tool} and "
+        "recorded no result; it is not run again, and may or may not have taken effect there"
+    )
