@@ -134,6 +134,10 @@ def status_lines(
         f"{duration_text(result.total_duration_ms)}; {usage_text(result.usage)}",
         f"objective: {one_line(result.objective, ERROR_CHARS)}",
     ]
+    if result.lineage:
+        lines.append(f"lineage: {result.lineage.text()}")
+    if result.forks:
+        lines.append(f"replays and forks: {', '.join(result.forks)}")
     if result.error:
         lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
     lines += fallback_lines(result)

@@ -9,6 +9,7 @@ from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.lineage import LineageRecords
 from teamctl.shared.runs.model_call_records import ModelCallRecords
 from teamctl.shared.runs.output import MemberResult, RunResult, TaskStateView
 from teamctl.shared.runs.run_config import RunSpec
@@ -115,6 +116,8 @@ def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
         total_duration_ms=ended_ms - state.started_ms,
         usage=store.usage(),
         usage_by_model=usage_by_model(run.conn, run.keys),
+        lineage=spec.lineage,
+        forks=LineageRecords(run.conn, run.keys).forks(),
     )
 
 

@@ -13,6 +13,7 @@ from teamctl.shared.agent.replies import Usage
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.runs.handle import RunHandle
+from teamctl.shared.runs.lineage import LineageRecords
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunState, parse_usage
@@ -75,6 +76,8 @@ class RunView:
     detailed: list[TaskState] = field(default_factory=list)
     """The tasks whose details the page shows, in plan order: every task, or on a live page
     the TASKS_DETAILED that matter most now (see `most_relevant`)."""
+    forks: list[str] = field(default_factory=list)
+    """The runs replayed or forked from this one (its own source is in `spec.lineage`)."""
 
     @functools.cached_property
     def now_ms(self) -> int:
@@ -139,6 +142,7 @@ def load_run_view(
         last_event_id=events[-1].id if events else "0-0",
         last_message_id=messages[-1].id if messages else "0-0",
         detailed=most_relevant(tasks, tasks_detailed),
+        forks=LineageRecords(run.conn, run.keys).forks(),
     )
 
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Discriminator, Field, TypeAdapter
 from teamctl.shared.agent.model_usage import ModelUsage
 from teamctl.shared.agent.replies import ModelReply, Usage
 from teamctl.shared.envelopes import Envelope
+from teamctl.shared.runs.lineage import Lineage
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.task_records import EventKind, Plan, TaskStatus
 
@@ -133,6 +134,10 @@ class RunResult(BaseModel):
     """Tokens and cost of every model call of the run (planner, members, synthesizer)."""
     usage_by_model: dict[str, ModelUsage] = Field(default_factory=dict)
     """`usage` per model that answered (a fallback's calls counted as `fallback_calls` too)."""
+    lineage: Lineage | None = None
+    """The run this one replays or forks (`teamctl replay`, `teamctl fork`)."""
+    forks: list[str] = Field(default_factory=list)
+    """The runs replayed or forked from this one."""
 
 
 class DiffRun(BaseModel):
