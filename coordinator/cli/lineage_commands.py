@@ -222,6 +222,8 @@ def _start(
     create(new, source)
     assert spec.lineage is not None
     click.echo(f"teamctl: run {spec.run_id} ({spec.lineage.text()}) on {redacted(url)}", err=True)
+    for task_id, steps in new.cut.items():
+        click.echo(f"teamctl: {_cut_line(task_id, steps)}", err=True)
     if not as_json and sys.stdout.isatty():
         click.echo(spec.run_id)
     return run_and_print(
@@ -269,11 +271,7 @@ def _print_dry_run(new: NewRun) -> None:
         lines.append(f"{task_id}: output kept (no call)")
     for task_id, steps in new.replayed.items():
         cut = new.cut.get(task_id)
-        note = (
-            f"; its journal was cut after {counted(cut, 'step')}: the rest is paid again"
-            if cut is not None
-            else ""
-        )
+        note = f"; {_cut_line(task_id, cut)}" if cut is not None else ""
         lines.append(f"{task_id}: {counted(steps, 'step')} replayed, then live (paid){note}")
     for task_id in new.live:
         lines.append(f"{task_id}: live (paid)")
@@ -285,3 +283,12 @@ def _print_dry_run(new: NewRun) -> None:
     )
     for line in lines:
         click.echo(line)
+
+
+def _cut_line(task_id: str, steps: int) -> str:
+    from teamctl.shared.text import counted
+
+    return (
+        f"the journal of {task_id} was cut at journal_max_bytes after {counted(steps, 'step')}: "
+        "the steps after it are paid for again"
+    )

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from teamctl.coordinator.runs.result import member_results
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
@@ -26,6 +27,7 @@ from teamctl.shared.runs.journal import JournalEntry, journal_entries, step_coun
 from teamctl.shared.runs.lineage import Lineage, LineageRecords, TaskReuse
 from teamctl.shared.runs.model_call_records import ModelCallRecords
 from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.output import MemberResult
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.run_refs import check_new_run_id, new_run_id
 from teamctl.shared.runs.store import RunStore
@@ -228,6 +230,15 @@ def seed_journals(run: RunHandle) -> None:
         pipe.hset(run.keys.task(task_id), "journal_bytes", sum(len(e) for e in kept))
         pipe.execute()
     records.mark_seeded()
+
+
+def in_source_order(source: RunHandle, results: list[MemberResult]) -> list[MemberResult]:
+    """A replay's member results in the order its source dispatched the same tasks (a task the
+    source did not run goes last)."""
+    order = {
+        r.task_id: i for i, r in enumerate(member_results(source.spec, source.board.snapshot()))
+    }
+    return sorted(results, key=lambda r: order.get(r.task_id, len(order)))
 
 
 def plan_difference(recorded: Plan, made: Plan) -> str:

@@ -17,7 +17,7 @@ from typing import NoReturn
 import redis
 from teamctl.coordinator.runs.approval import ApprovalMode, obtain_plan_decision
 from teamctl.coordinator.runs.context import RunContext
-from teamctl.coordinator.runs.fork import plan_difference, seed_journals
+from teamctl.coordinator.runs.fork import in_source_order, plan_difference, seed_journals
 from teamctl.coordinator.runs.mcp_listing import McpListingWait
 from teamctl.coordinator.runs.remote_model import ModelCall, NoReply, RemoteModel
 from teamctl.coordinator.runs.result import build_result, member_results
@@ -396,12 +396,18 @@ class Coordinator:
         states = ctx.run.board.snapshot()
         not_run = [s for s in states if s.status == TaskStatus.BLOCKED]
         plan = ctx.run.store.state().plan or Plan()
+        results = member_results(self.spec, states)
+        if self.spec.lineage is not None and self.spec.lineage.kind == "replay":
+            # Concurrent tasks start in any order: a replay's are read in its source's.
+            results = in_source_order(
+                RunHandle(ctx.run.conn, self.spec.lineage.source_run), results
+            )
         request = synthesizer_request(
             models.synthesizer,
             models.api_base,
             self.spec.objective,
             plan,
-            member_results(self.spec, states),
+            results,
             not_run,
         ).model_copy(update={"fallbacks": models.synthesizer_fallbacks})
         call = ModelCall("synthesizer", self.spec.synthesizer_queue, request)

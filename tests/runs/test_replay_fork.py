@@ -20,6 +20,7 @@ from teamctl.shared.runs.lineage import LineageRecords
 from tests.support.cli import assert_config_error
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.teamfile import team_file
+from tests.support.web import served, signed_in
 
 TOOL = "tests.pytools_fixture.tools:count_step"
 PLAN = {
@@ -76,13 +77,15 @@ def cli(*args: str) -> Result:
     return CliRunner().invoke(main, list(args))
 
 
-def source_run(llm: ScriptedLLM, redis_url: str, tmp_path: Path, run_id: str) -> dict[str, str]:
+def source_run(
+    llm: ScriptedLLM, redis_url: str, tmp_path: Path, run_id: str, *extra: str
+) -> dict[str, str]:
     """A completed run of the team; its scripted models by role."""
     log = tmp_path / "tool.log"
     team, models = write_team(llm, tmp_path, run_id, log)
     result = cli(
         "run", "Make the thing", "--team", str(team), "--api-base", llm.api_base,
-        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json",
+        "--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json", *extra,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert log.read_text().count("1\n") == 4  # each task's tool ran once
@@ -131,6 +134,19 @@ def test_a_replay_makes_no_model_call_runs_no_tool_and_equals_its_source(
     # Every step taken from the records: 2 per task, the planner's and the synthesizer's.
     assert sum(t.replayed_steps for t in replay.board.snapshot()) == 8
     assert LineageRecords(conn, replay.keys).reused_calls() == 2
+    status = cli("status", f"{run_id}-r", "--redis-url", workers)
+    assert f"lineage: replay of {run_id}" in status.stdout.splitlines()
+    assert f"replays and forks: {run_id}-r" in cli("status", run_id, "--redis-url", workers).stdout
+    # The pages link both ways; the report names the other run without a link.
+    with served(workers) as base, signed_in(base) as client:
+        page = client.get(f"/runs/{run_id}-r").text
+        assert f'replay of <a href="/runs/{run_id}"><code>{run_id}</code></a>' in page
+        page = client.get(f"/runs/{run_id}").text
+        assert f'replays and forks: <a href="/runs/{run_id}-r"><code>{run_id}-r</code></a>' in page
+    report = tmp_path / "report.html"
+    made = cli("report", f"{run_id}-r", "--html", str(report), "--redis-url", workers)
+    assert made.exit_code == 0, made.output
+    assert f"replay of <code>{run_id}</code>" in report.read_text()
 
 
 def test_a_replay_whose_tool_is_gone_stops_where_it_diverged(
@@ -177,6 +193,10 @@ def test_a_fork_at_a_step_reuses_what_does_not_depend_on_it(
         "t3": "m1 did t3",  # run again
         "t4": "m2 did t4",  # kept
     }
+    # A kept task's transcript is its source's.
+    kept = cli("transcript", f"{run_id}-f", "t1", "--redis-url", workers, "--json")
+    source_transcript = cli("transcript", run_id, "t1", "--redis-url", workers, "--json")
+    assert kept.exit_code == 0 and kept.stdout == source_transcript.stdout
     # t3's tool ran again; t2's recorded call did not.
     assert (tmp_path / "tool.log").read_text().count("1\n") == 5
     diff = cli("diff", run_id, f"{run_id}-f", "--redis-url", workers, "--json")
@@ -243,3 +263,17 @@ def test_bad_fork_points_are_one_line_errors(
     assert_config_error(result, "--option no_such: no such option")
     result = cli("fork", run_id, "--member-model", "m9=x", "--redis-url", workers, "--dry-run")
     assert_config_error(result, "no member 'm9' in the forked team")
+
+
+def test_a_fork_past_a_cut_journal_says_what_it_pays_again(
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    source_run(llm, workers, tmp_path, run_id, "--journal-max-bytes", "50")
+
+    result = cli("fork", run_id, "--at", "t2:2", "--redis-url", workers, "--dry-run")
+
+    assert result.exit_code == 0, result.output
+    assert (
+        "t2: 0 steps replayed, then live (paid); the journal of t2 was cut at "
+        "journal_max_bytes after 0 steps: the steps after it are paid for again"
+    ) in result.stdout.splitlines()
