@@ -290,6 +290,15 @@ def test_grants_stay_the_sources_and_bad_input_is_one_line_exit_2(
         *said("assistant", "two"),
     ]
 
+    # A re-spawned fork starts a memory of its own: it is a fork no more.
+    store.spawn(
+        "bob", role="dev", prompt="anew", model="own-model", api_base=None, queue=IDLE_QUEUE
+    )
+    assert (store.get("bob").forked_from, store.turns.memory("bob")) == (
+        None,
+        said("user", "anew"),
+    )
+
 
 @pytest.mark.parametrize("fork_turn", [2, 3])
 def test_a_turn_the_memory_caps_dropped_cannot_be_forked_after(
