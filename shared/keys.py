@@ -25,6 +25,8 @@ from teamctl.shared.ids import (
 PREFIX = "teamctl"
 BLOB_ID = re.compile(r"[0-9a-f]{32}")
 """A workspace blob's id: random, hex."""
+FORK_NONCE = re.compile(r"[0-9a-f]{12}")
+"""One `teamctl team fork` command's id for the keys it stages its copy in: random, hex."""
 RUNS_INDEX = f"{PREFIX}:runs"
 """Sorted set of run ids scored by creation time (ms); the `teamctl runs` listing."""
 RUNS_STARTED = f"{PREFIX}:runs:started"
@@ -410,6 +412,21 @@ class TeamKeys(KeySpace):
         """Stream: the teammate's turns as they begin and end (shared/teams/transcripts.py), so
         its memory reads turn by turn."""
         return f"{self.base}:turns:{check_member_id(name)}"
+
+    def fork_memory(self, name: str, nonce: str) -> str:
+        """List with TTL: the memory of a teammate being forked as `name`, copied page by page
+        before `team_fork.lua` renames it to the fork's memory in one step (`nonce`: one fork
+        command's, so two forks to one name never mix their copies)."""
+        return f"{self._forking(name, nonce)}:memory"
+
+    def fork_turns(self, name: str, nonce: str) -> str:
+        """Stream with TTL: the turn marks copied for that fork, renamed with its memory."""
+        return f"{self._forking(name, nonce)}:turns"
+
+    def _forking(self, name: str, nonce: str) -> str:
+        if not FORK_NONCE.fullmatch(nonce):
+            raise ValueError(f"not a fork nonce: {nonce[:40]!r}")
+        return f"{self.base}:forking:{check_member_id(name)}:{nonce}"
 
     def teammate_requests(self, name: str) -> str:
         """Set: the ids of the protocol requests opened in the teammate's current life (to it or

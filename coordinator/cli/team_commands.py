@@ -371,12 +371,68 @@ def spawn_command(
     )
 
 
+@team_group.command("fork")
+@click.argument("name")
+@click.option("--as", "new", required=True, metavar="NEW", help="The fork's name (a new one).")
+@click.option(
+    "--at-turn",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Fork NAME's memory as it stood after its turn N (default: its last ended turn).",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="The fork's model (default: NAME's): one NAME may call (its own, a fallback) or "
+    "the team file's [teammates] grantable_models lists.",
+)
+@click.option("--role", default=None, help="The fork's role (default: NAME's).")
+@click.option(
+    "--prompt",
+    default=None,
+    help="A message from the lead that wakes the fork for its first turn (default: it "
+    "waits idle for mail).",
+)
+@with_store(wakes=True)
+def fork_command(
+    name: str,
+    new: str,
+    at_turn: int | None,
+    model: str | None,
+    role: str | None,
+    prompt: str | None,
+    store: TeamStore,
+    settings: Settings,
+) -> None:
+    """Add teammate NEW with NAME's memory as it stood after one of its turns and NAME's
+    tools, MCP servers, workspace, queue and model (never more), idle: to try another model,
+    role or message on the same history. Its turns count on from that turn."""
+    store.meta()
+    if prompt is not None and not prompt.strip():
+        raise ConfigError("the prompt is empty; say what the fork should do, or leave --prompt out")
+    teammate = store.forks.fork(name, new, at_turn=at_turn, model=model, role=role)
+    origin = teammate.forked_from
+    assert origin is not None  # a fork records where it came from
+    click.echo(
+        f"{teammate.name} is {teammate.status.value} in team {store.team}, forked from "
+        f"{origin.teammate} after turn {origin.turn} (model {teammate.model})"
+    )
+    if prompt is None:
+        return
+    with lead_span(settings, "send_message", store) as span:
+        message, woke = store.messages.send(LEAD, new, prompt, traceparent=span.traceparent)
+    click.echo(sent_line(message.to or new, woke))
+    say_if_spent(store)
+
+
 @team_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @with_store(reconciles=True, reads=True)
 def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
     """List the team's teammates (columns: name, status, role, detail: what a working one's
-    call waits for, why an idle one stopped, the fallback that answered its last call)."""
+    call waits for, why an idle one stopped, the fallback that answered its last call, whose
+    fork it is)."""
     store.meta()
     teammates = store.teammates()
     if as_json:
@@ -388,18 +444,28 @@ def list_command(as_json: bool, store: TeamStore, settings: Settings) -> None:
             teammate.name,
             teammate.status.value,
             one_line(teammate.role, 40),
-            (
-                waiting_text(
-                    teammate.waiting_model, teammate.waiting_until_ms, now, TaskStatus.IN_PROGRESS
-                )
-                if teammate.status is TeammateStatus.WORKING
-                else one_line(teammate.idle_reason, 80)
-            )
-            + fallback_note(teammate),
+            teammate_detail(teammate, now),
         )
         for teammate in teammates
     ]
     print_listing(TEAMMATES_HEADER, rows, empty=f"no teammates in team {store.team} yet")
+
+
+def teammate_detail(teammate: Teammate, now: int) -> str:
+    """`team list`'s detail: what a working teammate's call waits for or why an idle one
+    stopped, then the fallback that answered its last call and whose fork it is."""
+    state = (
+        waiting_text(teammate.waiting_model, teammate.waiting_until_ms, now, TaskStatus.IN_PROGRESS)
+        if teammate.status is TeammateStatus.WORKING
+        else one_line(teammate.idle_reason, 80)
+    )
+    return (state + fallback_note(teammate) + fork_note(teammate)).strip()
+
+
+def fork_note(teammate: Teammate) -> str:
+    """What `team list` adds for a fork: whose memory, after which turn."""
+    origin = teammate.forked_from
+    return f" (fork of {origin.teammate} after turn {origin.turn})" if origin else ""
 
 
 def fallback_note(teammate: Teammate) -> str:

@@ -275,6 +275,7 @@ PLACEHOLDERS = {
     "role": "ROLE",
     "blob_id": "0" * 32,
     "model_digest": "1" * 24,
+    "nonce": "2" * 12,
 }
 """Valid sample arguments, shown as <placeholders> once the key is built."""
 NOT_KEYS = frozenset({"base", "all_patterns"})
@@ -289,6 +290,7 @@ SHOWN = {
     "0" * 32: "<blob>",
     "a" * 32: "<account>",
     "1" * 24: "<model>",
+    "2" * 12: "<nonce>",
 }
 
 

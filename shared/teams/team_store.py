@@ -26,6 +26,7 @@ from teamctl.shared.ids import check_queue
 from teamctl.shared.keys import TEAMS_INDEX
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.redis.scripts import WriteGuard
+from teamctl.shared.teams.forks import TeamForks
 from teamctl.shared.teams.messages import TeamMessages
 from teamctl.shared.teams.options import TeamOptions
 from teamctl.shared.teams.requests import TeamRequests
@@ -62,6 +63,11 @@ class TeamStore(TeamBase):
     def turns(self) -> TeamTurns:
         """A turn's lease, memory, checkpoints and end, written by the worker that runs it."""
         return TeamTurns(self)
+
+    @cached_property
+    def forks(self) -> TeamForks:
+        """New teammates from another's memory after one of its turns (`team fork`)."""
+        return TeamForks(self)
 
     def guarded(self, name: str, token: str, call_key: str) -> TeamStore:
         """This store with every script call of one tool call of `name`'s turn guarded: refused

@@ -12,8 +12,9 @@ import secrets
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from teamctl.shared.agent.mcp_config import McpServer, check_entries, servers_for
 from teamctl.shared.agent.model_names import checked_fallbacks
 from teamctl.shared.agent.tool_names import (
@@ -108,6 +109,21 @@ class TeamMeta(BaseModel):
                 raise ConfigError(f"[teammates] grantable_tools: {exc}") from None
 
 
+class ForkOrigin(BaseModel):
+    """Where a fork's memory came from (`teamctl team fork`): a teammate's memory as it stood
+    after one of its turns."""
+
+    teammate: str
+    turn: int
+
+
+def _fork_origin(value: Any) -> Any:
+    """A mate hash's `forked_from` field (JSON, '' for none) as a ForkOrigin's fields."""
+    if value == "":
+        return None
+    return ForkOrigin.model_validate_json(value) if isinstance(value, str) else value
+
+
 class Teammate(BaseModel):
     """One teammate's record (the `mate:<name>` hash; '' there means absent)."""
 
@@ -157,6 +173,9 @@ class Teammate(BaseModel):
     """Its pending plan request, one at a time."""
     epoch: HashInt = 0
     """How many times it was spawned: a protocol request made in an earlier life is stale."""
+    forked_from: Annotated[ForkOrigin | None, BeforeValidator(_fork_origin)] = None
+    """The teammate and turn its memory was copied from (`teamctl team fork`); None for one
+    spawned with a prompt of its own (a re-spawn clears it)."""
 
     @classmethod
     def from_hash(cls, team: str, fields: dict[str, str]) -> Teammate:

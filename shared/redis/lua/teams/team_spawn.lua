@@ -13,7 +13,8 @@
 -- Returns 'ok' (the caller enqueues the first turn), 'working' (refused: a turn may be running),
 -- 'full' (the roster holds max teammates already) or 'retry' (the requests set changed since
 -- the caller read it: read it again); only 'ok' writes. The unread inbox is kept: a re-spawned
--- teammate still gets the mail sent to it while it was idle or shut down.
+-- teammate still gets the mail sent to it while it was idle or shut down. A re-spawned fork is a
+-- fork no more: its memory starts again from the prompt.
 -- uses: core, events
 -- access: write
 -- KEYS: mate_key, memory_key, roster_key, roster_version_key, events_key, mate_requests_key,
@@ -62,6 +63,6 @@ redis.call('HSET', mate_key, 'name', name, 'role', role, 'prompt', prompt,
   'turn_token', '', 'attempts', 0, 'last_seen_ms', now, 'idle_reason', '', 'last_error', '',
   'worker', '', 'shutdown_request', '', 'plan_state', plan_state, 'plan_request', '',
   'tools', workspace_tools, 'workspace', workspace_dir, 'mcp', mcp, 'fallbacks', fallbacks,
-  'answered_model', '', 'fallback_from', '')
+  'answered_model', '', 'fallback_from', '', 'forked_from', '')
 mate_event(events_key, name, 'working', 'spawned')
 return 'ok'
