@@ -23,7 +23,7 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.journal import JournalEntry, journal_entries, step_count
+from teamctl.shared.runs.journal import PAGE_ENTRIES, JournalEntry, journal_entries, step_count
 from teamctl.shared.runs.lineage import Lineage, LineageRecords, TaskReuse
 from teamctl.shared.runs.model_call_records import ModelCallRecords
 from teamctl.shared.runs.options import RunOptions
@@ -187,7 +187,8 @@ def fork_of(
             new.live.append(task_id)
             new.estimate = new.estimate.plus(task.usage)
         else:
-            new.reuse[task_id] = TaskReuse(output=task.output or "")
+            # Its journal is copied too: the fork's records stay whole for its own forks.
+            new.reuse[task_id] = TaskReuse(output=task.output or "", steps=source.steps(task_id))
             new.kept.append(task_id)
             new.reused_calls += source.steps(task_id)
     _check_members(spec, [source.tasks[t] for t in [*new.live, *new.replayed]])
@@ -225,8 +226,8 @@ def seed_journals(run: RunHandle) -> None:
         ]
         pipe = run.conn.pipeline(transaction=True)
         pipe.delete(run.keys.journal(task_id))
-        if kept:
-            pipe.rpush(run.keys.journal(task_id), *kept)
+        for at in range(0, len(kept), PAGE_ENTRIES):
+            pipe.rpush(run.keys.journal(task_id), *kept[at : at + PAGE_ENTRIES])
         pipe.hset(run.keys.task(task_id), "journal_bytes", sum(len(e) for e in kept))
         pipe.execute()
     records.mark_seeded()

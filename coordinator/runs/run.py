@@ -42,7 +42,7 @@ from teamctl.shared.process.hosts import this_host
 from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.lineage import LineageRecords
-from teamctl.shared.runs.model_call_records import ModelCallRecords, ModelCallRequest
+from teamctl.shared.runs.model_call_records import CallView, ModelCallRecords, ModelCallRequest
 from teamctl.shared.runs.output import RunResult, SynthesisResult
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice, RunSpec
@@ -256,20 +256,28 @@ class Coordinator:
             return None
         source = RunHandle(self.ctx.run.conn, lineage.source_run)
         recorded = source.store.state().plan
-        reply = ModelCallRecords(source.conn, source.keys).view("planner").outcome
-        if reply is not None and reply.reply is not None:
-            LineageRecords(self.ctx.run.conn, self.ctx.run.keys).count_reused_call()
         if recorded is None:
             self._diverge("diverged at plan: the recorded run has no plan")
-        if lineage.kind == "fork" or reply is None or reply.reply is None:
+        view = ModelCallRecords(source.conn, source.keys).view("planner")
+        reply = view.outcome.reply if view.outcome else None
+        if reply is None or view.request is None:
+            return recorded
+        self._keep_reused("planner", ModelCallRequest.model_validate_json(view.request), view)
+        if lineage.kind == "fork":
             return recorded
         spec = self.spec
-        plan = plan_from_reply(
-            reply.reply.content or "", spec.objective, spec.members, spec.options
-        )
+        plan = plan_from_reply(reply.content or "", spec.objective, spec.members, spec.options)
         if plan != recorded:
             self._diverge(f"diverged at plan: {plan_difference(recorded, plan)}")
         return plan
+
+    def _keep_reused(self, call: str, request: ModelCallRequest, source: CallView) -> None:
+        """Record a planner's or synthesizer's reply taken from the source as this run's, and
+        count it reused."""
+        assert source.outcome is not None
+        run = self.ctx.run
+        ModelCallRecords(run.conn, run.keys, run.scripts).keep(call, request, source.outcome)
+        LineageRecords(run.conn, run.keys).count_reused_call()
 
     def _diverge(self, why: str) -> NoReturn:
         """A replay asked for what its source never did: the run fails, saying where and why."""
@@ -375,7 +383,7 @@ class Coordinator:
                 "diverged at synthesis: the synthesizer's prompt is not the recorded one "
                 "(a task's output or the synthesis prompt changed)"
             )
-        LineageRecords(self.ctx.run.conn, self.ctx.run.keys).count_reused_call()
+        self._keep_reused("synthesizer", request, view)
         return view.outcome.reply
 
     def _end_without_synthesis(self, status: RunStatus, error: str) -> None:

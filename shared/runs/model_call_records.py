@@ -17,6 +17,11 @@ from teamctl.shared.clock import ttl_ms
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.scripts import Scripts
 
+REUSED_WORKER = "recorded"
+"""The worker an answer taken from another run's records names."""
+KEEP_BEAT_S = 5.0
+"""The beat of a kept call, which ends at once (finish drops it)."""
+
 
 class ModelCallRequest(BaseModel):
     """What to ask which model; the worker adds its own provider keys."""
@@ -110,6 +115,13 @@ class ModelCallRecords:
             args=[attempt, outcome.model_dump_json()],
         )
         return verdict == "ok"
+
+    def keep(self, call: str, request: ModelCallRequest, outcome: ModelCallOutcome) -> None:
+        """Record a reply taken from another run's records as this run's answered call, so the
+        run's records are whole (a replay of a replay finds them)."""
+        attempt = self.start(call, request)
+        self.begin(call, attempt, REUSED_WORKER, KEEP_BEAT_S)
+        self.finish(call, attempt, outcome.model_copy(update={"worker": REUSED_WORKER}))
 
 
 def _text(value: Any) -> str | None:

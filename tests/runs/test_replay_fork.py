@@ -207,6 +207,15 @@ def test_a_fork_at_a_step_reuses_what_does_not_depend_on_it(
     ] == ["t2"]
     # t1's and t4's two steps each, t2's first, and the plan.
     assert compared["b"]["reused_calls"] == 6
+    # The fork's records are whole: a replay of it pays for nothing and ends the same.
+    asked = requests_per_model(llm, models)
+    replay = cli(
+        "replay", f"{run_id}-f", "--redis-url", workers, "--workers", "0", "--json",
+    )  # fmt: skip
+    assert replay.exit_code == 0, replay.output
+    assert outputs(json.loads(replay.stdout)) == outputs(out)
+    assert requests_per_model(llm, models) == asked
+    assert len(llm.requests[new_m2.removeprefix("openai/")]) == 1
 
 
 def test_a_fork_at_plan_pays_for_everything_again(

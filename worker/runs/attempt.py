@@ -114,7 +114,7 @@ class Attempt:
         if job.run.spec.lineage is not None:
             self.reuse = LineageRecords(job.run.conn, job.run.keys).reuse_for(claim.task_id)
             if self.reuse is not None and self.reuse.output is not None:
-                return self._keep_output(member, self.reuse.output)
+                return self._keep_output(member, self.reuse)
         try:
             loop = self._loop(member, task)
             self.transcript = [
@@ -379,18 +379,17 @@ class Attempt:
             return AttemptOutcome(AttemptEnd.ABANDONED, outcome.value)
         return AttemptOutcome(AttemptEnd.AWAITING_BUDGET, reason)
 
-    def _keep_output(self, member: Member, output: str) -> AttemptOutcome:
+    def _keep_output(self, member: Member, reuse: TaskReuse) -> AttemptOutcome:
         """A fork's task that does not depend on the fork point: its source's output and
         transcript, with no session (its recorded steps count as reused)."""
         run, source = self.job.run, self.job.run.spec.lineage
-        assert source is not None
+        assert source is not None and reuse.output is not None
         kept = Transcripts(run.conn, RunKeys(source.source_run)).load_many([self.claim.task_id])
         self.transcript = kept.get(self.claim.task_id)
-        steps = sum(m.get("role") == "assistant" for m in self.transcript or [])
         StepJournal(
             run.conn, run.keys, self.claim.task_id, str(self.claim.token), 0, run.scripts
-        ).note_replayed(steps)
-        return self._complete(member, output)
+        ).note_replayed(reuse.steps)
+        return self._complete(member, reuse.output)
 
     def _complete(self, member: Member, output: str) -> AttemptOutcome:
         return self._write_outcome(
