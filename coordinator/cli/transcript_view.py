@@ -13,6 +13,7 @@ import click
 from teamctl.coordinator.cli.named_run import existing_run
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_task_id
+from teamctl.shared.runs.journal import in_doubt_label
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.text import one_line
 
@@ -37,12 +38,14 @@ def transcript_command(redis_url: str, run_id: str | None, task_id: str, as_json
 
 
 def message_line(message: dict[str, Any]) -> str:
-    """One message as `role: text`; a reply's tool calls follow its text as `name(arguments)`."""
+    """One message as `role: text`; a reply's tool calls follow its text as `name(arguments)`;
+    a tool result a crash left in doubt says so after the tool's name."""
     role = one_line(str(message.get("role", "?")), 20)
     text = one_line(str(message.get("content") or ""), LINE_CHARS)
     if role == "tool":
         name = one_line(str(message.get("name") or message.get("tool_call_id") or ""), 80)
-        return f"tool {name}: {text}"
+        doubt = in_doubt_label(message.get("in_doubt"))
+        return f"tool {name} ({doubt}): {text}" if doubt else f"tool {name}: {text}"
     calls = [
         call.get("function") or {}
         for call in message.get("tool_calls") or []

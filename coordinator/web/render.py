@@ -13,6 +13,7 @@ from typing import Any
 import jinja2
 from teamctl.coordinator.web import svg_dag, timeline
 from teamctl.coordinator.web.run_page_data import RunView
+from teamctl.shared.runs.journal import in_doubt_label
 from teamctl.shared.text import duration_text
 
 STATIC = "static"
@@ -27,7 +28,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(when=when, duration=duration, as_text=as_text)
+    env.filters.update(when=when, duration=duration, as_text=as_text, in_doubt=in_doubt_label)
     return env
 
 

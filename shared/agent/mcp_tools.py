@@ -106,12 +106,22 @@ class ListedTool:
     input_schema: dict[str, Any]
     read_only: bool = False
     """The server says the tool changes nothing (its readOnlyHint annotation)."""
+    idempotent: bool = False
+    """The server says a repeated call changes nothing more (its idempotentHint annotation)."""
+
+    @property
+    def safe_to_repeat(self) -> bool:
+        """Whether a call a crash left in doubt may run again: the server says it is read-only
+        or idempotent (hints, which the server's author vouches for)."""
+        return self.read_only or self.idempotent
 
     def as_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
+            "read_only": self.read_only,
+            "idempotent": self.idempotent,
         }
 
 
@@ -470,7 +480,8 @@ async def _list_all(client: Any) -> list[ListedTool]:
                 t.name,
                 t.description or "",
                 dict(t.input_schema),
-                bool(t.annotations and t.annotations.read_only_hint),
+                read_only=bool(t.annotations and t.annotations.read_only_hint),
+                idempotent=bool(t.annotations and t.annotations.idempotent_hint),
             )
             for t in page.tools
         ]
@@ -639,7 +650,8 @@ def add_mcp_tools(
     max_chars: int,
 ) -> list[str]:
     """Offer the tools of a started server that the member's entries allow, as
-    `<server>__<tool>` with the server's schema; the names added. ConfigError when a name is
+    `<server>__<tool>` with the server's schema (safe to repeat when its annotations say it is
+    read-only or idempotent); the names added. ConfigError when a name is
     taken or an entry names a tool the server does not have; a tool whose name no provider
     accepts is left out (logged)."""
     allowed = tool_filter(entries, server.name)
@@ -668,6 +680,7 @@ def add_mcp_tools(
             _parameters(tool.input_schema),
             _bound(hub, server.name, tool.name, max_chars),
             max_chars=max_chars,
+            safe_to_repeat=tool.safe_to_repeat,
         )
         added.append(name)
     return added

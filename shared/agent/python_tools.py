@@ -8,7 +8,9 @@ from the type-hinted signature with `create_model`, so the model's arguments are
 before the call; a bad argument or an exception inside the function goes back to the model as
 a TOOL_ERROR result (Toolbox.call). A parameter annotated `ToolContext` is filled in by the
 runtime and left out of the schema. `async def` functions are awaited.
-Results are JSON text, capped.
+Results are JSON text, capped. A function marked `@tool(idempotent=True)` or
+`@tool(read_only=True)` is safe to repeat: when a crash left a call of it in doubt (started,
+no result recorded), the task's next attempt runs it again instead of telling the model.
 
 Each call is bounded by `tool_timeout_s`. Python code cannot be stopped from outside its thread,
 so a call runs in a daemon thread of its own and the session waits for it at most that long:
@@ -35,7 +37,7 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ConfigDict, Field, PydanticSchemaGenerationError, create_model
 from pydantic.fields import FieldInfo
@@ -44,6 +46,31 @@ from teamctl.shared.agent.tool_names import check_entry, clash, is_python_tool
 from teamctl.shared.agent.tools import TOOL_CALL_ID, ToolArgs, Toolbox, capped
 from teamctl.shared.errors import ConfigError, ToolFailed, ToolTimeout
 from teamctl.shared.process.user_code import import_user_module, where_imports_come_from
+
+IDEMPOTENT_MARK = "__teamctl_idempotent__"
+"""The attribute `@tool(idempotent=True)` sets on a function."""
+READ_ONLY_MARK = "__teamctl_read_only__"
+"""The attribute `@tool(read_only=True)` sets on a function."""
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+
+
+def tool(*, idempotent: bool = False, read_only: bool = False) -> Callable[[Fn], Fn]:
+    """Declare what a Python tool does when called twice: `idempotent` (a second call with the
+    same arguments changes nothing more) or `read_only` (it changes nothing). Either makes a call
+    a crash left in doubt safe to run again; the function itself is returned unchanged."""
+
+    def mark(fn: Fn) -> Fn:
+        setattr(fn, IDEMPOTENT_MARK, idempotent)
+        setattr(fn, READ_ONLY_MARK, read_only)
+        return fn
+
+    return mark
+
+
+def idempotency_key(scope: str, owner: str, call_id: str) -> str:
+    """`scope:owner:call_id`: run, task and tool call id (team, member and tool call id for a
+    teammate), the key that names one tool call across the attempts of its task."""
+    return ":".join((scope, owner, call_id))
 
 
 @dataclass(frozen=True)
@@ -68,8 +95,8 @@ class ToolContext:
         """`run:task:tool_call_id` (`team:member:tool_call_id` for a teammate) of the call being
         served. The same when a crash makes its step run again from its recorded reply: a tool
         with effects outside teamctl can skip work it already did under this key."""
-        return ":".join(
-            (self.run_id or self.team_id or "", self.task_id or self.member_id, TOOL_CALL_ID.get())
+        return idempotency_key(
+            self.run_id or self.team_id or "", self.task_id or self.member_id, TOOL_CALL_ID.get()
         )
 
 
@@ -96,6 +123,21 @@ class PythonTool:
     @property
     def name(self) -> str:
         return str(getattr(self.fn, "__name__", self.entry.partition(":")[2]))
+
+    @property
+    def idempotent(self) -> bool:
+        """Marked `@tool(idempotent=True)`."""
+        return getattr(self.fn, IDEMPOTENT_MARK, False) is True
+
+    @property
+    def read_only(self) -> bool:
+        """Marked `@tool(read_only=True)`."""
+        return getattr(self.fn, READ_ONLY_MARK, False) is True
+
+    @property
+    def safe_to_repeat(self) -> bool:
+        """Whether a call a crash left in doubt may run again (idempotent or read-only)."""
+        return self.idempotent or self.read_only
 
     @property
     def description(self) -> str:
@@ -318,6 +360,7 @@ def add_python_tools(
             tool.args,
             BoundedCall(tool, context, max_chars, timeout_s),
             max_chars=max_chars,
+            safe_to_repeat=tool.safe_to_repeat,
         )
 
 

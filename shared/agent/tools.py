@@ -250,6 +250,9 @@ class Tool:
     """The longest error result this tool gives the model (tool_result_max_chars for Python and
     MCP tools, whose exceptions may carry anything; at most the Toolbox's cap); None:
     ERROR_MAX_CHARS (the team's own tools)."""
+    safe_to_repeat: bool = False
+    """Whether a call may run again when a crash left it in doubt (the tool only reads, or is
+    idempotent): else the next attempt tells the model instead of running it."""
 
     def schema(self) -> dict[str, Any]:
         """The tool as an OpenAI-style function schema."""
@@ -286,11 +289,18 @@ class Toolbox:
         context: Mapping[str, Any] | None = None,
         *,
         max_chars: int | None = None,
+        safe_to_repeat: bool = False,
     ) -> None:
         """Register a tool: its name, description, arguments model and function (and the cap
-        on its error texts)."""
+        on its error texts, and whether an in-doubt call of it may run again)."""
         self._tools[name] = Tool(
-            name, description, args, fn, dict(context or {}), max_chars=self._error_cap(max_chars)
+            name,
+            description,
+            args,
+            fn,
+            dict(context or {}),
+            max_chars=self._error_cap(max_chars),
+            safe_to_repeat=safe_to_repeat,
         )
 
     def add_raw(
@@ -301,6 +311,7 @@ class Toolbox:
         fn: Callable[[dict[str, Any]], ToolResult | dict[str, Any] | str],
         *,
         max_chars: int | None = None,
+        safe_to_repeat: bool = False,
     ) -> None:
         """Register a tool whose JSON schema is given (an MCP server's): `fn` gets the model's
         arguments as a dict, unchecked here (the tool's owner validates them)."""
@@ -312,6 +323,7 @@ class Toolbox:
             {},
             parameters=json.dumps(parameters),
             max_chars=self._error_cap(max_chars),
+            safe_to_repeat=safe_to_repeat,
         )
 
     def _error_cap(self, max_chars: int | None) -> int:
@@ -330,6 +342,11 @@ class Toolbox:
     def get(self, name: str) -> Tool | None:
         """A registered tool, to wrap it (added again under its name, it keeps its place)."""
         return self._tools.get(name)
+
+    def safe_to_repeat(self, name: str) -> bool:
+        """Whether an in-doubt call of tool `name` may run again (False for a tool not here)."""
+        tool = self._tools.get(name)
+        return tool is not None and tool.safe_to_repeat
 
     def schemas(self) -> list[dict[str, Any]]:
         """The tools as OpenAI-style function schemas, in registration order."""

@@ -3,12 +3,16 @@ result, recorded while the claim holds, so the task's next attempt after a crash
 pause on a spent budget) replays them instead of paying for the calls and running the tools
 again.
 
-What can repeat: the one step in flight when the attempt died (its model call, and any of its
-tool calls that had not finished). Everything recorded is replayed, never made again."""
+What can repeat: the one step in flight when the attempt died (its model call, and its tool
+calls that had not started). Everything recorded is replayed, never made again. A tool call's
+start is recorded before it runs: one that started and left no result is in doubt (it may or may
+not have taken effect), and the next attempt runs it again only when the tool is safe to repeat;
+any other gets an in-doubt note as its result (see in_doubt_text)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 import redis
@@ -21,25 +25,63 @@ STALE, FULL = "stale", "full"
 """journal_append.lua's verdicts for a lost claim and a journal at its cap (else 'ok')."""
 PAGE_ENTRIES = 100
 """Entries per LRANGE: a long journal is read in pages, never in one long command."""
+IN_DOUBT_MARKER = "[teamctl] in doubt:"
+"""How the result of an in-doubt call that was not run again starts."""
+
+
+class InDoubt(StrEnum):
+    """What the attempt after a crash did with a tool call that started and left no result."""
+
+    NOT_RERUN = "not re-run"
+    """The tool is not known to be safe to repeat: the model was told instead."""
+    RERUN = "re-run"
+    """The tool is idempotent or read-only: it ran again, once."""
+
+
+IN_DOUBT_LABELS = {
+    InDoubt.NOT_RERUN: "in doubt: not re-run",
+    InDoubt.RERUN: "in doubt: re-run (safe to repeat)",
+}
+"""How a transcript marks a tool result by its stored `in_doubt` mark."""
+
+
+def in_doubt_label(mark: object) -> str:
+    """A stored tool message's `in_doubt` mark as a transcript shows it: a fixed label, or ''
+    for none or an unknown one (what is read back is never shown raw)."""
+    for doubt, label in IN_DOUBT_LABELS.items():
+        if mark == doubt.value:
+            return label
+    return ""
 
 
 class JournalEntry(BaseModel):
-    """One recorded step part: a model reply (`reply`) or one tool call's result."""
+    """One recorded step part: a model reply (`reply`), the start of one tool call (`start`,
+    with the tool's name) or its result (`tool`, saying whether the call had been in doubt)."""
 
-    kind: Literal["reply", "tool"]
+    kind: Literal["reply", "start", "tool"]
     member_id: str
     step: int
     reply: ModelReply | None = None
     call_id: str = ""
     content: str = ""
+    tool: str = ""
+    in_doubt: InDoubt | None = None
 
 
 @dataclass
 class RecordedStep:
-    """A step as the journal has it: the reply, and the results of the tool calls that ended."""
+    """A step as the journal has it: the reply, the tool calls that started (by id, with their
+    tool's name), and the results of those that ended."""
 
     reply: ModelReply
     results: dict[str, str] = field(default_factory=dict)
+    started: dict[str, str] = field(default_factory=dict)
+    in_doubt: dict[str, InDoubt] = field(default_factory=dict)
+    """The calls an attempt found in doubt, and what it did with each (kept for transcripts)."""
+
+    def is_in_doubt(self, call_id: str) -> bool:
+        """Whether call `call_id` started and left no result: it may or may not have acted."""
+        return call_id in self.started and call_id not in self.results
 
 
 class AppendRefused(RuntimeError):
@@ -87,19 +129,43 @@ class StepJournal:
         for entry in entries:
             if entry.kind == "reply" and entry.reply is not None and entry.step == len(steps) + 1:
                 steps.append(RecordedStep(entry.reply))
+            elif entry.kind == "start" and steps and entry.step == len(steps):
+                steps[-1].started[entry.call_id] = entry.tool
             elif entry.kind == "tool" and steps and entry.step == len(steps):
                 steps[-1].results[entry.call_id] = entry.content
+                if entry.in_doubt is not None:
+                    steps[-1].in_doubt[entry.call_id] = entry.in_doubt
         return steps
 
     def record_reply(self, member_id: str, step: int, reply: ModelReply) -> None:
         """Record step `step`'s reply, before any of its tools runs."""
         self._append(JournalEntry(kind="reply", member_id=member_id, step=step, reply=reply))
 
-    def record_result(self, member_id: str, step: int, call_id: str, content: str) -> None:
-        """Record one tool call's result as it completes."""
+    def record_start(self, member_id: str, step: int, call_id: str, tool: str) -> None:
+        """Record that tool call `call_id` (of `tool`) starts, right before it runs: a crash
+        before its result leaves it in doubt, never silently run again."""
+        self._append(
+            JournalEntry(kind="start", member_id=member_id, step=step, call_id=call_id, tool=tool)
+        )
+
+    def record_result(
+        self,
+        member_id: str,
+        step: int,
+        call_id: str,
+        content: str,
+        in_doubt: InDoubt | None = None,
+    ) -> None:
+        """Record one tool call's result as it completes (and, for a call found in doubt,
+        what was done with it)."""
         self._append(
             JournalEntry(
-                kind="tool", member_id=member_id, step=step, call_id=call_id, content=content
+                kind="tool",
+                member_id=member_id,
+                step=step,
+                call_id=call_id,
+                content=content,
+                in_doubt=in_doubt,
             )
         )
 
@@ -153,3 +219,13 @@ def journal_entries(conn: redis.Redis, keys: RunKeys, task_id: str) -> list[Jour
 def step_count(entries: list[JournalEntry]) -> int:
     """How many model replies (steps) the entries record."""
     return sum(entry.kind == "reply" for entry in entries)
+
+
+def in_doubt_text(tool: str, key: str) -> str:
+    """The result an in-doubt call of `tool` gets instead of running again: what happened, and
+    the idempotency key (`run:task:tool_call_id`) its first run was given, to check by."""
+    return (
+        f"{IN_DOUBT_MARKER} an earlier attempt started this call of {tool} and stopped before "
+        "it returned; it may or may not have taken effect. Its idempotency key is "
+        f"{key}. Check before calling it again."
+    )

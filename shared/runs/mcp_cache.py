@@ -39,7 +39,8 @@ class OfferedTool:
 
 
 class McpToolCache:
-    """Tool lists per server of one run."""
+    """Tool lists per server of one run: each tool's name, description and input schema, and
+    whether its server marks it read-only or idempotent (ListedTool.as_json)."""
 
     def __init__(self, conn: redis.Redis, keys: RunKeys, scripts: Scripts | GuardedScripts) -> None:
         self.conn = conn

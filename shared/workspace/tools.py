@@ -138,6 +138,7 @@ def _read_file(toolbox: Toolbox, workspace: Workspace) -> None:
         "truncated; hard-linked files are refused).",
         PathArgs,
         read_file,
+        safe_to_repeat=True,  # it only reads
     )
 
 
@@ -181,6 +182,7 @@ def _list_files(toolbox: Toolbox, workspace: Workspace) -> None:
         "List files and directories in the shared workspace (recursive).",
         ListArgs,
         list_files,
+        safe_to_repeat=True,  # it only reads
     )
 
 

@@ -1,7 +1,8 @@
 """A stdio MCP server for the tests, written with the SDK (no tests here): a tool whose result
 has only structured content, one that fails with a text of any length, one that never answers,
-one that kills the server mid-call, and one that tells the server's environment and HOME. With
---no-list it answers the handshake but never tools/list.
+one that kills the server mid-call, one that tells the server's environment and HOME, and two
+annotated safe to repeat (read-only, idempotent). With --no-list it answers the handshake but
+never tools/list.
 Usage: python -m tests.mcp_fixture.stdio_server [--no-list]"""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, ToolAnnotations
 
 
 class NeverLists(MCPServer):
@@ -62,6 +63,18 @@ def environment() -> dict[str, Any]:
 def crash() -> str:
     """Kill the server while the call is in flight."""
     os._exit(3)
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def lookup(term: str) -> str:
+    """Look a term up (annotated read-only)."""
+    return f"{term}: 3 documents"
+
+
+@server.tool(annotations=ToolAnnotations(idempotent_hint=True, read_only_hint=False))
+def reindex(document: str) -> str:
+    """Index a document again (annotated idempotent: twice is as once)."""
+    return f"{document} indexed"
 
 
 if __name__ == "__main__":

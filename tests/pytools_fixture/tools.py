@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 
-from teamctl.tools import ToolContext
+from teamctl.tools import ToolContext, tool
 
 PROBE: dict[str, Any] = {}
 """beat_probe's Redis connection (`conn`, set by the test) and what it saw."""
@@ -194,3 +195,32 @@ def count_step(path: str, step: int) -> str:
 def call_key(ctx: ToolContext) -> str:
     """The idempotency key of the call this serves."""
     return ctx.idempotency_key
+
+
+BLOCK_S = 300.0
+"""How long mark_and_block's first call waits for a file no test writes (its worker is killed
+meanwhile): bounded, so a failed test leaves no endless thread."""
+
+
+def mark_and_block(path: str, ctx: ToolContext) -> str:
+    """Append the call's idempotency key to the file at `path`; the first call then blocks (a
+    test kills its worker mid-call). Undeclared: not safe to repeat."""
+    return _mark_then_block(Path(path), ctx.idempotency_key)
+
+
+@tool(idempotent=True)
+def mark_and_block_idempotent(path: str, ctx: ToolContext) -> str:
+    """As mark_and_block, declared idempotent: a call a crash left in doubt runs again."""
+    return _mark_then_block(Path(path), ctx.idempotency_key)
+
+
+def _mark_then_block(path: Path, key: str) -> str:
+    with path.open("a", encoding="utf-8") as marks:
+        marks.write(f"{key}\n")
+    runs = len(path.read_text(encoding="utf-8").split())
+    if runs == 1:
+        never = path.with_name(path.name + ".never")
+        deadline = time.monotonic() + BLOCK_S
+        while not never.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return f"marked {runs} time(s)"

@@ -386,9 +386,9 @@ def test_an_attempt_cut_off_and_back_cannot_add_to_the_journal(
         2,
         CRASH_AT - 1,
     )
-    # Steps 1-4 (a reply and a result each) from the first attempt, 5-8 from the second (the
-    # 8th has no tool): nothing from the cut-off attempt's late reply.
-    assert len(journal) == 2 * (CRASH_AT - 1) + (STEPS - CRASH_AT + 1) + (STEPS - CRASH_AT)
+    # Steps 1-4 (a reply, a tool call's start and its result each) from the first attempt, 5-8
+    # from the second (the 8th has no tool): nothing from the cut-off attempt's late reply.
+    assert len(journal) == 3 * (CRASH_AT - 1) + (STEPS - CRASH_AT + 1) + 2 * (STEPS - CRASH_AT)
     assert [json.loads(e)["step"] for e in journal if json.loads(e)["kind"] == "reply"] == list(
         range(1, STEPS + 1)
     )

@@ -7,7 +7,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import redis
 from teamctl.shared.agent.fallbacks import Cooldowns, FallbackCaller, FallbackNote, ModelLedger
@@ -15,8 +15,9 @@ from teamctl.shared.agent.llm import LitellmClient
 from teamctl.shared.agent.loop import AgentLoop, Stop, tool_message
 from teamctl.shared.agent.model_caller import Message
 from teamctl.shared.agent.prompts import render
+from teamctl.shared.agent.python_tools import idempotency_key
 from teamctl.shared.agent.replies import ModelReply, ToolCall
-from teamctl.shared.agent.tools import TOOL_ERROR_PREFIX, Toolbox
+from teamctl.shared.agent.tools import SPAN_ID_CHARS, TOOL_ERROR_PREFIX, Toolbox, bounded_result
 from teamctl.shared.agent.tracing_caller import TracingCaller
 from teamctl.shared.board import WriteOutcome
 from teamctl.shared.budget import Charge
@@ -25,12 +26,19 @@ from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError, ReplayDiverged, RunFailed
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.providers.limits import CallScope, Waiting
-from teamctl.shared.runs.journal import AppendRefused, RecordedStep, StepJournal
+from teamctl.shared.runs.journal import (
+    AppendRefused,
+    InDoubt,
+    RecordedStep,
+    StepJournal,
+    in_doubt_text,
+)
 from teamctl.shared.runs.lineage import LineageRecords, TaskReuse
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
+from teamctl.shared.text import echoed
 from teamctl.shared.tracing import NO_SPAN, Attributes, Span
 from teamctl.worker.runs.attempt_outcome import AttemptEnd, AttemptOutcome
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, HandedOff
@@ -67,6 +75,9 @@ class Attempt:
         message sent back to a provider carries no key it does not know)."""
         self.reuse: TaskReuse | None = None
         """What the task takes from the run it was replayed or forked from (None: nothing)."""
+        self.in_doubt: dict[str, InDoubt] = {}
+        """Tool calls a crash left in doubt, by id, and what was done with each: kept beside
+        the transcript too, and marked in the stored one."""
 
     def run(self) -> AttemptOutcome:
         """Run the claim's task in a fresh member session and write its outcome."""
@@ -286,8 +297,9 @@ class Attempt:
             if self.replay.replaying and self.replay.from_source:
                 content = self._source_result(call, content)
             if content is None:  # not finished before: run it now, and record its result
-                content = self.toolbox.call(call.name, call.arguments, call.id)
-                self.journal.record_result(self.member.id, self.replay.step, call.id, content)
+                content = self._run_tool(call)
+            else:
+                self._note_recorded_doubt(call.id)
             results.append(tool_message(call, content))
         return results
 
@@ -303,6 +315,42 @@ class Attempt:
         if strict:
             raise self.replay.diverged(f"the recorded run has no result of its {call.name} call")
         return unrecorded_result(call.name)
+
+    def _run_tool(self, call: ToolCall) -> str:
+        """Run a call that has no recorded result, its start recorded first and its result
+        after. One an earlier attempt started (in doubt: it may have acted) runs again only
+        when its tool is safe to repeat; else the model is told, and that is its result."""
+        assert self.replay and self.journal and self.member  # set with the loop
+        step = self.replay.step
+        recorded = self.replay.replayed_step()
+        doubt = None
+        if recorded is not None and recorded.is_in_doubt(call.id):
+            doubt = InDoubt.RERUN if self.toolbox.safe_to_repeat(call.name) else InDoubt.NOT_RERUN
+            self.in_doubt[call.id] = doubt
+            self.span.event(
+                "teamctl.tool.in_doubt",
+                {"gen_ai.tool.call.id": call.id[:SPAN_ID_CHARS], "teamctl.in_doubt": doubt.value},
+            )
+        if doubt is InDoubt.NOT_RERUN:
+            content = bounded_result(
+                in_doubt_text(echoed(call.name), self._idempotency_key(call.id)),
+                self.toolbox.max_result_chars,
+            )
+        else:
+            self.journal.record_start(self.member.id, step, call.id, call.name)
+            content = self.toolbox.call(call.name, call.arguments, call.id)
+        self.journal.record_result(self.member.id, step, call.id, content, doubt)
+        return content
+
+    def _note_recorded_doubt(self, call_id: str) -> None:
+        """A replayed result an earlier attempt gave an in-doubt call: its transcript says so."""
+        recorded = self.replay.replayed_step() if self.replay else None
+        if recorded is not None and call_id in recorded.in_doubt:
+            self.in_doubt[call_id] = recorded.in_doubt[call_id]
+
+    def _idempotency_key(self, call_id: str) -> str:
+        """The key a Python tool's ToolContext (and an MCP call's _meta) gives this call."""
+        return idempotency_key(self.job.run.run_id, self.claim.task_id, call_id)
 
     def end_step(self, reply: ModelReply, sent: list[Message]) -> Stop | None:
         # After the tools, so a handoff or release made on the last step still ends the
@@ -433,7 +481,7 @@ class Attempt:
         replayed = len(self.replay.recorded) if self.replay else 0
         if self.transcript is None:
             return None
-        kept = with_models(self.transcript, self.step_models)
+        kept = with_in_doubt(with_models(self.transcript, self.step_models), self.in_doubt)
         if not replayed:
             return kept
         return [
@@ -482,3 +530,19 @@ def unrecorded_result(tool: str) -> str:
         f"[teamctl] in doubt: the run this one was made from started this call of {tool} and "
         "recorded no result; it is not run again, and may or may not have taken effect there"
     )
+
+
+def with_in_doubt(transcript: list[Message], in_doubt: Mapping[str, InDoubt]) -> list[Message]:
+    """Copies of the transcript's tool messages of in-doubt calls saying what was done with
+    each (`in_doubt`), for the stored transcript only, as with_models."""
+    if not in_doubt:
+        return transcript
+    kept = []
+    for message in transcript:
+        doubt = (
+            in_doubt.get(str(message.get("tool_call_id")))
+            if message.get("role") == "tool"
+            else None
+        )
+        kept.append({**message, "in_doubt": doubt.value} if doubt else message)
+    return kept

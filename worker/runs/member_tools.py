@@ -55,6 +55,9 @@ RELEASE_REASON_CHARS = 200
 """The most of a member's release reason its task keeps (one printable line)."""
 WRAPPER_CHARS = 400
 """Room kept for a listing's other keys (action, counts, the note) beside its items."""
+READING_TOOLS = frozenset({"team_read_messages", "team_list_tasks"})
+"""The team tools that change nothing (a read is acknowledged only before the next model
+call): safe to run again when a crash left a call of them in doubt."""
 
 # --- arguments (AI4J's names and aliases; the schema shows the first name) ----------------------
 
@@ -284,7 +287,7 @@ def add_member_tools(toolbox: Toolbox, ctx: MemberToolContext) -> None:
     """Add the eight tools in AI4J's order."""
     context = {CURRENT_TASK: ctx.claim.task_id}
     for name, description, args, fn in MemberTools(ctx).table():
-        toolbox.add(name, description, args, fn, context)
+        toolbox.add(name, description, args, fn, context, safe_to_repeat=name in READING_TOOLS)
 
 
 class MemberTools:

@@ -71,3 +71,8 @@ class ReplayingCaller:
     def diverged(self, why: str) -> ReplayDiverged:
         """The line a replay stops with: where, and why."""
         return ReplayDiverged(f"diverged at task {self.task_id}, step {self.step}: {why}")
+
+    def replayed_step(self) -> RecordedStep | None:
+        """The journal's record of the step being replayed (its started calls, its results),
+        or None once the steps are live."""
+        return self.recorded[self.step - 1] if self.replaying else None
