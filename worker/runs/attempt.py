@@ -294,7 +294,7 @@ class Attempt:
         results = []
         for call in reply.tool_calls:
             content = self.replay.recorded_result(call.id)
-            if self.replay.replaying and self.replay.from_source:
+            if self.replay.from_source:
                 content = self._source_result(call, content)
             if content is None:  # not finished before: run it now, and record its result
                 content = self._run_tool(call)
@@ -314,7 +314,11 @@ class Attempt:
             return recorded
         if strict:
             raise self.replay.diverged(f"the recorded run has no result of its {call.name} call")
-        return unrecorded_result(call.name)
+        self.in_doubt[call.id] = InDoubt.NOT_RERUN
+        lineage = self.job.run.spec.lineage
+        assert lineage is not None
+        key = idempotency_key(lineage.source_run, self.claim.task_id, call.id)
+        return in_doubt_text(echoed(call.name), key)
 
     def _run_tool(self, call: ToolCall) -> str:
         """Run a call that has no recorded result, its start recorded first and its result
@@ -521,15 +525,6 @@ def _unknown_then(recorded: str | None) -> bool:
             json.loads(recorded[len(TOOL_ERROR_PREFIX) :]).get("errorType") == "UnknownTool"
         )
     return False
-
-
-def unrecorded_result(tool: str) -> str:
-    """What the model is told for a source step's tool call that left no result: it is never
-    run again, and may or may not have taken effect in the source run."""
-    return (
-        f"[teamctl] in doubt: the run this one was made from started this call of {tool} and "
-        "recorded no result; it is not run again, and may or may not have taken effect there"
-    )
 
 
 def with_in_doubt(transcript: list[Message], in_doubt: Mapping[str, InDoubt]) -> list[Message]:

@@ -41,8 +41,9 @@ class ReplayingCaller:
 
     @property
     def from_source(self) -> bool:
-        """Whether the replayed steps are another run's: their tool calls are never executed."""
-        return self.reuse is not None
+        """Whether the last reply is one the source run recorded (not one this run's own earlier
+        attempt did): its tool calls are never executed."""
+        return self.reuse is not None and self.replaying and self.step <= self.reuse.steps
 
     def complete(
         self,
