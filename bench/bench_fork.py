@@ -35,19 +35,20 @@ from typing import Any
 
 import redis
 from teamctl.shared.agent.replies import Usage
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.lease import Lease
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.run_records import RunStatus
-from teamctl.shared.runs.store import RunEnd
-from teamctl.shared.task_records import TaskSpec
+from teamctl.shared.runs.store import RunEnd, RunStore
+from teamctl.shared.text import printable
 
 from bench import failed
 from bench.bench_planned_run import cli_s
 from bench.bench_startup import teamctl
-from bench.bench_worker import worker_fleet
+from bench.bench_worker import make_run, worker_fleet
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM, ToolCalls
-from tests.support.runs import coordinator_store, make_run
 from tests.support.teamfile import team_file
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +61,8 @@ FORK_EXPECTED = {"planner": 0, "member": 0, "synth": 1, "new member": 2}
 """A fork at a chain's last task pays for that task's two steps on the new model and the
 synthesis, nothing else."""
 CLAIM_TTL_S = 600.0
+ERROR_CHARS = 160
+"""Of a failed replay's error, in its figure's note."""
 OUTPUT_LINES = 8
 """Lines of each stored task output in the diff figure (a few hundred characters)."""
 
@@ -93,13 +96,18 @@ class Member:
         self.log = log
 
     def __call__(self, body: dict[str, Any]) -> str | ToolCalls:
-        dispatch = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        task_id = re.search(r"^Task ID: (\S+)", dispatch, re.M)
-        if task_id is None:
-            raise ValueError("no `Task ID:` line in the member's first user message")
         if not any(m["role"] == "assistant" for m in body["messages"]):
             return ToolCalls([("count_step", {"path": str(self.log), "step": 1})])
-        return f"{self.tag} did {task_id.group(1)}"
+        return f"{self.tag} did {task_id_of(body)}"
+
+
+def task_id_of(body: dict[str, Any]) -> str:
+    """The task a member request is about, from its dispatch input (the first user message)."""
+    dispatch = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    found = re.search(r"^Task ID: (\S+)", dispatch, re.M)
+    if found is None:
+        raise ValueError("no `Task ID:` line in the member's first user message")
+    return found.group(1)
 
 
 class Bench:
@@ -149,9 +157,13 @@ class Bench:
     def tool_runs(self) -> int:
         return len(self.tool_log.read_text().splitlines()) if self.tool_log.exists() else 0
 
-    def teamctl(self, name: str, *args: str) -> tuple[float, dict[str, Any]]:
-        """(wall seconds, its --json output) of one `teamctl ... --workers 0 --json` on the
-        bench's Redis, run from the repository's root (where the tool imports from)."""
+    def teamctl(
+        self, name: str, *args: str, may_fail: bool = False
+    ) -> tuple[float, dict[str, Any]]:
+        """(wall seconds, the run's result as `--json` gives it) of one `teamctl ... --workers 0
+        --json` making run `name` on the bench's Redis, run from the repository's root (where
+        the tool imports from). With `may_fail`, a run that ended failed (exit 1) is read back
+        with `teamctl status` instead: a run that fails in its coordinator prints no result."""
         out_path, log_path = self.tmp / f"{name}.json", self.tmp / f"{name}.log"
         with out_path.open("wb") as out, log_path.open("wb") as log:
             started = time.perf_counter()
@@ -166,6 +178,8 @@ class Bench:
                 check=False,
             )
             elapsed = time.perf_counter() - started
+        if done.returncode == 1 and may_fail:
+            return elapsed, self.cli_json("status", name)
         if done.returncode != 0:
             raise failed(f"teamctl {args[0]} ({name}) exited {done.returncode}", log_path)
         return elapsed, json.loads(out_path.read_text())
@@ -176,16 +190,17 @@ class Bench:
             "--api-base", self.llm.api_base, "--run-id", name,
         )  # fmt: skip
 
-    def diff_json(self, run_a: str, run_b: str) -> dict[str, Any]:
+    def cli_json(self, *args: str) -> dict[str, Any]:
+        """A read-only `teamctl ... --json` on the bench's Redis, parsed."""
         done = subprocess.run(
-            [*teamctl(), "diff", run_a, run_b, "--redis-url", self.url, "--json"],
+            [*teamctl(), *args, "--redis-url", self.url, "--json"],
             capture_output=True,
             text=True,
             timeout=RUN_TIMEOUT_S,
             check=False,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"teamctl diff exited {done.returncode}: {done.stderr[-500:]}")
+            raise RuntimeError(f"teamctl {args[0]} exited {done.returncode}: {done.stderr[-500:]}")
         parsed: dict[str, Any] = json.loads(done.stdout)
         return parsed
 
@@ -230,6 +245,8 @@ class ReplayMeasured:
     differing: int
     """Task outputs (and the synthesis) of the replay that are not its source's."""
     status: str
+    error: str
+    """Why the replay failed, if it did (`diverged at ...`)."""
 
 
 def measure_replay(bench: Bench, sizes: Sizes) -> ReplayMeasured:
@@ -240,7 +257,9 @@ def measure_replay(bench: Bench, sizes: Sizes) -> ReplayMeasured:
     source_s, source = bench.run("source", bench.team("source", plan, sizes.latency_s))
     source_requests, source_tools = bench.requests() - asked, bench.tool_runs() - ran
     asked, ran = bench.requests(), bench.tool_runs()
-    replay_s, replay = bench.teamctl("replay", "replay", "source", "--run-id", "source-r")
+    replay_s, replay = bench.teamctl(
+        "source-r", "replay", "source", "--run-id", "source-r", may_fail=True
+    )
     made = outputs(replay)
     return ReplayMeasured(
         zero_s=zero_s,
@@ -253,6 +272,7 @@ def measure_replay(bench: Bench, sizes: Sizes) -> ReplayMeasured:
         differing=sum(made.get(t) != o for t, o in outputs(source).items())
         + (replay["output"] != source["output"]),
         status=replay["status"],
+        error=replay.get("error") or "",
     )
 
 
@@ -286,7 +306,7 @@ def measure_fork(bench: Bench, sizes: Sizes) -> ForkMeasured:
     before = {role: bench.requests_to(model) for role, model in models.items()}
     ran = bench.tool_runs()
     fork_s, fork = bench.teamctl(
-        "fork", "fork", "chain", "--at", last, "--member-model", f"m1={new_model}",
+        "chain-f", "fork", "chain", "--at", last, "--member-model", f"m1={new_model}",
         "--run-id", "chain-f",
     )  # fmt: skip
     made = {role: bench.requests_to(model) - before[role] for role, model in models.items()}
@@ -298,7 +318,7 @@ def measure_fork(bench: Bench, sizes: Sizes) -> ForkMeasured:
         fork_requests={**made, "new member": bench.requests_to(new_model)},
         fork_tools=bench.tool_runs() - ran,
         outputs_as_expected=outputs(fork) == {**kept, last: f"m1new did {last}"},
-        reused_calls=bench.diff_json("chain", "chain-f")["b"]["reused_calls"],
+        reused_calls=bench.cli_json("diff", "chain", "chain-f")["b"]["reused_calls"],
     )
 
 
@@ -313,19 +333,20 @@ def stored_output(task_id: str, changed: bool) -> str:
 def store_ended_run(conn: redis.Redis, run_id: str, tmp: Path, tasks: int, side_b: bool) -> None:
     """An ended run whose tasks each were claimed, charged and completed on the real board, as
     its workers would leave them (run B: every fourth output differs from run A's)."""
-    specs = [TaskSpec(id=f"t{n}", member_id="m1", task=f"step {n}") for n in range(tasks)]
-    make_run(
-        conn, run_id, models={"m1": "mock/m"}, tasks=specs, workspace=tmp / run_id,
-        api_base="http://127.0.0.1:9", objective="Compare queues",
-    )  # fmt: skip
+    make_run(conn, run_id, "mock/m", "http://127.0.0.1:9", tasks, tmp / run_id)
     run = RunHandle.existing(conn, run_id)
-    for n, spec in enumerate(specs):
-        token = run.board.claim(spec.id, "m1", "bench:1", CLAIM_TTL_S)
+    for n in range(tasks):
+        task_id = f"t{n}"
+        token = run.board.claim(task_id, "m1", "bench:1", CLAIM_TTL_S)
         if token is None:
-            raise RuntimeError(f"could not claim {spec.id} of {run_id}")
-        run.budget.charge(Usage(prompt_tokens=100 + n % 7, completion_tokens=40), spec.id)
-        run.board.complete(spec.id, token, stored_output(spec.id, side_b and n % 4 == 0), 10)
-    coordinator_store(conn, run_id).finish(
+            raise RuntimeError(f"could not claim {task_id} of {run_id}")
+        run.budget.charge(Usage(prompt_tokens=100 + n % 7, completion_tokens=40), task_id)
+        run.board.complete(task_id, token, stored_output(task_id, side_b and n % 4 == 0), 10)
+    # Ended as its coordinator ends it: through the store that holds the run's lease.
+    lease = Lease(conn, RunKeys(run_id), ttl_s=CLAIM_TTL_S)
+    if not lease.try_acquire():
+        raise RuntimeError(f"run {run_id} already has a coordinator")
+    RunStore(conn, RunKeys(run_id), lease.owner).finish(
         RunEnd(status=RunStatus.COMPLETED, retention_s=3600, output="the answer")
     )
 
@@ -335,7 +356,7 @@ def measure_diff(bench: Bench, sizes: Sizes) -> dict[str, float]:
     conn = redis.Redis.from_url(bench.url, decode_responses=True)
     store_ended_run(conn, "diff-a", bench.tmp, sizes.diff_tasks, side_b=False)
     store_ended_run(conn, "diff-b", bench.tmp, sizes.diff_tasks, side_b=True)
-    compared = bench.diff_json("diff-a", "diff-b")
+    compared = bench.cli_json("diff", "diff-a", "diff-b")
     differing = sum(t["same_output"] is False for t in compared["tasks"])
     if differing != len(range(0, sizes.diff_tasks, 4)):
         raise RuntimeError(f"teamctl diff --json found {differing} differing outputs")
@@ -409,7 +430,8 @@ def replay_rows(r: ReplayMeasured, sizes: Sizes) -> list[BenchFigure]:
             unit="outputs",
             goal="0",
             met=r.differing == 0 and r.status == "completed",
-            note=f"every task's and the synthesis; replay {r.status}",
+            note=f"every task's and the synthesis; the replay {r.status}"
+            + (f": {printable(r.error)[:ERROR_CHARS]}" if r.error else ""),
         ),
         BenchFigure(
             name="replay wall time",
