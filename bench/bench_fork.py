@@ -191,7 +191,8 @@ class Bench:
         )  # fmt: skip
 
     def cli_json(self, *args: str) -> dict[str, Any]:
-        """A read-only `teamctl ... --json` on the bench's Redis, parsed."""
+        """A read-only `teamctl ... --json` on the bench's Redis, parsed (`status` of a failed
+        run exits 1, as the run did)."""
         done = subprocess.run(
             [*teamctl(), *args, "--redis-url", self.url, "--json"],
             capture_output=True,
@@ -199,7 +200,7 @@ class Bench:
             timeout=RUN_TIMEOUT_S,
             check=False,
         )
-        if done.returncode != 0:
+        if done.returncode not in (0, 1) or not done.stdout.strip():
             raise RuntimeError(f"teamctl {args[0]} exited {done.returncode}: {done.stderr[-500:]}")
         parsed: dict[str, Any] = json.loads(done.stdout)
         return parsed
