@@ -219,10 +219,12 @@ def outputs(out: dict[str, Any]) -> dict[str, str]:
 
 
 def independent(tasks: int) -> list[dict[str, object]]:
+    """A plan of `tasks` tasks that depend on nothing: the workers run them side by side."""
     return [{"id": f"t{n}", "memberId": "m1", "task": f"step {n}"} for n in range(1, tasks + 1)]
 
 
 def chain(tasks: int) -> list[dict[str, object]]:
+    """t1 -> t2 -> ...: a fork at the last task keeps every other task's output."""
     return [
         {
             "id": f"t{n}",
@@ -236,6 +238,8 @@ def chain(tasks: int) -> list[dict[str, object]]:
 
 @dataclass(frozen=True)
 class ReplayMeasured:
+    """The zero-latency run, the source run and its replay: times, requests, tool runs."""
+
     zero_s: float
     source_s: float
     replay_s: float
@@ -279,6 +283,8 @@ def measure_replay(bench: Bench, sizes: Sizes) -> ReplayMeasured:
 
 @dataclass(frozen=True)
 class ForkMeasured:
+    """The chain run and its fork at the last task: times, requests, tool runs, reuse."""
+
     source_s: float
     fork_s: float
     source_requests: int
@@ -375,6 +381,8 @@ def measure_diff(bench: Bench, sizes: Sizes) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Measured:
+    """Each scenario's figures, before they become rows."""
+
     replay: ReplayMeasured
     fork: ForkMeasured
     diff: dict[str, float]
