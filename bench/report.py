@@ -82,6 +82,10 @@ BENCHES = {
         "litellm's Router: per-call cost beside litellm.completion, and one rpm limit "
         "across two processes on one Redis (scripted server, private redis-server)"
     ),
+    "fork": (
+        "Replay and fork (a 100-task run replayed, a fork at the last task of a 10-task "
+        "chain, `teamctl diff` of two 1,000-task runs; 0.2 s scripted calls, 4 workers)"
+    ),
 }
 """Module suffix (bench.bench_<name>) -> section title, in report order."""
 SMOKE_NOTE = (
