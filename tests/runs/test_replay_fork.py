@@ -354,3 +354,23 @@ def test_a_fork_never_writes_over_another_run(
         cli("fork", run_id, "--member-model", "m1", "--redis-url", workers, "--dry-run"),
         "--member-model 'm1': give MEMBER=MODEL",
     )
+
+
+def test_a_fork_without_a_journal_of_its_own_still_replays_its_source_steps(
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    models = source_run(llm, workers, tmp_path, run_id)
+    asked = requests_per_model(llm, models)
+    new_m2 = llm.script(f"m2new-{run_id}", handler=Member("m2new", tmp_path / "tool.log"))
+
+    result = cli(
+        "fork", run_id, "--at", "t2:2", "--member-model", f"m2={new_m2}",
+        "--option", "journal_max_bytes=0", "--redis-url", workers, "--workers", "0", "--json",
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    assert outputs(json.loads(result.stdout))["t2"] == "m2new did t2"
+    # t2's first step came from the source's journal: only its second was asked for.
+    assert len(llm.requests[new_m2.removeprefix("openai/")]) == 1
+    made = {role: n - asked[role] for role, n in requests_per_model(llm, models).items()}
+    assert made == {"planner": 0, "m1": 2, "m2": 0, "synth": 1}
