@@ -54,10 +54,11 @@ def replay(
     as_json: bool,
     settings: Settings,
 ) -> None:
-    """Run RUN_ID again from its records, with no model call and no tool run: the plan, every
-    member step and tool result, and the synthesis are the recorded ones, put through the
-    current code. Where the current code takes another path, the replay stops and says where
-    (`diverged at task t2, step 3: ...`). Exit codes as `run`."""
+    """Run RUN_ID again from its records, with no model call and no tool run.
+
+    The plan, every member step and tool result, and the synthesis are the recorded ones, put
+    through the current code. Where the current code takes another path, the replay stops and
+    says where (`diverged at task t2, step 3: ...`). Exit codes as `run`."""
     from teamctl.coordinator.runs.fork import Source, replay_of
     from teamctl.shared.team_file import load_team_file
 
@@ -151,10 +152,12 @@ def fork(
     approve_plan: bool,
     settings: Settings,
 ) -> None:
-    """A new run from RUN_ID's records at a fork point, with changes: tasks that do not depend on
-    the point keep their outputs (no call), the forked task replays its steps before the point
-    and goes on live, and what depends on it runs live, as does the synthesis. Exit codes as
-    `run`."""
+    """A new run from RUN_ID's records at a fork point, with changes: only what depends on the
+    point is paid for again.
+
+    Tasks that do not depend on the point keep their outputs (no call), the forked task replays
+    its steps before the point and goes on live, and what depends on it runs live, as does the
+    synthesis. Exit codes as `run`."""
     from teamctl.coordinator.runs.fork import ForkChanges, ForkPoint, Source, fork_of
     from teamctl.shared.team_file import load_team_file
 
