@@ -24,6 +24,8 @@ from teamctl.shared.redis.connection import (
     outage_of,
     read_only_refusal,
 )
+from teamctl.shared.settings import load_settings
+from teamctl.worker.mcp_warm.process import KeeperProcess
 
 TEARDOWN_OUTAGE_S = 2.0
 """How long a stopping worker keeps trying to tell Redis it stopped (its key expires anyway)."""
@@ -54,6 +56,27 @@ class TeamctlWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.outage = Outage(_retry_window_s(self.connection) or DEFAULT_OUTAGE_S)
+        self.mcp_keeper: KeeperProcess | None = None
+        """Where this worker's jobs keep MCP sessions warm (forked before its first job)."""
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        """RQ's start of work, then the MCP keeper: before any job (or spare) is forked."""
+        super().bootstrap(*args, **kwargs)
+        self.mcp_keeper = KeeperProcess(self.connection, load_settings().state_dir)
+        self._ensure_mcp_keeper()
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        """RQ's job execution, with the MCP keeper forked again first if it died."""
+        self._ensure_mcp_keeper()
+        super().execute_job(job, queue)
+
+    def _ensure_mcp_keeper(self) -> None:
+        if self.mcp_keeper is None:
+            return
+        try:
+            self.mcp_keeper.ensure()
+        except OSError as exc:  # jobs then run their MCP servers per attempt, as before
+            self.log.warning("Worker %s: MCP keeper not started: %s", self.name, exc)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         """RQ's heartbeat, which its idle loop calls first on every pass: the place to see
@@ -107,10 +130,13 @@ class TeamctlWorker(Worker):
 
     def teardown(self) -> None:
         """RQ's teardown (register the death, unsubscribe) with a short retry: a worker
-        stopping during an outage must not wait the whole outage to say it stopped."""
+        stopping during an outage must not wait the whole outage to say it stopped. The MCP
+        keeper stops first, closing every warm session."""
         if self.is_horse:
             super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
             return
+        if self.mcp_keeper is not None:
+            self.mcp_keeper.stop()
         self.connection.set_retry(OutageRetry(TEARDOWN_OUTAGE_S))
         try:
             super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated

@@ -33,8 +33,9 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, Self, TextIO
 
+from teamctl.shared.agent.mcp_caches import package_cache_env
 from teamctl.shared.agent.mcp_config import (
     ENV_PREFIX,
     McpServer,
@@ -136,6 +137,8 @@ class _Running:
     pgids: list[int]
     """Process groups of a stdio server (its pid: it leads a session of its own)."""
     holder: concurrent.futures.Future[None] | None = None
+    stderr: StderrTail | None = None
+    """A stdio server's stderr, kept for its whole life (quoted when it dies)."""
 
 
 class OriginGuard:
@@ -254,13 +257,36 @@ IDEMPOTENCY_META = "teamctl/idempotency_key"
 """The `_meta` field of a tools/call request that names the call for idempotency."""
 
 
-class McpHub:
-    """The MCP sessions of one attempt, on an event loop thread of their own; `close` stops
-    every server. Use as a context manager."""
+class McpSessions(Protocol):
+    """What a member's MCP tools call: a hub of the attempt's own (McpHub) or the worker's warm
+    sessions (worker/mcp_warm/client.py)."""
 
-    def __init__(self, workspace: Path, timeouts: McpTimeouts, call_key_prefix: str = "") -> None:
+    def start(self, server: McpServer) -> list[ListedTool]: ...
+
+    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class McpHub:
+    """MCP sessions on an event loop thread of their own (one attempt's, or one warm session's
+    in a worker's MCP keeper); `close` stops every server. Use as a context manager."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        timeouts: McpTimeouts,
+        call_key_prefix: str = "",
+        package_caches: Path | None = None,
+    ) -> None:
         self.workspace = workspace
         self.timeouts = timeouts
+        self.package_caches = package_caches
+        """Where stdio servers keep what npx and uvx download (shared/agent/mcp_caches.py)."""
         self.call_key_prefix = call_key_prefix
         """`run:task` (`team:member`): with the tool call's id, the idempotency key each call
         carries in its request's `_meta` (IDEMPOTENCY_META), the same when a crash makes the
@@ -307,8 +333,28 @@ class McpHub:
         finally:
             stderr.close_writer()
         running.holder = holder
+        running.stderr = stderr
         self._running[server.name] = running
         return running.tools
+
+    def pid(self, server: str) -> int | None:
+        """The process id of a started stdio server (None for an HTTP one)."""
+        pgids = self._running[server].pgids
+        return pgids[0] if pgids else None
+
+    def alive(self, server: str) -> bool:
+        """Whether a started server's session still holds: its holder runs and, for a stdio
+        server, its process has not exited."""
+        running = self._running.get(server)
+        if running is None or running.holder is None or running.holder.done():
+            return False
+        return all(_running_process(pid) for pid in running.pgids[:1])
+
+    def restart(self, server: str) -> list[ListedTool]:
+        """Stop a started server (what is left of it) and start it again; its tools."""
+        running = self._running.pop(server)
+        self._stop([running])
+        return self.start(running.server)
 
     def _start_failure(
         self, server: McpServer, exc: BaseException, stderr: StderrTail
@@ -403,7 +449,9 @@ class McpHub:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         if server.command:
-            transport: Any = _stdio_transport(server, self.workspace, self.home, stderr, pgids)
+            transport: Any = _stdio_transport(
+                server, self.workspace, self._stdio_env(), stderr, pgids
+            )
         else:
             refused = server.clear_header_refusal()
             if refused:  # checked when the team was loaded; any host may write a spec
@@ -415,19 +463,53 @@ class McpHub:
             transport = streamable_http_client(str(server.url), http_client=http)
         return await stack.enter_async_context(Client(transport, cache=None))
 
-    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any:
+    def _stdio_env(self) -> dict[str, str]:
+        """What a stdio server starts with before its own `env:` values: the minimal one, and
+        where npx and uvx keep their downloads."""
+        caches = package_cache_env(self.package_caches) if self.package_caches else {}
+        return _minimal_env(self.home) | caches
+
+    def call(
+        self, server: str, tool: str, arguments: dict[str, Any], call_key: str | None = None
+    ) -> Any:
         """Call `tool` of a started server: its CallToolResult; McpTimeout or McpCallFailed
-        when no answer came."""
+        when no answer came. A server that died is started again once and the call made once
+        more (with the same idempotency key). `call_key` names the call (default: this hub's
+        prefix and the tool call's id)."""
+        if call_key is None and self.call_key_prefix:
+            call_key = f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"
+        try:
+            return self._call_once(server, tool, arguments, call_key)
+        except McpCallFailed as failure:
+            if self.alive(server):
+                raise
+            running = self._running[server]
+            tail = running.stderr.kept().decode("utf-8", "replace") if running.stderr else ""
+            log.warning(
+                "MCP server %s died during %s (%s); starting it again. Its stderr ends: %s",
+                server,
+                tool,
+                failure,
+                tail[-STDERR_TAIL_CHARS:].strip(),
+            )
+            try:
+                self.restart(server)
+            except ConfigError as exc:
+                raise McpCallFailed(
+                    f"MCP server {server!r} died during {tool} and did not start again: "
+                    f"{shorten(str(exc), STDERR_TAIL_CHARS)}"
+                ) from exc
+            return self._call_once(server, tool, arguments, call_key)
+
+    def _call_once(
+        self, server: str, tool: str, arguments: dict[str, Any], call_key: str | None
+    ) -> Any:
         client = self._running[server].client
         guard = self._guards.get(server)
         if guard is not None:
             guard.refused = None
         timeout_s = self.timeouts.call_s
-        meta = (
-            {IDEMPOTENCY_META: f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"}
-            if self.call_key_prefix
-            else None
-        )
+        meta = {IDEMPOTENCY_META: call_key} if call_key else None
         future = asyncio.run_coroutine_threadsafe(
             asyncio.wait_for(client.call_tool(tool, arguments, meta=meta), timeout_s), self._loop
         )
@@ -446,6 +528,15 @@ class McpHub:
                 f"MCP server {server!r} failed on {tool}: {_describe(exc)}"
             ) from exc
 
+    def _stop(self, servers: list[_Running]) -> None:
+        """Stop `servers`' sessions, then kill what is left of their process groups."""
+        for running in servers:
+            self._loop.call_soon_threadsafe(running.stop.set)
+        holders = [r.holder for r in servers if r.holder]
+        concurrent.futures.wait(holders, timeout=CLOSE_TIMEOUT_S)
+        for running in servers:
+            _kill_groups(running.pgids)  # whatever outlived a shutdown that timed out
+
     @staticmethod
     def _check_redirect(guard: OriginGuard | None, tool: str) -> None:
         """McpRedirectRefused when a redirect to another origin is why the call failed."""
@@ -456,12 +547,7 @@ class McpHub:
         """Stop every server (stdio ones with their process groups), then the loop thread."""
         if self._loop.is_closed():
             return
-        for running in self._running.values():
-            self._loop.call_soon_threadsafe(running.stop.set)
-        holders = [r.holder for r in self._running.values() if r.holder]
-        concurrent.futures.wait(holders, timeout=CLOSE_TIMEOUT_S)
-        for running in self._running.values():
-            _kill_groups(running.pgids)  # whatever outlived a shutdown that timed out
+        self._stop(list(self._running.values()))
         shutil.rmtree(self.home, ignore_errors=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
@@ -492,7 +578,7 @@ async def _list_all(client: Any) -> list[ListedTool]:
 
 @contextlib.asynccontextmanager
 async def _stdio_transport(
-    server: McpServer, workspace: Path, home: Path, stderr: TextIO, pgids: list[int]
+    server: McpServer, workspace: Path, env: dict[str, str], stderr: TextIO, pgids: list[int]
 ) -> Any:
     """The SDK's stdio transport for `server` in the workspace, noting the process group the
     server leads (the SDK starts it in a session of its own) so that it can be killed."""
@@ -504,7 +590,7 @@ async def _stdio_transport(
         command=sys.executable,
         args=[*DIE_WITH_PARENT, str(os.getpid()), executable, *command[1:]],
         cwd=str(workspace),
-        env=_minimal_env(home) | resolved_values(server.env, server.name, "env"),
+        env=env | resolved_values(server.env, server.name, "env"),
     )
     before = _session_children()
     async with stdio_client(params, errlog=stderr) as streams:
@@ -580,6 +666,21 @@ def _minimal_env(home: Path) -> dict[str, str]:
     return tool_env(home) | {"PYTHONSAFEPATH": "1"}
 
 
+def _running_process(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
 def _session_children() -> set[int]:
     """Children of this process that lead a session of their own (a stdio server: the SDK
     starts it with start_new_session), read from /proc; empty where there is none."""
@@ -643,7 +744,7 @@ def call_result_text(result: Any, max_chars: int) -> str:
 
 def add_mcp_tools(
     toolbox: Toolbox,
-    hub: McpHub,
+    hub: McpSessions,
     server: McpServer,
     tools: list[ListedTool],
     entries: Iterable[str],
@@ -705,7 +806,9 @@ def _parameters(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": {}} | schema
 
 
-def _bound(hub: McpHub, server: str, tool: str, max_chars: int) -> Callable[[dict[str, Any]], str]:
+def _bound(
+    hub: McpSessions, server: str, tool: str, max_chars: int
+) -> Callable[[dict[str, Any]], str]:
     def call(arguments: dict[str, Any]) -> str:
         return call_result_text(hub.call(server, tool, arguments), max_chars)
 
