@@ -297,6 +297,9 @@ class McpHub:
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
         self._thread.start()
         self._running: dict[str, _Running] = {}
+        self._servers: dict[str, McpServer] = {}
+        """Every server started once, by name (one that died and would not start again is
+        no longer running, but a later call tries again)."""
         self._guards: dict[str, OriginGuard] = {}
         """The HTTP servers' origin guards, by server name."""
 
@@ -335,6 +338,7 @@ class McpHub:
         running.holder = holder
         running.stderr = stderr
         self._running[server.name] = running
+        self._servers[server.name] = server
         return running.tools
 
     def pid(self, server: str) -> int | None:
@@ -352,9 +356,10 @@ class McpHub:
 
     def restart(self, server: str) -> list[ListedTool]:
         """Stop a started server (what is left of it) and start it again; its tools."""
-        running = self._running.pop(server)
-        self._stop([running])
-        return self.start(running.server)
+        running = self._running.pop(server, None)
+        if running is not None:
+            self._stop([running])
+        return self.start(self._servers[server])
 
     def _start_failure(
         self, server: McpServer, exc: BaseException, stderr: StderrTail
@@ -481,10 +486,11 @@ class McpHub:
         try:
             return self._call_once(server, tool, arguments, call_key)
         except McpCallFailed as failure:
-            if self.alive(server):
+            if server not in self._servers or self.alive(server):
                 raise
-            running = self._running[server]
-            tail = running.stderr.kept().decode("utf-8", "replace") if running.stderr else ""
+            running = self._running.get(server)
+            kept = running.stderr.kept() if running and running.stderr else b""
+            tail = kept.decode("utf-8", "replace")
             log.warning(
                 "MCP server %s died during %s (%s); starting it again. Its stderr ends: %s",
                 server,
@@ -504,6 +510,8 @@ class McpHub:
     def _call_once(
         self, server: str, tool: str, arguments: dict[str, Any], call_key: str | None
     ) -> Any:
+        if server not in self._running:
+            raise McpCallFailed(f"MCP server {server!r} is not running")
         client = self._running[server].client
         guard = self._guards.get(server)
         if guard is not None:
