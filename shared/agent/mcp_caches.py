@@ -4,7 +4,7 @@ fetched once per worker rather than once per attempt (each attempt's HOME is new
 One directory per worker process, under the state dir's `mcp-caches` (0700, like the state dir):
 outside every workspace and every HOME a tool gets, so no file tool reaches it and `bash` is not
 told where it is. A worker removes its own when it stops; one a killed worker left is removed by
-the next worker of this host to start.
+the next worker of this host to create its own.
 """
 
 from __future__ import annotations
@@ -24,20 +24,22 @@ tool or, through `env:`, to a server)."""
 CACHES_DIR = "mcp-caches"
 
 
+def caches_path(state_dir: Path, host: str, pid: int) -> Path:
+    """Where worker `pid` on `host` keeps its caches (created by the first server to need
+    them: a worker that never starts one leaves no directory)."""
+    return state_dir / CACHES_DIR / f"{host}-{pid}"
+
+
 def package_cache_env(root: Path) -> dict[str, str]:
-    """The variables that point npm/npx and uv/uvx at `root`'s caches."""
-    return {"npm_config_cache": str(root / "npm"), "UV_CACHE_DIR": str(root / "uv")}
-
-
-def worker_caches(state_dir: Path, host: str, pid: int) -> Path:
-    """Create the caches of worker `pid` on `host` (0700), removing those of this host's
-    workers that are gone; their directory."""
-    parent = private_dir(state_dir / CACHES_DIR)
-    _remove_dead(parent, host)
-    root = private_dir(parent / f"{host}-{pid}")
-    for tool in ("npm", "uv"):
-        private_dir(root / tool)
-    return root
+    """The variables that point npm/npx and uv/uvx at `root`'s caches, created if missing
+    (0700; the caches of this host's workers that are gone are removed then)."""
+    npm, uv = root / "npm", root / "uv"
+    if not (npm.is_dir() and uv.is_dir()):
+        parent = private_dir(root.parent)
+        _remove_dead(parent, root.name.rpartition("-")[0])
+        private_dir(npm)
+        private_dir(uv)
+    return {"npm_config_cache": str(npm), "UV_CACHE_DIR": str(uv)}
 
 
 def caches_from_env(environ: Mapping[str, str]) -> Path | None:

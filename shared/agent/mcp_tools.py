@@ -471,7 +471,12 @@ class McpHub:
     def _stdio_env(self) -> dict[str, str]:
         """What a stdio server starts with before its own `env:` values: the minimal one, and
         where npx and uvx keep their downloads."""
-        caches = package_cache_env(self.package_caches) if self.package_caches else {}
+        caches = {}
+        if self.package_caches:
+            try:
+                caches = package_cache_env(self.package_caches)
+            except OSError as exc:  # the server still runs, downloading into its HOME
+                log.warning("MCP package caches not created: %s", exc)
         return _minimal_env(self.home) | caches
 
     def call(

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import redis
-from teamctl.shared.agent.mcp_caches import CACHES_ENV, remove_caches, worker_caches
+from teamctl.shared.agent.mcp_caches import CACHES_ENV, caches_path, remove_caches
 from teamctl.shared.agent.mcp_tools import CLOSE_TIMEOUT_S
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.redis.connection import same_server
@@ -49,12 +49,8 @@ class KeeperProcess:
         if not hasattr(socket, "SO_PEERCRED"):
             return  # it could not tell the worker's jobs from other processes: none
         if self.caches is None:
-            try:
-                self.caches = worker_caches(self.state_dir, this_host(), os.getpid())
-            except OSError as exc:
-                log.warning("MCP package caches not created: %s", exc)
-            else:
-                os.environ[CACHES_ENV] = str(self.caches)
+            self.caches = caches_path(self.state_dir, this_host(), os.getpid())
+            os.environ[CACHES_ENV] = str(self.caches)
         self._cleanup_directory()
         self.directory = Path(tempfile.mkdtemp(prefix="teamctl-mcp-"))
         path = str(self.directory / "keeper.sock")
