@@ -34,7 +34,7 @@ def processes_in(directory: Path) -> list[int]:
 def git_repository(path: Path) -> None:
     """A repository at `path` with one commit of notes.txt."""
     path.mkdir(parents=True)
-    run = {"cwd": path, "check": True, "capture_output": True}
+    run: dict[str, Any] = {"cwd": path, "check": True, "capture_output": True}
     subprocess.run(["git", "init", "-q"], **run)
     (path / "notes.txt").write_text("hello\n")
     subprocess.run(["git", "add", "notes.txt"], **run)
