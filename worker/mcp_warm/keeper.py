@@ -42,9 +42,8 @@ from teamctl.shared.agent.mcp_tools import (
     McpTimeouts,
 )
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.keys import RunKeys
-from teamctl.shared.runs.store import RunStore
-from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.keys import RunKeys, TeamKeys
+from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.text import shorten
 from teamctl.worker.mcp_warm.protocol import (
     CallRequest,
@@ -282,14 +281,13 @@ def session_key(request: OpenRequest) -> str:
 
 def scope_ended(conn: redis.Redis, scope: Scope) -> bool:
     """Whether the run of `scope` ended (or is gone), or its team was deleted (or is another
-    team of the same name now)."""
+    team of the same name now). Read from the keys themselves: this module serves runs and
+    teams alike, and imports neither's store."""
     if scope.kind == "run":
-        store = RunStore(conn, RunKeys(scope.id))
-        return not conn.exists(store.keys.state) or store.state().finished
-    try:
-        return TeamStore(conn, scope.id).meta().created_ms != scope.created_ms
-    except ConfigError:  # no such team
-        return True
+        status = conn.hget(RunKeys(scope.id).state, "status")
+        return status is None or RunStatus(status).finished
+    meta = conn.get(TeamKeys(scope.id).meta)
+    return meta is None or json.loads(meta).get("created_ms", 0) != scope.created_ms
 
 
 def _of(session: WarmSession) -> tuple[str, str]:
