@@ -472,7 +472,13 @@ class McpHub:
         """What a stdio server starts with before its own `env:` values: the minimal one, and
         where npx and uvx keep their downloads."""
         caches = {}
-        if self.package_caches:
+        if self.package_caches and inside(str(self.package_caches), self.workspace):
+            log.warning(  # what a member's file tools write would run in the next server
+                "MCP package caches %s are inside the workspace %s: not used",
+                self.package_caches,
+                self.workspace,
+            )
+        elif self.package_caches:
             try:
                 caches = package_cache_env(self.package_caches)
             except OSError as exc:  # the server still runs, downloading into its HOME

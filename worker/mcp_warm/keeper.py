@@ -170,7 +170,7 @@ class McpKeeper:
         ended: set[Scope] = set()
         if now - self._ended_checked_s >= END_CHECK_S:
             self._ended_checked_s = now
-            ended = {s.scope for s in self.sessions() if self._ended(s.scope)}
+            ended = {scope for scope in {s.scope for s in self.sessions()} if self._ended(scope)}
         with self._lock:
             closing = [
                 s
@@ -189,7 +189,7 @@ class McpKeeper:
         (or created again); False when Redis cannot say (the idle bound still holds)."""
         try:
             return scope_ended(self.conn, scope)
-        except (redis.RedisError, OSError) as exc:
+        except (redis.RedisError, OSError, ValueError) as exc:  # ValueError: a status unknown
             log.warning("MCP keeper: could not check %s %s: %s", scope.kind, scope.id, exc)
             return False
 
