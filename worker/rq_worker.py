@@ -25,8 +25,17 @@ from teamctl.shared.redis.connection import (
     read_only_refusal,
 )
 from teamctl.shared.settings import load_settings
+from teamctl.shared.teams.teammates import TURN_FUNCTION
 from teamctl.worker.mcp_warm.process import KeeperProcess
 
+MCP_JOBS = frozenset(
+    {
+        "teamctl.worker.jobs.run_task",
+        "teamctl.worker.jobs.run_mcp_listing",
+        TURN_FUNCTION,
+    }
+)
+"""The jobs that may start MCP servers (by the names teamctl enqueues them under)."""
 TEARDOWN_OUTAGE_S = 2.0
 """How long a stopping worker keeps trying to tell Redis it stopped (its key expires anyway)."""
 
@@ -57,22 +66,19 @@ class TeamctlWorker(Worker):
         super().__init__(*args, **kwargs)
         self.outage = Outage(_retry_window_s(self.connection) or DEFAULT_OUTAGE_S)
         self.mcp_keeper: KeeperProcess | None = None
-        """Where this worker's jobs keep MCP sessions warm (forked before its first job)."""
-
-    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
-        """RQ's start of work, then the MCP keeper: before any job (or spare) is forked."""
-        super().bootstrap(*args, **kwargs)
-        self.mcp_keeper = KeeperProcess(self.connection, load_settings().state_dir)
-        self._ensure_mcp_keeper()
+        """Where this worker's jobs keep MCP sessions warm (forked before its first job that
+        may start MCP servers)."""
 
     def execute_job(self, job: Any, queue: Any) -> None:
-        """RQ's job execution, with the MCP keeper forked again first if it died."""
-        self._ensure_mcp_keeper()
+        """RQ's job execution; before a job that may start MCP servers, the MCP keeper is
+        forked (again, if it died): a worker that never runs one has no keeper."""
+        if job.func_name in MCP_JOBS:
+            self._ensure_mcp_keeper()
         super().execute_job(job, queue)
 
     def _ensure_mcp_keeper(self) -> None:
         if self.mcp_keeper is None:
-            return
+            self.mcp_keeper = KeeperProcess(self.connection, load_settings().state_dir)
         try:
             self.mcp_keeper.ensure()
         except OSError as exc:  # jobs then run their MCP servers per attempt, as before
