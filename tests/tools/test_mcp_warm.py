@@ -1,9 +1,10 @@
 """MCP sessions a worker keeps warm: a run's next attempt on the same worker reuses its server
 (same pid) and another run gets its own, a session closes when its run ends, when idle for
 mcp_idle_s and when the worker stops, a killed server is started again once with the call
-retried, and npx/uvx downloads persist in the worker's package caches, which `bash` is not told
-of. Real `rq worker` processes of the module's own (one: every attempt meets the same keeper),
-the SDK-written stdio server of tests/mcp_fixture, and a tiny npm package packed here."""
+retried, a teammate's next turn reuses its server until the team is deleted, and npx/uvx
+downloads persist in the worker's package caches, which `bash` is not told of. Real `rq worker`
+processes of the module's own (one: every attempt meets the same keeper), the SDK-written stdio
+server of tests/mcp_fixture, and a tiny npm package packed here."""
 
 from __future__ import annotations
 
@@ -26,10 +27,13 @@ from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, call_result_text
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.team_file import Member
+from teamctl.shared.teams.team_store import TeamStore
+from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.mcp import end_run, processes_in, stored_run
 from tests.support.replies import tool_results
+from tests.support.teams import cli, spawn
 from tests.support.waiting import wait_until
 from tests.support.workers import workers_on_own_queue
 
@@ -268,3 +272,43 @@ def test_an_npx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> Non
     tarballs = [p for p in (caches / "npm" / "_cacache" / "content-v2").rglob("*") if p.is_file()]
     assert len(tarballs) == 1
     assert pids[0] != pids[1]
+
+
+def test_a_teammate_s_next_turn_reuses_its_server_until_the_team_is_deleted(
+    one_worker: str,
+    llm: ScriptedLLM,
+    team: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Persistent teammates: the server a turn started in the team's directory answers the next
+    turn (same pid), and stops once the team is deleted."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")
+    base = ["-t", team, "--redis-url", one_worker]
+    team_path = tmp_path / "team.json"
+    team_path.write_text(json.dumps({"mcp_servers": [INDEX.model_dump(exclude_none=True)]}))
+    assert cli("team", "create", *base, "--file", str(team_path)).exit_code == 0
+    workspace = team_workspace(Path(os.environ["TEAMCTL_STATE_DIR"]), team).resolve()
+    model = llm.script(f"indexer-{team}", [LOOKUP, "looked up"] * 2)
+    store = TeamStore(redis.Redis.from_url(one_worker, decode_responses=True), team)
+
+    def turns_done(count: int) -> bool:
+        return (
+            len(llm.requests[f"indexer-{team}"]) == 2 * count
+            and store.get("indexer").status is TeammateStatus.IDLE
+        )
+
+    spawned = spawn(
+        one_worker, team, "indexer", model, llm.api_base, "--queue", QUEUE, "--mcp", "index"
+    )
+    assert spawned.exit_code == 0, spawned.output
+    wait_until(lambda: turns_done(1), 60, message="the first turn")
+    (server,) = processes_in(workspace)
+    assert cli("team", "send", "indexer", "Look it up again", *base).exit_code == 0
+    wait_until(lambda: turns_done(2), 60, message="the second turn")
+
+    assert processes_in(workspace) == [server]
+    requests = llm.requests[f"indexer-{team}"]
+    assert [tool_results(requests[n])[-1] for n in (1, 3)] == ["lease: 3 documents"] * 2
+    assert cli("team", "delete", *base).exit_code == 0
+    wait_until(lambda: processes_in(workspace) == [], 20, message="the server to stop")
