@@ -1,10 +1,11 @@
 """MCP servers' tools for one attempt, through the official `mcp` SDK (the worker's side).
 
-The SDK is async and the agent loop is sync: an `McpHub` runs one event loop on a daemon thread
-for the attempt, with one holder task per server that enters the SDK's `Client` and leaves it
-(anyio requires both in one task) when the hub closes. Tool calls are coroutines submitted to
-that loop with a timeout. A hub lives for one attempt, in the RQ work-horse that runs it: nothing
-crosses a fork, and stopping the attempt stops its servers.
+The SDK is async and the agent loop is sync: an `McpHub` runs one event loop on a daemon thread,
+with one holder task per server that enters the SDK's `Client` and leaves it (anyio requires both
+in one task) when the hub closes. Tool calls are coroutines submitted to that loop with a timeout.
+A hub lives in one process and never crosses a fork: in a worker's MCP keeper for a session kept
+warm across a run's attempts (worker/mcp_warm), else in the RQ work-horse of one attempt, which
+stops its servers when it ends. A server that died is started again by the next call, once.
 
 A stdio server runs in the workspace with a minimal environment (as the `bash` tool: HOME
 a private directory of the hub's, outside the workspace, and git's command-running settings
