@@ -61,13 +61,15 @@ class Sizes:
 
     jobs: int
     """Paced run_task jobs of each kind (a server's start takes about a second)."""
+    warm_jobs: int
+    """Paced jobs of each run when a warm session is set against no MCP (~0.1 s each)."""
     in_process_rounds: int
     fork_workers: bool = False
     """Fork the workers from a fork server, when one is named (bench_worker.worker)."""
 
 
-FULL = Sizes(jobs=10, in_process_rounds=5)
-SMOKE = Sizes(jobs=1, in_process_rounds=1, fork_workers=True)
+FULL = Sizes(jobs=10, warm_jobs=30, in_process_rounds=5)
+SMOKE = Sizes(jobs=1, warm_jobs=1, in_process_rounds=1, fork_workers=True)
 
 
 def make_run(
@@ -146,6 +148,21 @@ class Bench:
         with self.run(server, jobs + 1) as (run_id, _):
             self.attempt_ms(run_id, "t0")
             return [self.attempt_ms(run_id, f"t{n}") for n in range(1, jobs + 1)]
+
+    def interleaved_ms(self, server: McpServer, jobs: int) -> tuple[list[float], list[float]]:
+        """Attempts 2..jobs+1 of a run without MCP and of one with `server`, alternating (a
+        shared machine's load then weighs on both alike): (without, with)."""
+        with (
+            self.run(None, jobs + 1) as (plain, _),
+            self.run(server, jobs + 1) as (warm, _),
+        ):
+            self.attempt_ms(plain, "t0")
+            self.attempt_ms(warm, "t0")
+            without, with_server = [], []
+            for n in range(1, jobs + 1):
+                without.append(self.attempt_ms(plain, f"t{n}"))
+                with_server.append(self.attempt_ms(warm, f"t{n}"))
+            return without, with_server
 
     def first_use_ms(self, server: McpServer, jobs: int) -> list[float]:
         """The first attempt of `jobs` fresh runs: each starts the server."""
@@ -256,8 +273,8 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
             ),
         ):
             bench = Bench(url, llm, model)
-            base = statistics.median(bench.same_run_ms(None, sizes.jobs))
-            warm = statistics.median(bench.same_run_ms(TIME_SERVER, sizes.jobs))
+            plain, warm_runs = bench.interleaved_ms(TIME_SERVER, sizes.warm_jobs)
+            base, warm = statistics.median(plain), statistics.median(warm_runs)
             first = statistics.median(bench.first_use_ms(TIME_SERVER, sizes.jobs))
             killed = statistics.median(bench.after_a_kill_ms(TIME_SERVER, sizes.jobs))
             npx = npx_figures(bench, base, Path(logs))
@@ -272,7 +289,7 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
             unit="ms",
             baseline=base,
             baseline_name="run_task, member without MCP",
-            note=f"{paced}, preloaded forking worker",
+            note=f"median of {sizes.warm_jobs} paced jobs alternating with the baseline's",
         ),
         BenchFigure(
             name="added per attempt by a warm stdio MCP session",
