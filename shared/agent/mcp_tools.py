@@ -31,6 +31,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,9 @@ CLOSE_TIMEOUT_S = 10.0
 """Bounds the wait for every server to stop (the SDK's own shutdown escalates within ~6 s)."""
 CALL_GRACE_S = 5.0
 """Beyond a call's own timeout, how long the caller waits for the loop to notice it."""
+DEATH_WAIT_S = 1.0
+"""How long a failed call waits for its server's process to finish exiting, to tell a server
+that died (started again) from one that failed the call and lives on."""
 
 
 def preload_sdk() -> None:
@@ -355,6 +359,16 @@ class McpHub:
             return False
         return all(_running_process(pid) for pid in running.pgids[:1])
 
+    def _died(self, server: str) -> bool:
+        """Whether a server whose call failed is dead, waiting up to DEATH_WAIT_S for it to
+        finish exiting: its pipe closes (failing the call) before its process has exited."""
+        deadline = time.monotonic() + DEATH_WAIT_S
+        while self.alive(server):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)  # no event says a process of the SDK's has exited; /proc does
+        return True
+
     def restart(self, server: str) -> list[ListedTool]:
         """Stop a started server (what is left of it) and start it again; its tools."""
         running = self._running.pop(server, None)
@@ -498,7 +512,7 @@ class McpHub:
         try:
             return self._call_once(server, tool, arguments, call_key)
         except McpCallFailed as failure:
-            if server not in self._servers or self.alive(server):
+            if server not in self._servers or not self._died(server):
                 raise
             running = self._running.get(server)
             kept = running.stderr.kept() if running and running.stderr else b""
