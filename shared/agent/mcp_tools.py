@@ -361,7 +361,11 @@ class McpHub:
 
     def _died(self, server: str) -> bool:
         """Whether a server whose call failed is dead, waiting up to DEATH_WAIT_S for it to
-        finish exiting: its pipe closes (failing the call) before its process has exited."""
+        finish exiting: its pipe closes (failing the call) before its process has exited. An
+        HTTP server has no process here: its session ended or it did not."""
+        running = self._running.get(server)
+        if running is None or not running.pgids:
+            return not self.alive(server)
         deadline = time.monotonic() + DEATH_WAIT_S
         while self.alive(server):
             if time.monotonic() >= deadline:
