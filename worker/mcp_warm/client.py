@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Self
@@ -197,8 +197,3 @@ class WarmSessions:
         """End this job's connection; the sessions stay warm in the keeper."""
         self._reader.close()
         self._sock.close()
-
-
-def warm_entries(entries: Iterable[str]) -> tuple[str, ...]:
-    """A member's MCP grants as a Warmth keeps them."""
-    return tuple(sorted(entries))
