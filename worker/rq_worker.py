@@ -6,6 +6,10 @@ dequeue, and its warm shutdown waited on the dead server to register its death. 
 exits once Redis has been unreachable for TEAMCTL_REDIS_OUTAGE_S (60 s by default: the retry
 window of its connection class, shared/redis/connection.py), and its teardown spends at most
 TEARDOWN_OUTAGE_S on Redis.
+
+It also keeps MCP sessions warm across jobs, which each run in a fresh fork: before its first
+job that may start an MCP server it forks an MCP keeper (worker/mcp_warm), and its teardown
+stops it.
 """
 
 from __future__ import annotations
