@@ -359,6 +359,12 @@ class McpHub:
             return False
         return all(_running_process(pid) for pid in running.pgids[:1])
 
+    def stderr_tail(self, server: str) -> str:
+        """The end of what a started stdio server wrote to its stderr so far."""
+        running = self._running.get(server)
+        kept = running.stderr.kept() if running and running.stderr else b""
+        return kept.decode("utf-8", "replace")[-STDERR_TAIL_CHARS:].strip()
+
     def _died(self, server: str) -> bool:
         """Whether a server whose call failed is dead, waiting up to DEATH_WAIT_S for it to
         finish exiting: its pipe closes (failing the call) before its process has exited. An
@@ -518,15 +524,12 @@ class McpHub:
         except McpCallFailed as failure:
             if server not in self._servers or not self._died(server):
                 raise
-            running = self._running.get(server)
-            kept = running.stderr.kept() if running and running.stderr else b""
-            tail = kept.decode("utf-8", "replace")
             log.warning(
                 "MCP server %s died during %s (%s); starting it again. Its stderr ends: %s",
                 server,
                 tool,
                 failure,
-                tail[-STDERR_TAIL_CHARS:].strip(),
+                self.stderr_tail(server),
             )
             try:
                 self.restart(server)

@@ -111,7 +111,12 @@ class McpKeeper:
             reused = session is not None and session.hub.alive(name)
             if session is not None and not reused:
                 del self._sessions[key]
-                log.warning("MCP server %s of %s %s died; starting it again", name, *_of(session))
+                log.warning(
+                    "MCP server %s of %s %s died; starting it again. Its stderr ends: %s",
+                    name,
+                    *_of(session),
+                    session.hub.stderr_tail(name),
+                )
                 session.hub.close()
                 session = None
             if session is None:
