@@ -295,7 +295,7 @@ def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
         return
     states = run.board.snapshot(LISTING_FIELDS)
     now = now_ms()
-    awaiting = run.store.state().status is RunStatus.AWAITING_APPROVAL
+    awaiting = run.store.status() is RunStatus.AWAITING_APPROVAL
     print_listing(
         TASKS_HEADER,
         [
