@@ -63,6 +63,8 @@ class BoardSummary:
 def read_summary(board: TaskBoard, unanswered_rows: int) -> BoardSummary:
     """The board's counts and its tasks that matter: every one in progress, and the first
     `unanswered_rows` failed or blocked ones."""
+    if unanswered_rows < 1:  # ZRANGE 0 -1 would return the whole index
+        raise ValueError(f"unanswered_rows is {unanswered_rows}; a summary lists at least 1")
     k = board.keys
     read: dict[str, dict[str, str]] = {}
     wanted: list[str] = []
@@ -80,7 +82,8 @@ def read_summary(board: TaskBoard, unanswered_rows: int) -> BoardSummary:
         if set(now_wanted) <= read.keys() or round_no == SUMMARY_ROUNDS:
             break
         wanted = now_wanted
-    counts = STATUS_COUNTS.validate_python(_pairs(raw_counts))
+    flat_counts = dict(zip(raw_counts[::2], raw_counts[1::2], strict=True))
+    counts = STATUS_COUNTS.validate_python(flat_counts)
     matter = set(now_wanted)
     states = [board.parse(raw) for t, raw in read.items() if t in matter and raw.get("status")]
     states.sort(key=lambda s: int(read[s.task_id].get("pos") or 0))
@@ -89,7 +92,3 @@ def read_summary(board: TaskBoard, unanswered_rows: int) -> BoardSummary:
         unanswered=int(unanswered),
         tasks=states,
     )
-
-
-def _pairs(flat: list[str]) -> dict[str, str]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
