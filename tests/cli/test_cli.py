@@ -282,6 +282,37 @@ def test_status_of_a_big_board_shows_its_counts_and_the_tasks_that_matter(
     )
 
 
+def test_tasks_reads_every_field_its_detail_shows(
+    conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path
+) -> None:
+    """`tasks` reads only the fields it shows: each part of the detail still comes through."""
+    board = planned_run(
+        conn,
+        run_id,
+        tmp_path,
+        [TaskSpec(id=t, member_id="writer", task=t.upper()) for t in ("a", "b", "c")],
+    )
+    for task_id in ("a", "b"):
+        assert board.claim(task_id, "researcher", "host:1", 60) is not None
+    far_ms = now_ms() + 3_600_000
+    conn.hset(
+        board.keys.task("a"),
+        mapping={"replayed_steps": 3, "model": "backup/m", "fallback_from": "main/m"},
+    )
+    conn.hset(board.keys.task("b"), mapping={"waiting_model": "main/m", "waiting_until_ms": far_ms})
+    conn.hset(board.keys.task("c"), mapping={"error": "it\nbroke \x1b[31mred"})
+    lines = CliRunner().invoke(main, ["tasks", run_id, "--redis-url", redis_url]).stdout
+    rows = [line.split("\t") for line in lines.splitlines()]
+    assert [row[:4] for row in rows] == [
+        ["a", "in_progress", "researcher", "1"],
+        ["b", "in_progress", "researcher", "1"],
+        ["c", "ready", "-", "0"],
+    ]
+    assert rows[0][4] == "replayed 3 steps; model backup/m (fallback for main/m)"
+    assert rows[1][4].startswith("waiting for main/m: ")
+    assert rows[2][4] == "it broke red"
+
+
 def test_export_writes_the_ai4j_file_layout(
     conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path
 ) -> None:
