@@ -111,6 +111,13 @@ class KeySpace(ABC):
         return f"{self.base}:counts"
 
     @property
+    def unanswered(self) -> str:
+        """Sorted set: failed and blocked task ids scored by plan position, kept by the planned
+        board's scripts (a team's do not), so `teamctl status` lists them without reading the
+        whole board; no task leaves either status."""
+        return f"{self.base}:unanswered"
+
+    @property
     def reservations(self) -> str:
         """Sorted set: the budget reservations of model calls in flight (`id:tokens:usd`),
         scored by when they expire (epoch ms), so a dead worker's comes back to the budget."""

@@ -39,7 +39,9 @@ def printable(text: str | None) -> str:
     """`text` with its lines kept and nothing a terminal would act on: escape sequences are
     dropped, other control characters (tabs and newlines aside; a carriage return that would
     overwrite its line among them) become spaces."""
-    text = TERMINAL_ESCAPE.sub("", (text or "").replace("\r\n", "\n"))
+    if not text or (text.isascii() and text.isprintable()):  # most names and numbers
+        return text or ""
+    text = TERMINAL_ESCAPE.sub("", text.replace("\r\n", "\n"))
     return "".join(c if c.isprintable() or c in "\n\t" else " " for c in text)
 
 

@@ -406,8 +406,10 @@ def export(
 def status(run_id: str | None, redis_url: str | None, as_json: bool, settings: Settings) -> None:
     """Show a run as a person reads it (default: the last run): status, rounds, time, tokens
     and cost, its error, its tasks (columns: task, member, status, attempts, time, cost, error;
-    a model column before error once a fallback answered a call) and its answer. --json prints
-    the result JSON instead, the object `run --json` prints."""
+    a model column before error once a fallback answered a call; past 100 tasks, the counts
+    per status, then only the tasks in progress and the first 20 failed or blocked) and its
+    answer. --json prints the result JSON instead, the object `run --json` prints, every task
+    in it."""
     from teamctl.coordinator.cli.commands import status_command
 
     sys.exit(status_command(attach_redis_url(redis_url, settings), run_id, as_json))

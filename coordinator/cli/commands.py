@@ -247,15 +247,17 @@ def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
     """`teamctl status`: the run as a person reads it (answer, errors, tasks, cost), or the
     full result JSON rebuilt from Redis; the commands it suggests are spelled for this shell."""
     from teamctl.coordinator.cli.run_view import status_lines
-    from teamctl.coordinator.runs.result import build_result, result_json
+    from teamctl.coordinator.runs.result import build_result, result_json, status_result
 
     run = existing_run(redis_url, run_id)
-    result = build_result(run, full=as_json)
     if as_json:
+        result = build_result(run, full=True)
         click.echo(result_json(result))
     else:
+        result, summary = status_result(run)
         advice = current_advice()
-        for line in status_lines(result, advice, resume_hint(run)):
+        paused = resume_hint(run) if result.status is RunStatus.AWAITING_BUDGET else None
+        for line in status_lines(result, advice, paused, summary):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
             click.echo(
@@ -267,6 +269,19 @@ def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
 
 
 TASKS_HEADER = ("task", "status", "member", "attempts", "detail")
+LISTING_FIELDS = (
+    "task_id",
+    "status",
+    "claimed_by",
+    "attempts",
+    "replayed_steps",
+    "model",
+    "fallback_from",
+    "waiting_model",
+    "waiting_until_ms",
+    "error",
+)
+"""The task fields `teamctl tasks` shows (its text, context and output are left unread)."""
 
 
 def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
@@ -274,12 +289,13 @@ def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
     from teamctl.coordinator.cli.table import print_listing
 
     run = existing_run(redis_url, run_id)
-    states = run.board.snapshot()
     if as_json:
+        states = run.board.snapshot()
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
         return
+    states = run.board.snapshot(LISTING_FIELDS)
     now = now_ms()
-    awaiting = run.store.state().status is RunStatus.AWAITING_APPROVAL
+    awaiting = run.store.status() is RunStatus.AWAITING_APPROVAL
     print_listing(
         TASKS_HEADER,
         [

@@ -7,6 +7,7 @@ from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.cli.table import table_lines
 from teamctl.coordinator.runs.approval import plan_table
 from teamctl.shared.agent.replies import Usage
+from teamctl.shared.board_summary import BoardSummary
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_records import RunStatus
@@ -18,10 +19,14 @@ ERROR_CHARS = 500
 ENDED_WITHOUT_ANSWER = (TaskStatus.FAILED, TaskStatus.BLOCKED)
 
 
-def has_answer(result: RunResult) -> bool:
+def has_answer(result: RunResult, summary: BoardSummary | None = None) -> bool:
     """Whether the run's output answers anything: it was synthesized from at least one
-    completed task (AI4J's synthesizer also runs on nothing but failures)."""
-    completed = any(s.status is TaskStatus.COMPLETED for s in result.task_states)
+    completed task (AI4J's synthesizer also runs on nothing but failures). A result that holds
+    only some tasks counts them by its board's `summary`."""
+    if summary is not None:
+        completed = summary.counts.get(TaskStatus.COMPLETED, 0) > 0
+    else:
+        completed = any(s.status is TaskStatus.COMPLETED for s in result.task_states)
     return bool(result.output) and completed
 
 
@@ -122,12 +127,17 @@ def _answer_line(result: RunResult, as_json: bool) -> str:
 
 
 def status_lines(
-    result: RunResult, advice: Advice | None = None, paused_hint: str | None = None
+    result: RunResult,
+    advice: Advice | None = None,
+    paused_hint: str | None = None,
+    summary: BoardSummary | None = None,
 ) -> list[str]:
     """`teamctl status RUN`: the run, its error, each task (status, attempts, duration, cost,
     error), its plan while it awaits approval, the commands that resume it while it awaits
-    budget (`paused_hint`), and its answer. The commands it suggests are spelled by `advice`
-    (as this shell reaches teamctl, with the --redis-url it was given)."""
+    budget (`paused_hint`), and its answer. With a big board's `summary`, the result holds only
+    the tasks that matter: the board's counts head them and a line after says what the table
+    leaves out. The commands it suggests are spelled by `advice` (as this shell reaches
+    teamctl, with the --redis-url it was given)."""
     advice = advice or Advice()
     lines = [
         f"{result.run_id}: {result.status}; rounds {result.rounds}; "
@@ -151,11 +161,35 @@ def status_lines(
         ]
     if result.status is RunStatus.AWAITING_BUDGET and paused_hint:
         lines.append(advice.spell(f"paused, its budget spent: {paused_hint}"))
+    if summary is not None:
+        lines.append(f"tasks: {counts_text(summary.counts)} ({summary.total:,} in all)")
     lines += _task_lines(result)
+    if summary is not None:
+        lines.append(advice.spell(_left_out_line(result.run_id, summary)))
     lines += model_usage_lines(result)
-    if has_answer(result):
+    if has_answer(result, summary):
         lines += ["answer:", printable(result.output or "")]
     return lines
+
+
+def counts_text(counts: dict[TaskStatus, int]) -> str:
+    """`2,500 completed, 8 in_progress`: tasks per status, in the statuses' order."""
+    return ", ".join(f"{counts[s]:,} {s.value}" for s in TaskStatus if counts.get(s))
+
+
+def _left_out_line(run_id: str, summary: BoardSummary) -> str:
+    """What a big board's status table shows of it, and the command that lists every task."""
+    shown = len(summary.tasks)
+    unanswered = sum(s.status is not TaskStatus.IN_PROGRESS for s in summary.tasks)
+    which = (
+        f"in progress and the first {unanswered:,} of {summary.unanswered:,} failed or blocked"
+        if summary.unanswered > unanswered
+        else "in progress, failed or blocked"
+    )
+    return (
+        f"only the tasks {which} are shown ({shown:,} of {summary.total:,}); "
+        f"`teamctl tasks {run_id}` lists every task"
+    )
 
 
 def _task_lines(result: RunResult) -> list[str]:

@@ -46,5 +46,6 @@ def print_listing(
     if not rows and empty is not None:
         click.echo(empty, err=sys.stderr.isatty())
         return
-    for line in listing_lines(header, rows, sys.stdout.isatty()):
-        click.echo(line)
+    lines = listing_lines(header, rows, sys.stdout.isatty())
+    if lines:  # one write: a board of thousands of tasks is thousands of lines
+        click.echo("\n".join(lines))

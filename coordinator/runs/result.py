@@ -7,6 +7,7 @@ from typing import Any
 
 from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.agent.replies import ModelReply
+from teamctl.shared.board_summary import BoardSummary, read_summary
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.lineage_records import LineageRecords
@@ -15,6 +16,12 @@ from teamctl.shared.runs.output import MemberResult, RunResult, TaskStateView
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import Plan, TaskState, TaskStatus
+
+STATUS_ALL_TASKS_MAX = 100
+"""`teamctl status` shows each task of a board of up to this many; of a bigger one, its counts
+and the tasks that matter (`status --json` and `teamctl tasks` still show every task)."""
+STATUS_UNANSWERED_ROWS = 20
+"""The failed or blocked tasks a big board's status shows, the first in plan order."""
 
 
 def member_results(
@@ -91,9 +98,23 @@ def build_result(run: RunHandle, *, full: bool = True) -> RunResult:
     """The result object of a run, live or ended, from its keys alone; without `full`, the
     members' transcripts and the run's messages are left out (what a person's `teamctl status`
     shows uses neither, and on a big run they are most of what there is to read)."""
+    return _result(run, run.board.snapshot(), full=full)
+
+
+def status_result(run: RunHandle) -> tuple[RunResult, BoardSummary | None]:
+    """What `teamctl status` shows of a run: the result without transcripts or messages, and
+    with every task while the board is small; a bigger one's result holds only the tasks that
+    matter (in progress, the first failed or blocked ones), beside the board's summary."""
+    summary = read_summary(run.board, STATUS_UNANSWERED_ROWS)
+    if summary.total <= STATUS_ALL_TASKS_MAX or not summary.indexed:
+        return build_result(run, full=False), None
+    return _result(run, summary.tasks, full=False), summary
+
+
+def _result(run: RunHandle, states: list[TaskState], *, full: bool) -> RunResult:
+    """The result object of a run whose tasks read `states`."""
     store, spec, run_id = run.store, run.spec, run.run_id
     state = store.state()
-    states = run.board.snapshot()
     ended_ms = state.ended_ms or now_ms()
     transcripts = (
         Transcripts(run.conn, run.keys, run.scripts).load_many([s.task_id for s in states])

@@ -9,7 +9,6 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 from teamctl.shared.agent.model_names import checked_fallbacks
-from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import normalize_id
 from teamctl.shared.providers.limits_config import ModelLimit
@@ -98,6 +97,10 @@ def pick_model(
     for var in PROVIDER_KEY_VARS:
         if var in settings.provider_keys:
             return DEFAULT_MODEL_FOR_KEY[var], ModelSource.PROVIDER_KEY
+    # Imported here: the offline model's tables cost every read-only verb (`status`) its
+    # start-up, and only a run with no model configured needs its name.
+    from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
+
     return OFFLINE_MODEL, ModelSource.OFFLINE
 
 

@@ -125,6 +125,12 @@ class RunStore:
         """The run's mutable state, parsed from its hash."""
         return parse_state(self.run_id, self.conn.hgetall(self.keys.state))
 
+    def status(self) -> RunStatus:
+        """The run's status alone: a listing of its tasks needs neither its plan (the bulk of
+        a big run's state) nor its answer."""
+        raw = self.conn.hget(self.keys.state, "status")
+        return parse_state(self.run_id, {} if raw is None else {"status": raw}).status
+
     def set_status(self, status: RunStatus) -> None:
         """Move the run to a status that does not end it; RunFailed if the lease is not ours."""
         self._check_fenced(

@@ -19,6 +19,12 @@ from teamctl.coordinator.advice import for_this_shell
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.cli.app import LAZY_COMMANDS
 from teamctl.coordinator.cli.options import merge_options
+from teamctl.coordinator.cli.run_view import status_lines
+from teamctl.coordinator.runs.result import (
+    STATUS_ALL_TASKS_MAX,
+    STATUS_UNANSWERED_ROWS,
+    build_result,
+)
 from teamctl.coordinator.runs.run import RunRequest, create_run
 from teamctl.shared.board import TaskBoard, WriteOutcome
 from teamctl.shared.bus import MessageBus
@@ -26,15 +32,16 @@ from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.ids import check_member_id, check_run_id, check_task_id, is_safe_id
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.retention import expire_run
 from teamctl.shared.runs.run_config import ModelChoice
 from teamctl.shared.runs.store import RunEnd, RunStore
-from teamctl.shared.task_records import TaskStatus
+from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.shared.team_file import load_team_file
 
 from tests.support.cli import TEAMCTL, on_a_terminal
-from tests.support.runs import coordinator_store, roster_bus, two_task_run
+from tests.support.runs import coordinator_store, planned_run, roster_bus, two_task_run
 
 
 @pytest.mark.parametrize(
@@ -204,6 +211,106 @@ def test_status_tasks_and_runs_read_the_run_from_redis(
     ]
     missing = runner.invoke(main, ["status", "nope", "--redis-url", redis_url])
     assert missing.exit_code == 2 and "no run nope" in missing.stderr
+
+
+def test_status_of_a_big_board_shows_its_counts_and_the_tasks_that_matter(
+    conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path
+) -> None:
+    size = STATUS_ALL_TASKS_MAX + 50
+    board = planned_run(
+        conn,
+        run_id,
+        tmp_path,
+        [
+            TaskSpec(id=f"t{i}", member_id="writer", task=f"T{i}", depends_on=[f"t{i - 1}"])
+            if i in (1, 2)
+            else TaskSpec(id=f"t{i}", member_id="writer", task=f"T{i}")
+            for i in range(size)
+        ],
+    )
+    for task_id, outcome in (("t0", "done"), ("t1", "broke"), ("t5", ""), ("t7", "")):
+        token = board.claim(task_id, "researcher", "host:1", 60)
+        assert token is not None
+        if outcome == "done":
+            assert board.complete(task_id, token, "T0 done", 1200) is WriteOutcome.APPLIED
+        elif outcome:
+            assert board.fail(task_id, token, outcome, 300) is WriteOutcome.APPLIED
+    runner = CliRunner()
+    plain = runner.invoke(main, ["status", run_id, "--redis-url", redis_url])
+    assert plain.exit_code == 0, plain.output
+    lines = plain.stdout.splitlines()
+    spell = for_this_shell(redis_url).spell
+    assert lines[1:] == [
+        "objective: Objective X",
+        f"tasks: {size - 5} ready, 2 in_progress, 1 completed, 1 failed, 1 blocked ({size} in all)",
+        "task  member      status       attempts  time  cost                error",
+        "t1    researcher  failed       1         0.3s  0 tokens, unpriced  broke",
+        "t2    -           blocked      0         -     -                   dependency failed",
+        "t5    researcher  in_progress  1         -     -",
+        "t7    researcher  in_progress  1         -     -",
+        spell(
+            f"only the tasks in progress, failed or blocked are shown (4 of {size}); "
+            f"`teamctl tasks {run_id}` lists every task"
+        ),
+        spell(f"no coordinator is driving it: `teamctl resume {run_id}` continues it"),
+    ]
+    # Each row is the one a whole table shows of its task.
+    whole = status_lines(build_result(RunHandle.existing(conn, run_id), full=False))
+    cells = {row[0]: row for line in whole if (row := re.split(r"\s{2,}", line))}
+    assert [cells[row[0]] for row in map(re.compile(r"\s{2,}").split, lines[4:8])] == [
+        re.split(r"\s{2,}", line) for line in lines[4:8]
+    ]
+    assert len([line for line in whole if re.match(r"t\d+ ", line)]) == size
+    as_json = runner.invoke(main, ["status", run_id, "--redis-url", redis_url, "--json"])
+    assert len(json.loads(as_json.stdout)["task_states"]) == size  # whole
+
+    # Past the rows it shows, it says how many failed or blocked tasks it leaves out.
+    assert board.block_stalled("cancelled") == size - 5
+    lines = runner.invoke(main, ["status", run_id, "--redis-url", redis_url]).stdout.splitlines()
+    shown = [line.split()[0] for line in lines if re.match(r"t\d+ ", line)]
+    assert shown == ["t1", "t2", "t3", "t4", "t5", "t6", "t7"] + [
+        f"t{i}" for i in range(8, 8 + STATUS_UNANSWERED_ROWS - 5)
+    ]
+    assert (
+        lines[2]
+        == f"tasks: 2 in_progress, 1 completed, 1 failed, {size - 4} blocked ({size} in all)"
+    )
+    assert lines[-2] == spell(
+        f"only the tasks in progress and the first {STATUS_UNANSWERED_ROWS} of {size - 3} "
+        f"failed or blocked are shown ({STATUS_UNANSWERED_ROWS + 2} of {size}); "
+        f"`teamctl tasks {run_id}` lists every task"
+    )
+
+
+def test_tasks_reads_every_field_its_detail_shows(
+    conn: redis.Redis, redis_url: str, run_id: str, tmp_path: Path
+) -> None:
+    """`tasks` reads only the fields it shows: each part of the detail still comes through."""
+    board = planned_run(
+        conn,
+        run_id,
+        tmp_path,
+        [TaskSpec(id=t, member_id="writer", task=t.upper()) for t in ("a", "b", "c")],
+    )
+    for task_id in ("a", "b"):
+        assert board.claim(task_id, "researcher", "host:1", 60) is not None
+    far_ms = now_ms() + 3_600_000
+    conn.hset(
+        board.keys.task("a"),
+        mapping={"replayed_steps": 3, "model": "backup/m", "fallback_from": "main/m"},
+    )
+    conn.hset(board.keys.task("b"), mapping={"waiting_model": "main/m", "waiting_until_ms": far_ms})
+    conn.hset(board.keys.task("c"), mapping={"error": "it\nbroke \x1b[31mred"})
+    lines = CliRunner().invoke(main, ["tasks", run_id, "--redis-url", redis_url]).stdout
+    rows = [line.split("\t") for line in lines.splitlines()]
+    assert [row[:4] for row in rows] == [
+        ["a", "in_progress", "researcher", "1"],
+        ["b", "in_progress", "researcher", "1"],
+        ["c", "ready", "-", "0"],
+    ]
+    assert rows[0][4] == "replayed 3 steps; model backup/m (fallback for main/m)"
+    assert rows[1][4].startswith("waiting for main/m: ")
+    assert rows[2][4] == "it broke red"
 
 
 def test_export_writes_the_ai4j_file_layout(

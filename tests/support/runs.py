@@ -64,6 +64,23 @@ def make_run(
 
 def two_task_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: object) -> None:
     """A run with a two-task board and one message, as a coordinator would leave it."""
+    planned_run(
+        conn,
+        run_id,
+        tmp_path,
+        [
+            TaskSpec(id="a", member_id="researcher", task="A"),
+            TaskSpec(id="b", member_id="writer", task="B", depends_on=["a"]),
+        ],
+        **options,
+    )
+    MessageBus(conn, RunKeys(run_id)).publish("system", "researcher", "task.assigned", "a", "A")
+
+
+def planned_run(
+    conn: redis.Redis, run_id: str, tmp_path: Path, tasks: list[TaskSpec], **options: object
+) -> TaskBoard:
+    """A run of the default team (objective "Objective X") whose board holds `tasks`."""
     team = load_team_file(None).model_copy(update={"options": RunOptions(**options)})
     models = ModelChoice(planner="p", synthesizer="s", member_default="m")
     create_run(
@@ -76,13 +93,9 @@ def two_task_run(conn: redis.Redis, run_id: str, tmp_path: Path, **options: obje
             run_id=run_id,
         ),
     )
-    TaskBoard(conn, RunKeys(run_id)).create(
-        [
-            TaskSpec(id="a", member_id="researcher", task="A"),
-            TaskSpec(id="b", member_id="writer", task="B", depends_on=["a"]),
-        ]
-    )
-    MessageBus(conn, RunKeys(run_id)).publish("system", "researcher", "task.assigned", "a", "A")
+    board = TaskBoard(conn, RunKeys(run_id))
+    board.create(tasks)
+    return board
 
 
 def coordinator_store(conn: redis.Redis, run_id: str) -> RunStore:

@@ -86,23 +86,37 @@ local function make_pending(task_key, counts_key)
     'error', '')
 end
 
-local function block(task_key, ready_key, counts_key, events_key, detail, error_text, now)
+-- A task that failed or was blocked joins the board's unanswered index (shared/keys.py),
+-- scored by plan position, so a status read lists those of a big board without reading it all:
+-- one entry per move, never a walk. No task leaves either status. A team's board keeps no index
+-- (unanswered_key nil).
+local function mark_unanswered(unanswered_key, task_key)
+  if not unanswered_key then return end
+  local f = redis.call('HMGET', task_key, 'pos', 'task_id')
+  redis.call('ZADD', unanswered_key, tonumber(f[1]) or 0, f[2])
+  inherit_ttl(unanswered_key, task_key)
+end
+
+local function block(task_key, ready_key, counts_key, unanswered_key, events_key, detail,
+                     error_text, now)
   local tid = redis.call('HGET', task_key, 'task_id')
   redis.call('ZREM', ready_key, tid)
   leave_lane(task_key, tid)
   set_status(task_key, counts_key, 'blocked')
+  mark_unanswered(unanswered_key, task_key)
   redis.call('HSET', task_key, 'phase', 'blocked', 'detail', detail, 'error', error_text,
     'percent', 100, 'end_ms', now, 'updated_ms', now)
   if events_key then task_event(events_key, task_key, 'blocked', 0) end
 end
 
 -- Block every pending/ready task among KEYS[first..last] (a dependents closure).
-local function block_dependents(first, last, ready_key, counts_key, events_key, now)
+local function block_dependents(first, last, ready_key, counts_key, unanswered_key, events_key,
+                                now)
   for i = first, last do
     local status = redis.call('HGET', KEYS[i], 'status')
     if status == 'pending' or status == 'ready' then
-      block(KEYS[i], ready_key, counts_key, events_key, 'Blocked: dependency failed.',
-        'dependency failed', now)
+      block(KEYS[i], ready_key, counts_key, unanswered_key, events_key,
+        'Blocked: dependency failed.', 'dependency failed', now)
     end
   end
 end

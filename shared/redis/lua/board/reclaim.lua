@@ -6,19 +6,20 @@
 -- With a forced reason, fail every given in-progress claim, alive or not, with that reason: a
 -- stopped run gives up on members that outlasted its grace period (their tokens die with it).
 -- KEYS[1] ready zset, KEYS[2] running set, KEYS[3] counts hash, KEYS[4] events stream,
--- KEYS[5] bus stream, KEYS[6] bus sequence, then one group per candidate: task hash, heartbeat
--- key, the task's dependents closure.
+-- KEYS[5] bus stream, KEYS[6] bus sequence, KEYS[7] unanswered zset, then one group per
+-- candidate: task hash, heartbeat key, the task's dependents closure.
 -- ARGV[1] max attempts, ARGV[2] '1' to announce a failure as task.error to lead ('' = silent),
 -- ARGV[3] forced failure reason ('' = reclaim expired claims only),
 -- ARGV[4..] the closure size of each group, in order.
 -- Returns the ids reclaimed. Candidates whose claim is alive (or already ended) are skipped.
 -- uses: core, tasks, messages
 -- access: write
--- KEYS: ready_key, running_key, counts_key, events_key, bus_key, bus_seq_key, groups...
+-- KEYS: ready_key, running_key, counts_key, events_key, bus_key, bus_seq_key, unanswered_key,
+--   groups...
 -- ARGV: max_attempts, announce, forced_reason, closure_sizes...
 local ready_key, running_key, counts_key, events_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local bus_key, bus_seq_key = KEYS[5], KEYS[6]
-local groups_from = 7  -- KEYS[groups_from..]
+local bus_key, bus_seq_key, unanswered_key = KEYS[5], KEYS[6], KEYS[7]
+local groups_from = 8  -- KEYS[groups_from..]
 local max_attempts, announce, forced_reason = ARGV[1], ARGV[2], ARGV[3]
 local closure_sizes_from = 4  -- ARGV[closure_sizes_from..]
 local now = now_ms()
@@ -38,12 +39,14 @@ for g = closure_sizes_from, #ARGV do
         reason, why = 'claim expired after ' .. attempts .. ' attempts', 'claim expired'
       end
       set_status(task_key, counts_key, 'failed')
+      mark_unanswered(unanswered_key, task_key)
       redis.call('SREM', running_key, tid)
       redis.call('DEL', hb_key)
       redis.call('HSET', task_key, 'token', 0, 'phase', 'failed', 'detail', reason,
         'error', reason, 'percent', 100, 'end_ms', now, 'updated_ms', now,
         'requeue_reason', why)
-      block_dependents(closure_first, closure_last, ready_key, counts_key, events_key, now)
+      block_dependents(closure_first, closure_last, ready_key, counts_key, unanswered_key,
+        events_key, now)
       if announce == '1' then
         local holder = redis.call('HGET', task_key, 'claimed_by')
         if not holder or holder == '' then holder = 'system' end
