@@ -96,7 +96,7 @@ def start_worker(
     rq_args: list[str], env: dict[str, str], log_file: IO[bytes], *, new_session: bool = False
 ) -> WorkerProcess:
     """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the fork server the
-    environment names (worker/for_the_suite/fork_server.py), else executed."""
+    environment names (worker/fork_server.py), else executed."""
     socket_path = env.get(FORK_SERVER_ENV)
     if socket_path:
         return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)

@@ -1,4 +1,4 @@
-"""Starting `rq worker` processes through a fork server (worker/for_the_suite/fork_server.py): the
+"""Starting `rq worker` processes through a fork server (worker/fork_server.py): the
 requests it answers and the handle of a worker it forked, driven like the Popen of an executed one.
 
 Opt-in: when `TEAMCTL_WORKER_FORK_SERVER` names the Unix socket of a running server (owned by this
@@ -30,7 +30,7 @@ FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
 POLL_INTERVAL_S = 0.05
 NOT_OURS_FIX = (
     "start your own server with "
-    "`python -m teamctl.worker.for_the_suite.fork_server SOCKET` in a "
+    "`python -m teamctl.worker.fork_server SOCKET` in a "
     f"directory only you can write and point {FORK_SERVER_ENV} at it, or unset "
     f"{FORK_SERVER_ENV} to start workers as separate programs"
 )
@@ -138,7 +138,7 @@ def _ask(socket_path: str, request: str, fds: list[int] | None = None) -> bytes:
     except OSError as exc:
         raise InfraError(
             f"no worker fork server answers at {socket_path} ({exc.strerror or exc}): start one "
-            f"with `{sys.executable} -m teamctl.worker.for_the_suite.fork_server {socket_path}`, "
+            f"with `{sys.executable} -m teamctl.worker.fork_server {socket_path}`, "
             "or unset "
             f"{FORK_SERVER_ENV} to start workers as separate programs"
         ) from exc

@@ -168,14 +168,14 @@ def keep_trail(config: pytest.Config, fixture: str, trail: SharedWorkerTrail) ->
 
 @contextmanager
 def fork_server(directory: Path) -> Iterator[str]:
-    """A preloaded fork server for the session's workers (worker/for_the_suite/fork_server.py),
+    """A preloaded fork server for the session's workers (worker/fork_server.py),
     started under a clean environment and stopped by pid; yields its socket."""
     socket_path = directory / "fork.sock"
     env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIXES)}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     with (directory / "fork-server.log").open("ab") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "teamctl.worker.for_the_suite.fork_server", str(socket_path)],
+            [sys.executable, "-m", "teamctl.worker.fork_server", str(socket_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -7,7 +7,7 @@ executing `python -m rq.cli worker` (shared/process/fork_server_client.py). A fo
 same RQ command line with the environment, working directory and log file it was given; it differs
 from an executed one in what /proc shows (its command line and initial environment are the server's)
 and in its parent (the server), so the watch that stops a run's workers after a `kill -9` of the run
-does not apply. Start one with `python -m teamctl.worker.for_the_suite.fork_server SOCKET`.
+does not apply. Start one with `python -m teamctl.worker.fork_server SOCKET`.
 """
 
 from __future__ import annotations
