@@ -1,24 +1,32 @@
-"""A preloaded process that forks `rq worker` processes on request, so a host that starts many
-short-lived workers (the test suite starts about sixty) pays litellm's import once, not per worker.
+"""A preloaded process that forks `rq worker` processes on request, so the workers a host starts pay
+litellm's import once, not each, and share the pages of what was imported (copy-on-write).
 
-Opt-in: when `TEAMCTL_WORKER_FORK_SERVER` names the Unix socket of a running server (owned by this
-user), `teamctl run --workers N` and the local worker pool ask it for their workers instead of
-executing `python -m rq.cli worker` (shared/process/fork_server_client.py). A forked worker runs the
-same RQ command line with the environment, working directory and log file it was given; it differs
-from an executed one in what /proc shows (its command line and initial environment are the server's)
-and in its parent (the server), so the watch that stops a run's workers after a `kill -9` of the run
-does not apply. Start one with `python -m teamctl.worker.fork_server SOCKET`.
+How teamctl starts its local workers by default (coordinator/local_workers/preloaded_parent.py):
+the warm pool has one such parent, which exits once it has had no worker for `--linger-s`
+seconds, and a `teamctl run --workers N` one of its own, which exits when that run is gone. The
+test suite starts one for all its workers and names its socket in `TEAMCTL_WORKER_FORK_SERVER`
+(shared/process/fork_server_client.py). A forked worker runs RQ's command line with the
+environment, working directory and log file it was asked for, and shows that command in /proc
+(shared/process/process_title.py); its /proc/PID/environ is still the parent's start-up
+environment, which holds no secret (preloaded_parent.parent_env). A worker of a run watches the
+parent instead of the run, and the parent watches the run: after a `kill -9` of the run the
+parent exits, and its workers each finish their job and exit (shared/process/parent_watch.py).
+Start one by hand with `python -m teamctl.worker.fork_server SOCKET`.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import gc
 import os
 import signal
 import socket
 import stat
 import sys
+import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -32,6 +40,8 @@ from teamctl.shared.process.fork_server_client import (
     peer_uid,
     read_all,
 )
+from teamctl.shared.process.parent_watch import PARENT_PID_ENV, watch_parent
+from teamctl.shared.process.process_title import set_command_line
 
 REQUEST_MAX_BYTES = 1 << 20
 REAP_INTERVAL_S = 0.1
@@ -39,8 +49,11 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 def preload() -> None:
-    """Import what every worker imports, without the worker settings module: that one reads
-    each worker's own environment when the forked worker imports it."""
+    """Import and prepare what every worker imports, without the worker settings module: that
+    one reads each worker's own environment when the forked worker imports it."""
+    # No collection while importing: the objects made here live as long as the process, and
+    # the collector walking them again and again costs about a quarter of the preload.
+    gc.disable()
     import rq.cli.cli  # noqa: F401
     import teamctl.worker.jobs  # noqa: F401
     import teamctl.worker.rq_bootstrap  # noqa: F401
@@ -48,41 +61,90 @@ def preload() -> None:
     from teamctl.shared.agent.litellm_warmup import warm_up
     from teamctl.shared.agent.llm import load_litellm
     from teamctl.shared.agent.mcp_tools import preload_sdk
+    from teamctl.shared.agent.prompts import precompile
+    from teamctl.shared.agent.tools import precompute_schemas
+    from teamctl.shared.redis.scripts import sources
 
     warm_up(load_litellm())
     preload_sdk()
+    precompile("teamctl.worker.runs")
+    precompile("teamctl.worker.teams")
+    precompute_schemas()
+    sources()
+    # Frozen: a forked worker's collector never walks these objects, so it never writes their
+    # gc headers and copies their pages; the workers keep sharing them with this process.
+    gc.freeze()
+    gc.enable()
 
 
-def serve(socket_path: Path) -> None:
-    """Answer spawn and status requests on `socket_path` until SIGTERM; on the way out, kill by
-    pid the workers still running."""
+@dataclass
+class Lifetime:
+    """When the server stops by itself: `linger_s` after its last worker exited (or after it
+    started, if none came), and when `watched_parent`, its parent at start, is gone."""
+
+    linger_s: float | None = None
+    watched_parent: int | None = None
+    idle_since: float = field(default_factory=time.monotonic)
+
+    def orphaned(self) -> bool:
+        return self.watched_parent is not None and os.getppid() != self.watched_parent
+
+    def idle_too_long(self, children: set[int]) -> bool:
+        if children:
+            self.idle_since = time.monotonic()
+            return False
+        return self.linger_s is not None and time.monotonic() - self.idle_since >= self.linger_s
+
+
+def serve(
+    socket_path: Path,
+    listener: socket.socket | None = None,
+    lifetime: Lifetime | None = None,
+    *,
+    owns_directory: bool = False,
+) -> None:
+    """Answer spawn and status requests on `socket_path` until SIGTERM or the end of its
+    `lifetime`; on the way out, kill by pid the workers still running, unless its parent is gone
+    (they watch this process and finish their jobs first)."""
+    lifetime = lifetime or Lifetime()
     exit_codes: dict[int, int] = {}
     children: set[int] = set()
-    listener = _listen(socket_path)
+    listener = listener or listen(socket_path)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
     listener.settimeout(REAP_INTERVAL_S)  # between requests, reap the workers that exited
     print("ready", flush=True)
+    lifetime.idle_since = time.monotonic()  # the preload is not idleness: requests may wait
     try:
-        while not stopping:
+        while not stopping and not lifetime.orphaned():
             with contextlib.suppress(TimeoutError, InterruptedError):
                 _answer(listener, children, exit_codes)
             _reap(children, exit_codes)
+            if lifetime.idle_too_long(children):
+                break
     finally:
-        for pid in children:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # Gone from the file system first: a request after this finds no server and starts one.
         socket_path.unlink(missing_ok=True)
+        listener.close()
+        if owns_directory:
+            with contextlib.suppress(OSError):
+                socket_path.parent.rmdir()
+        if not lifetime.orphaned():
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
-def _listen(socket_path: Path) -> socket.socket:
+def listen(socket_path: Path) -> socket.socket:
+    """The server's socket, open to this user only; clients may connect (and wait for their
+    reply) while the server still preloads."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_mask = os.umask(0o177)  # only this user may ask: a request carries the worker's secrets
     try:
         listener.bind(str(socket_path))
     finally:
         os.umask(old_mask)
-    listener.listen(16)
+    listener.listen(64)
     if stat.S_IMODE(socket_path.stat().st_mode) & 0o077:
         raise RuntimeError(f"{socket_path} is open to other users")
     return listener
@@ -181,6 +243,10 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         # classes starts itself again from it (rq_bootstrap), not from the server's command.
         sys.orig_argv = [sys.executable, "-m", "rq.cli", *request.argv]
         sys.path[0] = request.cwd  # what `python -m` puts first: the directory it started in
+        set_command_line(sys.orig_argv)  # `ps` shows the worker, not this server's command
+        if PARENT_PID_ENV in request.env:
+            # A run's worker: this server watches the run, and the worker watches this server.
+            watch_parent({PARENT_PID_ENV: str(os.getppid())})
         from rq.cli.cli import main
 
         main()
@@ -196,6 +262,31 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         os._exit(code)
 
 
+def main(argv: list[str]) -> None:
+    """`python -m teamctl.worker.fork_server SOCKET [--listen-fd FD] [--linger-s S]
+    [--owns-directory]`: listen, preload, then serve; a server started by a run (its
+    TEAMCTL_PARENT_PID names its parent) exits when that run is gone."""
+    parser = argparse.ArgumentParser(prog="python -m teamctl.worker.fork_server")
+    parser.add_argument("socket", type=Path)
+    parser.add_argument("--listen-fd", type=int, default=None, help="bound already, at SOCKET")
+    parser.add_argument("--linger-s", type=float, default=None)
+    parser.add_argument("--owns-directory", action="store_true")
+    args = parser.parse_args(argv)
+    from teamctl.worker.process_privacy import keep_environment_private
+
+    # Listening first: a client's request waits in the backlog while this process preloads.
+    if args.listen_fd is None:
+        listener = listen(args.socket)
+    else:
+        listener = socket.socket(fileno=args.listen_fd)
+    parent = os.environ.get(PARENT_PID_ENV, "")
+    watched = int(parent) if parent.isdigit() and int(parent) == os.getppid() else None
+    lifetime = Lifetime(linger_s=args.linger_s, watched_parent=watched)
+    if not lifetime.orphaned():
+        preload()
+    keep_environment_private()  # its memory holds the requests, and so the workers' secrets
+    serve(args.socket, listener, lifetime, owns_directory=args.owns_directory)
+
+
 if __name__ == "__main__":
-    preload()
-    serve(Path(sys.argv[1]))
+    main(sys.argv[1:])

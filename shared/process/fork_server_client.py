@@ -1,11 +1,13 @@
-"""Starting `rq worker` processes through a fork server (worker/fork_server.py): the
-requests it answers and the handle of a worker it forked, driven like the Popen of an executed one.
+"""Starting `rq worker` processes through a fork server (worker/fork_server.py): the requests it
+answers and the handle of a worker it forked, driven like the Popen of an executed one.
 
-Opt-in: when `TEAMCTL_WORKER_FORK_SERVER` names the Unix socket of a running server (owned by this
-user), `teamctl run --workers N` and the local worker pool ask it for their workers instead of
-executing `python -m rq.cli worker`. Before each request the client checks that the socket's
-directory is this user's alone and that the server runs as this user: a request carries the
-workers' environment, and a reply names the pids this process signals.
+By default teamctl starts a fork server of its own for the local pool and for a run's workers
+(coordinator/local_workers/preloaded_parent.py). `TEAMCTL_WORKER_FORK_SERVER` changes that: a
+Unix socket of a running server (owned by this user) has `teamctl run --workers N` and the local
+pool ask that one (the test suite's), and `off` has each worker executed as `python -m rq.cli
+worker`. Before each request the client checks that the socket's directory is this user's alone
+and that the server runs as this user: a request carries the workers' environment, and a reply
+names the pids this process signals.
 """
 
 from __future__ import annotations
@@ -26,15 +28,22 @@ from pydantic import BaseModel, Field, TypeAdapter
 from teamctl.shared.errors import ConfigError, InfraError
 
 FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
-"""The socket of a fork server this user runs; unset, workers are executed as usual."""
+"""The socket of a fork server this user runs, or NO_FORK_SERVER; unset, teamctl starts its own."""
+NO_FORK_SERVER = "off"
+"""FORK_SERVER_ENV's value that has each worker executed, importing everything itself."""
 POLL_INTERVAL_S = 0.05
 NOT_OURS_FIX = (
     "start your own server with "
     "`python -m teamctl.worker.fork_server SOCKET` in a "
     f"directory only you can write and point {FORK_SERVER_ENV} at it, or unset "
-    f"{FORK_SERVER_ENV} to start workers as separate programs"
+    f"{FORK_SERVER_ENV} to have teamctl start its own"
 )
 """What to do when the socket named is not this user's own."""
+
+
+class ServerGone(InfraError):
+    """The server closed the connection without a reply: it exited (its lifetime was over,
+    or its preload failed)."""
 
 
 class SpawnRequest(BaseModel):
@@ -140,8 +149,13 @@ def _ask(socket_path: str, request: str, fds: list[int] | None = None) -> bytes:
             f"no worker fork server answers at {socket_path} ({exc.strerror or exc}): start one "
             f"with `{sys.executable} -m teamctl.worker.fork_server {socket_path}`, "
             "or unset "
-            f"{FORK_SERVER_ENV} to start workers as separate programs"
+            f"{FORK_SERVER_ENV} to have teamctl start its own"
         ) from exc
+    if not reply:
+        raise ServerGone(
+            f"the worker fork server at {socket_path} closed the connection without answering: "
+            "it exited (see its log)"
+        )
     if reply.startswith(b'{"refused"'):
         refused = RefusedReply.model_validate_json(reply).refused
         raise InfraError(f"the worker fork server at {socket_path} refused: {refused}")
