@@ -42,6 +42,12 @@ def user_setting(name: str) -> bool:
     return name.startswith(ENV_PREFIXES) and name != FORK_SERVER_ENV
 
 
+def parent_pid(pid: int) -> int:
+    """The pid of process `pid`'s parent (Linux /proc)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2 :].split()[1])
+
+
 def start_clean(group: LocalWorkers) -> None:
     """Start `group` without the user's teamctl and provider settings in its environment: a
     session or module fixture is built before the per-test clean_environ, and its workers

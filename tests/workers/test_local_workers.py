@@ -19,10 +19,11 @@ from teamctl.shared.process.pids import pid_alive
 from teamctl.shared.runs.store import RunStore
 
 from tests.support.waiting import wait_until
-from tests.support.workers import exited
+from tests.support.workers import exited, parent_pid
 
-# The watch that stops them checks their parent: they are executed as documented, not forked.
-pytestmark = pytest.mark.exec_workers
+# The run's own preloaded parent forks them, as teamctl does by default: the watch that stops
+# them is the run's parent watching the run, and each worker watching that parent.
+pytestmark = pytest.mark.default_workers
 
 
 def start_waiting_run(
@@ -109,12 +110,18 @@ def test_kill_9_of_the_run_stops_its_workers(
     pids: list[int] = []
     try:
         pids = worker_pids(conn, run_id, queue, 2)
+        # Forked by one preloaded parent of the run's, which the run started.
+        (parent,) = {parent_pid(pid) for pid in pids}
+        assert parent_pid(parent) == run.pid
+        assert all(b"rq.cli\0worker\0" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids)
 
         run.kill()
 
         assert run.wait(timeout=30) == -signal.SIGKILL
         wait_until(
-            lambda: all(exited(pid) for pid in pids), 30, message="the orphaned workers to stop"
+            lambda: all(exited(pid) for pid in [*pids, parent]),
+            30,
+            message="the orphaned parent and workers to stop",
         )
         # A warm shutdown: each worker took itself out of RQ's registry on the way.
         assert conn.smembers(f"rq:workers:{queue}") == set()
