@@ -55,8 +55,6 @@ the locale, litellm's import-time settings; never a credential."""
 PARENT_PREFIXES = ("LC_",)
 POOL_LINGER_S = 30.0
 """A pool's parent exits this long after its last worker did (idle exit, `workers stop`)."""
-RUN_LINGER_S = 10.0
-"""A run's parent exits this long after its last worker did, or as soon as the run is gone."""
 MODULE = "teamctl.worker.fork_server"
 
 
@@ -93,12 +91,14 @@ def start_parent(
     environ: Mapping[str, str],
     log_path: Path,
     *,
-    linger_s: float,
+    linger_s: float | None = None,
     run_pid: int | None = None,
 ) -> tuple[subprocess.Popen[bytes], PreloadedParent]:
     """Start a parent in its own session (a Ctrl-C in the shell spares it) with the parent's
-    part of `environ`, writing to `log_path`; with `run_pid` it exits when that process, its
-    parent, is gone. Returns at once: it preloads while the first request waits."""
+    part of `environ`, writing to `log_path`; it exits `linger_s` after its last worker, if
+    given, and with `run_pid` when that process, its parent, is gone (a run's, which must
+    answer for its workers until the run stops it). Returns at once: it preloads while the
+    first request waits."""
     directory = tempfile.mkdtemp(prefix="teamctl-workers-")  # 0700, and short: a socket path is
     socket_path = os.path.join(directory, "fork.sock")  # at most 107 bytes long
     env = parent_env(environ, os.getcwd())
@@ -115,8 +115,7 @@ def start_parent(
                     socket_path,
                     "--listen-fd",
                     str(listener.fileno()),
-                    "--linger-s",
-                    str(linger_s),
+                    *([] if linger_s is None else ["--linger-s", str(linger_s)]),
                     "--owns-directory",
                 ],
                 stdout=log,

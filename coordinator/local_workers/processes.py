@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
-from teamctl.coordinator.local_workers.preloaded_parent import RUN_LINGER_S, start_parent
+from teamctl.coordinator.local_workers.preloaded_parent import start_parent
 from teamctl.coordinator.local_workers.worker_hints import StartedWorker
 from teamctl.shared.errors import Interrupted
 from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, NO_FORK_SERVER, spawn
@@ -164,7 +164,6 @@ class LocalWorkers:
             self.parent, parent = start_parent(
                 os.environ,
                 self.log_dir / f"parent-{os.getpid()}.log",
-                linger_s=RUN_LINGER_S,
                 run_pid=os.getpid(),
             )
             socket_path = parent.socket
@@ -197,8 +196,11 @@ class LocalWorkers:
         for process in self.processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.01, deadline - time.monotonic()))
+        finished = all(process.poll() is not None for process in self.processes)
         self.processes.clear()
-        # The parent stays for the workers still finishing: it exits once this process is gone.
+        if self.parent is not None and finished:
+            stop_process(self.parent)
+        # Else it stays for the workers still finishing, and exits once this process is gone.
         self.parent = None
 
     def stop(self) -> None:
