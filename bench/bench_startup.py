@@ -381,6 +381,7 @@ def collect(sizes: Sizes) -> dict[str, float]:
 def memory_figures(tmp: Path, sizes: Sizes) -> dict[str, float]:
     """One idle worker's PSS (executed, as documented, unless the smoke pass forks it), and the
     local pool's: `pool_workers` idle workers with their preloaded parent."""
+    tmp.mkdir(parents=True, exist_ok=True)
     with throwaway_redis() as url, worker_fleet(url, 1, tmp, forked=sizes.fork_workers) as one:
         worker_pss = pss_mb(one[0].pid)
     pool_pss, processes = pool_pss_mb(sizes.pool_workers, tmp / "pool-state", sizes.fork_workers)
