@@ -26,12 +26,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from teamctl.shared.errors import ConfigError, InfraError
+from teamctl.shared.process.pids import same_process_alive
 
 FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
 """The socket of a fork server this user runs, or NO_FORK_SERVER; unset, teamctl starts its own."""
 NO_FORK_SERVER = "off"
 """FORK_SERVER_ENV's value that has each worker executed, importing everything itself."""
 POLL_INTERVAL_S = 0.05
+UNKNOWN_EXIT = 255
+"""The exit status of a worker that ended after its server was gone: nobody reaped it for us."""
 NOT_OURS_FIX = (
     "start your own server with "
     "`python -m teamctl.worker.fork_server SOCKET` in a "
@@ -94,9 +97,16 @@ class ForkedWorker:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
+        """Its exit status once it ended (from the server), None while it runs; with the
+        server gone (it was killed), None while this pid runs, then UNKNOWN_EXIT."""
         if self.returncode is None:
-            reply = _ask(self.socket_path, StatusRequest(pid=self.pid).model_dump_json())
-            self.returncode = StatusReply.model_validate_json(reply).returncode
+            try:
+                reply = _ask(self.socket_path, StatusRequest(pid=self.pid).model_dump_json())
+            except InfraError:
+                # An orphan now, which stops by itself (a zombie nobody reaps counts as gone).
+                self.returncode = None if same_process_alive(self.pid, None) else UNKNOWN_EXIT
+            else:
+                self.returncode = StatusReply.model_validate_json(reply).returncode
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:

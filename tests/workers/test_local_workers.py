@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import redis
-from teamctl.coordinator.local_workers.processes import stop_process
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.process.fork_server_client import UNKNOWN_EXIT
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.process.pids import pid_alive
 from teamctl.shared.runs.store import RunStore
@@ -130,6 +131,32 @@ def test_kill_9_of_the_run_stops_its_workers(
         for pid in pids:
             if not exited(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_whose_preloaded_parent_was_killed_still_stops_its_workers(
+    redis_server: str, tmp_path: Path
+) -> None:
+    """Its workers, orphaned, stop by themselves; the run, which can no longer ask the parent
+    how they ended, still returns from stopping them."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    group = LocalWorkers(redis_server, [queue], 1, tmp_path / "logs")
+    group.start()
+    try:
+        assert group.parent is not None
+        (worker,) = group.processes
+        conn = redis.Redis.from_url(redis_server, decode_responses=True)
+        wait_until(
+            lambda: conn.smembers(f"rq:workers:{queue}"), 120, message="the worker to register"
+        )
+
+        group.parent.kill()
+        group.parent.wait(timeout=30)
+
+        wait_until(lambda: exited(worker.pid), 30, message="the orphaned worker to stop")
+        assert worker.poll() == UNKNOWN_EXIT
+    finally:
+        group.stop()
+    assert group.processes == [] and group.parent is None
 
 
 def test_a_worker_started_by_hand_has_no_parent_to_watch() -> None:
