@@ -22,7 +22,6 @@ import gc
 import os
 import signal
 import socket
-import stat
 import sys
 import time
 import traceback
@@ -37,6 +36,7 @@ from teamctl.shared.process.fork_server_client import (
     SpawnRequest,
     StatusReply,
     StatusRequest,
+    listen,
     peer_uid,
     read_all,
 )
@@ -133,21 +133,6 @@ def serve(
             for pid in children:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-
-
-def listen(socket_path: Path) -> socket.socket:
-    """The server's socket, open to this user only; clients may connect (and wait for their
-    reply) while the server still preloads."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_mask = os.umask(0o177)  # only this user may ask: a request carries the worker's secrets
-    try:
-        listener.bind(str(socket_path))
-    finally:
-        os.umask(old_mask)
-    listener.listen(64)
-    if stat.S_IMODE(socket_path.stat().st_mode) & 0o077:
-        raise RuntimeError(f"{socket_path} is open to other users")
-    return listener
 
 
 def _answer(listener: socket.socket, children: set[int], exit_codes: dict[int, int]) -> None:

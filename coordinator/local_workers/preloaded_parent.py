@@ -12,8 +12,6 @@ handed over, so a request can be sent at once and waits while the parent preload
 from __future__ import annotations
 
 import os
-import socket
-import stat
 import subprocess
 import sys
 import tempfile
@@ -21,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from teamctl.shared.process.fork_server_client import listen
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.process.pids import executable, process_start_ticks, still_running
 from teamctl.shared.process.private_files import private_opener
@@ -104,7 +103,7 @@ def start_parent(
     env = parent_env(environ, os.getcwd())
     if run_pid is not None:
         env[PARENT_PID_ENV] = str(run_pid)
-    listener = _bound(socket_path)
+    listener = listen(socket_path)
     try:
         with open(log_path, "ab", opener=private_opener) as log:
             process = subprocess.Popen(
@@ -135,17 +134,3 @@ def start_parent(
         socket_path,
         program=None if program is None else str(program),
     )
-
-
-def _bound(socket_path: str) -> socket.socket:
-    """A listening Unix socket at `socket_path`, open to this user only."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_mask = os.umask(0o177)
-    try:
-        listener.bind(socket_path)
-    finally:
-        os.umask(old_mask)
-    listener.listen(64)
-    if stat.S_IMODE(os.stat(socket_path).st_mode) & 0o077:
-        raise RuntimeError(f"{socket_path} is open to other users")
-    return listener

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
@@ -201,6 +202,21 @@ def _check_server(client: socket.socket, socket_path: str) -> None:
             f"uid {uid}, not as you (uid {os.getuid()}), and was sent nothing; "
             f"{NOT_OURS_FIX}"
         )
+
+
+def listen(socket_path: Path | str) -> socket.socket:
+    """The server's socket, open to this user only; clients may connect (and wait for their
+    reply) while the server still preloads."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)  # only this user may ask: a request carries the worker's secrets
+    try:
+        listener.bind(str(socket_path))
+    finally:
+        os.umask(old_mask)
+    listener.listen(64)
+    if stat.S_IMODE(os.stat(socket_path).st_mode) & 0o077:
+        raise RuntimeError(f"{socket_path} is open to other users")
+    return listener
 
 
 def peer_uid(connection: socket.socket) -> int:
