@@ -55,6 +55,9 @@ PARENT_PREFIXES = ("LC_",)
 POOL_LINGER_S = 30.0
 """A pool's parent exits this long after its last worker did (idle exit, `workers stop`)."""
 MODULE = "teamctl.worker.fork_server"
+SOCKET_DIR_MAX_CHARS = 64
+"""The longest temporary directory the parent's socket goes under (with its own directory and
+file name the path stays within a Unix socket's 107 bytes); /tmp otherwise."""
 
 
 def parent_env(environ: Mapping[str, str], cwd: str) -> dict[str, str]:
@@ -98,8 +101,10 @@ def start_parent(
     given, and with `run_pid` when that process, its parent, is gone (a run's, which must
     answer for its workers until the run stops it). Returns at once: it preloads while the
     first request waits."""
-    directory = tempfile.mkdtemp(prefix="teamctl-workers-")  # 0700, and short: a socket path is
-    socket_path = os.path.join(directory, "fork.sock")  # at most 107 bytes long
+    # 0700, and short: a socket's path is at most 107 bytes, so a long $TMPDIR is passed over.
+    short_tmp = len(tempfile.gettempdir()) <= SOCKET_DIR_MAX_CHARS
+    directory = tempfile.mkdtemp(prefix="teamctl-workers-", dir=None if short_tmp else "/tmp")
+    socket_path = os.path.join(directory, "fork.sock")
     env = parent_env(environ, os.getcwd())
     if run_pid is not None:
         env[PARENT_PID_ENV] = str(run_pid)
