@@ -21,6 +21,7 @@ from teamctl.coordinator.local_workers.preloaded_parent import (
     POOL_LINGER_S,
     PreloadedParent,
     parent_env,
+    remove_socket_dir,
     start_parent,
 )
 from teamctl.coordinator.local_workers.processes import (
@@ -202,13 +203,15 @@ class WorkerPool:
 
     def parents(self) -> list[PreloadedParent]:
         """The recorded parents still running."""
+        return [p for p in self._recorded_parents() if p.alive()]
+
+    def _recorded_parents(self) -> list[PreloadedParent]:
         try:
             rows = json.loads(self.parents_record.read_text())
         except (FileNotFoundError, ValueError):
-            return []
+            return []  # a torn or hand-edited record: its pids cannot be trusted to signal
         known = set(PreloadedParent.__dataclass_fields__)
-        recorded = [PreloadedParent(**{k: v for k, v in row.items() if k in known}) for row in rows]
-        return [p for p in recorded if p.alive()]
+        return [PreloadedParent(**{k: v for k, v in row.items() if k in known}) for row in rows]
 
     def _parent(self, environ: Mapping[str, str], *, fresh: bool = False) -> PreloadedParent:
         """The live parent for `environ`, else a new one, recorded (a parent of another
@@ -272,6 +275,9 @@ class WorkerPool:
         for parent in running:
             if parent.alive():
                 _signal(parent.pid, signal.SIGKILL)
+        for parent in self._recorded_parents():  # a killed one left its socket behind
+            if not parent.alive():
+                remove_socket_dir(parent.socket)
         self.parents_record.unlink(missing_ok=True)
         return sorted(p.pid for p in running)
 

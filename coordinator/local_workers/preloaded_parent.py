@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +56,7 @@ PARENT_PREFIXES = ("LC_",)
 POOL_LINGER_S = 30.0
 """A pool's parent exits this long after its last worker did (idle exit, `workers stop`)."""
 MODULE = "teamctl.worker.fork_server"
+SOCKET_DIR_PREFIX = "teamctl-workers-"
 SOCKET_DIR_MAX_CHARS = 64
 """The longest temporary directory the parent's socket goes under (with its own directory and
 file name the path stays within a Unix socket's 107 bytes); /tmp otherwise."""
@@ -103,7 +105,7 @@ def start_parent(
     first request waits."""
     # 0700, and short: a socket's path is at most 107 bytes, so a long $TMPDIR is passed over.
     short_tmp = len(tempfile.gettempdir()) <= SOCKET_DIR_MAX_CHARS
-    directory = tempfile.mkdtemp(prefix="teamctl-workers-", dir=None if short_tmp else "/tmp")
+    directory = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=None if short_tmp else "/tmp")
     socket_path = os.path.join(directory, "fork.sock")
     env = parent_env(environ, os.getcwd())
     if run_pid is not None:
@@ -139,3 +141,14 @@ def start_parent(
         socket_path,
         program=None if program is None else str(program),
     )
+
+
+def remove_socket_dir(socket_path: str) -> None:
+    """Remove a parent's socket and its directory, left behind by a parent that was killed (one
+    that exits removes them itself); only a directory start_parent made."""
+    directory = Path(socket_path).parent
+    if not directory.name.startswith(SOCKET_DIR_PREFIX):
+        return
+    with suppress(OSError):
+        Path(socket_path).unlink(missing_ok=True)
+        directory.rmdir()

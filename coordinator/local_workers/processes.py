@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
-from teamctl.coordinator.local_workers.preloaded_parent import start_parent
+from teamctl.coordinator.local_workers.preloaded_parent import remove_socket_dir, start_parent
 from teamctl.coordinator.local_workers.worker_hints import StartedWorker
 from teamctl.shared.errors import Interrupted
 from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, NO_FORK_SERVER, spawn
@@ -135,6 +135,7 @@ class LocalWorkers:
         self.processes: list[WorkerProcess] = []
         self.parent: subprocess.Popen[bytes] | None = None
         """The preloaded parent the workers are forked from, when teamctl started one."""
+        self._parent_socket = ""
         self._previous_sigterm: object = None
 
     def __enter__(self) -> LocalWorkers:
@@ -166,7 +167,7 @@ class LocalWorkers:
                 self.log_dir / f"parent-{os.getpid()}.log",
                 run_pid=os.getpid(),
             )
-            socket_path = parent.socket
+            socket_path = self._parent_socket = parent.socket
         for index in range(self.count):
             with open(self._log_path(index), "ab", opener=private_opener) as log_file:
                 self.processes.append(
@@ -199,7 +200,7 @@ class LocalWorkers:
         finished = all(process.poll() is not None for process in self.processes)
         self.processes.clear()
         if self.parent is not None and finished:
-            stop_process(self.parent)
+            self._stop_parent(self.parent)
         # Else it stays for the workers still finishing, and exits once this process is gone.
         self.parent = None
 
@@ -213,8 +214,12 @@ class LocalWorkers:
             wait_or_kill(process, max(0.1, deadline - time.monotonic()))
         self.processes.clear()
         if self.parent is not None:  # its workers are gone: nothing of theirs is cut short
-            stop_process(self.parent)
+            self._stop_parent(self.parent)
             self.parent = None
+
+    def _stop_parent(self, parent: subprocess.Popen[bytes]) -> None:
+        stop_process(parent)
+        remove_socket_dir(self._parent_socket)  # gone already, unless it was killed
 
 
 def stop_process(process: WorkerProcess, timeout_s: float = STOP_TIMEOUT_S) -> None:

@@ -149,14 +149,20 @@ def test_a_run_whose_preloaded_parent_was_killed_still_stops_its_workers(
             lambda: conn.smembers(f"rq:workers:{queue}"), 120, message="the worker to register"
         )
 
+        # Its command names its socket: python -m teamctl.worker.fork_server SOCKET ...
+        socket_path = Path(
+            os.fsdecode(Path(f"/proc/{group.parent.pid}/cmdline").read_bytes().split(b"\0")[3])
+        )
         group.parent.kill()
         group.parent.wait(timeout=30)
+        assert socket_path.exists()  # killed: it could not remove it
 
         wait_until(lambda: exited(worker.pid), 30, message="the orphaned worker to stop")
         assert worker.poll() == UNKNOWN_EXIT
     finally:
         group.stop()
     assert group.processes == [] and group.parent is None
+    assert not socket_path.parent.exists()
 
 
 def test_a_worker_started_by_hand_has_no_parent_to_watch() -> None:
