@@ -39,7 +39,7 @@ BENCHES = {
         "one preloaded forking worker each)"
     ),
     "teammates": "Persistent teammates (one preloaded forking worker)",
-    "mcp": "MCP servers (a stdio server per attempt, one preloaded forking worker)",
+    "mcp": "MCP servers (sessions kept warm per run, one preloaded forking worker)",
     "board": "Task board (private redis-server)",
     "workspace": (
         "Workspace in Redis: a tool call's sync and an attempt's fetch (private redis-server)"

@@ -6,6 +6,10 @@ dequeue, and its warm shutdown waited on the dead server to register its death. 
 exits once Redis has been unreachable for TEAMCTL_REDIS_OUTAGE_S (60 s by default: the retry
 window of its connection class, shared/redis/connection.py), and its teardown spends at most
 TEARDOWN_OUTAGE_S on Redis.
+
+It also keeps MCP sessions warm across jobs, which each run in a fresh fork: before its first
+job that may start an MCP server it forks an MCP keeper (worker/mcp_warm), and its teardown
+stops it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,18 @@ from teamctl.shared.redis.connection import (
     outage_of,
     read_only_refusal,
 )
+from teamctl.shared.settings import load_settings
+from teamctl.shared.teams.teammates import TURN_FUNCTION
+from teamctl.worker.mcp_warm.process import KeeperProcess
 
+MCP_JOBS = frozenset(
+    {
+        "teamctl.worker.jobs.run_task",
+        "teamctl.worker.jobs.run_mcp_listing",
+        TURN_FUNCTION,
+    }
+)
+"""The jobs that may start MCP servers (by the names teamctl enqueues them under)."""
 TEARDOWN_OUTAGE_S = 2.0
 """How long a stopping worker keeps trying to tell Redis it stopped (its key expires anyway)."""
 
@@ -54,6 +69,24 @@ class TeamctlWorker(Worker):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.outage = Outage(_retry_window_s(self.connection) or DEFAULT_OUTAGE_S)
+        self.mcp_keeper: KeeperProcess | None = None
+        """Where this worker's jobs keep MCP sessions warm (forked before its first job that
+        may start MCP servers)."""
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        """RQ's job execution; before a job that may start MCP servers, the MCP keeper is
+        forked (again, if it died): a worker that never runs one has no keeper."""
+        if job.func_name in MCP_JOBS:
+            self._ensure_mcp_keeper()
+        super().execute_job(job, queue)
+
+    def _ensure_mcp_keeper(self) -> None:
+        if self.mcp_keeper is None:
+            self.mcp_keeper = KeeperProcess(self.connection, load_settings().state_dir)
+        try:
+            self.mcp_keeper.ensure()
+        except OSError as exc:  # jobs then run their MCP servers per attempt, as before
+            self.log.warning("Worker %s: MCP keeper not started: %s", self.name, exc)
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         """RQ's heartbeat, which its idle loop calls first on every pass: the place to see
@@ -107,10 +140,13 @@ class TeamctlWorker(Worker):
 
     def teardown(self) -> None:
         """RQ's teardown (register the death, unsubscribe) with a short retry: a worker
-        stopping during an outage must not wait the whole outage to say it stopped."""
+        stopping during an outage must not wait the whole outage to say it stopped. The MCP
+        keeper stops first, closing every warm session."""
         if self.is_horse:
             super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
             return
+        if self.mcp_keeper is not None:
+            self.mcp_keeper.stop()
         self.connection.set_retry(OutageRetry(TEARDOWN_OUTAGE_S))
         try:
             super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated

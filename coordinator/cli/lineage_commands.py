@@ -15,7 +15,9 @@ from teamctl.coordinator.cli.app import (
     redis_url_option,
     run_workers_option,
 )
+from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
+from teamctl.shared.text import counted, quoted
 
 if TYPE_CHECKING:
     from teamctl.coordinator.runs.fork import NewRun
@@ -52,10 +54,11 @@ def replay(
     as_json: bool,
     settings: Settings,
 ) -> None:
-    """Run RUN_ID again from its records, with no model call and no tool run: the plan, every
-    member step and tool result, and the synthesis are the recorded ones, put through the
-    current code. Where the current code takes another path, the replay stops and says where
-    (`diverged at task t2, step 3: ...`). Exit codes as `run`."""
+    """Run RUN_ID again from its records, with no model call and no tool run.
+
+    The plan, every member step and tool result, and the synthesis are the recorded ones, put
+    through the current code. Where the current code takes another path, the replay stops and
+    says where (`diverged at task t2, step 3: ...`). Exit codes as `run`."""
     from teamctl.coordinator.runs.fork import Source, replay_of
     from teamctl.shared.team_file import load_team_file
 
@@ -149,10 +152,12 @@ def fork(
     approve_plan: bool,
     settings: Settings,
 ) -> None:
-    """A new run from RUN_ID's records at a fork point, with changes: tasks that do not depend on
-    the point keep their outputs (no call), the forked task replays its steps before the point
-    and goes on live, and what depends on it runs live, as does the synthesis. Exit codes as
-    `run`."""
+    """A new run from RUN_ID's records at a fork point, with changes: only what depends on the
+    point is paid for again.
+
+    Tasks that do not depend on the point keep their outputs (no call), the forked task replays
+    its steps before the point and goes on live, and what depends on it runs live, as does the
+    synthesis. Exit codes as `run`."""
     from teamctl.coordinator.runs.fork import ForkChanges, ForkPoint, Source, fork_of
     from teamctl.shared.team_file import load_team_file
 
@@ -223,7 +228,7 @@ def _start(
     assert spec.lineage is not None
     click.echo(f"teamctl: run {spec.run_id} ({spec.lineage.text()}) on {redacted(url)}", err=True)
     for task_id, steps in new.cut.items():
-        click.echo(f"teamctl: {_cut_line(task_id, steps)}", err=True)
+        click.echo(f"teamctl: {_cut_line(new, task_id, steps)}", err=True)
     if not as_json and sys.stdout.isatty():
         click.echo(spec.run_id)
     return run_and_print(
@@ -244,14 +249,13 @@ def _pairs(given: tuple[str, ...], flag: str, form: str) -> dict[str, str]:
     for text in given:
         key, sep, value = text.partition("=")
         if not sep or not key.strip():
-            raise click.UsageError(f"{flag} {text!r}: give {form}")
+            raise ConfigError(f"{flag} {quoted(text)}: give {form}")
         pairs[key.strip()] = value
     return pairs
 
 
 def _read_prompt(path: str) -> str:
-    from teamctl.shared.errors import ConfigError
-
+    """A member's new description, from the file `--prompt-file` names."""
     try:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -260,8 +264,6 @@ def _read_prompt(path: str) -> str:
 
 def _print_dry_run(new: NewRun) -> None:
     """What the fork would reuse and pay for, a line each."""
-    from teamctl.shared.text import counted
-
     assert new.spec.lineage is not None
     lines = [
         f"{new.spec.lineage.text()} (dry run: nothing started)",
@@ -271,7 +273,7 @@ def _print_dry_run(new: NewRun) -> None:
         lines.append(f"{task_id}: output kept (no call)")
     for task_id, steps in new.replayed.items():
         cut = new.cut.get(task_id)
-        note = f"; {_cut_line(task_id, cut)}" if cut is not None else ""
+        note = f"; {_cut_line(new, task_id, cut)}" if cut is not None else ""
         lines.append(f"{task_id}: {counted(steps, 'step')} replayed, then live (paid){note}")
     for task_id in new.live:
         lines.append(f"{task_id}: live (paid)")
@@ -285,10 +287,15 @@ def _print_dry_run(new: NewRun) -> None:
         click.echo(line)
 
 
-def _cut_line(task_id: str, steps: int) -> str:
-    from teamctl.shared.text import counted
-
+def _cut_line(new: NewRun, task_id: str, steps: int) -> str:
+    """What a journal cut at its cap means for the new run: a replay stops there, a fork pays."""
+    assert new.spec.lineage is not None
+    then = (
+        "a replay stops there"
+        if new.spec.lineage.kind == "replay"
+        else "the steps after it are paid for again"
+    )
     return (
         f"the journal of {task_id} was cut at journal_max_bytes after {counted(steps, 'step')}: "
-        "the steps after it are paid for again"
+        + then
     )

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from teamctl.coordinator.runs.result import member_results
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
@@ -23,11 +22,11 @@ from teamctl.shared.keys import RunKeys
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.journal import PAGE_ENTRIES, JournalEntry, journal_entries, step_count
-from teamctl.shared.runs.lineage import Lineage, LineageRecords, TaskReuse
+from teamctl.shared.runs.journal import JournalEntry, complete_steps, journal_entries
+from teamctl.shared.runs.lineage import Lineage, TaskReuse
+from teamctl.shared.runs.lineage_records import LineageRecords
 from teamctl.shared.runs.model_call_records import ModelCallRecords
 from teamctl.shared.runs.options import RunOptions
-from teamctl.shared.runs.output import MemberResult
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.run_refs import check_new_run_id, new_run_id
 from teamctl.shared.runs.store import RunStore
@@ -51,7 +50,8 @@ class ForkPoint:
         if text.strip() == PLAN_POINT:
             return cls(None)
         task, _, step = text.strip().partition(":")
-        if normalize_id(task) != task or (step and not step.isdigit()) or step == "0":
+        step_ok = not step or (step.isascii() and step.isdigit() and int(step) >= 1)
+        if normalize_id(task) != task or not step_ok:
             raise ConfigError(
                 f"--at {text!r} is not a fork point; give `plan`, a task id (`t2`) or a task "
                 "and its step from 1 (`t2:3`)"
@@ -60,6 +60,7 @@ class ForkPoint:
 
     @property
     def text(self) -> str:
+        """The point as `--at` takes it (the first step of a task without its `:1`)."""
         if self.task_id is None:
             return PLAN_POINT
         return self.task_id if self.step == 1 else f"{self.task_id}:{self.step}"
@@ -124,12 +125,28 @@ class Source:
         return cls(run, state.plan or Plan(), {t.task_id: t for t in run.board.snapshot()})
 
     def journal(self, task_id: str) -> list[JournalEntry]:
+        """A task's journal, read once."""
         if task_id not in self.journals:
             self.journals[task_id] = journal_entries(self.run.conn, self.run.keys, task_id)
         return self.journals[task_id]
 
     def steps(self, task_id: str) -> int:
-        return step_count(self.journal(task_id))
+        """The task's recorded steps that can be replayed: each with its tool results."""
+        return complete_steps(self.journal(task_id))
+
+    def handed_to(self, task: TaskState) -> str | None:
+        """The member whose session the journal holds when it is not the task's planned one
+        (the source handed the task off), else None."""
+        entries = self.journal(task.task_id)
+        planned = self.run.spec.member_for(task.member_id)
+        if not entries or planned is None or entries[0].member_id == planned.id:
+            return None
+        return entries[0].member_id
+
+    def member_of(self, task: TaskState) -> str | None:
+        """The member the source's plan gave the task (an unknown one resolved as it ran)."""
+        member = self.run.spec.member_for(task.member_id)
+        return member.id if member else None
 
     def call_usage(self, call: str) -> Usage | None:
         """The usage of the planner's or synthesizer's recorded reply (None: none recorded)."""
@@ -147,16 +164,36 @@ def replay_of(
         _new_spec(source.run.spec, run_id, workspace_root, lineage), ForkChanges(team=team)
     )
     new = NewRun(spec, {}, synthesis_reused=True)
+    _check_members(spec, source, list(source.tasks.values()))
     for task_id, task in source.tasks.items():
-        steps = source.steps(task_id)
-        failed = task.status is TaskStatus.FAILED
-        new.reuse[task_id] = TaskReuse(
-            steps=steps, strict=True, source_error=(task.error or "failed") if failed else None
-        )
-        new.replayed[task_id] = steps
-        new.reused_calls += steps
+        new.reuse[task_id] = _replayed(new, source, task)
+        new.replayed[task_id] = new.reuse[task_id].steps
+        new.reused_calls += new.reuse[task_id].steps
     new.reused_calls += sum(source.call_usage(c) is not None for c in ("planner", "synthesizer"))
     return new
+
+
+def _replayed(new: NewRun, source: Source, task: TaskState) -> TaskReuse:
+    """What a replay takes of one task: every step it can, and why its records end early when
+    they do (a replay says so where it runs out of them)."""
+    ran = task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED)
+    error = (task.error or "failed") if task.status is TaskStatus.FAILED else None
+    handed_to = source.handed_to(task)
+    if not ran:
+        return TaskReuse(
+            strict=True, recorded_end=f"the recorded run never ran it (it ended {task.status})"
+        )
+    if handed_to is not None:
+        return TaskReuse(
+            strict=True,
+            recorded_end=f"the recorded session is {handed_to}'s: the task was handed off",
+        )
+    steps = source.steps(task.task_id)
+    if task.journal_cut:
+        new.cut[task.task_id] = steps
+        end = f"its journal was cut at journal_max_bytes after {steps} step(s)"
+        return TaskReuse(steps=steps, strict=True, source_error=None, recorded_end=end)
+    return TaskReuse(steps=steps, strict=True, source_error=error)
 
 
 def fork_of(
@@ -177,7 +214,7 @@ def fork_of(
         for task in source.tasks.values():
             new.estimate = new.estimate.plus(task.usage)
         return new
-    _check_point(source, point, spec)
+    _check_point(source, point)
     new.reused_calls += source.call_usage("planner") is not None
     affected = _dependents(source, point.task_id)
     for task_id, task in source.tasks.items():
@@ -191,76 +228,28 @@ def fork_of(
             new.reuse[task_id] = TaskReuse(output=task.output or "", steps=source.steps(task_id))
             new.kept.append(task_id)
             new.reused_calls += source.steps(task_id)
-    _check_members(spec, [source.tasks[t] for t in [*new.live, *new.replayed]])
+    _check_members(spec, source, [source.tasks[t] for t in [*new.live, *new.replayed]])
     return new
 
 
 def create(new: NewRun, source: RunHandle) -> None:
     """Store the new run, what its tasks reuse, and its place among the source's forks; a local
-    workspace starts as a copy of the source's (a live step may read what was written)."""
+    workspace starts as a copy of the source's (a live step may read what was written).
+
+    The reuse entries go first: a run whose spec names a lineage always has them (a replay with
+    none would run live), and nothing of another run is written over (its id is checked free,
+    the spec is stored only if still free, and the workspace copied once it is ours)."""
     spec = new.spec
+    keys = RunKeys(spec.run_id)
+    store = RunStore(source.conn, keys)
+    if store.exists():
+        raise ConfigError(f"run {spec.run_id} already exists; pass another --run-id")
+    LineageRecords(source.conn, keys).save_reuse(new.reuse)
+    store.create(spec)
     if spec.workspace_store == "local":
         private_dir(Path(spec.workspace_dir))
         _copy_workspace(source.spec, Path(spec.workspace_dir))
-    keys = RunKeys(spec.run_id)
-    RunStore(source.conn, keys).create(spec)
-    LineageRecords(source.conn, keys).save_reuse(new.reuse)
     LineageRecords(source.conn, source.keys).add_fork(spec.run_id)
-
-
-def seed_journals(run: RunHandle) -> None:
-    """Copy into the run's task journals the source steps each task replays, once (a resumed
-    coordinator finds them copied). Called once the board exists: the sizes go on the tasks."""
-    lineage = run.spec.lineage
-    records = LineageRecords(run.conn, run.keys)
-    if lineage is None or records.seeded():
-        return
-    source = RunHandle(run.conn, lineage.source_run)
-    for task_id, reuse in records.reuse().items():
-        if reuse.steps <= 0:
-            continue
-        kept = [
-            e.model_dump_json(exclude_defaults=True)
-            for e in journal_entries(run.conn, source.keys, task_id)
-            if e.step <= reuse.steps
-        ]
-        pipe = run.conn.pipeline(transaction=True)
-        pipe.delete(run.keys.journal(task_id))
-        for at in range(0, len(kept), PAGE_ENTRIES):
-            pipe.rpush(run.keys.journal(task_id), *kept[at : at + PAGE_ENTRIES])
-        pipe.hset(run.keys.task(task_id), "journal_bytes", sum(len(e) for e in kept))
-        pipe.execute()
-    records.mark_seeded()
-
-
-def in_source_order(source: RunHandle, results: list[MemberResult]) -> list[MemberResult]:
-    """A replay's member results in the order its source dispatched the same tasks (a task the
-    source did not run goes last)."""
-    order = {
-        r.task_id: i for i, r in enumerate(member_results(source.spec, source.board.snapshot()))
-    }
-    return sorted(results, key=lambda r: order.get(r.task_id, len(order)))
-
-
-def plan_difference(recorded: Plan, made: Plan) -> str:
-    """The first way the current code's plan differs from the recorded one, in a few words."""
-    before = {t.id: t for t in recorded.tasks}
-    after = {t.id: t for t in made.tasks}
-    if list(before) != list(after):
-        added = [t for t in after if t not in before]
-        removed = [t for t in before if t not in after]
-        if added or removed:
-            return f"tasks added {added or 'none'}, removed {removed or 'none'}"
-        return "the tasks come in another order"
-    for task_id, task in before.items():
-        changed = [
-            name
-            for name in ("member_id", "task", "context", "depends_on")
-            if getattr(task, name) != getattr(after[task_id], name)
-        ]
-        if changed:
-            return f"task {task_id} changed its {', '.join(changed)}"
-    return "the plan's fallback or raw text changed"
 
 
 def _fork_task(new: NewRun, source: Source, task: TaskState, step: int) -> None:
@@ -276,7 +265,7 @@ def _fork_task(new: NewRun, source: Source, task: TaskState, step: int) -> None:
     new.estimate = new.estimate.plus(_scaled(task.usage, share))
 
 
-def _check_point(source: Source, point: ForkPoint, spec: RunSpec) -> None:
+def _check_point(source: Source, point: ForkPoint) -> None:
     """The fork point names a task of the source's plan, and a step it could replay up to."""
     assert point.task_id is not None
     task = source.tasks.get(point.task_id)
@@ -291,22 +280,24 @@ def _check_point(source: Source, point: ForkPoint, spec: RunSpec) -> None:
             f"task {point.task_id} of run {source.run.run_id} recorded {recorded} step(s); "
             f"fork at {point.task_id}:1 to {point.task_id}:{recorded + 1}"
         )
-    if spec.member_for(task.member_id) is None:
+    handed_to = source.handed_to(task)
+    if handed_to is not None and point.step > 1:
         raise ConfigError(
-            f"member {task.member_id!r} of task {point.task_id} is not in the forked team; "
-            "keep it in the team file given with --team"
+            f"task {point.task_id} was handed off to {handed_to} in run {source.run.run_id}, "
+            f"so its steps are not its planned member's; fork at {point.task_id} (its first step)"
         )
 
 
-def _check_members(spec: RunSpec, tasks: list[TaskState]) -> None:
-    """Every task the fork runs has its member in the new team (a removed one cannot run it)."""
+def _check_members(spec: RunSpec, source: Source, tasks: list[TaskState]) -> None:
+    """Every task the new run runs has its member in the new team (a removed one cannot run it,
+    and its task must not go to another member in its stead)."""
     missing = sorted(
-        {t.member_id or "" for t in tasks if t.member_id and spec.member(t.member_id) is None}
+        {m for t in tasks if (m := source.member_of(t)) is not None and spec.member(m) is None}
     )
-    if missing and spec.options.fail_on_unknown_member:
+    if missing:
         raise ConfigError(
-            f"member(s) {', '.join(missing)} run tasks of this fork but are not in the forked "
-            "team; keep them in the team file given with --team"
+            f"member(s) {', '.join(missing)} run tasks of this run but are not in the team "
+            "given with --team; keep them in it"
         )
 
 
@@ -427,6 +418,7 @@ def _copy_workspace(source: RunSpec, into: Path) -> None:
 
 
 def _scaled(usage: Usage, share: float) -> Usage:
+    """A share of a usage: what the part of a task's session not replayed cost."""
     return Usage(
         prompt_tokens=round(usage.prompt_tokens * share),
         completion_tokens=round(usage.completion_tokens * share),

@@ -9,7 +9,7 @@ from teamctl.shared.agent.model_usage import usage_by_model
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.clock import now_ms
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.lineage import LineageRecords
+from teamctl.shared.runs.lineage_records import LineageRecords
 from teamctl.shared.runs.model_call_records import ModelCallRecords
 from teamctl.shared.runs.output import MemberResult, RunResult, TaskStateView
 from teamctl.shared.runs.run_config import RunSpec

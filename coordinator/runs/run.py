@@ -17,10 +17,15 @@ from typing import NoReturn
 import redis
 from teamctl.coordinator.runs.approval import ApprovalMode, obtain_plan_decision
 from teamctl.coordinator.runs.context import RunContext
-from teamctl.coordinator.runs.fork import in_source_order, plan_difference, seed_journals
 from teamctl.coordinator.runs.mcp_listing import McpListingWait
 from teamctl.coordinator.runs.remote_model import ModelCall, NoReply, RemoteModel
 from teamctl.coordinator.runs.result import build_result, member_results
+from teamctl.coordinator.runs.reuse import (
+    in_source_order,
+    plan_difference,
+    recorded_source,
+    seed_from_source,
+)
 from teamctl.coordinator.runs.roles import plan_from_reply, planner_request, synthesizer_request
 from teamctl.coordinator.runs.rounds import CANCELLED, LoopState, RoundLoop
 from teamctl.coordinator.runs.run_control import resume_hint
@@ -40,8 +45,7 @@ from teamctl.shared.errors import (
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.process.private_files import private_dir
-from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.lineage import LineageRecords
+from teamctl.shared.runs.lineage_records import LineageRecords
 from teamctl.shared.runs.model_call_records import CallView, ModelCallRecords, ModelCallRequest
 from teamctl.shared.runs.output import RunResult, SynthesisResult
 from teamctl.shared.runs.retention import expire_run
@@ -194,6 +198,9 @@ class Coordinator:
         except WaitCancelled:  # cancelled while the run waited on a worker or its budget
             self.ctx.run.lease.check()
             self._end_without_synthesis(RunStatus.CANCELLED, CANCELLED)
+        except ReplayDiverged as exc:  # the run ends where its records part from the code
+            if not self.ended:
+                self._end_without_synthesis(RunStatus.FAILED, str(exc))
         if loop is not None and state is not None:
             loop.drain(state)  # on_message hooks see the run's end too
         return build_result(self.ctx.run)
@@ -212,7 +219,7 @@ class Coordinator:
         if plan.tasks and not board.task_ids():
             board.create(plan.tasks)
             planned_now = True
-        seed_journals(self.ctx.run)  # a replay's or fork's, once its tasks exist
+        seed_from_source(self.ctx.run)  # a replay's or fork's, once its tasks exist
         if planned_now:
             self.ctx.hooks.call("after_plan", self.spec.objective, plan)
         return plan
@@ -254,7 +261,7 @@ class Coordinator:
         lineage = self.spec.lineage
         if lineage is None or not lineage.reuses_plan:
             return None
-        source = RunHandle(self.ctx.run.conn, lineage.source_run)
+        source = recorded_source(self.ctx.run, "plan")
         recorded = source.store.state().plan
         if recorded is None:
             self._diverge("diverged at plan: the recorded run has no plan")
@@ -277,11 +284,11 @@ class Coordinator:
         assert source.outcome is not None
         run = self.ctx.run
         ModelCallRecords(run.conn, run.keys, run.scripts).keep(call, request, source.outcome)
-        LineageRecords(run.conn, run.keys).count_reused_call()
+        LineageRecords(run.conn, run.keys).note_reused_call(call)
 
     def _diverge(self, why: str) -> NoReturn:
-        """A replay asked for what its source never did: the run fails, saying where and why."""
-        self._end(RunEnd(RunStatus.FAILED, self.spec.options.retention_s, error=why))
+        """A replay asked for what its source never did: the run fails, saying where and why
+        (`_plan_run_and_synthesize` ends it)."""
         raise ReplayDiverged(why)
 
     def _complete_within_budget(self, call: ModelCall, begin_by: float) -> ModelReply:
@@ -373,7 +380,7 @@ class Coordinator:
         lineage = self.spec.lineage
         if lineage is None or lineage.kind != "replay":
             return None
-        source = RunHandle(self.ctx.run.conn, lineage.source_run)
+        source = recorded_source(self.ctx.run, "synthesis")
         view = ModelCallRecords(source.conn, source.keys).view("synthesizer")
         if view.outcome is None or view.outcome.reply is None or view.request is None:
             self._diverge("diverged at synthesis: the recorded run made no synthesis")
@@ -407,9 +414,7 @@ class Coordinator:
         results = member_results(self.spec, states)
         if self.spec.lineage is not None and self.spec.lineage.kind == "replay":
             # Concurrent tasks start in any order: a replay's are read in its source's.
-            results = in_source_order(
-                RunHandle(ctx.run.conn, self.spec.lineage.source_run), results
-            )
+            results = in_source_order(recorded_source(ctx.run, "synthesis"), results)
         request = synthesizer_request(
             models.synthesizer,
             models.api_base,

@@ -7,7 +7,7 @@ import difflib
 
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.lineage import LineageRecords
+from teamctl.shared.runs.lineage_records import LineageRecords
 from teamctl.shared.runs.output import DiffRun, DiffTask, RunDiff, TaskDiff
 from teamctl.shared.task_records import TaskState
 

@@ -13,7 +13,7 @@ from teamctl.shared.agent.replies import Usage
 from teamctl.shared.clock import now_ms
 from teamctl.shared.envelopes import Envelope
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.lineage import LineageRecords
+from teamctl.shared.runs.lineage_records import LineageRecords
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.runs.store import RunState, parse_usage

@@ -1,10 +1,11 @@
 """MCP servers' tools for one attempt, through the official `mcp` SDK (the worker's side).
 
-The SDK is async and the agent loop is sync: an `McpHub` runs one event loop on a daemon thread
-for the attempt, with one holder task per server that enters the SDK's `Client` and leaves it
-(anyio requires both in one task) when the hub closes. Tool calls are coroutines submitted to
-that loop with a timeout. A hub lives for one attempt, in the RQ work-horse that runs it: nothing
-crosses a fork, and stopping the attempt stops its servers.
+The SDK is async and the agent loop is sync: an `McpHub` runs one event loop on a daemon thread,
+with one holder task per server that enters the SDK's `Client` and leaves it (anyio requires both
+in one task) when the hub closes. Tool calls are coroutines submitted to that loop with a timeout.
+A hub lives in one process and never crosses a fork: in a worker's MCP keeper for a session kept
+warm across a run's attempts (worker/mcp_warm), else in the RQ work-horse of one attempt, which
+stops its servers when it ends. A server that died is started again by the next call, once.
 
 A stdio server runs in the workspace with a minimal environment (as the `bash` tool: HOME
 a private directory of the hub's, outside the workspace, and git's command-running settings
@@ -30,11 +31,13 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, Self, TextIO
 
+from teamctl.shared.agent.mcp_caches import package_cache_env
 from teamctl.shared.agent.mcp_config import (
     ENV_PREFIX,
     McpServer,
@@ -68,6 +71,9 @@ CLOSE_TIMEOUT_S = 10.0
 """Bounds the wait for every server to stop (the SDK's own shutdown escalates within ~6 s)."""
 CALL_GRACE_S = 5.0
 """Beyond a call's own timeout, how long the caller waits for the loop to notice it."""
+DEATH_WAIT_S = 1.0
+"""How long a failed call waits for its server's process to finish exiting, to tell a server
+that died (started again) from one that failed the call and lives on."""
 
 
 def preload_sdk() -> None:
@@ -136,6 +142,8 @@ class _Running:
     pgids: list[int]
     """Process groups of a stdio server (its pid: it leads a session of its own)."""
     holder: concurrent.futures.Future[None] | None = None
+    stderr: StderrTail | None = None
+    """A stdio server's stderr, kept for its whole life (quoted when it dies)."""
 
 
 class OriginGuard:
@@ -254,13 +262,36 @@ IDEMPOTENCY_META = "teamctl/idempotency_key"
 """The `_meta` field of a tools/call request that names the call for idempotency."""
 
 
-class McpHub:
-    """The MCP sessions of one attempt, on an event loop thread of their own; `close` stops
-    every server. Use as a context manager."""
+class McpSessions(Protocol):
+    """What a member's MCP tools call: a hub of the attempt's own (McpHub) or the worker's warm
+    sessions (worker/mcp_warm/client.py)."""
 
-    def __init__(self, workspace: Path, timeouts: McpTimeouts, call_key_prefix: str = "") -> None:
+    def start(self, server: McpServer) -> list[ListedTool]: ...
+
+    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class McpHub:
+    """MCP sessions on an event loop thread of their own (one attempt's, or one warm session's
+    in a worker's MCP keeper); `close` stops every server. Use as a context manager."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        timeouts: McpTimeouts,
+        call_key_prefix: str = "",
+        package_caches: Path | None = None,
+    ) -> None:
         self.workspace = workspace
         self.timeouts = timeouts
+        self.package_caches = package_caches
+        """Where stdio servers keep what npx and uvx download (shared/agent/mcp_caches.py)."""
         self.call_key_prefix = call_key_prefix
         """`run:task` (`team:member`): with the tool call's id, the idempotency key each call
         carries in its request's `_meta` (IDEMPOTENCY_META), the same when a crash makes the
@@ -271,6 +302,9 @@ class McpHub:
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
         self._thread.start()
         self._running: dict[str, _Running] = {}
+        self._servers: dict[str, McpServer] = {}
+        """Every server started once, by name (one that died and would not start again is
+        no longer running, but a later call tries again)."""
         self._guards: dict[str, OriginGuard] = {}
         """The HTTP servers' origin guards, by server name."""
 
@@ -307,8 +341,50 @@ class McpHub:
         finally:
             stderr.close_writer()
         running.holder = holder
+        running.stderr = stderr
         self._running[server.name] = running
+        self._servers[server.name] = server
         return running.tools
+
+    def pid(self, server: str) -> int | None:
+        """The process id of a started stdio server (None for an HTTP one)."""
+        pgids = self._running[server].pgids
+        return pgids[0] if pgids else None
+
+    def alive(self, server: str) -> bool:
+        """Whether a started server's session still holds: its holder runs and, for a stdio
+        server, its process has not exited."""
+        running = self._running.get(server)
+        if running is None or running.holder is None or running.holder.done():
+            return False
+        return all(_running_process(pid) for pid in running.pgids[:1])
+
+    def stderr_tail(self, server: str) -> str:
+        """The end of what a started stdio server wrote to its stderr so far."""
+        running = self._running.get(server)
+        kept = running.stderr.kept() if running and running.stderr else b""
+        return kept.decode("utf-8", "replace")[-STDERR_TAIL_CHARS:].strip()
+
+    def _died(self, server: str) -> bool:
+        """Whether a server whose call failed is dead, waiting up to DEATH_WAIT_S for it to
+        finish exiting: its pipe closes (failing the call) before its process has exited. An
+        HTTP server has no process here: its session ended or it did not."""
+        running = self._running.get(server)
+        if running is None or not running.pgids:
+            return not self.alive(server)
+        deadline = time.monotonic() + DEATH_WAIT_S
+        while self.alive(server):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)  # no event says a process of the SDK's has exited; /proc does
+        return True
+
+    def restart(self, server: str) -> list[ListedTool]:
+        """Stop a started server (what is left of it) and start it again; its tools."""
+        running = self._running.pop(server, None)
+        if running is not None:
+            self._stop([running])
+        return self.start(self._servers[server])
 
     def _start_failure(
         self, server: McpServer, exc: BaseException, stderr: StderrTail
@@ -403,7 +479,9 @@ class McpHub:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         if server.command:
-            transport: Any = _stdio_transport(server, self.workspace, self.home, stderr, pgids)
+            transport: Any = _stdio_transport(
+                server, self.workspace, self._stdio_env(), stderr, pgids
+            )
         else:
             refused = server.clear_header_refusal()
             if refused:  # checked when the team was loaded; any host may write a spec
@@ -415,19 +493,64 @@ class McpHub:
             transport = streamable_http_client(str(server.url), http_client=http)
         return await stack.enter_async_context(Client(transport, cache=None))
 
-    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any:
+    def _stdio_env(self) -> dict[str, str]:
+        """What a stdio server starts with before its own `env:` values: the minimal one, and
+        where npx and uvx keep their downloads."""
+        caches = {}
+        if self.package_caches and inside(str(self.package_caches), self.workspace):
+            log.warning(  # what a member's file tools write would run in the next server
+                "MCP package caches %s are inside the workspace %s: not used",
+                self.package_caches,
+                self.workspace,
+            )
+        elif self.package_caches:
+            try:
+                caches = package_cache_env(self.package_caches)
+            except OSError as exc:  # the server still runs, downloading into its HOME
+                log.warning("MCP package caches not created: %s", exc)
+        return _minimal_env(self.home) | caches
+
+    def call(
+        self, server: str, tool: str, arguments: dict[str, Any], call_key: str | None = None
+    ) -> Any:
         """Call `tool` of a started server: its CallToolResult; McpTimeout or McpCallFailed
-        when no answer came."""
+        when no answer came. A server that died is started again once and the call made once
+        more (with the same idempotency key). `call_key` names the call (default: this hub's
+        prefix and the tool call's id)."""
+        if call_key is None and self.call_key_prefix:
+            call_key = f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"
+        try:
+            return self._call_once(server, tool, arguments, call_key)
+        except McpCallFailed as failure:
+            if server not in self._servers or not self._died(server):
+                raise
+            log.warning(
+                "MCP server %s died during %s (%s); starting it again. Its stderr ends: %s",
+                server,
+                tool,
+                failure,
+                self.stderr_tail(server),
+            )
+            try:
+                self.restart(server)
+            except ConfigError as exc:
+                raise McpCallFailed(
+                    f"MCP server {server!r} died during {tool} and did not start again: "
+                    f"{shorten(str(exc), STDERR_TAIL_CHARS)}"
+                ) from exc
+            return self._call_once(server, tool, arguments, call_key)
+
+    def _call_once(
+        self, server: str, tool: str, arguments: dict[str, Any], call_key: str | None
+    ) -> Any:
+        if server not in self._running:
+            raise McpCallFailed(f"MCP server {server!r} is not running")
         client = self._running[server].client
         guard = self._guards.get(server)
         if guard is not None:
             guard.refused = None
         timeout_s = self.timeouts.call_s
-        meta = (
-            {IDEMPOTENCY_META: f"{self.call_key_prefix}:{TOOL_CALL_ID.get()}"}
-            if self.call_key_prefix
-            else None
-        )
+        meta = {IDEMPOTENCY_META: call_key} if call_key else None
         future = asyncio.run_coroutine_threadsafe(
             asyncio.wait_for(client.call_tool(tool, arguments, meta=meta), timeout_s), self._loop
         )
@@ -446,6 +569,15 @@ class McpHub:
                 f"MCP server {server!r} failed on {tool}: {_describe(exc)}"
             ) from exc
 
+    def _stop(self, servers: list[_Running]) -> None:
+        """Stop `servers`' sessions, then kill what is left of their process groups."""
+        for running in servers:
+            self._loop.call_soon_threadsafe(running.stop.set)
+        holders = [r.holder for r in servers if r.holder]
+        concurrent.futures.wait(holders, timeout=CLOSE_TIMEOUT_S)
+        for running in servers:
+            _kill_groups(running.pgids)  # whatever outlived a shutdown that timed out
+
     @staticmethod
     def _check_redirect(guard: OriginGuard | None, tool: str) -> None:
         """McpRedirectRefused when a redirect to another origin is why the call failed."""
@@ -456,12 +588,7 @@ class McpHub:
         """Stop every server (stdio ones with their process groups), then the loop thread."""
         if self._loop.is_closed():
             return
-        for running in self._running.values():
-            self._loop.call_soon_threadsafe(running.stop.set)
-        holders = [r.holder for r in self._running.values() if r.holder]
-        concurrent.futures.wait(holders, timeout=CLOSE_TIMEOUT_S)
-        for running in self._running.values():
-            _kill_groups(running.pgids)  # whatever outlived a shutdown that timed out
+        self._stop(list(self._running.values()))
         shutil.rmtree(self.home, ignore_errors=True)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
@@ -492,7 +619,7 @@ async def _list_all(client: Any) -> list[ListedTool]:
 
 @contextlib.asynccontextmanager
 async def _stdio_transport(
-    server: McpServer, workspace: Path, home: Path, stderr: TextIO, pgids: list[int]
+    server: McpServer, workspace: Path, env: dict[str, str], stderr: TextIO, pgids: list[int]
 ) -> Any:
     """The SDK's stdio transport for `server` in the workspace, noting the process group the
     server leads (the SDK starts it in a session of its own) so that it can be killed."""
@@ -504,7 +631,7 @@ async def _stdio_transport(
         command=sys.executable,
         args=[*DIE_WITH_PARENT, str(os.getpid()), executable, *command[1:]],
         cwd=str(workspace),
-        env=_minimal_env(home) | resolved_values(server.env, server.name, "env"),
+        env=env | resolved_values(server.env, server.name, "env"),
     )
     before = _session_children()
     async with stdio_client(params, errlog=stderr) as streams:
@@ -580,6 +707,21 @@ def _minimal_env(home: Path) -> dict[str, str]:
     return tool_env(home) | {"PYTHONSAFEPATH": "1"}
 
 
+def _running_process(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
 def _session_children() -> set[int]:
     """Children of this process that lead a session of their own (a stdio server: the SDK
     starts it with start_new_session), read from /proc; empty where there is none."""
@@ -643,7 +785,7 @@ def call_result_text(result: Any, max_chars: int) -> str:
 
 def add_mcp_tools(
     toolbox: Toolbox,
-    hub: McpHub,
+    hub: McpSessions,
     server: McpServer,
     tools: list[ListedTool],
     entries: Iterable[str],
@@ -705,7 +847,9 @@ def _parameters(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": {}} | schema
 
 
-def _bound(hub: McpHub, server: str, tool: str, max_chars: int) -> Callable[[dict[str, Any]], str]:
+def _bound(
+    hub: McpSessions, server: str, tool: str, max_chars: int
+) -> Callable[[dict[str, Any]], str]:
     def call(arguments: dict[str, Any]) -> str:
         return call_result_text(hub.call(server, tool, arguments), max_chars)
 

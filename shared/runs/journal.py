@@ -137,6 +137,14 @@ class StepJournal:
                     steps[-1].in_doubt[entry.call_id] = entry.in_doubt
         return steps
 
+    def keep_first_steps(self, steps: int) -> None:
+        """Drop what this run's own attempts added after a task's first `steps` steps (copied
+        from a source run): a session released by choice starts over from there."""
+        entries = self._entries()
+        kept = next((i for i, e in enumerate(entries) if e.step > steps), len(entries))
+        if kept < len(entries):
+            self._run("trim", str(kept))
+
     def record_reply(self, member_id: str, step: int, reply: ModelReply) -> None:
         """Record step `step`'s reply, before any of its tools runs."""
         self._append(JournalEntry(kind="reply", member_id=member_id, step=step, reply=reply))
@@ -216,9 +224,22 @@ def journal_entries(conn: redis.Redis, keys: RunKeys, task_id: str) -> list[Jour
         start += PAGE_ENTRIES
 
 
-def step_count(entries: list[JournalEntry]) -> int:
-    """How many model replies (steps) the entries record."""
-    return sum(entry.kind == "reply" for entry in entries)
+def complete_steps(entries: list[JournalEntry]) -> int:
+    """How many steps from the first the entries record whole: the reply and a result of each
+    of its tool calls (a journal cut at its cap may keep a reply without its results)."""
+    replies: dict[int, ModelReply] = {}
+    results: dict[int, set[str]] = {}
+    for entry in entries:
+        if entry.kind == "reply" and entry.reply is not None:
+            replies.setdefault(entry.step, entry.reply)
+        elif entry.kind == "tool":
+            results.setdefault(entry.step, set()).add(entry.call_id)
+    step = 0
+    while (reply := replies.get(step + 1)) is not None and all(
+        call.id in results.get(step + 1, set()) for call in reply.tool_calls
+    ):
+        step += 1
+    return step
 
 
 def in_doubt_text(tool: str, key: str) -> str:

@@ -83,6 +83,9 @@ class TeamOptions(BaseModel):
     """How long listing an MCP server's tools may take (else the turn ends with the error)."""
     mcp_call_timeout_s: float = Field(60.0, gt=0, le=86400)
     """How long one MCP tool call may take; a slower one is a TOOL_ERROR result."""
+    mcp_idle_s: float = Field(300.0, gt=0, le=86400)
+    """How long a worker keeps an MCP server's session open, unused, for the team's next turns
+    on it (it closes sooner when the team is deleted or the worker stops)."""
     workspace_file_max_bytes: int = Field(DEFAULT_FILE_MAX_BYTES, ge=1, le=MAX_FILE_MAX_BYTES)
     """Largest file a workspace kept in Redis holds (TEAMCTL_WORKSPACE_STORE); a larger save is
     refused with a tool error. A local workspace has no such cap."""

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from teamctl.coordinator.cli import main
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.lineage import LineageRecords
+from teamctl.shared.runs.lineage_records import LineageRecords
 
 from tests.support.cli import assert_config_error
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -51,7 +51,13 @@ class Member:
 
 
 def write_team(
-    llm: ScriptedLLM, tmp_path: Path, name: str, log: Path, *, m1_tools: bool = True
+    llm: ScriptedLLM,
+    tmp_path: Path,
+    name: str,
+    log: Path,
+    *,
+    m1_tools: bool = True,
+    m1_name: str = "Member m1",
 ) -> tuple[Path, dict[str, str]]:
     """The team and its scripted models (planner, m1, m2, synthesizer), by role."""
     models = {
@@ -61,7 +67,7 @@ def write_team(
         "synth": llm.script(f"synth-{name}", handler=lambda body: "the synthesis"),
     }
     members = [
-        {"id": "m1", "model": models["m1"], "tools": [TOOL] if m1_tools else []},
+        {"id": "m1", "name": m1_name, "model": models["m1"], "tools": [TOOL] if m1_tools else []},
         {"id": "m2", "model": models["m2"], "tools": [TOOL]},
     ]
     path = team_file(
@@ -165,6 +171,7 @@ def test_a_replay_whose_tool_is_gone_stops_where_it_diverged(
     out = json.loads(result.stdout)
     assert out["status"] == "failed"
     assert "diverged at task t1, step 1: the tool 'count_step' it called is gone" in out["error"]
+    assert out["task_states"][0]["error"].startswith("diverged at task t1, step 1:")
     assert requests_per_model(llm, models) == asked
     assert (tmp_path / "tool.log").read_text().count("1\n") == 4
 
@@ -286,3 +293,84 @@ def test_a_fork_past_a_cut_journal_says_what_it_pays_again(
         "t2: 0 steps replayed, then live (paid); the journal of t2 was cut at "
         "journal_max_bytes after 0 steps: the steps after it are paid for again"
     ) in result.stdout.splitlines()
+
+
+def test_a_replay_that_parts_at_the_synthesis_says_so_and_prints_its_result(
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    models = source_run(llm, workers, tmp_path, run_id)
+    asked = requests_per_model(llm, models)
+    # The synthesis prompt names each member: a renamed one makes another prompt.
+    renamed, _ = write_team(llm, tmp_path, f"{run_id}-x", tmp_path / "x.log", m1_name="Renamed")
+
+    result = cli(
+        "replay", run_id, "--team", str(renamed), "--redis-url", workers, "--workers", "0",
+        "--json",
+    )  # fmt: skip
+
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    assert out["status"] == "failed" and out["output"] is None
+    assert out["error"] == (
+        "diverged at synthesis: the synthesizer's prompt is not the recorded one "
+        "(a task's output or the synthesis prompt changed)"
+    )
+    assert requests_per_model(llm, models) == asked
+
+
+def test_a_replay_stops_where_a_cut_journal_ends(
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    models = source_run(llm, workers, tmp_path, run_id, "--journal-max-bytes", "50")
+    asked = requests_per_model(llm, models)
+
+    result = cli("replay", run_id, "--redis-url", workers, "--workers", "0", "--json")
+
+    assert result.exit_code == 1, result.output
+    assert re.search(
+        r"diverged at task t[14], step 1: its journal was cut at journal_max_bytes after 0 "
+        r"step\(s\)",
+        json.loads(result.stdout)["error"],
+    )
+    assert "a replay stops there" in result.stderr
+    assert requests_per_model(llm, models) == asked
+    assert (tmp_path / "tool.log").read_text().count("1\n") == 4
+
+
+def test_a_fork_never_writes_over_another_run(
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    source_run(llm, workers, tmp_path, run_id)
+    result = cli("fork", run_id, "--at", "t2", "--redis-url", workers, "--run-id", run_id)
+    assert_config_error(result, f"run {run_id} already exists; pass another --run-id")
+    conn = redis.Redis.from_url(workers, decode_responses=True)
+    assert not conn.exists(RunKeys(run_id).reuse)
+    for at in ("t2:00", "t2:\u00b2", "t2:-1"):
+        assert_config_error(
+            cli("fork", run_id, "--at", at, "--redis-url", workers, "--dry-run"),
+            "is not a fork point",
+        )
+    assert_config_error(
+        cli("fork", run_id, "--member-model", "m1", "--redis-url", workers, "--dry-run"),
+        "--member-model 'm1': give MEMBER=MODEL",
+    )
+
+
+def test_a_fork_without_a_journal_of_its_own_still_replays_its_source_steps(
+    llm: ScriptedLLM, workers: str, run_id: str, tmp_path: Path
+) -> None:
+    models = source_run(llm, workers, tmp_path, run_id)
+    asked = requests_per_model(llm, models)
+    new_m2 = llm.script(f"m2new-{run_id}", handler=Member("m2new", tmp_path / "tool.log"))
+
+    result = cli(
+        "fork", run_id, "--at", "t2:2", "--member-model", f"m2={new_m2}",
+        "--option", "journal_max_bytes=0", "--redis-url", workers, "--workers", "0", "--json",
+    )  # fmt: skip
+
+    assert result.exit_code == 0, result.output
+    assert outputs(json.loads(result.stdout))["t2"] == "m2new did t2"
+    # t2's first step came from the source's journal: only its second was asked for.
+    assert len(llm.requests[new_m2.removeprefix("openai/")]) == 1
+    made = {role: n - asked[role] for role, n in requests_per_model(llm, models).items()}
+    assert made == {"planner": 0, "m1": 2, "m2": 0, "synth": 1}

@@ -1,11 +1,22 @@
 """What the MCP tests set up and check around a server: a git repository for mcp-server-git to
-read, and the processes a server may have left running in a directory."""
+read, the processes a server may have left running in a directory, and runs stored for jobs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import redis
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.clock import now_ms
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.runs.options import RunOptions
+from teamctl.shared.runs.run_config import ModelChoice, RunSpec
+from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskSpec
+from teamctl.shared.team_file import Member
 
 
 def processes_in(directory: Path) -> list[int]:
@@ -23,7 +34,7 @@ def processes_in(directory: Path) -> list[int]:
 def git_repository(path: Path) -> None:
     """A repository at `path` with one commit of notes.txt."""
     path.mkdir(parents=True)
-    run = {"cwd": path, "check": True, "capture_output": True}
+    run: dict[str, Any] = {"cwd": path, "check": True, "capture_output": True}
     subprocess.run(["git", "init", "-q"], **run)
     (path / "notes.txt").write_text("hello\n")
     subprocess.run(["git", "add", "notes.txt"], **run)
@@ -41,3 +52,38 @@ def git_repository(path: Path) -> None:
         ],
         **run,
     )
+
+
+def stored_run(
+    conn: redis.Redis,
+    run_id: str,
+    model: str,
+    api_base: str,
+    workspace: Path,
+    member: Member,
+    tasks: int = 1,
+    **options: Any,
+) -> None:
+    """A run of one member with `tasks` tasks (task_1, task_2, ...), stored for jobs to run."""
+    workspace.mkdir(parents=True, exist_ok=True)
+    spec = RunSpec(
+        run_id=run_id,
+        team_id="t",
+        objective="Use MCP",
+        members=[member],
+        options=RunOptions(**options),
+        models=ModelChoice(
+            planner=model, synthesizer=model, member_default=model, api_base=api_base
+        ),
+        workspace_dir=str(workspace),
+        created_ms=now_ms(),
+    )
+    RunStore(conn, RunKeys(run_id)).create(spec)
+    TaskBoard(conn, RunKeys(run_id)).create(
+        [TaskSpec(id=f"task_{n}", member_id=member.id, task="Go") for n in range(1, tasks + 1)]
+    )
+
+
+def end_run(conn: redis.Redis, run_id: str) -> None:
+    """Mark a stored run completed, as its coordinator would when it ends."""
+    conn.hset(RunKeys(run_id).state, "status", "completed")

@@ -47,7 +47,7 @@ def tool_messages(store: TeamStore, name: str) -> list[str]:
     return [m["content"] for m in store.turns.memory(name) if m.get("role") == "tool"]
 
 
-def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
+def test_a_teammate_calls_mcp_server_git_kept_warm_until_the_team_is_deleted(
     workers: str,
     wconn: redis.Redis,
     llm: ScriptedLLM,
@@ -56,7 +56,8 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Offered as git__* after its other tools, with the server's schema; the call's result is
-    in its memory and its next model request; the server is gone once the turn ended."""
+    in its memory and its next model request; the server outlives the turn (warm in the
+    worker for the team's next turns) and is gone once the team is deleted."""
     monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")  # the state dir's, which it checks
     workspace = create_team(workers, team, tmp_path, [GIT])
     model = llm.script(
@@ -92,10 +93,17 @@ def test_a_teammate_calls_mcp_server_git_and_the_server_stops_with_its_turn(
     assert second["messages"][-1]["content"] == history
     teammate = store.get("gitmate")
     assert (teammate.idle_reason, teammate.last_error) == ("done", None)
+    # mcp-server-git, warm, with the `git cat-file` processes GitPython keeps beside it.
+    assert any(
+        b"mcp-server-git" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        for pid in processes_in(workspace.resolve())
+    )
+    deleted = cli("team", "delete", "-t", team, "--redis-url", workers)
+    assert deleted.exit_code == 0, deleted.output
     wait_until(
         lambda: processes_in(workspace.resolve()) == [],
         20,
-        message="the git server to stop with the turn job",
+        message="the git server to stop once the team is deleted",
     )
 
 

@@ -24,7 +24,6 @@ from teamctl.shared.budget import Charge
 from teamctl.shared.bus import SYSTEM
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ModelError, ReplayDiverged, RunFailed
-from teamctl.shared.keys import RunKeys
 from teamctl.shared.providers.limits import CallScope, Waiting
 from teamctl.shared.runs.journal import (
     AppendRefused,
@@ -33,12 +32,13 @@ from teamctl.shared.runs.journal import (
     StepJournal,
     in_doubt_text,
 )
-from teamctl.shared.runs.lineage import LineageRecords, TaskReuse
+from teamctl.shared.runs.lineage import TaskReuse
+from teamctl.shared.runs.lineage_records import LineageRecords
 from teamctl.shared.runs.mcp_cache import McpToolCache
 from teamctl.shared.runs.transcripts import Transcripts
 from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
-from teamctl.shared.text import echoed
+from teamctl.shared.text import echoed, quoted
 from teamctl.shared.tracing import NO_SPAN, Attributes, Span
 from teamctl.worker.runs.attempt_outcome import AttemptEnd, AttemptOutcome
 from teamctl.worker.runs.claims import AttemptAbandoned, Claim, ClaimEnd, HandedOff
@@ -122,8 +122,11 @@ class Attempt:
 
     def _run(self, member: Member, task: TaskState) -> AttemptOutcome:
         job, claim = self.job, self.claim
-        if job.run.spec.lineage is not None:
+        lineage = job.run.spec.lineage
+        if lineage is not None:
             self.reuse = LineageRecords(job.run.conn, job.run.keys).reuse_for(claim.task_id)
+            if self.reuse is None and lineage.kind == "replay":  # a replay never goes live
+                self.reuse = TaskReuse(strict=True, recorded_end="the replay has no record of it")
             if self.reuse is not None and self.reuse.output is not None:
                 return self._keep_output(member, self.reuse)
         try:
@@ -232,10 +235,13 @@ class Attempt:
             run.spec.options.journal_max_bytes,
             run.scripts,
         )
-        if run.spec.options.journal_max_bytes <= 0:
-            return []
-        # A replayed or forked task's journal holds its source's steps from the start.
+        # A replayed or forked task's journal holds its source's steps from the start (copied
+        # whatever this run's cap, which bounds only what it records itself).
         seeded = self.reuse is not None and (self.reuse.steps > 0 or self.reuse.strict)
+        if run.spec.options.journal_max_bytes <= 0 and not seeded:
+            return []
+        if seeded and self.reuse and task.attempts > 1 and not task.reclaimed:
+            self.journal.keep_first_steps(self.reuse.steps)  # released: from the source's steps
         recorded = self.journal.steps_for(member.id, crashed=task.reclaimed or seeded)
         if recorded:
             self.journal.note_replayed(len(recorded))
@@ -309,11 +315,13 @@ class Attempt:
         assert self.replay is not None
         strict = self.replay.reuse is not None and self.replay.reuse.strict
         if strict and call.name not in self.toolbox.names and not _unknown_then(recorded):
-            raise self.replay.diverged(f"the tool {call.name!r} it called is gone")
+            raise self.replay.diverged(f"the tool {quoted(echoed(call.name))} it called is gone")
         if recorded is not None:
             return recorded
         if strict:
-            raise self.replay.diverged(f"the recorded run has no result of its {call.name} call")
+            raise self.replay.diverged(
+                f"the recorded run has no result of its {quoted(echoed(call.name))} call"
+            )
         self.in_doubt[call.id] = InDoubt.NOT_RERUN
         lineage = self.job.run.spec.lineage
         assert lineage is not None
@@ -434,13 +442,18 @@ class Attempt:
     def _keep_output(self, member: Member, reuse: TaskReuse) -> AttemptOutcome:
         """A fork's task that does not depend on the fork point: its source's output and
         transcript, with no session (its recorded steps count as reused)."""
-        run, source = self.job.run, self.job.run.spec.lineage
-        assert source is not None and reuse.output is not None
-        kept = Transcripts(run.conn, RunKeys(source.source_run)).load_many([self.claim.task_id])
+        run = self.job.run
+        assert reuse.output is not None
+        # Copied from the source when the run started (coordinator/runs/reuse.py).
+        kept = Transcripts(run.conn, run.keys).load_many([self.claim.task_id])
         self.transcript = kept.get(self.claim.task_id)
-        StepJournal(
+        journal = StepJournal(
             run.conn, run.keys, self.claim.task_id, str(self.claim.token), 0, run.scripts
-        ).note_replayed(reuse.steps)
+        )
+        try:
+            journal.note_replayed(reuse.steps)
+        except AppendRefused as exc:  # reclaimed meanwhile: the next attempt keeps it
+            return AttemptOutcome(AttemptEnd.ABANDONED, str(exc))
         return self._complete(member, reuse.output)
 
     def _complete(self, member: Member, output: str) -> AttemptOutcome:

@@ -5,12 +5,14 @@ which never imports the SDK, waits for those notes)."""
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import redis
+from teamctl.shared.agent.mcp_caches import caches_from_env
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.errors import ConfigError
@@ -43,6 +45,7 @@ def execute_mcp_listing(conn: redis.Redis, run_id: str, servers: list[str], work
             McpTimeouts(
                 options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
             ),
+            package_caches=caches_from_env(os.environ),  # what npx fetches here, members reuse
         ) as hub,
     ):
         for name in servers:

@@ -8,9 +8,10 @@ its reads and push its files, and closes all of them when it ends.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
+from teamctl.shared.agent.mcp_tools import McpSessions, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tool_names import RESERVED_PREFIX
 from teamctl.shared.agent.tools import Toolbox
@@ -23,6 +24,8 @@ from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.mirror import WorkspaceMirror
 from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
 from teamctl.shared.workspace.tools import add_workspace_tools
+from teamctl.worker.mcp_warm.client import Warmth, mcp_sessions
+from teamctl.worker.mcp_warm.protocol import Scope
 from teamctl.worker.runs.claims import Claim
 from teamctl.worker.runs.job_context import JobContext
 from teamctl.worker.runs.mailbox import Mailbox
@@ -40,8 +43,9 @@ class MemberToolbox:
         """This session's reads of its member's inbox, when it has the team tools."""
         self.mirror: WorkspaceMirror | None = None
         """This session's copy of a workspace kept in Redis, when its member has tools."""
-        self.mcp: McpHub | None = None
-        """This session's MCP servers, when its member has some."""
+        self.mcp: McpSessions | None = None
+        """This session's MCP servers, when its member has some (warm ones stay open for the
+        run's next attempts: worker/mcp_warm)."""
 
     def build(self, member: Member, span: Span) -> Toolbox:
         """The member's tools, traced under `span` (a Python tool that will not import here,
@@ -84,7 +88,8 @@ class MemberToolbox:
         return toolbox
 
     def close(self) -> None:
-        """Stop the MCP servers, then drop the workspace copy they worked in."""
+        """Stop the attempt's own MCP servers (leave warm ones to the worker's keeper), then
+        drop the workspace copy they worked in."""
         if self.mcp:
             self.mcp.close()
         if self.mirror:  # after the MCP servers, which work in it
@@ -117,12 +122,18 @@ class MemberToolbox:
         caches each server's list for dispatch inputs. One that will not start fails the task."""
         run = self.job.run
         options = run.spec.options
-        self.mcp = McpHub(
+        self.mcp = mcp_sessions(
+            os.environ,
             self._workspace_root(member),
             McpTimeouts(
                 options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
             ),
-            call_key_prefix=f"{run.run_id}:{self.claim.task_id}",
+            f"{run.run_id}:{self.claim.task_id}",
+            # A workspace kept in Redis is copied per attempt: its servers must work in this
+            # attempt's copy, whose changes the mirror saves, so they are the attempt's own.
+            Warmth(Scope(kind="run", id=run.run_id), options.mcp_idle_s, tuple(member.mcp))
+            if run.spec.workspace_store == "local"
+            else None,
         )
         cache = McpToolCache(run.conn, run.keys, run.scripts)
         for server in member.mcp_servers:

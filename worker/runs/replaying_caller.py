@@ -60,7 +60,8 @@ class ReplayingCaller:
             if self.reuse.source_error:  # the source failed here too: the same failure
                 raise ModelError(self.reuse.source_error)
             raise self.diverged(
-                f"the current code asks for a model call the recorded run did not make "
+                self.reuse.recorded_end
+                or "the current code asks for a model call the recorded run did not make "
                 f"(it recorded {len(self.recorded)} step(s))"
             )
         return self.live.complete(model, messages, tools=tools, api_base=api_base)

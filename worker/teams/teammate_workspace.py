@@ -4,8 +4,9 @@ gate on the tools that change things.
 The workspace is one directory per team, shared by its teammates: the spawner records it on the
 teammate's hash (`team_workspace` under its state dir); a teammate spawned without one uses the
 worker's state dir. A team that keeps its workspace in Redis (for workers on hosts that share no
-disk) gets a copy of it per turn job instead (shared/workspace/mirror.py). Its stdio MCP
-servers start there, for one turn job, and stop with it.
+disk) gets a copy of it per turn job instead (shared/workspace/mirror.py). Its MCP servers
+start there: kept warm by the worker for the team's next turns in the team's directory
+(worker/mcp_warm), for one turn job in a turn's copy.
 These tools act outside Redis, so a turn rerun after a crash may repeat them (team tools commit
 inside the checkpoint and do not).
 
@@ -18,12 +19,13 @@ because the lead may approve while the turn is running.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from teamctl.shared.agent.mcp_config import offered_name
-from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, add_mcp_tools
+from teamctl.shared.agent.mcp_tools import McpSessions, McpTimeouts, add_mcp_tools
 from teamctl.shared.agent.python_tools import ToolContext, add_python_tools
 from teamctl.shared.agent.tool_names import is_python_tool
 from teamctl.shared.agent.tools import ToolArgs, Toolbox
@@ -36,6 +38,8 @@ from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.mirror import WorkspaceMirror
 from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
 from teamctl.shared.workspace.tools import add_workspace_tools
+from teamctl.worker.mcp_warm.client import Warmth, mcp_sessions
+from teamctl.worker.mcp_warm.protocol import Scope
 
 log = logging.getLogger(__name__)
 
@@ -132,20 +136,33 @@ def add_teammate_python_tools(
 
 def mcp_hub(
     store: TeamStore, teammate: Teammate, state_dir: Path, root: Path | None = None
-) -> McpHub:
-    """An MCP hub for the teammate's turn: stdio servers start in its workspace."""
+) -> McpSessions:
+    """The MCP sessions of the teammate's turn: stdio servers start in its workspace. Those in
+    the team's directory stay warm in the worker for the team's next turns; those in a turn's
+    copy of a workspace kept in Redis (`root`) are the turn's own."""
     options = store.options
-    return McpHub(
+    warmth = (
+        Warmth(
+            Scope(kind="team", id=store.team, created_ms=store.meta().created_ms),
+            options.mcp_idle_s,
+            tuple(teammate.mcp),
+        )
+        if root is None
+        else None
+    )
+    return mcp_sessions(
+        os.environ,
         root or ensure_workspace(teammate, store.team, state_dir),
         McpTimeouts(
             options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
         ),
-        call_key_prefix=f"{store.team}:{teammate.name}",
+        f"{store.team}:{teammate.name}",
+        warmth,
     )
 
 
 def add_teammate_mcp_tools(
-    toolbox: Toolbox, store: TeamStore, teammate: Teammate, hub: McpHub
+    toolbox: Toolbox, store: TeamStore, teammate: Teammate, hub: McpSessions
 ) -> None:
     """Start the teammate's MCP servers and offer the tools its entries allow, last; in plan
     mode, those their server does not mark read-only are gated. ConfigError when a server

@@ -1,0 +1,1 @@
+"""MCP sessions a worker keeps warm across the attempts and turns of one run or team."""
