@@ -285,6 +285,16 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def pss_mb(pid: int) -> float:
+    """Proportional set size of a process in MiB (Pss in /proc/PID/smaps_rollup): each page
+    it shares with other processes counted as its share, so a sum over processes that share
+    pages (workers forked from one parent) counts each page once."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no Pss for pid {pid}")
+
+
 Row = tuple[
     str, list[str], int, float, float, tuple[float, float] | None, tuple[float, float | None] | None
 ]

@@ -19,7 +19,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from rq import Queue, Worker
 from teamctl.coordinator.local_workers.pool import WorkerPool
 from teamctl.coordinator.local_workers.processes import LocalWorkers
-from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, NO_FORK_SERVER
 from teamctl.shared.redis.embedded import throwaway_redis
 
 from tests.support.hosts import TwoHosts, network_namespaces
@@ -57,8 +57,9 @@ settings.load_profile("teamctl")
 @pytest.fixture(scope="session", autouse=True)
 def worker_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Workers the tests start, directly or through `teamctl run`, are forked from one preloaded
-    process instead of each importing litellm (~8 s of CPU here, about sixty times a run); a test
-    marked `exec_workers` executes the documented command instead."""
+    process for the session instead of a parent per pool or run (~4 s of CPU each, about sixty
+    times a run); a test marked `default_workers` gets teamctl's own parents, one marked
+    `exec_workers` executes the documented command."""
     with (
         fork_server(tmp_path_factory.mktemp("fork-server")) as socket_path,
         pytest.MonkeyPatch.context() as patch,
@@ -105,6 +106,8 @@ def clean_environ(
         if user_setting(name):
             monkeypatch.delenv(name)
     if request.node.get_closest_marker("exec_workers"):
+        monkeypatch.setenv(FORK_SERVER_ENV, NO_FORK_SERVER)
+    elif request.node.get_closest_marker("default_workers"):
         monkeypatch.delenv(FORK_SERVER_ENV)
     monkeypatch.setenv("TEAMCTL_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -31,6 +31,9 @@ from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
 # First: RQ then adds no handler of its own (its records reach this one), and no record, RQ's,
 # teamctl's or a library's, reaches stderr unprintable.
 log_to_stderr(WORKER_FORMAT, WORKER_DATE_FORMAT)
+# No collection during the preload: what it makes lives as long as the worker, and walking it
+# again and again costs about a quarter of the preload; frozen at the end, then collected again.
+gc.disable()
 exit_if_parent_gone(os.environ)  # before seconds of preload: a dead run's worker takes no job
 complete_rq_command(os.environ)  # may start this command again, with teamctl's classes
 keep_environment_private()  # before anything reads a secret; every work-horse inherits it
@@ -68,3 +71,4 @@ watch_parent(os.environ)
 # Everything above lives as long as the worker: frozen, the collector of each forked job never
 # walks these objects (it would write their gc headers and copy their pages into the job).
 gc.freeze()
+gc.enable()

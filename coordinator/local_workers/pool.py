@@ -1,6 +1,8 @@
 """The warm local pool: preloaded `rq worker` processes that outlive the `teamctl run` that
 started them and serve the next one, like the embedded Redis; recorded by pid in the state dir,
-stopped by pid, and exiting by themselves after `--idle-exit` seconds without a job."""
+stopped by pid, and exiting by themselves after `--idle-exit` seconds without a job. They are
+forked from one preloaded parent of the pool's (preloaded_parent.py), recorded and stopped by pid
+too, which exits by itself POOL_LINGER_S after its last worker."""
 
 from __future__ import annotations
 
@@ -15,7 +17,21 @@ from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from teamctl.coordinator.local_workers.processes import STOP_TIMEOUT_S, start_worker, worker_env
+from teamctl.coordinator.local_workers.preloaded_parent import (
+    POOL_LINGER_S,
+    PreloadedParent,
+    parent_env,
+    remove_socket_dir,
+    start_parent,
+)
+from teamctl.coordinator.local_workers.processes import (
+    STOP_TIMEOUT_S,
+    WorkerProcess,
+    own_parent_wanted,
+    start_worker,
+    worker_env,
+)
+from teamctl.shared.errors import InfraError
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.process.pids import (
     executable,
@@ -81,6 +97,7 @@ class WorkerPool:
         self.root = root.absolute()
         self.log_dir = log_dir
         self.record = self.root / "workers.json"
+        self.parents_record = self.root / "parents.json"
 
     def env_digests(self, environ: Mapping[str, str], cwd: str) -> dict[str, str]:
         """`environ` and `cwd` as this pool records them (under its salt)."""
@@ -127,22 +144,25 @@ class WorkerPool:
         digests: dict[str, str],
     ) -> list[PoolWorker]:
         """Start `count` detached preloaded workers in this process's working directory, with
-        `environ` (whose digests are `digests`), and record them with the live ones."""
+        `environ` (whose digests are `digests`), and record them with the live ones: forked
+        from the pool's parent for `environ` (started now if there is none)."""
         private_dir(self.log_dir)
         env = worker_env(environ, redis_url)
         env.pop(PARENT_PID_ENV, None)  # a pool worker outlives whoever started it
+        parent = self._parent(environ) if count and own_parent_wanted(environ) else None
         started = []
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for index in range(count):
             log_path = self.log_dir / f"pool-{stamp}-{os.getpid()}-{index}.log"
-            with open(log_path, "ab", opener=private_opener) as log_file:
-                process = start_worker(  # its own session: a Ctrl-C in the shell spares it
-                    ["worker", "--max-idle-time", str(idle_exit_s), *queues],
-                    env,
-                    log_file,
-                    new_session=True,
-                )
-            program = executable(process.pid)  # Popen returns once the exec is done
+            try:
+                process = self._start_one(queues, idle_exit_s, env, log_path, parent)
+            except InfraError:
+                if parent is None:
+                    raise
+                # It exited as this request came (its linger was over): once, with a new one.
+                parent = self._parent(environ, fresh=True)
+                process = self._start_one(queues, idle_exit_s, env, log_path, parent)
+            program = executable(process.pid)  # a worker forked or executed: the same Python
             started.append(
                 PoolWorker(
                     process.pid,
@@ -156,6 +176,59 @@ class WorkerPool:
             )
         self._write([*self.live(), *started])
         return started
+
+    def _start_one(
+        self,
+        queues: list[str],
+        idle_exit_s: int,
+        env: dict[str, str],
+        log_path: Path,
+        parent: PreloadedParent | None,
+    ) -> WorkerProcess:
+        with open(log_path, "ab", opener=private_opener) as log_file:
+            return start_worker(  # its own session: a Ctrl-C in the shell spares it
+                ["worker", "--max-idle-time", str(idle_exit_s), *queues],
+                env,
+                log_file,
+                new_session=True,
+                parent=None if parent is None else parent.socket,
+            )
+
+    def parent_key(self, environ: Mapping[str, str]) -> str:
+        """A digest of what a parent started from `environ` would preload with: its variables
+        and the teamctl install (under the pool's salt)."""
+        digests = self.env_digests(parent_env(environ, os.getcwd()), "")
+        text = "\n".join(f"{name}={digest}" for name, digest in sorted(digests.items()))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def parents(self) -> list[PreloadedParent]:
+        """The recorded parents still running."""
+        return [p for p in self._recorded_parents() if p.alive()]
+
+    def _recorded_parents(self) -> list[PreloadedParent]:
+        try:
+            rows = json.loads(self.parents_record.read_text())
+        except (FileNotFoundError, ValueError):
+            return []  # a torn or hand-edited record: its pids cannot be trusted to signal
+        known = set(PreloadedParent.__dataclass_fields__)
+        return [PreloadedParent(**{k: v for k, v in row.items() if k in known}) for row in rows]
+
+    def _parent(self, environ: Mapping[str, str], *, fresh: bool = False) -> PreloadedParent:
+        """The live parent for `environ`, else a new one, recorded (a parent of another
+        environment is left to exit after its last worker)."""
+        key = self.parent_key(environ)
+        live = self.parents()
+        for parent in live:
+            if parent.key == key and not fresh:
+                return parent
+        log_path = self.log_dir / f"pool-parent-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        _, started = start_parent(environ, log_path, linger_s=POOL_LINGER_S)
+        parent = replace(started, key=key)
+        write_private(
+            self.parents_record,
+            json.dumps([asdict(p) for p in [*live, parent] if p.key != key or p is parent]) + "\n",
+        )
+        return parent
 
     def retire(self, workers: list[PoolWorker]) -> None:
         """Ask `workers` for RQ's warm shutdown (each finishes the job in hand, then exits);
@@ -187,7 +260,26 @@ class WorkerPool:
             self._write(remaining)
         else:
             self.record.unlink(missing_ok=True)
+            self.stop_parents(timeout_s)
         return sorted(stopped)
+
+    def stop_parents(self, timeout_s: float = STOP_TIMEOUT_S) -> list[int]:
+        """SIGTERM every live recorded parent (they have no worker left to cut short), SIGKILL
+        those still there after `timeout_s`, forget them; the pids that were running."""
+        running = self.parents()
+        for parent in running:
+            _signal(parent.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and any(p.alive() for p in running):
+            time.sleep(0.05)  # another session's children: there is no wait() on them
+        for parent in running:
+            if parent.alive():
+                _signal(parent.pid, signal.SIGKILL)
+        for parent in self._recorded_parents():  # a killed one left its socket behind
+            if not parent.alive():
+                remove_socket_dir(parent.socket)
+        self.parents_record.unlink(missing_ok=True)
+        return sorted(p.pid for p in running)
 
     def _write(self, workers: list[PoolWorker]) -> None:
         write_private(self.record, json.dumps([asdict(w) for w in workers]) + "\n")

@@ -1,5 +1,5 @@
-"""Local `rq worker` processes for `teamctl run --workers N`, started preloaded, stopped by pid,
-and stopping by themselves if the run that started them is killed."""
+"""Local `rq worker` processes for `teamctl run --workers N`, forked from a preloaded parent of the
+run's own, stopped by pid, and stopping by themselves if the run that started them is killed."""
 
 from __future__ import annotations
 
@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
+from teamctl.coordinator.local_workers.preloaded_parent import remove_socket_dir, start_parent
 from teamctl.coordinator.local_workers.worker_hints import StartedWorker
 from teamctl.shared.errors import Interrupted
-from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, spawn
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, NO_FORK_SERVER, spawn
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.process.pids import process_start_ticks
 from teamctl.shared.process.private_files import private_dir, private_opener
@@ -92,12 +93,25 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
+def own_parent_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether teamctl forks these workers from a preloaded parent of its own: unless
+    TEAMCTL_WORKER_FORK_SERVER names another server, or `off` (each worker executed)."""
+    return not environ.get(FORK_SERVER_ENV)
+
+
 def start_worker(
-    rq_args: list[str], env: dict[str, str], log_file: IO[bytes], *, new_session: bool = False
+    rq_args: list[str],
+    env: dict[str, str],
+    log_file: IO[bytes],
+    *,
+    new_session: bool = False,
+    parent: str | None = None,
 ) -> WorkerProcess:
-    """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the fork server the
-    environment names (worker/for_the_suite/fork_server.py), else executed."""
-    socket_path = env.get(FORK_SERVER_ENV)
+    """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the preloaded parent
+    listening at `parent`, else by the fork server the environment names
+    (worker/fork_server.py), else executed."""
+    named = env.get(FORK_SERVER_ENV)
+    socket_path = parent or (named if named != NO_FORK_SERVER else None)
     if socket_path:
         return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)
     return subprocess.Popen(
@@ -119,6 +133,9 @@ class LocalWorkers:
         self.count = count
         self.log_dir = log_dir
         self.processes: list[WorkerProcess] = []
+        self.parent: subprocess.Popen[bytes] | None = None
+        """The preloaded parent the workers are forked from, when teamctl started one."""
+        self._parent_socket = ""
         self._previous_sigterm: object = None
 
     def __enter__(self) -> LocalWorkers:
@@ -135,14 +152,27 @@ class LocalWorkers:
             signal.signal(signal.SIGTERM, self._previous_sigterm)  # type: ignore[arg-type]
 
     def start(self) -> None:
-        """Start the workers, each logging to its own file under `log_dir`."""
+        """Start the workers, each logging to its own file under `log_dir`: forked from a
+        preloaded parent of this process's (its log beside theirs), unless the environment
+        names a fork server or `off`."""
         private_dir(self.log_dir)
         env = worker_env(os.environ, self.redis_url)
-        # They stop when this process is gone, even after a kill -9 of it.
+        # They stop when this process is gone, even after a kill -9 of it: executed ones watch
+        # it, forked ones watch their parent, which watches it.
         env[PARENT_PID_ENV] = str(os.getpid())
+        socket_path = None
+        if self.count and own_parent_wanted(os.environ):
+            self.parent, parent = start_parent(
+                os.environ,
+                self.log_dir / f"parent-{os.getpid()}.log",
+                run_pid=os.getpid(),
+            )
+            socket_path = self._parent_socket = parent.socket
         for index in range(self.count):
             with open(self._log_path(index), "ab", opener=private_opener) as log_file:
-                self.processes.append(start_worker(["worker", *self.queues], env, log_file))
+                self.processes.append(
+                    start_worker(["worker", *self.queues], env, log_file, parent=socket_path)
+                )
 
     def started(self) -> list[StartedWorker]:
         """The workers started, for hints that say they are starting."""
@@ -167,7 +197,12 @@ class LocalWorkers:
         for process in self.processes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.01, deadline - time.monotonic()))
+        finished = all(process.poll() is not None for process in self.processes)
         self.processes.clear()
+        if self.parent is not None and finished:
+            self._stop_parent(self.parent)
+        # Else it stays for the workers still finishing, and exits once this process is gone.
+        self.parent = None
 
     def stop(self) -> None:
         """Warm shutdown (SIGTERM) by pid, then SIGKILL whatever is left after the timeout."""
@@ -178,6 +213,13 @@ class LocalWorkers:
         for process in self.processes:
             wait_or_kill(process, max(0.1, deadline - time.monotonic()))
         self.processes.clear()
+        if self.parent is not None:  # its workers are gone: nothing of theirs is cut short
+            self._stop_parent(self.parent)
+            self.parent = None
+
+    def _stop_parent(self, parent: subprocess.Popen[bytes]) -> None:
+        stop_process(parent)
+        remove_socket_dir(self._parent_socket)  # gone already, unless it was killed
 
 
 def stop_process(process: WorkerProcess, timeout_s: float = STOP_TIMEOUT_S) -> None:

@@ -1,11 +1,13 @@
-"""Starting `rq worker` processes through a fork server (worker/for_the_suite/fork_server.py): the
-requests it answers and the handle of a worker it forked, driven like the Popen of an executed one.
+"""Starting `rq worker` processes through a fork server (worker/fork_server.py): the requests it
+answers and the handle of a worker it forked, driven like the Popen of an executed one.
 
-Opt-in: when `TEAMCTL_WORKER_FORK_SERVER` names the Unix socket of a running server (owned by this
-user), `teamctl run --workers N` and the local worker pool ask it for their workers instead of
-executing `python -m rq.cli worker`. Before each request the client checks that the socket's
-directory is this user's alone and that the server runs as this user: a request carries the
-workers' environment, and a reply names the pids this process signals.
+By default teamctl starts a fork server of its own for the local pool and for a run's workers
+(coordinator/local_workers/preloaded_parent.py). `TEAMCTL_WORKER_FORK_SERVER` changes that: a
+Unix socket of a running server (owned by this user) has `teamctl run --workers N` and the local
+pool ask that one (the test suite's), and `off` has each worker executed as `python -m rq.cli
+worker`. Before each request the client checks that the socket's directory is this user's alone
+and that the server runs as this user: a request carries the workers' environment, and a reply
+names the pids this process signals.
 """
 
 from __future__ import annotations
@@ -20,21 +22,32 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from teamctl.shared.errors import ConfigError, InfraError
+from teamctl.shared.process.pids import same_process_alive
 
 FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
-"""The socket of a fork server this user runs; unset, workers are executed as usual."""
+"""The socket of a fork server this user runs, or NO_FORK_SERVER; unset, teamctl starts its own."""
+NO_FORK_SERVER = "off"
+"""FORK_SERVER_ENV's value that has each worker executed, importing everything itself."""
 POLL_INTERVAL_S = 0.05
+UNKNOWN_EXIT = 255
+"""The exit status of a worker that ended after its server was gone: nobody reaped it for us."""
 NOT_OURS_FIX = (
     "start your own server with "
-    "`python -m teamctl.worker.for_the_suite.fork_server SOCKET` in a "
+    "`python -m teamctl.worker.fork_server SOCKET` in a "
     f"directory only you can write and point {FORK_SERVER_ENV} at it, or unset "
-    f"{FORK_SERVER_ENV} to start workers as separate programs"
+    f"{FORK_SERVER_ENV} to have teamctl start its own"
 )
 """What to do when the socket named is not this user's own."""
+
+
+class ServerGone(InfraError):
+    """The server closed the connection without a reply: it exited (its lifetime was over,
+    or its preload failed)."""
 
 
 class SpawnRequest(BaseModel):
@@ -85,9 +98,16 @@ class ForkedWorker:
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
+        """Its exit status once it ended (from the server), None while it runs; with the
+        server gone (it was killed), None while this pid runs, then UNKNOWN_EXIT."""
         if self.returncode is None:
-            reply = _ask(self.socket_path, StatusRequest(pid=self.pid).model_dump_json())
-            self.returncode = StatusReply.model_validate_json(reply).returncode
+            try:
+                reply = _ask(self.socket_path, StatusRequest(pid=self.pid).model_dump_json())
+            except InfraError:
+                # An orphan now, which stops by itself (a zombie nobody reaps counts as gone).
+                self.returncode = None if same_process_alive(self.pid, None) else UNKNOWN_EXIT
+            else:
+                self.returncode = StatusReply.model_validate_json(reply).returncode
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -138,10 +158,15 @@ def _ask(socket_path: str, request: str, fds: list[int] | None = None) -> bytes:
     except OSError as exc:
         raise InfraError(
             f"no worker fork server answers at {socket_path} ({exc.strerror or exc}): start one "
-            f"with `{sys.executable} -m teamctl.worker.for_the_suite.fork_server {socket_path}`, "
+            f"with `{sys.executable} -m teamctl.worker.fork_server {socket_path}`, "
             "or unset "
-            f"{FORK_SERVER_ENV} to start workers as separate programs"
+            f"{FORK_SERVER_ENV} to have teamctl start its own"
         ) from exc
+    if not reply:
+        raise ServerGone(
+            f"the worker fork server at {socket_path} closed the connection without answering: "
+            "it exited (see its log)"
+        )
     if reply.startswith(b'{"refused"'):
         refused = RefusedReply.model_validate_json(reply).refused
         raise InfraError(f"the worker fork server at {socket_path} refused: {refused}")
@@ -177,6 +202,21 @@ def _check_server(client: socket.socket, socket_path: str) -> None:
             f"uid {uid}, not as you (uid {os.getuid()}), and was sent nothing; "
             f"{NOT_OURS_FIX}"
         )
+
+
+def listen(socket_path: Path | str) -> socket.socket:
+    """The server's socket, open to this user only; clients may connect (and wait for their
+    reply) while the server still preloads."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_mask = os.umask(0o177)  # only this user may ask: a request carries the worker's secrets
+    try:
+        listener.bind(str(socket_path))
+    finally:
+        os.umask(old_mask)
+    listener.listen(64)
+    if stat.S_IMODE(os.stat(socket_path).st_mode) & 0o077:
+        raise RuntimeError(f"{socket_path} is open to other users")
+    return listener
 
 
 def peer_uid(connection: socket.socket) -> int:

@@ -6,7 +6,9 @@ preload it polls whether that process is still its parent (an orphan is re-paren
 parent pid changes) and then asks itself for RQ's warm shutdown: SIGTERM, which finishes the job
 in hand and exits. A polling thread rather than Linux's PR_SET_PDEATHSIG: that fires when the
 parent *thread* exits and needs a preexec_fn in a process that may have threads; polling works on
-any OS. Workers started by hand have no such variable and are never touched.
+any OS. Workers started by hand have no such variable and are never touched. A run's worker
+forked from a preloaded parent watches that parent the same way, and the parent watches the run
+(worker/fork_server.py).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def _stop_when_orphaned(parent_pid: int, interval_s: float) -> None:
     while os.getppid() == parent_pid:
         tick.wait(interval_s)
     log.warning(
-        "the teamctl run that started this worker (pid %d) is gone; stopping after the current job",
+        "the process that started this worker (pid %d: its teamctl run, or the preloaded parent "
+        "it was forked from) is gone; stopping after the current job",
         parent_pid,
     )
     os.kill(os.getpid(), signal.SIGTERM)

@@ -10,6 +10,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from teamctl.coordinator.local_workers.processes import LocalWorkers
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 
 from tests.support.waiting import wait_until
@@ -30,8 +31,12 @@ def environ_of(pid: int) -> dict[str, str]:
 
 
 def settings_in(environ: dict[str, str]) -> set[str]:
-    """The teamctl, Redis and provider variables in `environ`, bar the one a pool sets."""
-    return {name for name in environ if name.startswith(ENV_PREFIXES)} - {PARENT_PID_ENV}
+    """The teamctl, Redis and provider variables in `environ`, bar the one a run sets and the
+    suite's own choice of how workers start."""
+    return {name for name in environ if name.startswith(ENV_PREFIXES)} - {
+        PARENT_PID_ENV,
+        FORK_SERVER_ENV,
+    }
 
 
 @pytest.mark.exec_workers

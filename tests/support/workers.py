@@ -42,6 +42,12 @@ def user_setting(name: str) -> bool:
     return name.startswith(ENV_PREFIXES) and name != FORK_SERVER_ENV
 
 
+def parent_pid(pid: int) -> int:
+    """The pid of process `pid`'s parent (Linux /proc)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return int(text[text.rindex(")") + 2 :].split()[1])
+
+
 def start_clean(group: LocalWorkers) -> None:
     """Start `group` without the user's teamctl and provider settings in its environment: a
     session or module fixture is built before the per-test clean_environ, and its workers
@@ -168,14 +174,14 @@ def keep_trail(config: pytest.Config, fixture: str, trail: SharedWorkerTrail) ->
 
 @contextmanager
 def fork_server(directory: Path) -> Iterator[str]:
-    """A preloaded fork server for the session's workers (worker/for_the_suite/fork_server.py),
+    """A preloaded fork server for the session's workers (worker/fork_server.py),
     started under a clean environment and stopped by pid; yields its socket."""
     socket_path = directory / "fork.sock"
     env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIXES)}
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     with (directory / "fork-server.log").open("ab") as log:
         server = subprocess.Popen(
-            [sys.executable, "-m", "teamctl.worker.for_the_suite.fork_server", str(socket_path)],
+            [sys.executable, "-m", "teamctl.worker.fork_server", str(socket_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

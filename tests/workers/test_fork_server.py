@@ -166,7 +166,7 @@ def test_a_missing_server_is_an_infra_error_that_says_how_to_fix_it(
     group = LocalWorkers(redis_server, ["members"], 1, tmp_path / "logs")
     with pytest.raises(InfraError) as raised:
         group.start()
-    started_as = f"{sys.executable} -m teamctl.worker.for_the_suite.fork_server {gone}"
+    started_as = f"{sys.executable} -m teamctl.worker.fork_server {gone}"
     assert started_as in str(raised.value)
     assert f"unset {FORK_SERVER_ENV}" in str(raised.value)
     assert group.processes == []

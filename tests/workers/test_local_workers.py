@@ -12,17 +12,19 @@ from pathlib import Path
 
 import pytest
 import redis
-from teamctl.coordinator.local_workers.processes import stop_process
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.process.fork_server_client import UNKNOWN_EXIT
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.process.pids import pid_alive
 from teamctl.shared.runs.store import RunStore
 
 from tests.support.waiting import wait_until
-from tests.support.workers import exited
+from tests.support.workers import exited, parent_pid
 
-# The watch that stops them checks their parent: they are executed as documented, not forked.
-pytestmark = pytest.mark.exec_workers
+# The run's own preloaded parent forks them, as teamctl does by default: the watch that stops
+# them is the run's parent watching the run, and each worker watching that parent.
+pytestmark = pytest.mark.default_workers
 
 
 def start_waiting_run(
@@ -109,12 +111,18 @@ def test_kill_9_of_the_run_stops_its_workers(
     pids: list[int] = []
     try:
         pids = worker_pids(conn, run_id, queue, 2)
+        # Forked by one preloaded parent of the run's, which the run started.
+        (parent,) = {parent_pid(pid) for pid in pids}
+        assert parent_pid(parent) == run.pid
+        assert all(b"rq.cli\0worker\0" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids)
 
         run.kill()
 
         assert run.wait(timeout=30) == -signal.SIGKILL
         wait_until(
-            lambda: all(exited(pid) for pid in pids), 30, message="the orphaned workers to stop"
+            lambda: all(exited(pid) for pid in [*pids, parent]),
+            30,
+            message="the orphaned parent and workers to stop",
         )
         # A warm shutdown: each worker took itself out of RQ's registry on the way.
         assert conn.smembers(f"rq:workers:{queue}") == set()
@@ -123,6 +131,38 @@ def test_kill_9_of_the_run_stops_its_workers(
         for pid in pids:
             if not exited(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_whose_preloaded_parent_was_killed_still_stops_its_workers(
+    redis_server: str, tmp_path: Path
+) -> None:
+    """Its workers, orphaned, stop by themselves; the run, which can no longer ask the parent
+    how they ended, still returns from stopping them."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    group = LocalWorkers(redis_server, [queue], 1, tmp_path / "logs")
+    group.start()
+    try:
+        assert group.parent is not None
+        (worker,) = group.processes
+        conn = redis.Redis.from_url(redis_server, decode_responses=True)
+        wait_until(
+            lambda: conn.smembers(f"rq:workers:{queue}"), 120, message="the worker to register"
+        )
+
+        # Its command names its socket: python -m teamctl.worker.fork_server SOCKET ...
+        socket_path = Path(
+            os.fsdecode(Path(f"/proc/{group.parent.pid}/cmdline").read_bytes().split(b"\0")[3])
+        )
+        group.parent.kill()
+        group.parent.wait(timeout=30)
+        assert socket_path.exists()  # killed: it could not remove it
+
+        wait_until(lambda: exited(worker.pid), 30, message="the orphaned worker to stop")
+        assert worker.poll() == UNKNOWN_EXIT
+    finally:
+        group.stop()
+    assert group.processes == [] and group.parent is None
+    assert not socket_path.parent.exists()
 
 
 def test_a_worker_started_by_hand_has_no_parent_to_watch() -> None:
