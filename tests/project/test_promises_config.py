@@ -205,6 +205,7 @@ NON_DEFAULT_FLAG_VALUES: dict[str, tuple[list[str], object]] = {
     "mcp_start_timeout_s": (["--mcp-start-timeout-s", "12"], 12.0),
     "mcp_list_timeout_s": (["--mcp-list-timeout-s", "7.5"], 7.5),
     "mcp_call_timeout_s": (["--mcp-call-timeout-s", "90"], 90.0),
+    "mcp_idle_s": (["--mcp-idle-s", "60"], 60.0),
     "workspace_file_max_bytes": (["--workspace-file-max-bytes", "4096"], 4096),
     "workspace_max_bytes": (["--workspace-max-bytes", "8192"], 8192),
     "workspace_max_files": (["--workspace-max-files", "50"], 50),

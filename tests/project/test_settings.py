@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from pydantic import Field, ValidationError
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.runs.run import RunRequest, create_run
+from teamctl.shared.agent.offline_model import MODEL as OFFLINE_MODEL
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.runs.run_config import (
     DEFAULT_MODEL_FOR_KEY,
-    OFFLINE_MODEL,
     ModelSource,
     choose_models,
     pick_model,

@@ -94,7 +94,10 @@ def test_plan_delegate_synthesize_with_auto_ids(
         "total_duration_ms",
         "usage",
         "usage_by_model",
+        "lineage",
+        "forks",
     }
+    assert (out["lineage"], out["forks"]) == (None, [])
     assert out["error"] is None
     # The synthesizer's raw response beside its text, and each member's transcript.
     assert out["synthesis"] == {

@@ -71,6 +71,11 @@ class WarmForkWorker(TeamctlWorker):
             if self._spare is None and not self._stop_requested:
                 self._fork_spare()
 
+    def _ensure_mcp_keeper(self) -> None:
+        """No MCP keeper: its spares are forked before any keeper could exist, and a keeper
+        forked beside a waiting spare held up that spare's job until the worker stopped. Its
+        jobs run their MCP servers per attempt."""
+
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
         """Hand the job to the spare once it is warm, then fork the next spare, which warms up
         while this job runs. A job waits at most READY_WAIT_S for a warm-up: if the spare is still
