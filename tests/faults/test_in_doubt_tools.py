@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 from teamctl.coordinator.cli import main
 from teamctl.coordinator.local_workers.processes import LocalWorkers
 from teamctl.coordinator.web.render import render
@@ -39,6 +38,7 @@ from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.tools import add_workspace_tools
 
 from teamctl.tools import ToolContext, tool
+from tests.support.cli import run_one_task_in_thread
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.timescale import scaled
 from tests.support.waiting import wait_until
@@ -112,7 +112,17 @@ def crash_mid_tool(
     board = TaskBoard(conn, RunKeys(run_id))
     marks = tmp_path / "marks.log"
     model = llm.script(f"m1-{run_id}", handler=OneToolCall(tool, marks))
-    thread, results = run_in_thread(llm, redis_url, run_id, queue, tmp_path, model, tool)
+    thread, results = run_one_task_in_thread(
+        llm,
+        redis_url,
+        run_id,
+        queue,
+        tmp_path,
+        member_model=model,
+        tool=f"{TOOLS}:{tool}",
+        task="Mark the file",
+        heartbeat_ttl_s=TTL_S,
+    )
     try:
         wait_until(marks.exists, 90, message="the tool's first mark")
         horse, parent = job_and_worker_pids(board.get("work").worker or "")
@@ -130,44 +140,6 @@ def crash_mid_tool(
         llm.requests[f"m1-{run_id}"],
         f"{run_id}:work:call_0",
     )
-
-
-def run_in_thread(
-    llm: ScriptedLLM,
-    redis_url: str,
-    run_id: str,
-    queue: str,
-    tmp_path: Path,
-    model: str,
-    tool: str,
-) -> tuple[threading.Thread, list[Result]]:
-    plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Mark the file"}]}
-    team = tmp_path / "team.toml"
-    team.write_text(
-        "\n".join(
-            [
-                f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(plan)])}", '
-                f'queue = "{queue}" }}',
-                f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
-                f'queue = "{queue}" }}',
-                "[[members]]",
-                'id = "m1"',
-                f'queue = "{queue}"',
-                f'tools = ["{TOOLS}:{tool}"]',
-                f'model = "{model}"',
-                "[options]",
-                f"heartbeat_ttl_s = {TTL_S}",
-                "enable_member_team_tools = false",
-            ]
-        )
-        + "\n"
-    )
-    results: list[Result] = []
-    args = ["run", "Mark once", "--team", str(team), "--api-base", llm.api_base]
-    args += ["--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json"]
-    thread = threading.Thread(target=lambda: results.append(CliRunner().invoke(main, args)))
-    thread.start()
-    return thread, results
 
 
 def transcript_lines(crashed: Crashed, redis_url: str) -> list[str]:

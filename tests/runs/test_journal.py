@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 import redis
-from click.testing import CliRunner, Result
-from teamctl.coordinator.cli import main
+from click.testing import Result
 from teamctl.coordinator.local_workers.processes import LocalWorkers, worker_command
 from teamctl.shared.agent.replies import ModelReply
 from teamctl.shared.board import TaskBoard
@@ -32,6 +31,7 @@ from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.worker.jobs import execute_task
 
+from tests.support.cli import run_one_task_in_thread
 from tests.support.hosts import RedisHost, TwoHosts, redis_host
 from tests.support.llm import Held, ScriptedLLM, ToolCalls
 from tests.support.runs import make_run
@@ -98,52 +98,17 @@ def run_in_thread(
     member: EightSteps,
     latency_s: float,
 ) -> tuple[threading.Thread, list[Result]]:
-    plan = {"tasks": [{"id": "work", "memberId": "m1", "task": "Do the eight steps"}]}
-    team = tmp_path / "team.toml"
-    team.write_text(
-        "\n".join(
-            [
-                f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(plan)])}", '
-                f'queue = "{queue}" }}',
-                f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
-                f'queue = "{queue}" }}',
-                "[[members]]",
-                'id = "m1"',
-                f'queue = "{queue}"',
-                f'tools = ["{TOOL}"]',
-                f'model = "{llm.script(f"m1-{run_id}", handler=member, latency_s=latency_s)}"',
-                "[options]",
-                f"heartbeat_ttl_s = {TTL_S}",
-                "enable_member_team_tools = false",
-            ]
-        )
-        + "\n"
+    return run_one_task_in_thread(
+        llm,
+        redis_url,
+        run_id,
+        queue,
+        tmp_path,
+        member_model=llm.script(f"m1-{run_id}", handler=member, latency_s=latency_s),
+        tool=TOOL,
+        task="Do the eight steps",
+        heartbeat_ttl_s=TTL_S,
     )
-    results: list[Result] = []
-    thread = threading.Thread(
-        target=lambda: results.append(
-            CliRunner().invoke(
-                main,
-                [
-                    "run",
-                    "Survive a crash",
-                    "--team",
-                    str(team),
-                    "--api-base",
-                    llm.api_base,
-                    "--redis-url",
-                    redis_url,
-                    "--workers",
-                    "0",
-                    "--run-id",
-                    run_id,
-                    "--json",
-                ],
-            )
-        )
-    )
-    thread.start()
-    return thread, results
 
 
 def test_a_crash_mid_session_repeats_only_the_step_in_flight(

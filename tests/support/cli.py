@@ -3,11 +3,13 @@ click's runner, and what its output and exit say."""
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import select
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,50 @@ def run_cli(
             *extra,
         ],
     )
+
+
+def run_one_task_in_thread(
+    llm: ScriptedLLM,
+    redis_url: str,
+    run_id: str,
+    queue: str,
+    tmp_path: Path,
+    *,
+    member_model: str,
+    tool: str,
+    task: str,
+    heartbeat_ttl_s: float,
+) -> tuple[threading.Thread, list[Result]]:
+    """`teamctl run --json` in a thread: one task `work` of member m1 (`member_model`, with the
+    Python tool `tool` and no team tools), every role on `queue`; the thread appends its
+    result to the list."""
+    plan = {"tasks": [{"id": "work", "memberId": "m1", "task": task}]}
+    team = tmp_path / "team.toml"
+    team.write_text(
+        "\n".join(
+            [
+                f'planner = {{ model = "{llm.script(f"plan-{run_id}", [json.dumps(plan)])}", '
+                f'queue = "{queue}" }}',
+                f'synthesizer = {{ model = "{llm.script(f"synth-{run_id}", ["final"])}", '
+                f'queue = "{queue}" }}',
+                "[[members]]",
+                'id = "m1"',
+                f'queue = "{queue}"',
+                f'tools = ["{tool}"]',
+                f'model = "{member_model}"',
+                "[options]",
+                f"heartbeat_ttl_s = {heartbeat_ttl_s}",
+                "enable_member_team_tools = false",
+            ]
+        )
+        + "\n"
+    )
+    results: list[Result] = []
+    args = ["run", task, "--team", str(team), "--api-base", llm.api_base]
+    args += ["--redis-url", redis_url, "--workers", "0", "--run-id", run_id, "--json"]
+    thread = threading.Thread(target=lambda: results.append(CliRunner().invoke(main, args)))
+    thread.start()
+    return thread, results
 
 
 def errors(out: dict[str, Any]) -> dict[str, str | None]:
