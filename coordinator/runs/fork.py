@@ -30,7 +30,7 @@ from teamctl.shared.runs.options import RunOptions
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.run_refs import check_new_run_id, new_run_id
 from teamctl.shared.runs.store import RunStore
-from teamctl.shared.task_records import Plan, TaskState, TaskStatus
+from teamctl.shared.task_records import TaskState, TaskStatus
 from teamctl.shared.team_file import Member, TeamFile
 
 PLAN_POINT = "plan"
@@ -101,7 +101,6 @@ class NewRun:
     cut: dict[str, int] = field(default_factory=dict)
     """Tasks whose source journal was cut at journal_max_bytes, and the steps it kept."""
     plan_reused: bool = True
-    synthesis_reused: bool = False
 
 
 @dataclass
@@ -109,20 +108,19 @@ class Source:
     """What a replay or fork reads of its source run, once."""
 
     run: RunHandle
-    plan: Plan
     tasks: dict[str, TaskState]
     journals: dict[str, list[JournalEntry]] = field(default_factory=dict)
 
     @classmethod
     def read(cls, run: RunHandle) -> Source:
-        """The ended run's plan and board; ConfigError while it is still going."""
+        """The ended run's board; ConfigError while it is still going."""
         state = run.store.state()
         if not state.finished:
             raise ConfigError(
                 f"run {run.run_id} has not ended yet; replay or fork it once it has "
                 f"(`teamctl cancel {run.run_id} --wait` ends it now)"
             )
-        return cls(run, state.plan or Plan(), {t.task_id: t for t in run.board.snapshot()})
+        return cls(run, {t.task_id: t for t in run.board.snapshot()})
 
     def journal(self, task_id: str) -> list[JournalEntry]:
         """A task's journal, read once."""
@@ -163,7 +161,7 @@ def replay_of(
     spec = _changed(
         _new_spec(source.run.spec, run_id, workspace_root, lineage), ForkChanges(team=team)
     )
-    new = NewRun(spec, {}, synthesis_reused=True)
+    new = NewRun(spec, {})
     _check_members(spec, source, list(source.tasks.values()))
     for task_id, task in source.tasks.items():
         new.reuse[task_id] = _replayed(new, source, task)
