@@ -879,7 +879,7 @@ def test_a_job_of_the_warm_fork_worker_exports_under_the_span_in_its_meta(
     parent = f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
-        patch.setenv("RQ_WORKER_CLASS", "teamctl.worker.experimental.warm_fork.WarmForkWorker")
+        patch.setenv("RQ_WORKER_CLASS", "teamctl.worker.warm_fork.WarmForkWorker")
         with workers_on_own_queue(redis_server, queue, 1, tmp_path / "logs"):
             patch.undo()
             Queue(queue, connection=redis.Redis.from_url(redis_server)).enqueue(

@@ -1,4 +1,4 @@
-"""WarmForkWorker (experimental, `-w teamctl.worker.experimental.warm_fork.WarmForkWorker`) keeps
+"""WarmForkWorker (experimental, `-w teamctl.worker.warm_fork.WarmForkWorker`) keeps
 RQ's fork isolation: every job runs in a process of its own, forked by the worker; the process it
 keeps ready for the next job goes away with the worker, whether it stops or is SIGKILLed."""
 
@@ -19,7 +19,7 @@ from teamctl.coordinator.local_workers.processes import stop_process, worker_com
 
 from tests.support.waiting import wait_until
 
-WARM_FORK = "teamctl.worker.experimental.warm_fork.WarmForkWorker"
+WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
 
 
 @contextmanager

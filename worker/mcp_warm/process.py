@@ -42,12 +42,17 @@ class KeeperProcess:
         """The keeper's 0700 directory, with its socket."""
         self.caches: Path | None = None
 
+    def missing(self) -> bool:
+        """Whether ensure() would fork a keeper now: none runs, and this system has one."""
+        if self.pid is not None and self._running():
+            return False
+        # Without SO_PEERCRED it could not tell the worker's jobs from other processes: none.
+        return hasattr(socket, "SO_PEERCRED")
+
     def ensure(self) -> None:
         """Fork the keeper unless it runs; jobs forked from now on are told where it is."""
-        if self.pid is not None and self._running():
+        if not self.missing():
             return
-        if not hasattr(socket, "SO_PEERCRED"):
-            return  # it could not tell the worker's jobs from other processes: none
         if self.caches is None:
             self.caches = caches_path(self.state_dir, this_host(), os.getpid())
             os.environ[CACHES_ENV] = str(self.caches)

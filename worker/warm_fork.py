@@ -1,0 +1,237 @@
+"""teamctl's worker: RQ's forking worker whose job processes are forked before their jobs arrive.
+
+A forked horse pays for every page of the parent it writes to (copy-on-write): ~4,000 pages,
+about 15 ms, on a job's first model call through litellm, since calling code writes the reference
+counts of the objects it touches; and forking a preloaded parent costs the worker several ms more
+before the job starts. WarmForkWorker forks the next job's process (a spare) as soon as it hands a
+job over, so the fork is off the next job's path. When the worker is about to wait with its queues
+empty, it tells the spare to warm up: one model call to a loopback server and a Redis connection,
+taking those page copies while nothing waits. Warming only when idle keeps a busy worker's CPU for
+its jobs. The job is handed over by id, as RQ's SpawnWorker does; the spare runs it exactly as a
+freshly forked horse would (its own process group, the same signals), so each job still has a
+process of its own. A job waits at most READY_WAIT_S for a spare that is not set up yet, then forks
+as RQ does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import select
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rq.executions import Execution
+from rq.job import Job
+from rq.queue import Queue
+from teamctl.worker.rq_worker import TeamctlWorker
+
+log = logging.getLogger(__name__)
+READY_WAIT_S = 0.015
+"""How long a job may wait for a spare that is not set up yet (just forked, on a busy machine):
+about what forking a cold horse costs, so a spare that is nearly there beats a new fork."""
+HANDOVER_MAX_BYTES = 4096
+"""A job's id, queue name and execution id, as JSON: far less than this."""
+WARM = b"warm\n"
+"""What the worker writes to an idle spare's pipe to have it warm up; a job is one JSON line."""
+
+
+@dataclass
+class Spare:
+    """A forked process waiting for its job: it writes to `ready` once set up; a line on `pipe`
+    warms it or hands it a job, closing `pipe` ends it."""
+
+    pid: int
+    pipe: int
+    ready: int
+    warming: bool = False
+    """Told to warm up (it then is, or soon will be)."""
+
+    def is_ready(self, wait_s: float) -> bool:
+        """Set up within `wait_s` (or gone: the hand-over then fails and the job is forked)."""
+        return bool(select.select([self.ready], [], [], wait_s)[0])
+
+
+class WarmForkWorker(TeamctlWorker):
+    """teamctl's forking worker whose horses are forked before their jobs arrive, and warmed
+    while the worker is idle."""
+
+    _spare: Spare | None = None
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        self._fork_spare()
+
+    def dequeue_job_and_maintain_ttl(
+        self, timeout: int | None, max_idle_time: int | None = None
+    ) -> tuple[Job, Queue] | None:
+        """RQ's wait for the next job; the spare warms up first if the queues are empty."""
+        self._warm_spare_if_idle()
+        return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        try:
+            super().execute_job(job, queue)
+        finally:
+            if self._spare is None and not self._stop_requested:
+                self._fork_spare()
+
+    def _ensure_mcp_keeper(self) -> None:
+        """Fork the MCP keeper with no spare alive: a spare forked before it would not know
+        where it is, and the keeper would hold the spare's pipe open. This job then forks as
+        RQ does, and the next spare after it."""
+        if self.mcp_keeper is None or self.mcp_keeper.missing():
+            self._end_spare()
+        super()._ensure_mcp_keeper()
+
+    def fork_work_horse(self, job: Job, queue: Queue) -> None:
+        """Hand the job to the spare once it is warm, then fork the next spare, which warms up
+        while this job runs. A job waits at most READY_WAIT_S for a warm-up: if the spare is still
+        warming then, the job is forked as RQ does and the spare kept for the next one."""
+        spare = self._spare
+        if spare is None or not spare.is_ready(READY_WAIT_S):
+            super().fork_work_horse(job, queue)
+            if spare is None:
+                self._fork_spare()
+            return
+        self._spare = None
+        if self._hand_over(spare, job, queue):
+            os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
+            os.environ["RQ_JOB_ID"] = job.id
+            self._horse_pid = spare.pid
+            # RQ leaves procline unannotated.
+            self.procline(f"Handed over to {spare.pid} at {time.time()}")  # type: ignore[no-untyped-call]
+        else:
+            super().fork_work_horse(job, queue)
+        self._fork_spare()
+
+    def teardown(self) -> None:
+        if not self.is_horse:
+            self._end_spare()
+        super().teardown()
+
+    def _warm_spare_if_idle(self) -> None:
+        """Tell the spare to warm up when every queue is empty: the worker is about to wait,
+        so the warm-up takes no CPU a job could use."""
+        spare = self._spare
+        if spare is None or spare.warming:
+            return
+        with self.connection.pipeline(transaction=False) as pipe:
+            for queue in self.queues:
+                pipe.llen(queue.key)
+            if any(pipe.execute()):
+                return
+        try:
+            os.write(spare.pipe, WARM)
+            spare.warming = True
+        except OSError:  # the spare died (killed while waiting): the next job forks a new one
+            self._end_spare()
+
+    def _hand_over(self, spare: Spare, job: Job, queue: Queue) -> bool:
+        payload = json.dumps([job.id, queue.name, self.execution.id]).encode() + b"\n"  # type: ignore[union-attr]
+        try:
+            os.write(spare.pipe, payload)
+            return True
+        except OSError as exc:  # the spare died (killed while waiting): fork a horse instead
+            self.log.warning("Worker %s: spare %s is gone (%s); forking", self.name, spare.pid, exc)
+            self._reap(spare)
+            return False
+        finally:
+            os.close(spare.pipe)
+            os.close(spare.ready)
+
+    def _fork_spare(self) -> None:
+        self._end_spare()
+        job_read, job_write = os.pipe()
+        ready_read, ready_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(job_write)
+            os.close(ready_read)
+            self._run_spare(job_read, ready_write)  # never returns
+        os.close(job_read)
+        os.close(ready_write)
+        self._spare = Spare(pid, job_write, ready_read)
+
+    def _end_spare(self) -> None:
+        """Close the spare's pipes (it exits on end of file) and reap it."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            os.close(spare.pipe)
+            os.close(spare.ready)
+            self._reap(spare)
+
+    def _reap(self, spare: Spare) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(spare.pid, signal.SIGKILL)  # it may be warming up: no need to wait for it
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(spare.pid, 0)
+
+    def _run_spare(self, pipe: int, ready: int) -> None:
+        """The spare: a horse in waiting. Say it is set up, warm up when told, then run the job
+        handed over, or exit when the worker closes the pipe without one."""
+        status = 1
+        try:
+            os.setpgrp()  # as RQ's horse: the worker's Ctrl+C is the worker's to handle
+            self.setup_work_horse_signals()  # type: ignore[no-untyped-call]  # RQ: unannotated
+            with contextlib.suppress(OSError):  # the worker may be gone already
+                os.write(ready, b"1")
+            os.close(ready)
+            with os.fdopen(pipe, "rb") as lines:
+                line = lines.readline(HANDOVER_MAX_BYTES)
+                if line == WARM:
+                    self._warm_up()
+                    line = lines.readline(HANDOVER_MAX_BYTES)
+            if not line:  # the worker is stopping, or died
+                status = 0
+                return
+            job_id, queue_name, execution_id = json.loads(line)
+            self._run_handed_over(job_id, queue_name, execution_id)  # exits the process
+        except BaseException:  # noqa: BLE001  (a horse must exit, never return to the loop)
+            with contextlib.suppress(Exception):
+                self.log.exception("Worker %s: spare %s failed", self.name, os.getpid())
+        finally:
+            os._exit(status)
+
+    def _warm_up(self) -> None:
+        """Take the page copies and the Redis connection a job would otherwise pay for."""
+        try:
+            warm_horse()
+            self.connection.ping()  # redis-py opens a new connection in a new process
+        except Exception:  # a cold spare still runs its job as a forked horse would
+            self.log.warning(
+                "Worker %s: spare %s did not warm up", self.name, os.getpid(), exc_info=True
+            )
+
+    def _run_handed_over(self, job_id: str, queue_name: str, execution_id: str) -> None:
+        """What RQ's fork_work_horse does in the child, for a job read back by id."""
+        os.environ["RQ_WORKER_ID"] = self.name
+        os.environ["RQ_JOB_ID"] = job_id
+        job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
+        queue = self.queue_class(
+            queue_name,
+            connection=self.connection,
+            job_class=self.job_class,
+            serializer=self.serializer,
+            death_penalty_class=self.death_penalty_class,
+        )
+        execution = Execution.fetch(execution_id, job.id, connection=self.connection)
+        execution._job = job  # noqa: SLF001  (as RQ's SpawnWorker does)
+        self.execution = execution
+        self.executions = {execution.id: execution}  # as prepare_execution left it in the worker
+        self.main_work_horse(job, queue)
+
+
+def warm_horse() -> None:
+    """Take the pages a job's first model call writes, if this worker preloaded litellm."""
+    if "litellm" not in sys.modules:  # not preloaded: importing it here would cost seconds
+        return
+    from teamctl.shared.agent.litellm_warmup import warm_forked_job
+    from teamctl.shared.agent.llm import load_litellm
+
+    warm_forked_job(load_litellm())
