@@ -122,7 +122,7 @@ class OutageTolerantRedis(redis.Redis):  # type: ignore[misc]  # redis is Any: s
 
 WORKER_CONNECTION_CLASS = f"{__name__}.{OutageTolerantRedis.__name__}"
 """What RQ_CONNECTION_CLASS names for teamctl's workers."""
-WORKER_CLASS = "teamctl.worker.rq_worker.TeamctlWorker"
+WORKER_CLASS = "teamctl.worker.warm_fork.WarmForkWorker"
 """What RQ_WORKER_CLASS names for teamctl's workers (named here: the coordinator, which starts
 workers, never imports the worker package)."""
 

@@ -176,7 +176,7 @@ def test_the_worker_class_named_for_rq_is_teamctls() -> None:
     """The coordinator names the class without importing the worker package: the name must
     still be the class's."""
     from teamctl.shared.redis.connection import WORKER_CLASS
-    from teamctl.worker.rq_worker import TeamctlWorker
+    from teamctl.worker.warm_fork import WarmForkWorker
 
     module, _, name = WORKER_CLASS.rpartition(".")
-    assert getattr(importlib.import_module(module), name) is TeamctlWorker
+    assert getattr(importlib.import_module(module), name) is WarmForkWorker

@@ -27,7 +27,7 @@ from teamctl.coordinator.local_workers.worker_hints import (
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 from teamctl.shared.redis.embedded import EmbeddedRedis
-from teamctl.worker.rq_worker import TeamctlWorker
+from teamctl.worker.warm_fork import WarmForkWorker
 
 from tests.support.llm import ScriptedLLM
 from tests.support.replies import member_answer
@@ -122,14 +122,14 @@ def test_rq_config_alone_finds_the_embedded_redis_with_teamctls_classes(
         WORKER_CLASS,
     )
     assert worker.poll() is None
-    assert import_attribute(WORKER_CLASS) is TeamctlWorker
+    assert import_attribute(WORKER_CLASS) is WarmForkWorker
 
 
 def test_a_class_the_person_chose_is_kept(
     state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
 ) -> None:
     url = EmbeddedRedis(state / "redis").ensure()
-    chosen = "teamctl.worker.experimental.warm_fork.WarmForkWorker"
+    chosen = "teamctl.worker.rq_worker.TeamctlWorker"
     worker = start_worker(
         only_rq_config(state, RQ_WORKER_CLASS=chosen), tmp_path / "w.log", started
     )
