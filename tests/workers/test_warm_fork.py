@@ -1,6 +1,7 @@
-"""WarmForkWorker (experimental, `-w teamctl.worker.warm_fork.WarmForkWorker`) keeps
-RQ's fork isolation: every job runs in a process of its own, forked by the worker; the process it
-keeps ready for the next job goes away with the worker, whether it stops or is SIGKILLed."""
+"""WarmForkWorker (teamctl's default worker, worker/warm_fork.py) keeps RQ's fork isolation: every
+job runs in a process of its own, forked by the worker; the process it keeps ready for the next job
+warms up only while the worker is idle, and goes away with the worker, whether it stops or is
+SIGKILLed."""
 
 from __future__ import annotations
 
@@ -124,3 +125,51 @@ def test_the_process_kept_for_the_next_job_goes_with_the_worker(
             wait_until(
                 lambda spare=spare: gone(spare), 30, message=f"the spare of a {how} worker to exit"
             )
+
+
+WARM_UP_FAULTS = 2000
+"""Page faults a warm-up adds to a process at least: its model call through litellm copies
+~4,000 of the parent's pages (a cold job process takes ~1,000 to ~2,000 to run a no-op)."""
+
+
+def faults_of_jobs(queue: Queue, jobs: list[tuple[str, tuple[object, ...]]]) -> list[int]:
+    """Enqueue the jobs at once; each job's process's page faults when its job ran (the jobs
+    are `resource.getrusage(RUSAGE_SELF)`, or anything else, which reports -1)."""
+    enqueued = [queue.enqueue(fn, *args) for fn, args in jobs]
+    wait_until(
+        lambda: all(
+            Job.fetch(j.id, connection=queue.connection).get_status() == "finished"
+            for j in enqueued
+        ),
+        60,
+        message="the jobs to finish",
+    )
+    results = [Job.fetch(j.id, connection=queue.connection).return_value() for j in enqueued]
+    return [r.ru_minflt if hasattr(r, "ru_minflt") else -1 for r in results]
+
+
+def state_of(queue: Queue, pid: int) -> str:
+    """The state the worker of `pid` last recorded in Redis."""
+    (worker,) = [w for w in Worker.all(queue=queue) if w.pid == pid]
+    return worker.get_state()
+
+
+def test_the_spare_warms_up_while_the_worker_is_idle_and_not_while_jobs_wait(
+    redis_server: str, tmp_path: Path
+) -> None:
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+    rusage = ("resource.getrusage", (0,))  # RUSAGE_SELF: the job process's own faults
+    with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
+        # The worker was idle: the first job runs in a warmed process. The second waited in
+        # the queue while the first ran, so its spare was never told to warm up; the third
+        # arrives once the worker waits idle again (it tells the spare before it says so).
+        wait_until(lambda: state_of(queue, worker.pid) == "idle", 30, message="an idle worker")
+        (idle,) = faults_of_jobs(queue, [rusage])
+        _, queued = faults_of_jobs(queue, [("time.sleep", (1,)), rusage])
+        wait_until(lambda: state_of(queue, worker.pid) == "idle", 30, message="an idle worker")
+        (idle_again,) = faults_of_jobs(queue, [rusage])
+
+    assert queued > 0
+    assert idle > queued + WARM_UP_FAULTS
+    assert idle_again > queued + WARM_UP_FAULTS
