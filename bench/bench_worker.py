@@ -1,15 +1,16 @@
 """Worker benchmark: per-task overhead of `teamctl.worker.jobs.run_task` (claim, dispatch input, one
 call to a zero-latency scripted model through litellm, fenced complete, result message) against a
-bare RQ no-op job on the same worker, measured in the same run, on the documented worker (RQ's
-forking worker preloaded by `-c teamctl.worker.settings`); then both again on the experimental `-w
-teamctl.worker.experimental.warm_fork.WarmForkWorker` (forks and warms each job's process ahead), on
-a bare `rq worker members` (no preload) to show what the preload saves, and on a preloaded
-SimpleWorker (no fork per job). Queued jobs show throughput; paced ones, sent one at a time to an
-idle worker, show what a job costs when the worker had time to prepare for it. The documented worker
-also runs each round's tasks against the same scripted model served over HTTPS (a self-signed
-certificate made for the run, trusted through SSL_CERT_FILE with verification on, in a bundle with
-certifi's CAs as a provider's client would load): every forked job opens its own TLS connection, so
-it pays a handshake per task.
+bare RQ no-op job, measured in the same run, on RQ's forking worker preloaded by `-c
+teamctl.worker.settings` (`-w teamctl.worker.rq_worker.TeamctlWorker`), then on the default worker
+(WarmForkWorker: it forks each job's process ahead and warms it while idle), on a bare `rq worker
+members` (no preload) to show what the preload saves, and on a preloaded SimpleWorker (no fork per
+job). Queued jobs show throughput; paced ones, sent one at a time to an idle worker, show what a job
+costs when the worker had time to prepare for it. The goal compares the default worker's run_task
+with the no-op job of RQ's forking worker: what a task costs beyond what RQ itself costs. The
+default worker also runs each round's tasks against the same scripted model served over HTTPS (a
+self-signed certificate made for the run, trusted through SSL_CERT_FILE with verification on, in a
+bundle with certifi's CAs as a provider's client would load): every forked job opens its own TLS
+connection, so it pays a handshake per task.
 
 Run: .venv/bin/python -m bench.bench_worker
 It starts its own redis-server, model server and workers, and stops each by its pid.
@@ -55,12 +56,12 @@ from bench.figures import BenchFigure
 from tests.support.llm import ScriptedLLM
 
 QUEUE = "members"
-WARM_FORK = "teamctl.worker.experimental.warm_fork.WarmForkWorker"
-"""The experimental worker class that forks and warms each job's process ahead (not the default:
-see worker/experimental/warm_fork.py)."""
+FORKING = "teamctl.worker.rq_worker.TeamctlWorker"
+"""RQ's forking worker with teamctl's preload and outage handling, without the default worker's
+spare process (worker/warm_fork.py): the baseline's worker."""
 PACE_S = 0.1
 """Paced jobs: one at a time, each enqueued this long after the last finished (an idle worker)."""
-RATIO_GOAL = 1.5
+RATIO_GOAL = 1.3
 WAIT_TIMEOUT_S = 300.0
 NOOP_JOB = "os.getpid"
 """The baseline job: already imported in every worker, so it measures RQ's own per-job cost."""
@@ -83,13 +84,13 @@ class Sizes:
 FULL = Sizes(
     preloaded_tasks=60,
     bare_tasks=3,
-    rounds={"preloaded": 5, "warm-fork": 5, "bare": 1, "simple": 5},
+    rounds={"forking": 5, "warm-fork": 5, "bare": 1, "simple": 5},
     paced_jobs=20,
 )
 SMOKE = Sizes(
     preloaded_tasks=2,
     bare_tasks=1,
-    rounds={"preloaded": 1, "warm-fork": 1, "bare": 1, "simple": 1},
+    rounds={"forking": 1, "warm-fork": 1, "bare": 1, "simple": 1},
     paced_jobs=2,
     fork_workers=True,
 )
@@ -300,8 +301,8 @@ Row = tuple[
 ]
 """label, command, tasks, no-op ms, run_task ms, paced (no-op, run_task) ms or None, and for
 the worker also timed over HTTPS, run_task's (queued, paced) ms against the HTTPS server."""
-HTTPS_WORKER = "preloaded"
-"""The worker timed over HTTPS too: the documented one."""
+HTTPS_WORKER = "warm-fork"
+"""The worker timed over HTTPS too: the default one."""
 
 
 def ca_bundle(llm: ScriptedLLM) -> Path:
@@ -324,12 +325,8 @@ def collect(sizes: Sizes) -> tuple[list[Row], dict[str, float]]:
         url = stack.enter_context(throwaway_redis())
         logs = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         runs = (
-            ("preloaded", worker_command(url, [QUEUE]), sizes.preloaded_tasks),
-            (
-                "warm-fork",
-                worker_command(url, [QUEUE], worker_class=WARM_FORK),
-                sizes.preloaded_tasks,
-            ),
+            ("forking", worker_command(url, [QUEUE], worker_class=FORKING), sizes.preloaded_tasks),
+            ("warm-fork", worker_command(url, [QUEUE]), sizes.preloaded_tasks),
             (
                 "bare",
                 [sys.executable, "-m", "rq.cli", "worker", "-u", url, QUEUE],
@@ -374,9 +371,8 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     """The report's rows: run_task against a no-op job on each worker, queued and paced; RSS (the
     default sizes, or the smoke pass's)."""
     rows, rss = collect(SMOKE if smoke else FULL)
-    out = []
+    out = goal_figures(rows)
     for label, _command, tasks, noop_ms, task_ms, paced, over_https in rows:
-        goal = label == "preloaded"
         out.append(
             BenchFigure(
                 name=f"run_task, queued, {label} worker",
@@ -384,8 +380,6 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
                 unit="ms",
                 baseline=noop_ms,
                 baseline_name="no-op RQ job, same worker",
-                goal=f"ratio <= {RATIO_GOAL}" if goal else "",
-                met=task_ms / noop_ms <= RATIO_GOAL if goal else None,
                 note=f"{tasks} tasks",
             )
         )
@@ -410,6 +404,39 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
                 baseline=rss.get("bare"),
                 baseline_name="bare `rq worker`",
                 note="after its jobs ran",
+            )
+        )
+    return out
+
+
+def goal_figures(rows: list[Row]) -> list[BenchFigure]:
+    """run_task on the default worker against the no-op job of RQ's forking worker, queued and
+    paced: the goal's figures."""
+    by_label = {row[0]: row for row in rows}
+    _, _, tasks, noop_ms, _, paced_noop, _ = by_label["forking"]
+    _, _, _, _, task_ms, paced_task, _ = by_label["warm-fork"]
+    out = [
+        BenchFigure(
+            name="run_task, queued, default worker",
+            value=task_ms,
+            unit="ms",
+            baseline=noop_ms,
+            baseline_name="no-op RQ job, RQ's forking worker",
+            goal=f"ratio <= {RATIO_GOAL}",
+            met=task_ms / noop_ms <= RATIO_GOAL,
+            note=f"{tasks} tasks",
+        )
+    ]
+    if paced_noop and paced_task:
+        out.append(
+            BenchFigure(
+                name="run_task, paced, default worker",
+                value=paced_task[1],
+                unit="ms",
+                baseline=paced_noop[0],
+                baseline_name="paced no-op RQ job, RQ's forking worker",
+                goal=f"ratio <= {RATIO_GOAL}",
+                met=paced_task[1] / paced_noop[0] <= RATIO_GOAL,
             )
         )
     return out
@@ -495,36 +522,36 @@ def report(rows: list[Row], sizes: Sizes) -> int:
     by_label = {row[0]: row for row in rows}
     for label, row in by_label.items():
         print(f"{label + ':':15} {' '.join(row[1][1:])}")
-    _, _, _, pre_noop, pre_task, pre_paced, pre_https = by_label["preloaded"]
-    _, _, _, fork_noop, fork_task, fork_paced, _ = by_label["warm-fork"]
+    _, _, _, pre_noop, pre_task, pre_paced, _ = by_label["forking"]
+    _, _, _, fork_noop, fork_task, fork_paced, pre_https = by_label["warm-fork"]
     _, _, _, simple_noop, simple_task, _, _ = by_label["simple"]
     bare_task = by_label["bare"][4]
-    ratio = pre_task / pre_noop
+    ratio = fork_task / pre_noop
     print(
-        f"run_task overhead vs a no-op job on the preloaded worker: {ratio:.2f}x "
+        f"run_task on the default worker vs a no-op job on RQ's forking worker: {ratio:.2f}x "
         f"(goal <= {RATIO_GOAL}x): {'OK' if ratio <= RATIO_GOAL else 'MISSED'}; "
-        f"{fork_task / fork_noop:.2f}x on WarmForkWorker"
+        f"{pre_task / pre_noop:.2f}x on RQ's forking worker"
     )
     if pre_paced and fork_paced:
         print(
-            f"paced (an idle worker): run_task {pre_paced[1]:.1f} ms on the preloaded worker "
-            f"({pre_paced[1] / pre_paced[0]:.2f}x its no-op job) vs {fork_paced[1]:.1f} ms on "
-            f"WarmForkWorker ({fork_paced[1] / fork_paced[0]:.2f}x)"
+            f"paced (an idle worker): run_task {fork_paced[1]:.1f} ms on the default worker "
+            f"({fork_paced[1] / pre_paced[0]:.2f}x the forking worker's no-op job) vs "
+            f"{pre_paced[1]:.1f} ms on RQ's forking worker ({pre_paced[1] / pre_paced[0]:.2f}x)"
         )
     print(
-        f"run_task adds {pre_task - pre_noop:.1f} ms per task on the preloaded worker, "
-        f"{fork_task - fork_noop:.1f} ms on WarmForkWorker, "
+        f"run_task adds {pre_task - pre_noop:.1f} ms per task on RQ's forking worker, "
+        f"{fork_task - fork_noop:.1f} ms on the default worker, "
         f"{simple_task - simple_noop:.1f} ms on SimpleWorker (no fork: litellm's first-call "
         "costs are paid once per process)"
     )
     if pre_https:
         print(
             f"HTTPS (a TLS handshake per forked job): run_task {pre_https[0]:.1f} ms "
-            f"({pre_https[0] / pre_noop:.2f}x the no-op job) vs {pre_task:.1f} ms over HTTP, "
-            f"{pre_https[0] - pre_task:+.1f} ms per task"
+            f"({pre_https[0] / fork_noop:.2f}x the no-op job) vs {fork_task:.1f} ms over HTTP, "
+            f"{pre_https[0] - fork_task:+.1f} ms per task"
             + (
-                f"; paced {pre_https[1]:.1f} vs {pre_paced[1]:.1f} ms"
-                if pre_https[1] is not None and pre_paced
+                f"; paced {pre_https[1]:.1f} vs {fork_paced[1]:.1f} ms"
+                if pre_https[1] is not None and fork_paced
                 else ""
             )
         )
