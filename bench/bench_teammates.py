@@ -1,8 +1,8 @@
-"""Teammate benchmark: wake latency and idle cost on one preloaded forking worker.
+"""Teammate benchmark: wake latency and idle cost on one preloaded worker (the default class).
 
 - Wake latency: `send` from the lead to an idle teammate, until the teammate's first model
   request reaches the scripted zero-latency server. Baseline, in the same run on the same worker:
-  enqueue to start of a bare RQ no-op job. Goals: p50 <= 50 ms, p95 <= 100 ms, p50 <= 2x baseline.
+  enqueue to start of a bare RQ no-op job. Goals: p50 <= 50 ms, p95 <= 100 ms, p50 <= 1.3x baseline.
 - Mid-turn delivery: a message sent while a turn's model call is in flight is in that turn's next
   model request. Goal: 100 %.
 - Auto-claim: 8 idle teammates of one role, one task added at a time: from the add to the claim
@@ -81,7 +81,7 @@ that prepares its next job's process while idle)."""
 WORKER_CLASS = os.environ.get("BENCH_WORKER_CLASS")
 """An RQ worker class to measure instead of the default one (`-w`)."""
 GOAL_IDLE_CPU_RATIO = 1.1
-GOAL_P50_MS, GOAL_P95_MS, GOAL_RATIO = 50.0, 100.0, 2.0
+GOAL_P50_MS, GOAL_P95_MS, GOAL_RATIO = 50.0, 100.0, 1.3
 
 
 @dataclass(frozen=True)
@@ -358,7 +358,7 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
             unit="ms",
             baseline=base,
             baseline_name="no-op RQ job enqueue -> start p50",
-            goal=f"<= {GOAL_P50_MS:.0f} ms and <= {GOAL_RATIO:.0f}x",
+            goal=f"<= {GOAL_P50_MS:.0f} ms and <= {GOAL_RATIO:g}x",
             met=p50 <= GOAL_P50_MS and p50 <= GOAL_RATIO * base,
             note=f"{sizes.wakes} wakes",
         ),
@@ -441,7 +441,7 @@ def report(
     verdicts = {
         f"p50 <= {GOAL_P50_MS:.0f} ms": p50 <= GOAL_P50_MS,
         f"p95 <= {GOAL_P95_MS:.0f} ms": p95 <= GOAL_P95_MS,
-        f"p50 <= {GOAL_RATIO:.0f}x baseline ({p50 / base:.2f}x)": p50 <= GOAL_RATIO * base,
+        f"p50 <= {GOAL_RATIO:g}x baseline ({p50 / base:.2f}x)": p50 <= GOAL_RATIO * base,
     }
     delivered, turns = mid_turn
     print(
