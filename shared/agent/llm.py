@@ -430,10 +430,16 @@ def _reply(litellm: Any, response: Any) -> ModelReply:
     )
 
 
+_UNPRICED_YET = object()
+"""A reply litellm did not price (none of its own): teamctl asks litellm's price list."""
+
+
 def _usage(litellm: Any, response: Any) -> Usage:
     usage = getattr(response, "usage", None)
-    cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-    if cost is None:
+    # litellm prices each reply it returns, None when it knows no price; asking it again only
+    # fails again (~1.5 ms of lookups a call for a model it does not know).
+    cost = (getattr(response, "_hidden_params", None) or {}).get("response_cost", _UNPRICED_YET)
+    if cost is _UNPRICED_YET:
         try:
             cost = litellm.completion_cost(completion_response=response)
         except Exception:  # no price known for this model: recorded as unpriced
