@@ -90,9 +90,9 @@ class WarmForkWorker(TeamctlWorker):
         super()._ensure_mcp_keeper()
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
-        """Hand the job to the spare once it is warm, then fork the next spare, which warms up
-        while this job runs. A job waits at most READY_WAIT_S for a warm-up: if the spare is still
-        warming then, the job is forked as RQ does and the spare kept for the next one."""
+        """Hand the job to the spare, then fork the next spare while this job runs. A job waits
+        at most READY_WAIT_S for a spare that is not set up yet, and is then forked as RQ does
+        (the spare kept for the next one). A spare still warming up runs the job once warm."""
         spare = self._spare
         if spare is None or not spare.is_ready(READY_WAIT_S):
             super().fork_work_horse(job, queue)
@@ -121,16 +121,25 @@ class WarmForkWorker(TeamctlWorker):
         spare = self._spare
         if spare is None or spare.warming:
             return
-        with self.connection.pipeline(transaction=False) as pipe:
-            for queue in self.queues:
-                pipe.llen(queue.key)
-            if any(pipe.execute()):
+        # A Redis outage here counts as one at RQ's own checks: past its limit the worker
+        # stops, shorter the spare stays cold and the dequeue meets the outage.
+        with self._exit_after_outage(retried_by_rq=False):
+            if any(self._queue_lengths()):
                 return
+        if self.outage.since is not None:  # the lengths were not read
+            return
         try:
             os.write(spare.pipe, WARM)
             spare.warming = True
         except OSError:  # the spare died (killed while waiting): the next job forks a new one
             self._end_spare()
+
+    def _queue_lengths(self) -> list[int]:
+        """How many jobs wait in each of this worker's queues (one round trip)."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for queue in self.queues:
+                pipe.llen(queue.key)
+            return [int(n) for n in pipe.execute()]
 
     def _hand_over(self, spare: Spare, job: Job, queue: Queue) -> bool:
         payload = json.dumps([job.id, queue.name, self.execution.id]).encode() + b"\n"  # type: ignore[union-attr]
