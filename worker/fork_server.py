@@ -36,10 +36,10 @@ from teamctl.shared.process.fork_server_client import (
     SpawnRequest,
     StatusReply,
     StatusRequest,
-    listen,
     peer_uid,
     read_all,
 )
+from teamctl.shared.process.fork_server_socket import listen
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.process.process_title import set_command_line
 

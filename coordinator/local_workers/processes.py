@@ -14,10 +14,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
-from teamctl.coordinator.local_workers.preloaded_parent import remove_socket_dir, start_parent
+from teamctl.coordinator.local_workers.early_parent import EarlyParent
+from teamctl.coordinator.local_workers.preloaded_parent import (
+    own_parent_wanted,
+    remove_socket_dir,
+    start_parent,
+)
 from teamctl.coordinator.local_workers.worker_hints import StartedWorker
 from teamctl.shared.errors import Interrupted
-from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, NO_FORK_SERVER, spawn
+from teamctl.shared.process.fork_server_client import spawn
+from teamctl.shared.process.fork_server_socket import FORK_SERVER_ENV, NO_FORK_SERVER
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.process.pids import process_start_ticks
 from teamctl.shared.process.private_files import private_dir, private_opener
@@ -93,12 +99,6 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
-def own_parent_wanted(environ: Mapping[str, str]) -> bool:
-    """Whether teamctl forks these workers from a preloaded parent of its own: unless
-    TEAMCTL_WORKER_FORK_SERVER names another server, or `off` (each worker executed)."""
-    return not environ.get(FORK_SERVER_ENV)
-
-
 def start_worker(
     rq_args: list[str],
     env: dict[str, str],
@@ -127,11 +127,20 @@ def start_worker(
 class LocalWorkers:
     """A group of worker processes owned by this command."""
 
-    def __init__(self, redis_url: str, queues: list[str], count: int, log_dir: Path) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        queues: list[str],
+        count: int,
+        log_dir: Path,
+        early: EarlyParent | None = None,
+    ) -> None:
         self.redis_url = redis_url
         self.queues = queues
         self.count = count
         self.log_dir = log_dir
+        self.early = early
+        """The parent the CLI started for these workers before it parsed its command line."""
         self.processes: list[WorkerProcess] = []
         self.parent: subprocess.Popen[bytes] | None = None
         """The preloaded parent the workers are forked from, when teamctl started one."""
@@ -153,8 +162,8 @@ class LocalWorkers:
 
     def start(self) -> None:
         """Start the workers, each logging to its own file under `log_dir`: forked from a
-        preloaded parent of this process's (its log beside theirs), unless the environment
-        names a fork server or `off`."""
+        preloaded parent of this process's (its log beside theirs; the early one, if it was
+        started for them), unless the environment names a fork server or `off`."""
         private_dir(self.log_dir)
         env = worker_env(os.environ, self.redis_url)
         # They stop when this process is gone, even after a kill -9 of it: executed ones watch
@@ -162,12 +171,15 @@ class LocalWorkers:
         env[PARENT_PID_ENV] = str(os.getpid())
         socket_path = None
         if self.count and own_parent_wanted(os.environ):
-            self.parent, parent = start_parent(
+            early = self.early.take(os.environ, self.log_dir) if self.early else None
+            self.parent, parent = early or start_parent(
                 os.environ,
                 self.log_dir / f"parent-{os.getpid()}.log",
                 run_pid=os.getpid(),
             )
             socket_path = self._parent_socket = parent.socket
+        elif self.early is not None:
+            self.early.discard()
         for index in range(self.count):
             with open(self._log_path(index), "ab", opener=private_opener) as log_file:
                 self.processes.append(
