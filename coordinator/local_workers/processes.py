@@ -4,6 +4,7 @@ run's own, stopped by pid, and stopping by themselves if the run that started th
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from teamctl.coordinator.local_workers.preloaded_parent import (
     start_parent,
 )
 from teamctl.coordinator.local_workers.worker_hints import StartedWorker
-from teamctl.shared.errors import Interrupted
+from teamctl.shared.errors import InfraError, Interrupted
 from teamctl.shared.process.fork_server_client import spawn
 from teamctl.shared.process.fork_server_socket import FORK_SERVER_ENV, NO_FORK_SERVER
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
@@ -29,6 +30,7 @@ from teamctl.shared.process.pids import process_start_ticks
 from teamctl.shared.process.private_files import private_dir, private_opener
 from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 
+log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0
 """How long an interrupted run waits for its workers before it exits (they stop by themselves)."""
@@ -106,14 +108,18 @@ def start_worker(
     *,
     new_session: bool = False,
     parent: str | None = None,
+    early: bool = False,
 ) -> WorkerProcess:
     """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the preloaded parent
-    listening at `parent`, else by the fork server the environment names
-    (worker/fork_server.py), else executed."""
+    listening at `parent` (`early`: before the end of its preload, fork_server_client's
+    SpawnRequest), else by the fork server the environment names (worker/fork_server.py), else
+    executed."""
     named = env.get(FORK_SERVER_ENV)
     socket_path = parent or (named if named != NO_FORK_SERVER else None)
     if socket_path:
-        return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)
+        return spawn(
+            socket_path, rq_args, env, log_file.fileno(), new_session=new_session, early=early
+        )
     return subprocess.Popen(
         [sys.executable, "-m", "rq.cli", *rq_args],
         stdout=log_file,
@@ -134,6 +140,8 @@ class LocalWorkers:
         count: int,
         log_dir: Path,
         early: EarlyParent | None = None,
+        *,
+        planner_first: bool = False,
     ) -> None:
         self.redis_url = redis_url
         self.queues = queues
@@ -141,6 +149,11 @@ class LocalWorkers:
         self.log_dir = log_dir
         self.early = early
         """The parent the CLI started for these workers before it parsed its command line."""
+        self.planner_first = planner_first
+        """Have a parent of this process's fork the first worker as soon as it has loaded what
+        the planner's job needs (the others after its whole preload, in the background): for
+        a run whose members use no MCP server, which that worker's jobs would import each."""
+        self._starting: threading.Thread | None = None
         self.processes: list[WorkerProcess] = []
         self.parent: subprocess.Popen[bytes] | None = None
         """The preloaded parent the workers are forked from, when teamctl started one."""
@@ -180,11 +193,41 @@ class LocalWorkers:
             socket_path = self._parent_socket = parent.socket
         elif self.early is not None:
             self.early.discard()
-        for index in range(self.count):
-            with open(self._log_path(index), "ab", opener=private_opener) as log_file:
-                self.processes.append(
-                    start_worker(["worker", *self.queues], env, log_file, parent=socket_path)
+        planner_first = socket_path is not None and self.planner_first
+        for index in range(1 if planner_first else self.count):
+            self._start_one(index, env, socket_path, early=planner_first)
+        if planner_first and self.count > 1:
+            # Meanwhile the run goes on: its planner's job needs the first worker only.
+            self._starting = threading.Thread(
+                target=self._start_rest, args=(env, socket_path), name="teamctl-workers"
+            )
+            self._starting.start()
+
+    def _start_one(
+        self, index: int, env: dict[str, str], socket_path: str | None, *, early: bool = False
+    ) -> None:
+        with open(self._log_path(index), "ab", opener=private_opener) as log_file:
+            self.processes.append(
+                start_worker(
+                    ["worker", *self.queues], env, log_file, parent=socket_path, early=early
                 )
+            )
+
+    def _start_rest(self, env: dict[str, str], socket_path: str) -> None:
+        """The workers after the first (in a thread of their own); one that cannot start is a
+        warning, as the run goes on with those that did."""
+        for index in range(1, self.count):
+            try:
+                self._start_one(index, env, socket_path)
+            except (InfraError, OSError) as exc:
+                log.warning("local worker %d of %d not started: %s", index + 1, self.count, exc)
+                return
+
+    def _started_all(self) -> None:
+        """Wait for the workers still being started (their parent answers within its preload)."""
+        if self._starting is not None:
+            self._starting.join(timeout=STOP_TIMEOUT_S)
+            self._starting = None
 
     def started(self) -> list[StartedWorker]:
         """The workers started, for hints that say they are starting."""
@@ -202,6 +245,7 @@ class LocalWorkers:
         """Ask each worker for RQ's warm shutdown and wait at most `wait_s` in all: one busy
         with a job finishes it (a cancelled run's job stops at its next model call) and exits
         by itself, never killed mid-job."""
+        self._started_all()
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -218,6 +262,7 @@ class LocalWorkers:
 
     def stop(self) -> None:
         """Warm shutdown (SIGTERM) by pid, then SIGKILL whatever is left after the timeout."""
+        self._started_all()
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)

@@ -173,6 +173,7 @@ def run_to_end(
             run_scoped,
             settings.state_dir / "logs",
             early=workers.early_parent,
+            planner_first=not any(member.mcp_servers for member in spec.members),
         ) as local:
             starting.workers.extend(local.started())
             ctx = build_context(

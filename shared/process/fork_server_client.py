@@ -56,6 +56,10 @@ class SpawnRequest(BaseModel):
     env: dict[str, str]
     cwd: str
     new_session: bool = False
+    early: bool = False
+    """Fork it as soon as what a run's first jobs need is preloaded, before the rest (the MCP
+    SDK, the turn job), which its jobs then import if they need it: for a run's first worker,
+    which takes the planner's job."""
 
 
 class StatusRequest(BaseModel):
@@ -134,9 +138,13 @@ def spawn(
     log_fd: int,
     *,
     new_session: bool = False,
+    early: bool = False,
 ) -> ForkedWorker:
-    """Have the server fork a worker running `rq <argv>`, writing to `log_fd`."""
-    request = SpawnRequest(argv=argv, env=dict(env), cwd=os.getcwd(), new_session=new_session)
+    """Have the server fork a worker running `rq <argv>`, writing to `log_fd` (`early`: see
+    SpawnRequest)."""
+    request = SpawnRequest(
+        argv=argv, env=dict(env), cwd=os.getcwd(), new_session=new_session, early=early
+    )
     reply = _ask(socket_path, request.model_dump_json(), fds=[log_fd])
     return ForkedWorker(socket_path, SpawnReply.model_validate_json(reply).pid)
 
