@@ -11,6 +11,8 @@ environment, working directory and log file it was asked for, and shows that com
 environment, which holds no secret (preloaded_parent.parent_env). A worker of a run watches the
 parent instead of the run, and the parent watches the run: after a `kill -9` of the run the
 parent exits, and its workers each finish their job and exit (shared/process/parent_watch.py).
+It preloads in two parts (worker/preload.py): a request marked early (a run's first worker) that
+waits once the first part is done is forked then, the others after the whole preload.
 Start one by hand with `python -m teamctl.worker.fork_server SOCKET`.
 """
 

@@ -6,27 +6,22 @@ first model request. Started by LocalWorkers (processes.py), it began only once 
 imported its modules, read the team file and stored the run (~0.4 s, more on a busy machine);
 started here, it preloads on another core meanwhile, and LocalWorkers takes it over
 (EarlyParent.take). One it does not take (a usage or configuration error, another environment)
-is stopped by pid. Only the standard library and teamctl's light modules load here: pydantic
-and click's command tree come after the parent has started.
+is stopped by pid. Only the standard library and teamctl's light modules load here, and only for
+such a run: pydantic and click's command tree come after the parent has started.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from teamctl.coordinator.local_workers.preloaded_parent import (
-    PreloadedParent,
-    own_parent_wanted,
-    parent_env,
-    remove_socket_dir,
-    start_parent,
-)
-from teamctl.shared.errors import InfraError
-from teamctl.shared.process.private_files import private_dir
+if TYPE_CHECKING:
+    import subprocess
+
+    from teamctl.coordinator.local_workers.preloaded_parent import PreloadedParent
 
 RUN_VERB = "run"
 WORKERS_FLAG = "--workers"
@@ -83,6 +78,8 @@ class EarlyParent:
     ) -> tuple[subprocess.Popen[bytes], PreloadedParent] | None:
         """This parent, for the LocalWorkers of this process with this environment and log
         directory, while it runs; else None, and it is stopped (LocalWorkers starts another)."""
+        from teamctl.coordinator.local_workers.preloaded_parent import parent_env
+
         cwd = os.getcwd()
         same = (
             self.run_pid == os.getpid()
@@ -99,6 +96,10 @@ class EarlyParent:
     def discard(self) -> None:
         """Stop it by pid and remove its socket, unless LocalWorkers took it (at this process's
         exit: a command that never started its workers)."""
+        import subprocess
+
+        from teamctl.coordinator.local_workers.preloaded_parent import remove_socket_dir
+
         if self.taken:
             return
         self.taken = True  # once
@@ -115,9 +116,19 @@ class EarlyParent:
 def start_early(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyParent | None:
     """The parent of the run `argv` asks for, started now, when it starts workers of its own
     (`run --workers N`, N > 0) from a parent of teamctl's own; None otherwise, or when it cannot
-    start here (LocalWorkers then starts it, or says why it cannot)."""
+    start here (LocalWorkers then starts it, or says why it cannot). Any other command line
+    imports nothing more here."""
     count = run_workers(argv)
-    if not count or not own_parent_wanted(environ):
+    if not count:
+        return None
+    from teamctl.coordinator.local_workers.preloaded_parent import (
+        own_parent_wanted,
+        parent_env,
+        start_parent,
+    )
+    from teamctl.shared.process.private_files import private_dir
+
+    if not own_parent_wanted(environ):
         return None
     logs = log_dir(environ)
     try:
@@ -125,7 +136,7 @@ def start_early(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyParent 
         process, parent = start_parent(
             environ, logs / f"parent-{os.getpid()}.log", run_pid=os.getpid()
         )
-    except (OSError, RuntimeError, InfraError):  # met again, and reported, by LocalWorkers
+    except (OSError, RuntimeError):  # met again, and reported, by LocalWorkers
         return None
     return EarlyParent(
         process,
