@@ -223,10 +223,11 @@ class LocalWorkers:
                 log.warning("local worker %d of %d not started: %s", index + 1, self.count, exc)
                 return
 
-    def _started_all(self) -> None:
-        """Wait for the workers still being started (their parent answers within its preload)."""
+    def _started_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Wait at most `timeout_s` for the workers still being started (their parent answers
+        within its preload); one it forks later is stopped with it, its parent."""
         if self._starting is not None:
-            self._starting.join(timeout=STOP_TIMEOUT_S)
+            self._starting.join(timeout=timeout_s)
             self._starting = None
 
     def started(self) -> list[StartedWorker]:
@@ -245,7 +246,7 @@ class LocalWorkers:
         """Ask each worker for RQ's warm shutdown and wait at most `wait_s` in all: one busy
         with a job finishes it (a cancelled run's job stops at its next model call) and exits
         by itself, never killed mid-job."""
-        self._started_all()
+        self._started_all(wait_s)
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
