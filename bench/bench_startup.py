@@ -13,8 +13,9 @@
   on a finished run, `teamctl runs` with 300 runs stored, and `teamctl team task add` on the
   embedded defaults (a team that exists, its local pool already running).
 
-Run: .venv/bin/python -m bench.bench_startup [--verbs | --memory]  (the short verbs alone, or
-the memory figures alone)
+Run: .venv/bin/python -m bench.bench_startup [--cold | --verbs | --memory]  (the cold figures
+alone, with the CPU time of the run's processes; the short verbs alone; or the memory figures
+alone)
 It starts its own redis-server, model server and workers, and stops each by its pid.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -143,8 +145,18 @@ def write_team(path: Path, llm: ScriptedLLM, tag: str, approval: bool = False) -
 
 def timed_run(llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int) -> tuple[float, float]:
     """(seconds to the planner's request, seconds to exit) of one `teamctl run`."""
+    request_s, run_s, _ = timed_run_cpu(llm, url, tmp, tag, workers)
+    return request_s, run_s
+
+
+def timed_run_cpu(
+    llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int
+) -> tuple[float, float, float]:
+    """timed_run's two figures, and the CPU seconds of the run's processes (the command, the
+    workers' parent and the workers, each reaped by its parent: RUSAGE_CHILDREN)."""
     team, planner = write_team(tmp / f"{tag}.toml", llm, tag)
     with (tmp / f"{tag}.log").open("wb") as log:
+        cpu_before = _children_cpu_s()
         started = time.monotonic()
         done = subprocess.run(
             [
@@ -169,9 +181,16 @@ def timed_run(llm: ScriptedLLM, url: str, tmp: Path, tag: str, workers: int) -> 
             check=False,
         )
         ended = time.monotonic()
+        cpu_s = _children_cpu_s() - cpu_before
     if done.returncode != 0:
         raise failed(f"teamctl run {tag} exited {done.returncode}", tmp / f"{tag}.log")
-    return llm.request_times[planner][0] - started, ended - started
+    return llm.request_times[planner][0] - started, ended - started, cpu_s
+
+
+def _children_cpu_s() -> float:
+    """User and system CPU seconds of this process's children reaped so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def start_s(command: list[str], runs: int) -> float:
@@ -493,7 +512,47 @@ def verbs_only() -> list[BenchFigure]:
     return verb_figures({f"verb {key}": value for key, value in verbs.items()}, FULL)
 
 
+def cold_only() -> list[BenchFigure]:
+    """The cold figures alone (`--cold`), with the median CPU time of the run's processes."""
+    llm = ScriptedLLM()
+    llm.start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp_dir, throwaway_redis() as url:
+            runs, loads = [], []
+            for n in range(FULL.cold_runs):
+                loads.append(os.getloadavg()[0])
+                runs.append(timed_run_cpu(llm, url, Path(tmp_dir), f"cold{n}", FULL.workers))
+    finally:
+        llm.stop()
+    cpu_s = statistics.median(run[2] for run in runs)
+    note = (
+        f"median of {FULL.cold_runs}; load average {statistics.median(loads):.1f} on "
+        f"{os.cpu_count()} CPUs; {cpu_s:.2f} s of CPU (the run's processes)"
+    )
+    cold = f"cold (--workers {FULL.workers})"
+    request_s = statistics.median(run[0] for run in runs)
+    goal = GOALS_S["cold request"]
+    return [
+        BenchFigure(
+            name=f"run -> planner's request, {cold}",
+            value=request_s,
+            unit="s",
+            goal=f"<= {goal} s",
+            met=request_s <= goal,
+            note=note,
+        ),
+        BenchFigure(
+            name=f"whole 2-task run, {cold}",
+            value=statistics.median(run[1] for run in runs),
+            unit="s",
+            note=note,
+        ),
+    ]
+
+
 def main() -> int:
+    if "--cold" in sys.argv[1:]:
+        return print_figures(cold_only())
     if "--verbs" in sys.argv[1:]:
         return print_figures(verbs_only())
     return print_figures(memory_only() if "--memory" in sys.argv[1:] else figures())

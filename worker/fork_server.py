@@ -11,6 +11,8 @@ environment, working directory and log file it was asked for, and shows that com
 environment, which holds no secret (preloaded_parent.parent_env). A worker of a run watches the
 parent instead of the run, and the parent watches the run: after a `kill -9` of the run the
 parent exits, and its workers each finish their job and exit (shared/process/parent_watch.py).
+It preloads in two parts (worker/preload.py): a request marked early (a run's first worker) that
+waits once the first part is done is forked then, the others after the whole preload.
 Start one by hand with `python -m teamctl.worker.fork_server SOCKET`.
 """
 
@@ -36,12 +38,13 @@ from teamctl.shared.process.fork_server_client import (
     SpawnRequest,
     StatusReply,
     StatusRequest,
-    listen,
     peer_uid,
     read_all,
 )
+from teamctl.shared.process.fork_server_socket import listen
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV, watch_parent
 from teamctl.shared.process.process_title import set_command_line
+from teamctl.worker.preload import DEFERRED_ENV, preload_for_planning, preload_rest
 
 REQUEST_MAX_BYTES = 1 << 20
 REAP_INTERVAL_S = 0.1
@@ -49,30 +52,27 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 def preload() -> None:
-    """Import and prepare what every worker imports, without the worker settings module: that
-    one reads each worker's own environment when the forked worker imports it."""
-    # No collection while importing: the objects made here live as long as the process, and
-    # the collector walking them again and again costs about a quarter of the preload.
-    gc.disable()
-    import rq.cli.cli  # noqa: F401
-    import teamctl.worker.jobs  # noqa: F401
-    import teamctl.worker.rq_bootstrap  # noqa: F401
-    import teamctl.worker.teams.turn  # noqa: F401
-    from teamctl.shared.agent.litellm_warmup import warm_up
-    from teamctl.shared.agent.llm import load_litellm
-    from teamctl.shared.agent.mcp_tools import preload_sdk
-    from teamctl.shared.agent.prompts import precompile
-    from teamctl.shared.agent.tools import precompute_schemas
-    from teamctl.shared.redis.scripts import sources
+    """Import and prepare what every worker imports (worker/preload.py), without the worker
+    settings module: that one reads each worker's own environment when the forked worker
+    imports it."""
+    preload_planning()
+    finish_preload()
 
-    warm_up(load_litellm())
-    preload_sdk()
-    precompile("teamctl.worker.runs")
-    precompile("teamctl.worker.teams")
-    precompute_schemas()
-    sources()
+
+def preload_planning() -> None:
+    """The part of the preload a run's first jobs need, the collector off meanwhile (it stays
+    off until finish_preload): the objects made here live as long as the process, and the
+    collector walking them again and again costs about a quarter of the preload."""
+    gc.disable()
+    preload_for_planning()
     # Frozen: a forked worker's collector never walks these objects, so it never writes their
     # gc headers and copies their pages; the workers keep sharing them with this process.
+    gc.freeze()
+
+
+def finish_preload() -> None:
+    """The rest of the preload, then the collector on again."""
+    preload_rest()
     gc.freeze()
     gc.enable()
 
@@ -96,19 +96,32 @@ class Lifetime:
         return self.linger_s is not None and time.monotonic() - self.idle_since >= self.linger_s
 
 
+@dataclass
+class Received:
+    """A request read from its connection and not answered yet: its bytes, and the descriptors
+    it carried (a spawn request's log file)."""
+
+    connection: socket.socket
+    data: bytes
+    fds: list[int]
+
+
 def serve(
     socket_path: Path,
     listener: socket.socket | None = None,
     lifetime: Lifetime | None = None,
     *,
     owns_directory: bool = False,
+    children: set[int] | None = None,
+    waiting: list[Received] | None = None,
 ) -> None:
     """Answer spawn and status requests on `socket_path` until SIGTERM or the end of its
-    `lifetime`; on the way out, kill by pid the workers still running, unless its parent is gone
-    (they watch this process and finish their jobs first)."""
+    `lifetime`, those `waiting` already read first; on the way out, kill by pid the workers
+    still running (`children`: those forked already), unless its parent is gone (they watch
+    this process and finish their jobs first)."""
     lifetime = lifetime or Lifetime()
     exit_codes: dict[int, int] = {}
-    children: set[int] = set()
+    children = set() if children is None else children
     listener = listener or listen(socket_path)
     stopping: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, _frame: stopping.append(signum))
@@ -116,9 +129,13 @@ def serve(
     print("ready", flush=True)
     lifetime.idle_since = time.monotonic()  # the preload is not idleness: requests may wait
     try:
+        for held in waiting or []:
+            _answer(held, children, exit_codes, close=[listener])
         while not stopping and not lifetime.orphaned():
             with contextlib.suppress(TimeoutError, InterruptedError):
-                _answer(listener, children, exit_codes)
+                received = _receive(listener)
+                if received is not None:
+                    _answer(received, children, exit_codes, close=[listener])
             _reap(children, exit_codes)
             if lifetime.idle_too_long(children):
                 break
@@ -135,20 +152,78 @@ def serve(
                     os.kill(pid, signal.SIGKILL)
 
 
-def _answer(listener: socket.socket, children: set[int], exit_codes: dict[int, int]) -> None:
+def fork_early(listener: socket.socket, children: set[int]) -> list[Received]:
+    """Between the two parts of the preload: fork the workers whose requests wait now and ask
+    for it (a run's first worker: SpawnRequest.early), which skip the rest of the preload
+    (worker/preload.py); the other requests waiting are returned, read, for serve to answer."""
+    held: list[Received] = []
+    listener.setblocking(False)
+    try:
+        while True:
+            try:
+                received = _receive(listener)
+            except BlockingIOError:  # nothing more waits
+                return held
+            except (TimeoutError, InterruptedError):  # a client that sent nothing in time
+                continue
+            if received is None:
+                continue
+            try:
+                request = REQUEST.validate_json(received.data)
+            except ValidationError:
+                request = None
+            if isinstance(request, SpawnRequest) and request.early:
+                _answer(received, children, {}, close=[listener], deferred=True)
+            else:
+                held.append(received)
+    finally:
+        listener.setblocking(True)
+
+
+def _receive(listener: socket.socket) -> Received | None:
+    """The next request on `listener`, read whole; None (its connection closed) when it comes
+    from another user."""
     connection, _ = listener.accept()
     connection.settimeout(REQUEST_TIMEOUT_S)
-    with connection:
-        if peer_uid(connection) != os.getuid():
-            return
+    if peer_uid(connection) != os.getuid():
+        connection.close()
+        return None
+    try:
         data, fds, _flags, _address = socket.recv_fds(connection, REQUEST_MAX_BYTES, 1)
+    except BaseException:
+        connection.close()
+        raise
+    try:
+        data += read_all(connection)
+    except OSError:  # answered as a bad request
+        data = b""
+    return Received(connection, data, fds)
+
+
+def _answer(
+    received: Received,
+    children: set[int],
+    exit_codes: dict[int, int],
+    close: list[socket.socket],
+    *,
+    deferred: bool = False,
+) -> None:
+    """Carry out a request read and reply on its connection, then close it and its
+    descriptors; a bad request ends that request only."""
+    with received.connection as connection:
         try:
-            data += read_all(connection)
-            reply = _carry_out(data, fds, children, exit_codes, close=[listener, connection])
-        except (ValidationError, OSError) as exc:  # a bad request ends that request only
+            reply = _carry_out(
+                received.data,
+                received.fds,
+                children,
+                exit_codes,
+                close=[*close, connection],
+                deferred=deferred,
+            )
+        except (ValidationError, OSError) as exc:
             reply = RefusedReply(refused=str(exc).splitlines()[0]).model_dump_json()
         finally:
-            for fd in fds:
+            for fd in received.fds:
                 os.close(fd)
         connection.sendall(reply.encode())
 
@@ -159,7 +234,11 @@ def _carry_out(
     children: set[int],
     exit_codes: dict[int, int],
     close: list[socket.socket],
+    *,
+    deferred: bool = False,
 ) -> str:
+    """The reply to one request; a spawn forks its worker (`deferred`: before the rest of the
+    preload, which it then skips)."""
     request = REQUEST.validate_json(data)
     if isinstance(request, StatusRequest):
         _reap(children, exit_codes)
@@ -170,7 +249,7 @@ def _carry_out(
         ).model_dump_json()
     pid = os.fork()
     if pid == 0:
-        _become_worker(request, fds[0], close=close)
+        _become_worker(request, fds[0], close=close, deferred=deferred)
     children.add(pid)
     return SpawnReply(pid=pid).model_dump_json()
 
@@ -200,9 +279,12 @@ def with_python_path(path: list[str], server: list[str], worker: list[str]) -> l
     return [*worker, *(item for item in path if not item or os.path.abspath(item) not in server)]
 
 
-def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket]) -> None:
+def _become_worker(
+    request: SpawnRequest, log_fd: int, close: list[socket.socket], *, deferred: bool = False
+) -> None:
     """In the forked child: take the request's environment, directory and output, then run
-    RQ's command line as `python -m rq.cli` would; never return into the server's loop."""
+    RQ's command line as `python -m rq.cli` would; never return into the server's loop.
+    `deferred`: forked before the rest of the preload, which its settings module then skips."""
     code = 1
     try:
         for held in close:
@@ -223,6 +305,8 @@ def _become_worker(request: SpawnRequest, log_fd: int, close: list[socket.socket
         )
         os.environ.clear()
         os.environ.update(request.env)
+        if deferred:  # the settings module reads it, and removes it before any job runs
+            os.environ[DEFERRED_ENV] = "1"
         sys.argv = ["rq", *request.argv]
         # What `python -m rq.cli` would have started with: a command that lacks teamctl's
         # classes starts itself again from it (rq_bootstrap), not from the server's command.
@@ -267,10 +351,24 @@ def main(argv: list[str]) -> None:
     parent = os.environ.get(PARENT_PID_ENV, "")
     watched = int(parent) if parent.isdigit() and int(parent) == os.getppid() else None
     lifetime = Lifetime(linger_s=args.linger_s, watched_parent=watched)
+    children: set[int] = set()
+    waiting: list[Received] = []
     if not lifetime.orphaned():
-        preload()
-    keep_environment_private()  # its memory holds the requests, and so the workers' secrets
-    serve(args.socket, listener, lifetime, owns_directory=args.owns_directory)
+        preload_planning()
+        keep_environment_private()  # its memory holds the requests, and so the workers' secrets
+        # A run's first worker, forked now, is ready for the planner's job while this process
+        # imports what the run's later jobs (and the workers asked for after) use.
+        waiting = fork_early(listener, children)
+        finish_preload()
+    keep_environment_private()
+    serve(
+        args.socket,
+        listener,
+        lifetime,
+        owns_directory=args.owns_directory,
+        children=children,
+        waiting=waiting,
+    )
 
 
 if __name__ == "__main__":

@@ -13,9 +13,11 @@ RQ's forking worker imports job modules inside every forked child; importing lit
 parent, means each child inherits it instead of paying a ~3 s import per task. The warm-up also
 moves litellm's lazy first-call work (~400 ms, its success path included) into the parent, and the
 prompt templates, tool schemas and Lua sources are prepared here once, and the MCP SDK's client is
-imported (its sessions are per attempt: see shared/agent/mcp_tools.py). An experimental worker
-class, `-w teamctl.worker.experimental.warm_fork.WarmForkWorker`, also forks each job's process
-ahead (worker/experimental/warm_fork.py).
+imported (its sessions are per attempt: see shared/agent/mcp_tools.py); worker/preload.py lists
+it all. A run's first worker that a fork server forked before its own preload was complete skips
+the SDK and the turn job (its jobs import them if they need them): the planner's job waits on
+nothing it does not use. The default worker class, worker/warm_fork.py, also forks each job's
+process ahead and warms it while the worker is idle.
 """
 
 import gc
@@ -25,6 +27,7 @@ from teamctl.shared.process.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, 
 from teamctl.shared.process.parent_watch import exit_if_parent_gone, watch_parent
 from teamctl.shared.redis.connection import OutageTolerantRedis
 from teamctl.shared.settings import load_settings
+from teamctl.worker.preload import DEFERRED_ENV
 from teamctl.worker.process_privacy import keep_environment_private
 from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
 
@@ -34,6 +37,7 @@ log_to_stderr(WORKER_FORMAT, WORKER_DATE_FORMAT)
 # No collection during the preload: what it makes lives as long as the worker, and walking it
 # again and again costs about a quarter of the preload; frozen at the end, then collected again.
 gc.disable()
+_deferred = os.environ.pop(DEFERRED_ENV, None) is not None  # a fork server's first run worker
 exit_if_parent_gone(os.environ)  # before seconds of preload: a dead run's worker takes no job
 complete_rq_command(os.environ)  # may start this command again, with teamctl's classes
 keep_environment_private()  # before anything reads a secret; every work-horse inherits it
@@ -46,22 +50,13 @@ REDIS_URL = rq_redis_url(_settings)
 """RQ's Redis when neither -u nor $RQ_REDIS_URL is given: the one teamctl itself uses."""
 
 import teamctl.worker.jobs  # noqa: E402  (after the re-exec above: it imports litellm's helpers)
-import teamctl.worker.teams.turn  # noqa: E402, F401  (turn jobs import it in every fork otherwise)
-from teamctl.shared.agent.litellm_warmup import warm_up  # noqa: E402
-from teamctl.shared.agent.llm import load_litellm  # noqa: E402
-from teamctl.shared.agent.mcp_tools import preload_sdk  # noqa: E402
-from teamctl.shared.agent.prompts import precompile  # noqa: E402
-from teamctl.shared.agent.tools import precompute_schemas  # noqa: E402
-from teamctl.shared.redis.scripts import sources  # noqa: E402
 from teamctl.shared.tracing import check_tracing  # noqa: E402
+from teamctl.worker.preload import preload_for_planning, preload_rest  # noqa: E402
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
-warm_up(load_litellm())
-preload_sdk()  # the MCP client (~0.8 s an import), for members with MCP servers
-precompile("teamctl.worker.runs")
-precompile("teamctl.worker.teams")
-precompute_schemas()  # the tools' JSON schemas, sent with every model call
-sources()  # the Lua scripts' text, read from the package once
+preload_for_planning()  # a no-op in what a fork server forked, but for the warm-up's own call
+if not _deferred:  # else its parent had not imported these yet: its jobs import what they need
+    preload_rest()  # the turn job (imported in every fork otherwise), the MCP client
 load_settings()  # the first Settings build (~3 ms); each job still reads its environment
 if _settings.traces_wanted:  # the SDK's imports, once here; each job builds its own provider
     check_tracing(_settings)

@@ -35,6 +35,7 @@ from teamctl.shared.text import counted, one_line, printable
 
 if TYPE_CHECKING:
     import redis
+    from teamctl.coordinator.local_workers.early_parent import EarlyParent
     from teamctl.coordinator.runs.approval import ApprovalMode
     from teamctl.coordinator.runs.launch import WorkerPlan
     from teamctl.coordinator.runs.progress import Reporter
@@ -85,6 +86,7 @@ def run_command(
     embedded: bool = False,
     idle_exit_s: int = DEFAULT_IDLE_EXIT_S,
     fallback_models: Sequence[str] = (),
+    early_parent: EarlyParent | None = None,
 ) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
 
@@ -110,7 +112,7 @@ def run_command(
     # before, and --json's object carries the id.
     if not as_json and sys.stdout.isatty():
         click.echo(started.spec.run_id)
-    plan = WorkerPlan(workers, embedded, idle_exit_s)
+    plan = WorkerPlan(workers, embedded, idle_exit_s, early_parent)
     return run_and_print(
         started.conn,
         started.redis_url,

@@ -19,6 +19,7 @@ from teamctl.coordinator.cli.app import (
     run_workers_option,
 )
 from teamctl.coordinator.cli.options import run_option_flags
+from teamctl.coordinator.local_workers.early_parent import EarlyParent
 from teamctl.shared.redis.choice import is_embedded, resolve_redis_url
 
 if TYPE_CHECKING:
@@ -55,8 +56,10 @@ if TYPE_CHECKING:
 @json_option
 @approve_plan_option
 @run_option_flags
+@click.pass_obj
 @fail_cleanly
 def run(
+    started_early: object,
     objective: str,
     team_path: Path | None,
     model: str | None,
@@ -94,5 +97,7 @@ def run(
         settings=settings,
         embedded=is_embedded(redis_url, settings),
         idle_exit_s=idle_exit_s,
+        # The workers' parent, if the command line asked for them (LazyGroup.main started it).
+        early_parent=started_early if isinstance(started_early, EarlyParent) else None,
     )
     sys.exit(code)

@@ -20,6 +20,7 @@ from pathlib import Path
 from teamctl.coordinator.local_workers.preloaded_parent import (
     POOL_LINGER_S,
     PreloadedParent,
+    own_parent_wanted,
     parent_env,
     remove_socket_dir,
     start_parent,
@@ -27,7 +28,6 @@ from teamctl.coordinator.local_workers.preloaded_parent import (
 from teamctl.coordinator.local_workers.processes import (
     STOP_TIMEOUT_S,
     WorkerProcess,
-    own_parent_wanted,
     start_worker,
     worker_env,
 )

@@ -20,7 +20,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from teamctl.shared.process.fork_server_client import listen
+from teamctl.shared.process.fork_server_socket import FORK_SERVER_ENV, listen
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.process.pids import executable, process_start_ticks, still_running
 from teamctl.shared.process.private_files import private_opener
@@ -60,6 +60,12 @@ SOCKET_DIR_PREFIX = "teamctl-workers-"
 SOCKET_DIR_MAX_CHARS = 64
 """The longest temporary directory the parent's socket goes under (with its own directory and
 file name the path stays within a Unix socket's 107 bytes); /tmp otherwise."""
+
+
+def own_parent_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether teamctl forks its local workers from a preloaded parent of its own: unless
+    TEAMCTL_WORKER_FORK_SERVER names another server, or `off` (each worker executed)."""
+    return not environ.get(FORK_SERVER_ENV)
 
 
 def parent_env(environ: Mapping[str, str], cwd: str) -> dict[str, str]:

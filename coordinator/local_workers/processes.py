@@ -4,6 +4,7 @@ run's own, stopped by pid, and stopping by themselves if the run that started th
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -14,15 +15,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
-from teamctl.coordinator.local_workers.preloaded_parent import remove_socket_dir, start_parent
+from teamctl.coordinator.local_workers.early_parent import EarlyParent
+from teamctl.coordinator.local_workers.preloaded_parent import (
+    own_parent_wanted,
+    remove_socket_dir,
+    start_parent,
+)
 from teamctl.coordinator.local_workers.worker_hints import StartedWorker
-from teamctl.shared.errors import Interrupted
-from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, NO_FORK_SERVER, spawn
+from teamctl.shared.errors import InfraError, Interrupted
+from teamctl.shared.process.fork_server_client import spawn
+from teamctl.shared.process.fork_server_socket import FORK_SERVER_ENV, NO_FORK_SERVER
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.process.pids import process_start_ticks
 from teamctl.shared.process.private_files import private_dir, private_opener
 from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
 
+log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 10.0
 LET_GO_WAIT_S = 1.0
 """How long an interrupted run waits for its workers before it exits (they stop by themselves)."""
@@ -93,12 +101,6 @@ class WorkerProcess(Protocol):
     def kill(self) -> None: ...
 
 
-def own_parent_wanted(environ: Mapping[str, str]) -> bool:
-    """Whether teamctl forks these workers from a preloaded parent of its own: unless
-    TEAMCTL_WORKER_FORK_SERVER names another server, or `off` (each worker executed)."""
-    return not environ.get(FORK_SERVER_ENV)
-
-
 def start_worker(
     rq_args: list[str],
     env: dict[str, str],
@@ -106,14 +108,18 @@ def start_worker(
     *,
     new_session: bool = False,
     parent: str | None = None,
+    early: bool = False,
 ) -> WorkerProcess:
     """Start `rq <rq_args>` as a worker writing to `log_file`: forked by the preloaded parent
-    listening at `parent`, else by the fork server the environment names
-    (worker/fork_server.py), else executed."""
+    listening at `parent` (`early`: before the end of its preload, fork_server_client's
+    SpawnRequest), else by the fork server the environment names (worker/fork_server.py), else
+    executed."""
     named = env.get(FORK_SERVER_ENV)
     socket_path = parent or (named if named != NO_FORK_SERVER else None)
     if socket_path:
-        return spawn(socket_path, rq_args, env, log_file.fileno(), new_session=new_session)
+        return spawn(
+            socket_path, rq_args, env, log_file.fileno(), new_session=new_session, early=early
+        )
     return subprocess.Popen(
         [sys.executable, "-m", "rq.cli", *rq_args],
         stdout=log_file,
@@ -127,11 +133,27 @@ def start_worker(
 class LocalWorkers:
     """A group of worker processes owned by this command."""
 
-    def __init__(self, redis_url: str, queues: list[str], count: int, log_dir: Path) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        queues: list[str],
+        count: int,
+        log_dir: Path,
+        early: EarlyParent | None = None,
+        *,
+        planner_first: bool = False,
+    ) -> None:
         self.redis_url = redis_url
         self.queues = queues
         self.count = count
         self.log_dir = log_dir
+        self.early = early
+        """The parent the CLI started for these workers before it parsed its command line."""
+        self.planner_first = planner_first
+        """Have a parent of this process's fork the first worker as soon as it has loaded what
+        the planner's job needs (the others after its whole preload, in the background): for
+        a run whose members use no MCP server, which that worker's jobs would import each."""
+        self._starting: threading.Thread | None = None
         self.processes: list[WorkerProcess] = []
         self.parent: subprocess.Popen[bytes] | None = None
         """The preloaded parent the workers are forked from, when teamctl started one."""
@@ -153,8 +175,8 @@ class LocalWorkers:
 
     def start(self) -> None:
         """Start the workers, each logging to its own file under `log_dir`: forked from a
-        preloaded parent of this process's (its log beside theirs), unless the environment
-        names a fork server or `off`."""
+        preloaded parent of this process's (its log beside theirs; the early one, if it was
+        started for them), unless the environment names a fork server or `off`."""
         private_dir(self.log_dir)
         env = worker_env(os.environ, self.redis_url)
         # They stop when this process is gone, even after a kill -9 of it: executed ones watch
@@ -162,17 +184,51 @@ class LocalWorkers:
         env[PARENT_PID_ENV] = str(os.getpid())
         socket_path = None
         if self.count and own_parent_wanted(os.environ):
-            self.parent, parent = start_parent(
+            early = self.early.take(os.environ, self.log_dir) if self.early else None
+            self.parent, parent = early or start_parent(
                 os.environ,
                 self.log_dir / f"parent-{os.getpid()}.log",
                 run_pid=os.getpid(),
             )
             socket_path = self._parent_socket = parent.socket
-        for index in range(self.count):
-            with open(self._log_path(index), "ab", opener=private_opener) as log_file:
-                self.processes.append(
-                    start_worker(["worker", *self.queues], env, log_file, parent=socket_path)
+        elif self.early is not None:
+            self.early.discard()
+        planner_first = socket_path is not None and self.planner_first
+        for index in range(1 if planner_first else self.count):
+            self._start_one(index, env, socket_path, early=planner_first)
+        if planner_first and self.count > 1:
+            # Meanwhile the run goes on: its planner's job needs the first worker only.
+            self._starting = threading.Thread(
+                target=self._start_rest, args=(env, socket_path), name="teamctl-workers"
+            )
+            self._starting.start()
+
+    def _start_one(
+        self, index: int, env: dict[str, str], socket_path: str | None, *, early: bool = False
+    ) -> None:
+        with open(self._log_path(index), "ab", opener=private_opener) as log_file:
+            self.processes.append(
+                start_worker(
+                    ["worker", *self.queues], env, log_file, parent=socket_path, early=early
                 )
+            )
+
+    def _start_rest(self, env: dict[str, str], socket_path: str) -> None:
+        """The workers after the first (in a thread of their own); one that cannot start is a
+        warning, as the run goes on with those that did."""
+        for index in range(1, self.count):
+            try:
+                self._start_one(index, env, socket_path)
+            except (InfraError, OSError) as exc:
+                log.warning("local worker %d of %d not started: %s", index + 1, self.count, exc)
+                return
+
+    def _started_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Wait at most `timeout_s` for the workers still being started (their parent answers
+        within its preload); one it forks later is stopped with it, its parent."""
+        if self._starting is not None:
+            self._starting.join(timeout=timeout_s)
+            self._starting = None
 
     def started(self) -> list[StartedWorker]:
         """The workers started, for hints that say they are starting."""
@@ -190,6 +246,7 @@ class LocalWorkers:
         """Ask each worker for RQ's warm shutdown and wait at most `wait_s` in all: one busy
         with a job finishes it (a cancelled run's job stops at its next model call) and exits
         by itself, never killed mid-job."""
+        self._started_all(wait_s)
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
@@ -206,6 +263,7 @@ class LocalWorkers:
 
     def stop(self) -> None:
         """Warm shutdown (SIGTERM) by pid, then SIGKILL whatever is left after the timeout."""
+        self._started_all()
         for process in self.processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)

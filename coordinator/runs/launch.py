@@ -19,6 +19,7 @@ from teamctl.shared.redis.connection import connect, set_outage
 
 if TYPE_CHECKING:
     import redis
+    from teamctl.coordinator.local_workers.early_parent import EarlyParent
     from teamctl.coordinator.runs.approval import ApprovalMode
     from teamctl.coordinator.runs.progress import Reporter
     from teamctl.shared.runs.output import RunResult
@@ -97,6 +98,8 @@ class WorkerPlan:
     count: int | None
     embedded: bool
     idle_exit_s: int
+    early_parent: EarlyParent | None = None
+    """The preloaded parent the CLI started for `count` workers as it began (early_parent.py)."""
 
     def run_scoped_count(
         self,
@@ -164,7 +167,14 @@ def run_to_end(
     )
     tracing = tracing_from_settings(settings, COORDINATOR_SERVICE)
     try:
-        with LocalWorkers(redis_url, spec.queues, run_scoped, settings.state_dir / "logs") as local:
+        with LocalWorkers(
+            redis_url,
+            spec.queues,
+            run_scoped,
+            settings.state_dir / "logs",
+            early=workers.early_parent,
+            planner_first=not any(member.mcp_servers for member in spec.members),
+        ) as local:
             starting.workers.extend(local.started())
             ctx = build_context(
                 conn,

@@ -22,17 +22,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from teamctl.shared.errors import ConfigError, InfraError
+from teamctl.shared.process.fork_server_socket import FORK_SERVER_ENV as FORK_SERVER_ENV
+from teamctl.shared.process.fork_server_socket import NO_FORK_SERVER as NO_FORK_SERVER
 from teamctl.shared.process.pids import same_process_alive
 
-FORK_SERVER_ENV = "TEAMCTL_WORKER_FORK_SERVER"
-"""The socket of a fork server this user runs, or NO_FORK_SERVER; unset, teamctl starts its own."""
-NO_FORK_SERVER = "off"
-"""FORK_SERVER_ENV's value that has each worker executed, importing everything itself."""
 POLL_INTERVAL_S = 0.05
 UNKNOWN_EXIT = 255
 """The exit status of a worker that ended after its server was gone: nobody reaped it for us."""
@@ -59,6 +56,10 @@ class SpawnRequest(BaseModel):
     env: dict[str, str]
     cwd: str
     new_session: bool = False
+    early: bool = False
+    """Fork it as soon as what a run's first jobs need is preloaded, before the rest (the MCP
+    SDK, the turn job), which its jobs then import if they need it: for a run's first worker,
+    which takes the planner's job."""
 
 
 class StatusRequest(BaseModel):
@@ -137,9 +138,13 @@ def spawn(
     log_fd: int,
     *,
     new_session: bool = False,
+    early: bool = False,
 ) -> ForkedWorker:
-    """Have the server fork a worker running `rq <argv>`, writing to `log_fd`."""
-    request = SpawnRequest(argv=argv, env=dict(env), cwd=os.getcwd(), new_session=new_session)
+    """Have the server fork a worker running `rq <argv>`, writing to `log_fd` (`early`: see
+    SpawnRequest)."""
+    request = SpawnRequest(
+        argv=argv, env=dict(env), cwd=os.getcwd(), new_session=new_session, early=early
+    )
     reply = _ask(socket_path, request.model_dump_json(), fds=[log_fd])
     return ForkedWorker(socket_path, SpawnReply.model_validate_json(reply).pid)
 
@@ -202,21 +207,6 @@ def _check_server(client: socket.socket, socket_path: str) -> None:
             f"uid {uid}, not as you (uid {os.getuid()}), and was sent nothing; "
             f"{NOT_OURS_FIX}"
         )
-
-
-def listen(socket_path: Path | str) -> socket.socket:
-    """The server's socket, open to this user only; clients may connect (and wait for their
-    reply) while the server still preloads."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old_mask = os.umask(0o177)  # only this user may ask: a request carries the worker's secrets
-    try:
-        listener.bind(str(socket_path))
-    finally:
-        os.umask(old_mask)
-    listener.listen(64)
-    if stat.S_IMODE(os.stat(socket_path).st_mode) & 0o077:
-        raise RuntimeError(f"{socket_path} is open to other users")
-    return listener
 
 
 def peer_uid(connection: socket.socket) -> int:

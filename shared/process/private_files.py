@@ -9,8 +9,6 @@ import stat
 from contextlib import suppress
 from pathlib import Path
 
-from teamctl.shared.errors import InfraError
-
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -27,6 +25,10 @@ def private_dir(path: Path) -> Path:
 def checked_private_dir(path: Path, *, tighten: bool) -> Path:
     """Create `path` as a 0700 dir of ours, or check that it is one; `tighten` narrows the mode
     of our own dir instead of refusing it (the state dir of an older teamctl was 0755)."""
+    # Here, not above: `teamctl run` uses this module before it imports pydantic, which the
+    # errors need (coordinator/local_workers/early_parent.py).
+    from teamctl.shared.errors import InfraError
+
     _make_missing(path.parent)
     with suppress(FileExistsError):
         path.mkdir(mode=DIR_MODE)

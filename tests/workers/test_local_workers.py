@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from teamctl.coordinator.local_workers.early_parent import run_workers
 from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.process.fork_server_client import UNKNOWN_EXIT
@@ -57,6 +59,32 @@ def start_waiting_run(
         stderr=subprocess.PIPE,
     )
     return run, queue
+
+
+def fork_servers() -> list[int]:
+    """The pids of the fork servers (preloaded parents) running on this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):  # not a process, or gone
+            if b"teamctl.worker.fork_server" in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+def started_by(pid: int, run_pid: int) -> bool:
+    """Whether process `pid` is a child of `run_pid` (False once it is gone)."""
+    with contextlib.suppress(OSError):
+        return parent_pid(pid) == run_pid
+    return False
+
+
+def started_for(pid: int, run_pid: int) -> bool:
+    """Whether the fork server `pid` was started for the run `run_pid` (its environment says;
+    readable while it preloads, before it hides it)."""
+    with contextlib.suppress(OSError):
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        return f"{PARENT_PID_ENV}={run_pid}".encode() in environ
+    return False
 
 
 def worker_pids(conn: redis.Redis, run_id: str, queue: str, count: int) -> list[int]:
@@ -131,6 +159,71 @@ def test_kill_9_of_the_run_stops_its_workers(
         for pid in pids:
             if not exited(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_run_starts_its_parent_first_and_forks_its_workers_from_that_one(
+    redis_server: str, run_id: str, tmp_path: Path
+) -> None:
+    """`run --workers N` starts the workers' preloaded parent before its own imports; the
+    workers come from that parent, the only one the run started, logging where it always did."""
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    run, queue = start_waiting_run(redis_server, run_id, tmp_path, workers=2)
+    try:
+        pids = worker_pids(conn, run_id, queue, 2)
+        parents = [pid for pid in fork_servers() if started_by(pid, run.pid)]
+        assert len(parents) == 1 and {parent_pid(pid) for pid in pids} == set(parents)
+        logs = Path(os.environ["TEAMCTL_STATE_DIR"]) / "logs"
+        assert (logs / f"parent-{run.pid}.log").read_text() == "ready\n"
+    finally:
+        stop_process(run, timeout_s=30)
+
+
+def test_a_run_that_stops_before_its_workers_stops_the_parent_it_started(
+    tmp_path: Path,
+) -> None:
+    """A configuration error after the parent started: the run exits 2 and stops it first."""
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from teamctl.coordinator.cli import main; main()",
+            "run",
+            "objective",
+            "--team",
+            str(tmp_path / "missing.toml"),
+            "--workers",
+            "2",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 2, stderr
+    assert stderr.decode().startswith("teamctl: ") and len(stderr.splitlines()) == 1
+    logs = Path(os.environ["TEAMCTL_STATE_DIR"]) / "logs"
+    assert (logs / f"parent-{run.pid}.log").exists()  # it was started, then stopped
+    assert [pid for pid in fork_servers() if started_for(pid, run.pid)] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "count"),
+    [
+        (["run", "goal", "--workers", "2"], 2),
+        (["run", "--workers=3", "goal"], 3),
+        (["run", "goal", "--workers", "0"], 0),
+        (["run", "goal"], None),
+        (["run", "goal", "--workers", "two"], None),
+        (["run", "goal", "--workers", "2", "--help"], None),
+        (["run", "--", "--workers", "2"], None),
+        (["resume", "r1", "--workers", "2"], None),
+        ([], None),
+    ],
+)
+def test_the_workers_a_run_asks_for_are_read_from_the_command_line_as_typed(
+    argv: list[str], count: int | None
+) -> None:
+    assert run_workers(argv) == count
 
 
 def test_a_run_whose_preloaded_parent_was_killed_still_stops_its_workers(

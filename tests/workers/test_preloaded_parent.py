@@ -154,3 +154,49 @@ def run_job(queue: Queue, function: str, *args: str) -> object:
         message=f"{function} to finish",
     )
     return Job.fetch(job.id, connection=queue.connection).return_value()
+
+
+LOADED_MODULE = """import sys
+
+
+def loaded(name: str) -> bool:
+    return name in sys.modules
+"""
+"""A job module: whether the work-horse running it (a fork of its worker) has `name` imported."""
+
+
+def test_a_runs_first_worker_is_forked_before_the_preload_of_what_planning_does_not_use(
+    redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked for early while the parent preloads, a worker is forked once litellm is ready and
+    serves without the MCP SDK or the turn job (its jobs import them if they need them); one
+    asked for after it gets the whole preload from the parent."""
+    (tmp_path / "libs").mkdir()
+    (tmp_path / "libs" / "loaded_mod.py").write_text(LOADED_MODULE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "libs"))
+    process, parent = start_parent(os.environ, tmp_path / "parent.log", linger_s=60)
+    first, second = f"q-{uuid.uuid4().hex[:8]}", f"q-{uuid.uuid4().hex[:8]}"
+    try:
+        with (tmp_path / "worker.log").open("ab") as log:
+            env = worker_env(os.environ, redis_server)
+            early = spawn(parent.socket, ["worker", first], env, log.fileno(), early=True)
+            later = spawn(parent.socket, ["worker", second], env, log.fileno())
+        conn = redis.Redis.from_url(redis_server)
+        loaded = {}
+        for worker, name in ((early, first), (later, second)):
+            queue = Queue(name, connection=conn)
+            wait_until(
+                lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)},  # noqa: B023
+                120,
+                message="the forked worker to register",
+            )
+            loaded[name] = [
+                run_job(queue, "loaded_mod.loaded", module)
+                for module in ("litellm", "mcp", "teamctl.worker.teams.turn")
+            ]
+            assert run_job(queue, "os.getenv", "TEAMCTL_PRELOAD_DEFERRED") is None
+        assert loaded == {first: [True, False, False], second: [True, True, True]}
+        assert {parent_pid(early.pid), parent_pid(later.pid)} == {process.pid}
+    finally:
+        stop_process(process, timeout_s=30)
+    assert exited(early.pid) and exited(later.pid)
