@@ -29,16 +29,24 @@ from typing import Any
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
+from rq.worker.base import SHUTDOWN_SIGNAL
+from teamctl.worker.parent_death import die_with_parent
 from teamctl.worker.rq_worker import TeamctlWorker
 
 log = logging.getLogger(__name__)
 READY_WAIT_S = 0.015
-"""How long a job may wait for a spare that is not set up yet (just forked, on a busy machine):
-about what forking a cold horse costs, so a spare that is nearly there beats a new fork."""
+"""How long a job may wait for a spare that is not set up yet (just forked, on a busy machine),
+or still warming up: about what forking a cold horse costs, so a spare that is nearly there
+beats a new fork, and a warm-up that hangs (a loopback call sent to a proxy) delays no job."""
+STALE_CONNECTION_S = 60.0
+"""A spare's Redis connection idle longer than this is opened again for its job: a NAT or load
+balancer may have dropped it silently, and its first command would wait out the socket timeout."""
 HANDOVER_MAX_BYTES = 4096
 """A job's id, queue name and execution id, as JSON: far less than this."""
 WARM = b"warm\n"
 """What the worker writes to an idle spare's pipe to have it warm up; a job is one JSON line."""
+SET_UP, WARMED = b"1", b"2"
+"""What a spare writes to `ready`: once set up, then once warm if it was told to warm up."""
 
 
 @dataclass
@@ -51,10 +59,22 @@ class Spare:
     ready: int
     warming: bool = False
     """Told to warm up (it then is, or soon will be)."""
+    said: bytes = b""
 
-    def is_ready(self, wait_s: float) -> bool:
-        """Set up within `wait_s` (or gone: the hand-over then fails and the job is forked)."""
-        return bool(select.select([self.ready], [], [], wait_s)[0])
+    def takes_job(self, wait_s: float) -> bool:
+        """Set up, and warm if told to warm up, within `wait_s` (or gone: the hand-over then
+        fails and the job is forked)."""
+        wanted = WARMED if self.warming else SET_UP
+        deadline = time.monotonic() + wait_s
+        while wanted not in self.said:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.ready], [], [], left)[0]:
+                return False
+            said = os.read(self.ready, 16)
+            if not said:
+                return True
+            self.said += said
+        return True
 
 
 class WarmForkWorker(TeamctlWorker):
@@ -70,9 +90,17 @@ class WarmForkWorker(TeamctlWorker):
     def dequeue_job_and_maintain_ttl(
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
-        """RQ's wait for the next job; the spare warms up first if the queues are empty."""
-        self._warm_spare_if_idle()
+        """RQ's wait for the next job; the spare warms up first if the queues are empty (not in
+        burst mode, whose worker stops at the first empty dequeue)."""
+        if timeout is not None:
+            self._warm_spare_if_idle()
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+
+    def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
+        """RQ's kill of the job's process; none while a job is being handed over (RQ would
+        signal the worker's own process group for a horse pid of 0)."""
+        if self.horse_pid:
+            super().kill_horse(sig)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         try:
@@ -81,20 +109,24 @@ class WarmForkWorker(TeamctlWorker):
             if self._spare is None and not self._stop_requested:
                 self._fork_spare()
 
+    _keeper_failed = False
+
     def _ensure_mcp_keeper(self) -> None:
         """Fork the MCP keeper with no spare alive: a spare forked before it would not know
         where it is, and the keeper would hold the spare's pipe open. This job then forks as
-        RQ does, and the next spare after it."""
-        if self.mcp_keeper is None or self.mcp_keeper.missing():
+        RQ does, and the next spare after it. A keeper that could not start costs no spare
+        again: its jobs run their servers themselves, as they do when it is missing."""
+        if not self._keeper_failed and (self.mcp_keeper is None or self.mcp_keeper.missing()):
             self._end_spare()
         super()._ensure_mcp_keeper()
+        self._keeper_failed = self.mcp_keeper is None or self.mcp_keeper.missing()
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
         """Hand the job to the spare, then fork the next spare while this job runs. A job waits
         at most READY_WAIT_S for a spare that is not set up yet, and is then forked as RQ does
         (the spare kept for the next one). A spare still warming up runs the job once warm."""
         spare = self._spare
-        if spare is None or not spare.is_ready(READY_WAIT_S):
+        if spare is None or not spare.takes_job(READY_WAIT_S):
             super().fork_work_horse(job, queue)
             if spare is None:
                 self._fork_spare()
@@ -108,7 +140,8 @@ class WarmForkWorker(TeamctlWorker):
             self.procline(f"Handed over to {spare.pid} at {time.time()}")  # type: ignore[no-untyped-call]
         else:
             super().fork_work_horse(job, queue)
-        self._fork_spare()
+        if not self._stop_requested:
+            self._fork_spare()
 
     def teardown(self) -> None:
         if not self.is_horse:
@@ -143,6 +176,9 @@ class WarmForkWorker(TeamctlWorker):
 
     def _hand_over(self, spare: Spare, job: Job, queue: Queue) -> bool:
         payload = json.dumps([job.id, queue.name, self.execution.id]).encode() + b"\n"  # type: ignore[union-attr]
+        if len(payload) >= HANDOVER_MAX_BYTES:  # a line the spare would cut: fork the job
+            self._end_spare()
+            return False
         try:
             os.write(spare.pipe, payload)
             return True
@@ -155,14 +191,23 @@ class WarmForkWorker(TeamctlWorker):
             os.close(spare.ready)
 
     def _fork_spare(self) -> None:
+        """Fork the next job's process; without one (no process or memory left), jobs are
+        forked as RQ forks them."""
         self._end_spare()
         job_read, job_write = os.pipe()
         ready_read, ready_write = os.pipe()
-        pid = os.fork()
+        parent = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for end in (job_read, job_write, ready_read, ready_write):
+                os.close(end)
+            self.log.warning("Worker %s: no spare process (%s); forking each job", self.name, exc)
+            return
         if pid == 0:
             os.close(job_write)
             os.close(ready_read)
-            self._run_spare(job_read, ready_write)  # never returns
+            self._run_spare(parent, job_read, ready_write)  # never returns
         os.close(job_read)
         os.close(ready_write)
         self._spare = Spare(pid, job_write, ready_read)
@@ -181,24 +226,32 @@ class WarmForkWorker(TeamctlWorker):
         with contextlib.suppress(ChildProcessError):
             os.waitpid(spare.pid, 0)
 
-    def _run_spare(self, pipe: int, ready: int) -> None:
+    def _run_spare(self, parent: int, pipe: int, ready: int) -> None:
         """The spare: a horse in waiting. Say it is set up, warm up when told, then run the job
-        handed over, or exit when the worker closes the pipe without one."""
+        handed over, or exit when the worker closes the pipe without one (or dies: another
+        fork of the worker may hold the pipe open)."""
         status = 1
         try:
+            die_with_parent(parent)
             os.setpgrp()  # as RQ's horse: the worker's Ctrl+C is the worker's to handle
             self.setup_work_horse_signals()  # type: ignore[no-untyped-call]  # RQ: unannotated
             with contextlib.suppress(OSError):  # the worker may be gone already
-                os.write(ready, b"1")
-            os.close(ready)
+                os.write(ready, SET_UP)
+            warmed_s: float | None = None
             with os.fdopen(pipe, "rb") as lines:
                 line = lines.readline(HANDOVER_MAX_BYTES)
                 if line == WARM:
                     self._warm_up()
+                    warmed_s = time.monotonic()
+                    with contextlib.suppress(OSError):
+                        os.write(ready, WARMED)
                     line = lines.readline(HANDOVER_MAX_BYTES)
+            os.close(ready)
             if not line:  # the worker is stopping, or died
                 status = 0
                 return
+            if warmed_s is not None and time.monotonic() - warmed_s > STALE_CONNECTION_S:
+                self.connection.connection_pool.disconnect()
             job_id, queue_name, execution_id = json.loads(line)
             self._run_handed_over(job_id, queue_name, execution_id)  # exits the process
         except BaseException:  # noqa: BLE001  (a horse must exit, never return to the loop)

@@ -148,10 +148,18 @@ def faults_of_jobs(queue: Queue, jobs: list[tuple[str, tuple[object, ...]]]) -> 
     return [r.ru_minflt if hasattr(r, "ru_minflt") else -1 for r in results]
 
 
-def state_of(queue: Queue, pid: int) -> str:
-    """The state the worker of `pid` last recorded in Redis."""
-    (worker,) = [w for w in Worker.all(queue=queue) if w.pid == pid]
-    return worker.get_state()
+def faults(pid: int) -> int:
+    """The minor page faults of process `pid` so far (0 once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+    except OSError:
+        return 0
+
+
+def warm_spare(worker_pid: int) -> bool:
+    """The worker's one child is its spare, and it has warmed up (its copies taken)."""
+    spares = children(worker_pid)
+    return len(spares) == 1 and faults(next(iter(spares))) > WARM_UP_FAULTS
 
 
 def test_the_spare_warms_up_while_the_worker_is_idle_and_not_while_jobs_wait(
@@ -163,11 +171,11 @@ def test_the_spare_warms_up_while_the_worker_is_idle_and_not_while_jobs_wait(
     with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
         # The worker was idle: the first job runs in a warmed process. The second waited in
         # the queue while the first ran, so its spare was never told to warm up; the third
-        # arrives once the worker waits idle again (it tells the spare before it says so).
-        wait_until(lambda: state_of(queue, worker.pid) == "idle", 30, message="an idle worker")
+        # arrives once the worker waits idle again.
+        wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare")
         (idle,) = faults_of_jobs(queue, [rusage])
         _, queued = faults_of_jobs(queue, [("time.sleep", (1,)), rusage])
-        wait_until(lambda: state_of(queue, worker.pid) == "idle", 30, message="an idle worker")
+        wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare again")
         (idle_again,) = faults_of_jobs(queue, [rusage])
 
     assert queued > 0
