@@ -39,9 +39,10 @@ NOT_FOR_READING = (
     "teamctl.coordinator.runs.run_control",
     "teamctl.coordinator.runs.approval",
     "teamctl.shared.budget",
+    "teamctl.shared.bus",
 )
 """Modules a read of a running board has no use for: OpenTelemetry (redis-py's metrics), the
-local worker pool, run control and the plan's approval, the budget."""
+local worker pool, run control and the plan's approval, the budget and the bus."""
 
 
 def loaded_by(*args: str) -> dict[str, object]:
