@@ -6,30 +6,22 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 from teamctl.coordinator.advice import current as current_advice
 from teamctl.coordinator.cli.named_run import existing_run
-from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
-from teamctl.coordinator.runs.run_control import (
-    cancel_run,
-    parse_top_up,
-    raise_budget,
-    record_plan_decision,
-    resume_hint,
-)
 from teamctl.shared.clock import now_ms
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.runs.handle import RunHandle
-from teamctl.shared.runs.output import RunResult
 from teamctl.shared.runs.run_config import ModelSource, RunSpec
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.settings import Settings
-from teamctl.shared.task_records import TaskState, TaskStatus
+from teamctl.shared.task_records import TaskState, TaskStatus, waiting_text
 from teamctl.shared.team_file import load_team_file
 from teamctl.shared.text import counted, one_line, printable
 
@@ -39,6 +31,8 @@ if TYPE_CHECKING:
     from teamctl.coordinator.runs.approval import ApprovalMode
     from teamctl.coordinator.runs.launch import WorkerPlan
     from teamctl.coordinator.runs.progress import Reporter
+    from teamctl.shared.board import TaskBoard
+    from teamctl.shared.runs.output import RunResult
 
 INTERRUPTED_EXIT_CODE = 130
 """128 + SIGINT, as shells report a command stopped by Ctrl-C."""
@@ -84,11 +78,12 @@ def run_command(
     option_flags: dict[str, Any],
     settings: Settings,
     embedded: bool = False,
-    idle_exit_s: int = DEFAULT_IDLE_EXIT_S,
+    idle_exit_s: int | None = None,
     fallback_models: Sequence[str] = (),
     early_parent: EarlyParent | None = None,
 ) -> int:
     """`teamctl run`: create the run, drive it to its end, print the result; the exit code.
+    `idle_exit_s` None: the pool's default.
 
     `redis_url` is called only once the input is valid: a config error starts no server."""
     from teamctl.coordinator.cli.options import merge_options
@@ -112,7 +107,7 @@ def run_command(
     # before, and --json's object carries the id.
     if not as_json and sys.stdout.isatty():
         click.echo(started.spec.run_id)
-    plan = WorkerPlan(workers, embedded, idle_exit_s, early_parent)
+    plan = WorkerPlan(workers, embedded, _idle_exit_s(idle_exit_s), early_parent)
     return run_and_print(
         started.conn,
         started.redis_url,
@@ -134,11 +129,11 @@ def resume_command(
     approve_plan: bool,
     settings: Settings,
     embedded: bool = False,
-    idle_exit_s: int = DEFAULT_IDLE_EXIT_S,
+    idle_exit_s: int | None = None,
     wait: bool = False,
 ) -> int:
     """`teamctl resume`: take over a run whose coordinator's lease expired (with `wait`: once
-    it expires); the exit code."""
+    it expires); the exit code. `idle_exit_s` None: the pool's default."""
     from teamctl.coordinator.runs.hooks import load_hooks
     from teamctl.coordinator.runs.launch import WorkerPlan
 
@@ -157,11 +152,19 @@ def resume_command(
         redis_url,
         spec,
         load_hooks(spec.hooks),
-        workers=WorkerPlan(workers, embedded, idle_exit_s),
+        workers=WorkerPlan(workers, embedded, _idle_exit_s(idle_exit_s)),
         as_json=as_json,
         approve_plan=approve_plan,
         settings=settings,
     )
+
+
+def _idle_exit_s(given: int | None) -> int:
+    """How long the workers a run starts wait idle before they exit: `given`, else the pool's
+    default (read here: the pool's modules are for the verbs that start workers)."""
+    from teamctl.coordinator.local_workers.pool import DEFAULT_IDLE_EXIT_S
+
+    return DEFAULT_IDLE_EXIT_S if given is None else given
 
 
 def _wait_out_lease(run: RunHandle) -> None:
@@ -226,6 +229,7 @@ def run_and_print(
 
 def _cancel_interrupted(redis_url: str, spec: RunSpec, reporter: Reporter) -> int:
     """Ctrl-C: stop what this command started, the run with it, and say so by its id."""
+    from teamctl.coordinator.runs.run_control import cancel_run
     from teamctl.shared.lease import lease_owner
 
     run_id = spec.run_id
@@ -258,7 +262,7 @@ def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
     else:
         result, summary = status_result(run)
         advice = current_advice()
-        paused = resume_hint(run) if result.status is RunStatus.AWAITING_BUDGET else None
+        paused = _paused_hint(run) if result.status is RunStatus.AWAITING_BUDGET else None
         for line in status_lines(result, advice, paused, summary):
             click.echo(line)
         if not result.status.finished and not run.conn.exists(run.keys.lease):
@@ -268,6 +272,13 @@ def status_command(redis_url: str, run_id: str | None, as_json: bool) -> int:
                 )
             )
     return exit_code_for(result) if result.status.finished else 0
+
+
+def _paused_hint(run: RunHandle) -> str:
+    """The commands that resume a run paused by its budget."""
+    from teamctl.coordinator.runs.run_control import resume_hint
+
+    return resume_hint(run)
 
 
 TASKS_HEADER = ("task", "status", "member", "attempts", "detail")
@@ -295,33 +306,86 @@ def tasks_command(redis_url: str, run_id: str | None, as_json: bool) -> None:
         states = run.board.snapshot()
         click.echo(json.dumps([s.model_dump(mode="json") for s in states], indent=2))
         return
-    states = run.board.snapshot(LISTING_FIELDS)
+    hashes = run.board.snapshot_hashes(LISTING_FIELDS)
     now = now_ms()
     awaiting = run.store.status() is RunStatus.AWAITING_APPROVAL
     print_listing(
-        TASKS_HEADER,
-        [
-            (
-                s.task_id,
-                s.status.shown(awaiting),
-                s.claimed_by or "-",
-                str(s.attempts),
-                _task_detail(s, now),
-            )
-            for s in states
-        ],
+        TASKS_HEADER, [listing_row(listed_task(run.board, h), now, awaiting) for h in hashes]
     )
 
 
-def _task_detail(state: TaskState, now: int) -> str:
+@dataclass(frozen=True, slots=True)
+class ListedTask:
+    """The fields of a task hash a `teamctl tasks` row shows, as TaskState reads them: read
+    directly, since building thousands of models is most of what the listing costs."""
+
+    task_id: str
+    status: TaskStatus
+    claimed_by: str | None
+    attempts: int
+    replayed_steps: int
+    model: str | None
+    fallback_from: str | None
+    waiting_model: str | None
+    waiting_until_ms: int
+    error: str | None
+
+    def waiting_text(self, now: int) -> str:
+        """As TaskState.waiting_text: what the task's call waits for, or ""."""
+        return waiting_text(self.waiting_model, self.waiting_until_ms, now, self.status)
+
+
+def listed_task(board: TaskBoard, raw: dict[str, str]) -> ListedTask | TaskState:
+    """A task hash's listed fields; a hash with a field this plain reading does not take (a
+    corrupt record, which no board script writes) goes through the board's own TaskState
+    parse instead, which reads it as it always did or says what is unreadable."""
+    try:
+        return ListedTask(
+            task_id=raw["task_id"],
+            status=TaskStatus(raw.get("status", TaskStatus.PENDING)),
+            claimed_by=raw.get("claimed_by") or None,  # '' in Redis: absent
+            attempts=_hash_count(raw.get("attempts")),
+            replayed_steps=_hash_count(raw.get("replayed_steps")),
+            model=raw.get("model") or None,
+            fallback_from=raw.get("fallback_from") or None,
+            waiting_model=raw.get("waiting_model") or None,
+            waiting_until_ms=_hash_count(raw.get("waiting_until_ms")),
+            error=raw.get("error") or None,
+        )
+    except (KeyError, ValueError):
+        return board.parse(raw)
+
+
+def _hash_count(value: str | None) -> int:
+    """A count or a time in ms as a task hash holds it ('' or absent: 0); ValueError for any
+    text but ASCII digits, which the model's laxer parse then reads."""
+    if not value:
+        return 0
+    if not (value.isascii() and value.isdigit()):
+        raise ValueError(f"not a plain count: {value!r}")
+    return int(value)
+
+
+def listing_row(task: ListedTask | TaskState, now: int, awaiting: bool) -> tuple[str, ...]:
+    """A task's `teamctl tasks` row (TASKS_HEADER); `awaiting`: the plan awaits approval."""
+    return (
+        task.task_id,
+        task.status.shown(awaiting),
+        task.claimed_by or "-",
+        str(task.attempts),
+        _task_detail(task, now),
+    )
+
+
+def _task_detail(state: ListedTask | TaskState, now: int) -> str:
     """What else a person needs of a task: the steps it replayed, the model that answered when
     it was a fallback (the usual case stays short), and why its call waits or why it failed."""
-    from teamctl.coordinator.cli.run_view import answered_text
-
     parts = []
     if state.replayed_steps:
         parts.append(f"replayed {counted(state.replayed_steps, 'step')}")
     if state.fallback_from:
+        from teamctl.coordinator.cli.run_view import answered_text  # status's modules
+
         parts.append(f"model {answered_text(state.model, state.fallback_from)}")
     why = state.waiting_text(now) or one_line(state.error, 500)  # a provider's limit waits
     return "; ".join([*parts, why] if why else parts) or "-"
@@ -329,6 +393,8 @@ def _task_detail(state: TaskState, now: int) -> str:
 
 def decide_command(redis_url: str, run_id: str, approved: bool, reason: str | None) -> None:
     """`teamctl approve` / `teamctl reject`: record the plan decision once."""
+    from teamctl.coordinator.runs.run_control import record_plan_decision
+
     run = existing_run(redis_url, run_id)
     record_plan_decision(run, approved, reason)
     click.echo(f"plan of run {run.run_id} {'approved' if approved else 'rejected'}")
@@ -338,6 +404,8 @@ def budget_command(
     redis_url: str, run_id: str, add_tokens: str | None, add_usd: str | None
 ) -> None:
     """`teamctl budget`: raise a live run's budget (a paused run resumes), or show it."""
+    from teamctl.coordinator.runs.run_control import parse_top_up, raise_budget
+
     tokens, usd = parse_top_up(add_tokens, add_usd)
     run = existing_run(redis_url, run_id)
     if tokens or usd:
@@ -354,6 +422,7 @@ def budget_command(
 def cancel_command(redis_url: str, run_id: str, *, wait: bool = False) -> None:
     """Signal the run's coordinator and members; with no live coordinator, end the run here.
     With `wait`, return once the run has ended."""
+    from teamctl.coordinator.runs.run_control import cancel_run
     from teamctl.coordinator.runs.run_follow import wait_for_end
     from teamctl.shared.lease import lease_owner
 

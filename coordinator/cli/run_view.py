@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from teamctl.coordinator.advice import Advice
 from teamctl.coordinator.cli.table import table_lines
-from teamctl.coordinator.runs.approval import plan_table
 from teamctl.shared.agent.replies import Usage
 from teamctl.shared.board_summary import BoardSummary
 from teamctl.shared.clock import now_ms
@@ -152,6 +151,8 @@ def status_lines(
         lines.append(f"error: {one_line(result.error, ERROR_CHARS)}")
     lines += fallback_lines(result)
     if result.status is RunStatus.AWAITING_APPROVAL:
+        from teamctl.coordinator.runs.approval import plan_table  # the approval flow's modules
+
         lines += [
             printable(plan_table(result.plan)),
             advice.spell(

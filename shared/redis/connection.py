@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+# Before redis-py's first import: it would load OpenTelemetry's metrics SDK for nothing.
+import teamctl.shared.redis.redis_py  # noqa: F401
+
+# isort: split
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.connection import SSLConnection, parse_url

@@ -8,16 +8,19 @@ built on first use, the ones configured by the run's options only once the spec 
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import redis
 from teamctl.shared.board import TaskBoard
-from teamctl.shared.budget import Budget
-from teamctl.shared.bus import MessageBus
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.lease import Lease, lease_owner
 from teamctl.shared.redis.scripts import Scripts
 from teamctl.shared.runs.run_config import RunSpec
 from teamctl.shared.runs.store import RunStore
+
+if TYPE_CHECKING:  # imported by their properties: a verb that reads a run's board needs neither
+    from teamctl.shared.budget import Budget
+    from teamctl.shared.bus import MessageBus
 
 
 class RunHandle:
@@ -77,6 +80,8 @@ class RunHandle:
     @cached_property
     def bus(self) -> MessageBus:
         """The run's bus, configured from its options: every publisher agrees on the cap."""
+        from teamctl.shared.bus import MessageBus
+
         options = self.spec.options
         return MessageBus(
             self.conn,
@@ -90,6 +95,8 @@ class RunHandle:
     @cached_property
     def budget(self) -> Budget:
         """The run's token and cost limits, from its options."""
+        from teamctl.shared.budget import Budget
+
         options = self.spec.options
         return Budget(
             self.conn,
