@@ -45,7 +45,8 @@ def _script_names() -> dict[str, str]:
 
 
 def _name(command: object, names: dict[str, str]) -> str:
-    words = (command.decode() if isinstance(command, bytes) else str(command)).split(" ")
+    text = command.decode(errors="replace") if isinstance(command, bytes) else str(command)
+    words = text.split(" ")
     if words[0].upper() == "EVALSHA" and len(words) > 1:
         return names.get(words[1], f"EVALSHA {words[1][:8]}")
     return words[0]
