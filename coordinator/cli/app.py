@@ -221,13 +221,15 @@ class LazyGroup(click.Group):
         parent (early_parent.py): its preload is most of the wait for the run's first model
         request, and overlaps the CLI's own work from here on. The verb gets it as the
         context's object; one no verb took is stopped at exit."""
-        from teamctl.coordinator.local_workers.early_parent import start_early
+        given = args[0] if args else kwargs.get("args")
+        argv = sys.argv[1:] if given is None else list(given)
+        if argv[:1] == ["run"]:  # other verbs import none of the worker pool
+            from teamctl.coordinator.local_workers.early_parent import start_early
 
-        argv = args[0] if args else kwargs.get("args")
-        early = start_early(sys.argv[1:] if argv is None else list(argv), os.environ)
-        if early is not None:
-            atexit.register(early.discard)
-            kwargs.setdefault("obj", early)
+            early = start_early(argv, os.environ)
+            if early is not None:
+                atexit.register(early.discard)
+                kwargs.setdefault("obj", early)
         from teamctl.shared.process.log_lines import CLI_FORMAT, log_to_stderr
 
         atexit.unregister(gc.freeze)  # once per process, however often main runs (tests)
