@@ -10,11 +10,11 @@ the next worker of this host to create its own.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from teamctl.shared.process.pids import pid_alive
 from teamctl.shared.process.private_files import private_dir
 
 log = logging.getLogger(__name__)
@@ -57,16 +57,6 @@ def _remove_dead(parent: Path, host: str) -> None:
     """Remove the caches of this host's workers whose process is gone."""
     for entry in parent.glob(f"{host}-*"):
         pid = entry.name.rpartition("-")[2]
-        if pid.isdigit() and not _exists(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             log.info("removing the MCP package caches of a stopped worker: %s", entry)
             shutil.rmtree(entry, ignore_errors=True)
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -50,6 +50,7 @@ from teamctl.shared.agent.python_tools import result_text
 from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.agent.tools import TOOL_CALL_ID, Toolbox
 from teamctl.shared.errors import ConfigError, ToolFailed
+from teamctl.shared.process.pids import pid_alive
 from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.text import shorten
 from teamctl.shared.workspace.directory import new_private_home, tool_env
@@ -712,14 +713,8 @@ def _running_process(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             return f.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+    except (OSError, IndexError):  # no /proc: whether it exists at all
+        return pid_alive(pid)
 
 
 def _session_children() -> set[int]:

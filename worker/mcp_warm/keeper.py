@@ -16,7 +16,6 @@ child of the worker (a work-horse; what a tool starts is a grandchild, and is re
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import hashlib
 import json
 import logging
@@ -53,6 +52,7 @@ from teamctl.worker.mcp_warm.protocol import (
     receive,
     send,
 )
+from teamctl.worker.parent_death import die_with_parent
 
 log = logging.getLogger(__name__)
 SWEEP_S = 0.5
@@ -61,7 +61,6 @@ END_CHECK_S = 1.0
 """How often it asks Redis whether a scope's run (team) ended."""
 ACCEPT_POLL_S = 0.5
 """How long an accept waits before the keeper checks whether it was told to stop."""
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -313,9 +312,7 @@ def run_keeper(listener: socket.socket, conn: redis.Redis, caches: Path | None) 
     meant for the worker is not its), death with the worker, SIGTERM to stop."""
     worker = os.getppid()
     os.setsid()
-    _die_with_parent()
-    if os.getppid() != worker:
-        return  # the worker died before the signal was armed
+    die_with_parent(worker)  # its servers die with it, each armed the same way
     keeper = McpKeeper(conn, worker, caches)
     signal.signal(signal.SIGTERM, lambda *_: keeper.stopping.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -327,11 +324,3 @@ def run_keeper(listener: socket.socket, conn: redis.Redis, caches: Path | None) 
     finally:
         keeper.stopping.set()
         keeper.close_all()
-
-
-def _die_with_parent() -> None:
-    """SIGKILL this process when the worker dies (its servers then die with it, each armed the
-    same way); nothing where prctl is missing (the worker's stop still ends it)."""
-    with contextlib.suppress(OSError, AttributeError):
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
