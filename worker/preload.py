@@ -1,24 +1,30 @@
 """What a worker imports and prepares before its first job, in two parts: what a run's first
-jobs need (RQ, the job modules, litellm warmed up: the planner's model call), and the rest (the
-persistent teams' turn job, the MCP SDK's client: ~0.4 s of CPU).
+jobs need (RQ, the job modules, litellm's success path warmed up: the planner's model call), and
+the rest (litellm's error path and tiktoken's encoding, the persistent teams' turn job, the MCP
+SDK's client: ~0.65 s of CPU).
 
-A preloaded parent (worker/fork_server.py) can fork a run's first worker between the two, and
-that worker's settings module (worker/settings.py) then skips the rest: its jobs import what
-they need of it themselves, as a worker without a preload would. Imports stay inside the
-functions: the fork server names this module before it preloads anything.
+A preloaded parent (worker/fork_server.py) can fork a run's first worker between the two; that
+worker (worker/rq_worker.py) does the rest once it has handed its first job over, while the job
+runs. Each part runs once per process, and a forked process inherits what its parent ran.
+Imports stay inside the functions: the fork server names this module before it preloads
+anything.
 """
 
 from __future__ import annotations
+
+import functools
+import gc
 
 DEFERRED_ENV = "TEAMCTL_PRELOAD_DEFERRED"
 """Set by the fork server in a worker it forked before its parent had imported the rest
 (preload_rest); the settings module reads and removes it before anything else starts."""
 
 
+@functools.cache
 def preload_for_planning() -> None:
     """Import and prepare what a run's first jobs need: RQ's command line, the job modules,
-    litellm (its lazy first-call costs paid too), the runs' prompt templates, the tools'
-    schemas and the Lua sources."""
+    litellm (the first-call costs of its success path paid too), the runs' prompt templates,
+    the tools' schemas and the Lua sources."""
     import rq.cli.cli  # noqa: F401
     import teamctl.worker.jobs  # noqa: F401
     import teamctl.worker.rq_bootstrap  # noqa: F401
@@ -34,12 +40,30 @@ def preload_for_planning() -> None:
     sources()  # the Lua scripts' text, read from the package once
 
 
+@functools.cache
 def preload_rest() -> None:
-    """Import what the other jobs need: the persistent teams' turn job and its templates, and
-    the MCP SDK's client (~0.3 s an import) for members with MCP servers."""
+    """Import and prepare what the other jobs need: litellm's error path and tiktoken's encoding
+    (~0.25 s a job otherwise), the persistent teams' turn job and its templates, and the MCP
+    SDK's client (~0.3 s an import) for members with MCP servers."""
     import teamctl.worker.teams.turn  # noqa: F401
+    from teamctl.shared.agent.litellm_warmup import warm_up_rest
+    from teamctl.shared.agent.llm import load_litellm
     from teamctl.shared.agent.mcp_tools import preload_sdk
     from teamctl.shared.agent.prompts import precompile
 
+    warm_up_rest(load_litellm())
     preload_sdk()
     precompile("teamctl.worker.teams")
+
+
+def preload_rest_after_planning() -> None:
+    """The rest of the preload in a worker that ran the first part only (a run's first worker,
+    forked early, once it has handed a job over); nothing in one that preloaded nothing (a bare
+    `rq worker`: its jobs import what they use)."""
+    if preload_for_planning.cache_info().currsize and not preload_rest.cache_info().currsize:
+        gc.disable()  # as in the first part: what it makes lives as long as the worker
+        try:
+            preload_rest()
+        finally:
+            gc.freeze()
+            gc.enable()

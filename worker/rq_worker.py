@@ -31,6 +31,7 @@ from teamctl.shared.redis.connection import (
 from teamctl.shared.settings import load_settings
 from teamctl.shared.teams.teammates import TURN_FUNCTION
 from teamctl.worker.mcp_warm.process import KeeperProcess
+from teamctl.worker.preload import preload_rest_after_planning
 
 MCP_JOBS = frozenset(
     {
@@ -79,6 +80,12 @@ class TeamctlWorker(Worker):
         if job.func_name in MCP_JOBS:
             self._ensure_mcp_keeper()
         super().execute_job(job, queue)
+
+    def fork_work_horse(self, job: Any, queue: Any) -> None:
+        """RQ's fork of the job's process; then, in a run's first worker, the rest of the
+        preload it skipped to be ready sooner, while this job runs (once)."""
+        super().fork_work_horse(job, queue)
+        preload_rest_after_planning()
 
     def _ensure_mcp_keeper(self) -> None:
         if self.mcp_keeper is None:

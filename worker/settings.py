@@ -15,9 +15,9 @@ moves litellm's lazy first-call work (~400 ms, its success path included) into t
 prompt templates, tool schemas and Lua sources are prepared here once, and the MCP SDK's client is
 imported (its sessions are per attempt: see shared/agent/mcp_tools.py); worker/preload.py lists
 it all. A run's first worker that a fork server forked before its own preload was complete skips
-the SDK and the turn job (its jobs import them if they need them): the planner's job waits on
-nothing it does not use. The default worker class, worker/warm_fork.py, also forks each job's
-process ahead and warms it while the worker is idle.
+the SDK, the turn job, litellm's error path and tiktoken's encoding until it has handed its
+first job over: the planner's job waits on nothing it does not use. The default worker class,
+worker/warm_fork.py, also forks each job's process ahead and warms it while the worker is idle.
 """
 
 import gc
@@ -54,8 +54,8 @@ from teamctl.shared.tracing import check_tracing  # noqa: E402
 from teamctl.worker.preload import preload_for_planning, preload_rest  # noqa: E402
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
-preload_for_planning()  # a no-op in what a fork server forked, but for the warm-up's own call
-if not _deferred:  # else its parent had not imported these yet: its jobs import what they need
+preload_for_planning()  # a no-op in what a fork server forked: it ran there
+if not _deferred:  # else the worker does it once it has handed its first job over
     preload_rest()  # the turn job (imported in every fork otherwise), the MCP client
 load_settings()  # the first Settings build (~3 ms); each job still reads its environment
 if _settings.traces_wanted:  # the SDK's imports, once here; each job builds its own provider

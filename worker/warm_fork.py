@@ -31,6 +31,7 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.worker.base import SHUTDOWN_SIGNAL
 from teamctl.worker.parent_death import die_with_parent
+from teamctl.worker.preload import preload_rest_after_planning
 from teamctl.worker.rq_worker import TeamctlWorker
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,7 @@ class WarmForkWorker(TeamctlWorker):
             self.procline(f"Handed over to {spare.pid} at {time.time()}")  # type: ignore[no-untyped-call]
         else:
             super().fork_work_horse(job, queue)
+        preload_rest_after_planning()  # before the next spare, which then inherits it
         if not self._stop_requested:
             self._fork_spare()
 

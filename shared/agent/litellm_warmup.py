@@ -1,8 +1,8 @@
 """litellm's first-call costs paid once, in a worker's preloading parent, not in every forked job.
 
-A refused loopback port walks litellm's error path; a one-shot loopback HTTP server that answers
-one tool-calling completion walks its success path. No thread is left running, so forking stays
-safe.
+A one-shot loopback HTTP server that answers one tool-calling completion walks its success path
+(warm_up: a run's first model call needs it); a refused loopback port walks its error path
+(warm_up_rest, with tiktoken's encoding). No thread is left running, so forking stays safe.
 """
 
 from __future__ import annotations
@@ -43,14 +43,31 @@ _WARM_UP_REPLY = {
 
 
 def warm_up(litellm: Any) -> None:
-    """Pay litellm's first-call costs once, in a preloading parent, not in every forked job.
+    """Pay the first-call costs of litellm's success path once, in a preloading parent, not in
+    every forked job: what a run's first model call (the planner's) goes through.
 
     litellm and the openai SDK import ~100 modules and build pydantic schemas lazily on the first
-    call (~400 ms), and their first successful call pays ~20 ms more (response parsing, cost
-    lookup, logging payload). A call to a refused loopback port walks the error path; one call
-    to a one-shot loopback server walks the success path. No thread is left running, so forking
-    stays safe.
+    call (~150 ms here); one call to a one-shot loopback server walks the success path, the
+    reply's parsing and cost lookup included. No thread is left running, so forking stays safe.
     """
+    from openai.types.chat import ChatCompletion
+
+    try:  # what the SDK itself runs on a reply (a private helper, hence the fallback)
+        from openai._models import construct_type
+
+        construct_type(value=_WARM_UP_REPLY, type_=ChatCompletion)
+    except ImportError:
+        ChatCompletion.model_validate(_WARM_UP_REPLY)
+    try:
+        _warm_success_path(litellm)
+    except Exception as exc:  # a warm-up only: jobs then pay these costs themselves
+        log.warning("litellm warm-up of a successful call failed: %s", describe_error(exc))
+    _check_no_thread_left()
+
+
+def warm_up_rest(litellm: Any) -> None:
+    """Pay the first-call costs a run's first model call does not need (~250 ms): litellm's
+    error path, walked by a call to a refused loopback port, and tiktoken's encoding."""
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # bound but never listening: the connect is refused at once
         port = closed.getsockname()[1]
@@ -64,23 +81,15 @@ def warm_up(litellm: Any) -> None:
                 num_retries=0,
                 max_retries=0,
             )
-    from openai.types.chat import ChatCompletion
-
-    try:  # what the SDK itself runs on a reply (a private helper, hence the fallback)
-        from openai._models import construct_type
-
-        construct_type(value=_WARM_UP_REPLY, type_=ChatCompletion)
-    except ImportError:
-        ChatCompletion.model_validate(_WARM_UP_REPLY)
-    try:
-        _warm_success_path(litellm)
-    except Exception as exc:  # a warm-up only: jobs then pay these costs themselves
-        log.warning("litellm warm-up of a successful call failed: %s", describe_error(exc))
     # Calls that count tokens (the offline model's, among others) load tiktoken's encoding
-    # lazily: ~0.6 s in every forked job otherwise. Loading it starts no thread. A private
+    # lazily: ~0.13 s in every forked job otherwise. Loading it starts no thread. A private
     # helper, hence the guard: without it, jobs only pay that time again.
     with contextlib.suppress(Exception):
         litellm.main._get_encoding()
+    _check_no_thread_left()
+
+
+def _check_no_thread_left() -> None:
     if threading.active_count() > 1:
         log.warning(
             "litellm warm-up left %d threads running; forked jobs may inherit held locks",

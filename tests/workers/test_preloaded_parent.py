@@ -159,18 +159,21 @@ def run_job(queue: Queue, function: str, *args: str) -> object:
 LOADED_MODULE = """import sys
 
 
-def loaded(name: str) -> bool:
-    return name in sys.modules
+def loaded(*names: str) -> list[bool]:
+    return [name in sys.modules for name in names]
 """
-"""A job module: whether the work-horse running it (a fork of its worker) has `name` imported."""
+"""A job module: whether the work-horse running it (a fork of its worker) has each of `names`
+imported."""
+PRELOADED = ("litellm", "mcp", "teamctl.worker.teams.turn")
 
 
 def test_a_runs_first_worker_is_forked_before_the_preload_of_what_planning_does_not_use(
     redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Asked for early while the parent preloads, a worker is forked once litellm is ready and
-    serves without the MCP SDK or the turn job (its jobs import them if they need them); one
-    asked for after it gets the whole preload from the parent."""
+    serves its first job without the MCP SDK or the turn job (a job imports them if it needs
+    them), then imports them itself while that job runs: its later jobs have them, as every job
+    of a worker asked for after the preload has."""
     (tmp_path / "libs").mkdir()
     (tmp_path / "libs" / "loaded_mod.py").write_text(LOADED_MODULE)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "libs"))
@@ -190,12 +193,12 @@ def test_a_runs_first_worker_is_forked_before_the_preload_of_what_planning_does_
                 120,
                 message="the forked worker to register",
             )
-            loaded[name] = [
-                run_job(queue, "loaded_mod.loaded", module)
-                for module in ("litellm", "mcp", "teamctl.worker.teams.turn")
-            ]
+            loaded[name] = [run_job(queue, "loaded_mod.loaded", *PRELOADED) for _ in range(3)]
             assert run_job(queue, "os.getenv", "TEAMCTL_PRELOAD_DEFERRED") is None
-        assert loaded == {first: [True, False, False], second: [True, True, True]}
+        assert loaded == {
+            first: [[True, False, False], [True, True, True], [True, True, True]],
+            second: [[True, True, True]] * 3,
+        }
         assert {parent_pid(early.pid), parent_pid(later.pid)} == {process.pid}
     finally:
         stop_process(process, timeout_s=30)
