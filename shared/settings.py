@@ -71,6 +71,9 @@ class Settings(BaseModel):
     )
     """How long a worker rides out a Redis it cannot reach (RQ's own client included) before
     it exits; runs bound their own calls by their redis_outage_s option."""
+    worker_nice: int = Field(10, ge=0, le=19, validation_alias="TEAMCTL_WORKER_NICE")
+    """The niceness a worker takes once preloaded (worker/priority.py), its jobs with it: on a
+    busy host the coordinator, Redis and a user's commands go first; 0 keeps the start's."""
     workspace_store: Literal["auto", "local", "redis"] = Field(
         "auto", validation_alias="TEAMCTL_WORKSPACE_STORE"
     )

@@ -16,8 +16,10 @@ prompt templates, tool schemas and Lua sources are prepared here once, and the M
 imported (its sessions are per attempt: see shared/agent/mcp_tools.py); worker/preload.py lists
 it all. A run's first worker that a fork server forked before its own preload was complete skips
 the SDK, the turn job, litellm's error path and tiktoken's encoding until it has handed its
-first job over: the planner's job waits on nothing it does not use. The default worker class,
-worker/warm_fork.py, also forks each job's process ahead and warms it while the worker is idle.
+first job over: the planner's job waits on nothing it does not use. Once preloaded, a worker
+lowers its CPU priority (worker/priority.py), so the coordinator and Redis go first on a busy
+host. The default worker class, worker/warm_fork.py, also forks each job's
+process ahead and warms it while the worker is idle.
 """
 
 import gc
@@ -28,6 +30,7 @@ from teamctl.shared.process.parent_watch import exit_if_parent_gone, watch_paren
 from teamctl.shared.redis.connection import OutageTolerantRedis
 from teamctl.shared.settings import load_settings
 from teamctl.worker.preload import DEFERRED_ENV
+from teamctl.worker.priority import lower_priority
 from teamctl.worker.process_privacy import keep_environment_private
 from teamctl.worker.rq_bootstrap import complete_rq_command, rq_redis_url
 
@@ -62,6 +65,9 @@ if _settings.traces_wanted:  # the SDK's imports, once here; each job builds its
     check_tracing(_settings)
     import teamctl.shared.tracing_otel  # noqa: E402, F401
 exit_if_parent_gone(os.environ)  # the preload may have outlasted the run that started us
+# After the preload, which a cold run's first model call waits for; before the watch's thread,
+# which inherits it as every job's process does.
+lower_priority(_settings.worker_nice)
 watch_parent(os.environ)
 # Everything above lives as long as the worker: frozen, the collector of each forked job never
 # walks these objects (it would write their gc headers and copy their pages into the job).

@@ -213,3 +213,16 @@ def test_verbs_that_do_not_call_a_model_ignore_the_api_base(
     result = CliRunner().invoke(main, ["runs", "--redis-url", redis_url])
     assert result.exit_code == 0, result.output
     assert redis.Redis.from_url(redis_url).keys("*") == []
+
+
+@pytest.mark.parametrize("value", ["-1", "20", "low"])
+def test_a_worker_niceness_outside_0_to_19_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("TEAMCTL_WORKER_NICE", value)
+
+    with pytest.raises(ConfigError) as failed:
+        load_settings()
+
+    assert str(failed.value).startswith(f"TEAMCTL_WORKER_NICE={value!r} in the environment: ")
+    assert str(failed.value).endswith("set TEAMCTL_WORKER_NICE to a valid value or unset it")

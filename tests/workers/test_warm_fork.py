@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -162,6 +162,21 @@ def warm_spare(worker_pid: int) -> bool:
     return len(spares) == 1 and faults(next(iter(spares))) > WARM_UP_FAULTS
 
 
+def done_warming(worker_pid: int) -> Callable[[], bool]:
+    """A condition for wait_until: the worker's spare is warm, and its faults did not move
+    between two polls (its warm-up is over, not under way)."""
+    seen: list[tuple[int, int]] = []
+
+    def settled() -> bool:
+        if not warm_spare(worker_pid):
+            return False
+        (spare,) = children(worker_pid)
+        seen.append((spare, faults(spare)))
+        return len(seen) > 1 and seen[-1] == seen[-2]
+
+    return settled
+
+
 def test_the_spare_warms_up_while_the_worker_is_idle_and_not_while_jobs_wait(
     redis_server: str, tmp_path: Path
 ) -> None:
@@ -174,6 +189,9 @@ def test_the_spare_warms_up_while_the_worker_is_idle_and_not_while_jobs_wait(
         # arrives once the worker waits idle again.
         wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare")
         (idle,) = faults_of_jobs(queue, [rusage])
+        # Warm again first: a job that finds its spare still warming is forked, and the spare,
+        # warm by then, would take the job queued behind it.
+        wait_until(done_warming(worker.pid), 30, interval_s=0.1, message="a spare done warming")
         _, queued = faults_of_jobs(queue, [("time.sleep", (1,)), rusage])
         wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare again")
         (idle_again,) = faults_of_jobs(queue, [rusage])

@@ -70,12 +70,16 @@ def only_rq_config(state: Path, **extra: str) -> dict[str, str]:
 
 
 def start_worker(
-    env: dict[str, str], log: Path, started: list[subprocess.Popen[bytes]]
+    env: dict[str, str],
+    log: Path,
+    started: list[subprocess.Popen[bytes]],
+    prefix: tuple[str, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """`rq worker` with no queue named and no flag, its output in `log`."""
+    """`rq worker` with no queue named and no flag, its output in `log`; `prefix`: a command
+    that executes it (`nice -n 15`)."""
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "rq.cli", "worker"],
+            [*prefix, sys.executable, "-m", "rq.cli", "worker"],
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -137,6 +141,36 @@ def test_a_class_the_person_chose_is_kept(
     wait_until(lambda: registered(url, worker.pid), REGISTER_S, message="the worker to register")
     env = environ_of(worker.pid)
     assert (env["RQ_CONNECTION_CLASS"], env["RQ_WORKER_CLASS"]) == (WORKER_CONNECTION_CLASS, chosen)
+
+
+def test_a_worker_runs_its_jobs_below_the_processes_a_run_waits_on(
+    state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
+) -> None:
+    """Niceness 10 once preloaded (TEAMCTL_WORKER_NICE), its jobs with it; 0 keeps the
+    niceness it started with, and a worker started nicer keeps its own."""
+    url = EmbeddedRedis(state / "redis").ensure()
+    start = os.getpriority(os.PRIO_PROCESS, 0)
+    default = start_worker(only_rq_config(state), tmp_path / "default.log", started)
+    wait_until(lambda: listening(url, default.pid), REGISTER_S, message="the worker to listen")
+    job = Queue("members", connection=redis.Redis.from_url(url)).enqueue(
+        "os.getpriority", os.PRIO_PROCESS, 0
+    )
+    wait_until(lambda: job.get_status(refresh=True) == "finished", 60, message="the job to end")
+
+    assert job.return_value() == max(10, start)
+    assert os.getpriority(os.PRIO_PROCESS, default.pid) == max(10, start)
+
+    kept = start_worker(
+        only_rq_config(state, TEAMCTL_WORKER_NICE="0"), tmp_path / "kept.log", started
+    )
+    nicer = start_worker(
+        only_rq_config(state), tmp_path / "nicer.log", started, prefix=("nice", "-n", "15")
+    )
+    for worker in (kept, nicer):
+        wait_until(lambda: listening(url, worker.pid), REGISTER_S, message="the worker to listen")  # noqa: B023
+
+    assert os.getpriority(os.PRIO_PROCESS, kept.pid) == start
+    assert os.getpriority(os.PRIO_PROCESS, nicer.pid) == max(15, start)
 
 
 def test_a_worker_exits_once_redis_is_gone_for_its_outage_bound(
