@@ -4,13 +4,13 @@ A forked horse pays for every page of the parent it writes to (copy-on-write): ~
 about 15 ms, on a job's first model call through litellm, since calling code writes the reference
 counts of the objects it touches; and forking a preloaded parent costs the worker several ms more
 before the job starts. WarmForkWorker forks the next job's process (a spare) as soon as it hands a
-job over, so the fork is off the next job's path. When the worker is about to wait with its queues
-empty, it tells the spare to warm up: one model call to a loopback server and a Redis connection,
-taking those page copies while nothing waits. Warming only when idle keeps a busy worker's CPU for
-its jobs. The job is handed over by id, as RQ's SpawnWorker does; the spare runs it exactly as a
-freshly forked horse would (its own process group, the same signals), so each job still has a
-process of its own. A job waits at most READY_WAIT_S for a spare that is not set up yet, then forks
-as RQ does.
+job over, so the fork is off the next job's path. When its queues are empty, as it hands a job
+over or is about to wait, it tells the spare to warm up: one model call to a loopback server and a
+Redis connection, taking those page copies while no job waits. Warming only then keeps a busy
+worker's CPU for its jobs. The job is handed over by id, as RQ's SpawnWorker does; the spare runs
+it exactly as a freshly forked horse would (its own process group, the same signals), so each job
+still has a process of its own. A job waits at most READY_WAIT_S for a spare that is not set up
+yet, then forks as RQ does.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ class WarmForkWorker(TeamctlWorker):
     while the worker is idle."""
 
     _spare: Spare | None = None
+    _burst = False
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)
@@ -92,9 +93,10 @@ class WarmForkWorker(TeamctlWorker):
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
         """RQ's wait for the next job; the spare warms up first if the queues are empty (not in
-        burst mode, whose worker stops at the first empty dequeue)."""
-        if timeout is not None:
-            self._warm_spare_if_idle()
+        burst mode, whose worker stops at the first empty dequeue, nor at its hand-overs)."""
+        self._burst = timeout is None  # how RQ's loop asks in burst mode
+        if not self._burst:
+            self._warm_spare_if_queues_empty()
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
     def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
@@ -144,15 +146,19 @@ class WarmForkWorker(TeamctlWorker):
         preload_rest_after_planning()  # before the next spare, which then inherits it
         if not self._stop_requested:
             self._fork_spare()
+            if not self._burst:
+                # Nothing else waiting: the next job may come the moment this one ends (a
+                # teammate's wake, a task this one unblocks), with no idle wait to warm up in.
+                self._warm_spare_if_queues_empty()
 
     def teardown(self) -> None:
         if not self.is_horse:
             self._end_spare()
         super().teardown()
 
-    def _warm_spare_if_idle(self) -> None:
-        """Tell the spare to warm up when every queue is empty: the worker is about to wait,
-        so the warm-up takes no CPU a job could use."""
+    def _warm_spare_if_queues_empty(self) -> None:
+        """Tell the spare to warm up when every queue is empty: no job waits for the CPU the
+        warm-up takes."""
         spare = self._spare
         if spare is None or spare.warming:
             return

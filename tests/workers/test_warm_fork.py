@@ -133,9 +133,10 @@ WARM_UP_FAULTS = 2000
 
 
 def faults_of_jobs(queue: Queue, jobs: list[tuple[str, tuple[object, ...]]]) -> list[int]:
-    """Enqueue the jobs at once; each job's process's page faults when its job ran (the jobs
-    are `resource.getrusage(RUSAGE_SELF)`, or anything else, which reports -1)."""
-    enqueued = [queue.enqueue(fn, *args) for fn, args in jobs]
+    """Enqueue the jobs at once (one transaction: the worker sees them all queued); each job's
+    process's page faults when its job ran (the jobs are `resource.getrusage(RUSAGE_SELF)`, or
+    anything else, which reports -1)."""
+    enqueued = queue.enqueue_many([Queue.prepare_data(fn, args) for fn, args in jobs])
     wait_until(
         lambda: all(
             Job.fetch(j.id, connection=queue.connection).get_status() == "finished"
@@ -199,3 +200,19 @@ def test_the_spare_warms_up_while_the_worker_is_idle_and_not_while_jobs_wait(
     assert queued > 0
     assert idle > queued + WARM_UP_FAULTS
     assert idle_again > queued + WARM_UP_FAULTS
+
+
+def test_a_spare_forked_with_no_job_queued_warms_up_while_the_job_before_it_runs(
+    redis_server: str, tmp_path: Path
+) -> None:
+    """A job queued while the one before it runs, as a teammate's wake sent the moment its turn
+    ended, finds its spare warm: nothing waited when that job was handed over."""
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+    with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
+        wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare")
+        running = queue.enqueue("time.sleep", 1)
+        wait_until(lambda: running.get_status(refresh=True) == "started", 30, message="a start")
+        (behind,) = faults_of_jobs(queue, [("resource.getrusage", (0,))])
+
+    assert behind > WARM_UP_FAULTS
