@@ -50,6 +50,7 @@ def warm_up(litellm: Any) -> None:
     call (~150 ms here); one call to a one-shot loopback server walks the success path, the
     reply's parsing and cost lookup included. No thread is left running, so forking stays safe.
     """
+    threads = threading.active_count()
     from openai.types.chat import ChatCompletion
 
     try:  # what the SDK itself runs on a reply (a private helper, hence the fallback)
@@ -62,12 +63,13 @@ def warm_up(litellm: Any) -> None:
         _warm_success_path(litellm)
     except Exception as exc:  # a warm-up only: jobs then pay these costs themselves
         log.warning("litellm warm-up of a successful call failed: %s", describe_error(exc))
-    _check_no_thread_left()
+    _check_no_thread_left(threads)
 
 
 def warm_up_rest(litellm: Any) -> None:
     """Pay the first-call costs a run's first model call does not need (~250 ms): litellm's
     error path, walked by a call to a refused loopback port, and tiktoken's encoding."""
+    threads = threading.active_count()
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # bound but never listening: the connect is refused at once
         port = closed.getsockname()[1]
@@ -86,14 +88,15 @@ def warm_up_rest(litellm: Any) -> None:
     # helper, hence the guard: without it, jobs only pay that time again.
     with contextlib.suppress(Exception):
         litellm.main._get_encoding()
-    _check_no_thread_left()
+    _check_no_thread_left(threads)
 
 
-def _check_no_thread_left() -> None:
-    if threading.active_count() > 1:
+def _check_no_thread_left(before: int) -> None:
+    """Warn of threads the warm-up started and left (a running worker has its own already)."""
+    if threading.active_count() > before:
         log.warning(
             "litellm warm-up left %d threads running; forked jobs may inherit held locks",
-            threading.active_count() - 1,
+            threading.active_count() - before,
         )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from teamctl.shared.agent.litellm_warmup import warm_up
+from teamctl.shared.agent.litellm_warmup import warm_up, warm_up_rest
 from teamctl.shared.agent.llm import (
     LitellmClient,
     credential_vars,
@@ -104,10 +104,20 @@ def test_a_network_failure_names_its_cause_and_an_error_reply_does_not_repeat_it
     assert "boom 5e1" in str(failed.value) and llm.api_base not in str(failed.value)
 
 
-def test_warm_up_starts_no_thread_so_forking_stays_safe() -> None:
-    before = threading.active_count()
-    warm_up(load_litellm())
-    assert threading.active_count() == before
+def test_warm_up_starts_no_thread_so_forking_stays_safe(caplog: pytest.LogCaptureFixture) -> None:
+    """Nor does it warn of a thread it did not start: a running worker has its own."""
+    done = threading.Event()
+    already = threading.Thread(target=done.wait, daemon=True)
+    already.start()
+    try:
+        before = threading.active_count()
+        warm_up(load_litellm())
+        warm_up_rest(load_litellm())
+        assert threading.active_count() == before
+    finally:
+        done.set()
+        already.join()
+    assert "threads running" not in caplog.text
 
 
 def test_a_rejected_key_is_not_retried_and_the_error_names_its_variable_not_its_value(
