@@ -154,8 +154,9 @@ def serve(
 
 def fork_early(listener: socket.socket, children: set[int]) -> list[Received]:
     """Between the two parts of the preload: fork the workers whose requests wait now and ask
-    for it (a run's first worker: SpawnRequest.early), which skip the rest of the preload
-    (worker/preload.py); the other requests waiting are returned, read, for serve to answer."""
+    for it (a run's first worker: SpawnRequest.early), which do the rest of the preload
+    themselves once they have handed a job over (worker/preload.py); the other requests
+    waiting are returned, read, for serve to answer."""
     held: list[Received] = []
     listener.setblocking(False)
     try:
@@ -284,7 +285,8 @@ def _become_worker(
 ) -> None:
     """In the forked child: take the request's environment, directory and output, then run
     RQ's command line as `python -m rq.cli` would; never return into the server's loop.
-    `deferred`: forked before the rest of the preload, which its settings module then skips."""
+    `deferred`: forked before the rest of the preload, which its settings module then leaves to
+    the worker (after its first hand-over)."""
     code = 1
     try:
         for held in close:

@@ -56,14 +56,23 @@ def preload_rest() -> None:
     precompile("teamctl.worker.teams")
 
 
-def preload_rest_after_planning() -> None:
-    """The rest of the preload in a worker that ran the first part only (a run's first worker,
-    forked early, once it has handed a job over); nothing in one that preloaded nothing (a bare
-    `rq worker`: its jobs import what they use)."""
-    if preload_for_planning.cache_info().currsize and not preload_rest.cache_info().currsize:
-        gc.disable()  # as in the first part: what it makes lives as long as the worker
-        try:
-            preload_rest()
-        finally:
-            gc.freeze()
-            gc.enable()
+def rest_pending() -> bool:
+    """Whether this process ran the first part of the preload and not the rest (a run's first
+    worker, forked early); false in one that preloaded nothing (a bare `rq worker`: its jobs
+    import what they use)."""
+    return (
+        bool(preload_for_planning.cache_info().currsize) and not preload_rest.cache_info().currsize
+    )
+
+
+def preload_rest_in_worker() -> None:
+    """The rest of the preload in a running worker, as the first part ran: collector off, then
+    what it made frozen (it lives as long as the worker), after one collection of what the
+    worker made so far, so no garbage is frozen with it."""
+    gc.collect()  # cheap: the first part's objects are frozen already
+    gc.disable()
+    try:
+        preload_rest()
+    finally:
+        gc.freeze()
+        gc.enable()

@@ -10,14 +10,17 @@ the same.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 
 def lower_priority(nice: int) -> int:
-    """Raise the calling thread's niceness (on Linux, what it forks and starts inherit it) to
-    `nice` if it is below; never lower it (an unprivileged process cannot, and a worker started
-    with `nice -n 15` keeps 15). Returns the niceness it has now."""
+    """Raise the calling thread's niceness (on Linux, the processes and threads it starts
+    afterwards inherit it) to `nice` if it is below; never lower it (an unprivileged process
+    cannot, and a worker started with `nice -n 15` keeps 15), and 0 changes nothing. Returns
+    the niceness it has now; one the system refuses leaves it as it was."""
     current = os.getpriority(os.PRIO_PROCESS, 0)
-    if current < nice:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if nice and current < nice:
+        with contextlib.suppress(OSError):  # a sandbox that forbids it: run as started
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
     return os.getpriority(os.PRIO_PROCESS, 0)

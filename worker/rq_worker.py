@@ -31,7 +31,8 @@ from teamctl.shared.redis.connection import (
 from teamctl.shared.settings import load_settings
 from teamctl.shared.teams.teammates import TURN_FUNCTION
 from teamctl.worker.mcp_warm.process import KeeperProcess
-from teamctl.worker.preload import preload_rest_after_planning
+from teamctl.worker.preload import preload_rest_in_worker, rest_pending
+from teamctl.worker.priority import lower_priority
 
 MCP_JOBS = frozenset(
     {
@@ -85,7 +86,24 @@ class TeamctlWorker(Worker):
         """RQ's fork of the job's process; then, in a run's first worker, the rest of the
         preload it skipped to be ready sooner, while this job runs (once)."""
         super().fork_work_horse(job, queue)
-        preload_rest_after_planning()
+        self._finish_preload()
+
+    def _finish_preload(self) -> bool:
+        """The rest of the preload, if this worker skipped it (a run's first worker), and its
+        lower priority, which it kept until now for the planner's job a cold run waits on.
+        Whether it ran: a failure costs no job (they import what they need, as before)."""
+        if not rest_pending():
+            return False
+        lower_priority(load_settings().worker_nice)
+        try:
+            preload_rest_in_worker()
+        except Exception:  # an optimisation only: the job in hand must not pay for it
+            self.log.warning(
+                "Worker %s: the rest of the preload failed; jobs import what they use",
+                self.name,
+                exc_info=True,
+            )
+        return True
 
     def _ensure_mcp_keeper(self) -> None:
         if self.mcp_keeper is None:

@@ -15,11 +15,11 @@ moves litellm's lazy first-call work (~400 ms, its success path included) into t
 prompt templates, tool schemas and Lua sources are prepared here once, and the MCP SDK's client is
 imported (its sessions are per attempt: see shared/agent/mcp_tools.py); worker/preload.py lists
 it all. A run's first worker that a fork server forked before its own preload was complete skips
-the SDK, the turn job, litellm's error path and tiktoken's encoding until it has handed its
-first job over: the planner's job waits on nothing it does not use. Once preloaded, a worker
-lowers its CPU priority (worker/priority.py), so the coordinator and Redis go first on a busy
-host. The default worker class, worker/warm_fork.py, also forks each job's
-process ahead and warms it while the worker is idle.
+the SDK, the turn job, litellm's error path and tiktoken's encoding, and keeps its priority,
+until teamctl's worker class has handed its first job over: the planner's job waits on nothing
+it does not use. Once preloaded, a worker lowers its CPU priority (worker/priority.py), so the
+coordinator and Redis go first on a busy host. The default worker class, worker/warm_fork.py,
+also forks each job's process ahead and warms it while no job waits.
 """
 
 import gc
@@ -58,16 +58,18 @@ from teamctl.worker.preload import preload_for_planning, preload_rest  # noqa: E
 
 os.environ[teamctl.worker.jobs.PRELOAD_MARKER] = "1"  # forked jobs see it: no "not preloaded" hint
 preload_for_planning()  # a no-op in what a fork server forked: it ran there
-if not _deferred:  # else the worker does it once it has handed its first job over
+if not _deferred:  # else teamctl's worker classes do it once they have handed a job over
     preload_rest()  # the turn job (imported in every fork otherwise), the MCP client
 load_settings()  # the first Settings build (~3 ms); each job still reads its environment
 if _settings.traces_wanted:  # the SDK's imports, once here; each job builds its own provider
     check_tracing(_settings)
     import teamctl.shared.tracing_otel  # noqa: E402, F401
 exit_if_parent_gone(os.environ)  # the preload may have outlasted the run that started us
-# After the preload, which a cold run's first model call waits for; before the watch's thread,
-# which inherits it as every job's process does.
-lower_priority(_settings.worker_nice)
+# After the preload, which a cold run's first model call waits for; a run's first worker keeps
+# its priority until it has handed that job over (TeamctlWorker._finish_preload). Threads and
+# processes started from here on inherit it (the watch's thread, the spares, the jobs).
+if not _deferred:
+    lower_priority(_settings.worker_nice)
 watch_parent(os.environ)
 # Everything above lives as long as the worker: frozen, the collector of each forked job never
 # walks these objects (it would write their gc headers and copy their pages into the job).

@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
 from rq.worker.base import SHUTDOWN_SIGNAL
 from teamctl.worker.parent_death import die_with_parent
-from teamctl.worker.preload import preload_rest_after_planning
 from teamctl.worker.rq_worker import TeamctlWorker
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class Spare:
 
 class WarmForkWorker(TeamctlWorker):
     """teamctl's forking worker whose horses are forked before their jobs arrive, and warmed
-    while the worker is idle."""
+    while no job waits."""
 
     _spare: Spare | None = None
     _burst = False
@@ -125,50 +125,67 @@ class WarmForkWorker(TeamctlWorker):
         self._keeper_failed = self.mcp_keeper is None or self.mcp_keeper.missing()
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
-        """Hand the job to the spare, then fork the next spare while this job runs. A job waits
-        at most READY_WAIT_S for a spare that is not set up yet, and is then forked as RQ does
-        (the spare kept for the next one). A spare still warming up runs the job once warm."""
+        """Hand the job to the spare, then fork the next spare while this job runs, and warm
+        it up if no job waits. A job waits at most READY_WAIT_S for a spare that is not set up
+        yet (or still warming up), and is then forked as RQ does (the spare kept for the next
+        one)."""
         spare = self._spare
-        if spare is None or not spare.takes_job(READY_WAIT_S):
-            super().fork_work_horse(job, queue)
-            if spare is None:
-                self._fork_spare()
-            return
-        self._spare = None
-        if self._hand_over(spare, job, queue):
-            os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
-            os.environ["RQ_JOB_ID"] = job.id
-            self._horse_pid = spare.pid
-            # RQ leaves procline unannotated.
-            self.procline(f"Handed over to {spare.pid} at {time.time()}")  # type: ignore[no-untyped-call]
+        if spare is not None and spare.takes_job(READY_WAIT_S):
+            self._spare = None
+            if self._hand_over(spare, job, queue):
+                os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
+                os.environ["RQ_JOB_ID"] = job.id
+                self._horse_pid = spare.pid
+                # RQ leaves procline unannotated.
+                self.procline(f"Handed over to {spare.pid} at {time.time()}")  # type: ignore[no-untyped-call]
+                self._finish_preload()  # before the next spare, which then inherits it
+            else:
+                super().fork_work_horse(job, queue)
         else:
             super().fork_work_horse(job, queue)
-        preload_rest_after_planning()  # before the next spare, which then inherits it
-        if not self._stop_requested:
+        if self._stop_requested:
+            return
+        if self._spare is None:
             self._fork_spare()
-            if not self._burst:
-                # Nothing else waiting: the next job may come the moment this one ends (a
-                # teammate's wake, a task this one unblocks), with no idle wait to warm up in.
-                self._warm_spare_if_queues_empty()
+        if not self._burst:
+            # Nothing else waiting: the next job may come the moment this one ends (a
+            # teammate's wake, a task this one unblocks), with no idle wait to warm up in.
+            self._warm_spare_if_queues_empty(at_hand_over=True)
+
+    def _finish_preload(self) -> bool:
+        """The rest of the preload (TeamctlWorker's), and then a spare forked before it gone:
+        it would run its job without what the preload now holds."""
+        ran = super()._finish_preload()
+        if ran and self._spare is not None:
+            self._end_spare()
+        return ran
 
     def teardown(self) -> None:
         if not self.is_horse:
             self._end_spare()
         super().teardown()
 
-    def _warm_spare_if_queues_empty(self) -> None:
+    def _warm_spare_if_queues_empty(self, *, at_hand_over: bool = False) -> None:
         """Tell the spare to warm up when every queue is empty: no job waits for the CPU the
-        warm-up takes."""
+        warm-up takes. `at_hand_over`: a job runs, so Redis failing here only leaves the spare
+        cold; the worker meets the failure as the job ends."""
         spare = self._spare
         if spare is None or spare.warming:
             return
-        # A Redis outage here counts as one at RQ's own checks: past its limit the worker
-        # stops, shorter the spare stays cold and the dequeue meets the outage.
-        with self._exit_after_outage(retried_by_rq=False):
-            if any(self._queue_lengths()):
+        if at_hand_over:
+            try:
+                if any(self._queue_lengths()):
+                    return
+            except redis.RedisError:
                 return
-        if self.outage.since is not None:  # the lengths were not read
-            return
+        else:
+            # A Redis outage here counts as one at RQ's own checks: past its limit the worker
+            # stops, shorter the spare stays cold and the dequeue meets the outage.
+            with self._exit_after_outage(retried_by_rq=False):
+                if any(self._queue_lengths()):
+                    return
+            if self.outage.since is not None:  # the lengths were not read
+                return
         try:
             os.write(spare.pipe, WARM)
             spare.warming = True

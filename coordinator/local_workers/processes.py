@@ -152,7 +152,8 @@ class LocalWorkers:
         self.planner_first = planner_first
         """Have a parent of this process's fork the first worker as soon as it has loaded what
         the planner's job needs (the others after its whole preload, in the background): for
-        a run whose members use no MCP server, which that worker's jobs would import each."""
+        a run whose members use no MCP server (a member task's MCP listing, which may come
+        before that worker has the SDK, would import it in its job)."""
         self._starting: threading.Thread | None = None
         self.processes: list[WorkerProcess] = []
         self.parent: subprocess.Popen[bytes] | None = None

@@ -58,8 +58,8 @@ class SpawnRequest(BaseModel):
     new_session: bool = False
     early: bool = False
     """Fork it as soon as what a run's first jobs need is preloaded, before the rest (the MCP
-    SDK, the turn job), which its jobs then import if they need it: for a run's first worker,
-    which takes the planner's job."""
+    SDK, the turn job, litellm's error path), which the worker does itself once it has handed
+    its first job over: for a run's first worker, which takes the planner's job."""
 
 
 class StatusRequest(BaseModel):

@@ -156,14 +156,15 @@ def run_job(queue: Queue, function: str, *args: str) -> object:
     return Job.fetch(job.id, connection=queue.connection).return_value()
 
 
-LOADED_MODULE = """import sys
+LOADED_MODULE = """import os
+import sys
 
 
-def loaded(*names: str) -> list[bool]:
-    return [name in sys.modules for name in names]
+def loaded(*names: str) -> tuple[list[bool], int]:
+    return [name in sys.modules for name in names], os.getpriority(os.PRIO_PROCESS, 0)
 """
 """A job module: whether the work-horse running it (a fork of its worker) has each of `names`
-imported."""
+imported, and its niceness."""
 PRELOADED = ("litellm", "mcp", "teamctl.worker.teams.turn")
 
 
@@ -172,7 +173,8 @@ def test_a_runs_first_worker_is_forked_before_the_preload_of_what_planning_does_
 ) -> None:
     """Asked for early while the parent preloads, a worker is forked once litellm is ready and
     serves its first job without the MCP SDK or the turn job (a job imports them if it needs
-    them), then imports them itself while that job runs: its later jobs have them, as every job
+    them) and at the priority it started with (a cold run waits on that job), then imports them
+    itself while that job runs and lowers its priority: its later jobs have them, as every job
     of a worker asked for after the preload has."""
     (tmp_path / "libs").mkdir()
     (tmp_path / "libs" / "loaded_mod.py").write_text(LOADED_MODULE)
@@ -195,9 +197,17 @@ def test_a_runs_first_worker_is_forked_before_the_preload_of_what_planning_does_
             )
             loaded[name] = [run_job(queue, "loaded_mod.loaded", *PRELOADED) for _ in range(3)]
             assert run_job(queue, "os.getenv", "TEAMCTL_PRELOAD_DEFERRED") is None
+        start, lowered = (
+            os.getpriority(os.PRIO_PROCESS, 0),
+            max(10, os.getpriority(os.PRIO_PROCESS, 0)),
+        )
         assert loaded == {
-            first: [[True, False, False], [True, True, True], [True, True, True]],
-            second: [[True, True, True]] * 3,
+            first: [
+                ([True, False, False], start),
+                ([True, True, True], lowered),
+                ([True, True, True], lowered),
+            ],
+            second: [([True, True, True], lowered)] * 3,
         }
         assert {parent_pid(early.pid), parent_pid(later.pid)} == {process.pid}
     finally:

@@ -1,6 +1,6 @@
 """WarmForkWorker (teamctl's default worker, worker/warm_fork.py) keeps RQ's fork isolation: every
 job runs in a process of its own, forked by the worker; the process it keeps ready for the next job
-warms up only while the worker is idle, and goes away with the worker, whether it stops or is
+warms up only while no job waits, and goes away with the worker, whether it stops or is
 SIGKILLed."""
 
 from __future__ import annotations
@@ -165,15 +165,16 @@ def warm_spare(worker_pid: int) -> bool:
 
 def done_warming(worker_pid: int) -> Callable[[], bool]:
     """A condition for wait_until: the worker's spare is warm, and its faults did not move
-    between two polls (its warm-up is over, not under way)."""
+    over three polls (its warm-up is over, not under way)."""
     seen: list[tuple[int, int]] = []
 
     def settled() -> bool:
-        if not warm_spare(worker_pid):
+        spares = children(worker_pid)
+        if len(spares) != 1:
             return False
-        (spare,) = children(worker_pid)
+        (spare,) = spares
         seen.append((spare, faults(spare)))
-        return len(seen) > 1 and seen[-1] == seen[-2]
+        return seen[-1][1] > WARM_UP_FAULTS and seen[-3:] == [seen[-1]] * 3
 
     return settled
 
@@ -188,13 +189,14 @@ def test_the_spare_warms_up_while_the_worker_is_idle_and_not_while_jobs_wait(
         # The worker was idle: the first job runs in a warmed process. The second waited in
         # the queue while the first ran, so its spare was never told to warm up; the third
         # arrives once the worker waits idle again.
-        wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare")
+        # Each job comes once the spare is done warming: one that finds it still warming
+        # (slow at its lower priority on a busy machine) is forked after READY_WAIT_S, and the
+        # spare, warm by then, takes the next.
+        wait_until(done_warming(worker.pid), 30, interval_s=0.1, message="a warm spare")
         (idle,) = faults_of_jobs(queue, [rusage])
-        # Warm again first: a job that finds its spare still warming is forked, and the spare,
-        # warm by then, would take the job queued behind it.
         wait_until(done_warming(worker.pid), 30, interval_s=0.1, message="a spare done warming")
         _, queued = faults_of_jobs(queue, [("time.sleep", (1,)), rusage])
-        wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare again")
+        wait_until(done_warming(worker.pid), 30, interval_s=0.1, message="a warm spare again")
         (idle_again,) = faults_of_jobs(queue, [rusage])
 
     assert queued > 0
@@ -210,9 +212,17 @@ def test_a_spare_forked_with_no_job_queued_warms_up_while_the_job_before_it_runs
     name = f"q-{uuid.uuid4().hex[:8]}"
     queue = Queue(name, connection=redis.Redis.from_url(redis_server))
     with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
-        wait_until(lambda: warm_spare(worker.pid), 30, message="a warm spare")
-        running = queue.enqueue("time.sleep", 1)
+        wait_until(done_warming(worker.pid), 30, interval_s=0.1, message="a warm spare")
+        (horse,) = children(worker.pid)  # the spare that takes the running job
+        running = queue.enqueue("time.sleep", 2)
         wait_until(lambda: running.get_status(refresh=True) == "started", 30, message="a start")
+        # Queued once the next spare warms: a job queued before the worker looked at its
+        # queues would be one that waited at the hand-over.
+        wait_until(
+            lambda: any(faults(pid) > WARM_UP_FAULTS for pid in children(worker.pid) - {horse}),
+            30,
+            message="the next spare to warm up beside the running job",
+        )
         (behind,) = faults_of_jobs(queue, [("resource.getrusage", (0,))])
 
     assert behind > WARM_UP_FAULTS
