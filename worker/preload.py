@@ -68,7 +68,7 @@ def rest_pending() -> bool:
 def preload_rest_in_worker() -> None:
     """The rest of the preload in a running worker, as the first part ran: collector off, then
     what it made frozen (it lives as long as the worker), after one collection of what the
-    worker made so far, so no garbage is frozen with it."""
+    worker made so far (the job in hand's objects are frozen with it: a few KB, once)."""
     gc.collect()  # cheap: the first part's objects are frozen already
     gc.disable()
     try:

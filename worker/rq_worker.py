@@ -88,14 +88,17 @@ class TeamctlWorker(Worker):
         super().fork_work_horse(job, queue)
         self._finish_preload()
 
+    _preload_tried = False
+
     def _finish_preload(self) -> bool:
         """The rest of the preload, if this worker skipped it (a run's first worker), and its
         lower priority, which it kept until now for the planner's job a cold run waits on.
-        Whether it ran: a failure costs no job (they import what they need, as before)."""
-        if not rest_pending():
+        Whether it ran; once only, and a failure costs no job (they import what they need)."""
+        if self._preload_tried or not rest_pending():
             return False
-        lower_priority(load_settings().worker_nice)
+        self._preload_tried = True
         try:
+            lower_priority(load_settings().worker_nice)
             preload_rest_in_worker()
         except Exception:  # an optimisation only: the job in hand must not pay for it
             self.log.warning(

@@ -66,8 +66,9 @@ if _settings.traces_wanted:  # the SDK's imports, once here; each job builds its
     import teamctl.shared.tracing_otel  # noqa: E402, F401
 exit_if_parent_gone(os.environ)  # the preload may have outlasted the run that started us
 # After the preload, which a cold run's first model call waits for; a run's first worker keeps
-# its priority until it has handed that job over (TeamctlWorker._finish_preload). Threads and
-# processes started from here on inherit it (the watch's thread, the spares, the jobs).
+# its priority until it has handed that job over (TeamctlWorker._finish_preload). Processes and
+# threads started afterwards inherit it (the spares, the jobs); the few idle threads started
+# before keep theirs.
 if not _deferred:
     lower_priority(_settings.worker_nice)
 watch_parent(os.environ)

@@ -168,11 +168,14 @@ class WarmForkWorker(TeamctlWorker):
     def _warm_spare_if_queues_empty(self, *, at_hand_over: bool = False) -> None:
         """Tell the spare to warm up when every queue is empty: no job waits for the CPU the
         warm-up takes. `at_hand_over`: a job runs, so Redis failing here only leaves the spare
-        cold; the worker meets the failure as the job ends."""
+        cold (after the connection's retries), and the worker meets the failure as the job
+        ends; none is tried during an outage already known."""
         spare = self._spare
         if spare is None or spare.warming:
             return
         if at_hand_over:
+            if self.outage.since is not None:
+                return
             try:
                 if any(self._queue_lengths()):
                     return
@@ -201,10 +204,10 @@ class WarmForkWorker(TeamctlWorker):
 
     def _hand_over(self, spare: Spare, job: Job, queue: Queue) -> bool:
         payload = json.dumps([job.id, queue.name, self.execution.id]).encode() + b"\n"  # type: ignore[union-attr]
-        if len(payload) >= HANDOVER_MAX_BYTES:  # a line the spare would cut: fork the job
-            self._end_spare()
-            return False
         try:
+            if len(payload) >= HANDOVER_MAX_BYTES:  # a line the spare would cut: fork the job
+                self._reap(spare)
+                return False
             os.write(spare.pipe, payload)
             return True
         except OSError as exc:  # the spare died (killed while waiting): fork a horse instead

@@ -28,7 +28,11 @@ from teamctl.shared.process.fork_server_socket import FORK_SERVER_ENV, NO_FORK_S
 from teamctl.shared.process.parent_watch import PARENT_PID_ENV
 from teamctl.shared.process.pids import process_start_ticks
 from teamctl.shared.process.private_files import private_dir, private_opener
-from teamctl.shared.redis.connection import WORKER_CLASS, WORKER_CONNECTION_CLASS
+from teamctl.shared.redis.connection import (
+    FINISHING_WORKER_CLASSES,
+    WORKER_CLASS,
+    WORKER_CONNECTION_CLASS,
+)
 
 log = logging.getLogger(__name__)
 STOP_TIMEOUT_S = 10.0
@@ -194,7 +198,11 @@ class LocalWorkers:
             socket_path = self._parent_socket = parent.socket
         elif self.early is not None:
             self.early.discard()
-        planner_first = socket_path is not None and self.planner_first
+        planner_first = (
+            socket_path is not None
+            and self.planner_first
+            and env["RQ_WORKER_CLASS"] in FINISHING_WORKER_CLASSES
+        )
         for index in range(1 if planner_first else self.count):
             self._start_one(index, env, socket_path, early=planner_first)
         if planner_first and self.count > 1:

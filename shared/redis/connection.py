@@ -129,6 +129,9 @@ WORKER_CONNECTION_CLASS = f"{__name__}.{OutageTolerantRedis.__name__}"
 WORKER_CLASS = "teamctl.worker.warm_fork.WarmForkWorker"
 """What RQ_WORKER_CLASS names for teamctl's workers (named here: the coordinator, which starts
 workers, never imports the worker package)."""
+FINISHING_WORKER_CLASSES = frozenset({WORKER_CLASS, "teamctl.worker.rq_worker.TeamctlWorker"})
+"""The worker classes that finish a preload their worker started without (a run's first worker,
+forked early: worker/preload.py); another class gets the whole preload before its first job."""
 
 
 ClientT = TypeVar("ClientT", bound=redis.Redis)

@@ -18,8 +18,8 @@ from rq import Queue, Worker
 from rq.job import Job
 from teamctl.coordinator.local_workers.pool import WorkerPool
 from teamctl.coordinator.local_workers.preloaded_parent import parent_env, start_parent
-from teamctl.coordinator.local_workers.processes import stop_process, worker_env
-from teamctl.shared.process.fork_server_client import spawn
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process, worker_env
+from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV, spawn
 from teamctl.shared.redis.embedded import EmbeddedRedis
 
 from tests.support.waiting import wait_until
@@ -213,3 +213,33 @@ def test_a_runs_first_worker_is_forked_before_the_preload_of_what_planning_does_
     finally:
         stop_process(process, timeout_s=30)
     assert exited(early.pid) and exited(later.pid)
+
+
+def test_a_runs_first_worker_of_another_class_is_forked_after_the_whole_preload(
+    redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only teamctl's worker classes finish a preload their worker started without: with a
+    class the person chose (SimpleWorker runs its jobs in its own process), the run's first
+    worker waits for the whole preload, and lowers its priority at once."""
+    (tmp_path / "libs").mkdir()
+    (tmp_path / "libs" / "loaded_mod.py").write_text(LOADED_MODULE)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "libs"))
+    monkeypatch.setenv("RQ_WORKER_CLASS", "rq.worker.SimpleWorker")
+    monkeypatch.delenv(FORK_SERVER_ENV, raising=False)  # the run's own preloaded parent
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    group = LocalWorkers(redis_server, [name], 1, tmp_path / "logs", planner_first=True)
+    group.start()
+    try:
+        (worker,) = group.processes
+        queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+        wait_until(
+            lambda: worker.pid in {w.pid for w in Worker.all(queue=queue)},
+            120,
+            message="the forked worker to register",
+        )
+
+        loaded = run_job(queue, "loaded_mod.loaded", *PRELOADED)
+    finally:
+        group.stop()
+
+    assert loaded == ([True, True, True], max(10, os.getpriority(os.PRIO_PROCESS, 0)))

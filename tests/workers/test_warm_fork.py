@@ -214,15 +214,16 @@ def test_a_spare_forked_with_no_job_queued_warms_up_while_the_job_before_it_runs
     with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
         wait_until(done_warming(worker.pid), 30, interval_s=0.1, message="a warm spare")
         (horse,) = children(worker.pid)  # the spare that takes the running job
-        running = queue.enqueue("time.sleep", 2)
+        running = queue.enqueue("time.sleep", 10)
         wait_until(lambda: running.get_status(refresh=True) == "started", 30, message="a start")
         # Queued once the next spare warms: a job queued before the worker looked at its
         # queues would be one that waited at the hand-over.
         wait_until(
             lambda: any(faults(pid) > WARM_UP_FAULTS for pid in children(worker.pid) - {horse}),
-            30,
+            9,
             message="the next spare to warm up beside the running job",
         )
+        assert running.get_status(refresh=True) == "started"  # warmed beside it, not after it
         (behind,) = faults_of_jobs(queue, [("resource.getrusage", (0,))])
 
     assert behind > WARM_UP_FAULTS
