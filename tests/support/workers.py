@@ -15,7 +15,7 @@ import pytest
 import redis
 from rq import Queue, Worker
 from rq.registry import FailedJobRegistry
-from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process
+from teamctl.coordinator.local_workers.processes import LocalWorkers, stop_process, worker_command
 from teamctl.shared.process.fork_server_client import FORK_SERVER_ENV
 from teamctl.shared.process.pids import pid_alive
 
@@ -197,3 +197,49 @@ def fork_server(directory: Path) -> Iterator[str]:
         yield str(socket_path)
     finally:
         stop_process(server, timeout_s=30)
+
+
+WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
+
+
+@contextmanager
+def warm_fork_worker(url: str, queue: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A preloaded WarmForkWorker on `queue`, registered."""
+    conn = redis.Redis.from_url(url)
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            worker_command(url, [queue], worker_class=WARM_FORK),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    try:
+        wait_until(
+            lambda: process.pid in {w.pid for w in Worker.all(queue=Queue(queue, connection=conn))},
+            60,
+            message="the worker to register",
+        )
+        yield process
+    finally:
+        stop_process(process, timeout_s=30)
+
+
+def children(pid: int) -> set[int]:
+    """Live (not zombie) processes whose parent is `pid`."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except OSError:  # gone meanwhile
+                continue
+            if int(ppid) == pid and state != "Z":
+                found.add(int(entry.name))
+    return found
+
+
+def gone(pid: int) -> bool:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
+    except OSError:
+        return True

@@ -1,69 +1,23 @@
 """WarmForkWorker (teamctl's default worker, worker/warm_fork.py) keeps RQ's fork isolation: every
-job runs in a process of its own, forked by the worker; the process it keeps ready for the next job
-warms up only while no job waits, and goes away with the worker, whether it stops or is
-SIGKILLed."""
+job of no run or team runs in a process of its own, forked by the worker (a run's tasks may share
+one: test_kept_process.py); the process it keeps ready for the next job warms up only while no job
+waits, and goes away with the worker, whether it stops or is SIGKILLed."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from rq import Queue, Worker
+from rq import Queue
 from rq.job import Job
-from teamctl.coordinator.local_workers.processes import stop_process, worker_command
+from teamctl.coordinator.local_workers.processes import stop_process
 
 from tests.support.waiting import wait_until
-
-WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
-
-
-@contextmanager
-def warm_fork_worker(url: str, queue: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A preloaded WarmForkWorker on `queue`, registered."""
-    conn = redis.Redis.from_url(url)
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            worker_command(url, [queue], worker_class=WARM_FORK),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-    try:
-        wait_until(
-            lambda: process.pid in {w.pid for w in Worker.all(queue=Queue(queue, connection=conn))},
-            60,
-            message="the worker to register",
-        )
-        yield process
-    finally:
-        stop_process(process, timeout_s=30)
-
-
-def children(pid: int) -> set[int]:
-    """Live (not zombie) processes whose parent is `pid`."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-            except OSError:  # gone meanwhile
-                continue
-            if int(ppid) == pid and state != "Z":
-                found.add(int(entry.name))
-    return found
-
-
-def gone(pid: int) -> bool:
-    try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
-    except OSError:
-        return True
+from tests.support.workers import children, gone, warm_fork_worker
 
 
 def run_all(queue: Queue, functions: list[str]) -> list[int]:
