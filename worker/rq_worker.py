@@ -7,7 +7,7 @@ exits once Redis has been unreachable for TEAMCTL_REDIS_OUTAGE_S (60 s by defaul
 window of its connection class, shared/redis/connection.py), and its teardown spends at most
 TEARDOWN_OUTAGE_S on Redis.
 
-It also keeps MCP sessions warm across jobs, which each run in a fresh fork: before its first
+It also keeps MCP sessions warm across jobs, each run in a forked process: before its first
 job that may start an MCP server it forks an MCP keeper (worker/mcp_warm), and its teardown
 stops it.
 """

@@ -8,9 +8,16 @@ job over, so the fork is off the next job's path. When its queues are empty, as 
 over or is about to wait, it tells the spare to warm up: one model call to a loopback server and a
 Redis connection, taking those page copies while no job waits. Warming only then keeps a busy
 worker's CPU for its jobs. The job is handed over by id, as RQ's SpawnWorker does; the spare runs
-it exactly as a freshly forked horse would (its own process group, the same signals), so each job
-still has a process of its own. A job waits at most READY_WAIT_S for a spare that is not set up
-yet, then forks as RQ does.
+it exactly as a freshly forked horse would (its own process group, the same signals). A job waits
+at most READY_WAIT_S for a spare that is not set up yet, then forks as RQ does.
+
+A member task's process, once its task is done, is kept for the run's next task on this worker
+(a teammate turn's, for the team's next turn): that task then pays neither a fork nor the page
+copies, ~20 ms of CPU a task spent on nothing else. A kept process only ever serves jobs of the
+run (or team) it first served, one at a time and at most KEPT_MAX_JOBS of them: a run's state
+never meets another run's. It exits after KEPT_IDLE_S without one, after a job that failed or
+left an abandoned Python tool call running, and with the worker. Every other job, and the first
+of each run, starts in a process of its own.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import select
 import signal
 import sys
@@ -31,6 +39,9 @@ from rq.executions import Execution
 from rq.job import Job
 from rq.queue import Queue
 from rq.worker.base import SHUTDOWN_SIGNAL
+from rq.worker.base import logger as rq_horse_logger
+from teamctl.shared.agent.python_tools import abandoned_tool_calls
+from teamctl.shared.teams.teammates import TURN_FUNCTION
 from teamctl.worker.parent_death import die_with_parent
 from teamctl.worker.rq_worker import TeamctlWorker
 
@@ -46,8 +57,24 @@ HANDOVER_MAX_BYTES = 4096
 """A job's id, queue name and execution id, as JSON: far less than this."""
 WARM = b"warm\n"
 """What the worker writes to an idle spare's pipe to have it warm up; a job is one JSON line."""
-SET_UP, WARMED = b"1", b"2"
-"""What a spare writes to `ready`: once set up, then once warm if it was told to warm up."""
+SET_UP, WARMED, TOOK, DONE = b"1", b"2", b"3", b"4"
+"""What a spare writes to `ready`: once set up, then once warm if it was told to warm up; as it
+reads each job handed over; and, kept after a job, once that job is done."""
+TOOK_WAIT_S = 5.0
+"""How long the worker waits for a live process to say it read the job handed over (it answers
+at once; a dead one closes its end, and the job goes to another process, unread)."""
+KEPT_JOBS = frozenset({"teamctl.worker.jobs.run_task", TURN_FUNCTION})
+"""The jobs whose process may serve the next job of their run (a task's) or team (a turn's): the
+run id or team name is their first argument."""
+KEPT_IDLE_S = 30
+"""How long a kept process waits for its run's next job: a run's next task comes within a round
+of its last one ending. Longer, its memory (the ~20 MB of pages it copied) costs more than the
+~20 ms its next job would save."""
+KEPT_MAX_JOBS = 100
+"""Jobs one kept process serves at most, so what a long run leaves in memory stays bounded."""
+HORSE_POLL_S = 1.0
+"""How often the worker checks that a kept-to-be process still lives while its job runs: a
+process the job forked may hold the pipe open after the job's own process died."""
 
 
 @dataclass
@@ -61,28 +88,66 @@ class Spare:
     warming: bool = False
     """Told to warm up (it then is, or soon will be)."""
     said: bytes = b""
+    scope: tuple[str, str] | None = None
+    """Kept after a job: the function and run (or team) whose jobs alone it takes."""
 
     def takes_job(self, wait_s: float) -> bool:
         """Set up, and warm if told to warm up, within `wait_s` (or gone: the hand-over then
         fails and the job is forked)."""
-        wanted = WARMED if self.warming else SET_UP
+        return self._hear(WARMED if self.warming else SET_UP, wait_s) is not None
+
+    def took_job(self) -> bool:
+        """Whether it read the job just written to it; False if it died first."""
+        return self._hear(TOOK, TOOK_WAIT_S) is not False
+
+    def job_done(self) -> bool:
+        """Wait until the job handed over ends: True once the process says it is done and waits
+        for another, False once it exited (or closed its end)."""
+        while (done := self._hear(DONE, HORSE_POLL_S)) is None:
+            if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                return False  # exited; RQ's wait reaps it
+        self.said = b""
+        return done
+
+    def _hear(self, word: bytes, wait_s: float) -> bool | None:
+        """Read `ready` until the process has said `word` (True), closed it (False), or
+        `wait_s` passed (None)."""
         deadline = time.monotonic() + wait_s
-        while wanted not in self.said:
+        while word not in self.said:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.ready], [], [], left)[0]:
-                return False
+                return None
             said = os.read(self.ready, 16)
             if not said:
-                return True
+                return False
             self.said += said
         return True
 
+    def close(self) -> None:
+        """Close the worker's ends (once: a number closed twice may be another file's by then)."""
+        for end in (self.pipe, self.ready):
+            if end >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(end)
+        self.pipe = self.ready = -1
+
+
+def job_scope(job: Job) -> tuple[str, str] | None:
+    """The function and run (or team) whose next job this job's process may serve, if any."""
+    if job.func_name not in KEPT_JOBS or not job.args or not isinstance(job.args[0], str):
+        return None
+    return job.func_name, job.args[0]
+
 
 class WarmForkWorker(TeamctlWorker):
-    """teamctl's forking worker whose horses are forked before their jobs arrive, and warmed
-    while no job waits."""
+    """teamctl's forking worker whose horses are forked before their jobs arrive, warmed while no
+    job waits, and kept for their run's next job."""
 
     _spare: Spare | None = None
+    _horse: Spare | None = None
+    """The spare or kept process running the job in hand."""
+    _kept: Spare | None = None
+    """A process done with its job, waiting for the next of its run (or team)."""
     _burst = False
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
@@ -93,10 +158,23 @@ class WarmForkWorker(TeamctlWorker):
         self, timeout: int | None, max_idle_time: int | None = None
     ) -> tuple[Job, Queue] | None:
         """RQ's wait for the next job; the spare warms up first if the queues are empty (not in
-        burst mode, whose worker stops at the first empty dequeue, nor at its hand-overs)."""
+        burst mode, whose worker stops at the first empty dequeue, nor at its hand-overs). A
+        kept process waits KEPT_IDLE_S of it at most."""
         self._burst = timeout is None  # how RQ's loop asks in burst mode
-        if not self._burst:
-            self._warm_spare_if_queues_empty()
+        if self._burst:
+            return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        self._warm_spare_if_queues_empty()
+        if self._kept is not None and timeout is not None:
+            since = time.monotonic()
+            kept_s = min(KEPT_IDLE_S, max_idle_time or KEPT_IDLE_S)
+            result = super().dequeue_job_and_maintain_ttl(min(timeout, kept_s), kept_s)
+            if result is not None:
+                return result
+            self._end_kept()
+            if max_idle_time is not None:
+                max_idle_time -= round(time.monotonic() - since)
+                if max_idle_time <= 0:
+                    return None
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
     def kill_horse(self, sig: signal.Signals = SHUTDOWN_SIGNAL) -> None:
@@ -109,40 +187,55 @@ class WarmForkWorker(TeamctlWorker):
         try:
             super().execute_job(job, queue)
         finally:
-            if self._spare is None and not self._stop_requested:
+            if self._stop_requested:
+                self._end_kept()
+            elif self._spare is None:
                 self._fork_spare()
+
+    def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
+        """RQ's wait for the job's process to exit; a process kept for the next job instead
+        says it is done, and is kept (as if it had exited with 0)."""
+        horse = self._horse
+        if horse is None or horse.pid != self.horse_pid:
+            return super().wait_for_horse()
+        if horse.job_done():  # the monitor's alarm may interrupt this: it is asked again
+            self._horse = None
+            self._keep(horse)
+            return horse.pid, os.EX_OK, None
+        self._horse = None
+        horse.close()
+        return super().wait_for_horse()
 
     _keeper_failed = False
 
     def _ensure_mcp_keeper(self) -> None:
-        """Fork the MCP keeper with no spare alive: a spare forked before it would not know
-        where it is, and the keeper would hold the spare's pipe open. This job then forks as
-        RQ does, and the next spare after it. A keeper that could not start costs no spare
-        again: its jobs run their servers themselves, as they do when it is missing."""
+        """Fork the MCP keeper with no spare (or kept process) alive: one forked before it
+        would not know where it is, and the keeper would hold its pipe open. A new spare is
+        forked right after, for this job (which may then be kept for its run's next). A
+        keeper that could not start costs no spare again: its jobs run their servers
+        themselves, as they do when it is missing."""
         if not self._keeper_failed and (self.mcp_keeper is None or self.mcp_keeper.missing()):
             self._end_spare()
+            self._end_kept()
         super()._ensure_mcp_keeper()
         self._keeper_failed = self.mcp_keeper is None or self.mcp_keeper.missing()
+        if self._spare is None:
+            self._fork_spare()
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
-        """Hand the job to the spare, then fork the next spare while this job runs, and warm
-        it up if no job waits. A job waits at most READY_WAIT_S for a spare that is not set up
-        yet (or still warming up), and is then forked as RQ does (the spare kept for the next
-        one)."""
-        spare = self._spare
-        if spare is not None and spare.takes_job(READY_WAIT_S):
-            self._spare = None
-            if self._hand_over(spare, job, queue):
-                os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
-                os.environ["RQ_JOB_ID"] = job.id
-                self._horse_pid = spare.pid
-                # RQ leaves procline unannotated.
-                self.procline(f"Handed over to {spare.pid} at {time.time()}")  # type: ignore[no-untyped-call]
-                self._finish_preload()  # before the next spare, which then inherits it
-            else:
-                super().fork_work_horse(job, queue)
-        else:
-            super().fork_work_horse(job, queue)
+        """Hand the job to the process kept for its run, else to the spare, then fork the next
+        spare while this job runs, and warm it up if no job waits. A job waits at most
+        READY_WAIT_S for a spare that is not set up yet (or still warming up), and is then
+        forked as RQ does (the spare kept for the next one)."""
+        scope = job_scope(job)
+        kept = self._kept
+        if kept is not None and kept.scope == scope:
+            self._kept = None
+            if not self._hand_over(kept, job, queue):
+                self._end(kept)
+                self._hand_to_spare(job, queue, scope)
+        else:  # a kept process of another run stays, until this job's process is kept
+            self._hand_to_spare(job, queue, scope)
         if self._stop_requested:
             return
         if self._spare is None:
@@ -152,18 +245,39 @@ class WarmForkWorker(TeamctlWorker):
             # teammate's wake, a task this one unblocks), with no idle wait to warm up in.
             self._warm_spare_if_queues_empty(at_hand_over=True)
 
+    def _hand_to_spare(self, job: Job, queue: Queue, scope: tuple[str, str] | None) -> None:
+        """The job to the spare, or to a process forked as RQ does when the spare is not ready
+        or gone."""
+        spare = self._spare
+        if spare is not None and spare.takes_job(READY_WAIT_S):
+            self._spare = None
+            spare.scope = scope
+            if self._hand_over(spare, job, queue):
+                self._finish_preload()  # before the next spare, which then inherits it
+                return
+            self._end(spare)
+        super().fork_work_horse(job, queue)
+
     def _finish_preload(self) -> bool:
         """The rest of the preload (TeamctlWorker's), and then a spare forked before it gone:
         it would run its job without what the preload now holds."""
         ran = super()._finish_preload()
-        if ran and self._spare is not None:
+        if ran:
             self._end_spare()
+            self._end_kept()
         return ran
 
     def teardown(self) -> None:
         if not self.is_horse:
             self._end_spare()
+            self._end_kept()
         super().teardown()
+
+    def main_work_horse(self, job: Job, queue: Queue) -> None:
+        """RQ's horse, forked for a job no spare took: without the pipes of the worker's other
+        processes, which would keep them from seeing the worker close them."""
+        self._close_others()
+        super().main_work_horse(job, queue)
 
     def _warm_spare_if_queues_empty(self, *, at_hand_over: bool = False) -> None:
         """Tell the spare to warm up when every queue is empty: no job waits for the CPU the
@@ -202,21 +316,37 @@ class WarmForkWorker(TeamctlWorker):
                 pipe.llen(queue.key)
             return [int(n) for n in pipe.execute()]
 
-    def _hand_over(self, spare: Spare, job: Job, queue: Queue) -> bool:
-        payload = json.dumps([job.id, queue.name, self.execution.id]).encode() + b"\n"  # type: ignore[union-attr]
-        try:
-            if len(payload) >= HANDOVER_MAX_BYTES:  # a line the spare would cut: fork the job
-                self._reap(spare)
-                return False
-            os.write(spare.pipe, payload)
-            return True
-        except OSError as exc:  # the spare died (killed while waiting): fork a horse instead
-            self.log.warning("Worker %s: spare %s is gone (%s); forking", self.name, spare.pid, exc)
-            self._reap(spare)
+    def _hand_over(self, process: Spare, job: Job, queue: Queue) -> bool:
+        """Write the job to a spare or kept process; it then runs the job in hand. False if the
+        process is gone (the caller ends it and forks instead)."""
+        stay = process.scope is not None
+        payload = json.dumps([job.id, queue.name, self.execution.id, stay]).encode() + b"\n"  # type: ignore[union-attr]
+        if len(payload) >= HANDOVER_MAX_BYTES:  # a line the process would cut
             return False
-        finally:
-            os.close(spare.pipe)
-            os.close(spare.ready)
+        process.said = b""
+        try:
+            os.write(process.pipe, payload)
+            if not process.took_job():
+                raise BrokenPipeError("it exited without reading the job")
+        except OSError as exc:  # it died (killed while waiting): fork a horse instead
+            self.log.warning(
+                "Worker %s: spare %s is gone (%s); forking", self.name, process.pid, exc
+            )
+            return False
+        if not stay:
+            process.close()  # it exits after this job: nothing more to say or hear
+        os.environ["RQ_WORKER_ID"] = self.name  # as RQ's fork_work_horse leaves them
+        os.environ["RQ_JOB_ID"] = job.id
+        self._horse_pid = process.pid
+        self._horse = process if stay else None
+        # RQ leaves procline unannotated.
+        self.procline(f"Handed over to {process.pid} at {time.time()}")  # type: ignore[no-untyped-call]
+        return True
+
+    def _keep(self, process: Spare) -> None:
+        """Keep a process that finished its job for the next of its run (or team)."""
+        self._end_kept()
+        self._kept = process
 
     def _fork_spare(self) -> None:
         """Fork the next job's process; without one (no process or memory left), jobs are
@@ -235,58 +365,81 @@ class WarmForkWorker(TeamctlWorker):
         if pid == 0:
             os.close(job_write)
             os.close(ready_read)
+            self._close_others()
             self._run_spare(parent, job_read, ready_write)  # never returns
         os.close(job_read)
         os.close(ready_write)
         self._spare = Spare(pid, job_write, ready_read)
 
+    def _close_others(self) -> None:
+        """In a new child: close the worker's ends of its other processes' pipes, so each of
+        them sees end of file when the worker closes them."""
+        for process in (self._spare, self._horse, self._kept):
+            if process is not None:
+                process.close()
+        self._spare = self._horse = self._kept = None
+
     def _end_spare(self) -> None:
-        """Close the spare's pipes (it exits on end of file) and reap it."""
         spare, self._spare = self._spare, None
         if spare is not None:
-            os.close(spare.pipe)
-            os.close(spare.ready)
-            self._reap(spare)
+            self._end(spare)
 
-    def _reap(self, spare: Spare) -> None:
+    def _end_kept(self) -> None:
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            self._end(kept)
+
+    def _end(self, process: Spare) -> None:
+        """Close a waiting process's pipes (it exits on end of file) and reap it."""
+        process.close()
         with contextlib.suppress(OSError):
-            os.kill(spare.pid, signal.SIGKILL)  # it may be warming up: no need to wait for it
+            os.kill(process.pid, signal.SIGKILL)  # it may be warming up: no need to wait for it
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(spare.pid, 0)
+            os.waitpid(process.pid, 0)
 
     def _run_spare(self, parent: int, pipe: int, ready: int) -> None:
         """The spare: a horse in waiting. Say it is set up, warm up when told, then run the job
-        handed over, or exit when the worker closes the pipe without one (or dies: another
-        fork of the worker may hold the pipe open)."""
+        handed over; kept, say when it is done and run the next. Exit when the worker closes
+        the pipe (or dies: another fork of the worker may hold the pipe open)."""
         status = 1
         try:
             die_with_parent(parent)
             os.setpgrp()  # as RQ's horse: the worker's Ctrl+C is the worker's to handle
             self.setup_work_horse_signals()  # type: ignore[no-untyped-call]  # RQ: unannotated
-            with contextlib.suppress(OSError):  # the worker may be gone already
-                os.write(ready, SET_UP)
-            warmed_s: float | None = None
+            _say(ready, SET_UP)
             with os.fdopen(pipe, "rb") as lines:
-                line = lines.readline(HANDOVER_MAX_BYTES)
-                if line == WARM:
-                    self._warm_up()
-                    warmed_s = time.monotonic()
-                    with contextlib.suppress(OSError):
-                        os.write(ready, WARMED)
-                    line = lines.readline(HANDOVER_MAX_BYTES)
-            os.close(ready)
-            if not line:  # the worker is stopping, or died
-                status = 0
-                return
-            if warmed_s is not None and time.monotonic() - warmed_s > STALE_CONNECTION_S:
-                self.connection.connection_pool.disconnect()
-            job_id, queue_name, execution_id = json.loads(line)
-            self._run_handed_over(job_id, queue_name, execution_id)  # exits the process
+                self._serve(lines, ready)
+            status = 0
         except BaseException:  # noqa: BLE001  (a horse must exit, never return to the loop)
             with contextlib.suppress(Exception):
                 self.log.exception("Worker %s: spare %s failed", self.name, os.getpid())
         finally:
             os._exit(status)
+
+    def _serve(self, lines: Any, ready: int) -> None:
+        """Run the jobs handed over (one unless kept), warming up first if told to."""
+        idle_since = time.monotonic()
+        line = lines.readline(HANDOVER_MAX_BYTES)
+        if line == WARM:
+            self._warm_up()
+            idle_since = time.monotonic()
+            _say(ready, WARMED)
+            line = lines.readline(HANDOVER_MAX_BYTES)
+        served = 0
+        while line:  # none: the worker is stopping, or died
+            if time.monotonic() - idle_since > STALE_CONNECTION_S:
+                self.connection.connection_pool.disconnect()
+            _say(ready, TOOK)
+            job_id, queue_name, execution_id, stay = json.loads(line)
+            succeeded = self._run_handed_over(job_id, queue_name, execution_id)
+            served += 1
+            if not (succeeded and stay) or served >= KEPT_MAX_JOBS:
+                return
+            if abandoned_tool_calls():  # their threads end with this process
+                return
+            idle_since = time.monotonic()
+            _say(ready, DONE)
+            line = lines.readline(HANDOVER_MAX_BYTES)
 
     def _warm_up(self) -> None:
         """Take the page copies and the Redis connection a job would otherwise pay for."""
@@ -298,8 +451,9 @@ class WarmForkWorker(TeamctlWorker):
                 "Worker %s: spare %s did not warm up", self.name, os.getpid(), exc_info=True
             )
 
-    def _run_handed_over(self, job_id: str, queue_name: str, execution_id: str) -> None:
-        """What RQ's fork_work_horse does in the child, for a job read back by id."""
+    def _run_handed_over(self, job_id: str, queue_name: str, execution_id: str) -> bool:
+        """What RQ's fork_work_horse and main_work_horse do in the child, for a job read back
+        by id, without the exit; whether the job succeeded."""
         os.environ["RQ_WORKER_ID"] = self.name
         os.environ["RQ_JOB_ID"] = job_id
         job = self.job_class.fetch(job_id, connection=self.connection, serializer=self.serializer)
@@ -314,7 +468,15 @@ class WarmForkWorker(TeamctlWorker):
         execution._job = job  # noqa: SLF001  (as RQ's SpawnWorker does)
         self.execution = execution
         self.executions = {execution.id: execution}  # as prepare_execution left it in the worker
-        self.main_work_horse(job, queue)
+        random.seed()
+        self._is_horse = True
+        self.log = rq_horse_logger
+        return self.perform_job(job, queue, execution)
+
+
+def _say(ready: int, word: bytes) -> None:
+    with contextlib.suppress(OSError):  # the worker may be gone already
+        os.write(ready, word)
 
 
 def warm_horse() -> None:

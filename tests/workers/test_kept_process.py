@@ -1,0 +1,124 @@
+"""The default worker keeps a member task's process for the run's next task on it: a run's tasks
+share that process one after another, another run's task never runs in it, and it goes once idle
+for KEPT_IDLE_S, when killed, and with the worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import uuid
+from pathlib import Path
+
+import redis
+from rq import Queue
+from rq.job import Job
+from teamctl.shared.board import TaskBoard
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.task_records import TaskSpec, TaskStatus
+from teamctl.worker.warm_fork import KEPT_IDLE_S
+
+from tests.support.llm import ScriptedLLM
+from tests.support.runs import make_run
+from tests.support.waiting import wait_until
+from tests.support.workers import children, gone, warm_fork_worker
+
+
+def new_run(conn: redis.Redis, llm: ScriptedLLM, tmp_path: Path, tasks: int) -> str:
+    """A run of one member whose `tasks` independent tasks each answer "done"."""
+    run_id = f"kept-{uuid.uuid4().hex[:10]}"
+    model = llm.script(run_id, ["done"], repeat_last=True)
+    make_run(
+        conn,
+        run_id,
+        models={"m1": model},
+        tasks=[TaskSpec(id=f"t{n}", member_id="m1", task="Say done") for n in range(tasks)],
+        workspace=tmp_path / run_id,
+        api_base=llm.api_base,
+    )
+    return run_id
+
+
+def task_pid(conn: redis.Redis, queue: Queue, run_id: str, task_id: str) -> int:
+    """Run one task as its coordinator would queue it; the pid of the process that ran it."""
+    job = queue.enqueue("teamctl.worker.jobs.run_task", run_id, task_id)
+    wait_until(
+        lambda: Job.fetch(job.id, connection=queue.connection).get_status() == "finished",
+        60,
+        message=f"{run_id}/{task_id} to finish",
+    )
+    task = TaskBoard(conn, RunKeys(run_id)).get(task_id)
+    assert task is not None and (task.status, task.output) == (TaskStatus.COMPLETED, "done")
+    assert task.worker is not None
+    return int(task.worker.rsplit(":", 1)[1])
+
+
+def test_a_runs_tasks_share_one_process_and_another_runs_task_never_does(
+    redis_server: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    first, other = new_run(conn, llm, tmp_path, 4), new_run(conn, llm, tmp_path, 1)
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+    with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
+        shared = [task_pid(conn, queue, first, f"t{n}") for n in range(3)]
+        kept_meanwhile = shared[0] in children(worker.pid)
+        others = task_pid(conn, queue, other, "t0")
+        first_again = task_pid(conn, queue, first, "t3")
+        noop = run_noop(queue)
+
+    assert len(set(shared)) == 1 and worker.pid not in shared
+    assert kept_meanwhile
+    # The other run's task ran in a process of its own, which then replaced the first run's.
+    assert others != shared[0]
+    assert first_again not in (shared[0], others)
+    assert noop not in (shared[0], others, first_again)
+
+
+def run_noop(queue: Queue) -> int:
+    """A job of no run: the pid it ran in."""
+    job = queue.enqueue("os.getpid")
+    wait_until(
+        lambda: Job.fetch(job.id, connection=queue.connection).get_status() == "finished",
+        60,
+        message="a no-op job to finish",
+    )
+    pid = Job.fetch(job.id, connection=queue.connection).return_value()
+    assert isinstance(pid, int)
+    return pid
+
+
+def test_a_kept_process_goes_once_idle_and_a_killed_one_is_replaced(
+    redis_server: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    run_id = new_run(conn, llm, tmp_path, 3)
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+    with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
+        killed = task_pid(conn, queue, run_id, "t0")
+        os.kill(killed, signal.SIGKILL)  # the next job comes while it may still be exiting
+        replaced = task_pid(conn, queue, run_id, "t1")  # the worker finds it gone: its spare
+        idle = task_pid(conn, queue, run_id, "t2")
+        assert idle == replaced != killed
+        assert idle in children(worker.pid)
+        wait_until(
+            lambda: gone(idle), KEPT_IDLE_S + 30, message="the kept process to exit once idle"
+        )
+        assert worker.poll() is None
+
+
+def test_a_kept_process_goes_with_the_worker(
+    redis_server: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+    for how in ("stopped", "killed"):
+        run_id = new_run(conn, llm, tmp_path, 1)
+        with warm_fork_worker(redis_server, name, tmp_path / f"{how}.log") as worker:
+            kept = task_pid(conn, queue, run_id, "t0")
+            assert kept in children(worker.pid)
+            if how == "killed":
+                os.kill(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=30)
+        wait_until(lambda kept=kept: gone(kept), 30, message=f"the kept process of a {how} worker")
