@@ -90,11 +90,15 @@ class TeamctlWorker(Worker):
 
     _preload_tried = False
 
+    def _preload_pending(self) -> bool:
+        """Whether this worker still has the rest of its preload (and its niceness) to do."""
+        return not self._preload_tried and rest_pending()
+
     def _finish_preload(self) -> bool:
         """The rest of the preload, if this worker skipped it (a run's first worker), and its
         lower priority, which it kept until now for the planner's job a cold run waits on.
         Whether it ran; once only, and a failure costs no job (they import what they need)."""
-        if self._preload_tried or not rest_pending():
+        if not self._preload_pending():
             return False
         self._preload_tried = True
         try:

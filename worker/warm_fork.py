@@ -15,9 +15,9 @@ A member task's process, once its task is done, is kept for the run's next task 
 (a teammate turn's, for the team's next turn): that task then pays neither a fork nor the page
 copies, ~20 ms of CPU a task spent on nothing else. A kept process only ever serves jobs of the
 run (or team) it first served, one at a time and at most KEPT_MAX_JOBS of them: a run's state
-never meets another run's. It exits after KEPT_IDLE_S without one, after a job that failed or
-left an abandoned Python tool call running, and with the worker. Every other job, and the first
-of each run, starts in a process of its own.
+never meets another run's. It exits KEPT_IDLE_S after it was kept if none came, after a job that
+failed or left an abandoned Python tool call running, and with the worker. Every other job, and
+the first of each run on a worker, starts in a process of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +91,8 @@ class Spare:
     said: bytes = b""
     scope: tuple[str, str] | None = None
     """Kept after a job: the function and run (or team) whose jobs alone it takes."""
+    kept_at = 0.0
+    """When it was last kept (time.monotonic())."""
 
     def takes_job(self, wait_s: float) -> bool:
         """Set up, and warm if told to warm up, within `wait_s` (or gone: the hand-over then
@@ -97,16 +100,21 @@ class Spare:
         return self._hear(WARMED if self.warming else SET_UP, wait_s) is not None
 
     def took_job(self) -> bool:
-        """Whether it read the job just written to it; False if it died first."""
-        return self._hear(TOOK, TOOK_WAIT_S) is not False
+        """Whether it read the job just written to it; False if it died first (a process it
+        forked may hold the pipe open, so no end of file need come)."""
+        heard = self._hear(TOOK, TOOK_WAIT_S)
+        return heard if heard is not None else not self.exited()
+
+    def exited(self) -> bool:
+        """Whether the process has exited (without reaping it: RQ's wait, or _end, does)."""
+        return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
     def job_done(self) -> bool:
         """Wait until the job handed over ends: True once the process says it is done and waits
         for another, False once it exited (or closed its end)."""
         while (done := self._hear(DONE, HORSE_POLL_S)) is None:
-            if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
-                return False  # exited; RQ's wait reaps it
-        self.said = b""
+            if self.exited():
+                return False  # RQ's wait reaps it
         return done
 
     def _hear(self, word: bytes, wait_s: float) -> bool | None:
@@ -117,10 +125,11 @@ class Spare:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.ready], [], [], left)[0]:
                 return None
-            said = os.read(self.ready, 16)
+            with alarm_held():  # what was read is kept, whenever RQ's monitor alarm comes
+                said = os.read(self.ready, 16)
+                self.said += said
             if not said:
                 return False
-            self.said += said
         return True
 
     def close(self) -> None:
@@ -164,9 +173,11 @@ class WarmForkWorker(TeamctlWorker):
         if self._burst:
             return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         self._warm_spare_if_queues_empty()
+        self._end_kept_if_idle()
         if self._kept is not None and timeout is not None:
             since = time.monotonic()
-            kept_s = min(KEPT_IDLE_S, max_idle_time or KEPT_IDLE_S)
+            left_s = max(1, round(KEPT_IDLE_S - (since - self._kept.kept_at)))
+            kept_s = min(left_s, max_idle_time or left_s)
             result = super().dequeue_job_and_maintain_ttl(min(timeout, kept_s), kept_s)
             if result is not None:
                 return result
@@ -195,12 +206,17 @@ class WarmForkWorker(TeamctlWorker):
     def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
         """RQ's wait for the job's process to exit; a process kept for the next job instead
         says it is done, and is kept (as if it had exited with 0)."""
+        # RQ's monitor alarm may interrupt this anywhere (RQ then asks again): what the
+        # process said is kept in `said`, and the move to kept happens with the alarm held.
         horse = self._horse
         if horse is None or horse.pid != self.horse_pid:
+            if self._kept is not None and self._kept.pid == self.horse_pid:
+                return self.horse_pid, os.EX_OK, None  # kept already, as RQ asks again
             return super().wait_for_horse()
-        if horse.job_done():  # the monitor's alarm may interrupt this: it is asked again
-            self._horse = None
-            self._keep(horse)
+        if horse.job_done():
+            with alarm_held():
+                self._horse = None
+                self._keep(horse)
             return horse.pid, os.EX_OK, None
         self._horse = None
         horse.close()
@@ -214,7 +230,9 @@ class WarmForkWorker(TeamctlWorker):
         forked right after, for this job (which may then be kept for its run's next). A
         keeper that could not start costs no spare again: its jobs run their servers
         themselves, as they do when it is missing."""
-        if not self._keeper_failed and (self.mcp_keeper is None or self.mcp_keeper.missing()):
+        if self._keeper_failed:
+            return  # a new try would fork it beside the spare, which would hold its pipes
+        if self.mcp_keeper is None or self.mcp_keeper.missing():
             self._end_spare()
             self._end_kept()
         super()._ensure_mcp_keeper()
@@ -228,6 +246,7 @@ class WarmForkWorker(TeamctlWorker):
         READY_WAIT_S for a spare that is not set up yet (or still warming up), and is then
         forked as RQ does (the spare kept for the next one)."""
         scope = job_scope(job)
+        self._end_kept_if_idle()  # jobs it does not take may keep the worker busy
         kept = self._kept
         if kept is not None and kept.scope == scope:
             self._kept = None
@@ -251,7 +270,9 @@ class WarmForkWorker(TeamctlWorker):
         spare = self._spare
         if spare is not None and spare.takes_job(READY_WAIT_S):
             self._spare = None
-            spare.scope = scope
+            # One forked before the rest of the preload (and the lower niceness) runs this job
+            # only: kept, it would serve the run's next ones without them.
+            spare.scope = None if self._preload_pending() else scope
             if self._hand_over(spare, job, queue):
                 self._finish_preload()  # before the next spare, which then inherits it
                 return
@@ -346,6 +367,8 @@ class WarmForkWorker(TeamctlWorker):
     def _keep(self, process: Spare) -> None:
         """Keep a process that finished its job for the next of its run (or team)."""
         self._end_kept()
+        process.said = b""
+        process.kept_at = time.monotonic()
         self._kept = process
 
     def _fork_spare(self) -> None:
@@ -378,6 +401,11 @@ class WarmForkWorker(TeamctlWorker):
             if process is not None:
                 process.close()
         self._spare = self._horse = self._kept = None
+
+    def _end_kept_if_idle(self) -> None:
+        """End the kept process once it has waited KEPT_IDLE_S for its run's next job."""
+        if self._kept is not None and time.monotonic() - self._kept.kept_at >= KEPT_IDLE_S:
+            self._end_kept()
 
     def _end_spare(self) -> None:
         spare, self._spare = self._spare, None
@@ -472,6 +500,16 @@ class WarmForkWorker(TeamctlWorker):
         self._is_horse = True
         self.log = rq_horse_logger
         return self.perform_job(job, queue, execution)
+
+
+@contextlib.contextmanager
+def alarm_held() -> Iterator[None]:
+    """SIGALRM (RQ's monitor timer, which raises) held off until the block is done."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
 
 
 def _say(ready: int, word: bytes) -> None:

@@ -18,9 +18,9 @@ then the model gets a ToolTimeout error and the call is abandoned. What keeps an
 thread harmless: its context's heartbeat answers False from the deadline on (it can never keep
 the claim or turn lease alive, and a tool that checks it learns to stop), the same tool is
 refused while it still runs (at most one stray thread per tool), an async tool is cancelled at
-the deadline on its own event loop, and the thread ends with the job's work-horse, which RQ's
-forking worker exits after every job (a turn with a stray thread hands over to a fresh job
-instead of running another turn in the same process).
+the deadline on its own event loop, and the thread ends with the job's work-horse, which exits
+after a job that leaves such a thread (it is never kept for the run's next task; a turn with a
+stray thread hands over to a fresh job instead of running another turn in the same process).
 """
 
 from __future__ import annotations

@@ -203,12 +203,14 @@ WARM_FORK = "teamctl.worker.warm_fork.WarmForkWorker"
 
 
 @contextmanager
-def warm_fork_worker(url: str, queue: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A preloaded WarmForkWorker on `queue`, registered."""
+def warm_fork_worker(
+    url: str, queue: str, log: Path, *, rq_options: tuple[str, ...] = ()
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A preloaded WarmForkWorker on `queue`, registered; `rq_options` go to `rq worker`."""
     conn = redis.Redis.from_url(url)
     with log.open("ab") as out:
         process = subprocess.Popen(
-            worker_command(url, [queue], worker_class=WARM_FORK),
+            worker_command(url, [], worker_class=WARM_FORK) + [*rq_options, queue],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -236,6 +238,11 @@ def children(pid: int) -> set[int]:
             if int(ppid) == pid and state != "Z":
                 found.add(int(entry.name))
     return found
+
+
+def reaped(pid: int) -> bool:
+    """Process `pid` is gone, not even a zombie left."""
+    return not Path(f"/proc/{pid}").exists()
 
 
 def gone(pid: int) -> bool:

@@ -10,8 +10,9 @@ import uuid
 from pathlib import Path
 
 import redis
-from rq import Queue
+from rq import Queue, Worker
 from rq.job import Job
+from rq.registry import FailedJobRegistry
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.task_records import TaskSpec, TaskStatus
@@ -20,13 +21,15 @@ from teamctl.worker.warm_fork import KEPT_IDLE_S
 from tests.support.llm import ScriptedLLM
 from tests.support.runs import make_run
 from tests.support.waiting import wait_until
-from tests.support.workers import children, gone, warm_fork_worker
+from tests.support.workers import children, reaped, warm_fork_worker
 
 
-def new_run(conn: redis.Redis, llm: ScriptedLLM, tmp_path: Path, tasks: int) -> str:
+def new_run(
+    conn: redis.Redis, llm: ScriptedLLM, tmp_path: Path, tasks: int, latency_s: float = 0.0
+) -> str:
     """A run of one member whose `tasks` independent tasks each answer "done"."""
     run_id = f"kept-{uuid.uuid4().hex[:10]}"
-    model = llm.script(run_id, ["done"], repeat_last=True)
+    model = llm.script(run_id, ["done"], repeat_last=True, latency_s=latency_s)
     make_run(
         conn,
         run_id,
@@ -96,15 +99,45 @@ def test_a_kept_process_goes_once_idle_and_a_killed_one_is_replaced(
     queue = Queue(name, connection=redis.Redis.from_url(redis_server))
     with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
         killed = task_pid(conn, queue, run_id, "t0")
+        wait_until(lambda: idle_worker(queue), 30, message="the worker to keep it and wait")
         os.kill(killed, signal.SIGKILL)  # the next job comes while it may still be exiting
         replaced = task_pid(conn, queue, run_id, "t1")  # the worker finds it gone: its spare
         idle = task_pid(conn, queue, run_id, "t2")
         assert idle == replaced != killed
         assert idle in children(worker.pid)
         wait_until(
-            lambda: gone(idle), KEPT_IDLE_S + 30, message="the kept process to exit once idle"
+            lambda: reaped(idle), KEPT_IDLE_S + 30, message="the kept process to exit once idle"
         )
         assert worker.poll() is None
+        assert reaped(killed)
+    assert FailedJobRegistry(queue=queue).get_job_ids() == []
+
+
+def idle_worker(queue: Queue) -> bool:
+    """The queue's one worker waits for a job (the job before is wholly done)."""
+    (worker,) = Worker.all(queue=queue)
+    return worker.get_state() == "idle"
+
+
+def test_a_process_whose_job_failed_is_not_kept_and_long_jobs_are(
+    redis_server: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """RQ's monitor wakes every second here, during tasks of 2.5 s: the process is kept all the
+    same. A job of the run that then fails (its run's spec is gone) ends it."""
+    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    run_id = new_run(conn, llm, tmp_path, 3, latency_s=2.5)
+    name = f"q-{uuid.uuid4().hex[:8]}"
+    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
+    with warm_fork_worker(
+        redis_server, name, tmp_path / "worker.log", rq_options=("--job-monitoring-interval", "1")
+    ):
+        long_jobs = [task_pid(conn, queue, run_id, f"t{n}") for n in range(2)]
+        conn.delete(RunKeys(run_id).spec)
+        job = queue.enqueue("teamctl.worker.jobs.run_task", run_id, "t2")
+        wait_until(lambda: job.get_status(refresh=True) == "failed", 60, message="a failed job")
+        wait_until(lambda: reaped(long_jobs[0]), KEPT_IDLE_S / 2, message="its process to exit")
+
+    assert long_jobs[0] == long_jobs[1]
 
 
 def test_a_kept_process_goes_with_the_worker(
@@ -121,4 +154,6 @@ def test_a_kept_process_goes_with_the_worker(
             if how == "killed":
                 os.kill(worker.pid, signal.SIGKILL)
                 worker.wait(timeout=30)
-        wait_until(lambda kept=kept: gone(kept), 30, message=f"the kept process of a {how} worker")
+        wait_until(
+            lambda kept=kept: reaped(kept), 30, message=f"the kept process of a {how} worker"
+        )
