@@ -91,7 +91,7 @@ class Spare:
     said: bytes = b""
     scope: tuple[str, str] | None = None
     """Kept after a job: the function and run (or team) whose jobs alone it takes."""
-    kept_at = 0.0
+    kept_at: float = 0.0
     """When it was last kept (time.monotonic())."""
 
     def takes_job(self, wait_s: float) -> bool:
@@ -170,11 +170,11 @@ class WarmForkWorker(TeamctlWorker):
         burst mode, whose worker stops at the first empty dequeue, nor at its hand-overs). A
         kept process waits KEPT_IDLE_S of it at most."""
         self._burst = timeout is None  # how RQ's loop asks in burst mode
-        if self._burst:
+        if timeout is None:
             return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         self._warm_spare_if_queues_empty()
         self._end_kept_if_idle()
-        if self._kept is not None and timeout is not None:
+        if self._kept is not None:
             since = time.monotonic()
             left_s = max(1, round(KEPT_IDLE_S - (since - self._kept.kept_at)))
             kept_s = min(left_s, max_idle_time or left_s)

@@ -243,10 +243,3 @@ def children(pid: int) -> set[int]:
 def reaped(pid: int) -> bool:
     """Process `pid` is gone, not even a zombie left."""
     return not Path(f"/proc/{pid}").exists()
-
-
-def gone(pid: int) -> bool:
-    try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) == "Z"
-    except OSError:
-        return True

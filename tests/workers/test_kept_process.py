@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import redis
-from rq import Queue, Worker
+from rq import Queue
 from rq.job import Job
 from rq.registry import FailedJobRegistry
 from teamctl.shared.board import TaskBoard
@@ -21,7 +21,7 @@ from teamctl.worker.warm_fork import KEPT_IDLE_S
 from tests.support.llm import ScriptedLLM
 from tests.support.runs import make_run
 from tests.support.waiting import wait_until
-from tests.support.workers import children, reaped, warm_fork_worker
+from tests.support.workers import children, reaped, wait_for_idle_queue, warm_fork_worker
 
 
 def new_run(
@@ -99,7 +99,7 @@ def test_a_kept_process_goes_once_idle_and_a_killed_one_is_replaced(
     queue = Queue(name, connection=redis.Redis.from_url(redis_server))
     with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
         killed = task_pid(conn, queue, run_id, "t0")
-        wait_until(lambda: idle_worker(queue), 30, message="the worker to keep it and wait")
+        wait_for_idle_queue(redis_server, name)  # the worker has kept it, and waits
         os.kill(killed, signal.SIGKILL)  # the next job comes while it may still be exiting
         replaced = task_pid(conn, queue, run_id, "t1")  # the worker finds it gone: its spare
         idle = task_pid(conn, queue, run_id, "t2")
@@ -111,12 +111,6 @@ def test_a_kept_process_goes_once_idle_and_a_killed_one_is_replaced(
         assert worker.poll() is None
         assert reaped(killed)
     assert FailedJobRegistry(queue=queue).get_job_ids() == []
-
-
-def idle_worker(queue: Queue) -> bool:
-    """The queue's one worker waits for a job (the job before is wholly done)."""
-    (worker,) = Worker.all(queue=queue)
-    return worker.get_state() == "idle"
 
 
 def test_a_process_whose_job_failed_is_not_kept_and_long_jobs_are(

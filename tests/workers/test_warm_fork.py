@@ -17,7 +17,7 @@ from rq.job import Job
 from teamctl.coordinator.local_workers.processes import stop_process
 
 from tests.support.waiting import wait_until
-from tests.support.workers import children, gone, warm_fork_worker
+from tests.support.workers import children, exited, warm_fork_worker
 
 
 def run_all(queue: Queue, functions: list[str]) -> list[int]:
@@ -77,7 +77,9 @@ def test_the_process_kept_for_the_next_job_goes_with_the_worker(
             else:
                 stop_process(worker, timeout_s=30)
             wait_until(
-                lambda spare=spare: gone(spare), 30, message=f"the spare of a {how} worker to exit"
+                lambda spare=spare: exited(spare),
+                30,
+                message=f"the spare of a {how} worker to exit",
             )
 
 
