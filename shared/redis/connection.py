@@ -244,8 +244,8 @@ def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S
     """Connect and ping; board and bus use decoded strings, RQ needs bytes (decode=False)."""
     if misplaced_userinfo(url):  # refused before a parser reads part of the password as a host
         raise ConfigError(
-            f"invalid Redis URL {redacted(url)!r}: its user or password holds /, "
-            f"? or #, which end the host part of a URL; percent-encode them "
+            f"invalid Redis URL {redacted(url)!r}: its user or password holds /, ?, #, "
+            f"[ or ], which a URL parser reads as part of the host; percent-encode them "
             f"({PERCENT_ENCODING})"
         )
     try:

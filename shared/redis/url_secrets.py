@@ -10,11 +10,13 @@ import re
 MASK = "***"
 QUERY_PASSWORD = re.compile(r"[?&;][^?&;=#]*password=", re.IGNORECASE)
 """`password=` or `sentinel_password=` (any option ending in it) in the query."""
-ENDS_AUTHORITY = "/?#"
-"""Characters that end a URL's host part: unencoded in a password, they hide its end."""
+MISREAD_IN_USERINFO = "/?#[]"
+"""Characters a URL parser never reads as part of a password: `/`, `?` and `#` end the host
+part, `[` and `]` enclose an IPv6 host. Unencoded in a password, they hide its end, and the
+parser's error quotes its tail as a host."""
 URL_BLANKS = str.maketrans("", "", "\t\r\n")
 """What Python's URL parser drops from anywhere in a URL before it reads it."""
-PERCENT_ENCODING = "/ as %2F, ? as %3F, # as %23, @ as %40, : as %3A, % as %25"
+PERCENT_ENCODING = "/ as %2F, ? as %3F, # as %23, [ as %5B, ] as %5D, @ as %40, : as %3A, % as %25"
 """How a user or password spells the characters a URL gives a meaning."""
 
 
@@ -53,12 +55,13 @@ def has_secret(url: str) -> bool:
 
 
 def misplaced_userinfo(url: str) -> bool:
-    """Whether a `/`, `?` or `#` before the URL's last `@` ends its host part early: a parser
-    then reads part of the password as the host, port or path (a base64 password often holds
-    `/`), and would connect somewhere else, or quote the password in its error."""
+    """Whether a `/`, `?`, `#`, `[` or `]` before the URL's last `@` makes a parser misread
+    it: part of the password then reads as the host, port or path (a base64 password often
+    holds `/`), and the parser would connect somewhere else, or quote the password in its
+    error."""
     _prefix, rest = _scheme(url)
     at, _secret_from = _secrets(rest)
-    return any(c in rest[: max(at, 0)] for c in ENDS_AUTHORITY)
+    return any(c in rest[: max(at, 0)] for c in MISREAD_IN_USERINFO)
 
 
 def _scheme(url: str) -> tuple[str, str]:

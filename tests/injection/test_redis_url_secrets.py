@@ -17,7 +17,7 @@ import redis
 from hypothesis import given
 from hypothesis import strategies as st
 from teamctl.coordinator.advice import SUPPLY_PASSWORD, Advice, teamctl_prog
-from teamctl.shared.errors import TeamError
+from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.redis.embedded import EmbeddedRedis, throwaway_redis
 from teamctl.shared.redis.url_secrets import MASK, redacted
@@ -93,6 +93,15 @@ def test_connect_errors_never_hold_the_password(data: st.DataObject, password: s
     assert raised.value.__cause__ is None or not holds(str(raised.value.__cause__), password)
 
 
+@pytest.mark.parametrize("url", [f"unix://:][{MARKER}@/nonexistent/teamctl/redis.sock"])
+def test_a_bracket_in_the_password_is_refused_before_a_parser_quotes_it(url: str) -> None:
+    """Brackets read as an IPv6 host: the parser's error quoted the password's tail."""
+    with pytest.raises(ConfigError) as raised:
+        connect(url).close()
+    assert MARKER not in str(raised.value)
+    assert "percent-encode them" in str(raised.value)
+
+
 @given(st.data(), passwords)
 def test_advice_never_repeats_the_password_and_says_to_supply_it(
     data: st.DataObject, password: str
@@ -109,9 +118,9 @@ def test_advice_never_repeats_the_password_and_says_to_supply_it(
     [
         (
             AWKWARD,
-            f"invalid Redis URL 'redis://:{MASK}@{DEAD}/0': its user or password holds /, ? "
-            "or #, which end the host part of a URL; percent-encode them (/ as %2F, ? as "
-            "%3F, # as %23, @ as %40, : as %3A, % as %25)",
+            f"invalid Redis URL 'redis://:{MASK}@{DEAD}/0': its user or password holds /, ?, "
+            "#, [ or ], which a URL parser reads as part of the host; percent-encode them (/ "
+            "as %2F, ? as %3F, # as %23, [ as %5B, ] as %5D, @ as %40, : as %3A, % as %25)",
         ),
         (quote(AWKWARD, safe=""), f"cannot reach Redis at redis://:{MASK}@{DEAD}/0: "),
         (
