@@ -116,9 +116,13 @@ class TeamctlWorker(Worker):
         if self.mcp_keeper is None:
             self.mcp_keeper = KeeperProcess(self.connection, load_settings().state_dir)
         try:
-            self.mcp_keeper.ensure()
+            self.mcp_keeper.ensure(in_child=self._in_mcp_keeper)
         except OSError as exc:  # jobs then run their MCP servers per attempt, as before
             self.log.warning("Worker %s: MCP keeper not started: %s", self.name, exc)
+
+    def _in_mcp_keeper(self) -> None:
+        """What the keeper does first, once forked: nothing here (a subclass closes its ends
+        of its other children's pipes)."""
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         """RQ's heartbeat, which its idle loop calls first on every pass: the place to see

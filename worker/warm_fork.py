@@ -43,6 +43,7 @@ from rq.worker.base import SHUTDOWN_SIGNAL
 from rq.worker.base import logger as rq_horse_logger
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.teams.teammates import TURN_FUNCTION
+from teamctl.worker.mcp_warm.process import JOB_ENV
 from teamctl.worker.parent_death import die_with_parent
 from teamctl.worker.rq_worker import TeamctlWorker
 
@@ -222,23 +223,11 @@ class WarmForkWorker(TeamctlWorker):
         horse.close()
         return super().wait_for_horse()
 
-    _keeper_failed = False
-
-    def _ensure_mcp_keeper(self) -> None:
-        """Fork the MCP keeper with no spare (or kept process) alive: one forked before it
-        would not know where it is, and the keeper would hold its pipe open. A new spare is
-        forked right after, for this job (which may then be kept for its run's next). A
-        keeper that could not start costs no spare again: its jobs run their servers
-        themselves, as they do when it is missing."""
-        if self._keeper_failed:
-            return  # a new try would fork it beside the spare, which would hold its pipes
-        if self.mcp_keeper is None or self.mcp_keeper.missing():
-            self._end_spare()
-            self._end_kept()
-        super()._ensure_mcp_keeper()
-        self._keeper_failed = self.mcp_keeper is None or self.mcp_keeper.missing()
-        if self._spare is None:
-            self._fork_spare()
+    def _in_mcp_keeper(self) -> None:
+        """The keeper holds no end of a spare's (or kept process's) pipes: they must see end
+        of file when the worker closes its own. The spare, forked before the keeper, is told
+        where it is with its job."""
+        self._close_others()
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
         """Hand the job to the process kept for its run, else to the spare, then fork the next
@@ -341,7 +330,9 @@ class WarmForkWorker(TeamctlWorker):
         """Write the job to a spare or kept process; it then runs the job in hand. False if the
         process is gone (the caller ends it and forks instead)."""
         stay = process.scope is not None
-        payload = json.dumps([job.id, queue.name, self.execution.id, stay]).encode() + b"\n"  # type: ignore[union-attr]
+        # Where the MCP keeper is now: it may have been forked after this process.
+        env = {name: os.environ.get(name) for name in JOB_ENV}
+        payload = json.dumps([job.id, queue.name, self.execution.id, stay, env]).encode() + b"\n"  # type: ignore[union-attr]
         if len(payload) >= HANDOVER_MAX_BYTES:  # a line the process would cut
             return False
         process.said = b""
@@ -458,7 +449,8 @@ class WarmForkWorker(TeamctlWorker):
             if time.monotonic() - idle_since > STALE_CONNECTION_S:
                 self.connection.connection_pool.disconnect()
             _say(ready, TOOK)
-            job_id, queue_name, execution_id, stay = json.loads(line)
+            job_id, queue_name, execution_id, stay, env = json.loads(line)
+            _set_environment(env)
             succeeded = self._run_handed_over(job_id, queue_name, execution_id)
             served += 1
             if not (succeeded and stay) or served >= KEPT_MAX_JOBS:
@@ -510,6 +502,15 @@ def alarm_held() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+
+
+def _set_environment(env: dict[str, str | None]) -> None:
+    """Set (or, for None, unset) the variables the worker names to its jobs."""
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _say(ready: int, word: bytes) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -24,8 +25,10 @@ import redis
 from rq import Queue
 from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, call_result_text
+from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.runs.store import RunStore
+from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
@@ -35,7 +38,13 @@ from tests.support.mcp import end_run, processes_in, stored_run
 from tests.support.replies import tool_results
 from tests.support.teams import cli, spawn
 from tests.support.waiting import wait_until
-from tests.support.workers import workers_on_own_queue
+from tests.support.workers import (
+    children,
+    parent_pid,
+    wait_for_idle_queue,
+    warm_fork_worker,
+    workers_on_own_queue,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 QUEUE = "mcp-warm"
@@ -58,9 +67,10 @@ def new_run_id() -> str:
     return f"warm{uuid.uuid4().hex[:10]}"
 
 
-def attempt(url: str, run_id: str, task_id: str) -> str:
-    """Run one task of the run as a job on the module's worker; the job's summary."""
-    job = Queue(QUEUE, connection=redis.Redis.from_url(url)).enqueue(
+def attempt(url: str, run_id: str, task_id: str, *, queue: str = QUEUE) -> str:
+    """Run one task of the run as a job on the module's worker (or `queue`'s); the job's
+    summary."""
+    job = Queue(queue, connection=redis.Redis.from_url(url)).enqueue(
         "teamctl.worker.jobs.run_task", run_id, task_id
     )
     wait_until(
@@ -118,6 +128,38 @@ def test_a_run_s_next_attempt_reuses_its_server_and_another_run_gets_its_own(
     )
     end_run(conn, other_run)
     wait_until(lambda: processes_in(workspace) == [], 20, message="the other run's server to stop")
+
+
+def test_a_worker_s_first_task_runs_in_the_spare_forked_before_its_keeper_and_meets_it(
+    redis_server: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """The keeper is forked for a worker's first member task; the spare waiting since before
+    (warmed while the worker was idle) still runs that task, and is told where the keeper is
+    with its job: the task's server is the keeper's child, and the run's next task reuses it."""
+    queue = f"first-{uuid.uuid4().hex[:8]}"
+    workspace = (tmp_path / "ws").resolve()
+    run_id = lookup_run(redis_server, llm, workspace, tasks=2)
+    with warm_fork_worker(redis_server, queue, tmp_path / "worker.log") as worker:
+        wait_for_idle_queue(redis_server, queue)
+        wait_until(lambda: len(children(worker.pid)) == 1, 30, message="the worker's spare")
+        (spare,) = children(worker.pid)  # no keeper yet: it comes with the first member task
+
+        first = attempt(redis_server, run_id, "task_1", queue=queue)
+        (server,) = processes_in(workspace)
+        keeper = parent_pid(server)
+        second = attempt(redis_server, run_id, "task_2", queue=queue)
+
+        assert (first, second) == ("task_1: completed", "task_2: completed")
+        ran_in = {task.worker for task in stored_tasks(redis_server, run_id)}
+        assert ran_in == {f"{socket.gethostname()}:{spare}"}
+        assert keeper not in (spare, worker.pid) and parent_pid(keeper) == worker.pid
+        assert processes_in(workspace) == [server]
+        assert looked_up(llm, run_id) == ["lease: 3 documents"] * 2
+    end_run(redis.Redis.from_url(redis_server, decode_responses=True), run_id)
+
+
+def stored_tasks(url: str, run_id: str) -> list[TaskState]:
+    return TaskBoard(redis.Redis.from_url(url, decode_responses=True), RunKeys(run_id)).snapshot()
 
 
 def test_a_session_unused_for_mcp_idle_s_closes_while_its_run_goes_on(

@@ -3,7 +3,9 @@ fork it again if it died, and stop it with the worker.
 
 The keeper is forked, not executed: it inherits the worker's preloaded MCP client, its settings
 and its connection to Redis (a new client to the same server, made in the child), and it is
-forked before any job of the worker, by RQ's main thread, as RQ forks its work-horses.
+forked by RQ's main thread, as RQ forks its work-horses. Jobs find it through JOB_ENV: a process
+forked after it inherits that environment, and one forked before (a waiting spare) is given it
+with its job.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import signal
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -26,6 +29,9 @@ from teamctl.shared.redis.connection import same_server
 from teamctl.worker.mcp_warm.protocol import KEEPER_ENV
 
 log = logging.getLogger(__name__)
+JOB_ENV = (KEEPER_ENV, CACHES_ENV)
+"""The environment through which the worker tells its jobs where the keeper and the package
+caches are (unset: no keeper)."""
 STOP_WAIT_S = CLOSE_TIMEOUT_S + 2.0
 """How long a stopping worker waits for its keeper to close every session (each one closes
 within CLOSE_TIMEOUT_S), before killing it (its servers then die with it)."""
@@ -49,8 +55,9 @@ class KeeperProcess:
         # Without SO_PEERCRED it could not tell the worker's jobs from other processes: none.
         return hasattr(socket, "SO_PEERCRED")
 
-    def ensure(self) -> None:
-        """Fork the keeper unless it runs; jobs forked from now on are told where it is."""
+    def ensure(self, in_child: Callable[[], None] = lambda: None) -> None:
+        """Fork the keeper unless it runs, calling `in_child` in it first (to close what it
+        must not hold); jobs forked from now on are told where it is."""
         if not self.missing():
             return
         if self.caches is None:
@@ -66,6 +73,7 @@ class KeeperProcess:
         if pid == 0:  # the keeper
             code = 0
             try:
+                in_child()
                 from teamctl.worker.mcp_warm.keeper import run_keeper
 
                 run_keeper(listener, same_server(self.conn, decode=True), self.caches)
