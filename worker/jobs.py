@@ -107,7 +107,15 @@ def job_connection(settings: Settings) -> redis.Redis:
     from rq import get_current_job
 
     job = get_current_job()
-    return same_server(job.connection, decode=True) if job else conn_from_settings(settings)
+    return decoded_beside(job.connection) if job else conn_from_settings(settings)
+
+
+@functools.lru_cache(maxsize=1)
+def decoded_beside(rq_conn: redis.Redis) -> redis.Redis:
+    """A decoded client to the server of the worker's client `rq_conn`, made once per process:
+    the jobs of a kept process (its run's next tasks) share its connections instead of opening
+    one per job."""
+    return same_server(rq_conn, decode=True)
 
 
 def execute_task(
