@@ -43,6 +43,7 @@ from rq.worker.base import SHUTDOWN_SIGNAL
 from rq.worker.base import logger as rq_horse_logger
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
 from teamctl.shared.teams.teammates import TURN_FUNCTION
+from teamctl.worker.jobs import decoded_beside
 from teamctl.worker.mcp_warm.process import JOB_ENV
 from teamctl.worker.parent_death import die_with_parent
 from teamctl.worker.rq_worker import TeamctlWorker
@@ -248,9 +249,11 @@ class WarmForkWorker(TeamctlWorker):
             return
         if self._spare is None:
             self._fork_spare()
-        if not self._burst:
+        if not self._burst and self._horse is None:
             # Nothing else waiting: the next job may come the moment this one ends (a
             # teammate's wake, a task this one unblocks), with no idle wait to warm up in.
+            # A process kept after this job takes its run's (or team's) next one itself: the
+            # spare then warms up once the worker is idle, not beside the job's start.
             self._warm_spare_if_queues_empty(at_hand_over=True)
 
     def _hand_to_spare(self, job: Job, queue: Queue, scope: tuple[str, str] | None) -> None:
@@ -448,6 +451,7 @@ class WarmForkWorker(TeamctlWorker):
         while line:  # none: the worker is stopping, or died
             if time.monotonic() - idle_since > STALE_CONNECTION_S:
                 self.connection.connection_pool.disconnect()
+                decoded_beside.cache_clear()  # the jobs' client, kept from the last job
             _say(ready, TOOK)
             job_id, queue_name, execution_id, stay, env = json.loads(line)
             _set_environment(env)
