@@ -126,12 +126,14 @@ class TeamctlWorker(Worker):
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         """RQ's heartbeat, which its idle loop calls first on every pass: the place to see
-        that Redis has been gone too long (RQ itself would retry for ever)."""
+        that Redis has been gone too long (RQ itself would retry for ever). Its three
+        commands go in one round trip: the worker beats several times between two jobs."""
         if pipeline is not None:
             super().heartbeat(timeout, pipeline)
             return None
-        with self._exit_after_outage():
-            super().heartbeat(timeout)
+        with self._exit_after_outage(), self.connection.pipeline(transaction=False) as beat:
+            super().heartbeat(timeout, beat)
+            beat.execute()
         return None
 
     def check_for_suspension(self, burst: bool) -> None:
