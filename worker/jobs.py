@@ -14,7 +14,7 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.process.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
 from teamctl.shared.providers.limits import worker_limits
-from teamctl.shared.redis.connection import client_from_url, same_server, set_outage
+from teamctl.shared.redis.connection import client_from_url, decoded_beside, set_outage
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.tracing import (
@@ -108,14 +108,6 @@ def job_connection(settings: Settings) -> redis.Redis:
 
     job = get_current_job()
     return decoded_beside(job.connection) if job else conn_from_settings(settings)
-
-
-@functools.lru_cache(maxsize=1)
-def decoded_beside(rq_conn: redis.Redis) -> redis.Redis:
-    """A decoded client to the server of the worker's client `rq_conn`, made once per process:
-    the jobs of a kept process (its run's next tasks) share its connections instead of opening
-    one per job."""
-    return same_server(rq_conn, decode=True)
 
 
 def execute_task(

@@ -42,8 +42,8 @@ from rq.queue import Queue
 from rq.worker.base import SHUTDOWN_SIGNAL
 from rq.worker.base import logger as rq_horse_logger
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
+from teamctl.shared.redis.connection import decoded_beside
 from teamctl.shared.teams.teammates import TURN_FUNCTION
-from teamctl.worker.jobs import decoded_beside
 from teamctl.worker.mcp_warm.process import JOB_ENV
 from teamctl.worker.parent_death import die_with_parent
 from teamctl.worker.rq_worker import TeamctlWorker

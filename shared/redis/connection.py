@@ -10,6 +10,7 @@ the sentinels name, and follow it when they promote another.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -410,6 +411,14 @@ def same_server(
     return redis.Redis(
         connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
     )
+
+
+@functools.lru_cache(maxsize=1)
+def decoded_beside(rq_conn: redis.Redis) -> redis.Redis:
+    """A decoded client to the server of an RQ worker's client `rq_conn`, made once per
+    process: the jobs of a kept process (its run's next tasks) share its connections instead
+    of opening one per job."""
+    return same_server(rq_conn, decode=True)
 
 
 def outage_of(conn: redis.Redis, default_s: float = DEFAULT_OUTAGE_S) -> float:
