@@ -15,6 +15,7 @@ from rq.job import Job
 from rq.registry import FailedJobRegistry
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.worker.warm_fork import KEPT_IDLE_S
 
@@ -75,6 +76,39 @@ def test_a_runs_tasks_share_one_process_and_another_runs_task_never_does(
     assert others != shared[0]
     assert first_again not in (shared[0], others)
     assert noop not in (shared[0], others, first_again)
+
+
+def test_a_kept_process_s_tasks_share_its_redis_connections(
+    llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """A run's next task in the kept process opens no connection to Redis: its jobs share one
+    client. A server of the test's own, which nothing else connects to meanwhile: the worker's
+    spare warms up (its one command, a PING, on a connection of its own) before it is asked."""
+    with throwaway_redis() as url:
+        conn = redis.Redis.from_url(url, decode_responses=True)
+        run_id = new_run(conn, llm, tmp_path, 3)
+        name = f"q-{uuid.uuid4().hex[:8]}"
+        queue = Queue(name, connection=redis.Redis.from_url(url))
+        with warm_fork_worker(url, name, tmp_path / "worker.log"):
+            spare_warmed(conn)  # else the first task may not wait for it, and is forked
+            kept = [task_pid(conn, queue, run_id, f"t{n}") for n in range(2)]
+            wait_for_idle_queue(url, name)
+            spare_warmed(conn)  # the next spare, forked after the first task
+            before = conn.info("stats")["total_connections_received"]
+            kept.append(task_pid(conn, queue, run_id, "t2"))
+            after = conn.info("stats")["total_connections_received"]
+
+    assert len(set(kept)) == 1
+    assert after == before
+
+
+def spare_warmed(conn: redis.Redis) -> None:
+    """Wait until a connection's last command is a PING: a spare's warm-up."""
+    wait_until(
+        lambda: any(c["cmd"] == "ping" for c in conn.client_list()),
+        30,
+        message="the spare to warm up",
+    )
 
 
 def run_noop(queue: Queue) -> int:
