@@ -4,10 +4,10 @@ A forked horse pays for every page of the parent it writes to (copy-on-write): ~
 about 15 ms, on a job's first model call through litellm, since calling code writes the reference
 counts of the objects it touches; and forking a preloaded parent costs the worker several ms more
 before the job starts. WarmForkWorker forks the next job's process (a spare) as soon as it hands a
-job over, so the fork is off the next job's path. When its queues are empty, as it hands a job
-over or is about to wait, it tells the spare to warm up: one model call to a loopback server and a
-Redis connection, taking those page copies while no job waits. Warming only then keeps a busy
-worker's CPU for its jobs. The job is handed over by id, as RQ's SpawnWorker does; the spare runs
+job over, so the fork is off the next job's path. When its queues are empty, as it is about to
+wait (or hands over a job whose process will not be kept), it tells the spare to warm up: one
+model call to a loopback server and a Redis connection, taking those page copies while no job
+waits. Warming only then keeps a busy worker's CPU for its jobs. The job is handed over by id, as RQ's SpawnWorker does; the spare runs
 it exactly as a freshly forked horse would (its own process group, the same signals). A job waits
 at most READY_WAIT_S for a spare that is not set up yet, then forks as RQ does.
 
