@@ -67,9 +67,15 @@ class KeeperProcess:
         self.directory = Path(tempfile.mkdtemp(prefix="teamctl-mcp-"))
         path = str(self.directory / "keeper.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(path)
-        listener.listen(16)
-        pid = os.fork()
+        try:
+            listener.bind(path)
+            listener.listen(16)
+            pid = os.fork()
+        except OSError:  # no process left: no keeper, and nothing of this try left behind
+            listener.close()
+            self._cleanup_directory()
+            os.environ.pop(KEEPER_ENV, None)
+            raise
         if pid == 0:  # the keeper
             code = 0
             try:
