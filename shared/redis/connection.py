@@ -443,8 +443,11 @@ def blocking_client(conn: redis.Redis, name: str | None = None) -> redis.Redis:
 
 
 def set_outage(conn: redis.Redis, outage_s: float) -> None:
-    """Bound `conn`'s retries by a run's redis_outage_s (known once its spec is read)."""
-    conn.set_retry(OutageRetry(outage_s))
+    """Bound `conn`'s retries by a run's redis_outage_s (known once its spec is read). A client
+    a kept process's jobs share is left alone when it has that bound already: its connections
+    may be in another thread's hands (a keep-alive of the job before)."""
+    if outage_of(conn, default_s=-1.0) != outage_s:
+        conn.set_retry(OutageRetry(outage_s))
 
 
 def block_ms(wanted_ms: float) -> int:
