@@ -7,9 +7,10 @@ before the job starts. WarmForkWorker forks the next job's process (a spare) as 
 job over, so the fork is off the next job's path. When its queues are empty, as it is about to
 wait (or hands over a job whose process will not be kept), it tells the spare to warm up: one
 model call to a loopback server and a Redis connection, taking those page copies while no job
-waits. Warming only then keeps a busy worker's CPU for its jobs. The job is handed over by id, as RQ's SpawnWorker does; the spare runs
-it exactly as a freshly forked horse would (its own process group, the same signals). A job waits
-at most READY_WAIT_S for a spare that is not set up yet, then forks as RQ does.
+waits. Warming only then keeps a busy worker's CPU for its jobs. The job is handed over by id, as
+RQ's SpawnWorker does; the spare runs it exactly as a freshly forked horse would (its own process
+group, the same signals). A job waits at most READY_WAIT_S for a spare that is not set up yet,
+then forks as RQ does.
 
 A member task's process, once its task is done, is kept for the run's next task on this worker
 (a teammate turn's, for the team's next turn): that task then pays neither a fork nor the page
@@ -42,7 +43,6 @@ from rq.queue import Queue
 from rq.worker.base import SHUTDOWN_SIGNAL
 from rq.worker.base import logger as rq_horse_logger
 from teamctl.shared.agent.python_tools import abandoned_tool_calls
-from teamctl.shared.redis.connection import decoded_beside
 from teamctl.shared.teams.teammates import TURN_FUNCTION
 from teamctl.worker.mcp_warm.process import JOB_ENV
 from teamctl.worker.parent_death import die_with_parent
@@ -56,8 +56,9 @@ beats a new fork, and a warm-up that hangs (a loopback call sent to a proxy) del
 STALE_CONNECTION_S = 60.0
 """A spare's Redis connection idle longer than this is opened again for its job: a NAT or load
 balancer may have dropped it silently, and its first command would wait out the socket timeout."""
-HANDOVER_MAX_BYTES = 4096
-"""A job's id, queue name and execution id, as JSON: far less than this."""
+HANDOVER_MAX_BYTES = 64 * 1024
+"""A job's id, queue name and execution id, and where the MCP keeper and package caches are (two
+paths, the second under the state dir), as JSON: far less than this however long the paths."""
 WARM = b"warm\n"
 """What the worker writes to an idle spare's pipe to have it warm up; a job is one JSON line."""
 SET_UP, WARMED, TOOK, DONE = b"1", b"2", b"3", b"4"
@@ -232,7 +233,8 @@ class WarmForkWorker(TeamctlWorker):
 
     def fork_work_horse(self, job: Job, queue: Queue) -> None:
         """Hand the job to the process kept for its run, else to the spare, then fork the next
-        spare while this job runs, and warm it up if no job waits. A job waits at most
+        spare while this job runs, and warm it up if no job waits and this job's process will
+        not be kept (else once the worker is idle). A job waits at most
         READY_WAIT_S for a spare that is not set up yet (or still warming up), and is then
         forked as RQ does (the spare kept for the next one)."""
         scope = job_scope(job)
@@ -450,8 +452,9 @@ class WarmForkWorker(TeamctlWorker):
         served = 0
         while line:  # none: the worker is stopping, or died
             if time.monotonic() - idle_since > STALE_CONNECTION_S:
+                # Only a spare waits this long (a kept process, KEPT_IDLE_S at most), and its
+                # jobs' own client is made with its first job.
                 self.connection.connection_pool.disconnect()
-                decoded_beside.cache_clear()  # the jobs' client, kept from the last job
             _say(ready, TOOK)
             job_id, queue_name, execution_id, stay, env = json.loads(line)
             _set_environment(env)
