@@ -226,6 +226,16 @@ def warm_fork_worker(
         stop_process(process, timeout_s=30)
 
 
+def spare_warmed(conn: redis.Redis) -> None:
+    """Wait until a connection's last command is a PING: a spare's warm-up (on a server of the
+    test's own: another worker's spare would do as well)."""
+    wait_until(
+        lambda: any(c["cmd"] == "ping" for c in conn.client_list()),
+        30,
+        message="the spare to warm up",
+    )
+
+
 def children(pid: int) -> set[int]:
     """Live (not zombie) processes whose parent is `pid`."""
     found = set()

@@ -27,6 +27,7 @@ from teamctl.shared.agent.mcp_config import McpServer
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts, call_result_text
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
@@ -41,7 +42,7 @@ from tests.support.waiting import wait_until
 from tests.support.workers import (
     children,
     parent_pid,
-    wait_for_idle_queue,
+    spare_warmed,
     warm_fork_worker,
     workers_on_own_queue,
 )
@@ -131,31 +132,33 @@ def test_a_run_s_next_attempt_reuses_its_server_and_another_run_gets_its_own(
 
 
 def test_a_worker_s_first_task_runs_in_the_spare_forked_before_its_keeper_and_meets_it(
-    redis_server: str, llm: ScriptedLLM, tmp_path: Path
+    llm: ScriptedLLM, tmp_path: Path
 ) -> None:
     """The keeper is forked for a worker's first member task; the spare waiting since before
     (warmed while the worker was idle) still runs that task, and is told where the keeper is
-    with its job: the task's server is the keeper's child, and the run's next task reuses it."""
+    with its job: the task's server is the keeper's child, and the run's next task reuses it.
+    A server of the test's own, whose only PING is the spare's warm-up."""
     queue = f"first-{uuid.uuid4().hex[:8]}"
     workspace = (tmp_path / "ws").resolve()
-    run_id = lookup_run(redis_server, llm, workspace, tasks=2)
-    with warm_fork_worker(redis_server, queue, tmp_path / "worker.log") as worker:
-        wait_for_idle_queue(redis_server, queue)
-        wait_until(lambda: len(children(worker.pid)) == 1, 30, message="the worker's spare")
-        (spare,) = children(worker.pid)  # no keeper yet: it comes with the first member task
+    with throwaway_redis() as url:
+        conn = redis.Redis.from_url(url, decode_responses=True)
+        run_id = lookup_run(url, llm, workspace, tasks=2)
+        with warm_fork_worker(url, queue, tmp_path / "worker.log") as worker:
+            spare_warmed(conn)  # else the first task may not wait for it, and is forked
+            (spare,) = children(worker.pid)  # no keeper yet: it comes with the first task
 
-        first = attempt(redis_server, run_id, "task_1", queue=queue)
-        (server,) = processes_in(workspace)
-        keeper = parent_pid(server)
-        second = attempt(redis_server, run_id, "task_2", queue=queue)
+            first = attempt(url, run_id, "task_1", queue=queue)
+            (server,) = processes_in(workspace)
+            keeper = parent_pid(server)
+            second = attempt(url, run_id, "task_2", queue=queue)
 
-        assert (first, second) == ("task_1: completed", "task_2: completed")
-        ran_in = {task.worker for task in stored_tasks(redis_server, run_id)}
-        assert ran_in == {f"{socket.gethostname()}:{spare}"}
-        assert keeper not in (spare, worker.pid) and parent_pid(keeper) == worker.pid
-        assert processes_in(workspace) == [server]
-        assert looked_up(llm, run_id) == ["lease: 3 documents"] * 2
-    end_run(redis.Redis.from_url(redis_server, decode_responses=True), run_id)
+            assert (first, second) == ("task_1: completed", "task_2: completed")
+            ran_in = {task.worker for task in stored_tasks(url, run_id)}
+            assert ran_in == {f"{socket.gethostname()}:{spare}"}
+            assert keeper not in (spare, worker.pid) and parent_pid(keeper) == worker.pid
+            assert processes_in(workspace) == [server]
+            assert looked_up(llm, run_id) == ["lease: 3 documents"] * 2
+        end_run(conn, run_id)
 
 
 def stored_tasks(url: str, run_id: str) -> list[TaskState]:

@@ -22,7 +22,13 @@ from teamctl.worker.warm_fork import KEPT_IDLE_S
 from tests.support.llm import ScriptedLLM
 from tests.support.runs import make_run
 from tests.support.waiting import wait_until
-from tests.support.workers import children, reaped, wait_for_idle_queue, warm_fork_worker
+from tests.support.workers import (
+    children,
+    reaped,
+    spare_warmed,
+    wait_for_idle_queue,
+    warm_fork_worker,
+)
 
 
 def new_run(
@@ -100,15 +106,6 @@ def test_a_kept_process_s_tasks_share_its_redis_connections(
 
     assert len(set(kept)) == 1
     assert after == before
-
-
-def spare_warmed(conn: redis.Redis) -> None:
-    """Wait until a connection's last command is a PING: a spare's warm-up."""
-    wait_until(
-        lambda: any(c["cmd"] == "ping" for c in conn.client_list()),
-        30,
-        message="the spare to warm up",
-    )
 
 
 def run_noop(queue: Queue) -> int:
