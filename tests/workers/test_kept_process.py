@@ -63,15 +63,23 @@ def task_pid(conn: redis.Redis, queue: Queue, run_id: str, task_id: str) -> int:
 
 
 def test_a_runs_tasks_share_one_process_and_another_runs_task_never_does(
-    redis_server: str, llm: ScriptedLLM, tmp_path: Path
+    llm: ScriptedLLM, tmp_path: Path
 ) -> None:
-    conn = redis.Redis.from_url(redis_server, decode_responses=True)
+    """On a server of the test's own, where the spare's warm-up is the one PING."""
+    with throwaway_redis() as url:
+        shares_and_never_crosses(url, llm, tmp_path)
+
+
+def shares_and_never_crosses(url: str, llm: ScriptedLLM, tmp_path: Path) -> None:
+    conn = redis.Redis.from_url(url, decode_responses=True)
     first, other = new_run(conn, llm, tmp_path, 4), new_run(conn, llm, tmp_path, 1)
     name = f"q-{uuid.uuid4().hex[:8]}"
-    queue = Queue(name, connection=redis.Redis.from_url(redis_server))
-    with warm_fork_worker(redis_server, name, tmp_path / "worker.log") as worker:
+    queue = Queue(name, connection=redis.Redis.from_url(url))
+    with warm_fork_worker(url, name, tmp_path / "worker.log") as worker:
+        spare_warmed(conn)  # else the first task may not wait for it, and is forked
         shared = [task_pid(conn, queue, first, f"t{n}") for n in range(3)]
         kept_meanwhile = shared[0] in children(worker.pid)
+        spare_warmed(conn)  # the next spare, which the other run's task goes to
         others = task_pid(conn, queue, other, "t0")
         first_again = task_pid(conn, queue, first, "t3")
         noop = run_noop(queue)
