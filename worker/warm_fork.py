@@ -56,6 +56,9 @@ beats a new fork, and a warm-up that hangs (a loopback call sent to a proxy) del
 STALE_CONNECTION_S = 60.0
 """A spare's Redis connection idle longer than this is opened again for its job: a NAT or load
 balancer may have dropped it silently, and its first command would wait out the socket timeout."""
+NEW_SET_UP_S = 1.0
+"""How long a job whose process may be kept waits for a process forked for it to be set up (a
+few ms unless the machine is very busy), before it is forked as RQ does."""
 HANDOVER_MAX_BYTES = 64 * 1024
 """A job's id, queue name and execution id, and where the MCP keeper and package caches are (two
 paths, the second under the state dir), as JSON: far less than this however long the paths."""
@@ -259,8 +262,8 @@ class WarmForkWorker(TeamctlWorker):
             self._warm_spare_if_queues_empty(at_hand_over=True)
 
     def _hand_to_spare(self, job: Job, queue: Queue, scope: tuple[str, str] | None) -> None:
-        """The job to the spare, or to a process forked as RQ does when the spare is not ready
-        or gone."""
+        """The job to the spare, or when the spare is not ready or gone, to a process forked
+        for it: one that can be kept if the job's can, else as RQ forks one."""
         spare = self._spare
         if spare is not None and spare.takes_job(READY_WAIT_S):
             self._spare = None
@@ -271,7 +274,25 @@ class WarmForkWorker(TeamctlWorker):
                 self._finish_preload()  # before the next spare, which then inherits it
                 return
             self._end(spare)
+        elif scope is not None and self._hand_to_new(job, queue, scope):
+            return
         super().fork_work_horse(job, queue)
+
+    def _hand_to_new(self, job: Job, queue: Queue, scope: tuple[str, str]) -> bool:
+        """A job whose process may be kept, which the spare did not take at once (still warming
+        up, as it is just after the worker started): a process forked for it now, which can
+        be kept, unlike RQ's. The spare stays, warm for the next job. False if none is set up
+        within NEW_SET_UP_S (the job is then forked as RQ does)."""
+        if self._preload_pending():
+            return False
+        process = self._fork_process()
+        if process is None:
+            return False
+        process.scope = scope
+        if process.takes_job(NEW_SET_UP_S) and self._hand_over(process, job, queue):
+            return True
+        self._end(process)
+        return False
 
     def _finish_preload(self) -> bool:
         """The rest of the preload (TeamctlWorker's), and then a spare forked before it gone:
@@ -371,6 +392,10 @@ class WarmForkWorker(TeamctlWorker):
         """Fork the next job's process; without one (no process or memory left), jobs are
         forked as RQ forks them."""
         self._end_spare()
+        self._spare = self._fork_process()
+
+    def _fork_process(self) -> Spare | None:
+        """Fork a process that waits for its job (None: no process or memory left)."""
         job_read, job_write = os.pipe()
         ready_read, ready_write = os.pipe()
         parent = os.getpid()
@@ -380,7 +405,7 @@ class WarmForkWorker(TeamctlWorker):
             for end in (job_read, job_write, ready_read, ready_write):
                 os.close(end)
             self.log.warning("Worker %s: no spare process (%s); forking each job", self.name, exc)
-            return
+            return None
         if pid == 0:
             os.close(job_write)
             os.close(ready_read)
@@ -388,7 +413,7 @@ class WarmForkWorker(TeamctlWorker):
             self._run_spare(parent, job_read, ready_write)  # never returns
         os.close(job_read)
         os.close(ready_write)
-        self._spare = Spare(pid, job_write, ready_read)
+        return Spare(pid, job_write, ready_read)
 
     def _close_others(self) -> None:
         """In a new child: close the worker's ends of its other processes' pipes, so each of
