@@ -262,37 +262,33 @@ class WarmForkWorker(TeamctlWorker):
             self._warm_spare_if_queues_empty(at_hand_over=True)
 
     def _hand_to_spare(self, job: Job, queue: Queue, scope: tuple[str, str] | None) -> None:
-        """The job to the spare, or when the spare is not ready or gone, to a process forked
-        for it: one that can be kept if the job's can, else as RQ forks one."""
+        """The job to the spare; when the spare is not ready or gone, to a process forked for
+        it if its process may be kept (RQ's fork could not be), else as RQ forks one."""
         spare = self._spare
+        process: Spare | None = None
         if spare is not None and spare.takes_job(READY_WAIT_S):
-            self._spare = None
+            self._spare, process = None, spare
+        elif scope is not None and not self._preload_pending():
+            process = self._new_process()  # the spare stays, warm for the next job
+        if process is not None:
             # One forked before the rest of the preload (and the lower niceness) runs this job
             # only: kept, it would serve the run's next ones without them.
-            spare.scope = None if self._preload_pending() else scope
-            if self._hand_over(spare, job, queue):
+            process.scope = None if self._preload_pending() else scope
+            if self._hand_over(process, job, queue):
                 self._finish_preload()  # before the next spare, which then inherits it
                 return
-            self._end(spare)
-        elif scope is not None and self._hand_to_new(job, queue, scope):
-            return
+            self._end(process)
         super().fork_work_horse(job, queue)
 
-    def _hand_to_new(self, job: Job, queue: Queue, scope: tuple[str, str]) -> bool:
-        """A job whose process may be kept, which the spare did not take at once (still warming
-        up, as it is just after the worker started): a process forked for it now, which can
-        be kept, unlike RQ's. The spare stays, warm for the next job. False if none is set up
-        within NEW_SET_UP_S (the job is then forked as RQ does)."""
-        if self._preload_pending():
-            return False
+    def _new_process(self) -> Spare | None:
+        """A process forked for the job in hand, once set up (still warming up, the spare may
+        not take it at once, as just after the worker started); None if there is none within
+        NEW_SET_UP_S."""
         process = self._fork_process()
-        if process is None:
-            return False
-        process.scope = scope
-        if process.takes_job(NEW_SET_UP_S) and self._hand_over(process, job, queue):
-            return True
-        self._end(process)
-        return False
+        if process is not None and not process.takes_job(NEW_SET_UP_S):
+            self._end(process)
+            return None
+        return process
 
     def _finish_preload(self) -> bool:
         """The rest of the preload (TeamctlWorker's), and then a spare forked before it gone:
