@@ -50,7 +50,7 @@ def warm_up(litellm: Any) -> None:
     call (~150 ms here); one call to a one-shot loopback server walks the success path, the
     reply's parsing and cost lookup included. No thread is left running, so forking stays safe.
     """
-    threads = threading.active_count()
+    threads = set(threading.enumerate())
     from openai.types.chat import ChatCompletion
 
     try:  # what the SDK itself runs on a reply (a private helper, hence the fallback)
@@ -69,7 +69,7 @@ def warm_up(litellm: Any) -> None:
 def warm_up_rest(litellm: Any) -> None:
     """Pay the first-call costs a run's first model call does not need (~250 ms): litellm's
     error path, walked by a call to a refused loopback port, and tiktoken's encoding."""
-    threads = threading.active_count()
+    threads = set(threading.enumerate())
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))  # bound but never listening: the connect is refused at once
         port = closed.getsockname()[1]
@@ -91,12 +91,14 @@ def warm_up_rest(litellm: Any) -> None:
     _check_no_thread_left(threads)
 
 
-def _check_no_thread_left(before: int) -> None:
-    """Warn of threads the warm-up started and left (a running worker has its own already)."""
-    if threading.active_count() > before:
+def _check_no_thread_left(before: set[threading.Thread]) -> None:
+    """Warn of threads the warm-up started and left (a running worker has its own already).
+    By identity, not by count: another thread ending meanwhile would hide a new one."""
+    left = set(threading.enumerate()) - before
+    if left:
         log.warning(
             "litellm warm-up left %d threads running; forked jobs may inherit held locks",
-            threading.active_count() - before,
+            len(left),
         )
 
 

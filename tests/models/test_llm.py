@@ -4,10 +4,12 @@ that are never retried, and the preload warm-up."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -119,6 +121,30 @@ def test_warm_up_starts_no_thread_so_forking_stays_safe(caplog: pytest.LogCaptur
         done.set()
         already.join()
     assert "threads running" not in caplog.text
+
+
+def test_warm_up_warns_of_a_thread_it_left_though_another_ended(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A thread of the worker's ending during the warm-up does not hide one the warm-up left."""
+    release, stay = threading.Event(), threading.Event()
+    ending = threading.Thread(target=release.wait, daemon=True)
+    ending.start()
+
+    def completion(**_: Any) -> None:
+        # litellm stands in here: only the warm-up's own check is under test.
+        threading.Thread(target=stay.wait, daemon=True).start()
+        release.set()
+        ending.join()
+        raise ConnectionError("refused")
+
+    litellm = SimpleNamespace(completion=completion, main=SimpleNamespace(_get_encoding=dict))
+    try:
+        with caplog.at_level(logging.WARNING):
+            warm_up_rest(litellm)
+    finally:
+        stay.set()
+    assert "left 1 threads running" in caplog.text
 
 
 def test_a_rejected_key_is_not_retried_and_the_error_names_its_variable_not_its_value(
