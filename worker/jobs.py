@@ -14,7 +14,12 @@ from teamctl.shared.board import TaskBoard
 from teamctl.shared.errors import ConfigError
 from teamctl.shared.process.log_lines import WORKER_DATE_FORMAT, WORKER_FORMAT, log_to_stderr
 from teamctl.shared.providers.limits import worker_limits
-from teamctl.shared.redis.connection import client_from_url, decoded_beside, set_outage
+from teamctl.shared.redis.connection import (
+    DEFAULT_OUTAGE_S,
+    client_from_url,
+    decoded_beside,
+    set_outage,
+)
 from teamctl.shared.runs.handle import RunHandle
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.tracing import (
@@ -103,11 +108,17 @@ def job_traceparent() -> str | None:
 
 
 def job_connection(settings: Settings) -> redis.Redis:
-    """A decoded client to the Redis of the RQ job being run (REDIS_URL outside a worker)."""
+    """A decoded client to the Redis of the RQ job being run (REDIS_URL outside a worker), at a
+    fresh client's outage bound: the jobs of a kept process (or a SimpleWorker) share it, and a
+    run's own bound (redis_outage_s) must not follow it into the next job."""
     from rq import get_current_job
 
     job = get_current_job()
-    return decoded_beside(job.connection) if job else conn_from_settings(settings)
+    if job is None:
+        return conn_from_settings(settings)
+    conn = decoded_beside(job.connection)
+    set_outage(conn, DEFAULT_OUTAGE_S)
+    return conn
 
 
 def execute_task(

@@ -253,3 +253,16 @@ def children(pid: int) -> set[int]:
 def reaped(pid: int) -> bool:
     """Process `pid` is gone, not even a zombie left."""
     return not Path(f"/proc/{pid}").exists()
+
+
+def outage_seen_then_set(outage_s: float) -> float:
+    """An RQ job: the outage bound of the client `job_connection` gives it, before it sets a
+    run's own bound on that client, as a task does."""
+    from teamctl.shared.redis.connection import outage_of, set_outage
+    from teamctl.shared.settings import load_settings
+    from teamctl.worker.jobs import job_connection
+
+    conn = job_connection(load_settings())
+    seen = outage_of(conn, default_s=-1.0)
+    set_outage(conn, outage_s)
+    return seen

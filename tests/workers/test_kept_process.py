@@ -10,11 +10,12 @@ import uuid
 from pathlib import Path
 
 import redis
-from rq import Queue
+from rq import Queue, SimpleWorker
 from rq.job import Job
 from rq.registry import FailedJobRegistry
 from teamctl.shared.board import TaskBoard
 from teamctl.shared.keys import RunKeys
+from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.task_records import TaskSpec, TaskStatus
 from teamctl.worker.warm_fork import KEPT_IDLE_S
@@ -114,6 +115,20 @@ def test_a_kept_process_s_tasks_share_its_redis_connections(
 
     assert len(set(kept)) == 1
     assert after == before
+
+
+def test_a_runs_outage_bound_does_not_follow_the_shared_client_into_the_next_job(
+    redis_server: str,
+) -> None:
+    """Jobs that share one client (a kept process's, a SimpleWorker's) each get it at a fresh
+    client's bound, whatever redis_outage_s the job before set for its run."""
+    conn = redis.Redis.from_url(redis_server)
+    queue = Queue(f"outage-{uuid.uuid4().hex[:8]}", connection=conn)
+    jobs = [queue.enqueue("tests.support.workers.outage_seen_then_set", 5.0) for _ in range(2)]
+
+    SimpleWorker([queue], connection=conn).work(burst=True)
+
+    assert [job.return_value() for job in jobs] == [DEFAULT_OUTAGE_S, DEFAULT_OUTAGE_S]
 
 
 def run_noop(queue: Queue) -> int:

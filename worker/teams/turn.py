@@ -40,7 +40,6 @@ from teamctl.shared.budget import Charge
 from teamctl.shared.envelopes import SystemType
 from teamctl.shared.errors import BudgetSpent, ConfigError
 from teamctl.shared.providers.limits import CallScope, Waiting, worker_limits
-from teamctl.shared.redis.connection import DEFAULT_OUTAGE_S, set_outage
 from teamctl.shared.redis.scripts import GuardedScripts
 from teamctl.shared.settings import Settings, load_settings
 from teamctl.shared.teams.inbox import unread_batch
@@ -82,12 +81,10 @@ def run_turn(team: str, name: str) -> str:
     keep_environment_private()  # a bare `rq worker` did not: tools run in this job
     settings = load_settings()
     tracing = tracing_from_settings(settings, WORKER_SERVICE)
-    conn = job_connection(settings)
-    # A run's bound, left by a task before this turn on the same client (a SimpleWorker's):
-    # a turn rides out what a fresh client would.
-    set_outage(conn, DEFAULT_OUTAGE_S)
     try:
-        return execute_turn(conn, team, name, settings=settings, tracing=tracing)
+        return execute_turn(
+            job_connection(settings), team, name, settings=settings, tracing=tracing
+        )
     finally:  # a forked job ends in os._exit: its spans go now or never
         tracing.close()
 
