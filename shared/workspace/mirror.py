@@ -11,6 +11,7 @@ symlinks and files with several hard links are not copied; files arrive without 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,6 +28,7 @@ from typing import Any, assert_never
 from pydantic import BaseModel
 from teamctl.shared.agent.tools import Toolbox, ToolFn, capped
 from teamctl.shared.errors import ToolFailed
+from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.text import echoed, flat
 from teamctl.shared.workspace.caps import PATH_RECORD_BYTES
 from teamctl.shared.workspace.directory import UNWRITABLE_NAMES, Workspace
@@ -69,9 +71,11 @@ NONE = _Synced(0, None, None)
 class WorkspaceMirror:
     """The files of a Redis-kept workspace in a private local directory."""
 
-    def __init__(self, files: WorkspaceFiles, root: Path) -> None:
+    def __init__(self, files: WorkspaceFiles, root: Path, *, kept: bool = False) -> None:
         self.files = files
         self.root = root
+        self.kept = kept
+        """The root outlives this mirror (close empties it and leaves it)."""
         self.workspace = Workspace(root)
         self._synced: dict[str, _Synced] = {}
         self._reported: dict[str, tuple[str, tuple[int, int, int] | None]] = {}
@@ -84,9 +88,14 @@ class WorkspaceMirror:
         saved (the caller stops on its own check)."""
 
     @classmethod
-    def open(cls, files: WorkspaceFiles) -> WorkspaceMirror:
-        """A mirror in a new private temporary directory (TMPDIR), with every file fetched."""
-        mirror = cls(files, Path(tempfile.mkdtemp(prefix="teamctl-workspace-")))
+    def open(cls, files: WorkspaceFiles, kept_root: Path | None = None) -> WorkspaceMirror:
+        """A mirror with every file fetched, in a new private temporary directory (TMPDIR), or
+        in `kept_root`, a private directory that outlives it (so warm MCP servers can keep
+        working there), emptied first: each mirror starts from the shared files alone."""
+        if kept_root is None:
+            mirror = cls(files, Path(tempfile.mkdtemp(prefix="teamctl-workspace-")))
+        else:
+            mirror = cls(files, empty_directory(private_dir(kept_root)), kept=True)
         try:
             mirror.pull()
         except BaseException:
@@ -96,8 +105,12 @@ class WorkspaceMirror:
 
     def close(self) -> None:
         """Remove the local copy (everything worth keeping was saved after each tool call, and
-        by a last push before the outcome) and the client it used."""
-        shutil.rmtree(self.root, ignore_errors=True)
+        by a last push before the outcome), a kept root's content only, and the client it
+        used."""
+        if self.kept:
+            empty_directory(self.root)
+        else:
+            shutil.rmtree(self.root, ignore_errors=True)
         self.files.close()
 
     def pull(self) -> None:
@@ -408,6 +421,18 @@ def syncable(path: str) -> bool:
             part not in ("", ".", "..") and part.lower() not in UNWRITABLE_NAMES for part in parts
         )
     )
+
+
+def empty_directory(root: Path) -> Path:
+    """Remove everything in `root` but `root` itself (a process working there keeps its
+    directory); links are removed, never followed."""
+    for entry in os.scandir(root):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+    return root
 
 
 def _digest(data: bytes | None) -> str | None:

@@ -17,6 +17,7 @@ from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
+from teamctl.shared.workspace.caps import WorkspaceStore
 
 
 def processes_in(directory: Path) -> list[int]:
@@ -62,9 +63,12 @@ def stored_run(
     workspace: Path,
     member: Member,
     tasks: int = 1,
+    *,
+    workspace_store: WorkspaceStore = "local",
     **options: Any,
 ) -> None:
-    """A run of one member with `tasks` tasks (task_1, task_2, ...), stored for jobs to run."""
+    """A run of one member with `tasks` tasks (task_1, task_2, ...), stored for jobs to run,
+    its workspace in `workspace` or, with `workspace_store="redis"`, in Redis."""
     workspace.mkdir(parents=True, exist_ok=True)
     spec = RunSpec(
         run_id=run_id,
@@ -76,6 +80,7 @@ def stored_run(
             planner=model, synthesizer=model, member_default=model, api_base=api_base
         ),
         workspace_dir=str(workspace),
+        workspace_store=workspace_store,
         created_ms=now_ms(),
     )
     RunStore(conn, RunKeys(run_id)).create(spec)

@@ -19,6 +19,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -33,6 +34,7 @@ from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
+from teamctl.worker.mcp_warm.protocol import WORKSPACES_DIR, Scope, kept_workspace
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.mcp import end_run, processes_in, stored_run
@@ -83,9 +85,7 @@ def attempt(url: str, run_id: str, task_id: str, *, queue: str = QUEUE) -> str:
     return str(job.return_value())
 
 
-def lookup_run(
-    url: str, llm: ScriptedLLM, workspace: Path, tasks: int = 1, **options: object
-) -> str:
+def lookup_run(url: str, llm: ScriptedLLM, workspace: Path, tasks: int = 1, **options: Any) -> str:
     """A stored run whose member calls index__lookup in each of its `tasks` attempts."""
     run_id = new_run_id()
     model = llm.script(f"m1-{run_id}", [LOOKUP, "looked up"] * tasks)
@@ -93,6 +93,21 @@ def lookup_run(
     conn = redis.Redis.from_url(url, decode_responses=True)
     stored_run(conn, run_id, model, llm.api_base, workspace, member, tasks, **options)
     return run_id
+
+
+def in_kept_copy(scope: Scope) -> list[tuple[int, Path]]:
+    """The processes (pid, working directory) working in a worker's kept copy of the run's
+    (team's) workspace kept in Redis."""
+    name = kept_workspace("keeper.sock", scope).name
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cwd = Path(os.readlink(entry / "cwd")) if entry.name.isdigit() else None
+        except OSError:
+            continue
+        if cwd is not None and cwd.name == name and cwd.parent.name == WORKSPACES_DIR:
+            found.append((int(entry.name), cwd))
+    return found
 
 
 def looked_up(llm: ScriptedLLM, run_id: str) -> list[str]:
@@ -129,6 +144,32 @@ def test_a_run_s_next_attempt_reuses_its_server_and_another_run_gets_its_own(
     )
     end_run(conn, other_run)
     wait_until(lambda: processes_in(workspace) == [], 20, message="the other run's server to stop")
+
+
+def test_a_run_s_workspace_kept_in_redis_is_copied_where_its_server_stays_warm(
+    one_worker: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """Workers on hosts that share no disk copy the workspace: each attempt into the same
+    directory of the worker's, emptied at its end, so the server the first started serves the
+    second too. The directory goes when the run ends, with the server."""
+    conn = redis.Redis.from_url(one_worker, decode_responses=True)
+    run_id = lookup_run(one_worker, llm, tmp_path / "unused", tasks=2, workspace_store="redis")
+    scope = Scope(kind="run", id=run_id)
+
+    assert attempt(one_worker, run_id, "task_1") == "task_1: completed"
+    ((server, copy),) = in_kept_copy(scope)
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o700
+    assert list(copy.iterdir()) == []  # the attempt's files went with it
+    assert attempt(one_worker, run_id, "task_2") == "task_2: completed"
+    assert in_kept_copy(scope) == [(server, copy)]
+    assert looked_up(llm, run_id) == ["lease: 3 documents"] * 2
+
+    end_run(conn, run_id)
+    wait_until(
+        lambda: in_kept_copy(scope) == [] and not copy.exists(),
+        20,
+        message="the ended run's server to stop and its copy to go",
+    )
 
 
 def test_a_worker_s_first_task_runs_in_the_spare_forked_before_its_keeper_and_meets_it(
@@ -319,16 +360,19 @@ def test_an_npx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> Non
     assert pids[0] != pids[1]
 
 
+@pytest.mark.parametrize("workspace_store", ["local", "redis"])
 def test_a_teammate_s_next_turn_reuses_its_server_until_the_team_is_deleted(
     one_worker: str,
     llm: ScriptedLLM,
     team: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    workspace_store: str,
 ) -> None:
-    """Persistent teammates: the server a turn started in the team's directory answers the next
-    turn (same pid), and stops once the team is deleted."""
-    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", "local")
+    """Persistent teammates: the server a turn started in the team's directory (or in the
+    worker's copy of a workspace kept in Redis) answers the next turn (same pid), and stops
+    once the team is deleted."""
+    monkeypatch.setenv("TEAMCTL_WORKSPACE_STORE", workspace_store)
     base = ["-t", team, "--redis-url", one_worker]
     team_path = tmp_path / "team.json"
     team_path.write_text(json.dumps({"mcp_servers": [INDEX.model_dump(exclude_none=True)]}))
@@ -347,13 +391,20 @@ def test_a_teammate_s_next_turn_reuses_its_server_until_the_team_is_deleted(
         one_worker, team, "indexer", model, llm.api_base, "--queue", QUEUE, "--mcp", "index"
     )
     assert spawned.exit_code == 0, spawned.output
+    scope = Scope(kind="team", id=team, created_ms=store.meta().created_ms)
+
+    def servers() -> list[int]:
+        if workspace_store == "local":
+            return processes_in(workspace)
+        return [pid for pid, _ in in_kept_copy(scope)]
+
     wait_until(lambda: turns_done(1), 60, message="the first turn")
-    (server,) = processes_in(workspace)
+    (server,) = servers()
     assert cli("team", "send", "indexer", "Look it up again", *base).exit_code == 0
     wait_until(lambda: turns_done(2), 60, message="the second turn")
 
-    assert processes_in(workspace) == [server]
+    assert servers() == [server]
     requests = llm.requests[f"indexer-{team}"]
     assert [tool_results(requests[n])[-1] for n in (1, 3)] == ["lease: 3 documents"] * 2
     assert cli("team", "delete", *base).exit_code == 0
-    wait_until(lambda: processes_in(workspace) == [], 20, message="the server to stop")
+    wait_until(lambda: servers() == [], 20, message="the server to stop")

@@ -309,3 +309,32 @@ def test_a_mirror_that_cannot_fetch_leaves_no_directory(
     with pytest.raises(ValueError):
         WorkspaceMirror.open(files)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_kept_directory_starts_each_mirror_from_the_shared_files_alone(
+    conn: redis.Redis, run_id: str, tmp_path: Path
+) -> None:
+    """A worker copies a workspace into one directory per run, for its warm MCP servers: what
+    an attempt left there unsaved (it died) is neither kept nor saved by the next, and closing
+    empties the directory (links removed, never followed) but leaves it: a server works there."""
+    keys = RunKeys(run_id)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the workspace's")
+    first = WorkspaceMirror.open(WorkspaceFiles(conn, keys), tmp_path / "kept")
+    first.workspace.write_bytes("shared.md", b"saved")
+    assert first.push() == []
+    (first.root / "unsaved.md").write_bytes(b"left by an attempt that died")
+    (first.root / "sub").mkdir()
+    (first.root / "sub" / "deep.md").write_bytes(b"unsaved too")
+    (first.root / "link").symlink_to(outside)
+
+    second = WorkspaceMirror.open(WorkspaceFiles(conn, keys), tmp_path / "kept")
+
+    assert second.root == first.root
+    assert sorted(p.name for p in second.root.iterdir()) == ["shared.md"]
+    assert second.push() == []
+    assert WorkspaceFiles(conn, keys).versions() == {"shared.md": 1}
+    second.close()
+    assert second.root.is_dir() and list(second.root.iterdir()) == []
+    assert oct(second.root.stat().st_mode & 0o777) == "0o700"
+    assert outside.read_text() == "not the workspace's"

@@ -1,6 +1,7 @@
 """A job's MCP sessions: warm ones through its worker's keeper (worker/mcp_warm/keeper.py), or a
 hub of the attempt's own where none can be shared (no keeper: a job run outside a teamctl
-worker; or a workspace kept in Redis, which each attempt copies to a directory of its own)."""
+worker). A workspace kept in Redis is copied, for servers to stay warm in, to one directory per
+run (team) that the keeper owns, emptied and fetched again by each attempt (turn)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from teamctl.worker.mcp_warm.protocol import (
     OpenRequest,
     Reply,
     Scope,
+    kept_workspace,
     receive,
     send,
 )
@@ -49,6 +51,13 @@ class Warmth:
     scope: Scope
     idle_s: float
     entries: tuple[str, ...]
+
+
+def kept_workspace_root(environ: Mapping[str, str], scope: Scope) -> Path | None:
+    """The directory to copy a workspace kept in Redis into for `scope`'s MCP servers to stay
+    warm in (None: the worker has no keeper, and an attempt's copy is its own)."""
+    socket_path = environ.get(KEEPER_ENV)
+    return kept_workspace(socket_path, scope) if socket_path else None
 
 
 def mcp_sessions(

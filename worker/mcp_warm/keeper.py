@@ -7,7 +7,9 @@ or team (its scope), one workspace, one server spec (command, arguments, headers
 digest of the values they read from the environment) and one member's grants: it is never shared
 with another run or team, whose data a server's state may hold. The keeper closes a session once
 it has been unused for its run's (team's) `mcp_idle_s`, once its run ended (its team was deleted),
-and when the worker stops; a server that died is started again by the next open or call.
+and when the worker stops; a server that died is started again by the next open or call. Jobs
+copy a workspace kept in Redis into a directory per scope beside the socket, so the servers they
+start there can stay warm too; the keeper removes it once the scope ended.
 
 Only jobs of the worker may talk to it: the socket is in a 0700 directory, and a peer must be a
 child of the worker (a work-horse; what a tool starts is a grandchild, and is refused).
@@ -20,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -45,6 +48,7 @@ from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.text import shorten
 from teamctl.worker.mcp_warm.protocol import (
+    WORKSPACES_DIR,
     CallRequest,
     OpenRequest,
     Reply,
@@ -85,14 +89,19 @@ class McpKeeper:
         allowed_parent: int,
         package_caches: Path | None,
         clock: Callable[[], float] = time.monotonic,
+        workspaces: Path | None = None,
     ) -> None:
         self.conn = conn
         self.allowed_parent = allowed_parent
         """The worker's pid: only its children (its jobs) are served."""
         self.package_caches = package_caches
         self.clock = clock
+        self.workspaces = workspaces
+        """Where jobs copy workspaces kept in Redis, a directory per scope (protocol.py's
+        kept_workspace): each is removed once its scope ended."""
         self.stopping = threading.Event()
         self._sessions: dict[str, WarmSession] = {}
+        self._kept_copies: dict[Scope, Path] = {}
         self._lock = threading.Lock()
         self._ended_checked_s = 0.0
 
@@ -121,6 +130,7 @@ class McpKeeper:
             if session is None:
                 session = self._start(key, request)
                 self._sessions[key] = session
+            self._note_kept_copy(request)
             session.last_used_s = self.clock()
             tools = session.hub.start(request.server)  # listed at its start
             return Reply(
@@ -129,6 +139,12 @@ class McpKeeper:
                 pid=session.hub.pid(name),
                 reused=reused,
             )
+
+    def _note_kept_copy(self, request: OpenRequest) -> None:
+        """Remember a session's workspace that is a copy of ours, to remove with its scope."""
+        workspace = Path(request.workspace)
+        if self.workspaces is not None and workspace.parent == self.workspaces:
+            self._kept_copies[request.scope] = workspace
 
     def _start(self, key: str, request: OpenRequest) -> WarmSession:
         hub = McpHub(
@@ -169,12 +185,15 @@ class McpKeeper:
                 session.last_used_s = self.clock()
 
     def sweep(self) -> None:
-        """Close the sessions unused for their idle bound, and those whose scope ended."""
+        """Close the sessions unused for their idle bound, and those whose scope ended; remove
+        the workspace copies of the scopes that ended."""
         now = self.clock()
         ended: set[Scope] = set()
         if now - self._ended_checked_s >= END_CHECK_S:
             self._ended_checked_s = now
-            ended = {scope for scope in {s.scope for s in self.sessions()} if self._ended(scope)}
+            with self._lock:
+                scopes = {s.scope for s in self._sessions.values()} | self._kept_copies.keys()
+            ended = {scope for scope in scopes if self._ended(scope)}
         with self._lock:
             closing = [
                 s
@@ -183,10 +202,18 @@ class McpKeeper:
             ]
             for session in closing:
                 del self._sessions[session.key]
+            still_used = {s.scope for s in self._sessions.values()}
+            removing = [
+                self._kept_copies.pop(scope)
+                for scope in ended - still_used
+                if scope in self._kept_copies
+            ]
         for session in closing:
             why = "ended" if session.scope in ended else f"idle for {session.idle_s:g}s"
             log.info("closing MCP server %s of %s %s: %s", session.server.name, *_of(session), why)
             session.hub.close()
+        for copy in removing:  # after the servers working in it stopped
+            shutil.rmtree(copy, ignore_errors=True)
 
     def _ended(self, scope: Scope) -> bool:
         """Whether the run ended (its record is gone, or finished) or the team was deleted
@@ -313,7 +340,8 @@ def run_keeper(listener: socket.socket, conn: redis.Redis, caches: Path | None) 
     worker = os.getppid()
     os.setsid()
     die_with_parent(worker)  # its servers die with it, each armed the same way
-    keeper = McpKeeper(conn, worker, caches)
+    workspaces = Path(listener.getsockname()).parent / WORKSPACES_DIR
+    keeper = McpKeeper(conn, worker, caches, workspaces=workspaces)
     signal.signal(signal.SIGTERM, lambda *_: keeper.stopping.set())
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(

@@ -3,8 +3,10 @@ JSON object a line each way, a request then its reply."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,6 +14,8 @@ from teamctl.shared.agent.mcp_config import McpServer
 
 KEEPER_ENV = "TEAMCTL_MCP_KEEPER"
 """The keeper's socket, named by the worker to the jobs it forks."""
+WORKSPACES_DIR = "workspaces"
+"""Beside the keeper's socket: the copies of workspaces kept in Redis that warm servers use."""
 MAX_LINE_BYTES = 64 * 1024 * 1024
 """Longest message either side reads (a tool result is capped far below, by the job)."""
 
@@ -25,6 +29,14 @@ class Scope(BaseModel):
     kind: Literal["run", "team"]
     id: str
     created_ms: int = 0
+
+
+def kept_workspace(socket_path: str, scope: Scope) -> Path:
+    """Where the jobs of `scope` on this worker copy a workspace kept in Redis: one directory
+    per run (team) in the keeper's 0700 directory, so the servers started there stay warm for
+    the scope's next jobs. The keeper removes it when the scope ends, the worker with the rest."""
+    digest = hashlib.sha256(scope.model_dump_json().encode()).hexdigest()[:16]
+    return Path(socket_path).parent / WORKSPACES_DIR / f"{scope.kind}-{digest}"
 
 
 class OpenRequest(BaseModel):

@@ -24,7 +24,7 @@ from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.mirror import WorkspaceMirror
 from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
 from teamctl.shared.workspace.tools import add_workspace_tools
-from teamctl.worker.mcp_warm.client import Warmth, mcp_sessions
+from teamctl.worker.mcp_warm.client import Warmth, kept_workspace_root, mcp_sessions
 from teamctl.worker.mcp_warm.protocol import Scope
 from teamctl.worker.runs.claims import Claim
 from teamctl.worker.runs.job_context import JobContext
@@ -97,8 +97,9 @@ class MemberToolbox:
 
     def _workspace_root(self, member: Member) -> Path:
         """Where the member's tools work: the run's directory (WorkspaceElsewhere when it is on
-        another host), or for a workspace kept in Redis a private copy fetched now (only for a
-        member with tools: nobody else reads files)."""
+        another host), or for a workspace kept in Redis a copy fetched now (only for a member
+        with tools: nobody else reads files), in the run's directory beside the worker's MCP
+        keeper when the member has MCP servers, else in a private one."""
         run, claim = self.job.run, self.claim
         spec = run.spec
         if not (member.tools or member.mcp_servers):
@@ -113,27 +114,31 @@ class MemberToolbox:
                     run.keys,
                     spec.options.file_caps,
                     Fence("task", run.keys.task(claim.task_id), str(claim.token)),
-                )
+                ),
+                # Copied where its MCP servers can stay warm for the run's next attempts.
+                kept_workspace_root(os.environ, self._scope()) if member.mcp_servers else None,
             )
         return self.mirror.root
+
+    def _scope(self) -> Scope:
+        return Scope(kind="run", id=self.job.run.run_id)
 
     def _add_mcp_tools(self, toolbox: Toolbox, member: Member) -> None:
         """Start the member's MCP servers in the run's workspace and offer their tools; the run
         caches each server's list for dispatch inputs. One that will not start fails the task."""
         run = self.job.run
         options = run.spec.options
+        root = self._workspace_root(member)
+        # A private copy of a workspace kept in Redis goes with its attempt: so do its servers.
+        private_copy = self.mirror is not None and not self.mirror.kept
         self.mcp = mcp_sessions(
             os.environ,
-            self._workspace_root(member),
+            root,
             McpTimeouts(
                 options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
             ),
             f"{run.run_id}:{self.claim.task_id}",
-            # A workspace kept in Redis is copied per attempt: its servers must work in this
-            # attempt's copy, whose changes the mirror saves, so they are the attempt's own.
-            Warmth(Scope(kind="run", id=run.run_id), options.mcp_idle_s, tuple(member.mcp))
-            if run.spec.workspace_store == "local"
-            else None,
+            None if private_copy else Warmth(self._scope(), options.mcp_idle_s, tuple(member.mcp)),
         )
         cache = McpToolCache(run.conn, run.keys, run.scripts)
         for server in member.mcp_servers:

@@ -4,9 +4,10 @@ gate on the tools that change things.
 The workspace is one directory per team, shared by its teammates: the spawner records it on the
 teammate's hash (`team_workspace` under its state dir); a teammate spawned without one uses the
 worker's state dir. A team that keeps its workspace in Redis (for workers on hosts that share no
-disk) gets a copy of it per turn job instead (shared/workspace/mirror.py). Its MCP servers
-start there: kept warm by the worker for the team's next turns in the team's directory
-(worker/mcp_warm), for one turn job in a turn's copy.
+disk) gets a copy of it per turn job instead (shared/workspace/mirror.py), made in a directory
+the worker keeps for the team when the teammate has MCP servers. Its MCP servers start there,
+kept warm by the worker for the team's next turns (worker/mcp_warm), but in a turn's private
+copy (a worker without a keeper), which they go with.
 These tools act outside Redis, so a turn rerun after a crash may repeat them (team tools commit
 inside the checkpoint and do not).
 
@@ -38,7 +39,7 @@ from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.mirror import WorkspaceMirror
 from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
 from teamctl.shared.workspace.tools import add_workspace_tools
-from teamctl.worker.mcp_warm.client import Warmth, mcp_sessions
+from teamctl.worker.mcp_warm.client import Warmth, kept_workspace_root, mcp_sessions
 from teamctl.worker.mcp_warm.protocol import Scope
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ def check_teammate_host(store: TeamStore, teammate: Teammate) -> None:
 
 def open_mirror(store: TeamStore, teammate: Teammate, token: str) -> WorkspaceMirror | None:
     """The turn's copy of the team's workspace when the team keeps it in Redis and the
-    teammate has tools that use it (its saves fenced by the turn's lease); else None."""
+    teammate has tools that use it (its saves fenced by the turn's lease); else None. A
+    teammate with MCP servers copies it where they can stay warm for the team's next turns."""
     if store.meta().workspace_store != "redis" or not (teammate.tools or teammate.mcp):
         return None
     keys = store.keys
@@ -88,8 +90,15 @@ def open_mirror(store: TeamStore, teammate: Teammate, token: str) -> WorkspaceMi
             keys,
             store.options.file_caps,
             Fence("turn", keys.turn(teammate.name), token),
-        )
+        ),
+        kept_workspace_root(os.environ, team_scope(store)) if teammate.mcp else None,
     )
+
+
+def team_scope(store: TeamStore) -> Scope:
+    """What the team's warm sessions belong to: the team as created (not one made again under
+    its name)."""
+    return Scope(kind="team", id=store.team, created_ms=store.meta().created_ms)
 
 
 def add_teammate_workspace(
@@ -135,24 +144,20 @@ def add_teammate_python_tools(
 
 
 def mcp_hub(
-    store: TeamStore, teammate: Teammate, state_dir: Path, root: Path | None = None
+    store: TeamStore, teammate: Teammate, state_dir: Path, mirror: WorkspaceMirror | None = None
 ) -> McpSessions:
     """The MCP sessions of the teammate's turn: stdio servers start in its workspace. Those in
-    the team's directory stay warm in the worker for the team's next turns; those in a turn's
-    copy of a workspace kept in Redis (`root`) are the turn's own."""
+    the team's directory, or in the worker's kept copy of a workspace kept in Redis, stay warm
+    in the worker for the team's next turns; those in a turn's private copy are its own."""
     options = store.options
     warmth = (
-        Warmth(
-            Scope(kind="team", id=store.team, created_ms=store.meta().created_ms),
-            options.mcp_idle_s,
-            tuple(teammate.mcp),
-        )
-        if root is None
+        Warmth(team_scope(store), options.mcp_idle_s, tuple(teammate.mcp))
+        if mirror is None or mirror.kept
         else None
     )
     return mcp_sessions(
         os.environ,
-        root or ensure_workspace(teammate, store.team, state_dir),
+        mirror.root if mirror else ensure_workspace(teammate, store.team, state_dir),
         McpTimeouts(
             options.mcp_start_timeout_s, options.mcp_list_timeout_s, options.mcp_call_timeout_s
         ),

@@ -206,7 +206,7 @@ class Turn:
                 )
                 if self.teammate.mcp:
                     hub = stack.enter_context(
-                        mcp_hub(self.store, self.teammate, self.state_dir, root)
+                        mcp_hub(self.store, self.teammate, self.state_dir, mirror)
                     )
                     add_teammate_mcp_tools(toolbox, self.store, self.teammate, hub)
             except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
