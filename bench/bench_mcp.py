@@ -1,7 +1,8 @@
 """MCP benchmark: what a member's stdio MCP server costs each attempt. One preloaded forking worker
 (the documented `rq worker -c teamctl.worker.settings`) runs paced run_task jobs, one at a time,
 of a member without MCP and of members with `mcp-server-time`: the attempts of one run after its
-first (the worker's MCP keeper kept the session warm: worker/mcp_warm), the first attempt of
+first (the worker's MCP keeper kept the session warm: worker/mcp_warm), with the run's workspace
+on disk and kept in Redis (copied by each attempt), the first attempt of
 fresh runs (the server starts, lists its tools, and stays), attempts whose server was killed just
 before (started again), and, where `npx` exists, a tiny npm package started with `npx` from its
 tarball (an empty package cache, then another run's first attempt with the worker's cache, then
@@ -41,6 +42,7 @@ from teamctl.shared.runs.run_config import ModelChoice, RunSpec
 from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
+from teamctl.shared.workspace.caps import WorkspaceStore
 
 from bench.bench_worker import QUEUE, per_task_ms, worker
 from bench.figures import BenchFigure, print_figures
@@ -80,8 +82,10 @@ def make_run(
     workspace: Path,
     server: McpServer | None,
     tasks: int,
+    store: WorkspaceStore = "local",
 ) -> None:
-    """A run of `tasks` tasks (t0, t1, ...) for one member, with `server` or without MCP."""
+    """A run of `tasks` tasks (t0, t1, ...) for one member, with `server` or without MCP, its
+    workspace kept in `store`."""
     member = Member(
         id="m1",
         model=model,
@@ -98,6 +102,7 @@ def make_run(
             planner=model, synthesizer=model, member_default=model, api_base=api_base
         ),
         workspace_dir=str(workspace),
+        workspace_store=store,
         created_ms=now_ms(),
     )
     RunStore(conn, RunKeys(run_id)).create(spec)
@@ -117,14 +122,23 @@ class Bench:
         self.runs = 0
 
     @contextmanager
-    def run(self, server: McpServer | None, tasks: int) -> Iterator[tuple[str, Path]]:
-        """A fresh run of `tasks` tasks in a workspace of its own; ended when the block ends
-        (the worker's keeper then stops its server)."""
+    def run(
+        self, server: McpServer | None, tasks: int, store: WorkspaceStore = "local"
+    ) -> Iterator[tuple[str, Path]]:
+        """A fresh run of `tasks` tasks in a workspace of its own (kept in `store`); ended when
+        the block ends (the worker's keeper then stops its server)."""
         self.runs += 1
         run_id = f"bench-mcp-{os.getpid()}-{self.runs}"
         with tempfile.TemporaryDirectory() as workspace:
             make_run(
-                self.conn, run_id, self.model, self.llm.api_base, Path(workspace), server, tasks
+                self.conn,
+                run_id,
+                self.model,
+                self.llm.api_base,
+                Path(workspace),
+                server,
+                tasks,
+                store,
             )
             try:
                 yield run_id, Path(workspace).resolve()
@@ -149,12 +163,15 @@ class Bench:
             self.attempt_ms(run_id, "t0")
             return [self.attempt_ms(run_id, f"t{n}") for n in range(1, jobs + 1)]
 
-    def interleaved_ms(self, server: McpServer, jobs: int) -> tuple[list[float], list[float]]:
+    def interleaved_ms(
+        self, server: McpServer, jobs: int, store: WorkspaceStore = "local"
+    ) -> tuple[list[float], list[float]]:
         """Attempts 2..jobs+1 of a run without MCP and of one with `server`, alternating (a
-        shared machine's load then weighs on both alike): (without, with)."""
+        shared machine's load then weighs on both alike), workspaces kept in `store`:
+        (without, with)."""
         with (
-            self.run(None, jobs + 1) as (plain, _),
-            self.run(server, jobs + 1) as (warm, _),
+            self.run(None, jobs + 1, store) as (plain, _),
+            self.run(server, jobs + 1, store) as (warm, _),
         ):
             self.attempt_ms(plain, "t0")
             self.attempt_ms(warm, "t0")
@@ -275,6 +292,8 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
             bench = Bench(url, llm, model)
             plain, warm_runs = bench.interleaved_ms(TIME_SERVER, sizes.warm_jobs)
             base, warm = statistics.median(plain), statistics.median(warm_runs)
+            plain_kept, warm_kept = bench.interleaved_ms(TIME_SERVER, sizes.warm_jobs, "redis")
+            base_kept, warm_in_copy = statistics.median(plain_kept), statistics.median(warm_kept)
             first = statistics.median(bench.first_use_ms(TIME_SERVER, sizes.jobs))
             killed = statistics.median(bench.after_a_kill_ms(TIME_SERVER, sizes.jobs))
             npx = npx_figures(bench, base, Path(logs))
@@ -298,6 +317,18 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
             goal=f"<= {WARM_GOAL_MS:g} ms",
             met=warm - base <= WARM_GOAL_MS,
             note="open in the worker's keeper, tools listed at the start",
+        ),
+        BenchFigure(
+            name="added per attempt by a warm stdio MCP session, workspace kept in Redis",
+            value=warm_in_copy - base_kept,
+            unit="ms",
+            goal=f"<= {WARM_GOAL_MS:g} ms",
+            met=warm_in_copy - base_kept <= WARM_GOAL_MS,
+            note=(
+                f"{warm_in_copy:.1f} against {base_kept:.1f} ms without MCP, medians of "
+                f"{sizes.warm_jobs} paced jobs each, alternating: the attempt's copy of the "
+                "workspace is fetched into the worker's directory for the run"
+            ),
         ),
         BenchFigure(
             name="run_task, mcp-server-time, a run's first attempt (first use)",
