@@ -34,6 +34,10 @@ BENCHES = {
     "throughput": "Throughput (2,000 independent zero-latency tasks, 8 workers)",
     "reclaim": "Reclaim (SIGKILLed worker mid-task, heartbeat_ttl_s 3)",
     "worker": "Per-task overhead (one worker, zero-latency scripted model over HTTP, and HTTPS)",
+    "task_path": (
+        "A member task's path, phase by phase: time and Redis commands (one default worker, "
+        "zero-latency scripted model, the server's MONITOR)"
+    ),
     "tracing": (
         "Tracing's per-task cost (OTLP/HTTP to a loopback receiver against tracing off, "
         "one preloaded forking worker each)"
