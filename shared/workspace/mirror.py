@@ -11,7 +11,6 @@ symlinks and files with several hard links are not copied; files arrive without 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -28,8 +27,8 @@ from typing import Any, assert_never
 from pydantic import BaseModel
 from teamctl.shared.agent.tools import Toolbox, ToolFn, capped
 from teamctl.shared.errors import ToolFailed
-from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.text import echoed, flat
+from teamctl.shared.workspace import kept_copy
 from teamctl.shared.workspace.caps import PATH_RECORD_BYTES
 from teamctl.shared.workspace.directory import UNWRITABLE_NAMES, Workspace
 from teamctl.shared.workspace.redis_files import SaveOutcome, SaveVerdict, WorkspaceFiles
@@ -71,11 +70,12 @@ NONE = _Synced(0, None, None)
 class WorkspaceMirror:
     """The files of a Redis-kept workspace in a private local directory."""
 
-    def __init__(self, files: WorkspaceFiles, root: Path, *, kept: bool = False) -> None:
+    def __init__(self, files: WorkspaceFiles, root: Path, *, held: int | None = None) -> None:
         self.files = files
         self.root = root
-        self.kept = kept
-        """The root outlives this mirror (close empties it and leaves it)."""
+        self.held = held
+        """The kept root's descriptor while this mirror holds it (shared/workspace/kept_copy.py):
+        the root outlives the mirror, which empties it as it closes."""
         self.workspace = Workspace(root)
         self._synced: dict[str, _Synced] = {}
         self._reported: dict[str, tuple[str, tuple[int, int, int] | None]] = {}
@@ -91,11 +91,13 @@ class WorkspaceMirror:
     def open(cls, files: WorkspaceFiles, kept_root: Path | None = None) -> WorkspaceMirror:
         """A mirror with every file fetched, in a new private temporary directory (TMPDIR), or
         in `kept_root`, a private directory that outlives it (so warm MCP servers can keep
-        working there), emptied first: each mirror starts from the shared files alone."""
-        if kept_root is None:
-            mirror = cls(files, Path(tempfile.mkdtemp(prefix="teamctl-workspace-")))
+        working there), emptied first: each mirror starts from the shared files alone. One that
+        cannot be used (logged) gives way to a temporary directory."""
+        held = kept_copy.hold(kept_root) if kept_root is not None else None
+        if kept_root is not None and held is not None:
+            mirror = cls(files, kept_root, held=held)
         else:
-            mirror = cls(files, empty_directory(private_dir(kept_root)), kept=True)
+            mirror = cls(files, Path(tempfile.mkdtemp(prefix="teamctl-workspace-")))
         try:
             mirror.pull()
         except BaseException:
@@ -107,11 +109,19 @@ class WorkspaceMirror:
         """Remove the local copy (everything worth keeping was saved after each tool call, and
         by a last push before the outcome), a kept root's content only, and the client it
         used."""
-        if self.kept:
-            empty_directory(self.root)
-        else:
-            shutil.rmtree(self.root, ignore_errors=True)
-        self.files.close()
+        try:
+            if self.held is not None:
+                kept_copy.release(self.held, self.root)
+            else:
+                shutil.rmtree(self.root, ignore_errors=True)
+        finally:
+            self.held = None
+            self.files.close()
+
+    @property
+    def kept(self) -> bool:
+        """Whether the copy is in a directory that outlives this mirror."""
+        return self.held is not None
 
     def pull(self) -> None:
         """Take what others saved since the last pull; a file changed here and not yet saved is
@@ -421,18 +431,6 @@ def syncable(path: str) -> bool:
             part not in ("", ".", "..") and part.lower() not in UNWRITABLE_NAMES for part in parts
         )
     )
-
-
-def empty_directory(root: Path) -> Path:
-    """Remove everything in `root` but `root` itself (a process working there keeps its
-    directory); links are removed, never followed."""
-    for entry in os.scandir(root):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-    return root
 
 
 def _digest(data: bytes | None) -> str | None:

@@ -34,6 +34,7 @@ from teamctl.shared.task_records import TaskState
 from teamctl.shared.team_file import Member
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
+from teamctl.shared.workspace.redis_files import WorkspaceFiles
 from teamctl.worker.mcp_warm.protocol import WORKSPACES_DIR, Scope, kept_workspace
 
 from tests.support.llm import ScriptedLLM, ToolCalls
@@ -85,10 +86,18 @@ def attempt(url: str, run_id: str, task_id: str, *, queue: str = QUEUE) -> str:
     return str(job.return_value())
 
 
-def lookup_run(url: str, llm: ScriptedLLM, workspace: Path, tasks: int = 1, **options: Any) -> str:
-    """A stored run whose member calls index__lookup in each of its `tasks` attempts."""
+def lookup_run(
+    url: str,
+    llm: ScriptedLLM,
+    workspace: Path,
+    tasks: int = 1,
+    latency_s: float = 0.0,
+    **options: Any,
+) -> str:
+    """A stored run whose member calls index__lookup in each of its `tasks` attempts (each
+    model call answered after `latency_s`)."""
     run_id = new_run_id()
-    model = llm.script(f"m1-{run_id}", [LOOKUP, "looked up"] * tasks)
+    model = llm.script(f"m1-{run_id}", [LOOKUP, "looked up"] * tasks, latency_s=latency_s)
     member = Member(id="m1", mcp=["index"], mcp_servers=[INDEX])
     conn = redis.Redis.from_url(url, decode_responses=True)
     stored_run(conn, run_id, model, llm.api_base, workspace, member, tasks, **options)
@@ -150,18 +159,34 @@ def test_a_run_s_workspace_kept_in_redis_is_copied_where_its_server_stays_warm(
     one_worker: str, llm: ScriptedLLM, tmp_path: Path
 ) -> None:
     """Workers on hosts that share no disk copy the workspace: each attempt into the same
-    directory of the worker's, emptied at its end, so the server the first started serves the
-    second too. The directory goes when the run ends, with the server."""
+    directory of the worker's (the shared files there while it runs, nothing after it), so the
+    server the first started serves the second too, in that directory. The directory goes when
+    the run ends, with the server."""
     conn = redis.Redis.from_url(one_worker, decode_responses=True)
-    run_id = lookup_run(one_worker, llm, tmp_path / "unused", tasks=2, workspace_store="redis")
+    run_id = lookup_run(
+        one_worker, llm, tmp_path / "unused", tasks=2, latency_s=0.5, workspace_store="redis"
+    )
     scope = Scope(kind="run", id=run_id)
+    WorkspaceFiles(conn, RunKeys(run_id)).save("notes.md", 0, b"shared")
+    queue = Queue(QUEUE, connection=redis.Redis.from_url(one_worker))
 
-    assert attempt(one_worker, run_id, "task_1") == "task_1: completed"
-    ((server, copy),) = in_kept_copy(scope)
-    assert stat.S_IMODE(copy.stat().st_mode) == 0o700
-    assert list(copy.iterdir()) == []  # the attempt's files went with it
-    assert attempt(one_worker, run_id, "task_2") == "task_2: completed"
-    assert in_kept_copy(scope) == [(server, copy)]
+    servers = []
+    for task in ("task_1", "task_2"):
+        job = queue.enqueue("teamctl.worker.jobs.run_task", run_id, task)
+        wait_until(
+            lambda: (
+                [p.read_bytes() for _, cwd in in_kept_copy(scope) for p in cwd.iterdir()]
+                == [b"shared"]
+            ),
+            30,
+            message=f"{task}'s copy of the workspace, with its server working in it",
+        )
+        wait_until(lambda job=job: job.get_status(refresh=True) == "finished", 60, message=task)
+        ((server, copy),) = in_kept_copy(scope)
+        assert stat.S_IMODE(copy.stat().st_mode) == 0o700
+        assert list(copy.iterdir()) == []  # the attempt's copy went with it
+        servers.append(server)
+    assert servers[0] == servers[1]
     assert looked_up(llm, run_id) == ["lease: 3 documents"] * 2
 
     end_run(conn, run_id)
@@ -406,5 +431,11 @@ def test_a_teammate_s_next_turn_reuses_its_server_until_the_team_is_deleted(
     assert servers() == [server]
     requests = llm.requests[f"indexer-{team}"]
     assert [tool_results(requests[n])[-1] for n in (1, 3)] == ["lease: 3 documents"] * 2
+    copies = {cwd for _, cwd in in_kept_copy(scope)}
+    assert len(copies) == (0 if workspace_store == "local" else 1)
     assert cli("team", "delete", *base).exit_code == 0
-    wait_until(lambda: servers() == [], 20, message="the server to stop")
+    wait_until(
+        lambda: servers() == [] and not any(c.exists() for c in copies),
+        20,
+        message="the server to stop and the worker's copy to go",
+    )

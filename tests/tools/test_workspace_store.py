@@ -16,6 +16,7 @@ from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 from teamctl.shared.workspace.caps import PATH_RECORD_BYTES, FileCaps
 from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.kept_copy import remove_unheld
 from teamctl.shared.workspace.mirror import WorkspaceMirror, syncable
 from teamctl.shared.workspace.redis_files import (
     DELETED_KEEP_MS,
@@ -326,7 +327,9 @@ def test_a_kept_directory_starts_each_mirror_from_the_shared_files_alone(
     (first.root / "unsaved.md").write_bytes(b"left by an attempt that died")
     (first.root / "sub").mkdir()
     (first.root / "sub" / "deep.md").write_bytes(b"unsaved too")
+    (first.root / "sub").chmod(0o555)  # as a Go or npm module cache leaves its directories
     (first.root / "link").symlink_to(outside)
+    (first.root / "dirlink").symlink_to(tmp_path)
 
     second = WorkspaceMirror.open(WorkspaceFiles(conn, keys), tmp_path / "kept")
 
@@ -338,3 +341,41 @@ def test_a_kept_directory_starts_each_mirror_from_the_shared_files_alone(
     assert second.root.is_dir() and list(second.root.iterdir()) == []
     assert oct(second.root.stat().st_mode & 0o777) == "0o700"
     assert outside.read_text() == "not the workspace's"
+
+
+def test_a_kept_directory_is_removed_only_once_no_mirror_holds_it(
+    conn: redis.Redis, run_id: str, tmp_path: Path
+) -> None:
+    """The worker's MCP keeper removes a run's directory when the run ends, but never under an
+    attempt still running there: it tries again later."""
+    mirror = WorkspaceMirror.open(WorkspaceFiles(conn, RunKeys(run_id)), tmp_path / "kept")
+    assert mirror.kept
+
+    assert not remove_unheld(mirror.root)
+    assert mirror.root.is_dir()
+    mirror.close()
+    assert remove_unheld(mirror.root)
+    assert not mirror.root.exists()
+
+
+def test_a_kept_directory_that_is_a_link_is_not_used_nor_followed(
+    conn: redis.Redis, run_id: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Something that replaced the run's directory by a link (a `bash` may write beside its
+    copy) gets nothing emptied or removed where the link points: the attempt takes a private
+    copy, and the keeper removes the link itself."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep me")
+    link = tmp_path / "kept"
+    link.symlink_to(elsewhere)
+
+    mirror = WorkspaceMirror.open(WorkspaceFiles(conn, RunKeys(run_id)), link)
+
+    assert not mirror.kept and mirror.root.parent == tmp_path / "tmp"
+    mirror.close()
+    assert remove_unheld(link)
+    assert not link.is_symlink()
+    assert (elsewhere / "precious.txt").read_text() == "keep me"

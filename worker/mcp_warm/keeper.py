@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import struct
@@ -47,6 +46,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.text import shorten
+from teamctl.shared.workspace.kept_copy import remove_unheld
 from teamctl.worker.mcp_warm.protocol import (
     WORKSPACES_DIR,
     CallRequest,
@@ -127,10 +127,10 @@ class McpKeeper:
                 )
                 session.hub.close()
                 session = None
+            self._note_kept_copy(request)  # a server that will not start leaves it too
             if session is None:
                 session = self._start(key, request)
                 self._sessions[key] = session
-            self._note_kept_copy(request)
             session.last_used_s = self.clock()
             tools = session.hub.start(request.server)  # listed at its start
             return Reply(
@@ -204,7 +204,7 @@ class McpKeeper:
                 del self._sessions[session.key]
             still_used = {s.scope for s in self._sessions.values()}
             removing = [
-                self._kept_copies.pop(scope)
+                (scope, self._kept_copies.pop(scope))
                 for scope in ended - still_used
                 if scope in self._kept_copies
             ]
@@ -212,8 +212,10 @@ class McpKeeper:
             why = "ended" if session.scope in ended else f"idle for {session.idle_s:g}s"
             log.info("closing MCP server %s of %s %s: %s", session.server.name, *_of(session), why)
             session.hub.close()
-        for copy in removing:  # after the servers working in it stopped
-            shutil.rmtree(copy, ignore_errors=True)
+        for scope, copy in removing:  # after the servers working in it stopped
+            if not remove_unheld(copy):  # a job of the ended scope still uses it: later
+                with self._lock:
+                    self._kept_copies.setdefault(scope, copy)
 
     def _ended(self, scope: Scope) -> bool:
         """Whether the run ended (its record is gone, or finished) or the team was deleted
