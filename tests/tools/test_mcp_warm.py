@@ -4,7 +4,8 @@ mcp_idle_s and when the worker stops, a killed server is started again once with
 retried, a teammate's next turn reuses its server until the team is deleted, and npx/uvx
 downloads persist in the worker's package caches, which `bash` is not told of. Real `rq worker`
 processes of the module's own (one: every attempt meets the same keeper), the SDK-written stdio
-server of tests/mcp_fixture, and a tiny npm package packed here."""
+server of tests/mcp_fixture, a tiny npm package packed here and a tiny Python one built into a
+wheel here. A workspace kept in Redis is copied where its servers stay warm too."""
 
 from __future__ import annotations
 
@@ -382,6 +383,51 @@ def test_an_npx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> Non
     assert installs[0] == installs[1]
     tarballs = [p for p in (caches / "npm" / "_cacache" / "content-v2").rglob("*") if p.is_file()]
     assert len(tarballs) == 1
+    assert pids[0] != pids[1]
+
+
+def built_tiny_wheel(tmp_path: Path) -> Path:
+    """tests/mcp_fixture/tiny_uv built into a wheel in `tmp_path` (from a copy: the build
+    leaves files beside its source): the wheel's path."""
+    source = tmp_path / "tiny_uv"
+    shutil.copytree(REPO_ROOT / "tests" / "mcp_fixture" / "tiny_uv", source)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", str(source), "--wheel-dir", str(tmp_path / "dist")],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("tiny_mcp_py-*.whl")
+    return wheel
+
+
+UVX = shutil.which("uvx", path=str(Path(sys.executable).parent))
+
+
+@pytest.mark.skipif(UVX is None, reason="uv is not installed in this environment")
+def test_a_uvx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> None:
+    """Two attempts' hubs (each its own HOME) start the same uvx server with the worker's
+    caches: the first installs the wheel into an environment in UV_CACHE_DIR, the second runs
+    that environment (--offline: the network is never asked)."""
+    wheel = built_tiny_wheel(tmp_path)
+    caches = tmp_path / "state" / "mcp-caches" / "host-1"
+    assert UVX is not None
+    server = McpServer(
+        name="tiny",
+        command=[UVX, "--offline", "--python", sys.executable, "--from", str(wheel), "tiny-mcp-py"],
+    )
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    installs = []
+    pids = []
+    for _ in range(2):
+        with McpHub(workspace, McpTimeouts(60, 30, 10), package_caches=caches) as hub:
+            assert [tool.name for tool in hub.start(server)] == ["pid"]
+            pids.append(call_result_text(hub.call("tiny", "pid", {}), 100))
+        (installed,) = (caches / "uv").glob("*/*/lib/python*/site-packages/tiny_mcp_py/__init__.py")
+        info = installed.stat()
+        installs.append((installed, info.st_ino, info.st_mtime_ns))
+    assert installs[0] == installs[1]
     assert pids[0] != pids[1]
 
 
