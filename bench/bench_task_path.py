@@ -1,8 +1,8 @@
 """Task-path benchmark: where one member task's time and Redis commands go, phase by phase, on
-the default worker (preloaded, its task processes kept for the run's next task), from the Redis
-server's MONITOR stream. Paced run_task jobs of one run, one at a time to an idle worker, call a
-zero-latency scripted model through litellm. Each job is cut at the commands that start and end
-its phases:
+the default worker (preloaded, its task processes kept for the run's next task) against RQ's
+forking worker (preloaded too: the default before), from the Redis server's MONITOR stream.
+Paced run_task jobs of one run, one at a time to an idle worker, call a zero-latency scripted
+model through litellm. Each job is cut at the commands that start and end its phases:
 
 1. RQ hands the job over: the job's enqueue (RPUSH) -> the task's first command (its spec);
 2. our part before the call: the spec -> the provider gate's take (claim, dispatch input, the
@@ -40,11 +40,12 @@ from typing import Any
 import redis
 from rq import Queue
 from rq.job import JobStatus
+from teamctl.coordinator.local_workers.processes import worker_command
 from teamctl.shared.keys import RunKeys
 from teamctl.shared.redis.embedded import throwaway_redis
 from teamctl.shared.redis.scripts import sources
 
-from bench.bench_worker import QUEUE, make_run, per_task_ms, wait_for_flag, worker_fleet
+from bench.bench_worker import FORKING, QUEUE, make_run, per_task_ms, wait_for_flag, worker
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
 
@@ -171,8 +172,9 @@ def _commands(seen: list[Seen], bench: str) -> int:
     return count
 
 
-def collect(sizes: Sizes) -> tuple[list[float], list[float]]:
-    """Each phase's median ms and median commands over the paced tasks."""
+def collect(sizes: Sizes, worker_class: str | None) -> tuple[list[float], list[float]]:
+    """Each phase's median ms and median commands over the paced tasks, on a worker of
+    `worker_class` (None: the default one)."""
     llm = ScriptedLLM()
     llm.start()
     model = llm.script("task-path-member", ["done"], repeat_last=True)
@@ -180,7 +182,12 @@ def collect(sizes: Sizes) -> tuple[list[float], list[float]]:
         with (
             tempfile.TemporaryDirectory() as tmp,
             throwaway_redis() as url,
-            worker_fleet(url, 1, Path(tmp), forked=sizes.fork_workers),
+            worker(
+                worker_command(url, [QUEUE], worker_class=worker_class),
+                Path(tmp) / "worker.log",
+                url,
+                forked=sizes.fork_workers,
+            ),
         ):
             conn = redis.Redis.from_url(url, decode_responses=True)
             queue = Queue(QUEUE, connection=redis.Redis.from_url(url))
@@ -220,14 +227,17 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
     """Each phase's median time and commands; the guard on our commands per task (the
     default size, or the smoke pass's)."""
     sizes = SMOKE if smoke else FULL
-    times, counts = collect(sizes)
+    before, before_counts = collect(sizes, FORKING)
+    times, counts = collect(sizes, None)
     note = f"median of {sizes.tasks} paced tasks"
     rows = [
         BenchFigure(
             name=f"{n + 1}. {phase}",
             value=times[n],
             unit="ms",
-            note=f"{counts[n]:g} commands; {note}",
+            baseline=before[n],
+            baseline_name="the same on RQ's forking worker",
+            note=f"{counts[n]:g} commands (forking worker: {before_counts[n]:g}); {note}",
         )
         for n, phase in enumerate(PHASES)
     ]
