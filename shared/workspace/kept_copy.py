@@ -4,9 +4,11 @@ MCP servers started there can stay warm for its next attempts (worker/mcp_warm).
 A mirror holds it (a shared flock on the directory) from the moment it empties it to the moment
 it empties it again as it closes, so the keeper, which removes it when the run ends, never
 removes it under a live attempt: it takes the lock exclusively, without waiting, or tries again
-later. Emptying is checked: anything left (a read-only subdirectory, a file a background process
-wrote meanwhile) would be saved by the next attempt as its own change, so a directory that cannot
-be emptied is not used. The directory itself must be a real directory of ours, never a link.
+later. Emptying is checked: anything left (a directory a tool made unreadable or read-only, a
+file a background process wrote meanwhile) would be saved by the next attempt as its own change,
+so a directory that cannot be emptied is not used. The directory itself must be a real directory
+of ours, never a link. Nothing here raises for what a tool did to the files: the attempt's
+outcome must not be lost to its clean-up.
 """
 
 from __future__ import annotations
@@ -15,15 +17,13 @@ import contextlib
 import fcntl
 import logging
 import os
-import shutil
 import stat
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from teamctl.shared.process.private_files import private_dir
+from teamctl.shared.process.private_files import DIR_MODE, private_dir
 
 log = logging.getLogger(__name__)
+_OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def hold(root: Path) -> int | None:
@@ -31,14 +31,16 @@ def hold(root: Path) -> int | None:
     `release`; None (logged) when it is not a directory of ours or cannot be emptied."""
     try:
         private_dir(root)
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fd = os.open(root, _OPEN_FLAGS)
     except OSError as exc:
         log.warning("workspace copy %s not used: %s", root, exc)
         return None
     try:
-        if os.fstat(fd).st_uid != os.getuid():
-            raise OSError(f"{root} is not ours")
         fcntl.flock(fd, fcntl.LOCK_SH)
+        # Checked once the lock is ours: the keeper may have removed it while we waited.
+        if not _is_ours_and_there(fd, root):
+            raise OSError(f"{root} is not a directory of ours, or was just removed")
+        os.fchmod(fd, DIR_MODE)  # a tool may have made it read-only
         if not empty_directory(root):
             raise OSError(f"{root} could not be emptied")
     except OSError as exc:
@@ -49,9 +51,13 @@ def hold(root: Path) -> int | None:
 
 
 def release(fd: int, root: Path) -> None:
-    """Empty the held `root` (it may be gone) and let it go."""
+    """Empty the held `root` (it may be gone) and let it go; what cannot be removed is logged
+    (the next attempt checks again)."""
     try:
-        empty_directory(root)
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, DIR_MODE)
+        if not empty_directory(root):
+            log.warning("workspace copy %s not emptied; the next attempt will check it", root)
     finally:
         os.close(fd)  # the lock goes with it
 
@@ -59,7 +65,7 @@ def release(fd: int, root: Path) -> None:
 def remove_unheld(root: Path) -> bool:
     """Remove `root` unless a mirror holds it; False when one does (try again later)."""
     try:
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        fd = os.open(root, _OPEN_FLAGS)
     except FileNotFoundError:
         return True
     except OSError as exc:  # a link or a file there: removed, never followed
@@ -73,38 +79,75 @@ def remove_unheld(root: Path) -> bool:
         os.close(fd)
         return False
     try:
-        shutil.rmtree(root, onerror=_writable_then_retry)
+        remove_tree(root)
     finally:
         os.close(fd)
     return True
 
 
+def remove_tree(root: Path) -> None:
+    """Remove `root` and all it holds, whatever modes a tool left on its directories; what
+    cannot be removed is logged."""
+    empty_directory(root)
+    with contextlib.suppress(FileNotFoundError):
+        try:
+            os.rmdir(root)
+        except OSError as exc:
+            log.warning("could not remove %s: %s", root, exc)
+
+
 def empty_directory(root: Path) -> bool:
     """Remove everything in `root` but `root` itself (a process working there keeps its
-    directory), making read-only subdirectories writable to do so; links are removed, never
-    followed. Whether it is empty now (True too when `root` is gone)."""
-    try:
-        entries = list(os.scandir(root))
-    except FileNotFoundError:
-        return True
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, onerror=_writable_then_retry)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
+    directory): directories a tool made unreadable or read-only are opened up first; links are
+    removed, never followed. Whether it is empty now (True too when `root` is gone). A loop,
+    not recursion: a tool may nest directories deeper than Python's recursion limit."""
+    found: list[str] = []
+    pending = [str(root)]
+    while pending:
+        directory = pending.pop()
+        _owner_may_enter(directory)
+        try:
+            entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            log.warning("could not list %s: %s", directory, exc)
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+                found.append(entry.path)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+    for directory in reversed(found):  # found after its parent: removed before it
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
     try:
         return not any(os.scandir(root))
     except FileNotFoundError:
         return True
+    except OSError:
+        return False
 
 
-def _writable_then_retry(func: Callable[..., Any], path: str, _exc: object) -> None:
-    """rmtree's error handler: a directory without write permission (a module cache makes
-    them 0555) is made writable, with the one it is in, and the removal tried once more."""
+def _owner_may_enter(directory: str) -> None:
+    """Give the owner read, write and search on `directory` (never through a link)."""
     with contextlib.suppress(OSError):
-        for directory in (os.path.dirname(path), path):
-            info = os.lstat(directory)
-            if stat.S_ISDIR(info.st_mode):
-                os.chmod(directory, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
-        func(path)
+        info = os.lstat(directory)
+        if stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) & stat.S_IRWXU != stat.S_IRWXU:
+            os.chmod(directory, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+
+
+def _is_ours_and_there(fd: int, root: Path) -> bool:
+    """Whether the held descriptor is a directory of ours still at `root`."""
+    held = os.fstat(fd)
+    try:
+        there = os.lstat(root)
+    except OSError:
+        return False
+    return (
+        held.st_uid == os.getuid()
+        and held.st_nlink > 0
+        and (held.st_dev, held.st_ino) == (there.st_dev, there.st_ino)
+    )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -379,3 +382,51 @@ def test_a_kept_directory_that_is_a_link_is_not_used_nor_followed(
     assert remove_unheld(link)
     assert not link.is_symlink()
     assert (elsewhere / "precious.txt").read_text() == "keep me"
+
+
+WITHOUT_OVERRIDE = [
+    "setpriv",
+    "--bounding-set",
+    "-dac_override,-dac_read_search",
+    "--inh-caps",
+    "-dac_override,-dac_read_search",
+]
+"""Run as root without the capabilities that ignore file modes, so modes bind as for any user."""
+CLOSED_UP = """
+import json, os, sys
+from pathlib import Path
+from teamctl.shared.workspace import kept_copy
+root = Path(sys.argv[1])
+fd = kept_copy.hold(root)
+for name, mode in (("hidden", 0o300), ("cache", 0o555), ("locked", 0o000)):
+    (root / name / "deep").mkdir(parents=True)
+    (root / name / "deep" / "file").write_text("left")
+    os.chmod(root / name, mode)
+os.chmod(root, 0o500)  # the copy itself made read-only
+kept_copy.release(fd, root)
+emptied = sorted(os.listdir(root))
+again = kept_copy.hold(root)
+print(json.dumps({"held": fd is not None, "left": emptied, "again": again is not None}))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0 and shutil.which("setpriv") is None,
+    reason="root ignores file modes, and setpriv is not here to drop that",
+)
+def test_emptying_a_kept_directory_opens_up_what_a_tool_closed_and_never_raises(
+    tmp_path: Path,
+) -> None:
+    """A tool may leave directories their owner cannot list or write (`chmod 0300`, a module
+    cache's 0555, 0000) and make the copy itself read-only: its release empties all of it, and
+    the next attempt holds it again, instead of an error replacing the attempt's outcome."""
+    prefix = WITHOUT_OVERRIDE if os.geteuid() == 0 else []
+    done = subprocess.run(
+        [*prefix, sys.executable, "-c", CLOSED_UP, str(tmp_path / "kept")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"held": True, "left": [], "again": True}

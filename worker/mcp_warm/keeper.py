@@ -213,7 +213,12 @@ class McpKeeper:
             log.info("closing MCP server %s of %s %s: %s", session.server.name, *_of(session), why)
             session.hub.close()
         for scope, copy in removing:  # after the servers working in it stopped
-            if not remove_unheld(copy):  # a job of the ended scope still uses it: later
+            try:
+                removed = remove_unheld(copy)  # False: a job of the ended scope still uses it
+            except OSError as exc:
+                log.warning("MCP keeper: could not remove %s: %s", copy, exc)
+                removed = False
+            if not removed:  # tried again at the next check
                 with self._lock:
                     self._kept_copies.setdefault(scope, copy)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import socket
 import tempfile
@@ -26,6 +25,7 @@ from teamctl.shared.agent.mcp_caches import CACHES_ENV, caches_path, remove_cach
 from teamctl.shared.agent.mcp_tools import CLOSE_TIMEOUT_S
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.redis.connection import same_server
+from teamctl.shared.workspace.kept_copy import remove_tree
 from teamctl.worker.mcp_warm.protocol import KEEPER_ENV
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,8 @@ class KeeperProcess:
         return done == 0
 
     def _cleanup_directory(self) -> None:
+        """Remove the keeper's directory, with the workspace copies in it whatever modes a
+        tool left there."""
         if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+            remove_tree(self.directory)
             self.directory = None
