@@ -128,7 +128,7 @@ def job_phases(seen: list[Seen], job_id: str, run_id: str) -> tuple[list[float],
     """Each phase's ms and commands for the job `job_id` (a task of `run_id`)."""
     take, settle, complete = sha("limits_take"), sha("limits_settle"), sha("complete")
     starts: list[Callable[[Seen], bool]] = [
-        lambda s: s.words[:3] == ["RPUSH", f"rq:queue:{QUEUE}", job_id],
+        enqueue_of(job_id),
         lambda s: s.words[:2] == ["GET", RunKeys(run_id).spec],
         lambda s: s.words[:2] == ["EVALSHA", take],
         lambda s: s.words[:2] == ["EVALSHA", settle],
@@ -136,8 +136,8 @@ def job_phases(seen: list[Seen], job_id: str, run_id: str) -> tuple[list[float],
         lambda s: s.words[0] == "BLMOVE",
     ]
     marks = [0]
-    for starts_phase in starts:
-        marks.append(_first(seen, marks[-1], starts_phase))
+    for phase, starts_phase in enumerate(starts):
+        marks.append(_first(seen, marks[-1], starts_phase, f"phase {phase} of job {job_id}"))
     marks = marks[1:]
     marks[4] += 1  # `complete` ends our part: the phase after it is RQ's
     bench = seen[marks[0]].client  # the enqueuer: this benchmark
@@ -146,11 +146,11 @@ def job_phases(seen: list[Seen], job_id: str, run_id: str) -> tuple[list[float],
     return times, counts
 
 
-def _first(seen: list[Seen], start: int, match: Callable[[Seen], bool]) -> int:
+def _first(seen: list[Seen], start: int, match: Callable[[Seen], bool], what: str) -> int:
     for n in range(start, len(seen)):
         if match(seen[n]):
             return n
-    raise RuntimeError("a phase's command was not seen: is the worker the default one?")
+    raise RuntimeError(f"the command that ends {what} was not seen before the next job")
 
 
 def _commands(seen: list[Seen], bench: str) -> int:
@@ -206,7 +206,9 @@ def collect(sizes: Sizes, worker_class: str | None) -> tuple[list[float], list[f
                     )
                 # The last job's tail ends when the worker waits for the next one.
                 wait_for_flag(lambda: waits_again(monitor.seen, jobs[-1]), "the worker to wait")
-            phases = [job_phases(monitor.seen, job_id, run_id) for job_id in jobs]
+            phases = [
+                job_phases(seen, job_id, run_id) for job_id, seen in per_job(monitor.seen, jobs)
+            ]
     finally:
         llm.stop()
     times = [statistics.median(p[0][n] for p in phases) for n in range(len(PHASES))]
@@ -214,12 +216,22 @@ def collect(sizes: Sizes, worker_class: str | None) -> tuple[list[float], list[f
     return times, counts
 
 
+def per_job(seen: list[Seen], jobs: list[str]) -> list[tuple[str, list[Seen]]]:
+    """Each job with the commands from its enqueue to the next job's (paced: one at a time)."""
+    starts = [_first(seen, 0, enqueue_of(job), f"job {job}") for job in jobs]
+    ends = [*starts[1:], len(seen)]
+    return [(job, seen[a:b]) for job, a, b in zip(jobs, starts, ends, strict=True)]
+
+
+def enqueue_of(job_id: str) -> Callable[[Seen], bool]:
+    """Whether a command is the enqueue of `job_id`."""
+    return lambda seen: seen.words[:3] == ["RPUSH", f"rq:queue:{QUEUE}", job_id]
+
+
 def waits_again(seen: list[Seen], job_id: str) -> bool:
     """Whether a worker waited for a job (BLMOVE) after `job_id` was enqueued."""
-    enqueued = next(
-        (n for n, s in enumerate(seen) if s.words[:3] == ["RPUSH", f"rq:queue:{QUEUE}", job_id]),
-        None,
-    )
+    is_enqueue = enqueue_of(job_id)
+    enqueued = next((n for n, s in enumerate(seen) if is_enqueue(s)), None)
     return enqueued is not None and any(s.words[0] == "BLMOVE" for s in seen[enqueued + 1 :])
 
 
