@@ -357,6 +357,25 @@ def packed_tiny_server(tmp_path: Path) -> Path:
     return tarball
 
 
+def started_twice(server: McpServer, tmp_path: Path, caches: Path, installed: str) -> list[str]:
+    """Start the tiny `server` in two attempts' hubs (each its own HOME) that share the
+    worker's `caches`, checking that the second ran the file the first installed (the one
+    `installed` matches under the caches: same inode, same mtime); each start's pid."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    installs = []
+    pids = []
+    for _ in range(2):
+        with McpHub(workspace, McpTimeouts(60, 30, 10), package_caches=caches) as hub:
+            assert [tool.name for tool in hub.start(server)] == ["pid"]
+            pids.append(call_result_text(hub.call("tiny", "pid", {}), 100))
+        (found,) = caches.glob(installed)
+        info = found.stat()
+        installs.append((found, info.st_ino, info.st_mtime_ns))
+    assert installs[0] == installs[1]
+    return pids
+
+
 @pytest.mark.skipif(shutil.which("npx") is None, reason="npx (Node.js) is not installed here")
 def test_an_npx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> None:
     """Two attempts' hubs (each its own HOME) start the same npx server with the worker's
@@ -369,18 +388,7 @@ def test_an_npx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> Non
         command=["npx", "-y", "--package", str(tarball), "tiny-mcp"],
         env={"npm_config_offline": "true", "npm_config_update_notifier": "false"},
     )
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    installs = []
-    pids = []
-    for _ in range(2):
-        with McpHub(workspace, McpTimeouts(60, 30, 10), package_caches=caches) as hub:
-            assert [tool.name for tool in hub.start(server)] == ["pid"]
-            pids.append(call_result_text(hub.call("tiny", "pid", {}), 100))
-        (installed,) = (caches / "npm" / "_npx").glob("*/node_modules/tiny-mcp/index.js")
-        info = installed.stat()
-        installs.append((installed, info.st_ino, info.st_mtime_ns))
-    assert installs[0] == installs[1]
+    pids = started_twice(server, tmp_path, caches, "npm/_npx/*/node_modules/tiny-mcp/index.js")
     tarballs = [p for p in (caches / "npm" / "_cacache" / "content-v2").rglob("*") if p.is_file()]
     assert len(tarballs) == 1
     assert pids[0] != pids[1]
@@ -416,18 +424,9 @@ def test_a_uvx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> None
         name="tiny",
         command=[UVX, "--offline", "--python", sys.executable, "--from", str(wheel), "tiny-mcp-py"],
     )
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    installs = []
-    pids = []
-    for _ in range(2):
-        with McpHub(workspace, McpTimeouts(60, 30, 10), package_caches=caches) as hub:
-            assert [tool.name for tool in hub.start(server)] == ["pid"]
-            pids.append(call_result_text(hub.call("tiny", "pid", {}), 100))
-        (installed,) = (caches / "uv").glob("*/*/lib/python*/site-packages/tiny_mcp_py/__init__.py")
-        info = installed.stat()
-        installs.append((installed, info.st_ino, info.st_mtime_ns))
-    assert installs[0] == installs[1]
+    pids = started_twice(
+        server, tmp_path, caches, "uv/*/*/lib/python*/site-packages/tiny_mcp_py/__init__.py"
+    )
     assert pids[0] != pids[1]
 
 
