@@ -2,13 +2,13 @@
 MCP servers started there can stay warm for its next attempts (worker/mcp_warm).
 
 A mirror holds it (a shared flock on the directory) from the moment it empties it to the moment
-it empties it again as it closes, so the keeper, which removes it when the run ends, never
-removes it under a live attempt: it takes the lock exclusively, without waiting, or tries again
-later. Emptying is checked: anything left (a directory a tool made unreadable or read-only, a
-file a background process wrote meanwhile) would be saved by the next attempt as its own change,
-so a directory that cannot be emptied is not used. The directory itself must be a real directory
-of ours, never a link. Nothing here raises for what a tool did to the files: the attempt's
-outcome must not be lost to its clean-up.
+it empties it again as it closes, so the keeper, which removes it once no warm session works
+there, never removes it under a live attempt: it takes the lock exclusively, without waiting,
+or tries again later. Emptying is checked: anything left (a directory a tool made unreadable or
+read-only, a file a background process wrote meanwhile) would be saved by the next attempt as
+its own change, so a directory that cannot be emptied is not used. The directory itself must be
+a real directory of ours, never a link. Nothing here raises for what a tool did to the files:
+the attempt's outcome must not be lost to its clean-up.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def remove_unheld(root: Path) -> bool:
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    except OSError:  # a mirror holds it (BlockingIOError), or it cannot be locked now
         os.close(fd)
         return False
     try:

@@ -36,7 +36,8 @@ from teamctl.shared.team_file import Member
 from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 from teamctl.shared.workspace.redis_files import WorkspaceFiles
-from teamctl.worker.mcp_warm.protocol import WORKSPACES_DIR, Scope, kept_workspace
+from teamctl.worker.mcp_warm.client import kept_workspace_root
+from teamctl.worker.mcp_warm.protocol import KEEPER_ENV, WORKSPACES_DIR, Scope
 
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.mcp import end_run, processes_in, stored_run
@@ -108,7 +109,9 @@ def lookup_run(
 def in_kept_copy(scope: Scope) -> list[tuple[int, Path]]:
     """The processes (pid, working directory) working in a worker's kept copy of the run's
     (team's) workspace kept in Redis."""
-    name = kept_workspace("keeper.sock", scope).name
+    kept = kept_workspace_root({KEEPER_ENV: "keeper.sock"}, scope)
+    assert kept is not None
+    name = kept.name
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -196,6 +199,36 @@ def test_a_run_s_workspace_kept_in_redis_is_copied_where_its_server_stays_warm(
         20,
         message="the ended run's server to stop and its copy to go",
     )
+
+
+def test_a_kept_copy_goes_with_its_idle_server_while_the_run_goes_on(
+    one_worker: str, llm: ScriptedLLM, tmp_path: Path
+) -> None:
+    """A worker's copy of a workspace kept in Redis lives as long as a server works in it: once
+    the session went unused for mcp_idle_s, the copy goes too, though the run goes on."""
+    conn = redis.Redis.from_url(one_worker, decode_responses=True)
+    run_id = lookup_run(
+        one_worker,
+        llm,
+        tmp_path / "unused",
+        latency_s=0.5,
+        workspace_store="redis",
+        mcp_idle_s=1,
+    )
+    scope = Scope(kind="run", id=run_id)
+    queue = Queue(QUEUE, connection=redis.Redis.from_url(one_worker))
+
+    job = queue.enqueue("teamctl.worker.jobs.run_task", run_id, "task_1")
+    wait_until(lambda: in_kept_copy(scope) != [], 30, message="the attempt's server to start")
+    ((_, copy),) = in_kept_copy(scope)
+    wait_until(lambda: job.get_status(refresh=True) == "finished", 60, message="task_1")
+    wait_until(
+        lambda: in_kept_copy(scope) == [] and not copy.exists(),
+        20,
+        message="the idle server to stop and its copy to go",
+    )
+    assert not RunStore(conn, RunKeys(run_id)).state().finished
+    end_run(conn, run_id)
 
 
 def test_a_worker_s_first_task_runs_in_the_spare_forked_before_its_keeper_and_meets_it(

@@ -9,7 +9,8 @@ with another run or team, whose data a server's state may hold. The keeper close
 it has been unused for its run's (team's) `mcp_idle_s`, once its run ended (its team was deleted),
 and when the worker stops; a server that died is started again by the next open or call. Jobs
 copy a workspace kept in Redis into a directory per scope beside the socket, so the servers they
-start there can stay warm too; the keeper removes it once the scope ended.
+start there can stay warm too; the keeper removes it once no session works there (the scope
+ended, or its sessions went idle) and no job holds it.
 
 Only jobs of the worker may talk to it: the socket is in a 0700 directory, and a peer must be a
 child of the worker (a work-horse; what a tool starts is a grandchild, and is refused).
@@ -97,8 +98,8 @@ class McpKeeper:
         self.package_caches = package_caches
         self.clock = clock
         self.workspaces = workspaces
-        """Where jobs copy workspaces kept in Redis, a directory per scope (protocol.py's
-        kept_workspace): each is removed once its scope ended."""
+        """Where jobs copy workspaces kept in Redis, a directory per scope (client.py's
+        kept_workspace_root): each is removed once no session works there."""
         self.stopping = threading.Event()
         self._sessions: dict[str, WarmSession] = {}
         self._kept_copies: dict[Scope, Path] = {}
@@ -186,14 +187,13 @@ class McpKeeper:
 
     def sweep(self) -> None:
         """Close the sessions unused for their idle bound, and those whose scope ended; remove
-        the workspace copies of the scopes that ended."""
+        the workspace copies no session works in any more (an attempt's next one makes it
+        again)."""
         now = self.clock()
         ended: set[Scope] = set()
         if now - self._ended_checked_s >= END_CHECK_S:
             self._ended_checked_s = now
-            with self._lock:
-                scopes = {s.scope for s in self._sessions.values()} | self._kept_copies.keys()
-            ended = {scope for scope in scopes if self._ended(scope)}
+            ended = {scope for scope in {s.scope for s in self.sessions()} if self._ended(scope)}
         with self._lock:
             closing = [
                 s
@@ -203,22 +203,14 @@ class McpKeeper:
             for session in closing:
                 del self._sessions[session.key]
             still_used = {s.scope for s in self._sessions.values()}
-            removing = [
-                (scope, self._kept_copies.pop(scope))
-                for scope in ended - still_used
-                if scope in self._kept_copies
-            ]
+            unused = [scope for scope in self._kept_copies if scope not in still_used]
+            removing = [(scope, self._kept_copies.pop(scope)) for scope in unused]
         for session in closing:
             why = "ended" if session.scope in ended else f"idle for {session.idle_s:g}s"
             log.info("closing MCP server %s of %s %s: %s", session.server.name, *_of(session), why)
             session.hub.close()
         for scope, copy in removing:  # after the servers working in it stopped
-            try:
-                removed = remove_unheld(copy)  # False: a job of the ended scope still uses it
-            except OSError as exc:
-                log.warning("MCP keeper: could not remove %s: %s", copy, exc)
-                removed = False
-            if not removed:  # tried again at the next check
+            if not remove_unheld(copy):  # an attempt still works there: tried again next sweep
                 with self._lock:
                     self._kept_copies.setdefault(scope, copy)
 
