@@ -5,6 +5,7 @@ run (team) that the keeper owns, emptied and fetched again by each attempt (turn
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import socket
 from collections.abc import Mapping
@@ -29,11 +30,11 @@ from teamctl.shared.agent.tools import TOOL_CALL_ID
 from teamctl.shared.errors import ConfigError
 from teamctl.worker.mcp_warm.protocol import (
     KEEPER_ENV,
+    WORKSPACES_DIR,
     CallRequest,
     OpenRequest,
     Reply,
     Scope,
-    kept_workspace,
     receive,
     send,
 )
@@ -54,10 +55,14 @@ class Warmth:
 
 
 def kept_workspace_root(environ: Mapping[str, str], scope: Scope) -> Path | None:
-    """The directory to copy a workspace kept in Redis into for `scope`'s MCP servers to stay
-    warm in (None: the worker has no keeper, and an attempt's copy is its own)."""
+    """Where `scope`'s jobs on this worker copy a workspace kept in Redis, for its MCP servers
+    to stay warm in: one directory per run (team) beside the keeper's socket, in its 0700
+    directory (None: the worker has no keeper, and an attempt's copy is its own)."""
     socket_path = environ.get(KEEPER_ENV)
-    return kept_workspace(socket_path, scope) if socket_path else None
+    if not socket_path:
+        return None
+    digest = hashlib.sha256(scope.model_dump_json().encode()).hexdigest()[:16]
+    return Path(socket_path).parent / WORKSPACES_DIR / f"{scope.kind}-{digest}"
 
 
 def mcp_sessions(

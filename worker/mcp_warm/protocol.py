@@ -3,10 +3,8 @@ JSON object a line each way, a request then its reply."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import socket
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,14 +27,6 @@ class Scope(BaseModel):
     kind: Literal["run", "team"]
     id: str
     created_ms: int = 0
-
-
-def kept_workspace(socket_path: str, scope: Scope) -> Path:
-    """Where the jobs of `scope` on this worker copy a workspace kept in Redis: one directory
-    per run (team) in the keeper's 0700 directory, so the servers started there stay warm for
-    the scope's next jobs. The keeper removes it when the scope ends, the worker with the rest."""
-    digest = hashlib.sha256(scope.model_dump_json().encode()).hexdigest()[:16]
-    return Path(socket_path).parent / WORKSPACES_DIR / f"{scope.kind}-{digest}"
 
 
 class OpenRequest(BaseModel):

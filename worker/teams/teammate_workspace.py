@@ -34,7 +34,7 @@ from teamctl.shared.errors import ToolFailed
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.process.private_files import private_dir
 from teamctl.shared.teams.team_store import TeamStore
-from teamctl.shared.teams.teammates import Teammate, team_workspace
+from teamctl.shared.teams.teammates import Teammate, TeamMeta, team_workspace
 from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.mirror import WorkspaceMirror
 from teamctl.shared.workspace.redis_files import Fence, WorkspaceFiles
@@ -81,7 +81,8 @@ def open_mirror(store: TeamStore, teammate: Teammate, token: str) -> WorkspaceMi
     """The turn's copy of the team's workspace when the team keeps it in Redis and the
     teammate has tools that use it (its saves fenced by the turn's lease); else None. A
     teammate with MCP servers copies it where they can stay warm for the team's next turns."""
-    if store.meta().workspace_store != "redis" or not (teammate.tools or teammate.mcp):
+    meta = store.meta()
+    if meta.workspace_store != "redis" or not (teammate.tools or teammate.mcp):
         return None
     keys = store.keys
     return WorkspaceMirror.open(
@@ -91,14 +92,14 @@ def open_mirror(store: TeamStore, teammate: Teammate, token: str) -> WorkspaceMi
             store.options.file_caps,
             Fence("turn", keys.turn(teammate.name), token),
         ),
-        kept_workspace_root(os.environ, team_scope(store)) if teammate.mcp else None,
+        kept_workspace_root(os.environ, team_scope(store.team, meta)) if teammate.mcp else None,
     )
 
 
-def team_scope(store: TeamStore) -> Scope:
+def team_scope(team: str, meta: TeamMeta) -> Scope:
     """What the team's warm sessions belong to: the team as created (not one made again under
     its name)."""
-    return Scope(kind="team", id=store.team, created_ms=store.meta().created_ms)
+    return Scope(kind="team", id=team, created_ms=meta.created_ms)
 
 
 def add_teammate_workspace(
@@ -151,7 +152,7 @@ def mcp_hub(
     in the worker for the team's next turns; those in a turn's private copy are its own."""
     options = store.options
     warmth = (
-        Warmth(team_scope(store), options.mcp_idle_s, tuple(teammate.mcp))
+        Warmth(team_scope(store.team, store.meta()), options.mcp_idle_s, tuple(teammate.mcp))
         if mirror is None or mirror.kept
         else None
     )
