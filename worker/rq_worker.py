@@ -14,9 +14,11 @@ stops it.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -30,6 +32,7 @@ from teamctl.shared.redis.connection import (
 )
 from teamctl.shared.settings import load_settings
 from teamctl.shared.teams.teammates import TURN_FUNCTION
+from teamctl.shared.workspace.private_home import remove_orphan_homes
 from teamctl.worker.mcp_warm.process import KeeperProcess
 from teamctl.worker.preload import preload_rest_in_worker, rest_pending
 from teamctl.worker.priority import lower_priority
@@ -143,9 +146,13 @@ class TeamctlWorker(Worker):
             super().check_for_suspension(burst)
 
     def run_maintenance_tasks(self) -> None:
-        """RQ's registry cleaning, which `work()` also runs outside the dequeue retry loop."""
+        """RQ's registry cleaning, which `work()` also runs outside the dequeue retry loop (as
+        it starts, then every maintenance interval); then the private homes of this host's
+        killed jobs go."""
         with self._exit_after_outage(retried_by_rq=False):
             super().run_maintenance_tasks()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated
+        for home in remove_orphan_homes(Path(tempfile.gettempdir())):
+            self.log.info("Worker %s: removed %s, left by a killed process", self.name, home)
 
     @contextmanager
     def _exit_after_outage(self, *, retried_by_rq: bool = True) -> Iterator[None]:

@@ -53,7 +53,8 @@ from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.process.pids import pid_alive
 from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.text import shorten
-from teamctl.shared.workspace.directory import new_private_home, tool_env
+from teamctl.shared.workspace.directory import tool_env
+from teamctl.shared.workspace.private_home import PrivateHome
 
 if TYPE_CHECKING:  # the SDK's HTTP client, imported by a worker only when it starts a server
     import httpx2
@@ -297,7 +298,8 @@ class McpHub:
         """`run:task` (`team:member`): with the tool call's id, the idempotency key each call
         carries in its request's `_meta` (IDEMPOTENCY_META), the same when a crash makes the
         step run again from its recorded reply."""
-        self.home = new_private_home(workspace)
+        self._home = PrivateHome.create(workspace)
+        self.home = self._home.path
         """HOME of the stdio servers (0700, outside the workspace), removed by `close`."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
@@ -590,7 +592,7 @@ class McpHub:
         if self._loop.is_closed():
             return
         self._stop(list(self._running.values()))
-        shutil.rmtree(self.home, ignore_errors=True)
+        self._home.remove()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=CLOSE_TIMEOUT_S)
         if not self._thread.is_alive():

@@ -23,11 +23,9 @@ import os
 import resource
 import secrets
 import selectors
-import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -36,8 +34,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 
-from teamctl.shared.errors import ConfigError, ToolFailed
+from teamctl.shared.errors import ToolFailed
 from teamctl.shared.text import echoed
+from teamctl.shared.workspace.private_home import private_home
 
 READ_LIMIT_CHARS = 64_000
 EDIT_LIMIT_BYTES = 2_000_000
@@ -365,29 +364,6 @@ def tool_env(home: Path) -> dict[str, str]:
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return env
-
-
-def new_private_home(workspace: Path) -> Path:
-    """A fresh 0700 directory to be HOME of `bash` or MCP servers, outside `workspace` (whose
-    files members write); the caller removes it."""
-    home = Path(tempfile.mkdtemp(prefix="teamctl-home-")).resolve()
-    if home.is_relative_to(workspace.resolve()):
-        os.rmdir(home)
-        raise ConfigError(
-            f"the temporary directory ({tempfile.gettempdir()}) is inside the "
-            "workspace; set the workers' TMPDIR elsewhere"
-        )
-    return home
-
-
-@contextmanager
-def private_home(workspace: Path) -> Iterator[Path]:
-    """new_private_home, removed with what was written in it when the block ends."""
-    home = new_private_home(workspace)
-    try:
-        yield home
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def _check_regular(raw_path: str, info: os.stat_result) -> None:

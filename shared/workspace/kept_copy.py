@@ -23,7 +23,8 @@ from pathlib import Path
 from teamctl.shared.process.private_files import DIR_MODE, private_dir
 
 log = logging.getLogger(__name__)
-_OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+"""How a held directory is opened: never through a link (a directory swapped for one)."""
 
 
 def hold(root: Path) -> int | None:
@@ -31,7 +32,7 @@ def hold(root: Path) -> int | None:
     `release`; None (logged) when it is not a directory of ours or cannot be emptied."""
     try:
         private_dir(root)
-        fd = os.open(root, _OPEN_FLAGS)
+        fd = os.open(root, OPEN_FLAGS)
     except OSError as exc:
         log.warning("workspace copy %s not used: %s", root, exc)
         return None
@@ -63,19 +64,20 @@ def release(fd: int, root: Path) -> None:
 
 
 def remove_unheld(root: Path) -> bool:
-    """Remove `root` unless a mirror holds it; False when one does (try again later)."""
+    """Remove `root` unless its holder (a mirror, a private home's process) holds it; False
+    when one does (try again later)."""
     try:
-        fd = os.open(root, _OPEN_FLAGS)
+        fd = os.open(root, OPEN_FLAGS)
     except FileNotFoundError:
         return True
     except OSError as exc:  # a link or a file there: removed, never followed
-        log.warning("workspace copy %s is not a directory (%s); removing the entry", root, exc)
+        log.warning("%s is not a directory (%s); removing the entry", root, exc)
         with contextlib.suppress(OSError):
             os.unlink(root)
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # a mirror holds it (BlockingIOError), or it cannot be locked now
+    except OSError:  # held (BlockingIOError), or it cannot be locked now
         os.close(fd)
         return False
     try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from teamctl.shared.workspace.redis_files import (
 )
 from teamctl.shared.workspace.tools import add_workspace_tools
 
+from tests.support.file_modes import as_bound_by_modes, modes_bind
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.slowlog import (
     NOISE_CEILING_MS,
@@ -384,14 +384,6 @@ def test_a_kept_directory_that_is_a_link_is_not_used_nor_followed(
     assert (elsewhere / "precious.txt").read_text() == "keep me"
 
 
-WITHOUT_OVERRIDE = [
-    "setpriv",
-    "--bounding-set",
-    "-dac_override,-dac_read_search",
-    "--inh-caps",
-    "-dac_override,-dac_read_search",
-]
-"""Run as root without the capabilities that ignore file modes, so modes bind as for any user."""
 CLOSED_UP = """
 import json, os, sys
 from pathlib import Path
@@ -410,19 +402,15 @@ print(json.dumps({"held": fd is not None, "left": emptied, "again": again is not
 """
 
 
-@pytest.mark.skipif(
-    os.geteuid() == 0 and shutil.which("setpriv") is None,
-    reason="root ignores file modes, and setpriv is not here to drop that",
-)
+@modes_bind
 def test_emptying_a_kept_directory_opens_up_what_a_tool_closed_and_never_raises(
     tmp_path: Path,
 ) -> None:
     """A tool may leave directories their owner cannot list or write (`chmod 0300`, a module
     cache's 0555, 0000) and make the copy itself read-only: its release empties all of it, and
     the next attempt holds it again, instead of an error replacing the attempt's outcome."""
-    prefix = WITHOUT_OVERRIDE if os.geteuid() == 0 else []
     done = subprocess.run(
-        [*prefix, sys.executable, "-c", CLOSED_UP, str(tmp_path / "kept")],
+        [*as_bound_by_modes(), sys.executable, "-c", CLOSED_UP, str(tmp_path / "kept")],
         capture_output=True,
         text=True,
         check=False,
