@@ -4,10 +4,11 @@ of a member without MCP and of members with `mcp-server-time`: the attempts of o
 first (the worker's MCP keeper kept the session warm: worker/mcp_warm), with the run's workspace
 on disk and kept in Redis (copied by each attempt), the first attempt of
 fresh runs (the server starts, lists its tools, and stays), attempts whose server was killed just
-before (started again), and, where `npx` exists, a tiny npm package started with `npx` from its
-tarball (an empty package cache, then another run's first attempt with the worker's cache, then
-a warm attempt). The zero-latency scripted model answers at once, so the differences are the
-servers'. In-process timings (McpHub.start and close) split a start's cost.
+before (started again), and, where `npx` and `uvx` exist, a tiny npm package started with `npx`
+from its tarball and a tiny Python package started with `uvx` from its wheel (each: an empty
+package cache, then another run's first attempt with the worker's cache, then a warm attempt).
+The zero-latency scripted model answers at once, so the differences are the servers'.
+In-process timings (McpHub.start and close) split a start's cost.
 
 Run: .venv/bin/python -m bench.bench_mcp
 It starts its own redis-server, model server and worker, and stops each by its pid.
@@ -47,7 +48,7 @@ from teamctl.shared.workspace.caps import WorkspaceStore
 from bench.bench_worker import QUEUE, per_task_ms, worker
 from bench.figures import BenchFigure, print_figures
 from tests.support.llm import ScriptedLLM
-from tests.support.mcp import processes_in
+from tests.support.mcp import processes_in, tiny_uv_wheel
 
 PACE_S = 0.1
 TIME_SERVER = McpServer(name="time", command=["mcp-server-time"])
@@ -234,34 +235,46 @@ def packed_tiny_server(directory: Path) -> McpServer:
     )
 
 
-def npx_figures(bench: Bench, base: float, directory: Path) -> list[BenchFigure]:
-    """An npx-started server: its first start (the worker's cache empty), another run's first
-    attempt (installed from the cache), and a warm attempt; none where npx is missing."""
-    if shutil.which("npx") is None:
-        return []
-    server = packed_tiny_server(directory)
+def uvx_server(directory: Path) -> McpServer | None:
+    """The tiny Python package of tests/mcp_fixture, built into a wheel in `directory` and
+    started with `uvx` from it (--offline: the network is never asked); None without uv."""
+    uvx = shutil.which("uvx", path=str(Path(sys.executable).parent))
+    if uvx is None:
+        return None
+    wheel = tiny_uv_wheel(directory)
+    return McpServer(
+        name="tiny",
+        command=[uvx, "--offline", "--python", sys.executable, "--from", str(wheel), "tiny-mcp-py"],
+    )
+
+
+def package_figures(
+    bench: Bench, base: float, launcher: str, server: McpServer, installs: str
+) -> list[BenchFigure]:
+    """A server `launcher` (npx, uvx) installs: its first start (the worker's cache empty),
+    another run's first attempt (installed from the cache), and a warm attempt."""
     (empty_cache,) = bench.first_use_ms(server, 1)
     cached = statistics.median(bench.first_use_ms(server, 3))
     warm = statistics.median(bench.same_run_ms(server, 3))
     return [
         BenchFigure(
-            name="run_task, npx server, first start (empty package cache)",
+            name=f"run_task, {launcher} server, first start (empty package cache)",
             value=empty_cache,
             unit="ms",
             baseline=base,
             baseline_name="run_task, member without MCP",
-            note="npm installs the package from its tarball into the worker's cache",
+            note=installs,
         ),
         BenchFigure(
-            name="run_task, npx server, another run's first attempt (cached)",
+            name=f"run_task, {launcher} server, another run's first attempt (cached)",
             value=cached,
             unit="ms",
             baseline=base,
             baseline_name="run_task, member without MCP",
-            note="median of 3 runs: npx runs what the cache installed",
+            note=f"median of 3 runs: {launcher} runs what the cache installed",
         ),
         BenchFigure(
-            name="run_task, npx server, the run's next attempt (warm)",
+            name=f"run_task, {launcher} server, the run's next attempt (warm)",
             value=warm,
             unit="ms",
             baseline=base,
@@ -269,6 +282,32 @@ def npx_figures(bench: Bench, base: float, directory: Path) -> list[BenchFigure]
             note="median of 3",
         ),
     ]
+
+
+def launcher_figures(bench: Bench, base: float, directory: Path) -> list[BenchFigure]:
+    """package_figures of an npx server and of a uvx server, of those this machine has."""
+    found = []
+    if shutil.which("npx") is not None:
+        npm = directory / "npm"
+        npm.mkdir()
+        found += package_figures(
+            bench,
+            base,
+            "npx",
+            packed_tiny_server(npm),
+            "npm installs the package from its tarball into the worker's cache",
+        )
+    uv = directory / "uv"
+    uv.mkdir()
+    if (server := uvx_server(uv)) is not None:
+        found += package_figures(
+            bench,
+            base,
+            "uvx",
+            server,
+            "uv installs the wheel into an environment in the worker's cache",
+        )
+    return found
 
 
 def added_by_warm_session(where: str, added_ms: float, note: str) -> BenchFigure:
@@ -285,7 +324,7 @@ def added_by_warm_session(where: str, added_ms: float, note: str) -> BenchFigure
 
 
 def figures(smoke: bool = False) -> list[BenchFigure]:
-    """Per-attempt time with mcp-server-time (warm, first use, killed) and an npx server
+    """Per-attempt time with mcp-server-time (warm, first use, killed) and npx and uvx servers
     against without MCP; the in-process split (the default sizes, or the smoke pass's)."""
     sizes = SMOKE if smoke else FULL
     llm = ScriptedLLM()
@@ -309,7 +348,7 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
             base_kept, warm_in_copy = statistics.median(plain_kept), statistics.median(warm_kept)
             first = statistics.median(bench.first_use_ms(TIME_SERVER, sizes.jobs))
             killed = statistics.median(bench.after_a_kill_ms(TIME_SERVER, sizes.jobs))
-            npx = npx_figures(bench, base, Path(logs))
+            launched = launcher_figures(bench, base, Path(logs))
     finally:
         llm.stop()
     start_ms, close_ms = in_process_ms(sizes.in_process_rounds)
@@ -349,7 +388,7 @@ def figures(smoke: bool = False) -> list[BenchFigure]:
             baseline_name="run_task, member without MCP",
             note=f"{paced}: the keeper sees it dead and starts it again",
         ),
-        *npx,
+        *launched,
         BenchFigure(
             name="McpHub.start of mcp-server-time (spawn, handshake, list)",
             value=start_ms,

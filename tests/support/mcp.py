@@ -1,10 +1,13 @@
 """What the MCP tests set up and check around a server: a git repository for mcp-server-git to
-read, the processes a server may have left running in a directory, and runs stored for jobs."""
+read, a tiny Python server's wheel for uvx, the processes a server may have left running in a
+directory, and runs stored for jobs."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,23 @@ from teamctl.shared.runs.store import RunStore
 from teamctl.shared.task_records import TaskSpec
 from teamctl.shared.team_file import Member
 from teamctl.shared.workspace.caps import WorkspaceStore
+
+TINY_UV = Path(__file__).resolve().parents[1] / "mcp_fixture" / "tiny_uv"
+
+
+def tiny_uv_wheel(directory: Path) -> Path:
+    """tests/mcp_fixture/tiny_uv built into a wheel in `directory` (from a copy: the build
+    leaves files beside its source): the wheel's path."""
+    source = directory / "tiny_uv"
+    shutil.copytree(TINY_UV, source)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
+        + ["--no-index", str(source), "--wheel-dir", str(directory / "dist")],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (directory / "dist").glob("tiny_mcp_py-*.whl")
+    return wheel
 
 
 def processes_in(directory: Path) -> list[int]:

@@ -40,7 +40,7 @@ from teamctl.worker.mcp_warm.client import kept_workspace_root
 from teamctl.worker.mcp_warm.protocol import KEEPER_ENV, WORKSPACES_DIR, Scope
 
 from tests.support.llm import ScriptedLLM, ToolCalls
-from tests.support.mcp import end_run, processes_in, stored_run
+from tests.support.mcp import end_run, processes_in, stored_run, tiny_uv_wheel
 from tests.support.replies import tool_results
 from tests.support.teams import cli, spawn
 from tests.support.waiting import wait_until
@@ -427,21 +427,6 @@ def test_an_npx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> Non
     assert pids[0] != pids[1]
 
 
-def built_tiny_wheel(tmp_path: Path) -> Path:
-    """tests/mcp_fixture/tiny_uv built into a wheel in `tmp_path` (from a copy: the build
-    leaves files beside its source): the wheel's path."""
-    source = tmp_path / "tiny_uv"
-    shutil.copytree(REPO_ROOT / "tests" / "mcp_fixture" / "tiny_uv", source)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation"]
-        + ["--no-index", str(source), "--wheel-dir", str(tmp_path / "dist")],
-        check=True,
-        capture_output=True,
-    )
-    (wheel,) = (tmp_path / "dist").glob("tiny_mcp_py-*.whl")
-    return wheel
-
-
 UVX = shutil.which("uvx", path=str(Path(sys.executable).parent))
 
 
@@ -450,7 +435,7 @@ def test_a_uvx_server_is_installed_once_for_two_attempts(tmp_path: Path) -> None
     """Two attempts' hubs (each its own HOME) start the same uvx server with the worker's
     caches: the first installs the wheel into an environment in UV_CACHE_DIR, the second runs
     that environment (--offline: the network is never asked)."""
-    wheel = built_tiny_wheel(tmp_path)
+    wheel = tiny_uv_wheel(tmp_path)
     caches = tmp_path / "state" / "mcp-caches" / "host-1"
     assert UVX is not None
     server = McpServer(
