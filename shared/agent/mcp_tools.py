@@ -301,9 +301,18 @@ class McpHub:
         self._home = PrivateHome.create(workspace)
         self.home = self._home.path
         """HOME of the stdio servers (0700, outside the workspace), removed by `close`."""
-        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop = asyncio.new_event_loop()
+        except BaseException:  # no hub to close: its home must not outlive it
+            self._home.remove()
+            raise
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            self._loop.close()
+            self._home.remove()
+            raise
         self._running: dict[str, _Running] = {}
         self._servers: dict[str, McpServer] = {}
         """Every server started once, by name (one that died and would not start again is

@@ -65,37 +65,49 @@ def release(fd: int, root: Path) -> None:
 
 def remove_unheld(root: Path) -> bool:
     """Remove `root` unless its holder (a mirror, a private home's process) holds it; False
-    when one does (try again later)."""
+    when one does, or when it could not be removed now (try again later)."""
     try:
-        fd = os.open(root, OPEN_FLAGS)
+        fd = _open_unfollowed(root)
     except FileNotFoundError:
         return True
-    except OSError as exc:  # a link or a file there: removed, never followed
-        log.warning("%s is not a directory (%s); removing the entry", root, exc)
+    except OSError as exc:
         with contextlib.suppress(OSError):
-            os.unlink(root)
-        return True
+            if _is_directory(root) is False:
+                log.warning("%s is not a directory (%s); removing the entry", root, exc)
+                return remove_tree(root)  # a link or a file: removed, never followed
+        # Not ours, or no descriptor to spare now: never taken for unheld.
+        log.warning("could not open %s: %s", root, exc)
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:  # held (BlockingIOError), or it cannot be locked now
         os.close(fd)
         return False
     try:
-        remove_tree(root)
+        return remove_tree(root)
     finally:
         os.close(fd)
+
+
+def remove_tree(root: Path) -> bool:
+    """Remove `root` and all it holds, whatever modes a tool left on its directories; a link
+    or a file in its place is removed, never followed. Whether it is gone (what cannot be
+    removed is logged)."""
+    try:
+        root_is_directory = _is_directory(root)
+        if root_is_directory is None:
+            return True
+        if not root_is_directory:
+            os.unlink(root)
+            return True
+        empty_directory(root)
+        os.rmdir(root)
+    except FileNotFoundError:
+        return True
+    except OSError as exc:
+        log.warning("could not remove %s: %s", root, exc)
+        return False
     return True
-
-
-def remove_tree(root: Path) -> None:
-    """Remove `root` and all it holds, whatever modes a tool left on its directories; what
-    cannot be removed is logged."""
-    empty_directory(root)
-    with contextlib.suppress(FileNotFoundError):
-        try:
-            os.rmdir(root)
-        except OSError as exc:
-            log.warning("could not remove %s: %s", root, exc)
 
 
 def empty_directory(root: Path) -> bool:
@@ -103,6 +115,14 @@ def empty_directory(root: Path) -> bool:
     directory): directories a tool made unreadable or read-only are opened up first; links are
     removed, never followed. Whether it is empty now (True too when `root` is gone). A loop,
     not recursion: a tool may nest directories deeper than Python's recursion limit."""
+    try:
+        root_is_directory = _is_directory(root)
+    except OSError:
+        return False
+    if root_is_directory is None:
+        return True
+    if not root_is_directory:  # a link in its place: never followed
+        return False
     found: list[str] = []
     pending = [str(root)]
     while pending:
@@ -139,6 +159,25 @@ def _owner_may_enter(directory: str) -> None:
         info = os.lstat(directory)
         if stat.S_ISDIR(info.st_mode) and stat.S_IMODE(info.st_mode) & stat.S_IRWXU != stat.S_IRWXU:
             os.chmod(directory, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+
+
+def _open_unfollowed(root: Path) -> int:
+    """A descriptor of the directory `root`, never through a link; its owner gets back the
+    right to read it first if a tool took it away (`chmod u-r`)."""
+    try:
+        return os.open(root, OPEN_FLAGS)
+    except PermissionError:
+        _owner_may_enter(str(root))
+        return os.open(root, OPEN_FLAGS)
+
+
+def _is_directory(path: Path) -> bool | None:
+    """Whether `path` itself (never what a link there names) is a directory; None when nothing
+    is there."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
 
 
 def _is_ours_and_there(fd: int, root: Path) -> bool:

@@ -25,7 +25,9 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.workspace.kept_copy import OPEN_FLAGS, remove_tree, remove_unheld
 
 log = logging.getLogger(__name__)
-HOME_PREFIX = "teamctl-home-"
+HOME_PREFIX = "teamctl-private-home-"
+"""Not the prefix of the homes older workers made and never held (teamctl-home-): during a
+rolling upgrade on one host, the sweep must not take one of those, in use, for an orphan."""
 ORPHAN_MIN_AGE_S = 60.0
 """A home younger than this is never swept: its process locks it a moment after making it."""
 
@@ -48,12 +50,18 @@ class PrivateHome:
                 "workspace; set the workers' TMPDIR elsewhere"
             )
         fd = os.open(path, OPEN_FLAGS)  # not inherited: a child must not keep it held
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except OSError:
+            os.close(fd)
+            os.rmdir(path)
+            raise
         return cls(path, fd)
 
     def remove(self) -> None:
         """Remove the home and what was written in it, whatever modes a program left on its
-        directories (a module cache's read-only ones), then let it go; never raises."""
+        directories (a module cache's read-only ones), then let it go; a link a program put in
+        its place is removed, never followed. Never raises."""
         if self._fd is None:
             return
         try:

@@ -8,12 +8,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
+from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
+from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.private_home import ORPHAN_MIN_AGE_S, remove_orphan_homes
 
 from tests.support.file_modes import as_bound_by_modes, modes_bind
@@ -140,3 +143,67 @@ print(json.dumps({"home": home, "left": os.path.exists(home)}))
     assert done.returncode == 0, done.stderr
     outcome = json.loads(done.stdout)
     assert outcome["home"].startswith(str(tmp_path)) and outcome["left"] is False
+
+
+def test_a_link_put_in_place_of_the_home_is_removed_never_followed(tmp_path: Path) -> None:
+    """A command that swaps its HOME for a link to the workspace (or anywhere) loses the link
+    when the call ends; what the link named is untouched."""
+    workspace = Workspace(tmp_path / "workspace")
+    workspace.root.mkdir()
+    (workspace.root / "report.md").write_text("the member's work")
+
+    result = workspace.bash('rm -rf "$HOME" && ln -s "$PWD" "$HOME" && echo $HOME')
+
+    home = Path(str(result["output"]).strip())
+    assert not os.path.lexists(home)
+    assert (workspace.root / "report.md").read_text() == "the member's work"
+
+
+def test_an_mcp_hub_s_home_is_held_until_it_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep leaves a live hub's home alone, however old; closing the hub removes it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with McpHub(workspace, McpTimeouts(30, 30, 5)) as hub:
+        assert hub.home.parent == tmp_path
+        assert remove_orphan_homes(tmp_path, min_age_s=0) == []
+        assert hub.home.is_dir()
+    assert not hub.home.exists()
+
+
+UNREADABLE_ORPHAN = """
+import json, os, sys
+from pathlib import Path
+from teamctl.shared.workspace.private_home import PrivateHome, remove_orphan_homes
+temp_dir = Path(sys.argv[1])
+home = PrivateHome.create(Path(sys.argv[2]))
+(home.path / "token").write_text("a program's secret")
+os.chmod(home.path, 0o300)  # `chmod u-r $HOME`: its owner can no longer list it
+os.close(home._fd)  # its process dies without removing it
+print(json.dumps({"removed": [str(p) for p in remove_orphan_homes(temp_dir, min_age_s=0)],
+                  "left": os.path.lexists(home.path), "home": str(home.path)}))
+"""
+
+
+@modes_bind
+def test_an_orphan_home_its_process_made_unreadable_is_removed(tmp_path: Path) -> None:
+    """A home whose process took its own right to list it, then died: the sweep gives the
+    right back, removes it, and says so only once it is gone (as a user whom modes bind)."""
+    temp_dir = tmp_path / "tmp"
+    temp_dir.mkdir()
+    os.chmod(tmp_path, 0o777)  # reachable by the unprivileged run
+    os.chmod(temp_dir, 0o777)
+    done = subprocess.run(
+        [*as_bound_by_modes(), sys.executable, "-c", UNREADABLE_ORPHAN, str(temp_dir), "/nowhere"],
+        env={**os.environ, "TMPDIR": str(temp_dir)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["left"] is False
+    assert outcome["removed"] == [outcome["home"]]
