@@ -3,8 +3,12 @@ them (a worker usually runs as an ordinary user; this suite often runs as root).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 
@@ -27,3 +31,19 @@ modes_bind = pytest.mark.skipif(
 def as_bound_by_modes() -> list[str]:
     """The prefix of a command that runs it with file modes binding (none for a plain user)."""
     return WITHOUT_OVERRIDE if os.geteuid() == 0 else []
+
+
+def json_bound_by_modes(script: str, *args: str, temp_dir: str | None = None) -> Any:
+    """Run the Python `script` with `args`, file modes binding (and TMPDIR `temp_dir`): what
+    it printed, as JSON; it must exit 0."""
+    env = {**os.environ, "TMPDIR": temp_dir} if temp_dir else None
+    done = subprocess.run(
+        [*as_bound_by_modes(), sys.executable, "-c", script, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)

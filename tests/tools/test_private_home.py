@@ -3,7 +3,6 @@ swept by the worker when the process that held it was killed (a real RQ worker, 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.workspace.directory import Workspace
 from teamctl.shared.workspace.private_home import ORPHAN_MIN_AGE_S, remove_orphan_homes
 
-from tests.support.file_modes import as_bound_by_modes, modes_bind
+from tests.support.file_modes import json_bound_by_modes, modes_bind
 from tests.support.waiting import wait_until
 from tests.support.workers import exited, warm_fork_worker
 
@@ -132,16 +131,7 @@ print(json.dumps({"home": home, "left": os.path.exists(home)}))
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     os.chmod(tmp_path, 0o777)  # reachable by the unprivileged run
-    done = subprocess.run(
-        [*as_bound_by_modes(), sys.executable, "-c", script, str(workspace)],
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    outcome = json.loads(done.stdout)
+    outcome = json_bound_by_modes(script, str(workspace), temp_dir=str(tmp_path))
     assert outcome["home"].startswith(str(tmp_path)) and outcome["left"] is False
 
 
@@ -195,15 +185,8 @@ def test_an_orphan_home_its_process_made_unreadable_is_removed(tmp_path: Path) -
     temp_dir.mkdir()
     os.chmod(tmp_path, 0o777)  # reachable by the unprivileged run
     os.chmod(temp_dir, 0o777)
-    done = subprocess.run(
-        [*as_bound_by_modes(), sys.executable, "-c", UNREADABLE_ORPHAN, str(temp_dir), "/nowhere"],
-        env={**os.environ, "TMPDIR": str(temp_dir)},
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
+    outcome = json_bound_by_modes(
+        UNREADABLE_ORPHAN, str(temp_dir), "/nowhere", temp_dir=str(temp_dir)
     )
-    assert done.returncode == 0, done.stderr
-    outcome = json.loads(done.stdout)
     assert outcome["left"] is False
     assert outcome["removed"] == [outcome["home"]]

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -28,7 +26,7 @@ from teamctl.shared.workspace.redis_files import (
 )
 from teamctl.shared.workspace.tools import add_workspace_tools
 
-from tests.support.file_modes import as_bound_by_modes, modes_bind
+from tests.support.file_modes import json_bound_by_modes, modes_bind
 from tests.support.llm import ScriptedLLM, ToolCalls
 from tests.support.slowlog import (
     NOISE_CEILING_MS,
@@ -409,12 +407,5 @@ def test_emptying_a_kept_directory_opens_up_what_a_tool_closed_and_never_raises(
     """A tool may leave directories their owner cannot list or write (`chmod 0300`, a module
     cache's 0555, 0000) and make the copy itself read-only: its release empties all of it, and
     the next attempt holds it again, instead of an error replacing the attempt's outcome."""
-    done = subprocess.run(
-        [*as_bound_by_modes(), sys.executable, "-c", CLOSED_UP, str(tmp_path / "kept")],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"held": True, "left": [], "again": True}
+    outcome = json_bound_by_modes(CLOSED_UP, str(tmp_path / "kept"))
+    assert outcome == {"held": True, "left": [], "again": True}
