@@ -16,7 +16,7 @@ from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 from teamctl.shared.workspace.caps import PATH_RECORD_BYTES, FileCaps
 from teamctl.shared.workspace.directory import Workspace
-from teamctl.shared.workspace.kept_copy import remove_unheld
+from teamctl.shared.workspace.kept_copy import hold, release, remove_unheld
 from teamctl.shared.workspace.mirror import WorkspaceMirror, syncable
 from teamctl.shared.workspace.redis_files import (
     DELETED_KEEP_MS,
@@ -379,6 +379,26 @@ def test_a_kept_directory_that_is_a_link_is_not_used_nor_followed(
     mirror.close()
     assert remove_unheld(link)
     assert not link.is_symlink()
+    assert (elsewhere / "precious.txt").read_text() == "keep me"
+
+
+def test_a_held_copy_swapped_for_a_link_is_not_emptied_through_it(tmp_path: Path) -> None:
+    """A tool that moves the held copy away and puts a link in its place (before the attempt
+    releases it) gets nothing emptied where the link points; the keeper then removes the link."""
+    root, moved, elsewhere = tmp_path / "kept", tmp_path / "moved", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "precious.txt").write_text("keep me")
+    fd = hold(root)
+    assert fd is not None
+    os.rename(root, moved)
+    root.symlink_to(elsewhere)
+
+    release(fd, root)
+
+    assert root.is_symlink()
+    assert (elsewhere / "precious.txt").read_text() == "keep me"
+    assert remove_unheld(root)
+    assert not os.path.lexists(root)
     assert (elsewhere / "precious.txt").read_text() == "keep me"
 
 
