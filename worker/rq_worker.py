@@ -192,6 +192,10 @@ class TeamctlWorker(Worker):
             return
         if self.mcp_keeper is not None:
             self.mcp_keeper.stop()
+        # RQ's SIGTERM handler raises StopRequested wherever an idle worker is, and one raised
+        # between a pipeline's sending and its reading leaves unread replies on a pooled
+        # connection: registering the death on it would read them as its own.
+        self.connection.connection_pool.disconnect(inuse_connections=False)
         self.connection.set_retry(OutageRetry(TEARDOWN_OUTAGE_S))
         try:
             super().teardown()  # type: ignore[no-untyped-call]  # RQ leaves it unannotated

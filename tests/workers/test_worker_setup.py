@@ -210,6 +210,25 @@ def test_sigterm_during_an_outage_stops_the_worker_promptly(
     assert "could not record its stop in Redis" in log.read_text()
 
 
+def test_a_stop_that_cut_a_pipeline_short_still_records_the_worker_s_death(
+    redis_url: str,
+) -> None:
+    """RQ's SIGTERM handler raises wherever an idle worker is: one raised between a pipeline's
+    sending and its reading leaves a reply unread on a pooled connection. The teardown's own
+    pipeline must not read it as its own (it failed with a ResponseError, exit 1)."""
+    conn = redis.Redis.from_url(redis_url)
+    worker = WarmForkWorker([Queue("cut-short", connection=conn)], connection=conn)
+    worker.register_birth()
+    cut_short = conn.connection_pool.get_connection()
+    cut_short.send_command("PING")  # sent, its reply never read
+    conn.connection_pool.release(cut_short)
+
+    worker.teardown()
+
+    assert worker.name not in {w.name for w in Worker.all(connection=conn)}
+    assert conn.hget(worker.key, "death")
+
+
 def test_a_worker_whose_run_is_already_gone_exits_before_taking_a_job(
     state: Path, tmp_path: Path, started: list[subprocess.Popen[bytes]]
 ) -> None:
