@@ -83,7 +83,8 @@ def private_home(workspace: Path) -> Iterator[Path]:
 
 def remove_orphan_homes(temp_dir: Path, min_age_s: float = ORPHAN_MIN_AGE_S) -> list[Path]:
     """Remove the private homes in `temp_dir` that no process holds (theirs was killed): this
-    user's directories, unchanged for `min_age_s`. The ones removed."""
+    user's directories, unchanged for `min_age_s`, and the links a program put in place of one
+    (removed, never followed). The ones removed."""
     try:
         entries = [e for e in os.scandir(temp_dir) if e.name.startswith(HOME_PREFIX)]
     except OSError as exc:
@@ -95,7 +96,7 @@ def remove_orphan_homes(temp_dir: Path, min_age_s: float = ORPHAN_MIN_AGE_S) -> 
         with contextlib.suppress(OSError):
             info = entry.stat(follow_symlinks=False)
             orphan_shaped = (
-                stat.S_ISDIR(info.st_mode)
+                (stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode))
                 and info.st_uid == os.getuid()
                 and info.st_mtime <= oldest_mtime
             )

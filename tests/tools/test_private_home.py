@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.kept_copy import remove_tree
 from teamctl.shared.workspace.private_home import ORPHAN_MIN_AGE_S, remove_orphan_homes
 
 from tests.support.file_modes import json_bound_by_modes, modes_bind
@@ -65,26 +66,32 @@ def kill_and_reap(pid: int) -> None:
 
 
 def age(path: Path, seconds: float) -> None:
-    """Make `path` look unchanged for `seconds`."""
+    """Make `path` (a link itself, not what it names) look unchanged for `seconds`."""
     then = time.time() - seconds
-    os.utime(path, (then, then))
+    os.utime(path, (then, then), follow_symlinks=False)
 
 
 def test_a_killed_process_s_home_is_swept_and_a_held_or_new_one_is_not(tmp_path: Path) -> None:
-    """Only a home nobody holds and older than ORPHAN_MIN_AGE_S goes, read-only parts included;
-    a held one stays however old, a new orphan stays until it is old enough."""
+    """Only a home nobody holds and older than ORPHAN_MIN_AGE_S goes, read-only parts included,
+    as does a link a program put in place of one (never followed); a held one stays however
+    old, a new orphan stays until it is old enough."""
     temp_dir, workspace = tmp_path / "tmp", tmp_path / "workspace"
     temp_dir.mkdir()
     workspace.mkdir()
-    with holders(3, temp_dir, workspace) as homes:
-        (killed_pid, killed), (_, held), (new_pid, new_orphan) = homes
-        for pid in (killed_pid, new_pid):
+    (workspace / "report.md").write_text("the member's work")
+    with holders(4, temp_dir, workspace) as homes:
+        (killed_pid, killed), (_, held), (new_pid, new_orphan), (linked_pid, linked) = homes
+        for pid in (killed_pid, new_pid, linked_pid):
             kill_and_reap(pid)
-        for home in (killed, held):
+        remove_tree(linked)
+        linked.symlink_to(workspace)  # `rm -rf "$HOME"; ln -s "$PWD" "$HOME"`, then killed
+        for home in (killed, held, linked):
             age(home, ORPHAN_MIN_AGE_S + 60)
 
-        assert remove_orphan_homes(temp_dir) == [killed]
+        assert sorted(remove_orphan_homes(temp_dir)) == sorted([killed, linked])
 
+        assert not os.path.lexists(linked)
+        assert (workspace / "report.md").read_text() == "the member's work"
         assert not killed.exists()
         assert (held / ".cache" / "mod" / "token").read_text() == "a program's secret"
         assert new_orphan.exists()
@@ -120,6 +127,7 @@ def test_a_home_goes_with_what_a_program_made_read_only(tmp_path: Path) -> None:
 import json, os, sys
 from pathlib import Path
 from teamctl.shared.workspace.directory import Workspace
+from teamctl.shared.workspace.kept_copy import remove_tree
 workspace = Workspace(Path(sys.argv[1]))
 result = workspace.bash(
     "mkdir -p $HOME/go/pkg/mod/x $HOME/hidden/deep && touch $HOME/go/pkg/mod/x/f"
