@@ -4,8 +4,7 @@
 Its process holds it (a shared flock on the directory) until it removes it, so a home whose
 process was killed first can be told from one in use: a worker removes those, since what a
 program saved in its HOME (caches, credentials a tool wrote) must not outlive the attempt. The
-lock protocol is the kept workspace copies' (kept_copy.py): a holder locks shared, the sweep
-takes the lock exclusively without waiting or leaves the directory alone.
+lock and the removal are held_dirs.py's.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from teamctl.shared.errors import ConfigError
-from teamctl.shared.workspace.kept_copy import OPEN_FLAGS, remove_tree, remove_unheld
+from teamctl.shared.workspace.held_dirs import OPEN_FLAGS, remove_tree, remove_unheld
 
 log = logging.getLogger(__name__)
 HOME_PREFIX = "teamctl-private-home-"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from teamctl.shared.agent.mcp_tools import McpHub, McpTimeouts
 from teamctl.shared.workspace.directory import Workspace
-from teamctl.shared.workspace.kept_copy import remove_tree
+from teamctl.shared.workspace.held_dirs import remove_tree
 from teamctl.shared.workspace.private_home import ORPHAN_MIN_AGE_S, remove_orphan_homes
 
 from tests.support.file_modes import json_bound_by_modes, modes_bind
@@ -127,7 +127,6 @@ def test_a_home_goes_with_what_a_program_made_read_only(tmp_path: Path) -> None:
 import json, os, sys
 from pathlib import Path
 from teamctl.shared.workspace.directory import Workspace
-from teamctl.shared.workspace.kept_copy import remove_tree
 workspace = Workspace(Path(sys.argv[1]))
 result = workspace.bash(
     "mkdir -p $HOME/go/pkg/mod/x $HOME/hidden/deep && touch $HOME/go/pkg/mod/x/f"

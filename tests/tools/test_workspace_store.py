@@ -16,7 +16,8 @@ from teamctl.shared.teams.team_store import TeamStore
 from teamctl.shared.teams.teammates import TeammateStatus, team_workspace
 from teamctl.shared.workspace.caps import PATH_RECORD_BYTES, FileCaps
 from teamctl.shared.workspace.directory import Workspace
-from teamctl.shared.workspace.kept_copy import hold, release, remove_unheld
+from teamctl.shared.workspace.held_dirs import remove_unheld
+from teamctl.shared.workspace.kept_copy import hold, release
 from teamctl.shared.workspace.mirror import WorkspaceMirror, syncable
 from teamctl.shared.workspace.redis_files import (
     DELETED_KEEP_MS,

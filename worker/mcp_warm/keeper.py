@@ -47,7 +47,7 @@ from teamctl.shared.errors import ConfigError
 from teamctl.shared.keys import RunKeys, TeamKeys
 from teamctl.shared.runs.run_records import RunStatus
 from teamctl.shared.text import shorten
-from teamctl.shared.workspace.kept_copy import remove_unheld
+from teamctl.shared.workspace.held_dirs import remove_unheld
 from teamctl.worker.mcp_warm.protocol import (
     WORKSPACES_DIR,
     CallRequest,

@@ -25,7 +25,7 @@ from teamctl.shared.agent.mcp_caches import CACHES_ENV, caches_path, remove_cach
 from teamctl.shared.agent.mcp_tools import CLOSE_TIMEOUT_S
 from teamctl.shared.process.hosts import this_host
 from teamctl.shared.redis.connection import same_server
-from teamctl.shared.workspace.kept_copy import remove_tree
+from teamctl.shared.workspace.held_dirs import remove_tree
 from teamctl.worker.mcp_warm.protocol import KEEPER_ENV
 
 log = logging.getLogger(__name__)
