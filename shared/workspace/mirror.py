@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import stat
 import tempfile
 import time
@@ -31,6 +30,7 @@ from teamctl.shared.text import echoed, flat
 from teamctl.shared.workspace import kept_copy
 from teamctl.shared.workspace.caps import PATH_RECORD_BYTES
 from teamctl.shared.workspace.directory import UNWRITABLE_NAMES, Workspace
+from teamctl.shared.workspace.held_dirs import remove_tree
 from teamctl.shared.workspace.redis_files import SaveOutcome, SaveVerdict, WorkspaceFiles
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,7 @@ class WorkspaceMirror:
             if self.held is not None:
                 kept_copy.release(self.held, self.root)
             else:
-                shutil.rmtree(self.root, ignore_errors=True)
+                remove_tree(self.root)
         finally:
             self.held = None
             self.files.close()

@@ -430,3 +430,31 @@ def test_emptying_a_kept_directory_opens_up_what_a_tool_closed_and_never_raises(
     the next attempt holds it again, instead of an error replacing the attempt's outcome."""
     outcome = json_bound_by_modes(CLOSED_UP, str(tmp_path / "kept"))
     assert outcome == {"held": True, "left": [], "again": True}
+
+
+PRIVATE_COPY_CLOSED_UP = """
+import json, os, sys
+from pathlib import Path
+import redis
+from teamctl.shared.keys import RunKeys
+from teamctl.shared.workspace.mirror import WorkspaceMirror
+from teamctl.shared.workspace.redis_files import WorkspaceFiles
+files = WorkspaceFiles(redis.Redis.from_url(sys.argv[1]), RunKeys(sys.argv[2]))
+mirror = WorkspaceMirror.open(files)
+for name, mode in (("hidden", 0o300), ("cache", 0o555)):
+    (mirror.root / name / "deep").mkdir(parents=True)
+    os.chmod(mirror.root / name, mode)
+mirror.close()
+print(json.dumps({"kept": mirror.kept, "left": os.path.lexists(mirror.root)}))
+"""
+
+
+@modes_bind
+def test_a_private_copy_goes_with_what_a_tool_closed_up(
+    redis_url: str, run_id: str, tmp_path: Path
+) -> None:
+    """An attempt's own copy (no keeper) is removed as it closes, directories a tool made
+    unlistable or read-only included, as a user whom modes bind."""
+    os.chmod(tmp_path, 0o777)  # reachable by the unprivileged run
+    outcome = json_bound_by_modes(PRIVATE_COPY_CLOSED_UP, redis_url, run_id, temp_dir=str(tmp_path))
+    assert outcome == {"kept": False, "left": False}
