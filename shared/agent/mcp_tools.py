@@ -303,14 +303,11 @@ class McpHub:
         """HOME of the stdio servers (0700, outside the workspace), removed by `close`."""
         try:
             self._loop = asyncio.new_event_loop()
-        except BaseException:  # no hub to close: its home must not outlive it
-            self._home.remove()
-            raise
-        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-loop", daemon=True)
-        try:
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, name="mcp-loop", daemon=True
+            )
             self._thread.start()
-        except BaseException:
-            self._loop.close()
+        except BaseException:  # no hub to close: its home must not outlive it
             self._home.remove()
             raise
         self._running: dict[str, _Running] = {}
