@@ -70,19 +70,25 @@ def ensure_workspace(teammate: Teammate, team: str, state_dir: Path) -> Path:
     return root
 
 
-def check_teammate_host(store: TeamStore, teammate: Teammate) -> None:
-    """WorkspaceElsewhere when the teammate has tools that use the team's workspace and it is a
-    directory another host created: its turn would work on files the others never see."""
-    if teammate.tools or teammate.mcp:
-        store.meta().check_host(store.team, this_host())
+def tools_meta(store: TeamStore, teammate: Teammate) -> TeamMeta | None:
+    """The team's meta, read once per turn for the tools that use the team's workspace (None:
+    the teammate has none of them, and nothing below is needed)."""
+    return store.meta() if teammate.tools or teammate.mcp else None
 
 
-def open_mirror(store: TeamStore, teammate: Teammate, token: str) -> WorkspaceMirror | None:
-    """The turn's copy of the team's workspace when the team keeps it in Redis and the
-    teammate has tools that use it (its saves fenced by the turn's lease); else None. A
-    teammate with MCP servers copies it where they can stay warm for the team's next turns."""
-    meta = store.meta()
-    if meta.workspace_store != "redis" or not (teammate.tools or teammate.mcp):
+def check_teammate_host(store: TeamStore, meta: TeamMeta) -> None:
+    """WorkspaceElsewhere when the team's workspace is a directory another host created: a
+    teammate's tools would work on files the others never see."""
+    meta.check_host(store.team, this_host())
+
+
+def open_mirror(
+    store: TeamStore, meta: TeamMeta, teammate: Teammate, token: str
+) -> WorkspaceMirror | None:
+    """The turn's copy of the team's workspace when the team keeps it in Redis (its saves
+    fenced by the turn's lease); else None. A teammate with MCP servers copies it where they
+    can stay warm for the team's next turns."""
+    if meta.workspace_store != "redis":
         return None
     keys = store.keys
     return WorkspaceMirror.open(
@@ -145,14 +151,18 @@ def add_teammate_python_tools(
 
 
 def mcp_hub(
-    store: TeamStore, teammate: Teammate, state_dir: Path, mirror: WorkspaceMirror | None = None
+    store: TeamStore,
+    meta: TeamMeta,
+    teammate: Teammate,
+    state_dir: Path,
+    mirror: WorkspaceMirror | None = None,
 ) -> McpSessions:
     """The MCP sessions of the teammate's turn: stdio servers start in its workspace. Those in
     the team's directory, or in the worker's kept copy of a workspace kept in Redis, stay warm
     in the worker for the team's next turns; those in a turn's private copy are its own."""
     options = store.options
     warmth = (
-        Warmth(team_scope(store.team, store.meta()), options.mcp_idle_s, tuple(teammate.mcp))
+        Warmth(team_scope(store.team, meta), options.mcp_idle_s, tuple(teammate.mcp))
         if mirror is None or mirror.kept
         else None
     )
@@ -168,13 +178,13 @@ def mcp_hub(
 
 
 def add_teammate_mcp_tools(
-    toolbox: Toolbox, store: TeamStore, teammate: Teammate, hub: McpSessions
+    toolbox: Toolbox, store: TeamStore, meta: TeamMeta, teammate: Teammate, hub: McpSessions
 ) -> None:
     """Start the teammate's MCP servers and offer the tools its entries allow, last; in plan
     mode, those their server does not mark read-only are gated. ConfigError when a server
     will not start or list its tools (the turn ends idle with that error)."""
     changing = []
-    for server in store.meta().mcp_servers_for(teammate.mcp):
+    for server in meta.mcp_servers_for(teammate.mcp):
         listed = hub.start(server)
         added = add_mcp_tools(
             toolbox, hub, server, listed, teammate.mcp, store.options.tool_result_max_chars

@@ -67,6 +67,7 @@ from teamctl.worker.teams.teammate_workspace import (
     check_teammate_host,
     mcp_hub,
     open_mirror,
+    tools_meta,
 )
 
 log = logging.getLogger(__name__)
@@ -194,21 +195,23 @@ class Turn:
         self.tools = tools = TeammateTools(self.store, self.teammate.name, self.token)
         self.toolbox = toolbox = tools.toolbox(self.store.options.tool_result_max_chars)
         with contextlib.ExitStack() as stack:
-            mirror = open_mirror(self.store, self.teammate, self.token)
+            meta = tools_meta(self.store, self.teammate)
+            mirror = open_mirror(self.store, meta, self.teammate, self.token) if meta else None
             root = mirror.root if mirror else None
             if mirror:  # removed after the MCP servers (later callbacks run first) stop
                 stack.callback(mirror.close)
             try:
-                check_teammate_host(self.store, self.teammate)
+                if meta:
+                    check_teammate_host(self.store, meta)
                 add_teammate_workspace(toolbox, self.store, self.teammate, self.state_dir, root)
                 add_teammate_python_tools(
                     toolbox, self.store, self.teammate, self.state_dir, self.lease.heartbeat, root
                 )
-                if self.teammate.mcp:
+                if self.teammate.mcp and meta:
                     hub = stack.enter_context(
-                        mcp_hub(self.store, self.teammate, self.state_dir, mirror)
+                        mcp_hub(self.store, meta, self.teammate, self.state_dir, mirror)
                     )
-                    add_teammate_mcp_tools(toolbox, self.store, self.teammate, hub)
+                    add_teammate_mcp_tools(toolbox, self.store, meta, self.teammate, hub)
             except ConfigError as exc:  # a tool this worker cannot give: it idles saying so
                 error = shorten(str(exc), 500)
                 self._mark("begin", worker_name())  # a turn that ends before its first call
