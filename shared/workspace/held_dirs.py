@@ -31,7 +31,7 @@ def remove_unheld(root: Path) -> bool:
         return True
     except OSError as exc:
         with contextlib.suppress(OSError):
-            if _is_directory(root) is False:
+            if not _is_directory(root):
                 log.warning("%s is not a directory (%s); removing the entry", root, exc)
                 return remove_tree(root)  # a link or a file: removed, never followed
         # Not ours, or no descriptor to spare now: never taken for unheld.
@@ -53,14 +53,11 @@ def remove_tree(root: Path) -> bool:
     or a file in its place is removed, never followed. Whether it is gone (what cannot be
     removed is logged)."""
     try:
-        root_is_directory = _is_directory(root)
-        if root_is_directory is None:
-            return True
-        if not root_is_directory:
+        if _is_directory(root):
+            empty_directory(root)
+            os.rmdir(root)
+        else:
             os.unlink(root)
-            return True
-        empty_directory(root)
-        os.rmdir(root)
     except FileNotFoundError:
         return True
     except OSError as exc:
@@ -75,12 +72,11 @@ def empty_directory(root: Path) -> bool:
     removed, never followed. Whether it is empty now (True too when `root` is gone). A loop,
     not recursion: a tool may nest directories deeper than Python's recursion limit."""
     try:
-        root_is_directory = _is_directory(root)
-    except OSError:
-        return False
-    if root_is_directory is None:
+        if not _is_directory(root):  # a link in its place: never followed
+            return False
+    except FileNotFoundError:
         return True
-    if not root_is_directory:  # a link in its place: never followed
+    except OSError:
         return False
     found: list[str] = []
     pending = [str(root)]
@@ -130,10 +126,6 @@ def _open_unfollowed(root: Path) -> int:
         return os.open(root, OPEN_FLAGS)
 
 
-def _is_directory(path: Path) -> bool | None:
-    """Whether `path` itself (never what a link there names) is a directory; None when nothing
-    is there."""
-    try:
-        return stat.S_ISDIR(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return None
+def _is_directory(path: Path) -> bool:
+    """Whether `path` itself (never what a link there names) is a directory."""
+    return stat.S_ISDIR(os.lstat(path).st_mode)
