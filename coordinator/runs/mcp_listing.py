@@ -16,7 +16,7 @@ from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.worker_wait import WorkerWait
 from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
 from teamctl.shared.team_file import Member
-from teamctl.shared.text import shorten
+from teamctl.shared.text import one_line
 
 REASON_CHARS = 200
 """How much of a server's start error the fallback's stderr line repeats."""
@@ -121,11 +121,18 @@ class McpListingWait:
                     f"mcp_list_timeout_s = {budget_s:g}s"
                 )
             else:
-                first_line = (listing.error or "not listed").strip().split("\n", 1)[0]
-                reasons.append(f"{name}: {shorten(first_line, REASON_CHARS)}")
+                reasons.append(f"{name}: {_reason(listing.error)}")
         self.ctx.reporter.note(
             "the planner sees the configured MCP entries, not the tools, of " + "; ".join(reasons)
         )
+
+
+def _reason(error: str | None) -> str:
+    """A listing's error on one line: its first line and, when it has more (a stderr tail),
+    its last, which says why (the first alone would end at "its stderr ends:")."""
+    lines = [line for line in (error or "not listed").strip().splitlines() if line.strip()]
+    kept = lines[:1] + lines[1:][-1:]
+    return " ".join(one_line(line, REASON_CHARS) for line in kept)
 
 
 def _servers_by_queue(members: list[Member]) -> dict[str, list[str]]:

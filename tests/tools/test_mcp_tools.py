@@ -1084,6 +1084,7 @@ def test_the_planner_falls_back_to_the_entries_of_a_server_that_will_not_start(
         "tools, of index: MCP server 'index' ("
     )
     assert "did not start (" in line
+    assert line.endswith("; its stderr ends: no index")  # why, not only that it did not
     error = json.loads(result.stdout)["task_states"][0]["error"]
     assert "did not start (" in error and error.endswith("its stderr ends:\nno index")
 
