@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 MIN_REDIS_VERSION = (6, 2)
 """Exclusive XRANGE bounds and XTRIM MINID, used by the bus, arrived in Redis 6.2."""
+USE_EMBEDDED = "give neither REDIS_URL nor --redis-url to use the embedded one"
+"""The way back to the embedded Redis, whichever of the two named this one."""
 DEFAULT_OUTAGE_S = 60.0
 """How long a command keeps retrying through a Redis outage (the run option redis_outage_s)."""
 SOCKET_TIMEOUT_S = 5.0
@@ -270,8 +272,8 @@ def connect(url: str, *, decode: bool = True, outage_s: float = DEFAULT_OUTAGE_S
         conn.ping()
     except redis.RedisError as exc:
         raise InfraError(
-            f"cannot reach Redis at {redacted(url)}: {scrubbed(str(exc), url)}. Start it, or "
-            "unset REDIS_URL to use the embedded one"
+            f"cannot reach Redis at {redacted(url)}: {scrubbed(str(exc), url).rstrip('.')}. "
+            f"Start it, or {USE_EMBEDDED}"
         ) from exc
     _check_version(conn, url)
     if not isinstance(conn.connection_pool, SentinelConnectionPool):
@@ -366,7 +368,7 @@ def _check_version(conn: redis.Redis, url: str) -> None:
     if parts < MIN_REDIS_VERSION:
         raise ConfigError(
             f"Redis at {redacted(url)} is version {version}; teamctl needs 6.2 or "
-            "newer (or unset REDIS_URL to use the embedded one)"
+            f"newer (or {USE_EMBEDDED})"
         )
 
 

@@ -450,6 +450,11 @@ def test_unreachable_redis_is_a_one_line_error() -> None:
     result = CliRunner().invoke(main, ["status", "some-run", "--redis-url", url])
     assert result.exit_code == 1
     assert result.stderr.startswith("teamctl: cannot reach Redis at")
+    # The URL came from the flag: the advice names both ways, and one sentence ends once.
+    assert result.stderr.rstrip().endswith(
+        "Start it, or give neither REDIS_URL nor --redis-url to use the embedded one"
+    )
+    assert ".." not in result.stderr
     assert "Traceback" not in result.output
 
 
