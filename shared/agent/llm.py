@@ -22,6 +22,7 @@ from teamctl.shared.providers.limit_headers import (
     retry_after_s,
 )
 from teamctl.shared.providers.limits import CallScope
+from teamctl.shared.redis.url_secrets import redacted
 from teamctl.shared.text import one_line
 
 if TYPE_CHECKING:
@@ -191,7 +192,9 @@ class LitellmClient:
                         reason=refusal,
                     ) from exc
                 if not _retryable(exc):
-                    raise ModelError(f"model {model} failed: {describe_error(exc)}") from exc
+                    raise ModelError(
+                        f"model {model} failed: {describe_error(exc, kwargs.get('api_base'))}"
+                    ) from exc
                 if named:  # the account waits as the provider said: not a retry spent
                     log.warning(
                         "model %s: %s; every caller of its account waits",
@@ -201,7 +204,7 @@ class LitellmClient:
                     continue
                 if attempt >= self.max_retries:
                     raise ModelUnavailable(
-                        f"model {model} failed: {describe_error(exc)}",
+                        f"model {model} failed: {describe_error(exc, kwargs.get('api_base'))}",
                         model=model,
                         reason="retries_spent",
                     ) from exc
@@ -391,16 +394,18 @@ def _retryable(exc: Exception) -> bool:
     return "timeout" in type(exc).__name__.lower()
 
 
-def describe_error(exc: Exception) -> str:
-    """The error's text, with its root cause's when that is a network or TLS failure: litellm
-    reports a refused certificate or connection only as "Connection error."."""
+def describe_error(exc: Exception, api_base: str | None = None) -> str:
+    """The error's text, with its root cause's when that is a network or TLS failure, and then
+    where the call went (`api_base`): litellm reports a refused certificate or connection only
+    as "Connection error.", naming neither."""
     text = str(exc).strip() or type(exc).__name__
     root = _root_cause(exc)
     cause = str(root).strip()
     # OSError covers ssl.SSLError and refused or unreachable connections; an HTTP error reply's
     # own cause (httpx's status error) would only repeat the status with the URL.
     if isinstance(root, OSError) and root is not exc and cause and cause not in text:
-        text = f"{text} (cause: {type(root).__name__}: {cause})"
+        where = f", at {redacted(api_base)}" if api_base else ""
+        text = f"{text} (cause: {type(root).__name__}: {cause}{where})"
     return text[:2000]
 
 
