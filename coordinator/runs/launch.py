@@ -113,11 +113,11 @@ class WorkerPlan:
         """How many run-scoped workers to start.
 
         Pool workers it starts or replaces first are added to `starting`. A run with workers of
-        its own, or none by request (the user's own serve it), still retires pool workers of
-        another environment on its queues, since they would take its jobs.
+        its own still retires pool workers of another environment on its queues, since they
+        would take its jobs.
         """
         if self.count is not None:
-            if self.embedded:
+            if self.embedded and self.count:
                 retire_stale_pool(redis_url, queues, settings, note, team_variables)
             return self.count
         if self.embedded:

@@ -439,54 +439,29 @@ def test_a_lead_with_a_key_the_pool_lacks_has_its_teammates_turns_run_with_it(
     ] == (own if own_workers == "2" else [])
 
 
-def own_listed_workers() -> list[dict[str, object]]:
-    """The workers listed that are not the pool's."""
-    listed = teamctl("workers", "--json")
-    assert listed.returncode == 0, listed.stderr
-    rows: list[dict[str, object]] = json.loads(listed.stdout)
-    return [row for row in rows if row["pool"] is False]
-
-
-@pytest.mark.parametrize("own_workers", ["0", "2"])
-def test_a_run_with_workers_of_its_own_or_none_retires_the_pool_s_of_another_key(
-    state: Path, llm: ScriptedLLM, tmp_path: Path, run_id: str, own_workers: str
+def test_a_run_with_workers_of_its_own_retires_the_pool_s_of_another_key(
+    state: Path, llm: ScriptedLLM, tmp_path: Path, run_id: str
 ) -> None:
-    """`--workers 2`: the run's own serve it; `--workers 0`: a worker the user started with
-    the key does. Either way the pool's workers started without the key are retired first:
-    they listen on the run's queue and would take its jobs."""
+    """`--workers 2`: the run's own workers serve it, and the pool's started without its key
+    are retired first, since they listen on the run's queue and would take its jobs."""
     assert teamctl("workers", "start", "-n", "2").returncode == 0
     keyless = pool_pids(state)
     models = script_run(llm, run_id, [{"memberId": "m1", "task": "Collect"}])
     team = team_file(tmp_path / "team.toml", models)
-    user_worker = None
-    if own_workers == "0":
-        user_worker = subprocess.Popen(
-            [sys.executable, "-c", "from teamctl.coordinator.cli import main; main()", "worker"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, "OPENAI_API_KEY": SPAWNER_KEY},
-        )
-    try:
-        if user_worker is not None:
-            wait_until(lambda: own_listed_workers(), 60, interval_s=0.5, message="the worker")
-        done = teamctl(
-            "run",
-            "Collect the facts",
-            "--team",
-            str(team),
-            "--api-base",
-            llm.api_base,
-            "--run-id",
-            run_id,
-            "--workers",
-            own_workers,
-            OPENAI_API_KEY=SPAWNER_KEY,
-        )
-    finally:
-        if user_worker is not None:
-            user_worker.terminate()
-            user_worker.wait(timeout=30)
+
+    done = teamctl(
+        "run",
+        "Collect the facts",
+        "--team",
+        str(team),
+        "--api-base",
+        llm.api_base,
+        "--run-id",
+        run_id,
+        "--workers",
+        "2",
+        OPENAI_API_KEY=SPAWNER_KEY,
+    )
 
     assert done.returncode == 0, done.stderr
     assert (
