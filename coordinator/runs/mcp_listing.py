@@ -16,10 +16,11 @@ from teamctl.coordinator.runs.context import RunContext
 from teamctl.coordinator.runs.worker_wait import WorkerWait
 from teamctl.shared.runs.mcp_cache import McpListing, McpToolCache, OfferedTool, offered_tools
 from teamctl.shared.team_file import Member
-from teamctl.shared.text import one_line
+from teamctl.shared.text import flat, shorten
 
 REASON_CHARS = 200
-"""How much of a server's start error the fallback's stderr line repeats."""
+"""How much of each line of a server's start error the fallback's stderr line repeats (its
+first line, and its stderr tail's last)."""
 
 
 class McpListingWait:
@@ -130,9 +131,9 @@ class McpListingWait:
 def _reason(error: str | None) -> str:
     """A listing's error on one line: its first line and, when it has more (a stderr tail),
     its last, which says why (the first alone would end at "its stderr ends:")."""
-    lines = [line for line in (error or "not listed").strip().splitlines() if line.strip()]
+    lines = [line for line in map(flat, (error or "").splitlines()) if line] or ["not listed"]
     kept = lines[:1] + lines[1:][-1:]
-    return " ".join(one_line(line, REASON_CHARS) for line in kept)
+    return " ".join(shorten(line, REASON_CHARS) for line in kept)
 
 
 def _servers_by_queue(members: list[Member]) -> dict[str, list[str]]:

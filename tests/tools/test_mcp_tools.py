@@ -27,6 +27,7 @@ from click.testing import CliRunner
 from rq import Queue
 from rq.job import Job
 from teamctl.coordinator.cli import main
+from teamctl.coordinator.runs.mcp_listing import _reason as mcp_listing_reason
 from teamctl.shared.agent.mcp_config import McpServer, resolved_values
 from teamctl.shared.agent.mcp_tools import (
     McpHub,
@@ -1087,6 +1088,14 @@ def test_the_planner_falls_back_to_the_entries_of_a_server_that_will_not_start(
     assert line.endswith("; its stderr ends: no index")  # why, not only that it did not
     error = json.loads(result.stdout)["task_states"][0]["error"]
     assert "did not start (" in error and error.endswith("its stderr ends:\nno index")
+
+
+def test_the_fallback_line_keeps_the_tail_s_last_printable_line() -> None:
+    """What a terminal would act on is dropped before the last line is picked, so a tail that
+    ends in an escape sequence (a spinner's) still shows why; nothing at all is said so."""
+    error = "MCP server 'x' did not start; its stderr ends:\nno index\n\x1b[?25h\n"
+    assert mcp_listing_reason(error) == "MCP server 'x' did not start; its stderr ends: no index"
+    assert mcp_listing_reason(" \n\x1b[0m") == "not listed"
 
 
 def test_the_planner_waits_for_the_listing_at_most_the_start_and_list_timeouts(
