@@ -152,7 +152,7 @@ def makespan_s(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            timeout=RUN_TIMEOUT_S,
+            timeout=RUN_TIMEOUT_S * max(1.0, *latency.values()),  # slower models, longer
             check=False,
         )
     if done.returncode != 0:
