@@ -251,14 +251,6 @@ def main() -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result JSON.")
-workers_option = click.option(
-    "--workers",
-    type=click.IntRange(min=0),
-    default=2,
-    show_default=True,
-    help="Local workers to start; 0 uses workers you started yourself (on the embedded "
-    "defaults, the local pool).",
-)
 run_workers_option = click.option(
     "--workers",
     type=click.IntRange(min=0),
