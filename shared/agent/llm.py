@@ -10,7 +10,6 @@ import re
 import time
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from teamctl.shared.agent.offline_model import PROVIDER, make_provider
 from teamctl.shared.agent.replies import ModelReply, ToolCall, Usage
@@ -23,6 +22,7 @@ from teamctl.shared.providers.limit_headers import (
     retry_after_s,
 )
 from teamctl.shared.providers.limits import CallScope
+from teamctl.shared.redis.url_secrets import shown_url
 from teamctl.shared.text import one_line
 
 if TYPE_CHECKING:
@@ -404,19 +404,9 @@ def describe_error(exc: Exception, api_base: str | None = None) -> str:
     # OSError covers ssl.SSLError and refused or unreachable connections; an HTTP error reply's
     # own cause (httpx's status error) would only repeat the status with the URL.
     if isinstance(root, OSError) and root is not exc and cause and cause not in text:
-        where = f", at {_address(api_base)}" if api_base else ""
+        where = f", at {shown_url(api_base)}" if api_base else ""
         text = f"{text} (cause: {type(root).__name__}: {cause}{where})"
     return text[:2000]
-
-
-def _address(api_base: str) -> str:
-    """Where a call went, without what may be a secret: scheme, host, port and path only (an
-    api_base may carry a password before its host, or a key in its query)."""
-    parts = urlsplit(api_base)
-    if not parts.netloc:  # not a URL a client could have called: say nothing of it
-        return "its api_base"
-    host = parts.netloc.rpartition("@")[2]
-    return one_line(f"{parts.scheme}://{host}{parts.path}")
 
 
 def _root_cause(exc: BaseException) -> BaseException:

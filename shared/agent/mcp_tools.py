@@ -51,7 +51,7 @@ from teamctl.shared.agent.tool_names import TOOL_NAME
 from teamctl.shared.agent.tools import TOOL_CALL_ID, Toolbox
 from teamctl.shared.errors import ConfigError, ToolFailed
 from teamctl.shared.process.pids import pid_alive
-from teamctl.shared.redis.url_secrets import redacted
+from teamctl.shared.redis.url_secrets import shown_url
 from teamctl.shared.text import shorten
 from teamctl.shared.workspace.directory import tool_env
 from teamctl.shared.workspace.private_home import PrivateHome
@@ -195,7 +195,7 @@ class OriginGuard:
             if secrets
             else ""
         )
-        url = redacted(str(self.server.url))
+        url = shown_url(str(self.server.url))
         return (
             f"MCP server {self.server.name!r} redirected {what} to {self.refused}, another "
             f"origin than its url {url!r}: teamctl sends a server's requests"
@@ -205,9 +205,8 @@ class OriginGuard:
 
 
 def _shown(url: httpx2.URL) -> str:
-    """A URL for an error: without userinfo, query or fragment (they may carry state), and
-    bounded (a server chose it)."""
-    return shorten(str(url.copy_with(userinfo=b"", query=None, fragment=None)), DESCRIBE_CHARS)
+    """A URL a server chose, for an error: its address alone (shown_url), bounded."""
+    return shorten(shown_url(str(url)), DESCRIBE_CHARS)
 
 
 @dataclass(frozen=True)
@@ -432,7 +431,7 @@ class McpHub:
         return exc
 
     def _start_error(self, server: McpServer, what: str, stderr: StderrTail) -> str:
-        where = f"`{' '.join(server.command)}`" if server.command else redacted(str(server.url))
+        where = f"`{' '.join(server.command)}`" if server.command else shown_url(str(server.url))
         tail = stderr.tail()
         return f"MCP server {server.name!r} ({where}) {what}" + (
             f"; its stderr ends:\n{tail}" if tail else ""

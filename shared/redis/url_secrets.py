@@ -1,11 +1,15 @@
 """A Redis URL's secrets kept out of every line teamctl prints or logs: the user info (the
 embedded server's URL carries a generated password, yours may too) and a `password=` in the
 query, masked whatever they hold and whether or not the URL parses. Light to import: the CLI's
-advice spells commands with it before any connection exists."""
+advice spells commands with it before any connection exists. An HTTP endpoint (a model's
+api_base, an MCP server's url) is shown by `shown_url`, which keeps its address alone."""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
+
+from teamctl.shared.text import flat
 
 MASK = "***"
 QUERY_PASSWORD = re.compile(r"[?&;][^?&;=#]*password=", re.IGNORECASE)
@@ -47,6 +51,19 @@ def scrubbed(text: str, url: str) -> str:
     for secret in sorted(filter(None, secrets), key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+def shown_url(url: str) -> str:
+    """An HTTP endpoint for a message: scheme, host, port and path only, on one line. Its user
+    info, query and fragment are left out whatever they hold, since keys and tokens travel
+    there too (`?api-key=`, `?code=`); MASK when it has no host part to show."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket, say: nothing of it is shown
+        return MASK
+    if not parts.netloc:
+        return MASK
+    return flat(f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}")
 
 
 def has_secret(url: str) -> bool:

@@ -20,7 +20,7 @@ from teamctl.coordinator.advice import SUPPLY_PASSWORD, Advice, teamctl_prog
 from teamctl.shared.errors import ConfigError, TeamError
 from teamctl.shared.redis.connection import connect
 from teamctl.shared.redis.embedded import EmbeddedRedis, throwaway_redis
-from teamctl.shared.redis.url_secrets import MASK, redacted
+from teamctl.shared.redis.url_secrets import MASK, redacted, shown_url
 
 from tests.support.cli import TEAMCTL
 from tests.support.runs import two_task_run
@@ -80,6 +80,19 @@ def test_redacted_never_holds_the_password_and_never_raises(
     shown = redacted(url)
     assert not holds(shown, password), (url, shown)
     assert MASK in shown
+
+
+@given(passwords, st.sampled_from(["api-key", "code", "sig", "key", "password"]))
+def test_an_http_endpoint_is_shown_by_its_address_alone(secret: str, name: str) -> None:
+    """An api_base or MCP url with a secret in its user info or any query parameter: the
+    message shows scheme, host, port and path, and never the secret."""
+    for url in (
+        f"https://u:{quote(secret, safe='')}@models.example:8443/v1",
+        f"https://models.example:8443/v1?{name}={quote(secret, safe='')}&user=a@b.example",
+        f"https://{quote(secret, safe='')}@models.example:8443/v1#{quote(secret, safe='')}",
+    ):
+        assert shown_url(url) == "https://models.example:8443/v1", url
+    assert shown_url(f"no-host/{secret}") == MASK
 
 
 @given(st.data(), passwords)
